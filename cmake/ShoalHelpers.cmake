@@ -1,0 +1,75 @@
+# Small helpers that keep every target declared the same way.
+
+# Warnings live in one INTERFACE target, linked PRIVATE by every Shoal target.
+add_library(shoal_warnings INTERFACE)
+target_compile_options(shoal_warnings INTERFACE -Wall -Wextra -Wno-unused-parameter
+  $<$<BOOL:${SHOAL_WERROR}>:-Werror>)
+
+# shoal_cc_library(NAME <name> SRCS ... [DEPS ...] [PRIVATE_DEPS ...])
+# Declares shoal_<name> with alias shoal::<name>.
+function(shoal_cc_library)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})
+  set(target shoal_${ARG_NAME})
+  add_library(${target} STATIC ${ARG_SRCS})
+  add_library(shoal::${ARG_NAME} ALIAS ${target})
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${target} PUBLIC ${ARG_DEPS} PRIVATE shoal_warnings ${ARG_PRIVATE_DEPS})
+endfunction()
+
+# shoal_cc_binary(NAME <binary name> SRCS ... DEPS ...)
+function(shoal_cc_binary)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  target_link_libraries(${ARG_NAME} PRIVATE shoal_warnings ${ARG_DEPS})
+endfunction()
+
+# shoal_cc_test(NAME <name> SRCS ... DEPS ... [LABELS ...] [TIMEOUT s])
+# One gtest binary registered as one ctest test (tests inside run in one process).
+function(shoal_cc_test)
+  cmake_parse_arguments(ARG "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  target_link_libraries(${ARG_NAME} PRIVATE shoal_warnings ${ARG_DEPS} GTest::gmock GTest::gtest_main)
+  add_test(NAME ${ARG_NAME} COMMAND ${ARG_NAME})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  set_tests_properties(${ARG_NAME} PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}"
+    ENVIRONMENT "SHOAL_BIN_DIR=${PROJECT_BINARY_DIR}/services;SHOAL_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endfunction()
+
+# shoal_proto_library(NAME <name> PROTOS ... [DEPS ...] [GRPC])
+# Generates C++ (and gRPC stubs when GRPC is given) into the build tree.
+function(shoal_proto_library)
+  cmake_parse_arguments(ARG "GRPC" "NAME" "PROTOS;DEPS" ${ARGN})
+  set(proto_root ${PROJECT_SOURCE_DIR}/protos)
+  set(out_root ${PROJECT_BINARY_DIR}/gen)
+  set(srcs)
+  foreach(proto ${ARG_PROTOS})
+    get_filename_component(abs ${proto} ABSOLUTE)
+    file(RELATIVE_PATH rel ${proto_root} ${abs})
+    string(REGEX REPLACE "\\.proto$" "" stem ${rel})
+    set(outs ${out_root}/${stem}.pb.cc ${out_root}/${stem}.pb.h)
+    set(args --cpp_out=${out_root})
+    if(ARG_GRPC)
+      list(APPEND outs ${out_root}/${stem}.grpc.pb.cc ${out_root}/${stem}.grpc.pb.h)
+      list(APPEND args --grpc_out=${out_root}
+        --plugin=protoc-gen-grpc=$<TARGET_FILE:gRPC::grpc_cpp_plugin>)
+    endif()
+    add_custom_command(
+      OUTPUT ${outs}
+      COMMAND ${CMAKE_COMMAND} -E make_directory ${out_root}
+      COMMAND protobuf::protoc -I${proto_root} ${args} ${abs}
+      DEPENDS ${abs} protobuf::protoc
+      COMMENT "protoc ${rel}"
+      VERBATIM)
+    list(APPEND srcs ${outs})
+  endforeach()
+  set(target shoal_${ARG_NAME}_proto)
+  add_library(${target} STATIC ${srcs})
+  add_library(shoal::${ARG_NAME}_proto ALIAS ${target})
+  target_include_directories(${target} PUBLIC ${out_root})
+  target_link_libraries(${target} PUBLIC protobuf::libprotobuf ${ARG_DEPS})
+  if(ARG_GRPC)
+    target_link_libraries(${target} PUBLIC gRPC::grpc++)
+  endif()
+endfunction()

@@ -1,0 +1,52 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/server.h>
+#include <grpcpp/support/status.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace grpc {
+class Service;
+}
+
+namespace shoal::rpc {
+
+// Transport settings shared by every Shoal server. Limits and keepalive are set here only.
+struct ServerOptions {
+  std::string listen;  // HOST:PORT; port 0 picks a free port
+  std::string service_name;  // for logs, e.g. "shoal-coordinator"
+  int max_receive_message_bytes = 8 << 20;  // tensors come in ~1 MiB chunks, never whole
+  absl::Duration keepalive_time = absl::Seconds(20);
+  absl::Duration keepalive_timeout = absl::Seconds(10);
+};
+
+// A started gRPC server with the standard health service (serving) and server reflection.
+class Server {
+ public:
+  // Builds and starts a server for `services` (not owned; they must outlive the server).
+  static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options,
+                                                       const std::vector<grpc::Service*>& services);
+  ~Server();
+
+  // HOST:PORT actually bound (the real port when 0 was asked for).
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+
+  // Marks the health service NOT_SERVING, then stops accepting calls and waits up to `grace`
+  // for calls in flight before cancelling them.
+  void Shutdown(absl::Duration grace);
+
+ private:
+  Server(std::unique_ptr<grpc::Server> server, std::string address, int port);
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  int port_;
+  bool shut_down_ = false;
+};
+
+}  // namespace shoal::rpc

@@ -1,0 +1,58 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace shoal::tensor {
+
+// One named float32 tensor of a model.
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+
+  int64_t NumElements() const;
+  bool operator==(const TensorSpec& other) const = default;
+};
+
+// The ordered list of a model's tensors and where each lives in one contiguous float buffer.
+// Immutable once created; cheap to copy. Thread-compatible.
+class ModelLayout {
+ public:
+  ModelLayout() = default;
+  // Errors: INVALID_ARGUMENT on an empty or duplicate name, or a negative dimension.
+  static absl::StatusOr<ModelLayout> Create(std::vector<TensorSpec> tensors);
+
+  const std::vector<TensorSpec>& tensors() const { return tensors_; }
+  size_t num_tensors() const { return tensors_.size(); }
+  // Element offset of tensor `i` in the flat buffer.
+  size_t offset(size_t i) const { return offsets_[i]; }
+  size_t total_elements() const { return total_elements_; }
+  size_t total_bytes() const { return total_elements_ * sizeof(float); }
+  bool operator==(const ModelLayout& other) const { return tensors_ == other.tensors_; }
+  // "conv1.weight[16,1,5,5], conv1.bias[16], ..." for error messages.
+  std::string DebugString() const;
+
+ private:
+  std::vector<TensorSpec> tensors_;
+  std::vector<size_t> offsets_;
+  size_t total_elements_ = 0;
+};
+
+// A model's parameters (or a delta) in one contiguous float32 buffer laid out by `layout`.
+// A value type; share immutable snapshots as std::shared_ptr<const FlatModel>.
+struct FlatModel {
+  ModelLayout layout;
+  std::vector<float> values;  // layout.total_elements() floats
+
+  // XXH3-64 over the little-endian bytes of `values` (the tensors' payloads in order).
+  uint64_t Digest() const;
+};
+
+// XXH3-64 of a byte range; the digest used in TensorHeader.digest_xxh3.
+uint64_t DigestBytes(const void* data, size_t size);
+
+}  // namespace shoal::tensor

@@ -1,0 +1,82 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "libs/tensor/flat_model.h"
+#include "shoal/common/v1/model.pb.h"
+#include "shoal/common/v1/tensor.pb.h"
+
+namespace shoal::tensor {
+
+inline constexpr size_t kDefaultChunkBytes = 1 << 20;
+// Largest chunk a decoder accepts; senders use kDefaultChunkBytes.
+inline constexpr size_t kMaxChunkBytes = 4 << 20;
+
+// The ModelMeta that starts a stream of `model`.
+common::v1::ModelMeta MakeModelMeta(const std::string& task, uint64_t version,
+                                    const FlatModel& model);
+
+// Turns a model into TensorFrames: for each tensor a header (with its XXH3 digest) and then its
+// bytes in chunks of at most `chunk_bytes`. Reads `model` in place; the model must outlive the
+// encoder and not change while it is used. Not thread-safe.
+class FrameEncoder {
+ public:
+  explicit FrameEncoder(const FlatModel& model, size_t chunk_bytes = kDefaultChunkBytes);
+  // Fills `frame` with the next frame; returns false when the model has been fully sent.
+  bool Next(common::v1::TensorFrame* frame);
+
+ private:
+  const FlatModel& model_;
+  size_t chunk_bytes_;
+  size_t tensor_ = 0;       // index of the current tensor
+  size_t byte_offset_ = 0;  // bytes of the current tensor already sent
+  bool header_sent_ = false;
+};
+
+struct DecoderLimits {
+  uint32_t max_tensors = 4096;
+  uint64_t max_total_bytes = uint64_t{4} << 30;  // 4 GiB
+};
+
+// Rebuilds a model from TensorFrames, checking everything: frame order, dtype, encoding, shapes,
+// sizes, chunk sizes, digests, and optionally that every value is finite. Errors are
+// INVALID_ARGUMENT naming the tensor and what is wrong. Not thread-safe.
+class FrameDecoder {
+ public:
+  // Expects exactly `layout` (names, shapes, order), e.g. for a delta against a known model.
+  static FrameDecoder ForLayout(const ModelLayout& layout, bool require_finite);
+  // Learns the layout from the headers; `meta` bounds the number of tensors and bytes.
+  static absl::StatusOr<FrameDecoder> ForMeta(const common::v1::ModelMeta& meta,
+                                              const DecoderLimits& limits, bool require_finite);
+
+  absl::Status Add(const common::v1::TensorFrame& frame);
+  // The complete model. Errors if tensors or bytes are missing.
+  absl::StatusOr<FlatModel> Finish() &&;
+
+  uint64_t bytes_received() const { return bytes_received_; }
+
+ private:
+  FrameDecoder() = default;
+  absl::Status AddHeader(const common::v1::TensorHeader& header);
+  absl::Status AddChunk(const std::string& chunk);
+
+  std::optional<ModelLayout> expected_;  // set by ForLayout
+  uint32_t expected_tensors_ = 0;        // set by ForMeta
+  uint64_t expected_total_bytes_ = 0;    // set by ForMeta
+  bool require_finite_ = false;
+  std::vector<TensorSpec> specs_;        // headers seen so far
+  std::vector<float> values_;
+  uint64_t tensor_bytes_expected_ = 0;   // payload of the current tensor
+  uint64_t tensor_bytes_received_ = 0;
+  uint64_t tensor_digest_ = 0;
+  size_t tensor_value_offset_ = 0;
+  bool in_tensor_ = false;
+  uint64_t bytes_received_ = 0;
+  void* digest_state_ = nullptr;  // streaming XXH3 state of the current tensor (owned)
+};
+
+}  // namespace shoal::tensor
