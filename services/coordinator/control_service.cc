@@ -1,0 +1,188 @@
+#include "services/coordinator/control_service.h"
+
+#include <memory>
+#include <optional>
+
+#include "absl/synchronization/mutex.h"
+#include "libs/rpc/model_stream.h"
+#include "libs/rpc/reactor_handle.h"
+#include "libs/rpc/status.h"
+#include "libs/tensor/frame_codec.h"
+#include "libs/tensor/model_file.h"
+
+namespace shoal::coordinator {
+namespace {
+
+template <typename Response, typename T>
+grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
+                                     absl::StatusOr<T> result, Response* response,
+                                     void (*fill)(T&&, Response*)) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (result.ok()) fill(*std::move(result), response);
+  reactor->Finish(rpc::ToGrpcStatus(result.status()));
+  return reactor;
+}
+
+bool IsTerminal(v1::TaskState state) {
+  return state == v1::TASK_STATE_COMPLETED || state == v1::TASK_STATE_STOPPED ||
+         state == v1::TASK_STATE_FAILED;
+}
+
+// Streams status snapshots of one task. Only the newest pending snapshot is kept: a slow watcher
+// skips intermediate states instead of buffering them. Finishes after a terminal state is written.
+class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchTaskResponse> {
+ public:
+  explicit WatchReactor(CoordinatorCore& core)
+      : core_(core), handle_(std::make_shared<rpc::ReactorHandle<WatchReactor>>(this)) {}
+
+  void Start(const std::string& name) {
+    std::weak_ptr<rpc::ReactorHandle<WatchReactor>> weak = handle_;
+    absl::StatusOr<uint64_t> watch = core_.Watch(name, [weak](const v1::TaskStatus& status) {
+      if (auto handle = weak.lock()) handle->Run([&](WatchReactor& r) { r.Push(status); });
+    });
+    if (!watch.ok()) {
+      Finish(rpc::ToGrpcStatus(watch.status()));
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    watch_ = *watch;
+  }
+
+  void OnWriteDone(bool ok) override {
+    bool finish = false;
+    bool write = false;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok || cancelled_) {
+        finish = !finished_;
+        finished_ = true;
+      } else if (pending_.has_value()) {
+        write = PrepareWriteLocked();
+      } else if (last_was_terminal_ && !finished_) {
+        finish = finished_ = true;
+      }
+    }
+    if (write) StartWrite(&current_);
+    if (finish) Finish(grpc::Status::OK);
+  }
+
+  void OnCancel() override {
+    bool finish = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!finished_ && !writing_) finish = finished_ = true;
+      cancelled_ = true;
+    }
+    if (finish) Finish(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    std::optional<uint64_t> watch;
+    {
+      absl::MutexLock lock(&mu_);
+      watch = watch_;
+    }
+    if (watch.has_value()) core_.Unwatch(*watch);
+    std::shared_ptr<rpc::ReactorHandle<WatchReactor>> handle = std::move(handle_);
+    handle->Detach();
+  }
+
+ private:
+  void Push(const v1::TaskStatus& status) {
+    bool write = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_ || cancelled_) return;
+      pending_.emplace();
+      *pending_->mutable_status() = status;
+      if (!writing_) write = PrepareWriteLocked();
+    }
+    // Outside the lock: gRPC may run OnWriteDone inline.
+    if (write) StartWrite(&current_);
+  }
+
+  // Moves the pending snapshot into the write buffer; the caller starts the write after
+  // unlocking. `writing_` keeps current_ untouched until OnWriteDone.
+  bool PrepareWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    current_ = std::move(*pending_);
+    pending_.reset();
+    last_was_terminal_ = IsTerminal(current_.status().state());
+    writing_ = true;
+    return true;
+  }
+
+  CoordinatorCore& core_;
+  std::shared_ptr<rpc::ReactorHandle<WatchReactor>> handle_;
+  absl::Mutex mu_;
+  std::optional<uint64_t> watch_ ABSL_GUARDED_BY(mu_);
+  std::optional<v1::WatchTaskResponse> pending_ ABSL_GUARDED_BY(mu_);
+  v1::WatchTaskResponse current_;  // written only while !writing_, under mu_
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool last_was_terminal_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* ControlServiceImpl::CreateTask(grpc::CallbackServerContext* context,
+                                                         const v1::CreateTaskRequest* request,
+                                                         v1::CreateTaskResponse* response) {
+  return FinishWith<v1::CreateTaskResponse, v1::TaskStatus>(
+      context, core_.CreateTask(request->spec()), response,
+      [](v1::TaskStatus&& s, v1::CreateTaskResponse* r) { *r->mutable_status() = std::move(s); });
+}
+
+grpc::ServerUnaryReactor* ControlServiceImpl::ListTasks(grpc::CallbackServerContext* context,
+                                                        const v1::ListTasksRequest* request,
+                                                        v1::ListTasksResponse* response) {
+  for (v1::TaskStatus& status : core_.ListTasks()) *response->add_tasks() = std::move(status);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ControlServiceImpl::GetTaskStatus(
+    grpc::CallbackServerContext* context, const v1::GetTaskStatusRequest* request,
+    v1::GetTaskStatusResponse* response) {
+  return FinishWith<v1::GetTaskStatusResponse, v1::TaskStatus>(
+      context, core_.GetTaskStatus(request->name()), response,
+      [](v1::TaskStatus&& s, v1::GetTaskStatusResponse* r) {
+        *r->mutable_status() = std::move(s);
+      });
+}
+
+grpc::ServerUnaryReactor* ControlServiceImpl::StopTask(grpc::CallbackServerContext* context,
+                                                       const v1::StopTaskRequest* request,
+                                                       v1::StopTaskResponse* response) {
+  return FinishWith<v1::StopTaskResponse, v1::TaskStatus>(
+      context, core_.StopTask(request->name()), response,
+      [](v1::TaskStatus&& s, v1::StopTaskResponse* r) { *r->mutable_status() = std::move(s); });
+}
+
+grpc::ServerWriteReactor<v1::WatchTaskResponse>* ControlServiceImpl::WatchTask(
+    grpc::CallbackServerContext* context, const v1::WatchTaskRequest* request) {
+  auto* reactor = new WatchReactor(core_);
+  reactor->Start(request->name());
+  return reactor;
+}
+
+grpc::ServerWriteReactor<common::v1::ModelChunk>* ControlServiceImpl::GetModel(
+    grpc::CallbackServerContext* context, const v1::GetModelRequest* request) {
+  std::optional<uint64_t> version;
+  if (request->has_version()) version = request->version();
+  absl::StatusOr<StoredCheckpoint> checkpoint = core_.GetCheckpoint(request->name(), version);
+  if (!checkpoint.ok()) return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(checkpoint.status()));
+  // Checkpoints are small next to the transfer itself; reading one here keeps the handler simple.
+  absl::StatusOr<tensor::FlatModel> model = tensor::ReadModelFile(checkpoint->path);
+  if (!model.ok()) return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(model.status()));
+  auto shared = std::make_shared<const tensor::FlatModel>(*std::move(model));
+  common::v1::ModelMeta meta = tensor::MakeModelMeta(request->name(), checkpoint->version, *shared);
+  return new rpc::ModelWriteReactor(
+      shared, std::move(meta), [this](uint64_t bytes, bool) {
+        metrics_.bytes_sent.Increment(static_cast<double>(bytes));
+      });
+}
+
+}  // namespace shoal::coordinator

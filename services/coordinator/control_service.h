@@ -1,0 +1,40 @@
+#pragma once
+
+#include <grpcpp/support/server_callback.h>
+
+#include "services/coordinator/coordinator_core.h"
+#include "services/coordinator/coordinator_metrics.h"
+#include "shoal/coordinator/v1/control.grpc.pb.h"
+
+namespace shoal::coordinator {
+
+// gRPC adapter for ControlService: thin handlers over CoordinatorCore. Thread-safe; the core
+// must outlive it.
+class ControlServiceImpl final : public v1::ControlService::CallbackService {
+ public:
+  ControlServiceImpl(CoordinatorCore& core, CoordinatorMetrics& metrics)
+      : core_(core), metrics_(metrics) {}
+
+  grpc::ServerUnaryReactor* CreateTask(grpc::CallbackServerContext* context,
+                                       const v1::CreateTaskRequest* request,
+                                       v1::CreateTaskResponse* response) override;
+  grpc::ServerUnaryReactor* ListTasks(grpc::CallbackServerContext* context,
+                                      const v1::ListTasksRequest* request,
+                                      v1::ListTasksResponse* response) override;
+  grpc::ServerUnaryReactor* GetTaskStatus(grpc::CallbackServerContext* context,
+                                          const v1::GetTaskStatusRequest* request,
+                                          v1::GetTaskStatusResponse* response) override;
+  grpc::ServerWriteReactor<v1::WatchTaskResponse>* WatchTask(
+      grpc::CallbackServerContext* context, const v1::WatchTaskRequest* request) override;
+  grpc::ServerUnaryReactor* StopTask(grpc::CallbackServerContext* context,
+                                     const v1::StopTaskRequest* request,
+                                     v1::StopTaskResponse* response) override;
+  grpc::ServerWriteReactor<common::v1::ModelChunk>* GetModel(
+      grpc::CallbackServerContext* context, const v1::GetModelRequest* request) override;
+
+ private:
+  CoordinatorCore& core_;
+  CoordinatorMetrics& metrics_;
+};
+
+}  // namespace shoal::coordinator

@@ -1,0 +1,182 @@
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "libs/common/clock.h"
+#include "services/coordinator/aggregator_client.h"
+#include "services/coordinator/coordinator_metrics.h"
+#include "services/coordinator/task_store.h"
+#include "shoal/coordinator/v1/control.pb.h"
+#include "shoal/coordinator/v1/session.pb.h"
+
+namespace shoal::coordinator {
+
+// Where the coordinator sends one peer's events: its Session stream. Implementations must not
+// block (they queue) and must tolerate calls after the stream ended (they drop).
+class PeerSink {
+ public:
+  virtual ~PeerSink() = default;
+  virtual void Send(const v1::CoordinatorEvent& event) = 0;
+  // Ends the stream with `status` (e.g. missed heartbeats, replaced by a reconnect).
+  virtual void Close(const absl::Status& status) = 0;
+};
+
+// Receives task status snapshots for WatchTask. Must not block.
+using StatusCallback = std::function<void(const v1::TaskStatus& status)>;
+
+struct CoordinatorOptions {
+  absl::Duration heartbeat_interval = absl::Seconds(2);
+  int missed_heartbeats = 3;  // a peer silent this many intervals is declared crashed
+  absl::Duration aggregator_ttl = absl::Seconds(15);  // unregistered after this silence
+  absl::Duration retry_initial = absl::Milliseconds(250);
+  absl::Duration retry_max = absl::Seconds(5);
+  int max_aggregator_failures = 20;   // consecutive failures of one step before the task fails
+  absl::Duration final_eval_timeout = absl::Seconds(60);
+};
+
+// The coordinator's control plane for federated-sync tasks: task registry, membership, the round
+// state machine, checkpoints. Plain C++: no gRPC types beyond the protobuf messages.
+//
+// Inputs arrive from gRPC handlers (Connect, OnMessage, CreateTask, ...) and from the driver
+// thread (Step). Outgoing aggregator calls are queued as jobs and run by Step() outside the lock;
+// peer events and status updates are collected under the lock and delivered after it is released.
+// Thread-safe.
+class CoordinatorCore {
+ public:
+  // Loads the tasks kept in `store`; running tasks resume from their latest checkpoint.
+  static absl::StatusOr<std::unique_ptr<CoordinatorCore>> Create(
+      CoordinatorOptions options, TaskStore& store, AggregatorClient& aggregators, Clock& clock,
+      CoordinatorMetrics& metrics);
+
+  // --- Peers (SessionService) ---
+  // Registers a peer from its Hello; returns its id. Errors: INVALID_ARGUMENT bad Hello.
+  absl::StatusOr<std::string> Connect(const v1::Hello& hello, std::shared_ptr<PeerSink> sink);
+  // The peer's stream ended (cleanly or not). `sink` guards against a stale stream of a peer
+  // that has already reconnected.
+  void Disconnect(const std::string& peer_id, const PeerSink* sink);
+  // Errors: INVALID_ARGUMENT for a message that makes no sense (the stream stays open).
+  absl::Status OnMessage(const std::string& peer_id, const v1::PeerMessage& message);
+
+  // --- Aggregators (RegistryService) ---
+  absl::Status RegisterAggregator(const std::string& address);
+  absl::Duration heartbeat_interval() const { return options_.heartbeat_interval; }
+
+  // --- Operators (ControlService) ---
+  absl::StatusOr<v1::TaskStatus> CreateTask(const common::v1::TaskSpec& spec);
+  std::vector<v1::TaskStatus> ListTasks() const;
+  absl::StatusOr<v1::TaskStatus> GetTaskStatus(const std::string& name) const;
+  absl::StatusOr<v1::TaskStatus> StopTask(const std::string& name);
+  // Calls `callback` now and at every change of the task; returns a handle for Unwatch.
+  absl::StatusOr<uint64_t> Watch(const std::string& name, StatusCallback callback);
+  void Unwatch(uint64_t handle);
+  // The checkpoint file of the task's latest (or given) model version.
+  absl::StatusOr<StoredCheckpoint> GetCheckpoint(const std::string& name,
+                                                 std::optional<uint64_t> version) const;
+
+  // --- Driver ---
+  // Runs timers (deadlines, heartbeats) and every queued aggregator job. Blocking; called in a
+  // loop by the driver thread (and directly by tests).
+  void Step();
+  // Blocks until a job is queued or `timeout` passes (the driver's idle wait).
+  void WaitForWork(absl::Duration timeout);
+
+ private:
+  struct Peer {
+    std::string id;
+    v1::Hello hello;
+    std::shared_ptr<PeerSink> sink;
+    absl::Time last_seen;
+    std::string task;  // assigned task, empty when idle
+  };
+  struct Round {
+    uint64_t number = 0;
+    absl::Time started;
+    absl::Time deadline;
+    std::set<std::string> expected;
+    std::set<std::string> pushed;
+  };
+  struct Task {
+    v1::TaskStatus status;  // history and everything reported; participants filled on read
+    std::set<std::string> peers;
+    bool has_model = false;  // the aggregator holds status.model_version
+    bool job_in_flight = false;
+    absl::Time retry_at = absl::InfinitePast();
+    int failures = 0;
+    std::string initializer;
+    absl::Time init_deadline;
+    Round round;
+    std::set<std::string> eval_pending;
+    absl::Time eval_deadline;
+    std::optional<StoredCheckpoint> restore_from;
+    std::string waiting_notice;  // last Waiting sent, to avoid repeats
+  };
+  enum class JobKind { kOpenRound, kCloseRound, kCheckpoint, kRestore, kRelease };
+  struct Job {
+    JobKind kind;
+    std::string task;
+    std::string aggregator;
+    uint64_t round = 0;
+    uint64_t version = 0;
+    aggregator::v1::OpenRoundRequest open;
+    StoredCheckpoint checkpoint;
+  };
+  // Work to do after the lock is released: peer events, watcher updates, store writes.
+  using Outbox = std::vector<std::function<void()>>;
+
+  CoordinatorCore(CoordinatorOptions options, TaskStore& store, AggregatorClient& aggregators,
+                  Clock& clock, CoordinatorMetrics& metrics);
+
+  static void Deliver(Outbox& out);
+  void SendTo(const std::string& peer_id, v1::CoordinatorEvent event, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkChanged(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::TaskStatus StatusOf(const Task& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RemovePeer(const std::string& peer_id, const std::string& why, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Reconcile(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AssignIdlePeers(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Advance(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Finish(Task& task, v1::TaskState state, const std::string& message, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Fail(Task& task, const std::string& step, const absl::Status& status, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Enqueue(Task& task, Job job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string PickAggregator() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool IsActive(const Task& task) const;
+
+  void RunJob(const Job& job);
+  void OnOpenRoundDone(const Job& job, const absl::Status& status);
+  void OnCloseRoundDone(const Job& job,
+                        const absl::StatusOr<aggregator::v1::CloseRoundResponse>& result);
+  void OnRestoreDone(const Job& job, const absl::Status& status);
+
+  const CoordinatorOptions options_;
+  TaskStore& store_;
+  AggregatorClient& aggregators_;
+  Clock& clock_;
+  CoordinatorMetrics& metrics_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, absl::Time> aggregator_seen_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Task> tasks_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> task_order_ ABSL_GUARDED_BY(mu_);  // creation order
+  std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::pair<std::string, StatusCallback>> watchers_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_watch_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_peer_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace shoal::coordinator

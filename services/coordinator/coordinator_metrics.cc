@@ -1,0 +1,76 @@
+#include "services/coordinator/coordinator_metrics.h"
+
+namespace shoal::coordinator {
+
+CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
+    : rounds_completed(prometheus::BuildCounter()
+                           .Name("shoal_coordinator_rounds_completed_total")
+                           .Help("Rounds closed by the coordinator, all tasks")
+                           .Register(registry)
+                           .Add({})),
+      round_duration(prometheus::BuildHistogram()
+                         .Name("shoal_coordinator_round_duration_seconds")
+                         .Help("Time from a round's start to its close")
+                         .Register(registry)
+                         .Add({}, prometheus::Histogram::BucketBoundaries{
+                                      0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600})),
+      peers_connected(prometheus::BuildGauge()
+                          .Name("shoal_coordinator_peers_connected")
+                          .Help("Peers with an open Session stream")
+                          .Register(registry)
+                          .Add({})),
+      aggregators_registered(prometheus::BuildGauge()
+                                 .Name("shoal_coordinator_aggregators_registered")
+                                 .Help("Aggregators that registered within their TTL")
+                                 .Register(registry)
+                                 .Add({})),
+      updates_accepted(prometheus::BuildCounter()
+                           .Name("shoal_coordinator_updates_accepted_total")
+                           .Help("Peer updates reported pushed in time for their round")
+                           .Register(registry)
+                           .Add({})),
+      messages_rejected(prometheus::BuildCounter()
+                            .Name("shoal_coordinator_messages_rejected_total")
+                            .Help("Peer messages ignored as invalid or stale, by reason")
+                            .Register(registry)),
+      peers_dropped(prometheus::BuildCounter()
+                        .Name("shoal_coordinator_peers_dropped_total")
+                        .Help("Expected peers that missed a round's close")
+                        .Register(registry)
+                        .Add({})),
+      peers_crashed(prometheus::BuildCounter()
+                        .Name("shoal_coordinator_peers_crashed_total")
+                        .Help("Peers lost without a Leave (stream broken or heartbeats missed)")
+                        .Register(registry)
+                        .Add({})),
+      train_loss(prometheus::BuildGauge()
+                     .Name("shoal_coordinator_train_loss")
+                     .Help("Mean train loss of the last closed round")
+                     .Register(registry)
+                     .Add({})),
+      test_accuracy(prometheus::BuildGauge()
+                        .Name("shoal_coordinator_test_accuracy_ratio")
+                        .Help("Test accuracy of the last evaluated global model")
+                        .Register(registry)
+                        .Add({})),
+      tasks(prometheus::BuildGauge()
+                .Name("shoal_coordinator_tasks")
+                .Help("Tasks by state")
+                .Register(registry)),
+      bytes_received(prometheus::BuildCounter()
+                         .Name("shoal_coordinator_bytes_received_total")
+                         .Help("Model bytes pulled from aggregators for checkpoints")
+                         .Register(registry)
+                         .Add({})),
+      bytes_sent(prometheus::BuildCounter()
+                     .Name("shoal_coordinator_bytes_sent_total")
+                     .Help("Model bytes sent (GetModel downloads and checkpoint restores)")
+                     .Register(registry)
+                     .Add({})),
+      aggregator_errors(prometheus::BuildCounter()
+                            .Name("shoal_coordinator_aggregator_errors_total")
+                            .Help("Failed calls to aggregators")
+                            .Register(registry)
+                            .Add({})) {}
+
+}  // namespace shoal::coordinator

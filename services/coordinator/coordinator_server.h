@@ -1,0 +1,66 @@
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "libs/metrics/metrics_server.h"
+#include "libs/rpc/server.h"
+#include "services/coordinator/aggregator_client.h"
+#include "services/coordinator/control_service.h"
+#include "services/coordinator/coordinator_core.h"
+#include "services/coordinator/coordinator_metrics.h"
+#include "services/coordinator/registry_service.h"
+#include "services/coordinator/session_service.h"
+#include "services/coordinator/task_store.h"
+
+namespace shoal::coordinator {
+
+struct CoordinatorServerOptions {
+  std::string listen = "127.0.0.1:7000";
+  std::string metrics_listen = "127.0.0.1:9100";
+  std::string state_dir;
+  std::string address_file;  // optional: where to write the bound addresses
+  absl::Duration heartbeat_interval = absl::Seconds(2);
+
+  // Errors name the flag: INVALID_ARGUMENT "--state-dir: ...".
+  absl::Status Validate() const;
+};
+
+// The shoal-coordinator process: owns the store, the core, the gRPC server, the metrics endpoint
+// and the driver thread that runs the core's timers and aggregator calls. Not thread-safe: one
+// owner starts it and shuts it down.
+class CoordinatorServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      const CoordinatorServerOptions& options);
+  ~CoordinatorServer();
+
+  const std::string& address() const { return server_->address(); }
+  const std::string& metrics_address() const { return metrics_->address(); }
+
+  // Stops accepting calls, ends streams, stops the driver. Idempotent.
+  void Shutdown();
+
+ private:
+  CoordinatorServer() = default;
+  void DriverLoop();
+
+  std::unique_ptr<metrics::MetricsServer> metrics_;
+  std::unique_ptr<CoordinatorMetrics> coordinator_metrics_;
+  std::unique_ptr<TaskStore> store_;
+  std::unique_ptr<GrpcAggregatorClient> aggregators_;
+  std::unique_ptr<CoordinatorCore> core_;
+  std::unique_ptr<SessionServiceImpl> session_service_;
+  std::unique_ptr<ControlServiceImpl> control_service_;
+  std::unique_ptr<RegistryServiceImpl> registry_service_;
+  std::unique_ptr<rpc::Server> server_;
+  std::atomic<bool> stopping_{false};
+  std::thread driver_;
+};
+
+}  // namespace shoal::coordinator

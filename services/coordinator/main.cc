@@ -1,0 +1,50 @@
+// shoal-coordinator: task registry, membership, rounds and the ControlService API.
+
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/time/time.h"
+#include "libs/common/log.h"
+#include "libs/rpc/signals.h"
+#include "services/coordinator/coordinator_server.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7000", "HOST:PORT for gRPC (port 0 = any free port)");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9100",
+          "HOST:PORT for Prometheus /metrics (port 0 = any free port)");
+ABSL_FLAG(std::string, state_dir, "", "directory for the task database and model checkpoints");
+ABSL_FLAG(std::string, address_file, "",
+          "if set, write the bound addresses here (grpc=HOST:PORT, metrics=HOST:PORT)");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2),
+          "how often peers send heartbeats; 3 missed = crashed");
+
+int main(int argc, char** argv) {
+  shoal::rpc::BlockShutdownSignals();
+  shoal::SetLogProgramName("shoal-coordinator");
+  absl::SetProgramUsageMessage(
+      "shoal-coordinator --listen HOST:PORT --metrics-listen HOST:PORT --state-dir DIR");
+  absl::ParseCommandLine(argc, argv);
+
+  shoal::coordinator::CoordinatorServerOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  options.address_file = absl::GetFlag(FLAGS_address_file);
+  options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  if (absl::Status s = options.Validate(); !s.ok()) {
+    std::fprintf(stderr, "shoal-coordinator: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  auto server = shoal::coordinator::CoordinatorServer::Start(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "shoal-coordinator: %s\n", std::string(server.status().message()).c_str());
+    return 1;
+  }
+  const int sig = shoal::rpc::WaitForShutdownSignal();
+  shoal::LogInfo("signal ", sig, ": shutting down");
+  (*server)->Shutdown();
+  shoal::LogInfo("stopped");
+  return 0;
+}

@@ -1,0 +1,20 @@
+#include "services/coordinator/registry_service.h"
+
+#include "libs/rpc/status.h"
+
+namespace shoal::coordinator {
+
+grpc::ServerUnaryReactor* RegistryServiceImpl::RegisterAggregator(
+    grpc::CallbackServerContext* context, const v1::RegisterAggregatorRequest* request,
+    v1::RegisterAggregatorResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status s = core_.RegisterAggregator(request->address());
+  if (s.ok()) {
+    response->set_heartbeat_interval_ms(
+        static_cast<uint32_t>(absl::ToInt64Milliseconds(core_.heartbeat_interval())));
+  }
+  reactor->Finish(rpc::ToGrpcStatus(s));
+  return reactor;
+}
+
+}  // namespace shoal::coordinator

@@ -1,0 +1,23 @@
+#pragma once
+
+#include <grpcpp/support/server_callback.h>
+
+#include "services/coordinator/coordinator_core.h"
+#include "shoal/coordinator/v1/session.grpc.pb.h"
+
+namespace shoal::coordinator {
+
+// gRPC adapter for SessionService: one bidi reactor per peer stream, forwarding messages to the
+// CoordinatorCore and writing the core's events back. Thread-safe; the core must outlive it.
+class SessionServiceImpl final : public v1::SessionService::CallbackService {
+ public:
+  explicit SessionServiceImpl(CoordinatorCore& core) : core_(core) {}
+
+  grpc::ServerBidiReactor<v1::PeerMessage, v1::CoordinatorEvent>* Session(
+      grpc::CallbackServerContext* context) override;
+
+ private:
+  CoordinatorCore& core_;
+};
+
+}  // namespace shoal::coordinator

@@ -1,0 +1,396 @@
+// The coordinator's round state machine, driven event by event with a fake clock, a fake
+// aggregator and fake peer streams. The task store is the real SQLite store in a temp dir.
+
+#include "services/coordinator/coordinator_core.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include <prometheus/registry.h>
+
+namespace shoal::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
+
+class FakeSink final : public PeerSink {
+ public:
+  void Send(const v1::CoordinatorEvent& event) override { events.push_back(event); }
+  void Close(const absl::Status& status) override { closed = status; }
+  // Kinds of the events received so far, then forgets them.
+  std::vector<v1::CoordinatorEvent::KindCase> Take() {
+    std::vector<v1::CoordinatorEvent::KindCase> kinds;
+    for (const auto& e : events) kinds.push_back(e.kind_case());
+    events.clear();
+    return kinds;
+  }
+  std::vector<v1::CoordinatorEvent> events;
+  std::optional<absl::Status> closed;
+};
+
+class FakeAggregator final : public AggregatorClient {
+ public:
+  absl::Status OpenRound(const std::string& address,
+                         const aggregator::v1::OpenRoundRequest& request) override {
+    opened.push_back(request);
+    return open_status;
+  }
+  absl::StatusOr<aggregator::v1::CloseRoundResponse> CloseRound(
+      const std::string& address, const aggregator::v1::CloseRoundRequest& request) override {
+    closed.push_back(request);
+    if (!close_status.ok()) return close_status;
+    aggregator::v1::CloseRoundResponse response;
+    if (!contributors.empty()) ++version;
+    response.set_version(version);
+    for (const auto& c : contributors) response.add_contributors(c);
+    response.set_num_samples(100 * contributors.size());
+    response.set_mean_train_loss(0.5);
+    return response;
+  }
+  absl::StatusOr<tensor::FlatModel> GetModel(const std::string&, const std::string&,
+                                             uint64_t v) override {
+    tensor::FlatModel model;
+    model.layout = *tensor::ModelLayout::Create({{"w", {2}}});
+    model.values = {static_cast<float>(v), 1.0f};
+    return model;
+  }
+  absl::Status PutModel(const std::string&, const std::string& task, uint64_t v,
+                        const tensor::FlatModel&) override {
+    puts.push_back({task, v});
+    return absl::OkStatus();
+  }
+  absl::Status ReleaseTask(const std::string&, const std::string& task) override {
+    released.push_back(task);
+    return absl::OkStatus();
+  }
+
+  absl::Status open_status;
+  absl::Status close_status;
+  std::vector<std::string> contributors;
+  uint64_t version = 0;
+  std::vector<aggregator::v1::OpenRoundRequest> opened;
+  std::vector<aggregator::v1::CloseRoundRequest> closed;
+  std::vector<std::pair<std::string, uint64_t>> puts;
+  std::vector<std::string> released;
+};
+
+common::v1::TaskSpec Spec(const std::string& name, uint32_t min, uint32_t rounds) {
+  common::v1::TaskSpec spec;
+  spec.set_name(name);
+  spec.set_mode(common::v1::MODE_FEDERATED_SYNC);
+  spec.set_model("mlp");
+  spec.mutable_dataset()->set_name("fashion-mnist");
+  spec.mutable_dataset()->set_partition(common::v1::PARTITION_IID);
+  spec.set_batch_size(32);
+  spec.mutable_optimizer()->set_kind(common::v1::OPTIMIZER_SGD);
+  spec.mutable_optimizer()->set_learning_rate(0.05);
+  spec.set_round_batches(10);
+  spec.set_rounds(rounds);
+  spec.set_min_participants(min);
+  spec.set_round_deadline_seconds(30);
+  spec.set_aggregation(common::v1::AGGREGATION_MEAN);
+  spec.set_seed(1);
+  return spec;
+}
+
+v1::Hello Hello(const std::string& name, uint32_t shard = 0, uint32_t count = 4) {
+  v1::Hello hello;
+  hello.set_name(name);
+  hello.set_shard_index(shard);
+  hello.set_shard_count(count);
+  return hello;
+}
+
+v1::PeerMessage Pushed(const std::string& task, uint64_t round) {
+  v1::PeerMessage m;
+  m.mutable_update_pushed()->set_task(task);
+  m.mutable_update_pushed()->set_round(round);
+  m.mutable_update_pushed()->set_num_samples(100);
+  m.mutable_update_pushed()->set_train_loss(0.5);
+  return m;
+}
+
+v1::PeerMessage Eval(const std::string& task, uint64_t version, uint64_t correct,
+                     uint64_t total) {
+  v1::PeerMessage m;
+  m.mutable_eval_report()->set_task(task);
+  m.mutable_eval_report()->set_version(version);
+  m.mutable_eval_report()->set_correct(correct);
+  m.mutable_eval_report()->set_total(total);
+  m.mutable_eval_report()->set_loss_sum(0.3 * total);
+  return m;
+}
+
+v1::PeerMessage Initialized(const std::string& task) {
+  v1::PeerMessage m;
+  m.mutable_model_initialized()->set_task(task);
+  return m;
+}
+
+class CoordinatorCoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("shoal-core-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    store_ = *TaskStore::Open(dir_.string());
+    Recreate();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  void Recreate() {
+    core_.reset();
+    metrics_ = std::make_unique<CoordinatorMetrics>(registry_);
+    auto core = CoordinatorCore::Create(options_, *store_, aggregator_, clock_, *metrics_);
+    ASSERT_TRUE(core.ok()) << core.status();
+    core_ = *std::move(core);
+  }
+
+  std::shared_ptr<FakeSink> Join(const std::string& name) {
+    auto sink = std::make_shared<FakeSink>();
+    auto id = core_->Connect(Hello(name), sink);
+    EXPECT_TRUE(id.ok()) << id.status();
+    EXPECT_EQ(*id, name);
+    return sink;
+  }
+
+  v1::TaskStatus Status(const std::string& name) { return *core_->GetTaskStatus(name); }
+
+  // Registers an aggregator, creates `spec`, joins `peers`, and lets the first peer store the
+  // initial model: the task is then in round 1, training.
+  std::map<std::string, std::shared_ptr<FakeSink>> StartTask(const common::v1::TaskSpec& spec,
+                                                             std::vector<std::string> peers) {
+    EXPECT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
+    EXPECT_TRUE(core_->CreateTask(spec).ok());
+    std::map<std::string, std::shared_ptr<FakeSink>> sinks;
+    for (const auto& p : peers) sinks[p] = Join(p);
+    EXPECT_EQ(Status(spec.name()).phase(), v1::ROUND_PHASE_INITIALIZING);
+    EXPECT_TRUE(core_->OnMessage(peers.front(), Initialized(spec.name())).ok());
+    core_->Step();
+    return sinks;
+  }
+
+  std::filesystem::path dir_;
+  prometheus::Registry registry_;
+  CoordinatorOptions options_;
+  FakeClock clock_;
+  FakeAggregator aggregator_;
+  std::unique_ptr<TaskStore> store_;
+  std::unique_ptr<CoordinatorMetrics> metrics_;
+  std::unique_ptr<CoordinatorCore> core_;
+};
+
+TEST_F(CoordinatorCoreTest, FullTaskRunsRoundsAndCompletes) {
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
+  ASSERT_TRUE(core_->CreateTask(Spec("t", 2, 2)).ok());
+  auto a = Join("a");
+  EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kWelcome,
+                                     v1::CoordinatorEvent::kTaskAssigned,
+                                     v1::CoordinatorEvent::kInitializeModel));
+  ASSERT_TRUE(core_->OnMessage("a", Initialized("t")).ok());
+  // One peer is below min_participants: everyone waits.
+  EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kWaiting));
+  EXPECT_EQ(Status("t").state(), v1::TASK_STATE_WAITING);
+  auto b = Join("b");
+  EXPECT_THAT(b->Take(), ElementsAre(v1::CoordinatorEvent::kWelcome,
+                                     v1::CoordinatorEvent::kTaskAssigned));
+  core_->Step();  // runs OpenRound
+  ASSERT_EQ(aggregator_.opened.size(), 1u);
+  EXPECT_EQ(aggregator_.opened[0].round(), 1u);
+  EXPECT_THAT(aggregator_.opened[0].expected_peers(), UnorderedElementsAre("a", "b"));
+  EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kRoundStarted));
+  EXPECT_THAT(b->Take(), ElementsAre(v1::CoordinatorEvent::kRoundStarted));
+  EXPECT_EQ(Status("t").state(), v1::TASK_STATE_RUNNING);
+  EXPECT_EQ(Status("t").phase(), v1::ROUND_PHASE_TRAINING);
+
+  ASSERT_TRUE(core_->OnMessage("a", Pushed("t", 1)).ok());
+  core_->Step();
+  EXPECT_TRUE(aggregator_.closed.empty()) << "must wait for b";
+  ASSERT_TRUE(core_->OnMessage("b", Pushed("t", 1)).ok());
+  aggregator_.contributors = {"a", "b"};
+  core_->Step();  // closes round 1, checkpoints version 1, opens round 2
+  ASSERT_EQ(aggregator_.closed.size(), 1u);
+  EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kModelPublished,
+                                     v1::CoordinatorEvent::kRoundStarted));
+  ASSERT_TRUE(core_->OnMessage("a", Eval("t", 1, 80, 100)).ok());
+  ASSERT_TRUE(core_->OnMessage("b", Eval("t", 1, 90, 100)).ok());
+  v1::TaskStatus status = Status("t");
+  ASSERT_EQ(status.history_size(), 1);
+  EXPECT_THAT(status.history(0).participants(), ElementsAre("a", "b"));
+  EXPECT_TRUE(status.history(0).evaluated());
+  EXPECT_DOUBLE_EQ(status.history(0).test_accuracy(), 0.85);
+  EXPECT_EQ(status.history(0).test_samples(), 200u);
+  EXPECT_EQ(status.round(), 2u);
+  auto checkpoint = core_->GetCheckpoint("t", std::nullopt);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_EQ(checkpoint->version, 1u);
+  EXPECT_TRUE(std::filesystem::exists(checkpoint->path));
+
+  // Round 2: b never pushes; the round closes at its deadline and b is dropped from it only.
+  b->Take();
+  ASSERT_TRUE(core_->OnMessage("a", Pushed("t", 2)).ok());
+  aggregator_.contributors = {"a"};
+  core_->Step();
+  EXPECT_EQ(aggregator_.closed.size(), 1u);
+  clock_.Advance(absl::Seconds(31));
+  ASSERT_TRUE(core_->OnMessage("a", v1::PeerMessage()).code() ==
+              absl::StatusCode::kFailedPrecondition);  // empty message is rejected, a lives on
+  ASSERT_TRUE(core_->OnMessage("b", [] { v1::PeerMessage m; m.mutable_heartbeat(); return m; }())
+                  .ok());
+  core_->Step();
+  ASSERT_EQ(aggregator_.closed.size(), 2u);
+  status = Status("t");
+  ASSERT_EQ(status.history_size(), 2);
+  EXPECT_THAT(status.history(1).participants(), ElementsAre("a"));
+  EXPECT_THAT(status.history(1).dropped(), ElementsAre("b"));
+  EXPECT_EQ(status.phase(), v1::ROUND_PHASE_EVALUATING);
+  EXPECT_THAT(b->Take(), ElementsAre(v1::CoordinatorEvent::kModelPublished));
+
+  ASSERT_TRUE(core_->OnMessage("a", Eval("t", 2, 90, 100)).ok());
+  ASSERT_TRUE(core_->OnMessage("b", Eval("t", 2, 92, 100)).ok());
+  core_->Step();
+  status = Status("t");
+  EXPECT_EQ(status.state(), v1::TASK_STATE_COMPLETED);
+  EXPECT_THAT(status.participants(), IsEmpty());
+  EXPECT_THAT(b->Take(), ElementsAre(v1::CoordinatorEvent::kTaskFinished));
+  EXPECT_THAT(aggregator_.released, ElementsAre("t"));
+}
+
+TEST_F(CoordinatorCoreTest, CrashedPeerDoesNotStallTheRound) {
+  auto sinks = StartTask(Spec("t", 2, 5), {"a", "b", "c"});
+  ASSERT_EQ(Status("t").phase(), v1::ROUND_PHASE_TRAINING);
+  ASSERT_TRUE(core_->OnMessage("a", Pushed("t", 1)).ok());
+  ASSERT_TRUE(core_->OnMessage("b", Pushed("t", 1)).ok());
+  core_->Disconnect("c", sinks["c"].get());  // c's stream broke
+  aggregator_.contributors = {"a", "b"};
+  core_->Step();
+  ASSERT_EQ(aggregator_.closed.size(), 1u) << "closed without waiting for the deadline";
+  EXPECT_THAT(Status("t").participants(), UnorderedElementsAre("a", "b"));
+  EXPECT_EQ(Status("t").round(), 2u);
+  EXPECT_THAT(aggregator_.opened.back().expected_peers(), UnorderedElementsAre("a", "b"));
+}
+
+TEST_F(CoordinatorCoreTest, SilentPeerIsDeclaredCrashedAfterMissedHeartbeats) {
+  auto sinks = StartTask(Spec("t", 1, 5), {"a", "b"});
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(absl::Seconds(2));
+    v1::PeerMessage hb;
+    hb.mutable_heartbeat();
+    ASSERT_TRUE(core_->OnMessage("a", hb).ok());
+    core_->Step();
+  }
+  ASSERT_TRUE(sinks["b"]->closed.has_value());
+  EXPECT_EQ(sinks["b"]->closed->code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(sinks["a"]->closed.has_value());
+  EXPECT_THAT(Status("t").participants(), ElementsAre("a"));
+}
+
+TEST_F(CoordinatorCoreTest, StaleAndForeignMessagesAreRejected) {
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  EXPECT_EQ(core_->OnMessage("a", Pushed("t", 7)).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_->OnMessage("a", Pushed("other", 1)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_->OnMessage("a", Eval("t", 0, 5, 4)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_->OnMessage("nobody", Pushed("t", 1)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Status("t").round(), 1u);
+}
+
+TEST_F(CoordinatorCoreTest, CreateTaskValidatesAndIsIdempotent) {
+  common::v1::TaskSpec bad = Spec("t", 1, 5);
+  bad.set_round_batches(0);
+  absl::StatusOr<v1::TaskStatus> created = core_->CreateTask(bad);
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(created.status().message()), ::testing::HasSubstr("round_batches"));
+  ASSERT_TRUE(core_->CreateTask(Spec("t", 1, 5)).ok());
+  EXPECT_TRUE(core_->CreateTask(Spec("t", 1, 5)).ok());
+  EXPECT_EQ(core_->CreateTask(Spec("t", 2, 5)).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(core_->GetTaskStatus("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(core_->StopTask("nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorCoreTest, AggregatorFailuresRetryThenFailTheTask) {
+  options_.max_aggregator_failures = 3;
+  Recreate();
+  aggregator_.open_status = absl::UnavailableError("connection refused");
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  for (int i = 0; i < 10 && Status("t").state() != v1::TASK_STATE_FAILED; ++i) {
+    clock_.Advance(absl::Seconds(10));
+    v1::PeerMessage hb;
+    hb.mutable_heartbeat();
+    ASSERT_TRUE(core_->OnMessage("a", hb).ok());
+    core_->Step();
+  }
+  v1::TaskStatus status = Status("t");
+  EXPECT_EQ(status.state(), v1::TASK_STATE_FAILED);
+  EXPECT_THAT(status.message(), ::testing::HasSubstr("connection refused"));
+  EXPECT_EQ(aggregator_.opened.size(), 3u);
+  EXPECT_THAT(sinks["a"]->Take(), ::testing::Contains(v1::CoordinatorEvent::kTaskFinished));
+}
+
+TEST_F(CoordinatorCoreTest, RestartKeepsTasksAndResumesFromCheckpoint) {
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  ASSERT_TRUE(core_->OnMessage("a", Pushed("t", 1)).ok());
+  aggregator_.contributors = {"a"};
+  core_->Step();  // round 1 closes -> version 1 checkpointed, round 2 opens
+  ASSERT_TRUE(core_->CreateTask(Spec("u", 3, 5)).ok());
+  ASSERT_EQ(Status("t").round(), 2u);
+
+  Recreate();  // a new coordinator process on the same state dir
+  std::vector<v1::TaskStatus> tasks = core_->ListTasks();
+  ASSERT_EQ(tasks.size(), 2u);
+  v1::TaskStatus t = Status("t");
+  EXPECT_EQ(t.round(), 1u);  // resumes after the last checkpointed round
+  EXPECT_EQ(t.model_version(), 1u);
+  ASSERT_EQ(t.history_size(), 1);
+  EXPECT_EQ(t.spec().round_batches(), 10u);
+
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:6666").ok());
+  core_->Step();  // restores the checkpoint into the aggregator
+  ASSERT_EQ(aggregator_.puts.size(), 1u);
+  EXPECT_EQ(aggregator_.puts[0], std::make_pair(std::string("t"), uint64_t{1}));
+  auto a = Join("a");
+  core_->Step();
+  EXPECT_EQ(aggregator_.opened.back().round(), 2u);
+  EXPECT_EQ(aggregator_.opened.back().base_version(), 1u);
+}
+
+TEST_F(CoordinatorCoreTest, StopTaskReleasesPeersForTheNextTask) {
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  ASSERT_TRUE(core_->CreateTask(Spec("u", 1, 5)).ok());
+  sinks["a"]->Take();
+  ASSERT_TRUE(core_->StopTask("t").ok());
+  EXPECT_EQ(Status("t").state(), v1::TASK_STATE_STOPPED);
+  EXPECT_THAT(sinks["a"]->Take(), ElementsAre(v1::CoordinatorEvent::kTaskFinished,
+                                              v1::CoordinatorEvent::kTaskAssigned,
+                                              v1::CoordinatorEvent::kInitializeModel));
+  EXPECT_THAT(Status("u").participants(), ElementsAre("a"));
+}
+
+TEST_F(CoordinatorCoreTest, WatchersSeeEveryChange) {
+  ASSERT_TRUE(core_->CreateTask(Spec("t", 1, 5)).ok());
+  std::vector<v1::TaskStatus> seen;
+  auto handle = core_->Watch("t", [&](const v1::TaskStatus& s) { seen.push_back(s); });
+  ASSERT_TRUE(handle.ok());
+  ASSERT_EQ(seen.size(), 1u);
+  ASSERT_TRUE(core_->StopTask("t").ok());
+  EXPECT_EQ(seen.back().state(), v1::TASK_STATE_STOPPED);
+  core_->Unwatch(*handle);
+  const size_t count = seen.size();
+  ASSERT_TRUE(core_->CreateTask(Spec("t2", 1, 5)).ok());
+  EXPECT_EQ(seen.size(), count);
+  EXPECT_EQ(core_->Watch("missing", [](const v1::TaskStatus&) {}).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace shoal::coordinator
