@@ -34,7 +34,7 @@ function(shoal_cc_test)
     set(ARG_TIMEOUT 300)
   endif()
   set_tests_properties(${ARG_NAME} PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}"
-    ENVIRONMENT "SHOAL_BIN_DIR=${PROJECT_BINARY_DIR}/services;SHOAL_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+    ENVIRONMENT "SHOAL_BIN_DIR=${PROJECT_BINARY_DIR}/bin;SHOAL_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()
 
 # shoal_proto_library(NAME <name> PROTOS ... [DEPS ...] [GRPC])

@@ -2,10 +2,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "libs/tensor/flat_model.h"
 #include "shoal/common/v1/model.pb.h"
 #include "shoal/common/v1/tensor.pb.h"
@@ -27,6 +32,7 @@ class FrameEncoder {
  public:
   explicit FrameEncoder(const FlatModel& model, size_t chunk_bytes = kDefaultChunkBytes);
   // Fills `frame` with the next frame; returns false when the model has been fully sent.
+  // Reuses the frame's string capacity, so passing the same frame every time saves allocations.
   bool Next(common::v1::TensorFrame* frame);
 
  private:
@@ -44,25 +50,54 @@ struct DecoderLimits {
 
 // Rebuilds a model from TensorFrames, checking everything: frame order, dtype, encoding, shapes,
 // sizes, chunk sizes, digests, and optionally that every value is finite. Errors are
-// INVALID_ARGUMENT naming the tensor and what is wrong. Not thread-safe.
+// INVALID_ARGUMENT naming the tensor and what is wrong; after an error every later call returns
+// the same error. Movable, not thread-safe.
 class FrameDecoder {
  public:
   // Expects exactly `layout` (names, shapes, order), e.g. for a delta against a known model.
   static FrameDecoder ForLayout(const ModelLayout& layout, bool require_finite);
+  // Same, decoding into `buffer` (its contents are overwritten; its capacity is reused, which
+  // saves the first-touch cost of a fresh allocation — pass buffers from a pool).
+  static FrameDecoder ForLayout(const ModelLayout& layout, bool require_finite,
+                                std::vector<float> buffer);
   // Learns the layout from the headers; `meta` bounds the number of tensors and bytes.
   static absl::StatusOr<FrameDecoder> ForMeta(const common::v1::ModelMeta& meta,
                                               const DecoderLimits& limits, bool require_finite);
 
+  FrameDecoder(FrameDecoder&&) noexcept;
+  FrameDecoder& operator=(FrameDecoder&&) noexcept;
+  ~FrameDecoder();
+
   absl::Status Add(const common::v1::TensorFrame& frame);
+  // Adds one chunk given as consecutive pieces (e.g. the slices of a received gRPC message
+  // that were not parsed into a TensorFrame); same checks as Add() with a chunk frame.
+  absl::Status AddChunkParts(absl::Span<const absl::string_view> parts);
   // The complete model. Errors if tensors or bytes are missing.
   absl::StatusOr<FlatModel> Finish() &&;
 
+  // Payload bytes (chunk bytes) accepted so far.
   uint64_t bytes_received() const { return bytes_received_; }
+  // Sum of squares of the values checked so far (only computed when require_finite): the
+  // squared L2 norm of the whole model once Finish() succeeds.
+  double sum_squares() const { return sum_squares_; }
+  // True when the decoder failed because of a non-finite value (for metrics that tell malformed
+  // streams from bad values).
+  bool failed_non_finite() const { return failed_non_finite_; }
+  // Takes the decode buffer back (e.g. to return it to a pool after an error).
+  std::vector<float> ReleaseBuffer() &&;
 
  private:
-  FrameDecoder() = default;
+  struct DigestState;
+  struct DigestStateDeleter {
+    void operator()(DigestState* state) const;
+  };
+
+  FrameDecoder();
   absl::Status AddHeader(const common::v1::TensorHeader& header);
-  absl::Status AddChunk(const std::string& chunk);
+  absl::Status AddChunk(absl::Span<const absl::string_view> parts);
+  absl::Status CompleteTensor();
+  const std::string& CurrentName() const;
+  absl::Status Fail(absl::Status status);
 
   std::optional<ModelLayout> expected_;  // set by ForLayout
   uint32_t expected_tensors_ = 0;        // set by ForMeta
@@ -70,13 +105,18 @@ class FrameDecoder {
   bool require_finite_ = false;
   std::vector<TensorSpec> specs_;        // headers seen so far
   std::vector<float> values_;
+  uint64_t values_bytes_used_ = 0;       // bytes of values_ belonging to headers seen so far
   uint64_t tensor_bytes_expected_ = 0;   // payload of the current tensor
   uint64_t tensor_bytes_received_ = 0;
   uint64_t tensor_digest_ = 0;
-  size_t tensor_value_offset_ = 0;
+  size_t tensor_value_offset_ = 0;       // element offset of the current tensor in values_
+  size_t tensor_values_checked_ = 0;     // elements of the current tensor checked for finiteness
   bool in_tensor_ = false;
   uint64_t bytes_received_ = 0;
-  void* digest_state_ = nullptr;  // streaming XXH3 state of the current tensor (owned)
+  double sum_squares_ = 0;
+  absl::Status failed_;
+  bool failed_non_finite_ = false;
+  std::unique_ptr<DigestState, DigestStateDeleter> digest_state_;  // XXH3 of the current tensor
 };
 
 }  // namespace shoal::tensor

@@ -4,10 +4,11 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "libs/common/flag_names.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
 #include "libs/common/log.h"
+#include "libs/rpc/model_stream.h"
 #include "libs/rpc/signals.h"
 #include "services/coordinator/coordinator_server.h"
 
@@ -22,10 +23,11 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2),
 
 int main(int argc, char** argv) {
   shoal::rpc::BlockShutdownSignals();
+  shoal::rpc::TuneAllocatorForModelStreams();
   shoal::SetLogProgramName("shoal-coordinator");
   absl::SetProgramUsageMessage(
       "shoal-coordinator --listen HOST:PORT --metrics-listen HOST:PORT --state-dir DIR");
-  absl::ParseCommandLine(argc, argv);
+  shoal::ParseDashedCommandLine(argc, argv);
 
   shoal::coordinator::CoordinatorServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);

@@ -1,0 +1,323 @@
+#include "libs/rpc/model_stream.h"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <utility>
+
+#include <malloc.h>
+
+#include <grpcpp/impl/client_unary_call.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/impl/rpc_method.h>
+#include <grpcpp/support/sync_stream.h>
+
+#include "absl/strings/str_cat.h"
+#include "libs/rpc/status.h"
+
+namespace shoal::rpc {
+
+using common::v1::ModelChunk;
+using common::v1::ModelMeta;
+
+ModelWriteReactor::ModelWriteReactor(std::shared_ptr<const tensor::FlatModel> model,
+                                     ModelMeta meta, DoneCallback on_done, size_t chunk_bytes)
+    : model_(std::move(model)),
+      encoder_(*model_, chunk_bytes),
+      on_done_(std::move(on_done)) {
+  *chunk_.mutable_meta() = std::move(meta);
+  pending_bytes_ = chunk_.ByteSizeLong();
+  StartWrite(&chunk_);
+}
+
+void ModelWriteReactor::WriteNext() {
+  if (!encoder_.Next(chunk_.mutable_frame())) {
+    completed_ = true;
+    Finish(grpc::Status::OK);
+    return;
+  }
+  pending_bytes_ = chunk_.ByteSizeLong();
+  StartWrite(&chunk_);
+}
+
+void ModelWriteReactor::OnWriteDone(bool ok) {
+  if (!ok) {
+    // The client went away or the call was cancelled; the status is not delivered anyway.
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED, "model stream write failed"));
+    return;
+  }
+  bytes_sent_ += pending_bytes_;
+  WriteNext();
+}
+
+void ModelWriteReactor::OnDone() {
+  if (on_done_) on_done_(bytes_sent_, completed_);
+  delete this;
+}
+
+namespace {
+
+class FailedModelWriteReactor : public grpc::ServerWriteReactor<ModelChunk> {
+ public:
+  explicit FailedModelWriteReactor(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+template <typename Request, typename Meta>
+absl::Status WriteModel(grpc::ClientWriterInterface<Request>& writer, const Meta& meta,
+                        const tensor::FlatModel& model, size_t chunk_bytes) {
+  Request request;
+  *request.mutable_meta() = meta;
+  bool ok = writer.Write(request);
+  if (ok) {
+    tensor::FrameEncoder encoder(model, chunk_bytes);
+    while (encoder.Next(request.mutable_frame())) {
+      if (!writer.Write(request)) {
+        ok = false;  // the server ended the call; Finish() says why
+        break;
+      }
+    }
+  }
+  if (ok) writer.WritesDone();
+  // When the server ends the call early (an error, or OK for a duplicate push) its status is
+  // the answer.
+  return FromGrpcStatus(writer.Finish());
+}
+
+}  // namespace
+
+grpc::ServerWriteReactor<ModelChunk>* MakeFailedModelWriteReactor(const grpc::Status& status) {
+  return new FailedModelWriteReactor(status);
+}
+
+absl::StatusOr<ReceivedModel> ReadModelStream(grpc::ClientReaderInterface<ModelChunk>& reader,
+                                              const tensor::DecoderLimits& limits,
+                                              grpc::ClientContext* context) {
+  ModelChunk chunk;
+  absl::Status local;
+  ReceivedModel received;
+  std::optional<tensor::FrameDecoder> decoder;
+  if (!reader.Read(&chunk)) {
+    grpc::Status status = reader.Finish();
+    if (!status.ok()) return FromGrpcStatus(status);
+    return absl::InvalidArgumentError("model stream ended before its ModelMeta");
+  }
+  if (chunk.item_case() != ModelChunk::kMeta) {
+    local = absl::InvalidArgumentError("model stream does not start with a ModelMeta");
+  } else {
+    received.meta = chunk.meta();
+    auto d = tensor::FrameDecoder::ForMeta(received.meta, limits, /*require_finite=*/false);
+    if (d.ok()) {
+      decoder.emplace(*std::move(d));
+    } else {
+      local = d.status();
+    }
+  }
+  while (local.ok() && reader.Read(&chunk)) {
+    if (chunk.item_case() != ModelChunk::kFrame) {
+      local = absl::InvalidArgumentError("model stream carries a second ModelMeta");
+      break;
+    }
+    local = decoder->Add(chunk.frame());
+  }
+  if (!local.ok()) {
+    if (context != nullptr) {
+      context->TryCancel();
+    } else {
+      while (reader.Read(&chunk)) {
+      }
+    }
+    reader.Finish();
+    return local;
+  }
+  grpc::Status status = reader.Finish();
+  if (!status.ok()) return FromGrpcStatus(status);
+  auto model = std::move(*decoder).Finish();
+  if (!model.ok()) return model.status();
+  received.model = *std::move(model);
+  return received;
+}
+
+absl::Status WritePutModel(grpc::ClientWriterInterface<aggregator::v1::PutModelRequest>& writer,
+                           const ModelMeta& meta, const tensor::FlatModel& model,
+                           size_t chunk_bytes) {
+  return WriteModel(writer, meta, model, chunk_bytes);
+}
+
+absl::Status WritePushUpdate(
+    grpc::ClientWriterInterface<aggregator::v1::PushUpdateRequest>& writer,
+    const aggregator::v1::UpdateMeta& meta, const tensor::FlatModel& model, size_t chunk_bytes) {
+  return WriteModel(writer, meta, model, chunk_bytes);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Zero-copy chunk messages.
+
+namespace {
+
+constexpr uint8_t kFrameFieldTag = (2 << 3) | 2;  // field 2 (frame), wire type LEN
+constexpr uint8_t kChunkFieldTag = (2 << 3) | 2;  // TensorFrame field 2 (chunk), wire type LEN
+
+size_t PutVarint(uint64_t v, uint8_t* out) {
+  size_t n = 0;
+  while (v >= 0x80) {
+    out[n++] = static_cast<uint8_t>(v | 0x80);
+    v >>= 7;
+  }
+  out[n++] = static_cast<uint8_t>(v);
+  return n;
+}
+
+bool GetVarint(const uint8_t* p, size_t size, size_t* pos, uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; shift < 64 && *pos < size; shift += 7) {
+    const uint8_t b = p[(*pos)++];
+    *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool ParseChunkMessage(const grpc::ByteBuffer& message, std::vector<grpc::Slice>* slices,
+                       std::vector<absl::string_view>* parts) {
+  slices->clear();
+  parts->clear();
+  if (!message.Dump(slices).ok()) return false;
+  // The prefix (two tags and two varints) is at most 22 bytes; gather it across slices.
+  uint8_t head[24];
+  size_t have = 0;
+  for (const grpc::Slice& s : *slices) {
+    const size_t take = std::min(sizeof(head) - have, s.size());
+    std::memcpy(head + have, s.begin(), take);
+    have += take;
+    if (have == sizeof(head)) break;
+  }
+  size_t pos = 0;
+  uint64_t frame_len = 0, chunk_len = 0;
+  if (have < 2 || head[pos++] != kFrameFieldTag) return false;
+  if (!GetVarint(head, have, &pos, &frame_len)) return false;
+  const size_t frame_start = pos;
+  if (pos >= have || head[pos++] != kChunkFieldTag) return false;
+  if (!GetVarint(head, have, &pos, &chunk_len)) return false;
+  // The chunk must be the whole frame, and the frame the whole message.
+  if (frame_len != (pos - frame_start) + chunk_len) return false;
+  if (message.Length() != pos + chunk_len) return false;
+  size_t skip = pos;
+  for (const grpc::Slice& s : *slices) {
+    if (skip >= s.size()) {
+      skip -= s.size();
+      continue;
+    }
+    parts->emplace_back(reinterpret_cast<const char*>(s.begin()) + skip, s.size() - skip);
+    skip = 0;
+  }
+  return true;
+}
+
+namespace {
+
+void ReleaseModelRef(void* user_data) {
+  delete static_cast<std::shared_ptr<const tensor::FlatModel>*>(user_data);
+}
+
+}  // namespace
+
+absl::Status WriteModelZeroCopy(grpc::ChannelInterface& channel, const char* method,
+                                grpc::ClientContext& context,
+                                const google::protobuf::MessageLite& first_message,
+                                std::shared_ptr<const tensor::FlatModel> model,
+                                google::protobuf::MessageLite* response,
+                                size_t chunk_bytes) {
+  grpc::ByteBuffer reply;
+  const grpc::internal::RpcMethod rpc_method(method, grpc::internal::RpcMethod::CLIENT_STREAMING);
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(&channel, rpc_method,
+                                                                    &context, &reply));
+  auto serialize = [](const google::protobuf::MessageLite& m) {
+    grpc::ByteBuffer bb;
+    bool own = false;
+    grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::MessageLite>(m, &bb, &own);
+    return bb;
+  };
+  bool ok = writer->Write(serialize(first_message));
+  const tensor::FlatModel& m = *model;
+  const size_t chunk = chunk_bytes == 0 ? tensor::kDefaultChunkBytes
+                                        : std::min(chunk_bytes, tensor::kMaxChunkBytes);
+  // Same frames as FrameEncoder, but chunk messages are a small header slice plus a slice of
+  // the model's own memory.
+  for (size_t t = 0; ok && t < m.layout.num_tensors(); ++t) {
+    const tensor::TensorSpec& spec = m.layout.tensors()[t];
+    const size_t size = static_cast<size_t>(spec.NumElements()) * sizeof(float);
+    const char* data = reinterpret_cast<const char*>(m.values.data() + m.layout.offset(t));
+    aggregator::v1::PushUpdateRequest request;  // same wire shape as the other requests
+    common::v1::TensorHeader* header = request.mutable_frame()->mutable_header();
+    header->set_name(spec.name);
+    header->set_dtype(common::v1::DTYPE_FLOAT32);
+    header->mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
+    header->set_encoding(common::v1::ENCODING_RAW);
+    header->set_size_bytes(size);
+    header->set_digest_xxh3(tensor::DigestBytes(data, size));
+    ok = writer->Write(serialize(request));
+    for (size_t offset = 0; ok && offset < size; offset += chunk) {
+      const size_t n = std::min(chunk, size - offset);
+      uint8_t head[24];
+      size_t pos = 0;
+      head[pos++] = kFrameFieldTag;
+      uint8_t varint[10];
+      const size_t varint_len = PutVarint(n, varint);
+      pos += PutVarint(1 + varint_len + n, head + pos);
+      head[pos++] = kChunkFieldTag;
+      std::memcpy(head + pos, varint, varint_len);
+      pos += varint_len;
+      grpc::Slice slices[2] = {
+          grpc::Slice(head, pos),
+          grpc::Slice(const_cast<char*>(data + offset), n, &ReleaseModelRef,
+                      new std::shared_ptr<const tensor::FlatModel>(model))};
+      ok = writer->Write(grpc::ByteBuffer(slices, 2));
+    }
+  }
+  if (ok) writer->WritesDone();
+  grpc::Status status = writer->Finish();
+  if (!status.ok()) return FromGrpcStatus(status);
+  grpc::Status parsed = grpc::GenericDeserialize<grpc::ProtoBufferReader,
+                                                 google::protobuf::MessageLite>(&reply, response);
+  if (!parsed.ok()) return absl::InternalError("cannot parse the server's reply");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<aggregator::v1::PushUpdateResponse> PushUpdateZeroCopy(
+    grpc::ChannelInterface& channel, grpc::ClientContext& context,
+    const aggregator::v1::UpdateMeta& meta, std::shared_ptr<const tensor::FlatModel> delta,
+    size_t chunk_bytes) {
+  aggregator::v1::PushUpdateRequest first;
+  *first.mutable_meta() = meta;
+  aggregator::v1::PushUpdateResponse response;
+  absl::Status s = WriteModelZeroCopy(channel, "/shoal.aggregator.v1.AggregatorService/PushUpdate",
+                                      context, first, std::move(delta), &response, chunk_bytes);
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<aggregator::v1::PutModelResponse> PutModelZeroCopy(
+    grpc::ChannelInterface& channel, grpc::ClientContext& context,
+    const common::v1::ModelMeta& meta, std::shared_ptr<const tensor::FlatModel> model,
+    size_t chunk_bytes) {
+  aggregator::v1::PutModelRequest first;
+  *first.mutable_meta() = meta;
+  aggregator::v1::PutModelResponse response;
+  absl::Status s = WriteModelZeroCopy(channel, "/shoal.aggregator.v1.AggregatorService/PutModel",
+                                      context, first, std::move(model), &response, chunk_bytes);
+  if (!s.ok()) return s;
+  return response;
+}
+
+void TuneAllocatorForModelStreams() {
+  // Fixed thresholds (which also turn off glibc's dynamic adjustment): allocations up to 16 MiB
+  // come from the heap, and up to 256 MiB of free heap top is kept instead of trimmed.
+  mallopt(M_MMAP_THRESHOLD, 16 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+}
+
+}  // namespace shoal::rpc

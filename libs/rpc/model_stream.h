@@ -1,0 +1,125 @@
+#pragma once
+
+// gRPC glue for chunked model streams (ModelMeta/UpdateMeta first, then TensorFrames), shared
+// by the aggregator (serves models, receives updates), the peer (pushes deltas, pulls models)
+// and the coordinator/shoalctl (download/restore models).
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/server_callback.h>
+#include <grpcpp/support/sync_stream.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "libs/tensor/flat_model.h"
+#include "libs/tensor/frame_codec.h"
+#include "shoal/aggregator/v1/aggregator.pb.h"
+#include "shoal/common/v1/model.pb.h"
+
+namespace shoal::rpc {
+
+// Serves one model as a server stream: `meta`, then the frames of `model`. Never blocks: each
+// write is started from the previous write's completion. Reads the shared immutable snapshot,
+// so the owner may publish a new version meanwhile. Created with `new` and returned from a
+// callback handler; deletes itself in OnDone(). `on_done(bytes_sent, completed)` (optional)
+// runs once when the call ends, e.g. to count bytes in a metric; `completed` is false when the
+// client went away before the whole model was sent.
+class ModelWriteReactor : public grpc::ServerWriteReactor<common::v1::ModelChunk> {
+ public:
+  using DoneCallback = std::function<void(uint64_t bytes_sent, bool completed)>;
+
+  ModelWriteReactor(std::shared_ptr<const tensor::FlatModel> model, common::v1::ModelMeta meta,
+                    DoneCallback on_done = nullptr,
+                    size_t chunk_bytes = tensor::kDefaultChunkBytes);
+
+  void OnWriteDone(bool ok) override;
+  void OnDone() override;
+  void OnCancel() override {}
+
+ private:
+  void WriteNext();
+
+  std::shared_ptr<const tensor::FlatModel> model_;
+  tensor::FrameEncoder encoder_;
+  DoneCallback on_done_;
+  common::v1::ModelChunk chunk_;
+  uint64_t pending_bytes_ = 0;  // size of the message being written
+  uint64_t bytes_sent_ = 0;
+  bool completed_ = false;
+};
+
+// A reactor that immediately finishes the call with `status` (e.g. NOT_FOUND). Self-deleting.
+grpc::ServerWriteReactor<common::v1::ModelChunk>* MakeFailedModelWriteReactor(
+    const grpc::Status& status);
+
+// What a client received from a model stream.
+struct ReceivedModel {
+  common::v1::ModelMeta meta;
+  tensor::FlatModel model;
+};
+
+// Reads a whole model stream (ModelMeta first, then frames), decoding and verifying it within
+// `limits`, then finishes the call. The call's own error status (e.g. NOT_FOUND from the server,
+// DEADLINE_EXCEEDED) is returned through FromGrpcStatus; a malformed stream is INVALID_ARGUMENT.
+// On a local decode error the call is cancelled through `context` when given, else the rest of
+// the stream is drained before Finish().
+absl::StatusOr<ReceivedModel> ReadModelStream(
+    grpc::ClientReaderInterface<common::v1::ModelChunk>& reader,
+    const tensor::DecoderLimits& limits, grpc::ClientContext* context = nullptr);
+
+// Writes `meta` and then the frames of `model` on a client stream, then WritesDone() and
+// Finish(); returns the call's status. The response message is the one the caller gave to the
+// stub. Frames are encoded straight from `model`, reusing one request message.
+absl::Status WritePutModel(grpc::ClientWriterInterface<aggregator::v1::PutModelRequest>& writer,
+                           const common::v1::ModelMeta& meta, const tensor::FlatModel& model,
+                           size_t chunk_bytes = tensor::kDefaultChunkBytes);
+absl::Status WritePushUpdate(
+    grpc::ClientWriterInterface<aggregator::v1::PushUpdateRequest>& writer,
+    const aggregator::v1::UpdateMeta& meta, const tensor::FlatModel& model,
+    size_t chunk_bytes = tensor::kDefaultChunkBytes);
+
+// ---------------------------------------------------------------------------------------------
+// Zero-copy fast paths for the 1 MiB chunk messages, which carry nearly all the bytes.
+// PutModelRequest, PushUpdateRequest and ModelChunk all hold their TensorFrame in field 2.
+
+// When `message` is exactly such a request holding a chunk frame (and nothing else), sets
+// `parts` to the chunk's bytes, pointing into `slices` (which keep them alive), and returns
+// true. Otherwise returns false and the caller parses the message with protobuf.
+bool ParseChunkMessage(const grpc::ByteBuffer& message, std::vector<grpc::Slice>* slices,
+                       std::vector<absl::string_view>* parts);
+
+// Streams `meta` and then `model`'s frames on a client-streaming call to `method` (e.g.
+// "/shoal.aggregator.v1.AggregatorService/PushUpdate") without copying chunk bytes in user
+// space: each chunk message is a small header slice plus a slice of `model`'s memory, which
+// `model` (shared) keeps alive for as long as gRPC holds it. Then WritesDone() and Finish();
+// parses the reply into `response`. Returns the call's status.
+absl::Status WriteModelZeroCopy(grpc::ChannelInterface& channel, const char* method,
+                                grpc::ClientContext& context,
+                                const google::protobuf::MessageLite& first_message,
+                                std::shared_ptr<const tensor::FlatModel> model,
+                                google::protobuf::MessageLite* response,
+                                size_t chunk_bytes = tensor::kDefaultChunkBytes);
+
+// PushUpdate / PutModel over `channel` with WriteModelZeroCopy; the fastest way to ship a delta.
+absl::StatusOr<aggregator::v1::PushUpdateResponse> PushUpdateZeroCopy(
+    grpc::ChannelInterface& channel, grpc::ClientContext& context,
+    const aggregator::v1::UpdateMeta& meta, std::shared_ptr<const tensor::FlatModel> delta,
+    size_t chunk_bytes = tensor::kDefaultChunkBytes);
+absl::StatusOr<aggregator::v1::PutModelResponse> PutModelZeroCopy(
+    grpc::ChannelInterface& channel, grpc::ClientContext& context,
+    const common::v1::ModelMeta& meta, std::shared_ptr<const tensor::FlatModel> model,
+    size_t chunk_bytes = tensor::kDefaultChunkBytes);
+
+// Malloc settings for processes that stream large models: keeps ~1 MiB message buffers in the
+// heap instead of mmap/munmap (and page-faulting) each one, which otherwise costs more than
+// the copy itself. Call once at the start of main().
+void TuneAllocatorForModelStreams();
+
+}  // namespace shoal::rpc

@@ -1,0 +1,600 @@
+#include "libs/task/task_file.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+#include <google/protobuf/reflection.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "libs/common/status_macros.h"
+
+namespace shoal::task {
+namespace {
+
+namespace pb = ::google::protobuf;
+using common::v1::TaskSpec;
+
+constexpr uint32_t kDefaultClassesPerShard = 2;
+
+// "TaskState" -> "TASK_STATE_".
+std::string EnumPrefix(const pb::EnumDescriptor& type) {
+  std::string prefix;
+  for (char c : type.name()) {
+    if (absl::ascii_isupper(c) && !prefix.empty()) prefix.push_back('_');
+    prefix.push_back(absl::ascii_toupper(c));
+  }
+  prefix.push_back('_');
+  return prefix;
+}
+
+bool IsUnspecified(const pb::EnumValueDescriptor& value) {
+  return value.number() == 0 && absl::EndsWith(value.name(), "_UNSPECIFIED");
+}
+
+// Lower case, '_' -> '-', for comparisons.
+std::string Canonical(absl::string_view text) {
+  std::string out = absl::AsciiStrToLower(text);
+  for (char& c : out) {
+    if (c == '_') c = '-';
+  }
+  return out;
+}
+
+std::string ExpectedEnumValues(const pb::EnumDescriptor& type) {
+  std::vector<std::string> names;
+  for (int i = 0; i < type.value_count(); ++i) {
+    if (!IsUnspecified(*type.value(i))) names.push_back(FriendlyEnumName(*type.value(i)));
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+std::string ExpectedFields(const pb::Descriptor& type) {
+  std::vector<std::string> names;
+  for (int i = 0; i < type.field_count(); ++i) names.push_back(type.field(i)->name());
+  return absl::StrJoin(names, ", ");
+}
+
+// Parses YAML nodes into a message by reflection. Errors carry "<source>: <path>: ".
+class YamlReader {
+ public:
+  explicit YamlReader(absl::string_view source) : source_(source) {}
+
+  absl::Status ReadMessage(const YAML::Node& node, const std::string& path, pb::Message& message) {
+    if (!node.IsMap()) {
+      return Error(path, path.empty() ? "expected a mapping of task fields at the top level"
+                                      : "expected a mapping");
+    }
+    const pb::Descriptor& type = *message.GetDescriptor();
+    std::set<std::string> seen;
+    for (const auto& item : node) {
+      if (!item.first.IsScalar()) return Error(path, "keys must be plain names");
+      const std::string key = item.first.Scalar();
+      const std::string field_path = path.empty() ? key : absl::StrCat(path, ".", key);
+      if (!seen.insert(key).second) return Error(field_path, "duplicate key");
+      const pb::FieldDescriptor* field = type.FindFieldByName(key);
+      if (field == nullptr) {
+        return Error(field_path,
+                     absl::StrCat("unknown field (expected one of ", ExpectedFields(type), ")"));
+      }
+      SHOAL_RETURN_IF_ERROR(ReadField(item.second, field_path, *field, message));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status Error(const std::string& path, absl::string_view what) const {
+    if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(source_, ": ", what));
+    return absl::InvalidArgumentError(absl::StrCat(source_, ": ", path, ": ", what));
+  }
+
+  absl::Status ReadField(const YAML::Node& node, const std::string& path,
+                         const pb::FieldDescriptor& field, pb::Message& message) {
+    // `key:` with no value (or JSON null) keeps the default.
+    if (node.IsNull()) return absl::OkStatus();
+    const pb::Reflection& reflection = *message.GetReflection();
+    if (field.is_map()) return Error(path, "map fields are not supported in task files");
+    if (field.is_repeated()) {
+      if (!node.IsSequence()) return Error(path, "expected a list");
+      reflection.ClearField(&message, &field);
+      size_t index = 0;
+      for (const auto& element : node) {
+        SHOAL_RETURN_IF_ERROR(ReadValue(element, absl::StrCat(path, "[", index++, "]"), field,
+                                        message, /*add=*/true));
+      }
+      return absl::OkStatus();
+    }
+    return ReadValue(node, path, field, message, /*add=*/false);
+  }
+
+  absl::Status ReadValue(const YAML::Node& node, const std::string& path,
+                         const pb::FieldDescriptor& field, pb::Message& message, bool add) {
+    const pb::Reflection& r = *message.GetReflection();
+    if (field.cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      pb::Message* sub = add ? r.AddMessage(&message, &field) : r.MutableMessage(&message, &field);
+      return ReadMessage(node, path, *sub);
+    }
+    if (!node.IsScalar()) return Error(path, "expected a single value, not a list or mapping");
+    const std::string& text = node.Scalar();
+    // Quoted scalars ("32") are strings; numbers and booleans must be written bare.
+    const bool quoted = node.Tag() == "!";
+    switch (field.cpp_type()) {
+      case pb::FieldDescriptor::CPPTYPE_STRING:
+        add ? r.AddString(&message, &field, text) : r.SetString(&message, &field, text);
+        return absl::OkStatus();
+      case pb::FieldDescriptor::CPPTYPE_ENUM: {
+        const pb::EnumDescriptor& type = *field.enum_type();
+        const pb::EnumValueDescriptor* value = FindEnumValue(type, text);
+        if (value == nullptr) {
+          return Error(path, absl::StrCat("unknown value ", JsonQuote(text), " (expected ",
+                                          ExpectedEnumValues(type), ")"));
+        }
+        add ? r.AddEnumValue(&message, &field, value->number())
+            : r.SetEnumValue(&message, &field, value->number());
+        return absl::OkStatus();
+      }
+      case pb::FieldDescriptor::CPPTYPE_BOOL: {
+        const std::string lower = absl::AsciiStrToLower(text);
+        if (quoted || (lower != "true" && lower != "false")) {
+          return Error(path, absl::StrCat("expected true or false, got ", JsonQuote(text)));
+        }
+        add ? r.AddBool(&message, &field, lower == "true")
+            : r.SetBool(&message, &field, lower == "true");
+        return absl::OkStatus();
+      }
+      case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+      case pb::FieldDescriptor::CPPTYPE_FLOAT: {
+        double value = 0;
+        if (quoted || !absl::SimpleAtod(text, &value)) {
+          return Error(path, absl::StrCat("expected a number, got ", JsonQuote(text)));
+        }
+        if (!std::isfinite(value)) return Error(path, absl::StrCat("must be finite, got ", text));
+        if (field.cpp_type() == pb::FieldDescriptor::CPPTYPE_FLOAT) {
+          if (std::fabs(value) > std::numeric_limits<float>::max()) {
+            return Error(path, absl::StrCat("out of range: ", text));
+          }
+          add ? r.AddFloat(&message, &field, static_cast<float>(value))
+              : r.SetFloat(&message, &field, static_cast<float>(value));
+        } else {
+          add ? r.AddDouble(&message, &field, value) : r.SetDouble(&message, &field, value);
+        }
+        return absl::OkStatus();
+      }
+      case pb::FieldDescriptor::CPPTYPE_INT32:
+      case pb::FieldDescriptor::CPPTYPE_INT64: {
+        int64_t value = 0;
+        if (quoted || !absl::SimpleAtoi(text, &value)) {
+          return Error(path, absl::StrCat("expected an integer, got ", JsonQuote(text)));
+        }
+        if (field.cpp_type() == pb::FieldDescriptor::CPPTYPE_INT32) {
+          if (value < std::numeric_limits<int32_t>::min() ||
+              value > std::numeric_limits<int32_t>::max()) {
+            return Error(path, absl::StrCat("out of range: ", text));
+          }
+          add ? r.AddInt32(&message, &field, static_cast<int32_t>(value))
+              : r.SetInt32(&message, &field, static_cast<int32_t>(value));
+        } else {
+          add ? r.AddInt64(&message, &field, value) : r.SetInt64(&message, &field, value);
+        }
+        return absl::OkStatus();
+      }
+      case pb::FieldDescriptor::CPPTYPE_UINT32:
+      case pb::FieldDescriptor::CPPTYPE_UINT64: {
+        if (!quoted && !text.empty() && text[0] == '-') {
+          return Error(path, absl::StrCat("must not be negative, got ", text));
+        }
+        uint64_t value = 0;
+        if (quoted || !absl::SimpleAtoi(text, &value)) {
+          int64_t ignored = 0;
+          if (!quoted && absl::SimpleAtoi(text, &ignored)) {
+            return Error(path, absl::StrCat("out of range: ", text));
+          }
+          return Error(path,
+                       absl::StrCat("expected a non-negative integer, got ", JsonQuote(text)));
+        }
+        if (field.cpp_type() == pb::FieldDescriptor::CPPTYPE_UINT32) {
+          if (value > std::numeric_limits<uint32_t>::max()) {
+            return Error(path, absl::StrCat("out of range: ", text, " (at most ",
+                                            std::numeric_limits<uint32_t>::max(), ")"));
+          }
+          add ? r.AddUInt32(&message, &field, static_cast<uint32_t>(value))
+              : r.SetUInt32(&message, &field, static_cast<uint32_t>(value));
+        } else {
+          add ? r.AddUInt64(&message, &field, value) : r.SetUInt64(&message, &field, value);
+        }
+        return absl::OkStatus();
+      }
+      default:
+        return Error(path, "unsupported field type");
+    }
+  }
+
+  std::string source_;
+};
+
+void AppendJson(const pb::Message& message, int indent, int depth, std::string& out);
+
+std::string Newline(int indent, int depth) {
+  std::string out;
+  if (indent <= 0) return out;
+  out.push_back('\n');
+  out.append(static_cast<size_t>(indent * depth), ' ');
+  return out;
+}
+
+void AppendJsonValue(const pb::Message& message, const pb::FieldDescriptor& field, int index,
+                     int indent, int depth, std::string& out) {
+  const pb::Reflection& r = *message.GetReflection();
+  const bool rep = field.is_repeated();
+  switch (field.cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_MESSAGE:
+      AppendJson(rep ? r.GetRepeatedMessage(message, &field, index) : r.GetMessage(message, &field),
+                 indent, depth, out);
+      return;
+    case pb::FieldDescriptor::CPPTYPE_STRING:
+      out += JsonQuote(rep ? r.GetRepeatedString(message, &field, index)
+                           : r.GetString(message, &field));
+      return;
+    case pb::FieldDescriptor::CPPTYPE_ENUM:
+      out += JsonQuote(
+          FriendlyEnumName(*field.enum_type(), rep ? r.GetRepeatedEnumValue(message, &field, index)
+                                                   : r.GetEnumValue(message, &field)));
+      return;
+    case pb::FieldDescriptor::CPPTYPE_BOOL:
+      out += (rep ? r.GetRepeatedBool(message, &field, index) : r.GetBool(message, &field))
+                 ? "true"
+                 : "false";
+      return;
+    case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+      out += JsonNumber(rep ? r.GetRepeatedDouble(message, &field, index)
+                            : r.GetDouble(message, &field));
+      return;
+    case pb::FieldDescriptor::CPPTYPE_FLOAT:
+      out += JsonNumber(rep ? r.GetRepeatedFloat(message, &field, index)
+                            : r.GetFloat(message, &field));
+      return;
+    case pb::FieldDescriptor::CPPTYPE_INT32:
+      absl::StrAppend(
+          &out, rep ? r.GetRepeatedInt32(message, &field, index) : r.GetInt32(message, &field));
+      return;
+    case pb::FieldDescriptor::CPPTYPE_INT64:
+      absl::StrAppend(
+          &out, rep ? r.GetRepeatedInt64(message, &field, index) : r.GetInt64(message, &field));
+      return;
+    case pb::FieldDescriptor::CPPTYPE_UINT32:
+      absl::StrAppend(
+          &out, rep ? r.GetRepeatedUInt32(message, &field, index) : r.GetUInt32(message, &field));
+      return;
+    case pb::FieldDescriptor::CPPTYPE_UINT64:
+      absl::StrAppend(
+          &out, rep ? r.GetRepeatedUInt64(message, &field, index) : r.GetUInt64(message, &field));
+      return;
+  }
+}
+
+void AppendJson(const pb::Message& message, int indent, int depth, std::string& out) {
+  const pb::Descriptor& type = *message.GetDescriptor();
+  const pb::Reflection& r = *message.GetReflection();
+  out += "{";
+  const char* sep = indent > 0 ? ": " : ":";
+  for (int i = 0; i < type.field_count(); ++i) {
+    const pb::FieldDescriptor& field = *type.field(i);
+    if (i > 0) out += ",";
+    out += Newline(indent, depth + 1);
+    out += JsonQuote(field.name());
+    out += sep;
+    if (field.is_repeated()) {
+      const int size = r.FieldSize(message, &field);
+      out += "[";
+      for (int j = 0; j < size; ++j) {
+        if (j > 0) out += indent > 0 ? ", " : ",";
+        AppendJsonValue(message, field, j, indent, depth + 1, out);
+      }
+      out += "]";
+    } else {
+      AppendJsonValue(message, field, -1, indent, depth + 1, out);
+    }
+  }
+  if (type.field_count() > 0) out += Newline(indent, depth);
+  out += "}";
+}
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 63) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (i > 0 && c == '-');
+    if (!ok) return false;
+  }
+  return true;
+}
+
+absl::Status FieldError(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+}  // namespace
+
+std::string FriendlyEnumName(const pb::EnumValueDescriptor& value) {
+  std::string name = value.name();
+  const std::string prefix = EnumPrefix(*value.type());
+  if (absl::StartsWith(name, prefix)) name = name.substr(prefix.size());
+  return Canonical(name);
+}
+
+std::string FriendlyEnumName(const pb::EnumDescriptor& type, int number) {
+  const pb::EnumValueDescriptor* value = type.FindValueByNumber(number);
+  if (value == nullptr) return absl::StrCat("unknown(", number, ")");
+  return FriendlyEnumName(*value);
+}
+
+const pb::EnumValueDescriptor* FindEnumValue(const pb::EnumDescriptor& type,
+                                             absl::string_view text) {
+  const std::string wanted = Canonical(absl::StripAsciiWhitespace(text));
+  for (int i = 0; i < type.value_count(); ++i) {
+    const pb::EnumValueDescriptor* value = type.value(i);
+    if (IsUnspecified(*value)) continue;
+    if (wanted == FriendlyEnumName(*value) || wanted == Canonical(value->name())) return value;
+  }
+  return nullptr;
+}
+
+std::string JsonQuote(absl::string_view text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        if (c < 0x20) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out.push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out += "\"";
+  return out;
+}
+
+std::string JsonNumber(double value) {
+  if (!std::isfinite(value)) return "null";
+  if (value == std::floor(value) && std::fabs(value) < 1e15) {
+    return absl::StrFormat("%.0f", value);
+  }
+  // Shortest form that reads back as the same double.
+  for (int precision = 6; precision <= 17; ++precision) {
+    std::string text = absl::StrFormat("%.*g", precision, value);
+    double back = 0;
+    if (absl::SimpleAtod(text, &back) && back == value) return text;
+  }
+  return absl::StrFormat("%.17g", value);
+}
+
+std::string MessageToFriendlyJson(const pb::Message& message, int indent) {
+  std::string out;
+  AppendJson(message, indent, 0, out);
+  return out;
+}
+
+TaskSpec DefaultTaskSpec() {
+  TaskSpec spec;
+  spec.set_mode(common::v1::MODE_FEDERATED_SYNC);
+  spec.set_model("cnn");
+  spec.mutable_dataset()->set_name("fashion-mnist");
+  spec.mutable_dataset()->set_partition(common::v1::PARTITION_IID);
+  spec.set_batch_size(32);
+  spec.mutable_optimizer()->set_kind(common::v1::OPTIMIZER_SGD);
+  spec.mutable_optimizer()->set_learning_rate(0.05);
+  spec.mutable_optimizer()->set_momentum(0.9);
+  spec.set_round_batches(50);
+  spec.set_rounds(10);
+  spec.set_min_participants(1);
+  spec.set_max_participants(0);
+  spec.set_round_deadline_seconds(120);
+  spec.set_aggregation(common::v1::AGGREGATION_MEAN);
+  spec.set_seed(1);
+  spec.set_max_update_norm(0);
+  return spec;
+}
+
+void ApplyTaskDefaults(TaskSpec& spec) {
+  const TaskSpec d = DefaultTaskSpec();
+  if (spec.mode() == common::v1::MODE_UNSPECIFIED) spec.set_mode(d.mode());
+  if (spec.model().empty()) spec.set_model(d.model());
+  auto& dataset = *spec.mutable_dataset();
+  if (dataset.name().empty()) dataset.set_name(d.dataset().name());
+  if (dataset.partition() == common::v1::PARTITION_UNSPECIFIED) {
+    dataset.set_partition(d.dataset().partition());
+  }
+  if (dataset.partition() == common::v1::PARTITION_LABEL_SKEW && dataset.classes_per_shard() == 0) {
+    dataset.set_classes_per_shard(kDefaultClassesPerShard);
+  }
+  if (spec.batch_size() == 0) spec.set_batch_size(d.batch_size());
+  auto& optimizer = *spec.mutable_optimizer();
+  if (optimizer.kind() == common::v1::OPTIMIZER_UNSPECIFIED) {
+    optimizer.set_kind(d.optimizer().kind());
+  }
+  if (optimizer.learning_rate() == 0) optimizer.set_learning_rate(d.optimizer().learning_rate());
+  if (spec.round_batches() == 0) spec.set_round_batches(d.round_batches());
+  if (spec.rounds() == 0) spec.set_rounds(d.rounds());
+  if (spec.min_participants() == 0) spec.set_min_participants(d.min_participants());
+  if (spec.round_deadline_seconds() == 0) {
+    spec.set_round_deadline_seconds(d.round_deadline_seconds());
+  }
+  if (spec.aggregation() == common::v1::AGGREGATION_UNSPECIFIED) {
+    spec.set_aggregation(d.aggregation());
+  }
+}
+
+absl::Status ValidateTaskSpec(const TaskSpec& spec) {
+  if (spec.name().empty()) return FieldError("name", "required");
+  if (!ValidName(spec.name())) {
+    return FieldError(
+        "name", absl::StrCat("must match [a-z0-9][a-z0-9-]{0,62}, got ", JsonQuote(spec.name())));
+  }
+  if (spec.mode() != common::v1::MODE_FEDERATED_SYNC) {
+    return FieldError(
+        "mode",
+        absl::StrCat("unsupported value ",
+                     JsonQuote(FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode())),
+                     " (expected federated-sync)"));
+  }
+  if (spec.model() != "mlp" && spec.model() != "cnn") {
+    return FieldError(
+        "model", absl::StrCat("unknown model ", JsonQuote(spec.model()), " (expected mlp, cnn)"));
+  }
+  const auto& dataset = spec.dataset();
+  if (dataset.name() != "fashion-mnist") {
+    return FieldError("dataset.name", absl::StrCat("unknown dataset ", JsonQuote(dataset.name()),
+                                                   " (expected fashion-mnist)"));
+  }
+  switch (dataset.partition()) {
+    case common::v1::PARTITION_IID:
+      break;
+    case common::v1::PARTITION_LABEL_SKEW:
+      if (dataset.classes_per_shard() < 1 || dataset.classes_per_shard() > 10) {
+        return FieldError(
+            "dataset.classes_per_shard",
+            absl::StrCat("must be in 1..10 for label-skew, got ", dataset.classes_per_shard()));
+      }
+      break;
+    default:
+      return FieldError("dataset.partition",
+                        absl::StrCat("unsupported value ",
+                                     JsonQuote(FriendlyEnumName(*common::v1::Partition_descriptor(),
+                                                                dataset.partition())),
+                                     " (expected iid, label-skew)"));
+  }
+  if (spec.batch_size() < 1 || spec.batch_size() > 4096) {
+    return FieldError("batch_size", absl::StrCat("must be in 1..4096, got ", spec.batch_size()));
+  }
+  const auto& optimizer = spec.optimizer();
+  if (optimizer.kind() != common::v1::OPTIMIZER_SGD &&
+      optimizer.kind() != common::v1::OPTIMIZER_ADAM) {
+    return FieldError("optimizer.kind",
+                      absl::StrCat("unsupported value ",
+                                   JsonQuote(FriendlyEnumName(*common::v1::Optimizer_descriptor(),
+                                                              optimizer.kind())),
+                                   " (expected sgd, adam)"));
+  }
+  if (!(optimizer.learning_rate() > 0) || !std::isfinite(optimizer.learning_rate())) {
+    return FieldError("optimizer.learning_rate",
+                      absl::StrCat("must be > 0, got ", JsonNumber(optimizer.learning_rate())));
+  }
+  if (!(optimizer.momentum() >= 0 && optimizer.momentum() < 1)) {
+    return FieldError("optimizer.momentum",
+                      absl::StrCat("must be in [0, 1), got ", JsonNumber(optimizer.momentum())));
+  }
+  if (spec.round_batches() < 1) {
+    return FieldError("round_batches", absl::StrCat("must be >= 1, got ", spec.round_batches()));
+  }
+  if (spec.rounds() < 1)
+    return FieldError("rounds", absl::StrCat("must be >= 1, got ", spec.rounds()));
+  if (spec.min_participants() < 1) {
+    return FieldError("min_participants",
+                      absl::StrCat("must be >= 1, got ", spec.min_participants()));
+  }
+  if (spec.max_participants() != 0 && spec.max_participants() < spec.min_participants()) {
+    return FieldError("max_participants",
+                      absl::StrCat("must be 0 (no limit) or >= min_participants (",
+                                   spec.min_participants(), "), got ", spec.max_participants()));
+  }
+  if (spec.round_deadline_seconds() < 1) {
+    return FieldError("round_deadline_seconds",
+                      absl::StrCat("must be >= 1, got ", spec.round_deadline_seconds()));
+  }
+  if (spec.aggregation() != common::v1::AGGREGATION_MEAN) {
+    return FieldError("aggregation",
+                      absl::StrCat("unsupported value ",
+                                   JsonQuote(FriendlyEnumName(*common::v1::Aggregation_descriptor(),
+                                                              spec.aggregation())),
+                                   " (expected mean)"));
+  }
+  if (!(spec.max_update_norm() >= 0) || !std::isfinite(spec.max_update_norm())) {
+    return FieldError("max_update_norm", absl::StrCat("must be >= 0 (0 = no bound), got ",
+                                                      JsonNumber(spec.max_update_norm())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseMessageFromYaml(absl::string_view text, absl::string_view source,
+                                  pb::Message& message) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    // e.mark is 0-based; people count lines from 1.
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ", e.msg));
+  }
+  if (root.IsNull()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": the task file is empty"));
+  }
+  try {
+    return YamlReader(source).ReadMessage(root, "", message);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", e.what()));
+  }
+}
+
+absl::StatusOr<TaskSpec> ParseTaskSpec(absl::string_view text, absl::string_view source) {
+  TaskSpec spec = DefaultTaskSpec();
+  SHOAL_RETURN_IF_ERROR(ParseMessageFromYaml(text, source, spec));
+  // label-skew without classes_per_shard gets its default. Other zeros the file wrote stay, so
+  // that validation reports them.
+  if (spec.dataset().partition() == common::v1::PARTITION_LABEL_SKEW &&
+      spec.dataset().classes_per_shard() == 0) {
+    spec.mutable_dataset()->set_classes_per_shard(kDefaultClassesPerShard);
+  }
+  return spec;
+}
+
+absl::StatusOr<TaskSpec> LoadTaskFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the task file"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the task file"));
+  SHOAL_ASSIGN_OR_RETURN(TaskSpec spec, ParseTaskSpec(text.str(), path));
+  absl::Status valid = ValidateTaskSpec(spec);
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", valid.message()));
+  }
+  return spec;
+}
+
+}  // namespace shoal::task

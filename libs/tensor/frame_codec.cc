@@ -1,0 +1,394 @@
+#include "libs/tensor/frame_codec.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace shoal::tensor {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "the wire format is little-endian; big-endian hosts need byte swapping");
+
+using common::v1::TensorFrame;
+using common::v1::TensorHeader;
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+// Squared L2 norm of `n` floats, and whether all of them are finite. The fast path sums in
+// float lanes (vectorizes); a non-finite lane sum means either a NaN/Inf value or an overflow,
+// which the slow path tells apart.
+struct NormCheck {
+  double sum_squares = 0;
+  bool finite = true;
+  size_t first_bad = 0;
+};
+
+NormCheck CheckValues(const float* x, size_t n) {
+  constexpr size_t kLanes = 16;
+  float lanes[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) lanes[j] += x[i + j] * x[i + j];
+  }
+  float tail = 0;
+  for (; i < n; ++i) tail += x[i] * x[i];
+  double total = tail;
+  for (size_t j = 0; j < kLanes; ++j) total += lanes[j];
+  NormCheck result;
+  if (std::isfinite(total)) {
+    result.sum_squares = total;
+    return result;
+  }
+  double precise = 0;
+  for (size_t k = 0; k < n; ++k) {
+    if (!std::isfinite(x[k])) {
+      result.finite = false;
+      result.first_bad = k;
+      return result;
+    }
+    precise += static_cast<double>(x[k]) * x[k];
+  }
+  result.sum_squares = precise;
+  return result;
+}
+
+}  // namespace
+
+common::v1::ModelMeta MakeModelMeta(const std::string& task, uint64_t version,
+                                    const FlatModel& model) {
+  common::v1::ModelMeta meta;
+  meta.set_task(task);
+  meta.set_version(version);
+  meta.set_num_tensors(static_cast<uint32_t>(model.layout.num_tensors()));
+  meta.set_total_bytes(model.layout.total_bytes());
+  return meta;
+}
+
+// ---------------------------------------------------------------------------------------------
+// FrameEncoder
+
+FrameEncoder::FrameEncoder(const FlatModel& model, size_t chunk_bytes)
+    : model_(model),
+      chunk_bytes_(chunk_bytes == 0 ? kDefaultChunkBytes : std::min(chunk_bytes, kMaxChunkBytes)) {}
+
+bool FrameEncoder::Next(TensorFrame* frame) {
+  const ModelLayout& layout = model_.layout;
+  if (tensor_ >= layout.num_tensors()) return false;
+  const TensorSpec& spec = layout.tensors()[tensor_];
+  const size_t size = static_cast<size_t>(spec.NumElements()) * sizeof(float);
+  const char* data = reinterpret_cast<const char*>(model_.values.data() + layout.offset(tensor_));
+  if (!header_sent_) {
+    TensorHeader* header = frame->mutable_header();
+    header->set_name(spec.name);
+    header->set_dtype(common::v1::DTYPE_FLOAT32);
+    header->mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
+    header->set_encoding(common::v1::ENCODING_RAW);
+    header->set_size_bytes(size);
+    header->set_digest_xxh3(DigestBytes(data, size));
+    header_sent_ = true;
+    byte_offset_ = 0;
+    if (size == 0) {
+      ++tensor_;
+      header_sent_ = false;
+    }
+    return true;
+  }
+  const size_t n = std::min(chunk_bytes_, size - byte_offset_);
+  frame->mutable_chunk()->assign(data + byte_offset_, n);
+  byte_offset_ += n;
+  if (byte_offset_ == size) {
+    ++tensor_;
+    header_sent_ = false;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// FrameDecoder
+
+struct FrameDecoder::DigestState {
+  XXH3_state_t* state;
+};
+
+void FrameDecoder::DigestStateDeleter::operator()(DigestState* s) const {
+  if (s == nullptr) return;
+  XXH3_freeState(s->state);
+  delete s;
+}
+
+FrameDecoder::FrameDecoder() : digest_state_(new DigestState{XXH3_createState()}) {}
+FrameDecoder::FrameDecoder(FrameDecoder&&) noexcept = default;
+FrameDecoder& FrameDecoder::operator=(FrameDecoder&&) noexcept = default;
+FrameDecoder::~FrameDecoder() = default;
+
+FrameDecoder FrameDecoder::ForLayout(const ModelLayout& layout, bool require_finite) {
+  return ForLayout(layout, require_finite, {});
+}
+
+FrameDecoder FrameDecoder::ForLayout(const ModelLayout& layout, bool require_finite,
+                                     std::vector<float> buffer) {
+  FrameDecoder d;
+  d.expected_ = layout;
+  d.require_finite_ = require_finite;
+  d.values_ = std::move(buffer);
+  d.values_.resize(layout.total_elements());
+  d.specs_.reserve(layout.num_tensors());
+  return d;
+}
+
+absl::StatusOr<FrameDecoder> FrameDecoder::ForMeta(const common::v1::ModelMeta& meta,
+                                                   const DecoderLimits& limits,
+                                                   bool require_finite) {
+  if (meta.num_tensors() > limits.max_tensors) {
+    return absl::InvalidArgumentError(absl::StrCat("model has ", meta.num_tensors(),
+                                                   " tensors, more than the limit of ",
+                                                   limits.max_tensors));
+  }
+  if (meta.total_bytes() > limits.max_total_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("model has ", meta.total_bytes(),
+                                                   " bytes, more than the limit of ",
+                                                   limits.max_total_bytes));
+  }
+  if (meta.total_bytes() % sizeof(float) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model total_bytes ", meta.total_bytes(), " is not a multiple of 4"));
+  }
+  FrameDecoder d;
+  d.expected_tensors_ = meta.num_tensors();
+  d.expected_total_bytes_ = meta.total_bytes();
+  d.require_finite_ = require_finite;
+  d.values_.reserve(meta.total_bytes() / sizeof(float));
+  d.specs_.reserve(meta.num_tensors());
+  return d;
+}
+
+absl::Status FrameDecoder::Fail(absl::Status status) {
+  failed_ = status;
+  return status;
+}
+
+const std::string& FrameDecoder::CurrentName() const { return specs_.back().name; }
+
+absl::Status FrameDecoder::Add(const TensorFrame& frame) {
+  if (!failed_.ok()) return failed_;
+  switch (frame.frame_case()) {
+    case TensorFrame::kHeader:
+      return AddHeader(frame.header());
+    case TensorFrame::kChunk: {
+      const absl::string_view part(frame.chunk());
+      return AddChunk(absl::MakeConstSpan(&part, 1));
+    }
+    default:
+      return Fail(absl::InvalidArgumentError("empty TensorFrame (neither header nor chunk)"));
+  }
+}
+
+absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
+  const std::string& name = header.name();
+  if (in_tensor_) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", CurrentName(), "' is incomplete (", tensor_bytes_received_, " of ",
+        tensor_bytes_expected_, " bytes) when the header of '", name, "' arrived")));
+  }
+  if (name.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("tensor #", specs_.size(), " has an empty name")));
+  }
+  if (header.dtype() != common::v1::DTYPE_FLOAT32) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': dtype ", common::v1::DType_Name(header.dtype()),
+                     " is not supported (want DTYPE_FLOAT32)")));
+  }
+  if (header.encoding() != common::v1::ENCODING_RAW) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': encoding ",
+                     common::v1::Encoding_Name(header.encoding()),
+                     " is not supported (want ENCODING_RAW)")));
+  }
+  TensorSpec spec{name, std::vector<int64_t>(header.shape().begin(), header.shape().end())};
+  if (spec.shape.size() > 16) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': ", spec.shape.size(), " dimensions is too many")));
+  }
+  // Element count with overflow checks (shapes come from the network).
+  constexpr uint64_t kMaxElements = uint64_t{1} << 40;
+  uint64_t elements = 1;
+  for (int64_t d : spec.shape) {
+    if (d < 0) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': negative dimension in shape ", ShapeString(spec.shape))));
+    }
+    if (d != 0 && elements > kMaxElements / static_cast<uint64_t>(d)) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': shape ", ShapeString(spec.shape), " is too large")));
+    }
+    elements *= static_cast<uint64_t>(d);
+  }
+  const uint64_t size = elements * sizeof(float);
+  if (header.size_bytes() != size) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "': size_bytes ", header.size_bytes(), " does not match shape ",
+        ShapeString(spec.shape), " of float32 (", size, " bytes)")));
+  }
+
+  const size_t index = specs_.size();
+  if (expected_.has_value()) {
+    const ModelLayout& layout = *expected_;
+    if (index >= layout.num_tensors()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "unexpected extra tensor '", name, "': the model has ", layout.num_tensors(),
+          " tensors")));
+    }
+    const TensorSpec& want = layout.tensors()[index];
+    if (want.name != name) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "tensor #", index, " is '", name, "' but the model expects '", want.name, "'")));
+    }
+    if (want.shape != spec.shape) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "': shape ", ShapeString(spec.shape), " does not match the model's ",
+          ShapeString(want.shape))));
+    }
+    tensor_value_offset_ = layout.offset(index);
+  } else {
+    if (index >= expected_tensors_) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "unexpected extra tensor '", name, "': ModelMeta announced ", expected_tensors_,
+          " tensors")));
+    }
+    for (const TensorSpec& seen : specs_) {
+      if (seen.name == name) {
+        return Fail(absl::InvalidArgumentError(
+            absl::StrCat("tensor '", name, "' appears twice in the stream")));
+      }
+    }
+    if (values_bytes_used_ + size > expected_total_bytes_) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "' (", size, " bytes) exceeds ModelMeta total_bytes ",
+          expected_total_bytes_)));
+    }
+    tensor_value_offset_ = values_bytes_used_ / sizeof(float);
+    values_.resize(tensor_value_offset_ + elements);
+  }
+  values_bytes_used_ += size;
+  specs_.push_back(std::move(spec));
+  tensor_bytes_expected_ = size;
+  tensor_bytes_received_ = 0;
+  tensor_values_checked_ = 0;
+  tensor_digest_ = header.digest_xxh3();
+  in_tensor_ = true;
+  XXH3_64bits_reset(digest_state_->state);
+  if (size == 0) return CompleteTensor();
+  return absl::OkStatus();
+}
+
+absl::Status FrameDecoder::AddChunkParts(absl::Span<const absl::string_view> parts) {
+  if (!failed_.ok()) return failed_;
+  return AddChunk(parts);
+}
+
+absl::Status FrameDecoder::AddChunk(absl::Span<const absl::string_view> parts) {
+  if (!in_tensor_) {
+    if (specs_.empty()) {
+      return Fail(absl::InvalidArgumentError("chunk before any tensor header"));
+    }
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("chunk after tensor '", CurrentName(), "' was already complete")));
+  }
+  size_t n = 0;
+  for (absl::string_view part : parts) n += part.size();
+  if (n > kMaxChunkBytes) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", CurrentName(), "': chunk of ", n, " bytes exceeds the limit of ",
+        kMaxChunkBytes)));
+  }
+  if (n > tensor_bytes_expected_ - tensor_bytes_received_) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", CurrentName(), "': chunks exceed size_bytes ", tensor_bytes_expected_,
+        " (", tensor_bytes_received_ + n, " bytes received)")));
+  }
+  char* base = reinterpret_cast<char*>(values_.data() + tensor_value_offset_);
+  char* dest = base + tensor_bytes_received_;
+  for (absl::string_view part : parts) {
+    std::memcpy(dest, part.data(), part.size());
+    dest += part.size();
+  }
+  // Digest the copy while it is still in cache.
+  XXH3_64bits_update(digest_state_->state, base + tensor_bytes_received_, n);
+  tensor_bytes_received_ += n;
+  bytes_received_ += n;
+  if (require_finite_) {
+    const size_t complete = tensor_bytes_received_ / sizeof(float);
+    const float* first = values_.data() + tensor_value_offset_ + tensor_values_checked_;
+    NormCheck check = CheckValues(first, complete - tensor_values_checked_);
+    if (!check.finite) {
+      const size_t index = tensor_values_checked_ + check.first_bad;
+      failed_non_finite_ = true;
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("tensor '", CurrentName(), "': non-finite value ",
+                       first[check.first_bad], " at element ", index)));
+    }
+    sum_squares_ += check.sum_squares;
+    tensor_values_checked_ = complete;
+  }
+  if (tensor_bytes_received_ == tensor_bytes_expected_) return CompleteTensor();
+  return absl::OkStatus();
+}
+
+absl::Status FrameDecoder::CompleteTensor() {
+  in_tensor_ = false;
+  const uint64_t digest = XXH3_64bits_digest(digest_state_->state);
+  if (digest != tensor_digest_) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", CurrentName(), "': digest mismatch (header says ", absl::Hex(tensor_digest_),
+        ", payload is ", absl::Hex(digest), ")")));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FlatModel> FrameDecoder::Finish() && {
+  if (!failed_.ok()) return failed_;
+  if (in_tensor_) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "stream ended inside tensor '", CurrentName(), "' (", tensor_bytes_received_, " of ",
+        tensor_bytes_expected_, " bytes)")));
+  }
+  FlatModel model;
+  if (expected_.has_value()) {
+    if (specs_.size() != expected_->num_tensors()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "stream ended after ", specs_.size(), " of ", expected_->num_tensors(),
+          " tensors; missing '", expected_->tensors()[specs_.size()].name, "'")));
+    }
+    model.layout = *expected_;
+  } else {
+    if (specs_.size() != expected_tensors_) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "stream ended after ", specs_.size(), " of ", expected_tensors_,
+          " tensors announced by ModelMeta")));
+    }
+    if (values_bytes_used_ != expected_total_bytes_) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "stream carried ", values_bytes_used_, " bytes but ModelMeta announced ",
+          expected_total_bytes_)));
+    }
+    auto layout = ModelLayout::Create(std::move(specs_));
+    if (!layout.ok()) return Fail(layout.status());
+    model.layout = *std::move(layout);
+  }
+  model.values = std::move(values_);
+  return model;
+}
+
+std::vector<float> FrameDecoder::ReleaseBuffer() && { return std::move(values_); }
+
+}  // namespace shoal::tensor

@@ -1,0 +1,272 @@
+#include "libs/tensor/model_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include "absl/strings/string_view.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace shoal::tensor {
+namespace {
+
+// File layout (all integers little-endian):
+//   char[8]  magic "SHOALMDL"
+//   u32      format version (1)
+//   u32      header length H (bytes of the layout section below)
+//   H bytes  layout: u32 num_tensors; per tensor: u32 name_len, name, u32 ndims, i64 dims[ndims]
+//   u64      XXH3-64 of the layout section
+//   u64      total value bytes V
+//   u64      XXH3-64 of the values (FlatModel::Digest)
+//   V bytes  float32 values
+constexpr char kMagic[8] = {'S', 'H', 'O', 'A', 'L', 'M', 'D', 'L'};
+constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kMaxHeaderBytes = 64 << 20;
+constexpr uint32_t kMaxTensors = 1 << 20;
+constexpr uint32_t kMaxNameBytes = 4096;
+constexpr uint32_t kMaxDims = 16;
+
+absl::Status ErrnoError(const std::string& what, const std::string& path) {
+  int err = errno;
+  std::string msg = absl::StrCat(what, " ", path, ": ", std::strerror(err));
+  if (err == ENOENT) return absl::NotFoundError(msg);
+  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
+  return absl::InternalError(msg);
+}
+
+template <typename T>
+void Put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+class Reader {
+ public:
+  explicit Reader(absl::string_view data) : data_(data) {}
+  template <typename T>
+  bool Get(T* v) {
+    if (data_.size() - pos_ < sizeof(T)) return false;
+    std::memcpy(v, data_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool GetString(size_t n, std::string* s) {
+    if (data_.size() - pos_ < n) return false;
+    s->assign(data_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool done() const { return pos_ == data_.size(); }
+
+ private:
+  absl::string_view data_;
+  size_t pos_ = 0;
+};
+
+absl::Status WriteAll(int fd, const char* data, size_t size, const std::string& path) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, std::min<size_t>(size, size_t{1} << 30));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("cannot write", path);
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadAll(int fd, char* data, size_t size, const std::string& path) {
+  while (size > 0) {
+    ssize_t n = ::read(fd, data, std::min<size_t>(size, size_t{1} << 30));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("cannot read", path);
+    }
+    if (n == 0) return absl::DataLossError(absl::StrCat("model file ", path, " is truncated"));
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+std::string EncodeLayout(const ModelLayout& layout) {
+  std::string out;
+  Put<uint32_t>(out, static_cast<uint32_t>(layout.num_tensors()));
+  for (const TensorSpec& t : layout.tensors()) {
+    Put<uint32_t>(out, static_cast<uint32_t>(t.name.size()));
+    out.append(t.name);
+    Put<uint32_t>(out, static_cast<uint32_t>(t.shape.size()));
+    for (int64_t d : t.shape) Put<int64_t>(out, d);
+  }
+  return out;
+}
+
+struct FileHeader {
+  ModelLayout layout;
+  uint64_t value_bytes = 0;
+  uint64_t value_digest = 0;
+};
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_;
+};
+
+absl::StatusOr<FileHeader> ReadHeader(int fd, const std::string& path, uint64_t file_size) {
+  auto corrupt = [&](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat("model file ", path, " is corrupt: ", what));
+  };
+  char fixed[16];
+  if (file_size < sizeof(fixed)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a Shoal model file (too short)"));
+  }
+  absl::Status s = ReadAll(fd, fixed, sizeof(fixed), path);
+  if (!s.ok()) return s;
+  if (std::memcmp(fixed, kMagic, sizeof(kMagic)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a Shoal model file (bad magic)"));
+  }
+  uint32_t version, header_len;
+  std::memcpy(&version, fixed + 8, 4);
+  std::memcpy(&header_len, fixed + 12, 4);
+  if (version != kFormatVersion) {
+    return absl::InvalidArgumentError(absl::StrCat("model file ", path, " has format version ",
+                                                   version, "; this build reads version ",
+                                                   kFormatVersion));
+  }
+  if (header_len > kMaxHeaderBytes || sizeof(fixed) + header_len + 24 > file_size) {
+    return corrupt("layout section length out of range");
+  }
+  std::string header(header_len + 24, '\0');
+  s = ReadAll(fd, header.data(), header.size(), path);
+  if (!s.ok()) return s;
+  absl::string_view layout_bytes(header.data(), header_len);
+  uint64_t layout_digest, value_bytes, value_digest;
+  std::memcpy(&layout_digest, header.data() + header_len, 8);
+  std::memcpy(&value_bytes, header.data() + header_len + 8, 8);
+  std::memcpy(&value_digest, header.data() + header_len + 16, 8);
+  if (DigestBytes(layout_bytes.data(), layout_bytes.size()) != layout_digest) {
+    return corrupt("layout checksum mismatch");
+  }
+  Reader r(layout_bytes);
+  uint32_t num_tensors;
+  if (!r.Get(&num_tensors) || num_tensors > kMaxTensors) return corrupt("bad tensor count");
+  std::vector<TensorSpec> specs(num_tensors);
+  for (TensorSpec& t : specs) {
+    uint32_t name_len, ndims;
+    if (!r.Get(&name_len) || name_len > kMaxNameBytes || !r.GetString(name_len, &t.name) ||
+        !r.Get(&ndims) || ndims > kMaxDims) {
+      return corrupt("bad tensor entry");
+    }
+    t.shape.resize(ndims);
+    for (int64_t& d : t.shape) {
+      if (!r.Get(&d)) return corrupt("bad tensor shape");
+    }
+  }
+  if (!r.done()) return corrupt("trailing bytes in the layout section");
+  auto layout = ModelLayout::Create(std::move(specs));
+  if (!layout.ok()) return corrupt(layout.status().message());
+  if (value_bytes != layout->total_bytes()) return corrupt("value size does not match the layout");
+  if (sizeof(fixed) + header_len + 24 + value_bytes != file_size) {
+    return corrupt(absl::StrCat("file is ", file_size, " bytes, expected ",
+                                sizeof(fixed) + header_len + 24 + value_bytes));
+  }
+  return FileHeader{*std::move(layout), value_bytes, value_digest};
+}
+
+absl::StatusOr<uint64_t> FileSize(int fd, const std::string& path) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return ErrnoError("cannot stat", path);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+  }
+  return static_cast<uint64_t>(st.st_size);
+}
+
+}  // namespace
+
+absl::Status WriteModelFile(const std::string& path, const FlatModel& model) {
+  if (model.values.size() != model.layout.total_elements()) {
+    return absl::InvalidArgumentError(absl::StrCat("model has ", model.values.size(),
+                                                   " values but its layout needs ",
+                                                   model.layout.total_elements()));
+  }
+  std::string layout = EncodeLayout(model.layout);
+  std::string head(kMagic, sizeof(kMagic));
+  Put<uint32_t>(head, kFormatVersion);
+  Put<uint32_t>(head, static_cast<uint32_t>(layout.size()));
+  head.append(layout);
+  Put<uint64_t>(head, DigestBytes(layout.data(), layout.size()));
+  Put<uint64_t>(head, model.layout.total_bytes());
+  Put<uint64_t>(head, model.Digest());
+
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return ErrnoError("cannot create", tmp);
+  absl::Status s = WriteAll(fd.get(), head.data(), head.size(), tmp);
+  if (s.ok()) {
+    s = WriteAll(fd.get(), reinterpret_cast<const char*>(model.values.data()),
+                 model.values.size() * sizeof(float), tmp);
+  }
+  if (s.ok() && ::fsync(fd.get()) != 0) s = ErrnoError("cannot fsync", tmp);
+  if (s.ok() && ::close(fd.release()) != 0) s = ErrnoError("cannot close", tmp);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = ErrnoError("cannot rename to", path);
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  // Make the rename durable.
+  std::string dir = ".";
+  if (size_t slash = path.rfind('/'); slash != std::string::npos) {
+    dir = slash == 0 ? "/" : path.substr(0, slash);
+  }
+  Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dfd.get() >= 0) ::fsync(dfd.get());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FlatModel> ReadModelFile(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoError("cannot open model file", path);
+  auto size = FileSize(fd.get(), path);
+  if (!size.ok()) return size.status();
+  auto header = ReadHeader(fd.get(), path, *size);
+  if (!header.ok()) return header.status();
+  FlatModel model;
+  model.layout = std::move(header->layout);
+  model.values.resize(model.layout.total_elements());
+  absl::Status s = ReadAll(fd.get(), reinterpret_cast<char*>(model.values.data()),
+                           header->value_bytes, path);
+  if (!s.ok()) return s;
+  if (model.Digest() != header->value_digest) {
+    return absl::DataLossError(
+        absl::StrCat("model file ", path, " is corrupt: value digest mismatch"));
+  }
+  return model;
+}
+
+absl::StatusOr<uint64_t> ReadModelFileDigest(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoError("cannot open model file", path);
+  auto size = FileSize(fd.get(), path);
+  if (!size.ok()) return size.status();
+  auto header = ReadHeader(fd.get(), path, *size);
+  if (!header.ok()) return header.status();
+  return header->value_digest;
+}
+
+}  // namespace shoal::tensor

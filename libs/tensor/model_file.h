@@ -1,0 +1,26 @@
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "libs/tensor/flat_model.h"
+
+namespace shoal::tensor {
+
+// Model files: a small header (magic "SHOALMDL", format version, layout, value digest) followed
+// by the raw little-endian float32 values. Used for checkpoints and `model get --out FILE`.
+//
+// Writes atomically: a temporary file beside `path`, fsync, rename, fsync of the directory.
+// Errors: INTERNAL / the errno mapping on I/O failures, with the path in the message.
+absl::Status WriteModelFile(const std::string& path, const FlatModel& model);
+
+// Reads and verifies a model file (magic, version, layout sanity, exact size, header checksum
+// and value digest). Errors: NOT_FOUND missing file; DATA_LOSS corrupt or truncated file;
+// INVALID_ARGUMENT not a model file / unsupported format version.
+absl::StatusOr<FlatModel> ReadModelFile(const std::string& path);
+
+// The digest of the model stored in a file, from its header only (cheap; not verified).
+absl::StatusOr<uint64_t> ReadModelFileDigest(const std::string& path);
+
+}  // namespace shoal::tensor

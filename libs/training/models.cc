@@ -1,0 +1,83 @@
+#include "libs/training/models.h"
+
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace shoal::training {
+namespace {
+
+// 784 -> 200 -> 10 with ReLU.
+class Mlp final : public Net {
+ public:
+  Mlp() {
+    fc1_ = register_module("fc1", torch::nn::Linear(784, 200));
+    fc2_ = register_module("fc2", torch::nn::Linear(200, 10));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = x.flatten(1);
+    return fc2_->forward(torch::relu(fc1_->forward(x)));
+  }
+
+ private:
+  torch::nn::Linear fc1_{nullptr};
+  torch::nn::Linear fc2_{nullptr};
+};
+
+// conv(1->16, k5, pad 2) -> relu -> maxpool 2 -> conv(16->32, k5, pad 2) -> relu -> maxpool 2
+// -> fc(1568->128) -> relu -> fc(128->10).
+class Cnn final : public Net {
+ public:
+  Cnn() {
+    conv1_ = register_module("conv1",
+                             torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 5).padding(2)));
+    conv2_ = register_module("conv2",
+                             torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 5).padding(2)));
+    fc1_ = register_module("fc1", torch::nn::Linear(32 * 7 * 7, 128));
+    fc2_ = register_module("fc2", torch::nn::Linear(128, 10));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = torch::max_pool2d(torch::relu(conv1_->forward(x)), 2);
+    x = torch::max_pool2d(torch::relu(conv2_->forward(x)), 2);
+    x = torch::relu(fc1_->forward(x.flatten(1)));
+    return fc2_->forward(x);
+  }
+
+ private:
+  torch::nn::Conv2d conv1_{nullptr};
+  torch::nn::Conv2d conv2_{nullptr};
+  torch::nn::Linear fc1_{nullptr};
+  torch::nn::Linear fc2_{nullptr};
+};
+
+std::mutex& SeedMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+}  // namespace
+
+std::vector<std::string> KnownModels() { return {"cnn", "mlp"}; }
+
+absl::Status CheckModelName(const std::string& name) {
+  if (name != "cnn" && name != "mlp") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown model \"", name, "\" (known: ",
+                                                   absl::StrJoin(KnownModels(), ", "), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Net>> MakeModel(const std::string& name, uint64_t seed) {
+  if (absl::Status s = CheckModelName(name); !s.ok()) return s;
+  try {
+    std::lock_guard<std::mutex> lock(SeedMutex());
+    torch::manual_seed(seed);
+    if (name == "cnn") return std::shared_ptr<Net>(std::make_shared<Cnn>());
+    return std::shared_ptr<Net>(std::make_shared<Mlp>());
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("building model ", name, ": ", e.what()));
+  }
+}
+
+}  // namespace shoal::training

@@ -1,0 +1,362 @@
+#include "libs/training/trainer.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "libs/common/status_macros.h"
+#include "libs/training/models.h"
+
+namespace shoal::training {
+namespace {
+
+// Fashion-MNIST pixel statistics (of x / 255) used to normalise the inputs.
+constexpr float kPixelMean = 0.2860f;
+constexpr float kPixelStd = 0.3530f;
+
+absl::Status TorchError(const std::string& what, const std::exception& e) {
+  std::string msg = e.what();
+  // c10::Error messages carry a long backtrace after the first line.
+  if (size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+  return absl::InternalError(absl::StrCat(what, ": ", msg));
+}
+
+// Converts the selected samples of `raw` into normalised float images [n, 1, rows, cols] and
+// int64 labels [n].
+std::pair<torch::Tensor, torch::Tensor> ToTensors(const RawDataset& raw,
+                                                  const std::vector<int64_t>& indices) {
+  const int64_t n = static_cast<int64_t>(indices.size());
+  const size_t image = raw.image_size();
+  torch::Tensor images = torch::empty({n, 1, raw.rows, raw.cols}, torch::kFloat32);
+  torch::Tensor labels = torch::empty({n}, torch::kInt64);
+  float* dst = images.data_ptr<float>();
+  int64_t* lab = labels.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* src = raw.pixels.data() + static_cast<size_t>(indices[i]) * image;
+    for (size_t p = 0; p < image; ++p) {
+      dst[i * image + p] = (static_cast<float>(src[p]) / 255.0f - kPixelMean) / kPixelStd;
+    }
+    lab[i] = raw.labels[indices[i]];
+  }
+  return {images, labels};
+}
+
+absl::StatusOr<tensor::ModelLayout> LayoutOf(torch::nn::Module& model) {
+  std::vector<tensor::TensorSpec> specs;
+  for (const auto& item : model.named_parameters()) {
+    specs.push_back({item.key(), item.value().sizes().vec()});
+  }
+  return tensor::ModelLayout::Create(std::move(specs));
+}
+
+absl::StatusOr<tensor::FlatModel> Flatten(torch::nn::Module& model,
+                                          const tensor::ModelLayout& layout) {
+  tensor::FlatModel out;
+  out.layout = layout;
+  out.values.resize(layout.total_elements());
+  torch::NoGradGuard no_grad;
+  size_t i = 0;
+  for (const auto& item : model.named_parameters()) {
+    torch::Tensor t = item.value().detach().to(torch::kCPU).contiguous();
+    const size_t n = static_cast<size_t>(t.numel());
+    if (i >= layout.num_tensors() || layout.tensors()[i].NumElements() != t.numel()) {
+      return absl::InternalError("model parameters do not match their layout");
+    }
+    std::memcpy(out.values.data() + layout.offset(i), t.data_ptr<float>(), n * sizeof(float));
+    ++i;
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::Status TrainerOptions::Validate() const {
+  if (absl::Status s = CheckModelName(spec.model()); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("model: ", s.message()));
+  }
+  if (spec.batch_size() < 1 || spec.batch_size() > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size must be in [1, 4096], got ", spec.batch_size()));
+  }
+  const auto& opt = spec.optimizer();
+  if (opt.kind() != common::v1::OPTIMIZER_SGD && opt.kind() != common::v1::OPTIMIZER_ADAM) {
+    return absl::InvalidArgumentError("optimizer.kind must be sgd or adam");
+  }
+  if (!(opt.learning_rate() > 0) || !std::isfinite(opt.learning_rate())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.learning_rate must be > 0, got ", opt.learning_rate()));
+  }
+  if (!(opt.momentum() >= 0 && opt.momentum() < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.momentum must be in [0, 1), got ", opt.momentum()));
+  }
+  if (absl::Status s = ValidateShardSpec(shard); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("shard: ", s.message()));
+  }
+  if (device != "cpu" && device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device must be cpu or cuda, got \"", device, "\""));
+  }
+  if (eval_batch_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("eval_batch_size must be >= 1, got ", eval_batch_size));
+  }
+  return absl::OkStatus();
+}
+
+struct Trainer::Impl {
+  TrainerOptions options;
+  torch::Device device{torch::kCPU};
+  std::shared_ptr<Net> model;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  tensor::ModelLayout layout;
+  torch::Tensor train_images, train_labels;  // on `device`
+  torch::Tensor test_images, test_labels;    // on `device`
+  std::vector<int64_t> order;  // permutation of [0, train_size) for the current epoch
+  size_t cursor = 0;           // next position in `order`
+  uint64_t epoch = 0;
+
+  std::unique_ptr<torch::optim::Optimizer> MakeOptimizer() {
+    const auto& opt = options.spec.optimizer();
+    if (opt.kind() == common::v1::OPTIMIZER_ADAM) {
+      return std::make_unique<torch::optim::Adam>(
+          model->parameters(), torch::optim::AdamOptions(opt.learning_rate()));
+    }
+    return std::make_unique<torch::optim::SGD>(
+        model->parameters(),
+        torch::optim::SGDOptions(opt.learning_rate()).momentum(opt.momentum()));
+  }
+
+  void NewEpoch() {
+    order.resize(static_cast<size_t>(train_labels.size(0)));
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+    SeededShuffle(order, options.spec.seed() * 1000003ULL + options.shard.index * 7919ULL +
+                             epoch * 104729ULL + 1);
+    ++epoch;
+    cursor = 0;
+  }
+};
+
+Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Trainer::~Trainer() = default;
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options) {
+  SHOAL_RETURN_IF_ERROR(options.Validate());
+  SHOAL_RETURN_IF_ERROR(CheckDevice(options.device));
+  SHOAL_ASSIGN_OR_RETURN(RawDataset train, LoadFashionMnist(options.data_dir, Split::kTrain));
+  SHOAL_ASSIGN_OR_RETURN(RawDataset test, LoadFashionMnist(options.data_dir, Split::kTest));
+  return Create(options, train, test);
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options,
+                                                         const RawDataset& train_full,
+                                                         const RawDataset& test_full) {
+  SHOAL_RETURN_IF_ERROR(options.Validate());
+  SHOAL_RETURN_IF_ERROR(CheckDevice(options.device));
+  const auto& ds = options.spec.dataset();
+  // Limits apply to the full splits before partitioning, identically on every peer.
+  const size_t train_count = ds.train_limit() > 0 && ds.train_limit() < train_full.count
+                                 ? ds.train_limit()
+                                 : train_full.count;
+  const size_t test_count = ds.test_limit() > 0 && ds.test_limit() < test_full.count
+                                ? ds.test_limit()
+                                : test_full.count;
+  std::vector<uint8_t> labels(train_full.labels.begin(), train_full.labels.begin() + train_count);
+  SHOAL_ASSIGN_OR_RETURN(
+      std::vector<int64_t> train_idx,
+      PartitionIndices(labels, kFashionMnistClasses, ds.partition(), ds.classes_per_shard(),
+                       options.shard, options.spec.seed()));
+  std::vector<int64_t> test_idx = TestSliceIndices(test_count, options.shard);
+  if (test_idx.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", options.shard.ToString(),
+                                                   " gets no test samples out of ", test_count));
+  }
+
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  try {
+    impl->device = options.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+    SHOAL_ASSIGN_OR_RETURN(impl->model, MakeModel(options.spec.model(), options.spec.seed()));
+    impl->model->to(impl->device);
+    SHOAL_ASSIGN_OR_RETURN(impl->layout, LayoutOf(*impl->model));
+    impl->optimizer = impl->MakeOptimizer();
+    auto [tri, trl] = ToTensors(train_full, train_idx);
+    auto [tei, tel] = ToTensors(test_full, test_idx);
+    impl->train_images = tri.to(impl->device);
+    impl->train_labels = trl.to(impl->device);
+    impl->test_images = tei.to(impl->device);
+    impl->test_labels = tel.to(impl->device);
+    impl->NewEpoch();
+  } catch (const std::exception& e) {
+    return TorchError("creating trainer", e);
+  }
+  return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
+}
+
+absl::StatusOr<TrainStats> Trainer::TrainBatches(uint32_t n,
+                                                 const std::function<bool()>& keep_going) {
+  Impl& m = *impl_;
+  const size_t batch = m.options.spec.batch_size();
+  TrainStats stats;
+  double loss_total = 0;
+  try {
+    m.model->train();
+    for (uint32_t b = 0; b < n; ++b) {
+      if (keep_going && !keep_going()) {
+        return absl::CancelledError(absl::StrCat("training stopped after ", b, " of ", n,
+                                                 " batches"));
+      }
+      // Every batch is full: the tail of an epoch smaller than a batch is skipped (it is part
+      // of the next epoch's shuffle), so a round trains exactly n * batch_size samples. A shard
+      // smaller than one batch is trained whole.
+      if (m.cursor + std::min(batch, m.order.size()) > m.order.size()) m.NewEpoch();
+      const size_t take = std::min(batch, m.order.size() - m.cursor);
+      torch::Tensor idx =
+          torch::from_blob(m.order.data() + m.cursor, {static_cast<int64_t>(take)}, torch::kInt64)
+              .to(m.device);
+      m.cursor += take;
+      torch::Tensor x = m.train_images.index_select(0, idx);
+      torch::Tensor y = m.train_labels.index_select(0, idx);
+      m.optimizer->zero_grad();
+      torch::Tensor loss = torch::nn::functional::cross_entropy(m.model->forward(x), y);
+      loss.backward();
+      m.optimizer->step();
+      const double l = loss.item<double>();
+      if (!std::isfinite(l)) {
+        return absl::InternalError(absl::StrCat("training diverged: loss is ", l, " at batch ", b));
+      }
+      loss_total += l;
+      stats.samples += take;
+      ++stats.batches;
+    }
+  } catch (const std::exception& e) {
+    return TorchError("training", e);
+  }
+  stats.mean_loss = stats.batches == 0 ? 0 : loss_total / stats.batches;
+  return stats;
+}
+
+absl::StatusOr<EvalStats> Trainer::Evaluate() {
+  Impl& m = *impl_;
+  EvalStats stats;
+  try {
+    torch::NoGradGuard no_grad;
+    m.model->eval();
+    const int64_t n = m.test_labels.size(0);
+    const int64_t eval_batch = m.options.eval_batch_size;
+    for (int64_t begin = 0; begin < n; begin += eval_batch) {
+      const int64_t end = std::min(n, begin + eval_batch);
+      torch::Tensor x = m.test_images.slice(0, begin, end);
+      torch::Tensor y = m.test_labels.slice(0, begin, end);
+      torch::Tensor logits = m.model->forward(x);
+      stats.loss_sum += torch::nn::functional::cross_entropy(
+                            logits, y,
+                            torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                            .item<double>();
+      stats.correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+      stats.total += static_cast<uint64_t>(end - begin);
+    }
+    m.model->train();
+  } catch (const std::exception& e) {
+    return TorchError("evaluating", e);
+  }
+  return stats;
+}
+
+absl::StatusOr<tensor::FlatModel> Trainer::GetParameters() const {
+  try {
+    return Flatten(*impl_->model, impl_->layout);
+  } catch (const std::exception& e) {
+    return TorchError("reading parameters", e);
+  }
+}
+
+absl::Status Trainer::SetParameters(const tensor::FlatModel& model) {
+  Impl& m = *impl_;
+  if (!(model.layout == m.layout)) {
+    return absl::InvalidArgumentError(absl::StrCat("model layout ", model.layout.DebugString(),
+                                                   " does not match this task's model ",
+                                                   m.layout.DebugString()));
+  }
+  if (model.values.size() != m.layout.total_elements()) {
+    return absl::InvalidArgumentError(absl::StrCat("model has ", model.values.size(),
+                                                   " values, expected ",
+                                                   m.layout.total_elements()));
+  }
+  try {
+    torch::NoGradGuard no_grad;
+    size_t i = 0;
+    for (auto& item : m.model->named_parameters()) {
+      torch::Tensor& p = item.value();
+      torch::Tensor src =
+          torch::from_blob(const_cast<float*>(model.values.data() + m.layout.offset(i)),
+                           p.sizes(), torch::kFloat32);
+      p.copy_(src);  // copies to the parameter's device
+      ++i;
+    }
+  } catch (const std::exception& e) {
+    return TorchError("setting parameters", e);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<tensor::FlatModel> Trainer::InitialParameters() const {
+  try {
+    SHOAL_ASSIGN_OR_RETURN(std::shared_ptr<Net> fresh,
+                           MakeModel(impl_->options.spec.model(), impl_->options.spec.seed()));
+    return Flatten(*fresh, impl_->layout);
+  } catch (const std::exception& e) {
+    return TorchError("building the initial model", e);
+  }
+}
+
+absl::Status Trainer::ResetOptimizer() {
+  try {
+    impl_->optimizer = impl_->MakeOptimizer();
+  } catch (const std::exception& e) {
+    return TorchError("resetting the optimizer", e);
+  }
+  return absl::OkStatus();
+}
+
+const tensor::ModelLayout& Trainer::layout() const { return impl_->layout; }
+size_t Trainer::train_size() const { return static_cast<size_t>(impl_->train_labels.size(0)); }
+size_t Trainer::test_size() const { return static_cast<size_t>(impl_->test_labels.size(0)); }
+
+absl::Status SetTorchThreads(int threads) {
+  if (threads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("torch threads must be >= 1, got ", threads));
+  }
+  try {
+    torch::set_num_threads(threads);
+  } catch (const std::exception& e) {
+    return TorchError("setting torch threads", e);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDevice(const std::string& device) {
+  if (device == "cpu") return absl::OkStatus();
+  if (device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown device \"", device, "\" (known: cpu, cuda)"));
+  }
+  try {
+    if (!torch::cuda::is_available()) {
+      return absl::FailedPreconditionError(
+          "device cuda requested but no CUDA device is available to LibTorch (this build of "
+          "LibTorch may be CPU-only)");
+    }
+  } catch (const std::exception& e) {
+    return TorchError("checking for CUDA", e);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace shoal::training

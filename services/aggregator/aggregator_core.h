@@ -1,0 +1,174 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "libs/aggregation/weighted_mean.h"
+#include "libs/common/clock.h"
+#include "libs/tensor/flat_model.h"
+#include "libs/tensor/frame_codec.h"
+#include "services/aggregator/aggregator_metrics.h"
+#include "shoal/common/v1/tensor.pb.h"
+
+namespace shoal::aggregator {
+
+struct AggregatorCoreOptions {
+  // Updates (and PutModel uploads) staged at once; each holds one model-sized buffer, so memory
+  // is O(model x this), never O(model x peers).
+  int max_concurrent_pushes = 4;
+  // Model versions kept per task for GetModel (>= 2: the current and the previous).
+  int versions_kept = 2;
+  // Closed-round results kept per task for idempotent CloseRound.
+  int closed_rounds_kept = 8;
+  // Threads for the passes over a whole model (folding an update, applying the mean).
+  int fold_threads = 2;
+  // Bounds on models received with PutModel.
+  tensor::DecoderLimits limits;
+
+  absl::Status Validate() const;
+};
+
+struct PushMeta {
+  std::string task;
+  uint64_t round = 0;
+  std::string peer_id;
+  uint64_t base_version = 0;
+  uint64_t num_samples = 0;
+  double train_loss = 0;
+};
+
+struct OpenRoundParams {
+  std::string task;
+  uint64_t round = 0;
+  uint64_t base_version = 0;
+  std::vector<std::string> expected_peers;
+  double max_update_norm = 0;  // 0 = no bound
+};
+
+struct RoundResult {
+  uint64_t version = 0;
+  std::vector<std::string> contributors;  // sorted
+  uint64_t num_samples = 0;
+  double mean_train_loss = 0;
+  uint64_t digest = 0;
+};
+
+struct ModelSnapshot {
+  uint64_t version = 0;
+  std::shared_ptr<const tensor::FlatModel> model;
+};
+
+struct PutResult {
+  uint64_t version = 0;
+  uint64_t digest = 0;
+};
+
+// The aggregator's domain state: per task the held model versions, the current round (expected
+// peers, accepted contributors, the running weighted sum) and the pool of staging buffers that
+// in-flight pushes decode into. A push is validated chunk by chunk while it streams and is
+// folded into the sum only once it is complete and valid, so a bad update never touches the
+// aggregate. Owned by the server; thread-safe. CPU-heavy calls (CommitPush, CloseRound,
+// PutModel) may block briefly on other folds and belong on an executor, not in a reaction.
+class AggregatorCore {
+ public:
+  struct Task;
+  struct Round;
+  class Push;
+
+  static absl::StatusOr<std::unique_ptr<AggregatorCore>> Create(AggregatorCoreOptions options,
+                                                                const Clock& clock,
+                                                                AggregatorMetrics& metrics);
+  ~AggregatorCore();
+
+  // Stores a model version (see PutModel in aggregator.proto for the rules).
+  absl::StatusOr<PutResult> PutModel(const std::string& task, uint64_t version,
+                                     tensor::FlatModel model);
+  // The latest version, or exactly `version`. NOT_FOUND for an unknown task or version.
+  absl::StatusOr<ModelSnapshot> GetModel(const std::string& task,
+                                         std::optional<uint64_t> version) const;
+  absl::Status OpenRound(const OpenRoundParams& params);
+  absl::StatusOr<RoundResult> CloseRound(const std::string& task, uint64_t round);
+  void ReleaseTask(const std::string& task);
+
+  // One staged upload slot (PutModel). RESOURCE_EXHAUSTED when all are in use.
+  class StagingLease {
+   public:
+    explicit StagingLease(AggregatorCore* core) : core_(core) {}
+    StagingLease(StagingLease&& other) noexcept : core_(other.core_) { other.core_ = nullptr; }
+    StagingLease& operator=(StagingLease&&) = delete;
+    ~StagingLease();
+
+   private:
+    AggregatorCore* core_;
+  };
+  absl::StatusOr<StagingLease> AcquireStaging();
+
+  // Starts a push: checks task, round, peer and base version, and leases a staging buffer.
+  // Returns nullptr (OK) when this peer's update for the round was already accepted (the
+  // caller answers duplicate=true). Rejections are counted in the metrics.
+  absl::StatusOr<std::unique_ptr<Push>> BeginPush(const PushMeta& meta);
+
+  // An in-flight push. Feed it frames as they arrive, then Commit(). Destroying it (at any
+  // point) returns its staging buffer. Not thread-safe; one caller at a time.
+  class Push {
+   public:
+    ~Push();
+    // Validates one frame (layout, dtype, size, digest, finite values). The first error is
+    // counted as a rejection; after it every call returns the same error.
+    absl::Status AddFrame(const common::v1::TensorFrame& frame);
+    // Same for a chunk frame whose bytes arrive as pieces (zero-copy receive path).
+    absl::Status AddChunkParts(absl::Span<const absl::string_view> parts);
+    // Checks that the update is complete and within the norm bound, then folds it into the
+    // round's sum. CPU-heavy (one pass over the model). FAILED_PRECONDITION when the round
+    // closed meanwhile. `cancelled` = the stream ended abnormally (counted as incomplete).
+    absl::Status Commit();
+    // Counts the push as rejected for `reason` (e.g. its stream broke); idempotent.
+    void Reject(RejectReason reason);
+    uint64_t bytes_received() const { return decoder_.bytes_received(); }
+    const PushMeta& meta() const { return meta_; }
+
+   private:
+    friend class AggregatorCore;
+    Push(AggregatorCore* core, std::shared_ptr<Task> task, std::shared_ptr<Round> round,
+         PushMeta meta, tensor::FrameDecoder decoder, double max_norm);
+    absl::Status RejectWith(RejectReason reason, absl::Status status);
+
+    AggregatorCore* core_;
+    std::shared_ptr<Task> task_;
+    std::shared_ptr<Round> round_;
+    PushMeta meta_;
+    tensor::FrameDecoder decoder_;
+    double max_norm_;
+    std::vector<float> buffer_;  // returned to the pool on destruction
+    bool done_ = false;          // accepted or rejected (counted)
+  };
+
+ private:
+  AggregatorCore(AggregatorCoreOptions options, const Clock& clock, AggregatorMetrics& metrics);
+  std::shared_ptr<Task> FindTask(const std::string& task) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void EvictOldVersions(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AbandonRound(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseStaging(std::vector<float> buffer);
+  // Folds push.buffer_ (the complete, validated update) into its round.
+  absl::Status CommitPush(Push& push);
+
+  const AggregatorCoreOptions options_;
+  const Clock& clock_;
+  AggregatorMetrics& metrics_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
+  int leases_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::vector<float>> free_buffers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shoal::aggregator

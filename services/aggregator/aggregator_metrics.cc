@@ -1,0 +1,66 @@
+#include "services/aggregator/aggregator_metrics.h"
+
+namespace shoal::aggregator {
+
+const char* RejectReasonLabel(RejectReason reason) {
+  switch (reason) {
+    case RejectReason::kUnknownTask: return "unknown_task";
+    case RejectReason::kRoundNotOpen: return "round_not_open";
+    case RejectReason::kUnexpectedPeer: return "unexpected_peer";
+    case RejectReason::kStaleBase: return "stale_base";
+    case RejectReason::kMalformed: return "malformed";
+    case RejectReason::kNonFinite: return "non_finite";
+    case RejectReason::kNormBound: return "norm_bound";
+    case RejectReason::kBusy: return "busy";
+    case RejectReason::kIncomplete: return "incomplete";
+  }
+  return "unknown";
+}
+
+AggregatorMetrics::AggregatorMetrics(prometheus::Registry& registry)
+    : updates_accepted(prometheus::BuildCounter()
+                           .Name("shoal_aggregator_updates_accepted_total")
+                           .Help("Updates validated and folded into a round's aggregate")
+                           .Register(registry)
+                           .Add({})),
+      rejected_family(prometheus::BuildCounter()
+                          .Name("shoal_aggregator_updates_rejected_total")
+                          .Help("Pushed updates rejected, by reason; never averaged in")
+                          .Register(registry)),
+      bytes_received(prometheus::BuildCounter()
+                         .Name("shoal_aggregator_bytes_received_total")
+                         .Help("Bytes of model and update streams received")
+                         .Register(registry)
+                         .Add({})),
+      bytes_sent(prometheus::BuildCounter()
+                     .Name("shoal_aggregator_bytes_sent_total")
+                     .Help("Bytes of model streams sent")
+                     .Register(registry)
+                     .Add({})),
+      rounds_completed(prometheus::BuildCounter()
+                           .Name("shoal_aggregator_rounds_completed_total")
+                           .Help("Rounds closed (with or without contributors)")
+                           .Register(registry)
+                           .Add({})),
+      round_duration(prometheus::BuildHistogram()
+                         .Name("shoal_aggregator_round_duration_seconds")
+                         .Help("Time from OpenRound to CloseRound")
+                         .Register(registry)
+                         .Add({}, prometheus::Histogram::BucketBoundaries{
+                                      0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600})),
+      pushes_in_flight(prometheus::BuildGauge()
+                           .Name("shoal_aggregator_pushes_in_flight")
+                           .Help("Update pushes holding a staging buffer")
+                           .Register(registry)
+                           .Add({})),
+      model_version(prometheus::BuildGauge()
+                        .Name("shoal_aggregator_model_version")
+                        .Help("Latest global model version published or stored")
+                        .Register(registry)
+                        .Add({})) {
+  for (int i = 0; i < kNumRejectReasons; ++i) {
+    rejected[i] = &rejected_family.Add({{"reason", RejectReasonLabel(static_cast<RejectReason>(i))}});
+  }
+}
+
+}  // namespace shoal::aggregator

@@ -1,0 +1,49 @@
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <string>
+
+namespace shoal::aggregator {
+
+// Why an update was rejected: the bounded label values of
+// shoal_aggregator_updates_rejected_total{reason}.
+enum class RejectReason {
+  kUnknownTask,    // NOT_FOUND
+  kRoundNotOpen,   // FAILED_PRECONDITION: closed, unknown or abandoned round
+  kUnexpectedPeer, // FAILED_PRECONDITION
+  kStaleBase,      // FAILED_PRECONDITION: base_version is not the round's base
+  kMalformed,      // INVALID_ARGUMENT: bad stream, layout, dtype, size, digest, weight
+  kNonFinite,      // INVALID_ARGUMENT: NaN or Inf
+  kNormBound,      // INVALID_ARGUMENT: L2 norm above the round's bound
+  kBusy,           // RESOURCE_EXHAUSTED / ABORTED: no staging buffer, executor full, concurrent push
+  kIncomplete,     // the stream ended or was cancelled before the update was complete
+};
+inline constexpr int kNumRejectReasons = 9;
+const char* RejectReasonLabel(RejectReason reason);
+
+// The aggregator's Prometheus metrics, registered in an injected registry. Owned by the server
+// (or a test); referenced by the core and the service. Thread-safe (prometheus-cpp metrics are).
+struct AggregatorMetrics {
+  explicit AggregatorMetrics(prometheus::Registry& registry);
+
+  prometheus::Counter& RejectedCounter(RejectReason reason) {
+    return *rejected[static_cast<int>(reason)];
+  }
+
+  prometheus::Counter& updates_accepted;
+  prometheus::Family<prometheus::Counter>& rejected_family;
+  prometheus::Counter* rejected[kNumRejectReasons];
+  prometheus::Counter& bytes_received;
+  prometheus::Counter& bytes_sent;
+  prometheus::Counter& rounds_completed;
+  prometheus::Histogram& round_duration;
+  prometheus::Gauge& pushes_in_flight;
+  prometheus::Gauge& model_version;
+};
+
+}  // namespace shoal::aggregator

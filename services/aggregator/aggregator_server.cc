@@ -1,0 +1,159 @@
+#include "services/aggregator/aggregator_server.h"
+
+#include "absl/strings/str_cat.h"
+#include "libs/common/address.h"
+#include "libs/common/address_file.h"
+#include "libs/common/backoff.h"
+#include "libs/common/log.h"
+#include "libs/rpc/channel.h"
+#include "libs/rpc/status.h"
+#include "shoal/coordinator/v1/registry.grpc.pb.h"
+
+namespace shoal::aggregator {
+
+absl::Status AggregatorOptions::Validate() const {
+  if (auto s = ParseHostPort(listen, "--listen"); !s.ok()) return s.status();
+  if (auto s = ParseHostPort(metrics_listen, "--metrics-listen"); !s.ok()) return s.status();
+  if (coordinator.empty()) {
+    return absl::InvalidArgumentError("--coordinator: required (HOST:PORT of the coordinator)");
+  }
+  if (auto s = ParseHostPort(coordinator, "--coordinator"); !s.ok()) return s.status();
+  if (!advertise.empty()) {
+    auto hp = ParseHostPort(advertise, "--advertise");
+    if (!hp.ok()) return hp.status();
+    if (hp->port == 0) return absl::InvalidArgumentError("--advertise: port must not be 0");
+  }
+  if (max_concurrent_pushes < 1 || max_concurrent_pushes > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-concurrent-pushes: must be in [1, 1024], got ", max_concurrent_pushes));
+  }
+  if (executor_threads < 1) {
+    return absl::InvalidArgumentError("executor_threads must be >= 1");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
+    const AggregatorOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  std::unique_ptr<AggregatorServer> self(new AggregatorServer());
+  self->options_ = options;
+
+  auto metrics = metrics::MetricsServer::Start(options.metrics_listen, "--metrics-listen");
+  if (!metrics.ok()) return metrics.status();
+  self->metrics_ = *std::move(metrics);
+  self->aggregator_metrics_ = std::make_unique<AggregatorMetrics>(self->metrics_->registry());
+
+  AggregatorCoreOptions core_options;
+  core_options.max_concurrent_pushes = options.max_concurrent_pushes;
+  auto core = AggregatorCore::Create(core_options, RealClock::Get(), *self->aggregator_metrics_);
+  if (!core.ok()) return core.status();
+  self->core_ = *std::move(core);
+  // Queue room for every staged push plus control calls; beyond that answer RESOURCE_EXHAUSTED.
+  self->executor_ = std::make_unique<Executor>(
+      options.executor_threads, static_cast<size_t>(options.max_concurrent_pushes) * 2 + 16);
+  self->service_ = std::make_unique<AggregatorServiceImpl>(
+      AggregatorServiceOptions{core_options.limits}, *self->core_, *self->executor_,
+      *self->aggregator_metrics_);
+
+  rpc::ServerOptions server_options;
+  server_options.listen = options.listen;
+  server_options.service_name = "shoal-aggregator";
+  auto server = rpc::Server::Start(server_options, {self->service_.get()});
+  if (!server.ok()) return server.status();
+  self->server_ = *std::move(server);
+
+  self->advertise_ = options.advertise;
+  if (self->advertise_.empty()) {
+    auto hp = ParseHostPort(self->server_->address(), "bound address");
+    if (hp.ok() && (hp->host == "0.0.0.0" || hp->host == "::" || hp->host.empty())) {
+      hp->host = "127.0.0.1";
+      LogWarning("listening on all interfaces; advertising ", hp->ToString(),
+                 " (set --advertise for other hosts)");
+      self->advertise_ = hp->ToString();
+    } else {
+      self->advertise_ = self->server_->address();
+    }
+  }
+  if (!options.address_file.empty()) {
+    absl::Status s = WriteAddressFile(
+        options.address_file,
+        {{"grpc", self->server_->address()}, {"metrics", self->metrics_->address()}});
+    if (!s.ok()) return s;
+  }
+  LogInfo("serving on ", self->server_->address(), " (metrics on ", self->metrics_->address(),
+          "), advertising ", self->advertise_, ", coordinator ", options.coordinator);
+  AggregatorServer* raw = self.get();
+  self->registration_ = std::thread([raw] { raw->RegistrationLoop(); });
+  return self;
+}
+
+AggregatorServer::~AggregatorServer() { Shutdown(); }
+
+bool AggregatorServer::registered() const {
+  absl::MutexLock lock(&mu_);
+  return registered_;
+}
+
+void AggregatorServer::RegistrationLoop() {
+  auto stub = coordinator::v1::RegistryService::NewStub(rpc::MakeChannel(options_.coordinator));
+  Backoff backoff(BackoffOptions{absl::Milliseconds(200), absl::Seconds(5), 2.0, 0.2});
+  bool was_ok = false;
+  bool warned = false;
+  for (;;) {
+    grpc::ClientContext context;
+    rpc::SetTimeout(context, options_.register_timeout);
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      in_flight_ = &context;
+    }
+    coordinator::v1::RegisterAggregatorRequest request;
+    request.set_address(advertise_);
+    coordinator::v1::RegisterAggregatorResponse response;
+    grpc::Status status = stub->RegisterAggregator(&context, request, &response);
+    {
+      absl::MutexLock lock(&mu_);
+      in_flight_ = nullptr;
+      if (stopping_) return;
+    }
+    absl::Duration wait;
+    if (status.ok()) {
+      if (!was_ok) LogInfo("registered with coordinator ", options_.coordinator);
+      was_ok = true;
+      warned = false;
+      backoff.Reset();
+      wait = response.heartbeat_interval_ms() > 0
+                 ? absl::Milliseconds(response.heartbeat_interval_ms())
+                 : options_.default_heartbeat_interval;
+      // Register a little before the interval ends.
+      wait = wait * 0.8;
+    } else {
+      if (was_ok || !warned) {
+        LogWarning("cannot register with coordinator ", options_.coordinator, ": ",
+                   rpc::FromGrpcStatus(status).ToString(), " (retrying)");
+        warned = true;
+      }
+      was_ok = false;
+      wait = backoff.Next();
+    }
+    absl::MutexLock lock(&mu_);
+    registered_ = was_ok;
+    if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), wait)) return;
+  }
+}
+
+void AggregatorServer::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    if (in_flight_ != nullptr) in_flight_->TryCancel();
+  }
+  if (registration_.joinable()) registration_.join();
+  if (server_ != nullptr) server_->Shutdown(options_.shutdown_grace);
+  if (executor_ != nullptr) executor_->Shutdown();
+}
+
+}  // namespace shoal::aggregator

@@ -1,0 +1,79 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <grpcpp/client_context.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "libs/common/clock.h"
+#include "libs/common/executor.h"
+#include "libs/metrics/metrics_server.h"
+#include "libs/rpc/server.h"
+#include "services/aggregator/aggregator_core.h"
+#include "services/aggregator/aggregator_metrics.h"
+#include "services/aggregator/aggregator_service.h"
+
+namespace shoal::aggregator {
+
+struct AggregatorOptions {
+  std::string listen = "127.0.0.1:7100";
+  std::string metrics_listen = "127.0.0.1:9200";
+  std::string coordinator;   // HOST:PORT of the coordinator's RegistryService; required
+  std::string advertise;     // HOST:PORT peers use to reach us; default: the bound address
+  std::string address_file;  // optional: where to write the bound addresses
+  int max_concurrent_pushes = 4;
+  int executor_threads = 2;
+  absl::Duration register_timeout = absl::Seconds(5);
+  absl::Duration default_heartbeat_interval = absl::Seconds(2);
+  absl::Duration shutdown_grace = absl::Seconds(5);
+
+  // Errors name the flag: INVALID_ARGUMENT "--listen: ...".
+  absl::Status Validate() const;
+};
+
+// The shoal-aggregator process: owns the metrics endpoint, the core, the executor, the gRPC
+// server and the registration thread that keeps announcing this aggregator to the coordinator
+// (retrying with backoff while the coordinator is down). Not thread-safe: one owner starts it
+// and shuts it down.
+class AggregatorServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<AggregatorServer>> Start(const AggregatorOptions& options);
+  ~AggregatorServer();
+
+  const std::string& address() const { return server_->address(); }
+  const std::string& metrics_address() const { return metrics_->address(); }
+  const std::string& advertised_address() const { return advertise_; }
+  prometheus::Registry& registry() { return metrics_->registry(); }
+  // True once the coordinator has accepted a registration.
+  bool registered() const;
+
+  // Stops registering, drains calls (up to the grace period), then the executor. Idempotent.
+  void Shutdown();
+
+ private:
+  AggregatorServer() = default;
+  void RegistrationLoop();
+
+  AggregatorOptions options_;
+  std::string advertise_;
+  std::unique_ptr<metrics::MetricsServer> metrics_;
+  std::unique_ptr<AggregatorMetrics> aggregator_metrics_;
+  std::unique_ptr<AggregatorCore> core_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<AggregatorServiceImpl> service_;
+  std::unique_ptr<rpc::Server> server_;
+  std::thread registration_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* in_flight_ ABSL_GUARDED_BY(mu_) = nullptr;  // registration call
+  bool shut_down_ = false;
+};
+
+}  // namespace shoal::aggregator

@@ -1,0 +1,308 @@
+#include "services/aggregator/aggregator_service.h"
+
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include <grpcpp/impl/codegen/proto_utils.h>
+
+#include "absl/strings/str_cat.h"
+#include "libs/rpc/model_stream.h"
+#include "libs/rpc/status.h"
+
+namespace shoal::aggregator {
+namespace {
+
+using aggregator::v1::PushUpdateRequest;
+using aggregator::v1::PushUpdateResponse;
+using aggregator::v1::PutModelRequest;
+
+grpc::Status Busy() {
+  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      "aggregator is busy (work queue full); retry later");
+}
+
+// Receives a whole model (PutModel): meta, then frames decoded and verified as they arrive;
+// storing it (digest pass) runs on the executor.
+class PutModelReactor : public grpc::ServerReadReactor<PutModelRequest> {
+ public:
+  PutModelReactor(const AggregatorServiceOptions& options, AggregatorCore& core,
+                  Executor& executor, AggregatorMetrics& metrics,
+                  aggregator::v1::PutModelResponse* response)
+      : options_(options), core_(core), executor_(executor), metrics_(metrics),
+        response_(response) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      EndOfStream();
+      return;
+    }
+    metrics_.bytes_received.Increment(static_cast<double>(request_.ByteSizeLong()));
+    absl::Status s = Handle();
+    if (!s.ok()) {
+      Finish(rpc::ToGrpcStatus(s));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Handle() {
+    if (!decoder_.has_value()) {
+      if (request_.item_case() != PutModelRequest::kMeta) {
+        return absl::InvalidArgumentError("PutModel stream must start with a ModelMeta");
+      }
+      meta_ = request_.meta();
+      if (meta_.task().empty()) return absl::InvalidArgumentError("ModelMeta.task is empty");
+      auto lease = core_.AcquireStaging();
+      if (!lease.ok()) return lease.status();
+      lease_.emplace(*std::move(lease));
+      auto decoder = tensor::FrameDecoder::ForMeta(meta_, options_.limits, /*require_finite=*/true);
+      if (!decoder.ok()) return decoder.status();
+      decoder_.emplace(*std::move(decoder));
+      return absl::OkStatus();
+    }
+    if (request_.item_case() != PutModelRequest::kFrame) {
+      return absl::InvalidArgumentError("PutModel stream carries a second ModelMeta");
+    }
+    return decoder_->Add(request_.frame());
+  }
+
+  void EndOfStream() {
+    if (!decoder_.has_value()) {
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "PutModel stream ended before its ModelMeta"));
+      return;
+    }
+    if (!executor_.TrySubmit([this] { Complete(); })) Finish(Busy());
+  }
+
+  void Complete() {
+    auto model = std::move(*decoder_).Finish();
+    decoder_.reset();
+    absl::Status status = model.status();
+    if (model.ok()) {
+      auto put = core_.PutModel(meta_.task(), meta_.version(), *std::move(model));
+      status = put.status();
+      if (put.ok()) {
+        response_->set_version(put->version);
+        response_->set_digest_xxh3(put->digest);
+      }
+    }
+    lease_.reset();
+    Finish(rpc::ToGrpcStatus(status));
+  }
+
+  const AggregatorServiceOptions& options_;
+  AggregatorCore& core_;
+  Executor& executor_;
+  AggregatorMetrics& metrics_;
+  aggregator::v1::PutModelResponse* response_;
+  PutModelRequest request_;
+  common::v1::ModelMeta meta_;
+  std::optional<AggregatorCore::StagingLease> lease_;
+  std::optional<tensor::FrameDecoder> decoder_;
+};
+
+// Receives one peer's update (PushUpdate, raw): meta, then frames validated as they arrive into
+// a staging buffer; chunk messages are read straight from the received slices. The fold into
+// the round's sum runs on the executor once the stream is complete. The first bad frame ends
+// the call with INVALID_ARGUMENT.
+class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+ public:
+  PushUpdateReactor(AggregatorCore& core, Executor& executor, AggregatorMetrics& metrics,
+                    grpc::ByteBuffer* response)
+      : core_(core), executor_(executor), metrics_(metrics), response_(response) {
+    StartRead(&message_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      EndOfStream();
+      return;
+    }
+    metrics_.bytes_received.Increment(static_cast<double>(message_.Length()));
+    absl::Status s = Handle();
+    if (finished_) return;
+    if (!s.ok()) {
+      Finish(rpc::ToGrpcStatus(s));
+      return;
+    }
+    message_.Clear();
+    StartRead(&message_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Parse(PushUpdateRequest* request) {
+    grpc::Status s = grpc::GenericDeserialize<grpc::ProtoBufferReader, PushUpdateRequest>(
+        &message_, request);
+    if (!s.ok()) return absl::InvalidArgumentError("cannot parse PushUpdateRequest");
+    return absl::OkStatus();
+  }
+
+  absl::Status Handle() {
+    if (push_ == nullptr) {
+      PushUpdateRequest request;
+      absl::Status s = Parse(&request);
+      if (s.ok() && request.item_case() != PushUpdateRequest::kMeta) {
+        s = absl::InvalidArgumentError("PushUpdate stream must start with an UpdateMeta");
+      }
+      if (!s.ok()) {
+        metrics_.RejectedCounter(RejectReason::kMalformed).Increment();
+        return s;
+      }
+      const auto& m = request.meta();
+      auto push = core_.BeginPush(
+          {m.task(), m.round(), m.peer_id(), m.base_version(), m.num_samples(), m.train_loss()});
+      if (!push.ok()) return push.status();
+      if (*push == nullptr) {
+        PushUpdateResponse response;
+        response.set_duplicate(true);
+        FinishWith(response);
+        return absl::OkStatus();
+      }
+      push_ = *std::move(push);
+      return absl::OkStatus();
+    }
+    absl::Status s;
+    if (rpc::ParseChunkMessage(message_, &slices_, &parts_)) {
+      s = push_->AddChunkParts(parts_);
+      slices_.clear();
+      parts_.clear();
+    } else {
+      PushUpdateRequest request;
+      s = Parse(&request);
+      if (s.ok()) {
+        s = request.item_case() == PushUpdateRequest::kFrame
+                ? push_->AddFrame(request.frame())
+                : absl::InvalidArgumentError("PushUpdate stream carries a second UpdateMeta");
+      }
+    }
+    if (!s.ok()) {
+      push_->Reject(RejectReason::kMalformed);  // no-op when the push already counted it
+      push_.reset();
+    }
+    return s;
+  }
+
+  void FinishWith(const PushUpdateResponse& response) {
+    bool own = false;
+    grpc::GenericSerialize<grpc::ProtoBufferWriter, PushUpdateResponse>(response, response_,
+                                                                        &own);
+    finished_ = true;
+    Finish(grpc::Status::OK);
+  }
+
+  void EndOfStream() {
+    if (push_ == nullptr) {
+      metrics_.RejectedCounter(RejectReason::kIncomplete).Increment();
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "PushUpdate stream ended before its UpdateMeta"));
+      return;
+    }
+    if (!executor_.TrySubmit([this] {
+          absl::Status s = push_->Commit();
+          push_.reset();
+          if (s.ok()) {
+            FinishWith(PushUpdateResponse());
+          } else {
+            Finish(rpc::ToGrpcStatus(s));
+          }
+        })) {
+      push_->Reject(RejectReason::kBusy);
+      push_.reset();
+      Finish(Busy());
+    }
+  }
+
+  AggregatorCore& core_;
+  Executor& executor_;
+  AggregatorMetrics& metrics_;
+  grpc::ByteBuffer* response_;
+  grpc::ByteBuffer message_;
+  std::vector<grpc::Slice> slices_;
+  std::vector<absl::string_view> parts_;
+  bool finished_ = false;
+  std::unique_ptr<AggregatorCore::Push> push_;
+};
+
+}  // namespace
+
+AggregatorServiceImpl::AggregatorServiceImpl(AggregatorServiceOptions options,
+                                             AggregatorCore& core, Executor& executor,
+                                             AggregatorMetrics& metrics)
+    : options_(std::move(options)), core_(core), executor_(executor), metrics_(metrics) {}
+
+grpc::ServerReadReactor<PutModelRequest>* AggregatorServiceImpl::PutModel(
+    grpc::CallbackServerContext* context, aggregator::v1::PutModelResponse* response) {
+  return new PutModelReactor(options_, core_, executor_, metrics_, response);
+}
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* AggregatorServiceImpl::PushUpdate(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
+  return new PushUpdateReactor(core_, executor_, metrics_, response);
+}
+
+grpc::ServerWriteReactor<common::v1::ModelChunk>* AggregatorServiceImpl::GetModel(
+    grpc::CallbackServerContext* context, const aggregator::v1::GetModelRequest* request) {
+  std::optional<uint64_t> version;
+  if (request->has_version()) version = request->version();
+  auto snapshot = core_.GetModel(request->task(), version);
+  if (!snapshot.ok()) return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(snapshot.status()));
+  AggregatorMetrics* metrics = &metrics_;
+  return new rpc::ModelWriteReactor(
+      snapshot->model, tensor::MakeModelMeta(request->task(), snapshot->version, *snapshot->model),
+      [metrics](uint64_t bytes, bool) { metrics->bytes_sent.Increment(static_cast<double>(bytes)); });
+}
+
+grpc::ServerUnaryReactor* AggregatorServiceImpl::OpenRound(
+    grpc::CallbackServerContext* context, const aggregator::v1::OpenRoundRequest* request,
+    aggregator::v1::OpenRoundResponse* response) {
+  OpenRoundParams params;
+  params.task = request->task();
+  params.round = request->round();
+  params.base_version = request->base_version();
+  params.expected_peers.assign(request->expected_peers().begin(), request->expected_peers().end());
+  params.max_update_norm = request->max_update_norm();
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(rpc::ToGrpcStatus(core_.OpenRound(params)));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AggregatorServiceImpl::CloseRound(
+    grpc::CallbackServerContext* context, const aggregator::v1::CloseRoundRequest* request,
+    aggregator::v1::CloseRoundResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  // Applying the mean is a pass over the model: executor work.
+  if (!executor_.TrySubmit([this, reactor, request, response] {
+        auto result = core_.CloseRound(request->task(), request->round());
+        if (result.ok()) {
+          response->set_version(result->version);
+          for (const auto& peer : result->contributors) response->add_contributors(peer);
+          response->set_num_samples(result->num_samples);
+          response->set_mean_train_loss(result->mean_train_loss);
+          response->set_digest_xxh3(result->digest);
+        }
+        reactor->Finish(rpc::ToGrpcStatus(result.status()));
+      })) {
+    reactor->Finish(Busy());
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AggregatorServiceImpl::ReleaseTask(
+    grpc::CallbackServerContext* context, const aggregator::v1::ReleaseTaskRequest* request,
+    aggregator::v1::ReleaseTaskResponse* response) {
+  core_.ReleaseTask(request->task());
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace shoal::aggregator

@@ -1,0 +1,52 @@
+#pragma once
+
+#include "libs/common/executor.h"
+#include "services/aggregator/aggregator_core.h"
+#include "services/aggregator/aggregator_metrics.h"
+#include "shoal/aggregator/v1/aggregator.grpc.pb.h"
+
+namespace shoal::aggregator {
+
+struct AggregatorServiceOptions {
+  tensor::DecoderLimits limits;  // for PutModel streams
+};
+
+// gRPC adapter of AggregatorService over AggregatorCore. Handlers are thin: streams are
+// validated frame by frame inside their reactions (cheap: a copy and a digest update per
+// chunk); completing an upload, folding an update and closing a round run on `executor`
+// (RESOURCE_EXHAUSTED when it is full). Owned by the server; core, executor and metrics must
+// outlive it. Thread-safe.
+// PushUpdate is registered raw (ByteBuffer in, ByteBuffer out) so chunk bytes are copied once,
+// straight from the received slices into the staging buffer, instead of being parsed into a
+// protobuf string first.
+class AggregatorServiceImpl final
+    : public aggregator::v1::AggregatorService::WithRawCallbackMethod_PushUpdate<
+          aggregator::v1::AggregatorService::CallbackService> {
+ public:
+  AggregatorServiceImpl(AggregatorServiceOptions options, AggregatorCore& core,
+                        Executor& executor, AggregatorMetrics& metrics);
+
+  grpc::ServerReadReactor<aggregator::v1::PutModelRequest>* PutModel(
+      grpc::CallbackServerContext* context, aggregator::v1::PutModelResponse* response) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* PushUpdate(grpc::CallbackServerContext* context,
+                                                        grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<common::v1::ModelChunk>* GetModel(
+      grpc::CallbackServerContext* context, const aggregator::v1::GetModelRequest* request) override;
+  grpc::ServerUnaryReactor* OpenRound(grpc::CallbackServerContext* context,
+                                      const aggregator::v1::OpenRoundRequest* request,
+                                      aggregator::v1::OpenRoundResponse* response) override;
+  grpc::ServerUnaryReactor* CloseRound(grpc::CallbackServerContext* context,
+                                       const aggregator::v1::CloseRoundRequest* request,
+                                       aggregator::v1::CloseRoundResponse* response) override;
+  grpc::ServerUnaryReactor* ReleaseTask(grpc::CallbackServerContext* context,
+                                        const aggregator::v1::ReleaseTaskRequest* request,
+                                        aggregator::v1::ReleaseTaskResponse* response) override;
+
+ private:
+  const AggregatorServiceOptions options_;
+  AggregatorCore& core_;
+  Executor& executor_;
+  AggregatorMetrics& metrics_;
+};
+
+}  // namespace shoal::aggregator

@@ -1,0 +1,59 @@
+// shoal-aggregator: the data-plane supernode. Receives peers' deltas as chunked streams, folds
+// them into a running weighted mean, and serves the aggregated model.
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
+#include "libs/common/flag_names.h"
+#include "libs/common/log.h"
+#include "libs/rpc/model_stream.h"
+#include "libs/rpc/signals.h"
+#include "services/aggregator/aggregator_server.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7100", "HOST:PORT for gRPC (port 0 = any free port)");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9200",
+          "HOST:PORT for Prometheus /metrics (port 0 = any free port)");
+ABSL_FLAG(std::string, coordinator, "", "HOST:PORT of the coordinator (required)");
+ABSL_FLAG(std::string, advertise, "",
+          "HOST:PORT that peers and the coordinator use to reach this aggregator "
+          "(default: the bound --listen address)");
+ABSL_FLAG(std::string, address_file, "",
+          "if set, write the bound addresses here (grpc=HOST:PORT, metrics=HOST:PORT)");
+ABSL_FLAG(int, max_concurrent_pushes, 4,
+          "updates staged at once (each holds one model-sized buffer)");
+
+int main(int argc, char** argv) {
+  shoal::rpc::BlockShutdownSignals();
+  shoal::rpc::TuneAllocatorForModelStreams();
+  shoal::SetLogProgramName("shoal-aggregator");
+  absl::SetProgramUsageMessage(
+      "shoal-aggregator --listen HOST:PORT --metrics-listen HOST:PORT --coordinator HOST:PORT "
+      "[--advertise HOST:PORT] [--address-file PATH] [--max-concurrent-pushes N]");
+  shoal::ParseDashedCommandLine(argc, argv);
+
+  shoal::aggregator::AggregatorOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.advertise = absl::GetFlag(FLAGS_advertise);
+  options.address_file = absl::GetFlag(FLAGS_address_file);
+  options.max_concurrent_pushes = absl::GetFlag(FLAGS_max_concurrent_pushes);
+  if (absl::Status s = options.Validate(); !s.ok()) {
+    std::fprintf(stderr, "shoal-aggregator: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  auto server = shoal::aggregator::AggregatorServer::Start(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "shoal-aggregator: %s\n",
+                 std::string(server.status().message()).c_str());
+    return 1;
+  }
+  const int sig = shoal::rpc::WaitForShutdownSignal();
+  shoal::LogInfo("signal ", sig, ": shutting down");
+  (*server)->Shutdown();
+  shoal::LogInfo("stopped");
+  return 0;
+}

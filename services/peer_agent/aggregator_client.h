@@ -1,0 +1,63 @@
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "libs/tensor/flat_model.h"
+#include "shoal/aggregator/v1/aggregator.pb.h"
+#include "shoal/common/v1/model.pb.h"
+
+namespace shoal::peer {
+
+// What the peer agent needs from an aggregator. One attempt per call, bounded by `deadline`;
+// retrying is the caller's business. Implementations are thread-safe.
+class AggregatorClient {
+ public:
+  virtual ~AggregatorClient() = default;
+
+  // Uploads a whole model (AggregatorService.PutModel). Returns the aggregator's digest. The
+  // model is shared because the transport sends straight from its memory.
+  virtual absl::StatusOr<uint64_t> PutModel(const std::string& address,
+                                            const common::v1::ModelMeta& meta,
+                                            std::shared_ptr<const tensor::FlatModel> model,
+                                            absl::Time deadline) = 0;
+  // Pushes a delta (AggregatorService.PushUpdate). Returns `duplicate`.
+  virtual absl::StatusOr<bool> PushUpdate(const std::string& address,
+                                          const aggregator::v1::UpdateMeta& meta,
+                                          std::shared_ptr<const tensor::FlatModel> delta,
+                                          absl::Time deadline) = 0;
+  // Downloads model `version` of `task` (AggregatorService.GetModel).
+  virtual absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address,
+                                                     const std::string& task, uint64_t version,
+                                                     absl::Time deadline) = 0;
+};
+
+// AggregatorClient over gRPC; keeps one channel per aggregator address. Thread-safe.
+class GrpcAggregatorClient final : public AggregatorClient {
+ public:
+  GrpcAggregatorClient() = default;
+
+  absl::StatusOr<uint64_t> PutModel(const std::string& address, const common::v1::ModelMeta& meta,
+                                    std::shared_ptr<const tensor::FlatModel> model,
+                                    absl::Time deadline) override;
+  absl::StatusOr<bool> PushUpdate(const std::string& address,
+                                  const aggregator::v1::UpdateMeta& meta,
+                                  std::shared_ptr<const tensor::FlatModel> delta,
+                                  absl::Time deadline) override;
+  absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address, const std::string& task,
+                                             uint64_t version, absl::Time deadline) override;
+
+ private:
+  struct Stub;
+  std::shared_ptr<Stub> StubFor(const std::string& address);
+
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shoal::peer

@@ -1,0 +1,44 @@
+#include "services/peer_agent/peer_metrics.h"
+
+namespace shoal::peer {
+namespace {
+
+prometheus::Counter& Counter(prometheus::Registry& r, const std::string& name,
+                             const std::string& help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
+}
+
+prometheus::Gauge& Gauge(prometheus::Registry& r, const std::string& name,
+                         const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
+}
+
+}  // namespace
+
+PeerMetrics::PeerMetrics(prometheus::Registry& r)
+    : rounds_completed(Counter(r, "shoal_peer_rounds_completed_total",
+                               "Rounds whose update this peer pushed successfully.")),
+      train_loss(Gauge(r, "shoal_peer_train_loss", "Mean training loss of the last round.")),
+      test_accuracy(Gauge(r, "shoal_peer_test_accuracy",
+                          "Accuracy of the last global model on this peer's test slice.")),
+      bytes_sent(Counter(r, "shoal_peer_bytes_sent_total",
+                         "Tensor payload bytes sent (updates, initial models, snapshots).")),
+      bytes_received(Counter(r, "shoal_peer_bytes_received_total",
+                             "Tensor payload bytes received (global models).")),
+      round_duration(prometheus::BuildHistogram()
+                         .Name("shoal_peer_round_duration_seconds")
+                         .Help("Time from RoundStarted to the accepted push.")
+                         .Register(r)
+                         .Add({}, prometheus::Histogram::BucketBoundaries{
+                                      0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300})),
+      updates_rejected(Counter(r, "shoal_peer_updates_rejected_total",
+                               "Pushes the aggregator rejected (closed round, bad update).")),
+      samples_trained(Counter(r, "shoal_peer_samples_trained_total", "Samples trained.")),
+      connected(Gauge(r, "shoal_peer_connected",
+                      "1 while the session stream to the coordinator is up, else 0.")),
+      rounds_abandoned(Counter(r, "shoal_peer_rounds_abandoned_total",
+                               "Rounds abandoned because a newer event superseded them.")),
+      session_reconnects(Counter(r, "shoal_peer_session_reconnects_total",
+                                 "Session streams (re)opened after the first.")) {}
+
+}  // namespace shoal::peer

@@ -1,0 +1,145 @@
+#include "services/peer_agent/peer_server.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "libs/common/address.h"
+#include "libs/common/address_file.h"
+#include "libs/common/clock.h"
+#include "libs/common/log.h"
+#include "libs/common/status_macros.h"
+#include "libs/rpc/signals.h"
+#include "libs/training/fashion_mnist.h"
+#include "libs/training/trainer.h"
+
+namespace shoal::peer {
+namespace {
+
+absl::Status Flag(absl::string_view flag, const absl::Status& s) {
+  if (s.ok()) return s;
+  if (absl::StartsWith(s.message(), flag)) return s;
+  return absl::Status(s.code(), absl::StrCat(flag, ": ", s.message()));
+}
+
+}  // namespace
+
+absl::Status PeerOptions::Validate() const {
+  if (coordinator.empty()) return absl::InvalidArgumentError("--coordinator is required");
+  SHOAL_RETURN_IF_ERROR(ParseHostPort(coordinator, "--coordinator").status());
+  SHOAL_RETURN_IF_ERROR(ParseHostPort(listen, "--listen").status());
+  SHOAL_RETURN_IF_ERROR(ParseHostPort(metrics_listen, "--metrics-listen").status());
+  if (data_dir.empty()) return absl::InvalidArgumentError("--data-dir is required");
+  SHOAL_RETURN_IF_ERROR(Flag("--data-dir", training::CheckFashionMnistDir(data_dir)));
+  SHOAL_RETURN_IF_ERROR(Flag("--shard", training::ValidateShardSpec(shard)));
+  if (device != "cpu" && device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device: unknown device \"", device, "\" (known: cpu, cuda)"));
+  }
+  SHOAL_RETURN_IF_ERROR(Flag("--device", training::CheckDevice(device)));
+  if (torch_threads < 1 || torch_threads > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--torch-threads: must be in [1, 256], got ", torch_threads));
+  }
+  if (name.size() > 63) return absl::InvalidArgumentError("--name: at most 63 characters");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions& options) {
+  SHOAL_RETURN_IF_ERROR(options.Validate());
+  SHOAL_RETURN_IF_ERROR(Flag("--torch-threads", training::SetTorchThreads(options.torch_threads)));
+  // Load (and so fully check) the data before connecting anywhere; every task reuses it.
+  absl::StatusOr<training::RawDataset> train =
+      training::LoadFashionMnist(options.data_dir, training::Split::kTrain);
+  if (!train.ok()) return Flag("--data-dir", train.status());
+  absl::StatusOr<training::RawDataset> test =
+      training::LoadFashionMnist(options.data_dir, training::Split::kTest);
+  if (!test.ok()) return Flag("--data-dir", test.status());
+
+  std::unique_ptr<PeerServer> s(new PeerServer());
+  SHOAL_ASSIGN_OR_RETURN(s->metrics_server_,
+                         metrics::MetricsServer::Start(options.metrics_listen, "--metrics-listen"));
+  s->metrics_ = std::make_unique<PeerMetrics>(s->metrics_server_->registry());
+  s->service_ = std::make_unique<PeerServiceImpl>(s->snapshots_, *s->metrics_);
+  rpc::ServerOptions server_options;
+  server_options.listen = options.listen;
+  server_options.service_name = "shoal-peer";
+  SHOAL_ASSIGN_OR_RETURN(s->server_, rpc::Server::Start(server_options, {s->service_.get()}));
+
+  SessionClientOptions session_options;
+  session_options.coordinator = options.coordinator;
+  session_options.hello.set_name(options.name);
+  session_options.hello.set_listen_address(s->server_->address());
+  session_options.hello.set_device(options.device);
+  session_options.hello.set_shard_index(options.shard.index);
+  session_options.hello.set_shard_count(options.shard.count);
+  PeerServer* self = s.get();
+  SHOAL_ASSIGN_OR_RETURN(
+      s->session_,
+      SessionClient::Create(
+          session_options, *s->metrics_,
+          [self](const coordinator::v1::CoordinatorEvent& e) { self->agent_->OnEvent(e); },
+          [self] { self->agent_->OnDisconnected(); }));
+
+  PeerAgentOptions agent_options;
+  agent_options.shard = options.shard;
+  agent_options.device = options.device;
+  SHOAL_ASSIGN_OR_RETURN(
+      s->agent_,
+      PeerAgent::Create(
+          agent_options, std::make_shared<const training::RawDataset>(*std::move(train)),
+          std::make_shared<const training::RawDataset>(*std::move(test)), s->aggregator_client_,
+          s->snapshots_, *s->metrics_, RealClock::Get(),
+          [self](const coordinator::v1::PeerMessage& m) { return self->session_->Send(m); },
+          [self](const absl::Status& status) { self->OnFatal(status); }));
+
+  if (!options.address_file.empty()) {
+    SHOAL_RETURN_IF_ERROR(Flag(
+        "--address-file",
+        WriteAddressFile(options.address_file, {{"grpc", s->server_->address()},
+                                                {"metrics", s->metrics_server_->address()}})));
+  }
+  LogInfo("serving PeerService on ", s->server_->address(), ", metrics on ",
+          s->metrics_server_->address(), "; shard ", options.shard.ToString(), ", device ",
+          options.device, "; coordinator ", options.coordinator);
+  s->session_->Start();
+  return s;
+}
+
+PeerServer::~PeerServer() { Shutdown(); }
+
+void PeerServer::OnFatal(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (fatal_.ok()) fatal_ = status;
+  }
+  rpc::RequestShutdown();
+}
+
+int PeerServer::Run() {
+  int signal = rpc::WaitForShutdownSignal();
+  bool fatal;
+  {
+    absl::MutexLock lock(&mu_);
+    fatal = !fatal_.ok();
+  }
+  if (!fatal) LogInfo("shutting down (signal ", signal, ")");
+  Shutdown();
+  return fatal ? 1 : 0;
+}
+
+void PeerServer::Shutdown() {
+  std::string reason = "shutdown";
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    if (!fatal_.ok()) reason = std::string(fatal_.message());
+  }
+  // Leave first, so no new events arrive, then stop training, then stop serving.
+  if (session_) session_->Leave(reason);
+  if (agent_) agent_->Stop();
+  if (server_) server_->Shutdown(absl::Seconds(2));
+}
+
+}  // namespace shoal::peer

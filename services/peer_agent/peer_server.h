@@ -1,0 +1,76 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "libs/metrics/metrics_server.h"
+#include "libs/rpc/server.h"
+#include "libs/training/partition.h"
+#include "services/peer_agent/aggregator_client.h"
+#include "services/peer_agent/peer_agent.h"
+#include "services/peer_agent/peer_metrics.h"
+#include "services/peer_agent/peer_service.h"
+#include "services/peer_agent/session_client.h"
+#include "services/peer_agent/snapshot_store.h"
+
+namespace shoal::peer {
+
+// Everything shoal-peer is configured with (main.cc fills it from flags).
+struct PeerOptions {
+  std::string coordinator;     // --coordinator HOST:PORT
+  std::string listen = "127.0.0.1:0";          // --listen (PeerService)
+  std::string metrics_listen = "127.0.0.1:0";  // --metrics-listen
+  std::string data_dir;        // --data-dir
+  training::ShardSpec shard;   // --shard I/N
+  std::string name;            // --name (empty: the coordinator picks an id)
+  std::string device = "cpu";  // --device cpu|cuda
+  std::string address_file;    // --address-file (optional)
+  int torch_threads = 1;       // --torch-threads
+
+  // Checks every field without connecting anywhere: addresses parse, the data directory holds
+  // the Fashion-MNIST files, the device exists. Errors are INVALID_ARGUMENT (NOT_FOUND for a
+  // missing data directory) and start with the flag's name, e.g. "--data-dir: ...".
+  absl::Status Validate() const;
+};
+
+// The shoal-peer process: loads the data, serves PeerService and /metrics, keeps the session
+// with the coordinator and runs the agent. SIGTERM/SIGINT -> Leave, stop, exit 0. Owned by
+// main(); Run() is called from the main thread. Thread-safe otherwise.
+class PeerServer {
+ public:
+  // Validates, loads the data set (before connecting anywhere), binds the servers, writes the
+  // address file and starts the session. Errors name the flag at fault.
+  static absl::StatusOr<std::unique_ptr<PeerServer>> Start(const PeerOptions& options);
+  ~PeerServer();
+
+  // Blocks until a shutdown signal (or a fatal agent error), then shuts down. Returns the exit
+  // code: 0 after a signal, 1 after a fatal error.
+  int Run();
+  // Leave, stop the agent, stop the servers. Idempotent.
+  void Shutdown();
+
+  const std::string& address() const { return server_->address(); }
+  const std::string& metrics_address() const { return metrics_server_->address(); }
+
+ private:
+  PeerServer() = default;
+  void OnFatal(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+
+  std::unique_ptr<metrics::MetricsServer> metrics_server_;
+  std::unique_ptr<PeerMetrics> metrics_;
+  SnapshotStore snapshots_;
+  std::unique_ptr<PeerServiceImpl> service_;
+  std::unique_ptr<rpc::Server> server_;
+  GrpcAggregatorClient aggregator_client_;
+  std::unique_ptr<PeerAgent> agent_;
+  std::unique_ptr<SessionClient> session_;
+
+  absl::Mutex mu_;
+  absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace shoal::peer

@@ -1,0 +1,104 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/support/sync_stream.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "libs/common/backoff.h"
+#include "services/peer_agent/peer_metrics.h"
+#include "shoal/coordinator/v1/session.grpc.pb.h"
+
+namespace shoal::peer {
+
+struct SessionClientOptions {
+  std::string coordinator;          // HOST:PORT of the coordinator's SessionService
+  coordinator::v1::Hello hello;     // sent first on every (re)connect
+  BackoffOptions reconnect_backoff{absl::Milliseconds(200), absl::Seconds(5), 2.0, 0.2};
+  absl::Duration default_heartbeat = absl::Seconds(2);  // until Welcome says otherwise
+  absl::Duration leave_grace = absl::Seconds(2);        // wait for the coordinator to close
+
+  absl::Status Validate() const;
+};
+
+// Keeps the peer's one Session stream to the coordinator: connects (the coordinator may start
+// after the peer), says Hello, hands every event to `on_event` from its reader thread, sends
+// heartbeats, and reconnects with capped backoff and jitter when the stream breaks (then says
+// Hello again with the peer id it was given, so the id stays the same).
+//
+// The session stream lives as long as the peer, so it has no deadline: a dead coordinator is
+// detected by the channel's keepalive and by the stream ending.
+//
+// Threads: a reader thread (connect loop) and a heartbeat thread, both owned and joined by
+// Leave()/the destructor. Send() is thread-safe; writes are serialised by a mutex.
+class SessionClient {
+ public:
+  using EventFn = std::function<void(const coordinator::v1::CoordinatorEvent&)>;
+  using DisconnectFn = std::function<void()>;
+
+  static absl::StatusOr<std::unique_ptr<SessionClient>> Create(SessionClientOptions options,
+                                                               PeerMetrics& metrics,
+                                                               EventFn on_event,
+                                                               DisconnectFn on_disconnect);
+  ~SessionClient();  // Leave("shutdown") if still running
+  SessionClient(const SessionClient&) = delete;
+  SessionClient& operator=(const SessionClient&) = delete;
+
+  void Start();
+  // Sends one message. Errors: UNAVAILABLE when the session is not up or the write fails.
+  absl::Status Send(const coordinator::v1::PeerMessage& message) ABSL_LOCKS_EXCLUDED(write_mu_);
+  // Sends Leave, closes the stream, stops reconnecting and joins the threads. Idempotent.
+  void Leave(const std::string& reason);
+
+  bool connected() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::string peer_id() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until connected (Welcome received) or `timeout` passes; returns connected().
+  bool WaitConnected(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  using Stream =
+      grpc::ClientReaderWriter<coordinator::v1::PeerMessage, coordinator::v1::CoordinatorEvent>;
+
+  SessionClient(SessionClientOptions options, PeerMetrics& metrics, EventFn on_event,
+                DisconnectFn on_disconnect);
+  void RunLoop();
+  void HeartbeatLoop();
+  // One connection: Hello, Welcome, events until the stream ends. Returns the final status.
+  grpc::Status RunOnce(bool* welcomed);
+  // Sleeps up to `d`; returns false when stopping.
+  bool SleepUnlessStopping(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const SessionClientOptions options_;
+  PeerMetrics& metrics_;
+  const EventFn on_event_;
+  const DisconnectFn on_disconnect_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<coordinator::v1::SessionService::Stub> stub_;
+
+  mutable absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool connected_ ABSL_GUARDED_BY(mu_) = false;
+  std::string peer_id_ ABSL_GUARDED_BY(mu_);
+  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_);
+  uint64_t heartbeat_generation_ ABSL_GUARDED_BY(mu_) = 0;  // +1 per Welcome
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the current stream
+
+  // Guards writes on the current stream; `stream_` is set only while connected.
+  absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  Stream* stream_ ABSL_GUARDED_BY(write_mu_) = nullptr;
+  bool writes_done_ ABSL_GUARDED_BY(write_mu_) = false;
+
+  std::thread reader_;
+  std::thread heartbeat_;
+};
+
+}  // namespace shoal::peer

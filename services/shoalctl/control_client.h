@@ -1,0 +1,113 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "libs/tensor/flat_model.h"
+#include "shoal/common/v1/model.pb.h"
+#include "shoal/common/v1/task.pb.h"
+#include "shoal/coordinator/v1/control.pb.h"
+
+namespace grpc {
+class Channel;
+}
+
+namespace shoal::shoalctl {
+
+// Lets another thread end a blocking call (a watch, a download) early; the call then returns
+// CANCELLED. Once cancelled it stays cancelled. Thread-safe; owned by the caller and must
+// outlive the calls it is passed to.
+class Canceller {
+ public:
+  void Cancel();
+  bool cancelled() const;
+
+  // For client implementations: `on_cancel` runs now if already cancelled, else on Cancel(),
+  // until Detach(). Returns false if already cancelled (on_cancel has then run).
+  bool Attach(std::function<void()> on_cancel);
+  void Detach();
+
+ private:
+  mutable absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> on_cancel_ ABSL_GUARDED_BY(mu_);
+};
+
+// A global model downloaded from the coordinator.
+struct DownloadedModel {
+  common::v1::ModelMeta meta;
+  tensor::FlatModel model;
+};
+
+// Client of the coordinator's ControlService, as an interface so the command code can be tested
+// with a fake. Every method takes the call's deadline; errors carry the gRPC code.
+class ControlClientInterface {
+ public:
+  virtual ~ControlClientInterface() = default;
+
+  virtual absl::StatusOr<coordinator::v1::TaskStatus> CreateTask(const common::v1::TaskSpec& spec,
+                                                                 absl::Duration timeout) = 0;
+  virtual absl::StatusOr<std::vector<coordinator::v1::TaskStatus>> ListTasks(
+      absl::Duration timeout) = 0;
+  virtual absl::StatusOr<coordinator::v1::TaskStatus> GetTaskStatus(const std::string& name,
+                                                                    absl::Duration timeout) = 0;
+  virtual absl::StatusOr<coordinator::v1::TaskStatus> StopTask(const std::string& name,
+                                                               absl::Duration timeout) = 0;
+  // Calls `on_status` with every status the coordinator streams, until the stream ends (the
+  // task ended), `on_status` returns false, `canceller` fires (CANCELLED) or `timeout` passes
+  // (DEADLINE_EXCEEDED). Returns the last status received; NOT_FOUND / UNAVAILABLE as usual.
+  // An UNAVAILABLE after some statuses were received means the stream broke mid-way.
+  virtual absl::StatusOr<coordinator::v1::TaskStatus> WatchTask(
+      const std::string& name, absl::Duration timeout,
+      const std::function<bool(const coordinator::v1::TaskStatus&)>& on_status,
+      Canceller* canceller) = 0;
+  // Downloads the task's latest checkpointed model, or exactly `version`.
+  virtual absl::StatusOr<DownloadedModel> GetModel(const std::string& name,
+                                                   std::optional<uint64_t> version,
+                                                   absl::Duration timeout,
+                                                   Canceller* canceller) = 0;
+};
+
+// ControlClientInterface over a gRPC channel. Thread-safe (calls may run concurrently).
+class ControlClient final : public ControlClientInterface {
+ public:
+  // `address` is HOST:PORT; the channel connects lazily, so this does not fail for an
+  // unreachable coordinator (the calls do, with UNAVAILABLE).
+  static absl::StatusOr<std::unique_ptr<ControlClient>> Create(const std::string& address);
+  ~ControlClient() override;
+
+  const std::string& address() const { return address_; }
+
+  absl::StatusOr<coordinator::v1::TaskStatus> CreateTask(const common::v1::TaskSpec& spec,
+                                                         absl::Duration timeout) override;
+  absl::StatusOr<std::vector<coordinator::v1::TaskStatus>> ListTasks(
+      absl::Duration timeout) override;
+  absl::StatusOr<coordinator::v1::TaskStatus> GetTaskStatus(const std::string& name,
+                                                            absl::Duration timeout) override;
+  absl::StatusOr<coordinator::v1::TaskStatus> StopTask(const std::string& name,
+                                                       absl::Duration timeout) override;
+  absl::StatusOr<coordinator::v1::TaskStatus> WatchTask(
+      const std::string& name, absl::Duration timeout,
+      const std::function<bool(const coordinator::v1::TaskStatus&)>& on_status,
+      Canceller* canceller) override;
+  absl::StatusOr<DownloadedModel> GetModel(const std::string& name, std::optional<uint64_t> version,
+                                           absl::Duration timeout, Canceller* canceller) override;
+
+ private:
+  struct Stub;
+  ControlClient(std::string address, std::shared_ptr<grpc::Channel> channel);
+
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<Stub> stub_;
+};
+
+}  // namespace shoal::shoalctl

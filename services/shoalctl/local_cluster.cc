@@ -1,0 +1,182 @@
+#include "services/shoalctl/local_cluster.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "libs/common/status_macros.h"
+
+namespace shoal::process {
+namespace {
+
+constexpr char kCoordinator[] = "shoal-coordinator";
+constexpr char kAggregator[] = "shoal-aggregator";
+constexpr char kPeer[] = "shoal-peer";
+
+bool IsDir(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+absl::Status LocalClusterOptions::Validate() const {
+  if (aggregators < 1) return absl::InvalidArgumentError("--aggregators: must be >= 1");
+  if (peers < 0) return absl::InvalidArgumentError("--peers: must be >= 0");
+  if (!IsDir(state_dir)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--state-dir: ", state_dir, " is not a directory"));
+  }
+  if (peers > 0 && !IsDir(data_dir)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data-dir: ", data_dir,
+                     " is not a directory (install Debian's dataset-fashion-mnist package or "
+                     "pass --data-dir)"));
+  }
+  for (const char* binary : {kCoordinator, kAggregator, kPeer}) {
+    const std::string path = absl::StrCat(bin_dir, "/", binary);
+    if (access(path.c_str(), X_OK) != 0) {
+      return absl::NotFoundError(
+          absl::StrCat("cannot find ", binary, " in ", bin_dir, " (build it, or pass --bin-dir)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOptions options,
+                                                                  std::ostream* progress,
+                                                                  const std::atomic<bool>* abort) {
+  SHOAL_RETURN_IF_ERROR(options.Validate());
+  std::unique_ptr<LocalCluster> cluster(new LocalCluster(std::move(options)));
+  const LocalClusterOptions& o = cluster->options_;
+  const std::string bin = o.bin_dir + "/";
+
+  std::vector<std::string> args = {"--listen",    "127.0.0.1:0", "--metrics-listen",
+                                   "127.0.0.1:0", "--state-dir", o.state_dir + "/coordinator"};
+  if (mkdir((o.state_dir + "/coordinator").c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::InternalError(absl::StrCat("cannot create ", o.state_dir, "/coordinator"));
+  }
+  args.insert(args.end(), o.coordinator_args.begin(), o.coordinator_args.end());
+  SHOAL_RETURN_IF_ERROR(cluster->StartService("coordinator", "coordinator", bin + kCoordinator,
+                                              args, progress, abort));
+
+  for (int i = 0; i < o.aggregators; ++i) {
+    std::vector<std::string> a = {"--listen",    "127.0.0.1:0",   "--metrics-listen",
+                                  "127.0.0.1:0", "--coordinator", cluster->coordinator_address()};
+    a.insert(a.end(), o.aggregator_args.begin(), o.aggregator_args.end());
+    SHOAL_RETURN_IF_ERROR(cluster->StartService(absl::StrCat("aggregator-", i), "aggregator",
+                                                bin + kAggregator, a, progress, abort));
+  }
+  for (int i = 0; i < o.peers; ++i) {
+    SHOAL_RETURN_IF_ERROR(cluster->StartPeer(i, o.peers));
+    if (progress != nullptr) {
+      const Service& s = cluster->services_.back();
+      *progress << "started " << s.name << " at " << s.address << " (log "
+                << cluster->LogPath(s.name) << ")\n";
+    }
+  }
+  return cluster;
+}
+
+LocalCluster::~LocalCluster() { Stop(absl::Seconds(5)); }
+
+std::string LocalCluster::LogPath(const std::string& name) const {
+  return absl::StrCat(options_.state_dir, "/logs/", name, ".log");
+}
+
+std::string LocalCluster::AddressFilePath(const std::string& name) const {
+  return absl::StrCat(options_.state_dir, "/run/", name, ".addr");
+}
+
+Service* LocalCluster::Find(const std::string& name) {
+  for (Service& s : services_) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+absl::Status LocalCluster::StartService(const std::string& name, const std::string& kind,
+                                        const std::string& binary, std::vector<std::string> args,
+                                        std::ostream* progress, const std::atomic<bool>* abort) {
+  for (const std::string& dir : {options_.state_dir + "/logs", options_.state_dir + "/run"}) {
+    if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::InternalError(absl::StrCat("cannot create ", dir));
+    }
+  }
+  const std::string address_file = AddressFilePath(name);
+  unlink(address_file.c_str());  // a stale file from an earlier run would look like success
+  args.push_back("--address-file");
+  args.push_back(address_file);
+  ProcessOptions p;
+  p.name = name;
+  p.binary = binary;
+  p.args = std::move(args);
+  p.log_path = LogPath(name);
+  SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Process> process, Process::Start(std::move(p)));
+  Service service{name, kind, "", "", std::move(process)};
+  absl::StatusOr<std::map<std::string, std::string>> addresses =
+      WaitForAddressFile(address_file, service.process.get(), options_.startup_timeout, abort);
+  if (!addresses.ok()) {
+    // The caller's cluster (if Start() fails, its destructor) stops the others.
+    service.process->Stop(absl::Seconds(5));
+    return addresses.status();
+  }
+  service.address = (*addresses)["grpc"];
+  service.metrics_address = (*addresses)["metrics"];
+  if (progress != nullptr && kind != "peer") {
+    *progress << "started " << name << " at " << service.address << " (log " << LogPath(name)
+              << ")\n";
+  }
+  services_.push_back(std::move(service));
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::StartPeer(int index, int count,
+                                     const std::vector<std::string>& extra_args) {
+  if (services_.empty()) return absl::FailedPreconditionError("the coordinator is not running");
+  const std::string name = absl::StrCat("peer-", index);
+  std::vector<std::string> args = {"--coordinator",    coordinator_address(),
+                                   "--listen",         "127.0.0.1:0",
+                                   "--metrics-listen", "127.0.0.1:0",
+                                   "--data-dir",       options_.data_dir,
+                                   "--shard",          absl::StrCat(index, "/", count),
+                                   "--name",           name};
+  args.insert(args.end(), options_.peer_args.begin(), options_.peer_args.end());
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  return StartService(name, "peer", options_.bin_dir + "/" + kPeer, std::move(args), nullptr,
+                      nullptr);
+}
+
+std::optional<std::string> LocalCluster::FirstUnexpectedExit(
+    const std::vector<std::string>& ignore) {
+  for (Service& s : services_) {
+    if (std::find(ignore.begin(), ignore.end(), s.name) != ignore.end()) continue;
+    std::optional<ExitStatus> exit = s.process->Poll();
+    if (!exit.has_value()) continue;
+    std::string message = absl::StrCat(s.name, " exited unexpectedly (", exit->ToString(), ")");
+    const std::string tail = s.process->LogTail(20);
+    absl::StrAppend(&message, "; last lines of ", s.process->log_path(), ":\n",
+                    tail.empty() ? "(empty)" : tail);
+    return message;
+  }
+  return std::nullopt;
+}
+
+void LocalCluster::Stop(absl::Duration grace) {
+  std::vector<Process*> peers, aggregators, coordinator;
+  for (Service& s : services_) {
+    if (s.kind == "peer") {
+      peers.push_back(s.process.get());
+    } else if (s.kind == "aggregator") {
+      aggregators.push_back(s.process.get());
+    } else {
+      coordinator.push_back(s.process.get());
+    }
+  }
+  StopInOrder({peers, aggregators, coordinator}, grace);
+}
+
+}  // namespace shoal::process

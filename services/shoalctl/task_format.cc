@@ -1,0 +1,203 @@
+#include "services/shoalctl/task_format.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "libs/task/task_file.h"
+
+namespace shoal::shoalctl {
+namespace {
+
+using coordinator::v1::RoundSummary;
+using coordinator::v1::TaskStatus;
+using task::JsonNumber;
+using task::JsonQuote;
+
+std::string JsonStringArray(const google::protobuf::RepeatedPtrField<std::string>& values) {
+  std::vector<std::string> quoted;
+  quoted.reserve(values.size());
+  for (const std::string& v : values) quoted.push_back(JsonQuote(v));
+  return absl::StrCat("[", absl::StrJoin(quoted, ","), "]");
+}
+
+std::string RoundToJson(const RoundSummary& r) {
+  return absl::StrCat(
+      "{\"round\":", r.round(), ",\"participants\":", JsonStringArray(r.participants()),
+      ",\"dropped\":", JsonStringArray(r.dropped()),
+      ",\"mean_train_loss\":", JsonNumber(r.mean_train_loss()),
+      ",\"num_samples\":", r.num_samples(), ",\"model_version\":", r.model_version(),
+      ",\"duration_ms\":", r.duration_ms(), ",\"evaluated\":", r.evaluated() ? "true" : "false",
+      ",\"test_accuracy\":", r.evaluated() ? JsonNumber(r.test_accuracy()) : "null",
+      ",\"test_loss\":", r.evaluated() ? JsonNumber(r.test_loss()) : "null",
+      ",\"test_samples\":", r.evaluated() ? absl::StrCat(r.test_samples()) : "null", "}");
+}
+
+std::string Fixed(double value, int digits) {
+  if (!std::isfinite(value)) return "-";
+  return absl::StrFormat("%.*f", digits, value);
+}
+
+const RoundSummary* LastEvaluated(const TaskStatus& status) {
+  for (int i = status.history_size() - 1; i >= 0; --i) {
+    if (status.history(i).evaluated()) return &status.history(i);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool IsTerminal(coordinator::v1::TaskState state) {
+  return state == coordinator::v1::TASK_STATE_COMPLETED ||
+         state == coordinator::v1::TASK_STATE_STOPPED ||
+         state == coordinator::v1::TASK_STATE_FAILED;
+}
+
+std::string StateName(coordinator::v1::TaskState state) {
+  return task::FriendlyEnumName(*coordinator::v1::TaskState_descriptor(), state);
+}
+
+std::string PhaseName(coordinator::v1::RoundPhase phase) {
+  return task::FriendlyEnumName(*coordinator::v1::RoundPhase_descriptor(), phase);
+}
+
+std::string ModeName(common::v1::Mode mode) {
+  return task::FriendlyEnumName(*common::v1::Mode_descriptor(), mode);
+}
+
+double LastTestAccuracy(const TaskStatus& status) {
+  const RoundSummary* r = LastEvaluated(status);
+  return r != nullptr ? r->test_accuracy() : -1;
+}
+
+std::string TaskStatusToJson(const TaskStatus& status) {
+  std::vector<std::string> history;
+  history.reserve(status.history_size());
+  for (const RoundSummary& r : status.history()) history.push_back(RoundToJson(r));
+  const RoundSummary* last = LastEvaluated(status);
+  return absl::StrCat("{\"name\":", JsonQuote(status.spec().name()),
+                      ",\"mode\":", JsonQuote(ModeName(status.spec().mode())),
+                      ",\"state\":", JsonQuote(StateName(status.state())),
+                      ",\"phase\":", JsonQuote(PhaseName(status.phase())),
+                      ",\"round\":", status.round(), ",\"rounds\":", status.spec().rounds(),
+                      ",\"participants\":", JsonStringArray(status.participants()),
+                      ",\"model_version\":", status.model_version(),
+                      ",\"aggregator\":", JsonQuote(status.aggregator()),
+                      ",\"message\":", JsonQuote(status.message()),
+                      ",\"created_unix_ms\":", status.created_unix_ms(), ",\"last_test_accuracy\":",
+                      last != nullptr ? JsonNumber(last->test_accuracy()) : "null",
+                      ",\"spec\":", task::MessageToFriendlyJson(status.spec()), ",\"history\":[",
+                      absl::StrJoin(history, ","), "]}");
+}
+
+std::string FormatDurationMs(int64_t ms) {
+  if (ms < 0) ms = 0;
+  if (ms < 1000) return absl::StrCat(ms, "ms");
+  if (ms < 60'000) return absl::StrFormat("%.1fs", static_cast<double>(ms) / 1000);
+  const int64_t s = ms / 1000;
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+}
+
+std::string FormatProgressLine(const TaskStatus& status, int bar_width) {
+  const uint32_t total = status.spec().rounds();
+  const size_t done = std::min<size_t>(status.history_size(), total);
+  const double fraction = total > 0 ? static_cast<double>(done) / total : 0;
+  bar_width = std::max(bar_width, 1);
+  const int filled = static_cast<int>(std::lround(fraction * bar_width));
+  std::string line =
+      absl::StrFormat("round %d/%d [%s%s] %3d%%  peers %d", status.round(), total,
+                      std::string(filled, '#'), std::string(bar_width - filled, '-'),
+                      static_cast<int>(std::lround(fraction * 100)), status.participants_size());
+  if (status.history_size() > 0) {
+    absl::StrAppend(&line, "  loss ",
+                    Fixed(status.history(status.history_size() - 1).mean_train_loss(), 4));
+  }
+  if (const RoundSummary* r = LastEvaluated(status)) {
+    absl::StrAppend(&line, "  acc ", Fixed(r->test_accuracy(), 4));
+  }
+  if (status.state() == coordinator::v1::TASK_STATE_RUNNING) {
+    if (status.phase() != coordinator::v1::ROUND_PHASE_UNSPECIFIED) {
+      absl::StrAppend(&line, "  ", PhaseName(status.phase()));
+    }
+  } else if (status.state() == coordinator::v1::TASK_STATE_COMPLETED) {
+    absl::StrAppend(&line, "  ", StateName(status.state()));
+  } else {
+    absl::StrAppend(&line, "  ", StateName(status.state()));
+    if (!status.message().empty()) absl::StrAppend(&line, ": ", status.message());
+  }
+  return line;
+}
+
+std::string FormatSummary(const TaskStatus& status) {
+  std::string out = absl::StrFormat("%5s  %-6s  %7s  %10s  %8s  %9s\n", "round", "peers", "dropped",
+                                    "train_loss", "test_acc", "duration");
+  int64_t total_ms = 0;
+  for (const RoundSummary& r : status.history()) {
+    total_ms += r.duration_ms();
+    absl::StrAppend(
+        &out, absl::StrFormat("%5d  %-6d  %7d  %10s  %8s  %9s\n", r.round(), r.participants_size(),
+                              r.dropped_size(), Fixed(r.mean_train_loss(), 4),
+                              r.evaluated() ? Fixed(r.test_accuracy(), 4) : "-",
+                              FormatDurationMs(r.duration_ms())));
+  }
+  absl::StrAppend(&out, "task ", status.spec().name(), " ", StateName(status.state()), " after ",
+                  status.history_size(), "/", status.spec().rounds(), " rounds in ",
+                  FormatDurationMs(total_ms));
+  if (!status.message().empty() && status.state() != coordinator::v1::TASK_STATE_COMPLETED) {
+    absl::StrAppend(&out, " (", status.message(), ")");
+  }
+  absl::StrAppend(&out, "\n");
+  const double acc = LastTestAccuracy(status);
+  absl::StrAppend(&out, "final test accuracy: ", acc >= 0 ? Fixed(acc, 4) : "n/a", "\n");
+  return out;
+}
+
+std::string FormatTaskStatus(const TaskStatus& status) {
+  const auto& spec = status.spec();
+  std::string out;
+  absl::StrAppend(&out, "name:          ", spec.name(), "\n");
+  absl::StrAppend(&out, "mode:          ", ModeName(spec.mode()), "\n");
+  absl::StrAppend(&out, "state:         ", StateName(status.state()));
+  if (!status.message().empty()) absl::StrAppend(&out, " (", status.message(), ")");
+  absl::StrAppend(&out, "\n");
+  absl::StrAppend(&out, "model:         ", spec.model(), " version ", status.model_version(), "\n");
+  absl::StrAppend(&out, "round:         ", status.round(), "/", spec.rounds());
+  if (status.phase() != coordinator::v1::ROUND_PHASE_UNSPECIFIED) {
+    absl::StrAppend(&out, " (", PhaseName(status.phase()), ")");
+  }
+  absl::StrAppend(&out, "\n");
+  absl::StrAppend(&out, "participants:  ", status.participants_size(), " [",
+                  absl::StrJoin(status.participants(), ", "), "]\n");
+  if (!status.aggregator().empty()) {
+    absl::StrAppend(&out, "aggregator:    ", status.aggregator(), "\n");
+  }
+  const double acc = LastTestAccuracy(status);
+  absl::StrAppend(&out, "test accuracy: ", acc >= 0 ? Fixed(acc, 4) : "n/a", "\n");
+  if (status.history_size() > 0) {
+    absl::StrAppend(&out, "\n");
+    std::string summary = FormatSummary(status);
+    // The history table only; the trailing lines repeat what is above.
+    size_t cut = summary.rfind("task ");
+    absl::StrAppend(&out, summary.substr(0, cut));
+  }
+  return out;
+}
+
+std::string FormatTaskList(const std::vector<TaskStatus>& tasks) {
+  size_t width = 4;
+  for (const TaskStatus& t : tasks) width = std::max(width, t.spec().name().size());
+  std::string out = absl::StrFormat("%-*s  %-14s  %-10s  %-6s  %-5s  %s\n", width, "NAME", "MODE",
+                                    "STATE", "MODEL", "PEERS", "ROUND");
+  for (const TaskStatus& t : tasks) {
+    absl::StrAppend(
+        &out, absl::StrFormat("%-*s  %-14s  %-10s  %-6s  %-5d  %d/%d\n", width, t.spec().name(),
+                              ModeName(t.spec().mode()), StateName(t.state()), t.spec().model(),
+                              t.participants_size(), t.round(), t.spec().rounds()));
+  }
+  return out;
+}
+
+}  // namespace shoal::shoalctl

@@ -1,0 +1,51 @@
+#pragma once
+
+// How shoalctl shows tasks: JSON for scripts, tables and a live progress line for people.
+// Pure functions of TaskStatus (tested without a server).
+
+#include <string>
+#include <vector>
+
+#include "shoal/coordinator/v1/control.pb.h"
+
+namespace shoal::shoalctl {
+
+// True for completed, stopped and failed.
+bool IsTerminal(coordinator::v1::TaskState state);
+
+// "running", "federated-sync", "training".
+std::string StateName(coordinator::v1::TaskState state);
+std::string PhaseName(coordinator::v1::RoundPhase phase);
+std::string ModeName(common::v1::Mode mode);
+
+// One JSON object on one line, for `task status --json`. Top-level keys: name, mode, state,
+// phase, round, rounds, participants (peer ids), model_version, aggregator, message,
+// created_unix_ms, last_test_accuracy (null before the first evaluation), spec (the task in
+// task-file form), history: [{round, participants, dropped, mean_train_loss, num_samples,
+// model_version, duration_ms, evaluated, test_accuracy, test_loss, test_samples}]. Enum values
+// are friendly lower-case names ("federated-sync", "running"); test_* are null when the round
+// was not evaluated; non-finite numbers are null.
+std::string TaskStatusToJson(const coordinator::v1::TaskStatus& status);
+
+// Multi-line human-readable status for `task status`.
+std::string FormatTaskStatus(const coordinator::v1::TaskStatus& status);
+
+// A table of tasks for `task list` (a header line even when empty).
+std::string FormatTaskList(const std::vector<coordinator::v1::TaskStatus>& tasks);
+
+// The live line of `task watch` / `shoalctl local`, without a newline, e.g.
+// "round 3/10 [######--------------]  30%  peers 4  loss 0.4123  acc 0.8512  training".
+// Progress counts finished rounds (history) against spec.rounds.
+std::string FormatProgressLine(const coordinator::v1::TaskStatus& status, int bar_width = 24);
+
+// The per-round table printed when a task ends: round, participants, dropped, train loss,
+// test accuracy, duration; then a line with the final state and accuracy.
+std::string FormatSummary(const coordinator::v1::TaskStatus& status);
+
+// The test accuracy of the last evaluated round, or -1 when none was evaluated.
+double LastTestAccuracy(const coordinator::v1::TaskStatus& status);
+
+// "850ms", "12.3s", "3m05s", "1h02m".
+std::string FormatDurationMs(int64_t ms);
+
+}  // namespace shoal::shoalctl

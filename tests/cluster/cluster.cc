@@ -1,0 +1,191 @@
+#include "tests/cluster/cluster.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "libs/rpc/channel.h"
+#include "libs/rpc/status.h"
+
+namespace shoal::testing {
+
+namespace cv1 = coordinator::v1;
+
+Cluster::Cluster(std::string dir) : dir_(std::move(dir)) {
+  const char* bin = std::getenv("SHOAL_BIN_DIR");
+  bin_dir_ = bin != nullptr ? bin : "build/bin";
+}
+
+Cluster::~Cluster() {
+  std::vector<process::Process*> peers;
+  for (auto& [i, s] : peers_) {
+    if (s.process) peers.push_back(s.process.get());
+  }
+  std::vector<std::vector<process::Process*>> groups = {peers};
+  if (aggregator_.process) groups.push_back({aggregator_.process.get()});
+  if (coordinator_.process) groups.push_back({coordinator_.process.get()});
+  process::StopInOrder(groups, absl::Seconds(10));
+}
+
+absl::StatusOr<Service> Cluster::Start(const std::string& name, const std::string& binary,
+                                       std::vector<std::string> args) {
+  const std::string address_file = absl::StrCat(dir_, "/", name, ".addr");
+  std::remove(address_file.c_str());
+  args.push_back("--listen=127.0.0.1:0");
+  args.push_back("--metrics-listen=127.0.0.1:0");
+  args.push_back("--address-file=" + address_file);
+  process::ProcessOptions options;
+  options.name = name;
+  options.binary = absl::StrCat(bin_dir_, "/", binary);
+  options.args = std::move(args);
+  options.log_path = absl::StrCat(dir_, "/", name, ".log");
+  auto proc = process::Process::Start(std::move(options));
+  if (!proc.ok()) return proc.status();
+  auto addresses = process::WaitForAddressFile(address_file, proc->get(), absl::Seconds(60));
+  if (!addresses.ok()) return addresses.status();
+  Service service;
+  service.process = *std::move(proc);
+  service.address = (*addresses)["grpc"];
+  service.metrics_address = (*addresses)["metrics"];
+  return service;
+}
+
+absl::Status Cluster::StartCoordinator() {
+  auto s = Start("coordinator", "shoal-coordinator",
+                 {"--state-dir=" + dir_ + "/state", "--heartbeat-interval=500ms"});
+  if (!s.ok()) return s.status();
+  coordinator_ = *std::move(s);
+  control_ = cv1::ControlService::NewStub(rpc::MakeChannel(coordinator_.address));
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::StartAggregator() {
+  auto s = Start("aggregator", "shoal-aggregator", {"--coordinator=" + coordinator_.address});
+  if (!s.ok()) return s.status();
+  aggregator_ = *std::move(s);
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::StartPeer(int index, int count, std::vector<std::string> extra_args) {
+  extra_args.push_back("--coordinator=" + coordinator_.address);
+  extra_args.push_back("--data-dir=/usr/share/datasets/fashion-mnist");
+  extra_args.push_back(absl::StrCat("--shard=", index, "/", count));
+  extra_args.push_back(absl::StrCat("--name=peer-", index));
+  auto s = Start(absl::StrCat("peer-", index), "shoal-peer", std::move(extra_args));
+  if (!s.ok()) return s.status();
+  peers_[index] = *std::move(s);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<cv1::TaskStatus> Cluster::Status(const std::string& task) {
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, absl::Seconds(5));
+  cv1::GetTaskStatusRequest request;
+  request.set_name(task);
+  cv1::GetTaskStatusResponse response;
+  absl::Status s = rpc::FromGrpcStatus(control_->GetTaskStatus(&context, request, &response));
+  if (!s.ok()) return s;
+  return response.status();
+}
+
+absl::StatusOr<cv1::TaskStatus> Cluster::WaitFor(
+    const std::string& task, const std::function<bool(const cv1::TaskStatus&)>& pred,
+    absl::Duration timeout, const std::string& what) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::StatusOr<cv1::TaskStatus> last;
+  while (absl::Now() < deadline) {
+    last = Status(task);
+    if (last.ok() && pred(*last)) return last;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("timed out waiting for ", what, "; last status: ",
+                   last.ok() ? last->ShortDebugString() : std::string(last.status().message()),
+                   "\n", LogTails()));
+}
+
+absl::Status Cluster::WaitForPeersConnected(int count, absl::Duration timeout) {
+  const std::string want = absl::StrCat("shoal_coordinator_peers_connected ", count, "\n");
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<std::string> metrics = HttpGet(coordinator_.metrics_address, "/metrics");
+    if (metrics.ok() && metrics->find(want) != std::string::npos) return absl::OkStatus();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("fewer than ", count, " peers connected\n", LogTails()));
+}
+
+std::string Cluster::LogTails() {
+  std::string out;
+  auto add = [&](Service& s) {
+    if (s.process) {
+      absl::StrAppend(&out, "--- ", s.process->name(), " ---\n", s.process->LogTail(15));
+    }
+  };
+  add(coordinator_);
+  add(aggregator_);
+  for (auto& [i, s] : peers_) add(s);
+  return out;
+}
+
+absl::StatusOr<std::string> HttpGet(const std::string& address, const std::string& path) {
+  std::vector<std::string> parts = absl::StrSplit(address, ':');
+  int port = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &port)) {
+    return absl::InvalidArgumentError("bad address " + address);
+  }
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, parts[0].c_str(), &addr.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return absl::UnavailableError("cannot connect to " + address);
+  }
+  const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", address, "\r\n\r\n");
+  if (::write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    ::close(fd);
+    return absl::UnavailableError("write failed");
+  }
+  std::string response;
+  char buf[8192];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof(buf))) > 0) response.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  if (body == std::string::npos) return absl::DataLossError("no HTTP body from " + address);
+  return response.substr(body + 4);
+}
+
+common::v1::TaskSpec SmallTask(const std::string& name) {
+  common::v1::TaskSpec spec;
+  spec.set_name(name);
+  spec.set_mode(common::v1::MODE_FEDERATED_SYNC);
+  spec.set_model("mlp");
+  spec.mutable_dataset()->set_name("fashion-mnist");
+  spec.mutable_dataset()->set_partition(common::v1::PARTITION_IID);
+  spec.mutable_dataset()->set_train_limit(6000);
+  spec.mutable_dataset()->set_test_limit(1000);
+  spec.set_batch_size(32);
+  spec.mutable_optimizer()->set_kind(common::v1::OPTIMIZER_SGD);
+  spec.mutable_optimizer()->set_learning_rate(0.05);
+  spec.mutable_optimizer()->set_momentum(0.9);
+  spec.set_round_batches(20);
+  spec.set_rounds(6);
+  spec.set_min_participants(2);
+  spec.set_round_deadline_seconds(20);
+  spec.set_aggregation(common::v1::AGGREGATION_MEAN);
+  spec.set_seed(7);
+  return spec;
+}
+
+}  // namespace shoal::testing

@@ -1,0 +1,69 @@
+#pragma once
+
+// A local Shoal cluster of real processes on 127.0.0.1 for cluster tests: one coordinator, one
+// aggregator, N peers, each started on port 0 and found through its --address-file.
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "services/shoalctl/process.h"
+#include "shoal/coordinator/v1/control.grpc.pb.h"
+
+namespace shoal::testing {
+
+struct Service {
+  std::unique_ptr<process::Process> process;
+  std::string address;
+  std::string metrics_address;
+};
+
+// Owns the processes; the destructor stops them (peers first). Not thread-safe.
+class Cluster {
+ public:
+  // `dir` is a fresh temp directory for logs, address files and state.
+  explicit Cluster(std::string dir);
+  ~Cluster();
+
+  absl::Status StartCoordinator();
+  absl::Status StartAggregator();
+  absl::Status StartPeer(int index, int count, std::vector<std::string> extra_args = {});
+
+  Service& coordinator() { return coordinator_; }
+  Service& aggregator() { return aggregator_; }
+  Service& peer(int index) { return peers_.at(index); }
+  coordinator::v1::ControlService::Stub& control() { return *control_; }
+  const std::string& dir() const { return dir_; }
+
+  absl::StatusOr<coordinator::v1::TaskStatus> Status(const std::string& task);
+  // Polls the task's status until `pred` holds; fails after `timeout` with the last status and
+  // the tails of the service logs.
+  absl::StatusOr<coordinator::v1::TaskStatus> WaitFor(
+      const std::string& task, const std::function<bool(const coordinator::v1::TaskStatus&)>& pred,
+      absl::Duration timeout, const std::string& what);
+  std::string LogTails();
+  // Waits until the coordinator's peers_connected gauge reads `count`.
+  absl::Status WaitForPeersConnected(int count, absl::Duration timeout);
+
+ private:
+  absl::StatusOr<Service> Start(const std::string& name, const std::string& binary,
+                                std::vector<std::string> args);
+
+  std::string dir_;
+  std::string bin_dir_;
+  Service coordinator_;
+  Service aggregator_;
+  std::map<int, Service> peers_;
+  std::unique_ptr<coordinator::v1::ControlService::Stub> control_;
+};
+
+// The body of GET http://address/path (plain HTTP/1.0 over a local socket).
+absl::StatusOr<std::string> HttpGet(const std::string& address, const std::string& path);
+
+// A small fast task: MLP on a slice of Fashion-MNIST.
+common::v1::TaskSpec SmallTask(const std::string& name);
+
+}  // namespace shoal::testing

@@ -1,0 +1,146 @@
+// Federated-sync training with real processes on 127.0.0.1: a coordinator, an aggregator and
+// three peers train a small model on real Fashion-MNIST; one peer is SIGKILLed mid-round.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "libs/rpc/channel.h"
+#include "libs/rpc/model_stream.h"
+#include "libs/rpc/status.h"
+#include "tests/cluster/cluster.h"
+
+namespace shoal::testing {
+namespace {
+
+namespace cv1 = coordinator::v1;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string TempDir() {
+  auto dir = process::MakeTempDir("", "shoal-cluster-");
+  EXPECT_TRUE(dir.ok()) << dir.status();
+  return *dir;
+}
+
+absl::Status CreateTask(Cluster& cluster, const common::v1::TaskSpec& spec) {
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, absl::Seconds(10));
+  cv1::CreateTaskRequest request;
+  *request.mutable_spec() = spec;
+  cv1::CreateTaskResponse response;
+  return rpc::FromGrpcStatus(cluster.control().CreateTask(&context, request, &response));
+}
+
+TEST(FederatedClusterTest, PeerKilledMidRoundDoesNotStopTraining) {
+  Cluster cluster(TempDir());
+  { absl::Status started = cluster.StartCoordinator(); ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails(); }
+  { absl::Status started = cluster.StartAggregator(); ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails(); }
+  for (int i = 0; i < 3; ++i) { absl::Status started = cluster.StartPeer(i, 3); ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails(); }
+
+  // All peers are connected before the task exists, so every round has all of them.
+  ASSERT_TRUE(cluster.WaitForPeersConnected(3, absl::Seconds(30)).ok());
+  const common::v1::TaskSpec spec = SmallTask("fmnist-small");
+  ASSERT_TRUE(CreateTask(cluster, spec).ok());
+
+  // Wait until round 2 is training with all three peers, then kill one of them.
+  auto status = cluster.WaitFor(
+      spec.name(),
+      [](const cv1::TaskStatus& s) {
+        return s.round() >= 2 && s.phase() == cv1::ROUND_PHASE_TRAINING &&
+               s.participants_size() == 3;
+      },
+      absl::Minutes(3), "round 2 with 3 peers");
+  ASSERT_TRUE(status.ok()) << status.status();
+  const uint64_t killed_round = status->round();
+  cluster.peer(2).process->Signal(SIGKILL);
+
+  // The killed round still closes (well within its deadline) and the rest of the task runs
+  // with the two survivors.
+  status = cluster.WaitFor(
+      spec.name(), [](const cv1::TaskStatus& s) { return s.state() == cv1::TASK_STATE_COMPLETED; },
+      absl::Minutes(5), "task completion");
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->history_size(), static_cast<int>(spec.rounds()));
+  for (const cv1::RoundSummary& round : status->history()) {
+    EXPECT_LT(round.duration_ms(), spec.round_deadline_seconds() * 1000 + 2000)
+        << "round " << round.round();
+    if (round.round() < killed_round) {
+      EXPECT_EQ(round.participants_size(), 3) << "round " << round.round();
+    }
+    if (round.round() > killed_round) {
+      EXPECT_THAT(round.participants(), Not(Contains("peer-2"))) << "round " << round.round();
+      EXPECT_EQ(round.participants_size(), 2) << "round " << round.round();
+    }
+  }
+  // The model improved: the final model beats chance by far on the peers' test slices.
+  const cv1::RoundSummary& last = status->history(status->history_size() - 1);
+  ASSERT_TRUE(last.evaluated()) << last.ShortDebugString();
+  EXPECT_GT(last.test_accuracy(), 0.6);
+  EXPECT_LT(last.mean_train_loss(), status->history(0).mean_train_loss());
+
+  // Every service exports its metrics.
+  auto coordinator_metrics = HttpGet(cluster.coordinator().metrics_address, "/metrics");
+  ASSERT_TRUE(coordinator_metrics.ok());
+  EXPECT_THAT(*coordinator_metrics, HasSubstr("shoal_coordinator_rounds_completed_total 6"));
+  EXPECT_THAT(*coordinator_metrics, HasSubstr("shoal_coordinator_peers_crashed_total 1"));
+  auto aggregator_metrics = HttpGet(cluster.aggregator().metrics_address, "/metrics");
+  ASSERT_TRUE(aggregator_metrics.ok());
+  EXPECT_THAT(*aggregator_metrics, HasSubstr("shoal_aggregator_updates_accepted_total"));
+  auto peer_metrics = HttpGet(cluster.peer(0).metrics_address, "/metrics");
+  ASSERT_TRUE(peer_metrics.ok());
+  EXPECT_THAT(*peer_metrics, HasSubstr("shoal_peer_rounds_completed_total"));
+
+  // The surviving peers are still connected and idle; stopping them is clean (exit 0).
+  for (int i = 0; i < 2; ++i) {
+    process::ExitStatus exit = cluster.peer(i).process->Stop(absl::Seconds(10));
+    EXPECT_TRUE(exit.success()) << "peer-" << i << ": " << exit.ToString();
+  }
+}
+
+TEST(FederatedClusterTest, CoordinatorRestartKeepsTasksAndCheckpoints) {
+  Cluster cluster(TempDir());
+  { absl::Status started = cluster.StartCoordinator(); ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails(); }
+  { absl::Status started = cluster.StartAggregator(); ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails(); }
+  { absl::Status started = cluster.StartPeer(0, 2); ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails(); }
+  { absl::Status started = cluster.StartPeer(1, 2); ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails(); }
+  common::v1::TaskSpec spec = SmallTask("survives-restart");
+  spec.set_rounds(2);
+  ASSERT_TRUE(CreateTask(cluster, spec).ok());
+  auto before = cluster.WaitFor(
+      spec.name(), [](const cv1::TaskStatus& s) { return s.state() == cv1::TASK_STATE_COMPLETED; },
+      absl::Minutes(3), "task completion");
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  // A graceful stop (SIGTERM) exits 0; a new coordinator on the same state dir has the task.
+  process::ExitStatus exit = cluster.coordinator().process->Stop(absl::Seconds(10));
+  EXPECT_TRUE(exit.success()) << exit.ToString();
+  { absl::Status started = cluster.StartCoordinator(); ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails(); }
+  auto after = cluster.Status(spec.name());
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->state(), cv1::TASK_STATE_COMPLETED);
+  ASSERT_EQ(after->history_size(), before->history_size());
+  EXPECT_EQ(after->history(1).test_accuracy(), before->history(1).test_accuracy());
+  EXPECT_EQ(after->model_version(), before->model_version());
+
+  // The final model can be downloaded from the checkpoint.
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, absl::Seconds(30));
+  cv1::GetModelRequest request;
+  request.set_name(spec.name());
+  auto reader = cluster.control().GetModel(&context, request);
+  auto model = rpc::ReadModelStream(*reader, tensor::DecoderLimits{}, &context);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->meta.version(), before->model_version());
+  EXPECT_GT(model->model.values.size(), 100000u);
+
+  // Unknown tasks are NOT_FOUND.
+  EXPECT_EQ(cluster.Status("nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace shoal::testing

@@ -1,0 +1,467 @@
+// AggregatorService over real gRPC: an in-process shoal-aggregator server on 127.0.0.1:0 with a
+// fake coordinator RegistryService as its neighbour.
+#include <grpcpp/grpcpp.h>
+#include <prometheus/registry.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/rpc/channel.h"
+#include "libs/rpc/model_stream.h"
+#include "libs/rpc/server.h"
+#include "libs/rpc/status.h"
+#include "services/aggregator/aggregator_server.h"
+#include "shoal/aggregator/v1/aggregator.grpc.pb.h"
+#include "shoal/coordinator/v1/registry.grpc.pb.h"
+
+namespace shoal::aggregator {
+namespace {
+
+using aggregator::v1::AggregatorService;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Records the addresses aggregators register with.
+class FakeRegistry final : public coordinator::v1::RegistryService::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* RegisterAggregator(
+      grpc::CallbackServerContext* context,
+      const coordinator::v1::RegisterAggregatorRequest* request,
+      coordinator::v1::RegisterAggregatorResponse* response) override {
+    {
+      absl::MutexLock lock(&mu_);
+      addresses_.push_back(request->address());
+    }
+    response->set_heartbeat_interval_ms(200);
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  // Waits until `n` registrations arrived (or the deadline passed); returns them.
+  std::vector<std::string> WaitFor(size_t n, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(
+        absl::Condition(+[](FakeRegistry* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) {
+          return r->addresses_.size() >= r->want_;
+        }, this),
+        timeout);
+    return addresses_;
+  }
+  void set_want(size_t n) {
+    absl::MutexLock lock(&mu_);
+    want_ = n;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
+  size_t want_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+tensor::ModelLayout Layout() {
+  // ~1.3 MB so that tensors span several 1 MiB chunks.
+  return *tensor::ModelLayout::Create(
+      {{"conv1.weight", {16, 1, 5, 5}}, {"conv1.bias", {16}}, {"fc.weight", {320, 1000}},
+       {"fc.bias", {320}}});
+}
+
+tensor::FlatModel Filled(std::function<float(size_t)> f, tensor::ModelLayout layout = Layout()) {
+  tensor::FlatModel m;
+  m.layout = std::move(layout);
+  m.values.resize(m.layout.total_elements());
+  for (size_t i = 0; i < m.values.size(); ++i) m.values[i] = f(i);
+  return m;
+}
+
+class AggregatorServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    rpc::ServerOptions registry_options;
+    registry_options.listen = "127.0.0.1:0";
+    registry_options.service_name = "fake-coordinator";
+    auto registry_server = rpc::Server::Start(registry_options, {&registry_});
+    ASSERT_TRUE(registry_server.ok()) << registry_server.status();
+    registry_server_ = *std::move(registry_server);
+
+    AggregatorOptions options;
+    options.listen = "127.0.0.1:0";
+    options.metrics_listen = "127.0.0.1:0";
+    options.coordinator = registry_server_->address();
+    options.max_concurrent_pushes = 4;
+    options.shutdown_grace = absl::Seconds(1);
+    auto server = AggregatorServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    stub_ = AggregatorService::NewStub(rpc::MakeChannel(server_->address()));
+  }
+
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+    if (registry_server_) registry_server_->Shutdown(absl::Seconds(1));
+  }
+
+  absl::StatusOr<aggregator::v1::PutModelResponse> Put(const std::string& task, uint64_t version,
+                                                       const tensor::FlatModel& m) {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(30));
+    aggregator::v1::PutModelResponse response;
+    auto writer = stub_->PutModel(&ctx, &response);
+    absl::Status s = rpc::WritePutModel(*writer, tensor::MakeModelMeta(task, version, m), m);
+    if (!s.ok()) return s;
+    return response;
+  }
+
+  absl::StatusOr<rpc::ReceivedModel> Get(const std::string& task,
+                                         std::optional<uint64_t> version = std::nullopt) {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(30));
+    aggregator::v1::GetModelRequest request;
+    request.set_task(task);
+    if (version) request.set_version(*version);
+    auto reader = stub_->GetModel(&ctx, request);
+    return rpc::ReadModelStream(*reader, {}, &ctx);
+  }
+
+  absl::Status Open(const std::string& task, uint64_t round, uint64_t base,
+                    std::vector<std::string> peers, double max_norm = 0) {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(10));
+    aggregator::v1::OpenRoundRequest request;
+    request.set_task(task);
+    request.set_round(round);
+    request.set_base_version(base);
+    for (auto& p : peers) request.add_expected_peers(p);
+    request.set_max_update_norm(max_norm);
+    aggregator::v1::OpenRoundResponse response;
+    return rpc::FromGrpcStatus(stub_->OpenRound(&ctx, request, &response));
+  }
+
+  absl::StatusOr<aggregator::v1::CloseRoundResponse> Close(const std::string& task,
+                                                           uint64_t round) {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(30));
+    aggregator::v1::CloseRoundRequest request;
+    request.set_task(task);
+    request.set_round(round);
+    aggregator::v1::CloseRoundResponse response;
+    absl::Status s = rpc::FromGrpcStatus(stub_->CloseRound(&ctx, request, &response));
+    if (!s.ok()) return s;
+    return response;
+  }
+
+  aggregator::v1::UpdateMeta Meta(const std::string& peer, uint64_t samples,
+                                  const std::string& task = "t", uint64_t round = 1,
+                                  uint64_t base = 0) {
+    aggregator::v1::UpdateMeta meta;
+    meta.set_task(task);
+    meta.set_round(round);
+    meta.set_peer_id(peer);
+    meta.set_base_version(base);
+    meta.set_num_samples(samples);
+    meta.set_train_loss(0.25);
+    return meta;
+  }
+
+  absl::StatusOr<bool> Push(const aggregator::v1::UpdateMeta& meta, const tensor::FlatModel& d) {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(30));
+    aggregator::v1::PushUpdateResponse response;
+    auto writer = stub_->PushUpdate(&ctx, &response);
+    absl::Status s = rpc::WritePushUpdate(*writer, meta, d);
+    if (!s.ok()) return s;
+    return response.duplicate();
+  }
+
+  // Pushes hand-made frames (for malformed streams).
+  absl::Status PushFrames(const aggregator::v1::UpdateMeta& meta,
+                          const std::vector<common::v1::TensorFrame>& frames) {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(30));
+    aggregator::v1::PushUpdateResponse response;
+    auto writer = stub_->PushUpdate(&ctx, &response);
+    aggregator::v1::PushUpdateRequest request;
+    *request.mutable_meta() = meta;
+    bool ok = writer->Write(request);
+    for (size_t i = 0; ok && i < frames.size(); ++i) {
+      *request.mutable_frame() = frames[i];
+      ok = writer->Write(request);
+    }
+    if (ok) writer->WritesDone();
+    return rpc::FromGrpcStatus(writer->Finish());
+  }
+
+  double Metric(const std::string& name, const std::string& reason = "") {
+    for (const auto& family : server_->registry().Collect()) {
+      if (family.name != name) continue;
+      double total = 0;
+      for (const auto& m : family.metric) {
+        bool match = reason.empty();
+        for (const auto& label : m.label) {
+          if (label.name == "reason" && label.value == reason) match = true;
+        }
+        if (!match) continue;
+        total += m.counter.value + m.gauge.value;
+      }
+      return total;
+    }
+    ADD_FAILURE() << "no metric " << name;
+    return -1;
+  }
+
+  FakeRegistry registry_;
+  std::unique_ptr<rpc::Server> registry_server_;
+  std::unique_ptr<AggregatorServer> server_;
+  std::unique_ptr<AggregatorService::Stub> stub_;
+};
+
+TEST_F(AggregatorServiceTest, RegistersWithTheCoordinatorAndKeepsRefreshing) {
+  registry_.set_want(3);  // heartbeat interval 200 ms
+  auto addresses = registry_.WaitFor(3, absl::Seconds(20));
+  ASSERT_GE(addresses.size(), 3u);
+  EXPECT_EQ(addresses[0], server_->address());
+  EXPECT_TRUE(server_->registered());
+}
+
+TEST_F(AggregatorServiceTest, PutThenGetReturnsTheSameModel) {
+  tensor::FlatModel m = Filled([](size_t i) { return std::sin(0.001f * i); });
+  auto put = Put("t", 0, m);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->version(), 0u);
+  EXPECT_EQ(put->digest_xxh3(), m.Digest());
+  auto got = Get("t");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->meta.version(), 0u);
+  EXPECT_EQ(got->model.layout, m.layout);
+  EXPECT_EQ(got->model.values, m.values);
+  EXPECT_GE(Metric("shoal_aggregator_bytes_received_total"), m.layout.total_bytes());
+  // The server counts sent bytes when its side of the call is done, which may be just after
+  // the client has read everything.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (Metric("shoal_aggregator_bytes_sent_total") < m.layout.total_bytes() &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_GE(Metric("shoal_aggregator_bytes_sent_total"), m.layout.total_bytes());
+  EXPECT_EQ(Get("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Get("t", 3).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(AggregatorServiceTest, TwoPushesGiveTheExactWeightedMean) {
+  tensor::FlatModel base = Filled([](size_t i) { return 0.001f * (i % 1000); });
+  ASSERT_TRUE(Put("t", 0, base).ok());
+  ASSERT_TRUE(Open("t", 1, 0, {"p1", "p2"}).ok());
+  tensor::FlatModel d1 = Filled([](size_t i) { return 0.5f; });
+  tensor::FlatModel d2 = Filled([](size_t i) { return (i % 2) ? 1.0f : -1.0f; });
+  auto r1 = Push(Meta("p1", 100), d1);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_FALSE(*r1);
+  auto r2 = Push(Meta("p2", 300), d2);
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  // A repeat is acknowledged as a duplicate.
+  auto again = Push(Meta("p2", 300), d2);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(*again);
+
+  auto closed = Close("t", 1);
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_EQ(closed->version(), 1u);
+  EXPECT_THAT(closed->contributors(), ElementsAre("p1", "p2"));
+  EXPECT_EQ(closed->num_samples(), 400u);
+  EXPECT_DOUBLE_EQ(closed->mean_train_loss(), 0.25);
+  auto got = Get("t");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->meta.version(), 1u);
+  EXPECT_EQ(got->model.Digest(), closed->digest_xxh3());
+  for (size_t i = 0; i < base.values.size(); ++i) {
+    const float want = base.values[i] + (100 * d1.values[i] + 300 * d2.values[i]) / 400;
+    ASSERT_FLOAT_EQ(got->model.values[i], want) << i;
+  }
+  EXPECT_EQ(Metric("shoal_aggregator_updates_accepted_total"), 2);
+  EXPECT_EQ(Metric("shoal_aggregator_rounds_completed_total"), 1);
+  EXPECT_EQ(Metric("shoal_aggregator_model_version"), 1);
+  // The previous version stays available.
+  auto previous = Get("t", 0);
+  ASSERT_TRUE(previous.ok());
+  EXPECT_EQ(previous->model.values, base.values);
+}
+
+TEST_F(AggregatorServiceTest, BadDeltasAreRejectedCountedAndNeverAveragedIn) {
+  tensor::FlatModel base = Filled([](size_t i) { return 1.0f; });
+  ASSERT_TRUE(Put("t", 0, base).ok());
+  ASSERT_TRUE(Open("t", 1, 0, {"good", "bad"}, /*max_norm=*/1000).ok());
+  tensor::FlatModel good = Filled([](size_t) { return 0.5f; });
+
+  auto frames_of = [](const tensor::FlatModel& m) {
+    std::vector<common::v1::TensorFrame> frames;
+    tensor::FrameEncoder enc(m);
+    common::v1::TensorFrame f;
+    while (enc.Next(&f)) frames.push_back(f);
+    return frames;
+  };
+
+  // Wrong shape.
+  tensor::FlatModel shape = Filled([](size_t) { return 0.1f; },
+                                   *tensor::ModelLayout::Create({{"conv1.weight", {16, 1, 5, 5}},
+                                                                 {"conv1.bias", {17}},
+                                                                 {"fc.weight", {320, 1000}},
+                                                                 {"fc.bias", {320}}}));
+  auto s = Push(Meta("bad", 1), shape).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("conv1.bias"));
+  // Wrong dtype.
+  auto dtype = frames_of(good);
+  dtype[0].mutable_header()->set_dtype(common::v1::DTYPE_UNSPECIFIED);
+  s = PushFrames(Meta("bad", 1), dtype);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("dtype"));
+  // Wrong size: a header whose size_bytes disagrees with its shape.
+  auto size = frames_of(good);
+  size[0].mutable_header()->set_size_bytes(size[0].header().size_bytes() + 4);
+  s = PushFrames(Meta("bad", 1), size);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("size_bytes"));
+  // Wrong size: the payload is cut short.
+  auto cut = frames_of(good);
+  cut.back().mutable_chunk()->resize(100);
+  s = PushFrames(Meta("bad", 1), cut);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("fc.bias"));
+  // NaN.
+  tensor::FlatModel nan = good;
+  nan.values[nan.layout.offset(2) + 12345] = std::numeric_limits<float>::quiet_NaN();
+  s = Push(Meta("bad", 1), nan).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("fc.weight"));
+  // Norm too large.
+  tensor::FlatModel big = Filled([](size_t) { return 10.0f; });
+  s = Push(Meta("bad", 1), big).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("norm"));
+  // Unknown task.
+  EXPECT_EQ(Push(Meta("bad", 1, "nope"), good).status().code(), absl::StatusCode::kNotFound);
+  // Peer not expected.
+  EXPECT_EQ(Push(Meta("stranger", 1), good).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Update trained from another version.
+  EXPECT_EQ(Push(Meta("bad", 1, "t", 1, 5), good).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  ASSERT_TRUE(Push(Meta("good", 10), good).ok());
+  auto closed = Close("t", 1);
+  ASSERT_TRUE(closed.ok());
+  EXPECT_THAT(closed->contributors(), ElementsAre("good"));
+  // Closed round.
+  EXPECT_EQ(Push(Meta("bad", 1), good).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  EXPECT_EQ(Metric("shoal_aggregator_updates_rejected_total", "malformed"), 3);
+  EXPECT_EQ(Metric("shoal_aggregator_updates_rejected_total", "incomplete"), 1);
+  EXPECT_EQ(Metric("shoal_aggregator_updates_rejected_total", "non_finite"), 1);
+  EXPECT_EQ(Metric("shoal_aggregator_updates_rejected_total", "norm_bound"), 1);
+  EXPECT_EQ(Metric("shoal_aggregator_updates_rejected_total", "unknown_task"), 1);
+  EXPECT_EQ(Metric("shoal_aggregator_updates_rejected_total", "unexpected_peer"), 1);
+  EXPECT_EQ(Metric("shoal_aggregator_updates_rejected_total", "stale_base"), 1);
+  EXPECT_EQ(Metric("shoal_aggregator_updates_rejected_total", "round_not_open"), 1);
+  EXPECT_EQ(Metric("shoal_aggregator_updates_rejected_total"), 10);
+  EXPECT_EQ(Metric("shoal_aggregator_updates_accepted_total"), 1);
+  EXPECT_EQ(Metric("shoal_aggregator_pushes_in_flight"), 0);
+
+  // Only the good delta was applied.
+  auto got = Get("t");
+  ASSERT_TRUE(got.ok());
+  for (size_t i = 0; i < got->model.values.size(); ++i) {
+    ASSERT_FLOAT_EQ(got->model.values[i], 1.5f) << i;
+  }
+}
+
+TEST_F(AggregatorServiceTest, ZeroCopyClientPathMatchesTheProtobufPath) {
+  auto channel = rpc::MakeChannel(server_->address());
+  auto base = std::make_shared<const tensor::FlatModel>(
+      Filled([](size_t i) { return 0.25f * (i % 7); }));
+  {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(30));
+    auto put = rpc::PutModelZeroCopy(*channel, ctx, tensor::MakeModelMeta("t", 0, *base), base);
+    ASSERT_TRUE(put.ok()) << put.status();
+    EXPECT_EQ(put->digest_xxh3(), base->Digest());
+  }
+  ASSERT_TRUE(Open("t", 1, 0, {"zc", "pb", "bad"}).ok());
+  auto d1 = std::make_shared<const tensor::FlatModel>(Filled([](size_t i) { return 0.001f * i; }));
+  tensor::FlatModel d2 = Filled([](size_t i) { return -0.5f; });
+  {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(30));
+    auto pushed = rpc::PushUpdateZeroCopy(*channel, ctx, Meta("zc", 2), d1);
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+    EXPECT_FALSE(pushed->duplicate());
+  }
+  {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(30));
+    auto again = rpc::PushUpdateZeroCopy(*channel, ctx, Meta("zc", 2), d1);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_TRUE(again->duplicate());
+  }
+  {
+    auto nan = std::make_shared<tensor::FlatModel>(*d1);
+    nan->values[nan->layout.offset(2) + 99] = std::numeric_limits<float>::infinity();
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(30));
+    auto bad = rpc::PushUpdateZeroCopy(*channel, ctx, Meta("bad", 2), nan);
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(bad.status().message(), HasSubstr("fc.weight"));
+  }
+  ASSERT_TRUE(Push(Meta("pb", 6), d2).ok());
+  auto closed = Close("t", 1);
+  ASSERT_TRUE(closed.ok());
+  EXPECT_THAT(closed->contributors(), ElementsAre("pb", "zc"));
+  auto got = Get("t");
+  ASSERT_TRUE(got.ok());
+  for (size_t i = 0; i < got->model.values.size(); ++i) {
+    const float want = base->values[i] + (2 * d1->values[i] + 6 * d2.values[i]) / 8;
+    ASSERT_FLOAT_EQ(got->model.values[i], want) << i;
+  }
+  EXPECT_EQ(Metric("shoal_aggregator_updates_rejected_total", "non_finite"), 1);
+}
+
+TEST_F(AggregatorServiceTest, ControlCallErrors) {
+  EXPECT_EQ(Open("nope", 1, 0, {"a"}).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Close("nope", 1).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(Put("t", 2, Filled([](size_t) { return 1.0f; })).ok());
+  EXPECT_EQ(Open("t", 1, 0, {"a"}).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Put("t", 1, Filled([](size_t) { return 1.0f; })).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A model stream that is cut short is refused and stores nothing.
+  grpc::ClientContext ctx;
+  rpc::SetTimeout(ctx, absl::Seconds(10));
+  aggregator::v1::PutModelResponse response;
+  auto writer = stub_->PutModel(&ctx, &response);
+  tensor::FlatModel m = Filled([](size_t) { return 3.0f; });
+  aggregator::v1::PutModelRequest request;
+  *request.mutable_meta() = tensor::MakeModelMeta("u", 0, m);
+  ASSERT_TRUE(writer->Write(request));
+  tensor::FrameEncoder enc(m);
+  ASSERT_TRUE(enc.Next(request.mutable_frame()));
+  ASSERT_TRUE(writer->Write(request));
+  writer->WritesDone();
+  EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Get("u").status().code(), absl::StatusCode::kNotFound);
+  // Release forgets the task.
+  grpc::ClientContext rctx;
+  rpc::SetTimeout(rctx, absl::Seconds(10));
+  aggregator::v1::ReleaseTaskRequest release;
+  release.set_task("t");
+  aggregator::v1::ReleaseTaskResponse released;
+  ASSERT_TRUE(stub_->ReleaseTask(&rctx, release, &released).ok());
+  EXPECT_EQ(Get("t").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace shoal::aggregator

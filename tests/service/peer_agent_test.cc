@@ -1,0 +1,618 @@
+// shoal-peer against a fake coordinator (SessionService + RegistryService on 127.0.0.1:0) and
+// the real aggregator in-process, with real LibTorch and the real Fashion-MNIST data.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/rpc/channel.h"
+#include "libs/rpc/model_stream.h"
+#include "libs/rpc/server.h"
+#include "libs/training/trainer.h"
+#include "services/aggregator/aggregator_server.h"
+#include "services/peer_agent/peer_server.h"
+#include "shoal/aggregator/v1/aggregator.grpc.pb.h"
+#include "shoal/coordinator/v1/registry.grpc.pb.h"
+#include "shoal/coordinator/v1/session.grpc.pb.h"
+#include "shoal/peer/v1/peer.grpc.pb.h"
+
+namespace shoal::peer {
+namespace {
+
+using coordinator::v1::CoordinatorEvent;
+using coordinator::v1::PeerMessage;
+using ::testing::HasSubstr;
+
+constexpr char kDataDir[] = "/usr/share/datasets/fashion-mnist";
+constexpr absl::Duration kWait = absl::Seconds(60);
+
+// A coordinator stand-in: records what peers send on their Session streams and lets the test
+// push events. Sync service: each session's handler thread reads; the test writes.
+class FakeCoordinator final : public coordinator::v1::SessionService::Service,
+                              public coordinator::v1::RegistryService::Service {
+ public:
+  grpc::Status RegisterAggregator(grpc::ServerContext*,
+                                  const coordinator::v1::RegisterAggregatorRequest*,
+                                  coordinator::v1::RegisterAggregatorResponse* response) override {
+    response->set_heartbeat_interval_ms(1000);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Session(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<CoordinatorEvent, PeerMessage>* stream) override {
+    PeerMessage first;
+    if (!stream->Read(&first) || !first.has_hello()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "expected Hello");
+    }
+    // Welcome goes out before the stream is published, so it is always the first event.
+    CoordinatorEvent welcome;
+    welcome.mutable_welcome()->set_peer_id(first.hello().name().empty() ? "peer-x"
+                                                                        : first.hello().name());
+    welcome.mutable_welcome()->set_heartbeat_interval_ms(200);
+    if (!stream->Write(welcome)) return grpc::Status(grpc::StatusCode::CANCELLED, "gone");
+    {
+      absl::MutexLock lock(&mu_);
+      hellos_.push_back(first.hello());
+      stream_ = stream;
+      context_ = context;
+      ++sessions_;
+    }
+    PeerMessage m;
+    while (stream->Read(&m)) {
+      absl::MutexLock lock(&mu_);
+      if (m.has_heartbeat()) {
+        ++heartbeats_;
+      } else {
+        messages_.push_back(m);
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    stream_ = nullptr;
+    context_ = nullptr;
+    return grpc::Status::OK;
+  }
+
+  bool Write(const CoordinatorEvent& event) {
+    absl::MutexLock lock(&write_mu_);
+    grpc::ServerReaderWriter<CoordinatorEvent, PeerMessage>* stream;
+    {
+      absl::MutexLock l(&mu_);
+      stream = stream_;
+    }
+    return stream != nullptr && stream->Write(event);
+  }
+
+  // Breaks the current session (as a coordinator crash would).
+  void DropSession() {
+    absl::MutexLock lock(&mu_);
+    if (context_ != nullptr) context_->TryCancel();
+  }
+
+  // The first not yet taken message for which `match` holds.
+  std::optional<PeerMessage> Take(PeerMessage::KindCase kind, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto found = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      for (const auto& m : messages_) {
+        if (m.kind_case() == kind) return true;
+      }
+      return false;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&found), timeout)) return std::nullopt;
+    for (auto it = messages_.begin(); it != messages_.end(); ++it) {
+      if (it->kind_case() == kind) {
+        PeerMessage m = *it;
+        messages_.erase(it);
+        return m;
+      }
+    }
+    return std::nullopt;
+  }
+
+  std::optional<coordinator::v1::Hello> WaitHello(int n, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return static_cast<int>(hellos_.size()) >= n && stream_ != nullptr;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&enough), timeout)) return std::nullopt;
+    return hellos_[n - 1];
+  }
+
+  bool WaitHeartbeats(int n, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return heartbeats_ >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+  }
+
+  bool WaitSessionClosed(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto closed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stream_ == nullptr; };
+    return mu_.AwaitWithTimeout(absl::Condition(&closed), timeout);
+  }
+
+  int sessions() {
+    absl::MutexLock lock(&mu_);
+    return sessions_;
+  }
+
+ private:
+  absl::Mutex write_mu_;
+  absl::Mutex mu_ ABSL_ACQUIRED_AFTER(write_mu_);
+  std::vector<coordinator::v1::Hello> hellos_ ABSL_GUARDED_BY(mu_);
+  std::deque<PeerMessage> messages_ ABSL_GUARDED_BY(mu_);
+  int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
+  int sessions_ ABSL_GUARDED_BY(mu_) = 0;
+  grpc::ServerReaderWriter<CoordinatorEvent, PeerMessage>* stream_ ABSL_GUARDED_BY(mu_) = nullptr;
+  grpc::ServerContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+struct FakeCoordinatorServer {
+  FakeCoordinator service;
+  std::unique_ptr<rpc::Server> server;
+
+  explicit FakeCoordinatorServer(const std::string& listen = "127.0.0.1:0") {
+    rpc::ServerOptions options;
+    options.listen = listen;
+    options.service_name = "fake-coordinator";
+    auto s = rpc::Server::Start(options, {static_cast<coordinator::v1::SessionService::Service*>(
+                                              &service),
+                                          static_cast<coordinator::v1::RegistryService::Service*>(
+                                              &service)});
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (s.ok()) server = *std::move(s);
+  }
+  ~FakeCoordinatorServer() {
+    if (server) server->Shutdown(absl::Milliseconds(100));
+  }
+  std::string address() const { return server->address(); }
+};
+
+common::v1::TaskSpec SmallTask(const std::string& model = "mlp") {
+  common::v1::TaskSpec spec;
+  spec.set_name("small");
+  spec.set_mode(common::v1::MODE_FEDERATED_SYNC);
+  spec.set_model(model);
+  spec.mutable_dataset()->set_name("fashion-mnist");
+  spec.mutable_dataset()->set_partition(common::v1::PARTITION_IID);
+  spec.mutable_dataset()->set_train_limit(2000);
+  spec.mutable_dataset()->set_test_limit(400);
+  spec.set_batch_size(16);
+  spec.mutable_optimizer()->set_kind(common::v1::OPTIMIZER_SGD);
+  spec.mutable_optimizer()->set_learning_rate(0.05);
+  spec.mutable_optimizer()->set_momentum(0.9);
+  spec.set_round_batches(5);
+  spec.set_rounds(2);
+  spec.set_min_participants(1);
+  spec.set_round_deadline_seconds(60);
+  spec.set_aggregation(common::v1::AGGREGATION_MEAN);
+  spec.set_seed(7);
+  return spec;
+}
+
+// GET http://HOST:PORT/metrics with a plain socket (HTTP/1.0, so the server closes).
+std::string FetchMetrics(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  const std::string host = address.substr(0, colon);
+  const int port = std::stoi(address.substr(colon + 1));
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request = "GET /metrics HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return out;
+}
+
+int64_t UnixMillisIn(absl::Duration d) { return absl::ToUnixMillis(absl::Now() + d); }
+
+class PeerAgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    coordinator_ = std::make_unique<FakeCoordinatorServer>();
+    ASSERT_TRUE(coordinator_->server);
+    aggregator::AggregatorOptions agg;
+    agg.listen = "127.0.0.1:0";
+    agg.metrics_listen = "127.0.0.1:0";
+    agg.coordinator = coordinator_->address();
+    auto a = aggregator::AggregatorServer::Start(agg);
+    ASSERT_TRUE(a.ok()) << a.status();
+    aggregator_ = *std::move(a);
+    agg_stub_ = aggregator::v1::AggregatorService::NewStub(rpc::MakeChannel(aggregator_->address()));
+  }
+
+  void TearDown() override {
+    peer_.reset();
+    if (aggregator_) aggregator_->Shutdown();
+  }
+
+  PeerOptions Options(const std::string& name = "peer-a") {
+    PeerOptions o;
+    o.coordinator = coordinator_->address();
+    o.listen = "127.0.0.1:0";
+    o.metrics_listen = "127.0.0.1:0";
+    o.data_dir = kDataDir;
+    o.shard = {0, 2};
+    o.name = name;
+    return o;
+  }
+
+  void StartPeer() {
+    auto p = PeerServer::Start(Options());
+    ASSERT_TRUE(p.ok()) << p.status();
+    peer_ = *std::move(p);
+  }
+
+  FakeCoordinator& fake() { return coordinator_->service; }
+
+  void SendEvent(const CoordinatorEvent& e) { ASSERT_TRUE(fake().Write(e)); }
+
+  void Assign(const common::v1::TaskSpec& spec) {
+    CoordinatorEvent e;
+    *e.mutable_task_assigned()->mutable_spec() = spec;
+    e.mutable_task_assigned()->set_aggregator_address(aggregator_->address());
+    SendEvent(e);
+  }
+
+  void OpenRound(const std::string& task, uint64_t round, uint64_t base) {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(10));
+    aggregator::v1::OpenRoundRequest req;
+    req.set_task(task);
+    req.set_round(round);
+    req.set_base_version(base);
+    req.add_expected_peers("peer-a");
+    aggregator::v1::OpenRoundResponse resp;
+    grpc::Status s = agg_stub_->OpenRound(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
+  aggregator::v1::CloseRoundResponse CloseRound(const std::string& task, uint64_t round) {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(10));
+    aggregator::v1::CloseRoundRequest req;
+    req.set_task(task);
+    req.set_round(round);
+    aggregator::v1::CloseRoundResponse resp;
+    grpc::Status s = agg_stub_->CloseRound(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp;
+  }
+
+  void StartRound(const std::string& task, uint64_t round, uint64_t version, uint32_t batches) {
+    CoordinatorEvent e;
+    auto* r = e.mutable_round_started();
+    r->set_task(task);
+    r->set_round(round);
+    r->set_model_version(version);
+    r->set_round_batches(batches);
+    r->set_deadline_unix_ms(UnixMillisIn(absl::Seconds(120)));
+    SendEvent(e);
+  }
+
+  std::unique_ptr<FakeCoordinatorServer> coordinator_;
+  std::unique_ptr<aggregator::AggregatorServer> aggregator_;
+  std::unique_ptr<aggregator::v1::AggregatorService::Stub> agg_stub_;
+  std::unique_ptr<PeerServer> peer_;
+};
+
+TEST_F(PeerAgentTest, RunsOneTaskThroughTheWholeProtocol) {
+  StartPeer();
+  auto hello = fake().WaitHello(1, kWait);
+  ASSERT_TRUE(hello);
+  EXPECT_EQ(hello->name(), "peer-a");
+  EXPECT_EQ(hello->shard_index(), 0u);
+  EXPECT_EQ(hello->shard_count(), 2u);
+  EXPECT_EQ(hello->device(), "cpu");
+  EXPECT_EQ(hello->listen_address(), peer_->address());
+
+  const common::v1::TaskSpec spec = SmallTask();
+  Assign(spec);
+  CoordinatorEvent init;
+  init.mutable_initialize_model()->set_task("small");
+  SendEvent(init);
+  auto initialized = fake().Take(PeerMessage::kModelInitialized, kWait);
+  ASSERT_TRUE(initialized);
+  EXPECT_EQ(initialized->model_initialized().task(), "small");
+
+  // The uploaded model is the seed's model: build it here too and compare digests.
+  training::TrainerOptions local;
+  local.spec = spec;
+  local.shard = {1, 2};
+  local.data_dir = kDataDir;
+  auto trainer = training::Trainer::Create(local);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto expected = (*trainer)->InitialParameters();
+  ASSERT_TRUE(expected.ok());
+  EXPECT_EQ(initialized->model_initialized().digest_xxh3(), expected->Digest());
+
+  // Round 1: the peer trains round_batches batches and pushes its delta.
+  OpenRound("small", 1, 0);
+  StartRound("small", 1, 0, 5);
+  auto pushed = fake().Take(PeerMessage::kUpdatePushed, kWait);
+  ASSERT_TRUE(pushed);
+  EXPECT_EQ(pushed->update_pushed().task(), "small");
+  EXPECT_EQ(pushed->update_pushed().round(), 1u);
+  EXPECT_EQ(pushed->update_pushed().num_samples(), 5u * 16u);
+  EXPECT_GT(pushed->update_pushed().train_loss(), 0.0);
+
+  aggregator::v1::CloseRoundResponse closed = CloseRound("small", 1);
+  EXPECT_EQ(closed.version(), 1u);
+  EXPECT_THAT(closed.contributors(), ::testing::ElementsAre("peer-a"));
+  EXPECT_EQ(closed.num_samples(), 80u);
+
+  CoordinatorEvent published;
+  published.mutable_model_published()->set_task("small");
+  published.mutable_model_published()->set_round(1);
+  published.mutable_model_published()->set_version(1);
+  SendEvent(published);
+  auto report = fake().Take(PeerMessage::kEvalReport, kWait);
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->eval_report().task(), "small");
+  EXPECT_EQ(report->eval_report().version(), 1u);
+  EXPECT_EQ(report->eval_report().total(), 200u);  // test_limit 400, slice 0 of 2
+  EXPECT_LE(report->eval_report().correct(), 200u);
+  EXPECT_GT(report->eval_report().loss_sum(), 0.0);
+
+  // PeerService serves the latest snapshot: the evaluated global model, version 1.
+  auto peer_stub = shoal::peer::v1::PeerService::NewStub(rpc::MakeChannel(peer_->address()));
+  {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(10));
+    shoal::peer::v1::GetSnapshotRequest req;
+    req.set_task("small");
+    auto reader = peer_stub->GetSnapshot(&ctx, req);
+    auto snapshot = rpc::ReadModelStream(*reader, tensor::DecoderLimits{}, &ctx);
+    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+    EXPECT_EQ(snapshot->meta.version(), 1u);
+    EXPECT_TRUE(snapshot->model.layout == expected->layout);
+  }
+  {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(10));
+    shoal::peer::v1::GetSnapshotRequest req;
+    req.set_task("other-task");
+    auto reader = peer_stub->GetSnapshot(&ctx, req);
+    auto snapshot = rpc::ReadModelStream(*reader, tensor::DecoderLimits{}, &ctx);
+    EXPECT_EQ(snapshot.status().code(), absl::StatusCode::kNotFound);
+  }
+
+  // Round 2 trains from version 1 (already held: no download needed, same result).
+  OpenRound("small", 2, 1);
+  StartRound("small", 2, 1, 3);
+  pushed = fake().Take(PeerMessage::kUpdatePushed, kWait);
+  ASSERT_TRUE(pushed);
+  EXPECT_EQ(pushed->update_pushed().round(), 2u);
+  EXPECT_EQ(pushed->update_pushed().num_samples(), 3u * 16u);
+  closed = CloseRound("small", 2);
+  EXPECT_EQ(closed.version(), 2u);
+
+  CoordinatorEvent finished;
+  finished.mutable_task_finished()->set_task("small");
+  finished.mutable_task_finished()->set_state("completed");
+  finished.mutable_task_finished()->set_final_version(2);
+  SendEvent(finished);
+
+  EXPECT_TRUE(fake().WaitHeartbeats(2, kWait));
+  EXPECT_FALSE(fake().Take(PeerMessage::kError, absl::ZeroDuration()));
+
+  const std::string metrics = FetchMetrics(peer_->metrics_address());
+  EXPECT_THAT(metrics, HasSubstr("shoal_peer_rounds_completed_total 2"));
+  EXPECT_THAT(metrics, HasSubstr("shoal_peer_samples_trained_total 128"));
+  EXPECT_THAT(metrics, HasSubstr("shoal_peer_connected 1"));
+  EXPECT_THAT(metrics, HasSubstr("shoal_peer_round_duration_seconds_count 2"));
+  EXPECT_THAT(metrics, HasSubstr("shoal_peer_updates_rejected_total 0"));
+  EXPECT_THAT(metrics, HasSubstr("shoal_peer_test_accuracy "));
+  EXPECT_THAT(metrics, HasSubstr("shoal_peer_bytes_received_total"));
+
+  // Shutdown says Leave and closes the stream.
+  peer_->Shutdown();
+  auto leave = fake().Take(PeerMessage::kLeave, kWait);
+  ASSERT_TRUE(leave);
+  EXPECT_TRUE(fake().WaitSessionClosed(kWait));
+}
+
+TEST_F(PeerAgentTest, NewerRoundAbandonsTheCurrentOne) {
+  StartPeer();
+  ASSERT_TRUE(fake().WaitHello(1, kWait));
+  Assign(SmallTask());
+  CoordinatorEvent init;
+  init.mutable_initialize_model()->set_task("small");
+  SendEvent(init);
+  ASSERT_TRUE(fake().Take(PeerMessage::kModelInitialized, kWait));
+
+  // Round 1 asks for far more batches than the test will wait for; round 2 supersedes it.
+  OpenRound("small", 1, 0);
+  StartRound("small", 1, 0, 1000000);
+  CloseRound("small", 1);  // nobody pushed: version stays 0
+  OpenRound("small", 2, 0);
+  StartRound("small", 2, 0, 2);
+  auto pushed = fake().Take(PeerMessage::kUpdatePushed, kWait);
+  ASSERT_TRUE(pushed);
+  EXPECT_EQ(pushed->update_pushed().round(), 2u);
+  EXPECT_EQ(pushed->update_pushed().num_samples(), 32u);
+  EXPECT_FALSE(fake().Take(PeerMessage::kUpdatePushed, absl::ZeroDuration()));
+}
+
+TEST_F(PeerAgentTest, ReconnectsWithTheSameIdAfterTheSessionBreaks) {
+  StartPeer();
+  ASSERT_TRUE(fake().WaitHello(1, kWait));
+  fake().DropSession();
+  auto again = fake().WaitHello(2, kWait);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->name(), "peer-a");
+  EXPECT_EQ(fake().sessions(), 2);
+}
+
+TEST_F(PeerAgentTest, ConnectsToACoordinatorThatStartsLater) {
+  // Reserve a port, free it, start the peer against it, then start the coordinator there.
+  std::string address;
+  {
+    FakeCoordinatorServer probe;
+    address = probe.address();
+  }
+  PeerOptions o = Options();
+  o.coordinator = address;
+  auto p = PeerServer::Start(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  peer_ = *std::move(p);
+  absl::SleepFor(absl::Milliseconds(500));  // let a few connection attempts fail
+  FakeCoordinatorServer late(address);
+  ASSERT_TRUE(late.server) << "port " << address << " was taken meanwhile";
+  auto hello = late.service.WaitHello(1, kWait);
+  ASSERT_TRUE(hello);
+  EXPECT_EQ(hello->name(), "peer-a");
+  peer_.reset();
+}
+
+// --- the shoal-peer binary ---
+
+std::string PeerBinary() {
+  std::vector<std::string> candidates;
+  if (const char* bin = std::getenv("SHOAL_BIN_DIR")) {
+    candidates.push_back(std::string(bin) + "/shoal-peer");
+  }
+  for (const auto& c : candidates) {
+    if (std::filesystem::exists(c)) return c;
+  }
+  return "";
+}
+
+struct ProcessResult {
+  int exit_code = -1;
+  std::string stderr_text;
+};
+
+// Runs the binary with `args`, waits up to `timeout`, returns its exit code and stderr.
+ProcessResult RunPeer(const std::vector<std::string>& args, absl::Duration timeout) {
+  ProcessResult result;
+  const std::string err_path = (std::filesystem::temp_directory_path() /
+                                absl::StrCat("shoal-peer-test-", ::getpid(), ".err"))
+                                   .string();
+  const std::string binary = PeerBinary();
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(binary.c_str()));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  const absl::Time end = absl::Now() + timeout;
+  int status = 0;
+  while (true) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (absl::Now() > end) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ADD_FAILURE() << "shoal-peer did not exit in time";
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  std::ifstream in(err_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  result.stderr_text = ss.str();
+  std::filesystem::remove(err_path);
+  return result;
+}
+
+class PeerBinaryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (PeerBinary().empty()) GTEST_FAIL() << "shoal-peer not found via SHOAL_BIN_DIR";
+  }
+};
+
+TEST_F(PeerBinaryTest, BadFlagsExitTwoNamingTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string flag;
+  };
+  const std::string ok_coord = "--coordinator=127.0.0.1:1";
+  const std::string ok_data = std::string("--data-dir=") + kDataDir;
+  std::vector<Case> cases = {
+      {{ok_coord, ok_data, "--shard=4/4"}, "--shard"},
+      {{ok_coord, ok_data, "--shard=1/0"}, "--shard"},
+      {{ok_coord, ok_data, "--shard=x"}, "--shard"},
+      {{ok_coord, ok_data}, "--shard"},
+      {{ok_coord, "--data-dir=/nonexistent/data", "--shard=0/4"}, "--data-dir"},
+      {{ok_coord, "--data-dir=/tmp", "--shard=0/4"}, "--data-dir"},
+      {{ok_coord, ok_data, "--shard=0/4", "--device=tpu"}, "--device"},
+      {{ok_data, "--shard=0/4"}, "--coordinator"},
+      {{"--coordinator=nonsense", ok_data, "--shard=0/4"}, "--coordinator"},
+  };
+  for (const Case& c : cases) {
+    ProcessResult r = RunPeer(c.args, absl::Seconds(30));
+    EXPECT_EQ(r.exit_code, 2) << c.flag << ": " << r.stderr_text;
+    EXPECT_THAT(r.stderr_text, HasSubstr(c.flag));
+    // One clear line.
+    EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << r.stderr_text;
+  }
+}
+
+TEST_F(PeerBinaryTest, UnknownModelReportsAnErrorAndExitsNonZero) {
+  FakeCoordinatorServer coordinator;
+  ASSERT_TRUE(coordinator.server);
+  ProcessResult result;
+  std::thread runner([&] {
+    result = RunPeer({"--coordinator=" + coordinator.address(), "--listen=127.0.0.1:0",
+                      "--metrics-listen=127.0.0.1:0", std::string("--data-dir=") + kDataDir,
+                      "--shard=0/1", "--name=peer-bad"},
+                     absl::Seconds(60));
+  });
+  auto hello = coordinator.service.WaitHello(1, kWait);
+  ASSERT_TRUE(hello);
+  CoordinatorEvent e;
+  common::v1::TaskSpec spec = SmallTask("resnet");
+  *e.mutable_task_assigned()->mutable_spec() = spec;
+  e.mutable_task_assigned()->set_aggregator_address("127.0.0.1:1");
+  ASSERT_TRUE(coordinator.service.Write(e));
+  auto error = coordinator.service.Take(PeerMessage::kError, kWait);
+  runner.join();
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->error().task(), "small");
+  EXPECT_THAT(error->error().message(), HasSubstr("unknown model \"resnet\""));
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.exit_code, -1);
+  EXPECT_THAT(result.stderr_text, HasSubstr("unknown model \"resnet\" (known: cnn, mlp)"));
+}
+
+}  // namespace
+}  // namespace shoal::peer

@@ -1,0 +1,418 @@
+// ControlClient and the shoalctl commands against a fake ControlService on 127.0.0.1:0.
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "libs/rpc/server.h"
+#include "libs/task/task_file.h"
+#include "libs/tensor/frame_codec.h"
+#include "libs/tensor/model_file.h"
+#include "services/shoalctl/commands.h"
+#include "services/shoalctl/control_client.h"
+#include "services/shoalctl/process.h"
+#include "shoal/coordinator/v1/control.grpc.pb.h"
+
+namespace shoal::shoalctl {
+namespace {
+
+using coordinator::v1::TaskStatus;
+using ::testing::HasSubstr;
+
+tensor::FlatModel SmallModel() {
+  absl::StatusOr<tensor::ModelLayout> layout =
+      tensor::ModelLayout::Create({{"fc.weight", {3, 4}}, {"fc.bias", {3}}});
+  tensor::FlatModel model{*layout, std::vector<float>(15)};
+  for (size_t i = 0; i < model.values.size(); ++i) model.values[i] = 0.5f * i;
+  return model;
+}
+
+// A scripted coordinator. Thread-safe (gRPC's sync server calls from many threads).
+class FakeControlService final : public coordinator::v1::ControlService::Service {
+ public:
+  grpc::Status CreateTask(grpc::ServerContext*, const coordinator::v1::CreateTaskRequest* request,
+                          coordinator::v1::CreateTaskResponse* response) override {
+    if (absl::Status s = task::ValidateTaskSpec(request->spec()); !s.ok()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(s.message()));
+    }
+    absl::MutexLock lock(&mu_);
+    TaskStatus& status = tasks_[request->spec().name()];
+    *status.mutable_spec() = request->spec();
+    status.set_state(coordinator::v1::TASK_STATE_WAITING);
+    *response->mutable_status() = status;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListTasks(grpc::ServerContext*, const coordinator::v1::ListTasksRequest*,
+                         coordinator::v1::ListTasksResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, status] : tasks_) *response->add_tasks() = status;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetTaskStatus(grpc::ServerContext*,
+                             const coordinator::v1::GetTaskStatusRequest* request,
+                             coordinator::v1::GetTaskStatusResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    auto it = tasks_.find(request->name());
+    if (it == tasks_.end()) return NotFound(request->name());
+    *response->mutable_status() = it->second;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status StopTask(grpc::ServerContext*, const coordinator::v1::StopTaskRequest* request,
+                        coordinator::v1::StopTaskResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    auto it = tasks_.find(request->name());
+    if (it == tasks_.end()) return NotFound(request->name());
+    it->second.set_state(coordinator::v1::TASK_STATE_STOPPED);
+    *response->mutable_status() = it->second;
+    return grpc::Status::OK;
+  }
+
+  // Streams the watch script, then ends the stream.
+  grpc::Status WatchTask(grpc::ServerContext*, const coordinator::v1::WatchTaskRequest* request,
+                         grpc::ServerWriter<coordinator::v1::WatchTaskResponse>* writer) override {
+    std::vector<TaskStatus> script;
+    {
+      absl::MutexLock lock(&mu_);
+      if (tasks_.count(request->name()) == 0) return NotFound(request->name());
+      script = watch_script_;
+    }
+    for (const TaskStatus& status : script) {
+      coordinator::v1::WatchTaskResponse response;
+      *response.mutable_status() = status;
+      if (!writer->Write(response)) break;
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetModel(grpc::ServerContext*, const coordinator::v1::GetModelRequest* request,
+                        grpc::ServerWriter<common::v1::ModelChunk>* writer) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (tasks_.count(request->name()) == 0) return NotFound(request->name());
+    }
+    if (request->has_version() && request->version() != 7) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          absl::StrCat("task ", request->name(), " has no checkpoint of version ",
+                                       request->version()));
+    }
+    const tensor::FlatModel model = SmallModel();
+    common::v1::ModelChunk chunk;
+    *chunk.mutable_meta() = tensor::MakeModelMeta(request->name(), 7, model);
+    writer->Write(chunk);
+    tensor::FrameEncoder encoder(model, /*chunk_bytes=*/16);  // several chunks per tensor
+    chunk.Clear();
+    while (encoder.Next(chunk.mutable_frame())) {
+      writer->Write(chunk);
+      chunk.Clear();
+    }
+    return grpc::Status::OK;
+  }
+
+  void SetTask(const TaskStatus& status) {
+    absl::MutexLock lock(&mu_);
+    tasks_[status.spec().name()] = status;
+  }
+  void SetWatchScript(std::vector<TaskStatus> script) {
+    absl::MutexLock lock(&mu_);
+    watch_script_ = std::move(script);
+  }
+
+ private:
+  static grpc::Status NotFound(const std::string& name) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("no task named \"", name, "\""));
+  }
+
+  absl::Mutex mu_;
+  std::map<std::string, TaskStatus> tasks_ ABSL_GUARDED_BY(mu_);
+  std::vector<TaskStatus> watch_script_ ABSL_GUARDED_BY(mu_);
+};
+
+TaskStatus Status(const std::string& name, coordinator::v1::TaskState state, int rounds_done) {
+  TaskStatus s;
+  *s.mutable_spec() = task::DefaultTaskSpec();
+  s.mutable_spec()->set_name(name);
+  s.mutable_spec()->set_rounds(3);
+  s.set_state(state);
+  s.set_phase(coordinator::v1::ROUND_PHASE_TRAINING);
+  s.set_round(rounds_done + 1);
+  s.add_participants("peer-0");
+  s.add_participants("peer-1");
+  for (int r = 1; r <= rounds_done; ++r) {
+    auto* h = s.add_history();
+    h->set_round(r);
+    h->add_participants("peer-0");
+    h->add_participants("peer-1");
+    h->set_mean_train_loss(1.0 / r);
+    h->set_evaluated(true);
+    h->set_test_accuracy(0.5 + 0.1 * r);
+    h->set_duration_ms(1000);
+  }
+  return s;
+}
+
+class ControlClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<rpc::Server>> server =
+        rpc::Server::Start({.listen = "127.0.0.1:0", .service_name = "fake-coordinator"}, {&fake_});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    absl::StatusOr<std::unique_ptr<ControlClient>> client =
+        ControlClient::Create(server_->address());
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+  }
+  void TearDown() override { server_->Shutdown(absl::Seconds(1)); }
+
+  // Runs shoalctl against the fake; returns {exit code, stdout, stderr}.
+  std::tuple<int, std::string, std::string> Shoalctl(std::vector<std::string> argv) {
+    std::ostringstream out, err;
+    Environment env;
+    env.out = &out;
+    env.err = &err;
+    env.default_coordinator = server_->address();
+    const int code = RunShoalctl(argv, env);
+    return {code, out.str(), err.str()};
+  }
+
+  FakeControlService fake_;
+  std::unique_ptr<rpc::Server> server_;
+  std::unique_ptr<ControlClient> client_;
+};
+
+TEST_F(ControlClientTest, CreateGetListStop) {
+  common::v1::TaskSpec spec = task::DefaultTaskSpec();
+  spec.set_name("alpha");
+  absl::StatusOr<TaskStatus> created = client_->CreateTask(spec, absl::Seconds(5));
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ(created->spec().name(), "alpha");
+  EXPECT_EQ(created->state(), coordinator::v1::TASK_STATE_WAITING);
+
+  absl::StatusOr<TaskStatus> got = client_->GetTaskStatus("alpha", absl::Seconds(5));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->spec().SerializeAsString(), spec.SerializeAsString());
+
+  absl::StatusOr<std::vector<TaskStatus>> list = client_->ListTasks(absl::Seconds(5));
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 1u);
+
+  absl::StatusOr<TaskStatus> stopped = client_->StopTask("alpha", absl::Seconds(5));
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ(stopped->state(), coordinator::v1::TASK_STATE_STOPPED);
+
+  EXPECT_EQ(client_->GetTaskStatus("beta", absl::Seconds(5)).status().code(),
+            absl::StatusCode::kNotFound);
+  spec.set_batch_size(0);
+  absl::StatusOr<TaskStatus> bad = client_->CreateTask(spec, absl::Seconds(5));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("batch_size"));
+}
+
+TEST_F(ControlClientTest, WatchDeliversEveryStatusInOrder) {
+  fake_.SetTask(Status("w", coordinator::v1::TASK_STATE_RUNNING, 0));
+  fake_.SetWatchScript({Status("w", coordinator::v1::TASK_STATE_RUNNING, 0),
+                        Status("w", coordinator::v1::TASK_STATE_RUNNING, 1),
+                        Status("w", coordinator::v1::TASK_STATE_COMPLETED, 3)});
+  std::vector<int> seen;
+  absl::StatusOr<TaskStatus> last = client_->WatchTask(
+      "w", absl::Seconds(10),
+      [&](const TaskStatus& s) {
+        seen.push_back(s.history_size());
+        return true;
+      },
+      nullptr);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(seen, (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(last->state(), coordinator::v1::TASK_STATE_COMPLETED);
+
+  EXPECT_EQ(client_
+                ->WatchTask(
+                    "nope", absl::Seconds(5), [](const TaskStatus&) { return true; }, nullptr)
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(ControlClientTest, WatchCanBeCancelledBeforeItStarts) {
+  fake_.SetTask(Status("w", coordinator::v1::TASK_STATE_RUNNING, 0));
+  Canceller canceller;
+  canceller.Cancel();
+  absl::StatusOr<TaskStatus> result = client_->WatchTask(
+      "w", absl::Seconds(10), [](const TaskStatus&) { return true; }, &canceller);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
+}
+
+TEST_F(ControlClientTest, GetModelDecodesTheStream) {
+  fake_.SetTask(Status("m", coordinator::v1::TASK_STATE_COMPLETED, 3));
+  absl::StatusOr<DownloadedModel> model =
+      client_->GetModel("m", std::nullopt, absl::Seconds(10), nullptr);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->meta.version(), 7u);
+  EXPECT_EQ(model->model.values, SmallModel().values);
+  EXPECT_EQ(model->model.layout, SmallModel().layout);
+  EXPECT_EQ(client_->GetModel("m", 3, absl::Seconds(10), nullptr).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(ControlClientTest, UnreachableCoordinatorIsUnavailable) {
+  // Port 1 is privileged and nothing listens there.
+  absl::StatusOr<std::unique_ptr<ControlClient>> client = ControlClient::Create("127.0.0.1:1");
+  ASSERT_TRUE(client.ok());
+  EXPECT_EQ((*client)->ListTasks(absl::Seconds(5)).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(ControlClient::Create("no-port").ok());
+}
+
+TEST_F(ControlClientTest, StatusJsonCommand) {
+  fake_.SetTask(Status("j", coordinator::v1::TASK_STATE_RUNNING, 2));
+  auto [code, out, err] = Shoalctl({"task", "status", "j", "--json"});
+  ASSERT_EQ(code, 0) << err;
+  ASSERT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  YAML::Node root = YAML::Load(out);
+  EXPECT_EQ(root["name"].as<std::string>(), "j");
+  EXPECT_EQ(root["mode"].as<std::string>(), "federated-sync");
+  EXPECT_EQ(root["state"].as<std::string>(), "running");
+  EXPECT_EQ(root["round"].as<int>(), 3);
+  EXPECT_EQ(root["participants"].size(), 2u);
+  ASSERT_EQ(root["history"].size(), 2u);
+  EXPECT_DOUBLE_EQ(root["history"][1]["test_accuracy"].as<double>(), 0.7);
+}
+
+TEST_F(ControlClientTest, CommandsReportErrorsInOneLine) {
+  {
+    auto [code, out, err] = Shoalctl({"task", "status", "ghost"});
+    EXPECT_EQ(code, 1);
+    EXPECT_EQ(err, "shoalctl: no task named ghost\n");
+  }
+  {
+    auto [code, out, err] = Shoalctl({"--coordinator", "127.0.0.1:1", "task", "list"});
+    EXPECT_EQ(code, 1);
+    EXPECT_THAT(err, HasSubstr("shoalctl: cannot reach coordinator at 127.0.0.1:1"));
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1);
+  }
+  {
+    const std::string file =
+        std::string(std::getenv("SHOAL_SOURCE_DIR")) + "/tests/data/tasks/bad_partition.yaml";
+    auto [code, out, err] = Shoalctl({"task", "create", file});
+    EXPECT_EQ(code, 1);
+    EXPECT_THAT(err, HasSubstr("dataset.partition: unknown value \"foo\""));
+  }
+  {
+    auto [code, out, err] = Shoalctl({"task", "frobnicate"});
+    EXPECT_EQ(code, 2);
+    EXPECT_THAT(err, HasSubstr("unknown command"));
+  }
+  {
+    auto [code, out, err] = Shoalctl({"model", "get", "x"});
+    EXPECT_EQ(code, 2);
+    EXPECT_THAT(err, HasSubstr("--out FILE is required"));
+  }
+}
+
+TEST_F(ControlClientTest, CreateListStopCommands) {
+  const std::string file =
+      std::string(std::getenv("SHOAL_SOURCE_DIR")) + "/tests/data/tasks/good.json";
+  {
+    auto [code, out, err] = Shoalctl({"task", "create", file});
+    ASSERT_EQ(code, 0) << err;
+    EXPECT_EQ(out, "created task fmnist-json (waiting)\n");
+  }
+  {
+    auto [code, out, err] = Shoalctl({"task", "list"});
+    ASSERT_EQ(code, 0) << err;
+    EXPECT_THAT(out, HasSubstr("fmnist-json"));
+  }
+  {
+    auto [code, out, err] = Shoalctl({"task", "stop", "fmnist-json"});
+    ASSERT_EQ(code, 0) << err;
+    EXPECT_EQ(out, "task fmnist-json stopped\n");
+  }
+}
+
+TEST_F(ControlClientTest, WatchCommandPrintsOneLinePerChangeAndTheSummary) {
+  fake_.SetTask(Status("w", coordinator::v1::TASK_STATE_RUNNING, 0));
+  fake_.SetWatchScript({Status("w", coordinator::v1::TASK_STATE_RUNNING, 0),
+                        Status("w", coordinator::v1::TASK_STATE_RUNNING, 0),  // no change
+                        Status("w", coordinator::v1::TASK_STATE_RUNNING, 1),
+                        Status("w", coordinator::v1::TASK_STATE_COMPLETED, 3)});
+  auto [code, out, err] = Shoalctl({"task", "watch", "w"});
+  EXPECT_EQ(code, 0) << err;
+  EXPECT_THAT(out, HasSubstr("round 1/3 [------------------------]   0%  peers 2"));
+  EXPECT_THAT(
+      out,
+      HasSubstr("round 2/3 [########----------------]  33%  peers 2  loss 1.0000  acc 0.6000"));
+  EXPECT_THAT(out, HasSubstr("final test accuracy: 0.8000"));
+  EXPECT_EQ(out.find("\r"), std::string::npos) << "not a terminal";
+  // The repeated status did not print a second identical line.
+  EXPECT_EQ(out.find("round 1/3"), out.rfind("round 1/3"));
+}
+
+TEST_F(ControlClientTest, ModelGetWritesAModelFile) {
+  fake_.SetTask(Status("m", coordinator::v1::TASK_STATE_COMPLETED, 3));
+  absl::StatusOr<std::string> dir = process::MakeTempDir("", "shoalctl-model-");
+  ASSERT_TRUE(dir.ok());
+  const std::string file = *dir + "/model.bin";
+  {
+    auto [code, out, err] = Shoalctl({"model", "get", "m", "--out", file});
+    ASSERT_EQ(code, 0) << err;
+    EXPECT_THAT(out, HasSubstr("wrote m version 7 (2 tensors, 15 parameters"));
+  }
+  absl::StatusOr<tensor::FlatModel> read = tensor::ReadModelFile(file);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->values, SmallModel().values);
+  {
+    auto [code, out, err] = Shoalctl({"model", "get", "m", "--out", file, "--version", "4"});
+    EXPECT_EQ(code, 1);
+    EXPECT_EQ(err, "shoalctl: task m has no checkpoint of version 4\n");
+  }
+  unlink(file.c_str());
+  rmdir(dir->c_str());
+}
+
+}  // namespace
+}  // namespace shoal::shoalctl
+
+namespace shoal::shoalctl {
+namespace {
+
+TEST(ParseArgsTest, FlagsAnywhereBothSpellingsLaterWins) {
+  absl::StatusOr<Args> args = ParseArgs({"--coordinator", "a:1", "task", "status", "x", "--json",
+                                         "--timeout=5s", "--coordinator=b:2", "--", "--odd"});
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->positional, (std::vector<std::string>{"task", "status", "x", "--odd"}));
+  EXPECT_EQ(args->values["coordinator"], "b:2");
+  EXPECT_EQ(args->values["timeout"], "5s");
+  EXPECT_EQ(args->switches.count("json"), 1u);
+}
+
+TEST(ParseArgsTest, RejectsUnknownAndIncompleteFlags) {
+  EXPECT_THAT(std::string(ParseArgs({"--frob"}).status().message()),
+              HasSubstr("unknown flag --frob"));
+  EXPECT_THAT(std::string(ParseArgs({"task", "list", "--timeout"}).status().message()),
+              HasSubstr("--timeout needs a value"));
+  EXPECT_THAT(std::string(ParseArgs({"--json=yes"}).status().message()),
+              HasSubstr("--json takes no value"));
+}
+
+TEST(DescribeRpcErrorTest, MapsCodesToOneLine) {
+  EXPECT_EQ(DescribeRpcError(absl::NotFoundError("x"), "h:1", "t", absl::Seconds(10)),
+            "no task named t");
+  EXPECT_EQ(DescribeRpcError(absl::UnavailableError("refused"), "h:1", "t", absl::Seconds(10)),
+            "cannot reach coordinator at h:1 (refused)");
+  EXPECT_EQ(DescribeRpcError(absl::DeadlineExceededError(""), "h:1", "", absl::Seconds(10)),
+            "coordinator at h:1 did not answer within 10s");
+  EXPECT_EQ(DescribeRpcError(absl::InvalidArgumentError("rounds: must be >= 1, got 0"), "h:1", "",
+                             absl::Seconds(10)),
+            "rounds: must be >= 1, got 0");
+}
+
+}  // namespace
+}  // namespace shoal::shoalctl

@@ -1,0 +1,133 @@
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/aggregation/update_validation.h"
+#include "libs/aggregation/weighted_mean.h"
+
+namespace shoal::aggregation {
+namespace {
+
+using ::testing::HasSubstr;
+
+tensor::ModelLayout Layout() { return *tensor::ModelLayout::Create({{"w", {2, 2}}, {"b", {2}}}); }
+
+tensor::FlatModel ModelOf(std::vector<float> v) {
+  tensor::FlatModel m;
+  m.layout = Layout();
+  m.values = std::move(v);
+  return m;
+}
+
+TEST(WeightedMeanTest, ExactWeightedMean) {
+  WeightedMeanAccumulator acc(Layout());
+  std::vector<float> d1 = {1, 2, 3, 4, 5, 6};
+  std::vector<float> d2 = {-2, 0, 6, 8, 2, 0};
+  ASSERT_TRUE(acc.Add(d1, 1).ok());
+  ASSERT_TRUE(acc.Add(d2, 3).ok());
+  EXPECT_EQ(acc.count(), 2u);
+  EXPECT_EQ(acc.total_weight(), 4);
+  tensor::FlatModel base = ModelOf({10, 10, 10, 10, 10, 10});
+  auto out = acc.Apply(base);
+  ASSERT_TRUE(out.ok());
+  for (size_t i = 0; i < d1.size(); ++i) {
+    EXPECT_FLOAT_EQ(out->values[i], 10 + (d1[i] * 1 + d2[i] * 3) / 4) << i;
+  }
+  auto mean = acc.MeanDelta();
+  EXPECT_FLOAT_EQ(mean[0], (1 - 6) / 4.0f);
+}
+
+TEST(WeightedMeanTest, NoContributionsKeepsTheBase) {
+  WeightedMeanAccumulator acc(Layout());
+  tensor::FlatModel base = ModelOf({1, 2, 3, 4, 5, 6});
+  auto out = acc.Apply(base);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->values, base.values);
+}
+
+TEST(WeightedMeanTest, ResetForgetsContributions) {
+  WeightedMeanAccumulator acc(Layout());
+  ASSERT_TRUE(acc.Add(std::vector<float>{1, 1, 1, 1, 1, 1}, 2).ok());
+  acc.Reset();
+  ASSERT_TRUE(acc.Add(std::vector<float>{3, 3, 3, 3, 3, 3}, 1).ok());
+  auto out = acc.Apply(ModelOf({0, 0, 0, 0, 0, 0}));
+  EXPECT_FLOAT_EQ(out->values[0], 3);
+}
+
+TEST(WeightedMeanTest, RejectsBadInput) {
+  WeightedMeanAccumulator acc(Layout());
+  EXPECT_EQ(acc.Add(std::vector<float>{1, 2}, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(acc.Add(std::vector<float>(6, 1), 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(acc.Add(std::vector<float>(6, 1), -1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(acc.Add(std::vector<float>(6, 1), std::nan("")).code(),
+            absl::StatusCode::kInvalidArgument);
+  tensor::FlatModel other;
+  other.layout = *tensor::ModelLayout::Create({{"x", {6}}});
+  other.values.assign(6, 0);
+  EXPECT_EQ(acc.Apply(other).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(acc.count(), 0u);
+}
+
+TEST(UpdateValidationTest, Finite) {
+  EXPECT_TRUE(CheckFinite(ModelOf({1, 2, 3, 4, 5, 6})).ok());
+  auto s = CheckFinite(ModelOf({1, 2, 3, 4, 5, std::numeric_limits<float>::infinity()}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'b'"));
+  EXPECT_THAT(s.message(), HasSubstr("element 1"));
+}
+
+TEST(UpdateValidationTest, Norm) {
+  EXPECT_DOUBLE_EQ(L2Norm(std::vector<float>{3, 4}), 5);
+  std::vector<float> many(1001, 1.0f);
+  EXPECT_NEAR(L2Norm(many), std::sqrt(1001.0), 1e-9);
+  EXPECT_TRUE(CheckNormBound(5, 0).ok());
+  EXPECT_TRUE(CheckNormBound(5, 5).ok());
+  auto s = CheckNormBound(5.5, 5);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("norm"));
+  EXPECT_FALSE(CheckNormBound(std::nan(""), 5).ok());
+}
+
+TEST(UpdateValidationTest, Layout) {
+  EXPECT_TRUE(CheckLayout(ModelOf({1, 2, 3, 4, 5, 6}), Layout()).ok());
+  tensor::FlatModel other;
+  other.layout = *tensor::ModelLayout::Create({{"w", {4}}, {"b", {2}}});
+  other.values.assign(6, 0);
+  auto s = CheckLayout(other, Layout());
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w'"));
+  tensor::FlatModel short_values = ModelOf({1, 2});
+  EXPECT_EQ(CheckLayout(short_values, Layout()).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace shoal::aggregation
+
+namespace shoal::aggregation {
+namespace {
+
+TEST(WeightedMeanTest, ThreadedPassesMatchTheSingleThreadedOnes) {
+  const int64_t n = (int64_t{1} << 23) + 12345;  // large enough to be split
+  auto layout = *tensor::ModelLayout::Create({{"w", {n}}});
+  std::vector<float> d1(n), d2(n);
+  for (int64_t i = 0; i < n; ++i) {
+    d1[i] = static_cast<float>(i % 101) * 0.01f;
+    d2[i] = static_cast<float>(i % 37) * -0.1f;
+  }
+  tensor::FlatModel base;
+  base.layout = layout;
+  base.values.assign(n, 1.0f);
+  WeightedMeanAccumulator one(layout, 1), two(layout, 2);
+  for (auto* acc : {&one, &two}) {
+    ASSERT_TRUE(acc->Add(d1, 2).ok());
+    ASSERT_TRUE(acc->Add(d2, 5).ok());
+  }
+  auto a = one.Apply(base);
+  auto b = two.Apply(base);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->values, b->values);
+}
+
+}  // namespace
+}  // namespace shoal::aggregation

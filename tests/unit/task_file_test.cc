@@ -1,0 +1,316 @@
+#include "libs/task/task_file.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "shoal/coordinator/v1/control.pb.h"
+
+namespace shoal::task {
+namespace {
+
+using common::v1::TaskSpec;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+std::string DataPath(const std::string& name) {
+  const char* root = std::getenv("SHOAL_SOURCE_DIR");
+  return std::string(root != nullptr ? root : ".") + "/tests/data/tasks/" + name;
+}
+
+TaskSpec ValidSpec() {
+  TaskSpec spec = DefaultTaskSpec();
+  spec.set_name("ok");
+  return spec;
+}
+
+TEST(TaskFileTest, LoadsCompleteYaml) {
+  absl::StatusOr<TaskSpec> spec = LoadTaskFile(DataPath("good.yaml"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "fmnist-skew");
+  EXPECT_EQ(spec->mode(), common::v1::MODE_FEDERATED_SYNC);
+  EXPECT_EQ(spec->model(), "mlp");
+  EXPECT_EQ(spec->dataset().name(), "fashion-mnist");
+  EXPECT_EQ(spec->dataset().partition(), common::v1::PARTITION_LABEL_SKEW);
+  EXPECT_EQ(spec->dataset().classes_per_shard(), 3u);
+  EXPECT_EQ(spec->dataset().train_limit(), 6000u);
+  EXPECT_EQ(spec->dataset().test_limit(), 1000u);
+  EXPECT_EQ(spec->batch_size(), 64u);
+  EXPECT_EQ(spec->optimizer().kind(), common::v1::OPTIMIZER_ADAM);
+  EXPECT_DOUBLE_EQ(spec->optimizer().learning_rate(), 0.001);
+  // An explicit zero is kept, not replaced by the default 0.9.
+  EXPECT_DOUBLE_EQ(spec->optimizer().momentum(), 0.0);
+  EXPECT_EQ(spec->round_batches(), 20u);
+  EXPECT_EQ(spec->rounds(), 5u);
+  EXPECT_EQ(spec->min_participants(), 2u);
+  EXPECT_EQ(spec->max_participants(), 4u);
+  EXPECT_EQ(spec->round_deadline_seconds(), 30u);
+  EXPECT_EQ(spec->aggregation(), common::v1::AGGREGATION_MEAN);
+  EXPECT_EQ(spec->seed(), 42u);
+  EXPECT_DOUBLE_EQ(spec->max_update_norm(), 100.5);
+}
+
+TEST(TaskFileTest, LoadsJsonWithFullEnumNamesAndDefaults) {
+  absl::StatusOr<TaskSpec> spec = LoadTaskFile(DataPath("good.json"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "fmnist-json");
+  EXPECT_EQ(spec->mode(), common::v1::MODE_FEDERATED_SYNC);
+  EXPECT_EQ(spec->model(), "cnn");
+  EXPECT_EQ(spec->dataset().partition(), common::v1::PARTITION_IID);
+  EXPECT_EQ(spec->dataset().name(), "fashion-mnist");  // default inside a given message
+  EXPECT_EQ(spec->batch_size(), 16u);
+  EXPECT_DOUBLE_EQ(spec->optimizer().learning_rate(), 0.1);
+  EXPECT_DOUBLE_EQ(spec->optimizer().momentum(), 0.9);
+  EXPECT_EQ(spec->rounds(), 3u);
+  EXPECT_EQ(spec->round_batches(), 50u);
+}
+
+TEST(TaskFileTest, MinimalFileGetsEveryDefault) {
+  absl::StatusOr<TaskSpec> spec = LoadTaskFile(DataPath("minimal.yaml"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  TaskSpec expected = DefaultTaskSpec();
+  expected.set_name("tiny");
+  EXPECT_EQ(spec->SerializeAsString(), expected.SerializeAsString()) << spec->DebugString();
+  EXPECT_EQ(spec->mode(), common::v1::MODE_FEDERATED_SYNC);
+  EXPECT_EQ(spec->aggregation(), common::v1::AGGREGATION_MEAN);
+  EXPECT_EQ(spec->dataset().partition(), common::v1::PARTITION_IID);
+  EXPECT_EQ(spec->optimizer().kind(), common::v1::OPTIMIZER_SGD);
+  EXPECT_DOUBLE_EQ(spec->optimizer().learning_rate(), 0.05);
+  EXPECT_DOUBLE_EQ(spec->optimizer().momentum(), 0.9);
+  EXPECT_EQ(spec->batch_size(), 32u);
+  EXPECT_EQ(spec->round_batches(), 50u);
+  EXPECT_EQ(spec->rounds(), 10u);
+  EXPECT_EQ(spec->min_participants(), 1u);
+  EXPECT_EQ(spec->max_participants(), 0u);
+  EXPECT_EQ(spec->round_deadline_seconds(), 120u);
+  EXPECT_EQ(spec->seed(), 1u);
+}
+
+struct BadFile {
+  std::string file;
+  absl::StatusCode code;
+  std::string message;  // must appear in the error
+};
+
+class BadTaskFileTest : public ::testing::TestWithParam<BadFile> {};
+
+TEST_P(BadTaskFileTest, IsRejectedNamingFileAndField) {
+  const BadFile& bad = GetParam();
+  const std::string path = DataPath(bad.file);
+  absl::StatusOr<TaskSpec> spec = LoadTaskFile(path);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), bad.code) << spec.status();
+  EXPECT_THAT(std::string(spec.status().message()),
+              AllOf(HasSubstr(path + ":"), HasSubstr(bad.message)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Files, BadTaskFileTest,
+    ::testing::Values(
+        BadFile{"bad_partition.yaml", absl::StatusCode::kInvalidArgument,
+                "dataset.partition: unknown value \"foo\" (expected iid, label-skew)"},
+        BadFile{"bad_unknown_key.yaml", absl::StatusCode::kInvalidArgument,
+                "optimizer.lr: unknown field (expected one of kind, learning_rate, momentum)"},
+        BadFile{"bad_type.json", absl::StatusCode::kInvalidArgument,
+                "batch_size: expected a non-negative integer, got \"32\""},
+        BadFile{"bad_negative.yaml", absl::StatusCode::kInvalidArgument,
+                "rounds: must not be negative, got -3"},
+        BadFile{"bad_out_of_range.yaml", absl::StatusCode::kInvalidArgument,
+                "round_batches: out of range: 99999999999"},
+        BadFile{"bad_batch_size.yaml", absl::StatusCode::kInvalidArgument,
+                "batch_size: must be in 1..4096, got 5000"},
+        BadFile{"bad_syntax.yaml", absl::StatusCode::kInvalidArgument, "bad_syntax.yaml:"},
+        BadFile{"bad_name.yaml", absl::StatusCode::kInvalidArgument,
+                "name: must match [a-z0-9][a-z0-9-]{0,62}, got \"Bad_Name\""},
+        BadFile{"bad_model.yaml", absl::StatusCode::kInvalidArgument,
+                "model: unknown model \"resnet\" (expected mlp, cnn)"},
+        BadFile{"bad_nested_type.yaml", absl::StatusCode::kInvalidArgument,
+                "optimizer: expected a mapping"},
+        BadFile{"does_not_exist.yaml", absl::StatusCode::kNotFound, "cannot open"}),
+    [](const ::testing::TestParamInfo<BadFile>& info) {
+      std::string name = info.param.file;
+      for (char& c : name) {
+        if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+      }
+      return name;
+    });
+
+TEST(ParseTaskSpecTest, RejectsInlineMistakes) {
+  struct Case {
+    std::string text;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"name: x\nmode: gossip\n", "mode: unknown value \"gossip\" (expected federated-sync)"},
+      {"name: x\naggregation: median\n", "aggregation: unknown value \"median\" (expected mean)"},
+      {"name: x\noptimizer: {kind: rmsprop}\n",
+       "optimizer.kind: unknown value \"rmsprop\" (expected sgd, adam)"},
+      {"name: x\nmode: unspecified\n", "mode: unknown value \"unspecified\""},
+      {"name: x\nseed: 1.5\n", "seed: expected a non-negative integer, got \"1.5\""},
+      {"name: x\noptimizer: {learning_rate: fast}\n",
+       "optimizer.learning_rate: expected a number, got \"fast\""},
+      {"name: x\noptimizer: {learning_rate: inf}\n", "optimizer.learning_rate: must be finite"},
+      {"name: x\nrounds: [1, 2]\n", "rounds: expected a single value"},
+      {"name: x\nrounds: 1\nrounds: 2\n", "rounds: duplicate key"},
+      {"- name: x\n", "expected a mapping of task fields at the top level"},
+      {"", "the task file is empty"},
+      {"name: x\nmin_participants: 4294967296\n", "min_participants: out of range"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<TaskSpec> spec = ParseTaskSpec(c.text, "inline.yaml");
+    ASSERT_FALSE(spec.ok()) << c.text;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(spec.status().message()),
+                AllOf(HasSubstr("inline.yaml: "), HasSubstr(c.message)))
+        << c.text;
+  }
+}
+
+TEST(ParseTaskSpecTest, AcceptsEnumSpellings) {
+  for (const char* text : {"label-skew", "label_skew", "LABEL-SKEW", "PARTITION_LABEL_SKEW"}) {
+    absl::StatusOr<TaskSpec> spec =
+        ParseTaskSpec(std::string("name: x\ndataset: {partition: ") + text + "}\n", "t.yaml");
+    ASSERT_TRUE(spec.ok()) << text << ": " << spec.status();
+    EXPECT_EQ(spec->dataset().partition(), common::v1::PARTITION_LABEL_SKEW);
+    EXPECT_EQ(spec->dataset().classes_per_shard(), 2u) << "label-skew default";
+  }
+}
+
+TEST(ParseTaskSpecTest, NullKeepsDefault) {
+  absl::StatusOr<TaskSpec> spec = ParseTaskSpec("name: x\nrounds:\nbatch_size: null\n", "t.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->rounds(), 10u);
+  EXPECT_EQ(spec->batch_size(), 32u);
+}
+
+TEST(ParseTaskSpecTest, ValidationErrorsFromLoadNameTheFile) {
+  absl::StatusOr<TaskSpec> spec = ParseTaskSpec("name: x\nbatch_size: 0\n", "t.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  // Explicit zeros are kept for validation to report, not silently defaulted.
+  EXPECT_EQ(spec->batch_size(), 0u);
+  EXPECT_THAT(std::string(ValidateTaskSpec(*spec).message()), HasSubstr("batch_size: must be in"));
+}
+
+TEST(ValidateTaskSpecTest, DefaultsWithANameAreValid) {
+  EXPECT_TRUE(ValidateTaskSpec(ValidSpec()).ok()) << ValidateTaskSpec(ValidSpec());
+}
+
+TEST(ValidateTaskSpecTest, EachRuleNamesItsField) {
+  struct Case {
+    std::function<void(TaskSpec&)> mutate;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](TaskSpec& s) { s.set_name(""); }, "name: required"},
+      {[](TaskSpec& s) { s.set_name("-lead"); }, "name: must match"},
+      {[](TaskSpec& s) { s.set_name(std::string(64, 'a')); }, "name: must match"},
+      {[](TaskSpec& s) { s.set_mode(common::v1::MODE_UNSPECIFIED); }, "mode: unsupported value"},
+      {[](TaskSpec& s) { s.set_model("transformer"); }, "model: unknown model \"transformer\""},
+      {[](TaskSpec& s) { s.mutable_dataset()->set_name("mnist"); },
+       "dataset.name: unknown dataset \"mnist\" (expected fashion-mnist)"},
+      {[](TaskSpec& s) { s.mutable_dataset()->set_partition(common::v1::PARTITION_UNSPECIFIED); },
+       "dataset.partition: unsupported value"},
+      {[](TaskSpec& s) {
+         s.mutable_dataset()->set_partition(common::v1::PARTITION_LABEL_SKEW);
+         s.mutable_dataset()->set_classes_per_shard(11);
+       },
+       "dataset.classes_per_shard: must be in 1..10 for label-skew, got 11"},
+      {[](TaskSpec& s) {
+         s.mutable_dataset()->set_partition(common::v1::PARTITION_LABEL_SKEW);
+         s.mutable_dataset()->set_classes_per_shard(0);
+       },
+       "dataset.classes_per_shard: must be in 1..10"},
+      {[](TaskSpec& s) { s.set_batch_size(0); }, "batch_size: must be in 1..4096, got 0"},
+      {[](TaskSpec& s) { s.set_batch_size(4097); }, "batch_size: must be in 1..4096, got 4097"},
+      {[](TaskSpec& s) { s.mutable_optimizer()->set_kind(common::v1::OPTIMIZER_UNSPECIFIED); },
+       "optimizer.kind: unsupported value"},
+      {[](TaskSpec& s) { s.mutable_optimizer()->set_learning_rate(0); },
+       "optimizer.learning_rate: must be > 0, got 0"},
+      {[](TaskSpec& s) { s.mutable_optimizer()->set_learning_rate(-0.1); },
+       "optimizer.learning_rate: must be > 0, got -0.1"},
+      {[](TaskSpec& s) { s.mutable_optimizer()->set_momentum(1.0); },
+       "optimizer.momentum: must be in [0, 1), got 1"},
+      {[](TaskSpec& s) { s.mutable_optimizer()->set_momentum(-0.5); },
+       "optimizer.momentum: must be in [0, 1)"},
+      {[](TaskSpec& s) { s.set_round_batches(0); }, "round_batches: must be >= 1, got 0"},
+      {[](TaskSpec& s) { s.set_rounds(0); }, "rounds: must be >= 1, got 0"},
+      {[](TaskSpec& s) { s.set_min_participants(0); }, "min_participants: must be >= 1, got 0"},
+      {[](TaskSpec& s) {
+         s.set_min_participants(3);
+         s.set_max_participants(2);
+       },
+       "max_participants: must be 0 (no limit) or >= min_participants (3), got 2"},
+      {[](TaskSpec& s) { s.set_round_deadline_seconds(0); },
+       "round_deadline_seconds: must be >= 1, got 0"},
+      {[](TaskSpec& s) { s.set_aggregation(common::v1::AGGREGATION_UNSPECIFIED); },
+       "aggregation: unsupported value"},
+      {[](TaskSpec& s) { s.set_max_update_norm(-1); }, "max_update_norm: must be >= 0"},
+      {[](TaskSpec& s) { s.set_max_update_norm(std::nan("")); }, "max_update_norm: must be >= 0"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    TaskSpec spec = ValidSpec();
+    cases[i].mutate(spec);
+    absl::Status status = ValidateTaskSpec(spec);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << "case " << i;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(cases[i].message)) << "case " << i;
+  }
+}
+
+TEST(ValidateTaskSpecTest, AcceptsBoundaryValues) {
+  TaskSpec spec = ValidSpec();
+  spec.set_name(std::string(63, 'a'));
+  spec.set_batch_size(4096);
+  spec.mutable_optimizer()->set_momentum(0);
+  spec.set_min_participants(2);
+  spec.set_max_participants(2);
+  spec.mutable_dataset()->set_partition(common::v1::PARTITION_LABEL_SKEW);
+  spec.mutable_dataset()->set_classes_per_shard(10);
+  EXPECT_TRUE(ValidateTaskSpec(spec).ok()) << ValidateTaskSpec(spec);
+}
+
+TEST(ApplyTaskDefaultsTest, FillsOnlyInvalidZeros) {
+  TaskSpec spec;
+  spec.set_name("x");
+  spec.mutable_optimizer()->set_momentum(0);
+  ApplyTaskDefaults(spec);
+  EXPECT_TRUE(ValidateTaskSpec(spec).ok()) << ValidateTaskSpec(spec);
+  EXPECT_EQ(spec.batch_size(), 32u);
+  EXPECT_EQ(spec.mode(), common::v1::MODE_FEDERATED_SYNC);
+  EXPECT_DOUBLE_EQ(spec.optimizer().momentum(), 0.0);
+  EXPECT_EQ(spec.max_participants(), 0u);
+}
+
+TEST(FriendlyJsonTest, RoundTripsThroughTheParser) {
+  absl::StatusOr<TaskSpec> spec = LoadTaskFile(DataPath("good.yaml"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string json = MessageToFriendlyJson(*spec, 2);
+  EXPECT_THAT(json, HasSubstr("\"partition\": \"label-skew\""));
+  EXPECT_THAT(json, HasSubstr("\"mode\": \"federated-sync\""));
+  absl::StatusOr<TaskSpec> back = ParseTaskSpec(json, "back.json");
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << json;
+  EXPECT_EQ(back->SerializeAsString(), spec->SerializeAsString());
+}
+
+TEST(FriendlyEnumNameTest, StripsThePrefix) {
+  EXPECT_EQ(FriendlyEnumName(*coordinator::v1::TaskState_descriptor(),
+                             coordinator::v1::TASK_STATE_RUNNING),
+            "running");
+  EXPECT_EQ(FriendlyEnumName(*coordinator::v1::RoundPhase_descriptor(),
+                             coordinator::v1::ROUND_PHASE_TRAINING),
+            "training");
+  EXPECT_EQ(FriendlyEnumName(*common::v1::Mode_descriptor(), common::v1::MODE_FEDERATED_SYNC),
+            "federated-sync");
+  EXPECT_EQ(FriendlyEnumName(*common::v1::Mode_descriptor(), 77), "unknown(77)");
+}
+
+TEST(JsonTest, QuotesAndNumbers) {
+  EXPECT_EQ(JsonQuote("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\u0001\"");
+  EXPECT_EQ(JsonNumber(0.1), "0.1");
+  EXPECT_EQ(JsonNumber(3), "3");
+  EXPECT_EQ(JsonNumber(std::nan("")), "null");
+}
+
+}  // namespace
+}  // namespace shoal::task

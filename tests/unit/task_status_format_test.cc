@@ -1,0 +1,165 @@
+// shoalctl's rendering of TaskStatus: the JSON of `task status --json`, the progress line and
+// the summary table. No server involved.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+
+#include "services/shoalctl/task_format.h"
+#include "shoal/coordinator/v1/control.pb.h"
+
+namespace shoal::shoalctl {
+namespace {
+
+using coordinator::v1::TaskStatus;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TaskStatus RunningStatus() {
+  TaskStatus s;
+  s.mutable_spec()->set_name("fmnist \"cnn\"");  // a quote to check escaping
+  s.mutable_spec()->set_mode(common::v1::MODE_FEDERATED_SYNC);
+  s.mutable_spec()->set_model("cnn");
+  s.mutable_spec()->set_rounds(4);
+  s.mutable_spec()->mutable_dataset()->set_partition(common::v1::PARTITION_LABEL_SKEW);
+  s.set_state(coordinator::v1::TASK_STATE_RUNNING);
+  s.set_phase(coordinator::v1::ROUND_PHASE_TRAINING);
+  s.set_round(3);
+  s.add_participants("peer-0");
+  s.add_participants("peer-1");
+  s.set_model_version(2);
+  s.set_aggregator("127.0.0.1:4000");
+  for (int r = 1; r <= 2; ++r) {
+    auto* h = s.add_history();
+    h->set_round(r);
+    h->add_participants("peer-0");
+    h->add_participants("peer-1");
+    if (r == 2) h->add_dropped("peer-2");
+    h->set_mean_train_loss(1.0 / r);
+    h->set_num_samples(3200);
+    h->set_model_version(r);
+    h->set_duration_ms(1500 * r);
+    h->set_evaluated(r == 1);
+    h->set_test_accuracy(r == 1 ? 0.75 : 0);
+    h->set_test_loss(0.6);
+    h->set_test_samples(10000);
+  }
+  return s;
+}
+
+TEST(TaskStatusJsonTest, HasTheDocumentedKeysWithFriendlyValues) {
+  const std::string json = TaskStatusToJson(RunningStatus());
+  EXPECT_EQ(json.find('\n'), std::string::npos) << "one line";
+  // yaml-cpp reads JSON; a parse error throws.
+  YAML::Node root = YAML::Load(json);
+  ASSERT_TRUE(root.IsMap());
+  EXPECT_EQ(root["name"].as<std::string>(), "fmnist \"cnn\"");
+  EXPECT_EQ(root["mode"].as<std::string>(), "federated-sync");
+  EXPECT_EQ(root["state"].as<std::string>(), "running");
+  EXPECT_EQ(root["phase"].as<std::string>(), "training");
+  EXPECT_EQ(root["round"].as<int>(), 3);
+  EXPECT_EQ(root["rounds"].as<int>(), 4);
+  EXPECT_EQ(root["model_version"].as<int>(), 2);
+  ASSERT_TRUE(root["participants"].IsSequence());
+  ASSERT_EQ(root["participants"].size(), 2u);
+  EXPECT_EQ(root["participants"][1].as<std::string>(), "peer-1");
+  EXPECT_DOUBLE_EQ(root["last_test_accuracy"].as<double>(), 0.75);
+  EXPECT_EQ(root["spec"]["dataset"]["partition"].as<std::string>(), "label-skew");
+
+  ASSERT_TRUE(root["history"].IsSequence());
+  ASSERT_EQ(root["history"].size(), 2u);
+  const YAML::Node first = root["history"][0];
+  EXPECT_EQ(first["round"].as<int>(), 1);
+  EXPECT_EQ(first["participants"].size(), 2u);
+  EXPECT_DOUBLE_EQ(first["mean_train_loss"].as<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(first["test_accuracy"].as<double>(), 0.75);
+  EXPECT_EQ(first["duration_ms"].as<int>(), 1500);
+  const YAML::Node second = root["history"][1];
+  EXPECT_DOUBLE_EQ(second["mean_train_loss"].as<double>(), 0.5);
+  EXPECT_TRUE(second["test_accuracy"].IsNull()) << "not evaluated";
+  EXPECT_EQ(second["dropped"][0].as<std::string>(), "peer-2");
+}
+
+TEST(TaskStatusJsonTest, EmptyStatusIsStillValidJson) {
+  TaskStatus s;
+  s.set_state(coordinator::v1::TASK_STATE_WAITING);
+  const std::string json = TaskStatusToJson(s);
+  YAML::Node root = YAML::Load(json);
+  EXPECT_EQ(root["state"].as<std::string>(), "waiting");
+  EXPECT_EQ(root["mode"].as<std::string>(), "unspecified");
+  EXPECT_EQ(root["participants"].size(), 0u);
+  EXPECT_EQ(root["history"].size(), 0u);
+  EXPECT_TRUE(root["last_test_accuracy"].IsNull());
+  EXPECT_THAT(json, HasSubstr("\"participants\":[]"));
+  EXPECT_THAT(json, HasSubstr("\"history\":[]"));
+}
+
+TEST(TaskStatusJsonTest, NonFiniteLossIsNull) {
+  TaskStatus s = RunningStatus();
+  s.mutable_history(0)->set_mean_train_loss(std::nan(""));
+  YAML::Node root = YAML::Load(TaskStatusToJson(s));
+  EXPECT_TRUE(root["history"][0]["mean_train_loss"].IsNull());
+}
+
+TEST(ProgressLineTest, ShowsRoundBarPeersLossAndAccuracy) {
+  const std::string line = FormatProgressLine(RunningStatus(), 20);
+  EXPECT_THAT(line, HasSubstr("round 3/4"));
+  EXPECT_THAT(line, HasSubstr("[##########----------]  50%"));  // 2 of 4 rounds done
+  EXPECT_THAT(line, HasSubstr("peers 2"));
+  EXPECT_THAT(line, HasSubstr("loss 0.5000"));
+  EXPECT_THAT(line, HasSubstr("acc 0.7500"));
+  EXPECT_THAT(line, HasSubstr("training"));
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+}
+
+TEST(ProgressLineTest, WaitingShowsTheReason) {
+  TaskStatus s;
+  s.mutable_spec()->set_rounds(10);
+  s.set_state(coordinator::v1::TASK_STATE_WAITING);
+  s.set_message("have 1 peers, need 2");
+  const std::string line = FormatProgressLine(s, 10);
+  EXPECT_THAT(line, HasSubstr("round 0/10 [----------]   0%"));
+  EXPECT_THAT(line, HasSubstr("waiting: have 1 peers, need 2"));
+  EXPECT_THAT(line, Not(HasSubstr("acc")));
+}
+
+TEST(SummaryTest, ListsEveryRoundAndTheFinalAccuracy) {
+  TaskStatus s = RunningStatus();
+  s.set_state(coordinator::v1::TASK_STATE_COMPLETED);
+  s.mutable_history(1)->set_evaluated(true);
+  s.mutable_history(1)->set_test_accuracy(0.8612);
+  const std::string summary = FormatSummary(s);
+  EXPECT_THAT(summary, HasSubstr("train_loss"));
+  EXPECT_THAT(summary, HasSubstr("    1  2             0      1.0000    0.7500       1.5s"));
+  EXPECT_THAT(summary, HasSubstr("    2  2             1      0.5000    0.8612       3.0s"));
+  EXPECT_THAT(summary, HasSubstr("completed after 2/4 rounds in 4.5s"));
+  EXPECT_THAT(summary, HasSubstr("final test accuracy: 0.8612"));
+}
+
+TEST(FormatTest, Durations) {
+  EXPECT_EQ(FormatDurationMs(850), "850ms");
+  EXPECT_EQ(FormatDurationMs(12'345), "12.3s");
+  EXPECT_EQ(FormatDurationMs(185'000), "3m05s");
+  EXPECT_EQ(FormatDurationMs(3'720'000), "1h02m");
+}
+
+TEST(FormatTest, TaskListHasAHeaderAndARowPerTask) {
+  const std::string table = FormatTaskList({RunningStatus()});
+  EXPECT_THAT(table, HasSubstr("NAME"));
+  EXPECT_THAT(table, HasSubstr("running"));
+  EXPECT_THAT(table, HasSubstr("3/4"));
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 2);
+}
+
+TEST(FormatTest, TerminalStates) {
+  EXPECT_TRUE(IsTerminal(coordinator::v1::TASK_STATE_COMPLETED));
+  EXPECT_TRUE(IsTerminal(coordinator::v1::TASK_STATE_STOPPED));
+  EXPECT_TRUE(IsTerminal(coordinator::v1::TASK_STATE_FAILED));
+  EXPECT_FALSE(IsTerminal(coordinator::v1::TASK_STATE_RUNNING));
+  EXPECT_FALSE(IsTerminal(coordinator::v1::TASK_STATE_WAITING));
+}
+
+}  // namespace
+}  // namespace shoal::shoalctl
