@@ -451,6 +451,18 @@ absl::StatusOr<StoredCheckpoint> CoordinatorCore::GetCheckpoint(
 
 // --- The state machine --------------------------------------------------------------------
 
+CoordinatorCore::Job CoordinatorCore::MakeJob(JobKind kind, const std::string& task,
+                                              const std::string& aggregator, uint64_t round,
+                                              uint64_t version) {
+  Job job;
+  job.kind = kind;
+  job.task = task;
+  job.aggregator = aggregator;
+  job.round = round;
+  job.version = version;
+  return job;
+}
+
 void CoordinatorCore::Enqueue(Task& task, Job job) {
   task.job_in_flight = true;
   jobs_.push_back(std::move(job));
@@ -476,8 +488,7 @@ void CoordinatorCore::Finish(Task& task, TaskState state, const std::string& mes
   task.round = Round{};
   task.eval_pending.clear();
   if (!task.status.aggregator().empty()) {
-    Job release{JobKind::kRelease, name, task.status.aggregator()};
-    jobs_.push_back(std::move(release));  // fire and forget: does not block the task
+    jobs_.push_back(MakeJob(JobKind::kRelease, name, task.status.aggregator()));  // fire and forget: does not block the task
   }
   MarkChanged(task, out);
 }
@@ -591,8 +602,7 @@ void CoordinatorCore::Advance(Task& task, Outbox& out) {
       if (!all_pushed && now < task.round.deadline) return;
       if (!all_pushed) LogWarning("task ", name, ": round ", task.round.number, " deadline passed");
       task.status.set_phase(v1::ROUND_PHASE_CLOSING);
-      Job job{JobKind::kCloseRound, name, task.status.aggregator(), task.round.number};
-      Enqueue(task, std::move(job));
+      Enqueue(task, MakeJob(JobKind::kCloseRound, name, task.status.aggregator(), task.round.number));
       MarkChanged(task, out);
       return;
     }
@@ -613,7 +623,7 @@ void CoordinatorCore::Advance(Task& task, Outbox& out) {
   if (!task.has_model) {
     if (task.restore_from.has_value()) {
       task.status.set_phase(v1::ROUND_PHASE_INITIALIZING);
-      Job job{JobKind::kRestore, name, task.status.aggregator()};
+      Job job = MakeJob(JobKind::kRestore, name, task.status.aggregator());
       job.checkpoint = *task.restore_from;
       Enqueue(task, std::move(job));
       MarkChanged(task, out);
@@ -647,7 +657,7 @@ void CoordinatorCore::Advance(Task& task, Outbox& out) {
     return;
   }
   task.waiting_notice.clear();
-  Job job{JobKind::kOpenRound, name, task.status.aggregator(), task.status.round() + 1};
+  Job job = MakeJob(JobKind::kOpenRound, name, task.status.aggregator(), task.status.round() + 1);
   job.open.set_task(name);
   job.open.set_round(job.round);
   job.open.set_base_version(task.status.model_version());
@@ -848,9 +858,8 @@ void CoordinatorCore::OnCloseRoundDone(
       const bool new_version = result->version() != task.status.model_version();
       task.status.set_model_version(result->version());
       if (new_version) {
-        Job checkpoint{JobKind::kCheckpoint, job.task, task.status.aggregator(), job.round,
-                       result->version()};
-        jobs_.push_back(std::move(checkpoint));
+        jobs_.push_back(MakeJob(JobKind::kCheckpoint, job.task, task.status.aggregator(),
+                                job.round, result->version()));
       }
       v1::CoordinatorEvent event;
       event.mutable_model_published()->set_task(job.task);

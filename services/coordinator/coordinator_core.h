@@ -124,7 +124,7 @@ class CoordinatorCore {
   };
   enum class JobKind { kOpenRound, kCloseRound, kCheckpoint, kRestore, kRelease };
   struct Job {
-    JobKind kind;
+    JobKind kind = JobKind::kRelease;
     std::string task;
     std::string aggregator;
     uint64_t round = 0;
@@ -152,6 +152,8 @@ class CoordinatorCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Fail(Task& task, const std::string& step, const absl::Status& status, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static Job MakeJob(JobKind kind, const std::string& task, const std::string& aggregator,
+                     uint64_t round = 0, uint64_t version = 0);
   void Enqueue(Task& task, Job job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string PickAggregator() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IsActive(const Task& task) const;

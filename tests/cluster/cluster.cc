@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <cstdlib>
 #include <thread>
 
@@ -35,10 +37,11 @@ Cluster::~Cluster() {
 }
 
 absl::StatusOr<Service> Cluster::Start(const std::string& name, const std::string& binary,
-                                       std::vector<std::string> args) {
+                                       std::vector<std::string> args,
+                                       const std::string& listen) {
   const std::string address_file = absl::StrCat(dir_, "/", name, ".addr");
   std::remove(address_file.c_str());
-  args.push_back("--listen=127.0.0.1:0");
+  args.push_back("--listen=" + listen);
   args.push_back("--metrics-listen=127.0.0.1:0");
   args.push_back("--address-file=" + address_file);
   process::ProcessOptions options;
@@ -57,9 +60,26 @@ absl::StatusOr<Service> Cluster::Start(const std::string& name, const std::strin
   return service;
 }
 
-absl::Status Cluster::StartCoordinator() {
+absl::Status Cluster::StartCoordinator() { return StartCoordinatorOn("127.0.0.1:0"); }
+
+absl::Status Cluster::RestartCoordinator(bool crash) {
+  const std::string address = coordinator_.address;
+  if (crash) {
+    coordinator_.process->Signal(SIGKILL);
+    auto exit = coordinator_.process->Wait(absl::Seconds(10));
+    if (!exit.ok()) return exit.status();
+  } else {
+    process::ExitStatus exit = coordinator_.process->Stop(absl::Seconds(10));
+    if (!exit.success()) {
+      return absl::InternalError("coordinator stopped with " + exit.ToString());
+    }
+  }
+  return StartCoordinatorOn(address);
+}
+
+absl::Status Cluster::StartCoordinatorOn(const std::string& listen) {
   auto s = Start("coordinator", "shoal-coordinator",
-                 {"--state-dir=" + dir_ + "/state", "--heartbeat-interval=500ms"});
+                 {"--state-dir=" + dir_ + "/state", "--heartbeat-interval=500ms"}, listen);
   if (!s.ok()) return s.status();
   coordinator_ = *std::move(s);
   control_ = cv1::ControlService::NewStub(rpc::MakeChannel(coordinator_.address));

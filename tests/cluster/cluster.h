@@ -29,6 +29,9 @@ class Cluster {
   ~Cluster();
 
   absl::Status StartCoordinator();
+  // Stops the coordinator (SIGKILL when `crash`, else SIGTERM) and starts a new one on the same
+  // gRPC address and state directory, as a restarted pod would be.
+  absl::Status RestartCoordinator(bool crash);
   absl::Status StartAggregator();
   absl::Status StartPeer(int index, int count, std::vector<std::string> extra_args = {});
 
@@ -50,7 +53,9 @@ class Cluster {
 
  private:
   absl::StatusOr<Service> Start(const std::string& name, const std::string& binary,
-                                std::vector<std::string> args);
+                                std::vector<std::string> args,
+                                const std::string& listen = "127.0.0.1:0");
+  absl::Status StartCoordinatorOn(const std::string& listen);
 
   std::string dir_;
   std::string bin_dir_;

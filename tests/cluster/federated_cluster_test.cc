@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/status.h"
@@ -83,6 +84,18 @@ TEST(FederatedClusterTest, PeerKilledMidRoundDoesNotStopTraining) {
   EXPECT_GT(last.test_accuracy(), 0.6);
   EXPECT_LT(last.mean_train_loss(), status->history(0).mean_train_loss());
 
+  // Every service answers the standard gRPC health check.
+  for (const std::string& address : {cluster.coordinator().address, cluster.aggregator().address,
+                                     cluster.peer(0).address}) {
+    auto health = grpc::health::v1::Health::NewStub(rpc::MakeChannel(address));
+    grpc::ClientContext context;
+    rpc::SetTimeout(context, absl::Seconds(5));
+    grpc::health::v1::HealthCheckResponse response;
+    grpc::Status s = health->Check(&context, grpc::health::v1::HealthCheckRequest(), &response);
+    ASSERT_TRUE(s.ok()) << address << ": " << s.error_message();
+    EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING) << address;
+  }
+
   // Every service exports its metrics.
   auto coordinator_metrics = HttpGet(cluster.coordinator().metrics_address, "/metrics");
   ASSERT_TRUE(coordinator_metrics.ok());
@@ -140,6 +153,42 @@ TEST(FederatedClusterTest, CoordinatorRestartKeepsTasksAndCheckpoints) {
 
   // Unknown tasks are NOT_FOUND.
   EXPECT_EQ(cluster.Status("nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(FederatedClusterTest, CoordinatorCrashMidTaskResumesFromCheckpoint) {
+  Cluster cluster(TempDir());
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.StartPeer(0, 2).ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.StartPeer(1, 2).ok()) << cluster.LogTails();
+  common::v1::TaskSpec spec = SmallTask("survives-crash");
+  ASSERT_TRUE(CreateTask(cluster, spec).ok());
+  auto before = cluster.WaitFor(
+      spec.name(),
+      [](const cv1::TaskStatus& s) {
+        return s.round() >= 3 && s.phase() == cv1::ROUND_PHASE_TRAINING;
+      },
+      absl::Minutes(3), "round 3");
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  // SIGKILL: no goodbye, whatever was in flight is lost. The new process on the same address and
+  // state dir resumes from the newest checkpoint; the peers reconnect on their own.
+  absl::Status restarted = cluster.RestartCoordinator(/*crash=*/true);
+  ASSERT_TRUE(restarted.ok()) << restarted << cluster.LogTails();
+  auto after = cluster.WaitFor(
+      spec.name(), [](const cv1::TaskStatus& s) { return s.state() == cv1::TASK_STATE_COMPLETED; },
+      absl::Minutes(4), "completion after the restart");
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_EQ(after->history_size(), static_cast<int>(spec.rounds()));
+  for (int i = 0; i < after->history_size(); ++i) {
+    EXPECT_EQ(after->history(i).round(), static_cast<uint64_t>(i + 1));
+    EXPECT_FALSE(after->history(i).participants().empty()) << "round " << i + 1;
+  }
+  // Versions only move forward: no round was averaged twice or lost.
+  for (int i = 1; i < after->history_size(); ++i) {
+    EXPECT_GT(after->history(i).model_version(), after->history(i - 1).model_version());
+  }
+  EXPECT_GT(after->history(after->history_size() - 1).test_accuracy(), 0.6);
 }
 
 }  // namespace
