@@ -712,14 +712,17 @@ void CoordinatorCore::Step() {
 
 void CoordinatorCore::RunJob(const Job& job) {
   switch (job.kind) {
-    case JobKind::kOpenRound:
-      OnOpenRoundDone(job, aggregators_.OpenRound(job.aggregator, job.open));
+    case JobKind::kOpenRound: {
+      absl::Status s = aggregators_.OpenRound(job.aggregator, job.open);
+      FinishJob(job, [&](Task& t, Outbox& out) { OnOpenRoundDone(t, job, s, out); });
       return;
+    }
     case JobKind::kCloseRound: {
       aggregator::v1::CloseRoundRequest request;
       request.set_task(job.task);
       request.set_round(job.round);
-      OnCloseRoundDone(job, aggregators_.CloseRound(job.aggregator, request));
+      auto result = aggregators_.CloseRound(job.aggregator, request);
+      FinishJob(job, [&](Task& t, Outbox& out) { OnCloseRoundDone(t, job, result, out); });
       return;
     }
     case JobKind::kCheckpoint: {
@@ -753,7 +756,7 @@ void CoordinatorCore::RunJob(const Job& job) {
         s = aggregators_.PutModel(job.aggregator, job.task, job.checkpoint.version, *model);
         if (s.ok()) metrics_.bytes_sent.Increment(static_cast<double>(model->layout.total_bytes()));
       }
-      OnRestoreDone(job, s);
+      FinishJob(job, [&](Task& t, Outbox& out) { OnRestoreDone(t, job, s, out); });
       return;
     }
     case JobKind::kRelease: {
@@ -764,155 +767,137 @@ void CoordinatorCore::RunJob(const Job& job) {
   }
 }
 
-void CoordinatorCore::OnOpenRoundDone(const Job& job, const absl::Status& status) {
+void CoordinatorCore::FinishJob(const Job& job, const std::function<void(Task&, Outbox&)>& apply) {
   Outbox out;
   {
     absl::MutexLock lock(&mu_);
     Task& task = tasks_[job.task];
     task.job_in_flight = false;
-    if (!IsActive(task)) {
-      Deliver(out);
-      return;
-    }
-    if (!status.ok()) {
-      task.status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
-      if (status.code() == absl::StatusCode::kNotFound ||
-          status.code() == absl::StatusCode::kFailedPrecondition) {
-        // The aggregator lost the model (it restarted): restore or re-initialise it.
-        task.has_model = false;
-        absl::StatusOr<StoredCheckpoint> c = store_.GetCheckpoint(job.task, std::nullopt);
-        if (c.ok() && c->version == task.status.model_version()) task.restore_from = *c;
-      }
-      Fail(task, "open round", status, out);
-    } else {
-      task.failures = 0;
-      const absl::Time now = clock_.Now();
-      task.round = Round{};
-      task.round.number = job.round;
-      task.round.started = now;
-      task.round.deadline = now + absl::Seconds(task.status.spec().round_deadline_seconds());
-      for (const std::string& id : job.open.expected_peers()) {
-        if (task.peers.count(id)) task.round.expected.insert(id);
-      }
-      task.status.set_round(job.round);
-      task.status.set_phase(v1::ROUND_PHASE_TRAINING);
-      task.status.set_state(v1::TASK_STATE_RUNNING);
-      task.status.set_message(absl::StrCat("round ", job.round, " training with ",
-                                           task.round.expected.size(), " peers"));
-      v1::CoordinatorEvent event;
-      auto* started = event.mutable_round_started();
-      started->set_task(job.task);
-      started->set_round(job.round);
-      started->set_model_version(task.status.model_version());
-      started->set_round_batches(task.status.spec().round_batches());
-      started->set_deadline_unix_ms(UnixMillis(task.round.deadline));
-      for (const std::string& id : task.round.expected) SendTo(id, event, out);
-      MarkChanged(task, out);
-    }
+    if (IsActive(task)) apply(task, out);  // a stopped task ignores late results
     Reconcile(out);
   }
   Deliver(out);
+}
+
+void CoordinatorCore::OnOpenRoundDone(Task& task, const Job& job, const absl::Status& status,
+                                    Outbox& out) {
+  if (!status.ok()) {
+    task.status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
+    if (status.code() == absl::StatusCode::kNotFound ||
+        status.code() == absl::StatusCode::kFailedPrecondition) {
+      // The aggregator lost the model (it restarted): restore or re-initialise it.
+      task.has_model = false;
+      absl::StatusOr<StoredCheckpoint> c = store_.GetCheckpoint(job.task, std::nullopt);
+      if (c.ok() && c->version == task.status.model_version()) task.restore_from = *c;
+    }
+    Fail(task, "open round", status, out);
+  } else {
+    task.failures = 0;
+    const absl::Time now = clock_.Now();
+    task.round = Round{};
+    task.round.number = job.round;
+    task.round.started = now;
+    task.round.deadline = now + absl::Seconds(task.status.spec().round_deadline_seconds());
+    for (const std::string& id : job.open.expected_peers()) {
+      if (task.peers.count(id)) task.round.expected.insert(id);
+    }
+    task.status.set_round(job.round);
+    task.status.set_phase(v1::ROUND_PHASE_TRAINING);
+    task.status.set_state(v1::TASK_STATE_RUNNING);
+    task.status.set_message(absl::StrCat("round ", job.round, " training with ",
+                                         task.round.expected.size(), " peers"));
+    v1::CoordinatorEvent event;
+    auto* started = event.mutable_round_started();
+    started->set_task(job.task);
+    started->set_round(job.round);
+    started->set_model_version(task.status.model_version());
+    started->set_round_batches(task.status.spec().round_batches());
+    started->set_deadline_unix_ms(UnixMillis(task.round.deadline));
+    for (const std::string& id : task.round.expected) SendTo(id, event, out);
+    MarkChanged(task, out);
+  }
 }
 
 void CoordinatorCore::OnCloseRoundDone(
-    const Job& job, const absl::StatusOr<aggregator::v1::CloseRoundResponse>& result) {
-  Outbox out;
-  {
-    absl::MutexLock lock(&mu_);
-    Task& task = tasks_[job.task];
-    task.job_in_flight = false;
-    if (!IsActive(task)) {
-      Deliver(out);
-      return;
+  Task& task, const Job& job,
+  const absl::StatusOr<aggregator::v1::CloseRoundResponse>& result, Outbox& out) {
+  if (!result.ok()) {
+    task.status.set_phase(v1::ROUND_PHASE_TRAINING);  // Advance() retries the close
+    Fail(task, "close round", result.status(), out);
+  } else {
+    task.failures = 0;
+    const absl::Time now = clock_.Now();
+    v1::RoundSummary summary;
+    summary.set_round(job.round);
+    std::set<std::string> contributors(result->contributors().begin(),
+                                       result->contributors().end());
+    for (const std::string& id : contributors) summary.add_participants(id);
+    for (const std::string& id : task.round.expected) {
+      if (!contributors.count(id)) summary.add_dropped(id);
     }
-    if (!result.ok()) {
-      task.status.set_phase(v1::ROUND_PHASE_TRAINING);  // Advance() retries the close
-      Fail(task, "close round", result.status(), out);
+    metrics_.peers_dropped.Increment(static_cast<double>(summary.dropped_size()));
+    summary.set_mean_train_loss(result->mean_train_loss());
+    summary.set_num_samples(result->num_samples());
+    summary.set_model_version(result->version());
+    summary.set_duration_ms(absl::ToInt64Milliseconds(now - task.round.started));
+    *task.status.add_history() = summary;
+    metrics_.rounds_completed.Increment();
+    metrics_.round_duration.Observe(absl::ToDoubleSeconds(now - task.round.started));
+    if (!contributors.empty()) metrics_.train_loss.Set(result->mean_train_loss());
+    LogInfo("task ", job.task, ": round ", job.round, " closed: ", contributors.size(),
+            " contributors, ", summary.dropped_size(), " dropped, loss ",
+            result->mean_train_loss(), ", model version ", result->version());
+    out.push_back([this, name = job.task, summary] {
+      absl::Status s = store_.PutRound(name, summary);
+      if (!s.ok()) LogError("task ", name, ": cannot persist round: ", s.message());
+    });
+    const bool new_version = result->version() != task.status.model_version();
+    task.status.set_model_version(result->version());
+    if (new_version) {
+      jobs_.push_back(MakeJob(JobKind::kCheckpoint, job.task, task.status.aggregator(),
+                              job.round, result->version()));
+    }
+    v1::CoordinatorEvent event;
+    event.mutable_model_published()->set_task(job.task);
+    event.mutable_model_published()->set_round(job.round);
+    event.mutable_model_published()->set_version(result->version());
+    for (const std::string& id : task.peers) SendTo(id, event, out);
+    task.round.expected.clear();
+    task.round.pushed.clear();
+    if (job.round >= task.status.spec().rounds()) {
+      task.status.set_phase(v1::ROUND_PHASE_EVALUATING);
+      task.eval_pending = task.peers;
+      task.eval_deadline =
+          now + std::min(options_.final_eval_timeout,
+                         absl::Seconds(task.status.spec().round_deadline_seconds()));
+      task.status.set_message("evaluating the final model");
     } else {
-      task.failures = 0;
-      const absl::Time now = clock_.Now();
-      v1::RoundSummary summary;
-      summary.set_round(job.round);
-      std::set<std::string> contributors(result->contributors().begin(),
-                                         result->contributors().end());
-      for (const std::string& id : contributors) summary.add_participants(id);
-      for (const std::string& id : task.round.expected) {
-        if (!contributors.count(id)) summary.add_dropped(id);
-      }
-      metrics_.peers_dropped.Increment(static_cast<double>(summary.dropped_size()));
-      summary.set_mean_train_loss(result->mean_train_loss());
-      summary.set_num_samples(result->num_samples());
-      summary.set_model_version(result->version());
-      summary.set_duration_ms(absl::ToInt64Milliseconds(now - task.round.started));
-      *task.status.add_history() = summary;
-      metrics_.rounds_completed.Increment();
-      metrics_.round_duration.Observe(absl::ToDoubleSeconds(now - task.round.started));
-      if (!contributors.empty()) metrics_.train_loss.Set(result->mean_train_loss());
-      LogInfo("task ", job.task, ": round ", job.round, " closed: ", contributors.size(),
-              " contributors, ", summary.dropped_size(), " dropped, loss ",
-              result->mean_train_loss(), ", model version ", result->version());
-      out.push_back([this, name = job.task, summary] {
-        absl::Status s = store_.PutRound(name, summary);
-        if (!s.ok()) LogError("task ", name, ": cannot persist round: ", s.message());
-      });
-      const bool new_version = result->version() != task.status.model_version();
-      task.status.set_model_version(result->version());
-      if (new_version) {
-        jobs_.push_back(MakeJob(JobKind::kCheckpoint, job.task, task.status.aggregator(),
-                                job.round, result->version()));
-      }
-      v1::CoordinatorEvent event;
-      event.mutable_model_published()->set_task(job.task);
-      event.mutable_model_published()->set_round(job.round);
-      event.mutable_model_published()->set_version(result->version());
-      for (const std::string& id : task.peers) SendTo(id, event, out);
-      task.round.expected.clear();
-      task.round.pushed.clear();
-      if (job.round >= task.status.spec().rounds()) {
-        task.status.set_phase(v1::ROUND_PHASE_EVALUATING);
-        task.eval_pending = task.peers;
-        task.eval_deadline =
-            now + std::min(options_.final_eval_timeout,
-                           absl::Seconds(task.status.spec().round_deadline_seconds()));
-        task.status.set_message("evaluating the final model");
-      } else {
-        task.status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
-      }
-      MarkChanged(task, out);
+      task.status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
     }
-    Reconcile(out);
+    MarkChanged(task, out);
   }
-  Deliver(out);
 }
 
-void CoordinatorCore::OnRestoreDone(const Job& job, const absl::Status& status) {
-  Outbox out;
-  {
-    absl::MutexLock lock(&mu_);
-    Task& task = tasks_[job.task];
-    task.job_in_flight = false;
-    task.status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
-    if (IsActive(task)) {
-      if (status.ok()) {
-        task.failures = 0;
-        task.has_model = true;
-        task.restore_from.reset();
-        task.status.set_model_version(job.checkpoint.version);
-        LogInfo("task ", job.task, ": restored model version ", job.checkpoint.version,
-                " at ", job.aggregator);
-        MarkChanged(task, out);
-      } else if (status.code() == absl::StatusCode::kFailedPrecondition) {
-        // The aggregator already holds this or a newer version: use it.
-        task.has_model = true;
-        task.restore_from.reset();
-        MarkChanged(task, out);
-      } else {
-        Fail(task, "restore checkpoint", status, out);
-      }
-    }
-    Reconcile(out);
+void CoordinatorCore::OnRestoreDone(Task& task, const Job& job, const absl::Status& status,
+                                  Outbox& out) {
+  task.status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
+  if (status.ok()) {
+    task.failures = 0;
+    task.has_model = true;
+    task.restore_from.reset();
+    task.status.set_model_version(job.checkpoint.version);
+    LogInfo("task ", job.task, ": restored model version ", job.checkpoint.version, " at ",
+            job.aggregator);
+    MarkChanged(task, out);
+  } else if (status.code() == absl::StatusCode::kFailedPrecondition) {
+    // The aggregator kept running and holds a newer version; the next OpenRound tells whether
+    // it is the one the checkpoint names (if not, the task fails after its retries, loudly).
+    task.has_model = true;
+    task.restore_from.reset();
+    MarkChanged(task, out);
+  } else {
+    Fail(task, "restore checkpoint", status, out);
   }
-  Deliver(out);
 }
 
 }  // namespace shoal::coordinator

@@ -159,10 +159,16 @@ class CoordinatorCore {
   bool IsActive(const Task& task) const;
 
   void RunJob(const Job& job);
-  void OnOpenRoundDone(const Job& job, const absl::Status& status);
-  void OnCloseRoundDone(const Job& job,
-                        const absl::StatusOr<aggregator::v1::CloseRoundResponse>& result);
-  void OnRestoreDone(const Job& job, const absl::Status& status);
+  // Applies a job's result to its task under the lock (unless the task ended meanwhile), then
+  // reconciles and delivers.
+  void FinishJob(const Job& job, const std::function<void(Task&, Outbox&)>& apply);
+  void OnOpenRoundDone(Task& task, const Job& job, const absl::Status& status, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnCloseRoundDone(Task& task, const Job& job,
+                        const absl::StatusOr<aggregator::v1::CloseRoundResponse>& result,
+                        Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnRestoreDone(Task& task, const Job& job, const absl::Status& status, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
   TaskStore& store_;

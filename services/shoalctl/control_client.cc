@@ -23,9 +23,15 @@ void Canceller::Cancel() {
     if (cancelled_) return;
     cancelled_ = true;
     fn = on_cancel_;
+    running_ = static_cast<bool>(fn);
   }
-  // Run outside the lock: TryCancel may call back into gRPC.
-  if (fn) fn();
+  // Run outside the lock: TryCancel may call back into gRPC. Detach() waits for it, so the
+  // call's context outlives it.
+  if (fn) {
+    fn();
+    absl::MutexLock lock(&mu_);
+    running_ = false;
+  }
 }
 
 bool Canceller::cancelled() const {
@@ -47,6 +53,8 @@ bool Canceller::Attach(std::function<void()> on_cancel) {
 
 void Canceller::Detach() {
   absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](bool* running) { return !*running; }, &running_));
   on_cancel_ = nullptr;
 }
 

@@ -31,7 +31,8 @@ class Canceller {
   bool cancelled() const;
 
   // For client implementations: `on_cancel` runs now if already cancelled, else on Cancel(),
-  // until Detach(). Returns false if already cancelled (on_cancel has then run).
+  // until Detach(), which waits for a run in progress. Returns false if already cancelled
+  // (on_cancel has then run).
   bool Attach(std::function<void()> on_cancel);
   void Detach();
 
@@ -39,6 +40,7 @@ class Canceller {
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> on_cancel_ ABSL_GUARDED_BY(mu_);
+  bool running_ ABSL_GUARDED_BY(mu_) = false;  // on_cancel_ is being run by Cancel()
 };
 
 // A global model downloaded from the coordinator.

@@ -98,7 +98,15 @@ TEST(LauncherTest, CtrlCStopsEveryChild) {
   auto exit = run.launcher->Wait(absl::Seconds(60));
   ASSERT_TRUE(exit.ok()) << exit.status();
   EXPECT_FALSE(exit->success());
-  EXPECT_TRUE(ProcessesMentioning(run.state_dir).empty()) << "children left behind";
+  std::string left;
+  for (int pid : ProcessesMentioning(run.state_dir)) {
+    std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
+    std::stringstream cmdline;
+    cmdline << in.rdbuf();
+    absl::StrAppend(&left, pid, ": ", cmdline.str(), "\n");
+  }
+  EXPECT_TRUE(left.empty()) << "children left behind:\n"
+                            << left << process::TailFile(run.log, 30);
 }
 
 }  // namespace
