@@ -15,9 +15,8 @@ absl::Status CheckFinite(const tensor::FlatModel& update) {
     for (size_t i = 0; i < n; ++i) {
       const float v = update.values[begin + i];
       if (!std::isfinite(v)) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", layout.tensors()[t].name,
-                                                       "': non-finite value ", v, " at element ",
-                                                       i));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", layout.tensors()[t].name, "': non-finite value ", v, " at element ", i));
       }
     }
   }
@@ -52,24 +51,22 @@ absl::Status CheckLayout(const tensor::FlatModel& update, const tensor::ModelLay
   const auto& want = expected.tensors();
   for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
     if (got[i].name != want[i].name) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor #", i, " is '", got[i].name,
-                                                     "' but the model expects '", want[i].name,
-                                                     "'"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor #", i, " is '", got[i].name, "' but the model expects '", want[i].name, "'"));
     }
     if (got[i].shape != want[i].shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", got[i].name, "': shape [", absl::StrJoin(got[i].shape, ","),
-          "] does not match the model's [", absl::StrJoin(want[i].shape, ","), "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", got[i].name, "': shape [", absl::StrJoin(got[i].shape, ","),
+                       "] does not match the model's [", absl::StrJoin(want[i].shape, ","), "]"));
     }
   }
   if (got.size() != want.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("update has ", got.size(),
-                                                   " tensors; the model has ", want.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("update has ", got.size(), " tensors; the model has ", want.size()));
   }
   if (update.values.size() != expected.total_elements()) {
-    return absl::InvalidArgumentError(absl::StrCat("update has ", update.values.size(),
-                                                   " values; the model has ",
-                                                   expected.total_elements()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "update has ", update.values.size(), " values; the model has ", expected.total_elements()));
   }
   return absl::OkStatus();
 }

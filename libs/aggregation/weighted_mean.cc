@@ -13,7 +13,8 @@ namespace {
 // Runs fn(begin, end) over [0, n) split across up to `threads` threads (the caller's included).
 template <typename Fn>
 void ParallelFor(size_t n, int threads, const Fn& fn) {
-  constexpr size_t kMinPerThread = size_t{1} << 22;  // below ~16 MB a thread costs more than it saves
+  constexpr size_t kMinPerThread = size_t{1}
+                                   << 22;  // below ~16 MB a thread costs more than it saves
   size_t parts = std::min<size_t>(std::max(threads, 1), std::max<size_t>(n / kMinPerThread, 1));
   if (parts <= 1) {
     fn(size_t{0}, n);
@@ -37,9 +38,8 @@ WeightedMeanAccumulator::WeightedMeanAccumulator(tensor::ModelLayout layout, int
 
 absl::Status WeightedMeanAccumulator::Add(absl::Span<const float> delta, double weight) {
   if (delta.size() != layout_.total_elements()) {
-    return absl::InvalidArgumentError(absl::StrCat("delta has ", delta.size(),
-                                                   " values; the model has ",
-                                                   layout_.total_elements()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "delta has ", delta.size(), " values; the model has ", layout_.total_elements()));
   }
   if (!(weight > 0) || !std::isfinite(weight)) {
     return absl::InvalidArgumentError(absl::StrCat("update weight ", weight, " must be > 0"));

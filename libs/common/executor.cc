@@ -34,9 +34,8 @@ void Executor::Loop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](Executor* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) {
-            return e->shutdown_ || !e->queue_.empty();
-          },
+          +[](Executor* e)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) { return e->shutdown_ || !e->queue_.empty(); },
           this));
       if (queue_.empty()) return;  // shut down and drained
       fn = std::move(queue_.front());

@@ -24,7 +24,8 @@ std::vector<std::string> ParseDashedCommandLine(int argc, char** argv) {
   std::vector<std::string> args = DashedFlagsToAbsl(argc, argv);
   std::vector<char*> pointers;
   for (std::string& a : args) pointers.push_back(a.data());
-  std::vector<char*> rest = absl::ParseCommandLine(static_cast<int>(pointers.size()), pointers.data());
+  std::vector<char*> rest =
+      absl::ParseCommandLine(static_cast<int>(pointers.size()), pointers.data());
   return std::vector<std::string>(rest.begin(), rest.end());
 }
 

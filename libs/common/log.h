@@ -15,10 +15,16 @@ void SetLogProgramName(std::string_view name);
 void Log(LogLevel level, std::string_view message);
 
 template <typename... Args>
-void LogInfo(const Args&... args) { Log(LogLevel::kInfo, absl::StrCat(args...)); }
+void LogInfo(const Args&... args) {
+  Log(LogLevel::kInfo, absl::StrCat(args...));
+}
 template <typename... Args>
-void LogWarning(const Args&... args) { Log(LogLevel::kWarning, absl::StrCat(args...)); }
+void LogWarning(const Args&... args) {
+  Log(LogLevel::kWarning, absl::StrCat(args...));
+}
 template <typename... Args>
-void LogError(const Args&... args) { Log(LogLevel::kError, absl::StrCat(args...)); }
+void LogError(const Args&... args) {
+  Log(LogLevel::kError, absl::StrCat(args...));
+}
 
 }  // namespace shoal

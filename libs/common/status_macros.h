@@ -20,7 +20,7 @@
 #define SHOAL_ASSIGN_OR_RETURN(lhs, expr) \
   SHOAL_ASSIGN_OR_RETURN_IMPL_(SHOAL_STATUS_CONCAT_(shoal_statusor_, __LINE__), lhs, expr)
 
-#define SHOAL_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \
+#define SHOAL_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr)  \
   auto statusor = (expr);                                  \
   if (!statusor.ok()) return std::move(statusor).status(); \
   lhs = *std::move(statusor)

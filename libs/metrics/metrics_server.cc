@@ -10,13 +10,14 @@
 namespace shoal::metrics {
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& listen,
-                                                                   const std::string& flag) {
+                                                                    const std::string& flag) {
   SHOAL_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(listen, flag));
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
     exposer = std::make_unique<prometheus::Exposer>(listen, /*num_threads=*/1);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat(flag, ": cannot listen on ", listen, ": ", e.what()));
+    return absl::UnavailableError(
+        absl::StrCat(flag, ": cannot listen on ", listen, ": ", e.what()));
   }
   auto ports = exposer->GetListeningPorts();
   if (ports.empty()) {

@@ -1,10 +1,10 @@
 #pragma once
 
-#include <memory>
-#include <string>
-
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
+
+#include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 

@@ -1,10 +1,10 @@
 #pragma once
 
-#include <memory>
-#include <string>
-
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
+
+#include <memory>
+#include <string>
 
 #include "absl/time/time.h"
 

@@ -1,16 +1,15 @@
 #include "libs/rpc/model_stream.h"
 
-#include <algorithm>
-#include <cstring>
-#include <optional>
-#include <utility>
-
-#include <malloc.h>
-
 #include <grpcpp/impl/client_unary_call.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/impl/rpc_method.h>
 #include <grpcpp/support/sync_stream.h>
+#include <malloc.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "libs/rpc/status.h"
@@ -20,11 +19,9 @@ namespace shoal::rpc {
 using common::v1::ModelChunk;
 using common::v1::ModelMeta;
 
-ModelWriteReactor::ModelWriteReactor(std::shared_ptr<const tensor::FlatModel> model,
-                                     ModelMeta meta, DoneCallback on_done, size_t chunk_bytes)
-    : model_(std::move(model)),
-      encoder_(*model_, chunk_bytes),
-      on_done_(std::move(on_done)) {
+ModelWriteReactor::ModelWriteReactor(std::shared_ptr<const tensor::FlatModel> model, ModelMeta meta,
+                                     DoneCallback on_done, size_t chunk_bytes)
+    : model_(std::move(model)), encoder_(*model_, chunk_bytes), on_done_(std::move(on_done)) {
   *chunk_.mutable_meta() = std::move(meta);
   pending_bytes_ = chunk_.ByteSizeLong();
   StartWrite(&chunk_);
@@ -144,9 +141,9 @@ absl::Status WritePutModel(grpc::ClientWriterInterface<aggregator::v1::PutModelR
   return WriteModel(writer, meta, model, chunk_bytes);
 }
 
-absl::Status WritePushUpdate(
-    grpc::ClientWriterInterface<aggregator::v1::PushUpdateRequest>& writer,
-    const aggregator::v1::UpdateMeta& meta, const tensor::FlatModel& model, size_t chunk_bytes) {
+absl::Status WritePushUpdate(grpc::ClientWriterInterface<aggregator::v1::PushUpdateRequest>& writer,
+                             const aggregator::v1::UpdateMeta& meta, const tensor::FlatModel& model,
+                             size_t chunk_bytes) {
   return WriteModel(writer, meta, model, chunk_bytes);
 }
 
@@ -228,13 +225,12 @@ absl::Status WriteModelZeroCopy(grpc::ChannelInterface& channel, const char* met
                                 grpc::ClientContext& context,
                                 const google::protobuf::MessageLite& first_message,
                                 std::shared_ptr<const tensor::FlatModel> model,
-                                google::protobuf::MessageLite* response,
-                                size_t chunk_bytes) {
+                                google::protobuf::MessageLite* response, size_t chunk_bytes) {
   grpc::ByteBuffer reply;
   const grpc::internal::RpcMethod rpc_method(method, grpc::internal::RpcMethod::CLIENT_STREAMING);
   std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(&channel, rpc_method,
-                                                                    &context, &reply));
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(&channel, rpc_method, &context,
+                                                                    &reply));
   auto serialize = [](const google::protobuf::MessageLite& m) {
     grpc::ByteBuffer bb;
     bool own = false;
@@ -243,8 +239,8 @@ absl::Status WriteModelZeroCopy(grpc::ChannelInterface& channel, const char* met
   };
   bool ok = writer->Write(serialize(first_message));
   const tensor::FlatModel& m = *model;
-  const size_t chunk = chunk_bytes == 0 ? tensor::kDefaultChunkBytes
-                                        : std::min(chunk_bytes, tensor::kMaxChunkBytes);
+  const size_t chunk =
+      chunk_bytes == 0 ? tensor::kDefaultChunkBytes : std::min(chunk_bytes, tensor::kMaxChunkBytes);
   // Same frames as FrameEncoder, but chunk messages are a small header slice plus a slice of
   // the model's own memory.
   for (size_t t = 0; ok && t < m.layout.num_tensors(); ++t) {
@@ -271,18 +267,18 @@ absl::Status WriteModelZeroCopy(grpc::ChannelInterface& channel, const char* met
       head[pos++] = kChunkFieldTag;
       std::memcpy(head + pos, varint, varint_len);
       pos += varint_len;
-      grpc::Slice slices[2] = {
-          grpc::Slice(head, pos),
-          grpc::Slice(const_cast<char*>(data + offset), n, &ReleaseModelRef,
-                      new std::shared_ptr<const tensor::FlatModel>(model))};
+      grpc::Slice slices[2] = {grpc::Slice(head, pos),
+                               grpc::Slice(const_cast<char*>(data + offset), n, &ReleaseModelRef,
+                                           new std::shared_ptr<const tensor::FlatModel>(model))};
       ok = writer->Write(grpc::ByteBuffer(slices, 2));
     }
   }
   if (ok) writer->WritesDone();
   grpc::Status status = writer->Finish();
   if (!status.ok()) return FromGrpcStatus(status);
-  grpc::Status parsed = grpc::GenericDeserialize<grpc::ProtoBufferReader,
-                                                 google::protobuf::MessageLite>(&reply, response);
+  grpc::Status parsed =
+      grpc::GenericDeserialize<grpc::ProtoBufferReader, google::protobuf::MessageLite>(&reply,
+                                                                                       response);
   if (!parsed.ok()) return absl::InternalError("cannot parse the server's reply");
   return absl::OkStatus();
 }

@@ -4,16 +4,16 @@
 // by the aggregator (serves models, receives updates), the peer (pushes deltas, pulls models)
 // and the coordinator/shoalctl (download/restore models).
 
-#include <cstdint>
-#include <functional>
-#include <memory>
-#include <vector>
-
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/server_callback.h>
 #include <grpcpp/support/sync_stream.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -80,10 +80,9 @@ absl::StatusOr<ReceivedModel> ReadModelStream(
 absl::Status WritePutModel(grpc::ClientWriterInterface<aggregator::v1::PutModelRequest>& writer,
                            const common::v1::ModelMeta& meta, const tensor::FlatModel& model,
                            size_t chunk_bytes = tensor::kDefaultChunkBytes);
-absl::Status WritePushUpdate(
-    grpc::ClientWriterInterface<aggregator::v1::PushUpdateRequest>& writer,
-    const aggregator::v1::UpdateMeta& meta, const tensor::FlatModel& model,
-    size_t chunk_bytes = tensor::kDefaultChunkBytes);
+absl::Status WritePushUpdate(grpc::ClientWriterInterface<aggregator::v1::PushUpdateRequest>& writer,
+                             const aggregator::v1::UpdateMeta& meta, const tensor::FlatModel& model,
+                             size_t chunk_bytes = tensor::kDefaultChunkBytes);
 
 // ---------------------------------------------------------------------------------------------
 // Zero-copy fast paths for the 1 MiB chunk messages, which carry nearly all the bytes.

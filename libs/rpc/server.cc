@@ -12,8 +12,8 @@
 
 namespace shoal::rpc {
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Start(
-    const ServerOptions& options, const std::vector<grpc::Service*>& services) {
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options,
+                                                      const std::vector<grpc::Service*>& services) {
   SHOAL_ASSIGN_OR_RETURN(HostPort listen, ParseHostPort(options.listen, "--listen"));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -33,9 +33,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   for (grpc::Service* service : services) builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat(options.service_name, ": cannot listen on ", options.listen,
-                     " (address in use or not local?)"));
+    return absl::UnavailableError(absl::StrCat(options.service_name, ": cannot listen on ",
+                                               options.listen, " (address in use or not local?)"));
   }
   listen.port = port;
   return std::unique_ptr<Server>(new Server(std::move(server), listen.ToString(), port));

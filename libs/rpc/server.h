@@ -1,11 +1,11 @@
 #pragma once
 
+#include <grpcpp/server.h>
+#include <grpcpp/support/status.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/server.h>
-#include <grpcpp/support/status.h>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -18,8 +18,8 @@ namespace shoal::rpc {
 
 // Transport settings shared by every Shoal server. Limits and keepalive are set here only.
 struct ServerOptions {
-  std::string listen;  // HOST:PORT; port 0 picks a free port
-  std::string service_name;  // for logs, e.g. "shoal-coordinator"
+  std::string listen;                       // HOST:PORT; port 0 picks a free port
+  std::string service_name;                 // for logs, e.g. "shoal-coordinator"
   int max_receive_message_bytes = 8 << 20;  // tensors come in ~1 MiB chunks, never whole
   absl::Duration keepalive_time = absl::Seconds(20);
   absl::Duration keepalive_timeout = absl::Seconds(10);

@@ -2,7 +2,6 @@
 
 #include <pthread.h>
 #include <signal.h>
-
 #include <unistd.h>
 
 #include <csignal>

@@ -6,8 +6,7 @@ namespace shoal::rpc {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {

@@ -56,7 +56,9 @@ std::string ModelLayout::DebugString() const {
   });
 }
 
-uint64_t FlatModel::Digest() const { return DigestBytes(values.data(), values.size() * sizeof(float)); }
+uint64_t FlatModel::Digest() const {
+  return DigestBytes(values.data(), values.size() * sizeof(float));
+}
 
 uint64_t DigestBytes(const void* data, size_t size) { return XXH3_64bits(data, size); }
 

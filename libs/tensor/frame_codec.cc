@@ -149,9 +149,8 @@ absl::StatusOr<FrameDecoder> FrameDecoder::ForMeta(const common::v1::ModelMeta& 
                                                    const DecoderLimits& limits,
                                                    bool require_finite) {
   if (meta.num_tensors() > limits.max_tensors) {
-    return absl::InvalidArgumentError(absl::StrCat("model has ", meta.num_tensors(),
-                                                   " tensors, more than the limit of ",
-                                                   limits.max_tensors));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model has ", meta.num_tensors(), " tensors, more than the limit of ", limits.max_tensors));
   }
   if (meta.total_bytes() > limits.max_total_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("model has ", meta.total_bytes(),
@@ -195,23 +194,22 @@ absl::Status FrameDecoder::Add(const TensorFrame& frame) {
 absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
   const std::string& name = header.name();
   if (in_tensor_) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", CurrentName(), "' is incomplete (", tensor_bytes_received_, " of ",
-        tensor_bytes_expected_, " bytes) when the header of '", name, "' arrived")));
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("tensor '", CurrentName(), "' is incomplete (", tensor_bytes_received_, " of ",
+                     tensor_bytes_expected_, " bytes) when the header of '", name, "' arrived")));
   }
   if (name.empty()) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("tensor #", specs_.size(), " has an empty name")));
+    return Fail(
+        absl::InvalidArgumentError(absl::StrCat("tensor #", specs_.size(), " has an empty name")));
   }
   if (header.dtype() != common::v1::DTYPE_FLOAT32) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("tensor '", name, "': dtype ", common::v1::DType_Name(header.dtype()),
-                     " is not supported (want DTYPE_FLOAT32)")));
+    return Fail(absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': dtype ",
+                                                        common::v1::DType_Name(header.dtype()),
+                                                        " is not supported (want DTYPE_FLOAT32)")));
   }
   if (header.encoding() != common::v1::ENCODING_RAW) {
     return Fail(absl::InvalidArgumentError(
-        absl::StrCat("tensor '", name, "': encoding ",
-                     common::v1::Encoding_Name(header.encoding()),
+        absl::StrCat("tensor '", name, "': encoding ", common::v1::Encoding_Name(header.encoding()),
                      " is not supported (want ENCODING_RAW)")));
   }
   TensorSpec spec{name, std::vector<int64_t>(header.shape().begin(), header.shape().end())};
@@ -224,8 +222,8 @@ absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
   uint64_t elements = 1;
   for (int64_t d : spec.shape) {
     if (d < 0) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("tensor '", name, "': negative dimension in shape ", ShapeString(spec.shape))));
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "': negative dimension in shape ", ShapeString(spec.shape))));
     }
     if (d != 0 && elements > kMaxElements / static_cast<uint64_t>(d)) {
       return Fail(absl::InvalidArgumentError(
@@ -244,9 +242,9 @@ absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
   if (expected_.has_value()) {
     const ModelLayout& layout = *expected_;
     if (index >= layout.num_tensors()) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "unexpected extra tensor '", name, "': the model has ", layout.num_tensors(),
-          " tensors")));
+      return Fail(absl::InvalidArgumentError(absl::StrCat("unexpected extra tensor '", name,
+                                                          "': the model has ", layout.num_tensors(),
+                                                          " tensors")));
     }
     const TensorSpec& want = layout.tensors()[index];
     if (want.name != name) {
@@ -254,16 +252,16 @@ absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
           "tensor #", index, " is '", name, "' but the model expects '", want.name, "'")));
     }
     if (want.shape != spec.shape) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", name, "': shape ", ShapeString(spec.shape), " does not match the model's ",
-          ShapeString(want.shape))));
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': shape ", ShapeString(spec.shape),
+                       " does not match the model's ", ShapeString(want.shape))));
     }
     tensor_value_offset_ = layout.offset(index);
   } else {
     if (index >= expected_tensors_) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "unexpected extra tensor '", name, "': ModelMeta announced ", expected_tensors_,
-          " tensors")));
+      return Fail(absl::InvalidArgumentError(absl::StrCat("unexpected extra tensor '", name,
+                                                          "': ModelMeta announced ",
+                                                          expected_tensors_, " tensors")));
     }
     for (const TensorSpec& seen : specs_) {
       if (seen.name == name) {
@@ -272,9 +270,9 @@ absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
       }
     }
     if (values_bytes_used_ + size > expected_total_bytes_) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", name, "' (", size, " bytes) exceeds ModelMeta total_bytes ",
-          expected_total_bytes_)));
+      return Fail(absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' (", size,
+                                                          " bytes) exceeds ModelMeta total_bytes ",
+                                                          expected_total_bytes_)));
     }
     tensor_value_offset_ = values_bytes_used_ / sizeof(float);
     values_.resize(tensor_value_offset_ + elements);
@@ -307,14 +305,14 @@ absl::Status FrameDecoder::AddChunk(absl::Span<const absl::string_view> parts) {
   size_t n = 0;
   for (absl::string_view part : parts) n += part.size();
   if (n > kMaxChunkBytes) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", CurrentName(), "': chunk of ", n, " bytes exceeds the limit of ",
-        kMaxChunkBytes)));
+    return Fail(
+        absl::InvalidArgumentError(absl::StrCat("tensor '", CurrentName(), "': chunk of ", n,
+                                                " bytes exceeds the limit of ", kMaxChunkBytes)));
   }
   if (n > tensor_bytes_expected_ - tensor_bytes_received_) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", CurrentName(), "': chunks exceed size_bytes ", tensor_bytes_expected_,
-        " (", tensor_bytes_received_ + n, " bytes received)")));
+        "tensor '", CurrentName(), "': chunks exceed size_bytes ", tensor_bytes_expected_, " (",
+        tensor_bytes_received_ + n, " bytes received)")));
   }
   char* base = reinterpret_cast<char*>(values_.data() + tensor_value_offset_);
   char* dest = base + tensor_bytes_received_;
@@ -333,9 +331,9 @@ absl::Status FrameDecoder::AddChunk(absl::Span<const absl::string_view> parts) {
     if (!check.finite) {
       const size_t index = tensor_values_checked_ + check.first_bad;
       failed_non_finite_ = true;
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("tensor '", CurrentName(), "': non-finite value ",
-                       first[check.first_bad], " at element ", index)));
+      return Fail(
+          absl::InvalidArgumentError(absl::StrCat("tensor '", CurrentName(), "': non-finite value ",
+                                                  first[check.first_bad], " at element ", index)));
     }
     sum_squares_ += check.sum_squares;
     tensor_values_checked_ = complete;
@@ -348,9 +346,9 @@ absl::Status FrameDecoder::CompleteTensor() {
   in_tensor_ = false;
   const uint64_t digest = XXH3_64bits_digest(digest_state_->state);
   if (digest != tensor_digest_) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", CurrentName(), "': digest mismatch (header says ", absl::Hex(tensor_digest_),
-        ", payload is ", absl::Hex(digest), ")")));
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("tensor '", CurrentName(), "': digest mismatch (header says ",
+                     absl::Hex(tensor_digest_), ", payload is ", absl::Hex(digest), ")")));
   }
   return absl::OkStatus();
 }
@@ -358,28 +356,28 @@ absl::Status FrameDecoder::CompleteTensor() {
 absl::StatusOr<FlatModel> FrameDecoder::Finish() && {
   if (!failed_.ok()) return failed_;
   if (in_tensor_) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "stream ended inside tensor '", CurrentName(), "' (", tensor_bytes_received_, " of ",
-        tensor_bytes_expected_, " bytes)")));
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("stream ended inside tensor '", CurrentName(), "' (", tensor_bytes_received_,
+                     " of ", tensor_bytes_expected_, " bytes)")));
   }
   FlatModel model;
   if (expected_.has_value()) {
     if (specs_.size() != expected_->num_tensors()) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "stream ended after ", specs_.size(), " of ", expected_->num_tensors(),
-          " tensors; missing '", expected_->tensors()[specs_.size()].name, "'")));
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("stream ended after ", specs_.size(), " of ", expected_->num_tensors(),
+                       " tensors; missing '", expected_->tensors()[specs_.size()].name, "'")));
     }
     model.layout = *expected_;
   } else {
     if (specs_.size() != expected_tensors_) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "stream ended after ", specs_.size(), " of ", expected_tensors_,
-          " tensors announced by ModelMeta")));
+      return Fail(absl::InvalidArgumentError(absl::StrCat("stream ended after ", specs_.size(),
+                                                          " of ", expected_tensors_,
+                                                          " tensors announced by ModelMeta")));
     }
     if (values_bytes_used_ != expected_total_bytes_) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "stream carried ", values_bytes_used_, " bytes but ModelMeta announced ",
-          expected_total_bytes_)));
+      return Fail(absl::InvalidArgumentError(absl::StrCat("stream carried ", values_bytes_used_,
+                                                          " bytes but ModelMeta announced ",
+                                                          expected_total_bytes_)));
     }
     auto layout = ModelLayout::Create(std::move(specs_));
     if (!layout.ok()) return Fail(layout.status());

@@ -103,14 +103,14 @@ class FrameDecoder {
   uint32_t expected_tensors_ = 0;        // set by ForMeta
   uint64_t expected_total_bytes_ = 0;    // set by ForMeta
   bool require_finite_ = false;
-  std::vector<TensorSpec> specs_;        // headers seen so far
+  std::vector<TensorSpec> specs_;  // headers seen so far
   std::vector<float> values_;
-  uint64_t values_bytes_used_ = 0;       // bytes of values_ belonging to headers seen so far
-  uint64_t tensor_bytes_expected_ = 0;   // payload of the current tensor
+  uint64_t values_bytes_used_ = 0;      // bytes of values_ belonging to headers seen so far
+  uint64_t tensor_bytes_expected_ = 0;  // payload of the current tensor
   uint64_t tensor_bytes_received_ = 0;
   uint64_t tensor_digest_ = 0;
-  size_t tensor_value_offset_ = 0;       // element offset of the current tensor in values_
-  size_t tensor_values_checked_ = 0;     // elements of the current tensor checked for finiteness
+  size_t tensor_value_offset_ = 0;    // element offset of the current tensor in values_
+  size_t tensor_values_checked_ = 0;  // elements of the current tensor checked for finiteness
   bool in_tensor_ = false;
   uint64_t bytes_received_ = 0;
   double sum_squares_ = 0;

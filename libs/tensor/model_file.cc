@@ -6,9 +6,9 @@
 
 #include <cerrno>
 #include <cstring>
-#include "absl/strings/string_view.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace shoal::tensor {
 namespace {
@@ -249,8 +249,8 @@ absl::StatusOr<FlatModel> ReadModelFile(const std::string& path) {
   FlatModel model;
   model.layout = std::move(header->layout);
   model.values.resize(model.layout.total_elements());
-  absl::Status s = ReadAll(fd.get(), reinterpret_cast<char*>(model.values.data()),
-                           header->value_bytes, path);
+  absl::Status s =
+      ReadAll(fd.get(), reinterpret_cast<char*>(model.values.data()), header->value_bytes, path);
   if (!s.ok()) return s;
   if (model.Digest() != header->value_digest) {
     return absl::DataLossError(

@@ -102,13 +102,13 @@ absl::StatusOr<RawDataset> LoadFashionMnist(const std::string& dir, Split split,
   const uint64_t cols = ReadBigEndian32(images.data() + 12);
   const uint64_t n_labels = ReadBigEndian32(labels.data() + 4);
   if (rows == 0 || cols == 0 || rows > 4096 || cols > 4096) {
-    return absl::InvalidArgumentError(absl::StrCat("dataset file ", images_path,
-                                                   " has bad image dimensions ", rows, "x", cols));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset file ", images_path, " has bad image dimensions ", rows, "x", cols));
   }
   if (images.size() != 16 + n_images * rows * cols) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dataset file ", images_path, " has ", images.size() - 16, " pixel bytes, header says ",
-        n_images, " images of ", rows, "x", cols));
+    return absl::InvalidArgumentError(absl::StrCat("dataset file ", images_path, " has ",
+                                                   images.size() - 16, " pixel bytes, header says ",
+                                                   n_images, " images of ", rows, "x", cols));
   }
   if (labels.size() != 8 + n_labels) {
     return absl::InvalidArgumentError(absl::StrCat("dataset file ", labels_path, " has ",

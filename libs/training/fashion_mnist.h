@@ -31,8 +31,7 @@ inline constexpr int kFashionMnistClasses = 10;
 // `limit` samples. Errors: NOT_FOUND missing directory or file; INVALID_ARGUMENT a file that is
 // not a valid IDX file of the expected kind (bad magic, truncated, mismatched counts, label out
 // of range); every message names the file.
-absl::StatusOr<RawDataset> LoadFashionMnist(const std::string& dir, Split split,
-                                            size_t limit = 0);
+absl::StatusOr<RawDataset> LoadFashionMnist(const std::string& dir, Split split, size_t limit = 0);
 
 // Checks that `dir` holds the four Fashion-MNIST files (cheap: no decompression).
 // Errors: NOT_FOUND naming the missing directory or file.

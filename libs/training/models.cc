@@ -30,10 +30,10 @@ class Mlp final : public Net {
 class Cnn final : public Net {
  public:
   Cnn() {
-    conv1_ = register_module("conv1",
-                             torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 5).padding(2)));
-    conv2_ = register_module("conv2",
-                             torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 5).padding(2)));
+    conv1_ =
+        register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 5).padding(2)));
+    conv2_ =
+        register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 5).padding(2)));
     fc1_ = register_module("fc1", torch::nn::Linear(32 * 7 * 7, 128));
     fc2_ = register_module("fc2", torch::nn::Linear(128, 10));
   }
@@ -62,8 +62,8 @@ std::vector<std::string> KnownModels() { return {"cnn", "mlp"}; }
 
 absl::Status CheckModelName(const std::string& name) {
   if (name != "cnn" && name != "mlp") {
-    return absl::InvalidArgumentError(absl::StrCat("unknown model \"", name, "\" (known: ",
-                                                   absl::StrJoin(KnownModels(), ", "), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown model \"", name, "\" (known: ", absl::StrJoin(KnownModels(), ", "), ")"));
   }
   return absl::OkStatus();
 }

@@ -2,12 +2,12 @@
 
 // LibTorch models by name. Only libs/training (and its tests) include this header.
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/statusor.h"
 #include "libs/training/model_names.h"

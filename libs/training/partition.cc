@@ -13,8 +13,8 @@ std::string ShardSpec::ToString() const { return absl::StrCat(index, "/", count)
 
 absl::Status ValidateShardSpec(const ShardSpec& shard) {
   if (shard.count == 0 || shard.count > kMaxShards) {
-    return absl::InvalidArgumentError(absl::StrCat("shard count must be in [1, ", kMaxShards,
-                                                   "], got ", shard.ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard count must be in [1, ", kMaxShards, "], got ", shard.ToString()));
   }
   if (shard.index >= shard.count) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -71,8 +71,8 @@ absl::StatusOr<std::vector<int64_t>> PartitionIndices(const std::vector<uint8_t>
     case common::v1::PARTITION_LABEL_SKEW: {
       const uint32_t k = classes_per_shard;
       if (k < 1 || k > static_cast<uint32_t>(num_classes)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "dataset.classes_per_shard must be in [1, ", num_classes, "], got ", k));
+        return absl::InvalidArgumentError(
+            absl::StrCat("dataset.classes_per_shard must be in [1, ", num_classes, "], got ", k));
       }
       std::vector<int64_t> order(num_classes);
       for (int c = 0; c < num_classes; ++c) order[c] = c;
@@ -113,8 +113,8 @@ absl::StatusOr<std::vector<int64_t>> PartitionIndices(const std::vector<uint8_t>
           absl::StrCat("dataset.partition: unknown partition ", static_cast<int>(partition)));
   }
   if (out.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("shard ", shard.ToString(), " of ", n,
-                                                   " training samples would be empty"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", shard.ToString(), " of ", n, " training samples would be empty"));
   }
   return out;
 }

@@ -118,15 +118,15 @@ struct Trainer::Impl {
   tensor::ModelLayout layout;
   torch::Tensor train_images, train_labels;  // on `device`
   torch::Tensor test_images, test_labels;    // on `device`
-  std::vector<int64_t> order;  // permutation of [0, train_size) for the current epoch
-  size_t cursor = 0;           // next position in `order`
+  std::vector<int64_t> order;                // permutation of [0, train_size) for the current epoch
+  size_t cursor = 0;                         // next position in `order`
   uint64_t epoch = 0;
 
   std::unique_ptr<torch::optim::Optimizer> MakeOptimizer() {
     const auto& opt = options.spec.optimizer();
     if (opt.kind() == common::v1::OPTIMIZER_ADAM) {
-      return std::make_unique<torch::optim::Adam>(
-          model->parameters(), torch::optim::AdamOptions(opt.learning_rate()));
+      return std::make_unique<torch::optim::Adam>(model->parameters(),
+                                                  torch::optim::AdamOptions(opt.learning_rate()));
     }
     return std::make_unique<torch::optim::SGD>(
         model->parameters(),
@@ -164,9 +164,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   const size_t train_count = ds.train_limit() > 0 && ds.train_limit() < train_full.count
                                  ? ds.train_limit()
                                  : train_full.count;
-  const size_t test_count = ds.test_limit() > 0 && ds.test_limit() < test_full.count
-                                ? ds.test_limit()
-                                : test_full.count;
+  const size_t test_count =
+      ds.test_limit() > 0 && ds.test_limit() < test_full.count ? ds.test_limit() : test_full.count;
   std::vector<uint8_t> labels(train_full.labels.begin(), train_full.labels.begin() + train_count);
   SHOAL_ASSIGN_OR_RETURN(
       std::vector<int64_t> train_idx,
@@ -181,7 +180,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   try {
-    impl->device = options.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+    impl->device =
+        options.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
     SHOAL_ASSIGN_OR_RETURN(impl->model, MakeModel(options.spec.model(), options.spec.seed()));
     impl->model->to(impl->device);
     SHOAL_ASSIGN_OR_RETURN(impl->layout, LayoutOf(*impl->model));
@@ -209,8 +209,8 @@ absl::StatusOr<TrainStats> Trainer::TrainBatches(uint32_t n,
     m.model->train();
     for (uint32_t b = 0; b < n; ++b) {
       if (keep_going && !keep_going()) {
-        return absl::CancelledError(absl::StrCat("training stopped after ", b, " of ", n,
-                                                 " batches"));
+        return absl::CancelledError(
+            absl::StrCat("training stopped after ", b, " of ", n, " batches"));
       }
       // Every batch is full: the tail of an epoch smaller than a batch is skipped (it is part
       // of the next epoch's shuffle), so a round trains exactly n * batch_size samples. A shard
@@ -255,10 +255,10 @@ absl::StatusOr<EvalStats> Trainer::Evaluate() {
       torch::Tensor x = m.test_images.slice(0, begin, end);
       torch::Tensor y = m.test_labels.slice(0, begin, end);
       torch::Tensor logits = m.model->forward(x);
-      stats.loss_sum += torch::nn::functional::cross_entropy(
-                            logits, y,
-                            torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                            .item<double>();
+      stats.loss_sum +=
+          torch::nn::functional::cross_entropy(
+              logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+              .item<double>();
       stats.correct += logits.argmax(1).eq(y).sum().item<int64_t>();
       stats.total += static_cast<uint64_t>(end - begin);
     }
@@ -285,18 +285,16 @@ absl::Status Trainer::SetParameters(const tensor::FlatModel& model) {
                                                    m.layout.DebugString()));
   }
   if (model.values.size() != m.layout.total_elements()) {
-    return absl::InvalidArgumentError(absl::StrCat("model has ", model.values.size(),
-                                                   " values, expected ",
-                                                   m.layout.total_elements()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model has ", model.values.size(), " values, expected ", m.layout.total_elements()));
   }
   try {
     torch::NoGradGuard no_grad;
     size_t i = 0;
     for (auto& item : m.model->named_parameters()) {
       torch::Tensor& p = item.value();
-      torch::Tensor src =
-          torch::from_blob(const_cast<float*>(model.values.data() + m.layout.offset(i)),
-                           p.sizes(), torch::kFloat32);
+      torch::Tensor src = torch::from_blob(
+          const_cast<float*>(model.values.data() + m.layout.offset(i)), p.sizes(), torch::kFloat32);
       p.copy_(src);  // copies to the parameter's device
       ++i;
     }

@@ -31,8 +31,8 @@ struct TrainerOptions {
 };
 
 struct TrainStats {
-  double mean_loss = 0;   // mean of the batches' mean losses
-  uint64_t samples = 0;   // samples trained
+  double mean_loss = 0;  // mean of the batches' mean losses
+  uint64_t samples = 0;  // samples trained
   uint32_t batches = 0;
 };
 
@@ -61,8 +61,9 @@ class Trainer {
 
   // Trains `n` batches of spec.batch_size samples (n * batch_size samples unless the shard is
   // smaller than a batch), cycling through the shard: reshuffled with a seed at every epoch, an
-  // incomplete last batch of an epoch skipped, the position carried over between calls. `keep_going` is asked before
-  // each batch; when it returns false the call stops and returns CANCELLED.
+  // incomplete last batch of an epoch skipped, the position carried over between calls.
+  // `keep_going` is asked before each batch; when it returns false the call stops and returns
+  // CANCELLED.
   absl::StatusOr<TrainStats> TrainBatches(uint32_t n, const std::function<bool()>& keep_going);
 
   // Evaluates the current parameters on this shard's test slice (test indices i % N == I).

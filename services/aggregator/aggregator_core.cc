@@ -40,7 +40,7 @@ struct AggregatorCore::Task {
   std::string name;
   std::map<uint64_t, Version> versions;  // guarded by AggregatorCore::mu_ (as all fields)
   uint64_t latest = 0;
-  std::shared_ptr<Round> round;           // the current (or last) round
+  std::shared_ptr<Round> round;            // the current (or last) round
   std::map<uint64_t, RoundResult> closed;  // results of recently closed rounds
   bool released = false;
 };
@@ -53,8 +53,8 @@ const char* StateName(AggregatorCore::Round* r);
 
 absl::Status AggregatorCoreOptions::Validate() const {
   if (max_concurrent_pushes < 1 || max_concurrent_pushes > 1024) {
-    return absl::InvalidArgumentError(absl::StrCat("max_concurrent_pushes must be in [1, 1024], got ",
-                                                   max_concurrent_pushes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_concurrent_pushes must be in [1, 1024], got ", max_concurrent_pushes));
   }
   if (versions_kept < 2) {
     return absl::InvalidArgumentError(
@@ -122,16 +122,16 @@ absl::StatusOr<PutResult> AggregatorCore::PutModel(const std::string& name, uint
   }
   if (!task->versions.empty()) {
     if (version < task->latest) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "task '", name, "' already holds version ", task->latest, ", newer than ", version));
+      return absl::FailedPreconditionError(absl::StrCat("task '", name, "' already holds version ",
+                                                        task->latest, ", newer than ", version));
     }
     if (version == task->latest) {
       const Task::Version& held = task->versions.at(version);
       if (held.digest == digest && held.model->layout == shared->layout) {
         return PutResult{version, digest};
       }
-      return absl::FailedPreconditionError(absl::StrCat(
-          "task '", name, "' already holds version ", version, " with different contents"));
+      return absl::FailedPreconditionError(absl::StrCat("task '", name, "' already holds version ",
+                                                        version, " with different contents"));
     }
   }
   task->versions[version] = Task::Version{std::move(shared), digest};
@@ -211,20 +211,19 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
                                                       cur ? cur->number : 0));
   }
   if (cur != nullptr && cur->state == Round::State::kClosing) {
-    return absl::AbortedError(absl::StrCat("round ", cur->number, " of task '", p.task,
-                                           "' is still closing; retry"));
+    return absl::AbortedError(
+        absl::StrCat("round ", cur->number, " of task '", p.task, "' is still closing; retry"));
   }
   auto base = task->versions.find(p.base_version);
   if (base == task->versions.end()) {
-    return absl::FailedPreconditionError(absl::StrCat("base version ", p.base_version,
-                                                      " of task '", p.task,
-                                                      "' is not held (latest is ", task->latest,
-                                                      ")"));
+    return absl::FailedPreconditionError(absl::StrCat("base version ", p.base_version, " of task '",
+                                                      p.task, "' is not held (latest is ",
+                                                      task->latest, ")"));
   }
   if (p.base_version != task->latest) {
-    return absl::FailedPreconditionError(absl::StrCat("base version ", p.base_version,
-                                                      " of task '", p.task,
-                                                      "' is not the latest (", task->latest, ")"));
+    return absl::FailedPreconditionError(absl::StrCat("base version ", p.base_version, " of task '",
+                                                      p.task, "' is not the latest (", task->latest,
+                                                      ")"));
   }
   auto round = std::make_shared<Round>();
   round->number = p.round;
@@ -240,7 +239,7 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
     round->acc->Reset();
   } else {
     round->acc = std::make_unique<aggregation::WeightedMeanAccumulator>(round->base->layout,
-                                                                         options_.fold_threads);
+                                                                        options_.fold_threads);
   }
   AbandonRound(*task);
   task->round = std::move(round);
@@ -258,8 +257,7 @@ absl::StatusOr<RoundResult> AggregatorCore::CloseRound(const std::string& name, 
     if (task == nullptr) return absl::NotFoundError(absl::StrCat("unknown task '", name, "'"));
     if (auto it = task->closed.find(number); it != task->closed.end()) return it->second;
     round = task->round;
-    if (round == nullptr || round->number != number ||
-        round->state == Round::State::kAbandoned) {
+    if (round == nullptr || round->number != number || round->state == Round::State::kAbandoned) {
       return absl::NotFoundError(
           absl::StrCat("round ", number, " of task '", name, "' is not open"));
     }
@@ -274,7 +272,8 @@ absl::StatusOr<RoundResult> AggregatorCore::CloseRound(const std::string& name, 
     }
     round->state = Round::State::kClosing;
     // Pushes already folding finish first; no new fold starts once the round is closing.
-    mu_.Await(absl::Condition(+[](Round* r) { return r->folds_in_flight == 0; }, round.get()));
+    mu_.Await(absl::Condition(
+        +[](Round* r) { return r->folds_in_flight == 0; }, round.get()));
     result.contributors.assign(round->accepted.begin(), round->accepted.end());
     result.num_samples = round->num_samples;
     result.mean_train_loss =
@@ -314,8 +313,8 @@ absl::StatusOr<RoundResult> AggregatorCore::CloseRound(const std::string& name, 
   absl::MutexLock lock(&mu_);
   if (task->released || task->latest != round->base_version) {
     round->state = Round::State::kAbandoned;
-    return absl::AbortedError(absl::StrCat("task '", name, "' changed while round ", number,
-                                           " was closing"));
+    return absl::AbortedError(
+        absl::StrCat("task '", name, "' changed while round ", number, " was closing"));
   }
   if (next != nullptr) {
     task->versions[result.version] = Task::Version{std::move(next), result.digest};
@@ -345,8 +344,8 @@ AggregatorCore::StagingLease::~StagingLease() {
 absl::StatusOr<AggregatorCore::StagingLease> AggregatorCore::AcquireStaging() {
   absl::MutexLock lock(&mu_);
   if (leases_ >= options_.max_concurrent_pushes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "all ", options_.max_concurrent_pushes, " staging slots are busy; retry later"));
+    return absl::ResourceExhaustedError(absl::StrCat("all ", options_.max_concurrent_pushes,
+                                                     " staging slots are busy; retry later"));
   }
   ++leases_;
   metrics_.pushes_in_flight.Set(leases_);
@@ -398,11 +397,11 @@ absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
     }
     if (round == nullptr || round->number != meta.round || round->state != Round::State::kOpen) {
       return reject(RejectReason::kRoundNotOpen,
-                    absl::FailedPreconditionError(absl::StrCat(
-                        "round ", meta.round, " of task '", meta.task, "' is not open",
-                        round ? absl::StrCat(" (current round ", round->number, " is ",
-                                             StateName(round.get()), ")")
-                              : std::string())));
+                    absl::FailedPreconditionError(
+                        absl::StrCat("round ", meta.round, " of task '", meta.task, "' is not open",
+                                     round ? absl::StrCat(" (current round ", round->number, " is ",
+                                                          StateName(round.get()), ")")
+                                           : std::string())));
     }
     if (round->expected.count(meta.peer_id) == 0) {
       return reject(RejectReason::kUnexpectedPeer,
@@ -411,23 +410,21 @@ absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
                                      meta.round, " of task '", meta.task, "'")));
     }
     if (meta.base_version != round->base_version) {
-      return reject(RejectReason::kStaleBase,
-                    absl::FailedPreconditionError(absl::StrCat(
-                        "update was trained from version ", meta.base_version, " but round ",
-                        meta.round, " of task '", meta.task, "' folds into version ",
-                        round->base_version)));
+      return reject(
+          RejectReason::kStaleBase,
+          absl::FailedPreconditionError(absl::StrCat(
+              "update was trained from version ", meta.base_version, " but round ", meta.round,
+              " of task '", meta.task, "' folds into version ", round->base_version)));
     }
     if (round->pushing.count(meta.peer_id) > 0) {
-      return reject(RejectReason::kBusy,
-                    absl::AbortedError(absl::StrCat("a push from peer '", meta.peer_id,
-                                                    "' for round ", meta.round,
-                                                    " is already in progress")));
+      return reject(RejectReason::kBusy, absl::AbortedError(absl::StrCat(
+                                             "a push from peer '", meta.peer_id, "' for round ",
+                                             meta.round, " is already in progress")));
     }
     if (leases_ >= options_.max_concurrent_pushes) {
-      return reject(RejectReason::kBusy,
-                    absl::ResourceExhaustedError(absl::StrCat(
-                        "all ", options_.max_concurrent_pushes,
-                        " staging buffers are busy; retry later")));
+      return reject(RejectReason::kBusy, absl::ResourceExhaustedError(absl::StrCat(
+                                             "all ", options_.max_concurrent_pushes,
+                                             " staging buffers are busy; retry later")));
     }
     ++leases_;
     metrics_.pushes_in_flight.Set(leases_);
@@ -438,9 +435,8 @@ absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
     round->pushing.insert(meta.peer_id);
   }
   // Decoding into a pooled buffer of the right size touches no fresh memory.
-  tensor::FrameDecoder decoder =
-      tensor::FrameDecoder::ForLayout(round->base->layout, /*require_finite=*/true,
-                                      std::move(buffer));
+  tensor::FrameDecoder decoder = tensor::FrameDecoder::ForLayout(
+      round->base->layout, /*require_finite=*/true, std::move(buffer));
   const double max_norm = round->max_norm;
   return std::unique_ptr<Push>(
       new Push(this, std::move(task), std::move(round), meta, std::move(decoder), max_norm));
@@ -511,9 +507,9 @@ absl::Status AggregatorCore::CommitPush(Push& push) {
     absl::MutexLock lock(&mu_);
     if (round.state != Round::State::kOpen || push.task_->released) {
       return push.RejectWith(RejectReason::kRoundNotOpen,
-                             absl::FailedPreconditionError(absl::StrCat(
-                                 "round ", round.number, " of task '", push.meta_.task,
-                                 "' closed before the update was complete")));
+                             absl::FailedPreconditionError(
+                                 absl::StrCat("round ", round.number, " of task '", push.meta_.task,
+                                              "' closed before the update was complete")));
     }
     ++round.folds_in_flight;
   }
@@ -541,10 +537,14 @@ namespace {
 
 const char* StateName(AggregatorCore::Round* r) {
   switch (r->state) {
-    case AggregatorCore::Round::State::kOpen: return "open";
-    case AggregatorCore::Round::State::kClosing: return "closing";
-    case AggregatorCore::Round::State::kClosed: return "closed";
-    case AggregatorCore::Round::State::kAbandoned: return "abandoned";
+    case AggregatorCore::Round::State::kOpen:
+      return "open";
+    case AggregatorCore::Round::State::kClosing:
+      return "closing";
+    case AggregatorCore::Round::State::kClosed:
+      return "closed";
+    case AggregatorCore::Round::State::kAbandoned:
+      return "abandoned";
   }
   return "unknown";
 }

@@ -4,15 +4,24 @@ namespace shoal::aggregator {
 
 const char* RejectReasonLabel(RejectReason reason) {
   switch (reason) {
-    case RejectReason::kUnknownTask: return "unknown_task";
-    case RejectReason::kRoundNotOpen: return "round_not_open";
-    case RejectReason::kUnexpectedPeer: return "unexpected_peer";
-    case RejectReason::kStaleBase: return "stale_base";
-    case RejectReason::kMalformed: return "malformed";
-    case RejectReason::kNonFinite: return "non_finite";
-    case RejectReason::kNormBound: return "norm_bound";
-    case RejectReason::kBusy: return "busy";
-    case RejectReason::kIncomplete: return "incomplete";
+    case RejectReason::kUnknownTask:
+      return "unknown_task";
+    case RejectReason::kRoundNotOpen:
+      return "round_not_open";
+    case RejectReason::kUnexpectedPeer:
+      return "unexpected_peer";
+    case RejectReason::kStaleBase:
+      return "stale_base";
+    case RejectReason::kMalformed:
+      return "malformed";
+    case RejectReason::kNonFinite:
+      return "non_finite";
+    case RejectReason::kNormBound:
+      return "norm_bound";
+    case RejectReason::kBusy:
+      return "busy";
+    case RejectReason::kIncomplete:
+      return "incomplete";
   }
   return "unknown";
 }
@@ -42,12 +51,13 @@ AggregatorMetrics::AggregatorMetrics(prometheus::Registry& registry)
                            .Help("Rounds closed (with or without contributors)")
                            .Register(registry)
                            .Add({})),
-      round_duration(prometheus::BuildHistogram()
-                         .Name("shoal_aggregator_round_duration_seconds")
-                         .Help("Time from OpenRound to CloseRound")
-                         .Register(registry)
-                         .Add({}, prometheus::Histogram::BucketBoundaries{
-                                      0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600})),
+      round_duration(
+          prometheus::BuildHistogram()
+              .Name("shoal_aggregator_round_duration_seconds")
+              .Help("Time from OpenRound to CloseRound")
+              .Register(registry)
+              .Add({}, prometheus::Histogram::BucketBoundaries{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+                                                               60, 120, 300, 600})),
       pushes_in_flight(prometheus::BuildGauge()
                            .Name("shoal_aggregator_pushes_in_flight")
                            .Help("Update pushes holding a staging buffer")
@@ -59,7 +69,8 @@ AggregatorMetrics::AggregatorMetrics(prometheus::Registry& registry)
                         .Register(registry)
                         .Add({})) {
   for (int i = 0; i < kNumRejectReasons; ++i) {
-    rejected[i] = &rejected_family.Add({{"reason", RejectReasonLabel(static_cast<RejectReason>(i))}});
+    rejected[i] =
+        &rejected_family.Add({{"reason", RejectReasonLabel(static_cast<RejectReason>(i))}});
   }
 }
 

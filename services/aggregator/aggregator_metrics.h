@@ -13,15 +13,15 @@ namespace shoal::aggregator {
 // Why an update was rejected: the bounded label values of
 // shoal_aggregator_updates_rejected_total{reason}.
 enum class RejectReason {
-  kUnknownTask,    // NOT_FOUND
-  kRoundNotOpen,   // FAILED_PRECONDITION: closed, unknown or abandoned round
-  kUnexpectedPeer, // FAILED_PRECONDITION
-  kStaleBase,      // FAILED_PRECONDITION: base_version is not the round's base
-  kMalformed,      // INVALID_ARGUMENT: bad stream, layout, dtype, size, digest, weight
-  kNonFinite,      // INVALID_ARGUMENT: NaN or Inf
-  kNormBound,      // INVALID_ARGUMENT: L2 norm above the round's bound
-  kBusy,           // RESOURCE_EXHAUSTED / ABORTED: no staging buffer, executor full, concurrent push
-  kIncomplete,     // the stream ended or was cancelled before the update was complete
+  kUnknownTask,     // NOT_FOUND
+  kRoundNotOpen,    // FAILED_PRECONDITION: closed, unknown or abandoned round
+  kUnexpectedPeer,  // FAILED_PRECONDITION
+  kStaleBase,       // FAILED_PRECONDITION: base_version is not the round's base
+  kMalformed,       // INVALID_ARGUMENT: bad stream, layout, dtype, size, digest, weight
+  kNonFinite,       // INVALID_ARGUMENT: NaN or Inf
+  kNormBound,       // INVALID_ARGUMENT: L2 norm above the round's bound
+  kBusy,        // RESOURCE_EXHAUSTED / ABORTED: no staging buffer, executor full, concurrent push
+  kIncomplete,  // the stream ended or was cancelled before the update was complete
 };
 inline constexpr int kNumRejectReasons = 9;
 const char* RejectReasonLabel(RejectReason reason);

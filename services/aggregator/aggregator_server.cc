@@ -24,8 +24,8 @@ absl::Status AggregatorOptions::Validate() const {
     if (hp->port == 0) return absl::InvalidArgumentError("--advertise: port must not be 0");
   }
   if (max_concurrent_pushes < 1 || max_concurrent_pushes > 1024) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max-concurrent-pushes: must be in [1, 1024], got ", max_concurrent_pushes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-concurrent-pushes: must be in [1, 1024], got ", max_concurrent_pushes));
   }
   if (executor_threads < 1) {
     return absl::InvalidArgumentError("executor_threads must be >= 1");

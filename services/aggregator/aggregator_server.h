@@ -1,10 +1,10 @@
 #pragma once
 
+#include <grpcpp/client_context.h>
+
 #include <memory>
 #include <string>
 #include <thread>
-
-#include <grpcpp/client_context.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -1,10 +1,10 @@
 #include "services/aggregator/aggregator_service.h"
 
+#include <grpcpp/impl/codegen/proto_utils.h>
+
 #include <memory>
 #include <optional>
 #include <utility>
-
-#include <grpcpp/impl/codegen/proto_utils.h>
 
 #include "absl/strings/str_cat.h"
 #include "libs/rpc/model_stream.h"
@@ -26,10 +26,12 @@ grpc::Status Busy() {
 // storing it (digest pass) runs on the executor.
 class PutModelReactor : public grpc::ServerReadReactor<PutModelRequest> {
  public:
-  PutModelReactor(const AggregatorServiceOptions& options, AggregatorCore& core,
-                  Executor& executor, AggregatorMetrics& metrics,
-                  aggregator::v1::PutModelResponse* response)
-      : options_(options), core_(core), executor_(executor), metrics_(metrics),
+  PutModelReactor(const AggregatorServiceOptions& options, AggregatorCore& core, Executor& executor,
+                  AggregatorMetrics& metrics, aggregator::v1::PutModelResponse* response)
+      : options_(options),
+        core_(core),
+        executor_(executor),
+        metrics_(metrics),
         response_(response) {
     StartRead(&request_);
   }
@@ -140,8 +142,8 @@ class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
  private:
   absl::Status Parse(PushUpdateRequest* request) {
-    grpc::Status s = grpc::GenericDeserialize<grpc::ProtoBufferReader, PushUpdateRequest>(
-        &message_, request);
+    grpc::Status s =
+        grpc::GenericDeserialize<grpc::ProtoBufferReader, PushUpdateRequest>(&message_, request);
     if (!s.ok()) return absl::InvalidArgumentError("cannot parse PushUpdateRequest");
     return absl::OkStatus();
   }
@@ -193,8 +195,7 @@ class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
   void FinishWith(const PushUpdateResponse& response) {
     bool own = false;
-    grpc::GenericSerialize<grpc::ProtoBufferWriter, PushUpdateResponse>(response, response_,
-                                                                        &own);
+    grpc::GenericSerialize<grpc::ProtoBufferWriter, PushUpdateResponse>(response, response_, &own);
     finished_ = true;
     Finish(grpc::Status::OK);
   }
@@ -234,9 +235,8 @@ class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
 }  // namespace
 
-AggregatorServiceImpl::AggregatorServiceImpl(AggregatorServiceOptions options,
-                                             AggregatorCore& core, Executor& executor,
-                                             AggregatorMetrics& metrics)
+AggregatorServiceImpl::AggregatorServiceImpl(AggregatorServiceOptions options, AggregatorCore& core,
+                                             Executor& executor, AggregatorMetrics& metrics)
     : options_(std::move(options)), core_(core), executor_(executor), metrics_(metrics) {}
 
 grpc::ServerReadReactor<PutModelRequest>* AggregatorServiceImpl::PutModel(
@@ -258,7 +258,9 @@ grpc::ServerWriteReactor<common::v1::ModelChunk>* AggregatorServiceImpl::GetMode
   AggregatorMetrics* metrics = &metrics_;
   return new rpc::ModelWriteReactor(
       snapshot->model, tensor::MakeModelMeta(request->task(), snapshot->version, *snapshot->model),
-      [metrics](uint64_t bytes, bool) { metrics->bytes_sent.Increment(static_cast<double>(bytes)); });
+      [metrics](uint64_t bytes, bool) {
+        metrics->bytes_sent.Increment(static_cast<double>(bytes));
+      });
 }
 
 grpc::ServerUnaryReactor* AggregatorServiceImpl::OpenRound(

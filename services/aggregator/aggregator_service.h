@@ -23,15 +23,16 @@ class AggregatorServiceImpl final
     : public aggregator::v1::AggregatorService::WithRawCallbackMethod_PushUpdate<
           aggregator::v1::AggregatorService::CallbackService> {
  public:
-  AggregatorServiceImpl(AggregatorServiceOptions options, AggregatorCore& core,
-                        Executor& executor, AggregatorMetrics& metrics);
+  AggregatorServiceImpl(AggregatorServiceOptions options, AggregatorCore& core, Executor& executor,
+                        AggregatorMetrics& metrics);
 
   grpc::ServerReadReactor<aggregator::v1::PutModelRequest>* PutModel(
       grpc::CallbackServerContext* context, aggregator::v1::PutModelResponse* response) override;
   grpc::ServerReadReactor<grpc::ByteBuffer>* PushUpdate(grpc::CallbackServerContext* context,
                                                         grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<common::v1::ModelChunk>* GetModel(
-      grpc::CallbackServerContext* context, const aggregator::v1::GetModelRequest* request) override;
+      grpc::CallbackServerContext* context,
+      const aggregator::v1::GetModelRequest* request) override;
   grpc::ServerUnaryReactor* OpenRound(grpc::CallbackServerContext* context,
                                       const aggregator::v1::OpenRoundRequest* request,
                                       aggregator::v1::OpenRoundResponse* response) override;

@@ -47,8 +47,7 @@ int main(int argc, char** argv) {
   }
   auto server = shoal::aggregator::AggregatorServer::Start(options);
   if (!server.ok()) {
-    std::fprintf(stderr, "shoal-aggregator: %s\n",
-                 std::string(server.status().message()).c_str());
+    std::fprintf(stderr, "shoal-aggregator: %s\n", std::string(server.status().message()).c_str());
     return 1;
   }
   const int sig = shoal::rpc::WaitForShutdownSignal();

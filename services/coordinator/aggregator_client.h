@@ -22,8 +22,7 @@ class AggregatorClient {
   virtual absl::StatusOr<aggregator::v1::CloseRoundResponse> CloseRound(
       const std::string& address, const aggregator::v1::CloseRoundRequest& request) = 0;
   virtual absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address,
-                                                     const std::string& task,
-                                                     uint64_t version) = 0;
+                                                     const std::string& task, uint64_t version) = 0;
   virtual absl::Status PutModel(const std::string& address, const std::string& task,
                                 uint64_t version, const tensor::FlatModel& model) = 0;
   virtual absl::Status ReleaseTask(const std::string& address, const std::string& task) = 0;

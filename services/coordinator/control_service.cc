@@ -14,9 +14,8 @@ namespace shoal::coordinator {
 namespace {
 
 template <typename Response, typename T>
-grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
-                                     absl::StatusOr<T> result, Response* response,
-                                     void (*fill)(T&&, Response*)) {
+grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context, absl::StatusOr<T> result,
+                                     Response* response, void (*fill)(T&&, Response*)) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (result.ok()) fill(*std::move(result), response);
   reactor->Finish(rpc::ToGrpcStatus(result.status()));
@@ -143,9 +142,9 @@ grpc::ServerUnaryReactor* ControlServiceImpl::ListTasks(grpc::CallbackServerCont
   return reactor;
 }
 
-grpc::ServerUnaryReactor* ControlServiceImpl::GetTaskStatus(
-    grpc::CallbackServerContext* context, const v1::GetTaskStatusRequest* request,
-    v1::GetTaskStatusResponse* response) {
+grpc::ServerUnaryReactor* ControlServiceImpl::GetTaskStatus(grpc::CallbackServerContext* context,
+                                                            const v1::GetTaskStatusRequest* request,
+                                                            v1::GetTaskStatusResponse* response) {
   return FinishWith<v1::GetTaskStatusResponse, v1::TaskStatus>(
       context, core_.GetTaskStatus(request->name()), response,
       [](v1::TaskStatus&& s, v1::GetTaskStatusResponse* r) {
@@ -173,16 +172,16 @@ grpc::ServerWriteReactor<common::v1::ModelChunk>* ControlServiceImpl::GetModel(
   std::optional<uint64_t> version;
   if (request->has_version()) version = request->version();
   absl::StatusOr<StoredCheckpoint> checkpoint = core_.GetCheckpoint(request->name(), version);
-  if (!checkpoint.ok()) return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(checkpoint.status()));
+  if (!checkpoint.ok())
+    return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(checkpoint.status()));
   // Checkpoints are small next to the transfer itself; reading one here keeps the handler simple.
   absl::StatusOr<tensor::FlatModel> model = tensor::ReadModelFile(checkpoint->path);
   if (!model.ok()) return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(model.status()));
   auto shared = std::make_shared<const tensor::FlatModel>(*std::move(model));
   common::v1::ModelMeta meta = tensor::MakeModelMeta(request->name(), checkpoint->version, *shared);
-  return new rpc::ModelWriteReactor(
-      shared, std::move(meta), [this](uint64_t bytes, bool) {
-        metrics_.bytes_sent.Increment(static_cast<double>(bytes));
-      });
+  return new rpc::ModelWriteReactor(shared, std::move(meta), [this](uint64_t bytes, bool) {
+    metrics_.bytes_sent.Increment(static_cast<double>(bytes));
+  });
 }
 
 }  // namespace shoal::coordinator

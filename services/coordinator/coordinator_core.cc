@@ -18,12 +18,18 @@ using v1::TaskState;
 
 const char* StateName(TaskState state) {
   switch (state) {
-    case v1::TASK_STATE_WAITING: return "waiting";
-    case v1::TASK_STATE_RUNNING: return "running";
-    case v1::TASK_STATE_COMPLETED: return "completed";
-    case v1::TASK_STATE_STOPPED: return "stopped";
-    case v1::TASK_STATE_FAILED: return "failed";
-    default: return "unspecified";
+    case v1::TASK_STATE_WAITING:
+      return "waiting";
+    case v1::TASK_STATE_RUNNING:
+      return "running";
+    case v1::TASK_STATE_COMPLETED:
+      return "completed";
+    case v1::TASK_STATE_STOPPED:
+      return "stopped";
+    case v1::TASK_STATE_FAILED:
+      return "failed";
+    default:
+      return "unspecified";
   }
 }
 
@@ -71,8 +77,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
     task.status.set_round(resume_round);
     auto* history = task.status.mutable_history();
     while (!history->empty() && history->rbegin()->round() > resume_round) history->RemoveLast();
-    task.status.set_message(absl::StrCat("resuming after a coordinator restart from round ",
-                                         resume_round));
+    task.status.set_message(
+        absl::StrCat("resuming after a coordinator restart from round ", resume_round));
     LogInfo("task ", name, ": resuming from round ", resume_round);
   }
   return core;
@@ -81,7 +87,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
 CoordinatorCore::CoordinatorCore(CoordinatorOptions options, TaskStore& store,
                                  AggregatorClient& aggregators, Clock& clock,
                                  CoordinatorMetrics& metrics)
-    : options_(options), store_(store), aggregators_(aggregators), clock_(clock),
+    : options_(options),
+      store_(store),
+      aggregators_(aggregators),
+      clock_(clock),
       metrics_(metrics) {}
 
 void CoordinatorCore::Deliver(Outbox& out) {
@@ -94,8 +103,7 @@ bool CoordinatorCore::IsActive(const Task& task) const {
          task.status.state() == v1::TASK_STATE_RUNNING;
 }
 
-void CoordinatorCore::SendTo(const std::string& peer_id, v1::CoordinatorEvent event,
-                             Outbox& out) {
+void CoordinatorCore::SendTo(const std::string& peer_id, v1::CoordinatorEvent event, Outbox& out) {
   auto it = peers_.find(peer_id);
   if (it == peers_.end()) return;
   out.push_back([sink = it->second.sink, event = std::move(event)] { sink->Send(event); });
@@ -166,8 +174,8 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
       assigned.mutable_task_assigned()->set_aggregator_address(t.status.aggregator());
       SendTo(id, std::move(assigned), out);
     }
-    LogInfo("peer ", id, " connected (shard ", hello.shard_index(), "/", hello.shard_count(),
-            ", ", hello.device().empty() ? "cpu" : hello.device(), ")");
+    LogInfo("peer ", id, " connected (shard ", hello.shard_index(), "/", hello.shard_count(), ", ",
+            hello.device().empty() ? "cpu" : hello.device(), ")");
     Reconcile(out);
   }
   Deliver(out);
@@ -187,8 +195,7 @@ void CoordinatorCore::Disconnect(const std::string& peer_id, const PeerSink* sin
   Deliver(out);
 }
 
-void CoordinatorCore::RemovePeer(const std::string& peer_id, const std::string& why,
-                                 Outbox& out) {
+void CoordinatorCore::RemovePeer(const std::string& peer_id, const std::string& why, Outbox& out) {
   auto it = peers_.find(peer_id);
   if (it == peers_.end()) return;
   const std::string task_name = it->second.task;
@@ -237,8 +244,8 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
         break;
       case v1::PeerMessage::kModelInitialized: {
         if (!find_task(message.model_initialized().task())) break;
-        if (task->initializer != peer_id ||
-            task->status.phase() != v1::ROUND_PHASE_INITIALIZING || task->has_model) {
+        if (task->initializer != peer_id || task->status.phase() != v1::ROUND_PHASE_INITIALIZING ||
+            task->has_model) {
           reject("stale", "unexpected model_initialized");
           break;
         }
@@ -371,8 +378,8 @@ absl::StatusOr<v1::TaskStatus> CoordinatorCore::CreateTask(const common::v1::Tas
     task.status.set_state(v1::TASK_STATE_WAITING);
     task.status.set_created_unix_ms(UnixMillis(clock_.Now()));
     task.status.set_message("waiting for peers");
-    LogInfo("task ", spec.name(), " created: ", spec.rounds(), " rounds of ",
-            spec.round_batches(), " batches, min ", spec.min_participants(), " peers");
+    LogInfo("task ", spec.name(), " created: ", spec.rounds(), " rounds of ", spec.round_batches(),
+            " batches, min ", spec.min_participants(), " peers");
     MarkChanged(task, out);
     Reconcile(out);
     result = StatusOf(task);
@@ -408,7 +415,8 @@ absl::StatusOr<v1::TaskStatus> CoordinatorCore::StopTask(const std::string& name
     if (it == tasks_.end()) {
       return absl::NotFoundError(absl::StrCat("no task named \"", name, "\""));
     }
-    if (IsActive(it->second)) Finish(it->second, v1::TASK_STATE_STOPPED, "stopped by operator", out);
+    if (IsActive(it->second))
+      Finish(it->second, v1::TASK_STATE_STOPPED, "stopped by operator", out);
     Reconcile(out);
     result = StatusOf(it->second);
   }
@@ -468,8 +476,7 @@ void CoordinatorCore::Enqueue(Task& task, Job job) {
   jobs_.push_back(std::move(job));
 }
 
-void CoordinatorCore::Finish(Task& task, TaskState state, const std::string& message,
-                             Outbox& out) {
+void CoordinatorCore::Finish(Task& task, TaskState state, const std::string& message, Outbox& out) {
   const std::string& name = task.status.spec().name();
   task.status.set_state(state);
   task.status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
@@ -488,7 +495,8 @@ void CoordinatorCore::Finish(Task& task, TaskState state, const std::string& mes
   task.round = Round{};
   task.eval_pending.clear();
   if (!task.status.aggregator().empty()) {
-    jobs_.push_back(MakeJob(JobKind::kRelease, name, task.status.aggregator()));  // fire and forget: does not block the task
+    jobs_.push_back(MakeJob(JobKind::kRelease, name,
+                            task.status.aggregator()));  // fire and forget: does not block the task
   }
   MarkChanged(task, out);
 }
@@ -497,8 +505,8 @@ void CoordinatorCore::Fail(Task& task, const std::string& step, const absl::Stat
                            Outbox& out) {
   metrics_.aggregator_errors.Increment();
   task.failures++;
-  const absl::Duration backoff = std::min(
-      options_.retry_max, options_.retry_initial * (1 << std::min(task.failures, 10)));
+  const absl::Duration backoff =
+      std::min(options_.retry_max, options_.retry_initial * (1 << std::min(task.failures, 10)));
   task.retry_at = clock_.Now() + backoff;
   task.status.set_message(absl::StrCat(step, " failed at aggregator ", task.status.aggregator(),
                                        ": ", status.message(), " (retrying)"));
@@ -602,14 +610,15 @@ void CoordinatorCore::Advance(Task& task, Outbox& out) {
       if (!all_pushed && now < task.round.deadline) return;
       if (!all_pushed) LogWarning("task ", name, ": round ", task.round.number, " deadline passed");
       task.status.set_phase(v1::ROUND_PHASE_CLOSING);
-      Enqueue(task, MakeJob(JobKind::kCloseRound, name, task.status.aggregator(), task.round.number));
+      Enqueue(task,
+              MakeJob(JobKind::kCloseRound, name, task.status.aggregator(), task.round.number));
       MarkChanged(task, out);
       return;
     }
     case v1::ROUND_PHASE_EVALUATING: {
       if (!task.eval_pending.empty() && now < task.eval_deadline) return;
-      Finish(task, v1::TASK_STATE_COMPLETED,
-             absl::StrCat("completed ", spec.rounds(), " rounds"), out);
+      Finish(task, v1::TASK_STATE_COMPLETED, absl::StrCat("completed ", spec.rounds(), " rounds"),
+             out);
       return;
     }
     case v1::ROUND_PHASE_OPENING:
@@ -689,9 +698,8 @@ void CoordinatorCore::Step() {
       }
     }
     for (const std::string& id : silent) {
-      out.push_back([sink = peers_[id].sink] {
-        sink->Close(absl::UnavailableError("missed heartbeats"));
-      });
+      out.push_back(
+          [sink = peers_[id].sink] { sink->Close(absl::UnavailableError("missed heartbeats")); });
       metrics_.peers_crashed.Increment();
       RemovePeer(id, "missed heartbeats", out);
     }
@@ -761,7 +769,8 @@ void CoordinatorCore::RunJob(const Job& job) {
     }
     case JobKind::kRelease: {
       absl::Status s = aggregators_.ReleaseTask(job.aggregator, job.task);
-      if (!s.ok()) LogWarning("task ", job.task, ": release at ", job.aggregator, ": ", s.message());
+      if (!s.ok())
+        LogWarning("task ", job.task, ": release at ", job.aggregator, ": ", s.message());
       return;
     }
   }
@@ -780,7 +789,7 @@ void CoordinatorCore::FinishJob(const Job& job, const std::function<void(Task&, 
 }
 
 void CoordinatorCore::OnOpenRoundDone(Task& task, const Job& job, const absl::Status& status,
-                                    Outbox& out) {
+                                      Outbox& out) {
   if (!status.ok()) {
     task.status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
     if (status.code() == absl::StatusCode::kNotFound ||
@@ -804,8 +813,8 @@ void CoordinatorCore::OnOpenRoundDone(Task& task, const Job& job, const absl::St
     task.status.set_round(job.round);
     task.status.set_phase(v1::ROUND_PHASE_TRAINING);
     task.status.set_state(v1::TASK_STATE_RUNNING);
-    task.status.set_message(absl::StrCat("round ", job.round, " training with ",
-                                         task.round.expected.size(), " peers"));
+    task.status.set_message(
+        absl::StrCat("round ", job.round, " training with ", task.round.expected.size(), " peers"));
     v1::CoordinatorEvent event;
     auto* started = event.mutable_round_started();
     started->set_task(job.task);
@@ -819,8 +828,8 @@ void CoordinatorCore::OnOpenRoundDone(Task& task, const Job& job, const absl::St
 }
 
 void CoordinatorCore::OnCloseRoundDone(
-  Task& task, const Job& job,
-  const absl::StatusOr<aggregator::v1::CloseRoundResponse>& result, Outbox& out) {
+    Task& task, const Job& job, const absl::StatusOr<aggregator::v1::CloseRoundResponse>& result,
+    Outbox& out) {
   if (!result.ok()) {
     task.status.set_phase(v1::ROUND_PHASE_TRAINING);  // Advance() retries the close
     Fail(task, "close round", result.status(), out);
@@ -845,8 +854,8 @@ void CoordinatorCore::OnCloseRoundDone(
     metrics_.round_duration.Observe(absl::ToDoubleSeconds(now - task.round.started));
     if (!contributors.empty()) metrics_.train_loss.Set(result->mean_train_loss());
     LogInfo("task ", job.task, ": round ", job.round, " closed: ", contributors.size(),
-            " contributors, ", summary.dropped_size(), " dropped, loss ",
-            result->mean_train_loss(), ", model version ", result->version());
+            " contributors, ", summary.dropped_size(), " dropped, loss ", result->mean_train_loss(),
+            ", model version ", result->version());
     out.push_back([this, name = job.task, summary] {
       absl::Status s = store_.PutRound(name, summary);
       if (!s.ok()) LogError("task ", name, ": cannot persist round: ", s.message());
@@ -854,8 +863,8 @@ void CoordinatorCore::OnCloseRoundDone(
     const bool new_version = result->version() != task.status.model_version();
     task.status.set_model_version(result->version());
     if (new_version) {
-      jobs_.push_back(MakeJob(JobKind::kCheckpoint, job.task, task.status.aggregator(),
-                              job.round, result->version()));
+      jobs_.push_back(MakeJob(JobKind::kCheckpoint, job.task, task.status.aggregator(), job.round,
+                              result->version()));
     }
     v1::CoordinatorEvent event;
     event.mutable_model_published()->set_task(job.task);
@@ -879,7 +888,7 @@ void CoordinatorCore::OnCloseRoundDone(
 }
 
 void CoordinatorCore::OnRestoreDone(Task& task, const Job& job, const absl::Status& status,
-                                  Outbox& out) {
+                                    Outbox& out) {
   task.status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
   if (status.ok()) {
     task.failures = 0;

@@ -42,7 +42,7 @@ struct CoordinatorOptions {
   absl::Duration aggregator_ttl = absl::Seconds(15);  // unregistered after this silence
   absl::Duration retry_initial = absl::Milliseconds(250);
   absl::Duration retry_max = absl::Seconds(5);
-  int max_aggregator_failures = 20;   // consecutive failures of one step before the task fails
+  int max_aggregator_failures = 20;  // consecutive failures of one step before the task fails
   absl::Duration final_eval_timeout = absl::Seconds(60);
 };
 
@@ -56,9 +56,11 @@ struct CoordinatorOptions {
 class CoordinatorCore {
  public:
   // Loads the tasks kept in `store`; running tasks resume from their latest checkpoint.
-  static absl::StatusOr<std::unique_ptr<CoordinatorCore>> Create(
-      CoordinatorOptions options, TaskStore& store, AggregatorClient& aggregators, Clock& clock,
-      CoordinatorMetrics& metrics);
+  static absl::StatusOr<std::unique_ptr<CoordinatorCore>> Create(CoordinatorOptions options,
+                                                                 TaskStore& store,
+                                                                 AggregatorClient& aggregators,
+                                                                 Clock& clock,
+                                                                 CoordinatorMetrics& metrics);
 
   // --- Peers (SessionService) ---
   // Registers a peer from its Hello; returns its id. Errors: INVALID_ARGUMENT bad Hello.

@@ -12,8 +12,8 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                          .Name("shoal_coordinator_round_duration_seconds")
                          .Help("Time from a round's start to its close")
                          .Register(registry)
-                         .Add({}, prometheus::Histogram::BucketBoundaries{
-                                      0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600})),
+                         .Add({}, prometheus::Histogram::BucketBoundaries{0.5, 1, 2, 5, 10, 20, 30,
+                                                                          60, 120, 300, 600})),
       peers_connected(prometheus::BuildGauge()
                           .Name("shoal_coordinator_peers_connected")
                           .Help("Peers with an open Session stream")

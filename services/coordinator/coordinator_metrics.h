@@ -19,13 +19,13 @@ struct CoordinatorMetrics {
   prometheus::Gauge& aggregators_registered;
   prometheus::Counter& updates_accepted;
   prometheus::Family<prometheus::Counter>& messages_rejected;  // {reason}
-  prometheus::Counter& peers_dropped;  // expected peers that missed a round
-  prometheus::Counter& peers_crashed;  // streams lost or heartbeats missed
-  prometheus::Gauge& train_loss;       // mean train loss of the last closed round
-  prometheus::Gauge& test_accuracy;    // test accuracy of the last evaluated model
+  prometheus::Counter& peers_dropped;                          // expected peers that missed a round
+  prometheus::Counter& peers_crashed;                          // streams lost or heartbeats missed
+  prometheus::Gauge& train_loss;                 // mean train loss of the last closed round
+  prometheus::Gauge& test_accuracy;              // test accuracy of the last evaluated model
   prometheus::Family<prometheus::Gauge>& tasks;  // {state}
-  prometheus::Counter& bytes_received;  // checkpoints pulled from aggregators
-  prometheus::Counter& bytes_sent;      // models served by ControlService.GetModel and restores
+  prometheus::Counter& bytes_received;           // checkpoints pulled from aggregators
+  prometheus::Counter& bytes_sent;  // models served by ControlService.GetModel and restores
   prometheus::Counter& aggregator_errors;
 };
 

@@ -41,9 +41,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   server_options.listen = options.listen;
   server_options.service_name = "shoal-coordinator";
   SHOAL_ASSIGN_OR_RETURN(
-      s->server_, rpc::Server::Start(server_options, {s->session_service_.get(),
-                                                      s->control_service_.get(),
-                                                      s->registry_service_.get()}));
+      s->server_,
+      rpc::Server::Start(server_options, {s->session_service_.get(), s->control_service_.get(),
+                                          s->registry_service_.get()}));
   s->driver_ = std::thread([server = s.get()] { server->DriverLoop(); });
   if (!options.address_file.empty()) {
     SHOAL_RETURN_IF_ERROR(WriteAddressFile(

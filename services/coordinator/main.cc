@@ -4,9 +4,9 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "libs/common/flag_names.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
+#include "libs/common/flag_names.h"
 #include "libs/common/log.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/signals.h"

@@ -165,9 +165,8 @@ absl::StatusOr<std::vector<StoredTask>> TaskStore::LoadTasks() {
     while (st.Step() == SQLITE_ROW) {
       v1::RoundSummary round;
       if (!round.ParseFromString(st.Blob(0))) {
-        return absl::DataLossError(
-            absl::StrCat("sqlite: a round row of task ", task.status.spec().name(),
-                         " does not parse"));
+        return absl::DataLossError(absl::StrCat("sqlite: a round row of task ",
+                                                task.status.spec().name(), " does not parse"));
       }
       task.history.push_back(std::move(round));
     }
@@ -177,19 +176,18 @@ absl::StatusOr<std::vector<StoredTask>> TaskStore::LoadTasks() {
 
 absl::StatusOr<StoredCheckpoint> TaskStore::GetCheckpoint(const std::string& task,
                                                           std::optional<uint64_t> version) {
-  Statement st(db_, version.has_value()
-                        ? "SELECT version, round, digest, path FROM checkpoints "
-                          "WHERE task = ?1 AND version = ?2"
-                        : "SELECT version, round, digest, path FROM checkpoints "
-                          "WHERE task = ?1 ORDER BY version DESC LIMIT 1");
+  Statement st(db_, version.has_value() ? "SELECT version, round, digest, path FROM checkpoints "
+                                          "WHERE task = ?1 AND version = ?2"
+                                        : "SELECT version, round, digest, path FROM checkpoints "
+                                          "WHERE task = ?1 ORDER BY version DESC LIMIT 1");
   if (!st.status().ok()) return st.status();
   st.Bind(1, task);
   if (version.has_value()) st.Bind(2, static_cast<int64_t>(*version));
   if (st.Step() != SQLITE_ROW) {
-    return absl::NotFoundError(version.has_value()
-                                   ? absl::StrCat("task ", task, " has no checkpoint of version ",
-                                                  *version)
-                                   : absl::StrCat("task ", task, " has no checkpoint yet"));
+    return absl::NotFoundError(
+        version.has_value()
+            ? absl::StrCat("task ", task, " has no checkpoint of version ", *version)
+            : absl::StrCat("task ", task, " has no checkpoint yet"));
   }
   StoredCheckpoint c;
   c.task = task;

@@ -79,9 +79,9 @@ absl::StatusOr<tensor::FlatModel> GrpcAggregatorClient::GetModel(const std::stri
       rpc::ReadModelStream(*reader, tensor::DecoderLimits{}, &context);
   if (!received.ok()) return WithContext(received.status(), "GetModel", address);
   if (received->meta.task() != task || received->meta.version() != version) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GetModel at aggregator ", address, ": asked for ", task, " version ", version, ", got ",
-        received->meta.task(), " version ", received->meta.version()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GetModel at aggregator ", address, ": asked for ", task, " version ", version,
+                     ", got ", received->meta.task(), " version ", received->meta.version()));
   }
   return std::move(received->model);
 }

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
@@ -31,7 +31,6 @@ ABSL_FLAG(std::string, address_file, "",
 ABSL_FLAG(int, torch_threads, 1, "LibTorch intra-op threads");
 
 namespace {
-
 
 [[noreturn]] void Fail(const absl::Status& status, int code) {
   shoal::LogError(status.message());
@@ -75,8 +74,7 @@ int main(int argc, char** argv) {
   if (!server.ok()) {
     const absl::StatusCode code = server.status().code();
     Fail(server.status(),
-         code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ? 2
-                                                                                          : 1);
+         code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ? 2 : 1);
   }
   return (*server)->Run();
 }

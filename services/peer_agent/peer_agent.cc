@@ -58,9 +58,9 @@ absl::StatusOr<std::unique_ptr<PeerAgent>> PeerAgent::Create(
 }
 
 PeerAgent::PeerAgent(PeerAgentOptions options, std::shared_ptr<const training::RawDataset> train,
-                     std::shared_ptr<const training::RawDataset> test,
-                     AggregatorClient& aggregator, SnapshotStore& snapshots, PeerMetrics& metrics,
-                     const Clock& clock, SendFn send, FatalFn fatal)
+                     std::shared_ptr<const training::RawDataset> test, AggregatorClient& aggregator,
+                     SnapshotStore& snapshots, PeerMetrics& metrics, const Clock& clock,
+                     SendFn send, FatalFn fatal)
     : options_(std::move(options)),
       train_(std::move(train)),
       test_(std::move(test)),
@@ -127,9 +127,8 @@ void PeerAgent::WorkerLoop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](PeerAgent* a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(a->mu_) {
-            return a->stopping_ || !a->queue_.empty();
-          },
+          +[](PeerAgent* a)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(a->mu_) { return a->stopping_ || !a->queue_.empty(); },
           this));
       if (stopping_) return;
       event = std::move(queue_.front());
@@ -182,8 +181,7 @@ void PeerAgent::Send(const PeerMessage& message) {
   }
 }
 
-void PeerAgent::SendPeerError(const std::string& task, uint64_t round,
-                              const absl::Status& status) {
+void PeerAgent::SendPeerError(const std::string& task, uint64_t round, const absl::Status& status) {
   PeerMessage m;
   m.mutable_error()->set_task(task);
   m.mutable_error()->set_round(round);
@@ -290,8 +288,8 @@ void PeerAgent::HandleInitializeModel(const coordinator::v1::InitializeModel& m)
   task_->global = *model;
   task_->params_are_global = true;
   PublishSnapshot(0);
-  LogInfo(absl::StrFormat("task %s: initial model uploaded (%d parameters, digest %016x)",
-                          m.task(), task_->global.values.size(), digest));
+  LogInfo(absl::StrFormat("task %s: initial model uploaded (%d parameters, digest %016x)", m.task(),
+                          task_->global.values.size(), digest));
   PeerMessage out;
   out.mutable_model_initialized()->set_task(m.task());
   out.mutable_model_initialized()->set_digest_xxh3(digest);
@@ -328,9 +326,8 @@ void PeerAgent::HandleRoundStarted(const coordinator::v1::RoundStarted& m) {
     return;
   }
   const absl::Time start = clock_.Now();
-  const absl::Time deadline = m.deadline_unix_ms() > 0
-                                  ? absl::FromUnixMillis(m.deadline_unix_ms())
-                                  : start + options_.default_round_budget;
+  const absl::Time deadline = m.deadline_unix_ms() > 0 ? absl::FromUnixMillis(m.deadline_unix_ms())
+                                                       : start + options_.default_round_budget;
   auto keep_going = [this, deadline] { return NotSuperseded() && clock_.Now() < deadline; };
   const std::string& task = m.task();
 
@@ -379,23 +376,21 @@ void PeerAgent::HandleRoundStarted(const coordinator::v1::RoundStarted& m) {
   meta.set_num_samples(stats->samples);
   meta.set_train_loss(stats->mean_loss);
   const std::string address = task_->assigned.aggregator_address();
-  absl::StatusOr<bool> pushed =
-      Retry<bool>(deadline, keep_going, [&](absl::Time attempt_deadline) {
-        return aggregator_.PushUpdate(address, meta, delta, attempt_deadline);  // shared, no copy
-      });
+  absl::StatusOr<bool> pushed = Retry<bool>(deadline, keep_going, [&](absl::Time attempt_deadline) {
+    return aggregator_.PushUpdate(address, meta, delta, attempt_deadline);  // shared, no copy
+  });
   if (!pushed.ok()) {
     const absl::Status& s = pushed.status();
     if (absl::IsFailedPrecondition(s)) {
       metrics_.updates_rejected.Increment();
-      LogWarning("task ", task, " round ", m.round(), ": update not accepted (round closed?): ",
-                 s.message());
+      LogWarning("task ", task, " round ", m.round(),
+                 ": update not accepted (round closed?): ", s.message());
     } else if (absl::IsInvalidArgument(s) || absl::IsNotFound(s)) {
       metrics_.updates_rejected.Increment();
       LogError("task ", task, " round ", m.round(), ": update rejected: ", s.message());
       SendPeerError(task, m.round(), s);
     } else {
-      LogWarning("task ", task, " round ", m.round(), ": could not push the update: ",
-                 s.message());
+      LogWarning("task ", task, " round ", m.round(), ": could not push the update: ", s.message());
       if (keep_going()) SendPeerError(task, m.round(), s);
     }
     return;
@@ -404,9 +399,9 @@ void PeerAgent::HandleRoundStarted(const coordinator::v1::RoundStarted& m) {
   metrics_.rounds_completed.Increment();
   const double seconds = absl::ToDoubleSeconds(clock_.Now() - start);
   metrics_.round_duration.Observe(seconds);
-  LogInfo(absl::StrFormat(
-      "task %s round %d: trained %d batches, loss %.4f, %d samples, %.2f s%s", task, m.round(),
-      stats->batches, stats->mean_loss, stats->samples, seconds, *pushed ? " (duplicate)" : ""));
+  LogInfo(absl::StrFormat("task %s round %d: trained %d batches, loss %.4f, %d samples, %.2f s%s",
+                          task, m.round(), stats->batches, stats->mean_loss, stats->samples,
+                          seconds, *pushed ? " (duplicate)" : ""));
 
   PeerMessage out;
   auto* up = out.mutable_update_pushed();
@@ -451,8 +446,8 @@ void PeerAgent::HandleModelPublished(const coordinator::v1::ModelPublished& m) {
 }
 
 void PeerAgent::HandleTaskFinished(const coordinator::v1::TaskFinished& m) {
-  LogInfo("task ", m.task(), ": finished (", m.state(), ", final model version ",
-          m.final_version(), ")");
+  LogInfo("task ", m.task(), ": finished (", m.state(), ", final model version ", m.final_version(),
+          ")");
   if (task_ && task_->assigned.spec().name() == m.task()) {
     task_.reset();
   }

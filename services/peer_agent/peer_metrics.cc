@@ -25,12 +25,13 @@ PeerMetrics::PeerMetrics(prometheus::Registry& r)
                          "Tensor payload bytes sent (updates, initial models, snapshots).")),
       bytes_received(Counter(r, "shoal_peer_bytes_received_total",
                              "Tensor payload bytes received (global models).")),
-      round_duration(prometheus::BuildHistogram()
-                         .Name("shoal_peer_round_duration_seconds")
-                         .Help("Time from RoundStarted to the accepted push.")
-                         .Register(r)
-                         .Add({}, prometheus::Histogram::BucketBoundaries{
-                                      0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300})),
+      round_duration(
+          prometheus::BuildHistogram()
+              .Name("shoal_peer_round_duration_seconds")
+              .Help("Time from RoundStarted to the accepted push.")
+              .Register(r)
+              .Add({}, prometheus::Histogram::BucketBoundaries{0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30,
+                                                               60, 120, 300})),
       updates_rejected(Counter(r, "shoal_peer_updates_rejected_total",
                                "Pushes the aggregator rejected (closed round, bad update).")),
       samples_trained(Counter(r, "shoal_peer_samples_trained_total", "Samples trained.")),

@@ -74,12 +74,12 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   session_options.hello.set_shard_index(options.shard.index);
   session_options.hello.set_shard_count(options.shard.count);
   PeerServer* self = s.get();
-  SHOAL_ASSIGN_OR_RETURN(
-      s->session_,
-      SessionClient::Create(
-          session_options, *s->metrics_,
-          [self](const coordinator::v1::CoordinatorEvent& e) { self->agent_->OnEvent(e); },
-          [self] { self->agent_->OnDisconnected(); }));
+  SHOAL_ASSIGN_OR_RETURN(s->session_, SessionClient::Create(
+                                          session_options, *s->metrics_,
+                                          [self](const coordinator::v1::CoordinatorEvent& e) {
+                                            self->agent_->OnEvent(e);
+                                          },
+                                          [self] { self->agent_->OnDisconnected(); }));
 
   PeerAgentOptions agent_options;
   agent_options.shard = options.shard;
@@ -94,10 +94,10 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
           [self](const absl::Status& status) { self->OnFatal(status); }));
 
   if (!options.address_file.empty()) {
-    SHOAL_RETURN_IF_ERROR(Flag(
-        "--address-file",
-        WriteAddressFile(options.address_file, {{"grpc", s->server_->address()},
-                                                {"metrics", s->metrics_server_->address()}})));
+    SHOAL_RETURN_IF_ERROR(
+        Flag("--address-file",
+             WriteAddressFile(options.address_file, {{"grpc", s->server_->address()},
+                                                     {"metrics", s->metrics_server_->address()}})));
   }
   LogInfo("serving PeerService on ", s->server_->address(), ", metrics on ",
           s->metrics_server_->address(), "; shard ", options.shard.ToString(), ", device ",

@@ -20,15 +20,15 @@ namespace shoal::peer {
 
 // Everything shoal-peer is configured with (main.cc fills it from flags).
 struct PeerOptions {
-  std::string coordinator;     // --coordinator HOST:PORT
+  std::string coordinator;                     // --coordinator HOST:PORT
   std::string listen = "127.0.0.1:0";          // --listen (PeerService)
   std::string metrics_listen = "127.0.0.1:0";  // --metrics-listen
-  std::string data_dir;        // --data-dir
-  training::ShardSpec shard;   // --shard I/N
-  std::string name;            // --name (empty: the coordinator picks an id)
-  std::string device = "cpu";  // --device cpu|cuda
-  std::string address_file;    // --address-file (optional)
-  int torch_threads = 1;       // --torch-threads
+  std::string data_dir;                        // --data-dir
+  training::ShardSpec shard;                   // --shard I/N
+  std::string name;                            // --name (empty: the coordinator picks an id)
+  std::string device = "cpu";                  // --device cpu|cuda
+  std::string address_file;                    // --address-file (optional)
+  int torch_threads = 1;                       // --torch-threads
 
   // Checks every field without connecting anywhere: addresses parse, the data directory holds
   // the Fashion-MNIST files, the device exists. Errors are INVALID_ARGUMENT (NOT_FOUND for a

@@ -13,10 +13,10 @@ grpc::ServerWriteReactor<common::v1::ModelChunk>* PeerServiceImpl::GetSnapshot(
         grpc::Status(grpc::StatusCode::NOT_FOUND, "this peer has published no snapshot yet"));
   }
   if (!request->task().empty() && request->task() != snapshot->task) {
-    return rpc::MakeFailedModelWriteReactor(grpc::Status(
-        grpc::StatusCode::NOT_FOUND,
-        absl::StrCat("this peer has no snapshot of task \"", request->task(), "\" (it has \"",
-                     snapshot->task, "\")")));
+    return rpc::MakeFailedModelWriteReactor(
+        grpc::Status(grpc::StatusCode::NOT_FOUND,
+                     absl::StrCat("this peer has no snapshot of task \"", request->task(),
+                                  "\" (it has \"", snapshot->task, "\")")));
   }
   common::v1::ModelMeta meta =
       tensor::MakeModelMeta(snapshot->task, snapshot->version, *snapshot->model);

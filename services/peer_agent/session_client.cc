@@ -21,17 +21,18 @@ absl::Status SessionClientOptions::Validate() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<SessionClient>> SessionClient::Create(
-    SessionClientOptions options, PeerMetrics& metrics, EventFn on_event,
-    DisconnectFn on_disconnect) {
+absl::StatusOr<std::unique_ptr<SessionClient>> SessionClient::Create(SessionClientOptions options,
+                                                                     PeerMetrics& metrics,
+                                                                     EventFn on_event,
+                                                                     DisconnectFn on_disconnect) {
   SHOAL_RETURN_IF_ERROR(options.Validate());
   if (!on_event) return absl::InvalidArgumentError("SessionClient needs an event callback");
   return std::unique_ptr<SessionClient>(new SessionClient(
       std::move(options), metrics, std::move(on_event), std::move(on_disconnect)));
 }
 
-SessionClient::SessionClient(SessionClientOptions options, PeerMetrics& metrics,
-                             EventFn on_event, DisconnectFn on_disconnect)
+SessionClient::SessionClient(SessionClientOptions options, PeerMetrics& metrics, EventFn on_event,
+                             DisconnectFn on_disconnect)
     : options_(std::move(options)),
       metrics_(metrics),
       on_event_(std::move(on_event)),

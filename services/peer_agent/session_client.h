@@ -1,13 +1,13 @@
 #pragma once
 
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/support/sync_stream.h>
+
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
-
-#include <grpcpp/channel.h>
-#include <grpcpp/client_context.h>
-#include <grpcpp/support/sync_stream.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -20,8 +20,8 @@
 namespace shoal::peer {
 
 struct SessionClientOptions {
-  std::string coordinator;          // HOST:PORT of the coordinator's SessionService
-  coordinator::v1::Hello hello;     // sent first on every (re)connect
+  std::string coordinator;       // HOST:PORT of the coordinator's SessionService
+  coordinator::v1::Hello hello;  // sent first on every (re)connect
   BackoffOptions reconnect_backoff{absl::Milliseconds(200), absl::Seconds(5), 2.0, 0.2};
   absl::Duration default_heartbeat = absl::Seconds(2);  // until Welcome says otherwise
   absl::Duration leave_grace = absl::Seconds(2);        // wait for the coordinator to close
@@ -89,7 +89,7 @@ class SessionClient {
   bool connected_ ABSL_GUARDED_BY(mu_) = false;
   std::string peer_id_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_);
-  uint64_t heartbeat_generation_ ABSL_GUARDED_BY(mu_) = 0;  // +1 per Welcome
+  uint64_t heartbeat_generation_ ABSL_GUARDED_BY(mu_) = 0;       // +1 per Welcome
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the current stream
 
   // Guards writes on the current stream; `stream_` is set only while connected.

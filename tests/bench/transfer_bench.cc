@@ -7,11 +7,10 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <prometheus/registry.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <prometheus/registry.h>
 
 #include <algorithm>
 #include <chrono>
@@ -99,10 +98,14 @@ int main(int argc, char** argv) {
   size_t chunk_kib = 1024;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
-    if (flag == "--mb") mb = std::strtoul(argv[i + 1], nullptr, 10);
-    else if (flag == "--reps") reps = std::atoi(argv[i + 1]);
-    else if (flag == "--chunk-kib") chunk_kib = std::strtoul(argv[i + 1], nullptr, 10);
-    else Die("unknown flag " + flag + " (use --mb N --reps N --chunk-kib N)");
+    if (flag == "--mb")
+      mb = std::strtoul(argv[i + 1], nullptr, 10);
+    else if (flag == "--reps")
+      reps = std::atoi(argv[i + 1]);
+    else if (flag == "--chunk-kib")
+      chunk_kib = std::strtoul(argv[i + 1], nullptr, 10);
+    else
+      Die("unknown flag " + flag + " (use --mb N --reps N --chunk-kib N)");
   }
   if (mb == 0 || reps < 1 || chunk_kib == 0 || chunk_kib > 4096) Die("bad arguments");
   const size_t chunk = chunk_kib << 10;
@@ -134,8 +137,8 @@ int main(int argc, char** argv) {
   shoal::aggregator::AggregatorMetrics metrics(registry);
   shoal::aggregator::AggregatorCoreOptions core_options;
   core_options.max_concurrent_pushes = 2;  // pooled staging buffers are reused
-  auto core = shoal::aggregator::AggregatorCore::Create(core_options, shoal::RealClock::Get(),
-                                                        metrics);
+  auto core =
+      shoal::aggregator::AggregatorCore::Create(core_options, shoal::RealClock::Get(), metrics);
   if (!core.ok()) Die(std::string(core.status().message()));
   shoal::Executor executor(2, 16);
   shoal::aggregator::AggregatorServiceImpl service({core_options.limits}, **core, executor,
@@ -225,11 +228,11 @@ int main(int argc, char** argv) {
     }
     tcp_s.push_back(
         RawTcp(reinterpret_cast<const char*>(delta->values.data()), bytes, chunk, sink));
-    std::printf("rep %d: PushUpdate zero-copy %.2f GB/s (%.0f ms, %ld page faults), protobuf "
-                "%.2f GB/s (%.0f ms); raw TCP %.2f GB/s (%.0f ms)\n",
-                rep, bytes / 1e9 / grpc_s.back(), grpc_s.back() * 1e3, faults,
-                bytes / 1e9 / pb_s.back(), pb_s.back() * 1e3, bytes / 1e9 / tcp_s.back(),
-                tcp_s.back() * 1e3);
+    std::printf(
+        "rep %d: PushUpdate zero-copy %.2f GB/s (%.0f ms, %ld page faults), protobuf "
+        "%.2f GB/s (%.0f ms); raw TCP %.2f GB/s (%.0f ms)\n",
+        rep, bytes / 1e9 / grpc_s.back(), grpc_s.back() * 1e3, faults, bytes / 1e9 / pb_s.back(),
+        pb_s.back() * 1e3, bytes / 1e9 / tcp_s.back(), tcp_s.back() * 1e3);
     std::fflush(stdout);
   }
   {
@@ -256,9 +259,10 @@ int main(int argc, char** argv) {
     ratios.push_back(tcp_s[i] / grpc_s[i]);
     pb_ratios.push_back(tcp_s[i] / pb_s[i]);
   }
-  std::printf("\nmedian of %d: raw TCP %.2f GB/s; gRPC PushUpdate zero-copy %.2f GB/s (ratio %.2f), "
-              "protobuf %.2f GB/s (ratio %.2f)\n",
-              reps, tcp_gbps, grpc_gbps, grpc_gbps / tcp_gbps, pb_gbps, pb_gbps / tcp_gbps);
+  std::printf(
+      "\nmedian of %d: raw TCP %.2f GB/s; gRPC PushUpdate zero-copy %.2f GB/s (ratio %.2f), "
+      "protobuf %.2f GB/s (ratio %.2f)\n",
+      reps, tcp_gbps, grpc_gbps, grpc_gbps / tcp_gbps, pb_gbps, pb_gbps / tcp_gbps);
   std::printf("best: raw TCP %.2f GB/s; gRPC PushUpdate zero-copy %.2f GB/s (ratio %.2f)\n",
               bytes / 1e9 / tcp_best, bytes / 1e9 / grpc_best, tcp_best / grpc_best);
   std::printf("median of per-rep ratios: zero-copy %.2f, protobuf %.2f\n", Median(ratios),

@@ -2,10 +2,9 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <signal.h>
 
 #include <cstdlib>
 #include <thread>
@@ -37,8 +36,7 @@ Cluster::~Cluster() {
 }
 
 absl::StatusOr<Service> Cluster::Start(const std::string& name, const std::string& binary,
-                                       std::vector<std::string> args,
-                                       const std::string& listen) {
+                                       std::vector<std::string> args, const std::string& listen) {
   const std::string address_file = absl::StrCat(dir_, "/", name, ".addr");
   std::remove(address_file.c_str());
   args.push_back("--listen=" + listen);
@@ -171,7 +169,8 @@ absl::StatusOr<std::string> HttpGet(const std::string& address, const std::strin
     ::close(fd);
     return absl::UnavailableError("cannot connect to " + address);
   }
-  const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", address, "\r\n\r\n");
+  const std::string request =
+      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", address, "\r\n\r\n");
   if (::write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
     ::close(fd);
     return absl::UnavailableError("write failed");

@@ -39,9 +39,18 @@ absl::Status CreateTask(Cluster& cluster, const common::v1::TaskSpec& spec) {
 
 TEST(FederatedClusterTest, PeerKilledMidRoundDoesNotStopTraining) {
   Cluster cluster(TempDir());
-  { absl::Status started = cluster.StartCoordinator(); ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails(); }
-  { absl::Status started = cluster.StartAggregator(); ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails(); }
-  for (int i = 0; i < 3; ++i) { absl::Status started = cluster.StartPeer(i, 3); ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails(); }
+  {
+    absl::Status started = cluster.StartCoordinator();
+    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  }
+  {
+    absl::Status started = cluster.StartAggregator();
+    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  }
+  for (int i = 0; i < 3; ++i) {
+    absl::Status started = cluster.StartPeer(i, 3);
+    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  }
 
   // All peers are connected before the task exists, so every round has all of them.
   ASSERT_TRUE(cluster.WaitForPeersConnected(3, absl::Seconds(30)).ok());
@@ -85,8 +94,8 @@ TEST(FederatedClusterTest, PeerKilledMidRoundDoesNotStopTraining) {
   EXPECT_LT(last.mean_train_loss(), status->history(0).mean_train_loss());
 
   // Every service answers the standard gRPC health check.
-  for (const std::string& address : {cluster.coordinator().address, cluster.aggregator().address,
-                                     cluster.peer(0).address}) {
+  for (const std::string& address :
+       {cluster.coordinator().address, cluster.aggregator().address, cluster.peer(0).address}) {
     auto health = grpc::health::v1::Health::NewStub(rpc::MakeChannel(address));
     grpc::ClientContext context;
     rpc::SetTimeout(context, absl::Seconds(5));
@@ -117,10 +126,22 @@ TEST(FederatedClusterTest, PeerKilledMidRoundDoesNotStopTraining) {
 
 TEST(FederatedClusterTest, CoordinatorRestartKeepsTasksAndCheckpoints) {
   Cluster cluster(TempDir());
-  { absl::Status started = cluster.StartCoordinator(); ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails(); }
-  { absl::Status started = cluster.StartAggregator(); ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails(); }
-  { absl::Status started = cluster.StartPeer(0, 2); ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails(); }
-  { absl::Status started = cluster.StartPeer(1, 2); ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails(); }
+  {
+    absl::Status started = cluster.StartCoordinator();
+    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  }
+  {
+    absl::Status started = cluster.StartAggregator();
+    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  }
+  {
+    absl::Status started = cluster.StartPeer(0, 2);
+    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  }
+  {
+    absl::Status started = cluster.StartPeer(1, 2);
+    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  }
   common::v1::TaskSpec spec = SmallTask("survives-restart");
   spec.set_rounds(2);
   ASSERT_TRUE(CreateTask(cluster, spec).ok());
@@ -132,7 +153,10 @@ TEST(FederatedClusterTest, CoordinatorRestartKeepsTasksAndCheckpoints) {
   // A graceful stop (SIGTERM) exits 0; a new coordinator on the same state dir has the task.
   process::ExitStatus exit = cluster.coordinator().process->Stop(absl::Seconds(10));
   EXPECT_TRUE(exit.success()) << exit.ToString();
-  { absl::Status started = cluster.StartCoordinator(); ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails(); }
+  {
+    absl::Status started = cluster.StartCoordinator();
+    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  }
   auto after = cluster.Status(spec.name());
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->state(), cv1::TASK_STATE_COMPLETED);

@@ -105,8 +105,7 @@ TEST(LauncherTest, CtrlCStopsEveryChild) {
     cmdline << in.rdbuf();
     absl::StrAppend(&left, pid, ": ", cmdline.str(), "\n");
   }
-  EXPECT_TRUE(left.empty()) << "children left behind:\n"
-                            << left << process::TailFile(run.log, 30);
+  EXPECT_TRUE(left.empty()) << "children left behind:\n" << left << process::TailFile(run.log, 30);
 }
 
 }  // namespace

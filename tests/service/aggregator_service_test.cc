@@ -48,11 +48,12 @@ class FakeRegistry final : public coordinator::v1::RegistryService::CallbackServ
   // Waits until `n` registrations arrived (or the deadline passed); returns them.
   std::vector<std::string> WaitFor(size_t n, absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
-    mu_.AwaitWithTimeout(
-        absl::Condition(+[](FakeRegistry* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) {
-          return r->addresses_.size() >= r->want_;
-        }, this),
-        timeout);
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](FakeRegistry* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) {
+                               return r->addresses_.size() >= r->want_;
+                             },
+                             this),
+                         timeout);
     return addresses_;
   }
   void set_want(size_t n) {
@@ -68,9 +69,10 @@ class FakeRegistry final : public coordinator::v1::RegistryService::CallbackServ
 
 tensor::ModelLayout Layout() {
   // ~1.3 MB so that tensors span several 1 MiB chunks.
-  return *tensor::ModelLayout::Create(
-      {{"conv1.weight", {16, 1, 5, 5}}, {"conv1.bias", {16}}, {"fc.weight", {320, 1000}},
-       {"fc.bias", {320}}});
+  return *tensor::ModelLayout::Create({{"conv1.weight", {16, 1, 5, 5}},
+                                       {"conv1.bias", {16}},
+                                       {"fc.weight", {320, 1000}},
+                                       {"fc.bias", {320}}});
 }
 
 tensor::FlatModel Filled(std::function<float(size_t)> f, tensor::ModelLayout layout = Layout()) {
@@ -348,8 +350,7 @@ TEST_F(AggregatorServiceTest, BadDeltasAreRejectedCountedAndNeverAveragedIn) {
   // Unknown task.
   EXPECT_EQ(Push(Meta("bad", 1, "nope"), good).status().code(), absl::StatusCode::kNotFound);
   // Peer not expected.
-  EXPECT_EQ(Push(Meta("stranger", 1), good).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Push(Meta("stranger", 1), good).status().code(), absl::StatusCode::kFailedPrecondition);
   // Update trained from another version.
   EXPECT_EQ(Push(Meta("bad", 1, "t", 1, 5), good).status().code(),
             absl::StatusCode::kFailedPrecondition);
@@ -383,8 +384,8 @@ TEST_F(AggregatorServiceTest, BadDeltasAreRejectedCountedAndNeverAveragedIn) {
 
 TEST_F(AggregatorServiceTest, ZeroCopyClientPathMatchesTheProtobufPath) {
   auto channel = rpc::MakeChannel(server_->address());
-  auto base = std::make_shared<const tensor::FlatModel>(
-      Filled([](size_t i) { return 0.25f * (i % 7); }));
+  auto base =
+      std::make_shared<const tensor::FlatModel>(Filled([](size_t i) { return 0.25f * (i % 7); }));
   {
     grpc::ClientContext ctx;
     rpc::SetTimeout(ctx, absl::Seconds(30));

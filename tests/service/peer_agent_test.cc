@@ -3,9 +3,10 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,8 +20,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -60,9 +59,8 @@ class FakeCoordinator final : public coordinator::v1::SessionService::Service,
     return grpc::Status::OK;
   }
 
-  grpc::Status Session(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<CoordinatorEvent, PeerMessage>* stream) override {
+  grpc::Status Session(grpc::ServerContext* context,
+                       grpc::ServerReaderWriter<CoordinatorEvent, PeerMessage>* stream) override {
     PeerMessage first;
     if (!stream->Read(&first) || !first.has_hello()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "expected Hello");
@@ -176,10 +174,9 @@ struct FakeCoordinatorServer {
     rpc::ServerOptions options;
     options.listen = listen;
     options.service_name = "fake-coordinator";
-    auto s = rpc::Server::Start(options, {static_cast<coordinator::v1::SessionService::Service*>(
-                                              &service),
-                                          static_cast<coordinator::v1::RegistryService::Service*>(
-                                              &service)});
+    auto s = rpc::Server::Start(
+        options, {static_cast<coordinator::v1::SessionService::Service*>(&service),
+                  static_cast<coordinator::v1::RegistryService::Service*>(&service)});
     EXPECT_TRUE(s.ok()) << s.status();
     if (s.ok()) server = *std::move(s);
   }
@@ -248,7 +245,8 @@ class PeerAgentTest : public ::testing::Test {
     auto a = aggregator::AggregatorServer::Start(agg);
     ASSERT_TRUE(a.ok()) << a.status();
     aggregator_ = *std::move(a);
-    agg_stub_ = aggregator::v1::AggregatorService::NewStub(rpc::MakeChannel(aggregator_->address()));
+    agg_stub_ =
+        aggregator::v1::AggregatorService::NewStub(rpc::MakeChannel(aggregator_->address()));
   }
 
   void TearDown() override {

@@ -44,8 +44,7 @@ class AggregatorCoreTest : public ::testing::Test {
     core_ = *std::move(core);
   }
 
-  PushMeta Meta(const std::string& peer, uint64_t samples, uint64_t round = 1,
-                uint64_t base = 0) {
+  PushMeta Meta(const std::string& peer, uint64_t samples, uint64_t round = 1, uint64_t base = 0) {
     return PushMeta{"t", round, peer, base, samples, 0.5};
   }
 
@@ -107,8 +106,7 @@ TEST_F(AggregatorCoreTest, PutAndGetModel) {
   // Same version, different contents.
   auto other = m;
   other.values[0] = 42;
-  EXPECT_EQ(core_->PutModel("t", 0, other).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_->PutModel("t", 0, other).status().code(), absl::StatusCode::kFailedPrecondition);
   // Newer version replaces; older is refused.
   ASSERT_TRUE(core_->PutModel("t", 5, other).ok());
   EXPECT_EQ(core_->PutModel("t", 3, m).status().code(), absl::StatusCode::kFailedPrecondition);
@@ -201,9 +199,9 @@ TEST_F(AggregatorCoreTest, BadUpdatesAreRejectedCountedAndNeverFoldedIn) {
   EXPECT_EQ(PushModel(Meta("bad", 0), good).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Rejected(RejectReason::kMalformed), 1);
   // Wrong shape.
-  tensor::FlatModel shape = Filled([](size_t) { return 1.0f; },
-                                   *tensor::ModelLayout::Create(
-                                       {{"conv.weight", {3, 2}}, {"conv.bias", {2}}, {"fc", {5}}}));
+  tensor::FlatModel shape = Filled(
+      [](size_t) { return 1.0f; },
+      *tensor::ModelLayout::Create({{"conv.weight", {3, 2}}, {"conv.bias", {2}}, {"fc", {5}}}));
   s = PushModel(Meta("bad", 1), shape);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("conv.weight"));
@@ -260,8 +258,7 @@ TEST_F(AggregatorCoreTest, OpenRoundRules) {
   EXPECT_EQ(core_->OpenRound({"t", 1, 0, {"a"}, 0}).code(), absl::StatusCode::kNotFound);
   PutBase();
   EXPECT_EQ(core_->OpenRound({"t", 0, 0, {"a"}, 0}).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(core_->OpenRound({"t", 1, 3, {"a"}, 0}).code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_->OpenRound({"t", 1, 3, {"a"}, 0}).code(), absl::StatusCode::kFailedPrecondition);
   Open({"a"});
   Open({"a", "b"});  // idempotent; widens the expected set
   ASSERT_TRUE(PushModel(Meta("b", 1), Filled([](size_t) { return 1.0f; })).ok());
@@ -269,8 +266,7 @@ TEST_F(AggregatorCoreTest, OpenRoundRules) {
   EXPECT_EQ(core_->OpenRound({"t", 1, 0, {"a"}, 0}).code(),
             absl::StatusCode::kFailedPrecondition);  // closed
   // Version 0 is held but no longer the latest.
-  EXPECT_EQ(core_->OpenRound({"t", 2, 0, {"a"}, 0}).code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_->OpenRound({"t", 2, 0, {"a"}, 0}).code(), absl::StatusCode::kFailedPrecondition);
   Open({"a"}, 2, 1);
 }
 

@@ -5,12 +5,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <prometheus/registry.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <map>
-
-#include <prometheus/registry.h>
 
 namespace shoal::coordinator {
 namespace {
@@ -116,8 +115,7 @@ v1::PeerMessage Pushed(const std::string& task, uint64_t round) {
   return m;
 }
 
-v1::PeerMessage Eval(const std::string& task, uint64_t version, uint64_t correct,
-                     uint64_t total) {
+v1::PeerMessage Eval(const std::string& task, uint64_t version, uint64_t correct, uint64_t total) {
   v1::PeerMessage m;
   m.mutable_eval_report()->set_task(task);
   m.mutable_eval_report()->set_version(version);
@@ -191,16 +189,16 @@ TEST_F(CoordinatorCoreTest, FullTaskRunsRoundsAndCompletes) {
   ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
   ASSERT_TRUE(core_->CreateTask(Spec("t", 2, 2)).ok());
   auto a = Join("a");
-  EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kWelcome,
-                                     v1::CoordinatorEvent::kTaskAssigned,
-                                     v1::CoordinatorEvent::kInitializeModel));
+  EXPECT_THAT(a->Take(),
+              ElementsAre(v1::CoordinatorEvent::kWelcome, v1::CoordinatorEvent::kTaskAssigned,
+                          v1::CoordinatorEvent::kInitializeModel));
   ASSERT_TRUE(core_->OnMessage("a", Initialized("t")).ok());
   // One peer is below min_participants: everyone waits.
   EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kWaiting));
   EXPECT_EQ(Status("t").state(), v1::TASK_STATE_WAITING);
   auto b = Join("b");
-  EXPECT_THAT(b->Take(), ElementsAre(v1::CoordinatorEvent::kWelcome,
-                                     v1::CoordinatorEvent::kTaskAssigned));
+  EXPECT_THAT(b->Take(),
+              ElementsAre(v1::CoordinatorEvent::kWelcome, v1::CoordinatorEvent::kTaskAssigned));
   core_->Step();  // runs OpenRound
   ASSERT_EQ(aggregator_.opened.size(), 1u);
   EXPECT_EQ(aggregator_.opened[0].round(), 1u);
@@ -242,7 +240,13 @@ TEST_F(CoordinatorCoreTest, FullTaskRunsRoundsAndCompletes) {
   clock_.Advance(absl::Seconds(31));
   ASSERT_TRUE(core_->OnMessage("a", v1::PeerMessage()).code() ==
               absl::StatusCode::kFailedPrecondition);  // empty message is rejected, a lives on
-  ASSERT_TRUE(core_->OnMessage("b", [] { v1::PeerMessage m; m.mutable_heartbeat(); return m; }())
+  ASSERT_TRUE(core_
+                  ->OnMessage("b",
+                              [] {
+                                v1::PeerMessage m;
+                                m.mutable_heartbeat();
+                                return m;
+                              }())
                   .ok());
   core_->Step();
   ASSERT_EQ(aggregator_.closed.size(), 2u);
@@ -312,8 +316,7 @@ TEST_F(CoordinatorCoreTest, CreateTaskValidatesAndIsIdempotent) {
   EXPECT_THAT(std::string(created.status().message()), ::testing::HasSubstr("round_batches"));
   ASSERT_TRUE(core_->CreateTask(Spec("t", 1, 5)).ok());
   EXPECT_TRUE(core_->CreateTask(Spec("t", 1, 5)).ok());
-  EXPECT_EQ(core_->CreateTask(Spec("t", 2, 5)).status().code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(core_->CreateTask(Spec("t", 2, 5)).status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(core_->GetTaskStatus("nope").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(core_->StopTask("nope").status().code(), absl::StatusCode::kNotFound);
 }
@@ -370,9 +373,9 @@ TEST_F(CoordinatorCoreTest, StopTaskReleasesPeersForTheNextTask) {
   sinks["a"]->Take();
   ASSERT_TRUE(core_->StopTask("t").ok());
   EXPECT_EQ(Status("t").state(), v1::TASK_STATE_STOPPED);
-  EXPECT_THAT(sinks["a"]->Take(), ElementsAre(v1::CoordinatorEvent::kTaskFinished,
-                                              v1::CoordinatorEvent::kTaskAssigned,
-                                              v1::CoordinatorEvent::kInitializeModel));
+  EXPECT_THAT(sinks["a"]->Take(),
+              ElementsAre(v1::CoordinatorEvent::kTaskFinished, v1::CoordinatorEvent::kTaskAssigned,
+                          v1::CoordinatorEvent::kInitializeModel));
   EXPECT_THAT(Status("u").participants(), ElementsAre("a"));
 }
 

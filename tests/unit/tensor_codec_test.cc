@@ -22,7 +22,9 @@ FlatModel MakeModel(std::vector<TensorSpec> specs, float start = 0.5f) {
 }
 
 FlatModel SmallModel() {
-  return MakeModel({{"conv.weight", {4, 1, 3, 3}}, {"conv.bias", {4}}, {"empty", {0, 3}},
+  return MakeModel({{"conv.weight", {4, 1, 3, 3}},
+                    {"conv.bias", {4}},
+                    {"empty", {0, 3}},
                     {"fc.weight", {10, 36}}});
 }
 
@@ -35,8 +37,7 @@ std::vector<TensorFrame> Encode(const FlatModel& m, size_t chunk = kDefaultChunk
 }
 
 absl::StatusOr<FlatModel> DecodeLayout(const ModelLayout& layout,
-                                       const std::vector<TensorFrame>& frames,
-                                       bool finite = true) {
+                                       const std::vector<TensorFrame>& frames, bool finite = true) {
   FrameDecoder d = FrameDecoder::ForLayout(layout, finite);
   for (const auto& f : frames) {
     absl::Status s = d.Add(f);
@@ -56,8 +57,7 @@ TEST(ModelLayoutTest, OffsetsAndErrors) {
   EXPECT_EQ(ModelLayout::Create({{"a", {1}}, {"a", {2}}}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ModelLayout::Create({{"", {1}}}).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ModelLayout::Create({{"a", {-1}}}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ModelLayout::Create({{"a", {-1}}}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(FrameCodecTest, RoundTripWithSmallChunks) {
@@ -118,8 +118,10 @@ TEST(FrameCodecTest, CorruptDigestIsRejected) {
 
 TEST(FrameCodecTest, WrongShapeIsRejectedNamingTheTensor) {
   FlatModel m = SmallModel();
-  FlatModel other = MakeModel({{"conv.weight", {4, 1, 3, 3}}, {"conv.bias", {5}},
-                               {"empty", {0, 3}}, {"fc.weight", {10, 36}}});
+  FlatModel other = MakeModel({{"conv.weight", {4, 1, 3, 3}},
+                               {"conv.bias", {5}},
+                               {"empty", {0, 3}},
+                               {"fc.weight", {10, 36}}});
   auto got = DecodeLayout(m.layout, Encode(other));
   ASSERT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(got.status().message(), HasSubstr("conv.bias"));
@@ -128,11 +130,14 @@ TEST(FrameCodecTest, WrongShapeIsRejectedNamingTheTensor) {
 
 TEST(FrameCodecTest, WrongNameOrderAndCountAreRejected) {
   FlatModel m = SmallModel();
-  FlatModel renamed = MakeModel({{"conv.weight", {4, 1, 3, 3}}, {"conv.b", {4}},
-                                 {"empty", {0, 3}}, {"fc.weight", {10, 36}}});
+  FlatModel renamed = MakeModel(
+      {{"conv.weight", {4, 1, 3, 3}}, {"conv.b", {4}}, {"empty", {0, 3}}, {"fc.weight", {10, 36}}});
   EXPECT_THAT(DecodeLayout(m.layout, Encode(renamed)).status().message(), HasSubstr("conv.b"));
-  FlatModel extra = MakeModel({{"conv.weight", {4, 1, 3, 3}}, {"conv.bias", {4}},
-                               {"empty", {0, 3}}, {"fc.weight", {10, 36}}, {"x", {1}}});
+  FlatModel extra = MakeModel({{"conv.weight", {4, 1, 3, 3}},
+                               {"conv.bias", {4}},
+                               {"empty", {0, 3}},
+                               {"fc.weight", {10, 36}},
+                               {"x", {1}}});
   EXPECT_THAT(DecodeLayout(m.layout, Encode(extra)).status().message(), HasSubstr("extra"));
   FlatModel fewer = MakeModel({{"conv.weight", {4, 1, 3, 3}}, {"conv.bias", {4}}});
   auto got = DecodeLayout(m.layout, Encode(fewer));

@@ -1,13 +1,13 @@
 // Fashion-MNIST loading and partitioning on the real data set.
 
+#include <zlib.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <zlib.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -32,8 +32,7 @@ const RawDataset& Train() {
 }
 
 std::string TempDir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             (name + "-" + std::to_string(::getpid()));
+  auto dir = std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();
@@ -190,23 +189,20 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LabelSkewTest,
 
 TEST(PartitionTest, RejectsBadArguments) {
   std::vector<uint8_t> labels(100, 1);
+  EXPECT_EQ(PartitionIndices(labels, 10, common::v1::PARTITION_IID, 0, {4, 4}, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(
-      PartitionIndices(labels, 10, common::v1::PARTITION_IID, 0, {4, 4}, 1).status().code(),
+      PartitionIndices(labels, 10, common::v1::PARTITION_LABEL_SKEW, 0, {0, 4}, 1).status().code(),
       absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(PartitionIndices(labels, 10, common::v1::PARTITION_LABEL_SKEW, 0, {0, 4}, 1)
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(PartitionIndices(labels, 10, common::v1::PARTITION_LABEL_SKEW, 11, {0, 4}, 1)
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      PartitionIndices(labels, 10, common::v1::PARTITION_LABEL_SKEW, 11, {0, 4}, 1).status().code(),
+      absl::StatusCode::kInvalidArgument);
   // More shards than samples: some shard is empty.
-  EXPECT_EQ(PartitionIndices(std::vector<uint8_t>(3, 0), 10, common::v1::PARTITION_IID, 0,
-                             {0, 4}, 1)
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      PartitionIndices(std::vector<uint8_t>(3, 0), 10, common::v1::PARTITION_IID, 0, {0, 4}, 1)
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(PartitionTest, TestSliceIsEveryNthSample) {
