@@ -1,5 +1,6 @@
 # One image for every Shoal service; the command picks the service, e.g.
-#   docker run shoal shoal-coordinator --listen 0.0.0.0:7000 --metrics-listen 0.0.0.0:9100 --state-dir /var/lib/shoal
+#   docker run shoal shoal-coordinator --listen 0.0.0.0:7000 --metrics-listen 0.0.0.0:9100 \
+#     --state-dir /var/lib/shoal --tls-dir /certs/coordinator   (certificates: shoal-gen-certs)
 # Build stage: the -dev packages, installed by the same script developers and CI use.
 FROM debian:bookworm AS build
 WORKDIR /src
@@ -14,12 +15,13 @@ FROM debian:bookworm
 RUN apt-get update && apt-get install -y --no-install-recommends \
       libgrpc++1.51 libprotobuf32 libabsl20220623 libtorch1.13 libprometheus-cpp-core1.0 \
       libprometheus-cpp-pull1.0 libsqlite3-0 libyaml-cpp0.7 zlib1g libxxhash0 libssl3 \
-      dataset-fashion-mnist \
+      dataset-fashion-mnist openssl \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --create-home --home-dir /var/lib/shoal shoal
+ && useradd --system --create-home --home-dir /var/lib/shoal shoal \
+ && mkdir -p /certs /var/lib/shoal/state && chown shoal /certs /var/lib/shoal/state
 COPY --from=build /build/bin/ /usr/local/bin/
 COPY deploy/tasks/ /etc/shoal/tasks/
 USER shoal
 WORKDIR /var/lib/shoal
 EXPOSE 7000 9100
-CMD ["shoal-coordinator", "--listen", "0.0.0.0:7000", "--metrics-listen", "0.0.0.0:9100", "--state-dir", "/var/lib/shoal"]
+CMD ["shoal-coordinator", "--listen", "0.0.0.0:7000", "--metrics-listen", "0.0.0.0:9100", "--state-dir", "/var/lib/shoal", "--tls-dir", "/certs/coordinator"]

@@ -25,6 +25,11 @@ constexpr char kServiceConfig[] = R"json({
 }  // namespace
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  return MakeChannel(address, grpc::InsecureChannelCredentials());
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(8 << 20);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
@@ -34,7 +39,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
   args.SetServiceConfigJSON(kServiceConfig);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(address, std::move(credentials), args);
 }
 
 }  // namespace shoal::rpc

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
 #include <optional>
 #include <utility>
 
@@ -241,12 +242,32 @@ absl::Status WriteModelZeroCopy(grpc::ChannelInterface& channel, const char* met
   const tensor::FlatModel& m = *model;
   const size_t chunk =
       chunk_bytes == 0 ? tensor::kDefaultChunkBytes : std::min(chunk_bytes, tensor::kMaxChunkBytes);
+  auto tensor_bytes = [&m](size_t t) {
+    return absl::string_view(
+        reinterpret_cast<const char*>(m.values.data() + m.layout.offset(t)),
+        static_cast<size_t>(m.layout.tensors()[t].NumElements()) * sizeof(float));
+  };
+  // A header carries its tensor's digest, so hashing a tensor would stall the stream before
+  // its chunks. Large tensors are hashed one ahead on a helper thread instead, overlapping the
+  // send of the previous tensor. (The future joins on destruction, also on an early exit;
+  // `model` keeps the memory alive until then.)
+  constexpr size_t kAsyncDigestBytes = 4 << 20;
+  auto start_digest = [&tensor_bytes](size_t t) {
+    const absl::string_view bytes = tensor_bytes(t);
+    return std::async(
+        bytes.size() >= kAsyncDigestBytes ? std::launch::async : std::launch::deferred,
+        [bytes] { return tensor::DigestBytes(bytes.data(), bytes.size()); });
+  };
+  std::future<uint64_t> next_digest;
+  if (m.layout.num_tensors() > 0) next_digest = start_digest(0);
   // Same frames as FrameEncoder, but chunk messages are a small header slice plus a slice of
   // the model's own memory.
   for (size_t t = 0; ok && t < m.layout.num_tensors(); ++t) {
     const tensor::TensorSpec& spec = m.layout.tensors()[t];
-    const size_t size = static_cast<size_t>(spec.NumElements()) * sizeof(float);
-    const char* data = reinterpret_cast<const char*>(m.values.data() + m.layout.offset(t));
+    const size_t size = tensor_bytes(t).size();
+    const char* data = tensor_bytes(t).data();
+    const uint64_t digest = next_digest.get();
+    if (t + 1 < m.layout.num_tensors()) next_digest = start_digest(t + 1);
     aggregator::v1::PushUpdateRequest request;  // same wire shape as the other requests
     common::v1::TensorHeader* header = request.mutable_frame()->mutable_header();
     header->set_name(spec.name);
@@ -254,7 +275,7 @@ absl::Status WriteModelZeroCopy(grpc::ChannelInterface& channel, const char* met
     header->mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
     header->set_encoding(common::v1::ENCODING_RAW);
     header->set_size_bytes(size);
-    header->set_digest_xxh3(tensor::DigestBytes(data, size));
+    header->set_digest_xxh3(digest);
     ok = writer->Write(serialize(request));
     for (size_t offset = 0; ok && offset < size; offset += chunk) {
       const size_t n = std::min(chunk, size - offset);

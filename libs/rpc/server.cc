@@ -20,7 +20,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
 
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(
+      options.listen,
+      options.credentials != nullptr ? options.credentials : grpc::InsecureServerCredentials(),
+      &port);
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
                              static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_time)));

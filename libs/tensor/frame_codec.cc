@@ -314,29 +314,36 @@ absl::Status FrameDecoder::AddChunk(absl::Span<const absl::string_view> parts) {
         "tensor '", CurrentName(), "': chunks exceed size_bytes ", tensor_bytes_expected_, " (",
         tensor_bytes_received_ + n, " bytes received)")));
   }
-  char* base = reinterpret_cast<char*>(values_.data() + tensor_value_offset_);
-  char* dest = base + tensor_bytes_received_;
+  // Copy, digest and check block by block rather than pass by pass over the whole chunk: each
+  // block is digested and checked right after its copy, while it is still in L1, so nothing
+  // reads the (cold, model-sized) staging buffer back from memory.
+  constexpr size_t kBlockBytes = 32 << 10;
+  char* const base = reinterpret_cast<char*>(values_.data() + tensor_value_offset_);
   for (absl::string_view part : parts) {
-    std::memcpy(dest, part.data(), part.size());
-    dest += part.size();
-  }
-  // Digest the copy while it is still in cache.
-  XXH3_64bits_update(digest_state_->state, base + tensor_bytes_received_, n);
-  tensor_bytes_received_ += n;
-  bytes_received_ += n;
-  if (require_finite_) {
-    const size_t complete = tensor_bytes_received_ / sizeof(float);
-    const float* first = values_.data() + tensor_value_offset_ + tensor_values_checked_;
-    NormCheck check = CheckValues(first, complete - tensor_values_checked_);
-    if (!check.finite) {
-      const size_t index = tensor_values_checked_ + check.first_bad;
-      failed_non_finite_ = true;
-      return Fail(
-          absl::InvalidArgumentError(absl::StrCat("tensor '", CurrentName(), "': non-finite value ",
-                                                  first[check.first_bad], " at element ", index)));
+    while (!part.empty()) {
+      const size_t take = std::min(kBlockBytes, part.size());
+      char* dest = base + tensor_bytes_received_;
+      std::memcpy(dest, part.data(), take);
+      part.remove_prefix(take);
+      XXH3_64bits_update(digest_state_->state, dest, take);
+      tensor_bytes_received_ += take;
+      bytes_received_ += take;
+      if (require_finite_) {
+        // Only whole floats: a piece may end inside one, which the next piece completes.
+        const size_t complete = tensor_bytes_received_ / sizeof(float);
+        const float* first = values_.data() + tensor_value_offset_ + tensor_values_checked_;
+        NormCheck check = CheckValues(first, complete - tensor_values_checked_);
+        if (!check.finite) {
+          const size_t index = tensor_values_checked_ + check.first_bad;
+          failed_non_finite_ = true;
+          return Fail(absl::InvalidArgumentError(
+              absl::StrCat("tensor '", CurrentName(), "': non-finite value ",
+                           first[check.first_bad], " at element ", index)));
+        }
+        sum_squares_ += check.sum_squares;
+        tensor_values_checked_ = complete;
+      }
     }
-    sum_squares_ += check.sum_squares;
-    tensor_values_checked_ = complete;
   }
   if (tensor_bytes_received_ == tensor_bytes_expected_) return CompleteTensor();
   return absl::OkStatus();

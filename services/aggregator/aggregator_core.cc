@@ -23,7 +23,8 @@ struct AggregatorCore::Round {
   State state = State::kOpen;
   std::set<std::string> accepted;  // peers whose updates were folded in
   std::set<std::string> pushing;   // peers with a push in progress
-  int folds_in_flight = 0;
+  int folds_in_flight = 0;         // accepted pushes whose fold has not finished
+  absl::Status fold_error;         // first failed fold (an invariant broke); the round cannot close
   uint64_t num_samples = 0;
   double loss_sum = 0;  // sum of train_loss * num_samples
   absl::Time opened_at;
@@ -274,6 +275,12 @@ absl::StatusOr<RoundResult> AggregatorCore::CloseRound(const std::string& name, 
     // Pushes already folding finish first; no new fold starts once the round is closing.
     mu_.Await(absl::Condition(
         +[](Round* r) { return r->folds_in_flight == 0; }, round.get()));
+    if (!round->fold_error.ok()) {
+      // An accepted update is missing from the sum; publishing would silently drop it.
+      round->state = Round::State::kAbandoned;
+      return absl::InternalError(absl::StrCat("round ", number, " of task '", name,
+                                              "' lost an update: ", round->fold_error.message()));
+    }
     result.contributors.assign(round->accepted.begin(), round->accepted.end());
     result.num_samples = round->num_samples;
     result.mean_train_loss =
@@ -454,6 +461,9 @@ AggregatorCore::Push::Push(AggregatorCore* core, std::shared_ptr<Task> task,
 
 AggregatorCore::Push::~Push() {
   if (!done_) Reject(RejectReason::kIncomplete);
+  // An accepted update was (or may have been) acknowledged: it must reach the sum, and
+  // CloseRound waits for its folds_in_flight count.
+  if (fold_pending_) Fold();
   std::vector<float> buffer =
       buffer_.capacity() > 0 ? std::move(buffer_) : std::move(decoder_).ReleaseBuffer();
   {
@@ -490,7 +500,7 @@ absl::Status AggregatorCore::Push::AddChunkParts(absl::Span<const absl::string_v
   return s;
 }
 
-absl::Status AggregatorCore::Push::Commit() {
+absl::Status AggregatorCore::Push::Accept() {
   if (done_) return absl::FailedPreconditionError("push already finished");
   const double norm = std::sqrt(decoder_.sum_squares());
   auto model = std::move(decoder_).Finish();
@@ -498,10 +508,20 @@ absl::Status AggregatorCore::Push::Commit() {
   buffer_ = std::move(model->values);
   absl::Status s = aggregation::CheckNormBound(norm, max_norm_);
   if (!s.ok()) return RejectWith(RejectReason::kNormBound, s);
-  return core_->CommitPush(*this);
+  return core_->AcceptPush(*this);
 }
 
-absl::Status AggregatorCore::CommitPush(Push& push) {
+void AggregatorCore::Push::Fold() {
+  if (fold_pending_) core_->FoldPush(*this);
+}
+
+absl::Status AggregatorCore::Push::Commit() {
+  absl::Status s = Accept();
+  if (s.ok()) Fold();
+  return s;
+}
+
+absl::Status AggregatorCore::AcceptPush(Push& push) {
   Round& round = *push.round_;
   {
     absl::MutexLock lock(&mu_);
@@ -511,26 +531,33 @@ absl::Status AggregatorCore::CommitPush(Push& push) {
                                  absl::StrCat("round ", round.number, " of task '", push.meta_.task,
                                               "' closed before the update was complete")));
     }
+    // Counted now, summed by FoldPush: CloseRound reads these only once folds_in_flight is 0.
     ++round.folds_in_flight;
+    round.accepted.insert(push.meta_.peer_id);
+    round.num_samples += push.meta_.num_samples;
+    round.loss_sum += push.meta_.train_loss * static_cast<double>(push.meta_.num_samples);
   }
+  push.done_ = true;
+  push.fold_pending_ = true;
+  metrics_.updates_accepted.Increment();
+  return absl::OkStatus();
+}
+
+void AggregatorCore::FoldPush(Push& push) {
+  Round& round = *push.round_;
+  push.fold_pending_ = false;
+  // Cannot fail for a validated update (the decoder enforced the round's layout, BeginPush a
+  // positive sample count); an error means a broken invariant and is reported by CloseRound.
+  // `acc` is stable without mu_: OpenRound only takes it from a closed round with no fold in
+  // flight, and this push holds a folds_in_flight count.
   absl::Status s;
   {
     absl::MutexLock fold(&round.fold_mu);
     s = round.acc->Add(push.buffer_, static_cast<double>(push.meta_.num_samples));
   }
-  {
-    absl::MutexLock lock(&mu_);
-    --round.folds_in_flight;
-    if (s.ok()) {
-      round.accepted.insert(push.meta_.peer_id);
-      round.num_samples += push.meta_.num_samples;
-      round.loss_sum += push.meta_.train_loss * static_cast<double>(push.meta_.num_samples);
-    }
-  }
-  if (!s.ok()) return push.RejectWith(RejectReason::kMalformed, s);
-  push.done_ = true;
-  metrics_.updates_accepted.Increment();
-  return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  if (!s.ok() && round.fold_error.ok()) round.fold_error = s;
+  --round.folds_in_flight;
 }
 
 namespace {

@@ -76,7 +76,7 @@ struct PutResult {
 // peers, accepted contributors, the running weighted sum) and the pool of staging buffers that
 // in-flight pushes decode into. A push is validated chunk by chunk while it streams and is
 // folded into the sum only once it is complete and valid, so a bad update never touches the
-// aggregate. Owned by the server; thread-safe. CPU-heavy calls (CommitPush, CloseRound,
+// aggregate. Owned by the server; thread-safe. CPU-heavy calls (Push::Fold, CloseRound,
 // PutModel) may block briefly on other folds and belong on an executor, not in a reaction.
 class AggregatorCore {
  public:
@@ -117,8 +117,12 @@ class AggregatorCore {
   // caller answers duplicate=true). Rejections are counted in the metrics.
   absl::StatusOr<std::unique_ptr<Push>> BeginPush(const PushMeta& meta);
 
-  // An in-flight push. Feed it frames as they arrive, then Commit(). Destroying it (at any
-  // point) returns its staging buffer. Not thread-safe; one caller at a time.
+  // An in-flight push. Feed it frames as they arrive, then Accept() and Fold() (or Commit(),
+  // which does both). Accept() is the decision: once it returns OK the update is counted in
+  // the round (contributors, samples) and CloseRound waits for its fold, so the caller may
+  // acknowledge the push before the fold, the one slow pass, has run. Destroying it (at any
+  // point) returns its staging buffer; destroying an accepted push that was not folded folds
+  // it first, so an acknowledged update is never lost. Not thread-safe; one caller at a time.
   class Push {
    public:
     ~Push();
@@ -127,9 +131,15 @@ class AggregatorCore {
     absl::Status AddFrame(const common::v1::TensorFrame& frame);
     // Same for a chunk frame whose bytes arrive as pieces (zero-copy receive path).
     absl::Status AddChunkParts(absl::Span<const absl::string_view> parts);
-    // Checks that the update is complete and within the norm bound, then folds it into the
-    // round's sum. CPU-heavy (one pass over the model). FAILED_PRECONDITION when the round
-    // closed meanwhile. `cancelled` = the stream ended abnormally (counted as incomplete).
+    // Checks that the update is complete and within the norm bound and that the round is
+    // still open, and accepts it into the round: from here on the update is part of the
+    // round's aggregate (a CloseRound waits until Fold() has run). Cheap: no pass over the
+    // model. FAILED_PRECONDITION when the round closed meanwhile.
+    absl::Status Accept();
+    // Folds an accepted update into the round's sum: one pass over the model (CPU-heavy,
+    // belongs on an executor). No-op unless Accept() succeeded and Fold() has not run yet.
+    void Fold();
+    // Accept() and, when it succeeds, Fold().
     absl::Status Commit();
     // Counts the push as rejected for `reason` (e.g. its stream broke); idempotent.
     void Reject(RejectReason reason);
@@ -150,6 +160,7 @@ class AggregatorCore {
     double max_norm_;
     std::vector<float> buffer_;  // returned to the pool on destruction
     bool done_ = false;          // accepted or rejected (counted)
+    bool fold_pending_ = false;  // accepted, holds a folds_in_flight count, not yet folded
   };
 
  private:
@@ -158,8 +169,10 @@ class AggregatorCore {
   void EvictOldVersions(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AbandonRound(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseStaging(std::vector<float> buffer);
-  // Folds push.buffer_ (the complete, validated update) into its round.
-  absl::Status CommitPush(Push& push);
+  // Accepts push.buffer_ (the complete, validated update) into its round; FoldPush adds it
+  // to the round's sum.
+  absl::Status AcceptPush(Push& push);
+  void FoldPush(Push& push);
 
   const AggregatorCoreOptions options_;
   const Clock& clock_;

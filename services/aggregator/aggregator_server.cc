@@ -30,7 +30,7 @@ absl::Status AggregatorOptions::Validate() const {
   if (executor_threads < 1) {
     return absl::InvalidArgumentError("executor_threads must be >= 1");
   }
-  return absl::OkStatus();
+  return tls.Validate();
 }
 
 absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
@@ -56,9 +56,16 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
       AggregatorServiceOptions{core_options.limits}, *self->core_, *self->executor_,
       *self->aggregator_metrics_);
 
+  auto credentials = rpc::Credentials::Create(options.tls);
+  if (!credentials.ok()) return credentials.status();
+  self->channel_credentials_ = credentials->channel();
+  if (!credentials->secure()) {
+    LogWarning("--insecure: PLAINTEXT gRPC without authentication; use only on a trusted network");
+  }
   rpc::ServerOptions server_options;
   server_options.listen = options.listen;
   server_options.service_name = "shoal-aggregator";
+  server_options.credentials = credentials->server();
   auto server = rpc::Server::Start(server_options, {self->service_.get()});
   if (!server.ok()) return server.status();
   self->server_ = *std::move(server);
@@ -96,7 +103,8 @@ bool AggregatorServer::registered() const {
 }
 
 void AggregatorServer::RegistrationLoop() {
-  auto stub = coordinator::v1::RegistryService::NewStub(rpc::MakeChannel(options_.coordinator));
+  auto stub = coordinator::v1::RegistryService::NewStub(
+      rpc::MakeChannel(options_.coordinator, channel_credentials_));
   Backoff backoff(BackoffOptions{absl::Milliseconds(200), absl::Seconds(5), 2.0, 0.2});
   bool was_ok = false;
   bool warned = false;

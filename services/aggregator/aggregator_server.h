@@ -14,6 +14,7 @@
 #include "libs/common/executor.h"
 #include "libs/metrics/metrics_server.h"
 #include "libs/rpc/server.h"
+#include "libs/rpc/tls.h"
 #include "services/aggregator/aggregator_core.h"
 #include "services/aggregator/aggregator_metrics.h"
 #include "services/aggregator/aggregator_service.h"
@@ -27,6 +28,7 @@ struct AggregatorOptions {
   std::string advertise;     // HOST:PORT peers use to reach us; default: the bound address
   std::string address_file;  // optional: where to write the bound addresses
   int max_concurrent_pushes = 4;
+  rpc::TlsOptions tls;  // --tls-dir DIR | --insecure
   int executor_threads = 2;
   absl::Duration register_timeout = absl::Seconds(5);
   absl::Duration default_heartbeat_interval = absl::Seconds(2);
@@ -61,6 +63,7 @@ class AggregatorServer {
 
   AggregatorOptions options_;
   std::string advertise_;
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;  // for the registration calls
   std::unique_ptr<metrics::MetricsServer> metrics_;
   std::unique_ptr<AggregatorMetrics> aggregator_metrics_;
   std::unique_ptr<AggregatorCore> core_;

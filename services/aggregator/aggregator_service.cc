@@ -111,9 +111,10 @@ class PutModelReactor : public grpc::ServerReadReactor<PutModelRequest> {
 };
 
 // Receives one peer's update (PushUpdate, raw): meta, then frames validated as they arrive into
-// a staging buffer; chunk messages are read straight from the received slices. The fold into
-// the round's sum runs on the executor once the stream is complete. The first bad frame ends
-// the call with INVALID_ARGUMENT.
+// a staging buffer; chunk messages are read straight from the received slices. Once the stream
+// is complete the update is accepted on the executor, the call is answered, and then the same
+// executor task folds it into the round's sum. The first bad frame ends the call with
+// INVALID_ARGUMENT.
 class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   PushUpdateReactor(AggregatorCore& core, Executor& executor, AggregatorMetrics& metrics,
@@ -208,13 +209,17 @@ class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       return;
     }
     if (!executor_.TrySubmit([this] {
-          absl::Status s = push_->Commit();
-          push_.reset();
+          // The push leaves the reactor: once the call is finished, OnDone may delete `this`.
+          std::unique_ptr<AggregatorCore::Push> push = std::move(push_);
+          absl::Status s = push->Accept();
           if (s.ok()) {
             FinishWith(PushUpdateResponse());
           } else {
             Finish(rpc::ToGrpcStatus(s));
           }
+          // Accepted means counted in the round (CloseRound waits for this fold), so the peer
+          // is answered first and the pass over the model runs off its critical path.
+          push->Fold();
         })) {
       push_->Reject(RejectReason::kBusy);
       push_.reset();

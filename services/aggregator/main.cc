@@ -22,6 +22,9 @@ ABSL_FLAG(std::string, advertise, "",
           "(default: the bound --listen address)");
 ABSL_FLAG(std::string, address_file, "",
           "if set, write the bound addresses here (grpc=HOST:PORT, metrics=HOST:PORT)");
+ABSL_FLAG(std::string, tls_dir, "",
+          "mutual TLS: a directory with ca.crt, tls.crt, tls.key (see scripts/gen-certs)");
+ABSL_FLAG(bool, insecure, false, "serve and call plaintext gRPC instead of mutual TLS");
 ABSL_FLAG(int, max_concurrent_pushes, 4,
           "updates staged at once (each holds one model-sized buffer)");
 
@@ -31,7 +34,8 @@ int main(int argc, char** argv) {
   shoal::SetLogProgramName("shoal-aggregator");
   absl::SetProgramUsageMessage(
       "shoal-aggregator --listen HOST:PORT --metrics-listen HOST:PORT --coordinator HOST:PORT "
-      "[--advertise HOST:PORT] [--address-file PATH] [--max-concurrent-pushes N]");
+      "[--advertise HOST:PORT] [--address-file PATH] [--max-concurrent-pushes N] "
+      "(--tls-dir DIR | --insecure)");
   shoal::ParseDashedCommandLine(argc, argv);
 
   shoal::aggregator::AggregatorOptions options;
@@ -41,6 +45,8 @@ int main(int argc, char** argv) {
   options.advertise = absl::GetFlag(FLAGS_advertise);
   options.address_file = absl::GetFlag(FLAGS_address_file);
   options.max_concurrent_pushes = absl::GetFlag(FLAGS_max_concurrent_pushes);
+  options.tls.dir = absl::GetFlag(FLAGS_tls_dir);
+  options.tls.insecure = absl::GetFlag(FLAGS_insecure);
   if (absl::Status s = options.Validate(); !s.ok()) {
     std::fprintf(stderr, "shoal-aggregator: %s\n", std::string(s.message()).c_str());
     return 2;

@@ -11,14 +11,17 @@ namespace shoal::coordinator {
 
 namespace agg = aggregator::v1;
 
-GrpcAggregatorClient::GrpcAggregatorClient(absl::Duration call_timeout,
+GrpcAggregatorClient::GrpcAggregatorClient(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                           absl::Duration call_timeout,
                                            absl::Duration transfer_timeout)
-    : call_timeout_(call_timeout), transfer_timeout_(transfer_timeout) {}
+    : credentials_(std::move(credentials)),
+      call_timeout_(call_timeout),
+      transfer_timeout_(transfer_timeout) {}
 
 agg::AggregatorService::Stub& GrpcAggregatorClient::StubFor(const std::string& address) {
   absl::MutexLock lock(&mu_);
   auto& stub = stubs_[address];
-  if (!stub) stub = agg::AggregatorService::NewStub(rpc::MakeChannel(address));
+  if (!stub) stub = agg::AggregatorService::NewStub(rpc::MakeChannel(address, credentials_));
   return *stub;
 }
 

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <grpcpp/security/credentials.h>
+
 #include <memory>
 #include <string>
 
@@ -31,7 +33,8 @@ class AggregatorClient {
 // The gRPC implementation: one reused channel per aggregator address. Thread-safe.
 class GrpcAggregatorClient final : public AggregatorClient {
  public:
-  explicit GrpcAggregatorClient(absl::Duration call_timeout = absl::Seconds(10),
+  explicit GrpcAggregatorClient(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                absl::Duration call_timeout = absl::Seconds(10),
                                 absl::Duration transfer_timeout = absl::Minutes(5));
   absl::Status OpenRound(const std::string& address,
                          const aggregator::v1::OpenRoundRequest& request) override;
@@ -46,6 +49,7 @@ class GrpcAggregatorClient final : public AggregatorClient {
  private:
   aggregator::v1::AggregatorService::Stub& StubFor(const std::string& address);
 
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   const absl::Duration call_timeout_;
   const absl::Duration transfer_timeout_;
   absl::Mutex mu_;

@@ -131,7 +131,12 @@ void CoordinatorCore::MarkChanged(Task& task, Outbox& out) {
 // --- Peers -------------------------------------------------------------------------------
 
 absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
+                                                     const std::string& identity,
                                                      std::shared_ptr<PeerSink> sink) {
+  if (!identity.empty() && !hello.name().empty() && hello.name() != identity) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "hello: name \"", hello.name(), "\" is not the certificate's (\"", identity, "\")"));
+  }
   if (hello.shard_count() == 0 || hello.shard_index() >= hello.shard_count()) {
     return absl::InvalidArgumentError(absl::StrCat("hello: shard ", hello.shard_index(), "/",
                                                    hello.shard_count(), " is not valid"));
@@ -143,7 +148,9 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
   std::string id;
   {
     absl::MutexLock lock(&mu_);
-    id = hello.name().empty() ? absl::StrCat("peer-", next_peer_++) : hello.name();
+    id = !hello.name().empty() ? hello.name()
+         : !identity.empty()   ? identity
+                               : absl::StrCat("peer-", next_peer_++);
     auto it = peers_.find(id);
     std::string task;
     if (it != peers_.end()) {

@@ -63,8 +63,12 @@ class CoordinatorCore {
                                                                  CoordinatorMetrics& metrics);
 
   // --- Peers (SessionService) ---
-  // Registers a peer from its Hello; returns its id. Errors: INVALID_ARGUMENT bad Hello.
-  absl::StatusOr<std::string> Connect(const v1::Hello& hello, std::shared_ptr<PeerSink> sink);
+  // Registers a peer from its Hello; returns its id. `identity` is the common name of the
+  // peer's verified TLS certificate ("" for plaintext): a peer may only use its own name, and
+  // one without a name gets its certificate's. Errors: INVALID_ARGUMENT bad Hello;
+  // PERMISSION_DENIED a name that is not the certificate's.
+  absl::StatusOr<std::string> Connect(const v1::Hello& hello, const std::string& identity,
+                                      std::shared_ptr<PeerSink> sink);
   // The peer's stream ended (cleanly or not). `sink` guards against a stale stream of a peer
   // that has already reconnected.
   void Disconnect(const std::string& peer_id, const PeerSink* sink);

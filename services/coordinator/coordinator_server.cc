@@ -14,6 +14,7 @@ absl::Status CoordinatorServerOptions::Validate() const {
   if (state_dir.empty()) {
     return absl::InvalidArgumentError("--state-dir: required (where tasks and checkpoints live)");
   }
+  SHOAL_RETURN_IF_ERROR(tls.Validate());
   if (heartbeat_interval < absl::Milliseconds(100) || heartbeat_interval > absl::Minutes(5)) {
     return absl::InvalidArgumentError("--heartbeat-interval: must be between 100ms and 5m");
   }
@@ -23,12 +24,13 @@ absl::Status CoordinatorServerOptions::Validate() const {
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const CoordinatorServerOptions& options) {
   SHOAL_RETURN_IF_ERROR(options.Validate());
+  SHOAL_ASSIGN_OR_RETURN(rpc::Credentials credentials, rpc::Credentials::Create(options.tls));
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   SHOAL_ASSIGN_OR_RETURN(s->store_, TaskStore::Open(options.state_dir));
   SHOAL_ASSIGN_OR_RETURN(s->metrics_,
                          metrics::MetricsServer::Start(options.metrics_listen, "--metrics-listen"));
   s->coordinator_metrics_ = std::make_unique<CoordinatorMetrics>(s->metrics_->registry());
-  s->aggregators_ = std::make_unique<GrpcAggregatorClient>();
+  s->aggregators_ = std::make_unique<GrpcAggregatorClient>(credentials.channel());
   CoordinatorOptions core_options;
   core_options.heartbeat_interval = options.heartbeat_interval;
   SHOAL_ASSIGN_OR_RETURN(s->core_,
@@ -40,6 +42,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   rpc::ServerOptions server_options;
   server_options.listen = options.listen;
   server_options.service_name = "shoal-coordinator";
+  server_options.credentials = credentials.server();
   SHOAL_ASSIGN_OR_RETURN(
       s->server_,
       rpc::Server::Start(server_options, {s->session_service_.get(), s->control_service_.get(),
@@ -51,7 +54,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   }
   LogInfo("listening on ", s->address(), ", metrics on http://", s->metrics_address(),
           "/metrics, state in ", options.state_dir);
-  LogWarning("serving PLAINTEXT gRPC (no TLS): use only on a trusted network");
+  if (!credentials.secure()) {
+    LogWarning(
+        "--insecure: serving PLAINTEXT gRPC without authentication; use only on a trusted "
+        "network");
+  }
   return s;
 }
 

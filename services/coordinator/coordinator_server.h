@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "libs/metrics/metrics_server.h"
 #include "libs/rpc/server.h"
+#include "libs/rpc/tls.h"
 #include "services/coordinator/aggregator_client.h"
 #include "services/coordinator/control_service.h"
 #include "services/coordinator/coordinator_core.h"
@@ -26,6 +27,7 @@ struct CoordinatorServerOptions {
   std::string state_dir;
   std::string address_file;  // optional: where to write the bound addresses
   absl::Duration heartbeat_interval = absl::Seconds(2);
+  rpc::TlsOptions tls;
 
   // Errors name the flag: INVALID_ARGUMENT "--state-dir: ...".
   absl::Status Validate() const;

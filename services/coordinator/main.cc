@@ -18,6 +18,9 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9100",
 ABSL_FLAG(std::string, state_dir, "", "directory for the task database and model checkpoints");
 ABSL_FLAG(std::string, address_file, "",
           "if set, write the bound addresses here (grpc=HOST:PORT, metrics=HOST:PORT)");
+ABSL_FLAG(std::string, tls_dir, "",
+          "mutual TLS: a directory with ca.crt, tls.crt, tls.key (see scripts/gen-certs)");
+ABSL_FLAG(bool, insecure, false, "serve and call plaintext gRPC instead of mutual TLS");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2),
           "how often peers send heartbeats; 3 missed = crashed");
 
@@ -26,7 +29,8 @@ int main(int argc, char** argv) {
   shoal::rpc::TuneAllocatorForModelStreams();
   shoal::SetLogProgramName("shoal-coordinator");
   absl::SetProgramUsageMessage(
-      "shoal-coordinator --listen HOST:PORT --metrics-listen HOST:PORT --state-dir DIR");
+      "shoal-coordinator --listen HOST:PORT --metrics-listen HOST:PORT --state-dir DIR "
+      "(--tls-dir DIR | --insecure)");
   shoal::ParseDashedCommandLine(argc, argv);
 
   shoal::coordinator::CoordinatorServerOptions options;
@@ -35,6 +39,8 @@ int main(int argc, char** argv) {
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
   options.address_file = absl::GetFlag(FLAGS_address_file);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  options.tls.dir = absl::GetFlag(FLAGS_tls_dir);
+  options.tls.insecure = absl::GetFlag(FLAGS_insecure);
   if (absl::Status s = options.Validate(); !s.ok()) {
     std::fprintf(stderr, "shoal-coordinator: %s\n", std::string(s.message()).c_str());
     return 2;

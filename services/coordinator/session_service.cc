@@ -8,6 +8,7 @@
 #include "libs/common/log.h"
 #include "libs/rpc/reactor_handle.h"
 #include "libs/rpc/status.h"
+#include "libs/rpc/tls.h"
 
 namespace shoal::coordinator {
 namespace {
@@ -20,8 +21,11 @@ constexpr size_t kMaxQueuedEvents = 10000;
 // which may outlive the reactor and then drops events.
 class SessionReactor final : public grpc::ServerBidiReactor<v1::PeerMessage, v1::CoordinatorEvent> {
  public:
-  SessionReactor(CoordinatorCore& core, std::string peer_address)
-      : core_(core), peer_address_(std::move(peer_address)), sink_(std::make_shared<Sink>(this)) {
+  SessionReactor(CoordinatorCore& core, std::string peer_address, std::string identity)
+      : core_(core),
+        peer_address_(std::move(peer_address)),
+        identity_(std::move(identity)),
+        sink_(std::make_shared<Sink>(this)) {
     StartRead(&incoming_);
   }
 
@@ -35,7 +39,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::PeerMessage, v1:
         Close(absl::InvalidArgumentError("the first message of a session must be hello"));
         return;
       }
-      absl::StatusOr<std::string> id = core_.Connect(incoming_.hello(), sink_);
+      absl::StatusOr<std::string> id = core_.Connect(incoming_.hello(), identity_, sink_);
       if (!id.ok()) {
         LogWarning("session from ", peer_address_, " refused: ", id.status().message());
         Close(id.status());
@@ -141,6 +145,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::PeerMessage, v1:
 
   CoordinatorCore& core_;
   const std::string peer_address_;
+  const std::string identity_;  // the client certificate's common name; "" when plaintext
   std::shared_ptr<Sink> sink_;
   std::string peer_id_;  // set by the first read; only the read path touches it before OnDone
   v1::PeerMessage incoming_;
@@ -157,7 +162,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::PeerMessage, v1:
 
 grpc::ServerBidiReactor<v1::PeerMessage, v1::CoordinatorEvent>* SessionServiceImpl::Session(
     grpc::CallbackServerContext* context) {
-  return new SessionReactor(core_, context->peer());
+  return new SessionReactor(core_, context->peer(), rpc::CallerIdentity(*context));
 }
 
 }  // namespace shoal::coordinator

@@ -34,7 +34,8 @@ std::shared_ptr<GrpcAggregatorClient::Stub> GrpcAggregatorClient::StubFor(
   auto& slot = stubs_[address];
   if (!slot) {
     slot = std::make_shared<Stub>();
-    slot->channel = rpc::MakeChannel(address);
+    slot->channel = credentials_ != nullptr ? rpc::MakeChannel(address, credentials_)
+                                            : rpc::MakeChannel(address);
     slot->stub = aggregator::v1::AggregatorService::NewStub(slot->channel);
   }
   return slot;

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <grpcpp/security/credentials.h>
+
 #include <map>
 #include <memory>
 #include <string>
@@ -40,7 +42,9 @@ class AggregatorClient {
 // AggregatorClient over gRPC; keeps one channel per aggregator address. Thread-safe.
 class GrpcAggregatorClient final : public AggregatorClient {
  public:
-  GrpcAggregatorClient() = default;
+  // `credentials` null = plaintext (tests).
+  explicit GrpcAggregatorClient(std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr)
+      : credentials_(std::move(credentials)) {}
 
   absl::StatusOr<uint64_t> PutModel(const std::string& address, const common::v1::ModelMeta& meta,
                                     std::shared_ptr<const tensor::FlatModel> model,
@@ -56,6 +60,7 @@ class GrpcAggregatorClient final : public AggregatorClient {
   struct Stub;
   std::shared_ptr<Stub> StubFor(const std::string& address);
 
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Stub>> stubs_ ABSL_GUARDED_BY(mu_);
 };

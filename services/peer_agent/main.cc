@@ -29,6 +29,9 @@ ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
 ABSL_FLAG(std::string, address_file, "",
           "write the bound addresses here (grpc=HOST:PORT, metrics=HOST:PORT)");
 ABSL_FLAG(int, torch_threads, 1, "LibTorch intra-op threads");
+ABSL_FLAG(std::string, tls_dir, "",
+          "mutual TLS: a directory with ca.crt, tls.crt, tls.key (see scripts/gen-certs)");
+ABSL_FLAG(bool, insecure, false, "serve and call plaintext gRPC instead of mutual TLS");
 
 namespace {
 
@@ -46,7 +49,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "shoal-peer --coordinator HOST:PORT --listen HOST:PORT --metrics-listen HOST:PORT "
       "--data-dir DIR --shard I/N [--name ID] [--device cpu|cuda] [--address-file PATH] "
-      "[--torch-threads N]");
+      "[--torch-threads N] (--tls-dir DIR | --insecure)");
   std::vector<std::string> rest = shoal::ParseDashedCommandLine(argc, argv);
   if (rest.size() > 1) {
     Fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", rest[1], "\"")), 2);
@@ -61,6 +64,8 @@ int main(int argc, char** argv) {
   options.device = absl::GetFlag(FLAGS_device);
   options.address_file = absl::GetFlag(FLAGS_address_file);
   options.torch_threads = absl::GetFlag(FLAGS_torch_threads);
+  options.tls.dir = absl::GetFlag(FLAGS_tls_dir);
+  options.tls.insecure = absl::GetFlag(FLAGS_insecure);
   const std::string shard = absl::GetFlag(FLAGS_shard);
   if (shard.empty()) Fail(absl::InvalidArgumentError("--shard is required (I/N)"), 2);
   absl::StatusOr<shoal::training::ShardSpec> parsed =

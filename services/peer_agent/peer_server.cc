@@ -42,7 +42,7 @@ absl::Status PeerOptions::Validate() const {
         absl::StrCat("--torch-threads: must be in [1, 256], got ", torch_threads));
   }
   if (name.size() > 63) return absl::InvalidArgumentError("--name: at most 63 characters");
-  return absl::OkStatus();
+  return tls.Validate();
 }
 
 absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions& options) {
@@ -56,7 +56,9 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
       training::LoadFashionMnist(options.data_dir, training::Split::kTest);
   if (!test.ok()) return Flag("--data-dir", test.status());
 
+  SHOAL_ASSIGN_OR_RETURN(rpc::Credentials credentials, rpc::Credentials::Create(options.tls));
   std::unique_ptr<PeerServer> s(new PeerServer());
+  s->aggregator_client_ = std::make_unique<GrpcAggregatorClient>(credentials.channel());
   SHOAL_ASSIGN_OR_RETURN(s->metrics_server_,
                          metrics::MetricsServer::Start(options.metrics_listen, "--metrics-listen"));
   s->metrics_ = std::make_unique<PeerMetrics>(s->metrics_server_->registry());
@@ -64,10 +66,12 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   rpc::ServerOptions server_options;
   server_options.listen = options.listen;
   server_options.service_name = "shoal-peer";
+  server_options.credentials = credentials.server();
   SHOAL_ASSIGN_OR_RETURN(s->server_, rpc::Server::Start(server_options, {s->service_.get()}));
 
   SessionClientOptions session_options;
   session_options.coordinator = options.coordinator;
+  session_options.credentials = credentials.channel();
   session_options.hello.set_name(options.name);
   session_options.hello.set_listen_address(s->server_->address());
   session_options.hello.set_device(options.device);
@@ -88,7 +92,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
       s->agent_,
       PeerAgent::Create(
           agent_options, std::make_shared<const training::RawDataset>(*std::move(train)),
-          std::make_shared<const training::RawDataset>(*std::move(test)), s->aggregator_client_,
+          std::make_shared<const training::RawDataset>(*std::move(test)), *s->aggregator_client_,
           s->snapshots_, *s->metrics_, RealClock::Get(),
           [self](const coordinator::v1::PeerMessage& m) { return self->session_->Send(m); },
           [self](const absl::Status& status) { self->OnFatal(status); }));
@@ -102,6 +106,9 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   LogInfo("serving PeerService on ", s->server_->address(), ", metrics on ",
           s->metrics_server_->address(), "; shard ", options.shard.ToString(), ", device ",
           options.device, "; coordinator ", options.coordinator);
+  if (!credentials.secure()) {
+    LogWarning("--insecure: PLAINTEXT gRPC without authentication; use only on a trusted network");
+  }
   s->session_->Start();
   return s;
 }

@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "libs/metrics/metrics_server.h"
 #include "libs/rpc/server.h"
+#include "libs/rpc/tls.h"
 #include "libs/training/partition.h"
 #include "services/peer_agent/aggregator_client.h"
 #include "services/peer_agent/peer_agent.h"
@@ -29,6 +30,7 @@ struct PeerOptions {
   std::string device = "cpu";                  // --device cpu|cuda
   std::string address_file;                    // --address-file (optional)
   int torch_threads = 1;                       // --torch-threads
+  rpc::TlsOptions tls;                         // --tls-dir DIR | --insecure
 
   // Checks every field without connecting anywhere: addresses parse, the data directory holds
   // the Fashion-MNIST files, the device exists. Errors are INVALID_ARGUMENT (NOT_FOUND for a
@@ -64,7 +66,7 @@ class PeerServer {
   SnapshotStore snapshots_;
   std::unique_ptr<PeerServiceImpl> service_;
   std::unique_ptr<rpc::Server> server_;
-  GrpcAggregatorClient aggregator_client_;
+  std::unique_ptr<GrpcAggregatorClient> aggregator_client_;
   std::unique_ptr<PeerAgent> agent_;
   std::unique_ptr<SessionClient> session_;
 

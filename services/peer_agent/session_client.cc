@@ -37,7 +37,9 @@ SessionClient::SessionClient(SessionClientOptions options, PeerMetrics& metrics,
       metrics_(metrics),
       on_event_(std::move(on_event)),
       on_disconnect_(std::move(on_disconnect)),
-      channel_(rpc::MakeChannel(options_.coordinator)),
+      channel_(options_.credentials != nullptr
+                   ? rpc::MakeChannel(options_.coordinator, options_.credentials)
+                   : rpc::MakeChannel(options_.coordinator)),
       stub_(coordinator::v1::SessionService::NewStub(channel_)),
       heartbeat_interval_(options_.default_heartbeat) {
   metrics_.connected.Set(0);

@@ -2,6 +2,7 @@
 
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
+#include <grpcpp/security/credentials.h>
 #include <grpcpp/support/sync_stream.h>
 
 #include <functional>
@@ -20,8 +21,9 @@
 namespace shoal::peer {
 
 struct SessionClientOptions {
-  std::string coordinator;       // HOST:PORT of the coordinator's SessionService
-  coordinator::v1::Hello hello;  // sent first on every (re)connect
+  std::string coordinator;  // HOST:PORT of the coordinator's SessionService
+  std::shared_ptr<grpc::ChannelCredentials> credentials;  // null = plaintext (tests)
+  coordinator::v1::Hello hello;                           // sent first on every (re)connect
   BackoffOptions reconnect_backoff{absl::Milliseconds(200), absl::Seconds(5), 2.0, 0.2};
   absl::Duration default_heartbeat = absl::Seconds(2);  // until Welcome says otherwise
   absl::Duration leave_grace = absl::Seconds(2);        // wait for the coordinator to close

@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "libs/common/backoff.h"
 #include "libs/common/status_macros.h"
+#include "libs/rpc/tls.h"
 #include "libs/task/task_file.h"
 #include "libs/tensor/model_file.h"
 #include "services/shoalctl/local_cluster.h"
@@ -33,13 +34,13 @@ constexpr absl::Duration kReconnectBudget = absl::Seconds(60);
 
 const std::set<std::string>& ValueFlags() {
   static const auto* flags = new std::set<std::string>{
-      "coordinator", "timeout",  "out",       "version", "peers",          "task",
-      "aggregators", "data-dir", "state-dir", "bin-dir", "startup-timeout"};
+      "coordinator", "timeout",  "out",       "version", "peers",           "task",
+      "aggregators", "data-dir", "state-dir", "bin-dir", "startup-timeout", "tls-dir"};
   return *flags;
 }
 
 const std::set<std::string>& SwitchFlags() {
-  static const auto* flags = new std::set<std::string>{"json", "keep-going", "help"};
+  static const auto* flags = new std::set<std::string>{"json", "keep-going", "help", "insecure"};
   return *flags;
 }
 
@@ -74,13 +75,14 @@ absl::StatusOr<int> ParseIntFlag(const std::string& name, const std::string& tex
 absl::Status CheckArgs(const Args& args, size_t command_words, size_t positional,
                        const std::set<std::string>& allowed, const std::string& usage) {
   for (const auto& [flag, value] : args.values) {
-    if (flag != "coordinator" && flag != "timeout" && allowed.count(flag) == 0) {
+    if (flag != "coordinator" && flag != "timeout" && flag != "tls-dir" &&
+        allowed.count(flag) == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", flag, " does not apply here; usage: ", usage));
     }
   }
   for (const std::string& flag : args.switches) {
-    if (flag != "help" && allowed.count(flag) == 0) {
+    if (flag != "help" && flag != "insecure" && allowed.count(flag) == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", flag, " does not apply here; usage: ", usage));
     }
@@ -193,6 +195,7 @@ absl::StatusOr<TaskStatus> WatchUntilEnd(ControlClientInterface& client, const s
 
 struct Globals {
   std::string coordinator;
+  rpc::TlsOptions tls;  // --tls-dir (default $SHOAL_TLS_DIR) or --insecure
   absl::Duration timeout = absl::Seconds(10);
   bool timeout_given = false;
 };
@@ -231,8 +234,14 @@ class Shoalctl {
 
  private:
   absl::StatusOr<std::unique_ptr<ControlClientInterface>> Client(const std::string& address) {
+    return Client(address, g_.tls);
+  }
+  absl::StatusOr<std::unique_ptr<ControlClientInterface>> Client(const std::string& address,
+                                                                 const rpc::TlsOptions& tls) {
     if (env_.make_client) return env_.make_client(address);
-    SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<ControlClient> client, ControlClient::Create(address));
+    SHOAL_ASSIGN_OR_RETURN(rpc::Credentials credentials, rpc::Credentials::Create(tls));
+    SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<ControlClient> client,
+                           ControlClient::Create(address, credentials.channel()));
     return std::unique_ptr<ControlClientInterface>(std::move(client));
   }
 
@@ -375,7 +384,7 @@ class Shoalctl {
 int Shoalctl::Local() {
   const std::string usage =
       "shoalctl local --peers N --task FILE [--aggregators 1] [--data-dir DIR] [--state-dir DIR] "
-      "[--bin-dir DIR] [--startup-timeout 60s] [--keep-going]";
+      "[--bin-dir DIR] [--startup-timeout 60s] [--keep-going] [--insecure]";
   if (absl::Status s = CheckArgs(args_, 1, 0,
                                  {"peers", "task", "aggregators", "data-dir", "state-dir",
                                   "bin-dir", "startup-timeout", "keep-going"},
@@ -403,6 +412,13 @@ int Shoalctl::Local() {
     options.startup_timeout = *d;
   }
   const bool keep_going = args_.switches.count("keep-going") > 0;
+  if (args_.values.count("tls-dir") > 0) {
+    return Fail(env_,
+                "--tls-dir does not apply to local: it makes its own certificates "
+                "(or pass --insecure for plaintext)",
+                2);
+  }
+  options.insecure = g_.tls.insecure;
 
   // Check the task before starting anything.
   absl::StatusOr<common::v1::TaskSpec> spec = task::LoadTaskFile(args_.values["task"]);
@@ -458,7 +474,10 @@ int Shoalctl::Local() {
   std::string failure;
   std::optional<TaskStatus> final_status;
   {
-    auto client = Client(coordinator);
+    rpc::TlsOptions client_tls;
+    client_tls.dir = (*cluster)->ClientTlsDir();
+    client_tls.insecure = client_tls.dir.empty();
+    auto client = Client(coordinator, client_tls);
     if (!client.ok()) return Fail(env_, std::string(client.status().message()));
     absl::StatusOr<TaskStatus> created = (*client)->CreateTask(*spec, g_.timeout);
     if (!created.ok()) {
@@ -468,6 +487,8 @@ int Shoalctl::Local() {
       out << "created task " << spec->name() << ": " << spec->model() << " on "
           << spec->dataset().name() << ", " << spec->rounds() << " rounds of "
           << spec->round_batches() << " batches; try `shoalctl --coordinator " << coordinator
+          << (client_tls.insecure ? std::string(" --insecure")
+                                  : absl::StrCat(" --tls-dir ", client_tls.dir))
           << " task status " << spec->name() << "`\n"
           << std::flush;
       ProgressPrinter printer(out, env_.out_is_tty, env_.tty_columns);
@@ -613,6 +634,9 @@ commands:
 
 global flags:
   --coordinator HOST:PORT          the coordinator to talk to
+  --tls-dir DIR                    mutual TLS with DIR/{ca.crt,tls.crt,tls.key} (default
+                                   $SHOAL_TLS_DIR); see scripts/gen-certs
+  --insecure                       plaintext gRPC instead (for `local`: the whole cluster)
   --timeout DURATION               deadline of each call (default 10s; model get: 2m)
 )";
 }
@@ -625,6 +649,14 @@ int RunShoalctl(const std::vector<std::string>& argv, Environment& env) {
   globals.coordinator = env.default_coordinator;
   if (auto it = args->values.find("coordinator"); it != args->values.end()) {
     globals.coordinator = it->second;
+  }
+  globals.tls.dir = env.default_tls_dir;
+  if (auto it = args->values.find("tls-dir"); it != args->values.end()) {
+    globals.tls.dir = it->second;
+  }
+  if (args->switches.count("insecure") > 0) {
+    globals.tls.insecure = true;
+    if (args->values.count("tls-dir") == 0) globals.tls.dir.clear();  // the flag beats the env
   }
   if (auto it = args->values.find("timeout"); it != args->values.end()) {
     absl::StatusOr<absl::Duration> timeout = ParseDurationFlag("timeout", it->second);

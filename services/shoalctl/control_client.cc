@@ -80,9 +80,11 @@ struct ControlClient::Stub {
   std::unique_ptr<ControlService::Stub> stub;
 };
 
-absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Create(const std::string& address) {
+absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Create(
+    const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials) {
   SHOAL_RETURN_IF_ERROR(ParseHostPort(address, "--coordinator").status());
-  return std::unique_ptr<ControlClient>(new ControlClient(address, rpc::MakeChannel(address)));
+  return std::unique_ptr<ControlClient>(
+      new ControlClient(address, rpc::MakeChannel(address, std::move(credentials))));
 }
 
 ControlClient::ControlClient(std::string address, std::shared_ptr<grpc::Channel> channel)

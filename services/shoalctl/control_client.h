@@ -18,7 +18,8 @@
 
 namespace grpc {
 class Channel;
-}
+class ChannelCredentials;
+}  // namespace grpc
 
 namespace shoal::shoalctl {
 
@@ -83,7 +84,8 @@ class ControlClient final : public ControlClientInterface {
  public:
   // `address` is HOST:PORT; the channel connects lazily, so this does not fail for an
   // unreachable coordinator (the calls do, with UNAVAILABLE).
-  static absl::StatusOr<std::unique_ptr<ControlClient>> Create(const std::string& address);
+  static absl::StatusOr<std::unique_ptr<ControlClient>> Create(
+      const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials);
   ~ControlClient() override;
 
   const std::string& address() const { return address_; }

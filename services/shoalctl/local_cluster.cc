@@ -15,6 +15,7 @@ namespace {
 constexpr char kCoordinator[] = "shoal-coordinator";
 constexpr char kAggregator[] = "shoal-aggregator";
 constexpr char kPeer[] = "shoal-peer";
+constexpr char kGenCerts[] = "shoal-gen-certs";
 
 bool IsDir(const std::string& path) {
   struct stat st;
@@ -36,7 +37,9 @@ absl::Status LocalClusterOptions::Validate() const {
                      " is not a directory (install Debian's dataset-fashion-mnist package or "
                      "pass --data-dir)"));
   }
-  for (const char* binary : {kCoordinator, kAggregator, kPeer}) {
+  std::vector<const char*> binaries = {kCoordinator, kAggregator, kPeer};
+  if (!insecure) binaries.push_back(kGenCerts);
+  for (const char* binary : binaries) {
     const std::string path = absl::StrCat(bin_dir, "/", binary);
     if (access(path.c_str(), X_OK) != 0) {
       return absl::NotFoundError(
@@ -53,6 +56,12 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
   std::unique_ptr<LocalCluster> cluster(new LocalCluster(std::move(options)));
   const LocalClusterOptions& o = cluster->options_;
   const std::string bin = o.bin_dir + "/";
+  for (const std::string& dir : {o.state_dir + "/logs", o.state_dir + "/run"}) {
+    if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::InternalError(absl::StrCat("cannot create ", dir));
+    }
+  }
+  if (!o.insecure) SHOAL_RETURN_IF_ERROR(cluster->MakeCertificate("shoalctl"));
 
   std::vector<std::string> args = {"--listen",    "127.0.0.1:0", "--metrics-listen",
                                    "127.0.0.1:0", "--state-dir", o.state_dir + "/coordinator"};
@@ -83,6 +92,26 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
 
 LocalCluster::~LocalCluster() { Stop(absl::Seconds(5)); }
 
+std::string LocalCluster::ClientTlsDir() const {
+  return options_.insecure ? "" : absl::StrCat(options_.state_dir, "/certs/shoalctl");
+}
+
+absl::Status LocalCluster::MakeCertificate(const std::string& name) {
+  ProcessOptions p;
+  p.name = "shoal-gen-certs";
+  p.binary = absl::StrCat(options_.bin_dir, "/", kGenCerts);
+  p.args = {absl::StrCat(options_.state_dir, "/certs"), name};
+  p.log_path = LogPath("gen-certs");
+  SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Process> process, Process::Start(std::move(p)));
+  absl::StatusOr<ExitStatus> exit = process->Wait(absl::Seconds(30));
+  if (!exit.ok()) return exit.status();
+  if (!exit->success()) {
+    return absl::InternalError(absl::StrCat("shoal-gen-certs failed for ", name, " (",
+                                            exit->ToString(), "): ", process->LogTail(5)));
+  }
+  return absl::OkStatus();
+}
+
 std::string LocalCluster::LogPath(const std::string& name) const {
   return absl::StrCat(options_.state_dir, "/logs/", name, ".log");
 }
@@ -101,10 +130,12 @@ Service* LocalCluster::Find(const std::string& name) {
 absl::Status LocalCluster::StartService(const std::string& name, const std::string& kind,
                                         const std::string& binary, std::vector<std::string> args,
                                         std::ostream* progress, const std::atomic<bool>* abort) {
-  for (const std::string& dir : {options_.state_dir + "/logs", options_.state_dir + "/run"}) {
-    if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-      return absl::InternalError(absl::StrCat("cannot create ", dir));
-    }
+  if (options_.insecure) {
+    args.push_back("--insecure");
+  } else {
+    SHOAL_RETURN_IF_ERROR(MakeCertificate(name));
+    args.push_back("--tls-dir");
+    args.push_back(absl::StrCat(options_.state_dir, "/certs/", name));
   }
   const std::string address_file = AddressFilePath(name);
   unlink(address_file.c_str());  // a stale file from an earlier run would look like success

@@ -29,6 +29,9 @@ struct LocalClusterOptions {
   std::vector<std::string> coordinator_args;
   std::vector<std::string> aggregator_args;
   std::vector<std::string> peer_args;
+  // Mutual TLS by default: certificates from `bin_dir`/shoal-gen-certs go to STATE/certs/NAME
+  // and every service gets --tls-dir for its own. `insecure` runs everything plaintext.
+  bool insecure = false;
 
   absl::Status Validate() const;
 };
@@ -61,6 +64,8 @@ class LocalCluster {
   const std::vector<Service>& services() const { return services_; }
   Service* Find(const std::string& name);
   std::string LogPath(const std::string& name) const;
+  // The --tls-dir for a client of this cluster (shoalctl, tests); empty when insecure.
+  std::string ClientTlsDir() const;
   std::string AddressFilePath(const std::string& name) const;
 
   // Starts peer `index` of `count` ("peer-<index>", --shard index/count) and waits for its
@@ -77,6 +82,8 @@ class LocalCluster {
 
  private:
   explicit LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
+  // Issues NAME's certificate (if missing) with shoal-gen-certs.
+  absl::Status MakeCertificate(const std::string& name);
   absl::Status StartService(const std::string& name, const std::string& kind,
                             const std::string& binary, std::vector<std::string> args,
                             std::ostream* progress, const std::atomic<bool>* abort);

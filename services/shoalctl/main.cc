@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
     env.default_coordinator = c;
   }
   if (const char* t = std::getenv("TMPDIR"); t != nullptr) env.temp_dir = t;
+  if (const char* d = std::getenv("SHOAL_TLS_DIR"); d != nullptr) env.default_tls_dir = d;
   const int code =
       shoal::shoalctl::RunShoalctl(std::vector<std::string>(argv + 1, argv + argc), env);
   std::cout.flush();

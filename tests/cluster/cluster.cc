@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status.h"
+#include "libs/rpc/tls.h"
 
 namespace shoal::testing {
 
@@ -22,6 +23,27 @@ namespace cv1 = coordinator::v1;
 Cluster::Cluster(std::string dir) : dir_(std::move(dir)) {
   const char* bin = std::getenv("SHOAL_BIN_DIR");
   bin_dir_ = bin != nullptr ? bin : "build/bin";
+  absl::Status certs = MakeCertificate("client");
+  if (certs.ok()) {
+    rpc::TlsOptions tls;
+    tls.dir = ClientTlsDir();
+    absl::StatusOr<rpc::Credentials> credentials = rpc::Credentials::Create(tls);
+    if (credentials.ok()) credentials_ = credentials->channel();
+  }
+}
+
+absl::Status Cluster::MakeCertificate(const std::string& name) {
+  process::ProcessOptions options;
+  options.name = "gen-certs";
+  options.binary = bin_dir_ + "/shoal-gen-certs";
+  options.args = {dir_ + "/certs", name};
+  options.log_path = dir_ + "/gen-certs.log";
+  auto proc = process::Process::Start(std::move(options));
+  if (!proc.ok()) return proc.status();
+  auto exit = (*proc)->Wait(absl::Seconds(30));
+  if (!exit.ok()) return exit.status();
+  if (!exit->success()) return absl::InternalError("gen-certs: " + (*proc)->LogTail(5));
+  return absl::OkStatus();
 }
 
 Cluster::~Cluster() {
@@ -37,6 +59,8 @@ Cluster::~Cluster() {
 
 absl::StatusOr<Service> Cluster::Start(const std::string& name, const std::string& binary,
                                        std::vector<std::string> args, const std::string& listen) {
+  if (absl::Status certs = MakeCertificate(name); !certs.ok()) return certs;
+  args.push_back(absl::StrCat("--tls-dir=", dir_, "/certs/", name));
   const std::string address_file = absl::StrCat(dir_, "/", name, ".addr");
   std::remove(address_file.c_str());
   args.push_back("--listen=" + listen);
@@ -80,7 +104,8 @@ absl::Status Cluster::StartCoordinatorOn(const std::string& listen) {
                  {"--state-dir=" + dir_ + "/state", "--heartbeat-interval=500ms"}, listen);
   if (!s.ok()) return s.status();
   coordinator_ = *std::move(s);
-  control_ = cv1::ControlService::NewStub(rpc::MakeChannel(coordinator_.address));
+  if (credentials_ == nullptr) return absl::InternalError("no client certificate");
+  control_ = cv1::ControlService::NewStub(rpc::MakeChannel(coordinator_.address, credentials_));
   return absl::OkStatus();
 }
 

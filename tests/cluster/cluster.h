@@ -3,6 +3,8 @@
 // A local Shoal cluster of real processes on 127.0.0.1 for cluster tests: one coordinator, one
 // aggregator, N peers, each started on port 0 and found through its --address-file.
 
+#include <grpcpp/security/credentials.h>
+
 #include <map>
 #include <memory>
 #include <string>
@@ -35,6 +37,10 @@ class Cluster {
   absl::Status StartAggregator();
   absl::Status StartPeer(int index, int count, std::vector<std::string> extra_args = {});
 
+  // Mutual-TLS directory for clients of this cluster (the tests' own calls).
+  std::string ClientTlsDir() const { return dir_ + "/certs/client"; }
+  std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() const { return credentials_; }
+
   Service& coordinator() { return coordinator_; }
   Service& aggregator() { return aggregator_; }
   Service& peer(int index) { return peers_.at(index); }
@@ -57,8 +63,12 @@ class Cluster {
                                 const std::string& listen = "127.0.0.1:0");
   absl::Status StartCoordinatorOn(const std::string& listen);
 
+  // Issues NAME's certificate under DIR/certs with shoal-gen-certs.
+  absl::Status MakeCertificate(const std::string& name);
+
   std::string dir_;
   std::string bin_dir_;
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
   Service coordinator_;
   Service aggregator_;
   std::map<int, Service> peers_;

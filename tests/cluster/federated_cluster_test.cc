@@ -12,6 +12,7 @@
 #include "libs/rpc/channel.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/status.h"
+#include "libs/rpc/tls.h"
 #include "tests/cluster/cluster.h"
 
 namespace shoal::testing {
@@ -96,7 +97,8 @@ TEST(FederatedClusterTest, PeerKilledMidRoundDoesNotStopTraining) {
   // Every service answers the standard gRPC health check.
   for (const std::string& address :
        {cluster.coordinator().address, cluster.aggregator().address, cluster.peer(0).address}) {
-    auto health = grpc::health::v1::Health::NewStub(rpc::MakeChannel(address));
+    auto health =
+        grpc::health::v1::Health::NewStub(rpc::MakeChannel(address, cluster.ClientCredentials()));
     grpc::ClientContext context;
     rpc::SetTimeout(context, absl::Seconds(5));
     grpc::health::v1::HealthCheckResponse response;
@@ -213,6 +215,47 @@ TEST(FederatedClusterTest, CoordinatorCrashMidTaskResumesFromCheckpoint) {
     EXPECT_GT(after->history(i).model_version(), after->history(i - 1).model_version());
   }
   EXPECT_GT(after->history(after->history_size() - 1).test_accuracy(), 0.6);
+}
+
+// Every service speaks mutual TLS: a plaintext client, a client without a certificate and one
+// whose certificate comes from another CA are all refused before any RPC runs.
+TEST(FederatedClusterTest, UntrustedClientsAreRefused) {
+  Cluster cluster(TempDir());
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
+  const std::string other_ca = cluster.dir() + "/other-ca";
+  process::ProcessOptions gen;
+  gen.name = "gen-certs";
+  const char* bin = std::getenv("SHOAL_BIN_DIR");
+  gen.binary = std::string(bin != nullptr ? bin : "build/bin") + "/shoal-gen-certs";
+  gen.args = {other_ca, "intruder"};
+  auto proc = process::Process::Start(std::move(gen));
+  ASSERT_TRUE(proc.ok()) << proc.status();
+  ASSERT_TRUE((*proc)->Wait(absl::Seconds(30)).ok());
+
+  auto list = [&](std::shared_ptr<grpc::ChannelCredentials> credentials) {
+    auto stub = cv1::ControlService::NewStub(
+        rpc::MakeChannel(cluster.coordinator().address, std::move(credentials)));
+    grpc::ClientContext context;
+    rpc::SetTimeout(context, absl::Seconds(5));
+    cv1::ListTasksResponse response;
+    return stub->ListTasks(&context, cv1::ListTasksRequest(), &response).error_code();
+  };
+  EXPECT_EQ(list(cluster.ClientCredentials()), grpc::StatusCode::OK);
+  EXPECT_EQ(list(grpc::InsecureChannelCredentials()), grpc::StatusCode::UNAVAILABLE);
+
+  auto own = rpc::LoadTlsFiles(cluster.ClientTlsDir());
+  ASSERT_TRUE(own.ok()) << own.status();
+  grpc::SslCredentialsOptions no_client_cert;
+  no_client_cert.pem_root_certs = own->ca;
+  EXPECT_EQ(list(grpc::SslCredentials(no_client_cert)), grpc::StatusCode::UNAVAILABLE);
+
+  auto foreign = rpc::LoadTlsFiles(other_ca + "/intruder");
+  ASSERT_TRUE(foreign.ok()) << foreign.status();
+  grpc::SslCredentialsOptions other_ca_cert;
+  other_ca_cert.pem_root_certs = own->ca;  // trusts the server, but is not trusted by it
+  other_ca_cert.pem_private_key = foreign->key;
+  other_ca_cert.pem_cert_chain = foreign->cert;
+  EXPECT_EQ(list(grpc::SslCredentials(other_ca_cert)), grpc::StatusCode::UNAVAILABLE);
 }
 
 }  // namespace

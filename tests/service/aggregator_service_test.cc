@@ -94,6 +94,7 @@ class AggregatorServiceTest : public ::testing::Test {
     registry_server_ = *std::move(registry_server);
 
     AggregatorOptions options;
+    options.tls.insecure = true;
     options.listen = "127.0.0.1:0";
     options.metrics_listen = "127.0.0.1:0";
     options.coordinator = registry_server_->address();
@@ -430,6 +431,46 @@ TEST_F(AggregatorServiceTest, ZeroCopyClientPathMatchesTheProtobufPath) {
     ASSERT_FLOAT_EQ(got->model.values[i], want) << i;
   }
   EXPECT_EQ(Metric("shoal_aggregator_updates_rejected_total", "non_finite"), 1);
+}
+
+// The service answers a push once it is accepted and folds it afterwards; a CloseRound sent
+// right after the answer must still count it, exactly once, in that round's model.
+TEST_F(AggregatorServiceTest, PushAcknowledgedJustBeforeCloseRoundIsInItsAggregate) {
+  // ~40 MB, so that the fold after the answer takes long enough to race with CloseRound.
+  const tensor::ModelLayout layout =
+      *tensor::ModelLayout::Create({{"a", {5000, 1000}}, {"b", {5000, 1000}}});
+  auto channel = rpc::MakeChannel(server_->address());
+  tensor::FlatModel model = Filled([](size_t i) { return 0.5f * (i % 5); }, layout);
+  ASSERT_TRUE(Put("t", 0, model).ok());
+  for (uint64_t round = 1; round <= 4; ++round) {
+    ASSERT_TRUE(Open("t", round, round - 1, {"p", "q"}).ok());
+    auto delta = std::make_shared<const tensor::FlatModel>(
+        Filled([round](size_t i) { return 0.25f * round + 0.001f * (i % 3); }, layout));
+    tensor::FlatModel other = Filled([](size_t i) { return -1.0f; }, layout);
+    ASSERT_TRUE(Push(Meta("q", 3, "t", round, round - 1), other).ok());
+    {
+      grpc::ClientContext ctx;
+      rpc::SetTimeout(ctx, absl::Seconds(30));
+      auto pushed =
+          rpc::PushUpdateZeroCopy(*channel, ctx, Meta("p", 1, "t", round, round - 1), delta);
+      ASSERT_TRUE(pushed.ok()) << pushed.status();
+      EXPECT_FALSE(pushed->duplicate());
+    }
+    auto closed = Close("t", round);
+    ASSERT_TRUE(closed.ok()) << closed.status();
+    EXPECT_EQ(closed->version(), round);
+    EXPECT_THAT(closed->contributors(), ElementsAre("p", "q"));
+    EXPECT_EQ(closed->num_samples(), 4u);
+    auto got = Get("t");
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->model.Digest(), closed->digest_xxh3());
+    for (size_t i = 0; i < model.values.size(); ++i) {
+      const float want = model.values[i] + (1 * delta->values[i] + 3 * other.values[i]) / 4;
+      ASSERT_FLOAT_EQ(got->model.values[i], want) << "round " << round << ", value " << i;
+    }
+    model = std::move(got->model);
+  }
+  EXPECT_EQ(Metric("shoal_aggregator_updates_accepted_total"), 8);
 }
 
 TEST_F(AggregatorServiceTest, ControlCallErrors) {

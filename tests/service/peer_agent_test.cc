@@ -239,6 +239,7 @@ class PeerAgentTest : public ::testing::Test {
     coordinator_ = std::make_unique<FakeCoordinatorServer>();
     ASSERT_TRUE(coordinator_->server);
     aggregator::AggregatorOptions agg;
+    agg.tls.insecure = true;
     agg.listen = "127.0.0.1:0";
     agg.metrics_listen = "127.0.0.1:0";
     agg.coordinator = coordinator_->address();
@@ -256,6 +257,7 @@ class PeerAgentTest : public ::testing::Test {
 
   PeerOptions Options(const std::string& name = "peer-a") {
     PeerOptions o;
+    o.tls.insecure = true;
     o.coordinator = coordinator_->address();
     o.listen = "127.0.0.1:0";
     o.metrics_listen = "127.0.0.1:0";
@@ -575,6 +577,9 @@ TEST_F(PeerBinaryTest, BadFlagsExitTwoNamingTheFlag) {
       {{ok_coord, ok_data, "--shard=0/4", "--device=tpu"}, "--device"},
       {{ok_data, "--shard=0/4"}, "--coordinator"},
       {{"--coordinator=nonsense", ok_data, "--shard=0/4"}, "--coordinator"},
+      {{ok_coord, ok_data, "--shard=0/4"}, "--tls-dir"},  // neither --tls-dir nor --insecure
+      {{ok_coord, ok_data, "--shard=0/4", "--tls-dir=/nonexistent"}, "--tls-dir"},
+      {{ok_coord, ok_data, "--shard=0/4", "--tls-dir=/tmp", "--insecure"}, "--insecure"},
   };
   for (const Case& c : cases) {
     ProcessResult r = RunPeer(c.args, absl::Seconds(30));
@@ -592,7 +597,7 @@ TEST_F(PeerBinaryTest, UnknownModelReportsAnErrorAndExitsNonZero) {
   std::thread runner([&] {
     result = RunPeer({"--coordinator=" + coordinator.address(), "--listen=127.0.0.1:0",
                       "--metrics-listen=127.0.0.1:0", std::string("--data-dir=") + kDataDir,
-                      "--shard=0/1", "--name=peer-bad"},
+                      "--shard=0/1", "--name=peer-bad", "--insecure"},
                      absl::Seconds(60));
   });
   auto hello = coordinator.service.WaitHello(1, kWait);

@@ -167,19 +167,20 @@ class ControlClientTest : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     absl::StatusOr<std::unique_ptr<ControlClient>> client =
-        ControlClient::Create(server_->address());
+        ControlClient::Create(server_->address(), grpc::InsecureChannelCredentials());
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
   }
   void TearDown() override { server_->Shutdown(absl::Seconds(1)); }
 
-  // Runs shoalctl against the fake; returns {exit code, stdout, stderr}.
+  // Runs shoalctl (plaintext) against the fake; returns {exit code, stdout, stderr}.
   std::tuple<int, std::string, std::string> Shoalctl(std::vector<std::string> argv) {
     std::ostringstream out, err;
     Environment env;
     env.out = &out;
     env.err = &err;
     env.default_coordinator = server_->address();
+    argv.push_back("--insecure");  // the fake serves plaintext
     const int code = RunShoalctl(argv, env);
     return {code, out.str(), err.str()};
   }
@@ -265,10 +266,11 @@ TEST_F(ControlClientTest, GetModelDecodesTheStream) {
 
 TEST_F(ControlClientTest, UnreachableCoordinatorIsUnavailable) {
   // Port 1 is privileged and nothing listens there.
-  absl::StatusOr<std::unique_ptr<ControlClient>> client = ControlClient::Create("127.0.0.1:1");
+  absl::StatusOr<std::unique_ptr<ControlClient>> client =
+      ControlClient::Create("127.0.0.1:1", grpc::InsecureChannelCredentials());
   ASSERT_TRUE(client.ok());
   EXPECT_EQ((*client)->ListTasks(absl::Seconds(5)).status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_FALSE(ControlClient::Create("no-port").ok());
+  EXPECT_FALSE(ControlClient::Create("no-port", grpc::InsecureChannelCredentials()).ok());
 }
 
 TEST_F(ControlClientTest, StatusJsonCommand) {

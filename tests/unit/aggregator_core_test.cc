@@ -5,8 +5,10 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/common/clock.h"
@@ -324,6 +326,73 @@ TEST_F(AggregatorCoreTest, PushThatOutlivesItsRoundIsNotFoldedIn) {
   EXPECT_EQ((*push)->Commit().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Rejected(RejectReason::kRoundNotOpen), 1);
   EXPECT_EQ(core_->GetModel("t", std::nullopt)->version, 0u);
+}
+
+// Streams `delta` into a fresh push and accepts it, without folding.
+std::unique_ptr<AggregatorCore::Push> AcceptedPush(AggregatorCore& core, const PushMeta& meta,
+                                                   const tensor::FlatModel& delta) {
+  auto push = core.BeginPush(meta);
+  EXPECT_TRUE(push.ok()) << push.status();
+  if (!push.ok() || *push == nullptr) return nullptr;
+  tensor::FrameEncoder enc(delta, 16);
+  common::v1::TensorFrame f;
+  while (enc.Next(&f)) EXPECT_TRUE((*push)->AddFrame(f).ok());
+  EXPECT_TRUE((*push)->Accept().ok());
+  return *std::move(push);
+}
+
+TEST_F(AggregatorCoreTest, CloseRoundWaitsForTheFoldOfAnAcceptedPush) {
+  PutBase();
+  Open({"a", "b"});
+  tensor::FlatModel d1 = Filled([](size_t i) { return 1.0f + i; });
+  tensor::FlatModel d2 = Filled([](size_t i) { return -2.0f * i; });
+  ASSERT_TRUE(PushModel(Meta("b", 1), d1).ok());
+  // Accepted (the service acknowledges here) but its fold has not run yet.
+  std::unique_ptr<AggregatorCore::Push> accepted = AcceptedPush(*core_, Meta("a", 3), d2);
+  ASSERT_NE(accepted, nullptr);
+  bool duplicate = false;
+  ASSERT_TRUE(PushModel(Meta("a", 3), d2, &duplicate).ok());
+  EXPECT_TRUE(duplicate);  // an accepted peer is not counted twice
+
+  absl::Notification closed;
+  absl::StatusOr<RoundResult> result;
+  std::thread closer([&] {
+    result = core_->CloseRound("t", 1);
+    closed.Notify();
+  });
+  // CloseRound must not publish before the accepted update is in the sum.
+  EXPECT_FALSE(closed.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  accepted->Fold();
+  closer.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(result->contributors, ElementsAre("a", "b"));
+  EXPECT_EQ(result->num_samples, 4u);
+  auto model = core_->GetModel("t", std::nullopt);
+  ASSERT_TRUE(model.ok());
+  for (size_t i = 0; i < model->model->values.size(); ++i) {
+    const float mean = (1.0f * d1.values[i] + 3.0f * d2.values[i]) / 4.0f;
+    EXPECT_FLOAT_EQ(model->model->values[i], 1.0f * i + mean) << i;
+  }
+  accepted.reset();  // already folded: nothing is added twice
+  EXPECT_EQ(core_->CloseRound("t", 1)->digest, result->digest);
+}
+
+TEST_F(AggregatorCoreTest, AcceptedPushDestroyedBeforeItsFoldIsStillCounted) {
+  PutBase();
+  Open({"a"});
+  tensor::FlatModel d = Filled([](size_t i) { return 0.25f * i; });
+  std::unique_ptr<AggregatorCore::Push> accepted = AcceptedPush(*core_, Meta("a", 2), d);
+  ASSERT_NE(accepted, nullptr);
+  accepted.reset();  // e.g. the executor task ended early: the destructor folds
+  auto result = core_->CloseRound("t", 1);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(result->contributors, ElementsAre("a"));
+  auto model = core_->GetModel("t", std::nullopt);
+  for (size_t i = 0; i < d.values.size(); ++i) {
+    EXPECT_FLOAT_EQ(model->model->values[i], 1.0f * i + d.values[i]) << i;
+  }
+  EXPECT_EQ(metrics_->updates_accepted.Value(), 1);
+  EXPECT_EQ(TotalRejected(), 0);
 }
 
 TEST_F(AggregatorCoreTest, ReleaseTaskForgetsIt) {

@@ -153,7 +153,7 @@ class CoordinatorCoreTest : public ::testing::Test {
 
   std::shared_ptr<FakeSink> Join(const std::string& name) {
     auto sink = std::make_shared<FakeSink>();
-    auto id = core_->Connect(Hello(name), sink);
+    auto id = core_->Connect(Hello(name), /*identity=*/"", sink);
     EXPECT_TRUE(id.ok()) << id.status();
     EXPECT_EQ(*id, name);
     return sink;
@@ -265,6 +265,18 @@ TEST_F(CoordinatorCoreTest, FullTaskRunsRoundsAndCompletes) {
   EXPECT_THAT(status.participants(), IsEmpty());
   EXPECT_THAT(b->Take(), ElementsAre(v1::CoordinatorEvent::kTaskFinished));
   EXPECT_THAT(aggregator_.released, ElementsAre("t"));
+}
+
+TEST_F(CoordinatorCoreTest, PeersCanOnlyUseTheirCertificatesName) {
+  auto sink = std::make_shared<FakeSink>();
+  EXPECT_EQ(core_->Connect(Hello("peer-1"), "peer-2", sink).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  auto id = core_->Connect(Hello(""), "peer-2", sink);
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(*id, "peer-2");
+  EXPECT_TRUE(core_->Connect(Hello("peer-3"), "peer-3", std::make_shared<FakeSink>()).ok());
+  EXPECT_EQ(core_->Connect(Hello("x", 4, 4), "", sink).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CoordinatorCoreTest, CrashedPeerDoesNotStallTheRound) {
