@@ -8,6 +8,7 @@
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
 #include "libs/task/task_file.h"
+#include "libs/tensor/frame_codec.h"
 #include "libs/tensor/model_file.h"
 
 namespace shoal::coordinator {
@@ -44,8 +45,8 @@ std::string HexDigest(uint64_t digest) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
-    CoordinatorOptions options, TaskStore& store, AggregatorClient& aggregators, Clock& clock,
-    CoordinatorMetrics& metrics) {
+    CoordinatorOptions options, TaskStore& store, aggregator::AggregatorClient& aggregators,
+    Clock& clock, CoordinatorMetrics& metrics) {
   std::unique_ptr<CoordinatorCore> core(
       new CoordinatorCore(options, store, aggregators, clock, metrics));
   SHOAL_ASSIGN_OR_RETURN(std::vector<StoredTask> stored, store.LoadTasks());
@@ -85,7 +86,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
 }
 
 CoordinatorCore::CoordinatorCore(CoordinatorOptions options, TaskStore& store,
-                                 AggregatorClient& aggregators, Clock& clock,
+                                 aggregator::AggregatorClient& aggregators, Clock& clock,
                                  CoordinatorMetrics& metrics)
     : options_(options),
       store_(store),
@@ -728,7 +729,8 @@ void CoordinatorCore::Step() {
 void CoordinatorCore::RunJob(const Job& job) {
   switch (job.kind) {
     case JobKind::kOpenRound: {
-      absl::Status s = aggregators_.OpenRound(job.aggregator, job.open);
+      absl::Status s = aggregators_.OpenRound(job.aggregator, job.open,
+                                              clock_.Now() + options_.aggregator_call_timeout);
       FinishJob(job, [&](Task& t, Outbox& out) { OnOpenRoundDone(t, job, s, out); });
       return;
     }
@@ -736,13 +738,14 @@ void CoordinatorCore::RunJob(const Job& job) {
       aggregator::v1::CloseRoundRequest request;
       request.set_task(job.task);
       request.set_round(job.round);
-      auto result = aggregators_.CloseRound(job.aggregator, request);
+      auto result = aggregators_.CloseRound(job.aggregator, request,
+                                            clock_.Now() + options_.aggregator_call_timeout);
       FinishJob(job, [&](Task& t, Outbox& out) { OnCloseRoundDone(t, job, result, out); });
       return;
     }
     case JobKind::kCheckpoint: {
-      absl::StatusOr<tensor::FlatModel> model =
-          aggregators_.GetModel(job.aggregator, job.task, job.version);
+      absl::StatusOr<tensor::FlatModel> model = aggregators_.GetModel(
+          job.aggregator, job.task, job.version, clock_.Now() + options_.model_transfer_timeout);
       absl::Status s = model.status();
       if (s.ok()) {
         metrics_.bytes_received.Increment(static_cast<double>(model->layout.total_bytes()));
@@ -768,14 +771,21 @@ void CoordinatorCore::RunJob(const Job& job) {
       if (!model.ok()) {
         s = model.status();
       } else {
-        s = aggregators_.PutModel(job.aggregator, job.task, job.checkpoint.version, *model);
-        if (s.ok()) metrics_.bytes_sent.Increment(static_cast<double>(model->layout.total_bytes()));
+        auto shared = std::make_shared<const tensor::FlatModel>(*std::move(model));
+        s = aggregators_
+                .PutModel(job.aggregator,
+                          tensor::MakeModelMeta(job.task, job.checkpoint.version, *shared), shared,
+                          clock_.Now() + options_.model_transfer_timeout)
+                .status();
+        if (s.ok())
+          metrics_.bytes_sent.Increment(static_cast<double>(shared->layout.total_bytes()));
       }
       FinishJob(job, [&](Task& t, Outbox& out) { OnRestoreDone(t, job, s, out); });
       return;
     }
     case JobKind::kRelease: {
-      absl::Status s = aggregators_.ReleaseTask(job.aggregator, job.task);
+      absl::Status s = aggregators_.ReleaseTask(job.aggregator, job.task,
+                                                clock_.Now() + options_.aggregator_call_timeout);
       if (!s.ok())
         LogWarning("task ", job.task, ": release at ", job.aggregator, ": ", s.message());
       return;

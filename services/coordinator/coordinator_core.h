@@ -15,7 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "libs/common/clock.h"
-#include "services/coordinator/aggregator_client.h"
+#include "services/aggregator/aggregator_client.h"
 #include "services/coordinator/coordinator_metrics.h"
 #include "services/coordinator/task_store.h"
 #include "shoal/coordinator/v1/control.pb.h"
@@ -44,6 +44,8 @@ struct CoordinatorOptions {
   absl::Duration retry_max = absl::Seconds(5);
   int max_aggregator_failures = 20;  // consecutive failures of one step before the task fails
   absl::Duration final_eval_timeout = absl::Seconds(60);
+  absl::Duration aggregator_call_timeout = absl::Seconds(10);  // OpenRound, CloseRound, Release
+  absl::Duration model_transfer_timeout = absl::Minutes(5);    // checkpoints and restores
 };
 
 // The coordinator's control plane for federated-sync tasks: task registry, membership, the round
@@ -56,11 +58,9 @@ struct CoordinatorOptions {
 class CoordinatorCore {
  public:
   // Loads the tasks kept in `store`; running tasks resume from their latest checkpoint.
-  static absl::StatusOr<std::unique_ptr<CoordinatorCore>> Create(CoordinatorOptions options,
-                                                                 TaskStore& store,
-                                                                 AggregatorClient& aggregators,
-                                                                 Clock& clock,
-                                                                 CoordinatorMetrics& metrics);
+  static absl::StatusOr<std::unique_ptr<CoordinatorCore>> Create(
+      CoordinatorOptions options, TaskStore& store, aggregator::AggregatorClient& aggregators,
+      Clock& clock, CoordinatorMetrics& metrics);
 
   // --- Peers (SessionService) ---
   // Registers a peer from its Hello; returns its id. `identity` is the common name of the
@@ -141,8 +141,9 @@ class CoordinatorCore {
   // Work to do after the lock is released: peer events, watcher updates, store writes.
   using Outbox = std::vector<std::function<void()>>;
 
-  CoordinatorCore(CoordinatorOptions options, TaskStore& store, AggregatorClient& aggregators,
-                  Clock& clock, CoordinatorMetrics& metrics);
+  CoordinatorCore(CoordinatorOptions options, TaskStore& store,
+                  aggregator::AggregatorClient& aggregators, Clock& clock,
+                  CoordinatorMetrics& metrics);
 
   static void Deliver(Outbox& out);
   void SendTo(const std::string& peer_id, v1::CoordinatorEvent event, Outbox& out)
@@ -178,7 +179,7 @@ class CoordinatorCore {
 
   const CoordinatorOptions options_;
   TaskStore& store_;
-  AggregatorClient& aggregators_;
+  aggregator::AggregatorClient& aggregators_;
   Clock& clock_;
   CoordinatorMetrics& metrics_;
 

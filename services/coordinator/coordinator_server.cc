@@ -30,7 +30,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   SHOAL_ASSIGN_OR_RETURN(s->metrics_,
                          metrics::MetricsServer::Start(options.metrics_listen, "--metrics-listen"));
   s->coordinator_metrics_ = std::make_unique<CoordinatorMetrics>(s->metrics_->registry());
-  s->aggregators_ = std::make_unique<GrpcAggregatorClient>(credentials.channel());
+  s->aggregators_ = std::make_unique<aggregator::GrpcAggregatorClient>(credentials.channel());
   CoordinatorOptions core_options;
   core_options.heartbeat_interval = options.heartbeat_interval;
   SHOAL_ASSIGN_OR_RETURN(s->core_,

@@ -11,7 +11,7 @@
 #include "libs/metrics/metrics_server.h"
 #include "libs/rpc/server.h"
 #include "libs/rpc/tls.h"
-#include "services/coordinator/aggregator_client.h"
+#include "services/aggregator/aggregator_client.h"
 #include "services/coordinator/control_service.h"
 #include "services/coordinator/coordinator_core.h"
 #include "services/coordinator/coordinator_metrics.h"
@@ -55,7 +55,7 @@ class CoordinatorServer {
   std::unique_ptr<metrics::MetricsServer> metrics_;
   std::unique_ptr<CoordinatorMetrics> coordinator_metrics_;
   std::unique_ptr<TaskStore> store_;
-  std::unique_ptr<GrpcAggregatorClient> aggregators_;
+  std::unique_ptr<aggregator::GrpcAggregatorClient> aggregators_;
   std::unique_ptr<CoordinatorCore> core_;
   std::unique_ptr<SessionServiceImpl> session_service_;
   std::unique_ptr<ControlServiceImpl> control_service_;

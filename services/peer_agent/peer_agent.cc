@@ -44,7 +44,7 @@ absl::Status PeerAgentOptions::Validate() const {
 
 absl::StatusOr<std::unique_ptr<PeerAgent>> PeerAgent::Create(
     PeerAgentOptions options, std::shared_ptr<const training::RawDataset> train,
-    std::shared_ptr<const training::RawDataset> test, AggregatorClient& aggregator,
+    std::shared_ptr<const training::RawDataset> test, aggregator::AggregatorClient& aggregator,
     SnapshotStore& snapshots, PeerMetrics& metrics, const Clock& clock, SendFn send,
     FatalFn fatal) {
   SHOAL_RETURN_IF_ERROR(options.Validate());
@@ -58,9 +58,9 @@ absl::StatusOr<std::unique_ptr<PeerAgent>> PeerAgent::Create(
 }
 
 PeerAgent::PeerAgent(PeerAgentOptions options, std::shared_ptr<const training::RawDataset> train,
-                     std::shared_ptr<const training::RawDataset> test, AggregatorClient& aggregator,
-                     SnapshotStore& snapshots, PeerMetrics& metrics, const Clock& clock,
-                     SendFn send, FatalFn fatal)
+                     std::shared_ptr<const training::RawDataset> test,
+                     aggregator::AggregatorClient& aggregator, SnapshotStore& snapshots,
+                     PeerMetrics& metrics, const Clock& clock, SendFn send, FatalFn fatal)
     : options_(std::move(options)),
       train_(std::move(train)),
       test_(std::move(test)),

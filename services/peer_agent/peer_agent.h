@@ -18,7 +18,7 @@
 #include "libs/training/fashion_mnist.h"
 #include "libs/training/partition.h"
 #include "libs/training/trainer.h"
-#include "services/peer_agent/aggregator_client.h"
+#include "services/aggregator/aggregator_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
 #include "shoal/coordinator/v1/session.pb.h"
@@ -58,7 +58,7 @@ class PeerAgent {
 
   static absl::StatusOr<std::unique_ptr<PeerAgent>> Create(
       PeerAgentOptions options, std::shared_ptr<const training::RawDataset> train,
-      std::shared_ptr<const training::RawDataset> test, AggregatorClient& aggregator,
+      std::shared_ptr<const training::RawDataset> test, aggregator::AggregatorClient& aggregator,
       SnapshotStore& snapshots, PeerMetrics& metrics, const Clock& clock, SendFn send,
       FatalFn fatal);
   ~PeerAgent();  // Stop()s
@@ -91,9 +91,9 @@ class PeerAgent {
   };
 
   PeerAgent(PeerAgentOptions options, std::shared_ptr<const training::RawDataset> train,
-            std::shared_ptr<const training::RawDataset> test, AggregatorClient& aggregator,
-            SnapshotStore& snapshots, PeerMetrics& metrics, const Clock& clock, SendFn send,
-            FatalFn fatal);
+            std::shared_ptr<const training::RawDataset> test,
+            aggregator::AggregatorClient& aggregator, SnapshotStore& snapshots,
+            PeerMetrics& metrics, const Clock& clock, SendFn send, FatalFn fatal);
 
   void WorkerLoop();
   void Handle(const Event& event);
@@ -122,7 +122,7 @@ class PeerAgent {
   const PeerAgentOptions options_;
   const std::shared_ptr<const training::RawDataset> train_;
   const std::shared_ptr<const training::RawDataset> test_;
-  AggregatorClient& aggregator_;
+  aggregator::AggregatorClient& aggregator_;
   SnapshotStore& snapshots_;
   PeerMetrics& metrics_;
   const Clock& clock_;

@@ -58,7 +58,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
 
   SHOAL_ASSIGN_OR_RETURN(rpc::Credentials credentials, rpc::Credentials::Create(options.tls));
   std::unique_ptr<PeerServer> s(new PeerServer());
-  s->aggregator_client_ = std::make_unique<GrpcAggregatorClient>(credentials.channel());
+  s->aggregator_client_ = std::make_unique<aggregator::GrpcAggregatorClient>(credentials.channel());
   SHOAL_ASSIGN_OR_RETURN(s->metrics_server_,
                          metrics::MetricsServer::Start(options.metrics_listen, "--metrics-listen"));
   s->metrics_ = std::make_unique<PeerMetrics>(s->metrics_server_->registry());

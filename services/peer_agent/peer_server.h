@@ -10,7 +10,7 @@
 #include "libs/rpc/server.h"
 #include "libs/rpc/tls.h"
 #include "libs/training/partition.h"
-#include "services/peer_agent/aggregator_client.h"
+#include "services/aggregator/aggregator_client.h"
 #include "services/peer_agent/peer_agent.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/peer_service.h"
@@ -66,7 +66,7 @@ class PeerServer {
   SnapshotStore snapshots_;
   std::unique_ptr<PeerServiceImpl> service_;
   std::unique_ptr<rpc::Server> server_;
-  std::unique_ptr<GrpcAggregatorClient> aggregator_client_;
+  std::unique_ptr<aggregator::GrpcAggregatorClient> aggregator_client_;
   std::unique_ptr<PeerAgent> agent_;
   std::unique_ptr<SessionClient> session_;
 

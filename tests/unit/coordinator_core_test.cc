@@ -33,15 +33,16 @@ class FakeSink final : public PeerSink {
   std::optional<absl::Status> closed;
 };
 
-class FakeAggregator final : public AggregatorClient {
+class FakeAggregator final : public aggregator::AggregatorClient {
  public:
   absl::Status OpenRound(const std::string& address,
-                         const aggregator::v1::OpenRoundRequest& request) override {
+                         const aggregator::v1::OpenRoundRequest& request, absl::Time) override {
     opened.push_back(request);
     return open_status;
   }
   absl::StatusOr<aggregator::v1::CloseRoundResponse> CloseRound(
-      const std::string& address, const aggregator::v1::CloseRoundRequest& request) override {
+      const std::string& address, const aggregator::v1::CloseRoundRequest& request,
+      absl::Time) override {
     closed.push_back(request);
     if (!close_status.ok()) return close_status;
     aggregator::v1::CloseRoundResponse response;
@@ -52,19 +53,24 @@ class FakeAggregator final : public AggregatorClient {
     response.set_mean_train_loss(0.5);
     return response;
   }
-  absl::StatusOr<tensor::FlatModel> GetModel(const std::string&, const std::string&,
-                                             uint64_t v) override {
+  absl::StatusOr<tensor::FlatModel> GetModel(const std::string&, const std::string&, uint64_t v,
+                                             absl::Time) override {
     tensor::FlatModel model;
     model.layout = *tensor::ModelLayout::Create({{"w", {2}}});
     model.values = {static_cast<float>(v), 1.0f};
     return model;
   }
-  absl::Status PutModel(const std::string&, const std::string& task, uint64_t v,
-                        const tensor::FlatModel&) override {
-    puts.push_back({task, v});
-    return absl::OkStatus();
+  absl::StatusOr<uint64_t> PutModel(const std::string&, const common::v1::ModelMeta& meta,
+                                    std::shared_ptr<const tensor::FlatModel> model,
+                                    absl::Time) override {
+    puts.push_back({meta.task(), meta.version()});
+    return model->Digest();
   }
-  absl::Status ReleaseTask(const std::string&, const std::string& task) override {
+  absl::StatusOr<bool> PushUpdate(const std::string&, const aggregator::v1::UpdateMeta&,
+                                  std::shared_ptr<const tensor::FlatModel>, absl::Time) override {
+    return absl::UnimplementedError("the coordinator never pushes");
+  }
+  absl::Status ReleaseTask(const std::string&, const std::string& task, absl::Time) override {
     released.push_back(task);
     return absl::OkStatus();
   }

@@ -14,10 +14,12 @@
 #include "shoal/aggregator/v1/aggregator.pb.h"
 #include "shoal/common/v1/model.pb.h"
 
-namespace shoal::peer {
+namespace shoal::aggregator {
 
-// What the peer agent needs from an aggregator. One attempt per call, bounded by `deadline`;
-// retrying is the caller's business. Implementations are thread-safe.
+// Client of AggregatorService, used by peers (models and deltas) and by the coordinator (rounds,
+// checkpoints). One attempt per call, bounded by `deadline`; retrying is the caller's business
+// (the channel itself retries UNAVAILABLE). Errors name the call and the aggregator.
+// Implementations are thread-safe.
 class AggregatorClient {
  public:
   virtual ~AggregatorClient() = default;
@@ -29,14 +31,20 @@ class AggregatorClient {
                                             std::shared_ptr<const tensor::FlatModel> model,
                                             absl::Time deadline) = 0;
   // Pushes a delta (AggregatorService.PushUpdate). Returns `duplicate`.
-  virtual absl::StatusOr<bool> PushUpdate(const std::string& address,
-                                          const aggregator::v1::UpdateMeta& meta,
+  virtual absl::StatusOr<bool> PushUpdate(const std::string& address, const v1::UpdateMeta& meta,
                                           std::shared_ptr<const tensor::FlatModel> delta,
                                           absl::Time deadline) = 0;
   // Downloads model `version` of `task` (AggregatorService.GetModel).
   virtual absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address,
                                                      const std::string& task, uint64_t version,
                                                      absl::Time deadline) = 0;
+  virtual absl::Status OpenRound(const std::string& address, const v1::OpenRoundRequest& request,
+                                 absl::Time deadline) = 0;
+  virtual absl::StatusOr<v1::CloseRoundResponse> CloseRound(const std::string& address,
+                                                            const v1::CloseRoundRequest& request,
+                                                            absl::Time deadline) = 0;
+  virtual absl::Status ReleaseTask(const std::string& address, const std::string& task,
+                                   absl::Time deadline) = 0;
 };
 
 // AggregatorClient over gRPC; keeps one channel per aggregator address. Thread-safe.
@@ -49,12 +57,18 @@ class GrpcAggregatorClient final : public AggregatorClient {
   absl::StatusOr<uint64_t> PutModel(const std::string& address, const common::v1::ModelMeta& meta,
                                     std::shared_ptr<const tensor::FlatModel> model,
                                     absl::Time deadline) override;
-  absl::StatusOr<bool> PushUpdate(const std::string& address,
-                                  const aggregator::v1::UpdateMeta& meta,
+  absl::StatusOr<bool> PushUpdate(const std::string& address, const v1::UpdateMeta& meta,
                                   std::shared_ptr<const tensor::FlatModel> delta,
                                   absl::Time deadline) override;
   absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address, const std::string& task,
                                              uint64_t version, absl::Time deadline) override;
+  absl::Status OpenRound(const std::string& address, const v1::OpenRoundRequest& request,
+                         absl::Time deadline) override;
+  absl::StatusOr<v1::CloseRoundResponse> CloseRound(const std::string& address,
+                                                    const v1::CloseRoundRequest& request,
+                                                    absl::Time deadline) override;
+  absl::Status ReleaseTask(const std::string& address, const std::string& task,
+                           absl::Time deadline) override;
 
  private:
   struct Stub;
@@ -65,4 +79,4 @@ class GrpcAggregatorClient final : public AggregatorClient {
   std::map<std::string, std::shared_ptr<Stub>> stubs_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace shoal::peer
+}  // namespace shoal::aggregator

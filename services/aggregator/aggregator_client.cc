@@ -1,4 +1,4 @@
-#include "services/peer_agent/aggregator_client.h"
+#include "services/aggregator/aggregator_client.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -8,7 +8,7 @@
 #include "libs/rpc/status.h"
 #include "shoal/aggregator/v1/aggregator.grpc.pb.h"
 
-namespace shoal::peer {
+namespace shoal::aggregator {
 namespace {
 
 void SetDeadline(grpc::ClientContext& context, absl::Time deadline) {
@@ -87,4 +87,38 @@ absl::StatusOr<tensor::FlatModel> GrpcAggregatorClient::GetModel(const std::stri
   return std::move(received->model);
 }
 
-}  // namespace shoal::peer
+absl::Status GrpcAggregatorClient::OpenRound(const std::string& address,
+                                             const v1::OpenRoundRequest& request,
+                                             absl::Time deadline) {
+  grpc::ClientContext context;
+  SetDeadline(context, deadline);
+  v1::OpenRoundResponse response;
+  return WithContext(
+      rpc::FromGrpcStatus(StubFor(address)->stub->OpenRound(&context, request, &response)),
+      "OpenRound", address);
+}
+
+absl::StatusOr<v1::CloseRoundResponse> GrpcAggregatorClient::CloseRound(
+    const std::string& address, const v1::CloseRoundRequest& request, absl::Time deadline) {
+  grpc::ClientContext context;
+  SetDeadline(context, deadline);
+  v1::CloseRoundResponse response;
+  absl::Status s =
+      rpc::FromGrpcStatus(StubFor(address)->stub->CloseRound(&context, request, &response));
+  if (!s.ok()) return WithContext(s, "CloseRound", address);
+  return response;
+}
+
+absl::Status GrpcAggregatorClient::ReleaseTask(const std::string& address, const std::string& task,
+                                               absl::Time deadline) {
+  grpc::ClientContext context;
+  SetDeadline(context, deadline);
+  v1::ReleaseTaskRequest request;
+  request.set_task(task);
+  v1::ReleaseTaskResponse response;
+  return WithContext(
+      rpc::FromGrpcStatus(StubFor(address)->stub->ReleaseTask(&context, request, &response)),
+      "ReleaseTask", address);
+}
+
+}  // namespace shoal::aggregator
