@@ -5,7 +5,7 @@
 FROM debian:bookworm AS build
 WORKDIR /src
 COPY scripts/bootstrap scripts/bootstrap
-RUN scripts/bootstrap && rm -rf /var/lib/apt/lists/*
+RUN SHOAL_BOOTSTRAP=build scripts/bootstrap && rm -rf /var/lib/apt/lists/*
 COPY . .
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHOAL_BUILD_TESTS=OFF \
  && cmake --build /build --target shoal-coordinator shoal-aggregator shoal-peer shoalctl
@@ -24,4 +24,8 @@ COPY deploy/tasks/ /etc/shoal/tasks/
 USER shoal
 WORKDIR /var/lib/shoal
 EXPOSE 7000 9100
+# The standard gRPC health service of the default command (the coordinator); other services
+# override it with their own port and certificate (docker-compose.yml does, per service).
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
+  CMD ["shoalctl", "health", "--target", "127.0.0.1:7000", "--tls-dir", "/certs/coordinator", "--timeout", "3s"]
 CMD ["shoal-coordinator", "--listen", "0.0.0.0:7000", "--metrics-listen", "0.0.0.0:9100", "--state-dir", "/var/lib/shoal", "--tls-dir", "/certs/coordinator"]

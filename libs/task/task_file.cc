@@ -547,6 +547,9 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
     return FieldError("max_update_norm", absl::StrCat("must be >= 0 (0 = no bound), got ",
                                                       JsonNumber(spec.max_update_norm())));
   }
+  if (spec.join_token().size() > 256) {
+    return FieldError("join_token", "at most 256 characters");
+  }
   return absl::OkStatus();
 }
 

@@ -19,6 +19,7 @@ struct AggregatorCore::Round {
   uint64_t base_version = 0;
   std::shared_ptr<const tensor::FlatModel> base;
   std::set<std::string> expected;
+  std::map<std::string, std::string> session_tokens;  // empty = tokens not required
   double max_norm = 0;
   State state = State::kOpen;
   std::set<std::string> accepted;  // peers whose updates were folded in
@@ -198,8 +199,9 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
             absl::StrCat("round ", p.round, " of task '", p.task, "' is open with base version ",
                          cur->base_version, ", not ", p.base_version));
       }
-      // Idempotent re-open; the latest expected set and bound win.
+      // Idempotent re-open; the latest expected set, tokens and bound win.
       cur->expected = std::set<std::string>(p.expected_peers.begin(), p.expected_peers.end());
+      cur->session_tokens = p.session_tokens;
       cur->max_norm = p.max_update_norm;
       return absl::OkStatus();
     }
@@ -231,6 +233,7 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
   round->base_version = p.base_version;
   round->base = base->second.model;
   round->expected = std::set<std::string>(p.expected_peers.begin(), p.expected_peers.end());
+  round->session_tokens = p.session_tokens;
   round->max_norm = p.max_update_norm;
   round->opened_at = clock_.Now();
   // Reuse the previous round's sum buffer when nothing can touch it any more.
@@ -387,6 +390,12 @@ absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
     return reject(RejectReason::kNonFinite,
                   absl::InvalidArgumentError("UpdateMeta.train_loss is not finite"));
   }
+  if (!meta.caller_identity.empty() && meta.caller_identity != meta.peer_id) {
+    return reject(RejectReason::kUnauthenticated,
+                  absl::PermissionDeniedError(
+                      absl::StrCat("the caller's certificate is for '", meta.caller_identity,
+                                   "', not for peer '", meta.peer_id, "'")));
+  }
   std::shared_ptr<Task> task;
   std::shared_ptr<Round> round;
   std::vector<float> buffer;
@@ -415,6 +424,15 @@ absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
                     absl::FailedPreconditionError(
                         absl::StrCat("peer '", meta.peer_id, "' is not expected in round ",
                                      meta.round, " of task '", meta.task, "'")));
+    }
+    if (!round->session_tokens.empty()) {
+      auto token = round->session_tokens.find(meta.peer_id);
+      if (token == round->session_tokens.end() || meta.session_token.empty() ||
+          token->second != meta.session_token) {
+        return reject(RejectReason::kUnauthenticated,
+                      absl::UnauthenticatedError(absl::StrCat(
+                          "missing or wrong session token for peer '", meta.peer_id, "'")));
+      }
     }
     if (meta.base_version != round->base_version) {
       return reject(

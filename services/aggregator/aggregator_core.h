@@ -44,6 +44,8 @@ struct PushMeta {
   uint64_t base_version = 0;
   uint64_t num_samples = 0;
   double train_loss = 0;
+  std::string session_token = "";    // UpdateMeta.session_token
+  std::string caller_identity = "";  // the caller's TLS certificate name ("" for plaintext)
 };
 
 struct OpenRoundParams {
@@ -52,6 +54,8 @@ struct OpenRoundParams {
   uint64_t base_version = 0;
   std::vector<std::string> expected_peers;
   double max_update_norm = 0;  // 0 = no bound
+  // peer id -> session token; when not empty a push must carry its peer's token.
+  std::map<std::string, std::string> session_tokens = {};
 };
 
 struct RoundResult {

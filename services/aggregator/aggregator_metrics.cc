@@ -22,6 +22,8 @@ const char* RejectReasonLabel(RejectReason reason) {
       return "busy";
     case RejectReason::kIncomplete:
       return "incomplete";
+    case RejectReason::kUnauthenticated:
+      return "unauthenticated";
   }
   return "unknown";
 }

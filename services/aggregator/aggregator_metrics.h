@@ -22,8 +22,9 @@ enum class RejectReason {
   kNormBound,       // INVALID_ARGUMENT: L2 norm above the round's bound
   kBusy,        // RESOURCE_EXHAUSTED / ABORTED: no staging buffer, executor full, concurrent push
   kIncomplete,  // the stream ended or was cancelled before the update was complete
+  kUnauthenticated,  // UNAUTHENTICATED / PERMISSION_DENIED: wrong session token or certificate
 };
-inline constexpr int kNumRejectReasons = 9;
+inline constexpr int kNumRejectReasons = 10;
 const char* RejectReasonLabel(RejectReason reason);
 
 // The aggregator's Prometheus metrics, registered in an injected registry. Owned by the server

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/status.h"
+#include "libs/rpc/tls.h"
 
 namespace shoal::aggregator {
 namespace {
@@ -118,8 +119,12 @@ class PutModelReactor : public grpc::ServerReadReactor<PutModelRequest> {
 class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   PushUpdateReactor(AggregatorCore& core, Executor& executor, AggregatorMetrics& metrics,
-                    grpc::ByteBuffer* response)
-      : core_(core), executor_(executor), metrics_(metrics), response_(response) {
+                    grpc::ByteBuffer* response, std::string caller_identity)
+      : core_(core),
+        executor_(executor),
+        metrics_(metrics),
+        response_(response),
+        caller_identity_(std::move(caller_identity)) {
     StartRead(&message_);
   }
 
@@ -161,8 +166,9 @@ class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         return s;
       }
       const auto& m = request.meta();
-      auto push = core_.BeginPush(
-          {m.task(), m.round(), m.peer_id(), m.base_version(), m.num_samples(), m.train_loss()});
+      auto push =
+          core_.BeginPush({m.task(), m.round(), m.peer_id(), m.base_version(), m.num_samples(),
+                           m.train_loss(), m.session_token(), caller_identity_});
       if (!push.ok()) return push.status();
       if (*push == nullptr) {
         PushUpdateResponse response;
@@ -231,6 +237,7 @@ class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   Executor& executor_;
   AggregatorMetrics& metrics_;
   grpc::ByteBuffer* response_;
+  const std::string caller_identity_;  // the caller's certificate name; "" when plaintext
   grpc::ByteBuffer message_;
   std::vector<grpc::Slice> slices_;
   std::vector<absl::string_view> parts_;
@@ -251,7 +258,7 @@ grpc::ServerReadReactor<PutModelRequest>* AggregatorServiceImpl::PutModel(
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* AggregatorServiceImpl::PushUpdate(
     grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
-  return new PushUpdateReactor(core_, executor_, metrics_, response);
+  return new PushUpdateReactor(core_, executor_, metrics_, response, rpc::CallerIdentity(*context));
 }
 
 grpc::ServerWriteReactor<common::v1::ModelChunk>* AggregatorServiceImpl::GetModel(
@@ -277,6 +284,7 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::OpenRound(
   params.base_version = request->base_version();
   params.expected_peers.assign(request->expected_peers().begin(), request->expected_peers().end());
   params.max_update_norm = request->max_update_norm();
+  params.session_tokens.insert(request->session_tokens().begin(), request->session_tokens().end());
   auto* reactor = context->DefaultReactor();
   reactor->Finish(rpc::ToGrpcStatus(core_.OpenRound(params)));
   return reactor;

@@ -1,5 +1,7 @@
 #include "services/coordinator/coordinator_core.h"
 
+#include <openssl/rand.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -35,6 +37,23 @@ const char* StateName(TaskState state) {
 }
 
 int64_t UnixMillis(absl::Time t) { return absl::ToUnixMillis(t); }
+
+// 128 random bits from OpenSSL's CSPRNG, hex-encoded.
+std::string NewSessionToken() {
+  unsigned char bytes[16];
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1) {
+    LogError("RAND_bytes failed; cannot issue session tokens");
+    std::abort();  // an invariant: without randomness no token is safe to hand out
+  }
+  std::string hex;
+  for (unsigned char b : bytes) absl::StrAppend(&hex, absl::Hex(b, absl::kZeroPad2));
+  return hex;
+}
+
+// Whether a peer that presented `token` may join `spec`'s task.
+bool TokenAdmits(const common::v1::TaskSpec& spec, const std::string& token) {
+  return spec.join_token().empty() || spec.join_token() == token;
+}
 
 std::string HexDigest(uint64_t digest) {
   char buf[17];
@@ -112,6 +131,7 @@ void CoordinatorCore::SendTo(const std::string& peer_id, v1::CoordinatorEvent ev
 
 v1::TaskStatus CoordinatorCore::StatusOf(const Task& task) const {
   v1::TaskStatus status = task.status;
+  status.mutable_spec()->clear_join_token();  // a secret: never leaves the coordinator
   for (const std::string& id : task.peers) status.add_participants(id);
   return status;
 }
@@ -123,9 +143,10 @@ void CoordinatorCore::MarkChanged(Task& task, Outbox& out) {
       out.push_back([cb = watcher.second, status] { cb(status); });
     }
   }
-  out.push_back([this, status] {
-    absl::Status s = store_.PutTask(status);
-    if (!s.ok()) LogError("task ", status.spec().name(), ": cannot persist: ", s.message());
+  // The store keeps the whole spec, join token included (StatusOf strips it).
+  out.push_back([this, stored = task.status] {
+    absl::Status s = store_.PutTask(stored);
+    if (!s.ok()) LogError("task ", stored.spec().name(), ": cannot persist: ", s.message());
   });
 }
 
@@ -149,6 +170,18 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
   std::string id;
   {
     absl::MutexLock lock(&mu_);
+    bool any_open = false;
+    bool admitted = false;
+    for (const auto& [name, t] : tasks_) {
+      if (!IsActive(t)) continue;
+      any_open = true;
+      admitted = admitted || TokenAdmits(t.status.spec(), hello.join_token());
+    }
+    if (any_open && !admitted) {
+      return absl::UnauthenticatedError(hello.join_token().empty()
+                                            ? "hello: every open task needs a join token"
+                                            : "hello: the join token matches no open task");
+    }
     id = !hello.name().empty() ? hello.name()
          : !identity.empty()   ? identity
                                : absl::StrCat("peer-", next_peer_++);
@@ -168,9 +201,11 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
     peer.sink = sink;
     peer.last_seen = clock_.Now();
     peer.task = task;
+    peer.session_token = NewSessionToken();
     metrics_.peers_connected.Set(static_cast<double>(peers_.size()));
     v1::CoordinatorEvent welcome;
     welcome.mutable_welcome()->set_peer_id(id);
+    welcome.mutable_welcome()->set_session_token(peer.session_token);
     welcome.mutable_welcome()->set_heartbeat_interval_ms(
         static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
     SendTo(id, std::move(welcome), out);
@@ -179,6 +214,7 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
       Task& t = tasks_[task];
       v1::CoordinatorEvent assigned;
       *assigned.mutable_task_assigned()->mutable_spec() = t.status.spec();
+      assigned.mutable_task_assigned()->mutable_spec()->clear_join_token();
       assigned.mutable_task_assigned()->set_aggregator_address(t.status.aggregator());
       SendTo(id, std::move(assigned), out);
     }
@@ -537,10 +573,12 @@ void CoordinatorCore::AssignIdlePeers(Outbox& out) {
       if (!IsActive(task) || task.status.aggregator().empty()) continue;
       const uint32_t max = task.status.spec().max_participants();
       if (max != 0 && task.peers.size() >= max) continue;
+      if (!TokenAdmits(task.status.spec(), peer.hello.join_token())) continue;
       peer.task = name;
       task.peers.insert(id);
       v1::CoordinatorEvent event;
       *event.mutable_task_assigned()->mutable_spec() = task.status.spec();
+      event.mutable_task_assigned()->mutable_spec()->clear_join_token();
       event.mutable_task_assigned()->set_aggregator_address(task.status.aggregator());
       SendTo(id, std::move(event), out);
       LogInfo("peer ", id, " assigned to task ", name);
@@ -678,7 +716,10 @@ void CoordinatorCore::Advance(Task& task, Outbox& out) {
   job.open.set_task(name);
   job.open.set_round(job.round);
   job.open.set_base_version(task.status.model_version());
-  for (const std::string& id : task.peers) job.open.add_expected_peers(id);
+  for (const std::string& id : task.peers) {
+    job.open.add_expected_peers(id);
+    (*job.open.mutable_session_tokens())[id] = peers_[id].session_token;
+  }
   job.open.set_max_update_norm(spec.max_update_norm());
   task.status.set_phase(v1::ROUND_PHASE_OPENING);
   Enqueue(task, std::move(job));

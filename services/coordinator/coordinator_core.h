@@ -65,8 +65,10 @@ class CoordinatorCore {
   // --- Peers (SessionService) ---
   // Registers a peer from its Hello; returns its id. `identity` is the common name of the
   // peer's verified TLS certificate ("" for plaintext): a peer may only use its own name, and
-  // one without a name gets its certificate's. Errors: INVALID_ARGUMENT bad Hello;
-  // PERMISSION_DENIED a name that is not the certificate's.
+  // one without a name gets its certificate's. The peer gets a fresh session token in Welcome,
+  // and is only assigned to tasks whose join token it presented. Errors: INVALID_ARGUMENT bad
+  // Hello; PERMISSION_DENIED a name that is not the certificate's; UNAUTHENTICATED a join token
+  // that no open task accepts while every open task needs one.
   absl::StatusOr<std::string> Connect(const v1::Hello& hello, const std::string& identity,
                                       std::shared_ptr<PeerSink> sink);
   // The peer's stream ended (cleanly or not). `sink` guards against a stale stream of a peer
@@ -102,6 +104,7 @@ class CoordinatorCore {
   struct Peer {
     std::string id;
     v1::Hello hello;
+    std::string session_token;  // given in Welcome; aggregators accept its pushes only with it
     std::shared_ptr<PeerSink> sink;
     absl::Time last_seen;
     std::string task;  // assigned task, empty when idle

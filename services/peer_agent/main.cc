@@ -32,6 +32,9 @@ ABSL_FLAG(int, torch_threads, 1, "LibTorch intra-op threads");
 ABSL_FLAG(std::string, tls_dir, "",
           "mutual TLS: a directory with ca.crt, tls.crt, tls.key (see scripts/gen-certs)");
 ABSL_FLAG(bool, insecure, false, "serve and call plaintext gRPC instead of mutual TLS");
+ABSL_FLAG(std::string, join_token, "",
+          "the join token of the tasks to join (default: $SHOAL_JOIN_TOKEN); prefer the "
+          "environment variable, command lines are visible to other users");
 
 namespace {
 
@@ -66,6 +69,11 @@ int main(int argc, char** argv) {
   options.torch_threads = absl::GetFlag(FLAGS_torch_threads);
   options.tls.dir = absl::GetFlag(FLAGS_tls_dir);
   options.tls.insecure = absl::GetFlag(FLAGS_insecure);
+  options.join_token = absl::GetFlag(FLAGS_join_token);
+  if (const char* token = std::getenv("SHOAL_JOIN_TOKEN");
+      options.join_token.empty() && token != nullptr) {
+    options.join_token = token;
+  }
   const std::string shard = absl::GetFlag(FLAGS_shard);
   if (shard.empty()) Fail(absl::InvalidArgumentError("--shard is required (I/N)"), 2);
   absl::StatusOr<shoal::training::ShardSpec> parsed =

@@ -92,6 +92,7 @@ void PeerAgent::OnEvent(const CoordinatorEvent& event) {
   absl::MutexLock lock(&mu_);
   if (event.has_welcome()) {
     peer_id_ = event.welcome().peer_id();
+    session_token_ = event.welcome().session_token();
     return;
   }
   if (queue_.size() >= options_.max_queued_events) {
@@ -371,7 +372,11 @@ void PeerAgent::HandleRoundStarted(const coordinator::v1::RoundStarted& m) {
   aggregator::v1::UpdateMeta meta;
   meta.set_task(task);
   meta.set_round(m.round());
-  meta.set_peer_id(peer_id());
+  {
+    absl::MutexLock lock(&mu_);
+    meta.set_peer_id(peer_id_);
+    meta.set_session_token(session_token_);  // the aggregator accepts our pushes only with it
+  }
   meta.set_base_version(m.model_version());
   meta.set_num_samples(stats->samples);
   meta.set_train_loss(stats->mean_loss);

@@ -135,6 +135,7 @@ class PeerAgent {
   int queued_task_ending_ ABSL_GUARDED_BY(mu_) = 0;  // TaskFinished, TaskAssigned, disconnect
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::string peer_id_ ABSL_GUARDED_BY(mu_);
+  std::string session_token_ ABSL_GUARDED_BY(mu_);  // from the latest Welcome
 
   std::optional<TaskState> task_;  // worker thread only
   std::thread worker_;

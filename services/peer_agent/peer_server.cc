@@ -73,6 +73,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   session_options.coordinator = options.coordinator;
   session_options.credentials = credentials.channel();
   session_options.hello.set_name(options.name);
+  session_options.hello.set_join_token(options.join_token);
   session_options.hello.set_listen_address(s->server_->address());
   session_options.hello.set_device(options.device);
   session_options.hello.set_shard_index(options.shard.index);

@@ -31,6 +31,7 @@ struct PeerOptions {
   std::string address_file;                    // --address-file (optional)
   int torch_threads = 1;                       // --torch-threads
   rpc::TlsOptions tls;                         // --tls-dir DIR | --insecure
+  std::string join_token;                      // --join-token (default $SHOAL_JOIN_TOKEN)
 
   // Checks every field without connecting anywhere: addresses parse, the data directory holds
   // the Fashion-MNIST files, the device exists. Errors are INVALID_ARGUMENT (NOT_FOUND for a

@@ -12,8 +12,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "libs/common/address.h"
 #include "libs/common/backoff.h"
 #include "libs/common/status_macros.h"
+#include "libs/rpc/channel.h"
 #include "libs/rpc/tls.h"
 #include "libs/task/task_file.h"
 #include "libs/tensor/model_file.h"
@@ -34,8 +37,8 @@ constexpr absl::Duration kReconnectBudget = absl::Seconds(60);
 
 const std::set<std::string>& ValueFlags() {
   static const auto* flags = new std::set<std::string>{
-      "coordinator", "timeout",  "out",       "version", "peers",           "task",
-      "aggregators", "data-dir", "state-dir", "bin-dir", "startup-timeout", "tls-dir"};
+      "coordinator", "timeout",   "out",     "version",         "peers",   "task",   "aggregators",
+      "data-dir",    "state-dir", "bin-dir", "startup-timeout", "tls-dir", "target", "service"};
   return *flags;
 }
 
@@ -229,6 +232,7 @@ class Shoalctl {
       return Fail(env_, absl::StrCat("unknown command \"model ", sub, "\" (expected get)"), 2);
     }
     if (cmd == "local") return Local();
+    if (cmd == "health") return Health();
     return Fail(env_, absl::StrCat("unknown command \"", cmd, "\"; run `shoalctl help`"), 2);
   }
 
@@ -257,6 +261,7 @@ class Shoalctl {
     if (absl::Status s = CheckArgs(args_, 2, 1, {}, usage); !s.ok()) return UsageFail(s);
     absl::StatusOr<common::v1::TaskSpec> spec = task::LoadTaskFile(args_.positional[2]);
     if (!spec.ok()) return Fail(env_, std::string(spec.status().message()));
+    if (spec->join_token().empty()) spec->set_join_token(env_.default_join_token);
     auto client = Client(g_.coordinator);
     if (!client.ok()) return UsageFail(client.status());
     absl::StatusOr<TaskStatus> status = (*client)->CreateTask(*spec, g_.timeout);
@@ -374,6 +379,62 @@ class Shoalctl {
     return 0;
   }
 
+  // grpc.health.v1.Health/Check against any Shoal service: the container health probe.
+  int Health() {
+    const std::string usage =
+        "shoalctl health --target HOST:PORT [--service NAME] [--tls-dir DIR | --insecure]";
+    if (absl::Status s = CheckArgs(args_, 1, 0, {"target", "service"}, usage); !s.ok()) {
+      return UsageFail(s);
+    }
+    auto target = args_.values.find("target");
+    if (target == args_.values.end() || target->second.empty()) {
+      return Fail(env_, absl::StrCat("--target HOST:PORT is required; usage: ", usage), 2);
+    }
+    if (absl::StatusOr<HostPort> parsed = ParseHostPort(target->second, "--target");
+        !parsed.ok() || parsed->port == 0) {
+      return Fail(env_,
+                  parsed.ok() ? absl::StrCat("--target: expected HOST:PORT with a port, got \"",
+                                             target->second, "\"")
+                              : std::string(parsed.status().message()),
+                  2);
+    }
+    const std::string service =
+        args_.values.count("service") > 0 ? args_.values["service"] : std::string();
+    absl::StatusOr<rpc::Credentials> credentials = rpc::Credentials::Create(g_.tls);
+    if (!credentials.ok()) return UsageFail(credentials.status());
+    auto stub =
+        grpc::health::v1::Health::NewStub(rpc::MakeChannel(target->second, credentials->channel()));
+    grpc::ClientContext context;
+    rpc::SetTimeout(context, g_.timeout);
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
+    const grpc::Status status = stub->Check(&context, request, &response);
+    const std::string what =
+        service.empty() ? target->second : absl::StrCat(target->second, " service ", service);
+    if (!status.ok()) {
+      switch (status.error_code()) {
+        case grpc::StatusCode::NOT_FOUND:
+          return Fail(env_, absl::StrCat(what, ": no such service (", status.error_message(), ")"));
+        case grpc::StatusCode::DEADLINE_EXCEEDED:
+          return Fail(env_, absl::StrCat(what, " did not answer within ",
+                                         absl::FormatDuration(g_.timeout)));
+        default:
+          return Fail(env_, absl::StrCat("health check of ", what, " failed: ",
+                                         status.error_message().empty()
+                                             ? std::to_string(status.error_code())
+                                             : status.error_message()));
+      }
+    }
+    const std::string state =
+        grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
+    if (response.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+      return Fail(env_, absl::StrCat(what, " is ", state));
+    }
+    *env_.out << what << " is " << state << "\n";
+    return 0;
+  }
+
   int Local();
 
   Environment& env_;
@@ -423,6 +484,11 @@ int Shoalctl::Local() {
   // Check the task before starting anything.
   absl::StatusOr<common::v1::TaskSpec> spec = task::LoadTaskFile(args_.values["task"]);
   if (!spec.ok()) return Fail(env_, std::string(spec.status().message()));
+  if (spec->join_token().empty()) spec->set_join_token(env_.default_join_token);
+  if (!spec->join_token().empty()) {
+    options.peer_args.push_back("--join-token");
+    options.peer_args.push_back(spec->join_token());
+  }
   if (spec->min_participants() > static_cast<uint32_t>(options.peers)) {
     return Fail(
         env_,
@@ -630,6 +696,9 @@ commands:
   local --peers N --task FILE [--aggregators 1] [--data-dir DIR] [--state-dir DIR]
         [--bin-dir DIR] [--startup-timeout 60s] [--keep-going]
                                    run a whole cluster on 127.0.0.1 and train FILE's task
+  health --target HOST:PORT [--service NAME]
+                                   gRPC health check of any Shoal service (grpc.health.v1);
+                                   exits 0 only when it is SERVING (the container probe)
   help                             this text
 
 global flags:

@@ -49,8 +49,9 @@ struct Environment {
   Interrupt* interrupt = nullptr;  // may be null
   ClientFactory make_client;       // null = a real ControlClient
   std::string default_coordinator = "127.0.0.1:7000";
-  std::string default_tls_dir;  // $SHOAL_TLS_DIR
-  std::string temp_dir;         // parent of `local`'s fresh state dir ("" = /tmp)
+  std::string default_tls_dir;     // $SHOAL_TLS_DIR
+  std::string default_join_token;  // $SHOAL_JOIN_TOKEN: used when a task file has none
+  std::string temp_dir;            // parent of `local`'s fresh state dir ("" = /tmp)
 };
 
 // Runs `shoalctl <argv...>` (argv without the program name). Returns the exit code: 0 success,

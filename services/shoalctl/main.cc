@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   }
   if (const char* t = std::getenv("TMPDIR"); t != nullptr) env.temp_dir = t;
   if (const char* d = std::getenv("SHOAL_TLS_DIR"); d != nullptr) env.default_tls_dir = d;
+  if (const char* t = std::getenv("SHOAL_JOIN_TOKEN"); t != nullptr) env.default_join_token = t;
   const int code =
       shoal::shoalctl::RunShoalctl(std::vector<std::string>(argv + 1, argv + argc), env);
   std::cout.flush();

@@ -159,6 +159,41 @@ TEST_F(AggregatorCoreTest, RoundGivesTheExactWeightedMean) {
   EXPECT_EQ(metrics_->rounds_completed.Value(), 1);
 }
 
+TEST_F(AggregatorCoreTest, PushesNeedTheirPeersSessionTokenAndCertificate) {
+  PutBase();
+  OpenRoundParams params{"t", 1, 0, {"a", "b"}, 0};
+  params.session_tokens = {{"a", "token-a"}, {"b", "token-b"}};
+  ASSERT_TRUE(core_->OpenRound(params).ok());
+  tensor::FlatModel bad = Filled([](size_t i) { return 100.0f; });
+  PushMeta missing = Meta("a", 1);
+  EXPECT_EQ(PushModel(missing, bad).code(), absl::StatusCode::kUnauthenticated);
+  PushMeta wrong = Meta("a", 1);
+  wrong.session_token = "guess";
+  EXPECT_EQ(PushModel(wrong, bad).code(), absl::StatusCode::kUnauthenticated);
+  PushMeta replayed = Meta("a", 1);  // b's token, replayed as peer a
+  replayed.session_token = "token-b";
+  EXPECT_EQ(PushModel(replayed, bad).code(), absl::StatusCode::kUnauthenticated);
+  PushMeta impostor = Meta("a", 1);  // right token, but b's certificate
+  impostor.session_token = "token-a";
+  impostor.caller_identity = "b";
+  EXPECT_EQ(PushModel(impostor, bad).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Rejected(RejectReason::kUnauthenticated), 4);
+
+  tensor::FlatModel good = Filled([](size_t i) { return 1.0f; });
+  PushMeta ok = Meta("a", 1);
+  ok.session_token = "token-a";
+  ok.caller_identity = "a";
+  ASSERT_TRUE(PushModel(ok, good).ok());
+  auto result = core_->CloseRound("t", 1);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(result->contributors, ElementsAre("a"));
+  auto model = core_->GetModel("t", std::nullopt);
+  ASSERT_TRUE(model.ok());
+  for (size_t i = 0; i < good.values.size(); ++i) {
+    EXPECT_FLOAT_EQ(model->model->values[i], static_cast<float>(i) + 1.0f) << i;  // no 100s
+  }
+}
+
 TEST_F(AggregatorCoreTest, DuplicatePushIsAcknowledgedOnce) {
   PutBase();
   Open({"a"});

@@ -285,6 +285,42 @@ TEST_F(CoordinatorCoreTest, PeersCanOnlyUseTheirCertificatesName) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(CoordinatorCoreTest, JoinTokensGateTasksAndSessionTokensReachTheAggregator) {
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
+  common::v1::TaskSpec spec = Spec("secret", 1, 5);
+  spec.set_join_token("let-me-in");
+  ASSERT_TRUE(core_->CreateTask(spec).ok());
+  EXPECT_TRUE(Status("secret").spec().join_token().empty()) << "the token never leaves";
+
+  // Every open task needs a token: a peer without one, or with a wrong one, is refused.
+  v1::Hello no_token = Hello("a");
+  EXPECT_EQ(core_->Connect(no_token, "", std::make_shared<FakeSink>()).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  v1::Hello wrong = Hello("a");
+  wrong.set_join_token("guess");
+  EXPECT_EQ(core_->Connect(wrong, "", std::make_shared<FakeSink>()).status().code(),
+            absl::StatusCode::kUnauthenticated);
+
+  v1::Hello right = Hello("a");
+  right.set_join_token("let-me-in");
+  auto sink = std::make_shared<FakeSink>();
+  ASSERT_TRUE(core_->Connect(right, "", sink).ok());
+  ASSERT_GE(sink->events.size(), 2u);
+  const std::string token = sink->events[0].welcome().session_token();
+  EXPECT_EQ(token.size(), 32u);
+  ASSERT_EQ(sink->events[1].kind_case(), v1::CoordinatorEvent::kTaskAssigned);
+  EXPECT_TRUE(sink->events[1].task_assigned().spec().join_token().empty());
+  ASSERT_TRUE(core_->OnMessage("a", Initialized("secret")).ok());
+  core_->Step();
+  ASSERT_EQ(aggregator_.opened.size(), 1u);
+  EXPECT_EQ(aggregator_.opened[0].session_tokens().at("a"), token);
+
+  // A reconnect gets a new token.
+  auto again = std::make_shared<FakeSink>();
+  ASSERT_TRUE(core_->Connect(right, "", again).ok());
+  EXPECT_NE(again->events[0].welcome().session_token(), token);
+}
+
 TEST_F(CoordinatorCoreTest, CrashedPeerDoesNotStallTheRound) {
   auto sinks = StartTask(Spec("t", 2, 5), {"a", "b", "c"});
   ASSERT_EQ(Status("t").phase(), v1::ROUND_PHASE_TRAINING);
