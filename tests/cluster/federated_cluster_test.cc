@@ -179,6 +179,22 @@ TEST(FederatedClusterTest, CoordinatorRestartKeepsTasksAndCheckpoints) {
 
   // Unknown tasks are NOT_FOUND.
   EXPECT_EQ(cluster.Status("nope").status().code(), absl::StatusCode::kNotFound);
+
+  // The README's worked example, a separate program, reads the same API over mutual TLS.
+  process::ProcessOptions example;
+  example.name = "shoal-control-example";
+  const char* bin = std::getenv("SHOAL_BIN_DIR");
+  example.binary = std::string(bin != nullptr ? bin : "build/bin") + "/shoal-control-example";
+  example.args = {cluster.coordinator().address, cluster.ClientTlsDir(), spec.name()};
+  example.log_path = cluster.dir() + "/example.log";
+  auto run = process::Process::Start(std::move(example));
+  ASSERT_TRUE(run.ok()) << run.status();
+  auto exit_status = (*run)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(exit_status.ok());
+  const std::string output = (*run)->LogTail(20);
+  EXPECT_TRUE(exit_status->success()) << output;
+  EXPECT_THAT(output, HasSubstr("task survives-restart: TASK_STATE_COMPLETED, round 2 of 2"));
+  EXPECT_THAT(output, HasSubstr("round 2: 2 peers"));
 }
 
 TEST(FederatedClusterTest, CoordinatorCrashMidTaskResumesFromCheckpoint) {
