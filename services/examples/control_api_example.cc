@@ -59,8 +59,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (const auto& task : tasks.tasks()) {
-    std::printf("task %s: %s, round %llu of %u, model version %llu\n",
-                task.spec().name().c_str(),
+    std::printf("task %s: %s, round %llu of %u, model version %llu\n", task.spec().name().c_str(),
                 shoal::coordinator::v1::TaskState_Name(task.state()).c_str(),
                 static_cast<unsigned long long>(task.round()), task.spec().rounds(),
                 static_cast<unsigned long long>(task.model_version()));
