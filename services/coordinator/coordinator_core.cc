@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "libs/common/log.h"
@@ -37,6 +38,13 @@ const char* StateName(TaskState state) {
 }
 
 int64_t UnixMillis(absl::Time t) { return absl::ToUnixMillis(t); }
+
+// "federated-sync" for MODE_FEDERATED_SYNC: a bounded metric label.
+std::string ModeName(common::v1::Mode mode) {
+  std::string name = absl::AsciiStrToLower(common::v1::Mode_Name(mode).substr(5));
+  std::replace(name.begin(), name.end(), '_', '-');
+  return name;
+}
 
 // 128 random bits from OpenSSL's CSPRNG, hex-encoded.
 std::string NewSessionToken() {
@@ -624,6 +632,15 @@ void CoordinatorCore::Reconcile(Outbox& out) {
   for (const auto& [name, task] : tasks_) by_state[StateName(task.status.state())] += 1;
   for (const char* state : {"waiting", "running", "completed", "stopped", "failed"}) {
     metrics_.tasks.Add({{"state", state}}).Set(by_state[state]);
+  }
+  std::map<std::string, double> by_mode;
+  for (const auto& [name, task] : tasks_) {
+    if (IsActive(task)) by_mode[ModeName(task.status.spec().mode())] += task.peers.size();
+  }
+  for (int m = common::v1::Mode_MIN; m <= common::v1::Mode_MAX; ++m) {
+    if (!common::v1::Mode_IsValid(m) || m == common::v1::MODE_UNSPECIFIED) continue;
+    const std::string mode = ModeName(static_cast<common::v1::Mode>(m));
+    metrics_.participants.Add({{"mode", mode}}).Set(by_mode[mode]);
   }
 }
 

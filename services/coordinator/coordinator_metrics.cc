@@ -57,6 +57,10 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                 .Name("shoal_coordinator_tasks")
                 .Help("Tasks by state")
                 .Register(registry)),
+      participants(prometheus::BuildGauge()
+                       .Name("shoal_coordinator_participants")
+                       .Help("Peers assigned to open tasks, by the tasks' training mode")
+                       .Register(registry)),
       bytes_received(prometheus::BuildCounter()
                          .Name("shoal_coordinator_bytes_received_total")
                          .Help("Model bytes pulled from aggregators for checkpoints")

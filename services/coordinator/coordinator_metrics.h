@@ -21,10 +21,11 @@ struct CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>& messages_rejected;  // {reason}
   prometheus::Counter& peers_dropped;                          // expected peers that missed a round
   prometheus::Counter& peers_crashed;                          // streams lost or heartbeats missed
-  prometheus::Gauge& train_loss;                 // mean train loss of the last closed round
-  prometheus::Gauge& test_accuracy;              // test accuracy of the last evaluated model
-  prometheus::Family<prometheus::Gauge>& tasks;  // {state}
-  prometheus::Counter& bytes_received;           // checkpoints pulled from aggregators
+  prometheus::Gauge& train_loss;                        // mean train loss of the last closed round
+  prometheus::Gauge& test_accuracy;                     // test accuracy of the last evaluated model
+  prometheus::Family<prometheus::Gauge>& tasks;         // {state}
+  prometheus::Family<prometheus::Gauge>& participants;  // {mode}: peers assigned to open tasks
+  prometheus::Counter& bytes_received;                  // checkpoints pulled from aggregators
   prometheus::Counter& bytes_sent;  // models served by ControlService.GetModel and restores
   prometheus::Counter& aggregator_errors;
 };

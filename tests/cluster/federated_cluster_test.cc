@@ -112,6 +112,8 @@ TEST(FederatedClusterTest, PeerKilledMidRoundDoesNotStopTraining) {
   ASSERT_TRUE(coordinator_metrics.ok());
   EXPECT_THAT(*coordinator_metrics, HasSubstr("shoal_coordinator_rounds_completed_total 6"));
   EXPECT_THAT(*coordinator_metrics, HasSubstr("shoal_coordinator_peers_crashed_total 1"));
+  EXPECT_THAT(*coordinator_metrics,
+              HasSubstr("shoal_coordinator_participants{mode=\"federated-sync\"} 0"));
   auto aggregator_metrics = HttpGet(cluster.aggregator().metrics_address, "/metrics");
   ASSERT_TRUE(aggregator_metrics.ok());
   EXPECT_THAT(*aggregator_metrics, HasSubstr("shoal_aggregator_updates_accepted_total"));
