@@ -319,10 +319,8 @@ absl::StatusOr<aggregator::v1::PushUpdateResponse> PushUpdateZeroCopy(
 
 absl::StatusOr<aggregator::v1::PutModelResponse> PutModelZeroCopy(
     grpc::ChannelInterface& channel, grpc::ClientContext& context,
-    const common::v1::ModelMeta& meta, std::shared_ptr<const tensor::FlatModel> model,
+    const aggregator::v1::PutModelRequest& first, std::shared_ptr<const tensor::FlatModel> model,
     size_t chunk_bytes) {
-  aggregator::v1::PutModelRequest first;
-  *first.mutable_meta() = meta;
   aggregator::v1::PutModelResponse response;
   absl::Status s = WriteModelZeroCopy(channel, "/shoal.aggregator.v1.AggregatorService/PutModel",
                                       context, first, std::move(model), &response, chunk_bytes);

@@ -111,9 +111,11 @@ absl::StatusOr<aggregator::v1::PushUpdateResponse> PushUpdateZeroCopy(
     grpc::ChannelInterface& channel, grpc::ClientContext& context,
     const aggregator::v1::UpdateMeta& meta, std::shared_ptr<const tensor::FlatModel> delta,
     size_t chunk_bytes = tensor::kDefaultChunkBytes);
+// `first` is the PutModelRequest that opens the stream: its meta, and the uploading peer's id and
+// session token (empty when the coordinator restores a checkpoint).
 absl::StatusOr<aggregator::v1::PutModelResponse> PutModelZeroCopy(
     grpc::ChannelInterface& channel, grpc::ClientContext& context,
-    const common::v1::ModelMeta& meta, std::shared_ptr<const tensor::FlatModel> model,
+    const aggregator::v1::PutModelRequest& first, std::shared_ptr<const tensor::FlatModel> model,
     size_t chunk_bytes = tensor::kDefaultChunkBytes);
 
 // Malloc settings for processes that stream large models: keeps ~1 MiB message buffers in the

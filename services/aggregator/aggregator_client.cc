@@ -43,12 +43,16 @@ std::shared_ptr<GrpcAggregatorClient::Stub> GrpcAggregatorClient::StubFor(
 
 absl::StatusOr<uint64_t> GrpcAggregatorClient::PutModel(
     const std::string& address, const common::v1::ModelMeta& meta,
-    std::shared_ptr<const tensor::FlatModel> model, absl::Time deadline) {
+    std::shared_ptr<const tensor::FlatModel> model, const Caller& caller, absl::Time deadline) {
   std::shared_ptr<Stub> stub = StubFor(address);
   grpc::ClientContext context;
   SetDeadline(context, deadline);
+  v1::PutModelRequest first;
+  *first.mutable_meta() = meta;
+  first.set_peer_id(caller.peer_id);
+  first.set_session_token(caller.session_token);
   absl::StatusOr<aggregator::v1::PutModelResponse> response =
-      rpc::PutModelZeroCopy(*stub->channel, context, meta, std::move(model));
+      rpc::PutModelZeroCopy(*stub->channel, context, first, std::move(model));
   if (!response.ok()) return WithContext(response.status(), "PutModel", address);
   return response->digest_xxh3();
 }
@@ -68,6 +72,7 @@ absl::StatusOr<bool> GrpcAggregatorClient::PushUpdate(
 absl::StatusOr<tensor::FlatModel> GrpcAggregatorClient::GetModel(const std::string& address,
                                                                  const std::string& task,
                                                                  uint64_t version,
+                                                                 const Caller& caller,
                                                                  absl::Time deadline) {
   std::shared_ptr<Stub> stub = StubFor(address);
   grpc::ClientContext context;
@@ -75,6 +80,8 @@ absl::StatusOr<tensor::FlatModel> GrpcAggregatorClient::GetModel(const std::stri
   aggregator::v1::GetModelRequest request;
   request.set_task(task);
   request.set_version(version);
+  request.set_peer_id(caller.peer_id);
+  request.set_session_token(caller.session_token);
   auto reader = stub->stub->GetModel(&context, request);
   absl::StatusOr<rpc::ReceivedModel> received =
       rpc::ReadModelStream(*reader, tensor::DecoderLimits{}, &context);
@@ -107,6 +114,17 @@ absl::StatusOr<v1::CloseRoundResponse> GrpcAggregatorClient::CloseRound(
       rpc::FromGrpcStatus(StubFor(address)->stub->CloseRound(&context, request, &response));
   if (!s.ok()) return WithContext(s, "CloseRound", address);
   return response;
+}
+
+absl::Status GrpcAggregatorClient::SetMembers(const std::string& address,
+                                              const v1::SetMembersRequest& request,
+                                              absl::Time deadline) {
+  grpc::ClientContext context;
+  SetDeadline(context, deadline);
+  v1::SetMembersResponse response;
+  return WithContext(
+      rpc::FromGrpcStatus(StubFor(address)->stub->SetMembers(&context, request, &response)),
+      "SetMembers", address);
 }
 
 absl::Status GrpcAggregatorClient::ReleaseTask(const std::string& address, const std::string& task,

@@ -20,6 +20,13 @@ namespace shoal::aggregator {
 // checkpoints). One attempt per call, bounded by `deadline`; retrying is the caller's business
 // (the channel itself retries UNAVAILABLE). Errors name the call and the aggregator.
 // Implementations are thread-safe.
+// Who a peer-data call is made for: the peer's id and session token (both empty for the
+// coordinator's own calls).
+struct Caller {
+  std::string peer_id;
+  std::string session_token;
+};
+
 class AggregatorClient {
  public:
   virtual ~AggregatorClient() = default;
@@ -29,7 +36,7 @@ class AggregatorClient {
   virtual absl::StatusOr<uint64_t> PutModel(const std::string& address,
                                             const common::v1::ModelMeta& meta,
                                             std::shared_ptr<const tensor::FlatModel> model,
-                                            absl::Time deadline) = 0;
+                                            const Caller& caller, absl::Time deadline) = 0;
   // Pushes a delta (AggregatorService.PushUpdate). Returns `duplicate`.
   virtual absl::StatusOr<bool> PushUpdate(const std::string& address, const v1::UpdateMeta& meta,
                                           std::shared_ptr<const tensor::FlatModel> delta,
@@ -37,7 +44,10 @@ class AggregatorClient {
   // Downloads model `version` of `task` (AggregatorService.GetModel).
   virtual absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address,
                                                      const std::string& task, uint64_t version,
-                                                     absl::Time deadline) = 0;
+                                                     const Caller& caller, absl::Time deadline) = 0;
+  // Replaces the task's members and their session tokens (the coordinator's call).
+  virtual absl::Status SetMembers(const std::string& address, const v1::SetMembersRequest& request,
+                                  absl::Time deadline) = 0;
   virtual absl::Status OpenRound(const std::string& address, const v1::OpenRoundRequest& request,
                                  absl::Time deadline) = 0;
   virtual absl::StatusOr<v1::CloseRoundResponse> CloseRound(const std::string& address,
@@ -56,12 +66,15 @@ class GrpcAggregatorClient final : public AggregatorClient {
 
   absl::StatusOr<uint64_t> PutModel(const std::string& address, const common::v1::ModelMeta& meta,
                                     std::shared_ptr<const tensor::FlatModel> model,
-                                    absl::Time deadline) override;
+                                    const Caller& caller, absl::Time deadline) override;
   absl::StatusOr<bool> PushUpdate(const std::string& address, const v1::UpdateMeta& meta,
                                   std::shared_ptr<const tensor::FlatModel> delta,
                                   absl::Time deadline) override;
   absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address, const std::string& task,
-                                             uint64_t version, absl::Time deadline) override;
+                                             uint64_t version, const Caller& caller,
+                                             absl::Time deadline) override;
+  absl::Status SetMembers(const std::string& address, const v1::SetMembersRequest& request,
+                          absl::Time deadline) override;
   absl::Status OpenRound(const std::string& address, const v1::OpenRoundRequest& request,
                          absl::Time deadline) override;
   absl::StatusOr<v1::CloseRoundResponse> CloseRound(const std::string& address,

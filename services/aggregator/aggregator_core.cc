@@ -19,7 +19,6 @@ struct AggregatorCore::Round {
   uint64_t base_version = 0;
   std::shared_ptr<const tensor::FlatModel> base;
   std::set<std::string> expected;
-  std::map<std::string, std::string> session_tokens;  // empty = tokens not required
   double max_norm = 0;
   State state = State::kOpen;
   std::set<std::string> accepted;  // peers whose updates were folded in
@@ -163,10 +162,40 @@ absl::StatusOr<ModelSnapshot> AggregatorCore::GetModel(const std::string& name,
   return ModelSnapshot{want, it->second.model};
 }
 
+void AggregatorCore::SetMembers(const std::string& task,
+                                std::map<std::string, std::string> session_tokens) {
+  absl::MutexLock lock(&mu_);
+  members_[task] = std::move(session_tokens);
+}
+
+absl::Status AggregatorCore::CheckCaller(const std::string& task, const std::string& peer_id,
+                                         const std::string& session_token,
+                                         const std::string& identity) const {
+  if (peer_id.empty()) {
+    if (identity.empty() || identity == "coordinator") return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat(
+        "certificate '", identity, "' must name its peer id (only the coordinator may not)"));
+  }
+  if (!identity.empty() && identity != peer_id) {
+    return absl::PermissionDeniedError(absl::StrCat("the caller's certificate is for '", identity,
+                                                    "', not for peer '", peer_id, "'"));
+  }
+  absl::MutexLock lock(&mu_);
+  auto members = members_.find(task);
+  if (members == members_.end()) return absl::OkStatus();  // not set yet (plaintext tests)
+  auto token = members->second.find(peer_id);
+  if (token == members->second.end() || session_token.empty() || token->second != session_token) {
+    return absl::UnauthenticatedError(absl::StrCat("missing or wrong session token for peer '",
+                                                   peer_id, "' of task '", task, "'"));
+  }
+  return absl::OkStatus();
+}
+
 void AggregatorCore::ReleaseTask(const std::string& name) {
   std::shared_ptr<Task> task;
   {
     absl::MutexLock lock(&mu_);
+    members_.erase(name);
     auto it = tasks_.find(name);
     if (it == tasks_.end()) return;
     task = std::move(it->second);
@@ -199,9 +228,8 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
             absl::StrCat("round ", p.round, " of task '", p.task, "' is open with base version ",
                          cur->base_version, ", not ", p.base_version));
       }
-      // Idempotent re-open; the latest expected set, tokens and bound win.
+      // Idempotent re-open; the latest expected set and bound win.
       cur->expected = std::set<std::string>(p.expected_peers.begin(), p.expected_peers.end());
-      cur->session_tokens = p.session_tokens;
       cur->max_norm = p.max_update_norm;
       return absl::OkStatus();
     }
@@ -233,7 +261,6 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
   round->base_version = p.base_version;
   round->base = base->second.model;
   round->expected = std::set<std::string>(p.expected_peers.begin(), p.expected_peers.end());
-  round->session_tokens = p.session_tokens;
   round->max_norm = p.max_update_norm;
   round->opened_at = clock_.Now();
   // Reuse the previous round's sum buffer when nothing can touch it any more.
@@ -390,11 +417,10 @@ absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
     return reject(RejectReason::kNonFinite,
                   absl::InvalidArgumentError("UpdateMeta.train_loss is not finite"));
   }
-  if (!meta.caller_identity.empty() && meta.caller_identity != meta.peer_id) {
-    return reject(RejectReason::kUnauthenticated,
-                  absl::PermissionDeniedError(
-                      absl::StrCat("the caller's certificate is for '", meta.caller_identity,
-                                   "', not for peer '", meta.peer_id, "'")));
+  if (absl::Status s =
+          CheckCaller(meta.task, meta.peer_id, meta.session_token, meta.caller_identity);
+      !s.ok()) {
+    return reject(RejectReason::kUnauthenticated, s);
   }
   std::shared_ptr<Task> task;
   std::shared_ptr<Round> round;
@@ -424,15 +450,6 @@ absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
                     absl::FailedPreconditionError(
                         absl::StrCat("peer '", meta.peer_id, "' is not expected in round ",
                                      meta.round, " of task '", meta.task, "'")));
-    }
-    if (!round->session_tokens.empty()) {
-      auto token = round->session_tokens.find(meta.peer_id);
-      if (token == round->session_tokens.end() || meta.session_token.empty() ||
-          token->second != meta.session_token) {
-        return reject(RejectReason::kUnauthenticated,
-                      absl::UnauthenticatedError(absl::StrCat(
-                          "missing or wrong session token for peer '", meta.peer_id, "'")));
-      }
     }
     if (meta.base_version != round->base_version) {
       return reject(

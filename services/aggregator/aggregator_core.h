@@ -54,8 +54,6 @@ struct OpenRoundParams {
   uint64_t base_version = 0;
   std::vector<std::string> expected_peers;
   double max_update_norm = 0;  // 0 = no bound
-  // peer id -> session token; when not empty a push must carry its peer's token.
-  std::map<std::string, std::string> session_tokens = {};
 };
 
 struct RoundResult {
@@ -102,6 +100,15 @@ class AggregatorCore {
   absl::Status OpenRound(const OpenRoundParams& params);
   absl::StatusOr<RoundResult> CloseRound(const std::string& task, uint64_t round);
   void ReleaseTask(const std::string& task);
+
+  // Replaces the task's peers and their session tokens (from the coordinator).
+  void SetMembers(const std::string& task, std::map<std::string, std::string> session_tokens);
+  // May this caller act for `peer_id` in `task`? A call without a peer id is the coordinator's
+  // own (allowed when plaintext or from the certificate named "coordinator"); a peer's call must
+  // come from its own certificate (when TLS) and, once the task's members are set, carry the
+  // peer's current session token. Errors: PERMISSION_DENIED, UNAUTHENTICATED.
+  absl::Status CheckCaller(const std::string& task, const std::string& peer_id,
+                           const std::string& session_token, const std::string& identity) const;
 
   // One staged upload slot (PutModel). RESOURCE_EXHAUSTED when all are in use.
   class StagingLease {
@@ -184,6 +191,8 @@ class AggregatorCore {
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
+  // task -> peer id -> session token, as last set by the coordinator.
+  std::map<std::string, std::map<std::string, std::string>> members_ ABSL_GUARDED_BY(mu_);
   int leases_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::vector<float>> free_buffers_ ABSL_GUARDED_BY(mu_);
 };

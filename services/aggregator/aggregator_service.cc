@@ -28,12 +28,14 @@ grpc::Status Busy() {
 class PutModelReactor : public grpc::ServerReadReactor<PutModelRequest> {
  public:
   PutModelReactor(const AggregatorServiceOptions& options, AggregatorCore& core, Executor& executor,
-                  AggregatorMetrics& metrics, aggregator::v1::PutModelResponse* response)
+                  AggregatorMetrics& metrics, aggregator::v1::PutModelResponse* response,
+                  std::string caller_identity)
       : options_(options),
         core_(core),
         executor_(executor),
         metrics_(metrics),
-        response_(response) {
+        response_(response),
+        caller_identity_(std::move(caller_identity)) {
     StartRead(&request_);
   }
 
@@ -61,6 +63,12 @@ class PutModelReactor : public grpc::ServerReadReactor<PutModelRequest> {
       }
       meta_ = request_.meta();
       if (meta_.task().empty()) return absl::InvalidArgumentError("ModelMeta.task is empty");
+      if (absl::Status s = core_.CheckCaller(meta_.task(), request_.peer_id(),
+                                             request_.session_token(), caller_identity_);
+          !s.ok()) {
+        metrics_.RejectedCounter(RejectReason::kUnauthenticated).Increment();
+        return s;
+      }
       auto lease = core_.AcquireStaging();
       if (!lease.ok()) return lease.status();
       lease_.emplace(*std::move(lease));
@@ -105,6 +113,7 @@ class PutModelReactor : public grpc::ServerReadReactor<PutModelRequest> {
   Executor& executor_;
   AggregatorMetrics& metrics_;
   aggregator::v1::PutModelResponse* response_;
+  const std::string caller_identity_;  // the caller's certificate name; "" when plaintext
   PutModelRequest request_;
   common::v1::ModelMeta meta_;
   std::optional<AggregatorCore::StagingLease> lease_;
@@ -253,7 +262,8 @@ AggregatorServiceImpl::AggregatorServiceImpl(AggregatorServiceOptions options, A
 
 grpc::ServerReadReactor<PutModelRequest>* AggregatorServiceImpl::PutModel(
     grpc::CallbackServerContext* context, aggregator::v1::PutModelResponse* response) {
-  return new PutModelReactor(options_, core_, executor_, metrics_, response);
+  return new PutModelReactor(options_, core_, executor_, metrics_, response,
+                             rpc::CallerIdentity(*context));
 }
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* AggregatorServiceImpl::PushUpdate(
@@ -263,6 +273,12 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* AggregatorServiceImpl::PushUpdate(
 
 grpc::ServerWriteReactor<common::v1::ModelChunk>* AggregatorServiceImpl::GetModel(
     grpc::CallbackServerContext* context, const aggregator::v1::GetModelRequest* request) {
+  if (absl::Status s = core_.CheckCaller(request->task(), request->peer_id(),
+                                         request->session_token(), rpc::CallerIdentity(*context));
+      !s.ok()) {
+    metrics_.RejectedCounter(RejectReason::kUnauthenticated).Increment();
+    return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(s));
+  }
   std::optional<uint64_t> version;
   if (request->has_version()) version = request->version();
   auto snapshot = core_.GetModel(request->task(), version);
@@ -284,7 +300,6 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::OpenRound(
   params.base_version = request->base_version();
   params.expected_peers.assign(request->expected_peers().begin(), request->expected_peers().end());
   params.max_update_norm = request->max_update_norm();
-  params.session_tokens.insert(request->session_tokens().begin(), request->session_tokens().end());
   auto* reactor = context->DefaultReactor();
   reactor->Finish(rpc::ToGrpcStatus(core_.OpenRound(params)));
   return reactor;
@@ -316,6 +331,22 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::ReleaseTask(
     aggregator::v1::ReleaseTaskResponse* response) {
   core_.ReleaseTask(request->task());
   auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AggregatorServiceImpl::SetMembers(
+    grpc::CallbackServerContext* context, const aggregator::v1::SetMembersRequest* request,
+    aggregator::v1::SetMembersResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  const std::string caller = rpc::CallerIdentity(*context);
+  if (!caller.empty() && caller != "coordinator") {
+    reactor->Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                 "only the coordinator sets a task's members"));
+    return reactor;
+  }
+  core_.SetMembers(request->task(),
+                   {request->session_tokens().begin(), request->session_tokens().end()});
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -42,6 +42,9 @@ class AggregatorServiceImpl final
   grpc::ServerUnaryReactor* ReleaseTask(grpc::CallbackServerContext* context,
                                         const aggregator::v1::ReleaseTaskRequest* request,
                                         aggregator::v1::ReleaseTaskResponse* response) override;
+  grpc::ServerUnaryReactor* SetMembers(grpc::CallbackServerContext* context,
+                                       const aggregator::v1::SetMembersRequest* request,
+                                       aggregator::v1::SetMembersResponse* response) override;
 
  private:
   const AggregatorServiceOptions options_;

@@ -218,8 +218,9 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
         static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
     SendTo(id, std::move(welcome), out);
     if (!task.empty()) {
-      // It keeps its task: tell it again so it reloads its state.
+      // It keeps its task (with a new session token): tell it again so it reloads its state.
       Task& t = tasks_[task];
+      t.members_dirty = true;
       v1::CoordinatorEvent assigned;
       *assigned.mutable_task_assigned()->mutable_spec() = t.status.spec();
       assigned.mutable_task_assigned()->mutable_spec()->clear_join_token();
@@ -257,6 +258,7 @@ void CoordinatorCore::RemovePeer(const std::string& peer_id, const std::string& 
   if (task_name.empty()) return;
   Task& task = tasks_[task_name];
   task.peers.erase(peer_id);
+  task.members_dirty = true;
   task.round.expected.erase(peer_id);
   task.eval_pending.erase(peer_id);
   MarkChanged(task, out);
@@ -357,6 +359,7 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
         if (!find_task(message.error().task())) break;
         // It cannot take part: release it from the task so the round does not wait for it.
         task->peers.erase(peer_id);
+        task->members_dirty = true;
         task->round.expected.erase(peer_id);
         task->eval_pending.erase(peer_id);
         peer.task.clear();
@@ -584,6 +587,7 @@ void CoordinatorCore::AssignIdlePeers(Outbox& out) {
       if (!TokenAdmits(task.status.spec(), peer.hello.join_token())) continue;
       peer.task = name;
       task.peers.insert(id);
+      task.members_dirty = true;
       v1::CoordinatorEvent event;
       *event.mutable_task_assigned()->mutable_spec() = task.status.spec();
       event.mutable_task_assigned()->mutable_spec()->clear_join_token();
@@ -649,6 +653,20 @@ void CoordinatorCore::Advance(Task& task, Outbox& out) {
   const common::v1::TaskSpec& spec = task.status.spec();
   const std::string& name = spec.name();
   if (task.job_in_flight || now < task.retry_at) return;
+  if (task.members_dirty) {
+    // The aggregator learns who may upload, push and download (and with which session token)
+    // before anything else happens for the task.
+    task.members_dirty = false;
+    Job job = MakeJob(JobKind::kSetMembers, name, task.status.aggregator());
+    job.members.set_task(name);
+    for (const std::string& id : task.peers) {
+      auto peer = peers_.find(id);
+      if (peer != peers_.end())
+        (*job.members.mutable_session_tokens())[id] = peer->second.session_token;
+    }
+    Enqueue(task, std::move(job));
+    return;
+  }
 
   switch (task.status.phase()) {
     case v1::ROUND_PHASE_INITIALIZING: {
@@ -733,10 +751,7 @@ void CoordinatorCore::Advance(Task& task, Outbox& out) {
   job.open.set_task(name);
   job.open.set_round(job.round);
   job.open.set_base_version(task.status.model_version());
-  for (const std::string& id : task.peers) {
-    job.open.add_expected_peers(id);
-    (*job.open.mutable_session_tokens())[id] = peers_[id].session_token;
-  }
+  for (const std::string& id : task.peers) job.open.add_expected_peers(id);
   job.open.set_max_update_norm(spec.max_update_norm());
   task.status.set_phase(v1::ROUND_PHASE_OPENING);
   Enqueue(task, std::move(job));
@@ -802,8 +817,9 @@ void CoordinatorCore::RunJob(const Job& job) {
       return;
     }
     case JobKind::kCheckpoint: {
-      absl::StatusOr<tensor::FlatModel> model = aggregators_.GetModel(
-          job.aggregator, job.task, job.version, clock_.Now() + options_.model_transfer_timeout);
+      absl::StatusOr<tensor::FlatModel> model =
+          aggregators_.GetModel(job.aggregator, job.task, job.version, aggregator::Caller{},
+                                clock_.Now() + options_.model_transfer_timeout);
       absl::Status s = model.status();
       if (s.ok()) {
         metrics_.bytes_received.Increment(static_cast<double>(model->layout.total_bytes()));
@@ -833,12 +849,22 @@ void CoordinatorCore::RunJob(const Job& job) {
         s = aggregators_
                 .PutModel(job.aggregator,
                           tensor::MakeModelMeta(job.task, job.checkpoint.version, *shared), shared,
-                          clock_.Now() + options_.model_transfer_timeout)
+                          aggregator::Caller{}, clock_.Now() + options_.model_transfer_timeout)
                 .status();
         if (s.ok())
           metrics_.bytes_sent.Increment(static_cast<double>(shared->layout.total_bytes()));
       }
       FinishJob(job, [&](Task& t, Outbox& out) { OnRestoreDone(t, job, s, out); });
+      return;
+    }
+    case JobKind::kSetMembers: {
+      absl::Status s = aggregators_.SetMembers(job.aggregator, job.members,
+                                               clock_.Now() + options_.aggregator_call_timeout);
+      FinishJob(job, [&](Task& t, Outbox& out) {
+        if (s.ok()) return;
+        t.members_dirty = true;
+        Fail(t, "set members", s, out);
+      });
       return;
     }
     case JobKind::kRelease: {

@@ -119,7 +119,8 @@ class CoordinatorCore {
   struct Task {
     v1::TaskStatus status;  // history and everything reported; participants filled on read
     std::set<std::string> peers;
-    bool has_model = false;  // the aggregator holds status.model_version
+    bool has_model = false;     // the aggregator holds status.model_version
+    bool members_dirty = true;  // the aggregator must learn the current peers and tokens
     bool job_in_flight = false;
     absl::Time retry_at = absl::InfinitePast();
     int failures = 0;
@@ -131,7 +132,7 @@ class CoordinatorCore {
     std::optional<StoredCheckpoint> restore_from;
     std::string waiting_notice;  // last Waiting sent, to avoid repeats
   };
-  enum class JobKind { kOpenRound, kCloseRound, kCheckpoint, kRestore, kRelease };
+  enum class JobKind { kOpenRound, kCloseRound, kCheckpoint, kRestore, kRelease, kSetMembers };
   struct Job {
     JobKind kind = JobKind::kRelease;
     std::string task;
@@ -139,6 +140,7 @@ class CoordinatorCore {
     uint64_t round = 0;
     uint64_t version = 0;
     aggregator::v1::OpenRoundRequest open;
+    aggregator::v1::SetMembersRequest members;
     StoredCheckpoint checkpoint;
   };
   // Work to do after the lock is released: peer events, watcher updates, store writes.

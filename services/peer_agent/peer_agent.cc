@@ -83,6 +83,11 @@ void PeerAgent::Stop() {
   if (worker_.joinable()) worker_.join();
 }
 
+aggregator::Caller PeerAgent::Me() const {
+  absl::MutexLock lock(&mu_);
+  return aggregator::Caller{peer_id_, session_token_};
+}
+
 std::string PeerAgent::peer_id() const {
   absl::MutexLock lock(&mu_);
   return peer_id_;
@@ -272,7 +277,9 @@ void PeerAgent::HandleInitializeModel(const coordinator::v1::InitializeModel& m)
     const std::string address = task_->assigned.aggregator_address();
     absl::StatusOr<uint64_t> put = Retry<uint64_t>(
         clock_.Now() + options_.model_transfer_budget, [this] { return TaskStillCurrent(); },
-        [&](absl::Time deadline) { return aggregator_.PutModel(address, meta, model, deadline); });
+        [&](absl::Time deadline) {
+          return aggregator_.PutModel(address, meta, model, Me(), deadline);
+        });
     status = put.status();
   }
   if (!status.ok()) {
@@ -311,7 +318,7 @@ absl::Status PeerAgent::LoadGlobal(uint64_t version, absl::Time deadline,
   SHOAL_ASSIGN_OR_RETURN(
       tensor::FlatModel model,
       Retry<tensor::FlatModel>(deadline, keep_going, [&](absl::Time attempt_deadline) {
-        return aggregator_.GetModel(address, task, version, attempt_deadline);
+        return aggregator_.GetModel(address, task, version, Me(), attempt_deadline);
       }));
   metrics_.bytes_received.Increment(static_cast<double>(model.layout.total_bytes()));
   SHOAL_RETURN_IF_ERROR(task_->trainer->SetParameters(model));

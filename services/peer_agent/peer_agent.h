@@ -73,6 +73,8 @@ class PeerAgent {
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   std::string peer_id() const ABSL_LOCKS_EXCLUDED(mu_);
+  // This peer's id and session token, for calls to the aggregator.
+  aggregator::Caller Me() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Event {

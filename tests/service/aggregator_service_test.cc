@@ -257,6 +257,50 @@ TEST_F(AggregatorServiceTest, PutThenGetReturnsTheSameModel) {
   EXPECT_EQ(Get("t", 3).status().code(), absl::StatusCode::kNotFound);
 }
 
+// Once the coordinator has set a task's members, a peer's upload or download needs its current
+// session token; the coordinator's own calls (no peer id) still work.
+TEST_F(AggregatorServiceTest, PeerCallsNeedTheirSessionToken) {
+  {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(10));
+    aggregator::v1::SetMembersRequest request;
+    request.set_task("t");
+    (*request.mutable_session_tokens())["peer-a"] = "token-a";
+    aggregator::v1::SetMembersResponse response;
+    ASSERT_TRUE(stub_->SetMembers(&ctx, request, &response).ok());
+  }
+  auto model = std::make_shared<const tensor::FlatModel>(Filled([](size_t i) { return 1.0f; }));
+  auto put = [&](const std::string& peer, const std::string& token) {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(30));
+    aggregator::v1::PutModelRequest first;
+    *first.mutable_meta() = tensor::MakeModelMeta("t", 0, *model);
+    first.set_peer_id(peer);
+    first.set_session_token(token);
+    auto channel = rpc::MakeChannel(server_->address());
+    return rpc::PutModelZeroCopy(*channel, ctx, first, model).status().code();
+  };
+  EXPECT_EQ(put("peer-a", "guess"), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(put("peer-b", "token-a"), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(Get("t").status().code(), absl::StatusCode::kNotFound) << "nothing was stored";
+  EXPECT_EQ(put("peer-a", "token-a"), absl::StatusCode::kOk);
+
+  auto get = [&](const std::string& peer, const std::string& token) {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(30));
+    aggregator::v1::GetModelRequest request;
+    request.set_task("t");
+    request.set_peer_id(peer);
+    request.set_session_token(token);
+    auto reader = stub_->GetModel(&ctx, request);
+    return rpc::ReadModelStream(*reader, {}, &ctx).status().code();
+  };
+  EXPECT_EQ(get("peer-a", "wrong"), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(get("peer-a", "token-a"), absl::StatusCode::kOk);
+  EXPECT_TRUE(Get("t").ok());  // the coordinator's checkpoint download: no peer id
+  EXPECT_GE(Metric("shoal_aggregator_updates_rejected_total", "unauthenticated"), 3);
+}
+
 TEST_F(AggregatorServiceTest, TwoPushesGiveTheExactWeightedMean) {
   tensor::FlatModel base = Filled([](size_t i) { return 0.001f * (i % 1000); });
   ASSERT_TRUE(Put("t", 0, base).ok());
@@ -390,7 +434,9 @@ TEST_F(AggregatorServiceTest, ZeroCopyClientPathMatchesTheProtobufPath) {
   {
     grpc::ClientContext ctx;
     rpc::SetTimeout(ctx, absl::Seconds(30));
-    auto put = rpc::PutModelZeroCopy(*channel, ctx, tensor::MakeModelMeta("t", 0, *base), base);
+    aggregator::v1::PutModelRequest first;
+    *first.mutable_meta() = tensor::MakeModelMeta("t", 0, *base);
+    auto put = rpc::PutModelZeroCopy(*channel, ctx, first, base);
     ASSERT_TRUE(put.ok()) << put.status();
     EXPECT_EQ(put->digest_xxh3(), base->Digest());
   }

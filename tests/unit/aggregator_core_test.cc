@@ -161,9 +161,13 @@ TEST_F(AggregatorCoreTest, RoundGivesTheExactWeightedMean) {
 
 TEST_F(AggregatorCoreTest, PushesNeedTheirPeersSessionTokenAndCertificate) {
   PutBase();
-  OpenRoundParams params{"t", 1, 0, {"a", "b"}, 0};
-  params.session_tokens = {{"a", "token-a"}, {"b", "token-b"}};
-  ASSERT_TRUE(core_->OpenRound(params).ok());
+  core_->SetMembers("t", {{"a", "token-a"}, {"b", "token-b"}});
+  Open({"a", "b"});
+  // Downloads need the token too; the coordinator's own calls (no peer id) do not.
+  EXPECT_EQ(core_->CheckCaller("t", "a", "guess", "").code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(core_->CheckCaller("t", "a", "token-a", "a").ok());
+  EXPECT_TRUE(core_->CheckCaller("t", "", "", "coordinator").ok());
+  EXPECT_EQ(core_->CheckCaller("t", "", "", "a").code(), absl::StatusCode::kPermissionDenied);
   tensor::FlatModel bad = Filled([](size_t i) { return 100.0f; });
   PushMeta missing = Meta("a", 1);
   EXPECT_EQ(PushModel(missing, bad).code(), absl::StatusCode::kUnauthenticated);

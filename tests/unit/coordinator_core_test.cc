@@ -54,7 +54,7 @@ class FakeAggregator final : public aggregator::AggregatorClient {
     return response;
   }
   absl::StatusOr<tensor::FlatModel> GetModel(const std::string&, const std::string&, uint64_t v,
-                                             absl::Time) override {
+                                             const aggregator::Caller&, absl::Time) override {
     tensor::FlatModel model;
     model.layout = *tensor::ModelLayout::Create({{"w", {2}}});
     model.values = {static_cast<float>(v), 1.0f};
@@ -62,13 +62,18 @@ class FakeAggregator final : public aggregator::AggregatorClient {
   }
   absl::StatusOr<uint64_t> PutModel(const std::string&, const common::v1::ModelMeta& meta,
                                     std::shared_ptr<const tensor::FlatModel> model,
-                                    absl::Time) override {
+                                    const aggregator::Caller&, absl::Time) override {
     puts.push_back({meta.task(), meta.version()});
     return model->Digest();
   }
   absl::StatusOr<bool> PushUpdate(const std::string&, const aggregator::v1::UpdateMeta&,
                                   std::shared_ptr<const tensor::FlatModel>, absl::Time) override {
     return absl::UnimplementedError("the coordinator never pushes");
+  }
+  absl::Status SetMembers(const std::string&, const aggregator::v1::SetMembersRequest& request,
+                          absl::Time) override {
+    members.push_back(request);
+    return absl::OkStatus();
   }
   absl::Status ReleaseTask(const std::string&, const std::string& task, absl::Time) override {
     released.push_back(task);
@@ -83,6 +88,7 @@ class FakeAggregator final : public aggregator::AggregatorClient {
   std::vector<aggregator::v1::CloseRoundRequest> closed;
   std::vector<std::pair<std::string, uint64_t>> puts;
   std::vector<std::string> released;
+  std::vector<aggregator::v1::SetMembersRequest> members;
 };
 
 common::v1::TaskSpec Spec(const std::string& name, uint32_t min, uint32_t rounds) {
@@ -175,6 +181,7 @@ class CoordinatorCoreTest : public ::testing::Test {
     EXPECT_TRUE(core_->CreateTask(spec).ok());
     std::map<std::string, std::shared_ptr<FakeSink>> sinks;
     for (const auto& p : peers) sinks[p] = Join(p);
+    core_->Step();  // the aggregator learns the members first
     EXPECT_EQ(Status(spec.name()).phase(), v1::ROUND_PHASE_INITIALIZING);
     EXPECT_TRUE(core_->OnMessage(peers.front(), Initialized(spec.name())).ok());
     core_->Step();
@@ -196,8 +203,11 @@ TEST_F(CoordinatorCoreTest, FullTaskRunsRoundsAndCompletes) {
   ASSERT_TRUE(core_->CreateTask(Spec("t", 2, 2)).ok());
   auto a = Join("a");
   EXPECT_THAT(a->Take(),
-              ElementsAre(v1::CoordinatorEvent::kWelcome, v1::CoordinatorEvent::kTaskAssigned,
-                          v1::CoordinatorEvent::kInitializeModel));
+              ElementsAre(v1::CoordinatorEvent::kWelcome, v1::CoordinatorEvent::kTaskAssigned));
+  core_->Step();  // SetMembers, then a peer is asked for the initial model
+  ASSERT_FALSE(aggregator_.members.empty());
+  EXPECT_EQ(aggregator_.members.back().session_tokens().count("a"), 1u);
+  EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kInitializeModel));
   ASSERT_TRUE(core_->OnMessage("a", Initialized("t")).ok());
   // One peer is below min_participants: everyone waits.
   EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kWaiting));
@@ -310,10 +320,12 @@ TEST_F(CoordinatorCoreTest, JoinTokensGateTasksAndSessionTokensReachTheAggregato
   EXPECT_EQ(token.size(), 32u);
   ASSERT_EQ(sink->events[1].kind_case(), v1::CoordinatorEvent::kTaskAssigned);
   EXPECT_TRUE(sink->events[1].task_assigned().spec().join_token().empty());
+  core_->Step();
   ASSERT_TRUE(core_->OnMessage("a", Initialized("secret")).ok());
   core_->Step();
   ASSERT_EQ(aggregator_.opened.size(), 1u);
-  EXPECT_EQ(aggregator_.opened[0].session_tokens().at("a"), token);
+  ASSERT_FALSE(aggregator_.members.empty());
+  EXPECT_EQ(aggregator_.members.back().session_tokens().at("a"), token);
 
   // A reconnect gets a new token.
   auto again = std::make_shared<FakeSink>();
@@ -427,9 +439,10 @@ TEST_F(CoordinatorCoreTest, StopTaskReleasesPeersForTheNextTask) {
   sinks["a"]->Take();
   ASSERT_TRUE(core_->StopTask("t").ok());
   EXPECT_EQ(Status("t").state(), v1::TASK_STATE_STOPPED);
-  EXPECT_THAT(sinks["a"]->Take(),
-              ElementsAre(v1::CoordinatorEvent::kTaskFinished, v1::CoordinatorEvent::kTaskAssigned,
-                          v1::CoordinatorEvent::kInitializeModel));
+  EXPECT_THAT(sinks["a"]->Take(), ElementsAre(v1::CoordinatorEvent::kTaskFinished,
+                                              v1::CoordinatorEvent::kTaskAssigned));
+  core_->Step();
+  EXPECT_THAT(sinks["a"]->Take(), ElementsAre(v1::CoordinatorEvent::kInitializeModel));
   EXPECT_THAT(Status("u").participants(), ElementsAre("a"));
 }
 
