@@ -259,14 +259,4 @@ absl::StatusOr<FlatModel> ReadModelFile(const std::string& path) {
   return model;
 }
 
-absl::StatusOr<uint64_t> ReadModelFileDigest(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoError("cannot open model file", path);
-  auto size = FileSize(fd.get(), path);
-  if (!size.ok()) return size.status();
-  auto header = ReadHeader(fd.get(), path, *size);
-  if (!header.ok()) return header.status();
-  return header->value_digest;
-}
-
 }  // namespace shoal::tensor

@@ -20,7 +20,4 @@ absl::Status WriteModelFile(const std::string& path, const FlatModel& model);
 // INVALID_ARGUMENT not a model file / unsupported format version.
 absl::StatusOr<FlatModel> ReadModelFile(const std::string& path);
 
-// The digest of the model stored in a file, from its header only (cheap; not verified).
-absl::StatusOr<uint64_t> ReadModelFileDigest(const std::string& path);
-
 }  // namespace shoal::tensor
