@@ -29,6 +29,7 @@ namespace pb = ::google::protobuf;
 using common::v1::TaskSpec;
 
 constexpr uint32_t kDefaultClassesPerShard = 2;
+constexpr uint32_t kDefaultMaxConnectionRetry = 3;
 
 // "TaskState" -> "TASK_STATE_".
 std::string EnumPrefix(const pb::EnumDescriptor& type) {
@@ -409,6 +410,13 @@ std::string MessageToFriendlyJson(const pb::Message& message, int indent) {
   return out;
 }
 
+// Settings of one mode that a task of that mode always shows (unset = the default).
+void ApplyModeDefaults(TaskSpec& spec) {
+  if (spec.mode() == common::v1::MODE_DECENTRALIZED && !spec.has_max_connection_retry()) {
+    spec.set_max_connection_retry(kDefaultMaxConnectionRetry);
+  }
+}
+
 TaskSpec DefaultTaskSpec() {
   TaskSpec spec;
   spec.set_mode(common::v1::MODE_FEDERATED_SYNC);
@@ -457,6 +465,7 @@ void ApplyTaskDefaults(TaskSpec& spec) {
   if (spec.aggregation() == common::v1::AGGREGATION_UNSPECIFIED) {
     spec.set_aggregation(d.aggregation());
   }
+  ApplyModeDefaults(spec);
 }
 
 absl::Status ValidateTaskSpec(const TaskSpec& spec) {
@@ -465,12 +474,13 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
     return FieldError(
         "name", absl::StrCat("must match [a-z0-9][a-z0-9-]{0,62}, got ", JsonQuote(spec.name())));
   }
-  if (spec.mode() != common::v1::MODE_FEDERATED_SYNC) {
+  if (spec.mode() != common::v1::MODE_FEDERATED_SYNC &&
+      spec.mode() != common::v1::MODE_DECENTRALIZED && spec.mode() != common::v1::MODE_GOSSIP) {
     return FieldError(
         "mode",
         absl::StrCat("unsupported value ",
                      JsonQuote(FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode())),
-                     " (expected federated-sync)"));
+                     " (expected federated-sync, decentralized, gossip)"));
   }
   if (spec.model() != "mlp" && spec.model() != "cnn") {
     return FieldError(
@@ -550,6 +560,10 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
   if (spec.join_token().size() > 256) {
     return FieldError("join_token", "at most 256 characters");
   }
+  if (spec.mode() == common::v1::MODE_DECENTRALIZED && spec.max_connection_retry() > 100) {
+    return FieldError("max_connection_retry",
+                      absl::StrCat("must be in 0..100, got ", spec.max_connection_retry()));
+  }
   return absl::OkStatus();
 }
 
@@ -582,6 +596,7 @@ absl::StatusOr<TaskSpec> ParseTaskSpec(absl::string_view text, absl::string_view
       spec.dataset().classes_per_shard() == 0) {
     spec.mutable_dataset()->set_classes_per_shard(kDefaultClassesPerShard);
   }
+  ApplyModeDefaults(spec);
   return spec;
 }
 

@@ -369,6 +369,9 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
       case v1::PeerMessage::KIND_NOT_SET:
         reject("bad_message", "empty message");
         break;
+      default:  // decentralized and gossip messages: routed to the task's ModeTask (to do)
+        reject("bad_message", "message of a mode this coordinator does not run yet");
+        break;
     }
     Reconcile(out);
   }
