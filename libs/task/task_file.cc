@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "libs/common/status_macros.h"
+#include "libs/gossip/gossip_spec.h"
 
 namespace shoal::task {
 namespace {
@@ -305,6 +306,8 @@ void AppendJson(const pb::Message& message, int indent, int depth, std::string& 
         AppendJsonValue(message, field, j, indent, depth + 1, out);
       }
       out += "]";
+    } else if (field.has_presence() && !r.HasField(message, &field)) {
+      out += "null";  // unset (the parser reads null as "keep the default")
     } else {
       AppendJsonValue(message, field, -1, indent, depth + 1, out);
     }
@@ -415,6 +418,7 @@ void ApplyModeDefaults(TaskSpec& spec) {
   if (spec.mode() == common::v1::MODE_DECENTRALIZED && !spec.has_max_connection_retry()) {
     spec.set_max_connection_retry(kDefaultMaxConnectionRetry);
   }
+  if (spec.mode() == common::v1::MODE_GOSSIP) gossip::ApplyGossipDefaults(*spec.mutable_gossip());
 }
 
 TaskSpec DefaultTaskSpec() {
@@ -563,6 +567,9 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
   if (spec.mode() == common::v1::MODE_DECENTRALIZED && spec.max_connection_retry() > 100) {
     return FieldError("max_connection_retry",
                       absl::StrCat("must be in 0..100, got ", spec.max_connection_retry()));
+  }
+  if (spec.mode() == common::v1::MODE_GOSSIP) {
+    SHOAL_RETURN_IF_ERROR(gossip::ValidateGossipSpec(spec.gossip(), "gossip"));
   }
   return absl::OkStatus();
 }

@@ -55,6 +55,28 @@ absl::StatusOr<tensor::ModelLayout> LayoutOf(torch::nn::Module& model) {
   return tensor::ModelLayout::Create(std::move(specs));
 }
 
+constexpr char kBufferPrefix[] = "buffer:";
+
+// The float buffers of `model` (integer ones such as num_batches_tracked are not exchanged).
+std::vector<std::pair<std::string, torch::Tensor>> FloatBuffers(torch::nn::Module& model) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& item : model.named_buffers()) {
+    if (item.value().scalar_type() == torch::kFloat32) out.emplace_back(item.key(), item.value());
+  }
+  return out;
+}
+
+absl::StatusOr<tensor::ModelLayout> StateLayoutOf(torch::nn::Module& model) {
+  std::vector<tensor::TensorSpec> specs;
+  for (const auto& item : model.named_parameters()) {
+    specs.push_back({item.key(), item.value().sizes().vec()});
+  }
+  for (const auto& [name, t] : FloatBuffers(model)) {
+    specs.push_back({kBufferPrefix + name, t.sizes().vec()});
+  }
+  return tensor::ModelLayout::Create(std::move(specs));
+}
+
 absl::StatusOr<tensor::FlatModel> Flatten(torch::nn::Module& model,
                                           const tensor::ModelLayout& layout) {
   tensor::FlatModel out;
@@ -116,6 +138,7 @@ struct Trainer::Impl {
   std::shared_ptr<Net> model;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   tensor::ModelLayout layout;
+  tensor::ModelLayout state_layout;          // parameters, then float buffers
   torch::Tensor train_images, train_labels;  // on `device`
   torch::Tensor test_images, test_labels;    // on `device`
   std::vector<int64_t> order;                // permutation of [0, train_size) for the current epoch
@@ -185,6 +208,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
     SHOAL_ASSIGN_OR_RETURN(impl->model, MakeModel(options.spec.model(), options.spec.seed()));
     impl->model->to(impl->device);
     SHOAL_ASSIGN_OR_RETURN(impl->layout, LayoutOf(*impl->model));
+    SHOAL_ASSIGN_OR_RETURN(impl->state_layout, StateLayoutOf(*impl->model));
     impl->optimizer = impl->MakeOptimizer();
     auto [tri, trl] = ToTensors(train_full, train_idx);
     auto [tei, tel] = ToTensors(test_full, test_idx);
@@ -321,6 +345,59 @@ absl::Status Trainer::ResetOptimizer() {
     return TorchError("resetting the optimizer", e);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<tensor::FlatModel> Trainer::GetState(bool include_buffers) const {
+  SHOAL_ASSIGN_OR_RETURN(tensor::FlatModel out, GetParameters());
+  if (!include_buffers || impl_->state_layout == impl_->layout) return out;
+  try {
+    torch::NoGradGuard no_grad;
+    out.layout = impl_->state_layout;
+    out.values.resize(out.layout.total_elements());
+    size_t i = impl_->layout.num_tensors();
+    for (const auto& [name, buffer] : FloatBuffers(*impl_->model)) {
+      torch::Tensor t = buffer.detach().to(torch::kCPU).contiguous();
+      std::memcpy(out.values.data() + out.layout.offset(i), t.data_ptr<float>(),
+                  static_cast<size_t>(t.numel()) * sizeof(float));
+      ++i;
+    }
+  } catch (const std::exception& e) {
+    return TorchError("reading buffers", e);
+  }
+  return out;
+}
+
+absl::Status Trainer::SetState(const tensor::FlatModel& state) {
+  Impl& m = *impl_;
+  if (state.layout == m.layout) return SetParameters(state);
+  if (!(state.layout == m.state_layout) || state.values.size() != m.state_layout.total_elements()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model state layout ", state.layout.DebugString(),
+                     " does not match this task's model ", m.state_layout.DebugString()));
+  }
+  tensor::FlatModel params;
+  params.layout = m.layout;
+  params.values.assign(state.values.begin(), state.values.begin() + static_cast<std::ptrdiff_t>(
+                                                                        m.layout.total_elements()));
+  SHOAL_RETURN_IF_ERROR(SetParameters(params));
+  try {
+    torch::NoGradGuard no_grad;
+    size_t i = m.layout.num_tensors();
+    for (auto& [name, buffer] : FloatBuffers(*m.model)) {
+      torch::Tensor src =
+          torch::from_blob(const_cast<float*>(state.values.data() + m.state_layout.offset(i)),
+                           buffer.sizes(), torch::kFloat32);
+      buffer.copy_(src);
+      ++i;
+    }
+  } catch (const std::exception& e) {
+    return TorchError("setting buffers", e);
+  }
+  return absl::OkStatus();
+}
+
+const tensor::ModelLayout& Trainer::state_layout(bool include_buffers) const {
+  return include_buffers ? impl_->state_layout : impl_->layout;
 }
 
 const tensor::ModelLayout& Trainer::layout() const { return impl_->layout; }

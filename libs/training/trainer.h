@@ -78,6 +78,15 @@ class Trainer {
   // Forgets optimizer state (e.g. momentum).
   absl::Status ResetOptimizer();
 
+  // What gossip exchanges: the parameters and, when `include_buffers`, then the model's float
+  // buffers (e.g. batch-norm running statistics) named "buffer:<name>". Without buffers (or for
+  // a model that has none, like today's mlp and cnn) this equals GetParameters().
+  absl::StatusOr<tensor::FlatModel> GetState(bool include_buffers) const;
+  // Replaces what GetState() returned; the layout tells whether buffers are included.
+  // Errors: INVALID_ARGUMENT when the layout is neither state_layout(false) nor (true).
+  absl::Status SetState(const tensor::FlatModel& state);
+  const tensor::ModelLayout& state_layout(bool include_buffers) const;
+
   const tensor::ModelLayout& layout() const;
   size_t train_size() const;  // samples in the training shard
   size_t test_size() const;   // samples in the test slice

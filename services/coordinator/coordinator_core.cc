@@ -63,6 +63,28 @@ bool TokenAdmits(const common::v1::TaskSpec& spec, const std::string& token) {
   return spec.join_token().empty() || spec.join_token() == token;
 }
 
+// The task a decentralized or gossip message names; nullptr for other kinds.
+const std::string* ModeMessageTask(const v1::PeerMessage& message) {
+  switch (message.kind_case()) {
+    case v1::PeerMessage::kModelHeld:
+      return &message.model_held().task();
+    case v1::PeerMessage::kJoinRound:
+      return &message.join_round().task();
+    case v1::PeerMessage::kRoundReady:
+      return &message.round_ready().task();
+    case v1::PeerMessage::kConnectionsReport:
+      return &message.connections_report().task();
+    case v1::PeerMessage::kSharingDone:
+      return &message.sharing_done().task();
+    case v1::PeerMessage::kSyncDone:
+      return &message.sync_done().task();
+    case v1::PeerMessage::kGossipProgress:
+      return &message.gossip_progress().task();
+    default:
+      return nullptr;
+  }
+}
+
 std::string HexDigest(uint64_t digest) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(digest));
@@ -88,6 +110,25 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
     for (auto& round : s.history) *task.status.add_history() = std::move(round);
     core->task_order_.push_back(name);
     if (!core->IsActive(task)) continue;
+    if (task.status.spec().mode() != common::v1::MODE_FEDERATED_SYNC) {
+      // No aggregator and no checkpoints: a fresh state machine from the stored status; peers
+      // tell it again what they hold when they are re-assigned.
+      task.status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
+      task.status.set_state(v1::TASK_STATE_WAITING);
+      task.status.clear_aggregator();
+      task.status.clear_peers();
+      task.mode = MakeModeTask(task.status, core->metrics_);
+      if (task.mode == nullptr) {
+        task.status.set_state(v1::TASK_STATE_FAILED);
+        task.status.set_message(absl::StrCat("mode ", ModeName(task.status.spec().mode()),
+                                             " is not supported by this coordinator"));
+        LogWarning("task ", name, ": ", task.status.message());
+        continue;
+      }
+      task.status.set_message("resuming after a coordinator restart");
+      LogInfo("task ", name, ": resuming after round ", task.status.model_version());
+      continue;
+    }
     // Resume: the aggregator that held the model may be gone, so restart from the newest
     // checkpoint (or from scratch when there is none) on whichever aggregator is available.
     task.status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
@@ -121,9 +162,35 @@ CoordinatorCore::CoordinatorCore(CoordinatorOptions options, TaskStore& store,
       clock_(clock),
       metrics_(metrics) {}
 
-void CoordinatorCore::Deliver(Outbox& out) {
-  for (auto& fn : out) fn();
-  out.clear();
+CoordinatorCore::InputLock::InputLock(CoordinatorCore& core, Outbox& out) : core_(core), out_(out) {
+  core_.mu_.Lock();
+}
+
+CoordinatorCore::InputLock::~InputLock() {
+  for (auto& fn : out_) core_.effects_.push_back(std::move(fn));
+  out_.clear();
+  core_.mu_.Unlock();
+}
+
+void CoordinatorCore::Flush() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (flushing_) return;  // the thread flushing now runs ours too (or we are inside it)
+    flushing_ = true;
+  }
+  for (;;) {
+    std::function<void()> effect;
+    {
+      absl::MutexLock lock(&mu_);
+      if (effects_.empty()) {
+        flushing_ = false;
+        return;
+      }
+      effect = std::move(effects_.front());
+      effects_.pop_front();
+    }
+    effect();
+  }
 }
 
 bool CoordinatorCore::IsActive(const Task& task) const {
@@ -177,7 +244,7 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
   Outbox out;
   std::string id;
   {
-    absl::MutexLock lock(&mu_);
+    InputLock lock(*this, out);
     bool any_open = false;
     bool admitted = false;
     for (const auto& [name, t] : tasks_) {
@@ -226,26 +293,34 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
       assigned.mutable_task_assigned()->mutable_spec()->clear_join_token();
       assigned.mutable_task_assigned()->set_aggregator_address(t.status.aggregator());
       SendTo(id, std::move(assigned), out);
+      if (t.mode != nullptr && IsActive(t)) {
+        // Its mode state starts over: it announces its model again (e.g. ModelHeld).
+        ModeEffects fx;
+        const absl::Time now = clock_.Now();
+        t.mode->RemovePeer(id, "reconnected", now, t.status, fx);
+        t.mode->AddPeer(ModePeer{id, hello.listen_address()}, now, t.status, fx);
+        ApplyModeEffects(t, fx, out);
+      }
     }
     LogInfo("peer ", id, " connected (shard ", hello.shard_index(), "/", hello.shard_count(), ", ",
             hello.device().empty() ? "cpu" : hello.device(), ")");
     Reconcile(out);
   }
-  Deliver(out);
+  Flush();
   return id;
 }
 
 void CoordinatorCore::Disconnect(const std::string& peer_id, const PeerSink* sink) {
   Outbox out;
   {
-    absl::MutexLock lock(&mu_);
+    InputLock lock(*this, out);
     auto it = peers_.find(peer_id);
     if (it == peers_.end() || it->second.sink.get() != sink) return;
     metrics_.peers_crashed.Increment();
     RemovePeer(peer_id, "stream closed without Leave", out);
     Reconcile(out);
   }
-  Deliver(out);
+  Flush();
 }
 
 void CoordinatorCore::RemovePeer(const std::string& peer_id, const std::string& why, Outbox& out) {
@@ -261,7 +336,36 @@ void CoordinatorCore::RemovePeer(const std::string& peer_id, const std::string& 
   task.members_dirty = true;
   task.round.expected.erase(peer_id);
   task.eval_pending.erase(peer_id);
+  ModeRemovePeer(task, peer_id, why, out);
   MarkChanged(task, out);
+}
+
+void CoordinatorCore::ModeRemovePeer(Task& task, const std::string& peer_id, const std::string& why,
+                                     Outbox& out) {
+  if (task.mode == nullptr || !IsActive(task)) return;
+  ModeEffects fx;
+  task.mode->RemovePeer(peer_id, why, clock_.Now(), task.status, fx);
+  ApplyModeEffects(task, fx, out);
+}
+
+void CoordinatorCore::ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out) {
+  for (auto& [id, event] : fx.events) SendTo(id, std::move(event), out);
+  const std::string& name = task.status.spec().name();
+  for (const v1::RoundSummary& summary : fx.rounds_completed) {
+    *task.status.add_history() = summary;
+    metrics_.rounds_completed.Increment();
+    metrics_.round_duration.Observe(static_cast<double>(summary.duration_ms()) / 1000.0);
+    if (summary.participants_size() > 0) metrics_.train_loss.Set(summary.mean_train_loss());
+    out.push_back([this, name, summary] {
+      absl::Status s = store_.PutRound(name, summary);
+      if (!s.ok()) LogError("task ", name, ": cannot persist round: ", s.message());
+    });
+  }
+  if (fx.finish.has_value()) {
+    Finish(task, fx.finish->first, fx.finish->second, out);  // marks the task changed
+    return;
+  }
+  if (fx.changed || !fx.rounds_completed.empty()) MarkChanged(task, out);
 }
 
 absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
@@ -269,7 +373,7 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
   Outbox out;
   absl::Status result;
   {
-    absl::MutexLock lock(&mu_);
+    InputLock lock(*this, out);
     auto it = peers_.find(peer_id);
     if (it == peers_.end()) return absl::FailedPreconditionError("peer is not connected");
     Peer& peer = it->second;
@@ -351,6 +455,15 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
         }
         task->eval_pending.erase(peer_id);
         MarkChanged(*task, out);
+        if (task->mode != nullptr && IsActive(*task)) {
+          ModeEffects fx;
+          absl::Status s = task->mode->OnMessage(peer_id, message, clock_.Now(), task->status, fx);
+          ApplyModeEffects(*task, fx, out);
+          if (!s.ok()) {
+            metrics_.messages_rejected.Add({{"reason", "stale"}}).Increment();
+            result = s;
+          }
+        }
         break;
       }
       case v1::PeerMessage::kError: {
@@ -363,19 +476,43 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
         task->round.expected.erase(peer_id);
         task->eval_pending.erase(peer_id);
         peer.task.clear();
+        ModeRemovePeer(*task, peer_id, absl::StrCat("error: ", message.error().message()), out);
         MarkChanged(*task, out);
         break;
       }
       case v1::PeerMessage::KIND_NOT_SET:
         reject("bad_message", "empty message");
         break;
-      default:  // decentralized and gossip messages: routed to the task's ModeTask (to do)
-        reject("bad_message", "message of a mode this coordinator does not run yet");
+      case v1::PeerMessage::kModelHeld:
+      case v1::PeerMessage::kJoinRound:
+      case v1::PeerMessage::kRoundReady:
+      case v1::PeerMessage::kConnectionsReport:
+      case v1::PeerMessage::kSharingDone:
+      case v1::PeerMessage::kSyncDone:
+      case v1::PeerMessage::kGossipProgress: {
+        if (!find_task(*ModeMessageTask(message))) break;
+        if (task->mode == nullptr || !IsActive(*task)) {
+          reject("wrong_mode", absl::StrCat("task \"", task->status.spec().name(),
+                                            "\" does not take this message (mode ",
+                                            ModeName(task->status.spec().mode()), ")"));
+          break;
+        }
+        ModeEffects fx;
+        absl::Status s = task->mode->OnMessage(peer_id, message, clock_.Now(), task->status, fx);
+        ApplyModeEffects(*task, fx, out);
+        if (!s.ok()) {
+          metrics_.messages_rejected
+              .Add({{"reason",
+                     s.code() == absl::StatusCode::kInvalidArgument ? "bad_message" : "stale"}})
+              .Increment();
+          result = s;
+        }
         break;
+      }
     }
     Reconcile(out);
   }
-  Deliver(out);
+  Flush();
   return result;
 }
 
@@ -388,13 +525,13 @@ absl::Status CoordinatorCore::RegisterAggregator(const std::string& address) {
   }
   Outbox out;
   {
-    absl::MutexLock lock(&mu_);
+    InputLock lock(*this, out);
     if (aggregator_seen_.count(address) == 0) LogInfo("aggregator ", address, " registered");
     aggregator_seen_[address] = clock_.Now();
     metrics_.aggregators_registered.Set(static_cast<double>(aggregator_seen_.size()));
     Reconcile(out);
   }
-  Deliver(out);
+  Flush();
   return absl::OkStatus();
 }
 
@@ -421,7 +558,7 @@ absl::StatusOr<v1::TaskStatus> CoordinatorCore::CreateTask(const common::v1::Tas
   Outbox out;
   v1::TaskStatus result;
   {
-    absl::MutexLock lock(&mu_);
+    InputLock lock(*this, out);
     auto it = tasks_.find(spec.name());
     if (it != tasks_.end()) {
       if (it->second.status.spec().SerializeAsString() != spec.SerializeAsString()) {
@@ -430,19 +567,30 @@ absl::StatusOr<v1::TaskStatus> CoordinatorCore::CreateTask(const common::v1::Tas
       }
       return StatusOf(it->second);
     }
+    v1::TaskStatus status;
+    *status.mutable_spec() = spec;
+    status.set_state(v1::TASK_STATE_WAITING);
+    status.set_created_unix_ms(UnixMillis(clock_.Now()));
+    status.set_message("waiting for peers");
+    std::unique_ptr<ModeTask> mode;
+    if (spec.mode() != common::v1::MODE_FEDERATED_SYNC) {
+      mode = MakeModeTask(status, metrics_);
+      if (mode == nullptr) {
+        return absl::UnimplementedError(absl::StrCat("mode: ", ModeName(spec.mode()),
+                                                     " is not supported by this coordinator yet"));
+      }
+    }
     Task& task = tasks_[spec.name()];
     task_order_.push_back(spec.name());
-    *task.status.mutable_spec() = spec;
-    task.status.set_state(v1::TASK_STATE_WAITING);
-    task.status.set_created_unix_ms(UnixMillis(clock_.Now()));
-    task.status.set_message("waiting for peers");
+    task.status = std::move(status);
+    task.mode = std::move(mode);
     LogInfo("task ", spec.name(), " created: ", spec.rounds(), " rounds of ", spec.round_batches(),
             " batches, min ", spec.min_participants(), " peers");
     MarkChanged(task, out);
     Reconcile(out);
     result = StatusOf(task);
   }
-  Deliver(out);
+  Flush();
   return result;
 }
 
@@ -468,7 +616,7 @@ absl::StatusOr<v1::TaskStatus> CoordinatorCore::StopTask(const std::string& name
   Outbox out;
   v1::TaskStatus result;
   {
-    absl::MutexLock lock(&mu_);
+    InputLock lock(*this, out);
     auto it = tasks_.find(name);
     if (it == tasks_.end()) {
       return absl::NotFoundError(absl::StrCat("no task named \"", name, "\""));
@@ -478,7 +626,7 @@ absl::StatusOr<v1::TaskStatus> CoordinatorCore::StopTask(const std::string& name
     Reconcile(out);
     result = StatusOf(it->second);
   }
-  Deliver(out);
+  Flush();
   return result;
 }
 
@@ -493,9 +641,10 @@ absl::StatusOr<uint64_t> CoordinatorCore::Watch(const std::string& name, StatusC
     }
     handle = next_watch_++;
     watchers_[handle] = {name, callback};
-    status = StatusOf(it->second);
+    // Through the effects queue, so that no older status can overtake this one.
+    effects_.push_back([callback, status = StatusOf(it->second)] { callback(status); });
   }
-  callback(status);
+  Flush();
   return handle;
 }
 
@@ -584,7 +733,7 @@ void CoordinatorCore::AssignIdlePeers(Outbox& out) {
     if (!peer.task.empty()) continue;
     for (const std::string& name : task_order_) {
       Task& task = tasks_[name];
-      if (!IsActive(task) || task.status.aggregator().empty()) continue;
+      if (!IsActive(task) || (task.mode == nullptr && task.status.aggregator().empty())) continue;
       const uint32_t max = task.status.spec().max_participants();
       if (max != 0 && task.peers.size() >= max) continue;
       if (!TokenAdmits(task.status.spec(), peer.hello.join_token())) continue;
@@ -598,6 +747,12 @@ void CoordinatorCore::AssignIdlePeers(Outbox& out) {
       SendTo(id, std::move(event), out);
       LogInfo("peer ", id, " assigned to task ", name);
       MarkChanged(task, out);
+      if (task.mode != nullptr) {
+        ModeEffects fx;
+        task.mode->AddPeer(ModePeer{id, peer.hello.listen_address()}, clock_.Now(), task.status,
+                           fx);
+        ApplyModeEffects(task, fx, out);
+      }
       break;
     }
   }
@@ -617,7 +772,7 @@ void CoordinatorCore::Reconcile(Outbox& out) {
   metrics_.aggregators_registered.Set(static_cast<double>(aggregator_seen_.size()));
   for (const std::string& name : task_order_) {
     Task& task = tasks_[name];
-    if (IsActive(task) && task.status.aggregator().empty()) {
+    if (IsActive(task) && task.mode == nullptr && task.status.aggregator().empty()) {
       task.status.set_aggregator(PickAggregator());
       if (task.status.aggregator().empty()) {
         if (task.status.message() != "waiting for an aggregator to register") {
@@ -633,7 +788,14 @@ void CoordinatorCore::Reconcile(Outbox& out) {
   AssignIdlePeers(out);
   for (const std::string& name : task_order_) {
     Task& task = tasks_[name];
-    if (IsActive(task) && !task.status.aggregator().empty()) Advance(task, out);
+    if (!IsActive(task)) continue;
+    if (task.mode != nullptr) {
+      ModeEffects fx;
+      task.mode->Tick(now, task.status, fx);
+      ApplyModeEffects(task, fx, out);
+    } else if (!task.status.aggregator().empty()) {
+      Advance(task, out);
+    }
   }
   std::map<std::string, double> by_state;
   for (const auto& [name, task] : tasks_) by_state[StateName(task.status.state())] += 1;
@@ -773,7 +935,7 @@ void CoordinatorCore::WaitForWork(absl::Duration timeout) {
 void CoordinatorCore::Step() {
   Outbox out;
   {
-    absl::MutexLock lock(&mu_);
+    InputLock lock(*this, out);
     const absl::Time now = clock_.Now();
     std::vector<std::string> silent;
     for (const auto& [id, peer] : peers_) {
@@ -789,7 +951,7 @@ void CoordinatorCore::Step() {
     }
     Reconcile(out);
   }
-  Deliver(out);
+  Flush();
   for (;;) {
     Job job;
     {
@@ -883,13 +1045,13 @@ void CoordinatorCore::RunJob(const Job& job) {
 void CoordinatorCore::FinishJob(const Job& job, const std::function<void(Task&, Outbox&)>& apply) {
   Outbox out;
   {
-    absl::MutexLock lock(&mu_);
+    InputLock lock(*this, out);
     Task& task = tasks_[job.task];
     task.job_in_flight = false;
     if (IsActive(task)) apply(task, out);  // a stopped task ignores late results
     Reconcile(out);
   }
-  Deliver(out);
+  Flush();
 }
 
 void CoordinatorCore::OnOpenRoundDone(Task& task, const Job& job, const absl::Status& status,

@@ -17,6 +17,7 @@
 #include "libs/common/clock.h"
 #include "services/aggregator/aggregator_client.h"
 #include "services/coordinator/coordinator_metrics.h"
+#include "services/coordinator/mode_task.h"
 #include "services/coordinator/task_store.h"
 #include "shoal/coordinator/v1/control.pb.h"
 #include "shoal/coordinator/v1/session.pb.h"
@@ -48,8 +49,10 @@ struct CoordinatorOptions {
   absl::Duration model_transfer_timeout = absl::Minutes(5);    // checkpoints and restores
 };
 
-// The coordinator's control plane for federated-sync tasks: task registry, membership, the round
-// state machine, checkpoints. Plain C++: no gRPC types beyond the protobuf messages.
+// The coordinator's control plane: task registry, membership, the federated-sync round state
+// machine and checkpoints. Tasks of other modes (decentralized, gossip) need no aggregator: each
+// gets a ModeTask that the core drives under its lock (membership, their messages, timers) and
+// whose ModeEffects it applies. Plain C++: no gRPC types beyond the protobuf messages.
 //
 // Inputs arrive from gRPC handlers (Connect, OnMessage, CreateTask, ...) and from the driver
 // thread (Step). Outgoing aggregator calls are queued as jobs and run by Step() outside the lock;
@@ -131,6 +134,8 @@ class CoordinatorCore {
     absl::Time eval_deadline;
     std::optional<StoredCheckpoint> restore_from;
     std::string waiting_notice;  // last Waiting sent, to avoid repeats
+    // Decentralized and gossip tasks: their state machine (no aggregator, no checkpoints).
+    std::unique_ptr<ModeTask> mode;
   };
   enum class JobKind { kOpenRound, kCloseRound, kCheckpoint, kRestore, kRelease, kSetMembers };
   struct Job {
@@ -150,7 +155,23 @@ class CoordinatorCore {
                   aggregator::AggregatorClient& aggregators, Clock& clock,
                   CoordinatorMetrics& metrics);
 
-  static void Deliver(Outbox& out);
+  // Holds mu_ while one input is handled; on release (still under mu_) it queues the input's
+  // outbox behind those of earlier inputs, so that peer events, watcher updates and store writes
+  // happen in the order they were decided even when inputs race on several threads.
+  class InputLock {
+   public:
+    InputLock(CoordinatorCore& core, Outbox& out);
+    ~InputLock();
+    InputLock(const InputLock&) = delete;
+    InputLock& operator=(const InputLock&) = delete;
+
+   private:
+    CoordinatorCore& core_;
+    Outbox& out_;
+  };
+  // Runs the queued effects in order, outside the lock; one thread at a time (a thread that
+  // finds another one flushing leaves its effects to it).
+  void Flush() ABSL_LOCKS_EXCLUDED(mu_);
   void SendTo(const std::string& peer_id, v1::CoordinatorEvent event, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkChanged(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -169,6 +190,12 @@ class CoordinatorCore {
   void Enqueue(Task& task, Job job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string PickAggregator() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IsActive(const Task& task) const;
+  // Applies what a ModeTask asked for: events, completed rounds, changes, the end of the task.
+  void ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the task's ModeTask (if any) that a peer left it.
+  void ModeRemovePeer(Task& task, const std::string& peer_id, const std::string& why, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   void RunJob(const Job& job);
   // Applies a job's result to its task under the lock (unless the task ended meanwhile), then
@@ -194,6 +221,8 @@ class CoordinatorCore {
   std::map<std::string, Task> tasks_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> task_order_ ABSL_GUARDED_BY(mu_);  // creation order
   std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::function<void()>> effects_ ABSL_GUARDED_BY(mu_);  // see InputLock
+  bool flushing_ ABSL_GUARDED_BY(mu_) = false;
   std::map<uint64_t, std::pair<std::string, StatusCallback>> watchers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_watch_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_peer_ ABSL_GUARDED_BY(mu_) = 1;

@@ -5,6 +5,8 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "services/coordinator/gossip_task_metrics.h"
+
 namespace shoal::coordinator {
 
 // The coordinator's Prometheus metrics, registered in an injected registry. Labels are bounded
@@ -28,6 +30,18 @@ struct CoordinatorMetrics {
   prometheus::Counter& bytes_received;                  // checkpoints pulled from aggregators
   prometheus::Counter& bytes_sent;  // models served by ControlService.GetModel and restores
   prometheus::Counter& aggregator_errors;
+  // Decentralized rounds (no peer labels).
+  prometheus::Counter& decentralized_joins;               // JoinRound accepted
+  prometheus::Counter& decentralized_leaves;              // round members that left or crashed
+  prometheus::Counter& decentralized_connection_retries;  // PeerLists re-sent after failures
+  prometheus::Counter& decentralized_removed_peers;       // ConnectionFailed sent
+  prometheus::Counter& decentralized_sync_transfers;      // model syncs that succeeded
+  prometheus::Counter& decentralized_sync_failures;       // SyncDone !ok, provider lost, timeout
+  prometheus::Counter& decentralized_digest_mismatches;   // participants disagreeing on a model
+  prometheus::Histogram& decentralized_sync_duration;     // successful model syncs
+  prometheus::Gauge& decentralized_round_participants;    // of the last completed round
+  prometheus::Histogram& decentralized_round_overhead;    // first ready -> last SharingDone
+  GossipTaskMetrics gossip;  // gossip tasks (services/coordinator/gossip_task_metrics.h)
 };
 
 }  // namespace shoal::coordinator

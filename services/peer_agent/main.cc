@@ -16,6 +16,7 @@
 #include "libs/rpc/signals.h"
 #include "libs/training/partition.h"
 #include "services/peer_agent/peer_server.h"
+#include "services/peer_agent/static_gossip.h"
 
 ABSL_FLAG(std::string, coordinator, "", "HOST:PORT of the coordinator (required)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT for this peer's PeerService");
@@ -36,11 +37,66 @@ ABSL_FLAG(std::string, join_token, "",
           "the join token of the tasks to join (default: $SHOAL_JOIN_TOKEN); prefer the "
           "environment variable, command lines are visible to other users");
 
+ABSL_FLAG(bool, test_refuse_inbound, false,
+          "TEST ONLY: PeerService answers UNAVAILABLE to every call (other peers cannot reach "
+          "this one)");
+
+// Static gossip membership without a coordinator (services/peer_agent/static_gossip.h).
+ABSL_FLAG(std::string, dpwa_config, "",
+          "gossip without a coordinator: dpwa's YAML config (nodes, fetch_probability, ...); "
+          "needs --dpwa-node and --task-file");
+ABSL_FLAG(std::string, dpwa_node, "", "with --dpwa-config: this peer's node name in the config");
+ABSL_FLAG(std::string, task_file, "",
+          "with --dpwa-config: the task file (model, data, optimizer, rounds x round_batches "
+          "steps); the config's gossip settings override the task's");
+ABSL_FLAG(std::string, final_model_out, "",
+          "with --dpwa-config: write the final model to this file when done");
+ABSL_FLAG(std::string, report_out, "",
+          "with --dpwa-config: write a JSON summary (accuracy, fetches, bytes) here when done");
+ABSL_FLAG(bool, exit_when_done, false,
+          "with --dpwa-config: exit when done instead of serving the final model until stopped");
+
 namespace {
 
 [[noreturn]] void Fail(const absl::Status& status, int code) {
   shoal::LogError(status.message());
   std::exit(code);
+}
+
+int RunStaticGossip() {
+  if (!absl::GetFlag(FLAGS_coordinator).empty()) {
+    Fail(absl::InvalidArgumentError("--dpwa-config and --coordinator exclude each other"), 2);
+  }
+  shoal::peer::StaticGossipOptions options;
+  options.dpwa_config = absl::GetFlag(FLAGS_dpwa_config);
+  options.node = absl::GetFlag(FLAGS_dpwa_node);
+  options.task_file = absl::GetFlag(FLAGS_task_file);
+  options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  // The default --listen means "the node's host:port from the config".
+  if (absl::GetFlag(FLAGS_listen) != "127.0.0.1:0") options.listen = absl::GetFlag(FLAGS_listen);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.address_file = absl::GetFlag(FLAGS_address_file);
+  options.device = absl::GetFlag(FLAGS_device);
+  options.torch_threads = absl::GetFlag(FLAGS_torch_threads);
+  options.tls.dir = absl::GetFlag(FLAGS_tls_dir);
+  options.tls.insecure = absl::GetFlag(FLAGS_insecure);
+  options.final_model_out = absl::GetFlag(FLAGS_final_model_out);
+  options.report_out = absl::GetFlag(FLAGS_report_out);
+  options.exit_when_done = absl::GetFlag(FLAGS_exit_when_done);
+  if (const std::string shard = absl::GetFlag(FLAGS_shard); !shard.empty()) {
+    absl::StatusOr<shoal::training::ShardSpec> parsed =
+        shoal::training::ParseShardSpec(shard, "--shard");
+    if (!parsed.ok()) Fail(parsed.status(), 2);
+    options.shard = *parsed;
+  }
+  absl::StatusOr<std::unique_ptr<shoal::peer::StaticGossipPeer>> peer =
+      shoal::peer::StaticGossipPeer::Start(options);
+  if (!peer.ok()) {
+    const absl::StatusCode code = peer.status().code();
+    Fail(peer.status(),
+         code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ? 2 : 1);
+  }
+  return (*peer)->Run();
 }
 
 }  // namespace
@@ -52,11 +108,16 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "shoal-peer --coordinator HOST:PORT --listen HOST:PORT --metrics-listen HOST:PORT "
       "--data-dir DIR --shard I/N [--name ID] [--device cpu|cuda] [--address-file PATH] "
-      "[--torch-threads N] (--tls-dir DIR | --insecure)");
+      "[--torch-threads N] (--tls-dir DIR | --insecure)\n"
+      "   or: shoal-peer --dpwa-config FILE --dpwa-node NAME --task-file FILE --data-dir DIR "
+      "[--shard I/N] [--listen HOST:PORT] [--final-model-out FILE] [--report-out FILE] "
+      "[--exit-when-done] (--tls-dir DIR | --insecure)");
   std::vector<std::string> rest = shoal::ParseDashedCommandLine(argc, argv);
   if (rest.size() > 1) {
     Fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", rest[1], "\"")), 2);
   }
+
+  if (!absl::GetFlag(FLAGS_dpwa_config).empty()) return RunStaticGossip();
 
   shoal::peer::PeerOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
@@ -70,6 +131,7 @@ int main(int argc, char** argv) {
   options.tls.dir = absl::GetFlag(FLAGS_tls_dir);
   options.tls.insecure = absl::GetFlag(FLAGS_insecure);
   options.join_token = absl::GetFlag(FLAGS_join_token);
+  options.test_refuse_inbound = absl::GetFlag(FLAGS_test_refuse_inbound);
   if (const char* token = std::getenv("SHOAL_JOIN_TOKEN");
       options.join_token.empty() && token != nullptr) {
     options.join_token = token;

@@ -1,10 +1,36 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include "shoal/coordinator/v1/session.pb.h"
 
+namespace shoal {
+class Clock;  // libs/common/clock.h
+namespace training {
+class Trainer;  // libs/training/trainer.h
+}  // namespace training
+}  // namespace shoal
+
 namespace shoal::peer {
+
+class PeerClient;     // services/peer_agent/peer_client.h
+class SnapshotStore;  // services/peer_agent/snapshot_store.h
+struct PeerMetrics;   // services/peer_agent/peer_metrics.h
+
+// What a ModeRunner works with (PeerAgent fills it; the static gossip mode too). Everything
+// referenced must outlive the runner.
+struct ModeRunnerDeps {
+  coordinator::v1::TaskAssigned assigned;  // the task; its spec's mode picks the runner
+  training::Trainer* trainer = nullptr;    // this peer's model and data; the worker thread only
+  SnapshotStore* snapshots = nullptr;      // where the runner publishes what other peers fetch
+  PeerClient* peers = nullptr;             // fetches other peers' snapshots, probes them
+  PeerMetrics* metrics = nullptr;
+  const Clock* clock = nullptr;
+  std::string peer_id;  // this peer
+  // Sends a message on the session. May be a no-op (static gossip without a coordinator).
+  std::function<void(const coordinator::v1::PeerMessage&)> send;
+};
 
 // The peer-side logic of one task in a mode other than federated-sync (decentralized, gossip).
 // PeerAgent creates one on TaskAssigned (it owns the trainer, the data and the snapshot store and

@@ -7,6 +7,8 @@
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
 #include "libs/tensor/frame_codec.h"
+#include "services/peer_agent/decentralized_runner.h"
+#include "services/peer_agent/gossip_runner.h"
 
 namespace shoal::peer {
 namespace {
@@ -20,6 +22,43 @@ bool Supersedes(const CoordinatorEvent& e) {
 }
 
 bool EndsTask(const CoordinatorEvent& e) { return e.has_task_finished() || e.has_task_assigned(); }
+
+// The task an event is about ("" for Welcome).
+const std::string& EventTask(const CoordinatorEvent& e) {
+  static const std::string* const kNone = new std::string();
+  switch (e.kind_case()) {
+    case CoordinatorEvent::kTaskAssigned:
+      return e.task_assigned().spec().name();
+    case CoordinatorEvent::kInitializeModel:
+      return e.initialize_model().task();
+    case CoordinatorEvent::kRoundStarted:
+      return e.round_started().task();
+    case CoordinatorEvent::kModelPublished:
+      return e.model_published().task();
+    case CoordinatorEvent::kWaiting:
+      return e.waiting().task();
+    case CoordinatorEvent::kTaskFinished:
+      return e.task_finished().task();
+    case CoordinatorEvent::kRoundOpen:
+      return e.round_open().task();
+    case CoordinatorEvent::kJoinRefused:
+      return e.join_refused().task();
+    case CoordinatorEvent::kPeerList:
+      return e.peer_list().task();
+    case CoordinatorEvent::kStartSharing:
+      return e.start_sharing().task();
+    case CoordinatorEvent::kConnectionFailed:
+      return e.connection_failed().task();
+    case CoordinatorEvent::kSyncFrom:
+      return e.sync_from().task();
+    case CoordinatorEvent::kSyncServe:
+      return e.sync_serve().task();
+    case CoordinatorEvent::kGossipMembers:
+      return e.gossip_members().task();
+    default:
+      return *kNone;
+  }
+}
 
 bool Retryable(const absl::Status& s) {
   return absl::IsUnavailable(s) || absl::IsResourceExhausted(s);
@@ -45,26 +84,28 @@ absl::Status PeerAgentOptions::Validate() const {
 absl::StatusOr<std::unique_ptr<PeerAgent>> PeerAgent::Create(
     PeerAgentOptions options, std::shared_ptr<const training::RawDataset> train,
     std::shared_ptr<const training::RawDataset> test, aggregator::AggregatorClient& aggregator,
-    SnapshotStore& snapshots, PeerMetrics& metrics, const Clock& clock, SendFn send,
-    FatalFn fatal) {
+    PeerClient& peers, SnapshotStore& snapshots, PeerMetrics& metrics, const Clock& clock,
+    SendFn send, FatalFn fatal) {
   SHOAL_RETURN_IF_ERROR(options.Validate());
   if (!train || !test || train->count == 0 || test->count == 0) {
     return absl::InvalidArgumentError("the peer agent needs a non-empty training and test set");
   }
   if (!send) return absl::InvalidArgumentError("the peer agent needs a send function");
-  return std::unique_ptr<PeerAgent>(new PeerAgent(std::move(options), std::move(train),
-                                                  std::move(test), aggregator, snapshots, metrics,
-                                                  clock, std::move(send), std::move(fatal)));
+  return std::unique_ptr<PeerAgent>(
+      new PeerAgent(std::move(options), std::move(train), std::move(test), aggregator, peers,
+                    snapshots, metrics, clock, std::move(send), std::move(fatal)));
 }
 
 PeerAgent::PeerAgent(PeerAgentOptions options, std::shared_ptr<const training::RawDataset> train,
                      std::shared_ptr<const training::RawDataset> test,
-                     aggregator::AggregatorClient& aggregator, SnapshotStore& snapshots,
-                     PeerMetrics& metrics, const Clock& clock, SendFn send, FatalFn fatal)
+                     aggregator::AggregatorClient& aggregator, PeerClient& peers,
+                     SnapshotStore& snapshots, PeerMetrics& metrics, const Clock& clock,
+                     SendFn send, FatalFn fatal)
     : options_(std::move(options)),
       train_(std::move(train)),
       test_(std::move(test)),
       aggregator_(aggregator),
+      peers_(peers),
       snapshots_(snapshots),
       metrics_(metrics),
       clock_(clock),
@@ -94,27 +135,39 @@ std::string PeerAgent::peer_id() const {
 }
 
 void PeerAgent::OnEvent(const CoordinatorEvent& event) {
-  absl::MutexLock lock(&mu_);
   if (event.has_welcome()) {
+    absl::MutexLock lock(&mu_);
     peer_id_ = event.welcome().peer_id();
     session_token_ = event.welcome().session_token();
     return;
   }
+  const bool ends_task = EndsTask(event);
+  bool superseding = ends_task || Supersedes(event);
+  {
+    // Events of the runner's task go through it first (it may consume them, and it decides
+    // what stops its current work). Only this (reader) thread enqueues, so event order holds.
+    absl::MutexLock runner_lock(&runner_mu_);
+    if (runner_ != nullptr && EventTask(event) == runner_task_) {
+      if (!ends_task && runner_->Intercept(event)) return;
+      superseding = ends_task || runner_->Supersedes(event);
+    }
+  }
+  absl::MutexLock lock(&mu_);
   if (queue_.size() >= options_.max_queued_events) {
     // The coordinator sends a handful of events per round; this only guards against a flood.
     LogWarning("event queue full (", queue_.size(), " events); dropping an event");
     return;
   }
-  if (Supersedes(event)) ++queued_superseding_;
-  if (EndsTask(event)) ++queued_task_ending_;
-  queue_.push_back(Event{false, event});
+  if (superseding) ++queued_superseding_;
+  if (ends_task) ++queued_task_ending_;
+  queue_.push_back(Event{false, event, superseding, ends_task});
 }
 
 void PeerAgent::OnDisconnected() {
   absl::MutexLock lock(&mu_);
   ++queued_superseding_;
   ++queued_task_ending_;
-  queue_.push_back(Event{true, {}});
+  queue_.push_back(Event{true, {}, true, true});
 }
 
 bool PeerAgent::NotSuperseded() {
@@ -136,14 +189,83 @@ void PeerAgent::WorkerLoop() {
           +[](PeerAgent* a)
                ABSL_EXCLUSIVE_LOCKS_REQUIRED(a->mu_) { return a->stopping_ || !a->queue_.empty(); },
           this));
-      if (stopping_) return;
+      if (stopping_) break;
       event = std::move(queue_.front());
       queue_.pop_front();
-      if (event.disconnected || Supersedes(event.event)) --queued_superseding_;
-      if (event.disconnected || EndsTask(event.event)) --queued_task_ending_;
+      if (event.superseding) --queued_superseding_;
+      if (event.ends_task) --queued_task_ending_;
     }
     Handle(event);
   }
+  EndRunner();  // runners are destroyed on the worker, before the task's trainer
+}
+
+std::shared_ptr<ModeRunner> PeerAgent::runner() {
+  absl::MutexLock lock(&runner_mu_);
+  return runner_;
+}
+
+void PeerAgent::EndRunner() {
+  std::shared_ptr<ModeRunner> old;
+  {
+    absl::MutexLock lock(&runner_mu_);
+    old = std::move(runner_);
+    runner_ = nullptr;
+    runner_task_.clear();
+  }
+  old.reset();  // here, on the worker; the reader never keeps a reference
+}
+
+void PeerAgent::StartRunner() {
+  const coordinator::v1::TaskAssigned& assigned = task_->assigned;
+  const std::string& name = assigned.spec().name();
+  ModeRunnerDeps deps;
+  deps.assigned = assigned;
+  deps.trainer = task_->trainer.get();
+  deps.snapshots = &snapshots_;
+  deps.peers = &peers_;
+  deps.metrics = &metrics_;
+  deps.clock = &clock_;
+  deps.peer_id = peer_id();
+  deps.send = [this](const PeerMessage& m) { Send(m); };
+  absl::StatusOr<std::unique_ptr<ModeRunner>> made = absl::InternalError("no runner");
+  switch (assigned.spec().mode()) {
+    case common::v1::MODE_DECENTRALIZED: {
+      absl::StatusOr<std::unique_ptr<DecentralizedRunner>> r =
+          DecentralizedRunner::Create(std::move(deps));
+      if (r.ok()) {
+        made = std::unique_ptr<ModeRunner>(*std::move(r));
+      } else {
+        made = r.status();
+      }
+      break;
+    }
+    case common::v1::MODE_GOSSIP: {
+      std::unique_ptr<ModeRunner> r = MakeGossipRunner(std::move(deps));
+      if (r != nullptr) {
+        made = std::move(r);
+      } else {
+        made = absl::InvalidArgumentError("cannot create the gossip runner");
+      }
+      break;
+    }
+    default:
+      return;  // federated: no runner
+  }
+  if (!made.ok()) {
+    absl::Status error(made.status().code(),
+                       absl::StrCat("task ", name, ": ", made.status().message()));
+    LogError(error.message());
+    SendPeerError(name, 0, error);
+    return;
+  }
+  std::shared_ptr<ModeRunner> runner = *std::move(made);
+  {
+    absl::MutexLock lock(&runner_mu_);
+    runner_ = runner;
+    runner_task_ = name;
+  }
+  runner->Start();
 }
 
 void PeerAgent::Handle(const Event& e) {
@@ -153,6 +275,16 @@ void PeerAgent::Handle(const Event& e) {
     return;
   }
   const CoordinatorEvent& ev = e.event;
+  if (!ev.has_task_assigned() && !ev.has_task_finished()) {
+    if (std::shared_ptr<ModeRunner> r = runner(); r != nullptr) {
+      if (task_ && EventTask(ev) == task_->assigned.spec().name()) {
+        r->Handle(ev, [this] { return NotSuperseded(); });
+      } else {
+        LogWarning("ignoring an event for task ", EventTask(ev), " which this peer does not run");
+      }
+      return;
+    }
+  }
   switch (ev.kind_case()) {
     case CoordinatorEvent::kTaskAssigned:
       HandleTaskAssigned(ev.task_assigned());
@@ -223,9 +355,17 @@ void PeerAgent::HandleTaskAssigned(const coordinator::v1::TaskAssigned& m) {
   const std::string& name = m.spec().name();
   if (task_ && task_->assigned.spec().SerializeAsString() == m.spec().SerializeAsString()) {
     task_->assigned.set_aggregator_address(m.aggregator_address());
+    if (std::shared_ptr<ModeRunner> r = runner(); r != nullptr) {
+      LogInfo("task ", name, ": assigned again");
+      CoordinatorEvent again;
+      *again.mutable_task_assigned() = m;
+      r->Handle(again, [this] { return NotSuperseded(); });
+      return;
+    }
     LogInfo("task ", name, ": assigned again (aggregator ", m.aggregator_address(), ")");
     return;
   }
+  EndRunner();
   task_.reset();
   snapshots_.Clear();
   if (absl::Status s = training::CheckModelName(m.spec().model()); !s.ok()) {
@@ -258,9 +398,11 @@ void PeerAgent::HandleTaskAssigned(const coordinator::v1::TaskAssigned& m) {
       "task %s: assigned (model %s, shard %s: %d training / %d test samples, aggregator %s, "
       "set up in %.2f s)",
       name, m.spec().model(), options_.shard.ToString(), state.trainer->train_size(),
-      state.trainer->test_size(), m.aggregator_address(),
+      state.trainer->test_size(),
+      m.aggregator_address().empty() ? std::string("none") : m.aggregator_address(),
       absl::ToDoubleSeconds(clock_.Now() - start)));
   task_ = std::move(state);
+  StartRunner();
 }
 
 void PeerAgent::HandleInitializeModel(const coordinator::v1::InitializeModel& m) {
@@ -461,6 +603,7 @@ void PeerAgent::HandleTaskFinished(const coordinator::v1::TaskFinished& m) {
   LogInfo("task ", m.task(), ": finished (", m.state(), ", final model version ", m.final_version(),
           ")");
   if (task_ && task_->assigned.spec().name() == m.task()) {
+    EndRunner();
     task_.reset();
   }
 }

@@ -19,6 +19,8 @@
 #include "libs/training/partition.h"
 #include "libs/training/trainer.h"
 #include "services/aggregator/aggregator_client.h"
+#include "services/peer_agent/mode_runner.h"
+#include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
 #include "shoal/coordinator/v1/session.pb.h"
@@ -40,10 +42,10 @@ struct PeerAgentOptions {
   absl::Status Validate() const;
 };
 
-// The peer's federated-sync logic (protos/shoal/coordinator/v1/session.proto and
-// /work/notes/protocol.md): takes coordinator events, trains with LibTorch through
-// training::Trainer, talks to the aggregator through AggregatorClient and answers on the session
-// through `send`. No gRPC here.
+// The peer's federated-sync logic (protos/shoal/coordinator/v1/session.proto and README.md,
+// "Protocol: federated-sync"), and the host of the other modes' ModeRunners: takes coordinator
+// events, trains with LibTorch through training::Trainer, talks to the aggregator through
+// AggregatorClient and answers on the session through `send`. No gRPC here.
 //
 // Threading: OnEvent/OnDisconnected are called by the session reader thread and only queue; one
 // worker thread owned by the agent processes the queue in order (train, push, pull, evaluate).
@@ -59,8 +61,8 @@ class PeerAgent {
   static absl::StatusOr<std::unique_ptr<PeerAgent>> Create(
       PeerAgentOptions options, std::shared_ptr<const training::RawDataset> train,
       std::shared_ptr<const training::RawDataset> test, aggregator::AggregatorClient& aggregator,
-      SnapshotStore& snapshots, PeerMetrics& metrics, const Clock& clock, SendFn send,
-      FatalFn fatal);
+      PeerClient& peers, SnapshotStore& snapshots, PeerMetrics& metrics, const Clock& clock,
+      SendFn send, FatalFn fatal);
   ~PeerAgent();  // Stop()s
   PeerAgent(const PeerAgent&) = delete;
   PeerAgent& operator=(const PeerAgent&) = delete;
@@ -80,6 +82,8 @@ class PeerAgent {
   struct Event {
     bool disconnected = false;
     coordinator::v1::CoordinatorEvent event;
+    bool superseding = false;  // counted in queued_superseding_
+    bool ends_task = false;    // counted in queued_task_ending_
   };
   // The task this peer works on (only the worker touches it).
   struct TaskState {
@@ -94,7 +98,7 @@ class PeerAgent {
 
   PeerAgent(PeerAgentOptions options, std::shared_ptr<const training::RawDataset> train,
             std::shared_ptr<const training::RawDataset> test,
-            aggregator::AggregatorClient& aggregator, SnapshotStore& snapshots,
+            aggregator::AggregatorClient& aggregator, PeerClient& peers, SnapshotStore& snapshots,
             PeerMetrics& metrics, const Clock& clock, SendFn send, FatalFn fatal);
 
   void WorkerLoop();
@@ -104,6 +108,11 @@ class PeerAgent {
   void HandleRoundStarted(const coordinator::v1::RoundStarted& m);
   void HandleModelPublished(const coordinator::v1::ModelPublished& m);
   void HandleTaskFinished(const coordinator::v1::TaskFinished& m);
+  // Decentralized / gossip: creates the task's ModeRunner (task_ is set) and Start()s it.
+  void StartRunner();
+  // Destroys the current runner (on the worker), if any.
+  void EndRunner() ABSL_LOCKS_EXCLUDED(runner_mu_);
+  std::shared_ptr<ModeRunner> runner() ABSL_LOCKS_EXCLUDED(runner_mu_);
 
   // Makes the trainer hold global model `version` (downloads it unless cached).
   absl::Status LoadGlobal(uint64_t version, absl::Time deadline,
@@ -125,6 +134,7 @@ class PeerAgent {
   const std::shared_ptr<const training::RawDataset> train_;
   const std::shared_ptr<const training::RawDataset> test_;
   aggregator::AggregatorClient& aggregator_;
+  PeerClient& peers_;
   SnapshotStore& snapshots_;
   PeerMetrics& metrics_;
   const Clock& clock_;
@@ -138,6 +148,14 @@ class PeerAgent {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::string peer_id_ ABSL_GUARDED_BY(mu_);
   std::string session_token_ ABSL_GUARDED_BY(mu_);  // from the latest Welcome
+
+  // The ModeRunner of the current decentralized/gossip task. The worker creates and destroys it
+  // (destruction always on the worker); the reader thread calls Intercept/Supersedes under
+  // runner_mu_ (both non-blocking). Lock order: runner_mu_ before mu_ is never needed; each is
+  // taken alone.
+  absl::Mutex runner_mu_;
+  std::shared_ptr<ModeRunner> runner_ ABSL_GUARDED_BY(runner_mu_);
+  std::string runner_task_ ABSL_GUARDED_BY(runner_mu_);
 
   std::optional<TaskState> task_;  // worker thread only
   std::thread worker_;

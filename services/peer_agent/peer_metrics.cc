@@ -40,6 +40,37 @@ PeerMetrics::PeerMetrics(prometheus::Registry& r)
       rounds_abandoned(Counter(r, "shoal_peer_rounds_abandoned_total",
                                "Rounds abandoned because a newer event superseded them.")),
       session_reconnects(Counter(r, "shoal_peer_session_reconnects_total",
-                                 "Session streams (re)opened after the first.")) {}
+                                 "Session streams (re)opened after the first.")),
+      snapshots_served(Counter(r, "shoal_peer_snapshots_served_total",
+                               "GetSnapshot streams this peer served (finished or aborted).")),
+      snapshots_aborted(Counter(r, "shoal_peer_snapshots_aborted_total",
+                                "GetSnapshot streams the reader left before the end.")),
+      inbound_refused(Counter(r, "shoal_peer_inbound_refused_total",
+                              "PeerService calls refused (test flag --test-refuse-inbound).")),
+      peer_bytes_pulled(Counter(r, "shoal_peer_peer_bytes_pulled_total",
+                                "Tensor payload bytes fetched from other peers' snapshots.")),
+      peer_fetches_failed(Counter(r, "shoal_peer_peer_fetches_failed_total",
+                                  "Snapshot fetches from other peers that failed.")),
+      snapshots_rejected(Counter(r, "shoal_peer_snapshots_rejected_total",
+                                 "Fetched snapshots rejected: wrong layout, non-finite, bad "
+                                 "stream.")),
+      rounds_joined(Counter(r, "shoal_peer_decentralized_rounds_joined_total",
+                            "Decentralized rounds this peer joined.")),
+      rounds_refused(Counter(r, "shoal_peer_decentralized_rounds_refused_total",
+                             "Decentralized rounds this peer was refused or removed from.")),
+      probes_failed(Counter(r, "shoal_peer_decentralized_probes_failed_total",
+                            "Probes of other participants that failed.")),
+      sync_transfers(Counter(r, "shoal_peer_decentralized_sync_transfers_total",
+                             "Model syncs (GLOBAL snapshot loaded from a provider).")),
+      sync_failures(
+          Counter(r, "shoal_peer_decentralized_sync_failures_total", "Model syncs that failed.")),
+      sharing_duration(
+          prometheus::BuildHistogram()
+              .Name("shoal_peer_decentralized_sharing_duration_seconds")
+              .Help("Time from StartSharing to holding the averaged model.")
+              .Register(r)
+              .Add({}, prometheus::Histogram::BucketBoundaries{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                                               2, 5, 10, 30})),
+      gossip(r) {}
 
 }  // namespace shoal::peer

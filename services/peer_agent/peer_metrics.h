@@ -5,6 +5,8 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "services/peer_agent/gossip_metrics.h"
+
 namespace shoal::peer {
 
 // The peer agent's Prometheus metrics. Built once from the server's registry and shared by the
@@ -23,6 +25,23 @@ struct PeerMetrics {
   prometheus::Gauge& connected;             // shoal_peer_connected (1 while the session is up)
   prometheus::Counter& rounds_abandoned;    // shoal_peer_rounds_abandoned_total
   prometheus::Counter& session_reconnects;  // shoal_peer_session_reconnects_total
+  // PeerService (all modes):
+  prometheus::Counter& snapshots_served;   // shoal_peer_snapshots_served_total
+  prometheus::Counter& snapshots_aborted;  // shoal_peer_snapshots_aborted_total
+  prometheus::Counter& inbound_refused;    // shoal_peer_inbound_refused_total (test flag)
+  // PeerClient (decentralized and gossip):
+  prometheus::Counter& peer_bytes_pulled;    // shoal_peer_peer_bytes_pulled_total
+  prometheus::Counter& peer_fetches_failed;  // shoal_peer_peer_fetches_failed_total
+  prometheus::Counter& snapshots_rejected;   // shoal_peer_snapshots_rejected_total (bad layout)
+  // Decentralized mode:
+  prometheus::Counter& rounds_joined;       // shoal_peer_decentralized_rounds_joined_total
+  prometheus::Counter& rounds_refused;      // shoal_peer_decentralized_rounds_refused_total
+  prometheus::Counter& probes_failed;       // shoal_peer_decentralized_probes_failed_total
+  prometheus::Counter& sync_transfers;      // shoal_peer_decentralized_sync_transfers_total
+  prometheus::Counter& sync_failures;       // shoal_peer_decentralized_sync_failures_total
+  prometheus::Histogram& sharing_duration;  // shoal_peer_decentralized_sharing_duration_seconds
+  // Gossip mode (services/peer_agent/gossip_metrics.h):
+  GossipPeerMetrics gossip;
 };
 
 }  // namespace shoal::peer

@@ -62,7 +62,16 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   SHOAL_ASSIGN_OR_RETURN(s->metrics_server_,
                          metrics::MetricsServer::Start(options.metrics_listen, "--metrics-listen"));
   s->metrics_ = std::make_unique<PeerMetrics>(s->metrics_server_->registry());
-  s->service_ = std::make_unique<PeerServiceImpl>(s->snapshots_, *s->metrics_);
+  s->peer_client_ = std::make_unique<PeerClient>(credentials.channel(), s->metrics_.get());
+  PeerServer* self = s.get();
+  PeerServiceOptions service_options;
+  service_options.refuse_inbound = options.test_refuse_inbound;
+  service_options.peer_id = [self] {
+    absl::MutexLock lock(&self->mu_);
+    return self->peer_id_;
+  };
+  s->service_ =
+      std::make_unique<PeerServiceImpl>(s->snapshots_, *s->metrics_, std::move(service_options));
   rpc::ServerOptions server_options;
   server_options.listen = options.listen;
   server_options.service_name = "shoal-peer";
@@ -78,10 +87,13 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   session_options.hello.set_device(options.device);
   session_options.hello.set_shard_index(options.shard.index);
   session_options.hello.set_shard_count(options.shard.count);
-  PeerServer* self = s.get();
   SHOAL_ASSIGN_OR_RETURN(s->session_, SessionClient::Create(
                                           session_options, *s->metrics_,
                                           [self](const coordinator::v1::CoordinatorEvent& e) {
+                                            if (e.has_welcome()) {
+                                              absl::MutexLock lock(&self->mu_);
+                                              self->peer_id_ = e.welcome().peer_id();
+                                            }
                                             self->agent_->OnEvent(e);
                                           },
                                           [self] { self->agent_->OnDisconnected(); }));
@@ -94,7 +106,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
       PeerAgent::Create(
           agent_options, std::make_shared<const training::RawDataset>(*std::move(train)),
           std::make_shared<const training::RawDataset>(*std::move(test)), *s->aggregator_client_,
-          s->snapshots_, *s->metrics_, RealClock::Get(),
+          *s->peer_client_, s->snapshots_, *s->metrics_, RealClock::Get(),
           [self](const coordinator::v1::PeerMessage& m) { return self->session_->Send(m); },
           [self](const absl::Status& status) { self->OnFatal(status); }));
 
@@ -107,6 +119,9 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   LogInfo("serving PeerService on ", s->server_->address(), ", metrics on ",
           s->metrics_server_->address(), "; shard ", options.shard.ToString(), ", device ",
           options.device, "; coordinator ", options.coordinator);
+  if (options.test_refuse_inbound) {
+    LogWarning("--test-refuse-inbound: PeerService refuses every call (test-only flag)");
+  }
   if (!credentials.secure()) {
     LogWarning("--insecure: PLAINTEXT gRPC without authentication; use only on a trusted network");
   }

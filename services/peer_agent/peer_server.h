@@ -12,6 +12,7 @@
 #include "libs/training/partition.h"
 #include "services/aggregator/aggregator_client.h"
 #include "services/peer_agent/peer_agent.h"
+#include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/peer_service.h"
 #include "services/peer_agent/session_client.h"
@@ -32,6 +33,9 @@ struct PeerOptions {
   int torch_threads = 1;                       // --torch-threads
   rpc::TlsOptions tls;                         // --tls-dir DIR | --insecure
   std::string join_token;                      // --join-token (default $SHOAL_JOIN_TOKEN)
+  // Test-only (--test-refuse-inbound): PeerService answers UNAVAILABLE to every call, so other
+  // peers cannot reach this one (the decentralized connection-failure path).
+  bool test_refuse_inbound = false;
 
   // Checks every field without connecting anywhere: addresses parse, the data directory holds
   // the Fashion-MNIST files, the device exists. Errors are INVALID_ARGUMENT (NOT_FOUND for a
@@ -68,10 +72,12 @@ class PeerServer {
   std::unique_ptr<PeerServiceImpl> service_;
   std::unique_ptr<rpc::Server> server_;
   std::unique_ptr<aggregator::GrpcAggregatorClient> aggregator_client_;
+  std::unique_ptr<PeerClient> peer_client_;
   std::unique_ptr<PeerAgent> agent_;
   std::unique_ptr<SessionClient> session_;
 
   absl::Mutex mu_;
+  std::string peer_id_ ABSL_GUARDED_BY(mu_);  // from the latest Welcome (for Probe answers)
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -1,25 +1,45 @@
 #pragma once
 
+#include <functional>
+#include <string>
+
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
 #include "shoal/peer/v1/peer.grpc.pb.h"
 
 namespace shoal::peer {
 
-// gRPC adapter for PeerService: streams the latest published snapshot. Owned by the PeerServer;
-// the store and metrics must outlive it. Thread-safe (handlers only read the store).
+struct PeerServiceOptions {
+  // Test-only (shoal-peer --test-refuse-inbound): every call is answered UNAVAILABLE, as if the
+  // peer could not be reached.
+  bool refuse_inbound = false;
+  // This peer's id for ProbeResponse (empty before the coordinator's Welcome). Optional.
+  std::function<std::string()> peer_id;
+};
+
+// gRPC adapter for PeerService: streams the published snapshot of the kind asked for, answers
+// Probe. Owned by the PeerServer; the store and metrics must outlive it. Thread-safe (handlers
+// only read the store).
 class PeerServiceImpl final : public shoal::peer::v1::PeerService::CallbackService {
  public:
-  PeerServiceImpl(const SnapshotStore& store, PeerMetrics& metrics)
-      : store_(store), metrics_(metrics) {}
+  PeerServiceImpl(const SnapshotStore& store, PeerMetrics& metrics, PeerServiceOptions options = {})
+      : store_(store), metrics_(metrics), options_(std::move(options)) {}
 
+  // Errors: UNAVAILABLE when refusing inbound traffic; INVALID_ARGUMENT an unknown kind;
+  // NOT_FOUND no snapshot of that kind (yet) or another task; FAILED_PRECONDITION a
+  // ROUND_UPDATE/GLOBAL of another round than the one asked for.
   grpc::ServerWriteReactor<common::v1::ModelChunk>* GetSnapshot(
       grpc::CallbackServerContext* context,
       const shoal::peer::v1::GetSnapshotRequest* request) override;
 
+  grpc::ServerUnaryReactor* Probe(grpc::CallbackServerContext* context,
+                                  const shoal::peer::v1::ProbeRequest* request,
+                                  shoal::peer::v1::ProbeResponse* response) override;
+
  private:
   const SnapshotStore& store_;
   PeerMetrics& metrics_;
+  const PeerServiceOptions options_;
 };
 
 }  // namespace shoal::peer

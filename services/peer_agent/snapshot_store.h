@@ -7,29 +7,48 @@
 
 #include "absl/synchronization/mutex.h"
 #include "libs/tensor/flat_model.h"
+#include "shoal/peer/v1/peer.pb.h"
 
 namespace shoal::peer {
 
-// The latest parameters this peer published, as an immutable snapshot: the agent's worker
-// publishes, PeerService readers stream a snapshot without ever blocking training.
+// Parameters this peer published, as an immutable snapshot: the agent's worker (or a mode
+// runner) publishes, PeerService readers stream a snapshot without ever blocking training.
+// Field order: designated initializers must follow it ({.task, .version, .model, .kind, ...}).
 struct Snapshot {
   std::string task;
-  uint64_t version = 0;  // global model version the parameters derive from
+  uint64_t version = 0;  // LATEST: global model version (federated) or step count (gossip)
   std::shared_ptr<const tensor::FlatModel> model;
+  // Which slot of the store this snapshot fills (federated and gossip: LATEST; decentralized:
+  // ROUND_UPDATE for the weights trained in `round`, GLOBAL for the averaged model of `round`).
+  peer::v1::SnapshotKind kind = peer::v1::SNAPSHOT_KIND_LATEST;
+  uint64_t round = 0;        // ROUND_UPDATE / GLOBAL: the round (served as ModelMeta.version)
+  uint64_t num_samples = 0;  // ROUND_UPDATE: samples the update was trained on
+  double clock = 0;          // gossip: the peer's clock
+  double loss = 0;           // gossip: recent training loss
 };
 
-// Holds the latest Snapshot. Owned by the PeerServer, shared by the agent and the service.
-// Thread-safe.
+// Holds the latest Snapshot of each kind (LATEST, ROUND_UPDATE, GLOBAL). Owned by the
+// PeerServer, shared by the agent, the mode runners and the service. Thread-safe; snapshots are
+// shared immutable models, so readers never copy parameters under the lock.
 class SnapshotStore {
  public:
+  // Replaces the snapshot of `snapshot.kind`. An unknown kind is ignored.
   void Publish(Snapshot snapshot) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops every snapshot (a new task).
   void Clear() ABSL_LOCKS_EXCLUDED(mu_);
-  // The latest snapshot, if any.
-  std::optional<Snapshot> Latest() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops the snapshot of one kind.
+  void Clear(peer::v1::SnapshotKind kind) ABSL_LOCKS_EXCLUDED(mu_);
+  // The snapshot of `kind`, if any.
+  std::optional<Snapshot> Get(peer::v1::SnapshotKind kind) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Get(SNAPSHOT_KIND_LATEST).
+  std::optional<Snapshot> Latest() const { return Get(peer::v1::SNAPSHOT_KIND_LATEST); }
 
  private:
+  static constexpr int kKinds = 3;
+  static int Slot(peer::v1::SnapshotKind kind);  // -1 for an unknown kind
+
   mutable absl::Mutex mu_;
-  std::optional<Snapshot> latest_ ABSL_GUARDED_BY(mu_);
+  std::optional<Snapshot> slots_[kKinds] ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shoal::peer

@@ -444,7 +444,7 @@ class Shoalctl {
 
 int Shoalctl::Local() {
   const std::string usage =
-      "shoalctl local --peers N --task FILE [--aggregators 1] [--data-dir DIR] [--state-dir DIR] "
+      "shoalctl local --peers N --task FILE [--aggregators N] [--data-dir DIR] [--state-dir DIR] "
       "[--bin-dir DIR] [--startup-timeout 60s] [--keep-going] [--insecure]";
   if (absl::Status s = CheckArgs(args_, 1, 0,
                                  {"peers", "task", "aggregators", "data-dir", "state-dir",
@@ -462,7 +462,7 @@ int Shoalctl::Local() {
   options.peers = *peers;
   if (args_.values.count("aggregators") > 0) {
     absl::StatusOr<int> aggregators =
-        ParseIntFlag("aggregators", args_.values["aggregators"], 1, 16);
+        ParseIntFlag("aggregators", args_.values["aggregators"], 0, 16);
     if (!aggregators.ok()) return UsageFail(aggregators.status());
     options.aggregators = *aggregators;
   }
@@ -488,6 +488,15 @@ int Shoalctl::Local() {
   if (!spec->join_token().empty()) {
     options.peer_args.push_back("--join-token");
     options.peer_args.push_back(spec->join_token());
+  }
+  // Decentralized and gossip tasks need no aggregator: start none unless asked for.
+  const bool needs_aggregator = spec->mode() == common::v1::MODE_FEDERATED_SYNC ||
+                                spec->mode() == common::v1::MODE_UNSPECIFIED;
+  if (args_.values.count("aggregators") == 0 && !needs_aggregator) options.aggregators = 0;
+  if (options.aggregators == 0 && needs_aggregator) {
+    return Fail(
+        env_,
+        absl::StrCat(args_.values["task"], ": a federated-sync task needs --aggregators >= 1"), 2);
   }
   if (spec->min_participants() > static_cast<uint32_t>(options.peers)) {
     return Fail(
@@ -693,9 +702,11 @@ commands:
   task stop NAME                   stop a task
   model get NAME --out FILE [--version V]
                                    download the task's global model (latest, or version V)
-  local --peers N --task FILE [--aggregators 1] [--data-dir DIR] [--state-dir DIR]
+  local --peers N --task FILE [--aggregators N] [--data-dir DIR] [--state-dir DIR]
         [--bin-dir DIR] [--startup-timeout 60s] [--keep-going]
                                    run a whole cluster on 127.0.0.1 and train FILE's task
+                                   (aggregators: default 1 for federated-sync, 0 for
+                                   decentralized and gossip tasks)
   health --target HOST:PORT [--service NAME]
                                    gRPC health check of any Shoal service (grpc.health.v1);
                                    exits 0 only when it is SERVING (the container probe)

@@ -25,7 +25,7 @@ bool IsDir(const std::string& path) {
 }  // namespace
 
 absl::Status LocalClusterOptions::Validate() const {
-  if (aggregators < 1) return absl::InvalidArgumentError("--aggregators: must be >= 1");
+  if (aggregators < 0) return absl::InvalidArgumentError("--aggregators: must be >= 0");
   if (peers < 0) return absl::InvalidArgumentError("--peers: must be >= 0");
   if (!IsDir(state_dir)) {
     return absl::InvalidArgumentError(

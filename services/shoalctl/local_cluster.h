@@ -22,8 +22,8 @@ struct LocalClusterOptions {
   std::string bin_dir;    // holds shoal-coordinator, shoal-aggregator, shoal-peer
   std::string state_dir;  // must exist; coordinator state, address files and logs go here
   std::string data_dir;   // passed to every peer as --data-dir
-  int aggregators = 1;
-  int peers = 0;                                       // may be 0: add peers later with StartPeer()
+  int aggregators = 1;    // 0 for decentralized and gossip tasks
+  int peers = 0;          // may be 0: add peers later with StartPeer()
   absl::Duration startup_timeout = absl::Seconds(60);  // per service, until its address file
   // Extra flags for every service of a kind (e.g. {"--heartbeat-interval", "500ms"}).
   std::vector<std::string> coordinator_args;

@@ -32,7 +32,19 @@ std::string RoundToJson(const RoundSummary& r) {
       ",\"duration_ms\":", r.duration_ms(), ",\"evaluated\":", r.evaluated() ? "true" : "false",
       ",\"test_accuracy\":", r.evaluated() ? JsonNumber(r.test_accuracy()) : "null",
       ",\"test_loss\":", r.evaluated() ? JsonNumber(r.test_loss()) : "null",
-      ",\"test_samples\":", r.evaluated() ? absl::StrCat(r.test_samples()) : "null", "}");
+      ",\"test_samples\":", r.evaluated() ? absl::StrCat(r.test_samples()) : "null",
+      ",\"model_digest\":",
+      r.model_digest() != 0 ? JsonQuote(absl::StrFormat("%016x", r.model_digest())) : "null",
+      ",\"joins\":", r.joins(), ",\"leaves\":", r.leaves(),
+      ",\"connection_retries\":", r.connection_retries(),
+      ",\"removed\":", JsonStringArray(r.removed()), ",\"overhead_ms\":", r.overhead_ms(), "}");
+}
+
+std::string PeerToJson(const coordinator::v1::PeerProgress& p) {
+  return absl::StrCat("{\"peer_id\":", JsonQuote(p.peer_id()), ",\"state\":", JsonQuote(p.state()),
+                      ",\"model_round\":", p.model_round(), ",\"step\":", p.step(),
+                      ",\"clock\":", JsonNumber(p.clock()), ",\"loss\":", JsonNumber(p.loss()),
+                      "}");
 }
 
 std::string Fixed(double value, int digits) {
@@ -76,14 +88,17 @@ std::string TaskStatusToJson(const TaskStatus& status) {
   std::vector<std::string> history;
   history.reserve(status.history_size());
   for (const RoundSummary& r : status.history()) history.push_back(RoundToJson(r));
+  std::vector<std::string> peers;
+  peers.reserve(status.peers_size());
+  for (const auto& p : status.peers()) peers.push_back(PeerToJson(p));
   const RoundSummary* last = LastEvaluated(status);
   return absl::StrCat("{\"name\":", JsonQuote(status.spec().name()),
                       ",\"mode\":", JsonQuote(ModeName(status.spec().mode())),
                       ",\"state\":", JsonQuote(StateName(status.state())),
                       ",\"phase\":", JsonQuote(PhaseName(status.phase())),
                       ",\"round\":", status.round(), ",\"rounds\":", status.spec().rounds(),
-                      ",\"participants\":", JsonStringArray(status.participants()),
-                      ",\"model_version\":", status.model_version(),
+                      ",\"participants\":", JsonStringArray(status.participants()), ",\"peers\":[",
+                      absl::StrJoin(peers, ","), "]", ",\"model_version\":", status.model_version(),
                       ",\"aggregator\":", JsonQuote(status.aggregator()),
                       ",\"message\":", JsonQuote(status.message()),
                       ",\"created_unix_ms\":", status.created_unix_ms(), ",\"last_test_accuracy\":",
@@ -135,8 +150,26 @@ std::string FormatSummary(const TaskStatus& status) {
   std::string out = absl::StrFormat("%5s  %-6s  %7s  %10s  %8s  %9s\n", "round", "peers", "dropped",
                                     "train_loss", "test_acc", "duration");
   int64_t total_ms = 0;
+  const bool decentralized = status.spec().mode() == common::v1::MODE_DECENTRALIZED;
+  if (decentralized) {
+    // Decentralized rounds: joins/leaves, connection retries, removed peers and the protocol's
+    // overhead (first ready -> last participant holding the average) instead of `dropped`.
+    out = absl::StrFormat("%5s  %-6s  %5s  %6s  %7s  %7s  %10s  %8s  %9s  %9s\n", "round", "peers",
+                          "joins", "leaves", "retries", "removed", "train_loss", "test_acc",
+                          "duration", "overhead");
+  }
   for (const RoundSummary& r : status.history()) {
     total_ms += r.duration_ms();
+    if (decentralized) {
+      absl::StrAppend(
+          &out,
+          absl::StrFormat("%5d  %-6d  %5d  %6d  %7d  %7d  %10s  %8s  %9s  %9s\n", r.round(),
+                          r.participants_size(), r.joins(), r.leaves(), r.connection_retries(),
+                          r.removed_size(), Fixed(r.mean_train_loss(), 4),
+                          r.evaluated() ? Fixed(r.test_accuracy(), 4) : "-",
+                          FormatDurationMs(r.duration_ms()), FormatDurationMs(r.overhead_ms())));
+      continue;
+    }
     absl::StrAppend(
         &out, absl::StrFormat("%5d  %-6d  %7d  %10s  %8s  %9s\n", r.round(), r.participants_size(),
                               r.dropped_size(), Fixed(r.mean_train_loss(), 4),
@@ -173,6 +206,16 @@ std::string FormatTaskStatus(const TaskStatus& status) {
                   absl::StrJoin(status.participants(), ", "), "]\n");
   if (!status.aggregator().empty()) {
     absl::StrAppend(&out, "aggregator:    ", status.aggregator(), "\n");
+  }
+  for (const auto& p : status.peers()) {
+    absl::StrAppend(&out, "  ", absl::StrFormat("%-16s %-10s", p.peer_id(), p.state()));
+    if (spec.mode() == common::v1::MODE_GOSSIP) {
+      absl::StrAppend(&out, absl::StrFormat(" step %d  clock %s  loss %s", p.step(),
+                                            Fixed(p.clock(), 1), Fixed(p.loss(), 4)));
+    } else {
+      absl::StrAppend(&out, " model of round ", p.model_round());
+    }
+    absl::StrAppend(&out, "\n");
   }
   const double acc = LastTestAccuracy(status);
   absl::StrAppend(&out, "test accuracy: ", acc >= 0 ? Fixed(acc, 4) : "n/a", "\n");

@@ -82,7 +82,10 @@ absl::StatusOr<Service> Cluster::Start(const std::string& name, const std::strin
   return service;
 }
 
-absl::Status Cluster::StartCoordinator() { return StartCoordinatorOn("127.0.0.1:0"); }
+absl::Status Cluster::StartCoordinator(std::vector<std::string> extra_args) {
+  coordinator_args_ = std::move(extra_args);
+  return StartCoordinatorOn("127.0.0.1:0");
+}
 
 absl::Status Cluster::RestartCoordinator(bool crash) {
   const std::string address = coordinator_.address;
@@ -100,8 +103,9 @@ absl::Status Cluster::RestartCoordinator(bool crash) {
 }
 
 absl::Status Cluster::StartCoordinatorOn(const std::string& listen) {
-  auto s = Start("coordinator", "shoal-coordinator",
-                 {"--state-dir=" + dir_ + "/state", "--heartbeat-interval=500ms"}, listen);
+  std::vector<std::string> args = {"--state-dir=" + dir_ + "/state", "--heartbeat-interval=500ms"};
+  args.insert(args.end(), coordinator_args_.begin(), coordinator_args_.end());
+  auto s = Start("coordinator", "shoal-coordinator", std::move(args), listen);
   if (!s.ok()) return s.status();
   coordinator_ = *std::move(s);
   if (credentials_ == nullptr) return absl::InternalError("no client certificate");

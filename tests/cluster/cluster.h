@@ -30,7 +30,9 @@ class Cluster {
   explicit Cluster(std::string dir);
   ~Cluster();
 
-  absl::Status StartCoordinator();
+  // `extra_args` are appended to the coordinator's command line (also on restarts), e.g.
+  // "--heartbeat-interval=3s".
+  absl::Status StartCoordinator(std::vector<std::string> extra_args = {});
   // Stops the coordinator (SIGKILL when `crash`, else SIGTERM) and starts a new one on the same
   // gRPC address and state directory, as a restarted pod would be.
   absl::Status RestartCoordinator(bool crash);
@@ -70,6 +72,7 @@ class Cluster {
   std::string bin_dir_;
   std::shared_ptr<grpc::ChannelCredentials> credentials_;
   Service coordinator_;
+  std::vector<std::string> coordinator_args_;
   Service aggregator_;
   std::map<int, Service> peers_;
   std::unique_ptr<coordinator::v1::ControlService::Stub> control_;

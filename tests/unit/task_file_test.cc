@@ -143,7 +143,8 @@ TEST(ParseTaskSpecTest, RejectsInlineMistakes) {
     std::string message;
   };
   const Case cases[] = {
-      {"name: x\nmode: gossip\n", "mode: unknown value \"gossip\" (expected federated-sync)"},
+      {"name: x\nmode: async\n",
+       "mode: unknown value \"async\" (expected federated-sync, decentralized, gossip)"},
       {"name: x\naggregation: median\n", "aggregation: unknown value \"median\" (expected mean)"},
       {"name: x\noptimizer: {kind: rmsprop}\n",
        "optimizer.kind: unknown value \"rmsprop\" (expected sgd, adam)"},
@@ -288,6 +289,34 @@ TEST(FriendlyJsonTest, RoundTripsThroughTheParser) {
   const std::string json = MessageToFriendlyJson(*spec, 2);
   EXPECT_THAT(json, HasSubstr("\"partition\": \"label-skew\""));
   EXPECT_THAT(json, HasSubstr("\"mode\": \"federated-sync\""));
+  absl::StatusOr<TaskSpec> back = ParseTaskSpec(json, "back.json");
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << json;
+  EXPECT_EQ(back->SerializeAsString(), spec->SerializeAsString());
+}
+
+TEST(ModeDefaultsTest, DecentralizedGetsConnectionRetriesUnlessSet) {
+  absl::StatusOr<TaskSpec> spec = ParseTaskSpec("name: d\nmode: decentralized\n", "d.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->mode(), common::v1::MODE_DECENTRALIZED);
+  ASSERT_TRUE(spec->has_max_connection_retry());
+  EXPECT_EQ(spec->max_connection_retry(), 3u);
+  EXPECT_TRUE(ValidateTaskSpec(*spec).ok());
+
+  spec = ParseTaskSpec("name: d\nmode: decentralized\nmax_connection_retry: 0\n", "d.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->max_connection_retry(), 0u);  // an explicit 0: fail on the first failure
+
+  spec = ParseTaskSpec("name: d\nmode: decentralized\nmax_connection_retry: 101\n", "d.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(std::string(ValidateTaskSpec(*spec).message()),
+              HasSubstr("max_connection_retry: must be in 0..100, got 101"));
+
+  // Federated tasks do not carry the decentralized setting, and JSON shows it as null.
+  spec = ParseTaskSpec("name: f\n", "f.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->has_max_connection_retry());
+  const std::string json = MessageToFriendlyJson(*spec, 0);
+  EXPECT_THAT(json, HasSubstr("\"max_connection_retry\":null"));
   absl::StatusOr<TaskSpec> back = ParseTaskSpec(json, "back.json");
   ASSERT_TRUE(back.ok()) << back.status() << "\n" << json;
   EXPECT_EQ(back->SerializeAsString(), spec->SerializeAsString());

@@ -82,6 +82,57 @@ TEST(TaskStatusJsonTest, HasTheDocumentedKeysWithFriendlyValues) {
   EXPECT_EQ(second["dropped"][0].as<std::string>(), "peer-2");
 }
 
+TEST(TaskStatusJsonTest, DecentralizedShowsPhaseAndWhoIsInIt) {
+  TaskStatus s = RunningStatus();
+  s.mutable_spec()->set_mode(common::v1::MODE_DECENTRALIZED);
+  s.set_phase(coordinator::v1::ROUND_PHASE_SHARING);
+  s.clear_aggregator();
+  for (const char* id : {"peer-0", "peer-1"}) {
+    auto* p = s.add_peers();
+    p->set_peer_id(id);
+    p->set_state("sharing");
+    p->set_model_round(2);
+  }
+  s.mutable_history(1)->set_model_digest(0xabcdef0123456789ull);
+  s.mutable_history(1)->set_connection_retries(2);
+  s.mutable_history(1)->add_removed("peer-9");
+  s.mutable_history(1)->set_overhead_ms(120);
+  YAML::Node root = YAML::Load(TaskStatusToJson(s));
+  EXPECT_EQ(root["mode"].as<std::string>(), "decentralized");
+  EXPECT_EQ(root["phase"].as<std::string>(), "sharing");
+  ASSERT_EQ(root["peers"].size(), 2u);
+  EXPECT_EQ(root["peers"][1]["peer_id"].as<std::string>(), "peer-1");
+  EXPECT_EQ(root["peers"][1]["state"].as<std::string>(), "sharing");
+  EXPECT_EQ(root["peers"][1]["model_round"].as<int>(), 2);
+  const YAML::Node second = root["history"][1];
+  EXPECT_EQ(second["model_digest"].as<std::string>(), "abcdef0123456789");
+  EXPECT_EQ(second["connection_retries"].as<int>(), 2);
+  EXPECT_EQ(second["removed"][0].as<std::string>(), "peer-9");
+  EXPECT_EQ(second["overhead_ms"].as<int>(), 120);
+  EXPECT_TRUE(root["history"][0]["model_digest"].IsNull());
+
+  const std::string text = FormatTaskStatus(s);
+  EXPECT_THAT(text, HasSubstr("(sharing)"));
+  EXPECT_THAT(text, HasSubstr("peer-1"));
+  EXPECT_THAT(text, HasSubstr("model of round 2"));
+}
+
+TEST(TaskStatusJsonTest, GossipShowsPerPeerClockAndLoss) {
+  TaskStatus s = RunningStatus();
+  s.mutable_spec()->set_mode(common::v1::MODE_GOSSIP);
+  auto* p = s.add_peers();
+  p->set_peer_id("peer-3");
+  p->set_state("training");
+  p->set_step(250);
+  p->set_clock(180.5);
+  p->set_loss(0.42);
+  YAML::Node root = YAML::Load(TaskStatusToJson(s));
+  EXPECT_EQ(root["peers"][0]["step"].as<int>(), 250);
+  EXPECT_DOUBLE_EQ(root["peers"][0]["clock"].as<double>(), 180.5);
+  EXPECT_DOUBLE_EQ(root["peers"][0]["loss"].as<double>(), 0.42);
+  EXPECT_THAT(FormatTaskStatus(s), HasSubstr("step 250  clock 180.5  loss 0.4200"));
+}
+
 TEST(TaskStatusJsonTest, EmptyStatusIsStillValidJson) {
   TaskStatus s;
   s.set_state(coordinator::v1::TASK_STATE_WAITING);
@@ -136,6 +187,24 @@ TEST(SummaryTest, ListsEveryRoundAndTheFinalAccuracy) {
   EXPECT_THAT(summary, HasSubstr("    2  2             1      0.5000    0.8612       3.0s"));
   EXPECT_THAT(summary, HasSubstr("completed after 2/4 rounds in 4.5s"));
   EXPECT_THAT(summary, HasSubstr("final test accuracy: 0.8612"));
+}
+
+TEST(SummaryTest, DecentralizedShowsJoinsRetriesRemovedAndOverhead) {
+  TaskStatus s = RunningStatus();
+  s.mutable_spec()->set_mode(common::v1::MODE_DECENTRALIZED);
+  s.set_state(coordinator::v1::TASK_STATE_COMPLETED);
+  auto* h = s.mutable_history(1);
+  h->set_joins(3);
+  h->set_leaves(1);
+  h->set_connection_retries(2);
+  h->add_removed("peer-2");
+  h->set_overhead_ms(250);
+  const std::string summary = FormatSummary(s);
+  EXPECT_THAT(summary, HasSubstr("joins  leaves  retries  removed"));
+  EXPECT_THAT(summary, HasSubstr("overhead"));
+  EXPECT_THAT(summary, Not(HasSubstr("dropped")));
+  EXPECT_THAT(summary, HasSubstr("    2  2           3       1        2        1      0.5000"));
+  EXPECT_THAT(summary, HasSubstr("completed after 2/4 rounds in 4.5s"));
 }
 
 TEST(FormatTest, Durations) {

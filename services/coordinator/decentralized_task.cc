@@ -1,0 +1,872 @@
+#include "services/coordinator/decentralized_task.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "libs/common/log.h"
+
+namespace shoal::coordinator {
+namespace {
+
+constexpr uint32_t kDefaultMaxConnectionRetry = 3;
+
+uint64_t CompletedRounds(const v1::TaskStatus& status) {
+  uint64_t completed = status.model_version();
+  for (const v1::RoundSummary& r : status.history()) {
+    completed = std::max(completed, r.model_version());
+  }
+  return completed;
+}
+
+// The peers to blame for failed connections: repeatedly the peer involved in the most failed
+// pairs (as reporter or target), ties broken towards a peer someone reported unreachable, then
+// by id, until no failed pair is left.
+std::set<std::string> Blame(const std::set<std::pair<std::string, std::string>>& reports) {
+  std::set<std::pair<std::string, std::string>> pairs;  // unordered, stored sorted
+  std::set<std::string> targets;
+  for (const auto& [reporter, target] : reports) {
+    pairs.insert(std::minmax(reporter, target));
+    targets.insert(target);
+  }
+  std::set<std::string> blamed;
+  while (!pairs.empty()) {
+    std::map<std::string, int> count;
+    for (const auto& [a, b] : pairs) {
+      ++count[a];
+      ++count[b];
+    }
+    std::string pick;
+    int best = -1;
+    bool best_target = false;
+    for (const auto& [id, n] : count) {  // ascending id: the first of equals wins
+      const bool is_target = targets.count(id) > 0;
+      if (n > best || (n == best && is_target && !best_target)) {
+        pick = id;
+        best = n;
+        best_target = is_target;
+      }
+    }
+    blamed.insert(pick);
+    for (auto it = pairs.begin(); it != pairs.end();) {
+      it = (it->first == pick || it->second == pick) ? pairs.erase(it) : std::next(it);
+    }
+  }
+  return blamed;
+}
+
+}  // namespace
+
+DecentralizedTask::DecentralizedTask(const v1::TaskStatus& status, CoordinatorMetrics& metrics,
+                                     absl::Duration final_eval_timeout)
+    : task_(status.spec().name()),
+      spec_(status.spec()),
+      metrics_(metrics),
+      final_eval_timeout_(final_eval_timeout),
+      round_deadline_(absl::Seconds(std::max<uint32_t>(1, status.spec().round_deadline_seconds()))),
+      max_retry_(status.spec().has_max_connection_retry() ? status.spec().max_connection_retry()
+                                                          : kDefaultMaxConnectionRetry),
+      completed_(CompletedRounds(status)) {
+  if (completed_ > 0) {
+    message_ = absl::StrCat("resuming after round ", completed_,
+                            ": waiting for peers that hold its model");
+  }
+  if (completed_ >= spec_.rounds()) {
+    // The coordinator restarted while the final model was evaluated: nothing left to wait for.
+    stage_ = Stage::kEvaluating;
+    eval_deadline_ = absl::InfinitePast();
+  }
+}
+
+// --- Entry points --------------------------------------------------------------------------
+
+void DecentralizedTask::AddPeer(const ModePeer& peer, absl::Time now, v1::TaskStatus& status,
+                                ModeEffects& fx) {
+  const std::string before = status.SerializeAsString();
+  if (peers_.count(peer.id)) DropFromRound(peer.id, now, fx);
+  PeerState& p = peers_[peer.id];
+  p = PeerState{};
+  p.address = peer.address;
+  syncs_.erase(peer.id);
+  // It announces the round it holds with ModelHeld; until then it counts for nothing.
+  MaybeOpen(now, fx);
+  Publish(before, status, fx);
+}
+
+void DecentralizedTask::RemovePeer(const std::string& peer_id, const std::string& why,
+                                   absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
+  const std::string before = status.SerializeAsString();
+  if (peers_.count(peer_id) == 0) return;
+  LogInfo("task ", task_, ": peer ", peer_id, " left (", why, ")");
+  DropFromRound(peer_id, now, fx);
+  peers_.erase(peer_id);
+  syncs_.erase(peer_id);
+  // Joiners it was serving get another provider.
+  std::vector<std::string> orphans;
+  for (const auto& [joiner, sync] : syncs_) {
+    if (sync.provider == peer_id) orphans.push_back(joiner);
+  }
+  for (const std::string& joiner : orphans) {
+    FailSync(joiner, absl::StrCat("provider ", peer_id, " left"), now, fx);
+  }
+  if (stage_ == Stage::kEvaluating && eval_pending_.erase(peer_id) && eval_pending_.empty() &&
+      !finished_) {
+    finished_ = true;
+    stage_ = Stage::kDone;
+    fx.finish = {v1::TASK_STATE_COMPLETED, absl::StrCat("completed ", completed_, " rounds")};
+  }
+  MaybeOpen(now, fx);
+  Publish(before, status, fx);
+}
+
+absl::Status DecentralizedTask::OnMessage(const std::string& peer_id,
+                                          const v1::PeerMessage& message, absl::Time now,
+                                          v1::TaskStatus& status, ModeEffects& fx) {
+  const std::string before = status.SerializeAsString();
+  if (peers_.count(peer_id) == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("peer ", peer_id, " is not a member of task ", task_));
+  }
+  absl::Status result;
+  switch (message.kind_case()) {
+    case v1::PeerMessage::kModelHeld:
+      result = OnModelHeld(peer_id, message.model_held(), now, fx);
+      break;
+    case v1::PeerMessage::kJoinRound:
+      result = OnJoinRound(peer_id, message.join_round(), fx);
+      break;
+    case v1::PeerMessage::kRoundReady:
+      result = OnRoundReady(peer_id, message.round_ready(), now, fx);
+      break;
+    case v1::PeerMessage::kConnectionsReport:
+      result = OnConnectionsReport(peer_id, message.connections_report(), now, fx);
+      break;
+    case v1::PeerMessage::kSharingDone:
+      result = OnSharingDone(peer_id, message.sharing_done(), now, fx);
+      break;
+    case v1::PeerMessage::kSyncDone:
+      result = OnSyncDone(peer_id, message.sync_done(), now, fx);
+      break;
+    case v1::PeerMessage::kEvalReport:
+      result = OnEvalReport(peer_id, message.eval_report(), fx);
+      break;
+    default:
+      result = absl::InvalidArgumentError(
+          absl::StrCat("message kind ", static_cast<int>(message.kind_case()),
+                       " does not belong to a decentralized task"));
+      break;
+  }
+  MaybeOpen(now, fx);
+  Publish(before, status, fx);
+  return result;
+}
+
+void DecentralizedTask::Tick(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
+  const std::string before = status.SerializeAsString();
+  // Model syncs that take too long get another provider; joiners without one try again.
+  std::vector<std::string> late;
+  for (const auto& [joiner, sync] : syncs_) {
+    if (now >= sync.deadline) late.push_back(joiner);
+  }
+  for (const std::string& joiner : late) FailSync(joiner, "sync timed out", now, fx);
+  for (const auto& [id, p] : peers_) {
+    if (p.model == Model::kNeedsSync && stage_ != Stage::kEvaluating && stage_ != Stage::kDone) {
+      StartSync(id, now, fx);
+    }
+  }
+
+  switch (stage_) {
+    case Stage::kJoining:
+    case Stage::kTraining: {
+      std::vector<std::string> missed;
+      for (const auto& [id, deadline] : round_.joined) {
+        if (!round_.ready.count(id) && now >= deadline) missed.push_back(id);
+      }
+      for (const std::string& id : missed) {
+        LogWarning("task ", task_, ": peer ", id, " missed the ready deadline of round ",
+                   round_.number);
+        round_.joined.erase(id);
+        round_.dropped.insert(id);
+        v1::CoordinatorEvent e;
+        e.mutable_join_refused()->set_task(task_);
+        e.mutable_join_refused()->set_round(round_.number);
+        e.mutable_join_refused()->set_reason("missed the ready deadline");
+        fx.Send(id, std::move(e));
+      }
+      if (!missed.empty()) CheckAllReady(now, fx);
+      break;
+    }
+    case Stage::kConnecting:
+      if (now >= round_.stage_deadline) {
+        std::set<std::string> silent;
+        for (const std::string& id : round_.participants) {
+          if (!round_.reports.count(id)) silent.insert(id);
+        }
+        RemoveFromRound(silent, "did not report its connections in time", now, fx);
+      }
+      break;
+    case Stage::kSharing:
+      if (now >= round_.stage_deadline) {
+        std::set<std::string> silent;
+        for (const std::string& id : round_.participants) {
+          if (!round_.done.count(id)) silent.insert(id);
+        }
+        RemoveFromRound(silent, "did not finish sharing in time", now, fx);
+      }
+      break;
+    case Stage::kEvaluating:
+      if (!finished_ && (eval_pending_.empty() || now >= eval_deadline_)) {
+        if (!eval_pending_.empty()) {
+          LogWarning("task ", task_, ": final evaluation timed out waiting for ",
+                     absl::StrJoin(eval_pending_, ", "));
+        }
+        finished_ = true;
+        stage_ = Stage::kDone;
+        fx.finish = {v1::TASK_STATE_COMPLETED, absl::StrCat("completed ", completed_, " rounds")};
+      }
+      break;
+    default:
+      break;
+  }
+  MaybeOpen(now, fx);
+  Publish(before, status, fx);
+}
+
+// --- Messages --------------------------------------------------------------------------------
+
+absl::Status DecentralizedTask::OnModelHeld(const std::string& id, const v1::ModelHeld& m,
+                                            absl::Time now, ModeEffects& fx) {
+  // A peer announces its model after TaskAssigned and after a sync. If it was in the round, it
+  // restarted and lost its round state.
+  if (InRound(id)) DropFromRound(id, now, fx);
+  PeerState& p = peers_[id];
+  p.model_round = m.round();
+  if (m.round() == completed_) {
+    MarkSynced(id, m.round(), now, fx);
+    return absl::OkStatus();
+  }
+  if (m.round() > completed_) {
+    LogWarning("task ", task_, ": peer ", id, " holds round ", m.round(), " but only ",
+               completed_, " completed; syncing it");
+  }
+  syncs_.erase(id);
+  p.model = Model::kNeedsSync;
+  StartSync(id, now, fx);
+  return absl::OkStatus();
+}
+
+absl::Status DecentralizedTask::OnJoinRound(const std::string& id, const v1::JoinRound& m,
+                                            ModeEffects& fx) {
+  const PeerState& p = peers_[id];
+  const bool ok = (stage_ == Stage::kJoining && round_.joins_open) && m.round() == round_.number &&
+                  p.model == Model::kSynced && p.model_round + 1 == round_.number &&
+                  !round_.excluded.count(id);
+  if (round_.joined.count(id) && m.round() == round_.number) {
+    return absl::FailedPreconditionError(absl::StrCat("peer ", id, " joined round ", m.round(),
+                                                      " already"));
+  }
+  if (!ok) {
+    // It started training on its JoinRound: tell it to restore its model.
+    const std::string reason =
+        m.round() != round_.number || stage_ == Stage::kIdle
+            ? absl::StrCat("round ", m.round(), " is not open")
+        : stage_ == Stage::kJoining || stage_ == Stage::kTraining
+            ? (p.model == Model::kSynced && p.model_round + 1 == round_.number &&
+                       !round_.excluded.count(id)
+                   ? "joins closed at the first ready; wait for the next round"
+                   : "the peer does not hold the previous round's model")
+            : "the round is past joining";
+    v1::CoordinatorEvent e;
+    e.mutable_join_refused()->set_task(task_);
+    e.mutable_join_refused()->set_round(m.round());
+    e.mutable_join_refused()->set_reason(reason);
+    fx.Send(id, std::move(e));
+    return absl::OkStatus();
+  }
+  auto offered = round_.offered.find(id);
+  round_.joined[id] = offered != round_.offered.end() ? offered->second
+                                                      : round_.opened + round_deadline_;
+  round_.dropped.erase(id);
+  ++round_.joins;
+  metrics_.decentralized_joins.Increment();
+  return absl::OkStatus();
+}
+
+absl::Status DecentralizedTask::OnRoundReady(const std::string& id, const v1::RoundReady& m,
+                                             absl::Time now, ModeEffects& fx) {
+  if ((stage_ != Stage::kJoining && stage_ != Stage::kTraining) || m.round() != round_.number ||
+      !round_.joined.count(id)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ready for round ", m.round(), " is not expected"));
+  }
+  if (round_.ready.count(id)) {
+    return absl::FailedPreconditionError(absl::StrCat("peer ", id, " is ready already"));
+  }
+  round_.ready[id] = Ready{m.num_samples(), m.train_loss()};
+  if (!round_.first_ready) round_.first_ready = now;
+  if (round_.joins_open) {
+    round_.joins_open = false;  // joins close at the first ready
+    stage_ = Stage::kTraining;
+  }
+  CheckAllReady(now, fx);
+  return absl::OkStatus();
+}
+
+absl::Status DecentralizedTask::OnConnectionsReport(const std::string& id,
+                                                    const v1::ConnectionsReport& m,
+                                                    absl::Time now, ModeEffects& fx) {
+  if (stage_ != Stage::kConnecting || m.round() != round_.number ||
+      m.attempt() != round_.attempt || !round_.participants.count(id)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "connections report for round ", m.round(), " attempt ", m.attempt(), " is not expected"));
+  }
+  std::set<std::string>& unreachable = round_.reports[id];
+  unreachable.clear();
+  for (const std::string& target : m.unreachable()) {
+    if (target != id && round_.participants.count(target)) unreachable.insert(target);
+  }
+  CheckReports(now, fx);
+  return absl::OkStatus();
+}
+
+absl::Status DecentralizedTask::OnSharingDone(const std::string& id, const v1::SharingDone& m,
+                                              absl::Time now, ModeEffects& fx) {
+  if (stage_ != Stage::kSharing || m.round() != round_.number || m.attempt() != round_.attempt ||
+      !round_.participants.count(id)) {
+    return absl::FailedPreconditionError(absl::StrCat("sharing done for round ", m.round(),
+                                                      " attempt ", m.attempt(),
+                                                      " is not expected"));
+  }
+  round_.done[id] = Done{m.digest_xxh3(), m.num_samples()};
+  CheckSharingDone(now, fx);
+  return absl::OkStatus();
+}
+
+absl::Status DecentralizedTask::OnSyncDone(const std::string& id, const v1::SyncDone& m,
+                                           absl::Time now, ModeEffects& fx) {
+  auto it = syncs_.find(id);
+  if (it == syncs_.end() || it->second.provider != m.provider() || it->second.round != m.round()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sync of round ", m.round(), " from ", m.provider(), " is not expected"));
+  }
+  if (!m.ok()) {
+    FailSync(id, absl::StrCat("provider ", m.provider(), ": ", m.message()), now, fx);
+    return absl::OkStatus();
+  }
+  const absl::Duration took =
+      m.duration_ms() > 0 ? absl::Milliseconds(m.duration_ms()) : now - it->second.started;
+  metrics_.decentralized_sync_transfers.Increment();
+  metrics_.decentralized_sync_duration.Observe(absl::ToDoubleSeconds(took));
+  LogInfo("task ", task_, ": peer ", id, " synced round ", m.round(), " from ", m.provider(),
+          " in ", absl::FormatDuration(took), " (", m.bytes(), " bytes)");
+  syncs_.erase(it);
+  // Still syncing until its ModelHeld names the round it loaded.
+  return absl::OkStatus();
+}
+
+absl::Status DecentralizedTask::OnEvalReport(const std::string& id, const v1::EvalReport& m,
+                                             ModeEffects& fx) {
+  if (stage_ != Stage::kEvaluating || m.version() != completed_) return absl::OkStatus();
+  if (eval_pending_.erase(id) && eval_pending_.empty() && !finished_) {
+    finished_ = true;
+    stage_ = Stage::kDone;
+    fx.finish = {v1::TASK_STATE_COMPLETED, absl::StrCat("completed ", completed_, " rounds")};
+  }
+  return absl::OkStatus();
+}
+
+// --- Model sync ------------------------------------------------------------------------------
+
+void DecentralizedTask::StartSync(const std::string& id, absl::Time now, ModeEffects& fx) {
+  PeerState& p = peers_[id];
+  Sync& sync = syncs_[id];
+  // Providers hold the last completed round; prefer one serving nobody and outside the round.
+  std::map<std::string, int> serving;
+  for (const auto& [joiner, s] : syncs_) {
+    if (joiner != id && !s.provider.empty()) ++serving[s.provider];
+  }
+  std::vector<std::pair<std::pair<int, int>, std::string>> candidates;
+  for (const auto& [pid, ps] : peers_) {
+    if (pid == id || ps.model != Model::kSynced || ps.model_round != completed_) continue;
+    candidates.push_back({{serving[pid], InRound(pid) ? 1 : 0}, pid});
+  }
+  std::vector<std::pair<std::pair<int, int>, std::string>> fresh;
+  for (const auto& c : candidates) {
+    if (!sync.failed.count(c.second)) fresh.push_back(c);
+  }
+  if (fresh.empty() && !candidates.empty()) {
+    sync.failed.clear();  // every provider failed once: try them again
+    fresh = candidates;
+  }
+  if (fresh.empty()) {
+    syncs_.erase(id);
+    p.model = Model::kNeedsSync;  // Tick tries again when a provider appears
+    return;
+  }
+  std::sort(fresh.begin(), fresh.end());
+  const std::string& provider = fresh.front().second;
+  p.model = Model::kSyncing;
+  sync.provider = provider;
+  sync.round = completed_;
+  sync.started = now;
+  sync.deadline = now + round_deadline_;
+  LogInfo("task ", task_, ": peer ", id, " syncs round ", completed_, " from ", provider);
+  v1::CoordinatorEvent serve;
+  serve.mutable_sync_serve()->set_task(task_);
+  serve.mutable_sync_serve()->set_round(completed_);
+  serve.mutable_sync_serve()->set_peer_id(id);
+  fx.Send(provider, std::move(serve));
+  v1::CoordinatorEvent from;
+  from.mutable_sync_from()->set_task(task_);
+  from.mutable_sync_from()->set_round(completed_);
+  from.mutable_sync_from()->mutable_provider()->set_peer_id(provider);
+  from.mutable_sync_from()->mutable_provider()->set_address(peers_[provider].address);
+  fx.Send(id, std::move(from));
+}
+
+void DecentralizedTask::FailSync(const std::string& id, const std::string& why, absl::Time now,
+                                 ModeEffects& fx) {
+  auto it = syncs_.find(id);
+  if (it == syncs_.end()) return;
+  LogWarning("task ", task_, ": model sync of peer ", id, " failed: ", why);
+  metrics_.decentralized_sync_failures.Increment();
+  it->second.failed.insert(it->second.provider);
+  it->second.provider.clear();
+  StartSync(id, now, fx);
+}
+
+void DecentralizedTask::MarkSynced(const std::string& id, uint64_t round, absl::Time now,
+                                   ModeEffects& fx) {
+  PeerState& p = peers_[id];
+  p.model = Model::kSynced;
+  p.model_round = round;
+  syncs_.erase(id);
+  // A newly synced peer can join a round that is open for it.
+  if (stage_ == Stage::kJoining && round_.joins_open && round + 1 == round_.number &&
+      !round_.joined.count(id) && !round_.excluded.count(id)) {
+    if (SitsOut(id) && round_.offered.size() >= spec_.min_participants()) {
+      LogInfo("task ", task_, ": peer ", id, " sits out round ", round_.number,
+              " after failing to connect");
+    } else {
+      Offer(id, now, fx);
+    }
+  }
+}
+
+// --- Rounds ----------------------------------------------------------------------------------
+
+std::set<std::string> DecentralizedTask::SyncedAtCompleted() const {
+  std::set<std::string> out;
+  for (const auto& [id, p] : peers_) {
+    if (p.model == Model::kSynced && p.model_round == completed_) out.insert(id);
+  }
+  return out;
+}
+
+void DecentralizedTask::SendWaiting(const std::set<std::string>& to, size_t have,
+                                    ModeEffects& fx) {
+  v1::CoordinatorEvent e;
+  e.mutable_waiting()->set_task(task_);
+  e.mutable_waiting()->set_have(static_cast<uint32_t>(have));
+  e.mutable_waiting()->set_need(spec_.min_participants());
+  for (const std::string& id : to) fx.Send(id, e);
+}
+
+void DecentralizedTask::MaybeOpen(absl::Time now, ModeEffects& fx) {
+  if (stage_ != Stage::kIdle || finished_ || completed_ >= spec_.rounds()) return;
+  const std::set<std::string> synced = SyncedAtCompleted();
+  if (synced.size() < std::max<uint32_t>(1, spec_.min_participants())) {
+    const std::string notice = absl::StrCat("waiting for peers holding round ", completed_,
+                                            ": have ", synced.size(), ", need ",
+                                            std::max<uint32_t>(1, spec_.min_participants()));
+    std::set<std::string> known;
+    for (const auto& [id, p] : peers_) {
+      if (p.model != Model::kUnknown) known.insert(id);
+    }
+    // Sent again when the numbers or the peers that know the task change.
+    const std::string key = absl::StrCat(notice, " to ", absl::StrJoin(known, ","));
+    if (key != waiting_notice_) {
+      SendWaiting(known, synced.size(), fx);
+      waiting_notice_ = key;
+    }
+    message_ = notice;
+    return;
+  }
+  waiting_notice_.clear();
+  round_ = Round{};
+  round_.number = completed_ + 1;
+  round_.opened = now;
+  round_.joins_open = true;
+  stage_ = Stage::kJoining;
+  LogInfo("task ", task_, ": round ", round_.number, " open for ", synced.size(), " peers");
+  // Peers that kept failing to connect sit out, as long as enough others are here.
+  std::set<std::string> offer;
+  for (const std::string& id : synced) {
+    if (!SitsOut(id)) offer.insert(id);
+  }
+  if (offer.size() < std::max<uint32_t>(1, spec_.min_participants())) offer = synced;
+  for (const std::string& id : synced) {
+    if (!offer.count(id)) {
+      LogInfo("task ", task_, ": peer ", id, " sits out round ", round_.number,
+              " after failing to connect");
+    }
+  }
+  for (const std::string& id : offer) Offer(id, now, fx);
+}
+
+bool DecentralizedTask::SitsOut(const std::string& id) const {
+  auto it = peers_.find(id);
+  return it != peers_.end() && round_.number <= it->second.sit_out_until;
+}
+
+void DecentralizedTask::Offer(const std::string& id, absl::Time now, ModeEffects& fx) {
+  const absl::Time deadline = now + round_deadline_;
+  round_.offered[id] = deadline;
+  v1::CoordinatorEvent e;
+  e.mutable_round_open()->set_task(task_);
+  e.mutable_round_open()->set_round(round_.number);
+  e.mutable_round_open()->set_round_batches(spec_.round_batches());
+  e.mutable_round_open()->set_ready_deadline_unix_ms(absl::ToUnixMillis(deadline));
+  fx.Send(id, std::move(e));
+}
+
+void DecentralizedTask::CheckAllReady(absl::Time now, ModeEffects& fx) {
+  if (stage_ != Stage::kTraining) return;  // joins still open (or past this step)
+  for (const auto& [id, deadline] : round_.joined) {
+    if (!round_.ready.count(id)) return;
+  }
+  if (round_.ready.size() < std::max<uint32_t>(1, spec_.min_participants())) {
+    std::set<std::string> ready;
+    for (const auto& [id, r] : round_.ready) ready.insert(id);
+    SendWaiting(ready, ready.size(), fx);
+    Reopen(now, fx);
+    return;
+  }
+  StartConnecting(now, fx);
+}
+
+void DecentralizedTask::Reopen(absl::Time now, ModeEffects& fx) {
+  // Too few participants: joining re-opens for the same round; the ready ones keep their update.
+  stage_ = Stage::kJoining;
+  round_.joins_open = true;
+  round_.participants.clear();
+  round_.reports.clear();
+  round_.done.clear();
+  round_.stage_deadline = absl::InfiniteFuture();
+  LogInfo("task ", task_, ": round ", round_.number, " has ", round_.ready.size(),
+          " ready peers, needs ", spec_.min_participants(), ": joins re-open");
+  for (const auto& [id, p] : peers_) {
+    if (p.model == Model::kSynced && p.model_round + 1 == round_.number &&
+        !round_.joined.count(id) && !round_.excluded.count(id)) {
+      Offer(id, now, fx);
+    }
+  }
+}
+
+void DecentralizedTask::StartConnecting(absl::Time now, ModeEffects& fx) {
+  round_.participants.clear();
+  for (const auto& [id, r] : round_.ready) round_.participants.insert(id);
+  round_.retries = 0;
+  stage_ = Stage::kConnecting;
+  SendPeerLists(/*sharing=*/false, now, fx);
+}
+
+void DecentralizedTask::SendPeerLists(bool sharing, absl::Time now, ModeEffects& fx) {
+  ++round_.attempt;
+  round_.reports.clear();
+  round_.done.clear();
+  round_.stage_deadline = now + round_deadline_;
+  v1::CoordinatorEvent e;
+  v1::PeerList* list = e.mutable_peer_list();
+  list->set_task(task_);
+  list->set_round(round_.number);
+  list->set_attempt(round_.attempt);
+  list->set_sharing(sharing);
+  for (const std::string& id : round_.participants) {
+    v1::PeerEndpoint* endpoint = list->add_participants();
+    endpoint->set_peer_id(id);
+    endpoint->set_address(peers_[id].address);
+  }
+  for (const std::string& id : round_.participants) fx.Send(id, e);
+}
+
+void DecentralizedTask::CheckReports(absl::Time now, ModeEffects& fx) {
+  if (round_.reports.size() < round_.participants.size()) return;
+  std::set<std::pair<std::string, std::string>> failed;
+  for (const auto& [reporter, unreachable] : round_.reports) {
+    for (const std::string& target : unreachable) failed.insert({reporter, target});
+  }
+  if (failed.empty()) {
+    stage_ = Stage::kSharing;
+    round_.done.clear();
+    round_.stage_deadline = now + round_deadline_;
+    v1::CoordinatorEvent e;
+    e.mutable_start_sharing()->set_task(task_);
+    e.mutable_start_sharing()->set_round(round_.number);
+    e.mutable_start_sharing()->set_attempt(round_.attempt);
+    for (const std::string& id : round_.participants) fx.Send(id, e);
+    return;
+  }
+  if (round_.retries < max_retry_) {
+    ++round_.retries;
+    ++round_.total_retries;
+    metrics_.decentralized_connection_retries.Increment();
+    LogWarning("task ", task_, ": round ", round_.number, ": ", failed.size(),
+               " connections failed, retry ", round_.retries, " of ", max_retry_);
+    SendPeerLists(/*sharing=*/false, now, fx);
+    return;
+  }
+  RemoveFromRound(Blame(failed), "could not connect to the other participants", now, fx);
+}
+
+void DecentralizedTask::RemoveFromRound(const std::set<std::string>& ids,
+                                        const std::string& reason, absl::Time now,
+                                        ModeEffects& fx) {
+  for (const std::string& id : ids) {
+    LogWarning("task ", task_, ": peer ", id, " removed from round ", round_.number, ": ", reason);
+    v1::CoordinatorEvent e;
+    e.mutable_connection_failed()->set_task(task_);
+    e.mutable_connection_failed()->set_round(round_.number);
+    e.mutable_connection_failed()->set_reason(reason);
+    fx.Send(id, std::move(e));
+    round_.participants.erase(id);
+    round_.ready.erase(id);
+    round_.joined.erase(id);
+    round_.excluded.insert(id);
+    round_.dropped.insert(id);
+    round_.removed.push_back(id);
+    metrics_.decentralized_removed_peers.Increment();
+    PeerState& p = peers_[id];
+    p.strikes = std::min<uint32_t>(p.strikes + 1, 5);
+    p.sit_out_until = round_.number + (uint64_t{1} << (p.strikes - 1));
+  }
+  round_.retries = 0;  // the rest start counting again
+  ContinueWithParticipants(now, fx);
+}
+
+void DecentralizedTask::ContinueWithParticipants(absl::Time now, ModeEffects& fx) {
+  if (round_.participants.size() < std::max<uint32_t>(1, spec_.min_participants())) {
+    SendWaiting(round_.participants, round_.participants.size(), fx);
+    Reopen(now, fx);
+    return;
+  }
+  SendPeerLists(/*sharing=*/stage_ == Stage::kSharing, now, fx);
+}
+
+void DecentralizedTask::CheckSharingDone(absl::Time now, ModeEffects& fx) {
+  if (stage_ != Stage::kSharing) return;
+  for (const std::string& id : round_.participants) {
+    if (!round_.done.count(id)) return;
+  }
+  CompleteRound(now, fx);
+}
+
+void DecentralizedTask::CompleteRound(absl::Time now, ModeEffects& fx) {
+  const uint64_t r = round_.number;
+  v1::RoundSummary summary;
+  summary.set_round(r);
+  summary.set_model_version(r);
+  uint64_t samples = 0;
+  double loss_sum = 0;
+  std::set<uint64_t> digests;
+  for (const std::string& id : round_.participants) {
+    summary.add_participants(id);
+    const Ready& ready = round_.ready[id];
+    samples += ready.num_samples;
+    loss_sum += ready.train_loss * static_cast<double>(ready.num_samples);
+    digests.insert(round_.done[id].digest);
+  }
+  for (const std::string& id : round_.dropped) {
+    if (!round_.participants.count(id)) summary.add_dropped(id);
+  }
+  summary.set_num_samples(samples);
+  if (samples > 0) {
+    summary.set_mean_train_loss(loss_sum / static_cast<double>(samples));
+  } else if (!round_.participants.empty()) {
+    double sum = 0;
+    for (const std::string& id : round_.participants) sum += round_.ready[id].train_loss;
+    summary.set_mean_train_loss(sum / static_cast<double>(round_.participants.size()));
+  }
+  const uint64_t digest =
+      round_.participants.empty() ? 0 : round_.done[*round_.participants.begin()].digest;
+  if (digests.size() > 1) {
+    LogWarning("task ", task_, ": round ", r, ": participants hold ", digests.size(),
+               " different averaged models");
+    metrics_.decentralized_digest_mismatches.Increment();
+  }
+  summary.set_model_digest(digest);
+  summary.set_joins(round_.joins);
+  summary.set_leaves(round_.leaves);
+  summary.set_connection_retries(round_.total_retries);
+  for (const std::string& id : round_.removed) summary.add_removed(id);
+  summary.set_duration_ms(absl::ToInt64Milliseconds(now - round_.opened));
+  const absl::Duration overhead = now - round_.first_ready.value_or(now);
+  summary.set_overhead_ms(absl::ToInt64Milliseconds(overhead));
+  fx.rounds_completed.push_back(summary);
+  metrics_.decentralized_round_participants.Set(static_cast<double>(round_.participants.size()));
+  metrics_.decentralized_round_overhead.Observe(absl::ToDoubleSeconds(overhead));
+  LogInfo("task ", task_, ": round ", r, " complete: ", round_.participants.size(),
+          " participants, ", samples, " samples, loss ", summary.mean_train_loss(), ", overhead ",
+          absl::FormatDuration(overhead));
+
+  completed_ = r;
+  v1::CoordinatorEvent published;
+  published.mutable_model_published()->set_task(task_);
+  published.mutable_model_published()->set_round(r);
+  published.mutable_model_published()->set_version(r);
+  const std::set<std::string> participants = round_.participants;
+  for (const std::string& id : participants) {
+    peers_[id].model_round = r;
+    peers_[id].strikes = 0;
+    fx.Send(id, published);
+  }
+  round_ = Round{};
+  round_.number = r;
+  if (r >= spec_.rounds()) {
+    stage_ = Stage::kEvaluating;
+    eval_pending_ = participants;
+    eval_deadline_ = now + std::min(final_eval_timeout_, round_deadline_);
+    return;
+  }
+  stage_ = Stage::kIdle;
+  // The others hold an older model now: they sync before they take part again.
+  for (auto& [id, p] : peers_) {
+    if (p.model == Model::kSynced && p.model_round < r) {
+      p.model = Model::kNeedsSync;
+      StartSync(id, now, fx);
+    } else if (p.model == Model::kSyncing) {
+      auto it = syncs_.find(id);
+      if (it != syncs_.end() && it->second.round < r) {
+        // Its provider is about to replace that model: sync it to the new round at once.
+        syncs_.erase(it);
+        p.model = Model::kNeedsSync;
+        StartSync(id, now, fx);
+      }
+    }
+  }
+  MaybeOpen(now, fx);
+}
+
+bool DecentralizedTask::InRound(const std::string& id) const {
+  if (stage_ == Stage::kIdle || stage_ == Stage::kEvaluating || stage_ == Stage::kDone) {
+    return false;
+  }
+  return round_.joined.count(id) || round_.ready.count(id) || round_.participants.count(id);
+}
+
+void DecentralizedTask::DropFromRound(const std::string& id, absl::Time now, ModeEffects& fx) {
+  round_.offered.erase(id);
+  if (!InRound(id)) return;
+  ++round_.leaves;
+  metrics_.decentralized_leaves.Increment();
+  round_.joined.erase(id);
+  round_.ready.erase(id);
+  round_.dropped.insert(id);
+  const bool participant = round_.participants.erase(id) > 0;
+  round_.reports.erase(id);
+  round_.done.erase(id);
+  switch (stage_) {
+    case Stage::kJoining:
+      break;  // before the peer list: it just drops out
+    case Stage::kTraining:
+      if (round_.joined.empty()) {
+        Reopen(now, fx);  // nobody left to wait for
+      } else {
+        CheckAllReady(now, fx);
+      }
+      break;
+    case Stage::kConnecting:
+    case Stage::kSharing:
+      if (participant) ContinueWithParticipants(now, fx);
+      break;
+    default:
+      break;
+  }
+}
+
+// --- Status ----------------------------------------------------------------------------------
+
+std::string DecentralizedTask::PeerStateName(const std::string& id, const PeerState& p) const {
+  switch (p.model) {
+    case Model::kUnknown:
+      return "new";
+    case Model::kNeedsSync:
+    case Model::kSyncing:
+      return "syncing";
+    case Model::kSynced:
+      break;
+  }
+  if (stage_ == Stage::kEvaluating || stage_ == Stage::kDone) {
+    return eval_pending_.count(id) ? "evaluating" : "synced";
+  }
+  if (round_.participants.count(id)) {
+    if (stage_ == Stage::kSharing) return round_.done.count(id) ? "done" : "sharing";
+    if (stage_ == Stage::kConnecting) {
+      auto it = round_.reports.find(id);
+      return it != round_.reports.end() && it->second.empty() ? "connected" : "ready";
+    }
+  }
+  if (round_.ready.count(id)) return "ready";
+  if (round_.joined.count(id)) return "joined";
+  return "synced";
+}
+
+void DecentralizedTask::Publish(const std::string& before, v1::TaskStatus& status,
+                                ModeEffects& fx) {
+  const uint64_t round = stage_ == Stage::kIdle ? completed_ : round_.number;
+  status.set_round(round);
+  status.set_model_version(completed_);
+  const size_t participants = round_.participants.size();
+  switch (stage_) {
+    case Stage::kIdle:
+      status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
+      status.set_state(v1::TASK_STATE_WAITING);
+      if (message_.empty()) message_ = "waiting for peers";
+      break;
+    case Stage::kJoining:
+      status.set_phase(v1::ROUND_PHASE_JOINING);
+      status.set_state(v1::TASK_STATE_RUNNING);
+      message_ = round_.ready.empty()
+                     ? absl::StrCat("round ", round, ": joining (", round_.joined.size(),
+                                    " joined)")
+                     : absl::StrCat("round ", round, ": waiting for peers (", round_.ready.size(),
+                                    " ready, need ", spec_.min_participants(), ")");
+      break;
+    case Stage::kTraining:
+      status.set_phase(v1::ROUND_PHASE_TRAINING);
+      status.set_state(v1::TASK_STATE_RUNNING);
+      message_ = absl::StrCat("round ", round, ": training (", round_.ready.size(), " of ",
+                              round_.joined.size(), " ready)");
+      break;
+    case Stage::kConnecting:
+      status.set_phase(v1::ROUND_PHASE_CONNECTING);
+      status.set_state(v1::TASK_STATE_RUNNING);
+      message_ = absl::StrCat("round ", round, ": connecting ", participants, " peers (attempt ",
+                              round_.attempt, ")");
+      break;
+    case Stage::kSharing:
+      status.set_phase(v1::ROUND_PHASE_SHARING);
+      status.set_state(v1::TASK_STATE_RUNNING);
+      message_ = absl::StrCat("round ", round, ": sharing with ", participants, " peers");
+      break;
+    case Stage::kEvaluating:
+      status.set_phase(v1::ROUND_PHASE_EVALUATING);
+      status.set_state(v1::TASK_STATE_RUNNING);
+      message_ = "evaluating the final model";
+      break;
+    case Stage::kDone:
+      break;  // the core sets the final state, phase and message
+  }
+  if (stage_ != Stage::kDone) status.set_message(message_);
+  status.clear_peers();
+  for (const auto& [id, p] : peers_) {
+    v1::PeerProgress* progress = status.add_peers();
+    progress->set_peer_id(id);
+    progress->set_state(PeerStateName(id, p));
+    progress->set_model_round(p.model_round);
+  }
+  if (!fx.rounds_completed.empty() || status.SerializeAsString() != before) fx.changed = true;
+}
+
+}  // namespace shoal::coordinator

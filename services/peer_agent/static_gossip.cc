@@ -1,0 +1,257 @@
+#include "services/peer_agent/static_gossip.h"
+
+#include <fstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "libs/common/address.h"
+#include "libs/common/address_file.h"
+#include "libs/common/clock.h"
+#include "libs/common/log.h"
+#include "libs/common/status_macros.h"
+#include "libs/gossip/dpwa_config.h"
+#include "libs/gossip/gossip_spec.h"
+#include "libs/rpc/signals.h"
+#include "libs/task/task_file.h"
+#include "libs/tensor/model_file.h"
+#include "services/peer_agent/gossip_runner.h"
+
+namespace shoal::peer {
+namespace {
+
+absl::Status Flag(absl::string_view flag, const absl::Status& s) {
+  if (s.ok() || absl::StartsWith(s.message(), flag)) return s;
+  return absl::Status(s.code(), absl::StrCat(flag, ": ", s.message()));
+}
+
+std::string JsonString(const std::string& s) { return task::JsonQuote(s); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
+    const StaticGossipOptions& options) {
+  if (options.dpwa_config.empty()) return absl::InvalidArgumentError("--dpwa-config is required");
+  if (options.node.empty()) return absl::InvalidArgumentError("--dpwa-node is required");
+  if (options.task_file.empty()) {
+    return absl::InvalidArgumentError("--task-file is required with --dpwa-config");
+  }
+  if (options.data_dir.empty()) return absl::InvalidArgumentError("--data-dir is required");
+  if (!options.listen.empty()) {
+    SHOAL_RETURN_IF_ERROR(ParseHostPort(options.listen, "--listen").status());
+  }
+  SHOAL_RETURN_IF_ERROR(ParseHostPort(options.metrics_listen, "--metrics-listen").status());
+  SHOAL_RETURN_IF_ERROR(options.tls.Validate());
+  if (options.torch_threads < 1 || options.torch_threads > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--torch-threads: must be in [1, 256], got ", options.torch_threads));
+  }
+
+  absl::StatusOr<gossip::DpwaConfig> config = gossip::LoadDpwaConfig(options.dpwa_config);
+  if (!config.ok()) return Flag("--dpwa-config", config.status());
+  const gossip::DpwaNode* me = config->Find(options.node);
+  if (me == nullptr) {
+    std::vector<std::string> names;
+    for (const auto& n : config->nodes) names.push_back(n.name);
+    return absl::InvalidArgumentError(absl::StrCat("--dpwa-node: no node \"", options.node,
+                                                   "\" in ", options.dpwa_config,
+                                                   " (nodes: ", absl::StrJoin(names, ", "), ")"));
+  }
+  absl::StatusOr<common::v1::TaskSpec> spec = task::LoadTaskFile(options.task_file);
+  if (!spec.ok()) return Flag("--task-file", spec.status());
+  // The dpwa file decides how to gossip; the task file what to train.
+  spec->set_mode(common::v1::MODE_GOSSIP);
+  spec->mutable_gossip()->MergeFrom(config->gossip);
+  gossip::ApplyGossipDefaults(*spec->mutable_gossip());
+  if (absl::Status s = task::ValidateTaskSpec(*spec); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.task_file, " + ", options.dpwa_config, ": ", s.message()));
+  }
+
+  size_t index = 0;
+  while (config->nodes[index].name != me->name) ++index;
+  training::ShardSpec shard{static_cast<uint32_t>(index),
+                            static_cast<uint32_t>(config->nodes.size())};
+  if (options.shard) shard = *options.shard;
+  SHOAL_RETURN_IF_ERROR(Flag("--shard", training::ValidateShardSpec(shard)));
+  SHOAL_RETURN_IF_ERROR(Flag("--torch-threads", training::SetTorchThreads(options.torch_threads)));
+
+  std::unique_ptr<StaticGossipPeer> p(new StaticGossipPeer());
+  p->options_ = options;
+  p->spec_ = *spec;
+  p->peer_id_ = me->name;
+
+  training::TrainerOptions trainer_options;
+  trainer_options.spec = *spec;
+  trainer_options.data_dir = options.data_dir;
+  trainer_options.shard = shard;
+  trainer_options.device = options.device;
+  absl::StatusOr<std::unique_ptr<training::Trainer>> trainer =
+      training::Trainer::Create(trainer_options);
+  if (!trainer.ok()) return Flag("--data-dir", trainer.status());
+  p->trainer_ = *std::move(trainer);
+
+  SHOAL_ASSIGN_OR_RETURN(rpc::Credentials credentials, rpc::Credentials::Create(options.tls));
+  SHOAL_ASSIGN_OR_RETURN(p->metrics_server_,
+                         metrics::MetricsServer::Start(options.metrics_listen, "--metrics-listen"));
+  p->metrics_ = std::make_unique<PeerMetrics>(p->metrics_server_->registry());
+  p->peer_client_ = std::make_unique<PeerClient>(credentials.channel(), p->metrics_.get());
+  PeerServiceOptions service_options;
+  const std::string id = p->peer_id_;
+  service_options.peer_id = [id] { return id; };
+  p->service_ =
+      std::make_unique<PeerServiceImpl>(p->snapshots_, *p->metrics_, std::move(service_options));
+  rpc::ServerOptions server_options;
+  server_options.listen = options.listen.empty() ? me->address() : options.listen;
+  server_options.service_name = "shoal-peer";
+  server_options.credentials = credentials.server();
+  absl::StatusOr<std::unique_ptr<rpc::Server>> server =
+      rpc::Server::Start(server_options, {p->service_.get()});
+  if (!server.ok()) return Flag("--listen", server.status());
+  p->server_ = *std::move(server);
+
+  auto& members = *p->members_.mutable_gossip_members();
+  members.set_task(spec->name());
+  members.set_start(true);
+  for (const gossip::DpwaNode& n : config->nodes) {
+    coordinator::v1::PeerEndpoint* e = members.add_peers();
+    e->set_peer_id(n.name);
+    e->set_address(n.address());
+  }
+
+  ModeRunnerDeps deps;
+  deps.assigned.mutable_spec()->CopyFrom(*spec);
+  deps.trainer = p->trainer_.get();
+  deps.snapshots = &p->snapshots_;
+  deps.peers = p->peer_client_.get();
+  deps.metrics = p->metrics_.get();
+  deps.clock = &RealClock::Get();
+  deps.peer_id = p->peer_id_;
+  StaticGossipPeer* self = p.get();
+  deps.send = [self](const coordinator::v1::PeerMessage& m) { self->OnMessage(m); };
+  p->runner_ = MakeGossipRunner(std::move(deps));
+
+  if (!options.address_file.empty()) {
+    SHOAL_RETURN_IF_ERROR(
+        Flag("--address-file",
+             WriteAddressFile(options.address_file, {{"grpc", p->server_->address()},
+                                                     {"metrics", p->metrics_server_->address()}})));
+  }
+  LogInfo("static gossip: node ", me->name, " of ", config->nodes.size(), " (", options.dpwa_config,
+          "), task ", spec->name(), ", shard ", shard.ToString(), "; serving PeerService on ",
+          p->server_->address(), ", metrics on ", p->metrics_server_->address());
+  if (!credentials.secure()) {
+    LogWarning("--insecure: PLAINTEXT gRPC without authentication; use only on a trusted network");
+  }
+  p->worker_ = std::thread([self] { self->Work(); });
+  return p;
+}
+
+StaticGossipPeer::~StaticGossipPeer() { Shutdown(); }
+
+void StaticGossipPeer::OnMessage(const coordinator::v1::PeerMessage& m) {
+  absl::MutexLock lock(&mu_);
+  if (m.has_gossip_progress()) last_progress_ = m.gossip_progress();
+  if (m.has_eval_report()) eval_ = m.eval_report();
+  if (m.has_error()) {
+    LogError("static gossip: ", m.error().message());
+    failed_ = true;
+  }
+}
+
+void StaticGossipPeer::Work() {
+  const absl::Time start = absl::Now();
+  runner_->Handle(members_, [this] {
+    absl::MutexLock lock(&mu_);
+    return !stopping_;
+  });
+  coordinator::v1::GossipProgress progress;
+  std::optional<coordinator::v1::EvalReport> eval;
+  bool failed;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    progress = last_progress_;
+    eval = eval_;
+    failed = failed_ || !eval.has_value();
+  }
+  if (!options_.final_model_out.empty()) {
+    absl::StatusOr<tensor::FlatModel> model = trainer_->GetParameters();
+    absl::Status s =
+        model.ok() ? tensor::WriteModelFile(options_.final_model_out, *model) : model.status();
+    if (!s.ok()) {
+      LogError("--final-model-out: ", s.message());
+      failed = true;
+    }
+  }
+  if (!options_.report_out.empty()) {
+    const double accuracy =
+        eval && eval->total() > 0 ? static_cast<double>(eval->correct()) / eval->total() : 0;
+    std::string json = absl::StrCat(
+        "{\"node\": ", JsonString(peer_id_), ", \"task\": ", JsonString(spec_.name()),
+        ", \"ok\": ", failed ? "false" : "true", ", \"steps\": ", progress.step(),
+        ", \"clock\": ", task::JsonNumber(progress.clock()), ", \"fetches\": ", progress.fetches(),
+        ", \"bytes_pulled\": ", progress.bytes_pulled(),
+        ", \"fetches_started\": ", task::JsonNumber(metrics_->gossip.fetches_started.Value()),
+        ", \"bytes_served\": ", task::JsonNumber(metrics_->bytes_sent.Value()),
+        ", \"correct\": ", eval ? eval->correct() : 0, ", \"total\": ", eval ? eval->total() : 0,
+        ", \"accuracy\": ", task::JsonNumber(accuracy), ", \"test_loss\": ",
+        task::JsonNumber(eval && eval->total() > 0 ? eval->loss_sum() / eval->total() : 0),
+        ", \"wall_seconds\": ", task::JsonNumber(absl::ToDoubleSeconds(absl::Now() - start)),
+        "}\n");
+    const std::string tmp = options_.report_out + ".tmp";
+    std::ofstream out(tmp, std::ios::trunc);
+    out << json;
+    out.close();
+    if (!out || std::rename(tmp.c_str(), options_.report_out.c_str()) != 0) {
+      LogError("--report-out: cannot write ", options_.report_out);
+      failed = true;
+    }
+  }
+  bool exit_now;
+  {
+    absl::MutexLock lock(&mu_);
+    done_ = true;
+    failed_ = failed;
+    exit_now = options_.exit_when_done;
+  }
+  if (exit_now) {
+    rpc::RequestShutdown();
+  } else {
+    LogInfo("static gossip: done; serving the final model until stopped");
+  }
+}
+
+bool StaticGossipPeer::WaitDone(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; };
+  return mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
+}
+
+int StaticGossipPeer::Run() {
+  int signal = rpc::WaitForShutdownSignal();
+  bool failed;
+  {
+    absl::MutexLock lock(&mu_);
+    failed = failed_;
+  }
+  if (signal > 0) LogInfo("shutting down (signal ", signal, ")");
+  Shutdown();
+  return failed ? 1 : 0;
+}
+
+void StaticGossipPeer::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    stopping_ = true;
+  }
+  if (worker_.joinable()) worker_.join();
+  runner_.reset();
+  if (server_) server_->Shutdown(absl::Seconds(2));
+}
+
+}  // namespace shoal::peer

@@ -1,0 +1,98 @@
+#pragma once
+
+// Gossip with a static member list and no coordinator: a dpwa user brings their YAML config
+// unchanged (shoal-peer --dpwa-config FILE --dpwa-node NAME --task-file FILE ...).
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "libs/metrics/metrics_server.h"
+#include "libs/rpc/server.h"
+#include "libs/rpc/tls.h"
+#include "libs/training/partition.h"
+#include "libs/training/trainer.h"
+#include "services/peer_agent/mode_runner.h"
+#include "services/peer_agent/peer_client.h"
+#include "services/peer_agent/peer_metrics.h"
+#include "services/peer_agent/peer_service.h"
+#include "services/peer_agent/snapshot_store.h"
+#include "shoal/coordinator/v1/session.pb.h"
+
+namespace shoal::peer {
+
+struct StaticGossipOptions {
+  std::string dpwa_config;  // --dpwa-config: dpwa's YAML (nodes, fetch_probability, ...)
+  std::string node;         // --dpwa-node: this peer's name in `nodes`
+  std::string task_file;    // --task-file: model, data, optimizer, rounds x round_batches steps;
+                            // the YAML's gossip settings override the task's `gossip`
+  std::string data_dir;     // --data-dir
+  // --shard; default: the node's index in `nodes` / the number of nodes.
+  std::optional<training::ShardSpec> shard;
+  // --listen; default: the node's host:port from the config.
+  std::string listen;
+  std::string metrics_listen = "127.0.0.1:0";  // --metrics-listen
+  std::string address_file;                    // --address-file (optional)
+  std::string device = "cpu";                  // --device
+  int torch_threads = 1;                       // --torch-threads
+  rpc::TlsOptions tls;                         // --tls-dir DIR | --insecure
+  std::string final_model_out;  // --final-model-out: write the final model here (model file)
+  std::string report_out;       // --report-out: write a JSON summary here when done
+  bool exit_when_done = false;  // --exit-when-done: exit after the report (default: keep serving)
+};
+
+// The static gossip peer: loads the config, the task and the data, serves PeerService and
+// /metrics, and runs the gossip runner with the YAML's nodes as members (peer id = node name).
+// When the steps are done it evaluates, writes the optional report and final model, and keeps
+// serving its final snapshot until a shutdown signal (or exits with --exit-when-done).
+// Owned by main(); thread-safe.
+class StaticGossipPeer {
+ public:
+  // Errors: INVALID_ARGUMENT / NOT_FOUND naming the flag or the file and key at fault.
+  static absl::StatusOr<std::unique_ptr<StaticGossipPeer>> Start(
+      const StaticGossipOptions& options);
+  ~StaticGossipPeer();
+
+  // Blocks until a shutdown signal (or done, with exit_when_done), then shuts down. Returns the
+  // exit code: 0, or 1 when training failed.
+  int Run();
+  void Shutdown();
+  // Waits until the runner finished its steps (tests). False on timeout.
+  bool WaitDone(absl::Duration timeout);
+
+  const std::string& address() const { return server_->address(); }
+  const std::string& metrics_address() const { return metrics_server_->address(); }
+
+ private:
+  StaticGossipPeer() = default;
+  void Work();
+  void OnMessage(const coordinator::v1::PeerMessage& m) ABSL_LOCKS_EXCLUDED(mu_);
+
+  StaticGossipOptions options_;
+  common::v1::TaskSpec spec_;
+  std::string peer_id_;
+  coordinator::v1::CoordinatorEvent members_;
+  std::unique_ptr<metrics::MetricsServer> metrics_server_;
+  std::unique_ptr<PeerMetrics> metrics_;
+  SnapshotStore snapshots_;
+  std::unique_ptr<PeerServiceImpl> service_;
+  std::unique_ptr<rpc::Server> server_;
+  std::unique_ptr<PeerClient> peer_client_;
+  std::unique_ptr<training::Trainer> trainer_;
+  std::unique_ptr<ModeRunner> runner_;
+  std::thread worker_;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  coordinator::v1::GossipProgress last_progress_ ABSL_GUARDED_BY(mu_);
+  std::optional<coordinator::v1::EvalReport> eval_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace shoal::peer

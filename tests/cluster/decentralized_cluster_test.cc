@@ -1,0 +1,366 @@
+// Decentralized training (mode: decentralized) with real processes on 127.0.0.1: a coordinator
+// and peers, no aggregator. Peers exchange weights directly through their PeerService and every
+// participant ends each round holding the same averaged model.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "libs/rpc/channel.h"
+#include "libs/rpc/model_stream.h"
+#include "libs/rpc/status.h"
+#include "shoal/peer/v1/peer.grpc.pb.h"
+#include "tests/cluster/cluster.h"
+
+namespace shoal::testing {
+namespace {
+
+namespace cv1 = coordinator::v1;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string TempDir() {
+  auto dir = process::MakeTempDir("", "shoal-dec-cluster-");
+  EXPECT_TRUE(dir.ok()) << dir.status();
+  return *dir;
+}
+
+absl::Status CreateTask(Cluster& cluster, const common::v1::TaskSpec& spec) {
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, absl::Seconds(10));
+  cv1::CreateTaskRequest request;
+  *request.mutable_spec() = spec;
+  cv1::CreateTaskResponse response;
+  return rpc::FromGrpcStatus(cluster.control().CreateTask(&context, request, &response));
+}
+
+// A small fast decentralized task: MLP on a slice of Fashion-MNIST.
+common::v1::TaskSpec DecentralizedTask(const std::string& name, uint32_t rounds,
+                                       uint32_t round_batches) {
+  common::v1::TaskSpec spec = SmallTask(name);
+  spec.set_mode(common::v1::MODE_DECENTRALIZED);
+  spec.set_rounds(rounds);
+  spec.set_round_batches(round_batches);
+  spec.set_min_participants(2);
+  spec.set_round_deadline_seconds(30);
+  spec.set_max_connection_retry(2);
+  return spec;
+}
+
+// The digest of a peer's GLOBAL snapshot of `round` (fetched over mutual TLS like another peer).
+absl::StatusOr<uint64_t> GlobalDigest(Cluster& cluster, int peer, const std::string& task,
+                                      uint64_t round) {
+  auto stub = peer::v1::PeerService::NewStub(
+      rpc::MakeChannel(cluster.peer(peer).address, cluster.ClientCredentials()));
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, absl::Seconds(20));
+  peer::v1::GetSnapshotRequest request;
+  request.set_task(task);
+  request.set_kind(peer::v1::SNAPSHOT_KIND_GLOBAL);
+  request.set_round(round);
+  request.set_peer_id("test");
+  auto reader = stub->GetSnapshot(&context, request);
+  auto model = rpc::ReadModelStream(*reader, tensor::DecoderLimits{}, &context);
+  if (!model.ok()) return model.status();
+  if (model->meta.version() != round) {
+    return absl::InternalError(
+        absl::StrCat("asked for round ", round, ", got ", model->meta.version()));
+  }
+  return model->model.Digest();
+}
+
+// The newest round whose averaged model `peer` serves as its GLOBAL snapshot, checked against
+// the digest the coordinator recorded for that round. Fails when it serves none of them or a
+// different model.
+absl::StatusOr<uint64_t> HeldRound(Cluster& cluster, int peer, const cv1::TaskStatus& status) {
+  for (int i = status.history_size() - 1; i >= 0; --i) {
+    const cv1::RoundSummary& round = status.history(i);
+    absl::StatusOr<uint64_t> digest =
+        GlobalDigest(cluster, peer, status.spec().name(), round.round());
+    if (absl::IsFailedPrecondition(digest.status())) continue;  // it holds another round
+    if (!digest.ok()) return digest.status();
+    if (*digest != round.model_digest()) {
+      return absl::InternalError(absl::StrCat("peer-", peer, " holds a model of round ",
+                                              round.round(), " with digest ", *digest,
+                                              ", the round's digest is ", round.model_digest()));
+    }
+    return round.round();
+  }
+  return absl::NotFoundError(absl::StrCat("peer-", peer, " serves no round's model"));
+}
+
+void StartCoordinatorAndPeers(Cluster& cluster, int peers, int shards) {
+  absl::Status started = cluster.StartCoordinator();
+  ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  for (int i = 0; i < peers; ++i) {
+    started = cluster.StartPeer(i, shards);
+    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  }
+  ASSERT_TRUE(cluster.WaitForPeersConnected(peers, absl::Seconds(60)).ok()) << cluster.LogTails();
+}
+
+bool Completed(const cv1::TaskStatus& s) { return s.state() == cv1::TASK_STATE_COMPLETED; }
+
+// Three peers train several rounds and hold identical models after every round; a fourth joins
+// at round 3, syncs the model from a peer that completed the last round, and holds the same
+// model as the others after its first round.
+TEST(DecentralizedClusterTest, IdenticalModelsEveryRoundAndLateJoinerSyncs) {
+  Cluster cluster(TempDir());
+  StartCoordinatorAndPeers(cluster, 3, 4);
+  if (HasFatalFailure()) return;
+  // Rounds of ~2 s here, so the fourth peer (started after round 2) joins round 3 or 4.
+  const common::v1::TaskSpec spec = DecentralizedTask("dec-identical", 8, 120);
+  ASSERT_TRUE(CreateTask(cluster, spec).ok());
+
+  auto status = cluster.WaitFor(
+      spec.name(), [](const cv1::TaskStatus& s) { return s.model_version() >= 2; },
+      absl::Minutes(3), "two completed rounds");
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_LT(status->model_version(), spec.rounds()) << "the task ran too fast to join late";
+  {
+    absl::Status started = cluster.StartPeer(3, 4);
+    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  }
+
+  status = cluster.WaitFor(spec.name(), Completed, absl::Minutes(5), "task completion");
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->history_size(), static_cast<int>(spec.rounds()));
+
+  std::set<uint64_t> digests;
+  uint64_t first_round_of_late_joiner = 0;
+  for (const cv1::RoundSummary& round : status->history()) {
+    SCOPED_TRACE(round.ShortDebugString());
+    EXPECT_NE(round.model_digest(), 0u);
+    EXPECT_TRUE(digests.insert(round.model_digest()).second) << "the model did not change";
+    // Normally 3 (then 4); a peer starved of CPU may miss a round's joins on a loaded machine.
+    EXPECT_GE(round.participants_size(), 2);
+    EXPECT_GT(round.num_samples(), 0u);
+    EXPECT_TRUE(round.removed().empty());
+    const bool late = std::find(round.participants().begin(), round.participants().end(),
+                                "peer-3") != round.participants().end();
+    if (late && first_round_of_late_joiner == 0) first_round_of_late_joiner = round.round();
+    if (round.round() <= 2) {
+      EXPECT_THAT(round.participants(), Not(Contains("peer-3")));
+    }
+  }
+  ASSERT_GE(first_round_of_late_joiner, 3u) << "peer-3 never took part in a round";
+  EXPECT_LT(first_round_of_late_joiner, spec.rounds()) << "peer-3 joined only the last round";
+  const cv1::RoundSummary& last = status->history(status->history_size() - 1);
+  EXPECT_TRUE(last.evaluated());
+  EXPECT_GT(last.test_accuracy(), 0.6);
+
+  // Every peer serves the averaged model of a round since the late joiner's first one,
+  // bit-identical to the digest of that round — the late joiner included.
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<uint64_t> held = HeldRound(cluster, i, *status);
+    ASSERT_TRUE(held.ok()) << held.status();
+    EXPECT_GE(*held, first_round_of_late_joiner) << "peer-" << i;
+  }
+
+  // The late joiner synced and pulled the others' updates; the coordinator counted the sync.
+  auto late_metrics = HttpGet(cluster.peer(3).metrics_address, "/metrics");
+  ASSERT_TRUE(late_metrics.ok());
+  // (It syncs again when a round completes while it waits for the next one to open.)
+  EXPECT_THAT(*late_metrics, HasSubstr("shoal_peer_decentralized_sync_transfers_total"));
+  EXPECT_THAT(*late_metrics, Not(HasSubstr("shoal_peer_decentralized_sync_transfers_total 0\n")));
+  // (A sync may also fail and be retried: the provider finishes another round mid-transfer and
+  // answers FAILED_PRECONDITION for the older round; the coordinator then offers the newer one.)
+  EXPECT_THAT(*late_metrics, Not(HasSubstr("shoal_peer_peer_bytes_pulled_total 0\n")));
+  auto coordinator_metrics = HttpGet(cluster.coordinator().metrics_address, "/metrics");
+  ASSERT_TRUE(coordinator_metrics.ok());
+  EXPECT_THAT(*coordinator_metrics, HasSubstr("shoal_coordinator_decentralized_sync_transfers"));
+  // Every participant of every round reported the same digest in its SharingDone.
+  EXPECT_THAT(*coordinator_metrics,
+              HasSubstr("shoal_coordinator_decentralized_digest_mismatches_total 0\n"));
+
+  for (int i = 0; i < 4; ++i) {
+    process::ExitStatus exit = cluster.peer(i).process->Stop(absl::Seconds(10));
+    EXPECT_TRUE(exit.success()) << "peer-" << i << ": " << exit.ToString();
+  }
+}
+
+// A peer SIGKILLed in the middle of a round: the others complete that round without it and
+// finish the task.
+TEST(DecentralizedClusterTest, PeerKilledMidRoundOthersCompleteTheRound) {
+  Cluster cluster(TempDir());
+  StartCoordinatorAndPeers(cluster, 3, 3);
+  if (HasFatalFailure()) return;
+  const common::v1::TaskSpec spec = DecentralizedTask("dec-kill", 5, 60);
+  ASSERT_TRUE(CreateTask(cluster, spec).ok());
+
+  // Round 2 is open and peer-2 joined it and is training: kill it.
+  auto status = cluster.WaitFor(
+      spec.name(),
+      [](const cv1::TaskStatus& s) {
+        if (s.round() < 2 || s.model_version() + 1 != s.round()) return false;
+        for (const cv1::PeerProgress& p : s.peers()) {
+          if (p.peer_id() == "peer-2" && p.state() == "joined") return true;
+        }
+        return false;
+      },
+      absl::Minutes(3), "peer-2 training in round 2");
+  ASSERT_TRUE(status.ok()) << status.status();
+  const uint64_t killed_round = status->round();
+  cluster.peer(2).process->Signal(SIGKILL);
+
+  status = cluster.WaitFor(spec.name(), Completed, absl::Minutes(5), "task completion");
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->history_size(), static_cast<int>(spec.rounds()));
+  for (const cv1::RoundSummary& round : status->history()) {
+    SCOPED_TRACE(round.ShortDebugString());
+    EXPECT_NE(round.model_digest(), 0u);
+    if (round.round() < killed_round) {
+      EXPECT_GE(round.participants_size(), 2);  // 3 unless a peer was starved of CPU
+    }
+    if (round.round() >= killed_round) {
+      EXPECT_THAT(round.participants(), Not(Contains("peer-2")));
+      EXPECT_EQ(round.participants_size(), 2);
+    }
+    if (round.round() == killed_round) {
+      EXPECT_EQ(round.joins(), 3u);
+      EXPECT_EQ(round.leaves(), 1u);
+    }
+  }
+  auto coordinator_metrics = HttpGet(cluster.coordinator().metrics_address, "/metrics");
+  ASSERT_TRUE(coordinator_metrics.ok());
+  EXPECT_THAT(*coordinator_metrics,
+              HasSubstr("shoal_coordinator_decentralized_digest_mismatches_total 0\n"));
+  // The two survivors serve the final model, bit-identical to the last round's digest.
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<uint64_t> held = HeldRound(cluster, i, *status);
+    ASSERT_TRUE(held.ok()) << held.status();
+    EXPECT_EQ(*held, spec.rounds()) << "peer-" << i;
+  }
+}
+
+// A peer nobody can reach (--test-refuse-inbound) is removed from the round after
+// max_connection_retry retries; the others continue without it.
+TEST(DecentralizedClusterTest, UnreachablePeerIsRemovedAfterMaxConnectionRetry) {
+  Cluster cluster(TempDir());
+  {
+    absl::Status started = cluster.StartCoordinator();
+    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  }
+  for (int i = 0; i < 4; ++i) {
+    std::vector<std::string> extra;
+    if (i == 3) extra.push_back("--test-refuse-inbound");
+    absl::Status started = cluster.StartPeer(i, 4, extra);
+    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  }
+  ASSERT_TRUE(cluster.WaitForPeersConnected(4, absl::Seconds(60)).ok()) << cluster.LogTails();
+  common::v1::TaskSpec spec = DecentralizedTask("dec-refuse", 3, 20);
+  spec.set_min_participants(3);
+  ASSERT_TRUE(CreateTask(cluster, spec).ok());
+
+  auto status = cluster.WaitFor(spec.name(), Completed, absl::Minutes(6), "task completion");
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->history_size(), static_cast<int>(spec.rounds()));
+  const cv1::RoundSummary& first = status->history(0);
+  EXPECT_THAT(first.removed(), Contains("peer-3")) << first.ShortDebugString();
+  EXPECT_EQ(first.removed_size(), 1) << first.ShortDebugString();
+  EXPECT_GE(first.connection_retries(), spec.max_connection_retry()) << first.ShortDebugString();
+  for (const cv1::RoundSummary& round : status->history()) {
+    SCOPED_TRACE(round.ShortDebugString());
+    EXPECT_THAT(round.participants(), Not(Contains("peer-3")));
+    EXPECT_GE(round.participants_size(), 3);  // min_participants
+    EXPECT_NE(round.model_digest(), 0u);
+  }
+  // The refusing peer saw its own refusals; the others counted failed probes.
+  auto refused = HttpGet(cluster.peer(3).metrics_address, "/metrics");
+  ASSERT_TRUE(refused.ok());
+  EXPECT_THAT(*refused, Not(HasSubstr("shoal_peer_inbound_refused_total 0\n")));
+  auto prober = HttpGet(cluster.peer(0).metrics_address, "/metrics");
+  ASSERT_TRUE(prober.ok());
+  EXPECT_THAT(*prober, Not(HasSubstr("shoal_peer_decentralized_probes_failed_total 0\n")));
+  auto coordinator_metrics = HttpGet(cluster.coordinator().metrics_address, "/metrics");
+  ASSERT_TRUE(coordinator_metrics.ok());
+  EXPECT_THAT(*coordinator_metrics,
+              Not(HasSubstr("shoal_coordinator_decentralized_removed_peers_total 0\n")));
+  EXPECT_THAT(*coordinator_metrics,
+              HasSubstr("shoal_coordinator_decentralized_digest_mismatches_total 0\n"));
+}
+
+// The coordinator crashes mid-task: the peers keep their models, reconnect, answer the
+// re-assignment with ModelHeld{the round they hold}, and the task resumes and completes with
+// identical models.
+TEST(DecentralizedClusterTest, CoordinatorCrashResumesFromThePeersModels) {
+  Cluster cluster(TempDir());
+  StartCoordinatorAndPeers(cluster, 3, 3);
+  if (HasFatalFailure()) return;
+  const common::v1::TaskSpec spec = DecentralizedTask("dec-restart", 6, 80);
+  ASSERT_TRUE(CreateTask(cluster, spec).ok());
+  auto status = cluster.WaitFor(
+      spec.name(), [](const cv1::TaskStatus& s) { return s.model_version() >= 2; },
+      absl::Minutes(3), "two completed rounds");
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_LT(status->model_version(), spec.rounds());
+  {
+    absl::Status restarted = cluster.RestartCoordinator(/*crash=*/true);
+    ASSERT_TRUE(restarted.ok()) << restarted << "\n" << cluster.LogTails();
+  }
+  status = cluster.WaitFor(spec.name(), Completed, absl::Minutes(5), "task completion");
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->model_version(), spec.rounds());
+  const cv1::RoundSummary& last = status->history(status->history_size() - 1);
+  EXPECT_EQ(last.round(), spec.rounds());
+  EXPECT_GE(last.participants_size(), 2) << last.ShortDebugString();
+  // Rounds after the restart still end with identical models everywhere.
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<uint64_t> held = HeldRound(cluster, i, *status);
+    ASSERT_TRUE(held.ok()) << held.status();
+    EXPECT_GT(*held, 2u) << "peer-" << i;
+  }
+}
+
+// `shoalctl local` runs a decentralized task file end to end with no aggregator (the way users
+// start one; the example deploy/tasks/fashion-mnist-decentralized.yaml shortened to MLP rounds).
+TEST(DecentralizedClusterTest, ShoalctlLocalRunsADecentralizedTaskWithoutAnAggregator) {
+  const std::string dir = TempDir();
+  const std::string task_file = dir + "/task.yaml";
+  {
+    std::ofstream out(task_file);
+    out << "name: local-dec\n"
+           "mode: decentralized\n"
+           "model: mlp\n"
+           "dataset: {name: fashion-mnist, partition: iid, train_limit: 6000, test_limit: 600}\n"
+           "batch_size: 32\n"
+           "optimizer: {kind: sgd, learning_rate: 0.05, momentum: 0.9}\n"
+           "round_batches: 20\n"
+           "rounds: 3\n"
+           "min_participants: 3\n"
+           "round_deadline_seconds: 60\n"
+           "aggregation: mean\n"
+           "seed: 5\n";
+  }
+  const char* bin = std::getenv("SHOAL_BIN_DIR");
+  process::ProcessOptions options;
+  options.name = "shoalctl";
+  options.binary = std::string(bin != nullptr ? bin : "build/bin") + "/shoalctl";
+  options.args = {"local", "--peers", "3", "--task", task_file, "--state-dir", dir + "/state"};
+  options.log_path = dir + "/shoalctl.log";
+  auto launcher = process::Process::Start(std::move(options));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  auto exit = (*launcher)->Wait(absl::Minutes(4));
+  ASSERT_TRUE(exit.ok()) << exit.status() << "\n" << process::TailFile(dir + "/shoalctl.log", 40);
+  const std::string output = process::TailFile(dir + "/shoalctl.log", 200);
+  EXPECT_TRUE(exit->success()) << exit->ToString() << "\n" << output;
+  EXPECT_THAT(output, HasSubstr("starting 1 coordinator, 0 aggregator(s), 3 peer(s)"));
+  EXPECT_THAT(output, HasSubstr("retries  removed"));
+  EXPECT_THAT(output, HasSubstr("overhead"));
+  EXPECT_THAT(output, HasSubstr("task local-dec completed after 3/3 rounds"));
+  EXPECT_THAT(output, HasSubstr("final test accuracy: 0."));
+  std::ifstream aggregator_log(dir + "/state/logs/aggregator-0.log");
+  EXPECT_FALSE(aggregator_log.good()) << "an aggregator was started";
+}
+
+}  // namespace
+}  // namespace shoal::testing

@@ -1,0 +1,373 @@
+// DecentralizedRunner driven event by event, without a coordinator: each runner has a real
+// Trainer (LibTorch, real Fashion-MNIST slice), a real PeerService on 127.0.0.1:0 and a
+// PeerClient; the test plays the coordinator and reads what the runners send.
+
+#include "services/peer_agent/decentralized_runner.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/common/clock.h"
+#include "libs/rpc/server.h"
+#include "libs/training/fashion_mnist.h"
+#include "libs/training/trainer.h"
+#include "services/peer_agent/peer_client.h"
+#include "services/peer_agent/peer_metrics.h"
+#include "services/peer_agent/peer_service.h"
+#include "services/peer_agent/snapshot_store.h"
+
+namespace shoal::peer {
+namespace {
+
+using coordinator::v1::CoordinatorEvent;
+using coordinator::v1::PeerMessage;
+
+constexpr char kDataDir[] = "/usr/share/datasets/fashion-mnist";
+
+common::v1::TaskSpec Spec() {
+  common::v1::TaskSpec spec;
+  spec.set_name("dec");
+  spec.set_mode(common::v1::MODE_DECENTRALIZED);
+  spec.set_model("mlp");
+  spec.mutable_dataset()->set_name("fashion-mnist");
+  spec.mutable_dataset()->set_partition(common::v1::PARTITION_IID);
+  spec.mutable_dataset()->set_train_limit(3000);
+  spec.mutable_dataset()->set_test_limit(300);
+  spec.set_batch_size(32);
+  spec.mutable_optimizer()->set_kind(common::v1::OPTIMIZER_SGD);
+  spec.mutable_optimizer()->set_learning_rate(0.05);
+  spec.mutable_optimizer()->set_momentum(0.9);
+  spec.set_round_batches(5);
+  spec.set_rounds(3);
+  spec.set_min_participants(2);
+  spec.set_seed(11);
+  return spec;
+}
+
+// One peer: trainer, snapshot store, PeerService, client and runner.
+class TestPeer {
+ public:
+  TestPeer(const std::string& id, int shard, int shards, const training::RawDataset& train,
+           const training::RawDataset& test)
+      : id_(id), metrics_(registry_), client_(nullptr, &metrics_) {
+    training::TrainerOptions options;
+    options.spec = Spec();
+    options.shard =
+        training::ShardSpec{static_cast<uint32_t>(shard), static_cast<uint32_t>(shards)};
+    auto trainer = training::Trainer::Create(options, train, test);
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    trainer_ = *std::move(trainer);
+    PeerServiceOptions service_options;
+    service_options.peer_id = [id] { return id; };
+    service_ = std::make_unique<PeerServiceImpl>(store_, metrics_, service_options);
+    rpc::ServerOptions server_options;
+    server_options.listen = "127.0.0.1:0";
+    server_options.service_name = id;
+    auto server = rpc::Server::Start(server_options, {service_.get()});
+    EXPECT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+
+    ModeRunnerDeps deps;
+    *deps.assigned.mutable_spec() = Spec();
+    deps.trainer = trainer_.get();
+    deps.snapshots = &store_;
+    deps.peers = &client_;
+    deps.metrics = &metrics_;
+    deps.clock = &RealClock::Get();
+    deps.peer_id = id;
+    deps.send = [this](const PeerMessage& m) {
+      absl::MutexLock lock(&mu_);
+      sent_.push_back(m);
+    };
+    DecentralizedRunnerOptions runner_options;
+    runner_options.probe_timeout = absl::Milliseconds(500);
+    runner_options.probe_attempts = 1;
+    auto runner = DecentralizedRunner::Create(std::move(deps), runner_options);
+    EXPECT_TRUE(runner.ok()) << runner.status();
+    runner_ = *std::move(runner);
+  }
+  ~TestPeer() { server_->Shutdown(absl::Seconds(1)); }
+
+  void Handle(const CoordinatorEvent& e) {
+    runner_->Handle(e, [] { return true; });
+  }
+  // As if a newer superseding event (e.g. the next RoundOpen) were already queued.
+  void HandleSuperseded(const CoordinatorEvent& e) {
+    runner_->Handle(e, [] { return false; });
+  }
+  training::Trainer& trainer() { return *trainer_; }
+  // Messages sent since the last call.
+  std::vector<PeerMessage> Take() {
+    absl::MutexLock lock(&mu_);
+    std::vector<PeerMessage> out;
+    out.swap(sent_);
+    return out;
+  }
+  coordinator::v1::PeerEndpoint Endpoint() const {
+    coordinator::v1::PeerEndpoint e;
+    e.set_peer_id(id_);
+    e.set_address(server_->address());
+    return e;
+  }
+
+  DecentralizedRunner& runner() { return *runner_; }
+  SnapshotStore& store() { return store_; }
+  PeerMetrics& metrics() { return metrics_; }
+
+ private:
+  std::string id_;
+  prometheus::Registry registry_;
+  PeerMetrics metrics_;
+  PeerClient client_;
+  SnapshotStore store_;
+  std::unique_ptr<training::Trainer> trainer_;
+  std::unique_ptr<PeerServiceImpl> service_;
+  std::unique_ptr<rpc::Server> server_;
+  std::unique_ptr<DecentralizedRunner> runner_;
+  absl::Mutex mu_;
+  std::vector<PeerMessage> sent_ ABSL_GUARDED_BY(mu_);
+};
+
+const PeerMessage* Find(const std::vector<PeerMessage>& ms, PeerMessage::KindCase kind) {
+  for (const PeerMessage& m : ms) {
+    if (m.kind_case() == kind) return &m;
+  }
+  return nullptr;
+}
+
+class DecentralizedRunnerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto train = training::LoadFashionMnist(kDataDir, training::Split::kTrain, 3000);
+    ASSERT_TRUE(train.ok()) << train.status();
+    auto test = training::LoadFashionMnist(kDataDir, training::Split::kTest, 300);
+    ASSERT_TRUE(test.ok()) << test.status();
+    train_ = new training::RawDataset(*std::move(train));
+    test_ = new training::RawDataset(*std::move(test));
+  }
+
+  static CoordinatorEvent RoundOpen(uint64_t round) {
+    CoordinatorEvent e;
+    e.mutable_round_open()->set_task("dec");
+    e.mutable_round_open()->set_round(round);
+    e.mutable_round_open()->set_round_batches(5);
+    return e;
+  }
+  static CoordinatorEvent PeerList(uint64_t round, uint32_t attempt,
+                                   const std::vector<coordinator::v1::PeerEndpoint>& peers,
+                                   bool sharing = false) {
+    CoordinatorEvent e;
+    auto* l = e.mutable_peer_list();
+    l->set_task("dec");
+    l->set_round(round);
+    l->set_attempt(attempt);
+    l->set_sharing(sharing);
+    for (const auto& p : peers) *l->add_participants() = p;
+    return e;
+  }
+  static CoordinatorEvent StartSharing(uint64_t round, uint32_t attempt) {
+    CoordinatorEvent e;
+    e.mutable_start_sharing()->set_task("dec");
+    e.mutable_start_sharing()->set_round(round);
+    e.mutable_start_sharing()->set_attempt(attempt);
+    return e;
+  }
+
+  static training::RawDataset* train_;
+  static training::RawDataset* test_;
+};
+
+training::RawDataset* DecentralizedRunnerTest::train_ = nullptr;
+training::RawDataset* DecentralizedRunnerTest::test_ = nullptr;
+
+TEST_F(DecentralizedRunnerTest, RoundEndsWithIdenticalModelsAndALateJoinerSyncs) {
+  TestPeer a("peer-a", 0, 2, *train_, *test_);
+  TestPeer b("peer-b", 1, 2, *train_, *test_);
+
+  // Both start from the seed's model: ModelHeld{0} with the same digest.
+  a.runner().Start();
+  b.runner().Start();
+  auto ma = a.Take();
+  auto mb = b.Take();
+  ASSERT_NE(Find(ma, PeerMessage::kModelHeld), nullptr);
+  ASSERT_NE(Find(mb, PeerMessage::kModelHeld), nullptr);
+  EXPECT_EQ(Find(ma, PeerMessage::kModelHeld)->model_held().round(), 0u);
+  const uint64_t initial = Find(ma, PeerMessage::kModelHeld)->model_held().digest_xxh3();
+  EXPECT_EQ(Find(mb, PeerMessage::kModelHeld)->model_held().digest_xxh3(), initial);
+
+  // Round 1: join, train, publish ROUND_UPDATE, ready.
+  a.Handle(RoundOpen(1));
+  b.Handle(RoundOpen(1));
+  ma = a.Take();
+  ASSERT_NE(Find(ma, PeerMessage::kJoinRound), nullptr);
+  const PeerMessage* ready = Find(ma, PeerMessage::kRoundReady);
+  ASSERT_NE(ready, nullptr);
+  EXPECT_EQ(ready->round_ready().num_samples(), 5u * 32u);
+  auto update = a.store().Get(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
+  ASSERT_TRUE(update);
+  EXPECT_EQ(update->round, 1u);
+  EXPECT_EQ(update->num_samples, 160u);
+  b.Take();
+
+  // Connections: both reach each other.
+  const std::vector<coordinator::v1::PeerEndpoint> both = {a.Endpoint(), b.Endpoint()};
+  a.Handle(PeerList(1, 1, both));
+  b.Handle(PeerList(1, 1, both));
+  ma = a.Take();
+  const PeerMessage* report = Find(ma, PeerMessage::kConnectionsReport);
+  ASSERT_NE(report, nullptr);
+  EXPECT_EQ(report->connections_report().attempt(), 1u);
+  EXPECT_TRUE(report->connections_report().unreachable().empty());
+  b.Take();
+
+  // Sharing: both average the same updates into bit-identical models.
+  a.Handle(StartSharing(1, 1));
+  b.Handle(StartSharing(1, 1));
+  ma = a.Take();
+  mb = b.Take();
+  const PeerMessage* da = Find(ma, PeerMessage::kSharingDone);
+  const PeerMessage* db = Find(mb, PeerMessage::kSharingDone);
+  ASSERT_NE(da, nullptr);
+  ASSERT_NE(db, nullptr);
+  EXPECT_EQ(da->sharing_done().digest_xxh3(), db->sharing_done().digest_xxh3());
+  EXPECT_NE(da->sharing_done().digest_xxh3(), initial);
+  EXPECT_EQ(da->sharing_done().num_samples(), 320u);
+  EXPECT_EQ(a.runner().model_round(), 1u);
+  EXPECT_EQ(a.runner().held().Digest(), da->sharing_done().digest_xxh3());
+  auto global = b.store().Get(peer::v1::SNAPSHOT_KIND_GLOBAL);
+  ASSERT_TRUE(global);
+  EXPECT_EQ(global->round, 1u);
+  EXPECT_EQ(global->model->Digest(), da->sharing_done().digest_xxh3());
+  EXPECT_GT(a.metrics().peer_bytes_pulled.Value(), 0);
+  const uint64_t averaged = da->sharing_done().digest_xxh3();
+
+  // ModelPublished: evaluate the averaged model.
+  CoordinatorEvent published;
+  published.mutable_model_published()->set_task("dec");
+  published.mutable_model_published()->set_round(1);
+  published.mutable_model_published()->set_version(1);
+  a.Handle(published);
+  ma = a.Take();
+  const PeerMessage* eval = Find(ma, PeerMessage::kEvalReport);
+  ASSERT_NE(eval, nullptr);
+  EXPECT_EQ(eval->eval_report().version(), 1u);
+  EXPECT_GT(eval->eval_report().total(), 0u);
+
+  // A late joiner syncs round 1 from b and holds the same model.
+  TestPeer c("peer-c", 0, 3, *train_, *test_);
+  c.runner().Start();
+  c.Take();
+  CoordinatorEvent sync;
+  sync.mutable_sync_from()->set_task("dec");
+  sync.mutable_sync_from()->set_round(1);
+  *sync.mutable_sync_from()->mutable_provider() = b.Endpoint();
+  c.Handle(sync);
+  auto mc = c.Take();
+  const PeerMessage* done = Find(mc, PeerMessage::kSyncDone);
+  ASSERT_NE(done, nullptr);
+  EXPECT_TRUE(done->sync_done().ok()) << done->sync_done().message();
+  EXPECT_EQ(done->sync_done().digest_xxh3(), averaged);
+  const PeerMessage* held = Find(mc, PeerMessage::kModelHeld);
+  ASSERT_NE(held, nullptr);
+  EXPECT_EQ(held->model_held().round(), 1u);
+  EXPECT_EQ(held->model_held().digest_xxh3(), averaged);
+
+  // A sync of a round the provider does not hold fails fast with SyncDone{ok: false}.
+  sync.mutable_sync_from()->set_round(7);
+  const absl::Time start = absl::Now();
+  c.Handle(sync);
+  mc = c.Take();
+  done = Find(mc, PeerMessage::kSyncDone);
+  ASSERT_NE(done, nullptr);
+  EXPECT_FALSE(done->sync_done().ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(c.runner().model_round(), 1u);
+}
+
+TEST_F(DecentralizedRunnerTest, RefusedJoinRestoresTheModelAndUnreachablePeersAreReported) {
+  TestPeer a("peer-a", 0, 2, *train_, *test_);
+  a.runner().Start();
+  const uint64_t initial = a.runner().held().Digest();
+  a.Take();
+  a.Handle(RoundOpen(1));
+  ASSERT_NE(Find(a.Take(), PeerMessage::kRoundReady), nullptr);
+
+  // A participant nobody listens on is reported unreachable.
+  coordinator::v1::PeerEndpoint ghost;
+  ghost.set_peer_id("peer-ghost");
+  ghost.set_address("127.0.0.1:1");
+  a.Handle(PeerList(1, 1, {a.Endpoint(), ghost}));
+  auto ma = a.Take();
+  const PeerMessage* report = Find(ma, PeerMessage::kConnectionsReport);
+  ASSERT_NE(report, nullptr);
+  EXPECT_THAT(report->connections_report().unreachable(), ::testing::ElementsAre("peer-ghost"));
+  EXPECT_EQ(a.metrics().probes_failed.Value(), 1);
+
+  // Removed from the round: back to the pre-round model, which a new round trains from.
+  CoordinatorEvent failed;
+  failed.mutable_connection_failed()->set_task("dec");
+  failed.mutable_connection_failed()->set_round(1);
+  a.Handle(failed);
+  EXPECT_EQ(a.runner().model_round(), 0u);
+  EXPECT_EQ(a.runner().held().Digest(), initial);
+  EXPECT_FALSE(a.store().Get(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE));
+
+  // A RoundOpen for a round this peer cannot train (it holds round 0, not 4) is answered with
+  // ModelHeld, so the coordinator can sync it.
+  a.Handle(RoundOpen(5));
+  ma = a.Take();
+  EXPECT_EQ(Find(ma, PeerMessage::kJoinRound), nullptr);
+  ASSERT_NE(Find(ma, PeerMessage::kModelHeld), nullptr);
+  EXPECT_EQ(Find(ma, PeerMessage::kModelHeld)->model_held().round(), 0u);
+
+  // JoinRefused mid-round also restores the model.
+  a.Handle(RoundOpen(1));
+  a.Take();
+  CoordinatorEvent refused;
+  refused.mutable_join_refused()->set_task("dec");
+  refused.mutable_join_refused()->set_round(1);
+  a.Handle(refused);
+  EXPECT_EQ(a.runner().held().Digest(), initial);
+  EXPECT_EQ(a.metrics().rounds_refused.Value(), 2);
+}
+
+TEST_F(DecentralizedRunnerTest, EvaluationWaitsWhenTheNextRoundIsAlreadyOpen) {
+  TestPeer a("peer-a", 0, 2, *train_, *test_);
+  a.runner().Start();
+  a.Take();
+  a.Handle(RoundOpen(1));
+  a.Handle(PeerList(1, 1, {a.Endpoint()}));
+  a.Handle(StartSharing(1, 1));
+  ASSERT_EQ(a.runner().model_round(), 1u);
+  a.Take();
+
+  // ModelPublished{1} with RoundOpen{2} queued behind it: no evaluation yet.
+  CoordinatorEvent published;
+  published.mutable_model_published()->set_task("dec");
+  published.mutable_model_published()->set_round(1);
+  published.mutable_model_published()->set_version(1);
+  a.HandleSuperseded(published);
+  EXPECT_EQ(Find(a.Take(), PeerMessage::kEvalReport), nullptr);
+
+  // Round 2: JoinRound first, then the EvalReport of version 1, then training and RoundReady;
+  // the trained parameters are what the trainer holds.
+  a.Handle(RoundOpen(2));
+  std::vector<PeerMessage> ms = a.Take();
+  ASSERT_EQ(ms.size(), 3u);
+  EXPECT_TRUE(ms[0].has_join_round());
+  ASSERT_TRUE(ms[1].has_eval_report());
+  EXPECT_EQ(ms[1].eval_report().version(), 1u);
+  EXPECT_TRUE(ms[2].has_round_ready());
+  auto update = a.store().Get(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
+  ASSERT_TRUE(update);
+  auto params = a.trainer().GetParameters();
+  ASSERT_TRUE(params.ok());
+  EXPECT_EQ(params->Digest(), update->model->Digest());
+}
+
+}  // namespace
+}  // namespace shoal::peer

@@ -1,0 +1,204 @@
+// PeerClient against a real in-process PeerService on 127.0.0.1:0 (plaintext).
+
+#include "services/peer_agent/peer_client.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/metrics/metrics_server.h"
+#include "libs/rpc/server.h"
+#include "services/peer_agent/peer_metrics.h"
+#include "services/peer_agent/peer_service.h"
+#include "services/peer_agent/snapshot_store.h"
+
+namespace shoal::peer {
+namespace {
+
+using ::testing::HasSubstr;
+
+tensor::ModelLayout Layout(int64_t rows) {
+  absl::StatusOr<tensor::ModelLayout> layout =
+      tensor::ModelLayout::Create({{"fc.weight", {rows, 8}}, {"fc.bias", {rows}}});
+  EXPECT_TRUE(layout.ok());
+  return *layout;
+}
+
+std::shared_ptr<const tensor::FlatModel> Model(const tensor::ModelLayout& layout, float base) {
+  auto m = std::make_shared<tensor::FlatModel>();
+  m->layout = layout;
+  m->values.resize(layout.total_elements());
+  for (size_t i = 0; i < m->values.size(); ++i) m->values[i] = base + 0.001f * i;
+  return m;
+}
+
+class PeerClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    metrics_ = std::make_unique<PeerMetrics>(registry_);
+    client_ = std::make_unique<PeerClient>(nullptr, metrics_.get());
+  }
+
+  // Starts a PeerService over `store_` on 127.0.0.1:0.
+  std::unique_ptr<rpc::Server> Serve(std::unique_ptr<PeerServiceImpl>& service,
+                                     bool refuse_inbound) {
+    PeerServiceOptions options;
+    options.refuse_inbound = refuse_inbound;
+    options.peer_id = [] { return std::string("peer-s"); };
+    service = std::make_unique<PeerServiceImpl>(store_, *metrics_, options);
+    rpc::ServerOptions server_options;
+    server_options.listen = "127.0.0.1:0";
+    server_options.service_name = "peer-client-test";
+    absl::StatusOr<std::unique_ptr<rpc::Server>> server =
+        rpc::Server::Start(server_options, {service.get()});
+    EXPECT_TRUE(server.ok()) << server.status();
+    return *std::move(server);
+  }
+
+  void PublishUpdate(uint64_t round, std::shared_ptr<const tensor::FlatModel> model,
+                     uint64_t samples) {
+    Snapshot s;
+    s.task = "t1";
+    s.version = round;
+    s.model = std::move(model);
+    s.kind = peer::v1::SNAPSHOT_KIND_ROUND_UPDATE;
+    s.round = round;
+    s.num_samples = samples;
+    store_.Publish(std::move(s));
+  }
+
+  static peer::v1::GetSnapshotRequest Request(peer::v1::SnapshotKind kind, uint64_t round) {
+    peer::v1::GetSnapshotRequest r;
+    r.set_task("t1");
+    r.set_kind(kind);
+    r.set_round(round);
+    r.set_peer_id("peer-c");
+    return r;
+  }
+
+  static absl::Time Deadline() { return absl::Now() + absl::Seconds(10); }
+
+  prometheus::Registry registry_;
+  std::unique_ptr<PeerMetrics> metrics_;
+  SnapshotStore store_;
+  std::unique_ptr<PeerClient> client_;
+};
+
+TEST_F(PeerClientTest, FetchesTheSnapshotOfTheKindAndRoundAsked) {
+  std::unique_ptr<PeerServiceImpl> service;
+  std::unique_ptr<rpc::Server> server = Serve(service, false);
+  const tensor::ModelLayout layout = Layout(16);
+  auto update = Model(layout, 1.0f);
+  PublishUpdate(3, update, 640);
+
+  absl::StatusOr<rpc::ReceivedModel> got = client_->Fetch(
+      server->address(), Request(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE, 3), Deadline(), layout);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->meta.task(), "t1");
+  EXPECT_EQ(got->meta.version(), 3u);
+  EXPECT_EQ(got->meta.num_samples(), 640u);
+  EXPECT_EQ(got->model.Digest(), update->Digest());
+  EXPECT_EQ(metrics_->peer_bytes_pulled.Value(), static_cast<double>(layout.total_bytes()));
+
+  // Another round: FAILED_PRECONDITION; another kind not published: NOT_FOUND; another task:
+  // NOT_FOUND.
+  absl::Status s = client_
+                       ->Fetch(server->address(), Request(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE, 4),
+                               Deadline(), layout)
+                       .status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr(server->address()));
+  s = client_
+          ->Fetch(server->address(), Request(peer::v1::SNAPSHOT_KIND_GLOBAL, 3), Deadline(), layout)
+          .status();
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  auto other_task = Request(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE, 3);
+  other_task.set_task("t2");
+  s = client_->Fetch(server->address(), other_task, Deadline(), layout).status();
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+
+  // Probe answers with the server's peer id.
+  peer::v1::ProbeRequest probe;
+  probe.set_task("t1");
+  probe.set_round(3);
+  probe.set_peer_id("peer-c");
+  EXPECT_TRUE(client_->Probe(server->address(), probe, Deadline()).ok());
+}
+
+TEST_F(PeerClientTest, RejectsAMismatchedLayoutAndNonFiniteValues) {
+  std::unique_ptr<PeerServiceImpl> service;
+  std::unique_ptr<rpc::Server> server = Serve(service, false);
+  PublishUpdate(1, Model(Layout(16), 1.0f), 10);
+
+  // Same tensor names, other shapes.
+  absl::Status s = client_
+                       ->Fetch(server->address(), Request(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE, 1),
+                               Deadline(), Layout(12))
+                       .status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(metrics_->snapshots_rejected.Value(), 1);
+
+  // Same sizes, other names.
+  absl::StatusOr<tensor::ModelLayout> renamed =
+      tensor::ModelLayout::Create({{"other.weight", {16, 8}}, {"fc.bias", {16}}});
+  ASSERT_TRUE(renamed.ok());
+  s = client_
+          ->Fetch(server->address(), Request(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE, 1), Deadline(),
+                  *renamed)
+          .status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("other.weight"));
+
+  // A NaN in the snapshot.
+  auto bad = std::make_shared<tensor::FlatModel>(*Model(Layout(16), 1.0f));
+  bad->values[5] = std::numeric_limits<float>::quiet_NaN();
+  PublishUpdate(2, bad, 10);
+  s = client_
+          ->Fetch(server->address(), Request(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE, 2), Deadline(),
+                  Layout(16))
+          .status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(metrics_->snapshots_rejected.Value(), 3);
+  EXPECT_EQ(metrics_->peer_bytes_pulled.Value(), 0);
+}
+
+TEST_F(PeerClientTest, RefusingPeerIsUnavailable) {
+  std::unique_ptr<PeerServiceImpl> service;
+  std::unique_ptr<rpc::Server> server = Serve(service, /*refuse_inbound=*/true);
+  PublishUpdate(1, Model(Layout(16), 1.0f), 10);
+  absl::Status s = client_
+                       ->Fetch(server->address(), Request(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE, 1),
+                               absl::Now() + absl::Seconds(3), Layout(16))
+                       .status();
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  peer::v1::ProbeRequest probe;
+  s = client_->Probe(server->address(), probe, absl::Now() + absl::Seconds(3));
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_GE(metrics_->inbound_refused.Value(), 2);
+}
+
+TEST_F(PeerClientTest, CancelledCallerFailsAtOnce) {
+  std::unique_ptr<PeerServiceImpl> service;
+  std::unique_ptr<rpc::Server> server = Serve(service, false);
+  PublishUpdate(1, Model(Layout(16), 1.0f), 10);
+  CallCanceller canceller;
+  canceller.Cancel();
+  EXPECT_TRUE(canceller.cancelled());
+  absl::Status s = client_
+                       ->Fetch(server->address(), Request(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE, 1),
+                               Deadline(), Layout(16), &canceller)
+                       .status();
+  EXPECT_TRUE(absl::IsCancelled(s)) << s;
+  // An unreachable address fails within its deadline.
+  const absl::Time start = absl::Now();
+  s = client_->Probe("127.0.0.1:1", peer::v1::ProbeRequest(), absl::Now() + absl::Seconds(1));
+  EXPECT_FALSE(s.ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+}  // namespace
+}  // namespace shoal::peer

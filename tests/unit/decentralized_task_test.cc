@@ -1,0 +1,646 @@
+// The coordinator's decentralized round state machine (DecentralizedTask), driven event by event
+// with explicit times: every test asserts the events sent to each peer and the task status.
+
+#include "services/coordinator/decentralized_task.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace shoal::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using Kind = v1::CoordinatorEvent::KindCase;
+
+constexpr Kind kRoundOpen = v1::CoordinatorEvent::kRoundOpen;
+constexpr Kind kJoinRefused = v1::CoordinatorEvent::kJoinRefused;
+constexpr Kind kPeerList = v1::CoordinatorEvent::kPeerList;
+constexpr Kind kStartSharing = v1::CoordinatorEvent::kStartSharing;
+constexpr Kind kConnectionFailed = v1::CoordinatorEvent::kConnectionFailed;
+constexpr Kind kSyncFrom = v1::CoordinatorEvent::kSyncFrom;
+constexpr Kind kSyncServe = v1::CoordinatorEvent::kSyncServe;
+constexpr Kind kWaiting = v1::CoordinatorEvent::kWaiting;
+constexpr Kind kModelPublished = v1::CoordinatorEvent::kModelPublished;
+
+common::v1::TaskSpec Spec(uint32_t min, uint32_t rounds, uint32_t retries = 3) {
+  common::v1::TaskSpec spec;
+  spec.set_name("d");
+  spec.set_mode(common::v1::MODE_DECENTRALIZED);
+  spec.set_model("mlp");
+  spec.set_batch_size(32);
+  spec.set_round_batches(5);
+  spec.set_rounds(rounds);
+  spec.set_min_participants(min);
+  spec.set_round_deadline_seconds(30);
+  spec.set_max_connection_retry(retries);
+  spec.set_seed(1);
+  return spec;
+}
+
+v1::PeerMessage Held(uint64_t round, uint64_t digest = 0) {
+  v1::PeerMessage m;
+  m.mutable_model_held()->set_task("d");
+  m.mutable_model_held()->set_round(round);
+  m.mutable_model_held()->set_digest_xxh3(digest);
+  return m;
+}
+
+v1::PeerMessage Join(uint64_t round) {
+  v1::PeerMessage m;
+  m.mutable_join_round()->set_task("d");
+  m.mutable_join_round()->set_round(round);
+  return m;
+}
+
+v1::PeerMessage Ready(uint64_t round, uint64_t samples = 100, double loss = 0.5) {
+  v1::PeerMessage m;
+  m.mutable_round_ready()->set_task("d");
+  m.mutable_round_ready()->set_round(round);
+  m.mutable_round_ready()->set_num_samples(samples);
+  m.mutable_round_ready()->set_train_loss(loss);
+  return m;
+}
+
+v1::PeerMessage Report(uint64_t round, uint32_t attempt, std::vector<std::string> unreachable) {
+  v1::PeerMessage m;
+  m.mutable_connections_report()->set_task("d");
+  m.mutable_connections_report()->set_round(round);
+  m.mutable_connections_report()->set_attempt(attempt);
+  for (const auto& u : unreachable) m.mutable_connections_report()->add_unreachable(u);
+  return m;
+}
+
+v1::PeerMessage Shared(uint64_t round, uint32_t attempt, uint64_t digest = 0xabc) {
+  v1::PeerMessage m;
+  m.mutable_sharing_done()->set_task("d");
+  m.mutable_sharing_done()->set_round(round);
+  m.mutable_sharing_done()->set_attempt(attempt);
+  m.mutable_sharing_done()->set_digest_xxh3(digest);
+  return m;
+}
+
+v1::PeerMessage Synced(uint64_t round, const std::string& provider, bool ok) {
+  v1::PeerMessage m;
+  m.mutable_sync_done()->set_task("d");
+  m.mutable_sync_done()->set_round(round);
+  m.mutable_sync_done()->set_provider(provider);
+  m.mutable_sync_done()->set_ok(ok);
+  m.mutable_sync_done()->set_duration_ms(120);
+  if (!ok) m.mutable_sync_done()->set_message("connection refused");
+  return m;
+}
+
+v1::PeerMessage Eval(uint64_t version) {
+  v1::PeerMessage m;
+  m.mutable_eval_report()->set_task("d");
+  m.mutable_eval_report()->set_version(version);
+  m.mutable_eval_report()->set_correct(8);
+  m.mutable_eval_report()->set_total(10);
+  return m;
+}
+
+class DecentralizedTaskTest : public ::testing::Test {
+ protected:
+  void Make(const common::v1::TaskSpec& spec) {
+    status_ = v1::TaskStatus();
+    *status_.mutable_spec() = spec;
+    status_.set_state(v1::TASK_STATE_WAITING);
+    task_ = std::make_unique<DecentralizedTask>(status_, metrics_);
+  }
+
+  ModeEffects Add(const std::string& id) {
+    ModeEffects fx;
+    task_->AddPeer(ModePeer{id, "127.0.0.1:" + std::to_string(9000 + id[0])}, now_, status_, fx);
+    return Keep(std::move(fx));
+  }
+  ModeEffects Remove(const std::string& id) {
+    ModeEffects fx;
+    task_->RemovePeer(id, "test", now_, status_, fx);
+    return Keep(std::move(fx));
+  }
+  ModeEffects Send(const std::string& id, const v1::PeerMessage& m,
+                   absl::StatusCode code = absl::StatusCode::kOk) {
+    ModeEffects fx;
+    absl::Status s = task_->OnMessage(id, m, now_, status_, fx);
+    EXPECT_EQ(s.code(), code) << s;
+    return Keep(std::move(fx));
+  }
+  ModeEffects Tick(absl::Duration advance) {
+    now_ += advance;
+    ModeEffects fx;
+    task_->Tick(now_, status_, fx);
+    return Keep(std::move(fx));
+  }
+  // As the core does: completed rounds go to the history.
+  ModeEffects Keep(ModeEffects fx) {
+    for (const auto& r : fx.rounds_completed) *status_.add_history() = r;
+    return fx;
+  }
+
+  // Kinds of the events for `peer`, in order.
+  static std::vector<Kind> Kinds(const ModeEffects& fx, const std::string& peer) {
+    std::vector<Kind> kinds;
+    for (const auto& [id, e] : fx.events) {
+      if (id == peer) kinds.push_back(e.kind_case());
+    }
+    return kinds;
+  }
+  static std::vector<v1::CoordinatorEvent> Events(const ModeEffects& fx, const std::string& peer,
+                                                  Kind kind) {
+    std::vector<v1::CoordinatorEvent> out;
+    for (const auto& [id, e] : fx.events) {
+      if (id == peer && e.kind_case() == kind) out.push_back(e);
+    }
+    return out;
+  }
+  static std::vector<std::string> Ids(const v1::PeerList& list) {
+    std::vector<std::string> ids;
+    for (const auto& p : list.participants()) ids.push_back(p.peer_id());
+    return ids;
+  }
+  std::string PeerState(const std::string& id) const {
+    for (const auto& p : status_.peers()) {
+      if (p.peer_id() == id) return p.state();
+    }
+    return "absent";
+  }
+
+  // Adds `ids` holding the initial model; with enough of them round 1 opens.
+  void AddSynced(const std::vector<std::string>& ids) {
+    for (const auto& id : ids) {
+      Add(id);
+      Send(id, Held(0));
+    }
+  }
+  // Runs round `r` with `ids` joined, ready, connected and done: returns the last effects.
+  ModeEffects RunRound(uint64_t r, const std::vector<std::string>& ids) {
+    for (const auto& id : ids) Send(id, Join(r));
+    ModeEffects fx;
+    for (const auto& id : ids) fx = Send(id, Ready(r));
+    const uint32_t attempt = Events(fx, ids[0], kPeerList).at(0).peer_list().attempt();
+    for (const auto& id : ids) Send(id, Report(r, attempt, {}));
+    for (const auto& id : ids) fx = Send(id, Shared(r, attempt));
+    return fx;
+  }
+
+  prometheus::Registry registry_;
+  CoordinatorMetrics metrics_{registry_};
+  absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
+  v1::TaskStatus status_;
+  std::unique_ptr<DecentralizedTask> task_;
+};
+
+TEST_F(DecentralizedTaskTest, NormalRoundsThenFinalEvaluationCompletes) {
+  Make(Spec(2, 2));
+  Add("a");
+  EXPECT_EQ(PeerState("a"), "new");
+  ModeEffects fx = Send("a", Held(0));
+  EXPECT_THAT(Kinds(fx, "a"), ElementsAre(kWaiting));
+  EXPECT_EQ(status_.state(), v1::TASK_STATE_WAITING);
+  Add("b");
+  fx = Send("b", Held(0));
+  EXPECT_THAT(Kinds(fx, "a"), ElementsAre(kRoundOpen));
+  EXPECT_THAT(Kinds(fx, "b"), ElementsAre(kRoundOpen));
+  const v1::RoundOpen open = Events(fx, "a", kRoundOpen)[0].round_open();
+  EXPECT_EQ(open.round(), 1u);
+  EXPECT_EQ(open.round_batches(), 5u);
+  EXPECT_EQ(open.ready_deadline_unix_ms(), absl::ToUnixMillis(now_ + absl::Seconds(30)));
+  EXPECT_EQ(status_.phase(), v1::ROUND_PHASE_JOINING);
+  EXPECT_EQ(status_.state(), v1::TASK_STATE_RUNNING);
+  EXPECT_EQ(status_.round(), 1u);
+  // A third peer holding the initial model gets the open round at once.
+  Add("c");
+  fx = Send("c", Held(0));
+  EXPECT_THAT(Kinds(fx, "c"), ElementsAre(kRoundOpen));
+
+  for (const char* id : {"a", "b", "c"}) EXPECT_TRUE(Send(id, Join(1)).events.empty());
+  EXPECT_EQ(PeerState("a"), "joined");
+  now_ += absl::Seconds(10);
+  fx = Send("b", Ready(1, 100, 0.4));
+  EXPECT_TRUE(fx.events.empty());
+  EXPECT_EQ(status_.phase(), v1::ROUND_PHASE_TRAINING);
+  EXPECT_EQ(PeerState("b"), "ready");
+  Send("a", Ready(1, 100, 0.6));
+  now_ += absl::Seconds(1);
+  fx = Send("c", Ready(1, 200, 0.5));
+  EXPECT_EQ(status_.phase(), v1::ROUND_PHASE_CONNECTING);
+  for (const char* id : {"a", "b", "c"}) {
+    ASSERT_THAT(Kinds(fx, id), ElementsAre(kPeerList));
+    const v1::PeerList list = Events(fx, id, kPeerList)[0].peer_list();
+    EXPECT_EQ(list.round(), 1u);
+    EXPECT_EQ(list.attempt(), 1u);
+    EXPECT_FALSE(list.sharing());
+    EXPECT_THAT(Ids(list), ElementsAre("a", "b", "c"));
+    EXPECT_EQ(list.participants(0).address(), "127.0.0.1:9097");
+  }
+  EXPECT_TRUE(Send("a", Report(1, 1, {})).events.empty());
+  EXPECT_EQ(PeerState("a"), "connected");
+  Send("b", Report(1, 1, {}));
+  fx = Send("c", Report(1, 1, {}));
+  EXPECT_EQ(status_.phase(), v1::ROUND_PHASE_SHARING);
+  EXPECT_EQ(status_.message(), "round 1: sharing with 3 peers");
+  for (const char* id : {"a", "b", "c"}) {
+    ASSERT_THAT(Kinds(fx, id), ElementsAre(kStartSharing));
+    EXPECT_EQ(Events(fx, id, kStartSharing)[0].start_sharing().attempt(), 1u);
+  }
+  Send("a", Shared(1, 1));
+  EXPECT_EQ(PeerState("a"), "done");
+  EXPECT_EQ(PeerState("b"), "sharing");
+  Send("b", Shared(1, 1));
+  now_ += absl::Seconds(2);
+  fx = Send("c", Shared(1, 1));
+  // Round complete: published to the participants, and round 2 opens for them at once.
+  ASSERT_EQ(fx.rounds_completed.size(), 1u);
+  const v1::RoundSummary& r1 = fx.rounds_completed[0];
+  EXPECT_EQ(r1.round(), 1u);
+  EXPECT_EQ(r1.model_version(), 1u);
+  EXPECT_THAT(r1.participants(), ElementsAre("a", "b", "c"));
+  EXPECT_EQ(r1.num_samples(), 400u);
+  EXPECT_DOUBLE_EQ(r1.mean_train_loss(), (40 + 60 + 100) / 400.0);
+  EXPECT_EQ(r1.model_digest(), 0xabcu);
+  EXPECT_EQ(r1.joins(), 3u);
+  EXPECT_EQ(r1.leaves(), 0u);
+  EXPECT_EQ(r1.connection_retries(), 0u);
+  EXPECT_EQ(r1.duration_ms(), 13000);
+  EXPECT_EQ(r1.overhead_ms(), 3000);
+  EXPECT_TRUE(fx.changed);
+  for (const char* id : {"a", "b", "c"}) {
+    EXPECT_THAT(Kinds(fx, id), ElementsAre(kModelPublished, kRoundOpen));
+    EXPECT_EQ(Events(fx, id, kModelPublished)[0].model_published().version(), 1u);
+    EXPECT_EQ(Events(fx, id, kRoundOpen)[0].round_open().round(), 2u);
+  }
+  EXPECT_EQ(status_.model_version(), 1u);
+  EXPECT_EQ(status_.round(), 2u);
+  EXPECT_EQ(status_.phase(), v1::ROUND_PHASE_JOINING);
+  ASSERT_EQ(status_.peers_size(), 3);
+  EXPECT_EQ(status_.peers(0).model_round(), 1u);
+
+  // Round 2 is the last: then the final evaluation.
+  fx = RunRound(2, {"a", "b", "c"});
+  ASSERT_EQ(fx.rounds_completed.size(), 1u);
+  EXPECT_THAT(Kinds(fx, "a"), ElementsAre(kModelPublished));
+  EXPECT_EQ(status_.phase(), v1::ROUND_PHASE_EVALUATING);
+  EXPECT_EQ(status_.model_version(), 2u);
+  EXPECT_FALSE(Send("a", Eval(2)).finish.has_value());
+  EXPECT_FALSE(Send("b", Eval(1)).finish.has_value()) << "an older version does not count";
+  EXPECT_FALSE(Send("b", Eval(2)).finish.has_value());
+  fx = Send("c", Eval(2));
+  ASSERT_TRUE(fx.finish.has_value());
+  EXPECT_EQ(fx.finish->first, v1::TASK_STATE_COMPLETED);
+  EXPECT_EQ(fx.finish->second, "completed 2 rounds");
+}
+
+TEST_F(DecentralizedTaskTest, FinalEvaluationTimesOut) {
+  Make(Spec(1, 1));
+  AddSynced({"a", "b"});
+  RunRound(1, {"a", "b"});
+  EXPECT_EQ(status_.phase(), v1::ROUND_PHASE_EVALUATING);
+  Send("a", Eval(1));
+  EXPECT_FALSE(Tick(absl::Seconds(29)).finish.has_value());
+  ModeEffects fx = Tick(absl::Seconds(1));
+  ASSERT_TRUE(fx.finish.has_value());
+  EXPECT_EQ(fx.finish->first, v1::TASK_STATE_COMPLETED);
+}
+
+TEST_F(DecentralizedTaskTest, JoinsAfterTheFirstReadyGoToTheNextRound) {
+  Make(Spec(2, 5));
+  AddSynced({"a", "b"});
+  Send("a", Join(1));
+  Send("b", Join(1));
+  Send("a", Ready(1));
+  // c arrives after joins closed: it is synced but gets no RoundOpen; a JoinRound is refused.
+  Add("c");
+  ModeEffects fx = Send("c", Held(0));
+  EXPECT_THAT(Kinds(fx, "c"), IsEmpty());
+  fx = Send("c", Join(1));
+  ASSERT_THAT(Kinds(fx, "c"), ElementsAre(kJoinRefused));
+  EXPECT_EQ(Events(fx, "c", kJoinRefused)[0].join_refused().round(), 1u);
+  EXPECT_EQ(PeerState("c"), "synced");
+  fx = Send("b", Ready(1));
+  EXPECT_THAT(Ids(Events(fx, "a", kPeerList)[0].peer_list()), ElementsAre("a", "b"));
+  EXPECT_THAT(Kinds(fx, "c"), IsEmpty());
+  Send("a", Report(1, 1, {}));
+  Send("b", Report(1, 1, {}));
+  Send("a", Shared(1, 1));
+  fx = Send("b", Shared(1, 1));
+  ASSERT_EQ(fx.rounds_completed.size(), 1u);
+  EXPECT_EQ(fx.rounds_completed[0].joins(), 2u);
+  // c now holds a stale model: a provider that completed round 1 serves it.
+  EXPECT_THAT(Kinds(fx, "a"), ElementsAre(kModelPublished, kSyncServe, kRoundOpen));
+  EXPECT_THAT(Kinds(fx, "b"), ElementsAre(kModelPublished, kRoundOpen));
+  ASSERT_THAT(Kinds(fx, "c"), ElementsAre(kSyncFrom));
+  const v1::SyncFrom from = Events(fx, "c", kSyncFrom)[0].sync_from();
+  EXPECT_EQ(from.round(), 1u);
+  EXPECT_EQ(from.provider().peer_id(), "a");
+  EXPECT_EQ(from.provider().address(), "127.0.0.1:9097");
+  EXPECT_EQ(Events(fx, "a", kSyncServe)[0].sync_serve().peer_id(), "c");
+  EXPECT_EQ(PeerState("c"), "syncing");
+  // The sync succeeds; its ModelHeld makes it a member of the open round 2.
+  EXPECT_TRUE(Send("c", Synced(1, "a", true)).events.empty());
+  EXPECT_EQ(PeerState("c"), "syncing");
+  fx = Send("c", Held(1));
+  EXPECT_THAT(Kinds(fx, "c"), ElementsAre(kRoundOpen));
+  EXPECT_EQ(PeerState("c"), "synced");
+  Send("c", Join(2));
+  EXPECT_EQ(PeerState("c"), "joined");
+}
+
+TEST_F(DecentralizedTaskTest, LeaverBeforeThePeerListDropsOut) {
+  Make(Spec(2, 5));
+  AddSynced({"a", "b", "c"});
+  for (const char* id : {"a", "b", "c"}) Send(id, Join(1));
+  Send("a", Ready(1));
+  ModeEffects fx = Remove("c");
+  EXPECT_TRUE(fx.events.empty());
+  fx = Send("b", Ready(1));
+  EXPECT_THAT(Ids(Events(fx, "a", kPeerList)[0].peer_list()), ElementsAre("a", "b"));
+  Send("a", Report(1, 1, {}));
+  Send("b", Report(1, 1, {}));
+  Send("a", Shared(1, 1));
+  fx = Send("b", Shared(1, 1));
+  ASSERT_EQ(fx.rounds_completed.size(), 1u);
+  EXPECT_EQ(fx.rounds_completed[0].leaves(), 1u);
+  EXPECT_THAT(fx.rounds_completed[0].dropped(), ElementsAre("c"));
+  EXPECT_THAT(fx.rounds_completed[0].participants(), ElementsAre("a", "b"));
+}
+
+TEST_F(DecentralizedTaskTest, LeaverAfterThePeerListIsRemovedFromTheNextAttempt) {
+  Make(Spec(2, 5));
+  AddSynced({"a", "b", "c", "d"});
+  for (const char* id : {"a", "b", "c", "d"}) Send(id, Join(1));
+  for (const char* id : {"a", "b", "c", "d"}) Send(id, Ready(1));
+  // Connecting: d crashes; the rest get a new peer list without it.
+  Send("a", Report(1, 1, {}));
+  ModeEffects fx = Remove("d");
+  for (const char* id : {"a", "b", "c"}) {
+    ASSERT_THAT(Kinds(fx, id), ElementsAre(kPeerList));
+    const v1::PeerList list = Events(fx, id, kPeerList)[0].peer_list();
+    EXPECT_EQ(list.attempt(), 2u);
+    EXPECT_FALSE(list.sharing());
+    EXPECT_THAT(Ids(list), ElementsAre("a", "b", "c"));
+  }
+  Send("b", Report(1, 1, {}), absl::StatusCode::kFailedPrecondition);  // the old attempt
+  for (const char* id : {"a", "b", "c"}) fx = Send(id, Report(1, 2, {}));
+  EXPECT_THAT(Kinds(fx, "a"), ElementsAre(kStartSharing));
+  // Sharing: c leaves; a and b average again without it (sharing = true).
+  Send("a", Shared(1, 2));
+  fx = Remove("c");
+  for (const char* id : {"a", "b"}) {
+    ASSERT_THAT(Kinds(fx, id), ElementsAre(kPeerList));
+    const v1::PeerList list = Events(fx, id, kPeerList)[0].peer_list();
+    EXPECT_EQ(list.attempt(), 3u);
+    EXPECT_TRUE(list.sharing());
+    EXPECT_THAT(Ids(list), ElementsAre("a", "b"));
+  }
+  EXPECT_EQ(status_.phase(), v1::ROUND_PHASE_SHARING);
+  Send("b", Shared(1, 2), absl::StatusCode::kFailedPrecondition);
+  Send("a", Shared(1, 3, 7));
+  fx = Send("b", Shared(1, 3, 7));
+  ASSERT_EQ(fx.rounds_completed.size(), 1u);
+  EXPECT_EQ(fx.rounds_completed[0].leaves(), 2u);
+  EXPECT_EQ(fx.rounds_completed[0].model_digest(), 7u);
+  EXPECT_THAT(fx.rounds_completed[0].participants(), ElementsAre("a", "b"));
+  EXPECT_THAT(fx.rounds_completed[0].dropped(), ElementsAre("c", "d"));
+}
+
+TEST_F(DecentralizedTaskTest, BelowMinParticipantsWaitsAndRecovers) {
+  Make(Spec(2, 5));
+  AddSynced({"a", "b"});
+  Send("a", Join(1));
+  Send("b", Join(1));
+  Send("a", Ready(1));
+  // b leaves: only a is ready, below min_participants -> a waits, joins re-open.
+  ModeEffects fx = Remove("b");
+  ASSERT_THAT(Kinds(fx, "a"), ElementsAre(kWaiting));
+  EXPECT_EQ(Events(fx, "a", kWaiting)[0].waiting().have(), 1u);
+  EXPECT_EQ(Events(fx, "a", kWaiting)[0].waiting().need(), 2u);
+  EXPECT_EQ(status_.phase(), v1::ROUND_PHASE_JOINING);
+  EXPECT_EQ(status_.round(), 1u);
+  EXPECT_THAT(status_.message(), ::testing::HasSubstr("waiting for peers"));
+  EXPECT_EQ(PeerState("a"), "ready");
+  // A new peer holding the initial model is offered the same round and completes it.
+  Add("c");
+  fx = Send("c", Held(0));
+  ASSERT_THAT(Kinds(fx, "c"), ElementsAre(kRoundOpen));
+  EXPECT_EQ(Events(fx, "c", kRoundOpen)[0].round_open().round(), 1u);
+  Send("c", Join(1));
+  fx = Send("c", Ready(1));
+  EXPECT_EQ(status_.phase(), v1::ROUND_PHASE_CONNECTING);
+  EXPECT_THAT(Ids(Events(fx, "a", kPeerList)[0].peer_list()), ElementsAre("a", "c"));
+  Send("a", Report(1, 1, {}));
+  Send("c", Report(1, 1, {}));
+  Send("a", Shared(1, 1));
+  fx = Send("c", Shared(1, 1));
+  ASSERT_EQ(fx.rounds_completed.size(), 1u);
+  EXPECT_THAT(fx.rounds_completed[0].participants(), ElementsAre("a", "c"));
+
+  // Between rounds, too few synced peers: everyone is told to wait, once.
+  Make(Spec(3, 5));
+  AddSynced({"x"});
+  fx = Send("x", Held(0));
+  EXPECT_THAT(Kinds(fx, "x"), IsEmpty()) << "the same notice is not repeated";
+  EXPECT_EQ(status_.state(), v1::TASK_STATE_WAITING);
+  EXPECT_EQ(status_.phase(), v1::ROUND_PHASE_UNSPECIFIED);
+}
+
+TEST_F(DecentralizedTaskTest, ReadyDeadlineRefusesTheLatePeer) {
+  Make(Spec(1, 5));
+  AddSynced({"a", "b"});
+  Send("a", Join(1));
+  Send("b", Join(1));
+  now_ += absl::Seconds(5);
+  Send("a", Ready(1));
+  EXPECT_TRUE(Tick(absl::Seconds(24)).events.empty());
+  ModeEffects fx = Tick(absl::Seconds(1));  // b's deadline: 30 s after its RoundOpen
+  ASSERT_THAT(Kinds(fx, "b"), ElementsAre(kJoinRefused));
+  EXPECT_EQ(Events(fx, "b", kJoinRefused)[0].join_refused().reason(),
+            "missed the ready deadline");
+  ASSERT_THAT(Kinds(fx, "a"), ElementsAre(kPeerList));
+  EXPECT_THAT(Ids(Events(fx, "a", kPeerList)[0].peer_list()), ElementsAre("a"));
+  Send("b", Ready(1), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(DecentralizedTaskTest, ConnectionFailuresRetryThenRemoveTheFailingPeer) {
+  Make(Spec(2, 5, /*retries=*/2));
+  AddSynced({"a", "b", "x"});
+  for (const char* id : {"a", "b", "x"}) Send(id, Join(1));
+  for (const char* id : {"a", "b", "x"}) Send(id, Ready(1));
+  // x refuses inbound connections: a and b cannot reach it; x reaches them.
+  ModeEffects fx;
+  for (uint32_t attempt = 1; attempt <= 3; ++attempt) {
+    Send("a", Report(1, attempt, {"x"}));
+    Send("b", Report(1, attempt, {"x", "nobody"}));
+    fx = Send("x", Report(1, attempt, {}));
+    if (attempt < 3) {
+      // "retry connections": a new peer list with the same participants.
+      for (const char* id : {"a", "b", "x"}) {
+        ASSERT_THAT(Kinds(fx, id), ElementsAre(kPeerList));
+        EXPECT_EQ(Events(fx, id, kPeerList)[0].peer_list().attempt(), attempt + 1);
+        EXPECT_THAT(Ids(Events(fx, id, kPeerList)[0].peer_list()), ElementsAre("a", "b", "x"));
+      }
+      EXPECT_EQ(status_.phase(), v1::ROUND_PHASE_CONNECTING);
+    }
+  }
+  // Retries exhausted: x is removed, a and b retry without it.
+  ASSERT_THAT(Kinds(fx, "x"), ElementsAre(kConnectionFailed));
+  EXPECT_EQ(Events(fx, "x", kConnectionFailed)[0].connection_failed().round(), 1u);
+  for (const char* id : {"a", "b"}) {
+    ASSERT_THAT(Kinds(fx, id), ElementsAre(kPeerList));
+    EXPECT_EQ(Events(fx, id, kPeerList)[0].peer_list().attempt(), 4u);
+    EXPECT_THAT(Ids(Events(fx, id, kPeerList)[0].peer_list()), ElementsAre("a", "b"));
+  }
+  EXPECT_EQ(PeerState("x"), "synced");
+  Send("x", Join(1));  // it may not come back into this round
+  Send("a", Report(1, 4, {}));
+  fx = Send("b", Report(1, 4, {}));
+  EXPECT_THAT(Kinds(fx, "a"), ElementsAre(kStartSharing));
+  Send("a", Shared(1, 4));
+  fx = Send("b", Shared(1, 4));
+  ASSERT_EQ(fx.rounds_completed.size(), 1u);
+  EXPECT_EQ(fx.rounds_completed[0].connection_retries(), 2u);
+  EXPECT_THAT(fx.rounds_completed[0].removed(), ElementsAre("x"));
+  EXPECT_THAT(fx.rounds_completed[0].participants(), ElementsAre("a", "b"));
+  // x is synced before it takes part again.
+  EXPECT_THAT(Kinds(fx, "x"), ElementsAre(kSyncFrom));
+  EXPECT_EQ(metrics_.decentralized_removed_peers.Value(), 1);
+  EXPECT_EQ(metrics_.decentralized_connection_retries.Value(), 2);
+  // Round 2 has enough peers without x: it sits out one round, then is offered round 3.
+  Send("x", Synced(1, "a", true));
+  fx = Send("x", Held(1));
+  EXPECT_THAT(Kinds(fx, "x"), IsEmpty());
+  fx = RunRound(2, {"a", "b"});
+  EXPECT_THAT(Kinds(fx, "x"), ElementsAre(kSyncFrom));
+  Send("x", Synced(2, "a", true));
+  fx = Send("x", Held(2));
+  EXPECT_THAT(Kinds(fx, "x"), ElementsAre(kRoundOpen));
+  EXPECT_EQ(Events(fx, "x", kRoundOpen)[0].round_open().round(), 3u);
+}
+
+TEST_F(DecentralizedTaskTest, ARemovedPeerNeededForMinParticipantsIsOfferedAtOnce) {
+  Make(Spec(3, 5, /*retries=*/0));
+  AddSynced({"a", "b", "x"});
+  for (const char* id : {"a", "b", "x"}) Send(id, Join(1));
+  for (const char* id : {"a", "b", "x"}) Send(id, Ready(1));
+  Send("a", Report(1, 1, {"x"}));
+  Send("b", Report(1, 1, {"x"}));
+  ModeEffects fx = Send("x", Report(1, 1, {}));
+  // Only a and b remain: below min_participants, they wait and joins re-open (not for x).
+  EXPECT_THAT(Kinds(fx, "x"), ElementsAre(kConnectionFailed));
+  EXPECT_THAT(Kinds(fx, "a"), ElementsAre(kWaiting));
+  EXPECT_EQ(status_.phase(), v1::ROUND_PHASE_JOINING);
+  // A fourth peer completes round 1; x is synced and, needed for round 2, offered at once.
+  Add("y");
+  Send("y", Held(0));
+  Send("y", Join(1));
+  fx = Send("y", Ready(1));
+  EXPECT_THAT(Ids(Events(fx, "a", kPeerList)[0].peer_list()), ElementsAre("a", "b", "y"));
+  for (const char* id : {"a", "b", "y"}) Send(id, Report(1, 2, {}));
+  for (const char* id : {"a", "b"}) Send(id, Shared(1, 2));
+  fx = Send("y", Shared(1, 2));
+  ASSERT_EQ(fx.rounds_completed.size(), 1u);
+  EXPECT_THAT(Kinds(fx, "x"), ElementsAre(kSyncFrom));
+  Remove("y");
+  Send("x", Synced(1, "a", true));
+  fx = Send("x", Held(1));
+  EXPECT_THAT(Kinds(fx, "x"), ElementsAre(kRoundOpen));
+}
+
+TEST_F(DecentralizedTaskTest, TwoPeersThatCannotReachEachOtherBlameTheTarget) {
+  Make(Spec(1, 5, /*retries=*/0));
+  AddSynced({"a", "b"});
+  Send("a", Join(1));
+  Send("b", Join(1));
+  Send("a", Ready(1));
+  Send("b", Ready(1));
+  Send("a", Report(1, 1, {"b"}));
+  ModeEffects fx = Send("b", Report(1, 1, {}));
+  EXPECT_THAT(Kinds(fx, "b"), ElementsAre(kConnectionFailed));
+  ASSERT_THAT(Kinds(fx, "a"), ElementsAre(kPeerList));
+  EXPECT_THAT(Ids(Events(fx, "a", kPeerList)[0].peer_list()), ElementsAre("a"));
+}
+
+TEST_F(DecentralizedTaskTest, ProviderSelectionAndProviderFailure) {
+  Make(Spec(2, 5));
+  AddSynced({"a", "b"});
+  RunRound(1, {"a", "b"});
+  ASSERT_EQ(status_.model_version(), 1u);
+  // c and d join late holding the initial model: each gets a provider that completed round 1,
+  // spread over the providers.
+  Add("c");
+  ModeEffects fx = Send("c", Held(0));
+  EXPECT_THAT(Kinds(fx, "a"), ElementsAre(kSyncServe));
+  EXPECT_EQ(Events(fx, "c", kSyncFrom)[0].sync_from().provider().peer_id(), "a");
+  Add("d");
+  fx = Send("d", Held(0));
+  EXPECT_THAT(Kinds(fx, "b"), ElementsAre(kSyncServe));
+  EXPECT_EQ(Events(fx, "d", kSyncFrom)[0].sync_from().provider().peer_id(), "b");
+  // A SyncDone naming another provider is stale.
+  Send("c", Synced(1, "b", true), absl::StatusCode::kFailedPrecondition);
+  // The provider fails mid-transfer: another one is chosen.
+  fx = Send("c", Synced(1, "a", false));
+  EXPECT_EQ(Events(fx, "c", kSyncFrom)[0].sync_from().provider().peer_id(), "b");
+  EXPECT_EQ(Events(fx, "b", kSyncServe)[0].sync_serve().peer_id(), "c");
+  // b crashes: both of its joiners move to a.
+  fx = Remove("b");
+  EXPECT_EQ(Events(fx, "c", kSyncFrom)[0].sync_from().provider().peer_id(), "a");
+  EXPECT_EQ(Events(fx, "d", kSyncFrom)[0].sync_from().provider().peer_id(), "a");
+  EXPECT_EQ(Events(fx, "a", kSyncServe).size(), 2u);
+  // A sync that takes longer than round_deadline_seconds is given to a provider again.
+  EXPECT_TRUE(Tick(absl::Seconds(29)).events.empty());
+  fx = Tick(absl::Seconds(1));
+  EXPECT_EQ(Events(fx, "c", kSyncFrom).size(), 1u);
+  EXPECT_EQ(Events(fx, "d", kSyncFrom).size(), 1u);
+  // d finishes; it joins the open round 2 with a.
+  Send("d", Synced(1, "a", true));
+  fx = Send("d", Held(1));
+  EXPECT_THAT(Kinds(fx, "d"), ElementsAre(kRoundOpen));
+  EXPECT_EQ(metrics_.decentralized_sync_transfers.Value(), 1);
+  EXPECT_GE(metrics_.decentralized_sync_failures.Value(), 3);
+  EXPECT_EQ(PeerState("c"), "syncing");
+  EXPECT_EQ(PeerState("d"), "synced");
+}
+
+TEST_F(DecentralizedTaskTest, NoProviderWaitsUntilOneAppears) {
+  // After a coordinator restart at round 2, peers re-announce what they hold.
+  common::v1::TaskSpec spec = Spec(1, 5);
+  status_ = v1::TaskStatus();
+  *status_.mutable_spec() = spec;
+  status_.set_model_version(2);
+  task_ = std::make_unique<DecentralizedTask>(status_, metrics_);
+  Add("a");
+  ModeEffects fx = Send("a", Held(0));
+  EXPECT_THAT(Kinds(fx, "a"), ElementsAre(kWaiting)) << "nobody can serve round 2 yet";
+  EXPECT_EQ(PeerState("a"), "syncing");
+  Add("b");
+  fx = Send("b", Held(2));
+  // b holds round 2: a round opens for b, and a gets b as its provider at the next tick.
+  EXPECT_THAT(Kinds(fx, "b"), ElementsAre(kRoundOpen));
+  EXPECT_EQ(Events(fx, "b", kRoundOpen)[0].round_open().round(), 3u);
+  fx = Tick(absl::Seconds(1));
+  EXPECT_EQ(Events(fx, "a", kSyncFrom)[0].sync_from().provider().peer_id(), "b");
+  EXPECT_EQ(Events(fx, "a", kSyncFrom)[0].sync_from().round(), 2u);
+}
+
+TEST_F(DecentralizedTaskTest, StaleAndForeignMessagesAreRejected) {
+  Make(Spec(1, 5));
+  AddSynced({"a"});
+  Send("a", Ready(1), absl::StatusCode::kFailedPrecondition);  // not joined
+  Send("a", Report(1, 1, {}), absl::StatusCode::kFailedPrecondition);
+  Send("a", Shared(1, 1), absl::StatusCode::kFailedPrecondition);
+  Send("zed", Join(1), absl::StatusCode::kFailedPrecondition);  // not a member
+  v1::PeerMessage gossip;
+  gossip.mutable_gossip_progress()->set_task("d");
+  Send("a", gossip, absl::StatusCode::kInvalidArgument);
+  ModeEffects fx = Send("a", Join(7));
+  EXPECT_THAT(Kinds(fx, "a"), ElementsAre(kJoinRefused));
+  EXPECT_EQ(status_.round(), 1u);
+}
+
+}  // namespace
+}  // namespace shoal::coordinator
