@@ -152,9 +152,9 @@ absl::Status DecentralizedTask::OnMessage(const std::string& peer_id,
       result = OnEvalReport(peer_id, message.eval_report(), fx);
       break;
     default:
-      result = absl::InvalidArgumentError(
-          absl::StrCat("message kind ", static_cast<int>(message.kind_case()),
-                       " does not belong to a decentralized task"));
+      result = absl::InvalidArgumentError(absl::StrCat("message kind ",
+                                                       static_cast<int>(message.kind_case()),
+                                                       " does not belong to a decentralized task"));
       break;
   }
   MaybeOpen(now, fx);
@@ -247,8 +247,8 @@ absl::Status DecentralizedTask::OnModelHeld(const std::string& id, const v1::Mod
     return absl::OkStatus();
   }
   if (m.round() > completed_) {
-    LogWarning("task ", task_, ": peer ", id, " holds round ", m.round(), " but only ",
-               completed_, " completed; syncing it");
+    LogWarning("task ", task_, ": peer ", id, " holds round ", m.round(), " but only ", completed_,
+               " completed; syncing it");
   }
   syncs_.erase(id);
   p.model = Model::kNeedsSync;
@@ -263,8 +263,8 @@ absl::Status DecentralizedTask::OnJoinRound(const std::string& id, const v1::Joi
                   p.model == Model::kSynced && p.model_round + 1 == round_.number &&
                   !round_.excluded.count(id);
   if (round_.joined.count(id) && m.round() == round_.number) {
-    return absl::FailedPreconditionError(absl::StrCat("peer ", id, " joined round ", m.round(),
-                                                      " already"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("peer ", id, " joined round ", m.round(), " already"));
   }
   if (!ok) {
     // It started training on its JoinRound: tell it to restore its model.
@@ -285,8 +285,8 @@ absl::Status DecentralizedTask::OnJoinRound(const std::string& id, const v1::Joi
     return absl::OkStatus();
   }
   auto offered = round_.offered.find(id);
-  round_.joined[id] = offered != round_.offered.end() ? offered->second
-                                                      : round_.opened + round_deadline_;
+  round_.joined[id] =
+      offered != round_.offered.end() ? offered->second : round_.opened + round_deadline_;
   round_.dropped.erase(id);
   ++round_.joins;
   metrics_.decentralized_joins.Increment();
@@ -314,10 +314,10 @@ absl::Status DecentralizedTask::OnRoundReady(const std::string& id, const v1::Ro
 }
 
 absl::Status DecentralizedTask::OnConnectionsReport(const std::string& id,
-                                                    const v1::ConnectionsReport& m,
-                                                    absl::Time now, ModeEffects& fx) {
-  if (stage_ != Stage::kConnecting || m.round() != round_.number ||
-      m.attempt() != round_.attempt || !round_.participants.count(id)) {
+                                                    const v1::ConnectionsReport& m, absl::Time now,
+                                                    ModeEffects& fx) {
+  if (stage_ != Stage::kConnecting || m.round() != round_.number || m.attempt() != round_.attempt ||
+      !round_.participants.count(id)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "connections report for round ", m.round(), " attempt ", m.attempt(), " is not expected"));
   }
@@ -334,9 +334,8 @@ absl::Status DecentralizedTask::OnSharingDone(const std::string& id, const v1::S
                                               absl::Time now, ModeEffects& fx) {
   if (stage_ != Stage::kSharing || m.round() != round_.number || m.attempt() != round_.attempt ||
       !round_.participants.count(id)) {
-    return absl::FailedPreconditionError(absl::StrCat("sharing done for round ", m.round(),
-                                                      " attempt ", m.attempt(),
-                                                      " is not expected"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sharing done for round ", m.round(), " attempt ", m.attempt(), " is not expected"));
   }
   round_.done[id] = Done{m.digest_xxh3(), m.num_samples()};
   CheckSharingDone(now, fx);
@@ -464,8 +463,7 @@ std::set<std::string> DecentralizedTask::SyncedAtCompleted() const {
   return out;
 }
 
-void DecentralizedTask::SendWaiting(const std::set<std::string>& to, size_t have,
-                                    ModeEffects& fx) {
+void DecentralizedTask::SendWaiting(const std::set<std::string>& to, size_t have, ModeEffects& fx) {
   v1::CoordinatorEvent e;
   e.mutable_waiting()->set_task(task_);
   e.mutable_waiting()->set_have(static_cast<uint32_t>(have));
@@ -477,9 +475,9 @@ void DecentralizedTask::MaybeOpen(absl::Time now, ModeEffects& fx) {
   if (stage_ != Stage::kIdle || finished_ || completed_ >= spec_.rounds()) return;
   const std::set<std::string> synced = SyncedAtCompleted();
   if (synced.size() < std::max<uint32_t>(1, spec_.min_participants())) {
-    const std::string notice = absl::StrCat("waiting for peers holding round ", completed_,
-                                            ": have ", synced.size(), ", need ",
-                                            std::max<uint32_t>(1, spec_.min_participants()));
+    const std::string notice =
+        absl::StrCat("waiting for peers holding round ", completed_, ": have ", synced.size(),
+                     ", need ", std::max<uint32_t>(1, spec_.min_participants()));
     std::set<std::string> known;
     for (const auto& [id, p] : peers_) {
       if (p.model != Model::kUnknown) known.insert(id);
@@ -620,9 +618,8 @@ void DecentralizedTask::CheckReports(absl::Time now, ModeEffects& fx) {
   RemoveFromRound(Blame(failed), "could not connect to the other participants", now, fx);
 }
 
-void DecentralizedTask::RemoveFromRound(const std::set<std::string>& ids,
-                                        const std::string& reason, absl::Time now,
-                                        ModeEffects& fx) {
+void DecentralizedTask::RemoveFromRound(const std::set<std::string>& ids, const std::string& reason,
+                                        absl::Time now, ModeEffects& fx) {
   for (const std::string& id : ids) {
     LogWarning("task ", task_, ": peer ", id, " removed from round ", round_.number, ": ", reason);
     v1::CoordinatorEvent e;
@@ -827,11 +824,11 @@ void DecentralizedTask::Publish(const std::string& before, v1::TaskStatus& statu
     case Stage::kJoining:
       status.set_phase(v1::ROUND_PHASE_JOINING);
       status.set_state(v1::TASK_STATE_RUNNING);
-      message_ = round_.ready.empty()
-                     ? absl::StrCat("round ", round, ": joining (", round_.joined.size(),
-                                    " joined)")
-                     : absl::StrCat("round ", round, ": waiting for peers (", round_.ready.size(),
-                                    " ready, need ", spec_.min_participants(), ")");
+      message_ =
+          round_.ready.empty()
+              ? absl::StrCat("round ", round, ": joining (", round_.joined.size(), " joined)")
+              : absl::StrCat("round ", round, ": waiting for peers (", round_.ready.size(),
+                             " ready, need ", spec_.min_participants(), ")");
       break;
     case Stage::kTraining:
       status.set_phase(v1::ROUND_PHASE_TRAINING);

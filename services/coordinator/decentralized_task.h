@@ -48,8 +48,8 @@ class DecentralizedTask final : public ModeTask {
                ModeEffects& fx) override;
   void RemovePeer(const std::string& peer_id, const std::string& why, absl::Time now,
                   v1::TaskStatus& status, ModeEffects& fx) override;
-  absl::Status OnMessage(const std::string& peer_id, const v1::PeerMessage& message,
-                         absl::Time now, v1::TaskStatus& status, ModeEffects& fx) override;
+  absl::Status OnMessage(const std::string& peer_id, const v1::PeerMessage& message, absl::Time now,
+                         v1::TaskStatus& status, ModeEffects& fx) override;
   void Tick(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) override;
 
  private:
@@ -88,9 +88,9 @@ class DecentralizedTask final : public ModeTask {
     std::map<std::string, absl::Time> offered;  // RoundOpen sent -> its ready deadline
     std::map<std::string, absl::Time> joined;   // -> ready deadline
     std::map<std::string, Ready> ready;
-    std::set<std::string> excluded;             // removed: no RoundOpen again this round
-    std::set<std::string> dropped;              // joined, then left / refused / removed
-    std::set<std::string> participants;         // of the current PeerList attempt
+    std::set<std::string> excluded;      // removed: no RoundOpen again this round
+    std::set<std::string> dropped;       // joined, then left / refused / removed
+    std::set<std::string> participants;  // of the current PeerList attempt
     uint32_t attempt = 0;
     uint32_t retries = 0;  // since the last removal
     uint32_t total_retries = 0;
@@ -134,8 +134,8 @@ class DecentralizedTask final : public ModeTask {
   void SendPeerLists(bool sharing, absl::Time now, ModeEffects& fx);
   void CheckReports(absl::Time now, ModeEffects& fx);
   // Takes `ids` out of the round with ConnectionFailed, then continues with the rest.
-  void RemoveFromRound(const std::set<std::string>& ids, const std::string& reason,
-                       absl::Time now, ModeEffects& fx);
+  void RemoveFromRound(const std::set<std::string>& ids, const std::string& reason, absl::Time now,
+                       ModeEffects& fx);
   // After participants changed in CONNECTING/SHARING: a new PeerList, or wait if too few.
   void ContinueWithParticipants(absl::Time now, ModeEffects& fx);
   void CheckSharingDone(absl::Time now, ModeEffects& fx);

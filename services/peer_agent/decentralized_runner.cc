@@ -667,9 +667,9 @@ void DecentralizedRunner::HandleSyncFrom(const coordinator::v1::SyncFrom& m,
   absl::StatusOr<rpc::ReceivedModel> received = absl::UnavailableError("not fetched");
   while (true) {
     CallCanceller canceller;  // the deadline bounds the call; keep_going is checked between
-    received = peers_.Fetch(address, request,
-                            std::min(deadline, clock_.Now() + options_.fetch_timeout),
-                            trainer_.layout(), &canceller);
+    received =
+        peers_.Fetch(address, request, std::min(deadline, clock_.Now() + options_.fetch_timeout),
+                     trainer_.layout(), &canceller);
     // A provider without that round (NOT_FOUND, FAILED_PRECONDITION) or a bad snapshot will not
     // get better by retrying: report it so the coordinator picks another provider.
     if (received.ok() || absl::IsInvalidArgument(received.status()) ||

@@ -53,7 +53,6 @@ struct DecentralizedRunnerOptions {
   absl::Duration next_round_grace = absl::Milliseconds(100);
 };
 
-
 // The peer side of one decentralized task. Holds the model of the last completed round it took
 // part in (or synced to); per round: RoundOpen -> JoinRound, train, publish ROUND_UPDATE,
 // RoundReady; PeerList -> probe the others in parallel -> ConnectionsReport; StartSharing or

@@ -18,7 +18,6 @@ namespace shoal::peer {
 
 class PeerClient;  // services/peer_agent/peer_client.h
 
-
 // The runner of one gossip task: waits for GossipMembers{start}, then trains
 // rounds x round_batches steps, fetching and interpolating peers' snapshots (dpwa), reports
 // GossipProgress every round_batches steps and at the end, evaluates its own model and sends an

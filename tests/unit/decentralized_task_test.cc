@@ -459,8 +459,7 @@ TEST_F(DecentralizedTaskTest, ReadyDeadlineRefusesTheLatePeer) {
   EXPECT_TRUE(Tick(absl::Seconds(24)).events.empty());
   ModeEffects fx = Tick(absl::Seconds(1));  // b's deadline: 30 s after its RoundOpen
   ASSERT_THAT(Kinds(fx, "b"), ElementsAre(kJoinRefused));
-  EXPECT_EQ(Events(fx, "b", kJoinRefused)[0].join_refused().reason(),
-            "missed the ready deadline");
+  EXPECT_EQ(Events(fx, "b", kJoinRefused)[0].join_refused().reason(), "missed the ready deadline");
   ASSERT_THAT(Kinds(fx, "a"), ElementsAre(kPeerList));
   EXPECT_THAT(Ids(Events(fx, "a", kPeerList)[0].peer_list()), ElementsAre("a"));
   Send("b", Ready(1), absl::StatusCode::kFailedPrecondition);
