@@ -68,6 +68,9 @@ DecentralizedTask::DecentralizedTask(const v1::TaskStatus& status, CoordinatorMe
       max_retry_(status.spec().has_max_connection_retry() ? status.spec().max_connection_retry()
                                                           : kDefaultMaxConnectionRetry),
       completed_(CompletedRounds(status)) {
+  for (const v1::RoundSummary& r : status.history()) {
+    if (r.round() == completed_) completed_digest_ = r.model_digest();
+  }
   if (completed_ > 0) {
     message_ = absl::StrCat("resuming after round ", completed_,
                             ": waiting for peers that hold its model");
@@ -242,11 +245,18 @@ absl::Status DecentralizedTask::OnModelHeld(const std::string& id, const v1::Mod
   if (InRound(id)) DropFromRound(id, now, fx);
   PeerState& p = peers_[id];
   p.model_round = m.round();
-  if (m.round() == completed_) {
+  // A model of the right round but not the one the round produced (a peer of another run of the
+  // task, a corrupted restart) is replaced by a sync. Digest 0 means "not computed".
+  const bool wrong_model =
+      m.digest_xxh3() != 0 && completed_digest_ != 0 && m.digest_xxh3() != completed_digest_;
+  if (m.round() == completed_ && !wrong_model) {
     MarkSynced(id, m.round(), now, fx);
     return absl::OkStatus();
   }
-  if (m.round() > completed_) {
+  if (wrong_model) {
+    LogWarning("task ", task_, ": peer ", id, " holds a round ", m.round(),
+               " model that is not the round's; syncing it");
+  } else if (m.round() > completed_) {
     LogWarning("task ", task_, ": peer ", id, " holds round ", m.round(), " but only ", completed_,
                " completed; syncing it");
   }
@@ -708,6 +718,7 @@ void DecentralizedTask::CompleteRound(absl::Time now, ModeEffects& fx) {
           absl::FormatDuration(overhead));
 
   completed_ = r;
+  completed_digest_ = digest;
   v1::CoordinatorEvent published;
   published.mutable_model_published()->set_task(task_);
   published.mutable_model_published()->set_round(r);

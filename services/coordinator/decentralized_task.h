@@ -155,6 +155,7 @@ class DecentralizedTask final : public ModeTask {
   const uint32_t max_retry_;
 
   uint64_t completed_ = 0;
+  uint64_t completed_digest_ = 0;  // of round completed_'s model (0 = unknown)
   Stage stage_ = Stage::kIdle;
   std::map<std::string, PeerState> peers_;
   std::map<std::string, Sync> syncs_;  // joiner -> its sync in flight

@@ -605,6 +605,20 @@ TEST_F(DecentralizedTaskTest, ProviderSelectionAndProviderFailure) {
   EXPECT_EQ(PeerState("d"), "synced");
 }
 
+TEST_F(DecentralizedTaskTest, AModelOfTheRightRoundButAnotherDigestIsSynced) {
+  Make(Spec(2, 5));
+  AddSynced({"a", "b"});
+  RunRound(1, {"a", "b"});  // every participant reported digest 0xabc
+  Add("c");
+  ModeEffects fx = Send("c", Held(1, 0xdef));
+  EXPECT_EQ(Events(fx, "c", kSyncFrom).size(), 1u);
+  EXPECT_EQ(PeerState("c"), "syncing");
+  Add("e");
+  fx = Send("e", Held(1, 0xabc));
+  EXPECT_TRUE(Events(fx, "e", kSyncFrom).empty());
+  EXPECT_EQ(PeerState("e"), "synced");
+}
+
 TEST_F(DecentralizedTaskTest, NoProviderWaitsUntilOneAppears) {
   // After a coordinator restart at round 2, peers re-announce what they hold.
   common::v1::TaskSpec spec = Spec(1, 5);
