@@ -2,20 +2,12 @@
 
 #include <string>
 
+#include "libs/metrics/builders.h"
+
 namespace shoal::coordinator {
-namespace {
 
-prometheus::Counter& Counter(prometheus::Registry& r, const std::string& name,
-                             const std::string& help) {
-  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
-}
-
-prometheus::Gauge& Gauge(prometheus::Registry& r, const std::string& name,
-                         const std::string& help) {
-  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
-}
-
-}  // namespace
+using metrics::Counter;
+using metrics::Gauge;
 
 GossipTaskMetrics::GossipTaskMetrics(prometheus::Registry& r)
     : members(Gauge(r, "shoal_coordinator_gossip_members", "Peers in gossip tasks.")),

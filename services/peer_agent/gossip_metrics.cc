@@ -2,25 +2,15 @@
 
 #include <string>
 
+#include "libs/metrics/builders.h"
+
 namespace shoal::peer {
+
+using metrics::Counter;
+using metrics::Gauge;
+using metrics::Histogram;
+
 namespace {
-
-prometheus::Counter& Counter(prometheus::Registry& r, const std::string& name,
-                             const std::string& help,
-                             const std::map<std::string, std::string>& labels = {}) {
-  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add(labels);
-}
-
-prometheus::Gauge& Gauge(prometheus::Registry& r, const std::string& name, const std::string& help,
-                         const std::map<std::string, std::string>& labels = {}) {
-  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add(labels);
-}
-
-prometheus::Histogram& Histogram(prometheus::Registry& r, const std::string& name,
-                                 const std::string& help,
-                                 prometheus::Histogram::BucketBoundaries buckets) {
-  return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, buckets);
-}
 
 constexpr char kFailed[] = "shoal_peer_gossip_fetches_failed_total";
 constexpr char kFailedHelp[] =

@@ -1,19 +1,11 @@
 #include "services/peer_agent/peer_metrics.h"
 
+#include "libs/metrics/builders.h"
+
 namespace shoal::peer {
-namespace {
 
-prometheus::Counter& Counter(prometheus::Registry& r, const std::string& name,
-                             const std::string& help) {
-  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
-}
-
-prometheus::Gauge& Gauge(prometheus::Registry& r, const std::string& name,
-                         const std::string& help) {
-  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
-}
-
-}  // namespace
+using metrics::Counter;
+using metrics::Gauge;
 
 PeerMetrics::PeerMetrics(prometheus::Registry& r)
     : rounds_completed(Counter(r, "shoal_peer_rounds_completed_total",

@@ -131,6 +131,15 @@ absl::Status Cluster::StartPeer(int index, int count, std::vector<std::string> e
   return absl::OkStatus();
 }
 
+absl::Status Cluster::CreateTask(const common::v1::TaskSpec& spec) {
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, absl::Seconds(10));
+  cv1::CreateTaskRequest request;
+  *request.mutable_spec() = spec;
+  cv1::CreateTaskResponse response;
+  return rpc::FromGrpcStatus(control_->CreateTask(&context, request, &response));
+}
+
 absl::StatusOr<cv1::TaskStatus> Cluster::Status(const std::string& task) {
   grpc::ClientContext context;
   rpc::SetTimeout(context, absl::Seconds(5));

@@ -49,6 +49,8 @@ class Cluster {
   coordinator::v1::ControlService::Stub& control() { return *control_; }
   const std::string& dir() const { return dir_; }
 
+  // ControlService.CreateTask with a 10 s deadline.
+  absl::Status CreateTask(const common::v1::TaskSpec& spec);
   absl::StatusOr<coordinator::v1::TaskStatus> Status(const std::string& task);
   // Polls the task's status until `pred` holds; fails after `timeout` with the last status and
   // the tails of the service logs.

@@ -34,15 +34,6 @@ std::string TempDir() {
   return *dir;
 }
 
-absl::Status CreateTask(Cluster& cluster, const common::v1::TaskSpec& spec) {
-  grpc::ClientContext context;
-  rpc::SetTimeout(context, absl::Seconds(10));
-  cv1::CreateTaskRequest request;
-  *request.mutable_spec() = spec;
-  cv1::CreateTaskResponse response;
-  return rpc::FromGrpcStatus(cluster.control().CreateTask(&context, request, &response));
-}
-
 // A small fast decentralized task: MLP on a slice of Fashion-MNIST.
 common::v1::TaskSpec DecentralizedTask(const std::string& name, uint32_t rounds,
                                        uint32_t round_batches) {
@@ -119,7 +110,7 @@ TEST(DecentralizedClusterTest, IdenticalModelsEveryRoundAndLateJoinerSyncs) {
   if (HasFatalFailure()) return;
   // Rounds of ~2 s here, so the fourth peer (started after round 2) joins round 3 or 4.
   const common::v1::TaskSpec spec = DecentralizedTask("dec-identical", 8, 120);
-  ASSERT_TRUE(CreateTask(cluster, spec).ok());
+  ASSERT_TRUE(cluster.CreateTask(spec).ok());
 
   auto status = cluster.WaitFor(
       spec.name(), [](const cv1::TaskStatus& s) { return s.model_version() >= 2; },
@@ -195,7 +186,7 @@ TEST(DecentralizedClusterTest, PeerKilledMidRoundOthersCompleteTheRound) {
   StartCoordinatorAndPeers(cluster, 3, 3);
   if (HasFatalFailure()) return;
   const common::v1::TaskSpec spec = DecentralizedTask("dec-kill", 5, 60);
-  ASSERT_TRUE(CreateTask(cluster, spec).ok());
+  ASSERT_TRUE(cluster.CreateTask(spec).ok());
 
   // Round 2 is open and peer-2 joined it and is training: kill it.
   auto status = cluster.WaitFor(
@@ -259,7 +250,7 @@ TEST(DecentralizedClusterTest, UnreachablePeerIsRemovedAfterMaxConnectionRetry) 
   ASSERT_TRUE(cluster.WaitForPeersConnected(4, absl::Seconds(60)).ok()) << cluster.LogTails();
   common::v1::TaskSpec spec = DecentralizedTask("dec-refuse", 3, 20);
   spec.set_min_participants(3);
-  ASSERT_TRUE(CreateTask(cluster, spec).ok());
+  ASSERT_TRUE(cluster.CreateTask(spec).ok());
 
   auto status = cluster.WaitFor(spec.name(), Completed, absl::Minutes(6), "task completion");
   ASSERT_TRUE(status.ok()) << status.status();
@@ -297,7 +288,7 @@ TEST(DecentralizedClusterTest, CoordinatorCrashResumesFromThePeersModels) {
   StartCoordinatorAndPeers(cluster, 3, 3);
   if (HasFatalFailure()) return;
   const common::v1::TaskSpec spec = DecentralizedTask("dec-restart", 6, 80);
-  ASSERT_TRUE(CreateTask(cluster, spec).ok());
+  ASSERT_TRUE(cluster.CreateTask(spec).ok());
   auto status = cluster.WaitFor(
       spec.name(), [](const cv1::TaskStatus& s) { return s.model_version() >= 2; },
       absl::Minutes(3), "two completed rounds");

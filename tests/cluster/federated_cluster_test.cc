@@ -29,15 +29,6 @@ std::string TempDir() {
   return *dir;
 }
 
-absl::Status CreateTask(Cluster& cluster, const common::v1::TaskSpec& spec) {
-  grpc::ClientContext context;
-  rpc::SetTimeout(context, absl::Seconds(10));
-  cv1::CreateTaskRequest request;
-  *request.mutable_spec() = spec;
-  cv1::CreateTaskResponse response;
-  return rpc::FromGrpcStatus(cluster.control().CreateTask(&context, request, &response));
-}
-
 TEST(FederatedClusterTest, PeerKilledMidRoundDoesNotStopTraining) {
   Cluster cluster(TempDir());
   {
@@ -56,7 +47,7 @@ TEST(FederatedClusterTest, PeerKilledMidRoundDoesNotStopTraining) {
   // All peers are connected before the task exists, so every round has all of them.
   ASSERT_TRUE(cluster.WaitForPeersConnected(3, absl::Seconds(30)).ok());
   const common::v1::TaskSpec spec = SmallTask("fmnist-small");
-  ASSERT_TRUE(CreateTask(cluster, spec).ok());
+  ASSERT_TRUE(cluster.CreateTask(spec).ok());
 
   // Wait until round 2 is training with all three peers, then kill one of them.
   auto status = cluster.WaitFor(
@@ -148,7 +139,7 @@ TEST(FederatedClusterTest, CoordinatorRestartKeepsTasksAndCheckpoints) {
   }
   common::v1::TaskSpec spec = SmallTask("survives-restart");
   spec.set_rounds(2);
-  ASSERT_TRUE(CreateTask(cluster, spec).ok());
+  ASSERT_TRUE(cluster.CreateTask(spec).ok());
   auto before = cluster.WaitFor(
       spec.name(), [](const cv1::TaskStatus& s) { return s.state() == cv1::TASK_STATE_COMPLETED; },
       absl::Minutes(3), "task completion");
@@ -206,7 +197,7 @@ TEST(FederatedClusterTest, CoordinatorCrashMidTaskResumesFromCheckpoint) {
   ASSERT_TRUE(cluster.StartPeer(0, 2).ok()) << cluster.LogTails();
   ASSERT_TRUE(cluster.StartPeer(1, 2).ok()) << cluster.LogTails();
   common::v1::TaskSpec spec = SmallTask("survives-crash");
-  ASSERT_TRUE(CreateTask(cluster, spec).ok());
+  ASSERT_TRUE(cluster.CreateTask(spec).ok());
   auto before = cluster.WaitFor(
       spec.name(),
       [](const cv1::TaskStatus& s) {

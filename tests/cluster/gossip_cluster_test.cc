@@ -37,15 +37,6 @@ std::string TempDir() {
   return *dir;
 }
 
-absl::Status CreateTask(Cluster& cluster, const common::v1::TaskSpec& spec) {
-  grpc::ClientContext context;
-  rpc::SetTimeout(context, absl::Seconds(10));
-  cv1::CreateTaskRequest request;
-  *request.mutable_spec() = spec;
-  cv1::CreateTaskResponse response;
-  return rpc::FromGrpcStatus(cluster.control().CreateTask(&context, request, &response));
-}
-
 // The value of one series ("name" or "name{labels}") in a Prometheus text page; -1 if absent.
 double Metric(Cluster& cluster, int peer, const std::string& series) {
   auto page = HttpGet(cluster.peer(peer).metrics_address, "/metrics");
@@ -101,7 +92,7 @@ TEST(GossipClusterTest, StoppedPeerIsDemotedThenReadmitted) {
   spec.set_rounds(100);  // 2000 steps per peer
   spec.mutable_gossip()->set_fetch_probability(1);
   spec.mutable_gossip()->set_timeout_ms(500);
-  ASSERT_TRUE(CreateTask(cluster, spec).ok());
+  ASSERT_TRUE(cluster.CreateTask(spec).ok());
 
   auto status = cluster.WaitFor(
       spec.name(),

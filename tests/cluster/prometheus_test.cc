@@ -205,13 +205,7 @@ TEST(PrometheusTest, ScrapesEveryServiceOfARunningCluster) {
   common::v1::TaskSpec spec = SmallTask("fmnist-prometheus");
   spec.set_rounds(3);
   {
-    grpc::ClientContext context;
-    rpc::SetTimeout(context, absl::Seconds(10));
-    cv1::CreateTaskRequest request;
-    *request.mutable_spec() = spec;
-    cv1::CreateTaskResponse response;
-    absl::Status created =
-        rpc::FromGrpcStatus(cluster.control().CreateTask(&context, request, &response));
+    absl::Status created = cluster.CreateTask(spec);
     ASSERT_TRUE(created.ok()) << created;
   }
   auto status = cluster.WaitFor(
