@@ -1,22 +1,33 @@
 # One image for every Shoal service; the command picks the service, e.g.
 #   docker run shoal shoal-coordinator --listen 0.0.0.0:7000 --metrics-listen 0.0.0.0:9100 \
 #     --state-dir /var/lib/shoal --tls-dir /certs/coordinator   (certificates: shoal-gen-certs)
-# Build stage: the -dev packages, installed by the same script developers and CI use.
-FROM debian:bookworm AS build
+#
+# Both stages start from Docker Hub's debian:bookworm-slim and install Debian bookworm packages
+# with scripts/bootstrap (the same package lists developers and CI use). Without Docker Hub,
+# scripts/docker-base makes the base image and a local apt repository from Debian's archive, and
+# APT_SOURCE points apt at that repository (README, "Docker without Docker Hub"):
+#   docker build --network host \
+#     --build-arg APT_SOURCE="deb [trusted=yes] http://127.0.0.1:PORT/ ./" -t shoal:latest .
+
+# Build stage: the -dev packages and the four binaries.
+FROM debian:bookworm-slim AS build
+ARG APT_SOURCE=""
 WORKDIR /src
 COPY scripts/bootstrap scripts/bootstrap
-RUN SHOAL_BOOTSTRAP=build scripts/bootstrap && rm -rf /var/lib/apt/lists/*
+RUN if [ -n "$APT_SOURCE" ]; then rm -f /etc/apt/sources.list.d/*; echo "$APT_SOURCE" >/etc/apt/sources.list; fi \
+ && scripts/bootstrap build \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
 COPY . .
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHOAL_BUILD_TESTS=OFF \
  && cmake --build /build --target shoal-coordinator shoal-aggregator shoal-peer shoalctl
 
 # Runtime stage: only the shared libraries the binaries load, the data set, and the binaries.
-FROM debian:bookworm
-RUN apt-get update && apt-get install -y --no-install-recommends \
-      libgrpc++1.51 libprotobuf32 libabsl20220623 libtorch1.13 libprometheus-cpp-core1.0 \
-      libprometheus-cpp-pull1.0 libsqlite3-0 libyaml-cpp0.7 zlib1g libxxhash0 libssl3 \
-      dataset-fashion-mnist openssl \
- && rm -rf /var/lib/apt/lists/* \
+FROM debian:bookworm-slim
+ARG APT_SOURCE=""
+COPY scripts/bootstrap /usr/local/share/shoal/bootstrap
+RUN if [ -n "$APT_SOURCE" ]; then rm -f /etc/apt/sources.list.d/*; echo "$APT_SOURCE" >/etc/apt/sources.list; fi \
+ && /usr/local/share/shoal/bootstrap runtime \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb \
  && useradd --system --create-home --home-dir /var/lib/shoal shoal \
  && mkdir -p /certs /var/lib/shoal/state && chown shoal /certs /var/lib/shoal/state
 COPY --from=build /build/bin/ /usr/local/bin/

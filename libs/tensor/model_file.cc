@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "libs/common/status_macros.h"
 
 namespace shoal::tensor {
 namespace {
@@ -199,7 +200,7 @@ absl::StatusOr<uint64_t> FileSize(int fd, const std::string& path) {
 
 }  // namespace
 
-absl::Status WriteModelFile(const std::string& path, const FlatModel& model) {
+absl::Status WriteModel(int fd, const FlatModel& model, const std::string& what) {
   if (model.values.size() != model.layout.total_elements()) {
     return absl::InvalidArgumentError(absl::StrCat("model has ", model.values.size(),
                                                    " values but its layout needs ",
@@ -213,15 +214,16 @@ absl::Status WriteModelFile(const std::string& path, const FlatModel& model) {
   Put<uint64_t>(head, DigestBytes(layout.data(), layout.size()));
   Put<uint64_t>(head, model.layout.total_bytes());
   Put<uint64_t>(head, model.Digest());
+  SHOAL_RETURN_IF_ERROR(WriteAll(fd, head.data(), head.size(), what));
+  return WriteAll(fd, reinterpret_cast<const char*>(model.values.data()),
+                  model.values.size() * sizeof(float), what);
+}
 
+absl::Status WriteModelFile(const std::string& path, const FlatModel& model) {
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) return ErrnoError("cannot create", tmp);
-  absl::Status s = WriteAll(fd.get(), head.data(), head.size(), tmp);
-  if (s.ok()) {
-    s = WriteAll(fd.get(), reinterpret_cast<const char*>(model.values.data()),
-                 model.values.size() * sizeof(float), tmp);
-  }
+  absl::Status s = WriteModel(fd.get(), model, tmp);
   if (s.ok() && ::fsync(fd.get()) != 0) s = ErrnoError("cannot fsync", tmp);
   if (s.ok() && ::close(fd.release()) != 0) s = ErrnoError("cannot close", tmp);
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = ErrnoError("cannot rename to", path);

@@ -15,6 +15,10 @@ namespace shoal::tensor {
 // Errors: INTERNAL / the errno mapping on I/O failures, with the path in the message.
 absl::Status WriteModelFile(const std::string& path, const FlatModel& model);
 
+// Writes the same bytes to an open descriptor (a pipe: `model get --out -`); `what` names it in
+// errors. Not atomic: on error the reader gets a truncated file, which ReadModelFile rejects.
+absl::Status WriteModel(int fd, const FlatModel& model, const std::string& what);
+
 // Reads and verifies a model file (magic, version, layout sanity, exact size, header checksum
 // and value digest). Errors: NOT_FOUND missing file; DATA_LOSS corrupt or truncated file;
 // INVALID_ARGUMENT not a model file / unsupported format version.

@@ -198,6 +198,36 @@ bool CoordinatorCore::IsActive(const Task& task) const {
          task.status.state() == v1::TASK_STATE_RUNNING;
 }
 
+void CoordinatorCore::ExpectEvaluation(Task& task, const std::string& peer_id, uint64_t version) {
+  if (peers_.count(peer_id)) task.evaluating[version].insert(peer_id);
+}
+
+void CoordinatorCore::EvaluationDone(Task& task, const std::string& peer_id, Outbox& out,
+                                     std::optional<uint64_t> version) {
+  std::vector<uint64_t> complete;
+  for (auto& [v, pending] : task.evaluating) {
+    if (version.has_value() && v != *version) continue;
+    if (pending.erase(peer_id) && pending.empty()) complete.push_back(v);
+  }
+  for (uint64_t v : complete) CompleteEvaluation(task, v, out);
+}
+
+void CoordinatorCore::CompleteEvaluation(Task& task, uint64_t version, Outbox& out) {
+  task.evaluating.erase(version);
+  auto* history = task.status.mutable_history();
+  for (int i = history->size() - 1; i >= 0; --i) {
+    v1::RoundSummary& r = (*history)[i];
+    if (r.model_version() != version) continue;
+    if (r.evaluation_complete()) return;
+    r.set_evaluation_complete(true);
+    out.push_back([this, name = task.status.spec().name(), r] {
+      absl::Status s = store_.PutRound(name, r);
+      if (!s.ok()) LogError("task ", name, ": cannot persist round: ", s.message());
+    });
+    return;  // the caller marks the task changed
+  }
+}
+
 void CoordinatorCore::SendTo(const std::string& peer_id, v1::CoordinatorEvent event, Outbox& out) {
   auto it = peers_.find(peer_id);
   if (it == peers_.end()) return;
@@ -335,7 +365,7 @@ void CoordinatorCore::RemovePeer(const std::string& peer_id, const std::string& 
   task.peers.erase(peer_id);
   task.members_dirty = true;
   task.round.expected.erase(peer_id);
-  task.eval_pending.erase(peer_id);
+  EvaluationDone(task, peer_id, out);
   ModeRemovePeer(task, peer_id, why, out);
   MarkChanged(task, out);
 }
@@ -349,7 +379,12 @@ void CoordinatorCore::ModeRemovePeer(Task& task, const std::string& peer_id, con
 }
 
 void CoordinatorCore::ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out) {
-  for (auto& [id, event] : fx.events) SendTo(id, std::move(event), out);
+  for (auto& [id, event] : fx.events) {
+    if (event.has_model_published()) {
+      ExpectEvaluation(task, id, event.model_published().version());
+    }
+    SendTo(id, std::move(event), out);
+  }
   const std::string& name = task.status.spec().name();
   for (const v1::RoundSummary& summary : fx.rounds_completed) {
     *task.status.add_history() = summary;
@@ -453,7 +488,7 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
           });
           break;
         }
-        task->eval_pending.erase(peer_id);
+        EvaluationDone(*task, peer_id, out, report.version());
         MarkChanged(*task, out);
         if (task->mode != nullptr && IsActive(*task)) {
           ModeEffects fx;
@@ -474,7 +509,7 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
         task->peers.erase(peer_id);
         task->members_dirty = true;
         task->round.expected.erase(peer_id);
-        task->eval_pending.erase(peer_id);
+        EvaluationDone(*task, peer_id, out);
         peer.task.clear();
         ModeRemovePeer(*task, peer_id, absl::StrCat("error: ", message.error().message()), out);
         MarkChanged(*task, out);
@@ -700,7 +735,7 @@ void CoordinatorCore::Finish(Task& task, TaskState state, const std::string& mes
   }
   task.peers.clear();
   task.round = Round{};
-  task.eval_pending.clear();
+  while (!task.evaluating.empty()) CompleteEvaluation(task, task.evaluating.begin()->first, out);
   if (!task.status.aggregator().empty()) {
     jobs_.push_back(MakeJob(JobKind::kRelease, name,
                             task.status.aggregator()));  // fire and forget: does not block the task
@@ -862,7 +897,7 @@ void CoordinatorCore::Advance(Task& task, Outbox& out) {
       return;
     }
     case v1::ROUND_PHASE_EVALUATING: {
-      if (!task.eval_pending.empty() && now < task.eval_deadline) return;
+      if (task.evaluating.count(task.status.model_version()) && now < task.eval_deadline) return;
       Finish(task, v1::TASK_STATE_COMPLETED, absl::StrCat("completed ", spec.rounds(), " rounds"),
              out);
       return;
@@ -1136,12 +1171,14 @@ void CoordinatorCore::OnCloseRoundDone(
     event.mutable_model_published()->set_task(job.task);
     event.mutable_model_published()->set_round(job.round);
     event.mutable_model_published()->set_version(result->version());
-    for (const std::string& id : task.peers) SendTo(id, event, out);
+    for (const std::string& id : task.peers) {
+      ExpectEvaluation(task, id, result->version());
+      SendTo(id, event, out);
+    }
     task.round.expected.clear();
     task.round.pushed.clear();
     if (job.round >= task.status.spec().rounds()) {
       task.status.set_phase(v1::ROUND_PHASE_EVALUATING);
-      task.eval_pending = task.peers;
       task.eval_deadline =
           now + std::min(options_.final_eval_timeout,
                          absl::Seconds(task.status.spec().round_deadline_seconds()));

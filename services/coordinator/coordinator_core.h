@@ -130,8 +130,10 @@ class CoordinatorCore {
     std::string initializer;
     absl::Time init_deadline;
     Round round;
-    std::set<std::string> eval_pending;
-    absl::Time eval_deadline;
+    // Model version -> the peers it was published to that have not reported its EvalReport yet.
+    // A round's test_* are final (evaluation_complete) once its set is empty.
+    std::map<uint64_t, std::set<std::string>> evaluating;
+    absl::Time eval_deadline;  // of the final round's evaluation
     std::optional<StoredCheckpoint> restore_from;
     std::string waiting_notice;  // last Waiting sent, to avoid repeats
     // Decentralized and gossip tasks: their state machine (no aggregator, no checkpoints).
@@ -172,6 +174,12 @@ class CoordinatorCore {
   // Runs the queued effects in order, outside the lock; one thread at a time (a thread that
   // finds another one flushing leaves its effects to it).
   void Flush() ABSL_LOCKS_EXCLUDED(mu_);
+  // Evaluation bookkeeping (Task::evaluating): a peer was sent ModelPublished{version}; a peer
+  // reported, left or failed; a version's evaluation is over (marks its history entry).
+  void ExpectEvaluation(Task& task, const std::string& peer_id, uint64_t version);
+  void EvaluationDone(Task& task, const std::string& peer_id, Outbox& out,
+                      std::optional<uint64_t> version = std::nullopt);
+  void CompleteEvaluation(Task& task, uint64_t version, Outbox& out);
   void SendTo(const std::string& peer_id, v1::CoordinatorEvent event, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkChanged(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

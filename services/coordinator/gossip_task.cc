@@ -268,6 +268,7 @@ class GossipTask final : public ModeTask {
     }
     if (total > 0) {
       s.set_evaluated(true);
+      s.set_evaluation_complete(true);
       s.set_test_samples(total);
       s.set_test_accuracy(static_cast<double>(correct) / static_cast<double>(total));
       s.set_test_loss(loss_sum / static_cast<double>(total));

@@ -24,7 +24,9 @@ struct SessionClientOptions {
   std::string coordinator;  // HOST:PORT of the coordinator's SessionService
   std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr;  // null = plaintext (tests)
   coordinator::v1::Hello hello;  // sent first on every (re)connect
-  BackoffOptions reconnect_backoff{absl::Milliseconds(200), absl::Seconds(5), 2.0, 0.2};
+  // Capped at 1 s so that a peer is back within about 2.5 s of the coordinator returning (with
+  // gRPC's own reconnect backoff, libs/rpc/channel.cc), however long the outage was.
+  BackoffOptions reconnect_backoff{absl::Milliseconds(100), absl::Seconds(1), 2.0, 0.2};
   absl::Duration default_heartbeat = absl::Seconds(2);  // until Welcome says otherwise
   absl::Duration leave_grace = absl::Seconds(2);        // wait for the coordinator to close
 

@@ -96,15 +96,16 @@ absl::Status CheckArgs(const Args& args, size_t command_words, size_t positional
   return absl::OkStatus();
 }
 
-// Prints the live progress line: rewritten in place on a terminal, one line per change
-// otherwise. Thread-safe (the launcher's supervisor prints notes while the main thread updates).
+// Prints the live progress line: rewritten in place on a terminal; otherwise (logs, CI) a line
+// only when the settled round, the state or the peers change (FormatProgressLogLine). Thread-safe
+// (the launcher's supervisor prints notes while the main thread updates).
 class ProgressPrinter {
  public:
   ProgressPrinter(std::ostream& out, bool tty, int columns)
       : out_(out), tty_(tty), columns_(columns) {}
 
   void Update(const TaskStatus& status) {
-    std::string line = FormatProgressLine(status);
+    std::string line = tty_ ? FormatProgressLine(status) : FormatProgressLogLine(status);
     // A wrapped line cannot be rewritten with \r.
     if (tty_ && columns_ > 1 && line.size() >= static_cast<size_t>(columns_)) {
       line.resize(static_cast<size_t>(columns_ - 1));
@@ -336,7 +337,7 @@ class Shoalctl {
   }
 
   int ModelGet() {
-    const std::string usage = "shoalctl model get NAME --out FILE [--version V]";
+    const std::string usage = "shoalctl model get NAME --out FILE|- [--version V]";
     if (absl::Status s = CheckArgs(args_, 2, 1, {"out", "version"}, usage); !s.ok()) {
       return UsageFail(s);
     }
@@ -369,13 +370,16 @@ class Shoalctl {
       }
       return Fail(env_, DescribeRpcError(model.status(), g_.coordinator, name, timeout));
     }
-    if (absl::Status s = tensor::WriteModelFile(out->second, model->model); !s.ok()) {
-      return Fail(env_, std::string(s.message()));
-    }
-    *env_.out << "wrote " << name << " version " << model->meta.version() << " ("
-              << model->model.layout.num_tensors() << " tensors, "
-              << model->model.layout.total_elements() << " parameters, "
-              << model->model.layout.total_bytes() << " bytes) to " << out->second << "\n";
+    // `--out -`: the model file goes to stdout (e.g. out of a container), the note to stderr.
+    const bool to_stdout = out->second == "-";
+    absl::Status written = to_stdout ? tensor::WriteModel(env_.out_fd, model->model, "stdout")
+                                     : tensor::WriteModelFile(out->second, model->model);
+    if (!written.ok()) return Fail(env_, std::string(written.message()));
+    *(to_stdout ? env_.err : env_.out)
+        << "wrote " << name << " version " << model->meta.version() << " ("
+        << model->model.layout.num_tensors() << " tensors, " << model->model.layout.total_elements()
+        << " parameters, " << model->model.layout.total_bytes() << " bytes) to "
+        << (to_stdout ? "stdout" : out->second) << "\n";
     return 0;
   }
 
@@ -700,8 +704,9 @@ commands:
   task status NAME [--json]        show a task (--json: one JSON object)
   task watch NAME                  follow a task's rounds until it ends
   task stop NAME                   stop a task
-  model get NAME --out FILE [--version V]
+  model get NAME --out FILE|- [--version V]
                                    download the task's global model (latest, or version V)
+                                   into FILE, or to stdout with --out -
   local --peers N --task FILE [--aggregators N] [--data-dir DIR] [--state-dir DIR]
         [--bin-dir DIR] [--startup-timeout 60s] [--keep-going]
                                    run a whole cluster on 127.0.0.1 and train FILE's task

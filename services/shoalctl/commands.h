@@ -44,6 +44,7 @@ using ClientFactory =
 struct Environment {
   std::ostream* out = nullptr;
   std::ostream* err = nullptr;
+  int out_fd = 1;                  // binary output (`model get --out -`); stdout
   bool out_is_tty = false;         // live progress line with \r instead of one line per change
   int tty_columns = 0;             // terminal width (0 = unknown); the live line is cut to fit
   Interrupt* interrupt = nullptr;  // may be null

@@ -30,6 +30,7 @@ std::string RoundToJson(const RoundSummary& r) {
       ",\"mean_train_loss\":", JsonNumber(r.mean_train_loss()),
       ",\"num_samples\":", r.num_samples(), ",\"model_version\":", r.model_version(),
       ",\"duration_ms\":", r.duration_ms(), ",\"evaluated\":", r.evaluated() ? "true" : "false",
+      ",\"evaluation_complete\":", r.evaluation_complete() ? "true" : "false",
       ",\"test_accuracy\":", r.evaluated() ? JsonNumber(r.test_accuracy()) : "null",
       ",\"test_loss\":", r.evaluated() ? JsonNumber(r.test_loss()) : "null",
       ",\"test_samples\":", r.evaluated() ? absl::StrCat(r.test_samples()) : "null",
@@ -57,6 +58,44 @@ const RoundSummary* LastEvaluated(const TaskStatus& status) {
     if (status.history(i).evaluated()) return &status.history(i);
   }
   return nullptr;
+}
+
+// The newest round whose evaluation is over: its accuracy will not change any more.
+const RoundSummary* LastFullyEvaluated(const TaskStatus& status) {
+  for (int i = status.history_size() - 1; i >= 0; --i) {
+    const RoundSummary& r = status.history(i);
+    if (r.evaluated() && (r.evaluation_complete() || IsTerminal(status.state()))) return &r;
+  }
+  return nullptr;
+}
+
+// How many rounds are settled: closed, and evaluated or past evaluating (a later round closed,
+// or the task ended).
+int SettledRounds(const TaskStatus& status) {
+  const int n = status.history_size();
+  if (n == 0) return 0;
+  const bool last_settled =
+      status.history(n - 1).evaluation_complete() || IsTerminal(status.state());
+  return last_settled ? n : n - 1;
+}
+
+std::string Bar(size_t done, uint32_t total, int bar_width) {
+  const double fraction = total > 0 ? static_cast<double>(done) / total : 0;
+  bar_width = std::max(bar_width, 1);
+  const int filled = static_cast<int>(std::lround(fraction * bar_width));
+  return absl::StrFormat("[%s%s] %3d%%", std::string(filled, '#'),
+                         std::string(bar_width - filled, '-'),
+                         static_cast<int>(std::lround(fraction * 100)));
+}
+
+// "  completed", "  waiting: why", or "" while running.
+std::string StateSuffix(const TaskStatus& status) {
+  if (status.state() == coordinator::v1::TASK_STATE_RUNNING) return "";
+  std::string out = absl::StrCat("  ", StateName(status.state()));
+  if (status.state() != coordinator::v1::TASK_STATE_COMPLETED && !status.message().empty()) {
+    absl::StrAppend(&out, ": ", status.message());
+  }
+  return out;
 }
 
 }  // namespace
@@ -119,31 +158,37 @@ std::string FormatDurationMs(int64_t ms) {
 std::string FormatProgressLine(const TaskStatus& status, int bar_width) {
   const uint32_t total = status.spec().rounds();
   const size_t done = std::min<size_t>(status.history_size(), total);
-  const double fraction = total > 0 ? static_cast<double>(done) / total : 0;
-  bar_width = std::max(bar_width, 1);
-  const int filled = static_cast<int>(std::lround(fraction * bar_width));
-  std::string line =
-      absl::StrFormat("round %d/%d [%s%s] %3d%%  peers %d", status.round(), total,
-                      std::string(filled, '#'), std::string(bar_width - filled, '-'),
-                      static_cast<int>(std::lround(fraction * 100)), status.participants_size());
+  std::string line = absl::StrFormat("round %d/%d %s  peers %d", status.round(), total,
+                                     Bar(done, total, bar_width), status.participants_size());
   if (status.history_size() > 0) {
     absl::StrAppend(&line, "  loss ",
                     Fixed(status.history(status.history_size() - 1).mean_train_loss(), 4));
   }
-  if (const RoundSummary* r = LastEvaluated(status)) {
+  if (const RoundSummary* r = LastFullyEvaluated(status)) {
     absl::StrAppend(&line, "  acc ", Fixed(r->test_accuracy(), 4));
   }
   if (status.state() == coordinator::v1::TASK_STATE_RUNNING) {
     if (status.phase() != coordinator::v1::ROUND_PHASE_UNSPECIFIED) {
       absl::StrAppend(&line, "  ", PhaseName(status.phase()));
     }
-  } else if (status.state() == coordinator::v1::TASK_STATE_COMPLETED) {
-    absl::StrAppend(&line, "  ", StateName(status.state()));
   } else {
-    absl::StrAppend(&line, "  ", StateName(status.state()));
-    if (!status.message().empty()) absl::StrAppend(&line, ": ", status.message());
+    absl::StrAppend(&line, StateSuffix(status));
   }
   return line;
+}
+
+std::string FormatProgressLogLine(const TaskStatus& status, int bar_width) {
+  const uint32_t total = status.spec().rounds();
+  const int settled = SettledRounds(status);
+  std::string line = absl::StrFormat("round %d/%d %s  peers %d", settled, total,
+                                     Bar(std::min<size_t>(settled, total), total, bar_width),
+                                     status.participants_size());
+  if (settled > 0) {
+    const RoundSummary& r = status.history(settled - 1);
+    absl::StrAppend(&line, "  loss ", Fixed(r.mean_train_loss(), 4));
+    if (r.evaluated()) absl::StrAppend(&line, "  acc ", Fixed(r.test_accuracy(), 4));
+  }
+  return line + StateSuffix(status);
 }
 
 std::string FormatSummary(const TaskStatus& status) {

@@ -33,10 +33,17 @@ std::string FormatTaskStatus(const coordinator::v1::TaskStatus& status);
 // A table of tasks for `task list` (a header line even when empty).
 std::string FormatTaskList(const std::vector<coordinator::v1::TaskStatus>& tasks);
 
-// The live line of `task watch` / `shoalctl local`, without a newline, e.g.
+// The live line of `task watch` / `shoalctl local` on a terminal, without a newline, e.g.
 // "round 3/10 [######--------------]  30%  peers 4  loss 0.4123  acc 0.8512  training".
-// Progress counts finished rounds (history) against spec.rounds.
+// Progress counts finished rounds (history) against spec.rounds; `acc` is that of the newest
+// round whose evaluation is complete (never a partial sum of the peers' reports).
 std::string FormatProgressLine(const coordinator::v1::TaskStatus& status, int bar_width = 24);
+
+// The line printed when not on a terminal (logs, CI): it describes the newest settled round
+// (closed, and evaluated or past evaluating) and the task's state, so it changes once per round
+// and when the state, its message or the number of peers changes, e.g.
+// "round 3/10 [#######-----------------]  30%  peers 4  loss 0.4123  acc 0.8512".
+std::string FormatProgressLogLine(const coordinator::v1::TaskStatus& status, int bar_width = 24);
 
 // The per-round table printed when a task ends: round, participants, dropped, train loss,
 // test accuracy, duration; then a line with the final state and accuracy.

@@ -3,11 +3,13 @@
 // config and the built binaries. docker-compose's own schema check is compose_config_test and
 // the Dockerfile syntax lint is dockerfile_lint_test.
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +25,18 @@
 
 namespace shoal::testing {
 namespace {
+
+// The standard output of a shell command ("" if it cannot run).
+std::string CommandOutput(const std::string& command) {
+  std::string out;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buffer[4096];
+    size_t n;
+    while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+    pclose(pipe);
+  }
+  return out;
+}
 
 std::string SourceDir() {
   const char* dir = std::getenv("SHOAL_SOURCE_DIR");
@@ -105,13 +119,22 @@ class ContainerRulesTest : public ::testing::Test {
 TEST_F(ContainerRulesTest, MultiStageOnBookwormWithNonRootRuntime) {
   ASSERT_GE(stages_.size(), 2u) << "the Dockerfile must be multi-stage (build + runtime)";
   for (const DockerStage& stage : stages_) {
-    EXPECT_EQ(stage.base, "debian:bookworm") << "stage " << stage.name;
+    EXPECT_EQ(stage.base, "debian:bookworm-slim") << "stage " << stage.name;
   }
-  // The runtime stage installs no -dev package and no compiler.
+  // The runtime stage installs bootstrap's `runtime` profile: no -dev package, no compiler.
+  bool installs_runtime = false;
   for (const DockerInstruction* run : Find(runtime(), "RUN")) {
+    installs_runtime |= absl::StrContains(run->args, "bootstrap runtime");
     EXPECT_EQ(run->args.find("-dev "), std::string::npos) << "line " << run->line;
-    EXPECT_EQ(run->args.find("build-essential"), std::string::npos) << "line " << run->line;
     EXPECT_EQ(run->args.find("cmake"), std::string::npos) << "line " << run->line;
+  }
+  EXPECT_TRUE(installs_runtime) << "the runtime stage must run `bootstrap runtime`";
+  const std::string listed = CommandOutput(SourceDir() + "/scripts/bootstrap --print runtime");
+  EXPECT_THAT(listed, ::testing::HasSubstr("libtorch1.13\n"));
+  for (absl::string_view package : absl::StrSplit(listed, '\n', absl::SkipEmpty())) {
+    EXPECT_FALSE(absl::EndsWith(package, "-dev")) << package;
+    EXPECT_NE(package, "g++");
+    EXPECT_NE(package, "cmake");
   }
   // The last USER of the runtime stage is not root.
   std::vector<const DockerInstruction*> users = Find(runtime(), "USER");

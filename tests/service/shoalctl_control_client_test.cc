@@ -1,5 +1,6 @@
 // ControlClient and the shoalctl commands against a fake ControlService on 127.0.0.1:0.
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -24,6 +25,7 @@ namespace {
 
 using coordinator::v1::TaskStatus;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 tensor::FlatModel SmallModel() {
   absl::StatusOr<tensor::ModelLayout> layout =
@@ -153,6 +155,7 @@ TaskStatus Status(const std::string& name, coordinator::v1::TaskState state, int
     h->add_participants("peer-1");
     h->set_mean_train_loss(1.0 / r);
     h->set_evaluated(true);
+    h->set_evaluation_complete(true);
     h->set_test_accuracy(0.5 + 0.1 * r);
     h->set_duration_ms(1000);
   }
@@ -174,11 +177,13 @@ class ControlClientTest : public ::testing::Test {
   void TearDown() override { server_->Shutdown(absl::Seconds(1)); }
 
   // Runs shoalctl (plaintext) against the fake; returns {exit code, stdout, stderr}.
-  std::tuple<int, std::string, std::string> Shoalctl(std::vector<std::string> argv) {
+  std::tuple<int, std::string, std::string> Shoalctl(std::vector<std::string> argv,
+                                                     int out_fd = -1) {
     std::ostringstream out, err;
     Environment env;
     env.out = &out;
     env.err = &err;
+    env.out_fd = out_fd;
     env.default_coordinator = server_->address();
     argv.push_back("--insecure");  // the fake serves plaintext
     const int code = RunShoalctl(argv, env);
@@ -347,14 +352,15 @@ TEST_F(ControlClientTest, WatchCommandPrintsOneLinePerChangeAndTheSummary) {
                         Status("w", coordinator::v1::TASK_STATE_COMPLETED, 3)});
   auto [code, out, err] = Shoalctl({"task", "watch", "w"});
   EXPECT_EQ(code, 0) << err;
-  EXPECT_THAT(out, HasSubstr("round 1/3 [------------------------]   0%  peers 2"));
+  EXPECT_THAT(out, HasSubstr("round 0/3 [------------------------]   0%  peers 2\n"));
   EXPECT_THAT(
       out,
-      HasSubstr("round 2/3 [########----------------]  33%  peers 2  loss 1.0000  acc 0.6000"));
+      HasSubstr("round 1/3 [########----------------]  33%  peers 2  loss 1.0000  acc 0.6000\n"));
   EXPECT_THAT(out, HasSubstr("final test accuracy: 0.8000"));
   EXPECT_EQ(out.find("\r"), std::string::npos) << "not a terminal";
+  EXPECT_THAT(out, Not(HasSubstr("training"))) << "no phase changes in a log";
   // The repeated status did not print a second identical line.
-  EXPECT_EQ(out.find("round 1/3"), out.rfind("round 1/3"));
+  EXPECT_EQ(out.find("round 0/3"), out.rfind("round 0/3"));
 }
 
 TEST_F(ControlClientTest, ModelGetWritesAModelFile) {
@@ -374,6 +380,19 @@ TEST_F(ControlClientTest, ModelGetWritesAModelFile) {
     auto [code, out, err] = Shoalctl({"model", "get", "m", "--out", file, "--version", "4"});
     EXPECT_EQ(code, 1);
     EXPECT_EQ(err, "shoalctl: task m has no checkpoint of version 4\n");
+  }
+  {
+    // `--out -`: the file's bytes on the binary output, the note on stderr.
+    const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    auto [code, out, err] = Shoalctl({"model", "get", "m", "--out", "-"}, fd);
+    close(fd);
+    ASSERT_EQ(code, 0) << err;
+    EXPECT_EQ(out, "");
+    EXPECT_THAT(err, HasSubstr("wrote m version 7 (2 tensors, 15 parameters"));
+    absl::StatusOr<tensor::FlatModel> piped = tensor::ReadModelFile(file);
+    ASSERT_TRUE(piped.ok()) << piped.status();
+    EXPECT_EQ(piped->values, SmallModel().values);
   }
   unlink(file.c_str());
   rmdir(dir->c_str());

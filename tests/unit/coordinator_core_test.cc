@@ -234,9 +234,14 @@ TEST_F(CoordinatorCoreTest, FullTaskRunsRoundsAndCompletes) {
   EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kModelPublished,
                                      v1::CoordinatorEvent::kRoundStarted));
   ASSERT_TRUE(core_->OnMessage("a", Eval("t", 1, 80, 100)).ok());
+  // One of the two peers it was published to reported: the accuracy is not final yet.
+  ASSERT_EQ(Status("t").history_size(), 1);
+  EXPECT_TRUE(Status("t").history(0).evaluated());
+  EXPECT_FALSE(Status("t").history(0).evaluation_complete());
   ASSERT_TRUE(core_->OnMessage("b", Eval("t", 1, 90, 100)).ok());
   v1::TaskStatus status = Status("t");
   ASSERT_EQ(status.history_size(), 1);
+  EXPECT_TRUE(status.history(0).evaluation_complete());
   EXPECT_THAT(status.history(0).participants(), ElementsAre("a", "b"));
   EXPECT_TRUE(status.history(0).evaluated());
   EXPECT_DOUBLE_EQ(status.history(0).test_accuracy(), 0.85);
@@ -274,12 +279,17 @@ TEST_F(CoordinatorCoreTest, FullTaskRunsRoundsAndCompletes) {
   EXPECT_THAT(b->Take(), ElementsAre(v1::CoordinatorEvent::kModelPublished));
 
   ASSERT_TRUE(core_->OnMessage("a", Eval("t", 2, 90, 100)).ok());
-  ASSERT_TRUE(core_->OnMessage("b", Eval("t", 2, 92, 100)).ok());
+  // b leaves before it reports: the evaluation of version 2 is complete without it.
+  EXPECT_FALSE(Status("t").history(1).evaluation_complete());
+  core_->Disconnect("b", b.get());
   core_->Step();
   status = Status("t");
+  EXPECT_TRUE(status.history(1).evaluation_complete());
+  EXPECT_EQ(status.history(1).test_samples(), 100u);
   EXPECT_EQ(status.state(), v1::TASK_STATE_COMPLETED);
   EXPECT_THAT(status.participants(), IsEmpty());
-  EXPECT_THAT(b->Take(), ElementsAre(v1::CoordinatorEvent::kTaskFinished));
+  EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kModelPublished,
+                                     v1::CoordinatorEvent::kTaskFinished));
   EXPECT_THAT(aggregator_.released, ElementsAre("t"));
 }
 
@@ -555,10 +565,12 @@ TEST_F(CoordinatorCoreTest, DecentralizedTaskNeedsNoAggregatorAndRoutesPeerMessa
   // EvalReports are credited to the round, then complete the task; nothing is released.
   ASSERT_TRUE(core_->OnMessage("a", Eval("d", 1, 80, 100)).ok());
   EXPECT_EQ(Status("d").state(), v1::TASK_STATE_RUNNING);
+  EXPECT_FALSE(Status("d").history(0).evaluation_complete());
   ASSERT_TRUE(core_->OnMessage("b", Eval("d", 1, 90, 100)).ok());
   status = Status("d");
   EXPECT_EQ(status.state(), v1::TASK_STATE_COMPLETED);
   EXPECT_TRUE(status.history(0).evaluated());
+  EXPECT_TRUE(status.history(0).evaluation_complete());
   EXPECT_DOUBLE_EQ(status.history(0).test_accuracy(), 0.85);
   EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kTaskFinished));
   EXPECT_THAT(aggregator_.released, IsEmpty());

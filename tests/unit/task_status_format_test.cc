@@ -42,6 +42,7 @@ TaskStatus RunningStatus() {
     h->set_model_version(r);
     h->set_duration_ms(1500 * r);
     h->set_evaluated(r == 1);
+    h->set_evaluation_complete(r == 1);
     h->set_test_accuracy(r == 1 ? 0.75 : 0);
     h->set_test_loss(0.6);
     h->set_test_samples(10000);
@@ -174,6 +175,46 @@ TEST(ProgressLineTest, WaitingShowsTheReason) {
   EXPECT_THAT(line, HasSubstr("round 0/10 [----------]   0%"));
   EXPECT_THAT(line, HasSubstr("waiting: have 1 peers, need 2"));
   EXPECT_THAT(line, Not(HasSubstr("acc")));
+}
+
+TEST(ProgressLineTest, ShowsOnlyAccuraciesWhoseEvaluationIsComplete) {
+  TaskStatus s = RunningStatus();
+  // Round 2's reports are still coming in: its partial accuracy is not shown.
+  s.mutable_history(1)->set_evaluated(true);
+  s.mutable_history(1)->set_test_accuracy(0.9);
+  EXPECT_THAT(FormatProgressLine(s, 20), HasSubstr("acc 0.7500"));
+  s.mutable_history(1)->set_evaluation_complete(true);
+  EXPECT_THAT(FormatProgressLine(s, 20), HasSubstr("acc 0.9000"));
+}
+
+TEST(ProgressLogLineTest, DescribesTheNewestSettledRoundWithoutThePhase) {
+  TaskStatus s = RunningStatus();
+  // Round 2 closed but is still being evaluated: the log line still describes round 1.
+  s.mutable_history(1)->set_evaluated(true);
+  s.mutable_history(1)->set_test_accuracy(0.9);
+  const std::string before = FormatProgressLogLine(s, 20);
+  EXPECT_EQ(before, "round 1/4 [#####---------------]  25%  peers 2  loss 1.0000  acc 0.7500");
+  // A phase change alone changes nothing.
+  s.set_phase(coordinator::v1::ROUND_PHASE_CLOSING);
+  EXPECT_EQ(FormatProgressLogLine(s, 20), before);
+  // Its evaluation completes: one new line for round 2.
+  s.mutable_history(1)->set_evaluation_complete(true);
+  EXPECT_EQ(FormatProgressLogLine(s, 20),
+            "round 2/4 [##########----------]  50%  peers 2  loss 0.5000  acc 0.9000");
+  // A round that is never evaluated is settled once a later round closed.
+  s.mutable_history(1)->set_evaluation_complete(false);
+  s.mutable_history(1)->set_evaluated(false);
+  auto* h = s.add_history();
+  h->set_round(3);
+  h->set_mean_train_loss(0.25);
+  EXPECT_EQ(FormatProgressLogLine(s, 20),
+            "round 2/4 [##########----------]  50%  peers 2  loss 0.5000");
+  // The end settles every round and names the state.
+  s.set_state(coordinator::v1::TASK_STATE_STOPPED);
+  s.set_message("stopped by an operator");
+  EXPECT_EQ(FormatProgressLogLine(s, 20),
+            "round 3/4 [###############-----]  75%  peers 2  loss 0.2500  stopped: stopped by an "
+            "operator");
 }
 
 TEST(SummaryTest, ListsEveryRoundAndTheFinalAccuracy) {
