@@ -147,6 +147,12 @@ class Engine:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
         self.proc = None
+        # dockerd leaves its netns bind mount behind; nothing of the test stays mounted.
+        with open("/proc/self/mounts") as f:
+            mounts = [line.split()[1] for line in f]
+        for target in reversed(mounts):
+            if target.startswith(self.dir + "/"):
+                subprocess.run(["umount", "-l", target], check=False)
 
     def run(self, args, timeout, log_name=None, check=True, stdout=None):
         """Runs a docker/docker-compose command; its output goes to WORK/<log_name>.log."""
