@@ -33,6 +33,9 @@ function(shoal_cc_test)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
+  if(SHOAL_TEST_TIMEOUT_SCALE)  # set by cmake/ShoalSanitizers.cmake
+    math(EXPR ARG_TIMEOUT "${ARG_TIMEOUT} * ${SHOAL_TEST_TIMEOUT_SCALE}")
+  endif()
   set_tests_properties(${ARG_NAME} PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}"
     ENVIRONMENT "SHOAL_BIN_DIR=${PROJECT_BINARY_DIR}/bin;SHOAL_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()

@@ -129,13 +129,21 @@ TEST(GossipClusterTest, StoppedPeerIsDemotedThenReadmitted) {
   // ...and keep training meanwhile.
   auto before = cluster.Status(spec.name());
   ASSERT_TRUE(before.ok());
-  absl::SleepFor(absl::Seconds(4));
-  auto during = cluster.Status(spec.name());
-  ASSERT_TRUE(during.ok());
-  for (int i = 0; i < 3; ++i) {
-    const std::string id = absl::StrCat("peer-", i);
-    EXPECT_GT(StepOf(*during, id), StepOf(*before, id)) << id << " stopped training";
-  }
+  absl::StatusOr<cv1::TaskStatus> during = before;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        during = cluster.Status(spec.name());
+        if (!during.ok()) return false;
+        for (int i = 0; i < 3; ++i) {
+          const std::string id = absl::StrCat("peer-", i);
+          if (StepOf(*during, id) <= StepOf(*before, id)) return false;
+        }
+        return true;
+      },
+      absl::Seconds(60)))
+      << "the three running peers did not all advance\n"
+      << cluster.LogTails();
+  ASSERT_TRUE(during.ok()) << during.status();
   EXPECT_EQ(StepOf(*during, "peer-3"), stopped_at);
   EXPECT_EQ(during->peers_size(), 4);  // still a member
   for (int i = 0; i < 3; ++i) EXPECT_LE(Metric(cluster, i, kScoreMin), 900) << "peer-" << i;
@@ -143,7 +151,15 @@ TEST(GossipClusterTest, StoppedPeerIsDemotedThenReadmitted) {
   // Resume it. Requests that queued up while it was stopped are answered at once; after that,
   // new fetches from it mean a neighbour picked it again.
   cluster.peer(3).process->Signal(SIGCONT);
-  absl::SleepFor(absl::Seconds(1));
+  // It runs again once it reports a new step (by then what queued up has been answered).
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto s = cluster.Status(spec.name());
+        return s.ok() && StepOf(*s, "peer-3") > stopped_at;
+      },
+      absl::Seconds(60)))
+      << "peer-3 did not resume\n"
+      << cluster.LogTails();
   const double served_after_resume = Metric(cluster, 3, kServed);
   EXPECT_TRUE(Eventually(
       [&] {

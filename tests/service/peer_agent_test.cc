@@ -2,27 +2,19 @@
 // the real aggregator in-process, with real LibTorch and the real Fashion-MNIST data.
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
-#include <deque>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -32,159 +24,25 @@
 #include "libs/training/trainer.h"
 #include "services/aggregator/aggregator_server.h"
 #include "services/peer_agent/peer_server.h"
+#include "services/shoalctl/process.h"
 #include "shoal/aggregator/v1/aggregator.grpc.pb.h"
 #include "shoal/coordinator/v1/registry.grpc.pb.h"
 #include "shoal/coordinator/v1/session.grpc.pb.h"
 #include "shoal/peer/v1/peer.grpc.pb.h"
+#include "tests/service/fake_coordinator.h"
+#include "tests/testing/reserved_port.h"
 
 namespace shoal::peer {
 namespace {
 
 using coordinator::v1::CoordinatorEvent;
 using coordinator::v1::PeerMessage;
+using shoal::testing::FakeCoordinator;
+using shoal::testing::FakeCoordinatorServer;
 using ::testing::HasSubstr;
 
 constexpr char kDataDir[] = "/usr/share/datasets/fashion-mnist";
 constexpr absl::Duration kWait = absl::Seconds(60);
-
-// A coordinator stand-in: records what peers send on their Session streams and lets the test
-// push events. Sync service: each session's handler thread reads; the test writes.
-class FakeCoordinator final : public coordinator::v1::SessionService::Service,
-                              public coordinator::v1::RegistryService::Service {
- public:
-  grpc::Status RegisterAggregator(grpc::ServerContext*,
-                                  const coordinator::v1::RegisterAggregatorRequest*,
-                                  coordinator::v1::RegisterAggregatorResponse* response) override {
-    response->set_heartbeat_interval_ms(1000);
-    return grpc::Status::OK;
-  }
-
-  grpc::Status Session(grpc::ServerContext* context,
-                       grpc::ServerReaderWriter<CoordinatorEvent, PeerMessage>* stream) override {
-    PeerMessage first;
-    if (!stream->Read(&first) || !first.has_hello()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "expected Hello");
-    }
-    // Welcome goes out before the stream is published, so it is always the first event.
-    CoordinatorEvent welcome;
-    welcome.mutable_welcome()->set_peer_id(first.hello().name().empty() ? "peer-x"
-                                                                        : first.hello().name());
-    welcome.mutable_welcome()->set_heartbeat_interval_ms(200);
-    if (!stream->Write(welcome)) return grpc::Status(grpc::StatusCode::CANCELLED, "gone");
-    {
-      absl::MutexLock lock(&mu_);
-      hellos_.push_back(first.hello());
-      stream_ = stream;
-      context_ = context;
-      ++sessions_;
-    }
-    PeerMessage m;
-    while (stream->Read(&m)) {
-      absl::MutexLock lock(&mu_);
-      if (m.has_heartbeat()) {
-        ++heartbeats_;
-      } else {
-        messages_.push_back(m);
-      }
-    }
-    absl::MutexLock lock(&mu_);
-    stream_ = nullptr;
-    context_ = nullptr;
-    return grpc::Status::OK;
-  }
-
-  bool Write(const CoordinatorEvent& event) {
-    absl::MutexLock lock(&write_mu_);
-    grpc::ServerReaderWriter<CoordinatorEvent, PeerMessage>* stream;
-    {
-      absl::MutexLock l(&mu_);
-      stream = stream_;
-    }
-    return stream != nullptr && stream->Write(event);
-  }
-
-  // Breaks the current session (as a coordinator crash would).
-  void DropSession() {
-    absl::MutexLock lock(&mu_);
-    if (context_ != nullptr) context_->TryCancel();
-  }
-
-  // The first not yet taken message for which `match` holds.
-  std::optional<PeerMessage> Take(PeerMessage::KindCase kind, absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    auto found = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      for (const auto& m : messages_) {
-        if (m.kind_case() == kind) return true;
-      }
-      return false;
-    };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&found), timeout)) return std::nullopt;
-    for (auto it = messages_.begin(); it != messages_.end(); ++it) {
-      if (it->kind_case() == kind) {
-        PeerMessage m = *it;
-        messages_.erase(it);
-        return m;
-      }
-    }
-    return std::nullopt;
-  }
-
-  std::optional<coordinator::v1::Hello> WaitHello(int n, absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return static_cast<int>(hellos_.size()) >= n && stream_ != nullptr;
-    };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&enough), timeout)) return std::nullopt;
-    return hellos_[n - 1];
-  }
-
-  bool WaitHeartbeats(int n, absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return heartbeats_ >= n; };
-    return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
-  }
-
-  bool WaitSessionClosed(absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    auto closed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stream_ == nullptr; };
-    return mu_.AwaitWithTimeout(absl::Condition(&closed), timeout);
-  }
-
-  int sessions() {
-    absl::MutexLock lock(&mu_);
-    return sessions_;
-  }
-
- private:
-  absl::Mutex write_mu_;
-  absl::Mutex mu_ ABSL_ACQUIRED_AFTER(write_mu_);
-  std::vector<coordinator::v1::Hello> hellos_ ABSL_GUARDED_BY(mu_);
-  std::deque<PeerMessage> messages_ ABSL_GUARDED_BY(mu_);
-  int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
-  int sessions_ ABSL_GUARDED_BY(mu_) = 0;
-  grpc::ServerReaderWriter<CoordinatorEvent, PeerMessage>* stream_ ABSL_GUARDED_BY(mu_) = nullptr;
-  grpc::ServerContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
-};
-
-struct FakeCoordinatorServer {
-  FakeCoordinator service;
-  std::unique_ptr<rpc::Server> server;
-
-  explicit FakeCoordinatorServer(const std::string& listen = "127.0.0.1:0") {
-    rpc::ServerOptions options;
-    options.listen = listen;
-    options.service_name = "fake-coordinator";
-    auto s = rpc::Server::Start(
-        options, {static_cast<coordinator::v1::SessionService::Service*>(&service),
-                  static_cast<coordinator::v1::RegistryService::Service*>(&service)});
-    EXPECT_TRUE(s.ok()) << s.status();
-    if (s.ok()) server = *std::move(s);
-  }
-  ~FakeCoordinatorServer() {
-    if (server) server->Shutdown(absl::Milliseconds(100));
-  }
-  std::string address() const { return server->address(); }
-};
 
 common::v1::TaskSpec SmallTask(const std::string& model = "mlp") {
   common::v1::TaskSpec spec;
@@ -475,20 +333,20 @@ TEST_F(PeerAgentTest, ReconnectsWithTheSameIdAfterTheSessionBreaks) {
 }
 
 TEST_F(PeerAgentTest, ConnectsToACoordinatorThatStartsLater) {
-  // Reserve a port, free it, start the peer against it, then start the coordinator there.
-  std::string address;
-  {
-    FakeCoordinatorServer probe;
-    address = probe.address();
-  }
+  // Hold a port that refuses connections until the coordinator listens there (a freed port
+  // could be handed to a test running beside this one).
+  absl::StatusOr<shoal::testing::ReservedPort> port = shoal::testing::ReservedPort::Reserve();
+  ASSERT_TRUE(port.ok()) << port.status();
   PeerOptions o = Options();
-  o.coordinator = address;
+  o.coordinator = port->address();
   auto p = PeerServer::Start(o);
   ASSERT_TRUE(p.ok()) << p.status();
   peer_ = *std::move(p);
-  absl::SleepFor(absl::Milliseconds(500));  // let a few connection attempts fail
-  FakeCoordinatorServer late(address);
-  ASSERT_TRUE(late.server) << "port " << address << " was taken meanwhile";
+  // Not a wait for a condition: the test holds for any length; this only gives the peer time
+  // to fail a few connection attempts first, so the retry path is the one exercised.
+  absl::SleepFor(absl::Milliseconds(500));
+  FakeCoordinatorServer late(port->address());
+  ASSERT_TRUE(late.server) << "cannot listen on the reserved " << port->address();
   auto hello = late.service.WaitHello(1, kWait);
   ASSERT_TRUE(hello);
   EXPECT_EQ(hello->name(), "peer-a");
@@ -508,48 +366,52 @@ std::string PeerBinary() {
   return "";
 }
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Starts the binary with `args`, its output going to `log_path`. The returned Process stops
+// the child when destroyed, so an assertion that ends the test early leaves nothing running.
+std::unique_ptr<process::Process> StartPeerBinary(const std::vector<std::string>& args,
+                                                  const std::string& log_path) {
+  process::ProcessOptions options;
+  options.name = "shoal-peer";
+  options.binary = PeerBinary();
+  options.args = args;
+  options.log_path = log_path;
+  auto p = process::Process::Start(std::move(options));
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? *std::move(p) : nullptr;
+}
+
 struct ProcessResult {
-  int exit_code = -1;
+  int exit_code = -1;  // -1: did not exit by itself in time, or was killed by a signal
   std::string stderr_text;
 };
 
-// Runs the binary with `args`, waits up to `timeout`, returns its exit code and stderr.
+// Runs the binary with `args`, waits up to `timeout`, returns its exit code and output.
 ProcessResult RunPeer(const std::vector<std::string>& args, absl::Duration timeout) {
   ProcessResult result;
-  const std::string err_path = (std::filesystem::temp_directory_path() /
-                                absl::StrCat("shoal-peer-test-", ::getpid(), ".err"))
-                                   .string();
-  const std::string binary = PeerBinary();
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 2);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(binary.c_str()));
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(binary.c_str(), argv.data());
-    _exit(127);
+  auto dir = process::MakeTempDir("", "shoal-peer-test-");
+  if (!dir.ok()) {
+    ADD_FAILURE() << dir.status();
+    return result;
   }
-  const absl::Time end = absl::Now() + timeout;
-  int status = 0;
-  while (true) {
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) break;
-    if (absl::Now() > end) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      ADD_FAILURE() << "shoal-peer did not exit in time";
-      break;
+  const std::string log_path = *dir + "/peer.log";
+  if (std::unique_ptr<process::Process> p = StartPeerBinary(args, log_path)) {
+    absl::StatusOr<process::ExitStatus> exit = p->Wait(timeout);
+    if (!exit.ok()) {
+      ADD_FAILURE() << "shoal-peer did not exit within " << timeout;
+      p->Stop(absl::ZeroDuration());
+    } else if (!exit->signaled) {
+      result.exit_code = exit->code;
     }
-    absl::SleepFor(absl::Milliseconds(20));
   }
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  std::ifstream in(err_path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  result.stderr_text = ss.str();
-  std::filesystem::remove(err_path);
+  result.stderr_text = ReadFile(log_path);
+  std::filesystem::remove_all(*dir);
   return result;
 }
 
@@ -593,28 +455,35 @@ TEST_F(PeerBinaryTest, BadFlagsExitTwoNamingTheFlag) {
 TEST_F(PeerBinaryTest, UnknownModelReportsAnErrorAndExitsNonZero) {
   FakeCoordinatorServer coordinator;
   ASSERT_TRUE(coordinator.server);
-  ProcessResult result;
-  std::thread runner([&] {
-    result = RunPeer({"--coordinator=" + coordinator.address(), "--listen=127.0.0.1:0",
-                      "--metrics-listen=127.0.0.1:0", std::string("--data-dir=") + kDataDir,
-                      "--shard=0/1", "--name=peer-bad", "--insecure"},
-                     absl::Seconds(60));
-  });
+  auto dir = process::MakeTempDir("", "shoal-peer-test-");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const std::string log_path = *dir + "/peer.log";
+  // No thread: the child runs on its own while this thread plays the coordinator, and `peer`
+  // stops it on every way out of the test (it used to be a thread writing into this frame's
+  // locals after an ASSERT had returned).
+  std::unique_ptr<process::Process> peer =
+      StartPeerBinary({"--coordinator=" + coordinator.address(), "--listen=127.0.0.1:0",
+                       "--metrics-listen=127.0.0.1:0", std::string("--data-dir=") + kDataDir,
+                       "--shard=0/1", "--name=peer-bad", "--insecure"},
+                      log_path);
+  ASSERT_NE(peer, nullptr);
   auto hello = coordinator.service.WaitHello(1, kWait);
-  ASSERT_TRUE(hello);
+  ASSERT_TRUE(hello) << ReadFile(log_path);
   CoordinatorEvent e;
   common::v1::TaskSpec spec = SmallTask("resnet");
   *e.mutable_task_assigned()->mutable_spec() = spec;
   e.mutable_task_assigned()->set_aggregator_address("127.0.0.1:1");
   ASSERT_TRUE(coordinator.service.Write(e));
   auto error = coordinator.service.Take(PeerMessage::kError, kWait);
-  runner.join();
-  ASSERT_TRUE(error);
+  ASSERT_TRUE(error) << ReadFile(log_path);
   EXPECT_EQ(error->error().task(), "small");
   EXPECT_THAT(error->error().message(), HasSubstr("unknown model \"resnet\""));
-  EXPECT_NE(result.exit_code, 0);
-  EXPECT_NE(result.exit_code, -1);
-  EXPECT_THAT(result.stderr_text, HasSubstr("unknown model \"resnet\" (known: cnn, mlp)"));
+  absl::StatusOr<process::ExitStatus> exit = peer->Wait(kWait);
+  ASSERT_TRUE(exit.ok()) << "shoal-peer did not exit: " << exit.status();
+  EXPECT_FALSE(exit->signaled) << exit->ToString();
+  EXPECT_NE(exit->code, 0);
+  EXPECT_THAT(ReadFile(log_path), HasSubstr("unknown model \"resnet\" (known: cnn, mlp)"));
+  std::filesystem::remove_all(*dir);
 }
 
 }  // namespace

@@ -7,10 +7,10 @@
 
 #include <atomic>
 #include <fstream>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "services/shoalctl/process.h"
+#include "tests/testing/joining_thread.h"
 
 namespace shoal::process {
 namespace {
@@ -100,7 +100,7 @@ TEST_F(ProcessTest, StopEscalatesToSigkill) {
 
 TEST_F(ProcessTest, ChildGetsSigtermWhenTheStartingThreadDies) {
   std::unique_ptr<Process> child;
-  std::thread starter([&] {
+  shoal::testing::JoiningThread starter([&] {
     absl::StatusOr<std::unique_ptr<Process>> p = Process::Start(Shell("orphan", "exec sleep 60"));
     ASSERT_TRUE(p.ok()) << p.status();
     child = *std::move(p);

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <limits>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -13,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "libs/common/clock.h"
 #include "libs/tensor/frame_codec.h"
+#include "tests/testing/joining_thread.h"
 
 namespace shoal::aggregator {
 namespace {
@@ -395,7 +395,7 @@ TEST_F(AggregatorCoreTest, CloseRoundWaitsForTheFoldOfAnAcceptedPush) {
 
   absl::Notification closed;
   absl::StatusOr<RoundResult> result;
-  std::thread closer([&] {
+  shoal::testing::JoiningThread closer([&] {
     result = core_->CloseRound("t", 1);
     closed.Notify();
   });

@@ -1,0 +1,28 @@
+# SHOAL_SANITIZE=address|thread builds every Shoal target (services, libraries, tests) with a
+# sanitizer; scripts/test --asan / --tsan configure their own build directories with it.
+#
+#   address  AddressSanitizer (with LeakSanitizer) + UndefinedBehaviorSanitizer; a UB report
+#            aborts the test (-fno-sanitize-recover), as an ASan report does.
+#   thread   ThreadSanitizer.
+#
+# Only Shoal's own code is instrumented: LibTorch, gRPC, protobuf and Abseil come from Debian
+# as they are. What that means for each sanitizer is in tests/sanitizers/*.supp.
+set(SHOAL_SANITIZE "" CACHE STRING "Sanitizer for every target: address (ASan+UBSan), thread (TSan) or empty")
+set_property(CACHE SHOAL_SANITIZE PROPERTY STRINGS "" address thread)
+
+if(SHOAL_SANITIZE STREQUAL "")
+  return()
+elseif(SHOAL_SANITIZE STREQUAL "address")
+  set(_shoal_sanitize_flags -fsanitize=address,undefined -fno-sanitize-recover=undefined)
+elseif(SHOAL_SANITIZE STREQUAL "thread")
+  set(_shoal_sanitize_flags -fsanitize=thread)
+else()
+  message(FATAL_ERROR "SHOAL_SANITIZE must be address, thread or empty (got '${SHOAL_SANITIZE}')")
+endif()
+
+# Line tables (-g1) are enough for symbolized reports and keep the build fast.
+add_compile_options(${_shoal_sanitize_flags} -fno-omit-frame-pointer -g1)
+add_link_options(${_shoal_sanitize_flags})
+# Sanitized code runs several times slower: every test's ctest TIMEOUT is multiplied by this.
+set(SHOAL_TEST_TIMEOUT_SCALE 3)
+message(STATUS "Shoal: sanitizer ${SHOAL_SANITIZE} (${_shoal_sanitize_flags})")
