@@ -253,6 +253,13 @@ absl::Status DecentralizedTask::OnModelHeld(const std::string& id, const v1::Mod
     MarkSynced(id, m.round(), now, fx);
     return absl::OkStatus();
   }
+  // Nobody holds the stored round any more when every peer moved past it before the crash:
+  // syncing them back to it would wait forever for a provider.
+  if (m.round() == completed_ + 1 && m.digest_xxh3() != 0 && stage_ == Stage::kIdle &&
+      round_.number == 0 && !finished_) {
+    AdoptRoundCompletedBeforeRestart(id, m, now, fx);
+    return absl::OkStatus();
+  }
   if (wrong_model) {
     LogWarning("task ", task_, ": peer ", id, " holds a round ", m.round(),
                " model that is not the round's; syncing it");
@@ -459,6 +466,42 @@ void DecentralizedTask::MarkSynced(const std::string& id, uint64_t round, absl::
               " after failing to connect");
     } else {
       Offer(id, now, fx);
+    }
+  }
+}
+
+void DecentralizedTask::AdoptRoundCompletedBeforeRestart(const std::string& id,
+                                                         const v1::ModelHeld& m, absl::Time now,
+                                                         ModeEffects& fx) {
+  const uint64_t r = m.round();
+  LogWarning("task ", task_, ": peer ", id, " holds round ", r,
+             ", completed before the coordinator restarted; resuming after it");
+  // What is known of the round: its model. Participants, samples and loss died with the old
+  // coordinator; peers that hold it say so with their ModelHeld.
+  v1::RoundSummary summary;
+  summary.set_round(r);
+  summary.set_model_version(r);
+  summary.set_model_digest(m.digest_xxh3());
+  fx.rounds_completed.push_back(summary);
+  completed_ = r;
+  completed_digest_ = m.digest_xxh3();
+  round_ = Round{};
+  round_.number = r;
+  message_.clear();
+  MarkSynced(id, r, now, fx);
+  if (r >= spec_.rounds()) {
+    stage_ = Stage::kEvaluating;
+    eval_pending_.clear();
+    eval_deadline_ = absl::InfinitePast();
+    return;
+  }
+  // Peers already counted at the round before hold an older model now: they sync.
+  for (auto& [pid, p] : peers_) {
+    if (pid != id && (p.model == Model::kSynced || p.model == Model::kSyncing) &&
+        p.model_round < r) {
+      syncs_.erase(pid);
+      p.model = Model::kNeedsSync;
+      StartSync(pid, now, fx);
     }
   }
 }

@@ -123,6 +123,11 @@ class DecentralizedTask final : public ModeTask {
   void StartSync(const std::string& id, absl::Time now, ModeEffects& fx);
   void FailSync(const std::string& id, const std::string& why, absl::Time now, ModeEffects& fx);
   void MarkSynced(const std::string& id, uint64_t round, absl::Time now, ModeEffects& fx);
+  // After a coordinator restart, before this coordinator opened a round: `id` holds the round
+  // after the last one the store knows of, so the peers completed it and the record was lost
+  // with the old coordinator. Takes that round as completed (its digest the round's model).
+  void AdoptRoundCompletedBeforeRestart(const std::string& id, const v1::ModelHeld& m,
+                                        absl::Time now, ModeEffects& fx);
   // Opens the next round when enough peers are synced; otherwise tells everyone to wait.
   void MaybeOpen(absl::Time now, ModeEffects& fx);
   void Offer(const std::string& id, absl::Time now, ModeEffects& fx);
