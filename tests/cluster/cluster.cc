@@ -15,6 +15,7 @@
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status.h"
 #include "libs/rpc/tls.h"
+#include "tests/testing/reserved_port.h"
 
 namespace shoal::testing {
 
@@ -89,6 +90,11 @@ absl::Status Cluster::StartCoordinator(std::vector<std::string> extra_args) {
 
 absl::Status Cluster::RestartCoordinator(bool crash) {
   const std::string address = coordinator_.address;
+  // Hold the port from before the old coordinator goes until the new one listens, so that a
+  // test running beside this one is not handed it in between.
+  const size_t colon = address.rfind(':');
+  absl::StatusOr<ReservedPort> hold = ReservedPort::Reserve(std::stoi(address.substr(colon + 1)));
+  if (!hold.ok()) return hold.status();
   if (crash) {
     coordinator_.process->Signal(SIGKILL);
     auto exit = coordinator_.process->Wait(absl::Seconds(10));
