@@ -54,9 +54,10 @@ absl::Status CheckYamlDepth(absl::string_view text, absl::string_view source, in
   std::istringstream in{std::string(text)};
   DepthCounter counter(max_depth);
   try {
+    // Only the first document, the one YAML::Load reads (looping over "all" documents never
+    // ends on some malformed input).
     YAML::Parser parser(in);
-    while (parser.HandleNextDocument(counter)) {
-    }
+    parser.HandleNextDocument(counter);
   } catch (const TooDeep& e) {
     return absl::InvalidArgumentError(absl::StrCat(EscapeBytes(source), ":", e.mark.line + 1, ":",
                                                    e.mark.column + 1, ": nested more than ",
