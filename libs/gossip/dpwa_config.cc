@@ -3,13 +3,16 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "libs/common/escape.h"
+#include "libs/common/small_file.h"
+#include "libs/common/status_macros.h"
+#include "libs/common/yaml_depth.h"
 #include "libs/gossip/gossip_spec.h"
 
 namespace shoal::gossip {
@@ -17,20 +20,26 @@ namespace {
 
 class Reader {
  public:
-  explicit Reader(absl::string_view source) : source_(source) {}
+  explicit Reader(absl::string_view source) : source_(EscapeBytes(source)) {}
 
   absl::Status Error(const YAML::Node& at, absl::string_view key, absl::string_view what) const {
     std::string where(source_);
     if (at.IsDefined() && at.Mark().line >= 0) absl::StrAppend(&where, ":", at.Mark().line + 1);
-    return absl::InvalidArgumentError(absl::StrCat(where, ": ", key, ": ", what));
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", EscapeBytes(key), ": ", what));
   }
 
   absl::StatusOr<double> Number(const YAML::Node& n, absl::string_view key) const {
     double v = 0;
-    if (!n.IsScalar() || !absl::SimpleAtod(n.Scalar(), &v) || !std::isfinite(v)) {
-      return Error(n, key, "expected a number");
+    if (!n.IsScalar()) return Error(n, key, "expected a number");
+    const bool parsed = absl::SimpleAtod(n.Scalar(), &v);
+    if (parsed && std::isfinite(v)) return v;
+    // Named as written: `.nan` stays `.nan`.
+    const absl::string_view text = n.Scalar();
+    if (parsed || absl::EndsWithIgnoreCase(text, ".nan") ||
+        absl::EndsWithIgnoreCase(text, ".inf")) {
+      return Error(n, key, absl::StrCat("must be finite, got ", QuoteBytes(n.Scalar())));
     }
-    return v;
+    return Error(n, key, absl::StrCat("expected a number, got ", QuoteBytes(n.Scalar())));
   }
 
   absl::StatusOr<int64_t> Integer(const YAML::Node& n, absl::string_view key) const {
@@ -94,7 +103,7 @@ class Reader {
       if (!has_host) return Error(item, key, "host is required");
       if (!has_port) return Error(item, key, "port is required");
       if (!names.insert(node.name).second) {
-        return Error(item, key, absl::StrCat("duplicate node name \"", node.name, "\""));
+        return Error(item, key, absl::StrCat("duplicate node name ", QuoteBytes(node.name)));
       }
       out.nodes.push_back(std::move(node));
     }
@@ -161,8 +170,9 @@ class Reader {
       } else if (name == "loss") {
         g.set_interpolation(common::v1::INTERPOLATION_LOSS);
       } else {
-        return Error(value, key,
-                     absl::StrCat("unknown method \"", *v, "\" (expected constant, clock, loss)"));
+        return Error(
+            value, key,
+            absl::StrCat("unknown method ", QuoteBytes(*v), " (expected constant, clock, loss)"));
       }
       return absl::OkStatus();
     }
@@ -209,7 +219,7 @@ class Reader {
     }
     if (key == "flow_control") return FlowControl(value, *g.mutable_flow_control());
     return absl::InvalidArgumentError(
-        absl::StrCat(source_, ":", value.Mark().line + 1, ": ", key,
+        absl::StrCat(source_, ":", value.Mark().line + 1, ": ", EscapeBytes(key),
                      ": unknown key (expected nodes, fetch_probability, timeout_ms, interpolation, "
                      "divergence_threshold, constant, clock, loss, include_buffers, mix_post_step, "
                      "flow_control)"));
@@ -272,30 +282,33 @@ const DpwaNode* DpwaConfig::Find(absl::string_view name) const {
 }
 
 absl::StatusOr<DpwaConfig> ParseDpwaConfig(absl::string_view text, absl::string_view source) {
+  const std::string shown = EscapeBytes(source);
+  if (text.size() > kMaxDpwaConfigBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(shown, ": the dpwa config is ", DescribeBytes(text.size()),
+                     ", over the limit of ", DescribeBytes(kMaxDpwaConfigBytes)));
+  }
+  SHOAL_RETURN_IF_ERROR(CheckYamlDepth(text, source, kMaxDpwaConfigDepth));
   YAML::Node root;
   try {
     root = YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ", e.msg));
+    return absl::InvalidArgumentError(absl::StrCat(shown, ":", e.mark.line + 1, ":",
+                                                   e.mark.column + 1, ": ", EscapeBytes(e.msg)));
   }
   if (!root.IsDefined() || root.IsNull()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": the dpwa config is empty"));
+    return absl::InvalidArgumentError(absl::StrCat(shown, ": the dpwa config is empty"));
   }
   try {
     return Reader(source).Read(root);
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": ", e.what()));
+    return absl::InvalidArgumentError(absl::StrCat(shown, ": ", EscapeBytes(e.what())));
   }
 }
 
 absl::StatusOr<DpwaConfig> LoadDpwaConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the dpwa config"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read it"));
-  return ParseDpwaConfig(text.str(), path);
+  SHOAL_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxDpwaConfigBytes, "dpwa config"));
+  return ParseDpwaConfig(text, path);
 }
 
 }  // namespace shoal::gossip

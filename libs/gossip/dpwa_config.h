@@ -17,8 +17,9 @@
 // `include_buffers: bool`, `mix_post_step: bool` (dpwa's literal mixing order) and
 // `flow_control: {initial, min, max, success_bonus, failure_penalty, random_min, random_max}`.
 // Keys left out keep GossipSpec's defaults. Every error is INVALID_ARGUMENT and reads
-// "<source>:<line>: <key>: <what is wrong>".
+// "<source>:<line>: <key>: <what is wrong>", with names and values from the file escaped.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,6 +29,10 @@
 #include "shoal/common/v1/task.pb.h"
 
 namespace shoal::gossip {
+
+// Larger or more deeply nested configs are refused before they are parsed.
+inline constexpr size_t kMaxDpwaConfigBytes = size_t{1} << 20;  // 1 MiB
+inline constexpr int kMaxDpwaConfigDepth = 32;                  // nested mappings and lists
 
 struct DpwaNode {
   std::string name;

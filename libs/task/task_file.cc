@@ -7,10 +7,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -20,7 +18,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "libs/common/escape.h"
+#include "libs/common/small_file.h"
 #include "libs/common/status_macros.h"
+#include "libs/common/yaml_depth.h"
 #include "libs/gossip/gossip_spec.h"
 
 namespace shoal::task {
@@ -56,6 +57,33 @@ std::string Canonical(absl::string_view text) {
   return out;
 }
 
+// Reads a floating-point scalar. Besides decimal numbers, YAML's `.nan`, `.inf`, `-.inf` and
+// the `nan`/`inf`/`NaN`/`Infinity` spellings parse, so that the caller can reject them by name.
+bool ParseDouble(absl::string_view text, double* value) {
+  absl::string_view rest = text;
+  double sign = 1;
+  if (!rest.empty() && (rest.front() == '-' || rest.front() == '+')) {
+    if (rest.front() == '-') sign = -1;
+    rest.remove_prefix(1);
+  }
+  if (absl::EqualsIgnoreCase(rest, ".nan") && rest.size() == text.size()) {
+    *value = std::numeric_limits<double>::quiet_NaN();
+    return true;
+  }
+  if (absl::EqualsIgnoreCase(rest, ".inf")) {
+    *value = sign * std::numeric_limits<double>::infinity();
+    return true;
+  }
+  return absl::SimpleAtod(text, value);
+}
+
+// A number for messages: non-finite values by name (nan, inf, -inf), never JSON's null.
+std::string ShowNumber(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  return JsonNumber(value);
+}
+
 std::string ExpectedEnumValues(const pb::EnumDescriptor& type) {
   std::vector<std::string> names;
   for (int i = 0; i < type.value_count(); ++i) {
@@ -73,7 +101,7 @@ std::string ExpectedFields(const pb::Descriptor& type) {
 // Parses YAML nodes into a message by reflection. Errors carry "<source>: <path>: ".
 class YamlReader {
  public:
-  explicit YamlReader(absl::string_view source) : source_(source) {}
+  explicit YamlReader(absl::string_view source) : source_(EscapeBytes(source)) {}
 
   absl::Status ReadMessage(const YAML::Node& node, const std::string& path, pb::Message& message) {
     if (!node.IsMap()) {
@@ -85,7 +113,8 @@ class YamlReader {
     for (const auto& item : node) {
       if (!item.first.IsScalar()) return Error(path, "keys must be plain names");
       const std::string key = item.first.Scalar();
-      const std::string field_path = path.empty() ? key : absl::StrCat(path, ".", key);
+      const std::string shown = EscapeBytes(key);
+      const std::string field_path = path.empty() ? shown : absl::StrCat(path, ".", shown);
       if (!seen.insert(key).second) return Error(field_path, "duplicate key");
       const pb::FieldDescriptor* field = type.FindFieldByName(key);
       if (field == nullptr) {
@@ -141,7 +170,7 @@ class YamlReader {
         const pb::EnumDescriptor& type = *field.enum_type();
         const pb::EnumValueDescriptor* value = FindEnumValue(type, text);
         if (value == nullptr) {
-          return Error(path, absl::StrCat("unknown value ", JsonQuote(text), " (expected ",
+          return Error(path, absl::StrCat("unknown value ", QuoteBytes(text), " (expected ",
                                           ExpectedEnumValues(type), ")"));
         }
         add ? r.AddEnumValue(&message, &field, value->number())
@@ -151,7 +180,7 @@ class YamlReader {
       case pb::FieldDescriptor::CPPTYPE_BOOL: {
         const std::string lower = absl::AsciiStrToLower(text);
         if (quoted || (lower != "true" && lower != "false")) {
-          return Error(path, absl::StrCat("expected true or false, got ", JsonQuote(text)));
+          return Error(path, absl::StrCat("expected true or false, got ", QuoteBytes(text)));
         }
         add ? r.AddBool(&message, &field, lower == "true")
             : r.SetBool(&message, &field, lower == "true");
@@ -160,13 +189,14 @@ class YamlReader {
       case pb::FieldDescriptor::CPPTYPE_DOUBLE:
       case pb::FieldDescriptor::CPPTYPE_FLOAT: {
         double value = 0;
-        if (quoted || !absl::SimpleAtod(text, &value)) {
-          return Error(path, absl::StrCat("expected a number, got ", JsonQuote(text)));
+        if (quoted || !ParseDouble(text, &value)) {
+          return Error(path, absl::StrCat("expected a number, got ", QuoteBytes(text)));
         }
-        if (!std::isfinite(value)) return Error(path, absl::StrCat("must be finite, got ", text));
+        if (!std::isfinite(value))
+          return Error(path, absl::StrCat("must be finite, got ", EscapeBytes(text)));
         if (field.cpp_type() == pb::FieldDescriptor::CPPTYPE_FLOAT) {
           if (std::fabs(value) > std::numeric_limits<float>::max()) {
-            return Error(path, absl::StrCat("out of range: ", text));
+            return Error(path, absl::StrCat("out of range: ", EscapeBytes(text)));
           }
           add ? r.AddFloat(&message, &field, static_cast<float>(value))
               : r.SetFloat(&message, &field, static_cast<float>(value));
@@ -179,12 +209,12 @@ class YamlReader {
       case pb::FieldDescriptor::CPPTYPE_INT64: {
         int64_t value = 0;
         if (quoted || !absl::SimpleAtoi(text, &value)) {
-          return Error(path, absl::StrCat("expected an integer, got ", JsonQuote(text)));
+          return Error(path, absl::StrCat("expected an integer, got ", QuoteBytes(text)));
         }
         if (field.cpp_type() == pb::FieldDescriptor::CPPTYPE_INT32) {
           if (value < std::numeric_limits<int32_t>::min() ||
               value > std::numeric_limits<int32_t>::max()) {
-            return Error(path, absl::StrCat("out of range: ", text));
+            return Error(path, absl::StrCat("out of range: ", EscapeBytes(text)));
           }
           add ? r.AddInt32(&message, &field, static_cast<int32_t>(value))
               : r.SetInt32(&message, &field, static_cast<int32_t>(value));
@@ -196,20 +226,20 @@ class YamlReader {
       case pb::FieldDescriptor::CPPTYPE_UINT32:
       case pb::FieldDescriptor::CPPTYPE_UINT64: {
         if (!quoted && !text.empty() && text[0] == '-') {
-          return Error(path, absl::StrCat("must not be negative, got ", text));
+          return Error(path, absl::StrCat("must not be negative, got ", EscapeBytes(text)));
         }
         uint64_t value = 0;
         if (quoted || !absl::SimpleAtoi(text, &value)) {
           int64_t ignored = 0;
           if (!quoted && absl::SimpleAtoi(text, &ignored)) {
-            return Error(path, absl::StrCat("out of range: ", text));
+            return Error(path, absl::StrCat("out of range: ", EscapeBytes(text)));
           }
           return Error(path,
-                       absl::StrCat("expected a non-negative integer, got ", JsonQuote(text)));
+                       absl::StrCat("expected a non-negative integer, got ", QuoteBytes(text)));
         }
         if (field.cpp_type() == pb::FieldDescriptor::CPPTYPE_UINT32) {
           if (value > std::numeric_limits<uint32_t>::max()) {
-            return Error(path, absl::StrCat("out of range: ", text, " (at most ",
+            return Error(path, absl::StrCat("out of range: ", EscapeBytes(text), " (at most ",
                                             std::numeric_limits<uint32_t>::max(), ")"));
           }
           add ? r.AddUInt32(&message, &field, static_cast<uint32_t>(value))
@@ -226,95 +256,6 @@ class YamlReader {
 
   std::string source_;
 };
-
-void AppendJson(const pb::Message& message, int indent, int depth, std::string& out);
-
-std::string Newline(int indent, int depth) {
-  std::string out;
-  if (indent <= 0) return out;
-  out.push_back('\n');
-  out.append(static_cast<size_t>(indent * depth), ' ');
-  return out;
-}
-
-void AppendJsonValue(const pb::Message& message, const pb::FieldDescriptor& field, int index,
-                     int indent, int depth, std::string& out) {
-  const pb::Reflection& r = *message.GetReflection();
-  const bool rep = field.is_repeated();
-  switch (field.cpp_type()) {
-    case pb::FieldDescriptor::CPPTYPE_MESSAGE:
-      AppendJson(rep ? r.GetRepeatedMessage(message, &field, index) : r.GetMessage(message, &field),
-                 indent, depth, out);
-      return;
-    case pb::FieldDescriptor::CPPTYPE_STRING:
-      out += JsonQuote(rep ? r.GetRepeatedString(message, &field, index)
-                           : r.GetString(message, &field));
-      return;
-    case pb::FieldDescriptor::CPPTYPE_ENUM:
-      out += JsonQuote(
-          FriendlyEnumName(*field.enum_type(), rep ? r.GetRepeatedEnumValue(message, &field, index)
-                                                   : r.GetEnumValue(message, &field)));
-      return;
-    case pb::FieldDescriptor::CPPTYPE_BOOL:
-      out += (rep ? r.GetRepeatedBool(message, &field, index) : r.GetBool(message, &field))
-                 ? "true"
-                 : "false";
-      return;
-    case pb::FieldDescriptor::CPPTYPE_DOUBLE:
-      out += JsonNumber(rep ? r.GetRepeatedDouble(message, &field, index)
-                            : r.GetDouble(message, &field));
-      return;
-    case pb::FieldDescriptor::CPPTYPE_FLOAT:
-      out += JsonNumber(rep ? r.GetRepeatedFloat(message, &field, index)
-                            : r.GetFloat(message, &field));
-      return;
-    case pb::FieldDescriptor::CPPTYPE_INT32:
-      absl::StrAppend(
-          &out, rep ? r.GetRepeatedInt32(message, &field, index) : r.GetInt32(message, &field));
-      return;
-    case pb::FieldDescriptor::CPPTYPE_INT64:
-      absl::StrAppend(
-          &out, rep ? r.GetRepeatedInt64(message, &field, index) : r.GetInt64(message, &field));
-      return;
-    case pb::FieldDescriptor::CPPTYPE_UINT32:
-      absl::StrAppend(
-          &out, rep ? r.GetRepeatedUInt32(message, &field, index) : r.GetUInt32(message, &field));
-      return;
-    case pb::FieldDescriptor::CPPTYPE_UINT64:
-      absl::StrAppend(
-          &out, rep ? r.GetRepeatedUInt64(message, &field, index) : r.GetUInt64(message, &field));
-      return;
-  }
-}
-
-void AppendJson(const pb::Message& message, int indent, int depth, std::string& out) {
-  const pb::Descriptor& type = *message.GetDescriptor();
-  const pb::Reflection& r = *message.GetReflection();
-  out += "{";
-  const char* sep = indent > 0 ? ": " : ":";
-  for (int i = 0; i < type.field_count(); ++i) {
-    const pb::FieldDescriptor& field = *type.field(i);
-    if (i > 0) out += ",";
-    out += Newline(indent, depth + 1);
-    out += JsonQuote(field.name());
-    out += sep;
-    if (field.is_repeated()) {
-      const int size = r.FieldSize(message, &field);
-      out += "[";
-      for (int j = 0; j < size; ++j) {
-        if (j > 0) out += indent > 0 ? ", " : ",";
-        AppendJsonValue(message, field, j, indent, depth + 1, out);
-      }
-      out += "]";
-    } else if (field.has_presence() && !r.HasField(message, &field)) {
-      out += "null";  // unset (the parser reads null as "keep the default")
-    } else {
-      AppendJsonValue(message, field, -1, indent, depth + 1, out);
-    }
-  }
-  if (type.field_count() > 0) out += Newline(indent, depth);
-  out += "}";
-}
 
 bool ValidName(const std::string& name) {
   if (name.empty() || name.size() > 63) return false;
@@ -354,63 +295,6 @@ const pb::EnumValueDescriptor* FindEnumValue(const pb::EnumDescriptor& type,
     if (wanted == FriendlyEnumName(*value) || wanted == Canonical(value->name())) return value;
   }
   return nullptr;
-}
-
-std::string JsonQuote(absl::string_view text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (c < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out += "\"";
-  return out;
-}
-
-std::string JsonNumber(double value) {
-  if (!std::isfinite(value)) return "null";
-  if (value == std::floor(value) && std::fabs(value) < 1e15) {
-    return absl::StrFormat("%.0f", value);
-  }
-  // Shortest form that reads back as the same double.
-  for (int precision = 6; precision <= 17; ++precision) {
-    std::string text = absl::StrFormat("%.*g", precision, value);
-    double back = 0;
-    if (absl::SimpleAtod(text, &back) && back == value) return text;
-  }
-  return absl::StrFormat("%.17g", value);
-}
-
-std::string MessageToFriendlyJson(const pb::Message& message, int indent) {
-  std::string out;
-  AppendJson(message, indent, 0, out);
-  return out;
 }
 
 // Settings of one mode that a task of that mode always shows (unset = the default).
@@ -476,7 +360,7 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
   if (spec.name().empty()) return FieldError("name", "required");
   if (!ValidName(spec.name())) {
     return FieldError(
-        "name", absl::StrCat("must match [a-z0-9][a-z0-9-]{0,62}, got ", JsonQuote(spec.name())));
+        "name", absl::StrCat("must match [a-z0-9][a-z0-9-]{0,62}, got ", QuoteBytes(spec.name())));
   }
   if (spec.mode() != common::v1::MODE_FEDERATED_SYNC &&
       spec.mode() != common::v1::MODE_DECENTRALIZED && spec.mode() != common::v1::MODE_GOSSIP) {
@@ -488,11 +372,11 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
   }
   if (spec.model() != "mlp" && spec.model() != "cnn") {
     return FieldError(
-        "model", absl::StrCat("unknown model ", JsonQuote(spec.model()), " (expected mlp, cnn)"));
+        "model", absl::StrCat("unknown model ", QuoteBytes(spec.model()), " (expected mlp, cnn)"));
   }
   const auto& dataset = spec.dataset();
   if (dataset.name() != "fashion-mnist") {
-    return FieldError("dataset.name", absl::StrCat("unknown dataset ", JsonQuote(dataset.name()),
+    return FieldError("dataset.name", absl::StrCat("unknown dataset ", QuoteBytes(dataset.name()),
                                                    " (expected fashion-mnist)"));
   }
   switch (dataset.partition()) {
@@ -526,11 +410,11 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
   }
   if (!(optimizer.learning_rate() > 0) || !std::isfinite(optimizer.learning_rate())) {
     return FieldError("optimizer.learning_rate",
-                      absl::StrCat("must be > 0, got ", JsonNumber(optimizer.learning_rate())));
+                      absl::StrCat("must be > 0, got ", ShowNumber(optimizer.learning_rate())));
   }
   if (!(optimizer.momentum() >= 0 && optimizer.momentum() < 1)) {
     return FieldError("optimizer.momentum",
-                      absl::StrCat("must be in [0, 1), got ", JsonNumber(optimizer.momentum())));
+                      absl::StrCat("must be in [0, 1), got ", ShowNumber(optimizer.momentum())));
   }
   if (spec.round_batches() < 1) {
     return FieldError("round_batches", absl::StrCat("must be >= 1, got ", spec.round_batches()));
@@ -559,7 +443,7 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
   }
   if (!(spec.max_update_norm() >= 0) || !std::isfinite(spec.max_update_norm())) {
     return FieldError("max_update_norm", absl::StrCat("must be >= 0 (0 = no bound), got ",
-                                                      JsonNumber(spec.max_update_norm())));
+                                                      ShowNumber(spec.max_update_norm())));
   }
   if (spec.join_token().size() > 256) {
     return FieldError("join_token", "at most 256 characters");
@@ -576,21 +460,29 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
 
 absl::Status ParseMessageFromYaml(absl::string_view text, absl::string_view source,
                                   pb::Message& message) {
+  const std::string shown = EscapeBytes(source);
+  if (text.size() > kMaxTaskFileBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(shown, ": the task file is ", DescribeBytes(text.size()),
+                     ", over the limit of ", DescribeBytes(kMaxTaskFileBytes)));
+  }
+  // Before yaml-cpp builds a tree: it recurses once per level.
+  SHOAL_RETURN_IF_ERROR(CheckYamlDepth(text, source, kMaxTaskFileDepth));
   YAML::Node root;
   try {
     root = YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
     // e.mark is 0-based; people count lines from 1.
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ", e.msg));
+    return absl::InvalidArgumentError(absl::StrCat(shown, ":", e.mark.line + 1, ":",
+                                                   e.mark.column + 1, ": ", EscapeBytes(e.msg)));
   }
   if (root.IsNull()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": the task file is empty"));
+    return absl::InvalidArgumentError(absl::StrCat(shown, ": the task file is empty"));
   }
   try {
     return YamlReader(source).ReadMessage(root, "", message);
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": ", e.what()));
+    return absl::InvalidArgumentError(absl::StrCat(shown, ": ", EscapeBytes(e.what())));
   }
 }
 
@@ -608,16 +500,11 @@ absl::StatusOr<TaskSpec> ParseTaskSpec(absl::string_view text, absl::string_view
 }
 
 absl::StatusOr<TaskSpec> LoadTaskFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the task file"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad())
-    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the task file"));
-  SHOAL_ASSIGN_OR_RETURN(TaskSpec spec, ParseTaskSpec(text.str(), path));
+  SHOAL_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxTaskFileBytes, "task file"));
+  SHOAL_ASSIGN_OR_RETURN(TaskSpec spec, ParseTaskSpec(text, path));
   absl::Status valid = ValidateTaskSpec(spec);
   if (!valid.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", valid.message()));
+    return absl::InvalidArgumentError(absl::StrCat(EscapeBytes(path), ": ", valid.message()));
   }
   return spec;
 }

@@ -7,7 +7,10 @@
 //
 // Every error is INVALID_ARGUMENT and names the file and the field path, e.g.
 //   task.yaml: dataset.partition: unknown value "foo" (expected iid, label-skew)
+// Values and names quoted from the input are escaped (libs/common/escape.h), and a non-finite
+// number is named as written (`got .nan`).
 
+#include <cstddef>
 #include <string>
 
 #include "absl/status/status.h"
@@ -22,6 +25,11 @@ class Message;
 }  // namespace google::protobuf
 
 namespace shoal::task {
+
+// Limits of task files (and of any text given to ParseTaskSpec / ParseMessageFromYaml): larger or
+// more deeply nested input is refused with INVALID_ARGUMENT before it is parsed.
+inline constexpr size_t kMaxTaskFileBytes = size_t{1} << 20;  // 1 MiB
+inline constexpr int kMaxTaskFileDepth = 32;                  // nested mappings and lists
 
 // The documented defaults, applied to every field a task file leaves out:
 //   mode federated-sync, model cnn, dataset {name fashion-mnist, partition iid,
@@ -48,7 +56,8 @@ absl::StatusOr<common::v1::TaskSpec> ParseTaskSpec(absl::string_view text,
                                                    absl::string_view source);
 
 // Reads, parses and validates a task file. Errors: NOT_FOUND missing file, INVALID_ARGUMENT
-// anything wrong in it (message "<path>: <field>: <what>").
+// anything wrong in it (message "<path>: <field>: <what>"), including a file over
+// kMaxTaskFileBytes, which is refused from its size before it is read.
 absl::StatusOr<common::v1::TaskSpec> LoadTaskFile(const std::string& path);
 
 // Fills `message` from YAML/JSON text with the rules above, without defaults or validation.

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "libs/common/escape.h"
 
 namespace shoal::tensor {
 
@@ -24,7 +25,8 @@ absl::StatusOr<ModelLayout> ModelLayout::Create(std::vector<TensorSpec> tensors)
   for (const TensorSpec& t : tensors) {
     if (t.name.empty()) return absl::InvalidArgumentError("tensor with an empty name");
     if (!names.insert(t.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat("duplicate tensor name '", t.name, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("duplicate tensor name '", EscapeBytes(t.name), "'"));
     }
     // Bound the element count so sizes in bytes never overflow.
     constexpr uint64_t kMaxElements = uint64_t{1} << 40;
@@ -32,10 +34,11 @@ absl::StatusOr<ModelLayout> ModelLayout::Create(std::vector<TensorSpec> tensors)
     for (int64_t d : t.shape) {
       if (d < 0) {
         return absl::InvalidArgumentError(
-            absl::StrCat("tensor '", t.name, "': negative dimension ", d));
+            absl::StrCat("tensor '", EscapeBytes(t.name), "': negative dimension ", d));
       }
       if (d != 0 && n > kMaxElements / static_cast<uint64_t>(d)) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' is too large"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", EscapeBytes(t.name), "' is too large"));
       }
       n *= static_cast<uint64_t>(d);
     }

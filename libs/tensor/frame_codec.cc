@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "libs/common/escape.h"
 
 namespace shoal::tensor {
 namespace {
@@ -175,7 +176,7 @@ absl::Status FrameDecoder::Fail(absl::Status status) {
   return status;
 }
 
-const std::string& FrameDecoder::CurrentName() const { return specs_.back().name; }
+std::string FrameDecoder::CurrentName() const { return EscapeBytes(specs_.back().name); }
 
 absl::Status FrameDecoder::Add(const TensorFrame& frame) {
   if (!failed_.ok()) return failed_;
@@ -193,29 +194,30 @@ absl::Status FrameDecoder::Add(const TensorFrame& frame) {
 
 absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
   const std::string& name = header.name();
+  const std::string shown = EscapeBytes(name);  // for messages
   if (in_tensor_) {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("tensor '", CurrentName(), "' is incomplete (", tensor_bytes_received_, " of ",
-                     tensor_bytes_expected_, " bytes) when the header of '", name, "' arrived")));
+                     tensor_bytes_expected_, " bytes) when the header of '", shown, "' arrived")));
   }
   if (name.empty()) {
     return Fail(
         absl::InvalidArgumentError(absl::StrCat("tensor #", specs_.size(), " has an empty name")));
   }
   if (header.dtype() != common::v1::DTYPE_FLOAT32) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': dtype ",
+    return Fail(absl::InvalidArgumentError(absl::StrCat("tensor '", shown, "': dtype ",
                                                         common::v1::DType_Name(header.dtype()),
                                                         " is not supported (want DTYPE_FLOAT32)")));
   }
   if (header.encoding() != common::v1::ENCODING_RAW) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("tensor '", name, "': encoding ", common::v1::Encoding_Name(header.encoding()),
-                     " is not supported (want ENCODING_RAW)")));
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", shown, "': encoding ", common::v1::Encoding_Name(header.encoding()),
+        " is not supported (want ENCODING_RAW)")));
   }
   TensorSpec spec{name, std::vector<int64_t>(header.shape().begin(), header.shape().end())};
   if (spec.shape.size() > 16) {
     return Fail(absl::InvalidArgumentError(
-        absl::StrCat("tensor '", name, "': ", spec.shape.size(), " dimensions is too many")));
+        absl::StrCat("tensor '", shown, "': ", spec.shape.size(), " dimensions is too many")));
   }
   // Element count with overflow checks (shapes come from the network).
   constexpr uint64_t kMaxElements = uint64_t{1} << 40;
@@ -223,18 +225,18 @@ absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
   for (int64_t d : spec.shape) {
     if (d < 0) {
       return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", name, "': negative dimension in shape ", ShapeString(spec.shape))));
+          "tensor '", shown, "': negative dimension in shape ", ShapeString(spec.shape))));
     }
     if (d != 0 && elements > kMaxElements / static_cast<uint64_t>(d)) {
       return Fail(absl::InvalidArgumentError(
-          absl::StrCat("tensor '", name, "': shape ", ShapeString(spec.shape), " is too large")));
+          absl::StrCat("tensor '", shown, "': shape ", ShapeString(spec.shape), " is too large")));
     }
     elements *= static_cast<uint64_t>(d);
   }
   const uint64_t size = elements * sizeof(float);
   if (header.size_bytes() != size) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", name, "': size_bytes ", header.size_bytes(), " does not match shape ",
+        "tensor '", shown, "': size_bytes ", header.size_bytes(), " does not match shape ",
         ShapeString(spec.shape), " of float32 (", size, " bytes)")));
   }
 
@@ -242,35 +244,36 @@ absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
   if (expected_.has_value()) {
     const ModelLayout& layout = *expected_;
     if (index >= layout.num_tensors()) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat("unexpected extra tensor '", name,
+      return Fail(absl::InvalidArgumentError(absl::StrCat("unexpected extra tensor '", shown,
                                                           "': the model has ", layout.num_tensors(),
                                                           " tensors")));
     }
     const TensorSpec& want = layout.tensors()[index];
     if (want.name != name) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "tensor #", index, " is '", name, "' but the model expects '", want.name, "'")));
+      return Fail(absl::InvalidArgumentError(absl::StrCat("tensor #", index, " is '", shown,
+                                                          "' but the model expects '",
+                                                          EscapeBytes(want.name), "'")));
     }
     if (want.shape != spec.shape) {
       return Fail(absl::InvalidArgumentError(
-          absl::StrCat("tensor '", name, "': shape ", ShapeString(spec.shape),
+          absl::StrCat("tensor '", shown, "': shape ", ShapeString(spec.shape),
                        " does not match the model's ", ShapeString(want.shape))));
     }
     tensor_value_offset_ = layout.offset(index);
   } else {
     if (index >= expected_tensors_) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat("unexpected extra tensor '", name,
+      return Fail(absl::InvalidArgumentError(absl::StrCat("unexpected extra tensor '", shown,
                                                           "': ModelMeta announced ",
                                                           expected_tensors_, " tensors")));
     }
     for (const TensorSpec& seen : specs_) {
       if (seen.name == name) {
         return Fail(absl::InvalidArgumentError(
-            absl::StrCat("tensor '", name, "' appears twice in the stream")));
+            absl::StrCat("tensor '", shown, "' appears twice in the stream")));
       }
     }
     if (values_bytes_used_ + size > expected_total_bytes_) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' (", size,
+      return Fail(absl::InvalidArgumentError(absl::StrCat("tensor '", shown, "' (", size,
                                                           " bytes) exceeds ModelMeta total_bytes ",
                                                           expected_total_bytes_)));
     }
@@ -370,9 +373,9 @@ absl::StatusOr<FlatModel> FrameDecoder::Finish() && {
   FlatModel model;
   if (expected_.has_value()) {
     if (specs_.size() != expected_->num_tensors()) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("stream ended after ", specs_.size(), " of ", expected_->num_tensors(),
-                       " tensors; missing '", expected_->tensors()[specs_.size()].name, "'")));
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "stream ended after ", specs_.size(), " of ", expected_->num_tensors(),
+          " tensors; missing '", EscapeBytes(expected_->tensors()[specs_.size()].name), "'")));
     }
     model.layout = *expected_;
   } else {

@@ -96,7 +96,7 @@ class FrameDecoder {
   absl::Status AddHeader(const common::v1::TensorHeader& header);
   absl::Status AddChunk(absl::Span<const absl::string_view> parts);
   absl::Status CompleteTensor();
-  const std::string& CurrentName() const;
+  std::string CurrentName() const;  // escaped, for messages
   absl::Status Fail(absl::Status status);
 
   std::optional<ModelLayout> expected_;  // set by ForLayout

@@ -241,24 +241,28 @@ absl::Status WriteModelFile(const std::string& path, const FlatModel& model) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<FlatModel> ReadModelFile(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoError("cannot open model file", path);
-  auto size = FileSize(fd.get(), path);
+absl::StatusOr<FlatModel> ReadModel(int fd, const std::string& what) {
+  auto size = FileSize(fd, what);
   if (!size.ok()) return size.status();
-  auto header = ReadHeader(fd.get(), path, *size);
+  auto header = ReadHeader(fd, what, *size);
   if (!header.ok()) return header.status();
   FlatModel model;
   model.layout = std::move(header->layout);
   model.values.resize(model.layout.total_elements());
   absl::Status s =
-      ReadAll(fd.get(), reinterpret_cast<char*>(model.values.data()), header->value_bytes, path);
+      ReadAll(fd, reinterpret_cast<char*>(model.values.data()), header->value_bytes, what);
   if (!s.ok()) return s;
   if (model.Digest() != header->value_digest) {
     return absl::DataLossError(
-        absl::StrCat("model file ", path, " is corrupt: value digest mismatch"));
+        absl::StrCat("model file ", what, " is corrupt: value digest mismatch"));
   }
   return model;
+}
+
+absl::StatusOr<FlatModel> ReadModelFile(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoError("cannot open model file", path);
+  return ReadModel(fd.get(), path);
 }
 
 }  // namespace shoal::tensor

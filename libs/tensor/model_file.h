@@ -24,4 +24,8 @@ absl::Status WriteModel(int fd, const FlatModel& model, const std::string& what)
 // INVALID_ARGUMENT not a model file / unsupported format version.
 absl::StatusOr<FlatModel> ReadModelFile(const std::string& path);
 
+// Same checks for a model file open as `fd` (a regular file positioned at its start; its size
+// comes from fstat); `what` names it in errors.
+absl::StatusOr<FlatModel> ReadModel(int fd, const std::string& what);
+
 }  // namespace shoal::tensor

@@ -1,0 +1,235 @@
+// The aggregator's core fed a session from the input: UpdateMeta messages parsed from bytes start
+// pushes, whose frames are raw TensorFrames or well-formed encodings of fuzzed deltas; pushes
+// are accepted, folded, rejected or dropped in any order among OpenRound, CloseRound, PutModel,
+// SetMembers and ReleaseTask. A model the core serves must match its layout, and a round over
+// finite updates must not publish a non-finite model.
+
+#include <fuzzer/FuzzedDataProvider.h>
+#include <prometheus/registry.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "libs/common/clock.h"
+#include "libs/tensor/frame_codec.h"
+#include "services/aggregator/aggregator_core.h"
+#include "shoal/aggregator/v1/aggregator.pb.h"
+#include "tests/fuzz/fuzz_check.h"
+
+namespace shoal::aggregator {
+namespace {
+
+using fuzz::CheckErrorIsClean;
+
+const tensor::ModelLayout& Layout() {
+  static const tensor::ModelLayout* layout =
+      new tensor::ModelLayout(*tensor::ModelLayout::Create({{"w", {2, 3}}, {"b", {3}}}));
+  return *layout;
+}
+
+float Value(FuzzedDataProvider& in) {
+  switch (in.ConsumeIntegralInRange(0, 3)) {
+    case 0:
+      return 0.0f;
+    case 1:
+      return static_cast<float>(in.ConsumeIntegralInRange(-4, 4));
+    case 2:
+      return in.ConsumeFloatingPoint<float>();  // may be huge, NaN or Inf
+    default:
+      return in.ConsumeFloatingPointInRange<float>(-1.0f, 1.0f);
+  }
+}
+
+tensor::FlatModel Model(FuzzedDataProvider& in) {
+  tensor::FlatModel model;
+  model.layout = Layout();
+  model.values.resize(Layout().total_elements());
+  for (float& v : model.values) v = Value(in);
+  return model;
+}
+
+std::string Peer(FuzzedDataProvider& in) {
+  static const char* kPeers[] = {"a", "b", "c", ""};
+  if (in.ConsumeProbability<float>() < 0.1f) return in.ConsumeRandomLengthString(8);
+  return kPeers[in.ConsumeIntegralInRange(0, 3)];
+}
+
+// Feeds a whole encoded delta, as frames or as chunk pieces.
+absl::Status FeedModel(FuzzedDataProvider& in, AggregatorCore::Push& push) {
+  const tensor::FlatModel delta = Model(in);
+  tensor::FrameEncoder encoder(delta, in.ConsumeIntegralInRange<size_t>(1, 40));
+  common::v1::TensorFrame frame;
+  while (encoder.Next(&frame)) {
+    absl::Status s;
+    if (frame.has_chunk() && in.ConsumeBool()) {
+      const std::string& chunk = frame.chunk();
+      const size_t cut = in.ConsumeIntegralInRange<size_t>(0, chunk.size());
+      const absl::string_view parts[] = {absl::string_view(chunk).substr(0, cut),
+                                         absl::string_view(chunk).substr(cut)};
+      s = push.AddChunkParts(parts);
+    } else {
+      s = push.AddFrame(frame);
+    }
+    if (!s.ok()) return s;
+    frame.Clear();
+  }
+  return absl::OkStatus();
+}
+
+void CheckServed(const AggregatorCore& core, const std::string& task,
+                 std::optional<uint64_t> version, bool finite_inputs) {
+  absl::StatusOr<ModelSnapshot> snapshot = core.GetModel(task, version);
+  CheckErrorIsClean(snapshot.status());
+  if (!snapshot.ok()) return;
+  SHOAL_FUZZ_CHECK(snapshot->model != nullptr);
+  const tensor::FlatModel& model = *snapshot->model;
+  SHOAL_FUZZ_CHECK(model.values.size() == model.layout.total_elements());
+  if (finite_inputs) {
+    for (float v : model.values) SHOAL_FUZZ_CHECK(std::isfinite(v));
+  }
+}
+
+void Run(FuzzedDataProvider& in) {
+  prometheus::Registry registry;
+  AggregatorMetrics metrics(registry);
+  FakeClock clock;
+  AggregatorCoreOptions options;
+  options.max_concurrent_pushes = 2;
+  options.closed_rounds_kept = 2;
+  options.fold_threads = 1;
+  options.limits.max_tensors = 8;
+  options.limits.max_total_bytes = 1 << 12;
+  auto made = AggregatorCore::Create(options, clock, metrics);
+  SHOAL_FUZZ_CHECK(made.ok());
+  AggregatorCore& core = **made;
+  const std::string task = "t";
+  // Only finite base models are stored here, so every published model must be finite too
+  // (updates are checked for finiteness and, with a bound, for their norm).
+  tensor::FlatModel base;
+  base.layout = Layout();
+  base.values.assign(Layout().total_elements(), 0.5f);
+  SHOAL_FUZZ_CHECK(core.PutModel(task, 1, base).ok());
+  bool finite_models = true;
+  uint64_t round = 1;
+  CheckErrorIsClean(core.OpenRound({task, round, 1, {"a", "b", "c"}, 0}));
+
+  std::vector<std::unique_ptr<AggregatorCore::Push>> pushes;
+  const int steps = in.ConsumeIntegralInRange(1, 40);
+  for (int step = 0; step < steps && in.remaining_bytes() > 0; ++step) {
+    const size_t which =
+        pushes.empty() ? 0 : in.ConsumeIntegralInRange<size_t>(0, pushes.size() - 1);
+    AggregatorCore::Push* push = pushes.empty() ? nullptr : pushes[which].get();
+    switch (in.ConsumeIntegralInRange(0, 9)) {
+      case 0: {  // a push from a session message
+        v1::UpdateMeta m;
+        if (!m.ParseFromString(in.ConsumeRandomLengthString(128))) break;
+        if (in.ConsumeBool()) m.set_task(task);
+        if (in.ConsumeBool()) m.set_peer_id(Peer(in));
+        PushMeta meta{
+            m.task(),        m.round(),      m.peer_id(),       m.base_version(),
+            m.num_samples(), m.train_loss(), m.session_token(), in.ConsumeBool() ? "" : Peer(in)};
+        auto begun = core.BeginPush(meta);
+        CheckErrorIsClean(begun.status());
+        if (begun.ok() && *begun != nullptr) pushes.push_back(*std::move(begun));
+        break;
+      }
+      case 1:
+        if (push != nullptr) {
+          common::v1::TensorFrame frame;
+          if (frame.ParseFromString(in.ConsumeRandomLengthString(256))) {
+            CheckErrorIsClean(push->AddFrame(frame));
+          }
+        }
+        break;
+      case 2:
+        if (push != nullptr) CheckErrorIsClean(FeedModel(in, *push));
+        break;
+      case 3:
+        if (push != nullptr) {
+          switch (in.ConsumeIntegralInRange(0, 3)) {
+            case 0:
+              CheckErrorIsClean(push->Commit());
+              break;
+            case 1:
+              CheckErrorIsClean(push->Accept());
+              break;
+            case 2:
+              push->Fold();
+              break;
+            default:
+              push->Reject(RejectReason::kIncomplete);
+          }
+        }
+        break;
+      case 4:
+        if (push != nullptr) pushes.erase(pushes.begin() + static_cast<std::ptrdiff_t>(which));
+        break;
+      case 5: {
+        const uint64_t number =
+            in.ConsumeBool() ? round : in.ConsumeIntegralInRange<uint64_t>(0, 4);
+        absl::StatusOr<RoundResult> result = core.CloseRound(task, number);
+        CheckErrorIsClean(result.status());
+        if (result.ok()) CheckServed(core, task, result->version, finite_models);
+        break;
+      }
+      case 6: {
+        OpenRoundParams params{task,
+                               in.ConsumeIntegralInRange<uint64_t>(0, 4),
+                               in.ConsumeIntegralInRange<uint64_t>(0, 3),
+                               {},
+                               0};
+        const int n = in.ConsumeIntegralInRange(0, 3);
+        for (int i = 0; i < n; ++i) params.expected_peers.push_back(Peer(in));
+        params.max_update_norm = in.ConsumeBool() ? 0 : in.ConsumeFloatingPoint<double>();
+        absl::Status s = core.OpenRound(params);
+        CheckErrorIsClean(s);
+        if (s.ok()) round = params.round;
+        break;
+      }
+      case 7: {
+        tensor::FlatModel model = Model(in);
+        bool finite = true;
+        for (float v : model.values) finite = finite && std::isfinite(v);
+        const uint64_t version = in.ConsumeIntegralInRange<uint64_t>(0, 4);
+        const std::string name = in.ConsumeBool() ? task : "u";
+        absl::StatusOr<PutResult> put = core.PutModel(name, version, model);
+        CheckErrorIsClean(put.status());
+        if (put.ok() && name == task && !finite) finite_models = false;
+        break;
+      }
+      case 8: {
+        std::map<std::string, std::string> tokens;
+        const int n = in.ConsumeIntegralInRange(0, 3);
+        for (int i = 0; i < n; ++i) tokens[Peer(in)] = in.ConsumeRandomLengthString(8);
+        core.SetMembers(task, std::move(tokens));
+        break;
+      }
+      default:
+        if (in.ConsumeBool()) {
+          core.ReleaseTask(task);
+        } else {
+          clock.Advance(absl::Seconds(in.ConsumeIntegralInRange(0, 100)));
+        }
+    }
+    CheckServed(core, task, std::nullopt, finite_models);
+  }
+  pushes.clear();  // accepted pushes fold on destruction
+  absl::StatusOr<RoundResult> result = core.CloseRound(task, round);
+  CheckErrorIsClean(result.status());
+  if (result.ok()) CheckServed(core, task, result->version, finite_models);
+}
+
+}  // namespace
+}  // namespace shoal::aggregator
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzedDataProvider in(data, size);
+  shoal::aggregator::Run(in);
+  return 0;
+}

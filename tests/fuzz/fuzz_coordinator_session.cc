@@ -1,0 +1,237 @@
+// The coordinator's core fed peer sessions from the input: Hello and PeerMessage messages parsed
+// from bytes (their `task` pointed at the real task when the input says so) arrive on behalf of
+// up to four peers, among disconnects, driver steps, clock jumps, failing aggregator calls and
+// operator calls, for a task of any mode. The task store is the real SQLite store, emptied
+// before each input so that every run starts from the same state.
+
+#include <fuzzer/FuzzedDataProvider.h>
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/reflection.h>
+#include <prometheus/registry.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "libs/task/task_file.h"
+#include "services/coordinator/coordinator_core.h"
+#include "tests/fuzz/fuzz_check.h"
+
+namespace shoal::coordinator {
+namespace {
+
+constexpr char kTask[] = "t";
+
+class NullSink final : public PeerSink {
+ public:
+  void Send(const v1::CoordinatorEvent& event) override { ++events; }
+  void Close(const absl::Status& status) override { closed = true; }
+  int events = 0;
+  bool closed = false;
+};
+
+// Answers like a healthy aggregator unless told to fail.
+class FakeAggregator final : public aggregator::AggregatorClient {
+ public:
+  absl::Status OpenRound(const std::string&, const aggregator::v1::OpenRoundRequest&,
+                         absl::Time) override {
+    return status;
+  }
+  absl::StatusOr<aggregator::v1::CloseRoundResponse> CloseRound(
+      const std::string&, const aggregator::v1::CloseRoundRequest& request, absl::Time) override {
+    if (!status.ok()) return status;
+    aggregator::v1::CloseRoundResponse response;
+    response.set_version(++version);
+    response.add_contributors("a");
+    response.set_num_samples(10);
+    return response;
+  }
+  absl::StatusOr<tensor::FlatModel> GetModel(const std::string&, const std::string&, uint64_t v,
+                                             const aggregator::Caller&, absl::Time) override {
+    if (!status.ok()) return status;
+    tensor::FlatModel model;
+    model.layout = *tensor::ModelLayout::Create({{"w", {2}}});
+    model.values = {static_cast<float>(v), 1.0f};
+    return model;
+  }
+  absl::StatusOr<uint64_t> PutModel(const std::string&, const common::v1::ModelMeta&,
+                                    std::shared_ptr<const tensor::FlatModel> model,
+                                    const aggregator::Caller&, absl::Time) override {
+    if (!status.ok()) return status;
+    return model->Digest();
+  }
+  absl::StatusOr<bool> PushUpdate(const std::string&, const aggregator::v1::UpdateMeta&,
+                                  std::shared_ptr<const tensor::FlatModel>, absl::Time) override {
+    return absl::UnimplementedError("the coordinator never pushes");
+  }
+  absl::Status SetMembers(const std::string&, const aggregator::v1::SetMembersRequest&,
+                          absl::Time) override {
+    return status;
+  }
+  absl::Status ReleaseTask(const std::string&, const std::string&, absl::Time) override {
+    return status;
+  }
+
+  absl::Status status;
+  uint64_t version = 0;
+};
+
+// One state directory per process, on tmpfs when there is one; emptied before every input.
+class Store {
+ public:
+  Store() {
+    std::string base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    std::string templ = base + "/shoal-fuzz-coordinator-XXXXXX";
+    SHOAL_FUZZ_CHECK(mkdtemp(templ.data()) != nullptr);
+    dir_ = templ;
+    store_ = *TaskStore::Open(dir_);
+    SHOAL_FUZZ_CHECK(sqlite3_open((dir_ + "/coordinator.db").c_str(), &db_) == SQLITE_OK);
+  }
+  TaskStore& Empty() {
+    for (const char* table : {"tasks", "rounds", "checkpoints"}) {
+      const std::string sql = std::string("DELETE FROM ") + table + ";";
+      SHOAL_FUZZ_CHECK(sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+    }
+    return *store_;
+  }
+
+ private:
+  std::string dir_;
+  std::unique_ptr<TaskStore> store_;
+  sqlite3* db_ = nullptr;
+};
+
+common::v1::TaskSpec Spec(FuzzedDataProvider& in) {
+  common::v1::TaskSpec spec = task::DefaultTaskSpec();
+  spec.set_name(kTask);
+  const common::v1::Mode modes[] = {common::v1::MODE_FEDERATED_SYNC, common::v1::MODE_DECENTRALIZED,
+                                    common::v1::MODE_GOSSIP};
+  spec.set_mode(modes[in.ConsumeIntegralInRange(0, 2)]);
+  spec.set_rounds(in.ConsumeIntegralInRange(1, 3));
+  spec.set_min_participants(in.ConsumeIntegralInRange(1, 3));
+  spec.set_round_deadline_seconds(in.ConsumeIntegralInRange(1, 60));
+  task::ApplyTaskDefaults(spec);
+  return spec;
+}
+
+std::string PeerName(FuzzedDataProvider& in) {
+  static const char* kNames[] = {"a", "b", "c", "d"};
+  if (in.ConsumeProbability<float>() < 0.05f) return in.ConsumeRandomLengthString(8);
+  return kNames[in.ConsumeIntegralInRange(0, 3)];
+}
+
+// Points the message's `task` (if its kind has one) at the real task.
+void AimAtTask(v1::PeerMessage& message) {
+  namespace pb = ::google::protobuf;
+  const pb::Reflection& r = *message.GetReflection();
+  const pb::OneofDescriptor* kind = message.GetDescriptor()->FindOneofByName("kind");
+  if (kind == nullptr) return;
+  const pb::FieldDescriptor* set = r.GetOneofFieldDescriptor(message, kind);
+  if (set == nullptr || set->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE) return;
+  pb::Message& inner = *r.MutableMessage(&message, set);
+  const pb::FieldDescriptor* task = inner.GetDescriptor()->FindFieldByName("task");
+  if (task != nullptr && task->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING &&
+      !task->is_repeated()) {
+    inner.GetReflection()->SetString(&inner, task, kTask);
+  }
+}
+
+void Run(FuzzedDataProvider& in) {
+  static Store* store = new Store();
+  prometheus::Registry registry;
+  CoordinatorMetrics metrics(registry);
+  FakeClock clock;
+  FakeAggregator aggregator;
+  CoordinatorOptions options;
+  auto made = CoordinatorCore::Create(options, store->Empty(), aggregator, clock, metrics);
+  SHOAL_FUZZ_CHECK(made.ok());
+  CoordinatorCore& core = **made;
+  SHOAL_FUZZ_CHECK(core.RegisterAggregator("127.0.0.1:5555").ok());
+  SHOAL_FUZZ_CHECK(core.CreateTask(Spec(in)).ok());
+
+  struct Session {
+    std::string id;
+    std::shared_ptr<NullSink> sink;
+  };
+  std::vector<Session> sessions;
+  const int steps = in.ConsumeIntegralInRange(1, 64);
+  for (int step = 0; step < steps && in.remaining_bytes() > 0; ++step) {
+    switch (in.ConsumeIntegralInRange(0, 7)) {
+      case 0: {
+        v1::Hello hello;
+        if (in.ConsumeBool()) {
+          hello.set_name(PeerName(in));
+          hello.set_shard_count(in.ConsumeIntegralInRange(0, 4));
+          hello.set_shard_index(in.ConsumeIntegralInRange(0, 4));
+          hello.set_listen_address("127.0.0.1:" + std::to_string(in.ConsumeIntegralInRange(0, 9)));
+        } else if (!hello.ParseFromString(in.ConsumeRandomLengthString(96))) {
+          break;
+        }
+        auto sink = std::make_shared<NullSink>();
+        absl::StatusOr<std::string> id = core.Connect(hello, in.ConsumeBool() ? "" : "a", sink);
+        if (id.ok()) sessions.push_back({*id, sink});
+        break;
+      }
+      case 1:
+      case 2: {
+        v1::PeerMessage message;
+        if (!message.ParseFromString(in.ConsumeRandomLengthString(128))) break;
+        if (in.ConsumeBool()) AimAtTask(message);
+        const std::string peer =
+            sessions.empty() || in.ConsumeProbability<float>() < 0.05f
+                ? PeerName(in)
+                : sessions[in.ConsumeIntegralInRange<size_t>(0, sessions.size() - 1)].id;
+        (void)core.OnMessage(peer, message);
+        break;
+      }
+      case 3:
+        if (!sessions.empty()) {
+          const size_t i = in.ConsumeIntegralInRange<size_t>(0, sessions.size() - 1);
+          core.Disconnect(sessions[i].id, sessions[i].sink.get());
+          sessions.erase(sessions.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+        break;
+      case 4:
+        core.Step();
+        break;
+      case 5:
+        clock.Advance(absl::Seconds(in.ConsumeIntegralInRange(0, 120)));
+        core.Step();
+        break;
+      case 6:
+        aggregator.status = in.ConsumeBool() ? absl::OkStatus() : absl::UnavailableError("down");
+        break;
+      default:
+        switch (in.ConsumeIntegralInRange(0, 3)) {
+          case 0:
+            (void)core.StopTask(kTask);
+            break;
+          case 1:
+            (void)core.ListTasks();
+            break;
+          case 2:
+            (void)core.GetCheckpoint(kTask, std::nullopt);
+            break;
+          default:
+            (void)core.RegisterAggregator(in.ConsumeRandomLengthString(24));
+        }
+    }
+    SHOAL_FUZZ_CHECK(core.GetTaskStatus(kTask).ok());
+  }
+  for (const Session& s : sessions) core.Disconnect(s.id, s.sink.get());
+  core.Step();
+}
+
+}  // namespace
+}  // namespace shoal::coordinator
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzedDataProvider in(data, size);
+  shoal::coordinator::Run(in);
+  return 0;
+}

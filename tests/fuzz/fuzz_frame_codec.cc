@@ -1,0 +1,169 @@
+// The chunked tensor stream codec (FrameDecoder), fed a stream of frames built from the input:
+// raw TensorFrame messages parsed from bytes, raw chunks, chunks in pieces, and well-formed
+// header+payload pairs (with a correct digest unless the input says otherwise) so that the
+// fuzzer gets past the digest check. A stream that decodes must hold exactly its layout's
+// values (finite ones when required) and survive a re-encode/decode round trip bit for bit.
+
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "libs/common/status_macros.h"
+#include "libs/tensor/frame_codec.h"
+#include "tests/fuzz/fuzz_check.h"
+
+namespace shoal::tensor {
+namespace {
+
+using common::v1::TensorFrame;
+
+const ModelLayout& KnownLayout() {
+  static const ModelLayout* layout =
+      new ModelLayout(*ModelLayout::Create({{"w", {2, 3}}, {"b", {3}}}));
+  return *layout;
+}
+
+// Adds a well-formed tensor: its header, then its payload in chunks or pieces.
+absl::Status AddTensor(FuzzedDataProvider& in, FrameDecoder& decoder) {
+  TensorFrame header_frame;
+  common::v1::TensorHeader& header = *header_frame.mutable_header();
+  const bool known = in.ConsumeBool();
+  uint64_t elements = 1;
+  if (known) {
+    const TensorSpec& spec = KnownLayout().tensors()[in.ConsumeIntegralInRange<size_t>(0, 1)];
+    header.set_name(spec.name);
+    for (int64_t d : spec.shape) header.add_shape(d);
+    elements = static_cast<uint64_t>(spec.NumElements());
+  } else {
+    header.set_name(in.ConsumeRandomLengthString(12));
+    const int dims = in.ConsumeIntegralInRange(0, 3);
+    for (int i = 0; i < dims; ++i) {
+      const int64_t d = in.ConsumeIntegralInRange<int64_t>(0, 16);
+      header.add_shape(d);
+      elements *= static_cast<uint64_t>(d);
+    }
+  }
+  header.set_dtype(common::v1::DTYPE_FLOAT32);
+  header.set_encoding(common::v1::ENCODING_RAW);
+  header.set_size_bytes(elements * sizeof(float));
+  std::string payload = in.ConsumeBytesAsString(elements * sizeof(float));
+  payload.resize(elements * sizeof(float), '\0');
+  uint64_t digest = DigestBytes(payload.data(), payload.size());
+  if (in.ConsumeProbability<float>() < 0.05f) digest ^= 1;
+  header.set_digest_xxh3(digest);
+  SHOAL_RETURN_IF_ERROR(decoder.Add(header_frame));
+  absl::string_view rest(payload);
+  while (!rest.empty()) {
+    const size_t n = in.ConsumeIntegralInRange<size_t>(1, rest.size());
+    if (in.ConsumeBool()) {
+      TensorFrame chunk;
+      chunk.set_chunk(std::string(rest.substr(0, n)));
+      SHOAL_RETURN_IF_ERROR(decoder.Add(chunk));
+    } else {
+      const size_t cut = in.ConsumeIntegralInRange<size_t>(0, n);
+      const absl::string_view parts[] = {rest.substr(0, cut), rest.substr(cut, n - cut)};
+      SHOAL_RETURN_IF_ERROR(decoder.AddChunkParts(parts));
+    }
+    rest.remove_prefix(n);
+  }
+  return absl::OkStatus();
+}
+
+// nullopt when the input held no frame (bytes that do not parse as one).
+std::optional<absl::Status> AddOne(FuzzedDataProvider& in, FrameDecoder& decoder) {
+  switch (in.ConsumeIntegralInRange(0, 3)) {
+    case 0: {
+      TensorFrame frame;
+      if (!frame.ParseFromString(in.ConsumeRandomLengthString(4096))) return std::nullopt;
+      return decoder.Add(frame);
+    }
+    case 1: {
+      TensorFrame frame;
+      frame.set_chunk(in.ConsumeRandomLengthString(512));
+      return decoder.Add(frame);
+    }
+    case 2: {
+      const std::string a = in.ConsumeRandomLengthString(64);
+      const std::string b = in.ConsumeRandomLengthString(64);
+      const absl::string_view parts[] = {a, b};
+      return decoder.AddChunkParts(parts);
+    }
+    default:
+      return AddTensor(in, decoder);
+  }
+}
+
+void CheckModel(const FlatModel& model, bool require_finite) {
+  SHOAL_FUZZ_CHECK(model.values.size() == model.layout.total_elements());
+  if (require_finite) {
+    for (float v : model.values) SHOAL_FUZZ_CHECK(std::isfinite(v));
+  }
+  // Re-encode in small chunks and decode against the layout: the same bits come back.
+  FrameEncoder encoder(model, 12);
+  FrameDecoder again = FrameDecoder::ForLayout(model.layout, require_finite);
+  TensorFrame frame;
+  while (encoder.Next(&frame)) {
+    SHOAL_FUZZ_CHECK(again.Add(frame).ok());
+    frame.Clear();
+  }
+  absl::StatusOr<FlatModel> back = std::move(again).Finish();
+  SHOAL_FUZZ_CHECK(back.ok());
+  SHOAL_FUZZ_CHECK(back->layout == model.layout);
+  SHOAL_FUZZ_CHECK(back->values.size() == model.values.size());
+  SHOAL_FUZZ_CHECK(model.values.empty() ||
+                   std::memcmp(back->values.data(), model.values.data(),
+                               model.values.size() * sizeof(float)) == 0);
+}
+
+}  // namespace
+}  // namespace shoal::tensor
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace shoal::tensor;
+  FuzzedDataProvider in(data, size);
+  const bool by_layout = in.ConsumeBool();
+  const bool require_finite = in.ConsumeBool();
+  std::optional<FrameDecoder> decoder;
+  if (by_layout) {
+    decoder.emplace(FrameDecoder::ForLayout(KnownLayout(), require_finite));
+  } else {
+    shoal::common::v1::ModelMeta meta;
+    meta.set_num_tensors(in.ConsumeIntegralInRange<uint32_t>(0, 10));
+    meta.set_total_bytes(in.ConsumeIntegralInRange<uint64_t>(0, 1 << 14));
+    DecoderLimits limits;
+    limits.max_tensors = 8;
+    limits.max_total_bytes = 1 << 13;
+    absl::StatusOr<FrameDecoder> made = FrameDecoder::ForMeta(meta, limits, require_finite);
+    shoal::fuzz::CheckErrorIsClean(made.status());
+    if (!made.ok()) return 0;
+    decoder.emplace(*std::move(made));
+  }
+  absl::Status first_error;
+  const int frames = in.ConsumeIntegralInRange(0, 24);
+  for (int i = 0; i < frames && in.remaining_bytes() > 0; ++i) {
+    const std::optional<absl::Status> added = AddOne(in, *decoder);
+    if (!added.has_value()) continue;
+    const absl::Status& s = *added;
+    shoal::fuzz::CheckErrorIsClean(s);
+    // After the first error, every later call returns that error.
+    if (!first_error.ok()) SHOAL_FUZZ_CHECK(s == first_error);
+    if (!s.ok() && first_error.ok()) first_error = s;
+  }
+  if (in.ConsumeBool()) {
+    std::vector<float> buffer = std::move(*decoder).ReleaseBuffer();
+    return 0;
+  }
+  absl::StatusOr<FlatModel> model = std::move(*decoder).Finish();
+  shoal::fuzz::CheckErrorIsClean(model.status());
+  if (!first_error.ok()) SHOAL_FUZZ_CHECK(model.status() == first_error);
+  if (!model.ok()) return 0;
+  if (by_layout) SHOAL_FUZZ_CHECK(model->layout == KnownLayout());
+  CheckModel(*model, require_finite);
+  return 0;
+}
