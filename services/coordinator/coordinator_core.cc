@@ -430,6 +430,15 @@ void CoordinatorCore::ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out)
 
 absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
                                         const v1::PeerMessage& message) {
+  if (message.kind_case() == v1::PeerMessage::kHeartbeat) {
+    // The most frequent message (every peer, every interval) only proves the peer alive: no
+    // reconciling of every task and peer for it. Timers run in Step().
+    absl::MutexLock lock(&mu_);
+    auto it = peers_.find(peer_id);
+    if (it == peers_.end()) return absl::FailedPreconditionError("peer is not connected");
+    it->second.last_seen = clock_.Now();
+    return absl::OkStatus();
+  }
   Outbox out;
   absl::Status result;
   {

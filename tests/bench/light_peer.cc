@@ -149,7 +149,10 @@ class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::Coor
   }
 
   void Submit(std::function<void()> fn) {
-    if (!fleet_.calls_.TrySubmit(std::move(fn))) ++fleet_.errors_.rejected;
+    // Refused work after Stop() began is the end of the run, not an error.
+    if (!fleet_.calls_.TrySubmit(std::move(fn)) && !fleet_.stopping_.load()) {
+      ++fleet_.errors_.rejected;
+    }
   }
 
   std::string Aggregator() {
