@@ -33,7 +33,7 @@ std::string ReadAll(const std::string& path) {
   return s.str();
 }
 
-Output Run(const std::string& binary, const std::string& args) {
+Output RunBinary(const std::string& binary, const std::string& args) {
   const char* bin_dir = std::getenv("SHOAL_BIN_DIR");
   const std::string dir = ::testing::TempDir();
   const std::string out = absl::StrCat(dir, "/cli.out"), err = absl::StrCat(dir, "/cli.err");
@@ -56,7 +56,7 @@ class CommandLineProcessTest : public ::testing::TestWithParam<Binary> {};
 
 TEST_P(CommandLineProcessTest, HelpListsOwnFlagsAndExitsZero) {
   const Binary& b = GetParam();
-  Output o = Run(b.name, "--help");
+  Output o = RunBinary(b.name, "--help");
   EXPECT_EQ(o.code, 0) << o.err;
   EXPECT_THAT(o.out, HasSubstr(b.own_flag));
   EXPECT_THAT(o.out, Not(HasSubstr("No flags matched")));
@@ -66,7 +66,7 @@ TEST_P(CommandLineProcessTest, HelpListsOwnFlagsAndExitsZero) {
 
 TEST_P(CommandLineProcessTest, VersionNamesVersionAndCommit) {
   const Binary& b = GetParam();
-  Output o = Run(b.name, "--version");
+  Output o = RunBinary(b.name, "--version");
   EXPECT_EQ(o.code, 0) << o.err;
   const shoal::BuildInfo& info = shoal::GetBuildInfo();
   EXPECT_THAT(o.out, StartsWith(absl::StrCat(b.name, " ", info.version, " (commit ")));
@@ -76,7 +76,7 @@ TEST_P(CommandLineProcessTest, VersionNamesVersionAndCommit) {
 
 TEST_P(CommandLineProcessTest, UnknownFlagExitsTwoNamingIt) {
   const Binary& b = GetParam();
-  Output o = Run(b.name, "--no-such-flag=1");
+  Output o = RunBinary(b.name, "--no-such-flag=1");
   EXPECT_EQ(o.code, 2) << o.out << o.err;
   EXPECT_THAT(o.err, HasSubstr("no-such-flag"));
 }
@@ -98,10 +98,10 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A bad value (not only an unknown name) is a usage error too.
 TEST(CommandLineProcess, BadValueExitsTwoNamingTheFlag) {
-  Output o = Run("shoal-coordinator", "--heartbeat-interval=often --insecure");
+  Output o = RunBinary("shoal-coordinator", "--heartbeat-interval=often --insecure");
   EXPECT_EQ(o.code, 2);
   EXPECT_THAT(o.err, HasSubstr("--heartbeat-interval"));
-  o = Run("shoal-aggregator", "--max-concurrent-pushes");
+  o = RunBinary("shoal-aggregator", "--max-concurrent-pushes");
   EXPECT_EQ(o.code, 2);
   EXPECT_THAT(o.err, HasSubstr("--max-concurrent-pushes needs a value"));
 }
