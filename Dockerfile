@@ -18,7 +18,11 @@ RUN if [ -n "$APT_SOURCE" ]; then rm -f /etc/apt/sources.list.d/*; echo "$APT_SO
  && scripts/bootstrap build \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
 COPY . .
+# The build context has no .git: `--build-arg SHOAL_COMMIT=$(git rev-parse --short=12 HEAD)`
+# names the commit in every binary's --version (else "unknown").
+ARG SHOAL_COMMIT=""
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHOAL_BUILD_TESTS=OFF \
+      -DSHOAL_COMMIT="$SHOAL_COMMIT" \
  && cmake --build /build --target shoal-coordinator shoal-aggregator shoal-peer shoalctl
 
 # Runtime stage: only the shared libraries the binaries load, the data set, and the binaries.

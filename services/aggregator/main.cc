@@ -6,8 +6,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/usage.h"
-#include "libs/common/flag_names.h"
+#include "libs/common/command_line.h"
 #include "libs/common/log.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/signals.h"
@@ -32,11 +31,14 @@ int main(int argc, char** argv) {
   shoal::rpc::BlockShutdownSignals();
   shoal::rpc::TuneAllocatorForModelStreams();
   shoal::SetLogProgramName("shoal-aggregator");
-  absl::SetProgramUsageMessage(
-      "shoal-aggregator --listen HOST:PORT --metrics-listen HOST:PORT --coordinator HOST:PORT "
-      "[--advertise HOST:PORT] [--address-file PATH] [--max-concurrent-pushes N] "
-      "(--tls-dir DIR | --insecure)");
-  shoal::ParseDashedCommandLine(argc, argv);
+  shoal::ParseCommandLineOrExit(
+      argc, argv,
+      {.program = "shoal-aggregator",
+       .usage = "--coordinator HOST:PORT (--tls-dir DIR | --insecure) [--listen HOST:PORT] "
+                "[--metrics-listen HOST:PORT] [--advertise HOST:PORT] [--address-file PATH] "
+                "[--max-concurrent-pushes N]",
+       .summary = "The Shoal aggregator: receives the peers' updates as chunked streams, folds "
+                  "them into a running weighted mean and serves the aggregated model."});
 
   shoal::aggregator::AggregatorOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);

@@ -220,6 +220,7 @@ void CoordinatorCore::CompleteEvaluation(Task& task, uint64_t version, Outbox& o
     if (r.model_version() != version) continue;
     if (r.evaluation_complete()) return;
     r.set_evaluation_complete(true);
+    task.unsaved_rounds.erase(r.round());
     out.push_back([this, name = task.status.spec().name(), r] {
       absl::Status s = store_.PutRound(name, r);
       if (!s.ok()) LogError("task ", name, ": cannot persist round: ", s.message());
@@ -241,18 +242,42 @@ v1::TaskStatus CoordinatorCore::StatusOf(const Task& task) const {
   return status;
 }
 
-void CoordinatorCore::MarkChanged(Task& task, Outbox& out) {
-  v1::TaskStatus status = StatusOf(task);
+void CoordinatorCore::NotifyWatchers(const Task& task, Outbox& out) {
+  // Built only when someone watches, and shared by all of them: a status carries the whole
+  // history, which with many peers is large.
+  std::shared_ptr<const v1::TaskStatus> status;
   for (const auto& [handle, watcher] : watchers_) {
-    if (watcher.first == task.status.spec().name()) {
-      out.push_back([cb = watcher.second, status] { cb(status); });
-    }
+    if (watcher.first != task.status.spec().name()) continue;
+    if (status == nullptr) status = std::make_shared<const v1::TaskStatus>(StatusOf(task));
+    out.push_back([cb = watcher.second, status] { cb(*status); });
   }
-  // The store keeps the whole spec, join token included (StatusOf strips it).
-  out.push_back([this, stored = task.status] {
+}
+
+void CoordinatorCore::MarkChanged(Task& task, Outbox& out) {
+  NotifyWatchers(task, out);
+  // The store keeps the whole spec, join token included (StatusOf strips it), but not the
+  // history (rounds are stored one by one): copy the status without it, which would make every
+  // change cost O(rounds x peers).
+  google::protobuf::RepeatedPtrField<v1::RoundSummary> history;
+  history.Swap(task.status.mutable_history());
+  v1::TaskStatus stored = task.status;
+  history.Swap(task.status.mutable_history());
+  out.push_back([this, stored = std::move(stored)] {
     absl::Status s = store_.PutTask(stored);
     if (!s.ok()) LogError("task ", stored.spec().name(), ": cannot persist: ", s.message());
   });
+}
+
+void CoordinatorCore::SaveRounds(Task& task, Outbox& out) {
+  if (task.unsaved_rounds.empty()) return;
+  for (const v1::RoundSummary& r : task.status.history()) {
+    if (task.unsaved_rounds.count(r.round()) == 0) continue;
+    out.push_back([this, name = task.status.spec().name(), r] {
+      absl::Status s = store_.PutRound(name, r);
+      if (!s.ok()) LogError("task ", name, ": cannot persist round: ", s.message());
+    });
+  }
+  task.unsaved_rounds.clear();
 }
 
 // --- Peers -------------------------------------------------------------------------------
@@ -405,6 +430,15 @@ void CoordinatorCore::ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out)
 
 absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
                                         const v1::PeerMessage& message) {
+  if (message.kind_case() == v1::PeerMessage::kHeartbeat) {
+    // The most frequent message (every peer, every interval) only proves the peer alive: no
+    // reconciling of every task and peer for it. Timers run in Step().
+    absl::MutexLock lock(&mu_);
+    auto it = peers_.find(peer_id);
+    if (it == peers_.end()) return absl::FailedPreconditionError("peer is not connected");
+    it->second.last_seen = clock_.Now();
+    return absl::OkStatus();
+  }
   Outbox out;
   absl::Status result;
   {
@@ -482,14 +516,17 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
           r.set_test_loss(loss / samples);
           r.set_evaluated(true);
           metrics_.test_accuracy.Set(r.test_accuracy());
-          out.push_back([this, name = task->status.spec().name(), r] {
-            absl::Status s = store_.PutRound(name, r);
-            if (!s.ok()) LogError("task ", name, ": cannot persist round: ", s.message());
-          });
+          task->unsaved_rounds.insert(r.round());  // stored by the next Step()
           break;
         }
         EvaluationDone(*task, peer_id, out, report.version());
-        MarkChanged(*task, out);
+        // Only the history changed (the task's own record did not), unless a mode task
+        // changes more below.
+        if (task->mode == nullptr) {
+          NotifyWatchers(*task, out);
+        } else {
+          MarkChanged(*task, out);
+        }
         if (task->mode != nullptr && IsActive(*task)) {
           ModeEffects fx;
           absl::Status s = task->mode->OnMessage(peer_id, message, clock_.Now(), task->status, fx);
@@ -984,6 +1021,7 @@ void CoordinatorCore::Step() {
       metrics_.peers_crashed.Increment();
       RemovePeer(id, "missed heartbeats", out);
     }
+    for (auto& [name, task] : tasks_) SaveRounds(task, out);
     Reconcile(out);
   }
   Flush();

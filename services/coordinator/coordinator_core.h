@@ -133,6 +133,9 @@ class CoordinatorCore {
     // Model version -> the peers it was published to that have not reported its EvalReport yet.
     // A round's test_* are final (evaluation_complete) once its set is empty.
     std::map<uint64_t, std::set<std::string>> evaluating;
+    // Rounds whose summary took EvalReports since it was last stored. Step() stores them, so a
+    // round of N peers costs a few writes instead of N.
+    std::set<uint64_t> unsaved_rounds;
     absl::Time eval_deadline;  // of the final round's evaluation
     std::optional<StoredCheckpoint> restore_from;
     std::string waiting_notice;  // last Waiting sent, to avoid repeats
@@ -182,7 +185,12 @@ class CoordinatorCore {
   void CompleteEvaluation(Task& task, uint64_t version, Outbox& out);
   void SendTo(const std::string& peer_id, v1::CoordinatorEvent event, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The task changed: watchers get its status, the store its record (not its history).
   void MarkChanged(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Only the watchers; for changes confined to the history, which the store keeps per round.
+  void NotifyWatchers(const Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues a store write of every round in task.unsaved_rounds.
+  void SaveRounds(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::TaskStatus StatusOf(const Task& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemovePeer(const std::string& peer_id, const std::string& why, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -4,9 +4,8 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/usage.h"
 #include "absl/time/time.h"
-#include "libs/common/flag_names.h"
+#include "libs/common/command_line.h"
 #include "libs/common/log.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/signals.h"
@@ -28,10 +27,13 @@ int main(int argc, char** argv) {
   shoal::rpc::BlockShutdownSignals();
   shoal::rpc::TuneAllocatorForModelStreams();
   shoal::SetLogProgramName("shoal-coordinator");
-  absl::SetProgramUsageMessage(
-      "shoal-coordinator --listen HOST:PORT --metrics-listen HOST:PORT --state-dir DIR "
-      "(--tls-dir DIR | --insecure)");
-  shoal::ParseDashedCommandLine(argc, argv);
+  shoal::ParseCommandLineOrExit(
+      argc, argv,
+      {.program = "shoal-coordinator",
+       .usage = "--state-dir DIR (--tls-dir DIR | --insecure) [--listen HOST:PORT] "
+                "[--metrics-listen HOST:PORT] [--heartbeat-interval D] [--address-file PATH]",
+       .summary = "The Shoal coordinator: task registry, membership, rounds, checkpoints and the "
+                  "ControlService API."});
 
   shoal::coordinator::CoordinatorServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);

@@ -14,7 +14,9 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 
+#include "libs/common/build_info.h"
 #include "shoal/coordinator/v1/control.grpc.pb.h"
 
 namespace {
@@ -33,9 +35,27 @@ void SetDeadline(grpc::ClientContext& context) {
 
 }  // namespace
 
+constexpr char kUsage[] = "usage: shoal-control-example COORDINATOR_HOST:PORT TLS_DIR [TASK]\n";
+
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%sLists the coordinator's tasks and prints the round history of TASK.\n",
+                  kUsage);
+      return 0;
+    }
+    if (arg == "--version") {
+      std::printf("%s\n", shoal::VersionLine("shoal-control-example").c_str());
+      return 0;
+    }
+    if (arg.size() > 1 && arg[0] == '-') {
+      std::fprintf(stderr, "shoal-control-example: unknown flag %s\n%s", argv[i], kUsage);
+      return 2;
+    }
+  }
   if (argc < 3 || argc > 4) {
-    std::fprintf(stderr, "usage: %s COORDINATOR_HOST:PORT TLS_DIR [TASK]\n", argv[0]);
+    std::fprintf(stderr, "%s", kUsage);
     return 2;
   }
   const std::string tls_dir = argv[2];

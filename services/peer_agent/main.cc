@@ -7,10 +7,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "libs/common/flag_names.h"
+#include "libs/common/command_line.h"
 #include "libs/common/log.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/signals.h"
@@ -105,17 +104,18 @@ int main(int argc, char** argv) {
   shoal::rpc::BlockShutdownSignals();
   shoal::rpc::TuneAllocatorForModelStreams();
   shoal::SetLogProgramName("shoal-peer");
-  absl::SetProgramUsageMessage(
-      "shoal-peer --coordinator HOST:PORT --listen HOST:PORT --metrics-listen HOST:PORT "
-      "--data-dir DIR --shard I/N [--name ID] [--device cpu|cuda] [--address-file PATH] "
-      "[--torch-threads N] (--tls-dir DIR | --insecure)\n"
-      "   or: shoal-peer --dpwa-config FILE --dpwa-node NAME --task-file FILE --data-dir DIR "
-      "[--shard I/N] [--listen HOST:PORT] [--final-model-out FILE] [--report-out FILE] "
-      "[--exit-when-done] (--tls-dir DIR | --insecure)");
-  std::vector<std::string> rest = shoal::ParseDashedCommandLine(argc, argv);
-  if (rest.size() > 1) {
-    Fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", rest[1], "\"")), 2);
-  }
+  shoal::ParseCommandLineOrExit(
+      argc, argv,
+      {.program = "shoal-peer",
+       .usage = "--coordinator HOST:PORT --data-dir DIR --shard I/N (--tls-dir DIR | --insecure) "
+                "[--listen HOST:PORT] [--metrics-listen HOST:PORT] [--name ID] "
+                "[--device cpu|cuda] [--torch-threads N] [--join-token TOKEN] "
+                "[--address-file PATH]\n"
+                "--dpwa-config FILE --dpwa-node NAME --task-file FILE --data-dir DIR "
+                "(--tls-dir DIR | --insecure) [--shard I/N] [--listen HOST:PORT] "
+                "[--final-model-out FILE] [--report-out FILE] [--exit-when-done]",
+       .summary = "A Shoal peer: joins the coordinator's tasks and trains its data shard with "
+                  "LibTorch, or gossips without a coordinator from a dpwa config."});
 
   if (!absl::GetFlag(FLAGS_dpwa_config).empty()) return RunStaticGossip();
 

@@ -14,12 +14,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "libs/common/flag_names.h"
+#include "libs/common/command_line.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
 #include "libs/gossip/interpolation.h"
@@ -106,10 +105,18 @@ absl::Status Eval(const std::vector<std::string>& files) {
 
 int main(int argc, char** argv) {
   shoal::SetLogProgramName("shoal-train");
-  absl::SetProgramUsageMessage(
-      "shoal-train train --task-file F [--data-dir D] --samples N [--model-out FILE]\n"
-      "   or: shoal-train eval --task-file F [--data-dir D] MODEL_FILE...");
-  std::vector<std::string> args = shoal::ParseDashedCommandLine(argc, argv);
+  // args[0] stays the program, as the code below expects.
+  std::vector<std::string> args = {argv[0]};
+  for (std::string& a : shoal::ParseCommandLineOrExit(
+           argc, argv,
+           {.program = "shoal-train",
+           .usage = "train --task-file F [--data-dir D] --samples N [--model-out FILE]\n"
+                    "eval --task-file F [--data-dir D] MODEL_FILE...",
+           .summary = "Single-process helpers for scripts/bench-gossip: a centralized training "
+                      "baseline, and evaluation and averaging of model files.",
+           .allow_positional = true})) {
+    args.push_back(std::move(a));
+  }
   absl::Status s;
   if (absl::GetFlag(FLAGS_task_file).empty()) {
     s = absl::InvalidArgumentError("--task-file is required");

@@ -9,14 +9,21 @@
 #include <atomic>
 #include <cstdlib>
 #include <iostream>
+#include <string_view>
 #include <thread>
 
+#include "libs/common/build_info.h"
 #include "libs/common/log.h"
 #include "libs/rpc/signals.h"
 #include "services/shoalctl/commands.h"
 
 int main(int argc, char** argv) {
   shoal::SetLogProgramName("shoalctl");
+  // `shoalctl --version` alone; commands.cc owns every other flag (`model get --version V`).
+  if (argc == 2 && std::string_view(argv[1]) == "--version") {
+    std::cout << shoal::VersionLine("shoalctl") << "\n";
+    return 0;
+  }
   // Before any thread exists: SIGINT/SIGTERM are taken by the thread below, which lets
   // long-running commands stop their calls and children cleanly.
   shoal::rpc::BlockShutdownSignals();

@@ -263,6 +263,53 @@ TEST_F(CoordinatorCoreTest, RestartKeepsTasksAndResumesFromCheckpoint) {
   EXPECT_EQ(aggregator_.opened.back().base_version(), 1u);
 }
 
+// EvalReports are stored in batches by Step() (one write per round, not one per peer); what
+// was reported before a restart is still there after it, complete or not.
+TEST_F(CoordinatorCoreTest, EvalReportsSurviveARestartOnceStepped) {
+  auto sinks = StartTask(Spec("t", 2, 5), {"a", "b"});
+  ASSERT_TRUE(core_->OnMessage("a", Pushed("t", 1)).ok());
+  ASSERT_TRUE(core_->OnMessage("b", Pushed("t", 1)).ok());
+  aggregator_.contributors = {"a", "b"};
+  core_->Step();  // round 1 closes, version 1 is published to a and b
+  ASSERT_EQ(Status("t").history_size(), 1);
+  ASSERT_TRUE(core_->OnMessage("a", Eval("t", 1, 80, 100)).ok());
+  EXPECT_EQ(Status("t").history(0).test_samples(), 100u);
+  core_->Step();
+
+  Recreate();
+  v1::TaskStatus t = Status("t");
+  ASSERT_EQ(t.history_size(), 1);
+  EXPECT_TRUE(t.history(0).evaluated());
+  EXPECT_FALSE(t.history(0).evaluation_complete());
+  EXPECT_EQ(t.history(0).test_samples(), 100u);
+  EXPECT_DOUBLE_EQ(t.history(0).test_accuracy(), 0.8);
+  EXPECT_THAT(t.history(0).participants(), ElementsAre("a", "b"));
+}
+
+// The stored task record never carries the history (rounds are stored one by one), however
+// often the task changes.
+TEST_F(CoordinatorCoreTest, StoredTaskRecordHasNoHistory) {
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  for (uint64_t round = 1; round <= 3; ++round) {
+    ASSERT_TRUE(core_->OnMessage("a", Pushed("t", round)).ok());
+    aggregator_.contributors = {"a"};
+    core_->Step();
+    ASSERT_TRUE(core_->OnMessage("a", Eval("t", round, 9, 10)).ok());
+  }
+  core_->Step();
+  auto stored = store_->LoadTasks();
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->size(), 1u);
+  EXPECT_EQ((*stored)[0].status.history_size(), 0);
+  EXPECT_EQ((*stored)[0].history.size(), 3u);
+  v1::TaskStatus live = Status("t");
+  ASSERT_EQ(live.history_size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(live.history(i).evaluation_complete());
+    EXPECT_TRUE((*stored)[0].history[i].evaluation_complete()) << i;
+  }
+}
+
 TEST_F(CoordinatorCoreTest, StopTaskReleasesPeersForTheNextTask) {
   auto sinks = StartTask(Spec("t", 1, 5), {"a"});
   ASSERT_TRUE(core_->CreateTask(Spec("u", 1, 5)).ok());

@@ -1,0 +1,329 @@
+// Holds N concurrent peer sessions against one real shoal-coordinator process (with a real
+// shoal-aggregator) while a federated task runs rounds with a trivial update, and reports errors,
+// the coordinator's RSS over time and the latency of round events. A small baseline fleet runs
+// first in the same run, so the latencies come with a ratio to it.
+//
+//   coordinator_bench [--peers 1000] [--duration 5m] [--baseline-peers 10]
+//                     [--baseline-duration 30s] [--warmup 60s] [--bin-dir DIR]
+//
+// Exit code 0 when there were no errors, 1 otherwise.
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "libs/common/command_line.h"
+#include "libs/rpc/channel.h"
+#include "libs/rpc/status.h"
+#include "services/shoalctl/process.h"
+#include "shoal/coordinator/v1/control.grpc.pb.h"
+#include "tests/bench/light_peer.h"
+
+ABSL_FLAG(int, peers, 1000, "concurrent peer sessions in the measured phase");
+ABSL_FLAG(absl::Duration, duration, absl::Minutes(5), "how long the measured phase holds them");
+ABSL_FLAG(int, baseline_peers, 10, "peers of the baseline phase run first (0 = no baseline)");
+ABSL_FLAG(absl::Duration, baseline_duration, absl::Seconds(30), "length of the baseline phase");
+ABSL_FLAG(absl::Duration, warmup, absl::Seconds(60),
+          "RSS growth is measured from this point of the measured phase to its end");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2),
+          "the coordinator's --heartbeat-interval (its default)");
+ABSL_FLAG(std::string, bin_dir, "",
+          "where shoal-coordinator and shoal-aggregator are "
+          "(default: ../../bin from this binary)");
+
+namespace {
+
+namespace cv1 = shoal::coordinator::v1;
+using shoal::bench::Fleet;
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "coordinator_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+double RssMiB(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return -1;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
+  return v[i];
+}
+
+// Round-event latencies of one phase, in milliseconds, over the rounds every peer finished.
+struct Latencies {
+  int rounds = 0;
+  std::vector<double> round_ms;    // first RoundStarted -> last ModelPublished
+  std::vector<double> fanout_ms;   // each RoundStarted arrival - the round's first one
+  std::vector<double> publish_ms;  // each ModelPublished arrival - the round's last UpdatePushed
+};
+
+Latencies Measure(const std::map<uint64_t, shoal::bench::RoundTimes>& rounds, size_t peers) {
+  Latencies l;
+  for (const auto& [round, t] : rounds) {
+    if (t.started.size() != peers || t.pushed.size() != peers || t.published.size() != peers) {
+      continue;  // the round in progress at the end, or one the fleet joined late
+    }
+    ++l.rounds;
+    const double first_start = *std::min_element(t.started.begin(), t.started.end());
+    const double last_push = *std::max_element(t.pushed.begin(), t.pushed.end());
+    const double last_publish = *std::max_element(t.published.begin(), t.published.end());
+    l.round_ms.push_back((last_publish - first_start) * 1e3);
+    for (double s : t.started) l.fanout_ms.push_back((s - first_start) * 1e3);
+    for (double p : t.published) l.publish_ms.push_back((p - last_push) * 1e3);
+  }
+  return l;
+}
+
+class Bench {
+ public:
+  explicit Bench(std::string bin_dir) : bin_dir_(std::move(bin_dir)) {}
+
+  void StartServices() {
+    auto dir = shoal::process::MakeTempDir("", "shoal-coordinator-bench-");
+    if (!dir.ok()) Die(std::string(dir.status().message()));
+    dir_ = *dir;
+    coordinator_ = StartService(
+        "coordinator", "shoal-coordinator",
+        {"--state-dir=" + dir_ + "/state",
+         "--heartbeat-interval=" + absl::FormatDuration(absl::GetFlag(FLAGS_heartbeat_interval))});
+    control_ = cv1::ControlService::NewStub(shoal::rpc::MakeChannel(coordinator_address_));
+    aggregator_ =
+        StartService("aggregator", "shoal-aggregator",
+                     {"--coordinator=" + coordinator_address_, "--max-concurrent-pushes=16"});
+  }
+
+  // Runs one phase: a task for exactly `peers` peers, the fleet held for `duration`.
+  void Phase(const std::string& name, int peers, absl::Duration duration, absl::Duration warmup,
+             bool report_rss) {
+    CreateTask(name, peers);
+    Fleet::Options options;
+    options.peers = peers;
+    options.name_prefix = name;
+    options.coordinator = coordinator_address_;
+    options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+    Fleet fleet(options);
+    const absl::Time t0 = absl::Now();
+    fleet.Start();
+    while (fleet.assigned() < peers && absl::Now() - t0 < absl::Minutes(2)) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    const double connect_s = absl::ToDoubleSeconds(absl::Now() - t0);
+    if (fleet.assigned() < peers) Die(absl::StrCat(name, ": only ", fleet.assigned(), " assigned"));
+    const double rss_start = RssMiB(coordinator_->pid());
+    std::printf("%s: %d sessions welcomed and assigned in %.1f s; coordinator RSS %.1f MiB\n",
+                name.c_str(), peers, connect_s, rss_start);
+    std::fflush(stdout);
+
+    const absl::Time start = absl::Now();
+    double rss_warm = rss_start, rss_max = rss_start;
+    bool warm = false;
+    while (absl::Now() - start < duration) {
+      absl::SleepFor(absl::Seconds(1));
+      const double rss = RssMiB(coordinator_->pid());
+      rss_max = std::max(rss_max, rss);
+      if (!warm && absl::Now() - start >= warmup) {
+        warm = true;
+        rss_warm = rss;
+      }
+      if (!coordinator_->Running()) Die("the coordinator exited: " + coordinator_->LogTail(10));
+    }
+    const double rss_end = RssMiB(coordinator_->pid());
+    const auto status = TaskStatus(name);
+    fleet.Stop();
+    StopTask(name);
+
+    int64_t dropped = 0;
+    for (const auto& r : status.history()) dropped += r.dropped_size();
+    const shoal::bench::FleetErrors& e = fleet.errors();
+    const int64_t errors =
+        e.streams_broken.load() + e.calls_failed.load() + e.rejected.load() + dropped;
+    errors_ += errors;
+    Latencies l = Measure(fleet.Rounds(), static_cast<size_t>(peers));
+    std::printf(
+        "%s: %d peers for %s: %d rounds completed (task at round %llu), %lld heartbeats, "
+        "%lld aggregator back-pressure retries\n",
+        name.c_str(), peers, absl::FormatDuration(duration).c_str(), l.rounds,
+        static_cast<unsigned long long>(status.round()),
+        static_cast<long long>(fleet.heartbeats_sent()),
+        static_cast<long long>(fleet.push_retries()));
+    std::printf(
+        "%s: errors %lld (broken sessions %lld, failed calls %lld, executor full %lld, dropped "
+        "from rounds %lld)\n",
+        name.c_str(), static_cast<long long>(errors),
+        static_cast<long long>(e.streams_broken.load()),
+        static_cast<long long>(e.calls_failed.load()), static_cast<long long>(e.rejected.load()),
+        static_cast<long long>(dropped));
+    if (report_rss) {
+      std::printf(
+          "%s: coordinator RSS start %.1f MiB, after %s warm-up %.1f MiB, end %.1f MiB "
+          "(growth after warm-up %+.1f MiB), max %.1f MiB\n",
+          name.c_str(), rss_start, absl::FormatDuration(warmup).c_str(), rss_warm, rss_end,
+          rss_end - rss_warm, rss_max);
+    }
+    PrintLatency(name, "round (first RoundStarted -> last ModelPublished)", l.round_ms, name);
+    PrintLatency(name, "RoundStarted fan-out (arrival - first arrival)", l.fanout_ms, name);
+    PrintLatency(name, "ModelPublished after the last UpdatePushed", l.publish_ms, name);
+    std::fflush(stdout);
+    phases_.push_back(std::move(l));
+  }
+
+  void PrintRatios() {
+    if (phases_.size() < 2) return;
+    const Latencies& base = phases_.front();
+    const Latencies& load = phases_.back();
+    auto ratio = [](const std::vector<double>& a, const std::vector<double>& b, double p) {
+      const double pb = Percentile(b, p);
+      return pb > 0 ? Percentile(a, p) / pb : 0.0;
+    };
+    std::printf(
+        "ratio measured/baseline: round p50 %.2f p99 %.2f; fan-out p50 %.2f p99 %.2f; publish p50 "
+        "%.2f p99 %.2f\n",
+        ratio(load.round_ms, base.round_ms, 0.5), ratio(load.round_ms, base.round_ms, 0.99),
+        ratio(load.fanout_ms, base.fanout_ms, 0.5), ratio(load.fanout_ms, base.fanout_ms, 0.99),
+        ratio(load.publish_ms, base.publish_ms, 0.5),
+        ratio(load.publish_ms, base.publish_ms, 0.99));
+  }
+
+  int64_t errors() const { return errors_; }
+  void Stop() {
+    shoal::process::StopInOrder({{aggregator_.get()}, {coordinator_.get()}}, absl::Seconds(10));
+  }
+
+ private:
+  static void PrintLatency(const std::string& phase, const char* what, const std::vector<double>& v,
+                           const std::string&) {
+    std::printf("%s: %-52s p50 %8.1f ms  p99 %8.1f ms  (n=%zu)\n", phase.c_str(), what,
+                Percentile(v, 0.5), Percentile(v, 0.99), v.size());
+  }
+
+  std::unique_ptr<shoal::process::Process> StartService(const std::string& name,
+                                                        const std::string& binary,
+                                                        std::vector<std::string> args) {
+    const std::string address_file = absl::StrCat(dir_, "/", name, ".addr");
+    args.insert(args.end(), {"--insecure", "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+                             "--address-file=" + address_file});
+    shoal::process::ProcessOptions options;
+    options.name = name;
+    options.binary = absl::StrCat(bin_dir_, "/", binary);
+    options.args = std::move(args);
+    options.log_path = absl::StrCat(dir_, "/", name, ".log");
+    auto process = shoal::process::Process::Start(options);
+    if (!process.ok()) Die(std::string(process.status().message()));
+    auto addresses =
+        shoal::process::WaitForAddressFile(address_file, process->get(), absl::Seconds(30));
+    if (!addresses.ok()) Die(std::string(addresses.status().message()));
+    if (name == "coordinator") coordinator_address_ = addresses->at("grpc");
+    return *std::move(process);
+  }
+
+  void CreateTask(const std::string& name, int peers) {
+    cv1::CreateTaskRequest request;
+    shoal::common::v1::TaskSpec& spec = *request.mutable_spec();
+    spec.set_name(name);
+    spec.set_mode(shoal::common::v1::MODE_FEDERATED_SYNC);
+    spec.set_model("mlp");
+    spec.mutable_dataset()->set_name("fashion-mnist");
+    spec.mutable_dataset()->set_partition(shoal::common::v1::PARTITION_IID);
+    spec.set_batch_size(32);
+    spec.mutable_optimizer()->set_kind(shoal::common::v1::OPTIMIZER_SGD);
+    spec.mutable_optimizer()->set_learning_rate(0.01);
+    spec.set_round_batches(1);
+    spec.set_rounds(1000000);  // stopped at the end of the phase
+    spec.set_min_participants(static_cast<uint32_t>(peers));
+    spec.set_max_participants(static_cast<uint32_t>(peers));
+    spec.set_round_deadline_seconds(60);
+    spec.set_aggregation(shoal::common::v1::AGGREGATION_MEAN);
+    spec.set_seed(1);
+    grpc::ClientContext context;
+    shoal::rpc::SetTimeout(context, absl::Seconds(10));
+    cv1::CreateTaskResponse response;
+    grpc::Status s = control_->CreateTask(&context, request, &response);
+    if (!s.ok()) Die("CreateTask: " + s.error_message());
+  }
+
+  cv1::TaskStatus TaskStatus(const std::string& name) {
+    grpc::ClientContext context;
+    shoal::rpc::SetTimeout(context, absl::Seconds(10));
+    cv1::GetTaskStatusRequest request;
+    request.set_name(name);
+    cv1::GetTaskStatusResponse response;
+    grpc::Status s = control_->GetTaskStatus(&context, request, &response);
+    if (!s.ok()) Die("GetTaskStatus: " + s.error_message());
+    return response.status();
+  }
+
+  void StopTask(const std::string& name) {
+    grpc::ClientContext context;
+    shoal::rpc::SetTimeout(context, absl::Seconds(10));
+    cv1::StopTaskRequest request;
+    request.set_name(name);
+    cv1::StopTaskResponse response;
+    control_->StopTask(&context, request, &response);
+  }
+
+  const std::string bin_dir_;
+  std::string dir_;
+  std::string coordinator_address_;
+  std::unique_ptr<shoal::process::Process> coordinator_;
+  std::unique_ptr<shoal::process::Process> aggregator_;
+  std::unique_ptr<cv1::ControlService::Stub> control_;
+  std::vector<Latencies> phases_;
+  int64_t errors_ = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  shoal::ParseCommandLineOrExit(
+      argc, argv,
+      {.program = "coordinator_bench",
+       .usage = "[--peers N] [--duration D] [--baseline-peers N] [--baseline-duration D] "
+                "[--warmup D] [--bin-dir DIR]",
+       .summary = "Holds N peer sessions against a real shoal-coordinator while a federated task "
+                  "runs rounds; reports errors, coordinator RSS and round-event latencies."});
+  // Each session is one connection: two descriptors per peer across the two processes, and
+  // the coordinator (our child) inherits the raised limit.
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
+  const int peers = absl::GetFlag(FLAGS_peers);
+  if (limit.rlim_cur < static_cast<rlim_t>(peers) + 256) {
+    Die(absl::StrCat("RLIMIT_NOFILE is ", limit.rlim_cur, ", too low for ", peers, " sessions"));
+  }
+  std::string bin_dir = absl::GetFlag(FLAGS_bin_dir);
+  if (bin_dir.empty()) {
+    auto self = shoal::process::SelfExecutableDir();
+    if (!self.ok()) Die(std::string(self.status().message()));
+    bin_dir = *self + "/../../bin";
+  }
+
+  Bench bench(bin_dir);
+  bench.StartServices();
+  if (const int base = absl::GetFlag(FLAGS_baseline_peers); base > 0) {
+    bench.Phase("baseline", base, absl::GetFlag(FLAGS_baseline_duration), absl::ZeroDuration(),
+                false);
+  }
+  bench.Phase("measured", peers, absl::GetFlag(FLAGS_duration), absl::GetFlag(FLAGS_warmup), true);
+  bench.PrintRatios();
+  bench.Stop();
+  std::printf("errors: %lld\n", static_cast<long long>(bench.errors()));
+  return bench.errors() == 0 ? 0 : 1;
+}

@@ -1,0 +1,309 @@
+#include "tests/bench/light_peer.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "libs/tensor/frame_codec.h"
+
+namespace shoal::bench {
+
+namespace v1 = coordinator::v1;
+
+namespace {
+enum EventKind { kStarted = 0, kPushed = 1, kPublished = 2 };
+constexpr absl::Duration kCallDeadline = absl::Seconds(30);
+}  // namespace
+
+// One session. Writes go through a queue, one in flight at a time, as the coordinator's own
+// reactor does. Reactions never block: aggregator calls go to the fleet's executor.
+class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::CoordinatorEvent> {
+ public:
+  LightPeer(Fleet& fleet, int index) : fleet_(fleet), index_(index) {
+    grpc::ChannelArguments args;
+    // One TCP connection per peer, as separate processes would have (channels with equal
+    // arguments otherwise share one subchannel, hence one connection).
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    channel_ = grpc::CreateCustomChannel(fleet.options_.coordinator,
+                                         fleet.options_.credentials != nullptr
+                                             ? fleet.options_.credentials
+                                             : grpc::InsecureChannelCredentials(),
+                                         args);
+    stub_ = v1::SessionService::NewStub(channel_);
+  }
+
+  void Start() {
+    stub_->async()->Session(&context_, this);
+    v1::PeerMessage hello;
+    hello.mutable_hello()->set_name(absl::StrCat(fleet_.options_.name_prefix, "-", index_));
+    hello.mutable_hello()->set_listen_address("127.0.0.1:1");
+    hello.mutable_hello()->set_device("cpu");
+    hello.mutable_hello()->set_shard_index(static_cast<uint32_t>(index_));
+    hello.mutable_hello()->set_shard_count(static_cast<uint32_t>(fleet_.options_.peers));
+    Send(std::move(hello));
+    StartRead(&event_);
+    StartCall();
+  }
+
+  void Cancel() { context_.TryCancel(); }
+
+  void WaitDone() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&done_));
+  }
+
+  void Heartbeat() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (peer_id_.empty()) return;
+    }
+    v1::PeerMessage beat;
+    beat.mutable_heartbeat();
+    Send(std::move(beat));
+    ++fleet_.heartbeats_;
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows
+    Handle(event_);
+    StartRead(&event_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    queue_.pop_front();
+    if (!ok) {
+      queue_.clear();
+      failed_ = true;
+    }
+    if (queue_.empty()) {
+      writing_ = false;
+    } else {
+      StartWrite(&queue_.front());
+    }
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    if (!fleet_.stopping_.load()) {
+      ++fleet_.errors_.streams_broken;
+      std::fprintf(stderr, "light-%d: session ended: %s\n", index_, status.error_message().c_str());
+    }
+    absl::MutexLock lock(&mu_);
+    done_ = true;
+  }
+
+ private:
+  void Send(v1::PeerMessage message) {
+    absl::MutexLock lock(&mu_);
+    if (failed_ || done_) return;
+    queue_.push_back(std::move(message));
+    if (writing_) return;
+    writing_ = true;
+    StartWrite(&queue_.front());
+  }
+
+  aggregator::Caller Me() {
+    absl::MutexLock lock(&mu_);
+    return {peer_id_, session_token_};
+  }
+
+  void Handle(const v1::CoordinatorEvent& e) {
+    switch (e.kind_case()) {
+      case v1::CoordinatorEvent::kWelcome: {
+        absl::MutexLock lock(&mu_);
+        peer_id_ = e.welcome().peer_id();
+        session_token_ = e.welcome().session_token();
+        ++fleet_.welcomed_;
+        break;
+      }
+      case v1::CoordinatorEvent::kTaskAssigned: {
+        absl::MutexLock lock(&mu_);
+        aggregator_address_ = e.task_assigned().aggregator_address();
+        ++fleet_.assigned_;
+        break;
+      }
+      case v1::CoordinatorEvent::kInitializeModel:
+        Submit([this, task = e.initialize_model().task()] { PutInitialModel(task); });
+        break;
+      case v1::CoordinatorEvent::kRoundStarted:
+        fleet_.Record(e.round_started().round(), kStarted, fleet_.Now());
+        Submit([this, r = e.round_started()] { PushUpdate(r); });
+        break;
+      case v1::CoordinatorEvent::kModelPublished: {
+        const v1::ModelPublished& p = e.model_published();
+        fleet_.Record(p.round(), kPublished, fleet_.Now());
+        v1::PeerMessage report;
+        auto* r = report.mutable_eval_report();
+        r->set_task(p.task());
+        r->set_version(p.version());
+        r->set_correct(7);
+        r->set_total(10);
+        r->set_loss_sum(5.0);
+        Send(std::move(report));
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  void Submit(std::function<void()> fn) {
+    // Refused work after Stop() began is the end of the run, not an error.
+    if (!fleet_.calls_.TrySubmit(std::move(fn)) && !fleet_.stopping_.load()) {
+      ++fleet_.errors_.rejected;
+    }
+  }
+
+  std::string Aggregator() {
+    absl::MutexLock lock(&mu_);
+    return aggregator_address_;
+  }
+
+  // Retries what the aggregator asks to retry (back-pressure, a round not open yet) like a peer.
+  template <typename Fn>
+  bool CallWithRetry(const char* what, Fn fn) {
+    const absl::Time give_up = absl::Now() + kCallDeadline;
+    absl::Duration backoff = absl::Milliseconds(5);
+    while (!fleet_.stopping_.load()) {
+      absl::Status s = fn(absl::Now() + absl::Seconds(10));
+      if (s.ok()) return true;
+      const bool retry = absl::IsResourceExhausted(s) || absl::IsUnavailable(s);
+      if (!retry || absl::Now() > give_up) {
+        ++fleet_.errors_.calls_failed;
+        std::fprintf(stderr, "light-%d: %s: %s\n", index_, what, std::string(s.message()).c_str());
+        return false;
+      }
+      ++fleet_.push_retries_;
+      std::this_thread::sleep_for(absl::ToChronoMilliseconds(backoff));
+      backoff = std::min(backoff * 2, absl::Milliseconds(200));
+    }
+    return false;
+  }
+
+  void PutInitialModel(const std::string& task) {
+    const common::v1::ModelMeta meta = tensor::MakeModelMeta(task, 0, *fleet_.model_);
+    const std::string address = Aggregator();
+    const aggregator::Caller me = Me();
+    if (!CallWithRetry("PutModel", [&](absl::Time deadline) {
+          return fleet_.aggregator_->PutModel(address, meta, fleet_.model_, me, deadline).status();
+        })) {
+      return;
+    }
+    v1::PeerMessage done;
+    done.mutable_model_initialized()->set_task(task);
+    done.mutable_model_initialized()->set_digest_xxh3(fleet_.model_->Digest());
+    Send(std::move(done));
+  }
+
+  void PushUpdate(const v1::RoundStarted& r) {
+    aggregator::v1::UpdateMeta meta;
+    const aggregator::Caller me = Me();
+    meta.set_task(r.task());
+    meta.set_round(r.round());
+    meta.set_peer_id(me.peer_id);
+    meta.set_session_token(me.session_token);
+    meta.set_base_version(r.model_version());
+    meta.set_num_samples(32);
+    meta.set_train_loss(0.5);
+    const std::string address = Aggregator();
+    // The trivial update: the model itself as a delta (small and finite).
+    if (!CallWithRetry("PushUpdate", [&](absl::Time deadline) {
+          return fleet_.aggregator_->PushUpdate(address, meta, fleet_.model_, deadline).status();
+        })) {
+      return;
+    }
+    fleet_.Record(r.round(), kPushed, fleet_.Now());
+    v1::PeerMessage pushed;
+    auto* up = pushed.mutable_update_pushed();
+    up->set_task(r.task());
+    up->set_round(r.round());
+    up->set_num_samples(32);
+    up->set_train_loss(0.5);
+    Send(std::move(pushed));
+  }
+
+  Fleet& fleet_;
+  const int index_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::SessionService::Stub> stub_;
+  grpc::ClientContext context_;
+  v1::CoordinatorEvent event_;  // only the read path touches it
+
+  absl::Mutex mu_;
+  std::deque<v1::PeerMessage> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  std::string peer_id_ ABSL_GUARDED_BY(mu_);
+  std::string session_token_ ABSL_GUARDED_BY(mu_);
+  std::string aggregator_address_ ABSL_GUARDED_BY(mu_);
+};
+
+Fleet::Fleet(Options options)
+    : options_(std::move(options)),
+      epoch_(std::chrono::steady_clock::now()),
+      aggregator_(std::make_unique<aggregator::GrpcAggregatorClient>(options_.credentials)),
+      calls_(options_.call_threads, static_cast<size_t>(options_.peers) * 4) {
+  auto model = std::make_shared<tensor::FlatModel>();
+  model->layout = *tensor::ModelLayout::Create({{"w", {options_.model_floats}}});
+  model->values.assign(static_cast<size_t>(options_.model_floats), 0.01f);
+  model_ = std::move(model);
+  for (int i = 0; i < options_.peers; ++i) peers_.push_back(std::make_unique<LightPeer>(*this, i));
+}
+
+Fleet::~Fleet() { Stop(); }
+
+void Fleet::Start() {
+  for (auto& p : peers_) p->Start();
+  beat_thread_ = std::thread([this] { HeartbeatLoop(); });
+}
+
+void Fleet::Stop() {
+  if (stopping_.exchange(true)) return;
+  {
+    absl::MutexLock lock(&beat_mu_);
+    beat_stop_ = true;
+  }
+  if (beat_thread_.joinable()) beat_thread_.join();
+  calls_.Shutdown();
+  for (auto& p : peers_) p->Cancel();
+  for (auto& p : peers_) p->WaitDone();
+}
+
+double Fleet::Now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
+}
+
+void Fleet::Record(uint64_t round, int kind, double t) {
+  absl::MutexLock lock(&mu_);
+  RoundTimes& r = rounds_[round];
+  (kind == kStarted ? r.started : kind == kPushed ? r.pushed : r.published).push_back(t);
+}
+
+std::map<uint64_t, RoundTimes> Fleet::Rounds() const {
+  absl::MutexLock lock(&mu_);
+  return rounds_;
+}
+
+// Peer i beats at offset i/N of the interval, so beats arrive evenly, as from independent peers.
+void Fleet::HeartbeatLoop() {
+  const double interval = absl::ToDoubleSeconds(options_.heartbeat_interval);
+  const int n = static_cast<int>(peers_.size());
+  std::vector<double> next(peers_.size());
+  const double start = Now();
+  for (int i = 0; i < n; ++i) next[i] = start + interval * i / n;
+  absl::MutexLock lock(&beat_mu_);
+  while (!beat_mu_.AwaitWithTimeout(absl::Condition(&beat_stop_), absl::Milliseconds(10))) {
+    beat_mu_.Unlock();
+    const double now = Now();
+    for (int i = 0; i < n; ++i) {
+      if (next[i] > now) continue;
+      peers_[i]->Heartbeat();
+      next[i] += interval;
+    }
+    beat_mu_.Lock();
+  }
+}
+
+}  // namespace shoal::bench

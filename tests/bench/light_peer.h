@@ -1,0 +1,99 @@
+#pragma once
+
+// Light federated peers for the coordinator benchmark: each keeps a real Session stream to the
+// coordinator and answers it like shoal-peer does (initial model, one tiny update per round,
+// an EvalReport per published model, heartbeats), without LibTorch, data or training.
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "libs/common/executor.h"
+#include "libs/tensor/flat_model.h"
+#include "services/aggregator/aggregator_client.h"
+#include "shoal/coordinator/v1/session.grpc.pb.h"
+
+namespace shoal::bench {
+
+// When each peer saw the events of one round (steady clock, seconds since the fleet started).
+struct RoundTimes {
+  std::vector<double> started;    // RoundStarted arrivals
+  std::vector<double> pushed;     // UpdatePushed sends (after the PushUpdate to the aggregator)
+  std::vector<double> published;  // ModelPublished arrivals
+};
+
+// What went wrong; the benchmark's "errors" are the sum.
+struct FleetErrors {
+  std::atomic<int64_t> streams_broken{0};  // a session ended while the fleet was running
+  std::atomic<int64_t> calls_failed{0};    // PutModel or PushUpdate gave up
+  std::atomic<int64_t> rejected{0};        // executor full
+};
+
+class LightPeer;
+
+// N light peers in this process, each with its own channel (and TCP connection), sharing a
+// bounded executor for their blocking aggregator calls and one heartbeat thread. Owned by the
+// benchmark; thread-safe.
+class Fleet {
+ public:
+  struct Options {
+    int peers = 1000;
+    std::string name_prefix = "light";  // peer i asks for the id <prefix>-<i>
+    std::string coordinator;
+    std::shared_ptr<grpc::ChannelCredentials> credentials;  // mutual TLS; null = plaintext
+    absl::Duration heartbeat_interval = absl::Seconds(2);
+    size_t call_threads = 8;
+    int model_floats = 16;  // size of the trivial model and of each update
+  };
+
+  explicit Fleet(Options options);
+  ~Fleet();
+
+  // Opens every session (the Hello is sent at once; Welcome arrives asynchronously).
+  void Start();
+  // Cancels every session and waits until all have ended.
+  void Stop();
+
+  int welcomed() const { return welcomed_.load(); }
+  int assigned() const { return assigned_.load(); }
+  int64_t heartbeats_sent() const { return heartbeats_.load(); }
+  int64_t push_retries() const { return push_retries_.load(); }
+  const FleetErrors& errors() const { return errors_; }
+  // Rounds with every peer's published time, in order.
+  std::map<uint64_t, RoundTimes> Rounds() const;
+
+ private:
+  friend class LightPeer;
+  double Now() const;
+  void Record(uint64_t round, int kind, double t);
+  void HeartbeatLoop();
+
+  const Options options_;
+  const std::chrono::steady_clock::time_point epoch_;
+  std::shared_ptr<const tensor::FlatModel> model_;
+  std::unique_ptr<aggregator::AggregatorClient> aggregator_;
+  Executor calls_;
+  std::vector<std::unique_ptr<LightPeer>> peers_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> welcomed_{0};
+  std::atomic<int> assigned_{0};
+  std::atomic<int64_t> heartbeats_{0};
+  std::atomic<int64_t> push_retries_{0};
+  FleetErrors errors_;
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, RoundTimes> rounds_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex beat_mu_;
+  bool beat_stop_ ABSL_GUARDED_BY(beat_mu_) = false;
+  std::thread beat_thread_;
+};
+
+}  // namespace shoal::bench
