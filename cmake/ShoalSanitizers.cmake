@@ -25,4 +25,5 @@ add_compile_options(${_shoal_sanitize_flags} -fno-omit-frame-pointer -g1)
 add_link_options(${_shoal_sanitize_flags})
 # Sanitized code runs several times slower: every test's ctest TIMEOUT is multiplied by this.
 set(SHOAL_TEST_TIMEOUT_SCALE 3)
-message(STATUS "Shoal: sanitizer ${SHOAL_SANITIZE} (${_shoal_sanitize_flags})")
+list(JOIN _shoal_sanitize_flags " " _shoal_flags_text)
+message(STATUS "Shoal: sanitizer ${SHOAL_SANITIZE} (${_shoal_flags_text})")

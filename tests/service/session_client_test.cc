@@ -1,6 +1,8 @@
 // SessionClient against a real in-process SessionService on 127.0.0.1: after an outage of the
 // coordinator, the peer is back within the bound the README states.
 
+#include "services/peer_agent/session_client.h"
+
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -13,7 +15,6 @@
 #include "libs/rpc/server.h"
 #include "prometheus/registry.h"
 #include "services/peer_agent/peer_metrics.h"
-#include "services/peer_agent/session_client.h"
 #include "shoal/coordinator/v1/session.grpc.pb.h"
 
 namespace shoal::peer {

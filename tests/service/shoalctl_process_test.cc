@@ -105,7 +105,7 @@ TEST_F(ProcessTest, ChildGetsSigtermWhenTheStartingThreadDies) {
     ASSERT_TRUE(p.ok()) << p.status();
     child = *std::move(p);
   });
-  starter.join();
+  starter.Join();
   ASSERT_NE(child, nullptr);
   absl::StatusOr<ExitStatus> exit = child->Wait(absl::Seconds(10));
   ASSERT_TRUE(exit.ok()) << exit.status();

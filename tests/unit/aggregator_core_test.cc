@@ -402,7 +402,7 @@ TEST_F(AggregatorCoreTest, CloseRoundWaitsForTheFoldOfAnAcceptedPush) {
   // CloseRound must not publish before the accepted update is in the sum.
   EXPECT_FALSE(closed.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
   accepted->Fold();
-  closer.join();
+  closer.Join();
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_THAT(result->contributors, ElementsAre("a", "b"));
   EXPECT_EQ(result->num_samples, 4u);
