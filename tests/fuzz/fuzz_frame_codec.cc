@@ -116,9 +116,8 @@ void CheckModel(const FlatModel& model, bool require_finite) {
   SHOAL_FUZZ_CHECK(back.ok());
   SHOAL_FUZZ_CHECK(back->layout == model.layout);
   SHOAL_FUZZ_CHECK(back->values.size() == model.values.size());
-  SHOAL_FUZZ_CHECK(model.values.empty() ||
-                   std::memcmp(back->values.data(), model.values.data(),
-                               model.values.size() * sizeof(float)) == 0);
+  SHOAL_FUZZ_CHECK(model.values.empty() || std::memcmp(back->values.data(), model.values.data(),
+                                                       model.values.size() * sizeof(float)) == 0);
 }
 
 }  // namespace
