@@ -801,6 +801,14 @@ void CoordinatorCore::Fail(Task& task, const std::string& step, const absl::Stat
 }
 
 void CoordinatorCore::AssignIdlePeers(Outbox& out) {
+  // Runs after every input: when no task can take a peer, skip the walk over every peer.
+  const bool any_room = std::any_of(task_order_.begin(), task_order_.end(), [&](const auto& name) {
+    const Task& task = tasks_.at(name);
+    const uint32_t max = task.status.spec().max_participants();
+    return IsActive(task) && (task.mode != nullptr || !task.status.aggregator().empty()) &&
+           (max == 0 || task.peers.size() < max);
+  });
+  if (!any_room) return;
   for (auto& [id, peer] : peers_) {
     if (!peer.task.empty()) continue;
     for (const std::string& name : task_order_) {
@@ -918,13 +926,13 @@ void CoordinatorCore::Advance(Task& task, Outbox& out) {
       return;
     }
     case v1::ROUND_PHASE_TRAINING: {
-      std::set<std::string> live;
-      for (const std::string& id : task.round.expected) {
-        if (task.peers.count(id)) live.insert(id);
-      }
-      task.round.expected = live;
-      const bool all_pushed = std::includes(task.round.pushed.begin(), task.round.pushed.end(),
-                                            live.begin(), live.end());
+      // Every way out of a task (RemovePeer, PeerError, Finish) also takes the peer out of the
+      // round, so `expected` holds only live peers. This runs on every message: while pushes
+      // are missing, the size test answers without walking the sets.
+      const Round& r = task.round;
+      const bool all_pushed =
+          r.pushed.size() >= r.expected.size() &&
+          std::includes(r.pushed.begin(), r.pushed.end(), r.expected.begin(), r.expected.end());
       if (!all_pushed && now < task.round.deadline) return;
       if (!all_pushed) LogWarning("task ", name, ": round ", task.round.number, " deadline passed");
       task.status.set_phase(v1::ROUND_PHASE_CLOSING);

@@ -9,10 +9,14 @@
 // Exit code 0 when there were no errors, 1 otherwise.
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -56,6 +60,26 @@ double RssMiB(pid_t pid) {
     if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
   }
   return -1;
+}
+
+// CPU seconds (user + system) the process has used so far, from /proc/PID/stat.
+double CpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Fields after the command name (which may contain spaces) start after the last ')'.
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stod(field);
+    if (i == 15) stime = std::stod(field);
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double LoadAverage() {
+  double load[1] = {0};
+  return getloadavg(load, 1) == 1 ? load[0] : -1;
 }
 
 double Percentile(std::vector<double> v, double p) {
@@ -131,6 +155,7 @@ class Bench {
     std::fflush(stdout);
 
     const absl::Time start = absl::Now();
+    const double cpu_start = CpuSeconds(coordinator_->pid());
     double rss_warm = rss_start, rss_max = rss_start;
     bool warm = false;
     while (absl::Now() - start < duration) {
@@ -144,6 +169,8 @@ class Bench {
       if (!coordinator_->Running()) Die("the coordinator exited: " + coordinator_->LogTail(10));
     }
     const double rss_end = RssMiB(coordinator_->pid());
+    const double cpu = CpuSeconds(coordinator_->pid()) - cpu_start;
+    const double wall = absl::ToDoubleSeconds(absl::Now() - start);
     const auto status = TaskStatus(name);
     fleet.Stop();
     StopTask(name);
@@ -169,6 +196,8 @@ class Bench {
         static_cast<long long>(e.streams_broken.load()),
         static_cast<long long>(e.calls_failed.load()), static_cast<long long>(e.rejected.load()),
         static_cast<long long>(dropped));
+    std::printf("%s: coordinator CPU %.1f s in %.0f s (%.0f%% of one core); load average %.1f\n",
+                name.c_str(), cpu, wall, 100 * cpu / wall, LoadAverage());
     if (report_rss) {
       std::printf(
           "%s: coordinator RSS start %.1f MiB, after %s warm-up %.1f MiB, end %.1f MiB "
