@@ -1012,6 +1012,15 @@ void CoordinatorCore::WaitForWork(absl::Duration timeout) {
                        timeout);
 }
 
+void CoordinatorCore::SaveUnsaved() {
+  Outbox out;
+  {
+    InputLock lock(*this, out);
+    for (auto& [name, task] : tasks_) SaveRounds(task, out);
+  }
+  Flush();
+}
+
 void CoordinatorCore::Step() {
   Outbox out;
   {

@@ -100,6 +100,9 @@ class CoordinatorCore {
   // Runs timers (deadlines, heartbeats) and every queued aggregator job. Blocking; called in a
   // loop by the driver thread (and directly by tests).
   void Step();
+  // Stores what Step() would store (round summaries updated by EvalReports) without running
+  // timers or jobs; for shutdown.
+  void SaveUnsaved();
   // Blocks until a job is queued or `timeout` passes (the driver's idle wait).
   void WaitForWork(absl::Duration timeout);
 

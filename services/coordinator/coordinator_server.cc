@@ -69,6 +69,9 @@ void CoordinatorServer::DriverLoop() {
     core_->Step();
     core_->WaitForWork(absl::Milliseconds(100));
   }
+  // The server takes no more calls: store what the last inputs left unsaved (EvalReports are
+  // stored in batches), without starting new aggregator jobs.
+  core_->SaveUnsaved();
 }
 
 void CoordinatorServer::Shutdown() {

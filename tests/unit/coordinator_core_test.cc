@@ -263,9 +263,9 @@ TEST_F(CoordinatorCoreTest, RestartKeepsTasksAndResumesFromCheckpoint) {
   EXPECT_EQ(aggregator_.opened.back().base_version(), 1u);
 }
 
-// EvalReports are stored in batches by Step() (one write per round, not one per peer); what
-// was reported before a restart is still there after it, complete or not.
-TEST_F(CoordinatorCoreTest, EvalReportsSurviveARestartOnceStepped) {
+// EvalReports are stored in batches by Step() or SaveUnsaved() (one write per round, not one per
+// peer); what was reported before a restart is still there after it, complete or not.
+TEST_F(CoordinatorCoreTest, EvalReportsSurviveARestartOnceSaved) {
   auto sinks = StartTask(Spec("t", 2, 5), {"a", "b"});
   ASSERT_TRUE(core_->OnMessage("a", Pushed("t", 1)).ok());
   ASSERT_TRUE(core_->OnMessage("b", Pushed("t", 1)).ok());
@@ -274,7 +274,7 @@ TEST_F(CoordinatorCoreTest, EvalReportsSurviveARestartOnceStepped) {
   ASSERT_EQ(Status("t").history_size(), 1);
   ASSERT_TRUE(core_->OnMessage("a", Eval("t", 1, 80, 100)).ok());
   EXPECT_EQ(Status("t").history(0).test_samples(), 100u);
-  core_->Step();
+  core_->SaveUnsaved();  // what the server does when it stops (Step() does it too)
 
   Recreate();
   v1::TaskStatus t = Status("t");
