@@ -9,32 +9,15 @@ namespace {
 
 // Length of the well-formed UTF-8 sequence of a printable non-ASCII code point starting at
 // `s[0]`, or 0 when there is none (malformed, overlong, surrogate, C1 control, > U+10FFFF).
+size_t Utf8Length(absl::string_view s);
+
+// Length of the UTF-8 sequence of a printable non-ASCII code point (U+00A0 and up) starting at
+// `s[0]`, or 0 when there is none (malformed, or a C1 control).
 size_t PrintableUtf8Length(absl::string_view s) {
-  const auto byte = [&](size_t i) { return static_cast<uint8_t>(s[i]); };
-  const uint8_t lead = byte(0);
-  size_t len = 0;
-  uint32_t cp = 0;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    len = 2;
-    cp = lead & 0x1F;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    len = 3;
-    cp = lead & 0x0F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    len = 4;
-    cp = lead & 0x07;
-  } else {
-    return 0;
-  }
-  if (s.size() < len) return 0;
-  for (size_t i = 1; i < len; ++i) {
-    if ((byte(i) & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (byte(i) & 0x3F);
-  }
-  const uint32_t min_for_length[] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < min_for_length[len] || cp > 0x10FFFF) return 0;  // overlong or out of range
-  if (cp >= 0xD800 && cp <= 0xDFFF) return 0;               // surrogates
-  if (cp < 0xA0) return 0;                                  // C1 controls
+  const size_t len = Utf8Length(s);
+  if (len < 2) return 0;
+  // Two-byte sequences from U+0080 to U+009F are the C1 controls.
+  if (len == 2 && static_cast<uint8_t>(s[0]) == 0xC2 && static_cast<uint8_t>(s[1]) < 0xA0) return 0;
   return len;
 }
 
@@ -80,7 +63,46 @@ void AppendEscaped(absl::string_view bytes, size_t max_bytes, bool quote, std::s
   if (truncated) out += "...";
 }
 
+// Length of the well-formed UTF-8 sequence starting at `s[0]` (any code point), 0 if none.
+size_t Utf8Length(absl::string_view s) {
+  const auto byte = [&](size_t i) { return static_cast<uint8_t>(s[i]); };
+  const uint8_t lead = byte(0);
+  if (lead < 0x80) return 1;
+  size_t len = 0;
+  uint32_t cp = 0;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    len = 2;
+    cp = lead & 0x1F;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    len = 3;
+    cp = lead & 0x0F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    len = 4;
+    cp = lead & 0x07;
+  } else {
+    return 0;
+  }
+  if (s.size() < len) return 0;
+  for (size_t i = 1; i < len; ++i) {
+    if ((byte(i) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (byte(i) & 0x3F);
+  }
+  const uint32_t min_for_length[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < min_for_length[len] || cp > 0x10FFFF) return 0;
+  if (cp >= 0xD800 && cp <= 0xDFFF) return 0;
+  return len;
+}
+
 }  // namespace
+
+bool IsValidUtf8(absl::string_view bytes) {
+  while (!bytes.empty()) {
+    const size_t len = Utf8Length(bytes);
+    if (len == 0) return false;
+    bytes.remove_prefix(len);
+  }
+  return true;
+}
 
 std::string EscapeBytes(absl::string_view bytes, size_t max_bytes) {
   std::string out;

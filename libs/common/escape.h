@@ -19,6 +19,10 @@ inline constexpr size_t kMaxEscapedInputBytes = 200;
 // shown; longer input gets a "..." suffix.
 std::string EscapeBytes(absl::string_view bytes, size_t max_bytes = kMaxEscapedInputBytes);
 
+// True when `bytes` is well-formed UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF): what proto3 `string` fields must hold.
+bool IsValidUtf8(absl::string_view bytes);
+
 // EscapeBytes in double quotes, `"` escaped as \": for quoting a value read from input.
 std::string QuoteBytes(absl::string_view bytes, size_t max_bytes = kMaxEscapedInputBytes);
 

@@ -5,6 +5,7 @@
 #include <google/protobuf/reflection.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -164,6 +165,16 @@ class YamlReader {
     const bool quoted = node.Tag() == "!";
     switch (field.cpp_type()) {
       case pb::FieldDescriptor::CPPTYPE_STRING:
+        // Proto3 strings are UTF-8; anything else could not be sent or written back.
+        if (!IsValidUtf8(text)) {
+          return Error(path, absl::StrCat("not valid UTF-8: ", QuoteBytes(text)));
+        }
+        // No field of a task needs them, and they do not survive every YAML/JSON round trip.
+        if (std::any_of(text.begin(), text.end(),
+                        [](unsigned char c) { return c < 0x20 || c == 0x7F; })) {
+          return Error(path,
+                       absl::StrCat("control characters are not allowed: ", QuoteBytes(text)));
+        }
         add ? r.AddString(&message, &field, text) : r.SetString(&message, &field, text);
         return absl::OkStatus();
       case pb::FieldDescriptor::CPPTYPE_ENUM: {

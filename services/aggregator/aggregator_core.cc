@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "libs/aggregation/update_validation.h"
+#include "libs/common/escape.h"
 
 namespace shoal::aggregator {
 
@@ -123,16 +124,18 @@ absl::StatusOr<PutResult> AggregatorCore::PutModel(const std::string& name, uint
   }
   if (!task->versions.empty()) {
     if (version < task->latest) {
-      return absl::FailedPreconditionError(absl::StrCat("task '", name, "' already holds version ",
-                                                        task->latest, ", newer than ", version));
+      return absl::FailedPreconditionError(absl::StrCat("task '", EscapeBytes(name),
+                                                        "' already holds version ", task->latest,
+                                                        ", newer than ", version));
     }
     if (version == task->latest) {
       const Task::Version& held = task->versions.at(version);
       if (held.digest == digest && held.model->layout == shared->layout) {
         return PutResult{version, digest};
       }
-      return absl::FailedPreconditionError(absl::StrCat("task '", name, "' already holds version ",
-                                                        version, " with different contents"));
+      return absl::FailedPreconditionError(absl::StrCat("task '", EscapeBytes(name),
+                                                        "' already holds version ", version,
+                                                        " with different contents"));
     }
   }
   task->versions[version] = Task::Version{std::move(shared), digest};
@@ -148,14 +151,14 @@ absl::StatusOr<ModelSnapshot> AggregatorCore::GetModel(const std::string& name,
   absl::ReaderMutexLock lock(&mu_);
   std::shared_ptr<Task> task = FindTask(name);
   if (task == nullptr || task->versions.empty()) {
-    return absl::NotFoundError(absl::StrCat("unknown task '", name, "'"));
+    return absl::NotFoundError(absl::StrCat("unknown task '", EscapeBytes(name), "'"));
   }
   const uint64_t want = version.value_or(task->latest);
   auto it = task->versions.find(want);
   if (it == task->versions.end()) {
     std::vector<uint64_t> held;
     for (const auto& [v, _] : task->versions) held.push_back(v);
-    return absl::NotFoundError(absl::StrCat("version ", want, " of task '", name,
+    return absl::NotFoundError(absl::StrCat("version ", want, " of task '", EscapeBytes(name),
                                             "' is not held (held: ", absl::StrJoin(held, ", "),
                                             ")"));
   }
@@ -173,12 +176,14 @@ absl::Status AggregatorCore::CheckCaller(const std::string& task, const std::str
                                          const std::string& identity) const {
   if (peer_id.empty()) {
     if (identity.empty() || identity == "coordinator") return absl::OkStatus();
-    return absl::PermissionDeniedError(absl::StrCat(
-        "certificate '", identity, "' must name its peer id (only the coordinator may not)"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("certificate '", EscapeBytes(identity),
+                     "' must name its peer id (only the coordinator may not)"));
   }
   if (!identity.empty() && identity != peer_id) {
-    return absl::PermissionDeniedError(absl::StrCat("the caller's certificate is for '", identity,
-                                                    "', not for peer '", peer_id, "'"));
+    return absl::PermissionDeniedError(absl::StrCat("the caller's certificate is for '",
+                                                    EscapeBytes(identity), "', not for peer '",
+                                                    EscapeBytes(peer_id), "'"));
   }
   absl::MutexLock lock(&mu_);
   auto members = members_.find(task);
@@ -186,7 +191,8 @@ absl::Status AggregatorCore::CheckCaller(const std::string& task, const std::str
   auto token = members->second.find(peer_id);
   if (token == members->second.end() || session_token.empty() || token->second != session_token) {
     return absl::UnauthenticatedError(absl::StrCat("missing or wrong session token for peer '",
-                                                   peer_id, "' of task '", task, "'"));
+                                                   EscapeBytes(peer_id), "' of task '",
+                                                   EscapeBytes(task), "'"));
   }
   return absl::OkStatus();
 }
@@ -218,43 +224,44 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
   absl::MutexLock lock(&mu_);
   std::shared_ptr<Task> task = FindTask(p.task);
   if (task == nullptr || task->versions.empty()) {
-    return absl::NotFoundError(absl::StrCat("unknown task '", p.task, "'"));
+    return absl::NotFoundError(absl::StrCat("unknown task '", EscapeBytes(p.task), "'"));
   }
   std::shared_ptr<Round> cur = task->round;
   if (cur != nullptr && cur->number == p.round) {
     if (cur->state == Round::State::kOpen) {
       if (cur->base_version != p.base_version) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("round ", p.round, " of task '", p.task, "' is open with base version ",
-                         cur->base_version, ", not ", p.base_version));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "round ", p.round, " of task '", EscapeBytes(p.task), "' is open with base version ",
+            cur->base_version, ", not ", p.base_version));
       }
       // Idempotent re-open; the latest expected set and bound win.
       cur->expected = std::set<std::string>(p.expected_peers.begin(), p.expected_peers.end());
       cur->max_norm = p.max_update_norm;
       return absl::OkStatus();
     }
-    return absl::FailedPreconditionError(absl::StrCat("round ", p.round, " of task '", p.task,
-                                                      "' is already ", StateName(cur.get())));
+    return absl::FailedPreconditionError(absl::StrCat("round ", p.round, " of task '",
+                                                      EscapeBytes(p.task), "' is already ",
+                                                      StateName(cur.get())));
   }
   if (task->closed.count(p.round) > 0 || (cur != nullptr && p.round < cur->number)) {
-    return absl::FailedPreconditionError(absl::StrCat("round ", p.round, " of task '", p.task,
-                                                      "' is older than the current round ",
-                                                      cur ? cur->number : 0));
+    return absl::FailedPreconditionError(
+        absl::StrCat("round ", p.round, " of task '", EscapeBytes(p.task),
+                     "' is older than the current round ", cur ? cur->number : 0));
   }
   if (cur != nullptr && cur->state == Round::State::kClosing) {
-    return absl::AbortedError(
-        absl::StrCat("round ", cur->number, " of task '", p.task, "' is still closing; retry"));
+    return absl::AbortedError(absl::StrCat("round ", cur->number, " of task '", EscapeBytes(p.task),
+                                           "' is still closing; retry"));
   }
   auto base = task->versions.find(p.base_version);
   if (base == task->versions.end()) {
-    return absl::FailedPreconditionError(absl::StrCat("base version ", p.base_version, " of task '",
-                                                      p.task, "' is not held (latest is ",
-                                                      task->latest, ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("base version ", p.base_version, " of task '", EscapeBytes(p.task),
+                     "' is not held (latest is ", task->latest, ")"));
   }
   if (p.base_version != task->latest) {
     return absl::FailedPreconditionError(absl::StrCat("base version ", p.base_version, " of task '",
-                                                      p.task, "' is not the latest (", task->latest,
-                                                      ")"));
+                                                      EscapeBytes(p.task), "' is not the latest (",
+                                                      task->latest, ")"));
   }
   auto round = std::make_shared<Round>();
   round->number = p.round;
@@ -285,12 +292,13 @@ absl::StatusOr<RoundResult> AggregatorCore::CloseRound(const std::string& name, 
   {
     absl::MutexLock lock(&mu_);
     task = FindTask(name);
-    if (task == nullptr) return absl::NotFoundError(absl::StrCat("unknown task '", name, "'"));
+    if (task == nullptr)
+      return absl::NotFoundError(absl::StrCat("unknown task '", EscapeBytes(name), "'"));
     if (auto it = task->closed.find(number); it != task->closed.end()) return it->second;
     round = task->round;
     if (round == nullptr || round->number != number || round->state == Round::State::kAbandoned) {
       return absl::NotFoundError(
-          absl::StrCat("round ", number, " of task '", name, "' is not open"));
+          absl::StrCat("round ", number, " of task '", EscapeBytes(name), "' is not open"));
     }
     if (round->state == Round::State::kClosing) {
       // Another CloseRound is applying this round; wait for its result.
@@ -298,8 +306,8 @@ absl::StatusOr<RoundResult> AggregatorCore::CloseRound(const std::string& name, 
       mu_.Await(absl::Condition(
           +[](Round* r) { return r->state != Round::State::kClosing; }, r));
       if (auto it = task->closed.find(number); it != task->closed.end()) return it->second;
-      return absl::AbortedError(
-          absl::StrCat("round ", number, " of task '", name, "' was abandoned while closing"));
+      return absl::AbortedError(absl::StrCat("round ", number, " of task '", EscapeBytes(name),
+                                             "' was abandoned while closing"));
     }
     round->state = Round::State::kClosing;
     // Pushes already folding finish first; no new fold starts once the round is closing.
@@ -308,7 +316,7 @@ absl::StatusOr<RoundResult> AggregatorCore::CloseRound(const std::string& name, 
     if (!round->fold_error.ok()) {
       // An accepted update is missing from the sum; publishing would silently drop it.
       round->state = Round::State::kAbandoned;
-      return absl::InternalError(absl::StrCat("round ", number, " of task '", name,
+      return absl::InternalError(absl::StrCat("round ", number, " of task '", EscapeBytes(name),
                                               "' lost an update: ", round->fold_error.message()));
     }
     result.contributors.assign(round->accepted.begin(), round->accepted.end());
@@ -350,8 +358,8 @@ absl::StatusOr<RoundResult> AggregatorCore::CloseRound(const std::string& name, 
   absl::MutexLock lock(&mu_);
   if (task->released || task->latest != round->base_version) {
     round->state = Round::State::kAbandoned;
-    return absl::AbortedError(
-        absl::StrCat("task '", name, "' changed while round ", number, " was closing"));
+    return absl::AbortedError(absl::StrCat("task '", EscapeBytes(name), "' changed while round ",
+                                           number, " was closing"));
   }
   if (next != nullptr) {
     task->versions[result.version] = Task::Version{std::move(next), result.digest};
@@ -429,8 +437,9 @@ absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
     absl::MutexLock lock(&mu_);
     task = FindTask(meta.task);
     if (task == nullptr) {
-      return reject(RejectReason::kUnknownTask,
-                    absl::NotFoundError(absl::StrCat("unknown task '", meta.task, "'")));
+      return reject(
+          RejectReason::kUnknownTask,
+          absl::NotFoundError(absl::StrCat("unknown task '", EscapeBytes(meta.task), "'")));
     }
     round = task->round;
     if (round != nullptr && round->number == meta.round &&
@@ -439,29 +448,30 @@ absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
     }
     if (round == nullptr || round->number != meta.round || round->state != Round::State::kOpen) {
       return reject(RejectReason::kRoundNotOpen,
-                    absl::FailedPreconditionError(
-                        absl::StrCat("round ", meta.round, " of task '", meta.task, "' is not open",
-                                     round ? absl::StrCat(" (current round ", round->number, " is ",
-                                                          StateName(round.get()), ")")
-                                           : std::string())));
+                    absl::FailedPreconditionError(absl::StrCat(
+                        "round ", meta.round, " of task '", EscapeBytes(meta.task), "' is not open",
+                        round ? absl::StrCat(" (current round ", round->number, " is ",
+                                             StateName(round.get()), ")")
+                              : std::string())));
     }
     if (round->expected.count(meta.peer_id) == 0) {
       return reject(RejectReason::kUnexpectedPeer,
-                    absl::FailedPreconditionError(
-                        absl::StrCat("peer '", meta.peer_id, "' is not expected in round ",
-                                     meta.round, " of task '", meta.task, "'")));
+                    absl::FailedPreconditionError(absl::StrCat(
+                        "peer '", EscapeBytes(meta.peer_id), "' is not expected in round ",
+                        meta.round, " of task '", EscapeBytes(meta.task), "'")));
     }
     if (meta.base_version != round->base_version) {
       return reject(
           RejectReason::kStaleBase,
           absl::FailedPreconditionError(absl::StrCat(
               "update was trained from version ", meta.base_version, " but round ", meta.round,
-              " of task '", meta.task, "' folds into version ", round->base_version)));
+              " of task '", EscapeBytes(meta.task), "' folds into version ", round->base_version)));
     }
     if (round->pushing.count(meta.peer_id) > 0) {
-      return reject(RejectReason::kBusy, absl::AbortedError(absl::StrCat(
-                                             "a push from peer '", meta.peer_id, "' for round ",
-                                             meta.round, " is already in progress")));
+      return reject(
+          RejectReason::kBusy,
+          absl::AbortedError(absl::StrCat("a push from peer '", EscapeBytes(meta.peer_id),
+                                          "' for round ", meta.round, " is already in progress")));
     }
     if (leases_ >= options_.max_concurrent_pushes) {
       return reject(RejectReason::kBusy, absl::ResourceExhaustedError(absl::StrCat(
@@ -562,9 +572,9 @@ absl::Status AggregatorCore::AcceptPush(Push& push) {
     absl::MutexLock lock(&mu_);
     if (round.state != Round::State::kOpen || push.task_->released) {
       return push.RejectWith(RejectReason::kRoundNotOpen,
-                             absl::FailedPreconditionError(
-                                 absl::StrCat("round ", round.number, " of task '", push.meta_.task,
-                                              "' closed before the update was complete")));
+                             absl::FailedPreconditionError(absl::StrCat(
+                                 "round ", round.number, " of task '", EscapeBytes(push.meta_.task),
+                                 "' closed before the update was complete")));
     }
     // Counted now, summed by FoldPush: CloseRound reads these only once folds_in_flight is 0.
     ++round.folds_in_flight;

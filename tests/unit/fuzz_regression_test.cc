@@ -4,6 +4,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <prometheus/registry.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -13,8 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "libs/common/clock.h"
 #include "libs/gossip/dpwa_config.h"
 #include "libs/task/task_file.h"
+#include "services/aggregator/aggregator_core.h"
 
 namespace shoal {
 namespace {
@@ -64,6 +67,21 @@ TEST(FuzzRegressionTest, DpwaConfigsAreAnsweredQuickly) {
     absl::StatusOr<gossip::DpwaConfig> config = gossip::ParseDpwaConfig(Read(path), "fuzz.yaml");
     EXPECT_TRUE(Clean(config.status().message())) << path;
   }
+}
+
+// fuzz_aggregator_push: names from the network were quoted raw in the aggregator's errors.
+TEST(FuzzRegressionTest, AggregatorErrorsEscapeNamesFromTheNetwork) {
+  prometheus::Registry registry;
+  aggregator::AggregatorMetrics metrics(registry);
+  FakeClock clock;
+  auto core = aggregator::AggregatorCore::Create({}, clock, metrics);
+  ASSERT_TRUE(core.ok());
+  absl::Status s = (*core)->CheckCaller("t", "peer\x1b[2J", "", "cert\x07");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(Clean(s.message())) << s.message();
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("'peer\\x1b[2J'"));
+  absl::Status open = (*core)->OpenRound({"task\x1b", 1, 0, {}, 0});
+  EXPECT_TRUE(Clean(open.message())) << open.message();
 }
 
 }  // namespace

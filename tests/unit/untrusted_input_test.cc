@@ -179,7 +179,13 @@ TEST(TaskFileLimitsTest, BinaryInputIsEscapedInErrors) {
   const std::string path = dir.Write("bin.yaml", "name: t\nmodel: \"\x1b[5m\"\n");
   absl::StatusOr<common::v1::TaskSpec> loaded = task::LoadTaskFile(path);
   ASSERT_FALSE(loaded.ok());
-  EXPECT_THAT(M(loaded.status()), HasSubstr("unknown model \"\\x1b[5m\""));
+  EXPECT_THAT(M(loaded.status()),
+              HasSubstr("model: control characters are not allowed: \"\\x1b[5m\""));
+  // Strings must be UTF-8 (proto3): found by fuzz_task_yaml, whose JSON rendering did not parse.
+  EXPECT_THAT(M(task::ParseTaskSpec("name: \"a\xff\"\n", "t.yaml").status()),
+              HasSubstr("t.yaml: name: not valid UTF-8: \"a\\xff\""));
+  EXPECT_THAT(M(task::ParseTaskSpec("join_token: \"caf\xc3\xa9\"\n", "t.yaml").status()),
+              Not(HasSubstr("UTF-8")));
 }
 
 TEST(DpwaConfigLimitsTest, CapsSizeAndDepthAndEscapes) {
