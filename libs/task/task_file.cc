@@ -465,6 +465,11 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
   }
   if (spec.mode() == common::v1::MODE_GOSSIP) {
     SHOAL_RETURN_IF_ERROR(gossip::ValidateGossipSpec(spec.gossip(), "gossip"));
+  } else if (spec.has_gossip()) {
+    return FieldError("gossip",
+                      absl::StrCat("settings for mode gossip, but this task's mode is ",
+                                   FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode()),
+                                   " (remove the section or set mode: gossip)"));
   }
   return absl::OkStatus();
 }

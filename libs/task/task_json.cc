@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -40,11 +41,20 @@ void AppendJsonValue(const pb::Message& message, const pb::FieldDescriptor& fiel
       out += JsonQuote(rep ? r.GetRepeatedString(message, &field, index)
                            : r.GetString(message, &field));
       return;
-    case pb::FieldDescriptor::CPPTYPE_ENUM:
-      out += JsonQuote(
-          FriendlyEnumName(*field.enum_type(), rep ? r.GetRepeatedEnumValue(message, &field, index)
-                                                   : r.GetEnumValue(message, &field)));
+    case pb::FieldDescriptor::CPPTYPE_ENUM: {
+      const int number =
+          rep ? r.GetRepeatedEnumValue(message, &field, index) : r.GetEnumValue(message, &field);
+      // An unset enum (its *_UNSPECIFIED zero) as null, which the parser reads as "the default";
+      // its name is no value a task file may hold.
+      const pb::EnumValueDescriptor* value = field.enum_type()->FindValueByNumber(number);
+      if (!rep && value != nullptr && value->number() == 0 &&
+          absl::EndsWith(value->name(), "_UNSPECIFIED")) {
+        out += "null";
+        return;
+      }
+      out += JsonQuote(FriendlyEnumName(*field.enum_type(), number));
       return;
+    }
     case pb::FieldDescriptor::CPPTYPE_BOOL:
       out += (rep ? r.GetRepeatedBool(message, &field, index) : r.GetBool(message, &field))
                  ? "true"

@@ -59,6 +59,14 @@ TEST(FuzzRegressionTest, TaskFilesAreAnsweredQuickly) {
     const auto took = std::chrono::steady_clock::now() - start;
     EXPECT_LT(took, std::chrono::seconds(5)) << path;
     EXPECT_TRUE(Clean(spec.status().message())) << path;
+    if (!spec.ok()) continue;
+    EXPECT_TRUE(Clean(task::ValidateTaskSpec(*spec).message())) << path;
+    // What parses renders as JSON that parses back to the same spec (an unset enum once
+    // rendered as "unspecified", which no task file may hold).
+    const std::string json = task::MessageToFriendlyJson(*spec);
+    absl::StatusOr<common::v1::TaskSpec> back = task::ParseTaskSpec(json, "back.json");
+    ASSERT_TRUE(back.ok()) << path << ": " << back.status() << "\n" << json;
+    EXPECT_EQ(back->SerializeAsString(), spec->SerializeAsString()) << path;
   }
 }
 

@@ -237,6 +237,8 @@ TEST(ValidateTaskSpecTest, EachRuleNamesItsField) {
        "optimizer.momentum: must be in [0, 1)"},
       {[](TaskSpec& s) { s.set_round_batches(0); }, "round_batches: must be >= 1, got 0"},
       {[](TaskSpec& s) { s.set_rounds(0); }, "rounds: must be >= 1, got 0"},
+      {[](TaskSpec& s) { s.mutable_gossip()->set_fetch_probability(0.5); },
+       "gossip: settings for mode gossip, but this task's mode is federated-sync"},
       {[](TaskSpec& s) { s.set_min_participants(0); }, "min_participants: must be >= 1, got 0"},
       {[](TaskSpec& s) {
          s.set_min_participants(3);
