@@ -63,28 +63,6 @@ bool TokenAdmits(const common::v1::TaskSpec& spec, const std::string& token) {
   return spec.join_token().empty() || spec.join_token() == token;
 }
 
-// The task a decentralized or gossip message names; nullptr for other kinds.
-const std::string* ModeMessageTask(const v1::PeerMessage& message) {
-  switch (message.kind_case()) {
-    case v1::PeerMessage::kModelHeld:
-      return &message.model_held().task();
-    case v1::PeerMessage::kJoinRound:
-      return &message.join_round().task();
-    case v1::PeerMessage::kRoundReady:
-      return &message.round_ready().task();
-    case v1::PeerMessage::kConnectionsReport:
-      return &message.connections_report().task();
-    case v1::PeerMessage::kSharingDone:
-      return &message.sharing_done().task();
-    case v1::PeerMessage::kSyncDone:
-      return &message.sync_done().task();
-    case v1::PeerMessage::kGossipProgress:
-      return &message.gossip_progress().task();
-    default:
-      return nullptr;
-  }
-}
-
 std::string HexDigest(uint64_t digest) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(digest));
@@ -344,6 +322,7 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
       Task& t = tasks_[task];
       t.members_dirty = true;
       v1::CoordinatorEvent assigned;
+      assigned.set_task(task);
       *assigned.mutable_task_assigned()->mutable_spec() = t.status.spec();
       assigned.mutable_task_assigned()->mutable_spec()->clear_join_token();
       assigned.mutable_task_assigned()->set_aggregator_address(t.status.aggregator());
@@ -405,6 +384,7 @@ void CoordinatorCore::ModeRemovePeer(Task& task, const std::string& peer_id, con
 
 void CoordinatorCore::ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out) {
   for (auto& [id, event] : fx.events) {
+    event.set_task(task.status.spec().name());
     if (event.has_model_published()) {
       ExpectEvaluation(task, id, event.model_published().version());
     }
@@ -470,7 +450,7 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
         RemovePeer(peer_id, absl::StrCat("leave: ", message.leave().reason()), out);
         break;
       case v1::PeerMessage::kModelInitialized: {
-        if (!find_task(message.model_initialized().task())) break;
+        if (!find_task(message.task())) break;
         if (task->initializer != peer_id || task->status.phase() != v1::ROUND_PHASE_INITIALIZING ||
             task->has_model) {
           reject("stale", "unexpected model_initialized");
@@ -486,7 +466,7 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
       }
       case v1::PeerMessage::kUpdatePushed: {
         const v1::UpdatePushed& pushed = message.update_pushed();
-        if (!find_task(pushed.task())) break;
+        if (!find_task(message.task())) break;
         if (task->status.phase() != v1::ROUND_PHASE_TRAINING ||
             pushed.round() != task->round.number || !task->round.expected.count(peer_id)) {
           reject("stale", absl::StrCat("update for round ", pushed.round(), " is not expected"));
@@ -498,7 +478,7 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
       }
       case v1::PeerMessage::kEvalReport: {
         const v1::EvalReport& report = message.eval_report();
-        if (!find_task(report.task())) break;
+        if (!find_task(message.task())) break;
         if (report.total() == 0 || report.correct() > report.total()) {
           reject("bad_message", "eval report with total 0 or correct > total");
           break;
@@ -539,9 +519,9 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
         break;
       }
       case v1::PeerMessage::kError: {
-        LogWarning("peer ", peer_id, " reports an error in task ", message.error().task(),
-                   " round ", message.error().round(), ": ", message.error().message());
-        if (!find_task(message.error().task())) break;
+        LogWarning("peer ", peer_id, " reports an error in task ", message.task(), " round ",
+                   message.error().round(), ": ", message.error().message());
+        if (!find_task(message.task())) break;
         // It cannot take part: release it from the task so the round does not wait for it.
         task->peers.erase(peer_id);
         task->members_dirty = true;
@@ -562,7 +542,7 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
       case v1::PeerMessage::kSharingDone:
       case v1::PeerMessage::kSyncDone:
       case v1::PeerMessage::kGossipProgress: {
-        if (!find_task(*ModeMessageTask(message))) break;
+        if (!find_task(message.task())) break;
         if (task->mode == nullptr || !IsActive(*task)) {
           reject("wrong_mode", absl::StrCat("task \"", task->status.spec().name(),
                                             "\" does not take this message (mode ",
@@ -762,7 +742,7 @@ void CoordinatorCore::Finish(Task& task, TaskState state, const std::string& mes
   task.status.set_message(message);
   LogInfo("task ", name, " ", StateName(state), ": ", message);
   v1::CoordinatorEvent event;
-  event.mutable_task_finished()->set_task(name);
+  event.set_task(name);
   event.mutable_task_finished()->set_state(StateName(state));
   event.mutable_task_finished()->set_final_version(task.status.model_version());
   for (const std::string& id : task.peers) {
@@ -821,6 +801,7 @@ void CoordinatorCore::AssignIdlePeers(Outbox& out) {
       task.peers.insert(id);
       task.members_dirty = true;
       v1::CoordinatorEvent event;
+      event.set_task(name);
       *event.mutable_task_assigned()->mutable_spec() = task.status.spec();
       event.mutable_task_assigned()->mutable_spec()->clear_join_token();
       event.mutable_task_assigned()->set_aggregator_address(task.status.aggregator());
@@ -970,7 +951,8 @@ void CoordinatorCore::Advance(Task& task, Outbox& out) {
     task.status.set_phase(v1::ROUND_PHASE_INITIALIZING);
     task.status.set_message(absl::StrCat("peer ", task.initializer, " stores the initial model"));
     v1::CoordinatorEvent event;
-    event.mutable_initialize_model()->set_task(name);
+    event.set_task(name);
+    event.mutable_initialize_model();
     SendTo(task.initializer, std::move(event), out);
     MarkChanged(task, out);
     return;
@@ -983,7 +965,7 @@ void CoordinatorCore::Advance(Task& task, Outbox& out) {
       task.status.set_state(v1::TASK_STATE_WAITING);
       task.status.set_message(notice);
       v1::CoordinatorEvent event;
-      event.mutable_waiting()->set_task(name);
+      event.set_task(name);
       event.mutable_waiting()->set_have(static_cast<uint32_t>(task.peers.size()));
       event.mutable_waiting()->set_need(spec.min_participants());
       for (const std::string& id : task.peers) SendTo(id, event, out);
@@ -1173,7 +1155,7 @@ void CoordinatorCore::OnOpenRoundDone(Task& task, const Job& job, const absl::St
         absl::StrCat("round ", job.round, " training with ", task.round.expected.size(), " peers"));
     v1::CoordinatorEvent event;
     auto* started = event.mutable_round_started();
-    started->set_task(job.task);
+    event.set_task(job.task);
     started->set_round(job.round);
     started->set_model_version(task.status.model_version());
     started->set_round_batches(task.status.spec().round_batches());
@@ -1223,7 +1205,7 @@ void CoordinatorCore::OnCloseRoundDone(
                               result->version()));
     }
     v1::CoordinatorEvent event;
-    event.mutable_model_published()->set_task(job.task);
+    event.set_task(job.task);
     event.mutable_model_published()->set_round(job.round);
     event.mutable_model_published()->set_version(result->version());
     for (const std::string& id : task.peers) {

@@ -171,7 +171,7 @@ class GossipTask final : public ModeTask {
     if (!started_ && members_.size() < need()) {
       for (const auto& [id, m] : members_) {
         v1::CoordinatorEvent e;
-        e.mutable_waiting()->set_task(task_);
+        e.mutable_waiting();
         e.mutable_waiting()->set_have(static_cast<uint32_t>(members_.size()));
         e.mutable_waiting()->set_need(need());
         fx.Send(id, std::move(e));
@@ -186,7 +186,6 @@ class GossipTask final : public ModeTask {
     }
     v1::CoordinatorEvent e;
     auto& g = *e.mutable_gossip_members();
-    g.set_task(task_);
     g.set_start(true);
     for (const auto& [id, m] : members_) {  // ascending id
       v1::PeerEndpoint* p = g.add_peers();

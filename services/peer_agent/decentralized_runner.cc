@@ -146,7 +146,7 @@ void DecentralizedRunner::Send(const PeerMessage& message) { deps_.send(message)
 
 void DecentralizedRunner::SendError(uint64_t round, const absl::Status& status) {
   PeerMessage m;
-  m.mutable_error()->set_task(task_);
+  m.set_task(task_);
   m.mutable_error()->set_round(round);
   m.mutable_error()->set_message(std::string(status.message()));
   Send(m);
@@ -154,7 +154,7 @@ void DecentralizedRunner::SendError(uint64_t round, const absl::Status& status) 
 
 void DecentralizedRunner::SendModelHeld() {
   PeerMessage m;
-  m.mutable_model_held()->set_task(task_);
+  m.set_task(task_);
   m.mutable_model_held()->set_round(model_round_);
   m.mutable_model_held()->set_digest_xxh3(held_.Digest());
   Send(m);
@@ -291,12 +291,12 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
   if (round_ && round_->round == r && round_->ready) {
     // A repeated RoundOpen (e.g. after a reconnect): answer again without training again.
     PeerMessage join;
-    join.mutable_join_round()->set_task(task_);
+    join.set_task(task_);
     join.mutable_join_round()->set_round(r);
     Send(join);
     PeerMessage ready;
     auto* rr = ready.mutable_round_ready();
-    rr->set_task(task_);
+    ready.set_task(task_);
     rr->set_round(r);
     rr->set_num_samples(round_->num_samples);
     rr->set_train_loss(round_->train_loss);
@@ -323,7 +323,7 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
   round_.emplace();
   round_->round = r;
   PeerMessage join;
-  join.mutable_join_round()->set_task(task_);
+  join.set_task(task_);
   join.mutable_join_round()->set_round(r);
   Send(join);
   metrics_.rounds_joined.Increment();
@@ -381,7 +381,7 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
                           static_cast<double>(train_ms) / 1000.0));
   PeerMessage ready;
   auto* rr = ready.mutable_round_ready();
-  rr->set_task(task_);
+  ready.set_task(task_);
   rr->set_round(r);
   rr->set_num_samples(stats->samples);
   rr->set_train_loss(stats->mean_loss);
@@ -451,7 +451,7 @@ void DecentralizedRunner::HandlePeerList(const coordinator::v1::PeerList& m,
           " participants (unreachable: ", Names(unreachable), ")");
   PeerMessage out;
   auto* report = out.mutable_connections_report();
-  report->set_task(task_);
+  out.set_task(task_);
   report->set_round(m.round());
   report->set_attempt(m.attempt());
   for (const std::string& id : unreachable) report->add_unreachable(id);
@@ -576,7 +576,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
       task_, round, attempt, ids.size(), Names(ids), total_samples, seconds, digest));
   PeerMessage out;
   auto* done = out.mutable_sharing_done();
-  done->set_task(task_);
+  out.set_task(task_);
   done->set_round(round);
   done->set_attempt(attempt);
   done->set_digest_xxh3(digest);
@@ -643,7 +643,7 @@ void DecentralizedRunner::EvaluateAndReport(uint64_t round, uint64_t version) {
                           eval->accuracy(), eval->correct, eval->total));
   PeerMessage out;
   auto* r = out.mutable_eval_report();
-  r->set_task(task_);
+  out.set_task(task_);
   r->set_version(version);
   r->set_correct(eval->correct);
   r->set_total(eval->total);
@@ -682,7 +682,7 @@ void DecentralizedRunner::HandleSyncFrom(const coordinator::v1::SyncFrom& m,
   }
   PeerMessage out;
   auto* done = out.mutable_sync_done();
-  done->set_task(task_);
+  out.set_task(task_);
   done->set_round(m.round());
   done->set_provider(m.provider().peer_id());
   absl::Status s = received.status();

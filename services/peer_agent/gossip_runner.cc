@@ -163,7 +163,7 @@ class GossipRunner final : public ModeRunner {
   ~GossipRunner() override { d_.metrics->gossip.peers.Set(0); }
 
   bool Intercept(const CoordinatorEvent& event) override {
-    if (!event.has_gossip_members() || event.gossip_members().task() != spec_.name()) {
+    if (!event.has_gossip_members() || event.task() != spec_.name()) {
       return false;
     }
     absl::MutexLock lock(&mu_);
@@ -189,7 +189,7 @@ class GossipRunner final : public ModeRunner {
       }
       return;
     }
-    if (!event.has_gossip_members() || event.gossip_members().task() != spec_.name()) return;
+    if (!event.has_gossip_members() || event.task() != spec_.name()) return;
     {
       absl::MutexLock lock(&mu_);
       // Queued before this runner existed (so Intercept never saw it): apply it now.
@@ -277,7 +277,7 @@ class GossipRunner final : public ModeRunner {
       if (!s.ok()) {
         LogError("gossip ", spec_.name(), ": ", s.message());
         PeerMessage m;
-        m.mutable_error()->set_task(spec_.name());
+        m.set_task(spec_.name());
         m.mutable_error()->set_message(std::string(s.message()));
         Send(m);
         absl::MutexLock lock(&mu_);
@@ -292,7 +292,7 @@ class GossipRunner final : public ModeRunner {
   void SendProgress(bool done) {
     PeerMessage m;
     auto& p = *m.mutable_gossip_progress();
-    p.set_task(spec_.name());
+    m.set_task(spec_.name());
     p.set_step(step_);
     p.set_clock(clock_);
     p.set_loss(losses_since_report_ == 0 ? loss_ : loss_sum_since_report_ / losses_since_report_);
@@ -318,7 +318,7 @@ class GossipRunner final : public ModeRunner {
               " fetches, ", bytes_pulled_, " bytes pulled");
       PeerMessage m;
       auto& r = *m.mutable_eval_report();
-      r.set_task(spec_.name());
+      m.set_task(spec_.name());
       r.set_version(spec_.rounds());
       r.set_correct(eval->correct);
       r.set_total(eval->total);
@@ -328,7 +328,7 @@ class GossipRunner final : public ModeRunner {
     } else {
       LogError("gossip ", spec_.name(), ": evaluation failed: ", eval.status().message());
       PeerMessage m;
-      m.mutable_error()->set_task(spec_.name());
+      m.set_task(spec_.name());
       m.mutable_error()->set_message(std::string(eval.status().message()));
       Send(m);
     }

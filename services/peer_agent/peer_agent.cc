@@ -25,39 +25,7 @@ bool EndsTask(const CoordinatorEvent& e) { return e.has_task_finished() || e.has
 
 // The task an event is about ("" for Welcome).
 const std::string& EventTask(const CoordinatorEvent& e) {
-  static const std::string* const kNone = new std::string();
-  switch (e.kind_case()) {
-    case CoordinatorEvent::kTaskAssigned:
-      return e.task_assigned().spec().name();
-    case CoordinatorEvent::kInitializeModel:
-      return e.initialize_model().task();
-    case CoordinatorEvent::kRoundStarted:
-      return e.round_started().task();
-    case CoordinatorEvent::kModelPublished:
-      return e.model_published().task();
-    case CoordinatorEvent::kWaiting:
-      return e.waiting().task();
-    case CoordinatorEvent::kTaskFinished:
-      return e.task_finished().task();
-    case CoordinatorEvent::kRoundOpen:
-      return e.round_open().task();
-    case CoordinatorEvent::kJoinRefused:
-      return e.join_refused().task();
-    case CoordinatorEvent::kPeerList:
-      return e.peer_list().task();
-    case CoordinatorEvent::kStartSharing:
-      return e.start_sharing().task();
-    case CoordinatorEvent::kConnectionFailed:
-      return e.connection_failed().task();
-    case CoordinatorEvent::kSyncFrom:
-      return e.sync_from().task();
-    case CoordinatorEvent::kSyncServe:
-      return e.sync_serve().task();
-    case CoordinatorEvent::kGossipMembers:
-      return e.gossip_members().task();
-    default:
-      return *kNone;
-  }
+  return e.has_task_assigned() ? e.task_assigned().spec().name() : e.task();
 }
 
 bool Retryable(const absl::Status& s) {
@@ -290,20 +258,20 @@ void PeerAgent::Handle(const Event& e) {
       HandleTaskAssigned(ev.task_assigned());
       break;
     case CoordinatorEvent::kInitializeModel:
-      HandleInitializeModel(ev.initialize_model());
+      HandleInitializeModel(ev.task());
       break;
     case CoordinatorEvent::kRoundStarted:
-      HandleRoundStarted(ev.round_started());
+      HandleRoundStarted(ev.task(), ev.round_started());
       break;
     case CoordinatorEvent::kModelPublished:
-      HandleModelPublished(ev.model_published());
+      HandleModelPublished(ev.task(), ev.model_published());
       break;
     case CoordinatorEvent::kWaiting:
-      LogInfo("task ", ev.waiting().task(), ": waiting for peers (", ev.waiting().have(), " of ",
+      LogInfo("task ", ev.task(), ": waiting for peers (", ev.waiting().have(), " of ",
               ev.waiting().need(), ")");
       break;
     case CoordinatorEvent::kTaskFinished:
-      HandleTaskFinished(ev.task_finished());
+      HandleTaskFinished(ev.task(), ev.task_finished());
       break;
     default:
       LogWarning("ignoring an unknown coordinator event (field ", static_cast<int>(ev.kind_case()),
@@ -321,7 +289,7 @@ void PeerAgent::Send(const PeerMessage& message) {
 
 void PeerAgent::SendPeerError(const std::string& task, uint64_t round, const absl::Status& status) {
   PeerMessage m;
-  m.mutable_error()->set_task(task);
+  m.set_task(task);
   m.mutable_error()->set_round(round);
   m.mutable_error()->set_message(std::string(status.message()));
   Send(m);
@@ -405,9 +373,9 @@ void PeerAgent::HandleTaskAssigned(const coordinator::v1::TaskAssigned& m) {
   StartRunner();
 }
 
-void PeerAgent::HandleInitializeModel(const coordinator::v1::InitializeModel& m) {
-  if (!task_ || task_->assigned.spec().name() != m.task()) {
-    LogWarning("InitializeModel for task ", m.task(), " which this peer does not have; ignored");
+void PeerAgent::HandleInitializeModel(const std::string& task) {
+  if (!task_ || task_->assigned.spec().name() != task) {
+    LogWarning("InitializeModel for task ", task, " which this peer does not have; ignored");
     return;
   }
   absl::StatusOr<tensor::FlatModel> init = task_->trainer->InitialParameters();
@@ -415,7 +383,7 @@ void PeerAgent::HandleInitializeModel(const coordinator::v1::InitializeModel& m)
   std::shared_ptr<const tensor::FlatModel> model;
   if (status.ok()) {
     model = std::make_shared<const tensor::FlatModel>(*std::move(init));
-    const common::v1::ModelMeta meta = tensor::MakeModelMeta(m.task(), 0, *model);
+    const common::v1::ModelMeta meta = tensor::MakeModelMeta(task, 0, *model);
     const std::string address = task_->assigned.aggregator_address();
     absl::StatusOr<uint64_t> put = Retry<uint64_t>(
         clock_.Now() + options_.model_transfer_budget, [this] { return TaskStillCurrent(); },
@@ -425,23 +393,23 @@ void PeerAgent::HandleInitializeModel(const coordinator::v1::InitializeModel& m)
     status = put.status();
   }
   if (!status.ok()) {
-    LogError("task ", m.task(), ": could not upload the initial model: ", status.message());
-    SendPeerError(m.task(), 0, status);
+    LogError("task ", task, ": could not upload the initial model: ", status.message());
+    SendPeerError(task, 0, status);
     return;
   }
   metrics_.bytes_sent.Increment(static_cast<double>(model->layout.total_bytes()));
   if (absl::Status s = task_->trainer->SetParameters(*model); !s.ok()) {
-    LogError("task ", m.task(), ": ", s.message());
+    LogError("task ", task, ": ", s.message());
   }
   const uint64_t digest = model->Digest();
   task_->global_version = 0;
   task_->global = *model;
   task_->params_are_global = true;
   PublishSnapshot(0);
-  LogInfo(absl::StrFormat("task %s: initial model uploaded (%d parameters, digest %016x)", m.task(),
+  LogInfo(absl::StrFormat("task %s: initial model uploaded (%d parameters, digest %016x)", task,
                           task_->global.values.size(), digest));
   PeerMessage out;
-  out.mutable_model_initialized()->set_task(m.task());
+  out.set_task(task);
   out.mutable_model_initialized()->set_digest_xxh3(digest);
   Send(out);
 }
@@ -470,16 +438,16 @@ absl::Status PeerAgent::LoadGlobal(uint64_t version, absl::Time deadline,
   return absl::OkStatus();
 }
 
-void PeerAgent::HandleRoundStarted(const coordinator::v1::RoundStarted& m) {
-  if (!task_ || task_->assigned.spec().name() != m.task()) {
-    LogWarning("RoundStarted for task ", m.task(), " which this peer does not have; ignored");
+void PeerAgent::HandleRoundStarted(const std::string& task,
+                                   const coordinator::v1::RoundStarted& m) {
+  if (!task_ || task_->assigned.spec().name() != task) {
+    LogWarning("RoundStarted for task ", task, " which this peer does not have; ignored");
     return;
   }
   const absl::Time start = clock_.Now();
   const absl::Time deadline = m.deadline_unix_ms() > 0 ? absl::FromUnixMillis(m.deadline_unix_ms())
                                                        : start + options_.default_round_budget;
   auto keep_going = [this, deadline] { return NotSuperseded() && clock_.Now() < deadline; };
-  const std::string& task = m.task();
 
   if (absl::Status s = LoadGlobal(m.model_version(), deadline, keep_going); !s.ok()) {
     LogWarning("task ", task, " round ", m.round(), ": cannot get global model version ",
@@ -559,19 +527,19 @@ void PeerAgent::HandleRoundStarted(const coordinator::v1::RoundStarted& m) {
 
   PeerMessage out;
   auto* up = out.mutable_update_pushed();
-  up->set_task(task);
+  out.set_task(task);
   up->set_round(m.round());
   up->set_num_samples(stats->samples);
   up->set_train_loss(stats->mean_loss);
   Send(out);
 }
 
-void PeerAgent::HandleModelPublished(const coordinator::v1::ModelPublished& m) {
-  if (!task_ || task_->assigned.spec().name() != m.task()) {
-    LogWarning("ModelPublished for task ", m.task(), " which this peer does not have; ignored");
+void PeerAgent::HandleModelPublished(const std::string& task,
+                                     const coordinator::v1::ModelPublished& m) {
+  if (!task_ || task_->assigned.spec().name() != task) {
+    LogWarning("ModelPublished for task ", task, " which this peer does not have; ignored");
     return;
   }
-  const std::string& task = m.task();
   absl::Status s = LoadGlobal(m.version(), clock_.Now() + options_.model_transfer_budget,
                               [this] { return TaskStillCurrent(); });
   if (!s.ok()) {
@@ -591,7 +559,7 @@ void PeerAgent::HandleModelPublished(const coordinator::v1::ModelPublished& m) {
                           m.round(), m.version(), eval->accuracy(), eval->correct, eval->total));
   PeerMessage out;
   auto* r = out.mutable_eval_report();
-  r->set_task(task);
+  out.set_task(task);
   r->set_version(m.version());
   r->set_correct(eval->correct);
   r->set_total(eval->total);
@@ -599,10 +567,11 @@ void PeerAgent::HandleModelPublished(const coordinator::v1::ModelPublished& m) {
   Send(out);
 }
 
-void PeerAgent::HandleTaskFinished(const coordinator::v1::TaskFinished& m) {
-  LogInfo("task ", m.task(), ": finished (", m.state(), ", final model version ", m.final_version(),
+void PeerAgent::HandleTaskFinished(const std::string& task,
+                                   const coordinator::v1::TaskFinished& m) {
+  LogInfo("task ", task, ": finished (", m.state(), ", final model version ", m.final_version(),
           ")");
-  if (task_ && task_->assigned.spec().name() == m.task()) {
+  if (task_ && task_->assigned.spec().name() == task) {
     EndRunner();
     task_.reset();
   }

@@ -104,10 +104,10 @@ class PeerAgent {
   void WorkerLoop();
   void Handle(const Event& event);
   void HandleTaskAssigned(const coordinator::v1::TaskAssigned& m);
-  void HandleInitializeModel(const coordinator::v1::InitializeModel& m);
-  void HandleRoundStarted(const coordinator::v1::RoundStarted& m);
-  void HandleModelPublished(const coordinator::v1::ModelPublished& m);
-  void HandleTaskFinished(const coordinator::v1::TaskFinished& m);
+  void HandleInitializeModel(const std::string& task);
+  void HandleRoundStarted(const std::string& task, const coordinator::v1::RoundStarted& m);
+  void HandleModelPublished(const std::string& task, const coordinator::v1::ModelPublished& m);
+  void HandleTaskFinished(const std::string& task, const coordinator::v1::TaskFinished& m);
   // Decentralized / gossip: creates the task's ModeRunner (task_ is set) and Start()s it.
   void StartRunner();
   // Destroys the current runner (on the worker), if any.

@@ -113,7 +113,7 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   p->server_ = *std::move(server);
 
   auto& members = *p->members_.mutable_gossip_members();
-  members.set_task(spec->name());
+  p->members_.set_task(spec->name());
   members.set_start(true);
   for (const gossip::DpwaNode& n : config->nodes) {
     coordinator::v1::PeerEndpoint* e = members.add_peers();

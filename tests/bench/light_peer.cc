@@ -124,18 +124,18 @@ class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::Coor
         break;
       }
       case v1::CoordinatorEvent::kInitializeModel:
-        Submit([this, task = e.initialize_model().task()] { PutInitialModel(task); });
+        Submit([this, task = e.task()] { PutInitialModel(task); });
         break;
       case v1::CoordinatorEvent::kRoundStarted:
         fleet_.Record(e.round_started().round(), kStarted, fleet_.Now());
-        Submit([this, r = e.round_started()] { PushUpdate(r); });
+        Submit([this, task = e.task(), r = e.round_started()] { PushUpdate(task, r); });
         break;
       case v1::CoordinatorEvent::kModelPublished: {
         const v1::ModelPublished& p = e.model_published();
         fleet_.Record(p.round(), kPublished, fleet_.Now());
         v1::PeerMessage report;
         auto* r = report.mutable_eval_report();
-        r->set_task(p.task());
+        report.set_task(e.task());
         r->set_version(p.version());
         r->set_correct(7);
         r->set_total(10);
@@ -191,15 +191,15 @@ class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::Coor
       return;
     }
     v1::PeerMessage done;
-    done.mutable_model_initialized()->set_task(task);
+    done.set_task(task);
     done.mutable_model_initialized()->set_digest_xxh3(fleet_.model_->Digest());
     Send(std::move(done));
   }
 
-  void PushUpdate(const v1::RoundStarted& r) {
+  void PushUpdate(const std::string& task, const v1::RoundStarted& r) {
     aggregator::v1::UpdateMeta meta;
     const aggregator::Caller me = Me();
-    meta.set_task(r.task());
+    meta.set_task(task);
     meta.set_round(r.round());
     meta.set_peer_id(me.peer_id);
     meta.set_session_token(me.session_token);
@@ -216,7 +216,7 @@ class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::Coor
     fleet_.Record(r.round(), kPushed, fleet_.Now());
     v1::PeerMessage pushed;
     auto* up = pushed.mutable_update_pushed();
-    up->set_task(r.task());
+    pushed.set_task(task);
     up->set_round(r.round());
     up->set_num_samples(32);
     up->set_train_loss(0.5);

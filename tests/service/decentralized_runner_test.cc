@@ -152,7 +152,7 @@ class DecentralizedRunnerTest : public ::testing::Test {
 
   static CoordinatorEvent RoundOpen(uint64_t round) {
     CoordinatorEvent e;
-    e.mutable_round_open()->set_task("dec");
+    e.set_task("dec");
     e.mutable_round_open()->set_round(round);
     e.mutable_round_open()->set_round_batches(5);
     return e;
@@ -162,7 +162,7 @@ class DecentralizedRunnerTest : public ::testing::Test {
                                    bool sharing = false) {
     CoordinatorEvent e;
     auto* l = e.mutable_peer_list();
-    l->set_task("dec");
+    e.set_task("dec");
     l->set_round(round);
     l->set_attempt(attempt);
     l->set_sharing(sharing);
@@ -171,7 +171,7 @@ class DecentralizedRunnerTest : public ::testing::Test {
   }
   static CoordinatorEvent StartSharing(uint64_t round, uint32_t attempt) {
     CoordinatorEvent e;
-    e.mutable_start_sharing()->set_task("dec");
+    e.set_task("dec");
     e.mutable_start_sharing()->set_round(round);
     e.mutable_start_sharing()->set_attempt(attempt);
     return e;
@@ -247,7 +247,7 @@ TEST_F(DecentralizedRunnerTest, RoundEndsWithIdenticalModelsAndALateJoinerSyncs)
 
   // ModelPublished: evaluate the averaged model.
   CoordinatorEvent published;
-  published.mutable_model_published()->set_task("dec");
+  published.set_task("dec");
   published.mutable_model_published()->set_round(1);
   published.mutable_model_published()->set_version(1);
   a.Handle(published);
@@ -262,7 +262,7 @@ TEST_F(DecentralizedRunnerTest, RoundEndsWithIdenticalModelsAndALateJoinerSyncs)
   c.runner().Start();
   c.Take();
   CoordinatorEvent sync;
-  sync.mutable_sync_from()->set_task("dec");
+  sync.set_task("dec");
   sync.mutable_sync_from()->set_round(1);
   *sync.mutable_sync_from()->mutable_provider() = b.Endpoint();
   c.Handle(sync);
@@ -309,7 +309,7 @@ TEST_F(DecentralizedRunnerTest, RefusedJoinRestoresTheModelAndUnreachablePeersAr
 
   // Removed from the round: back to the pre-round model, which a new round trains from.
   CoordinatorEvent failed;
-  failed.mutable_connection_failed()->set_task("dec");
+  failed.set_task("dec");
   failed.mutable_connection_failed()->set_round(1);
   a.Handle(failed);
   EXPECT_EQ(a.runner().model_round(), 0u);
@@ -328,7 +328,7 @@ TEST_F(DecentralizedRunnerTest, RefusedJoinRestoresTheModelAndUnreachablePeersAr
   a.Handle(RoundOpen(1));
   a.Take();
   CoordinatorEvent refused;
-  refused.mutable_join_refused()->set_task("dec");
+  refused.set_task("dec");
   refused.mutable_join_refused()->set_round(1);
   a.Handle(refused);
   EXPECT_EQ(a.runner().held().Digest(), initial);
@@ -347,7 +347,7 @@ TEST_F(DecentralizedRunnerTest, EvaluationWaitsWhenTheNextRoundIsAlreadyOpen) {
 
   // ModelPublished{1} with RoundOpen{2} queued behind it: no evaluation yet.
   CoordinatorEvent published;
-  published.mutable_model_published()->set_task("dec");
+  published.set_task("dec");
   published.mutable_model_published()->set_round(1);
   published.mutable_model_published()->set_version(1);
   a.HandleSuperseded(published);

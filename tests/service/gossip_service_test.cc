@@ -170,7 +170,7 @@ class Peer {
 coordinator::v1::CoordinatorEvent Members(
     const std::vector<std::pair<std::string, std::string>>& members, bool start = true) {
   coordinator::v1::CoordinatorEvent e;
-  e.mutable_gossip_members()->set_task("gossip-test");
+  e.set_task("gossip-test");
   e.mutable_gossip_members()->set_start(start);
   for (const auto& [id, address] : members) {
     auto* p = e.mutable_gossip_members()->add_peers();

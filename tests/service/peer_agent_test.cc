@@ -170,7 +170,7 @@ class PeerAgentTest : public ::testing::Test {
   void StartRound(const std::string& task, uint64_t round, uint64_t version, uint32_t batches) {
     CoordinatorEvent e;
     auto* r = e.mutable_round_started();
-    r->set_task(task);
+    e.set_task(task);
     r->set_round(round);
     r->set_model_version(version);
     r->set_round_batches(batches);
@@ -197,11 +197,12 @@ TEST_F(PeerAgentTest, RunsOneTaskThroughTheWholeProtocol) {
   const common::v1::TaskSpec spec = SmallTask();
   Assign(spec);
   CoordinatorEvent init;
-  init.mutable_initialize_model()->set_task("small");
+  init.set_task("small");
+  init.mutable_initialize_model();
   SendEvent(init);
   auto initialized = fake().Take(PeerMessage::kModelInitialized, kWait);
   ASSERT_TRUE(initialized);
-  EXPECT_EQ(initialized->model_initialized().task(), "small");
+  EXPECT_EQ(initialized->task(), "small");
 
   // The uploaded model is the seed's model: build it here too and compare digests.
   training::TrainerOptions local;
@@ -219,7 +220,7 @@ TEST_F(PeerAgentTest, RunsOneTaskThroughTheWholeProtocol) {
   StartRound("small", 1, 0, 5);
   auto pushed = fake().Take(PeerMessage::kUpdatePushed, kWait);
   ASSERT_TRUE(pushed);
-  EXPECT_EQ(pushed->update_pushed().task(), "small");
+  EXPECT_EQ(pushed->task(), "small");
   EXPECT_EQ(pushed->update_pushed().round(), 1u);
   EXPECT_EQ(pushed->update_pushed().num_samples(), 5u * 16u);
   EXPECT_GT(pushed->update_pushed().train_loss(), 0.0);
@@ -230,13 +231,13 @@ TEST_F(PeerAgentTest, RunsOneTaskThroughTheWholeProtocol) {
   EXPECT_EQ(closed.num_samples(), 80u);
 
   CoordinatorEvent published;
-  published.mutable_model_published()->set_task("small");
+  published.set_task("small");
   published.mutable_model_published()->set_round(1);
   published.mutable_model_published()->set_version(1);
   SendEvent(published);
   auto report = fake().Take(PeerMessage::kEvalReport, kWait);
   ASSERT_TRUE(report);
-  EXPECT_EQ(report->eval_report().task(), "small");
+  EXPECT_EQ(report->task(), "small");
   EXPECT_EQ(report->eval_report().version(), 1u);
   EXPECT_EQ(report->eval_report().total(), 200u);  // test_limit 400, slice 0 of 2
   EXPECT_LE(report->eval_report().correct(), 200u);
@@ -276,7 +277,7 @@ TEST_F(PeerAgentTest, RunsOneTaskThroughTheWholeProtocol) {
   EXPECT_EQ(closed.version(), 2u);
 
   CoordinatorEvent finished;
-  finished.mutable_task_finished()->set_task("small");
+  finished.set_task("small");
   finished.mutable_task_finished()->set_state("completed");
   finished.mutable_task_finished()->set_final_version(2);
   SendEvent(finished);
@@ -305,7 +306,8 @@ TEST_F(PeerAgentTest, NewerRoundAbandonsTheCurrentOne) {
   ASSERT_TRUE(fake().WaitHello(1, kWait));
   Assign(SmallTask());
   CoordinatorEvent init;
-  init.mutable_initialize_model()->set_task("small");
+  init.set_task("small");
+  init.mutable_initialize_model();
   SendEvent(init);
   ASSERT_TRUE(fake().Take(PeerMessage::kModelInitialized, kWait));
 
@@ -476,7 +478,7 @@ TEST_F(PeerBinaryTest, UnknownModelReportsAnErrorAndExitsNonZero) {
   ASSERT_TRUE(coordinator.service.Write(e));
   auto error = coordinator.service.Take(PeerMessage::kError, kWait);
   ASSERT_TRUE(error) << ReadFile(log_path);
-  EXPECT_EQ(error->error().task(), "small");
+  EXPECT_EQ(error->task(), "small");
   EXPECT_THAT(error->error().message(), HasSubstr("unknown model \"resnet\""));
   absl::StatusOr<process::ExitStatus> exit = peer->Wait(kWait);
   ASSERT_TRUE(exit.ok()) << "shoal-peer did not exit: " << exit.status();

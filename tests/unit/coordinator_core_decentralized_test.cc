@@ -24,7 +24,7 @@ common::v1::TaskSpec DecentralizedSpec(const std::string& name, uint32_t min, ui
 
 v1::PeerMessage Held(const std::string& task, uint64_t round) {
   v1::PeerMessage m;
-  m.mutable_model_held()->set_task(task);
+  m.set_task(task);
   m.mutable_model_held()->set_round(round);
   return m;
 }
@@ -34,25 +34,25 @@ void RunDecentralizedRound(CoordinatorCore& core, uint64_t r,
                            const std::vector<std::string>& peers) {
   v1::PeerMessage m;
   for (const auto& p : peers) {
-    m.mutable_join_round()->set_task("d");
+    m.set_task("d");
     m.mutable_join_round()->set_round(r);
     ASSERT_TRUE(core.OnMessage(p, m).ok());
   }
   for (const auto& p : peers) {
-    m.mutable_round_ready()->set_task("d");
+    m.set_task("d");
     m.mutable_round_ready()->set_round(r);
     m.mutable_round_ready()->set_num_samples(160);
     m.mutable_round_ready()->set_train_loss(0.7);
     ASSERT_TRUE(core.OnMessage(p, m).ok());
   }
   for (const auto& p : peers) {
-    m.mutable_connections_report()->set_task("d");
+    m.set_task("d");
     m.mutable_connections_report()->set_round(r);
     m.mutable_connections_report()->set_attempt(1);
     ASSERT_TRUE(core.OnMessage(p, m).ok());
   }
   for (const auto& p : peers) {
-    m.mutable_sharing_done()->set_task("d");
+    m.set_task("d");
     m.mutable_sharing_done()->set_round(r);
     m.mutable_sharing_done()->set_attempt(1);
     m.mutable_sharing_done()->set_digest_xxh3(42);
@@ -127,7 +127,7 @@ TEST_F(CoordinatorCoreTest, DecentralizedPeerThatReconnectsStartsOver) {
   ASSERT_TRUE(core_->OnMessage("a", Held("d", 0)).ok());
   ASSERT_TRUE(core_->OnMessage("b", Held("d", 0)).ok());
   v1::PeerMessage join;
-  join.mutable_join_round()->set_task("d");
+  join.set_task("d");
   join.mutable_join_round()->set_round(1);
   ASSERT_TRUE(core_->OnMessage("a", join).ok());
   ASSERT_EQ(Status("d").peers(0).state(), "joined");
@@ -184,7 +184,7 @@ TEST_F(CoordinatorCoreTest, DecentralizedTaskResumesAfterRestartAndLosesPeers) {
   // a reports an error: it is released from the task (and, being idle, assigned again at
   // once, as in federated-sync): its mode state starts over and b has no provider left.
   v1::PeerMessage error;
-  error.mutable_error()->set_task("d");
+  error.set_task("d");
   error.mutable_error()->set_message("out of memory");
   ASSERT_TRUE(core_->OnMessage("a", error).ok());
   EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kTaskAssigned));

@@ -123,7 +123,7 @@ inline v1::Hello Hello(const std::string& name, uint32_t shard = 0, uint32_t cou
 
 inline v1::PeerMessage Pushed(const std::string& task, uint64_t round) {
   v1::PeerMessage m;
-  m.mutable_update_pushed()->set_task(task);
+  m.set_task(task);
   m.mutable_update_pushed()->set_round(round);
   m.mutable_update_pushed()->set_num_samples(100);
   m.mutable_update_pushed()->set_train_loss(0.5);
@@ -133,7 +133,7 @@ inline v1::PeerMessage Pushed(const std::string& task, uint64_t round) {
 inline v1::PeerMessage Eval(const std::string& task, uint64_t version, uint64_t correct,
                             uint64_t total) {
   v1::PeerMessage m;
-  m.mutable_eval_report()->set_task(task);
+  m.set_task(task);
   m.mutable_eval_report()->set_version(version);
   m.mutable_eval_report()->set_correct(correct);
   m.mutable_eval_report()->set_total(total);
@@ -143,7 +143,8 @@ inline v1::PeerMessage Eval(const std::string& task, uint64_t version, uint64_t 
 
 inline v1::PeerMessage Initialized(const std::string& task) {
   v1::PeerMessage m;
-  m.mutable_model_initialized()->set_task(task);
+  m.set_task(task);
+  m.mutable_model_initialized();
   return m;
 }
 

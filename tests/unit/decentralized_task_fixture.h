@@ -45,7 +45,7 @@ inline common::v1::TaskSpec Spec(uint32_t min, uint32_t rounds, uint32_t retries
 
 inline v1::PeerMessage Held(uint64_t round, uint64_t digest = 0) {
   v1::PeerMessage m;
-  m.mutable_model_held()->set_task("d");
+  m.set_task("d");
   m.mutable_model_held()->set_round(round);
   m.mutable_model_held()->set_digest_xxh3(digest);
   return m;
@@ -53,14 +53,14 @@ inline v1::PeerMessage Held(uint64_t round, uint64_t digest = 0) {
 
 inline v1::PeerMessage Join(uint64_t round) {
   v1::PeerMessage m;
-  m.mutable_join_round()->set_task("d");
+  m.set_task("d");
   m.mutable_join_round()->set_round(round);
   return m;
 }
 
 inline v1::PeerMessage Ready(uint64_t round, uint64_t samples = 100, double loss = 0.5) {
   v1::PeerMessage m;
-  m.mutable_round_ready()->set_task("d");
+  m.set_task("d");
   m.mutable_round_ready()->set_round(round);
   m.mutable_round_ready()->set_num_samples(samples);
   m.mutable_round_ready()->set_train_loss(loss);
@@ -70,7 +70,7 @@ inline v1::PeerMessage Ready(uint64_t round, uint64_t samples = 100, double loss
 inline v1::PeerMessage Report(uint64_t round, uint32_t attempt,
                               std::vector<std::string> unreachable) {
   v1::PeerMessage m;
-  m.mutable_connections_report()->set_task("d");
+  m.set_task("d");
   m.mutable_connections_report()->set_round(round);
   m.mutable_connections_report()->set_attempt(attempt);
   for (const auto& u : unreachable) m.mutable_connections_report()->add_unreachable(u);
@@ -79,7 +79,7 @@ inline v1::PeerMessage Report(uint64_t round, uint32_t attempt,
 
 inline v1::PeerMessage Shared(uint64_t round, uint32_t attempt, uint64_t digest = 0xabc) {
   v1::PeerMessage m;
-  m.mutable_sharing_done()->set_task("d");
+  m.set_task("d");
   m.mutable_sharing_done()->set_round(round);
   m.mutable_sharing_done()->set_attempt(attempt);
   m.mutable_sharing_done()->set_digest_xxh3(digest);
@@ -88,7 +88,7 @@ inline v1::PeerMessage Shared(uint64_t round, uint32_t attempt, uint64_t digest 
 
 inline v1::PeerMessage Synced(uint64_t round, const std::string& provider, bool ok) {
   v1::PeerMessage m;
-  m.mutable_sync_done()->set_task("d");
+  m.set_task("d");
   m.mutable_sync_done()->set_round(round);
   m.mutable_sync_done()->set_provider(provider);
   m.mutable_sync_done()->set_ok(ok);
@@ -99,7 +99,7 @@ inline v1::PeerMessage Synced(uint64_t round, const std::string& provider, bool 
 
 inline v1::PeerMessage Eval(uint64_t version) {
   v1::PeerMessage m;
-  m.mutable_eval_report()->set_task("d");
+  m.set_task("d");
   m.mutable_eval_report()->set_version(version);
   m.mutable_eval_report()->set_correct(8);
   m.mutable_eval_report()->set_total(10);

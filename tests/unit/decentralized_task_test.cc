@@ -449,7 +449,8 @@ TEST_F(DecentralizedTaskTest, StaleAndForeignMessagesAreRejected) {
   Send("a", Shared(1, 1), absl::StatusCode::kFailedPrecondition);
   Send("zed", Join(1), absl::StatusCode::kFailedPrecondition);  // not a member
   v1::PeerMessage gossip;
-  gossip.mutable_gossip_progress()->set_task("d");
+  gossip.set_task("d");
+  gossip.mutable_gossip_progress();
   Send("a", gossip, absl::StatusCode::kInvalidArgument);
   ModeEffects fx = Send("a", Join(7));
   EXPECT_THAT(Kinds(fx, "a"), ElementsAre(kJoinRefused));

@@ -47,7 +47,7 @@ class GossipTaskTest : public ::testing::Test {
                         ModeEffects* out = nullptr) {
     v1::PeerMessage m;
     auto& p = *m.mutable_gossip_progress();
-    p.set_task("g");
+    m.set_task("g");
     p.set_step(step);
     p.set_clock(static_cast<double>(step) * 0.9);
     p.set_loss(1.0 / (1 + step));
@@ -63,7 +63,7 @@ class GossipTaskTest : public ::testing::Test {
   absl::Status Eval(const std::string& id, uint64_t correct, ModeEffects* out = nullptr) {
     v1::PeerMessage m;
     auto& r = *m.mutable_eval_report();
-    r.set_task("g");
+    m.set_task("g");
     r.set_version(3);
     r.set_correct(correct);
     r.set_total(100);
