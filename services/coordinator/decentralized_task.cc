@@ -192,7 +192,6 @@ void DecentralizedTask::Tick(absl::Time now, v1::TaskStatus& status, ModeEffects
         round_.joined.erase(id);
         round_.dropped.insert(id);
         v1::CoordinatorEvent e;
-        e.mutable_join_refused();
         e.mutable_join_refused()->set_round(round_.number);
         e.mutable_join_refused()->set_reason("missed the ready deadline");
         fx.Send(id, std::move(e));
@@ -295,7 +294,6 @@ absl::Status DecentralizedTask::OnJoinRound(const std::string& id, const v1::Joi
                    : "the peer does not hold the previous round's model")
             : "the round is past joining";
     v1::CoordinatorEvent e;
-    e.mutable_join_refused();
     e.mutable_join_refused()->set_round(m.round());
     e.mutable_join_refused()->set_reason(reason);
     fx.Send(id, std::move(e));
@@ -429,12 +427,10 @@ void DecentralizedTask::StartSync(const std::string& id, absl::Time now, ModeEff
   sync.deadline = now + round_deadline_;
   LogInfo("task ", task_, ": peer ", id, " syncs round ", completed_, " from ", provider);
   v1::CoordinatorEvent serve;
-  serve.mutable_sync_serve();
   serve.mutable_sync_serve()->set_round(completed_);
   serve.mutable_sync_serve()->set_peer_id(id);
   fx.Send(provider, std::move(serve));
   v1::CoordinatorEvent from;
-  from.mutable_sync_from();
   from.mutable_sync_from()->set_round(completed_);
   from.mutable_sync_from()->mutable_provider()->set_peer_id(provider);
   from.mutable_sync_from()->mutable_provider()->set_address(peers_[provider].address);
@@ -518,7 +514,6 @@ std::set<std::string> DecentralizedTask::SyncedAtCompleted() const {
 
 void DecentralizedTask::SendWaiting(const std::set<std::string>& to, size_t have, ModeEffects& fx) {
   v1::CoordinatorEvent e;
-  e.mutable_waiting();
   e.mutable_waiting()->set_have(static_cast<uint32_t>(have));
   e.mutable_waiting()->set_need(spec_.min_participants());
   for (const std::string& id : to) fx.Send(id, e);
@@ -575,7 +570,6 @@ void DecentralizedTask::Offer(const std::string& id, absl::Time now, ModeEffects
   const absl::Time deadline = now + round_deadline_;
   round_.offered[id] = deadline;
   v1::CoordinatorEvent e;
-  e.mutable_round_open();
   e.mutable_round_open()->set_round(round_.number);
   e.mutable_round_open()->set_round_batches(spec_.round_batches());
   e.mutable_round_open()->set_ready_deadline_unix_ms(absl::ToUnixMillis(deadline));
@@ -652,7 +646,6 @@ void DecentralizedTask::CheckReports(absl::Time now, ModeEffects& fx) {
     round_.done.clear();
     round_.stage_deadline = now + round_deadline_;
     v1::CoordinatorEvent e;
-    e.mutable_start_sharing();
     e.mutable_start_sharing()->set_round(round_.number);
     e.mutable_start_sharing()->set_attempt(round_.attempt);
     for (const std::string& id : round_.participants) fx.Send(id, e);
@@ -675,7 +668,6 @@ void DecentralizedTask::RemoveFromRound(const std::set<std::string>& ids, const 
   for (const std::string& id : ids) {
     LogWarning("task ", task_, ": peer ", id, " removed from round ", round_.number, ": ", reason);
     v1::CoordinatorEvent e;
-    e.mutable_connection_failed();
     e.mutable_connection_failed()->set_round(round_.number);
     e.mutable_connection_failed()->set_reason(reason);
     fx.Send(id, std::move(e));
@@ -762,7 +754,6 @@ void DecentralizedTask::CompleteRound(absl::Time now, ModeEffects& fx) {
   completed_ = r;
   completed_digest_ = digest;
   v1::CoordinatorEvent published;
-  published.mutable_model_published();
   published.mutable_model_published()->set_round(r);
   published.mutable_model_published()->set_version(r);
   const std::set<std::string> participants = round_.participants;

@@ -171,7 +171,6 @@ class GossipTask final : public ModeTask {
     if (!started_ && members_.size() < need()) {
       for (const auto& [id, m] : members_) {
         v1::CoordinatorEvent e;
-        e.mutable_waiting();
         e.mutable_waiting()->set_have(static_cast<uint32_t>(members_.size()));
         e.mutable_waiting()->set_need(need());
         fx.Send(id, std::move(e));
