@@ -41,12 +41,14 @@ function(shoal_cc_test)
 endfunction()
 
 # shoal_proto_library(NAME <name> PROTOS ... [DEPS ...] [GRPC])
-# Generates C++ (and gRPC stubs when GRPC is given) into the build tree.
+# Generates C++ messages into the build tree as shoal::<name>_proto and, with GRPC, the service
+# stubs and bases as shoal::<name>_grpc (which links gRPC; the messages target does not).
 function(shoal_proto_library)
   cmake_parse_arguments(ARG "GRPC" "NAME" "PROTOS;DEPS" ${ARGN})
   set(proto_root ${PROJECT_SOURCE_DIR}/protos)
   set(out_root ${PROJECT_BINARY_DIR}/gen)
-  set(srcs)
+  set(message_srcs)
+  set(grpc_srcs)
   foreach(proto ${ARG_PROTOS})
     get_filename_component(abs ${proto} ABSOLUTE)
     file(RELATIVE_PATH rel ${proto_root} ${abs})
@@ -57,6 +59,7 @@ function(shoal_proto_library)
       list(APPEND outs ${out_root}/${stem}.grpc.pb.cc ${out_root}/${stem}.grpc.pb.h)
       list(APPEND args --grpc_out=${out_root}
         --plugin=protoc-gen-grpc=$<TARGET_FILE:gRPC::grpc_cpp_plugin>)
+      list(APPEND grpc_srcs ${out_root}/${stem}.grpc.pb.cc ${out_root}/${stem}.grpc.pb.h)
     endif()
     add_custom_command(
       OUTPUT ${outs}
@@ -65,14 +68,19 @@ function(shoal_proto_library)
       DEPENDS ${abs} protobuf::protoc
       COMMENT "protoc ${rel}"
       VERBATIM)
-    list(APPEND srcs ${outs})
+    list(APPEND message_srcs ${out_root}/${stem}.pb.cc ${out_root}/${stem}.pb.h)
   endforeach()
+  # Messages only: what domain code links (no gRPC).
   set(target shoal_${ARG_NAME}_proto)
-  add_library(${target} STATIC ${srcs})
+  add_library(${target} STATIC ${message_srcs})
   add_library(shoal::${ARG_NAME}_proto ALIAS ${target})
   target_include_directories(${target} PUBLIC ${out_root})
   target_link_libraries(${target} PUBLIC protobuf::libprotobuf ${ARG_DEPS})
   if(ARG_GRPC)
-    target_link_libraries(${target} PUBLIC gRPC::grpc++)
+    # The service stubs and bases: only the gRPC adapters and clients link these.
+    set(grpc_target shoal_${ARG_NAME}_grpc)
+    add_library(${grpc_target} STATIC ${grpc_srcs})
+    add_library(shoal::${ARG_NAME}_grpc ALIAS ${grpc_target})
+    target_link_libraries(${grpc_target} PUBLIC ${target} gRPC::grpc++)
   endif()
 endfunction()

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -10,20 +11,27 @@
 
 namespace shoal {
 
-// A fixed pool of threads with a bounded queue. Work that may block (disk, outgoing RPCs) runs
-// here instead of inside a gRPC reaction. Thread-safe. Shutdown() (or the destructor) runs what
-// is queued and joins the threads.
+// Where blocking work (disk, outgoing RPCs, passes over a model) runs instead of a gRPC reaction
+// or a caller holding a lock. Implementations are thread-safe. Tests use a manual executor
+// (tests/fakes/manual_executor.h) that runs work when the test says so.
 class Executor {
  public:
-  Executor(size_t threads, size_t max_queued);
-  ~Executor();
-  Executor(const Executor&) = delete;
-  Executor& operator=(const Executor&) = delete;
-
-  // Queues `fn`. Returns false, without running it, when the queue is full or shut down: the
+  virtual ~Executor() = default;
+  // Queues `fn`. Returns false, without running it, when the executor is full or shut down: the
   // caller answers RESOURCE_EXHAUSTED (or UNAVAILABLE) instead of waiting.
-  bool TrySubmit(std::function<void()> fn);
+  virtual bool TrySubmit(std::function<void()> fn) = 0;
+};
 
+// A fixed pool of threads with a bounded queue. Thread-safe. Shutdown() (or the destructor) runs
+// what is queued and joins the threads.
+class ThreadPool final : public Executor {
+ public:
+  ThreadPool(size_t threads, size_t max_queued);
+  ~ThreadPool() override;
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  bool TrySubmit(std::function<void()> fn) override;
   void Shutdown();
 
  private:
@@ -34,6 +42,33 @@ class Executor {
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
+};
+
+// Runs what is posted to it one at a time, in the order posted, on an underlying executor: a
+// "strand". Work of one owner (e.g. one task's aggregator calls) keeps its order while work of
+// other owners runs beside it on the same pool. Unbounded: the owner bounds what it posts.
+// Thread-safe. Destroying it while work is queued or running is a bug: Drain() first.
+class SerialQueue {
+ public:
+  explicit SerialQueue(Executor& executor) : executor_(executor) {}
+  ~SerialQueue();
+  SerialQueue(const SerialQueue&) = delete;
+  SerialQueue& operator=(const SerialQueue&) = delete;
+
+  // Queues `fn` behind everything posted before. If the underlying executor refuses the first
+  // item of a run, the item runs on the calling thread instead (never lost, never reordered).
+  void Post(std::function<void()> fn);
+  // Blocks until nothing is queued or running.
+  void Drain();
+  bool idle() const;
+
+ private:
+  void RunNext();
+
+  Executor& executor_;
+  mutable absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace shoal

@@ -22,14 +22,25 @@ using common::v1::ModelMeta;
 
 ModelWriteReactor::ModelWriteReactor(std::shared_ptr<const tensor::FlatModel> model, ModelMeta meta,
                                      DoneCallback on_done, size_t chunk_bytes)
-    : model_(std::move(model)), encoder_(*model_, chunk_bytes), on_done_(std::move(on_done)) {
+    : chunk_bytes_(chunk_bytes), on_done_(std::move(on_done)) {
+  Start(std::move(model), std::move(meta));
+}
+
+ModelWriteReactor::ModelWriteReactor(DoneCallback on_done, size_t chunk_bytes)
+    : chunk_bytes_(chunk_bytes), on_done_(std::move(on_done)) {}
+
+void ModelWriteReactor::Start(std::shared_ptr<const tensor::FlatModel> model, ModelMeta meta) {
+  model_ = std::move(model);
+  encoder_.emplace(*model_, chunk_bytes_);
   *chunk_.mutable_meta() = std::move(meta);
   pending_bytes_ = chunk_.ByteSizeLong();
   StartWrite(&chunk_);
 }
 
+void ModelWriteReactor::Fail(const grpc::Status& status) { Finish(status); }
+
 void ModelWriteReactor::WriteNext() {
-  if (!encoder_.Next(chunk_.mutable_frame())) {
+  if (!encoder_->Next(chunk_.mutable_frame())) {
     completed_ = true;
     Finish(grpc::Status::OK);
     return;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -38,6 +39,12 @@ class ModelWriteReactor : public grpc::ServerWriteReactor<common::v1::ModelChunk
   ModelWriteReactor(std::shared_ptr<const tensor::FlatModel> model, common::v1::ModelMeta meta,
                     DoneCallback on_done = nullptr,
                     size_t chunk_bytes = tensor::kDefaultChunkBytes);
+  // A reactor whose model is not at hand yet (e.g. read from disk on an executor): exactly one of
+  // Start() and Fail() must follow, from any thread.
+  explicit ModelWriteReactor(DoneCallback on_done = nullptr,
+                             size_t chunk_bytes = tensor::kDefaultChunkBytes);
+  void Start(std::shared_ptr<const tensor::FlatModel> model, common::v1::ModelMeta meta);
+  void Fail(const grpc::Status& status);
 
   void OnWriteDone(bool ok) override;
   void OnDone() override;
@@ -46,8 +53,9 @@ class ModelWriteReactor : public grpc::ServerWriteReactor<common::v1::ModelChunk
  private:
   void WriteNext();
 
+  const size_t chunk_bytes_;
   std::shared_ptr<const tensor::FlatModel> model_;
-  tensor::FrameEncoder encoder_;
+  std::optional<tensor::FrameEncoder> encoder_;
   DoneCallback on_done_;
   common::v1::ModelChunk chunk_;
   uint64_t pending_bytes_ = 0;  // size of the message being written

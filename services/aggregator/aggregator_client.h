@@ -1,14 +1,11 @@
 #pragma once
 
-#include <grpcpp/security/credentials.h>
-
-#include <map>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "libs/tensor/flat_model.h"
 #include "shoal/aggregator/v1/aggregator.pb.h"
@@ -16,10 +13,6 @@
 
 namespace shoal::aggregator {
 
-// Client of AggregatorService, used by peers (models and deltas) and by the coordinator (rounds,
-// checkpoints). One attempt per call, bounded by `deadline`; retrying is the caller's business
-// (the channel itself retries UNAVAILABLE). Errors name the call and the aggregator.
-// Implementations are thread-safe.
 // Who a peer-data call is made for: the peer's id and session token (both empty for the
 // coordinator's own calls).
 struct Caller {
@@ -27,9 +20,33 @@ struct Caller {
   std::string session_token;
 };
 
+// A watch of one task at an aggregator (AggregatorService.WatchTask), from AggregatorClient::
+// WatchTask. Destroying it cancels the stream and blocks until its callbacks have returned, so
+// its owner must not hold a lock the callbacks take when it destroys one.
+class AggregatorWatch {
+ public:
+  virtual ~AggregatorWatch() = default;
+};
+
+// Client of AggregatorService, used by peers (models and deltas) and by the coordinator (rounds,
+// checkpoints, watches). An interface: the gRPC implementation is GrpcAggregatorClient
+// (grpc_aggregator_client.h, its own target), tests use in-memory ones (tests/fakes). One attempt
+// per call, bounded by `deadline`; retrying is the caller's business (the gRPC channel itself
+// retries UNAVAILABLE). Errors name the call and the aggregator. Implementations are thread-safe.
 class AggregatorClient {
  public:
   virtual ~AggregatorClient() = default;
+
+  using TaskEventFn = std::function<void(const v1::TaskEvent&)>;
+  using WatchDoneFn = std::function<void(const absl::Status&)>;
+  // Starts watching `task` at `address`: `on_event` gets the stream's events in order (first
+  // WatchStarted), then `on_done` gets how the stream ended, once (CANCELLED when the watch was
+  // destroyed; UNAVAILABLE when the aggregator is gone). Both run on a client thread and must
+  // not block. No deadline: the stream lasts until cancelled or broken (keepalive notices a
+  // silent peer).
+  virtual std::unique_ptr<AggregatorWatch> WatchTask(const std::string& address,
+                                                     const std::string& task, TaskEventFn on_event,
+                                                     WatchDoneFn on_done) = 0;
 
   // Uploads a whole model (AggregatorService.PutModel). Returns the aggregator's digest. The
   // model is shared because the transport sends straight from its memory.
@@ -55,41 +72,6 @@ class AggregatorClient {
                                                             absl::Time deadline) = 0;
   virtual absl::Status ReleaseTask(const std::string& address, const std::string& task,
                                    absl::Time deadline) = 0;
-};
-
-// AggregatorClient over gRPC; keeps one channel per aggregator address. Thread-safe.
-class GrpcAggregatorClient final : public AggregatorClient {
- public:
-  // `credentials` null = plaintext (tests).
-  explicit GrpcAggregatorClient(std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr)
-      : credentials_(std::move(credentials)) {}
-
-  absl::StatusOr<uint64_t> PutModel(const std::string& address, const common::v1::ModelMeta& meta,
-                                    std::shared_ptr<const tensor::FlatModel> model,
-                                    const Caller& caller, absl::Time deadline) override;
-  absl::StatusOr<bool> PushUpdate(const std::string& address, const v1::UpdateMeta& meta,
-                                  std::shared_ptr<const tensor::FlatModel> delta,
-                                  absl::Time deadline) override;
-  absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address, const std::string& task,
-                                             uint64_t version, const Caller& caller,
-                                             absl::Time deadline) override;
-  absl::Status SetMembers(const std::string& address, const v1::SetMembersRequest& request,
-                          absl::Time deadline) override;
-  absl::Status OpenRound(const std::string& address, const v1::OpenRoundRequest& request,
-                         absl::Time deadline) override;
-  absl::StatusOr<v1::CloseRoundResponse> CloseRound(const std::string& address,
-                                                    const v1::CloseRoundRequest& request,
-                                                    absl::Time deadline) override;
-  absl::Status ReleaseTask(const std::string& address, const std::string& task,
-                           absl::Time deadline) override;
-
- private:
-  struct Stub;
-  std::shared_ptr<Stub> StubFor(const std::string& address);
-
-  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
-  absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<Stub>> stubs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shoal::aggregator

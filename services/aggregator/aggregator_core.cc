@@ -197,6 +197,45 @@ absl::Status AggregatorCore::CheckCaller(const std::string& task, const std::str
   return absl::OkStatus();
 }
 
+uint64_t AggregatorCore::Watch(const std::string& name, TaskEventFn on_event) {
+  v1::TaskEvent event;
+  v1::WatchStarted& started = *event.mutable_started();
+  // The snapshot and the registration happen under mu_ together: an update accepted before
+  // them is in the snapshot (and maybe delivered again, harmlessly), one accepted after them is
+  // delivered, since AcceptPush notifies only after it released mu_.
+  absl::ReaderMutexLock lock(&mu_);
+  std::shared_ptr<Task> task = FindTask(name);
+  if (task != nullptr && !task->versions.empty()) {
+    started.set_has_model(true);
+    started.set_latest_version(task->latest);
+    if (task->round != nullptr && task->round->state == Round::State::kOpen) {
+      started.set_open_round(task->round->number);
+      for (const std::string& peer : task->round->accepted) started.add_accepted(peer);
+    }
+  }
+  absl::MutexLock watch_lock(&watch_mu_);
+  const uint64_t handle = next_watch_++;
+  on_event(event);  // before the registration: nothing reaches the watcher ahead of it
+  watchers_[handle] = {name, std::make_shared<const TaskEventFn>(std::move(on_event))};
+  return handle;
+}
+
+void AggregatorCore::Unwatch(uint64_t handle) {
+  absl::MutexLock lock(&watch_mu_);
+  watchers_.erase(handle);
+}
+
+void AggregatorCore::Notify(const std::string& task, const v1::TaskEvent& event) {
+  std::vector<std::shared_ptr<const TaskEventFn>> targets;
+  {
+    absl::MutexLock lock(&watch_mu_);
+    for (const auto& [handle, watcher] : watchers_) {
+      if (watcher.first == task) targets.push_back(watcher.second);
+    }
+  }
+  for (const auto& fn : targets) (*fn)(event);
+}
+
 void AggregatorCore::ReleaseTask(const std::string& name) {
   std::shared_ptr<Task> task;
   {
@@ -585,6 +624,13 @@ absl::Status AggregatorCore::AcceptPush(Push& push) {
   push.done_ = true;
   push.fold_pending_ = true;
   metrics_.updates_accepted.Increment();
+  v1::TaskEvent event;
+  v1::PushAccepted& accepted = *event.mutable_push_accepted();
+  accepted.set_round(round.number);
+  accepted.set_peer_id(push.meta_.peer_id);
+  accepted.set_base_version(push.meta_.base_version);
+  accepted.set_num_samples(push.meta_.num_samples);
+  Notify(push.meta_.task, event);
   return absl::OkStatus();
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "libs/tensor/flat_model.h"
 #include "libs/tensor/frame_codec.h"
 #include "services/aggregator/aggregator_metrics.h"
+#include "shoal/aggregator/v1/aggregator.pb.h"
 #include "shoal/common/v1/tensor.pb.h"
 
 namespace shoal::aggregator {
@@ -110,6 +112,16 @@ class AggregatorCore {
   absl::Status CheckCaller(const std::string& task, const std::string& peer_id,
                            const std::string& session_token, const std::string& identity) const;
 
+  // Watches a task (AggregatorService.WatchTask): `on_event` gets a WatchStarted with the task's
+  // current state at once (on this thread), then a PushAccepted for every update accepted, on
+  // the thread that accepted it. It must not block (queue and return) and must not call back
+  // into this core. Events of different updates may arrive in any order (each only adds to the
+  // accepted set), and a call may still be in progress when Unwatch returns: the callback must
+  // guard what it captures (e.g. a weak reference).
+  using TaskEventFn = std::function<void(const v1::TaskEvent&)>;
+  uint64_t Watch(const std::string& task, TaskEventFn on_event);
+  void Unwatch(uint64_t handle);
+
   // One staged upload slot (PutModel). RESOURCE_EXHAUSTED when all are in use.
   class StagingLease {
    public:
@@ -180,6 +192,8 @@ class AggregatorCore {
   void EvictOldVersions(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AbandonRound(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseStaging(std::vector<float> buffer);
+  // Calls the task's watchers with `event` (outside mu_).
+  void Notify(const std::string& task, const v1::TaskEvent& event) ABSL_LOCKS_EXCLUDED(mu_);
   // Accepts push.buffer_ (the complete, validated update) into its round; FoldPush adds it
   // to the round's sum.
   absl::Status AcceptPush(Push& push);
@@ -194,6 +208,12 @@ class AggregatorCore {
   // task -> peer id -> session token, as last set by the coordinator.
   std::map<std::string, std::map<std::string, std::string>> members_ ABSL_GUARDED_BY(mu_);
   int leases_ ABSL_GUARDED_BY(mu_) = 0;
+  // Watchers by handle: {task, callback}. Watch() holds mu_ then watch_mu_; Notify() copies the
+  // callbacks under watch_mu_ alone and calls them with no lock held.
+  absl::Mutex watch_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::map<uint64_t, std::pair<std::string, std::shared_ptr<const TaskEventFn>>> watchers_
+      ABSL_GUARDED_BY(watch_mu_);
+  uint64_t next_watch_ ABSL_GUARDED_BY(watch_mu_) = 1;
   std::vector<std::vector<float>> free_buffers_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   if (!core.ok()) return core.status();
   self->core_ = *std::move(core);
   // Queue room for every staged push plus control calls; beyond that answer RESOURCE_EXHAUSTED.
-  self->executor_ = std::make_unique<Executor>(
+  self->executor_ = std::make_unique<ThreadPool>(
       options.executor_threads, static_cast<size_t>(options.max_concurrent_pushes) * 2 + 16);
   self->service_ = std::make_unique<AggregatorServiceImpl>(
       AggregatorServiceOptions{core_options.limits}, *self->core_, *self->executor_,

@@ -67,7 +67,7 @@ class AggregatorServer {
   std::unique_ptr<metrics::MetricsServer> metrics_;
   std::unique_ptr<AggregatorMetrics> aggregator_metrics_;
   std::unique_ptr<AggregatorCore> core_;
-  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<ThreadPool> executor_;
   std::unique_ptr<AggregatorServiceImpl> service_;
   std::unique_ptr<rpc::Server> server_;
   std::thread registration_;

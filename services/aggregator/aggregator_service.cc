@@ -2,12 +2,16 @@
 
 #include <grpcpp/impl/codegen/proto_utils.h>
 
+#include <deque>
 #include <memory>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "libs/common/escape.h"
 #include "libs/rpc/model_stream.h"
+#include "libs/rpc/reactor_handle.h"
 #include "libs/rpc/status.h"
 #include "libs/rpc/tls.h"
 
@@ -254,6 +258,107 @@ class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   std::unique_ptr<AggregatorCore::Push> push_;
 };
 
+// The coordinator's calls (rounds, members, watches) come from the certificate named
+// "coordinator", or from anyone when the aggregator serves plaintext.
+absl::Status CheckCoordinator(grpc::CallbackServerContext& context) {
+  const std::string caller = rpc::CallerIdentity(context);
+  if (caller.empty() || caller == "coordinator") return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("only the coordinator may call this; the caller's certificate is for '",
+                   EscapeBytes(caller), "'"));
+}
+
+// Streams one task's events (WatchTask) to the coordinator. Events are queued and written one at
+// a time; the queue is bounded because a watcher that stops reading is ended, not buffered for.
+class WatchTaskReactor final : public grpc::ServerWriteReactor<v1::TaskEvent> {
+ public:
+  WatchTaskReactor(AggregatorCore& core, const std::string& task)
+      : core_(core), handle_(std::make_shared<rpc::ReactorHandle<WatchTaskReactor>>(this)) {
+    std::weak_ptr<rpc::ReactorHandle<WatchTaskReactor>> weak = handle_;
+    const uint64_t watch = core_.Watch(task, [weak](const v1::TaskEvent& event) {
+      if (auto handle = weak.lock()) handle->Run([&](WatchTaskReactor& r) { r.Push(event); });
+    });
+    absl::MutexLock lock(&mu_);
+    watch_ = watch;
+  }
+
+  void OnWriteDone(bool ok) override {
+    bool finish = false;
+    const v1::TaskEvent* next = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      queue_.pop_front();
+      if (!ok || cancelled_) {
+        writing_ = false;
+        finish = !finished_;
+        finished_ = true;
+      } else if (!queue_.empty()) {
+        next = &queue_.front();
+      } else {
+        writing_ = false;
+      }
+    }
+    if (next != nullptr) StartWrite(next);
+    if (finish) Finish(grpc::Status::OK);
+  }
+
+  void OnCancel() override {
+    bool finish = false;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      if (!finished_ && !writing_) finish = finished_ = true;
+    }
+    if (finish) Finish(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    uint64_t watch;
+    {
+      absl::MutexLock lock(&mu_);
+      watch = watch_;
+    }
+    core_.Unwatch(watch);
+    std::shared_ptr<rpc::ReactorHandle<WatchTaskReactor>> handle = std::move(handle_);
+    handle->Detach();
+  }
+
+ private:
+  static constexpr size_t kMaxQueued = 100000;
+
+  void Push(const v1::TaskEvent& event) {
+    const v1::TaskEvent* first = nullptr;
+    bool finish = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_ || cancelled_) return;
+      if (queue_.size() >= kMaxQueued) {
+        // Not reading: end the stream (the coordinator re-watches) rather than grow.
+        if (!writing_) finish = finished_ = true;
+        cancelled_ = true;
+      } else {
+        queue_.push_back(event);
+        if (!writing_) {
+          writing_ = true;
+          first = &queue_.front();
+        }
+      }
+    }
+    // Outside the lock: gRPC may run OnWriteDone inline.
+    if (first != nullptr) StartWrite(first);
+    if (finish) Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "watcher too slow"));
+  }
+
+  AggregatorCore& core_;
+  std::shared_ptr<rpc::ReactorHandle<WatchTaskReactor>> handle_;
+  absl::Mutex mu_;
+  uint64_t watch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<v1::TaskEvent> queue_ ABSL_GUARDED_BY(mu_);  // front() is being written
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 }  // namespace
 
 AggregatorServiceImpl::AggregatorServiceImpl(AggregatorServiceOptions options, AggregatorCore& core,
@@ -294,13 +399,17 @@ grpc::ServerWriteReactor<common::v1::ModelChunk>* AggregatorServiceImpl::GetMode
 grpc::ServerUnaryReactor* AggregatorServiceImpl::OpenRound(
     grpc::CallbackServerContext* context, const aggregator::v1::OpenRoundRequest* request,
     aggregator::v1::OpenRoundResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  if (absl::Status s = CheckCoordinator(*context); !s.ok()) {
+    reactor->Finish(rpc::ToGrpcStatus(s));
+    return reactor;
+  }
   OpenRoundParams params;
   params.task = request->task();
   params.round = request->round();
   params.base_version = request->base_version();
   params.expected_peers.assign(request->expected_peers().begin(), request->expected_peers().end());
   params.max_update_norm = request->max_update_norm();
-  auto* reactor = context->DefaultReactor();
   reactor->Finish(rpc::ToGrpcStatus(core_.OpenRound(params)));
   return reactor;
 }
@@ -309,6 +418,10 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::CloseRound(
     grpc::CallbackServerContext* context, const aggregator::v1::CloseRoundRequest* request,
     aggregator::v1::CloseRoundResponse* response) {
   auto* reactor = context->DefaultReactor();
+  if (absl::Status s = CheckCoordinator(*context); !s.ok()) {
+    reactor->Finish(rpc::ToGrpcStatus(s));
+    return reactor;
+  }
   // Applying the mean is a pass over the model: executor work.
   if (!executor_.TrySubmit([this, reactor, request, response] {
         auto result = core_.CloseRound(request->task(), request->round());
@@ -329,9 +442,10 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::CloseRound(
 grpc::ServerUnaryReactor* AggregatorServiceImpl::ReleaseTask(
     grpc::CallbackServerContext* context, const aggregator::v1::ReleaseTaskRequest* request,
     aggregator::v1::ReleaseTaskResponse* response) {
-  core_.ReleaseTask(request->task());
   auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
+  absl::Status s = CheckCoordinator(*context);
+  if (s.ok()) core_.ReleaseTask(request->task());
+  reactor->Finish(rpc::ToGrpcStatus(s));
   return reactor;
 }
 
@@ -339,16 +453,27 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::SetMembers(
     grpc::CallbackServerContext* context, const aggregator::v1::SetMembersRequest* request,
     aggregator::v1::SetMembersResponse* response) {
   auto* reactor = context->DefaultReactor();
-  const std::string caller = rpc::CallerIdentity(*context);
-  if (!caller.empty() && caller != "coordinator") {
-    reactor->Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                                 "only the coordinator sets a task's members"));
+  if (absl::Status s = CheckCoordinator(*context); !s.ok()) {
+    reactor->Finish(rpc::ToGrpcStatus(s));
     return reactor;
   }
   core_.SetMembers(request->task(),
                    {request->session_tokens().begin(), request->session_tokens().end()});
   reactor->Finish(grpc::Status::OK);
   return reactor;
+}
+
+grpc::ServerWriteReactor<v1::TaskEvent>* AggregatorServiceImpl::WatchTask(
+    grpc::CallbackServerContext* context, const v1::WatchTaskRequest* request) {
+  if (absl::Status s = CheckCoordinator(*context); !s.ok()) {
+    class Refused final : public grpc::ServerWriteReactor<v1::TaskEvent> {
+     public:
+      explicit Refused(const absl::Status& s) { Finish(rpc::ToGrpcStatus(s)); }
+      void OnDone() override { delete this; }
+    };
+    return new Refused(s);
+  }
+  return new WatchTaskReactor(core_, request->task());
 }
 
 }  // namespace shoal::aggregator

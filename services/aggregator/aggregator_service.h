@@ -39,6 +39,8 @@ class AggregatorServiceImpl final
   grpc::ServerUnaryReactor* CloseRound(grpc::CallbackServerContext* context,
                                        const aggregator::v1::CloseRoundRequest* request,
                                        aggregator::v1::CloseRoundResponse* response) override;
+  grpc::ServerWriteReactor<v1::TaskEvent>* WatchTask(grpc::CallbackServerContext* context,
+                                                     const v1::WatchTaskRequest* request) override;
   grpc::ServerUnaryReactor* ReleaseTask(grpc::CallbackServerContext* context,
                                         const aggregator::v1::ReleaseTaskRequest* request,
                                         aggregator::v1::ReleaseTaskResponse* response) override;

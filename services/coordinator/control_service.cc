@@ -169,19 +169,33 @@ grpc::ServerWriteReactor<v1::WatchTaskResponse>* ControlServiceImpl::WatchTask(
 
 grpc::ServerWriteReactor<common::v1::ModelChunk>* ControlServiceImpl::GetModel(
     grpc::CallbackServerContext* context, const v1::GetModelRequest* request) {
+  if (absl::Status s = core_.CheckTaskExists(request->name()); !s.ok()) {
+    return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(s));
+  }
+  auto* reactor = new rpc::ModelWriteReactor(
+      [this](uint64_t bytes, bool) { metrics_.bytes_sent.Increment(static_cast<double>(bytes)); });
   std::optional<uint64_t> version;
   if (request->has_version()) version = request->version();
-  absl::StatusOr<StoredCheckpoint> checkpoint = core_.GetCheckpoint(request->name(), version);
-  if (!checkpoint.ok())
-    return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(checkpoint.status()));
-  // Checkpoints are small next to the transfer itself; reading one here keeps the handler simple.
-  absl::StatusOr<tensor::FlatModel> model = tensor::ReadModelFile(checkpoint->path);
-  if (!model.ok()) return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(model.status()));
-  auto shared = std::make_shared<const tensor::FlatModel>(*std::move(model));
-  common::v1::ModelMeta meta = tensor::MakeModelMeta(request->name(), checkpoint->version, *shared);
-  return new rpc::ModelWriteReactor(shared, std::move(meta), [this](uint64_t bytes, bool) {
-    metrics_.bytes_sent.Increment(static_cast<double>(bytes));
-  });
+  // The store lookup and the file read block: they run on the reads executor.
+  if (!reads_.TrySubmit([this, reactor, name = request->name(), version] {
+        absl::StatusOr<StoredCheckpoint> checkpoint = store_.GetCheckpoint(name, version);
+        if (!checkpoint.ok()) {
+          reactor->Fail(rpc::ToGrpcStatus(checkpoint.status()));
+          return;
+        }
+        absl::StatusOr<tensor::FlatModel> model = tensor::ReadModelFile(checkpoint->path);
+        if (!model.ok()) {
+          reactor->Fail(rpc::ToGrpcStatus(model.status()));
+          return;
+        }
+        auto shared = std::make_shared<const tensor::FlatModel>(*std::move(model));
+        common::v1::ModelMeta meta = tensor::MakeModelMeta(name, checkpoint->version, *shared);
+        reactor->Start(std::move(shared), std::move(meta));
+      })) {
+    reactor->Fail(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                               "too many model downloads in progress; retry later"));
+  }
+  return reactor;
 }
 
 }  // namespace shoal::coordinator

@@ -2,8 +2,10 @@
 
 #include <grpcpp/support/server_callback.h>
 
+#include "libs/common/executor.h"
 #include "services/coordinator/coordinator_core.h"
 #include "services/coordinator/coordinator_metrics.h"
+#include "services/coordinator/task_store.h"
 #include "shoal/coordinator/v1/control.grpc.pb.h"
 
 namespace shoal::coordinator {
@@ -12,8 +14,10 @@ namespace shoal::coordinator {
 // must outlive it.
 class ControlServiceImpl final : public v1::ControlService::CallbackService {
  public:
-  ControlServiceImpl(CoordinatorCore& core, CoordinatorMetrics& metrics)
-      : core_(core), metrics_(metrics) {}
+  // Checkpoint reads (GetModel) run on `reads`, never on a gRPC thread.
+  ControlServiceImpl(CoordinatorCore& core, TaskStore& store, Executor& reads,
+                     CoordinatorMetrics& metrics)
+      : core_(core), store_(store), reads_(reads), metrics_(metrics) {}
 
   grpc::ServerUnaryReactor* CreateTask(grpc::CallbackServerContext* context,
                                        const v1::CreateTaskRequest* request,
@@ -34,6 +38,8 @@ class ControlServiceImpl final : public v1::ControlService::CallbackService {
 
  private:
   CoordinatorCore& core_;
+  TaskStore& store_;
+  Executor& reads_;
   CoordinatorMetrics& metrics_;
 };
 

@@ -15,7 +15,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "libs/common/clock.h"
+#include "libs/common/executor.h"
 #include "services/aggregator/aggregator_client.h"
+#include "services/coordinator/aggregator_pool.h"
+#include "services/coordinator/aggregator_work.h"
 #include "services/coordinator/coordinator_metrics.h"
 #include "services/coordinator/mode_task.h"
 #include "services/coordinator/task_store.h"
@@ -41,29 +44,42 @@ struct CoordinatorOptions {
   absl::Duration heartbeat_interval = absl::Seconds(2);
   int missed_heartbeats = 3;  // a peer silent this many intervals is declared crashed
   absl::Duration aggregator_ttl = absl::Seconds(15);  // unregistered after this silence
-  absl::Duration retry_initial = absl::Milliseconds(250);
-  absl::Duration retry_max = absl::Seconds(5);
-  int max_aggregator_failures = 20;  // consecutive failures of one step before the task fails
-  absl::Duration final_eval_timeout = absl::Seconds(60);
-  absl::Duration aggregator_call_timeout = absl::Seconds(10);  // OpenRound, CloseRound, Release
-  absl::Duration model_transfer_timeout = absl::Minutes(5);    // checkpoints and restores
+  // A task whose aggregator was lost while no other is registered waits this long for one to
+  // register before it fails.
+  absl::Duration aggregator_wait = absl::Minutes(10);
+  ModeOptions mode;
+  AggregatorWorkOptions work;
 };
 
-// The coordinator's control plane: task registry, membership, the federated-sync round state
-// machine and checkpoints. Tasks of other modes (decentralized, gossip) need no aggregator: each
-// gets a ModeTask that the core drives under its lock (membership, their messages, timers) and
-// whose ModeEffects it applies. Plain C++: no gRPC types beyond the protobuf messages.
+// Where the core's blocking work runs (tests pass manual executors and drive them by hand).
+struct CoordinatorExecutors {
+  Executor& calls;      // aggregator control calls (members, rounds, release)
+  Executor& transfers;  // checkpoints and restores (whole models)
+  Executor& store;      // SQLite writes, in order (a single-thread executor)
+};
+
+// The coordinator's control plane: task registry, membership, and the routing of each task's
+// inputs to its ModeTask (services/coordinator/modes/<mode>/), which holds the task's state
+// machine. The core knows no mode: for tasks whose mode uses an aggregator it picks one (and
+// another when it is lost), keeps it told of the members and their session tokens, watches it
+// (AggregatorService.WatchTask) and runs the mode's aggregator work. Plain C++: no gRPC types
+// beyond the protobuf messages.
 //
-// Inputs arrive from gRPC handlers (Connect, OnMessage, CreateTask, ...) and from the driver
-// thread (Step). Outgoing aggregator calls are queued as jobs and run by Step() outside the lock;
-// peer events and status updates are collected under the lock and delivered after it is released.
+// Inputs arrive from gRPC handlers (Connect, OnMessage, CreateTask, ...), from watch streams
+// and work results (executor threads) and from the driver thread (Step, which runs the timers).
+// Each is handled under the lock; its effects (peer events, watcher updates) are delivered after
+// the lock is released, in the order they were decided, and store writes and aggregator calls
+// are handed to the executors: no input ever waits for SQLite, a disk or an aggregator.
 // Thread-safe.
 class CoordinatorCore {
  public:
-  // Loads the tasks kept in `store`; running tasks resume from their latest checkpoint.
+  // Loads the tasks kept in `store`; running tasks resume (federated ones from their newest
+  // checkpoint, restored on an aggregator by their mode).
   static absl::StatusOr<std::unique_ptr<CoordinatorCore>> Create(
       CoordinatorOptions options, TaskStore& store, aggregator::AggregatorClient& aggregators,
-      Clock& clock, CoordinatorMetrics& metrics);
+      CoordinatorExecutors executors, Clock& clock, CoordinatorMetrics& metrics);
+  // Cancels the watch streams and waits for the aggregator work in flight.
+  ~CoordinatorCore();
 
   // --- Peers (SessionService) ---
   // Registers a peer from its Hello; returns its id. `identity` is the common name of the
@@ -77,7 +93,8 @@ class CoordinatorCore {
   // The peer's stream ended (cleanly or not). `sink` guards against a stale stream of a peer
   // that has already reconnected.
   void Disconnect(const std::string& peer_id, const PeerSink* sink);
-  // Errors: INVALID_ARGUMENT for a message that makes no sense (the stream stays open).
+  // Errors: FAILED_PRECONDITION for a message that does not fit (wrong task, stale),
+  // INVALID_ARGUMENT for a malformed one (the stream stays open either way).
   absl::Status OnMessage(const std::string& peer_id, const v1::PeerMessage& message);
 
   // --- Aggregators (RegistryService) ---
@@ -92,19 +109,18 @@ class CoordinatorCore {
   // Calls `callback` now and at every change of the task; returns a handle for Unwatch.
   absl::StatusOr<uint64_t> Watch(const std::string& name, StatusCallback callback);
   void Unwatch(uint64_t handle);
-  // The checkpoint file of the task's latest (or given) model version.
-  absl::StatusOr<StoredCheckpoint> GetCheckpoint(const std::string& name,
-                                                 std::optional<uint64_t> version) const;
+  // Whether a task of that name exists (NOT_FOUND otherwise); for handlers that then look up
+  // its checkpoint in the store on an executor.
+  absl::Status CheckTaskExists(const std::string& name) const;
 
   // --- Driver ---
-  // Runs timers (deadlines, heartbeats) and every queued aggregator job. Blocking; called in a
-  // loop by the driver thread (and directly by tests).
+  // Runs the timers (heartbeats, deadlines, aggregator liveness) and releases retired watch
+  // streams. Called periodically by the driver thread (and directly by tests).
   void Step();
-  // Stores what Step() would store (round summaries updated by EvalReports) without running
-  // timers or jobs; for shutdown.
+  // Queues the store writes of what is still unsaved (round summaries updated by EvalReports,
+  // which Step stores in batches); for shutdown, before the core is destroyed (which waits for
+  // every queued write and call: the executors must keep running until then).
   void SaveUnsaved();
-  // Blocks until a job is queued or `timeout` passes (the driver's idle wait).
-  void WaitForWork(absl::Duration timeout);
 
  private:
   struct Peer {
@@ -115,57 +131,35 @@ class CoordinatorCore {
     absl::Time last_seen;
     std::string task;  // assigned task, empty when idle
   };
-  struct Round {
-    uint64_t number = 0;
-    absl::Time started;
-    absl::Time deadline;
-    std::set<std::string> expected;
-    std::set<std::string> pushed;
-  };
   struct Task {
     v1::TaskStatus status;  // history and everything reported; participants filled on read
     std::set<std::string> peers;
-    bool has_model = false;     // the aggregator holds status.model_version
-    bool members_dirty = true;  // the aggregator must learn the current peers and tokens
-    bool job_in_flight = false;
-    absl::Time retry_at = absl::InfinitePast();
-    int failures = 0;
-    std::string initializer;
-    absl::Time init_deadline;
-    Round round;
+    std::unique_ptr<ModeTask> mode;
     // Model version -> the peers it was published to that have not reported its EvalReport yet.
     // A round's test_* are final (evaluation_complete) once its set is empty.
     std::map<uint64_t, std::set<std::string>> evaluating;
     // Rounds whose summary took EvalReports since it was last stored. Step() stores them, so a
     // round of N peers costs a few writes instead of N.
     std::set<uint64_t> unsaved_rounds;
-    absl::Time eval_deadline;  // of the final round's evaluation
-    std::optional<StoredCheckpoint> restore_from;
-    std::string waiting_notice;  // last Waiting sent, to avoid repeats
-    // Decentralized and gossip tasks: their state machine (no aggregator, no checkpoints).
-    std::unique_ptr<ModeTask> mode;
+    // --- Tasks whose mode uses an aggregator ---
+    // Bumped whenever the aggregator changes or the task ends: results of older work, events
+    // of older watches are dropped.
+    uint64_t epoch = 0;
+    bool members_dirty = true;  // the aggregator must learn the current peers and tokens
+    absl::Time members_retry_at = absl::InfinitePast();
+    std::optional<absl::Time> waiting_for_aggregator_since;
+    std::unique_ptr<aggregator::AggregatorWatch> watch;
   };
-  enum class JobKind { kOpenRound, kCloseRound, kCheckpoint, kRestore, kRelease, kSetMembers };
-  struct Job {
-    JobKind kind = JobKind::kRelease;
-    std::string task;
-    std::string aggregator;
-    uint64_t round = 0;
-    uint64_t version = 0;
-    aggregator::v1::OpenRoundRequest open;
-    aggregator::v1::SetMembersRequest members;
-    StoredCheckpoint checkpoint;
-  };
-  // Work to do after the lock is released: peer events, watcher updates, store writes.
+  // Work to do after the lock is released: peer events, watcher updates.
   using Outbox = std::vector<std::function<void()>>;
 
   CoordinatorCore(CoordinatorOptions options, TaskStore& store,
-                  aggregator::AggregatorClient& aggregators, Clock& clock,
-                  CoordinatorMetrics& metrics);
+                  aggregator::AggregatorClient& aggregators, CoordinatorExecutors executors,
+                  Clock& clock, CoordinatorMetrics& metrics);
 
   // Holds mu_ while one input is handled; on release (still under mu_) it queues the input's
-  // outbox behind those of earlier inputs, so that peer events, watcher updates and store writes
-  // happen in the order they were decided even when inputs race on several threads.
+  // outbox behind those of earlier inputs, so that peer events and watcher updates happen in the
+  // order they were decided even when inputs race on several threads.
   class InputLock {
    public:
     InputLock(CoordinatorCore& core, Outbox& out);
@@ -180,71 +174,95 @@ class CoordinatorCore {
   // Runs the queued effects in order, outside the lock; one thread at a time (a thread that
   // finds another one flushing leaves its effects to it).
   void Flush() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Tasks (coordinator_core_tasks.cc) ---
   // Evaluation bookkeeping (Task::evaluating): a peer was sent ModelPublished{version}; a peer
   // reported, left or failed; a version's evaluation is over (marks its history entry).
-  void ExpectEvaluation(Task& task, const std::string& peer_id, uint64_t version);
-  void EvaluationDone(Task& task, const std::string& peer_id, Outbox& out,
-                      std::optional<uint64_t> version = std::nullopt);
-  void CompleteEvaluation(Task& task, uint64_t version, Outbox& out);
+  void ExpectEvaluation(Task& task, const std::string& peer_id, uint64_t version)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvaluationDone(Task& task, const std::string& peer_id,
+                      std::optional<uint64_t> version = std::nullopt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CompleteEvaluation(Task& task, uint64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Credits an EvalReport to the newest round that produced its version.
+  absl::Status CreditEvalReport(Task& task, const std::string& peer_id,
+                                const v1::EvalReport& report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendTo(const std::string& peer_id, v1::CoordinatorEvent event, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::CoordinatorEvent TaskAssignedEvent(const Task& task) const;
   // The task changed: watchers get its status, the store its record (not its history).
   void MarkChanged(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Only the watchers; for changes confined to the history, which the store keeps per round.
   void NotifyWatchers(const Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Queues a store write of every round in task.unsaved_rounds.
-  void SaveRounds(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StoreRound(const std::string& task, const v1::RoundSummary& round)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores every round in task.unsaved_rounds.
+  void SaveRounds(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::TaskStatus StatusOf(const Task& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Finish(Task& task, v1::TaskState state, const std::string& message, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies what a ModeTask asked for: events, completed rounds, work, changes, the end.
+  void ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes a peer out of its task (it left, crashed or reported an error).
+  void LeaveTask(Task& task, const std::string& peer_id, const std::string& why, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool IsActive(const Task& task) const;
+
+  // --- Peers and reconciling (coordinator_core.cc) ---
   void RemovePeer(const std::string& peer_id, const std::string& why, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Reconcile(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AssignIdlePeers(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Advance(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Finish(Task& task, v1::TaskState state, const std::string& message, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Fail(Task& task, const std::string& step, const absl::Status& status, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static Job MakeJob(JobKind kind, const std::string& task, const std::string& aggregator,
-                     uint64_t round = 0, uint64_t version = 0);
-  void Enqueue(Task& task, Job job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string PickAggregator() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool IsActive(const Task& task) const;
-  // Applies what a ModeTask asked for: events, completed rounds, changes, the end of the task.
-  void ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Tells the task's ModeTask (if any) that a peer left it.
-  void ModeRemovePeer(Task& task, const std::string& peer_id, const std::string& why, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the task can take peers now (open, room, an aggregator if its mode needs one).
+  bool Accepts(const Task& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  void RunJob(const Job& job);
-  // Applies a job's result to its task under the lock (unless the task ended meanwhile), then
-  // reconciles and delivers.
-  void FinishJob(const Job& job, const std::function<void(Task&, Outbox&)>& apply);
-  void OnOpenRoundDone(Task& task, const Job& job, const absl::Status& status, Outbox& out)
+  // --- Aggregators (coordinator_core_aggregators.cc) ---
+  // Gives every aggregator-backed task without an aggregator one (or fails it after waiting
+  // too long), and sends pending member lists.
+  void ReconcileAggregators(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AssignAggregator(Task& task, const std::string& address, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnCloseRoundDone(Task& task, const Job& job,
-                        const absl::StatusOr<aggregator::v1::CloseRoundResponse>& result,
-                        Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnRestoreDone(Task& task, const Job& job, const absl::Status& status, Outbox& out)
+  // The aggregator at `address` is gone (watch broke, registration expired): every task on it
+  // moves to another one or waits.
+  void LoseAggregator(const std::string& address, const std::string& why, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendMembers(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PostWork(Task& task, std::vector<AggregatorWork> work, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartWatch(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RetireWatch(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Inputs from executor and watch threads, for the task's aggregator `epoch`.
+  void OnWorkDone(const std::string& task, uint64_t epoch, const WorkResult& result);
+  void OnMembersSet(const std::string& task, uint64_t epoch, const absl::Status& status);
+  void OnAggregatorEvent(const std::string& task, uint64_t epoch,
+                         const aggregator::v1::TaskEvent& event);
+  void OnWatchDone(const std::string& task, uint64_t epoch, const absl::Status& status);
 
   const CoordinatorOptions options_;
   TaskStore& store_;
   aggregator::AggregatorClient& aggregators_;
+  CoordinatorExecutors executors_;
   Clock& clock_;
   CoordinatorMetrics& metrics_;
+  AggregatorWorkRunner work_;
+  SerialQueue store_writes_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, absl::Time> aggregator_seen_ ABSL_GUARDED_BY(mu_);
+  AggregatorPool pool_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Task> tasks_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> task_order_ ABSL_GUARDED_BY(mu_);  // creation order
-  std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> task_order_ ABSL_GUARDED_BY(mu_);        // creation order
   std::deque<std::function<void()>> effects_ ABSL_GUARDED_BY(mu_);  // see InputLock
   bool flushing_ ABSL_GUARDED_BY(mu_) = false;
   std::map<uint64_t, std::pair<std::string, StatusCallback>> watchers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_watch_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_peer_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_work_ ABSL_GUARDED_BY(mu_) = 1;
+  // Watch streams of tasks that moved or ended; destroyed by Step() outside the lock (their
+  // destructor waits for their callbacks, which take the lock).
+  std::vector<std::unique_ptr<aggregator::AggregatorWatch>> retired_watches_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace shoal::coordinator

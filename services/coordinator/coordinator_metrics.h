@@ -5,7 +5,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
-#include "services/coordinator/gossip_task_metrics.h"
+#include "services/coordinator/modes/gossip/gossip_task_metrics.h"
 
 namespace shoal::coordinator {
 
@@ -41,7 +41,8 @@ struct CoordinatorMetrics {
   prometheus::Histogram& decentralized_sync_duration;     // successful model syncs
   prometheus::Gauge& decentralized_round_participants;    // of the last completed round
   prometheus::Histogram& decentralized_round_overhead;    // first ready -> last SharingDone
-  GossipTaskMetrics gossip;  // gossip tasks (services/coordinator/gossip_task_metrics.h)
+  GossipTaskMetrics
+      gossip;  // gossip tasks (services/coordinator/modes/gossip/gossip_task_metrics.h)
 };
 
 }  // namespace shoal::coordinator

@@ -18,6 +18,9 @@ absl::Status CoordinatorServerOptions::Validate() const {
   if (heartbeat_interval < absl::Milliseconds(100) || heartbeat_interval > absl::Minutes(5)) {
     return absl::InvalidArgumentError("--heartbeat-interval: must be between 100ms and 5m");
   }
+  if (aggregator_wait < absl::Seconds(1)) {
+    return absl::InvalidArgumentError("--aggregator-wait: must be at least 1s");
+  }
   return absl::OkStatus();
 }
 
@@ -31,13 +34,23 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                          metrics::MetricsServer::Start(options.metrics_listen, "--metrics-listen"));
   s->coordinator_metrics_ = std::make_unique<CoordinatorMetrics>(s->metrics_->registry());
   s->aggregators_ = std::make_unique<aggregator::GrpcAggregatorClient>(credentials.channel());
+  // Bounded queues that in practice never fill (every task has at most a few calls queued); a
+  // full one makes the caller run the work itself rather than lose it (SerialQueue).
+  s->calls_ = std::make_unique<ThreadPool>(4, 4096);
+  s->transfers_ = std::make_unique<ThreadPool>(2, 4096);
+  s->store_writes_ = std::make_unique<ThreadPool>(1, 1 << 16);
+  s->reads_ = std::make_unique<ThreadPool>(2, 64);
   CoordinatorOptions core_options;
   core_options.heartbeat_interval = options.heartbeat_interval;
-  SHOAL_ASSIGN_OR_RETURN(s->core_,
-                         CoordinatorCore::Create(core_options, *s->store_, *s->aggregators_,
-                                                 RealClock::Get(), *s->coordinator_metrics_));
+  core_options.aggregator_wait = options.aggregator_wait;
+  SHOAL_ASSIGN_OR_RETURN(
+      s->core_,
+      CoordinatorCore::Create(core_options, *s->store_, *s->aggregators_,
+                              CoordinatorExecutors{*s->calls_, *s->transfers_, *s->store_writes_},
+                              RealClock::Get(), *s->coordinator_metrics_));
   s->session_service_ = std::make_unique<SessionServiceImpl>(*s->core_);
-  s->control_service_ = std::make_unique<ControlServiceImpl>(*s->core_, *s->coordinator_metrics_);
+  s->control_service_ = std::make_unique<ControlServiceImpl>(*s->core_, *s->store_, *s->reads_,
+                                                             *s->coordinator_metrics_);
   s->registry_service_ = std::make_unique<RegistryServiceImpl>(*s->core_);
   rpc::ServerOptions server_options;
   server_options.listen = options.listen;
@@ -65,19 +78,33 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 
 void CoordinatorServer::DriverLoop() {
-  while (!stopping_.load()) {
+  absl::MutexLock lock(&driver_mu_);
+  while (!stopping_) {
+    driver_mu_.Unlock();
     core_->Step();
-    core_->WaitForWork(absl::Milliseconds(100));
+    driver_mu_.Lock();
+    // Timers need no finer grain; inputs never wait for the driver.
+    driver_mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(100));
   }
-  // The server takes no more calls: store what the last inputs left unsaved (EvalReports are
-  // stored in batches), without starting new aggregator jobs.
-  core_->SaveUnsaved();
 }
 
 void CoordinatorServer::Shutdown() {
-  if (stopping_.exchange(true)) return;
+  {
+    absl::MutexLock lock(&driver_mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
   if (server_) server_->Shutdown(absl::Seconds(2));
   if (driver_.joinable()) driver_.join();
+  if (core_) {
+    // The server takes no more calls: store what the last inputs left unsaved (EvalReports are
+    // stored in batches) and wait for the store writes.
+    core_->SaveUnsaved();
+    core_.reset();  // cancels the watches, waits for the aggregator calls in flight
+  }
+  for (ThreadPool* pool : {reads_.get(), calls_.get(), transfers_.get(), store_writes_.get()}) {
+    if (pool != nullptr) pool->Shutdown();
+  }
 }
 
 }  // namespace shoal::coordinator

@@ -1,17 +1,18 @@
 #pragma once
 
-#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "libs/common/executor.h"
 #include "libs/metrics/metrics_server.h"
 #include "libs/rpc/server.h"
 #include "libs/rpc/tls.h"
-#include "services/aggregator/aggregator_client.h"
+#include "services/aggregator/grpc_aggregator_client.h"
 #include "services/coordinator/control_service.h"
 #include "services/coordinator/coordinator_core.h"
 #include "services/coordinator/coordinator_metrics.h"
@@ -27,15 +28,17 @@ struct CoordinatorServerOptions {
   std::string state_dir;
   std::string address_file;  // optional: where to write the bound addresses
   absl::Duration heartbeat_interval = absl::Seconds(2);
+  // How long a task whose aggregator was lost waits for another one to register before it fails.
+  absl::Duration aggregator_wait = absl::Minutes(10);
   rpc::TlsOptions tls;
 
   // Errors name the flag: INVALID_ARGUMENT "--state-dir: ...".
   absl::Status Validate() const;
 };
 
-// The shoal-coordinator process: owns the store, the core, the gRPC server, the metrics endpoint
-// and the driver thread that runs the core's timers and aggregator calls. Not thread-safe: one
-// owner starts it and shuts it down.
+// The shoal-coordinator process: owns the store, the executors, the core, the gRPC server, the
+// metrics endpoint and the driver thread that runs the core's timers. Not thread-safe: one owner
+// starts it and shuts it down.
 class CoordinatorServer {
  public:
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
@@ -56,12 +59,18 @@ class CoordinatorServer {
   std::unique_ptr<CoordinatorMetrics> coordinator_metrics_;
   std::unique_ptr<TaskStore> store_;
   std::unique_ptr<aggregator::GrpcAggregatorClient> aggregators_;
+  // Blocking work, off the gRPC threads (CoordinatorExecutors); outlive the core.
+  std::unique_ptr<ThreadPool> calls_;
+  std::unique_ptr<ThreadPool> transfers_;
+  std::unique_ptr<ThreadPool> store_writes_;
+  std::unique_ptr<ThreadPool> reads_;  // ControlService.GetModel's checkpoint reads
   std::unique_ptr<CoordinatorCore> core_;
   std::unique_ptr<SessionServiceImpl> session_service_;
   std::unique_ptr<ControlServiceImpl> control_service_;
   std::unique_ptr<RegistryServiceImpl> registry_service_;
   std::unique_ptr<rpc::Server> server_;
-  std::atomic<bool> stopping_{false};
+  absl::Mutex driver_mu_;
+  bool stopping_ ABSL_GUARDED_BY(driver_mu_) = false;
   std::thread driver_;
 };
 

@@ -22,6 +22,9 @@ ABSL_FLAG(std::string, tls_dir, "",
 ABSL_FLAG(bool, insecure, false, "serve and call plaintext gRPC instead of mutual TLS");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2),
           "how often peers send heartbeats; 3 missed = crashed");
+ABSL_FLAG(absl::Duration, aggregator_wait, absl::Minutes(10),
+          "how long a task whose aggregator was lost waits for another one to register before "
+          "it fails (tasks move to another registered aggregator at once)");
 
 int main(int argc, char** argv) {
   shoal::rpc::BlockShutdownSignals();
@@ -31,7 +34,8 @@ int main(int argc, char** argv) {
       argc, argv,
       {.program = "shoal-coordinator",
        .usage = "--state-dir DIR (--tls-dir DIR | --insecure) [--listen HOST:PORT] "
-                "[--metrics-listen HOST:PORT] [--heartbeat-interval D] [--address-file PATH]",
+                "[--metrics-listen HOST:PORT] [--heartbeat-interval D] [--aggregator-wait D] "
+                "[--address-file PATH]",
        .summary = "The Shoal coordinator: task registry, membership, rounds, checkpoints and the "
                   "ControlService API."});
 
@@ -41,6 +45,7 @@ int main(int argc, char** argv) {
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
   options.address_file = absl::GetFlag(FLAGS_address_file);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  options.aggregator_wait = absl::GetFlag(FLAGS_aggregator_wait);
   options.tls.dir = absl::GetFlag(FLAGS_tls_dir);
   options.tls.insecure = absl::GetFlag(FLAGS_insecure);
   if (absl::Status s = options.Validate(); !s.ok()) {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -9,18 +10,51 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "services/coordinator/coordinator_metrics.h"
+#include "services/coordinator/task_store.h"
+#include "shoal/aggregator/v1/aggregator.pb.h"
 #include "shoal/coordinator/v1/control.pb.h"
 #include "shoal/coordinator/v1/session.pb.h"
 
 namespace shoal::coordinator {
 
+// Aggregator work a mode asks for: the core runs it off the gRPC threads, on the task's own queue
+// (one call at a time per task, in the order asked; checkpoints and restores, which move whole
+// models, on a second queue of the task), and hands the result back to ModeTask::OnWorkDone.
+struct AggregatorWork {
+  enum class Kind {
+    kOpenRound,   // `open` (task filled in by the core)
+    kCloseRound,  // `close` -> WorkResult::closed
+    // Pull model `version` from the aggregator and store it as the checkpoint of `round`.
+    // Fire and forget: its result only reaches the mode when it failed.
+    kCheckpoint,
+    // Put the task's newest checkpoint at the aggregator -> WorkResult::restored. NOT_FOUND when
+    // the task has none (the mode then initializes a model from a peer).
+    kRestore,
+  };
+  Kind kind = Kind::kOpenRound;
+  uint64_t id = 0;  // set by the core
+  aggregator::v1::OpenRoundRequest open;
+  aggregator::v1::CloseRoundRequest close;
+  uint64_t version = 0;  // kCheckpoint
+  uint64_t round = 0;    // kCheckpoint
+};
+
+struct WorkResult {
+  AggregatorWork work;  // what was asked (kind, id, request)
+  absl::Status status;
+  aggregator::v1::CloseRoundResponse closed;  // kCloseRound
+  StoredCheckpoint restored;                  // kRestore
+};
+
 // What a mode's state machine asks CoordinatorCore to do after one input. The core applies it
-// under its lock and delivers the events after releasing it.
+// under its lock and delivers events, store writes and aggregator work after releasing it.
 struct ModeEffects {
-  // Events for peers, in order: {peer id, event}.
+  // Events for peers, in order: {peer id, event}. The core sets each event's task.
   std::vector<std::pair<std::string, v1::CoordinatorEvent>> events;
   // Rounds that completed; the core appends them to the history and persists them.
   std::vector<v1::RoundSummary> rounds_completed;
+  // Aggregator work (only for modes that use an aggregator); ids are assigned by the core.
+  std::vector<AggregatorWork> work;
   // The status changed: watchers are notified and the task is persisted.
   bool changed = false;
   // End the task (completed, failed): the core sends TaskFinished and releases its peers.
@@ -28,6 +62,10 @@ struct ModeEffects {
 
   void Send(const std::string& peer_id, v1::CoordinatorEvent event) {
     events.emplace_back(peer_id, std::move(event));
+  }
+  void Ask(AggregatorWork w) { work.push_back(std::move(w)); }
+  void Finish(v1::TaskState state, std::string message) {
+    finish.emplace(state, std::move(message));
   }
 };
 
@@ -37,13 +75,28 @@ struct ModePeer {
   std::string address;  // HOST:PORT of its PeerService
 };
 
-// The state machine of a task whose mode needs no aggregator (decentralized, gossip). Plain C++
-// driven by CoordinatorCore under its lock, one call per input, with the time of the input: no
-// threads, no I/O, no clock of its own (unit tests drive it event by event). Every call receives
-// the task's status to read and update (state, phase, round, peers, message).
+// Settings every mode may use (from CoordinatorOptions).
+struct ModeOptions {
+  absl::Duration final_eval_timeout = absl::Seconds(60);
+  absl::Duration retry_initial = absl::Milliseconds(250);
+  absl::Duration retry_max = absl::Seconds(5);
+  int max_failures = 20;  // consecutive failed aggregator calls (not counting lost aggregators)
+};
+
+// The state machine of one task in one mode (services/coordinator/modes/<mode>/). Plain C++ driven
+// by CoordinatorCore under its lock, one call per input, with the time of the input: no threads,
+// no I/O, no clock of its own (unit tests drive it event by event). Every call receives the
+// task's status to read and update (state, phase, round, model version, message). Messages,
+// membership and timers come from the core; aggregator work goes out through ModeEffects and its
+// results come back through OnWorkDone.
 class ModeTask {
  public:
   virtual ~ModeTask() = default;
+
+  // Whether the task runs through an aggregator. For such tasks the core picks a registered
+  // aggregator (and another one when it is lost), tells it the members and their session tokens
+  // before any work of the mode, watches it, and releases the task there when it ends.
+  virtual bool UsesAggregator() const { return false; }
 
   // The peer was assigned to the task (the core has sent it TaskAssigned).
   virtual void AddPeer(const ModePeer& peer, absl::Time now, v1::TaskStatus& status,
@@ -51,17 +104,36 @@ class ModeTask {
   // The peer left the task: graceful Leave, crash (stream lost, missed heartbeats) or PeerError.
   virtual void RemovePeer(const std::string& peer_id, const std::string& why, absl::Time now,
                           v1::TaskStatus& status, ModeEffects& fx) = 0;
-  // A message of this mode from a member of the task; EvalReports are passed too (after the core
-  // credited them to the history). Errors: FAILED_PRECONDITION a stale or unexpected message,
-  // INVALID_ARGUMENT a malformed one; the core counts them and answers nothing else.
+  // A message from a member of the task that the core does not handle itself (all but Hello,
+  // Heartbeat, Leave and PeerError); EvalReports are passed too, after the core credited them to
+  // the history. Errors: FAILED_PRECONDITION a stale or unexpected message, INVALID_ARGUMENT a
+  // malformed one; the core counts them and answers nothing else.
   virtual absl::Status OnMessage(const std::string& peer_id, const v1::PeerMessage& message,
                                  absl::Time now, v1::TaskStatus& status, ModeEffects& fx) = 0;
   // Timers (deadlines). Called whenever the core reconciles, at least every heartbeat interval.
   virtual void Tick(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) = 0;
+
+  // --- Modes that use an aggregator ---
+  // The task has an aggregator at `address`: the first one, or a replacement for one that was
+  // lost (then the core has re-sent TaskAssigned to the peers, and the results of work asked
+  // before are dropped). The new aggregator holds nothing of the task yet.
+  virtual void OnAggregator(const std::string& address, absl::Time now, v1::TaskStatus& status,
+                            ModeEffects& fx) {}
+  // The task's aggregator is gone and none other is registered: nothing runs until the next
+  // OnAggregator (work asked meanwhile is dropped).
+  virtual void OnAggregatorLost(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {}
+  // An event of the aggregator's watch stream (WatchStarted, PushAccepted).
+  virtual void OnAggregatorEvent(const aggregator::v1::TaskEvent& event, absl::Time now,
+                                 v1::TaskStatus& status, ModeEffects& fx) {}
+  // The result of work asked through ModeEffects::Ask.
+  virtual void OnWorkDone(const WorkResult& result, absl::Time now, v1::TaskStatus& status,
+                          ModeEffects& fx) {}
 };
 
-// The ModeTask for `status.spec().mode()` (decentralized or gossip); nullptr for federated-sync.
-// `status` may come from the task store after a coordinator restart (round, history kept).
-std::unique_ptr<ModeTask> MakeModeTask(const v1::TaskStatus& status, CoordinatorMetrics& metrics);
+// Creates the ModeTask of `status.spec().mode()` (services/coordinator/mode_registry.cc: one line
+// per mode); nullptr for a mode this coordinator does not run. `status` may come from the task
+// store after a coordinator restart (round, model version and history kept).
+std::unique_ptr<ModeTask> MakeModeTask(const v1::TaskStatus& status, const ModeOptions& options,
+                                       CoordinatorMetrics& metrics);
 
 }  // namespace shoal::coordinator

@@ -10,7 +10,7 @@
 #include "libs/rpc/server.h"
 #include "libs/rpc/tls.h"
 #include "libs/training/partition.h"
-#include "services/aggregator/aggregator_client.h"
+#include "services/aggregator/grpc_aggregator_client.h"
 #include "services/peer_agent/peer_agent.h"
 #include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"

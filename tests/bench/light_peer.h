@@ -19,7 +19,7 @@
 #include "absl/time/time.h"
 #include "libs/common/executor.h"
 #include "libs/tensor/flat_model.h"
-#include "services/aggregator/aggregator_client.h"
+#include "services/aggregator/grpc_aggregator_client.h"
 #include "shoal/coordinator/v1/session.grpc.pb.h"
 
 namespace shoal::bench {
@@ -81,7 +81,7 @@ class Fleet {
   const std::chrono::steady_clock::time_point epoch_;
   std::shared_ptr<const tensor::FlatModel> model_;
   std::unique_ptr<aggregator::AggregatorClient> aggregator_;
-  Executor calls_;
+  ThreadPool calls_;
   std::vector<std::unique_ptr<LightPeer>> peers_;
   std::atomic<bool> stopping_{false};
   std::atomic<int> welcomed_{0};

@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
   auto core =
       shoal::aggregator::AggregatorCore::Create(core_options, shoal::RealClock::Get(), metrics);
   if (!core.ok()) Die(std::string(core.status().message()));
-  shoal::Executor executor(2, 16);
+  shoal::ThreadPool executor(2, 16);
   shoal::aggregator::AggregatorServiceImpl service({core_options.limits}, **core, executor,
                                                    metrics);
   shoal::rpc::ServerOptions server_options;

@@ -71,7 +71,7 @@ TEST_F(CoordinatorCoreTest, DecentralizedTaskNeedsNoAggregatorAndRoutesPeerMessa
   a->Take();
   auto b = Join("b");
   b->Take();
-  core_->Step();
+  Step();
   EXPECT_TRUE(aggregator_.members.empty());
   v1::TaskStatus status = Status("d");
   EXPECT_THAT(status.participants(), UnorderedElementsAre("a", "b"));
@@ -116,7 +116,7 @@ TEST_F(CoordinatorCoreTest, DecentralizedTaskNeedsNoAggregatorAndRoutesPeerMessa
   EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kTaskFinished));
   EXPECT_THAT(aggregator_.released, IsEmpty());
   EXPECT_TRUE(aggregator_.opened.empty());
-  core_->Step();
+  Step();
   EXPECT_THAT(aggregator_.released, IsEmpty());
 }
 
@@ -163,7 +163,7 @@ TEST_F(CoordinatorCoreTest, DecentralizedTaskResumesAfterRestartAndLosesPeers) {
   EXPECT_EQ(status.state(), v1::TASK_STATE_WAITING);
   EXPECT_EQ(status.model_version(), 1u);
   EXPECT_EQ(status.history_size(), 1);
-  core_->Step();
+  Step();
   EXPECT_THAT(aggregator_.puts, IsEmpty());
 
   // a comes back holding round 1: round 2 opens. b arrives with the initial model and is
@@ -203,7 +203,7 @@ TEST_F(CoordinatorCoreTest, DecentralizedTaskResumesAfterRestartAndLosesPeers) {
 
   // b goes silent: declared crashed after missed heartbeats.
   clock_.Advance(absl::Seconds(7));
-  core_->Step();
+  Step();
   ASSERT_TRUE(b->closed.has_value());
   status = Status("d");
   EXPECT_THAT(status.participants(), IsEmpty());

@@ -1,9 +1,10 @@
 #pragma once
 
 // Fakes, helpers and the fixture of the CoordinatorCore tests (coordinator_core_test.cc,
-// coordinator_core_decentralized_test.cc): the coordinator's state machine driven event by event
-// with a fake clock, a fake aggregator and fake peer streams; the task store is the real SQLite
-// store in a temp dir.
+// coordinator_core_decentralized_test.cc, coordinator_failover_test.cc): the coordinator driven
+// event by event with a fake clock, a scripted aggregator (tests/fakes) and fake peer streams;
+// the aggregator work and store writes run on manual executors that Step() drains; the task
+// store is the real SQLite store in a temp dir.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -18,6 +19,8 @@
 #include <vector>
 
 #include "services/coordinator/coordinator_core.h"
+#include "tests/fakes/manual_executor.h"
+#include "tests/fakes/scripted_aggregator.h"
 
 namespace shoal::coordinator::core_testing {
 
@@ -36,63 +39,7 @@ class FakeSink final : public PeerSink {
   std::optional<absl::Status> closed;
 };
 
-class FakeAggregator final : public aggregator::AggregatorClient {
- public:
-  absl::Status OpenRound(const std::string& address,
-                         const aggregator::v1::OpenRoundRequest& request, absl::Time) override {
-    opened.push_back(request);
-    return open_status;
-  }
-  absl::StatusOr<aggregator::v1::CloseRoundResponse> CloseRound(
-      const std::string& address, const aggregator::v1::CloseRoundRequest& request,
-      absl::Time) override {
-    closed.push_back(request);
-    if (!close_status.ok()) return close_status;
-    aggregator::v1::CloseRoundResponse response;
-    if (!contributors.empty()) ++version;
-    response.set_version(version);
-    for (const auto& c : contributors) response.add_contributors(c);
-    response.set_num_samples(100 * contributors.size());
-    response.set_mean_train_loss(0.5);
-    return response;
-  }
-  absl::StatusOr<tensor::FlatModel> GetModel(const std::string&, const std::string&, uint64_t v,
-                                             const aggregator::Caller&, absl::Time) override {
-    tensor::FlatModel model;
-    model.layout = *tensor::ModelLayout::Create({{"w", {2}}});
-    model.values = {static_cast<float>(v), 1.0f};
-    return model;
-  }
-  absl::StatusOr<uint64_t> PutModel(const std::string&, const common::v1::ModelMeta& meta,
-                                    std::shared_ptr<const tensor::FlatModel> model,
-                                    const aggregator::Caller&, absl::Time) override {
-    puts.push_back({meta.task(), meta.version()});
-    return model->Digest();
-  }
-  absl::StatusOr<bool> PushUpdate(const std::string&, const aggregator::v1::UpdateMeta&,
-                                  std::shared_ptr<const tensor::FlatModel>, absl::Time) override {
-    return absl::UnimplementedError("the coordinator never pushes");
-  }
-  absl::Status SetMembers(const std::string&, const aggregator::v1::SetMembersRequest& request,
-                          absl::Time) override {
-    members.push_back(request);
-    return absl::OkStatus();
-  }
-  absl::Status ReleaseTask(const std::string&, const std::string& task, absl::Time) override {
-    released.push_back(task);
-    return absl::OkStatus();
-  }
-
-  absl::Status open_status;
-  absl::Status close_status;
-  std::vector<std::string> contributors;
-  uint64_t version = 0;
-  std::vector<aggregator::v1::OpenRoundRequest> opened;
-  std::vector<aggregator::v1::CloseRoundRequest> closed;
-  std::vector<std::pair<std::string, uint64_t>> puts;
-  std::vector<std::string> released;
-  std::vector<aggregator::v1::SetMembersRequest> members;
-};
+using FakeAggregator = fakes::ScriptedAggregator;
 
 inline common::v1::TaskSpec Spec(const std::string& name, uint32_t min, uint32_t rounds) {
   common::v1::TaskSpec spec;
@@ -119,15 +66,6 @@ inline v1::Hello Hello(const std::string& name, uint32_t shard = 0, uint32_t cou
   hello.set_shard_index(shard);
   hello.set_shard_count(count);
   return hello;
-}
-
-inline v1::PeerMessage Pushed(const std::string& task, uint64_t round) {
-  v1::PeerMessage m;
-  m.set_task(task);
-  m.mutable_update_pushed()->set_round(round);
-  m.mutable_update_pushed()->set_num_samples(100);
-  m.mutable_update_pushed()->set_train_loss(0.5);
-  return m;
 }
 
 inline v1::PeerMessage Eval(const std::string& task, uint64_t version, uint64_t correct,
@@ -158,14 +96,38 @@ class CoordinatorCoreTest : public ::testing::Test {
     store_ = *TaskStore::Open(dir_.string());
     Recreate();
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override {
+    RunWork();  // work queued for the core must run before it goes
+    core_.reset();
+    std::filesystem::remove_all(dir_);
+  }
 
   void Recreate() {
+    RunWork();
     core_.reset();
     metrics_ = std::make_unique<CoordinatorMetrics>(registry_);
-    auto core = CoordinatorCore::Create(options_, *store_, aggregator_, clock_, *metrics_);
+    auto core = CoordinatorCore::Create(options_, *store_, aggregator_,
+                                        CoordinatorExecutors{calls_, transfers_, store_writes_},
+                                        clock_, *metrics_);
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = *std::move(core);
+  }
+
+  // Runs the queued aggregator work and store writes (and what they queue in turn).
+  void RunWork() {
+    while (calls_.RunAll() + transfers_.RunAll() + store_writes_.RunAll() > 0) {
+    }
+  }
+  // The driver's tick, then the work it and earlier inputs queued.
+  void Step() {
+    RunWork();
+    core_->Step();
+    RunWork();
+  }
+  // The aggregator accepted `peer`'s update for `round` (its watch stream says so); the work
+  // that follows runs at the next Step().
+  void Accept(const std::string& task, uint64_t round, const std::string& peer) {
+    aggregator_.Accept(task, round, peer);
   }
 
   std::shared_ptr<FakeSink> Join(const std::string& name) {
@@ -186,10 +148,10 @@ class CoordinatorCoreTest : public ::testing::Test {
     EXPECT_TRUE(core_->CreateTask(spec).ok());
     std::map<std::string, std::shared_ptr<FakeSink>> sinks;
     for (const auto& p : peers) sinks[p] = Join(p);
-    core_->Step();  // the aggregator learns the members first
+    Step();  // the aggregator learns the members, then no checkpoint is found
     EXPECT_EQ(Status(spec.name()).phase(), v1::ROUND_PHASE_INITIALIZING);
     EXPECT_TRUE(core_->OnMessage(peers.front(), Initialized(spec.name())).ok());
-    core_->Step();
+    Step();
     return sinks;
   }
 
@@ -198,6 +160,9 @@ class CoordinatorCoreTest : public ::testing::Test {
   CoordinatorOptions options_;
   FakeClock clock_;
   FakeAggregator aggregator_;
+  fakes::ManualExecutor calls_;
+  fakes::ManualExecutor transfers_;
+  fakes::ManualExecutor store_writes_;
   std::unique_ptr<TaskStore> store_;
   std::unique_ptr<CoordinatorMetrics> metrics_;
   std::unique_ptr<CoordinatorCore> core_;

@@ -24,7 +24,7 @@ TEST_F(CoordinatorCoreTest, FullTaskRunsRoundsAndCompletes) {
   auto a = Join("a");
   EXPECT_THAT(a->Take(),
               ElementsAre(v1::CoordinatorEvent::kWelcome, v1::CoordinatorEvent::kTaskAssigned));
-  core_->Step();  // SetMembers, then a peer is asked for the initial model
+  Step();  // SetMembers, then a peer is asked for the initial model
   ASSERT_FALSE(aggregator_.members.empty());
   EXPECT_EQ(aggregator_.members.back().session_tokens().count("a"), 1u);
   EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kInitializeModel));
@@ -35,7 +35,7 @@ TEST_F(CoordinatorCoreTest, FullTaskRunsRoundsAndCompletes) {
   auto b = Join("b");
   EXPECT_THAT(b->Take(),
               ElementsAre(v1::CoordinatorEvent::kWelcome, v1::CoordinatorEvent::kTaskAssigned));
-  core_->Step();  // runs OpenRound
+  Step();  // runs OpenRound
   ASSERT_EQ(aggregator_.opened.size(), 1u);
   EXPECT_EQ(aggregator_.opened[0].round(), 1u);
   EXPECT_THAT(aggregator_.opened[0].expected_peers(), UnorderedElementsAre("a", "b"));
@@ -44,12 +44,12 @@ TEST_F(CoordinatorCoreTest, FullTaskRunsRoundsAndCompletes) {
   EXPECT_EQ(Status("t").state(), v1::TASK_STATE_RUNNING);
   EXPECT_EQ(Status("t").phase(), v1::ROUND_PHASE_TRAINING);
 
-  ASSERT_TRUE(core_->OnMessage("a", Pushed("t", 1)).ok());
-  core_->Step();
+  Accept("t", 1, "a");
+  Step();
   EXPECT_TRUE(aggregator_.closed.empty()) << "must wait for b";
-  ASSERT_TRUE(core_->OnMessage("b", Pushed("t", 1)).ok());
   aggregator_.contributors = {"a", "b"};
-  core_->Step();  // closes round 1, checkpoints version 1, opens round 2
+  Accept("t", 1, "b");
+  Step();  // closes round 1, checkpoints version 1, opens round 2
   ASSERT_EQ(aggregator_.closed.size(), 1u);
   EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kModelPublished,
                                      v1::CoordinatorEvent::kRoundStarted));
@@ -67,20 +67,21 @@ TEST_F(CoordinatorCoreTest, FullTaskRunsRoundsAndCompletes) {
   EXPECT_DOUBLE_EQ(status.history(0).test_accuracy(), 0.85);
   EXPECT_EQ(status.history(0).test_samples(), 200u);
   EXPECT_EQ(status.round(), 2u);
-  auto checkpoint = core_->GetCheckpoint("t", std::nullopt);
+  auto checkpoint = store_->GetCheckpoint("t", std::nullopt);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   EXPECT_EQ(checkpoint->version, 1u);
   EXPECT_TRUE(std::filesystem::exists(checkpoint->path));
 
   // Round 2: b never pushes; the round closes at its deadline and b is dropped from it only.
   b->Take();
-  ASSERT_TRUE(core_->OnMessage("a", Pushed("t", 2)).ok());
+  Accept("t", 2, "a");
   aggregator_.contributors = {"a"};
-  core_->Step();
+  Step();
   EXPECT_EQ(aggregator_.closed.size(), 1u);
   clock_.Advance(absl::Seconds(31));
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());  // it is alive and registers
   ASSERT_TRUE(core_->OnMessage("a", v1::PeerMessage()).code() ==
-              absl::StatusCode::kFailedPrecondition);  // empty message is rejected, a lives on
+              absl::StatusCode::kInvalidArgument);  // an empty message is rejected, a lives on
   ASSERT_TRUE(core_
                   ->OnMessage("b",
                               [] {
@@ -89,7 +90,7 @@ TEST_F(CoordinatorCoreTest, FullTaskRunsRoundsAndCompletes) {
                                 return m;
                               }())
                   .ok());
-  core_->Step();
+  Step();
   ASSERT_EQ(aggregator_.closed.size(), 2u);
   status = Status("t");
   ASSERT_EQ(status.history_size(), 2);
@@ -102,7 +103,7 @@ TEST_F(CoordinatorCoreTest, FullTaskRunsRoundsAndCompletes) {
   // b leaves before it reports: the evaluation of version 2 is complete without it.
   EXPECT_FALSE(Status("t").history(1).evaluation_complete());
   core_->Disconnect("b", b.get());
-  core_->Step();
+  Step();
   status = Status("t");
   EXPECT_TRUE(status.history(1).evaluation_complete());
   EXPECT_EQ(status.history(1).test_samples(), 100u);
@@ -150,9 +151,9 @@ TEST_F(CoordinatorCoreTest, JoinTokensGateTasksAndSessionTokensReachTheAggregato
   EXPECT_EQ(token.size(), 32u);
   ASSERT_EQ(sink->events[1].kind_case(), v1::CoordinatorEvent::kTaskAssigned);
   EXPECT_TRUE(sink->events[1].task_assigned().spec().join_token().empty());
-  core_->Step();
+  Step();
   ASSERT_TRUE(core_->OnMessage("a", Initialized("secret")).ok());
-  core_->Step();
+  Step();
   ASSERT_EQ(aggregator_.opened.size(), 1u);
   ASSERT_FALSE(aggregator_.members.empty());
   EXPECT_EQ(aggregator_.members.back().session_tokens().at("a"), token);
@@ -166,11 +167,11 @@ TEST_F(CoordinatorCoreTest, JoinTokensGateTasksAndSessionTokensReachTheAggregato
 TEST_F(CoordinatorCoreTest, CrashedPeerDoesNotStallTheRound) {
   auto sinks = StartTask(Spec("t", 2, 5), {"a", "b", "c"});
   ASSERT_EQ(Status("t").phase(), v1::ROUND_PHASE_TRAINING);
-  ASSERT_TRUE(core_->OnMessage("a", Pushed("t", 1)).ok());
-  ASSERT_TRUE(core_->OnMessage("b", Pushed("t", 1)).ok());
+  Accept("t", 1, "a");
+  Accept("t", 1, "b");
   core_->Disconnect("c", sinks["c"].get());  // c's stream broke
   aggregator_.contributors = {"a", "b"};
-  core_->Step();
+  Step();
   ASSERT_EQ(aggregator_.closed.size(), 1u) << "closed without waiting for the deadline";
   EXPECT_THAT(Status("t").participants(), UnorderedElementsAre("a", "b"));
   EXPECT_EQ(Status("t").round(), 2u);
@@ -184,7 +185,7 @@ TEST_F(CoordinatorCoreTest, SilentPeerIsDeclaredCrashedAfterMissedHeartbeats) {
     v1::PeerMessage hb;
     hb.mutable_heartbeat();
     ASSERT_TRUE(core_->OnMessage("a", hb).ok());
-    core_->Step();
+    Step();
   }
   ASSERT_TRUE(sinks["b"]->closed.has_value());
   EXPECT_EQ(sinks["b"]->closed->code(), absl::StatusCode::kUnavailable);
@@ -194,12 +195,15 @@ TEST_F(CoordinatorCoreTest, SilentPeerIsDeclaredCrashedAfterMissedHeartbeats) {
 
 TEST_F(CoordinatorCoreTest, StaleAndForeignMessagesAreRejected) {
   auto sinks = StartTask(Spec("t", 1, 5), {"a"});
-  EXPECT_EQ(core_->OnMessage("a", Pushed("t", 7)).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(core_->OnMessage("a", Pushed("other", 1)).code(),
-            absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(core_->OnMessage("a", Eval("t", 0, 5, 4)).code(),
-            absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(core_->OnMessage("nobody", Pushed("t", 1)).code(),
+  v1::PeerMessage join;
+  join.set_task("t");
+  join.mutable_join_round()->set_round(1);
+  EXPECT_EQ(core_->OnMessage("a", join).code(), absl::StatusCode::kFailedPrecondition)
+      << "a decentralized message to a federated-sync task";
+  join.set_task("other");
+  EXPECT_EQ(core_->OnMessage("a", join).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_->OnMessage("a", Eval("t", 0, 5, 4)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_->OnMessage("nobody", Eval("t", 0, 1, 4)).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Status("t").round(), 1u);
 }
@@ -217,48 +221,70 @@ TEST_F(CoordinatorCoreTest, CreateTaskValidatesAndIsIdempotent) {
   EXPECT_EQ(core_->StopTask("nope").status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(CoordinatorCoreTest, AggregatorFailuresRetryThenFailTheTask) {
-  options_.max_aggregator_failures = 3;
+TEST_F(CoordinatorCoreTest, AggregatorErrorsRetryThenFailTheTask) {
+  options_.mode.max_failures = 3;
   Recreate();
-  aggregator_.open_status = absl::UnavailableError("connection refused");
+  aggregator_.open_status = absl::InternalError("disk full");
   auto sinks = StartTask(Spec("t", 1, 5), {"a"});
   for (int i = 0; i < 10 && Status("t").state() != v1::TASK_STATE_FAILED; ++i) {
     clock_.Advance(absl::Seconds(10));
+    ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
     v1::PeerMessage hb;
     hb.mutable_heartbeat();
     ASSERT_TRUE(core_->OnMessage("a", hb).ok());
-    core_->Step();
+    Step();
   }
   v1::TaskStatus status = Status("t");
   EXPECT_EQ(status.state(), v1::TASK_STATE_FAILED);
-  EXPECT_THAT(status.message(), ::testing::HasSubstr("connection refused"));
+  EXPECT_THAT(status.message(), ::testing::HasSubstr("disk full"));
   EXPECT_EQ(aggregator_.opened.size(), 3u);
   EXPECT_THAT(sinks["a"]->Take(), ::testing::Contains(v1::CoordinatorEvent::kTaskFinished));
 }
 
+// An aggregator that does not answer (while its watch stream stays up and it keeps registering)
+// is retried with backoff, never a reason to fail the task.
+TEST_F(CoordinatorCoreTest, UnreachableAggregatorIsRetriedWithoutFailingTheTask) {
+  options_.mode.max_failures = 3;
+  Recreate();
+  aggregator_.open_status = absl::UnavailableError("connection refused");
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(absl::Seconds(10));
+    ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
+    v1::PeerMessage hb;
+    hb.mutable_heartbeat();
+    ASSERT_TRUE(core_->OnMessage("a", hb).ok());
+    Step();
+  }
+  EXPECT_NE(Status("t").state(), v1::TASK_STATE_FAILED);
+  EXPECT_GE(aggregator_.opened.size(), 10u);
+  EXPECT_THAT(Status("t").message(), ::testing::HasSubstr("connection refused"));
+}
+
 TEST_F(CoordinatorCoreTest, RestartKeepsTasksAndResumesFromCheckpoint) {
   auto sinks = StartTask(Spec("t", 1, 5), {"a"});
-  ASSERT_TRUE(core_->OnMessage("a", Pushed("t", 1)).ok());
   aggregator_.contributors = {"a"};
-  core_->Step();  // round 1 closes -> version 1 checkpointed, round 2 opens
+  Accept("t", 1, "a");
+  Step();  // round 1 closes -> version 1 checkpointed, round 2 opens
   ASSERT_TRUE(core_->CreateTask(Spec("u", 3, 5)).ok());
   ASSERT_EQ(Status("t").round(), 2u);
 
   Recreate();  // a new coordinator process on the same state dir
   std::vector<v1::TaskStatus> tasks = core_->ListTasks();
   ASSERT_EQ(tasks.size(), 2u);
+  EXPECT_EQ(Status("t").spec().round_batches(), 10u);
+  EXPECT_EQ(Status("t").state(), v1::TASK_STATE_WAITING);
+
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:6666").ok());
+  Step();  // restores the checkpoint into the aggregator
+  ASSERT_EQ(aggregator_.puts.size(), 1u);
+  EXPECT_EQ(aggregator_.puts[0], std::make_pair(std::string("t"), uint64_t{1}));
   v1::TaskStatus t = Status("t");
   EXPECT_EQ(t.round(), 1u);  // resumes after the last checkpointed round
   EXPECT_EQ(t.model_version(), 1u);
   ASSERT_EQ(t.history_size(), 1);
-  EXPECT_EQ(t.spec().round_batches(), 10u);
-
-  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:6666").ok());
-  core_->Step();  // restores the checkpoint into the aggregator
-  ASSERT_EQ(aggregator_.puts.size(), 1u);
-  EXPECT_EQ(aggregator_.puts[0], std::make_pair(std::string("t"), uint64_t{1}));
   auto a = Join("a");
-  core_->Step();
+  Step();
   EXPECT_EQ(aggregator_.opened.back().round(), 2u);
   EXPECT_EQ(aggregator_.opened.back().base_version(), 1u);
 }
@@ -267,10 +293,10 @@ TEST_F(CoordinatorCoreTest, RestartKeepsTasksAndResumesFromCheckpoint) {
 // peer); what was reported before a restart is still there after it, complete or not.
 TEST_F(CoordinatorCoreTest, EvalReportsSurviveARestartOnceSaved) {
   auto sinks = StartTask(Spec("t", 2, 5), {"a", "b"});
-  ASSERT_TRUE(core_->OnMessage("a", Pushed("t", 1)).ok());
-  ASSERT_TRUE(core_->OnMessage("b", Pushed("t", 1)).ok());
+  Accept("t", 1, "a");
   aggregator_.contributors = {"a", "b"};
-  core_->Step();  // round 1 closes, version 1 is published to a and b
+  Accept("t", 1, "b");
+  Step();  // round 1 closes, version 1 is published to a and b
   ASSERT_EQ(Status("t").history_size(), 1);
   ASSERT_TRUE(core_->OnMessage("a", Eval("t", 1, 80, 100)).ok());
   EXPECT_EQ(Status("t").history(0).test_samples(), 100u);
@@ -291,12 +317,12 @@ TEST_F(CoordinatorCoreTest, EvalReportsSurviveARestartOnceSaved) {
 TEST_F(CoordinatorCoreTest, StoredTaskRecordHasNoHistory) {
   auto sinks = StartTask(Spec("t", 1, 5), {"a"});
   for (uint64_t round = 1; round <= 3; ++round) {
-    ASSERT_TRUE(core_->OnMessage("a", Pushed("t", round)).ok());
+    Accept("t", round, "a");
     aggregator_.contributors = {"a"};
-    core_->Step();
+    Step();
     ASSERT_TRUE(core_->OnMessage("a", Eval("t", round, 9, 10)).ok());
   }
-  core_->Step();
+  Step();
   auto stored = store_->LoadTasks();
   ASSERT_TRUE(stored.ok()) << stored.status();
   ASSERT_EQ(stored->size(), 1u);
@@ -318,7 +344,7 @@ TEST_F(CoordinatorCoreTest, StopTaskReleasesPeersForTheNextTask) {
   EXPECT_EQ(Status("t").state(), v1::TASK_STATE_STOPPED);
   EXPECT_THAT(sinks["a"]->Take(), ElementsAre(v1::CoordinatorEvent::kTaskFinished,
                                               v1::CoordinatorEvent::kTaskAssigned));
-  core_->Step();
+  Step();
   EXPECT_THAT(sinks["a"]->Take(), ElementsAre(v1::CoordinatorEvent::kInitializeModel));
   EXPECT_THAT(Status("u").participants(), ElementsAre("a"));
 }

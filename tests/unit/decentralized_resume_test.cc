@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "services/coordinator/decentralized_task.h"
+#include "services/coordinator/modes/decentralized/decentralized_task.h"
 #include "tests/unit/decentralized_task_fixture.h"
 
 namespace shoal::coordinator {

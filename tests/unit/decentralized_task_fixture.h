@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "services/coordinator/decentralized_task.h"
+#include "services/coordinator/modes/decentralized/decentralized_task.h"
 
 namespace shoal::coordinator::decentralized_testing {
 

@@ -1,7 +1,7 @@
 // The coordinator's decentralized round state machine (DecentralizedTask), driven event by event
 // with explicit times: every test asserts the events sent to each peer and the task status.
 
-#include "services/coordinator/decentralized_task.h"
+#include "services/coordinator/modes/decentralized/decentralized_task.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

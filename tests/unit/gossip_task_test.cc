@@ -2,7 +2,7 @@
 // GossipMembers at start and at every membership change, progress into TaskStatus.peers, a
 // RoundSummary per round of the slowest member, completion with the members' evaluations.
 
-#include "services/coordinator/gossip_task.h"
+#include "services/coordinator/modes/gossip/gossip_task.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "services/coordinator/decentralized_task.h"
+#include "services/coordinator/modes/decentralized/decentralized_task.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "services/coordinator/gossip_task.h"
+#include "services/coordinator/modes/gossip/gossip_task.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,8 +1,9 @@
-#include "services/aggregator/aggregator_client.h"
+#include "services/aggregator/grpc_aggregator_client.h"
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/status.h"
@@ -15,6 +16,11 @@ void SetDeadline(grpc::ClientContext& context, absl::Time deadline) {
   context.set_deadline(absl::ToChronoTime(deadline));
 }
 
+std::unique_ptr<v1::AggregatorService::Stub> Stub(rpc::ChannelCache& channels,
+                                                  const std::string& address) {
+  return v1::AggregatorService::NewStub(channels.Get(address));
+}
+
 absl::Status WithContext(const absl::Status& s, const std::string& what,
                          const std::string& address) {
   if (s.ok()) return s;
@@ -23,28 +29,10 @@ absl::Status WithContext(const absl::Status& s, const std::string& what,
 
 }  // namespace
 
-struct GrpcAggregatorClient::Stub {
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<aggregator::v1::AggregatorService::Stub> stub;
-};
-
-std::shared_ptr<GrpcAggregatorClient::Stub> GrpcAggregatorClient::StubFor(
-    const std::string& address) {
-  absl::MutexLock lock(&mu_);
-  auto& slot = stubs_[address];
-  if (!slot) {
-    slot = std::make_shared<Stub>();
-    slot->channel = credentials_ != nullptr ? rpc::MakeChannel(address, credentials_)
-                                            : rpc::MakeChannel(address);
-    slot->stub = aggregator::v1::AggregatorService::NewStub(slot->channel);
-  }
-  return slot;
-}
-
 absl::StatusOr<uint64_t> GrpcAggregatorClient::PutModel(
     const std::string& address, const common::v1::ModelMeta& meta,
     std::shared_ptr<const tensor::FlatModel> model, const Caller& caller, absl::Time deadline) {
-  std::shared_ptr<Stub> stub = StubFor(address);
+  std::shared_ptr<grpc::Channel> channel = channels_.Get(address);
   grpc::ClientContext context;
   SetDeadline(context, deadline);
   v1::PutModelRequest first;
@@ -52,7 +40,7 @@ absl::StatusOr<uint64_t> GrpcAggregatorClient::PutModel(
   first.set_peer_id(caller.peer_id);
   first.set_session_token(caller.session_token);
   absl::StatusOr<aggregator::v1::PutModelResponse> response =
-      rpc::PutModelZeroCopy(*stub->channel, context, first, std::move(model));
+      rpc::PutModelZeroCopy(*channel, context, first, std::move(model));
   if (!response.ok()) return WithContext(response.status(), "PutModel", address);
   return response->digest_xxh3();
 }
@@ -60,11 +48,11 @@ absl::StatusOr<uint64_t> GrpcAggregatorClient::PutModel(
 absl::StatusOr<bool> GrpcAggregatorClient::PushUpdate(
     const std::string& address, const aggregator::v1::UpdateMeta& meta,
     std::shared_ptr<const tensor::FlatModel> delta, absl::Time deadline) {
-  std::shared_ptr<Stub> stub = StubFor(address);
+  std::shared_ptr<grpc::Channel> channel = channels_.Get(address);
   grpc::ClientContext context;
   SetDeadline(context, deadline);
   absl::StatusOr<aggregator::v1::PushUpdateResponse> response =
-      rpc::PushUpdateZeroCopy(*stub->channel, context, meta, std::move(delta));
+      rpc::PushUpdateZeroCopy(*channel, context, meta, std::move(delta));
   if (!response.ok()) return WithContext(response.status(), "PushUpdate", address);
   return response->duplicate();
 }
@@ -74,7 +62,7 @@ absl::StatusOr<tensor::FlatModel> GrpcAggregatorClient::GetModel(const std::stri
                                                                  uint64_t version,
                                                                  const Caller& caller,
                                                                  absl::Time deadline) {
-  std::shared_ptr<Stub> stub = StubFor(address);
+  auto stub = v1::AggregatorService::NewStub(channels_.Get(address));
   grpc::ClientContext context;
   SetDeadline(context, deadline);
   aggregator::v1::GetModelRequest request;
@@ -82,7 +70,7 @@ absl::StatusOr<tensor::FlatModel> GrpcAggregatorClient::GetModel(const std::stri
   request.set_version(version);
   request.set_peer_id(caller.peer_id);
   request.set_session_token(caller.session_token);
-  auto reader = stub->stub->GetModel(&context, request);
+  auto reader = stub->GetModel(&context, request);
   absl::StatusOr<rpc::ReceivedModel> received =
       rpc::ReadModelStream(*reader, tensor::DecoderLimits{}, &context);
   if (!received.ok()) return WithContext(received.status(), "GetModel", address);
@@ -101,7 +89,7 @@ absl::Status GrpcAggregatorClient::OpenRound(const std::string& address,
   SetDeadline(context, deadline);
   v1::OpenRoundResponse response;
   return WithContext(
-      rpc::FromGrpcStatus(StubFor(address)->stub->OpenRound(&context, request, &response)),
+      rpc::FromGrpcStatus(Stub(channels_, address)->OpenRound(&context, request, &response)),
       "OpenRound", address);
 }
 
@@ -111,7 +99,7 @@ absl::StatusOr<v1::CloseRoundResponse> GrpcAggregatorClient::CloseRound(
   SetDeadline(context, deadline);
   v1::CloseRoundResponse response;
   absl::Status s =
-      rpc::FromGrpcStatus(StubFor(address)->stub->CloseRound(&context, request, &response));
+      rpc::FromGrpcStatus(Stub(channels_, address)->CloseRound(&context, request, &response));
   if (!s.ok()) return WithContext(s, "CloseRound", address);
   return response;
 }
@@ -123,7 +111,7 @@ absl::Status GrpcAggregatorClient::SetMembers(const std::string& address,
   SetDeadline(context, deadline);
   v1::SetMembersResponse response;
   return WithContext(
-      rpc::FromGrpcStatus(StubFor(address)->stub->SetMembers(&context, request, &response)),
+      rpc::FromGrpcStatus(Stub(channels_, address)->SetMembers(&context, request, &response)),
       "SetMembers", address);
 }
 
@@ -135,8 +123,78 @@ absl::Status GrpcAggregatorClient::ReleaseTask(const std::string& address, const
   request.set_task(task);
   v1::ReleaseTaskResponse response;
   return WithContext(
-      rpc::FromGrpcStatus(StubFor(address)->stub->ReleaseTask(&context, request, &response)),
+      rpc::FromGrpcStatus(Stub(channels_, address)->ReleaseTask(&context, request, &response)),
       "ReleaseTask", address);
+}
+
+namespace {
+
+// The client end of one WatchTask stream. Not self-deleting: its GrpcWatch owner cancels it and
+// waits for OnDone before destroying it.
+class WatchReactor final : public grpc::ClientReadReactor<v1::TaskEvent> {
+ public:
+  WatchReactor(v1::AggregatorService::Stub& stub, const std::string& task,
+               AggregatorClient::TaskEventFn on_event, AggregatorClient::WatchDoneFn on_done,
+               std::string address)
+      : on_event_(std::move(on_event)), on_done_(std::move(on_done)), address_(std::move(address)) {
+    request_.set_task(task);
+    stub.async()->WatchTask(&context_, &request_, this);
+    StartRead(&event_);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended; OnDone follows
+    on_event_(event_);
+    StartRead(&event_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    on_done_(WithContext(rpc::FromGrpcStatus(status), "WatchTask", address_));
+    // The owner may delete this reactor as soon as it is notified: touch only the local copy.
+    std::shared_ptr<absl::Notification> done = done_;
+    done->Notify();
+  }
+
+  void Cancel() { context_.TryCancel(); }
+  void WaitDone() { done_->WaitForNotification(); }
+
+ private:
+  grpc::ClientContext context_;
+  v1::WatchTaskRequest request_;
+  v1::TaskEvent event_;
+  const AggregatorClient::TaskEventFn on_event_;
+  const AggregatorClient::WatchDoneFn on_done_;
+  const std::string address_;
+  const std::shared_ptr<absl::Notification> done_ = std::make_shared<absl::Notification>();
+};
+
+class GrpcWatch final : public AggregatorWatch {
+ public:
+  GrpcWatch(std::unique_ptr<v1::AggregatorService::Stub> stub, const std::string& task,
+            AggregatorClient::TaskEventFn on_event, AggregatorClient::WatchDoneFn on_done,
+            const std::string& address)
+      : stub_(std::move(stub)),
+        reactor_(std::make_unique<WatchReactor>(*stub_, task, std::move(on_event),
+                                                std::move(on_done), address)) {}
+  ~GrpcWatch() override {
+    reactor_->Cancel();
+    reactor_->WaitDone();
+  }
+
+ private:
+  std::unique_ptr<v1::AggregatorService::Stub> stub_;
+  std::unique_ptr<WatchReactor> reactor_;
+};
+
+}  // namespace
+
+std::unique_ptr<AggregatorWatch> GrpcAggregatorClient::WatchTask(const std::string& address,
+                                                                 const std::string& task,
+                                                                 TaskEventFn on_event,
+                                                                 WatchDoneFn on_done) {
+  return std::make_unique<GrpcWatch>(Stub(channels_, address), task, std::move(on_event),
+                                     std::move(on_done), address);
 }
 
 }  // namespace shoal::aggregator

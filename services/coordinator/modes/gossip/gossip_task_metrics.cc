@@ -1,4 +1,4 @@
-#include "services/coordinator/gossip_task_metrics.h"
+#include "services/coordinator/modes/gossip/gossip_task_metrics.h"
 
 #include <string>
 

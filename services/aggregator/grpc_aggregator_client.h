@@ -1,0 +1,46 @@
+#pragma once
+
+#include <grpcpp/security/credentials.h>
+
+#include <memory>
+#include <string>
+
+#include "libs/rpc/channel_cache.h"
+#include "services/aggregator/aggregator_client.h"
+
+namespace shoal::aggregator {
+
+// AggregatorClient over gRPC, with one channel per aggregator address (rpc::ChannelCache).
+// Thread-safe.
+class GrpcAggregatorClient final : public AggregatorClient {
+ public:
+  // `credentials` null = plaintext (tests).
+  explicit GrpcAggregatorClient(std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr)
+      : channels_(std::move(credentials)) {}
+
+  absl::StatusOr<uint64_t> PutModel(const std::string& address, const common::v1::ModelMeta& meta,
+                                    std::shared_ptr<const tensor::FlatModel> model,
+                                    const Caller& caller, absl::Time deadline) override;
+  absl::StatusOr<bool> PushUpdate(const std::string& address, const v1::UpdateMeta& meta,
+                                  std::shared_ptr<const tensor::FlatModel> delta,
+                                  absl::Time deadline) override;
+  absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address, const std::string& task,
+                                             uint64_t version, const Caller& caller,
+                                             absl::Time deadline) override;
+  absl::Status SetMembers(const std::string& address, const v1::SetMembersRequest& request,
+                          absl::Time deadline) override;
+  absl::Status OpenRound(const std::string& address, const v1::OpenRoundRequest& request,
+                         absl::Time deadline) override;
+  absl::StatusOr<v1::CloseRoundResponse> CloseRound(const std::string& address,
+                                                    const v1::CloseRoundRequest& request,
+                                                    absl::Time deadline) override;
+  absl::Status ReleaseTask(const std::string& address, const std::string& task,
+                           absl::Time deadline) override;
+  std::unique_ptr<AggregatorWatch> WatchTask(const std::string& address, const std::string& task,
+                                             TaskEventFn on_event, WatchDoneFn on_done) override;
+
+ private:
+  rpc::ChannelCache channels_;
+};
+
+}  // namespace shoal::aggregator

@@ -1,0 +1,35 @@
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace shoal::coordinator {
+
+// The aggregators that registered with the coordinator (RegistryService) and when each last did.
+// An aggregator silent for longer than the ttl, or one found gone (its watch stream broke), is
+// forgotten until it registers again. Not thread-safe: CoordinatorCore holds it under its lock.
+class AggregatorPool {
+ public:
+  explicit AggregatorPool(absl::Duration ttl) : ttl_(ttl) {}
+
+  // Records a registration; true when the aggregator was not known.
+  bool Register(const std::string& address, absl::Time now);
+  // Forgets the aggregators silent since before now - ttl; returns them.
+  std::vector<std::string> Expire(absl::Time now);
+  void Remove(const std::string& address) { seen_.erase(address); }
+  bool Has(const std::string& address) const { return seen_.count(address) > 0; }
+  size_t size() const { return seen_.size(); }
+  // The registered aggregator with the fewest tasks in `load` (address -> tasks), the first by
+  // address among equals; "" when none is registered.
+  std::string Pick(const std::map<std::string, size_t>& load) const;
+
+ private:
+  const absl::Duration ttl_;
+  std::map<std::string, absl::Time> seen_;
+};
+
+}  // namespace shoal::coordinator

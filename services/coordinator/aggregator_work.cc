@@ -1,0 +1,178 @@
+#include "services/coordinator/aggregator_work.h"
+
+#include <cstdio>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "libs/common/log.h"
+#include "libs/common/status_macros.h"
+#include "libs/tensor/frame_codec.h"
+#include "libs/tensor/model_file.h"
+
+namespace shoal::coordinator {
+namespace {
+
+using Kind = AggregatorWork::Kind;
+
+bool IsTransfer(Kind kind) { return kind == Kind::kCheckpoint || kind == Kind::kRestore; }
+
+std::string HexDigest(uint64_t digest) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(digest));
+  return buf;
+}
+
+}  // namespace
+
+AggregatorWorkRunner::AggregatorWorkRunner(aggregator::AggregatorClient& client, TaskStore& store,
+                                           Executor& calls, Executor& transfers,
+                                           const Clock& clock, CoordinatorMetrics& metrics,
+                                           AggregatorWorkOptions options)
+    : client_(client),
+      store_(store),
+      calls_(calls),
+      transfers_(transfers),
+      clock_(clock),
+      metrics_(metrics),
+      options_(options) {}
+
+AggregatorWorkRunner::~AggregatorWorkRunner() { Drain(); }
+
+AggregatorWorkRunner::Queues& AggregatorWorkRunner::QueuesOf(const std::string& task) {
+  absl::MutexLock lock(&mu_);
+  Queues& q = queues_[task];
+  if (q.calls == nullptr) {
+    q.calls = std::make_unique<SerialQueue>(calls_);
+    q.transfers = std::make_unique<SerialQueue>(transfers_);
+  }
+  return q;  // stable: entries are never erased while the runner lives
+}
+
+void AggregatorWorkRunner::Run(const std::string& task, const std::string& address,
+                               AggregatorWork work, DoneFn done) {
+  Queues& q = QueuesOf(task);
+  SerialQueue& queue = IsTransfer(work.kind) ? *q.transfers : *q.calls;
+  queue.Post([this, task, address, work = std::move(work), done = std::move(done)] {
+    done(Execute(task, address, work));
+  });
+}
+
+void AggregatorWorkRunner::SetMembers(const std::string& task, const std::string& address,
+                                      aggregator::v1::SetMembersRequest request,
+                                      std::function<void(absl::Status)> done) {
+  request.set_task(task);
+  QueuesOf(task).calls->Post([this, address, request = std::move(request),
+                              done = std::move(done)] {
+    done(client_.SetMembers(address, request, clock_.Now() + options_.call_timeout));
+  });
+}
+
+void AggregatorWorkRunner::Release(const std::string& task, const std::string& address) {
+  QueuesOf(task).calls->Post([this, task, address] {
+    absl::Status s = client_.ReleaseTask(address, task, clock_.Now() + options_.call_timeout);
+    if (!s.ok()) LogWarning("task ", task, ": release at ", address, ": ", s.message());
+  });
+}
+
+void AggregatorWorkRunner::Drain() {
+  std::vector<SerialQueue*> all;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [task, q] : queues_) {
+      all.push_back(q.calls.get());
+      all.push_back(q.transfers.get());
+    }
+  }
+  for (SerialQueue* q : all) q->Drain();
+}
+
+WorkResult AggregatorWorkRunner::Execute(const std::string& task, const std::string& address,
+                                         const AggregatorWork& work) {
+  WorkResult result;
+  result.work = work;
+  const absl::Time deadline = clock_.Now() + options_.call_timeout;
+  switch (work.kind) {
+    case Kind::kOpenRound: {
+      aggregator::v1::OpenRoundRequest request = work.open;
+      request.set_task(task);
+      result.work.open.set_task(task);
+      result.status = client_.OpenRound(address, request, deadline);
+      break;
+    }
+    case Kind::kCloseRound: {
+      aggregator::v1::CloseRoundRequest request = work.close;
+      request.set_task(task);
+      absl::StatusOr<aggregator::v1::CloseRoundResponse> closed =
+          client_.CloseRound(address, request, deadline);
+      result.status = closed.status();
+      if (closed.ok()) result.closed = *std::move(closed);
+      break;
+    }
+    case Kind::kCheckpoint:
+      result.status = Checkpoint(task, address, work);
+      if (!result.status.ok()) {
+        metrics_.aggregator_errors.Increment();
+        LogWarning("task ", task, ": checkpoint of version ", work.version,
+                   " failed: ", result.status.message());
+      }
+      break;
+    case Kind::kRestore: {
+      absl::StatusOr<StoredCheckpoint> restored = Restore(task, address);
+      result.status = restored.status();
+      if (restored.ok()) result.restored = *std::move(restored);
+      break;
+    }
+  }
+  return result;
+}
+
+absl::Status AggregatorWorkRunner::Checkpoint(const std::string& task, const std::string& address,
+                                              const AggregatorWork& work) {
+  SHOAL_ASSIGN_OR_RETURN(tensor::FlatModel model,
+                         client_.GetModel(address, task, work.version, aggregator::Caller{},
+                                          clock_.Now() + options_.transfer_timeout));
+  metrics_.bytes_received.Increment(static_cast<double>(model.layout.total_bytes()));
+  StoredCheckpoint c;
+  c.task = task;
+  c.version = work.version;
+  c.round = work.round;
+  c.digest = HexDigest(model.Digest());
+  c.path = absl::StrCat(store_.checkpoint_dir(), "/", c.digest, ".model");
+  SHOAL_RETURN_IF_ERROR(tensor::WriteModelFile(c.path, model));
+  return store_.PutCheckpoint(c);
+}
+
+absl::StatusOr<StoredCheckpoint> AggregatorWorkRunner::Restore(const std::string& task,
+                                                              const std::string& address) {
+  SHOAL_ASSIGN_OR_RETURN(StoredCheckpoint c, store_.GetCheckpoint(task, std::nullopt));
+  absl::StatusOr<tensor::FlatModel> read = tensor::ReadModelFile(c.path);
+  if (!read.ok()) {
+    // NOT_FOUND is reserved for "no checkpoint": a missing file is lost data.
+    return absl::DataLossError(
+        absl::StrCat("checkpoint of version ", c.version, ": ", read.status().message()));
+  }
+  auto model = std::make_shared<const tensor::FlatModel>(*std::move(read));
+  const common::v1::ModelMeta meta = tensor::MakeModelMeta(task, c.version, *model);
+  absl::Status put = client_
+                         .PutModel(address, meta, model, aggregator::Caller{},
+                                   clock_.Now() + options_.transfer_timeout)
+                         .status();
+  if (absl::IsFailedPrecondition(put)) {
+    // The aggregator kept a newer version than the newest checkpoint (the coordinator restarted
+    // before it stored it): forget the task there and restore the checkpoint. The core sends
+    // the members again after every restore.
+    LogWarning("task ", task, ": ", put.message(), "; restoring version ", c.version, " instead");
+    SHOAL_RETURN_IF_ERROR(
+        client_.ReleaseTask(address, task, clock_.Now() + options_.call_timeout));
+    put = client_
+              .PutModel(address, meta, model, aggregator::Caller{},
+                        clock_.Now() + options_.transfer_timeout)
+              .status();
+  }
+  SHOAL_RETURN_IF_ERROR(put);
+  metrics_.bytes_sent.Increment(static_cast<double>(model->layout.total_bytes()));
+  return c;
+}
+
+}  // namespace shoal::coordinator

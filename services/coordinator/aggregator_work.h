@@ -1,0 +1,74 @@
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "libs/common/clock.h"
+#include "libs/common/executor.h"
+#include "services/aggregator/aggregator_client.h"
+#include "services/coordinator/coordinator_metrics.h"
+#include "services/coordinator/mode_task.h"
+#include "services/coordinator/task_store.h"
+
+namespace shoal::coordinator {
+
+struct AggregatorWorkOptions {
+  absl::Duration call_timeout = absl::Seconds(10);     // OpenRound, CloseRound, SetMembers...
+  absl::Duration transfer_timeout = absl::Minutes(5);  // checkpoints and restores
+};
+
+// Runs the coordinator's calls to aggregators off the gRPC threads. Each task has two queues on
+// the shared executors: one for its control calls (members, rounds, release), in the order asked,
+// and one for the calls that move a whole model (checkpoint, restore), so that a long transfer
+// delays neither its own task's rounds nor any other task. Results go to the given callbacks on
+// the executor's thread. Thread-safe; Drain() (or the destructor) waits for everything posted.
+class AggregatorWorkRunner {
+ public:
+  using DoneFn = std::function<void(WorkResult)>;
+
+  AggregatorWorkRunner(aggregator::AggregatorClient& client, TaskStore& store, Executor& calls,
+                       Executor& transfers, const Clock& clock, CoordinatorMetrics& metrics,
+                       AggregatorWorkOptions options);
+  ~AggregatorWorkRunner();
+
+  // Runs `work` for `task` at `address`; `done` gets the result.
+  void Run(const std::string& task, const std::string& address, AggregatorWork work, DoneFn done);
+  // Sets the task's members at the aggregator, in order with the task's control calls.
+  void SetMembers(const std::string& task, const std::string& address,
+                  aggregator::v1::SetMembersRequest request,
+                  std::function<void(absl::Status)> done);
+  // Frees the task at the aggregator (fire and forget; a failure is logged).
+  void Release(const std::string& task, const std::string& address);
+  // Blocks until every queue is idle.
+  void Drain();
+
+ private:
+  struct Queues {
+    std::unique_ptr<SerialQueue> calls;
+    std::unique_ptr<SerialQueue> transfers;
+  };
+  Queues& QueuesOf(const std::string& task);
+  WorkResult Execute(const std::string& task, const std::string& address,
+                     const AggregatorWork& work);
+  absl::Status Checkpoint(const std::string& task, const std::string& address,
+                          const AggregatorWork& work);
+  absl::StatusOr<StoredCheckpoint> Restore(const std::string& task, const std::string& address);
+
+  aggregator::AggregatorClient& client_;
+  TaskStore& store_;
+  Executor& calls_;
+  Executor& transfers_;
+  const Clock& clock_;
+  CoordinatorMetrics& metrics_;
+  const AggregatorWorkOptions options_;
+
+  absl::Mutex mu_;
+  std::map<std::string, Queues> queues_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shoal::coordinator

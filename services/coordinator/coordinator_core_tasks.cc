@@ -1,0 +1,209 @@
+// CoordinatorCore: what every task has whatever its mode: evaluation bookkeeping, status and
+// store updates, the effects of its mode, leaving and finishing.
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "libs/common/log.h"
+#include "services/coordinator/coordinator_core.h"
+#include "services/coordinator/task_names.h"
+
+namespace shoal::coordinator {
+
+bool CoordinatorCore::IsActive(const Task& task) const {
+  return task.status.state() == v1::TASK_STATE_WAITING ||
+         task.status.state() == v1::TASK_STATE_RUNNING;
+}
+
+void CoordinatorCore::ExpectEvaluation(Task& task, const std::string& peer_id, uint64_t version) {
+  if (peers_.count(peer_id)) task.evaluating[version].insert(peer_id);
+}
+
+void CoordinatorCore::EvaluationDone(Task& task, const std::string& peer_id,
+                                     std::optional<uint64_t> version) {
+  std::vector<uint64_t> complete;
+  for (auto& [v, pending] : task.evaluating) {
+    if (version.has_value() && v != *version) continue;
+    if (pending.erase(peer_id) && pending.empty()) complete.push_back(v);
+  }
+  for (uint64_t v : complete) CompleteEvaluation(task, v);
+}
+
+void CoordinatorCore::CompleteEvaluation(Task& task, uint64_t version) {
+  task.evaluating.erase(version);
+  auto* history = task.status.mutable_history();
+  for (int i = history->size() - 1; i >= 0; --i) {
+    v1::RoundSummary& r = (*history)[i];
+    if (r.model_version() != version) continue;
+    if (r.evaluation_complete()) return;
+    r.set_evaluation_complete(true);
+    task.unsaved_rounds.erase(r.round());
+    StoreRound(task.status.spec().name(), r);
+    return;  // the caller marks the task changed
+  }
+}
+
+absl::Status CoordinatorCore::CreditEvalReport(Task& task, const std::string& peer_id,
+                                               const v1::EvalReport& report) {
+  if (report.total() == 0 || report.correct() > report.total()) {
+    return absl::InvalidArgumentError("eval report with total 0 or correct > total");
+  }
+  // Credit the newest round that produced this version.
+  auto* history = task.status.mutable_history();
+  for (int i = history->size() - 1; i >= 0; --i) {
+    v1::RoundSummary& r = (*history)[i];
+    if (r.model_version() != report.version()) continue;
+    const uint64_t samples = r.test_samples() + report.total();
+    const double correct = r.test_accuracy() * r.test_samples() + report.correct();
+    const double loss = r.test_loss() * r.test_samples() + report.loss_sum();
+    r.set_test_samples(samples);
+    r.set_test_accuracy(correct / samples);
+    r.set_test_loss(loss / samples);
+    r.set_evaluated(true);
+    metrics_.test_accuracy.Set(r.test_accuracy());
+    task.unsaved_rounds.insert(r.round());  // stored by the next Step()
+    break;
+  }
+  EvaluationDone(task, peer_id, report.version());
+  return absl::OkStatus();
+}
+
+void CoordinatorCore::SendTo(const std::string& peer_id, v1::CoordinatorEvent event, Outbox& out) {
+  auto it = peers_.find(peer_id);
+  if (it == peers_.end()) return;
+  out.push_back([sink = it->second.sink, event = std::move(event)] { sink->Send(event); });
+}
+
+v1::CoordinatorEvent CoordinatorCore::TaskAssignedEvent(const Task& task) const {
+  v1::CoordinatorEvent event;
+  event.set_task(task.status.spec().name());
+  *event.mutable_task_assigned()->mutable_spec() = task.status.spec();
+  event.mutable_task_assigned()->mutable_spec()->clear_join_token();
+  event.mutable_task_assigned()->set_aggregator_address(task.status.aggregator());
+  return event;
+}
+
+v1::TaskStatus CoordinatorCore::StatusOf(const Task& task) const {
+  v1::TaskStatus status = task.status;
+  status.mutable_spec()->clear_join_token();  // a secret: never leaves the coordinator
+  for (const std::string& id : task.peers) status.add_participants(id);
+  return status;
+}
+
+void CoordinatorCore::NotifyWatchers(const Task& task, Outbox& out) {
+  // Built only when someone watches, and shared by all of them: a status carries the whole
+  // history, which with many peers is large.
+  std::shared_ptr<const v1::TaskStatus> status;
+  for (const auto& [handle, watcher] : watchers_) {
+    if (watcher.first != task.status.spec().name()) continue;
+    if (status == nullptr) status = std::make_shared<const v1::TaskStatus>(StatusOf(task));
+    out.push_back([cb = watcher.second, status] { cb(*status); });
+  }
+}
+
+void CoordinatorCore::MarkChanged(Task& task, Outbox& out) {
+  NotifyWatchers(task, out);
+  // The store keeps the whole spec, join token included (StatusOf strips it), but not the
+  // history (rounds are stored one by one): copy the status without it, which would make every
+  // change cost O(rounds x peers).
+  google::protobuf::RepeatedPtrField<v1::RoundSummary> history;
+  history.Swap(task.status.mutable_history());
+  auto stored = std::make_shared<const v1::TaskStatus>(task.status);
+  history.Swap(task.status.mutable_history());
+  // Queued in order on the store's queue after the lock is released (Flush keeps the order).
+  out.push_back([this, stored] {
+    store_writes_.Post([this, stored] {
+      absl::Status s = store_.PutTask(*stored);
+      if (!s.ok()) LogError("task ", stored->spec().name(), ": cannot persist: ", s.message());
+    });
+  });
+}
+
+void CoordinatorCore::StoreRound(const std::string& task, const v1::RoundSummary& round) {
+  // Called under the lock: the write is queued as an effect, so it keeps its place behind the
+  // task records queued before it.
+  effects_.push_back([this, task, round] {
+    store_writes_.Post([this, task, round] {
+      absl::Status s = store_.PutRound(task, round);
+      if (!s.ok()) LogError("task ", task, ": cannot persist round: ", s.message());
+    });
+  });
+}
+
+void CoordinatorCore::SaveRounds(Task& task) {
+  if (task.unsaved_rounds.empty()) return;
+  for (const v1::RoundSummary& r : task.status.history()) {
+    if (task.unsaved_rounds.count(r.round())) StoreRound(task.status.spec().name(), r);
+  }
+  task.unsaved_rounds.clear();
+}
+
+void CoordinatorCore::ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out) {
+  const std::string& name = task.status.spec().name();
+  for (auto& [id, event] : fx.events) {
+    event.set_task(name);
+    if (event.has_model_published()) {
+      ExpectEvaluation(task, id, event.model_published().version());
+    }
+    SendTo(id, std::move(event), out);
+  }
+  for (const v1::RoundSummary& summary : fx.rounds_completed) {
+    *task.status.add_history() = summary;
+    metrics_.rounds_completed.Increment();
+    metrics_.round_duration.Observe(static_cast<double>(summary.duration_ms()) / 1000.0);
+    metrics_.peers_dropped.Increment(static_cast<double>(summary.dropped_size()));
+    if (summary.participants_size() > 0) metrics_.train_loss.Set(summary.mean_train_loss());
+    StoreRound(name, summary);
+  }
+  if (!fx.work.empty()) PostWork(task, std::move(fx.work), out);
+  if (fx.finish.has_value()) {
+    Finish(task, fx.finish->first, fx.finish->second, out);  // marks the task changed
+    return;
+  }
+  if (fx.changed || !fx.rounds_completed.empty()) MarkChanged(task, out);
+}
+
+void CoordinatorCore::LeaveTask(Task& task, const std::string& peer_id, const std::string& why,
+                                Outbox& out) {
+  task.peers.erase(peer_id);
+  task.members_dirty = true;
+  EvaluationDone(task, peer_id);
+  if (task.mode != nullptr && IsActive(task)) {
+    ModeEffects fx;
+    task.mode->RemovePeer(peer_id, why, clock_.Now(), task.status, fx);
+    ApplyModeEffects(task, fx, out);
+  }
+  MarkChanged(task, out);
+}
+
+void CoordinatorCore::Finish(Task& task, v1::TaskState state, const std::string& message,
+                             Outbox& out) {
+  const std::string& name = task.status.spec().name();
+  task.status.set_state(state);
+  task.status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
+  task.status.set_message(message);
+  LogInfo("task ", name, " ", StateName(state), ": ", message);
+  v1::CoordinatorEvent event;
+  event.set_task(name);
+  event.mutable_task_finished()->set_state(StateName(state));
+  event.mutable_task_finished()->set_final_version(task.status.model_version());
+  for (const std::string& id : task.peers) {
+    SendTo(id, event, out);
+    auto p = peers_.find(id);
+    if (p != peers_.end()) p->second.task.clear();
+  }
+  task.peers.clear();
+  while (!task.evaluating.empty()) CompleteEvaluation(task, task.evaluating.begin()->first);
+  // Nothing of the task runs at its aggregator any more: stop watching, free it there (fire and
+  // forget: it does not block the task), drop late results.
+  ++task.epoch;
+  RetireWatch(task);
+  if (!task.status.aggregator().empty()) {
+    out.push_back([this, name, address = task.status.aggregator()] {
+      work_.Release(name, address);
+    });
+  }
+  MarkChanged(task, out);
+}
+
+}  // namespace shoal::coordinator

@@ -1,0 +1,379 @@
+#include "services/coordinator/modes/federated_sync/federated_sync_task.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "libs/common/log.h"
+
+namespace shoal::coordinator {
+namespace {
+
+using Kind = AggregatorWork::Kind;
+
+// Errors that say the aggregator could not be reached or answered too late: the core judges the
+// aggregator's liveness (its watch stream), so these are retried without counting.
+bool IsTransportError(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsCancelled(s);
+}
+
+}  // namespace
+
+FederatedSyncTask::FederatedSyncTask(const v1::TaskStatus& status, const ModeOptions& options,
+                                     CoordinatorMetrics& metrics)
+    : task_(status.spec().name()), spec_(status.spec()), options_(options), metrics_(metrics) {}
+
+void FederatedSyncTask::AddPeer(const ModePeer& peer, absl::Time now, v1::TaskStatus& status,
+                                ModeEffects& fx) {
+  peers_.insert(peer.id);
+  Advance(now, status, fx);
+}
+
+void FederatedSyncTask::RemovePeer(const std::string& peer_id, const std::string& why,
+                                   absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
+  peers_.erase(peer_id);
+  // A peer whose update was accepted stays in the round's aggregate; one that had not pushed is
+  // no longer waited for.
+  round_.expected.erase(peer_id);
+  Advance(now, status, fx);
+}
+
+absl::Status FederatedSyncTask::OnMessage(const std::string& peer_id,
+                                          const v1::PeerMessage& message, absl::Time now,
+                                          v1::TaskStatus& status, ModeEffects& fx) {
+  switch (message.kind_case()) {
+    case v1::PeerMessage::kEvalReport:
+      Advance(now, status, fx);  // the final evaluation may be complete
+      return absl::OkStatus();
+    case v1::PeerMessage::kModelInitialized:
+      if (model_ != Model::kInitializing || peer_id != initializer_) {
+        return absl::FailedPreconditionError("unexpected model_initialized");
+      }
+      model_ = Model::kHeld;
+      initializer_.clear();
+      status.set_model_version(0);
+      status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
+      LogInfo("task ", task_, ": initial model stored by ", peer_id);
+      fx.changed = true;
+      Advance(now, status, fx);
+      return absl::OkStatus();
+    case v1::PeerMessage::kUpdatePushed:
+      // Kept by older peers for information only: the aggregator's accepted set decides.
+      return absl::OkStatus();
+    default:
+      return absl::FailedPreconditionError(
+          absl::StrCat("task \"", task_, "\" (federated-sync) does not take this message"));
+  }
+}
+
+void FederatedSyncTask::Tick(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
+  Advance(now, status, fx);
+}
+
+void FederatedSyncTask::OnAggregator(const std::string& address, absl::Time now,
+                                     v1::TaskStatus& status, ModeEffects& fx) {
+  has_aggregator_ = true;
+  Reset(status);
+  retry_at_ = absl::InfinitePast();
+  fx.changed = true;
+  Advance(now, status, fx);
+}
+
+void FederatedSyncTask::OnAggregatorLost(absl::Time now, v1::TaskStatus& status,
+                                         ModeEffects& fx) {
+  has_aggregator_ = false;
+  Reset(status);
+  status.set_message("waiting for an aggregator to register");
+  fx.changed = true;
+}
+
+void FederatedSyncTask::Reset(v1::TaskStatus& status) {
+  if (status.phase() == v1::ROUND_PHASE_EVALUATING) {
+    // The last round is done: its model was published and is being evaluated; nothing to redo.
+    pending_.reset();
+    return;
+  }
+  if (round_.number != 0 && status.phase() != v1::ROUND_PHASE_UNSPECIFIED) {
+    LogWarning("task ", task_, ": round ", round_.number, " abandoned (aggregator changed)");
+  }
+  model_ = Model::kUnknown;
+  pending_.reset();
+  initializer_.clear();
+  round_ = Round{};
+  status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
+}
+
+void FederatedSyncTask::OnAggregatorEvent(const aggregator::v1::TaskEvent& event, absl::Time now,
+                                          v1::TaskStatus& status, ModeEffects& fx) {
+  if (round_.number == 0) return;
+  if (event.has_started() && event.started().open_round() == round_.number) {
+    round_.accepted.insert(event.started().accepted().begin(), event.started().accepted().end());
+  } else if (event.has_push_accepted() && event.push_accepted().round() == round_.number) {
+    round_.accepted.insert(event.push_accepted().peer_id());
+    metrics_.updates_accepted.Increment();
+  } else {
+    return;
+  }
+  Advance(now, status, fx);
+}
+
+bool FederatedSyncTask::AllAccepted() const {
+  return std::includes(round_.accepted.begin(), round_.accepted.end(), round_.expected.begin(),
+                       round_.expected.end());
+}
+
+bool FederatedSyncTask::FinalEvaluationDone(const v1::TaskStatus& status) {
+  for (int i = status.history_size() - 1; i >= 0; --i) {
+    const v1::RoundSummary& r = status.history(i);
+    if (r.model_version() == status.model_version()) return r.evaluation_complete();
+  }
+  return false;  // its round is not in the history yet (the core appends it after this input)
+}
+
+void FederatedSyncTask::Ask(Kind kind, AggregatorWork work, ModeEffects& fx) {
+  work.kind = kind;
+  if (kind != Kind::kCheckpoint) pending_ = kind;
+  fx.Ask(std::move(work));
+}
+
+void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
+  if (!has_aggregator_ || pending_.has_value() || now < retry_at_) return;
+  switch (status.phase()) {
+    case v1::ROUND_PHASE_INITIALIZING:
+      // A peer is uploading the initial model; give up on it if it left or is too slow.
+      if (model_ == Model::kInitializing) {
+        if (peers_.count(initializer_) > 0 && now < init_deadline_) return;
+        LogWarning("task ", task_, ": initializer ", initializer_, " did not finish");
+        model_ = Model::kNone;
+        initializer_.clear();
+      }
+      status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
+      break;
+    case v1::ROUND_PHASE_TRAINING: {
+      const bool all = AllAccepted();
+      if (!all && now < round_.deadline) return;
+      if (!all) LogWarning("task ", task_, ": round ", round_.number, " deadline passed");
+      status.set_phase(v1::ROUND_PHASE_CLOSING);
+      AggregatorWork close;
+      close.close.set_round(round_.number);
+      Ask(Kind::kCloseRound, std::move(close), fx);
+      fx.changed = true;
+      return;
+    }
+    case v1::ROUND_PHASE_EVALUATING:
+      if (!FinalEvaluationDone(status) && now < eval_deadline_) return;
+      fx.Finish(v1::TASK_STATE_COMPLETED, absl::StrCat("completed ", spec_.rounds(), " rounds"));
+      return;
+    case v1::ROUND_PHASE_OPENING:
+    case v1::ROUND_PHASE_CLOSING:
+      return;  // a call is in flight (pending_ is checked above)
+    default:
+      break;
+  }
+
+  // Idle between rounds: get a model, then open the next round when enough peers are here.
+  if (model_ == Model::kUnknown) {
+    status.set_phase(v1::ROUND_PHASE_INITIALIZING);
+    status.set_message("restoring the newest checkpoint");
+    Ask(Kind::kRestore, AggregatorWork{}, fx);
+    fx.changed = true;
+    return;
+  }
+  if (model_ == Model::kNone) {
+    if (peers_.empty()) return;
+    initializer_ = *peers_.begin();
+    model_ = Model::kInitializing;
+    init_deadline_ = now + absl::Seconds(spec_.round_deadline_seconds());
+    status.set_phase(v1::ROUND_PHASE_INITIALIZING);
+    status.set_message(absl::StrCat("peer ", initializer_, " stores the initial model"));
+    v1::CoordinatorEvent event;
+    event.mutable_initialize_model();
+    fx.Send(initializer_, std::move(event));
+    fx.changed = true;
+    return;
+  }
+  if (peers_.size() < spec_.min_participants()) {
+    const std::string notice = absl::StrCat("waiting for peers: have ", peers_.size(), ", need ",
+                                            spec_.min_participants());
+    if (waiting_notice_ != notice) {
+      waiting_notice_ = notice;
+      status.set_state(v1::TASK_STATE_WAITING);
+      status.set_message(notice);
+      v1::CoordinatorEvent event;
+      event.mutable_waiting()->set_have(static_cast<uint32_t>(peers_.size()));
+      event.mutable_waiting()->set_need(spec_.min_participants());
+      for (const std::string& id : peers_) fx.Send(id, event);
+      fx.changed = true;
+    }
+    return;
+  }
+  waiting_notice_.clear();
+  AggregatorWork open;
+  open.open.set_round(status.round() + 1);
+  open.open.set_base_version(status.model_version());
+  for (const std::string& id : peers_) open.open.add_expected_peers(id);
+  open.open.set_max_update_norm(spec_.max_update_norm());
+  status.set_phase(v1::ROUND_PHASE_OPENING);
+  Ask(Kind::kOpenRound, std::move(open), fx);
+  fx.changed = true;
+}
+
+void FederatedSyncTask::Fail(const std::string& step, const absl::Status& error, absl::Time now,
+                             v1::TaskStatus& status, ModeEffects& fx) {
+  metrics_.aggregator_errors.Increment();
+  if (!IsTransportError(error)) ++failures_;
+  const int exponent = std::min(failures_ + 1, 10);
+  retry_at_ = now + std::min(options_.retry_max, options_.retry_initial * (1 << exponent));
+  status.set_message(absl::StrCat(step, " failed: ", error.message(), " (retrying)"));
+  LogWarning("task ", task_, ": ", status.message());
+  fx.changed = true;
+  if (failures_ >= options_.max_failures) {
+    fx.Finish(v1::TASK_STATE_FAILED,
+              absl::StrCat(step, " failed ", failures_, " times: ", error.message()));
+  }
+}
+
+void FederatedSyncTask::OnWorkDone(const WorkResult& result, absl::Time now,
+                                   v1::TaskStatus& status, ModeEffects& fx) {
+  const Kind kind = result.work.kind;
+  if (kind == Kind::kCheckpoint) return;  // the core logged and counted the failure
+  if (!pending_.has_value() || *pending_ != kind) return;  // not the call we wait for
+  pending_.reset();
+  switch (kind) {
+    case Kind::kRestore:
+      OnRestored(result, now, status, fx);
+      break;
+    case Kind::kOpenRound:
+      OnOpened(result, now, status, fx);
+      break;
+    case Kind::kCloseRound:
+      OnClosed(result, now, status, fx);
+      break;
+    case Kind::kCheckpoint:
+      break;
+  }
+  Advance(now, status, fx);
+}
+
+void FederatedSyncTask::OnRestored(const WorkResult& result, absl::Time now,
+                                   v1::TaskStatus& status, ModeEffects& fx) {
+  status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
+  fx.changed = true;
+  if (absl::IsNotFound(result.status)) {
+    // No checkpoint: start over from the initial model (the peers rebuild it from the seed).
+    model_ = Model::kNone;
+    status.set_model_version(0);
+    status.set_round(0);
+    status.clear_history();
+    return;
+  }
+  if (!result.status.ok()) {
+    Fail("restore checkpoint", result.status, now, status, fx);
+    return;
+  }
+  failures_ = 0;
+  model_ = Model::kHeld;
+  const StoredCheckpoint& c = result.restored;
+  // Rounds after the checkpoint produced models that are lost with the old aggregator: they run
+  // again (the store keeps their rows until the new rounds overwrite them).
+  auto* history = status.mutable_history();
+  while (!history->empty() && history->rbegin()->round() > c.round) history->RemoveLast();
+  status.set_model_version(c.version);
+  status.set_round(c.round);
+  status.set_message(absl::StrCat("restored model version ", c.version, " (round ", c.round, ")"));
+  LogInfo("task ", task_, ": ", status.message());
+}
+
+void FederatedSyncTask::OnOpened(const WorkResult& result, absl::Time now,
+                                 v1::TaskStatus& status, ModeEffects& fx) {
+  fx.changed = true;
+  if (!result.status.ok()) {
+    status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
+    if (absl::IsNotFound(result.status) || absl::IsFailedPrecondition(result.status)) {
+      // The aggregator lost the task or holds another version (it restarted): restore.
+      model_ = Model::kUnknown;
+    } else if (absl::IsResourceExhausted(result.status)) {
+      // The aggregator cannot hold this task's round (e.g. its --max-buffer-bytes): retrying
+      // cannot help, and the message names the numbers.
+      fx.Finish(v1::TASK_STATE_FAILED,
+                absl::StrCat("open round refused: ", result.status.message()));
+      return;
+    }
+    Fail("open round", result.status, now, status, fx);
+    return;
+  }
+  failures_ = 0;
+  const aggregator::v1::OpenRoundRequest& open = result.work.open;
+  round_ = Round{};
+  round_.number = open.round();
+  round_.started = now;
+  round_.deadline = now + absl::Seconds(spec_.round_deadline_seconds());
+  for (const std::string& id : open.expected_peers()) {
+    if (peers_.count(id)) round_.expected.insert(id);
+  }
+  status.set_round(open.round());
+  status.set_phase(v1::ROUND_PHASE_TRAINING);
+  status.set_state(v1::TASK_STATE_RUNNING);
+  status.set_message(
+      absl::StrCat("round ", open.round(), " training with ", round_.expected.size(), " peers"));
+  v1::CoordinatorEvent event;
+  auto* started = event.mutable_round_started();
+  started->set_round(open.round());
+  started->set_model_version(status.model_version());
+  started->set_round_batches(spec_.round_batches());
+  started->set_deadline_unix_ms(absl::ToUnixMillis(round_.deadline));
+  for (const std::string& id : round_.expected) fx.Send(id, event);
+}
+
+void FederatedSyncTask::OnClosed(const WorkResult& result, absl::Time now,
+                                 v1::TaskStatus& status, ModeEffects& fx) {
+  fx.changed = true;
+  if (!result.status.ok()) {
+    status.set_phase(v1::ROUND_PHASE_TRAINING);  // Advance() retries the close
+    Fail("close round", result.status, now, status, fx);
+    return;
+  }
+  failures_ = 0;
+  const aggregator::v1::CloseRoundResponse& closed = result.closed;
+  v1::RoundSummary summary;
+  summary.set_round(round_.number);
+  const std::set<std::string> contributors(closed.contributors().begin(),
+                                           closed.contributors().end());
+  for (const std::string& id : contributors) summary.add_participants(id);
+  for (const std::string& id : round_.expected) {
+    if (!contributors.count(id)) summary.add_dropped(id);
+  }
+  summary.set_mean_train_loss(closed.mean_train_loss());
+  summary.set_num_samples(closed.num_samples());
+  summary.set_model_version(closed.version());
+  summary.set_duration_ms(absl::ToInt64Milliseconds(now - round_.started));
+  // Published to nobody: there is no evaluation to wait for.
+  if (peers_.empty()) summary.set_evaluation_complete(true);
+  LogInfo("task ", task_, ": round ", round_.number, " closed: ", contributors.size(),
+          " contributors, ", summary.dropped_size(), " dropped, loss ", closed.mean_train_loss(),
+          ", model version ", closed.version());
+  fx.rounds_completed.push_back(summary);
+  if (closed.version() != status.model_version()) {
+    AggregatorWork checkpoint;
+    checkpoint.version = closed.version();
+    checkpoint.round = round_.number;
+    Ask(Kind::kCheckpoint, std::move(checkpoint), fx);
+  }
+  status.set_model_version(closed.version());
+  v1::CoordinatorEvent event;
+  event.mutable_model_published()->set_round(round_.number);
+  event.mutable_model_published()->set_version(closed.version());
+  for (const std::string& id : peers_) fx.Send(id, event);
+  const uint64_t number = round_.number;
+  round_ = Round{};
+  if (number >= spec_.rounds()) {
+    status.set_phase(v1::ROUND_PHASE_EVALUATING);
+    eval_deadline_ = now + std::min(options_.final_eval_timeout,
+                                    absl::Seconds(spec_.round_deadline_seconds()));
+    status.set_message("evaluating the final model");
+  } else {
+    status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
+  }
+}
+
+}  // namespace shoal::coordinator

@@ -1,0 +1,184 @@
+#pragma once
+
+// A scripted AggregatorClient for coordinator tests (tests/unit) and the coordinator fuzz target:
+// records every call, answers with the statuses and contributors the test sets, and lets the
+// test play the aggregator's watch stream (Accept, BreakWatches). Thread-safe; callbacks run
+// with no lock of the fake held.
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "services/aggregator/aggregator_client.h"
+
+namespace shoal::fakes {
+
+class ScriptedAggregator final : public aggregator::AggregatorClient {
+ public:
+  absl::Status OpenRound(const std::string& address,
+                         const aggregator::v1::OpenRoundRequest& request, absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    opened.push_back(request);
+    open_addresses.push_back(address);
+    return open_status;
+  }
+  absl::StatusOr<aggregator::v1::CloseRoundResponse> CloseRound(
+      const std::string& address, const aggregator::v1::CloseRoundRequest& request,
+      absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    closed.push_back(request);
+    if (!close_status.ok()) return close_status;
+    aggregator::v1::CloseRoundResponse response;
+    if (!contributors.empty()) ++version;
+    response.set_version(version);
+    for (const auto& c : contributors) response.add_contributors(c);
+    response.set_num_samples(100 * contributors.size());
+    response.set_mean_train_loss(0.5);
+    return response;
+  }
+  absl::StatusOr<tensor::FlatModel> GetModel(const std::string&, const std::string&, uint64_t v,
+                                             const aggregator::Caller&, absl::Time) override {
+    tensor::FlatModel model;
+    model.layout = *tensor::ModelLayout::Create({{"w", {2}}});
+    model.values = {static_cast<float>(v), 1.0f};
+    return model;
+  }
+  absl::StatusOr<uint64_t> PutModel(const std::string& address,
+                                    const common::v1::ModelMeta& meta,
+                                    std::shared_ptr<const tensor::FlatModel> model,
+                                    const aggregator::Caller&, absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    if (!put_status.ok()) return put_status;
+    puts.push_back({meta.task(), meta.version()});
+    put_addresses.push_back(address);
+    version = meta.version();
+    return model->Digest();
+  }
+  absl::StatusOr<bool> PushUpdate(const std::string&, const aggregator::v1::UpdateMeta&,
+                                  std::shared_ptr<const tensor::FlatModel>, absl::Time) override {
+    return absl::UnimplementedError("the coordinator never pushes");
+  }
+  absl::Status SetMembers(const std::string&, const aggregator::v1::SetMembersRequest& request,
+                          absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    members.push_back(request);
+    return absl::OkStatus();
+  }
+  absl::Status ReleaseTask(const std::string&, const std::string& task, absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    released.push_back(task);
+    return absl::OkStatus();
+  }
+
+  std::unique_ptr<aggregator::AggregatorWatch> WatchTask(const std::string& address,
+                                                         const std::string& task,
+                                                         TaskEventFn on_event,
+                                                         WatchDoneFn on_done) override {
+    uint64_t id;
+    {
+      absl::MutexLock lock(&mu_);
+      id = next_watch_++;
+      watches_[id] = Watch{address, task, on_event, on_done};
+    }
+    aggregator::v1::TaskEvent started;
+    started.mutable_started();
+    on_event(started);
+    return std::make_unique<Handle>(this, id);
+  }
+
+  // The aggregator at any address accepted `peer`'s update for `round` of `task`: every live
+  // watch of the task gets a PushAccepted.
+  void Accept(const std::string& task, uint64_t round, const std::string& peer) {
+    aggregator::v1::TaskEvent event;
+    event.mutable_push_accepted()->set_round(round);
+    event.mutable_push_accepted()->set_peer_id(peer);
+    event.mutable_push_accepted()->set_num_samples(100);
+    for (const auto& w : WatchesOf([&](const Watch& x) { return x.task == task; })) {
+      w.on_event(event);
+    }
+  }
+  // The aggregator at `address` is gone: its watch streams end with `status`.
+  void BreakWatches(const std::string& address, absl::Status status) {
+    std::vector<Watch> broken;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto it = watches_.begin(); it != watches_.end();) {
+        if (it->second.address == address) {
+          broken.push_back(it->second);
+          it = watches_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (const auto& w : broken) w.on_done(status);
+  }
+  // Live watches of `task` (at `address`, when given).
+  size_t watch_count(const std::string& task, const std::string& address = "") {
+    return WatchesOf([&](const Watch& w) {
+             return w.task == task && (address.empty() || w.address == address);
+           })
+        .size();
+  }
+
+  // Set by the test.
+  absl::Status open_status;
+  absl::Status close_status;
+  absl::Status put_status;
+  std::vector<std::string> contributors;
+  uint64_t version = 0;
+  // Recorded.
+  std::vector<aggregator::v1::OpenRoundRequest> opened;
+  std::vector<std::string> open_addresses;
+  std::vector<aggregator::v1::CloseRoundRequest> closed;
+  std::vector<std::pair<std::string, uint64_t>> puts;
+  std::vector<std::string> put_addresses;
+  std::vector<std::string> released;
+  std::vector<aggregator::v1::SetMembersRequest> members;
+
+ private:
+  struct Watch {
+    std::string address;
+    std::string task;
+    TaskEventFn on_event;
+    WatchDoneFn on_done;
+  };
+  class Handle final : public aggregator::AggregatorWatch {
+   public:
+    Handle(ScriptedAggregator* fake, uint64_t id) : fake_(fake), id_(id) {}
+    ~Handle() override {
+      std::optional<Watch> w;
+      {
+        absl::MutexLock lock(&fake_->mu_);
+        auto it = fake_->watches_.find(id_);
+        if (it == fake_->watches_.end()) return;  // already broken
+        w = std::move(it->second);
+        fake_->watches_.erase(it);
+      }
+      w->on_done(absl::CancelledError("watch cancelled"));
+    }
+
+   private:
+    ScriptedAggregator* const fake_;
+    const uint64_t id_;
+  };
+
+  std::vector<Watch> WatchesOf(const std::function<bool(const Watch&)>& match) {
+    absl::MutexLock lock(&mu_);
+    std::vector<Watch> out;
+    for (const auto& [id, w] : watches_) {
+      if (match(w)) out.push_back(w);
+    }
+    return out;
+  }
+
+  absl::Mutex mu_;
+  std::map<uint64_t, Watch> watches_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_watch_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace shoal::fakes
