@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "libs/aggregation/strategy.h"
 #include "libs/common/escape.h"
 #include "libs/common/small_file.h"
 #include "libs/common/status_macros.h"
@@ -314,6 +315,7 @@ void ApplyModeDefaults(TaskSpec& spec) {
     spec.set_max_connection_retry(kDefaultMaxConnectionRetry);
   }
   if (spec.mode() == common::v1::MODE_GOSSIP) gossip::ApplyGossipDefaults(*spec.mutable_gossip());
+  aggregation::ApplyAggregationDefaults(spec);
 }
 
 TaskSpec DefaultTaskSpec() {
@@ -445,13 +447,7 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
     return FieldError("round_deadline_seconds",
                       absl::StrCat("must be >= 1, got ", spec.round_deadline_seconds()));
   }
-  if (spec.aggregation() != common::v1::AGGREGATION_MEAN) {
-    return FieldError("aggregation",
-                      absl::StrCat("unsupported value ",
-                                   JsonQuote(FriendlyEnumName(*common::v1::Aggregation_descriptor(),
-                                                              spec.aggregation())),
-                                   " (expected mean)"));
-  }
+  SHOAL_RETURN_IF_ERROR(aggregation::ValidateAggregation(spec));
   if (!(spec.max_update_norm() >= 0) || !std::isfinite(spec.max_update_norm())) {
     return FieldError("max_update_norm", absl::StrCat("must be >= 0 (0 = no bound), got ",
                                                       ShowNumber(spec.max_update_norm())));

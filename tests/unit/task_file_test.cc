@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "shoal/coordinator/v1/control.pb.h"
 
 namespace shoal::task {
@@ -145,19 +146,12 @@ TEST(ParseTaskSpecTest, RejectsInlineMistakes) {
   const Case cases[] = {
       {"name: x\nmode: async\n",
        "mode: unknown value \"async\" (expected federated-sync, decentralized, gossip)"},
-      {"name: x\naggregation: median\n", "aggregation: unknown value \"median\" (expected mean)"},
-      {"name: x\noptimizer: {kind: rmsprop}\n",
-       "optimizer.kind: unknown value \"rmsprop\" (expected sgd, adam)"},
-      {"name: x\nmode: unspecified\n", "mode: unknown value \"unspecified\""},
-      {"name: x\nseed: 1.5\n", "seed: expected a non-negative integer, got \"1.5\""},
-      {"name: x\noptimizer: {learning_rate: fast}\n",
-       "optimizer.learning_rate: expected a number, got \"fast\""},
-      {"name: x\noptimizer: {learning_rate: inf}\n", "optimizer.learning_rate: must be finite"},
-      {"name: x\nrounds: [1, 2]\n", "rounds: expected a single value"},
-      {"name: x\nrounds: 1\nrounds: 2\n", "rounds: duplicate key"},
-      {"- name: x\n", "expected a mapping of task fields at the top level"},
-      {"", "the task file is empty"},
-      {"name: x\nmin_participants: 4294967296\n", "min_participants: out of range"},
+      {"name: x\naggregation: bulyan\n",
+       "aggregation: unknown value \"bulyan\" (expected mean, median, trimmed-mean, krum, "
+       "multi-krum, centered-clipping)"},
+      {"name: x\naggregation_options: {trim: 0.1}\n",
+       "aggregation_options.trim: unknown field (expected one of trim_ratio, byzantine_peers, "
+       "multi_krum_selected, clip_radius, clip_iterations)"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<TaskSpec> spec = ParseTaskSpec(c.text, "inline.yaml");
@@ -322,6 +316,144 @@ TEST(ModeDefaultsTest, DecentralizedGetsConnectionRetriesUnlessSet) {
   absl::StatusOr<TaskSpec> back = ParseTaskSpec(json, "back.json");
   ASSERT_TRUE(back.ok()) << back.status() << "\n" << json;
   EXPECT_EQ(back->SerializeAsString(), spec->SerializeAsString());
+}
+
+// Parses and validates `text`; the status of whichever fails first.
+absl::StatusOr<TaskSpec> ParseAndValidate(const std::string& text) {
+  absl::StatusOr<TaskSpec> spec = ParseTaskSpec(text, "t.yaml");
+  if (!spec.ok()) return spec.status();
+  absl::Status valid = ValidateTaskSpec(*spec);
+  if (!valid.ok()) return valid;
+  return spec;
+}
+
+// A spec that renders as JSON and parses back to itself, as `shoalctl task status --json`
+// and the fuzz targets require.
+void ExpectJsonRoundTrip(const TaskSpec& spec) {
+  const std::string json = MessageToFriendlyJson(spec, 2);
+  absl::StatusOr<TaskSpec> back = ParseTaskSpec(json, "back.json");
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << json;
+  EXPECT_EQ(back->SerializeAsString(), spec.SerializeAsString()) << json;
+}
+
+TEST(AggregationTaskTest, LoadsARobustStrategyWithItsOptions) {
+  absl::StatusOr<TaskSpec> spec = LoadTaskFile(DataPath("robust.yaml"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->aggregation(), common::v1::AGGREGATION_MULTI_KRUM);
+  EXPECT_EQ(spec->aggregation_options().byzantine_peers(), 1u);
+  EXPECT_EQ(spec->aggregation_options().multi_krum_selected(), 3u);
+  EXPECT_FALSE(spec->aggregation_options().has_trim_ratio());
+  const std::string json = MessageToFriendlyJson(*spec, 0);
+  EXPECT_THAT(json, HasSubstr("\"aggregation\":\"multi-krum\""));
+  EXPECT_THAT(json, HasSubstr("\"byzantine_peers\":1"));
+  EXPECT_THAT(json, HasSubstr("\"trim_ratio\":null"));
+  ExpectJsonRoundTrip(*spec);
+}
+
+TEST(AggregationTaskTest, EveryStrategyHasItsFriendlyName) {
+  const std::pair<const char*, common::v1::Aggregation> names[] = {
+      {"mean", common::v1::AGGREGATION_MEAN},
+      {"median", common::v1::AGGREGATION_MEDIAN},
+      {"trimmed-mean", common::v1::AGGREGATION_TRIMMED_MEAN},
+      {"trimmed_mean", common::v1::AGGREGATION_TRIMMED_MEAN},
+      {"krum", common::v1::AGGREGATION_KRUM},
+      {"multi-krum", common::v1::AGGREGATION_MULTI_KRUM},
+      {"AGGREGATION_MULTI_KRUM", common::v1::AGGREGATION_MULTI_KRUM},
+      {"centered-clipping", common::v1::AGGREGATION_CENTERED_CLIPPING},
+  };
+  for (const auto& [text, kind] : names) {
+    absl::StatusOr<TaskSpec> spec =
+        ParseTaskSpec(absl::StrCat("name: x\naggregation: ", text, "\n"), "t.yaml");
+    ASSERT_TRUE(spec.ok()) << text << ": " << spec.status();
+    EXPECT_EQ(spec->aggregation(), kind) << text;
+  }
+  EXPECT_EQ(FriendlyEnumName(*common::v1::Aggregation_descriptor(),
+                             common::v1::AGGREGATION_CENTERED_CLIPPING),
+            "centered-clipping");
+}
+
+TEST(AggregationTaskTest, DefaultsOfTheChosenStrategyOnly) {
+  // mean has no parameters: no section appears.
+  absl::StatusOr<TaskSpec> mean = ParseAndValidate("name: x\naggregation: mean\n");
+  ASSERT_TRUE(mean.ok()) << mean.status();
+  EXPECT_FALSE(mean->has_aggregation_options());
+  EXPECT_THAT(MessageToFriendlyJson(*mean, 0), HasSubstr("\"aggregation_options\":null"));
+
+  absl::StatusOr<TaskSpec> trimmed = ParseAndValidate("name: x\naggregation: trimmed-mean\n");
+  ASSERT_TRUE(trimmed.ok()) << trimmed.status();
+  EXPECT_DOUBLE_EQ(trimmed->aggregation_options().trim_ratio(), 0.1);
+  ExpectJsonRoundTrip(*trimmed);
+
+  absl::StatusOr<TaskSpec> clipped = ParseAndValidate(
+      "name: x\naggregation: centered-clipping\naggregation_options: {clip_radius: 2.5}\n");
+  ASSERT_TRUE(clipped.ok()) << clipped.status();
+  EXPECT_DOUBLE_EQ(clipped->aggregation_options().clip_radius(), 2.5);
+  EXPECT_EQ(clipped->aggregation_options().clip_iterations(), 3u);
+  ExpectJsonRoundTrip(*clipped);
+
+  // multi_krum_selected stays unset: K - f of each round.
+  absl::StatusOr<TaskSpec> krum = ParseAndValidate(
+      "name: x\nmin_participants: 7\naggregation: multi-krum\n"
+      "aggregation_options: {byzantine_peers: 2}\n");
+  ASSERT_TRUE(krum.ok()) << krum.status();
+  EXPECT_FALSE(krum->aggregation_options().has_multi_krum_selected());
+  ExpectJsonRoundTrip(*krum);
+
+  // Over gRPC, without a file.
+  TaskSpec bare;
+  bare.set_name("x");
+  bare.set_aggregation(common::v1::AGGREGATION_TRIMMED_MEAN);
+  ApplyTaskDefaults(bare);
+  EXPECT_DOUBLE_EQ(bare.aggregation_options().trim_ratio(), 0.1);
+  EXPECT_TRUE(ValidateTaskSpec(bare).ok()) << ValidateTaskSpec(bare);
+}
+
+TEST(AggregationTaskTest, RulesNameTheFieldAndTheNumbers) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"aggregation: median\naggregation_options: {trim_ratio: 0.2}\n",
+       "aggregation_options.trim_ratio: used only by aggregation trimmed-mean, but aggregation is "
+       "median (remove it or change aggregation)"},
+      {"aggregation_options: {clip_radius: 1}\n",
+       "aggregation_options.clip_radius: used only by aggregation centered-clipping, but "
+       "aggregation is mean"},
+      {"aggregation: trimmed-mean\naggregation_options: {trim_ratio: 0.5}\n",
+       "aggregation_options.trim_ratio: must be in [0, 0.5), got 0.5"},
+      {"aggregation: krum\nmin_participants: 9\n", "aggregation_options.byzantine_peers: required"},
+      {"aggregation: krum\nmin_participants: 4\naggregation_options: {byzantine_peers: 1}\n",
+       "min_participants: krum needs at least 5 updates per round (2f+3 with byzantine_peers f = "
+       "1), got 4"},
+      {"aggregation: multi-krum\nmin_participants: 6\n"
+       "aggregation_options: {byzantine_peers: 1, multi_krum_selected: 6}\n",
+       "min_participants: multi-krum needs at least 7 updates per round (m+f with "
+       "multi_krum_selected m = 6 and byzantine_peers f = 1), got 6"},
+      {"aggregation: centered-clipping\n", "aggregation_options.clip_radius: required"},
+      {"aggregation: centered-clipping\naggregation_options: {clip_radius: -1}\n",
+       "aggregation_options.clip_radius: must be > 0, got -1"},
+      {"mode: gossip\naggregation: median\n",
+       "aggregation: gossip mixes pairs of models and aggregates no rounds, so only mean"},
+  };
+  for (const auto& [text, message] : cases) {
+    absl::StatusOr<TaskSpec> spec = ParseAndValidate("name: x\n" + text);
+    ASSERT_FALSE(spec.ok()) << text;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr(message)) << text;
+  }
+  // Exactly enough participants is fine.
+  EXPECT_TRUE(ParseAndValidate("name: x\naggregation: krum\nmin_participants: 5\n"
+                               "aggregation_options: {byzantine_peers: 1}\n")
+                  .ok());
+}
+
+TEST(FriendlyJsonTest, EdgeCasesOfTheNewSectionsRoundTrip) {
+  // Specs that parse but fail validation must still render and parse back (fuzz contract).
+  for (const char* text : {
+           "name: x\naggregation_options: {}\n",
+           "name: x\naggregation: krum\naggregation_options: {trim_ratio: 0.3}\n",
+       }) {
+    absl::StatusOr<TaskSpec> spec = ParseTaskSpec(text, "t.yaml");
+    ASSERT_TRUE(spec.ok()) << text << ": " << spec.status();
+    ExpectJsonRoundTrip(*spec);
+  }
 }
 
 TEST(FriendlyEnumNameTest, StripsThePrefix) {
