@@ -166,8 +166,14 @@ absl::StatusOr<AggregationOptions> ResolveParams(const std::vector<StrategyDefin
 
 RoundSizeBound BoundOf(const TaskSpec& spec) {
   RoundSizeBound bound;
-  bound.updates = spec.min_participants();
-  bound.field = "min_participants";
+  if (spec.mode() == common::v1::MODE_FEDERATED_ASYNC) {
+    bound.updates =
+        spec.async().has_buffer_size() ? spec.async().buffer_size() : spec.min_participants();
+    bound.field = "async.buffer_size";
+  } else {
+    bound.updates = spec.min_participants();
+    bound.field = "min_participants";
+  }
   return bound;
 }
 

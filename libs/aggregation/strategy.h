@@ -149,8 +149,8 @@ absl::StatusOr<Strategy> MakeStrategy(const common::v1::TaskSpec& spec, int thre
 
 // The task-level rules of `aggregation` and `aggregation_options` (libs/task calls it from
 // ValidateTaskSpec): the strategy is registered; options only for the strategy that uses them;
-// ranges; enough updates per round for the strategy (krum: min_participants >= 2f+3); gossip
-// tasks aggregate nothing, so only mean.
+// ranges; enough updates per round for the strategy (krum: min_participants, or
+// async.buffer_size in federated-async, >= 2f+3); gossip tasks aggregate nothing, so only mean.
 // INVALID_ARGUMENT "<field path>: <what is wrong>".
 absl::Status ValidateAggregation(const common::v1::TaskSpec& spec);
 

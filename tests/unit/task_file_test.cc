@@ -145,13 +145,28 @@ TEST(ParseTaskSpecTest, RejectsInlineMistakes) {
   };
   const Case cases[] = {
       {"name: x\nmode: async\n",
-       "mode: unknown value \"async\" (expected federated-sync, decentralized, gossip)"},
+       "mode: unknown value \"async\" (expected federated-sync, decentralized, gossip, "
+       "federated-async)"},
       {"name: x\naggregation: bulyan\n",
        "aggregation: unknown value \"bulyan\" (expected mean, median, trimmed-mean, krum, "
        "multi-krum, centered-clipping)"},
       {"name: x\naggregation_options: {trim: 0.1}\n",
        "aggregation_options.trim: unknown field (expected one of trim_ratio, byzantine_peers, "
        "multi_krum_selected, clip_radius, clip_iterations)"},
+      {"name: x\nasync: {staleness: linear}\n",
+       "async.staleness: unknown value \"linear\" (expected constant, polynomial, hinge)"},
+      {"name: x\noptimizer: {kind: rmsprop}\n",
+       "optimizer.kind: unknown value \"rmsprop\" (expected sgd, adam)"},
+      {"name: x\nmode: unspecified\n", "mode: unknown value \"unspecified\""},
+      {"name: x\nseed: 1.5\n", "seed: expected a non-negative integer, got \"1.5\""},
+      {"name: x\noptimizer: {learning_rate: fast}\n",
+       "optimizer.learning_rate: expected a number, got \"fast\""},
+      {"name: x\noptimizer: {learning_rate: inf}\n", "optimizer.learning_rate: must be finite"},
+      {"name: x\nrounds: [1, 2]\n", "rounds: expected a single value"},
+      {"name: x\nrounds: 1\nrounds: 2\n", "rounds: duplicate key"},
+      {"- name: x\n", "expected a mapping of task fields at the top level"},
+      {"", "the task file is empty"},
+      {"name: x\nmin_participants: 4294967296\n", "min_participants: out of range"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<TaskSpec> spec = ParseTaskSpec(c.text, "inline.yaml");
@@ -233,6 +248,14 @@ TEST(ValidateTaskSpecTest, EachRuleNamesItsField) {
       {[](TaskSpec& s) { s.set_rounds(0); }, "rounds: must be >= 1, got 0"},
       {[](TaskSpec& s) { s.mutable_gossip()->set_fetch_probability(0.5); },
        "gossip: settings for mode gossip, but this task's mode is federated-sync"},
+      {[](TaskSpec& s) { s.mutable_async()->set_buffer_size(2); },
+       "async: settings for mode federated-async, but this task's mode is federated-sync (remove "
+       "the section or set mode: federated-async)"},
+      {[](TaskSpec& s) {
+         s.set_mode(common::v1::MODE_DECENTRALIZED);
+         s.mutable_async();
+       },
+       "async: settings for mode federated-async, but this task's mode is decentralized"},
       {[](TaskSpec& s) { s.set_min_participants(0); }, "min_participants: must be >= 1, got 0"},
       {[](TaskSpec& s) {
          s.set_min_participants(3);
@@ -431,6 +454,10 @@ TEST(AggregationTaskTest, RulesNameTheFieldAndTheNumbers) {
        "aggregation_options.clip_radius: must be > 0, got -1"},
       {"mode: gossip\naggregation: median\n",
        "aggregation: gossip mixes pairs of models and aggregates no rounds, so only mean"},
+      {"mode: federated-async\nmin_participants: 5\naggregation: krum\n"
+       "aggregation_options: {byzantine_peers: 1}\nasync: {buffer_size: 4}\n",
+       "async.buffer_size: krum needs at least 5 updates per round (2f+3 with byzantine_peers f "
+       "= 1), got 4"},
   };
   for (const auto& [text, message] : cases) {
     absl::StatusOr<TaskSpec> spec = ParseAndValidate("name: x\n" + text);
@@ -444,10 +471,83 @@ TEST(AggregationTaskTest, RulesNameTheFieldAndTheNumbers) {
                   .ok());
 }
 
+TEST(AsyncTaskTest, LoadsAFederatedAsyncTask) {
+  absl::StatusOr<TaskSpec> spec = LoadTaskFile(DataPath("federated-async.yaml"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->mode(), common::v1::MODE_FEDERATED_ASYNC);
+  EXPECT_EQ(spec->rounds(), 40u);
+  EXPECT_EQ(spec->aggregation(), common::v1::AGGREGATION_TRIMMED_MEAN);
+  EXPECT_DOUBLE_EQ(spec->aggregation_options().trim_ratio(), 0.2);
+  EXPECT_EQ(spec->async().buffer_size(), 3u);
+  EXPECT_EQ(spec->async().max_staleness(), 6u);
+  EXPECT_EQ(spec->async().staleness(), common::v1::STALENESS_WEIGHTING_HINGE);
+  EXPECT_DOUBLE_EQ(spec->async().staleness_a(), 5);
+  EXPECT_EQ(spec->async().staleness_b(), 2u);
+  const std::string json = MessageToFriendlyJson(*spec, 2);
+  EXPECT_THAT(json, HasSubstr("\"mode\": \"federated-async\""));
+  EXPECT_THAT(json, HasSubstr("\"staleness\": \"hinge\""));
+  EXPECT_THAT(json, HasSubstr("\"gossip\": null"));
+  ExpectJsonRoundTrip(*spec);
+}
+
+TEST(AsyncTaskTest, DefaultsForTheModeOnly) {
+  absl::StatusOr<TaskSpec> spec =
+      ParseAndValidate("name: a\nmode: federated-async\nmin_participants: 3\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(spec->has_async());
+  EXPECT_EQ(spec->async().buffer_size(), 3u);  // min_participants
+  EXPECT_EQ(spec->async().max_staleness(), 4u);
+  EXPECT_EQ(spec->async().staleness(), common::v1::STALENESS_WEIGHTING_POLYNOMIAL);
+  EXPECT_DOUBLE_EQ(spec->async().staleness_a(), 0.5);
+  EXPECT_FALSE(spec->async().has_staleness_b());
+  ExpectJsonRoundTrip(*spec);
+
+  // An explicit 0 staleness bound is kept (only fresh pushes count).
+  spec = ParseAndValidate("name: a\nmode: federated-async\nasync: {max_staleness: 0}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->async().max_staleness(), 0u);
+
+  // Other modes carry no async section, and JSON shows it as null.
+  spec = ParseAndValidate("name: f\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->has_async());
+  EXPECT_THAT(MessageToFriendlyJson(*spec, 0), HasSubstr("\"async\":null"));
+
+  TaskSpec bare;
+  bare.set_name("x");
+  bare.set_mode(common::v1::MODE_FEDERATED_ASYNC);
+  bare.set_min_participants(2);
+  ApplyTaskDefaults(bare);
+  EXPECT_EQ(bare.async().buffer_size(), 2u);
+  EXPECT_TRUE(ValidateTaskSpec(bare).ok()) << ValidateTaskSpec(bare);
+}
+
+TEST(AsyncTaskTest, RulesNameTheField) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"async: {buffer_size: 0}\n", "async.buffer_size: must be >= 1, got 0"},
+      {"max_participants: 2\nasync: {buffer_size: 3}\n",
+       "async.buffer_size: must be at most max_participants (2)"},
+      {"async: {staleness: constant, staleness_a: 1}\n",
+       "async.staleness_a: used only by staleness polynomial or hinge"},
+      {"async: {staleness_b: 1}\n", "async.staleness_b: used only by staleness hinge"},
+      {"async: {staleness: hinge, staleness_a: -2}\n", "async.staleness_a: must be >= 0"},
+      {"async: {max_staleness: -1}\n", "async.max_staleness: must not be negative, got -1"},
+  };
+  for (const auto& [text, message] : cases) {
+    absl::StatusOr<TaskSpec> spec = ParseAndValidate("name: x\nmode: federated-async\n" + text);
+    ASSERT_FALSE(spec.ok()) << text;
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr(message)) << text;
+  }
+}
+
 TEST(FriendlyJsonTest, EdgeCasesOfTheNewSectionsRoundTrip) {
   // Specs that parse but fail validation must still render and parse back (fuzz contract).
   for (const char* text : {
            "name: x\naggregation_options: {}\n",
+           "name: x\nasync: {}\n",
+           "name: x\nmode: gossip\nasync: {buffer_size: 2}\n",
+           "name: x\nmode: federated-async\nasync: {staleness: constant}\n",
+           "name: x\nmode: federated-async\naggregation: median\nasync: {staleness: hinge}\n",
            "name: x\naggregation: krum\naggregation_options: {trim_ratio: 0.3}\n",
        }) {
     absl::StatusOr<TaskSpec> spec = ParseTaskSpec(text, "t.yaml");
