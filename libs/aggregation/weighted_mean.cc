@@ -2,36 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "libs/aggregation/parallel_for.h"
 
 namespace shoal::aggregation {
 
-namespace {
-
-// Runs fn(begin, end) over [0, n) split across up to `threads` threads (the caller's included).
-template <typename Fn>
-void ParallelFor(size_t n, int threads, const Fn& fn) {
-  constexpr size_t kMinPerThread = size_t{1}
-                                   << 22;  // below ~16 MB a thread costs more than it saves
-  size_t parts = std::min<size_t>(std::max(threads, 1), std::max<size_t>(n / kMinPerThread, 1));
-  if (parts <= 1) {
-    fn(size_t{0}, n);
-    return;
-  }
-  const size_t step = (n + parts - 1) / parts;
-  std::vector<std::thread> workers;
-  workers.reserve(parts - 1);
-  for (size_t p = 1; p < parts; ++p) {
-    const size_t begin = p * step, end = std::min(n, begin + step);
-    workers.emplace_back([&fn, begin, end] { fn(begin, end); });
-  }
-  fn(size_t{0}, std::min(n, step));
-  for (auto& w : workers) w.join();
-}
-
-}  // namespace
+using internal::ParallelFor;
 
 WeightedMeanAccumulator::WeightedMeanAccumulator(tensor::ModelLayout layout, int threads)
     : layout_(std::move(layout)), threads_(threads) {}

@@ -19,6 +19,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "libs/aggregation/async_spec.h"
+#include "libs/aggregation/strategy.h"
 #include "libs/common/escape.h"
 #include "libs/common/small_file.h"
 #include "libs/common/status_macros.h"
@@ -314,6 +316,10 @@ void ApplyModeDefaults(TaskSpec& spec) {
     spec.set_max_connection_retry(kDefaultMaxConnectionRetry);
   }
   if (spec.mode() == common::v1::MODE_GOSSIP) gossip::ApplyGossipDefaults(*spec.mutable_gossip());
+  if (spec.mode() == common::v1::MODE_FEDERATED_ASYNC) {
+    aggregation::ApplyAsyncDefaults(*spec.mutable_async(), spec.min_participants());
+  }
+  aggregation::ApplyAggregationDefaults(spec);
 }
 
 TaskSpec DefaultTaskSpec() {
@@ -374,12 +380,13 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
         "name", absl::StrCat("must match [a-z0-9][a-z0-9-]{0,62}, got ", QuoteBytes(spec.name())));
   }
   if (spec.mode() != common::v1::MODE_FEDERATED_SYNC &&
-      spec.mode() != common::v1::MODE_DECENTRALIZED && spec.mode() != common::v1::MODE_GOSSIP) {
+      spec.mode() != common::v1::MODE_DECENTRALIZED && spec.mode() != common::v1::MODE_GOSSIP &&
+      spec.mode() != common::v1::MODE_FEDERATED_ASYNC) {
     return FieldError(
         "mode",
         absl::StrCat("unsupported value ",
                      JsonQuote(FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode())),
-                     " (expected federated-sync, decentralized, gossip)"));
+                     " (expected federated-sync, decentralized, gossip, federated-async)"));
   }
   if (spec.model() != "mlp" && spec.model() != "cnn") {
     return FieldError(
@@ -445,13 +452,7 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
     return FieldError("round_deadline_seconds",
                       absl::StrCat("must be >= 1, got ", spec.round_deadline_seconds()));
   }
-  if (spec.aggregation() != common::v1::AGGREGATION_MEAN) {
-    return FieldError("aggregation",
-                      absl::StrCat("unsupported value ",
-                                   JsonQuote(FriendlyEnumName(*common::v1::Aggregation_descriptor(),
-                                                              spec.aggregation())),
-                                   " (expected mean)"));
-  }
+  SHOAL_RETURN_IF_ERROR(aggregation::ValidateAggregation(spec));
   if (!(spec.max_update_norm() >= 0) || !std::isfinite(spec.max_update_norm())) {
     return FieldError("max_update_norm", absl::StrCat("must be >= 0 (0 = no bound), got ",
                                                       ShowNumber(spec.max_update_norm())));
@@ -470,6 +471,15 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
                       absl::StrCat("settings for mode gossip, but this task's mode is ",
                                    FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode()),
                                    " (remove the section or set mode: gossip)"));
+  }
+  if (spec.mode() == common::v1::MODE_FEDERATED_ASYNC) {
+    SHOAL_RETURN_IF_ERROR(
+        aggregation::ValidateAsyncSpec(spec.async(), spec.max_participants(), "async"));
+  } else if (spec.has_async()) {
+    return FieldError("async",
+                      absl::StrCat("settings for mode federated-async, but this task's mode is ",
+                                   FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode()),
+                                   " (remove the section or set mode: federated-async)"));
   }
   return absl::OkStatus();
 }

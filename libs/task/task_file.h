@@ -37,6 +37,12 @@ inline constexpr int kMaxTaskFileDepth = 32;                  // nested mappings
 //   learning_rate 0.05, momentum 0.9}, round_batches 50, rounds 10, min_participants 1,
 //   max_participants 0 (no limit), round_deadline_seconds 120, aggregation mean, seed 1,
 //   max_update_norm 0 (no bound). `name` has no default.
+// Settings that depend on other fields are filled once those are known (by ParseTaskSpec and
+// ApplyTaskDefaults): max_connection_retry 3 in decentralized tasks, dpwa's `gossip` settings in
+// gossip tasks, the `async` section in federated-async tasks (aggregation::ApplyAsyncDefaults:
+// buffer_size = min_participants, max_staleness 4, staleness polynomial with a 0.5), and the
+// parameter defaults of the chosen aggregation (aggregation::ApplyAggregationDefaults, e.g.
+// trim_ratio 0.1 for trimmed-mean).
 common::v1::TaskSpec DefaultTaskSpec();
 
 // Fills the fields of `spec` whose zero value is invalid (unspecified enums, empty dataset

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "shoal/coordinator/v1/control.pb.h"
 
 namespace shoal::task {
@@ -144,8 +145,16 @@ TEST(ParseTaskSpecTest, RejectsInlineMistakes) {
   };
   const Case cases[] = {
       {"name: x\nmode: async\n",
-       "mode: unknown value \"async\" (expected federated-sync, decentralized, gossip)"},
-      {"name: x\naggregation: median\n", "aggregation: unknown value \"median\" (expected mean)"},
+       "mode: unknown value \"async\" (expected federated-sync, decentralized, gossip, "
+       "federated-async)"},
+      {"name: x\naggregation: bulyan\n",
+       "aggregation: unknown value \"bulyan\" (expected mean, median, trimmed-mean, krum, "
+       "multi-krum, centered-clipping)"},
+      {"name: x\naggregation_options: {trim: 0.1}\n",
+       "aggregation_options.trim: unknown field (expected one of trim_ratio, byzantine_peers, "
+       "multi_krum_selected, clip_radius, clip_iterations)"},
+      {"name: x\nasync: {staleness: linear}\n",
+       "async.staleness: unknown value \"linear\" (expected constant, polynomial, hinge)"},
       {"name: x\noptimizer: {kind: rmsprop}\n",
        "optimizer.kind: unknown value \"rmsprop\" (expected sgd, adam)"},
       {"name: x\nmode: unspecified\n", "mode: unknown value \"unspecified\""},
@@ -239,6 +248,14 @@ TEST(ValidateTaskSpecTest, EachRuleNamesItsField) {
       {[](TaskSpec& s) { s.set_rounds(0); }, "rounds: must be >= 1, got 0"},
       {[](TaskSpec& s) { s.mutable_gossip()->set_fetch_probability(0.5); },
        "gossip: settings for mode gossip, but this task's mode is federated-sync"},
+      {[](TaskSpec& s) { s.mutable_async()->set_buffer_size(2); },
+       "async: settings for mode federated-async, but this task's mode is federated-sync (remove "
+       "the section or set mode: federated-async)"},
+      {[](TaskSpec& s) {
+         s.set_mode(common::v1::MODE_DECENTRALIZED);
+         s.mutable_async();
+       },
+       "async: settings for mode federated-async, but this task's mode is decentralized"},
       {[](TaskSpec& s) { s.set_min_participants(0); }, "min_participants: must be >= 1, got 0"},
       {[](TaskSpec& s) {
          s.set_min_participants(3);
@@ -322,6 +339,221 @@ TEST(ModeDefaultsTest, DecentralizedGetsConnectionRetriesUnlessSet) {
   absl::StatusOr<TaskSpec> back = ParseTaskSpec(json, "back.json");
   ASSERT_TRUE(back.ok()) << back.status() << "\n" << json;
   EXPECT_EQ(back->SerializeAsString(), spec->SerializeAsString());
+}
+
+// Parses and validates `text`; the status of whichever fails first.
+absl::StatusOr<TaskSpec> ParseAndValidate(const std::string& text) {
+  absl::StatusOr<TaskSpec> spec = ParseTaskSpec(text, "t.yaml");
+  if (!spec.ok()) return spec.status();
+  absl::Status valid = ValidateTaskSpec(*spec);
+  if (!valid.ok()) return valid;
+  return spec;
+}
+
+// A spec that renders as JSON and parses back to itself, as `shoalctl task status --json`
+// and the fuzz targets require.
+void ExpectJsonRoundTrip(const TaskSpec& spec) {
+  const std::string json = MessageToFriendlyJson(spec, 2);
+  absl::StatusOr<TaskSpec> back = ParseTaskSpec(json, "back.json");
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << json;
+  EXPECT_EQ(back->SerializeAsString(), spec.SerializeAsString()) << json;
+}
+
+TEST(AggregationTaskTest, LoadsARobustStrategyWithItsOptions) {
+  absl::StatusOr<TaskSpec> spec = LoadTaskFile(DataPath("robust.yaml"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->aggregation(), common::v1::AGGREGATION_MULTI_KRUM);
+  EXPECT_EQ(spec->aggregation_options().byzantine_peers(), 1u);
+  EXPECT_EQ(spec->aggregation_options().multi_krum_selected(), 3u);
+  EXPECT_FALSE(spec->aggregation_options().has_trim_ratio());
+  const std::string json = MessageToFriendlyJson(*spec, 0);
+  EXPECT_THAT(json, HasSubstr("\"aggregation\":\"multi-krum\""));
+  EXPECT_THAT(json, HasSubstr("\"byzantine_peers\":1"));
+  EXPECT_THAT(json, HasSubstr("\"trim_ratio\":null"));
+  ExpectJsonRoundTrip(*spec);
+}
+
+TEST(AggregationTaskTest, EveryStrategyHasItsFriendlyName) {
+  const std::pair<const char*, common::v1::Aggregation> names[] = {
+      {"mean", common::v1::AGGREGATION_MEAN},
+      {"median", common::v1::AGGREGATION_MEDIAN},
+      {"trimmed-mean", common::v1::AGGREGATION_TRIMMED_MEAN},
+      {"trimmed_mean", common::v1::AGGREGATION_TRIMMED_MEAN},
+      {"krum", common::v1::AGGREGATION_KRUM},
+      {"multi-krum", common::v1::AGGREGATION_MULTI_KRUM},
+      {"AGGREGATION_MULTI_KRUM", common::v1::AGGREGATION_MULTI_KRUM},
+      {"centered-clipping", common::v1::AGGREGATION_CENTERED_CLIPPING},
+  };
+  for (const auto& [text, kind] : names) {
+    absl::StatusOr<TaskSpec> spec =
+        ParseTaskSpec(absl::StrCat("name: x\naggregation: ", text, "\n"), "t.yaml");
+    ASSERT_TRUE(spec.ok()) << text << ": " << spec.status();
+    EXPECT_EQ(spec->aggregation(), kind) << text;
+  }
+  EXPECT_EQ(FriendlyEnumName(*common::v1::Aggregation_descriptor(),
+                             common::v1::AGGREGATION_CENTERED_CLIPPING),
+            "centered-clipping");
+}
+
+TEST(AggregationTaskTest, DefaultsOfTheChosenStrategyOnly) {
+  // mean has no parameters: no section appears.
+  absl::StatusOr<TaskSpec> mean = ParseAndValidate("name: x\naggregation: mean\n");
+  ASSERT_TRUE(mean.ok()) << mean.status();
+  EXPECT_FALSE(mean->has_aggregation_options());
+  EXPECT_THAT(MessageToFriendlyJson(*mean, 0), HasSubstr("\"aggregation_options\":null"));
+
+  absl::StatusOr<TaskSpec> trimmed = ParseAndValidate("name: x\naggregation: trimmed-mean\n");
+  ASSERT_TRUE(trimmed.ok()) << trimmed.status();
+  EXPECT_DOUBLE_EQ(trimmed->aggregation_options().trim_ratio(), 0.1);
+  ExpectJsonRoundTrip(*trimmed);
+
+  absl::StatusOr<TaskSpec> clipped = ParseAndValidate(
+      "name: x\naggregation: centered-clipping\naggregation_options: {clip_radius: 2.5}\n");
+  ASSERT_TRUE(clipped.ok()) << clipped.status();
+  EXPECT_DOUBLE_EQ(clipped->aggregation_options().clip_radius(), 2.5);
+  EXPECT_EQ(clipped->aggregation_options().clip_iterations(), 3u);
+  ExpectJsonRoundTrip(*clipped);
+
+  // multi_krum_selected stays unset: K - f of each round.
+  absl::StatusOr<TaskSpec> krum = ParseAndValidate(
+      "name: x\nmin_participants: 7\naggregation: multi-krum\n"
+      "aggregation_options: {byzantine_peers: 2}\n");
+  ASSERT_TRUE(krum.ok()) << krum.status();
+  EXPECT_FALSE(krum->aggregation_options().has_multi_krum_selected());
+  ExpectJsonRoundTrip(*krum);
+
+  // Over gRPC, without a file.
+  TaskSpec bare;
+  bare.set_name("x");
+  bare.set_aggregation(common::v1::AGGREGATION_TRIMMED_MEAN);
+  ApplyTaskDefaults(bare);
+  EXPECT_DOUBLE_EQ(bare.aggregation_options().trim_ratio(), 0.1);
+  EXPECT_TRUE(ValidateTaskSpec(bare).ok()) << ValidateTaskSpec(bare);
+}
+
+TEST(AggregationTaskTest, RulesNameTheFieldAndTheNumbers) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"aggregation: median\naggregation_options: {trim_ratio: 0.2}\n",
+       "aggregation_options.trim_ratio: used only by aggregation trimmed-mean, but aggregation is "
+       "median (remove it or change aggregation)"},
+      {"aggregation_options: {clip_radius: 1}\n",
+       "aggregation_options.clip_radius: used only by aggregation centered-clipping, but "
+       "aggregation is mean"},
+      {"aggregation: trimmed-mean\naggregation_options: {trim_ratio: 0.5}\n",
+       "aggregation_options.trim_ratio: must be in [0, 0.5), got 0.5"},
+      {"aggregation: krum\nmin_participants: 9\n", "aggregation_options.byzantine_peers: required"},
+      {"aggregation: krum\nmin_participants: 4\naggregation_options: {byzantine_peers: 1}\n",
+       "min_participants: krum needs at least 5 updates per round (2f+3 with byzantine_peers f = "
+       "1), got 4"},
+      {"aggregation: multi-krum\nmin_participants: 6\n"
+       "aggregation_options: {byzantine_peers: 1, multi_krum_selected: 6}\n",
+       "min_participants: multi-krum needs at least 7 updates per round (m+f with "
+       "multi_krum_selected m = 6 and byzantine_peers f = 1), got 6"},
+      {"aggregation: centered-clipping\n", "aggregation_options.clip_radius: required"},
+      {"aggregation: centered-clipping\naggregation_options: {clip_radius: -1}\n",
+       "aggregation_options.clip_radius: must be > 0, got -1"},
+      {"mode: gossip\naggregation: median\n",
+       "aggregation: gossip mixes pairs of models and aggregates no rounds, so only mean"},
+      {"mode: federated-async\nmin_participants: 5\naggregation: krum\n"
+       "aggregation_options: {byzantine_peers: 1}\nasync: {buffer_size: 4}\n",
+       "async.buffer_size: krum needs at least 5 updates per round (2f+3 with byzantine_peers f "
+       "= 1), got 4"},
+  };
+  for (const auto& [text, message] : cases) {
+    absl::StatusOr<TaskSpec> spec = ParseAndValidate("name: x\n" + text);
+    ASSERT_FALSE(spec.ok()) << text;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr(message)) << text;
+  }
+  // Exactly enough participants is fine.
+  EXPECT_TRUE(ParseAndValidate("name: x\naggregation: krum\nmin_participants: 5\n"
+                               "aggregation_options: {byzantine_peers: 1}\n")
+                  .ok());
+}
+
+TEST(AsyncTaskTest, LoadsAFederatedAsyncTask) {
+  absl::StatusOr<TaskSpec> spec = LoadTaskFile(DataPath("federated-async.yaml"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->mode(), common::v1::MODE_FEDERATED_ASYNC);
+  EXPECT_EQ(spec->rounds(), 40u);
+  EXPECT_EQ(spec->aggregation(), common::v1::AGGREGATION_TRIMMED_MEAN);
+  EXPECT_DOUBLE_EQ(spec->aggregation_options().trim_ratio(), 0.2);
+  EXPECT_EQ(spec->async().buffer_size(), 3u);
+  EXPECT_EQ(spec->async().max_staleness(), 6u);
+  EXPECT_EQ(spec->async().staleness(), common::v1::STALENESS_WEIGHTING_HINGE);
+  EXPECT_DOUBLE_EQ(spec->async().staleness_a(), 5);
+  EXPECT_EQ(spec->async().staleness_b(), 2u);
+  const std::string json = MessageToFriendlyJson(*spec, 2);
+  EXPECT_THAT(json, HasSubstr("\"mode\": \"federated-async\""));
+  EXPECT_THAT(json, HasSubstr("\"staleness\": \"hinge\""));
+  EXPECT_THAT(json, HasSubstr("\"gossip\": null"));
+  ExpectJsonRoundTrip(*spec);
+}
+
+TEST(AsyncTaskTest, DefaultsForTheModeOnly) {
+  absl::StatusOr<TaskSpec> spec =
+      ParseAndValidate("name: a\nmode: federated-async\nmin_participants: 3\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(spec->has_async());
+  EXPECT_EQ(spec->async().buffer_size(), 3u);  // min_participants
+  EXPECT_EQ(spec->async().max_staleness(), 4u);
+  EXPECT_EQ(spec->async().staleness(), common::v1::STALENESS_WEIGHTING_POLYNOMIAL);
+  EXPECT_DOUBLE_EQ(spec->async().staleness_a(), 0.5);
+  EXPECT_FALSE(spec->async().has_staleness_b());
+  ExpectJsonRoundTrip(*spec);
+
+  // An explicit 0 staleness bound is kept (only fresh pushes count).
+  spec = ParseAndValidate("name: a\nmode: federated-async\nasync: {max_staleness: 0}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->async().max_staleness(), 0u);
+
+  // Other modes carry no async section, and JSON shows it as null.
+  spec = ParseAndValidate("name: f\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->has_async());
+  EXPECT_THAT(MessageToFriendlyJson(*spec, 0), HasSubstr("\"async\":null"));
+
+  TaskSpec bare;
+  bare.set_name("x");
+  bare.set_mode(common::v1::MODE_FEDERATED_ASYNC);
+  bare.set_min_participants(2);
+  ApplyTaskDefaults(bare);
+  EXPECT_EQ(bare.async().buffer_size(), 2u);
+  EXPECT_TRUE(ValidateTaskSpec(bare).ok()) << ValidateTaskSpec(bare);
+}
+
+TEST(AsyncTaskTest, RulesNameTheField) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"async: {buffer_size: 0}\n", "async.buffer_size: must be >= 1, got 0"},
+      {"max_participants: 2\nasync: {buffer_size: 3}\n",
+       "async.buffer_size: must be at most max_participants (2)"},
+      {"async: {staleness: constant, staleness_a: 1}\n",
+       "async.staleness_a: used only by staleness polynomial or hinge"},
+      {"async: {staleness_b: 1}\n", "async.staleness_b: used only by staleness hinge"},
+      {"async: {staleness: hinge, staleness_a: -2}\n", "async.staleness_a: must be >= 0"},
+      {"async: {max_staleness: -1}\n", "async.max_staleness: must not be negative, got -1"},
+  };
+  for (const auto& [text, message] : cases) {
+    absl::StatusOr<TaskSpec> spec = ParseAndValidate("name: x\nmode: federated-async\n" + text);
+    ASSERT_FALSE(spec.ok()) << text;
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr(message)) << text;
+  }
+}
+
+TEST(FriendlyJsonTest, EdgeCasesOfTheNewSectionsRoundTrip) {
+  // Specs that parse but fail validation must still render and parse back (fuzz contract).
+  for (const char* text : {
+           "name: x\naggregation_options: {}\n",
+           "name: x\nasync: {}\n",
+           "name: x\nmode: gossip\nasync: {buffer_size: 2}\n",
+           "name: x\nmode: federated-async\nasync: {staleness: constant}\n",
+           "name: x\nmode: federated-async\naggregation: median\nasync: {staleness: hinge}\n",
+           "name: x\naggregation: krum\naggregation_options: {trim_ratio: 0.3}\n",
+       }) {
+    absl::StatusOr<TaskSpec> spec = ParseTaskSpec(text, "t.yaml");
+    ASSERT_TRUE(spec.ok()) << text << ": " << spec.status();
+    ExpectJsonRoundTrip(*spec);
+  }
 }
 
 TEST(FriendlyEnumNameTest, StripsThePrefix) {
