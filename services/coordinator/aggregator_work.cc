@@ -26,8 +26,8 @@ std::string HexDigest(uint64_t digest) {
 }  // namespace
 
 AggregatorWorkRunner::AggregatorWorkRunner(aggregator::AggregatorClient& client, TaskStore& store,
-                                           Executor& calls, Executor& transfers,
-                                           const Clock& clock, CoordinatorMetrics& metrics,
+                                           Executor& calls, Executor& transfers, const Clock& clock,
+                                           CoordinatorMetrics& metrics,
                                            AggregatorWorkOptions options)
     : client_(client),
       store_(store),
@@ -62,8 +62,7 @@ void AggregatorWorkRunner::SetMembers(const std::string& task, const std::string
                                       aggregator::v1::SetMembersRequest request,
                                       std::function<void(absl::Status)> done) {
   request.set_task(task);
-  QueuesOf(task).calls->Post([this, address, request = std::move(request),
-                              done = std::move(done)] {
+  QueuesOf(task).calls->Post([this, address, request = std::move(request), done = std::move(done)] {
     done(client_.SetMembers(address, request, clock_.Now() + options_.call_timeout));
   });
 }
@@ -144,7 +143,7 @@ absl::Status AggregatorWorkRunner::Checkpoint(const std::string& task, const std
 }
 
 absl::StatusOr<StoredCheckpoint> AggregatorWorkRunner::Restore(const std::string& task,
-                                                              const std::string& address) {
+                                                               const std::string& address) {
   SHOAL_ASSIGN_OR_RETURN(StoredCheckpoint c, store_.GetCheckpoint(task, std::nullopt));
   absl::StatusOr<tensor::FlatModel> read = tensor::ReadModelFile(c.path);
   if (!read.ok()) {
@@ -163,8 +162,7 @@ absl::StatusOr<StoredCheckpoint> AggregatorWorkRunner::Restore(const std::string
     // before it stored it): forget the task there and restore the checkpoint. The core sends
     // the members again after every restore.
     LogWarning("task ", task, ": ", put.message(), "; restoring version ", c.version, " instead");
-    SHOAL_RETURN_IF_ERROR(
-        client_.ReleaseTask(address, task, clock_.Now() + options_.call_timeout));
+    SHOAL_RETURN_IF_ERROR(client_.ReleaseTask(address, task, clock_.Now() + options_.call_timeout));
     put = client_
               .PutModel(address, meta, model, aggregator::Caller{},
                         clock_.Now() + options_.transfer_timeout)

@@ -114,9 +114,8 @@ void CoordinatorCore::SendMembers(Task& task, Outbox& out) {
   }
   out.push_back([this, name = task.status.spec().name(), address = task.status.aggregator(),
                  epoch = task.epoch, request = std::move(request)]() mutable {
-    work_.SetMembers(name, address, std::move(request), [this, name, epoch](absl::Status s) {
-      OnMembersSet(name, epoch, s);
-    });
+    work_.SetMembers(name, address, std::move(request),
+                     [this, name, epoch](absl::Status s) { OnMembersSet(name, epoch, s); });
   });
 }
 

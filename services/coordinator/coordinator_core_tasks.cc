@@ -199,9 +199,8 @@ void CoordinatorCore::Finish(Task& task, v1::TaskState state, const std::string&
   ++task.epoch;
   RetireWatch(task);
   if (!task.status.aggregator().empty()) {
-    out.push_back([this, name, address = task.status.aggregator()] {
-      work_.Release(name, address);
-    });
+    out.push_back(
+        [this, name, address = task.status.aggregator()] { work_.Release(name, address); });
   }
   MarkChanged(task, out);
 }

@@ -14,11 +14,14 @@
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/signals.h"
 #include "libs/training/partition.h"
+#include "services/peer_agent/modes/gossip/static_gossip.h"
 #include "services/peer_agent/peer_server.h"
-#include "services/peer_agent/static_gossip.h"
 
 ABSL_FLAG(std::string, coordinator, "", "HOST:PORT of the coordinator (required)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT for this peer's PeerService");
+ABSL_FLAG(std::string, advertise, "",
+          "HOST:PORT other peers reach this peer's PeerService at, sent to the coordinator "
+          "(default: the address it listens on; set it behind NAT or port forwarding)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0", "HOST:PORT for Prometheus /metrics");
 ABSL_FLAG(std::string, data_dir, "",
           "directory with the Fashion-MNIST .gz files, e.g. /usr/share/datasets/fashion-mnist "
@@ -36,9 +39,10 @@ ABSL_FLAG(std::string, join_token, "",
           "the join token of the tasks to join (default: $SHOAL_JOIN_TOKEN); prefer the "
           "environment variable, command lines are visible to other users");
 
-ABSL_FLAG(bool, test_refuse_inbound, false,
-          "TEST ONLY: PeerService answers UNAVAILABLE to every call (other peers cannot reach "
-          "this one)");
+ABSL_FLAG(std::string, test_byzantine, "",
+          "TEST ONLY fault injection: corrupt what this peer contributes, MODE scale:FACTOR "
+          "(its delta times FACTOR, e.g. scale:-10) or sign-flip (its delta negated): the "
+          "pushed delta (federated-sync) or the round update others average (decentralized)");
 
 // Static gossip membership without a coordinator (services/peer_agent/static_gossip.h).
 ABSL_FLAG(std::string, dpwa_config, "",
@@ -108,9 +112,9 @@ int main(int argc, char** argv) {
       argc, argv,
       {.program = "shoal-peer",
        .usage = "--coordinator HOST:PORT --data-dir DIR --shard I/N (--tls-dir DIR | --insecure) "
-                "[--listen HOST:PORT] [--metrics-listen HOST:PORT] [--name ID] "
-                "[--device cpu|cuda] [--torch-threads N] [--join-token TOKEN] "
-                "[--address-file PATH]\n"
+                "[--listen HOST:PORT] [--advertise HOST:PORT] [--metrics-listen HOST:PORT] "
+                "[--name ID] [--device cpu|cuda] [--torch-threads N] [--join-token TOKEN] "
+                "[--address-file PATH] [--test-byzantine MODE]\n"
                 "--dpwa-config FILE --dpwa-node NAME --task-file FILE --data-dir DIR "
                 "(--tls-dir DIR | --insecure) [--shard I/N] [--listen HOST:PORT] "
                 "[--final-model-out FILE] [--report-out FILE] [--exit-when-done]",
@@ -131,7 +135,8 @@ int main(int argc, char** argv) {
   options.tls.dir = absl::GetFlag(FLAGS_tls_dir);
   options.tls.insecure = absl::GetFlag(FLAGS_insecure);
   options.join_token = absl::GetFlag(FLAGS_join_token);
-  options.test_refuse_inbound = absl::GetFlag(FLAGS_test_refuse_inbound);
+  options.advertise = absl::GetFlag(FLAGS_advertise);
+  options.test_byzantine = absl::GetFlag(FLAGS_test_byzantine);
   if (const char* token = std::getenv("SHOAL_JOIN_TOKEN");
       options.join_token.empty() && token != nullptr) {
     options.join_token = token;

@@ -3,10 +3,17 @@
 #include <functional>
 #include <string>
 
+#include "services/peer_agent/byzantine.h"
 #include "shoal/coordinator/v1/session.pb.h"
 
 namespace shoal {
 class Clock;  // libs/common/clock.h
+namespace aggregator {
+class AggregatorClient;  // services/aggregator/aggregator_client.h
+}  // namespace aggregator
+namespace rpc {
+class Wakeup;  // libs/rpc/retry.h
+}  // namespace rpc
 namespace training {
 class Trainer;  // libs/training/trainer.h
 }  // namespace training
@@ -18,26 +25,43 @@ class PeerClient;     // services/peer_agent/peer_client.h
 class SnapshotStore;  // services/peer_agent/snapshot_store.h
 struct PeerMetrics;   // services/peer_agent/peer_metrics.h
 
-// What a ModeRunner works with (PeerAgent fills it; the static gossip mode too). Everything
-// referenced must outlive the runner.
+// What a ModeRunner works with. PeerAgent fills it (so does the static gossip peer); everything
+// referenced must outlive the runner. A mode's factory checks that what it needs is there.
 struct ModeRunnerDeps {
-  coordinator::v1::TaskAssigned assigned;  // the task; its spec's mode picks the runner
+  coordinator::v1::TaskAssigned assigned;  // the task; its spec's mode picked the runner
   training::Trainer* trainer = nullptr;    // this peer's model and data; the worker thread only
   SnapshotStore* snapshots = nullptr;      // where the runner publishes what other peers fetch
-  PeerClient* peers = nullptr;             // fetches other peers' snapshots, probes them
+  PeerClient* peers = nullptr;             // other peers' PeerService (decentralized, gossip)
+  aggregator::AggregatorClient* aggregator = nullptr;  // the aggregator (federated-sync)
   PeerMetrics* metrics = nullptr;
   const Clock* clock = nullptr;
+  // Notified whenever a keep_going predicate handed to the runner may have turned false (an
+  // event was queued, the agent stops); every wait of the runner sleeps on it. Its clock is
+  // `clock`.
+  rpc::Wakeup* wakeup = nullptr;
   std::string peer_id;  // this peer
-  // Sends a message on the session. May be a no-op (static gossip without a coordinator).
+  // The session token of the latest Welcome (aggregator calls carry it). Null: none.
+  std::function<std::string()> session_token;
+  // False once the task is over for this peer (TaskFinished or another TaskAssigned queued, the
+  // session lost, the agent stopping): bounds work that a newer round must not interrupt (an
+  // upload of the initial model). Null: always true.
+  std::function<bool()> task_current;
+  // Test-only fault injection (shoal-peer --test-byzantine); inactive by default.
+  ByzantineFault byzantine;
+  // Sends a message on the session; the host fills in PeerMessage.task, so runners leave it
+  // empty. May be a no-op (static gossip without a coordinator).
   std::function<void(const coordinator::v1::PeerMessage&)> send;
 };
 
-// The peer-side logic of one task in a mode other than federated-sync (decentralized, gossip).
-// PeerAgent creates one on TaskAssigned (it owns the trainer, the data and the snapshot store and
-// hands them to the runner's factory) and destroys it when the task ends.
+// The peer-side logic of one task in one training mode (federated-sync, decentralized, gossip;
+// services/peer_agent/modes/<mode>/). PeerAgent, the mode-agnostic host, creates one through
+// the mode registry (mode_registry.h) when a task is assigned (it owns the trainer, the data and
+// the snapshot store and hands them over in ModeRunnerDeps) and destroys it when the task ends.
+// Every event of the task reaches the runner, a repeated TaskAssigned of the same task included
+// (e.g. with a new aggregator address).
 //
-// Threading: Intercept() is called on the session reader thread and must not block; everything
-// else runs on the agent's single worker thread, in event order.
+// Threading: Intercept() and Supersedes() are called on the session reader thread and must not
+// block; everything else runs on the agent's single worker thread, in event order.
 class ModeRunner {
  public:
   virtual ~ModeRunner() = default;
@@ -57,7 +81,7 @@ class ModeRunner {
   virtual bool Intercept(const coordinator::v1::CoordinatorEvent& event) { return false; }
 
   // Session reader thread: whether `event`, once queued, should make the current Handle() stop
-  // (its keep_going turns false). Must not block.
+  // (its keep_going turns false). TaskAssigned and TaskFinished always do. Must not block.
   virtual bool Supersedes(const coordinator::v1::CoordinatorEvent& event) const { return false; }
 };
 

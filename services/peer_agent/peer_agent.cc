@@ -6,9 +6,8 @@
 #include "absl/strings/str_format.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
-#include "libs/tensor/frame_codec.h"
-#include "services/peer_agent/decentralized_runner.h"
-#include "services/peer_agent/gossip_runner.h"
+#include "services/peer_agent/mode_registry.h"
+#include "services/peer_agent/reports.h"
 
 namespace shoal::peer {
 namespace {
@@ -16,20 +15,11 @@ namespace {
 using coordinator::v1::CoordinatorEvent;
 using coordinator::v1::PeerMessage;
 
-bool Supersedes(const CoordinatorEvent& e) {
-  return e.has_round_started() || e.has_model_published() || e.has_task_finished() ||
-         e.has_task_assigned();
-}
-
 bool EndsTask(const CoordinatorEvent& e) { return e.has_task_finished() || e.has_task_assigned(); }
 
 // The task an event is about ("" for Welcome).
 const std::string& EventTask(const CoordinatorEvent& e) {
   return e.has_task_assigned() ? e.task_assigned().spec().name() : e.task();
-}
-
-bool Retryable(const absl::Status& s) {
-  return absl::IsUnavailable(s) || absl::IsResourceExhausted(s);
 }
 
 }  // namespace
@@ -40,10 +30,6 @@ absl::Status PeerAgentOptions::Validate() const {
   }
   if (device != "cpu" && device != "cuda") {
     return absl::InvalidArgumentError(absl::StrCat("device must be cpu or cuda, got ", device));
-  }
-  if (rpc_timeout <= absl::ZeroDuration() || model_transfer_budget <= absl::ZeroDuration() ||
-      default_round_budget <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("timeouts must be positive");
   }
   if (max_queued_events == 0) return absl::InvalidArgumentError("max_queued_events must be > 0");
   return absl::OkStatus();
@@ -78,7 +64,8 @@ PeerAgent::PeerAgent(PeerAgentOptions options, std::shared_ptr<const training::R
       metrics_(metrics),
       clock_(clock),
       send_(std::move(send)),
-      fatal_(std::move(fatal)) {
+      fatal_(std::move(fatal)),
+      wakeup_(clock) {
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 
@@ -89,17 +76,18 @@ void PeerAgent::Stop() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  wakeup_.Notify();
   if (worker_.joinable()) worker_.join();
-}
-
-aggregator::Caller PeerAgent::Me() const {
-  absl::MutexLock lock(&mu_);
-  return aggregator::Caller{peer_id_, session_token_};
 }
 
 std::string PeerAgent::peer_id() const {
   absl::MutexLock lock(&mu_);
   return peer_id_;
+}
+
+std::string PeerAgent::SessionToken() const {
+  absl::MutexLock lock(&mu_);
+  return session_token_;
 }
 
 void PeerAgent::OnEvent(const CoordinatorEvent& event) {
@@ -110,32 +98,44 @@ void PeerAgent::OnEvent(const CoordinatorEvent& event) {
     return;
   }
   const bool ends_task = EndsTask(event);
-  bool superseding = ends_task || Supersedes(event);
+  // Without a runner of the event's task (it is being set up) nobody can tell what the event
+  // means for the work in progress: assume it supersedes it.
+  bool superseding = true;
   {
     // Events of the runner's task go through it first (it may consume them, and it decides
     // what stops its current work). Only this (reader) thread enqueues, so event order holds.
     absl::MutexLock runner_lock(&runner_mu_);
-    if (runner_ != nullptr && EventTask(event) == runner_task_) {
-      if (!ends_task && runner_->Intercept(event)) return;
-      superseding = ends_task || runner_->Supersedes(event);
+    if (runner_ != nullptr) {
+      if (EventTask(event) == runner_task_) {
+        if (!ends_task && runner_->Intercept(event)) return;
+        superseding = ends_task || runner_->Supersedes(event);
+      } else {
+        superseding = ends_task;  // another task's event does not stop this task's work
+      }
     }
   }
-  absl::MutexLock lock(&mu_);
-  if (queue_.size() >= options_.max_queued_events) {
-    // The coordinator sends a handful of events per round; this only guards against a flood.
-    LogWarning("event queue full (", queue_.size(), " events); dropping an event");
-    return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (queue_.size() >= options_.max_queued_events) {
+      // The coordinator sends a handful of events per round; this only guards against a flood.
+      LogWarning("event queue full (", queue_.size(), " events); dropping an event");
+      return;
+    }
+    if (superseding) ++queued_superseding_;
+    if (ends_task) ++queued_task_ending_;
+    queue_.push_back(Event{false, event, superseding, ends_task});
   }
-  if (superseding) ++queued_superseding_;
-  if (ends_task) ++queued_task_ending_;
-  queue_.push_back(Event{false, event, superseding, ends_task});
+  wakeup_.Notify();
 }
 
 void PeerAgent::OnDisconnected() {
-  absl::MutexLock lock(&mu_);
-  ++queued_superseding_;
-  ++queued_task_ending_;
-  queue_.push_back(Event{true, {}, true, true});
+  {
+    absl::MutexLock lock(&mu_);
+    ++queued_superseding_;
+    ++queued_task_ending_;
+    queue_.push_back(Event{true, {}, true, true});
+  }
+  wakeup_.Notify();
 }
 
 bool PeerAgent::NotSuperseded() {
@@ -184,99 +184,29 @@ void PeerAgent::EndRunner() {
   old.reset();  // here, on the worker; the reader never keeps a reference
 }
 
-void PeerAgent::StartRunner() {
-  const coordinator::v1::TaskAssigned& assigned = task_->assigned;
-  const std::string& name = assigned.spec().name();
-  ModeRunnerDeps deps;
-  deps.assigned = assigned;
-  deps.trainer = task_->trainer.get();
-  deps.snapshots = &snapshots_;
-  deps.peers = &peers_;
-  deps.metrics = &metrics_;
-  deps.clock = &clock_;
-  deps.peer_id = peer_id();
-  deps.send = [this](const PeerMessage& m) { Send(m); };
-  absl::StatusOr<std::unique_ptr<ModeRunner>> made = absl::InternalError("no runner");
-  switch (assigned.spec().mode()) {
-    case common::v1::MODE_DECENTRALIZED: {
-      absl::StatusOr<std::unique_ptr<DecentralizedRunner>> r =
-          DecentralizedRunner::Create(std::move(deps));
-      if (r.ok()) {
-        made = std::unique_ptr<ModeRunner>(*std::move(r));
-      } else {
-        made = r.status();
-      }
-      break;
-    }
-    case common::v1::MODE_GOSSIP: {
-      std::unique_ptr<ModeRunner> r = MakeGossipRunner(std::move(deps));
-      if (r != nullptr) {
-        made = std::move(r);
-      } else {
-        made = absl::InvalidArgumentError("cannot create the gossip runner");
-      }
-      break;
-    }
-    default:
-      return;  // federated: no runner
-  }
-  if (!made.ok()) {
-    absl::Status error(made.status().code(),
-                       absl::StrCat("task ", name, ": ", made.status().message()));
-    LogError(error.message());
-    SendPeerError(name, 0, error);
-    return;
-  }
-  std::shared_ptr<ModeRunner> runner = *std::move(made);
-  {
-    absl::MutexLock lock(&runner_mu_);
-    runner_ = runner;
-    runner_task_ = name;
-  }
-  runner->Start();
-}
-
 void PeerAgent::Handle(const Event& e) {
   if (e.disconnected) {
-    // Keep the task and its trainer: the coordinator usually re-assigns the same task after the
-    // reconnect, and then nothing needs reloading. The current round (if any) was abandoned.
+    // Keep the task, its trainer and its runner: the coordinator usually re-assigns the same
+    // task after the reconnect, and then nothing needs reloading. The current round (if any)
+    // was abandoned.
     return;
   }
   const CoordinatorEvent& ev = e.event;
-  if (!ev.has_task_assigned() && !ev.has_task_finished()) {
-    if (std::shared_ptr<ModeRunner> r = runner(); r != nullptr) {
-      if (task_ && EventTask(ev) == task_->assigned.spec().name()) {
-        r->Handle(ev, [this] { return NotSuperseded(); });
-      } else {
-        LogWarning("ignoring an event for task ", EventTask(ev), " which this peer does not run");
-      }
-      return;
-    }
+  if (ev.has_task_assigned()) {
+    HandleTaskAssigned(ev);
+    return;
   }
-  switch (ev.kind_case()) {
-    case CoordinatorEvent::kTaskAssigned:
-      HandleTaskAssigned(ev.task_assigned());
-      break;
-    case CoordinatorEvent::kInitializeModel:
-      HandleInitializeModel(ev.task());
-      break;
-    case CoordinatorEvent::kRoundStarted:
-      HandleRoundStarted(ev.task(), ev.round_started());
-      break;
-    case CoordinatorEvent::kModelPublished:
-      HandleModelPublished(ev.task(), ev.model_published());
-      break;
-    case CoordinatorEvent::kWaiting:
-      LogInfo("task ", ev.task(), ": waiting for peers (", ev.waiting().have(), " of ",
-              ev.waiting().need(), ")");
-      break;
-    case CoordinatorEvent::kTaskFinished:
-      HandleTaskFinished(ev.task(), ev.task_finished());
-      break;
-    default:
-      LogWarning("ignoring an unknown coordinator event (field ", static_cast<int>(ev.kind_case()),
-                 ")");
+  if (ev.has_task_finished()) {
+    HandleTaskFinished(ev);
+    return;
   }
+  std::shared_ptr<ModeRunner> r = runner();
+  if (r == nullptr || !task_ || EventTask(ev) != task_->assigned.spec().name()) {
+    LogWarning("ignoring an event (field ", static_cast<int>(ev.kind_case()), ") for task ",
+               EventTask(ev), " which this peer does not run");
+    return;
+  }
+  r->Handle(ev, [this] { return NotSuperseded(); });
 }
 
 void PeerAgent::Send(const PeerMessage& message) {
@@ -287,50 +217,26 @@ void PeerAgent::Send(const PeerMessage& message) {
   }
 }
 
-void PeerAgent::SendPeerError(const std::string& task, uint64_t round, const absl::Status& status) {
-  PeerMessage m;
+void PeerAgent::ReportTaskError(const std::string& task, const absl::Status& error) {
+  LogError(error.message());
+  PeerMessage m = MakePeerError(0, error);
   m.set_task(task);
-  m.mutable_error()->set_round(round);
-  m.mutable_error()->set_message(std::string(status.message()));
   Send(m);
 }
 
-void PeerAgent::PublishSnapshot(uint64_t version) {
-  absl::StatusOr<tensor::FlatModel> params = task_->trainer->GetParameters();
-  if (!params.ok()) return;
-  snapshots_.Publish(Snapshot{task_->assigned.spec().name(), version,
-                              std::make_shared<const tensor::FlatModel>(*std::move(params))});
-}
-
-template <typename T>
-absl::StatusOr<T> PeerAgent::Retry(absl::Time deadline, const std::function<bool()>& keep_going,
-                                   const std::function<absl::StatusOr<T>(absl::Time)>& attempt) {
-  Backoff backoff(options_.retry_backoff);
-  while (true) {
-    absl::Time attempt_deadline = std::min(deadline, clock_.Now() + options_.rpc_timeout);
-    absl::StatusOr<T> result = attempt(attempt_deadline);
-    if (result.ok() || !Retryable(result.status())) return result;
-    absl::Duration delay = backoff.Next();
-    if (clock_.Now() + delay >= deadline || !keep_going()) return result;
-    // Sleep, but wake early when stopping.
-    absl::MutexLock lock(&mu_);
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), delay);
-    if (stopping_) return result;
-  }
-}
-
-void PeerAgent::HandleTaskAssigned(const coordinator::v1::TaskAssigned& m) {
+void PeerAgent::HandleTaskAssigned(const CoordinatorEvent& ev) {
+  const coordinator::v1::TaskAssigned& m = ev.task_assigned();
   const std::string& name = m.spec().name();
   if (task_ && task_->assigned.spec().SerializeAsString() == m.spec().SerializeAsString()) {
-    task_->assigned.set_aggregator_address(m.aggregator_address());
+    // The same task again (a reconnect, a coordinator restart, another aggregator): the runner
+    // carries on with what it holds and takes what changed from the event.
+    task_->assigned = m;
     if (std::shared_ptr<ModeRunner> r = runner(); r != nullptr) {
-      LogInfo("task ", name, ": assigned again");
-      CoordinatorEvent again;
-      *again.mutable_task_assigned() = m;
-      r->Handle(again, [this] { return NotSuperseded(); });
+      r->Handle(ev, [this] { return NotSuperseded(); });
       return;
     }
-    LogInfo("task ", name, ": assigned again (aggregator ", m.aggregator_address(), ")");
+    LogInfo("task ", name, ": assigned again; it has no runner (it failed to start), retrying");
+    StartRunner();
     return;
   }
   EndRunner();
@@ -339,8 +245,7 @@ void PeerAgent::HandleTaskAssigned(const coordinator::v1::TaskAssigned& m) {
   if (absl::Status s = training::CheckModelName(m.spec().model()); !s.ok()) {
     absl::Status error = absl::InvalidArgumentError(
         absl::StrCat("task ", name, " cannot run on this peer: ", s.message()));
-    LogError(error.message());
-    SendPeerError(name, 0, error);
+    ReportTaskError(name, error);
     if (fatal_) fatal_(error);
     return;
   }
@@ -352,11 +257,9 @@ void PeerAgent::HandleTaskAssigned(const coordinator::v1::TaskAssigned& m) {
   absl::StatusOr<std::unique_ptr<training::Trainer>> trainer =
       training::Trainer::Create(trainer_options, *train_, *test_);
   if (!trainer.ok()) {
-    absl::Status error = absl::Status(
-        trainer.status().code(),
-        absl::StrCat("task ", name, ": cannot set up training: ", trainer.status().message()));
-    LogError(error.message());
-    SendPeerError(name, 0, error);
+    ReportTaskError(name, absl::Status(trainer.status().code(),
+                                       absl::StrCat("task ", name, ": cannot set up training: ",
+                                                    trainer.status().message())));
     return;
   }
   TaskState state;
@@ -373,205 +276,46 @@ void PeerAgent::HandleTaskAssigned(const coordinator::v1::TaskAssigned& m) {
   StartRunner();
 }
 
-void PeerAgent::HandleInitializeModel(const std::string& task) {
-  if (!task_ || task_->assigned.spec().name() != task) {
-    LogWarning("InitializeModel for task ", task, " which this peer does not have; ignored");
+void PeerAgent::StartRunner() {
+  const std::string name = task_->assigned.spec().name();
+  ModeRunnerDeps deps;
+  deps.assigned = task_->assigned;
+  deps.trainer = task_->trainer.get();
+  deps.snapshots = &snapshots_;
+  deps.peers = &peers_;
+  deps.aggregator = &aggregator_;
+  deps.metrics = &metrics_;
+  deps.clock = &clock_;
+  deps.wakeup = &wakeup_;
+  deps.peer_id = peer_id();
+  deps.session_token = [this] { return SessionToken(); };
+  deps.task_current = [this] { return TaskStillCurrent(); };
+  deps.byzantine = options_.byzantine;
+  deps.send = [this, name](const PeerMessage& m) {
+    PeerMessage stamped = m;
+    stamped.set_task(name);
+    Send(stamped);
+  };
+  absl::StatusOr<std::unique_ptr<ModeRunner>> made = CreateModeRunner(std::move(deps));
+  if (!made.ok()) {
+    ReportTaskError(name, absl::Status(made.status().code(),
+                                       absl::StrCat("task ", name, ": ", made.status().message())));
     return;
   }
-  absl::StatusOr<tensor::FlatModel> init = task_->trainer->InitialParameters();
-  absl::Status status = init.status();
-  std::shared_ptr<const tensor::FlatModel> model;
-  if (status.ok()) {
-    model = std::make_shared<const tensor::FlatModel>(*std::move(init));
-    const common::v1::ModelMeta meta = tensor::MakeModelMeta(task, 0, *model);
-    const std::string address = task_->assigned.aggregator_address();
-    absl::StatusOr<uint64_t> put = Retry<uint64_t>(
-        clock_.Now() + options_.model_transfer_budget, [this] { return TaskStillCurrent(); },
-        [&](absl::Time deadline) {
-          return aggregator_.PutModel(address, meta, model, Me(), deadline);
-        });
-    status = put.status();
-  }
-  if (!status.ok()) {
-    LogError("task ", task, ": could not upload the initial model: ", status.message());
-    SendPeerError(task, 0, status);
-    return;
-  }
-  metrics_.bytes_sent.Increment(static_cast<double>(model->layout.total_bytes()));
-  if (absl::Status s = task_->trainer->SetParameters(*model); !s.ok()) {
-    LogError("task ", task, ": ", s.message());
-  }
-  const uint64_t digest = model->Digest();
-  task_->global_version = 0;
-  task_->global = *model;
-  task_->params_are_global = true;
-  PublishSnapshot(0);
-  LogInfo(absl::StrFormat("task %s: initial model uploaded (%d parameters, digest %016x)", task,
-                          task_->global.values.size(), digest));
-  PeerMessage out;
-  out.set_task(task);
-  out.mutable_model_initialized()->set_digest_xxh3(digest);
-  Send(out);
-}
-
-absl::Status PeerAgent::LoadGlobal(uint64_t version, absl::Time deadline,
-                                   const std::function<bool()>& keep_going) {
-  if (task_->global_version == version) {
-    if (!task_->params_are_global) {
-      SHOAL_RETURN_IF_ERROR(task_->trainer->SetParameters(task_->global));
-      task_->params_are_global = true;
-    }
-    return absl::OkStatus();
-  }
-  const std::string task = task_->assigned.spec().name();
-  const std::string address = task_->assigned.aggregator_address();
-  SHOAL_ASSIGN_OR_RETURN(
-      tensor::FlatModel model,
-      Retry<tensor::FlatModel>(deadline, keep_going, [&](absl::Time attempt_deadline) {
-        return aggregator_.GetModel(address, task, version, Me(), attempt_deadline);
-      }));
-  metrics_.bytes_received.Increment(static_cast<double>(model.layout.total_bytes()));
-  SHOAL_RETURN_IF_ERROR(task_->trainer->SetParameters(model));
-  task_->global_version = version;
-  task_->global = std::move(model);
-  task_->params_are_global = true;
-  return absl::OkStatus();
-}
-
-void PeerAgent::HandleRoundStarted(const std::string& task,
-                                   const coordinator::v1::RoundStarted& m) {
-  if (!task_ || task_->assigned.spec().name() != task) {
-    LogWarning("RoundStarted for task ", task, " which this peer does not have; ignored");
-    return;
-  }
-  const absl::Time start = clock_.Now();
-  const absl::Time deadline = m.deadline_unix_ms() > 0 ? absl::FromUnixMillis(m.deadline_unix_ms())
-                                                       : start + options_.default_round_budget;
-  auto keep_going = [this, deadline] { return NotSuperseded() && clock_.Now() < deadline; };
-
-  if (absl::Status s = LoadGlobal(m.model_version(), deadline, keep_going); !s.ok()) {
-    LogWarning("task ", task, " round ", m.round(), ": cannot get global model version ",
-               m.model_version(), ": ", s.message());
-    if (!absl::IsCancelled(s) && keep_going()) SendPeerError(task, m.round(), s);
-    return;
-  }
-  absl::StatusOr<training::TrainStats> stats =
-      task_->trainer->TrainBatches(m.round_batches(), keep_going);
-  task_->params_are_global = false;
-  if (!stats.ok()) {
-    if (absl::IsCancelled(stats.status())) {
-      metrics_.rounds_abandoned.Increment();
-      LogInfo("task ", task, " round ", m.round(), ": abandoned (",
-              clock_.Now() >= deadline ? "deadline passed" : "superseded", "; ",
-              stats.status().message(), ")");
-      return;
-    }
-    LogError("task ", task, " round ", m.round(), ": ", stats.status().message());
-    SendPeerError(task, m.round(), stats.status());
-    return;
-  }
-  metrics_.samples_trained.Increment(static_cast<double>(stats->samples));
-  metrics_.train_loss.Set(stats->mean_loss);
-
-  absl::StatusOr<tensor::FlatModel> params = task_->trainer->GetParameters();
-  if (!params.ok()) {
-    SendPeerError(task, m.round(), params.status());
-    return;
-  }
-  auto delta = std::make_shared<tensor::FlatModel>();
-  delta->layout = params->layout;
-  delta->values.resize(params->values.size());
-  const std::vector<float>& base = task_->global.values;
-  for (size_t i = 0; i < delta->values.size(); ++i) delta->values[i] = params->values[i] - base[i];
-  snapshots_.Publish(Snapshot{task, m.model_version(),
-                              std::make_shared<const tensor::FlatModel>(*std::move(params))});
-
-  aggregator::v1::UpdateMeta meta;
-  meta.set_task(task);
-  meta.set_round(m.round());
+  std::shared_ptr<ModeRunner> runner = *std::move(made);
   {
-    absl::MutexLock lock(&mu_);
-    meta.set_peer_id(peer_id_);
-    meta.set_session_token(session_token_);  // the aggregator accepts our pushes only with it
+    absl::MutexLock lock(&runner_mu_);
+    runner_ = runner;
+    runner_task_ = name;
   }
-  meta.set_base_version(m.model_version());
-  meta.set_num_samples(stats->samples);
-  meta.set_train_loss(stats->mean_loss);
-  const std::string address = task_->assigned.aggregator_address();
-  absl::StatusOr<bool> pushed = Retry<bool>(deadline, keep_going, [&](absl::Time attempt_deadline) {
-    return aggregator_.PushUpdate(address, meta, delta, attempt_deadline);  // shared, no copy
-  });
-  if (!pushed.ok()) {
-    const absl::Status& s = pushed.status();
-    if (absl::IsFailedPrecondition(s)) {
-      metrics_.updates_rejected.Increment();
-      LogWarning("task ", task, " round ", m.round(),
-                 ": update not accepted (round closed?): ", s.message());
-    } else if (absl::IsInvalidArgument(s) || absl::IsNotFound(s)) {
-      metrics_.updates_rejected.Increment();
-      LogError("task ", task, " round ", m.round(), ": update rejected: ", s.message());
-      SendPeerError(task, m.round(), s);
-    } else {
-      LogWarning("task ", task, " round ", m.round(), ": could not push the update: ", s.message());
-      if (keep_going()) SendPeerError(task, m.round(), s);
-    }
-    return;
-  }
-  metrics_.bytes_sent.Increment(static_cast<double>(delta->layout.total_bytes()));
-  metrics_.rounds_completed.Increment();
-  const double seconds = absl::ToDoubleSeconds(clock_.Now() - start);
-  metrics_.round_duration.Observe(seconds);
-  LogInfo(absl::StrFormat("task %s round %d: trained %d batches, loss %.4f, %d samples, %.2f s%s",
-                          task, m.round(), stats->batches, stats->mean_loss, stats->samples,
-                          seconds, *pushed ? " (duplicate)" : ""));
-
-  PeerMessage out;
-  auto* up = out.mutable_update_pushed();
-  out.set_task(task);
-  up->set_round(m.round());
-  up->set_num_samples(stats->samples);
-  up->set_train_loss(stats->mean_loss);
-  Send(out);
+  runner->Start();
 }
 
-void PeerAgent::HandleModelPublished(const std::string& task,
-                                     const coordinator::v1::ModelPublished& m) {
-  if (!task_ || task_->assigned.spec().name() != task) {
-    LogWarning("ModelPublished for task ", task, " which this peer does not have; ignored");
-    return;
-  }
-  absl::Status s = LoadGlobal(m.version(), clock_.Now() + options_.model_transfer_budget,
-                              [this] { return TaskStillCurrent(); });
-  if (!s.ok()) {
-    LogWarning("task ", task, ": cannot get published model version ", m.version(), ": ",
-               s.message());
-    return;
-  }
-  PublishSnapshot(m.version());
-  absl::StatusOr<training::EvalStats> eval = task_->trainer->Evaluate();
-  if (!eval.ok()) {
-    LogError("task ", task, ": evaluating version ", m.version(), ": ", eval.status().message());
-    SendPeerError(task, m.round(), eval.status());
-    return;
-  }
-  metrics_.test_accuracy.Set(eval->accuracy());
-  LogInfo(absl::StrFormat("task %s round %d: model version %d test accuracy %.4f (%d/%d)", task,
-                          m.round(), m.version(), eval->accuracy(), eval->correct, eval->total));
-  PeerMessage out;
-  auto* r = out.mutable_eval_report();
-  out.set_task(task);
-  r->set_version(m.version());
-  r->set_correct(eval->correct);
-  r->set_total(eval->total);
-  r->set_loss_sum(eval->loss_sum);
-  Send(out);
-}
-
-void PeerAgent::HandleTaskFinished(const std::string& task,
-                                   const coordinator::v1::TaskFinished& m) {
-  LogInfo("task ", task, ": finished (", m.state(), ", final model version ", m.final_version(),
-          ")");
-  if (task_ && task_->assigned.spec().name() == task) {
+void PeerAgent::HandleTaskFinished(const CoordinatorEvent& ev) {
+  const coordinator::v1::TaskFinished& m = ev.task_finished();
+  LogInfo("task ", ev.task(), ": finished (", m.state(), ", final model version ",
+          m.final_version(), ")");
+  if (task_ && task_->assigned.spec().name() == ev.task()) {
     EndRunner();
     task_.reset();
   }

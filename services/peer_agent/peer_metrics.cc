@@ -37,8 +37,6 @@ PeerMetrics::PeerMetrics(prometheus::Registry& r)
                                "GetSnapshot streams this peer served (finished or aborted).")),
       snapshots_aborted(Counter(r, "shoal_peer_snapshots_aborted_total",
                                 "GetSnapshot streams the reader left before the end.")),
-      inbound_refused(Counter(r, "shoal_peer_inbound_refused_total",
-                              "PeerService calls refused (test flag --test-refuse-inbound).")),
       peer_bytes_pulled(Counter(r, "shoal_peer_peer_bytes_pulled_total",
                                 "Tensor payload bytes fetched from other peers' snapshots.")),
       peer_fetches_failed(Counter(r, "shoal_peer_peer_fetches_failed_total",

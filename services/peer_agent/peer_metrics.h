@@ -28,7 +28,6 @@ struct PeerMetrics {
   // PeerService (all modes):
   prometheus::Counter& snapshots_served;   // shoal_peer_snapshots_served_total
   prometheus::Counter& snapshots_aborted;  // shoal_peer_snapshots_aborted_total
-  prometheus::Counter& inbound_refused;    // shoal_peer_inbound_refused_total (test flag)
   // PeerClient (decentralized and gossip):
   prometheus::Counter& peer_bytes_pulled;    // shoal_peer_peer_bytes_pulled_total
   prometheus::Counter& peer_fetches_failed;  // shoal_peer_peer_fetches_failed_total

@@ -12,6 +12,7 @@
 #include "libs/rpc/signals.h"
 #include "libs/training/fashion_mnist.h"
 #include "libs/training/trainer.h"
+#include "services/peer_agent/byzantine.h"
 
 namespace shoal::peer {
 namespace {
@@ -28,6 +29,11 @@ absl::Status PeerOptions::Validate() const {
   if (coordinator.empty()) return absl::InvalidArgumentError("--coordinator is required");
   SHOAL_RETURN_IF_ERROR(ParseHostPort(coordinator, "--coordinator").status());
   SHOAL_RETURN_IF_ERROR(ParseHostPort(listen, "--listen").status());
+  if (!advertise.empty()) {
+    SHOAL_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(advertise, "--advertise"));
+    if (hp.port == 0) return absl::InvalidArgumentError("--advertise: port must not be 0");
+  }
+  SHOAL_RETURN_IF_ERROR(ByzantineFault::Parse(test_byzantine).status());
   SHOAL_RETURN_IF_ERROR(ParseHostPort(metrics_listen, "--metrics-listen").status());
   if (data_dir.empty()) return absl::InvalidArgumentError("--data-dir is required");
   SHOAL_RETURN_IF_ERROR(Flag("--data-dir", training::CheckFashionMnistDir(data_dir)));
@@ -65,7 +71,6 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   s->peer_client_ = std::make_unique<PeerClient>(credentials.channel(), s->metrics_.get());
   PeerServer* self = s.get();
   PeerServiceOptions service_options;
-  service_options.refuse_inbound = options.test_refuse_inbound;
   service_options.peer_id = [self] {
     absl::MutexLock lock(&self->mu_);
     return self->peer_id_;
@@ -83,7 +88,8 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   session_options.credentials = credentials.channel();
   session_options.hello.set_name(options.name);
   session_options.hello.set_join_token(options.join_token);
-  session_options.hello.set_listen_address(s->server_->address());
+  session_options.hello.set_listen_address(options.advertise.empty() ? s->server_->address()
+                                                                     : options.advertise);
   session_options.hello.set_device(options.device);
   session_options.hello.set_shard_index(options.shard.index);
   session_options.hello.set_shard_count(options.shard.count);
@@ -101,6 +107,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   PeerAgentOptions agent_options;
   agent_options.shard = options.shard;
   agent_options.device = options.device;
+  SHOAL_ASSIGN_OR_RETURN(agent_options.byzantine, ByzantineFault::Parse(options.test_byzantine));
   SHOAL_ASSIGN_OR_RETURN(
       s->agent_,
       PeerAgent::Create(
@@ -116,11 +123,16 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
              WriteAddressFile(options.address_file, {{"grpc", s->server_->address()},
                                                      {"metrics", s->metrics_server_->address()}})));
   }
-  LogInfo("serving PeerService on ", s->server_->address(), ", metrics on ",
-          s->metrics_server_->address(), "; shard ", options.shard.ToString(), ", device ",
-          options.device, "; coordinator ", options.coordinator);
-  if (options.test_refuse_inbound) {
-    LogWarning("--test-refuse-inbound: PeerService refuses every call (test-only flag)");
+  LogInfo("serving PeerService on ", s->server_->address(),
+          options.advertise.empty() ? std::string()
+                                    : absl::StrCat(" (advertised as ", options.advertise, ")"),
+          ", metrics on ", s->metrics_server_->address(), "; shard ", options.shard.ToString(),
+          ", device ", options.device, "; coordinator ", options.coordinator);
+  if (agent_options.byzantine.active()) {
+    LogWarning("*** --test-byzantine ", agent_options.byzantine.mode(),
+               ": TEST-ONLY FAULT INJECTION: this peer CORRUPTS every update it contributes "
+               "(factor ",
+               agent_options.byzantine.factor(), "); never use it outside tests ***");
   }
   if (!credentials.secure()) {
     LogWarning("--insecure: PLAINTEXT gRPC without authentication; use only on a trusted network");

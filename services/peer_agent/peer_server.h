@@ -22,8 +22,11 @@ namespace shoal::peer {
 
 // Everything shoal-peer is configured with (main.cc fills it from flags).
 struct PeerOptions {
-  std::string coordinator;                     // --coordinator HOST:PORT
-  std::string listen = "127.0.0.1:0";          // --listen (PeerService)
+  std::string coordinator;             // --coordinator HOST:PORT
+  std::string listen = "127.0.0.1:0";  // --listen (PeerService)
+  // --advertise: the address other peers reach this one at (Hello.listen_address); empty: the
+  // address it actually listens on.
+  std::string advertise;
   std::string metrics_listen = "127.0.0.1:0";  // --metrics-listen
   std::string data_dir;                        // --data-dir
   training::ShardSpec shard;                   // --shard I/N
@@ -33,9 +36,9 @@ struct PeerOptions {
   int torch_threads = 1;                       // --torch-threads
   rpc::TlsOptions tls;                         // --tls-dir DIR | --insecure
   std::string join_token;                      // --join-token (default $SHOAL_JOIN_TOKEN)
-  // Test-only (--test-refuse-inbound): PeerService answers UNAVAILABLE to every call, so other
-  // peers cannot reach this one (the decentralized connection-failure path).
-  bool test_refuse_inbound = false;
+  // Test-only (--test-byzantine MODE): "scale:FACTOR" or "sign-flip" corrupts what this peer
+  // contributes (see services/peer_agent/byzantine.h); empty: honest.
+  std::string test_byzantine;
 
   // Checks every field without connecting anywhere: addresses parse, the data directory holds
   // the Fashion-MNIST files, the device exists. Errors are INVALID_ARGUMENT (NOT_FOUND for a

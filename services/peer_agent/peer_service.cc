@@ -6,8 +6,6 @@
 namespace shoal::peer {
 namespace {
 
-constexpr char kRefused[] = "this peer refuses inbound connections (--test-refuse-inbound)";
-
 const char* KindName(peer::v1::SnapshotKind kind) {
   switch (kind) {
     case peer::v1::SNAPSHOT_KIND_LATEST:
@@ -25,10 +23,6 @@ const char* KindName(peer::v1::SnapshotKind kind) {
 
 grpc::ServerWriteReactor<common::v1::ModelChunk>* PeerServiceImpl::GetSnapshot(
     grpc::CallbackServerContext* context, const shoal::peer::v1::GetSnapshotRequest* request) {
-  if (options_.refuse_inbound) {
-    metrics_.inbound_refused.Increment();
-    return rpc::MakeFailedModelWriteReactor(grpc::Status(grpc::StatusCode::UNAVAILABLE, kRefused));
-  }
   const peer::v1::SnapshotKind kind = request->kind();
   if (!peer::v1::SnapshotKind_IsValid(kind)) {
     return rpc::MakeFailedModelWriteReactor(
@@ -72,11 +66,6 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Probe(grpc::CallbackServerContext* co
                                                  const shoal::peer::v1::ProbeRequest* request,
                                                  shoal::peer::v1::ProbeResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (options_.refuse_inbound) {
-    metrics_.inbound_refused.Increment();
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, kRefused));
-    return reactor;
-  }
   if (options_.peer_id) response->set_peer_id(options_.peer_id());
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -10,9 +10,6 @@
 namespace shoal::peer {
 
 struct PeerServiceOptions {
-  // Test-only (shoal-peer --test-refuse-inbound): every call is answered UNAVAILABLE, as if the
-  // peer could not be reached.
-  bool refuse_inbound = false;
   // This peer's id for ProbeResponse (empty before the coordinator's Welcome). Optional.
   std::function<std::string()> peer_id;
 };
@@ -25,7 +22,7 @@ class PeerServiceImpl final : public shoal::peer::v1::PeerService::CallbackServi
   PeerServiceImpl(const SnapshotStore& store, PeerMetrics& metrics, PeerServiceOptions options = {})
       : store_(store), metrics_(metrics), options_(std::move(options)) {}
 
-  // Errors: UNAVAILABLE when refusing inbound traffic; INVALID_ARGUMENT an unknown kind;
+  // Errors: INVALID_ARGUMENT an unknown kind;
   // NOT_FOUND no snapshot of that kind (yet) or another task; FAILED_PRECONDITION a
   // ROUND_UPDATE/GLOBAL of another round than the one asked for.
   grpc::ServerWriteReactor<common::v1::ModelChunk>* GetSnapshot(

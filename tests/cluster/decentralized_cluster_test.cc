@@ -19,6 +19,7 @@
 #include "libs/rpc/status.h"
 #include "shoal/peer/v1/peer.grpc.pb.h"
 #include "tests/cluster/cluster.h"
+#include "tests/testing/reserved_port.h"
 
 namespace shoal::testing {
 namespace {
@@ -233,7 +234,8 @@ TEST(DecentralizedClusterTest, PeerKilledMidRoundOthersCompleteTheRound) {
   }
 }
 
-// A peer nobody can reach (--test-refuse-inbound) is removed from the round after
+// A peer nobody can reach (it advertises, with --advertise, an address where nothing listens:
+// a port this test holds and never serves) is removed from the round after
 // max_connection_retry retries; the others continue without it.
 TEST(DecentralizedClusterTest, UnreachablePeerIsRemovedAfterMaxConnectionRetry) {
   Cluster cluster(TempDir());
@@ -241,9 +243,11 @@ TEST(DecentralizedClusterTest, UnreachablePeerIsRemovedAfterMaxConnectionRetry) 
     absl::Status started = cluster.StartCoordinator();
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }
+  absl::StatusOr<ReservedPort> nowhere = ReservedPort::Reserve();
+  ASSERT_TRUE(nowhere.ok()) << nowhere.status();
   for (int i = 0; i < 4; ++i) {
     std::vector<std::string> extra;
-    if (i == 3) extra.push_back("--test-refuse-inbound");
+    if (i == 3) extra.push_back("--advertise=" + nowhere->address());
     absl::Status started = cluster.StartPeer(i, 4, extra);
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }
@@ -265,10 +269,10 @@ TEST(DecentralizedClusterTest, UnreachablePeerIsRemovedAfterMaxConnectionRetry) 
     EXPECT_GE(round.participants_size(), 3);  // min_participants
     EXPECT_NE(round.model_digest(), 0u);
   }
-  // The refusing peer saw its own refusals; the others counted failed probes.
-  auto refused = HttpGet(cluster.peer(3).metrics_address, "/metrics");
-  ASSERT_TRUE(refused.ok());
-  EXPECT_THAT(*refused, Not(HasSubstr("shoal_peer_inbound_refused_total 0\n")));
+  // The unreachable peer was told it was removed; the others counted failed probes.
+  auto removed = HttpGet(cluster.peer(3).metrics_address, "/metrics");
+  ASSERT_TRUE(removed.ok());
+  EXPECT_THAT(*removed, Not(HasSubstr("shoal_peer_decentralized_rounds_refused_total 0\n")));
   auto prober = HttpGet(cluster.peer(0).metrics_address, "/metrics");
   ASSERT_TRUE(prober.ok());
   EXPECT_THAT(*prober, Not(HasSubstr("shoal_peer_decentralized_probes_failed_total 0\n")));

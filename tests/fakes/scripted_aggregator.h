@@ -47,8 +47,7 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
     model.values = {static_cast<float>(v), 1.0f};
     return model;
   }
-  absl::StatusOr<uint64_t> PutModel(const std::string& address,
-                                    const common::v1::ModelMeta& meta,
+  absl::StatusOr<uint64_t> PutModel(const std::string& address, const common::v1::ModelMeta& meta,
                                     std::shared_ptr<const tensor::FlatModel> model,
                                     const aggregator::Caller&, absl::Time) override {
     absl::MutexLock lock(&mu_);

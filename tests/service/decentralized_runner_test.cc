@@ -2,8 +2,9 @@
 // Trainer (LibTorch, real Fashion-MNIST slice), a real PeerService on 127.0.0.1:0 and a
 // PeerClient; the test plays the coordinator and reads what the runners send.
 
-#include "services/peer_agent/decentralized_runner.h"
+#include "services/peer_agent/modes/decentralized/decentralized_runner.h"
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,9 +13,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/common/clock.h"
+#include "libs/rpc/retry.h"
 #include "libs/rpc/server.h"
 #include "libs/training/fashion_mnist.h"
 #include "libs/training/trainer.h"
+#include "services/peer_agent/byzantine.h"
 #include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/peer_service.h"
@@ -52,7 +55,7 @@ common::v1::TaskSpec Spec() {
 class TestPeer {
  public:
   TestPeer(const std::string& id, int shard, int shards, const training::RawDataset& train,
-           const training::RawDataset& test)
+           const training::RawDataset& test, ByzantineFault byzantine = {})
       : id_(id), metrics_(registry_), client_(nullptr, &metrics_) {
     training::TrainerOptions options;
     options.spec = Spec();
@@ -78,7 +81,9 @@ class TestPeer {
     deps.peers = &client_;
     deps.metrics = &metrics_;
     deps.clock = &RealClock::Get();
+    deps.wakeup = &wakeup_;
     deps.peer_id = id;
+    deps.byzantine = std::move(byzantine);
     deps.send = [this](const PeerMessage& m) {
       absl::MutexLock lock(&mu_);
       sent_.push_back(m);
@@ -127,6 +132,7 @@ class TestPeer {
   std::unique_ptr<training::Trainer> trainer_;
   std::unique_ptr<PeerServiceImpl> service_;
   std::unique_ptr<rpc::Server> server_;
+  rpc::Wakeup wakeup_{RealClock::Get()};
   std::unique_ptr<DecentralizedRunner> runner_;
   absl::Mutex mu_;
   std::vector<PeerMessage> sent_ ABSL_GUARDED_BY(mu_);
@@ -367,6 +373,35 @@ TEST_F(DecentralizedRunnerTest, EvaluationWaitsWhenTheNextRoundIsAlreadyOpen) {
   auto params = a.trainer().GetParameters();
   ASSERT_TRUE(params.ok());
   EXPECT_EQ(params->Digest(), update->model->Digest());
+}
+
+// Test-only fault injection: the update other peers fetch is base + factor · (trained − base);
+// the peer's own parameters stay what it trained.
+TEST_F(DecentralizedRunnerTest, ByzantinePeerSharesACorruptedUpdateAndKeepsItsOwnModel) {
+  absl::StatusOr<ByzantineFault> fault = ByzantineFault::Parse("scale:-10");
+  ASSERT_TRUE(fault.ok()) << fault.status();
+  TestPeer byzantine("peer-a", 0, 2, *train_, *test_, *fault);
+  TestPeer honest("peer-b", 0, 2, *train_, *test_);  // same shard: trains the same weights
+  for (TestPeer* p : {&byzantine, &honest}) {
+    p->runner().Start();
+    p->Handle(RoundOpen(1));
+    ASSERT_NE(Find(p->Take(), PeerMessage::kRoundReady), nullptr);
+  }
+  const tensor::FlatModel base = byzantine.runner().held();  // round 0, before training
+  auto trained = byzantine.trainer().GetParameters();
+  auto honest_trained = honest.trainer().GetParameters();
+  ASSERT_TRUE(trained.ok() && honest_trained.ok());
+  EXPECT_EQ(trained->Digest(), honest_trained->Digest());
+  auto shared = byzantine.store().Get(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
+  auto honest_shared = honest.store().Get(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
+  ASSERT_TRUE(shared && honest_shared);
+  EXPECT_EQ(honest_shared->model->Digest(), honest_trained->Digest());
+  ASSERT_EQ(shared->model->values.size(), base.values.size());
+  for (size_t i = 0; i < base.values.size(); ++i) {
+    const float want = base.values[i] - 10.0f * (trained->values[i] - base.values[i]);
+    ASSERT_NEAR(shared->model->values[i], want, 1e-5 + 1e-5 * std::fabs(want)) << i;
+  }
+  EXPECT_NE(shared->model->Digest(), trained->Digest());
 }
 
 }  // namespace

@@ -17,11 +17,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "libs/common/clock.h"
+#include "libs/rpc/retry.h"
 #include "libs/rpc/server.h"
 #include "libs/task/task_file.h"
 #include "libs/training/fashion_mnist.h"
 #include "libs/training/trainer.h"
-#include "services/peer_agent/gossip_runner.h"
+#include "services/peer_agent/modes/gossip/gossip_runner.h"
 #include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/peer_service.h"
@@ -103,12 +104,15 @@ class Peer {
     deps.peers = &client_;
     deps.metrics = &endpoint_.metrics;
     deps.clock = &RealClock::Get();
+    deps.wakeup = &wakeup_;
     deps.peer_id = id;
     deps.send = [this](const coordinator::v1::PeerMessage& m) {
       absl::MutexLock lock(&mu_);
       sent_.push_back(m);
     };
-    runner_ = MakeGossipRunner(std::move(deps));
+    auto runner = CreateGossipRunner(std::move(deps));
+    EXPECT_TRUE(runner.ok()) << runner.status();
+    runner_ = *std::move(runner);
   }
   // Stops the runner first, so a test that ends early (a failed ASSERT) does not wait for all
   // the steps it asked for.
@@ -134,7 +138,10 @@ class Peer {
       returned_ = true;
     });
   }
-  void Stop() { keep_going_ = false; }
+  void Stop() {
+    keep_going_ = false;
+    wakeup_.Notify();  // like the agent: whatever turns keep_going false notifies
+  }
   void Join() {
     if (thread_.joinable()) thread_.join();
   }
@@ -159,6 +166,7 @@ class Peer {
   Endpoint endpoint_;
   PeerClient client_;
   std::unique_ptr<training::Trainer> trainer_;
+  rpc::Wakeup wakeup_{RealClock::Get()};
   std::unique_ptr<ModeRunner> runner_;
   std::thread thread_;
   std::atomic<bool> keep_going_{true};

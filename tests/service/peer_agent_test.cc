@@ -135,14 +135,25 @@ class PeerAgentTest : public ::testing::Test {
 
   void SendEvent(const CoordinatorEvent& e) { ASSERT_TRUE(fake().Write(e)); }
 
-  void Assign(const common::v1::TaskSpec& spec) {
+  void Assign(const common::v1::TaskSpec& spec, const std::string& aggregator_address = "") {
     CoordinatorEvent e;
+    e.set_task(spec.name());
     *e.mutable_task_assigned()->mutable_spec() = spec;
-    e.mutable_task_assigned()->set_aggregator_address(aggregator_->address());
+    e.mutable_task_assigned()->set_aggregator_address(
+        aggregator_address.empty() ? aggregator_->address() : aggregator_address);
     SendEvent(e);
   }
 
-  void OpenRound(const std::string& task, uint64_t round, uint64_t base) {
+  void InitializeModel(const std::string& task) {
+    CoordinatorEvent init;
+    init.set_task(task);
+    init.mutable_initialize_model();
+    SendEvent(init);
+  }
+
+  // At the test's aggregator, or at `stub`'s.
+  void OpenRound(const std::string& task, uint64_t round, uint64_t base,
+                 aggregator::v1::AggregatorService::Stub* stub = nullptr) {
     grpc::ClientContext ctx;
     rpc::SetTimeout(ctx, absl::Seconds(10));
     aggregator::v1::OpenRoundRequest req;
@@ -151,18 +162,20 @@ class PeerAgentTest : public ::testing::Test {
     req.set_base_version(base);
     req.add_expected_peers("peer-a");
     aggregator::v1::OpenRoundResponse resp;
-    grpc::Status s = agg_stub_->OpenRound(&ctx, req, &resp);
+    grpc::Status s = (stub != nullptr ? stub : agg_stub_.get())->OpenRound(&ctx, req, &resp);
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
 
-  aggregator::v1::CloseRoundResponse CloseRound(const std::string& task, uint64_t round) {
+  aggregator::v1::CloseRoundResponse CloseRound(
+      const std::string& task, uint64_t round,
+      aggregator::v1::AggregatorService::Stub* stub = nullptr) {
     grpc::ClientContext ctx;
     rpc::SetTimeout(ctx, absl::Seconds(10));
     aggregator::v1::CloseRoundRequest req;
     req.set_task(task);
     req.set_round(round);
     aggregator::v1::CloseRoundResponse resp;
-    grpc::Status s = agg_stub_->CloseRound(&ctx, req, &resp);
+    grpc::Status s = (stub != nullptr ? stub : agg_stub_.get())->CloseRound(&ctx, req, &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return resp;
   }
@@ -324,6 +337,70 @@ TEST_F(PeerAgentTest, NewerRoundAbandonsTheCurrentOne) {
   EXPECT_FALSE(fake().Take(PeerMessage::kUpdatePushed, absl::ZeroDuration()));
 }
 
+// The coordinator moves a task to another aggregator after the first one died: it sends the same
+// TaskAssigned with the new address, and every later call of the peer goes there.
+TEST_F(PeerAgentTest, ReassignmentToAnotherAggregatorMovesEveryFollowingCall) {
+  aggregator::AggregatorOptions agg;
+  agg.tls.insecure = true;
+  agg.listen = "127.0.0.1:0";
+  agg.metrics_listen = "127.0.0.1:0";
+  agg.coordinator = coordinator_->address();
+  auto started = aggregator::AggregatorServer::Start(agg);
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::unique_ptr<aggregator::AggregatorServer> second = *std::move(started);
+  auto second_stub =
+      aggregator::v1::AggregatorService::NewStub(rpc::MakeChannel(second->address()));
+
+  StartPeer();
+  ASSERT_TRUE(fake().WaitHello(1, kWait));
+  const common::v1::TaskSpec spec = SmallTask();
+  Assign(spec);
+  InitializeModel("small");
+  ASSERT_TRUE(fake().Take(PeerMessage::kModelInitialized, kWait));
+
+  aggregator_->Shutdown();  // the first aggregator dies
+  Assign(spec, second->address());
+  InitializeModel("small");  // PutModel: only the second aggregator can take it
+  ASSERT_TRUE(fake().Take(PeerMessage::kModelInitialized, kWait));
+  OpenRound("small", 1, 0, second_stub.get());
+  StartRound("small", 1, 0, 3);
+  auto pushed = fake().Take(PeerMessage::kUpdatePushed, kWait);  // PushUpdate
+  ASSERT_TRUE(pushed);
+  EXPECT_EQ(pushed->update_pushed().round(), 1u);
+  aggregator::v1::CloseRoundResponse closed = CloseRound("small", 1, second_stub.get());
+  EXPECT_EQ(closed.version(), 1u);
+  EXPECT_THAT(closed.contributors(), ::testing::ElementsAre("peer-a"));
+
+  CoordinatorEvent published;
+  published.set_task("small");
+  published.mutable_model_published()->set_round(1);
+  published.mutable_model_published()->set_version(1);
+  SendEvent(published);
+  auto report = fake().Take(PeerMessage::kEvalReport, kWait);  // GetModel of version 1
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->task(), "small");
+  EXPECT_EQ(report->eval_report().version(), 1u);
+  EXPECT_FALSE(fake().Take(PeerMessage::kError, absl::ZeroDuration()));
+  peer_.reset();
+  second->Shutdown();
+}
+
+// --advertise: the address the peer gives the coordinator (e.g. behind port forwarding) instead
+// of the one it listens on.
+TEST_F(PeerAgentTest, HelloCarriesTheAdvertisedAddress) {
+  absl::StatusOr<shoal::testing::ReservedPort> port = shoal::testing::ReservedPort::Reserve();
+  ASSERT_TRUE(port.ok()) << port.status();
+  PeerOptions o = Options();
+  o.advertise = port->address();
+  auto p = PeerServer::Start(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  peer_ = *std::move(p);
+  auto hello = fake().WaitHello(1, kWait);
+  ASSERT_TRUE(hello);
+  EXPECT_EQ(hello->listen_address(), port->address());
+  EXPECT_NE(peer_->address(), port->address());
+}
+
 TEST_F(PeerAgentTest, ReconnectsWithTheSameIdAfterTheSessionBreaks) {
   StartPeer();
   ASSERT_TRUE(fake().WaitHello(1, kWait));
@@ -444,6 +521,10 @@ TEST_F(PeerBinaryTest, BadFlagsExitTwoNamingTheFlag) {
       {{ok_coord, ok_data, "--shard=0/4"}, "--tls-dir"},  // neither --tls-dir nor --insecure
       {{ok_coord, ok_data, "--shard=0/4", "--tls-dir=/nonexistent"}, "--tls-dir"},
       {{ok_coord, ok_data, "--shard=0/4", "--tls-dir=/tmp", "--insecure"}, "--insecure"},
+      {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--advertise=nonsense"}, "--advertise"},
+      {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--advertise=127.0.0.1:0"}, "--advertise"},
+      {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--test-byzantine=scale:x"},
+       "--test-byzantine"},
   };
   for (const Case& c : cases) {
     ProcessResult r = RunPeer(c.args, absl::Seconds(30));

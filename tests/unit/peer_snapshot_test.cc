@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/tensor/flat_model.h"
-#include "services/peer_agent/decentralized_runner.h"
+#include "services/peer_agent/modes/decentralized/average.h"
 #include "services/peer_agent/snapshot_store.h"
 
 namespace shoal::peer {

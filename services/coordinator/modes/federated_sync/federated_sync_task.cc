@@ -79,8 +79,7 @@ void FederatedSyncTask::OnAggregator(const std::string& address, absl::Time now,
   Advance(now, status, fx);
 }
 
-void FederatedSyncTask::OnAggregatorLost(absl::Time now, v1::TaskStatus& status,
-                                         ModeEffects& fx) {
+void FederatedSyncTask::OnAggregatorLost(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
   has_aggregator_ = false;
   Reset(status);
   status.set_message("waiting for an aggregator to register");
@@ -233,8 +232,8 @@ void FederatedSyncTask::Fail(const std::string& step, const absl::Status& error,
   }
 }
 
-void FederatedSyncTask::OnWorkDone(const WorkResult& result, absl::Time now,
-                                   v1::TaskStatus& status, ModeEffects& fx) {
+void FederatedSyncTask::OnWorkDone(const WorkResult& result, absl::Time now, v1::TaskStatus& status,
+                                   ModeEffects& fx) {
   const Kind kind = result.work.kind;
   if (kind == Kind::kCheckpoint) return;  // the core logged and counted the failure
   if (!pending_.has_value() || *pending_ != kind) return;  // not the call we wait for
@@ -255,8 +254,8 @@ void FederatedSyncTask::OnWorkDone(const WorkResult& result, absl::Time now,
   Advance(now, status, fx);
 }
 
-void FederatedSyncTask::OnRestored(const WorkResult& result, absl::Time now,
-                                   v1::TaskStatus& status, ModeEffects& fx) {
+void FederatedSyncTask::OnRestored(const WorkResult& result, absl::Time now, v1::TaskStatus& status,
+                                   ModeEffects& fx) {
   status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
   fx.changed = true;
   if (absl::IsNotFound(result.status)) {
@@ -284,8 +283,8 @@ void FederatedSyncTask::OnRestored(const WorkResult& result, absl::Time now,
   LogInfo("task ", task_, ": ", status.message());
 }
 
-void FederatedSyncTask::OnOpened(const WorkResult& result, absl::Time now,
-                                 v1::TaskStatus& status, ModeEffects& fx) {
+void FederatedSyncTask::OnOpened(const WorkResult& result, absl::Time now, v1::TaskStatus& status,
+                                 ModeEffects& fx) {
   fx.changed = true;
   if (!result.status.ok()) {
     status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
@@ -325,8 +324,8 @@ void FederatedSyncTask::OnOpened(const WorkResult& result, absl::Time now,
   for (const std::string& id : round_.expected) fx.Send(id, event);
 }
 
-void FederatedSyncTask::OnClosed(const WorkResult& result, absl::Time now,
-                                 v1::TaskStatus& status, ModeEffects& fx) {
+void FederatedSyncTask::OnClosed(const WorkResult& result, absl::Time now, v1::TaskStatus& status,
+                                 ModeEffects& fx) {
   fx.changed = true;
   if (!result.status.ok()) {
     status.set_phase(v1::ROUND_PHASE_TRAINING);  // Advance() retries the close
@@ -368,8 +367,8 @@ void FederatedSyncTask::OnClosed(const WorkResult& result, absl::Time now,
   round_ = Round{};
   if (number >= spec_.rounds()) {
     status.set_phase(v1::ROUND_PHASE_EVALUATING);
-    eval_deadline_ = now + std::min(options_.final_eval_timeout,
-                                    absl::Seconds(spec_.round_deadline_seconds()));
+    eval_deadline_ =
+        now + std::min(options_.final_eval_timeout, absl::Seconds(spec_.round_deadline_seconds()));
     status.set_message("evaluating the final model");
   } else {
     status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);

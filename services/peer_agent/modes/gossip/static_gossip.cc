@@ -1,4 +1,4 @@
-#include "services/peer_agent/static_gossip.h"
+#include "services/peer_agent/modes/gossip/static_gossip.h"
 
 #include <fstream>
 #include <utility>
@@ -17,7 +17,7 @@
 #include "libs/rpc/signals.h"
 #include "libs/task/task_file.h"
 #include "libs/tensor/model_file.h"
-#include "services/peer_agent/gossip_runner.h"
+#include "services/peer_agent/modes/gossip/gossip_runner.h"
 
 namespace shoal::peer {
 namespace {
@@ -127,11 +127,14 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   deps.snapshots = &p->snapshots_;
   deps.peers = p->peer_client_.get();
   deps.metrics = p->metrics_.get();
-  deps.clock = &RealClock::Get();
+  deps.clock = &p->clock_;
+  deps.wakeup = &p->wakeup_;
   deps.peer_id = p->peer_id_;
   StaticGossipPeer* self = p.get();
   deps.send = [self](const coordinator::v1::PeerMessage& m) { self->OnMessage(m); };
-  p->runner_ = MakeGossipRunner(std::move(deps));
+  absl::StatusOr<std::unique_ptr<ModeRunner>> runner = CreateGossipRunner(std::move(deps));
+  if (!runner.ok()) return runner.status();
+  p->runner_ = *std::move(runner);
 
   if (!options.address_file.empty()) {
     SHOAL_RETURN_IF_ERROR(
@@ -162,7 +165,7 @@ void StaticGossipPeer::OnMessage(const coordinator::v1::PeerMessage& m) {
 }
 
 void StaticGossipPeer::Work() {
-  const absl::Time start = absl::Now();
+  const absl::Time start = clock_.Now();
   runner_->Handle(members_, [this] {
     absl::MutexLock lock(&mu_);
     return !stopping_;
@@ -199,7 +202,7 @@ void StaticGossipPeer::Work() {
         ", \"correct\": ", eval ? eval->correct() : 0, ", \"total\": ", eval ? eval->total() : 0,
         ", \"accuracy\": ", task::JsonNumber(accuracy), ", \"test_loss\": ",
         task::JsonNumber(eval && eval->total() > 0 ? eval->loss_sum() / eval->total() : 0),
-        ", \"wall_seconds\": ", task::JsonNumber(absl::ToDoubleSeconds(absl::Now() - start)),
+        ", \"wall_seconds\": ", task::JsonNumber(absl::ToDoubleSeconds(clock_.Now() - start)),
         "}\n");
     const std::string tmp = options_.report_out + ".tmp";
     std::ofstream out(tmp, std::ios::trunc);
@@ -249,6 +252,7 @@ void StaticGossipPeer::Shutdown() {
     shut_down_ = true;
     stopping_ = true;
   }
+  wakeup_.Notify();
   if (worker_.joinable()) worker_.join();
   runner_.reset();
   if (server_) server_->Shutdown(absl::Seconds(2));

@@ -1,4 +1,4 @@
-#include "services/peer_agent/gossip_runner.h"
+#include "services/peer_agent/modes/gossip/gossip_runner.h"
 
 #include <cmath>
 #include <map>
@@ -18,6 +18,7 @@
 #include "libs/gossip/gossip_spec.h"
 #include "libs/gossip/interpolation.h"
 #include "services/peer_agent/peer_client.h"
+#include "services/peer_agent/reports.h"
 
 namespace shoal::peer {
 namespace {
@@ -25,8 +26,13 @@ namespace {
 using coordinator::v1::CoordinatorEvent;
 using coordinator::v1::PeerMessage;
 
+// How long Wait() goes without re-checking keep_going by itself (a finished fetch and whatever
+// changes keep_going notify the wakeup; this is only a safety net).
+constexpr absl::Duration kRecheck = absl::Seconds(1);
+
 // Runs one snapshot fetch at a time on a thread of its own, so that it overlaps the training
-// step. Owned by the runner; Start/Wait/Cancel from the runner's worker thread only.
+// step; a finished fetch notifies the wakeup. Owned by the runner; Start/Wait/Cancel from the
+// runner's worker thread only.
 class AsyncFetcher {
  public:
   struct Job {
@@ -43,7 +49,8 @@ class AsyncFetcher {
     bool cancelled = false;  // we cancelled it (stop): not the peer's fault
   };
 
-  explicit AsyncFetcher(PeerClient* client) : client_(client), thread_([this] { Loop(); }) {}
+  AsyncFetcher(PeerClient* client, const Clock* clock, rpc::Wakeup* wakeup)
+      : client_(client), clock_(clock), wakeup_(wakeup), thread_([this] { Loop(); }) {}
 
   ~AsyncFetcher() {
     std::shared_ptr<CallCanceller> canceller;
@@ -71,8 +78,7 @@ class AsyncFetcher {
     while (true) {
       {
         absl::MutexLock lock(&mu_);
-        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return result_.has_value(); };
-        if (mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(50))) {
+        if (result_.has_value()) {
           Result r = std::move(*result_);
           result_.reset();
           r.cancelled = cancelled;
@@ -83,7 +89,14 @@ class AsyncFetcher {
         cancelled = true;
         Cancel();
       }
+      wakeup_->SleepFor(kRecheck,
+                        [&] { return !HasResult() && (cancelled || !keep_going || keep_going()); });
     }
+  }
+
+  bool HasResult() {
+    absl::MutexLock lock(&mu_);
+    return result_.has_value();
   }
 
   void Cancel() {
@@ -111,17 +124,22 @@ class AsyncFetcher {
         job_.reset();
         canceller = canceller_;
       }
-      const absl::Time start = absl::Now();
+      const absl::Time start = clock_->Now();
       Result r;
       r.peer_id = job.peer_id;
       r.model = client_->Fetch(job.address, job.request, job.deadline, job.layout, canceller.get());
-      r.took = absl::Now() - start;
-      absl::MutexLock lock(&mu_);
-      result_ = std::move(r);
+      r.took = clock_->Now() - start;
+      {
+        absl::MutexLock lock(&mu_);
+        result_ = std::move(r);
+      }
+      wakeup_->Notify();
     }
   }
 
   PeerClient* const client_;
+  const Clock* const clock_;
+  rpc::Wakeup* const wakeup_;
   absl::Mutex mu_;
   std::optional<Job> job_ ABSL_GUARDED_BY(mu_);
   std::optional<Result> result_ ABSL_GUARDED_BY(mu_);
@@ -158,7 +176,7 @@ class GossipRunner final : public ModeRunner {
         total_steps_(static_cast<uint64_t>(spec_.rounds()) * spec_.round_batches()),
         flow_(config_.flow_control, Seed(spec_.seed(), d_.peer_id)),
         rng_(Seed(spec_.seed(), d_.peer_id) ^ 0x9e3779b97f4a7c15ULL),
-        fetcher_(d_.peers) {}
+        fetcher_(d_.peers, d_.clock, d_.wakeup) {}
 
   ~GossipRunner() override { d_.metrics->gossip.peers.Set(0); }
 
@@ -276,10 +294,7 @@ class GossipRunner final : public ModeRunner {
       if (s.code() == absl::StatusCode::kCancelled) return;
       if (!s.ok()) {
         LogError("gossip ", spec_.name(), ": ", s.message());
-        PeerMessage m;
-        m.set_task(spec_.name());
-        m.mutable_error()->set_message(std::string(s.message()));
-        Send(m);
+        Send(MakePeerError(0, s));
         absl::MutexLock lock(&mu_);
         finished_ = true;
         return;
@@ -292,7 +307,6 @@ class GossipRunner final : public ModeRunner {
   void SendProgress(bool done) {
     PeerMessage m;
     auto& p = *m.mutable_gossip_progress();
-    m.set_task(spec_.name());
     p.set_step(step_);
     p.set_clock(clock_);
     p.set_loss(losses_since_report_ == 0 ? loss_ : loss_sum_since_report_ / losses_since_report_);
@@ -316,21 +330,12 @@ class GossipRunner final : public ModeRunner {
       LogInfo("gossip ", spec_.name(), ": done after ", step_, " steps, clock ", clock_,
               ", test accuracy ", eval->accuracy(), " (", eval->total, " samples), ", fetches_ok_,
               " fetches, ", bytes_pulled_, " bytes pulled");
-      PeerMessage m;
-      auto& r = *m.mutable_eval_report();
-      m.set_task(spec_.name());
-      r.set_version(spec_.rounds());
-      r.set_correct(eval->correct);
-      r.set_total(eval->total);
-      r.set_loss_sum(eval->loss_sum);
+      PeerMessage m = MakeEvalReport(spec_.rounds(), *eval);
       final_messages_.push_back(m);
       Send(m);
     } else {
       LogError("gossip ", spec_.name(), ": evaluation failed: ", eval.status().message());
-      PeerMessage m;
-      m.set_task(spec_.name());
-      m.mutable_error()->set_message(std::string(eval.status().message()));
-      Send(m);
+      Send(MakePeerError(0, eval.status()));
     }
     absl::MutexLock lock(&mu_);
     finished_ = true;
@@ -355,7 +360,7 @@ class GossipRunner final : public ModeRunner {
         job.request.set_task(spec_.name());
         job.request.set_kind(peer::v1::SNAPSHOT_KIND_LATEST);
         job.request.set_peer_id(d_.peer_id);
-        job.deadline = absl::Now() + config_.timeout;
+        job.deadline = now + config_.timeout;
         job.layout = before->layout;
         fetcher_.Start(std::move(job));
         fetching = true;
@@ -381,9 +386,9 @@ class GossipRunner final : public ModeRunner {
     d_.metrics->train_loss.Set(loss_);
 
     if (fetching) {
-      const absl::Time wait_start = absl::Now();
+      const absl::Time wait_start = d_.clock->Now();
       AsyncFetcher::Result r = fetcher_.Wait(keep_going);
-      d_.metrics->gossip.wait_duration.Observe(absl::ToDoubleSeconds(absl::Now() - wait_start));
+      d_.metrics->gossip.wait_duration.Observe(absl::ToDoubleSeconds(d_.clock->Now() - wait_start));
       absl::Status mixed = Mix(r, *before, clock_before);
       if (mixed.code() == absl::StatusCode::kCancelled) return mixed;
       if (!mixed.ok() && mixed.code() != absl::StatusCode::kInternal) {
@@ -504,8 +509,20 @@ class GossipRunner final : public ModeRunner {
 
 }  // namespace
 
-std::unique_ptr<ModeRunner> MakeGossipRunner(ModeRunnerDeps deps) {
-  return std::make_unique<GossipRunner>(std::move(deps));
+absl::StatusOr<std::unique_ptr<ModeRunner>> CreateGossipRunner(ModeRunnerDeps deps) {
+  if (deps.trainer == nullptr || deps.snapshots == nullptr || deps.peers == nullptr ||
+      deps.metrics == nullptr || deps.clock == nullptr || deps.wakeup == nullptr) {
+    return absl::InvalidArgumentError("the gossip runner is missing a dependency");
+  }
+  if (deps.assigned.spec().mode() != common::v1::MODE_GOSSIP) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("task ", deps.assigned.spec().name(), " is not in mode gossip"));
+  }
+  if (deps.assigned.spec().round_batches() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("task ", deps.assigned.spec().name(), ": round_batches must be > 0"));
+  }
+  return std::unique_ptr<ModeRunner>(std::make_unique<GossipRunner>(std::move(deps)));
 }
 
 }  // namespace shoal::peer

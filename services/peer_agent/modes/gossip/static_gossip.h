@@ -11,7 +11,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "libs/common/clock.h"
 #include "libs/metrics/metrics_server.h"
+#include "libs/rpc/retry.h"
 #include "libs/rpc/server.h"
 #include "libs/rpc/tls.h"
 #include "libs/training/partition.h"
@@ -72,6 +74,8 @@ class StaticGossipPeer {
   void Work();
   void OnMessage(const coordinator::v1::PeerMessage& m) ABSL_LOCKS_EXCLUDED(mu_);
 
+  const Clock& clock_ = RealClock::Get();
+  rpc::Wakeup wakeup_{clock_};  // notified on Shutdown: the runner's waits end at once
   StaticGossipOptions options_;
   common::v1::TaskSpec spec_;
   std::string peer_id_;

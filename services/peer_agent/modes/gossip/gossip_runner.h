@@ -7,7 +7,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "libs/common/clock.h"
+#include "libs/rpc/retry.h"
 #include "libs/training/trainer.h"
 #include "services/peer_agent/mode_runner.h"
 #include "services/peer_agent/peer_metrics.h"
@@ -24,7 +26,8 @@ class PeerClient;  // services/peer_agent/peer_client.h
 // EvalReport. GossipMembers updates are applied at once (Intercept). A loop stopped by a
 // disconnect resumes at the next GossipMembers{start}; a finished runner that gets the same
 // TaskAssigned again (reconnect, coordinator restart) re-sends its final GossipProgress and
-// EvalReport. Threading: see ModeRunner.
+// EvalReport. Owned by the agent (made through the mode registry) or by the static gossip peer;
+// the deps must outlive it. Threading: see ModeRunner.
 //
 // One step: publish the LATEST snapshot (an immutable copy of the current state with clock and
 // loss: serving never blocks training) -> with fetch_probability choose a peer (flow control)
@@ -45,6 +48,10 @@ class PeerClient;  // services/peer_agent/peer_client.h
 // local, so after a mix the momentum still points along this peer's own recent gradients.
 // Buffers (batch-norm statistics) are exchanged and mixed with the parameters when
 // GossipSpec.include_buffers is set (Trainer::GetState/SetState).
-std::unique_ptr<ModeRunner> MakeGossipRunner(ModeRunnerDeps deps);
+//
+// The registry's factory (mode_registry.cc); the static gossip peer uses it too. Errors:
+// INVALID_ARGUMENT when a dependency is missing (deps.send may be null) or the task is not
+// gossip.
+absl::StatusOr<std::unique_ptr<ModeRunner>> CreateGossipRunner(ModeRunnerDeps deps);
 
 }  // namespace shoal::peer

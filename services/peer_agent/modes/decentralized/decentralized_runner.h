@@ -15,29 +15,17 @@
 #include "absl/time/time.h"
 #include "libs/common/backoff.h"
 #include "libs/common/clock.h"
+#include "libs/rpc/retry.h"
 #include "libs/tensor/flat_model.h"
 #include "libs/training/trainer.h"
 #include "services/peer_agent/mode_runner.h"
+#include "services/peer_agent/modes/decentralized/average.h"
 #include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
 #include "shoal/coordinator/v1/session.pb.h"
 
 namespace shoal::peer {
-
-// One participant's update of a round, as averaged.
-struct PeerUpdate {
-  std::string peer_id;
-  uint64_t num_samples = 0;
-  std::shared_ptr<const tensor::FlatModel> model;
-};
-
-// The sample-weighted mean of `updates`: sum_j (n_j * x_j) / sum_j n_j per element, accumulated
-// in double in ascending peer-id order whatever order `updates` is given in, so every
-// participant computes a bit-identical result from the same updates. Errors: INVALID_ARGUMENT
-// when there are no updates, a duplicate peer id, a missing model, a layout that differs from
-// the first one, or zero total samples (an update with 0 samples counts with weight 0).
-absl::StatusOr<tensor::FlatModel> AverageUpdates(std::vector<PeerUpdate> updates);
 
 struct DecentralizedRunnerOptions {
   // One Probe attempt; a participant is unreachable after `probe_attempts` failed attempts.
@@ -59,8 +47,11 @@ struct DecentralizedRunnerOptions {
 // PeerList{sharing} -> fetch the others' ROUND_UPDATEs, AverageUpdates, load, publish GLOBAL,
 // SharingDone; ModelPublished -> EvalReport; SyncFrom -> fetch the provider's GLOBAL, load,
 // SyncDone, ModelHeld; JoinRefused / ConnectionFailed -> back to the pre-round model.
-// Optimizer state stays local (reset after a sync).
-// Threading: see ModeRunner (Supersedes() is stateless; everything else on the worker).
+// Optimizer state stays local (reset after a sync). The round flow is in decentralized_runner.cc,
+// the exchange with the other participants (probes, sharing, sync) in decentralized_sharing.cc.
+// Owned by the agent, which makes it through the mode registry; the deps must outlive it.
+// Threading: see ModeRunner (Supersedes() is stateless; everything else on the worker, plus one
+// thread per participant while probing or fetching, joined before the handler returns).
 class DecentralizedRunner final : public ModeRunner {
  public:
   // Errors: INVALID_ARGUMENT when a dependency is missing or the task is not decentralized.
@@ -117,8 +108,6 @@ class DecentralizedRunner final : public ModeRunner {
   void SendModelHeld();
   void SendError(uint64_t round, const absl::Status& status);
   void Send(const coordinator::v1::PeerMessage& message);
-  // Sleeps `delay` in small steps; false as soon as keep_going() turns false.
-  bool SleepWhile(absl::Duration delay, const std::function<bool()>& keep_going) const;
 
   const ModeRunnerDeps deps_;
   const DecentralizedRunnerOptions options_;
@@ -128,6 +117,7 @@ class DecentralizedRunner final : public ModeRunner {
   PeerClient& peers_;
   PeerMetrics& metrics_;
   const Clock& clock_;
+  rpc::Wakeup& wakeup_;
 
   // Worker thread only.
   tensor::FlatModel held_;  // the averaged (or synced, or initial) model of model_round_
@@ -142,5 +132,8 @@ class DecentralizedRunner final : public ModeRunner {
   };
   std::optional<PendingEval> pending_eval_;  // evaluated right after the next JoinRound
 };
+
+// The registry's factory (mode_registry.cc): DecentralizedRunner::Create with default options.
+absl::StatusOr<std::unique_ptr<ModeRunner>> CreateDecentralizedRunner(ModeRunnerDeps deps);
 
 }  // namespace shoal::peer

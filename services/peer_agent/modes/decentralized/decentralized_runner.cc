@@ -1,0 +1,356 @@
+#include "services/peer_agent/modes/decentralized/decentralized_runner.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "libs/common/log.h"
+#include "libs/common/status_macros.h"
+#include "services/peer_agent/reports.h"
+
+namespace shoal::peer {
+namespace {
+
+using coordinator::v1::CoordinatorEvent;
+using coordinator::v1::PeerEndpoint;
+using coordinator::v1::PeerMessage;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ModeRunner>> CreateDecentralizedRunner(ModeRunnerDeps deps) {
+  SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<DecentralizedRunner> runner,
+                         DecentralizedRunner::Create(std::move(deps)));
+  return std::unique_ptr<ModeRunner>(std::move(runner));
+}
+
+absl::StatusOr<std::unique_ptr<DecentralizedRunner>> DecentralizedRunner::Create(
+    ModeRunnerDeps deps, DecentralizedRunnerOptions options) {
+  if (deps.trainer == nullptr || deps.snapshots == nullptr || deps.peers == nullptr ||
+      deps.metrics == nullptr || deps.clock == nullptr || deps.wakeup == nullptr || !deps.send) {
+    return absl::InvalidArgumentError("the decentralized runner is missing a dependency");
+  }
+  if (deps.assigned.spec().mode() != common::v1::MODE_DECENTRALIZED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("task ", deps.assigned.spec().name(), " is not in mode decentralized"));
+  }
+  if (deps.peer_id.empty()) {
+    return absl::InvalidArgumentError("the decentralized runner needs this peer's id");
+  }
+  if (options.probe_attempts < 1 || options.probe_timeout <= absl::ZeroDuration() ||
+      options.fetch_timeout <= absl::ZeroDuration() ||
+      options.sync_budget <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("decentralized runner options: bad timeouts or attempts");
+  }
+  if (deps.assigned.spec().round_deadline_seconds() > 0) {
+    options.sync_budget = absl::Seconds(deps.assigned.spec().round_deadline_seconds());
+  }
+  return std::unique_ptr<DecentralizedRunner>(new DecentralizedRunner(std::move(deps), options));
+}
+
+DecentralizedRunner::DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunnerOptions options)
+    : deps_(std::move(deps)),
+      options_(options),
+      task_(deps_.assigned.spec().name()),
+      trainer_(*deps_.trainer),
+      snapshots_(*deps_.snapshots),
+      peers_(*deps_.peers),
+      metrics_(*deps_.metrics),
+      clock_(*deps_.clock),
+      wakeup_(*deps_.wakeup) {}
+
+void DecentralizedRunner::Send(const PeerMessage& message) { deps_.send(message); }
+
+void DecentralizedRunner::SendError(uint64_t round, const absl::Status& status) {
+  Send(MakePeerError(round, status));
+}
+
+void DecentralizedRunner::SendModelHeld() {
+  PeerMessage m;
+  m.mutable_model_held()->set_round(model_round_);
+  m.mutable_model_held()->set_digest_xxh3(held_.Digest());
+  Send(m);
+}
+
+absl::Status DecentralizedRunner::RestoreHeld() {
+  if (params_are_held_) return absl::OkStatus();
+  SHOAL_RETURN_IF_ERROR(trainer_.SetParameters(held_));
+  params_are_held_ = true;
+  return absl::OkStatus();
+}
+
+void DecentralizedRunner::Start() {
+  if (held_.values.empty()) {
+    absl::StatusOr<tensor::FlatModel> init = trainer_.InitialParameters();
+    absl::Status s = init.status();
+    if (s.ok()) s = trainer_.SetParameters(*init);
+    if (!s.ok()) {
+      LogError("task ", task_, ": cannot build the initial model: ", s.message());
+      SendError(0, s);
+      return;
+    }
+    held_ = *std::move(init);
+    model_round_ = 0;
+    params_are_held_ = true;
+  }
+  LogInfo(absl::StrFormat("task %s: decentralized, holding the model of round %d (digest %016x)",
+                          task_, model_round_, held_.Digest()));
+  SendModelHeld();
+}
+
+bool DecentralizedRunner::Supersedes(const CoordinatorEvent& e) const {
+  return e.has_round_open() || e.has_join_refused() || e.has_peer_list() || e.has_start_sharing() ||
+         e.has_connection_failed() || e.has_sync_from() || e.has_task_assigned() ||
+         e.has_task_finished();
+}
+
+void DecentralizedRunner::Handle(const CoordinatorEvent& e,
+                                 const std::function<bool()>& keep_going) {
+  switch (e.kind_case()) {
+    case CoordinatorEvent::kTaskAssigned:
+      // Re-assigned after a reconnect: whatever round was running is gone for the coordinator.
+      if (round_ && model_round_ < round_->round) AbandonRound("re-assigned");
+      round_.reset();
+      SendModelHeld();
+      break;
+    case CoordinatorEvent::kRoundOpen:
+      HandleRoundOpen(e.round_open(), keep_going);
+      break;
+    case CoordinatorEvent::kJoinRefused:
+      metrics_.rounds_refused.Increment();
+      DropCompletedRoundBefore(e.join_refused().round());
+      if (round_ && round_->round <= e.join_refused().round()) {
+        AbandonRound(absl::StrCat("join refused: ", e.join_refused().reason()));
+      }
+      break;
+    case CoordinatorEvent::kConnectionFailed:
+      metrics_.rounds_refused.Increment();
+      DropCompletedRoundBefore(e.connection_failed().round());
+      if (round_ && round_->round <= e.connection_failed().round()) {
+        AbandonRound(
+            absl::StrCat("removed after failing to connect: ", e.connection_failed().reason()));
+      }
+      for (const PeerEndpoint& p : participants_) peers_.Forget(p.address());
+      participants_.clear();
+      break;
+    case CoordinatorEvent::kPeerList:
+      HandlePeerList(e.peer_list(), keep_going);
+      break;
+    case CoordinatorEvent::kStartSharing:
+      if (!round_ || round_->round != e.start_sharing().round()) {
+        LogWarning("task ", task_, ": StartSharing for round ", e.start_sharing().round(),
+                   " which this peer is not in; ignored");
+        break;
+      }
+      Share(e.start_sharing().round(), e.start_sharing().attempt(), keep_going);
+      break;
+    case CoordinatorEvent::kModelPublished:
+      HandleModelPublished(e.model_published(), keep_going);
+      break;
+    case CoordinatorEvent::kSyncFrom:
+      HandleSyncFrom(e.sync_from(), keep_going);
+      break;
+    case CoordinatorEvent::kSyncServe:
+      LogInfo("task ", task_, ": serving the model of round ", e.sync_serve().round(), " to ",
+              e.sync_serve().peer_id(), " (holding round ", model_round_, ")");
+      break;
+    case CoordinatorEvent::kWaiting:
+      LogInfo("task ", task_, ": waiting for peers (", e.waiting().have(), " of ",
+              e.waiting().need(), ")");
+      break;
+    default:
+      LogWarning("task ", task_, ": ignoring coordinator event (field ",
+                 static_cast<int>(e.kind_case()), ") in decentralized mode");
+  }
+}
+
+void DecentralizedRunner::DropCompletedRoundBefore(uint64_t round) {
+  if (round_ && round_->round < round && model_round_ >= round_->round) round_.reset();
+}
+
+void DecentralizedRunner::AbandonRound(const std::string& why) {
+  if (round_) {
+    LogInfo("task ", task_, " round ", round_->round, ": leaving the round (", why, ")");
+    if (model_round_ >= round_->round && !round_->base.values.empty()) {
+      // Already averaged: go back to the model held before the round.
+      held_ = std::move(round_->base);
+      model_round_ = round_->round - 1;
+      params_are_held_ = false;
+      snapshots_.Clear(peer::v1::SNAPSHOT_KIND_GLOBAL);
+    }
+  }
+  round_.reset();
+  snapshots_.Clear(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
+  if (absl::Status s = RestoreHeld(); !s.ok()) {
+    LogError("task ", task_, ": cannot restore the model of round ", model_round_, ": ",
+             s.message());
+  }
+}
+
+void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
+                                          const std::function<bool()>& keep_going) {
+  const uint64_t r = m.round();
+  if (round_ && round_->round == r && round_->ready) {
+    // A repeated RoundOpen (e.g. after a reconnect): answer again without training again.
+    PeerMessage join;
+    join.mutable_join_round()->set_round(r);
+    Send(join);
+    PeerMessage ready;
+    auto* rr = ready.mutable_round_ready();
+    rr->set_round(r);
+    rr->set_num_samples(round_->num_samples);
+    rr->set_train_loss(round_->train_loss);
+    rr->set_train_ms(round_->train_ms);
+    Send(ready);
+    return;
+  }
+  if (r != model_round_ + 1) {
+    LogWarning("task ", task_, ": RoundOpen for round ", r,
+               " but this peer holds the model of round ", model_round_,
+               "; telling the coordinator");
+    SendModelHeld();
+    return;
+  }
+  if (round_ && model_round_ >= round_->round) {
+    round_.reset();  // the previous round completed here (its ModelPublished went missing)
+  } else if (round_) {
+    AbandonRound("a new round opened");
+  }
+  if (absl::Status s = RestoreHeld(); !s.ok()) {
+    SendError(r, s);
+    return;
+  }
+  round_.emplace();
+  round_->round = r;
+  PeerMessage join;
+  join.mutable_join_round()->set_round(r);
+  Send(join);
+  metrics_.rounds_joined.Increment();
+  // The previous round's evaluation, deferred so that JoinRound went out first.
+  RunPendingEval();
+
+  const absl::Time start = clock_.Now();
+  const std::optional<absl::Time> ready_deadline =
+      m.ready_deadline_unix_ms() > 0
+          ? std::optional(absl::FromUnixMillis(m.ready_deadline_unix_ms()))
+          : std::nullopt;
+  auto train_going = [&] {
+    return keep_going() && (!ready_deadline || clock_.Now() < *ready_deadline);
+  };
+  params_are_held_ = false;
+  absl::StatusOr<training::TrainStats> stats =
+      trainer_.TrainBatches(m.round_batches(), train_going);
+  if (!stats.ok()) {
+    if (absl::IsCancelled(stats.status())) {
+      metrics_.rounds_abandoned.Increment();
+      AbandonRound(keep_going() ? "missed the ready deadline" : "superseded");
+      return;
+    }
+    LogError("task ", task_, " round ", r, ": ", stats.status().message());
+    SendError(r, stats.status());
+    AbandonRound("training failed");
+    return;
+  }
+  absl::StatusOr<tensor::FlatModel> params = trainer_.GetParameters();
+  if (!params.ok()) {
+    SendError(r, params.status());
+    AbandonRound("cannot read the parameters");
+    return;
+  }
+  const int64_t train_ms = absl::ToInt64Milliseconds(clock_.Now() - start);
+  metrics_.samples_trained.Increment(static_cast<double>(stats->samples));
+  metrics_.train_loss.Set(stats->mean_loss);
+  metrics_.round_duration.Observe(static_cast<double>(train_ms) / 1000.0);
+  // Test-only: a Byzantine peer shares base + factor · (trained − base) and averages that too,
+  // so every participant still ends the round with the same model.
+  if (absl::Status s = deps_.byzantine.CorruptModel(held_, *params); !s.ok()) {
+    SendError(r, s);
+    AbandonRound("cannot corrupt the update");
+    return;
+  }
+  round_->update = std::make_shared<const tensor::FlatModel>(*std::move(params));
+  round_->num_samples = stats->samples;
+  round_->train_loss = stats->mean_loss;
+  round_->train_ms = train_ms;
+  round_->ready = true;
+  Snapshot update;
+  update.task = task_;
+  update.version = r;
+  update.model = round_->update;
+  update.kind = peer::v1::SNAPSHOT_KIND_ROUND_UPDATE;
+  update.round = r;
+  update.num_samples = stats->samples;
+  update.loss = stats->mean_loss;
+  snapshots_.Publish(std::move(update));
+  LogInfo(absl::StrFormat("task %s round %d: trained %d batches, loss %.4f, %d samples, %.2f s",
+                          task_, r, stats->batches, stats->mean_loss, stats->samples,
+                          static_cast<double>(train_ms) / 1000.0));
+  PeerMessage ready;
+  auto* rr = ready.mutable_round_ready();
+  rr->set_round(r);
+  rr->set_num_samples(stats->samples);
+  rr->set_train_loss(stats->mean_loss);
+  rr->set_train_ms(train_ms);
+  Send(ready);
+}
+
+void DecentralizedRunner::HandleModelPublished(const coordinator::v1::ModelPublished& m,
+                                               const std::function<bool()>& keep_going) {
+  if (model_round_ != m.version()) {
+    LogWarning("task ", task_, ": ModelPublished version ", m.version(),
+               " but this peer holds the model of round ", model_round_, "; not evaluated");
+    return;
+  }
+  if (round_ && round_->round <= m.round()) round_.reset();  // the round is complete
+  if (absl::Status s = RestoreHeld(); !s.ok()) {
+    SendError(m.round(), s);
+    return;
+  }
+  // The coordinator sends the next RoundOpen right behind ModelPublished: give it a moment to
+  // arrive, so that every peer makes the same choice (an evaluation before training would make
+  // this peer the round's straggler).
+  if (m.round() < deps_.assigned.spec().rounds()) {
+    wakeup_.SleepFor(options_.next_round_grace, keep_going);
+  }
+  if (!keep_going()) {
+    // The next round is already open: answer it with JoinRound first (a JoinRound after the
+    // first RoundReady would be refused), then evaluate this model, then train.
+    pending_eval_ = PendingEval{m.round(), m.version(), held_};
+    LogInfo("task ", task_, " round ", m.round(),
+            ": the next round is open; evaluating this model after joining it");
+    return;
+  }
+  pending_eval_.reset();
+  EvaluateAndReport(m.round(), m.version());
+}
+
+void DecentralizedRunner::RunPendingEval() {
+  if (!pending_eval_) return;
+  PendingEval pending = *std::move(pending_eval_);
+  pending_eval_.reset();
+  absl::StatusOr<tensor::FlatModel> current = trainer_.GetParameters();
+  absl::Status s = current.status();
+  if (s.ok()) s = trainer_.SetParameters(pending.model);
+  if (!s.ok()) {
+    LogWarning("task ", task_, ": cannot evaluate round ", pending.round, ": ", s.message());
+    return;
+  }
+  EvaluateAndReport(pending.round, pending.version);
+  if (absl::Status r = trainer_.SetParameters(*current); !r.ok()) {
+    LogError("task ", task_, ": cannot restore the parameters after evaluating: ", r.message());
+  }
+}
+
+void DecentralizedRunner::EvaluateAndReport(uint64_t round, uint64_t version) {
+  absl::StatusOr<training::EvalStats> eval = trainer_.Evaluate();
+  if (!eval.ok()) {
+    LogError("task ", task_, ": evaluating round ", round, ": ", eval.status().message());
+    SendError(round, eval.status());
+    return;
+  }
+  metrics_.test_accuracy.Set(eval->accuracy());
+  LogInfo(absl::StrFormat("task %s round %d: model test accuracy %.4f (%d/%d)", task_, round,
+                          eval->accuracy(), eval->correct, eval->total));
+  Send(MakeEvalReport(version, *eval));
+}
+
+}  // namespace shoal::peer

@@ -1,0 +1,345 @@
+// DecentralizedRunner, the exchange with the other participants: probing them (PeerList),
+// fetching and averaging their round updates (StartSharing), and model sync (SyncFrom). The
+// round flow is in decentralized_runner.cc.
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "libs/common/log.h"
+#include "libs/rpc/retry.h"
+#include "services/peer_agent/modes/decentralized/decentralized_runner.h"
+
+namespace shoal::peer {
+namespace {
+
+using coordinator::v1::PeerEndpoint;
+using coordinator::v1::PeerMessage;
+
+// How long a wait for parallel jobs goes without re-checking keep_going by itself (everything
+// that changes it, or ends a job, notifies the wakeup; this is only a safety net).
+constexpr absl::Duration kRecheck = absl::Seconds(1);
+
+// Runs job(i, stop) for every i in [0, n) on its own thread and waits for all of them, sleeping
+// on `wakeup` (each job notifies it when it returns). Once keep_going() turns false it sets
+// `stop`, calls `on_stop` (e.g. to cancel calls in flight) and notifies the wakeup (so that jobs
+// sleeping between attempts wake up), then still waits for the jobs to return.
+void RunParallel(rpc::Wakeup& wakeup, size_t n,
+                 const std::function<void(size_t, const std::atomic<bool>&)>& job,
+                 const std::function<bool()>& keep_going, const std::function<void()>& on_stop) {
+  if (n == 0) return;
+  std::atomic<size_t> done{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      job(i, stop);
+      done.fetch_add(1);
+      wakeup.Notify();
+    });
+  }
+  while (done.load() < n) {
+    if (!stop.load() && !keep_going()) {
+      stop.store(true);
+      on_stop();
+      wakeup.Notify();
+      continue;
+    }
+    wakeup.SleepFor(kRecheck, [&] { return done.load() < n && (stop.load() || keep_going()); });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+std::string Names(const std::vector<std::string>& ids) {
+  return ids.empty() ? "none" : absl::StrJoin(ids, ", ");
+}
+
+}  // namespace
+
+void DecentralizedRunner::HandlePeerList(const coordinator::v1::PeerList& m,
+                                         const std::function<bool()>& keep_going) {
+  if (!round_ || round_->round != m.round() || !round_->ready) {
+    LogWarning("task ", task_, ": PeerList for round ", m.round(),
+               " but this peer has no update of that round; ignored");
+    return;
+  }
+  participants_.assign(m.participants().begin(), m.participants().end());
+  bool self_listed = false;
+  for (const PeerEndpoint& p : participants_) self_listed |= p.peer_id() == deps_.peer_id;
+  if (!self_listed) {
+    LogWarning("task ", task_, ": PeerList for round ", m.round(), " attempt ", m.attempt(),
+               " does not list this peer; ignored");
+    return;
+  }
+  if (m.sharing()) {
+    Share(m.round(), m.attempt(), keep_going);
+    return;
+  }
+  // Probe every other participant in parallel.
+  std::vector<const PeerEndpoint*> others;
+  for (const PeerEndpoint& p : participants_) {
+    if (p.peer_id() != deps_.peer_id) others.push_back(&p);
+  }
+  std::vector<char> reachable(others.size(), 0);
+  std::vector<CallCanceller> cancellers(others.size());
+  // Every failure counts (a peer that refuses or times out is unreachable), 200 ms apart.
+  rpc::RetryOptions retry;
+  retry.backoff = BackoffOptions{absl::Milliseconds(200), absl::Milliseconds(200), 1.0, 0};
+  retry.attempt_timeout = options_.probe_timeout;
+  retry.max_attempts = options_.probe_attempts;
+  retry.retryable = [](const absl::Status&) { return true; };
+  RunParallel(
+      wakeup_, others.size(),
+      [&](size_t i, const std::atomic<bool>& stop) {
+        peer::v1::ProbeRequest request;
+        request.set_task(task_);
+        request.set_round(m.round());
+        request.set_peer_id(deps_.peer_id);
+        absl::Status s =
+            rpc::Retry(clock_, retry, absl::InfiniteFuture(),
+                       wakeup_.Sleeper([&stop] { return !stop.load(); }), [&](absl::Time deadline) {
+                         absl::Status probed =
+                             peers_.Probe(others[i]->address(), request, deadline, &cancellers[i]);
+                         if (!probed.ok()) {
+                           LogInfo("task ", task_, " round ", m.round(), ": probe of ",
+                                   others[i]->peer_id(), " failed: ", probed.message());
+                         }
+                         return probed;
+                       });
+        reachable[i] = s.ok() ? 1 : 0;
+      },
+      keep_going,
+      [&] {
+        for (CallCanceller& c : cancellers) c.Cancel();
+      });
+  if (!keep_going()) return;  // a newer PeerList, a removal, ...
+  std::vector<std::string> unreachable;
+  for (size_t i = 0; i < others.size(); ++i) {
+    if (!reachable[i]) unreachable.push_back(others[i]->peer_id());
+  }
+  std::sort(unreachable.begin(), unreachable.end());
+  metrics_.probes_failed.Increment(static_cast<double>(unreachable.size()));
+  LogInfo("task ", task_, " round ", m.round(), " attempt ", m.attempt(), ": reached ",
+          others.size() - unreachable.size(), " of ", others.size(),
+          " participants (unreachable: ", Names(unreachable), ")");
+  PeerMessage out;
+  auto* report = out.mutable_connections_report();
+  report->set_round(m.round());
+  report->set_attempt(m.attempt());
+  for (const std::string& id : unreachable) report->add_unreachable(id);
+  Send(out);
+}
+
+void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
+                                const std::function<bool()>& keep_going) {
+  if (!round_ || round_->round != round || !round_->ready) {
+    LogWarning("task ", task_, ": asked to share round ", round,
+               " but this peer has no update of it; ignored");
+    return;
+  }
+  const absl::Time start = clock_.Now();
+  std::vector<const PeerEndpoint*> missing;
+  for (const PeerEndpoint& p : participants_) {
+    if (p.peer_id() != deps_.peer_id && !round_->fetched.contains(p.peer_id())) {
+      missing.push_back(&p);
+    }
+  }
+  std::vector<std::optional<PeerUpdate>> got(missing.size());
+  std::vector<absl::Status> rejected(missing.size());
+  std::vector<CallCanceller> cancellers(missing.size());
+  const tensor::ModelLayout& layout = trainer_.layout();
+  // Retried until it arrives or the round moves on; a snapshot that fails the checks will not
+  // get better.
+  rpc::RetryOptions retry;
+  retry.backoff = options_.retry_backoff;
+  retry.attempt_timeout = options_.fetch_timeout;
+  retry.retryable = [](const absl::Status& s) { return !absl::IsInvalidArgument(s); };
+  RunParallel(
+      wakeup_, missing.size(),
+      [&](size_t i, const std::atomic<bool>& stop) {
+        peer::v1::GetSnapshotRequest request;
+        request.set_task(task_);
+        request.set_kind(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
+        request.set_round(round);
+        request.set_peer_id(deps_.peer_id);
+        absl::StatusOr<rpc::ReceivedModel> r = rpc::Retry(
+            clock_, retry, absl::InfiniteFuture(),
+            wakeup_.Sleeper([&stop] { return !stop.load(); }), [&](absl::Time deadline) {
+              absl::StatusOr<rpc::ReceivedModel> fetched =
+                  peers_.Fetch(missing[i]->address(), request, deadline, layout, &cancellers[i]);
+              if (!fetched.ok() && !absl::IsInvalidArgument(fetched.status())) {
+                LogWarning("task ", task_, " round ", round, ": fetching the update of ",
+                           missing[i]->peer_id(), ": ", fetched.status().message(), " (retrying)");
+              }
+              return fetched;
+            });
+        if (r.ok()) {
+          got[i] = PeerUpdate{missing[i]->peer_id(), r->meta.num_samples(),
+                              std::make_shared<const tensor::FlatModel>(std::move(r->model))};
+        } else if (absl::IsInvalidArgument(r.status())) {
+          rejected[i] = r.status();
+        }
+      },
+      keep_going,
+      [&] {
+        for (CallCanceller& c : cancellers) c.Cancel();
+      });
+  // Keep what arrived, even when superseded: a re-share only fetches what is still missing.
+  for (std::optional<PeerUpdate>& u : got) {
+    if (u) {
+      std::string id = u->peer_id;
+      round_->fetched[id] = *std::move(u);
+    }
+  }
+  for (const absl::Status& s : rejected) {
+    if (!s.ok()) {
+      LogError("task ", task_, " round ", round, ": ", s.message());
+      SendError(round, s);
+      return;
+    }
+  }
+  if (!keep_going()) return;
+
+  std::vector<PeerUpdate> updates;
+  std::vector<std::string> ids;
+  for (const PeerEndpoint& p : participants_) {
+    ids.push_back(p.peer_id());
+    if (p.peer_id() == deps_.peer_id) {
+      updates.push_back(PeerUpdate{deps_.peer_id, round_->num_samples, round_->update});
+      continue;
+    }
+    auto it = round_->fetched.find(p.peer_id());
+    if (it == round_->fetched.end()) {
+      LogWarning("task ", task_, " round ", round, ": the update of ", p.peer_id(),
+                 " is still missing");
+      return;
+    }
+    updates.push_back(it->second);
+  }
+  uint64_t total_samples = 0;
+  for (const PeerUpdate& u : updates) total_samples += u.num_samples;
+  absl::StatusOr<tensor::FlatModel> average = AverageUpdates(std::move(updates));
+  absl::Status s = average.status();
+  if (s.ok()) s = trainer_.SetParameters(*average);
+  if (!s.ok()) {
+    LogError("task ", task_, " round ", round, ": cannot average: ", s.message());
+    SendError(round, s);
+    return;
+  }
+  if (model_round_ < round) {
+    round_->base = std::move(held_);  // restored if this peer is removed from the round later
+  }
+  held_ = *std::move(average);
+  model_round_ = round;
+  params_are_held_ = true;
+  round_->shared_attempt = attempt;
+  const uint64_t digest = held_.Digest();
+  Snapshot global;
+  global.task = task_;
+  global.version = round;
+  global.model = std::make_shared<const tensor::FlatModel>(held_);
+  global.kind = peer::v1::SNAPSHOT_KIND_GLOBAL;
+  global.round = round;
+  global.num_samples = total_samples;
+  global.loss = round_->train_loss;
+  snapshots_.Publish(std::move(global));
+  const double seconds = absl::ToDoubleSeconds(clock_.Now() - start);
+  metrics_.sharing_duration.Observe(seconds);
+  metrics_.rounds_completed.Increment();
+  std::sort(ids.begin(), ids.end());
+  LogInfo(absl::StrFormat(
+      "task %s round %d attempt %d: averaged %d updates (%s; %d samples) in %.3f s, digest %016x",
+      task_, round, attempt, ids.size(), Names(ids), total_samples, seconds, digest));
+  PeerMessage out;
+  auto* done = out.mutable_sharing_done();
+  done->set_round(round);
+  done->set_attempt(attempt);
+  done->set_digest_xxh3(digest);
+  done->set_num_samples(total_samples);
+  Send(out);
+}
+
+void DecentralizedRunner::HandleSyncFrom(const coordinator::v1::SyncFrom& m,
+                                         const std::function<bool()>& keep_going) {
+  const absl::Time start = clock_.Now();
+  const absl::Time deadline = start + options_.sync_budget;
+  const std::string& address = m.provider().address();
+  LogInfo("task ", task_, ": syncing the model of round ", m.round(), " from ",
+          m.provider().peer_id(), " at ", address);
+  peer::v1::GetSnapshotRequest request;
+  request.set_task(task_);
+  request.set_kind(peer::v1::SNAPSHOT_KIND_GLOBAL);
+  request.set_round(m.round());
+  request.set_peer_id(deps_.peer_id);
+  // A provider without that round (NOT_FOUND, FAILED_PRECONDITION) or a bad snapshot will not
+  // get better by retrying: report it so the coordinator picks another provider.
+  rpc::RetryOptions retry;
+  retry.backoff = options_.retry_backoff;
+  retry.attempt_timeout = options_.fetch_timeout;
+  retry.retryable = [](const absl::Status& s) {
+    return !absl::IsInvalidArgument(s) && !absl::IsNotFound(s) && !absl::IsFailedPrecondition(s);
+  };
+  absl::StatusOr<rpc::ReceivedModel> received = rpc::Retry(
+      clock_, retry, deadline, wakeup_.Sleeper(keep_going), [&](absl::Time attempt_deadline) {
+        // The deadline bounds the call; keep_going is checked between attempts.
+        return peers_.Fetch(address, request, attempt_deadline, trainer_.layout());
+      });
+  if (!received.ok() && retry.retryable(received.status()) && !keep_going()) {
+    return;  // superseded (e.g. another SyncFrom)
+  }
+  PeerMessage out;
+  auto* done = out.mutable_sync_done();
+  done->set_round(m.round());
+  done->set_provider(m.provider().peer_id());
+  absl::Status s = received.status();
+  if (s.ok()) s = trainer_.SetParameters(received->model);
+  if (!s.ok()) {
+    metrics_.sync_failures.Increment();
+    LogWarning("task ", task_, ": model sync from ", m.provider().peer_id(),
+               " failed: ", s.message());
+    done->set_ok(false);
+    done->set_message(std::string(s.message()));
+    done->set_duration_ms(absl::ToInt64Milliseconds(clock_.Now() - start));
+    Send(out);
+    params_are_held_ = false;
+    (void)RestoreHeld();
+    return;
+  }
+  if (absl::Status r = trainer_.ResetOptimizer(); !r.ok()) {
+    LogWarning("task ", task_, ": cannot reset the optimizer: ", r.message());
+  }
+  round_.reset();
+  held_ = std::move(received->model);
+  model_round_ = m.round();
+  params_are_held_ = true;
+  const uint64_t digest = held_.Digest();
+  const uint64_t bytes = held_.layout.total_bytes();
+  Snapshot global;
+  global.task = task_;
+  global.version = m.round();
+  global.model = std::make_shared<const tensor::FlatModel>(held_);
+  global.kind = peer::v1::SNAPSHOT_KIND_GLOBAL;
+  global.round = m.round();
+  global.num_samples = received->meta.num_samples();
+  snapshots_.Publish(std::move(global));
+  snapshots_.Clear(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
+  metrics_.sync_transfers.Increment();
+  const int64_t ms = absl::ToInt64Milliseconds(clock_.Now() - start);
+  LogInfo(
+      absl::StrFormat("task %s: synced the model of round %d from %s (%d bytes, %d ms, digest "
+                      "%016x)",
+                      task_, m.round(), m.provider().peer_id(), bytes, ms, digest));
+  done->set_ok(true);
+  done->set_digest_xxh3(digest);
+  done->set_duration_ms(ms);
+  done->set_bytes(bytes);
+  Send(out);
+  SendModelHeld();
+}
+
+}  // namespace shoal::peer

@@ -1,0 +1,109 @@
+#pragma once
+
+// Federated-sync mode, peer side: rounds through an aggregator. The protocol is in README.md
+// ("Protocol: federated-sync") and protos/shoal/coordinator/v1/session.proto.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "libs/common/backoff.h"
+#include "libs/common/clock.h"
+#include "libs/rpc/retry.h"
+#include "libs/tensor/flat_model.h"
+#include "libs/training/trainer.h"
+#include "services/aggregator/aggregator_client.h"
+#include "services/peer_agent/mode_runner.h"
+#include "services/peer_agent/peer_metrics.h"
+#include "services/peer_agent/snapshot_store.h"
+#include "shoal/coordinator/v1/session.pb.h"
+
+namespace shoal::peer {
+
+struct FederatedSyncOptions {
+  // Bound of one aggregator call (a round's deadline may cut it shorter).
+  absl::Duration rpc_timeout = absl::Seconds(30);
+  // Total time spent retrying a model upload/download that has no round deadline.
+  absl::Duration model_transfer_budget = absl::Seconds(60);
+  // Used when a RoundStarted carries no deadline.
+  absl::Duration default_round_budget = absl::Minutes(10);
+  BackoffOptions retry_backoff{absl::Milliseconds(100), absl::Seconds(2), 2.0, 0.2};
+
+  absl::Status Validate() const;
+};
+
+// The peer side of one federated-sync task: InitializeModel -> upload the seed's model as
+// version 0 (PutModel), ModelInitialized; RoundStarted -> load the round's global model (GetModel
+// unless held), train round_batches batches, push the delta (PushUpdate), UpdatePushed;
+// ModelPublished -> load that version, publish it as the LATEST snapshot, evaluate, EvalReport.
+// A repeated TaskAssigned of the task (the coordinator moved it to another aggregator) switches
+// every following call to the new aggregator address. Aggregator calls are retried on
+// UNAVAILABLE / RESOURCE_EXHAUSTED with capped backoff within the round's deadline (or the
+// transfer budget) through rpc::Retry.
+// Owned by the agent, which makes it through the mode registry; the deps must outlive it.
+// Threading: see ModeRunner (Supersedes() is stateless; everything else on the worker).
+class FederatedSyncRunner final : public ModeRunner {
+ public:
+  // Errors: INVALID_ARGUMENT when a dependency is missing, the options are bad or the task is
+  // not federated-sync.
+  static absl::StatusOr<std::unique_ptr<FederatedSyncRunner>> Create(
+      ModeRunnerDeps deps, FederatedSyncOptions options = {});
+
+  void Start() override;
+  void Handle(const coordinator::v1::CoordinatorEvent& event,
+              const std::function<bool()>& keep_going) override;
+  // RoundStarted, ModelPublished, TaskAssigned and TaskFinished stop the current round.
+  bool Supersedes(const coordinator::v1::CoordinatorEvent& event) const override;
+
+ private:
+  FederatedSyncRunner(ModeRunnerDeps deps, FederatedSyncOptions options);
+
+  void HandleTaskAssigned(const coordinator::v1::TaskAssigned& m);
+  void HandleInitializeModel();
+  void HandleRoundStarted(const coordinator::v1::RoundStarted& m,
+                          const std::function<bool()>& keep_going);
+  void HandleModelPublished(const coordinator::v1::ModelPublished& m);
+  // Pushes `delta` trained in round `m`. Returns the aggregator's "duplicate" flag, or nullopt
+  // when the update was not accepted (already logged and reported).
+  std::optional<bool> Push(const coordinator::v1::RoundStarted& m,
+                           const training::TrainStats& stats,
+                           std::shared_ptr<const tensor::FlatModel> delta, absl::Time deadline,
+                           const std::function<bool()>& keep_going);
+  // Makes the trainer hold global model `version` (downloads it unless held).
+  absl::Status LoadGlobal(uint64_t version, absl::Time deadline,
+                          const std::function<bool()>& keep_going);
+  // rpc::Retry with this runner's clock, backoff and per-call bound, sleeping on the wakeup.
+  template <typename Attempt>
+  auto RetryCall(absl::Time deadline, const std::function<bool()>& keep_going, Attempt&& attempt);
+  void PublishSnapshot(uint64_t version);
+  aggregator::Caller Me() const;
+  bool TaskCurrent() const;
+  void Send(const coordinator::v1::PeerMessage& message) const;
+
+  const ModeRunnerDeps deps_;
+  const FederatedSyncOptions options_;
+  const std::string task_;
+  training::Trainer& trainer_;
+  SnapshotStore& snapshots_;
+  aggregator::AggregatorClient& aggregator_;
+  PeerMetrics& metrics_;
+  const Clock& clock_;
+  rpc::Wakeup& wakeup_;
+
+  // Worker thread only.
+  std::string aggregator_address_;  // of the latest TaskAssigned
+  // The last global model known exactly (downloaded, uploaded), to avoid downloads.
+  std::optional<uint64_t> global_version_;
+  tensor::FlatModel global_;
+  bool params_are_global_ = false;  // the trainer's parameters equal global_ (not trained since)
+};
+
+// The registry's factory (mode_registry.cc): FederatedSyncRunner::Create with default options.
+absl::StatusOr<std::unique_ptr<ModeRunner>> CreateFederatedSyncRunner(ModeRunnerDeps deps);
+
+}  // namespace shoal::peer

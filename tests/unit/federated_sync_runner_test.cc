@@ -1,0 +1,366 @@
+// FederatedSyncRunner event by event against a fake aggregator (no gRPC): which aggregator each
+// call goes to, what it pushes, retries, and the test-only Byzantine fault. Real Trainer
+// (LibTorch) on a small slice of the real Fashion-MNIST data.
+
+#include "services/peer_agent/modes/federated_sync/federated_sync_runner.h"
+
+#include <prometheus/registry.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/common/clock.h"
+#include "libs/rpc/retry.h"
+#include "libs/training/fashion_mnist.h"
+#include "libs/training/trainer.h"
+#include "services/aggregator/aggregator_client.h"
+#include "services/peer_agent/byzantine.h"
+#include "services/peer_agent/peer_metrics.h"
+#include "services/peer_agent/snapshot_store.h"
+
+namespace shoal::peer {
+namespace {
+
+using coordinator::v1::CoordinatorEvent;
+using coordinator::v1::PeerMessage;
+using ::testing::ElementsAre;
+
+constexpr char kDataDir[] = "/usr/share/datasets/fashion-mnist";
+
+common::v1::TaskSpec Spec() {
+  common::v1::TaskSpec spec;
+  spec.set_name("fed");
+  spec.set_mode(common::v1::MODE_FEDERATED_SYNC);
+  spec.set_model("mlp");
+  spec.mutable_dataset()->set_name("fashion-mnist");
+  spec.mutable_dataset()->set_partition(common::v1::PARTITION_IID);
+  spec.mutable_dataset()->set_train_limit(2000);
+  spec.mutable_dataset()->set_test_limit(200);
+  spec.set_batch_size(16);
+  spec.mutable_optimizer()->set_kind(common::v1::OPTIMIZER_SGD);
+  spec.mutable_optimizer()->set_learning_rate(0.05);
+  spec.set_round_batches(3);
+  spec.set_rounds(2);
+  spec.set_min_participants(1);
+  spec.set_seed(5);
+  return spec;
+}
+
+// An aggregator in memory: keeps models by (address, version), records every call with the
+// address it went to, and fails the first `unavailable_pushes` pushes with UNAVAILABLE.
+class FakeAggregator final : public aggregator::AggregatorClient {
+ public:
+  struct Call {
+    std::string method;
+    std::string address;
+  };
+
+  absl::StatusOr<uint64_t> PutModel(const std::string& address, const common::v1::ModelMeta& meta,
+                                    std::shared_ptr<const tensor::FlatModel> model,
+                                    const aggregator::Caller&, absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    calls_.push_back({"PutModel", address});
+    models_[{address, meta.version()}] = *model;
+    return model->Digest();
+  }
+  absl::StatusOr<bool> PushUpdate(const std::string& address,
+                                  const aggregator::v1::UpdateMeta& meta,
+                                  std::shared_ptr<const tensor::FlatModel> delta,
+                                  absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    calls_.push_back({"PushUpdate", address});
+    if (unavailable_pushes_ > 0) {
+      --unavailable_pushes_;
+      return absl::UnavailableError("aggregator busy");
+    }
+    pushed_.push_back(*delta);
+    push_meta_.push_back(meta);
+    return false;
+  }
+  absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address, const std::string&,
+                                             uint64_t version, const aggregator::Caller&,
+                                             absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    calls_.push_back({"GetModel", address});
+    auto it = models_.find({address, version});
+    if (it == models_.end()) return absl::NotFoundError(absl::StrCat("no version ", version));
+    return it->second;
+  }
+  absl::Status SetMembers(const std::string&, const aggregator::v1::SetMembersRequest&,
+                          absl::Time) override {
+    return absl::UnimplementedError("not a peer call");
+  }
+  absl::Status OpenRound(const std::string&, const aggregator::v1::OpenRoundRequest&,
+                         absl::Time) override {
+    return absl::UnimplementedError("not a peer call");
+  }
+  absl::StatusOr<aggregator::v1::CloseRoundResponse> CloseRound(
+      const std::string&, const aggregator::v1::CloseRoundRequest&, absl::Time) override {
+    return absl::UnimplementedError("not a peer call");
+  }
+  absl::Status ReleaseTask(const std::string&, const std::string&, absl::Time) override {
+    return absl::UnimplementedError("not a peer call");
+  }
+  std::unique_ptr<aggregator::AggregatorWatch> WatchTask(const std::string&, const std::string&,
+                                                         TaskEventFn, WatchDoneFn) override {
+    return nullptr;  // not a peer call
+  }
+
+  void FailPushes(int n) {
+    absl::MutexLock lock(&mu_);
+    unavailable_pushes_ = n;
+  }
+  void Store(const std::string& address, uint64_t version, tensor::FlatModel model) {
+    absl::MutexLock lock(&mu_);
+    models_[{address, version}] = std::move(model);
+  }
+  std::vector<Call> TakeCalls() {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(calls_, {});
+  }
+  std::vector<tensor::FlatModel> pushed() {
+    absl::MutexLock lock(&mu_);
+    return pushed_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::pair<std::string, uint64_t>, tensor::FlatModel> models_ ABSL_GUARDED_BY(mu_);
+  std::vector<Call> calls_ ABSL_GUARDED_BY(mu_);
+  std::vector<tensor::FlatModel> pushed_ ABSL_GUARDED_BY(mu_);
+  std::vector<aggregator::v1::UpdateMeta> push_meta_ ABSL_GUARDED_BY(mu_);
+  int unavailable_pushes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+std::vector<std::string> Addresses(const std::vector<FakeAggregator::Call>& calls,
+                                   const std::string& method) {
+  std::vector<std::string> out;
+  for (const auto& c : calls) {
+    if (c.method == method) out.push_back(c.address);
+  }
+  return out;
+}
+
+// One peer's runner with its trainer, store and the messages it sent.
+class TestPeer {
+ public:
+  TestPeer(FakeAggregator& aggregator, const training::RawDataset& train,
+           const training::RawDataset& test, ByzantineFault byzantine = {})
+      : metrics_(registry_) {
+    training::TrainerOptions options;
+    options.spec = Spec();
+    options.shard = training::ShardSpec{0, 2};
+    auto trainer = training::Trainer::Create(options, train, test);
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    trainer_ = *std::move(trainer);
+    ModeRunnerDeps deps;
+    *deps.assigned.mutable_spec() = Spec();
+    deps.assigned.set_aggregator_address("aggregator-a:1");
+    deps.trainer = trainer_.get();
+    deps.snapshots = &store_;
+    deps.aggregator = &aggregator;
+    deps.metrics = &metrics_;
+    deps.clock = &RealClock::Get();
+    deps.wakeup = &wakeup_;
+    deps.peer_id = "peer-a";
+    deps.session_token = [] { return std::string("token-1"); };
+    deps.byzantine = std::move(byzantine);
+    deps.send = [this](const PeerMessage& m) {
+      absl::MutexLock lock(&mu_);
+      sent_.push_back(m);
+    };
+    FederatedSyncOptions fast;
+    fast.retry_backoff = BackoffOptions{absl::Milliseconds(10), absl::Milliseconds(50), 2.0, 0.2};
+    auto runner = FederatedSyncRunner::Create(std::move(deps), fast);
+    EXPECT_TRUE(runner.ok()) << runner.status();
+    runner_ = *std::move(runner);
+    runner_->Start();
+  }
+
+  void Handle(const CoordinatorEvent& e) {
+    runner_->Handle(e, [] { return true; });
+  }
+  std::vector<PeerMessage> Take() {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(sent_, {});
+  }
+  training::Trainer& trainer() { return *trainer_; }
+  SnapshotStore& store() { return store_; }
+
+ private:
+  prometheus::Registry registry_;
+  PeerMetrics metrics_;
+  SnapshotStore store_;
+  rpc::Wakeup wakeup_{RealClock::Get()};
+  std::unique_ptr<training::Trainer> trainer_;
+  std::unique_ptr<FederatedSyncRunner> runner_;
+  absl::Mutex mu_;
+  std::vector<PeerMessage> sent_ ABSL_GUARDED_BY(mu_);
+};
+
+CoordinatorEvent Initialize() {
+  CoordinatorEvent e;
+  e.set_task("fed");
+  e.mutable_initialize_model();
+  return e;
+}
+CoordinatorEvent RoundStarted(uint64_t round, uint64_t version) {
+  CoordinatorEvent e;
+  e.set_task("fed");
+  e.mutable_round_started()->set_round(round);
+  e.mutable_round_started()->set_model_version(version);
+  e.mutable_round_started()->set_round_batches(3);
+  return e;
+}
+CoordinatorEvent Assigned(const std::string& aggregator) {
+  CoordinatorEvent e;
+  e.set_task("fed");
+  *e.mutable_task_assigned()->mutable_spec() = Spec();
+  e.mutable_task_assigned()->set_aggregator_address(aggregator);
+  return e;
+}
+
+std::vector<PeerMessage::KindCase> Kinds(const std::vector<PeerMessage>& ms) {
+  std::vector<PeerMessage::KindCase> out;
+  for (const PeerMessage& m : ms) out.push_back(m.kind_case());
+  return out;
+}
+
+class FederatedSyncRunnerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto train = training::LoadFashionMnist(kDataDir, training::Split::kTrain, 2000);
+    ASSERT_TRUE(train.ok()) << train.status();
+    auto test = training::LoadFashionMnist(kDataDir, training::Split::kTest, 200);
+    ASSERT_TRUE(test.ok()) << test.status();
+    train_ = new training::RawDataset(*std::move(train));
+    test_ = new training::RawDataset(*std::move(test));
+  }
+  static training::RawDataset* train_;
+  static training::RawDataset* test_;
+};
+
+training::RawDataset* FederatedSyncRunnerTest::train_ = nullptr;
+training::RawDataset* FederatedSyncRunnerTest::test_ = nullptr;
+
+TEST_F(FederatedSyncRunnerTest, ReassignmentMovesEveryFollowingCallToTheNewAggregator) {
+  FakeAggregator aggregator;
+  TestPeer peer(aggregator, *train_, *test_);
+  peer.Handle(Initialize());
+  EXPECT_THAT(Kinds(peer.Take()), ElementsAre(PeerMessage::kModelInitialized));
+  EXPECT_THAT(Addresses(aggregator.TakeCalls(), "PutModel"), ElementsAre("aggregator-a:1"));
+
+  // The coordinator moved the task: the same TaskAssigned with another aggregator.
+  peer.Handle(Assigned("aggregator-b:2"));
+  peer.Handle(RoundStarted(1, 0));
+  EXPECT_THAT(Kinds(peer.Take()), ElementsAre(PeerMessage::kUpdatePushed));
+  auto model = peer.trainer().GetParameters();
+  ASSERT_TRUE(model.ok());
+  aggregator.Store("aggregator-b:2", 1, *model);
+  CoordinatorEvent published;
+  published.set_task("fed");
+  published.mutable_model_published()->set_round(1);
+  published.mutable_model_published()->set_version(1);
+  peer.Handle(published);
+  EXPECT_THAT(Kinds(peer.Take()), ElementsAre(PeerMessage::kEvalReport));
+  peer.Handle(Initialize());
+  EXPECT_THAT(Kinds(peer.Take()), ElementsAre(PeerMessage::kModelInitialized));
+
+  const std::vector<FakeAggregator::Call> calls = aggregator.TakeCalls();
+  ASSERT_EQ(calls.size(), 3u);  // push, download of version 1, upload
+  for (const auto& c : calls) EXPECT_EQ(c.address, "aggregator-b:2") << c.method;
+}
+
+TEST_F(FederatedSyncRunnerTest, RetriesAnUnavailableAggregatorWithinTheRound) {
+  FakeAggregator aggregator;
+  TestPeer peer(aggregator, *train_, *test_);
+  peer.Handle(Initialize());
+  peer.Take();
+  aggregator.TakeCalls();
+  aggregator.FailPushes(2);
+  peer.Handle(RoundStarted(1, 0));
+  EXPECT_THAT(Kinds(peer.Take()), ElementsAre(PeerMessage::kUpdatePushed));
+  EXPECT_THAT(Addresses(aggregator.TakeCalls(), "PushUpdate"),
+              ElementsAre("aggregator-a:1", "aggregator-a:1", "aggregator-a:1"));
+  EXPECT_EQ(aggregator.pushed().size(), 1u);
+}
+
+class ByzantineTest : public FederatedSyncRunnerTest,
+                      public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(ByzantineTest, PushedDeltaIsTheHonestDeltaTimesTheFactor) {
+  absl::StatusOr<ByzantineFault> fault = ByzantineFault::Parse(GetParam());
+  ASSERT_TRUE(fault.ok()) << fault.status();
+  FakeAggregator honest_aggregator;
+  FakeAggregator byzantine_aggregator;
+  TestPeer honest(honest_aggregator, *train_, *test_);
+  TestPeer byzantine(byzantine_aggregator, *train_, *test_, *fault);
+  for (TestPeer* p : {&honest, &byzantine}) {
+    p->Handle(Initialize());
+    p->Handle(RoundStarted(1, 0));
+    EXPECT_THAT(Kinds(p->Take()),
+                ElementsAre(PeerMessage::kModelInitialized, PeerMessage::kUpdatePushed));
+  }
+  ASSERT_EQ(honest_aggregator.pushed().size(), 1u);
+  ASSERT_EQ(byzantine_aggregator.pushed().size(), 1u);
+  const tensor::FlatModel h = honest_aggregator.pushed()[0];
+  const tensor::FlatModel b = byzantine_aggregator.pushed()[0];
+  ASSERT_EQ(h.values.size(), b.values.size());
+  double norm = 0;
+  for (size_t i = 0; i < h.values.size(); ++i) {
+    const double want = fault->factor() * h.values[i];
+    ASSERT_NEAR(b.values[i], want, 1e-6 + 1e-5 * std::fabs(want)) << i;
+    norm += static_cast<double>(h.values[i]) * h.values[i];
+  }
+  EXPECT_GT(norm, 0);  // it trained: the delta is not all zeros
+
+  // What the Byzantine peer keeps and serves is its own honest model.
+  auto hp = honest.trainer().GetParameters();
+  auto bp = byzantine.trainer().GetParameters();
+  ASSERT_TRUE(hp.ok() && bp.ok());
+  EXPECT_EQ(hp->Digest(), bp->Digest());
+  ASSERT_TRUE(byzantine.store().Latest());
+  EXPECT_EQ(byzantine.store().Latest()->model->Digest(), bp->Digest());
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ByzantineTest, ::testing::Values("scale:-10", "sign-flip"));
+
+TEST(ByzantineFault, ParsesTheModesAndNamesTheFlagOnErrors) {
+  absl::StatusOr<ByzantineFault> none = ByzantineFault::Parse("");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->active());
+  absl::StatusOr<ByzantineFault> scale = ByzantineFault::Parse("scale:-10");
+  ASSERT_TRUE(scale.ok());
+  EXPECT_TRUE(scale->active());
+  EXPECT_EQ(scale->factor(), -10);
+  absl::StatusOr<ByzantineFault> flip = ByzantineFault::Parse("sign-flip");
+  ASSERT_TRUE(flip.ok());
+  EXPECT_EQ(flip->factor(), -1);
+  for (const char* bad : {"scale:", "scale:x", "scale:nan", "scale:inf", "flip", "scale-2"}) {
+    absl::StatusOr<ByzantineFault> f = ByzantineFault::Parse(bad);
+    EXPECT_TRUE(absl::IsInvalidArgument(f.status())) << bad;
+    EXPECT_TRUE(absl::StartsWith(f.status().message(), "--test-byzantine")) << f.status();
+  }
+  // base + factor · (model − base)
+  tensor::FlatModel base;
+  base.values = {1, 2, 3};
+  tensor::FlatModel model;
+  model.values = {2, 2, 1};
+  ASSERT_TRUE(scale->CorruptModel(base, model).ok());
+  EXPECT_THAT(model.values, ElementsAre(-9, 2, 23));
+  std::vector<float> delta = {1, -2};
+  flip->CorruptDelta(delta);
+  EXPECT_THAT(delta, ElementsAre(-1, 2));
+}
+
+}  // namespace
+}  // namespace shoal::peer
