@@ -94,7 +94,7 @@ struct Latencies {
   int rounds = 0;
   std::vector<double> round_ms;    // first RoundStarted -> last ModelPublished
   std::vector<double> fanout_ms;   // each RoundStarted arrival - the round's first one
-  std::vector<double> publish_ms;  // each ModelPublished arrival - the round's last UpdatePushed
+  std::vector<double> publish_ms;  // each ModelPublished arrival - the round's last accepted push
 };
 
 Latencies Measure(const std::map<uint64_t, shoal::bench::RoundTimes>& rounds, size_t peers) {
@@ -207,7 +207,7 @@ class Bench {
     }
     PrintLatency(name, "round (first RoundStarted -> last ModelPublished)", l.round_ms, name);
     PrintLatency(name, "RoundStarted fan-out (arrival - first arrival)", l.fanout_ms, name);
-    PrintLatency(name, "ModelPublished after the last UpdatePushed", l.publish_ms, name);
+    PrintLatency(name, "ModelPublished after the last accepted push", l.publish_ms, name);
     std::fflush(stdout);
     phases_.push_back(std::move(l));
   }

@@ -214,13 +214,6 @@ class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::Coor
       return;
     }
     fleet_.Record(r.round(), kPushed, fleet_.Now());
-    v1::PeerMessage pushed;
-    auto* up = pushed.mutable_update_pushed();
-    pushed.set_task(task);
-    up->set_round(r.round());
-    up->set_num_samples(32);
-    up->set_train_loss(0.5);
-    Send(std::move(pushed));
   }
 
   Fleet& fleet_;

@@ -27,7 +27,7 @@ namespace shoal::bench {
 // When each peer saw the events of one round (steady clock, seconds since the fleet started).
 struct RoundTimes {
   std::vector<double> started;    // RoundStarted arrivals
-  std::vector<double> pushed;     // UpdatePushed sends (after the PushUpdate to the aggregator)
+  std::vector<double> pushed;     // PushUpdate answers (the aggregator accepted the update)
   std::vector<double> published;  // ModelPublished arrivals
 };
 

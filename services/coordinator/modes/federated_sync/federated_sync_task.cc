@@ -57,9 +57,6 @@ absl::Status FederatedSyncTask::OnMessage(const std::string& peer_id,
       fx.changed = true;
       Advance(now, status, fx);
       return absl::OkStatus();
-    case v1::PeerMessage::kUpdatePushed:
-      // Kept by older peers for information only: the aggregator's accepted set decides.
-      return absl::OkStatus();
     default:
       return absl::FailedPreconditionError(
           absl::StrCat("task \"", task_, "\" (federated-sync) does not take this message"));

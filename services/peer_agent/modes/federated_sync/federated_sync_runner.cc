@@ -241,15 +241,6 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
   LogInfo(absl::StrFormat("task %s round %d: trained %d batches, loss %.4f, %d samples, %.2f s%s",
                           task_, m.round(), stats->batches, stats->mean_loss, stats->samples,
                           seconds, *duplicate ? " (duplicate)" : ""));
-
-  // TRANSITIONAL (to be removed with the coordinator's use of it): the coordinator still counts
-  // a round's pushes from UpdatePushed. This is the only place it is sent.
-  PeerMessage out;
-  coordinator::v1::UpdatePushed& up = *out.mutable_update_pushed();
-  up.set_round(m.round());
-  up.set_num_samples(stats->samples);
-  up.set_train_loss(stats->mean_loss);
-  Send(out);
 }
 
 std::optional<bool> FederatedSyncRunner::Push(const coordinator::v1::RoundStarted& m,

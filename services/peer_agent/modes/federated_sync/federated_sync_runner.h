@@ -39,10 +39,10 @@ struct FederatedSyncOptions {
 
 // The peer side of one federated-sync task: InitializeModel -> upload the seed's model as
 // version 0 (PutModel), ModelInitialized; RoundStarted -> load the round's global model (GetModel
-// unless held), train round_batches batches, push the delta (PushUpdate), UpdatePushed;
-// ModelPublished -> load that version, publish it as the LATEST snapshot, evaluate, EvalReport.
-// A repeated TaskAssigned of the task (the coordinator moved it to another aggregator) switches
-// every following call to the new aggregator address. Aggregator calls are retried on
+// unless held), train round_batches batches, push the delta (PushUpdate: the aggregator tells the
+// coordinator); ModelPublished -> load that version, publish it as the LATEST snapshot, evaluate,
+// EvalReport. A repeated TaskAssigned of the task (the coordinator moved it to another aggregator)
+// switches every following call to the new aggregator address. Aggregator calls are retried on
 // UNAVAILABLE / RESOURCE_EXHAUSTED with capped backoff within the round's deadline (or the
 // transfer budget) through rpc::Retry.
 // Owned by the agent, which makes it through the mode registry; the deps must outlive it.
