@@ -70,6 +70,8 @@ class AggregatorClient {
   virtual absl::StatusOr<v1::CloseRoundResponse> CloseRound(const std::string& address,
                                                             const v1::CloseRoundRequest& request,
                                                             absl::Time deadline) = 0;
+  virtual absl::Status OpenBuffer(const std::string& address, const v1::OpenBufferRequest& request,
+                                  absl::Time deadline) = 0;
   virtual absl::Status ReleaseTask(const std::string& address, const std::string& task,
                                    absl::Time deadline) = 0;
 };

@@ -104,6 +104,17 @@ absl::StatusOr<v1::CloseRoundResponse> GrpcAggregatorClient::CloseRound(
   return response;
 }
 
+absl::Status GrpcAggregatorClient::OpenBuffer(const std::string& address,
+                                              const v1::OpenBufferRequest& request,
+                                              absl::Time deadline) {
+  grpc::ClientContext context;
+  SetDeadline(context, deadline);
+  v1::OpenBufferResponse response;
+  return WithContext(
+      rpc::FromGrpcStatus(Stub(channels_, address)->OpenBuffer(&context, request, &response)),
+      "OpenBuffer", address);
+}
+
 absl::Status GrpcAggregatorClient::SetMembers(const std::string& address,
                                               const v1::SetMembersRequest& request,
                                               absl::Time deadline) {

@@ -34,6 +34,8 @@ class GrpcAggregatorClient final : public AggregatorClient {
   absl::StatusOr<v1::CloseRoundResponse> CloseRound(const std::string& address,
                                                     const v1::CloseRoundRequest& request,
                                                     absl::Time deadline) override;
+  absl::Status OpenBuffer(const std::string& address, const v1::OpenBufferRequest& request,
+                          absl::Time deadline) override;
   absl::Status ReleaseTask(const std::string& address, const std::string& task,
                            absl::Time deadline) override;
   std::unique_ptr<AggregatorWatch> WatchTask(const std::string& address, const std::string& task,

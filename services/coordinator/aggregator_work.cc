@@ -108,6 +108,12 @@ WorkResult AggregatorWorkRunner::Execute(const std::string& task, const std::str
       if (closed.ok()) result.closed = *std::move(closed);
       break;
     }
+    case Kind::kOpenBuffer: {
+      aggregator::v1::OpenBufferRequest request = work.buffer;
+      request.set_task(task);
+      result.status = client_.OpenBuffer(address, request, deadline);
+      break;
+    }
     case Kind::kCheckpoint:
       result.status = Checkpoint(task, address, work);
       if (!result.status.ok()) {

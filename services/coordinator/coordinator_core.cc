@@ -55,8 +55,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
     task.status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
     task.status.set_state(v1::TASK_STATE_WAITING);
     task.status.clear_aggregator();
-    task.status.clear_peers();
     task.mode = MakeModeTask(task.status, options.mode, metrics);
+    task.status.clear_peers();
     if (task.mode == nullptr) {
       task.status.set_state(v1::TASK_STATE_FAILED);
       task.status.set_message(absl::StrCat("mode ", ModeName(task.status.spec().mode()),

@@ -177,11 +177,12 @@ class CoordinatorCore {
 
   // --- Tasks (coordinator_core_tasks.cc) ---
   // Evaluation bookkeeping (Task::evaluating): a peer was sent ModelPublished{version}; a peer
-  // reported, left or failed; a version's evaluation is over (marks its history entry).
+  // reported version `up_to` (which settles the older versions it skipped), or left or failed
+  // (every version); a version's evaluation is over (marks its history entry).
   void ExpectEvaluation(Task& task, const std::string& peer_id, uint64_t version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvaluationDone(Task& task, const std::string& peer_id,
-                      std::optional<uint64_t> version = std::nullopt)
+                      std::optional<uint64_t> up_to = std::nullopt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CompleteEvaluation(Task& task, uint64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Credits an EvalReport to the newest round that produced its version.

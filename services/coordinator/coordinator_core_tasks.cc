@@ -20,10 +20,10 @@ void CoordinatorCore::ExpectEvaluation(Task& task, const std::string& peer_id, u
 }
 
 void CoordinatorCore::EvaluationDone(Task& task, const std::string& peer_id,
-                                     std::optional<uint64_t> version) {
+                                     std::optional<uint64_t> up_to) {
   std::vector<uint64_t> complete;
   for (auto& [v, pending] : task.evaluating) {
-    if (version.has_value() && v != *version) continue;
+    if (up_to.has_value() && v > *up_to) break;
     if (pending.erase(peer_id) && pending.empty()) complete.push_back(v);
   }
   for (uint64_t v : complete) CompleteEvaluation(task, v);

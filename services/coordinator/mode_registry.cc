@@ -4,6 +4,7 @@
 
 #include "services/coordinator/mode_task.h"
 #include "services/coordinator/modes/decentralized/decentralized_task.h"
+#include "services/coordinator/modes/federated_async/federated_async_task.h"
 #include "services/coordinator/modes/federated_sync/federated_sync_task.h"
 #include "services/coordinator/modes/gossip/gossip_task.h"
 
@@ -14,6 +15,8 @@ std::unique_ptr<ModeTask> MakeModeTask(const v1::TaskStatus& status, const ModeO
   switch (status.spec().mode()) {
     case common::v1::MODE_FEDERATED_SYNC:
       return std::make_unique<FederatedSyncTask>(status, options, metrics);
+    case common::v1::MODE_FEDERATED_ASYNC:
+      return std::make_unique<FederatedAsyncTask>(status, options, metrics);
     case common::v1::MODE_DECENTRALIZED:
       return std::make_unique<DecentralizedTask>(status, metrics, options.final_eval_timeout);
     case common::v1::MODE_GOSSIP:

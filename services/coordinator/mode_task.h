@@ -30,11 +30,13 @@ struct AggregatorWork {
     // Put the task's newest checkpoint at the aggregator -> WorkResult::restored. NOT_FOUND when
     // the task has none (the mode then initializes a model from a peer).
     kRestore,
+    kOpenBuffer,  // `buffer` (task filled in by the core)
   };
   Kind kind = Kind::kOpenRound;
   uint64_t id = 0;  // set by the core
   aggregator::v1::OpenRoundRequest open;
   aggregator::v1::CloseRoundRequest close;
+  aggregator::v1::OpenBufferRequest buffer;
   uint64_t version = 0;  // kCheckpoint
   uint64_t round = 0;    // kCheckpoint
 };

@@ -40,6 +40,12 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
     response.set_mean_train_loss(0.5);
     return response;
   }
+  absl::Status OpenBuffer(const std::string& address,
+                          const aggregator::v1::OpenBufferRequest& request, absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    buffers.push_back(request);
+    return open_status;
+  }
   absl::StatusOr<tensor::FlatModel> GetModel(const std::string&, const std::string&, uint64_t v,
                                              const aggregator::Caller&, absl::Time) override {
     tensor::FlatModel model;
@@ -100,6 +106,19 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
       w.on_event(event);
     }
   }
+  // The aggregator published `version` of `task` from its buffer (federated-async).
+  void Publish(const std::string& task, uint64_t version, std::vector<std::string> from) {
+    aggregator::v1::TaskEvent event;
+    auto& v = *event.mutable_version_published();
+    v.set_version(version);
+    for (const auto& peer : from) v.add_contributors(peer);
+    v.set_num_samples(100 * from.size());
+    v.set_mean_train_loss(0.5);
+    v.set_mean_staleness(0.5);
+    for (const auto& w : WatchesOf([&](const Watch& x) { return x.task == task; })) {
+      w.on_event(event);
+    }
+  }
   // The aggregator at `address` is gone: its watch streams end with `status`.
   void BreakWatches(const std::string& address, absl::Status status) {
     std::vector<Watch> broken;
@@ -134,6 +153,7 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
   std::vector<aggregator::v1::OpenRoundRequest> opened;
   std::vector<std::string> open_addresses;
   std::vector<aggregator::v1::CloseRoundRequest> closed;
+  std::vector<aggregator::v1::OpenBufferRequest> buffers;
   std::vector<std::pair<std::string, uint64_t>> puts;
   std::vector<std::string> put_addresses;
   std::vector<std::string> released;

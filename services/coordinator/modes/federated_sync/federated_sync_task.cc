@@ -7,21 +7,16 @@
 #include "libs/common/log.h"
 
 namespace shoal::coordinator {
-namespace {
-
 using Kind = AggregatorWork::Kind;
-
-// Errors that say the aggregator could not be reached or answered too late: the core judges the
-// aggregator's liveness (its watch stream), so these are retried without counting.
-bool IsTransportError(const absl::Status& s) {
-  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsCancelled(s);
-}
-
-}  // namespace
 
 FederatedSyncTask::FederatedSyncTask(const v1::TaskStatus& status, const ModeOptions& options,
                                      CoordinatorMetrics& metrics)
-    : task_(status.spec().name()), spec_(status.spec()), options_(options), metrics_(metrics) {}
+    : task_(status.spec().name()),
+      spec_(status.spec()),
+      options_(options),
+      metrics_(metrics),
+      model_(task_, absl::Seconds(spec_.round_deadline_seconds())),
+      retry_(task_, options, metrics) {}
 
 void FederatedSyncTask::AddPeer(const ModePeer& peer, absl::Time now, v1::TaskStatus& status,
                                 ModeEffects& fx) {
@@ -45,18 +40,13 @@ absl::Status FederatedSyncTask::OnMessage(const std::string& peer_id,
     case v1::PeerMessage::kEvalReport:
       Advance(now, status, fx);  // the final evaluation may be complete
       return absl::OkStatus();
-    case v1::PeerMessage::kModelInitialized:
-      if (model_ != Model::kInitializing || peer_id != initializer_) {
-        return absl::FailedPreconditionError("unexpected model_initialized");
-      }
-      model_ = Model::kHeld;
-      initializer_.clear();
-      status.set_model_version(0);
+    case v1::PeerMessage::kModelInitialized: {
+      if (absl::Status s = model_.OnInitialized(peer_id, status); !s.ok()) return s;
       status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
-      LogInfo("task ", task_, ": initial model stored by ", peer_id);
       fx.changed = true;
       Advance(now, status, fx);
       return absl::OkStatus();
+    }
     default:
       return absl::FailedPreconditionError(
           absl::StrCat("task \"", task_, "\" (federated-sync) does not take this message"));
@@ -71,7 +61,7 @@ void FederatedSyncTask::OnAggregator(const std::string& address, absl::Time now,
                                      v1::TaskStatus& status, ModeEffects& fx) {
   has_aggregator_ = true;
   Reset(status);
-  retry_at_ = absl::InfinitePast();
+  retry_.Reset();
   fx.changed = true;
   Advance(now, status, fx);
 }
@@ -92,9 +82,8 @@ void FederatedSyncTask::Reset(v1::TaskStatus& status) {
   if (round_.number != 0 && status.phase() != v1::ROUND_PHASE_UNSPECIFIED) {
     LogWarning("task ", task_, ": round ", round_.number, " abandoned (aggregator changed)");
   }
-  model_ = Model::kUnknown;
+  model_.Forget();
   pending_.reset();
-  initializer_.clear();
   round_ = Round{};
   status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
 }
@@ -133,18 +122,8 @@ void FederatedSyncTask::Ask(Kind kind, AggregatorWork work, ModeEffects& fx) {
 }
 
 void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
-  if (!has_aggregator_ || pending_.has_value() || now < retry_at_) return;
+  if (!has_aggregator_ || pending_.has_value() || !retry_.Ready(now)) return;
   switch (status.phase()) {
-    case v1::ROUND_PHASE_INITIALIZING:
-      // A peer is uploading the initial model; give up on it if it left or is too slow.
-      if (model_ == Model::kInitializing) {
-        if (peers_.count(initializer_) > 0 && now < init_deadline_) return;
-        LogWarning("task ", task_, ": initializer ", initializer_, " did not finish");
-        model_ = Model::kNone;
-        initializer_.clear();
-      }
-      status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
-      break;
     case v1::ROUND_PHASE_TRAINING: {
       const bool all = AllAccepted();
       if (!all && now < round_.deadline) return;
@@ -168,25 +147,10 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
   }
 
   // Idle between rounds: get a model, then open the next round when enough peers are here.
-  if (model_ == Model::kUnknown) {
-    status.set_phase(v1::ROUND_PHASE_INITIALIZING);
-    status.set_message("restoring the newest checkpoint");
-    Ask(Kind::kRestore, AggregatorWork{}, fx);
+  if (model_.Next(peers_, now, status, fx) != GlobalModel::Step::kHeld) return;
+  if (status.phase() == v1::ROUND_PHASE_INITIALIZING) {
+    status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
     fx.changed = true;
-    return;
-  }
-  if (model_ == Model::kNone) {
-    if (peers_.empty()) return;
-    initializer_ = *peers_.begin();
-    model_ = Model::kInitializing;
-    init_deadline_ = now + absl::Seconds(spec_.round_deadline_seconds());
-    status.set_phase(v1::ROUND_PHASE_INITIALIZING);
-    status.set_message(absl::StrCat("peer ", initializer_, " stores the initial model"));
-    v1::CoordinatorEvent event;
-    event.mutable_initialize_model();
-    fx.Send(initializer_, std::move(event));
-    fx.changed = true;
-    return;
   }
   if (peers_.size() < spec_.min_participants()) {
     const std::string notice = absl::StrCat("waiting for peers: have ", peers_.size(), ", need ",
@@ -214,70 +178,28 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
   fx.changed = true;
 }
 
-void FederatedSyncTask::Fail(const std::string& step, const absl::Status& error, absl::Time now,
-                             v1::TaskStatus& status, ModeEffects& fx) {
-  metrics_.aggregator_errors.Increment();
-  if (!IsTransportError(error)) ++failures_;
-  const int exponent = std::min(failures_ + 1, 10);
-  retry_at_ = now + std::min(options_.retry_max, options_.retry_initial * (1 << exponent));
-  status.set_message(absl::StrCat(step, " failed: ", error.message(), " (retrying)"));
-  LogWarning("task ", task_, ": ", status.message());
-  fx.changed = true;
-  if (failures_ >= options_.max_failures) {
-    fx.Finish(v1::TASK_STATE_FAILED,
-              absl::StrCat(step, " failed ", failures_, " times: ", error.message()));
-  }
-}
-
 void FederatedSyncTask::OnWorkDone(const WorkResult& result, absl::Time now, v1::TaskStatus& status,
                                    ModeEffects& fx) {
   const Kind kind = result.work.kind;
   if (kind == Kind::kCheckpoint) return;  // the core logged and counted the failure
+  if (kind == Kind::kRestore) {
+    fx.changed = true;
+    if (absl::Status s = model_.OnRestored(result, status); !s.ok()) {
+      retry_.Failed("restore checkpoint", s, now, status, fx);
+    } else {
+      retry_.Succeeded();
+    }
+    Advance(now, status, fx);
+    return;
+  }
   if (!pending_.has_value() || *pending_ != kind) return;  // not the call we wait for
   pending_.reset();
-  switch (kind) {
-    case Kind::kRestore:
-      OnRestored(result, now, status, fx);
-      break;
-    case Kind::kOpenRound:
-      OnOpened(result, now, status, fx);
-      break;
-    case Kind::kCloseRound:
-      OnClosed(result, now, status, fx);
-      break;
-    case Kind::kCheckpoint:
-      break;
+  if (kind == Kind::kOpenRound) {
+    OnOpened(result, now, status, fx);
+  } else {
+    OnClosed(result, now, status, fx);
   }
   Advance(now, status, fx);
-}
-
-void FederatedSyncTask::OnRestored(const WorkResult& result, absl::Time now, v1::TaskStatus& status,
-                                   ModeEffects& fx) {
-  status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
-  fx.changed = true;
-  if (absl::IsNotFound(result.status)) {
-    // No checkpoint: start over from the initial model (the peers rebuild it from the seed).
-    model_ = Model::kNone;
-    status.set_model_version(0);
-    status.set_round(0);
-    status.clear_history();
-    return;
-  }
-  if (!result.status.ok()) {
-    Fail("restore checkpoint", result.status, now, status, fx);
-    return;
-  }
-  failures_ = 0;
-  model_ = Model::kHeld;
-  const StoredCheckpoint& c = result.restored;
-  // Rounds after the checkpoint produced models that are lost with the old aggregator: they run
-  // again (the store keeps their rows until the new rounds overwrite them).
-  auto* history = status.mutable_history();
-  while (!history->empty() && history->rbegin()->round() > c.round) history->RemoveLast();
-  status.set_model_version(c.version);
-  status.set_round(c.round);
-  status.set_message(absl::StrCat("restored model version ", c.version, " (round ", c.round, ")"));
-  LogInfo("task ", task_, ": ", status.message());
 }
 
 void FederatedSyncTask::OnOpened(const WorkResult& result, absl::Time now, v1::TaskStatus& status,
@@ -287,7 +209,7 @@ void FederatedSyncTask::OnOpened(const WorkResult& result, absl::Time now, v1::T
     status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
     if (absl::IsNotFound(result.status) || absl::IsFailedPrecondition(result.status)) {
       // The aggregator lost the task or holds another version (it restarted): restore.
-      model_ = Model::kUnknown;
+      model_.Forget();
     } else if (absl::IsResourceExhausted(result.status)) {
       // The aggregator cannot hold this task's round (e.g. its --max-buffer-bytes): retrying
       // cannot help, and the message names the numbers.
@@ -295,10 +217,10 @@ void FederatedSyncTask::OnOpened(const WorkResult& result, absl::Time now, v1::T
                 absl::StrCat("open round refused: ", result.status.message()));
       return;
     }
-    Fail("open round", result.status, now, status, fx);
+    retry_.Failed("open round", result.status, now, status, fx);
     return;
   }
-  failures_ = 0;
+  retry_.Succeeded();
   const aggregator::v1::OpenRoundRequest& open = result.work.open;
   round_ = Round{};
   round_.number = open.round();
@@ -326,10 +248,10 @@ void FederatedSyncTask::OnClosed(const WorkResult& result, absl::Time now, v1::T
   fx.changed = true;
   if (!result.status.ok()) {
     status.set_phase(v1::ROUND_PHASE_TRAINING);  // Advance() retries the close
-    Fail("close round", result.status, now, status, fx);
+    retry_.Failed("close round", result.status, now, status, fx);
     return;
   }
-  failures_ = 0;
+  retry_.Succeeded();
   const aggregator::v1::CloseRoundResponse& closed = result.closed;
   v1::RoundSummary summary;
   summary.set_round(round_.number);

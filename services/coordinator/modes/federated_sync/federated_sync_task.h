@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "services/coordinator/global_model.h"
 #include "services/coordinator/mode_task.h"
 
 namespace shoal::coordinator {
@@ -14,9 +15,8 @@ namespace shoal::coordinator {
 // The coordinator side of a federated-sync task (README "Protocol: federated-sync"): FedAvg
 // rounds through the task's aggregator.
 //
-// The aggregator must hold a model first: the newest checkpoint is restored there (kRestore),
-// and a task without one asks a peer to upload the initial model built from the task's seed
-// (InitializeModel, ModelInitialized). Then, with at least min_participants peers, a round opens
+// The aggregator must hold a model first (GlobalModel: the newest checkpoint, or the initial
+// model a peer uploads). Then, with at least min_participants peers, a round opens
 // (kOpenRound with every current peer expected, RoundStarted); it closes (kCloseRound) once the
 // aggregator has accepted an update from every expected peer still in the task (its watch stream
 // says whom: the one source of truth for who pushed) or at the round deadline; the new version
@@ -24,9 +24,7 @@ namespace shoal::coordinator {
 // opens. After the last round the task waits for the final evaluation, then completes.
 //
 // Losing the aggregator abandons the round in flight; on the next aggregator the newest
-// checkpoint is restored and that round runs again. Failed calls are retried with capped
-// backoff; only failures other than a lost or unreachable aggregator count towards
-// ModeOptions::max_failures, after which the task fails.
+// checkpoint is restored and that round runs again. Failed calls are retried (CallRetry).
 //
 // Owned by CoordinatorCore (one per task). Not thread-safe: driven under the core's lock.
 class FederatedSyncTask final : public ModeTask {
@@ -51,13 +49,6 @@ class FederatedSyncTask final : public ModeTask {
                   ModeEffects& fx) override;
 
  private:
-  // What the aggregator holds of the task.
-  enum class Model {
-    kUnknown,       // nothing known: restore the newest checkpoint first
-    kNone,          // no checkpoint: a peer uploads the initial model
-    kInitializing,  // InitializeModel sent to `initializer_`
-    kHeld,          // the aggregator holds status.model_version
-  };
   struct Round {
     uint64_t number = 0;
     absl::Time started;
@@ -69,14 +60,9 @@ class FederatedSyncTask final : public ModeTask {
   // Takes the next step the state allows (restore, initialize, open, close, finish).
   void Advance(absl::Time now, v1::TaskStatus& status, ModeEffects& fx);
   void Ask(AggregatorWork::Kind kind, AggregatorWork work, ModeEffects& fx);
-  // A call failed: back off, and fail the task after max_failures that were not transport errors.
-  void Fail(const std::string& step, const absl::Status& error, absl::Time now,
-            v1::TaskStatus& status, ModeEffects& fx);
   // The aggregator holds nothing we know of (new aggregator, or it lost the task): the round in
   // flight is abandoned and the newest checkpoint will be restored.
   void Reset(v1::TaskStatus& status);
-  void OnRestored(const WorkResult& result, absl::Time now, v1::TaskStatus& status,
-                  ModeEffects& fx);
   void OnOpened(const WorkResult& result, absl::Time now, v1::TaskStatus& status, ModeEffects& fx);
   void OnClosed(const WorkResult& result, absl::Time now, v1::TaskStatus& status, ModeEffects& fx);
   bool AllAccepted() const;
@@ -90,13 +76,10 @@ class FederatedSyncTask final : public ModeTask {
 
   std::set<std::string> peers_;
   bool has_aggregator_ = false;
-  Model model_ = Model::kUnknown;
-  std::string initializer_;
-  absl::Time init_deadline_;
-  // The control call in flight (open, close, restore); the mode waits for its result.
+  GlobalModel model_;
+  // The round call in flight (open, close); the mode waits for its result.
   std::optional<AggregatorWork::Kind> pending_;
-  absl::Time retry_at_ = absl::InfinitePast();
-  int failures_ = 0;
+  CallRetry retry_;
   Round round_;
   absl::Time eval_deadline_;
   std::string waiting_notice_;  // last Waiting sent, to avoid repeats

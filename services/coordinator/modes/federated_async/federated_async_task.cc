@@ -1,0 +1,254 @@
+#include "services/coordinator/modes/federated_async/federated_async_task.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "libs/aggregation/async_spec.h"
+#include "libs/common/log.h"
+
+namespace shoal::coordinator {
+
+using Kind = AggregatorWork::Kind;
+
+FederatedAsyncTask::FederatedAsyncTask(const v1::TaskStatus& status, const ModeOptions& options,
+                                       CoordinatorMetrics& metrics)
+    : task_(status.spec().name()),
+      spec_(status.spec()),
+      options_(options),
+      metrics_(metrics),
+      model_(task_, absl::Seconds(spec_.round_deadline_seconds())),
+      retry_(task_, options, metrics) {
+  for (const v1::PeerProgress& p : status.peers()) contributions_[p.peer_id()] = p.updates();
+}
+
+void FederatedAsyncTask::AddPeer(const ModePeer& peer, absl::Time now, v1::TaskStatus& status,
+                                 ModeEffects& fx) {
+  peers_.insert(peer.id);
+  // A peer that arrives while the buffer is open starts training at once.
+  if (buffer_open_) fx.Send(peer.id, TrainEvent(status));
+  Advance(now, status, fx);
+}
+
+void FederatedAsyncTask::RemovePeer(const std::string& peer_id, const std::string& why,
+                                    absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
+  peers_.erase(peer_id);
+  Advance(now, status, fx);
+}
+
+absl::Status FederatedAsyncTask::OnMessage(const std::string& peer_id,
+                                           const v1::PeerMessage& message, absl::Time now,
+                                           v1::TaskStatus& status, ModeEffects& fx) {
+  switch (message.kind_case()) {
+    case v1::PeerMessage::kEvalReport:
+      Advance(now, status, fx);  // the final evaluation may be complete
+      return absl::OkStatus();
+    case v1::PeerMessage::kModelInitialized: {
+      if (absl::Status s = model_.OnInitialized(peer_id, status); !s.ok()) return s;
+      status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
+      fx.changed = true;
+      Advance(now, status, fx);
+      return absl::OkStatus();
+    }
+    default:
+      return absl::FailedPreconditionError(
+          absl::StrCat("task \"", task_, "\" (federated-async) does not take this message"));
+  }
+}
+
+void FederatedAsyncTask::Tick(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
+  Advance(now, status, fx);
+}
+
+void FederatedAsyncTask::OnAggregator(const std::string& address, absl::Time now,
+                                      v1::TaskStatus& status, ModeEffects& fx) {
+  has_aggregator_ = true;
+  Reset(status);
+  retry_.Reset();
+  fx.changed = true;
+  Advance(now, status, fx);
+}
+
+void FederatedAsyncTask::OnAggregatorLost(absl::Time now, v1::TaskStatus& status,
+                                          ModeEffects& fx) {
+  has_aggregator_ = false;
+  Reset(status);
+  status.set_message("waiting for an aggregator to register");
+  fx.changed = true;
+}
+
+void FederatedAsyncTask::Reset(v1::TaskStatus& status) {
+  opening_ = false;
+  if (status.phase() == v1::ROUND_PHASE_EVALUATING) return;  // the last version is out
+  buffer_open_ = false;
+  model_.Forget();
+  status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
+}
+
+v1::CoordinatorEvent FederatedAsyncTask::TrainEvent(const v1::TaskStatus& status) const {
+  v1::CoordinatorEvent event;
+  event.mutable_train_async()->set_model_version(status.model_version());
+  event.mutable_train_async()->set_round_batches(spec_.round_batches());
+  return event;
+}
+
+void FederatedAsyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
+  if (status.phase() == v1::ROUND_PHASE_EVALUATING) {
+    bool done = false;
+    for (int i = status.history_size() - 1; i >= 0 && !done; --i) {
+      if (status.history(i).model_version() == status.model_version()) {
+        done = status.history(i).evaluation_complete();
+        break;
+      }
+    }
+    if (done || now >= eval_deadline_) {
+      fx.Finish(v1::TASK_STATE_COMPLETED,
+                absl::StrCat("published ", status.model_version(), " versions"));
+    }
+    return;
+  }
+  if (!has_aggregator_ || opening_ || buffer_open_ || !retry_.Ready(now)) return;
+  if (model_.Next(peers_, now, status, fx) != GlobalModel::Step::kHeld) return;
+  if (peers_.size() < spec_.min_participants()) {
+    const std::string notice = absl::StrCat("waiting for peers: have ", peers_.size(), ", need ",
+                                            spec_.min_participants());
+    if (waiting_notice_ != notice) {
+      waiting_notice_ = notice;
+      status.set_state(v1::TASK_STATE_WAITING);
+      status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
+      status.set_message(notice);
+      v1::CoordinatorEvent event;
+      event.mutable_waiting()->set_have(static_cast<uint32_t>(peers_.size()));
+      event.mutable_waiting()->set_need(spec_.min_participants());
+      for (const std::string& id : peers_) fx.Send(id, event);
+      fx.changed = true;
+    }
+    return;
+  }
+  waiting_notice_.clear();
+  AggregatorWork open;
+  open.kind = Kind::kOpenBuffer;
+  open.buffer.set_base_version(status.model_version());
+  *open.buffer.mutable_async() = spec_.async();
+  aggregation::ApplyAsyncDefaults(*open.buffer.mutable_async(), spec_.min_participants());
+  open.buffer.mutable_aggregation()->set_strategy(spec_.aggregation());
+  *open.buffer.mutable_aggregation()->mutable_options() = spec_.aggregation_options();
+  open.buffer.set_max_update_norm(spec_.max_update_norm());
+  open.buffer.set_last_version(spec_.rounds());
+  opening_ = true;
+  status.set_phase(v1::ROUND_PHASE_OPENING);
+  fx.Ask(std::move(open));
+  fx.changed = true;
+}
+
+void FederatedAsyncTask::OnWorkDone(const WorkResult& result, absl::Time now,
+                                    v1::TaskStatus& status, ModeEffects& fx) {
+  switch (result.work.kind) {
+    case Kind::kRestore:
+      fx.changed = true;
+      if (absl::Status s = model_.OnRestored(result, status); !s.ok()) {
+        retry_.Failed("restore checkpoint", s, now, status, fx);
+      } else {
+        retry_.Succeeded();
+        status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
+      }
+      break;
+    case Kind::kOpenBuffer:
+      if (!opening_) return;  // reset meanwhile
+      opening_ = false;
+      OnBufferOpened(result, now, status, fx);
+      break;
+    default:
+      return;  // checkpoints: the core logged and counted a failure
+  }
+  Advance(now, status, fx);
+}
+
+void FederatedAsyncTask::OnBufferOpened(const WorkResult& result, absl::Time now,
+                                        v1::TaskStatus& status, ModeEffects& fx) {
+  fx.changed = true;
+  if (!result.status.ok()) {
+    status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
+    if (absl::IsNotFound(result.status) || absl::IsFailedPrecondition(result.status)) {
+      model_.Forget();  // the aggregator lost the task or holds another version: restore
+    } else if (absl::IsResourceExhausted(result.status)) {
+      fx.Finish(v1::TASK_STATE_FAILED,
+                absl::StrCat("open buffer refused: ", result.status.message()));
+      return;
+    }
+    retry_.Failed("open buffer", result.status, now, status, fx);
+    return;
+  }
+  retry_.Succeeded();
+  buffer_open_ = true;
+  last_version_at_ = now;
+  status.set_state(v1::TASK_STATE_RUNNING);
+  status.set_phase(v1::ROUND_PHASE_BUFFERING);
+  status.set_message(absl::StrCat("version ", status.model_version(), " of ", spec_.rounds(), "; ",
+                                  peers_.size(), " peers train and push"));
+  const v1::CoordinatorEvent event = TrainEvent(status);
+  for (const std::string& id : peers_) fx.Send(id, event);
+}
+
+void FederatedAsyncTask::OnAggregatorEvent(const aggregator::v1::TaskEvent& event, absl::Time now,
+                                           v1::TaskStatus& status, ModeEffects& fx) {
+  if (!buffer_open_ || !event.has_version_published()) return;
+  OnVersion(event.version_published(), now, status, fx);
+}
+
+void FederatedAsyncTask::OnVersion(const aggregator::v1::VersionPublished& v, absl::Time now,
+                                   v1::TaskStatus& status, ModeEffects& fx) {
+  if (v.version() <= status.model_version()) return;  // seen before (a re-delivered event)
+  v1::RoundSummary summary;
+  summary.set_round(v.version());
+  for (const std::string& id : v.contributors()) {
+    summary.add_participants(id);
+    ++contributions_[id];
+  }
+  summary.set_mean_train_loss(v.mean_train_loss());
+  summary.set_num_samples(v.num_samples());
+  summary.set_model_version(v.version());
+  summary.set_duration_ms(absl::ToInt64Milliseconds(now - last_version_at_));
+  summary.set_completed_unix_ms(absl::ToUnixMillis(now));
+  summary.set_mean_staleness(v.mean_staleness());
+  summary.set_note(v.note());
+  if (peers_.empty()) summary.set_evaluation_complete(true);  // published to nobody
+  fx.rounds_completed.push_back(summary);
+  last_version_at_ = now;
+  status.set_model_version(v.version());
+  status.set_round(v.version());
+  PublishPeers(status);
+  AggregatorWork checkpoint;
+  checkpoint.kind = Kind::kCheckpoint;
+  checkpoint.version = v.version();
+  checkpoint.round = v.version();
+  fx.Ask(std::move(checkpoint));
+  v1::CoordinatorEvent published;
+  published.mutable_model_published()->set_round(v.version());
+  published.mutable_model_published()->set_version(v.version());
+  for (const std::string& id : peers_) fx.Send(id, published);
+  if (v.version() >= spec_.rounds()) {
+    buffer_open_ = false;  // the aggregator closed it after the last version
+    status.set_phase(v1::ROUND_PHASE_EVALUATING);
+    eval_deadline_ = now + std::min(options_.final_eval_timeout,
+                                    absl::Seconds(spec_.round_deadline_seconds()));
+    status.set_message("evaluating the final model");
+  } else {
+    status.set_message(
+        absl::StrCat("version ", v.version(), " of ", spec_.rounds(), "; ", peers_.size(),
+                     " peers train and push"));
+  }
+  fx.changed = true;
+}
+
+void FederatedAsyncTask::PublishPeers(v1::TaskStatus& status) const {
+  status.clear_peers();
+  for (const auto& [id, updates] : contributions_) {
+    v1::PeerProgress& p = *status.add_peers();
+    p.set_peer_id(id);
+    p.set_state(peers_.count(id) ? "training" : "left");
+    p.set_updates(updates);
+  }
+}
+
+}  // namespace shoal::coordinator

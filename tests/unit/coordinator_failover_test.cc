@@ -1,0 +1,168 @@
+// Aggregator-backed tasks and their aggregators: who pushed comes from the aggregator's watch
+// stream, a lost aggregator moves the task to another one (which restores the newest
+// checkpoint), and a task waits a bounded time when no aggregator is left. Driven event by event
+// with the scripted aggregator (tests/fakes) and manual executors.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/unit/coordinator_core_fixture.h"
+
+namespace shoal::coordinator {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+using namespace ::shoal::coordinator::core_testing;  // NOLINT: the fixture's fakes and helpers
+
+constexpr char kA[] = "127.0.0.1:5555";  // StartTask registers this one first
+constexpr char kB[] = "127.0.0.1:6666";
+
+class FailoverTest : public CoordinatorCoreTest {
+ protected:
+  // Both aggregators are alive: they register again (as they do every few seconds).
+  void Alive(std::initializer_list<const char*> addresses) {
+    for (const char* a : addresses) ASSERT_TRUE(core_->RegisterAggregator(a).ok());
+  }
+};
+
+// The aggregator accepted a's update and then a was killed: the round does not wait for its
+// deadline, and a's update is in the aggregate (the aggregator's accepted set decides).
+TEST_F(FailoverTest, PeerKilledAfterItsPushDoesNotHoldTheRound) {
+  auto sinks = StartTask(Spec("t", 1, 5), {"a", "b"});
+  ASSERT_EQ(Status("t").phase(), v1::ROUND_PHASE_TRAINING);
+  Accept("t", 1, "a");
+  core_->Disconnect("a", sinks["a"].get());  // SIGKILL right after the acknowledgement
+  Step();
+  EXPECT_TRUE(aggregator_.closed.empty()) << "b has not pushed yet";
+  aggregator_.contributors = {"a", "b"};
+  Accept("t", 1, "b");
+  Step();  // no clock advance: well before the 30 s deadline
+  ASSERT_EQ(aggregator_.closed.size(), 1u);
+  const v1::TaskStatus status = Status("t");
+  ASSERT_EQ(status.history_size(), 1);
+  EXPECT_THAT(status.history(0).participants(), ElementsAre("a", "b"));
+  EXPECT_TRUE(status.history(0).dropped().empty());
+}
+
+TEST_F(FailoverTest, LostAggregatorMovesTheTaskAndTheRoundRunsAgainFromTheCheckpoint) {
+  ASSERT_TRUE(core_->RegisterAggregator(kA).ok());
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  ASSERT_TRUE(core_->RegisterAggregator(kB).ok());
+  EXPECT_EQ(Status("t").aggregator(), kA);
+  aggregator_.contributors = {"a"};
+  Accept("t", 1, "a");
+  Step();  // round 1 closes at A (version 1 checkpointed), round 2 opens there
+  ASSERT_EQ(Status("t").round(), 2u);
+  ASSERT_EQ(aggregator_.open_addresses.back(), kA);
+  sinks["a"]->Take();
+
+  aggregator_.BreakWatches(kA, absl::UnavailableError("connection reset"));  // SIGKILL of A
+  Step();
+  v1::TaskStatus status = Status("t");
+  EXPECT_EQ(status.aggregator(), kB);
+  EXPECT_NE(status.state(), v1::TASK_STATE_FAILED);
+  // The peer learns the new address; B gets the members, the newest checkpoint, and round 2.
+  std::vector<v1::CoordinatorEvent> events = sinks["a"]->events;
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].task_assigned().aggregator_address(), kB);
+  EXPECT_EQ(aggregator_.put_addresses.back(), kB);
+  EXPECT_EQ(aggregator_.puts.back(), std::make_pair(std::string("t"), uint64_t{1}));
+  EXPECT_EQ(aggregator_.open_addresses.back(), kB);
+  EXPECT_EQ(aggregator_.opened.back().round(), 2u);
+  EXPECT_EQ(aggregator_.opened.back().base_version(), 1u);
+  EXPECT_EQ(aggregator_.watch_count("t", kB), 1u);
+  EXPECT_EQ(aggregator_.watch_count("t", kA), 0u);
+
+  // The task goes on at B.
+  aggregator_.contributors = {"a"};
+  Accept("t", 2, "a");
+  Step();
+  EXPECT_EQ(Status("t").round(), 3u);
+  EXPECT_EQ(Status("t").history_size(), 2);
+}
+
+TEST_F(FailoverTest, WithoutACheckpointThePeersUploadTheInitialModelAgain) {
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  ASSERT_TRUE(core_->RegisterAggregator(kB).ok());
+  sinks["a"]->Take();
+  aggregator_.BreakWatches(kA, absl::UnavailableError("gone"));
+  Step();
+  EXPECT_EQ(Status("t").aggregator(), kB);
+  EXPECT_THAT(sinks["a"]->Take(), ElementsAre(v1::CoordinatorEvent::kTaskAssigned,
+                                              v1::CoordinatorEvent::kInitializeModel));
+  ASSERT_TRUE(core_->OnMessage("a", Initialized("t")).ok());
+  Step();
+  EXPECT_EQ(aggregator_.open_addresses.back(), kB);
+  EXPECT_EQ(aggregator_.opened.back().round(), 1u);
+}
+
+TEST_F(FailoverTest, WithNoAggregatorLeftTheTaskWaitsThenResumes) {
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  aggregator_.BreakWatches(kA, absl::UnavailableError("gone"));
+  Step();
+  v1::TaskStatus status = Status("t");
+  EXPECT_TRUE(status.aggregator().empty());
+  EXPECT_NE(status.state(), v1::TASK_STATE_FAILED);
+  EXPECT_THAT(status.message(), HasSubstr("waiting for an aggregator"));
+  clock_.Advance(absl::Minutes(5));  // within options_.aggregator_wait (10 min)
+  v1::PeerMessage hb;
+  hb.mutable_heartbeat();
+  ASSERT_TRUE(core_->OnMessage("a", hb).ok());
+  Step();
+  EXPECT_NE(Status("t").state(), v1::TASK_STATE_FAILED);
+  ASSERT_TRUE(core_->RegisterAggregator(kB).ok());  // one comes back
+  Step();
+  EXPECT_EQ(Status("t").aggregator(), kB);
+  ASSERT_TRUE(core_->OnMessage("a", Initialized("t")).ok());
+  Step();
+  EXPECT_EQ(Status("t").phase(), v1::ROUND_PHASE_TRAINING);
+}
+
+TEST_F(FailoverTest, WithNoAggregatorForTooLongTheTaskFailsSayingSo) {
+  options_.aggregator_wait = absl::Minutes(2);
+  Recreate();
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  aggregator_.BreakWatches(kA, absl::UnavailableError("gone"));
+  Step();
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(absl::Seconds(30));
+    v1::PeerMessage hb;
+    hb.mutable_heartbeat();
+    ASSERT_TRUE(core_->OnMessage("a", hb).ok());
+    Step();
+  }
+  const v1::TaskStatus status = Status("t");
+  EXPECT_EQ(status.state(), v1::TASK_STATE_FAILED);
+  EXPECT_THAT(status.message(), HasSubstr("no aggregator registered within 2m"));
+  EXPECT_THAT(sinks["a"]->Take(), Contains(v1::CoordinatorEvent::kTaskFinished));
+}
+
+// An aggregator that stops registering is lost too (no watch stream needs to break).
+TEST_F(FailoverTest, SilentAggregatorIsLostAfterItsTtl) {
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  ASSERT_TRUE(core_->RegisterAggregator(kB).ok());
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(absl::Seconds(2));
+    Alive({kB});  // only B keeps registering
+    v1::PeerMessage hb;
+    hb.mutable_heartbeat();
+    ASSERT_TRUE(core_->OnMessage("a", hb).ok());
+    Step();
+  }
+  EXPECT_EQ(Status("t").aggregator(), kB);
+}
+
+TEST_F(FailoverTest, TasksSpreadOverTheRegisteredAggregators) {
+  ASSERT_TRUE(core_->RegisterAggregator(kA).ok());
+  ASSERT_TRUE(core_->RegisterAggregator(kB).ok());
+  ASSERT_TRUE(core_->CreateTask(Spec("t", 1, 5)).ok());
+  ASSERT_TRUE(core_->CreateTask(Spec("u", 1, 5)).ok());
+  EXPECT_THAT((std::vector<std::string>{Status("t").aggregator(), Status("u").aggregator()}),
+              UnorderedElementsAre(kA, kB));
+}
+
+}  // namespace
+}  // namespace shoal::coordinator
