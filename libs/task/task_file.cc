@@ -343,6 +343,11 @@ TaskSpec DefaultTaskSpec() {
   return spec;
 }
 
+bool ModeUsesAggregator(common::v1::Mode mode) {
+  return mode == common::v1::MODE_FEDERATED_SYNC || mode == common::v1::MODE_FEDERATED_ASYNC ||
+         mode == common::v1::MODE_UNSPECIFIED;  // unspecified means the default, federated-sync
+}
+
 void ApplyTaskDefaults(TaskSpec& spec) {
   const TaskSpec d = DefaultTaskSpec();
   if (spec.mode() == common::v1::MODE_UNSPECIFIED) spec.set_mode(d.mode());

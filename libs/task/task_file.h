@@ -51,6 +51,11 @@ common::v1::TaskSpec DefaultTaskSpec();
 // alone. For specs that arrive without a file, e.g. over gRPC.
 void ApplyTaskDefaults(common::v1::TaskSpec& spec);
 
+// Whether tasks of `mode` run through an aggregator (federated-sync and federated-async; the
+// coordinator's ModeTask::UsesAggregator says the same for the modes it runs). For clients such
+// as `shoalctl local` deciding how many aggregators to start.
+bool ModeUsesAggregator(common::v1::Mode mode);
+
 // Checks every rule documented in protos/shoal/common/v1/task.proto. Returns the first
 // violation as INVALID_ARGUMENT "<field path>: <what is wrong>", e.g.
 // "optimizer.learning_rate: must be > 0, got 0".

@@ -494,13 +494,13 @@ int Shoalctl::Local() {
     options.peer_args.push_back(spec->join_token());
   }
   // Decentralized and gossip tasks need no aggregator: start none unless asked for.
-  const bool needs_aggregator = spec->mode() == common::v1::MODE_FEDERATED_SYNC ||
-                                spec->mode() == common::v1::MODE_UNSPECIFIED;
+  const bool needs_aggregator = task::ModeUsesAggregator(spec->mode());
   if (args_.values.count("aggregators") == 0 && !needs_aggregator) options.aggregators = 0;
   if (options.aggregators == 0 && needs_aggregator) {
-    return Fail(
-        env_,
-        absl::StrCat(args_.values["task"], ": a federated-sync task needs --aggregators >= 1"), 2);
+    return Fail(env_,
+                absl::StrCat(args_.values["task"], ": a ", ModeName(spec->mode()),
+                             " task needs --aggregators >= 1"),
+                2);
   }
   if (spec->min_participants() > static_cast<uint32_t>(options.peers)) {
     return Fail(

@@ -38,14 +38,22 @@ std::string RoundToJson(const RoundSummary& r) {
       r.model_digest() != 0 ? JsonQuote(absl::StrFormat("%016x", r.model_digest())) : "null",
       ",\"joins\":", r.joins(), ",\"leaves\":", r.leaves(),
       ",\"connection_retries\":", r.connection_retries(),
-      ",\"removed\":", JsonStringArray(r.removed()), ",\"overhead_ms\":", r.overhead_ms(), "}");
+      ",\"removed\":", JsonStringArray(r.removed()), ",\"overhead_ms\":", r.overhead_ms(),
+      ",\"completed_unix_ms\":", r.completed_unix_ms(),
+      ",\"mean_staleness\":", JsonNumber(r.mean_staleness()), ",\"note\":", JsonQuote(r.note()),
+      "}");
 }
 
 std::string PeerToJson(const coordinator::v1::PeerProgress& p) {
   return absl::StrCat("{\"peer_id\":", JsonQuote(p.peer_id()), ",\"state\":", JsonQuote(p.state()),
                       ",\"model_round\":", p.model_round(), ",\"step\":", p.step(),
                       ",\"clock\":", JsonNumber(p.clock()), ",\"loss\":", JsonNumber(p.loss()),
-                      "}");
+                      ",\"updates\":", p.updates(), "}");
+}
+
+// A federated-async task counts model versions, the others rounds.
+const char* StepWord(const TaskStatus& status) {
+  return status.spec().mode() == common::v1::MODE_FEDERATED_ASYNC ? "version" : "round";
 }
 
 std::string Fixed(double value, int digits) {
@@ -158,8 +166,9 @@ std::string FormatDurationMs(int64_t ms) {
 std::string FormatProgressLine(const TaskStatus& status, int bar_width) {
   const uint32_t total = status.spec().rounds();
   const size_t done = std::min<size_t>(status.history_size(), total);
-  std::string line = absl::StrFormat("round %d/%d %s  peers %d", status.round(), total,
-                                     Bar(done, total, bar_width), status.participants_size());
+  std::string line =
+      absl::StrFormat("%s %d/%d %s  peers %d", StepWord(status), status.round(), total,
+                      Bar(done, total, bar_width), status.participants_size());
   if (status.history_size() > 0) {
     absl::StrAppend(&line, "  loss ",
                     Fixed(status.history(status.history_size() - 1).mean_train_loss(), 4));
@@ -180,7 +189,7 @@ std::string FormatProgressLine(const TaskStatus& status, int bar_width) {
 std::string FormatProgressLogLine(const TaskStatus& status, int bar_width) {
   const uint32_t total = status.spec().rounds();
   const int settled = SettledRounds(status);
-  std::string line = absl::StrFormat("round %d/%d %s  peers %d", settled, total,
+  std::string line = absl::StrFormat("%s %d/%d %s  peers %d", StepWord(status), settled, total,
                                      Bar(std::min<size_t>(settled, total), total, bar_width),
                                      status.participants_size());
   if (settled > 0) {
@@ -194,6 +203,12 @@ std::string FormatProgressLogLine(const TaskStatus& status, int bar_width) {
 std::string FormatSummary(const TaskStatus& status) {
   std::string out = absl::StrFormat("%5s  %-6s  %7s  %10s  %8s  %9s\n", "round", "peers", "dropped",
                                     "train_loss", "test_acc", "duration");
+  const bool async = status.spec().mode() == common::v1::MODE_FEDERATED_ASYNC;
+  if (async) {
+    // Versions: the updates in each and how stale they were, instead of dropped peers.
+    out = absl::StrFormat("%7s  %-7s  %9s  %10s  %8s  %9s\n", "version", "updates", "staleness",
+                          "train_loss", "test_acc", "duration");
+  }
   int64_t total_ms = 0;
   const bool decentralized = status.spec().mode() == common::v1::MODE_DECENTRALIZED;
   if (decentralized) {
@@ -215,6 +230,14 @@ std::string FormatSummary(const TaskStatus& status) {
                           FormatDurationMs(r.duration_ms()), FormatDurationMs(r.overhead_ms())));
       continue;
     }
+    if (async) {
+      absl::StrAppend(&out, absl::StrFormat("%7d  %-7d  %9s  %10s  %8s  %9s\n", r.round(),
+                                            r.participants_size(), Fixed(r.mean_staleness(), 2),
+                                            Fixed(r.mean_train_loss(), 4),
+                                            r.evaluated() ? Fixed(r.test_accuracy(), 4) : "-",
+                                            FormatDurationMs(r.duration_ms())));
+      continue;
+    }
     absl::StrAppend(
         &out, absl::StrFormat("%5d  %-6d  %7d  %10s  %8s  %9s\n", r.round(), r.participants_size(),
                               r.dropped_size(), Fixed(r.mean_train_loss(), 4),
@@ -222,7 +245,8 @@ std::string FormatSummary(const TaskStatus& status) {
                               FormatDurationMs(r.duration_ms())));
   }
   absl::StrAppend(&out, "task ", status.spec().name(), " ", StateName(status.state()), " after ",
-                  status.history_size(), "/", status.spec().rounds(), " rounds in ",
+                  status.history_size(), "/", status.spec().rounds(), " ", StepWord(status),
+                  "s in ",
                   FormatDurationMs(total_ms));
   if (!status.message().empty() && status.state() != coordinator::v1::TASK_STATE_COMPLETED) {
     absl::StrAppend(&out, " (", status.message(), ")");
@@ -242,7 +266,8 @@ std::string FormatTaskStatus(const TaskStatus& status) {
   if (!status.message().empty()) absl::StrAppend(&out, " (", status.message(), ")");
   absl::StrAppend(&out, "\n");
   absl::StrAppend(&out, "model:         ", spec.model(), " version ", status.model_version(), "\n");
-  absl::StrAppend(&out, "round:         ", status.round(), "/", spec.rounds());
+  absl::StrAppend(&out, absl::StrFormat("%-15s", absl::StrCat(StepWord(status), ":")),
+                  status.round(), "/", spec.rounds());
   if (status.phase() != coordinator::v1::ROUND_PHASE_UNSPECIFIED) {
     absl::StrAppend(&out, " (", PhaseName(status.phase()), ")");
   }
@@ -257,6 +282,8 @@ std::string FormatTaskStatus(const TaskStatus& status) {
     if (spec.mode() == common::v1::MODE_GOSSIP) {
       absl::StrAppend(&out, absl::StrFormat(" step %d  clock %s  loss %s", p.step(),
                                             Fixed(p.clock(), 1), Fixed(p.loss(), 4)));
+    } else if (spec.mode() == common::v1::MODE_FEDERATED_ASYNC) {
+      absl::StrAppend(&out, " updates in published versions: ", p.updates());
     } else {
       absl::StrAppend(&out, " model of round ", p.model_round());
     }
