@@ -53,7 +53,11 @@ Cluster::~Cluster() {
     if (s.process) peers.push_back(s.process.get());
   }
   std::vector<std::vector<process::Process*>> groups = {peers};
-  if (aggregator_.process) groups.push_back({aggregator_.process.get()});
+  std::vector<process::Process*> aggregators;
+  for (auto& s : aggregators_) {
+    if (s.process) aggregators.push_back(s.process.get());
+  }
+  groups.push_back(aggregators);
   if (coordinator_.process) groups.push_back({coordinator_.process.get()});
   process::StopInOrder(groups, absl::Seconds(10));
 }
@@ -120,9 +124,13 @@ absl::Status Cluster::StartCoordinatorOn(const std::string& listen) {
 }
 
 absl::Status Cluster::StartAggregator() {
-  auto s = Start("aggregator", "shoal-aggregator", {"--coordinator=" + coordinator_.address});
+  // The first one is "aggregator" (its certificate name too), later ones "aggregator-1", ...
+  const std::string name = aggregators_.empty()
+                               ? std::string("aggregator")
+                               : absl::StrCat("aggregator-", aggregators_.size());
+  auto s = Start(name, "shoal-aggregator", {"--coordinator=" + coordinator_.address});
   if (!s.ok()) return s.status();
-  aggregator_ = *std::move(s);
+  aggregators_.push_back(*std::move(s));
   return absl::OkStatus();
 }
 
@@ -193,7 +201,7 @@ std::string Cluster::LogTails() {
     }
   };
   add(coordinator_);
-  add(aggregator_);
+  for (Service& a : aggregators_) add(a);
   for (auto& [i, s] : peers_) add(s);
   return out;
 }

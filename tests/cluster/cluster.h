@@ -1,7 +1,7 @@
 #pragma once
 
-// A local Shoal cluster of real processes on 127.0.0.1 for cluster tests: one coordinator, one
-// aggregator, N peers, each started on port 0 and found through its --address-file.
+// A local Shoal cluster of real processes on 127.0.0.1 for cluster tests: one coordinator, one or
+// more aggregators, N peers, each started on port 0 and found through its --address-file.
 
 #include <grpcpp/security/credentials.h>
 
@@ -36,6 +36,7 @@ class Cluster {
   // Stops the coordinator (SIGKILL when `crash`, else SIGTERM) and starts a new one on the same
   // gRPC address and state directory, as a restarted pod would be.
   absl::Status RestartCoordinator(bool crash);
+  // Starts one more aggregator (aggregator(0), aggregator(1), ...).
   absl::Status StartAggregator();
   absl::Status StartPeer(int index, int count, std::vector<std::string> extra_args = {});
 
@@ -44,7 +45,8 @@ class Cluster {
   std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() const { return credentials_; }
 
   Service& coordinator() { return coordinator_; }
-  Service& aggregator() { return aggregator_; }
+  Service& aggregator(int index = 0) { return aggregators_.at(index); }
+  int aggregator_count() const { return static_cast<int>(aggregators_.size()); }
   Service& peer(int index) { return peers_.at(index); }
   coordinator::v1::ControlService::Stub& control() { return *control_; }
   const std::string& dir() const { return dir_; }
@@ -75,7 +77,7 @@ class Cluster {
   std::shared_ptr<grpc::ChannelCredentials> credentials_;
   Service coordinator_;
   std::vector<std::string> coordinator_args_;
-  Service aggregator_;
+  std::vector<Service> aggregators_;
   std::map<int, Service> peers_;
   std::unique_ptr<coordinator::v1::ControlService::Stub> control_;
 };
