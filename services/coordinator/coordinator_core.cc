@@ -357,6 +357,7 @@ void CoordinatorCore::Reconcile(Outbox& out) {
     task.mode->Tick(now, task.status, fx);
     ApplyModeEffects(task, fx, out);
   }
+  SendDirtyMembers(out);
   std::map<std::string, double> by_state;
   std::map<std::string, double> by_mode;
   for (const auto& [name, task] : tasks_) {

@@ -147,6 +147,11 @@ class CoordinatorCore {
     uint64_t epoch = 0;
     bool members_dirty = true;  // the aggregator must learn the current peers and tokens
     absl::Time members_retry_at = absl::InfinitePast();
+    // SetMembers calls not answered yet. While the members are dirty or any call is unanswered,
+    // the mode's events wait in `held`: a peer told to call the aggregator (InitializeModel,
+    // RoundStarted, ...) must find its session token there.
+    int members_in_flight = 0;
+    std::vector<std::pair<std::string, v1::CoordinatorEvent>> held;
     std::optional<absl::Time> waiting_for_aggregator_since;
     std::unique_ptr<aggregator::AggregatorWatch> watch;
   };
@@ -220,8 +225,10 @@ class CoordinatorCore {
 
   // --- Aggregators (coordinator_core_aggregators.cc) ---
   // Gives every aggregator-backed task without an aggregator one (or fails it after waiting
-  // too long), and sends pending member lists.
+  // too long).
   void ReconcileAggregators(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the member lists that changed (the last step of every input).
+  void SendDirtyMembers(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AssignAggregator(Task& task, const std::string& address, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The aggregator at `address` is gone (watch broke, registration expired): every task on it
@@ -232,6 +239,9 @@ class CoordinatorCore {
   void PostWork(Task& task, std::vector<AggregatorWork> work, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartWatch(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The task's aggregator changed or the task ended: work results, watch events and member
+  // answers of before are dropped (`epoch`), and so are the events held for them.
+  void NewEpoch(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RetireWatch(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Inputs from executor and watch threads, for the task's aggregator `epoch`.
   void OnWorkDone(const std::string& task, uint64_t epoch, const WorkResult& result);

@@ -56,7 +56,14 @@ void CoordinatorCore::ReconcileAggregators(Outbox& out) {
         MarkChanged(task, out);
       }
     }
-    if (!task.status.aggregator().empty() && task.members_dirty && now >= task.members_retry_at) {
+  }
+}
+
+void CoordinatorCore::SendDirtyMembers(Outbox& out) {
+  const absl::Time now = clock_.Now();
+  for (auto& [name, task] : tasks_) {
+    if (IsActive(task) && !task.status.aggregator().empty() && task.members_dirty &&
+        now >= task.members_retry_at) {
       SendMembers(task, out);
     }
   }
@@ -67,7 +74,7 @@ void CoordinatorCore::AssignAggregator(Task& task, const std::string& address, O
   const bool moved = task.waiting_for_aggregator_since.has_value() && !task.peers.empty();
   task.status.set_aggregator(address);
   task.waiting_for_aggregator_since.reset();
-  ++task.epoch;
+  NewEpoch(task);
   task.members_dirty = true;
   task.members_retry_at = absl::InfinitePast();
   LogInfo("task ", name, " uses aggregator ", address);
@@ -93,7 +100,7 @@ void CoordinatorCore::LoseAggregator(const std::string& address, const std::stri
     if (!IsActive(task) || task.status.aggregator() != address) continue;
     if (!any) LogWarning("aggregator ", address, " is lost: ", why);
     any = true;
-    ++task.epoch;
+    NewEpoch(task);
     RetireWatch(task);
     task.status.clear_aggregator();
     task.waiting_for_aggregator_since = now;
@@ -105,8 +112,15 @@ void CoordinatorCore::LoseAggregator(const std::string& address, const std::stri
   }
 }
 
+void CoordinatorCore::NewEpoch(Task& task) {
+  ++task.epoch;
+  task.members_in_flight = 0;
+  task.held.clear();
+}
+
 void CoordinatorCore::SendMembers(Task& task, Outbox& out) {
   task.members_dirty = false;
+  ++task.members_in_flight;
   aggregator::v1::SetMembersRequest request;
   for (const std::string& id : task.peers) {
     auto peer = peers_.find(id);
@@ -178,14 +192,25 @@ void CoordinatorCore::OnWorkDone(const std::string& name, uint64_t epoch,
 
 void CoordinatorCore::OnMembersSet(const std::string& name, uint64_t epoch,
                                    const absl::Status& status) {
-  if (status.ok()) return;
-  absl::MutexLock lock(&mu_);
-  auto it = tasks_.find(name);
-  if (it == tasks_.end() || it->second.epoch != epoch) return;
-  LogWarning("task ", name, ": set members: ", status.message(), " (retrying)");
-  metrics_.aggregator_errors.Increment();
-  it->second.members_dirty = true;
-  it->second.members_retry_at = clock_.Now() + options_.mode.retry_initial;
+  Outbox out;
+  {
+    InputLock lock(*this, out);
+    auto it = tasks_.find(name);
+    if (it == tasks_.end() || it->second.epoch != epoch) return;
+    Task& task = it->second;
+    --task.members_in_flight;
+    if (!status.ok()) {
+      LogWarning("task ", name, ": set members: ", status.message(), " (retrying)");
+      metrics_.aggregator_errors.Increment();
+      task.members_dirty = true;
+      task.members_retry_at = clock_.Now() + options_.mode.retry_initial;
+      return;  // the held events wait for a SetMembers that succeeds
+    }
+    if (task.members_in_flight > 0) return;
+    for (auto& [id, event] : task.held) SendTo(id, std::move(event), out);
+    task.held.clear();
+  }
+  Flush();
 }
 
 void CoordinatorCore::OnAggregatorEvent(const std::string& name, uint64_t epoch,

@@ -140,12 +140,19 @@ void CoordinatorCore::SaveRounds(Task& task) {
 
 void CoordinatorCore::ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out) {
   const std::string& name = task.status.spec().name();
+  // Until the aggregator has confirmed the current members, events wait (Task::held).
+  const bool hold = task.mode != nullptr && task.mode->UsesAggregator() &&
+                    (task.members_dirty || task.members_in_flight > 0 || !task.held.empty());
   for (auto& [id, event] : fx.events) {
     event.set_task(name);
     if (event.has_model_published()) {
       ExpectEvaluation(task, id, event.model_published().version());
     }
-    SendTo(id, std::move(event), out);
+    if (hold) {
+      task.held.emplace_back(id, std::move(event));
+    } else {
+      SendTo(id, std::move(event), out);
+    }
   }
   for (const v1::RoundSummary& summary : fx.rounds_completed) {
     *task.status.add_history() = summary;
@@ -196,7 +203,7 @@ void CoordinatorCore::Finish(Task& task, v1::TaskState state, const std::string&
   while (!task.evaluating.empty()) CompleteEvaluation(task, task.evaluating.begin()->first);
   // Nothing of the task runs at its aggregator any more: stop watching, free it there (fire and
   // forget: it does not block the task), drop late results.
-  ++task.epoch;
+  NewEpoch(task);
   RetireWatch(task);
   if (!task.status.aggregator().empty()) {
     out.push_back(

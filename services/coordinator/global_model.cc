@@ -93,6 +93,36 @@ absl::Status GlobalModel::OnInitialized(const std::string& peer_id, v1::TaskStat
   return absl::OkStatus();
 }
 
+void Checkpoints::Published(uint64_t version, uint64_t round, ModeEffects& fx) {
+  if (in_flight_) {
+    waiting_.emplace(version, round);
+    return;
+  }
+  Ask(version, round, fx);
+}
+
+void Checkpoints::Done(ModeEffects& fx) {
+  in_flight_ = false;
+  if (!waiting_.has_value()) return;
+  const auto [version, round] = *waiting_;
+  waiting_.reset();
+  Ask(version, round, fx);
+}
+
+void Checkpoints::Reset() {
+  in_flight_ = false;
+  waiting_.reset();
+}
+
+void Checkpoints::Ask(uint64_t version, uint64_t round, ModeEffects& fx) {
+  in_flight_ = true;
+  AggregatorWork work;
+  work.kind = AggregatorWork::Kind::kCheckpoint;
+  work.version = version;
+  work.round = round;
+  fx.Ask(std::move(work));
+}
+
 void CallRetry::Failed(const std::string& step, const absl::Status& error, absl::Time now,
                        v1::TaskStatus& status, ModeEffects& fx) {
   metrics_.aggregator_errors.Increment();

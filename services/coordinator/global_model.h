@@ -1,8 +1,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -58,6 +60,25 @@ class GlobalModel {
   State state_ = State::kUnknown;
   std::string initializer_;
   absl::Time init_deadline_;
+};
+
+// The checkpoints of an aggregator-backed task, one at a time: a version published while the
+// checkpoint of an earlier one is still being written waits, and only the newest waiting version
+// is written next (restoring needs the newest checkpoint, not every one). Not thread-safe.
+class Checkpoints {
+ public:
+  // `version` (published by `round`) should be checkpointed.
+  void Published(uint64_t version, uint64_t round, ModeEffects& fx);
+  // The kCheckpoint asked last has finished (written or failed).
+  void Done(ModeEffects& fx);
+  // The aggregator changed: the checkpoint in flight will not report back.
+  void Reset();
+
+ private:
+  void Ask(uint64_t version, uint64_t round, ModeEffects& fx);
+
+  bool in_flight_ = false;
+  std::optional<std::pair<uint64_t, uint64_t>> waiting_;  // {version, round}
 };
 
 // Backoff of an aggregator-backed mode's failed calls. Transport errors (unreachable, late,

@@ -246,8 +246,7 @@ std::string FormatSummary(const TaskStatus& status) {
   }
   absl::StrAppend(&out, "task ", status.spec().name(), " ", StateName(status.state()), " after ",
                   status.history_size(), "/", status.spec().rounds(), " ", StepWord(status),
-                  "s in ",
-                  FormatDurationMs(total_ms));
+                  "s in ", FormatDurationMs(total_ms));
   if (!status.message().empty() && status.state() != coordinator::v1::TASK_STATE_COMPLETED) {
     absl::StrAppend(&out, " (", status.message(), ")");
   }

@@ -66,18 +66,18 @@ TEST_P(AggregatorFailoverTest, KilledAggregatorMovesTheTaskWhichCompletes) {
   ASSERT_TRUE(status.ok()) << status.status();
   const absl::Duration moved_after = absl::Now() - kill_time;
   std::printf("[ figure ] %s task moved to the other aggregator %.2f s after the SIGKILL\n",
-              GetParam() == common::v1::MODE_FEDERATED_ASYNC ? "federated-async"
-                                                              : "federated-sync",
+              GetParam() == common::v1::MODE_FEDERATED_ASYNC ? "federated-async" : "federated-sync",
               absl::ToDoubleSeconds(moved_after));
 
   status = cluster.WaitFor(
       spec.name(),
-      [](const cv1::TaskStatus& s) { return s.state() != cv1::TASK_STATE_RUNNING &&
-                                            s.state() != cv1::TASK_STATE_WAITING; },
+      [](const cv1::TaskStatus& s) {
+        return s.state() != cv1::TASK_STATE_RUNNING && s.state() != cv1::TASK_STATE_WAITING;
+      },
       absl::Minutes(5), "the end of the task");
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->state(), cv1::TASK_STATE_COMPLETED) << status->message() << "\n"
-                                                         << cluster.LogTails();
+                                                        << cluster.LogTails();
   EXPECT_EQ(status->history_size(), static_cast<int>(spec.rounds()));
   EXPECT_EQ(status->model_version(), spec.rounds());
   const cv1::RoundSummary& last = status->history(status->history_size() - 1);
@@ -89,8 +89,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, AggregatorFailoverTest,
                          ::testing::Values(common::v1::MODE_FEDERATED_SYNC,
                                            common::v1::MODE_FEDERATED_ASYNC),
                          [](const ::testing::TestParamInfo<common::v1::Mode>& info) {
-                           return info.param == common::v1::MODE_FEDERATED_ASYNC ? "Async"
-                                                                                  : "Sync";
+                           return info.param == common::v1::MODE_FEDERATED_ASYNC ? "Async" : "Sync";
                          });
 
 }  // namespace

@@ -125,9 +125,8 @@ absl::Status Cluster::StartCoordinatorOn(const std::string& listen) {
 
 absl::Status Cluster::StartAggregator() {
   // The first one is "aggregator" (its certificate name too), later ones "aggregator-1", ...
-  const std::string name = aggregators_.empty()
-                               ? std::string("aggregator")
-                               : absl::StrCat("aggregator-", aggregators_.size());
+  const std::string name = aggregators_.empty() ? std::string("aggregator")
+                                                : absl::StrCat("aggregator-", aggregators_.size());
   auto s = Start(name, "shoal-aggregator", {"--coordinator=" + coordinator_.address});
   if (!s.ok()) return s.status();
   aggregators_.push_back(*std::move(s));

@@ -114,6 +114,22 @@ TEST_F(CoordinatorCoreTest, FullTaskRunsRoundsAndCompletes) {
   EXPECT_THAT(aggregator_.released, ElementsAre("t"));
 }
 
+// A peer is told to call the aggregator (here: upload the initial model) only once the
+// aggregator has its session token.
+TEST_F(CoordinatorCoreTest, PeersAreSentToTheAggregatorOnlyAfterItKnowsThem) {
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
+  ASSERT_TRUE(core_->CreateTask(Spec("t", 1, 5)).ok());
+  Step();  // no checkpoint to restore
+  auto a = Join("a");
+  EXPECT_THAT(a->Take(),
+              ElementsAre(v1::CoordinatorEvent::kWelcome, v1::CoordinatorEvent::kTaskAssigned));
+  ASSERT_EQ(calls_.pending(), 1u) << "the SetMembers call";
+  calls_.RunAll();
+  ASSERT_FALSE(aggregator_.members.empty());
+  EXPECT_EQ(aggregator_.members.back().session_tokens().count("a"), 1u);
+  EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kInitializeModel));
+}
+
 TEST_F(CoordinatorCoreTest, PeersCanOnlyUseTheirCertificatesName) {
   auto sink = std::make_shared<FakeSink>();
   EXPECT_EQ(core_->Connect(Hello("peer-1"), "peer-2", sink).status().code(),

@@ -69,8 +69,7 @@ void FederatedAsyncTask::OnAggregator(const std::string& address, absl::Time now
   Advance(now, status, fx);
 }
 
-void FederatedAsyncTask::OnAggregatorLost(absl::Time now, v1::TaskStatus& status,
-                                          ModeEffects& fx) {
+void FederatedAsyncTask::OnAggregatorLost(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
   has_aggregator_ = false;
   Reset(status);
   status.set_message("waiting for an aggregator to register");
@@ -79,6 +78,7 @@ void FederatedAsyncTask::OnAggregatorLost(absl::Time now, v1::TaskStatus& status
 
 void FederatedAsyncTask::Reset(v1::TaskStatus& status) {
   opening_ = false;
+  checkpoints_.Reset();
   if (status.phase() == v1::ROUND_PHASE_EVALUATING) return;  // the last version is out
   buffer_open_ = false;
   model_.Forget();
@@ -158,8 +158,11 @@ void FederatedAsyncTask::OnWorkDone(const WorkResult& result, absl::Time now,
       opening_ = false;
       OnBufferOpened(result, now, status, fx);
       break;
+    case Kind::kCheckpoint:  // the core logged and counted a failure
+      checkpoints_.Done(fx);
+      return;
     default:
-      return;  // checkpoints: the core logged and counted a failure
+      return;
   }
   Advance(now, status, fx);
 }
@@ -218,11 +221,7 @@ void FederatedAsyncTask::OnVersion(const aggregator::v1::VersionPublished& v, ab
   status.set_model_version(v.version());
   status.set_round(v.version());
   PublishPeers(status);
-  AggregatorWork checkpoint;
-  checkpoint.kind = Kind::kCheckpoint;
-  checkpoint.version = v.version();
-  checkpoint.round = v.version();
-  fx.Ask(std::move(checkpoint));
+  checkpoints_.Published(v.version(), v.version(), fx);
   v1::CoordinatorEvent published;
   published.mutable_model_published()->set_round(v.version());
   published.mutable_model_published()->set_version(v.version());
@@ -230,13 +229,12 @@ void FederatedAsyncTask::OnVersion(const aggregator::v1::VersionPublished& v, ab
   if (v.version() >= spec_.rounds()) {
     buffer_open_ = false;  // the aggregator closed it after the last version
     status.set_phase(v1::ROUND_PHASE_EVALUATING);
-    eval_deadline_ = now + std::min(options_.final_eval_timeout,
-                                    absl::Seconds(spec_.round_deadline_seconds()));
+    eval_deadline_ =
+        now + std::min(options_.final_eval_timeout, absl::Seconds(spec_.round_deadline_seconds()));
     status.set_message("evaluating the final model");
   } else {
-    status.set_message(
-        absl::StrCat("version ", v.version(), " of ", spec_.rounds(), "; ", peers_.size(),
-                     " peers train and push"));
+    status.set_message(absl::StrCat("version ", v.version(), " of ", spec_.rounds(), "; ",
+                                    peers_.size(), " peers train and push"));
   }
   fx.changed = true;
 }

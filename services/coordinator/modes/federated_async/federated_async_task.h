@@ -68,6 +68,7 @@ class FederatedAsyncTask final : public ModeTask {
   bool has_aggregator_ = false;
   GlobalModel model_;
   CallRetry retry_;
+  Checkpoints checkpoints_;
   bool opening_ = false;      // kOpenBuffer in flight
   bool buffer_open_ = false;  // peers train and push
   absl::Time last_version_at_;

@@ -77,6 +77,7 @@ void FederatedSyncTask::Reset(v1::TaskStatus& status) {
   if (status.phase() == v1::ROUND_PHASE_EVALUATING) {
     // The last round is done: its model was published and is being evaluated; nothing to redo.
     pending_.reset();
+    checkpoints_.Reset();
     return;
   }
   if (round_.number != 0 && status.phase() != v1::ROUND_PHASE_UNSPECIFIED) {
@@ -84,6 +85,7 @@ void FederatedSyncTask::Reset(v1::TaskStatus& status) {
   }
   model_.Forget();
   pending_.reset();
+  checkpoints_.Reset();
   round_ = Round{};
   status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
 }
@@ -117,7 +119,7 @@ bool FederatedSyncTask::FinalEvaluationDone(const v1::TaskStatus& status) {
 
 void FederatedSyncTask::Ask(Kind kind, AggregatorWork work, ModeEffects& fx) {
   work.kind = kind;
-  if (kind != Kind::kCheckpoint) pending_ = kind;
+  pending_ = kind;
   fx.Ask(std::move(work));
 }
 
@@ -181,7 +183,10 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
 void FederatedSyncTask::OnWorkDone(const WorkResult& result, absl::Time now, v1::TaskStatus& status,
                                    ModeEffects& fx) {
   const Kind kind = result.work.kind;
-  if (kind == Kind::kCheckpoint) return;  // the core logged and counted the failure
+  if (kind == Kind::kCheckpoint) {  // the core logged and counted a failure
+    checkpoints_.Done(fx);
+    return;
+  }
   if (kind == Kind::kRestore) {
     fx.changed = true;
     if (absl::Status s = model_.OnRestored(result, status); !s.ok()) {
@@ -272,10 +277,7 @@ void FederatedSyncTask::OnClosed(const WorkResult& result, absl::Time now, v1::T
           ", model version ", closed.version());
   fx.rounds_completed.push_back(summary);
   if (closed.version() != status.model_version()) {
-    AggregatorWork checkpoint;
-    checkpoint.version = closed.version();
-    checkpoint.round = round_.number;
-    Ask(Kind::kCheckpoint, std::move(checkpoint), fx);
+    checkpoints_.Published(closed.version(), round_.number, fx);
   }
   status.set_model_version(closed.version());
   v1::CoordinatorEvent event;

@@ -80,6 +80,7 @@ class FederatedSyncTask final : public ModeTask {
   // The round call in flight (open, close); the mode waits for its result.
   std::optional<AggregatorWork::Kind> pending_;
   CallRetry retry_;
+  Checkpoints checkpoints_;
   Round round_;
   absl::Time eval_deadline_;
   std::string waiting_notice_;  // last Waiting sent, to avoid repeats
