@@ -1,7 +1,8 @@
 // The coordinator's core fed peer sessions from the input: Hello and PeerMessage messages parsed
 // from bytes (their `task` pointed at the real task when the input says so) arrive on behalf of
-// up to four peers, among disconnects, driver steps, clock jumps, failing aggregator calls and
-// operator calls, for a task of any mode. The task store is the real SQLite store, emptied
+// up to four peers, among disconnects, driver steps, clock jumps, the aggregator's answers and
+// watch events (accepted updates, published versions, a lost aggregator) and operator calls,
+// for a task of any mode; the aggregator work runs on manual executors. The task store is the real SQLite store, emptied
 // before each input so that every run starts from the same state.
 
 #include <fuzzer/FuzzedDataProvider.h>
@@ -20,6 +21,8 @@
 
 #include "libs/task/task_file.h"
 #include "services/coordinator/coordinator_core.h"
+#include "tests/fakes/manual_executor.h"
+#include "tests/fakes/scripted_aggregator.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace shoal::coordinator {
@@ -33,52 +36,6 @@ class NullSink final : public PeerSink {
   void Close(const absl::Status& status) override { closed = true; }
   int events = 0;
   bool closed = false;
-};
-
-// Answers like a healthy aggregator unless told to fail.
-class FakeAggregator final : public aggregator::AggregatorClient {
- public:
-  absl::Status OpenRound(const std::string&, const aggregator::v1::OpenRoundRequest&,
-                         absl::Time) override {
-    return status;
-  }
-  absl::StatusOr<aggregator::v1::CloseRoundResponse> CloseRound(
-      const std::string&, const aggregator::v1::CloseRoundRequest& request, absl::Time) override {
-    if (!status.ok()) return status;
-    aggregator::v1::CloseRoundResponse response;
-    response.set_version(++version);
-    response.add_contributors("a");
-    response.set_num_samples(10);
-    return response;
-  }
-  absl::StatusOr<tensor::FlatModel> GetModel(const std::string&, const std::string&, uint64_t v,
-                                             const aggregator::Caller&, absl::Time) override {
-    if (!status.ok()) return status;
-    tensor::FlatModel model;
-    model.layout = *tensor::ModelLayout::Create({{"w", {2}}});
-    model.values = {static_cast<float>(v), 1.0f};
-    return model;
-  }
-  absl::StatusOr<uint64_t> PutModel(const std::string&, const common::v1::ModelMeta&,
-                                    std::shared_ptr<const tensor::FlatModel> model,
-                                    const aggregator::Caller&, absl::Time) override {
-    if (!status.ok()) return status;
-    return model->Digest();
-  }
-  absl::StatusOr<bool> PushUpdate(const std::string&, const aggregator::v1::UpdateMeta&,
-                                  std::shared_ptr<const tensor::FlatModel>, absl::Time) override {
-    return absl::UnimplementedError("the coordinator never pushes");
-  }
-  absl::Status SetMembers(const std::string&, const aggregator::v1::SetMembersRequest&,
-                          absl::Time) override {
-    return status;
-  }
-  absl::Status ReleaseTask(const std::string&, const std::string&, absl::Time) override {
-    return status;
-  }
-
-  absl::Status status;
-  uint64_t version = 0;
 };
 
 // One state directory per process, on tmpfs when there is one; emptied before every input.
@@ -110,8 +67,8 @@ common::v1::TaskSpec Spec(FuzzedDataProvider& in) {
   common::v1::TaskSpec spec = task::DefaultTaskSpec();
   spec.set_name(kTask);
   const common::v1::Mode modes[] = {common::v1::MODE_FEDERATED_SYNC, common::v1::MODE_DECENTRALIZED,
-                                    common::v1::MODE_GOSSIP};
-  spec.set_mode(modes[in.ConsumeIntegralInRange(0, 2)]);
+                                    common::v1::MODE_GOSSIP, common::v1::MODE_FEDERATED_ASYNC};
+  spec.set_mode(modes[in.ConsumeIntegralInRange(0, 3)]);
   spec.set_rounds(in.ConsumeIntegralInRange(1, 3));
   spec.set_min_participants(in.ConsumeIntegralInRange(1, 3));
   spec.set_round_deadline_seconds(in.ConsumeIntegralInRange(1, 60));
@@ -133,11 +90,20 @@ void Run(FuzzedDataProvider& in) {
   prometheus::Registry registry;
   CoordinatorMetrics metrics(registry);
   FakeClock clock;
-  FakeAggregator aggregator;
+  fakes::ScriptedAggregator aggregator;
+  aggregator.contributors = {"a", "b"};
+  fakes::ManualExecutor calls, transfers, writes;
+  auto run_work = [&] {
+    while (calls.RunAll() + transfers.RunAll() + writes.RunAll() > 0) {
+    }
+  };
   CoordinatorOptions options;
-  auto made = CoordinatorCore::Create(options, store->Empty(), aggregator, clock, metrics);
+  auto made = CoordinatorCore::Create(options, store->Empty(), aggregator,
+                                      CoordinatorExecutors{calls, transfers, writes}, clock,
+                                      metrics);
   SHOAL_FUZZ_CHECK(made.ok());
-  CoordinatorCore& core = **made;
+  std::unique_ptr<CoordinatorCore> owned = *std::move(made);
+  CoordinatorCore& core = *owned;
   SHOAL_FUZZ_CHECK(core.RegisterAggregator("127.0.0.1:5555").ok());
   SHOAL_FUZZ_CHECK(core.CreateTask(Spec(in)).ok());
 
@@ -185,14 +151,39 @@ void Run(FuzzedDataProvider& in) {
         break;
       case 4:
         core.Step();
+        run_work();
         break;
       case 5:
         clock.Advance(absl::Seconds(in.ConsumeIntegralInRange(0, 120)));
         core.Step();
+        run_work();
         break;
-      case 6:
-        aggregator.status = in.ConsumeBool() ? absl::OkStatus() : absl::UnavailableError("down");
+      case 6: {
+        // The aggregator: its answers, its watch stream (accepted updates, published versions),
+        // losing it.
+        const absl::Status fail = in.ConsumeBool() ? absl::UnavailableError("down")
+                                                   : absl::InternalError("broken");
+        switch (in.ConsumeIntegralInRange(0, 5)) {
+          case 0:
+            aggregator.open_status = in.ConsumeBool() ? absl::OkStatus() : fail;
+            break;
+          case 1:
+            aggregator.close_status = in.ConsumeBool() ? absl::OkStatus() : fail;
+            break;
+          case 2:
+            aggregator.Accept(kTask, in.ConsumeIntegralInRange(0, 4), PeerName(in));
+            break;
+          case 3:
+            aggregator.Publish(kTask, in.ConsumeIntegralInRange(0, 4), {PeerName(in)});
+            break;
+          case 4:
+            aggregator.BreakWatches("127.0.0.1:5555", fail);
+            break;
+          default:
+            run_work();
+        }
         break;
+      }
       default:
         switch (in.ConsumeIntegralInRange(0, 3)) {
           case 0:
@@ -202,7 +193,7 @@ void Run(FuzzedDataProvider& in) {
             (void)core.ListTasks();
             break;
           case 2:
-            (void)core.GetCheckpoint(kTask, std::nullopt);
+            (void)core.CheckTaskExists(kTask);
             break;
           default:
             (void)core.RegisterAggregator(in.ConsumeRandomLengthString(24));
@@ -212,6 +203,9 @@ void Run(FuzzedDataProvider& in) {
   }
   for (const Session& s : sessions) core.Disconnect(s.id, s.sink.get());
   core.Step();
+  run_work();
+  owned.reset();  // the core's queues are empty: nothing runs after it
+  run_work();
 }
 
 }  // namespace
