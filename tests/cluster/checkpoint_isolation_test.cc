@@ -44,8 +44,8 @@ class CheckpointIsolationTest : public ::testing::Test {
     auto coordinator = Start("coordinator", "shoal-coordinator", {"--state-dir=" + dir_});
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = *std::move(coordinator);
-    auto aggregator = Start("aggregator", "shoal-aggregator",
-                            {"--coordinator=" + coordinator_address_});
+    auto aggregator =
+        Start("aggregator", "shoal-aggregator", {"--coordinator=" + coordinator_address_});
     ASSERT_TRUE(aggregator.ok()) << aggregator.status();
     aggregator_ = *std::move(aggregator);
     control_ = cv1::ControlService::NewStub(rpc::MakeChannel(coordinator_address_));
@@ -200,9 +200,9 @@ TEST_F(CheckpointIsolationTest, HeavyCheckpointsDoNotDelayAnotherTasksRounds) {
       "[ figure ] light task while the heavy one checkpoints 100 MiB (4 checkpoints, %.2f s "
       "each; %lld heavy rounds meanwhile): %zu light rounds; close p50 %.1f ms p90 %.1f ms "
       "max %.1f ms; open p50 %.1f ms p90 %.1f ms max %.1f ms\n",
-      checkpoint_s, static_cast<long long>(heavy_rounds), close_ms.size(), Percentile(close_ms, 0.5), Percentile(close_ms, 0.9),
-      Percentile(close_ms, 1.0), Percentile(open_ms, 0.5), Percentile(open_ms, 0.9),
-      Percentile(open_ms, 1.0));
+      checkpoint_s, static_cast<long long>(heavy_rounds), close_ms.size(),
+      Percentile(close_ms, 0.5), Percentile(close_ms, 0.9), Percentile(close_ms, 1.0),
+      Percentile(open_ms, 0.5), Percentile(open_ms, 0.9), Percentile(open_ms, 1.0));
   ASSERT_GE(close_ms.size(), 4u) << "the light task barely ran";
   // Generous bounds: a light round event waits for nothing of the heavy task; before the
   // coordinator had executors, each one could wait for a whole 100 MiB checkpoint.

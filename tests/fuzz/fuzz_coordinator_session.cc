@@ -2,8 +2,8 @@
 // from bytes (their `task` pointed at the real task when the input says so) arrive on behalf of
 // up to four peers, among disconnects, driver steps, clock jumps, the aggregator's answers and
 // watch events (accepted updates, published versions, a lost aggregator) and operator calls,
-// for a task of any mode; the aggregator work runs on manual executors. The task store is the real SQLite store, emptied
-// before each input so that every run starts from the same state.
+// for a task of any mode; the aggregator work runs on manual executors. The task store is the real
+// SQLite store, emptied before each input so that every run starts from the same state.
 
 #include <fuzzer/FuzzedDataProvider.h>
 #include <google/protobuf/descriptor.h>
@@ -98,9 +98,9 @@ void Run(FuzzedDataProvider& in) {
     }
   };
   CoordinatorOptions options;
-  auto made = CoordinatorCore::Create(options, store->Empty(), aggregator,
-                                      CoordinatorExecutors{calls, transfers, writes}, clock,
-                                      metrics);
+  auto made =
+      CoordinatorCore::Create(options, store->Empty(), aggregator,
+                              CoordinatorExecutors{calls, transfers, writes}, clock, metrics);
   SHOAL_FUZZ_CHECK(made.ok());
   std::unique_ptr<CoordinatorCore> owned = *std::move(made);
   CoordinatorCore& core = *owned;
@@ -161,8 +161,8 @@ void Run(FuzzedDataProvider& in) {
       case 6: {
         // The aggregator: its answers, its watch stream (accepted updates, published versions),
         // losing it.
-        const absl::Status fail = in.ConsumeBool() ? absl::UnavailableError("down")
-                                                   : absl::InternalError("broken");
+        const absl::Status fail =
+            in.ConsumeBool() ? absl::UnavailableError("down") : absl::InternalError("broken");
         switch (in.ConsumeIntegralInRange(0, 5)) {
           case 0:
             aggregator.open_status = in.ConsumeBool() ? absl::OkStatus() : fail;

@@ -1,0 +1,177 @@
+// DecentralizedTask: after every joiner is ready, the participants connect to each other
+// (PeerList, ConnectionsReport, retries, blame, removal) and share their updates (StartSharing,
+// SharingDone).
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "libs/common/log.h"
+#include "services/coordinator/modes/decentralized/decentralized_task.h"
+
+namespace shoal::coordinator {
+namespace {
+
+// The peers to blame for failed connections: repeatedly the peer involved in the most failed
+// pairs (as reporter or target), ties broken towards a peer someone reported unreachable, then
+// by id, until no failed pair is left.
+std::set<std::string> Blame(const std::set<std::pair<std::string, std::string>>& reports) {
+  std::set<std::pair<std::string, std::string>> pairs;  // unordered, stored sorted
+  std::set<std::string> targets;
+  for (const auto& [reporter, target] : reports) {
+    pairs.insert(std::minmax(reporter, target));
+    targets.insert(target);
+  }
+  std::set<std::string> blamed;
+  while (!pairs.empty()) {
+    std::map<std::string, int> count;
+    for (const auto& [a, b] : pairs) {
+      ++count[a];
+      ++count[b];
+    }
+    std::string pick;
+    int best = -1;
+    bool best_target = false;
+    for (const auto& [id, n] : count) {  // ascending id: the first of equals wins
+      const bool is_target = targets.count(id) > 0;
+      if (n > best || (n == best && is_target && !best_target)) {
+        pick = id;
+        best = n;
+        best_target = is_target;
+      }
+    }
+    blamed.insert(pick);
+    for (auto it = pairs.begin(); it != pairs.end();) {
+      it = (it->first == pick || it->second == pick) ? pairs.erase(it) : std::next(it);
+    }
+  }
+  return blamed;
+}
+
+}  // namespace
+
+absl::Status DecentralizedTask::OnConnectionsReport(const std::string& id,
+                                                    const v1::ConnectionsReport& m, absl::Time now,
+                                                    ModeEffects& fx) {
+  if (stage_ != Stage::kConnecting || m.round() != round_.number || m.attempt() != round_.attempt ||
+      !round_.participants.count(id)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "connections report for round ", m.round(), " attempt ", m.attempt(), " is not expected"));
+  }
+  std::set<std::string>& unreachable = round_.reports[id];
+  unreachable.clear();
+  for (const std::string& target : m.unreachable()) {
+    if (target != id && round_.participants.count(target)) unreachable.insert(target);
+  }
+  CheckReports(now, fx);
+  return absl::OkStatus();
+}
+
+absl::Status DecentralizedTask::OnSharingDone(const std::string& id, const v1::SharingDone& m,
+                                              absl::Time now, ModeEffects& fx) {
+  if (stage_ != Stage::kSharing || m.round() != round_.number || m.attempt() != round_.attempt ||
+      !round_.participants.count(id)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sharing done for round ", m.round(), " attempt ", m.attempt(), " is not expected"));
+  }
+  round_.done[id] = Done{m.digest_xxh3(), m.num_samples()};
+  CheckSharingDone(now, fx);
+  return absl::OkStatus();
+}
+
+void DecentralizedTask::StartConnecting(absl::Time now, ModeEffects& fx) {
+  round_.participants.clear();
+  for (const auto& [id, r] : round_.ready) round_.participants.insert(id);
+  round_.retries = 0;
+  stage_ = Stage::kConnecting;
+  SendPeerLists(/*sharing=*/false, now, fx);
+}
+
+void DecentralizedTask::SendPeerLists(bool sharing, absl::Time now, ModeEffects& fx) {
+  ++round_.attempt;
+  round_.reports.clear();
+  round_.done.clear();
+  round_.stage_deadline = now + round_deadline_;
+  v1::CoordinatorEvent e;
+  v1::PeerList* list = e.mutable_peer_list();
+  list->set_round(round_.number);
+  list->set_attempt(round_.attempt);
+  list->set_sharing(sharing);
+  for (const std::string& id : round_.participants) {
+    v1::PeerEndpoint* endpoint = list->add_participants();
+    endpoint->set_peer_id(id);
+    endpoint->set_address(peers_[id].address);
+  }
+  for (const std::string& id : round_.participants) fx.Send(id, e);
+}
+
+void DecentralizedTask::CheckReports(absl::Time now, ModeEffects& fx) {
+  if (round_.reports.size() < round_.participants.size()) return;
+  std::set<std::pair<std::string, std::string>> failed;
+  for (const auto& [reporter, unreachable] : round_.reports) {
+    for (const std::string& target : unreachable) failed.insert({reporter, target});
+  }
+  if (failed.empty()) {
+    stage_ = Stage::kSharing;
+    round_.done.clear();
+    round_.stage_deadline = now + round_deadline_;
+    v1::CoordinatorEvent e;
+    e.mutable_start_sharing()->set_round(round_.number);
+    e.mutable_start_sharing()->set_attempt(round_.attempt);
+    for (const std::string& id : round_.participants) fx.Send(id, e);
+    return;
+  }
+  if (round_.retries < max_retry_) {
+    ++round_.retries;
+    ++round_.total_retries;
+    metrics_.decentralized_connection_retries.Increment();
+    LogWarning("task ", task_, ": round ", round_.number, ": ", failed.size(),
+               " connections failed, retry ", round_.retries, " of ", max_retry_);
+    SendPeerLists(/*sharing=*/false, now, fx);
+    return;
+  }
+  RemoveFromRound(Blame(failed), "could not connect to the other participants", now, fx);
+}
+
+void DecentralizedTask::RemoveFromRound(const std::set<std::string>& ids, const std::string& reason,
+                                        absl::Time now, ModeEffects& fx) {
+  for (const std::string& id : ids) {
+    LogWarning("task ", task_, ": peer ", id, " removed from round ", round_.number, ": ", reason);
+    v1::CoordinatorEvent e;
+    e.mutable_connection_failed()->set_round(round_.number);
+    e.mutable_connection_failed()->set_reason(reason);
+    fx.Send(id, std::move(e));
+    round_.participants.erase(id);
+    round_.ready.erase(id);
+    round_.joined.erase(id);
+    round_.excluded.insert(id);
+    round_.dropped.insert(id);
+    round_.removed.push_back(id);
+    metrics_.decentralized_removed_peers.Increment();
+    PeerState& p = peers_[id];
+    p.strikes = std::min<uint32_t>(p.strikes + 1, 5);
+    p.sit_out_until = round_.number + (uint64_t{1} << (p.strikes - 1));
+  }
+  round_.retries = 0;  // the rest start counting again
+  ContinueWithParticipants(now, fx);
+}
+
+void DecentralizedTask::ContinueWithParticipants(absl::Time now, ModeEffects& fx) {
+  if (round_.participants.size() < std::max<uint32_t>(1, spec_.min_participants())) {
+    SendWaiting(round_.participants, round_.participants.size(), fx);
+    Reopen(now, fx);
+    return;
+  }
+  SendPeerLists(/*sharing=*/stage_ == Stage::kSharing, now, fx);
+}
+
+void DecentralizedTask::CheckSharingDone(absl::Time now, ModeEffects& fx) {
+  if (stage_ != Stage::kSharing) return;
+  for (const std::string& id : round_.participants) {
+    if (!round_.done.count(id)) return;
+  }
+  CompleteRound(now, fx);
+}
+
+}  // namespace shoal::coordinator
