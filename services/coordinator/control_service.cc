@@ -167,6 +167,36 @@ grpc::ServerWriteReactor<v1::WatchTaskResponse>* ControlServiceImpl::WatchTask(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* ControlServiceImpl::ListRounds(grpc::CallbackServerContext* context,
+                                                         const v1::ListRoundsRequest* request,
+                                                         v1::ListRoundsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status s = core_.CheckTaskExists(request->name()); !s.ok()) {
+    reactor->Finish(rpc::ToGrpcStatus(s));
+    return reactor;
+  }
+  if (request->limit() > 1000) {
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "limit: at most 1000 rounds per call"));
+    return reactor;
+  }
+  const size_t limit = request->limit() == 0 ? 100 : request->limit();
+  // A store read: on the reads executor. One round more than asked tells whether there are more.
+  if (!reads_.TrySubmit([this, reactor, request, response, limit] {
+        auto rounds = store_.LoadRounds(request->name(), request->after_round(), limit + 1);
+        if (rounds.ok()) {
+          response->set_more(rounds->size() > limit);
+          if (rounds->size() > limit) rounds->pop_back();
+          for (auto& r : *rounds) *response->add_rounds() = std::move(r);
+        }
+        reactor->Finish(rpc::ToGrpcStatus(rounds.status()));
+      })) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 "too many reads in progress; retry later"));
+  }
+  return reactor;
+}
+
 grpc::ServerWriteReactor<common::v1::ModelChunk>* ControlServiceImpl::GetModel(
     grpc::CallbackServerContext* context, const v1::GetModelRequest* request) {
   if (absl::Status s = core_.CheckTaskExists(request->name()); !s.ok()) {

@@ -33,6 +33,9 @@ class ControlServiceImpl final : public v1::ControlService::CallbackService {
   grpc::ServerUnaryReactor* StopTask(grpc::CallbackServerContext* context,
                                      const v1::StopTaskRequest* request,
                                      v1::StopTaskResponse* response) override;
+  grpc::ServerUnaryReactor* ListRounds(grpc::CallbackServerContext* context,
+                                       const v1::ListRoundsRequest* request,
+                                       v1::ListRoundsResponse* response) override;
   grpc::ServerWriteReactor<common::v1::ModelChunk>* GetModel(
       grpc::CallbackServerContext* context, const v1::GetModelRequest* request) override;
 

@@ -38,7 +38,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
     CoordinatorExecutors executors, Clock& clock, CoordinatorMetrics& metrics) {
   std::unique_ptr<CoordinatorCore> core(
       new CoordinatorCore(options, store, aggregators, executors, clock, metrics));
-  SHOAL_ASSIGN_OR_RETURN(std::vector<StoredTask> stored, store.LoadTasks());
+  SHOAL_ASSIGN_OR_RETURN(std::vector<StoredTask> stored,
+                         store.LoadTasks(options.history_in_memory));
   absl::MutexLock lock(&core->mu_);
   std::sort(stored.begin(), stored.end(), [](const StoredTask& a, const StoredTask& b) {
     return a.status.created_unix_ms() < b.status.created_unix_ms();

@@ -47,6 +47,9 @@ struct CoordinatorOptions {
   // A task whose aggregator was lost while no other is registered waits this long for one to
   // register before it fails.
   absl::Duration aggregator_wait = absl::Minutes(10);
+  // Rounds of each task's history kept in memory (and in TaskStatus.history); all of them stay
+  // in the store (ControlService.ListRounds).
+  size_t history_in_memory = 100;
   ModeOptions mode;
   AggregatorWorkOptions work;
 };
@@ -202,6 +205,8 @@ class CoordinatorCore {
   void NotifyWatchers(const Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StoreRound(const std::string& task, const v1::RoundSummary& round)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps the newest options_.history_in_memory rounds in memory (all stay in the store).
+  void TrimHistory(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stores every round in task.unsaved_rounds.
   void SaveRounds(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::TaskStatus StatusOf(const Task& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

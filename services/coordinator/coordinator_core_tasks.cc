@@ -154,6 +154,18 @@ void CoordinatorCore::ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out)
       SendTo(id, std::move(event), out);
     }
   }
+  if (fx.rounds_rerun_after.has_value()) {
+    const uint64_t after = *fx.rounds_rerun_after;
+    for (auto it = task.unsaved_rounds.begin(); it != task.unsaved_rounds.end();) {
+      it = *it > after ? task.unsaved_rounds.erase(it) : std::next(it);
+    }
+    effects_.push_back([this, name, after] {
+      store_writes_.Post([this, name, after] {
+        absl::Status s = store_.DeleteRoundsAfter(name, after);
+        if (!s.ok()) LogError("task ", name, ": cannot forget rounds: ", s.message());
+      });
+    });
+  }
   for (const v1::RoundSummary& summary : fx.rounds_completed) {
     *task.status.add_history() = summary;
     metrics_.rounds_completed.Increment();
@@ -162,12 +174,26 @@ void CoordinatorCore::ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out)
     if (summary.participants_size() > 0) metrics_.train_loss.Set(summary.mean_train_loss());
     StoreRound(name, summary);
   }
+  TrimHistory(task);
   if (!fx.work.empty()) PostWork(task, std::move(fx.work), out);
   if (fx.finish.has_value()) {
     Finish(task, fx.finish->first, fx.finish->second, out);  // marks the task changed
     return;
   }
   if (fx.changed || !fx.rounds_completed.empty()) MarkChanged(task, out);
+}
+
+void CoordinatorCore::TrimHistory(Task& task) {
+  auto* history = task.status.mutable_history();
+  const int excess = history->size() - static_cast<int>(options_.history_in_memory);
+  if (excess <= 0) return;
+  // Every round is stored when it completes; what EvalReports added since is stored now, before
+  // the summary leaves memory.
+  for (int i = 0; i < excess; ++i) {
+    const v1::RoundSummary& r = (*history)[i];
+    if (task.unsaved_rounds.erase(r.round())) StoreRound(task.status.spec().name(), r);
+  }
+  history->DeleteSubrange(0, excess);
 }
 
 void CoordinatorCore::LeaveTask(Task& task, const std::string& peer_id, const std::string& why,

@@ -55,7 +55,8 @@ GlobalModel::Step GlobalModel::Next(const std::set<std::string>& peers, absl::Ti
   return Step::kInitializing;
 }
 
-absl::Status GlobalModel::OnRestored(const WorkResult& result, v1::TaskStatus& status) {
+absl::Status GlobalModel::OnRestored(const WorkResult& result, v1::TaskStatus& status,
+                                     ModeEffects& fx) {
   if (state_ != State::kRestoring) return absl::OkStatus();  // forgotten meanwhile
   if (absl::IsNotFound(result.status)) {
     // No checkpoint: start over from the initial model (the peers rebuild it from the seed).
@@ -63,6 +64,7 @@ absl::Status GlobalModel::OnRestored(const WorkResult& result, v1::TaskStatus& s
     status.set_model_version(0);
     status.set_round(0);
     status.clear_history();
+    fx.rounds_rerun_after = 0;
     return absl::OkStatus();
   }
   if (!result.status.ok()) {
@@ -75,6 +77,7 @@ absl::Status GlobalModel::OnRestored(const WorkResult& result, v1::TaskStatus& s
   // again (the store keeps their rows until the new rounds overwrite them).
   auto* history = status.mutable_history();
   while (!history->empty() && history->rbegin()->round() > c.round) history->RemoveLast();
+  fx.rounds_rerun_after = c.round;
   status.set_model_version(c.version);
   status.set_round(c.round);
   status.set_message(absl::StrCat("restored model version ", c.version, " (round ", c.round, ")"));

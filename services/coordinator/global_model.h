@@ -42,7 +42,7 @@ class GlobalModel {
   // set back to the checkpoint's); NOT_FOUND: there is no checkpoint (a peer will upload the
   // initial model; status starts from version 0); any other error is returned for the mode to
   // retry with backoff.
-  absl::Status OnRestored(const WorkResult& result, v1::TaskStatus& status);
+  absl::Status OnRestored(const WorkResult& result, v1::TaskStatus& status, ModeEffects& fx);
   // ModelInitialized from `peer_id`. FAILED_PRECONDITION when no upload was asked of it.
   absl::Status OnInitialized(const std::string& peer_id, v1::TaskStatus& status);
 

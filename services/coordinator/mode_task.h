@@ -57,6 +57,9 @@ struct ModeEffects {
   std::vector<v1::RoundSummary> rounds_completed;
   // Aggregator work (only for modes that use an aggregator); ids are assigned by the core.
   std::vector<AggregatorWork> work;
+  // The rounds after this one are to run again (a restore went back to an older checkpoint):
+  // the core forgets their stored summaries.
+  std::optional<uint64_t> rounds_rerun_after;
   // The status changed: watchers are notified and the task is persisted.
   bool changed = false;
   // End the task (completed, failed): the core sends TaskFinished and releases its peers.

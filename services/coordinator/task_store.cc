@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "libs/common/status_macros.h"
 
 namespace shoal::coordinator {
 namespace {
@@ -42,6 +43,20 @@ class Statement {
   sqlite3_stmt* stmt_ = nullptr;
   int rc_;
 };
+
+// The summaries a round query returns (its first column).
+absl::StatusOr<std::vector<v1::RoundSummary>> ReadRounds(Statement& st, const std::string& task) {
+  std::vector<v1::RoundSummary> rounds;
+  while (st.Step() == SQLITE_ROW) {
+    v1::RoundSummary round;
+    if (!round.ParseFromString(st.Blob(0))) {
+      return absl::DataLossError(
+          absl::StrCat("sqlite: a round row of task ", task, " does not parse"));
+    }
+    rounds.push_back(std::move(round));
+  }
+  return rounds;
+}
 
 constexpr char kSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS tasks (
@@ -145,7 +160,7 @@ absl::Status TaskStore::PutCheckpoint(const StoredCheckpoint& c) {
   return st.Done();
 }
 
-absl::StatusOr<std::vector<StoredTask>> TaskStore::LoadTasks() {
+absl::StatusOr<std::vector<StoredTask>> TaskStore::LoadTasks(size_t history_limit) {
   std::vector<StoredTask> tasks;
   {
     Statement st(db_, "SELECT status FROM tasks ORDER BY name");
@@ -159,19 +174,35 @@ absl::StatusOr<std::vector<StoredTask>> TaskStore::LoadTasks() {
     }
   }
   for (StoredTask& task : tasks) {
-    Statement st(db_, "SELECT summary FROM rounds WHERE task = ?1 ORDER BY round");
+    Statement st(db_,
+                 "SELECT summary FROM (SELECT round, summary FROM rounds WHERE task = ?1 "
+                 "ORDER BY round DESC LIMIT ?2) ORDER BY round");
     if (!st.status().ok()) return st.status();
     st.Bind(1, task.status.spec().name());
-    while (st.Step() == SQLITE_ROW) {
-      v1::RoundSummary round;
-      if (!round.ParseFromString(st.Blob(0))) {
-        return absl::DataLossError(absl::StrCat("sqlite: a round row of task ",
-                                                task.status.spec().name(), " does not parse"));
-      }
-      task.history.push_back(std::move(round));
-    }
+    st.Bind(2, static_cast<int64_t>(history_limit));
+    SHOAL_ASSIGN_OR_RETURN(task.history, ReadRounds(st, task.status.spec().name()));
   }
   return tasks;
+}
+
+absl::StatusOr<std::vector<v1::RoundSummary>> TaskStore::LoadRounds(const std::string& task,
+                                                                    uint64_t after, size_t limit) {
+  Statement st(db_,
+               "SELECT summary FROM rounds WHERE task = ?1 AND round > ?2 ORDER BY round "
+               "LIMIT ?3");
+  if (!st.status().ok()) return st.status();
+  st.Bind(1, task);
+  st.Bind(2, static_cast<int64_t>(after));
+  st.Bind(3, static_cast<int64_t>(limit));
+  return ReadRounds(st, task);
+}
+
+absl::Status TaskStore::DeleteRoundsAfter(const std::string& task, uint64_t round) {
+  Statement st(db_, "DELETE FROM rounds WHERE task = ?1 AND round > ?2");
+  if (!st.status().ok()) return st.status();
+  st.Bind(1, task);
+  st.Bind(2, static_cast<int64_t>(round));
+  return st.Done();
 }
 
 absl::StatusOr<StoredCheckpoint> TaskStore::GetCheckpoint(const std::string& task,

@@ -37,7 +37,13 @@ class TaskStore {
   absl::Status PutTask(const v1::TaskStatus& status);
   absl::Status PutRound(const std::string& task, const v1::RoundSummary& round);
   absl::Status PutCheckpoint(const StoredCheckpoint& checkpoint);
-  absl::StatusOr<std::vector<StoredTask>> LoadTasks();
+  // Every task, each with its newest `history_limit` rounds.
+  absl::StatusOr<std::vector<StoredTask>> LoadTasks(size_t history_limit);
+  // Up to `limit` rounds of `task` after round `after`, in order.
+  absl::StatusOr<std::vector<v1::RoundSummary>> LoadRounds(const std::string& task, uint64_t after,
+                                                           size_t limit);
+  // Forgets the rounds of `task` after round `round` (they run again after a restore).
+  absl::Status DeleteRoundsAfter(const std::string& task, uint64_t round);
   // The newest checkpoint of `task`, or exactly `version` when given. NOT_FOUND if none.
   absl::StatusOr<StoredCheckpoint> GetCheckpoint(const std::string& task,
                                                  std::optional<uint64_t> version);

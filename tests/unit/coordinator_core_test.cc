@@ -339,7 +339,7 @@ TEST_F(CoordinatorCoreTest, StoredTaskRecordHasNoHistory) {
     ASSERT_TRUE(core_->OnMessage("a", Eval("t", round, 9, 10)).ok());
   }
   Step();
-  auto stored = store_->LoadTasks();
+  auto stored = store_->LoadTasks(1000);
   ASSERT_TRUE(stored.ok()) << stored.status();
   ASSERT_EQ(stored->size(), 1u);
   EXPECT_EQ((*stored)[0].status.history_size(), 0);

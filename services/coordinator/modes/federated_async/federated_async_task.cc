@@ -146,7 +146,7 @@ void FederatedAsyncTask::OnWorkDone(const WorkResult& result, absl::Time now,
   switch (result.work.kind) {
     case Kind::kRestore:
       fx.changed = true;
-      if (absl::Status s = model_.OnRestored(result, status); !s.ok()) {
+      if (absl::Status s = model_.OnRestored(result, status, fx); !s.ok()) {
         retry_.Failed("restore checkpoint", s, now, status, fx);
       } else {
         retry_.Succeeded();

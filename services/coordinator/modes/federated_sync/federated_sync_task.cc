@@ -189,7 +189,7 @@ void FederatedSyncTask::OnWorkDone(const WorkResult& result, absl::Time now, v1:
   }
   if (kind == Kind::kRestore) {
     fx.changed = true;
-    if (absl::Status s = model_.OnRestored(result, status); !s.ok()) {
+    if (absl::Status s = model_.OnRestored(result, status, fx); !s.ok()) {
       retry_.Failed("restore checkpoint", s, now, status, fx);
     } else {
       retry_.Succeeded();
