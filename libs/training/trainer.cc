@@ -258,6 +258,7 @@ absl::StatusOr<TrainStats> Trainer::TrainBatches(uint32_t n,
       loss_total += l;
       stats.samples += take;
       ++stats.batches;
+      if (m.options.after_batch) m.options.after_batch(keep_going);
     }
   } catch (const std::exception& e) {
     return TorchError("training", e);

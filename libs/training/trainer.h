@@ -25,6 +25,11 @@ struct TrainerOptions {
   // Samples per forward pass in Evaluate(). Small batches keep the convolutions' working set in
   // cache (1000 was about 15% slower per sample than 128 on the 2-core dev machine).
   int eval_batch_size = 128;
+  // Called after every batch TrainBatches() trains, with that call's keep_going; null: nothing.
+  // It may block (shoal-peer --test-slow-batch pauses here, to play a slow peer) and should
+  // return early once keep_going turns false; TrainBatches asks keep_going again before the
+  // next batch.
+  std::function<void(const std::function<bool()>& keep_going)> after_batch;
 
   // INVALID_ARGUMENT naming the field: unknown model, batch_size, optimizer, shard, device.
   absl::Status Validate() const;

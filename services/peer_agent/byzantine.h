@@ -29,10 +29,12 @@ class ByzantineFault {
   // The MODE it was parsed from ("" when honest).
   const std::string& mode() const { return mode_; }
 
-  // Federated-sync: the delta pushed to the aggregator, in place (models are large).
+  // Federated-sync and federated-async: the delta pushed to the aggregator, in place (models
+  // are large).
   void CorruptDelta(std::vector<float>& delta) const;
-  // Decentralized: the round update the others fetch, `model` = base + factor · (model − base),
-  // in place. INVALID_ARGUMENT when the sizes differ.
+  // Decentralized: the round update the others fetch (and that every participant, this one
+  // included, aggregates), `model` = base + factor · (model − base), in place.
+  // INVALID_ARGUMENT when the sizes differ.
   absl::Status CorruptModel(const tensor::FlatModel& base, tensor::FlatModel& model) const;
 
  private:

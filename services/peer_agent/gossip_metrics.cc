@@ -15,7 +15,8 @@ namespace {
 constexpr char kFailed[] = "shoal_peer_gossip_fetches_failed_total";
 constexpr char kFailedHelp[] =
     "Gossip fetches that failed, by reason: refused (unreachable, unavailable, other errors), "
-    "invalid (mismatched or non-finite snapshot), no_state (the peer has published nothing yet).";
+    "invalid (mismatched or non-finite snapshot, or farther than max_update_norm), no_state (the "
+    "peer has published nothing yet).";
 constexpr char kScore[] = "shoal_peer_gossip_peer_score";
 constexpr char kScoreHelp[] =
     "Flow-control scores of this peer's gossip candidates: min, mean and max over the members.";

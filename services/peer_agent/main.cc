@@ -1,6 +1,7 @@
 // shoal-peer: a peer agent. Flags -> PeerOptions -> PeerServer -> run until SIGTERM.
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -42,7 +43,12 @@ ABSL_FLAG(std::string, join_token, "",
 ABSL_FLAG(std::string, test_byzantine, "",
           "TEST ONLY fault injection: corrupt what this peer contributes, MODE scale:FACTOR "
           "(its delta times FACTOR, e.g. scale:-10) or sign-flip (its delta negated): the "
-          "pushed delta (federated-sync) or the round update others average (decentralized)");
+          "pushed delta (federated-sync, federated-async) or the round update every participant "
+          "aggregates (decentralized)");
+
+ABSL_FLAG(int64_t, test_slow_batch, 0,
+          "TEST ONLY slow peer: sleep MS milliseconds after each training batch, in every mode "
+          "(0 = off)");
 
 // Static gossip membership without a coordinator (services/peer_agent/static_gossip.h).
 ABSL_FLAG(std::string, dpwa_config, "",
@@ -86,6 +92,7 @@ int RunStaticGossip() {
   options.final_model_out = absl::GetFlag(FLAGS_final_model_out);
   options.report_out = absl::GetFlag(FLAGS_report_out);
   options.exit_when_done = absl::GetFlag(FLAGS_exit_when_done);
+  options.test_slow_batch = absl::Milliseconds(absl::GetFlag(FLAGS_test_slow_batch));
   if (const std::string shard = absl::GetFlag(FLAGS_shard); !shard.empty()) {
     absl::StatusOr<shoal::training::ShardSpec> parsed =
         shoal::training::ParseShardSpec(shard, "--shard");
@@ -114,7 +121,7 @@ int main(int argc, char** argv) {
        .usage = "--coordinator HOST:PORT --data-dir DIR --shard I/N (--tls-dir DIR | --insecure) "
                 "[--listen HOST:PORT] [--advertise HOST:PORT] [--metrics-listen HOST:PORT] "
                 "[--name ID] [--device cpu|cuda] [--torch-threads N] [--join-token TOKEN] "
-                "[--address-file PATH] [--test-byzantine MODE]\n"
+                "[--address-file PATH] [--test-byzantine MODE] [--test-slow-batch MS]\n"
                 "--dpwa-config FILE --dpwa-node NAME --task-file FILE --data-dir DIR "
                 "(--tls-dir DIR | --insecure) [--shard I/N] [--listen HOST:PORT] "
                 "[--final-model-out FILE] [--report-out FILE] [--exit-when-done]",
@@ -137,6 +144,7 @@ int main(int argc, char** argv) {
   options.join_token = absl::GetFlag(FLAGS_join_token);
   options.advertise = absl::GetFlag(FLAGS_advertise);
   options.test_byzantine = absl::GetFlag(FLAGS_test_byzantine);
+  options.test_slow_batch = absl::Milliseconds(absl::GetFlag(FLAGS_test_slow_batch));
   if (const char* token = std::getenv("SHOAL_JOIN_TOKEN");
       options.join_token.empty() && token != nullptr) {
     options.join_token = token;

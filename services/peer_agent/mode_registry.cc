@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/peer_agent/modes/decentralized/decentralized_runner.h"
+#include "services/peer_agent/modes/federated_async/federated_async_runner.h"
 #include "services/peer_agent/modes/federated_sync/federated_sync_runner.h"
 #include "services/peer_agent/modes/gossip/gossip_runner.h"
 
@@ -15,6 +16,7 @@ constexpr ModeEntry kModes[] = {
     {common::v1::MODE_FEDERATED_SYNC, "federated-sync", &CreateFederatedSyncRunner},
     {common::v1::MODE_DECENTRALIZED, "decentralized", &CreateDecentralizedRunner},
     {common::v1::MODE_GOSSIP, "gossip", &CreateGossipRunner},
+    {common::v1::MODE_FEDERATED_ASYNC, "federated-async", &CreateFederatedAsyncRunner},
 };
 
 }  // namespace

@@ -32,7 +32,7 @@ struct ModeRunnerDeps {
   training::Trainer* trainer = nullptr;    // this peer's model and data; the worker thread only
   SnapshotStore* snapshots = nullptr;      // where the runner publishes what other peers fetch
   PeerClient* peers = nullptr;             // other peers' PeerService (decentralized, gossip)
-  aggregator::AggregatorClient* aggregator = nullptr;  // the aggregator (federated-sync)
+  aggregator::AggregatorClient* aggregator = nullptr;  // the aggregator (federated modes)
   PeerMetrics* metrics = nullptr;
   const Clock* clock = nullptr;
   // Notified whenever a keep_going predicate handed to the runner may have turned false (an
@@ -53,10 +53,11 @@ struct ModeRunnerDeps {
   std::function<void(const coordinator::v1::PeerMessage&)> send;
 };
 
-// The peer-side logic of one task in one training mode (federated-sync, decentralized, gossip;
-// services/peer_agent/modes/<mode>/). PeerAgent, the mode-agnostic host, creates one through
-// the mode registry (mode_registry.h) when a task is assigned (it owns the trainer, the data and
-// the snapshot store and hands them over in ModeRunnerDeps) and destroys it when the task ends.
+// The peer-side logic of one task in one training mode (federated-sync, federated-async,
+// decentralized, gossip; services/peer_agent/modes/<mode>/). PeerAgent, the mode-agnostic host,
+// creates one through the mode registry (mode_registry.h) when a task is assigned (it owns the
+// trainer, the data and the snapshot store and hands them over in ModeRunnerDeps) and destroys
+// it when the task ends.
 // Every event of the task reaches the runner, a repeated TaskAssigned of the same task included
 // (e.g. with a new aggregator address).
 //

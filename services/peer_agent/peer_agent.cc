@@ -8,6 +8,7 @@
 #include "libs/common/status_macros.h"
 #include "services/peer_agent/mode_registry.h"
 #include "services/peer_agent/reports.h"
+#include "services/peer_agent/slow_batch.h"
 
 namespace shoal::peer {
 namespace {
@@ -32,6 +33,9 @@ absl::Status PeerAgentOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("device must be cpu or cuda, got ", device));
   }
   if (max_queued_events == 0) return absl::InvalidArgumentError("max_queued_events must be > 0");
+  if (test_slow_batch < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("test_slow_batch must be >= 0");
+  }
   return absl::OkStatus();
 }
 
@@ -253,6 +257,7 @@ void PeerAgent::HandleTaskAssigned(const CoordinatorEvent& ev) {
   trainer_options.spec = m.spec();
   trainer_options.shard = options_.shard;
   trainer_options.device = options_.device;
+  trainer_options.after_batch = SlowBatchPause(options_.test_slow_batch, wakeup_);
   const absl::Time start = clock_.Now();
   absl::StatusOr<std::unique_ptr<training::Trainer>> trainer =
       training::Trainer::Create(trainer_options, *train_, *test_);

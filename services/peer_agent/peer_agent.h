@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "libs/common/clock.h"
 #include "libs/rpc/retry.h"
 #include "libs/training/fashion_mnist.h"
@@ -32,6 +33,9 @@ struct PeerAgentOptions {
   size_t max_queued_events = 1024;
   // Test-only (--test-byzantine): handed to every runner; inactive by default.
   ByzantineFault byzantine;
+  // Test-only (--test-slow-batch): every training batch of every task takes this much longer
+  // (a pause on the agent's clock that stopping cuts short). Zero: off.
+  absl::Duration test_slow_batch = absl::ZeroDuration();
 
   absl::Status Validate() const;
 };

@@ -61,6 +61,17 @@ PeerMetrics::PeerMetrics(prometheus::Registry& r)
               .Register(r)
               .Add({}, prometheus::Histogram::BucketBoundaries{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                                2, 5, 10, 30})),
+      updates_excluded(Counter(r, "shoal_peer_decentralized_updates_excluded_total",
+                               "Round updates left out of this peer's aggregate: delta norm "
+                               "over max_update_norm, or trained on 0 samples.")),
+      async_pushes_accepted(Counter(r, "shoal_peer_async_pushes_accepted_total",
+                                    "Federated-async pushes the aggregator's buffer accepted.")),
+      async_stale_refusals(Counter(r, "shoal_peer_async_stale_refusals_total",
+                                   "Federated-async pushes refused with FAILED_PRECONDITION "
+                                   "(trained from a version older than max_staleness allows, "
+                                   "or the buffer is closed) and dropped.")),
+      async_versions_evaluated(Counter(r, "shoal_peer_async_versions_evaluated_total",
+                                       "Federated-async model versions evaluated (EvalReports).")),
       gossip(r) {}
 
 }  // namespace shoal::peer

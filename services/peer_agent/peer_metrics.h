@@ -39,6 +39,11 @@ struct PeerMetrics {
   prometheus::Counter& sync_transfers;      // shoal_peer_decentralized_sync_transfers_total
   prometheus::Counter& sync_failures;       // shoal_peer_decentralized_sync_failures_total
   prometheus::Histogram& sharing_duration;  // shoal_peer_decentralized_sharing_duration_seconds
+  prometheus::Counter& updates_excluded;    // shoal_peer_decentralized_updates_excluded_total
+  // Federated-async mode:
+  prometheus::Counter& async_pushes_accepted;     // shoal_peer_async_pushes_accepted_total
+  prometheus::Counter& async_stale_refusals;      // shoal_peer_async_stale_refusals_total
+  prometheus::Counter& async_versions_evaluated;  // shoal_peer_async_versions_evaluated_total
   // Gossip mode (services/peer_agent/gossip_metrics.h):
   GossipPeerMetrics gossip;
 };

@@ -34,6 +34,11 @@ absl::Status PeerOptions::Validate() const {
     if (hp.port == 0) return absl::InvalidArgumentError("--advertise: port must not be 0");
   }
   SHOAL_RETURN_IF_ERROR(ByzantineFault::Parse(test_byzantine).status());
+  if (test_slow_batch < absl::ZeroDuration() || test_slow_batch > absl::Hours(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--test-slow-batch: must be in [0, 3600000] milliseconds, got ",
+                     absl::ToInt64Milliseconds(test_slow_batch)));
+  }
   SHOAL_RETURN_IF_ERROR(ParseHostPort(metrics_listen, "--metrics-listen").status());
   if (data_dir.empty()) return absl::InvalidArgumentError("--data-dir is required");
   SHOAL_RETURN_IF_ERROR(Flag("--data-dir", training::CheckFashionMnistDir(data_dir)));
@@ -108,6 +113,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   agent_options.shard = options.shard;
   agent_options.device = options.device;
   SHOAL_ASSIGN_OR_RETURN(agent_options.byzantine, ByzantineFault::Parse(options.test_byzantine));
+  agent_options.test_slow_batch = options.test_slow_batch;
   SHOAL_ASSIGN_OR_RETURN(
       s->agent_,
       PeerAgent::Create(
@@ -133,6 +139,11 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
                ": TEST-ONLY FAULT INJECTION: this peer CORRUPTS every update it contributes "
                "(factor ",
                agent_options.byzantine.factor(), "); never use it outside tests ***");
+  }
+  if (options.test_slow_batch > absl::ZeroDuration()) {
+    LogWarning("*** --test-slow-batch ", absl::ToInt64Milliseconds(options.test_slow_batch),
+               ": TEST-ONLY SLOW PEER: every training batch is followed by a pause of that many "
+               "milliseconds; never use it outside tests ***");
   }
   if (!credentials.secure()) {
     LogWarning("--insecure: PLAINTEXT gRPC without authentication; use only on a trusted network");

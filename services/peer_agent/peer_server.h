@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "libs/metrics/metrics_server.h"
 #include "libs/rpc/server.h"
 #include "libs/rpc/tls.h"
@@ -39,6 +40,8 @@ struct PeerOptions {
   // Test-only (--test-byzantine MODE): "scale:FACTOR" or "sign-flip" corrupts what this peer
   // contributes (see services/peer_agent/byzantine.h); empty: honest.
   std::string test_byzantine;
+  // Test-only (--test-slow-batch MS): every training batch takes this much longer; zero: off.
+  absl::Duration test_slow_batch = absl::ZeroDuration();
 
   // Checks every field without connecting anywhere: addresses parse, the data directory holds
   // the Fashion-MNIST files, the device exists. Errors are INVALID_ARGUMENT (NOT_FOUND for a

@@ -4,6 +4,7 @@
 
 #include "services/peer_agent/modes/decentralized/decentralized_runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -55,10 +56,11 @@ common::v1::TaskSpec Spec() {
 class TestPeer {
  public:
   TestPeer(const std::string& id, int shard, int shards, const training::RawDataset& train,
-           const training::RawDataset& test, ByzantineFault byzantine = {})
+           const training::RawDataset& test, ByzantineFault byzantine = {},
+           const common::v1::TaskSpec& spec = Spec())
       : id_(id), metrics_(registry_), client_(nullptr, &metrics_) {
     training::TrainerOptions options;
-    options.spec = Spec();
+    options.spec = spec;
     options.shard =
         training::ShardSpec{static_cast<uint32_t>(shard), static_cast<uint32_t>(shards)};
     auto trainer = training::Trainer::Create(options, train, test);
@@ -75,7 +77,7 @@ class TestPeer {
     server_ = *std::move(server);
 
     ModeRunnerDeps deps;
-    *deps.assigned.mutable_spec() = Spec();
+    *deps.assigned.mutable_spec() = spec;
     deps.trainer = trainer_.get();
     deps.snapshots = &store_;
     deps.peers = &client_;
@@ -402,6 +404,71 @@ TEST_F(DecentralizedRunnerTest, ByzantinePeerSharesACorruptedUpdateAndKeepsItsOw
     ASSERT_NEAR(shared->model->values[i], want, 1e-5 + 1e-5 * std::fabs(want)) << i;
   }
   EXPECT_NE(shared->model->Digest(), trained->Digest());
+}
+
+// The round is aggregated with the task's strategy (here the coordinate-wise median) over the
+// deltas against the round's base: three participants that list each other in different
+// orders end bit-identical. A Byzantine participant's corrupted update is what every one of
+// them aggregates, itself included; with max_update_norm it is left out everywhere.
+TEST_F(DecentralizedRunnerTest, EveryParticipantAggregatesWithTheTaskStrategyIdentically) {
+  absl::StatusOr<ByzantineFault> fault = ByzantineFault::Parse("scale:1000");
+  ASSERT_TRUE(fault.ok()) << fault.status();
+  for (const double bound : {0.0, 50.0}) {
+    SCOPED_TRACE(bound);
+    common::v1::TaskSpec spec = Spec();
+    spec.set_aggregation(common::v1::AGGREGATION_MEDIAN);
+    spec.set_max_update_norm(bound);
+    TestPeer a("peer-a", 0, 3, *train_, *test_, *fault, spec);
+    TestPeer b("peer-b", 1, 3, *train_, *test_, {}, spec);
+    TestPeer c("peer-c", 2, 3, *train_, *test_, {}, spec);
+    std::vector<TestPeer*> all = {&a, &b, &c};
+    for (TestPeer* p : all) {
+      p->runner().Start();
+      p->Handle(RoundOpen(1));
+      ASSERT_NE(Find(p->Take(), PeerMessage::kRoundReady), nullptr);
+    }
+    // What the bound separates: the honest deltas are far below it, the Byzantine one far above.
+    const tensor::FlatModel base = a.runner().held();
+    for (TestPeer* p : all) {
+      auto update = p->store().Get(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
+      ASSERT_TRUE(update);
+      double norm = 0;
+      for (size_t i = 0; i < base.values.size(); ++i) {
+        const double d = static_cast<double>(update->model->values[i]) - base.values[i];
+        norm += d * d;
+      }
+      if (p == &a) {
+        ASSERT_GT(std::sqrt(norm), 500);
+      } else {
+        ASSERT_LT(std::sqrt(norm), 10);
+      }
+    }
+    a.Handle(PeerList(1, 1, {a.Endpoint(), b.Endpoint(), c.Endpoint()}));
+    b.Handle(PeerList(1, 1, {c.Endpoint(), b.Endpoint(), a.Endpoint()}));
+    c.Handle(PeerList(1, 1, {b.Endpoint(), a.Endpoint(), c.Endpoint()}));
+    for (TestPeer* p : all) p->Take();
+    std::vector<uint64_t> digests;
+    for (TestPeer* p : {&c, &a, &b}) {
+      p->Handle(StartSharing(1, 1));
+      const std::vector<PeerMessage> sent = p->Take();
+      const PeerMessage* done = Find(sent, PeerMessage::kSharingDone);
+      ASSERT_NE(done, nullptr);
+      digests.push_back(done->sharing_done().digest_xxh3());
+      EXPECT_EQ(done->sharing_done().num_samples(), bound > 0 ? 320u : 480u);
+      EXPECT_EQ(p->metrics().updates_excluded.Value(), bound > 0 ? 1 : 0);
+      EXPECT_EQ(p->runner().held().Digest(), done->sharing_done().digest_xxh3());
+    }
+    EXPECT_EQ(digests[0], digests[1]);
+    EXPECT_EQ(digests[1], digests[2]);
+    // The median of three ignores the outlier even without the bound: the model stays near
+    // the honest ones.
+    double moved = 0;
+    for (size_t i = 0; i < base.values.size(); ++i) {
+      moved = std::max(
+          moved, std::fabs(static_cast<double>(a.runner().held().values[i]) - base.values[i]));
+    }
+    EXPECT_LT(moved, 1.0);
+  }
 }
 
 }  // namespace

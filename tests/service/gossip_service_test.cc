@@ -1,8 +1,8 @@
 // Gossip runner end to end in one process: peers with a real PeerService on 127.0.0.1:0, a real
 // PeerClient, real LibTorch training on a small slice of Fashion-MNIST. Two honest peers exchange
 // snapshots (and end closer than peers that never talk); bad neighbours (wrong layout, NaN, no
-// state yet, unreachable) are rejected and lose score without stopping training; Stop is prompt;
-// membership updates apply at once.
+// state yet, unreachable, farther than max_update_norm) are rejected and lose score without
+// stopping training; Stop is prompt; membership updates apply at once.
 
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
@@ -312,6 +312,38 @@ TEST(GossipService, BadNeighboursAreRejectedAndDemoted) {
   EXPECT_TRUE(sent.back().has_eval_report());
   // The model is intact (never mixed with the NaN snapshot).
   for (float v : good.Params().values) ASSERT_TRUE(std::isfinite(v));
+}
+
+// The task's max_update_norm bounds one exchange: a snapshot farther from this model is
+// rejected like an invalid one (counted, the peer's score drops) and never mixed in, while a
+// near one is.
+TEST(GossipService, ASnapshotFartherThanMaxUpdateNormIsRejected) {
+  common::v1::TaskSpec spec = Spec(1.0, 2, 20);
+  spec.set_max_update_norm(50);
+  Peer good("good", spec, 0, 1);
+  Endpoint far("far"), near("near");
+  const tensor::FlatModel start = good.Params();
+  tensor::FlatModel shifted = start;
+  for (float& v : shifted.values) v += 1.0f;  // distance sqrt(#parameters), far above 50
+  ASSERT_GT(Distance(shifted, start), 100);
+  for (auto [endpoint, model] : {std::pair{&far, shifted}, std::pair{&near, start}}) {
+    Snapshot s;
+    s.task = "gossip-test";
+    s.model = std::make_shared<const tensor::FlatModel>(model);
+    s.clock = 5;
+    s.loss = 1;
+    endpoint->store.Publish(s);
+  }
+  good.Deliver(
+      Members({{"good", good.address()}, {"far", far.address()}, {"near", near.address()}}));
+  ASSERT_TRUE(good.WaitReturned(absl::Seconds(120)));
+  EXPECT_EQ(good.g().steps.Value(), 40);
+  EXPECT_GE(good.g().fetches_invalid.Value(), 1);    // far, then demoted
+  EXPECT_GE(good.g().fetches_succeeded.Value(), 1);  // near
+  EXPECT_LT(good.g().score_min.Value(), 1000);       // far's score dropped
+  EXPECT_LE(good.g().peer_distance.Value(), 50);     // every exchange that went through
+  // Never mixed with the far snapshot: still about as far from it as at the start.
+  EXPECT_GT(Distance(good.Params(), shifted), 50);
 }
 
 TEST(GossipService, WaitsForStartAndStopsPromptly) {

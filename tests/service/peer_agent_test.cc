@@ -541,6 +541,8 @@ TEST_F(PeerBinaryTest, BadFlagsExitTwoNamingTheFlag) {
       {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--advertise=127.0.0.1:0"}, "--advertise"},
       {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--test-byzantine=scale:x"},
        "--test-byzantine"},
+      {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--test-slow-batch=-5"},
+       "--test-slow-batch"},
   };
   for (const Case& c : cases) {
     ProcessResult r = RunPeer(c.args, absl::Seconds(30));

@@ -1,4 +1,4 @@
-// The decentralized peer's pure parts: the deterministic weighted average and the snapshot store.
+// The peer's snapshot store: one snapshot per kind.
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/tensor/flat_model.h"
-#include "services/peer_agent/modes/decentralized/average.h"
 #include "services/peer_agent/snapshot_store.h"
 
 namespace shoal::peer {
@@ -33,56 +32,6 @@ std::shared_ptr<const tensor::FlatModel> RandomModel(const tensor::ModelLayout& 
   m->values.resize(layout.total_elements());
   for (float& v : m->values) v = dist(gen);
   return m;
-}
-
-TEST(AverageUpdatesTest, WeightsBySamples) {
-  const tensor::ModelLayout layout = Layout();
-  auto a = std::make_shared<tensor::FlatModel>();
-  a->layout = layout;
-  a->values.assign(layout.total_elements(), 1.0f);
-  auto b = std::make_shared<tensor::FlatModel>();
-  b->layout = layout;
-  b->values.assign(layout.total_elements(), 4.0f);
-  absl::StatusOr<tensor::FlatModel> avg =
-      AverageUpdates({PeerUpdate{"p1", 300, a}, PeerUpdate{"p2", 100, b}});
-  ASSERT_TRUE(avg.ok()) << avg.status();
-  EXPECT_EQ(avg->layout, layout);
-  for (float v : avg->values) EXPECT_FLOAT_EQ(v, (300 * 1.0f + 100 * 4.0f) / 400);
-}
-
-TEST(AverageUpdatesTest, BitIdenticalWhateverTheInputOrder) {
-  const tensor::ModelLayout layout = Layout({64, 33}, {17});
-  std::vector<PeerUpdate> updates;
-  for (int i = 0; i < 7; ++i) {
-    updates.push_back(PeerUpdate{"peer-" + std::to_string(i), static_cast<uint64_t>(100 + 37 * i),
-                                 RandomModel(layout, static_cast<uint32_t>(i + 1))});
-  }
-  absl::StatusOr<tensor::FlatModel> first = AverageUpdates(updates);
-  ASSERT_TRUE(first.ok()) << first.status();
-  std::mt19937 gen(42);
-  for (int trial = 0; trial < 10; ++trial) {
-    std::shuffle(updates.begin(), updates.end(), gen);
-    absl::StatusOr<tensor::FlatModel> again = AverageUpdates(updates);
-    ASSERT_TRUE(again.ok()) << again.status();
-    EXPECT_EQ(again->Digest(), first->Digest());
-    EXPECT_EQ(0, std::memcmp(again->values.data(), first->values.data(),
-                             first->values.size() * sizeof(float)));
-  }
-}
-
-TEST(AverageUpdatesTest, RejectsBadInput) {
-  const tensor::ModelLayout layout = Layout();
-  auto m = RandomModel(layout, 1);
-  EXPECT_TRUE(absl::IsInvalidArgument(AverageUpdates({}).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(
-      AverageUpdates({PeerUpdate{"p", 1, m}, PeerUpdate{"p", 1, m}}).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(AverageUpdates({PeerUpdate{"p", 1, nullptr}}).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(
-      AverageUpdates({PeerUpdate{"p", 0, m}, PeerUpdate{"q", 0, m}}).status()));
-  auto other = RandomModel(Layout({4, 3}), 2);
-  absl::Status s = AverageUpdates({PeerUpdate{"p", 1, m}, PeerUpdate{"q", 1, other}}).status();
-  EXPECT_TRUE(absl::IsInvalidArgument(s));
-  EXPECT_THAT(s.message(), ::testing::HasSubstr("layout"));
 }
 
 TEST(SnapshotStoreTest, OneSnapshotPerKind) {

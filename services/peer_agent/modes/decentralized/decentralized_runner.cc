@@ -44,12 +44,25 @@ absl::StatusOr<std::unique_ptr<DecentralizedRunner>> DecentralizedRunner::Create
   if (deps.assigned.spec().round_deadline_seconds() > 0) {
     options.sync_budget = absl::Seconds(deps.assigned.spec().round_deadline_seconds());
   }
-  return std::unique_ptr<DecentralizedRunner>(new DecentralizedRunner(std::move(deps), options));
+  // Every participant aggregates the round with the task's strategy (unset: mean).
+  common::v1::TaskSpec spec = deps.assigned.spec();
+  if (spec.aggregation() == common::v1::AGGREGATION_UNSPECIFIED) {
+    spec.set_aggregation(common::v1::AGGREGATION_MEAN);
+  }
+  absl::StatusOr<aggregation::Strategy> strategy = aggregation::MakeStrategy(spec);
+  if (!strategy.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("task ", spec.name(), ": ", strategy.status().message()));
+  }
+  return std::unique_ptr<DecentralizedRunner>(
+      new DecentralizedRunner(std::move(deps), options, *std::move(strategy)));
 }
 
-DecentralizedRunner::DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunnerOptions options)
+DecentralizedRunner::DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunnerOptions options,
+                                         aggregation::Strategy strategy)
     : deps_(std::move(deps)),
       options_(options),
+      strategy_(std::move(strategy)),
       task_(deps_.assigned.spec().name()),
       trainer_(*deps_.trainer),
       snapshots_(*deps_.snapshots),
@@ -260,7 +273,7 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
   metrics_.samples_trained.Increment(static_cast<double>(stats->samples));
   metrics_.train_loss.Set(stats->mean_loss);
   metrics_.round_duration.Observe(static_cast<double>(train_ms) / 1000.0);
-  // Test-only: a Byzantine peer shares base + factor · (trained − base) and averages that too,
+  // Test-only: a Byzantine peer shares base + factor · (trained − base) and aggregates that too,
   // so every participant still ends the round with the same model.
   if (absl::Status s = deps_.byzantine.CorruptModel(held_, *params); !s.ok()) {
     SendError(r, s);

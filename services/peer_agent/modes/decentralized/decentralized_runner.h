@@ -13,13 +13,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "libs/aggregation/strategy.h"
 #include "libs/common/backoff.h"
 #include "libs/common/clock.h"
 #include "libs/rpc/retry.h"
 #include "libs/tensor/flat_model.h"
 #include "libs/training/trainer.h"
 #include "services/peer_agent/mode_runner.h"
-#include "services/peer_agent/modes/decentralized/average.h"
+#include "services/peer_agent/modes/decentralized/aggregate.h"
 #include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
@@ -44,17 +45,20 @@ struct DecentralizedRunnerOptions {
 // The peer side of one decentralized task. Holds the model of the last completed round it took
 // part in (or synced to); per round: RoundOpen -> JoinRound, train, publish ROUND_UPDATE,
 // RoundReady; PeerList -> probe the others in parallel -> ConnectionsReport; StartSharing or
-// PeerList{sharing} -> fetch the others' ROUND_UPDATEs, AverageUpdates, load, publish GLOBAL,
-// SharingDone; ModelPublished -> EvalReport; SyncFrom -> fetch the provider's GLOBAL, load,
-// SyncDone, ModelHeld; JoinRefused / ConnectionFailed -> back to the pre-round model.
-// Optimizer state stays local (reset after a sync). The round flow is in decentralized_runner.cc,
-// the exchange with the other participants (probes, sharing, sync) in decentralized_sharing.cc.
-// Owned by the agent, which makes it through the mode registry; the deps must outlive it.
-// Threading: see ModeRunner (Supersedes() is stateless; everything else on the worker, plus one
-// thread per participant while probing or fetching, joined before the handler returns).
+// PeerList{sharing} -> fetch the others' ROUND_UPDATEs, aggregate them with the task's strategy
+// as deltas against the round's base (AggregateRound: in peer-id order, leaving out updates over
+// max_update_norm), load, publish GLOBAL, SharingDone; ModelPublished -> EvalReport; SyncFrom ->
+// fetch the provider's GLOBAL, load, SyncDone, ModelHeld; JoinRefused / ConnectionFailed -> back to
+// the pre-round model. Optimizer state stays local (reset after a sync). The round flow is in
+// decentralized_runner.cc, the exchange with the other participants (probes, sharing, sync) in
+// decentralized_sharing.cc. Owned by the agent, which makes it through the mode registry; the deps
+// must outlive it. Threading: see ModeRunner (Supersedes() is stateless; everything else on the
+// worker, plus one thread per participant while probing or fetching, joined before the handler
+// returns).
 class DecentralizedRunner final : public ModeRunner {
  public:
-  // Errors: INVALID_ARGUMENT when a dependency is missing or the task is not decentralized.
+  // Errors: INVALID_ARGUMENT when a dependency is missing, the task is not decentralized or its
+  // aggregation settings make no strategy.
   static absl::StatusOr<std::unique_ptr<DecentralizedRunner>> Create(
       ModeRunnerDeps deps, DecentralizedRunnerOptions options = {});
 
@@ -84,7 +88,8 @@ class DecentralizedRunner final : public ModeRunner {
     tensor::FlatModel base;  // the model held before the round, once held_ is the average
   };
 
-  DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunnerOptions options);
+  DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunnerOptions options,
+                      aggregation::Strategy strategy);
 
   void HandleRoundOpen(const coordinator::v1::RoundOpen& m,
                        const std::function<bool()>& keep_going);
@@ -111,6 +116,7 @@ class DecentralizedRunner final : public ModeRunner {
 
   const ModeRunnerDeps deps_;
   const DecentralizedRunnerOptions options_;
+  const aggregation::Strategy strategy_;  // the task's aggregation
   const std::string task_;
   training::Trainer& trainer_;
   SnapshotStore& snapshots_;

@@ -206,9 +206,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
   if (!keep_going()) return;
 
   std::vector<PeerUpdate> updates;
-  std::vector<std::string> ids;
   for (const PeerEndpoint& p : participants_) {
-    ids.push_back(p.peer_id());
     if (p.peer_id() == deps_.peer_id) {
       updates.push_back(PeerUpdate{deps_.peer_id, round_->num_samples, round_->update});
       continue;
@@ -221,23 +219,34 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
     }
     updates.push_back(it->second);
   }
-  uint64_t total_samples = 0;
-  for (const PeerUpdate& u : updates) total_samples += u.num_samples;
-  absl::StatusOr<tensor::FlatModel> average = AverageUpdates(std::move(updates));
-  absl::Status s = average.status();
-  if (s.ok()) s = trainer_.SetParameters(*average);
+  // The round's shared base: the model every participant held before the round (already moved
+  // to round_->base when this is a re-share after a participant left).
+  const tensor::FlatModel& base = model_round_ < round ? held_ : round_->base;
+  absl::StatusOr<RoundAggregate> aggregate =
+      AggregateRound(strategy_, base, std::move(updates), deps_.assigned.spec().max_update_norm());
+  absl::Status s = aggregate.status();
+  if (s.ok()) s = trainer_.SetParameters(aggregate->model);
   if (!s.ok()) {
-    LogError("task ", task_, " round ", round, ": cannot average: ", s.message());
+    LogError("task ", task_, " round ", round, ": cannot aggregate: ", s.message());
     SendError(round, s);
     return;
+  }
+  for (const ExcludedUpdate& x : aggregate->excluded) {
+    metrics_.updates_excluded.Increment();
+    LogWarning("task ", task_, " round ", round, ": left the update of ", x.peer_id,
+               " out of the aggregate: ", x.reason);
+  }
+  if (!aggregate->note.empty()) {
+    LogWarning("task ", task_, " round ", round, ": ", strategy_.name(), ": ", aggregate->note);
   }
   if (model_round_ < round) {
     round_->base = std::move(held_);  // restored if this peer is removed from the round later
   }
-  held_ = *std::move(average);
+  held_ = std::move(aggregate->model);
   model_round_ = round;
   params_are_held_ = true;
   round_->shared_attempt = attempt;
+  const uint64_t total_samples = aggregate->num_samples;
   const uint64_t digest = held_.Digest();
   Snapshot global;
   global.task = task_;
@@ -251,10 +260,11 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
   const double seconds = absl::ToDoubleSeconds(clock_.Now() - start);
   metrics_.sharing_duration.Observe(seconds);
   metrics_.rounds_completed.Increment();
-  std::sort(ids.begin(), ids.end());
   LogInfo(absl::StrFormat(
-      "task %s round %d attempt %d: averaged %d updates (%s; %d samples) in %.3f s, digest %016x",
-      task_, round, attempt, ids.size(), Names(ids), total_samples, seconds, digest));
+      "task %s round %d attempt %d: aggregated %d updates with %s (%s; %d samples; left out: "
+      "%d) in %.3f s, digest %016x",
+      task_, round, attempt, aggregate->included.size(), strategy_.name(),
+      Names(aggregate->included), total_samples, aggregate->excluded.size(), seconds, digest));
   PeerMessage out;
   auto* done = out.mutable_sharing_done();
   done->set_round(round);

@@ -452,6 +452,17 @@ class GossipRunner final : public ModeRunner {
       const double d = static_cast<double>(after->values[i]) - got.model.values[i];
       distance += d * d;
     }
+    distance = std::sqrt(distance);
+    // The task's max_update_norm bounds how far one exchange may move this model: a snapshot
+    // farther away is treated like any other invalid one.
+    if (const double bound = spec_.max_update_norm(); bound > 0 && !(distance <= bound)) {
+      flow_.Record(r.peer_id, gossip::FetchOutcome::kInvalid, now);
+      g.fetches_invalid.Increment();
+      const std::string why =
+          absl::StrCat("its distance ", distance, " to this model exceeds max_update_norm ", bound);
+      LogWarning("gossip ", spec_.name(), ": rejected the snapshot of ", r.peer_id, ": ", why);
+      return absl::InvalidArgumentError(why);
+    }
     absl::Status s = config_.mix_post_step
                          ? gossip::Interpolate(*f, got.model.values, absl::MakeSpan(after->values))
                          : gossip::InterpolateKeepingStep(*f, got.model.values, before.values,
@@ -474,7 +485,7 @@ class GossipRunner final : public ModeRunner {
     g.bytes_pulled.Increment(static_cast<double>(bytes));
     g.interpolation_factor.Observe(*f);
     g.fetch_duration.Observe(absl::ToDoubleSeconds(r.took));
-    g.peer_distance.Set(std::sqrt(distance));
+    g.peer_distance.Set(distance);
     return absl::OkStatus();
   }
 

@@ -33,9 +33,11 @@ class PeerClient;  // services/peer_agent/peer_client.h
 // loss: serving never blocks training) -> with fetch_probability choose a peer (flow control)
 // and start one fetch on the fetcher thread (at most one in flight, bounded by timeout_ms) ->
 // train one batch -> wait for the fetch -> validate (layout, dtype, finite values: PeerClient;
-// finite clock/loss here) -> f from the interpolation method -> mix -> clock update -> score.
-// Failures (timeout, refused, bad snapshot) lower the peer's score and demote it with backoff;
-// "no snapshot yet" only skips it briefly. No step ever waits for a peer longer than timeout_ms.
+// finite clock/loss, and L2 distance to this model at most the task's max_update_norm when
+// set, here) -> f from the interpolation method -> mix -> clock update -> score.
+// Failures (timeout, refused, bad or too distant snapshot) lower the peer's score and demote it
+// with backoff; "no snapshot yet" only skips it briefly. No step ever waits for a peer longer than
+// timeout_ms.
 //
 // Mixing order. dpwa mixes the weights after the step with the snapshot the peer published
 // before its own step: p = f·peer + (1−f)·(p0 + Δ), so this peer's own update Δ is scaled by

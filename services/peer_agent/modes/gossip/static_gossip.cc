@@ -18,6 +18,7 @@
 #include "libs/task/task_file.h"
 #include "libs/tensor/model_file.h"
 #include "services/peer_agent/modes/gossip/gossip_runner.h"
+#include "services/peer_agent/slow_batch.h"
 
 namespace shoal::peer {
 namespace {
@@ -47,6 +48,11 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   if (options.torch_threads < 1 || options.torch_threads > 256) {
     return absl::InvalidArgumentError(
         absl::StrCat("--torch-threads: must be in [1, 256], got ", options.torch_threads));
+  }
+  if (options.test_slow_batch < absl::ZeroDuration() || options.test_slow_batch > absl::Hours(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--test-slow-batch: must be in [0, 3600000] milliseconds, got ",
+                     absl::ToInt64Milliseconds(options.test_slow_batch)));
   }
 
   absl::StatusOr<gossip::DpwaConfig> config = gossip::LoadDpwaConfig(options.dpwa_config);
@@ -88,6 +94,7 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   trainer_options.data_dir = options.data_dir;
   trainer_options.shard = shard;
   trainer_options.device = options.device;
+  trainer_options.after_batch = SlowBatchPause(options.test_slow_batch, p->wakeup_);
   absl::StatusOr<std::unique_ptr<training::Trainer>> trainer =
       training::Trainer::Create(trainer_options);
   if (!trainer.ok()) return Flag("--data-dir", trainer.status());
@@ -145,6 +152,11 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   LogInfo("static gossip: node ", me->name, " of ", config->nodes.size(), " (", options.dpwa_config,
           "), task ", spec->name(), ", shard ", shard.ToString(), "; serving PeerService on ",
           p->server_->address(), ", metrics on ", p->metrics_server_->address());
+  if (options.test_slow_batch > absl::ZeroDuration()) {
+    LogWarning("*** --test-slow-batch ", absl::ToInt64Milliseconds(options.test_slow_batch),
+               ": TEST-ONLY SLOW PEER: every training batch is followed by a pause of that many "
+               "milliseconds; never use it outside tests ***");
+  }
   if (!credentials.secure()) {
     LogWarning("--insecure: PLAINTEXT gRPC without authentication; use only on a trusted network");
   }

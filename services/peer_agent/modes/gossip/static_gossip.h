@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "libs/common/clock.h"
 #include "libs/metrics/metrics_server.h"
 #include "libs/rpc/retry.h"
@@ -45,6 +46,8 @@ struct StaticGossipOptions {
   std::string final_model_out;  // --final-model-out: write the final model here (model file)
   std::string report_out;       // --report-out: write a JSON summary here when done
   bool exit_when_done = false;  // --exit-when-done: exit after the report (default: keep serving)
+  // Test-only (--test-slow-batch MS): every training batch takes this much longer; zero: off.
+  absl::Duration test_slow_batch = absl::ZeroDuration();
 };
 
 // The static gossip peer: loads the config, the task and the data, serves PeerService and

@@ -1,0 +1,188 @@
+// The decentralized round's aggregate (AggregateRound): the task's strategy over the deltas
+// against the round's base, bit-identical at every participant whatever order the updates
+// arrived in, with updates over max_update_norm left out everywhere.
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/aggregation/strategy.h"
+#include "libs/aggregation/update_validation.h"
+#include "libs/tensor/flat_model.h"
+#include "services/peer_agent/modes/decentralized/aggregate.h"
+
+namespace shoal::peer {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+tensor::ModelLayout Layout(std::vector<int64_t> weight = {3, 4}) {
+  absl::StatusOr<tensor::ModelLayout> layout =
+      tensor::ModelLayout::Create({{"a.weight", weight}, {"a.bias", {5}}});
+  EXPECT_TRUE(layout.ok()) << layout.status();
+  return *layout;
+}
+
+tensor::FlatModel Filled(const tensor::ModelLayout& layout, float value) {
+  tensor::FlatModel m;
+  m.layout = layout;
+  m.values.assign(layout.total_elements(), value);
+  return m;
+}
+
+// base + a random delta of about `scale` per element.
+std::shared_ptr<const tensor::FlatModel> Trained(const tensor::FlatModel& base, uint32_t seed,
+                                                 float scale = 0.1f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  auto m = std::make_shared<tensor::FlatModel>(base);
+  for (float& v : m->values) v += dist(gen);
+  return m;
+}
+
+aggregation::Strategy Make(common::v1::Aggregation kind) {
+  aggregation::StrategyOptions options;
+  options.kind = kind;
+  absl::StatusOr<aggregation::Strategy> s = aggregation::MakeStrategy(options);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *s;
+}
+
+bool SameBytes(const tensor::FlatModel& a, const tensor::FlatModel& b) {
+  return a.values.size() == b.values.size() &&
+         std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(float)) == 0;
+}
+
+TEST(AggregateRoundTest, MeanWeighsTheDeltasBySamples) {
+  const tensor::ModelLayout layout = Layout();
+  const tensor::FlatModel base = Filled(layout, 0.5f);
+  auto a = std::make_shared<const tensor::FlatModel>(Filled(layout, 1.0f));
+  auto b = std::make_shared<const tensor::FlatModel>(Filled(layout, 4.0f));
+  absl::StatusOr<RoundAggregate> r =
+      AggregateRound(Make(common::v1::AGGREGATION_MEAN), base,
+                     {PeerUpdate{"p2", 100, b}, PeerUpdate{"p1", 300, a}}, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model.layout, layout);
+  for (float v : r->model.values) EXPECT_FLOAT_EQ(v, (300 * 1.0f + 100 * 4.0f) / 400);
+  EXPECT_THAT(r->included, ElementsAre("p1", "p2"));
+  EXPECT_THAT(r->excluded, IsEmpty());
+  EXPECT_EQ(r->num_samples, 400u);
+  EXPECT_EQ(r->note, "");
+}
+
+class AnyOrderTest : public ::testing::TestWithParam<common::v1::Aggregation> {};
+
+// Two participants that received the same updates in different orders (and every other order
+// tried) end the round with bit-identical models.
+TEST_P(AnyOrderTest, ParticipantsEndBitIdenticalWhateverTheArrivalOrder) {
+  const aggregation::Strategy strategy = Make(GetParam());
+  const tensor::ModelLayout layout = Layout({64, 33});
+  std::mt19937 gen(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  tensor::FlatModel base = Filled(layout, 0);
+  for (float& v : base.values) v = dist(gen);
+  std::vector<PeerUpdate> updates;
+  for (int i = 0; i < 7; ++i) {
+    updates.push_back(PeerUpdate{"peer-" + std::to_string(i), static_cast<uint64_t>(100 + 37 * i),
+                                 Trained(base, static_cast<uint32_t>(i + 1))});
+  }
+  absl::StatusOr<RoundAggregate> first = AggregateRound(strategy, base, updates, 0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  for (int trial = 0; trial < 10; ++trial) {
+    std::shuffle(updates.begin(), updates.end(), gen);
+    absl::StatusOr<RoundAggregate> again = AggregateRound(strategy, base, updates, 0);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_TRUE(SameBytes(again->model, first->model)) << "order " << trial;
+    EXPECT_EQ(again->model.Digest(), first->model.Digest());
+    EXPECT_EQ(again->included, first->included);
+  }
+  // It is the configured strategy's result: check one coordinate by hand.
+  std::vector<double> deltas;
+  double weighted = 0;
+  double total = 0;
+  for (const PeerUpdate& u : updates) {
+    const float d = u.model->values[0] - base.values[0];
+    deltas.push_back(d);
+    weighted += static_cast<double>(u.num_samples) * d;
+    total += static_cast<double>(u.num_samples);
+  }
+  std::sort(deltas.begin(), deltas.end());
+  const double want = GetParam() == common::v1::AGGREGATION_MEDIAN ? deltas[3] : weighted / total;
+  EXPECT_NEAR(first->model.values[0], base.values[0] + want, 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, AnyOrderTest,
+                         ::testing::Values(common::v1::AGGREGATION_MEAN,
+                                           common::v1::AGGREGATION_MEDIAN),
+                         [](const auto& info) { return aggregation::StrategyName(info.param); });
+
+TEST(AggregateRoundTest, AnUpdateOverTheNormBoundIsLeftOut) {
+  const aggregation::Strategy mean = Make(common::v1::AGGREGATION_MEAN);
+  const tensor::ModelLayout layout = Layout();
+  const tensor::FlatModel base = Filled(layout, 1.0f);
+  auto a = Trained(base, 1);
+  auto b = Trained(base, 2);
+  auto big = Trained(base, 3, 100.0f);  // e.g. a Byzantine peer's scaled update
+  std::vector<float> delta(base.values.size());
+  for (size_t i = 0; i < delta.size(); ++i) delta[i] = big->values[i] - base.values[i];
+  const double big_norm = aggregation::L2Norm(delta);
+  ASSERT_GT(big_norm, 50);
+
+  absl::StatusOr<RoundAggregate> bounded = AggregateRound(
+      mean, base, {PeerUpdate{"a", 10, a}, PeerUpdate{"z", 10, big}, PeerUpdate{"b", 10, b}}, 50);
+  ASSERT_TRUE(bounded.ok()) << bounded.status();
+  EXPECT_THAT(bounded->included, ElementsAre("a", "b"));
+  ASSERT_EQ(bounded->excluded.size(), 1u);
+  EXPECT_EQ(bounded->excluded[0].peer_id, "z");
+  EXPECT_THAT(bounded->excluded[0].reason, HasSubstr("max_update_norm"));
+  EXPECT_EQ(bounded->num_samples, 20u);
+  // Exactly the aggregate without it.
+  absl::StatusOr<RoundAggregate> without =
+      AggregateRound(mean, base, {PeerUpdate{"b", 10, b}, PeerUpdate{"a", 10, a}}, 0);
+  ASSERT_TRUE(without.ok());
+  EXPECT_TRUE(SameBytes(bounded->model, without->model));
+
+  // Everything left out (or trained on nothing): the base model.
+  absl::StatusOr<RoundAggregate> none =
+      AggregateRound(mean, base, {PeerUpdate{"z", 10, big}, PeerUpdate{"empty", 0, a}}, 50);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_THAT(none->included, IsEmpty());
+  ASSERT_EQ(none->excluded.size(), 2u);
+  EXPECT_EQ(none->excluded[0].peer_id, "empty");
+  EXPECT_THAT(none->excluded[0].reason, HasSubstr("0 samples"));
+  EXPECT_TRUE(SameBytes(none->model, base));
+  EXPECT_FALSE(none->note.empty());
+}
+
+TEST(AggregateRoundTest, RejectsBadInput) {
+  const aggregation::Strategy mean = Make(common::v1::AGGREGATION_MEAN);
+  const tensor::ModelLayout layout = Layout();
+  const tensor::FlatModel base = Filled(layout, 0);
+  auto m = Trained(base, 1);
+  EXPECT_TRUE(absl::IsInvalidArgument(AggregateRound(mean, base, {}, 0).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      AggregateRound(mean, base, {PeerUpdate{"p", 1, m}, PeerUpdate{"p", 1, m}}, 0).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      AggregateRound(mean, base, {PeerUpdate{"p", 1, nullptr}}, 0).status()));
+  auto other = Trained(Filled(Layout({4, 3}), 0), 2);
+  absl::Status s =
+      AggregateRound(mean, base, {PeerUpdate{"p", 1, m}, PeerUpdate{"q", 1, other}}, 0).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_THAT(s.message(), HasSubstr("layout"));
+  auto nan = std::make_shared<tensor::FlatModel>(*m);
+  nan->values[3] = std::nanf("");
+  s = AggregateRound(mean, base, {PeerUpdate{"p", 1, m}, PeerUpdate{"q", 1, nan}}, 10).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_THAT(s.message(), HasSubstr("peer q"));
+}
+
+}  // namespace
+}  // namespace shoal::peer
