@@ -150,6 +150,10 @@ class PeerSideAggregator final : public aggregator::AggregatorClient {
   absl::Status ReleaseTask(const std::string&, const std::string&, absl::Time) override {
     return absl::UnimplementedError("not a peer call");
   }
+  absl::Status OpenBuffer(const std::string&, const aggregator::v1::OpenBufferRequest&,
+                          absl::Time) override {
+    return absl::UnimplementedError("not a peer call");
+  }
   std::unique_ptr<aggregator::AggregatorWatch> WatchTask(const std::string&, const std::string&,
                                                          TaskEventFn, WatchDoneFn) override {
     return nullptr;  // not a peer call
