@@ -13,4 +13,13 @@ std::shared_ptr<grpc::Channel> ChannelCache::Get(const std::string& address) {
   return channel;
 }
 
+void ChannelCache::Forget(const std::string& address) {
+  std::shared_ptr<grpc::Channel> old;  // released outside the lock
+  absl::MutexLock lock(&mu_);
+  auto it = channels_.find(address);
+  if (it == channels_.end()) return;
+  old = std::move(it->second);
+  channels_.erase(it);
+}
+
 }  // namespace shoal::rpc

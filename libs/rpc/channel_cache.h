@@ -20,6 +20,8 @@ class ChannelCache {
       : credentials_(std::move(credentials)) {}
 
   std::shared_ptr<grpc::Channel> Get(const std::string& address);
+  // Drops the channel of `address` (calls in flight keep it until they finish).
+  void Forget(const std::string& address);
 
  private:
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;

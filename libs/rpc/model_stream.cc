@@ -99,12 +99,12 @@ grpc::ServerWriteReactor<ModelChunk>* MakeFailedModelWriteReactor(const grpc::St
   return new FailedModelWriteReactor(status);
 }
 
-absl::StatusOr<ReceivedModel> ReadModelStream(grpc::ClientReaderInterface<ModelChunk>& reader,
-                                              const tensor::DecoderLimits& limits,
-                                              grpc::ClientContext* context) {
+absl::StatusOr<tensor::ReceivedModel> ReadModelStream(
+    grpc::ClientReaderInterface<ModelChunk>& reader, const tensor::DecoderLimits& limits,
+    grpc::ClientContext* context) {
   ModelChunk chunk;
   absl::Status local;
-  ReceivedModel received;
+  tensor::ReceivedModel received;
   std::optional<tensor::FrameDecoder> decoder;
   if (!reader.Read(&chunk)) {
     grpc::Status status = reader.Finish();

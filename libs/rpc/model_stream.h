@@ -67,18 +67,12 @@ class ModelWriteReactor : public grpc::ServerWriteReactor<common::v1::ModelChunk
 grpc::ServerWriteReactor<common::v1::ModelChunk>* MakeFailedModelWriteReactor(
     const grpc::Status& status);
 
-// What a client received from a model stream.
-struct ReceivedModel {
-  common::v1::ModelMeta meta;
-  tensor::FlatModel model;
-};
-
 // Reads a whole model stream (ModelMeta first, then frames), decoding and verifying it within
 // `limits`, then finishes the call. The call's own error status (e.g. NOT_FOUND from the server,
 // DEADLINE_EXCEEDED) is returned through FromGrpcStatus; a malformed stream is INVALID_ARGUMENT.
 // On a local decode error the call is cancelled through `context` when given, else the rest of
 // the stream is drained before Finish().
-absl::StatusOr<ReceivedModel> ReadModelStream(
+absl::StatusOr<tensor::ReceivedModel> ReadModelStream(
     grpc::ClientReaderInterface<common::v1::ModelChunk>& reader,
     const tensor::DecoderLimits& limits, grpc::ClientContext* context = nullptr);
 

@@ -21,6 +21,12 @@ inline constexpr size_t kDefaultChunkBytes = 1 << 20;
 // Largest chunk a decoder accepts; senders use kDefaultChunkBytes.
 inline constexpr size_t kMaxChunkBytes = 4 << 20;
 
+// A model received from a stream: the ModelMeta it started with and the model itself.
+struct ReceivedModel {
+  common::v1::ModelMeta meta;
+  FlatModel model;
+};
+
 // The ModelMeta that starts a stream of `model`.
 common::v1::ModelMeta MakeModelMeta(const std::string& task, uint64_t version,
                                     const FlatModel& model);

@@ -71,7 +71,7 @@ absl::StatusOr<tensor::FlatModel> GrpcAggregatorClient::GetModel(const std::stri
   request.set_peer_id(caller.peer_id);
   request.set_session_token(caller.session_token);
   auto reader = stub->GetModel(&context, request);
-  absl::StatusOr<rpc::ReceivedModel> received =
+  absl::StatusOr<tensor::ReceivedModel> received =
       rpc::ReadModelStream(*reader, tensor::DecoderLimits{}, &context);
   if (!received.ok()) return WithContext(received.status(), "GetModel", address);
   if (received->meta.task() != task || received->meta.version() != version) {

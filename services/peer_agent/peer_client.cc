@@ -1,43 +1,13 @@
 #include "services/peer_agent/peer_client.h"
 
-#include <grpcpp/grpcpp.h>
-
-#include <optional>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "libs/rpc/channel.h"
-#include "libs/rpc/status.h"
-#include "libs/tensor/frame_codec.h"
-#include "shoal/peer/v1/peer.grpc.pb.h"
-
 namespace shoal::peer {
-namespace {
-
-absl::Status WithContext(const absl::Status& s, const char* what, const std::string& address) {
-  if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat(what, " at peer ", address, ": ", s.message()));
-}
-
-// Runs a function when leaving a scope.
-template <typename F>
-class ScopeExit {
- public:
-  explicit ScopeExit(F f) : f_(std::move(f)) {}
-  ~ScopeExit() { f_(); }
-  ScopeExit(const ScopeExit&) = delete;
-  ScopeExit& operator=(const ScopeExit&) = delete;
-
- private:
-  F f_;
-};
-
-}  // namespace
 
 void CallCanceller::Cancel() {
   absl::MutexLock lock(&mu_);
   cancelled_ = true;
-  if (context_ != nullptr) context_->TryCancel();
+  if (abort_) abort_();
 }
 
 bool CallCanceller::cancelled() const {
@@ -45,137 +15,16 @@ bool CallCanceller::cancelled() const {
   return cancelled_;
 }
 
-bool CallCanceller::Attach(grpc::ClientContext* context) {
+bool CallCanceller::Attach(std::function<void()> abort) {
   absl::MutexLock lock(&mu_);
   if (cancelled_) return false;
-  context_ = context;
+  abort_ = std::move(abort);
   return true;
 }
 
 void CallCanceller::Detach() {
   absl::MutexLock lock(&mu_);
-  context_ = nullptr;
-}
-
-struct PeerClient::Stub {
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<peer::v1::PeerService::Stub> stub;
-};
-
-PeerClient::PeerClient(std::shared_ptr<grpc::ChannelCredentials> credentials, PeerMetrics* metrics)
-    : credentials_(std::move(credentials)), metrics_(metrics) {}
-
-std::shared_ptr<PeerClient::Stub> PeerClient::StubFor(const std::string& address) {
-  absl::MutexLock lock(&mu_);
-  auto& slot = stubs_[address];
-  if (!slot) {
-    slot = std::make_shared<Stub>();
-    slot->channel = credentials_ != nullptr ? rpc::MakeChannel(address, credentials_)
-                                            : rpc::MakeChannel(address);
-    slot->stub = peer::v1::PeerService::NewStub(slot->channel);
-  }
-  return slot;
-}
-
-void PeerClient::Forget(const std::string& address) {
-  std::shared_ptr<Stub> old;  // released outside the lock
-  absl::MutexLock lock(&mu_);
-  auto it = stubs_.find(address);
-  if (it == stubs_.end()) return;
-  old = std::move(it->second);
-  stubs_.erase(it);
-}
-
-absl::StatusOr<rpc::ReceivedModel> PeerClient::Fetch(const std::string& address,
-                                                     const peer::v1::GetSnapshotRequest& request,
-                                                     absl::Time deadline,
-                                                     const tensor::ModelLayout& expected,
-                                                     CallCanceller* canceller) {
-  std::shared_ptr<Stub> stub = StubFor(address);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(deadline));
-  if (canceller != nullptr && !canceller->Attach(&context)) {
-    return absl::CancelledError(absl::StrCat("GetSnapshot at peer ", address, ": cancelled"));
-  }
-  ScopeExit detach([canceller] {
-    if (canceller != nullptr) canceller->Detach();
-  });
-  auto fail = [&](const absl::Status& s, bool rejected) {
-    if (metrics_ != nullptr) {
-      metrics_->peer_fetches_failed.Increment();
-      if (rejected) metrics_->snapshots_rejected.Increment();
-    }
-    return WithContext(s, "GetSnapshot", address);
-  };
-
-  auto reader = stub->stub->GetSnapshot(&context, request);
-  common::v1::ModelChunk chunk;
-  if (!reader->Read(&chunk)) {
-    grpc::Status status = reader->Finish();
-    if (!status.ok()) return fail(rpc::FromGrpcStatus(status), false);
-    return fail(absl::InvalidArgumentError("snapshot stream ended before its ModelMeta"), true);
-  }
-  rpc::ReceivedModel received;
-  absl::Status local;
-  std::optional<tensor::FrameDecoder> decoder;
-  const bool by_round = request.kind() != peer::v1::SNAPSHOT_KIND_LATEST;
-  if (chunk.item_case() != common::v1::ModelChunk::kMeta) {
-    local = absl::InvalidArgumentError("snapshot stream does not start with a ModelMeta");
-  } else {
-    received.meta = chunk.meta();
-    const common::v1::ModelMeta& meta = received.meta;
-    if (!request.task().empty() && meta.task() != request.task()) {
-      local = absl::InvalidArgumentError(absl::StrCat(
-          "asked for a snapshot of task \"", request.task(), "\", got \"", meta.task(), "\""));
-    } else if (by_round && meta.version() != request.round()) {
-      local = absl::InvalidArgumentError(absl::StrCat(
-          "asked for round ", request.round(), ", got a snapshot of round ", meta.version()));
-    } else if (meta.num_tensors() != expected.num_tensors() ||
-               meta.total_bytes() != expected.total_bytes()) {
-      local = absl::InvalidArgumentError(
-          absl::StrCat("snapshot has ", meta.num_tensors(), " tensors / ", meta.total_bytes(),
-                       " bytes, this task's model has ", expected.num_tensors(), " / ",
-                       expected.total_bytes(), " (", expected.DebugString(), ")"));
-    } else {
-      decoder.emplace(tensor::FrameDecoder::ForLayout(expected, /*require_finite=*/true));
-    }
-  }
-  while (local.ok() && reader->Read(&chunk)) {
-    if (chunk.item_case() != common::v1::ModelChunk::kFrame) {
-      local = absl::InvalidArgumentError("snapshot stream carries a second ModelMeta");
-      break;
-    }
-    local = decoder->Add(chunk.frame());
-  }
-  if (!local.ok()) {
-    context.TryCancel();
-    reader->Finish();
-    return fail(local, true);
-  }
-  grpc::Status status = reader->Finish();
-  if (!status.ok()) return fail(rpc::FromGrpcStatus(status), false);
-  const uint64_t bytes = decoder->bytes_received();
-  absl::StatusOr<tensor::FlatModel> model = std::move(*decoder).Finish();
-  if (!model.ok()) return fail(model.status(), true);
-  received.model = *std::move(model);
-  if (metrics_ != nullptr) metrics_->peer_bytes_pulled.Increment(static_cast<double>(bytes));
-  return received;
-}
-
-absl::Status PeerClient::Probe(const std::string& address, const peer::v1::ProbeRequest& request,
-                               absl::Time deadline, CallCanceller* canceller) {
-  std::shared_ptr<Stub> stub = StubFor(address);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(deadline));
-  if (canceller != nullptr && !canceller->Attach(&context)) {
-    return absl::CancelledError(absl::StrCat("Probe at peer ", address, ": cancelled"));
-  }
-  ScopeExit detach([canceller] {
-    if (canceller != nullptr) canceller->Detach();
-  });
-  peer::v1::ProbeResponse response;
-  return WithContext(rpc::FromGrpcStatus(stub->stub->Probe(&context, request, &response)), "Probe",
-                     address);
+  abort_ = nullptr;
 }
 
 }  // namespace shoal::peer

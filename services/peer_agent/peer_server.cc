@@ -73,7 +73,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   SHOAL_ASSIGN_OR_RETURN(s->metrics_server_,
                          metrics::MetricsServer::Start(options.metrics_listen, "--metrics-listen"));
   s->metrics_ = std::make_unique<PeerMetrics>(s->metrics_server_->registry());
-  s->peer_client_ = std::make_unique<PeerClient>(credentials.channel(), s->metrics_.get());
+  s->peer_client_ = std::make_unique<GrpcPeerClient>(credentials.channel(), s->metrics_.get());
   PeerServer* self = s.get();
   PeerServiceOptions service_options;
   service_options.peer_id = [self] {

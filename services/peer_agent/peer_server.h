@@ -12,8 +12,8 @@
 #include "libs/rpc/tls.h"
 #include "libs/training/partition.h"
 #include "services/aggregator/grpc_aggregator_client.h"
+#include "services/peer_agent/grpc_peer_client.h"
 #include "services/peer_agent/peer_agent.h"
-#include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/peer_service.h"
 #include "services/peer_agent/session_client.h"
@@ -78,7 +78,7 @@ class PeerServer {
   std::unique_ptr<PeerServiceImpl> service_;
   std::unique_ptr<rpc::Server> server_;
   std::unique_ptr<aggregator::GrpcAggregatorClient> aggregator_client_;
-  std::unique_ptr<PeerClient> peer_client_;
+  std::unique_ptr<GrpcPeerClient> peer_client_;
   std::unique_ptr<PeerAgent> agent_;
   std::unique_ptr<SessionClient> session_;
 

@@ -183,7 +183,7 @@ absl::StatusOr<DownloadedModel> ControlClient::GetModel(const std::string& name,
   if (version.has_value()) request.set_version(*version);
   std::unique_ptr<grpc::ClientReader<common::v1::ModelChunk>> reader =
       stub_->stub->GetModel(&context, request);
-  absl::StatusOr<rpc::ReceivedModel> received =
+  absl::StatusOr<tensor::ReceivedModel> received =
       rpc::ReadModelStream(*reader, tensor::DecoderLimits(), &context);
   if (!received.ok()) {
     if (canceller != nullptr && canceller->cancelled()) return absl::CancelledError("cancelled");

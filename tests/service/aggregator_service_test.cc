@@ -122,8 +122,8 @@ class AggregatorServiceTest : public ::testing::Test {
     return response;
   }
 
-  absl::StatusOr<rpc::ReceivedModel> Get(const std::string& task,
-                                         std::optional<uint64_t> version = std::nullopt) {
+  absl::StatusOr<tensor::ReceivedModel> Get(const std::string& task,
+                                            std::optional<uint64_t> version = std::nullopt) {
     grpc::ClientContext ctx;
     rpc::SetTimeout(ctx, absl::Seconds(30));
     aggregator::v1::GetModelRequest request;

@@ -19,7 +19,7 @@
 #include "libs/training/fashion_mnist.h"
 #include "libs/training/trainer.h"
 #include "services/peer_agent/byzantine.h"
-#include "services/peer_agent/peer_client.h"
+#include "services/peer_agent/grpc_peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/peer_service.h"
 #include "services/peer_agent/snapshot_store.h"
@@ -129,7 +129,7 @@ class TestPeer {
   std::string id_;
   prometheus::Registry registry_;
   PeerMetrics metrics_;
-  PeerClient client_;
+  GrpcPeerClient client_;
   SnapshotStore store_;
   std::unique_ptr<training::Trainer> trainer_;
   std::unique_ptr<PeerServiceImpl> service_;

@@ -22,8 +22,8 @@
 #include "libs/task/task_file.h"
 #include "libs/training/fashion_mnist.h"
 #include "libs/training/trainer.h"
+#include "services/peer_agent/grpc_peer_client.h"
 #include "services/peer_agent/modes/gossip/gossip_runner.h"
-#include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/peer_service.h"
 #include "services/peer_agent/snapshot_store.h"
@@ -164,7 +164,7 @@ class Peer {
  private:
   const std::string id_;
   Endpoint endpoint_;
-  PeerClient client_;
+  GrpcPeerClient client_;
   std::unique_ptr<training::Trainer> trainer_;
   rpc::Wakeup wakeup_{RealClock::Get()};
   std::unique_ptr<ModeRunner> runner_;

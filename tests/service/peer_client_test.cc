@@ -1,6 +1,4 @@
-// PeerClient against a real in-process PeerService on 127.0.0.1:0 (plaintext).
-
-#include "services/peer_agent/peer_client.h"
+// GrpcPeerClient against a real in-process PeerService on 127.0.0.1:0 (plaintext).
 
 #include <cmath>
 #include <limits>
@@ -12,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "libs/metrics/metrics_server.h"
 #include "libs/rpc/server.h"
+#include "services/peer_agent/grpc_peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/peer_service.h"
 #include "services/peer_agent/snapshot_store.h"
@@ -41,7 +40,7 @@ class PeerClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
     metrics_ = std::make_unique<PeerMetrics>(registry_);
-    client_ = std::make_unique<PeerClient>(nullptr, metrics_.get());
+    client_ = std::make_unique<GrpcPeerClient>(nullptr, metrics_.get());
   }
 
   // Starts a PeerService over `store_` on 127.0.0.1:0.
@@ -84,7 +83,7 @@ class PeerClientTest : public ::testing::Test {
   prometheus::Registry registry_;
   std::unique_ptr<PeerMetrics> metrics_;
   SnapshotStore store_;
-  std::unique_ptr<PeerClient> client_;
+  std::unique_ptr<GrpcPeerClient> client_;
 };
 
 TEST_F(PeerClientTest, FetchesTheSnapshotOfTheKindAndRoundAsked) {
@@ -94,7 +93,7 @@ TEST_F(PeerClientTest, FetchesTheSnapshotOfTheKindAndRoundAsked) {
   auto update = Model(layout, 1.0f);
   PublishUpdate(3, update, 640);
 
-  absl::StatusOr<rpc::ReceivedModel> got = client_->Fetch(
+  absl::StatusOr<tensor::ReceivedModel> got = client_->Fetch(
       server->address(), Request(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE, 3), Deadline(), layout);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->meta.task(), "t1");

@@ -23,8 +23,8 @@
 #include "libs/rpc/retry.h"
 #include "libs/training/fashion_mnist.h"
 #include "libs/training/trainer.h"
+#include "services/peer_agent/grpc_peer_client.h"
 #include "services/peer_agent/peer_agent.h"
-#include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/slow_batch.h"
 #include "services/peer_agent/snapshot_store.h"
@@ -428,7 +428,7 @@ TEST_F(FederatedAsyncRunnerTest, TheAgentPausesAfterEveryBatchAndKeepsTrainingTh
   aggregator.Store("aggregator-a:1", 1, Shifted(v0, 0.01f));
   prometheus::Registry registry;
   PeerMetrics metrics(registry);
-  PeerClient peers(nullptr, &metrics);
+  GrpcPeerClient peers(nullptr, &metrics);
   SnapshotStore store;
   absl::Mutex mu;
   std::vector<PeerMessage> sent;

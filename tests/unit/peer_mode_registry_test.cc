@@ -14,8 +14,8 @@
 #include "libs/training/fashion_mnist.h"
 #include "libs/training/trainer.h"
 #include "services/aggregator/grpc_aggregator_client.h"
+#include "services/peer_agent/grpc_peer_client.h"
 #include "services/peer_agent/mode_registry.h"
-#include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
 
@@ -87,7 +87,7 @@ class RegistryTest : public ::testing::Test {
   prometheus::Registry registry_;
   PeerMetrics metrics_{registry_};
   SnapshotStore store_;
-  PeerClient peers_{nullptr, &metrics_};
+  GrpcPeerClient peers_{nullptr, &metrics_};
   aggregator::GrpcAggregatorClient aggregator_;
   rpc::Wakeup wakeup_{RealClock::Get()};
 };

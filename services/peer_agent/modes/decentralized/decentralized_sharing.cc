@@ -167,10 +167,10 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
         request.set_kind(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
         request.set_round(round);
         request.set_peer_id(deps_.peer_id);
-        absl::StatusOr<rpc::ReceivedModel> r = rpc::Retry(
+        absl::StatusOr<tensor::ReceivedModel> r = rpc::Retry(
             clock_, retry, absl::InfiniteFuture(),
             wakeup_.Sleeper([&stop] { return !stop.load(); }), [&](absl::Time deadline) {
-              absl::StatusOr<rpc::ReceivedModel> fetched =
+              absl::StatusOr<tensor::ReceivedModel> fetched =
                   peers_.Fetch(missing[i]->address(), request, deadline, layout, &cancellers[i]);
               if (!fetched.ok() && !absl::IsInvalidArgument(fetched.status())) {
                 LogWarning("task ", task_, " round ", round, ": fetching the update of ",
@@ -294,7 +294,7 @@ void DecentralizedRunner::HandleSyncFrom(const coordinator::v1::SyncFrom& m,
   retry.retryable = [](const absl::Status& s) {
     return !absl::IsInvalidArgument(s) && !absl::IsNotFound(s) && !absl::IsFailedPrecondition(s);
   };
-  absl::StatusOr<rpc::ReceivedModel> received = rpc::Retry(
+  absl::StatusOr<tensor::ReceivedModel> received = rpc::Retry(
       clock_, retry, deadline, wakeup_.Sleeper(keep_going), [&](absl::Time attempt_deadline) {
         // The deadline bounds the call; keep_going is checked between attempts.
         return peers_.Fetch(address, request, attempt_deadline, trainer_.layout());

@@ -44,7 +44,7 @@ class AsyncFetcher {
   };
   struct Result {
     std::string peer_id;
-    absl::StatusOr<rpc::ReceivedModel> model = absl::UnknownError("not run");
+    absl::StatusOr<tensor::ReceivedModel> model = absl::UnknownError("not run");
     absl::Duration took;
     bool cancelled = false;  // we cancelled it (stop): not the peer's fault
   };
@@ -432,7 +432,7 @@ class GossipRunner final : public ModeRunner {
       }
       return s;
     }
-    const rpc::ReceivedModel& got = *r.model;
+    const tensor::ReceivedModel& got = *r.model;
     absl::StatusOr<double> f =
         gossip::InterpolationFactor(config_, {clock_, loss_}, {got.meta.clock(), got.meta.loss()});
     if (f.ok() && got.model.values.size() != before.values.size()) {

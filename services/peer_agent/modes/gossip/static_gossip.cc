@@ -104,7 +104,7 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   SHOAL_ASSIGN_OR_RETURN(p->metrics_server_,
                          metrics::MetricsServer::Start(options.metrics_listen, "--metrics-listen"));
   p->metrics_ = std::make_unique<PeerMetrics>(p->metrics_server_->registry());
-  p->peer_client_ = std::make_unique<PeerClient>(credentials.channel(), p->metrics_.get());
+  p->peer_client_ = std::make_unique<GrpcPeerClient>(credentials.channel(), p->metrics_.get());
   PeerServiceOptions service_options;
   const std::string id = p->peer_id_;
   service_options.peer_id = [id] { return id; };

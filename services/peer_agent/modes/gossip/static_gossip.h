@@ -19,8 +19,8 @@
 #include "libs/rpc/tls.h"
 #include "libs/training/partition.h"
 #include "libs/training/trainer.h"
+#include "services/peer_agent/grpc_peer_client.h"
 #include "services/peer_agent/mode_runner.h"
-#include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/peer_service.h"
 #include "services/peer_agent/snapshot_store.h"
@@ -88,7 +88,7 @@ class StaticGossipPeer {
   SnapshotStore snapshots_;
   std::unique_ptr<PeerServiceImpl> service_;
   std::unique_ptr<rpc::Server> server_;
-  std::unique_ptr<PeerClient> peer_client_;
+  std::unique_ptr<GrpcPeerClient> peer_client_;
   std::unique_ptr<training::Trainer> trainer_;
   std::unique_ptr<ModeRunner> runner_;
   std::thread worker_;
