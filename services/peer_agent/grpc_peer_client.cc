@@ -51,25 +51,12 @@ absl::StatusOr<tensor::ReceivedModel> GrpcPeerClient::Fetch(
   tensor::ReceivedModel received;
   absl::Status local;
   std::optional<tensor::FrameDecoder> decoder;
-  const bool by_round = request.kind() != peer::v1::SNAPSHOT_KIND_LATEST;
   if (chunk.item_case() != common::v1::ModelChunk::kMeta) {
     local = absl::InvalidArgumentError("snapshot stream does not start with a ModelMeta");
   } else {
     received.meta = chunk.meta();
-    const common::v1::ModelMeta& meta = received.meta;
-    if (!request.task().empty() && meta.task() != request.task()) {
-      local = absl::InvalidArgumentError(absl::StrCat(
-          "asked for a snapshot of task \"", request.task(), "\", got \"", meta.task(), "\""));
-    } else if (by_round && meta.version() != request.round()) {
-      local = absl::InvalidArgumentError(absl::StrCat(
-          "asked for round ", request.round(), ", got a snapshot of round ", meta.version()));
-    } else if (meta.num_tensors() != expected.num_tensors() ||
-               meta.total_bytes() != expected.total_bytes()) {
-      local = absl::InvalidArgumentError(
-          absl::StrCat("snapshot has ", meta.num_tensors(), " tensors / ", meta.total_bytes(),
-                       " bytes, this task's model has ", expected.num_tensors(), " / ",
-                       expected.total_bytes(), " (", expected.DebugString(), ")"));
-    } else {
+    local = CheckSnapshotMeta(received.meta, request, expected);
+    if (local.ok()) {
       decoder.emplace(tensor::FrameDecoder::ForLayout(expected, /*require_finite=*/true));
     }
   }

@@ -2,7 +2,30 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace shoal::peer {
+
+absl::Status CheckSnapshotMeta(const common::v1::ModelMeta& meta,
+                               const peer::v1::GetSnapshotRequest& request,
+                               const tensor::ModelLayout& expected) {
+  if (!request.task().empty() && meta.task() != request.task()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "asked for a snapshot of task \"", request.task(), "\", got \"", meta.task(), "\""));
+  }
+  if (request.kind() != peer::v1::SNAPSHOT_KIND_LATEST && meta.version() != request.round()) {
+    return absl::InvalidArgumentError(absl::StrCat("asked for round ", request.round(),
+                                                   ", got a snapshot of round ", meta.version()));
+  }
+  if (meta.num_tensors() != expected.num_tensors() ||
+      meta.total_bytes() != expected.total_bytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("snapshot has ", meta.num_tensors(), " tensors / ", meta.total_bytes(),
+                     " bytes, this task's model has ", expected.num_tensors(), " / ",
+                     expected.total_bytes(), " (", expected.DebugString(), ")"));
+  }
+  return absl::OkStatus();
+}
 
 void CallCanceller::Cancel() {
   absl::MutexLock lock(&mu_);

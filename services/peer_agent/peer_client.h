@@ -32,6 +32,13 @@ class CallCanceller {
   std::function<void()> abort_ ABSL_GUARDED_BY(mu_);
 };
 
+// The checks a fetched snapshot's ModelMeta must pass before its frames are decoded: ModelMeta.task
+// the one asked for (when the request names one), ModelMeta.version == request.round for
+// ROUND_UPDATE/GLOBAL, and the tensor count and bytes of `expected`. INVALID_ARGUMENT otherwise.
+absl::Status CheckSnapshotMeta(const common::v1::ModelMeta& meta,
+                               const peer::v1::GetSnapshotRequest& request,
+                               const tensor::ModelLayout& expected);
+
 // Client of other peers' PeerService (decentralized and gossip modes). An interface: the gRPC
 // implementation is GrpcPeerClient (grpc_peer_client.h, its own target), tests use in-memory
 // ones (tests/fakes). Every call is one attempt bounded by its deadline; retrying is the

@@ -2,7 +2,26 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "libs/tensor/frame_codec.h"
+
 namespace shoal::peer {
+namespace {
+
+const char* KindName(peer::v1::SnapshotKind kind) {
+  switch (kind) {
+    case peer::v1::SNAPSHOT_KIND_LATEST:
+      return "LATEST";
+    case peer::v1::SNAPSHOT_KIND_ROUND_UPDATE:
+      return "ROUND_UPDATE";
+    case peer::v1::SNAPSHOT_KIND_GLOBAL:
+      return "GLOBAL";
+    default:
+      return "unknown";
+  }
+}
+
+}  // namespace
 
 int SnapshotStore::Slot(peer::v1::SnapshotKind kind) {
   switch (kind) {
@@ -49,6 +68,38 @@ std::optional<Snapshot> SnapshotStore::Get(peer::v1::SnapshotKind kind) const {
   if (slot < 0) return std::nullopt;
   absl::MutexLock lock(&mu_);
   return slots_[slot];
+}
+
+absl::StatusOr<SnapshotStore::Served> SnapshotStore::Serve(
+    const peer::v1::GetSnapshotRequest& request) const {
+  const peer::v1::SnapshotKind kind = request.kind();
+  if (!peer::v1::SnapshotKind_IsValid(kind) || Slot(kind) < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown snapshot kind ", static_cast<int>(kind)));
+  }
+  std::optional<Snapshot> snapshot = Get(kind);
+  if (!snapshot || !snapshot->model) {
+    return absl::NotFoundError(
+        absl::StrCat("this peer has published no ", KindName(kind), " snapshot yet"));
+  }
+  if (!request.task().empty() && request.task() != snapshot->task) {
+    return absl::NotFoundError(absl::StrCat("this peer has no snapshot of task \"", request.task(),
+                                            "\" (it has \"", snapshot->task, "\")"));
+  }
+  const bool by_round = kind != peer::v1::SNAPSHOT_KIND_LATEST;
+  if (by_round && request.round() != snapshot->round) {
+    return absl::FailedPreconditionError(absl::StrCat("asked for the ", KindName(kind),
+                                                      " snapshot of round ", request.round(),
+                                                      ", this peer holds round ", snapshot->round));
+  }
+  Served served;
+  served.meta = tensor::MakeModelMeta(
+      snapshot->task, by_round ? snapshot->round : snapshot->version, *snapshot->model);
+  served.meta.set_num_samples(snapshot->num_samples);
+  served.meta.set_clock(snapshot->clock);
+  served.meta.set_loss(snapshot->loss);
+  served.model = std::move(snapshot->model);
+  return served;
 }
 
 }  // namespace shoal::peer

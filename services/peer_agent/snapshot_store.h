@@ -5,8 +5,10 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "libs/tensor/flat_model.h"
+#include "shoal/common/v1/model.pb.h"
 #include "shoal/peer/v1/peer.pb.h"
 
 namespace shoal::peer {
@@ -42,6 +44,16 @@ class SnapshotStore {
   std::optional<Snapshot> Get(peer::v1::SnapshotKind kind) const ABSL_LOCKS_EXCLUDED(mu_);
   // Get(SNAPSHOT_KIND_LATEST).
   std::optional<Snapshot> Latest() const { return Get(peer::v1::SNAPSHOT_KIND_LATEST); }
+
+  // What PeerService.GetSnapshot answers `request` with: the snapshot and the ModelMeta that
+  // starts its stream (version = the round for ROUND_UPDATE/GLOBAL). Errors: INVALID_ARGUMENT an
+  // unknown kind; NOT_FOUND nothing of that kind (or of that task) published; FAILED_PRECONDITION
+  // a snapshot of another round.
+  struct Served {
+    std::shared_ptr<const tensor::FlatModel> model;
+    common::v1::ModelMeta meta;
+  };
+  absl::StatusOr<Served> Serve(const peer::v1::GetSnapshotRequest& request) const;
 
  private:
   static constexpr int kKinds = 3;
