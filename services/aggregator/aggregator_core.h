@@ -13,12 +13,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "libs/aggregation/weighted_mean.h"
 #include "libs/common/clock.h"
 #include "libs/tensor/flat_model.h"
 #include "libs/tensor/frame_codec.h"
 #include "services/aggregator/aggregator_metrics.h"
 #include "shoal/aggregator/v1/aggregator.pb.h"
+#include "shoal/common/v1/task.pb.h"
 #include "shoal/common/v1/tensor.pb.h"
 
 namespace shoal::aggregator {
@@ -35,6 +35,11 @@ struct AggregatorCoreOptions {
   int fold_threads = 2;
   // Bounds on models received with PutModel.
   tensor::DecoderLimits limits;
+  // Update memory one round or federated-async buffer may hold (--max-buffer-bytes): a
+  // non-streaming strategy holds its K updates (K x the model), a buffer K updates whatever the
+  // strategy, mean's running sum one model. OpenRound/OpenBuffer answer RESOURCE_EXHAUSTED above
+  // it. Staging buffers (max_concurrent_pushes) and the held model versions come on top.
+  uint64_t max_buffer_bytes = uint64_t{4} << 30;
 
   absl::Status Validate() const;
 };
@@ -55,7 +60,18 @@ struct OpenRoundParams {
   uint64_t round = 0;
   uint64_t base_version = 0;
   std::vector<std::string> expected_peers;
+  double max_update_norm = 0;                // 0 = no bound
+  v1::AggregationSettings aggregation = {};  // the round's strategy (unspecified: mean)
+};
+
+// AggregatorService.OpenBuffer (the proto's comments are the contract).
+struct OpenBufferParams {
+  std::string task;
+  uint64_t base_version = 0;
+  common::v1::AsyncSpec async;  // buffer_size required; unset fields take their defaults
+  v1::AggregationSettings aggregation;
   double max_update_norm = 0;  // 0 = no bound
+  uint64_t last_version = 0;   // 0 = no limit
 };
 
 struct RoundResult {
@@ -64,6 +80,7 @@ struct RoundResult {
   uint64_t num_samples = 0;
   double mean_train_loss = 0;
   uint64_t digest = 0;
+  std::string note;  // the strategy's AggregationReport.note (e.g. a degraded krum)
 };
 
 struct ModelSnapshot {
@@ -76,12 +93,19 @@ struct PutResult {
   uint64_t digest = 0;
 };
 
+class UpdateBuffer;
+
 // The aggregator's domain state: per task the held model versions, the current round (expected
-// peers, accepted contributors, the running weighted sum) and the pool of staging buffers that
-// in-flight pushes decode into. A push is validated chunk by chunk while it streams and is
-// folded into the sum only once it is complete and valid, so a bad update never touches the
-// aggregate. Owned by the server; thread-safe. CPU-heavy calls (Push::Fold, CloseRound,
-// PutModel) may block briefly on other folds and belong on an executor, not in a reaction.
+// peers, accepted contributors, the round's aggregation) or the federated-async buffer, and the
+// pool of staging buffers that in-flight pushes decode into. A push is validated chunk by chunk
+// while it streams and enters the aggregate only once it is complete and valid, so a bad update
+// never touches it. Mean rounds fold each update into a running sum right after accepting it;
+// the other strategies keep the round's updates and compute at CloseRound; a buffer keeps up to
+// async.buffer_size updates and aggregates them into the next version when it is full. Owned by
+// the server; thread-safe. CPU-heavy calls (Push::Fold, CloseRound, PutModel) may block briefly
+// on other folds and belong on an executor, not in a reaction.
+// Implementation: aggregator_core.cc (models, members, watches, pushes), aggregator_rounds.cc,
+// aggregator_buffer.cc.
 class AggregatorCore {
  public:
   struct Task;
@@ -93,14 +117,29 @@ class AggregatorCore {
                                                                 AggregatorMetrics& metrics);
   ~AggregatorCore();
 
-  // Stores a model version (see PutModel in aggregator.proto for the rules).
+  // Stores a model version (see PutModel in aggregator.proto for the rules). A newer version (a
+  // restore) abandons the open round, or empties the task's buffer (which stays open, now on
+  // that version).
   absl::StatusOr<PutResult> PutModel(const std::string& task, uint64_t version,
                                      tensor::FlatModel model);
   // The latest version, or exactly `version`. NOT_FOUND for an unknown task or version.
   absl::StatusOr<ModelSnapshot> GetModel(const std::string& task,
                                          std::optional<uint64_t> version) const;
+  // Opens a round with the strategy `params.aggregation` names, for K = the expected peers.
+  // Errors: see OpenRound in aggregator.proto; RESOURCE_EXHAUSTED names the strategy's memory
+  // and max_buffer_bytes; FAILED_PRECONDITION also for a task in buffer mode, or a re-open
+  // with another strategy.
   absl::Status OpenRound(const OpenRoundParams& params);
+  // Aggregates the round (waiting for accepted folds) and publishes the next version; the
+  // strategy's note is in RoundResult::note.
   absl::StatusOr<RoundResult> CloseRound(const std::string& task, uint64_t round);
+  // Switches the task to its federated-async buffer (see OpenBuffer in aggregator.proto). A
+  // repeat with the same settings is OK while the buffer is open (whatever versions it has
+  // published since); other settings on the latest version open a new, empty buffer (updates
+  // waiting in the old one are dropped, as an abandoned round's). An open round is abandoned.
+  // Errors: NOT_FOUND, INVALID_ARGUMENT (settings), FAILED_PRECONDITION (base version not
+  // held or not the latest), ABORTED (a round is closing), RESOURCE_EXHAUSTED (memory).
+  absl::Status OpenBuffer(const OpenBufferParams& params);
   void ReleaseTask(const std::string& task);
 
   // Replaces the task's peers and their session tokens (from the coordinator).
@@ -114,10 +153,14 @@ class AggregatorCore {
 
   // Watches a task (AggregatorService.WatchTask): `on_event` gets a WatchStarted with the task's
   // current state at once (on this thread), then a PushAccepted for every update accepted, on
-  // the thread that accepted it. It must not block (queue and return) and must not call back
-  // into this core. Events of different updates may arrive in any order (each only adds to the
-  // accepted set), and a call may still be in progress when Unwatch returns: the callback must
-  // guard what it captures (e.g. a weak reference).
+  // the thread that accepted it, and (buffer mode) a VersionPublished for every version the
+  // buffer publishes, on the thread that aggregated it. In buffer mode WatchStarted has
+  // open_round 0 and `accepted` lists the peers whose updates are accepted but not yet in a
+  // published version (waiting in the buffer or being aggregated). It must not block (queue and
+  // return) and must not call back into this core. Events may arrive in any order (each
+  // PushAccepted only adds to the accepted set; a VersionPublished lists its contributors), and
+  // a call may still be in progress when Unwatch returns: the callback must guard what it
+  // captures (e.g. a weak reference).
   using TaskEventFn = std::function<void(const v1::TaskEvent&)>;
   uint64_t Watch(const std::string& task, TaskEventFn on_event);
   void Unwatch(uint64_t handle);
@@ -135,17 +178,19 @@ class AggregatorCore {
   };
   absl::StatusOr<StagingLease> AcquireStaging();
 
-  // Starts a push: checks task, round, peer and base version, and leases a staging buffer.
-  // Returns nullptr (OK) when this peer's update for the round was already accepted (the
-  // caller answers duplicate=true). Rejections are counted in the metrics.
+  // Starts a push: checks task, round (or buffer: round 0), peer and base version, and leases a
+  // staging buffer. Returns nullptr (OK) when this peer's update for the round was already
+  // accepted (the caller answers duplicate=true). Rejections are counted in the metrics.
   absl::StatusOr<std::unique_ptr<Push>> BeginPush(const PushMeta& meta);
 
   // An in-flight push. Feed it frames as they arrive, then Accept() and Fold() (or Commit(),
   // which does both). Accept() is the decision: once it returns OK the update is counted in
-  // the round (contributors, samples) and CloseRound waits for its fold, so the caller may
-  // acknowledge the push before the fold, the one slow pass, has run. Destroying it (at any
-  // point) returns its staging buffer; destroying an accepted push that was not folded folds
-  // it first, so an acknowledged update is never lost. Not thread-safe; one caller at a time.
+  // the round (contributors, samples) and CloseRound waits for its fold, or it is in the buffer,
+  // so the caller may acknowledge the push before the fold, the one slow pass, has run. For a
+  // buffer push Fold() aggregates the buffer into the next version when this update filled it.
+  // Destroying it (at any point) returns its staging buffer; destroying an accepted push that
+  // was not folded folds it first, so an acknowledged update is never lost. Not thread-safe; one
+  // caller at a time.
   class Push {
    public:
     ~Push();
@@ -155,49 +200,84 @@ class AggregatorCore {
     // Same for a chunk frame whose bytes arrive as pieces (zero-copy receive path).
     absl::Status AddChunkParts(absl::Span<const absl::string_view> parts);
     // Checks that the update is complete and within the norm bound and that the round is
-    // still open, and accepts it into the round: from here on the update is part of the
-    // round's aggregate (a CloseRound waits until Fold() has run). Cheap: no pass over the
-    // model. FAILED_PRECONDITION when the round closed meanwhile.
+    // still open (buffer: that it is still admitted), and accepts it: from here on the update is
+    // part of the round's aggregate (a CloseRound waits until Fold() has run) or of the buffer.
+    // Cheap: no pass over the model. FAILED_PRECONDITION when the round closed meanwhile.
     absl::Status Accept();
-    // Folds an accepted update into the round's sum: one pass over the model (CPU-heavy,
-    // belongs on an executor). No-op unless Accept() succeeded and Fold() has not run yet.
+    // Folds an accepted round update into the round's aggregation (one pass over the model), or
+    // aggregates a buffer this update filled (K folds and a pass; more when the buffer fills
+    // again meanwhile). CPU-heavy, belongs on an executor. No-op when there is nothing to do.
     void Fold();
     // Accept() and, when it succeeds, Fold().
     absl::Status Commit();
     // Counts the push as rejected for `reason` (e.g. its stream broke); idempotent.
     void Reject(RejectReason reason);
+    // Buffer pushes: true once Accept() found a repeat of the peer's update in the buffer or in
+    // the version just aggregated (same base version, samples, loss and values): nothing
+    // changed, and the caller answers duplicate=true.
+    bool duplicate() const { return duplicate_; }
     uint64_t bytes_received() const { return decoder_.bytes_received(); }
     const PushMeta& meta() const { return meta_; }
 
    private:
     friend class AggregatorCore;
     Push(AggregatorCore* core, std::shared_ptr<Task> task, std::shared_ptr<Round> round,
-         PushMeta meta, tensor::FrameDecoder decoder, double max_norm);
+         std::shared_ptr<UpdateBuffer> buffer, PushMeta meta, tensor::FrameDecoder decoder,
+         double max_norm);
     absl::Status RejectWith(RejectReason reason, absl::Status status);
 
     AggregatorCore* core_;
     std::shared_ptr<Task> task_;
-    std::shared_ptr<Round> round_;
+    std::shared_ptr<Round> round_;          // round pushes
+    std::shared_ptr<UpdateBuffer> buffer_;  // buffer pushes (round 0)
     PushMeta meta_;
     tensor::FrameDecoder decoder_;
     double max_norm_;
-    std::vector<float> buffer_;  // returned to the pool on destruction
+    double sum_squares_ = 0;     // of the complete update
+    std::vector<float> values_;  // the complete update; returned to the pool on destruction
     bool done_ = false;          // accepted or rejected (counted)
-    bool fold_pending_ = false;  // accepted, holds a folds_in_flight count, not yet folded
+    bool fold_pending_ = false;  // round: accepted, holds a folds_in_flight count, not yet
+                                 // folded; buffer: must run the buffer's passes
+    bool duplicate_ = false;
   };
 
  private:
+  // Where a push goes, from BeginPush's checks.
+  struct PushTarget;
+
   AggregatorCore(AggregatorCoreOptions options, const Clock& clock, AggregatorMetrics& metrics);
   std::shared_ptr<Task> FindTask(const std::string& task) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void EvictOldVersions(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AbandonRound(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Empties the task's buffer after a restore; returns the old one (to free outside mu_).
+  std::shared_ptr<UpdateBuffer> ResetBuffer(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The oldest held version's buffer when publishing a version of `layout` will evict it and
+  // nobody else holds it (saves the first-touch cost of a fresh model), else empty.
+  std::vector<float> TakeEvictedBuffer(Task& task, uint64_t keep, const tensor::ModelLayout& layout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores `model` as version `version`, now the latest.
+  void PublishVersion(Task& task, uint64_t version, std::shared_ptr<const tensor::FlatModel> model,
+                      uint64_t digest) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseStaging(std::vector<float> buffer);
+  // Puts a model-sized buffer into the staging pool; returns it when the pool is full, for the
+  // caller to free outside mu_.
+  std::vector<float> RecycleBuffer(std::vector<float> buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls the task's watchers with `event` (outside mu_).
   void Notify(const std::string& task, const v1::TaskEvent& event) ABSL_LOCKS_EXCLUDED(mu_);
-  // Accepts push.buffer_ (the complete, validated update) into its round; FoldPush adds it
-  // to the round's sum.
-  absl::Status AcceptPush(Push& push);
-  void FoldPush(Push& push);
+  void NotifyAccepted(const Push& push) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Rounds (aggregator_rounds.cc).
+  absl::Status TargetRound(Task& task, const PushMeta& meta, PushTarget& target)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AcceptRoundPush(Push& push);
+  void FoldRoundPush(Push& push);
+  // Buffers (aggregator_buffer.cc).
+  absl::Status TargetBuffer(Task& task, const PushMeta& meta, PushTarget& target)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AcceptBufferPush(Push& push);
+  // Aggregates the buffer while it is full (the caller claimed its passes).
+  void RunBufferPasses(const std::shared_ptr<Task>& task,
+                       const std::shared_ptr<UpdateBuffer>& buffer) ABSL_LOCKS_EXCLUDED(mu_);
 
   const AggregatorCoreOptions options_;
   const Clock& clock_;

@@ -24,6 +24,8 @@ const char* RejectReasonLabel(RejectReason reason) {
       return "incomplete";
     case RejectReason::kUnauthenticated:
       return "unauthenticated";
+    case RejectReason::kStale:
+      return "stale";
   }
   return "unknown";
 }
@@ -69,7 +71,30 @@ AggregatorMetrics::AggregatorMetrics(prometheus::Registry& registry)
                         .Name("shoal_aggregator_model_version")
                         .Help("Latest global model version published or stored")
                         .Register(registry)
-                        .Add({})) {
+                        .Add({})),
+      update_staleness(
+          prometheus::BuildHistogram()
+              .Name("shoal_aggregator_update_staleness_versions")
+              .Help("Staleness of the updates accepted into federated-async buffers: "
+                    "the latest version minus the version trained from")
+              .Register(registry)
+              .Add({}, prometheus::Histogram::BucketBoundaries{0, 1, 2, 3, 4, 6, 8, 12, 16, 32})),
+      versions_published(prometheus::BuildCounter()
+                             .Name("shoal_aggregator_versions_published_total")
+                             .Help("Model versions published by federated-async buffers")
+                             .Register(registry)
+                             .Add({})),
+      buffered_updates(prometheus::BuildGauge()
+                           .Name("shoal_aggregator_buffered_updates")
+                           .Help("Updates waiting in federated-async buffers, over all tasks")
+                           .Register(registry)
+                           .Add({})),
+      max_buffer_refusals(prometheus::BuildCounter()
+                              .Name("shoal_aggregator_max_buffer_refusals_total")
+                              .Help("OpenRound and OpenBuffer calls refused because the round or "
+                                    "buffer would hold more than --max-buffer-bytes")
+                              .Register(registry)
+                              .Add({})) {
   for (int i = 0; i < kNumRejectReasons; ++i) {
     rejected[i] =
         &rejected_family.Add({{"reason", RejectReasonLabel(static_cast<RejectReason>(i))}});

@@ -23,8 +23,9 @@ enum class RejectReason {
   kBusy,        // RESOURCE_EXHAUSTED / ABORTED: no staging buffer, executor full, concurrent push
   kIncomplete,  // the stream ended or was cancelled before the update was complete
   kUnauthenticated,  // UNAUTHENTICATED / PERMISSION_DENIED: wrong session token or certificate
+  kStale,            // FAILED_PRECONDITION: a buffer update above async.max_staleness
 };
-inline constexpr int kNumRejectReasons = 10;
+inline constexpr int kNumRejectReasons = 11;
 const char* RejectReasonLabel(RejectReason reason);
 
 // The aggregator's Prometheus metrics, registered in an injected registry. Owned by the server
@@ -45,6 +46,12 @@ struct AggregatorMetrics {
   prometheus::Histogram& round_duration;
   prometheus::Gauge& pushes_in_flight;
   prometheus::Gauge& model_version;
+  // Federated-async buffers.
+  prometheus::Histogram& update_staleness;  // of the updates accepted into a buffer
+  prometheus::Counter& versions_published;  // by buffers (rounds count rounds_completed)
+  prometheus::Gauge& buffered_updates;      // waiting in buffers, summed over tasks
+  // OpenRound/OpenBuffer refused for --max-buffer-bytes.
+  prometheus::Counter& max_buffer_refusals;
 };
 
 }  // namespace shoal::aggregator

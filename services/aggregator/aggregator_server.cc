@@ -27,6 +27,9 @@ absl::Status AggregatorOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-concurrent-pushes: must be in [1, 1024], got ", max_concurrent_pushes));
   }
+  if (max_buffer_bytes < 1) {
+    return absl::InvalidArgumentError("--max-buffer-bytes: must be >= 1");
+  }
   if (executor_threads < 1) {
     return absl::InvalidArgumentError("executor_threads must be >= 1");
   }
@@ -46,6 +49,7 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
 
   AggregatorCoreOptions core_options;
   core_options.max_concurrent_pushes = options.max_concurrent_pushes;
+  core_options.max_buffer_bytes = options.max_buffer_bytes;
   auto core = AggregatorCore::Create(core_options, RealClock::Get(), *self->aggregator_metrics_);
   if (!core.ok()) return core.status();
   self->core_ = *std::move(core);

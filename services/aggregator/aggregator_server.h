@@ -28,6 +28,8 @@ struct AggregatorOptions {
   std::string advertise;     // HOST:PORT peers use to reach us; default: the bound address
   std::string address_file;  // optional: where to write the bound addresses
   int max_concurrent_pushes = 4;
+  // Update memory one round or federated-async buffer may hold (AggregatorCoreOptions).
+  uint64_t max_buffer_bytes = uint64_t{4} << 30;
   rpc::TlsOptions tls;  // --tls-dir DIR | --insecure
   int executor_threads = 2;
   absl::Duration register_timeout = absl::Seconds(5);

@@ -232,12 +232,15 @@ class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
           std::unique_ptr<AggregatorCore::Push> push = std::move(push_);
           absl::Status s = push->Accept();
           if (s.ok()) {
-            FinishWith(PushUpdateResponse());
+            PushUpdateResponse response;
+            response.set_duplicate(push->duplicate());
+            FinishWith(response);
           } else {
             Finish(rpc::ToGrpcStatus(s));
           }
-          // Accepted means counted in the round (CloseRound waits for this fold), so the peer
-          // is answered first and the pass over the model runs off its critical path.
+          // Accepted means counted in the round (CloseRound waits for this fold) or in the
+          // buffer, so the peer is answered first and the pass over the model (a round's fold,
+          // or a full buffer's aggregation) runs off its critical path.
           push->Fold();
         })) {
       push_->Reject(RejectReason::kBusy);
@@ -410,7 +413,28 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::OpenRound(
   params.base_version = request->base_version();
   params.expected_peers.assign(request->expected_peers().begin(), request->expected_peers().end());
   params.max_update_norm = request->max_update_norm();
+  params.aggregation = request->aggregation();
   reactor->Finish(rpc::ToGrpcStatus(core_.OpenRound(params)));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AggregatorServiceImpl::OpenBuffer(
+    grpc::CallbackServerContext* context, const aggregator::v1::OpenBufferRequest* request,
+    aggregator::v1::OpenBufferResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  if (absl::Status s = CheckCoordinator(*context); !s.ok()) {
+    reactor->Finish(rpc::ToGrpcStatus(s));
+    return reactor;
+  }
+  OpenBufferParams params;
+  params.task = request->task();
+  params.base_version = request->base_version();
+  params.async = request->async();
+  params.aggregation = request->aggregation();
+  params.max_update_norm = request->max_update_norm();
+  params.last_version = request->last_version();
+  // Bookkeeping only (no pass over a model): answered in the reaction, as OpenRound.
+  reactor->Finish(rpc::ToGrpcStatus(core_.OpenBuffer(params)));
   return reactor;
 }
 
@@ -422,7 +446,7 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::CloseRound(
     reactor->Finish(rpc::ToGrpcStatus(s));
     return reactor;
   }
-  // Applying the mean is a pass over the model: executor work.
+  // Applying the round's aggregation is (at least) a pass over the model: executor work.
   if (!executor_.TrySubmit([this, reactor, request, response] {
         auto result = core_.CloseRound(request->task(), request->round());
         if (result.ok()) {
@@ -431,6 +455,7 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::CloseRound(
           response->set_num_samples(result->num_samples);
           response->set_mean_train_loss(result->mean_train_loss);
           response->set_digest_xxh3(result->digest);
+          response->set_note(result->note);
         }
         reactor->Finish(rpc::ToGrpcStatus(result.status()));
       })) {

@@ -13,7 +13,8 @@ struct AggregatorServiceOptions {
 
 // gRPC adapter of AggregatorService over AggregatorCore. Handlers are thin: streams are
 // validated frame by frame inside their reactions (cheap: a copy and a digest update per
-// chunk); completing an upload, folding an update and closing a round run on `executor`
+// chunk); completing an upload, folding an update (or aggregating a full federated-async
+// buffer) and closing a round run on `executor`
 // (RESOURCE_EXHAUSTED when it is full). Owned by the server; core, executor and metrics must
 // outlive it. Thread-safe.
 // PushUpdate is registered raw (ByteBuffer in, ByteBuffer out) so chunk bytes are copied once,
@@ -36,6 +37,9 @@ class AggregatorServiceImpl final
   grpc::ServerUnaryReactor* OpenRound(grpc::CallbackServerContext* context,
                                       const aggregator::v1::OpenRoundRequest* request,
                                       aggregator::v1::OpenRoundResponse* response) override;
+  grpc::ServerUnaryReactor* OpenBuffer(grpc::CallbackServerContext* context,
+                                       const aggregator::v1::OpenBufferRequest* request,
+                                       aggregator::v1::OpenBufferResponse* response) override;
   grpc::ServerUnaryReactor* CloseRound(grpc::CallbackServerContext* context,
                                        const aggregator::v1::CloseRoundRequest* request,
                                        aggregator::v1::CloseRoundResponse* response) override;

@@ -1,5 +1,6 @@
-// shoal-aggregator: the data-plane supernode. Receives peers' deltas as chunked streams, folds
-// them into a running weighted mean, and serves the aggregated model.
+// shoal-aggregator: the data-plane supernode. Receives peers' deltas as chunked streams,
+// aggregates them per round or in a federated-async buffer with the task's strategy, and serves
+// the aggregated model.
 
 #include <cstdio>
 #include <string>
@@ -26,6 +27,9 @@ ABSL_FLAG(std::string, tls_dir, "",
 ABSL_FLAG(bool, insecure, false, "serve and call plaintext gRPC instead of mutual TLS");
 ABSL_FLAG(int, max_concurrent_pushes, 4,
           "updates staged at once (each holds one model-sized buffer)");
+ABSL_FLAG(uint64_t, max_buffer_bytes, uint64_t{4} << 30,
+          "update memory one round or federated-async buffer may hold (a non-streaming "
+          "strategy or a buffer holds K updates); more is refused with RESOURCE_EXHAUSTED");
 
 int main(int argc, char** argv) {
   shoal::rpc::BlockShutdownSignals();
@@ -36,9 +40,10 @@ int main(int argc, char** argv) {
       {.program = "shoal-aggregator",
        .usage = "--coordinator HOST:PORT (--tls-dir DIR | --insecure) [--listen HOST:PORT] "
                 "[--metrics-listen HOST:PORT] [--advertise HOST:PORT] [--address-file PATH] "
-                "[--max-concurrent-pushes N]",
-       .summary = "The Shoal aggregator: receives the peers' updates as chunked streams, folds "
-                  "them into a running weighted mean and serves the aggregated model."});
+                "[--max-concurrent-pushes N] [--max-buffer-bytes BYTES]",
+       .summary = "The Shoal aggregator: receives the peers' updates as chunked streams, "
+                  "aggregates them with the task's strategy (per round, or in a federated-async "
+                  "buffer) and serves the aggregated model."});
 
   shoal::aggregator::AggregatorOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
@@ -47,6 +52,7 @@ int main(int argc, char** argv) {
   options.advertise = absl::GetFlag(FLAGS_advertise);
   options.address_file = absl::GetFlag(FLAGS_address_file);
   options.max_concurrent_pushes = absl::GetFlag(FLAGS_max_concurrent_pushes);
+  options.max_buffer_bytes = absl::GetFlag(FLAGS_max_buffer_bytes);
   options.tls.dir = absl::GetFlag(FLAGS_tls_dir);
   options.tls.insecure = absl::GetFlag(FLAGS_insecure);
   if (absl::Status s = options.Validate(); !s.ok()) {

@@ -1,7 +1,5 @@
 #include "services/aggregator/aggregator_core.h"
 
-#include <prometheus/registry.h>
-
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -10,9 +8,10 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "libs/common/clock.h"
 #include "libs/tensor/frame_codec.h"
+#include "services/aggregator/memory_budget.h"
 #include "tests/testing/joining_thread.h"
+#include "tests/unit/aggregator_core_fixture.h"
 
 namespace shoal::aggregator {
 namespace {
@@ -20,78 +19,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-tensor::ModelLayout Layout() {
-  return *tensor::ModelLayout::Create({{"conv.weight", {2, 3}}, {"conv.bias", {2}}, {"fc", {5}}});
-}
-
-tensor::FlatModel Filled(std::function<float(size_t)> f, tensor::ModelLayout layout = Layout()) {
-  tensor::FlatModel m;
-  m.layout = std::move(layout);
-  m.values.resize(m.layout.total_elements());
-  for (size_t i = 0; i < m.values.size(); ++i) m.values[i] = f(i);
-  return m;
-}
-
-class AggregatorCoreTest : public ::testing::Test {
- protected:
-  void SetUp() override { Make(4); }
-
-  void Make(int max_pushes) {
-    core_.reset();
-    metrics_ = std::make_unique<AggregatorMetrics>(registry_);
-    AggregatorCoreOptions options;
-    options.max_concurrent_pushes = max_pushes;
-    auto core = AggregatorCore::Create(options, clock_, *metrics_);
-    ASSERT_TRUE(core.ok());
-    core_ = *std::move(core);
-  }
-
-  PushMeta Meta(const std::string& peer, uint64_t samples, uint64_t round = 1, uint64_t base = 0) {
-    return PushMeta{"t", round, peer, base, samples, 0.5};
-  }
-
-  // Streams `delta` through a push; returns the push's final status.
-  absl::Status PushModel(const PushMeta& meta, const tensor::FlatModel& delta,
-                         bool* duplicate = nullptr, size_t drop_last_frames = 0) {
-    auto push = core_->BeginPush(meta);
-    if (!push.ok()) return push.status();
-    if (duplicate) *duplicate = (*push == nullptr);
-    if (*push == nullptr) return absl::OkStatus();
-    std::vector<common::v1::TensorFrame> frames;
-    tensor::FrameEncoder enc(delta, 16);
-    common::v1::TensorFrame f;
-    while (enc.Next(&f)) frames.push_back(f);
-    frames.resize(frames.size() - drop_last_frames);
-    for (const auto& frame : frames) {
-      absl::Status s = (*push)->AddFrame(frame);
-      if (!s.ok()) return s;
-    }
-    return (*push)->Commit();
-  }
-
-  void PutBase() {
-    auto put = core_->PutModel("t", 0, Filled([](size_t i) { return 1.0f * i; }));
-    ASSERT_TRUE(put.ok()) << put.status();
-  }
-
-  void Open(std::vector<std::string> peers, uint64_t round = 1, uint64_t base = 0,
-            double max_norm = 0) {
-    absl::Status s = core_->OpenRound({"t", round, base, std::move(peers), max_norm});
-    ASSERT_TRUE(s.ok()) << s;
-  }
-
-  double Rejected(RejectReason r) { return metrics_->RejectedCounter(r).Value(); }
-  double TotalRejected() {
-    double total = 0;
-    for (int i = 0; i < kNumRejectReasons; ++i) total += Rejected(static_cast<RejectReason>(i));
-    return total;
-  }
-
-  prometheus::Registry registry_;
-  FakeClock clock_;
-  std::unique_ptr<AggregatorMetrics> metrics_;
-  std::unique_ptr<AggregatorCore> core_;
-};
+class AggregatorCoreTest : public AggregatorCoreFixture {};
 
 TEST_F(AggregatorCoreTest, PutAndGetModel) {
   tensor::FlatModel m = Filled([](size_t i) { return 0.5f * i; });
@@ -442,6 +370,164 @@ TEST_F(AggregatorCoreTest, ReleaseTaskForgetsIt) {
   EXPECT_EQ(core_->GetModel("t", std::nullopt).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(PushModel(Meta("a", 1), Filled([](size_t) { return 1.0f; })).code(),
             absl::StatusCode::kNotFound);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Strategies
+
+OpenRoundParams RoundWith(v1::AggregationSettings aggregation, std::vector<std::string> peers,
+                          uint64_t round = 1, uint64_t base = 0) {
+  OpenRoundParams p{"t", round, base, std::move(peers), 0};
+  p.aggregation = std::move(aggregation);
+  return p;
+}
+
+TEST_F(AggregatorCoreTest, MedianRoundGivesTheCoordinateWiseMedianUnweighted) {
+  PutBase();  // base[i] = i
+  ASSERT_TRUE(
+      core_->OpenRound(RoundWith(StrategySettings(common::v1::AGGREGATION_MEDIAN), {"a", "b", "c"}))
+          .ok());
+  // Per coordinate the median of {1, 2i, -3}: 0 at i = 0 (the values 1, 0, -3), else 1.
+  ASSERT_TRUE(PushModel(Meta("a", 1), Filled([](size_t) { return 1.0f; })).ok());
+  ASSERT_TRUE(PushModel(Meta("b", 100), Filled([](size_t i) { return 2.0f * i; })).ok());
+  ASSERT_TRUE(PushModel(Meta("c", 1), Filled([](size_t) { return -3.0f; })).ok());
+  auto result = core_->CloseRound("t", 1);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->version, 1u);
+  EXPECT_THAT(result->contributors, ElementsAre("a", "b", "c"));
+  EXPECT_EQ(result->num_samples, 102u);
+  EXPECT_EQ(result->note, "");
+  auto model = core_->GetModel("t", std::nullopt);
+  ASSERT_TRUE(model.ok());
+  EXPECT_EQ(model->model->values[0], 0.0f);
+  for (size_t i = 1; i < model->model->values.size(); ++i) {
+    EXPECT_EQ(model->model->values[i], static_cast<float>(i) + 1.0f) << i;  // not b's 2i
+  }
+  EXPECT_EQ(result->digest, model->model->Digest());
+}
+
+TEST_F(AggregatorCoreTest, ByzantineUpdateDragsTheMeanButNotTheMedian) {
+  PutBase();
+  auto push_all = [&](uint64_t round, uint64_t base) {
+    const float honest[] = {1.0f, 1.5f, 0.5f};
+    const char* names[] = {"h0", "h1", "h2"};
+    for (int h = 0; h < 3; ++h) {
+      ASSERT_TRUE(
+          PushModel(Meta(names[h], 1, round, base), Filled([&](size_t) { return honest[h]; }))
+              .ok());
+    }
+    ASSERT_TRUE(
+        PushModel(Meta("byz", 1, round, base), Filled([](size_t) { return -1000.0f; })).ok());
+  };
+  const std::vector<std::string> peers = {"h0", "h1", "h2", "byz"};
+  ASSERT_TRUE(core_->OpenRound(RoundWith(v1::AggregationSettings(), peers)).ok());  // mean
+  push_all(1, 0);
+  ASSERT_TRUE(core_->CloseRound("t", 1).ok());
+  auto mean = core_->GetModel("t", std::nullopt);
+  ASSERT_TRUE(mean.ok());
+  for (size_t i = 0; i < mean->model->values.size(); ++i) {
+    EXPECT_FLOAT_EQ(mean->model->values[i], i + (3.0f - 1000.0f) / 4) << i;
+  }
+  ASSERT_TRUE(
+      core_->OpenRound(RoundWith(StrategySettings(common::v1::AGGREGATION_MEDIAN), peers, 2, 1))
+          .ok());
+  push_all(2, 1);
+  ASSERT_TRUE(core_->CloseRound("t", 2).ok());
+  auto median = core_->GetModel("t", std::nullopt);
+  ASSERT_TRUE(median.ok());
+  for (size_t i = 0; i < median->model->values.size(); ++i) {
+    // Median of {-1000, 0.5, 1, 1.5}: (0.5 + 1) / 2.
+    EXPECT_FLOAT_EQ(median->model->values[i], mean->model->values[i] + 0.75f) << i;
+  }
+}
+
+TEST_F(AggregatorCoreTest, DegradedKrumRoundSaysSoInItsNote) {
+  PutBase();
+  common::v1::AggregationOptions options;
+  options.set_byzantine_peers(1);  // needs 2f+3 = 5 updates
+  ASSERT_TRUE(core_
+                  ->OpenRound(RoundWith(StrategySettings(common::v1::AGGREGATION_KRUM, options),
+                                        {"a", "b", "c", "z"}))
+                  .ok());
+  ASSERT_TRUE(PushModel(Meta("a", 1), Filled([](size_t) { return 1.0f; })).ok());
+  ASSERT_TRUE(PushModel(Meta("b", 1), Filled([](size_t) { return 1.1f; })).ok());
+  ASSERT_TRUE(PushModel(Meta("c", 1), Filled([](size_t) { return 0.9f; })).ok());
+  ASSERT_TRUE(PushModel(Meta("z", 1), Filled([](size_t) { return 50.0f; })).ok());
+  auto result = core_->CloseRound("t", 1);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->note,
+            "krum: 4 updates fit byzantine_peers 0, not the configured 1 (it needs 2f+3 updates)");
+  EXPECT_THAT(result->contributors, ElementsAre("a", "b", "c", "z"));
+  // Krum picks the update closest to its neighbours: a's.
+  auto model = core_->GetModel("t", std::nullopt);
+  for (size_t i = 0; i < model->model->values.size(); ++i) {
+    EXPECT_FLOAT_EQ(model->model->values[i], i + 1.0f) << i;
+  }
+  EXPECT_EQ(core_->CloseRound("t", 1)->note, result->note);  // idempotent, note included
+}
+
+TEST_F(AggregatorCoreTest, RoundStrategyRules) {
+  PutBase();
+  common::v1::AggregationOptions trim;
+  trim.set_trim_ratio(0.2);
+  absl::Status s =
+      core_->OpenRound(RoundWith(StrategySettings(common::v1::AGGREGATION_MEDIAN, trim), {"a"}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("aggregation_options.trim_ratio"));
+  ASSERT_TRUE(
+      core_->OpenRound(RoundWith(StrategySettings(common::v1::AGGREGATION_MEDIAN), {"a"})).ok());
+  s = core_->OpenRound(RoundWith(v1::AggregationSettings(), {"a"}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), "round 1 of task 't' is open with aggregation median, not mean");
+  // Unspecified is mean, so an explicit mean round re-opens an unspecified one.
+  ASSERT_TRUE(core_->OpenRound(RoundWith(v1::AggregationSettings(), {"a"}, 2)).ok());
+  EXPECT_TRUE(
+      core_->OpenRound(RoundWith(StrategySettings(common::v1::AGGREGATION_MEAN), {"a", "b"}, 2))
+          .ok());
+}
+
+TEST_F(AggregatorCoreTest, RoundThatWouldHoldTooMuchIsRefusedNamingBothNumbers) {
+  Make(4, /*max_buffer_bytes=*/128);
+  PutBase();  // 13 floats: 52 B
+  absl::Status s = core_->OpenRound(
+      RoundWith(StrategySettings(common::v1::AGGREGATION_MEDIAN), {"a", "b", "c"}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(),
+            "round 1 of task 't': median holds up to 3 updates × 52 B = 156 B, over this "
+            "aggregator's --max-buffer-bytes 128 B");
+  EXPECT_EQ(metrics_->max_buffer_refusals.Value(), 1);
+  // Two fit; mean holds one running sum whatever K.
+  EXPECT_TRUE(
+      core_->OpenRound(RoundWith(StrategySettings(common::v1::AGGREGATION_MEDIAN), {"a", "b"}))
+          .ok());
+  EXPECT_TRUE(
+      core_->OpenRound(RoundWith(v1::AggregationSettings(), {"a", "b", "c", "d", "e"}, 2)).ok());
+  EXPECT_EQ(metrics_->max_buffer_refusals.Value(), 1);
+}
+
+TEST(MemoryBudgetTest, MessagesUseReadableSizes) {
+  EXPECT_EQ(HumanBytes(0), "0 B");
+  EXPECT_EQ(HumanBytes(1023), "1023 B");
+  EXPECT_EQ(HumanBytes(1024), "1.0 KiB");
+  EXPECT_EQ(HumanBytes((1 << 20) - 1), "1.0 MiB");
+  EXPECT_EQ(HumanBytes(uint64_t{4} << 30), "4.0 GiB");
+  auto median = aggregation::MakeStrategy({common::v1::AGGREGATION_MEDIAN, {}, 1});
+  ASSERT_TRUE(median.ok());
+  absl::Status s = CheckRoundMemory(*median, 5, 1677722, uint64_t{4} << 20, "round 3 of task 't'");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(),
+            "round 3 of task 't': median holds up to 5 updates × 1.6 MiB = 8.0 MiB, over this "
+            "aggregator's --max-buffer-bytes 4.0 MiB");
+  EXPECT_TRUE(CheckRoundMemory(*median, 2, 1677722, uint64_t{4} << 20, "r").ok());
+  auto mean = aggregation::MakeStrategy({common::v1::AGGREGATION_MEAN, {}, 1});
+  ASSERT_TRUE(mean.ok());
+  EXPECT_EQ(CheckRoundMemory(*mean, 100, 3u << 20, 2u << 20, "r").message(),
+            "r: mean holds a running sum of 3.0 MiB, over this aggregator's --max-buffer-bytes "
+            "2.0 MiB");
+  s = CheckBufferMemory(*mean, 5, 1677722, uint64_t{4} << 20, "the buffer of task 't'");
+  EXPECT_EQ(s.message(),
+            "the buffer of task 't' (mean) holds up to 5 updates × 1.6 MiB = 8.0 MiB, over this "
+            "aggregator's --max-buffer-bytes 4.0 MiB");
 }
 
 }  // namespace

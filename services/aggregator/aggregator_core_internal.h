@@ -1,0 +1,81 @@
+#pragma once
+
+// AggregatorCore's per-task state, shared by aggregator_core.cc, aggregator_rounds.cc and
+// aggregator_buffer.cc. Not part of the API: include aggregator_core.h.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "libs/aggregation/strategy.h"
+#include "libs/tensor/flat_model.h"
+#include "services/aggregator/aggregator_core.h"
+#include "services/aggregator/round_aggregation.h"
+#include "services/aggregator/update_buffer.h"
+
+namespace shoal::aggregator {
+
+// The round a task is in. Fields are guarded by AggregatorCore::mu_, except `aggregation`,
+// which folds touch under `fold_mu` while the round is open and CloseRound owns once it is
+// kClosing with no fold in flight.
+struct AggregatorCore::Round {
+  enum class State { kOpen, kClosing, kClosed, kAbandoned };
+
+  uint64_t number = 0;
+  uint64_t base_version = 0;
+  std::shared_ptr<const tensor::FlatModel> base;
+  std::set<std::string> expected;
+  double max_norm = 0;
+  std::optional<aggregation::Strategy> strategy;  // set by OpenRound
+  State state = State::kOpen;
+  std::set<std::string> accepted;  // peers whose updates were accepted
+  std::set<std::string> pushing;   // peers with a push in progress
+  int folds_in_flight = 0;         // accepted pushes whose fold has not finished
+  absl::Status fold_error;         // first failed fold (an invariant broke); the round cannot close
+  uint64_t num_samples = 0;
+  double loss_sum = 0;  // sum of train_loss * num_samples
+  absl::Time opened_at;
+
+  absl::Mutex fold_mu;
+  std::unique_ptr<RoundAggregation> aggregation;
+};
+
+struct AggregatorCore::Task {
+  struct Version {
+    std::shared_ptr<const tensor::FlatModel> model;
+    uint64_t digest = 0;
+  };
+  std::string name;
+  std::map<uint64_t, Version> versions;  // guarded by AggregatorCore::mu_ (as all fields)
+  uint64_t latest = 0;
+  std::shared_ptr<Round> round;            // the current (or last) round
+  std::map<uint64_t, RoundResult> closed;  // results of recently closed rounds
+  // Federated-async: set by OpenBuffer, and from then on the task has no rounds. Replaced (not
+  // emptied in place) on a reset, so that pushes and passes of the old one see they are stale.
+  std::shared_ptr<UpdateBuffer> buffer;
+  bool released = false;
+};
+
+// Where BeginPush sends a push: its round or its buffer, and how to decode it.
+struct AggregatorCore::PushTarget {
+  std::shared_ptr<Round> round;
+  std::shared_ptr<UpdateBuffer> buffer;
+  std::shared_ptr<const tensor::FlatModel> model;  // the deltas' layout
+  double max_norm = 0;
+  RejectReason reason = RejectReason::kMalformed;  // when the target refuses the push
+  bool duplicate = false;                          // an accepted round push, again
+};
+
+// "open", "closing", ... for messages.
+const char* RoundStateName(const AggregatorCore::Round& round);
+
+// "task 'name'" with the name escaped, for messages.
+std::string TaskLabel(const std::string& task);
+
+}  // namespace shoal::aggregator

@@ -1,0 +1,297 @@
+// AggregatorCore's rounds (federated-sync): OpenRound, CloseRound and the round side of the push
+// pipeline. The core's state and locking are described in aggregator_core.h.
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "libs/common/escape.h"
+#include "services/aggregator/aggregator_core.h"
+#include "services/aggregator/aggregator_core_internal.h"
+#include "services/aggregator/memory_budget.h"
+
+namespace shoal::aggregator {
+
+const char* RoundStateName(const AggregatorCore::Round& round) {
+  switch (round.state) {
+    case AggregatorCore::Round::State::kOpen:
+      return "open";
+    case AggregatorCore::Round::State::kClosing:
+      return "closing";
+    case AggregatorCore::Round::State::kClosed:
+      return "closed";
+    case AggregatorCore::Round::State::kAbandoned:
+      return "abandoned";
+  }
+  return "unknown";
+}
+
+namespace {
+
+std::string RoundLabel(uint64_t round, const std::string& task) {
+  return absl::StrCat("round ", round, " of ", TaskLabel(task));
+}
+
+}  // namespace
+
+absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
+  if (p.round == 0) return absl::InvalidArgumentError("round must be >= 1");
+  if (!(p.max_update_norm >= 0) || !std::isfinite(p.max_update_norm)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_update_norm must be finite and >= 0, got ", p.max_update_norm));
+  }
+  absl::StatusOr<aggregation::Strategy> strategy =
+      StrategyFor(p.aggregation, options_.fold_threads);
+  if (!strategy.ok()) return strategy.status();
+  const std::set<std::string> expected(p.expected_peers.begin(), p.expected_peers.end());
+  const std::string label = RoundLabel(p.round, p.task);
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<Task> task = FindTask(p.task);
+  if (task == nullptr || task->versions.empty()) {
+    return absl::NotFoundError(absl::StrCat("unknown ", TaskLabel(p.task)));
+  }
+  if (task->buffer != nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(TaskLabel(p.task),
+                     " aggregates in a federated-async buffer (OpenBuffer): it has no rounds"));
+  }
+  const uint64_t model_bytes = task->versions.at(task->latest).model->layout.total_bytes();
+  std::shared_ptr<Round> cur = task->round;
+  if (cur != nullptr && cur->number == p.round) {
+    if (cur->state == Round::State::kOpen) {
+      if (cur->base_version != p.base_version) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            label, " is open with base version ", cur->base_version, ", not ", p.base_version));
+      }
+      if (!cur->aggregation->Fits(*strategy, cur->base->layout)) {
+        return absl::FailedPreconditionError(absl::StrCat(label, " is open with aggregation ",
+                                                          cur->strategy->name(), ", not ",
+                                                          strategy->name()));
+      }
+      // Idempotent re-open; the latest expected set and bound win.
+      if (absl::Status fits = CheckRoundMemory(*strategy, expected.size(), model_bytes,
+                                               options_.max_buffer_bytes, label);
+          !fits.ok()) {
+        metrics_.max_buffer_refusals.Increment();
+        return fits;
+      }
+      cur->expected = expected;
+      cur->max_norm = p.max_update_norm;
+      return absl::OkStatus();
+    }
+    return absl::FailedPreconditionError(absl::StrCat(label, " is already ", RoundStateName(*cur)));
+  }
+  if (task->closed.count(p.round) > 0 || (cur != nullptr && p.round < cur->number)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(label, " is older than the current round ", cur ? cur->number : 0));
+  }
+  if (cur != nullptr && cur->state == Round::State::kClosing) {
+    return absl::AbortedError(
+        absl::StrCat(RoundLabel(cur->number, p.task), " is still closing; retry"));
+  }
+  auto base = task->versions.find(p.base_version);
+  if (base == task->versions.end()) {
+    return absl::FailedPreconditionError(absl::StrCat("base version ", p.base_version, " of ",
+                                                      TaskLabel(p.task), " is not held (latest is ",
+                                                      task->latest, ")"));
+  }
+  if (p.base_version != task->latest) {
+    return absl::FailedPreconditionError(absl::StrCat("base version ", p.base_version, " of ",
+                                                      TaskLabel(p.task), " is not the latest (",
+                                                      task->latest, ")"));
+  }
+  if (absl::Status fits = CheckRoundMemory(*strategy, expected.size(), model_bytes,
+                                           options_.max_buffer_bytes, label);
+      !fits.ok()) {
+    metrics_.max_buffer_refusals.Increment();
+    return fits;
+  }
+  auto round = std::make_shared<Round>();
+  round->number = p.round;
+  round->base_version = p.base_version;
+  round->base = base->second.model;
+  round->expected = expected;
+  round->max_norm = p.max_update_norm;
+  round->opened_at = clock_.Now();
+  // Reuse the previous round's aggregation (mean: its sum buffer; the others: their update
+  // copies) when nothing can touch it any more and it fits.
+  if (cur != nullptr && cur->state == Round::State::kClosed && cur->folds_in_flight == 0 &&
+      cur->aggregation != nullptr && cur->aggregation->Fits(*strategy, round->base->layout)) {
+    round->aggregation = std::move(cur->aggregation);
+    round->aggregation->Reset();
+  } else {
+    round->aggregation = std::make_unique<RoundAggregation>(*strategy, round->base->layout,
+                                                            expected.size(), options_.fold_threads);
+  }
+  round->strategy = *std::move(strategy);
+  AbandonRound(*task);
+  task->round = std::move(round);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RoundResult> AggregatorCore::CloseRound(const std::string& name, uint64_t number) {
+  std::shared_ptr<Task> task;
+  std::shared_ptr<Round> round;
+  RoundResult result;
+  std::vector<float> recycled;
+  const std::string label = RoundLabel(number, name);
+  {
+    absl::MutexLock lock(&mu_);
+    task = FindTask(name);
+    if (task == nullptr) return absl::NotFoundError(absl::StrCat("unknown ", TaskLabel(name)));
+    if (auto it = task->closed.find(number); it != task->closed.end()) return it->second;
+    round = task->round;
+    if (round == nullptr || round->number != number || round->state == Round::State::kAbandoned) {
+      return absl::NotFoundError(absl::StrCat(label, " is not open"));
+    }
+    if (round->state == Round::State::kClosing) {
+      // Another CloseRound is applying this round; wait for its result.
+      Round* r = round.get();
+      mu_.Await(absl::Condition(
+          +[](Round* r) { return r->state != Round::State::kClosing; }, r));
+      if (auto it = task->closed.find(number); it != task->closed.end()) return it->second;
+      return absl::AbortedError(absl::StrCat(label, " was abandoned while closing"));
+    }
+    round->state = Round::State::kClosing;
+    // Pushes already folding finish first; no new fold starts once the round is closing.
+    mu_.Await(absl::Condition(
+        +[](Round* r) { return r->folds_in_flight == 0; }, round.get()));
+    if (!round->fold_error.ok()) {
+      // An accepted update is missing from the aggregate; publishing would silently drop it.
+      round->state = Round::State::kAbandoned;
+      return absl::InternalError(
+          absl::StrCat(label, " lost an update: ", round->fold_error.message()));
+    }
+    result.contributors.assign(round->accepted.begin(), round->accepted.end());
+    result.num_samples = round->num_samples;
+    result.mean_train_loss =
+        round->num_samples > 0 ? round->loss_sum / static_cast<double>(round->num_samples) : 0;
+    if (!result.contributors.empty()) {
+      recycled = TakeEvictedBuffer(*task, round->base_version, round->base->layout);
+    }
+  }
+
+  // The aggregation is ours now: apply it without holding the lock (one pass over the model for
+  // mean; the strategy's work for the others).
+  std::shared_ptr<const tensor::FlatModel> next;
+  if (!result.contributors.empty()) {
+    auto applied = std::make_shared<tensor::FlatModel>();
+    applied->layout = round->base->layout;
+    applied->values = std::move(recycled);
+    absl::StatusOr<aggregation::AggregationReport> report =
+        round->aggregation->ApplyInto(*round->base, applied->values);
+    if (!report.ok()) {
+      absl::MutexLock lock(&mu_);
+      round->state = Round::State::kAbandoned;
+      return report.status();
+    }
+    result.note = std::move(report->note);
+    result.version = round->base_version + 1;
+    result.digest = applied->Digest();
+    next = std::move(applied);
+  } else {
+    result.version = round->base_version;
+  }
+
+  absl::MutexLock lock(&mu_);
+  if (task->released || task->latest != round->base_version) {
+    round->state = Round::State::kAbandoned;
+    return absl::AbortedError(
+        absl::StrCat(TaskLabel(name), " changed while round ", number, " was closing"));
+  }
+  if (next != nullptr) {
+    PublishVersion(*task, result.version, std::move(next), result.digest);
+  } else {
+    result.digest = task->versions.at(result.version).digest;
+    metrics_.model_version.Set(static_cast<double>(result.version));
+  }
+  round->state = Round::State::kClosed;
+  task->closed[number] = result;
+  while (task->closed.size() > static_cast<size_t>(options_.closed_rounds_kept)) {
+    task->closed.erase(task->closed.begin());
+  }
+  metrics_.rounds_completed.Increment();
+  metrics_.round_duration.Observe(absl::ToDoubleSeconds(clock_.Now() - round->opened_at));
+  return result;
+}
+
+absl::Status AggregatorCore::TargetRound(Task& task, const PushMeta& meta, PushTarget& target) {
+  std::shared_ptr<Round> round = task.round;
+  if (round != nullptr && round->number == meta.round && round->accepted.count(meta.peer_id) > 0) {
+    target.duplicate = true;  // a repeat of an accepted push
+    return absl::OkStatus();
+  }
+  const std::string label = RoundLabel(meta.round, meta.task);
+  if (round == nullptr || round->number != meta.round || round->state != Round::State::kOpen) {
+    target.reason = RejectReason::kRoundNotOpen;
+    return absl::FailedPreconditionError(absl::StrCat(
+        label, " is not open",
+        round ? absl::StrCat(" (current round ", round->number, " is ", RoundStateName(*round), ")")
+              : std::string()));
+  }
+  if (round->expected.count(meta.peer_id) == 0) {
+    target.reason = RejectReason::kUnexpectedPeer;
+    return absl::FailedPreconditionError(
+        absl::StrCat("peer '", EscapeBytes(meta.peer_id), "' is not expected in ", label));
+  }
+  if (meta.base_version != round->base_version) {
+    target.reason = RejectReason::kStaleBase;
+    return absl::FailedPreconditionError(absl::StrCat("update was trained from version ",
+                                                      meta.base_version, " but ", label,
+                                                      " folds into version ", round->base_version));
+  }
+  if (round->pushing.count(meta.peer_id) > 0) {
+    target.reason = RejectReason::kBusy;
+    return absl::AbortedError(absl::StrCat("a push from peer '", EscapeBytes(meta.peer_id),
+                                           "' for round ", meta.round, " is already in progress"));
+  }
+  target.model = round->base;
+  target.max_norm = round->max_norm;
+  target.round = std::move(round);
+  return absl::OkStatus();
+}
+
+absl::Status AggregatorCore::AcceptRoundPush(Push& push) {
+  Round& round = *push.round_;
+  {
+    absl::MutexLock lock(&mu_);
+    if (round.state != Round::State::kOpen || push.task_->released) {
+      return push.RejectWith(
+          RejectReason::kRoundNotOpen,
+          absl::FailedPreconditionError(absl::StrCat(RoundLabel(round.number, push.meta_.task),
+                                                     " closed before the update was complete")));
+    }
+    // Counted now, folded by FoldRoundPush: CloseRound reads these only once folds_in_flight is
+    // 0.
+    ++round.folds_in_flight;
+    round.accepted.insert(push.meta_.peer_id);
+    round.num_samples += push.meta_.num_samples;
+    round.loss_sum += push.meta_.train_loss * static_cast<double>(push.meta_.num_samples);
+  }
+  push.done_ = true;
+  push.fold_pending_ = true;
+  metrics_.updates_accepted.Increment();
+  NotifyAccepted(push);
+  return absl::OkStatus();
+}
+
+void AggregatorCore::FoldRoundPush(Push& push) {
+  Round& round = *push.round_;
+  push.fold_pending_ = false;
+  // Cannot fail for a validated update (the decoder enforced the round's layout and finite
+  // values, BeginPush a positive sample count, the round one push per peer); an error means a
+  // broken invariant and is reported by CloseRound. `aggregation` is stable without mu_:
+  // OpenRound only takes it from a closed round with no fold in flight, and this push holds a
+  // folds_in_flight count. Mean adds the update to its running sum; the others copy it.
+  absl::Status s;
+  {
+    absl::MutexLock fold(&round.fold_mu);
+    s = round.aggregation->Add(push.values_, static_cast<double>(push.meta_.num_samples),
+                               push.meta_.peer_id);
+  }
+  absl::MutexLock lock(&mu_);
+  if (!s.ok() && round.fold_error.ok()) round.fold_error = s;
+  --round.folds_in_flight;
+}
+
+}  // namespace shoal::aggregator
