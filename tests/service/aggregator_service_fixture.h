@@ -122,7 +122,7 @@ class AggregatorServiceFixture : public ::testing::Test {
   }
 
   absl::StatusOr<tensor::ReceivedModel> Get(const std::string& task,
-                                         std::optional<uint64_t> version = std::nullopt) {
+                                            std::optional<uint64_t> version = std::nullopt) {
     grpc::ClientContext ctx;
     rpc::SetTimeout(ctx, absl::Seconds(30));
     aggregator::v1::GetModelRequest request;

@@ -39,6 +39,7 @@ TEST_F(CoordinatorCoreTest, FullTaskRunsRoundsAndCompletes) {
   ASSERT_EQ(aggregator_.opened.size(), 1u);
   EXPECT_EQ(aggregator_.opened[0].round(), 1u);
   EXPECT_THAT(aggregator_.opened[0].expected_peers(), UnorderedElementsAre("a", "b"));
+  EXPECT_EQ(aggregator_.opened[0].aggregation().strategy(), common::v1::AGGREGATION_MEAN);
   EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kRoundStarted));
   EXPECT_THAT(b->Take(), ElementsAre(v1::CoordinatorEvent::kRoundStarted));
   EXPECT_EQ(Status("t").state(), v1::TASK_STATE_RUNNING);

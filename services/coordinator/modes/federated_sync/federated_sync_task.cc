@@ -175,6 +175,8 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
   open.open.set_base_version(status.model_version());
   for (const std::string& id : peers_) open.open.add_expected_peers(id);
   open.open.set_max_update_norm(spec_.max_update_norm());
+  open.open.mutable_aggregation()->set_strategy(spec_.aggregation());
+  *open.open.mutable_aggregation()->mutable_options() = spec_.aggregation_options();
   status.set_phase(v1::ROUND_PHASE_OPENING);
   Ask(Kind::kOpenRound, std::move(open), fx);
   fx.changed = true;
