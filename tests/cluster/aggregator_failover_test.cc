@@ -82,7 +82,7 @@ TEST_P(AggregatorFailoverTest, KilledAggregatorMovesTheTaskWhichCompletes) {
   EXPECT_EQ(status->model_version(), spec.rounds());
   const cv1::RoundSummary& last = status->history(status->history_size() - 1);
   EXPECT_TRUE(last.evaluated()) << last.ShortDebugString();
-  EXPECT_GT(last.test_accuracy(), 0.6);
+  EXPECT_GT(last.test_accuracy(), 0.5) << "far above chance (0.1): the training went on";
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, AggregatorFailoverTest,
