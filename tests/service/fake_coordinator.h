@@ -63,12 +63,17 @@ class FakeCoordinator final : public coordinator::v1::SessionService::Service,
         messages_.push_back(m);
       }
     }
+    // The stream dies when this handler returns: wait for a Write() in progress (it holds
+    // write_mu_) and unpublish the stream before that, so no Write() can touch it afterwards.
+    absl::MutexLock write_lock(&write_mu_);
     absl::MutexLock lock(&mu_);
     stream_ = nullptr;
     context_ = nullptr;
     return grpc::Status::OK;
   }
 
+  // Writes to the current session. Holds write_mu_ for the whole write, which keeps the session's
+  // handler (and so its stream) alive until the write is done.
   bool Write(const CoordinatorEvent& event) {
     absl::MutexLock lock(&write_mu_);
     grpc::ServerReaderWriter<CoordinatorEvent, PeerMessage>* stream;
