@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -337,6 +338,53 @@ absl::StatusOr<tensor::FlatModel> Trainer::InitialParameters() const {
   } catch (const std::exception& e) {
     return TorchError("building the initial model", e);
   }
+}
+
+struct TrainerProgress::Data {
+  std::string optimizer;  // torch::serialize archive of the optimizer's state
+  std::vector<int64_t> order;
+  size_t cursor = 0;
+  uint64_t epoch = 0;
+};
+
+TrainerProgress::TrainerProgress() = default;
+TrainerProgress::~TrainerProgress() = default;
+TrainerProgress::TrainerProgress(TrainerProgress&&) noexcept = default;
+TrainerProgress& TrainerProgress::operator=(TrainerProgress&&) noexcept = default;
+
+absl::StatusOr<TrainerProgress> Trainer::SaveProgress() const {
+  TrainerProgress progress;
+  progress.data_ = std::make_unique<TrainerProgress::Data>();
+  try {
+    torch::serialize::OutputArchive archive;
+    impl_->optimizer->save(archive);
+    std::ostringstream bytes;
+    archive.save_to(bytes);
+    progress.data_->optimizer = std::move(bytes).str();
+  } catch (const std::exception& e) {
+    return TorchError("saving the optimizer state", e);
+  }
+  progress.data_->order = impl_->order;
+  progress.data_->cursor = impl_->cursor;
+  progress.data_->epoch = impl_->epoch;
+  return progress;
+}
+
+absl::Status Trainer::RestoreProgress(const TrainerProgress& progress) {
+  if (progress.data_ == nullptr) return absl::InvalidArgumentError("empty trainer progress");
+  try {
+    std::istringstream bytes(progress.data_->optimizer);
+    torch::serialize::InputArchive archive;
+    archive.load_from(bytes);
+    impl_->optimizer = impl_->MakeOptimizer();
+    impl_->optimizer->load(archive);
+  } catch (const std::exception& e) {
+    return TorchError("restoring the optimizer state", e);
+  }
+  impl_->order = progress.data_->order;
+  impl_->cursor = progress.data_->cursor;
+  impl_->epoch = progress.data_->epoch;
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::ResetOptimizer() {

@@ -48,6 +48,23 @@ struct EvalStats {
   double accuracy() const { return total == 0 ? 0 : static_cast<double>(correct) / total; }
 };
 
+// What training changes besides the parameters: the optimizer's state (e.g. momentum) and the
+// position in the shuffled data. Saved before work that may be thrown away (a decentralized round
+// the peer has to leave and train again) and restored with the parameters, so that the discarded
+// work leaves no trace and the same round trains the same way again. Opaque; movable.
+class TrainerProgress {
+ public:
+  TrainerProgress();
+  ~TrainerProgress();
+  TrainerProgress(TrainerProgress&&) noexcept;
+  TrainerProgress& operator=(TrainerProgress&&) noexcept;
+
+ private:
+  friend class Trainer;
+  struct Data;
+  std::unique_ptr<Data> data_;
+};
+
 // Owns one model, its optimizer and this peer's data (training shard and test slice) for one
 // task. Deterministic for a given spec, shard and seed. Not thread-safe: one thread (the agent's
 // worker) drives it. Exceptions from LibTorch never escape; they become absl::Status.
@@ -82,6 +99,10 @@ class Trainer {
   absl::StatusOr<tensor::FlatModel> InitialParameters() const;
   // Forgets optimizer state (e.g. momentum).
   absl::Status ResetOptimizer();
+  // The optimizer's state and the data position now; Restore() goes back to them (the caller
+  // restores the parameters it holds).
+  absl::StatusOr<TrainerProgress> SaveProgress() const;
+  absl::Status RestoreProgress(const TrainerProgress& progress);
 
   // What gossip exchanges: the parameters and, when `include_buffers`, then the model's float
   // buffers (e.g. batch-norm running statistics) named "buffer:<name>". Without buffers (or for

@@ -18,6 +18,44 @@ std::string TaskLabel(const std::string& task) {
   return absl::StrCat("task '", EscapeBytes(task), "'");
 }
 
+PushMeta PushMeta::From(const v1::UpdateMeta& m, std::string caller_identity) {
+  return PushMeta{m.task(),        m.round(),      m.peer_id(),       m.base_version(),
+                  m.num_samples(), m.train_loss(), m.session_token(), std::move(caller_identity)};
+}
+
+OpenRoundParams OpenRoundParams::From(const v1::OpenRoundRequest& request) {
+  OpenRoundParams params;
+  params.task = request.task();
+  params.round = request.round();
+  params.base_version = request.base_version();
+  params.expected_peers.assign(request.expected_peers().begin(), request.expected_peers().end());
+  params.max_update_norm = request.max_update_norm();
+  params.aggregation = request.aggregation();
+  return params;
+}
+
+OpenBufferParams OpenBufferParams::From(const v1::OpenBufferRequest& request) {
+  OpenBufferParams params;
+  params.task = request.task();
+  params.base_version = request.base_version();
+  params.async = request.async();
+  params.aggregation = request.aggregation();
+  params.max_update_norm = request.max_update_norm();
+  params.last_version = request.last_version();
+  return params;
+}
+
+v1::CloseRoundResponse RoundResult::ToProto() const {
+  v1::CloseRoundResponse response;
+  response.set_version(version);
+  for (const auto& peer : contributors) response.add_contributors(peer);
+  response.set_num_samples(num_samples);
+  response.set_mean_train_loss(mean_train_loss);
+  response.set_digest_xxh3(digest);
+  response.set_note(note);
+  return response;
+}
+
 absl::Status AggregatorCoreOptions::Validate() const {
   if (max_concurrent_pushes < 1 || max_concurrent_pushes > 1024) {
     return absl::InvalidArgumentError(

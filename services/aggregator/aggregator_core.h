@@ -53,6 +53,8 @@ struct PushMeta {
   double train_loss = 0;
   std::string session_token = "";    // UpdateMeta.session_token
   std::string caller_identity = "";  // the caller's TLS certificate name ("" for plaintext)
+
+  static PushMeta From(const v1::UpdateMeta& meta, std::string caller_identity);
 };
 
 struct OpenRoundParams {
@@ -62,6 +64,8 @@ struct OpenRoundParams {
   std::vector<std::string> expected_peers;
   double max_update_norm = 0;                // 0 = no bound
   v1::AggregationSettings aggregation = {};  // the round's strategy (unspecified: mean)
+
+  static OpenRoundParams From(const v1::OpenRoundRequest& request);
 };
 
 // AggregatorService.OpenBuffer (the proto's comments are the contract).
@@ -72,6 +76,8 @@ struct OpenBufferParams {
   v1::AggregationSettings aggregation;
   double max_update_norm = 0;  // 0 = no bound
   uint64_t last_version = 0;   // 0 = no limit
+
+  static OpenBufferParams From(const v1::OpenBufferRequest& request);
 };
 
 struct RoundResult {
@@ -81,6 +87,8 @@ struct RoundResult {
   double mean_train_loss = 0;
   uint64_t digest = 0;
   std::string note;  // the strategy's AggregationReport.note (e.g. a degraded krum)
+
+  v1::CloseRoundResponse ToProto() const;
 };
 
 struct ModelSnapshot {

@@ -179,9 +179,7 @@ class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         return s;
       }
       const auto& m = request.meta();
-      auto push =
-          core_.BeginPush({m.task(), m.round(), m.peer_id(), m.base_version(), m.num_samples(),
-                           m.train_loss(), m.session_token(), caller_identity_});
+      auto push = core_.BeginPush(PushMeta::From(m, caller_identity_));
       if (!push.ok()) return push.status();
       if (*push == nullptr) {
         PushUpdateResponse response;
@@ -407,14 +405,7 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::OpenRound(
     reactor->Finish(rpc::ToGrpcStatus(s));
     return reactor;
   }
-  OpenRoundParams params;
-  params.task = request->task();
-  params.round = request->round();
-  params.base_version = request->base_version();
-  params.expected_peers.assign(request->expected_peers().begin(), request->expected_peers().end());
-  params.max_update_norm = request->max_update_norm();
-  params.aggregation = request->aggregation();
-  reactor->Finish(rpc::ToGrpcStatus(core_.OpenRound(params)));
+  reactor->Finish(rpc::ToGrpcStatus(core_.OpenRound(OpenRoundParams::From(*request))));
   return reactor;
 }
 
@@ -426,15 +417,8 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::OpenBuffer(
     reactor->Finish(rpc::ToGrpcStatus(s));
     return reactor;
   }
-  OpenBufferParams params;
-  params.task = request->task();
-  params.base_version = request->base_version();
-  params.async = request->async();
-  params.aggregation = request->aggregation();
-  params.max_update_norm = request->max_update_norm();
-  params.last_version = request->last_version();
   // Bookkeeping only (no pass over a model): answered in the reaction, as OpenRound.
-  reactor->Finish(rpc::ToGrpcStatus(core_.OpenBuffer(params)));
+  reactor->Finish(rpc::ToGrpcStatus(core_.OpenBuffer(OpenBufferParams::From(*request))));
   return reactor;
 }
 
@@ -449,14 +433,7 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::CloseRound(
   // Applying the round's aggregation is (at least) a pass over the model: executor work.
   if (!executor_.TrySubmit([this, reactor, request, response] {
         auto result = core_.CloseRound(request->task(), request->round());
-        if (result.ok()) {
-          response->set_version(result->version);
-          for (const auto& peer : result->contributors) response->add_contributors(peer);
-          response->set_num_samples(result->num_samples);
-          response->set_mean_train_loss(result->mean_train_loss);
-          response->set_digest_xxh3(result->digest);
-          response->set_note(result->note);
-        }
+        if (result.ok()) *response = result->ToProto();
         reactor->Finish(rpc::ToGrpcStatus(result.status()));
       })) {
     reactor->Finish(Busy());

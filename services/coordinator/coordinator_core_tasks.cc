@@ -166,7 +166,9 @@ void CoordinatorCore::ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out)
       });
     });
   }
-  for (const v1::RoundSummary& summary : fx.rounds_completed) {
+  for (v1::RoundSummary& summary : fx.rounds_completed) {
+    if (summary.completed_unix_ms() == 0)
+      summary.set_completed_unix_ms(absl::ToUnixMillis(clock_.Now()));
     *task.status.add_history() = summary;
     metrics_.rounds_completed.Increment();
     metrics_.round_duration.Observe(static_cast<double>(summary.duration_ms()) / 1000.0);

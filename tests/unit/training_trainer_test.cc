@@ -193,5 +193,26 @@ TEST_F(TrainingTest, SameSeedTrainsIdentically) {
   EXPECT_EQ(a->GetParameters()->values, b->GetParameters()->values);
 }
 
+// A round thrown away and trained again trains the same batches the same way: the parameters,
+// the optimizer's momentum and the data position all go back.
+TEST_F(TrainingTest, RestoredProgressTrainsTheSameBatchesAgain) {
+  auto t = MakeTrainer(Options("mlp"));
+  ASSERT_TRUE(t);
+  ASSERT_TRUE(t->TrainBatches(3, nullptr).ok());  // momentum is non-zero from here on
+  auto params = t->GetParameters();
+  auto progress = t->SaveProgress();
+  ASSERT_TRUE(params.ok() && progress.ok());
+  ASSERT_TRUE(t->TrainBatches(4, nullptr).ok());
+  const std::vector<float> first = t->GetParameters()->values;
+  ASSERT_TRUE(t->SetParameters(*params).ok());
+  ASSERT_TRUE(t->RestoreProgress(*progress).ok());
+  ASSERT_TRUE(t->TrainBatches(4, nullptr).ok());
+  EXPECT_EQ(t->GetParameters()->values, first);
+  // Without restoring the progress the next batches (and the momentum) differ.
+  ASSERT_TRUE(t->SetParameters(*params).ok());
+  ASSERT_TRUE(t->TrainBatches(4, nullptr).ok());
+  EXPECT_NE(t->GetParameters()->values, first);
+}
+
 }  // namespace
 }  // namespace shoal::training

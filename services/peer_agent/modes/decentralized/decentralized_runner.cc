@@ -183,6 +183,11 @@ void DecentralizedRunner::DropCompletedRoundBefore(uint64_t round) {
 void DecentralizedRunner::AbandonRound(const std::string& why) {
   if (round_) {
     LogInfo("task ", task_, " round ", round_->round, ": leaving the round (", why, ")");
+    if (round_->progress.has_value()) {
+      if (absl::Status s = trainer_.RestoreProgress(*round_->progress); !s.ok()) {
+        LogError("task ", task_, ": ", s.message());
+      }
+    }
     if (model_round_ >= round_->round && !round_->base.values.empty()) {
       // Already averaged: go back to the model held before the round.
       held_ = std::move(round_->base);
@@ -234,6 +239,11 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
   }
   round_.emplace();
   round_->round = r;
+  if (absl::StatusOr<training::TrainerProgress> p = trainer_.SaveProgress(); p.ok()) {
+    round_->progress = *std::move(p);
+  } else {
+    LogWarning("task ", task_, " round ", r, ": ", p.status().message());
+  }
   PeerMessage join;
   join.mutable_join_round()->set_round(r);
   Send(join);

@@ -86,6 +86,9 @@ class DecentralizedRunner final : public ModeRunner {
     std::map<std::string, PeerUpdate> fetched;        // other participants' updates
     std::optional<uint32_t> shared_attempt;           // last SharingDone sent
     tensor::FlatModel base;  // the model held before the round, once held_ is the average
+    // The trainer's optimizer state and data position before the round: a round the peer leaves
+    // leaves no trace (training it again trains the same batches the same way).
+    std::optional<training::TrainerProgress> progress;
   };
 
   DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunnerOptions options,
