@@ -21,8 +21,9 @@ namespace {
 
 const std::set<std::string>& ValueFlags() {
   static const auto* flags = new std::set<std::string>{
-      "coordinator", "timeout",   "out",     "version",         "peers",   "task",   "aggregators",
-      "data-dir",    "state-dir", "bin-dir", "startup-timeout", "tls-dir", "target", "service"};
+      "coordinator", "timeout",  "out",       "version", "peers",           "task",
+      "aggregators", "data-dir", "state-dir", "bin-dir", "startup-timeout", "tls-dir",
+      "target",      "service",  "after"};
   return *flags;
 }
 
@@ -93,11 +94,12 @@ int Shoalctl::Run() {
     if (sub == "create") return TaskCreate();
     if (sub == "list") return TaskList();
     if (sub == "status") return TaskStatusCmd();
+    if (sub == "history") return TaskHistory();
     if (sub == "watch") return TaskWatch();
     if (sub == "stop") return TaskStop();
     return Fail(env_,
                 absl::StrCat("unknown command \"task ", sub,
-                             "\" (expected create, list, status, watch, stop)"),
+                             "\" (expected create, list, status, history, watch, stop)"),
                 2);
   }
   if (cmd == "model") {
@@ -308,7 +310,11 @@ Talks to a Shoal coordinator's ControlService (default 127.0.0.1:7000, or $SHOAL
 commands:
   task create FILE                 create a task from a YAML or JSON task file
   task list [--json]               list tasks
-  task status NAME [--json]        show a task (--json: one JSON object)
+  task status NAME [--json]        show a task and its newest 100 rounds (--json: one JSON
+                                   object)
+  task history NAME [--after R] [--json]
+                                   every round of the task (after round R), as the table of
+                                   `task watch` (--json: a JSON array of the rounds)
   task watch NAME                  follow a task's rounds until it ends
   task stop NAME                   stop a task
   model get NAME --out FILE|- [--version V]

@@ -62,6 +62,7 @@ class Shoalctl {
   int TaskCreate();
   int TaskList();
   int TaskStatusCmd();
+  int TaskHistory();
   int TaskStop();
   int TaskWatch();
 
