@@ -3,6 +3,8 @@
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
 #include "libs/common/address.h"
 #include "libs/common/status_macros.h"
@@ -169,6 +171,23 @@ absl::StatusOr<TaskStatus> ControlClient::WatchTask(
         absl::StrCat("the coordinator ended the watch of ", name, " without sending a status"));
   }
   return *last;
+}
+
+absl::StatusOr<RoundsPage> ControlClient::ListRounds(const std::string& name, uint64_t after_round,
+                                                     uint32_t limit, absl::Duration timeout) {
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, timeout);
+  coordinator::v1::ListRoundsRequest request;
+  request.set_name(name);
+  request.set_after_round(after_round);
+  request.set_limit(limit);
+  coordinator::v1::ListRoundsResponse response;
+  SHOAL_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub_->stub->ListRounds(&context, request, &response)));
+  RoundsPage page;
+  page.rounds.assign(std::make_move_iterator(response.mutable_rounds()->begin()),
+                     std::make_move_iterator(response.mutable_rounds()->end()));
+  page.more = response.more();
+  return page;
 }
 
 absl::StatusOr<DownloadedModel> ControlClient::GetModel(const std::string& name,

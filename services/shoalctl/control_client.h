@@ -50,6 +50,14 @@ struct DownloadedModel {
   tensor::FlatModel model;
 };
 
+// One page of a task's stored round history (ControlService.ListRounds).
+struct RoundsPage {
+  // Oldest first.
+  std::vector<coordinator::v1::RoundSummary> rounds;
+  // Rounds after the last one in `rounds` exist.
+  bool more = false;
+};
+
 // Client of the coordinator's ControlService, as an interface so the command code can be tested
 // with a fake. Every method takes the call's deadline; errors carry the gRPC code.
 class ControlClientInterface {
@@ -72,6 +80,11 @@ class ControlClientInterface {
       const std::string& name, absl::Duration timeout,
       const std::function<bool(const coordinator::v1::TaskStatus&)>& on_status,
       Canceller* canceller) = 0;
+  // Up to `limit` (1..1000) of the task's stored rounds after round `after_round` (0: from the
+  // first), in order. The coordinator keeps only the newest rounds in TaskStatus.history; this
+  // pages through all of them. Errors: NOT_FOUND unknown task, INVALID_ARGUMENT limit over 1000.
+  virtual absl::StatusOr<RoundsPage> ListRounds(const std::string& name, uint64_t after_round,
+                                                uint32_t limit, absl::Duration timeout) = 0;
   // Downloads the task's latest checkpointed model, or exactly `version`.
   virtual absl::StatusOr<DownloadedModel> GetModel(const std::string& name,
                                                    std::optional<uint64_t> version,
@@ -102,6 +115,8 @@ class ControlClient final : public ControlClientInterface {
       const std::string& name, absl::Duration timeout,
       const std::function<bool(const coordinator::v1::TaskStatus&)>& on_status,
       Canceller* canceller) override;
+  absl::StatusOr<RoundsPage> ListRounds(const std::string& name, uint64_t after_round,
+                                        uint32_t limit, absl::Duration timeout) override;
   absl::StatusOr<DownloadedModel> GetModel(const std::string& name, std::optional<uint64_t> version,
                                            absl::Duration timeout, Canceller* canceller) override;
 

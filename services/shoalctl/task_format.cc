@@ -23,27 +23,6 @@ std::string JsonStringArray(const google::protobuf::RepeatedPtrField<std::string
   return absl::StrCat("[", absl::StrJoin(quoted, ","), "]");
 }
 
-std::string RoundToJson(const RoundSummary& r) {
-  return absl::StrCat(
-      "{\"round\":", r.round(), ",\"participants\":", JsonStringArray(r.participants()),
-      ",\"dropped\":", JsonStringArray(r.dropped()),
-      ",\"mean_train_loss\":", JsonNumber(r.mean_train_loss()),
-      ",\"num_samples\":", r.num_samples(), ",\"model_version\":", r.model_version(),
-      ",\"duration_ms\":", r.duration_ms(), ",\"evaluated\":", r.evaluated() ? "true" : "false",
-      ",\"evaluation_complete\":", r.evaluation_complete() ? "true" : "false",
-      ",\"test_accuracy\":", r.evaluated() ? JsonNumber(r.test_accuracy()) : "null",
-      ",\"test_loss\":", r.evaluated() ? JsonNumber(r.test_loss()) : "null",
-      ",\"test_samples\":", r.evaluated() ? absl::StrCat(r.test_samples()) : "null",
-      ",\"model_digest\":",
-      r.model_digest() != 0 ? JsonQuote(absl::StrFormat("%016x", r.model_digest())) : "null",
-      ",\"joins\":", r.joins(), ",\"leaves\":", r.leaves(),
-      ",\"connection_retries\":", r.connection_retries(),
-      ",\"removed\":", JsonStringArray(r.removed()), ",\"overhead_ms\":", r.overhead_ms(),
-      ",\"completed_unix_ms\":", r.completed_unix_ms(),
-      ",\"mean_staleness\":", JsonNumber(r.mean_staleness()), ",\"note\":", JsonQuote(r.note()),
-      "}");
-}
-
 std::string PeerToJson(const coordinator::v1::PeerProgress& p) {
   return absl::StrCat("{\"peer_id\":", JsonQuote(p.peer_id()), ",\"state\":", JsonQuote(p.state()),
                       ",\"model_round\":", p.model_round(), ",\"step\":", p.step(),
@@ -107,6 +86,27 @@ std::string StateSuffix(const TaskStatus& status) {
 }
 
 }  // namespace
+
+std::string RoundToJson(const RoundSummary& r) {
+  return absl::StrCat(
+      "{\"round\":", r.round(), ",\"participants\":", JsonStringArray(r.participants()),
+      ",\"dropped\":", JsonStringArray(r.dropped()),
+      ",\"mean_train_loss\":", JsonNumber(r.mean_train_loss()),
+      ",\"num_samples\":", r.num_samples(), ",\"model_version\":", r.model_version(),
+      ",\"duration_ms\":", r.duration_ms(), ",\"evaluated\":", r.evaluated() ? "true" : "false",
+      ",\"evaluation_complete\":", r.evaluation_complete() ? "true" : "false",
+      ",\"test_accuracy\":", r.evaluated() ? JsonNumber(r.test_accuracy()) : "null",
+      ",\"test_loss\":", r.evaluated() ? JsonNumber(r.test_loss()) : "null",
+      ",\"test_samples\":", r.evaluated() ? absl::StrCat(r.test_samples()) : "null",
+      ",\"model_digest\":",
+      r.model_digest() != 0 ? JsonQuote(absl::StrFormat("%016x", r.model_digest())) : "null",
+      ",\"joins\":", r.joins(), ",\"leaves\":", r.leaves(),
+      ",\"connection_retries\":", r.connection_retries(),
+      ",\"removed\":", JsonStringArray(r.removed()), ",\"overhead_ms\":", r.overhead_ms(),
+      ",\"completed_unix_ms\":", r.completed_unix_ms(),
+      ",\"mean_staleness\":", JsonNumber(r.mean_staleness()), ",\"note\":", JsonQuote(r.note()),
+      "}");
+}
 
 bool IsTerminal(coordinator::v1::TaskState state) {
   return state == coordinator::v1::TASK_STATE_COMPLETED ||
@@ -200,49 +200,48 @@ std::string FormatProgressLogLine(const TaskStatus& status, int bar_width) {
   return line + StateSuffix(status);
 }
 
-std::string FormatSummary(const TaskStatus& status) {
-  std::string out = absl::StrFormat("%5s  %-6s  %7s  %10s  %8s  %9s\n", "round", "peers", "dropped",
-                                    "train_loss", "test_acc", "duration");
-  const bool async = status.spec().mode() == common::v1::MODE_FEDERATED_ASYNC;
-  if (async) {
+std::string FormatRoundTableHeader(common::v1::Mode mode) {
+  if (mode == common::v1::MODE_FEDERATED_ASYNC) {
     // Versions: the updates in each and how stale they were, instead of dropped peers.
-    out = absl::StrFormat("%7s  %-7s  %9s  %10s  %8s  %9s\n", "version", "updates", "staleness",
-                          "train_loss", "test_acc", "duration");
+    return absl::StrFormat("%7s  %-7s  %9s  %10s  %8s  %9s\n", "version", "updates", "staleness",
+                           "train_loss", "test_acc", "duration");
   }
-  int64_t total_ms = 0;
-  const bool decentralized = status.spec().mode() == common::v1::MODE_DECENTRALIZED;
-  if (decentralized) {
+  if (mode == common::v1::MODE_DECENTRALIZED) {
     // Decentralized rounds: joins/leaves, connection retries, removed peers and the protocol's
     // overhead (first ready -> last participant holding the average) instead of `dropped`.
-    out = absl::StrFormat("%5s  %-6s  %5s  %6s  %7s  %7s  %10s  %8s  %9s  %9s\n", "round", "peers",
-                          "joins", "leaves", "retries", "removed", "train_loss", "test_acc",
-                          "duration", "overhead");
+    return absl::StrFormat("%5s  %-6s  %5s  %6s  %7s  %7s  %10s  %8s  %9s  %9s\n", "round", "peers",
+                           "joins", "leaves", "retries", "removed", "train_loss", "test_acc",
+                           "duration", "overhead");
   }
+  return absl::StrFormat("%5s  %-6s  %7s  %10s  %8s  %9s\n", "round", "peers", "dropped",
+                         "train_loss", "test_acc", "duration");
+}
+
+std::string FormatRoundTableRow(common::v1::Mode mode, const RoundSummary& r) {
+  const std::string test_acc = r.evaluated() ? Fixed(r.test_accuracy(), 4) : "-";
+  if (mode == common::v1::MODE_FEDERATED_ASYNC) {
+    return absl::StrFormat("%7d  %-7d  %9s  %10s  %8s  %9s\n", r.round(), r.participants_size(),
+                           Fixed(r.mean_staleness(), 2), Fixed(r.mean_train_loss(), 4), test_acc,
+                           FormatDurationMs(r.duration_ms()));
+  }
+  if (mode == common::v1::MODE_DECENTRALIZED) {
+    return absl::StrFormat("%5d  %-6d  %5d  %6d  %7d  %7d  %10s  %8s  %9s  %9s\n", r.round(),
+                           r.participants_size(), r.joins(), r.leaves(), r.connection_retries(),
+                           r.removed_size(), Fixed(r.mean_train_loss(), 4), test_acc,
+                           FormatDurationMs(r.duration_ms()), FormatDurationMs(r.overhead_ms()));
+  }
+  return absl::StrFormat("%5d  %-6d  %7d  %10s  %8s  %9s\n", r.round(), r.participants_size(),
+                         r.dropped_size(), Fixed(r.mean_train_loss(), 4), test_acc,
+                         FormatDurationMs(r.duration_ms()));
+}
+
+std::string FormatSummary(const TaskStatus& status) {
+  const common::v1::Mode mode = status.spec().mode();
+  std::string out = FormatRoundTableHeader(mode);
+  int64_t total_ms = 0;
   for (const RoundSummary& r : status.history()) {
     total_ms += r.duration_ms();
-    if (decentralized) {
-      absl::StrAppend(
-          &out,
-          absl::StrFormat("%5d  %-6d  %5d  %6d  %7d  %7d  %10s  %8s  %9s  %9s\n", r.round(),
-                          r.participants_size(), r.joins(), r.leaves(), r.connection_retries(),
-                          r.removed_size(), Fixed(r.mean_train_loss(), 4),
-                          r.evaluated() ? Fixed(r.test_accuracy(), 4) : "-",
-                          FormatDurationMs(r.duration_ms()), FormatDurationMs(r.overhead_ms())));
-      continue;
-    }
-    if (async) {
-      absl::StrAppend(&out, absl::StrFormat("%7d  %-7d  %9s  %10s  %8s  %9s\n", r.round(),
-                                            r.participants_size(), Fixed(r.mean_staleness(), 2),
-                                            Fixed(r.mean_train_loss(), 4),
-                                            r.evaluated() ? Fixed(r.test_accuracy(), 4) : "-",
-                                            FormatDurationMs(r.duration_ms())));
-      continue;
-    }
-    absl::StrAppend(
-        &out, absl::StrFormat("%5d  %-6d  %7d  %10s  %8s  %9s\n", r.round(), r.participants_size(),
-                              r.dropped_size(), Fixed(r.mean_train_loss(), 4),
-                              r.evaluated() ? Fixed(r.test_accuracy(), 4) : "-",
-                              FormatDurationMs(r.duration_ms())));
+    absl::StrAppend(&out, FormatRoundTableRow(mode, r));
   }
   absl::StrAppend(&out, "task ", status.spec().name(), " ", StateName(status.state()), " after ",
                   status.history_size(), "/", status.spec().rounds(), " ", StepWord(status),
@@ -291,11 +290,11 @@ std::string FormatTaskStatus(const TaskStatus& status) {
   const double acc = LastTestAccuracy(status);
   absl::StrAppend(&out, "test accuracy: ", acc >= 0 ? Fixed(acc, 4) : "n/a", "\n");
   if (status.history_size() > 0) {
-    absl::StrAppend(&out, "\n");
-    std::string summary = FormatSummary(status);
-    // The history table only; the trailing lines repeat what is above.
-    size_t cut = summary.rfind("task ");
-    absl::StrAppend(&out, summary.substr(0, cut));
+    // The summary's table without its trailing lines: they repeat what is above.
+    absl::StrAppend(&out, "\n", FormatRoundTableHeader(spec.mode()));
+    for (const RoundSummary& r : status.history()) {
+      absl::StrAppend(&out, FormatRoundTableRow(spec.mode(), r));
+    }
   }
   return out;
 }

@@ -27,6 +27,10 @@ std::string ModeName(common::v1::Mode mode);
 // was not evaluated; non-finite numbers are null.
 std::string TaskStatusToJson(const coordinator::v1::TaskStatus& status);
 
+// One round as a JSON object, exactly as an entry of TaskStatusToJson's history (and of
+// `task history --json`).
+std::string RoundToJson(const coordinator::v1::RoundSummary& round);
+
 // Multi-line human-readable status for `task status`.
 std::string FormatTaskStatus(const coordinator::v1::TaskStatus& status);
 
@@ -48,6 +52,12 @@ std::string FormatProgressLogLine(const coordinator::v1::TaskStatus& status, int
 // The per-round table printed when a task ends: round, participants, dropped, train loss,
 // test accuracy, duration; then a line with the final state and accuracy.
 std::string FormatSummary(const coordinator::v1::TaskStatus& status);
+
+// FormatSummary's table, for rounds from elsewhere (`task history`): the header line, then one
+// line per round. The columns depend on the task's mode: federated-async tasks show versions,
+// updates and staleness; decentralized ones joins, leaves, retries, removed and overhead.
+std::string FormatRoundTableHeader(common::v1::Mode mode);
+std::string FormatRoundTableRow(common::v1::Mode mode, const coordinator::v1::RoundSummary& round);
 
 // The test accuracy of the last evaluated round, or -1 when none was evaluated.
 double LastTestAccuracy(const coordinator::v1::TaskStatus& status);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <chrono>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,7 @@
 #include "services/shoalctl/commands.h"
 #include "services/shoalctl/control_client.h"
 #include "services/shoalctl/process.h"
+#include "services/shoalctl/task_format.h"
 #include "shoal/coordinator/v1/control.grpc.pb.h"
 
 namespace shoal::shoalctl {
@@ -95,6 +97,36 @@ class FakeControlService final : public coordinator::v1::ControlService::Service
     return grpc::Status::OK;
   }
 
+  // Like the coordinator's, but pages hold at most page_cap_ rounds, so a few rounds take
+  // several calls; every request is recorded.
+  grpc::Status ListRounds(grpc::ServerContext* context,
+                          const coordinator::v1::ListRoundsRequest* request,
+                          coordinator::v1::ListRoundsResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    list_rounds_calls_.push_back({request->name(), request->after_round(), request->limit(),
+                                  context->deadline() - std::chrono::system_clock::now()});
+    if (tasks_.count(request->name()) == 0) return NotFound(request->name());
+    if (request->limit() > 1000) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "limit: at most 1000 rounds per call");
+    }
+    if (stuck_) {  // a broken server: "more" without rounds
+      response->set_more(true);
+      return grpc::Status::OK;
+    }
+    const size_t limit =
+        std::min<size_t>(request->limit() == 0 ? 100 : request->limit(), page_cap_);
+    for (const auto& r : rounds_[request->name()]) {
+      if (r.round() <= request->after_round()) continue;
+      if (static_cast<size_t>(response->rounds_size()) == limit) {
+        response->set_more(true);
+        break;
+      }
+      *response->add_rounds() = r;
+    }
+    return grpc::Status::OK;
+  }
+
   grpc::Status GetModel(grpc::ServerContext*, const coordinator::v1::GetModelRequest* request,
                         grpc::ServerWriter<common::v1::ModelChunk>* writer) override {
     {
@@ -127,6 +159,30 @@ class FakeControlService final : public coordinator::v1::ControlService::Service
     absl::MutexLock lock(&mu_);
     watch_script_ = std::move(script);
   }
+  // The task's whole stored history (its TaskStatus.history may hold only the newest rounds).
+  void SetRounds(const std::string& name, std::vector<coordinator::v1::RoundSummary> rounds) {
+    absl::MutexLock lock(&mu_);
+    rounds_[name] = std::move(rounds);
+  }
+  void SetPageCap(size_t cap) {
+    absl::MutexLock lock(&mu_);
+    page_cap_ = cap;
+  }
+  void SetStuck(bool stuck) {
+    absl::MutexLock lock(&mu_);
+    stuck_ = stuck;
+  }
+
+  struct ListRoundsCall {
+    std::string name;
+    uint64_t after_round;
+    uint32_t limit;
+    std::chrono::system_clock::duration deadline_in;  // time left until the call's deadline
+  };
+  std::vector<ListRoundsCall> list_rounds_calls() {
+    absl::MutexLock lock(&mu_);
+    return list_rounds_calls_;
+  }
 
  private:
   static grpc::Status NotFound(const std::string& name) {
@@ -136,6 +192,10 @@ class FakeControlService final : public coordinator::v1::ControlService::Service
   absl::Mutex mu_;
   std::map<std::string, TaskStatus> tasks_ ABSL_GUARDED_BY(mu_);
   std::vector<TaskStatus> watch_script_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<coordinator::v1::RoundSummary>> rounds_ ABSL_GUARDED_BY(mu_);
+  size_t page_cap_ ABSL_GUARDED_BY(mu_) = 1000;
+  bool stuck_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<ListRoundsCall> list_rounds_calls_ ABSL_GUARDED_BY(mu_);
 };
 
 TaskStatus Status(const std::string& name, coordinator::v1::TaskState state, int rounds_done) {
@@ -160,6 +220,25 @@ TaskStatus Status(const std::string& name, coordinator::v1::TaskState state, int
     h->set_duration_ms(1000);
   }
   return s;
+}
+
+// A task with `rounds` finished rounds, all of them stored, of which its status holds only the
+// newest `in_memory` (the coordinator's history window).
+TaskStatus SetUpHistory(FakeControlService& fake, const std::string& name, int rounds,
+                        int in_memory, common::v1::Mode mode = common::v1::MODE_FEDERATED_SYNC) {
+  TaskStatus status = Status(name, coordinator::v1::TASK_STATE_COMPLETED, rounds);
+  status.mutable_spec()->set_rounds(rounds);
+  status.mutable_spec()->set_mode(mode);
+  fake.SetRounds(name, {status.history().begin(), status.history().end()});
+  status.mutable_history()->DeleteSubrange(0, rounds - in_memory);
+  fake.SetTask(status);
+  return status;
+}
+
+std::vector<uint64_t> RoundNumbers(const std::vector<coordinator::v1::RoundSummary>& rounds) {
+  std::vector<uint64_t> numbers;
+  for (const auto& r : rounds) numbers.push_back(r.round());
+  return numbers;
 }
 
 class ControlClientTest : public ::testing::Test {
@@ -361,6 +440,189 @@ TEST_F(ControlClientTest, WatchCommandPrintsOneLinePerChangeAndTheSummary) {
   EXPECT_THAT(out, Not(HasSubstr("training"))) << "no phase changes in a log";
   // The repeated status did not print a second identical line.
   EXPECT_EQ(out.find("round 0/3"), out.rfind("round 0/3"));
+}
+
+TEST_F(ControlClientTest, ListRoundsPagesThroughTheStoredRounds) {
+  SetUpHistory(fake_, "h", 5, 2);
+  fake_.SetPageCap(2);
+  absl::StatusOr<RoundsPage> page = client_->ListRounds("h", 0, 1000, absl::Seconds(5));
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(RoundNumbers(page->rounds), (std::vector<uint64_t>{1, 2}));
+  EXPECT_TRUE(page->more);
+  EXPECT_DOUBLE_EQ(page->rounds[1].test_accuracy(), 0.7);
+  EXPECT_EQ(page->rounds[1].participants_size(), 2);
+  page = client_->ListRounds("h", 4, 1000, absl::Seconds(5));
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(RoundNumbers(page->rounds), (std::vector<uint64_t>{5}));
+  EXPECT_FALSE(page->more);
+  page = client_->ListRounds("h", 5, 1000, absl::Seconds(5));
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_TRUE(page->rounds.empty());
+  EXPECT_FALSE(page->more);
+  page = client_->ListRounds("h", 2, 1, absl::Seconds(5));
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(RoundNumbers(page->rounds), (std::vector<uint64_t>{3}));
+  EXPECT_TRUE(page->more);
+  const std::vector<FakeControlService::ListRoundsCall> calls = fake_.list_rounds_calls();
+  ASSERT_EQ(calls.size(), 4u);
+  EXPECT_EQ(calls[3].name, "h");
+  EXPECT_EQ(calls[3].after_round, 2u);
+  EXPECT_EQ(calls[3].limit, 1u);
+  // gRPC rounds the deadline it sends up a little.
+  EXPECT_LT(calls[3].deadline_in, std::chrono::milliseconds(5500));
+
+  EXPECT_EQ(client_->ListRounds("ghost", 0, 10, absl::Seconds(5)).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->ListRounds("h", 0, 1001, absl::Seconds(5)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ControlClientTest, HistoryCommandPrintsEveryRoundAcrossPages) {
+  SetUpHistory(fake_, "h", 5, 2);
+  fake_.SetPageCap(2);
+  auto [code, out, err] = Shoalctl({"task", "history", "h", "--timeout", "7s"});
+  ASSERT_EQ(code, 0) << err;
+  EXPECT_EQ(out,
+            "round  peers   dropped  train_loss  test_acc   duration\n"
+            "    1  2             0      1.0000    0.6000       1.0s\n"
+            "    2  2             0      0.5000    0.7000       1.0s\n"
+            "    3  2             0      0.3333    0.8000       1.0s\n"
+            "    4  2             0      0.2500    0.9000       1.0s\n"
+            "    5  2             0      0.2000    1.0000       1.0s\n");
+  EXPECT_EQ(err, "");
+  // Pages of up to 1000 (the fake serves 2), each after the last round received, each with the
+  // --timeout deadline.
+  const std::vector<FakeControlService::ListRoundsCall> calls = fake_.list_rounds_calls();
+  ASSERT_EQ(calls.size(), 3u);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].after_round, 2 * i);
+    EXPECT_EQ(calls[i].limit, 1000u);
+    EXPECT_LT(calls[i].deadline_in, std::chrono::milliseconds(7500));  // not the default 10s
+    EXPECT_GT(calls[i].deadline_in, std::chrono::seconds(0));
+  }
+}
+
+TEST_F(ControlClientTest, HistoryCommandJsonRendersRoundsAsTaskStatusDoes) {
+  const TaskStatus status = SetUpHistory(fake_, "h", 5, 2);
+  fake_.SetPageCap(2);
+  auto [code, out, err] = Shoalctl({"task", "history", "h", "--json"});
+  ASSERT_EQ(code, 0) << err;
+  ASSERT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  YAML::Node rounds = YAML::Load(out);
+  ASSERT_TRUE(rounds.IsSequence()) << out;
+  ASSERT_EQ(rounds.size(), 5u);
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    EXPECT_EQ(rounds[i]["round"].as<uint64_t>(), i + 1);
+    EXPECT_EQ(rounds[i]["participants"].size(), 2u);
+  }
+  EXPECT_DOUBLE_EQ(rounds[2]["test_accuracy"].as<double>(), 0.8);
+  // The rounds still in the status's history read exactly as in `task status --json`.
+  auto [status_code, status_out, status_err] = Shoalctl({"task", "status", "h", "--json"});
+  ASSERT_EQ(status_code, 0) << status_err;
+  const std::string newest =
+      absl::StrCat(RoundToJson(status.history(0)), ",", RoundToJson(status.history(1)));
+  EXPECT_THAT(status_out, HasSubstr(absl::StrCat("\"history\":[", newest, "]")));
+  EXPECT_THAT(out, HasSubstr(absl::StrCat(",", newest, "]\n")));
+}
+
+TEST_F(ControlClientTest, HistoryCommandAfterARound) {
+  SetUpHistory(fake_, "h", 5, 2);
+  fake_.SetPageCap(2);
+  {
+    auto [code, out, err] = Shoalctl({"task", "history", "h", "--after", "3"});
+    ASSERT_EQ(code, 0) << err;
+    EXPECT_EQ(out,
+              "round  peers   dropped  train_loss  test_acc   duration\n"
+              "    4  2             0      0.2500    0.9000       1.0s\n"
+              "    5  2             0      0.2000    1.0000       1.0s\n");
+    ASSERT_FALSE(fake_.list_rounds_calls().empty());
+    EXPECT_EQ(fake_.list_rounds_calls()[0].after_round, 3u);
+  }
+  {
+    auto [code, out, err] = Shoalctl({"task", "history", "h", "--after=1", "--json"});
+    ASSERT_EQ(code, 0) << err;
+    YAML::Node rounds = YAML::Load(out);
+    ASSERT_EQ(rounds.size(), 4u) << out;
+    EXPECT_EQ(rounds[0]["round"].as<int>(), 2);
+    EXPECT_EQ(rounds[3]["round"].as<int>(), 5);
+  }
+  {
+    auto [code, out, err] = Shoalctl({"task", "history", "h", "--after", "5"});
+    ASSERT_EQ(code, 0) << err;
+    EXPECT_EQ(out, "round  peers   dropped  train_loss  test_acc   duration\n");
+  }
+  {
+    auto [code, out, err] = Shoalctl({"task", "history", "h", "--after", "9", "--json"});
+    ASSERT_EQ(code, 0) << err;
+    EXPECT_EQ(out, "[]\n");
+  }
+}
+
+TEST_F(ControlClientTest, HistoryCommandShowsTheColumnsOfTheTasksMode) {
+  SetUpHistory(fake_, "async", 3, 3, common::v1::MODE_FEDERATED_ASYNC);
+  SetUpHistory(fake_, "dec", 3, 3, common::v1::MODE_DECENTRALIZED);
+  {
+    auto [code, out, err] = Shoalctl({"task", "history", "async"});
+    ASSERT_EQ(code, 0) << err;
+    EXPECT_THAT(out, HasSubstr("version  updates  staleness"));
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 4) << out;
+  }
+  {
+    auto [code, out, err] = Shoalctl({"task", "history", "dec"});
+    ASSERT_EQ(code, 0) << err;
+    EXPECT_THAT(out, HasSubstr("joins  leaves  retries  removed"));
+    EXPECT_THAT(out, HasSubstr("overhead"));
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 4) << out;
+  }
+}
+
+TEST_F(ControlClientTest, HistoryCommandErrors) {
+  SetUpHistory(fake_, "h", 5, 2);
+  {
+    auto [code, out, err] = Shoalctl({"task", "history", "ghost"});
+    EXPECT_EQ(code, 1);
+    EXPECT_EQ(err, "shoalctl: no task named ghost\n");
+    EXPECT_EQ(out, "");
+  }
+  {
+    auto [code, out, err] = Shoalctl({"task", "history", "ghost", "--json"});
+    EXPECT_EQ(code, 1);
+    EXPECT_EQ(err, "shoalctl: no task named ghost\n");
+    EXPECT_EQ(out, "");
+  }
+  {
+    auto [code, out, err] = Shoalctl({"task", "history"});
+    EXPECT_EQ(code, 2);
+    EXPECT_EQ(err, "shoalctl: usage: shoalctl task history NAME [--after R] [--json]\n");
+  }
+  {
+    auto [code, out, err] = Shoalctl({"task", "history", "h", "--after", "-1"});
+    EXPECT_EQ(code, 2);
+    EXPECT_EQ(err, "shoalctl: --after: expected a round number, got \"-1\"\n");
+  }
+  {
+    auto [code, out, err] = Shoalctl({"task", "history", "h", "--version", "3"});
+    EXPECT_EQ(code, 2);
+    EXPECT_THAT(err, HasSubstr("--version does not apply here"));
+  }
+  {
+    auto [code, out, err] = Shoalctl({"--coordinator", "127.0.0.1:1", "task", "history", "h"});
+    EXPECT_EQ(code, 1);
+    EXPECT_THAT(err, HasSubstr("shoalctl: cannot reach coordinator at 127.0.0.1:1"));
+  }
+  {
+    // A server that keeps saying "more" without rounds ends the command instead of looping.
+    fake_.SetStuck(true);
+    auto [code, out, err] = Shoalctl({"task", "history", "h", "--json"});
+    EXPECT_EQ(code, 1);
+    EXPECT_THAT(err, HasSubstr("has rounds after round 0 but lists none"));
+    EXPECT_EQ(out, "");
+  }
+  {
+    auto [code, out, err] = Shoalctl({"help"});
+    EXPECT_EQ(code, 0);
+    EXPECT_THAT(out, HasSubstr("task history NAME [--after R] [--json]"));
+  }
 }
 
 TEST_F(ControlClientTest, ModelGetWritesAModelFile) {

@@ -248,6 +248,33 @@ TEST(SummaryTest, DecentralizedShowsJoinsRetriesRemovedAndOverhead) {
   EXPECT_THAT(summary, HasSubstr("completed after 2/4 rounds in 4.5s"));
 }
 
+// `task history` prints the summary's table from rounds it paged through: the same header and
+// rows, per mode, and the trailing lines only in the summary.
+TEST(SummaryTest, IsTheRoundTableThenTheTotals) {
+  for (const common::v1::Mode mode :
+       {common::v1::MODE_FEDERATED_SYNC, common::v1::MODE_FEDERATED_ASYNC,
+        common::v1::MODE_DECENTRALIZED}) {
+    TaskStatus s = RunningStatus();
+    s.mutable_spec()->set_mode(mode);
+    std::string table = FormatRoundTableHeader(mode);
+    for (const auto& r : s.history()) table += FormatRoundTableRow(mode, r);
+    const std::string summary = FormatSummary(s);
+    EXPECT_EQ(summary.substr(0, table.size()), table) << ModeName(mode);
+    EXPECT_THAT(summary.substr(table.size()), HasSubstr("task fmnist \"cnn\" running after 2/4"));
+    EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 3) << table;
+  }
+  EXPECT_EQ(FormatRoundTableHeader(common::v1::MODE_FEDERATED_ASYNC),
+            "version  updates  staleness  train_loss  test_acc   duration\n");
+  coordinator::v1::RoundSummary r;
+  r.set_round(7);
+  r.add_participants("peer-0");
+  r.set_mean_staleness(1.5);
+  r.set_mean_train_loss(0.25);
+  r.set_duration_ms(800);
+  EXPECT_EQ(FormatRoundTableRow(common::v1::MODE_FEDERATED_ASYNC, r),
+            "      7  1             1.50      0.2500         -      800ms\n");
+}
+
 TEST(FormatTest, Durations) {
   EXPECT_EQ(FormatDurationMs(850), "850ms");
   EXPECT_EQ(FormatDurationMs(12'345), "12.3s");
