@@ -56,8 +56,13 @@ const RoundSummary* LastFullyEvaluated(const TaskStatus& status) {
   return nullptr;
 }
 
-// How many rounds are settled: closed, and evaluated or past evaluating (a later round closed,
-// or the task ended).
+// Rounds before the history the status carries (the coordinator sends the newest 100).
+int RoundsBefore(const TaskStatus& status) {
+  return status.history_size() > 0 ? static_cast<int>(status.history(0).round()) - 1 : 0;
+}
+
+// How many rounds of the status' history are settled: closed, and evaluated or past evaluating
+// (a later round closed, or the task ended).
 int SettledRounds(const TaskStatus& status) {
   const int n = status.history_size();
   if (n == 0) return 0;
@@ -165,7 +170,7 @@ std::string FormatDurationMs(int64_t ms) {
 
 std::string FormatProgressLine(const TaskStatus& status, int bar_width) {
   const uint32_t total = status.spec().rounds();
-  const size_t done = std::min<size_t>(status.history_size(), total);
+  const size_t done = std::min<size_t>(RoundsBefore(status) + status.history_size(), total);
   std::string line =
       absl::StrFormat("%s %d/%d %s  peers %d", StepWord(status), status.round(), total,
                       Bar(done, total, bar_width), status.participants_size());
@@ -189,8 +194,9 @@ std::string FormatProgressLine(const TaskStatus& status, int bar_width) {
 std::string FormatProgressLogLine(const TaskStatus& status, int bar_width) {
   const uint32_t total = status.spec().rounds();
   const int settled = SettledRounds(status);
-  std::string line = absl::StrFormat("%s %d/%d %s  peers %d", StepWord(status), settled, total,
-                                     Bar(std::min<size_t>(settled, total), total, bar_width),
+  const int done = RoundsBefore(status) + settled;
+  std::string line = absl::StrFormat("%s %d/%d %s  peers %d", StepWord(status), done, total,
+                                     Bar(std::min<size_t>(done, total), total, bar_width),
                                      status.participants_size());
   if (settled > 0) {
     const RoundSummary& r = status.history(settled - 1);
@@ -244,8 +250,12 @@ std::string FormatSummary(const TaskStatus& status) {
     absl::StrAppend(&out, FormatRoundTableRow(mode, r));
   }
   absl::StrAppend(&out, "task ", status.spec().name(), " ", StateName(status.state()), " after ",
-                  status.history_size(), "/", status.spec().rounds(), " ", StepWord(status),
-                  "s in ", FormatDurationMs(total_ms));
+                  RoundsBefore(status) + status.history_size(), "/", status.spec().rounds(), " ",
+                  StepWord(status), "s in ", FormatDurationMs(total_ms));
+  if (RoundsBefore(status) > 0) {
+    absl::StrAppend(&out, " (the last ", status.history_size(),
+                    "; `shoalctl task history` has all)");
+  }
   if (!status.message().empty() && status.state() != coordinator::v1::TASK_STATE_COMPLETED) {
     absl::StrAppend(&out, " (", status.message(), ")");
   }

@@ -37,7 +37,8 @@ class InMemoryAggregator final : public aggregator::AggregatorClient {
     return put->digest;
   }
 
-  absl::StatusOr<bool> PushUpdate(const std::string& address, const aggregator::v1::UpdateMeta& meta,
+  absl::StatusOr<bool> PushUpdate(const std::string& address,
+                                  const aggregator::v1::UpdateMeta& meta,
                                   std::shared_ptr<const tensor::FlatModel> delta,
                                   absl::Time) override {
     auto push = core(address).BeginPush(aggregator::PushMeta::From(meta, ""));
@@ -66,8 +67,8 @@ class InMemoryAggregator final : public aggregator::AggregatorClient {
 
   absl::Status SetMembers(const std::string& address,
                           const aggregator::v1::SetMembersRequest& request, absl::Time) override {
-    core(address).SetMembers(request.task(), {request.session_tokens().begin(),
-                                              request.session_tokens().end()});
+    core(address).SetMembers(request.task(),
+                             {request.session_tokens().begin(), request.session_tokens().end()});
     return absl::OkStatus();
   }
   absl::Status OpenRound(const std::string& address,

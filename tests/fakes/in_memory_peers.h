@@ -53,7 +53,8 @@ class InMemoryPeers final : public peer::PeerClient {
   absl::Status Probe(const std::string& address, const peer::v1::ProbeRequest&, absl::Time,
                      peer::CallCanceller* canceller) override {
     if (canceller != nullptr && canceller->cancelled()) return absl::CancelledError("cancelled");
-    if (Find(address) == nullptr) return absl::UnavailableError(absl::StrCat("no peer at ", address));
+    if (Find(address) == nullptr)
+      return absl::UnavailableError(absl::StrCat("no peer at ", address));
     return absl::OkStatus();
   }
 

@@ -205,7 +205,6 @@ TEST_F(InMemoryRoundsTest, DecentralizedRoundsWithEightPeersAreDeterministic) {
       EXPECT_NE(r.model_digest(), 0u) << "every participant reported the same digest";
     }
     digests.push_back(status.history(1).model_digest());
-
   }
   EXPECT_EQ(digests[0], digests[1]);
 }

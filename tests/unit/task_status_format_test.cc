@@ -217,6 +217,25 @@ TEST(ProgressLogLineTest, DescribesTheNewestSettledRoundWithoutThePhase) {
             "operator");
 }
 
+// The coordinator sends only the newest rounds of a long task: the counts still cover them all.
+TEST(ProgressLineTest, CountsTheRoundsBeforeTheHistoryWindow) {
+  TaskStatus s = RunningStatus();
+  s.mutable_spec()->set_rounds(500);
+  s.set_state(coordinator::v1::TASK_STATE_COMPLETED);
+  s.set_round(500);
+  s.clear_history();
+  for (uint64_t r = 401; r <= 500; ++r) {
+    coordinator::v1::RoundSummary& h = *s.add_history();
+    h.set_round(r);
+    h.set_model_version(r);
+    h.set_evaluation_complete(true);
+  }
+  EXPECT_THAT(FormatProgressLine(s, 10), HasSubstr("round 500/500 [##########] 100%"));
+  EXPECT_THAT(FormatProgressLogLine(s, 10), HasSubstr("round 500/500"));
+  EXPECT_THAT(FormatSummary(s), HasSubstr("after 500/500 rounds"));
+  EXPECT_THAT(FormatSummary(s), HasSubstr("the last 100; `shoalctl task history` has all"));
+}
+
 TEST(SummaryTest, ListsEveryRoundAndTheFinalAccuracy) {
   TaskStatus s = RunningStatus();
   s.set_state(coordinator::v1::TASK_STATE_COMPLETED);
