@@ -286,7 +286,7 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
                      message.error().round(), ": ", message.error().message());
           // It cannot take part: release it from the task so that nothing waits for it.
           peer.task.clear();
-          LeaveTask(task, peer_id, absl::StrCat("error: ", message.error().message()), out);
+          PeerFailed(task, peer_id, message.error().message(), out);
           break;
         }
         if (message.has_eval_report()) {
@@ -328,11 +328,15 @@ void CoordinatorCore::AssignIdlePeers(Outbox& out) {
   const bool any_room = std::any_of(task_order_.begin(), task_order_.end(),
                                     [&](const auto& name) { return Accepts(tasks_.at(name)); });
   if (!any_room) return;
+  const absl::Time now = clock_.Now();
   for (auto& [id, peer] : peers_) {
     if (!peer.task.empty()) continue;
     for (const std::string& name : task_order_) {
       Task& task = tasks_[name];
       if (!Accepts(task) || !TokenAdmits(task.status.spec(), peer.hello.join_token())) continue;
+      if (auto e = task.errored.find(id); e != task.errored.end() && now < e->second.retry_at) {
+        continue;  // it failed in this task a moment ago
+      }
       peer.task = name;
       task.peers.insert(id);
       task.members_dirty = true;

@@ -144,6 +144,16 @@ class CoordinatorCore {
     // Rounds whose summary took EvalReports since it was last stored. Step() stores them, so a
     // round of N peers costs a few writes instead of N.
     std::set<uint64_t> unsaved_rounds;
+    // Peers that reported an error (PeerError) since the task last completed a round: not
+    // assigned to it again before `retry_at` (1 s, doubling per error in a row, at most a
+    // minute), so a peer that cannot take part does not bounce in and out; the task fails when
+    // every peer has and nobody is left working on it.
+    struct Errored {
+      int count = 0;
+      absl::Time retry_at;
+      std::string message;
+    };
+    std::map<std::string, Errored> errored;
     // --- Tasks whose mode uses an aggregator ---
     // Bumped whenever the aggregator changes or the task ends: results of older work, events
     // of older watches are dropped.
@@ -214,6 +224,9 @@ class CoordinatorCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies what a ModeTask asked for: events, completed rounds, work, changes, the end.
   void ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A peer reported an error in `task`: it leaves it for a while; the task fails when all did.
+  void PeerFailed(Task& task, const std::string& peer_id, const std::string& message, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes a peer out of its task (it left, crashed or reported an error).
   void LeaveTask(Task& task, const std::string& peer_id, const std::string& why, Outbox& out)

@@ -166,6 +166,7 @@ void CoordinatorCore::ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out)
       });
     });
   }
+  if (!fx.rounds_completed.empty()) task.errored.clear();  // progress: errors were passing
   for (v1::RoundSummary& summary : fx.rounds_completed) {
     if (summary.completed_unix_ms() == 0)
       summary.set_completed_unix_ms(absl::ToUnixMillis(clock_.Now()));
@@ -196,6 +197,23 @@ void CoordinatorCore::TrimHistory(Task& task) {
     if (task.unsaved_rounds.erase(r.round())) StoreRound(task.status.spec().name(), r);
   }
   history->DeleteSubrange(0, excess);
+}
+
+void CoordinatorCore::PeerFailed(Task& task, const std::string& peer_id, const std::string& message,
+                                 Outbox& out) {
+  Task::Errored& e = task.errored[peer_id];
+  ++e.count;
+  e.message = message;
+  e.retry_at =
+      clock_.Now() + std::min(absl::Minutes(1), absl::Seconds(1) * (1 << std::min(e.count - 1, 6)));
+  LeaveTask(task, peer_id, absl::StrCat("error: ", message), out);
+  const size_t need = std::max<size_t>(1, task.status.spec().min_participants());
+  if (IsActive(task) && task.peers.empty() && task.errored.size() >= need) {
+    Finish(task, v1::TASK_STATE_FAILED,
+           absl::StrCat("every peer failed in this task (", task.errored.size(),
+                        " peers; the last: ", message, ")"),
+           out);
+  }
 }
 
 void CoordinatorCore::LeaveTask(Task& task, const std::string& peer_id, const std::string& why,

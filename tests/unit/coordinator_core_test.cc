@@ -131,6 +131,32 @@ TEST_F(CoordinatorCoreTest, PeersAreSentToTheAggregatorOnlyAfterItKnowsThem) {
   EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kInitializeModel));
 }
 
+v1::PeerMessage Error(const std::string& task, const std::string& what) {
+  v1::PeerMessage m;
+  m.set_task(task);
+  m.mutable_error()->set_message(what);
+  return m;
+}
+
+// A peer that reports an error leaves the task for a while instead of bouncing straight back in;
+// when every peer has failed and none is left, the task fails saying why.
+TEST_F(CoordinatorCoreTest, PeersThatFailAreHeldOffAndATaskAllOfWhosePeersFailFails) {
+  auto sinks = StartTask(Spec("t", 2, 5), {"a", "b"});
+  ASSERT_TRUE(core_->OnMessage("a", Error("t", "training diverged")).ok());
+  Step();
+  EXPECT_THAT(Status("t").participants(), ElementsAre("b")) << "a is not assigned again at once";
+  clock_.Advance(absl::Milliseconds(1500));
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
+  Step();
+  EXPECT_THAT(Status("t").participants(), UnorderedElementsAre("a", "b")) << "after its backoff";
+  ASSERT_TRUE(core_->OnMessage("a", Error("t", "training diverged")).ok());
+  ASSERT_TRUE(core_->OnMessage("b", Error("t", "training diverged: loss is inf")).ok());
+  const v1::TaskStatus status = Status("t");
+  EXPECT_EQ(status.state(), v1::TASK_STATE_FAILED);
+  EXPECT_THAT(status.message(), ::testing::HasSubstr("every peer failed"));
+  EXPECT_THAT(status.message(), ::testing::HasSubstr("training diverged: loss is inf"));
+}
+
 TEST_F(CoordinatorCoreTest, PeersCanOnlyUseTheirCertificatesName) {
   auto sink = std::make_shared<FakeSink>();
   EXPECT_EQ(core_->Connect(Hello("peer-1"), "peer-2", sink).status().code(),
