@@ -3,6 +3,7 @@
 #include <functional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "services/peer_agent/byzantine.h"
 #include "shoal/coordinator/v1/session.pb.h"
 
@@ -52,6 +53,18 @@ struct ModeRunnerDeps {
   // empty. May be a no-op (static gossip without a coordinator).
   std::function<void(const coordinator::v1::PeerMessage&)> send;
 };
+
+// What a mode's runner needs of ModeRunnerDeps besides the trainer, the snapshot store, the
+// metrics, the clock and the wakeup, which every runner needs.
+struct RunnerNeeds {
+  bool aggregator = false;  // an AggregatorClient
+  bool peers = false;       // a PeerClient
+  bool send = true;         // a session to send on
+};
+
+// For a mode's factory: INVALID_ARGUMENT, naming the mode, unless `deps` holds what a runner of
+// `mode` needs and the assigned task is in `mode`.
+absl::Status CheckRunnerDeps(const ModeRunnerDeps& deps, common::v1::Mode mode, RunnerNeeds needs);
 
 // The peer-side logic of one task in one training mode (federated-sync, federated-async,
 // decentralized, gossip; services/peer_agent/modes/<mode>/). PeerAgent, the mode-agnostic host,

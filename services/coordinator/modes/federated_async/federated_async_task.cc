@@ -13,12 +13,7 @@ using Kind = AggregatorWork::Kind;
 
 FederatedAsyncTask::FederatedAsyncTask(const v1::TaskStatus& status, const ModeOptions& options,
                                        CoordinatorMetrics& metrics)
-    : task_(status.spec().name()),
-      spec_(status.spec()),
-      options_(options),
-      metrics_(metrics),
-      model_(task_, absl::Seconds(spec_.round_deadline_seconds())),
-      retry_(task_, options, metrics) {
+    : AggregatorModeTask(status, options, metrics) {
   for (const v1::PeerProgress& p : status.peers()) contributions_[p.peer_id()] = p.updates();
 }
 
@@ -28,52 +23,6 @@ void FederatedAsyncTask::AddPeer(const ModePeer& peer, absl::Time now, v1::TaskS
   // A peer that arrives while the buffer is open starts training at once.
   if (buffer_open_) fx.Send(peer.id, TrainEvent(status));
   Advance(now, status, fx);
-}
-
-void FederatedAsyncTask::RemovePeer(const std::string& peer_id, const std::string& why,
-                                    absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
-  peers_.erase(peer_id);
-  Advance(now, status, fx);
-}
-
-absl::Status FederatedAsyncTask::OnMessage(const std::string& peer_id,
-                                           const v1::PeerMessage& message, absl::Time now,
-                                           v1::TaskStatus& status, ModeEffects& fx) {
-  switch (message.kind_case()) {
-    case v1::PeerMessage::kEvalReport:
-      Advance(now, status, fx);  // the final evaluation may be complete
-      return absl::OkStatus();
-    case v1::PeerMessage::kModelInitialized: {
-      if (absl::Status s = model_.OnInitialized(peer_id, status); !s.ok()) return s;
-      status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
-      fx.changed = true;
-      Advance(now, status, fx);
-      return absl::OkStatus();
-    }
-    default:
-      return absl::FailedPreconditionError(
-          absl::StrCat("task \"", task_, "\" (federated-async) does not take this message"));
-  }
-}
-
-void FederatedAsyncTask::Tick(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
-  Advance(now, status, fx);
-}
-
-void FederatedAsyncTask::OnAggregator(const std::string& address, absl::Time now,
-                                      v1::TaskStatus& status, ModeEffects& fx) {
-  has_aggregator_ = true;
-  Reset(status);
-  retry_.Reset();
-  fx.changed = true;
-  Advance(now, status, fx);
-}
-
-void FederatedAsyncTask::OnAggregatorLost(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
-  has_aggregator_ = false;
-  Reset(status);
-  status.set_message("waiting for an aggregator to register");
-  fx.changed = true;
 }
 
 void FederatedAsyncTask::Reset(v1::TaskStatus& status) {

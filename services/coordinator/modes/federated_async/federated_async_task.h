@@ -6,8 +6,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "services/coordinator/global_model.h"
-#include "services/coordinator/mode_task.h"
+#include "services/coordinator/modes/aggregator_mode_task.h"
 
 namespace shoal::coordinator {
 
@@ -26,31 +25,22 @@ namespace shoal::coordinator {
 // Losing the aggregator: on the next one the newest checkpoint is restored, the buffer is opened
 // again and every peer is told TrainAsync again. Owned by CoordinatorCore (one per task). Not
 // thread-safe: driven under the core's lock.
-class FederatedAsyncTask final : public ModeTask {
+class FederatedAsyncTask final : public AggregatorModeTask {
  public:
   FederatedAsyncTask(const v1::TaskStatus& status, const ModeOptions& options,
                      CoordinatorMetrics& metrics);
 
-  bool UsesAggregator() const override { return true; }
   void AddPeer(const ModePeer& peer, absl::Time now, v1::TaskStatus& status,
                ModeEffects& fx) override;
-  void RemovePeer(const std::string& peer_id, const std::string& why, absl::Time now,
-                  v1::TaskStatus& status, ModeEffects& fx) override;
-  absl::Status OnMessage(const std::string& peer_id, const v1::PeerMessage& message, absl::Time now,
-                         v1::TaskStatus& status, ModeEffects& fx) override;
-  void Tick(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) override;
-  void OnAggregator(const std::string& address, absl::Time now, v1::TaskStatus& status,
-                    ModeEffects& fx) override;
-  void OnAggregatorLost(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) override;
   void OnAggregatorEvent(const aggregator::v1::TaskEvent& event, absl::Time now,
                          v1::TaskStatus& status, ModeEffects& fx) override;
   void OnWorkDone(const WorkResult& result, absl::Time now, v1::TaskStatus& status,
                   ModeEffects& fx) override;
 
  private:
-  void Advance(absl::Time now, v1::TaskStatus& status, ModeEffects& fx);
+  void Advance(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) override;
   // The buffer is gone with the aggregator (or never opened): start over from the model.
-  void Reset(v1::TaskStatus& status);
+  void Reset(v1::TaskStatus& status) override;
   void OnBufferOpened(const WorkResult& result, absl::Time now, v1::TaskStatus& status,
                       ModeEffects& fx);
   void OnVersion(const aggregator::v1::VersionPublished& v, absl::Time now, v1::TaskStatus& status,
@@ -59,16 +49,6 @@ class FederatedAsyncTask final : public ModeTask {
   // The per-peer view of task status (updates each peer contributed).
   void PublishPeers(v1::TaskStatus& status) const;
 
-  const std::string task_;
-  const common::v1::TaskSpec spec_;
-  const ModeOptions options_;
-  CoordinatorMetrics& metrics_;
-
-  std::set<std::string> peers_;
-  bool has_aggregator_ = false;
-  GlobalModel model_;
-  CallRetry retry_;
-  Checkpoints checkpoints_;
   bool opening_ = false;      // kOpenBuffer in flight
   bool buffer_open_ = false;  // peers train and push
   absl::Time last_version_at_;

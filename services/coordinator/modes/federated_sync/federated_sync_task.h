@@ -7,8 +7,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "services/coordinator/global_model.h"
-#include "services/coordinator/mode_task.h"
+#include "services/coordinator/modes/aggregator_mode_task.h"
 
 namespace shoal::coordinator {
 
@@ -27,22 +26,13 @@ namespace shoal::coordinator {
 // checkpoint is restored and that round runs again. Failed calls are retried (CallRetry).
 //
 // Owned by CoordinatorCore (one per task). Not thread-safe: driven under the core's lock.
-class FederatedSyncTask final : public ModeTask {
+class FederatedSyncTask final : public AggregatorModeTask {
  public:
   FederatedSyncTask(const v1::TaskStatus& status, const ModeOptions& options,
                     CoordinatorMetrics& metrics);
 
-  bool UsesAggregator() const override { return true; }
-  void AddPeer(const ModePeer& peer, absl::Time now, v1::TaskStatus& status,
-               ModeEffects& fx) override;
   void RemovePeer(const std::string& peer_id, const std::string& why, absl::Time now,
                   v1::TaskStatus& status, ModeEffects& fx) override;
-  absl::Status OnMessage(const std::string& peer_id, const v1::PeerMessage& message, absl::Time now,
-                         v1::TaskStatus& status, ModeEffects& fx) override;
-  void Tick(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) override;
-  void OnAggregator(const std::string& address, absl::Time now, v1::TaskStatus& status,
-                    ModeEffects& fx) override;
-  void OnAggregatorLost(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) override;
   void OnAggregatorEvent(const aggregator::v1::TaskEvent& event, absl::Time now,
                          v1::TaskStatus& status, ModeEffects& fx) override;
   void OnWorkDone(const WorkResult& result, absl::Time now, v1::TaskStatus& status,
@@ -58,29 +48,19 @@ class FederatedSyncTask final : public ModeTask {
   };
 
   // Takes the next step the state allows (restore, initialize, open, close, finish).
-  void Advance(absl::Time now, v1::TaskStatus& status, ModeEffects& fx);
+  void Advance(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) override;
   void Ask(AggregatorWork::Kind kind, AggregatorWork work, ModeEffects& fx);
   // The aggregator holds nothing we know of (new aggregator, or it lost the task): the round in
   // flight is abandoned and the newest checkpoint will be restored.
-  void Reset(v1::TaskStatus& status);
+  void Reset(v1::TaskStatus& status) override;
   void OnOpened(const WorkResult& result, absl::Time now, v1::TaskStatus& status, ModeEffects& fx);
   void OnClosed(const WorkResult& result, absl::Time now, v1::TaskStatus& status, ModeEffects& fx);
   bool AllAccepted() const;
   // Whether the evaluation of the task's current model version is complete.
   static bool FinalEvaluationDone(const v1::TaskStatus& status);
 
-  const std::string task_;
-  const common::v1::TaskSpec spec_;
-  const ModeOptions options_;
-  CoordinatorMetrics& metrics_;
-
-  std::set<std::string> peers_;
-  bool has_aggregator_ = false;
-  GlobalModel model_;
   // The round call in flight (open, close); the mode waits for its result.
   std::optional<AggregatorWork::Kind> pending_;
-  CallRetry retry_;
-  Checkpoints checkpoints_;
   Round round_;
   absl::Time eval_deadline_;
   std::string waiting_notice_;  // last Waiting sent, to avoid repeats

@@ -25,14 +25,7 @@ absl::StatusOr<std::unique_ptr<ModeRunner>> CreateDecentralizedRunner(ModeRunner
 
 absl::StatusOr<std::unique_ptr<DecentralizedRunner>> DecentralizedRunner::Create(
     ModeRunnerDeps deps, DecentralizedRunnerOptions options) {
-  if (deps.trainer == nullptr || deps.snapshots == nullptr || deps.peers == nullptr ||
-      deps.metrics == nullptr || deps.clock == nullptr || deps.wakeup == nullptr || !deps.send) {
-    return absl::InvalidArgumentError("the decentralized runner is missing a dependency");
-  }
-  if (deps.assigned.spec().mode() != common::v1::MODE_DECENTRALIZED) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("task ", deps.assigned.spec().name(), " is not in mode decentralized"));
-  }
+  SHOAL_RETURN_IF_ERROR(CheckRunnerDeps(deps, common::v1::MODE_DECENTRALIZED, {.peers = true}));
   if (deps.peer_id.empty()) {
     return absl::InvalidArgumentError("the decentralized runner needs this peer's id");
   }

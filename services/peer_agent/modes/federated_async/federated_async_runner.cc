@@ -26,14 +26,8 @@ absl::Status FederatedAsyncOptions::Validate() const {
 
 absl::StatusOr<std::unique_ptr<FederatedAsyncRunner>> FederatedAsyncRunner::Create(
     ModeRunnerDeps deps, FederatedAsyncOptions options) {
-  if (deps.trainer == nullptr || deps.snapshots == nullptr || deps.aggregator == nullptr ||
-      deps.metrics == nullptr || deps.clock == nullptr || deps.wakeup == nullptr || !deps.send) {
-    return absl::InvalidArgumentError("the federated-async runner is missing a dependency");
-  }
-  if (deps.assigned.spec().mode() != common::v1::MODE_FEDERATED_ASYNC) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("task ", deps.assigned.spec().name(), " is not in mode federated-async"));
-  }
+  SHOAL_RETURN_IF_ERROR(
+      CheckRunnerDeps(deps, common::v1::MODE_FEDERATED_ASYNC, {.aggregator = true}));
   SHOAL_RETURN_IF_ERROR(options.Validate());
   return std::unique_ptr<FederatedAsyncRunner>(
       new FederatedAsyncRunner(std::move(deps), std::move(options)));

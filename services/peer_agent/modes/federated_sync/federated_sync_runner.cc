@@ -25,14 +25,8 @@ absl::Status FederatedSyncOptions::Validate() const {
 
 absl::StatusOr<std::unique_ptr<FederatedSyncRunner>> FederatedSyncRunner::Create(
     ModeRunnerDeps deps, FederatedSyncOptions options) {
-  if (deps.trainer == nullptr || deps.snapshots == nullptr || deps.aggregator == nullptr ||
-      deps.metrics == nullptr || deps.clock == nullptr || deps.wakeup == nullptr || !deps.send) {
-    return absl::InvalidArgumentError("the federated-sync runner is missing a dependency");
-  }
-  if (deps.assigned.spec().mode() != common::v1::MODE_FEDERATED_SYNC) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("task ", deps.assigned.spec().name(), " is not in mode federated-sync"));
-  }
+  SHOAL_RETURN_IF_ERROR(
+      CheckRunnerDeps(deps, common::v1::MODE_FEDERATED_SYNC, {.aggregator = true}));
   SHOAL_RETURN_IF_ERROR(options.Validate());
   return std::unique_ptr<FederatedSyncRunner>(
       new FederatedSyncRunner(std::move(deps), std::move(options)));

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "libs/common/log.h"
+#include "libs/common/status_macros.h"
 #include "libs/gossip/flow_control.h"
 #include "libs/gossip/gossip_spec.h"
 #include "libs/gossip/interpolation.h"
@@ -521,14 +522,8 @@ class GossipRunner final : public ModeRunner {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ModeRunner>> CreateGossipRunner(ModeRunnerDeps deps) {
-  if (deps.trainer == nullptr || deps.snapshots == nullptr || deps.peers == nullptr ||
-      deps.metrics == nullptr || deps.clock == nullptr || deps.wakeup == nullptr) {
-    return absl::InvalidArgumentError("the gossip runner is missing a dependency");
-  }
-  if (deps.assigned.spec().mode() != common::v1::MODE_GOSSIP) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("task ", deps.assigned.spec().name(), " is not in mode gossip"));
-  }
+  SHOAL_RETURN_IF_ERROR(
+      CheckRunnerDeps(deps, common::v1::MODE_GOSSIP, {.peers = true, .send = false}));
   if (deps.assigned.spec().round_batches() == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("task ", deps.assigned.spec().name(), ": round_batches must be > 0"));
