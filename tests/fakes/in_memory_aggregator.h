@@ -104,9 +104,14 @@ class InMemoryAggregator final : public aggregator::AggregatorClient {
  private:
   struct Instance {
     explicit Instance(const Clock& clock)
-        : metrics(registry),
-          core(*aggregator::AggregatorCore::Create(aggregator::AggregatorCoreOptions{}, clock,
-                                                   metrics)) {}
+        : metrics(registry), core(*aggregator::AggregatorCore::Create(Options(), clock, metrics)) {}
+    // Every push gets a staging buffer at once: a push refused as busy would wait for a backoff
+    // that a test clock which never moves never ends.
+    static aggregator::AggregatorCoreOptions Options() {
+      aggregator::AggregatorCoreOptions options;
+      options.max_concurrent_pushes = 64;
+      return options;
+    }
     prometheus::Registry registry;
     aggregator::AggregatorMetrics metrics;
     std::unique_ptr<aggregator::AggregatorCore> core;

@@ -181,17 +181,23 @@ TEST_F(CoordinatorCoreTest, DecentralizedTaskResumesAfterRestartAndLosesPeers) {
   ASSERT_EQ(b->events.size(), 1u);
   EXPECT_EQ(b->events[0].sync_from().provider().peer_id(), "a");
 
-  // a reports an error: it is released from the task (and, being idle, assigned again at
-  // once, as in federated-sync): its mode state starts over and b has no provider left.
+  // a reports an error: it is released from the task and, having failed in it a moment ago,
+  // not assigned to it again at once (PeerFailed backoff); b has no provider left.
   v1::PeerMessage error;
   error.set_task("d");
   error.mutable_error()->set_message("out of memory");
   ASSERT_TRUE(core_->OnMessage("a", error).ok());
+  EXPECT_THAT(a->Take(), IsEmpty());
+  status = Status("d");
+  ASSERT_EQ(status.peers_size(), 1);
+  EXPECT_EQ(status.peers(0).state(), "syncing");
+  // After the backoff (1 s for a first error) it is assigned again; its mode state starts over.
+  clock_.Advance(absl::Seconds(1));
+  Step();
   EXPECT_THAT(a->Take(), ElementsAre(v1::CoordinatorEvent::kTaskAssigned));
   status = Status("d");
   ASSERT_EQ(status.peers_size(), 2);
   EXPECT_EQ(status.peers(0).state(), "new");
-  EXPECT_EQ(status.peers(1).state(), "syncing");
   // a leaves for good.
   v1::PeerMessage leave;
   leave.mutable_leave()->set_reason("bye");
