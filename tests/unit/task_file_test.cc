@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -51,6 +52,22 @@ TEST(TaskFileTest, LoadsCompleteYaml) {
   EXPECT_EQ(spec->aggregation(), common::v1::AGGREGATION_MEAN);
   EXPECT_EQ(spec->seed(), 42u);
   EXPECT_DOUBLE_EQ(spec->max_update_norm(), 100.5);
+}
+
+// Every example task the repository ships (deploy/tasks, the Kubernetes tasks) is valid.
+TEST(TaskFileTest, ShippedExamplesAreValid) {
+  const char* root = std::getenv("SHOAL_SOURCE_DIR");
+  const std::string source = root != nullptr ? root : ".";
+  int files = 0;
+  for (const char* dir : {"/deploy/tasks", "/deploy/k8s/tasks"}) {
+    for (const auto& entry : std::filesystem::directory_iterator(source + dir)) {
+      if (entry.path().extension() != ".yaml") continue;
+      absl::StatusOr<TaskSpec> spec = LoadTaskFile(entry.path().string());
+      EXPECT_TRUE(spec.ok()) << entry.path() << ": " << spec.status();
+      ++files;
+    }
+  }
+  EXPECT_GE(files, 6);
 }
 
 TEST(TaskFileTest, LoadsJsonWithFullEnumNamesAndDefaults) {
