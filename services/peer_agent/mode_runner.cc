@@ -11,7 +11,8 @@ absl::Status CheckRunnerDeps(const ModeRunnerDeps& deps, common::v1::Mode mode, 
       deps.clock == nullptr || deps.wakeup == nullptr ||
       (needs.aggregator && deps.aggregator == nullptr) || (needs.peers && deps.peers == nullptr) ||
       (needs.send && !deps.send)) {
-    return absl::InvalidArgumentError(absl::StrCat("the ", name, " runner is missing a dependency"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", name, " runner is missing a dependency"));
   }
   if (deps.assigned.spec().mode() != mode) {
     return absl::InvalidArgumentError(

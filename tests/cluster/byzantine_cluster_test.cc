@@ -96,10 +96,10 @@ TEST_P(ByzantineClusterTest, RobustStrategiesResistWhatBreaksTheMean) {
   ASSERT_TRUE(cluster.WaitForPeersConnected(kHonest, absl::Seconds(60)).ok()) << cluster.LogTails();
   const double clean = Run(cluster, Spec("clean", common::v1::AGGREGATION_MEAN, kHonest));
 
-  ASSERT_TRUE(cluster
-                  .StartPeer(kHonest, kHonest + 1,
-                             {absl::StrCat("--test-byzantine=", GetParam().attack)})
-                  .ok());
+  ASSERT_TRUE(
+      cluster
+          .StartPeer(kHonest, kHonest + 1, {absl::StrCat("--test-byzantine=", GetParam().attack)})
+          .ok());
   ASSERT_TRUE(cluster.WaitForPeersConnected(kHonest + 1, absl::Seconds(60)).ok());
   const double attacked_mean =
       Run(cluster, Spec("mean", common::v1::AGGREGATION_MEAN, kHonest + 1), false);
@@ -120,14 +120,14 @@ TEST_P(ByzantineClusterTest, RobustStrategiesResistWhatBreaksTheMean) {
   EXPECT_GE(krum, clean - 0.02);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Modes, ByzantineClusterTest,
-    ::testing::Values(Case{common::v1::MODE_FEDERATED_SYNC, "scale:-10"},
-                      Case{common::v1::MODE_DECENTRALIZED, "scale:-10"}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      return info.param.mode == common::v1::MODE_DECENTRALIZED ? "Decentralized"
-                                                                : "FederatedSync";
-    });
+INSTANTIATE_TEST_SUITE_P(Modes, ByzantineClusterTest,
+                         ::testing::Values(Case{common::v1::MODE_FEDERATED_SYNC, "scale:-10"},
+                                           Case{common::v1::MODE_DECENTRALIZED, "scale:-10"}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.mode == common::v1::MODE_DECENTRALIZED
+                                      ? "Decentralized"
+                                      : "FederatedSync";
+                         });
 
 }  // namespace
 }  // namespace shoal::testing

@@ -198,7 +198,8 @@ class FakeControlService final : public coordinator::v1::ControlService::Service
   std::vector<ListRoundsCall> list_rounds_calls_ ABSL_GUARDED_BY(mu_);
 };
 
-inline TaskStatus Status(const std::string& name, coordinator::v1::TaskState state, int rounds_done) {
+inline TaskStatus Status(const std::string& name, coordinator::v1::TaskState state,
+                         int rounds_done) {
   TaskStatus s;
   *s.mutable_spec() = task::DefaultTaskSpec();
   s.mutable_spec()->set_name(name);
@@ -225,7 +226,8 @@ inline TaskStatus Status(const std::string& name, coordinator::v1::TaskState sta
 // A task with `rounds` finished rounds, all of them stored, of which its status holds only the
 // newest `in_memory` (the coordinator's history window).
 inline TaskStatus SetUpHistory(FakeControlService& fake, const std::string& name, int rounds,
-                        int in_memory, common::v1::Mode mode = common::v1::MODE_FEDERATED_SYNC) {
+                               int in_memory,
+                               common::v1::Mode mode = common::v1::MODE_FEDERATED_SYNC) {
   TaskStatus status = Status(name, coordinator::v1::TASK_STATE_COMPLETED, rounds);
   status.mutable_spec()->set_rounds(rounds);
   status.mutable_spec()->set_mode(mode);
@@ -235,7 +237,8 @@ inline TaskStatus SetUpHistory(FakeControlService& fake, const std::string& name
   return status;
 }
 
-inline std::vector<uint64_t> RoundNumbers(const std::vector<coordinator::v1::RoundSummary>& rounds) {
+inline std::vector<uint64_t> RoundNumbers(
+    const std::vector<coordinator::v1::RoundSummary>& rounds) {
   std::vector<uint64_t> numbers;
   for (const auto& r : rounds) numbers.push_back(r.round());
   return numbers;

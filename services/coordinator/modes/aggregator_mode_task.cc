@@ -61,8 +61,7 @@ void AggregatorModeTask::OnAggregator(const std::string& address, absl::Time now
   Advance(now, status, fx);
 }
 
-void AggregatorModeTask::OnAggregatorLost(absl::Time now, v1::TaskStatus& status,
-                                          ModeEffects& fx) {
+void AggregatorModeTask::OnAggregatorLost(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
   has_aggregator_ = false;
   Reset(status);
   status.set_message("waiting for an aggregator to register");
