@@ -27,6 +27,7 @@
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/peer_service.h"
 #include "services/peer_agent/snapshot_store.h"
+#include "shoal/peer/v1/peer.grpc.pb.h"
 
 namespace shoal::peer {
 namespace {
@@ -83,6 +84,32 @@ struct Endpoint {
     server = *rpc::Server::Start(so, {service.get()});
   }
   std::string address() const { return server->address(); }
+};
+
+// A PeerService on 127.0.0.1:0 whose every call fails with `code`: a neighbour shutting down
+// (CANCELLED) or broken (INTERNAL). Its failures cost an exchange, never this peer's run.
+class FailingEndpoint final : public peer::v1::PeerService::Service {
+ public:
+  explicit FailingEndpoint(grpc::StatusCode code) : code_(code) {
+    rpc::ServerOptions so;
+    so.listen = "127.0.0.1:0";
+    so.service_name = "gossip-test-failing";
+    server_ = *rpc::Server::Start(so, {this});
+  }
+  ~FailingEndpoint() override { server_->Shutdown(absl::Seconds(1)); }
+  grpc::Status GetSnapshot(grpc::ServerContext*, const peer::v1::GetSnapshotRequest*,
+                           grpc::ServerWriter<common::v1::ModelChunk>*) override {
+    return grpc::Status(code_, "failing on purpose");
+  }
+  grpc::Status Probe(grpc::ServerContext*, const peer::v1::ProbeRequest*,
+                     peer::v1::ProbeResponse*) override {
+    return grpc::Status(code_, "failing on purpose");
+  }
+  std::string address() const { return server_->address(); }
+
+ private:
+  const grpc::StatusCode code_;
+  std::unique_ptr<rpc::Server> server_;
 };
 
 // One gossip peer: endpoint + trainer + client + runner, driven on its own thread like the
@@ -290,11 +317,16 @@ TEST(GossipService, BadNeighboursAreRejectedAndDemoted) {
     s.loss = 1;
     nan.store.Publish(s);
   }
+  // And two whose calls fail: CANCELLED (as when a neighbour shuts down: it once ended this
+  // peer's run silently, as if it had been stopped) and INTERNAL.
+  FailingEndpoint cancelled(grpc::StatusCode::CANCELLED), internal(grpc::StatusCode::INTERNAL);
   const auto members = Members({{"good", good.address()},
                                 {"wrong", wrong.address()},
                                 {"nan", nan.address()},
                                 {"empty", empty.address()},
-                                {"gone", "127.0.0.1:1"}});
+                                {"gone", "127.0.0.1:1"},
+                                {"cancelled", cancelled.address()},
+                                {"internal", internal.address()}});
   good.Deliver(members);
   ASSERT_TRUE(good.WaitReturned(absl::Seconds(120)));
   // Training went on to the end regardless.

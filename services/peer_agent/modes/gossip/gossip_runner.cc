@@ -431,7 +431,9 @@ class GossipRunner final : public ModeRunner {
           g.fetches_refused.Increment();
           break;
       }
-      return s;
+      // This exchange failed, whatever the code: the other side's CANCELLED (it is shutting
+      // down) or INTERNAL must not read as our own stop or our own failure.
+      return absl::UnavailableError(absl::StrCat("fetch from ", r.peer_id, ": ", s.message()));
     }
     const tensor::ReceivedModel& got = *r.model;
     absl::StatusOr<double> f =
