@@ -36,15 +36,8 @@ absl::Status AggregatorCore::OpenBuffer(const OpenBufferParams& p) {
     return absl::AbortedError(absl::StrCat("round ", task->round->number, " of ", TaskLabel(p.task),
                                            " is still closing; retry"));
   }
-  if (task->versions.count(p.base_version) == 0) {
-    return absl::FailedPreconditionError(absl::StrCat("base version ", p.base_version, " of ",
-                                                      TaskLabel(p.task), " is not held (latest is ",
-                                                      task->latest, ")"));
-  }
-  if (p.base_version != task->latest) {
-    return absl::FailedPreconditionError(absl::StrCat("base version ", p.base_version, " of ",
-                                                      TaskLabel(p.task), " is not the latest (",
-                                                      task->latest, ")"));
+  if (absl::Status base = CheckBaseIsLatest(*task, p.task, p.base_version); !base.ok()) {
+    return base;
   }
   const uint64_t model_bytes = task->versions.at(task->latest).model->layout.total_bytes();
   if (absl::Status fits = CheckBufferMemory(fresh->strategy(), fresh->capacity(), model_bytes,

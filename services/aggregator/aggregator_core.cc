@@ -18,6 +18,21 @@ std::string TaskLabel(const std::string& task) {
   return absl::StrCat("task '", EscapeBytes(task), "'");
 }
 
+absl::Status CheckBaseIsLatest(const AggregatorCore::Task& task, const std::string& name,
+                               uint64_t base_version) {
+  if (task.versions.count(base_version) == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("base version ", base_version, " of ",
+                                                      TaskLabel(name), " is not held (latest is ",
+                                                      task.latest, ")"));
+  }
+  if (base_version != task.latest) {
+    return absl::FailedPreconditionError(absl::StrCat("base version ", base_version, " of ",
+                                                      TaskLabel(name), " is not the latest (",
+                                                      task.latest, ")"));
+  }
+  return absl::OkStatus();
+}
+
 PushMeta PushMeta::From(const v1::UpdateMeta& m, std::string caller_identity) {
   return PushMeta{m.task(),        m.round(),      m.peer_id(),       m.base_version(),
                   m.num_samples(), m.train_loss(), m.session_token(), std::move(caller_identity)};

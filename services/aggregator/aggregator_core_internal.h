@@ -78,4 +78,9 @@ const char* RoundStateName(const AggregatorCore::Round& round);
 // "task 'name'" with the name escaped, for messages.
 std::string TaskLabel(const std::string& task);
 
+// What a round or a buffer opens on: OK when `base_version` is the task's latest version;
+// FAILED_PRECONDITION naming it and the latest when it is not held or not the latest.
+absl::Status CheckBaseIsLatest(const AggregatorCore::Task& task, const std::string& name,
+                               uint64_t base_version);
+
 }  // namespace shoal::aggregator

@@ -89,16 +89,8 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
     return absl::AbortedError(
         absl::StrCat(RoundLabel(cur->number, p.task), " is still closing; retry"));
   }
-  auto base = task->versions.find(p.base_version);
-  if (base == task->versions.end()) {
-    return absl::FailedPreconditionError(absl::StrCat("base version ", p.base_version, " of ",
-                                                      TaskLabel(p.task), " is not held (latest is ",
-                                                      task->latest, ")"));
-  }
-  if (p.base_version != task->latest) {
-    return absl::FailedPreconditionError(absl::StrCat("base version ", p.base_version, " of ",
-                                                      TaskLabel(p.task), " is not the latest (",
-                                                      task->latest, ")"));
+  if (absl::Status base = CheckBaseIsLatest(*task, p.task, p.base_version); !base.ok()) {
+    return base;
   }
   if (absl::Status fits = CheckRoundMemory(*strategy, expected.size(), model_bytes,
                                            options_.max_buffer_bytes, label);
@@ -109,7 +101,7 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
   auto round = std::make_shared<Round>();
   round->number = p.round;
   round->base_version = p.base_version;
-  round->base = base->second.model;
+  round->base = task->versions.at(p.base_version).model;
   round->expected = expected;
   round->max_norm = p.max_update_norm;
   round->opened_at = clock_.Now();
