@@ -11,16 +11,17 @@
 
 namespace shoal::aggregation {
 
-// FedBuff/FedAsync-style defaults: polynomial weighting with a = 0.5 ((1+s)^-1/2); the hinge
-// constants are those of FedAsync's experiments (Xie et al. 2019).
+// Defaults: polynomial weighting with a = 1 (1/(1+s)), which scripts/bench-async measured
+// ahead of FedBuff's 1/sqrt(1+s) (README, Performance); the hinge constants are those of
+// FedAsync's experiments (Xie et al. 2019).
 inline constexpr uint32_t kDefaultMaxStaleness = 4;
-inline constexpr double kDefaultPolynomialExponent = 0.5;
+inline constexpr double kDefaultPolynomialExponent = 1;
 inline constexpr double kDefaultHingeSlope = 10;
 inline constexpr uint32_t kDefaultHingeOffset = 4;
 
 // Sets every unset field of `spec` to its default: buffer_size = `min_participants` (the
 // buffer holds one update per peer, so this is the largest buffer the smallest allowed
-// population fills), max_staleness 4, staleness polynomial, staleness_a 0.5 (10 for hinge),
+// population fills), max_staleness 4, staleness polynomial, staleness_a 1 (10 for hinge),
 // staleness_b 4 for hinge. Idempotent.
 void ApplyAsyncDefaults(common::v1::AsyncSpec& spec, uint32_t min_participants);
 

@@ -199,7 +199,11 @@ absl::StatusOr<UpdateBuffer::PassResult> UpdateBuffer::RunPass(
     const double factor = std::max(aggregation::StalenessWeight(async, update.staleness),
                                    std::numeric_limits<double>::min());
     const double samples = static_cast<double>(update.num_samples);
-    absl::Status added = aggregation.Add(update.delta, samples * factor, update.peer);
+    if (factor < 1) {
+      const float f = static_cast<float>(factor);
+      for (float& v : update.delta) v *= f;
+    }
+    absl::Status added = aggregation.Add(update.delta, samples, update.peer);
     if (!added.ok()) return added;
     result.contributors.push_back(update.peer);
     result.num_samples += update.num_samples;

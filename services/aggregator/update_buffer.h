@@ -130,10 +130,11 @@ class UpdateBuffer {
   std::unique_ptr<RoundAggregation> TakeAggregation(const tensor::ModelLayout& layout);
   void KeepAggregation(std::unique_ptr<RoundAggregation> aggregation);
 
-  // Aggregates `updates` (sorted by peer) into base + aggregate, written to `out`: mean weighs
-  // each update by num_samples x StalenessWeight(async, staleness); the other strategies ignore
-  // weights. `folded(update)` is called once each update is in `aggregation`; its delta may be
-  // taken then. Errors (INVALID_ARGUMENT) mean a broken invariant. No lock needed.
+  // Aggregates `updates` (sorted by peer) into base + aggregate, written to `out`. Each delta is
+  // first scaled by StalenessWeight(async, staleness) (in place), then mean weighs the updates by
+  // num_samples; the other strategies ignore weights. `folded(update)` is called once each update
+  // is in `aggregation`; its delta may be taken then. Errors (INVALID_ARGUMENT) mean a broken
+  // invariant. No lock needed.
   static absl::StatusOr<PassResult> RunPass(std::vector<Update>& updates,
                                             RoundAggregation& aggregation,
                                             const common::v1::AsyncSpec& async,

@@ -72,6 +72,9 @@ PeerMetrics::PeerMetrics(prometheus::Registry& r)
                                    "or the buffer is closed) and dropped.")),
       async_versions_evaluated(Counter(r, "shoal_peer_async_versions_evaluated_total",
                                        "Federated-async model versions evaluated (EvalReports).")),
+      async_restarts(Counter(r, "shoal_peer_async_restarts_total",
+                             "Federated-async training stretches again from the version of the "
+                             "peer's last push, cut short by a newer version.")),
       gossip(r) {}
 
 }  // namespace shoal::peer

@@ -44,6 +44,7 @@ struct PeerMetrics {
   prometheus::Counter& async_pushes_accepted;     // shoal_peer_async_pushes_accepted_total
   prometheus::Counter& async_stale_refusals;      // shoal_peer_async_stale_refusals_total
   prometheus::Counter& async_versions_evaluated;  // shoal_peer_async_versions_evaluated_total
+  prometheus::Counter& async_restarts;            // shoal_peer_async_restarts_total
   // Gossip mode (services/peer_agent/gossip_metrics.h):
   GossipPeerMetrics gossip;
 };

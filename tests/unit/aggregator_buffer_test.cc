@@ -2,7 +2,6 @@
 // aggregation at K with staleness weights, last_version, restores and the WatchTask events.
 
 #include <atomic>
-#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -47,11 +46,11 @@ class AggregatorBufferTest : public AggregatorCoreFixture {
   double Buffered() { return metrics_->buffered_updates.Value(); }
 };
 
-TEST_F(AggregatorBufferTest, FullBufferBecomesTheNextVersionWithStalenessWeightedMean) {
+TEST_F(AggregatorBufferTest, FullBufferBecomesTheNextVersionWithStaleDeltasScaledDown) {
   PutBase();  // base[i] = i
   EventLog log;
   core_->Watch("t", log.Recorder());
-  OpenBuffer(Params(2));  // mean, max_staleness 4, polynomial a = 0.5
+  OpenBuffer(Params(2));  // mean, max_staleness 4, polynomial a = 1
   clock_.Advance(absl::Seconds(3));
 
   // Version 1: two fresh updates, plain sample-weighted mean.
@@ -68,17 +67,18 @@ TEST_F(AggregatorBufferTest, FullBufferBecomesTheNextVersionWithStalenessWeighte
     EXPECT_FLOAT_EQ(v1[i], i + (1 * da.values[i] + 3 * db.values[i]) / 4) << i;
   }
 
-  // Version 2: c trained from version 0 (staleness 1, weight 2 x 2^-0.5), d from version 1
-  // (staleness 0, weight 1 x 1), applied to version 1.
+  // Version 2: c trained from version 0 (staleness 1: its delta scaled by 2^-1), d from
+  // version 1 (staleness 0, as pushed); their sample-weighted mean (2 and 1) applied to version 1.
+  // A weight that only shared out the mean would not slow a version of stale updates down.
   tensor::FlatModel dc = Filled([](size_t i) { return 0.5f * i; });
   tensor::FlatModel dd = Filled([](size_t) { return 4.0f; });
   ASSERT_TRUE(PushModel(Async("c", 2, 0, 1.0), dc).ok());
   ASSERT_TRUE(PushModel(Async("d", 1, 1, 4.0), dd).ok());
   ASSERT_EQ(Latest(), 2u);
-  const double wc = 2 / std::sqrt(2.0), wd = 1;
+  const double fc = 0.5;
   std::vector<float> v2 = Values(2);
   for (size_t i = 0; i < v2.size(); ++i) {
-    const double want = v1[i] + (wc * dc.values[i] + wd * dd.values[i]) / (wc + wd);
+    const double want = v1[i] + (2 * fc * dc.values[i] + 1 * dd.values[i]) / 3;
     EXPECT_NEAR(v2[i], want, 1e-4) << i;
   }
 
@@ -226,7 +226,7 @@ TEST_F(AggregatorBufferTest, AcceptedUpdateThatFillsTheBufferIsAggregatedEvenWit
   EXPECT_EQ(Latest(), 1u);
 }
 
-TEST_F(AggregatorBufferTest, RobustStrategyInABufferIgnoresWeights) {
+TEST_F(AggregatorBufferTest, RobustStrategyInABufferIgnoresSamplesButScalesStaleDeltas) {
   PutBase();
   OpenBufferParams p = Params(3);
   p.aggregation = StrategySettings(common::v1::AGGREGATION_MEDIAN);
@@ -236,6 +236,16 @@ TEST_F(AggregatorBufferTest, RobustStrategyInABufferIgnoresWeights) {
   ASSERT_TRUE(PushModel(Async("c", 1, 0), Filled([](size_t) { return 2.0f; })).ok());
   ASSERT_EQ(Latest(), 1u);
   for (size_t i = 0; i < Values(1).size(); ++i) EXPECT_FLOAT_EQ(Values(1)[i], i + 1.0f) << i;
+
+  // Version 2: d trained from version 0 (staleness 1): its 8 counts as 8 x 2^-1 = 4, the median
+  // of 3, 4 and 7.
+  ASSERT_TRUE(PushModel(Async("d", 1, 0), Filled([](size_t) { return 8.0f; })).ok());
+  ASSERT_TRUE(PushModel(Async("e", 1, 1), Filled([](size_t) { return 3.0f; })).ok());
+  ASSERT_TRUE(PushModel(Async("f", 1, 1), Filled([](size_t) { return 7.0f; })).ok());
+  ASSERT_EQ(Latest(), 2u);
+  for (size_t i = 0; i < Values(2).size(); ++i) {
+    EXPECT_FLOAT_EQ(Values(2)[i], i + 1.0f + 4.0f) << i;
+  }
 }
 
 TEST_F(AggregatorBufferTest, LastVersionClosesTheBuffer) {
@@ -333,6 +343,7 @@ TEST_F(AggregatorBufferTest, ConcurrentPushersLoseNoVersion) {
   PutBase();
   OpenBufferParams p = Params(3);
   p.async.set_max_staleness(1000);
+  p.async.set_staleness(common::v1::STALENESS_WEIGHTING_CONSTANT);  // stale deltas count fully
   OpenBuffer(p);
   EventLog log;
   core_->Watch("t", log.Recorder());

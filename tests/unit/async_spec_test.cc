@@ -25,11 +25,14 @@ TEST(StalenessWeightTest, Constant) {
   for (uint64_t s : {0, 1, 7, 1000}) EXPECT_EQ(StalenessWeight(spec, s), 1.0) << s;
 }
 
-TEST(StalenessWeightTest, PolynomialDefaultsToTheInverseSquareRoot) {
-  const AsyncSpec unset;  // polynomial with a = 0.5
+TEST(StalenessWeightTest, PolynomialDefaultsToTheInverse) {
+  const AsyncSpec unset;  // polynomial with a = 1
   EXPECT_DOUBLE_EQ(StalenessWeight(unset, 0), 1.0);
-  EXPECT_DOUBLE_EQ(StalenessWeight(unset, 3), 0.5);  // (1 + 3)^-0.5
-  EXPECT_DOUBLE_EQ(StalenessWeight(unset, 8), 1.0 / 3);
+  EXPECT_DOUBLE_EQ(StalenessWeight(unset, 3), 0.25);  // (1 + 3)^-1
+  EXPECT_DOUBLE_EQ(StalenessWeight(unset, 8), 1.0 / 9);
+  AsyncSpec root = Weighting(common::v1::STALENESS_WEIGHTING_POLYNOMIAL);
+  root.set_staleness_a(0.5);
+  EXPECT_DOUBLE_EQ(StalenessWeight(root, 3), 0.5);  // (1 + 3)^-0.5
   AsyncSpec cubic = Weighting(common::v1::STALENESS_WEIGHTING_POLYNOMIAL);
   cubic.set_staleness_a(2);
   EXPECT_DOUBLE_EQ(StalenessWeight(cubic, 1), 0.25);
@@ -69,7 +72,7 @@ TEST(AsyncDefaultsTest, FillsEveryUnsetField) {
   EXPECT_EQ(spec.buffer_size(), 3u);
   EXPECT_EQ(spec.max_staleness(), 4u);
   EXPECT_EQ(spec.staleness(), common::v1::STALENESS_WEIGHTING_POLYNOMIAL);
-  EXPECT_DOUBLE_EQ(spec.staleness_a(), 0.5);
+  EXPECT_DOUBLE_EQ(spec.staleness_a(), 1);
   EXPECT_FALSE(spec.has_staleness_b());
   const AsyncSpec once = spec;
   ApplyAsyncDefaults(spec, 7);  // idempotent: set fields stay

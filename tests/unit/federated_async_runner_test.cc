@@ -327,6 +327,53 @@ TEST_F(FederatedAsyncRunnerTest, AModelPublishedDuringTrainingDoesNotStopIt) {
   EXPECT_THAT(EvaluatedVersions(peer.sent()), ElementsAre(1));
 }
 
+TEST_F(FederatedAsyncRunnerTest, TrainingAgainFromTheVersionJustPushedGivesWayToANewerOne) {
+  PeerSideAggregator aggregator;
+  AsyncPeer* self = nullptr;
+  std::atomic<int> batches{0};
+  // One batch into the second stretch (again from version 0: nothing newer was out when
+  // the first push ended), version 1 is published.
+  auto after_batch = [&](const std::function<bool()>&) {
+    if (++batches == static_cast<int>(kBatches) + 1) self->Intercept(Published(1));
+  };
+  AsyncPeer peer(aggregator, MakeTrainer(after_batch));
+  self = &peer;
+  const tensor::FlatModel v0 = *peer.trainer().InitialParameters();
+  const tensor::FlatModel v1 = Shifted(v0, 0.01f);
+  aggregator.Store("aggregator-a:1", 0, v0);
+  aggregator.Store("aggregator-a:1", 1, v1);
+  aggregator.OnPush([&](const PeerSideAggregator::Push&, size_t index) {
+    if (index == 1) peer.Stop();
+  });
+  peer.Handle(TrainAsync(0));
+
+  // The speculative stretch stopped at once and the next one trained from version 1 in full:
+  // no update went out trained from version 0 twice.
+  const std::vector<PeerSideAggregator::Push> pushes = aggregator.pushes();
+  ASSERT_EQ(pushes.size(), 2u);
+  EXPECT_EQ(pushes[0].meta.base_version(), 0u);
+  EXPECT_EQ(pushes[1].meta.base_version(), 1u);
+  EXPECT_EQ(pushes[1].meta.num_samples(), kBatches * 16u);
+  EXPECT_EQ(batches.load(), 2 * static_cast<int>(kBatches) + 1);
+  // Its delta is relative to version 1, from which the trainer started afresh: replayed on a
+  // fresh trainer (the same batches, the same optimizer state), it matches bit for bit.
+  std::unique_ptr<training::Trainer> reference = MakeTrainer();
+  ASSERT_TRUE(reference->SetParameters(v0).ok());
+  ASSERT_TRUE(reference->TrainBatches(kBatches, nullptr).ok());
+  ASSERT_TRUE(reference->SetParameters(v0).ok());
+  ASSERT_TRUE(reference->TrainBatches(1, nullptr).ok());
+  ASSERT_TRUE(reference->SetParameters(v1).ok());
+  ASSERT_TRUE(reference->TrainBatches(kBatches, nullptr).ok());
+  tensor::FlatModel want = *reference->GetParameters();
+  for (size_t i = 0; i < want.values.size(); ++i) want.values[i] -= v1.values[i];
+  EXPECT_TRUE(SameBytes(pushes[1].delta, want));
+  EXPECT_EQ(peer.metrics().async_restarts.Value(), 1);
+  EXPECT_EQ(peer.metrics().rounds_abandoned.Value(), 0);
+  EXPECT_THAT(Versions(aggregator.calls("GetModel")), ElementsAre(0, 1));
+  EXPECT_THAT(EvaluatedVersions(peer.sent()), ElementsAre(1));
+  for (const PeerMessage& m : peer.sent()) EXPECT_FALSE(m.has_error()) << m.DebugString();
+}
+
 TEST_F(FederatedAsyncRunnerTest, AnIdleRunnerQueuesModelPublishedAndEvaluatesTheNewestOnce) {
   PeerSideAggregator aggregator;
   AsyncPeer peer(aggregator, MakeTrainer());

@@ -515,7 +515,7 @@ TEST(AsyncTaskTest, DefaultsForTheModeOnly) {
   EXPECT_EQ(spec->async().buffer_size(), 3u);  // min_participants
   EXPECT_EQ(spec->async().max_staleness(), 4u);
   EXPECT_EQ(spec->async().staleness(), common::v1::STALENESS_WEIGHTING_POLYNOMIAL);
-  EXPECT_DOUBLE_EQ(spec->async().staleness_a(), 0.5);
+  EXPECT_DOUBLE_EQ(spec->async().staleness_a(), 1);
   EXPECT_FALSE(spec->async().has_staleness_b());
   ExpectJsonRoundTrip(*spec);
 

@@ -155,6 +155,7 @@ void FederatedAsyncRunner::HandleTaskAssigned(const coordinator::v1::TaskAssigne
     // the versions evaluated belong to the old one.
     global_version_.reset();
     last_evaluated_ = 0;
+    last_pushed_base_.reset();
   } else {
     LogInfo("task ", task_, ": assigned again (aggregator ", aggregator_address_, ")");
   }
@@ -202,6 +203,7 @@ bool FederatedAsyncRunner::HandleTrainAsync(const coordinator::v1::TrainAsync& m
   // A version held above the new starting point belongs to an aggregator that restored an
   // older checkpoint since (same numbers, other contents): download again.
   if (global_version_ && *global_version_ > m.model_version()) global_version_.reset();
+  if (last_pushed_base_ && *last_pushed_base_ > m.model_version()) last_pushed_base_.reset();
   train_ = m;
   LogInfo("task ", task_, ": training asynchronously, ", m.round_batches(),
           " batches per push, from version ", TargetVersion(), " on");
@@ -225,7 +227,9 @@ void FederatedAsyncRunner::Run(const std::function<bool()>& keep_going) {
     const uint64_t version = TargetVersion();
     const Outcome outcome = Iterate(version, keep_going);
     if (outcome == Outcome::kStopped) break;
-    if (outcome != Outcome::kPushed) WaitForNewerThan(version, keep_going);
+    if (outcome != Outcome::kPushed && outcome != Outcome::kNewerVersion) {
+      WaitForNewerThan(version, keep_going);
+    }
   }
   SetRunning(false);
 }
@@ -252,11 +256,22 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Iterate(
   }
   // 2. Evaluate it when it is newer than what this peer evaluated last.
   MaybeEvaluate(version);
-  // 3. Train.
+  // 3. Train. Training again from the version of this peer's last push is speculative (no newer
+  // version was out when it pushed): its update would repeat that one's base, so a newer version
+  // that arrives meanwhile cuts it short and the loop goes on from there. With peers of equal
+  // speed this keeps every update fresh, as in federated-sync, without waiting.
+  const bool speculative = last_pushed_base_ == version;
+  auto train_on = [&] { return keep_going() && !(speculative && NewestPublished() > version); };
   absl::StatusOr<training::TrainStats> stats =
-      trainer_.TrainBatches(train_->round_batches(), keep_going);
+      trainer_.TrainBatches(train_->round_batches(), train_on);
   params_are_global_ = false;
   if (!stats.ok()) {
+    if (absl::IsCancelled(stats.status()) && keep_going()) {
+      metrics_.async_restarts.Increment();
+      LogInfo("task ", task_, ": version ", NewestPublished(),
+              " is out: training from it instead of again from version ", version);
+      return Outcome::kNewerVersion;
+    }
     if (absl::IsCancelled(stats.status())) {
       metrics_.rounds_abandoned.Increment();
       LogInfo("task ", task_, ": training from version ", version,
@@ -302,6 +317,7 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Push(
     metrics_.async_pushes_accepted.Increment();
     metrics_.bytes_sent.Increment(static_cast<double>(delta->layout.total_bytes()));
     last_error_.clear();
+    last_pushed_base_ = version;
     LogInfo(absl::StrFormat("task %s: pushed %d batches trained from version %d, loss %.4f%s",
                             task_, stats.batches, version, stats.mean_loss,
                             *pushed ? " (duplicate)" : ""));

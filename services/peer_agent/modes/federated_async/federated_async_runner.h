@@ -50,7 +50,8 @@ struct FederatedAsyncOptions {
 //      from the task's aggregator unless already held);
 //   2. when a ModelPublished newer than the last version evaluated is known, evaluate the model
 //      held and send one EvalReport for its version (which settles the older ones);
-//   3. train round_batches batches;
+//   3. train round_batches batches; a stretch from the version of this peer's last push (none
+//      newer was out) stops when a newer version is published, and the loop goes back to 1;
 //   4. push the delta (trained − global, corrupted by the test-only Byzantine fault) with
 //      UpdateMeta{round 0, base_version = the version trained from};
 //   5. go back to 1: the parameters are reset to the newest global model, so every delta is
@@ -58,15 +59,15 @@ struct FederatedAsyncOptions {
 // A push refused with FAILED_PRECONDITION (too stale, or no buffer open) is counted and dropped;
 // it and other failures wait up to retry_wait for a newer version before the next round.
 // ModelPublished events are consumed on the session reader thread while the loop runs (they
-// never stop the training in progress); when it does not run they are queued and evaluated.
-// A repeated TaskAssigned switches every later call to the aggregator it names (forgetting the
-// model held, whose version numbers belong to the old aggregator). Once started, the loop
-// resumes after every event that stopped it (a TrainAsync restarts it with its settings); only
-// the end of the task (the agent destroys the runner) ends it.
-// Aggregator calls are retried on UNAVAILABLE / RESOURCE_EXHAUSTED through rpc::Retry.
-// Owned by the agent, which makes it through the mode registry; the deps must outlive it.
-// Threading: Intercept() and Supersedes() on the session reader thread (they touch only the
-// versions under mu_); everything else on the agent's worker thread.
+// stop only the stretch of step 3 above, never a queue); when it does not run they are queued and
+// evaluated. A repeated TaskAssigned switches every later call to the aggregator it names
+// (forgetting the model held, whose version numbers belong to the old aggregator). Once started,
+// the loop resumes after every event that stopped it (a TrainAsync restarts it with its settings);
+// only the end of the task (the agent destroys the runner) ends it. Aggregator calls are retried on
+// UNAVAILABLE / RESOURCE_EXHAUSTED through rpc::Retry. Owned by the agent, which makes it through
+// the mode registry; the deps must outlive it. Threading: Intercept() and Supersedes() on the
+// session reader thread (they touch only the versions under mu_); everything else on the agent's
+// worker thread.
 class FederatedAsyncRunner final : public ModeRunner {
  public:
   // Errors: INVALID_ARGUMENT when a dependency is missing, the options are bad or the task is
@@ -84,7 +85,8 @@ class FederatedAsyncRunner final : public ModeRunner {
   bool Supersedes(const coordinator::v1::CoordinatorEvent& event) const override;
 
  private:
-  enum class Outcome { kPushed, kRefused, kFailed, kStopped };
+  // kNewerVersion: a speculative stretch (see Iterate) gave way to a newer version.
+  enum class Outcome { kPushed, kNewerVersion, kRefused, kFailed, kStopped };
 
   FederatedAsyncRunner(ModeRunnerDeps deps, FederatedAsyncOptions options);
 
@@ -145,7 +147,8 @@ class FederatedAsyncRunner final : public ModeRunner {
   tensor::FlatModel global_;
   bool params_are_global_ = false;  // the trainer's parameters equal global_ (not trained since)
   uint64_t last_evaluated_ = 0;     // the newest version evaluated (0: none)
-  std::string last_error_;          // the last error reported (not repeated)
+  std::optional<uint64_t> last_pushed_base_;  // the version this peer's last accepted push used
+  std::string last_error_;                    // the last error reported (not repeated)
 };
 
 // The registry's factory (mode_registry.cc): FederatedAsyncRunner::Create with default options.
