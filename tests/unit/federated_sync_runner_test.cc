@@ -7,7 +7,6 @@
 #include <prometheus/registry.h>
 
 #include <cmath>
-#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -26,6 +25,7 @@
 #include "services/peer_agent/byzantine.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
+#include "tests/fakes/peer_side_aggregator.h"
 
 namespace shoal::peer {
 namespace {
@@ -56,101 +56,24 @@ common::v1::TaskSpec Spec() {
   return spec;
 }
 
-// An aggregator in memory: keeps models by (address, version), records every call with the
-// address it went to, and fails the first `unavailable_pushes` pushes with UNAVAILABLE.
-class FakeAggregator final : public aggregator::AggregatorClient {
- public:
-  struct Call {
-    std::string method;
-    std::string address;
-  };
+using fakes::PeerSideAggregator;
 
-  absl::StatusOr<uint64_t> PutModel(const std::string& address, const common::v1::ModelMeta& meta,
-                                    std::shared_ptr<const tensor::FlatModel> model,
-                                    const aggregator::Caller&, absl::Time) override {
-    absl::MutexLock lock(&mu_);
-    calls_.push_back({"PutModel", address});
-    models_[{address, meta.version()}] = *model;
-    return model->Digest();
-  }
-  absl::StatusOr<bool> PushUpdate(const std::string& address,
-                                  const aggregator::v1::UpdateMeta& meta,
-                                  std::shared_ptr<const tensor::FlatModel> delta,
-                                  absl::Time) override {
-    absl::MutexLock lock(&mu_);
-    calls_.push_back({"PushUpdate", address});
-    if (unavailable_pushes_ > 0) {
-      --unavailable_pushes_;
-      return absl::UnavailableError("aggregator busy");
-    }
-    pushed_.push_back(*delta);
-    push_meta_.push_back(meta);
-    return false;
-  }
-  absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address, const std::string&,
-                                             uint64_t version, const aggregator::Caller&,
-                                             absl::Time) override {
-    absl::MutexLock lock(&mu_);
-    calls_.push_back({"GetModel", address});
-    auto it = models_.find({address, version});
-    if (it == models_.end()) return absl::NotFoundError(absl::StrCat("no version ", version));
-    return it->second;
-  }
-  absl::Status SetMembers(const std::string&, const aggregator::v1::SetMembersRequest&,
-                          absl::Time) override {
-    return absl::UnimplementedError("not a peer call");
-  }
-  absl::Status OpenRound(const std::string&, const aggregator::v1::OpenRoundRequest&,
-                         absl::Time) override {
-    return absl::UnimplementedError("not a peer call");
-  }
-  absl::StatusOr<aggregator::v1::CloseRoundResponse> CloseRound(
-      const std::string&, const aggregator::v1::CloseRoundRequest&, absl::Time) override {
-    return absl::UnimplementedError("not a peer call");
-  }
-  absl::Status ReleaseTask(const std::string&, const std::string&, absl::Time) override {
-    return absl::UnimplementedError("not a peer call");
-  }
-  absl::Status OpenBuffer(const std::string&, const aggregator::v1::OpenBufferRequest&,
-                          absl::Time) override {
-    return absl::UnimplementedError("not a peer call");
-  }
-  std::unique_ptr<aggregator::AggregatorWatch> WatchTask(const std::string&, const std::string&,
-                                                         TaskEventFn, WatchDoneFn) override {
-    return nullptr;  // not a peer call
-  }
-
-  void FailPushes(int n) {
-    absl::MutexLock lock(&mu_);
-    unavailable_pushes_ = n;
-  }
-  void Store(const std::string& address, uint64_t version, tensor::FlatModel model) {
-    absl::MutexLock lock(&mu_);
-    models_[{address, version}] = std::move(model);
-  }
-  std::vector<Call> TakeCalls() {
-    absl::MutexLock lock(&mu_);
-    return std::exchange(calls_, {});
-  }
-  std::vector<tensor::FlatModel> pushed() {
-    absl::MutexLock lock(&mu_);
-    return pushed_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::map<std::pair<std::string, uint64_t>, tensor::FlatModel> models_ ABSL_GUARDED_BY(mu_);
-  std::vector<Call> calls_ ABSL_GUARDED_BY(mu_);
-  std::vector<tensor::FlatModel> pushed_ ABSL_GUARDED_BY(mu_);
-  std::vector<aggregator::v1::UpdateMeta> push_meta_ ABSL_GUARDED_BY(mu_);
-  int unavailable_pushes_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-std::vector<std::string> Addresses(const std::vector<FakeAggregator::Call>& calls,
-                                   const std::string& method) {
+// The addresses of the `method` calls since the `from`-th call.
+std::vector<std::string> Addresses(const PeerSideAggregator& aggregator, const std::string& method,
+                                   size_t from = 0) {
   std::vector<std::string> out;
-  for (const auto& c : calls) {
-    if (c.method == method) out.push_back(c.address);
+  const std::vector<PeerSideAggregator::Call> calls = aggregator.calls();
+  for (size_t i = from; i < calls.size(); ++i) {
+    if (calls[i].method == method) out.push_back(calls[i].address);
+  }
+  return out;
+}
+
+// The deltas of the accepted pushes.
+std::vector<tensor::FlatModel> Accepted(const PeerSideAggregator& aggregator) {
+  std::vector<tensor::FlatModel> out;
+  for (const PeerSideAggregator::Push& p : aggregator.pushes()) {
+    if (p.status.ok()) out.push_back(p.delta);
   }
   return out;
 }
@@ -158,7 +81,7 @@ std::vector<std::string> Addresses(const std::vector<FakeAggregator::Call>& call
 // One peer's runner with its trainer, store and the messages it sent.
 class TestPeer {
  public:
-  TestPeer(FakeAggregator& aggregator, const training::RawDataset& train,
+  TestPeer(PeerSideAggregator& aggregator, const training::RawDataset& train,
            const training::RawDataset& test, ByzantineFault byzantine = {})
       : metrics_(registry_) {
     training::TrainerOptions options;
@@ -258,11 +181,12 @@ training::RawDataset* FederatedSyncRunnerTest::train_ = nullptr;
 training::RawDataset* FederatedSyncRunnerTest::test_ = nullptr;
 
 TEST_F(FederatedSyncRunnerTest, ReassignmentMovesEveryFollowingCallToTheNewAggregator) {
-  FakeAggregator aggregator;
+  PeerSideAggregator aggregator;
   TestPeer peer(aggregator, *train_, *test_);
   peer.Handle(Initialize());
   EXPECT_THAT(Kinds(peer.Take()), ElementsAre(PeerMessage::kModelInitialized));
-  EXPECT_THAT(Addresses(aggregator.TakeCalls(), "PutModel"), ElementsAre("aggregator-a:1"));
+  EXPECT_THAT(Addresses(aggregator, "PutModel"), ElementsAre("aggregator-a:1"));
+  const size_t before_move = aggregator.calls().size();
 
   // The coordinator moved the task: the same TaskAssigned with another aggregator.
   peer.Handle(Assigned("aggregator-b:2"));
@@ -280,23 +204,25 @@ TEST_F(FederatedSyncRunnerTest, ReassignmentMovesEveryFollowingCallToTheNewAggre
   peer.Handle(Initialize());
   EXPECT_THAT(Kinds(peer.Take()), ElementsAre(PeerMessage::kModelInitialized));
 
-  const std::vector<FakeAggregator::Call> calls = aggregator.TakeCalls();
-  ASSERT_EQ(calls.size(), 3u);  // push, download of version 1, upload
-  for (const auto& c : calls) EXPECT_EQ(c.address, "aggregator-b:2") << c.method;
+  const std::vector<PeerSideAggregator::Call> calls = aggregator.calls();
+  ASSERT_EQ(calls.size(), before_move + 3);  // push, download of version 1, upload
+  for (size_t i = before_move; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].address, "aggregator-b:2") << calls[i].method;
+  }
 }
 
 TEST_F(FederatedSyncRunnerTest, RetriesAnUnavailableAggregatorWithinTheRound) {
-  FakeAggregator aggregator;
+  PeerSideAggregator aggregator;
   TestPeer peer(aggregator, *train_, *test_);
   peer.Handle(Initialize());
   peer.Take();
-  aggregator.TakeCalls();
-  aggregator.FailPushes(2);
+  aggregator.ScriptPushes(
+      {absl::UnavailableError("aggregator busy"), absl::UnavailableError("aggregator busy")});
   peer.Handle(RoundStarted(1, 0));
   EXPECT_THAT(Kinds(peer.Take()), IsEmpty());  // the aggregator reports the push
-  EXPECT_THAT(Addresses(aggregator.TakeCalls(), "PushUpdate"),
+  EXPECT_THAT(Addresses(aggregator, "PushUpdate"),
               ElementsAre("aggregator-a:1", "aggregator-a:1", "aggregator-a:1"));
-  EXPECT_EQ(aggregator.pushed().size(), 1u);
+  EXPECT_EQ(Accepted(aggregator).size(), 1u);
 }
 
 class ByzantineTest : public FederatedSyncRunnerTest,
@@ -305,8 +231,8 @@ class ByzantineTest : public FederatedSyncRunnerTest,
 TEST_P(ByzantineTest, PushedDeltaIsTheHonestDeltaTimesTheFactor) {
   absl::StatusOr<ByzantineFault> fault = ByzantineFault::Parse(GetParam());
   ASSERT_TRUE(fault.ok()) << fault.status();
-  FakeAggregator honest_aggregator;
-  FakeAggregator byzantine_aggregator;
+  PeerSideAggregator honest_aggregator;
+  PeerSideAggregator byzantine_aggregator;
   TestPeer honest(honest_aggregator, *train_, *test_);
   TestPeer byzantine(byzantine_aggregator, *train_, *test_, *fault);
   for (TestPeer* p : {&honest, &byzantine}) {
@@ -314,10 +240,10 @@ TEST_P(ByzantineTest, PushedDeltaIsTheHonestDeltaTimesTheFactor) {
     p->Handle(RoundStarted(1, 0));
     EXPECT_THAT(Kinds(p->Take()), ElementsAre(PeerMessage::kModelInitialized));
   }
-  ASSERT_EQ(honest_aggregator.pushed().size(), 1u);
-  ASSERT_EQ(byzantine_aggregator.pushed().size(), 1u);
-  const tensor::FlatModel h = honest_aggregator.pushed()[0];
-  const tensor::FlatModel b = byzantine_aggregator.pushed()[0];
+  ASSERT_EQ(Accepted(honest_aggregator).size(), 1u);
+  ASSERT_EQ(Accepted(byzantine_aggregator).size(), 1u);
+  const tensor::FlatModel h = Accepted(honest_aggregator)[0];
+  const tensor::FlatModel b = Accepted(byzantine_aggregator)[0];
   ASSERT_EQ(h.values.size(), b.values.size());
   double norm = 0;
   for (size_t i = 0; i < h.values.size(); ++i) {

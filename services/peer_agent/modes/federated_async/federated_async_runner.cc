@@ -49,21 +49,7 @@ FederatedAsyncRunner::FederatedAsyncRunner(ModeRunnerDeps deps, FederatedAsyncOp
       metrics_(*deps_.metrics),
       clock_(*deps_.clock),
       wakeup_(*deps_.wakeup),
-      aggregator_address_(deps_.assigned.aggregator_address()) {}
-
-aggregator::Caller FederatedAsyncRunner::Me() const {
-  // The aggregator accepts this peer's calls only with the current session's token.
-  return aggregator::Caller{deps_.peer_id, deps_.session_token ? deps_.session_token() : ""};
-}
-
-template <typename Attempt>
-auto FederatedAsyncRunner::RetryCall(const std::function<bool()>& keep_going, Attempt&& attempt) {
-  rpc::RetryOptions retry;
-  retry.backoff = options_.retry_backoff;
-  retry.attempt_timeout = options_.rpc_timeout;
-  return rpc::Retry(clock_, retry, clock_.Now() + options_.transfer_budget,
-                    wakeup_.Sleeper(keep_going), std::forward<Attempt>(attempt));
-}
+      peer_(deps_, {options_.rpc_timeout, options_.retry_backoff}) {}
 
 void FederatedAsyncRunner::ReportError(const absl::Status& error) {
   LogWarning("task ", task_, ": ", error.message());
@@ -74,7 +60,7 @@ void FederatedAsyncRunner::ReportError(const absl::Status& error) {
 
 void FederatedAsyncRunner::Start() {
   LogInfo("task ", task_, ": federated-async through the aggregator at ",
-          aggregator_address_.empty() ? std::string("(none yet)") : aggregator_address_);
+          peer_.address().empty() ? std::string("(none yet)") : peer_.address());
 }
 
 bool FederatedAsyncRunner::Intercept(const CoordinatorEvent& e) {
@@ -129,7 +115,7 @@ void FederatedAsyncRunner::Handle(const CoordinatorEvent& e,
       HandleModelPublished(keep_going);
       break;
     case CoordinatorEvent::kInitializeModel:
-      HandleInitializeModel();
+      peer_.UploadInitialModel(clock_.Now() + options_.transfer_budget);
       break;
     case CoordinatorEvent::kWaiting:
       LogInfo("task ", task_, ": waiting for peers (", e.waiting().have(), " of ",
@@ -147,52 +133,14 @@ void FederatedAsyncRunner::Handle(const CoordinatorEvent& e,
 
 void FederatedAsyncRunner::HandleTaskAssigned(const coordinator::v1::TaskAssigned& m) {
   // The same task again: after a reconnect, or moved to another aggregator (the old one died).
-  if (m.aggregator_address() != aggregator_address_) {
-    LogInfo("task ", task_, ": assigned again, now through the aggregator at ",
-            m.aggregator_address(), " (was ", aggregator_address_, ")");
-    aggregator_address_ = m.aggregator_address();
+  if (peer_.Reassign(m.aggregator_address())) {
     // The new aggregator numbers versions from the checkpoint it restored: the model held and
     // the versions evaluated belong to the old one.
-    global_version_.reset();
+    peer_.Forget();
     last_evaluated_ = 0;
     last_pushed_base_.reset();
-  } else {
-    LogInfo("task ", task_, ": assigned again (aggregator ", aggregator_address_, ")");
   }
   // The loop resumes (Handle); the TrainAsync that usually follows supersedes it at once.
-}
-
-void FederatedAsyncRunner::HandleInitializeModel() {
-  absl::StatusOr<tensor::FlatModel> init = trainer_.InitialParameters();
-  absl::Status status = init.status();
-  std::shared_ptr<const tensor::FlatModel> model;
-  if (status.ok()) {
-    model = std::make_shared<const tensor::FlatModel>(*std::move(init));
-    const common::v1::ModelMeta meta = tensor::MakeModelMeta(task_, 0, *model);
-    const std::string address = aggregator_address_;
-    auto task_current = [this] { return !deps_.task_current || deps_.task_current(); };
-    status = RetryCall(task_current, [&](absl::Time deadline) {
-               return aggregator_.PutModel(address, meta, model, Me(), deadline);
-             }).status();
-  }
-  if (!status.ok()) {
-    LogError("task ", task_, ": could not upload the initial model: ", status.message());
-    deps_.send(MakePeerError(0, status));
-    return;
-  }
-  metrics_.bytes_sent.Increment(static_cast<double>(model->layout.total_bytes()));
-  if (absl::Status s = trainer_.SetParameters(*model); !s.ok()) {
-    LogError("task ", task_, ": ", s.message());
-    return;
-  }
-  global_version_ = 0;
-  global_ = *model;
-  params_are_global_ = true;
-  LogInfo(absl::StrFormat("task %s: initial model uploaded (%d parameters, digest %016x)", task_,
-                          global_.values.size(), model->Digest()));
-  PeerMessage out;
-  out.mutable_model_initialized()->set_digest_xxh3(model->Digest());
-  deps_.send(out);
 }
 
 bool FederatedAsyncRunner::HandleTrainAsync(const coordinator::v1::TrainAsync& m) {
@@ -202,7 +150,7 @@ bool FederatedAsyncRunner::HandleTrainAsync(const coordinator::v1::TrainAsync& m
   }
   // A version held above the new starting point belongs to an aggregator that restored an
   // older checkpoint since (same numbers, other contents): download again.
-  if (global_version_ && *global_version_ > m.model_version()) global_version_.reset();
+  if (peer_.global_version() && *peer_.global_version() > m.model_version()) peer_.Forget();
   if (last_pushed_base_ && *last_pushed_base_ > m.model_version()) last_pushed_base_.reset();
   train_ = m;
   LogInfo("task ", task_, ": training asynchronously, ", m.round_batches(),
@@ -264,7 +212,7 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Iterate(
   auto train_on = [&] { return keep_going() && !(speculative && NewestPublished() > version); };
   absl::StatusOr<training::TrainStats> stats =
       trainer_.TrainBatches(train_->round_batches(), train_on);
-  params_are_global_ = false;
+  peer_.Trained();
   if (!stats.ok()) {
     if (absl::IsCancelled(stats.status()) && keep_going()) {
       metrics_.async_restarts.Increment();
@@ -289,12 +237,7 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Iterate(
     return Outcome::kFailed;
   }
   // 4. Push the delta against the version trained from.
-  auto delta = std::make_shared<tensor::FlatModel>(*std::move(params));
-  const std::vector<float>& base = global_.values;
-  for (size_t i = 0; i < delta->values.size(); ++i) delta->values[i] -= base[i];
-  // Test-only: a Byzantine peer pushes a corrupted delta; what it keeps is the global model.
-  deps_.byzantine.CorruptDelta(delta->values);
-  return Push(version, *stats, std::move(delta), keep_going);
+  return Push(version, *stats, peer_.DeltaOf(*params), keep_going);
 }
 
 FederatedAsyncRunner::Outcome FederatedAsyncRunner::Push(
@@ -303,16 +246,17 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Push(
   aggregator::v1::UpdateMeta meta;
   meta.set_task(task_);
   meta.set_round(0);  // the task's buffer
-  const aggregator::Caller me = Me();
+  const aggregator::Caller me = peer_.Me();
   meta.set_peer_id(me.peer_id);
   meta.set_session_token(me.session_token);
   meta.set_base_version(version);
   meta.set_num_samples(stats.samples);
   meta.set_train_loss(stats.mean_loss);
-  const std::string address = aggregator_address_;
-  absl::StatusOr<bool> pushed = RetryCall(keep_going, [&](absl::Time deadline) {
-    return aggregator_.PushUpdate(address, meta, delta, deadline);  // shared, no copy
-  });
+  const std::string address = peer_.address();
+  absl::StatusOr<bool> pushed = peer_.RetryCall(
+      clock_.Now() + options_.transfer_budget, keep_going, [&](absl::Time deadline) {
+        return aggregator_.PushUpdate(address, meta, delta, deadline);  // shared, no copy
+      });
   if (pushed.ok()) {
     metrics_.async_pushes_accepted.Increment();
     metrics_.bytes_sent.Increment(static_cast<double>(delta->layout.total_bytes()));
@@ -343,23 +287,13 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Push(
 
 absl::Status FederatedAsyncRunner::LoadGlobal(uint64_t version,
                                               const std::function<bool()>& keep_going) {
-  if (global_version_ == version) {
-    if (!params_are_global_) {
-      SHOAL_RETURN_IF_ERROR(trainer_.SetParameters(global_));
-      params_are_global_ = true;
-    }
-    return absl::OkStatus();
+  SHOAL_ASSIGN_OR_RETURN(
+      bool downloaded,
+      peer_.LoadGlobal(version, clock_.Now() + options_.transfer_budget, keep_going));
+  if (downloaded) {
+    snapshots_.Publish(
+        Snapshot{task_, version, std::make_shared<const tensor::FlatModel>(peer_.global())});
   }
-  const std::string address = aggregator_address_;
-  SHOAL_ASSIGN_OR_RETURN(tensor::FlatModel model, RetryCall(keep_going, [&](absl::Time deadline) {
-                           return aggregator_.GetModel(address, task_, version, Me(), deadline);
-                         }));
-  metrics_.bytes_received.Increment(static_cast<double>(model.layout.total_bytes()));
-  SHOAL_RETURN_IF_ERROR(trainer_.SetParameters(model));
-  global_version_ = version;
-  global_ = std::move(model);
-  params_are_global_ = true;
-  snapshots_.Publish(Snapshot{task_, version, std::make_shared<const tensor::FlatModel>(global_)});
   return absl::OkStatus();
 }
 

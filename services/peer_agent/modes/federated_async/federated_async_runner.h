@@ -23,6 +23,7 @@
 #include "libs/training/trainer.h"
 #include "services/aggregator/aggregator_client.h"
 #include "services/peer_agent/mode_runner.h"
+#include "services/peer_agent/modes/aggregator_peer.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
 #include "shoal/coordinator/v1/session.pb.h"
@@ -91,9 +92,6 @@ class FederatedAsyncRunner final : public ModeRunner {
   FederatedAsyncRunner(ModeRunnerDeps deps, FederatedAsyncOptions options);
 
   void HandleTaskAssigned(const coordinator::v1::TaskAssigned& m);
-  // Uploads the seed's model as version 0 (PutModel) and answers ModelInitialized, as in
-  // federated-sync.
-  void HandleInitializeModel();
   // Takes the loop's settings. False (reported) when they are unusable.
   bool HandleTrainAsync(const coordinator::v1::TrainAsync& m);
   // Before the first TrainAsync: loads and evaluates the newest published version.
@@ -109,18 +107,15 @@ class FederatedAsyncRunner final : public ModeRunner {
   // The version to train from: the newest published, at least TrainAsync.model_version.
   uint64_t TargetVersion() const ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t NewestPublished() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Makes the trainer hold global model `version` (downloads it unless held).
+  // Makes the trainer hold global model `version` (downloads it unless held, and publishes a
+  // download as the snapshot of that version).
   absl::Status LoadGlobal(uint64_t version, const std::function<bool()>& keep_going);
   // Step 2 for the model held (global version `version`).
   void MaybeEvaluate(uint64_t version);
   // Waits up to retry_wait until a version newer than `version` is published.
   void WaitForNewerThan(uint64_t version, const std::function<bool()>& keep_going);
-  // rpc::Retry with this runner's clock, backoff and per-call bound, sleeping on the wakeup.
-  template <typename Attempt>
-  auto RetryCall(const std::function<bool()>& keep_going, Attempt&& attempt);
   // Logs `error` and reports it as PeerError{round 0}, unless it repeats the last one reported.
   void ReportError(const absl::Status& error);
-  aggregator::Caller Me() const;
   void SetRunning(bool running) ABSL_LOCKS_EXCLUDED(mu_);
 
   const ModeRunnerDeps deps_;
@@ -140,13 +135,10 @@ class FederatedAsyncRunner final : public ModeRunner {
   bool running_ ABSL_GUARDED_BY(mu_) = false;  // the loop runs (ModelPublished is consumed)
 
   // Worker thread only.
-  std::string aggregator_address_;                    // of the latest TaskAssigned
+  // The aggregator, and the global model held exactly (to avoid downloads).
+  AggregatorPeer peer_;
   std::optional<coordinator::v1::TrainAsync> train_;  // the latest TrainAsync
-  // The global model held exactly (downloaded from aggregator_address_), to avoid downloads.
-  std::optional<uint64_t> global_version_;
-  tensor::FlatModel global_;
-  bool params_are_global_ = false;  // the trainer's parameters equal global_ (not trained since)
-  uint64_t last_evaluated_ = 0;     // the newest version evaluated (0: none)
+  uint64_t last_evaluated_ = 0;                       // the newest version evaluated (0: none)
   std::optional<uint64_t> last_pushed_base_;  // the version this peer's last accepted push used
   std::string last_error_;                    // the last error reported (not repeated)
 };

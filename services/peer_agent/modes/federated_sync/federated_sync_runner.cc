@@ -47,29 +47,9 @@ FederatedSyncRunner::FederatedSyncRunner(ModeRunnerDeps deps, FederatedSyncOptio
       aggregator_(*deps_.aggregator),
       metrics_(*deps_.metrics),
       clock_(*deps_.clock),
-      wakeup_(*deps_.wakeup),
-      aggregator_address_(deps_.assigned.aggregator_address()) {}
+      peer_(deps_, {options_.rpc_timeout, options_.retry_backoff}) {}
 
 void FederatedSyncRunner::Send(const PeerMessage& message) const { deps_.send(message); }
-
-aggregator::Caller FederatedSyncRunner::Me() const {
-  // The aggregator accepts this peer's calls only with the current session's token.
-  return aggregator::Caller{deps_.peer_id, deps_.session_token ? deps_.session_token() : ""};
-}
-
-bool FederatedSyncRunner::TaskCurrent() const {
-  return !deps_.task_current || deps_.task_current();
-}
-
-template <typename Attempt>
-auto FederatedSyncRunner::RetryCall(absl::Time deadline, const std::function<bool()>& keep_going,
-                                    Attempt&& attempt) {
-  rpc::RetryOptions retry;
-  retry.backoff = options_.retry_backoff;
-  retry.attempt_timeout = options_.rpc_timeout;
-  return rpc::Retry(clock_, retry, deadline, wakeup_.Sleeper(keep_going),
-                    std::forward<Attempt>(attempt));
-}
 
 bool FederatedSyncRunner::Supersedes(const CoordinatorEvent& e) const {
   return e.has_round_started() || e.has_model_published() || e.has_task_finished() ||
@@ -78,17 +58,17 @@ bool FederatedSyncRunner::Supersedes(const CoordinatorEvent& e) const {
 
 void FederatedSyncRunner::Start() {
   LogInfo("task ", task_, ": federated-sync through the aggregator at ",
-          aggregator_address_.empty() ? std::string("(none yet)") : aggregator_address_);
+          peer_.address().empty() ? std::string("(none yet)") : peer_.address());
 }
 
 void FederatedSyncRunner::Handle(const CoordinatorEvent& e,
                                  const std::function<bool()>& keep_going) {
   switch (e.kind_case()) {
     case CoordinatorEvent::kTaskAssigned:
-      HandleTaskAssigned(e.task_assigned());
+      peer_.Reassign(e.task_assigned().aggregator_address());
       break;
     case CoordinatorEvent::kInitializeModel:
-      HandleInitializeModel();
+      peer_.UploadInitialModel(clock_.Now() + options_.model_transfer_budget);
       break;
     case CoordinatorEvent::kRoundStarted:
       HandleRoundStarted(e.round_started(), keep_going);
@@ -106,80 +86,11 @@ void FederatedSyncRunner::Handle(const CoordinatorEvent& e,
   }
 }
 
-void FederatedSyncRunner::HandleTaskAssigned(const coordinator::v1::TaskAssigned& m) {
-  // The same task again: after a reconnect, or moved to another aggregator (the old one died).
-  if (m.aggregator_address() != aggregator_address_) {
-    LogInfo("task ", task_, ": assigned again, now through the aggregator at ",
-            m.aggregator_address(), " (was ", aggregator_address_, ")");
-    aggregator_address_ = m.aggregator_address();
-  } else {
-    LogInfo("task ", task_, ": assigned again (aggregator ", aggregator_address_, ")");
-  }
-}
-
 void FederatedSyncRunner::PublishSnapshot(uint64_t version) {
   absl::StatusOr<tensor::FlatModel> params = trainer_.GetParameters();
   if (!params.ok()) return;
   snapshots_.Publish(
       Snapshot{task_, version, std::make_shared<const tensor::FlatModel>(*std::move(params))});
-}
-
-void FederatedSyncRunner::HandleInitializeModel() {
-  absl::StatusOr<tensor::FlatModel> init = trainer_.InitialParameters();
-  absl::Status status = init.status();
-  std::shared_ptr<const tensor::FlatModel> model;
-  if (status.ok()) {
-    model = std::make_shared<const tensor::FlatModel>(*std::move(init));
-    const common::v1::ModelMeta meta = tensor::MakeModelMeta(task_, 0, *model);
-    const std::string address = aggregator_address_;
-    absl::StatusOr<uint64_t> put = RetryCall(
-        clock_.Now() + options_.model_transfer_budget, [this] { return TaskCurrent(); },
-        [&](absl::Time deadline) {
-          return aggregator_.PutModel(address, meta, model, Me(), deadline);
-        });
-    status = put.status();
-  }
-  if (!status.ok()) {
-    LogError("task ", task_, ": could not upload the initial model: ", status.message());
-    Send(MakePeerError(0, status));
-    return;
-  }
-  metrics_.bytes_sent.Increment(static_cast<double>(model->layout.total_bytes()));
-  if (absl::Status s = trainer_.SetParameters(*model); !s.ok()) {
-    LogError("task ", task_, ": ", s.message());
-  }
-  const uint64_t digest = model->Digest();
-  global_version_ = 0;
-  global_ = *model;
-  params_are_global_ = true;
-  PublishSnapshot(0);
-  LogInfo(absl::StrFormat("task %s: initial model uploaded (%d parameters, digest %016x)", task_,
-                          global_.values.size(), digest));
-  PeerMessage out;
-  out.mutable_model_initialized()->set_digest_xxh3(digest);
-  Send(out);
-}
-
-absl::Status FederatedSyncRunner::LoadGlobal(uint64_t version, absl::Time deadline,
-                                             const std::function<bool()>& keep_going) {
-  if (global_version_ == version) {
-    if (!params_are_global_) {
-      SHOAL_RETURN_IF_ERROR(trainer_.SetParameters(global_));
-      params_are_global_ = true;
-    }
-    return absl::OkStatus();
-  }
-  const std::string address = aggregator_address_;
-  SHOAL_ASSIGN_OR_RETURN(
-      tensor::FlatModel model, RetryCall(deadline, keep_going, [&](absl::Time attempt_deadline) {
-        return aggregator_.GetModel(address, task_, version, Me(), attempt_deadline);
-      }));
-  metrics_.bytes_received.Increment(static_cast<double>(model.layout.total_bytes()));
-  SHOAL_RETURN_IF_ERROR(trainer_.SetParameters(model));
-  global_version_ = version;
-  global_ = std::move(model);
-  params_are_global_ = true;
-  return absl::OkStatus();
 }
 
 void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted& m,
@@ -189,14 +100,15 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
                                                        : start + options_.default_round_budget;
   auto keep_going = [&] { return keep_going_event() && clock_.Now() < deadline; };
 
-  if (absl::Status s = LoadGlobal(m.model_version(), deadline, keep_going); !s.ok()) {
+  if (absl::Status s = peer_.LoadGlobal(m.model_version(), deadline, keep_going).status();
+      !s.ok()) {
     LogWarning("task ", task_, " round ", m.round(), ": cannot get global model version ",
                m.model_version(), ": ", s.message());
     if (!absl::IsCancelled(s) && keep_going()) Send(MakePeerError(m.round(), s));
     return;
   }
   absl::StatusOr<training::TrainStats> stats = trainer_.TrainBatches(m.round_batches(), keep_going);
-  params_are_global_ = false;
+  peer_.Trained();
   if (!stats.ok()) {
     if (absl::IsCancelled(stats.status())) {
       metrics_.rounds_abandoned.Increment();
@@ -217,13 +129,7 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
     Send(MakePeerError(m.round(), params.status()));
     return;
   }
-  auto delta = std::make_shared<tensor::FlatModel>();
-  delta->layout = params->layout;
-  delta->values.resize(params->values.size());
-  const std::vector<float>& base = global_.values;
-  for (size_t i = 0; i < delta->values.size(); ++i) delta->values[i] = params->values[i] - base[i];
-  // Test-only: a Byzantine peer pushes a corrupted delta; what it keeps and serves is its own.
-  deps_.byzantine.CorruptDelta(delta->values);
+  std::shared_ptr<tensor::FlatModel> delta = peer_.DeltaOf(*params);  // what it serves: its own
   snapshots_.Publish(Snapshot{task_, m.model_version(),
                               std::make_shared<const tensor::FlatModel>(*std::move(params))});
   const std::optional<bool> duplicate = Push(m, *stats, std::move(delta), deadline, keep_going);
@@ -245,16 +151,17 @@ std::optional<bool> FederatedSyncRunner::Push(const coordinator::v1::RoundStarte
   aggregator::v1::UpdateMeta meta;
   meta.set_task(task_);
   meta.set_round(m.round());
-  const aggregator::Caller me = Me();
+  const aggregator::Caller me = peer_.Me();
   meta.set_peer_id(me.peer_id);
   meta.set_session_token(me.session_token);  // the aggregator accepts our pushes only with it
   meta.set_base_version(m.model_version());
   meta.set_num_samples(stats.samples);
   meta.set_train_loss(stats.mean_loss);
-  const std::string address = aggregator_address_;
-  absl::StatusOr<bool> pushed = RetryCall(deadline, keep_going, [&](absl::Time attempt_deadline) {
-    return aggregator_.PushUpdate(address, meta, delta, attempt_deadline);  // shared, no copy
-  });
+  const std::string address = peer_.address();
+  absl::StatusOr<bool> pushed =
+      peer_.RetryCall(deadline, keep_going, [&](absl::Time attempt_deadline) {
+        return aggregator_.PushUpdate(address, meta, delta, attempt_deadline);  // shared, no copy
+      });
   if (!pushed.ok()) {
     const absl::Status& s = pushed.status();
     if (absl::IsFailedPrecondition(s)) {
@@ -277,8 +184,10 @@ std::optional<bool> FederatedSyncRunner::Push(const coordinator::v1::RoundStarte
 }
 
 void FederatedSyncRunner::HandleModelPublished(const coordinator::v1::ModelPublished& m) {
-  absl::Status s = LoadGlobal(m.version(), clock_.Now() + options_.model_transfer_budget,
-                              [this] { return TaskCurrent(); });
+  absl::Status s = peer_
+                       .LoadGlobal(m.version(), clock_.Now() + options_.model_transfer_budget,
+                                   [this] { return peer_.TaskCurrent(); })
+                       .status();
   if (!s.ok()) {
     LogWarning("task ", task_, ": cannot get published model version ", m.version(), ": ",
                s.message());

@@ -19,6 +19,7 @@
 #include "libs/training/trainer.h"
 #include "services/aggregator/aggregator_client.h"
 #include "services/peer_agent/mode_runner.h"
+#include "services/peer_agent/modes/aggregator_peer.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
 #include "shoal/coordinator/v1/session.pb.h"
@@ -63,8 +64,6 @@ class FederatedSyncRunner final : public ModeRunner {
  private:
   FederatedSyncRunner(ModeRunnerDeps deps, FederatedSyncOptions options);
 
-  void HandleTaskAssigned(const coordinator::v1::TaskAssigned& m);
-  void HandleInitializeModel();
   void HandleRoundStarted(const coordinator::v1::RoundStarted& m,
                           const std::function<bool()>& keep_going);
   void HandleModelPublished(const coordinator::v1::ModelPublished& m);
@@ -74,15 +73,7 @@ class FederatedSyncRunner final : public ModeRunner {
                            const training::TrainStats& stats,
                            std::shared_ptr<const tensor::FlatModel> delta, absl::Time deadline,
                            const std::function<bool()>& keep_going);
-  // Makes the trainer hold global model `version` (downloads it unless held).
-  absl::Status LoadGlobal(uint64_t version, absl::Time deadline,
-                          const std::function<bool()>& keep_going);
-  // rpc::Retry with this runner's clock, backoff and per-call bound, sleeping on the wakeup.
-  template <typename Attempt>
-  auto RetryCall(absl::Time deadline, const std::function<bool()>& keep_going, Attempt&& attempt);
   void PublishSnapshot(uint64_t version);
-  aggregator::Caller Me() const;
-  bool TaskCurrent() const;
   void Send(const coordinator::v1::PeerMessage& message) const;
 
   const ModeRunnerDeps deps_;
@@ -93,14 +84,8 @@ class FederatedSyncRunner final : public ModeRunner {
   aggregator::AggregatorClient& aggregator_;
   PeerMetrics& metrics_;
   const Clock& clock_;
-  rpc::Wakeup& wakeup_;
-
-  // Worker thread only.
-  std::string aggregator_address_;  // of the latest TaskAssigned
-  // The last global model known exactly (downloaded, uploaded), to avoid downloads.
-  std::optional<uint64_t> global_version_;
-  tensor::FlatModel global_;
-  bool params_are_global_ = false;  // the trainer's parameters equal global_ (not trained since)
+  // The aggregator, and the global model held exactly (to avoid downloads). Worker thread only.
+  AggregatorPeer peer_;
 };
 
 // The registry's factory (mode_registry.cc): FederatedSyncRunner::Create with default options.

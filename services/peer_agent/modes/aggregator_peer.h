@@ -1,0 +1,102 @@
+#pragma once
+
+// What the peer runners of the aggregator-backed modes (federated-sync, federated-async) share:
+// the task's aggregator and its address, the caller identity its calls carry, retries, the
+// upload of the initial model and the global model held exactly. The counterpart of the
+// coordinator's AggregatorModeTask.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "libs/common/backoff.h"
+#include "libs/common/clock.h"
+#include "libs/rpc/retry.h"
+#include "libs/tensor/flat_model.h"
+#include "libs/training/trainer.h"
+#include "services/aggregator/aggregator_client.h"
+#include "services/peer_agent/mode_runner.h"
+#include "services/peer_agent/peer_metrics.h"
+#include "services/peer_agent/snapshot_store.h"
+
+namespace shoal::peer {
+
+// How the calls to the aggregator are retried (rpc::Retry): on UNAVAILABLE and
+// RESOURCE_EXHAUSTED, each attempt bounded by `rpc_timeout`.
+struct AggregatorCallOptions {
+  absl::Duration rpc_timeout = absl::Seconds(30);
+  BackoffOptions retry_backoff{absl::Milliseconds(100), absl::Seconds(2), 2.0, 0.2};
+};
+
+// Owned by a runner and used on its worker thread only; `deps` must hold an aggregator (the
+// runners' factories check it with CheckRunnerDeps). Not thread-safe.
+class AggregatorPeer {
+ public:
+  AggregatorPeer(const ModeRunnerDeps& deps, AggregatorCallOptions options);
+
+  const std::string& task() const { return task_; }
+  // The aggregator of the latest TaskAssigned.
+  const std::string& address() const { return address_; }
+  // A TaskAssigned of the task again (a reconnect, or the task moved because its aggregator
+  // died): logs it and takes the address. True when the aggregator changed.
+  bool Reassign(const std::string& address);
+  // This peer as the aggregator knows it: its id and the current session's token.
+  aggregator::Caller Me() const;
+  // False once the task is over for this peer (ModeRunnerDeps::task_current).
+  bool TaskCurrent() const;
+
+  // rpc::Retry with the runner's clock and these options, until `deadline`, sleeping on the
+  // wakeup while `keep_going`.
+  template <typename Attempt>
+  auto RetryCall(absl::Time deadline, const std::function<bool()>& keep_going,
+                 Attempt&& attempt) const {
+    rpc::RetryOptions retry;
+    retry.backoff = options_.retry_backoff;
+    retry.attempt_timeout = options_.rpc_timeout;
+    return rpc::Retry(clock_, retry, deadline, wakeup_.Sleeper(keep_going),
+                      std::forward<Attempt>(attempt));
+  }
+
+  // InitializeModel: uploads the seed's initial model as version 0 (PutModel, retried until
+  // `deadline` while the task is current), holds it as the global model, publishes it as
+  // snapshot 0 and answers ModelInitialized with its digest; on failure logs and answers
+  // PeerError{round 0}.
+  void UploadInitialModel(absl::Time deadline);
+  // Makes the trainer hold global model `version` exactly: a download (GetModel) unless it is
+  // the one held. True when it downloaded.
+  absl::StatusOr<bool> LoadGlobal(uint64_t version, absl::Time deadline,
+                                  const std::function<bool()>& keep_going);
+  // The trainer trained on: its parameters are no longer the global model held.
+  void Trained() { params_are_global_ = false; }
+  // Forgets the model held (its version numbers belong to another aggregator now).
+  void Forget() { global_version_.reset(); }
+  const std::optional<uint64_t>& global_version() const { return global_version_; }
+  const tensor::FlatModel& global() const { return global_; }
+  // The trainer's parameters minus the global model held, corrupted by the test-only Byzantine
+  // fault. `params` are the trainer's parameters.
+  std::shared_ptr<tensor::FlatModel> DeltaOf(const tensor::FlatModel& params) const;
+
+ private:
+  const ModeRunnerDeps& deps_;
+  const AggregatorCallOptions options_;
+  const std::string task_;
+  training::Trainer& trainer_;
+  SnapshotStore& snapshots_;
+  aggregator::AggregatorClient& aggregator_;
+  PeerMetrics& metrics_;
+  const Clock& clock_;
+  rpc::Wakeup& wakeup_;
+
+  std::string address_;
+  std::optional<uint64_t> global_version_;
+  tensor::FlatModel global_;
+  bool params_are_global_ = false;  // the trainer's parameters equal global_ (not trained since)
+};
+
+}  // namespace shoal::peer
