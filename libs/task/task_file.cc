@@ -34,6 +34,18 @@ namespace pb = ::google::protobuf;
 using common::v1::TaskSpec;
 
 constexpr uint32_t kDefaultClassesPerShard = 2;
+constexpr double kDefaultDirichletAlpha = 0.5;
+
+// The partition's own settings that the file left out: classes_per_shard for label-skew, alpha
+// for dirichlet. Other zeros the file wrote stay, so that validation reports them.
+void ApplyPartitionDefaults(common::v1::DatasetSpec& dataset) {
+  if (dataset.partition() == common::v1::PARTITION_LABEL_SKEW && dataset.classes_per_shard() == 0) {
+    dataset.set_classes_per_shard(kDefaultClassesPerShard);
+  }
+  if (dataset.partition() == common::v1::PARTITION_DIRICHLET && dataset.alpha() == 0) {
+    dataset.set_alpha(kDefaultDirichletAlpha);
+  }
+}
 constexpr uint32_t kDefaultMaxConnectionRetry = 3;
 
 // "TaskState" -> "TASK_STATE_".
@@ -357,9 +369,7 @@ void ApplyTaskDefaults(TaskSpec& spec) {
   if (dataset.partition() == common::v1::PARTITION_UNSPECIFIED) {
     dataset.set_partition(d.dataset().partition());
   }
-  if (dataset.partition() == common::v1::PARTITION_LABEL_SKEW && dataset.classes_per_shard() == 0) {
-    dataset.set_classes_per_shard(kDefaultClassesPerShard);
-  }
+  ApplyPartitionDefaults(dataset);
   if (spec.batch_size() == 0) spec.set_batch_size(d.batch_size());
   auto& optimizer = *spec.mutable_optimizer();
   if (optimizer.kind() == common::v1::OPTIMIZER_UNSPECIFIED) {
@@ -412,12 +422,22 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
             absl::StrCat("must be in 1..10 for label-skew, got ", dataset.classes_per_shard()));
       }
       break;
+    case common::v1::PARTITION_DIRICHLET:
+      if (!(dataset.alpha() > 0) || !std::isfinite(dataset.alpha())) {
+        return FieldError("dataset.alpha",
+                          absl::StrCat("must be > 0 and finite for dirichlet, got ",
+                                       ShowNumber(dataset.alpha())));
+      }
+      break;
     default:
       return FieldError("dataset.partition",
                         absl::StrCat("unsupported value ",
                                      JsonQuote(FriendlyEnumName(*common::v1::Partition_descriptor(),
                                                                 dataset.partition())),
-                                     " (expected iid, label-skew)"));
+                                     " (expected iid, label-skew, dirichlet)"));
+  }
+  if (dataset.partition() != common::v1::PARTITION_DIRICHLET && dataset.alpha() != 0) {
+    return FieldError("dataset.alpha", "used only by partition dirichlet");
   }
   if (spec.batch_size() < 1 || spec.batch_size() > 4096) {
     return FieldError("batch_size", absl::StrCat("must be in 1..4096, got ", spec.batch_size()));
@@ -520,12 +540,7 @@ absl::Status ParseMessageFromYaml(absl::string_view text, absl::string_view sour
 absl::StatusOr<TaskSpec> ParseTaskSpec(absl::string_view text, absl::string_view source) {
   TaskSpec spec = DefaultTaskSpec();
   SHOAL_RETURN_IF_ERROR(ParseMessageFromYaml(text, source, spec));
-  // label-skew without classes_per_shard gets its default. Other zeros the file wrote stay, so
-  // that validation reports them.
-  if (spec.dataset().partition() == common::v1::PARTITION_LABEL_SKEW &&
-      spec.dataset().classes_per_shard() == 0) {
-    spec.mutable_dataset()->set_classes_per_shard(kDefaultClassesPerShard);
-  }
+  ApplyPartitionDefaults(*spec.mutable_dataset());
   ApplyModeDefaults(spec);
   return spec;
 }

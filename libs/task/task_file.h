@@ -6,7 +6,7 @@
 // enum value name (`MODE_FEDERATED_SYNC`). Fields left out keep the defaults of DefaultTaskSpec().
 //
 // Every error is INVALID_ARGUMENT and names the file and the field path, e.g.
-//   task.yaml: dataset.partition: unknown value "foo" (expected iid, label-skew)
+//   task.yaml: dataset.partition: unknown value "foo" (expected iid, label-skew, dirichlet)
 // Values and names quoted from the input are escaped (libs/common/escape.h), and a non-finite
 // number is named as written (`got .nan`).
 

@@ -42,13 +42,33 @@ void SeededShuffle(std::vector<int64_t>& values, uint64_t seed);
 // round-robin onto the slots as well, so then some shards see more than k classes, but no sample
 // is dropped. Shards are disjoint and cover the data.
 //
-// Errors: INVALID_ARGUMENT bad shard, unknown partition, classes_per_shard out of range, or a
-// shard that would be empty.
+// PARTITION_DIRICHLET with concentration a = alpha: for each class, shares (p_0 .. p_N-1) are
+// drawn from Dirichlet(a, .., a) and the class's samples (shuffled) are cut at the cumulative
+// shares; shard I takes piece I of every class. Small a gives each shard few classes and
+// unequal sizes (Hsu et al. 2019). When a shard would get fewer than
+// MinDirichletShardSamples(n, N) samples, the whole draw is repeated (up to 1,000 times, each
+// deterministic). Shards are disjoint and cover the data. The draws use only mt19937_64 and
+// the C math library, so every peer of one build computes the same split.
+//
+// `seed` is the split's seed (DatasetSpec.seed, else the task's). Errors: INVALID_ARGUMENT bad
+// shard, unknown partition, classes_per_shard or alpha out of range, a label out of range, or a
+// shard that would be empty (too small).
 absl::StatusOr<std::vector<int64_t>> PartitionIndices(const std::vector<uint8_t>& labels,
                                                       int num_classes,
-                                                      common::v1::Partition partition,
-                                                      uint32_t classes_per_shard,
+                                                      const common::v1::DatasetSpec& dataset,
                                                       const ShardSpec& shard, uint64_t seed);
+
+// The seed of the split of `spec`'s data: dataset.seed when set, else the task's seed.
+uint64_t PartitionSeed(const common::v1::TaskSpec& spec);
+
+// The fewest samples a Dirichlet shard may get: 10, or n / (2 N) when that is smaller (at
+// least 1).
+size_t MinDirichletShardSamples(size_t n, uint32_t shards);
+
+// How many of `indices` carry each label 0 .. num_classes-1 (labels out of range are not
+// counted).
+std::vector<uint64_t> LabelHistogram(const std::vector<uint8_t>& labels,
+                                     const std::vector<int64_t>& indices, int num_classes);
 
 // The evaluation slice of a test set of `count` samples: indices i with i % N == I.
 std::vector<int64_t> TestSliceIndices(size_t count, const ShardSpec& shard);

@@ -143,6 +143,7 @@ struct Trainer::Impl {
   torch::Tensor train_images, train_labels;  // on `device`
   torch::Tensor test_images, test_labels;    // on `device`
   std::vector<int64_t> order;                // permutation of [0, train_size) for the current epoch
+  std::vector<uint64_t> label_histogram;     // training samples per class
   size_t cursor = 0;                         // next position in `order`
   uint64_t epoch = 0;
 
@@ -191,10 +192,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   const size_t test_count =
       ds.test_limit() > 0 && ds.test_limit() < test_full.count ? ds.test_limit() : test_full.count;
   std::vector<uint8_t> labels(train_full.labels.begin(), train_full.labels.begin() + train_count);
-  SHOAL_ASSIGN_OR_RETURN(
-      std::vector<int64_t> train_idx,
-      PartitionIndices(labels, kFashionMnistClasses, ds.partition(), ds.classes_per_shard(),
-                       options.shard, options.spec.seed()));
+  SHOAL_ASSIGN_OR_RETURN(std::vector<int64_t> train_idx,
+                         PartitionIndices(labels, kFashionMnistClasses, ds, options.shard,
+                                          PartitionSeed(options.spec)));
   std::vector<int64_t> test_idx = TestSliceIndices(test_count, options.shard);
   if (test_idx.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("shard ", options.shard.ToString(),
@@ -203,6 +203,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
 
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->label_histogram = LabelHistogram(labels, train_idx, kFashionMnistClasses);
   try {
     impl->device =
         options.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
@@ -452,6 +453,7 @@ const tensor::ModelLayout& Trainer::state_layout(bool include_buffers) const {
 const tensor::ModelLayout& Trainer::layout() const { return impl_->layout; }
 size_t Trainer::train_size() const { return static_cast<size_t>(impl_->train_labels.size(0)); }
 size_t Trainer::test_size() const { return static_cast<size_t>(impl_->test_labels.size(0)); }
+const std::vector<uint64_t>& Trainer::label_histogram() const { return impl_->label_histogram; }
 
 absl::Status SetTorchThreads(int threads) {
   if (threads < 1) {

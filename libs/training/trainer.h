@@ -116,6 +116,8 @@ class Trainer {
   const tensor::ModelLayout& layout() const;
   size_t train_size() const;  // samples in the training shard
   size_t test_size() const;   // samples in the test slice
+  // Training samples of the shard per class, class 0 first.
+  const std::vector<uint64_t>& label_histogram() const;
 
  private:
   struct Impl;

@@ -9,6 +9,7 @@
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
 #include "libs/task/task_file.h"
+#include "services/coordinator/peer_data.h"
 #include "services/coordinator/task_names.h"
 
 namespace shoal::coordinator {
@@ -287,6 +288,15 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
           // It cannot take part: release it from the task so that nothing waits for it.
           peer.task.clear();
           PeerFailed(task, peer_id, message.error().message(), out);
+          break;
+        }
+        if (message.has_data_report()) {  // every mode: for TaskStatus.data
+          if (absl::Status s = RecordPeerData(task.status, peer_id, message.data_report());
+              !s.ok()) {
+            reject("bad_message", s);
+            break;
+          }
+          MarkChanged(task, out);
           break;
         }
         if (message.has_eval_report()) {

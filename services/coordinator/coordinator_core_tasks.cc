@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "libs/common/log.h"
 #include "services/coordinator/coordinator_core.h"
+#include "services/coordinator/peer_data.h"
 #include "services/coordinator/task_names.h"
 
 namespace shoal::coordinator {
@@ -220,6 +221,7 @@ void CoordinatorCore::LeaveTask(Task& task, const std::string& peer_id, const st
                                 Outbox& out) {
   task.peers.erase(peer_id);
   task.members_dirty = true;
+  if (IsActive(task)) ForgetPeerData(task.status, peer_id);  // the last participants stay
   EvaluationDone(task, peer_id);
   if (task.mode != nullptr && IsActive(task)) {
     ModeEffects fx;

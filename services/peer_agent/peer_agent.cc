@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
 #include "services/peer_agent/mode_registry.h"
@@ -228,6 +229,17 @@ void PeerAgent::ReportTaskError(const std::string& task, const absl::Status& err
   Send(m);
 }
 
+void PeerAgent::SendDataReport() {
+  const training::Trainer& trainer = *task_->trainer;
+  PeerMessage m;
+  m.set_task(task_->assigned.spec().name());
+  coordinator::v1::DataReport& report = *m.mutable_data_report();
+  report.set_train_samples(trainer.train_size());
+  report.set_test_samples(trainer.test_size());
+  for (uint64_t count : trainer.label_histogram()) report.add_label_histogram(count);
+  Send(m);
+}
+
 void PeerAgent::HandleTaskAssigned(const CoordinatorEvent& ev) {
   const coordinator::v1::TaskAssigned& m = ev.task_assigned();
   const std::string& name = m.spec().name();
@@ -235,6 +247,7 @@ void PeerAgent::HandleTaskAssigned(const CoordinatorEvent& ev) {
     // The same task again (a reconnect, a coordinator restart, another aggregator): the runner
     // carries on with what it holds and takes what changed from the event.
     task_->assigned = m;
+    SendDataReport();  // the coordinator forgot it if this peer left the task meanwhile
     if (std::shared_ptr<ModeRunner> r = runner(); r != nullptr) {
       r->Handle(ev, [this] { return NotSuperseded(); });
       return;
@@ -277,7 +290,10 @@ void PeerAgent::HandleTaskAssigned(const CoordinatorEvent& ev) {
       state.trainer->test_size(),
       m.aggregator_address().empty() ? std::string("none") : m.aggregator_address(),
       absl::ToDoubleSeconds(clock_.Now() - start)));
+  LogInfo("task ", name, ": training samples per class ",
+          absl::StrJoin(state.trainer->label_histogram(), " "));
   task_ = std::move(state);
+  SendDataReport();
   StartRunner();
 }
 

@@ -106,6 +106,8 @@ class PeerAgent {
   std::shared_ptr<ModeRunner> runner() ABSL_LOCKS_EXCLUDED(runner_mu_);
   // Logs a task-level failure and reports it as PeerError{round 0}.
   void ReportTaskError(const std::string& task, const absl::Status& error);
+  // Tells the coordinator what the task's trainer trains and evaluates on (DataReport).
+  void SendDataReport();
   void Send(const coordinator::v1::PeerMessage& message);
 
   // keep_going predicates for the worker.

@@ -30,6 +30,13 @@ std::string PeerToJson(const coordinator::v1::PeerProgress& p) {
                       ",\"updates\":", p.updates(), "}");
 }
 
+std::string PeerDataToJson(const coordinator::v1::PeerData& d) {
+  return absl::StrCat("{\"peer_id\":", JsonQuote(d.peer_id()),
+                      ",\"train_samples\":", d.train_samples(),
+                      ",\"test_samples\":", d.test_samples(), ",\"label_histogram\":[",
+                      absl::StrJoin(d.label_histogram(), ","), "]}");
+}
+
 // A federated-async task counts model versions, the others rounds.
 const char* StepWord(const TaskStatus& status) {
   return status.spec().mode() == common::v1::MODE_FEDERATED_ASYNC ? "version" : "round";
@@ -143,6 +150,9 @@ std::string TaskStatusToJson(const TaskStatus& status) {
   std::vector<std::string> peers;
   peers.reserve(status.peers_size());
   for (const auto& p : status.peers()) peers.push_back(PeerToJson(p));
+  std::vector<std::string> data;
+  data.reserve(status.data_size());
+  for (const auto& d : status.data()) data.push_back(PeerDataToJson(d));
   const RoundSummary* last = LastEvaluated(status);
   return absl::StrCat("{\"name\":", JsonQuote(status.spec().name()),
                       ",\"mode\":", JsonQuote(ModeName(status.spec().mode())),
@@ -150,7 +160,8 @@ std::string TaskStatusToJson(const TaskStatus& status) {
                       ",\"phase\":", JsonQuote(PhaseName(status.phase())),
                       ",\"round\":", status.round(), ",\"rounds\":", status.spec().rounds(),
                       ",\"participants\":", JsonStringArray(status.participants()), ",\"peers\":[",
-                      absl::StrJoin(peers, ","), "]", ",\"model_version\":", status.model_version(),
+                      absl::StrJoin(peers, ","), "],\"data\":[", absl::StrJoin(data, ","), "]",
+                      ",\"model_version\":", status.model_version(),
                       ",\"aggregator\":", JsonQuote(status.aggregator()),
                       ",\"message\":", JsonQuote(status.message()),
                       ",\"created_unix_ms\":", status.created_unix_ms(), ",\"last_test_accuracy\":",
@@ -296,6 +307,15 @@ std::string FormatTaskStatus(const TaskStatus& status) {
       absl::StrAppend(&out, " model of round ", p.model_round());
     }
     absl::StrAppend(&out, "\n");
+  }
+  if (status.data_size() > 0) {
+    absl::StrAppend(&out, "data:          training samples per class, of each peer\n");
+    for (const auto& d : status.data()) {
+      absl::StrAppend(
+          &out, "  ",
+          absl::StrFormat("%-16s %7d train %6d test  [%s]\n", d.peer_id(), d.train_samples(),
+                          d.test_samples(), absl::StrJoin(d.label_histogram(), " ")));
+    }
   }
   const double acc = LastTestAccuracy(status);
   absl::StrAppend(&out, "test accuracy: ", acc >= 0 ? Fixed(acc, 4) : "n/a", "\n");

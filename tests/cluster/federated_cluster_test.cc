@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <vector>
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "libs/rpc/channel.h"
@@ -228,6 +229,52 @@ TEST(FederatedClusterTest, CoordinatorCrashMidTaskResumesFromCheckpoint) {
 
 // Every service speaks mutual TLS: a plaintext client, a client without a certificate and one
 // whose certificate comes from another CA are all refused before any RPC runs.
+// A Dirichlet split over real peer processes: each peer reports its share, the shares cover
+// the data exactly once, and they are far from IID.
+TEST(FederatedClusterTest, EachPeerReportsItsDirichletShareAndTrainsOnIt) {
+  Cluster cluster(TempDir());
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
+  for (int i = 0; i < 3; ++i) {
+    absl::Status started = cluster.StartPeer(i, 3);
+    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  }
+  ASSERT_TRUE(cluster.WaitForPeersConnected(3, absl::Seconds(30)).ok());
+  common::v1::TaskSpec spec = SmallTask("fmnist-dirichlet");
+  spec.mutable_dataset()->set_partition(common::v1::PARTITION_DIRICHLET);
+  spec.mutable_dataset()->set_alpha(0.3);
+  spec.set_rounds(2);
+  spec.set_min_participants(3);
+  ASSERT_TRUE(cluster.CreateTask(spec).ok());
+  auto status = cluster.WaitFor(
+      spec.name(), [](const cv1::TaskStatus& s) { return s.state() == cv1::TASK_STATE_COMPLETED; },
+      absl::Minutes(3), "task completion");
+  ASSERT_TRUE(status.ok()) << status.status() << "\n" << cluster.LogTails();
+
+  ASSERT_EQ(status->data_size(), 3) << status->ShortDebugString();
+  uint64_t train = 0, test = 0;
+  std::vector<uint64_t> per_class(10, 0);
+  double largest_share = 0;
+  for (const cv1::PeerData& d : status->data()) {
+    ASSERT_EQ(d.label_histogram_size(), 10) << d.peer_id();
+    uint64_t sum = 0, largest = 0;
+    for (int c = 0; c < 10; ++c) {
+      sum += d.label_histogram(c);
+      per_class[c] += d.label_histogram(c);
+      largest = std::max(largest, d.label_histogram(c));
+    }
+    EXPECT_EQ(sum, d.train_samples()) << d.peer_id();
+    train += d.train_samples();
+    test += d.test_samples();
+    largest_share = std::max(largest_share, static_cast<double>(largest) / sum);
+  }
+  EXPECT_EQ(train, spec.dataset().train_limit());  // every sample in exactly one shard
+  EXPECT_EQ(test, spec.dataset().test_limit());
+  for (int c = 0; c < 10; ++c) EXPECT_GT(per_class[c], 0u) << "class " << c;
+  EXPECT_GT(largest_share, 0.3) << "an IID shard would hold about 0.1 of each class";
+  EXPECT_EQ(status->history_size(), 2);
+}
+
 TEST(FederatedClusterTest, UntrustedClientsAreRefused) {
   Cluster cluster(TempDir());
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();

@@ -40,6 +40,7 @@ using coordinator::v1::CoordinatorEvent;
 using coordinator::v1::PeerMessage;
 using shoal::testing::FakeCoordinator;
 using shoal::testing::FakeCoordinatorServer;
+using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
 constexpr char kDataDir[] = "/usr/share/datasets/fashion-mnist";
@@ -254,6 +255,18 @@ TEST_F(PeerAgentTest, RunsOneTaskThroughTheWholeProtocol) {
   auto expected = (*trainer)->InitialParameters();
   ASSERT_TRUE(expected.ok());
   EXPECT_EQ(initialized->model_initialized().digest_xxh3(), expected->Digest());
+
+  // On assignment it told the coordinator what it trains on: shard 0/2's counts per class.
+  auto data = fake().Take(PeerMessage::kDataReport, kWait);
+  ASSERT_TRUE(data);
+  EXPECT_EQ(data->task(), "small");
+  local.shard = {0, 2};
+  auto same_shard = training::Trainer::Create(local);
+  ASSERT_TRUE(same_shard.ok()) << same_shard.status();
+  EXPECT_EQ(data->data_report().train_samples(), (*same_shard)->train_size());
+  EXPECT_EQ(data->data_report().test_samples(), (*same_shard)->test_size());
+  EXPECT_THAT(data->data_report().label_histogram(),
+              ElementsAreArray((*same_shard)->label_histogram()));
 
   // Round 1: the peer trains round_batches batches and pushes its delta.
   OpenRound("small", 1, 0);

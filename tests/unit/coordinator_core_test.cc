@@ -251,6 +251,43 @@ TEST_F(CoordinatorCoreTest, StaleAndForeignMessagesAreRejected) {
   EXPECT_EQ(Status("t").round(), 1u);
 }
 
+v1::PeerMessage Data(const std::string& task, uint64_t train, std::vector<uint64_t> histogram) {
+  v1::PeerMessage m;
+  m.set_task(task);
+  m.mutable_data_report()->set_train_samples(train);
+  m.mutable_data_report()->set_test_samples(train / 6);
+  for (uint64_t count : histogram) m.mutable_data_report()->add_label_histogram(count);
+  return m;
+}
+
+TEST_F(CoordinatorCoreTest, DataReportsShowInTheStatusUntilThePeerLeavesARunningTask) {
+  auto sinks = StartTask(Spec("t", 2, 5), {"a", "b"});
+  ASSERT_TRUE(core_->OnMessage("b", Data("t", 30, {10, 20})).ok());
+  ASSERT_TRUE(core_->OnMessage("a", Data("t", 6, {6, 0})).ok());
+  ASSERT_TRUE(core_->OnMessage("a", Data("t", 5, {2, 3})).ok());  // replaces a's first
+  v1::TaskStatus status = Status("t");
+  ASSERT_EQ(status.data_size(), 2);
+  EXPECT_EQ(status.data(0).peer_id(), "a");  // by peer id
+  EXPECT_EQ(status.data(0).train_samples(), 5u);
+  EXPECT_THAT(status.data(0).label_histogram(), ElementsAre(2, 3));
+  EXPECT_EQ(status.data(1).peer_id(), "b");
+  EXPECT_EQ(status.data(1).test_samples(), 5u);
+  EXPECT_THAT(status.data(1).label_histogram(), ElementsAre(10, 20));
+
+  // A histogram that does not add up is refused and counted; nothing changes.
+  absl::Status bad = core_->OnMessage("a", Data("t", 7, {2, 3}));
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.message(), "data report: the label histogram does not add up to train_samples 7");
+  bad = core_->OnMessage("a", Data("t", 7, {~uint64_t{0}, 8}));  // would wrap around
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Status("t").data(0).train_samples(), 5u);
+
+  core_->Disconnect("b", sinks["b"].get());
+  Step();
+  ASSERT_EQ(Status("t").data_size(), 1);
+  EXPECT_EQ(Status("t").data(0).peer_id(), "a");
+}
+
 TEST_F(CoordinatorCoreTest, CreateTaskValidatesAndIsIdempotent) {
   common::v1::TaskSpec bad = Spec("t", 1, 5);
   bad.set_round_batches(0);

@@ -128,7 +128,7 @@ INSTANTIATE_TEST_SUITE_P(
     Files, BadTaskFileTest,
     ::testing::Values(
         BadFile{"bad_partition.yaml", absl::StatusCode::kInvalidArgument,
-                "dataset.partition: unknown value \"foo\" (expected iid, label-skew)"},
+                "dataset.partition: unknown value \"foo\" (expected iid, label-skew, dirichlet)"},
         BadFile{"bad_unknown_key.yaml", absl::StatusCode::kInvalidArgument,
                 "optimizer.lr: unknown field (expected one of kind, learning_rate, momentum)"},
         BadFile{"bad_type.json", absl::StatusCode::kInvalidArgument,
@@ -205,6 +205,20 @@ TEST(ParseTaskSpecTest, AcceptsEnumSpellings) {
   }
 }
 
+TEST(ParseTaskSpecTest, DirichletTakesAlphaAndASeedOfItsOwn) {
+  absl::StatusOr<TaskSpec> spec =
+      ParseTaskSpec("name: x\ndataset: {partition: dirichlet}\n", "t.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->dataset().partition(), common::v1::PARTITION_DIRICHLET);
+  EXPECT_DOUBLE_EQ(spec->dataset().alpha(), 0.5) << "dirichlet default";
+  EXPECT_FALSE(spec->dataset().has_seed());
+  spec = ParseTaskSpec("name: x\ndataset: {partition: dirichlet, alpha: 0.1, seed: 0}\n", "t.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_DOUBLE_EQ(spec->dataset().alpha(), 0.1);
+  EXPECT_TRUE(spec->dataset().has_seed());  // 0 is a seed like any other
+  EXPECT_TRUE(ValidateTaskSpec(*spec).ok());
+}
+
 TEST(ParseTaskSpecTest, NullKeepsDefault) {
   absl::StatusOr<TaskSpec> spec = ParseTaskSpec("name: x\nrounds:\nbatch_size: null\n", "t.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -249,6 +263,13 @@ TEST(ValidateTaskSpecTest, EachRuleNamesItsField) {
          s.mutable_dataset()->set_classes_per_shard(0);
        },
        "dataset.classes_per_shard: must be in 1..10"},
+      {[](TaskSpec& s) { s.mutable_dataset()->set_alpha(0.3); },
+       "dataset.alpha: used only by partition dirichlet"},
+      {[](TaskSpec& s) {
+         s.mutable_dataset()->set_partition(common::v1::PARTITION_DIRICHLET);
+         s.mutable_dataset()->set_alpha(-1);
+       },
+       "dataset.alpha: must be > 0 and finite for dirichlet, got -1"},
       {[](TaskSpec& s) { s.set_batch_size(0); }, "batch_size: must be in 1..4096, got 0"},
       {[](TaskSpec& s) { s.set_batch_size(4097); }, "batch_size: must be in 1..4096, got 4097"},
       {[](TaskSpec& s) { s.mutable_optimizer()->set_kind(common::v1::OPTIMIZER_UNSPECIFIED); },

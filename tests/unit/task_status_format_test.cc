@@ -134,6 +134,24 @@ TEST(TaskStatusJsonTest, GossipShowsPerPeerClockAndLoss) {
   EXPECT_THAT(FormatTaskStatus(s), HasSubstr("step 250  clock 180.5  loss 0.4200"));
 }
 
+TEST(TaskStatusJsonTest, ShowsEachPeersDataCounts) {
+  TaskStatus s = RunningStatus();
+  auto* d = s.add_data();
+  d->set_peer_id("peer-1");
+  d->set_train_samples(30);
+  d->set_test_samples(5);
+  for (uint64_t c : {10, 0, 20}) d->add_label_histogram(c);
+  YAML::Node root = YAML::Load(TaskStatusToJson(s));
+  ASSERT_EQ(root["data"].size(), 1u);
+  EXPECT_EQ(root["data"][0]["peer_id"].as<std::string>(), "peer-1");
+  EXPECT_EQ(root["data"][0]["train_samples"].as<int>(), 30);
+  EXPECT_EQ(root["data"][0]["test_samples"].as<int>(), 5);
+  ASSERT_EQ(root["data"][0]["label_histogram"].size(), 3u);
+  EXPECT_EQ(root["data"][0]["label_histogram"][2].as<int>(), 20);
+  EXPECT_THAT(FormatTaskStatus(s),
+              HasSubstr("peer-1                30 train      5 test  [10 0 20]"));
+}
+
 TEST(TaskStatusJsonTest, EmptyStatusIsStillValidJson) {
   TaskStatus s;
   s.set_state(coordinator::v1::TASK_STATE_WAITING);
@@ -145,6 +163,7 @@ TEST(TaskStatusJsonTest, EmptyStatusIsStillValidJson) {
   EXPECT_EQ(root["history"].size(), 0u);
   EXPECT_TRUE(root["last_test_accuracy"].IsNull());
   EXPECT_THAT(json, HasSubstr("\"participants\":[]"));
+  EXPECT_THAT(json, HasSubstr("\"data\":[]"));
   EXPECT_THAT(json, HasSubstr("\"history\":[]"));
 }
 

@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -127,6 +128,15 @@ TEST(ShardSpecTest, ParsesAndRejects) {
   }
 }
 
+common::v1::DatasetSpec Ds(common::v1::Partition partition, uint32_t classes_per_shard,
+                           double alpha = 0) {
+  common::v1::DatasetSpec d;
+  d.set_partition(partition);
+  d.set_classes_per_shard(classes_per_shard);
+  d.set_alpha(alpha);
+  return d;
+}
+
 void ExpectDisjointCover(const std::vector<std::vector<int64_t>>& shards, size_t n) {
   std::vector<int> seen(n, 0);
   for (const auto& shard : shards) {
@@ -143,7 +153,7 @@ TEST(PartitionTest, IidShardsAreEqualDisjointCoveringAndSeeded) {
   const RawDataset& train = Train();
   std::vector<std::vector<int64_t>> shards;
   for (uint32_t i = 0; i < 4; ++i) {
-    auto idx = PartitionIndices(train.labels, 10, common::v1::PARTITION_IID, 0, {i, 4}, 7);
+    auto idx = PartitionIndices(train.labels, 10, Ds(common::v1::PARTITION_IID, 0), {i, 4}, 7);
     ASSERT_TRUE(idx.ok()) << idx.status();
     EXPECT_EQ(idx->size(), 15000u);
     // IID: every class is present in roughly its share (6000/4 = 1500).
@@ -154,9 +164,9 @@ TEST(PartitionTest, IidShardsAreEqualDisjointCoveringAndSeeded) {
   }
   ExpectDisjointCover(shards, train.count);
 
-  auto again = PartitionIndices(train.labels, 10, common::v1::PARTITION_IID, 0, {1, 4}, 7);
+  auto again = PartitionIndices(train.labels, 10, Ds(common::v1::PARTITION_IID, 0), {1, 4}, 7);
   EXPECT_EQ(*again, shards[1]);
-  auto other = PartitionIndices(train.labels, 10, common::v1::PARTITION_IID, 0, {1, 4}, 8);
+  auto other = PartitionIndices(train.labels, 10, Ds(common::v1::PARTITION_IID, 0), {1, 4}, 8);
   EXPECT_NE(*other, shards[1]);
 }
 
@@ -167,7 +177,8 @@ TEST_P(LabelSkewTest, ShardsSeeAboutKClassesAndCoverTheData) {
   const RawDataset& train = Train();
   std::vector<std::vector<int64_t>> shards;
   for (uint32_t i = 0; i < n; ++i) {
-    auto idx = PartitionIndices(train.labels, 10, common::v1::PARTITION_LABEL_SKEW, k, {i, n}, 3);
+    auto idx =
+        PartitionIndices(train.labels, 10, Ds(common::v1::PARTITION_LABEL_SKEW, k), {i, n}, 3);
     ASSERT_TRUE(idx.ok()) << idx.status();
     std::set<int> classes;
     for (int64_t j : *idx) classes.insert(train.labels[j]);
@@ -187,19 +198,74 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LabelSkewTest,
                                            std::make_pair(10u, 1u), std::make_pair(3u, 4u),
                                            std::make_pair(8u, 3u)));
 
+// Dirichlet shards: disjoint, covering, deterministic, and as skewed as alpha says: with a
+// small alpha a shard's largest class dominates; with a large one shards look IID.
+TEST(DirichletTest, ShardsCoverTheDataAndSkewFollowsAlpha) {
+  const RawDataset& train = Train();
+  auto largest_class_share = [&](double alpha, uint32_t n) {
+    std::vector<std::vector<int64_t>> shards;
+    double mean_share = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      auto idx = PartitionIndices(train.labels, 10, Ds(common::v1::PARTITION_DIRICHLET, 0, alpha),
+                                  {i, n}, 11);
+      EXPECT_TRUE(idx.ok()) << idx.status();
+      if (!idx.ok()) return -1.0;
+      EXPECT_GE(idx->size(), MinDirichletShardSamples(train.count, n));
+      std::vector<uint64_t> h = LabelHistogram(train.labels, *idx, 10);
+      uint64_t total = 0;
+      for (uint64_t c : h) total += c;
+      EXPECT_EQ(total, idx->size());
+      mean_share += static_cast<double>(*std::max_element(h.begin(), h.end())) /
+                    static_cast<double>(total) / n;
+      shards.push_back(*std::move(idx));
+    }
+    ExpectDisjointCover(shards, train.count);
+    return mean_share;
+  };
+  const double skewed = largest_class_share(0.1, 8);
+  const double iid_like = largest_class_share(1000, 8);
+  EXPECT_GT(skewed, 0.5);     // mostly one class per shard
+  EXPECT_LT(iid_like, 0.12);  // each class about 1/10
+  // The same seed gives the same split, another seed another one.
+  const common::v1::DatasetSpec d = Ds(common::v1::PARTITION_DIRICHLET, 0, 0.5);
+  EXPECT_EQ(*PartitionIndices(train.labels, 10, d, {3, 8}, 5),
+            *PartitionIndices(train.labels, 10, d, {3, 8}, 5));
+  EXPECT_NE(*PartitionIndices(train.labels, 10, d, {3, 8}, 5),
+            *PartitionIndices(train.labels, 10, d, {3, 8}, 6));
+}
+
+TEST(DirichletTest, ImpossibleSplitsAndBadAlphaAreNamed) {
+  // 20 samples over 8 shards at a tiny alpha: almost every draw leaves some shard short of
+  // MinDirichletShardSamples (1 here).
+  std::vector<uint8_t> labels(20, 0);
+  absl::Status s =
+      PartitionIndices(labels, 10, Ds(common::v1::PARTITION_DIRICHLET, 0, 0.001), {0, 8}, 1)
+          .status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("raise alpha or use fewer shards"));
+  s = PartitionIndices(labels, 10, Ds(common::v1::PARTITION_DIRICHLET, 0, 0), {0, 2}, 1).status();
+  EXPECT_EQ(s.message(), "dataset.alpha must be > 0 and finite, got 0");
+  EXPECT_EQ(MinDirichletShardSamples(60000, 8), 10u);
+  EXPECT_EQ(MinDirichletShardSamples(100, 8), 6u);
+  EXPECT_EQ(MinDirichletShardSamples(3, 8), 1u);
+}
+
 TEST(PartitionTest, RejectsBadArguments) {
   std::vector<uint8_t> labels(100, 1);
-  EXPECT_EQ(PartitionIndices(labels, 10, common::v1::PARTITION_IID, 0, {4, 4}, 1).status().code(),
+  EXPECT_EQ(
+      PartitionIndices(labels, 10, Ds(common::v1::PARTITION_IID, 0), {4, 4}, 1).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PartitionIndices(labels, 10, Ds(common::v1::PARTITION_LABEL_SKEW, 0), {0, 4}, 1)
+                .status()
+                .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(
-      PartitionIndices(labels, 10, common::v1::PARTITION_LABEL_SKEW, 0, {0, 4}, 1).status().code(),
-      absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(
-      PartitionIndices(labels, 10, common::v1::PARTITION_LABEL_SKEW, 11, {0, 4}, 1).status().code(),
-      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PartitionIndices(labels, 10, Ds(common::v1::PARTITION_LABEL_SKEW, 11), {0, 4}, 1)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
   // More shards than samples: some shard is empty.
   EXPECT_EQ(
-      PartitionIndices(std::vector<uint8_t>(3, 0), 10, common::v1::PARTITION_IID, 0, {0, 4}, 1)
+      PartitionIndices(std::vector<uint8_t>(3, 0), 10, Ds(common::v1::PARTITION_IID, 0), {0, 4}, 1)
           .status()
           .code(),
       absl::StatusCode::kInvalidArgument);
