@@ -26,6 +26,7 @@
 #include "libs/common/status_macros.h"
 #include "libs/common/yaml_depth.h"
 #include "libs/gossip/gossip_spec.h"
+#include "libs/training/model_names.h"  // the model constants only: no LibTorch
 
 namespace shoal::task {
 namespace {
@@ -403,9 +404,18 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
                      JsonQuote(FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode())),
                      " (expected federated-sync, decentralized, gossip, federated-async)"));
   }
-  if (spec.model() != "mlp" && spec.model() != "cnn") {
-    return FieldError(
-        "model", absl::StrCat("unknown model ", QuoteBytes(spec.model()), " (expected mlp, cnn)"));
+  if (spec.model() != "mlp" && spec.model() != "cnn" && spec.model() != "wide-mlp") {
+    return FieldError("model", absl::StrCat("unknown model ", QuoteBytes(spec.model()),
+                                            " (expected mlp, cnn, wide-mlp)"));
+  }
+  if (spec.model_width() != 0 && spec.model() != "wide-mlp") {
+    return FieldError("model_width", "used only by model wide-mlp");
+  }
+  if (spec.model_width() != 0 && (spec.model_width() < training::kMinWideMlpWidth ||
+                                  spec.model_width() > training::kMaxWideMlpWidth)) {
+    return FieldError("model_width",
+                      absl::StrCat("must be in ", training::kMinWideMlpWidth, "..",
+                                   training::kMaxWideMlpWidth, ", got ", spec.model_width()));
   }
   const auto& dataset = spec.dataset();
   if (dataset.name() != "fashion-mnist") {

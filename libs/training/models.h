@@ -22,7 +22,10 @@ class Net : public torch::nn::Module {
 
 // Builds model `name` with weights drawn after torch::manual_seed(seed), so two processes with
 // the same name and seed build identical weights. Serialised by a process-wide mutex because the
-// torch seed is global. Errors: INVALID_ARGUMENT unknown name (the message lists the known ones).
-absl::StatusOr<std::shared_ptr<Net>> MakeModel(const std::string& name, uint64_t seed);
+// torch seed is global. `width` is wide-mlp's hidden width (0: kDefaultWideMlpWidth); the other
+// models ignore it. Errors: INVALID_ARGUMENT unknown name (the message lists the known ones) or
+// a width out of range; RESOURCE_EXHAUSTED when the weights do not fit in memory.
+absl::StatusOr<std::shared_ptr<Net>> MakeModel(const std::string& name, uint64_t seed,
+                                               uint32_t width = 0);
 
 }  // namespace shoal::training

@@ -207,7 +207,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   try {
     impl->device =
         options.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-    SHOAL_ASSIGN_OR_RETURN(impl->model, MakeModel(options.spec.model(), options.spec.seed()));
+    SHOAL_ASSIGN_OR_RETURN(impl->model, MakeModel(options.spec.model(), options.spec.seed(),
+                                                  options.spec.model_width()));
     impl->model->to(impl->device);
     SHOAL_ASSIGN_OR_RETURN(impl->layout, LayoutOf(*impl->model));
     SHOAL_ASSIGN_OR_RETURN(impl->state_layout, StateLayoutOf(*impl->model));
@@ -334,7 +335,8 @@ absl::Status Trainer::SetParameters(const tensor::FlatModel& model) {
 absl::StatusOr<tensor::FlatModel> Trainer::InitialParameters() const {
   try {
     SHOAL_ASSIGN_OR_RETURN(std::shared_ptr<Net> fresh,
-                           MakeModel(impl_->options.spec.model(), impl_->options.spec.seed()));
+                           MakeModel(impl_->options.spec.model(), impl_->options.spec.seed(),
+                                     impl_->options.spec.model_width()));
     return Flatten(*fresh, impl_->layout);
   } catch (const std::exception& e) {
     return TorchError("building the initial model", e);

@@ -143,7 +143,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFile{"bad_name.yaml", absl::StatusCode::kInvalidArgument,
                 "name: must match [a-z0-9][a-z0-9-]{0,62}, got \"Bad_Name\""},
         BadFile{"bad_model.yaml", absl::StatusCode::kInvalidArgument,
-                "model: unknown model \"resnet\" (expected mlp, cnn)"},
+                "model: unknown model \"resnet\" (expected mlp, cnn, wide-mlp)"},
         BadFile{"bad_nested_type.yaml", absl::StatusCode::kInvalidArgument,
                 "optimizer: expected a mapping"},
         BadFile{"does_not_exist.yaml", absl::StatusCode::kNotFound, "cannot open"}),
@@ -263,6 +263,12 @@ TEST(ValidateTaskSpecTest, EachRuleNamesItsField) {
          s.mutable_dataset()->set_classes_per_shard(0);
        },
        "dataset.classes_per_shard: must be in 1..10"},
+      {[](TaskSpec& s) { s.set_model_width(1000); }, "model_width: used only by model wide-mlp"},
+      {[](TaskSpec& s) {
+         s.set_model("wide-mlp");
+         s.set_model_width(20000);
+       },
+       "model_width: must be in 16..16384, got 20000"},
       {[](TaskSpec& s) { s.mutable_dataset()->set_alpha(0.3); },
        "dataset.alpha: used only by partition dirichlet"},
       {[](TaskSpec& s) {

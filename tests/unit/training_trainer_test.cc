@@ -175,6 +175,32 @@ TEST_F(TrainingTest, CnnTrainsToo) {
   EXPECT_GT(e->accuracy(), 0.5);
 }
 
+TEST_F(TrainingTest, WideMlpHasItsDocumentedSizeAndTrains) {
+  // Default width 5000: 784*5000 + 5000 + 5000*5000 + 5000 + 5000*10 + 10 parameters.
+  auto wide = MakeTrainer(Options("wide-mlp"));
+  ASSERT_TRUE(wide);
+  auto params = wide->GetParameters();
+  ASSERT_TRUE(params.ok()) << params.status();
+  EXPECT_EQ(params->values.size(), 28'980'010u);
+  auto s = wide->TrainBatches(2, nullptr);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(std::isfinite(s->mean_loss));
+
+  TrainerOptions narrow = Options("wide-mlp");
+  narrow.spec.set_model_width(256);
+  auto t = MakeTrainer(narrow);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->GetParameters()->values.size(), 784u * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10);
+  ASSERT_TRUE(t->TrainBatches(60, nullptr).ok());
+  auto e = t->Evaluate();
+  ASSERT_TRUE(e.ok());
+  EXPECT_GT(e->accuracy(), 0.5);
+
+  auto bad = MakeModel("wide-mlp", 1, 8);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), "model_width must be in 16..16384, got 8");
+}
+
 TEST_F(TrainingTest, KeepGoingFalseAbandonsBetweenBatches) {
   auto t = MakeTrainer(Options("mlp"));
   ASSERT_TRUE(t);
