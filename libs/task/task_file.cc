@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <set>
 #include <vector>
@@ -26,6 +27,8 @@
 #include "libs/common/status_macros.h"
 #include "libs/common/yaml_depth.h"
 #include "libs/gossip/gossip_spec.h"
+#include "libs/task/task_dataset.h"
+#include "libs/task/task_model.h"
 #include "libs/training/model_names.h"  // the model constants only: no LibTorch
 
 namespace shoal::task {
@@ -34,19 +37,6 @@ namespace {
 namespace pb = ::google::protobuf;
 using common::v1::TaskSpec;
 
-constexpr uint32_t kDefaultClassesPerShard = 2;
-constexpr double kDefaultDirichletAlpha = 0.5;
-
-// The partition's own settings that the file left out: classes_per_shard for label-skew, alpha
-// for dirichlet. Other zeros the file wrote stay, so that validation reports them.
-void ApplyPartitionDefaults(common::v1::DatasetSpec& dataset) {
-  if (dataset.partition() == common::v1::PARTITION_LABEL_SKEW && dataset.classes_per_shard() == 0) {
-    dataset.set_classes_per_shard(kDefaultClassesPerShard);
-  }
-  if (dataset.partition() == common::v1::PARTITION_DIRICHLET && dataset.alpha() == 0) {
-    dataset.set_alpha(kDefaultDirichletAlpha);
-  }
-}
 constexpr uint32_t kDefaultMaxConnectionRetry = 3;
 
 // "TaskState" -> "TASK_STATE_".
@@ -137,6 +127,15 @@ class YamlReader {
         return Error(field_path,
                      absl::StrCat("unknown field (expected one of ", ExpectedFields(type), ")"));
       }
+      if (field == TaskSpec::descriptor()->FindFieldByName("model") && item.second.IsMap()) {
+        SHOAL_RETURN_IF_ERROR(ReadModelMapping(item.second, field_path, message));
+        continue;
+      }
+      if (field == TaskSpec::descriptor()->FindFieldByName("torchscript") && model_mapping_ &&
+          item.second.IsMap() && item.second["file"]) {
+        return Error(field_path,
+                     "the model file is given twice (model.torchscript and torchscript.file)");
+      }
       SHOAL_RETURN_IF_ERROR(ReadField(item.second, field_path, *field, message));
     }
     return absl::OkStatus();
@@ -146,6 +145,25 @@ class YamlReader {
   absl::Status Error(const std::string& path, absl::string_view what) const {
     if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(source_, ": ", what));
     return absl::InvalidArgumentError(absl::StrCat(source_, ": ", path, ": ", what));
+  }
+
+  // `model: {torchscript: FILE}`: the user's model file. Same as `model: torchscript` with
+  // `torchscript: {file: FILE}`.
+  absl::Status ReadModelMapping(const YAML::Node& node, const std::string& path,
+                                pb::Message& message) {
+    if (node.size() != 1 || !node.begin()->first.IsScalar() ||
+        node.begin()->first.Scalar() != "torchscript") {
+      return Error(path, "expected a model name (mlp, cnn, wide-mlp) or {torchscript: FILE}");
+    }
+    auto& spec = static_cast<TaskSpec&>(message);
+    if (!spec.torchscript().file().empty()) {
+      return Error(path, "the model file is given twice (model.torchscript and torchscript.file)");
+    }
+    spec.set_model(std::string(training::kTorchScriptModel));
+    model_mapping_ = true;
+    pb::Message& ref = *spec.mutable_torchscript();
+    return ReadField(node.begin()->second, absl::StrCat(path, ".torchscript"),
+                     *ref.GetDescriptor()->FindFieldByName("file"), ref);
   }
 
   absl::Status ReadField(const YAML::Node& node, const std::string& path,
@@ -281,6 +299,7 @@ class YamlReader {
   }
 
   std::string source_;
+  bool model_mapping_ = false;  // `model: {torchscript: FILE}` was read
 };
 
 bool ValidName(const std::string& name) {
@@ -339,7 +358,9 @@ TaskSpec DefaultTaskSpec() {
   TaskSpec spec;
   spec.set_mode(common::v1::MODE_FEDERATED_SYNC);
   spec.set_model("cnn");
+  spec.set_loss(common::v1::LOSS_CROSS_ENTROPY);
   spec.mutable_dataset()->set_name("fashion-mnist");
+  spec.mutable_dataset()->set_format(common::v1::DATA_FORMAT_FASHION_MNIST);
   spec.mutable_dataset()->set_partition(common::v1::PARTITION_IID);
   spec.set_batch_size(32);
   spec.mutable_optimizer()->set_kind(common::v1::OPTIMIZER_SGD);
@@ -365,12 +386,13 @@ void ApplyTaskDefaults(TaskSpec& spec) {
   const TaskSpec d = DefaultTaskSpec();
   if (spec.mode() == common::v1::MODE_UNSPECIFIED) spec.set_mode(d.mode());
   if (spec.model().empty()) spec.set_model(d.model());
+  if (spec.loss() == common::v1::LOSS_UNSPECIFIED) spec.set_loss(d.loss());
   auto& dataset = *spec.mutable_dataset();
   if (dataset.name().empty()) dataset.set_name(d.dataset().name());
   if (dataset.partition() == common::v1::PARTITION_UNSPECIFIED) {
     dataset.set_partition(d.dataset().partition());
   }
-  ApplyPartitionDefaults(dataset);
+  ApplyDatasetDefaults(dataset);
   if (spec.batch_size() == 0) spec.set_batch_size(d.batch_size());
   auto& optimizer = *spec.mutable_optimizer();
   if (optimizer.kind() == common::v1::OPTIMIZER_UNSPECIFIED) {
@@ -404,51 +426,8 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
                      JsonQuote(FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode())),
                      " (expected federated-sync, decentralized, gossip, federated-async)"));
   }
-  if (spec.model() != "mlp" && spec.model() != "cnn" && spec.model() != "wide-mlp") {
-    return FieldError("model", absl::StrCat("unknown model ", QuoteBytes(spec.model()),
-                                            " (expected mlp, cnn, wide-mlp)"));
-  }
-  if (spec.model_width() != 0 && spec.model() != "wide-mlp") {
-    return FieldError("model_width", "used only by model wide-mlp");
-  }
-  if (spec.model_width() != 0 && (spec.model_width() < training::kMinWideMlpWidth ||
-                                  spec.model_width() > training::kMaxWideMlpWidth)) {
-    return FieldError("model_width",
-                      absl::StrCat("must be in ", training::kMinWideMlpWidth, "..",
-                                   training::kMaxWideMlpWidth, ", got ", spec.model_width()));
-  }
-  const auto& dataset = spec.dataset();
-  if (dataset.name() != "fashion-mnist") {
-    return FieldError("dataset.name", absl::StrCat("unknown dataset ", QuoteBytes(dataset.name()),
-                                                   " (expected fashion-mnist)"));
-  }
-  switch (dataset.partition()) {
-    case common::v1::PARTITION_IID:
-      break;
-    case common::v1::PARTITION_LABEL_SKEW:
-      if (dataset.classes_per_shard() < 1 || dataset.classes_per_shard() > 10) {
-        return FieldError(
-            "dataset.classes_per_shard",
-            absl::StrCat("must be in 1..10 for label-skew, got ", dataset.classes_per_shard()));
-      }
-      break;
-    case common::v1::PARTITION_DIRICHLET:
-      if (!(dataset.alpha() > 0) || !std::isfinite(dataset.alpha())) {
-        return FieldError("dataset.alpha",
-                          absl::StrCat("must be > 0 and finite for dirichlet, got ",
-                                       ShowNumber(dataset.alpha())));
-      }
-      break;
-    default:
-      return FieldError("dataset.partition",
-                        absl::StrCat("unsupported value ",
-                                     JsonQuote(FriendlyEnumName(*common::v1::Partition_descriptor(),
-                                                                dataset.partition())),
-                                     " (expected iid, label-skew, dirichlet)"));
-  }
-  if (dataset.partition() != common::v1::PARTITION_DIRICHLET && dataset.alpha() != 0) {
-    return FieldError("dataset.alpha", "used only by partition dirichlet");
-  }
+  SHOAL_RETURN_IF_ERROR(ValidateModelFields(spec));
+  SHOAL_RETURN_IF_ERROR(ValidateDatasetFields(spec.dataset()));
   if (spec.batch_size() < 1 || spec.batch_size() > 4096) {
     return FieldError("batch_size", absl::StrCat("must be in 1..4096, got ", spec.batch_size()));
   }
@@ -550,7 +529,7 @@ absl::Status ParseMessageFromYaml(absl::string_view text, absl::string_view sour
 absl::StatusOr<TaskSpec> ParseTaskSpec(absl::string_view text, absl::string_view source) {
   TaskSpec spec = DefaultTaskSpec();
   SHOAL_RETURN_IF_ERROR(ParseMessageFromYaml(text, source, spec));
-  ApplyPartitionDefaults(*spec.mutable_dataset());
+  ApplyDatasetDefaults(*spec.mutable_dataset());
   ApplyModeDefaults(spec);
   return spec;
 }
@@ -558,6 +537,10 @@ absl::StatusOr<TaskSpec> ParseTaskSpec(absl::string_view text, absl::string_view
 absl::StatusOr<TaskSpec> LoadTaskFile(const std::string& path) {
   SHOAL_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxTaskFileBytes, "task file"));
   SHOAL_ASSIGN_OR_RETURN(TaskSpec spec, ParseTaskSpec(text, path));
+  if (absl::Status s = ResolveModelFile(spec, std::filesystem::path(path).parent_path().string());
+      !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(EscapeBytes(path), ": ", s.message()));
+  }
   absl::Status valid = ValidateTaskSpec(spec);
   if (!valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(EscapeBytes(path), ": ", valid.message()));

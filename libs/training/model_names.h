@@ -10,12 +10,23 @@
 
 namespace shoal::training {
 
-// Names MakeModel accepts, sorted: {"cnn", "mlp", "wide-mlp"}.
-std::vector<std::string> KnownModels();
+// TaskSpec.model of a task whose model is the user's TorchScript file (TaskSpec.torchscript).
+inline constexpr char kTorchScriptModel[] = "torchscript";
 
-// OK when MakeModel knows `name`; else INVALID_ARGUMENT "unknown model "x" (known: cnn, mlp,
-// wide-mlp)".
-absl::Status CheckModelName(const std::string& name);
+// Names MakeModel accepts, sorted: {"cnn", "mlp", "wide-mlp"}.
+inline std::vector<std::string> KnownModels() { return {"cnn", "mlp", "wide-mlp"}; }
+
+// OK when MakeModel knows `name`, or for kTorchScriptModel when `torchscript_ok`; else
+// INVALID_ARGUMENT "unknown model "x" (known: cnn, mlp, wide-mlp, torchscript)".
+inline absl::Status CheckModelName(const std::string& name, bool torchscript_ok = false) {
+  for (const std::string& known : KnownModels()) {
+    if (name == known) return absl::OkStatus();
+  }
+  if (torchscript_ok && name == kTorchScriptModel) return absl::OkStatus();
+  std::string known = "cnn, mlp, wide-mlp";
+  if (torchscript_ok) known += ", torchscript";
+  return absl::InvalidArgumentError("unknown model \"" + name + "\" (known: " + known + ")");
+}
 
 // wide-mlp: the width of its hidden layers when the task gives none, and the range allowed.
 inline constexpr uint32_t kDefaultWideMlpWidth = 5000;

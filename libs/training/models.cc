@@ -78,16 +78,6 @@ std::mutex& SeedMutex() {
 
 }  // namespace
 
-std::vector<std::string> KnownModels() { return {"cnn", "mlp", "wide-mlp"}; }
-
-absl::Status CheckModelName(const std::string& name) {
-  if (name != "cnn" && name != "mlp" && name != "wide-mlp") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown model \"", name, "\" (known: ", absl::StrJoin(KnownModels(), ", "), ")"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::shared_ptr<Net>> MakeModel(const std::string& name, uint64_t seed,
                                                uint32_t width) {
   if (absl::Status s = CheckModelName(name); !s.ok()) return s;

@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "libs/training/model_names.h"
+#include "shoal/common/v1/task.pb.h"
 
 namespace shoal::training {
 
@@ -27,5 +29,28 @@ class Net : public torch::nn::Module {
 // a width out of range; RESOURCE_EXHAUSTED when the weights do not fit in memory.
 absl::StatusOr<std::shared_ptr<Net>> MakeModel(const std::string& name, uint64_t seed,
                                                uint32_t width = 0);
+
+// What the trainer drives: a built-in Net, or the user's TorchScript module. Parameters and
+// buffers come in a fixed order (registration order, depth first), which is the order of the
+// flat model every mode exchanges. Not thread-safe.
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual torch::Tensor Forward(const torch::Tensor& x) = 0;
+  virtual std::vector<std::pair<std::string, torch::Tensor>> NamedParameters() = 0;
+  virtual std::vector<std::pair<std::string, torch::Tensor>> NamedBuffers() = 0;
+  virtual void SetTraining(bool on) = 0;
+  virtual void To(const torch::Device& device) = 0;
+  // Writes the model with its current parameters as a TorchScript file. FAILED_PRECONDITION for
+  // a built-in model (it has no TorchScript form).
+  virtual absl::Status SaveTorchScript(const std::string& path) = 0;
+};
+
+// The model of `spec`: a built-in one (MakeModel with spec.seed and spec.model_width) or, for
+// model "torchscript", the TorchScript file at `script_path` loaded with torch::jit::load (the
+// caller checks the file's digest first). Errors: INVALID_ARGUMENT unknown model, a file that is
+// not TorchScript (naming it) or has no parameters; NOT_FOUND a missing file.
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const common::v1::TaskSpec& spec,
+                                                 const std::string& script_path);
 
 }  // namespace shoal::training

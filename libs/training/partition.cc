@@ -88,13 +88,14 @@ uint64_t ClassSeed(uint64_t seed, int c) {
   return seed ^ (0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(c + 1));
 }
 
-absl::StatusOr<std::vector<std::vector<int64_t>>> ByClass(const std::vector<uint8_t>& labels,
+template <typename Label>
+absl::StatusOr<std::vector<std::vector<int64_t>>> ByClass(const std::vector<Label>& labels,
                                                           int num_classes) {
   std::vector<std::vector<int64_t>> by_class(num_classes);
   for (size_t i = 0; i < labels.size(); ++i) {
-    if (labels[i] >= num_classes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("label ", int{labels[i]}, " of sample ", i, " is out of range"));
+    if (labels[i] >= static_cast<uint64_t>(num_classes)) {
+      return absl::InvalidArgumentError(absl::StrCat("label ", static_cast<uint64_t>(labels[i]),
+                                                     " of sample ", i, " is out of range"));
     }
     by_class[labels[i]].push_back(static_cast<int64_t>(i));
   }
@@ -138,32 +139,24 @@ absl::StatusOr<std::vector<std::vector<size_t>>> DirichletCuts(
                    " samples; raise alpha or use fewer shards"));
 }
 
-}  // namespace
-
-size_t MinDirichletShardSamples(size_t n, uint32_t shards) {
-  const size_t half_share = shards == 0 ? n : n / (2 * size_t{shards});
-  return std::max<size_t>(1, std::min<size_t>(10, half_share));
-}
-
-uint64_t PartitionSeed(const common::v1::TaskSpec& spec) {
-  return spec.dataset().has_seed() ? spec.dataset().seed() : spec.seed();
-}
-
-std::vector<uint64_t> LabelHistogram(const std::vector<uint8_t>& labels,
-                                     const std::vector<int64_t>& indices, int num_classes) {
+template <typename Label>
+std::vector<uint64_t> HistogramImpl(const std::vector<Label>& labels,
+                                    const std::vector<int64_t>& indices, int num_classes) {
   std::vector<uint64_t> histogram(num_classes, 0);
   for (int64_t i : indices) {
-    if (i >= 0 && static_cast<size_t>(i) < labels.size() && labels[i] < num_classes) {
+    if (i >= 0 && static_cast<size_t>(i) < labels.size() &&
+        labels[i] < static_cast<uint64_t>(num_classes)) {
       ++histogram[labels[i]];
     }
   }
   return histogram;
 }
 
-absl::StatusOr<std::vector<int64_t>> PartitionIndices(const std::vector<uint8_t>& labels,
-                                                      int num_classes,
-                                                      const common::v1::DatasetSpec& dataset,
-                                                      const ShardSpec& shard, uint64_t seed) {
+template <typename Label>
+absl::StatusOr<std::vector<int64_t>> PartitionImpl(const std::vector<Label>& labels,
+                                                   int num_classes,
+                                                   const common::v1::DatasetSpec& dataset,
+                                                   const ShardSpec& shard, uint64_t seed) {
   if (absl::Status s = ValidateShardSpec(shard); !s.ok()) return s;
   const size_t n = labels.size();
   std::vector<int64_t> out;
@@ -195,7 +188,8 @@ absl::StatusOr<std::vector<int64_t>> PartitionIndices(const std::vector<uint8_t>
       for (int pos = 0; pos < num_classes; ++pos) {
         if (holders[order[pos]].empty()) holders[order[pos]].push_back(pos % slots);
       }
-      absl::StatusOr<std::vector<std::vector<int64_t>>> by_class = ByClass(labels, num_classes);
+      absl::StatusOr<std::vector<std::vector<int64_t>>> by_class =
+          ByClass<Label>(labels, num_classes);
       if (!by_class.ok()) return by_class.status();
       const uint64_t first_slot = uint64_t{shard.index} * k;
       const uint64_t last_slot = first_slot + k;  // exclusive
@@ -219,7 +213,8 @@ absl::StatusOr<std::vector<int64_t>> PartitionIndices(const std::vector<uint8_t>
         return absl::InvalidArgumentError(
             absl::StrCat("dataset.alpha must be > 0 and finite, got ", alpha));
       }
-      absl::StatusOr<std::vector<std::vector<int64_t>>> by_class = ByClass(labels, num_classes);
+      absl::StatusOr<std::vector<std::vector<int64_t>>> by_class =
+          ByClass<Label>(labels, num_classes);
       if (!by_class.ok()) return by_class.status();
       absl::StatusOr<std::vector<std::vector<size_t>>> cuts = DirichletCuts(
           *by_class, shard.count, alpha, MinDirichletShardSamples(n, shard.count), seed);
@@ -243,6 +238,41 @@ absl::StatusOr<std::vector<int64_t>> PartitionIndices(const std::vector<uint8_t>
         absl::StrCat("shard ", shard.ToString(), " of ", n, " training samples would be empty"));
   }
   return out;
+}
+
+}  // namespace
+
+size_t MinDirichletShardSamples(size_t n, uint32_t shards) {
+  const size_t half_share = shards == 0 ? n : n / (2 * size_t{shards});
+  return std::max<size_t>(1, std::min<size_t>(10, half_share));
+}
+
+uint64_t PartitionSeed(const common::v1::TaskSpec& spec) {
+  return spec.dataset().has_seed() ? spec.dataset().seed() : spec.seed();
+}
+
+std::vector<uint64_t> LabelHistogram(const std::vector<uint8_t>& labels,
+                                     const std::vector<int64_t>& indices, int num_classes) {
+  return HistogramImpl(labels, indices, num_classes);
+}
+
+std::vector<uint64_t> LabelHistogram(const std::vector<uint32_t>& labels,
+                                     const std::vector<int64_t>& indices, int num_classes) {
+  return HistogramImpl(labels, indices, num_classes);
+}
+
+absl::StatusOr<std::vector<int64_t>> PartitionIndices(const std::vector<uint8_t>& labels,
+                                                      int num_classes,
+                                                      const common::v1::DatasetSpec& dataset,
+                                                      const ShardSpec& shard, uint64_t seed) {
+  return PartitionImpl(labels, num_classes, dataset, shard, seed);
+}
+
+absl::StatusOr<std::vector<int64_t>> PartitionIndices(const std::vector<uint32_t>& labels,
+                                                      int num_classes,
+                                                      const common::v1::DatasetSpec& dataset,
+                                                      const ShardSpec& shard, uint64_t seed) {
+  return PartitionImpl(labels, num_classes, dataset, shard, seed);
 }
 
 std::vector<int64_t> TestSliceIndices(size_t count, const ShardSpec& shard) {

@@ -57,6 +57,11 @@ absl::StatusOr<std::vector<int64_t>> PartitionIndices(const std::vector<uint8_t>
                                                       int num_classes,
                                                       const common::v1::DatasetSpec& dataset,
                                                       const ShardSpec& shard, uint64_t seed);
+// The same for labels of a data set with more classes than fit a byte.
+absl::StatusOr<std::vector<int64_t>> PartitionIndices(const std::vector<uint32_t>& labels,
+                                                      int num_classes,
+                                                      const common::v1::DatasetSpec& dataset,
+                                                      const ShardSpec& shard, uint64_t seed);
 
 // The seed of the split of `spec`'s data: dataset.seed when set, else the task's seed.
 uint64_t PartitionSeed(const common::v1::TaskSpec& spec);
@@ -68,6 +73,8 @@ size_t MinDirichletShardSamples(size_t n, uint32_t shards);
 // How many of `indices` carry each label 0 .. num_classes-1 (labels out of range are not
 // counted).
 std::vector<uint64_t> LabelHistogram(const std::vector<uint8_t>& labels,
+                                     const std::vector<int64_t>& indices, int num_classes);
+std::vector<uint64_t> LabelHistogram(const std::vector<uint32_t>& labels,
                                      const std::vector<int64_t>& indices, int num_classes);
 
 // The evaluation slice of a test set of `count` samples: indices i with i % N == I.

@@ -3,7 +3,9 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <utility>
@@ -12,14 +14,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "libs/common/status_macros.h"
+#include "libs/data/task_data.h"
+#include "libs/task/task_model.h"
+#include "libs/training/loss.h"
 #include "libs/training/models.h"
+#include "libs/training/shard_tensors.h"
 
 namespace shoal::training {
 namespace {
-
-// Fashion-MNIST pixel statistics (of x / 255) used to normalise the inputs.
-constexpr float kPixelMean = 0.2860f;
-constexpr float kPixelStd = 0.3530f;
 
 absl::Status TorchError(const std::string& what, const std::exception& e) {
   std::string msg = e.what();
@@ -28,30 +30,10 @@ absl::Status TorchError(const std::string& what, const std::exception& e) {
   return absl::InternalError(absl::StrCat(what, ": ", msg));
 }
 
-// Converts the selected samples of `raw` into normalised float images [n, 1, rows, cols] and
-// int64 labels [n].
-std::pair<torch::Tensor, torch::Tensor> ToTensors(const RawDataset& raw,
-                                                  const std::vector<int64_t>& indices) {
-  const int64_t n = static_cast<int64_t>(indices.size());
-  const size_t image = raw.image_size();
-  torch::Tensor images = torch::empty({n, 1, raw.rows, raw.cols}, torch::kFloat32);
-  torch::Tensor labels = torch::empty({n}, torch::kInt64);
-  float* dst = images.data_ptr<float>();
-  int64_t* lab = labels.data_ptr<int64_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    const uint8_t* src = raw.pixels.data() + static_cast<size_t>(indices[i]) * image;
-    for (size_t p = 0; p < image; ++p) {
-      dst[i * image + p] = (static_cast<float>(src[p]) / 255.0f - kPixelMean) / kPixelStd;
-    }
-    lab[i] = raw.labels[indices[i]];
-  }
-  return {images, labels};
-}
-
-absl::StatusOr<tensor::ModelLayout> LayoutOf(torch::nn::Module& model) {
+absl::StatusOr<tensor::ModelLayout> LayoutOf(Model& model) {
   std::vector<tensor::TensorSpec> specs;
-  for (const auto& item : model.named_parameters()) {
-    specs.push_back({item.key(), item.value().sizes().vec()});
+  for (const auto& [name, value] : model.NamedParameters()) {
+    specs.push_back({name, value.sizes().vec()});
   }
   return tensor::ModelLayout::Create(std::move(specs));
 }
@@ -59,18 +41,18 @@ absl::StatusOr<tensor::ModelLayout> LayoutOf(torch::nn::Module& model) {
 constexpr char kBufferPrefix[] = "buffer:";
 
 // The float buffers of `model` (integer ones such as num_batches_tracked are not exchanged).
-std::vector<std::pair<std::string, torch::Tensor>> FloatBuffers(torch::nn::Module& model) {
+std::vector<std::pair<std::string, torch::Tensor>> FloatBuffers(Model& model) {
   std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (const auto& item : model.named_buffers()) {
-    if (item.value().scalar_type() == torch::kFloat32) out.emplace_back(item.key(), item.value());
+  for (auto& [name, value] : model.NamedBuffers()) {
+    if (value.scalar_type() == torch::kFloat32) out.emplace_back(name, value);
   }
   return out;
 }
 
-absl::StatusOr<tensor::ModelLayout> StateLayoutOf(torch::nn::Module& model) {
+absl::StatusOr<tensor::ModelLayout> StateLayoutOf(Model& model) {
   std::vector<tensor::TensorSpec> specs;
-  for (const auto& item : model.named_parameters()) {
-    specs.push_back({item.key(), item.value().sizes().vec()});
+  for (const auto& [name, value] : model.NamedParameters()) {
+    specs.push_back({name, value.sizes().vec()});
   }
   for (const auto& [name, t] : FloatBuffers(model)) {
     specs.push_back({kBufferPrefix + name, t.sizes().vec()});
@@ -78,15 +60,27 @@ absl::StatusOr<tensor::ModelLayout> StateLayoutOf(torch::nn::Module& model) {
   return tensor::ModelLayout::Create(std::move(specs));
 }
 
-absl::StatusOr<tensor::FlatModel> Flatten(torch::nn::Module& model,
-                                          const tensor::ModelLayout& layout) {
+absl::StatusOr<tensor::FlatModel> Flatten(Model& model, const tensor::ModelLayout& layout) {
   tensor::FlatModel out;
   out.layout = layout;
   out.values.resize(layout.total_elements());
   torch::NoGradGuard no_grad;
+  std::vector<std::pair<std::string, torch::Tensor>> params = model.NamedParameters();
+  if (!params.empty() && !params.front().second.is_cpu()) {
+    // On a GPU: gather the parameters on the device and copy them to host memory once, not
+    // once per tensor.
+    std::vector<torch::Tensor> flat;
+    for (const auto& [name, value] : params) flat.push_back(value.detach().reshape({-1}));
+    torch::Tensor host = torch::cat(flat).to(torch::kCPU).contiguous();
+    if (static_cast<size_t>(host.numel()) != out.values.size()) {
+      return absl::InternalError("model parameters do not match their layout");
+    }
+    std::memcpy(out.values.data(), host.data_ptr<float>(), out.values.size() * sizeof(float));
+    return out;
+  }
   size_t i = 0;
-  for (const auto& item : model.named_parameters()) {
-    torch::Tensor t = item.value().detach().to(torch::kCPU).contiguous();
+  for (const auto& [name, value] : params) {
+    torch::Tensor t = value.detach().contiguous();
     const size_t n = static_cast<size_t>(t.numel());
     if (i >= layout.num_tensors() || layout.tensors()[i].NumElements() != t.numel()) {
       return absl::InternalError("model parameters do not match their layout");
@@ -97,10 +91,17 @@ absl::StatusOr<tensor::FlatModel> Flatten(torch::nn::Module& model,
   return out;
 }
 
+std::vector<torch::Tensor> Values(const std::vector<std::pair<std::string, torch::Tensor>>& items) {
+  std::vector<torch::Tensor> out;
+  out.reserve(items.size());
+  for (const auto& item : items) out.push_back(item.second);
+  return out;
+}
+
 }  // namespace
 
 absl::Status TrainerOptions::Validate() const {
-  if (absl::Status s = CheckModelName(spec.model()); !s.ok()) {
+  if (absl::Status s = CheckModelName(spec.model(), /*torchscript_ok=*/true); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("model: ", s.message()));
   }
   if (spec.batch_size() < 1 || spec.batch_size() > 4096) {
@@ -136,7 +137,9 @@ absl::Status TrainerOptions::Validate() const {
 struct Trainer::Impl {
   TrainerOptions options;
   torch::Device device{torch::kCPU};
-  std::shared_ptr<Net> model;
+  std::string script_path;  // model "torchscript": the file every peer holds a copy of
+  std::unique_ptr<Model> model;
+  int num_classes = 0;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   tensor::ModelLayout layout;
   tensor::ModelLayout state_layout;          // parameters, then float buffers
@@ -150,12 +153,30 @@ struct Trainer::Impl {
   std::unique_ptr<torch::optim::Optimizer> MakeOptimizer() {
     const auto& opt = options.spec.optimizer();
     if (opt.kind() == common::v1::OPTIMIZER_ADAM) {
-      return std::make_unique<torch::optim::Adam>(model->parameters(),
+      return std::make_unique<torch::optim::Adam>(Values(model->NamedParameters()),
                                                   torch::optim::AdamOptions(opt.learning_rate()));
     }
     return std::make_unique<torch::optim::SGD>(
-        model->parameters(),
+        Values(model->NamedParameters()),
         torch::optim::SGDOptions(opt.learning_rate()).momentum(opt.momentum()));
+  }
+
+  // Runs the model on one sample and checks that its output fits the loss and the classes, so
+  // a mismatched model is refused before the peer joins rather than mid-round.
+  absl::Status CheckOutputShape() {
+    torch::NoGradGuard no_grad;
+    torch::Tensor x = train_images.slice(0, 0, 1);
+    model->SetTraining(false);
+    torch::Tensor out;
+    try {
+      out = model->Forward(x);
+    } catch (const std::exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the model cannot take this data set's samples of shape [",
+          absl::StrJoin(x.sizes().vec(), ", "), "]: ", TorchError("forward", e).message()));
+    }
+    model->SetTraining(true);
+    return CheckOutputFits(options.spec.loss(), out, num_classes);
   }
 
   void NewEpoch() {
@@ -174,55 +195,63 @@ Trainer::~Trainer() = default;
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options) {
   SHOAL_RETURN_IF_ERROR(options.Validate());
   SHOAL_RETURN_IF_ERROR(CheckDevice(options.device));
+  if (data::UsesOwnFiles(options.spec.dataset())) {
+    SHOAL_ASSIGN_OR_RETURN(
+        data::TaskData own,
+        data::LoadTaskData(options.spec.dataset(), options.data_dir, PartitionSeed(options.spec)));
+    return Create(options, own.train, own.test);
+  }
   SHOAL_ASSIGN_OR_RETURN(RawDataset train, LoadFashionMnist(options.data_dir, Split::kTrain));
   SHOAL_ASSIGN_OR_RETURN(RawDataset test, LoadFashionMnist(options.data_dir, Split::kTest));
   return Create(options, train, test);
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options,
-                                                         const RawDataset& train_full,
-                                                         const RawDataset& test_full) {
+                                                         const RawDataset& train,
+                                                         const RawDataset& test) {
   SHOAL_RETURN_IF_ERROR(options.Validate());
   SHOAL_RETURN_IF_ERROR(CheckDevice(options.device));
-  const auto& ds = options.spec.dataset();
-  // Limits apply to the full splits before partitioning, identically on every peer.
-  const size_t train_count = ds.train_limit() > 0 && ds.train_limit() < train_full.count
-                                 ? ds.train_limit()
-                                 : train_full.count;
-  const size_t test_count =
-      ds.test_limit() > 0 && ds.test_limit() < test_full.count ? ds.test_limit() : test_full.count;
-  std::vector<uint8_t> labels(train_full.labels.begin(), train_full.labels.begin() + train_count);
-  SHOAL_ASSIGN_OR_RETURN(std::vector<int64_t> train_idx,
-                         PartitionIndices(labels, kFashionMnistClasses, ds, options.shard,
-                                          PartitionSeed(options.spec)));
-  std::vector<int64_t> test_idx = TestSliceIndices(test_count, options.shard);
-  if (test_idx.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("shard ", options.shard.ToString(),
-                                                   " gets no test samples out of ", test_count));
-  }
+  SHOAL_ASSIGN_OR_RETURN(ShardTensors data, MakeShardTensors(options, train, test));
+  return Build(options, &data);
+}
 
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options,
+                                                         const data::Dataset& train,
+                                                         const data::Dataset& test) {
+  SHOAL_RETURN_IF_ERROR(options.Validate());
+  SHOAL_RETURN_IF_ERROR(CheckDevice(options.device));
+  SHOAL_ASSIGN_OR_RETURN(ShardTensors data, MakeShardTensors(options, train, test));
+  return Build(options, &data);
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerOptions& options,
+                                                        ShardTensors* data) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->label_histogram = LabelHistogram(labels, train_idx, kFashionMnistClasses);
+  if (options.spec.model() == kTorchScriptModel) {
+    impl->script_path = task::ModelFilePath(options.spec, options.model_dir);
+    SHOAL_RETURN_IF_ERROR(task::CheckModelFile(options.spec, impl->script_path));
+  }
+  impl->num_classes = data->num_classes;
+  impl->label_histogram = std::move(data->label_histogram);
   try {
     impl->device =
         options.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-    SHOAL_ASSIGN_OR_RETURN(impl->model, MakeModel(options.spec.model(), options.spec.seed(),
-                                                  options.spec.model_width()));
-    impl->model->to(impl->device);
+    SHOAL_ASSIGN_OR_RETURN(impl->model, LoadModel(options.spec, impl->script_path));
+    impl->model->To(impl->device);
     SHOAL_ASSIGN_OR_RETURN(impl->layout, LayoutOf(*impl->model));
     SHOAL_ASSIGN_OR_RETURN(impl->state_layout, StateLayoutOf(*impl->model));
     impl->optimizer = impl->MakeOptimizer();
-    auto [tri, trl] = ToTensors(train_full, train_idx);
-    auto [tei, tel] = ToTensors(test_full, test_idx);
-    impl->train_images = tri.to(impl->device);
-    impl->train_labels = trl.to(impl->device);
-    impl->test_images = tei.to(impl->device);
-    impl->test_labels = tel.to(impl->device);
+    impl->train_images = data->train_x.to(impl->device);
+    impl->train_labels = data->train_y.to(impl->device);
+    impl->test_images = data->test_x.to(impl->device);
+    impl->test_labels = data->test_y.to(impl->device);
+    *data = ShardTensors();  // the host copies are not needed once on the device
     impl->NewEpoch();
   } catch (const std::exception& e) {
     return TorchError("creating trainer", e);
   }
+  SHOAL_RETURN_IF_ERROR(impl->CheckOutputShape());
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }
 
@@ -233,7 +262,7 @@ absl::StatusOr<TrainStats> Trainer::TrainBatches(uint32_t n,
   TrainStats stats;
   double loss_total = 0;
   try {
-    m.model->train();
+    m.model->SetTraining(true);
     for (uint32_t b = 0; b < n; ++b) {
       if (keep_going && !keep_going()) {
         return absl::CancelledError(
@@ -251,7 +280,7 @@ absl::StatusOr<TrainStats> Trainer::TrainBatches(uint32_t n,
       torch::Tensor x = m.train_images.index_select(0, idx);
       torch::Tensor y = m.train_labels.index_select(0, idx);
       m.optimizer->zero_grad();
-      torch::Tensor loss = torch::nn::functional::cross_entropy(m.model->forward(x), y);
+      torch::Tensor loss = TaskLoss(m.options.spec.loss(), m.model->Forward(x), y, m.num_classes);
       loss.backward();
       m.optimizer->step();
       const double l = loss.item<double>();
@@ -275,22 +304,20 @@ absl::StatusOr<EvalStats> Trainer::Evaluate() {
   EvalStats stats;
   try {
     torch::NoGradGuard no_grad;
-    m.model->eval();
+    m.model->SetTraining(false);
     const int64_t n = m.test_labels.size(0);
     const int64_t eval_batch = m.options.eval_batch_size;
     for (int64_t begin = 0; begin < n; begin += eval_batch) {
       const int64_t end = std::min(n, begin + eval_batch);
       torch::Tensor x = m.test_images.slice(0, begin, end);
       torch::Tensor y = m.test_labels.slice(0, begin, end);
-      torch::Tensor logits = m.model->forward(x);
-      stats.loss_sum +=
-          torch::nn::functional::cross_entropy(
-              logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-              .item<double>();
-      stats.correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+      torch::Tensor out = m.model->Forward(x);
+      stats.loss_sum += TaskLoss(m.options.spec.loss(), out, y, m.num_classes).item<double>() *
+                        static_cast<double>(end - begin);
+      stats.correct += PredictClasses(out).eq(y).sum().item<int64_t>();
       stats.total += static_cast<uint64_t>(end - begin);
     }
-    m.model->train();
+    m.model->SetTraining(true);
   } catch (const std::exception& e) {
     return TorchError("evaluating", e);
   }
@@ -318,12 +345,15 @@ absl::Status Trainer::SetParameters(const tensor::FlatModel& model) {
   }
   try {
     torch::NoGradGuard no_grad;
+    torch::Tensor all =
+        torch::from_blob(const_cast<float*>(model.values.data()),
+                         {static_cast<int64_t>(model.values.size())}, torch::kFloat32);
+    // On a GPU the whole model goes to device memory in one copy, then is split there.
+    if (!m.device.is_cpu()) all = all.to(m.device);
     size_t i = 0;
-    for (auto& item : m.model->named_parameters()) {
-      torch::Tensor& p = item.value();
-      torch::Tensor src = torch::from_blob(
-          const_cast<float*>(model.values.data() + m.layout.offset(i)), p.sizes(), torch::kFloat32);
-      p.copy_(src);  // copies to the parameter's device
+    for (auto& [name, p] : m.model->NamedParameters()) {
+      const auto offset = static_cast<int64_t>(m.layout.offset(i));
+      p.copy_(all.slice(0, offset, offset + p.numel()).view(p.sizes()));
       ++i;
     }
   } catch (const std::exception& e) {
@@ -334,9 +364,8 @@ absl::Status Trainer::SetParameters(const tensor::FlatModel& model) {
 
 absl::StatusOr<tensor::FlatModel> Trainer::InitialParameters() const {
   try {
-    SHOAL_ASSIGN_OR_RETURN(std::shared_ptr<Net> fresh,
-                           MakeModel(impl_->options.spec.model(), impl_->options.spec.seed(),
-                                     impl_->options.spec.model_width()));
+    SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Model> fresh,
+                           LoadModel(impl_->options.spec, impl_->script_path));
     return Flatten(*fresh, impl_->layout);
   } catch (const std::exception& e) {
     return TorchError("building the initial model", e);
@@ -456,6 +485,49 @@ const tensor::ModelLayout& Trainer::layout() const { return impl_->layout; }
 size_t Trainer::train_size() const { return static_cast<size_t>(impl_->train_labels.size(0)); }
 size_t Trainer::test_size() const { return static_cast<size_t>(impl_->test_labels.size(0)); }
 const std::vector<uint64_t>& Trainer::label_histogram() const { return impl_->label_histogram; }
+
+absl::Status WriteTorchScript(const common::v1::TaskSpec& spec, const std::string& model_dir,
+                              const tensor::FlatModel& model, const std::string& out_path) {
+  if (spec.model() != kTorchScriptModel) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the task's model ", spec.model(),
+        " is built in and has no TorchScript form; only a task whose model is a TorchScript "
+        "file (model: {torchscript: FILE}) can be written as one"));
+  }
+  const std::string script_path = task::ModelFilePath(spec, model_dir);
+  SHOAL_RETURN_IF_ERROR(task::CheckModelFile(spec, script_path));
+  SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Model> script, LoadModel(spec, script_path));
+  SHOAL_ASSIGN_OR_RETURN(tensor::ModelLayout layout, LayoutOf(*script));
+  if (!(model.layout == layout) || model.values.size() != layout.total_elements()) {
+    return absl::InvalidArgumentError(absl::StrCat("model layout ", model.layout.DebugString(),
+                                                   " does not match the TorchScript file's ",
+                                                   layout.DebugString()));
+  }
+  try {
+    torch::NoGradGuard no_grad;
+    size_t i = 0;
+    for (auto& [name, p] : script->NamedParameters()) {
+      p.copy_(torch::from_blob(const_cast<float*>(model.values.data() + layout.offset(i)),
+                               p.sizes(), torch::kFloat32));
+      ++i;
+    }
+  } catch (const std::exception& e) {
+    return TorchError("setting parameters", e);
+  }
+  // Written beside the target and renamed, so a failed write never leaves half a file.
+  const std::string tmp = out_path + ".part";
+  if (absl::Status s = script->SaveTorchScript(tmp); !s.ok()) {
+    std::remove(tmp.c_str());
+    return s;
+  }
+  if (std::rename(tmp.c_str(), out_path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    return absl::InternalError(
+        absl::StrCat("renaming ", tmp, " to ", out_path, ": ", std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status SetTorchThreads(int threads) {
   if (threads < 1) {

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "libs/data/dataset.h"
 #include "libs/tensor/flat_model.h"
 #include "libs/training/fashion_mnist.h"
 #include "libs/training/model_names.h"
@@ -17,9 +18,14 @@
 
 namespace shoal::training {
 
+struct ShardTensors;  // shard_tensors.h (LibTorch)
+
 struct TrainerOptions {
   common::v1::TaskSpec spec;  // model, dataset, batch_size, optimizer, seed
-  std::string data_dir;       // holds the Fashion-MNIST .gz files
+  std::string data_dir;       // Fashion-MNIST's .gz files, or the task's own files
+  // Where a relative TaskSpec.torchscript.file is found (shoal-peer --model-dir); empty: the
+  // working directory.
+  std::string model_dir;
   ShardSpec shard;
   std::string device = "cpu";  // "cpu" or "cuda"
   // Samples per forward pass in Evaluate(). Small batches keep the convolutions' working set in
@@ -70,13 +76,21 @@ class TrainerProgress {
 // worker) drives it. Exceptions from LibTorch never escape; they become absl::Status.
 class Trainer {
  public:
-  // Loads the data from options.data_dir. Errors: INVALID_ARGUMENT bad options or model name,
+  // Loads the data from options.data_dir: Fashion-MNIST, or the task's own files
+  // (data::LoadTaskData). Errors: INVALID_ARGUMENT bad options or model name,
   // NOT_FOUND / INVALID_ARGUMENT from the dataset loader, FAILED_PRECONDITION cuda unavailable.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerOptions& options);
   // Same, from datasets already in memory (full splits; limits and partition are applied here).
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerOptions& options,
                                                          const RawDataset& train,
                                                          const RawDataset& test);
+  // Same, from a data set of the peer's own files (data::LoadTaskData): limits and partition
+  // apply to `train` as above (a peer without --shard has shard 0/1: all of it), and `test` is
+  // sliced by the shard. The model's output must fit the data's classes and the task's loss
+  // (INVALID_ARGUMENT naming both shapes).
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerOptions& options,
+                                                         const data::Dataset& train,
+                                                         const data::Dataset& test);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -122,8 +136,19 @@ class Trainer {
  private:
   struct Impl;
   explicit Trainer(std::unique_ptr<Impl> impl);
+  // Both Create()s end here: the model, the optimizer and the data on the device.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Build(const TrainerOptions& options,
+                                                        ShardTensors* data);
   std::unique_ptr<Impl> impl_;
 };
+
+// Writes `model`'s parameters into a copy of the task's TorchScript file (found through
+// `model_dir` like TrainerOptions::model_dir, and checked against the task's digest) at
+// `out_path`, so that torch.jit.load(out_path) in PyTorch gives the trained model. Errors:
+// FAILED_PRECONDITION a task with a built-in model or a model file with another digest;
+// INVALID_ARGUMENT a model whose layout is not the file's; NOT_FOUND a missing file.
+absl::Status WriteTorchScript(const common::v1::TaskSpec& spec, const std::string& model_dir,
+                              const tensor::FlatModel& model, const std::string& out_path);
 
 // Sets LibTorch's intra-op thread count (process-wide). Errors: INVALID_ARGUMENT when < 1.
 absl::Status SetTorchThreads(int threads);

@@ -25,9 +25,18 @@ ABSL_FLAG(std::string, advertise, "",
           "(default: the address it listens on; set it behind NAT or port forwarding)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0", "HOST:PORT for Prometheus /metrics");
 ABSL_FLAG(std::string, data_dir, "",
-          "directory with the Fashion-MNIST .gz files, e.g. /usr/share/datasets/fashion-mnist "
-          "(required)");
-ABSL_FLAG(std::string, shard, "", "this peer's data shard I/N, 0 <= I < N (required)");
+          "this peer's data (required): the Fashion-MNIST .gz files (e.g. "
+          "/usr/share/datasets/fashion-mnist), and the files a task's dataset names (formats "
+          "idx, csv, image-folder: relative paths are read from here)");
+ABSL_FLAG(std::string, model_dir, "",
+          "where the TorchScript files of tasks with model {torchscript: FILE} are: a relative "
+          "FILE is read from here (default: the working directory; with --dpwa-config: the task "
+          "file's directory). Each file must be identical to the one the task was created with "
+          "(its SHA-256 is checked)");
+ABSL_FLAG(std::string, shard, "",
+          "train on shard I/N (0 <= I < N) of the data in --data-dir, as every peer with the "
+          "same files splits it (an experiment); default: all of --data-dir's data is this "
+          "peer's own");
 ABSL_FLAG(std::string, name, "", "peer id to ask for (default: the coordinator picks one)");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
 ABSL_FLAG(std::string, address_file, "",
@@ -81,6 +90,7 @@ int RunStaticGossip() {
   options.node = absl::GetFlag(FLAGS_dpwa_node);
   options.task_file = absl::GetFlag(FLAGS_task_file);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.model_dir = absl::GetFlag(FLAGS_model_dir);
   // The default --listen means "the node's host:port from the config".
   if (absl::GetFlag(FLAGS_listen) != "127.0.0.1:0") options.listen = absl::GetFlag(FLAGS_listen);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
@@ -118,15 +128,17 @@ int main(int argc, char** argv) {
   shoal::ParseCommandLineOrExit(
       argc, argv,
       {.program = "shoal-peer",
-       .usage = "--coordinator HOST:PORT --data-dir DIR --shard I/N (--tls-dir DIR | --insecure) "
-                "[--listen HOST:PORT] [--advertise HOST:PORT] [--metrics-listen HOST:PORT] "
+       .usage = "--coordinator HOST:PORT --data-dir DIR (--tls-dir DIR | --insecure) [--shard I/N] "
+                "[--model-dir DIR] [--listen HOST:PORT] [--advertise HOST:PORT] [--metrics-listen "
+                "HOST:PORT] "
                 "[--name ID] [--device cpu|cuda] [--torch-threads N] [--join-token TOKEN] "
                 "[--address-file PATH] [--test-byzantine MODE] [--test-slow-batch MS]\n"
                 "--dpwa-config FILE --dpwa-node NAME --task-file FILE --data-dir DIR "
                 "(--tls-dir DIR | --insecure) [--shard I/N] [--listen HOST:PORT] "
                 "[--final-model-out FILE] [--report-out FILE] [--exit-when-done]",
-       .summary = "A Shoal peer: joins the coordinator's tasks and trains its data shard with "
-                  "LibTorch, or gossips without a coordinator from a dpwa config."});
+       .summary = "A Shoal peer: joins the coordinator's tasks and trains on its own data (or "
+                  "its shard of shared data) with LibTorch, or gossips without a coordinator "
+                  "from a dpwa config."});
 
   if (!absl::GetFlag(FLAGS_dpwa_config).empty()) return RunStaticGossip();
 
@@ -135,6 +147,7 @@ int main(int argc, char** argv) {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.model_dir = absl::GetFlag(FLAGS_model_dir);
   options.name = absl::GetFlag(FLAGS_name);
   options.device = absl::GetFlag(FLAGS_device);
   options.address_file = absl::GetFlag(FLAGS_address_file);
@@ -149,12 +162,12 @@ int main(int argc, char** argv) {
       options.join_token.empty() && token != nullptr) {
     options.join_token = token;
   }
-  const std::string shard = absl::GetFlag(FLAGS_shard);
-  if (shard.empty()) Fail(absl::InvalidArgumentError("--shard is required (I/N)"), 2);
-  absl::StatusOr<shoal::training::ShardSpec> parsed =
-      shoal::training::ParseShardSpec(shard, "--shard");
-  if (!parsed.ok()) Fail(parsed.status(), 2);
-  options.shard = *parsed;
+  if (const std::string shard = absl::GetFlag(FLAGS_shard); !shard.empty()) {
+    absl::StatusOr<shoal::training::ShardSpec> parsed =
+        shoal::training::ParseShardSpec(shard, "--shard");
+    if (!parsed.ok()) Fail(parsed.status(), 2);
+    options.shard = *parsed;
+  }
   if (absl::Status s = options.Validate(); !s.ok()) Fail(s, 2);
 
   absl::StatusOr<std::unique_ptr<shoal::peer::PeerServer>> server =

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
+#include "libs/data/task_data.h"
 #include "services/peer_agent/mode_registry.h"
 #include "services/peer_agent/reports.h"
 #include "services/peer_agent/slow_batch.h"
@@ -46,8 +47,11 @@ absl::StatusOr<std::unique_ptr<PeerAgent>> PeerAgent::Create(
     PeerClient& peers, SnapshotStore& snapshots, PeerMetrics& metrics, const Clock& clock,
     SendFn send, FatalFn fatal) {
   SHOAL_RETURN_IF_ERROR(options.Validate());
-  if (!train || !test || train->count == 0 || test->count == 0) {
-    return absl::InvalidArgumentError("the peer agent needs a non-empty training and test set");
+  // Fashion-MNIST may be absent (null) when the peer holds only other data.
+  if ((train == nullptr) != (test == nullptr) ||
+      (train != nullptr && (train->count == 0 || test->count == 0))) {
+    return absl::InvalidArgumentError(
+        "the peer agent needs non-empty Fashion-MNIST training and test sets, or neither");
   }
   if (!send) return absl::InvalidArgumentError("the peer agent needs a send function");
   return std::unique_ptr<PeerAgent>(
@@ -240,6 +244,24 @@ void PeerAgent::SendDataReport() {
   Send(m);
 }
 
+absl::StatusOr<std::unique_ptr<training::Trainer>> PeerAgent::MakeTrainer(
+    const std::string& task, const training::TrainerOptions& options) {
+  if (data::UsesOwnFiles(options.spec.dataset())) {
+    SHOAL_ASSIGN_OR_RETURN(data::TaskData own,
+                           data::LoadTaskData(options.spec.dataset(), options_.data_dir,
+                                              training::PartitionSeed(options.spec)));
+    LogInfo("task ", task, ": data: ", own.summary);
+    return training::Trainer::Create(options, own.train, own.test);
+  }
+  if (train_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the task trains on fashion-mnist, but --data-dir ", options_.data_dir,
+                     " does not hold its files (",
+                     training::CheckFashionMnistDir(options_.data_dir).message(), ")"));
+  }
+  return training::Trainer::Create(options, *train_, *test_);
+}
+
 void PeerAgent::HandleTaskAssigned(const CoordinatorEvent& ev) {
   const coordinator::v1::TaskAssigned& m = ev.task_assigned();
   const std::string& name = m.spec().name();
@@ -259,7 +281,8 @@ void PeerAgent::HandleTaskAssigned(const CoordinatorEvent& ev) {
   EndRunner();
   task_.reset();
   snapshots_.Clear();
-  if (absl::Status s = training::CheckModelName(m.spec().model()); !s.ok()) {
+  if (absl::Status s = training::CheckModelName(m.spec().model(), /*torchscript_ok=*/true);
+      !s.ok()) {
     absl::Status error = absl::InvalidArgumentError(
         absl::StrCat("task ", name, " cannot run on this peer: ", s.message()));
     ReportTaskError(name, error);
@@ -270,10 +293,10 @@ void PeerAgent::HandleTaskAssigned(const CoordinatorEvent& ev) {
   trainer_options.spec = m.spec();
   trainer_options.shard = options_.shard;
   trainer_options.device = options_.device;
+  trainer_options.model_dir = options_.model_dir;
   trainer_options.after_batch = SlowBatchPause(options_.test_slow_batch, wakeup_);
   const absl::Time start = clock_.Now();
-  absl::StatusOr<std::unique_ptr<training::Trainer>> trainer =
-      training::Trainer::Create(trainer_options, *train_, *test_);
+  absl::StatusOr<std::unique_ptr<training::Trainer>> trainer = MakeTrainer(name, trainer_options);
   if (!trainer.ok()) {
     ReportTaskError(name, absl::Status(trainer.status().code(),
                                        absl::StrCat("task ", name, ": cannot set up training: ",

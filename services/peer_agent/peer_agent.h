@@ -30,6 +30,12 @@ namespace shoal::peer {
 struct PeerAgentOptions {
   training::ShardSpec shard;
   std::string device = "cpu";
+  // Where a task's relative TorchScript file is found (--model-dir); empty: the working
+  // directory.
+  std::string model_dir;
+  // The peer's data directory (--data-dir): a task of formats idx, csv or image-folder reads
+  // its files from here when it is assigned.
+  std::string data_dir;
   size_t max_queued_events = 1024;
   // Test-only (--test-byzantine): handed to every runner; inactive by default.
   ByzantineFault byzantine;
@@ -98,6 +104,10 @@ class PeerAgent {
   void WorkerLoop();
   void Handle(const Event& event);
   void HandleTaskAssigned(const coordinator::v1::CoordinatorEvent& event);
+  // The task's trainer on Fashion-MNIST (loaded at start) or on the task's own files, read from
+  // options_.data_dir now.
+  absl::StatusOr<std::unique_ptr<training::Trainer>> MakeTrainer(
+      const std::string& task, const training::TrainerOptions& options);
   void HandleTaskFinished(const coordinator::v1::CoordinatorEvent& event);
   // Creates the task's ModeRunner through the registry (task_ is set) and Start()s it.
   void StartRunner();

@@ -1,5 +1,6 @@
 #include "services/peer_agent/peer_server.h"
 
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -41,7 +42,14 @@ absl::Status PeerOptions::Validate() const {
   }
   SHOAL_RETURN_IF_ERROR(ParseHostPort(metrics_listen, "--metrics-listen").status());
   if (data_dir.empty()) return absl::InvalidArgumentError("--data-dir is required");
-  SHOAL_RETURN_IF_ERROR(Flag("--data-dir", training::CheckFashionMnistDir(data_dir)));
+  std::error_code ec;
+  if (!std::filesystem::exists(data_dir, ec)) {
+    return absl::NotFoundError(absl::StrCat("--data-dir: ", data_dir, ": no such directory"));
+  }
+  if (!std::filesystem::is_directory(data_dir, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data-dir: ", data_dir, " is not a directory"));
+  }
   SHOAL_RETURN_IF_ERROR(Flag("--shard", training::ValidateShardSpec(shard)));
   if (device != "cpu" && device != "cuda") {
     return absl::InvalidArgumentError(
@@ -59,13 +67,19 @@ absl::Status PeerOptions::Validate() const {
 absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions& options) {
   SHOAL_RETURN_IF_ERROR(options.Validate());
   SHOAL_RETURN_IF_ERROR(Flag("--torch-threads", training::SetTorchThreads(options.torch_threads)));
-  // Load (and so fully check) the data before connecting anywhere; every task reuses it.
-  absl::StatusOr<training::RawDataset> train =
-      training::LoadFashionMnist(options.data_dir, training::Split::kTrain);
-  if (!train.ok()) return Flag("--data-dir", train.status());
-  absl::StatusOr<training::RawDataset> test =
-      training::LoadFashionMnist(options.data_dir, training::Split::kTest);
-  if (!test.ok()) return Flag("--data-dir", test.status());
+  // Load (and so fully check) Fashion-MNIST before connecting anywhere; every Fashion-MNIST
+  // task reuses it. A directory of other data loads each task's files when it is assigned.
+  std::shared_ptr<const training::RawDataset> train, test;
+  if (training::CheckFashionMnistDir(options.data_dir).ok()) {
+    absl::StatusOr<training::RawDataset> t =
+        training::LoadFashionMnist(options.data_dir, training::Split::kTrain);
+    if (!t.ok()) return Flag("--data-dir", t.status());
+    absl::StatusOr<training::RawDataset> e =
+        training::LoadFashionMnist(options.data_dir, training::Split::kTest);
+    if (!e.ok()) return Flag("--data-dir", e.status());
+    train = std::make_shared<const training::RawDataset>(*std::move(t));
+    test = std::make_shared<const training::RawDataset>(*std::move(e));
+  }
 
   SHOAL_ASSIGN_OR_RETURN(rpc::Credentials credentials, rpc::Credentials::Create(options.tls));
   std::unique_ptr<PeerServer> s(new PeerServer());
@@ -112,13 +126,14 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   PeerAgentOptions agent_options;
   agent_options.shard = options.shard;
   agent_options.device = options.device;
+  agent_options.model_dir = options.model_dir;
+  agent_options.data_dir = options.data_dir;
   SHOAL_ASSIGN_OR_RETURN(agent_options.byzantine, ByzantineFault::Parse(options.test_byzantine));
   agent_options.test_slow_batch = options.test_slow_batch;
   SHOAL_ASSIGN_OR_RETURN(
       s->agent_,
       PeerAgent::Create(
-          agent_options, std::make_shared<const training::RawDataset>(*std::move(train)),
-          std::make_shared<const training::RawDataset>(*std::move(test)), *s->aggregator_client_,
+          agent_options, std::move(train), std::move(test), *s->aggregator_client_,
           *s->peer_client_, s->snapshots_, *s->metrics_, RealClock::Get(),
           [self](const coordinator::v1::PeerMessage& m) { return self->session_->Send(m); },
           [self](const absl::Status& status) { self->OnFatal(status); }));

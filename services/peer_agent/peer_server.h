@@ -30,7 +30,8 @@ struct PeerOptions {
   std::string advertise;
   std::string metrics_listen = "127.0.0.1:0";  // --metrics-listen
   std::string data_dir;                        // --data-dir
-  training::ShardSpec shard;                   // --shard I/N
+  std::string model_dir;                       // --model-dir (TorchScript tasks' files)
+  training::ShardSpec shard;                   // --shard I/N (default 0/1: all of it)
   std::string name;                            // --name (empty: the coordinator picks an id)
   std::string device = "cpu";                  // --device cpu|cuda
   std::string address_file;                    // --address-file (optional)
@@ -43,8 +44,8 @@ struct PeerOptions {
   // Test-only (--test-slow-batch MS): every training batch takes this much longer; zero: off.
   absl::Duration test_slow_batch = absl::ZeroDuration();
 
-  // Checks every field without connecting anywhere: addresses parse, the data directory holds
-  // the Fashion-MNIST files, the device exists. Errors are INVALID_ARGUMENT (NOT_FOUND for a
+  // Checks every field without connecting anywhere: addresses parse, the data directory exists,
+  // the device exists. Errors are INVALID_ARGUMENT (NOT_FOUND for a
   // missing data directory) and start with the flag's name, e.g. "--data-dir: ...".
   absl::Status Validate() const;
 };
@@ -54,8 +55,9 @@ struct PeerOptions {
 // main(); Run() is called from the main thread. Thread-safe otherwise.
 class PeerServer {
  public:
-  // Validates, loads the data set (before connecting anywhere), binds the servers, writes the
-  // address file and starts the session. Errors name the flag at fault.
+  // Validates, loads Fashion-MNIST when the data directory holds it (before connecting
+  // anywhere; tasks of other formats load their files when assigned), binds the servers, writes
+  // the address file and starts the session. Errors name the flag at fault.
   static absl::StatusOr<std::unique_ptr<PeerServer>> Start(const PeerOptions& options);
   ~PeerServer();
 

@@ -23,7 +23,7 @@ const std::set<std::string>& ValueFlags() {
   static const auto* flags = new std::set<std::string>{
       "coordinator", "timeout",  "out",       "version", "peers",           "task",
       "aggregators", "data-dir", "state-dir", "bin-dir", "startup-timeout", "tls-dir",
-      "target",      "service",  "after"};
+      "target",      "service",  "after",     "format",  "model-dir",       "peer-data"};
   return *flags;
 }
 
@@ -131,53 +131,6 @@ int Shoalctl::RpcFail(const absl::Status& status, const std::string& task_name) 
 
 int Shoalctl::UsageFail(const absl::Status& status) {
   return Fail(env_, std::string(status.message()), 2);
-}
-
-int Shoalctl::ModelGet() {
-  const std::string usage = "shoalctl model get NAME --out FILE|- [--version V]";
-  if (absl::Status s = CheckArgs(args_, 2, 1, {"out", "version"}, usage); !s.ok()) {
-    return UsageFail(s);
-  }
-  const std::string& name = args_.positional[2];
-  auto out = args_.values.find("out");
-  if (out == args_.values.end() || out->second.empty()) {
-    return Fail(env_, absl::StrCat("--out FILE is required; usage: ", usage), 2);
-  }
-  std::optional<uint64_t> version;
-  if (auto v = args_.values.find("version"); v != args_.values.end()) {
-    uint64_t parsed = 0;
-    if (!absl::SimpleAtoi(v->second, &parsed)) {
-      return Fail(
-          env_, absl::StrCat("--version: expected a model version number, got \"", v->second, "\""),
-          2);
-    }
-    version = parsed;
-  }
-  auto client = Client(g_.coordinator);
-  if (!client.ok()) return UsageFail(client.status());
-  if (env_.interrupt != nullptr) env_.interrupt->graceful = true;
-  // A model can be large: unless --timeout was given, allow two minutes for the download.
-  const absl::Duration timeout = g_.timeout_given ? g_.timeout : absl::Minutes(2);
-  absl::StatusOr<DownloadedModel> model = (*client)->GetModel(
-      name, version, timeout, env_.interrupt != nullptr ? &env_.interrupt->canceller : nullptr);
-  if (!model.ok()) {
-    if (model.status().code() == absl::StatusCode::kCancelled) return 130;
-    if (model.status().code() == absl::StatusCode::kNotFound) {
-      return Fail(env_, std::string(model.status().message()));
-    }
-    return Fail(env_, DescribeRpcError(model.status(), g_.coordinator, name, timeout));
-  }
-  // `--out -`: the model file goes to stdout (e.g. out of a container), the note to stderr.
-  const bool to_stdout = out->second == "-";
-  absl::Status written = to_stdout ? tensor::WriteModel(env_.out_fd, model->model, "stdout")
-                                   : tensor::WriteModelFile(out->second, model->model);
-  if (!written.ok()) return Fail(env_, std::string(written.message()));
-  *(to_stdout ? env_.err : env_.out)
-      << "wrote " << name << " version " << model->meta.version() << " ("
-      << model->model.layout.num_tensors() << " tensors, " << model->model.layout.total_elements()
-      << " parameters, " << model->model.layout.total_bytes() << " bytes) to "
-      << (to_stdout ? "stdout" : out->second) << "\n";
-  return 0;
 }
 
 // grpc.health.v1.Health/Check against any Shoal service: the container health probe.
@@ -317,14 +270,20 @@ commands:
                                    `task watch` (--json: a JSON array of the rounds)
   task watch NAME                  follow a task's rounds until it ends
   task stop NAME                   stop a task
-  model get NAME --out FILE|- [--version V]
+  model get NAME --out FILE|- [--version V] [--format shoal|torchscript] [--model-dir DIR]
                                    download the task's global model (latest, or version V)
-                                   into FILE, or to stdout with --out -
-  local --peers N --task FILE [--aggregators N] [--data-dir DIR] [--state-dir DIR]
-        [--bin-dir DIR] [--startup-timeout 60s] [--keep-going]
+                                   into FILE, or to stdout with --out -. --format torchscript
+                                   (a task whose model is a TorchScript file): write FILE as
+                                   that TorchScript file with the trained weights, for
+                                   torch.jit.load; the task's file is read from DIR (default:
+                                   the working directory) and must have the task's SHA-256
+  local --peers N --task FILE [--aggregators N] [--data-dir DIR | --peer-data DIR]
+        [--state-dir DIR] [--bin-dir DIR] [--startup-timeout 60s] [--keep-going]
                                    run a whole cluster on 127.0.0.1 and train FILE's task
                                    (aggregators: default 1 for federated-sync, 0 for
-                                   decentralized and gossip tasks)
+                                   decentralized and gossip tasks). --data-dir (default
+                                   Fashion-MNIST's) is shared, peer I trains shard I/N of it;
+                                   --peer-data DIR gives peer I its own DIR/peer-I
   health --target HOST:PORT [--service NAME]
                                    gRPC health check of any Shoal service (grpc.health.v1);
                                    exits 0 only when it is SERVING (the container probe)

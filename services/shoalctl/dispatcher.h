@@ -2,7 +2,7 @@
 
 // Internal to shoalctl_lib: the dispatcher that runs one parsed command line, and what its
 // command files share. commands.cc has the dispatch, the helpers and the small commands,
-// task_commands.cc the `task` commands, local_command.cc `local`.
+// task_commands.cc the `task` commands, model_commands.cc `model get`, local_command.cc `local`.
 
 #include <memory>
 #include <set>
@@ -55,8 +55,9 @@ class Shoalctl {
                                                                  const rpc::TlsOptions& tls);
   int RpcFail(const absl::Status& status, const std::string& task_name);
   int UsageFail(const absl::Status& status);  // usage errors exit 2
-  int ModelGet();
   int Health();
+  // model_commands.cc
+  int ModelGet();
 
   // task_commands.cc
   int TaskCreate();

@@ -31,7 +31,14 @@ absl::Status LocalClusterOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--state-dir: ", state_dir, " is not a directory"));
   }
-  if (peers > 0 && !IsDir(data_dir)) {
+  for (int i = 0; !peer_data_dir.empty() && i < peers; ++i) {
+    const std::string dir = absl::StrCat(peer_data_dir, "/peer-", i);
+    if (!IsDir(dir)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--peer-data: ", dir, " is not a directory (peer I's data goes in DIR/peer-I)"));
+    }
+  }
+  if (peers > 0 && peer_data_dir.empty() && !IsDir(data_dir)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--data-dir: ", data_dir,
                      " is not a directory (install Debian's dataset-fashion-mnist package or "
@@ -169,12 +176,15 @@ absl::Status LocalCluster::StartPeer(int index, int count,
                                      const std::vector<std::string>& extra_args) {
   if (services_.empty()) return absl::FailedPreconditionError("the coordinator is not running");
   const std::string name = absl::StrCat("peer-", index);
-  std::vector<std::string> args = {"--coordinator",    coordinator_address(),
-                                   "--listen",         "127.0.0.1:0",
-                                   "--metrics-listen", "127.0.0.1:0",
-                                   "--data-dir",       options_.data_dir,
-                                   "--shard",          absl::StrCat(index, "/", count),
-                                   "--name",           name};
+  std::vector<std::string> args = {
+      "--coordinator",    coordinator_address(), "--listen", "127.0.0.1:0",
+      "--metrics-listen", "127.0.0.1:0",         "--name",   name};
+  if (options_.peer_data_dir.empty()) {
+    args.insert(args.end(),
+                {"--data-dir", options_.data_dir, "--shard", absl::StrCat(index, "/", count)});
+  } else {
+    args.insert(args.end(), {"--data-dir", absl::StrCat(options_.peer_data_dir, "/peer-", index)});
+  }
   args.insert(args.end(), options_.peer_args.begin(), options_.peer_args.end());
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   return StartService(name, "peer", options_.bin_dir + "/" + kPeer, std::move(args), nullptr,

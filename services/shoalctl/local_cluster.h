@@ -21,9 +21,12 @@ namespace shoal::process {
 struct LocalClusterOptions {
   std::string bin_dir;    // holds shoal-coordinator, shoal-aggregator, shoal-peer
   std::string state_dir;  // must exist; coordinator state, address files and logs go here
-  std::string data_dir;   // passed to every peer as --data-dir
-  int aggregators = 1;    // 0 for decentralized and gossip tasks
-  int peers = 0;          // may be 0: add peers later with StartPeer()
+  std::string data_dir;   // passed to every peer as --data-dir, with --shard I/N
+  // Non-empty: each peer I has data of its own, peer_data_dir/peer-I, passed as its --data-dir
+  // without --shard (instead of data_dir).
+  std::string peer_data_dir;
+  int aggregators = 1;                                 // 0 for decentralized and gossip tasks
+  int peers = 0;                                       // may be 0: add peers later with StartPeer()
   absl::Duration startup_timeout = absl::Seconds(60);  // per service, until its address file
   // Extra flags for every service of a kind (e.g. {"--heartbeat-interval", "500ms"}).
   std::vector<std::string> coordinator_args;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <filesystem>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "libs/task/task_file.h"
+#include "libs/training/model_names.h"  // the model constants only: no LibTorch
 #include "services/shoalctl/dispatcher.h"
 #include "services/shoalctl/local_cluster.h"
 #include "services/shoalctl/process.h"
@@ -29,11 +31,12 @@ constexpr char kDefaultDataDir[] = "/usr/share/datasets/fashion-mnist";
 
 int Shoalctl::Local() {
   const std::string usage =
-      "shoalctl local --peers N --task FILE [--aggregators N] [--data-dir DIR] [--state-dir DIR] "
+      "shoalctl local --peers N --task FILE [--aggregators N] [--data-dir DIR | --peer-data DIR] "
+      "[--state-dir DIR] "
       "[--bin-dir DIR] [--startup-timeout 60s] [--keep-going] [--insecure]";
   if (absl::Status s = CheckArgs(args_, 1, 0,
-                                 {"peers", "task", "aggregators", "data-dir", "state-dir",
-                                  "bin-dir", "startup-timeout", "keep-going"},
+                                 {"peers", "task", "aggregators", "data-dir", "peer-data",
+                                  "state-dir", "bin-dir", "startup-timeout", "keep-going"},
                                  usage);
       !s.ok()) {
     return UsageFail(s);
@@ -91,8 +94,19 @@ int Shoalctl::Local() {
         2);
   }
 
+  if (args_.values.count("data-dir") > 0 && args_.values.count("peer-data") > 0) {
+    return Fail(env_, "--data-dir and --peer-data exclude each other", 2);
+  }
   options.data_dir =
       args_.values.count("data-dir") > 0 ? args_.values["data-dir"] : kDefaultDataDir;
+  if (args_.values.count("peer-data") > 0) options.peer_data_dir = args_.values["peer-data"];
+  // A TorchScript task's file is named relative to the task file; every peer reads it there.
+  if (spec->model() == training::kTorchScriptModel) {
+    std::error_code ec;
+    const std::filesystem::path dir =
+        std::filesystem::absolute(std::filesystem::path(args_.values["task"]).parent_path(), ec);
+    options.peer_args.insert(options.peer_args.end(), {"--model-dir", dir.string()});
+  }
   if (args_.values.count("bin-dir") > 0) {
     options.bin_dir = args_.values["bin-dir"];
   } else {

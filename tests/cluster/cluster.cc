@@ -144,6 +144,17 @@ absl::Status Cluster::StartPeer(int index, int count, std::vector<std::string> e
   return absl::OkStatus();
 }
 
+absl::Status Cluster::StartOwnDataPeer(int index, const std::string& data_dir,
+                                       std::vector<std::string> extra_args) {
+  extra_args.push_back("--coordinator=" + coordinator_.address);
+  extra_args.push_back("--data-dir=" + data_dir);
+  extra_args.push_back(absl::StrCat("--name=peer-", index));
+  auto s = Start(absl::StrCat("peer-", index), "shoal-peer", std::move(extra_args));
+  if (!s.ok()) return s.status();
+  peers_[index] = *std::move(s);
+  return absl::OkStatus();
+}
+
 absl::Status Cluster::CreateTask(const common::v1::TaskSpec& spec) {
   grpc::ClientContext context;
   rpc::SetTimeout(context, absl::Seconds(10));

@@ -39,6 +39,9 @@ class Cluster {
   // Starts one more aggregator (aggregator(0), aggregator(1), ...).
   absl::Status StartAggregator();
   absl::Status StartPeer(int index, int count, std::vector<std::string> extra_args = {});
+  // A peer whose data is its own: --data-dir `data_dir`, no --shard.
+  absl::Status StartOwnDataPeer(int index, const std::string& data_dir,
+                                std::vector<std::string> extra_args = {});
 
   // Mutual-TLS directory for clients of this cluster (the tests' own calls).
   std::string ClientTlsDir() const { return dir_ + "/certs/client"; }

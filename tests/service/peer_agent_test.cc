@@ -541,9 +541,9 @@ TEST_F(PeerBinaryTest, BadFlagsExitTwoNamingTheFlag) {
       {{ok_coord, ok_data, "--shard=4/4"}, "--shard"},
       {{ok_coord, ok_data, "--shard=1/0"}, "--shard"},
       {{ok_coord, ok_data, "--shard=x"}, "--shard"},
-      {{ok_coord, ok_data}, "--shard"},
       {{ok_coord, "--data-dir=/nonexistent/data", "--shard=0/4"}, "--data-dir"},
-      {{ok_coord, "--data-dir=/tmp", "--shard=0/4"}, "--data-dir"},
+      {{ok_coord, "--data-dir=/etc/hostname", "--shard=0/4"}, "--data-dir"},
+      {{ok_coord, "--shard=0/4", "--insecure"}, "--data-dir"},
       {{ok_coord, ok_data, "--shard=0/4", "--device=tpu"}, "--device"},
       {{ok_data, "--shard=0/4"}, "--coordinator"},
       {{"--coordinator=nonsense", ok_data, "--shard=0/4"}, "--coordinator"},
@@ -597,7 +597,7 @@ TEST_F(PeerBinaryTest, UnknownModelReportsAnErrorAndExitsNonZero) {
   EXPECT_FALSE(exit->signaled) << exit->ToString();
   EXPECT_NE(exit->code, 0);
   EXPECT_THAT(ReadFile(log_path),
-              HasSubstr("unknown model \"resnet\" (known: cnn, mlp, wide-mlp)"));
+              HasSubstr("unknown model \"resnet\" (known: cnn, mlp, wide-mlp, torchscript)"));
   std::filesystem::remove_all(*dir);
 }
 

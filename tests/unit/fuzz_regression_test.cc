@@ -5,8 +5,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +18,9 @@
 #include <vector>
 
 #include "libs/common/clock.h"
+#include "libs/data/csv_dataset.h"
+#include "libs/data/idx_dataset.h"
+#include "libs/data/image_folder.h"
 #include "libs/gossip/dpwa_config.h"
 #include "libs/task/task_file.h"
 #include "services/aggregator/aggregator_core.h"
@@ -47,6 +53,45 @@ bool Clean(absl::string_view message) {
     if (c < 0x20 || c == 0x7F) return false;
   }
   return true;
+}
+
+// A directory of its own for one test, removed at its end.
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("shoal-fuzz-regression-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  // Writes `bytes` to `name` (parent directories created) and returns its path.
+  std::string Write(const std::string& name, const std::string& bytes) const {
+    const std::filesystem::path file = path_ / name;
+    std::filesystem::create_directories(file.parent_path());
+    std::ofstream(file, std::ios::binary) << bytes;
+    return file.string();
+  }
+  std::string Path(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+bool AllFinite(const std::vector<float>& values) {
+  for (float v : values) {
+    if (!std::isfinite(v)) return false;
+  }
+  return true;
+}
+
+// The invariants the data fuzz targets check on a loaded data set.
+void ExpectConsistent(const data::Dataset& set, const std::filesystem::path& input) {
+  EXPECT_EQ(set.values.size(), set.count * set.SampleSize()) << input;
+  EXPECT_EQ(set.labels.size(), set.count) << input;
+  for (uint32_t label : set.labels) EXPECT_LT(label, set.class_names.size()) << input;
+  EXPECT_TRUE(AllFinite(set.values)) << input;
 }
 
 TEST(FuzzRegressionTest, TaskFilesAreAnsweredQuickly) {
@@ -90,6 +135,91 @@ TEST(FuzzRegressionTest, AggregatorErrorsEscapeNamesFromTheNetwork) {
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("'peer\\x1b[2J'"));
   absl::Status open = (*core)->OpenRound({"task\x1b", 1, 0, {}, 0});
   EXPECT_TRUE(Clean(open.message())) << open.message();
+}
+
+// The data loaders, fed each input as fuzz_csv_data, fuzz_idx_data and fuzz_image_folder feed
+// them (the first bytes choose the options; see those files).
+TEST(FuzzRegressionTest, DataFilesAreAnsweredCleanly) {
+  TempDir dir;
+  for (const auto& path : Inputs("csv_data")) {
+    const std::string input = Read(path);
+    if (input.empty()) continue;
+    data::CsvOptions options;
+    options.label_column = "label";
+    if (input[0] & 1) options.classes = {"a", "b", "c"};
+    absl::StatusOr<data::Dataset> set = data::LoadCsv(dir.Write("f.csv", input.substr(1)), options);
+    EXPECT_TRUE(Clean(set.status().message())) << path;
+    if (!set.ok()) continue;
+    ExpectConsistent(*set, path);
+    // fuzz_csv_data: standardising a table with values near float's limits computed
+    // (3e38 - -1e38) in float and wrote infinities into the data set.
+    absl::StatusOr<data::Standardization> stats = data::ComputeStandardization(*set);
+    ASSERT_TRUE(stats.ok()) << path << ": " << stats.status();
+    ASSERT_TRUE(data::ApplyStandardization(*stats, *set).ok()) << path;
+    EXPECT_TRUE(AllFinite(set->values)) << path;
+  }
+  for (const auto& path : Inputs("idx_data")) {
+    const std::string input = Read(path);
+    if (input.size() < 2) continue;
+    const size_t split = std::min<size_t>(
+        (size_t{static_cast<unsigned char>(input[0])} << 8) | static_cast<unsigned char>(input[1]),
+        input.size() - 2);
+    data::IdxOptions options;
+    options.max_bytes = uint64_t{64} << 20;
+    absl::StatusOr<data::Dataset> set =
+        data::LoadIdx(dir.Write("images.idx", input.substr(2, split)),
+                      dir.Write("labels.idx", input.substr(2 + split)), options);
+    EXPECT_TRUE(Clean(set.status().message())) << path;
+    if (set.ok()) ExpectConsistent(*set, path);
+  }
+  for (const auto& path : Inputs("image_folder")) {
+    const std::string input = Read(path);
+    if (input.empty()) continue;
+    std::filesystem::remove_all(dir.Path("root"));
+    dir.Write((input[0] & 1) ? "root/c0/x.jpg" : "root/c0/x.png", input.substr(1));
+    data::ImageFolderOptions options;
+    options.height = 8;
+    options.width = 8;
+    options.channels = (input[0] & 2) ? 3 : 1;
+    options.classes = {"c0"};
+    absl::StatusOr<data::Dataset> set = data::LoadImageFolder(dir.Path("root"), options);
+    // fuzz_image_folder: stb's reason for an unknown PNG chunk holds the chunk's type bytes,
+    // which the loader quoted raw.
+    EXPECT_TRUE(Clean(set.status().message())) << path;
+    if (set.ok()) ExpectConsistent(*set, path);
+  }
+}
+
+// fuzz_image_folder: a JPEG Huffman table whose 16 code counts add up to more than 256 made
+// stb_image 2.27 write past its tables; the loader now refuses it before stb decodes anything.
+TEST(FuzzRegressionTest, JpegHuffmanTableOverflowIsRefused) {
+  const std::string input = Read(DataDir() / "image_folder/jpeg-huffman-table-over-256-codes");
+  ASSERT_FALSE(input.empty());
+  TempDir dir;
+  dir.Write("root/c0/x.jpg", input.substr(1));
+  data::ImageFolderOptions options;
+  options.height = 8;
+  options.width = 8;
+  options.channels = 3;
+  absl::StatusOr<data::Dataset> set = data::LoadImageFolder(dir.Path("root"), options);
+  EXPECT_EQ(set.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(set.status().message()),
+              ::testing::HasSubstr("a Huffman table declares 620 codes, more than 256"));
+}
+
+// Statistics of one split applied to another can map a value past float's range: refused,
+// and the data left as it was.
+TEST(FuzzRegressionTest, StandardizationPastFloatRangeIsRefused) {
+  data::Dataset set;
+  set.sample_shape = {1};
+  set.count = 2;
+  set.values = {3e38f, 1.0f};
+  set.labels = {0, 0};
+  set.class_names = {"0"};
+  const absl::Status s = data::ApplyStandardization({{0.0f}, {1e-30f}}, set);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("outside float's range"));
+  EXPECT_EQ(set.values, (std::vector<float>{3e38f, 1.0f}));
 }
 
 }  // namespace

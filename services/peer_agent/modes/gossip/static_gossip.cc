@@ -1,5 +1,6 @@
 #include "services/peer_agent/modes/gossip/static_gossip.h"
 
+#include <filesystem>
 #include <fstream>
 #include <utility>
 #include <vector>
@@ -94,10 +95,20 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   trainer_options.data_dir = options.data_dir;
   trainer_options.shard = shard;
   trainer_options.device = options.device;
+  trainer_options.model_dir = options.model_dir.empty()
+                                  ? std::filesystem::path(options.task_file).parent_path().string()
+                                  : options.model_dir;
   trainer_options.after_batch = SlowBatchPause(options.test_slow_batch, p->wakeup_);
   absl::StatusOr<std::unique_ptr<training::Trainer>> trainer =
       training::Trainer::Create(trainer_options);
-  if (!trainer.ok()) return Flag("--data-dir", trainer.status());
+  if (!trainer.ok()) {
+    // A model file that does not fit is the task's fault; everything else is the data's.
+    if (spec->model() == training::kTorchScriptModel &&
+        absl::StrContains(trainer.status().message(), "model")) {
+      return Flag("--task-file", trainer.status());
+    }
+    return Flag("--data-dir", trainer.status());
+  }
   p->trainer_ = *std::move(trainer);
 
   SHOAL_ASSIGN_OR_RETURN(rpc::Credentials credentials, rpc::Credentials::Create(options.tls));

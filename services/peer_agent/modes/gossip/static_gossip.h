@@ -34,6 +34,7 @@ struct StaticGossipOptions {
   std::string task_file;    // --task-file: model, data, optimizer, rounds x round_batches steps;
                             // the YAML's gossip settings override the task's `gossip`
   std::string data_dir;     // --data-dir
+  std::string model_dir;    // --model-dir; default: the task file's directory
   // --shard; default: the node's index in `nodes` / the number of nodes.
   std::optional<training::ShardSpec> shard;
   // --listen; default: the node's host:port from the config.

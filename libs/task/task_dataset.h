@@ -1,0 +1,21 @@
+#pragma once
+
+// The dataset section of a task: Fashion-MNIST, or files of each peer's own (idx, csv,
+// image-folder) with their columns, classes, image size and normalisation.
+
+#include "absl/status/status.h"
+#include "shoal/common/v1/task.pb.h"
+
+namespace shoal::task {
+
+// Checks every dataset rule of protos/shoal/common/v1/task.proto. INVALID_ARGUMENT
+// "dataset.<field>: <what>". Part of ValidateTaskSpec.
+absl::Status ValidateDatasetFields(const common::v1::DatasetSpec& dataset);
+
+// The dataset defaults that depend on other fields: format fashion-mnist when unset (and its
+// name), partition settings (classes_per_shard 2 for label-skew, alpha 0.5 for dirichlet),
+// normalization standardize for csv, test_fraction 0.2 without a test file. A default
+// "fashion-mnist" name is cleared for the other formats.
+void ApplyDatasetDefaults(common::v1::DatasetSpec& dataset);
+
+}  // namespace shoal::task

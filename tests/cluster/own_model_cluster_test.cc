@@ -1,0 +1,264 @@
+// Bring your own model and data, with real processes: a TorchScript model exported by PyTorch
+// trains in every mode and comes back as a TorchScript file PyTorch loads; a peer holding another
+// copy of the model refuses the task; peers train on their own CSV files and image folders
+// (written by shoal-example-data).
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "libs/common/file_digest.h"
+#include "libs/common/status_macros.h"
+#include "tests/cluster/cluster.h"
+
+namespace shoal::testing {
+namespace {
+
+namespace cv1 = coordinator::v1;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+std::string TempDir() {
+  auto dir = process::MakeTempDir("", "shoal-own-");
+  EXPECT_TRUE(dir.ok()) << dir.status();
+  return *dir;
+}
+
+std::string ModelsDir() {
+  const char* dir = std::getenv("SHOAL_TEST_MODELS");
+  return dir != nullptr ? dir : "build/tests/models";
+}
+
+std::string BinDir() {
+  const char* bin = std::getenv("SHOAL_BIN_DIR");
+  return bin != nullptr ? bin : "build/bin";
+}
+
+// Runs `binary args` to completion (at most `timeout`); returns its exit status and output.
+struct Ran {
+  bool ok = false;
+  std::string output;
+};
+Ran RunTool(const std::string& dir, const std::string& name, const std::string& binary,
+            std::vector<std::string> args, absl::Duration timeout = absl::Minutes(2)) {
+  process::ProcessOptions options;
+  options.name = name;
+  options.binary = binary;
+  options.args = std::move(args);
+  options.log_path = dir + "/" + name + ".log";
+  Ran ran;
+  auto p = process::Process::Start(std::move(options));
+  if (!p.ok()) {
+    ran.output = std::string(p.status().message());
+    return ran;
+  }
+  auto exit = (*p)->Wait(timeout);
+  ran.output = process::TailFile(dir + "/" + name + ".log", 60);
+  ran.ok = exit.ok() && exit->success();
+  return ran;
+}
+
+common::v1::TaskSpec ScriptTask(const std::string& name, common::v1::Mode mode) {
+  common::v1::TaskSpec spec = SmallTask(name);
+  spec.set_mode(mode);
+  spec.set_model("torchscript");
+  spec.mutable_torchscript()->set_file("fashion_mlp.pt");
+  absl::StatusOr<std::string> digest = Sha256File(ModelsDir() + "/fashion_mlp.pt");
+  EXPECT_TRUE(digest.ok()) << digest.status();
+  spec.mutable_torchscript()->set_sha256(digest.ok() ? *digest : "");
+  spec.set_rounds(3);
+  if (mode == common::v1::MODE_DECENTRALIZED) spec.set_max_connection_retry(3);
+  if (mode == common::v1::MODE_GOSSIP) {
+    spec.mutable_gossip()->set_fetch_probability(0.5);
+    spec.mutable_gossip()->set_timeout_ms(2000);
+  }
+  return spec;
+}
+
+class TorchScriptModes : public ::testing::TestWithParam<common::v1::Mode> {};
+
+TEST_P(TorchScriptModes, AnExportedModelTrainsAndComesBackAsTorchScript) {
+  const common::v1::Mode mode = GetParam();
+  Cluster cluster(TempDir());
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
+  if (mode == common::v1::MODE_FEDERATED_SYNC) {
+    ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
+  }
+  for (int i = 0; i < 2; ++i) {
+    absl::Status started = cluster.StartPeer(i, 2, {"--model-dir=" + ModelsDir()});
+    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  }
+  ASSERT_TRUE(cluster.WaitForPeersConnected(2, absl::Seconds(30)).ok());
+  const common::v1::TaskSpec spec = ScriptTask("ts-model", mode);
+  absl::Status created = cluster.CreateTask(spec);
+  ASSERT_TRUE(created.ok()) << created;
+  auto status = cluster.WaitFor(
+      spec.name(), [](const cv1::TaskStatus& s) { return s.state() == cv1::TASK_STATE_COMPLETED; },
+      absl::Minutes(4), "task completion");
+  ASSERT_TRUE(status.ok()) << status.status() << "\n" << cluster.LogTails();
+  ASSERT_GT(status->history_size(), 0);
+  const cv1::RoundSummary& last = status->history(status->history_size() - 1);
+  if (mode != common::v1::MODE_GOSSIP) {
+    EXPECT_GT(last.test_accuracy(), 0.6) << last.ShortDebugString();
+  }
+  if (mode != common::v1::MODE_FEDERATED_SYNC) return;
+
+  // The trained model, as the task's TorchScript file with the trained weights, loads in
+  // PyTorch and differs from the exported one.
+  const std::string out = cluster.dir() + "/trained.pt";
+  Ran get = RunTool(
+      cluster.dir(), "model-get", BinDir() + "/shoalctl",
+      {"--coordinator", cluster.coordinator().address, "--tls-dir", cluster.ClientTlsDir(), "model",
+       "get", spec.name(), "--format", "torchscript", "--model-dir", ModelsDir(), "--out", out});
+  ASSERT_TRUE(get.ok) << get.output;
+  EXPECT_THAT(get.output, HasSubstr("as TorchScript"));
+  Ran check = RunTool(cluster.dir(), "pytorch", "/usr/bin/python3",
+                      {"-c",
+                       "import sys, torch\n"
+                       "m = torch.jit.load(sys.argv[1]); o = torch.jit.load(sys.argv[2])\n"
+                       "assert tuple(m(torch.zeros(3, 1, 28, 28)).shape) == (3, 10)\n"
+                       "d = sum(float((a - b).abs().sum()) for a, b in zip(m.parameters(), "
+                       "o.parameters()))\n"
+                       "assert d > 0, d\n"
+                       "print('pytorch loaded the trained model, distance', d)\n",
+                       out, ModelsDir() + "/fashion_mlp.pt"});
+  EXPECT_TRUE(check.ok) << check.output;
+  EXPECT_THAT(check.output, HasSubstr("pytorch loaded the trained model"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, TorchScriptModes,
+                         ::testing::Values(common::v1::MODE_FEDERATED_SYNC,
+                                           common::v1::MODE_DECENTRALIZED, common::v1::MODE_GOSSIP),
+                         [](const ::testing::TestParamInfo<common::v1::Mode>& info) {
+                           return std::string(
+                               info.param == common::v1::MODE_FEDERATED_SYNC  ? "FederatedSync"
+                               : info.param == common::v1::MODE_DECENTRALIZED ? "Decentralized"
+                                                                              : "Gossip");
+                         });
+
+TEST(OwnModelClusterTest, APeerWithAnotherCopyOfTheModelRefusesNamingBothDigests) {
+  Cluster cluster(TempDir());
+  const std::string other = cluster.dir() + "/other-models";
+  std::filesystem::create_directories(other);
+  std::filesystem::copy_file(ModelsDir() + "/fashion_cnn.pt", other + "/fashion_mlp.pt");
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.StartPeer(0, 1, {"--model-dir=" + other}).ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.WaitForPeersConnected(1, absl::Seconds(30)).ok());
+  common::v1::TaskSpec spec = ScriptTask("ts-mismatch", common::v1::MODE_FEDERATED_SYNC);
+  spec.set_min_participants(1);
+  absl::Status created = cluster.CreateTask(spec);
+  ASSERT_TRUE(created.ok()) << created;
+  auto status = cluster.WaitFor(
+      spec.name(), [](const cv1::TaskStatus& s) { return s.state() == cv1::TASK_STATE_FAILED; },
+      absl::Minutes(1), "the task failing");
+  ASSERT_TRUE(status.ok()) << status.status() << "\n" << cluster.LogTails();
+  EXPECT_THAT(status->message(),
+              AllOf(HasSubstr(spec.torchscript().sha256()),
+                    HasSubstr(*Sha256File(other + "/fashion_mlp.pt")), HasSubstr("SHA-256")));
+  EXPECT_TRUE(cluster.peer(0).process->Running()) << "a refused task must not end the peer";
+}
+
+// Writes the example data sets of `kind` (tabular, images) for 2 peers into DIR/<kind>.
+void MakeExampleData(const std::string& dir, const std::string& kind) {
+  Ran made = RunTool(dir, "example-data", BinDir() + "/shoal-example-data",
+                     {"--out", dir, "--peers", "2", "--kind", kind, "--images-per-peer", "400"});
+  ASSERT_TRUE(made.ok) << made.output;
+}
+
+// Runs `spec` on 2 peers whose data are DATA/peer-0 and DATA/peer-1; returns the final status.
+absl::StatusOr<cv1::TaskStatus> RunOwnData(Cluster& cluster, const std::string& data,
+                                           const common::v1::TaskSpec& spec) {
+  SHOAL_RETURN_IF_ERROR(cluster.StartCoordinator());
+  SHOAL_RETURN_IF_ERROR(cluster.StartAggregator());
+  for (int i = 0; i < 2; ++i) {
+    SHOAL_RETURN_IF_ERROR(cluster.StartOwnDataPeer(i, absl::StrCat(data, "/peer-", i),
+                                                   {"--model-dir=" + ModelsDir()}));
+  }
+  SHOAL_RETURN_IF_ERROR(cluster.WaitForPeersConnected(2, absl::Seconds(30)));
+  SHOAL_RETURN_IF_ERROR(cluster.CreateTask(spec));
+  return cluster.WaitFor(
+      spec.name(), [](const cv1::TaskStatus& s) { return s.state() == cv1::TASK_STATE_COMPLETED; },
+      absl::Minutes(4), "task completion");
+}
+
+// Each peer's own CSV table (string labels, features of very different scales, each peer's
+// classes skewed), standardised by each peer, trained by the exported TorchScript MLP.
+TEST(OwnDataClusterTest, PeersTrainATorchScriptModelOnTheirOwnCsvFiles) {
+  Cluster cluster(TempDir());
+  MakeExampleData(cluster.dir(), "tabular");
+  common::v1::TaskSpec spec = SmallTask("own-csv");
+  spec.set_model("torchscript");
+  spec.mutable_torchscript()->set_file("tabular_mlp.pt");
+  spec.mutable_torchscript()->set_sha256(*Sha256File(ModelsDir() + "/tabular_mlp.pt"));
+  spec.clear_dataset();
+  auto& d = *spec.mutable_dataset();
+  d.set_partition(common::v1::PARTITION_IID);
+  d.set_name("machine-condition");
+  d.set_format(common::v1::DATA_FORMAT_CSV);
+  d.set_train("train.csv");
+  d.set_test("test.csv");
+  d.set_label_column("condition");
+  for (const char* f : {"temperature", "pressure", "vibration", "rpm", "current", "humidity",
+                        "noise_db", "oil_hours"}) {
+    d.add_feature_columns(f);
+  }
+  for (const char* c : {"normal", "worn", "overheating", "misaligned"}) d.add_classes(c);
+  d.set_normalization(common::v1::NORMALIZATION_STANDARDIZE);
+  spec.mutable_optimizer()->set_learning_rate(0.01);
+  spec.set_round_batches(40);
+  spec.set_rounds(5);
+  absl::StatusOr<cv1::TaskStatus> status = RunOwnData(cluster, cluster.dir() + "/tabular", spec);
+  ASSERT_TRUE(status.ok()) << status.status() << "\n" << cluster.LogTails();
+  const cv1::RoundSummary& last = status->history(status->history_size() - 1);
+  EXPECT_GT(last.test_accuracy(), 0.7) << last.ShortDebugString();
+  // The coordinator saw each peer's counts of its own files, never the data.
+  ASSERT_EQ(status->data_size(), 2);
+  for (const cv1::PeerData& p : status->data()) {
+    EXPECT_EQ(p.train_samples(), 1500u) << p.peer_id();
+    EXPECT_EQ(p.test_samples(), 400u) << p.peer_id();
+    ASSERT_EQ(p.label_histogram_size(), 4) << p.peer_id();
+  }
+}
+
+// Each peer's own PNG folders, trained by the built-in CNN.
+TEST(OwnDataClusterTest, PeersTrainOnTheirOwnImageFolders) {
+  Cluster cluster(TempDir());
+  MakeExampleData(cluster.dir(), "images");
+  common::v1::TaskSpec spec = SmallTask("own-images");
+  spec.set_model("cnn");
+  spec.clear_dataset();
+  auto& d = *spec.mutable_dataset();
+  d.set_partition(common::v1::PARTITION_IID);
+  d.set_format(common::v1::DATA_FORMAT_IMAGE_FOLDER);
+  d.set_train("train");
+  d.set_test("test");
+  for (const char* c : {"t-shirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt",
+                        "sneaker", "bag", "ankle-boot"}) {
+    d.add_classes(c);
+  }
+  d.add_image_size(28);
+  d.set_channels(1);
+  d.add_mean(0.2860);
+  d.add_std(0.3530);
+  spec.set_round_batches(12);
+  spec.set_rounds(4);
+  absl::StatusOr<cv1::TaskStatus> status = RunOwnData(cluster, cluster.dir() + "/images", spec);
+  ASSERT_TRUE(status.ok()) << status.status() << "\n" << cluster.LogTails();
+  const cv1::RoundSummary& last = status->history(status->history_size() - 1);
+  EXPECT_GT(last.test_accuracy(), 0.5) << last.ShortDebugString();
+  ASSERT_EQ(status->data_size(), 2);
+  for (const cv1::PeerData& p : status->data()) {
+    EXPECT_EQ(p.train_samples(), 400u) << p.peer_id();
+    EXPECT_EQ(p.test_samples(), 200u) << p.peer_id();
+  }
+}
+
+}  // namespace
+}  // namespace shoal::testing

@@ -1,0 +1,148 @@
+// A task's data set from its DatasetSpec (libs/data/task_data.h): the format's loader, the
+// held-out test split, standardisation with the peer's own or the task's statistics, and the
+// checks that the files fit the task.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "libs/data/task_data.h"
+
+namespace shoal::data {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+class TaskDataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           absl::StrCat("shoal-taskdata-", ::getpid(), "-",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+    // x in 0..9 (label x % 2), y = 100 + 10 x.
+    std::string table = "x,y,label\n";
+    for (int i = 0; i < 10; ++i) absl::StrAppend(&table, i, ",", 100 + 10 * i, ",", i % 2, "\n");
+    Write("train.csv", table);
+    Write("test.csv", "x,y,label\n4,140,0\n5,150,1\n");
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void Write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+  }
+  common::v1::DatasetSpec Csv() const {
+    common::v1::DatasetSpec d;
+    d.set_format(common::v1::DATA_FORMAT_CSV);
+    d.set_train("train.csv");
+    d.set_test("test.csv");
+    d.set_label_column("label");
+    d.set_num_classes(2);
+    d.set_normalization(common::v1::NORMALIZATION_NONE);
+    return d;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(TaskDataTest, ReadsTheFilesFromTheDataDirectory) {
+  absl::StatusOr<TaskData> data = LoadTaskData(Csv(), dir_.string(), 1);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->train.count, 10u);
+  EXPECT_EQ(data->test.count, 2u);
+  EXPECT_FALSE(data->test_held_out);
+  EXPECT_EQ(data->train.sample_shape, (std::vector<int64_t>{2}));
+  EXPECT_EQ(data->test.values, (std::vector<float>{4, 140, 5, 150}));
+  EXPECT_THAT(data->summary, AllOf(HasSubstr("10 training samples"), HasSubstr("2 test")));
+  EXPECT_TRUE(UsesOwnFiles(Csv()));
+  EXPECT_EQ(TaskClassCount(Csv()), 2);
+}
+
+TEST_F(TaskDataTest, StandardisesWithThePeersOwnStatisticsOrTheTasks) {
+  common::v1::DatasetSpec d = Csv();
+  d.set_normalization(common::v1::NORMALIZATION_STANDARDIZE);
+  absl::StatusOr<TaskData> own = LoadTaskData(d, dir_.string(), 1);
+  ASSERT_TRUE(own.ok()) << own.status();
+  // x has mean 4.5 over the training file; the test file is scaled by the same statistics.
+  double mean = 0;
+  for (size_t i = 0; i < own->train.count; ++i) mean += own->train.values[2 * i];
+  EXPECT_NEAR(mean / 10, 0, 1e-6);
+  EXPECT_NEAR(own->test.values[0], (4 - 4.5) / std::sqrt(8.25), 1e-5);
+
+  d.add_mean(0);
+  d.add_mean(100);
+  d.add_std(2);
+  d.add_std(10);
+  absl::StatusOr<TaskData> given = LoadTaskData(d, dir_.string(), 1);
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ(given->test.values, (std::vector<float>{2, 4, 2.5, 5}));
+
+  d.clear_mean();
+  d.clear_std();
+  d.add_mean(0);
+  d.add_std(1);
+  absl::StatusOr<TaskData> wrong = LoadTaskData(d, dir_.string(), 1);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wrong.status().message(), AllOf(HasSubstr("dataset.mean"), HasSubstr("2 features")));
+}
+
+TEST_F(TaskDataTest, WithoutATestFileAFractionIsHeldOutTheSameWayEveryTime) {
+  common::v1::DatasetSpec d = Csv();
+  d.clear_test();
+  d.set_test_fraction(0.3);
+  absl::StatusOr<TaskData> a = LoadTaskData(d, dir_.string(), 7);
+  absl::StatusOr<TaskData> b = LoadTaskData(d, dir_.string(), 7);
+  absl::StatusOr<TaskData> c = LoadTaskData(d, dir_.string(), 8);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_TRUE(a->test_held_out);
+  EXPECT_EQ(a->train.count, 7u);
+  EXPECT_EQ(a->test.count, 3u);
+  EXPECT_EQ(a->test.values, b->test.values);
+  EXPECT_NE(a->test.values, c->test.values);
+  // Together the two sides hold every row once.
+  std::vector<float> xs;
+  for (const Dataset* part : {&a->train, &a->test}) {
+    for (size_t i = 0; i < part->count; ++i) xs.push_back(part->values[2 * i]);
+  }
+  std::sort(xs.begin(), xs.end());
+  EXPECT_EQ(xs, (std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+
+  Dataset one;
+  one.count = 1;
+  one.sample_shape = {1};
+  one.values = {1};
+  one.labels = {0};
+  Dataset test;
+  EXPECT_EQ(HoldOut(one, 0.5, 1, test).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(TaskDataTest, FilesThatDoNotFitTheTaskAreRefusedNamingThem) {
+  Write("other.csv", "x,z,label\n1,2,0\n");
+  common::v1::DatasetSpec d = Csv();
+  d.set_test("other.csv");
+  absl::StatusOr<TaskData> data = LoadTaskData(d, dir_.string(), 1);
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(data.status().message(), AllOf(HasSubstr("other.csv"), HasSubstr("x, z")));
+
+  d = Csv();
+  d.set_num_classes(3);  // the file's labels are 0 and 1 only: the class count is the task's
+  EXPECT_TRUE(LoadTaskData(d, dir_.string(), 1).ok());
+  d.set_num_classes(0);
+  d.add_classes("even");  // string classes, but the file has integer labels
+  d.add_classes("odd");
+  EXPECT_EQ(LoadTaskData(d, dir_.string(), 1).status().code(), absl::StatusCode::kInvalidArgument);
+
+  d = Csv();
+  d.set_train("missing.csv");
+  data = LoadTaskData(d, dir_.string(), 1);
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(data.status().message(), HasSubstr("missing.csv"));
+}
+
+}  // namespace
+}  // namespace shoal::data
