@@ -10,15 +10,7 @@
 // ASan. This target compiles the same headers' implementations into itself instead (the same
 // code: libstb.so is built from them with no options), and the executable's definitions take
 // the place of the shared library's, so the fuzzer steers through, and ASan and UBSan watch,
-// the PNG and JPEG decoders themselves.
-
-#pragma clang diagnostic push
-#pragma clang diagnostic ignored "-Weverything"
-#define STB_IMAGE_IMPLEMENTATION
-#define STB_IMAGE_RESIZE_IMPLEMENTATION
-#include <stb/stb_image.h>
-#include <stb/stb_image_resize.h>
-#pragma clang diagnostic pop
+// the PNG and JPEG decoders themselves (stb_instrumented.cc).
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -144,5 +144,21 @@ TEST_F(TaskDataTest, FilesThatDoNotFitTheTaskAreRefusedNamingThem) {
   EXPECT_THAT(data.status().message(), HasSubstr("missing.csv"));
 }
 
+// Any IDX data set (here Fashion-MNIST's test files, read through the generic IDX loader).
+TEST_F(TaskDataTest, IdxFilesLoadAsImagesWithAHeldOutTestSplit) {
+  common::v1::DatasetSpec d;
+  d.set_format(common::v1::DATA_FORMAT_IDX);
+  d.set_train("t10k-images-idx3-ubyte.gz");
+  d.set_train_labels("t10k-labels-idx1-ubyte.gz");
+  d.set_num_classes(10);
+  d.set_test_fraction(0.1);
+  absl::StatusOr<TaskData> data = LoadTaskData(d, "/usr/share/datasets/fashion-mnist", 3);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->train.count, 9000u);
+  EXPECT_EQ(data->test.count, 1000u);
+  EXPECT_EQ(data->train.sample_shape, (std::vector<int64_t>{1, 28, 28}));
+  EXPECT_EQ(data->train.class_names.size(), 10u);
+}
+
 }  // namespace
 }  // namespace shoal::data
