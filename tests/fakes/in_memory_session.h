@@ -41,6 +41,14 @@ class InMemorySession final : public coordinator::PeerSink,
     std::string id;
     {
       absl::MutexLock lock(&mu_);
+      // The core sends its first events (Welcome, TaskAssigned) from inside Connect(), before
+      // Connect() learns the id: an agent quick to answer them must not send with no id (the
+      // core would drop the message, e.g. the DataReport, and the task would wait for this peer
+      // forever). A real session knows its id from Welcome, before any answer.
+      if (!mu_.AwaitWithTimeout(absl::Condition(this, &InMemorySession::Connected),
+                                absl::Seconds(30))) {
+        return absl::UnavailableError("the session never connected");
+      }
       id = id_;
     }
     (void)core_.OnMessage(id, message);
@@ -58,6 +66,8 @@ class InMemorySession final : public coordinator::PeerSink,
   }
 
  private:
+  bool Connected() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !id_.empty(); }
+
   coordinator::CoordinatorCore& core_;
   absl::Mutex mu_;
   peer::PeerAgent* agent_ ABSL_GUARDED_BY(mu_) = nullptr;
