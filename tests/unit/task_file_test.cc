@@ -18,11 +18,6 @@ using common::v1::TaskSpec;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-std::string DataPath(const std::string& name) {
-  const char* root = std::getenv("SHOAL_SOURCE_DIR");
-  return std::string(root != nullptr ? root : ".") + "/tests/data/tasks/" + name;
-}
-
 TaskSpec ValidSpec() {
   TaskSpec spec = DefaultTaskSpec();
   spec.set_name("ok");

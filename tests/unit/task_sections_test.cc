@@ -24,11 +24,6 @@ using common::v1::TaskSpec;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-std::string DataPath(const std::string& name) {
-  const char* root = std::getenv("SHOAL_SOURCE_DIR");
-  return std::string(root != nullptr ? root : ".") + "/tests/data/tasks/" + name;
-}
-
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;

@@ -4,12 +4,19 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "libs/task/task_file.h"
 
 namespace shoal::task {
+
+// A task file of tests/data/tasks/.
+inline std::string DataPath(const std::string& name) {
+  const char* root = std::getenv("SHOAL_SOURCE_DIR");
+  return std::string(root != nullptr ? root : ".") + "/tests/data/tasks/" + name;
+}
 
 // ParseTaskSpec, then ValidateTaskSpec.
 inline absl::StatusOr<common::v1::TaskSpec> ParseAndValidate(const std::string& text) {
