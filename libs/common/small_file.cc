@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "libs/common/escape.h"
+#include "libs/common/fd.h"
 
 namespace shoal {
 namespace {
@@ -30,20 +31,6 @@ absl::Status TooLarge(const std::string& path, absl::string_view what, absl::str
                                                  size.empty() ? "" : ", ", "over the limit of ",
                                                  DescribeBytes(max_bytes)));
 }
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 }  // namespace
 

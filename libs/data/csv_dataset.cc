@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "libs/common/escape.h"
+#include "libs/common/fd.h"
 #include "libs/common/small_file.h"
 #include "libs/common/status_macros.h"
 
@@ -70,20 +71,6 @@ absl::Status TooLarge(const std::string& shown_path, uint64_t size, bool exact, 
                                                  exact ? "" : "more than ", DescribeBytes(size),
                                                  ", over the limit of ", DescribeBytes(max)));
 }
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // Fills `block` unless the file ends first (so the first block holds a whole BOM); returns the
 // bytes read, 0 at end of file.

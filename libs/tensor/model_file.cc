@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "libs/common/fd.h"
 #include "libs/common/status_macros.h"
 
 namespace shoal::tensor {
@@ -109,23 +110,6 @@ struct FileHeader {
   ModelLayout layout;
   uint64_t value_bytes = 0;
   uint64_t value_digest = 0;
-};
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-
- private:
-  int fd_;
 };
 
 absl::StatusOr<FileHeader> ReadHeader(int fd, const std::string& path, uint64_t file_size) {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "libs/common/status_macros.h"
@@ -22,6 +23,13 @@
 
 namespace shoal::training {
 namespace {
+
+// Drops the gradients rather than zeroing them: the next backward pass then stores its gradients
+// as they come instead of adding them to zeros through a temporary (a model's worth of memory
+// at the peak), and between rounds they take no memory at all.
+void ReleaseGradients(Model& model) {
+  for (auto& [name, value] : model.NamedParameters()) value.mutable_grad() = torch::Tensor();
+}
 
 absl::Status TorchError(const std::string& what, const std::exception& e) {
   std::string msg = e.what();
@@ -261,6 +269,7 @@ absl::StatusOr<TrainStats> Trainer::TrainBatches(uint32_t n,
   const size_t batch = m.options.spec.batch_size();
   TrainStats stats;
   double loss_total = 0;
+  absl::Cleanup release = [&m] { ReleaseGradients(*m.model); };
   try {
     m.model->SetTraining(true);
     for (uint32_t b = 0; b < n; ++b) {
@@ -279,7 +288,7 @@ absl::StatusOr<TrainStats> Trainer::TrainBatches(uint32_t n,
       m.cursor += take;
       torch::Tensor x = m.train_images.index_select(0, idx);
       torch::Tensor y = m.train_labels.index_select(0, idx);
-      m.optimizer->zero_grad();
+      ReleaseGradients(*m.model);
       torch::Tensor loss = TaskLoss(m.options.spec.loss(), m.model->Forward(x), y, m.num_classes);
       loss.backward();
       m.optimizer->step();

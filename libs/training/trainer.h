@@ -99,7 +99,7 @@ class Trainer {
   // smaller than a batch), cycling through the shard: reshuffled with a seed at every epoch, an
   // incomplete last batch of an epoch skipped, the position carried over between calls.
   // `keep_going` is asked before each batch; when it returns false the call stops and returns
-  // CANCELLED.
+  // CANCELLED. The gradients are freed when it returns (they take no memory between calls).
   absl::StatusOr<TrainStats> TrainBatches(uint32_t n, const std::function<bool()>& keep_going);
 
   // Evaluates the current parameters on this shard's test slice (test indices i % N == I).

@@ -33,6 +33,11 @@ ABSL_FLAG(std::string, model_dir, "",
           "FILE is read from here (default: the working directory; with --dpwa-config: the task "
           "file's directory). Each file must be identical to the one the task was created with "
           "(its SHA-256 is checked)");
+ABSL_FLAG(std::string, scratch_dir, "",
+          "where a federated peer keeps the global model on disk while it trains (an unnamed "
+          "file, gone when the peer exits), so that its memory holds only LibTorch's "
+          "parameters, gradients and momentum; keep it on a disk, not a tmpfs (default: $TMPDIR, "
+          "else /tmp)");
 ABSL_FLAG(std::string, shard, "",
           "train on shard I/N (0 <= I < N) of the data in --data-dir, as every peer with the "
           "same files splits it (an experiment); default: all of --data-dir's data is this "
@@ -129,7 +134,8 @@ int main(int argc, char** argv) {
       argc, argv,
       {.program = "shoal-peer",
        .usage = "--coordinator HOST:PORT --data-dir DIR (--tls-dir DIR | --insecure) [--shard I/N] "
-                "[--model-dir DIR] [--listen HOST:PORT] [--advertise HOST:PORT] [--metrics-listen "
+                "[--model-dir DIR] [--scratch-dir DIR] [--listen HOST:PORT] [--advertise "
+                "HOST:PORT] [--metrics-listen "
                 "HOST:PORT] "
                 "[--name ID] [--device cpu|cuda] [--torch-threads N] [--join-token TOKEN] "
                 "[--address-file PATH] [--test-byzantine MODE] [--test-slow-batch MS]\n"
@@ -148,6 +154,7 @@ int main(int argc, char** argv) {
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.model_dir = absl::GetFlag(FLAGS_model_dir);
+  options.scratch_dir = absl::GetFlag(FLAGS_scratch_dir);
   options.name = absl::GetFlag(FLAGS_name);
   options.device = absl::GetFlag(FLAGS_device);
   options.address_file = absl::GetFlag(FLAGS_address_file);

@@ -41,6 +41,9 @@ struct ModeRunnerDeps {
   // `clock`.
   rpc::Wakeup* wakeup = nullptr;
   std::string peer_id;  // this peer
+  // Where the federated modes keep the global model on disk (--scratch-dir; empty: TMPDIR, else
+  // /tmp).
+  std::string scratch_dir;
   // The session token of the latest Welcome (aggregator calls carry it). Null: none.
   std::function<std::string()> session_token;
   // False once the task is over for this peer (TaskFinished or another TaskAssigned queued, the

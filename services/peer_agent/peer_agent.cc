@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "libs/common/heap.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
 #include "libs/data/task_data.h"
@@ -173,6 +174,9 @@ void PeerAgent::WorkerLoop() {
       if (event.ends_task) --queued_task_ending_;
     }
     Handle(event);
+    // An event is a round's step (a download, training and a push): what it freed goes back to
+    // the system, not kept in the heap for a next step that may be far off.
+    ReturnFreeMemory();
   }
   EndRunner();  // runners are destroyed on the worker, before the task's trainer
 }
@@ -332,6 +336,7 @@ void PeerAgent::StartRunner() {
   deps.clock = &clock_;
   deps.wakeup = &wakeup_;
   deps.peer_id = peer_id();
+  deps.scratch_dir = options_.scratch_dir;
   deps.session_token = [this] { return SessionToken(); };
   deps.task_current = [this] { return TaskStillCurrent(); };
   deps.byzantine = options_.byzantine;

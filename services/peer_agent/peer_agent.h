@@ -36,6 +36,9 @@ struct PeerAgentOptions {
   // The peer's data directory (--data-dir): a task of formats idx, csv or image-folder reads
   // its files from here when it is assigned.
   std::string data_dir;
+  // Where the federated modes keep the global model on disk (--scratch-dir; empty: TMPDIR, else
+  // /tmp): ModeRunnerDeps::scratch_dir.
+  std::string scratch_dir;
   size_t max_queued_events = 1024;
   // Test-only (--test-byzantine): handed to every runner; inactive by default.
   ByzantineFault byzantine;

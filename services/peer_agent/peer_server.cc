@@ -11,6 +11,7 @@
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
 #include "libs/rpc/signals.h"
+#include "libs/tensor/spill_file.h"
 #include "libs/training/fashion_mnist.h"
 #include "libs/training/trainer.h"
 #include "services/peer_agent/byzantine.h"
@@ -51,6 +52,8 @@ absl::Status PeerOptions::Validate() const {
         absl::StrCat("--data-dir: ", data_dir, " is not a directory"));
   }
   SHOAL_RETURN_IF_ERROR(Flag("--shard", training::ValidateShardSpec(shard)));
+  // The directory the federated modes will use (AggregatorPeer): checked now, not mid-task.
+  SHOAL_RETURN_IF_ERROR(Flag("--scratch-dir", tensor::SpillFile::Create(scratch_dir).status()));
   if (device != "cpu" && device != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("--device: unknown device \"", device, "\" (known: cpu, cuda)"));
@@ -127,6 +130,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   agent_options.shard = options.shard;
   agent_options.device = options.device;
   agent_options.model_dir = options.model_dir;
+  agent_options.scratch_dir = options.scratch_dir;
   agent_options.data_dir = options.data_dir;
   SHOAL_ASSIGN_OR_RETURN(agent_options.byzantine, ByzantineFault::Parse(options.test_byzantine));
   agent_options.test_slow_batch = options.test_slow_batch;

@@ -31,6 +31,7 @@ struct PeerOptions {
   std::string metrics_listen = "127.0.0.1:0";  // --metrics-listen
   std::string data_dir;                        // --data-dir
   std::string model_dir;                       // --model-dir (TorchScript tasks' files)
+  std::string scratch_dir;                     // --scratch-dir (empty: TMPDIR, else /tmp)
   training::ShardSpec shard;                   // --shard I/N (default 0/1: all of it)
   std::string name;                            // --name (empty: the coordinator picks an id)
   std::string device = "cpu";                  // --device cpu|cuda
@@ -45,8 +46,9 @@ struct PeerOptions {
   absl::Duration test_slow_batch = absl::ZeroDuration();
 
   // Checks every field without connecting anywhere: addresses parse, the data directory exists,
-  // the device exists. Errors are INVALID_ARGUMENT (NOT_FOUND for a
-  // missing data directory) and start with the flag's name, e.g. "--data-dir: ...".
+  // the scratch directory can hold an unnamed file, the device exists. Errors are INVALID_ARGUMENT
+  // (NOT_FOUND for a missing data directory) and start with the flag's name, e.g. "--data-dir:
+  // ...".
   absl::Status Validate() const;
 };
 

@@ -253,13 +253,14 @@ TEST_P(ByzantineTest, PushedDeltaIsTheHonestDeltaTimesTheFactor) {
   }
   EXPECT_GT(norm, 0);  // it trained: the delta is not all zeros
 
-  // What the Byzantine peer keeps and serves is its own honest model.
+  // What the Byzantine peer keeps is its own honest model.
   auto hp = honest.trainer().GetParameters();
   auto bp = byzantine.trainer().GetParameters();
   ASSERT_TRUE(hp.ok() && bp.ok());
   EXPECT_EQ(hp->Digest(), bp->Digest());
-  ASSERT_TRUE(byzantine.store().Latest());
-  EXPECT_EQ(byzantine.store().Latest()->model->Digest(), bp->Digest());
+  // Until the round's model is published a federated-sync peer serves no snapshot: its memory
+  // goes to training (the global model is at the aggregator).
+  EXPECT_FALSE(byzantine.store().Latest());
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ByzantineTest, ::testing::Values("scale:-10", "sign-flip"));

@@ -4,10 +4,12 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/tensor/model_file.h"
+#include "libs/tensor/spill_file.h"
 
 namespace shoal::tensor {
 namespace {
@@ -83,6 +85,41 @@ TEST_F(ModelFileTest, WriteIntoMissingDirectoryFails) {
   absl::Status s = WriteModelFile(Path("no/such/dir/m.bin"), model_);
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("no/such/dir"));
+}
+
+TEST_F(ModelFileTest, SpillFileKeepsValuesAndSubtractsThemInChunks) {
+  auto spill = SpillFile::Create(dir_.string());
+  ASSERT_TRUE(spill.ok()) << spill.status();
+  // Unnamed: nothing appears in the directory.
+  EXPECT_TRUE(std::filesystem::is_empty(dir_));
+  std::vector<float> stored(600'000);  // more than two 1 MiB chunks
+  for (size_t i = 0; i < stored.size(); ++i) stored[i] = 0.5f * static_cast<float>(i % 1000);
+  ASSERT_TRUE(spill->Write(stored).ok());
+  EXPECT_EQ(spill->size(), stored.size());
+  std::vector<float> back(stored.size());
+  ASSERT_TRUE(spill->Read(absl::MakeSpan(back)).ok());
+  EXPECT_EQ(back, stored);
+
+  std::vector<float> values(stored.size());
+  for (size_t i = 0; i < values.size(); ++i) values[i] = stored[i] + 0.25f;
+  ASSERT_TRUE(spill->SubtractFrom(absl::MakeSpan(values)).ok());
+  EXPECT_EQ(values, std::vector<float>(stored.size(), 0.25f));
+
+  // A write replaces what was there, a shorter one too; sizes must match.
+  ASSERT_TRUE(spill->Write(std::vector<float>{1, 2, 3}).ok());
+  EXPECT_EQ(spill->size(), 3u);
+  absl::Status wrong = spill->SubtractFrom(absl::MakeSpan(values));
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wrong.message(), HasSubstr("holds 3 values"));
+  std::vector<float> three(3);
+  ASSERT_TRUE(spill->Read(absl::MakeSpan(three)).ok());
+  EXPECT_EQ(three, (std::vector<float>{1, 2, 3}));
+}
+
+TEST_F(ModelFileTest, SpillFileInAMissingDirectoryNamesIt) {
+  auto spill = SpillFile::Create(Path("missing"));
+  EXPECT_EQ(spill.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(spill.status().message(), HasSubstr(Path("missing")));
 }
 
 }  // namespace

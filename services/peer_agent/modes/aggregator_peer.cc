@@ -62,14 +62,13 @@ void AggregatorPeer::UploadInitialModel(absl::Time deadline) {
     return;
   }
   metrics_.bytes_sent.Increment(static_cast<double>(model->layout.total_bytes()));
-  if (absl::Status s = trainer_.SetParameters(*model); !s.ok()) {
-    LogError("task ", task_, ": ", s.message());
-    deps_.send(MakePeerError(0, s));
+  status = trainer_.SetParameters(*model);
+  if (status.ok()) status = Hold(0, *model);
+  if (!status.ok()) {
+    LogError("task ", task_, ": ", status.message());
+    deps_.send(MakePeerError(0, status));
     return;
   }
-  global_version_ = 0;
-  global_ = *model;
-  params_are_global_ = true;
   snapshots_.Publish(Snapshot{task_, 0, model});
   LogInfo(absl::StrFormat("task %s: initial model uploaded (%d parameters, digest %016x)", task_,
                           model->values.size(), model->Digest()));
@@ -78,14 +77,29 @@ void AggregatorPeer::UploadInitialModel(absl::Time deadline) {
   deps_.send(out);
 }
 
-absl::StatusOr<bool> AggregatorPeer::LoadGlobal(uint64_t version, absl::Time deadline,
-                                                const std::function<bool()>& keep_going) {
+absl::Status AggregatorPeer::Hold(uint64_t version, const tensor::FlatModel& model) {
+  global_version_.reset();
+  if (!global_values_) {
+    SHOAL_ASSIGN_OR_RETURN(tensor::SpillFile file, tensor::SpillFile::Create(deps_.scratch_dir));
+    global_values_.emplace(std::move(file));
+  }
+  SHOAL_RETURN_IF_ERROR(global_values_->Write(model.values));
+  global_layout_ = model.layout;
+  global_version_ = version;
+  params_are_global_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> AggregatorPeer::LoadGlobal(
+    uint64_t version, absl::Time deadline, const std::function<bool()>& keep_going) {
   if (global_version_ == version) {
     if (!params_are_global_) {
-      SHOAL_RETURN_IF_ERROR(trainer_.SetParameters(global_));
+      tensor::FlatModel global{global_layout_, std::vector<float>(global_values_->size())};
+      SHOAL_RETURN_IF_ERROR(global_values_->Read(absl::MakeSpan(global.values)));
+      SHOAL_RETURN_IF_ERROR(trainer_.SetParameters(global));
       params_are_global_ = true;
     }
-    return false;
+    return nullptr;
   }
   const std::string address = address_;
   SHOAL_ASSIGN_OR_RETURN(
@@ -94,18 +108,17 @@ absl::StatusOr<bool> AggregatorPeer::LoadGlobal(uint64_t version, absl::Time dea
       }));
   metrics_.bytes_received.Increment(static_cast<double>(model.layout.total_bytes()));
   SHOAL_RETURN_IF_ERROR(trainer_.SetParameters(model));
-  global_version_ = version;
-  global_ = std::move(model);
-  params_are_global_ = true;
-  return true;
+  SHOAL_RETURN_IF_ERROR(Hold(version, model));
+  return std::make_shared<const tensor::FlatModel>(std::move(model));
 }
 
-std::shared_ptr<tensor::FlatModel> AggregatorPeer::DeltaOf(const tensor::FlatModel& params) const {
-  auto delta = std::make_shared<tensor::FlatModel>();
-  delta->layout = params.layout;
-  delta->values.resize(params.values.size());
-  const std::vector<float>& base = global_.values;
-  for (size_t i = 0; i < delta->values.size(); ++i) delta->values[i] = params.values[i] - base[i];
+absl::StatusOr<std::shared_ptr<tensor::FlatModel>> AggregatorPeer::DeltaOf(
+    tensor::FlatModel params) const {
+  if (!global_version_ || params.layout != global_layout_) {
+    return absl::FailedPreconditionError("no global model of this layout is held");
+  }
+  auto delta = std::make_shared<tensor::FlatModel>(std::move(params));
+  SHOAL_RETURN_IF_ERROR(global_values_->SubtractFrom(absl::MakeSpan(delta->values)));
   // Test-only: a Byzantine peer pushes a corrupted delta; what it keeps is its own model.
   deps_.byzantine.CorruptDelta(delta->values);
   return delta;

@@ -4,6 +4,11 @@
 // the task's aggregator and its address, the caller identity its calls carry, retries, the
 // upload of the initial model and the global model held exactly. The counterpart of the
 // coordinator's AggregatorModeTask.
+//
+// The global model held is kept on disk (a tensor::SpillFile in ModeRunnerDeps::scratch_dir), not
+// in memory: while the peer trains, LibTorch already holds three models' worth (parameters,
+// gradients, momentum), and the global model is needed again only for the delta after training
+// and to start a round again from it.
 
 #include <cstdint>
 #include <functional>
@@ -19,6 +24,7 @@
 #include "libs/common/clock.h"
 #include "libs/rpc/retry.h"
 #include "libs/tensor/flat_model.h"
+#include "libs/tensor/spill_file.h"
 #include "libs/training/trainer.h"
 #include "services/aggregator/aggregator_client.h"
 #include "services/peer_agent/mode_runner.h"
@@ -69,18 +75,18 @@ class AggregatorPeer {
   // PeerError{round 0}.
   void UploadInitialModel(absl::Time deadline);
   // Makes the trainer hold global model `version` exactly: a download (GetModel) unless it is
-  // the one held. True when it downloaded.
-  absl::StatusOr<bool> LoadGlobal(uint64_t version, absl::Time deadline,
-                                  const std::function<bool()>& keep_going);
+  // the one held (then read back from disk if the trainer trained since). Returns the model
+  // downloaded, for the caller to publish as a snapshot without a copy; null when it was held.
+  absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> LoadGlobal(
+      uint64_t version, absl::Time deadline, const std::function<bool()>& keep_going);
   // The trainer trained on: its parameters are no longer the global model held.
   void Trained() { params_are_global_ = false; }
   // Forgets the model held (its version numbers belong to another aggregator now).
   void Forget() { global_version_.reset(); }
   const std::optional<uint64_t>& global_version() const { return global_version_; }
-  const tensor::FlatModel& global() const { return global_; }
-  // The trainer's parameters minus the global model held, corrupted by the test-only Byzantine
-  // fault. `params` are the trainer's parameters.
-  std::shared_ptr<tensor::FlatModel> DeltaOf(const tensor::FlatModel& params) const;
+  // The trainer's parameters `params` minus the global model held, computed in place, corrupted
+  // by the test-only Byzantine fault. Errors: from reading the global model back from disk.
+  absl::StatusOr<std::shared_ptr<tensor::FlatModel>> DeltaOf(tensor::FlatModel params) const;
 
  private:
   const ModeRunnerDeps& deps_;
@@ -93,9 +99,13 @@ class AggregatorPeer {
   const Clock& clock_;
   rpc::Wakeup& wakeup_;
 
+  // Keeps `model` (the trainer's parameters now) as the global model of `version`.
+  absl::Status Hold(uint64_t version, const tensor::FlatModel& model);
+
   std::string address_;
   std::optional<uint64_t> global_version_;
-  tensor::FlatModel global_;
+  tensor::ModelLayout global_layout_;
+  std::optional<tensor::SpillFile> global_values_;  // created at the first Hold()
   bool params_are_global_ = false;  // the trainer's parameters equal global_ (not trained since)
 };
 

@@ -237,7 +237,12 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Iterate(
     return Outcome::kFailed;
   }
   // 4. Push the delta against the version trained from.
-  return Push(version, *stats, peer_.DeltaOf(*params), keep_going);
+  absl::StatusOr<std::shared_ptr<tensor::FlatModel>> delta = peer_.DeltaOf(*std::move(params));
+  if (!delta.ok()) {
+    ReportError(delta.status());
+    return Outcome::kFailed;
+  }
+  return Push(version, *stats, *std::move(delta), keep_going);
 }
 
 FederatedAsyncRunner::Outcome FederatedAsyncRunner::Push(
@@ -288,12 +293,9 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Push(
 absl::Status FederatedAsyncRunner::LoadGlobal(uint64_t version,
                                               const std::function<bool()>& keep_going) {
   SHOAL_ASSIGN_OR_RETURN(
-      bool downloaded,
+      std::shared_ptr<const tensor::FlatModel> downloaded,
       peer_.LoadGlobal(version, clock_.Now() + options_.transfer_budget, keep_going));
-  if (downloaded) {
-    snapshots_.Publish(
-        Snapshot{task_, version, std::make_shared<const tensor::FlatModel>(peer_.global())});
-  }
+  if (downloaded) snapshots_.Publish(Snapshot{task_, version, std::move(downloaded)});
   return absl::OkStatus();
 }
 

@@ -86,11 +86,18 @@ void FederatedSyncRunner::Handle(const CoordinatorEvent& e,
   }
 }
 
-void FederatedSyncRunner::PublishSnapshot(uint64_t version) {
-  absl::StatusOr<tensor::FlatModel> params = trainer_.GetParameters();
-  if (!params.ok()) return;
-  snapshots_.Publish(
-      Snapshot{task_, version, std::make_shared<const tensor::FlatModel>(*std::move(params))});
+void FederatedSyncRunner::PublishSnapshot(uint64_t version,
+                                          std::shared_ptr<const tensor::FlatModel> downloaded) {
+  if (!downloaded) {
+    // The trainer holds the version already: published unless it came from elsewhere.
+    if (std::optional<Snapshot> held = snapshots_.Latest(); held && held->version == version) {
+      return;
+    }
+    absl::StatusOr<tensor::FlatModel> params = trainer_.GetParameters();
+    if (!params.ok()) return;
+    downloaded = std::make_shared<const tensor::FlatModel>(*std::move(params));
+  }
+  snapshots_.Publish(Snapshot{task_, version, std::move(downloaded)});
 }
 
 void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted& m,
@@ -100,6 +107,9 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
                                                        : start + options_.default_round_budget;
   auto keep_going = [&] { return keep_going_event() && clock_.Now() < deadline; };
 
+  // While it trains the peer serves no snapshot: the memory goes to LibTorch's parameters,
+  // gradients and momentum (the global model is at the aggregator, the peer's copy on disk).
+  snapshots_.Clear(peer::v1::SNAPSHOT_KIND_LATEST);
   if (absl::Status s = peer_.LoadGlobal(m.model_version(), deadline, keep_going).status();
       !s.ok()) {
     LogWarning("task ", task_, " round ", m.round(), ": cannot get global model version ",
@@ -124,15 +134,16 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
   metrics_.samples_trained.Increment(static_cast<double>(stats->samples));
   metrics_.train_loss.Set(stats->mean_loss);
 
+  // The delta is computed in place in the one copy of the parameters.
   absl::StatusOr<tensor::FlatModel> params = trainer_.GetParameters();
-  if (!params.ok()) {
-    Send(MakePeerError(m.round(), params.status()));
+  absl::StatusOr<std::shared_ptr<tensor::FlatModel>> delta =
+      params.ok() ? peer_.DeltaOf(*std::move(params)) : params.status();
+  if (!delta.ok()) {
+    LogError("task ", task_, " round ", m.round(), ": ", delta.status().message());
+    Send(MakePeerError(m.round(), delta.status()));
     return;
   }
-  std::shared_ptr<tensor::FlatModel> delta = peer_.DeltaOf(*params);  // what it serves: its own
-  snapshots_.Publish(Snapshot{task_, m.model_version(),
-                              std::make_shared<const tensor::FlatModel>(*std::move(params))});
-  const std::optional<bool> duplicate = Push(m, *stats, std::move(delta), deadline, keep_going);
+  const std::optional<bool> duplicate = Push(m, *stats, *std::move(delta), deadline, keep_going);
   if (!duplicate) return;
 
   metrics_.rounds_completed.Increment();
@@ -184,16 +195,15 @@ std::optional<bool> FederatedSyncRunner::Push(const coordinator::v1::RoundStarte
 }
 
 void FederatedSyncRunner::HandleModelPublished(const coordinator::v1::ModelPublished& m) {
-  absl::Status s = peer_
-                       .LoadGlobal(m.version(), clock_.Now() + options_.model_transfer_budget,
-                                   [this] { return peer_.TaskCurrent(); })
-                       .status();
-  if (!s.ok()) {
+  absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> loaded =
+      peer_.LoadGlobal(m.version(), clock_.Now() + options_.model_transfer_budget,
+                       [this] { return peer_.TaskCurrent(); });
+  if (!loaded.ok()) {
     LogWarning("task ", task_, ": cannot get published model version ", m.version(), ": ",
-               s.message());
+               loaded.status().message());
     return;
   }
-  PublishSnapshot(m.version());
+  PublishSnapshot(m.version(), *std::move(loaded));
   absl::StatusOr<training::EvalStats> eval = trainer_.Evaluate();
   if (!eval.ok()) {
     LogError("task ", task_, ": evaluating version ", m.version(), ": ", eval.status().message());

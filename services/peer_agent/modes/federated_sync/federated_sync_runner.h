@@ -39,15 +39,18 @@ struct FederatedSyncOptions {
 };
 
 // The peer side of one federated-sync task: InitializeModel -> upload the seed's model as
-// version 0 (PutModel), ModelInitialized; RoundStarted -> load the round's global model (GetModel
-// unless held), train round_batches batches, push the delta (PushUpdate: the aggregator tells the
-// coordinator); ModelPublished -> load that version, publish it as the LATEST snapshot, evaluate,
-// EvalReport. A repeated TaskAssigned of the task (the coordinator moved it to another aggregator)
-// switches every following call to the new aggregator address. Aggregator calls are retried on
-// UNAVAILABLE / RESOURCE_EXHAUSTED with capped backoff within the round's deadline (or the
-// transfer budget) through rpc::Retry.
-// Owned by the agent, which makes it through the mode registry; the deps must outlive it.
-// Threading: see ModeRunner (Supersedes() is stateless; everything else on the worker).
+// version 0 (PutModel), ModelInitialized; RoundStarted -> take the LATEST snapshot down, load the
+// round's global model (GetModel unless held), train round_batches batches (which frees the
+// gradients when it ends), push the delta (PushUpdate: the aggregator tells the coordinator);
+// ModelPublished -> load that version, publish it as the LATEST snapshot, evaluate, EvalReport.
+// Memory: LibTorch's parameters, gradients and momentum while training; parameters, momentum and
+// one model (downloaded, or the delta being pushed) otherwise: at most 3x the model
+// (scripts/bench-memory). A repeated TaskAssigned of the task (the coordinator moved it to another
+// aggregator) switches every following call to the new aggregator address. Aggregator calls are
+// retried on UNAVAILABLE / RESOURCE_EXHAUSTED with capped backoff within the round's deadline (or
+// the transfer budget) through rpc::Retry. Owned by the agent, which makes it through the mode
+// registry; the deps must outlive it. Threading: see ModeRunner (Supersedes() is stateless;
+// everything else on the worker).
 class FederatedSyncRunner final : public ModeRunner {
  public:
   // Errors: INVALID_ARGUMENT when a dependency is missing, the options are bad or the task is
@@ -73,7 +76,9 @@ class FederatedSyncRunner final : public ModeRunner {
                            const training::TrainStats& stats,
                            std::shared_ptr<const tensor::FlatModel> delta, absl::Time deadline,
                            const std::function<bool()>& keep_going);
-  void PublishSnapshot(uint64_t version);
+  // Publishes global model `version` as the LATEST snapshot: `downloaded` when the peer just
+  // downloaded it (no copy), else a copy of the trainer's parameters unless it is published.
+  void PublishSnapshot(uint64_t version, std::shared_ptr<const tensor::FlatModel> downloaded);
   void Send(const coordinator::v1::PeerMessage& message) const;
 
   const ModeRunnerDeps deps_;
