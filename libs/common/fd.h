@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <utility>
 
 namespace shoal {
@@ -36,5 +38,14 @@ class Fd {
 
   int fd_ = -1;
 };
+
+// Transfers exactly `size` bytes to or from `fd` at byte `offset` (pread/pwrite), or at the
+// file position when `offset` is kAtPosition (read/write), retrying short transfers and EINTR.
+// Returns 0 when done, the errno of a failed call, or kEndOfFile when the file ends first (reads
+// only); the caller turns that into an error naming its file.
+inline constexpr int64_t kAtPosition = -1;
+inline constexpr int kEndOfFile = -1;
+int ReadFull(int fd, void* data, size_t size, int64_t offset = kAtPosition);
+int WriteFull(int fd, const void* data, size_t size, int64_t offset = kAtPosition);
 
 }  // namespace shoal

@@ -38,6 +38,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   // Short on purpose: after an outage a peer must be back within seconds (session_client.h).
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
   args.SetServiceConfigJSON(kServiceConfig);
   return grpc::CreateCustomChannel(address, std::move(credentials), args);

@@ -33,15 +33,6 @@ std::string FormatName(const DatasetSpec& d) {
   return FriendlyEnumName(*common::v1::DataFormat_descriptor(), d.format());
 }
 
-bool ValidDataName(const std::string& name) {
-  if (name.size() > 63) return false;
-  for (size_t i = 0; i < name.size(); ++i) {
-    const char c = name[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (i > 0 && c == '-'))) return false;
-  }
-  return true;
-}
-
 // The fields of the peer's own files, which Fashion-MNIST tasks must leave out.
 absl::Status NoOwnFileFields(const DatasetSpec& d) {
   const char* used = "used only by formats idx, csv and image-folder";
@@ -94,9 +85,8 @@ absl::Status CheckMeanStd(const DatasetSpec& d, int expected_size, absl::string_
 }
 
 absl::Status ValidateOwnFiles(const DatasetSpec& d) {
-  if (!ValidDataName(d.name())) {
-    return FieldError("name", absl::StrCat("must match [a-z0-9][a-z0-9-]{0,62} (or be left out), "
-                                           "got ",
+  if (!d.name().empty() && !IsValidName(d.name())) {
+    return FieldError("name", absl::StrCat("must match ", kNamePattern, " (or be left out), got ",
                                            QuoteBytes(d.name())));
   }
   const bool csv = d.format() == common::v1::DATA_FORMAT_CSV;
@@ -193,6 +183,15 @@ absl::Status ValidateOwnFiles(const DatasetSpec& d) {
 }
 
 }  // namespace
+
+bool IsValidName(absl::string_view name) {
+  if (name.empty() || name.size() > 63) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (i > 0 && c == '-'))) return false;
+  }
+  return true;
+}
 
 void ApplyDatasetDefaults(DatasetSpec& dataset) {
   if (dataset.format() == common::v1::DATA_FORMAT_UNSPECIFIED) {

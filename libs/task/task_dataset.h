@@ -4,9 +4,14 @@
 // image-folder) with their columns, classes, image size and normalisation.
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "shoal/common/v1/task.pb.h"
 
 namespace shoal::task {
+
+// A task's or a data set's name: [a-z0-9][a-z0-9-]{0,62} (kNamePattern, for messages).
+inline constexpr char kNamePattern[] = "[a-z0-9][a-z0-9-]{0,62}";
+bool IsValidName(absl::string_view name);
 
 // Checks every dataset rule of protos/shoal/common/v1/task.proto. INVALID_ARGUMENT
 // "dataset.<field>: <what>". Part of ValidateTaskSpec.

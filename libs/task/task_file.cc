@@ -302,16 +302,6 @@ class YamlReader {
   bool model_mapping_ = false;  // `model: {torchscript: FILE}` was read
 };
 
-bool ValidName(const std::string& name) {
-  if (name.empty() || name.size() > 63) return false;
-  for (size_t i = 0; i < name.size(); ++i) {
-    const char c = name[i];
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (i > 0 && c == '-');
-    if (!ok) return false;
-  }
-  return true;
-}
-
 absl::Status FieldError(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
@@ -413,9 +403,9 @@ void ApplyTaskDefaults(TaskSpec& spec) {
 
 absl::Status ValidateTaskSpec(const TaskSpec& spec) {
   if (spec.name().empty()) return FieldError("name", "required");
-  if (!ValidName(spec.name())) {
-    return FieldError(
-        "name", absl::StrCat("must match [a-z0-9][a-z0-9-]{0,62}, got ", QuoteBytes(spec.name())));
+  if (!IsValidName(spec.name())) {
+    return FieldError("name",
+                      absl::StrCat("must match ", kNamePattern, ", got ", QuoteBytes(spec.name())));
   }
   if (spec.mode() != common::v1::MODE_FEDERATED_SYNC &&
       spec.mode() != common::v1::MODE_DECENTRALIZED && spec.mode() != common::v1::MODE_GOSSIP &&

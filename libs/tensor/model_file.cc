@@ -68,28 +68,21 @@ class Reader {
 };
 
 absl::Status WriteAll(int fd, const char* data, size_t size, const std::string& path) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, std::min<size_t>(size, size_t{1} << 30));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("cannot write", path);
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
+  if (const int err = WriteFull(fd, data, size); err != 0) {
+    errno = err;
+    return ErrnoError("cannot write", path);
   }
   return absl::OkStatus();
 }
 
 absl::Status ReadAll(int fd, char* data, size_t size, const std::string& path) {
-  while (size > 0) {
-    ssize_t n = ::read(fd, data, std::min<size_t>(size, size_t{1} << 30));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("cannot read", path);
-    }
-    if (n == 0) return absl::DataLossError(absl::StrCat("model file ", path, " is truncated"));
-    data += n;
-    size -= static_cast<size_t>(n);
+  const int err = ReadFull(fd, data, size);
+  if (err == kEndOfFile) {
+    return absl::DataLossError(absl::StrCat("model file ", path, " is truncated"));
+  }
+  if (err != 0) {
+    errno = err;
+    return ErrnoError("cannot read", path);
   }
   return absl::OkStatus();
 }

@@ -44,33 +44,21 @@ absl::StatusOr<SpillFile> SpillFile::Create(const std::string& where) {
 absl::Status SpillFile::Write(absl::Span<const float> values) {
   size_ = 0;
   if (::ftruncate(fd_.get(), 0) != 0) return FileError(errno, dir_, "truncate");
-  const char* p = reinterpret_cast<const char*>(values.data());
-  const size_t total = values.size() * sizeof(float);
-  for (size_t done = 0; done < total;) {
-    const ssize_t n = ::pwrite(fd_.get(), p + done, total - done, static_cast<off_t>(done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return FileError(errno, dir_, "write");
-    }
-    done += static_cast<size_t>(n);
+  if (const int err = WriteFull(fd_.get(), values.data(), values.size() * sizeof(float), 0);
+      err != 0) {
+    return FileError(err, dir_, "write");
   }
   size_ = values.size();
   return absl::OkStatus();
 }
 
 absl::Status SpillFile::ReadAt(size_t first, absl::Span<float> out) const {
-  char* p = reinterpret_cast<char*>(out.data());
-  const size_t total = out.size() * sizeof(float);
-  const size_t offset = first * sizeof(float);
-  for (size_t done = 0; done < total;) {
-    const ssize_t n = ::pread(fd_.get(), p + done, total - done, static_cast<off_t>(offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return FileError(errno, dir_, "read");
-    }
-    if (n == 0) return absl::DataLossError(absl::StrCat("spill file in ", dir_, ": truncated"));
-    done += static_cast<size_t>(n);
+  const int err = ReadFull(fd_.get(), out.data(), out.size() * sizeof(float),
+                           static_cast<int64_t>(first * sizeof(float)));
+  if (err == kEndOfFile) {
+    return absl::DataLossError(absl::StrCat("spill file in ", dir_, ": truncated"));
   }
+  if (err != 0) return FileError(err, dir_, "read");
   return absl::OkStatus();
 }
 

@@ -99,6 +99,27 @@ absl::StatusOr<tensor::FlatModel> Flatten(Model& model, const tensor::ModelLayou
   return out;
 }
 
+// The parameters and, when `layout` is a state layout (StateLayoutOf), then the float buffers.
+absl::StatusOr<tensor::FlatModel> FlattenState(Model& model, const tensor::ModelLayout& layout,
+                                               const tensor::ModelLayout& params_layout) {
+  SHOAL_ASSIGN_OR_RETURN(tensor::FlatModel out, Flatten(model, params_layout));
+  if (layout == params_layout) return out;
+  torch::NoGradGuard no_grad;
+  out.layout = layout;
+  out.values.resize(layout.total_elements());
+  size_t i = params_layout.num_tensors();
+  for (const auto& [name, buffer] : FloatBuffers(model)) {
+    torch::Tensor t = buffer.detach().to(torch::kCPU).contiguous();
+    if (i >= layout.num_tensors() || layout.tensors()[i].NumElements() != t.numel()) {
+      return absl::InternalError("model buffers do not match their layout");
+    }
+    std::memcpy(out.values.data() + layout.offset(i), t.data_ptr<float>(),
+                static_cast<size_t>(t.numel()) * sizeof(float));
+    ++i;
+  }
+  return out;
+}
+
 std::vector<torch::Tensor> Values(const std::vector<std::pair<std::string, torch::Tensor>>& items) {
   std::vector<torch::Tensor> out;
   out.reserve(items.size());
@@ -352,11 +373,16 @@ absl::Status Trainer::SetParameters(const tensor::FlatModel& model) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model has ", model.values.size(), " values, expected ", m.layout.total_elements()));
   }
+  return CopyParametersIn(model.values.data());
+}
+
+absl::Status Trainer::CopyParametersIn(const float* values) {
+  Impl& m = *impl_;
   try {
     torch::NoGradGuard no_grad;
     torch::Tensor all =
-        torch::from_blob(const_cast<float*>(model.values.data()),
-                         {static_cast<int64_t>(model.values.size())}, torch::kFloat32);
+        torch::from_blob(const_cast<float*>(values),
+                         {static_cast<int64_t>(m.layout.total_elements())}, torch::kFloat32);
     // On a GPU the whole model goes to device memory in one copy, then is split there.
     if (!m.device.is_cpu()) all = all.to(m.device);
     size_t i = 0;
@@ -372,10 +398,14 @@ absl::Status Trainer::SetParameters(const tensor::FlatModel& model) {
 }
 
 absl::StatusOr<tensor::FlatModel> Trainer::InitialParameters() const {
+  return InitialState(/*include_buffers=*/false);
+}
+
+absl::StatusOr<tensor::FlatModel> Trainer::InitialState(bool include_buffers) const {
   try {
     SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Model> fresh,
                            LoadModel(impl_->options.spec, impl_->script_path));
-    return Flatten(*fresh, impl_->layout);
+    return FlattenState(*fresh, state_layout(include_buffers), impl_->layout);
   } catch (const std::exception& e) {
     return TorchError("building the initial model", e);
   }
@@ -438,23 +468,11 @@ absl::Status Trainer::ResetOptimizer() {
 }
 
 absl::StatusOr<tensor::FlatModel> Trainer::GetState(bool include_buffers) const {
-  SHOAL_ASSIGN_OR_RETURN(tensor::FlatModel out, GetParameters());
-  if (!include_buffers || impl_->state_layout == impl_->layout) return out;
   try {
-    torch::NoGradGuard no_grad;
-    out.layout = impl_->state_layout;
-    out.values.resize(out.layout.total_elements());
-    size_t i = impl_->layout.num_tensors();
-    for (const auto& [name, buffer] : FloatBuffers(*impl_->model)) {
-      torch::Tensor t = buffer.detach().to(torch::kCPU).contiguous();
-      std::memcpy(out.values.data() + out.layout.offset(i), t.data_ptr<float>(),
-                  static_cast<size_t>(t.numel()) * sizeof(float));
-      ++i;
-    }
+    return FlattenState(*impl_->model, state_layout(include_buffers), impl_->layout);
   } catch (const std::exception& e) {
-    return TorchError("reading buffers", e);
+    return TorchError("reading the model's state", e);
   }
-  return out;
 }
 
 absl::Status Trainer::SetState(const tensor::FlatModel& state) {
@@ -465,11 +483,8 @@ absl::Status Trainer::SetState(const tensor::FlatModel& state) {
         absl::StrCat("model state layout ", state.layout.DebugString(),
                      " does not match this task's model ", m.state_layout.DebugString()));
   }
-  tensor::FlatModel params;
-  params.layout = m.layout;
-  params.values.assign(state.values.begin(), state.values.begin() + static_cast<std::ptrdiff_t>(
-                                                                        m.layout.total_elements()));
-  SHOAL_RETURN_IF_ERROR(SetParameters(params));
+  // The parameters straight from `state` (no copy of them: the model may be large).
+  SHOAL_RETURN_IF_ERROR(CopyParametersIn(state.values.data()));
   try {
     torch::NoGradGuard no_grad;
     size_t i = m.layout.num_tensors();
@@ -507,18 +522,27 @@ absl::Status WriteTorchScript(const common::v1::TaskSpec& spec, const std::strin
   SHOAL_RETURN_IF_ERROR(task::CheckModelFile(spec, script_path));
   SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Model> script, LoadModel(spec, script_path));
   SHOAL_ASSIGN_OR_RETURN(tensor::ModelLayout layout, LayoutOf(*script));
-  if (!(model.layout == layout) || model.values.size() != layout.total_elements()) {
+  SHOAL_ASSIGN_OR_RETURN(tensor::ModelLayout state_layout, StateLayoutOf(*script));
+  const bool with_buffers = model.layout == state_layout && !(layout == state_layout);
+  if (!(model.layout == layout || with_buffers) ||
+      model.values.size() != model.layout.total_elements()) {
     return absl::InvalidArgumentError(absl::StrCat("model layout ", model.layout.DebugString(),
                                                    " does not match the TorchScript file's ",
-                                                   layout.DebugString()));
+                                                   state_layout.DebugString()));
   }
+  // The parameters, then the float buffers (batch-norm statistics) when the model carries them;
+  // otherwise the file's own buffers stay.
   try {
     torch::NoGradGuard no_grad;
     size_t i = 0;
-    for (auto& [name, p] : script->NamedParameters()) {
-      p.copy_(torch::from_blob(const_cast<float*>(model.values.data() + layout.offset(i)),
-                               p.sizes(), torch::kFloat32));
+    auto copy_in = [&](torch::Tensor& t) {
+      t.copy_(torch::from_blob(const_cast<float*>(model.values.data() + model.layout.offset(i)),
+                               t.sizes(), torch::kFloat32));
       ++i;
+    };
+    for (auto& [name, p] : script->NamedParameters()) copy_in(p);
+    if (with_buffers) {
+      for (auto& [name, b] : FloatBuffers(*script)) copy_in(b);
     }
   } catch (const std::exception& e) {
     return TorchError("setting parameters", e);

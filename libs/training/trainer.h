@@ -109,8 +109,11 @@ class Trainer {
   absl::StatusOr<tensor::FlatModel> GetParameters() const;
   // Replaces the parameters. Errors: INVALID_ARGUMENT when `model`'s layout differs.
   absl::Status SetParameters(const tensor::FlatModel& model);
-  // The parameters a fresh model built from spec.seed has (what InitializeModel uploads).
+  // The parameters a fresh model built from spec.seed has.
   absl::StatusOr<tensor::FlatModel> InitialParameters() const;
+  // The same with, when `include_buffers`, the fresh model's float buffers (GetState): what the
+  // federated modes' InitializeModel uploads.
+  absl::StatusOr<tensor::FlatModel> InitialState(bool include_buffers) const;
   // Forgets optimizer state (e.g. momentum).
   absl::Status ResetOptimizer();
   // The optimizer's state and the data position now; Restore() goes back to them (the caller
@@ -118,9 +121,10 @@ class Trainer {
   absl::StatusOr<TrainerProgress> SaveProgress() const;
   absl::Status RestoreProgress(const TrainerProgress& progress);
 
-  // What gossip exchanges: the parameters and, when `include_buffers`, then the model's float
-  // buffers (e.g. batch-norm running statistics) named "buffer:<name>". Without buffers (or for
-  // a model that has none, like today's mlp and cnn) this equals GetParameters().
+  // The parameters and, when `include_buffers`, then the model's float buffers (e.g. batch-norm
+  // running statistics) named "buffer:<name>": what the federated modes exchange through the
+  // aggregator (buffers always) and gossip (GossipSpec.include_buffers). Without buffers (or for
+  // a model that has none, like the built-in mlp and cnn) this equals GetParameters().
   absl::StatusOr<tensor::FlatModel> GetState(bool include_buffers) const;
   // Replaces what GetState() returned; the layout tells whether buffers are included.
   // Errors: INVALID_ARGUMENT when the layout is neither state_layout(false) nor (true).
@@ -139,10 +143,13 @@ class Trainer {
   // Both Create()s end here: the model, the optimizer and the data on the device.
   static absl::StatusOr<std::unique_ptr<Trainer>> Build(const TrainerOptions& options,
                                                         ShardTensors* data);
+  // Copies layout().total_elements() values, in layout() order, into the parameters.
+  absl::Status CopyParametersIn(const float* values);
   std::unique_ptr<Impl> impl_;
 };
 
-// Writes `model`'s parameters into a copy of the task's TorchScript file (found through
+// Writes `model`'s parameters, and its float buffers when its layout carries them (GetState),
+// into a copy of the task's TorchScript file (found through
 // `model_dir` like TrainerOptions::model_dir, and checked against the task's digest) at
 // `out_path`, so that torch.jit.load(out_path) in PyTorch gives the trained model. Errors:
 // FAILED_PRECONDITION a task with a built-in model or a model file with another digest;

@@ -131,7 +131,7 @@ absl::Status Eval(const std::vector<std::string>& files) {
   std::vector<std::string> accuracies;
   for (const std::string& f : files) {
     SHOAL_ASSIGN_OR_RETURN(shoal::tensor::FlatModel m, shoal::tensor::ReadModelFile(f));
-    SHOAL_RETURN_IF_ERROR(trainer->SetParameters(m));
+    SHOAL_RETURN_IF_ERROR(trainer->SetState(m));
     SHOAL_ASSIGN_OR_RETURN(shoal::training::EvalStats e, trainer->Evaluate());
     accuracies.push_back(JsonNumber(e.accuracy()));
     models.push_back(std::move(m));
@@ -141,7 +141,7 @@ absl::Status Eval(const std::vector<std::string>& files) {
   SHOAL_ASSIGN_OR_RETURN(std::vector<float> mean, shoal::gossip::MeanModel(spans));
   SHOAL_ASSIGN_OR_RETURN(double consensus, shoal::gossip::ConsensusDistance(spans));
   shoal::tensor::FlatModel avg{models[0].layout, std::move(mean)};
-  SHOAL_RETURN_IF_ERROR(trainer->SetParameters(avg));
+  SHOAL_RETURN_IF_ERROR(trainer->SetState(avg));
   SHOAL_ASSIGN_OR_RETURN(shoal::training::EvalStats e, trainer->Evaluate());
   std::printf(
       "{\"accuracies\": [%s], \"averaged_accuracy\": %s, \"consensus_distance\": %s, "

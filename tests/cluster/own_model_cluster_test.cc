@@ -64,12 +64,13 @@ Ran RunTool(const std::string& dir, const std::string& name, const std::string& 
   return ran;
 }
 
-common::v1::TaskSpec ScriptTask(const std::string& name, common::v1::Mode mode) {
+common::v1::TaskSpec ScriptTask(const std::string& name, common::v1::Mode mode,
+                                const std::string& file) {
   common::v1::TaskSpec spec = SmallTask(name);
   spec.set_mode(mode);
   spec.set_model("torchscript");
-  spec.mutable_torchscript()->set_file("fashion_mlp.pt");
-  absl::StatusOr<std::string> digest = Sha256File(ModelsDir() + "/fashion_mlp.pt");
+  spec.mutable_torchscript()->set_file(file);
+  absl::StatusOr<std::string> digest = Sha256File(ModelsDir() + "/" + file);
   EXPECT_TRUE(digest.ok()) << digest.status();
   spec.mutable_torchscript()->set_sha256(digest.ok() ? *digest : "");
   spec.set_rounds(3);
@@ -95,7 +96,11 @@ TEST_P(TorchScriptModes, AnExportedModelTrainsAndComesBackAsTorchScript) {
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }
   ASSERT_TRUE(cluster.WaitForPeersConnected(2, absl::Seconds(30)).ok());
-  const common::v1::TaskSpec spec = ScriptTask("ts-model", mode);
+  // Federated-sync trains the CNN with batch normalisation: its running statistics travel
+  // through the aggregator with the parameters and reach the exported file.
+  const std::string file =
+      mode == common::v1::MODE_FEDERATED_SYNC ? "fashion_cnn.pt" : "fashion_mlp.pt";
+  const common::v1::TaskSpec spec = ScriptTask("ts-model", mode, file);
   absl::Status created = cluster.CreateTask(spec);
   ASSERT_TRUE(created.ok()) << created;
   auto status = cluster.WaitFor(
@@ -109,8 +114,8 @@ TEST_P(TorchScriptModes, AnExportedModelTrainsAndComesBackAsTorchScript) {
   }
   if (mode != common::v1::MODE_FEDERATED_SYNC) return;
 
-  // The trained model, as the task's TorchScript file with the trained weights, loads in
-  // PyTorch and differs from the exported one.
+  // The trained model, as the task's TorchScript file with the trained weights and batch-norm
+  // statistics, loads in PyTorch and differs from the exported one in both.
   const std::string out = cluster.dir() + "/trained.pt";
   Ran get = RunTool(
       cluster.dir(), "model-get", BinDir() + "/shoalctl",
@@ -126,8 +131,11 @@ TEST_P(TorchScriptModes, AnExportedModelTrainsAndComesBackAsTorchScript) {
                        "d = sum(float((a - b).abs().sum()) for a, b in zip(m.parameters(), "
                        "o.parameters()))\n"
                        "assert d > 0, d\n"
-                       "print('pytorch loaded the trained model, distance', d)\n",
-                       out, ModelsDir() + "/fashion_mlp.pt"});
+                       "mb, ob = dict(m.named_buffers()), dict(o.named_buffers())\n"
+                       "v = float((mb['bn1.running_var'] - ob['bn1.running_var']).abs().sum())\n"
+                       "assert v > 0, 'batch-norm statistics not carried'\n"
+                       "print('pytorch loaded the trained model, distance', d, 'statistics', v)\n",
+                       out, ModelsDir() + "/" + file});
   EXPECT_TRUE(check.ok) << check.output;
   EXPECT_THAT(check.output, HasSubstr("pytorch loaded the trained model"));
 }
@@ -151,7 +159,8 @@ TEST(OwnModelClusterTest, APeerWithAnotherCopyOfTheModelRefusesNamingBothDigests
   ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
   ASSERT_TRUE(cluster.StartPeer(0, 1, {"--model-dir=" + other}).ok()) << cluster.LogTails();
   ASSERT_TRUE(cluster.WaitForPeersConnected(1, absl::Seconds(30)).ok());
-  common::v1::TaskSpec spec = ScriptTask("ts-mismatch", common::v1::MODE_FEDERATED_SYNC);
+  common::v1::TaskSpec spec =
+      ScriptTask("ts-mismatch", common::v1::MODE_FEDERATED_SYNC, "fashion_mlp.pt");
   spec.set_min_participants(1);
   absl::Status created = cluster.CreateTask(spec);
   ASSERT_TRUE(created.ok()) << created;

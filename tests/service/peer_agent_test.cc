@@ -8,10 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,7 +21,6 @@
 #include "libs/training/trainer.h"
 #include "services/aggregator/aggregator_server.h"
 #include "services/peer_agent/peer_server.h"
-#include "services/shoalctl/process.h"
 #include "shoal/aggregator/v1/aggregator.grpc.pb.h"
 #include "shoal/coordinator/v1/registry.grpc.pb.h"
 #include "shoal/coordinator/v1/session.grpc.pb.h"
@@ -459,146 +454,6 @@ TEST_F(PeerAgentTest, ConnectsToACoordinatorThatStartsLater) {
   ASSERT_TRUE(hello);
   EXPECT_EQ(hello->name(), "peer-a");
   peer_.reset();
-}
-
-// --- the shoal-peer binary ---
-
-std::string PeerBinary() {
-  std::vector<std::string> candidates;
-  if (const char* bin = std::getenv("SHOAL_BIN_DIR")) {
-    candidates.push_back(std::string(bin) + "/shoal-peer");
-  }
-  for (const auto& c : candidates) {
-    if (std::filesystem::exists(c)) return c;
-  }
-  return "";
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Starts the binary with `args`, its output going to `log_path`. The returned Process stops
-// the child when destroyed, so an assertion that ends the test early leaves nothing running.
-std::unique_ptr<process::Process> StartPeerBinary(const std::vector<std::string>& args,
-                                                  const std::string& log_path) {
-  process::ProcessOptions options;
-  options.name = "shoal-peer";
-  options.binary = PeerBinary();
-  options.args = args;
-  options.log_path = log_path;
-  auto p = process::Process::Start(std::move(options));
-  EXPECT_TRUE(p.ok()) << p.status();
-  return p.ok() ? *std::move(p) : nullptr;
-}
-
-struct ProcessResult {
-  int exit_code = -1;  // -1: did not exit by itself in time, or was killed by a signal
-  std::string stderr_text;
-};
-
-// Runs the binary with `args`, waits up to `timeout`, returns its exit code and output.
-ProcessResult RunPeer(const std::vector<std::string>& args, absl::Duration timeout) {
-  ProcessResult result;
-  auto dir = process::MakeTempDir("", "shoal-peer-test-");
-  if (!dir.ok()) {
-    ADD_FAILURE() << dir.status();
-    return result;
-  }
-  const std::string log_path = *dir + "/peer.log";
-  if (std::unique_ptr<process::Process> p = StartPeerBinary(args, log_path)) {
-    absl::StatusOr<process::ExitStatus> exit = p->Wait(timeout);
-    if (!exit.ok()) {
-      ADD_FAILURE() << "shoal-peer did not exit within " << timeout;
-      p->Stop(absl::ZeroDuration());
-    } else if (!exit->signaled) {
-      result.exit_code = exit->code;
-    }
-  }
-  result.stderr_text = ReadFile(log_path);
-  std::filesystem::remove_all(*dir);
-  return result;
-}
-
-class PeerBinaryTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (PeerBinary().empty()) GTEST_FAIL() << "shoal-peer not found via SHOAL_BIN_DIR";
-  }
-};
-
-TEST_F(PeerBinaryTest, BadFlagsExitTwoNamingTheFlag) {
-  struct Case {
-    std::vector<std::string> args;
-    std::string flag;
-  };
-  const std::string ok_coord = "--coordinator=127.0.0.1:1";
-  const std::string ok_data = std::string("--data-dir=") + kDataDir;
-  std::vector<Case> cases = {
-      {{ok_coord, ok_data, "--shard=4/4"}, "--shard"},
-      {{ok_coord, ok_data, "--shard=1/0"}, "--shard"},
-      {{ok_coord, ok_data, "--shard=x"}, "--shard"},
-      {{ok_coord, "--data-dir=/nonexistent/data", "--shard=0/4"}, "--data-dir"},
-      {{ok_coord, "--data-dir=/etc/hostname", "--shard=0/4"}, "--data-dir"},
-      {{ok_coord, "--shard=0/4", "--insecure"}, "--data-dir"},
-      {{ok_coord, ok_data, "--shard=0/4", "--device=tpu"}, "--device"},
-      {{ok_data, "--shard=0/4"}, "--coordinator"},
-      {{"--coordinator=nonsense", ok_data, "--shard=0/4"}, "--coordinator"},
-      {{ok_coord, ok_data, "--shard=0/4"}, "--tls-dir"},  // neither --tls-dir nor --insecure
-      {{ok_coord, ok_data, "--shard=0/4", "--tls-dir=/nonexistent"}, "--tls-dir"},
-      {{ok_coord, ok_data, "--shard=0/4", "--tls-dir=/tmp", "--insecure"}, "--insecure"},
-      {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--advertise=nonsense"}, "--advertise"},
-      {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--advertise=127.0.0.1:0"}, "--advertise"},
-      {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--test-byzantine=scale:x"},
-       "--test-byzantine"},
-      {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--test-slow-batch=-5"},
-       "--test-slow-batch"},
-  };
-  for (const Case& c : cases) {
-    ProcessResult r = RunPeer(c.args, absl::Seconds(30));
-    EXPECT_EQ(r.exit_code, 2) << c.flag << ": " << r.stderr_text;
-    EXPECT_THAT(r.stderr_text, HasSubstr(c.flag));
-    // One clear line.
-    EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << r.stderr_text;
-  }
-}
-
-TEST_F(PeerBinaryTest, UnknownModelReportsAnErrorAndExitsNonZero) {
-  FakeCoordinatorServer coordinator;
-  ASSERT_TRUE(coordinator.server);
-  auto dir = process::MakeTempDir("", "shoal-peer-test-");
-  ASSERT_TRUE(dir.ok()) << dir.status();
-  const std::string log_path = *dir + "/peer.log";
-  // No thread: the child runs on its own while this thread plays the coordinator, and `peer`
-  // stops it on every way out of the test (it used to be a thread writing into this frame's
-  // locals after an ASSERT had returned).
-  std::unique_ptr<process::Process> peer =
-      StartPeerBinary({"--coordinator=" + coordinator.address(), "--listen=127.0.0.1:0",
-                       "--metrics-listen=127.0.0.1:0", std::string("--data-dir=") + kDataDir,
-                       "--shard=0/1", "--name=peer-bad", "--insecure"},
-                      log_path);
-  ASSERT_NE(peer, nullptr);
-  auto hello = coordinator.service.WaitHello(1, kWait);
-  ASSERT_TRUE(hello) << ReadFile(log_path);
-  CoordinatorEvent e;
-  common::v1::TaskSpec spec = SmallTask("resnet");
-  *e.mutable_task_assigned()->mutable_spec() = spec;
-  e.mutable_task_assigned()->set_aggregator_address("127.0.0.1:1");
-  ASSERT_TRUE(coordinator.service.Write(e));
-  auto error = coordinator.service.Take(PeerMessage::kError, kWait);
-  ASSERT_TRUE(error) << ReadFile(log_path);
-  EXPECT_EQ(error->task(), "small");
-  EXPECT_THAT(error->error().message(), HasSubstr("unknown model \"resnet\""));
-  absl::StatusOr<process::ExitStatus> exit = peer->Wait(kWait);
-  ASSERT_TRUE(exit.ok()) << "shoal-peer did not exit: " << exit.status();
-  EXPECT_FALSE(exit->signaled) << exit->ToString();
-  EXPECT_NE(exit->code, 0);
-  EXPECT_THAT(ReadFile(log_path),
-              HasSubstr("unknown model \"resnet\" (known: cnn, mlp, wide-mlp, torchscript)"));
-  std::filesystem::remove_all(*dir);
 }
 
 }  // namespace

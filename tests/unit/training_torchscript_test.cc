@@ -202,5 +202,56 @@ TEST_F(TorchScriptTest, TrainedWeightsWriteBackAsATorchScriptFile) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(TorchScriptTest, BatchNormStatisticsTravelWithTheStateIntoTheWrittenFile) {
+  // What the federated modes upload first: a fresh model's parameters and float buffers.
+  TrainerOptions o = ScriptOptions("fashion_cnn.pt");
+  absl::StatusOr<std::unique_ptr<Trainer>> t = Create(o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<tensor::FlatModel> initial = (*t)->InitialState(/*include_buffers=*/true);
+  ASSERT_TRUE(initial.ok()) << initial.status();
+  const tensor::ModelLayout& state = (*t)->state_layout(/*include_buffers=*/true);
+  ASSERT_EQ(initial->layout, state);
+  const size_t running_var = [&] {
+    for (size_t i = 0; i < state.num_tensors(); ++i) {
+      if (state.tensors()[i].name == "buffer:bn1.running_var") return i;
+    }
+    return state.num_tensors();
+  }();
+  ASSERT_LT(running_var, state.num_tensors());
+  EXPECT_EQ(initial->values[state.offset(running_var)], 1.0f);  // a fresh BatchNorm's variance
+
+  // Trained, the statistics move; written with the state, the file evaluates like the trainer.
+  ASSERT_TRUE((*t)->TrainBatches(40, nullptr).ok());
+  absl::StatusOr<tensor::FlatModel> trained = (*t)->GetState(/*include_buffers=*/true);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  EXPECT_NE(trained->values[state.offset(running_var)], 1.0f);
+  absl::StatusOr<EvalStats> before = (*t)->Evaluate();
+  ASSERT_TRUE(before.ok());
+  const std::string out = (tmp_ / "trained_bn.pt").string();
+  ASSERT_TRUE(WriteTorchScript(o.spec, o.model_dir, *trained, out).ok());
+  TrainerOptions reloaded = o;
+  reloaded.model_dir = tmp_.string();
+  reloaded.spec.mutable_torchscript()->set_file("trained_bn.pt");
+  absl::StatusOr<std::string> digest = Sha256File(out);
+  ASSERT_TRUE(digest.ok());
+  reloaded.spec.mutable_torchscript()->set_sha256(*digest);
+  absl::StatusOr<std::unique_ptr<Trainer>> r = Create(reloaded);
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<tensor::FlatModel> read_back = (*r)->GetState(/*include_buffers=*/true);
+  ASSERT_TRUE(read_back.ok());
+  EXPECT_EQ(read_back->values, trained->values);
+  absl::StatusOr<EvalStats> after = (*r)->Evaluate();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->correct, before->correct);
+
+  // SetState takes the state back into another trainer: same evaluation.
+  absl::StatusOr<std::unique_ptr<Trainer>> fresh = Create(o);
+  ASSERT_TRUE(fresh.ok());
+  ASSERT_TRUE((*fresh)->SetState(*trained).ok());
+  absl::StatusOr<EvalStats> set = (*fresh)->Evaluate();
+  ASSERT_TRUE(set.ok());
+  EXPECT_EQ(set->correct, before->correct);
+}
+
 }  // namespace
 }  // namespace shoal::training

@@ -42,7 +42,7 @@ aggregator::Caller AggregatorPeer::Me() const {
 bool AggregatorPeer::TaskCurrent() const { return !deps_.task_current || deps_.task_current(); }
 
 void AggregatorPeer::UploadInitialModel(absl::Time deadline) {
-  absl::StatusOr<tensor::FlatModel> init = trainer_.InitialParameters();
+  absl::StatusOr<tensor::FlatModel> init = trainer_.InitialState(/*include_buffers=*/true);
   absl::Status status = init.status();
   std::shared_ptr<const tensor::FlatModel> model;
   if (status.ok()) {
@@ -62,7 +62,7 @@ void AggregatorPeer::UploadInitialModel(absl::Time deadline) {
     return;
   }
   metrics_.bytes_sent.Increment(static_cast<double>(model->layout.total_bytes()));
-  status = trainer_.SetParameters(*model);
+  status = trainer_.SetState(*model);
   if (status.ok()) status = Hold(0, *model);
   if (!status.ok()) {
     LogError("task ", task_, ": ", status.message());
@@ -96,7 +96,7 @@ absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> AggregatorPeer::LoadGlo
     if (!params_are_global_) {
       tensor::FlatModel global{global_layout_, std::vector<float>(global_values_->size())};
       SHOAL_RETURN_IF_ERROR(global_values_->Read(absl::MakeSpan(global.values)));
-      SHOAL_RETURN_IF_ERROR(trainer_.SetParameters(global));
+      SHOAL_RETURN_IF_ERROR(trainer_.SetState(global));
       params_are_global_ = true;
     }
     return nullptr;
@@ -107,7 +107,7 @@ absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> AggregatorPeer::LoadGlo
         return aggregator_.GetModel(address, task_, version, Me(), attempt_deadline);
       }));
   metrics_.bytes_received.Increment(static_cast<double>(model.layout.total_bytes()));
-  SHOAL_RETURN_IF_ERROR(trainer_.SetParameters(model));
+  SHOAL_RETURN_IF_ERROR(trainer_.SetState(model));
   SHOAL_RETURN_IF_ERROR(Hold(version, model));
   return std::make_shared<const tensor::FlatModel>(std::move(model));
 }

@@ -231,7 +231,7 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Iterate(
   }
   metrics_.samples_trained.Increment(static_cast<double>(stats->samples));
   metrics_.train_loss.Set(stats->mean_loss);
-  absl::StatusOr<tensor::FlatModel> params = trainer_.GetParameters();
+  absl::StatusOr<tensor::FlatModel> params = trainer_.GetState(/*include_buffers=*/true);
   if (!params.ok()) {
     ReportError(params.status());
     return Outcome::kFailed;

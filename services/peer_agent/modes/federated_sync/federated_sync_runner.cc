@@ -93,7 +93,7 @@ void FederatedSyncRunner::PublishSnapshot(uint64_t version,
     if (std::optional<Snapshot> held = snapshots_.Latest(); held && held->version == version) {
       return;
     }
-    absl::StatusOr<tensor::FlatModel> params = trainer_.GetParameters();
+    absl::StatusOr<tensor::FlatModel> params = trainer_.GetState(/*include_buffers=*/true);
     if (!params.ok()) return;
     downloaded = std::make_shared<const tensor::FlatModel>(*std::move(params));
   }
@@ -135,7 +135,7 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
   metrics_.train_loss.Set(stats->mean_loss);
 
   // The delta is computed in place in the one copy of the parameters.
-  absl::StatusOr<tensor::FlatModel> params = trainer_.GetParameters();
+  absl::StatusOr<tensor::FlatModel> params = trainer_.GetState(/*include_buffers=*/true);
   absl::StatusOr<std::shared_ptr<tensor::FlatModel>> delta =
       params.ok() ? peer_.DeltaOf(*std::move(params)) : params.status();
   if (!delta.ok()) {
