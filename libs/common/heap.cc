@@ -1,6 +1,9 @@
 #include "libs/common/heap.h"
 
 #include <malloc.h>
+#include <sys/mman.h>
+
+#include <cstdint>
 
 namespace shoal {
 
@@ -8,6 +11,15 @@ void ReturnFreeMemory() {
 #ifdef __GLIBC__
   malloc_trim(0);
 #endif
+}
+
+void AdviseHugePages(void* data, size_t bytes) {
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHugePage - 1);
+  if (end <= begin) return;
+  // Advice only: where the kernel has no transparent huge pages it fails, and nothing changes.
+  (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 }
 
 }  // namespace shoal

@@ -99,41 +99,65 @@ grpc::ServerWriteReactor<ModelChunk>* MakeFailedModelWriteReactor(const grpc::St
   return new FailedModelWriteReactor(status);
 }
 
-absl::StatusOr<tensor::ReceivedModel> ReadModelStream(
-    grpc::ClientReaderInterface<ModelChunk>& reader, const tensor::DecoderLimits& limits,
-    grpc::ClientContext* context) {
-  ModelChunk chunk;
-  absl::Status local;
-  tensor::ReceivedModel received;
-  std::optional<tensor::FrameDecoder> decoder;
-  if (!reader.Read(&chunk)) {
-    grpc::Status status = reader.Finish();
-    if (!status.ok()) return FromGrpcStatus(status);
-    return absl::InvalidArgumentError("model stream ended before its ModelMeta");
-  }
-  if (chunk.item_case() != ModelChunk::kMeta) {
-    local = absl::InvalidArgumentError("model stream does not start with a ModelMeta");
-  } else {
-    received.meta = chunk.meta();
-    auto d = tensor::FrameDecoder::ForMeta(received.meta, limits, /*require_finite=*/false);
-    if (d.ok()) {
-      decoder.emplace(*std::move(d));
-    } else {
-      local = d.status();
+namespace {
+
+// A model stream's state on the reading side: the ModelMeta first, then frames.
+class ModelStreamSink {
+ public:
+  explicit ModelStreamSink(const tensor::DecoderLimits& limits) : limits_(limits) {}
+
+  absl::Status Add(const ModelChunk& chunk) {
+    if (!decoder_.has_value()) {
+      if (chunk.item_case() != ModelChunk::kMeta) return NoMeta();
+      received_.meta = chunk.meta();
+      auto d = tensor::FrameDecoder::ForMeta(received_.meta, limits_, /*require_finite=*/false);
+      if (!d.ok()) return d.status();
+      decoder_.emplace(*std::move(d));
+      return absl::OkStatus();
     }
-  }
-  while (local.ok() && reader.Read(&chunk)) {
     if (chunk.item_case() != ModelChunk::kFrame) {
-      local = absl::InvalidArgumentError("model stream carries a second ModelMeta");
-      break;
+      return absl::InvalidArgumentError("model stream carries a second ModelMeta");
     }
-    local = decoder->Add(chunk.frame());
+    return decoder_->Add(chunk.frame());
   }
+  absl::Status AddChunkParts(absl::Span<const absl::string_view> parts) {
+    if (!decoder_.has_value()) return NoMeta();
+    return decoder_->AddChunkParts(parts);
+  }
+  absl::StatusOr<tensor::ReceivedModel> Finish() && {
+    if (!decoder_.has_value()) {
+      return absl::InvalidArgumentError("model stream ended before its ModelMeta");
+    }
+    auto model = std::move(*decoder_).Finish();
+    if (!model.ok()) return model.status();
+    received_.model = *std::move(model);
+    return std::move(received_);
+  }
+
+ private:
+  static absl::Status NoMeta() {
+    return absl::InvalidArgumentError("model stream does not start with a ModelMeta");
+  }
+
+  const tensor::DecoderLimits limits_;
+  tensor::ReceivedModel received_;
+  std::optional<tensor::FrameDecoder> decoder_;
+};
+
+// Reads `reader` to the end through `feed(message, sink)`; see ReadModelStream.
+template <typename Message, typename Feed>
+absl::StatusOr<tensor::ReceivedModel> ReadAll(grpc::ClientReaderInterface<Message>& reader,
+                                              const tensor::DecoderLimits& limits,
+                                              grpc::ClientContext* context, Feed feed) {
+  ModelStreamSink sink(limits);
+  Message message;
+  absl::Status local;
+  while (local.ok() && reader.Read(&message)) local = feed(message, sink);
   if (!local.ok()) {
     if (context != nullptr) {
       context->TryCancel();
     } else {
-      while (reader.Read(&chunk)) {
+      while (reader.Read(&message)) {
       }
     }
     reader.Finish();
@@ -141,10 +165,49 @@ absl::StatusOr<tensor::ReceivedModel> ReadModelStream(
   }
   grpc::Status status = reader.Finish();
   if (!status.ok()) return FromGrpcStatus(status);
-  auto model = std::move(*decoder).Finish();
-  if (!model.ok()) return model.status();
-  received.model = *std::move(model);
-  return received;
+  return std::move(sink).Finish();
+}
+
+}  // namespace
+
+absl::StatusOr<tensor::ReceivedModel> ReadModelStream(
+    grpc::ClientReaderInterface<ModelChunk>& reader, const tensor::DecoderLimits& limits,
+    grpc::ClientContext* context) {
+  return ReadAll(reader, limits, context,
+                 [](const ModelChunk& chunk, ModelStreamSink& sink) { return sink.Add(chunk); });
+}
+
+absl::StatusOr<tensor::ReceivedModel> ReadModelStream(
+    grpc::ClientReaderInterface<grpc::ByteBuffer>& reader, const tensor::DecoderLimits& limits,
+    grpc::ClientContext* context) {
+  std::vector<grpc::Slice> slices;
+  std::vector<absl::string_view> parts;
+  ModelChunk chunk;
+  return ReadAll(reader, limits, context, [&](grpc::ByteBuffer& message, ModelStreamSink& sink) {
+    if (ParseChunkMessage(message, &slices, &parts)) {
+      absl::Status s = sink.AddChunkParts(parts);
+      slices.clear();
+      parts.clear();
+      return s;
+    }
+    grpc::Status parsed =
+        grpc::GenericDeserialize<grpc::ProtoBufferReader, ModelChunk>(&message, &chunk);
+    if (!parsed.ok()) return absl::InvalidArgumentError("cannot parse ModelChunk");
+    return sink.Add(chunk);
+  });
+}
+
+std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> OpenRawReader(
+    grpc::ChannelInterface& channel, const char* method, grpc::ClientContext& context,
+    const google::protobuf::MessageLite& request) {
+  grpc::ByteBuffer bytes;
+  bool own = false;
+  grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::MessageLite>(request, &bytes,
+                                                                                 &own);
+  const grpc::internal::RpcMethod rpc_method(method, grpc::internal::RpcMethod::SERVER_STREAMING);
+  return std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>>(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(&channel, rpc_method, &context,
+                                                                    bytes));
 }
 
 absl::Status WritePutModel(grpc::ClientWriterInterface<aggregator::v1::PutModelRequest>& writer,
@@ -231,7 +294,128 @@ void ReleaseModelRef(void* user_data) {
   delete static_cast<std::shared_ptr<const tensor::FlatModel>*>(user_data);
 }
 
+grpc::ByteBuffer Serialize(const google::protobuf::MessageLite& m) {
+  grpc::ByteBuffer bb;
+  bool own = false;
+  grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::MessageLite>(m, &bb, &own);
+  return bb;
+}
+
+// Tensors at least this large are hashed on a helper thread, one ahead of the send.
+constexpr size_t kAsyncDigestBytes = 4 << 20;
+
 }  // namespace
+
+ZeroCopyFrames::ZeroCopyFrames(std::shared_ptr<const tensor::FlatModel> model, size_t chunk_bytes)
+    : model_(std::move(model)),
+      chunk_(chunk_bytes == 0 ? tensor::kDefaultChunkBytes
+                              : std::min(chunk_bytes, tensor::kMaxChunkBytes)) {
+  if (model_->layout.num_tensors() > 0) StartDigest(0);
+}
+
+ZeroCopyFrames::~ZeroCopyFrames() {
+  if (next_digest_.valid()) next_digest_.wait();
+}
+
+absl::string_view ZeroCopyFrames::TensorBytes(size_t t) const {
+  const tensor::FlatModel& m = *model_;
+  return absl::string_view(
+      reinterpret_cast<const char*>(m.values.data() + m.layout.offset(t)),
+      static_cast<size_t>(m.layout.tensors()[t].NumElements()) * sizeof(float));
+}
+
+void ZeroCopyFrames::StartDigest(size_t t) {
+  const absl::string_view bytes = TensorBytes(t);
+  next_digest_ =
+      std::async(bytes.size() >= kAsyncDigestBytes ? std::launch::async : std::launch::deferred,
+                 [bytes] { return tensor::DigestBytes(bytes.data(), bytes.size()); });
+}
+
+bool ZeroCopyFrames::Next(grpc::ByteBuffer* message) {
+  const tensor::ModelLayout& layout = model_->layout;
+  if (tensor_ >= layout.num_tensors()) return false;
+  const absl::string_view bytes = TensorBytes(tensor_);
+  if (!header_sent_) {
+    const tensor::TensorSpec& spec = layout.tensors()[tensor_];
+    const uint64_t digest = next_digest_.get();
+    if (tensor_ + 1 < layout.num_tensors()) StartDigest(tensor_ + 1);
+    ModelChunk frame;  // same wire shape as PutModelRequest and PushUpdateRequest
+    common::v1::TensorHeader* header = frame.mutable_frame()->mutable_header();
+    header->set_name(spec.name);
+    header->set_dtype(common::v1::DTYPE_FLOAT32);
+    header->mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
+    header->set_encoding(common::v1::ENCODING_RAW);
+    header->set_size_bytes(bytes.size());
+    header->set_digest_xxh3(digest);
+    *message = Serialize(frame);
+    header_sent_ = true;
+    offset_ = 0;
+  } else {
+    const size_t n = std::min(chunk_, bytes.size() - offset_);
+    uint8_t head[24];
+    size_t pos = 0;
+    head[pos++] = kFrameFieldTag;
+    uint8_t varint[10];
+    const size_t varint_len = PutVarint(n, varint);
+    pos += PutVarint(1 + varint_len + n, head + pos);
+    head[pos++] = kChunkFieldTag;
+    std::memcpy(head + pos, varint, varint_len);
+    pos += varint_len;
+    grpc::Slice slices[2] = {
+        grpc::Slice(head, pos),
+        grpc::Slice(const_cast<char*>(bytes.data() + offset_), n, &ReleaseModelRef,
+                    new std::shared_ptr<const tensor::FlatModel>(model_))};
+    *message = grpc::ByteBuffer(slices, 2);
+    offset_ += n;
+  }
+  if (offset_ == bytes.size()) {  // the header of an empty tensor, or its last chunk
+    ++tensor_;
+    header_sent_ = false;
+  }
+  return true;
+}
+
+RawModelWriteReactor::RawModelWriteReactor(std::shared_ptr<const tensor::FlatModel> model,
+                                           const ModelMeta& meta, DoneCallback on_done,
+                                           size_t chunk_bytes)
+    : frames_(std::move(model), chunk_bytes), on_done_(std::move(on_done)) {
+  ModelChunk first;
+  *first.mutable_meta() = meta;
+  message_ = Serialize(first);
+  pending_bytes_ = message_.Length();
+  StartWrite(&message_);
+}
+
+void RawModelWriteReactor::OnWriteDone(bool ok) {
+  if (!ok) {
+    // The client went away or the call was cancelled; the status is not delivered anyway.
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED, "model stream write failed"));
+    return;
+  }
+  bytes_sent_ += pending_bytes_;
+  if (!frames_.Next(&message_)) {
+    completed_ = true;
+    Finish(grpc::Status::OK);
+    return;
+  }
+  pending_bytes_ = message_.Length();
+  StartWrite(&message_);
+}
+
+void RawModelWriteReactor::OnDone() {
+  if (on_done_) on_done_(bytes_sent_, completed_);
+  delete this;
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* MakeFailedRawModelWriteReactor(
+    const grpc::Status& status) {
+  class Failed : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+   public:
+    explicit Failed(const grpc::Status& status) { Finish(status); }
+    void OnDone() override { delete this; }
+  };
+  return new Failed(status);
+}
 
 absl::Status WriteModelZeroCopy(grpc::ChannelInterface& channel, const char* method,
                                 grpc::ClientContext& context,
@@ -243,68 +427,10 @@ absl::Status WriteModelZeroCopy(grpc::ChannelInterface& channel, const char* met
   std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
       grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(&channel, rpc_method, &context,
                                                                     &reply));
-  auto serialize = [](const google::protobuf::MessageLite& m) {
-    grpc::ByteBuffer bb;
-    bool own = false;
-    grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::MessageLite>(m, &bb, &own);
-    return bb;
-  };
-  bool ok = writer->Write(serialize(first_message));
-  const tensor::FlatModel& m = *model;
-  const size_t chunk =
-      chunk_bytes == 0 ? tensor::kDefaultChunkBytes : std::min(chunk_bytes, tensor::kMaxChunkBytes);
-  auto tensor_bytes = [&m](size_t t) {
-    return absl::string_view(
-        reinterpret_cast<const char*>(m.values.data() + m.layout.offset(t)),
-        static_cast<size_t>(m.layout.tensors()[t].NumElements()) * sizeof(float));
-  };
-  // A header carries its tensor's digest, so hashing a tensor would stall the stream before
-  // its chunks. Large tensors are hashed one ahead on a helper thread instead, overlapping the
-  // send of the previous tensor. (The future joins on destruction, also on an early exit;
-  // `model` keeps the memory alive until then.)
-  constexpr size_t kAsyncDigestBytes = 4 << 20;
-  auto start_digest = [&tensor_bytes](size_t t) {
-    const absl::string_view bytes = tensor_bytes(t);
-    return std::async(
-        bytes.size() >= kAsyncDigestBytes ? std::launch::async : std::launch::deferred,
-        [bytes] { return tensor::DigestBytes(bytes.data(), bytes.size()); });
-  };
-  std::future<uint64_t> next_digest;
-  if (m.layout.num_tensors() > 0) next_digest = start_digest(0);
-  // Same frames as FrameEncoder, but chunk messages are a small header slice plus a slice of
-  // the model's own memory.
-  for (size_t t = 0; ok && t < m.layout.num_tensors(); ++t) {
-    const tensor::TensorSpec& spec = m.layout.tensors()[t];
-    const size_t size = tensor_bytes(t).size();
-    const char* data = tensor_bytes(t).data();
-    const uint64_t digest = next_digest.get();
-    if (t + 1 < m.layout.num_tensors()) next_digest = start_digest(t + 1);
-    aggregator::v1::PushUpdateRequest request;  // same wire shape as the other requests
-    common::v1::TensorHeader* header = request.mutable_frame()->mutable_header();
-    header->set_name(spec.name);
-    header->set_dtype(common::v1::DTYPE_FLOAT32);
-    header->mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
-    header->set_encoding(common::v1::ENCODING_RAW);
-    header->set_size_bytes(size);
-    header->set_digest_xxh3(digest);
-    ok = writer->Write(serialize(request));
-    for (size_t offset = 0; ok && offset < size; offset += chunk) {
-      const size_t n = std::min(chunk, size - offset);
-      uint8_t head[24];
-      size_t pos = 0;
-      head[pos++] = kFrameFieldTag;
-      uint8_t varint[10];
-      const size_t varint_len = PutVarint(n, varint);
-      pos += PutVarint(1 + varint_len + n, head + pos);
-      head[pos++] = kChunkFieldTag;
-      std::memcpy(head + pos, varint, varint_len);
-      pos += varint_len;
-      grpc::Slice slices[2] = {grpc::Slice(head, pos),
-                               grpc::Slice(const_cast<char*>(data + offset), n, &ReleaseModelRef,
-                                           new std::shared_ptr<const tensor::FlatModel>(model))};
-      ok = writer->Write(grpc::ByteBuffer(slices, 2));
-    }
-  }
+  bool ok = writer->Write(Serialize(first_message));
+  ZeroCopyFrames frames(std::move(model), chunk_bytes);
+  grpc::ByteBuffer message;
+  while (ok && frames.Next(&message)) ok = writer->Write(message);
   if (ok) writer->WritesDone();
   grpc::Status status = writer->Finish();
   if (!status.ok()) return FromGrpcStatus(status);

@@ -4,6 +4,7 @@
 // by the aggregator (serves models, receives updates), the peer (pushes deltas, pulls models)
 // and the coordinator/shoalctl (download/restore models).
 
+#include <google/protobuf/message_lite.h>
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/support/byte_buffer.h>
@@ -12,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -63,8 +65,62 @@ class ModelWriteReactor : public grpc::ServerWriteReactor<common::v1::ModelChunk
   bool completed_ = false;
 };
 
+// The frames of `model` as chunk-stream messages (PutModelRequest, PushUpdateRequest and
+// ModelChunk all hold their TensorFrame in field 2) without copying chunk bytes in user space:
+// a header is a small serialized message; a chunk message is a prefix slice plus a slice of
+// `model`'s memory, which `model` (shared) keeps alive for as long as gRPC holds it. A header
+// carries its tensor's digest, so tensors of 4 MiB and more are hashed one ahead on a helper
+// thread, overlapping the send of the tensor before.
+class ZeroCopyFrames {
+ public:
+  explicit ZeroCopyFrames(std::shared_ptr<const tensor::FlatModel> model,
+                          size_t chunk_bytes = tensor::kDefaultChunkBytes);
+  ~ZeroCopyFrames();  // waits for a digest in progress
+  ZeroCopyFrames(const ZeroCopyFrames&) = delete;
+  ZeroCopyFrames& operator=(const ZeroCopyFrames&) = delete;
+
+  // Sets `message` to the next frame; false once every frame is out.
+  bool Next(grpc::ByteBuffer* message);
+
+ private:
+  absl::string_view TensorBytes(size_t t) const;
+  void StartDigest(size_t t);
+
+  std::shared_ptr<const tensor::FlatModel> model_;
+  const size_t chunk_;
+  size_t tensor_ = 0;
+  size_t offset_ = 0;  // bytes of the current tensor sent
+  bool header_sent_ = false;
+  std::future<uint64_t> next_digest_;  // of the tensor whose header is next
+};
+
 // A reactor that immediately finishes the call with `status` (e.g. NOT_FOUND). Self-deleting.
 grpc::ServerWriteReactor<common::v1::ModelChunk>* MakeFailedModelWriteReactor(
+    const grpc::Status& status);
+
+// The same served from a raw (ByteBuffer) server-streaming handler, without copying the model:
+// the frames come from ZeroCopyFrames. What the fastest paths serve (GetModel at the
+// aggregator); a client reads it like any ModelChunk stream.
+class RawModelWriteReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  using DoneCallback = ModelWriteReactor::DoneCallback;
+
+  RawModelWriteReactor(std::shared_ptr<const tensor::FlatModel> model,
+                       const common::v1::ModelMeta& meta, DoneCallback on_done = nullptr,
+                       size_t chunk_bytes = tensor::kDefaultChunkBytes);
+  void OnWriteDone(bool ok) override;
+  void OnDone() override;
+  void OnCancel() override {}
+
+ private:
+  ZeroCopyFrames frames_;
+  DoneCallback on_done_;
+  grpc::ByteBuffer message_;    // the message being written
+  uint64_t pending_bytes_ = 0;  // its size
+  uint64_t bytes_sent_ = 0;
+  bool completed_ = false;
+};
+grpc::ServerWriteReactor<grpc::ByteBuffer>* MakeFailedRawModelWriteReactor(
     const grpc::Status& status);
 
 // Reads a whole model stream (ModelMeta first, then frames), decoding and verifying it within
@@ -75,6 +131,16 @@ grpc::ServerWriteReactor<common::v1::ModelChunk>* MakeFailedModelWriteReactor(
 absl::StatusOr<tensor::ReceivedModel> ReadModelStream(
     grpc::ClientReaderInterface<common::v1::ModelChunk>& reader,
     const tensor::DecoderLimits& limits, grpc::ClientContext* context = nullptr);
+// The same from a raw reader (OpenRawReader): chunk messages are decoded straight from the
+// received slices (ParseChunkMessage), one copy of each byte instead of three.
+absl::StatusOr<tensor::ReceivedModel> ReadModelStream(
+    grpc::ClientReaderInterface<grpc::ByteBuffer>& reader, const tensor::DecoderLimits& limits,
+    grpc::ClientContext* context = nullptr);
+// Starts the server-streaming call `method` (e.g. "/shoal.aggregator.v1.AggregatorService/
+// GetModel") with `request`, its messages read raw.
+std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> OpenRawReader(
+    grpc::ChannelInterface& channel, const char* method, grpc::ClientContext& context,
+    const google::protobuf::MessageLite& request);
 
 // Writes `meta` and then the frames of `model` on a client stream, then WritesDone() and
 // Finish(); returns the call's status. The response message is the one the caller gave to the

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "libs/common/escape.h"
+#include "libs/common/heap.h"
 
 namespace shoal::tensor {
 namespace {
@@ -141,6 +142,7 @@ FrameDecoder FrameDecoder::ForLayout(const ModelLayout& layout, bool require_fin
   d.expected_ = layout;
   d.require_finite_ = require_finite;
   d.values_ = std::move(buffer);
+  ReserveLarge(d.values_, layout.total_elements());
   d.values_.resize(layout.total_elements());
   d.specs_.reserve(layout.num_tensors());
   return d;
@@ -166,7 +168,7 @@ absl::StatusOr<FrameDecoder> FrameDecoder::ForMeta(const common::v1::ModelMeta& 
   d.expected_tensors_ = meta.num_tensors();
   d.expected_total_bytes_ = meta.total_bytes();
   d.require_finite_ = require_finite;
-  d.values_.reserve(meta.total_bytes() / sizeof(float));
+  ReserveLarge(d.values_, meta.total_bytes() / sizeof(float));
   d.specs_.reserve(meta.num_tensors());
   return d;
 }

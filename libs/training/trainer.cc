@@ -14,6 +14,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "libs/common/heap.h"
 #include "libs/common/status_macros.h"
 #include "libs/data/task_data.h"
 #include "libs/task/task_model.h"
@@ -68,9 +69,13 @@ absl::StatusOr<tensor::ModelLayout> StateLayoutOf(Model& model) {
   return tensor::ModelLayout::Create(std::move(specs));
 }
 
-absl::StatusOr<tensor::FlatModel> Flatten(Model& model, const tensor::ModelLayout& layout) {
+// The parameters; `capacity` (at least the layout's size) leaves room for what FlattenState
+// appends, so the model is never copied to grow.
+absl::StatusOr<tensor::FlatModel> Flatten(Model& model, const tensor::ModelLayout& layout,
+                                          size_t capacity = 0) {
   tensor::FlatModel out;
   out.layout = layout;
+  ReserveLarge(out.values, std::max(capacity, layout.total_elements()));
   out.values.resize(layout.total_elements());
   torch::NoGradGuard no_grad;
   std::vector<std::pair<std::string, torch::Tensor>> params = model.NamedParameters();
@@ -102,7 +107,8 @@ absl::StatusOr<tensor::FlatModel> Flatten(Model& model, const tensor::ModelLayou
 // The parameters and, when `layout` is a state layout (StateLayoutOf), then the float buffers.
 absl::StatusOr<tensor::FlatModel> FlattenState(Model& model, const tensor::ModelLayout& layout,
                                                const tensor::ModelLayout& params_layout) {
-  SHOAL_ASSIGN_OR_RETURN(tensor::FlatModel out, Flatten(model, params_layout));
+  SHOAL_ASSIGN_OR_RETURN(tensor::FlatModel out,
+                         Flatten(model, params_layout, layout.total_elements()));
   if (layout == params_layout) return out;
   torch::NoGradGuard no_grad;
   out.layout = layout;

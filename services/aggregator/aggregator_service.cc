@@ -377,21 +377,31 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* AggregatorServiceImpl::PushUpdate(
   return new PushUpdateReactor(core_, executor_, metrics_, response, rpc::CallerIdentity(*context));
 }
 
-grpc::ServerWriteReactor<common::v1::ModelChunk>* AggregatorServiceImpl::GetModel(
-    grpc::CallbackServerContext* context, const aggregator::v1::GetModelRequest* request) {
-  if (absl::Status s = core_.CheckCaller(request->task(), request->peer_id(),
-                                         request->session_token(), rpc::CallerIdentity(*context));
+grpc::ServerWriteReactor<grpc::ByteBuffer>* AggregatorServiceImpl::GetModel(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request) {
+  aggregator::v1::GetModelRequest request;
+  grpc::ByteBuffer copy = *raw_request;  // deserializing consumes the buffer
+  if (!grpc::GenericDeserialize<grpc::ProtoBufferReader, aggregator::v1::GetModelRequest>(&copy,
+                                                                                          &request)
+           .ok()) {
+    return rpc::MakeFailedRawModelWriteReactor(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "cannot parse GetModelRequest"));
+  }
+  if (absl::Status s = core_.CheckCaller(request.task(), request.peer_id(), request.session_token(),
+                                         rpc::CallerIdentity(*context));
       !s.ok()) {
     metrics_.RejectedCounter(RejectReason::kUnauthenticated).Increment();
-    return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(s));
+    return rpc::MakeFailedRawModelWriteReactor(rpc::ToGrpcStatus(s));
   }
   std::optional<uint64_t> version;
-  if (request->has_version()) version = request->version();
-  auto snapshot = core_.GetModel(request->task(), version);
-  if (!snapshot.ok()) return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(snapshot.status()));
+  if (request.has_version()) version = request.version();
+  auto snapshot = core_.GetModel(request.task(), version);
+  if (!snapshot.ok()) {
+    return rpc::MakeFailedRawModelWriteReactor(rpc::ToGrpcStatus(snapshot.status()));
+  }
   AggregatorMetrics* metrics = &metrics_;
-  return new rpc::ModelWriteReactor(
-      snapshot->model, tensor::MakeModelMeta(request->task(), snapshot->version, *snapshot->model),
+  return new rpc::RawModelWriteReactor(
+      snapshot->model, tensor::MakeModelMeta(request.task(), snapshot->version, *snapshot->model),
       [metrics](uint64_t bytes, bool) {
         metrics->bytes_sent.Increment(static_cast<double>(bytes));
       });

@@ -19,10 +19,12 @@ struct AggregatorServiceOptions {
 // outlive it. Thread-safe.
 // PushUpdate is registered raw (ByteBuffer in, ByteBuffer out) so chunk bytes are copied once,
 // straight from the received slices into the staging buffer, instead of being parsed into a
-// protobuf string first.
+// protobuf string first. GetModel is raw too: chunks go out as slices of the model's own memory
+// (rpc::RawModelWriteReactor), never copied into protobuf messages.
 class AggregatorServiceImpl final
-    : public aggregator::v1::AggregatorService::WithRawCallbackMethod_PushUpdate<
-          aggregator::v1::AggregatorService::CallbackService> {
+    : public aggregator::v1::AggregatorService::WithRawCallbackMethod_GetModel<
+          aggregator::v1::AggregatorService::WithRawCallbackMethod_PushUpdate<
+              aggregator::v1::AggregatorService::CallbackService>> {
  public:
   AggregatorServiceImpl(AggregatorServiceOptions options, AggregatorCore& core, Executor& executor,
                         AggregatorMetrics& metrics);
@@ -31,9 +33,8 @@ class AggregatorServiceImpl final
       grpc::CallbackServerContext* context, aggregator::v1::PutModelResponse* response) override;
   grpc::ServerReadReactor<grpc::ByteBuffer>* PushUpdate(grpc::CallbackServerContext* context,
                                                         grpc::ByteBuffer* response) override;
-  grpc::ServerWriteReactor<common::v1::ModelChunk>* GetModel(
-      grpc::CallbackServerContext* context,
-      const aggregator::v1::GetModelRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* GetModel(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* OpenRound(grpc::CallbackServerContext* context,
                                       const aggregator::v1::OpenRoundRequest* request,
                                       aggregator::v1::OpenRoundResponse* response) override;

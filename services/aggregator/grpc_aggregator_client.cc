@@ -62,7 +62,6 @@ absl::StatusOr<tensor::FlatModel> GrpcAggregatorClient::GetModel(const std::stri
                                                                  uint64_t version,
                                                                  const Caller& caller,
                                                                  absl::Time deadline) {
-  auto stub = v1::AggregatorService::NewStub(channels_.Get(address));
   grpc::ClientContext context;
   SetDeadline(context, deadline);
   aggregator::v1::GetModelRequest request;
@@ -70,7 +69,9 @@ absl::StatusOr<tensor::FlatModel> GrpcAggregatorClient::GetModel(const std::stri
   request.set_version(version);
   request.set_peer_id(caller.peer_id);
   request.set_session_token(caller.session_token);
-  auto reader = stub->GetModel(&context, request);
+  // Read raw: chunks are decoded straight from the received slices.
+  auto reader = rpc::OpenRawReader(
+      *channels_.Get(address), "/shoal.aggregator.v1.AggregatorService/GetModel", context, request);
   absl::StatusOr<tensor::ReceivedModel> received =
       rpc::ReadModelStream(*reader, tensor::DecoderLimits{}, &context);
   if (!received.ok()) return WithContext(received.status(), "GetModel", address);

@@ -274,6 +274,24 @@ TEST_F(AggregatorServiceTest, ZeroCopyClientPathMatchesTheProtobufPath) {
     ASSERT_FLOAT_EQ(got->model.values[i], want) << i;
   }
   EXPECT_EQ(Metric("shoal_aggregator_updates_rejected_total", "non_finite"), 1);
+
+  // GetModel is served raw (chunks are slices of the model's memory); the raw reader peers use
+  // and the generated stub's reader get the same model, digests checked.
+  auto raw_get = [&](const std::string& task) {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(30));
+    aggregator::v1::GetModelRequest request;
+    request.set_task(task);
+    auto reader = rpc::OpenRawReader(*channel, "/shoal.aggregator.v1.AggregatorService/GetModel",
+                                     ctx, request);
+    return rpc::ReadModelStream(*reader, {}, &ctx);
+  };
+  auto raw = raw_get("t");
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  EXPECT_EQ(raw->meta.version(), 1u);
+  EXPECT_EQ(raw->model.layout, got->model.layout);
+  EXPECT_EQ(raw->model.values, got->model.values);
+  EXPECT_EQ(raw_get("nope").status().code(), absl::StatusCode::kNotFound);
 }
 
 // The service answers a push once it is accepted and folds it afterwards; a CloseRound sent

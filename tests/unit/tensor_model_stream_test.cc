@@ -1,6 +1,9 @@
 // The client helpers of libs/rpc/model_stream against in-memory stream fakes; the server
 // reactor is covered by the aggregator service test over real gRPC.
+#include <grpcpp/impl/codegen/proto_utils.h>
+
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -210,6 +213,67 @@ TEST(ModelStreamTest, ParseChunkMessageLeavesOtherMessagesToProtobuf) {
   grpc::Slice slice(bytes.data(), bytes.size());
   EXPECT_FALSE(ParseChunkMessage(grpc::ByteBuffer(&slice, 1), &slices, &parts));
   EXPECT_FALSE(ParseChunkMessage(grpc::ByteBuffer(), &slices, &parts));
+}
+
+class RawFakeReader : public grpc::ClientReaderInterface<grpc::ByteBuffer> {
+ public:
+  explicit RawFakeReader(std::deque<grpc::ByteBuffer> messages) : messages_(std::move(messages)) {}
+  void WaitForInitialMetadata() override {}
+  bool NextMessageSize(uint32_t* sz) override {
+    if (messages_.empty()) return false;
+    *sz = static_cast<uint32_t>(messages_.front().Length());
+    return true;
+  }
+  bool Read(grpc::ByteBuffer* msg) override {
+    if (messages_.empty()) return false;
+    *msg = std::move(messages_.front());
+    messages_.pop_front();
+    return true;
+  }
+  grpc::Status Finish() override { return grpc::Status::OK; }
+
+ private:
+  std::deque<grpc::ByteBuffer> messages_;
+};
+
+// What RawModelWriteReactor sends: the raw reader decodes it from the slices, and protobuf
+// parses the same bytes as ModelChunk messages (a typed client reads a raw server).
+TEST(ModelStreamTest, ZeroCopyFramesReadBackRawAndAsProtobuf) {
+  tensor::FlatModel m;
+  m.layout = *tensor::ModelLayout::Create({{"big", {1500, 1000}}, {"empty", {0}}, {"b", {7}}});
+  m.values.resize(m.layout.total_elements());
+  for (size_t i = 0; i < m.values.size(); ++i) m.values[i] = static_cast<float>(i % 89) * 0.5f;
+  auto model = std::make_shared<const tensor::FlatModel>(m);
+  ModelChunk first;
+  *first.mutable_meta() = tensor::MakeModelMeta("task", 9, m);
+  std::deque<grpc::ByteBuffer> raw = {Serialized(first)};
+  std::deque<ModelChunk> parsed = {first};
+  {
+    ZeroCopyFrames frames(model, /*chunk_bytes=*/256 << 10);
+    grpc::ByteBuffer message;
+    while (frames.Next(&message)) {
+      raw.push_back(message);
+      grpc::ByteBuffer copy = message;
+      ModelChunk chunk;
+      const grpc::Status s =
+          grpc::GenericDeserialize<grpc::ProtoBufferReader, ModelChunk>(&copy, &chunk);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+      parsed.push_back(chunk);
+    }
+  }
+  // meta + 3 headers + 23 chunks of the 6 MB tensor (256 KiB each) + 1 chunk of "b".
+  EXPECT_EQ(raw.size(), 1u + 3u + 23u + 1u);
+  model.reset();  // the messages keep the model's memory alive
+  RawFakeReader raw_reader(std::move(raw));
+  auto got = ReadModelStream(raw_reader, {});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->meta.version(), 9u);
+  EXPECT_EQ(got->model.layout, m.layout);
+  EXPECT_EQ(got->model.values, m.values);
+  FakeReader typed(std::move(parsed), grpc::Status::OK);
+  auto again = ReadModelStream(typed, {});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->model.values, m.values);
 }
 
 }  // namespace
