@@ -361,11 +361,7 @@ absl::StatusOr<EvalStats> Trainer::Evaluate() {
 }
 
 absl::StatusOr<tensor::FlatModel> Trainer::GetParameters() const {
-  try {
-    return Flatten(*impl_->model, impl_->layout);
-  } catch (const std::exception& e) {
-    return TorchError("reading parameters", e);
-  }
+  return GetState(/*include_buffers=*/false);
 }
 
 absl::Status Trainer::SetParameters(const tensor::FlatModel& model) {
