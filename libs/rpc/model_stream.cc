@@ -20,57 +20,7 @@ namespace shoal::rpc {
 using common::v1::ModelChunk;
 using common::v1::ModelMeta;
 
-ModelWriteReactor::ModelWriteReactor(std::shared_ptr<const tensor::FlatModel> model, ModelMeta meta,
-                                     DoneCallback on_done, size_t chunk_bytes)
-    : chunk_bytes_(chunk_bytes), on_done_(std::move(on_done)) {
-  Start(std::move(model), std::move(meta));
-}
-
-ModelWriteReactor::ModelWriteReactor(DoneCallback on_done, size_t chunk_bytes)
-    : chunk_bytes_(chunk_bytes), on_done_(std::move(on_done)) {}
-
-void ModelWriteReactor::Start(std::shared_ptr<const tensor::FlatModel> model, ModelMeta meta) {
-  model_ = std::move(model);
-  encoder_.emplace(*model_, chunk_bytes_);
-  *chunk_.mutable_meta() = std::move(meta);
-  pending_bytes_ = chunk_.ByteSizeLong();
-  StartWrite(&chunk_);
-}
-
-void ModelWriteReactor::Fail(const grpc::Status& status) { Finish(status); }
-
-void ModelWriteReactor::WriteNext() {
-  if (!encoder_->Next(chunk_.mutable_frame())) {
-    completed_ = true;
-    Finish(grpc::Status::OK);
-    return;
-  }
-  pending_bytes_ = chunk_.ByteSizeLong();
-  StartWrite(&chunk_);
-}
-
-void ModelWriteReactor::OnWriteDone(bool ok) {
-  if (!ok) {
-    // The client went away or the call was cancelled; the status is not delivered anyway.
-    Finish(grpc::Status(grpc::StatusCode::CANCELLED, "model stream write failed"));
-    return;
-  }
-  bytes_sent_ += pending_bytes_;
-  WriteNext();
-}
-
-void ModelWriteReactor::OnDone() {
-  if (on_done_) on_done_(bytes_sent_, completed_);
-  delete this;
-}
-
 namespace {
-
-class FailedModelWriteReactor : public grpc::ServerWriteReactor<ModelChunk> {
- public:
-  explicit FailedModelWriteReactor(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
-};
 
 template <typename Request, typename Meta>
 absl::Status WriteModel(grpc::ClientWriterInterface<Request>& writer, const Meta& meta,
@@ -95,22 +45,20 @@ absl::Status WriteModel(grpc::ClientWriterInterface<Request>& writer, const Meta
 
 }  // namespace
 
-grpc::ServerWriteReactor<ModelChunk>* MakeFailedModelWriteReactor(const grpc::Status& status) {
-  return new FailedModelWriteReactor(status);
-}
-
 namespace {
 
 // A model stream's state on the reading side: the ModelMeta first, then frames.
 class ModelStreamSink {
  public:
-  explicit ModelStreamSink(const tensor::DecoderLimits& limits) : limits_(limits) {}
+  ModelStreamSink(const tensor::DecoderLimits& limits, tensor::WriteValues write)
+      : limits_(limits), write_(std::move(write)) {}
 
   absl::Status Add(const ModelChunk& chunk) {
     if (!decoder_.has_value()) {
       if (chunk.item_case() != ModelChunk::kMeta) return NoMeta();
       received_.meta = chunk.meta();
-      auto d = tensor::FrameDecoder::ForMeta(received_.meta, limits_, /*require_finite=*/false);
+      auto d = tensor::FrameDecoder::ForMeta(received_.meta, limits_, /*require_finite=*/false,
+                                             std::move(write_));
       if (!d.ok()) return d.status();
       decoder_.emplace(*std::move(d));
       return absl::OkStatus();
@@ -140,6 +88,7 @@ class ModelStreamSink {
   }
 
   const tensor::DecoderLimits limits_;
+  tensor::WriteValues write_;  // empty: the decoder keeps the values
   tensor::ReceivedModel received_;
   std::optional<tensor::FrameDecoder> decoder_;
 };
@@ -148,8 +97,9 @@ class ModelStreamSink {
 template <typename Message, typename Feed>
 absl::StatusOr<tensor::ReceivedModel> ReadAll(grpc::ClientReaderInterface<Message>& reader,
                                               const tensor::DecoderLimits& limits,
-                                              grpc::ClientContext* context, Feed feed) {
-  ModelStreamSink sink(limits);
+                                              grpc::ClientContext* context,
+                                              tensor::WriteValues write, Feed feed) {
+  ModelStreamSink sink(limits, std::move(write));
   Message message;
   absl::Status local;
   while (local.ok() && reader.Read(&message)) local = feed(message, sink);
@@ -173,28 +123,30 @@ absl::StatusOr<tensor::ReceivedModel> ReadAll(grpc::ClientReaderInterface<Messag
 absl::StatusOr<tensor::ReceivedModel> ReadModelStream(
     grpc::ClientReaderInterface<ModelChunk>& reader, const tensor::DecoderLimits& limits,
     grpc::ClientContext* context) {
-  return ReadAll(reader, limits, context,
+  return ReadAll(reader, limits, context, nullptr,
                  [](const ModelChunk& chunk, ModelStreamSink& sink) { return sink.Add(chunk); });
 }
 
 absl::StatusOr<tensor::ReceivedModel> ReadModelStream(
     grpc::ClientReaderInterface<grpc::ByteBuffer>& reader, const tensor::DecoderLimits& limits,
-    grpc::ClientContext* context) {
+    grpc::ClientContext* context, tensor::WriteValues write) {
   std::vector<grpc::Slice> slices;
   std::vector<absl::string_view> parts;
   ModelChunk chunk;
-  return ReadAll(reader, limits, context, [&](grpc::ByteBuffer& message, ModelStreamSink& sink) {
-    if (ParseChunkMessage(message, &slices, &parts)) {
-      absl::Status s = sink.AddChunkParts(parts);
-      slices.clear();
-      parts.clear();
-      return s;
-    }
-    grpc::Status parsed =
-        grpc::GenericDeserialize<grpc::ProtoBufferReader, ModelChunk>(&message, &chunk);
-    if (!parsed.ok()) return absl::InvalidArgumentError("cannot parse ModelChunk");
-    return sink.Add(chunk);
-  });
+  return ReadAll(reader, limits, context, std::move(write),
+                 [&](grpc::ByteBuffer& message, ModelStreamSink& sink) {
+                   if (ParseChunkMessage(message, &slices, &parts)) {
+                     absl::Status s = sink.AddChunkParts(parts);
+                     slices.clear();
+                     parts.clear();
+                     return s;
+                   }
+                   grpc::Status parsed =
+                       grpc::GenericDeserialize<grpc::ProtoBufferReader, ModelChunk>(&message,
+                                                                                     &chunk);
+                   if (!parsed.ok()) return absl::InvalidArgumentError("cannot parse ModelChunk");
+                   return sink.Add(chunk);
+                 });
 }
 
 std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> OpenRawReader(
@@ -340,13 +292,7 @@ bool ZeroCopyFrames::Next(grpc::ByteBuffer* message) {
     const uint64_t digest = next_digest_.get();
     if (tensor_ + 1 < layout.num_tensors()) StartDigest(tensor_ + 1);
     ModelChunk frame;  // same wire shape as PutModelRequest and PushUpdateRequest
-    common::v1::TensorHeader* header = frame.mutable_frame()->mutable_header();
-    header->set_name(spec.name);
-    header->set_dtype(common::v1::DTYPE_FLOAT32);
-    header->mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
-    header->set_encoding(common::v1::ENCODING_RAW);
-    header->set_size_bytes(bytes.size());
-    header->set_digest_xxh3(digest);
+    tensor::SetTensorHeader(spec, bytes.size(), digest, frame.mutable_frame()->mutable_header());
     *message = Serialize(frame);
     header_sent_ = true;
     offset_ = 0;
@@ -375,10 +321,19 @@ bool ZeroCopyFrames::Next(grpc::ByteBuffer* message) {
   return true;
 }
 
-RawModelWriteReactor::RawModelWriteReactor(std::shared_ptr<const tensor::FlatModel> model,
-                                           const ModelMeta& meta, DoneCallback on_done,
-                                           size_t chunk_bytes)
-    : frames_(std::move(model), chunk_bytes), on_done_(std::move(on_done)) {
+ModelWriteReactor::ModelWriteReactor(std::shared_ptr<const tensor::FlatModel> model,
+                                     const ModelMeta& meta, DoneCallback on_done,
+                                     size_t chunk_bytes)
+    : ModelWriteReactor(std::move(on_done), chunk_bytes) {
+  Start(std::move(model), meta);
+}
+
+ModelWriteReactor::ModelWriteReactor(DoneCallback on_done, size_t chunk_bytes)
+    : chunk_bytes_(chunk_bytes), on_done_(std::move(on_done)) {}
+
+void ModelWriteReactor::Start(std::shared_ptr<const tensor::FlatModel> model,
+                              const ModelMeta& meta) {
+  frames_.emplace(std::move(model), chunk_bytes_);
   ModelChunk first;
   *first.mutable_meta() = meta;
   message_ = Serialize(first);
@@ -386,14 +341,14 @@ RawModelWriteReactor::RawModelWriteReactor(std::shared_ptr<const tensor::FlatMod
   StartWrite(&message_);
 }
 
-void RawModelWriteReactor::OnWriteDone(bool ok) {
+void ModelWriteReactor::OnWriteDone(bool ok) {
   if (!ok) {
     // The client went away or the call was cancelled; the status is not delivered anyway.
     Finish(grpc::Status(grpc::StatusCode::CANCELLED, "model stream write failed"));
     return;
   }
   bytes_sent_ += pending_bytes_;
-  if (!frames_.Next(&message_)) {
+  if (!frames_->Next(&message_)) {
     completed_ = true;
     Finish(grpc::Status::OK);
     return;
@@ -402,12 +357,12 @@ void RawModelWriteReactor::OnWriteDone(bool ok) {
   StartWrite(&message_);
 }
 
-void RawModelWriteReactor::OnDone() {
+void ModelWriteReactor::OnDone() {
   if (on_done_) on_done_(bytes_sent_, completed_);
   delete this;
 }
 
-grpc::ServerWriteReactor<grpc::ByteBuffer>* MakeFailedRawModelWriteReactor(
+grpc::ServerWriteReactor<grpc::ByteBuffer>* MakeFailedModelWriteReactor(
     const grpc::Status& status) {
   class Failed : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
    public:
@@ -415,6 +370,13 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* MakeFailedRawModelWriteReactor(
     void OnDone() override { delete this; }
   };
   return new Failed(status);
+}
+
+bool ParseRawRequest(const grpc::ByteBuffer& raw, google::protobuf::MessageLite* out) {
+  grpc::ByteBuffer copy = raw;  // deserializing consumes the buffer (the copy shares its slices)
+  return grpc::GenericDeserialize<grpc::ProtoBufferReader, google::protobuf::MessageLite>(&copy,
+                                                                                          out)
+      .ok();
 }
 
 absl::Status WriteModelZeroCopy(grpc::ChannelInterface& channel, const char* method,

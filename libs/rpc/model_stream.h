@@ -28,43 +28,6 @@
 
 namespace shoal::rpc {
 
-// Serves one model as a server stream: `meta`, then the frames of `model`. Never blocks: each
-// write is started from the previous write's completion. Reads the shared immutable snapshot,
-// so the owner may publish a new version meanwhile. Created with `new` and returned from a
-// callback handler; deletes itself in OnDone(). `on_done(bytes_sent, completed)` (optional)
-// runs once when the call ends, e.g. to count bytes in a metric; `completed` is false when the
-// client went away before the whole model was sent.
-class ModelWriteReactor : public grpc::ServerWriteReactor<common::v1::ModelChunk> {
- public:
-  using DoneCallback = std::function<void(uint64_t bytes_sent, bool completed)>;
-
-  ModelWriteReactor(std::shared_ptr<const tensor::FlatModel> model, common::v1::ModelMeta meta,
-                    DoneCallback on_done = nullptr,
-                    size_t chunk_bytes = tensor::kDefaultChunkBytes);
-  // A reactor whose model is not at hand yet (e.g. read from disk on an executor): exactly one of
-  // Start() and Fail() must follow, from any thread.
-  explicit ModelWriteReactor(DoneCallback on_done = nullptr,
-                             size_t chunk_bytes = tensor::kDefaultChunkBytes);
-  void Start(std::shared_ptr<const tensor::FlatModel> model, common::v1::ModelMeta meta);
-  void Fail(const grpc::Status& status);
-
-  void OnWriteDone(bool ok) override;
-  void OnDone() override;
-  void OnCancel() override {}
-
- private:
-  void WriteNext();
-
-  const size_t chunk_bytes_;
-  std::shared_ptr<const tensor::FlatModel> model_;
-  std::optional<tensor::FrameEncoder> encoder_;
-  DoneCallback on_done_;
-  common::v1::ModelChunk chunk_;
-  uint64_t pending_bytes_ = 0;  // size of the message being written
-  uint64_t bytes_sent_ = 0;
-  bool completed_ = false;
-};
-
 // The frames of `model` as chunk-stream messages (PutModelRequest, PushUpdateRequest and
 // ModelChunk all hold their TensorFrame in field 2) without copying chunk bytes in user space:
 // a header is a small serialized message; a chunk message is a prefix slice plus a slice of
@@ -94,34 +57,47 @@ class ZeroCopyFrames {
   std::future<uint64_t> next_digest_;  // of the tensor whose header is next
 };
 
-// A reactor that immediately finishes the call with `status` (e.g. NOT_FOUND). Self-deleting.
-grpc::ServerWriteReactor<common::v1::ModelChunk>* MakeFailedModelWriteReactor(
-    const grpc::Status& status);
-
-// The same served from a raw (ByteBuffer) server-streaming handler, without copying the model:
-// the frames come from ZeroCopyFrames. What the fastest paths serve (GetModel at the
-// aggregator); a client reads it like any ModelChunk stream.
-class RawModelWriteReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+// Serves one model as a server stream from a raw (ByteBuffer) handler (a service's
+// WithRawCallbackMethod_...): `meta`, then the frames of `model` from ZeroCopyFrames, so the
+// model is never copied into protobuf messages; a client reads it like any ModelChunk stream.
+// Never blocks: each write is started from the previous write's completion. Reads the shared
+// immutable snapshot, so the owner may publish a new version meanwhile. Created with `new` and
+// returned from the handler; deletes itself in OnDone(). `on_done(bytes_sent, completed)`
+// (optional) runs once when the call ends, e.g. to count bytes in a metric; `completed` is false
+// when the client went away before the whole model was sent.
+class ModelWriteReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  using DoneCallback = ModelWriteReactor::DoneCallback;
+  using DoneCallback = std::function<void(uint64_t bytes_sent, bool completed)>;
 
-  RawModelWriteReactor(std::shared_ptr<const tensor::FlatModel> model,
-                       const common::v1::ModelMeta& meta, DoneCallback on_done = nullptr,
-                       size_t chunk_bytes = tensor::kDefaultChunkBytes);
+  ModelWriteReactor(std::shared_ptr<const tensor::FlatModel> model,
+                    const common::v1::ModelMeta& meta, DoneCallback on_done = nullptr,
+                    size_t chunk_bytes = tensor::kDefaultChunkBytes);
+  // A reactor whose model is not at hand yet (e.g. read from disk on an executor): exactly one of
+  // Start() and Fail() must follow, from any thread.
+  explicit ModelWriteReactor(DoneCallback on_done = nullptr,
+                             size_t chunk_bytes = tensor::kDefaultChunkBytes);
+  void Start(std::shared_ptr<const tensor::FlatModel> model, const common::v1::ModelMeta& meta);
+  void Fail(const grpc::Status& status) { Finish(status); }
+
   void OnWriteDone(bool ok) override;
   void OnDone() override;
   void OnCancel() override {}
 
  private:
-  ZeroCopyFrames frames_;
+  const size_t chunk_bytes_;
+  std::optional<ZeroCopyFrames> frames_;  // set by Start()
   DoneCallback on_done_;
   grpc::ByteBuffer message_;    // the message being written
   uint64_t pending_bytes_ = 0;  // its size
   uint64_t bytes_sent_ = 0;
   bool completed_ = false;
 };
-grpc::ServerWriteReactor<grpc::ByteBuffer>* MakeFailedRawModelWriteReactor(
-    const grpc::Status& status);
+
+// A reactor that immediately finishes the call with `status` (e.g. NOT_FOUND). Self-deleting.
+grpc::ServerWriteReactor<grpc::ByteBuffer>* MakeFailedModelWriteReactor(const grpc::Status& status);
+
+// Parses the request of a raw handler. False when it is not a valid `out`.
+bool ParseRawRequest(const grpc::ByteBuffer& raw, google::protobuf::MessageLite* out);
 
 // Reads a whole model stream (ModelMeta first, then frames), decoding and verifying it within
 // `limits`, then finishes the call. The call's own error status (e.g. NOT_FOUND from the server,
@@ -132,10 +108,11 @@ absl::StatusOr<tensor::ReceivedModel> ReadModelStream(
     grpc::ClientReaderInterface<common::v1::ModelChunk>& reader,
     const tensor::DecoderLimits& limits, grpc::ClientContext* context = nullptr);
 // The same from a raw reader (OpenRawReader): chunk messages are decoded straight from the
-// received slices (ParseChunkMessage), one copy of each byte instead of three.
+// received slices (ParseChunkMessage), one copy of each byte instead of three. With `write`, the
+// values go there as they arrive and the model returned has none (FrameDecoder::ForMeta).
 absl::StatusOr<tensor::ReceivedModel> ReadModelStream(
     grpc::ClientReaderInterface<grpc::ByteBuffer>& reader, const tensor::DecoderLimits& limits,
-    grpc::ClientContext* context = nullptr);
+    grpc::ClientContext* context = nullptr, tensor::WriteValues write = nullptr);
 // Starts the server-streaming call `method` (e.g. "/shoal.aggregator.v1.AggregatorService/
 // GetModel") with `request`, its messages read raw.
 std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> OpenRawReader(

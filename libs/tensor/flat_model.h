@@ -2,10 +2,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 
 namespace shoal::tensor {
 
@@ -51,6 +54,12 @@ struct FlatModel {
   // XXH3-64 over the little-endian bytes of `values` (the tensors' payloads in order).
   uint64_t Digest() const;
 };
+
+// Values [first, first + values.size()) of a model, handed on as they arrive (e.g. from a
+// download) to wherever the model is going: a file, the parameters.
+using WriteValues = std::function<absl::Status(size_t first, absl::Span<const float> values)>;
+// Reads values [first, first + out.size()) of a model held elsewhere (e.g. a file) into `out`.
+using ReadValues = std::function<absl::Status(size_t first, absl::Span<float> out)>;
 
 // XXH3-64 of a byte range; the digest used in TensorHeader.digest_xxh3.
 uint64_t DigestBytes(const void* data, size_t size);

@@ -11,9 +11,13 @@
 #include "absl/strings/str_join.h"
 #include "libs/common/escape.h"
 #include "libs/common/heap.h"
+#include "libs/common/status_macros.h"
 
 namespace shoal::tensor {
 namespace {
+
+// Decoded values are copied, digested and checked in blocks of this size (see AddChunk).
+constexpr size_t kBlockBytes = 32 << 10;
 
 static_assert(std::endian::native == std::endian::little,
               "the wire format is little-endian; big-endian hosts need byte swapping");
@@ -82,6 +86,16 @@ FrameEncoder::FrameEncoder(const FlatModel& model, size_t chunk_bytes)
     : model_(model),
       chunk_bytes_(chunk_bytes == 0 ? kDefaultChunkBytes : std::min(chunk_bytes, kMaxChunkBytes)) {}
 
+void SetTensorHeader(const TensorSpec& spec, uint64_t size_bytes, uint64_t digest,
+                     TensorHeader* header) {
+  header->set_name(spec.name);
+  header->set_dtype(common::v1::DTYPE_FLOAT32);
+  header->mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
+  header->set_encoding(common::v1::ENCODING_RAW);
+  header->set_size_bytes(size_bytes);
+  header->set_digest_xxh3(digest);
+}
+
 bool FrameEncoder::Next(TensorFrame* frame) {
   const ModelLayout& layout = model_.layout;
   if (tensor_ >= layout.num_tensors()) return false;
@@ -89,13 +103,7 @@ bool FrameEncoder::Next(TensorFrame* frame) {
   const size_t size = static_cast<size_t>(spec.NumElements()) * sizeof(float);
   const char* data = reinterpret_cast<const char*>(model_.values.data() + layout.offset(tensor_));
   if (!header_sent_) {
-    TensorHeader* header = frame->mutable_header();
-    header->set_name(spec.name);
-    header->set_dtype(common::v1::DTYPE_FLOAT32);
-    header->mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
-    header->set_encoding(common::v1::ENCODING_RAW);
-    header->set_size_bytes(size);
-    header->set_digest_xxh3(DigestBytes(data, size));
+    SetTensorHeader(spec, size, DigestBytes(data, size), frame->mutable_header());
     header_sent_ = true;
     byte_offset_ = 0;
     if (size == 0) {
@@ -149,8 +157,8 @@ FrameDecoder FrameDecoder::ForLayout(const ModelLayout& layout, bool require_fin
 }
 
 absl::StatusOr<FrameDecoder> FrameDecoder::ForMeta(const common::v1::ModelMeta& meta,
-                                                   const DecoderLimits& limits,
-                                                   bool require_finite) {
+                                                   const DecoderLimits& limits, bool require_finite,
+                                                   WriteValues write) {
   if (meta.num_tensors() > limits.max_tensors) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model has ", meta.num_tensors(), " tensors, more than the limit of ", limits.max_tensors));
@@ -168,7 +176,12 @@ absl::StatusOr<FrameDecoder> FrameDecoder::ForMeta(const common::v1::ModelMeta& 
   d.expected_tensors_ = meta.num_tensors();
   d.expected_total_bytes_ = meta.total_bytes();
   d.require_finite_ = require_finite;
-  ReserveLarge(d.values_, meta.total_bytes() / sizeof(float));
+  if (write) {
+    d.write_ = std::move(write);
+    d.stage_.resize(kBlockBytes / sizeof(float) + 1);
+  } else {
+    ReserveLarge(d.values_, meta.total_bytes() / sizeof(float));
+  }
   d.specs_.reserve(meta.num_tensors());
   return d;
 }
@@ -280,13 +293,14 @@ absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
                                                           expected_total_bytes_)));
     }
     tensor_value_offset_ = values_bytes_used_ / sizeof(float);
-    values_.resize(tensor_value_offset_ + elements);
+    if (!write_) values_.resize(tensor_value_offset_ + elements);
   }
   values_bytes_used_ += size;
   specs_.push_back(std::move(spec));
   tensor_bytes_expected_ = size;
   tensor_bytes_received_ = 0;
   tensor_values_checked_ = 0;
+  stage_bytes_ = 0;
   tensor_digest_ = header.digest_xxh3();
   in_tensor_ = true;
   XXH3_64bits_reset(digest_state_->state);
@@ -321,36 +335,58 @@ absl::Status FrameDecoder::AddChunk(absl::Span<const absl::string_view> parts) {
   }
   // Copy, digest and check block by block rather than pass by pass over the whole chunk: each
   // block is digested and checked right after its copy, while it is still in L1, so nothing
-  // reads the (cold, model-sized) staging buffer back from memory.
-  constexpr size_t kBlockBytes = 32 << 10;
+  // reads the (cold, model-sized) staging buffer back from memory. With write_ the block is
+  // copied into stage_ instead and handed on from there.
   char* const base = reinterpret_cast<char*>(values_.data() + tensor_value_offset_);
   for (absl::string_view part : parts) {
     while (!part.empty()) {
       const size_t take = std::min(kBlockBytes, part.size());
-      char* dest = base + tensor_bytes_received_;
+      char* const stage = reinterpret_cast<char*>(stage_.data());
+      char* dest = write_ ? stage + stage_bytes_ : base + tensor_bytes_received_;
       std::memcpy(dest, part.data(), take);
       part.remove_prefix(take);
       XXH3_64bits_update(digest_state_->state, dest, take);
       tensor_bytes_received_ += take;
       bytes_received_ += take;
-      if (require_finite_) {
+      if (write_) {
+        // Whole values go on; the bytes of one split across pieces wait at the front.
+        const size_t staged = stage_bytes_ + take;
+        const size_t whole = staged / sizeof(float);
+        const size_t first = tensor_values_checked_;
+        SHOAL_RETURN_IF_ERROR(CheckFinite(stage_.data(), whole));
+        if (absl::Status s =
+                write_(tensor_value_offset_ + first, absl::MakeConstSpan(stage_.data(), whole));
+            !s.ok()) {
+          return Fail(s);
+        }
+        stage_bytes_ = staged - whole * sizeof(float);
+        std::memmove(stage, stage + whole * sizeof(float), stage_bytes_);
+      } else {
         // Only whole floats: a piece may end inside one, which the next piece completes.
         const size_t complete = tensor_bytes_received_ / sizeof(float);
-        const float* first = values_.data() + tensor_value_offset_ + tensor_values_checked_;
-        NormCheck check = CheckValues(first, complete - tensor_values_checked_);
-        if (!check.finite) {
-          const size_t index = tensor_values_checked_ + check.first_bad;
-          failed_non_finite_ = true;
-          return Fail(absl::InvalidArgumentError(
-              absl::StrCat("tensor '", CurrentName(), "': non-finite value ",
-                           first[check.first_bad], " at element ", index)));
-        }
-        sum_squares_ += check.sum_squares;
-        tensor_values_checked_ = complete;
+        SHOAL_RETURN_IF_ERROR(
+            CheckFinite(values_.data() + tensor_value_offset_ + tensor_values_checked_,
+                        complete - tensor_values_checked_));
       }
     }
   }
   if (tensor_bytes_received_ == tensor_bytes_expected_) return CompleteTensor();
+  return absl::OkStatus();
+}
+
+absl::Status FrameDecoder::CheckFinite(const float* first, size_t n) {
+  if (require_finite_) {
+    NormCheck check = CheckValues(first, n);
+    if (!check.finite) {
+      const size_t index = tensor_values_checked_ + check.first_bad;
+      failed_non_finite_ = true;
+      return Fail(
+          absl::InvalidArgumentError(absl::StrCat("tensor '", CurrentName(), "': non-finite value ",
+                                                  first[check.first_bad], " at element ", index)));
+    }
+    sum_squares_ += check.sum_squares;
+  }
+  tensor_values_checked_ += n;
   return absl::OkStatus();
 }
 

@@ -31,6 +31,10 @@ struct ReceivedModel {
 common::v1::ModelMeta MakeModelMeta(const std::string& task, uint64_t version,
                                     const FlatModel& model);
 
+// Fills `header` for a float32 tensor `spec` whose raw payload is `size_bytes` with XXH3 `digest`.
+void SetTensorHeader(const TensorSpec& spec, uint64_t size_bytes, uint64_t digest,
+                     common::v1::TensorHeader* header);
+
 // Turns a model into TensorFrames: for each tensor a header (with its XXH3 digest) and then its
 // bytes in chunks of at most `chunk_bytes`. Reads `model` in place; the model must outlive the
 // encoder and not change while it is used. Not thread-safe.
@@ -67,8 +71,13 @@ class FrameDecoder {
   static FrameDecoder ForLayout(const ModelLayout& layout, bool require_finite,
                                 std::vector<float> buffer);
   // Learns the layout from the headers; `meta` bounds the number of tensors and bytes.
+  // With `write`, the values are not kept but handed to `write` a block (32 KiB) at a time as
+  // they arrive, and Finish() returns the model with no values: a model-sized download needs no
+  // model-sized buffer. The digest of a tensor is checked when its last byte arrives and the
+  // whole stream at Finish(), so what `write` received is verified only once Finish() succeeds.
   static absl::StatusOr<FrameDecoder> ForMeta(const common::v1::ModelMeta& meta,
-                                              const DecoderLimits& limits, bool require_finite);
+                                              const DecoderLimits& limits, bool require_finite,
+                                              WriteValues write = nullptr);
 
   FrameDecoder(FrameDecoder&&) noexcept;
   FrameDecoder& operator=(FrameDecoder&&) noexcept;
@@ -102,6 +111,9 @@ class FrameDecoder {
   absl::Status AddHeader(const common::v1::TensorHeader& header);
   absl::Status AddChunk(absl::Span<const absl::string_view> parts);
   absl::Status CompleteTensor();
+  // Checks (when require_finite_) values [tensor_values_checked_, tensor_values_checked_ + n) of
+  // the current tensor, found at `first`, and counts them as checked.
+  absl::Status CheckFinite(const float* first, size_t n);
   std::string CurrentName() const;  // escaped, for messages
   absl::Status Fail(absl::Status status);
 
@@ -111,6 +123,9 @@ class FrameDecoder {
   bool require_finite_ = false;
   std::vector<TensorSpec> specs_;  // headers seen so far
   std::vector<float> values_;
+  WriteValues write_;         // set: values go there instead of values_ (ForMeta)
+  std::vector<float> stage_;  // with write_: the block being decoded, after stage_bytes_ bytes
+  size_t stage_bytes_ = 0;    // bytes of a value split across pieces, kept at stage_'s front
   uint64_t values_bytes_used_ = 0;      // bytes of values_ belonging to headers seen so far
   uint64_t tensor_bytes_expected_ = 0;  // payload of the current tensor
   uint64_t tensor_bytes_received_ = 0;

@@ -41,18 +41,45 @@ absl::StatusOr<SpillFile> SpillFile::Create(const std::string& where) {
   return SpillFile(std::move(fd), dir);
 }
 
-absl::Status SpillFile::Write(absl::Span<const float> values) {
+absl::Status SpillFile::Reset(size_t size) {
   size_ = 0;
-  if (::ftruncate(fd_.get(), 0) != 0) return FileError(errno, dir_, "truncate");
-  if (const int err = WriteFull(fd_.get(), values.data(), values.size() * sizeof(float), 0);
+  if (::ftruncate(fd_.get(), 0) != 0 ||
+      ::ftruncate(fd_.get(), static_cast<off_t>(size * sizeof(float))) != 0) {
+    return FileError(errno, dir_, "truncate");
+  }
+  size_ = size;
+  return absl::OkStatus();
+}
+
+absl::Status SpillFile::Write(absl::Span<const float> values) {
+  if (absl::Status s = Reset(values.size()); !s.ok()) return s;
+  if (absl::Status s = WriteAt(0, values); !s.ok()) {
+    size_ = 0;
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SpillFile::CheckRange(size_t first, size_t n) const {
+  if (first > size_ || n > size_ - first) {
+    return absl::OutOfRangeError(absl::StrCat("spill file holds ", size_, " values, asked for [",
+                                              first, ", ", first + n, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SpillFile::WriteAt(size_t first, absl::Span<const float> values) {
+  if (absl::Status s = CheckRange(first, values.size()); !s.ok()) return s;
+  if (const int err = WriteFull(fd_.get(), values.data(), values.size() * sizeof(float),
+                                static_cast<int64_t>(first * sizeof(float)));
       err != 0) {
     return FileError(err, dir_, "write");
   }
-  size_ = values.size();
   return absl::OkStatus();
 }
 
 absl::Status SpillFile::ReadAt(size_t first, absl::Span<float> out) const {
+  if (absl::Status s = CheckRange(first, out.size()); !s.ok()) return s;
   const int err = ReadFull(fd_.get(), out.data(), out.size() * sizeof(float),
                            static_cast<int64_t>(first * sizeof(float)));
   if (err == kEndOfFile) {

@@ -26,15 +26,21 @@ class SpillFile {
   // Replaces the stored values. Errors (disk full, ...) name the directory; the values held
   // before are gone then (size() is 0).
   absl::Status Write(absl::Span<const float> values);
+  // Makes the file hold `size` zeros, to be filled in by WriteAt (e.g. as a download arrives).
+  absl::Status Reset(size_t size);
+  // Stores values [first, first + values.size()), within size().
+  absl::Status WriteAt(size_t first, absl::Span<const float> values);
   size_t size() const { return size_; }
   // Reads every stored value into `out` (out.size() == size()).
   absl::Status Read(absl::Span<float> out) const;
+  // Reads values [first, first + out.size()), within size().
+  absl::Status ReadAt(size_t first, absl::Span<float> out) const;
   // values[i] -= stored[i] for every i, a chunk at a time (values.size() == size()).
   absl::Status SubtractFrom(absl::Span<float> values) const;
 
  private:
   SpillFile(Fd fd, std::string dir) : fd_(std::move(fd)), dir_(std::move(dir)) {}
-  absl::Status ReadAt(size_t first, absl::Span<float> out) const;
+  absl::Status CheckRange(size_t first, size_t n) const;
 
   Fd fd_;
   std::string dir_;

@@ -1,12 +1,10 @@
 #include "libs/training/trainer.h"
 
+#include <torch/csrc/autograd/function_hook.h>
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -14,11 +12,11 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "libs/common/heap.h"
 #include "libs/common/status_macros.h"
 #include "libs/data/task_data.h"
 #include "libs/task/task_model.h"
 #include "libs/training/loss.h"
+#include "libs/training/model_state.h"
 #include "libs/training/models.h"
 #include "libs/training/shard_tensors.h"
 
@@ -32,99 +30,28 @@ void ReleaseGradients(Model& model) {
   for (auto& [name, value] : model.NamedParameters()) value.mutable_grad() = torch::Tensor();
 }
 
-absl::Status TorchError(const std::string& what, const std::exception& e) {
-  std::string msg = e.what();
-  // c10::Error messages carry a long backtrace after the first line.
-  if (size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-  return absl::InternalError(absl::StrCat(what, ": ", msg));
-}
+// Steps the optimizer for one parameter as soon as its gradient is complete, inside backward(),
+// and frees that gradient at once. The step is the optimizer's own (it skips parameters without
+// a gradient), so the result is what step() after backward() gives; but only one parameter's
+// gradient exists at a time, not all of them: SGD with momentum then holds the parameters, the
+// momentum and the largest gradient, under 3x the model, instead of 3x plus the activations.
+// Safe because every node that uses the parameter's value has run before its accumulator.
+class StepInBackward final : public torch::autograd::FunctionPostHook {
+ public:
+  StepInBackward(const std::unique_ptr<torch::optim::Optimizer>& optimizer, torch::Tensor param)
+      : optimizer_(optimizer), param_(std::move(param)) {}
 
-absl::StatusOr<tensor::ModelLayout> LayoutOf(Model& model) {
-  std::vector<tensor::TensorSpec> specs;
-  for (const auto& [name, value] : model.NamedParameters()) {
-    specs.push_back({name, value.sizes().vec()});
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    optimizer_->step();
+    param_.mutable_grad() = torch::Tensor();
+    return outputs;
   }
-  return tensor::ModelLayout::Create(std::move(specs));
-}
 
-constexpr char kBufferPrefix[] = "buffer:";
-
-// The float buffers of `model` (integer ones such as num_batches_tracked are not exchanged).
-std::vector<std::pair<std::string, torch::Tensor>> FloatBuffers(Model& model) {
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (auto& [name, value] : model.NamedBuffers()) {
-    if (value.scalar_type() == torch::kFloat32) out.emplace_back(name, value);
-  }
-  return out;
-}
-
-absl::StatusOr<tensor::ModelLayout> StateLayoutOf(Model& model) {
-  std::vector<tensor::TensorSpec> specs;
-  for (const auto& [name, value] : model.NamedParameters()) {
-    specs.push_back({name, value.sizes().vec()});
-  }
-  for (const auto& [name, t] : FloatBuffers(model)) {
-    specs.push_back({kBufferPrefix + name, t.sizes().vec()});
-  }
-  return tensor::ModelLayout::Create(std::move(specs));
-}
-
-// The parameters; `capacity` (at least the layout's size) leaves room for what FlattenState
-// appends, so the model is never copied to grow.
-absl::StatusOr<tensor::FlatModel> Flatten(Model& model, const tensor::ModelLayout& layout,
-                                          size_t capacity = 0) {
-  tensor::FlatModel out;
-  out.layout = layout;
-  ReserveLarge(out.values, std::max(capacity, layout.total_elements()));
-  out.values.resize(layout.total_elements());
-  torch::NoGradGuard no_grad;
-  std::vector<std::pair<std::string, torch::Tensor>> params = model.NamedParameters();
-  if (!params.empty() && !params.front().second.is_cpu()) {
-    // On a GPU: gather the parameters on the device and copy them to host memory once, not
-    // once per tensor.
-    std::vector<torch::Tensor> flat;
-    for (const auto& [name, value] : params) flat.push_back(value.detach().reshape({-1}));
-    torch::Tensor host = torch::cat(flat).to(torch::kCPU).contiguous();
-    if (static_cast<size_t>(host.numel()) != out.values.size()) {
-      return absl::InternalError("model parameters do not match their layout");
-    }
-    std::memcpy(out.values.data(), host.data_ptr<float>(), out.values.size() * sizeof(float));
-    return out;
-  }
-  size_t i = 0;
-  for (const auto& [name, value] : params) {
-    torch::Tensor t = value.detach().contiguous();
-    const size_t n = static_cast<size_t>(t.numel());
-    if (i >= layout.num_tensors() || layout.tensors()[i].NumElements() != t.numel()) {
-      return absl::InternalError("model parameters do not match their layout");
-    }
-    std::memcpy(out.values.data() + layout.offset(i), t.data_ptr<float>(), n * sizeof(float));
-    ++i;
-  }
-  return out;
-}
-
-// The parameters and, when `layout` is a state layout (StateLayoutOf), then the float buffers.
-absl::StatusOr<tensor::FlatModel> FlattenState(Model& model, const tensor::ModelLayout& layout,
-                                               const tensor::ModelLayout& params_layout) {
-  SHOAL_ASSIGN_OR_RETURN(tensor::FlatModel out,
-                         Flatten(model, params_layout, layout.total_elements()));
-  if (layout == params_layout) return out;
-  torch::NoGradGuard no_grad;
-  out.layout = layout;
-  out.values.resize(layout.total_elements());
-  size_t i = params_layout.num_tensors();
-  for (const auto& [name, buffer] : FloatBuffers(model)) {
-    torch::Tensor t = buffer.detach().to(torch::kCPU).contiguous();
-    if (i >= layout.num_tensors() || layout.tensors()[i].NumElements() != t.numel()) {
-      return absl::InternalError("model buffers do not match their layout");
-    }
-    std::memcpy(out.values.data() + layout.offset(i), t.data_ptr<float>(),
-                static_cast<size_t>(t.numel()) * sizeof(float));
-    ++i;
-  }
-  return out;
-}
+ private:
+  const std::unique_ptr<torch::optim::Optimizer>& optimizer_;  // Impl's: replaced on reset
+  torch::Tensor param_;
+};
 
 std::vector<torch::Tensor> Values(const std::vector<std::pair<std::string, torch::Tensor>>& items) {
   std::vector<torch::Tensor> out;
@@ -184,6 +111,10 @@ struct Trainer::Impl {
   std::vector<uint64_t> label_histogram;     // training samples per class
   size_t cursor = 0;                         // next position in `order`
   uint64_t epoch = 0;
+  bool touched = false;  // trained or set since it was built: no longer the fresh model
+  // The parameters' gradient accumulators, each with a StepInBackward hook; held so that the
+  // hooks stay (a variable keeps its accumulator only weakly).
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
 
   std::unique_ptr<torch::optim::Optimizer> MakeOptimizer() {
     const auto& opt = options.spec.optimizer();
@@ -277,6 +208,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerOptions& op
     SHOAL_ASSIGN_OR_RETURN(impl->layout, LayoutOf(*impl->model));
     SHOAL_ASSIGN_OR_RETURN(impl->state_layout, StateLayoutOf(*impl->model));
     impl->optimizer = impl->MakeOptimizer();
+    for (auto& [name, p] : impl->model->NamedParameters()) {
+      if (!options.step_in_backward || !p.requires_grad()) continue;
+      std::shared_ptr<torch::autograd::Node> accumulator =
+          torch::autograd::impl::grad_accumulator(p);
+      accumulator->add_post_hook(std::make_unique<StepInBackward>(impl->optimizer, p));
+      impl->accumulators.push_back(std::move(accumulator));
+    }
     impl->train_images = data->train_x.to(impl->device);
     impl->train_labels = data->train_y.to(impl->device);
     impl->test_images = data->test_x.to(impl->device);
@@ -293,6 +231,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerOptions& op
 absl::StatusOr<TrainStats> Trainer::TrainBatches(uint32_t n,
                                                  const std::function<bool()>& keep_going) {
   Impl& m = *impl_;
+  m.touched = true;
   const size_t batch = m.options.spec.batch_size();
   TrainStats stats;
   double loss_total = 0;
@@ -317,8 +256,8 @@ absl::StatusOr<TrainStats> Trainer::TrainBatches(uint32_t n,
       torch::Tensor y = m.train_labels.index_select(0, idx);
       ReleaseGradients(*m.model);
       torch::Tensor loss = TaskLoss(m.options.spec.loss(), m.model->Forward(x), y, m.num_classes);
-      loss.backward();
-      m.optimizer->step();
+      loss.backward();  // with step_in_backward: steps the optimizer (StepInBackward)
+      if (!m.options.step_in_backward) m.optimizer->step();
       const double l = loss.item<double>();
       if (!std::isfinite(l)) {
         return absl::InternalError(absl::StrCat("training diverged: loss is ", l, " at batch ", b));
@@ -365,38 +304,12 @@ absl::StatusOr<tensor::FlatModel> Trainer::GetParameters() const {
 }
 
 absl::Status Trainer::SetParameters(const tensor::FlatModel& model) {
-  Impl& m = *impl_;
-  if (!(model.layout == m.layout)) {
+  if (!(model.layout == impl_->layout)) {
     return absl::InvalidArgumentError(absl::StrCat("model layout ", model.layout.DebugString(),
                                                    " does not match this task's model ",
-                                                   m.layout.DebugString()));
+                                                   impl_->layout.DebugString()));
   }
-  if (model.values.size() != m.layout.total_elements()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model has ", model.values.size(), " values, expected ", m.layout.total_elements()));
-  }
-  return CopyParametersIn(model.values.data());
-}
-
-absl::Status Trainer::CopyParametersIn(const float* values) {
-  Impl& m = *impl_;
-  try {
-    torch::NoGradGuard no_grad;
-    torch::Tensor all =
-        torch::from_blob(const_cast<float*>(values),
-                         {static_cast<int64_t>(m.layout.total_elements())}, torch::kFloat32);
-    // On a GPU the whole model goes to device memory in one copy, then is split there.
-    if (!m.device.is_cpu()) all = all.to(m.device);
-    size_t i = 0;
-    for (auto& [name, p] : m.model->NamedParameters()) {
-      const auto offset = static_cast<int64_t>(m.layout.offset(i));
-      p.copy_(all.slice(0, offset, offset + p.numel()).view(p.sizes()));
-      ++i;
-    }
-  } catch (const std::exception& e) {
-    return TorchError("setting parameters", e);
-  }
-  return absl::OkStatus();
+  return SetState(model);
 }
 
 absl::StatusOr<tensor::FlatModel> Trainer::InitialParameters() const {
@@ -404,6 +317,9 @@ absl::StatusOr<tensor::FlatModel> Trainer::InitialParameters() const {
 }
 
 absl::StatusOr<tensor::FlatModel> Trainer::InitialState(bool include_buffers) const {
+  // Untouched, the model is the fresh one: no second model in memory (a peer uploading a large
+  // initial model would hold three).
+  if (!impl_->touched) return GetState(include_buffers);
   try {
     SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Model> fresh,
                            LoadModel(impl_->options.spec, impl_->script_path));
@@ -478,29 +394,28 @@ absl::StatusOr<tensor::FlatModel> Trainer::GetState(bool include_buffers) const 
 }
 
 absl::Status Trainer::SetState(const tensor::FlatModel& state) {
+  if (state.values.size() != state.layout.total_elements()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model has ", state.values.size(), " values, its layout ", state.layout.total_elements()));
+  }
+  // The values straight from `state` (no copy of them: the model may be large).
+  return SetStateFrom(state.layout, ReadFromMemory(state.values));
+}
+
+absl::Status Trainer::SetStateFrom(const tensor::ModelLayout& layout,
+                                   const tensor::ReadValues& read) {
   Impl& m = *impl_;
-  if (state.layout == m.layout) return SetParameters(state);
-  if (!(state.layout == m.state_layout) || state.values.size() != m.state_layout.total_elements()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model state layout ", state.layout.DebugString(),
-                     " does not match this task's model ", m.state_layout.DebugString()));
+  if (!(layout == m.layout || layout == m.state_layout)) {
+    return absl::InvalidArgumentError(absl::StrCat("model state layout ", layout.DebugString(),
+                                                   " does not match this task's model ",
+                                                   m.state_layout.DebugString()));
   }
-  // The parameters straight from `state` (no copy of them: the model may be large).
-  SHOAL_RETURN_IF_ERROR(CopyParametersIn(state.values.data()));
+  m.touched = true;
   try {
-    torch::NoGradGuard no_grad;
-    size_t i = m.layout.num_tensors();
-    for (auto& [name, buffer] : FloatBuffers(*m.model)) {
-      torch::Tensor src =
-          torch::from_blob(const_cast<float*>(state.values.data() + m.state_layout.offset(i)),
-                           buffer.sizes(), torch::kFloat32);
-      buffer.copy_(src);
-      ++i;
-    }
+    return LoadState(*m.model, layout, m.layout, read);
   } catch (const std::exception& e) {
-    return TorchError("setting buffers", e);
+    return TorchError("setting the model's state", e);
   }
-  return absl::OkStatus();
 }
 
 const tensor::ModelLayout& Trainer::state_layout(bool include_buffers) const {
@@ -511,58 +426,6 @@ const tensor::ModelLayout& Trainer::layout() const { return impl_->layout; }
 size_t Trainer::train_size() const { return static_cast<size_t>(impl_->train_labels.size(0)); }
 size_t Trainer::test_size() const { return static_cast<size_t>(impl_->test_labels.size(0)); }
 const std::vector<uint64_t>& Trainer::label_histogram() const { return impl_->label_histogram; }
-
-absl::Status WriteTorchScript(const common::v1::TaskSpec& spec, const std::string& model_dir,
-                              const tensor::FlatModel& model, const std::string& out_path) {
-  if (spec.model() != kTorchScriptModel) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the task's model ", spec.model(),
-        " is built in and has no TorchScript form; only a task whose model is a TorchScript "
-        "file (model: {torchscript: FILE}) can be written as one"));
-  }
-  const std::string script_path = task::ModelFilePath(spec, model_dir);
-  SHOAL_RETURN_IF_ERROR(task::CheckModelFile(spec, script_path));
-  SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Model> script, LoadModel(spec, script_path));
-  SHOAL_ASSIGN_OR_RETURN(tensor::ModelLayout layout, LayoutOf(*script));
-  SHOAL_ASSIGN_OR_RETURN(tensor::ModelLayout state_layout, StateLayoutOf(*script));
-  const bool with_buffers = model.layout == state_layout && !(layout == state_layout);
-  if (!(model.layout == layout || with_buffers) ||
-      model.values.size() != model.layout.total_elements()) {
-    return absl::InvalidArgumentError(absl::StrCat("model layout ", model.layout.DebugString(),
-                                                   " does not match the TorchScript file's ",
-                                                   state_layout.DebugString()));
-  }
-  // The parameters, then the float buffers (batch-norm statistics) when the model carries them;
-  // otherwise the file's own buffers stay.
-  try {
-    torch::NoGradGuard no_grad;
-    size_t i = 0;
-    auto copy_in = [&](torch::Tensor& t) {
-      t.copy_(torch::from_blob(const_cast<float*>(model.values.data() + model.layout.offset(i)),
-                               t.sizes(), torch::kFloat32));
-      ++i;
-    };
-    for (auto& [name, p] : script->NamedParameters()) copy_in(p);
-    if (with_buffers) {
-      for (auto& [name, b] : FloatBuffers(*script)) copy_in(b);
-    }
-  } catch (const std::exception& e) {
-    return TorchError("setting parameters", e);
-  }
-  // Written beside the target and renamed, so a failed write never leaves half a file.
-  const std::string tmp = out_path + ".part";
-  if (absl::Status s = script->SaveTorchScript(tmp); !s.ok()) {
-    std::remove(tmp.c_str());
-    return s;
-  }
-  if (std::rename(tmp.c_str(), out_path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    return absl::InternalError(
-        absl::StrCat("renaming ", tmp, " to ", out_path, ": ", std::strerror(err)));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status SetTorchThreads(int threads) {
   if (threads < 1) {

@@ -36,6 +36,11 @@ struct TrainerOptions {
   // return early once keep_going turns false; TrainBatches asks keep_going again before the
   // next batch.
   std::function<void(const std::function<bool()>& keep_going)> after_batch;
+  // true: the optimizer steps each parameter inside backward() as soon as its gradient is
+  // complete and frees that gradient, so at most one parameter's gradient exists at a time
+  // (a peer's peak memory: parameters, momentum and the largest gradient). false: one step after
+  // backward(), all gradients held at once. Both give the same parameters (a test checks it).
+  bool step_in_backward = true;
 
   // INVALID_ARGUMENT naming the field: unknown model, batch_size, optimizer, shard, device.
   absl::Status Validate() const;
@@ -129,6 +134,10 @@ class Trainer {
   // Replaces what GetState() returned; the layout tells whether buffers are included.
   // Errors: INVALID_ARGUMENT when the layout is neither state_layout(false) nor (true).
   absl::Status SetState(const tensor::FlatModel& state);
+  // The same from values held elsewhere (e.g. a downloaded model in a file), read by `read`
+  // straight into the parameters' memory on the CPU: no model-sized buffer. An error from
+  // `read` leaves the state partly replaced.
+  absl::Status SetStateFrom(const tensor::ModelLayout& layout, const tensor::ReadValues& read);
   const tensor::ModelLayout& state_layout(bool include_buffers) const;
 
   const tensor::ModelLayout& layout() const;
@@ -143,8 +152,6 @@ class Trainer {
   // Both Create()s end here: the model, the optimizer and the data on the device.
   static absl::StatusOr<std::unique_ptr<Trainer>> Build(const TrainerOptions& options,
                                                         ShardTensors* data);
-  // Copies layout().total_elements() values, in layout() order, into the parameters.
-  absl::Status CopyParametersIn(const float* values);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -62,6 +62,20 @@ class AggregatorClient {
   virtual absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address,
                                                      const std::string& task, uint64_t version,
                                                      const Caller& caller, absl::Time deadline) = 0;
+  // The same, the values handed to `write` as they arrive instead of kept, so a download needs
+  // no model-sized buffer; returns the model's layout. What `write` got is verified only when
+  // the call succeeds (a failed call may have written part of a model). This default downloads
+  // the whole model and then writes it; GrpcAggregatorClient streams.
+  virtual absl::StatusOr<tensor::ModelLayout> GetModelInto(const std::string& address,
+                                                           const std::string& task,
+                                                           uint64_t version, const Caller& caller,
+                                                           absl::Time deadline,
+                                                           const tensor::WriteValues& write) {
+    absl::StatusOr<tensor::FlatModel> model = GetModel(address, task, version, caller, deadline);
+    if (!model.ok()) return model.status();
+    if (absl::Status s = write(0, model->values); !s.ok()) return s;
+    return std::move(model->layout);
+  }
   // Replaces the task's members and their session tokens (the coordinator's call).
   virtual absl::Status SetMembers(const std::string& address, const v1::SetMembersRequest& request,
                                   absl::Time deadline) = 0;

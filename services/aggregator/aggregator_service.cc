@@ -380,27 +380,24 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* AggregatorServiceImpl::PushUpdate(
 grpc::ServerWriteReactor<grpc::ByteBuffer>* AggregatorServiceImpl::GetModel(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request) {
   aggregator::v1::GetModelRequest request;
-  grpc::ByteBuffer copy = *raw_request;  // deserializing consumes the buffer
-  if (!grpc::GenericDeserialize<grpc::ProtoBufferReader, aggregator::v1::GetModelRequest>(&copy,
-                                                                                          &request)
-           .ok()) {
-    return rpc::MakeFailedRawModelWriteReactor(
+  if (!rpc::ParseRawRequest(*raw_request, &request)) {
+    return rpc::MakeFailedModelWriteReactor(
         grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "cannot parse GetModelRequest"));
   }
   if (absl::Status s = core_.CheckCaller(request.task(), request.peer_id(), request.session_token(),
                                          rpc::CallerIdentity(*context));
       !s.ok()) {
     metrics_.RejectedCounter(RejectReason::kUnauthenticated).Increment();
-    return rpc::MakeFailedRawModelWriteReactor(rpc::ToGrpcStatus(s));
+    return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(s));
   }
   std::optional<uint64_t> version;
   if (request.has_version()) version = request.version();
   auto snapshot = core_.GetModel(request.task(), version);
   if (!snapshot.ok()) {
-    return rpc::MakeFailedRawModelWriteReactor(rpc::ToGrpcStatus(snapshot.status()));
+    return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(snapshot.status()));
   }
   AggregatorMetrics* metrics = &metrics_;
-  return new rpc::RawModelWriteReactor(
+  return new rpc::ModelWriteReactor(
       snapshot->model, tensor::MakeModelMeta(request.task(), snapshot->version, *snapshot->model),
       [metrics](uint64_t bytes, bool) {
         metrics->bytes_sent.Increment(static_cast<double>(bytes));

@@ -20,7 +20,7 @@ struct AggregatorServiceOptions {
 // PushUpdate is registered raw (ByteBuffer in, ByteBuffer out) so chunk bytes are copied once,
 // straight from the received slices into the staging buffer, instead of being parsed into a
 // protobuf string first. GetModel is raw too: chunks go out as slices of the model's own memory
-// (rpc::RawModelWriteReactor), never copied into protobuf messages.
+// (rpc::ModelWriteReactor), never copied into protobuf messages.
 class AggregatorServiceImpl final
     : public aggregator::v1::AggregatorService::WithRawCallbackMethod_GetModel<
           aggregator::v1::AggregatorService::WithRawCallbackMethod_PushUpdate<

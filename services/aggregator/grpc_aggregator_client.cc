@@ -57,11 +57,9 @@ absl::StatusOr<bool> GrpcAggregatorClient::PushUpdate(
   return response->duplicate();
 }
 
-absl::StatusOr<tensor::FlatModel> GrpcAggregatorClient::GetModel(const std::string& address,
-                                                                 const std::string& task,
-                                                                 uint64_t version,
-                                                                 const Caller& caller,
-                                                                 absl::Time deadline) {
+absl::StatusOr<tensor::ReceivedModel> GrpcAggregatorClient::Download(
+    const std::string& address, const std::string& task, uint64_t version, const Caller& caller,
+    absl::Time deadline, tensor::WriteValues write) {
   grpc::ClientContext context;
   SetDeadline(context, deadline);
   aggregator::v1::GetModelRequest request;
@@ -73,14 +71,34 @@ absl::StatusOr<tensor::FlatModel> GrpcAggregatorClient::GetModel(const std::stri
   auto reader = rpc::OpenRawReader(
       *channels_.Get(address), "/shoal.aggregator.v1.AggregatorService/GetModel", context, request);
   absl::StatusOr<tensor::ReceivedModel> received =
-      rpc::ReadModelStream(*reader, tensor::DecoderLimits{}, &context);
+      rpc::ReadModelStream(*reader, tensor::DecoderLimits{}, &context, std::move(write));
   if (!received.ok()) return WithContext(received.status(), "GetModel", address);
   if (received->meta.task() != task || received->meta.version() != version) {
     return absl::InvalidArgumentError(
         absl::StrCat("GetModel at aggregator ", address, ": asked for ", task, " version ", version,
                      ", got ", received->meta.task(), " version ", received->meta.version()));
   }
+  return received;
+}
+
+absl::StatusOr<tensor::FlatModel> GrpcAggregatorClient::GetModel(const std::string& address,
+                                                                 const std::string& task,
+                                                                 uint64_t version,
+                                                                 const Caller& caller,
+                                                                 absl::Time deadline) {
+  absl::StatusOr<tensor::ReceivedModel> received =
+      Download(address, task, version, caller, deadline, nullptr);
+  if (!received.ok()) return received.status();
   return std::move(received->model);
+}
+
+absl::StatusOr<tensor::ModelLayout> GrpcAggregatorClient::GetModelInto(
+    const std::string& address, const std::string& task, uint64_t version, const Caller& caller,
+    absl::Time deadline, const tensor::WriteValues& write) {
+  absl::StatusOr<tensor::ReceivedModel> received =
+      Download(address, task, version, caller, deadline, write);
+  if (!received.ok()) return received.status();
+  return std::move(received->model.layout);
 }
 
 absl::Status GrpcAggregatorClient::OpenRound(const std::string& address,

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "libs/rpc/channel_cache.h"
+#include "libs/tensor/frame_codec.h"
 #include "services/aggregator/aggregator_client.h"
 
 namespace shoal::aggregator {
@@ -27,6 +28,10 @@ class GrpcAggregatorClient final : public AggregatorClient {
   absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address, const std::string& task,
                                              uint64_t version, const Caller& caller,
                                              absl::Time deadline) override;
+  absl::StatusOr<tensor::ModelLayout> GetModelInto(const std::string& address,
+                                                   const std::string& task, uint64_t version,
+                                                   const Caller& caller, absl::Time deadline,
+                                                   const tensor::WriteValues& write) override;
   absl::Status SetMembers(const std::string& address, const v1::SetMembersRequest& request,
                           absl::Time deadline) override;
   absl::Status OpenRound(const std::string& address, const v1::OpenRoundRequest& request,
@@ -42,6 +47,11 @@ class GrpcAggregatorClient final : public AggregatorClient {
                                              TaskEventFn on_event, WatchDoneFn on_done) override;
 
  private:
+  // GetModel and GetModelInto (`write` empty: the values are kept).
+  absl::StatusOr<tensor::ReceivedModel> Download(const std::string& address,
+                                                 const std::string& task, uint64_t version,
+                                                 const Caller& caller, absl::Time deadline,
+                                                 tensor::WriteValues write);
   rpc::ChannelCache channels_;
 };
 

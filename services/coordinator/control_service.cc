@@ -197,17 +197,22 @@ grpc::ServerUnaryReactor* ControlServiceImpl::ListRounds(grpc::CallbackServerCon
   return reactor;
 }
 
-grpc::ServerWriteReactor<common::v1::ModelChunk>* ControlServiceImpl::GetModel(
-    grpc::CallbackServerContext* context, const v1::GetModelRequest* request) {
-  if (absl::Status s = core_.CheckTaskExists(request->name()); !s.ok()) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* ControlServiceImpl::GetModel(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request) {
+  v1::GetModelRequest request;
+  if (!rpc::ParseRawRequest(*raw_request, &request)) {
+    return rpc::MakeFailedModelWriteReactor(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "cannot parse GetModelRequest"));
+  }
+  if (absl::Status s = core_.CheckTaskExists(request.name()); !s.ok()) {
     return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(s));
   }
   auto* reactor = new rpc::ModelWriteReactor(
       [this](uint64_t bytes, bool) { metrics_.bytes_sent.Increment(static_cast<double>(bytes)); });
   std::optional<uint64_t> version;
-  if (request->has_version()) version = request->version();
+  if (request.has_version()) version = request.version();
   // The store lookup and the file read block: they run on the reads executor.
-  if (!reads_.TrySubmit([this, reactor, name = request->name(), version] {
+  if (!reads_.TrySubmit([this, reactor, name = request.name(), version] {
         absl::StatusOr<StoredCheckpoint> checkpoint = store_.GetCheckpoint(name, version);
         if (!checkpoint.ok()) {
           reactor->Fail(rpc::ToGrpcStatus(checkpoint.status()));

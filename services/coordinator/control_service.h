@@ -11,8 +11,10 @@
 namespace shoal::coordinator {
 
 // gRPC adapter for ControlService: thin handlers over CoordinatorCore. Thread-safe; the core
-// must outlive it.
-class ControlServiceImpl final : public v1::ControlService::CallbackService {
+// must outlive it. GetModel is registered raw: a checkpoint goes out as slices of the model read
+// from its file (rpc::ModelWriteReactor), never copied into protobuf messages.
+class ControlServiceImpl final : public v1::ControlService::WithRawCallbackMethod_GetModel<
+                                     v1::ControlService::CallbackService> {
  public:
   // Checkpoint reads (GetModel) run on `reads`, never on a gRPC thread.
   ControlServiceImpl(CoordinatorCore& core, TaskStore& store, Executor& reads,
@@ -36,8 +38,9 @@ class ControlServiceImpl final : public v1::ControlService::CallbackService {
   grpc::ServerUnaryReactor* ListRounds(grpc::CallbackServerContext* context,
                                        const v1::ListRoundsRequest* request,
                                        v1::ListRoundsResponse* response) override;
-  grpc::ServerWriteReactor<common::v1::ModelChunk>* GetModel(
-      grpc::CallbackServerContext* context, const v1::GetModelRequest* request) override;
+  // A GetModelRequest that does not parse: INVALID_ARGUMENT.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* GetModel(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override;
 
  private:
   CoordinatorCore& core_;

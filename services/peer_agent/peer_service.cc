@@ -6,9 +6,14 @@
 
 namespace shoal::peer {
 
-grpc::ServerWriteReactor<common::v1::ModelChunk>* PeerServiceImpl::GetSnapshot(
-    grpc::CallbackServerContext* context, const shoal::peer::v1::GetSnapshotRequest* request) {
-  absl::StatusOr<SnapshotStore::Served> served = store_.Serve(*request);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* PeerServiceImpl::GetSnapshot(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request) {
+  peer::v1::GetSnapshotRequest request;
+  if (!rpc::ParseRawRequest(*raw_request, &request)) {
+    return rpc::MakeFailedModelWriteReactor(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "cannot parse GetSnapshotRequest"));
+  }
+  absl::StatusOr<SnapshotStore::Served> served = store_.Serve(request);
   if (!served.ok()) return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(served.status()));
   PeerMetrics* metrics = &metrics_;
   return new rpc::ModelWriteReactor(

@@ -16,8 +16,11 @@ struct PeerServiceOptions {
 
 // gRPC adapter for PeerService: streams the published snapshot of the kind asked for, answers
 // Probe. Owned by the PeerServer; the store and metrics must outlive it. Thread-safe (handlers
-// only read the store).
-class PeerServiceImpl final : public shoal::peer::v1::PeerService::CallbackService {
+// only read the store). GetSnapshot is registered raw: chunks go out as slices of the snapshot's
+// own memory (rpc::ModelWriteReactor).
+class PeerServiceImpl final
+    : public shoal::peer::v1::PeerService::WithRawCallbackMethod_GetSnapshot<
+          shoal::peer::v1::PeerService::CallbackService> {
  public:
   PeerServiceImpl(const SnapshotStore& store, PeerMetrics& metrics, PeerServiceOptions options = {})
       : store_(store), metrics_(metrics), options_(std::move(options)) {}
@@ -25,9 +28,9 @@ class PeerServiceImpl final : public shoal::peer::v1::PeerService::CallbackServi
   // Errors: INVALID_ARGUMENT an unknown kind;
   // NOT_FOUND no snapshot of that kind (yet) or another task; FAILED_PRECONDITION a
   // ROUND_UPDATE/GLOBAL of another round than the one asked for.
-  grpc::ServerWriteReactor<common::v1::ModelChunk>* GetSnapshot(
-      grpc::CallbackServerContext* context,
-      const shoal::peer::v1::GetSnapshotRequest* request) override;
+  // A GetSnapshotRequest that does not parse: INVALID_ARGUMENT.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* GetSnapshot(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* request) override;
 
   grpc::ServerUnaryReactor* Probe(grpc::CallbackServerContext* context,
                                   const shoal::peer::v1::ProbeRequest* request,

@@ -108,7 +108,9 @@ absl::Status Train() {
   const double train_s = absl::ToDoubleSeconds(absl::Now() - start);
   SHOAL_ASSIGN_OR_RETURN(shoal::training::EvalStats eval, trainer->Evaluate());
   if (!absl::GetFlag(FLAGS_model_out).empty()) {
-    SHOAL_ASSIGN_OR_RETURN(shoal::tensor::FlatModel model, trainer->GetParameters());
+    // The state: the parameters and the float buffers (batch-norm statistics), as peers send it.
+    SHOAL_ASSIGN_OR_RETURN(shoal::tensor::FlatModel model,
+                           trainer->GetState(/*include_buffers=*/true));
     SHOAL_RETURN_IF_ERROR(shoal::tensor::WriteModelFile(absl::GetFlag(FLAGS_model_out), model));
   }
   std::printf(

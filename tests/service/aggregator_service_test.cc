@@ -1,5 +1,6 @@
 // AggregatorService over real gRPC: an in-process shoal-aggregator server on 127.0.0.1:0 with a
 // fake coordinator RegistryService as its neighbour.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -9,6 +10,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/aggregator/grpc_aggregator_client.h"
 #include "tests/service/aggregator_service_fixture.h"
 #include "tests/testing/wait.h"
 
@@ -292,6 +294,26 @@ TEST_F(AggregatorServiceTest, ZeroCopyClientPathMatchesTheProtobufPath) {
   EXPECT_EQ(raw->model.layout, got->model.layout);
   EXPECT_EQ(raw->model.values, got->model.values);
   EXPECT_EQ(raw_get("nope").status().code(), absl::StatusCode::kNotFound);
+
+  // A peer's download (GetModelInto) hands the values on as they arrive: the same model.
+  aggregator::GrpcAggregatorClient client;
+  std::vector<float> into(got->model.values.size(), -1.0f);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  auto layout = client.GetModelInto(server_->address(), "t", 1, {}, deadline,
+                                    [&](size_t first, absl::Span<const float> values) {
+                                      EXPECT_LE(first + values.size(), into.size());
+                                      std::copy(values.begin(), values.end(), into.begin() + first);
+                                      return absl::OkStatus();
+                                    });
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(*layout, got->model.layout);
+  EXPECT_EQ(into, got->model.values);
+  // The writer's error ends the download and is the call's error, naming the aggregator.
+  auto refused = client.GetModelInto(
+      server_->address(), "t", 1, {}, deadline,
+      [](size_t, absl::Span<const float>) { return absl::ResourceExhaustedError("disk full"); });
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(), HasSubstr(server_->address()));
 }
 
 // The service answers a push once it is accepted and folds it afterwards; a CloseRound sent

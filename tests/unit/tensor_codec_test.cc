@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -85,6 +86,69 @@ TEST(FrameCodecTest, RoundTripForMeta) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->layout, m.layout);
   EXPECT_EQ(got->values, m.values);
+}
+
+// A decoder that hands its values on (ForMeta with a WriteValues) into `out`, sized by the meta.
+absl::StatusOr<ModelLayout> DecodeInto(const FlatModel& m, const std::vector<TensorFrame>& frames,
+                                       std::vector<float>& out, size_t* largest_write = nullptr) {
+  out.assign(m.layout.total_elements(), -1.0f);
+  auto d = FrameDecoder::ForMeta(MakeModelMeta("t", 1, m), {}, /*require_finite=*/true,
+                                 [&](size_t first, absl::Span<const float> values) {
+                                   EXPECT_LE(first + values.size(), out.size());
+                                   std::copy(values.begin(), values.end(), out.begin() + first);
+                                   if (largest_write != nullptr) {
+                                     *largest_write = std::max(*largest_write, values.size());
+                                   }
+                                   return absl::OkStatus();
+                                 });
+  if (!d.ok()) return d.status();
+  for (const auto& f : frames) {
+    if (absl::Status s = d->Add(f); !s.ok()) return s;
+  }
+  auto got = std::move(*d).Finish();
+  if (!got.ok()) return got.status();
+  EXPECT_TRUE(got->values.empty());  // nothing kept
+  return got->layout;
+}
+
+TEST(FrameCodecTest, StreamingDecoderHandsOnEveryValueInBlocks) {
+  // 7-byte chunks split floats across chunk boundaries: a split value is written once whole.
+  FlatModel m = SmallModel();
+  std::vector<float> out;
+  auto layout = DecodeInto(m, Encode(m, 7), out);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(*layout, m.layout);
+  EXPECT_EQ(out, m.values);
+
+  // 1 MiB chunks of a 3 MiB tensor go on in 32 KiB blocks: the decoder holds no more.
+  FlatModel big = MakeModel({{"big", {3 << 18}}});
+  size_t largest = 0;
+  ASSERT_TRUE(DecodeInto(big, Encode(big), out, &largest).ok());
+  EXPECT_EQ(out, big.values);
+  EXPECT_EQ(largest, (32u << 10) / sizeof(float));
+}
+
+TEST(FrameCodecTest, StreamingDecoderFailsOnABadDigestAndOnAFailedWrite) {
+  FlatModel m = SmallModel();
+  auto frames = Encode(m);
+  frames[0].mutable_header()->set_digest_xxh3(frames[0].header().digest_xxh3() ^ 1);
+  std::vector<float> out;
+  auto bad = DecodeInto(m, frames, out);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("digest mismatch"));
+
+  // The writer's error ends the stream; later calls return it too.
+  auto d = FrameDecoder::ForMeta(
+      MakeModelMeta("t", 1, m), {}, false,
+      [](size_t, absl::Span<const float>) { return absl::ResourceExhaustedError("disk full"); });
+  ASSERT_TRUE(d.ok());
+  absl::Status s;
+  for (const auto& f : Encode(m)) {
+    s = d->Add(f);
+    if (!s.ok()) break;
+  }
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(std::move(*d).Finish().status().code(), absl::StatusCode::kResourceExhausted);
 }
 
 TEST(FrameCodecTest, ChunkSizesAreBounded) {

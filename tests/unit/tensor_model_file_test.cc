@@ -116,6 +116,29 @@ TEST_F(ModelFileTest, SpillFileKeepsValuesAndSubtractsThemInChunks) {
   EXPECT_EQ(three, (std::vector<float>{1, 2, 3}));
 }
 
+TEST_F(ModelFileTest, SpillFileIsFilledPieceByPieceWithinItsSize) {
+  auto spill = SpillFile::Create(dir_.string());
+  ASSERT_TRUE(spill.ok()) << spill.status();
+  ASSERT_TRUE(spill->Write(std::vector<float>{9, 9}).ok());
+  ASSERT_TRUE(spill->Reset(5).ok());  // five zeros, the old values gone
+  EXPECT_EQ(spill->size(), 5u);
+  ASSERT_TRUE(spill->WriteAt(3, std::vector<float>{4, 5}).ok());
+  ASSERT_TRUE(spill->WriteAt(0, std::vector<float>{1}).ok());
+  std::vector<float> all(5);
+  ASSERT_TRUE(spill->Read(absl::MakeSpan(all)).ok());
+  EXPECT_EQ(all, (std::vector<float>{1, 0, 0, 4, 5}));
+  std::vector<float> two(2);
+  ASSERT_TRUE(spill->ReadAt(3, absl::MakeSpan(two)).ok());
+  EXPECT_EQ(two, (std::vector<float>{4, 5}));
+
+  // Nothing goes or comes from past the end.
+  absl::Status past = spill->WriteAt(4, std::vector<float>{1, 2});
+  EXPECT_EQ(past.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(past.message(), HasSubstr("holds 5 values"));
+  EXPECT_EQ(spill->ReadAt(6, absl::MakeSpan(two)).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(spill->size(), 5u);
+}
+
 TEST_F(ModelFileTest, SpillFileInAMissingDirectoryNamesIt) {
   auto spill = SpillFile::Create(Path("missing"));
   EXPECT_EQ(spill.status().code(), absl::StatusCode::kNotFound);

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "libs/common/file_digest.h"
 #include "libs/tensor/flat_model.h"
+#include "libs/tensor/spill_file.h"
 #include "libs/training/models.h"
 #include "libs/training/trainer.h"
 
@@ -251,6 +252,31 @@ TEST_F(TorchScriptTest, BatchNormStatisticsTravelWithTheStateIntoTheWrittenFile)
   absl::StatusOr<EvalStats> set = (*fresh)->Evaluate();
   ASSERT_TRUE(set.ok());
   EXPECT_EQ(set->correct, before->correct);
+
+  // So does SetStateFrom, reading from a file on disk (a peer's download): the same state.
+  absl::StatusOr<tensor::SpillFile> file = tensor::SpillFile::Create(tmp_.string());
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE(file->Write(trained->values).ok());
+  absl::StatusOr<std::unique_ptr<Trainer>> from_file = Create(o);
+  ASSERT_TRUE(from_file.ok());
+  ASSERT_TRUE(
+      (*from_file)
+          ->SetStateFrom(
+              state, [&](size_t first, absl::Span<float> out) { return file->ReadAt(first, out); })
+          .ok());
+  EXPECT_EQ((*from_file)->GetState(/*include_buffers=*/true)->values, trained->values);
+  // A read that fails is the call's error; a layout of another model is refused unread.
+  absl::Status failed = (*from_file)->SetStateFrom(state, [](size_t, absl::Span<float>) {
+    return absl::DataLossError("disk gone");
+  });
+  EXPECT_EQ(failed.code(), absl::StatusCode::kDataLoss);
+  absl::StatusOr<tensor::ModelLayout> other = tensor::ModelLayout::Create({{"w", {3}}});
+  ASSERT_TRUE(other.ok());
+  absl::Status refused = (*from_file)->SetStateFrom(*other, [](size_t, absl::Span<float>) {
+    return absl::InternalError("never read");
+  });
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("does not match"));
 }
 
 }  // namespace

@@ -108,6 +108,10 @@ TEST_F(TrainingTest, SameSeedGivesIdenticalParametersAndLayout) {
     auto init = a->InitialParameters();
     ASSERT_TRUE(init.ok());
     EXPECT_EQ(init->values, pa->values);
+    // Trained, the trainer still knows the fresh model's parameters.
+    ASSERT_TRUE(a->TrainBatches(2, nullptr).ok());
+    EXPECT_NE(a->GetParameters()->values, pa->values);
+    EXPECT_EQ(a->InitialParameters()->values, pa->values);
 
     TrainerOptions seeded = Options(model);
     seeded.spec.set_seed(12);
@@ -199,6 +203,30 @@ TEST_F(TrainingTest, WideMlpHasItsDocumentedSizeAndTrains) {
   auto bad = MakeModel("wide-mlp", 1, 8);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad.status().message(), "model_width must be in 16..16384, got 8");
+}
+
+TEST_F(TrainingTest, SteppingInsideBackwardGivesTheSameParametersAsAfterIt) {
+  for (const auto kind : {common::v1::OPTIMIZER_SGD, common::v1::OPTIMIZER_ADAM}) {
+    for (const char* model : {"mlp", "cnn"}) {
+      TrainerOptions o = Options(model);
+      o.spec.mutable_optimizer()->set_kind(kind);
+      if (kind == common::v1::OPTIMIZER_ADAM) o.spec.mutable_optimizer()->set_learning_rate(0.001);
+      TrainerOptions after = o;
+      after.step_in_backward = false;
+      auto in = MakeTrainer(o);
+      auto out = MakeTrainer(after);
+      ASSERT_TRUE(in && out);
+      auto a = in->TrainBatches(6, nullptr);
+      auto b = out->TrainBatches(6, nullptr);
+      ASSERT_TRUE(a.ok() && b.ok());
+      EXPECT_EQ(a->mean_loss, b->mean_loss) << model;
+      auto pa = in->GetParameters();
+      auto pb = out->GetParameters();
+      ASSERT_TRUE(pa.ok() && pb.ok());
+      EXPECT_EQ(pa->values, pb->values) << model << " optimizer " << kind;
+      EXPECT_NE(pa->values, MakeTrainer(o)->GetParameters()->values);  // it did train
+    }
+  }
 }
 
 TEST_F(TrainingTest, KeepGoingFalseAbandonsBetweenBatches) {

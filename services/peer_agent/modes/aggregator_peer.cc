@@ -1,9 +1,12 @@
 #include "services/peer_agent/modes/aggregator_peer.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "libs/common/heap.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
 #include "libs/tensor/frame_codec.h"
@@ -90,26 +93,66 @@ absl::Status AggregatorPeer::Hold(uint64_t version, const tensor::FlatModel& mod
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> AggregatorPeer::LoadGlobal(
-    uint64_t version, absl::Time deadline, const std::function<bool()>& keep_going) {
+absl::Status AggregatorPeer::LoadGlobal(uint64_t version, absl::Time deadline,
+                                        const std::function<bool()>& keep_going) {
+  auto read_held = [this](size_t first, absl::Span<float> out) {
+    return global_values_->ReadAt(first, out);
+  };
   if (global_version_ == version) {
     if (!params_are_global_) {
-      tensor::FlatModel global{global_layout_, std::vector<float>(global_values_->size())};
-      SHOAL_RETURN_IF_ERROR(global_values_->Read(absl::MakeSpan(global.values)));
-      SHOAL_RETURN_IF_ERROR(trainer_.SetState(global));
+      SHOAL_RETURN_IF_ERROR(trainer_.SetStateFrom(global_layout_, read_held));
       params_are_global_ = true;
     }
-    return nullptr;
+    return absl::OkStatus();
   }
+  // The download goes to a new file on disk as it arrives (no model-sized buffer beside
+  // LibTorch's parameters and momentum), and into the parameters once it is complete and
+  // verified: a failed download leaves both the parameters and the model held as they were.
+  SHOAL_ASSIGN_OR_RETURN(tensor::SpillFile file, tensor::SpillFile::Create(deps_.scratch_dir));
   const std::string address = address_;
+  const size_t expected = trainer_.state_layout(/*include_buffers=*/true).total_elements();
   SHOAL_ASSIGN_OR_RETURN(
-      tensor::FlatModel model, RetryCall(deadline, keep_going, [&](absl::Time attempt_deadline) {
-        return aggregator_.GetModel(address, task_, version, Me(), attempt_deadline);
+      tensor::ModelLayout layout, RetryCall(deadline, keep_going, [&](absl::Time attempt_deadline) {
+        if (absl::Status s = file.Reset(expected); !s.ok()) {
+          return absl::StatusOr<tensor::ModelLayout>(s);
+        }
+        return aggregator_.GetModelInto(
+            address, task_, version, Me(), attempt_deadline,
+            [&](size_t first, absl::Span<const float> values) {
+              if (values.size() > expected - std::min(first, expected)) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("model version ", version, " is larger than this task's model (",
+                                 expected, " values)"));
+              }
+              return file.WriteAt(first, values);
+            });
       }));
-  metrics_.bytes_received.Increment(static_cast<double>(model.layout.total_bytes()));
-  SHOAL_RETURN_IF_ERROR(trainer_.SetState(model));
-  SHOAL_RETURN_IF_ERROR(Hold(version, model));
-  return std::make_shared<const tensor::FlatModel>(std::move(model));
+  metrics_.bytes_received.Increment(static_cast<double>(layout.total_bytes()));
+  global_version_.reset();
+  params_are_global_ = false;
+  global_values_.emplace(std::move(file));
+  SHOAL_RETURN_IF_ERROR(trainer_.SetStateFrom(layout, read_held));
+  global_layout_ = std::move(layout);
+  global_version_ = version;
+  params_are_global_ = true;
+  return absl::OkStatus();
+}
+
+void AggregatorPeer::PublishSnapshot(uint64_t version) {
+  if (std::optional<Snapshot> held = snapshots_.Latest(); held && held->version == version) {
+    return;
+  }
+  // What the work before freed (e.g. an evaluation's activations) goes back first, so the copy
+  // does not come on top of it.
+  ReturnFreeMemory();
+  absl::StatusOr<tensor::FlatModel> state = trainer_.GetState(/*include_buffers=*/true);
+  if (!state.ok()) {
+    LogWarning("task ", task_, ": cannot publish version ", version,
+               " as a snapshot: ", state.status().message());
+    return;
+  }
+  snapshots_.Publish(
+      Snapshot{task_, version, std::make_shared<const tensor::FlatModel>(*std::move(state))});
 }
 
 absl::StatusOr<std::shared_ptr<tensor::FlatModel>> AggregatorPeer::DeltaOf(

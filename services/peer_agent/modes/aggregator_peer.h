@@ -74,11 +74,14 @@ class AggregatorPeer {
   // snapshot 0 and answers ModelInitialized with its digest; on failure logs and answers
   // PeerError{round 0}.
   void UploadInitialModel(absl::Time deadline);
-  // Makes the trainer hold global model `version` exactly: a download (GetModel) unless it is
-  // the one held (then read back from disk if the trainer trained since). Returns the model
-  // downloaded, for the caller to publish as a snapshot without a copy; null when it was held.
-  absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> LoadGlobal(
-      uint64_t version, absl::Time deadline, const std::function<bool()>& keep_going);
+  // Makes the trainer hold global model `version` exactly: a download (GetModel, streamed to
+  // disk) unless it is the one held, then read from disk into the parameters if the trainer
+  // trained since.
+  absl::Status LoadGlobal(uint64_t version, absl::Time deadline,
+                          const std::function<bool()>& keep_going);
+  // Publishes the trainer's state as snapshot `version` (a copy) unless that version is the
+  // snapshot published already.
+  void PublishSnapshot(uint64_t version);
   // The trainer trained on: its parameters are no longer the global model held.
   void Trained() { params_are_global_ = false; }
   // Forgets the model held (its version numbers belong to another aggregator now).

@@ -44,7 +44,6 @@ FederatedAsyncRunner::FederatedAsyncRunner(ModeRunnerDeps deps, FederatedAsyncOp
       options_(std::move(options)),
       task_(deps_.assigned.spec().name()),
       trainer_(*deps_.trainer),
-      snapshots_(*deps_.snapshots),
       aggregator_(*deps_.aggregator),
       metrics_(*deps_.metrics),
       clock_(*deps_.clock),
@@ -292,10 +291,9 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Push(
 
 absl::Status FederatedAsyncRunner::LoadGlobal(uint64_t version,
                                               const std::function<bool()>& keep_going) {
-  SHOAL_ASSIGN_OR_RETURN(
-      std::shared_ptr<const tensor::FlatModel> downloaded,
+  SHOAL_RETURN_IF_ERROR(
       peer_.LoadGlobal(version, clock_.Now() + options_.transfer_budget, keep_going));
-  if (downloaded) snapshots_.Publish(Snapshot{task_, version, std::move(downloaded)});
+  peer_.PublishSnapshot(version);
   return absl::OkStatus();
 }
 

@@ -122,7 +122,6 @@ class FederatedAsyncRunner final : public ModeRunner {
   const FederatedAsyncOptions options_;
   const std::string task_;
   training::Trainer& trainer_;
-  SnapshotStore& snapshots_;
   aggregator::AggregatorClient& aggregator_;
   PeerMetrics& metrics_;
   const Clock& clock_;

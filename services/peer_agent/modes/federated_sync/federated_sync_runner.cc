@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "libs/common/heap.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
 #include "libs/tensor/frame_codec.h"
@@ -86,20 +87,6 @@ void FederatedSyncRunner::Handle(const CoordinatorEvent& e,
   }
 }
 
-void FederatedSyncRunner::PublishSnapshot(uint64_t version,
-                                          std::shared_ptr<const tensor::FlatModel> downloaded) {
-  if (!downloaded) {
-    // The trainer holds the version already: published unless it came from elsewhere.
-    if (std::optional<Snapshot> held = snapshots_.Latest(); held && held->version == version) {
-      return;
-    }
-    absl::StatusOr<tensor::FlatModel> params = trainer_.GetState(/*include_buffers=*/true);
-    if (!params.ok()) return;
-    downloaded = std::make_shared<const tensor::FlatModel>(*std::move(params));
-  }
-  snapshots_.Publish(Snapshot{task_, version, std::move(downloaded)});
-}
-
 void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted& m,
                                              const std::function<bool()>& keep_going_event) {
   const absl::Time start = clock_.Now();
@@ -110,8 +97,7 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
   // While it trains the peer serves no snapshot: the memory goes to LibTorch's parameters,
   // gradients and momentum (the global model is at the aggregator, the peer's copy on disk).
   snapshots_.Clear(peer::v1::SNAPSHOT_KIND_LATEST);
-  if (absl::Status s = peer_.LoadGlobal(m.model_version(), deadline, keep_going).status();
-      !s.ok()) {
+  if (absl::Status s = peer_.LoadGlobal(m.model_version(), deadline, keep_going); !s.ok()) {
     LogWarning("task ", task_, " round ", m.round(), ": cannot get global model version ",
                m.model_version(), ": ", s.message());
     if (!absl::IsCancelled(s) && keep_going()) Send(MakePeerError(m.round(), s));
@@ -134,6 +120,9 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
   metrics_.samples_trained.Increment(static_cast<double>(stats->samples));
   metrics_.train_loss.Set(stats->mean_loss);
 
+  // What training freed (gradients, activations) goes back before the copy for the delta is
+  // made, so that copy does not come on top of it.
+  ReturnFreeMemory();
   // The delta is computed in place in the one copy of the parameters.
   absl::StatusOr<tensor::FlatModel> params = trainer_.GetState(/*include_buffers=*/true);
   absl::StatusOr<std::shared_ptr<tensor::FlatModel>> delta =
@@ -195,16 +184,17 @@ std::optional<bool> FederatedSyncRunner::Push(const coordinator::v1::RoundStarte
 }
 
 void FederatedSyncRunner::HandleModelPublished(const coordinator::v1::ModelPublished& m) {
-  absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> loaded =
-      peer_.LoadGlobal(m.version(), clock_.Now() + options_.model_transfer_budget,
-                       [this] { return peer_.TaskCurrent(); });
-  if (!loaded.ok()) {
+  if (absl::Status s = peer_.LoadGlobal(m.version(), clock_.Now() + options_.model_transfer_budget,
+                                        [this] { return peer_.TaskCurrent(); });
+      !s.ok()) {
     LogWarning("task ", task_, ": cannot get published model version ", m.version(), ": ",
-               loaded.status().message());
+               s.message());
     return;
   }
-  PublishSnapshot(m.version(), *std::move(loaded));
+  // Evaluated first, then published: the snapshot's copy of the model and the evaluation's
+  // activations are not held at once.
   absl::StatusOr<training::EvalStats> eval = trainer_.Evaluate();
+  peer_.PublishSnapshot(m.version());
   if (!eval.ok()) {
     LogError("task ", task_, ": evaluating version ", m.version(), ": ", eval.status().message());
     Send(MakePeerError(m.round(), eval.status()));

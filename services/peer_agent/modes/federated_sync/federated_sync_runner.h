@@ -76,9 +76,6 @@ class FederatedSyncRunner final : public ModeRunner {
                            const training::TrainStats& stats,
                            std::shared_ptr<const tensor::FlatModel> delta, absl::Time deadline,
                            const std::function<bool()>& keep_going);
-  // Publishes global model `version` as the LATEST snapshot: `downloaded` when the peer just
-  // downloaded it (no copy), else a copy of the trainer's parameters unless it is published.
-  void PublishSnapshot(uint64_t version, std::shared_ptr<const tensor::FlatModel> downloaded);
   void Send(const coordinator::v1::PeerMessage& message) const;
 
   const ModeRunnerDeps deps_;
