@@ -50,15 +50,13 @@ namespace {
 // A model stream's state on the reading side: the ModelMeta first, then frames.
 class ModelStreamSink {
  public:
-  ModelStreamSink(const tensor::DecoderLimits& limits, tensor::WriteValues write)
-      : limits_(limits), write_(std::move(write)) {}
+  explicit ModelStreamSink(const MakeDecoder& make_decoder) : make_decoder_(make_decoder) {}
 
   absl::Status Add(const ModelChunk& chunk) {
     if (!decoder_.has_value()) {
       if (chunk.item_case() != ModelChunk::kMeta) return NoMeta();
       received_.meta = chunk.meta();
-      auto d = tensor::FrameDecoder::ForMeta(received_.meta, limits_, /*require_finite=*/false,
-                                             std::move(write_));
+      absl::StatusOr<tensor::FrameDecoder> d = make_decoder_(received_.meta);
       if (!d.ok()) return d.status();
       decoder_.emplace(*std::move(d));
       return absl::OkStatus();
@@ -81,14 +79,14 @@ class ModelStreamSink {
     received_.model = *std::move(model);
     return std::move(received_);
   }
+  uint64_t bytes_received() const { return decoder_ ? decoder_->bytes_received() : 0; }
 
  private:
   static absl::Status NoMeta() {
     return absl::InvalidArgumentError("model stream does not start with a ModelMeta");
   }
 
-  const tensor::DecoderLimits limits_;
-  tensor::WriteValues write_;  // empty: the decoder keeps the values
+  const MakeDecoder& make_decoder_;
   tensor::ReceivedModel received_;
   std::optional<tensor::FrameDecoder> decoder_;
 };
@@ -96,13 +94,17 @@ class ModelStreamSink {
 // Reads `reader` to the end through `feed(message, sink)`; see ReadModelStream.
 template <typename Message, typename Feed>
 absl::StatusOr<tensor::ReceivedModel> ReadAll(grpc::ClientReaderInterface<Message>& reader,
-                                              const tensor::DecoderLimits& limits,
-                                              grpc::ClientContext* context,
-                                              tensor::WriteValues write, Feed feed) {
-  ModelStreamSink sink(limits, std::move(write));
+                                              const MakeDecoder& make_decoder,
+                                              grpc::ClientContext* context, StreamStats* stats,
+                                              Feed feed) {
+  ModelStreamSink sink(make_decoder);
   Message message;
   absl::Status local;
   while (local.ok() && reader.Read(&message)) local = feed(message, sink);
+  if (stats != nullptr) {
+    stats->refused = !local.ok();
+    stats->bytes_received = sink.bytes_received();
+  }
   if (!local.ok()) {
     if (context != nullptr) {
       context->TryCancel();
@@ -115,7 +117,15 @@ absl::StatusOr<tensor::ReceivedModel> ReadAll(grpc::ClientReaderInterface<Messag
   }
   grpc::Status status = reader.Finish();
   if (!status.ok()) return FromGrpcStatus(status);
-  return std::move(sink).Finish();
+  absl::StatusOr<tensor::ReceivedModel> received = std::move(sink).Finish();
+  if (stats != nullptr) stats->refused = !received.ok();
+  return received;
+}
+
+MakeDecoder DecoderWithin(const tensor::DecoderLimits& limits, tensor::WriteValues write) {
+  return [limits, write = std::move(write)](const ModelMeta& meta) {
+    return tensor::FrameDecoder::ForMeta(meta, limits, /*require_finite=*/false, write);
+  };
 }
 
 }  // namespace
@@ -123,30 +133,35 @@ absl::StatusOr<tensor::ReceivedModel> ReadAll(grpc::ClientReaderInterface<Messag
 absl::StatusOr<tensor::ReceivedModel> ReadModelStream(
     grpc::ClientReaderInterface<ModelChunk>& reader, const tensor::DecoderLimits& limits,
     grpc::ClientContext* context) {
-  return ReadAll(reader, limits, context, nullptr,
+  return ReadAll(reader, DecoderWithin(limits, nullptr), context, nullptr,
                  [](const ModelChunk& chunk, ModelStreamSink& sink) { return sink.Add(chunk); });
 }
 
 absl::StatusOr<tensor::ReceivedModel> ReadModelStream(
     grpc::ClientReaderInterface<grpc::ByteBuffer>& reader, const tensor::DecoderLimits& limits,
     grpc::ClientContext* context, tensor::WriteValues write) {
+  return ReadModelStreamWith(reader, DecoderWithin(limits, std::move(write)), context);
+}
+
+absl::StatusOr<tensor::ReceivedModel> ReadModelStreamWith(
+    grpc::ClientReaderInterface<grpc::ByteBuffer>& reader, const MakeDecoder& make_decoder,
+    grpc::ClientContext* context, StreamStats* stats) {
   std::vector<grpc::Slice> slices;
   std::vector<absl::string_view> parts;
   ModelChunk chunk;
-  return ReadAll(reader, limits, context, std::move(write),
-                 [&](grpc::ByteBuffer& message, ModelStreamSink& sink) {
-                   if (ParseChunkMessage(message, &slices, &parts)) {
-                     absl::Status s = sink.AddChunkParts(parts);
-                     slices.clear();
-                     parts.clear();
-                     return s;
-                   }
-                   grpc::Status parsed =
-                       grpc::GenericDeserialize<grpc::ProtoBufferReader, ModelChunk>(&message,
-                                                                                     &chunk);
-                   if (!parsed.ok()) return absl::InvalidArgumentError("cannot parse ModelChunk");
-                   return sink.Add(chunk);
-                 });
+  return ReadAll(
+      reader, make_decoder, context, stats, [&](grpc::ByteBuffer& message, ModelStreamSink& sink) {
+        if (ParseChunkMessage(message, &slices, &parts)) {
+          absl::Status s = sink.AddChunkParts(parts);
+          slices.clear();
+          parts.clear();
+          return s;
+        }
+        grpc::Status parsed =
+            grpc::GenericDeserialize<grpc::ProtoBufferReader, ModelChunk>(&message, &chunk);
+        if (!parsed.ok()) return absl::InvalidArgumentError("cannot parse ModelChunk");
+        return sink.Add(chunk);
+      });
 }
 
 std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> OpenRawReader(

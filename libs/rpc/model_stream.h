@@ -113,6 +113,19 @@ absl::StatusOr<tensor::ReceivedModel> ReadModelStream(
 absl::StatusOr<tensor::ReceivedModel> ReadModelStream(
     grpc::ClientReaderInterface<grpc::ByteBuffer>& reader, const tensor::DecoderLimits& limits,
     grpc::ClientContext* context = nullptr, tensor::WriteValues write = nullptr);
+// Chooses a stream's decoder from its ModelMeta, e.g. after checking the meta against what was
+// asked for and with the layout expected (FrameDecoder::ForLayout); an error refuses the stream.
+using MakeDecoder =
+    std::function<absl::StatusOr<tensor::FrameDecoder>(const common::v1::ModelMeta&)>;
+// What ReadModelStream saw, for metrics.
+struct StreamStats {
+  bool refused = false;         // refused here (malformed, or the decoder's error), not by the call
+  uint64_t bytes_received = 0;  // payload bytes decoded
+};
+// The same with the decoder `make_decoder` returns.
+absl::StatusOr<tensor::ReceivedModel> ReadModelStreamWith(
+    grpc::ClientReaderInterface<grpc::ByteBuffer>& reader, const MakeDecoder& make_decoder,
+    grpc::ClientContext* context, StreamStats* stats = nullptr);
 // Starts the server-streaming call `method` (e.g. "/shoal.aggregator.v1.AggregatorService/
 // GetModel") with `request`, its messages read raw.
 std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> OpenRawReader(

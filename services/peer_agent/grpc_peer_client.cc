@@ -2,11 +2,12 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <optional>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "libs/common/status_macros.h"
+#include "libs/rpc/model_stream.h"
 #include "libs/rpc/status.h"
 #include "libs/tensor/frame_codec.h"
 #include "shoal/peer/v1/peer.grpc.pb.h"
@@ -24,7 +25,6 @@ absl::Status WithContext(const absl::Status& s, const char* what, const std::str
 absl::StatusOr<tensor::ReceivedModel> GrpcPeerClient::Fetch(
     const std::string& address, const peer::v1::GetSnapshotRequest& request, absl::Time deadline,
     const tensor::ModelLayout& expected, CallCanceller* canceller) {
-  auto stub = peer::v1::PeerService::NewStub(channels_.Get(address));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
   if (canceller != nullptr && !canceller->Attach([&context] { context.TryCancel(); })) {
@@ -33,52 +33,27 @@ absl::StatusOr<tensor::ReceivedModel> GrpcPeerClient::Fetch(
   absl::Cleanup detach([canceller] {
     if (canceller != nullptr) canceller->Detach();
   });
-  auto fail = [&](const absl::Status& s, bool rejected) {
+  // Read raw: chunks are decoded straight from the received slices, into the layout expected.
+  auto reader = rpc::OpenRawReader(*channels_.Get(address),
+                                   "/shoal.peer.v1.PeerService/GetSnapshot", context, request);
+  rpc::StreamStats stats;
+  absl::StatusOr<tensor::ReceivedModel> received = rpc::ReadModelStreamWith(
+      *reader,
+      [&](const common::v1::ModelMeta& meta) -> absl::StatusOr<tensor::FrameDecoder> {
+        SHOAL_RETURN_IF_ERROR(CheckSnapshotMeta(meta, request, expected));
+        return tensor::FrameDecoder::ForLayout(expected, /*require_finite=*/true);
+      },
+      &context, &stats);
+  if (!received.ok()) {
     if (metrics_ != nullptr) {
       metrics_->peer_fetches_failed.Increment();
-      if (rejected) metrics_->snapshots_rejected.Increment();
+      if (stats.refused) metrics_->snapshots_rejected.Increment();
     }
-    return WithContext(s, "GetSnapshot", address);
-  };
-
-  auto reader = stub->GetSnapshot(&context, request);
-  common::v1::ModelChunk chunk;
-  if (!reader->Read(&chunk)) {
-    grpc::Status status = reader->Finish();
-    if (!status.ok()) return fail(rpc::FromGrpcStatus(status), false);
-    return fail(absl::InvalidArgumentError("snapshot stream ended before its ModelMeta"), true);
+    return WithContext(received.status(), "GetSnapshot", address);
   }
-  tensor::ReceivedModel received;
-  absl::Status local;
-  std::optional<tensor::FrameDecoder> decoder;
-  if (chunk.item_case() != common::v1::ModelChunk::kMeta) {
-    local = absl::InvalidArgumentError("snapshot stream does not start with a ModelMeta");
-  } else {
-    received.meta = chunk.meta();
-    local = CheckSnapshotMeta(received.meta, request, expected);
-    if (local.ok()) {
-      decoder.emplace(tensor::FrameDecoder::ForLayout(expected, /*require_finite=*/true));
-    }
+  if (metrics_ != nullptr) {
+    metrics_->peer_bytes_pulled.Increment(static_cast<double>(stats.bytes_received));
   }
-  while (local.ok() && reader->Read(&chunk)) {
-    if (chunk.item_case() != common::v1::ModelChunk::kFrame) {
-      local = absl::InvalidArgumentError("snapshot stream carries a second ModelMeta");
-      break;
-    }
-    local = decoder->Add(chunk.frame());
-  }
-  if (!local.ok()) {
-    context.TryCancel();
-    reader->Finish();
-    return fail(local, true);
-  }
-  grpc::Status status = reader->Finish();
-  if (!status.ok()) return fail(rpc::FromGrpcStatus(status), false);
-  const uint64_t bytes = decoder->bytes_received();
-  absl::StatusOr<tensor::FlatModel> model = std::move(*decoder).Finish();
-  if (!model.ok()) return fail(model.status(), true);
-  received.model = *std::move(model);
-  if (metrics_ != nullptr) metrics_->peer_bytes_pulled.Increment(static_cast<double>(bytes));
   return received;
 }
 

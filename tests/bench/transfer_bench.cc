@@ -1,6 +1,8 @@
 // Measures shipping one large delta peer -> aggregator over 127.0.0.1 with PushUpdate (1 MiB
-// chunks, validated and folded by the real AggregatorService), against a raw TCP socket that
-// moves the same bytes, in the same run. Prints GB/s for both and their ratio.
+// chunks, validated and folded by the real AggregatorService), and downloading the aggregated
+// model with GetModel (raw, through the generated stub, and as a peer does: into a spill file,
+// then into its parameters), against a raw TCP socket that moves the same bytes, in the same
+// run. Prints GB/s for each and the ratios.
 //
 //   transfer_bench [--mb 400] [--reps 3] [--chunk-kib 1024]
 
@@ -27,9 +29,11 @@
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/server.h"
 #include "libs/rpc/status.h"
+#include "libs/tensor/spill_file.h"
 #include "services/aggregator/aggregator_core.h"
 #include "services/aggregator/aggregator_metrics.h"
 #include "services/aggregator/aggregator_service.h"
+#include "services/aggregator/grpc_aggregator_client.h"
 #include "shoal/aggregator/v1/aggregator.grpc.pb.h"
 
 namespace {
@@ -171,7 +175,7 @@ int main(int argc, char** argv) {
   }
 
   std::vector<char> sink(bytes, 1);  // touched, like a pooled staging buffer
-  std::vector<double> grpc_s, pb_s, tcp_s, get_s, get_pb_s;
+  std::vector<double> grpc_s, pb_s, tcp_s, get_s, get_pb_s, get_file_s;
   // GetModel of the aggregated model: raw (chunks decoded straight from the received slices,
   // what peers use) or through the generated stub (protobuf parses each chunk first).
   auto get_model = [&](bool raw) {
@@ -229,6 +233,25 @@ int main(int argc, char** argv) {
     if (!s.ok()) Die("CloseRound: " + s.error_message());
     if (closed.contributors_size() != 1) Die("the push was not aggregated");
   };
+  // The peer's own download (GetModelInto): the values go to a spill file as they arrive, then
+  // from the file into the parameters (here: into a buffer of the model's size, kept between
+  // repetitions as a peer keeps its parameters).
+  shoal::aggregator::GrpcAggregatorClient client;
+  std::vector<float> params(total);
+  auto get_into_file = [&] {
+    auto file = shoal::tensor::SpillFile::Create("");
+    if (!file.ok()) Die("spill file: " + file.status().ToString());
+    auto start = Clock::now();
+    if (absl::Status s = file->Reset(total); !s.ok()) Die("spill file: " + s.ToString());
+    auto layout = client.GetModelInto(
+        (*server)->address(), "bench", round, {}, absl::Now() + absl::Seconds(120),
+        [&](size_t first, absl::Span<const float> values) { return file->WriteAt(first, values); });
+    if (!layout.ok()) Die("GetModelInto: " + layout.status().ToString());
+    if (absl::Status s = file->ReadAt(0, absl::MakeSpan(params)); !s.ok()) {
+      Die("spill file: " + s.ToString());
+    }
+    return Seconds(start, Clock::now());
+  };
   for (int rep = 1; rep <= reps; ++rep) {
     long faults = 0;
     double zc_cpu = 0;  // CPU seconds the process used during the zero-copy push
@@ -278,8 +301,12 @@ int main(int argc, char** argv) {
     if (rep % 2 == 1) get_s.push_back(get_model(/*raw=*/true));
     get_pb_s.push_back(get_model(/*raw=*/false));
     if (rep % 2 == 0) get_s.push_back(get_model(/*raw=*/true));
-    std::printf("rep %d: GetModel raw %.2f GB/s, protobuf %.2f GB/s\n", rep,
-                bytes / 1e9 / get_s.back(), bytes / 1e9 / get_pb_s.back());
+    get_file_s.push_back(get_into_file());
+    std::printf(
+        "rep %d: GetModel raw %.2f GB/s, protobuf %.2f GB/s; to a spill file and into the "
+        "parameters (a peer's download) %.2f GB/s\n",
+        rep, bytes / 1e9 / get_s.back(), bytes / 1e9 / get_pb_s.back(),
+        bytes / 1e9 / get_file_s.back());
     std::fflush(stdout);
   }
   const double grpc_best = *std::min_element(grpc_s.begin(), grpc_s.end());
@@ -289,8 +316,9 @@ int main(int argc, char** argv) {
   const double pb_gbps = bytes / 1e9 / Median(pb_s);
   // Each rep measures gRPC and TCP back to back, so the per-rep ratio is the least disturbed by
   // other load on the machine.
-  std::vector<double> ratios, pb_ratios, get_ratios, get_pb_ratios;
+  std::vector<double> ratios, pb_ratios, get_ratios, get_pb_ratios, get_file_ratios;
   for (size_t i = 0; i < grpc_s.size(); ++i) {
+    get_file_ratios.push_back(tcp_s[i] / get_file_s[i]);
     ratios.push_back(tcp_s[i] / grpc_s[i]);
     pb_ratios.push_back(tcp_s[i] / pb_s[i]);
     get_ratios.push_back(tcp_s[i] / get_s[i]);
@@ -309,6 +337,10 @@ int main(int argc, char** argv) {
       "ratios to raw TCP: raw %.2f, protobuf %.2f\n",
       reps, bytes / 1e9 / Median(get_s), bytes / 1e9 / Median(get_pb_s), Median(get_ratios),
       Median(get_pb_ratios));
+  std::printf(
+      "a peer's download (GetModelInto a spill file, then into the parameters), median of %d: "
+      "%.2f GB/s; median of per-rep ratios to raw TCP: %.2f\n",
+      reps, bytes / 1e9 / Median(get_file_s), Median(get_file_ratios));
   std::printf("RESULT grpc_gbps=%.3f tcp_gbps=%.3f ratio=%.3f get_ratio=%.3f\n", grpc_gbps,
               tcp_gbps, Median(ratios), Median(get_ratios));
   (*server)->Shutdown(absl::Seconds(1));
