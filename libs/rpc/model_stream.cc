@@ -258,7 +258,22 @@ bool ParseChunkMessage(const grpc::ByteBuffer& message, std::vector<grpc::Slice>
 namespace {
 
 void ReleaseModelRef(void* user_data) {
-  delete static_cast<std::shared_ptr<const tensor::FlatModel>*>(user_data);
+  delete static_cast<std::shared_ptr<const void>*>(user_data);
+}
+
+std::vector<absl::string_view> TensorsOf(const tensor::FlatModel& m) {
+  std::vector<absl::string_view> tensors;
+  for (size_t t = 0; t < m.layout.num_tensors(); ++t) {
+    tensors.emplace_back(reinterpret_cast<const char*>(m.values.data() + m.layout.offset(t)),
+                         static_cast<size_t>(m.layout.tensors()[t].NumElements()) * sizeof(float));
+  }
+  return tensors;
+}
+
+std::vector<absl::string_view> TensorsOf(const tensor::MappedModelFile& file) {
+  std::vector<absl::string_view> tensors;
+  for (size_t t = 0; t < file.layout().num_tensors(); ++t) tensors.push_back(file.TensorBytes(t));
+  return tensors;
 }
 
 grpc::ByteBuffer Serialize(const google::protobuf::MessageLite& m) {
@@ -274,34 +289,37 @@ constexpr size_t kAsyncDigestBytes = 4 << 20;
 }  // namespace
 
 ZeroCopyFrames::ZeroCopyFrames(std::shared_ptr<const tensor::FlatModel> model, size_t chunk_bytes)
-    : model_(std::move(model)),
+    : ZeroCopyFrames(model, model->layout, TensorsOf(*model), chunk_bytes) {}
+
+ZeroCopyFrames::ZeroCopyFrames(std::shared_ptr<const tensor::MappedModelFile> file,
+                               size_t chunk_bytes)
+    : ZeroCopyFrames(file, file->layout(), TensorsOf(*file), chunk_bytes) {}
+
+ZeroCopyFrames::ZeroCopyFrames(std::shared_ptr<const void> owner, const tensor::ModelLayout& layout,
+                               std::vector<absl::string_view> tensors, size_t chunk_bytes)
+    : owner_(std::move(owner)),
+      layout_(layout),
+      tensors_(std::move(tensors)),
       chunk_(chunk_bytes == 0 ? tensor::kDefaultChunkBytes
                               : std::min(chunk_bytes, tensor::kMaxChunkBytes)) {
-  if (model_->layout.num_tensors() > 0) StartDigest(0);
+  if (!tensors_.empty()) StartDigest(0);
 }
 
 ZeroCopyFrames::~ZeroCopyFrames() {
   if (next_digest_.valid()) next_digest_.wait();
 }
 
-absl::string_view ZeroCopyFrames::TensorBytes(size_t t) const {
-  const tensor::FlatModel& m = *model_;
-  return absl::string_view(
-      reinterpret_cast<const char*>(m.values.data() + m.layout.offset(t)),
-      static_cast<size_t>(m.layout.tensors()[t].NumElements()) * sizeof(float));
-}
-
 void ZeroCopyFrames::StartDigest(size_t t) {
-  const absl::string_view bytes = TensorBytes(t);
+  const absl::string_view bytes = tensors_[t];
   next_digest_ =
       std::async(bytes.size() >= kAsyncDigestBytes ? std::launch::async : std::launch::deferred,
                  [bytes] { return tensor::DigestBytes(bytes.data(), bytes.size()); });
 }
 
 bool ZeroCopyFrames::Next(grpc::ByteBuffer* message) {
-  const tensor::ModelLayout& layout = model_->layout;
+  const tensor::ModelLayout& layout = layout_;
   if (tensor_ >= layout.num_tensors()) return false;
-  const absl::string_view bytes = TensorBytes(tensor_);
+  const absl::string_view bytes = tensors_[tensor_];
   if (!header_sent_) {
     const tensor::TensorSpec& spec = layout.tensors()[tensor_];
     const uint64_t digest = next_digest_.get();
@@ -325,7 +343,7 @@ bool ZeroCopyFrames::Next(grpc::ByteBuffer* message) {
     grpc::Slice slices[2] = {
         grpc::Slice(head, pos),
         grpc::Slice(const_cast<char*>(bytes.data() + offset_), n, &ReleaseModelRef,
-                    new std::shared_ptr<const tensor::FlatModel>(model_))};
+                    new std::shared_ptr<const void>(owner_))};
     *message = grpc::ByteBuffer(slices, 2);
     offset_ += n;
   }
@@ -349,6 +367,16 @@ ModelWriteReactor::ModelWriteReactor(DoneCallback on_done, size_t chunk_bytes)
 void ModelWriteReactor::Start(std::shared_ptr<const tensor::FlatModel> model,
                               const ModelMeta& meta) {
   frames_.emplace(std::move(model), chunk_bytes_);
+  StartMeta(meta);
+}
+
+void ModelWriteReactor::Start(std::shared_ptr<const tensor::MappedModelFile> file,
+                              const ModelMeta& meta) {
+  frames_.emplace(std::move(file), chunk_bytes_);
+  StartMeta(meta);
+}
+
+void ModelWriteReactor::StartMeta(const ModelMeta& meta) {
   ModelChunk first;
   *first.mutable_meta() = meta;
   message_ = Serialize(first);

@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "libs/tensor/flat_model.h"
 #include "libs/tensor/frame_codec.h"
+#include "libs/tensor/model_file.h"
 #include "shoal/aggregator/v1/aggregator.pb.h"
 #include "shoal/common/v1/model.pb.h"
 
@@ -38,6 +39,9 @@ class ZeroCopyFrames {
  public:
   explicit ZeroCopyFrames(std::shared_ptr<const tensor::FlatModel> model,
                           size_t chunk_bytes = tensor::kDefaultChunkBytes);
+  // From a mapped model file: the chunks are slices of the file's pages.
+  explicit ZeroCopyFrames(std::shared_ptr<const tensor::MappedModelFile> file,
+                          size_t chunk_bytes = tensor::kDefaultChunkBytes);
   ~ZeroCopyFrames();  // waits for a digest in progress
   ZeroCopyFrames(const ZeroCopyFrames&) = delete;
   ZeroCopyFrames& operator=(const ZeroCopyFrames&) = delete;
@@ -46,10 +50,13 @@ class ZeroCopyFrames {
   bool Next(grpc::ByteBuffer* message);
 
  private:
-  absl::string_view TensorBytes(size_t t) const;
+  ZeroCopyFrames(std::shared_ptr<const void> owner, const tensor::ModelLayout& layout,
+                 std::vector<absl::string_view> tensors, size_t chunk_bytes);
   void StartDigest(size_t t);
 
-  std::shared_ptr<const tensor::FlatModel> model_;
+  std::shared_ptr<const void> owner_;  // keeps the bytes alive, also while gRPC holds slices
+  const tensor::ModelLayout& layout_;  // owned by owner_
+  const std::vector<absl::string_view> tensors_;  // each tensor's bytes
   const size_t chunk_;
   size_t tensor_ = 0;
   size_t offset_ = 0;  // bytes of the current tensor sent
@@ -77,6 +84,8 @@ class ModelWriteReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   explicit ModelWriteReactor(DoneCallback on_done = nullptr,
                              size_t chunk_bytes = tensor::kDefaultChunkBytes);
   void Start(std::shared_ptr<const tensor::FlatModel> model, const common::v1::ModelMeta& meta);
+  void Start(std::shared_ptr<const tensor::MappedModelFile> file,
+             const common::v1::ModelMeta& meta);
   void Fail(const grpc::Status& status) { Finish(status); }
 
   void OnWriteDone(bool ok) override;
@@ -85,6 +94,8 @@ class ModelWriteReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
  private:
   const size_t chunk_bytes_;
+  void StartMeta(const common::v1::ModelMeta& meta);  // writes `meta`, the first message
+
   std::optional<ZeroCopyFrames> frames_;  // set by Start()
   DoneCallback on_done_;
   grpc::ByteBuffer message_;    // the message being written

@@ -70,13 +70,18 @@ NormCheck CheckValues(const float* x, size_t n) {
 }  // namespace
 
 common::v1::ModelMeta MakeModelMeta(const std::string& task, uint64_t version,
-                                    const FlatModel& model) {
+                                    const ModelLayout& layout) {
   common::v1::ModelMeta meta;
   meta.set_task(task);
   meta.set_version(version);
-  meta.set_num_tensors(static_cast<uint32_t>(model.layout.num_tensors()));
-  meta.set_total_bytes(model.layout.total_bytes());
+  meta.set_num_tensors(static_cast<uint32_t>(layout.num_tensors()));
+  meta.set_total_bytes(layout.total_bytes());
   return meta;
+}
+
+common::v1::ModelMeta MakeModelMeta(const std::string& task, uint64_t version,
+                                    const FlatModel& model) {
+  return MakeModelMeta(task, version, model.layout);
 }
 
 // ---------------------------------------------------------------------------------------------

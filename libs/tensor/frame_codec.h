@@ -27,9 +27,11 @@ struct ReceivedModel {
   FlatModel model;
 };
 
-// The ModelMeta that starts a stream of `model`.
+// The ModelMeta that starts a stream of `model` (of a model with `layout`).
 common::v1::ModelMeta MakeModelMeta(const std::string& task, uint64_t version,
                                     const FlatModel& model);
+common::v1::ModelMeta MakeModelMeta(const std::string& task, uint64_t version,
+                                    const ModelLayout& layout);
 
 // Fills `header` for a float32 tensor `spec` whose raw payload is `size_bytes` with XXH3 `digest`.
 void SetTensorHeader(const TensorSpec& spec, uint64_t size_bytes, uint64_t digest,

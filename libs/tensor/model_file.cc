@@ -1,6 +1,7 @@
 #include "libs/tensor/model_file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -240,6 +241,37 @@ absl::StatusOr<FlatModel> ReadModelFile(const std::string& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return ErrnoError("cannot open model file", path);
   return ReadModel(fd.get(), path);
+}
+
+absl::StatusOr<std::shared_ptr<const MappedModelFile>> MappedModelFile::Open(
+    const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoError("cannot open model file", path);
+  SHOAL_ASSIGN_OR_RETURN(const uint64_t size, FileSize(fd.get(), path));
+  SHOAL_ASSIGN_OR_RETURN(FileHeader header, ReadHeader(fd.get(), path, size));
+  std::shared_ptr<MappedModelFile> file(new MappedModelFile());
+  file->layout_ = std::move(header.layout);
+  file->map_bytes_ = static_cast<size_t>(size);
+  void* map = ::mmap(nullptr, file->map_bytes_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  if (map == MAP_FAILED) return ErrnoError("cannot map", path);
+  file->map_ = map;
+  ::madvise(map, file->map_bytes_, MADV_SEQUENTIAL);
+  // The values are the file's last bytes (ReadHeader checked the exact size).
+  file->values_ = static_cast<const char*>(map) + (size - header.value_bytes);
+  if (DigestBytes(file->values_, header.value_bytes) != header.value_digest) {
+    return absl::DataLossError(
+        absl::StrCat("model file ", path, " is corrupt: value digest mismatch"));
+  }
+  return std::shared_ptr<const MappedModelFile>(std::move(file));
+}
+
+MappedModelFile::~MappedModelFile() {
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+}
+
+absl::string_view MappedModelFile::TensorBytes(size_t t) const {
+  return absl::string_view(values_ + layout_.offset(t) * sizeof(float),
+                           static_cast<size_t>(layout_.tensors()[t].NumElements()) * sizeof(float));
 }
 
 }  // namespace shoal::tensor

@@ -1,6 +1,8 @@
 #include "services/aggregator/aggregator_server.h"
 
 #include "absl/strings/str_cat.h"
+#include "libs/capacity/local_capacity.h"
+#include "libs/capacity/upload_probe.h"
 #include "libs/common/address.h"
 #include "libs/common/address_file.h"
 #include "libs/common/backoff.h"
@@ -26,6 +28,11 @@ absl::Status AggregatorOptions::Validate() const {
   if (max_concurrent_pushes < 1 || max_concurrent_pushes > 1024) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-concurrent-pushes: must be in [1, 1024], got ", max_concurrent_pushes));
+  }
+  if (upload_probe_bytes > capacity::kMaxUploadProbeBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("--upload-probe-bytes: at most ",
+                                                   capacity::kMaxUploadProbeBytes, ", got ",
+                                                   upload_probe_bytes));
   }
   if (max_buffer_bytes < 1) {
     return absl::InvalidArgumentError("--max-buffer-bytes: must be >= 1");
@@ -92,6 +99,8 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
         {{"grpc", self->server_->address()}, {"metrics", self->metrics_->address()}});
     if (!s.ok()) return s;
   }
+  self->capacity_ = capacity::MeasureLocalCapacity();
+  LogInfo("capacity: ", capacity::Describe(self->capacity_));
   LogInfo("serving on ", self->server_->address(), " (metrics on ", self->metrics_->address(),
           "), advertising ", self->advertise_, ", coordinator ", options.coordinator);
   AggregatorServer* raw = self.get();
@@ -106,13 +115,39 @@ bool AggregatorServer::registered() const {
   return registered_;
 }
 
+bool AggregatorServer::MeasureUpload(const std::shared_ptr<grpc::Channel>& channel) {
+  auto stub = coordinator::v1::SessionService::NewStub(channel);
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, options_.upload_probe_timeout);
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return true;
+    in_flight_ = &context;
+  }
+  absl::StatusOr<double> rate =
+      capacity::MeasureUpload(*stub, context, options_.upload_probe_bytes);
+  absl::MutexLock lock(&mu_);
+  in_flight_ = nullptr;
+  if (stopping_) return true;
+  const capacity::UploadProbeOutcome outcome =
+      capacity::LogUploadProbe(rate, options_.coordinator, options_.upload_probe_bytes);
+  if (outcome == capacity::UploadProbeOutcome::kMeasured) {
+    capacity_.set_upload_bytes_per_second(*rate);
+    capacity_.set_upload_probe_bytes(options_.upload_probe_bytes);
+  }
+  return outcome != capacity::UploadProbeOutcome::kRetry;
+}
+
 void AggregatorServer::RegistrationLoop() {
-  auto stub = coordinator::v1::RegistryService::NewStub(
-      rpc::MakeChannel(options_.coordinator, channel_credentials_));
+  std::shared_ptr<grpc::Channel> channel =
+      rpc::MakeChannel(options_.coordinator, channel_credentials_);
+  auto stub = coordinator::v1::RegistryService::NewStub(channel);
   Backoff backoff(BackoffOptions{absl::Milliseconds(200), absl::Seconds(5), 2.0, 0.2});
   bool was_ok = false;
   bool warned = false;
+  bool upload_measured = options_.upload_probe_bytes == 0;
   for (;;) {
+    if (!upload_measured) upload_measured = MeasureUpload(channel);
     grpc::ClientContext context;
     rpc::SetTimeout(context, options_.register_timeout);
     {
@@ -122,6 +157,7 @@ void AggregatorServer::RegistrationLoop() {
     }
     coordinator::v1::RegisterAggregatorRequest request;
     request.set_address(advertise_);
+    *request.mutable_capacity() = capacity_;
     coordinator::v1::RegisterAggregatorResponse response;
     grpc::Status status = stub->RegisterAggregator(&context, request, &response);
     {

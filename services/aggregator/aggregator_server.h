@@ -18,6 +18,7 @@
 #include "services/aggregator/aggregator_core.h"
 #include "services/aggregator/aggregator_metrics.h"
 #include "services/aggregator/aggregator_service.h"
+#include "shoal/common/v1/capacity.pb.h"
 
 namespace shoal::aggregator {
 
@@ -33,6 +34,10 @@ struct AggregatorOptions {
   rpc::TlsOptions tls;  // --tls-dir DIR | --insecure
   int executor_threads = 2;
   absl::Duration register_timeout = absl::Seconds(5);
+  // --upload-probe-bytes: the timed upload to the coordinator before the first registration
+  // (SessionService.MeasureUpload), reported in the capacity; 0: not measured.
+  uint64_t upload_probe_bytes = 0;
+  absl::Duration upload_probe_timeout = absl::Seconds(20);
   absl::Duration default_heartbeat_interval = absl::Seconds(2);
   absl::Duration shutdown_grace = absl::Seconds(5);
 
@@ -62,10 +67,14 @@ class AggregatorServer {
  private:
   AggregatorServer() = default;
   void RegistrationLoop();
+  // Times the upload to the coordinator into capacity_; false when it should be tried again
+  // (the coordinator could not be reached).
+  bool MeasureUpload(const std::shared_ptr<grpc::Channel>& channel);
 
   AggregatorOptions options_;
   std::string advertise_;
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;  // for the registration calls
+  common::v1::Capacity capacity_;  // measured at Start; the upload by the registration loop
   std::unique_ptr<metrics::MetricsServer> metrics_;
   std::unique_ptr<AggregatorMetrics> aggregator_metrics_;
   std::unique_ptr<AggregatorCore> core_;

@@ -31,6 +31,10 @@ ABSL_FLAG(uint64_t, max_buffer_bytes, uint64_t{4} << 30,
           "update memory one round or federated-async buffer may hold (a non-streaming "
           "strategy or a buffer holds K updates); more is refused with RESOURCE_EXHAUSTED");
 
+ABSL_FLAG(uint64_t, upload_probe_bytes, uint64_t{4} << 20,
+          "bytes of the timed upload to the coordinator that measures this aggregator's "
+          "bandwidth (reported in its capacity; at most 64 MiB); 0 skips it");
+
 int main(int argc, char** argv) {
   shoal::rpc::BlockShutdownSignals();
   shoal::rpc::TuneAllocatorForModelStreams();
@@ -40,7 +44,7 @@ int main(int argc, char** argv) {
       {.program = "shoal-aggregator",
        .usage = "--coordinator HOST:PORT (--tls-dir DIR | --insecure) [--listen HOST:PORT] "
                 "[--metrics-listen HOST:PORT] [--advertise HOST:PORT] [--address-file PATH] "
-                "[--max-concurrent-pushes N] [--max-buffer-bytes BYTES]",
+                "[--max-concurrent-pushes N] [--max-buffer-bytes BYTES] [--upload-probe-bytes N]",
        .summary = "The Shoal aggregator: receives the peers' updates as chunked streams, "
                   "aggregates them with the task's strategy (per round, or in a federated-async "
                   "buffer) and serves the aggregated model."});
@@ -53,6 +57,7 @@ int main(int argc, char** argv) {
   options.address_file = absl::GetFlag(FLAGS_address_file);
   options.max_concurrent_pushes = absl::GetFlag(FLAGS_max_concurrent_pushes);
   options.max_buffer_bytes = absl::GetFlag(FLAGS_max_buffer_bytes);
+  options.upload_probe_bytes = absl::GetFlag(FLAGS_upload_probe_bytes);
   options.tls.dir = absl::GetFlag(FLAGS_tls_dir);
   options.tls.insecure = absl::GetFlag(FLAGS_insecure);
   if (absl::Status s = options.Validate(); !s.ok()) {

@@ -4,16 +4,32 @@
 
 namespace shoal::coordinator {
 
-bool AggregatorPool::Register(const std::string& address, absl::Time now) {
-  const bool fresh = seen_.count(address) == 0;
-  seen_[address] = now;
+bool AggregatorPool::Register(const std::string& address, const common::v1::Capacity& capacity,
+                              absl::Time now) {
+  auto [it, fresh] = seen_.try_emplace(address);
+  Entry& entry = it->second;
+  if (fresh) entry.first_seen = now;
+  entry.last_seen = now;
+  const common::v1::Reachability reachability = entry.capacity.reachability();
+  entry.capacity = capacity;
+  entry.capacity.set_reachability(fresh ? common::v1::REACHABILITY_UNKNOWN : reachability);
   return fresh;
+}
+
+AggregatorPool::Entry* AggregatorPool::Find(const std::string& address) {
+  auto it = seen_.find(address);
+  return it == seen_.end() ? nullptr : &it->second;
+}
+
+const AggregatorPool::Entry* AggregatorPool::Find(const std::string& address) const {
+  auto it = seen_.find(address);
+  return it == seen_.end() ? nullptr : &it->second;
 }
 
 std::vector<std::string> AggregatorPool::Expire(absl::Time now) {
   std::vector<std::string> expired;
   for (auto it = seen_.begin(); it != seen_.end();) {
-    if (now - it->second > ttl_) {
+    if (now - it->second.last_seen > ttl_) {
       expired.push_back(it->first);
       it = seen_.erase(it);
     } else {

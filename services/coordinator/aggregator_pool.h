@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "shoal/common/v1/capacity.pb.h"
 
 namespace shoal::coordinator {
 
@@ -14,14 +15,26 @@ namespace shoal::coordinator {
 // forgotten until it registers again. Not thread-safe: CoordinatorCore holds it under its lock.
 class AggregatorPool {
  public:
+  struct Entry {
+    absl::Time first_seen;
+    absl::Time last_seen;
+    // As the newest registration reported it; the reachability is the coordinator's dial-back.
+    common::v1::Capacity capacity;
+  };
+
   explicit AggregatorPool(absl::Duration ttl) : ttl_(ttl) {}
 
-  // Records a registration; true when the aggregator was not known.
-  bool Register(const std::string& address, absl::Time now);
+  // Records a registration; true when the aggregator was not known. The reachability found
+  // before is kept.
+  bool Register(const std::string& address, const common::v1::Capacity& capacity, absl::Time now);
   // Forgets the aggregators silent since before now - ttl; returns them.
   std::vector<std::string> Expire(absl::Time now);
   void Remove(const std::string& address) { seen_.erase(address); }
   bool Has(const std::string& address) const { return seen_.count(address) > 0; }
+  // nullptr when not registered.
+  Entry* Find(const std::string& address);
+  const Entry* Find(const std::string& address) const;
+  const std::map<std::string, Entry>& entries() const { return seen_; }
   size_t size() const { return seen_.size(); }
   // The registered aggregator with the fewest tasks in `load` (address -> tasks), the first by
   // address among equals; "" when none is registered.
@@ -29,7 +42,7 @@ class AggregatorPool {
 
  private:
   const absl::Duration ttl_;
-  std::map<std::string, absl::Time> seen_;
+  std::map<std::string, Entry> seen_;
 };
 
 }  // namespace shoal::coordinator

@@ -142,6 +142,15 @@ grpc::ServerUnaryReactor* ControlServiceImpl::ListTasks(grpc::CallbackServerCont
   return reactor;
 }
 
+grpc::ServerUnaryReactor* ControlServiceImpl::ListNodes(grpc::CallbackServerContext* context,
+                                                        const v1::ListNodesRequest* request,
+                                                        v1::ListNodesResponse* response) {
+  *response = core_.ListNodes();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* ControlServiceImpl::GetTaskStatus(grpc::CallbackServerContext* context,
                                                             const v1::GetTaskStatusRequest* request,
                                                             v1::GetTaskStatusResponse* response) {
@@ -211,21 +220,24 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ControlServiceImpl::GetModel(
       [this](uint64_t bytes, bool) { metrics_.bytes_sent.Increment(static_cast<double>(bytes)); });
   std::optional<uint64_t> version;
   if (request.has_version()) version = request.version();
-  // The store lookup and the file read block: they run on the reads executor.
+  // The store lookup and the file's check (a pass over its values) block: they run on the reads
+  // executor.
   if (!reads_.TrySubmit([this, reactor, name = request.name(), version] {
         absl::StatusOr<StoredCheckpoint> checkpoint = store_.GetCheckpoint(name, version);
         if (!checkpoint.ok()) {
           reactor->Fail(rpc::ToGrpcStatus(checkpoint.status()));
           return;
         }
-        absl::StatusOr<tensor::FlatModel> model = tensor::ReadModelFile(checkpoint->path);
-        if (!model.ok()) {
-          reactor->Fail(rpc::ToGrpcStatus(model.status()));
+        // Served from the file's pages (mapped, checked once), never from a heap copy.
+        absl::StatusOr<std::shared_ptr<const tensor::MappedModelFile>> file =
+            tensor::MappedModelFile::Open(checkpoint->path);
+        if (!file.ok()) {
+          reactor->Fail(rpc::ToGrpcStatus(file.status()));
           return;
         }
-        auto shared = std::make_shared<const tensor::FlatModel>(*std::move(model));
-        common::v1::ModelMeta meta = tensor::MakeModelMeta(name, checkpoint->version, *shared);
-        reactor->Start(std::move(shared), std::move(meta));
+        common::v1::ModelMeta meta =
+            tensor::MakeModelMeta(name, checkpoint->version, (*file)->layout());
+        reactor->Start(*std::move(file), std::move(meta));
       })) {
     reactor->Fail(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                "too many model downloads in progress; retry later"));

@@ -38,6 +38,9 @@ class ControlServiceImpl final : public v1::ControlService::WithRawCallbackMetho
   grpc::ServerUnaryReactor* ListRounds(grpc::CallbackServerContext* context,
                                        const v1::ListRoundsRequest* request,
                                        v1::ListRoundsResponse* response) override;
+  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* context,
+                                      const v1::ListNodesRequest* request,
+                                      v1::ListNodesResponse* response) override;
   // A GetModelRequest that does not parse: INVALID_ARGUMENT.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* GetModel(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request) override;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "libs/capacity/local_capacity.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
 #include "libs/task/task_file.h"
@@ -85,7 +86,12 @@ CoordinatorCore::CoordinatorCore(CoordinatorOptions options, TaskStore& store,
       metrics_(metrics),
       work_(aggregators, store, executors.calls, executors.transfers, clock, metrics, options.work),
       store_writes_(executors.store),
-      pool_(options.aggregator_ttl) {}
+      pool_(options.aggregator_ttl) {
+  constexpr int kDialQueues = 2;  // of the 4 call threads: aggregator calls never wait long
+  for (int i = 0; i < kDialQueues; ++i) {
+    dial_queues_.push_back(std::make_unique<SerialQueue>(executors.calls));
+  }
+}
 
 CoordinatorCore::~CoordinatorCore() {
   std::vector<std::unique_ptr<aggregator::AggregatorWatch>> watches;
@@ -99,6 +105,7 @@ CoordinatorCore::~CoordinatorCore() {
     retired_watches_.clear();
   }
   watches.clear();  // outside the lock: their callbacks take it
+  for (auto& queue : dial_queues_) queue->Drain();
   work_.Drain();
   store_writes_.Drain();
 }
@@ -180,10 +187,17 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
       task = it->second.task;
     }
     Peer& peer = peers_[id];
+    // A reconnect from the same address keeps the reachability found before until the new
+    // dial-back answers; the coordinator alone sets it.
+    const common::v1::Reachability reachability =
+        peer.hello.listen_address() == hello.listen_address() ? peer.hello.capacity().reachability()
+                                                              : common::v1::REACHABILITY_UNKNOWN;
     peer.id = id;
     peer.hello = hello;
+    peer.hello.mutable_capacity()->set_reachability(reachability);
     peer.sink = sink;
     peer.last_seen = clock_.Now();
+    peer.since = peer.last_seen;
     peer.task = task;
     peer.session_token = NewSessionToken();
     metrics_.peers_connected.Set(static_cast<double>(peers_.size()));
@@ -208,7 +222,10 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
       }
     }
     LogInfo("peer ", id, " connected (shard ", hello.shard_index(), "/", hello.shard_count(), ", ",
-            hello.device().empty() ? "cpu" : hello.device(), ")");
+            hello.device().empty() ? "cpu" : hello.device(),
+            hello.has_capacity() ? absl::StrCat("; ", capacity::Describe(hello.capacity())) : "",
+            ")");
+    DialBack(/*aggregator=*/false, id, hello.listen_address(), sink.get(), out);
     Reconcile(out);
   }
   Flush();

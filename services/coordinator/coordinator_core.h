@@ -20,6 +20,7 @@
 #include "services/coordinator/aggregator_pool.h"
 #include "services/coordinator/aggregator_work.h"
 #include "services/coordinator/coordinator_metrics.h"
+#include "services/coordinator/dialer.h"
 #include "services/coordinator/mode_task.h"
 #include "services/coordinator/task_store.h"
 #include "shoal/coordinator/v1/control.pb.h"
@@ -52,6 +53,10 @@ struct CoordinatorOptions {
   size_t history_in_memory = 100;
   ModeOptions mode;
   AggregatorWorkOptions work;
+  // Dials each peer's PeerService once per session, and each aggregator when it first
+  // registers, to set the reachability in their Capacity; none: it stays unknown.
+  Dialer* dialer = nullptr;
+  absl::Duration dial_timeout = absl::Seconds(3);
 };
 
 // Where the core's blocking work runs (tests pass manual executors and drive them by hand).
@@ -101,7 +106,8 @@ class CoordinatorCore {
   absl::Status OnMessage(const std::string& peer_id, const v1::PeerMessage& message);
 
   // --- Aggregators (RegistryService) ---
-  absl::Status RegisterAggregator(const std::string& address);
+  absl::Status RegisterAggregator(const std::string& address,
+                                  const common::v1::Capacity& capacity = {});
   absl::Duration heartbeat_interval() const { return options_.heartbeat_interval; }
 
   // --- Operators (ControlService) ---
@@ -115,6 +121,8 @@ class CoordinatorCore {
   // Whether a task of that name exists (NOT_FOUND otherwise); for handlers that then look up
   // its checkpoint in the store on an executor.
   absl::Status CheckTaskExists(const std::string& name) const;
+  // The connected peers and the registered aggregators, with their capacity.
+  v1::ListNodesResponse ListNodes() const;
 
   // --- Driver ---
   // Runs the timers (heartbeats, deadlines, aggregator liveness) and releases retired watch
@@ -132,6 +140,7 @@ class CoordinatorCore {
     std::string session_token;  // given in Welcome; aggregators accept its pushes only with it
     std::shared_ptr<PeerSink> sink;
     absl::Time last_seen;
+    absl::Time since;  // this session's start
     std::string task;  // assigned task, empty when idle
   };
   struct Task {
@@ -241,6 +250,16 @@ class CoordinatorCore {
   // Whether the task can take peers now (open, room, an aggregator if its mode needs one).
   bool Accepts(const Task& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // --- Nodes and their capacity (coordinator_core_nodes.cc) ---
+  // Queues a dial of a peer's (`aggregator` false; `session` its sink) or an aggregator's
+  // address, whose result sets its reachability.
+  void DialBack(bool aggregator, const std::string& id, const std::string& address,
+                const PeerSink* session, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnDialBack(bool aggregator, const std::string& id, const PeerSink* session,
+                  const absl::Status& status);
+  v1::NodeInfo PeerNode(const Peer& peer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::NodeInfo AggregatorNode(const std::string& address, const AggregatorPool::Entry& entry) const;
+
   // --- Aggregators (coordinator_core_aggregators.cc) ---
   // Gives every aggregator-backed task without an aggregator one (or fails it after waiting
   // too long).
@@ -276,6 +295,8 @@ class CoordinatorCore {
   CoordinatorMetrics& metrics_;
   AggregatorWorkRunner work_;
   SerialQueue store_writes_;
+  // Dial-backs, a few at a time on the calls executor (an unreachable node costs dial_timeout).
+  std::vector<std::unique_ptr<SerialQueue>> dial_queues_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);
@@ -288,6 +309,7 @@ class CoordinatorCore {
   uint64_t next_watch_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_peer_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_work_ ABSL_GUARDED_BY(mu_) = 1;
+  size_t next_dial_ ABSL_GUARDED_BY(mu_) = 0;
   // Watch streams of tasks that moved or ended; destroyed by Step() outside the lock (their
   // destructor waits for their callbacks, which take the lock).
   std::vector<std::unique_ptr<aggregator::AggregatorWatch>> retired_watches_ ABSL_GUARDED_BY(mu_);

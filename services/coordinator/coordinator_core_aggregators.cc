@@ -5,12 +5,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "libs/capacity/local_capacity.h"
 #include "libs/common/log.h"
 #include "services/coordinator/coordinator_core.h"
 
 namespace shoal::coordinator {
 
-absl::Status CoordinatorCore::RegisterAggregator(const std::string& address) {
+absl::Status CoordinatorCore::RegisterAggregator(const std::string& address,
+                                                 const common::v1::Capacity& capacity) {
   if (address.empty() || address.find(':') == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("address: expected HOST:PORT, got \"", address, "\""));
@@ -18,7 +20,10 @@ absl::Status CoordinatorCore::RegisterAggregator(const std::string& address) {
   Outbox out;
   {
     InputLock lock(*this, out);
-    if (pool_.Register(address, clock_.Now())) LogInfo("aggregator ", address, " registered");
+    if (pool_.Register(address, capacity, clock_.Now())) {
+      LogInfo("aggregator ", address, " registered (", capacity::Describe(capacity), ")");
+      DialBack(/*aggregator=*/true, address, address, nullptr, out);
+    }
     metrics_.aggregators_registered.Set(static_cast<double>(pool_.size()));
     Reconcile(out);
   }

@@ -87,7 +87,15 @@ v1::CoordinatorEvent CoordinatorCore::TaskAssignedEvent(const Task& task) const 
 v1::TaskStatus CoordinatorCore::StatusOf(const Task& task) const {
   v1::TaskStatus status = task.status;
   status.mutable_spec()->clear_join_token();  // a secret: never leaves the coordinator
-  for (const std::string& id : task.peers) status.add_participants(id);
+  for (const std::string& id : task.peers) {
+    status.add_participants(id);
+    if (auto peer = peers_.find(id); peer != peers_.end()) {
+      *status.add_nodes() = PeerNode(peer->second);
+    }
+  }
+  if (const AggregatorPool::Entry* entry = pool_.Find(task.status.aggregator()); entry) {
+    *status.add_nodes() = AggregatorNode(task.status.aggregator(), *entry);
+  }
   return status;
 }
 

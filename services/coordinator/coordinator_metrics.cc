@@ -76,6 +76,11 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                             .Help("Failed calls to aggregators")
                             .Register(registry)
                             .Add({})),
+      dial_backs(prometheus::BuildCounter()
+                     .Name("shoal_coordinator_dial_backs_total")
+                     .Help("Dials of peers' and aggregators' advertised addresses, by result "
+                           "(reachable, unreachable)")
+                     .Register(registry)),
       decentralized_joins(prometheus::BuildCounter()
                               .Name("shoal_coordinator_decentralized_joins_total")
                               .Help("Peers that joined a decentralized round")

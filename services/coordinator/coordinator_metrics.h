@@ -30,6 +30,7 @@ struct CoordinatorMetrics {
   prometheus::Counter& bytes_received;                  // checkpoints pulled from aggregators
   prometheus::Counter& bytes_sent;  // models served by ControlService.GetModel and restores
   prometheus::Counter& aggregator_errors;
+  prometheus::Family<prometheus::Counter>& dial_backs;  // {result}: reachable, unreachable
   // Decentralized rounds (no peer labels).
   prometheus::Counter& decentralized_joins;               // JoinRound accepted
   prometheus::Counter& decentralized_leaves;              // round members that left or crashed

@@ -5,6 +5,7 @@
 #include "libs/common/address_file.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
+#include "services/coordinator/grpc_dialer.h"
 
 namespace shoal::coordinator {
 
@@ -43,6 +44,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   CoordinatorOptions core_options;
   core_options.heartbeat_interval = options.heartbeat_interval;
   core_options.aggregator_wait = options.aggregator_wait;
+  s->dialer_ = std::make_unique<GrpcDialer>(credentials.channel());
+  core_options.dialer = s->dialer_.get();
   SHOAL_ASSIGN_OR_RETURN(
       s->core_,
       CoordinatorCore::Create(core_options, *s->store_, *s->aggregators_,

@@ -16,6 +16,7 @@
 #include "services/coordinator/control_service.h"
 #include "services/coordinator/coordinator_core.h"
 #include "services/coordinator/coordinator_metrics.h"
+#include "services/coordinator/grpc_dialer.h"
 #include "services/coordinator/registry_service.h"
 #include "services/coordinator/session_service.h"
 #include "services/coordinator/task_store.h"
@@ -59,6 +60,7 @@ class CoordinatorServer {
   std::unique_ptr<CoordinatorMetrics> coordinator_metrics_;
   std::unique_ptr<TaskStore> store_;
   std::unique_ptr<aggregator::GrpcAggregatorClient> aggregators_;
+  std::unique_ptr<GrpcDialer> dialer_;  // used by core_
   // Blocking work, off the gRPC threads (CoordinatorExecutors); outlive the core.
   std::unique_ptr<ThreadPool> calls_;
   std::unique_ptr<ThreadPool> transfers_;

@@ -8,7 +8,7 @@ grpc::ServerUnaryReactor* RegistryServiceImpl::RegisterAggregator(
     grpc::CallbackServerContext* context, const v1::RegisterAggregatorRequest* request,
     v1::RegisterAggregatorResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status s = core_.RegisterAggregator(request->address());
+  absl::Status s = core_.RegisterAggregator(request->address(), request->capacity());
   if (s.ok()) {
     response->set_heartbeat_interval_ms(
         static_cast<uint32_t>(absl::ToInt64Milliseconds(core_.heartbeat_interval())));

@@ -1,10 +1,13 @@
 #include "services/coordinator/session_service.h"
 
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "libs/capacity/upload_probe.h"
 #include "libs/common/log.h"
 #include "libs/rpc/reactor_handle.h"
 #include "libs/rpc/status.h"
@@ -158,7 +161,65 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::PeerMessage, v1:
   absl::Status final_status_;  // written once under mu_ before finishing_ is set
 };
 
+// One timed upload: counts the payload bytes and answers when the caller half-closes. At most
+// kMaxRunning at once; each holds one chunk at a time.
+class UploadProbeReactor final : public grpc::ServerReadReactor<v1::UploadProbe> {
+ public:
+  static constexpr int kMaxRunning = 4;
+
+  UploadProbeReactor(std::atomic<int>& running, v1::UploadProbeResult* result)
+      : running_(running), result_(result) {
+    if (running_.fetch_add(1) >= kMaxRunning) {
+      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "MeasureUpload: four measurements are running; try again later"));
+      return;
+    }
+    StartRead(&chunk_);
+  }
+
+  void OnReadDone(bool ok) override {
+    const auto now = std::chrono::steady_clock::now();
+    if (!ok) {  // the caller half-closed (or the call broke: Finish then goes nowhere)
+      result_->set_bytes(bytes_);
+      result_->set_receive_micros(
+          bytes_ == 0
+              ? 0
+              : std::chrono::duration_cast<std::chrono::microseconds>(now - first_).count());
+      Finish(grpc::Status::OK);
+      return;
+    }
+    if (bytes_ == 0) first_ = now;
+    const uint64_t n = chunk_.payload().size();
+    if (n > capacity::kMaxUploadProbeChunk || bytes_ + n > capacity::kMaxUploadProbeBytes) {
+      Finish(grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("MeasureUpload: at most ", capacity::kMaxUploadProbeBytes,
+                       " bytes in chunks of at most ", capacity::kMaxUploadProbeChunk, " bytes")));
+      return;
+    }
+    bytes_ += n;
+    StartRead(&chunk_);
+  }
+
+  void OnDone() override {
+    running_.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  std::atomic<int>& running_;
+  v1::UploadProbeResult* result_;
+  v1::UploadProbe chunk_;
+  uint64_t bytes_ = 0;
+  std::chrono::steady_clock::time_point first_;
+};
+
 }  // namespace
+
+grpc::ServerReadReactor<v1::UploadProbe>* SessionServiceImpl::MeasureUpload(
+    grpc::CallbackServerContext* context, v1::UploadProbeResult* result) {
+  return new UploadProbeReactor(measuring_, result);
+}
 
 grpc::ServerBidiReactor<v1::PeerMessage, v1::CoordinatorEvent>* SessionServiceImpl::Session(
     grpc::CallbackServerContext* context) {

@@ -47,6 +47,9 @@ ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
 ABSL_FLAG(std::string, address_file, "",
           "write the bound addresses here (grpc=HOST:PORT, metrics=HOST:PORT)");
 ABSL_FLAG(int, torch_threads, 1, "LibTorch intra-op threads");
+ABSL_FLAG(uint64_t, upload_probe_bytes, uint64_t{4} << 20,
+          "bytes of the timed upload to the coordinator that measures this peer's bandwidth "
+          "(reported in its capacity; at most 64 MiB); 0 skips it");
 ABSL_FLAG(std::string, tls_dir, "",
           "mutual TLS: a directory with ca.crt, tls.crt, tls.key (see scripts/gen-certs)");
 ABSL_FLAG(bool, insecure, false, "serve and call plaintext gRPC instead of mutual TLS");
@@ -138,6 +141,7 @@ int main(int argc, char** argv) {
                 "HOST:PORT] [--metrics-listen "
                 "HOST:PORT] "
                 "[--name ID] [--device cpu|cuda] [--torch-threads N] [--join-token TOKEN] "
+                "[--upload-probe-bytes N] "
                 "[--address-file PATH] [--test-byzantine MODE] [--test-slow-batch MS]\n"
                 "--dpwa-config FILE --dpwa-node NAME --task-file FILE --data-dir DIR "
                 "(--tls-dir DIR | --insecure) [--shard I/N] [--listen HOST:PORT] "
@@ -163,6 +167,7 @@ int main(int argc, char** argv) {
   options.tls.insecure = absl::GetFlag(FLAGS_insecure);
   options.join_token = absl::GetFlag(FLAGS_join_token);
   options.advertise = absl::GetFlag(FLAGS_advertise);
+  options.upload_probe_bytes = absl::GetFlag(FLAGS_upload_probe_bytes);
   options.test_byzantine = absl::GetFlag(FLAGS_test_byzantine);
   options.test_slow_batch = absl::Milliseconds(absl::GetFlag(FLAGS_test_slow_batch));
   if (const char* token = std::getenv("SHOAL_JOIN_TOKEN");

@@ -5,6 +5,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "libs/capacity/local_capacity.h"
+#include "libs/capacity/upload_probe.h"
 #include "libs/common/address.h"
 #include "libs/common/address_file.h"
 #include "libs/common/clock.h"
@@ -64,6 +66,11 @@ absl::Status PeerOptions::Validate() const {
         absl::StrCat("--torch-threads: must be in [1, 256], got ", torch_threads));
   }
   if (name.size() > 63) return absl::InvalidArgumentError("--name: at most 63 characters");
+  if (upload_probe_bytes > capacity::kMaxUploadProbeBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("--upload-probe-bytes: at most ",
+                                                   capacity::kMaxUploadProbeBytes, ", got ",
+                                                   upload_probe_bytes));
+  }
   return tls.Validate();
 }
 
@@ -115,6 +122,8 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   session_options.hello.set_device(options.device);
   session_options.hello.set_shard_index(options.shard.index);
   session_options.hello.set_shard_count(options.shard.count);
+  *session_options.hello.mutable_capacity() = capacity::MeasureLocalCapacity();
+  session_options.upload_probe_bytes = options.upload_probe_bytes;
   SHOAL_ASSIGN_OR_RETURN(s->session_, SessionClient::Create(
                                           session_options, *s->metrics_,
                                           [self](const coordinator::v1::CoordinatorEvent& e) {
@@ -152,7 +161,8 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
           options.advertise.empty() ? std::string()
                                     : absl::StrCat(" (advertised as ", options.advertise, ")"),
           ", metrics on ", s->metrics_server_->address(), "; shard ", options.shard.ToString(),
-          ", device ", options.device, "; coordinator ", options.coordinator);
+          ", device ", options.device, "; coordinator ", options.coordinator, "; capacity ",
+          capacity::Describe(session_options.hello.capacity()));
   if (agent_options.byzantine.active()) {
     LogWarning("*** --test-byzantine ", agent_options.byzantine.mode(),
                ": TEST-ONLY FAULT INJECTION: this peer CORRUPTS every update it contributes "

@@ -39,6 +39,7 @@ struct PeerOptions {
   int torch_threads = 1;                       // --torch-threads
   rpc::TlsOptions tls;                         // --tls-dir DIR | --insecure
   std::string join_token;                      // --join-token (default $SHOAL_JOIN_TOKEN)
+  uint64_t upload_probe_bytes = 0;             // --upload-probe-bytes (0: not measured)
   // Test-only (--test-byzantine MODE): "scale:FACTOR" or "sign-flip" corrupts what this peer
   // contributes (see services/peer_agent/byzantine.h); empty: honest.
   std::string test_byzantine;

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "libs/capacity/upload_probe.h"
 #include "libs/common/address.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
@@ -98,6 +99,11 @@ grpc::Status SessionClient::RunOnce(bool* welcomed) {
     context_ = &context;
     *hello.mutable_hello() = options_.hello;
     if (!peer_id_.empty()) hello.mutable_hello()->set_name(peer_id_);
+    if (upload_bytes_per_second_ > 0) {
+      auto* capacity = hello.mutable_hello()->mutable_capacity();
+      capacity->set_upload_bytes_per_second(upload_bytes_per_second_);
+      capacity->set_upload_probe_bytes(options_.upload_probe_bytes);
+    }
   }
   std::unique_ptr<Stream> stream = stub_->Session(&context);
   CoordinatorEvent event;
@@ -148,11 +154,32 @@ grpc::Status SessionClient::RunOnce(bool* welcomed) {
   return status;
 }
 
+bool SessionClient::MeasureUpload() {
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, options_.upload_probe_timeout);
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return true;
+    context_ = &context;
+  }
+  absl::StatusOr<double> rate =
+      capacity::MeasureUpload(*stub_, context, options_.upload_probe_bytes);
+  absl::MutexLock lock(&mu_);
+  context_ = nullptr;
+  if (stopping_) return true;
+  const capacity::UploadProbeOutcome outcome =
+      capacity::LogUploadProbe(rate, options_.coordinator, options_.upload_probe_bytes);
+  if (outcome == capacity::UploadProbeOutcome::kMeasured) upload_bytes_per_second_ = *rate;
+  return outcome != capacity::UploadProbeOutcome::kRetry;
+}
+
 void SessionClient::RunLoop() {
   Backoff backoff(options_.reconnect_backoff);
   bool ever_connected = false;
+  bool upload_measured = options_.upload_probe_bytes == 0;
   int failures = 0;
   while (true) {
+    if (!upload_measured) upload_measured = MeasureUpload();
     bool welcomed = false;
     grpc::Status status = RunOnce(&welcomed);
     {

@@ -24,6 +24,10 @@ struct SessionClientOptions {
   std::string coordinator;  // HOST:PORT of the coordinator's SessionService
   std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr;  // null = plaintext (tests)
   coordinator::v1::Hello hello;  // sent first on every (re)connect
+  // Before its first Hello the client times an upload of this many bytes to the coordinator
+  // (SessionService.MeasureUpload) and reports it in hello.capacity; 0: no measurement.
+  uint64_t upload_probe_bytes = 0;
+  absl::Duration upload_probe_timeout = absl::Seconds(20);
   // Capped at 1 s so that a peer is back within about 2.5 s of the coordinator returning (with
   // gRPC's own reconnect backoff, libs/rpc/channel.cc), however long the outage was.
   BackoffOptions reconnect_backoff{absl::Milliseconds(100), absl::Seconds(1), 2.0, 0.2};
@@ -75,6 +79,9 @@ class SessionClient {
                 DisconnectFn on_disconnect);
   void RunLoop();
   void HeartbeatLoop();
+  // Times the upload of options_.upload_probe_bytes; false when it should be tried again with
+  // the next connection attempt (the coordinator could not be reached).
+  bool MeasureUpload() ABSL_LOCKS_EXCLUDED(mu_);
   // One connection: Hello, Welcome, events until the stream ends. Returns the final status.
   grpc::Status RunOnce(bool* welcomed);
   // Sleeps up to `d`; returns false when stopping.
@@ -94,7 +101,8 @@ class SessionClient {
   std::string peer_id_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_);
   uint64_t heartbeat_generation_ ABSL_GUARDED_BY(mu_) = 0;       // +1 per Welcome
-  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the current stream
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the current call
+  double upload_bytes_per_second_ ABSL_GUARDED_BY(mu_) = 0;      // 0: not measured
 
   // Guards writes on the current stream; `stream_` is set only while connected.
   absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(mu_);

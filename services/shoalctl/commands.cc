@@ -15,6 +15,7 @@
 #include "libs/rpc/channel.h"
 #include "libs/tensor/model_file.h"
 #include "services/shoalctl/dispatcher.h"
+#include "services/shoalctl/node_format.h"
 
 namespace shoal::shoalctl {
 namespace {
@@ -108,6 +109,7 @@ int Shoalctl::Run() {
   }
   if (cmd == "local") return Local();
   if (cmd == "health") return Health();
+  if (cmd == "peers") return Peers();
   return Fail(env_, absl::StrCat("unknown command \"", cmd, "\"; run `shoalctl help`"), 2);
 }
 
@@ -131,6 +133,19 @@ int Shoalctl::RpcFail(const absl::Status& status, const std::string& task_name) 
 
 int Shoalctl::UsageFail(const absl::Status& status) {
   return Fail(env_, std::string(status.message()), 2);
+}
+
+// The connected peers and registered aggregators, with their capacity.
+int Shoalctl::Peers() {
+  const std::string usage = "shoalctl peers [--json]";
+  if (absl::Status s = CheckArgs(args_, 1, 0, {"json"}, usage); !s.ok()) return UsageFail(s);
+  auto client = Client(g_.coordinator);
+  if (!client.ok()) return UsageFail(client.status());
+  absl::StatusOr<coordinator::v1::ListNodesResponse> nodes = (*client)->ListNodes(g_.timeout);
+  if (!nodes.ok()) return RpcFail(nodes.status(), "");
+  *env_.out << (args_.switches.count("json") > 0 ? NodeListToJson(*nodes) + "\n"
+                                                 : FormatNodeList(*nodes));
+  return 0;
 }
 
 // grpc.health.v1.Health/Check against any Shoal service: the container health probe.
@@ -284,6 +299,10 @@ commands:
                                    decentralized and gossip tasks). --data-dir (default
                                    Fashion-MNIST's) is shared, peer I trains shard I/N of it;
                                    --peer-data DIR gives peer I its own DIR/peer-I
+  peers [--json]                   the connected peers and registered aggregators with their
+                                   capacity: cores, matrix-multiply score (GFLOP/s, one core),
+                                   memory (total, free), upload to the coordinator, and whether
+                                   the coordinator can dial them (--json: one JSON object)
   health --target HOST:PORT [--service NAME]
                                    gRPC health check of any Shoal service (grpc.health.v1);
                                    exits 0 only when it is SERVING (the container probe)

@@ -116,6 +116,16 @@ absl::StatusOr<std::vector<TaskStatus>> ControlClient::ListTasks(absl::Duration 
   return std::vector<TaskStatus>(response.tasks().begin(), response.tasks().end());
 }
 
+absl::StatusOr<coordinator::v1::ListNodesResponse> ControlClient::ListNodes(
+    absl::Duration timeout) {
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, timeout);
+  coordinator::v1::ListNodesResponse response;
+  SHOAL_RETURN_IF_ERROR(rpc::FromGrpcStatus(
+      stub_->stub->ListNodes(&context, coordinator::v1::ListNodesRequest(), &response)));
+  return response;
+}
+
 absl::StatusOr<TaskStatus> ControlClient::GetTaskStatus(const std::string& name,
                                                         absl::Duration timeout) {
   grpc::ClientContext context;
@@ -200,8 +210,10 @@ absl::StatusOr<DownloadedModel> ControlClient::GetModel(const std::string& name,
   coordinator::v1::GetModelRequest request;
   request.set_name(name);
   if (version.has_value()) request.set_version(*version);
-  std::unique_ptr<grpc::ClientReader<common::v1::ModelChunk>> reader =
-      stub_->stub->GetModel(&context, request);
+  // Read raw: each chunk is decoded straight from gRPC's slices, without a ModelChunk parsed
+  // first (the server sends the same way, libs/rpc/model_stream.h).
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader = rpc::OpenRawReader(
+      *channel_, "/shoal.coordinator.v1.ControlService/GetModel", context, request);
   absl::StatusOr<tensor::ReceivedModel> received =
       rpc::ReadModelStream(*reader, tensor::DecoderLimits(), &context);
   if (!received.ok()) {

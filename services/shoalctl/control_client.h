@@ -85,6 +85,8 @@ class ControlClientInterface {
   // pages through all of them. Errors: NOT_FOUND unknown task, INVALID_ARGUMENT limit over 1000.
   virtual absl::StatusOr<RoundsPage> ListRounds(const std::string& name, uint64_t after_round,
                                                 uint32_t limit, absl::Duration timeout) = 0;
+  // The connected peers and registered aggregators, with their capacity.
+  virtual absl::StatusOr<coordinator::v1::ListNodesResponse> ListNodes(absl::Duration timeout) = 0;
   // Downloads the task's latest checkpointed model, or exactly `version`.
   virtual absl::StatusOr<DownloadedModel> GetModel(const std::string& name,
                                                    std::optional<uint64_t> version,
@@ -117,6 +119,7 @@ class ControlClient final : public ControlClientInterface {
       Canceller* canceller) override;
   absl::StatusOr<RoundsPage> ListRounds(const std::string& name, uint64_t after_round,
                                         uint32_t limit, absl::Duration timeout) override;
+  absl::StatusOr<coordinator::v1::ListNodesResponse> ListNodes(absl::Duration timeout) override;
   absl::StatusOr<DownloadedModel> GetModel(const std::string& name, std::optional<uint64_t> version,
                                            absl::Duration timeout, Canceller* canceller) override;
 

@@ -56,6 +56,7 @@ class Shoalctl {
   int RpcFail(const absl::Status& status, const std::string& task_name);
   int UsageFail(const absl::Status& status);  // usage errors exit 2
   int Health();
+  int Peers();
   // model_commands.cc
   int ModelGet();
 

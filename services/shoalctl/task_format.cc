@@ -6,7 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "libs/task/task_file.h"
+#include "services/shoalctl/node_format.h"
 
 namespace shoal::shoalctl {
 namespace {
@@ -154,20 +156,21 @@ std::string TaskStatusToJson(const TaskStatus& status) {
   data.reserve(status.data_size());
   for (const auto& d : status.data()) data.push_back(PeerDataToJson(d));
   const RoundSummary* last = LastEvaluated(status);
-  return absl::StrCat("{\"name\":", JsonQuote(status.spec().name()),
-                      ",\"mode\":", JsonQuote(ModeName(status.spec().mode())),
-                      ",\"state\":", JsonQuote(StateName(status.state())),
-                      ",\"phase\":", JsonQuote(PhaseName(status.phase())),
-                      ",\"round\":", status.round(), ",\"rounds\":", status.spec().rounds(),
-                      ",\"participants\":", JsonStringArray(status.participants()), ",\"peers\":[",
-                      absl::StrJoin(peers, ","), "],\"data\":[", absl::StrJoin(data, ","), "]",
-                      ",\"model_version\":", status.model_version(),
-                      ",\"aggregator\":", JsonQuote(status.aggregator()),
-                      ",\"message\":", JsonQuote(status.message()),
-                      ",\"created_unix_ms\":", status.created_unix_ms(), ",\"last_test_accuracy\":",
-                      last != nullptr ? JsonNumber(last->test_accuracy()) : "null",
-                      ",\"spec\":", task::MessageToFriendlyJson(status.spec()), ",\"history\":[",
-                      absl::StrJoin(history, ","), "]}");
+  return absl::StrCat(
+      "{\"name\":", JsonQuote(status.spec().name()),
+      ",\"mode\":", JsonQuote(ModeName(status.spec().mode())),
+      ",\"state\":", JsonQuote(StateName(status.state())),
+      ",\"phase\":", JsonQuote(PhaseName(status.phase())), ",\"round\":", status.round(),
+      ",\"rounds\":", status.spec().rounds(),
+      ",\"participants\":", JsonStringArray(status.participants()), ",\"peers\":[",
+      absl::StrJoin(peers, ","), "],\"data\":[", absl::StrJoin(data, ","), "]",
+      ",\"model_version\":", status.model_version(),
+      ",\"aggregator\":", JsonQuote(status.aggregator()),
+      ",\"nodes\":", NodesToJson(status.nodes()), ",\"message\":", JsonQuote(status.message()),
+      ",\"created_unix_ms\":", status.created_unix_ms(),
+      ",\"last_test_accuracy\":", last != nullptr ? JsonNumber(last->test_accuracy()) : "null",
+      ",\"spec\":", task::MessageToFriendlyJson(status.spec()), ",\"history\":[",
+      absl::StrJoin(history, ","), "]}");
 }
 
 std::string FormatDurationMs(int64_t ms) {
@@ -307,6 +310,14 @@ std::string FormatTaskStatus(const TaskStatus& status) {
       absl::StrAppend(&out, " model of round ", p.model_round());
     }
     absl::StrAppend(&out, "\n");
+  }
+  if (status.nodes_size() > 0) {
+    absl::StrAppend(&out,
+                    "nodes:         the participants and the aggregator, with their capacity\n");
+    for (absl::string_view line :
+         absl::StrSplit(FormatNodeTable(status.nodes()), '\n', absl::SkipEmpty())) {
+      absl::StrAppend(&out, "  ", line, "\n");
+    }
   }
   if (status.data_size() > 0) {
     absl::StrAppend(&out, "data:          training samples per class, of each peer\n");

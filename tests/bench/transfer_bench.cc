@@ -4,7 +4,11 @@
 // then into its parameters), against a raw TCP socket that moves the same bytes, in the same
 // run. Prints GB/s for each and the ratios.
 //
-//   transfer_bench [--mb 400] [--reps 3] [--chunk-kib 1024]
+//   transfer_bench [--mb 400] [--reps 3] [--chunk-kib 1024] [--tls-dir DIR]
+//
+// With --tls-dir (a directory from scripts/gen-certs with the identities aggregator-0,
+// coordinator and peer-0) every path is measured twice in each repetition: plaintext and over
+// mutual TLS.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -29,6 +33,7 @@
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/server.h"
 #include "libs/rpc/status.h"
+#include "libs/rpc/tls.h"
 #include "libs/tensor/spill_file.h"
 #include "services/aggregator/aggregator_core.h"
 #include "services/aggregator/aggregator_metrics.h"
@@ -99,6 +104,61 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The peer id of every push: with TLS, the name of the peer certificate the pushes use.
+constexpr char kPeer[] = "peer-0";
+
+// One aggregator server over one core, and the channels that call it: the coordinator's (puts,
+// rounds, downloads) and a peer's (pushes). With a TLS directory from scripts/gen-certs
+// (identities aggregator-0, coordinator and peer-0), everything is mutual TLS.
+struct Endpoint {
+  std::string name;
+  std::unique_ptr<shoal::aggregator::AggregatorServiceImpl> service;
+  std::unique_ptr<shoal::rpc::Server> server;
+  std::shared_ptr<grpc::Channel> channel;       // as the coordinator
+  std::shared_ptr<grpc::Channel> peer_channel;  // as peer-0
+  std::unique_ptr<shoal::aggregator::v1::AggregatorService::Stub> stub, peer_stub;
+  std::unique_ptr<shoal::aggregator::GrpcAggregatorClient> client;  // as the coordinator
+  std::vector<double> push_zc, push_pb, get_raw, get_pb, get_file;  // seconds per rep
+};
+
+std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const std::string& tls_dir,
+                                                            const std::string& identity) {
+  if (tls_dir.empty()) return grpc::InsecureChannelCredentials();
+  auto credentials = shoal::rpc::Credentials::Create({tls_dir + "/" + identity, false});
+  if (!credentials.ok()) Die(std::string(credentials.status().message()));
+  return credentials->channel();
+}
+
+std::unique_ptr<Endpoint> StartEndpoint(const std::string& name, const std::string& tls_dir,
+                                        shoal::aggregator::AggregatorCore& core,
+                                        shoal::Executor& executor,
+                                        shoal::aggregator::AggregatorMetrics& metrics,
+                                        const shoal::aggregator::AggregatorCoreOptions& options) {
+  auto e = std::make_unique<Endpoint>();
+  e->name = name;
+  e->service = std::make_unique<shoal::aggregator::AggregatorServiceImpl>(
+      shoal::aggregator::AggregatorServiceOptions{options.limits}, core, executor, metrics);
+  shoal::rpc::ServerOptions server_options;
+  server_options.listen = "127.0.0.1:0";
+  server_options.service_name = "transfer-bench";
+  if (!tls_dir.empty()) {
+    auto credentials = shoal::rpc::Credentials::Create({tls_dir + "/aggregator-0", false});
+    if (!credentials.ok()) Die(std::string(credentials.status().message()));
+    server_options.credentials = credentials->server();
+  }
+  auto server = shoal::rpc::Server::Start(server_options, {e->service.get()});
+  if (!server.ok()) Die(std::string(server.status().message()));
+  e->server = *std::move(server);
+  const auto coordinator = ClientCredentials(tls_dir, "coordinator");
+  e->channel = shoal::rpc::MakeChannel(e->server->address(), coordinator);
+  e->peer_channel =
+      shoal::rpc::MakeChannel(e->server->address(), ClientCredentials(tls_dir, kPeer));
+  e->stub = shoal::aggregator::v1::AggregatorService::NewStub(e->channel);
+  e->peer_stub = shoal::aggregator::v1::AggregatorService::NewStub(e->peer_channel);
+  e->client = std::make_unique<shoal::aggregator::GrpcAggregatorClient>(coordinator);
+  return e;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -106,6 +166,7 @@ int main(int argc, char** argv) {
   size_t mb = 400;
   int reps = 3;
   size_t chunk_kib = 1024;
+  std::string tls_dir;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     if (flag == "--mb")
@@ -114,8 +175,10 @@ int main(int argc, char** argv) {
       reps = std::atoi(argv[i + 1]);
     else if (flag == "--chunk-kib")
       chunk_kib = std::strtoul(argv[i + 1], nullptr, 10);
+    else if (flag == "--tls-dir")
+      tls_dir = argv[i + 1];
     else
-      Die("unknown flag " + flag + " (use --mb N --reps N --chunk-kib N)");
+      Die("unknown flag " + flag + " (use --mb N --reps N --chunk-kib N --tls-dir DIR)");
   }
   if (mb == 0 || reps < 1 || chunk_kib == 0 || chunk_kib > 4096) Die("bad arguments");
   const size_t chunk = chunk_kib << 10;
@@ -142,7 +205,8 @@ int main(int argc, char** argv) {
   std::printf("delta: %.1f MB in %zu tensors, %zu KiB chunks, %d reps\n", bytes / 1e6,
               delta->layout.num_tensors(), chunk_kib, reps);
 
-  // The real aggregator service, in process, over real gRPC on 127.0.0.1.
+  // The real aggregator service, in process, over real gRPC on 127.0.0.1: plaintext, and with
+  // mutual TLS when --tls-dir is given (both servers share one AggregatorCore).
   prometheus::Registry registry;
   shoal::aggregator::AggregatorMetrics metrics(registry);
   shoal::aggregator::AggregatorCoreOptions core_options;
@@ -151,21 +215,18 @@ int main(int argc, char** argv) {
       shoal::aggregator::AggregatorCore::Create(core_options, shoal::RealClock::Get(), metrics);
   if (!core.ok()) Die(std::string(core.status().message()));
   shoal::ThreadPool executor(2, 16);
-  shoal::aggregator::AggregatorServiceImpl service({core_options.limits}, **core, executor,
-                                                   metrics);
-  shoal::rpc::ServerOptions server_options;
-  server_options.listen = "127.0.0.1:0";
-  server_options.service_name = "transfer-bench";
-  auto server = shoal::rpc::Server::Start(server_options, {&service});
-  if (!server.ok()) Die(std::string(server.status().message()));
-  auto channel = shoal::rpc::MakeChannel((*server)->address());
-  auto stub = shoal::aggregator::v1::AggregatorService::NewStub(channel);
+  std::vector<std::unique_ptr<Endpoint>> endpoints;
+  endpoints.push_back(StartEndpoint("plaintext", "", **core, executor, metrics, core_options));
+  if (!tls_dir.empty()) {
+    endpoints.push_back(StartEndpoint("TLS", tls_dir, **core, executor, metrics, core_options));
+  }
 
   {
+    Endpoint& e = *endpoints.front();
     grpc::ClientContext ctx;
     shoal::rpc::SetTimeout(ctx, absl::Seconds(120));
     shoal::aggregator::v1::PutModelResponse response;
-    auto writer = stub->PutModel(&ctx, &response);
+    auto writer = e.stub->PutModel(&ctx, &response);
     auto start = Clock::now();
     absl::Status s = shoal::rpc::WritePutModel(
         *writer, shoal::tensor::MakeModelMeta("bench", 0, base), base, chunk);
@@ -175,10 +236,10 @@ int main(int argc, char** argv) {
   }
 
   std::vector<char> sink(bytes, 1);  // touched, like a pooled staging buffer
-  std::vector<double> grpc_s, pb_s, tcp_s, get_s, get_pb_s, get_file_s;
+  std::vector<double> tcp_s;
   // GetModel of the aggregated model: raw (chunks decoded straight from the received slices,
   // what peers use) or through the generated stub (protobuf parses each chunk first).
-  auto get_model = [&](bool raw) {
+  auto get_model = [&](Endpoint& e, bool raw) {
     grpc::ClientContext ctx;
     shoal::rpc::SetTimeout(ctx, absl::Seconds(120));
     shoal::aggregator::v1::GetModelRequest request;
@@ -187,14 +248,14 @@ int main(int argc, char** argv) {
     absl::StatusOr<shoal::tensor::ReceivedModel> got;
     if (raw) {
       auto reader = shoal::rpc::OpenRawReader(
-          *channel, "/shoal.aggregator.v1.AggregatorService/GetModel", ctx, request);
+          *e.channel, "/shoal.aggregator.v1.AggregatorService/GetModel", ctx, request);
       got = shoal::rpc::ReadModelStream(*reader, {}, &ctx);
     } else {
-      auto reader = stub->GetModel(&ctx, request);
+      auto reader = e.stub->GetModel(&ctx, request);
       got = shoal::rpc::ReadModelStream(*reader, {}, &ctx);
     }
     const double seconds = Seconds(start, Clock::now());
-    if (!got.ok()) Die("GetModel: " + got.status().ToString());
+    if (!got.ok()) Die("GetModel (" + e.name + "): " + got.status().ToString());
     if (got->model.layout.total_bytes() != bytes) Die("GetModel: wrong size");
     return seconds;
   };
@@ -202,7 +263,8 @@ int main(int argc, char** argv) {
   // measurement begins on an idle aggregator (as the raw TCP one does): the folds that follow
   // an acknowledged push belong to its round, not to the next transfer's time.
   uint64_t round = 0;
-  auto open_round = [&](const char* peer) {
+  shoal::aggregator::v1::AggregatorService::Stub& control = *endpoints.front()->stub;
+  auto open_round = [&] {
     ++round;
     grpc::ClientContext ctx;
     shoal::rpc::SetTimeout(ctx, absl::Seconds(10));
@@ -210,14 +272,14 @@ int main(int argc, char** argv) {
     request.set_task("bench");
     request.set_round(round);
     request.set_base_version(round - 1);
-    request.add_expected_peers(peer);
+    request.add_expected_peers(kPeer);
     shoal::aggregator::v1::OpenRoundResponse response;
-    grpc::Status s = stub->OpenRound(&ctx, request, &response);
+    grpc::Status s = control.OpenRound(&ctx, request, &response);
     if (!s.ok()) Die("OpenRound: " + s.error_message());
     shoal::aggregator::v1::UpdateMeta meta;
     meta.set_task("bench");
     meta.set_round(round);
-    meta.set_peer_id(peer);
+    meta.set_peer_id(kPeer);
     meta.set_base_version(round - 1);
     meta.set_num_samples(1);
     return meta;
@@ -229,121 +291,118 @@ int main(int argc, char** argv) {
     request.set_task("bench");
     request.set_round(round);
     shoal::aggregator::v1::CloseRoundResponse closed;
-    grpc::Status s = stub->CloseRound(&ctx, request, &closed);
+    grpc::Status s = control.CloseRound(&ctx, request, &closed);
     if (!s.ok()) Die("CloseRound: " + s.error_message());
     if (closed.contributors_size() != 1) Die("the push was not aggregated");
+  };
+  // One push of the delta in its own round: zero-copy (what peers use) or through the generated
+  // stub. Returns seconds; `cpu` gets the CPU seconds the process used, `faults` its page faults.
+  auto push = [&](Endpoint& e, bool zero_copy, double* cpu, long* faults) {
+    const auto meta = open_round();
+    grpc::ClientContext ctx;
+    shoal::rpc::SetTimeout(ctx, absl::Seconds(120));
+    struct rusage ru0, ru1;
+    ::getrusage(RUSAGE_SELF, &ru0);
+    auto start = Clock::now();
+    absl::Status s;
+    if (zero_copy) {
+      s = shoal::rpc::PushUpdateZeroCopy(*e.peer_channel, ctx, meta, delta, chunk).status();
+    } else {
+      shoal::aggregator::v1::PushUpdateResponse response;
+      auto writer = e.peer_stub->PushUpdate(&ctx, &response);
+      s = shoal::rpc::WritePushUpdate(*writer, meta, *delta, chunk);
+    }
+    auto end = Clock::now();
+    ::getrusage(RUSAGE_SELF, &ru1);
+    if (!s.ok()) Die("PushUpdate (" + e.name + "): " + s.ToString());
+    if (cpu != nullptr) *cpu = CpuSeconds(ru1) - CpuSeconds(ru0);
+    if (faults != nullptr) *faults = ru1.ru_minflt - ru0.ru_minflt;
+    close_round();
+    return Seconds(start, end);
   };
   // The peer's own download (GetModelInto): the values go to a spill file as they arrive, then
   // from the file into the parameters (here: into a buffer of the model's size, kept between
   // repetitions as a peer keeps its parameters).
-  shoal::aggregator::GrpcAggregatorClient client;
   std::vector<float> params(total);
-  auto get_into_file = [&] {
+  auto get_into_file = [&](Endpoint& e) {
     auto file = shoal::tensor::SpillFile::Create("");
     if (!file.ok()) Die("spill file: " + file.status().ToString());
     auto start = Clock::now();
     if (absl::Status s = file->Reset(total); !s.ok()) Die("spill file: " + s.ToString());
-    auto layout = client.GetModelInto(
-        (*server)->address(), "bench", round, {}, absl::Now() + absl::Seconds(120),
+    auto layout = e.client->GetModelInto(
+        e.server->address(), "bench", round, {}, absl::Now() + absl::Seconds(120),
         [&](size_t first, absl::Span<const float> values) { return file->WriteAt(first, values); });
-    if (!layout.ok()) Die("GetModelInto: " + layout.status().ToString());
+    if (!layout.ok()) Die("GetModelInto (" + e.name + "): " + layout.status().ToString());
     if (absl::Status s = file->ReadAt(0, absl::MakeSpan(params)); !s.ok()) {
       Die("spill file: " + s.ToString());
     }
     return Seconds(start, Clock::now());
   };
   for (int rep = 1; rep <= reps; ++rep) {
-    long faults = 0;
-    double zc_cpu = 0;  // CPU seconds the process used during the zero-copy push
-    {
-      const auto meta = open_round("pb");
-      grpc::ClientContext ctx;
-      shoal::rpc::SetTimeout(ctx, absl::Seconds(120));
-      shoal::aggregator::v1::PushUpdateResponse response;
-      auto start = Clock::now();
-      auto writer = stub->PushUpdate(&ctx, &response);
-      absl::Status s = shoal::rpc::WritePushUpdate(*writer, meta, *delta, chunk);
-      auto end = Clock::now();
-      if (!s.ok()) Die("PushUpdate (protobuf): " + s.ToString());
-      pb_s.push_back(Seconds(start, end));
-      close_round();
-    }
-    {
-      const auto meta = open_round("zc");
-      grpc::ClientContext ctx;
-      shoal::rpc::SetTimeout(ctx, absl::Seconds(120));
-      struct rusage ru0, ru1;
-      ::getrusage(RUSAGE_SELF, &ru0);
-      auto start = Clock::now();
-      auto pushed = shoal::rpc::PushUpdateZeroCopy(*channel, ctx, meta, delta, chunk);
-      auto end = Clock::now();
-      ::getrusage(RUSAGE_SELF, &ru1);
-      faults = ru1.ru_minflt - ru0.ru_minflt;
-      zc_cpu = CpuSeconds(ru1) - CpuSeconds(ru0);
-      if (!pushed.ok()) Die("PushUpdate (zero-copy): " + pushed.status().ToString());
-      grpc_s.push_back(Seconds(start, end));
-      close_round();
+    for (auto& e : endpoints) {
+      long faults = 0;
+      double zc_cpu = 0;  // CPU seconds the process used during the zero-copy push
+      e->push_pb.push_back(push(*e, /*zero_copy=*/false, nullptr, nullptr));
+      e->push_zc.push_back(push(*e, /*zero_copy=*/true, &zc_cpu, &faults));
+      std::printf(
+          "rep %d, %s: PushUpdate zero-copy %.2f GB/s (%.0f ms, %.0f ms CPU, %ld page "
+          "faults), protobuf %.2f GB/s\n",
+          rep, e->name.c_str(), bytes / 1e9 / e->push_zc.back(), e->push_zc.back() * 1e3,
+          zc_cpu * 1e3, faults, bytes / 1e9 / e->push_pb.back());
     }
     struct rusage ru0, ru1;
     ::getrusage(RUSAGE_SELF, &ru0);
     tcp_s.push_back(
         RawTcp(reinterpret_cast<const char*>(delta->values.data()), bytes, chunk, sink));
     ::getrusage(RUSAGE_SELF, &ru1);
-    const double tcp_cpu = CpuSeconds(ru1) - CpuSeconds(ru0);
     // CPU time is less disturbed by other load on the machine than wall time.
-    std::printf(
-        "rep %d: PushUpdate zero-copy %.2f GB/s (%.0f ms, %.0f ms CPU, %ld page faults), "
-        "protobuf %.2f GB/s (%.0f ms); raw TCP %.2f GB/s (%.0f ms, %.0f ms CPU)\n",
-        rep, bytes / 1e9 / grpc_s.back(), grpc_s.back() * 1e3, zc_cpu * 1e3, faults,
-        bytes / 1e9 / pb_s.back(), pb_s.back() * 1e3, bytes / 1e9 / tcp_s.back(),
-        tcp_s.back() * 1e3, tcp_cpu * 1e3);
-    // Alternately first: the first of the two may find fewer free huge pages.
-    if (rep % 2 == 1) get_s.push_back(get_model(/*raw=*/true));
-    get_pb_s.push_back(get_model(/*raw=*/false));
-    if (rep % 2 == 0) get_s.push_back(get_model(/*raw=*/true));
-    get_file_s.push_back(get_into_file());
-    std::printf(
-        "rep %d: GetModel raw %.2f GB/s, protobuf %.2f GB/s; to a spill file and into the "
-        "parameters (a peer's download) %.2f GB/s\n",
-        rep, bytes / 1e9 / get_s.back(), bytes / 1e9 / get_pb_s.back(),
-        bytes / 1e9 / get_file_s.back());
+    std::printf("rep %d: raw TCP %.2f GB/s (%.0f ms, %.0f ms CPU)\n", rep,
+                bytes / 1e9 / tcp_s.back(), tcp_s.back() * 1e3,
+                (CpuSeconds(ru1) - CpuSeconds(ru0)) * 1e3);
+    for (auto& e : endpoints) {
+      // Alternately first: the first of the two may find fewer free huge pages.
+      if (rep % 2 == 1) e->get_raw.push_back(get_model(*e, /*raw=*/true));
+      e->get_pb.push_back(get_model(*e, /*raw=*/false));
+      if (rep % 2 == 0) e->get_raw.push_back(get_model(*e, /*raw=*/true));
+      e->get_file.push_back(get_into_file(*e));
+      std::printf(
+          "rep %d, %s: GetModel raw %.2f GB/s, protobuf %.2f GB/s; to a spill file and into "
+          "the parameters (a peer's download) %.2f GB/s\n",
+          rep, e->name.c_str(), bytes / 1e9 / e->get_raw.back(), bytes / 1e9 / e->get_pb.back(),
+          bytes / 1e9 / e->get_file.back());
+    }
     std::fflush(stdout);
   }
-  const double grpc_best = *std::min_element(grpc_s.begin(), grpc_s.end());
-  const double tcp_best = *std::min_element(tcp_s.begin(), tcp_s.end());
-  const double grpc_gbps = bytes / 1e9 / Median(grpc_s);
-  const double tcp_gbps = bytes / 1e9 / Median(tcp_s);
-  const double pb_gbps = bytes / 1e9 / Median(pb_s);
   // Each rep measures gRPC and TCP back to back, so the per-rep ratio is the least disturbed by
   // other load on the machine.
-  std::vector<double> ratios, pb_ratios, get_ratios, get_pb_ratios, get_file_ratios;
-  for (size_t i = 0; i < grpc_s.size(); ++i) {
-    get_file_ratios.push_back(tcp_s[i] / get_file_s[i]);
-    ratios.push_back(tcp_s[i] / grpc_s[i]);
-    pb_ratios.push_back(tcp_s[i] / pb_s[i]);
-    get_ratios.push_back(tcp_s[i] / get_s[i]);
-    get_pb_ratios.push_back(tcp_s[i] / get_pb_s[i]);
-  }
-  std::printf(
-      "\nmedian of %d: raw TCP %.2f GB/s; gRPC PushUpdate zero-copy %.2f GB/s (ratio %.2f), "
-      "protobuf %.2f GB/s (ratio %.2f)\n",
-      reps, tcp_gbps, grpc_gbps, grpc_gbps / tcp_gbps, pb_gbps, pb_gbps / tcp_gbps);
-  std::printf("best: raw TCP %.2f GB/s; gRPC PushUpdate zero-copy %.2f GB/s (ratio %.2f)\n",
-              bytes / 1e9 / tcp_best, bytes / 1e9 / grpc_best, tcp_best / grpc_best);
-  std::printf("median of per-rep ratios: zero-copy %.2f, protobuf %.2f\n", Median(ratios),
-              Median(pb_ratios));
-  std::printf(
-      "GetModel, median of %d: raw %.2f GB/s, protobuf %.2f GB/s; median of per-rep "
-      "ratios to raw TCP: raw %.2f, protobuf %.2f\n",
-      reps, bytes / 1e9 / Median(get_s), bytes / 1e9 / Median(get_pb_s), Median(get_ratios),
-      Median(get_pb_ratios));
-  std::printf(
-      "a peer's download (GetModelInto a spill file, then into the parameters), median of %d: "
-      "%.2f GB/s; median of per-rep ratios to raw TCP: %.2f\n",
-      reps, bytes / 1e9 / Median(get_file_s), Median(get_file_ratios));
-  std::printf("RESULT grpc_gbps=%.3f tcp_gbps=%.3f ratio=%.3f get_ratio=%.3f\n", grpc_gbps,
-              tcp_gbps, Median(ratios), Median(get_ratios));
-  (*server)->Shutdown(absl::Seconds(1));
+  auto ratio = [&](const std::vector<double>& path_s) {
+    std::vector<double> ratios;
+    for (size_t i = 0; i < path_s.size(); ++i) ratios.push_back(tcp_s[i] / path_s[i]);
+    return Median(ratios);
+  };
+  const double tcp_gbps = bytes / 1e9 / Median(tcp_s);
+  std::printf("\nmedians of %d reps; ratio = median of the per-rep ratios to raw TCP (%.2f GB/s)\n",
+              reps, tcp_gbps);
+  std::printf("%-58s", "path");
+  for (auto& e : endpoints) std::printf("  %-9s GB/s  ratio", e->name.c_str());
+  std::printf("\n");
+  auto row = [&](const char* path, std::vector<double> Endpoint::*times) {
+    std::printf("%-58s", path);
+    for (auto& e : endpoints) {
+      std::printf("  %14.2f  %5.2f", bytes / 1e9 / Median((*e).*times), ratio((*e).*times));
+    }
+    std::printf("\n");
+  };
+  row("PushUpdate, zero-copy (peers)", &Endpoint::push_zc);
+  row("PushUpdate, generated stub", &Endpoint::push_pb);
+  row("GetModel, raw", &Endpoint::get_raw);
+  row("GetModel, generated stub", &Endpoint::get_pb);
+  row("a peer's download (GetModelInto a spill file, then params)", &Endpoint::get_file);
+  Endpoint& plain = *endpoints.front();
+  std::printf("RESULT grpc_gbps=%.3f tcp_gbps=%.3f ratio=%.3f get_ratio=%.3f\n",
+              bytes / 1e9 / Median(plain.push_zc), tcp_gbps, ratio(plain.push_zc),
+              ratio(plain.get_raw));
+  for (auto& e : endpoints) e->server->Shutdown(absl::Seconds(1));
   executor.Shutdown();
   return 0;
 }

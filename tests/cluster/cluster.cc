@@ -175,6 +175,16 @@ absl::StatusOr<cv1::TaskStatus> Cluster::Status(const std::string& task) {
   return response.status();
 }
 
+absl::StatusOr<cv1::ListNodesResponse> Cluster::Nodes() {
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, absl::Seconds(5));
+  cv1::ListNodesResponse response;
+  absl::Status s =
+      rpc::FromGrpcStatus(control_->ListNodes(&context, cv1::ListNodesRequest(), &response));
+  if (!s.ok()) return s;
+  return response;
+}
+
 absl::StatusOr<cv1::TaskStatus> Cluster::WaitFor(
     const std::string& task, const std::function<bool(const cv1::TaskStatus&)>& pred,
     absl::Duration timeout, const std::string& what) {

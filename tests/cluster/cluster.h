@@ -57,6 +57,8 @@ class Cluster {
   // ControlService.CreateTask with a 10 s deadline.
   absl::Status CreateTask(const common::v1::TaskSpec& spec);
   absl::StatusOr<coordinator::v1::TaskStatus> Status(const std::string& task);
+  // ControlService.ListNodes: the connected peers and registered aggregators.
+  absl::StatusOr<coordinator::v1::ListNodesResponse> Nodes();
   // Polls the task's status until `pred` holds; fails after `timeout` with the last status and
   // the tails of the service logs.
   absl::StatusOr<coordinator::v1::TaskStatus> WaitFor(

@@ -240,6 +240,35 @@ TEST(FederatedClusterTest, EachPeerReportsItsDirichletShareAndTrainsOnIt) {
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }
   ASSERT_TRUE(cluster.WaitForPeersConnected(3, absl::Seconds(30)).ok());
+  // Every node reported its capacity, and the coordinator could dial each one back (mutual
+  // TLS, its own client certificate).
+  absl::StatusOr<cv1::ListNodesResponse> nodes;
+  const absl::Time dialed_by = absl::Now() + absl::Seconds(30);
+  auto all_dialed = [](const cv1::ListNodesResponse& n) {
+    if (n.peers_size() != 3 || n.aggregators_size() != 1) return false;
+    for (const auto* list : {&n.peers(), &n.aggregators()}) {
+      for (const cv1::NodeInfo& node : *list) {
+        if (node.capacity().reachability() == common::v1::REACHABILITY_UNKNOWN) return false;
+      }
+    }
+    return true;
+  };
+  while (absl::Now() < dialed_by && !((nodes = cluster.Nodes()).ok() && all_dialed(*nodes))) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  ASSERT_TRUE(all_dialed(*nodes)) << nodes->ShortDebugString();
+  for (const auto* list : {&nodes->peers(), &nodes->aggregators()}) {
+    for (const cv1::NodeInfo& node : *list) {
+      const common::v1::Capacity& c = node.capacity();
+      EXPECT_EQ(c.reachability(), common::v1::REACHABILITY_REACHABLE) << node.id();
+      EXPECT_GE(c.cpu_cores(), 1u) << node.id();
+      EXPECT_GT(c.matmul_gflops(), 0.0) << node.id();
+      EXPECT_GT(c.memory_bytes(), 0u) << node.id();
+      EXPECT_GT(c.upload_bytes_per_second(), 0.0) << node.id();
+      EXPECT_EQ(c.upload_probe_bytes(), uint64_t{4} << 20) << node.id();
+    }
+  }
   common::v1::TaskSpec spec = SmallTask("fmnist-dirichlet");
   spec.mutable_dataset()->set_partition(common::v1::PARTITION_DIRICHLET);
   spec.mutable_dataset()->set_alpha(0.3);

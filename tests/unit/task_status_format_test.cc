@@ -152,6 +152,41 @@ TEST(TaskStatusJsonTest, ShowsEachPeersDataCounts) {
               HasSubstr("peer-1                30 train      5 test  [10 0 20]"));
 }
 
+TEST(TaskStatusJsonTest, ShowsTheNodesWithTheirCapacity) {
+  TaskStatus s = RunningStatus();
+  auto* n = s.add_nodes();
+  n->set_id("peer-1");
+  n->set_role("peer");
+  n->set_address("127.0.0.1:9001");
+  n->set_device("cpu");
+  n->set_task("t");
+  n->mutable_capacity()->set_cpu_cores(8);
+  n->mutable_capacity()->set_matmul_gflops(31.25);
+  n->mutable_capacity()->set_memory_bytes(uint64_t{16} << 30);
+  n->mutable_capacity()->set_memory_available_bytes(uint64_t{512} << 20);
+  n->mutable_capacity()->set_upload_bytes_per_second(1.25e9);
+  n->mutable_capacity()->set_reachability(common::v1::REACHABILITY_UNREACHABLE);
+  auto* a = s.add_nodes();
+  a->set_id("127.0.0.1:7100");
+  a->set_role("aggregator");
+  a->set_address("127.0.0.1:7100");
+  YAML::Node root = YAML::Load(TaskStatusToJson(s));
+  ASSERT_EQ(root["nodes"].size(), 2u);
+  EXPECT_EQ(root["nodes"][0]["id"].as<std::string>(), "peer-1");
+  EXPECT_EQ(root["nodes"][0]["cpu_cores"].as<int>(), 8);
+  EXPECT_DOUBLE_EQ(root["nodes"][0]["matmul_gflops"].as<double>(), 31.25);
+  EXPECT_EQ(root["nodes"][0]["memory_bytes"].as<uint64_t>(), uint64_t{16} << 30);
+  EXPECT_DOUBLE_EQ(root["nodes"][0]["upload_bytes_per_second"].as<double>(), 1.25e9);
+  EXPECT_EQ(root["nodes"][0]["reachability"].as<std::string>(), "unreachable");
+  EXPECT_EQ(root["nodes"][1]["role"].as<std::string>(), "aggregator");
+  EXPECT_EQ(root["nodes"][1]["reachability"].as<std::string>(), "unknown");
+  const std::string text = FormatTaskStatus(s);
+  EXPECT_THAT(text, HasSubstr("peer-1          peer/cpu    127.0.0.1:9001  t         8     31.2"
+                              "    16.0G     512M    1.25GB/s  unreachable"));
+  EXPECT_THAT(text, HasSubstr("127.0.0.1:7100  aggregator  127.0.0.1:7100  -         -        -"
+                              "        -        -           -  unknown"));
+}
+
 TEST(TaskStatusJsonTest, EmptyStatusIsStillValidJson) {
   TaskStatus s;
   s.set_state(coordinator::v1::TASK_STATE_WAITING);
@@ -164,6 +199,7 @@ TEST(TaskStatusJsonTest, EmptyStatusIsStillValidJson) {
   EXPECT_TRUE(root["last_test_accuracy"].IsNull());
   EXPECT_THAT(json, HasSubstr("\"participants\":[]"));
   EXPECT_THAT(json, HasSubstr("\"data\":[]"));
+  EXPECT_THAT(json, HasSubstr("\"nodes\":[]"));
   EXPECT_THAT(json, HasSubstr("\"history\":[]"));
 }
 

@@ -1,6 +1,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -79,6 +80,44 @@ TEST_F(ModelFileTest, CorruptValuesAndTruncationAreDataLoss) {
     f.put('Z');
   }
   EXPECT_EQ(ReadModelFile(Path("m.bin")).status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(ModelFileTest, AMappedFileHasTheValuesAndTheSameChecks) {
+  ASSERT_TRUE(WriteModelFile(Path("m.bin"), model_).ok());
+  auto mapped = MappedModelFile::Open(Path("m.bin"));
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  EXPECT_EQ((*mapped)->layout(), model_.layout);
+  for (size_t t = 0; t < model_.layout.num_tensors(); ++t) {
+    const absl::string_view bytes = (*mapped)->TensorBytes(t);
+    const size_t n = static_cast<size_t>(model_.layout.tensors()[t].NumElements());
+    ASSERT_EQ(bytes.size(), n * sizeof(float));
+    std::vector<float> values(n);
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+    EXPECT_EQ(values, std::vector<float>(model_.values.begin() + model_.layout.offset(t),
+                                         model_.values.begin() + model_.layout.offset(t) + n));
+  }
+  // The mapping outlives a replacement of the file (a newer checkpoint renamed over it).
+  FlatModel other = model_;
+  other.values.assign(other.values.size(), 7.0f);
+  ASSERT_TRUE(WriteModelFile(Path("m.bin"), other).ok());
+  EXPECT_EQ((*mapped)->TensorBytes(1).substr(0, sizeof(float)),
+            absl::string_view(reinterpret_cast<const char*>(&model_.values[12]), sizeof(float)));
+
+  EXPECT_EQ(MappedModelFile::Open(Path("nope.bin")).status().code(), absl::StatusCode::kNotFound);
+  std::ofstream(Path("x.txt")) << "hello, this is not a model file at all";
+  EXPECT_EQ(MappedModelFile::Open(Path("x.txt")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const auto size = std::filesystem::file_size(Path("m.bin"));
+  {
+    std::fstream f(Path("m.bin"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size - 3));
+    f.put('\x7f');
+  }
+  auto corrupt = MappedModelFile::Open(Path("m.bin"));
+  EXPECT_EQ(corrupt.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(corrupt.status().message(), HasSubstr("digest"));
+  std::filesystem::resize_file(Path("m.bin"), size - 4);
+  EXPECT_EQ(MappedModelFile::Open(Path("m.bin")).status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST_F(ModelFileTest, WriteIntoMissingDirectoryFails) {

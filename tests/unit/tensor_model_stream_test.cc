@@ -1,8 +1,10 @@
 // The client helpers of libs/rpc/model_stream against in-memory stream fakes; the server
 // reactor is covered by the aggregator service test over real gRPC.
 #include <grpcpp/impl/codegen/proto_utils.h>
+#include <unistd.h>
 
 #include <deque>
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -274,6 +276,38 @@ TEST(ModelStreamTest, ZeroCopyFramesReadBackRawAndAsProtobuf) {
   auto again = ReadModelStream(typed, {});
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->model.values, m.values);
+}
+
+// A checkpoint served from its mapped file (ControlService.GetModel) reads back like the model.
+TEST(ModelStreamTest, ZeroCopyFramesOfAMappedModelFileReadBack) {
+  tensor::FlatModel m;
+  m.layout = *tensor::ModelLayout::Create({{"w", {700, 1000}}, {"empty", {0}}, {"b", {3}}});
+  m.values.resize(m.layout.total_elements());
+  for (size_t i = 0; i < m.values.size(); ++i) m.values[i] = static_cast<float>(i % 97) - 3.5f;
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("shoal_mapped_frames_" + std::to_string(::getpid()) + ".bin"))
+                               .string();
+  ASSERT_TRUE(tensor::WriteModelFile(path, m).ok());
+  auto file = tensor::MappedModelFile::Open(path);
+  std::filesystem::remove(path);  // the mapping stays valid
+  ASSERT_TRUE(file.ok()) << file.status();
+  ModelChunk first;
+  *first.mutable_meta() = tensor::MakeModelMeta("task", 4, (*file)->layout());
+  std::deque<grpc::ByteBuffer> raw = {Serialized(first)};
+  {
+    ZeroCopyFrames frames(*std::move(file), /*chunk_bytes=*/1 << 20);
+    grpc::ByteBuffer message;
+    while (frames.Next(&message)) raw.push_back(message);
+  }
+  // meta + 3 headers + 3 chunks of the 2.8 MB tensor + 1 chunk of "b"; the messages alone keep
+  // the mapping.
+  EXPECT_EQ(raw.size(), 1u + 3u + 3u + 1u);
+  RawFakeReader reader(std::move(raw));
+  auto got = ReadModelStream(reader, {});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->meta.version(), 4u);
+  EXPECT_EQ(got->model.layout, m.layout);
+  EXPECT_EQ(got->model.values, m.values);
 }
 
 }  // namespace

@@ -1,0 +1,82 @@
+// CoordinatorCore: the nodes (peers and aggregators) as operators see them, with their capacity,
+// and the dial-backs that find whether each one can be reached.
+
+#include "absl/strings/str_cat.h"
+#include "libs/common/log.h"
+#include "services/coordinator/coordinator_core.h"
+
+namespace shoal::coordinator {
+
+void CoordinatorCore::DialBack(bool aggregator, const std::string& id, const std::string& address,
+                               const PeerSink* session, Outbox& out) {
+  if (options_.dialer == nullptr || address.empty()) return;
+  SerialQueue* queue = dial_queues_[next_dial_++ % dial_queues_.size()].get();
+  out.push_back([this, queue, aggregator, id, address, session] {
+    queue->Post([this, aggregator, id, address, session] {
+      // A network deadline: real time, whatever clock the core runs on.
+      const absl::Status status =
+          options_.dialer->Dial(address, absl::Now() + options_.dial_timeout);
+      OnDialBack(aggregator, id, session, status);
+    });
+  });
+}
+
+void CoordinatorCore::OnDialBack(bool aggregator, const std::string& id, const PeerSink* session,
+                                 const absl::Status& status) {
+  const common::v1::Reachability reachability =
+      status.ok() ? common::v1::REACHABILITY_REACHABLE : common::v1::REACHABILITY_UNREACHABLE;
+  metrics_.dial_backs.Add({{"result", status.ok() ? "reachable" : "unreachable"}}).Increment();
+  Outbox out;
+  {
+    InputLock lock(*this, out);
+    if (aggregator) {
+      AggregatorPool::Entry* entry = pool_.Find(id);
+      if (entry == nullptr) return;
+      entry->capacity.set_reachability(reachability);
+    } else {
+      auto it = peers_.find(id);
+      if (it == peers_.end() || it->second.sink.get() != session) return;  // a later session
+      it->second.hello.mutable_capacity()->set_reachability(reachability);
+    }
+    if (!status.ok()) {
+      LogWarning(aggregator ? "aggregator " : "peer ", id, ": the coordinator cannot reach it (",
+                 status.message(), "); it can only dial out");
+    }
+  }
+  Flush();
+}
+
+v1::NodeInfo CoordinatorCore::PeerNode(const Peer& peer) const {
+  v1::NodeInfo node;
+  node.set_id(peer.id);
+  node.set_role("peer");
+  node.set_address(peer.hello.listen_address());
+  node.set_device(peer.hello.device().empty() ? "cpu" : peer.hello.device());
+  node.set_task(peer.task);
+  *node.mutable_capacity() = peer.hello.capacity();
+  node.set_since_unix_ms(absl::ToUnixMillis(peer.since));
+  return node;
+}
+
+v1::NodeInfo CoordinatorCore::AggregatorNode(const std::string& address,
+                                             const AggregatorPool::Entry& entry) const {
+  v1::NodeInfo node;
+  node.set_id(address);
+  node.set_role("aggregator");
+  node.set_address(address);
+  *node.mutable_capacity() = entry.capacity;
+  node.set_since_unix_ms(absl::ToUnixMillis(entry.first_seen));
+  return node;
+}
+
+v1::ListNodesResponse CoordinatorCore::ListNodes() const {
+  absl::MutexLock lock(&mu_);
+  v1::ListNodesResponse response;
+  for (const auto& [id, peer] : peers_) *response.add_peers() = PeerNode(peer);
+  for (const auto& [address, entry] : pool_.entries()) {
+    *response.add_aggregators() = AggregatorNode(address, entry);
+  }
+  return response;
+}
+
+}  // namespace shoal::coordinator

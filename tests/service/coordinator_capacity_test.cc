@@ -1,0 +1,172 @@
+// A real coordinator (in-process, gRPC on 127.0.0.1:0) times nodes' uploads, dials back a peer's
+// advertised address, and lists the nodes with their capacity (ControlService.ListNodes).
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "absl/cleanup/cleanup.h"
+#include "libs/capacity/upload_probe.h"
+#include "libs/rpc/channel.h"
+#include "libs/rpc/server.h"
+#include "services/coordinator/coordinator_server.h"
+#include "shoal/coordinator/v1/control.grpc.pb.h"
+#include "shoal/coordinator/v1/session.grpc.pb.h"
+
+namespace shoal::coordinator {
+namespace {
+
+class CoordinatorCapacityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("shoal-capacity-service-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    CoordinatorServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.metrics_listen = "127.0.0.1:0";
+    options.state_dir = dir_.string();
+    options.tls.insecure = true;
+    auto server = CoordinatorServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    channel_ = rpc::MakeChannel(server_->address());
+    session_ = v1::SessionService::NewStub(channel_);
+    control_ = v1::ControlService::NewStub(channel_);
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // The peer's node once the coordinator has dialed it back, or the last seen at the deadline.
+  v1::NodeInfo WaitForDial(const std::string& peer) {
+    v1::NodeInfo node;
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < deadline) {
+      grpc::ClientContext context;
+      rpc::SetTimeout(context, absl::Seconds(5));
+      v1::ListNodesResponse nodes;
+      EXPECT_TRUE(control_->ListNodes(&context, v1::ListNodesRequest(), &nodes).ok());
+      for (const v1::NodeInfo& n : nodes.peers()) {
+        if (n.id() == peer) node = n;
+      }
+      if (node.capacity().reachability() != common::v1::REACHABILITY_UNKNOWN) return node;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return node;
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<CoordinatorServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::SessionService::Stub> session_;
+  std::unique_ptr<v1::ControlService::Stub> control_;
+};
+
+TEST_F(CoordinatorCapacityTest, AnUploadIsTimedAndCounted) {
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, absl::Seconds(30));
+  absl::StatusOr<double> rate = capacity::MeasureUpload(*session_, context, 3'000'000);
+  ASSERT_TRUE(rate.ok()) << rate.status();
+  EXPECT_GT(*rate, 1e6);  // over 1 MB/s on 127.0.0.1, however loaded the machine
+}
+
+TEST_F(CoordinatorCapacityTest, OversizedUploadsAreRefused) {
+  // A chunk over 4 MiB: the server's message limit or the probe's own check refuses it.
+  {
+    grpc::ClientContext context;
+    rpc::SetTimeout(context, absl::Seconds(30));
+    v1::UploadProbeResult result;
+    auto writer = session_->MeasureUpload(&context, &result);
+    v1::UploadProbe probe;
+    probe.mutable_payload()->assign((4 << 20) + 1, 'x');
+    writer->Write(probe);
+    writer->WritesDone();
+    const grpc::Status status = writer->Finish();
+    EXPECT_TRUE(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+                status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << status.error_code() << " " << status.error_message();
+  }
+  // More than 64 MiB in all, in chunks of 1 MiB.
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, absl::Seconds(60));
+  v1::UploadProbeResult result;
+  auto writer = session_->MeasureUpload(&context, &result);
+  v1::UploadProbe probe;
+  probe.mutable_payload()->assign(1 << 20, 'x');
+  for (int i = 0; i < 70 && writer->Write(probe); ++i) {
+  }
+  writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("at most 67108864 bytes"), std::string::npos)
+      << status.error_message();
+}
+
+TEST_F(CoordinatorCapacityTest, APeerIsDialedBackAndListedWithItsCapacity) {
+  // A server the coordinator can reach (every Shoal server runs the health service) ...
+  rpc::ServerOptions listening;
+  listening.listen = "127.0.0.1:0";
+  listening.service_name = "test-peer";
+  auto reachable = rpc::Server::Start(listening, {});
+  ASSERT_TRUE(reachable.ok()) << reachable.status();
+  // ... and an address nothing listens on: a bound socket that never listens (the port stays
+  // ours, and a connection to it is refused).
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  absl::Cleanup close_fd = [fd] { close(fd); };
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string closed = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+
+  struct Session {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::PeerMessage, v1::CoordinatorEvent>> stream;
+  };
+  auto open = [&](Session& s, const std::string& name, const std::string& address) {
+    s.stream = session_->Session(&s.context);
+    v1::PeerMessage hello;
+    hello.mutable_hello()->set_name(name);
+    hello.mutable_hello()->set_listen_address(address);
+    hello.mutable_hello()->set_shard_count(1);
+    hello.mutable_hello()->mutable_capacity()->set_cpu_cores(3);
+    hello.mutable_hello()->mutable_capacity()->set_matmul_gflops(7.5);
+    ASSERT_TRUE(s.stream->Write(hello));
+    v1::CoordinatorEvent welcome;
+    ASSERT_TRUE(s.stream->Read(&welcome));
+    ASSERT_TRUE(welcome.has_welcome());
+  };
+  Session a, b;
+  absl::Cleanup end = [&] {
+    for (Session* s : {&a, &b}) {
+      if (s->stream == nullptr) continue;
+      s->context.TryCancel();
+      s->stream->Finish();
+    }
+  };
+  open(a, "peer-a", (*reachable)->address());
+  open(b, "peer-b", closed);
+
+  const v1::NodeInfo na = WaitForDial("peer-a");
+  EXPECT_EQ(na.capacity().reachability(), common::v1::REACHABILITY_REACHABLE);
+  EXPECT_EQ(na.capacity().cpu_cores(), 3u);
+  EXPECT_DOUBLE_EQ(na.capacity().matmul_gflops(), 7.5);
+  EXPECT_EQ(na.address(), (*reachable)->address());
+  EXPECT_EQ(WaitForDial("peer-b").capacity().reachability(), common::v1::REACHABILITY_UNREACHABLE);
+  (*reachable)->Shutdown(absl::ZeroDuration());
+}
+
+}  // namespace
+}  // namespace shoal::coordinator
