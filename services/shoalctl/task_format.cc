@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -37,6 +40,14 @@ std::string PeerDataToJson(const coordinator::v1::PeerData& d) {
                       ",\"train_samples\":", d.train_samples(),
                       ",\"test_samples\":", d.test_samples(), ",\"label_histogram\":[",
                       absl::StrJoin(d.label_histogram(), ","), "]}");
+}
+
+std::string PeerTimesToJson(const RoundSummary& r) {
+  std::vector<std::string> items;
+  for (const auto& t : r.peer_times()) {
+    items.push_back(absl::StrCat(JsonQuote(t.peer_id()), ":", t.ms()));
+  }
+  return absl::StrCat("{", absl::StrJoin(items, ","), "}");
 }
 
 // A federated-async task counts model versions, the others rounds.
@@ -119,7 +130,32 @@ std::string RoundToJson(const RoundSummary& r) {
       ",\"removed\":", JsonStringArray(r.removed()), ",\"overhead_ms\":", r.overhead_ms(),
       ",\"completed_unix_ms\":", r.completed_unix_ms(),
       ",\"mean_staleness\":", JsonNumber(r.mean_staleness()), ",\"note\":", JsonQuote(r.note()),
-      "}");
+      ",\"peer_times\":", PeerTimesToJson(r), "}");
+}
+
+// Each peer's median time from a round's open to its accepted update, over the rounds of the
+// history that have one, slowest first.
+std::string FormatPeerRoundTimes(const TaskStatus& status) {
+  std::map<std::string, std::vector<int64_t>> times;
+  for (const RoundSummary& r : status.history()) {
+    for (const auto& t : r.peer_times()) times[t.peer_id()].push_back(t.ms());
+  }
+  if (times.empty()) return "";
+  std::vector<std::pair<int64_t, std::string>> medians;
+  for (auto& [peer, ms] : times) {
+    std::sort(ms.begin(), ms.end());
+    medians.emplace_back(ms[ms.size() / 2], peer);
+  }
+  std::sort(medians.rbegin(), medians.rend());
+  std::string out =
+      "round times:   open to update accepted, each peer's median over the rounds "
+      "above\n";
+  for (const auto& [ms, peer] : medians) {
+    absl::StrAppend(&out, "  ",
+                    absl::StrFormat("%-16s %8s  (%d rounds)\n", peer, FormatDurationMs(ms),
+                                    times[peer].size()));
+  }
+  return out;
 }
 
 bool IsTerminal(coordinator::v1::TaskState state) {
@@ -328,6 +364,7 @@ std::string FormatTaskStatus(const TaskStatus& status) {
                           d.test_samples(), absl::StrJoin(d.label_histogram(), " ")));
     }
   }
+  absl::StrAppend(&out, FormatPeerRoundTimes(status));
   const double acc = LastTestAccuracy(status);
   absl::StrAppend(&out, "test accuracy: ", acc >= 0 ? Fixed(acc, 4) : "n/a", "\n");
   if (status.history_size() > 0) {

@@ -34,6 +34,11 @@ std::string RoundToJson(const coordinator::v1::RoundSummary& round);
 // Multi-line human-readable status for `task status`.
 std::string FormatTaskStatus(const coordinator::v1::TaskStatus& status);
 
+// Federated-sync: each peer's median time from a round's open to its accepted update over the
+// rounds of status.history, slowest first ("round times:" and one line per peer); "" when no
+// round has peer times.
+std::string FormatPeerRoundTimes(const coordinator::v1::TaskStatus& status);
+
 // A table of tasks for `task list` (a header line even when empty).
 std::string FormatTaskList(const std::vector<coordinator::v1::TaskStatus>& tasks);
 

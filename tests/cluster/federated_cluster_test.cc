@@ -301,7 +301,18 @@ TEST(FederatedClusterTest, EachPeerReportsItsDirichletShareAndTrainsOnIt) {
   EXPECT_EQ(test, spec.dataset().test_limit());
   for (int c = 0; c < 10; ++c) EXPECT_GT(per_class[c], 0u) << "class " << c;
   EXPECT_GT(largest_share, 0.3) << "an IID shard would hold about 0.1 of each class";
-  EXPECT_EQ(status->history_size(), 2);
+  ASSERT_EQ(status->history_size(), 2);
+  // Each contributor's time from the round's open to its accepted update is kept (all of them
+  // when the round closed because every update was in; one accepted just as a deadline closed
+  // the round may have no time yet).
+  for (const cv1::RoundSummary& r : status->history()) {
+    EXPECT_GE(r.peer_times_size(), 1) << r.ShortDebugString();
+    EXPECT_LE(r.peer_times_size(), r.participants_size()) << r.ShortDebugString();
+    for (const cv1::PeerRoundTime& t : r.peer_times()) {
+      EXPECT_GT(t.ms(), 0) << t.peer_id();
+      EXPECT_LE(t.ms(), r.duration_ms()) << t.peer_id();
+    }
+  }
 }
 
 TEST(FederatedClusterTest, UntrustedClientsAreRefused) {

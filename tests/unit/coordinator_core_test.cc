@@ -221,6 +221,29 @@ TEST_F(CoordinatorCoreTest, CrashedPeerDoesNotStallTheRound) {
   EXPECT_THAT(aggregator_.opened.back().expected_peers(), UnorderedElementsAre("a", "b"));
 }
 
+TEST_F(CoordinatorCoreTest, EachContributorsRoundTimeIsKept) {
+  auto sinks = StartTask(Spec("t", 2, 5), {"a", "b", "c"});
+  ASSERT_EQ(Status("t").phase(), v1::ROUND_PHASE_TRAINING);
+  clock_.Advance(absl::Milliseconds(1500));
+  Accept("t", 1, "b");
+  clock_.Advance(absl::Milliseconds(2500));
+  Accept("t", 1, "a");
+  core_->Disconnect("c", sinks["c"].get());  // c crashed: the round closes without it
+  aggregator_.contributors = {"a", "b"};
+  Step();
+  v1::TaskStatus status = Status("t");
+  ASSERT_EQ(status.history_size(), 1);
+  const auto& times = status.history(0).peer_times();
+  ASSERT_EQ(times.size(), 2);
+  EXPECT_EQ(times[0].peer_id(), "a");
+  EXPECT_EQ(times[0].ms(), 4000);
+  EXPECT_EQ(times[1].peer_id(), "b");
+  EXPECT_EQ(times[1].ms(), 1500);
+  // They are stored with the round.
+  Recreate();
+  EXPECT_EQ(Status("t").history(0).peer_times_size(), 2);
+}
+
 TEST_F(CoordinatorCoreTest, SilentPeerIsDeclaredCrashedAfterMissedHeartbeats) {
   auto sinks = StartTask(Spec("t", 1, 5), {"a", "b"});
   for (int i = 0; i < 4; ++i) {

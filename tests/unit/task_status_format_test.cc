@@ -187,6 +187,30 @@ TEST(TaskStatusJsonTest, ShowsTheNodesWithTheirCapacity) {
                               "        -        -           -  unknown"));
 }
 
+TEST(TaskStatusJsonTest, ShowsEachPeersRoundTimes) {
+  TaskStatus s = RunningStatus();
+  for (int64_t ms : {1200, 900, 1500}) {
+    auto* r = s.add_history();
+    r->set_round(static_cast<uint64_t>(s.history_size()));
+    auto* t = r->add_peer_times();
+    t->set_peer_id("fast");
+    t->set_ms(ms / 3);
+    t = r->add_peer_times();
+    t->set_peer_id("slow");
+    t->set_ms(ms);
+  }
+  YAML::Node root = YAML::Load(TaskStatusToJson(s));
+  const YAML::Node last = root["history"][root["history"].size() - 1];
+  EXPECT_EQ(last["peer_times"]["slow"].as<int>(), 1500);
+  EXPECT_EQ(last["peer_times"]["fast"].as<int>(), 500);
+  EXPECT_EQ(FormatPeerRoundTimes(s),
+            "round times:   open to update accepted, each peer's median over the rounds above\n"
+            "  slow                 1.2s  (3 rounds)\n"
+            "  fast                400ms  (3 rounds)\n");
+  EXPECT_THAT(FormatTaskStatus(s), HasSubstr("round times:"));
+  EXPECT_EQ(FormatPeerRoundTimes(RunningStatus()), "");
+}
+
 TEST(TaskStatusJsonTest, EmptyStatusIsStillValidJson) {
   TaskStatus s;
   s.set_state(coordinator::v1::TASK_STATE_WAITING);

@@ -45,6 +45,7 @@ void FederatedSyncTask::OnAggregatorEvent(const aggregator::v1::TaskEvent& event
     round_.accepted.insert(event.started().accepted().begin(), event.started().accepted().end());
   } else if (event.has_push_accepted() && event.push_accepted().round() == round_.number) {
     round_.accepted.insert(event.push_accepted().peer_id());
+    round_.accepted_after.emplace(event.push_accepted().peer_id(), now - round_.started);
     metrics_.updates_accepted.Increment();
   } else {
     return;
@@ -215,6 +216,12 @@ void FederatedSyncTask::OnClosed(const WorkResult& result, absl::Time now, v1::T
   for (const std::string& id : contributors) summary.add_participants(id);
   for (const std::string& id : round_.expected) {
     if (!contributors.count(id)) summary.add_dropped(id);
+  }
+  for (const auto& [id, after] : round_.accepted_after) {
+    if (!contributors.count(id)) continue;
+    v1::PeerRoundTime* time = summary.add_peer_times();
+    time->set_peer_id(id);
+    time->set_ms(absl::ToInt64Milliseconds(after));
   }
   summary.set_mean_train_loss(closed.mean_train_loss());
   summary.set_num_samples(closed.num_samples());

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -45,6 +46,8 @@ class FederatedSyncTask final : public AggregatorModeTask {
     absl::Time deadline;
     std::set<std::string> expected;  // peers the round waits for (those still in the task)
     std::set<std::string> accepted;  // from the aggregator's watch stream
+    // When each accepted update arrived, after the round's open (pushes seen live only).
+    std::map<std::string, absl::Duration> accepted_after;
   };
 
   // Takes the next step the state allows (restore, initialize, open, close, finish).
