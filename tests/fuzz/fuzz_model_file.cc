@@ -1,7 +1,9 @@
 // Model files (ReadModel on an in-memory file). The first input byte chooses repairs: bit 0
 // rewrites the layout checksum and bit 1 the value size and digest to match the bytes that
 // follow, so that the fuzzer reaches the layout and size checks behind them. A file that reads
-// back is re-written and must come out byte for byte the same.
+// back is re-written and must come out byte for byte the same. MappedModelFile (checkpoints
+// served from their mapping) must accept exactly the files ReadModel accepts, with the same
+// error code otherwise, and hold the same values.
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -65,8 +67,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Replace(in_fd, file);
   absl::StatusOr<shoal::tensor::FlatModel> model = shoal::tensor::ReadModel(in_fd, "fuzz.model");
   shoal::fuzz::CheckErrorIsClean(model.status());
+  static const std::string in_path = "/proc/self/fd/" + std::to_string(in_fd);
+  auto mapped = shoal::tensor::MappedModelFile::Open(in_path);
+  shoal::fuzz::CheckErrorIsClean(mapped.status());
+  SHOAL_FUZZ_CHECK(mapped.status().code() == model.status().code());
   if (!model.ok()) return 0;
   SHOAL_FUZZ_CHECK(model->values.size() == model->layout.total_elements());
+  SHOAL_FUZZ_CHECK((*mapped)->layout() == model->layout);
+  for (size_t t = 0; t < model->layout.num_tensors(); ++t) {
+    const absl::string_view bytes = (*mapped)->TensorBytes(t);
+    SHOAL_FUZZ_CHECK(bytes.size() == model->layout.tensors()[t].NumElements() * sizeof(float));
+    SHOAL_FUZZ_CHECK(bytes.empty() ||
+                     std::memcmp(bytes.data(), model->values.data() + model->layout.offset(t),
+                                 bytes.size()) == 0);
+  }
   Replace(out_fd, "");
   SHOAL_FUZZ_CHECK(shoal::tensor::WriteModel(out_fd, *model, "fuzz.out").ok());
   SHOAL_FUZZ_CHECK(Contents(out_fd) == file);
