@@ -1,6 +1,7 @@
 #include "services/coordinator/aggregator_pool.h"
 
 #include <cstdint>
+#include <tuple>
 
 namespace shoal::coordinator {
 
@@ -40,17 +41,20 @@ std::vector<std::string> AggregatorPool::Expire(absl::Time now) {
 }
 
 std::string AggregatorPool::Pick(const std::map<std::string, size_t>& load) const {
-  std::string best;
-  size_t best_load = SIZE_MAX;
-  for (const auto& [address, seen] : seen_) {
+  // Best first: not found unreachable, fewest tasks, most compute, fastest upload, address.
+  auto key = [&](const std::string& address, const Entry& e) {
     auto it = load.find(address);
-    const size_t n = it == load.end() ? 0 : it->second;
-    if (n < best_load) {
-      best = address;
-      best_load = n;
-    }
+    const common::v1::Capacity& c = e.capacity;
+    return std::make_tuple(c.reachability() == common::v1::REACHABILITY_UNREACHABLE,
+                           it == load.end() ? size_t{0} : it->second,
+                           -static_cast<double>(c.cpu_cores()) * c.matmul_gflops(),
+                           -c.upload_bytes_per_second());
+  };
+  const std::string* best = nullptr;
+  for (const auto& [address, entry] : seen_) {
+    if (best == nullptr || key(address, entry) < key(*best, seen_.at(*best))) best = &address;
   }
-  return best;
+  return best == nullptr ? std::string() : *best;
 }
 
 }  // namespace shoal::coordinator

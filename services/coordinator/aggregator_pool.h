@@ -36,8 +36,10 @@ class AggregatorPool {
   const Entry* Find(const std::string& address) const;
   const std::map<std::string, Entry>& entries() const { return seen_; }
   size_t size() const { return seen_.size(); }
-  // The registered aggregator with the fewest tasks in `load` (address -> tasks), the first by
-  // address among equals; "" when none is registered.
+  // The registered aggregator for a new task: one the coordinator did not find unreachable,
+  // with the fewest tasks in `load` (address -> tasks), then the most compute (cores x the
+  // matrix-multiply score), then the fastest upload, then the first by address; "" when none
+  // is registered.
   std::string Pick(const std::map<std::string, size_t>& load) const;
 
  private:

@@ -195,6 +195,8 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
     peer.id = id;
     peer.hello = hello;
     peer.hello.mutable_capacity()->set_reachability(reachability);
+    const std::string capacity =
+        hello.has_capacity() ? absl::StrCat("; ", capacity::Describe(peer.hello.capacity())) : "";
     peer.sink = sink;
     peer.last_seen = clock_.Now();
     peer.since = peer.last_seen;
@@ -222,9 +224,7 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
       }
     }
     LogInfo("peer ", id, " connected (shard ", hello.shard_index(), "/", hello.shard_count(), ", ",
-            hello.device().empty() ? "cpu" : hello.device(),
-            hello.has_capacity() ? absl::StrCat("; ", capacity::Describe(hello.capacity())) : "",
-            ")");
+            hello.device().empty() ? "cpu" : hello.device(), capacity, ")");
     DialBack(/*aggregator=*/false, id, hello.listen_address(), sink.get(), out);
     Reconcile(out);
   }

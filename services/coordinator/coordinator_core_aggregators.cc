@@ -21,7 +21,8 @@ absl::Status CoordinatorCore::RegisterAggregator(const std::string& address,
   {
     InputLock lock(*this, out);
     if (pool_.Register(address, capacity, clock_.Now())) {
-      LogInfo("aggregator ", address, " registered (", capacity::Describe(capacity), ")");
+      LogInfo("aggregator ", address, " registered (",
+              capacity::Describe(pool_.Find(address)->capacity), ")");
       DialBack(/*aggregator=*/true, address, address, nullptr, out);
     }
     metrics_.aggregators_registered.Set(static_cast<double>(pool_.size()));

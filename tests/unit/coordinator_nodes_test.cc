@@ -141,5 +141,19 @@ TEST_F(CoordinatorNodesTest, ATaskStatusShowsItsParticipantsAndItsAggregator) {
   EXPECT_EQ(status.nodes(0).capacity().reachability(), common::v1::REACHABILITY_UNKNOWN);
 }
 
+TEST_F(CoordinatorNodesTest, ATaskGetsTheMostCapableReachableAggregatorAmongTheLeastLoaded) {
+  dialer_.reachable = {"127.0.0.1:7100", "127.0.0.1:7200"};  // 7300 cannot be dialed
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:7100", SomeCapacity(2)).ok());
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:7200", SomeCapacity(8)).ok());
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:7300", SomeCapacity(64)).ok());
+  RunWork();  // the dials
+  ASSERT_TRUE(core_->CreateTask(Spec("t1", 1, 5)).ok());
+  EXPECT_EQ(Status("t1").aggregator(), "127.0.0.1:7200");  // the most compute, reachable
+  ASSERT_TRUE(core_->CreateTask(Spec("t2", 1, 5)).ok());
+  EXPECT_EQ(Status("t2").aggregator(), "127.0.0.1:7100");  // fewer tasks first
+  ASSERT_TRUE(core_->CreateTask(Spec("t3", 1, 5)).ok());
+  EXPECT_EQ(Status("t3").aggregator(), "127.0.0.1:7200");
+}
+
 }  // namespace
 }  // namespace shoal::coordinator
