@@ -4,6 +4,8 @@
 // then into its parameters), against a raw TCP socket that moves the same bytes, in the same
 // run. Prints GB/s for each and the ratios.
 //
+// It also downloads a checkpoint of the same size from a coordinator (ControlService.GetModel).
+//
 //   transfer_bench [--mb 400] [--reps 3] [--chunk-kib 1024] [--tls-dir DIR]
 //
 // With --tls-dir (a directory from scripts/gen-certs with the identities aggregator-0,
@@ -23,10 +25,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "libs/common/clock.h"
 #include "libs/common/executor.h"
 #include "libs/rpc/channel.h"
@@ -34,11 +38,14 @@
 #include "libs/rpc/server.h"
 #include "libs/rpc/status.h"
 #include "libs/rpc/tls.h"
+#include "libs/tensor/model_file.h"
 #include "libs/tensor/spill_file.h"
 #include "services/aggregator/aggregator_core.h"
 #include "services/aggregator/aggregator_metrics.h"
 #include "services/aggregator/aggregator_service.h"
 #include "services/aggregator/grpc_aggregator_client.h"
+#include "services/coordinator/coordinator_server.h"
+#include "services/coordinator/task_store.h"
 #include "shoal/aggregator/v1/aggregator.grpc.pb.h"
 
 namespace {
@@ -118,8 +125,41 @@ struct Endpoint {
   std::shared_ptr<grpc::Channel> peer_channel;  // as peer-0
   std::unique_ptr<shoal::aggregator::v1::AggregatorService::Stub> stub, peer_stub;
   std::unique_ptr<shoal::aggregator::GrpcAggregatorClient> client;  // as the coordinator
-  std::vector<double> push_zc, push_pb, get_raw, get_pb, get_file;  // seconds per rep
+  // A real coordinator serving a checkpoint of the delta (ControlService.GetModel), and a
+  // client's channel to it.
+  std::string state_dir;
+  std::unique_ptr<shoal::coordinator::CoordinatorServer> coordinator;
+  std::shared_ptr<grpc::Channel> control_channel;
+  std::vector<double> push_zc, push_pb, get_raw, get_pb, get_file, get_checkpoint;  // s per rep
+  ~Endpoint() {
+    if (coordinator) coordinator->Shutdown();
+    coordinator.reset();
+    if (!state_dir.empty()) std::filesystem::remove_all(state_dir);
+  }
 };
+
+// A coordinator state directory holding a completed task "bench" whose newest checkpoint is
+// `model`, as a coordinator leaves it; the coordinator started on it serves that checkpoint.
+void WriteCheckpointState(const std::string& dir, const shoal::tensor::FlatModel& model) {
+  auto store = shoal::coordinator::TaskStore::Open(dir);
+  if (!store.ok()) Die("state dir: " + store.status().ToString());
+  shoal::coordinator::v1::TaskStatus status;
+  status.mutable_spec()->set_name("bench");
+  status.mutable_spec()->set_mode(shoal::common::v1::MODE_FEDERATED_SYNC);
+  status.set_state(shoal::coordinator::v1::TASK_STATE_COMPLETED);
+  status.set_model_version(1);
+  if (absl::Status s = (*store)->PutTask(status); !s.ok()) Die("PutTask: " + s.ToString());
+  shoal::coordinator::StoredCheckpoint c;
+  c.task = "bench";
+  c.version = 1;
+  c.round = 1;
+  c.digest = absl::StrFormat("%016x", model.Digest());
+  c.path = (*store)->checkpoint_dir() + "/" + c.digest + ".model";
+  if (absl::Status s = shoal::tensor::WriteModelFile(c.path, model); !s.ok()) {
+    Die("checkpoint: " + s.ToString());
+  }
+  if (absl::Status s = (*store)->PutCheckpoint(c); !s.ok()) Die("PutCheckpoint: " + s.ToString());
+}
 
 std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const std::string& tls_dir,
                                                             const std::string& identity) {
@@ -133,7 +173,8 @@ std::unique_ptr<Endpoint> StartEndpoint(const std::string& name, const std::stri
                                         shoal::aggregator::AggregatorCore& core,
                                         shoal::Executor& executor,
                                         shoal::aggregator::AggregatorMetrics& metrics,
-                                        const shoal::aggregator::AggregatorCoreOptions& options) {
+                                        const shoal::aggregator::AggregatorCoreOptions& options,
+                                        const shoal::tensor::FlatModel& checkpoint) {
   auto e = std::make_unique<Endpoint>();
   e->name = name;
   e->service = std::make_unique<shoal::aggregator::AggregatorServiceImpl>(
@@ -156,6 +197,22 @@ std::unique_ptr<Endpoint> StartEndpoint(const std::string& name, const std::stri
   e->stub = shoal::aggregator::v1::AggregatorService::NewStub(e->channel);
   e->peer_stub = shoal::aggregator::v1::AggregatorService::NewStub(e->peer_channel);
   e->client = std::make_unique<shoal::aggregator::GrpcAggregatorClient>(coordinator);
+
+  char dir[] = "/tmp/shoal-transfer-bench-XXXXXX";
+  if (::mkdtemp(dir) == nullptr) Die("mkdtemp");
+  e->state_dir = dir;
+  WriteCheckpointState(e->state_dir, checkpoint);
+  shoal::coordinator::CoordinatorServerOptions coordinator_options;
+  coordinator_options.listen = "127.0.0.1:0";
+  coordinator_options.metrics_listen = "127.0.0.1:0";
+  coordinator_options.state_dir = e->state_dir;
+  coordinator_options.tls.insecure = tls_dir.empty();
+  if (!tls_dir.empty()) coordinator_options.tls.dir = tls_dir + "/coordinator";
+  auto started = shoal::coordinator::CoordinatorServer::Start(coordinator_options);
+  if (!started.ok()) Die("coordinator: " + started.status().ToString());
+  e->coordinator = *std::move(started);
+  e->control_channel =
+      shoal::rpc::MakeChannel(e->coordinator->address(), ClientCredentials(tls_dir, kPeer));
   return e;
 }
 
@@ -216,9 +273,11 @@ int main(int argc, char** argv) {
   if (!core.ok()) Die(std::string(core.status().message()));
   shoal::ThreadPool executor(2, 16);
   std::vector<std::unique_ptr<Endpoint>> endpoints;
-  endpoints.push_back(StartEndpoint("plaintext", "", **core, executor, metrics, core_options));
+  endpoints.push_back(
+      StartEndpoint("plaintext", "", **core, executor, metrics, core_options, *delta));
   if (!tls_dir.empty()) {
-    endpoints.push_back(StartEndpoint("TLS", tls_dir, **core, executor, metrics, core_options));
+    endpoints.push_back(
+        StartEndpoint("TLS", tls_dir, **core, executor, metrics, core_options, *delta));
   }
 
   {
@@ -257,6 +316,22 @@ int main(int argc, char** argv) {
     const double seconds = Seconds(start, Clock::now());
     if (!got.ok()) Die("GetModel (" + e.name + "): " + got.status().ToString());
     if (got->model.layout.total_bytes() != bytes) Die("GetModel: wrong size");
+    return seconds;
+  };
+  // A checkpoint download from the coordinator (ControlService.GetModel, served from the mapped
+  // checkpoint file), read raw as shoalctl model get does.
+  auto get_checkpoint = [&](Endpoint& e) {
+    grpc::ClientContext ctx;
+    shoal::rpc::SetTimeout(ctx, absl::Seconds(120));
+    shoal::coordinator::v1::GetModelRequest request;
+    request.set_name("bench");
+    auto start = Clock::now();
+    auto reader = shoal::rpc::OpenRawReader(
+        *e.control_channel, "/shoal.coordinator.v1.ControlService/GetModel", ctx, request);
+    auto got = shoal::rpc::ReadModelStream(*reader, {}, &ctx);
+    const double seconds = Seconds(start, Clock::now());
+    if (!got.ok()) Die("ControlService.GetModel (" + e.name + "): " + got.status().ToString());
+    if (got->model.layout.total_bytes() != bytes) Die("ControlService.GetModel: wrong size");
     return seconds;
   };
   // Each timed push gets a round of its own, closed before the next push starts, so every
@@ -365,11 +440,13 @@ int main(int argc, char** argv) {
       e->get_pb.push_back(get_model(*e, /*raw=*/false));
       if (rep % 2 == 0) e->get_raw.push_back(get_model(*e, /*raw=*/true));
       e->get_file.push_back(get_into_file(*e));
+      e->get_checkpoint.push_back(get_checkpoint(*e));
       std::printf(
           "rep %d, %s: GetModel raw %.2f GB/s, protobuf %.2f GB/s; to a spill file and into "
-          "the parameters (a peer's download) %.2f GB/s\n",
+          "the parameters (a peer's download) %.2f GB/s; a checkpoint from the coordinator "
+          "%.2f GB/s\n",
           rep, e->name.c_str(), bytes / 1e9 / e->get_raw.back(), bytes / 1e9 / e->get_pb.back(),
-          bytes / 1e9 / e->get_file.back());
+          bytes / 1e9 / e->get_file.back(), bytes / 1e9 / e->get_checkpoint.back());
     }
     std::fflush(stdout);
   }
@@ -398,6 +475,7 @@ int main(int argc, char** argv) {
   row("GetModel, raw", &Endpoint::get_raw);
   row("GetModel, generated stub", &Endpoint::get_pb);
   row("a peer's download (GetModelInto a spill file, then params)", &Endpoint::get_file);
+  row("ControlService.GetModel (a checkpoint, from its mapped file)", &Endpoint::get_checkpoint);
   Endpoint& plain = *endpoints.front();
   std::printf("RESULT grpc_gbps=%.3f tcp_gbps=%.3f ratio=%.3f get_ratio=%.3f\n",
               bytes / 1e9 / Median(plain.push_zc), tcp_gbps, ratio(plain.push_zc),
