@@ -295,11 +295,17 @@ ZeroCopyFrames::ZeroCopyFrames(std::shared_ptr<const tensor::MappedModelFile> fi
                                size_t chunk_bytes)
     : ZeroCopyFrames(file, file->layout(), TensorsOf(*file), chunk_bytes) {}
 
+ZeroCopyFrames::ZeroCopyFrames(std::shared_ptr<const tensor::EncodedModel> model,
+                               size_t chunk_bytes)
+    : ZeroCopyFrames(model, model->layout, model->payloads, chunk_bytes, model->encodings) {}
+
 ZeroCopyFrames::ZeroCopyFrames(std::shared_ptr<const void> owner, const tensor::ModelLayout& layout,
-                               std::vector<absl::string_view> tensors, size_t chunk_bytes)
+                               std::vector<absl::string_view> tensors, size_t chunk_bytes,
+                               std::vector<tensor::TensorEncoding> encodings)
     : owner_(std::move(owner)),
       layout_(layout),
       tensors_(std::move(tensors)),
+      encodings_(std::move(encodings)),
       chunk_(chunk_bytes == 0 ? tensor::kDefaultChunkBytes
                               : std::min(chunk_bytes, tensor::kMaxChunkBytes)) {
   if (!tensors_.empty()) StartDigest(0);
@@ -326,6 +332,7 @@ bool ZeroCopyFrames::Next(grpc::ByteBuffer* message) {
     if (tensor_ + 1 < layout.num_tensors()) StartDigest(tensor_ + 1);
     ModelChunk frame;  // same wire shape as PutModelRequest and PushUpdateRequest
     tensor::SetTensorHeader(spec, bytes.size(), digest, frame.mutable_frame()->mutable_header());
+    if (!encodings_.empty()) encodings_[tensor_].ToHeader(frame.mutable_frame()->mutable_header());
     *message = Serialize(frame);
     header_sent_ = true;
     offset_ = 0;
@@ -425,7 +432,7 @@ bool ParseRawRequest(const grpc::ByteBuffer& raw, google::protobuf::MessageLite*
 absl::Status WriteModelZeroCopy(grpc::ChannelInterface& channel, const char* method,
                                 grpc::ClientContext& context,
                                 const google::protobuf::MessageLite& first_message,
-                                std::shared_ptr<const tensor::FlatModel> model,
+                                std::shared_ptr<const tensor::EncodedModel> model,
                                 google::protobuf::MessageLite* response, size_t chunk_bytes) {
   grpc::ByteBuffer reply;
   const grpc::internal::RpcMethod rpc_method(method, grpc::internal::RpcMethod::CLIENT_STREAMING);
@@ -448,7 +455,7 @@ absl::Status WriteModelZeroCopy(grpc::ChannelInterface& channel, const char* met
 
 absl::StatusOr<aggregator::v1::PushUpdateResponse> PushUpdateZeroCopy(
     grpc::ChannelInterface& channel, grpc::ClientContext& context,
-    const aggregator::v1::UpdateMeta& meta, std::shared_ptr<const tensor::FlatModel> delta,
+    const aggregator::v1::UpdateMeta& meta, std::shared_ptr<const tensor::EncodedModel> delta,
     size_t chunk_bytes) {
   aggregator::v1::PushUpdateRequest first;
   *first.mutable_meta() = meta;
@@ -464,8 +471,9 @@ absl::StatusOr<aggregator::v1::PutModelResponse> PutModelZeroCopy(
     const aggregator::v1::PutModelRequest& first, std::shared_ptr<const tensor::FlatModel> model,
     size_t chunk_bytes) {
   aggregator::v1::PutModelResponse response;
-  absl::Status s = WriteModelZeroCopy(channel, "/shoal.aggregator.v1.AggregatorService/PutModel",
-                                      context, first, std::move(model), &response, chunk_bytes);
+  absl::Status s =
+      WriteModelZeroCopy(channel, "/shoal.aggregator.v1.AggregatorService/PutModel", context, first,
+                         tensor::EncodeRaw(std::move(model)), &response, chunk_bytes);
   if (!s.ok()) return s;
   return response;
 }

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "libs/tensor/compression.h"
 #include "libs/tensor/flat_model.h"
 #include "libs/tensor/frame_codec.h"
 #include "libs/tensor/model_file.h"
@@ -42,6 +43,9 @@ class ZeroCopyFrames {
   // From a mapped model file: the chunks are slices of the file's pages.
   explicit ZeroCopyFrames(std::shared_ptr<const tensor::MappedModelFile> file,
                           size_t chunk_bytes = tensor::kDefaultChunkBytes);
+  // From an encoded (e.g. compressed) update: each header carries its tensor's encoding.
+  explicit ZeroCopyFrames(std::shared_ptr<const tensor::EncodedModel> model,
+                          size_t chunk_bytes = tensor::kDefaultChunkBytes);
   ~ZeroCopyFrames();  // waits for a digest in progress
   ZeroCopyFrames(const ZeroCopyFrames&) = delete;
   ZeroCopyFrames& operator=(const ZeroCopyFrames&) = delete;
@@ -51,12 +55,14 @@ class ZeroCopyFrames {
 
  private:
   ZeroCopyFrames(std::shared_ptr<const void> owner, const tensor::ModelLayout& layout,
-                 std::vector<absl::string_view> tensors, size_t chunk_bytes);
+                 std::vector<absl::string_view> tensors, size_t chunk_bytes,
+                 std::vector<tensor::TensorEncoding> encodings = {});
   void StartDigest(size_t t);
 
   std::shared_ptr<const void> owner_;  // keeps the bytes alive, also while gRPC holds slices
   const tensor::ModelLayout& layout_;  // owned by owner_
-  const std::vector<absl::string_view> tensors_;  // each tensor's bytes
+  const std::vector<absl::string_view> tensors_;         // each tensor's bytes
+  const std::vector<tensor::TensorEncoding> encodings_;  // each tensor's; empty: all raw
   const size_t chunk_;
   size_t tensor_ = 0;
   size_t offset_ = 0;  // bytes of the current tensor sent
@@ -171,14 +177,15 @@ bool ParseChunkMessage(const grpc::ByteBuffer& message, std::vector<grpc::Slice>
 absl::Status WriteModelZeroCopy(grpc::ChannelInterface& channel, const char* method,
                                 grpc::ClientContext& context,
                                 const google::protobuf::MessageLite& first_message,
-                                std::shared_ptr<const tensor::FlatModel> model,
+                                std::shared_ptr<const tensor::EncodedModel> model,
                                 google::protobuf::MessageLite* response,
                                 size_t chunk_bytes = tensor::kDefaultChunkBytes);
 
-// PushUpdate / PutModel over `channel` with WriteModelZeroCopy; the fastest way to ship a delta.
+// PushUpdate / PutModel over `channel` with WriteModelZeroCopy; the fastest way to ship a delta
+// (raw or compressed).
 absl::StatusOr<aggregator::v1::PushUpdateResponse> PushUpdateZeroCopy(
     grpc::ChannelInterface& channel, grpc::ClientContext& context,
-    const aggregator::v1::UpdateMeta& meta, std::shared_ptr<const tensor::FlatModel> delta,
+    const aggregator::v1::UpdateMeta& meta, std::shared_ptr<const tensor::EncodedModel> delta,
     size_t chunk_bytes = tensor::kDefaultChunkBytes);
 // `first` is the PutModelRequest that opens the stream: its meta, and the uploading peer's id and
 // session token (empty when the coordinator restores a checkpoint).

@@ -306,6 +306,46 @@ absl::Status FieldError(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
+std::string CompressionName(common::v1::Compression c) {
+  return JsonQuote(FriendlyEnumName(*common::v1::Compression_descriptor(), c));
+}
+
+absl::Status ValidateCompression(const TaskSpec& spec) {
+  const common::v1::Compression c = spec.compression();
+  if (!common::v1::Compression_IsValid(c)) {
+    return FieldError("compression", absl::StrCat("unsupported value ", CompressionName(c),
+                                                  " (expected none, fp16, int8, topk)"));
+  }
+  const bool compressed =
+      c != common::v1::COMPRESSION_NONE && c != common::v1::COMPRESSION_UNSPECIFIED;
+  if (compressed && !ModeUsesAggregator(spec.mode())) {
+    return FieldError("compression",
+                      absl::StrCat(CompressionName(c),
+                                   " compresses the updates peers push to an aggregator "
+                                   "(federated-sync, federated-async); this task's mode is ",
+                                   FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode()),
+                                   " (set compression: none)"));
+  }
+  if (c != common::v1::COMPRESSION_TOPK) {
+    if (spec.has_topk_ratio()) return FieldError("topk_ratio", "only with compression: topk");
+    if (spec.topk_values() != common::v1::COMPRESSION_UNSPECIFIED) {
+      return FieldError("topk_values", "only with compression: topk");
+    }
+    return absl::OkStatus();
+  }
+  if (!(spec.topk_ratio() > 0 && spec.topk_ratio() <= 1)) {
+    return FieldError("topk_ratio",
+                      absl::StrCat("must be in (0, 1], got ", ShowNumber(spec.topk_ratio())));
+  }
+  const common::v1::Compression v = spec.topk_values();
+  if (v != common::v1::COMPRESSION_UNSPECIFIED && v != common::v1::COMPRESSION_NONE &&
+      v != common::v1::COMPRESSION_FP16 && v != common::v1::COMPRESSION_INT8) {
+    return FieldError("topk_values", absl::StrCat("unsupported value ", CompressionName(v),
+                                                  " (expected none, fp16, int8)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string FriendlyEnumName(const pb::EnumValueDescriptor& value) {
@@ -342,6 +382,15 @@ void ApplyModeDefaults(TaskSpec& spec) {
     aggregation::ApplyAsyncDefaults(*spec.mutable_async(), spec.min_participants());
   }
   aggregation::ApplyAggregationDefaults(spec);
+  if (spec.compression() == common::v1::COMPRESSION_UNSPECIFIED) {
+    spec.set_compression(common::v1::COMPRESSION_NONE);
+  }
+  if (spec.compression() == common::v1::COMPRESSION_TOPK) {
+    if (!spec.has_topk_ratio()) spec.set_topk_ratio(0.01);
+    if (spec.topk_values() == common::v1::COMPRESSION_UNSPECIFIED) {
+      spec.set_topk_values(common::v1::COMPRESSION_NONE);
+    }
+  }
 }
 
 TaskSpec DefaultTaskSpec() {
@@ -364,6 +413,7 @@ TaskSpec DefaultTaskSpec() {
   spec.set_aggregation(common::v1::AGGREGATION_MEAN);
   spec.set_seed(1);
   spec.set_max_update_norm(0);
+  spec.set_compression(common::v1::COMPRESSION_NONE);
   return spec;
 }
 
@@ -476,6 +526,7 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
                                    FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode()),
                                    " (remove the section or set mode: gossip)"));
   }
+  SHOAL_RETURN_IF_ERROR(ValidateCompression(spec));
   if (spec.mode() == common::v1::MODE_FEDERATED_ASYNC) {
     SHOAL_RETURN_IF_ERROR(
         aggregation::ValidateAsyncSpec(spec.async(), spec.max_participants(), "async"));

@@ -12,6 +12,7 @@
 #include "libs/common/escape.h"
 #include "libs/common/heap.h"
 #include "libs/common/status_macros.h"
+#include "libs/tensor/compression.h"
 
 namespace shoal::tensor {
 namespace {
@@ -88,7 +89,18 @@ common::v1::ModelMeta MakeModelMeta(const std::string& task, uint64_t version,
 // FrameEncoder
 
 FrameEncoder::FrameEncoder(const FlatModel& model, size_t chunk_bytes)
-    : model_(model),
+    : layout_(model.layout),
+      chunk_bytes_(chunk_bytes == 0 ? kDefaultChunkBytes : std::min(chunk_bytes, kMaxChunkBytes)) {
+  for (size_t t = 0; t < layout_.num_tensors(); ++t) {
+    payloads_.emplace_back(reinterpret_cast<const char*>(model.values.data() + layout_.offset(t)),
+                           layout_.tensors()[t].NumElements() * sizeof(float));
+  }
+}
+
+FrameEncoder::FrameEncoder(const EncodedModel& model, size_t chunk_bytes)
+    : layout_(model.layout),
+      payloads_(model.payloads),
+      encodings_(model.encodings),
       chunk_bytes_(chunk_bytes == 0 ? kDefaultChunkBytes : std::min(chunk_bytes, kMaxChunkBytes)) {}
 
 void SetTensorHeader(const TensorSpec& spec, uint64_t size_bytes, uint64_t digest,
@@ -102,13 +114,13 @@ void SetTensorHeader(const TensorSpec& spec, uint64_t size_bytes, uint64_t diges
 }
 
 bool FrameEncoder::Next(TensorFrame* frame) {
-  const ModelLayout& layout = model_.layout;
-  if (tensor_ >= layout.num_tensors()) return false;
-  const TensorSpec& spec = layout.tensors()[tensor_];
-  const size_t size = static_cast<size_t>(spec.NumElements()) * sizeof(float);
-  const char* data = reinterpret_cast<const char*>(model_.values.data() + layout.offset(tensor_));
+  if (tensor_ >= layout_.num_tensors()) return false;
+  const TensorSpec& spec = layout_.tensors()[tensor_];
+  const size_t size = payloads_[tensor_].size();
+  const char* data = payloads_[tensor_].data();
   if (!header_sent_) {
     SetTensorHeader(spec, size, DigestBytes(data, size), frame->mutable_header());
+    if (!encodings_.empty()) encodings_[tensor_].ToHeader(frame->mutable_header());
     header_sent_ = true;
     byte_offset_ = 0;
     if (size == 0) {
@@ -229,10 +241,11 @@ absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
                                                         common::v1::DType_Name(header.dtype()),
                                                         " is not supported (want DTYPE_FLOAT32)")));
   }
-  if (header.encoding() != common::v1::ENCODING_RAW) {
+  const TensorEncoding encoding = TensorEncoding::Of(header);
+  if (encoding.encoding != common::v1::ENCODING_RAW && !expected_.has_value()) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
         "tensor '", shown, "': encoding ", common::v1::Encoding_Name(header.encoding()),
-        " is not supported (want ENCODING_RAW)")));
+        " is only accepted in updates (a model travels as ENCODING_RAW)")));
   }
   TensorSpec spec{name, std::vector<int64_t>(header.shape().begin(), header.shape().end())};
   if (spec.shape.size() > 16) {
@@ -254,10 +267,13 @@ absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
     elements *= static_cast<uint64_t>(d);
   }
   const uint64_t size = elements * sizeof(float);
-  if (header.size_bytes() != size) {
+  if (encoding.encoding == common::v1::ENCODING_RAW && header.size_bytes() != size) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
         "tensor '", shown, "': size_bytes ", header.size_bytes(), " does not match shape ",
         ShapeString(spec.shape), " of float32 (", size, " bytes)")));
+  }
+  if (absl::Status s = CheckEncodedSize(encoding, elements, header.size_bytes()); !s.ok()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("tensor '", shown, "': ", s.message())));
   }
 
   const size_t index = specs_.size();
@@ -302,14 +318,16 @@ absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
   }
   values_bytes_used_ += size;
   specs_.push_back(std::move(spec));
-  tensor_bytes_expected_ = size;
+  tensor_bytes_expected_ = header.size_bytes();
   tensor_bytes_received_ = 0;
+  encoding_ = encoding;
+  encoded_.clear();
   tensor_values_checked_ = 0;
   stage_bytes_ = 0;
   tensor_digest_ = header.digest_xxh3();
   in_tensor_ = true;
   XXH3_64bits_reset(digest_state_->state);
-  if (size == 0) return CompleteTensor();
+  if (tensor_bytes_expected_ == 0) return CompleteTensor();
   return absl::OkStatus();
 }
 
@@ -337,6 +355,17 @@ absl::Status FrameDecoder::AddChunk(absl::Span<const absl::string_view> parts) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
         "tensor '", CurrentName(), "': chunks exceed size_bytes ", tensor_bytes_expected_, " (",
         tensor_bytes_received_ + n, " bytes received)")));
+  }
+  if (encoding_.encoding != common::v1::ENCODING_RAW) {
+    // An encoded tensor (bounded by its raw size) is collected and decoded once complete.
+    for (absl::string_view part : parts) {
+      encoded_.append(part.data(), part.size());
+      XXH3_64bits_update(digest_state_->state, part.data(), part.size());
+    }
+    tensor_bytes_received_ += n;
+    bytes_received_ += n;
+    if (tensor_bytes_received_ == tensor_bytes_expected_) return CompleteTensor();
+    return absl::OkStatus();
   }
   // Copy, digest and check block by block rather than pass by pass over the whole chunk: each
   // block is digested and checked right after its copy, while it is still in L1, so nothing
@@ -402,6 +431,17 @@ absl::Status FrameDecoder::CompleteTensor() {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("tensor '", CurrentName(), "': digest mismatch (header says ",
                      absl::Hex(tensor_digest_), ", payload is ", absl::Hex(digest), ")")));
+  }
+  if (encoding_.encoding != common::v1::ENCODING_RAW) {
+    float* const out = values_.data() + tensor_value_offset_;
+    const size_t elements = static_cast<size_t>(specs_.back().NumElements());
+    if (absl::Status s = DecodeTensor(encoding_, encoded_, absl::MakeSpan(out, elements));
+        !s.ok()) {
+      return Fail(
+          absl::InvalidArgumentError(absl::StrCat("tensor '", CurrentName(), "': ", s.message())));
+    }
+    tensor_values_checked_ = 0;
+    SHOAL_RETURN_IF_ERROR(CheckFinite(out, elements));
   }
   return absl::OkStatus();
 }

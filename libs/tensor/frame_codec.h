@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "libs/tensor/compression.h"
 #include "libs/tensor/flat_model.h"
 #include "shoal/common/v1/model.pb.h"
 #include "shoal/common/v1/tensor.pb.h"
@@ -43,12 +44,16 @@ void SetTensorHeader(const TensorSpec& spec, uint64_t size_bytes, uint64_t diges
 class FrameEncoder {
  public:
   explicit FrameEncoder(const FlatModel& model, size_t chunk_bytes = kDefaultChunkBytes);
+  // An encoded (e.g. compressed) update: each header carries its tensor's encoding.
+  explicit FrameEncoder(const EncodedModel& model, size_t chunk_bytes = kDefaultChunkBytes);
   // Fills `frame` with the next frame; returns false when the model has been fully sent.
   // Reuses the frame's string capacity, so passing the same frame every time saves allocations.
   bool Next(common::v1::TensorFrame* frame);
 
  private:
-  const FlatModel& model_;
+  const ModelLayout& layout_;
+  std::vector<absl::string_view> payloads_;  // each tensor's bytes
+  std::vector<TensorEncoding> encodings_;    // each tensor's; empty: all raw
   size_t chunk_bytes_;
   size_t tensor_ = 0;       // index of the current tensor
   size_t byte_offset_ = 0;  // bytes of the current tensor already sent
@@ -61,7 +66,9 @@ struct DecoderLimits {
 };
 
 // Rebuilds a model from TensorFrames, checking everything: frame order, dtype, encoding, shapes,
-// sizes, chunk sizes, digests, and optionally that every value is finite. Errors are
+// sizes, chunk sizes, digests, and optionally that every value is finite. ForLayout decoders
+// (updates) also take compressed tensors (FP16, INT8, SPARSE; see compression.h), decoded to
+// float32 and checked the same way; ForMeta decoders (models) take raw tensors only. Errors are
 // INVALID_ARGUMENT naming the tensor and what is wrong; after an error every later call returns
 // the same error. Movable, not thread-safe.
 class FrameDecoder {
@@ -139,6 +146,8 @@ class FrameDecoder {
   double sum_squares_ = 0;
   absl::Status failed_;
   bool failed_non_finite_ = false;
+  TensorEncoding encoding_;  // of the current tensor
+  std::string encoded_;      // a non-raw tensor's payload, decoded once complete (ForLayout)
   std::unique_ptr<DigestState, DigestStateDeleter> digest_state_;  // XXH3 of the current tensor
 };
 

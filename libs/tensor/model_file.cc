@@ -4,7 +4,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -68,8 +70,9 @@ class Reader {
   size_t pos_ = 0;
 };
 
-absl::Status WriteAll(int fd, const char* data, size_t size, const std::string& path) {
-  if (const int err = WriteFull(fd, data, size); err != 0) {
+absl::Status WriteAll(int fd, const char* data, size_t size, const std::string& path,
+                      int64_t offset = kAtPosition) {
+  if (const int err = WriteFull(fd, data, size, offset); err != 0) {
     errno = err;
     return ErrnoError("cannot write", path);
   }
@@ -98,6 +101,61 @@ std::string EncodeLayout(const ModelLayout& layout) {
     for (int64_t d : t.shape) Put<int64_t>(out, d);
   }
   return out;
+}
+
+// Everything before the values.
+std::string EncodeHead(const ModelLayout& layout, uint64_t value_digest) {
+  std::string encoded = EncodeLayout(layout);
+  std::string head(kMagic, sizeof(kMagic));
+  Put<uint32_t>(head, kFormatVersion);
+  Put<uint32_t>(head, static_cast<uint32_t>(encoded.size()));
+  head.append(encoded);
+  Put<uint64_t>(head, DigestBytes(encoded.data(), encoded.size()));
+  Put<uint64_t>(head, layout.total_bytes());
+  Put<uint64_t>(head, value_digest);
+  return head;
+}
+
+// Makes a rename into `path`'s directory durable.
+void SyncDirectoryOf(const std::string& path) {
+  std::string dir = ".";
+  if (size_t slash = path.rfind('/'); slash != std::string::npos) {
+    dir = slash == 0 ? "/" : path.substr(0, slash);
+  }
+  Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dfd.get() >= 0) ::fsync(dfd.get());
+}
+
+// Copies `size` bytes from `in` at `from` to `out` at `to`: in the kernel where it can
+// (copy_file_range), else through a buffer.
+absl::Status CopyRange(int in, uint64_t from, int out, uint64_t to, uint64_t size,
+                       const std::string& path) {
+  auto in_off = static_cast<off64_t>(from);
+  auto out_off = static_cast<off64_t>(to);
+  while (size > 0) {
+    const ssize_t n = ::copy_file_range(in, &in_off, out, &out_off, size, 0);
+    if (n > 0) {
+      size -= static_cast<uint64_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0 || (errno != EXDEV && errno != ENOSYS && errno != EINVAL && errno != EOPNOTSUPP)) {
+      if (n == 0) errno = EIO;
+      return ErrnoError("cannot copy the values into", path);
+    }
+    std::string buffer(std::min<uint64_t>(size, 1 << 20), '\0');
+    while (size > 0) {
+      const size_t chunk = std::min<uint64_t>(size, buffer.size());
+      if (const int err = ReadFull(in, buffer.data(), chunk, in_off); err != 0) {
+        errno = err == kEndOfFile ? EIO : err;
+        return ErrnoError("cannot read back the values for", path);
+      }
+      SHOAL_RETURN_IF_ERROR(WriteAll(out, buffer.data(), chunk, path));
+      in_off += static_cast<off64_t>(chunk);
+      size -= chunk;
+    }
+  }
+  return absl::OkStatus();
 }
 
 struct FileHeader {
@@ -184,14 +242,7 @@ absl::Status WriteModel(int fd, const FlatModel& model, const std::string& what)
                                                    " values but its layout needs ",
                                                    model.layout.total_elements()));
   }
-  std::string layout = EncodeLayout(model.layout);
-  std::string head(kMagic, sizeof(kMagic));
-  Put<uint32_t>(head, kFormatVersion);
-  Put<uint32_t>(head, static_cast<uint32_t>(layout.size()));
-  head.append(layout);
-  Put<uint64_t>(head, DigestBytes(layout.data(), layout.size()));
-  Put<uint64_t>(head, model.layout.total_bytes());
-  Put<uint64_t>(head, model.Digest());
+  const std::string head = EncodeHead(model.layout, model.Digest());
   SHOAL_RETURN_IF_ERROR(WriteAll(fd, head.data(), head.size(), what));
   return WriteAll(fd, reinterpret_cast<const char*>(model.values.data()),
                   model.values.size() * sizeof(float), what);
@@ -209,13 +260,81 @@ absl::Status WriteModelFile(const std::string& path, const FlatModel& model) {
     ::unlink(tmp.c_str());
     return s;
   }
-  // Make the rename durable.
-  std::string dir = ".";
-  if (size_t slash = path.rfind('/'); slash != std::string::npos) {
-    dir = slash == 0 ? "/" : path.substr(0, slash);
+  SyncDirectoryOf(path);
+  return absl::OkStatus();
+}
+
+uint64_t ModelFileValuesOffset(const ModelLayout& layout) { return EncodeHead(layout, 0).size(); }
+
+absl::StatusOr<std::unique_ptr<ModelFileWriter>> ModelFileWriter::Create(const std::string& dir,
+                                                                         uint64_t values_offset) {
+  std::string name = absl::StrCat(dir, "/.model-XXXXXX");
+  Fd fd(::mkostemp(name.data(), O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoError("cannot create a temporary model file in", dir);
+  std::unique_ptr<ModelFileWriter> writer(new ModelFileWriter());
+  writer->tmp_ = std::move(name);
+  writer->fd_ = std::move(fd);
+  writer->values_offset_ = values_offset;
+  writer->digest_ = XXH3_createState();
+  XXH3_64bits_reset(writer->digest_);
+  return writer;
+}
+
+ModelFileWriter::~ModelFileWriter() {
+  if (!committed_ && !tmp_.empty()) ::unlink(tmp_.c_str());
+  if (digest_ != nullptr) XXH3_freeState(digest_);
+}
+
+absl::Status ModelFileWriter::Write(size_t first, absl::Span<const float> values) {
+  if (first != written_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model values arrive out of order: ", first, " after ", written_, " values"));
   }
-  Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dfd.get() >= 0) ::fsync(dfd.get());
+  const size_t bytes = values.size() * sizeof(float);
+  if (const int err = WriteFull(fd_.get(), values.data(), bytes,
+                                static_cast<int64_t>(values_offset_ + first * sizeof(float)));
+      err != 0) {
+    errno = err;
+    return ErrnoError("cannot write", tmp_);
+  }
+  XXH3_64bits_update(digest_, values.data(), bytes);
+  written_ += values.size();
+  return absl::OkStatus();
+}
+
+uint64_t ModelFileWriter::digest() const { return XXH3_64bits_digest(digest_); }
+
+absl::Status ModelFileWriter::Commit(const ModelLayout& layout, const std::string& path) {
+  if (committed_) return absl::FailedPreconditionError("the model file is already committed");
+  if (written_ != layout.total_elements()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the model file got ", written_, " values but its layout needs ", layout.total_elements()));
+  }
+  const std::string head = EncodeHead(layout, digest());
+  if (head.size() == values_offset_) {
+    SHOAL_RETURN_IF_ERROR(WriteAll(fd_.get(), head.data(), head.size(), tmp_, 0));
+  } else {
+    // The values are elsewhere: a second file gets the header and the values behind it.
+    std::string name = absl::StrCat(tmp_, "-XXXXXX");
+    Fd out(::mkostemp(name.data(), O_CLOEXEC));
+    if (out.get() < 0) return ErrnoError("cannot create", name);
+    absl::Status s = WriteAll(out.get(), head.data(), head.size(), name, 0);
+    if (s.ok()) {
+      s = CopyRange(fd_.get(), values_offset_, out.get(), head.size(), layout.total_bytes(), name);
+    }
+    if (!s.ok()) {
+      ::unlink(name.c_str());
+      return s;
+    }
+    ::unlink(tmp_.c_str());
+    tmp_ = std::move(name);
+    fd_ = std::move(out);
+  }
+  if (::fsync(fd_.get()) != 0) return ErrnoError("cannot fsync", tmp_);
+  if (::close(fd_.release()) != 0) return ErrnoError("cannot close", tmp_);
+  if (::rename(tmp_.c_str(), path.c_str()) != 0) return ErrnoError("cannot rename to", path);
+  committed_ = true;
+  SyncDirectoryOf(path);
   return absl::OkStatus();
 }
 

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -7,7 +8,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "libs/common/fd.h"
 #include "libs/tensor/flat_model.h"
+
+struct XXH3_state_s;
 
 namespace shoal::tensor {
 
@@ -30,6 +35,46 @@ absl::StatusOr<FlatModel> ReadModelFile(const std::string& path);
 // Same checks for a model file open as `fd` (a regular file positioned at its start; its size
 // comes from fstat); `what` names it in errors.
 absl::StatusOr<FlatModel> ReadModel(int fd, const std::string& what);
+
+// The byte offset of the values in a model file of `layout` (the header's size).
+uint64_t ModelFileValuesOffset(const ModelLayout& layout);
+
+// Writes a model file from values that arrive in order, e.g. a streamed download, without a
+// model-sized buffer: the values go straight to a temporary file in `dir` (their digest computed
+// on the way), and Commit() writes the header and moves the file into place atomically (fsync,
+// rename, fsync of the directory), as WriteModelFile does. The values are written at
+// `values_offset`: given the right one (ModelFileValuesOffset of the layout, e.g. from an earlier
+// file of the same model), they are where they stay and Commit() writes just the header;
+// otherwise Commit() copies them behind the header inside the kernel (copy_file_range).
+// Destroying an uncommitted writer removes its temporary file. Not thread-safe.
+class ModelFileWriter {
+ public:
+  // Errors: the errno mapping when the temporary file cannot be made, naming it.
+  static absl::StatusOr<std::unique_ptr<ModelFileWriter>> Create(const std::string& dir,
+                                                                 uint64_t values_offset = 0);
+  ~ModelFileWriter();
+  ModelFileWriter(const ModelFileWriter&) = delete;
+  ModelFileWriter& operator=(const ModelFileWriter&) = delete;
+
+  // Values [first, first + values.size()); `first` must be the count written so far
+  // (FAILED_PRECONDITION otherwise). A tensor::WriteValues target.
+  absl::Status Write(size_t first, absl::Span<const float> values);
+  // The digest of the values written so far: FlatModel::Digest() once they are all in.
+  uint64_t digest() const;
+  // Writes the file of `layout` (whose values must all have been written: INVALID_ARGUMENT
+  // otherwise) as `path`, which should be in the same file system as `dir`.
+  absl::Status Commit(const ModelLayout& layout, const std::string& path);
+
+ private:
+  ModelFileWriter() = default;
+
+  std::string tmp_;  // the temporary file, removed unless committed
+  Fd fd_;
+  uint64_t values_offset_ = 0;
+  size_t written_ = 0;  // values
+  XXH3_state_s* digest_ = nullptr;
+  bool committed_ = false;
+};
 
 // A model file mapped read-only, for serving it without a model-sized buffer in the heap
 // (ControlService.GetModel): Open makes ReadModelFile's checks, the value digest included (one

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "libs/tensor/compression.h"
 #include "libs/tensor/flat_model.h"
 #include "shoal/aggregator/v1/aggregator.pb.h"
 #include "shoal/common/v1/model.pb.h"
@@ -54,9 +55,9 @@ class AggregatorClient {
                                             const common::v1::ModelMeta& meta,
                                             std::shared_ptr<const tensor::FlatModel> model,
                                             const Caller& caller, absl::Time deadline) = 0;
-  // Pushes a delta (AggregatorService.PushUpdate). Returns `duplicate`.
+  // Pushes a delta, raw or compressed (AggregatorService.PushUpdate). Returns `duplicate`.
   virtual absl::StatusOr<bool> PushUpdate(const std::string& address, const v1::UpdateMeta& meta,
-                                          std::shared_ptr<const tensor::FlatModel> delta,
+                                          std::shared_ptr<const tensor::EncodedModel> delta,
                                           absl::Time deadline) = 0;
   // Downloads model `version` of `task` (AggregatorService.GetModel).
   virtual absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address,

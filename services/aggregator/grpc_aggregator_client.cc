@@ -47,7 +47,7 @@ absl::StatusOr<uint64_t> GrpcAggregatorClient::PutModel(
 
 absl::StatusOr<bool> GrpcAggregatorClient::PushUpdate(
     const std::string& address, const aggregator::v1::UpdateMeta& meta,
-    std::shared_ptr<const tensor::FlatModel> delta, absl::Time deadline) {
+    std::shared_ptr<const tensor::EncodedModel> delta, absl::Time deadline) {
   std::shared_ptr<grpc::Channel> channel = channels_.Get(address);
   grpc::ClientContext context;
   SetDeadline(context, deadline);

@@ -23,7 +23,7 @@ class GrpcAggregatorClient final : public AggregatorClient {
                                     std::shared_ptr<const tensor::FlatModel> model,
                                     const Caller& caller, absl::Time deadline) override;
   absl::StatusOr<bool> PushUpdate(const std::string& address, const v1::UpdateMeta& meta,
-                                  std::shared_ptr<const tensor::FlatModel> delta,
+                                  std::shared_ptr<const tensor::EncodedModel> delta,
                                   absl::Time deadline) override;
   absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address, const std::string& task,
                                              uint64_t version, const Caller& caller,

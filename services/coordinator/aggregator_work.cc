@@ -134,17 +134,37 @@ WorkResult AggregatorWorkRunner::Execute(const std::string& task, const std::str
 
 absl::Status AggregatorWorkRunner::Checkpoint(const std::string& task, const std::string& address,
                                               const AggregatorWork& work) {
-  SHOAL_ASSIGN_OR_RETURN(tensor::FlatModel model,
-                         client_.GetModel(address, task, work.version, aggregator::Caller{},
-                                          clock_.Now() + options_.transfer_timeout));
-  metrics_.bytes_received.Increment(static_cast<double>(model.layout.total_bytes()));
+  // The model streams from the aggregator straight into the checkpoint's file: no model-sized
+  // buffer here. A task's layout never changes, so after its first checkpoint the values land
+  // where they stay and only the header is written at the end.
+  uint64_t values_offset = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = values_offsets_.find(task); it != values_offsets_.end()) {
+      values_offset = it->second;
+    }
+  }
+  SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<tensor::ModelFileWriter> file,
+                         tensor::ModelFileWriter::Create(store_.checkpoint_dir(), values_offset));
+  SHOAL_ASSIGN_OR_RETURN(
+      tensor::ModelLayout layout,
+      client_.GetModelInto(address, task, work.version, aggregator::Caller{},
+                           clock_.Now() + options_.transfer_timeout,
+                           [&file](size_t first, absl::Span<const float> values) {
+                             return file->Write(first, values);
+                           }));
+  metrics_.bytes_received.Increment(static_cast<double>(layout.total_bytes()));
   StoredCheckpoint c;
   c.task = task;
   c.version = work.version;
   c.round = work.round;
-  c.digest = HexDigest(model.Digest());
+  c.digest = HexDigest(file->digest());
   c.path = absl::StrCat(store_.checkpoint_dir(), "/", c.digest, ".model");
-  SHOAL_RETURN_IF_ERROR(tensor::WriteModelFile(c.path, model));
+  SHOAL_RETURN_IF_ERROR(file->Commit(layout, c.path));
+  {
+    absl::MutexLock lock(&mu_);
+    values_offsets_[task] = tensor::ModelFileValuesOffset(layout);
+  }
   return store_.PutCheckpoint(c);
 }
 

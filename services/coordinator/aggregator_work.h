@@ -69,6 +69,8 @@ class AggregatorWorkRunner {
 
   absl::Mutex mu_;
   std::map<std::string, Queues> queues_ ABSL_GUARDED_BY(mu_);
+  // Per task, where the values start in its checkpoint files (the layout's header size).
+  std::map<std::string, uint64_t> values_offsets_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shoal::coordinator

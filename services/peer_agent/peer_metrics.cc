@@ -15,6 +15,11 @@ PeerMetrics::PeerMetrics(prometheus::Registry& r)
                           "Accuracy of the last global model on this peer's test slice.")),
       bytes_sent(Counter(r, "shoal_peer_bytes_sent_total",
                          "Tensor payload bytes sent (updates, initial models, snapshots).")),
+      update_bytes_sent(Counter(r, "shoal_peer_update_bytes_sent_total",
+                                "Payload bytes of the updates pushed to an aggregator and "
+                                "accepted, as sent (after compression).")),
+      update_bytes_raw(Counter(r, "shoal_peer_update_bytes_raw_total",
+                               "The same updates' size as float32 (before compression).")),
       bytes_received(Counter(r, "shoal_peer_bytes_received_total",
                              "Tensor payload bytes received (global models).")),
       round_duration(

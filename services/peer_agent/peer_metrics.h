@@ -18,6 +18,8 @@ struct PeerMetrics {
   prometheus::Gauge& train_loss;            // shoal_peer_train_loss (last round)
   prometheus::Gauge& test_accuracy;         // shoal_peer_test_accuracy (last evaluation)
   prometheus::Counter& bytes_sent;          // shoal_peer_bytes_sent_total
+  prometheus::Counter& update_bytes_sent;   // shoal_peer_update_bytes_sent_total
+  prometheus::Counter& update_bytes_raw;    // shoal_peer_update_bytes_raw_total
   prometheus::Counter& bytes_received;      // shoal_peer_bytes_received_total
   prometheus::Histogram& round_duration;    // shoal_peer_round_duration_seconds
   prometheus::Counter& updates_rejected;    // shoal_peer_updates_rejected_total

@@ -209,7 +209,9 @@ class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::Coor
     const std::string address = Aggregator();
     // The trivial update: the model itself as a delta (small and finite).
     if (!CallWithRetry("PushUpdate", [&](absl::Time deadline) {
-          return fleet_.aggregator_->PushUpdate(address, meta, fleet_.model_, deadline).status();
+          return fleet_.aggregator_
+              ->PushUpdate(address, meta, tensor::EncodeRaw(fleet_.model_), deadline)
+              .status();
         })) {
       return;
     }

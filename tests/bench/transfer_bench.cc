@@ -131,6 +131,7 @@ struct Endpoint {
   std::unique_ptr<shoal::coordinator::CoordinatorServer> coordinator;
   std::shared_ptr<grpc::Channel> control_channel;
   std::vector<double> push_zc, push_pb, get_raw, get_pb, get_file, get_checkpoint;  // s per rep
+  std::vector<double> write_checkpoint, restore_checkpoint;                         // s per rep
   ~Endpoint() {
     if (coordinator) coordinator->Shutdown();
     coordinator.reset();
@@ -381,7 +382,9 @@ int main(int argc, char** argv) {
     auto start = Clock::now();
     absl::Status s;
     if (zero_copy) {
-      s = shoal::rpc::PushUpdateZeroCopy(*e.peer_channel, ctx, meta, delta, chunk).status();
+      s = shoal::rpc::PushUpdateZeroCopy(*e.peer_channel, ctx, meta,
+                                         shoal::tensor::EncodeRaw(delta), chunk)
+              .status();
     } else {
       shoal::aggregator::v1::PushUpdateResponse response;
       auto writer = e.peer_stub->PushUpdate(&ctx, &response);
@@ -413,6 +416,40 @@ int main(int argc, char** argv) {
     }
     return Seconds(start, Clock::now());
   };
+  // A checkpoint as the coordinator writes one (AggregatorWorkRunner::Checkpoint): streamed from
+  // the aggregator into a ModelFileWriter at the layout's values offset, then the header, fsync
+  // and rename; and restored as it restores one (the file read, then PutModel, here to a task of
+  // its own so that the rounds go on).
+  auto write_checkpoint = [&](Endpoint& e) {
+    const std::string dir = e.state_dir + "/bench-checkpoints";
+    std::filesystem::create_directories(dir);
+    auto start = Clock::now();
+    auto file = shoal::tensor::ModelFileWriter::Create(
+        dir, shoal::tensor::ModelFileValuesOffset(delta->layout));
+    if (!file.ok()) Die("checkpoint file: " + file.status().ToString());
+    auto layout = e.client->GetModelInto(e.server->address(), "bench", round, {},
+                                         absl::Now() + absl::Seconds(120),
+                                         [&](size_t first, absl::Span<const float> values) {
+                                           return (*file)->Write(first, values);
+                                         });
+    if (!layout.ok()) Die("checkpoint (" + e.name + "): " + layout.status().ToString());
+    if (absl::Status s = (*file)->Commit(*layout, dir + "/bench.model"); !s.ok()) {
+      Die("checkpoint: " + s.ToString());
+    }
+    return Seconds(start, Clock::now());
+  };
+  uint64_t restored = 0;
+  auto restore_checkpoint = [&](Endpoint& e) {
+    auto start = Clock::now();
+    auto read = shoal::tensor::ReadModelFile(e.state_dir + "/bench-checkpoints/bench.model");
+    if (!read.ok()) Die("restore: " + read.status().ToString());
+    auto model = std::make_shared<const shoal::tensor::FlatModel>(*std::move(read));
+    auto put = e.client->PutModel(e.server->address(),
+                                  shoal::tensor::MakeModelMeta("restored", ++restored, *model),
+                                  model, {}, absl::Now() + absl::Seconds(120));
+    if (!put.ok()) Die("restore (" + e.name + "): " + put.status().ToString());
+    return Seconds(start, Clock::now());
+  };
   for (int rep = 1; rep <= reps; ++rep) {
     for (auto& e : endpoints) {
       long faults = 0;
@@ -441,12 +478,15 @@ int main(int argc, char** argv) {
       if (rep % 2 == 0) e->get_raw.push_back(get_model(*e, /*raw=*/true));
       e->get_file.push_back(get_into_file(*e));
       e->get_checkpoint.push_back(get_checkpoint(*e));
+      e->write_checkpoint.push_back(write_checkpoint(*e));
+      e->restore_checkpoint.push_back(restore_checkpoint(*e));
       std::printf(
           "rep %d, %s: GetModel raw %.2f GB/s, protobuf %.2f GB/s; to a spill file and into "
           "the parameters (a peer's download) %.2f GB/s; a checkpoint from the coordinator "
-          "%.2f GB/s\n",
+          "%.2f GB/s; checkpoint write %.2f GB/s, restore %.2f GB/s\n",
           rep, e->name.c_str(), bytes / 1e9 / e->get_raw.back(), bytes / 1e9 / e->get_pb.back(),
-          bytes / 1e9 / e->get_file.back(), bytes / 1e9 / e->get_checkpoint.back());
+          bytes / 1e9 / e->get_file.back(), bytes / 1e9 / e->get_checkpoint.back(),
+          bytes / 1e9 / e->write_checkpoint.back(), bytes / 1e9 / e->restore_checkpoint.back());
     }
     std::fflush(stdout);
   }
@@ -476,6 +516,8 @@ int main(int argc, char** argv) {
   row("GetModel, generated stub", &Endpoint::get_pb);
   row("a peer's download (GetModelInto a spill file, then params)", &Endpoint::get_file);
   row("ControlService.GetModel (a checkpoint, from its mapped file)", &Endpoint::get_checkpoint);
+  row("checkpoint write (streamed to its file, fsync, rename)", &Endpoint::write_checkpoint);
+  row("checkpoint restore (file read, PutModel)", &Endpoint::restore_checkpoint);
   Endpoint& plain = *endpoints.front();
   std::printf("RESULT grpc_gbps=%.3f tcp_gbps=%.3f ratio=%.3f get_ratio=%.3f\n",
               bytes / 1e9 / Median(plain.push_zc), tcp_gbps, ratio(plain.push_zc),

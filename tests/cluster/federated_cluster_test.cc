@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -28,6 +30,16 @@ std::string TempDir() {
   auto dir = process::MakeTempDir("", "shoal-cluster-");
   EXPECT_TRUE(dir.ok()) << dir.status();
   return *dir;
+}
+
+// The value of an unlabelled metric in Prometheus text format (-1 when absent).
+double MetricValue(const std::string& text, const std::string& name) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  }
+  return -1;
 }
 
 TEST(FederatedClusterTest, PeerKilledMidRoundDoesNotStopTraining) {
@@ -274,6 +286,10 @@ TEST(FederatedClusterTest, EachPeerReportsItsDirichletShareAndTrainsOnIt) {
   spec.mutable_dataset()->set_alpha(0.3);
   spec.set_rounds(2);
   spec.set_min_participants(3);
+  // Updates travel as top-k 1% with int8 values (the aggregator decodes and checks them).
+  spec.set_compression(common::v1::COMPRESSION_TOPK);
+  spec.set_topk_ratio(0.01);
+  spec.set_topk_values(common::v1::COMPRESSION_INT8);
   ASSERT_TRUE(cluster.CreateTask(spec).ok());
   auto status = cluster.WaitFor(
       spec.name(), [](const cv1::TaskStatus& s) { return s.state() == cv1::TASK_STATE_COMPLETED; },
@@ -305,7 +321,17 @@ TEST(FederatedClusterTest, EachPeerReportsItsDirichletShareAndTrainsOnIt) {
   // Each contributor's time from the round's open to its accepted update is kept (all of them
   // when the round closed because every update was in; one accepted just as a deadline closed
   // the round may have no time yet).
+  // Every peer pushed over 100x fewer bytes than its updates' float32 size.
+  for (int i = 0; i < 3; ++i) {
+    auto metrics = HttpGet(cluster.peer(i).metrics_address, "/metrics");
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    const double sent = MetricValue(*metrics, "shoal_peer_update_bytes_sent_total");
+    const double raw = MetricValue(*metrics, "shoal_peer_update_bytes_raw_total");
+    EXPECT_GT(sent, 0) << "peer-" << i;
+    EXPECT_GE(raw, 100 * sent) << "peer-" << i;
+  }
   for (const cv1::RoundSummary& r : status->history()) {
+    EXPECT_GE(r.participants_size(), 1) << r.ShortDebugString();
     EXPECT_GE(r.peer_times_size(), 1) << r.ShortDebugString();
     EXPECT_LE(r.peer_times_size(), r.participants_size()) << r.ShortDebugString();
     for (const cv1::PeerRoundTime& t : r.peer_times()) {

@@ -39,7 +39,7 @@ class InMemoryAggregator final : public aggregator::AggregatorClient {
 
   absl::StatusOr<bool> PushUpdate(const std::string& address,
                                   const aggregator::v1::UpdateMeta& meta,
-                                  std::shared_ptr<const tensor::FlatModel> delta,
+                                  std::shared_ptr<const tensor::EncodedModel> delta,
                                   absl::Time) override {
     auto push = core(address).BeginPush(aggregator::PushMeta::From(meta, ""));
     if (!push.ok()) return push.status();

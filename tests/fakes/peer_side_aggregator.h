@@ -35,7 +35,8 @@ class PeerSideAggregator final : public aggregator::AggregatorClient {
   struct Push {
     std::string address;
     aggregator::v1::UpdateMeta meta;
-    tensor::FlatModel delta;
+    tensor::FlatModel delta;     // decoded
+    uint64_t payload_bytes = 0;  // as sent (compressed or raw)
     absl::Status status;
     absl::Time at;  // on the fake's clock (when one is set)
   };
@@ -99,8 +100,10 @@ class PeerSideAggregator final : public aggregator::AggregatorClient {
   }
   absl::StatusOr<bool> PushUpdate(const std::string& address,
                                   const aggregator::v1::UpdateMeta& meta,
-                                  std::shared_ptr<const tensor::FlatModel> delta,
+                                  std::shared_ptr<const tensor::EncodedModel> delta,
                                   absl::Time) override {
+    absl::StatusOr<tensor::FlatModel> decoded = tensor::DecodeModel(*delta);
+    if (!decoded.ok()) return decoded.status();
     Push push;
     PushHook hook;
     size_t index;
@@ -109,7 +112,8 @@ class PeerSideAggregator final : public aggregator::AggregatorClient {
       calls_.push_back({"PushUpdate", address, meta.base_version()});
       push.address = address;
       push.meta = meta;
-      push.delta = *delta;
+      push.delta = *std::move(decoded);
+      push.payload_bytes = delta->payload_bytes();
       if (!script_.empty()) {
         push.status = script_.front();
         script_.pop_front();

@@ -64,7 +64,8 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
     return model->Digest();
   }
   absl::StatusOr<bool> PushUpdate(const std::string&, const aggregator::v1::UpdateMeta&,
-                                  std::shared_ptr<const tensor::FlatModel>, absl::Time) override {
+                                  std::shared_ptr<const tensor::EncodedModel>,
+                                  absl::Time) override {
     return absl::UnimplementedError("the coordinator never pushes");
   }
   absl::Status SetMembers(const std::string&, const aggregator::v1::SetMembersRequest& request,

@@ -1,7 +1,8 @@
 // The chunked tensor stream codec (FrameDecoder), fed a stream of frames built from the input:
 // raw TensorFrame messages parsed from bytes, raw chunks, chunks in pieces, and well-formed
-// header+payload pairs (with a correct digest unless the input says otherwise) so that the
-// fuzzer gets past the digest check. A stream that decodes must hold exactly its layout's
+// header+payload pairs, raw or in an update encoding (fp16, int8, sparse), with a correct digest
+// unless the input says otherwise, so that the fuzzer gets past the digest check and into the
+// decoders of compression.h. A stream that decodes must hold exactly its layout's
 // values (finite ones when required) and survive a re-encode/decode round trip bit for bit.
 
 #include <fuzzer/FuzzedDataProvider.h>
@@ -50,10 +51,21 @@ absl::Status AddTensor(FuzzedDataProvider& in, FrameDecoder& decoder) {
     }
   }
   header.set_dtype(common::v1::DTYPE_FLOAT32);
-  header.set_encoding(common::v1::ENCODING_RAW);
-  header.set_size_bytes(elements * sizeof(float));
-  std::string payload = in.ConsumeBytesAsString(elements * sizeof(float));
-  payload.resize(elements * sizeof(float), '\0');
+  // Raw, or one of the update encodings (compression.h) with the size it should have (a sparse
+  // tensor: any size up to the raw one).
+  const auto encoding = static_cast<common::v1::Encoding>(in.ConsumeIntegralInRange(1, 4));
+  header.set_encoding(encoding);
+  uint64_t size = elements * sizeof(float);
+  if (encoding == common::v1::ENCODING_FP16) size = 2 * elements;
+  if (encoding == common::v1::ENCODING_INT8) size = elements == 0 ? 0 : 4 + elements;
+  if (encoding == common::v1::ENCODING_SPARSE) {
+    header.set_values_encoding(static_cast<common::v1::Encoding>(in.ConsumeIntegralInRange(0, 4)));
+    header.set_nonzeros(in.ConsumeIntegralInRange<uint64_t>(0, elements + 1));
+    size = in.ConsumeIntegralInRange<uint64_t>(0, elements * sizeof(float) + 1);
+  }
+  header.set_size_bytes(size);
+  std::string payload = in.ConsumeBytesAsString(size);
+  payload.resize(size, '\0');
   uint64_t digest = DigestBytes(payload.data(), payload.size());
   if (in.ConsumeProbability<float>() < 0.05f) digest ^= 1;
   header.set_digest_xxh3(digest);

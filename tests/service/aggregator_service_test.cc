@@ -226,6 +226,62 @@ TEST_F(AggregatorServiceTest, BadDeltasAreRejectedCountedAndNeverAveragedIn) {
   }
 }
 
+// Compressed updates (top-k with int8 values, fp16) travel over the real server, are decoded
+// and checked there, and aggregate exactly as their decoded values; a corrupt sparse index is
+// refused with INVALID_ARGUMENT naming the tensor.
+TEST_F(AggregatorServiceTest, CompressedUpdatesAggregateAsTheirDecodedValues) {
+  auto channel = rpc::MakeChannel(server_->address());
+  const tensor::FlatModel base = Filled([](size_t i) { return 0.125f * (i % 5); });
+  ASSERT_TRUE(Put("c", 0, base).ok());
+  ASSERT_TRUE(Open("c", 1, 0, {"topk", "half", "bad"}).ok());
+  const auto update = [](float scale) {
+    return std::make_shared<tensor::FlatModel>(
+        Filled([scale](size_t i) { return scale * std::sin(0.37f * static_cast<float>(i)); }));
+  };
+  tensor::Compressor topk({common::v1::ENCODING_SPARSE, 0.01, common::v1::ENCODING_INT8});
+  tensor::Compressor half({common::v1::ENCODING_FP16});
+  auto sparse = topk.Compress(update(0.01f));
+  auto fp16 = half.Compress(update(-0.02f));
+  EXPECT_LT(sparse->payload_bytes() * 50, sparse->layout.total_bytes());
+  for (const auto& [peer, encoded] : {std::pair{"topk", sparse}, std::pair{"half", fp16}}) {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(30));
+    auto pushed = rpc::PushUpdateZeroCopy(*channel, ctx, Meta(peer, 1, "c"), encoded);
+    ASSERT_TRUE(pushed.ok()) << peer << ": " << pushed.status();
+  }
+  {
+    // The same sparse update with its second index's gap set to 0 (a repeated index).
+    auto bad = std::make_shared<tensor::EncodedModel>();
+    bad->layout = sparse->layout;
+    bad->encodings = sparse->encodings;
+    for (absl::string_view p : sparse->payloads) bad->storage.emplace_back(p);
+    const size_t t = 2;  // fc.weight
+    ASSERT_EQ(bad->encodings[t].encoding, common::v1::ENCODING_SPARSE);
+    size_t second = 0;
+    while (static_cast<uint8_t>(bad->storage[t][second]) & 0x80) ++second;
+    bad->storage[t][second + 1] = '\0';
+    for (const std::string& p : bad->storage) bad->payloads.emplace_back(p);
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(30));
+    auto refused = rpc::PushUpdateZeroCopy(*channel, ctx, Meta("bad", 1, "c"), bad);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+    EXPECT_THAT(refused.status().message(), HasSubstr("fc.weight"));
+  }
+  auto closed = Close("c", 1);
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_THAT(closed->contributors(), ElementsAre("half", "topk"));
+  auto got = Get("c");
+  ASSERT_TRUE(got.ok());
+  auto s = tensor::DecodeModel(*sparse);
+  auto h = tensor::DecodeModel(*fp16);
+  ASSERT_TRUE(s.ok() && h.ok());
+  for (size_t i = 0; i < got->model.values.size(); ++i) {
+    const float want = base.values[i] + (1 * s->values[i] + 1 * h->values[i]) / 2;
+    ASSERT_FLOAT_EQ(got->model.values[i], want) << i;
+  }
+  EXPECT_EQ(Metric("shoal_aggregator_updates_rejected_total", "malformed"), 1);
+}
+
 TEST_F(AggregatorServiceTest, ZeroCopyClientPathMatchesTheProtobufPath) {
   auto channel = rpc::MakeChannel(server_->address());
   auto base =
@@ -245,14 +301,14 @@ TEST_F(AggregatorServiceTest, ZeroCopyClientPathMatchesTheProtobufPath) {
   {
     grpc::ClientContext ctx;
     rpc::SetTimeout(ctx, absl::Seconds(30));
-    auto pushed = rpc::PushUpdateZeroCopy(*channel, ctx, Meta("zc", 2), d1);
+    auto pushed = rpc::PushUpdateZeroCopy(*channel, ctx, Meta("zc", 2), tensor::EncodeRaw(d1));
     ASSERT_TRUE(pushed.ok()) << pushed.status();
     EXPECT_FALSE(pushed->duplicate());
   }
   {
     grpc::ClientContext ctx;
     rpc::SetTimeout(ctx, absl::Seconds(30));
-    auto again = rpc::PushUpdateZeroCopy(*channel, ctx, Meta("zc", 2), d1);
+    auto again = rpc::PushUpdateZeroCopy(*channel, ctx, Meta("zc", 2), tensor::EncodeRaw(d1));
     ASSERT_TRUE(again.ok()) << again.status();
     EXPECT_TRUE(again->duplicate());
   }
@@ -261,7 +317,7 @@ TEST_F(AggregatorServiceTest, ZeroCopyClientPathMatchesTheProtobufPath) {
     nan->values[nan->layout.offset(2) + 99] = std::numeric_limits<float>::infinity();
     grpc::ClientContext ctx;
     rpc::SetTimeout(ctx, absl::Seconds(30));
-    auto bad = rpc::PushUpdateZeroCopy(*channel, ctx, Meta("bad", 2), nan);
+    auto bad = rpc::PushUpdateZeroCopy(*channel, ctx, Meta("bad", 2), tensor::EncodeRaw(nan));
     EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(bad.status().message(), HasSubstr("fc.weight"));
   }
@@ -334,8 +390,8 @@ TEST_F(AggregatorServiceTest, PushAcknowledgedJustBeforeCloseRoundIsInItsAggrega
     {
       grpc::ClientContext ctx;
       rpc::SetTimeout(ctx, absl::Seconds(30));
-      auto pushed =
-          rpc::PushUpdateZeroCopy(*channel, ctx, Meta("p", 1, "t", round, round - 1), delta);
+      auto pushed = rpc::PushUpdateZeroCopy(*channel, ctx, Meta("p", 1, "t", round, round - 1),
+                                            tensor::EncodeRaw(delta));
       ASSERT_TRUE(pushed.ok()) << pushed.status();
       EXPECT_FALSE(pushed->duplicate());
     }

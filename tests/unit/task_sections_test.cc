@@ -341,5 +341,45 @@ TEST(AggregationTaskTest, RulesNameTheFieldAndTheNumbers) {
                   .ok());
 }
 
+TEST(CompressionTaskTest, TopKGetsItsDefaultsAndRoundTrips) {
+  absl::StatusOr<TaskSpec> spec = ParseAndValidate("name: x\ncompression: topk\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->compression(), common::v1::COMPRESSION_TOPK);
+  EXPECT_EQ(spec->topk_ratio(), 0.01);
+  EXPECT_EQ(spec->topk_values(), common::v1::COMPRESSION_NONE);
+  ExpectJsonRoundTrip(*spec);
+  spec = ParseAndValidate(
+      "name: x\nmode: federated-async\ncompression: topk\ntopk_ratio: 0.05\n"
+      "topk_values: int8\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->topk_ratio(), 0.05);
+  EXPECT_EQ(spec->topk_values(), common::v1::COMPRESSION_INT8);
+  spec = ParseAndValidate("name: x\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->compression(), common::v1::COMPRESSION_NONE);
+  EXPECT_FALSE(spec->has_topk_ratio());
+  ExpectJsonRoundTrip(*spec);
+}
+
+TEST(CompressionTaskTest, RulesNameTheField) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"compression: zip\n", "compression: unknown value"},
+      {"compression: topk\ntopk_ratio: 0\n", "topk_ratio: must be in (0, 1], got 0"},
+      {"compression: topk\ntopk_ratio: 1.5\n", "topk_ratio: must be in (0, 1], got 1.5"},
+      {"compression: topk\ntopk_values: topk\n",
+       "topk_values: unsupported value \"topk\" (expected none, fp16, int8)"},
+      {"compression: int8\ntopk_ratio: 0.1\n", "topk_ratio: only with compression: topk"},
+      {"topk_values: fp16\n", "topk_values: only with compression: topk"},
+      {"mode: decentralized\ncompression: fp16\n",
+       "this task's mode is decentralized (set compression: none)"},
+      {"mode: gossip\ncompression: topk\n", "this task's mode is gossip"},
+  };
+  for (const auto& [text, message] : cases) {
+    absl::StatusOr<TaskSpec> spec = ParseAndValidate("name: x\n" + text);
+    ASSERT_FALSE(spec.ok()) << text;
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr(message)) << text;
+  }
+}
+
 }  // namespace
 }  // namespace shoal::task

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,57 @@ TEST_F(ModelFileTest, AMappedFileHasTheValuesAndTheSameChecks) {
   EXPECT_THAT(corrupt.status().message(), HasSubstr("digest"));
   std::filesystem::resize_file(Path("m.bin"), size - 4);
   EXPECT_EQ(MappedModelFile::Open(Path("m.bin")).status().code(), absl::StatusCode::kDataLoss);
+}
+
+// A streamed write, in pieces: at the right values offset the values stay where they were
+// written; at another (0: unknown) they are copied behind the header. Either way the file is
+// the one WriteModelFile writes, and no temporary file is left.
+TEST_F(ModelFileTest, AStreamedWriteMakesTheSameFileAtAnyValuesOffset) {
+  ASSERT_TRUE(WriteModelFile(Path("whole.model"), model_).ok());
+  std::ifstream whole_in(Path("whole.model"), std::ios::binary);
+  const std::string whole((std::istreambuf_iterator<char>(whole_in)), {});
+  const uint64_t right = ModelFileValuesOffset(model_.layout);
+  EXPECT_EQ(right, whole.size() - model_.layout.total_bytes());
+  for (uint64_t offset : {right, uint64_t{0}, right + 100}) {
+    auto writer = ModelFileWriter::Create(dir_.string(), offset);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    const absl::Span<const float> values(model_.values);
+    ASSERT_TRUE((*writer)->Write(0, values.subspan(0, 5)).ok());
+    ASSERT_TRUE((*writer)->Write(5, values.subspan(5, 9)).ok());
+    ASSERT_TRUE((*writer)->Write(14, values.subspan(14)).ok());
+    EXPECT_EQ((*writer)->digest(), model_.Digest());
+    const std::string path = Path("streamed.model");
+    ASSERT_TRUE((*writer)->Commit(model_.layout, path).ok()) << offset;
+    writer->reset();
+    std::ifstream in(path, std::ios::binary);
+    EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), {}), whole) << offset;
+    auto got = ReadModelFile(path);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->values, model_.values);
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir_),
+                            std::filesystem::directory_iterator()),
+              2)
+        << offset;
+  }
+}
+
+TEST_F(ModelFileTest, AStreamedWriteRefusesGapsAndShortModelsAndLeavesNothing) {
+  {
+    auto writer = ModelFileWriter::Create(dir_.string(), 0);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    const absl::Span<const float> values(model_.values);
+    ASSERT_TRUE((*writer)->Write(0, values.subspan(0, 5)).ok());
+    absl::Status s = (*writer)->Write(6, values.subspan(6, 2));
+    EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+    s = (*writer)->Commit(model_.layout, Path("short.model"));
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_THAT(s.message(), HasSubstr("got 5 values but its layout needs 17"));
+  }
+  EXPECT_FALSE(std::filesystem::exists(Path("short.model")));
+  EXPECT_TRUE(std::filesystem::is_empty(dir_));
+  auto missing = ModelFileWriter::Create(Path("no/such/dir"), 0);
+  EXPECT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("no/such/dir"));
 }
 
 TEST_F(ModelFileTest, WriteIntoMissingDirectoryFails) {

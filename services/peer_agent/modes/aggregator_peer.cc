@@ -14,6 +14,29 @@
 
 namespace shoal::peer {
 
+tensor::CompressionSettings CompressionOf(const common::v1::TaskSpec& spec) {
+  const auto encoding = [](common::v1::Compression c) {
+    switch (c) {
+      case common::v1::COMPRESSION_FP16:
+        return common::v1::ENCODING_FP16;
+      case common::v1::COMPRESSION_INT8:
+        return common::v1::ENCODING_INT8;
+      case common::v1::COMPRESSION_TOPK:
+        return common::v1::ENCODING_SPARSE;
+      default:
+        return common::v1::ENCODING_RAW;
+    }
+  };
+  tensor::CompressionSettings settings;
+  settings.codec = encoding(spec.compression());
+  if (spec.has_topk_ratio()) settings.topk_ratio = spec.topk_ratio();
+  settings.topk_values = encoding(spec.topk_values());
+  if (settings.topk_values == common::v1::ENCODING_SPARSE) {
+    settings.topk_values = common::v1::ENCODING_RAW;  // refused by task validation
+  }
+  return settings;
+}
+
 AggregatorPeer::AggregatorPeer(const ModeRunnerDeps& deps, AggregatorCallOptions options)
     : deps_(deps),
       options_(std::move(options)),
@@ -24,7 +47,16 @@ AggregatorPeer::AggregatorPeer(const ModeRunnerDeps& deps, AggregatorCallOptions
       metrics_(*deps.metrics),
       clock_(*deps.clock),
       wakeup_(*deps.wakeup),
-      address_(deps.assigned.aggregator_address()) {}
+      compressor_(CompressionOf(deps.assigned.spec())),
+      address_(deps.assigned.aggregator_address()) {
+  const tensor::CompressionSettings& c = compressor_.settings();
+  if (c.codec == common::v1::ENCODING_SPARSE) {
+    LogInfo(absl::StrFormat("task %s: updates are compressed: top-k %g of each tensor, values %s",
+                            task_, c.topk_ratio, common::v1::Encoding_Name(c.topk_values)));
+  } else if (c.codec != common::v1::ENCODING_RAW) {
+    LogInfo("task ", task_, ": updates are compressed: ", common::v1::Encoding_Name(c.codec));
+  }
+}
 
 bool AggregatorPeer::Reassign(const std::string& address) {
   if (address == address_) {
@@ -155,8 +187,8 @@ void AggregatorPeer::PublishSnapshot(uint64_t version) {
       Snapshot{task_, version, std::make_shared<const tensor::FlatModel>(*std::move(state))});
 }
 
-absl::StatusOr<std::shared_ptr<tensor::FlatModel>> AggregatorPeer::DeltaOf(
-    tensor::FlatModel params) const {
+absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> AggregatorPeer::DeltaOf(
+    tensor::FlatModel params) {
   if (!global_version_ || params.layout != global_layout_) {
     return absl::FailedPreconditionError("no global model of this layout is held");
   }
@@ -164,7 +196,7 @@ absl::StatusOr<std::shared_ptr<tensor::FlatModel>> AggregatorPeer::DeltaOf(
   SHOAL_RETURN_IF_ERROR(global_values_->SubtractFrom(absl::MakeSpan(delta->values)));
   // Test-only: a Byzantine peer pushes a corrupted delta; what it keeps is its own model.
   deps_.byzantine.CorruptDelta(delta->values);
-  return delta;
+  return compressor_.Compress(std::move(delta));
 }
 
 }  // namespace shoal::peer

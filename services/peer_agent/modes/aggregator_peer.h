@@ -23,6 +23,7 @@
 #include "libs/common/backoff.h"
 #include "libs/common/clock.h"
 #include "libs/rpc/retry.h"
+#include "libs/tensor/compression.h"
 #include "libs/tensor/flat_model.h"
 #include "libs/tensor/spill_file.h"
 #include "libs/training/trainer.h"
@@ -42,6 +43,9 @@ struct AggregatorCallOptions {
 
 // Owned by a runner and used on its worker thread only; `deps` must hold an aggregator (the
 // runners' factories check it with CheckRunnerDeps). Not thread-safe.
+// The compression settings of `spec` (TaskSpec.compression, topk_ratio, topk_values).
+tensor::CompressionSettings CompressionOf(const common::v1::TaskSpec& spec);
+
 class AggregatorPeer {
  public:
   AggregatorPeer(const ModeRunnerDeps& deps, AggregatorCallOptions options);
@@ -87,9 +91,11 @@ class AggregatorPeer {
   // Forgets the model held (its version numbers belong to another aggregator now).
   void Forget() { global_version_.reset(); }
   const std::optional<uint64_t>& global_version() const { return global_version_; }
-  // The trainer's parameters `params` minus the global model held, computed in place, corrupted
-  // by the test-only Byzantine fault. Errors: from reading the global model back from disk.
-  absl::StatusOr<std::shared_ptr<tensor::FlatModel>> DeltaOf(tensor::FlatModel params) const;
+  // The update to push: the trainer's parameters `params` minus the global model held, computed
+  // in place, corrupted by the test-only Byzantine fault, then compressed as the task says
+  // (TaskSpec.compression; top-k adds what earlier updates left out). Errors: from reading the
+  // global model back from disk.
+  absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> DeltaOf(tensor::FlatModel params);
 
  private:
   const ModeRunnerDeps& deps_;
@@ -105,6 +111,7 @@ class AggregatorPeer {
   // Keeps `model` (the trainer's parameters now) as the global model of `version`.
   absl::Status Hold(uint64_t version, const tensor::FlatModel& model);
 
+  tensor::Compressor compressor_;
   std::string address_;
   std::optional<uint64_t> global_version_;
   tensor::ModelLayout global_layout_;

@@ -236,7 +236,8 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Iterate(
     return Outcome::kFailed;
   }
   // 4. Push the delta against the version trained from.
-  absl::StatusOr<std::shared_ptr<tensor::FlatModel>> delta = peer_.DeltaOf(*std::move(params));
+  absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> delta =
+      peer_.DeltaOf(*std::move(params));
   if (!delta.ok()) {
     ReportError(delta.status());
     return Outcome::kFailed;
@@ -246,7 +247,7 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Iterate(
 
 FederatedAsyncRunner::Outcome FederatedAsyncRunner::Push(
     uint64_t version, const training::TrainStats& stats,
-    std::shared_ptr<const tensor::FlatModel> delta, const std::function<bool()>& keep_going) {
+    std::shared_ptr<const tensor::EncodedModel> delta, const std::function<bool()>& keep_going) {
   aggregator::v1::UpdateMeta meta;
   meta.set_task(task_);
   meta.set_round(0);  // the task's buffer
@@ -263,12 +264,15 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Push(
       });
   if (pushed.ok()) {
     metrics_.async_pushes_accepted.Increment();
-    metrics_.bytes_sent.Increment(static_cast<double>(delta->layout.total_bytes()));
+    metrics_.bytes_sent.Increment(static_cast<double>(delta->payload_bytes()));
+    metrics_.update_bytes_sent.Increment(static_cast<double>(delta->payload_bytes()));
+    metrics_.update_bytes_raw.Increment(static_cast<double>(delta->layout.total_bytes()));
     last_error_.clear();
     last_pushed_base_ = version;
-    LogInfo(absl::StrFormat("task %s: pushed %d batches trained from version %d, loss %.4f%s",
-                            task_, stats.batches, version, stats.mean_loss,
-                            *pushed ? " (duplicate)" : ""));
+    LogInfo(
+        absl::StrFormat("task %s: pushed %d batches trained from version %d, loss %.4f, %d bytes%s",
+                        task_, stats.batches, version, stats.mean_loss, delta->payload_bytes(),
+                        *pushed ? " (duplicate)" : ""));
     return Outcome::kPushed;
   }
   const absl::Status& s = pushed.status();

@@ -102,7 +102,7 @@ class FederatedAsyncRunner final : public ModeRunner {
   Outcome Iterate(uint64_t version, const std::function<bool()>& keep_going);
   // Step 4: pushes `delta` trained from `version`.
   Outcome Push(uint64_t version, const training::TrainStats& stats,
-               std::shared_ptr<const tensor::FlatModel> delta,
+               std::shared_ptr<const tensor::EncodedModel> delta,
                const std::function<bool()>& keep_going);
   // The version to train from: the newest published, at least TrainAsync.model_version.
   uint64_t TargetVersion() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -125,27 +125,29 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
   ReturnFreeMemory();
   // The delta is computed in place in the one copy of the parameters.
   absl::StatusOr<tensor::FlatModel> params = trainer_.GetState(/*include_buffers=*/true);
-  absl::StatusOr<std::shared_ptr<tensor::FlatModel>> delta =
+  absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> delta =
       params.ok() ? peer_.DeltaOf(*std::move(params)) : params.status();
   if (!delta.ok()) {
     LogError("task ", task_, " round ", m.round(), ": ", delta.status().message());
     Send(MakePeerError(m.round(), delta.status()));
     return;
   }
+  const uint64_t sent = (*delta)->payload_bytes();
   const std::optional<bool> duplicate = Push(m, *stats, *std::move(delta), deadline, keep_going);
   if (!duplicate) return;
 
   metrics_.rounds_completed.Increment();
   const double seconds = absl::ToDoubleSeconds(clock_.Now() - start);
   metrics_.round_duration.Observe(seconds);
-  LogInfo(absl::StrFormat("task %s round %d: trained %d batches, loss %.4f, %d samples, %.2f s%s",
-                          task_, m.round(), stats->batches, stats->mean_loss, stats->samples,
-                          seconds, *duplicate ? " (duplicate)" : ""));
+  LogInfo(absl::StrFormat(
+      "task %s round %d: trained %d batches, loss %.4f, %d samples, pushed %d bytes, %.2f s%s",
+      task_, m.round(), stats->batches, stats->mean_loss, stats->samples, sent, seconds,
+      *duplicate ? " (duplicate)" : ""));
 }
 
 std::optional<bool> FederatedSyncRunner::Push(const coordinator::v1::RoundStarted& m,
                                               const training::TrainStats& stats,
-                                              std::shared_ptr<const tensor::FlatModel> delta,
+                                              std::shared_ptr<const tensor::EncodedModel> delta,
                                               absl::Time deadline,
                                               const std::function<bool()>& keep_going) {
   aggregator::v1::UpdateMeta meta;
@@ -179,7 +181,9 @@ std::optional<bool> FederatedSyncRunner::Push(const coordinator::v1::RoundStarte
     }
     return std::nullopt;
   }
-  metrics_.bytes_sent.Increment(static_cast<double>(delta->layout.total_bytes()));
+  metrics_.bytes_sent.Increment(static_cast<double>(delta->payload_bytes()));
+  metrics_.update_bytes_sent.Increment(static_cast<double>(delta->payload_bytes()));
+  metrics_.update_bytes_raw.Increment(static_cast<double>(delta->layout.total_bytes()));
   return *pushed;
 }
 

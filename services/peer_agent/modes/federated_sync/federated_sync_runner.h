@@ -74,7 +74,7 @@ class FederatedSyncRunner final : public ModeRunner {
   // when the update was not accepted (already logged and reported).
   std::optional<bool> Push(const coordinator::v1::RoundStarted& m,
                            const training::TrainStats& stats,
-                           std::shared_ptr<const tensor::FlatModel> delta, absl::Time deadline,
+                           std::shared_ptr<const tensor::EncodedModel> delta, absl::Time deadline,
                            const std::function<bool()>& keep_going);
   void Send(const coordinator::v1::PeerMessage& message) const;
 

@@ -1,0 +1,96 @@
+#pragma once
+
+// Compressed updates: the encodings of tensor.proto (FP16, INT8, SPARSE) and a per-peer
+// compressor with an error-feedback residual. Models always travel raw; only updates (deltas)
+// are compressed, and the receiver's FrameDecoder decodes them back to float32 with the same
+// checks as raw ones (sizes, digests, finite values) plus the encodings' own (indices in range
+// and increasing, a finite scale, int8 in [-127, 127]).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "libs/tensor/flat_model.h"
+#include "shoal/common/v1/tensor.pb.h"
+
+namespace shoal::tensor {
+
+// How one tensor travels (TensorHeader.encoding, values_encoding and nonzeros).
+struct TensorEncoding {
+  common::v1::Encoding encoding = common::v1::ENCODING_RAW;
+  common::v1::Encoding values_encoding = common::v1::ENCODING_UNSPECIFIED;  // SPARSE only
+  uint64_t nonzeros = 0;                                                    // SPARSE only
+
+  static TensorEncoding Of(const common::v1::TensorHeader& header);
+  void ToHeader(common::v1::TensorHeader* header) const;
+};
+
+// A model or update as it travels: each tensor's encoding and payload bytes. Built in place
+// behind a shared_ptr and never moved after (the payloads may point into `storage`).
+struct EncodedModel {
+  ModelLayout layout;
+  std::vector<TensorEncoding> encodings;    // one per tensor
+  std::vector<absl::string_view> payloads;  // one per tensor, into `storage` or `owner`
+  std::vector<std::string> storage;
+  std::shared_ptr<const void> owner;
+
+  uint64_t payload_bytes() const;
+};
+
+// `model` raw (float32), without a copy: the payloads are views of the model's values.
+std::shared_ptr<const EncodedModel> EncodeRaw(std::shared_ptr<const FlatModel> model);
+
+// The payload size a tensor of `elements` values may have in encoding `e`. Never more than the
+// raw size (a sender falls back to raw rather than send more). INVALID_ARGUMENT naming what is
+// wrong (the caller adds the tensor's name).
+absl::Status CheckEncodedSize(const TensorEncoding& e, uint64_t elements, uint64_t size_bytes);
+
+// Decodes a payload (whose size passed CheckEncodedSize) into `out` (one float per element,
+// every element written). INVALID_ARGUMENT for an index out of range or not increasing, a
+// truncated or overlong varint, a bad scale or an int8 of -128. Values are not checked for
+// finiteness here (the decoder does, for raw and decoded values alike).
+absl::Status DecodeTensor(const TensorEncoding& e, absl::string_view payload,
+                          absl::Span<float> out);
+
+// The whole model back as float32 (tests, in-process fakes).
+absl::StatusOr<FlatModel> DecodeModel(const EncodedModel& model);
+
+// IEEE binary16 conversions. FloatToHalf rounds to nearest even and clamps finite values beyond
+// the half range to +-65504; infinities and NaN stay infinite and NaN.
+uint16_t FloatToHalf(float value);
+float HalfToFloat(uint16_t half);
+
+// How a peer compresses its updates: a codec among RAW (none), FP16, INT8 and SPARSE (top-k),
+// for SPARSE the fraction of each tensor's values kept and how they are encoded.
+struct CompressionSettings {
+  common::v1::Encoding codec = common::v1::ENCODING_RAW;
+  double topk_ratio = 0.01;                                     // SPARSE: (0, 1]
+  common::v1::Encoding topk_values = common::v1::ENCODING_RAW;  // SPARSE: RAW, FP16, INT8
+};
+
+// Compresses one peer's successive updates. Top-k keeps, per value, what it did not send (the
+// error-feedback residual, one model of memory) and adds it to the next update, so every
+// gradient step reaches the model eventually. Per tensor, top-k falls back to its values
+// encoding sent dense when the sparse form would not be smaller. Not thread-safe.
+class Compressor {
+ public:
+  explicit Compressor(CompressionSettings settings) : settings_(settings) {}
+
+  const CompressionSettings& settings() const { return settings_; }
+  // Encodes `update` (consumed: it holds the update plus the residual afterwards). For RAW the
+  // result is `update` itself, uncopied.
+  std::shared_ptr<const EncodedModel> Compress(std::shared_ptr<FlatModel> update);
+  // The residual's squared L2 norm (0 without top-k): what is still waiting to be sent.
+  double ResidualSumSquares() const;
+
+ private:
+  CompressionSettings settings_;
+  std::vector<float> residual_;  // SPARSE only, sized at the first update
+};
+
+}  // namespace shoal::tensor

@@ -1,0 +1,271 @@
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/tensor/compression.h"
+#include "libs/tensor/flat_model.h"
+#include "libs/tensor/frame_codec.h"
+
+namespace shoal::tensor {
+namespace {
+
+using common::v1::ENCODING_FP16;
+using common::v1::ENCODING_INT8;
+using common::v1::ENCODING_RAW;
+using common::v1::ENCODING_SPARSE;
+using common::v1::TensorFrame;
+using ::testing::HasSubstr;
+
+std::shared_ptr<FlatModel> RandomModel(std::vector<TensorSpec> specs, uint32_t seed,
+                                       float scale = 1.0f) {
+  auto m = std::make_shared<FlatModel>();
+  m->layout = *ModelLayout::Create(std::move(specs));
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  m->values.resize(m->layout.total_elements());
+  for (float& v : m->values) v = normal(gen);
+  return m;
+}
+
+std::vector<TensorSpec> Specs() {
+  return {
+      {"conv.weight", {8, 1, 5, 5}}, {"conv.bias", {8}}, {"empty", {0}}, {"fc.weight", {10, 4000}}};
+}
+
+// Streams `model` through FrameEncoder and a ForLayout decoder (what the aggregator runs).
+absl::StatusOr<FlatModel> RoundTrip(const EncodedModel& model, size_t chunk = 4096) {
+  FrameEncoder encoder(model, chunk);
+  FrameDecoder decoder = FrameDecoder::ForLayout(model.layout, /*require_finite=*/true);
+  TensorFrame frame;
+  while (encoder.Next(&frame)) {
+    if (absl::Status s = decoder.Add(frame); !s.ok()) return s;
+  }
+  return std::move(decoder).Finish();
+}
+
+TEST(HalfTest, EveryFiniteHalfRoundTrips) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = HalfToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(f))));
+      continue;
+    }
+    ASSERT_EQ(FloatToHalf(f), h) << "half 0x" << std::hex << h << " = " << f;
+  }
+}
+
+TEST(HalfTest, RoundsToNearestEvenAndClamps) {
+  EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(FloatToHalf(-2.0f), 0xc000);
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(1e6f), 0x7bff);  // clamped, not infinite
+  EXPECT_EQ(FloatToHalf(-1e30f), 0xfbff);
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -24)), 0x0001);             // the smallest subnormal
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -25)), 0x0000);             // a tie: to even (0)
+  EXPECT_EQ(FloatToHalf(3 * std::ldexp(1.0f, -25)), 0x0002);         // a tie: to even (2)
+  EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3c00);      // tie below: even
+  EXPECT_EQ(FloatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);  // tie above: even
+  EXPECT_EQ(FloatToHalf(std::numeric_limits<float>::infinity()), 0x7c00);
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(std::nanf("")))));
+}
+
+TEST(CompressionTest, RawIsTheModelItselfUncopied) {
+  auto update = RandomModel(Specs(), 1);
+  const float* data = update->values.data();
+  Compressor compressor({});
+  std::shared_ptr<const EncodedModel> encoded = compressor.Compress(update);
+  EXPECT_EQ(encoded->payloads[0].data(), reinterpret_cast<const char*>(data));
+  EXPECT_EQ(encoded->payload_bytes(), update->layout.total_bytes());
+  auto decoded = RoundTrip(*encoded);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->values, update->values);
+}
+
+TEST(CompressionTest, Fp16HalvesTheBytesWithinHalfPrecision) {
+  auto update = RandomModel(Specs(), 2);
+  const std::vector<float> original = update->values;
+  Compressor compressor({ENCODING_FP16});
+  auto encoded = compressor.Compress(update);
+  EXPECT_EQ(encoded->payload_bytes(), update->layout.total_bytes() / 2);
+  auto decoded = RoundTrip(*encoded);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  for (size_t i = 0; i < original.size(); ++i) {
+    EXPECT_NEAR(decoded->values[i], original[i], std::fabs(original[i]) / 1024 + 1e-7) << i;
+  }
+}
+
+TEST(CompressionTest, Int8KeepsEachValueWithinHalfAStep) {
+  auto update = RandomModel(Specs(), 3, 0.01f);
+  const std::vector<float> original = update->values;
+  Compressor compressor({ENCODING_INT8});
+  auto encoded = compressor.Compress(update);
+  // One scale per (non-empty) tensor and a byte per value.
+  EXPECT_EQ(encoded->payload_bytes(), update->layout.total_elements() + 3 * sizeof(float));
+  auto decoded = RoundTrip(*encoded);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  const ModelLayout& layout = update->layout;
+  for (size_t t = 0; t < layout.num_tensors(); ++t) {
+    const size_t n = layout.tensors()[t].NumElements();
+    const float* x = original.data() + layout.offset(t);
+    float max_abs = 0;
+    for (size_t i = 0; i < n; ++i) max_abs = std::max(max_abs, std::fabs(x[i]));
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(decoded->values[layout.offset(t) + i], x[i], max_abs / 127 / 2 * 1.001f);
+    }
+  }
+}
+
+TEST(CompressionTest, TopKSendsTheLargestAndFeedsTheRestBack) {
+  auto u1 = RandomModel(Specs(), 4);
+  auto u2 = RandomModel(Specs(), 5);
+  const std::vector<float> first = u1->values;
+  const std::vector<float> second = u2->values;
+  Compressor compressor({ENCODING_SPARSE, 0.01, ENCODING_RAW});
+  auto e1 = compressor.Compress(u1);
+  const ModelLayout& layout = e1->layout;
+  // Per tensor, 1% rounded up: fc.weight (40,000 values) keeps 400, conv.weight (200) 2,
+  // conv.bias (8) 1.
+  EXPECT_EQ(e1->encodings[3].encoding, ENCODING_SPARSE);
+  EXPECT_EQ(e1->encodings[3].nonzeros, 400u);
+  EXPECT_EQ(e1->encodings[0].nonzeros, 2u);
+  EXPECT_EQ(e1->encodings[1].nonzeros, 1u);
+  auto s1 = RoundTrip(*e1);
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  // The kept values are exactly the largest magnitudes of fc.weight.
+  {
+    const size_t off = layout.offset(3), n = 40000;
+    std::vector<float> mags;
+    for (size_t i = 0; i < n; ++i) mags.push_back(std::fabs(first[off + i]));
+    std::nth_element(mags.begin(), mags.begin() + (n - 400), mags.end());
+    const float threshold = mags[n - 400];
+    size_t kept = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float sent = s1->values[off + i];
+      if (sent != 0) {
+        ++kept;
+        EXPECT_EQ(sent, first[off + i]);
+        EXPECT_GE(std::fabs(sent), threshold);
+      } else {
+        EXPECT_LE(std::fabs(first[off + i]), threshold);
+      }
+    }
+    EXPECT_EQ(kept, 400u);
+  }
+  EXPECT_GT(compressor.ResidualSumSquares(), 0);
+  auto e2 = compressor.Compress(u2);
+  auto s2 = RoundTrip(*e2);
+  ASSERT_TRUE(s2.ok()) << s2.status();
+  // Error feedback: what was sent plus what waits equals everything ever added.
+  double waiting = 0;
+  for (size_t i = 0; i < first.size(); ++i) {
+    const double left = static_cast<double>(first[i]) + second[i] - s1->values[i] - s2->values[i];
+    waiting += left * left;
+  }
+  EXPECT_NEAR(compressor.ResidualSumSquares(), waiting, 1e-4 * waiting);
+}
+
+TEST(CompressionTest, TopKFallsBackToDenseWhenSparseIsNotSmaller) {
+  auto update = RandomModel(Specs(), 9);
+  const std::vector<float> original = update->values;
+  Compressor compressor({ENCODING_SPARSE, 1.0, ENCODING_RAW});
+  auto encoded = compressor.Compress(update);
+  for (const TensorEncoding& e : encoded->encodings) EXPECT_EQ(e.encoding, ENCODING_RAW);
+  auto decoded = RoundTrip(*encoded);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->values, original);
+  EXPECT_EQ(compressor.ResidualSumSquares(), 0);
+}
+
+TEST(CompressionTest, TopKOfOnePercentInInt8IsOverAHundredTimesSmaller) {
+  auto update = RandomModel({{"w", {1000, 1000}}}, 6);
+  Compressor compressor({ENCODING_SPARSE, 0.01, ENCODING_INT8});
+  auto encoded = compressor.Compress(update);
+  EXPECT_LT(encoded->payload_bytes() * 100, update->layout.total_bytes());
+  auto decoded = RoundTrip(*encoded);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(
+      std::count_if(decoded->values.begin(), decoded->values.end(), [](float v) { return v != 0; }),
+      10000);
+}
+
+TEST(CompressionTest, NonFiniteUpdatesTravelRawAndAreRefused) {
+  auto update = RandomModel(Specs(), 7);
+  update->values[update->layout.offset(3) + 17] = std::nanf("");
+  for (auto codec : {ENCODING_FP16, ENCODING_INT8, ENCODING_SPARSE}) {
+    auto copy = std::make_shared<FlatModel>(*update);
+    Compressor compressor({codec, 0.01, ENCODING_INT8});
+    auto encoded = compressor.Compress(copy);
+    EXPECT_EQ(encoded->encodings[3].encoding, ENCODING_RAW);
+    auto decoded = RoundTrip(*encoded);
+    ASSERT_FALSE(decoded.ok());
+    EXPECT_THAT(decoded.status().message(), HasSubstr("non-finite value"));
+  }
+}
+
+// One hand-made tensor "w" of 10 values.
+absl::Status DecodeHandMade(TensorEncoding e, std::string payload) {
+  auto model = std::make_shared<EncodedModel>();
+  model->layout = *ModelLayout::Create({{"w", {10}}});
+  model->encodings = {e};
+  model->storage = {std::move(payload)};
+  model->payloads = {model->storage[0]};
+  return RoundTrip(*model).status();
+}
+
+std::string Floats(std::vector<float> v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+TEST(CompressionTest, MalformedEncodingsAreRefusedByName) {
+  const TensorEncoding sparse2{ENCODING_SPARSE, ENCODING_RAW, 2};
+  // Indices 3 and 5 (gaps 3, 2): valid.
+  EXPECT_TRUE(DecodeHandMade(sparse2, std::string("\x03\x02") + Floats({1, 2})).ok());
+  const auto refused = [](absl::Status s, const std::string& what) {
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_THAT(s.message(), HasSubstr("tensor 'w'"));
+    EXPECT_THAT(s.message(), HasSubstr(what));
+  };
+  refused(DecodeHandMade(sparse2, std::string("\x03\x07") + Floats({1, 2})), "out of range");
+  refused(DecodeHandMade(sparse2, std::string("\x03\x00", 2) + Floats({1, 2})), "repeats index");
+  refused(DecodeHandMade({ENCODING_SPARSE, ENCODING_RAW, 1}, "\x03" + Floats({1, 2})),
+          "bytes follow");
+  refused(DecodeHandMade(sparse2, std::string("\x83\x80") + Floats({1, 2})), "repeats index");
+  refused(DecodeHandMade({ENCODING_SPARSE, ENCODING_RAW, 11}, std::string(40, '\x01')),
+          "nonzeros 11");
+  refused(DecodeHandMade({ENCODING_SPARSE, ENCODING_SPARSE, 1}, "\x01\x01"), "values_encoding");
+  refused(DecodeHandMade({ENCODING_SPARSE, ENCODING_RAW, 9}, std::string(41, '\x01')),
+          "size_bytes 41");
+  refused(DecodeHandMade({ENCODING_SPARSE, ENCODING_RAW, 1}, "\x01" + Floats({NAN})), "non-finite");
+  refused(DecodeHandMade({ENCODING_FP16}, std::string(19, '\0')), "size_bytes 19");
+  std::string int8 = Floats({0.5f}) + std::string(10, '\x01');
+  EXPECT_TRUE(DecodeHandMade({ENCODING_INT8}, int8).ok());
+  int8[7] = '\x80';
+  refused(DecodeHandMade({ENCODING_INT8}, int8), "-128");
+  refused(DecodeHandMade({ENCODING_INT8}, Floats({-1.0f}) + std::string(10, '\x01')), "scale");
+  refused(DecodeHandMade({ENCODING_INT8}, Floats({INFINITY}) + std::string(10, '\x01')), "scale");
+  refused(DecodeHandMade({static_cast<common::v1::Encoding>(9)}, Floats({1})), "encoding");
+}
+
+TEST(CompressionTest, ModelsTravelRawOnly) {
+  auto update = RandomModel(Specs(), 8);
+  Compressor compressor({ENCODING_FP16});
+  auto encoded = compressor.Compress(update);
+  auto decoder = FrameDecoder::ForMeta(MakeModelMeta("t", 1, encoded->layout), DecoderLimits{},
+                                       /*require_finite=*/true);
+  ASSERT_TRUE(decoder.ok());
+  FrameEncoder encoder(*encoded);
+  TensorFrame frame;
+  ASSERT_TRUE(encoder.Next(&frame));
+  absl::Status s = decoder->Add(frame);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("only accepted in updates"));
+}
+
+}  // namespace
+}  // namespace shoal::tensor
