@@ -12,6 +12,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "libs/common/status_macros.h"
 #include "libs/data/task_data.h"
 #include "libs/task/task_model.h"
@@ -234,6 +235,7 @@ absl::StatusOr<TrainStats> Trainer::TrainBatches(uint32_t n,
   m.touched = true;
   const size_t batch = m.options.spec.batch_size();
   TrainStats stats;
+  const absl::Time start = absl::Now();
   double loss_total = 0;
   absl::Cleanup release = [&m] { ReleaseGradients(*m.model); };
   try {
@@ -271,6 +273,7 @@ absl::StatusOr<TrainStats> Trainer::TrainBatches(uint32_t n,
     return TorchError("training", e);
   }
   stats.mean_loss = stats.batches == 0 ? 0 : loss_total / stats.batches;
+  stats.duration = absl::Now() - start;
   return stats;
 }
 

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "libs/data/dataset.h"
 #include "libs/tensor/flat_model.h"
 #include "libs/training/fashion_mnist.h"
@@ -50,6 +51,7 @@ struct TrainStats {
   double mean_loss = 0;  // mean of the batches' mean losses
   uint64_t samples = 0;  // samples trained
   uint32_t batches = 0;
+  absl::Duration duration;  // wall time, from the first batch to the last one's step
 };
 
 struct EvalStats {

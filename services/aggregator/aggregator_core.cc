@@ -34,8 +34,10 @@ absl::Status CheckBaseIsLatest(const AggregatorCore::Task& task, const std::stri
 }
 
 PushMeta PushMeta::From(const v1::UpdateMeta& m, std::string caller_identity) {
-  return PushMeta{m.task(),        m.round(),      m.peer_id(),       m.base_version(),
-                  m.num_samples(), m.train_loss(), m.session_token(), std::move(caller_identity)};
+  PushMeta meta{m.task(),        m.round(),      m.peer_id(),       m.base_version(),
+                m.num_samples(), m.train_loss(), m.session_token(), std::move(caller_identity)};
+  meta.train_ms = m.train_ms();
+  return meta;
 }
 
 OpenRoundParams OpenRoundParams::From(const v1::OpenRoundRequest& request) {
@@ -68,6 +70,7 @@ v1::CloseRoundResponse RoundResult::ToProto() const {
   response.set_mean_train_loss(mean_train_loss);
   response.set_digest_xxh3(digest);
   response.set_note(note);
+  response.set_model_bytes(model_bytes);
   return response;
 }
 
@@ -291,6 +294,8 @@ void AggregatorCore::NotifyAccepted(const Push& push) {
   accepted.set_peer_id(push.meta_.peer_id);
   accepted.set_base_version(push.meta_.base_version);
   accepted.set_num_samples(push.meta_.num_samples);
+  accepted.set_train_ms(push.meta_.train_ms);
+  accepted.set_update_bytes(push.bytes_received());
   Notify(push.meta_.task, event);
 }
 

@@ -53,6 +53,7 @@ struct PushMeta {
   double train_loss = 0;
   std::string session_token = "";    // UpdateMeta.session_token
   std::string caller_identity = "";  // the caller's TLS certificate name ("" for plaintext)
+  int64_t train_ms = 0;              // UpdateMeta.train_ms
 
   static PushMeta From(const v1::UpdateMeta& meta, std::string caller_identity);
 };
@@ -86,7 +87,8 @@ struct RoundResult {
   uint64_t num_samples = 0;
   double mean_train_loss = 0;
   uint64_t digest = 0;
-  std::string note;  // the strategy's AggregationReport.note (e.g. a degraded krum)
+  std::string note;          // the strategy's AggregationReport.note (e.g. a degraded krum)
+  uint64_t model_bytes = 0;  // of the version the round left
 
   v1::CloseRoundResponse ToProto() const;
 };

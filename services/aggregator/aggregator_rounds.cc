@@ -197,6 +197,7 @@ absl::StatusOr<RoundResult> AggregatorCore::CloseRound(const std::string& name, 
     result.digest = task->versions.at(result.version).digest;
     metrics_.model_version.Set(static_cast<double>(result.version));
   }
+  result.model_bytes = task->versions.at(result.version).model->layout.total_bytes();
   round->state = Round::State::kClosed;
   task->closed[number] = result;
   while (task->closed.size() > static_cast<size_t>(options_.closed_rounds_kept)) {

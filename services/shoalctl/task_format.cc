@@ -42,12 +42,32 @@ std::string PeerDataToJson(const coordinator::v1::PeerData& d) {
                       absl::StrJoin(d.label_histogram(), ","), "]}");
 }
 
-std::string PeerTimesToJson(const RoundSummary& r) {
+// {"peer": value} over the round's peer times.
+template <typename Value>
+std::string PeerTimesToJson(const RoundSummary& r, Value value) {
   std::vector<std::string> items;
   for (const auto& t : r.peer_times()) {
-    items.push_back(absl::StrCat(JsonQuote(t.peer_id()), ":", t.ms()));
+    items.push_back(absl::StrCat(JsonQuote(t.peer_id()), ":", value(t)));
   }
   return absl::StrCat("{", absl::StrJoin(items, ","), "}");
+}
+
+// The median of `values` (0 when empty).
+int64_t Median(std::vector<int64_t> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// What a federated-sync round moved: each participant's download of the model and the
+// updates as they travelled; "-" when not measured.
+std::string MovedBytes(const RoundSummary& r) {
+  if (r.model_bytes() == 0) return "-";
+  const double bytes = static_cast<double>(r.update_bytes()) +
+                       static_cast<double>(r.model_bytes()) * r.participants_size();
+  if (bytes >= 1e9) return absl::StrFormat("%.2fGB", bytes / 1e9);
+  if (bytes >= 1e6) return absl::StrFormat("%.1fMB", bytes / 1e6);
+  return absl::StrFormat("%.0fkB", bytes / 1e3);
 }
 
 // A federated-async task counts model versions, the others rounds.
@@ -130,30 +150,46 @@ std::string RoundToJson(const RoundSummary& r) {
       ",\"removed\":", JsonStringArray(r.removed()), ",\"overhead_ms\":", r.overhead_ms(),
       ",\"completed_unix_ms\":", r.completed_unix_ms(),
       ",\"mean_staleness\":", JsonNumber(r.mean_staleness()), ",\"note\":", JsonQuote(r.note()),
-      ",\"peer_times\":", PeerTimesToJson(r), "}");
+      ",\"peer_times\":", PeerTimesToJson(r, [](const auto& t) { return t.ms(); }),
+      ",\"peer_train_ms\":", PeerTimesToJson(r, [](const auto& t) { return t.train_ms(); }),
+      ",\"peer_update_bytes\":", PeerTimesToJson(r, [](const auto& t) { return t.update_bytes(); }),
+      ",\"update_bytes\":", r.update_bytes(), ",\"model_bytes\":", r.model_bytes(), "}");
 }
 
 // Each peer's median time from a round's open to its accepted update, over the rounds of the
-// history that have one, slowest first.
+// history that have one, slowest first; and of that, the median training and the rest (the
+// model's download, the delta, the push).
 std::string FormatPeerRoundTimes(const TaskStatus& status) {
-  std::map<std::string, std::vector<int64_t>> times;
+  struct Times {
+    std::vector<int64_t> total, train, rest;
+  };
+  std::map<std::string, Times> times;
   for (const RoundSummary& r : status.history()) {
-    for (const auto& t : r.peer_times()) times[t.peer_id()].push_back(t.ms());
+    for (const auto& t : r.peer_times()) {
+      Times& p = times[t.peer_id()];
+      p.total.push_back(t.ms());
+      if (t.train_ms() > 0) {
+        p.train.push_back(t.train_ms());
+        p.rest.push_back(std::max<int64_t>(0, t.ms() - t.train_ms()));
+      }
+    }
   }
   if (times.empty()) return "";
   std::vector<std::pair<int64_t, std::string>> medians;
-  for (auto& [peer, ms] : times) {
-    std::sort(ms.begin(), ms.end());
-    medians.emplace_back(ms[ms.size() / 2], peer);
-  }
+  for (const auto& [peer, t] : times) medians.emplace_back(Median(t.total), peer);
   std::sort(medians.rbegin(), medians.rend());
   std::string out =
       "round times:   open to update accepted, each peer's median over the rounds "
       "above\n";
   for (const auto& [ms, peer] : medians) {
+    const Times& t = times[peer];
+    const std::string split =
+        t.train.empty() ? ""
+                        : absl::StrCat("  train ", FormatDurationMs(Median(t.train)),
+                                       ", model and push ", FormatDurationMs(Median(t.rest)));
     absl::StrAppend(&out, "  ",
-                    absl::StrFormat("%-16s %8s  (%d rounds)\n", peer, FormatDurationMs(ms),
-                                    times[peer].size()));
+                    absl::StrFormat("%-16s %8s  (%d rounds)%s\n", peer, FormatDurationMs(ms),
+                                    t.total.size(), split));
   }
   return out;
 }
@@ -269,8 +305,10 @@ std::string FormatRoundTableHeader(common::v1::Mode mode) {
                            "joins", "leaves", "retries", "removed", "train_loss", "test_acc",
                            "duration", "overhead");
   }
-  return absl::StrFormat("%5s  %-6s  %7s  %10s  %8s  %9s\n", "round", "peers", "dropped",
-                         "train_loss", "test_acc", "duration");
+  // Federated-sync: also what the round moved, and its contributors' median training time and
+  // the rest of their time (download, delta, push).
+  return absl::StrFormat("%5s  %-6s  %7s  %10s  %8s  %9s  %8s  %7s  %7s\n", "round", "peers",
+                         "dropped", "train_loss", "test_acc", "duration", "moved", "train", "comm");
 }
 
 std::string FormatRoundTableRow(common::v1::Mode mode, const RoundSummary& r) {
@@ -286,9 +324,17 @@ std::string FormatRoundTableRow(common::v1::Mode mode, const RoundSummary& r) {
                            r.removed_size(), Fixed(r.mean_train_loss(), 4), test_acc,
                            FormatDurationMs(r.duration_ms()), FormatDurationMs(r.overhead_ms()));
   }
-  return absl::StrFormat("%5d  %-6d  %7d  %10s  %8s  %9s\n", r.round(), r.participants_size(),
-                         r.dropped_size(), Fixed(r.mean_train_loss(), 4), test_acc,
-                         FormatDurationMs(r.duration_ms()));
+  std::vector<int64_t> train, comm;
+  for (const auto& t : r.peer_times()) {
+    if (t.train_ms() <= 0) continue;
+    train.push_back(t.train_ms());
+    comm.push_back(std::max<int64_t>(0, t.ms() - t.train_ms()));
+  }
+  return absl::StrFormat("%5d  %-6d  %7d  %10s  %8s  %9s  %8s  %7s  %7s\n", r.round(),
+                         r.participants_size(), r.dropped_size(), Fixed(r.mean_train_loss(), 4),
+                         test_acc, FormatDurationMs(r.duration_ms()), MovedBytes(r),
+                         train.empty() ? "-" : FormatDurationMs(Median(train)),
+                         comm.empty() ? "-" : FormatDurationMs(Median(comm)));
 }
 
 std::string FormatSummary(const TaskStatus& status) {

@@ -3,8 +3,15 @@
 // the coordinator's RSS over time and the latency of round events. A small baseline fleet runs
 // first in the same run, so the latencies come with a ratio to it.
 //
+// With --model-mb (scripts/bench-round) the model and every update are that large and each peer
+// pulls every version it does not hold, so a round is the whole data path (the update pushed,
+// aggregated, the new version published, checkpointed by the coordinator and pulled by every
+// peer); it then reports the round time against the same bytes over raw TCP, one transfer after
+// another, measured in the same run, and the aggregator's peak RSS.
+//
 //   coordinator_bench [--peers 1000] [--duration 5m] [--baseline-peers 10]
 //                     [--baseline-duration 30s] [--warmup 60s] [--bin-dir DIR]
+//                     [--model-mb 0] [--max-concurrent-pushes 16]
 //
 // Exit code 0 when there were no errors, 1 otherwise.
 
@@ -16,6 +23,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -30,6 +38,7 @@
 #include "services/shoalctl/process.h"
 #include "shoal/coordinator/v1/control.grpc.pb.h"
 #include "tests/bench/light_peer.h"
+#include "tests/bench/raw_tcp.h"
 
 ABSL_FLAG(int, peers, 1000, "concurrent peer sessions in the measured phase");
 ABSL_FLAG(absl::Duration, duration, absl::Minutes(5), "how long the measured phase holds them");
@@ -39,6 +48,10 @@ ABSL_FLAG(absl::Duration, warmup, absl::Seconds(60),
           "RSS growth is measured from this point of the measured phase to its end");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2),
           "the coordinator's --heartbeat-interval (its default)");
+ABSL_FLAG(int, model_mb, 0,
+          "model and update size in MB (10^6 bytes); > 0: peers also pull every model version "
+          "and the data path is reported");
+ABSL_FLAG(int, max_concurrent_pushes, 16, "the aggregator's --max-concurrent-pushes");
 ABSL_FLAG(std::string, bin_dir, "",
           "where shoal-coordinator and shoal-aggregator are "
           "(default: ../../bin from this binary)");
@@ -53,14 +66,17 @@ using shoal::bench::Fleet;
   std::exit(1);
 }
 
-double RssMiB(pid_t pid) {
+// A /proc/PID/status field in KiB ("VmRSS", "VmHWM") as MiB.
+double StatusMiB(pid_t pid, const std::string& field) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;
   }
   return -1;
 }
+
+double RssMiB(pid_t pid) { return StatusMiB(pid, "VmRSS"); }
 
 // CPU seconds (user + system) the process has used so far, from /proc/PID/stat.
 double CpuSeconds(pid_t pid) {
@@ -127,9 +143,10 @@ class Bench {
         {"--state-dir=" + dir_ + "/state",
          "--heartbeat-interval=" + absl::FormatDuration(absl::GetFlag(FLAGS_heartbeat_interval))});
     control_ = cv1::ControlService::NewStub(shoal::rpc::MakeChannel(coordinator_address_));
-    aggregator_ =
-        StartService("aggregator", "shoal-aggregator",
-                     {"--coordinator=" + coordinator_address_, "--max-concurrent-pushes=16"});
+    aggregator_ = StartService(
+        "aggregator", "shoal-aggregator",
+        {"--coordinator=" + coordinator_address_,
+         absl::StrCat("--max-concurrent-pushes=", absl::GetFlag(FLAGS_max_concurrent_pushes))});
   }
 
   // Runs one phase: a task for exactly `peers` peers, the fleet held for `duration`.
@@ -141,6 +158,11 @@ class Bench {
     options.name_prefix = name;
     options.coordinator = coordinator_address_;
     options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+    const int64_t model_bytes = int64_t{absl::GetFlag(FLAGS_model_mb)} * 1'000'000;
+    if (model_bytes > 0) {
+      options.model_floats = model_bytes / 4;
+      options.download = true;
+    }
     Fleet fleet(options);
     const absl::Time t0 = absl::Now();
     fleet.Start();
@@ -208,8 +230,61 @@ class Bench {
     PrintLatency(name, "round (first RoundStarted -> last ModelPublished)", l.round_ms, name);
     PrintLatency(name, "RoundStarted fan-out (arrival - first arrival)", l.fanout_ms, name);
     PrintLatency(name, "ModelPublished after the last accepted push", l.publish_ms, name);
+    if (model_bytes > 0) PrintDataPath(name, fleet.Rounds(), peers, model_bytes);
     std::fflush(stdout);
     phases_.push_back(std::move(l));
+  }
+
+  // A round moves, per peer, its update up and the new version down (the version a round
+  // starts from is the one each peer pulled after the last publish). Its time, first
+  // RoundStarted to the last peer holding the new version, against those bytes sent one after
+  // another over one raw loopback TCP connection.
+  void PrintDataPath(const std::string& name,
+                     const std::map<uint64_t, shoal::bench::RoundTimes>& rounds, int peers,
+                     int64_t model_bytes) {
+    std::vector<double> round_s, open_s;
+    double published = -1;  // the previous round's first ModelPublished
+    for (const auto& [round, t] : rounds) {
+      const bool complete = t.started.size() == static_cast<size_t>(peers) &&
+                            t.downloaded.size() == static_cast<size_t>(peers);
+      const double first =
+          t.started.empty() ? -1 : *std::min_element(t.started.begin(), t.started.end());
+      if (published >= 0 && first >= 0) open_s.push_back(first - published);
+      if (complete && round > 1) {  // round 1 also pulls the initial model
+        round_s.push_back(*std::max_element(t.downloaded.begin(), t.downloaded.end()) - first);
+      }
+      published =
+          t.published.empty() ? -1 : *std::min_element(t.published.begin(), t.published.end());
+    }
+    if (round_s.empty()) Die(name + ": no complete round to measure");
+    std::vector<char> model(static_cast<size_t>(model_bytes), 1), sink(model.size(), 1);
+    std::vector<double> tcp_s;
+    for (int rep = 0; rep < 3; ++rep) {
+      tcp_s.push_back(shoal::bench::RawTcpSeconds(model.data(), model.size(), 1 << 20, sink));
+    }
+    const double tcp_round = 2.0 * peers * Percentile(tcp_s, 0.5);
+    const double round = Percentile(round_s, 0.5);
+    const double hwm = StatusMiB(aggregator_->pid(), "VmHWM");
+    const double model_mib = static_cast<double>(model_bytes) / (1 << 20);
+    std::printf(
+        "%s: data path: %.0f MB model, %d peers, %zu rounds measured: round (first RoundStarted "
+        "-> every peer holding the new version) p50 %.2f s, min %.2f s; the same %.2f GB over "
+        "raw TCP one after another %.2f s (%.2f GB/s): ratio %.2f\n",
+        name.c_str(), static_cast<double>(model_bytes) / 1e6, peers, round_s.size(), round,
+        *std::min_element(round_s.begin(), round_s.end()),
+        2.0 * peers * static_cast<double>(model_bytes) / 1e9, tcp_round,
+        static_cast<double>(model_bytes) / 1e9 / Percentile(tcp_s, 0.5), round / tcp_round);
+    if (!open_s.empty()) {
+      std::printf(
+          "%s: from a round's ModelPublished to the next round's RoundStarted (the "
+          "version's checkpoint runs meanwhile): p50 %.0f ms (%.1f%% of the round)\n",
+          name.c_str(), Percentile(open_s, 0.5) * 1e3, 100 * Percentile(open_s, 0.5) / round);
+    }
+    std::printf(
+        "%s: aggregator peak RSS %.0f MiB = %.2f x the model (bound: (max concurrent pushes %d "
+        "+ 2) x the model = %.0f MiB)\n",
+        name.c_str(), hwm, hwm / model_mib, absl::GetFlag(FLAGS_max_concurrent_pushes),
+        (absl::GetFlag(FLAGS_max_concurrent_pushes) + 2) * model_mib);
   }
 
   void PrintRatios() {

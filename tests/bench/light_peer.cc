@@ -12,7 +12,7 @@ namespace shoal::bench {
 namespace v1 = coordinator::v1;
 
 namespace {
-enum EventKind { kStarted = 0, kPushed = 1, kPublished = 2 };
+enum EventKind { kStarted = 0, kPushed = 1, kPublished = 2, kDownloaded = 3 };
 constexpr absl::Duration kCallDeadline = absl::Seconds(30);
 }  // namespace
 
@@ -128,24 +128,57 @@ class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::Coor
         break;
       case v1::CoordinatorEvent::kRoundStarted:
         fleet_.Record(e.round_started().round(), kStarted, fleet_.Now());
-        Submit([this, task = e.task(), r = e.round_started()] { PushUpdate(task, r); });
+        Submit([this, task = e.task(), r = e.round_started()] {
+          if (fleet_.options_.download && !Download(task, r.model_version())) return;
+          PushUpdate(task, r);
+        });
         break;
       case v1::CoordinatorEvent::kModelPublished: {
         const v1::ModelPublished& p = e.model_published();
         fleet_.Record(p.round(), kPublished, fleet_.Now());
-        v1::PeerMessage report;
-        auto* r = report.mutable_eval_report();
-        report.set_task(e.task());
-        r->set_version(p.version());
-        r->set_correct(7);
-        r->set_total(10);
-        r->set_loss_sum(5.0);
-        Send(std::move(report));
+        if (!fleet_.options_.download) {
+          Evaluated(e.task(), p.version());
+          break;
+        }
+        Submit([this, task = e.task(), p] {
+          if (!Download(task, p.version())) return;
+          fleet_.Record(p.round(), kDownloaded, fleet_.Now());
+          Evaluated(task, p.version());
+        });
         break;
       }
       default:
         break;
     }
+  }
+
+  void Evaluated(const std::string& task, uint64_t version) {
+    v1::PeerMessage report;
+    auto* r = report.mutable_eval_report();
+    report.set_task(task);
+    r->set_version(version);
+    r->set_correct(7);
+    r->set_total(10);
+    r->set_loss_sum(5.0);
+    Send(std::move(report));
+  }
+
+  // Pulls model `version` unless this peer holds it (one download at a time per peer).
+  bool Download(const std::string& task, uint64_t version) {
+    absl::MutexLock lock(&download_mu_);
+    if (held_ == version) return true;
+    const std::string address = Aggregator();
+    const aggregator::Caller me = Me();
+    if (!CallWithRetry("GetModel", [&](absl::Time deadline) {
+          return fleet_.aggregator_
+              ->GetModelInto(address, task, version, me, deadline,
+                             [](size_t, absl::Span<const float>) { return absl::OkStatus(); })
+              .status();
+        })) {
+      return false;
+    }
+    held_ = version;
+    return true;
   }
 
   void Submit(std::function<void()> fn) {
@@ -190,6 +223,10 @@ class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::Coor
         })) {
       return;
     }
+    {
+      absl::MutexLock lock(&download_mu_);
+      held_ = 0;
+    }
     v1::PeerMessage done;
     done.set_task(task);
     done.mutable_model_initialized()->set_digest_xxh3(fleet_.model_->Digest());
@@ -233,6 +270,8 @@ class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::Coor
   std::string peer_id_ ABSL_GUARDED_BY(mu_);
   std::string session_token_ ABSL_GUARDED_BY(mu_);
   std::string aggregator_address_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex download_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  uint64_t held_ ABSL_GUARDED_BY(download_mu_) = ~uint64_t{0};  // the model version held
 };
 
 Fleet::Fleet(Options options)
@@ -273,7 +312,11 @@ double Fleet::Now() const {
 void Fleet::Record(uint64_t round, int kind, double t) {
   absl::MutexLock lock(&mu_);
   RoundTimes& r = rounds_[round];
-  (kind == kStarted ? r.started : kind == kPushed ? r.pushed : r.published).push_back(t);
+  (kind == kStarted     ? r.started
+   : kind == kPushed    ? r.pushed
+   : kind == kPublished ? r.published
+                        : r.downloaded)
+      .push_back(t);
 }
 
 std::map<uint64_t, RoundTimes> Fleet::Rounds() const {

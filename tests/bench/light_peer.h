@@ -1,8 +1,10 @@
 #pragma once
 
-// Light federated peers for the coordinator benchmark: each keeps a real Session stream to the
-// coordinator and answers it like shoal-peer does (initial model, one tiny update per round,
-// an EvalReport per published model, heartbeats), without LibTorch, data or training.
+// Light federated peers for the coordinator and round benchmarks: each keeps a real Session
+// stream to the coordinator and answers it like shoal-peer does (initial model, one update per
+// round, an EvalReport per published model, heartbeats), without LibTorch, data or training.
+// The update is the fleet's model itself (every peer pushes the same bytes, uncopied); with
+// Options::download each peer also pulls each model version it does not hold, as a peer does.
 
 #include <grpcpp/grpcpp.h>
 
@@ -26,9 +28,10 @@ namespace shoal::bench {
 
 // When each peer saw the events of one round (steady clock, seconds since the fleet started).
 struct RoundTimes {
-  std::vector<double> started;    // RoundStarted arrivals
-  std::vector<double> pushed;     // PushUpdate answers (the aggregator accepted the update)
-  std::vector<double> published;  // ModelPublished arrivals
+  std::vector<double> started;     // RoundStarted arrivals
+  std::vector<double> pushed;      // PushUpdate answers (the aggregator accepted the update)
+  std::vector<double> published;   // ModelPublished arrivals
+  std::vector<double> downloaded;  // Options::download: the published model pulled
 };
 
 // What went wrong; the benchmark's "errors" are the sum.
@@ -52,7 +55,10 @@ class Fleet {
     std::shared_ptr<grpc::ChannelCredentials> credentials;  // mutual TLS; null = plaintext
     absl::Duration heartbeat_interval = absl::Seconds(2);
     size_t call_threads = 8;
-    int model_floats = 16;  // size of the trivial model and of each update
+    int64_t model_floats = 16;  // size of the model and of each update
+    // Pull every model version a peer does not hold (GetModel, the values discarded as they
+    // arrive): at RoundStarted before pushing, and after each ModelPublished.
+    bool download = false;
   };
 
   explicit Fleet(Options options);

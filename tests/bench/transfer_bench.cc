@@ -47,6 +47,7 @@
 #include "services/coordinator/coordinator_server.h"
 #include "services/coordinator/task_store.h"
 #include "shoal/aggregator/v1/aggregator.grpc.pb.h"
+#include "tests/bench/raw_tcp.h"
 
 namespace {
 
@@ -59,45 +60,6 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "transfer_bench: %s\n", what.c_str());
   std::exit(1);
-}
-
-// Sends `size` bytes from `data` to a receiver thread over one loopback TCP connection, the
-// receiver writing into a preallocated (already touched) buffer. Returns seconds.
-double RawTcp(const char* data, size_t size, size_t chunk, std::vector<char>& sink) {
-  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) Die("bind");
-  socklen_t len = sizeof(addr);
-  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::listen(listener, 1);
-  size_t received = 0;
-  std::thread receiver([&] {
-    int fd = ::accept(listener, nullptr, nullptr);
-    while (received < size) {
-      ssize_t n = ::recv(fd, sink.data() + received, std::min(chunk, size - received), 0);
-      if (n <= 0) break;
-      received += static_cast<size_t>(n);
-    }
-    ::close(fd);
-  });
-  auto start = Clock::now();
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) Die("connect");
-  size_t sent = 0;
-  while (sent < size) {
-    ssize_t n = ::send(fd, data + sent, std::min(chunk, size - sent), 0);
-    if (n <= 0) Die("send");
-    sent += static_cast<size_t>(n);
-  }
-  receiver.join();
-  auto end = Clock::now();
-  ::close(fd);
-  ::close(listener);
-  if (received != size) Die("raw TCP receiver got too few bytes");
-  return Seconds(start, end);
 }
 
 // CPU seconds (user + system, all threads) this process has used so far.
@@ -464,8 +426,8 @@ int main(int argc, char** argv) {
     }
     struct rusage ru0, ru1;
     ::getrusage(RUSAGE_SELF, &ru0);
-    tcp_s.push_back(
-        RawTcp(reinterpret_cast<const char*>(delta->values.data()), bytes, chunk, sink));
+    tcp_s.push_back(shoal::bench::RawTcpSeconds(reinterpret_cast<const char*>(delta->values.data()),
+                                                bytes, chunk, sink));
     ::getrusage(RUSAGE_SELF, &ru1);
     // CPU time is less disturbed by other load on the machine than wall time.
     std::printf("rep %d: raw TCP %.2f GB/s (%.0f ms, %.0f ms CPU)\n", rep,

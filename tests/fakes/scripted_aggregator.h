@@ -38,6 +38,7 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
     for (const auto& c : contributors) response.add_contributors(c);
     response.set_num_samples(100 * contributors.size());
     response.set_mean_train_loss(0.5);
+    response.set_model_bytes(model_bytes);
     return response;
   }
   absl::Status OpenBuffer(const std::string& address,
@@ -98,11 +99,14 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
 
   // The aggregator at any address accepted `peer`'s update for `round` of `task`: every live
   // watch of the task gets a PushAccepted.
-  void Accept(const std::string& task, uint64_t round, const std::string& peer) {
+  void Accept(const std::string& task, uint64_t round, const std::string& peer,
+              int64_t train_ms = 0, uint64_t update_bytes = 0) {
     aggregator::v1::TaskEvent event;
     event.mutable_push_accepted()->set_round(round);
     event.mutable_push_accepted()->set_peer_id(peer);
     event.mutable_push_accepted()->set_num_samples(100);
+    event.mutable_push_accepted()->set_train_ms(train_ms);
+    event.mutable_push_accepted()->set_update_bytes(update_bytes);
     for (const auto& w : WatchesOf([&](const Watch& x) { return x.task == task; })) {
       w.on_event(event);
     }
@@ -149,6 +153,7 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
   absl::Status close_status;
   absl::Status put_status;
   std::vector<std::string> contributors;
+  uint64_t model_bytes = 0;  // CloseRoundResponse.model_bytes
   uint64_t version = 0;
   // Recorded.
   std::vector<aggregator::v1::OpenRoundRequest> opened;

@@ -53,13 +53,14 @@ TEST_F(HistoryTest, HistoryCommandPrintsEveryRoundAcrossPages) {
   fake_.SetPageCap(2);
   auto [code, out, err] = Shoalctl({"task", "history", "h", "--timeout", "7s"});
   ASSERT_EQ(code, 0) << err;
-  EXPECT_EQ(out,
-            "round  peers   dropped  train_loss  test_acc   duration\n"
-            "    1  2             0      1.0000    0.6000       1.0s\n"
-            "    2  2             0      0.5000    0.7000       1.0s\n"
-            "    3  2             0      0.3333    0.8000       1.0s\n"
-            "    4  2             0      0.2500    0.9000       1.0s\n"
-            "    5  2             0      0.2000    1.0000       1.0s\n");
+  EXPECT_EQ(
+      out,
+      "round  peers   dropped  train_loss  test_acc   duration     moved    train     comm\n"
+      "    1  2             0      1.0000    0.6000       1.0s         -        -        -\n"
+      "    2  2             0      0.5000    0.7000       1.0s         -        -        -\n"
+      "    3  2             0      0.3333    0.8000       1.0s         -        -        -\n"
+      "    4  2             0      0.2500    0.9000       1.0s         -        -        -\n"
+      "    5  2             0      0.2000    1.0000       1.0s         -        -        -\n");
   EXPECT_EQ(err, "");
   // Pages of up to 1000 (the fake serves 2), each after the last round received, each with the
   // --timeout deadline.
@@ -102,10 +103,11 @@ TEST_F(HistoryTest, HistoryCommandAfterARound) {
   {
     auto [code, out, err] = Shoalctl({"task", "history", "h", "--after", "3"});
     ASSERT_EQ(code, 0) << err;
-    EXPECT_EQ(out,
-              "round  peers   dropped  train_loss  test_acc   duration\n"
-              "    4  2             0      0.2500    0.9000       1.0s\n"
-              "    5  2             0      0.2000    1.0000       1.0s\n");
+    EXPECT_EQ(
+        out,
+        "round  peers   dropped  train_loss  test_acc   duration     moved    train     comm\n"
+        "    4  2             0      0.2500    0.9000       1.0s         -        -        -\n"
+        "    5  2             0      0.2000    1.0000       1.0s         -        -        -\n");
     ASSERT_FALSE(fake_.list_rounds_calls().empty());
     EXPECT_EQ(fake_.list_rounds_calls()[0].after_round, 3u);
   }
@@ -120,7 +122,9 @@ TEST_F(HistoryTest, HistoryCommandAfterARound) {
   {
     auto [code, out, err] = Shoalctl({"task", "history", "h", "--after", "5"});
     ASSERT_EQ(code, 0) << err;
-    EXPECT_EQ(out, "round  peers   dropped  train_loss  test_acc   duration\n");
+    EXPECT_EQ(
+        out,
+        "round  peers   dropped  train_loss  test_acc   duration     moved    train     comm\n");
   }
   {
     auto [code, out, err] = Shoalctl({"task", "history", "h", "--after", "9", "--json"});

@@ -57,11 +57,23 @@ TEST_F(AggregatorCoreTest, RoundGivesTheExactWeightedMean) {
   m1.train_loss = 1.0;
   PushMeta m2 = Meta("a", 3);
   m2.train_loss = 2.0;
+  m2.train_ms = 750;
+  std::vector<v1::PushAccepted> accepted;
+  const uint64_t watch = core_->Watch("t", [&accepted](const v1::TaskEvent& e) {
+    if (e.has_push_accepted()) accepted.push_back(e.push_accepted());
+  });
   ASSERT_TRUE(PushModel(m1, d1).ok());
   ASSERT_TRUE(PushModel(m2, d2).ok());
+  core_->Unwatch(watch);
+  // Each acceptance says how long the peer trained and how many bytes its update took.
+  ASSERT_EQ(accepted.size(), 2u);
+  EXPECT_EQ(accepted[1].peer_id(), "a");
+  EXPECT_EQ(accepted[1].train_ms(), 750);
+  EXPECT_EQ(accepted[1].update_bytes(), d2.layout.total_bytes());
   auto result = core_->CloseRound("t", 1);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->version, 1u);
+  EXPECT_EQ(result->model_bytes, d1.layout.total_bytes());
   EXPECT_THAT(result->contributors, ElementsAre("a", "b"));
   EXPECT_EQ(result->num_samples, 4u);
   EXPECT_DOUBLE_EQ(result->mean_train_loss, (1.0 + 3 * 2.0) / 4);

@@ -126,8 +126,9 @@ class CoordinatorCoreTest : public ::testing::Test {
   }
   // The aggregator accepted `peer`'s update for `round` (its watch stream says so); the work
   // that follows runs at the next Step().
-  void Accept(const std::string& task, uint64_t round, const std::string& peer) {
-    aggregator_.Accept(task, round, peer);
+  void Accept(const std::string& task, uint64_t round, const std::string& peer,
+              int64_t train_ms = 0, uint64_t update_bytes = 0) {
+    aggregator_.Accept(task, round, peer, train_ms, update_bytes);
   }
 
   std::shared_ptr<FakeSink> Join(const std::string& name) {

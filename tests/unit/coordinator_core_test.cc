@@ -225,11 +225,12 @@ TEST_F(CoordinatorCoreTest, EachContributorsRoundTimeIsKept) {
   auto sinks = StartTask(Spec("t", 2, 5), {"a", "b", "c"});
   ASSERT_EQ(Status("t").phase(), v1::ROUND_PHASE_TRAINING);
   clock_.Advance(absl::Milliseconds(1500));
-  Accept("t", 1, "b");
+  Accept("t", 1, "b", /*train_ms=*/1200, /*update_bytes=*/5000);
   clock_.Advance(absl::Milliseconds(2500));
-  Accept("t", 1, "a");
+  Accept("t", 1, "a", /*train_ms=*/3000, /*update_bytes=*/7000);
   core_->Disconnect("c", sinks["c"].get());  // c crashed: the round closes without it
   aggregator_.contributors = {"a", "b"};
+  aggregator_.model_bytes = 860'000;
   Step();
   v1::TaskStatus status = Status("t");
   ASSERT_EQ(status.history_size(), 1);
@@ -239,6 +240,12 @@ TEST_F(CoordinatorCoreTest, EachContributorsRoundTimeIsKept) {
   EXPECT_EQ(times[0].ms(), 4000);
   EXPECT_EQ(times[1].peer_id(), "b");
   EXPECT_EQ(times[1].ms(), 1500);
+  // With each one's training time and bytes, and the round's bytes.
+  EXPECT_EQ(times[0].train_ms(), 3000);
+  EXPECT_EQ(times[1].train_ms(), 1200);
+  EXPECT_EQ(times[1].update_bytes(), 5000u);
+  EXPECT_EQ(status.history(0).update_bytes(), 12'000u);
+  EXPECT_EQ(status.history(0).model_bytes(), 860'000u);
   // They are stored with the round.
   Recreate();
   EXPECT_EQ(Status("t").history(0).peer_times_size(), 2);

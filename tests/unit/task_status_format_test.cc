@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <string>
+#include <tuple>
 
 #include "services/shoalctl/task_format.h"
 #include "shoal/coordinator/v1/control.pb.h"
@@ -371,6 +372,50 @@ TEST(SummaryTest, IsTheRoundTableThenTheTotals) {
   r.set_duration_ms(800);
   EXPECT_EQ(FormatRoundTableRow(common::v1::MODE_FEDERATED_ASYNC, r),
             "      7  1             1.50      0.2500         -      800ms\n");
+}
+
+// A federated-sync round shows what it moved (each participant's model download and the
+// updates as they travelled) and its contributors' median training time and the rest.
+TEST(SummaryTest, FederatedSyncRoundsShowBytesMovedAndTrainingBesideCommunication) {
+  coordinator::v1::RoundSummary r;
+  r.set_round(3);
+  r.add_participants("peer-0");
+  r.add_participants("peer-1");
+  r.set_mean_train_loss(0.5);
+  r.set_duration_ms(5'000);
+  r.set_model_bytes(400'000'000);
+  r.set_update_bytes(20'000'000);
+  for (const auto& [peer, ms, train] :
+       {std::tuple{"peer-0", 4'000, 3'000}, std::tuple{"peer-1", 4'800, 3'400}}) {
+    auto* t = r.add_peer_times();
+    t->set_peer_id(peer);
+    t->set_ms(ms);
+    t->set_train_ms(train);
+    t->set_update_bytes(10'000'000);
+  }
+  EXPECT_EQ(
+      FormatRoundTableHeader(common::v1::MODE_FEDERATED_SYNC),
+      "round  peers   dropped  train_loss  test_acc   duration     moved    train     comm\n");
+  EXPECT_EQ(
+      FormatRoundTableRow(common::v1::MODE_FEDERATED_SYNC, r),
+      "    3  2             0      0.5000         -       5.0s   820.0MB     3.4s     1.4s\n");
+  TaskStatus s = RunningStatus();
+  s.clear_history();
+  *s.add_history() = r;
+  EXPECT_EQ(FormatPeerRoundTimes(s),
+            "round times:   open to update accepted, each peer's median over the rounds above\n"
+            "  peer-1               4.8s  (1 rounds)  train 3.4s, model and push 1.4s\n"
+            "  peer-0               4.0s  (1 rounds)  train 3.0s, model and push 1.0s\n");
+  YAML::Node round = YAML::Load(TaskStatusToJson(s))["history"][0];
+  EXPECT_EQ(round["update_bytes"].as<uint64_t>(), 20'000'000u);
+  EXPECT_EQ(round["model_bytes"].as<uint64_t>(), 400'000'000u);
+  EXPECT_EQ(round["peer_train_ms"]["peer-1"].as<int>(), 3'400);
+  EXPECT_EQ(round["peer_update_bytes"]["peer-0"].as<uint64_t>(), 10'000'000u);
+  // Not measured (an older summary): dashes.
+  coordinator::v1::RoundSummary old;
+  old.set_round(1);
+  EXPECT_THAT(FormatRoundTableRow(common::v1::MODE_FEDERATED_SYNC, old),
+              HasSubstr("         -        -        -\n"));
 }
 
 TEST(FormatTest, Durations) {

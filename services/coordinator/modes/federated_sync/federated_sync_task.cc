@@ -45,7 +45,10 @@ void FederatedSyncTask::OnAggregatorEvent(const aggregator::v1::TaskEvent& event
     round_.accepted.insert(event.started().accepted().begin(), event.started().accepted().end());
   } else if (event.has_push_accepted() && event.push_accepted().round() == round_.number) {
     round_.accepted.insert(event.push_accepted().peer_id());
-    round_.accepted_after.emplace(event.push_accepted().peer_id(), now - round_.started);
+    const aggregator::v1::PushAccepted& push = event.push_accepted();
+    round_.accepted_pushes.emplace(
+        push.peer_id(),
+        Round::Accepted{now - round_.started, push.train_ms(), push.update_bytes()});
     metrics_.updates_accepted.Increment();
   } else {
     return;
@@ -217,12 +220,18 @@ void FederatedSyncTask::OnClosed(const WorkResult& result, absl::Time now, v1::T
   for (const std::string& id : round_.expected) {
     if (!contributors.count(id)) summary.add_dropped(id);
   }
-  for (const auto& [id, after] : round_.accepted_after) {
+  uint64_t update_bytes = 0;
+  for (const auto& [id, push] : round_.accepted_pushes) {
     if (!contributors.count(id)) continue;
     v1::PeerRoundTime* time = summary.add_peer_times();
     time->set_peer_id(id);
-    time->set_ms(absl::ToInt64Milliseconds(after));
+    time->set_ms(absl::ToInt64Milliseconds(push.after));
+    time->set_train_ms(push.train_ms);
+    time->set_update_bytes(push.bytes);
+    update_bytes += push.bytes;
   }
+  summary.set_update_bytes(update_bytes);
+  summary.set_model_bytes(closed.model_bytes());
   summary.set_mean_train_loss(closed.mean_train_loss());
   summary.set_num_samples(closed.num_samples());
   summary.set_model_version(closed.version());

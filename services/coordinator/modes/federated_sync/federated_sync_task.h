@@ -46,8 +46,14 @@ class FederatedSyncTask final : public AggregatorModeTask {
     absl::Time deadline;
     std::set<std::string> expected;  // peers the round waits for (those still in the task)
     std::set<std::string> accepted;  // from the aggregator's watch stream
-    // When each accepted update arrived, after the round's open (pushes seen live only).
-    std::map<std::string, absl::Duration> accepted_after;
+    // Each accepted update as seen live (not those accepted before a restart): when it
+    // arrived after the round's open, the peer's training time and the update's bytes.
+    struct Accepted {
+      absl::Duration after;
+      int64_t train_ms = 0;
+      uint64_t bytes = 0;
+    };
+    std::map<std::string, Accepted> accepted_pushes;
   };
 
   // Takes the next step the state allows (restore, initialize, open, close, finish).

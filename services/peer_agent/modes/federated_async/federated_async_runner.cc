@@ -257,6 +257,7 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Push(
   meta.set_base_version(version);
   meta.set_num_samples(stats.samples);
   meta.set_train_loss(stats.mean_loss);
+  meta.set_train_ms(absl::ToInt64Milliseconds(stats.duration));
   const std::string address = peer_.address();
   absl::StatusOr<bool> pushed = peer_.RetryCall(
       clock_.Now() + options_.transfer_budget, keep_going, [&](absl::Time deadline) {

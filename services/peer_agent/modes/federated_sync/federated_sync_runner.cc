@@ -159,6 +159,7 @@ std::optional<bool> FederatedSyncRunner::Push(const coordinator::v1::RoundStarte
   meta.set_base_version(m.model_version());
   meta.set_num_samples(stats.samples);
   meta.set_train_loss(stats.mean_loss);
+  meta.set_train_ms(absl::ToInt64Milliseconds(stats.duration));
   const std::string address = peer_.address();
   absl::StatusOr<bool> pushed =
       peer_.RetryCall(deadline, keep_going, [&](absl::Time attempt_deadline) {
