@@ -178,6 +178,8 @@ class Bench {
 
     const absl::Time start = absl::Now();
     const double cpu_start = CpuSeconds(coordinator_->pid());
+    const double aggregator_cpu_start = CpuSeconds(aggregator_->pid());
+    const double self_cpu_start = CpuSeconds(getpid());
     double rss_warm = rss_start, rss_max = rss_start;
     bool warm = false;
     while (absl::Now() - start < duration) {
@@ -192,6 +194,8 @@ class Bench {
     }
     const double rss_end = RssMiB(coordinator_->pid());
     const double cpu = CpuSeconds(coordinator_->pid()) - cpu_start;
+    const double aggregator_cpu = CpuSeconds(aggregator_->pid()) - aggregator_cpu_start;
+    const double self_cpu = CpuSeconds(getpid()) - self_cpu_start;
     const double wall = absl::ToDoubleSeconds(absl::Now() - start);
     const auto status = TaskStatus(name);
     fleet.Stop();
@@ -230,7 +234,15 @@ class Bench {
     PrintLatency(name, "round (first RoundStarted -> last ModelPublished)", l.round_ms, name);
     PrintLatency(name, "RoundStarted fan-out (arrival - first arrival)", l.fanout_ms, name);
     PrintLatency(name, "ModelPublished after the last accepted push", l.publish_ms, name);
-    if (model_bytes > 0) PrintDataPath(name, fleet.Rounds(), peers, model_bytes);
+    if (model_bytes > 0) {
+      PrintDataPath(name, fleet.Rounds(), peers, model_bytes);
+      const double rounds = std::max(1.0, static_cast<double>(l.rounds));
+      std::printf(
+          "%s: CPU per round: aggregator %.2f s, coordinator %.2f s, the light peers (this "
+          "process) %.2f s; %.1f cores of %ld busy on average\n",
+          name.c_str(), aggregator_cpu / rounds, cpu / rounds, self_cpu / rounds,
+          (aggregator_cpu + cpu + self_cpu) / wall, sysconf(_SC_NPROCESSORS_ONLN));
+    }
     std::fflush(stdout);
     phases_.push_back(std::move(l));
   }
