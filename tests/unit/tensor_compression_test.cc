@@ -233,7 +233,7 @@ TEST(CompressionTest, MalformedEncodingsAreRefusedByName) {
   };
   refused(DecodeHandMade(sparse2, std::string("\x03\x07") + Floats({1, 2})), "out of range");
   refused(DecodeHandMade(sparse2, std::string("\x03\x00", 2) + Floats({1, 2})), "repeats index");
-  refused(DecodeHandMade({ENCODING_SPARSE, ENCODING_RAW, 1}, "\x03" + Floats({1, 2})),
+  refused(DecodeHandMade({ENCODING_SPARSE, ENCODING_RAW, 1}, std::string("\x03") + Floats({1, 2})),
           "bytes follow");
   refused(DecodeHandMade(sparse2, std::string("\x83\x80") + Floats({1, 2})), "repeats index");
   refused(DecodeHandMade({ENCODING_SPARSE, ENCODING_RAW, 11}, std::string(40, '\x01')),
@@ -241,7 +241,8 @@ TEST(CompressionTest, MalformedEncodingsAreRefusedByName) {
   refused(DecodeHandMade({ENCODING_SPARSE, ENCODING_SPARSE, 1}, "\x01\x01"), "values_encoding");
   refused(DecodeHandMade({ENCODING_SPARSE, ENCODING_RAW, 9}, std::string(41, '\x01')),
           "size_bytes 41");
-  refused(DecodeHandMade({ENCODING_SPARSE, ENCODING_RAW, 1}, "\x01" + Floats({NAN})), "non-finite");
+  refused(DecodeHandMade({ENCODING_SPARSE, ENCODING_RAW, 1}, std::string("\x01") + Floats({NAN})),
+          "non-finite");
   refused(DecodeHandMade({ENCODING_FP16}, std::string(19, '\0')), "size_bytes 19");
   std::string int8 = Floats({0.5f}) + std::string(10, '\x01');
   EXPECT_TRUE(DecodeHandMade({ENCODING_INT8}, int8).ok());
