@@ -261,21 +261,6 @@ void ReleaseModelRef(void* user_data) {
   delete static_cast<std::shared_ptr<const void>*>(user_data);
 }
 
-std::vector<absl::string_view> TensorsOf(const tensor::FlatModel& m) {
-  std::vector<absl::string_view> tensors;
-  for (size_t t = 0; t < m.layout.num_tensors(); ++t) {
-    tensors.emplace_back(reinterpret_cast<const char*>(m.values.data() + m.layout.offset(t)),
-                         static_cast<size_t>(m.layout.tensors()[t].NumElements()) * sizeof(float));
-  }
-  return tensors;
-}
-
-std::vector<absl::string_view> TensorsOf(const tensor::MappedModelFile& file) {
-  std::vector<absl::string_view> tensors;
-  for (size_t t = 0; t < file.layout().num_tensors(); ++t) tensors.push_back(file.TensorBytes(t));
-  return tensors;
-}
-
 grpc::ByteBuffer Serialize(const google::protobuf::MessageLite& m) {
   grpc::ByteBuffer bb;
   bool own = false;
@@ -288,24 +273,12 @@ constexpr size_t kAsyncDigestBytes = 4 << 20;
 
 }  // namespace
 
-ZeroCopyFrames::ZeroCopyFrames(std::shared_ptr<const tensor::FlatModel> model, size_t chunk_bytes)
-    : ZeroCopyFrames(model, model->layout, TensorsOf(*model), chunk_bytes) {}
-
-ZeroCopyFrames::ZeroCopyFrames(std::shared_ptr<const tensor::MappedModelFile> file,
-                               size_t chunk_bytes)
-    : ZeroCopyFrames(file, file->layout(), TensorsOf(*file), chunk_bytes) {}
-
 ZeroCopyFrames::ZeroCopyFrames(std::shared_ptr<const tensor::EncodedModel> model,
                                size_t chunk_bytes)
-    : ZeroCopyFrames(model, model->layout, model->payloads, chunk_bytes, model->encodings) {}
-
-ZeroCopyFrames::ZeroCopyFrames(std::shared_ptr<const void> owner, const tensor::ModelLayout& layout,
-                               std::vector<absl::string_view> tensors, size_t chunk_bytes,
-                               std::vector<tensor::TensorEncoding> encodings)
-    : owner_(std::move(owner)),
-      layout_(layout),
-      tensors_(std::move(tensors)),
-      encodings_(std::move(encodings)),
+    : model_(std::move(model)),
+      layout_(model_->layout),
+      tensors_(model_->payloads),
+      encodings_(model_->encodings),
       chunk_(chunk_bytes == 0 ? tensor::kDefaultChunkBytes
                               : std::min(chunk_bytes, tensor::kMaxChunkBytes)) {
   if (!tensors_.empty()) StartDigest(0);
@@ -332,7 +305,7 @@ bool ZeroCopyFrames::Next(grpc::ByteBuffer* message) {
     if (tensor_ + 1 < layout.num_tensors()) StartDigest(tensor_ + 1);
     ModelChunk frame;  // same wire shape as PutModelRequest and PushUpdateRequest
     tensor::SetTensorHeader(spec, bytes.size(), digest, frame.mutable_frame()->mutable_header());
-    if (!encodings_.empty()) encodings_[tensor_].ToHeader(frame.mutable_frame()->mutable_header());
+    encodings_[tensor_].ToHeader(frame.mutable_frame()->mutable_header());
     *message = Serialize(frame);
     header_sent_ = true;
     offset_ = 0;
@@ -350,7 +323,7 @@ bool ZeroCopyFrames::Next(grpc::ByteBuffer* message) {
     grpc::Slice slices[2] = {
         grpc::Slice(head, pos),
         grpc::Slice(const_cast<char*>(bytes.data() + offset_), n, &ReleaseModelRef,
-                    new std::shared_ptr<const void>(owner_))};
+                    new std::shared_ptr<const void>(model_))};
     *message = grpc::ByteBuffer(slices, 2);
     offset_ += n;
   }
@@ -361,7 +334,7 @@ bool ZeroCopyFrames::Next(grpc::ByteBuffer* message) {
   return true;
 }
 
-ModelWriteReactor::ModelWriteReactor(std::shared_ptr<const tensor::FlatModel> model,
+ModelWriteReactor::ModelWriteReactor(std::shared_ptr<const tensor::EncodedModel> model,
                                      const ModelMeta& meta, DoneCallback on_done,
                                      size_t chunk_bytes)
     : ModelWriteReactor(std::move(on_done), chunk_bytes) {
@@ -371,15 +344,9 @@ ModelWriteReactor::ModelWriteReactor(std::shared_ptr<const tensor::FlatModel> mo
 ModelWriteReactor::ModelWriteReactor(DoneCallback on_done, size_t chunk_bytes)
     : chunk_bytes_(chunk_bytes), on_done_(std::move(on_done)) {}
 
-void ModelWriteReactor::Start(std::shared_ptr<const tensor::FlatModel> model,
+void ModelWriteReactor::Start(std::shared_ptr<const tensor::EncodedModel> model,
                               const ModelMeta& meta) {
   frames_.emplace(std::move(model), chunk_bytes_);
-  StartMeta(meta);
-}
-
-void ModelWriteReactor::Start(std::shared_ptr<const tensor::MappedModelFile> file,
-                              const ModelMeta& meta) {
-  frames_.emplace(std::move(file), chunk_bytes_);
   StartMeta(meta);
 }
 
@@ -468,12 +435,11 @@ absl::StatusOr<aggregator::v1::PushUpdateResponse> PushUpdateZeroCopy(
 
 absl::StatusOr<aggregator::v1::PutModelResponse> PutModelZeroCopy(
     grpc::ChannelInterface& channel, grpc::ClientContext& context,
-    const aggregator::v1::PutModelRequest& first, std::shared_ptr<const tensor::FlatModel> model,
+    const aggregator::v1::PutModelRequest& first, std::shared_ptr<const tensor::EncodedModel> model,
     size_t chunk_bytes) {
   aggregator::v1::PutModelResponse response;
-  absl::Status s =
-      WriteModelZeroCopy(channel, "/shoal.aggregator.v1.AggregatorService/PutModel", context, first,
-                         tensor::EncodeRaw(std::move(model)), &response, chunk_bytes);
+  absl::Status s = WriteModelZeroCopy(channel, "/shoal.aggregator.v1.AggregatorService/PutModel",
+                                      context, first, std::move(model), &response, chunk_bytes);
   if (!s.ok()) return s;
   return response;
 }

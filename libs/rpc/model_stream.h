@@ -38,12 +38,8 @@ namespace shoal::rpc {
 // thread, overlapping the send of the tensor before.
 class ZeroCopyFrames {
  public:
-  explicit ZeroCopyFrames(std::shared_ptr<const tensor::FlatModel> model,
-                          size_t chunk_bytes = tensor::kDefaultChunkBytes);
-  // From a mapped model file: the chunks are slices of the file's pages.
-  explicit ZeroCopyFrames(std::shared_ptr<const tensor::MappedModelFile> file,
-                          size_t chunk_bytes = tensor::kDefaultChunkBytes);
-  // From an encoded (e.g. compressed) update: each header carries its tensor's encoding.
+  // Each header carries its tensor's encoding. A model in memory or a mapped model file travels
+  // raw through tensor::EncodeRaw, its chunks slices of the model's memory or the file's pages.
   explicit ZeroCopyFrames(std::shared_ptr<const tensor::EncodedModel> model,
                           size_t chunk_bytes = tensor::kDefaultChunkBytes);
   ~ZeroCopyFrames();  // waits for a digest in progress
@@ -54,15 +50,13 @@ class ZeroCopyFrames {
   bool Next(grpc::ByteBuffer* message);
 
  private:
-  ZeroCopyFrames(std::shared_ptr<const void> owner, const tensor::ModelLayout& layout,
-                 std::vector<absl::string_view> tensors, size_t chunk_bytes,
-                 std::vector<tensor::TensorEncoding> encodings = {});
   void StartDigest(size_t t);
 
-  std::shared_ptr<const void> owner_;  // keeps the bytes alive, also while gRPC holds slices
-  const tensor::ModelLayout& layout_;  // owned by owner_
-  const std::vector<absl::string_view> tensors_;         // each tensor's bytes
-  const std::vector<tensor::TensorEncoding> encodings_;  // each tensor's; empty: all raw
+  // Keeps the bytes alive, also while gRPC holds slices of them.
+  const std::shared_ptr<const tensor::EncodedModel> model_;
+  const tensor::ModelLayout& layout_;                     // model_'s
+  const std::vector<absl::string_view>& tensors_;         // model_'s payloads
+  const std::vector<tensor::TensorEncoding>& encodings_;  // model_'s
   const size_t chunk_;
   size_t tensor_ = 0;
   size_t offset_ = 0;  // bytes of the current tensor sent
@@ -82,16 +76,14 @@ class ModelWriteReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   using DoneCallback = std::function<void(uint64_t bytes_sent, bool completed)>;
 
-  ModelWriteReactor(std::shared_ptr<const tensor::FlatModel> model,
+  ModelWriteReactor(std::shared_ptr<const tensor::EncodedModel> model,
                     const common::v1::ModelMeta& meta, DoneCallback on_done = nullptr,
                     size_t chunk_bytes = tensor::kDefaultChunkBytes);
   // A reactor whose model is not at hand yet (e.g. read from disk on an executor): exactly one of
   // Start() and Fail() must follow, from any thread.
   explicit ModelWriteReactor(DoneCallback on_done = nullptr,
                              size_t chunk_bytes = tensor::kDefaultChunkBytes);
-  void Start(std::shared_ptr<const tensor::FlatModel> model, const common::v1::ModelMeta& meta);
-  void Start(std::shared_ptr<const tensor::MappedModelFile> file,
-             const common::v1::ModelMeta& meta);
+  void Start(std::shared_ptr<const tensor::EncodedModel> model, const common::v1::ModelMeta& meta);
   void Fail(const grpc::Status& status) { Finish(status); }
 
   void OnWriteDone(bool ok) override;
@@ -191,7 +183,7 @@ absl::StatusOr<aggregator::v1::PushUpdateResponse> PushUpdateZeroCopy(
 // session token (empty when the coordinator restores a checkpoint).
 absl::StatusOr<aggregator::v1::PutModelResponse> PutModelZeroCopy(
     grpc::ChannelInterface& channel, grpc::ClientContext& context,
-    const aggregator::v1::PutModelRequest& first, std::shared_ptr<const tensor::FlatModel> model,
+    const aggregator::v1::PutModelRequest& first, std::shared_ptr<const tensor::EncodedModel> model,
     size_t chunk_bytes = tensor::kDefaultChunkBytes);
 
 // Malloc settings for processes that stream large models: keeps ~1 MiB message buffers in the

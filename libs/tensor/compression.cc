@@ -206,6 +206,17 @@ std::shared_ptr<const EncodedModel> EncodeRaw(std::shared_ptr<const FlatModel> m
   return encoded;
 }
 
+std::shared_ptr<const EncodedModel> EncodeRaw(std::shared_ptr<const MappedModelFile> file) {
+  auto encoded = std::make_shared<EncodedModel>();
+  encoded->layout = file->layout();
+  for (size_t t = 0; t < encoded->layout.num_tensors(); ++t) {
+    encoded->encodings.emplace_back();
+    encoded->payloads.push_back(file->TensorBytes(t));
+  }
+  encoded->owner = std::move(file);
+  return encoded;
+}
+
 absl::Status CheckEncodedSize(const TensorEncoding& e, uint64_t elements, uint64_t size_bytes) {
   const uint64_t raw = elements * sizeof(float);
   switch (e.encoding) {

@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "libs/tensor/flat_model.h"
+#include "libs/tensor/model_file.h"
 #include "shoal/common/v1/tensor.pb.h"
 
 namespace shoal::tensor {
@@ -44,6 +45,8 @@ struct EncodedModel {
 
 // `model` raw (float32), without a copy: the payloads are views of the model's values.
 std::shared_ptr<const EncodedModel> EncodeRaw(std::shared_ptr<const FlatModel> model);
+// A mapped model file raw, without a copy: the payloads are views of the file's pages.
+std::shared_ptr<const EncodedModel> EncodeRaw(std::shared_ptr<const MappedModelFile> file);
 
 // The payload size a tensor of `elements` values may have in encoding `e`. Never more than the
 // raw size (a sender falls back to raw rather than send more). INVALID_ARGUMENT naming what is

@@ -49,11 +49,12 @@ class AggregatorClient {
                                                      const std::string& task, TaskEventFn on_event,
                                                      WatchDoneFn on_done) = 0;
 
-  // Uploads a whole model (AggregatorService.PutModel). Returns the aggregator's digest. The
-  // model is shared because the transport sends straight from its memory.
+  // Uploads a whole model (AggregatorService.PutModel), raw (tensor::EncodeRaw of a model in
+  // memory or of a mapped model file). Returns the aggregator's digest. The model is shared
+  // because the transport sends straight from its memory.
   virtual absl::StatusOr<uint64_t> PutModel(const std::string& address,
                                             const common::v1::ModelMeta& meta,
-                                            std::shared_ptr<const tensor::FlatModel> model,
+                                            std::shared_ptr<const tensor::EncodedModel> model,
                                             const Caller& caller, absl::Time deadline) = 0;
   // Pushes a delta, raw or compressed (AggregatorService.PushUpdate). Returns `duplicate`.
   virtual absl::StatusOr<bool> PushUpdate(const std::string& address, const v1::UpdateMeta& meta,

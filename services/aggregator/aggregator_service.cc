@@ -398,7 +398,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* AggregatorServiceImpl::GetModel(
   }
   AggregatorMetrics* metrics = &metrics_;
   return new rpc::ModelWriteReactor(
-      snapshot->model, tensor::MakeModelMeta(request.task(), snapshot->version, *snapshot->model),
+      tensor::EncodeRaw(snapshot->model),
+      tensor::MakeModelMeta(request.task(), snapshot->version, *snapshot->model),
       [metrics](uint64_t bytes, bool) {
         metrics->bytes_sent.Increment(static_cast<double>(bytes));
       });

@@ -31,7 +31,7 @@ absl::Status WithContext(const absl::Status& s, const std::string& what,
 
 absl::StatusOr<uint64_t> GrpcAggregatorClient::PutModel(
     const std::string& address, const common::v1::ModelMeta& meta,
-    std::shared_ptr<const tensor::FlatModel> model, const Caller& caller, absl::Time deadline) {
+    std::shared_ptr<const tensor::EncodedModel> model, const Caller& caller, absl::Time deadline) {
   std::shared_ptr<grpc::Channel> channel = channels_.Get(address);
   grpc::ClientContext context;
   SetDeadline(context, deadline);

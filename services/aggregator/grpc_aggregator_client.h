@@ -20,7 +20,7 @@ class GrpcAggregatorClient final : public AggregatorClient {
       : channels_(std::move(credentials)) {}
 
   absl::StatusOr<uint64_t> PutModel(const std::string& address, const common::v1::ModelMeta& meta,
-                                    std::shared_ptr<const tensor::FlatModel> model,
+                                    std::shared_ptr<const tensor::EncodedModel> model,
                                     const Caller& caller, absl::Time deadline) override;
   absl::StatusOr<bool> PushUpdate(const std::string& address, const v1::UpdateMeta& meta,
                                   std::shared_ptr<const tensor::EncodedModel> delta,

@@ -171,14 +171,17 @@ absl::Status AggregatorWorkRunner::Checkpoint(const std::string& task, const std
 absl::StatusOr<StoredCheckpoint> AggregatorWorkRunner::Restore(const std::string& task,
                                                                const std::string& address) {
   SHOAL_ASSIGN_OR_RETURN(StoredCheckpoint c, store_.GetCheckpoint(task, std::nullopt));
-  absl::StatusOr<tensor::FlatModel> read = tensor::ReadModelFile(c.path);
-  if (!read.ok()) {
+  // Sent from the file's pages (mapped and checked as ReadModelFile checks a file), not from a
+  // model-sized copy in the heap.
+  absl::StatusOr<std::shared_ptr<const tensor::MappedModelFile>> file =
+      tensor::MappedModelFile::Open(c.path);
+  if (!file.ok()) {
     // NOT_FOUND is reserved for "no checkpoint": a missing file is lost data.
     return absl::DataLossError(
-        absl::StrCat("checkpoint of version ", c.version, ": ", read.status().message()));
+        absl::StrCat("checkpoint of version ", c.version, ": ", file.status().message()));
   }
-  auto model = std::make_shared<const tensor::FlatModel>(*std::move(read));
-  const common::v1::ModelMeta meta = tensor::MakeModelMeta(task, c.version, *model);
+  const common::v1::ModelMeta meta = tensor::MakeModelMeta(task, c.version, (*file)->layout());
+  std::shared_ptr<const tensor::EncodedModel> model = tensor::EncodeRaw(*std::move(file));
   absl::Status put = client_
                          .PutModel(address, meta, model, aggregator::Caller{},
                                    clock_.Now() + options_.transfer_timeout)
@@ -195,7 +198,7 @@ absl::StatusOr<StoredCheckpoint> AggregatorWorkRunner::Restore(const std::string
               .status();
   }
   SHOAL_RETURN_IF_ERROR(put);
-  metrics_.bytes_sent.Increment(static_cast<double>(model->layout.total_bytes()));
+  metrics_.bytes_sent.Increment(static_cast<double>(model->payload_bytes()));
   return c;
 }
 

@@ -237,7 +237,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ControlServiceImpl::GetModel(
         }
         common::v1::ModelMeta meta =
             tensor::MakeModelMeta(name, checkpoint->version, (*file)->layout());
-        reactor->Start(*std::move(file), std::move(meta));
+        reactor->Start(tensor::EncodeRaw(*std::move(file)), std::move(meta));
       })) {
     reactor->Fail(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                "too many model downloads in progress; retry later"));

@@ -219,7 +219,9 @@ class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::Coor
     const std::string address = Aggregator();
     const aggregator::Caller me = Me();
     if (!CallWithRetry("PutModel", [&](absl::Time deadline) {
-          return fleet_.aggregator_->PutModel(address, meta, fleet_.model_, me, deadline).status();
+          return fleet_.aggregator_
+              ->PutModel(address, meta, shoal::tensor::EncodeRaw(fleet_.model_), me, deadline)
+              .status();
         })) {
       return;
     }

@@ -4,13 +4,16 @@
 // then into its parameters), against a raw TCP socket that moves the same bytes, in the same
 // run. Prints GB/s for each and the ratios.
 //
-// It also downloads a checkpoint of the same size from a coordinator (ControlService.GetModel).
+// It also downloads a checkpoint of the same size from a coordinator (ControlService.GetModel),
+// and fetches it from a peer's PeerService.GetSnapshot: as the decentralized exchange does (a
+// round's update, into a fresh model) and as a gossip fetch does (the latest snapshot, then
+// interpolated into the fetching peer's parameters).
 //
 //   transfer_bench [--mb 400] [--reps 3] [--chunk-kib 1024] [--tls-dir DIR]
 //
 // With --tls-dir (a directory from scripts/gen-certs with the identities aggregator-0,
-// coordinator and peer-0) every path is measured twice in each repetition: plaintext and over
-// mutual TLS.
+// coordinator, peer-0 and peer-1) every path is measured twice in each repetition: plaintext and
+// over mutual TLS.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -33,6 +36,7 @@
 #include "absl/strings/str_format.h"
 #include "libs/common/clock.h"
 #include "libs/common/executor.h"
+#include "libs/gossip/interpolation.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/server.h"
@@ -46,6 +50,10 @@
 #include "services/aggregator/grpc_aggregator_client.h"
 #include "services/coordinator/coordinator_server.h"
 #include "services/coordinator/task_store.h"
+#include "services/peer_agent/grpc_peer_client.h"
+#include "services/peer_agent/peer_metrics.h"
+#include "services/peer_agent/peer_service.h"
+#include "services/peer_agent/snapshot_store.h"
 #include "shoal/aggregator/v1/aggregator.grpc.pb.h"
 #include "tests/bench/raw_tcp.h"
 
@@ -94,7 +102,13 @@ struct Endpoint {
   std::shared_ptr<grpc::Channel> control_channel;
   std::vector<double> push_zc, push_pb, get_raw, get_pb, get_file, get_checkpoint;  // s per rep
   std::vector<double> write_checkpoint, restore_checkpoint;                         // s per rep
+  // A peer (peer-1) serving snapshots (PeerService.GetSnapshot), and peer-0's client of it.
+  std::unique_ptr<shoal::peer::PeerServiceImpl> peer_service;
+  std::unique_ptr<shoal::rpc::Server> peer_server;
+  std::unique_ptr<shoal::peer::GrpcPeerClient> peer_client;
+  std::vector<double> get_snapshot, gossip_fetch;  // s per rep
   ~Endpoint() {
+    if (peer_server) peer_server->Shutdown(absl::Seconds(1));
     if (coordinator) coordinator->Shutdown();
     coordinator.reset();
     if (!state_dir.empty()) std::filesystem::remove_all(state_dir);
@@ -137,7 +151,9 @@ std::unique_ptr<Endpoint> StartEndpoint(const std::string& name, const std::stri
                                         shoal::Executor& executor,
                                         shoal::aggregator::AggregatorMetrics& metrics,
                                         const shoal::aggregator::AggregatorCoreOptions& options,
-                                        const shoal::tensor::FlatModel& checkpoint) {
+                                        const shoal::tensor::FlatModel& checkpoint,
+                                        const shoal::peer::SnapshotStore& snapshots,
+                                        shoal::peer::PeerMetrics& peer_metrics) {
   auto e = std::make_unique<Endpoint>();
   e->name = name;
   e->service = std::make_unique<shoal::aggregator::AggregatorServiceImpl>(
@@ -176,6 +192,21 @@ std::unique_ptr<Endpoint> StartEndpoint(const std::string& name, const std::stri
   e->coordinator = *std::move(started);
   e->control_channel =
       shoal::rpc::MakeChannel(e->coordinator->address(), ClientCredentials(tls_dir, kPeer));
+
+  e->peer_service = std::make_unique<shoal::peer::PeerServiceImpl>(snapshots, peer_metrics);
+  shoal::rpc::ServerOptions peer_options;
+  peer_options.listen = "127.0.0.1:0";
+  peer_options.service_name = "transfer-bench-peer";
+  if (!tls_dir.empty()) {
+    auto credentials = shoal::rpc::Credentials::Create({tls_dir + "/peer-1", false});
+    if (!credentials.ok()) Die(std::string(credentials.status().message()));
+    peer_options.credentials = credentials->server();
+  }
+  auto peer_server = shoal::rpc::Server::Start(peer_options, {e->peer_service.get()});
+  if (!peer_server.ok()) Die(std::string(peer_server.status().message()));
+  e->peer_server = *std::move(peer_server);
+  e->peer_client = std::make_unique<shoal::peer::GrpcPeerClient>(
+      tls_dir.empty() ? nullptr : ClientCredentials(tls_dir, kPeer));
   return e;
 }
 
@@ -235,12 +266,23 @@ int main(int argc, char** argv) {
       shoal::aggregator::AggregatorCore::Create(core_options, shoal::RealClock::Get(), metrics);
   if (!core.ok()) Die(std::string(core.status().message()));
   shoal::ThreadPool executor(2, 16);
+  // What a peer publishes: its round-1 update (the decentralized exchange) and its latest
+  // parameters (gossip), both the delta.
+  shoal::peer::SnapshotStore snapshots;
+  snapshots.Publish({.task = "bench",
+                     .version = 1,
+                     .model = delta,
+                     .kind = shoal::peer::v1::SNAPSHOT_KIND_ROUND_UPDATE,
+                     .round = 1,
+                     .num_samples = 1});
+  snapshots.Publish({.task = "bench", .version = 1, .model = delta});
+  shoal::peer::PeerMetrics peer_metrics(registry);
   std::vector<std::unique_ptr<Endpoint>> endpoints;
-  endpoints.push_back(
-      StartEndpoint("plaintext", "", **core, executor, metrics, core_options, *delta));
+  endpoints.push_back(StartEndpoint("plaintext", "", **core, executor, metrics, core_options,
+                                    *delta, snapshots, peer_metrics));
   if (!tls_dir.empty()) {
-    endpoints.push_back(
-        StartEndpoint("TLS", tls_dir, **core, executor, metrics, core_options, *delta));
+    endpoints.push_back(StartEndpoint("TLS", tls_dir, **core, executor, metrics, core_options,
+                                      *delta, snapshots, peer_metrics));
   }
 
   {
@@ -380,8 +422,8 @@ int main(int argc, char** argv) {
   };
   // A checkpoint as the coordinator writes one (AggregatorWorkRunner::Checkpoint): streamed from
   // the aggregator into a ModelFileWriter at the layout's values offset, then the header, fsync
-  // and rename; and restored as it restores one (the file read, then PutModel, here to a task of
-  // its own so that the rounds go on).
+  // and rename; and restored as it restores one (the file mapped and checked, then PutModel from
+  // its pages, here to a task of its own so that the rounds go on).
   auto write_checkpoint = [&](Endpoint& e) {
     const std::string dir = e.state_dir + "/bench-checkpoints";
     std::filesystem::create_directories(dir);
@@ -403,13 +445,34 @@ int main(int argc, char** argv) {
   uint64_t restored = 0;
   auto restore_checkpoint = [&](Endpoint& e) {
     auto start = Clock::now();
-    auto read = shoal::tensor::ReadModelFile(e.state_dir + "/bench-checkpoints/bench.model");
-    if (!read.ok()) Die("restore: " + read.status().ToString());
-    auto model = std::make_shared<const shoal::tensor::FlatModel>(*std::move(read));
-    auto put = e.client->PutModel(e.server->address(),
-                                  shoal::tensor::MakeModelMeta("restored", ++restored, *model),
-                                  model, {}, absl::Now() + absl::Seconds(120));
+    auto file =
+        shoal::tensor::MappedModelFile::Open(e.state_dir + "/bench-checkpoints/bench.model");
+    if (!file.ok()) Die("restore: " + file.status().ToString());
+    const auto meta = shoal::tensor::MakeModelMeta("restored", ++restored, (*file)->layout());
+    auto put = e.client->PutModel(e.server->address(), meta, shoal::tensor::EncodeRaw(*file), {},
+                                  absl::Now() + absl::Seconds(120));
     if (!put.ok()) Die("restore (" + e.name + "): " + put.status().ToString());
+    return Seconds(start, Clock::now());
+  };
+  // PeerService.GetSnapshot as the decentralized exchange fetches a round's update (into a fresh
+  // model, kept until the round's aggregate), and as a gossip fetch does: the latest snapshot,
+  // then interpolated into this peer's parameters.
+  auto get_snapshot = [&](Endpoint& e, bool gossip) {
+    shoal::peer::v1::GetSnapshotRequest request;
+    request.set_task("bench");
+    request.set_peer_id(kPeer);
+    if (!gossip) {
+      request.set_kind(shoal::peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
+      request.set_round(1);
+    }
+    auto start = Clock::now();
+    auto got = e.peer_client->Fetch(e.peer_server->address(), request,
+                                    absl::Now() + absl::Seconds(120), delta->layout);
+    if (!got.ok()) Die("GetSnapshot (" + e.name + "): " + got.status().ToString());
+    if (gossip) {
+      absl::Status s = shoal::gossip::Interpolate(0.5, got->model.values, absl::MakeSpan(params));
+      if (!s.ok()) Die("interpolate: " + s.ToString());
+    }
     return Seconds(start, Clock::now());
   };
   for (int rep = 1; rep <= reps; ++rep) {
@@ -442,13 +505,17 @@ int main(int argc, char** argv) {
       e->get_checkpoint.push_back(get_checkpoint(*e));
       e->write_checkpoint.push_back(write_checkpoint(*e));
       e->restore_checkpoint.push_back(restore_checkpoint(*e));
+      e->get_snapshot.push_back(get_snapshot(*e, /*gossip=*/false));
+      e->gossip_fetch.push_back(get_snapshot(*e, /*gossip=*/true));
       std::printf(
           "rep %d, %s: GetModel raw %.2f GB/s, protobuf %.2f GB/s; to a spill file and into "
           "the parameters (a peer's download) %.2f GB/s; a checkpoint from the coordinator "
-          "%.2f GB/s; checkpoint write %.2f GB/s, restore %.2f GB/s\n",
+          "%.2f GB/s; checkpoint write %.2f GB/s, restore %.2f GB/s; GetSnapshot %.2f GB/s, "
+          "gossip fetch %.2f GB/s\n",
           rep, e->name.c_str(), bytes / 1e9 / e->get_raw.back(), bytes / 1e9 / e->get_pb.back(),
           bytes / 1e9 / e->get_file.back(), bytes / 1e9 / e->get_checkpoint.back(),
-          bytes / 1e9 / e->write_checkpoint.back(), bytes / 1e9 / e->restore_checkpoint.back());
+          bytes / 1e9 / e->write_checkpoint.back(), bytes / 1e9 / e->restore_checkpoint.back(),
+          bytes / 1e9 / e->get_snapshot.back(), bytes / 1e9 / e->gossip_fetch.back());
     }
     std::fflush(stdout);
   }
@@ -479,7 +546,9 @@ int main(int argc, char** argv) {
   row("a peer's download (GetModelInto a spill file, then params)", &Endpoint::get_file);
   row("ControlService.GetModel (a checkpoint, from its mapped file)", &Endpoint::get_checkpoint);
   row("checkpoint write (streamed to its file, fsync, rename)", &Endpoint::write_checkpoint);
-  row("checkpoint restore (file read, PutModel)", &Endpoint::restore_checkpoint);
+  row("checkpoint restore (mapped file, PutModel)", &Endpoint::restore_checkpoint);
+  row("PeerService.GetSnapshot (decentralized exchange, sync)", &Endpoint::get_snapshot);
+  row("a gossip fetch (GetSnapshot, interpolated into params)", &Endpoint::gossip_fetch);
   Endpoint& plain = *endpoints.front();
   std::printf("RESULT grpc_gbps=%.3f tcp_gbps=%.3f ratio=%.3f get_ratio=%.3f\n",
               bytes / 1e9 / Median(plain.push_zc), tcp_gbps, ratio(plain.push_zc),

@@ -27,12 +27,15 @@ class InMemoryAggregator final : public aggregator::AggregatorClient {
   aggregator::AggregatorCore& core(const std::string& address) { return *Get(address).core; }
 
   absl::StatusOr<uint64_t> PutModel(const std::string& address, const common::v1::ModelMeta& meta,
-                                    std::shared_ptr<const tensor::FlatModel> model,
+                                    std::shared_ptr<const tensor::EncodedModel> encoded,
                                     const aggregator::Caller& caller, absl::Time) override {
     aggregator::AggregatorCore& c = core(address);
     absl::Status allowed = c.CheckCaller(meta.task(), caller.peer_id, caller.session_token, "");
     if (!allowed.ok()) return allowed;
-    absl::StatusOr<aggregator::PutResult> put = c.PutModel(meta.task(), meta.version(), *model);
+    absl::StatusOr<tensor::FlatModel> model = tensor::DecodeModel(*encoded);
+    if (!model.ok()) return model.status();
+    absl::StatusOr<aggregator::PutResult> put =
+        c.PutModel(meta.task(), meta.version(), *std::move(model));
     if (!put.ok()) return put.status();
     return put->digest;
   }

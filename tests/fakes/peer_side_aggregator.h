@@ -91,12 +91,15 @@ class PeerSideAggregator final : public aggregator::AggregatorClient {
   }
 
   absl::StatusOr<uint64_t> PutModel(const std::string& address, const common::v1::ModelMeta& meta,
-                                    std::shared_ptr<const tensor::FlatModel> model,
+                                    std::shared_ptr<const tensor::EncodedModel> encoded,
                                     const aggregator::Caller&, absl::Time) override {
+    absl::StatusOr<tensor::FlatModel> model = tensor::DecodeModel(*encoded);
+    if (!model.ok()) return model.status();
     absl::MutexLock lock(&mu_);
     calls_.push_back({"PutModel", address, meta.version()});
-    models_[{address, meta.version()}] = *model;
-    return model->Digest();
+    const uint64_t digest = model->Digest();
+    models_[{address, meta.version()}] = *std::move(model);
+    return digest;
   }
   absl::StatusOr<bool> PushUpdate(const std::string& address,
                                   const aggregator::v1::UpdateMeta& meta,

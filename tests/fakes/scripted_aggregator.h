@@ -55,8 +55,10 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
     return model;
   }
   absl::StatusOr<uint64_t> PutModel(const std::string& address, const common::v1::ModelMeta& meta,
-                                    std::shared_ptr<const tensor::FlatModel> model,
+                                    std::shared_ptr<const tensor::EncodedModel> encoded,
                                     const aggregator::Caller&, absl::Time) override {
+    absl::StatusOr<tensor::FlatModel> model = tensor::DecodeModel(*encoded);
+    if (!model.ok()) return model.status();
     absl::MutexLock lock(&mu_);
     if (!put_status.ok()) return put_status;
     puts.push_back({meta.task(), meta.version()});

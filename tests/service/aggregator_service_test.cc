@@ -73,7 +73,7 @@ TEST_F(AggregatorServiceTest, PeerCallsNeedTheirSessionToken) {
     first.set_peer_id(peer);
     first.set_session_token(token);
     auto channel = rpc::MakeChannel(server_->address());
-    return rpc::PutModelZeroCopy(*channel, ctx, first, model).status().code();
+    return rpc::PutModelZeroCopy(*channel, ctx, first, tensor::EncodeRaw(model)).status().code();
   };
   EXPECT_EQ(put("peer-a", "guess"), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(put("peer-b", "token-a"), absl::StatusCode::kUnauthenticated);
@@ -291,7 +291,7 @@ TEST_F(AggregatorServiceTest, ZeroCopyClientPathMatchesTheProtobufPath) {
     rpc::SetTimeout(ctx, absl::Seconds(30));
     aggregator::v1::PutModelRequest first;
     *first.mutable_meta() = tensor::MakeModelMeta("t", 0, *base);
-    auto put = rpc::PutModelZeroCopy(*channel, ctx, first, base);
+    auto put = rpc::PutModelZeroCopy(*channel, ctx, first, tensor::EncodeRaw(base));
     ASSERT_TRUE(put.ok()) << put.status();
     EXPECT_EQ(put->digest_xxh3(), base->Digest());
   }

@@ -52,6 +52,63 @@ common::v1::TaskSpec Spec() {
   return spec;
 }
 
+// A PeerClient that passes every call on, and once Gate(n) is called counts the round-update
+// fetches in flight: each waits (at most 10 s) until another is in flight too or it is the
+// n-th, so that the most the runner runs at once is what the count shows.
+class GatedPeerClient final : public PeerClient {
+ public:
+  explicit GatedPeerClient(PeerClient& inner) : inner_(inner) {}
+
+  void Gate(size_t fetches) {
+    absl::MutexLock lock(&mu_);
+    gated_ = fetches;
+  }
+  size_t max_in_flight() {
+    absl::MutexLock lock(&mu_);
+    return max_in_flight_;
+  }
+
+  absl::StatusOr<tensor::ReceivedModel> Fetch(const std::string& address,
+                                              const peer::v1::GetSnapshotRequest& request,
+                                              absl::Time deadline,
+                                              const tensor::ModelLayout& expected,
+                                              CallCanceller* canceller) override {
+    const bool gated = request.kind() == peer::v1::SNAPSHOT_KIND_ROUND_UPDATE;
+    if (gated) {
+      absl::MutexLock lock(&mu_);
+      if (gated_ > 0) {
+        ++in_flight_;
+        ++started_;
+        max_in_flight_ = std::max(max_in_flight_, in_flight_);
+        auto go = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return in_flight_ >= 2 || started_ >= gated_;
+        };
+        mu_.AwaitWithTimeout(absl::Condition(&go), absl::Seconds(10));
+      }
+    }
+    absl::StatusOr<tensor::ReceivedModel> got =
+        inner_.Fetch(address, request, deadline, expected, canceller);
+    if (gated) {
+      absl::MutexLock lock(&mu_);
+      if (gated_ > 0) --in_flight_;
+    }
+    return got;
+  }
+  absl::Status Probe(const std::string& address, const peer::v1::ProbeRequest& request,
+                     absl::Time deadline, CallCanceller* canceller) override {
+    return inner_.Probe(address, request, deadline, canceller);
+  }
+  void Forget(const std::string& address) override { inner_.Forget(address); }
+
+ private:
+  PeerClient& inner_;
+  absl::Mutex mu_;
+  size_t gated_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t started_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t max_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 // One peer: trainer, snapshot store, PeerService, client and runner.
 class TestPeer {
  public:
@@ -80,7 +137,7 @@ class TestPeer {
     *deps.assigned.mutable_spec() = spec;
     deps.trainer = trainer_.get();
     deps.snapshots = &store_;
-    deps.peers = &client_;
+    deps.peers = &gated_;
     deps.metrics = &metrics_;
     deps.clock = &RealClock::Get();
     deps.wakeup = &wakeup_;
@@ -124,12 +181,14 @@ class TestPeer {
   DecentralizedRunner& runner() { return *runner_; }
   SnapshotStore& store() { return store_; }
   PeerMetrics& metrics() { return metrics_; }
+  GatedPeerClient& gated() { return gated_; }
 
  private:
   std::string id_;
   prometheus::Registry registry_;
   PeerMetrics metrics_;
   GrpcPeerClient client_;
+  GatedPeerClient gated_{client_};
   SnapshotStore store_;
   std::unique_ptr<training::Trainer> trainer_;
   std::unique_ptr<PeerServiceImpl> service_;
@@ -404,6 +463,38 @@ TEST_F(DecentralizedRunnerTest, ByzantinePeerSharesACorruptedUpdateAndKeepsItsOw
     ASSERT_NEAR(shared->model->values[i], want, 1e-5 + 1e-5 * std::fabs(want)) << i;
   }
   EXPECT_NE(shared->model->Digest(), trained->Digest());
+}
+
+// With mean, a peer fetches the others' updates two at a time in ascending id order, folding
+// each in as it arrives: it never holds every participant's update, and still ends with the
+// model that every participant computes.
+TEST_F(DecentralizedRunnerTest, MeanFetchesTwoUpdatesAtATimeAndEndsIdentical) {
+  TestPeer a("peer-a", 0, 5, *train_, *test_);
+  TestPeer b("peer-b", 1, 5, *train_, *test_);
+  TestPeer c("peer-c", 2, 5, *train_, *test_);
+  TestPeer d("peer-d", 3, 5, *train_, *test_);
+  TestPeer e("peer-e", 4, 5, *train_, *test_);
+  std::vector<TestPeer*> all = {&a, &b, &c, &d, &e};
+  for (TestPeer* p : all) {
+    p->runner().Start();
+    p->Handle(RoundOpen(1));
+    ASSERT_NE(Find(p->Take(), PeerMessage::kRoundReady), nullptr);
+  }
+  c.gated().Gate(4);
+  std::vector<uint64_t> digests;
+  for (TestPeer* p : {&c, &a}) {
+    p->Handle(
+        PeerList(1, 1, {e.Endpoint(), a.Endpoint(), d.Endpoint(), c.Endpoint(), b.Endpoint()}));
+    p->Take();
+    p->Handle(StartSharing(1, 1));
+    const std::vector<PeerMessage> sent = p->Take();
+    const PeerMessage* done = Find(sent, PeerMessage::kSharingDone);
+    ASSERT_NE(done, nullptr);
+    EXPECT_EQ(done->sharing_done().num_samples(), 5u * 160);
+    digests.push_back(done->sharing_done().digest_xxh3());
+  }
+  EXPECT_EQ(c.gated().max_in_flight(), 2u);
+  EXPECT_EQ(digests[0], digests[1]);
 }
 
 // The round is aggregated with the task's strategy (here the coordinate-wise median) over the

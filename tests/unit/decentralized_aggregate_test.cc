@@ -184,5 +184,73 @@ TEST(AggregateRoundTest, RejectsBadInput) {
   EXPECT_THAT(s.message(), HasSubstr("peer q"));
 }
 
+// RoundFold folds each update as soon as every lower id is in: offered in ascending order it
+// holds none of them; offered in any order it ends with AggregateRound's model, bit for bit.
+TEST(RoundFoldTest, FoldsInIdOrderAndHoldsOnlyEarlyArrivals) {
+  const aggregation::Strategy mean = Make(common::v1::AGGREGATION_MEAN);
+  const tensor::ModelLayout layout = Layout({32, 17});
+  const tensor::FlatModel base = Filled(layout, 0.25f);
+  std::vector<PeerUpdate> updates;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 6; ++i) {
+    updates.push_back(PeerUpdate{"peer-" + std::to_string(i), static_cast<uint64_t>(10 + i),
+                                 Trained(base, static_cast<uint32_t>(40 + i))});
+    ids.push_back(updates.back().peer_id);
+  }
+  absl::StatusOr<RoundAggregate> want = AggregateRound(mean, base, updates, 0);
+  ASSERT_TRUE(want.ok()) << want.status();
+
+  absl::StatusOr<RoundFold> ascending = RoundFold::Start(mean, layout, ids, 0);
+  ASSERT_TRUE(ascending.ok()) << ascending.status();
+  for (const PeerUpdate& u : updates) {
+    ASSERT_TRUE(ascending->Offer(u, base).ok());
+    EXPECT_EQ(ascending->waiting(), 0u);
+    EXPECT_TRUE(ascending->Has(u.peer_id));
+  }
+  ASSERT_TRUE(ascending->complete());
+  absl::StatusOr<RoundAggregate> got = ascending->Finish(base);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(SameBytes(got->model, want->model));
+
+  absl::StatusOr<RoundFold> reversed = RoundFold::Start(mean, layout, ids, 0);
+  ASSERT_TRUE(reversed.ok()) << reversed.status();
+  for (size_t k = updates.size(); k-- > 1;) {
+    ASSERT_TRUE(reversed->Offer(updates[k], base).ok());
+    EXPECT_EQ(reversed->waiting(), updates.size() - k);
+  }
+  absl::StatusOr<RoundAggregate> early = reversed->Finish(base);
+  EXPECT_TRUE(absl::IsFailedPrecondition(early.status())) << early.status();
+  EXPECT_THAT(early.status().message(), HasSubstr("peer-0"));
+  EXPECT_FALSE(reversed->Has("peer-0"));
+  ASSERT_TRUE(reversed->Offer(updates[0], base).ok());
+  EXPECT_EQ(reversed->waiting(), 0u);
+  ASSERT_TRUE(reversed->complete());
+  got = reversed->Finish(base);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(SameBytes(got->model, want->model));
+  EXPECT_EQ(got->included, want->included);
+  EXPECT_EQ(got->num_samples, want->num_samples);
+}
+
+TEST(RoundFoldTest, RefusesUpdatesItCannotTake) {
+  const aggregation::Strategy mean = Make(common::v1::AGGREGATION_MEAN);
+  const tensor::ModelLayout layout = Layout();
+  const tensor::FlatModel base = Filled(layout, 0);
+  EXPECT_TRUE(absl::IsInvalidArgument(RoundFold::Start(mean, layout, {}, 0).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(RoundFold::Start(mean, layout, {"a", "a"}, 0).status()));
+  absl::StatusOr<RoundFold> fold = RoundFold::Start(mean, layout, {"b", "a"}, 0);
+  ASSERT_TRUE(fold.ok()) << fold.status();
+  EXPECT_THAT(fold->participants(), ElementsAre("a", "b"));
+  absl::Status s = fold->Offer(PeerUpdate{"z", 1, Trained(base, 1)}, base);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_THAT(s.message(), HasSubstr("not a participant"));
+  ASSERT_TRUE(fold->Offer(PeerUpdate{"b", 1, Trained(base, 2)}, base).ok());
+  s = fold->Offer(PeerUpdate{"b", 1, Trained(base, 3)}, base);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_THAT(s.message(), HasSubstr("two updates"));
+  EXPECT_TRUE(absl::IsInvalidArgument(fold->Offer(PeerUpdate{"a", 1, nullptr}, base)));
+  EXPECT_FALSE(fold->complete());
+}
+
 }  // namespace
 }  // namespace shoal::peer

@@ -251,7 +251,7 @@ TEST(ModelStreamTest, ZeroCopyFramesReadBackRawAndAsProtobuf) {
   std::deque<grpc::ByteBuffer> raw = {Serialized(first)};
   std::deque<ModelChunk> parsed = {first};
   {
-    ZeroCopyFrames frames(model, /*chunk_bytes=*/256 << 10);
+    ZeroCopyFrames frames(tensor::EncodeRaw(model), /*chunk_bytes=*/256 << 10);
     grpc::ByteBuffer message;
     while (frames.Next(&message)) {
       raw.push_back(message);
@@ -295,7 +295,7 @@ TEST(ModelStreamTest, ZeroCopyFramesOfAMappedModelFileReadBack) {
   *first.mutable_meta() = tensor::MakeModelMeta("task", 4, (*file)->layout());
   std::deque<grpc::ByteBuffer> raw = {Serialized(first)};
   {
-    ZeroCopyFrames frames(*std::move(file), /*chunk_bytes=*/1 << 20);
+    ZeroCopyFrames frames(tensor::EncodeRaw(*std::move(file)), /*chunk_bytes=*/1 << 20);
     grpc::ByteBuffer message;
     while (frames.Next(&message)) raw.push_back(message);
   }

@@ -87,7 +87,8 @@ void AggregatorPeer::UploadInitialModel(absl::Time deadline) {
     status = RetryCall(
                  deadline, [this] { return TaskCurrent(); },
                  [&](absl::Time attempt_deadline) {
-                   return aggregator_.PutModel(address, meta, model, Me(), attempt_deadline);
+                   return aggregator_.PutModel(address, meta, tensor::EncodeRaw(model), Me(),
+                                               attempt_deadline);
                  })
                  .status();
   }

@@ -7,66 +7,131 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "libs/aggregation/update_validation.h"
+#include "libs/common/status_macros.h"
 
 namespace shoal::peer {
+
+absl::StatusOr<RoundFold> RoundFold::Start(const aggregation::Strategy& strategy,
+                                           const tensor::ModelLayout& layout,
+                                           std::vector<std::string> participants,
+                                           double max_update_norm) {
+  if (participants.empty()) return absl::InvalidArgumentError("no updates to aggregate");
+  std::sort(participants.begin(), participants.end());
+  for (size_t j = 1; j < participants.size(); ++j) {
+    if (participants[j] == participants[j - 1]) {
+      return absl::InvalidArgumentError(absl::StrCat("two updates from peer ", participants[j]));
+    }
+  }
+  const size_t n = participants.size();
+  return RoundFold(strategy.Start(layout, n), std::move(participants), max_update_norm);
+}
+
+RoundFold::RoundFold(std::unique_ptr<aggregation::Aggregation> aggregation,
+                     std::vector<std::string> ids, double max_update_norm)
+    : aggregation_(std::move(aggregation)),
+      ids_(std::move(ids)),
+      max_update_norm_(max_update_norm) {}
+
+bool RoundFold::Has(const std::string& peer_id) const {
+  auto it = std::lower_bound(ids_.begin(), ids_.end(), peer_id);
+  if (it == ids_.end() || *it != peer_id) return false;
+  return static_cast<size_t>(it - ids_.begin()) < next_ || waiting_.contains(peer_id);
+}
+
+absl::Status RoundFold::Offer(PeerUpdate update, const tensor::FlatModel& base) {
+  const tensor::ModelLayout& layout = aggregation_->layout();
+  if (!(base.layout == layout) || base.values.size() != layout.total_elements()) {
+    return absl::InvalidArgumentError("the round's base model does not match its layout");
+  }
+  auto it = std::lower_bound(ids_.begin(), ids_.end(), update.peer_id);
+  if (it == ids_.end() || *it != update.peer_id) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an update from peer ", update.peer_id, ", not a participant of the round"));
+  }
+  if (Has(update.peer_id)) {
+    return absl::InvalidArgumentError(absl::StrCat("two updates from peer ", update.peer_id));
+  }
+  if (update.model == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the update of peer ", update.peer_id, " has no model"));
+  }
+  if (!(update.model->layout == layout) || update.model->values.size() != base.values.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the update of peer ", update.peer_id, " has layout ", update.model->layout.DebugString(),
+        ", the round's base model has ", layout.DebugString()));
+  }
+  if (static_cast<size_t>(it - ids_.begin()) != next_) {
+    std::string id = update.peer_id;
+    waiting_.emplace(std::move(id), std::move(update));
+    return absl::OkStatus();
+  }
+  SHOAL_RETURN_IF_ERROR(Fold(update, base));
+  ++next_;
+  // Then whatever waited for this one.
+  while (next_ < ids_.size()) {
+    auto w = waiting_.find(ids_[next_]);
+    if (w == waiting_.end()) break;
+    PeerUpdate waited = std::move(w->second);
+    waiting_.erase(w);
+    SHOAL_RETURN_IF_ERROR(Fold(waited, base));
+    ++next_;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RoundFold::Fold(const PeerUpdate& u, const tensor::FlatModel& base) {
+  const std::vector<float>& x = u.model->values;
+  delta_.resize(x.size());
+  for (size_t i = 0; i < delta_.size(); ++i) delta_[i] = x[i] - base.values[i];
+  const double norm = aggregation::L2Norm(delta_);
+  // A non-finite delta is not "too large": Add() names its first bad value below.
+  if (max_update_norm_ > 0 && std::isfinite(norm) && norm > max_update_norm_) {
+    out_.excluded.push_back(ExcludedUpdate{
+        u.peer_id,
+        absl::StrFormat("delta norm %g exceeds max_update_norm %g", norm, max_update_norm_)});
+    return absl::OkStatus();
+  }
+  if (u.num_samples == 0) {
+    out_.excluded.push_back(ExcludedUpdate{u.peer_id, "trained on 0 samples"});
+    return absl::OkStatus();
+  }
+  if (absl::Status s = aggregation_->Add(delta_, static_cast<double>(u.num_samples), u.peer_id);
+      !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the update of peer ", u.peer_id, ": ", s.message()));
+  }
+  out_.included.push_back(u.peer_id);
+  out_.num_samples += u.num_samples;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RoundAggregate> RoundFold::Finish(const tensor::FlatModel& base) {
+  if (!complete()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the round's aggregate still lacks the update of peer ", ids_[next_]));
+  }
+  RoundAggregate out = out_;
+  absl::StatusOr<aggregation::AggregationReport> report =
+      aggregation_->ApplyInto(base, out.model.values);
+  if (!report.ok()) return report.status();
+  out.model.layout = base.layout;
+  out.note = std::move(report->note);
+  return out;
+}
 
 absl::StatusOr<RoundAggregate> AggregateRound(const aggregation::Strategy& strategy,
                                               const tensor::FlatModel& base,
                                               std::vector<PeerUpdate> updates,
                                               double max_update_norm) {
-  if (updates.empty()) return absl::InvalidArgumentError("no updates to aggregate");
   if (base.values.size() != base.layout.total_elements()) {
     return absl::InvalidArgumentError("the round's base model does not match its layout");
   }
-  std::sort(updates.begin(), updates.end(),
-            [](const PeerUpdate& a, const PeerUpdate& b) { return a.peer_id < b.peer_id; });
-  for (size_t j = 0; j < updates.size(); ++j) {
-    const PeerUpdate& u = updates[j];
-    if (j > 0 && u.peer_id == updates[j - 1].peer_id) {
-      return absl::InvalidArgumentError(absl::StrCat("two updates from peer ", u.peer_id));
-    }
-    if (u.model == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the update of peer ", u.peer_id, " has no model"));
-    }
-    if (!(u.model->layout == base.layout) || u.model->values.size() != base.values.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the update of peer ", u.peer_id, " has layout ", u.model->layout.DebugString(),
-          ", the round's base model has ", base.layout.DebugString()));
-    }
-  }
-
-  std::unique_ptr<aggregation::Aggregation> round = strategy.Start(base.layout, updates.size());
-  RoundAggregate out;
-  std::vector<float> delta(base.values.size());
-  for (const PeerUpdate& u : updates) {  // ascending peer id: the same order everywhere
-    const std::vector<float>& x = u.model->values;
-    for (size_t i = 0; i < delta.size(); ++i) delta[i] = x[i] - base.values[i];
-    const double norm = aggregation::L2Norm(delta);
-    // A non-finite delta is not "too large": Add() names its first bad value below.
-    if (max_update_norm > 0 && std::isfinite(norm) && norm > max_update_norm) {
-      out.excluded.push_back(ExcludedUpdate{
-          u.peer_id,
-          absl::StrFormat("delta norm %g exceeds max_update_norm %g", norm, max_update_norm)});
-      continue;
-    }
-    if (u.num_samples == 0) {
-      out.excluded.push_back(ExcludedUpdate{u.peer_id, "trained on 0 samples"});
-      continue;
-    }
-    if (absl::Status s = round->Add(delta, static_cast<double>(u.num_samples), u.peer_id);
-        !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the update of peer ", u.peer_id, ": ", s.message()));
-    }
-    out.included.push_back(u.peer_id);
-    out.num_samples += u.num_samples;
-  }
-  absl::StatusOr<aggregation::AggregationReport> report = round->ApplyInto(base, out.model.values);
-  if (!report.ok()) return report.status();
-  out.model.layout = base.layout;
-  out.note = std::move(report->note);
-  return out;
+  std::vector<std::string> ids;
+  for (const PeerUpdate& u : updates) ids.push_back(u.peer_id);
+  SHOAL_ASSIGN_OR_RETURN(RoundFold fold,
+                         RoundFold::Start(strategy, base.layout, std::move(ids), max_update_norm));
+  for (PeerUpdate& u : updates) SHOAL_RETURN_IF_ERROR(fold.Offer(std::move(u), base));
+  return fold.Finish(base);
 }
 
 }  // namespace shoal::peer

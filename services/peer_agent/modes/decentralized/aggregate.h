@@ -3,6 +3,7 @@
 // The decentralized round's aggregate: what every participant computes from the same updates.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,53 @@ struct RoundAggregate {
   std::vector<ExcludedUpdate> excluded;  // ascending id
   uint64_t num_samples = 0;              // total samples of the included updates
   std::string note;  // the strategy's AggregationReport::note ("" as configured)
+};
+
+// A round's aggregate folded as its updates arrive, for a fixed set of participants: an update
+// goes into the strategy as soon as every participant with a lower id is in, so the result is
+// the same as folding them all in ascending id order (AggregateRound, bit for bit) whatever
+// order they arrive in. An update that arrives before a lower id's waits, holding its model;
+// fetching in ascending id order bounds that. Not thread-safe. The round's base model is passed
+// to each call: the same model every time.
+class RoundFold {
+ public:
+  // `participants`: the peer ids whose updates make the round (any order). Errors:
+  // INVALID_ARGUMENT no participants, or a duplicate id.
+  static absl::StatusOr<RoundFold> Start(const aggregation::Strategy& strategy,
+                                         const tensor::ModelLayout& layout,
+                                         std::vector<std::string> participants,
+                                         double max_update_norm);
+
+  // Ascending.
+  const std::vector<std::string>& participants() const { return ids_; }
+  // Offered already (folded or waiting).
+  bool Has(const std::string& peer_id) const;
+  // Every participant's update is folded.
+  bool complete() const { return next_ == ids_.size(); }
+  // Updates held while they wait for a lower id's.
+  size_t waiting() const { return waiting_.size(); }
+
+  // Takes `update`, folding it (and whatever waited for it) when its turn has come. Errors,
+  // INVALID_ARGUMENT naming the peer: not a participant, offered before, no model, a layout
+  // other than `base`'s, or a non-finite delta (of this update, or of one that waited for it:
+  // the round then cannot complete).
+  absl::Status Offer(PeerUpdate update, const tensor::FlatModel& base);
+  // base + the strategy's aggregate. Errors: FAILED_PRECONDITION when not complete();
+  // INVALID_ARGUMENT as Aggregation::ApplyInto.
+  absl::StatusOr<RoundAggregate> Finish(const tensor::FlatModel& base);
+
+ private:
+  RoundFold(std::unique_ptr<aggregation::Aggregation> aggregation, std::vector<std::string> ids,
+            double max_update_norm);
+  absl::Status Fold(const PeerUpdate& update, const tensor::FlatModel& base);
+
+  std::unique_ptr<aggregation::Aggregation> aggregation_;
+  std::vector<std::string> ids_;  // ascending
+  double max_update_norm_ = 0;
+  size_t next_ = 0;                            // ids_[next_] is the next to fold
+  std::map<std::string, PeerUpdate> waiting_;  // offered before their turn
+  RoundAggregate out_;                         // included, excluded, num_samples so far
+  std::vector<float> delta_;                   // scratch
 };
 
 // Aggregates a round's updates with the task's `strategy` as deltas (update − base) against the

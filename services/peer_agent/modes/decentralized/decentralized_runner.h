@@ -34,6 +34,9 @@ struct DecentralizedRunnerOptions {
   int probe_attempts = 2;
   // One GetSnapshot attempt during sharing and model sync.
   absl::Duration fetch_timeout = absl::Seconds(30);
+  // With a streaming strategy (mean): the most round updates fetched at once while sharing,
+  // and so about the most a peer holds besides its own (each is folded in, then freed).
+  size_t fetch_window = 2;
   // Total time a model sync keeps retrying (the task's round_deadline_seconds when set).
   absl::Duration sync_budget = absl::Seconds(60);
   BackoffOptions retry_backoff{absl::Milliseconds(100), absl::Seconds(2), 2.0, 0.2};
@@ -46,15 +49,15 @@ struct DecentralizedRunnerOptions {
 // part in (or synced to); per round: RoundOpen -> JoinRound, train, publish ROUND_UPDATE,
 // RoundReady; PeerList -> probe the others in parallel -> ConnectionsReport; StartSharing or
 // PeerList{sharing} -> fetch the others' ROUND_UPDATEs, aggregate them with the task's strategy
-// as deltas against the round's base (AggregateRound: in peer-id order, leaving out updates over
-// max_update_norm), load, publish GLOBAL, SharingDone; ModelPublished -> EvalReport; SyncFrom ->
-// fetch the provider's GLOBAL, load, SyncDone, ModelHeld; JoinRefused / ConnectionFailed -> back to
-// the pre-round model. Optimizer state stays local (reset after a sync). The round flow is in
-// decentralized_runner.cc, the exchange with the other participants (probes, sharing, sync) in
-// decentralized_sharing.cc. Owned by the agent, which makes it through the mode registry; the deps
-// must outlive it. Threading: see ModeRunner (Supersedes() is stateless; everything else on the
-// worker, plus one thread per participant while probing or fetching, joined before the handler
-// returns).
+// as deltas against the round's base as they arrive (RoundFold: in peer-id order, leaving out
+// updates over max_update_norm; with mean, a few fetches at a time, each update freed once in),
+// load, publish GLOBAL, SharingDone; ModelPublished -> EvalReport; SyncFrom -> fetch the provider's
+// GLOBAL, load, SyncDone, ModelHeld; JoinRefused / ConnectionFailed -> back to the pre-round model.
+// Optimizer state stays local (reset after a sync). The round flow is in decentralized_runner.cc,
+// the exchange with the other participants (probes, sharing, sync) in decentralized_sharing.cc.
+// Owned by the agent, which makes it through the mode registry; the deps must outlive it.
+// Threading: see ModeRunner (Supersedes() is stateless; everything else on the worker, plus one
+// thread per participant while probing or fetching, joined before the handler returns).
 class DecentralizedRunner final : public ModeRunner {
  public:
   // Errors: INVALID_ARGUMENT when a dependency is missing, the task is not decentralized or its
@@ -83,8 +86,10 @@ class DecentralizedRunner final : public ModeRunner {
     double train_loss = 0;
     int64_t train_ms = 0;
     std::shared_ptr<const tensor::FlatModel> update;  // this peer's trained weights
-    std::map<std::string, PeerUpdate> fetched;        // other participants' updates
-    std::optional<uint32_t> shared_attempt;           // last SharingDone sent
+    // The aggregate of the participants' updates, folded as they arrive (reset when the
+    // participants change, and once the round's aggregate is made).
+    std::optional<RoundFold> fold;
+    std::optional<uint32_t> shared_attempt;  // last SharingDone sent
     tensor::FlatModel base;  // the model held before the round, once held_ is the average
     // The trainer's optimizer state and data position before the round: a round the peer leaves
     // leaves no trace (training it again trains the same batches the same way).

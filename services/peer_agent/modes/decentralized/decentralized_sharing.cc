@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "libs/common/log.h"
 #include "libs/rpc/retry.h"
 #include "services/peer_agent/modes/decentralized/decentralized_runner.h"
@@ -143,13 +145,50 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
     return;
   }
   const absl::Time start = clock_.Now();
-  std::vector<const PeerEndpoint*> missing;
-  for (const PeerEndpoint& p : participants_) {
-    if (p.peer_id() != deps_.peer_id && !round_->fetched.contains(p.peer_id())) {
-      missing.push_back(&p);
+  // The round's shared base: the model every participant held before the round (already moved
+  // to round_->base when this is a re-share after a participant left).
+  const tensor::FlatModel& base = model_round_ < round ? held_ : round_->base;
+  std::vector<std::string> ids;
+  for (const PeerEndpoint& p : participants_) ids.push_back(p.peer_id());
+  std::sort(ids.begin(), ids.end());
+  if (!round_->fold || round_->fold->participants() != ids) {
+    // First share of the round, or the participants changed: a fold cannot take an update out,
+    // so it starts again (and fetches every update again).
+    if (round_->fold) {
+      LogInfo("task ", task_, " round ", round, ": the participants changed to ", Names(ids),
+              "; folding their updates again");
     }
+    round_->fold.reset();
+    absl::StatusOr<RoundFold> fold =
+        RoundFold::Start(strategy_, base.layout, ids, deps_.assigned.spec().max_update_norm());
+    absl::Status s = fold.status();
+    if (s.ok()) {
+      s = fold->Offer(PeerUpdate{deps_.peer_id, round_->num_samples, round_->update}, base);
+    }
+    if (!s.ok()) {
+      LogError("task ", task_, " round ", round, ": cannot aggregate: ", s.message());
+      SendError(round, s);
+      return;
+    }
+    round_->fold.emplace(*std::move(fold));
   }
-  std::vector<std::optional<PeerUpdate>> got(missing.size());
+  RoundFold& fold = *round_->fold;
+  std::vector<const PeerEndpoint*> missing;  // ascending id: the order they fold in
+  for (const PeerEndpoint& p : participants_) {
+    if (!fold.Has(p.peer_id())) missing.push_back(&p);
+  }
+  std::sort(missing.begin(), missing.end(), [](const PeerEndpoint* a, const PeerEndpoint* b) {
+    return a->peer_id() < b->peer_id();
+  });
+  // Each update is folded as soon as it arrives and its turn has come. A streaming strategy
+  // (mean) fetches at most fetch_window updates at once, the next starting when the lowest
+  // still in flight is in, so a peer holds a few updates, not every participant's; the others
+  // keep every update anyway and fetch them all at once.
+  const size_t window =
+      strategy_.streaming() ? std::max<size_t>(1, options_.fetch_window) : missing.size();
+  absl::Mutex mu;
+  std::vector<bool> finished(missing.size(), false);
+  size_t finished_prefix = 0;  // jobs [0, finished_prefix) are done
   std::vector<absl::Status> rejected(missing.size());
   std::vector<CallCanceller> cancellers(missing.size());
   const tensor::ModelLayout& layout = trainer_.layout();
@@ -162,68 +201,65 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
   RunParallel(
       wakeup_, missing.size(),
       [&](size_t i, const std::atomic<bool>& stop) {
+        auto may_start = [&] {
+          absl::MutexLock lock(&mu);
+          return i < finished_prefix + window;
+        };
+        while (!stop.load() && !may_start()) {
+          wakeup_.SleepFor(kRecheck, [&] { return !stop.load() && !may_start(); });
+        }
         peer::v1::GetSnapshotRequest request;
         request.set_task(task_);
         request.set_kind(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
         request.set_round(round);
         request.set_peer_id(deps_.peer_id);
-        absl::StatusOr<tensor::ReceivedModel> r = rpc::Retry(
-            clock_, retry, absl::InfiniteFuture(),
-            wakeup_.Sleeper([&stop] { return !stop.load(); }), [&](absl::Time deadline) {
-              absl::StatusOr<tensor::ReceivedModel> fetched =
-                  peers_.Fetch(missing[i]->address(), request, deadline, layout, &cancellers[i]);
-              if (!fetched.ok() && !absl::IsInvalidArgument(fetched.status())) {
-                LogWarning("task ", task_, " round ", round, ": fetching the update of ",
-                           missing[i]->peer_id(), ": ", fetched.status().message(), " (retrying)");
-              }
-              return fetched;
-            });
+        absl::StatusOr<tensor::ReceivedModel> r =
+            stop.load()
+                ? absl::CancelledError("stopped")
+                : rpc::Retry(
+                      clock_, retry, absl::InfiniteFuture(),
+                      wakeup_.Sleeper([&stop] { return !stop.load(); }), [&](absl::Time deadline) {
+                        absl::StatusOr<tensor::ReceivedModel> fetched = peers_.Fetch(
+                            missing[i]->address(), request, deadline, layout, &cancellers[i]);
+                        if (!fetched.ok() && !absl::IsInvalidArgument(fetched.status())) {
+                          LogWarning("task ", task_, " round ", round, ": fetching the update of ",
+                                     missing[i]->peer_id(), ": ", fetched.status().message(),
+                                     " (retrying)");
+                        }
+                        return fetched;
+                      });
+        absl::MutexLock lock(&mu);
+        // Keep what arrived, even when superseded: a re-share only fetches what is missing.
         if (r.ok()) {
-          got[i] = PeerUpdate{missing[i]->peer_id(), r->meta.num_samples(),
-                              std::make_shared<const tensor::FlatModel>(std::move(r->model))};
+          rejected[i] =
+              fold.Offer(PeerUpdate{missing[i]->peer_id(), r->meta.num_samples(),
+                                    std::make_shared<const tensor::FlatModel>(std::move(r->model))},
+                         base);
         } else if (absl::IsInvalidArgument(r.status())) {
           rejected[i] = r.status();
         }
+        finished[i] = true;
+        while (finished_prefix < finished.size() && finished[finished_prefix]) ++finished_prefix;
       },
       keep_going,
       [&] {
         for (CallCanceller& c : cancellers) c.Cancel();
       });
-  // Keep what arrived, even when superseded: a re-share only fetches what is still missing.
-  for (std::optional<PeerUpdate>& u : got) {
-    if (u) {
-      std::string id = u->peer_id;
-      round_->fetched[id] = *std::move(u);
-    }
-  }
   for (const absl::Status& s : rejected) {
     if (!s.ok()) {
+      round_->fold.reset();
       LogError("task ", task_, " round ", round, ": ", s.message());
       SendError(round, s);
       return;
     }
   }
   if (!keep_going()) return;
-
-  std::vector<PeerUpdate> updates;
-  for (const PeerEndpoint& p : participants_) {
-    if (p.peer_id() == deps_.peer_id) {
-      updates.push_back(PeerUpdate{deps_.peer_id, round_->num_samples, round_->update});
-      continue;
-    }
-    auto it = round_->fetched.find(p.peer_id());
-    if (it == round_->fetched.end()) {
-      LogWarning("task ", task_, " round ", round, ": the update of ", p.peer_id(),
-                 " is still missing");
-      return;
-    }
-    updates.push_back(it->second);
+  absl::StatusOr<RoundAggregate> aggregate = fold.Finish(base);
+  if (absl::IsFailedPrecondition(aggregate.status())) {  // an update still missing
+    LogWarning("task ", task_, " round ", round, ": ", aggregate.status().message());
+    return;
   }
-  // The round's shared base: the model every participant held before the round (already moved
-  // to round_->base when this is a re-share after a participant left).
-  const tensor::FlatModel& base = model_round_ < round ? held_ : round_->base;
-  absl::StatusOr<RoundAggregate> aggregate =
-      AggregateRound(strategy_, base, std::move(updates), deps_.assigned.spec().max_update_norm());
+  round_->fold.reset();
   absl::Status s = aggregate.status();
   if (s.ok()) s = trainer_.SetParameters(aggregate->model);
   if (!s.ok()) {
