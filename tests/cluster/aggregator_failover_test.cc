@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include "tests/cluster/cluster.h"
+#include "tests/testing/temp_dir.h"
 
 namespace shoal::testing {
 namespace {
@@ -14,7 +15,7 @@ namespace {
 namespace cv1 = coordinator::v1;
 
 std::string TempDir() {
-  auto dir = process::MakeTempDir("", "shoal-failover-");
+  auto dir = MakeTestTempDir("shoal-failover-");
   EXPECT_TRUE(dir.ok()) << dir.status();
   return *dir;
 }

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/cluster/cluster.h"
+#include "tests/testing/temp_dir.h"
 
 namespace shoal::testing {
 namespace {
@@ -22,7 +23,7 @@ namespace cv1 = coordinator::v1;
 constexpr int kHonest = 4;
 
 std::string TempDir() {
-  auto dir = process::MakeTempDir("", "shoal-byzantine-");
+  auto dir = MakeTestTempDir("shoal-byzantine-");
   EXPECT_TRUE(dir.ok()) << dir.status();
   return *dir;
 }

@@ -18,6 +18,7 @@
 #include "shoal/coordinator/v1/control.grpc.pb.h"
 #include "tests/bench/light_peer.h"
 #include "tests/cluster/cluster.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/testing/wait.h"
 
 namespace shoal::testing {
@@ -36,7 +37,7 @@ double Percentile(std::vector<double> v, double p) {
 class CheckpointIsolationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto dir = process::MakeTempDir("", "shoal-isolation-");
+    auto dir = MakeTestTempDir("shoal-isolation-");
     ASSERT_TRUE(dir.ok()) << dir.status();
     dir_ = *dir;
     const char* bin = std::getenv("SHOAL_BIN_DIR");

@@ -20,6 +20,7 @@
 #include "shoal/peer/v1/peer.grpc.pb.h"
 #include "tests/cluster/cluster.h"
 #include "tests/testing/reserved_port.h"
+#include "tests/testing/temp_dir.h"
 
 namespace shoal::testing {
 namespace {
@@ -30,7 +31,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 std::string TempDir() {
-  auto dir = process::MakeTempDir("", "shoal-dec-cluster-");
+  auto dir = MakeTestTempDir("shoal-dec-cluster-");
   EXPECT_TRUE(dir.ok()) << dir.status();
   return *dir;
 }

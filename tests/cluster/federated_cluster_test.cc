@@ -17,6 +17,7 @@
 #include "libs/rpc/status.h"
 #include "libs/rpc/tls.h"
 #include "tests/cluster/cluster.h"
+#include "tests/testing/temp_dir.h"
 
 namespace shoal::testing {
 namespace {
@@ -27,7 +28,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 std::string TempDir() {
-  auto dir = process::MakeTempDir("", "shoal-cluster-");
+  auto dir = MakeTestTempDir("shoal-cluster-");
   EXPECT_TRUE(dir.ok()) << dir.status();
   return *dir;
 }

@@ -25,6 +25,7 @@
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status.h"
 #include "tests/cluster/cluster.h"
+#include "tests/testing/temp_dir.h"
 
 namespace shoal::testing {
 namespace {
@@ -32,7 +33,7 @@ namespace {
 namespace cv1 = coordinator::v1;
 
 std::string TempDir() {
-  auto dir = process::MakeTempDir("", "shoal-gossip-cluster-");
+  auto dir = MakeTestTempDir("shoal-gossip-cluster-");
   EXPECT_TRUE(dir.ok()) << dir.status();
   return *dir;
 }

@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "services/shoalctl/process.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/testing/wait.h"
 
 namespace shoal::testing {
@@ -61,7 +62,7 @@ struct LauncherRun {
 // Starts `shoalctl local` on TaskFile(), or on it with `rounds` rounds when given.
 LauncherRun StartLauncher(const std::string& prefix, std::optional<int> rounds = std::nullopt) {
   LauncherRun run;
-  auto dir = process::MakeTempDir("", prefix);
+  auto dir = MakeTestTempDir(prefix);
   EXPECT_TRUE(dir.ok()) << dir.status();
   run.state_dir = *dir + "/state";
   run.log = *dir + "/shoalctl.log";

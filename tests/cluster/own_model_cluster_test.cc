@@ -16,6 +16,7 @@
 #include "libs/common/file_digest.h"
 #include "libs/common/status_macros.h"
 #include "tests/cluster/cluster.h"
+#include "tests/testing/temp_dir.h"
 
 namespace shoal::testing {
 namespace {
@@ -25,7 +26,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 std::string TempDir() {
-  auto dir = process::MakeTempDir("", "shoal-own-");
+  auto dir = MakeTestTempDir("shoal-own-");
   EXPECT_TRUE(dir.ok()) << dir.status();
   return *dir;
 }

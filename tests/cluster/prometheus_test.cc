@@ -20,6 +20,7 @@
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status.h"
 #include "tests/cluster/cluster.h"
+#include "tests/testing/temp_dir.h"
 
 namespace shoal::testing {
 namespace {
@@ -175,7 +176,7 @@ class PrometheusServer {
 TEST(PrometheusTest, ScrapesEveryServiceOfARunningCluster) {
   ASSERT_EQ(::access(PrometheusBinary().c_str(), X_OK), 0)
       << PrometheusBinary() << " not found: install Debian's prometheus package";
-  auto dir = process::MakeTempDir("", "shoal-prometheus-");
+  auto dir = MakeTestTempDir("shoal-prometheus-");
   ASSERT_TRUE(dir.ok()) << dir.status();
   Cluster cluster(*dir);
   {

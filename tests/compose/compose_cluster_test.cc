@@ -35,6 +35,7 @@
 #include "absl/time/clock.h"
 #include "services/shoalctl/process.h"
 #include "tests/compose/compose_file.h"
+#include "tests/testing/temp_dir.h"
 
 namespace shoal::testing {
 namespace {
@@ -240,7 +241,7 @@ TEST(ComposeClusterTest, ComposeCommandsTrainTheDefaultTask) {
   absl::StatusOr<std::vector<DockerStage>> stages = LoadDockerfile(source_dir + "/Dockerfile");
   ASSERT_TRUE(stages.ok()) << stages.status();
 
-  absl::StatusOr<std::string> dir = process::MakeTempDir("", "shoal-compose-test-");
+  absl::StatusOr<std::string> dir = MakeTestTempDir("shoal-compose-test-");
   ASSERT_TRUE(dir.ok()) << dir.status();
   fs::create_directories(*dir + "/logs");
   ComposeHost host(*compose, *dir, source_dir);

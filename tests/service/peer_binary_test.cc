@@ -16,6 +16,7 @@
 #include "services/shoalctl/process.h"
 #include "shoal/coordinator/v1/session.pb.h"
 #include "tests/service/fake_coordinator.h"
+#include "tests/testing/temp_dir.h"
 
 namespace shoal::peer {
 namespace {
@@ -68,7 +69,7 @@ struct ProcessResult {
 // Runs the binary with `args`, waits up to `timeout`, returns its exit code and output.
 ProcessResult RunPeer(const std::vector<std::string>& args, absl::Duration timeout) {
   ProcessResult result;
-  auto dir = process::MakeTempDir("", "shoal-peer-test-");
+  auto dir = testing::MakeTestTempDir("shoal-peer-test-");
   if (!dir.ok()) {
     ADD_FAILURE() << dir.status();
     return result;
@@ -134,7 +135,7 @@ TEST_F(PeerBinaryTest, BadFlagsExitTwoNamingTheFlag) {
 TEST_F(PeerBinaryTest, UnknownModelReportsAnErrorAndExitsNonZero) {
   FakeCoordinatorServer coordinator;
   ASSERT_TRUE(coordinator.server);
-  auto dir = process::MakeTempDir("", "shoal-peer-test-");
+  auto dir = testing::MakeTestTempDir("shoal-peer-test-");
   ASSERT_TRUE(dir.ok()) << dir.status();
   const std::string log_path = *dir + "/peer.log";
   // No thread: the child runs on its own while this thread plays the coordinator, and `peer`

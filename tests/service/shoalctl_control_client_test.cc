@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/service/shoalctl_fixture.h"
+#include "tests/testing/temp_dir.h"
 
 namespace shoal::shoalctl {
 namespace {
@@ -181,7 +182,7 @@ TEST_F(ControlClientTest, WatchCommandPrintsOneLinePerChangeAndTheSummary) {
 
 TEST_F(ControlClientTest, ModelGetWritesAModelFile) {
   fake_.SetTask(Status("m", coordinator::v1::TASK_STATE_COMPLETED, 3));
-  absl::StatusOr<std::string> dir = process::MakeTempDir("", "shoalctl-model-");
+  absl::StatusOr<std::string> dir = testing::MakeTestTempDir("shoalctl-model-");
   ASSERT_TRUE(dir.ok());
   const std::string file = *dir + "/model.bin";
   {

@@ -12,6 +12,7 @@
 #include "services/shoalctl/commands.h"
 #include "services/shoalctl/process.h"
 #include "shoal/coordinator/v1/control.grpc.pb.h"
+#include "tests/testing/temp_dir.h"
 
 namespace shoal::shoalctl {
 namespace {
@@ -102,7 +103,7 @@ TEST_F(ShoalctlHealthTest, UsageErrors) {
 }
 
 TEST_F(ShoalctlHealthTest, MutualTls) {
-  absl::StatusOr<std::string> dir = process::MakeTempDir("", "shoalctl-health-");
+  absl::StatusOr<std::string> dir = testing::MakeTestTempDir("shoalctl-health-");
   ASSERT_TRUE(dir.ok());
   const char* source = std::getenv("SHOAL_SOURCE_DIR");
   process::ProcessOptions gen;
