@@ -32,6 +32,7 @@ import argparse
 import http.server
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -84,10 +85,31 @@ def wait_until(what, timeout, check, interval=1.0):
         time.sleep(interval)
 
 
+_ports_given = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port on 127.0.0.1 below the kernel's ephemeral range.
+
+    A port from bind(0) lies in the ephemeral range, where the kernel also picks the local ports
+    of outgoing connections: a container connecting early (say the aggregator to the
+    coordinator) could get the port a later container must listen on, and that one would fail
+    to bind and restart for as long as the connection lasts."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_low = int(f.read().split()[0])
+    low, high = 10000, max(10001, min(ephemeral_low, 65536))
+    for _ in range(1000):
+        port = random.randrange(low, high)
+        if port in _ports_given:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _ports_given.add(port)
+        return port
+    raise Failure(f"no free port in [{low}, {high}) on 127.0.0.1")
 
 
 def host_network_state():
@@ -378,6 +400,10 @@ class ComposeTest:
                 if "/exited/" in h:
                     raise Failure(f"{s} exited ({h}):\n" +
                                   self.engine.output(self.compose("logs", "--tail", "20", s)))
+            restarting = [s for s, h in states.items() if "/restarting/" in h]
+            if restarting:  # its last words say why
+                raise Failure(", ".join(bad) + "\n" + self.engine.output(
+                    self.compose("logs", "--tail", "20", *restarting)))
             if bad:
                 raise Failure(", ".join(bad))
             return True
@@ -467,6 +493,11 @@ class ComposeTest:
                 self.one_service()
             else:
                 self.cluster()
+        except Failure:
+            if self.engine.proc is not None and not self.args.reduced:
+                # Every container's output, kept with the work directory for the post-mortem.
+                self.engine.run(self.compose("logs", "--no-color"), 120, "services", check=False)
+            raise
         finally:
             if self.engine.proc is not None and not self.args.reduced:
                 # Whatever happened, no container outlives the test.
