@@ -146,6 +146,23 @@ std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const std::string& t
   return credentials->channel();
 }
 
+// A server of `service` on 127.0.0.1:0; with a TLS directory, mutual TLS as `identity`.
+std::unique_ptr<shoal::rpc::Server> StartServer(const std::string& name, const std::string& tls_dir,
+                                                const std::string& identity,
+                                                grpc::Service* service) {
+  shoal::rpc::ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.service_name = name;
+  if (!tls_dir.empty()) {
+    auto credentials = shoal::rpc::Credentials::Create({tls_dir + "/" + identity, false});
+    if (!credentials.ok()) Die(std::string(credentials.status().message()));
+    options.credentials = credentials->server();
+  }
+  auto server = shoal::rpc::Server::Start(options, {service});
+  if (!server.ok()) Die(std::string(server.status().message()));
+  return *std::move(server);
+}
+
 std::unique_ptr<Endpoint> StartEndpoint(const std::string& name, const std::string& tls_dir,
                                         shoal::aggregator::AggregatorCore& core,
                                         shoal::Executor& executor,
@@ -158,17 +175,7 @@ std::unique_ptr<Endpoint> StartEndpoint(const std::string& name, const std::stri
   e->name = name;
   e->service = std::make_unique<shoal::aggregator::AggregatorServiceImpl>(
       shoal::aggregator::AggregatorServiceOptions{options.limits}, core, executor, metrics);
-  shoal::rpc::ServerOptions server_options;
-  server_options.listen = "127.0.0.1:0";
-  server_options.service_name = "transfer-bench";
-  if (!tls_dir.empty()) {
-    auto credentials = shoal::rpc::Credentials::Create({tls_dir + "/aggregator-0", false});
-    if (!credentials.ok()) Die(std::string(credentials.status().message()));
-    server_options.credentials = credentials->server();
-  }
-  auto server = shoal::rpc::Server::Start(server_options, {e->service.get()});
-  if (!server.ok()) Die(std::string(server.status().message()));
-  e->server = *std::move(server);
+  e->server = StartServer("transfer-bench", tls_dir, "aggregator-0", e->service.get());
   const auto coordinator = ClientCredentials(tls_dir, "coordinator");
   e->channel = shoal::rpc::MakeChannel(e->server->address(), coordinator);
   e->peer_channel =
@@ -194,17 +201,7 @@ std::unique_ptr<Endpoint> StartEndpoint(const std::string& name, const std::stri
       shoal::rpc::MakeChannel(e->coordinator->address(), ClientCredentials(tls_dir, kPeer));
 
   e->peer_service = std::make_unique<shoal::peer::PeerServiceImpl>(snapshots, peer_metrics);
-  shoal::rpc::ServerOptions peer_options;
-  peer_options.listen = "127.0.0.1:0";
-  peer_options.service_name = "transfer-bench-peer";
-  if (!tls_dir.empty()) {
-    auto credentials = shoal::rpc::Credentials::Create({tls_dir + "/peer-1", false});
-    if (!credentials.ok()) Die(std::string(credentials.status().message()));
-    peer_options.credentials = credentials->server();
-  }
-  auto peer_server = shoal::rpc::Server::Start(peer_options, {e->peer_service.get()});
-  if (!peer_server.ok()) Die(std::string(peer_server.status().message()));
-  e->peer_server = *std::move(peer_server);
+  e->peer_server = StartServer("transfer-bench-peer", tls_dir, "peer-1", e->peer_service.get());
   e->peer_client = std::make_unique<shoal::peer::GrpcPeerClient>(
       tls_dir.empty() ? nullptr : ClientCredentials(tls_dir, kPeer));
   return e;
