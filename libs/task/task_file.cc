@@ -38,6 +38,7 @@ namespace pb = ::google::protobuf;
 using common::v1::TaskSpec;
 
 constexpr uint32_t kDefaultMaxConnectionRetry = 3;
+constexpr uint32_t kMaxTopKWarmupRounds = 10;  // 2^10 x any useful ratio is already 1
 
 // "TaskState" -> "TASK_STATE_".
 std::string EnumPrefix(const pb::EnumDescriptor& type) {
@@ -327,15 +328,20 @@ absl::Status ValidateCompression(const TaskSpec& spec) {
                                    " (set compression: none)"));
   }
   if (c != common::v1::COMPRESSION_TOPK) {
-    if (spec.has_topk_ratio()) return FieldError("topk_ratio", "only with compression: topk");
-    if (spec.topk_values() != common::v1::COMPRESSION_UNSPECIFIED) {
-      return FieldError("topk_values", "only with compression: topk");
-    }
+    const char* topk_only = spec.has_topk_ratio()               ? "topk_ratio"
+                            : spec.topk_values() != 0 /*unset*/ ? "topk_values"
+                            : spec.has_topk_warmup_rounds()     ? "topk_warmup_rounds"
+                                                                : nullptr;
+    if (topk_only != nullptr) return FieldError(topk_only, "only with compression: topk");
     return absl::OkStatus();
   }
   if (!(spec.topk_ratio() > 0 && spec.topk_ratio() <= 1)) {
     return FieldError("topk_ratio",
                       absl::StrCat("must be in (0, 1], got ", ShowNumber(spec.topk_ratio())));
+  }
+  if (spec.topk_warmup_rounds() > kMaxTopKWarmupRounds) {
+    return FieldError("topk_warmup_rounds", absl::StrCat("must be at most ", kMaxTopKWarmupRounds,
+                                                         ", got ", spec.topk_warmup_rounds()));
   }
   const common::v1::Compression v = spec.topk_values();
   if (v != common::v1::COMPRESSION_UNSPECIFIED && v != common::v1::COMPRESSION_NONE &&
@@ -387,6 +393,7 @@ void ApplyModeDefaults(TaskSpec& spec) {
   }
   if (spec.compression() == common::v1::COMPRESSION_TOPK) {
     if (!spec.has_topk_ratio()) spec.set_topk_ratio(0.01);
+    if (!spec.has_topk_warmup_rounds()) spec.set_topk_warmup_rounds(0);
     if (spec.topk_values() == common::v1::COMPRESSION_UNSPECIFIED) {
       spec.set_topk_values(common::v1::COMPRESSION_NONE);
     }

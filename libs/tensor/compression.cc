@@ -336,7 +336,14 @@ float HalfToFloat(uint16_t half) {
   return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
-std::shared_ptr<const EncodedModel> Compressor::Compress(std::shared_ptr<FlatModel> update) {
+double Compressor::TopKRatio(uint64_t base_version) const {
+  const uint32_t warmup = settings_.topk_warmup_rounds;
+  if (base_version >= warmup) return settings_.topk_ratio;
+  return std::min(1.0, std::ldexp(settings_.topk_ratio, static_cast<int>(warmup - base_version)));
+}
+
+std::shared_ptr<const EncodedModel> Compressor::Compress(std::shared_ptr<FlatModel> update,
+                                                         uint64_t base_version) {
   if (settings_.codec == common::v1::ENCODING_RAW) return EncodeRaw(std::move(update));
   const ModelLayout& layout = update->layout;
   const bool topk = settings_.codec == common::v1::ENCODING_SPARSE;
@@ -349,6 +356,7 @@ std::shared_ptr<const EncodedModel> Compressor::Compress(std::shared_ptr<FlatMod
   encoded->storage.resize(layout.num_tensors());
   encoded->encodings.resize(layout.num_tensors());
   std::vector<float> scratch;
+  const double ratio = TopKRatio(base_version);
   for (size_t t = 0; t < layout.num_tensors(); ++t) {
     const absl::Span<const float> d(update->values.data() + layout.offset(t),
                                     layout.tensors()[t].NumElements());
@@ -361,7 +369,7 @@ std::shared_ptr<const EncodedModel> Compressor::Compress(std::shared_ptr<FlatMod
       payload.assign(reinterpret_cast<const char*>(d.data()), d.size() * sizeof(float));
       if (topk) std::fill_n(residual_.data() + layout.offset(t), d.size(), 0.0f);
     } else if (topk) {
-      EncodeTopK(d, settings_.topk_ratio, settings_.topk_values, payload, e, scratch);
+      EncodeTopK(d, ratio, settings_.topk_values, payload, e, scratch);
       // Error feedback: what this tensor's encoding lost waits for the next update.
       scratch.resize(d.size());
       const absl::Status s = DecodeTensor(e, payload, absl::MakeSpan(scratch));

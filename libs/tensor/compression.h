@@ -74,6 +74,9 @@ struct CompressionSettings {
   common::v1::Encoding codec = common::v1::ENCODING_RAW;
   double topk_ratio = 0.01;                                     // SPARSE: (0, 1]
   common::v1::Encoding topk_values = common::v1::ENCODING_RAW;  // SPARSE: RAW, FP16, INT8
+  // SPARSE: updates trained from the first `topk_warmup_rounds` model versions (0 .. N-1) keep
+  // a larger fraction, halving towards topk_ratio: min(1, topk_ratio x 2^(N - v)) for version v.
+  uint32_t topk_warmup_rounds = 0;
 };
 
 // Compresses one peer's successive updates. Top-k keeps, per value, what it did not send (the
@@ -85,9 +88,13 @@ class Compressor {
   explicit Compressor(CompressionSettings settings) : settings_(settings) {}
 
   const CompressionSettings& settings() const { return settings_; }
-  // Encodes `update` (consumed: it holds the update plus the residual afterwards). For RAW the
-  // result is `update` itself, uncopied.
-  std::shared_ptr<const EncodedModel> Compress(std::shared_ptr<FlatModel> update);
+  // The fraction of each tensor top-k keeps for an update trained from model `base_version`:
+  // topk_ratio, more during the warm-up (see CompressionSettings).
+  double TopKRatio(uint64_t base_version) const;
+  // Encodes `update` (consumed: it holds the update plus the residual afterwards), trained from
+  // model `base_version`. For RAW the result is `update` itself, uncopied.
+  std::shared_ptr<const EncodedModel> Compress(std::shared_ptr<FlatModel> update,
+                                               uint64_t base_version);
   // The residual's squared L2 norm (0 without top-k): what is still waiting to be sent.
   double ResidualSumSquares() const;
 

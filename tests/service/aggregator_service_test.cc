@@ -240,8 +240,8 @@ TEST_F(AggregatorServiceTest, CompressedUpdatesAggregateAsTheirDecodedValues) {
   };
   tensor::Compressor topk({common::v1::ENCODING_SPARSE, 0.01, common::v1::ENCODING_INT8});
   tensor::Compressor half({common::v1::ENCODING_FP16});
-  auto sparse = topk.Compress(update(0.01f));
-  auto fp16 = half.Compress(update(-0.02f));
+  auto sparse = topk.Compress(update(0.01f), 1);
+  auto fp16 = half.Compress(update(-0.02f), 1);
   EXPECT_LT(sparse->payload_bytes() * 50, sparse->layout.total_bytes());
   for (const auto& [peer, encoded] : {std::pair{"topk", sparse}, std::pair{"half", fp16}}) {
     grpc::ClientContext ctx;

@@ -347,13 +347,17 @@ TEST(CompressionTaskTest, TopKGetsItsDefaultsAndRoundTrips) {
   EXPECT_EQ(spec->compression(), common::v1::COMPRESSION_TOPK);
   EXPECT_EQ(spec->topk_ratio(), 0.01);
   EXPECT_EQ(spec->topk_values(), common::v1::COMPRESSION_NONE);
+  EXPECT_TRUE(spec->has_topk_warmup_rounds());
+  EXPECT_EQ(spec->topk_warmup_rounds(), 0u);
   ExpectJsonRoundTrip(*spec);
   spec = ParseAndValidate(
       "name: x\nmode: federated-async\ncompression: topk\ntopk_ratio: 0.05\n"
-      "topk_values: int8\n");
+      "topk_values: int8\ntopk_warmup_rounds: 3\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->topk_ratio(), 0.05);
   EXPECT_EQ(spec->topk_values(), common::v1::COMPRESSION_INT8);
+  EXPECT_EQ(spec->topk_warmup_rounds(), 3u);
+  ExpectJsonRoundTrip(*spec);
   spec = ParseAndValidate("name: x\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->compression(), common::v1::COMPRESSION_NONE);
@@ -370,6 +374,10 @@ TEST(CompressionTaskTest, RulesNameTheField) {
        "topk_values: unsupported value \"topk\" (expected none, fp16, int8)"},
       {"compression: int8\ntopk_ratio: 0.1\n", "topk_ratio: only with compression: topk"},
       {"topk_values: fp16\n", "topk_values: only with compression: topk"},
+      {"compression: fp16\ntopk_warmup_rounds: 2\n",
+       "topk_warmup_rounds: only with compression: topk"},
+      {"compression: topk\ntopk_warmup_rounds: 11\n",
+       "topk_warmup_rounds: must be at most 10, got 11"},
       {"mode: decentralized\ncompression: fp16\n",
        "this task's mode is decentralized (set compression: none)"},
       {"mode: gossip\ncompression: topk\n", "this task's mode is gossip"},

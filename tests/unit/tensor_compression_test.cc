@@ -79,7 +79,7 @@ TEST(CompressionTest, RawIsTheModelItselfUncopied) {
   auto update = RandomModel(Specs(), 1);
   const float* data = update->values.data();
   Compressor compressor({});
-  std::shared_ptr<const EncodedModel> encoded = compressor.Compress(update);
+  std::shared_ptr<const EncodedModel> encoded = compressor.Compress(update, 1);
   EXPECT_EQ(encoded->payloads[0].data(), reinterpret_cast<const char*>(data));
   EXPECT_EQ(encoded->payload_bytes(), update->layout.total_bytes());
   auto decoded = RoundTrip(*encoded);
@@ -91,7 +91,7 @@ TEST(CompressionTest, Fp16HalvesTheBytesWithinHalfPrecision) {
   auto update = RandomModel(Specs(), 2);
   const std::vector<float> original = update->values;
   Compressor compressor({ENCODING_FP16});
-  auto encoded = compressor.Compress(update);
+  auto encoded = compressor.Compress(update, 1);
   EXPECT_EQ(encoded->payload_bytes(), update->layout.total_bytes() / 2);
   auto decoded = RoundTrip(*encoded);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
@@ -104,7 +104,7 @@ TEST(CompressionTest, Int8KeepsEachValueWithinHalfAStep) {
   auto update = RandomModel(Specs(), 3, 0.01f);
   const std::vector<float> original = update->values;
   Compressor compressor({ENCODING_INT8});
-  auto encoded = compressor.Compress(update);
+  auto encoded = compressor.Compress(update, 1);
   // One scale per (non-empty) tensor and a byte per value.
   EXPECT_EQ(encoded->payload_bytes(), update->layout.total_elements() + 3 * sizeof(float));
   auto decoded = RoundTrip(*encoded);
@@ -127,7 +127,7 @@ TEST(CompressionTest, TopKSendsTheLargestAndFeedsTheRestBack) {
   const std::vector<float> first = u1->values;
   const std::vector<float> second = u2->values;
   Compressor compressor({ENCODING_SPARSE, 0.01, ENCODING_RAW});
-  auto e1 = compressor.Compress(u1);
+  auto e1 = compressor.Compress(u1, 1);
   const ModelLayout& layout = e1->layout;
   // Per tensor, 1% rounded up: fc.weight (40,000 values) keeps 400, conv.weight (200) 2,
   // conv.bias (8) 1.
@@ -158,7 +158,7 @@ TEST(CompressionTest, TopKSendsTheLargestAndFeedsTheRestBack) {
     EXPECT_EQ(kept, 400u);
   }
   EXPECT_GT(compressor.ResidualSumSquares(), 0);
-  auto e2 = compressor.Compress(u2);
+  auto e2 = compressor.Compress(u2, 1);
   auto s2 = RoundTrip(*e2);
   ASSERT_TRUE(s2.ok()) << s2.status();
   // Error feedback: what was sent plus what waits equals everything ever added.
@@ -170,11 +170,37 @@ TEST(CompressionTest, TopKSendsTheLargestAndFeedsTheRestBack) {
   EXPECT_NEAR(compressor.ResidualSumSquares(), waiting, 1e-4 * waiting);
 }
 
+TEST(CompressionTest, TopKWarmUpHalvesTowardsTheRatio) {
+  CompressionSettings settings{ENCODING_SPARSE, 0.01, ENCODING_INT8};
+  settings.topk_warmup_rounds = 3;
+  Compressor compressor(settings);
+  EXPECT_DOUBLE_EQ(compressor.TopKRatio(0), 0.08);
+  EXPECT_DOUBLE_EQ(compressor.TopKRatio(1), 0.04);
+  EXPECT_DOUBLE_EQ(compressor.TopKRatio(2), 0.02);
+  EXPECT_DOUBLE_EQ(compressor.TopKRatio(3), 0.01);
+  EXPECT_DOUBLE_EQ(compressor.TopKRatio(40), 0.01);
+  settings.topk_ratio = 0.3;
+  EXPECT_DOUBLE_EQ(Compressor(settings).TopKRatio(0), 1.0);  // capped: every value
+  EXPECT_DOUBLE_EQ(Compressor(settings).TopKRatio(2), 0.6);
+
+  // fc.weight (40,000 values) keeps 8%, then 4%, 2% and from version 3 on 1%; what was not
+  // sent still waits in the residual.
+  const std::pair<uint64_t, uint64_t> expected[] = {
+      {0, 3200}, {1, 1600}, {2, 800}, {3, 400}, {9, 400}};
+  for (const auto& [version, kept] : expected) {
+    auto encoded = compressor.Compress(RandomModel(Specs(), 20 + version), version);
+    EXPECT_EQ(encoded->encodings[3].encoding, ENCODING_SPARSE) << version;
+    EXPECT_EQ(encoded->encodings[3].nonzeros, kept) << version;
+    ASSERT_TRUE(RoundTrip(*encoded).ok()) << version;
+  }
+  EXPECT_GT(compressor.ResidualSumSquares(), 0);
+}
+
 TEST(CompressionTest, TopKFallsBackToDenseWhenSparseIsNotSmaller) {
   auto update = RandomModel(Specs(), 9);
   const std::vector<float> original = update->values;
   Compressor compressor({ENCODING_SPARSE, 1.0, ENCODING_RAW});
-  auto encoded = compressor.Compress(update);
+  auto encoded = compressor.Compress(update, 1);
   for (const TensorEncoding& e : encoded->encodings) EXPECT_EQ(e.encoding, ENCODING_RAW);
   auto decoded = RoundTrip(*encoded);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
@@ -185,7 +211,7 @@ TEST(CompressionTest, TopKFallsBackToDenseWhenSparseIsNotSmaller) {
 TEST(CompressionTest, TopKOfOnePercentInInt8IsOverAHundredTimesSmaller) {
   auto update = RandomModel({{"w", {1000, 1000}}}, 6);
   Compressor compressor({ENCODING_SPARSE, 0.01, ENCODING_INT8});
-  auto encoded = compressor.Compress(update);
+  auto encoded = compressor.Compress(update, 1);
   EXPECT_LT(encoded->payload_bytes() * 100, update->layout.total_bytes());
   auto decoded = RoundTrip(*encoded);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
@@ -200,7 +226,7 @@ TEST(CompressionTest, NonFiniteUpdatesTravelRawAndAreRefused) {
   for (auto codec : {ENCODING_FP16, ENCODING_INT8, ENCODING_SPARSE}) {
     auto copy = std::make_shared<FlatModel>(*update);
     Compressor compressor({codec, 0.01, ENCODING_INT8});
-    auto encoded = compressor.Compress(copy);
+    auto encoded = compressor.Compress(copy, 1);
     EXPECT_EQ(encoded->encodings[3].encoding, ENCODING_RAW);
     auto decoded = RoundTrip(*encoded);
     ASSERT_FALSE(decoded.ok());
@@ -256,7 +282,7 @@ TEST(CompressionTest, MalformedEncodingsAreRefusedByName) {
 TEST(CompressionTest, ModelsTravelRawOnly) {
   auto update = RandomModel(Specs(), 8);
   Compressor compressor({ENCODING_FP16});
-  auto encoded = compressor.Compress(update);
+  auto encoded = compressor.Compress(update, 1);
   auto decoder = FrameDecoder::ForMeta(MakeModelMeta("t", 1, encoded->layout), DecoderLimits{},
                                        /*require_finite=*/true);
   ASSERT_TRUE(decoder.ok());

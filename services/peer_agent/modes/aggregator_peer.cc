@@ -31,6 +31,7 @@ tensor::CompressionSettings CompressionOf(const common::v1::TaskSpec& spec) {
   settings.codec = encoding(spec.compression());
   if (spec.has_topk_ratio()) settings.topk_ratio = spec.topk_ratio();
   settings.topk_values = encoding(spec.topk_values());
+  settings.topk_warmup_rounds = spec.topk_warmup_rounds();
   if (settings.topk_values == common::v1::ENCODING_SPARSE) {
     settings.topk_values = common::v1::ENCODING_RAW;  // refused by task validation
   }
@@ -51,8 +52,14 @@ AggregatorPeer::AggregatorPeer(const ModeRunnerDeps& deps, AggregatorCallOptions
       address_(deps.assigned.aggregator_address()) {
   const tensor::CompressionSettings& c = compressor_.settings();
   if (c.codec == common::v1::ENCODING_SPARSE) {
-    LogInfo(absl::StrFormat("task %s: updates are compressed: top-k %g of each tensor, values %s",
-                            task_, c.topk_ratio, common::v1::Encoding_Name(c.topk_values)));
+    std::string warmup;
+    for (uint32_t v = 0; v < c.topk_warmup_rounds; ++v) {
+      absl::StrAppend(&warmup, v == 0 ? " (warm-up: " : ", ",
+                      absl::StrFormat("%g", compressor_.TopKRatio(v)), " from version ", v);
+    }
+    if (!warmup.empty()) warmup += ")";
+    LogInfo(absl::StrFormat("task %s: updates are compressed: top-k %g of each tensor%s, values %s",
+                            task_, c.topk_ratio, warmup, common::v1::Encoding_Name(c.topk_values)));
   } else if (c.codec != common::v1::ENCODING_RAW) {
     LogInfo("task ", task_, ": updates are compressed: ", common::v1::Encoding_Name(c.codec));
   }
@@ -197,7 +204,7 @@ absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> AggregatorPeer::Delt
   SHOAL_RETURN_IF_ERROR(global_values_->SubtractFrom(absl::MakeSpan(delta->values)));
   // Test-only: a Byzantine peer pushes a corrupted delta; what it keeps is its own model.
   deps_.byzantine.CorruptDelta(delta->values);
-  return compressor_.Compress(std::move(delta));
+  return compressor_.Compress(std::move(delta), *global_version_);
 }
 
 }  // namespace shoal::peer
