@@ -262,13 +262,19 @@ struct Pixels {
 // every table that stb could reach is checked here first. The walk mirrors stb's: length-prefixed
 // segments are skipped whole, and after a scan header the entropy-coded data runs to the next
 // marker (0xFF then a byte other than 0x00, 0xFF or a restart marker). It may look at more
-// tables than stb would (stb stops at its first error), never at fewer.
+// tables than stb would (stb stops at its first error), never at fewer. stb 2.27 also decodes a
+// scan with a Huffman table that no DHT segment defined before it, reading its uninitialised
+// memory as the table (an index far out of bounds: found by the image_folder fuzz target), so
+// each scan's tables are checked to be defined, those that stb would use for it: in a
+// progressive image a first DC scan its DC tables and an AC scan its AC tables, otherwise both.
 absl::Status CheckJpegHuffmanTables(const fs::path& path, const std::string& bytes) {
   const auto at = [&bytes](size_t i) -> uint32_t {
     return i < bytes.size() ? static_cast<unsigned char>(bytes[i]) : 0;  // stb reads 0 past end
   };
   size_t pos = 2;  // after SOI
   bool in_scan = false;
+  bool progressive = false;
+  bool defined[2][4] = {};  // [DC, AC][table id]
   while (pos < bytes.size()) {
     // The next marker: 0xFF, any 0xFF fill bytes, then the marker byte.
     if (at(pos) != 0xFF) {
@@ -288,6 +294,9 @@ absl::Status CheckJpegHuffmanTables(const fs::path& path, const std::string& byt
     if (marker == 0xC4) {
       size_t table = pos + 2;
       for (int64_t left = int64_t{length} - 2; left > 0;) {
+        if ((at(table) >> 4) <= 1 && (at(table) & 15) <= 3) {
+          defined[at(table) >> 4][at(table) & 15] = true;  // stb refuses other ids
+        }
         uint32_t codes = 0;
         for (size_t i = 1; i <= 16; ++i) codes += at(table + i);
         if (codes > 256) {
@@ -297,6 +306,21 @@ absl::Status CheckJpegHuffmanTables(const fs::path& path, const std::string& byt
         }
         table += 17 + codes;
         left -= 17 + codes;
+      }
+    }
+    if (marker == 0xC2) progressive = true;
+    if (marker == 0xDA) {
+      const uint32_t components = at(pos + 2);
+      const uint32_t first = at(pos + 3 + 2 * components),
+                     refine = at(pos + 5 + 2 * components) >> 4;
+      const bool dc = !progressive || (first == 0 && refine == 0), ac = !progressive || first > 0;
+      for (uint32_t c = 0; c < components; ++c) {
+        const uint32_t tables = at(pos + 4 + 2 * c);
+        if ((dc && (tables >> 4) <= 3 && !defined[0][tables >> 4]) ||
+            (ac && (tables & 15) <= 3 && !defined[1][tables & 15])) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              Show(path), ": corrupt JPEG image: a scan uses a Huffman table that is not defined"));
+        }
       }
     }
     in_scan = marker == 0xDA;

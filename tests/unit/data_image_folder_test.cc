@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace shoal::data {
@@ -159,6 +160,26 @@ TEST_F(ImageFolderTest, LoadsJpegWithAnyCaseExtension) {
   // JPEG is lossy: a flat colour comes back within a few levels.
   EXPECT_NEAR(data->values[0], 200 / 255.0f, 6 / 255.0f);
   EXPECT_NEAR(data->values[64], 30 / 255.0f, 6 / 255.0f);
+}
+
+// Progressive JPEGs (libjpeg-turbo's cjpeg -progressive) define each scan's Huffman tables just
+// before the scan, only those it uses: the loader's check of stb's tables accepts them.
+TEST_F(ImageFolderTest, LoadsProgressiveJpegs) {
+  const char* source = std::getenv("SHOAL_SOURCE_DIR");
+  const fs::path images = fs::path(source != nullptr ? source : ".") / "tests/data/images";
+  for (const auto& [file, channels] :
+       {std::pair{"progressive-rgb.jpg", 3}, std::pair{"progressive-gray.jpg", 1}}) {
+    const fs::path dir = root_ / file;
+    fs::create_directories(dir / "c0");
+    fs::copy_file(images / file, dir / "c0" / "x.jpg");
+    ImageFolderOptions options;
+    options.height = 12;
+    options.width = 16;
+    options.channels = channels;
+    absl::StatusOr<Dataset> set = LoadImageFolder(dir, options);
+    ASSERT_TRUE(set.ok()) << file << ": " << set.status();
+    EXPECT_EQ(set->count, 1u) << file;
+  }
 }
 
 TEST_F(ImageFolderTest, RefusesGrayscaleImageInRgbTask) {

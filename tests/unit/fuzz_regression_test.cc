@@ -207,6 +207,25 @@ TEST(FuzzRegressionTest, JpegHuffmanTableOverflowIsRefused) {
               ::testing::HasSubstr("a Huffman table declares 620 codes, more than 256"));
 }
 
+// fuzz_image_folder: a progressive JPEG whose AC scan names a Huffman table that no DHT segment
+// defined made stb_image 2.27 decode with the uninitialised table (an index out of bounds in
+// stbi__jpeg_huff_decode, seen only when the freed memory it reused held the wrong bytes); the
+// loader now refuses it before stb decodes anything.
+TEST(FuzzRegressionTest, JpegScanWithUndefinedHuffmanTableIsRefused) {
+  const std::string input = Read(DataDir() / "image_folder/jpeg-scan-with-undefined-huffman-table");
+  ASSERT_FALSE(input.empty());
+  TempDir dir;
+  dir.Write("root/c0/x.jpg", input.substr(1));
+  data::ImageFolderOptions options;
+  options.height = 8;
+  options.width = 8;
+  options.channels = 3;
+  absl::StatusOr<data::Dataset> set = data::LoadImageFolder(dir.Path("root"), options);
+  EXPECT_EQ(set.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(set.status().message()),
+              ::testing::HasSubstr("a scan uses a Huffman table that is not defined"));
+}
+
 // Statistics of one split applied to another can map a value past float's range: refused,
 // and the data left as it was.
 TEST(FuzzRegressionTest, StandardizationPastFloatRangeIsRefused) {
