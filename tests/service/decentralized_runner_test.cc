@@ -216,6 +216,13 @@ class DecentralizedRunnerTest : public ::testing::Test {
     train_ = new training::RawDataset(*std::move(train));
     test_ = new training::RawDataset(*std::move(test));
   }
+  // Freed with the suite (scripts/test --asan runs LeakSanitizer).
+  static void TearDownTestSuite() {
+    delete train_;
+    delete test_;
+    train_ = nullptr;
+    test_ = nullptr;
+  }
 
   static CoordinatorEvent RoundOpen(uint64_t round) {
     CoordinatorEvent e;

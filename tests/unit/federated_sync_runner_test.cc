@@ -173,6 +173,14 @@ class FederatedSyncRunnerTest : public ::testing::Test {
     train_ = new training::RawDataset(*std::move(train));
     test_ = new training::RawDataset(*std::move(test));
   }
+  // GoogleTest sets up and tears down every suite, ByzantineTest (derived) included: without
+  // this the second set-up overwrote the first one's data (a leak LeakSanitizer reports).
+  static void TearDownTestSuite() {
+    delete train_;
+    delete test_;
+    train_ = nullptr;
+    test_ = nullptr;
+  }
   static training::RawDataset* train_;
   static training::RawDataset* test_;
 };
