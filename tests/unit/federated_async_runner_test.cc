@@ -115,8 +115,7 @@ class FederatedAsyncRunnerTest : public ::testing::Test {
     train_ = new training::RawDataset(*std::move(train));
     test_ = new training::RawDataset(*std::move(test));
   }
-  // GoogleTest sets up and tears down every suite, ByzantineTest (derived) included: without
-  // this the second set-up overwrote the first one's data (a leak LeakSanitizer reports).
+  // Freed with the suite (scripts/test --asan runs LeakSanitizer).
   static void TearDownTestSuite() {
     delete train_;
     delete test_;
