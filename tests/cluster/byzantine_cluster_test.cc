@@ -73,7 +73,7 @@ class ByzantineClusterTest : public ::testing::TestWithParam<Case> {
         [](const cv1::TaskStatus& s) {
           return s.state() != cv1::TASK_STATE_WAITING && s.state() != cv1::TASK_STATE_RUNNING;
         },
-        absl::Minutes(5), "the end of " + spec.name());
+        Cluster::TaskBound(spec), "the end of " + spec.name());
     EXPECT_TRUE(status.ok()) << status.status();
     if (!status.ok()) return -1;
     if (must_complete) {

@@ -1,14 +1,18 @@
 #include "tests/cluster/cluster.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -59,7 +63,47 @@ Cluster::~Cluster() {
   }
   groups.push_back(aggregators);
   if (coordinator_.process) groups.push_back({coordinator_.process.get()});
+  // A service still running now must stop cleanly on SIGTERM: exit code 0 within the grace
+  // period (one the test stopped or killed itself is its own business).
+  std::vector<process::Process*> running;
+  for (const auto& group : groups) {
+    for (process::Process* p : group) {
+      if (p->Running()) running.push_back(p);
+    }
+  }
   process::StopInOrder(groups, absl::Seconds(10));
+  for (process::Process* p : running) {
+    const absl::StatusOr<process::ExitStatus> exit = p->Wait(absl::ZeroDuration());
+    if (!exit.ok() || !exit->success()) {
+      ADD_FAILURE() << p->name() << " did not stop cleanly on SIGTERM within 10 s: "
+                    << (exit.ok() ? exit->ToString() : exit.status().ToString()) << "\n"
+                    << p->LogTail(20);
+    }
+  }
+  ExpectNoSanitizerReports();
+}
+
+void Cluster::ExpectNoSanitizerReports() {
+  // The markers ASan, LSan, UBSan and TSan start their reports with; every service's log
+  // (restarted services append to theirs) is read.
+  constexpr absl::string_view kMarkers[] = {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                                            ": runtime error: ", "WARNING: ThreadSanitizer"};
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    if (entry.path().extension() != ".log") continue;
+    std::ifstream in(entry.path());
+    std::string line;
+    for (int number = 1; std::getline(in, line); ++number) {
+      for (absl::string_view marker : kMarkers) {
+        if (absl::StrContains(line, marker)) {
+          ADD_FAILURE() << entry.path().string() << ":" << number
+                        << ": a sanitizer report: " << line << "\n"
+                        << process::TailFile(entry.path().string(), 40);
+          break;
+        }
+      }
+    }
+  }
 }
 
 absl::StatusOr<Service> Cluster::Start(const std::string& name, const std::string& binary,
@@ -199,6 +243,11 @@ absl::StatusOr<cv1::TaskStatus> Cluster::WaitFor(
       absl::StrCat("timed out waiting for ", what, "; last status: ",
                    last.ok() ? last->ShortDebugString() : std::string(last.status().message()),
                    "\n", LogTails()));
+}
+
+absl::Duration Cluster::TaskBound(const common::v1::TaskSpec& spec) {
+  return absl::Seconds(static_cast<int64_t>(spec.rounds()) * spec.round_deadline_seconds()) +
+         absl::Minutes(1);
 }
 
 absl::Status Cluster::WaitForPeersConnected(int count, absl::Duration timeout) {

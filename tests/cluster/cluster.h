@@ -23,7 +23,9 @@ struct Service {
   std::string metrics_address;
 };
 
-// Owns the processes; the destructor stops them (peers first). Not thread-safe.
+// Owns the processes; the destructor stops them (peers first) and records a test failure
+// (ADD_FAILURE) for a service that does not exit cleanly on SIGTERM, and for any sanitizer
+// report in a service's log. Not thread-safe.
 class Cluster {
  public:
   // `dir` is a fresh temp directory for logs, address files and state.
@@ -67,8 +69,13 @@ class Cluster {
   std::string LogTails();
   // Waits until the coordinator's peers_connected gauge reads `count`.
   absl::Status WaitForPeersConnected(int count, absl::Duration timeout);
+  // The longest `spec` can take by its own bounds (every round closes by its deadline), with a
+  // minute for the peers to start: for waiting on the end of a task.
+  static absl::Duration TaskBound(const common::v1::TaskSpec& spec);
 
  private:
+  // ADD_FAILURE for each sanitizer report (ASan, LSan, UBSan, TSan) in the logs of `dir_`.
+  void ExpectNoSanitizerReports();
   absl::StatusOr<Service> Start(const std::string& name, const std::string& binary,
                                 std::vector<std::string> args,
                                 const std::string& listen = "127.0.0.1:0");
