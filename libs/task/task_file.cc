@@ -28,6 +28,7 @@
 #include "libs/common/yaml_depth.h"
 #include "libs/gossip/gossip_spec.h"
 #include "libs/task/task_dataset.h"
+#include "libs/task/task_federated.h"
 #include "libs/task/task_model.h"
 #include "libs/training/model_names.h"  // the model constants only: no LibTorch
 
@@ -38,7 +39,6 @@ namespace pb = ::google::protobuf;
 using common::v1::TaskSpec;
 
 constexpr uint32_t kDefaultMaxConnectionRetry = 3;
-constexpr uint32_t kMaxTopKWarmupRounds = 10;  // 2^10 x any useful ratio is already 1
 
 // "TaskState" -> "TASK_STATE_".
 std::string EnumPrefix(const pb::EnumDescriptor& type) {
@@ -82,13 +82,6 @@ bool ParseDouble(absl::string_view text, double* value) {
     return true;
   }
   return absl::SimpleAtod(text, value);
-}
-
-// A number for messages: non-finite values by name (nan, inf, -inf), never JSON's null.
-std::string ShowNumber(double value) {
-  if (std::isnan(value)) return "nan";
-  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  return JsonNumber(value);
 }
 
 std::string ExpectedEnumValues(const pb::EnumDescriptor& type) {
@@ -307,52 +300,13 @@ absl::Status FieldError(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
-std::string CompressionName(common::v1::Compression c) {
-  return JsonQuote(FriendlyEnumName(*common::v1::Compression_descriptor(), c));
-}
-
-absl::Status ValidateCompression(const TaskSpec& spec) {
-  const common::v1::Compression c = spec.compression();
-  if (!common::v1::Compression_IsValid(c)) {
-    return FieldError("compression", absl::StrCat("unsupported value ", CompressionName(c),
-                                                  " (expected none, fp16, int8, topk)"));
-  }
-  const bool compressed =
-      c != common::v1::COMPRESSION_NONE && c != common::v1::COMPRESSION_UNSPECIFIED;
-  if (compressed && !ModeUsesAggregator(spec.mode())) {
-    return FieldError("compression",
-                      absl::StrCat(CompressionName(c),
-                                   " compresses the updates peers push to an aggregator "
-                                   "(federated-sync, federated-async); this task's mode is ",
-                                   FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode()),
-                                   " (set compression: none)"));
-  }
-  if (c != common::v1::COMPRESSION_TOPK) {
-    const char* topk_only = spec.has_topk_ratio()               ? "topk_ratio"
-                            : spec.topk_values() != 0 /*unset*/ ? "topk_values"
-                            : spec.has_topk_warmup_rounds()     ? "topk_warmup_rounds"
-                                                                : nullptr;
-    if (topk_only != nullptr) return FieldError(topk_only, "only with compression: topk");
-    return absl::OkStatus();
-  }
-  if (!(spec.topk_ratio() > 0 && spec.topk_ratio() <= 1)) {
-    return FieldError("topk_ratio",
-                      absl::StrCat("must be in (0, 1], got ", ShowNumber(spec.topk_ratio())));
-  }
-  if (spec.topk_warmup_rounds() > kMaxTopKWarmupRounds) {
-    return FieldError("topk_warmup_rounds", absl::StrCat("must be at most ", kMaxTopKWarmupRounds,
-                                                         ", got ", spec.topk_warmup_rounds()));
-  }
-  const common::v1::Compression v = spec.topk_values();
-  if (v != common::v1::COMPRESSION_UNSPECIFIED && v != common::v1::COMPRESSION_NONE &&
-      v != common::v1::COMPRESSION_FP16 && v != common::v1::COMPRESSION_INT8) {
-    return FieldError("topk_values", absl::StrCat("unsupported value ", CompressionName(v),
-                                                  " (expected none, fp16, int8)"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
+
+std::string ShowNumber(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  return JsonNumber(value);
+}
 
 std::string FriendlyEnumName(const pb::EnumValueDescriptor& value) {
   std::string name = value.name();
@@ -388,16 +342,8 @@ void ApplyModeDefaults(TaskSpec& spec) {
     aggregation::ApplyAsyncDefaults(*spec.mutable_async(), spec.min_participants());
   }
   aggregation::ApplyAggregationDefaults(spec);
-  if (spec.compression() == common::v1::COMPRESSION_UNSPECIFIED) {
-    spec.set_compression(common::v1::COMPRESSION_NONE);
-  }
-  if (spec.compression() == common::v1::COMPRESSION_TOPK) {
-    if (!spec.has_topk_ratio()) spec.set_topk_ratio(0.01);
-    if (!spec.has_topk_warmup_rounds()) spec.set_topk_warmup_rounds(0);
-    if (spec.topk_values() == common::v1::COMPRESSION_UNSPECIFIED) {
-      spec.set_topk_values(common::v1::COMPRESSION_NONE);
-    }
-  }
+  ApplyCompressionDefaults(spec);
+  ApplyStragglerDefaults(spec);
 }
 
 TaskSpec DefaultTaskSpec() {
@@ -534,6 +480,7 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
                                    " (remove the section or set mode: gossip)"));
   }
   SHOAL_RETURN_IF_ERROR(ValidateCompression(spec));
+  SHOAL_RETURN_IF_ERROR(ValidateStragglers(spec));
   if (spec.mode() == common::v1::MODE_FEDERATED_ASYNC) {
     SHOAL_RETURN_IF_ERROR(
         aggregation::ValidateAsyncSpec(spec.async(), spec.max_participants(), "async"));

@@ -95,5 +95,8 @@ std::string MessageToFriendlyJson(const google::protobuf::Message& message, int 
 std::string JsonQuote(absl::string_view text);
 // A JSON number for `value` (shortest round-trip form); "null" when it is not finite.
 std::string JsonNumber(double value);
+// A number for error messages: JsonNumber's form, but a non-finite value by name (nan, inf,
+// -inf), never JSON's null.
+std::string ShowNumber(double value);
 
 }  // namespace shoal::task

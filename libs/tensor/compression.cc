@@ -369,7 +369,9 @@ std::shared_ptr<const EncodedModel> Compressor::Compress(std::shared_ptr<FlatMod
       payload.assign(reinterpret_cast<const char*>(d.data()), d.size() * sizeof(float));
       if (topk) std::fill_n(residual_.data() + layout.offset(t), d.size(), 0.0f);
     } else if (topk) {
-      EncodeTopK(d, ratio, settings_.topk_values, payload, e, scratch);
+      // A small tensor keeps all its values: EncodeTopK then sends it dense in topk_values.
+      const double kept = d.size() < settings_.topk_min_elements ? 1.0 : ratio;
+      EncodeTopK(d, kept, settings_.topk_values, payload, e, scratch);
       // Error feedback: what this tensor's encoding lost waits for the next update.
       scratch.resize(d.size());
       const absl::Status s = DecodeTensor(e, payload, absl::MakeSpan(scratch));

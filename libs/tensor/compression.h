@@ -77,6 +77,9 @@ struct CompressionSettings {
   // SPARSE: updates trained from the first `topk_warmup_rounds` model versions (0 .. N-1) keep
   // a larger fraction, halving towards topk_ratio: min(1, topk_ratio x 2^(N - v)) for version v.
   uint32_t topk_warmup_rounds = 0;
+  // SPARSE: tensors of fewer values are sent whole in `topk_values` (their rounding error still
+  // goes to the residual). 0: every tensor is sparsified.
+  uint32_t topk_min_elements = 0;
 };
 
 // Compresses one peer's successive updates. Top-k keeps, per value, what it did not send (the

@@ -48,6 +48,8 @@ OpenRoundParams OpenRoundParams::From(const v1::OpenRoundRequest& request) {
   params.expected_peers.assign(request.expected_peers().begin(), request.expected_peers().end());
   params.max_update_norm = request.max_update_norm();
   params.aggregation = request.aggregation();
+  params.late_peers.assign(request.late_peers().begin(), request.late_peers().end());
+  params.late_staleness = request.late_staleness();
   return params;
 }
 
@@ -290,7 +292,8 @@ void AggregatorCore::Notify(const std::string& task, const v1::TaskEvent& event)
 void AggregatorCore::NotifyAccepted(const Push& push) {
   v1::TaskEvent event;
   v1::PushAccepted& accepted = *event.mutable_push_accepted();
-  accepted.set_round(push.meta_.round);
+  // A late update went into the round open when it arrived.
+  accepted.set_round(push.round_ != nullptr ? push.round_->number : push.meta_.round);
   accepted.set_peer_id(push.meta_.peer_id);
   accepted.set_base_version(push.meta_.base_version);
   accepted.set_num_samples(push.meta_.num_samples);
@@ -411,19 +414,21 @@ absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
       target.model->layout, /*require_finite=*/true, std::move(buffer));
   return std::unique_ptr<Push>(new Push(this, std::move(task), std::move(target.round),
                                         std::move(target.buffer), meta, std::move(decoder),
-                                        target.max_norm));
+                                        target.max_norm, target.staleness_factor));
 }
 
 AggregatorCore::Push::Push(AggregatorCore* core, std::shared_ptr<Task> task,
                            std::shared_ptr<Round> round, std::shared_ptr<UpdateBuffer> buffer,
-                           PushMeta meta, tensor::FrameDecoder decoder, double max_norm)
+                           PushMeta meta, tensor::FrameDecoder decoder, double max_norm,
+                           double staleness_factor)
     : core_(core),
       task_(std::move(task)),
       round_(std::move(round)),
       buffer_(std::move(buffer)),
       meta_(std::move(meta)),
       decoder_(std::move(decoder)),
-      max_norm_(max_norm) {}
+      max_norm_(max_norm),
+      staleness_factor_(staleness_factor) {}
 
 AggregatorCore::Push::~Push() {
   if (!done_) Reject(RejectReason::kIncomplete);

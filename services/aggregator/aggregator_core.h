@@ -65,6 +65,9 @@ struct OpenRoundParams {
   std::vector<std::string> expected_peers;
   double max_update_norm = 0;                // 0 = no bound
   v1::AggregationSettings aggregation = {};  // the round's strategy (unspecified: mean)
+  // Stragglers: peers that may push one late update each (see OpenRoundRequest.late_peers).
+  std::vector<std::string> late_peers = {};
+  common::v1::AsyncSpec late_staleness = {};
 
   static OpenRoundParams From(const v1::OpenRoundRequest& request);
 };
@@ -233,7 +236,7 @@ class AggregatorCore {
     friend class AggregatorCore;
     Push(AggregatorCore* core, std::shared_ptr<Task> task, std::shared_ptr<Round> round,
          std::shared_ptr<UpdateBuffer> buffer, PushMeta meta, tensor::FrameDecoder decoder,
-         double max_norm);
+         double max_norm, double staleness_factor);
     absl::Status RejectWith(RejectReason reason, absl::Status status);
 
     AggregatorCore* core_;
@@ -243,6 +246,7 @@ class AggregatorCore {
     PushMeta meta_;
     tensor::FrameDecoder decoder_;
     double max_norm_;
+    double staleness_factor_;    // a late round update's delta is scaled by it (else 1)
     double sum_squares_ = 0;     // of the complete update
     std::vector<float> values_;  // the complete update; returned to the pool on destruction
     bool done_ = false;          // accepted or rejected (counted)
@@ -277,6 +281,9 @@ class AggregatorCore {
   void NotifyAccepted(const Push& push) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Rounds (aggregator_rounds.cc).
+  // A straggler's late update (see OpenRoundRequest.late_peers) goes into the open round.
+  absl::Status TargetLateRound(Task& task, const PushMeta& meta, PushTarget& target)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status TargetRound(Task& task, const PushMeta& meta, PushTarget& target)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AcceptRoundPush(Push& push);

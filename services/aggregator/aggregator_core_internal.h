@@ -31,6 +31,8 @@ struct AggregatorCore::Round {
   uint64_t base_version = 0;
   std::shared_ptr<const tensor::FlatModel> base;
   std::set<std::string> expected;
+  std::set<std::string> late;            // stragglers: one late update each
+  common::v1::AsyncSpec late_staleness;  // their staleness bound and weighting
   double max_norm = 0;
   std::optional<aggregation::Strategy> strategy;  // set by OpenRound
   State state = State::kOpen;
@@ -59,6 +61,9 @@ struct AggregatorCore::Task {
   // Federated-async: set by OpenBuffer, and from then on the task has no rounds. Replaced (not
   // emptied in place) on a reset, so that pushes and passes of the old one see they are stale.
   std::shared_ptr<UpdateBuffer> buffer;
+  // Stragglers: the UpdateMeta.round of each one's last accepted late update (a repeat of it,
+  // into whatever round, is a duplicate).
+  std::map<std::string, uint64_t> late_rounds;
   bool released = false;
 };
 
@@ -68,6 +73,7 @@ struct AggregatorCore::PushTarget {
   std::shared_ptr<UpdateBuffer> buffer;
   std::shared_ptr<const tensor::FlatModel> model;  // the deltas' layout
   double max_norm = 0;
+  double staleness_factor = 1;                     // a late round update's
   RejectReason reason = RejectReason::kMalformed;  // when the target refuses the push
   bool duplicate = false;                          // an accepted round push, again
 };

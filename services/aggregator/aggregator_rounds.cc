@@ -1,10 +1,13 @@
 // AggregatorCore's rounds (federated-sync): OpenRound, CloseRound and the round side of the push
 // pipeline. The core's state and locking are described in aggregator_core.h.
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "libs/aggregation/async_spec.h"
 #include "libs/common/escape.h"
 #include "services/aggregator/aggregator_core.h"
 #include "services/aggregator/aggregator_core_internal.h"
@@ -44,7 +47,24 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
       StrategyFor(p.aggregation, options_.fold_threads);
   if (!strategy.ok()) return strategy.status();
   const std::set<std::string> expected(p.expected_peers.begin(), p.expected_peers.end());
+  const std::set<std::string> late(p.late_peers.begin(), p.late_peers.end());
   const std::string label = RoundLabel(p.round, p.task);
+  for (const std::string& id : late) {
+    if (expected.count(id) > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("peer '", EscapeBytes(id), "' is both expected and late in ", label));
+    }
+  }
+  common::v1::AsyncSpec late_staleness = p.late_staleness;
+  if (!late.empty()) {
+    if (absl::Status s = aggregation::ValidateAsyncSpec(late_staleness, 0, "late_staleness");
+        !s.ok()) {
+      return s;
+    }
+    aggregation::ApplyAsyncDefaults(late_staleness, 1);  // max_staleness 4 when unset
+  }
+  // Every expected and late peer may contribute one update.
+  const size_t contributors = expected.size() + late.size();
   absl::MutexLock lock(&mu_);
   std::shared_ptr<Task> task = FindTask(p.task);
   if (task == nullptr || task->versions.empty()) {
@@ -69,13 +89,15 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
                                                           strategy->name()));
       }
       // Idempotent re-open; the latest expected set and bound win.
-      if (absl::Status fits = CheckRoundMemory(*strategy, expected.size(), model_bytes,
+      if (absl::Status fits = CheckRoundMemory(*strategy, contributors, model_bytes,
                                                options_.max_buffer_bytes, label);
           !fits.ok()) {
         metrics_.max_buffer_refusals.Increment();
         return fits;
       }
       cur->expected = expected;
+      cur->late = late;
+      cur->late_staleness = late_staleness;
       cur->max_norm = p.max_update_norm;
       return absl::OkStatus();
     }
@@ -92,8 +114,8 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
   if (absl::Status base = CheckBaseIsLatest(*task, p.task, p.base_version); !base.ok()) {
     return base;
   }
-  if (absl::Status fits = CheckRoundMemory(*strategy, expected.size(), model_bytes,
-                                           options_.max_buffer_bytes, label);
+  if (absl::Status fits =
+          CheckRoundMemory(*strategy, contributors, model_bytes, options_.max_buffer_bytes, label);
       !fits.ok()) {
     metrics_.max_buffer_refusals.Increment();
     return fits;
@@ -103,6 +125,8 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
   round->base_version = p.base_version;
   round->base = task->versions.at(p.base_version).model;
   round->expected = expected;
+  round->late = late;
+  round->late_staleness = late_staleness;
   round->max_norm = p.max_update_norm;
   round->opened_at = clock_.Now();
   // Reuse the previous round's aggregation (mean: its sum buffer; the others: their update
@@ -113,7 +137,7 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
     round->aggregation->Reset();
   } else {
     round->aggregation = std::make_unique<RoundAggregation>(*strategy, round->base->layout,
-                                                            expected.size(), options_.fold_threads);
+                                                            contributors, options_.fold_threads);
   }
   round->strategy = *std::move(strategy);
   AbandonRound(*task);
@@ -208,8 +232,60 @@ absl::StatusOr<RoundResult> AggregatorCore::CloseRound(const std::string& name, 
   return result;
 }
 
+absl::Status AggregatorCore::TargetLateRound(Task& task, const PushMeta& meta, PushTarget& target) {
+  std::shared_ptr<Round> round = task.round;
+  auto last = task.late_rounds.find(meta.peer_id);
+  if (last != task.late_rounds.end() && last->second == meta.round) {
+    target.duplicate = true;  // a repeat of an accepted late push
+    return absl::OkStatus();
+  }
+  const std::string label = RoundLabel(round->number, meta.task);
+  if (round->state != Round::State::kOpen) {
+    target.reason = RejectReason::kRoundNotOpen;
+    return absl::UnavailableError(absl::StrCat("no round is open for the late update of peer '",
+                                               EscapeBytes(meta.peer_id), "' (", label, " is ",
+                                               RoundStateName(*round), "); retry"));
+  }
+  if (round->accepted.count(meta.peer_id) > 0) {
+    // Its late update of an earlier round is in this one already: this one waits for the next.
+    target.reason = RejectReason::kBusy;
+    return absl::UnavailableError(absl::StrCat("peer '", EscapeBytes(meta.peer_id),
+                                               "' already contributed to ", label,
+                                               "; retry into the next round"));
+  }
+  if (meta.base_version > round->base_version) {
+    target.reason = RejectReason::kStaleBase;
+    return absl::FailedPreconditionError(absl::StrCat("update was trained from version ",
+                                                      meta.base_version, ", newer than ", label,
+                                                      "'s base version ", round->base_version));
+  }
+  const uint64_t staleness = round->base_version - meta.base_version;
+  if (staleness > round->late_staleness.max_staleness()) {
+    target.reason = RejectReason::kStale;
+    return absl::FailedPreconditionError(
+        absl::StrCat("late update was trained from version ", meta.base_version, ", ", staleness,
+                     " versions behind ", label, " (max_staleness ",
+                     round->late_staleness.max_staleness(), ")"));
+  }
+  if (round->pushing.count(meta.peer_id) > 0) {
+    target.reason = RejectReason::kBusy;
+    return absl::AbortedError(absl::StrCat("a push from peer '", EscapeBytes(meta.peer_id),
+                                           "' into ", label, " is already in progress"));
+  }
+  // An absurd staleness exponent may round the factor down to 0.
+  target.staleness_factor = std::max(aggregation::StalenessWeight(round->late_staleness, staleness),
+                                     std::numeric_limits<double>::min());
+  target.model = round->base;
+  target.max_norm = round->max_norm;
+  target.round = std::move(round);
+  return absl::OkStatus();
+}
+
 absl::Status AggregatorCore::TargetRound(Task& task, const PushMeta& meta, PushTarget& target) {
   std::shared_ptr<Round> round = task.round;
+  if (round != nullptr && round->late.count(meta.peer_id) > 0 && meta.round <= round->number) {
+    return TargetLateRound(task, meta, target);
+  }
   if (round != nullptr && round->number == meta.round && round->accepted.count(meta.peer_id) > 0) {
     target.duplicate = true;  // a repeat of an accepted push
     return absl::OkStatus();
@@ -258,6 +334,9 @@ absl::Status AggregatorCore::AcceptRoundPush(Push& push) {
     // 0.
     ++round.folds_in_flight;
     round.accepted.insert(push.meta_.peer_id);
+    if (round.late.count(push.meta_.peer_id) > 0) {
+      push.task_->late_rounds[push.meta_.peer_id] = push.meta_.round;
+    }
     round.num_samples += push.meta_.num_samples;
     round.loss_sum += push.meta_.train_loss * static_cast<double>(push.meta_.num_samples);
   }
@@ -276,6 +355,10 @@ void AggregatorCore::FoldRoundPush(Push& push) {
   // broken invariant and is reported by CloseRound. `aggregation` is stable without mu_:
   // OpenRound only takes it from a closed round with no fold in flight, and this push holds a
   // folds_in_flight count. Mean adds the update to its running sum; the others copy it.
+  if (push.staleness_factor_ < 1) {  // a late update: scaled as federated-async scales one
+    const float f = static_cast<float>(push.staleness_factor_);
+    for (float& v : push.values_) v *= f;
+  }
   absl::Status s;
   {
     absl::MutexLock fold(&round.fold_mu);

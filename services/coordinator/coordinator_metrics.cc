@@ -43,6 +43,11 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                         .Help("Peers lost without a Leave (stream broken or heartbeats missed)")
                         .Register(registry)
                         .Add({})),
+      straggler_moves(prometheus::BuildCounter()
+                          .Name("shoal_coordinator_straggler_moves_total")
+                          .Help("Federated-sync peers moved to asynchronous contribution "
+                                "(direction=to_async) and back (to_sync)")
+                          .Register(registry)),
       train_loss(prometheus::BuildGauge()
                      .Name("shoal_coordinator_train_loss")
                      .Help("Mean train loss of the last closed round")

@@ -153,7 +153,8 @@ std::string RoundToJson(const RoundSummary& r) {
       ",\"peer_times\":", PeerTimesToJson(r, [](const auto& t) { return t.ms(); }),
       ",\"peer_train_ms\":", PeerTimesToJson(r, [](const auto& t) { return t.train_ms(); }),
       ",\"peer_update_bytes\":", PeerTimesToJson(r, [](const auto& t) { return t.update_bytes(); }),
-      ",\"update_bytes\":", r.update_bytes(), ",\"model_bytes\":", r.model_bytes(), "}");
+      ",\"update_bytes\":", r.update_bytes(), ",\"model_bytes\":", r.model_bytes(),
+      ",\"late\":", JsonStringArray(r.late()), "}");
 }
 
 // Each peer's median time from a round's open to its accepted update, over the rounds of the
@@ -234,7 +235,8 @@ std::string TaskStatusToJson(const TaskStatus& status) {
       ",\"state\":", JsonQuote(StateName(status.state())),
       ",\"phase\":", JsonQuote(PhaseName(status.phase())), ",\"round\":", status.round(),
       ",\"rounds\":", status.spec().rounds(),
-      ",\"participants\":", JsonStringArray(status.participants()), ",\"peers\":[",
+      ",\"participants\":", JsonStringArray(status.participants()),
+      ",\"async_peers\":", JsonStringArray(status.async_peers()), ",\"peers\":[",
       absl::StrJoin(peers, ","), "],\"data\":[", absl::StrJoin(data, ","), "]",
       ",\"model_version\":", status.model_version(),
       ",\"aggregator\":", JsonQuote(status.aggregator()),
@@ -330,9 +332,13 @@ std::string FormatRoundTableRow(common::v1::Mode mode, const RoundSummary& r) {
     train.push_back(t.train_ms());
     comm.push_back(std::max<int64_t>(0, t.ms() - t.train_ms()));
   }
-  return absl::StrFormat("%5d  %-6d  %7d  %10s  %8s  %9s  %8s  %7s  %7s\n", r.round(),
-                         r.participants_size(), r.dropped_size(), Fixed(r.mean_train_loss(), 4),
-                         test_acc, FormatDurationMs(r.duration_ms()), MovedBytes(r),
+  // Late (async) contributors after a '+': "3+1".
+  const std::string peers =
+      r.late_size() == 0 ? absl::StrCat(r.participants_size())
+                         : absl::StrCat(r.participants_size() - r.late_size(), "+", r.late_size());
+  return absl::StrFormat("%5d  %-6s  %7d  %10s  %8s  %9s  %8s  %7s  %7s\n", r.round(), peers,
+                         r.dropped_size(), Fixed(r.mean_train_loss(), 4), test_acc,
+                         FormatDurationMs(r.duration_ms()), MovedBytes(r),
                          train.empty() ? "-" : FormatDurationMs(Median(train)),
                          comm.empty() ? "-" : FormatDurationMs(Median(comm)));
 }
@@ -378,6 +384,12 @@ std::string FormatTaskStatus(const TaskStatus& status) {
   absl::StrAppend(&out, "\n");
   absl::StrAppend(&out, "participants:  ", status.participants_size(), " [",
                   absl::StrJoin(status.participants(), ", "), "]\n");
+  if (status.async_peers_size() > 0) {
+    absl::StrAppend(&out, "async:         ", status.async_peers_size(), " [",
+                    absl::StrJoin(status.async_peers(), ", "),
+                    "] (stragglers: not waited for; their late updates count, scaled by "
+                    "staleness)\n");
+  }
   if (!status.aggregator().empty()) {
     absl::StrAppend(&out, "aggregator:    ", status.aggregator(), "\n");
   }

@@ -101,18 +101,23 @@ v1::AggregationSettings Aggregation(FuzzedDataProvider& in) {
   return settings;
 }
 
+common::v1::AsyncSpec Async(FuzzedDataProvider& in) {
+  common::v1::AsyncSpec async;
+  if (in.ConsumeProbability<float>() < 0.9f) {
+    async.set_buffer_size(in.ConsumeIntegralInRange(0, 4));
+  }
+  if (in.ConsumeBool()) async.set_max_staleness(in.ConsumeIntegralInRange(0, 3));
+  async.set_staleness(static_cast<common::v1::StalenessWeighting>(in.ConsumeIntegralInRange(0, 4)));
+  if (in.ConsumeBool()) async.set_staleness_a(in.ConsumeFloatingPoint<double>());
+  if (in.ConsumeBool()) async.set_staleness_b(in.ConsumeIntegralInRange(0, 4));
+  return async;
+}
+
 OpenBufferParams BufferParams(FuzzedDataProvider& in, const std::string& task) {
   OpenBufferParams p;
   p.task = task;
   p.base_version = in.ConsumeIntegralInRange<uint64_t>(0, 4);
-  if (in.ConsumeProbability<float>() < 0.9f) {
-    p.async.set_buffer_size(in.ConsumeIntegralInRange(0, 4));
-  }
-  if (in.ConsumeBool()) p.async.set_max_staleness(in.ConsumeIntegralInRange(0, 3));
-  p.async.set_staleness(
-      static_cast<common::v1::StalenessWeighting>(in.ConsumeIntegralInRange(0, 4)));
-  if (in.ConsumeBool()) p.async.set_staleness_a(in.ConsumeFloatingPoint<double>());
-  if (in.ConsumeBool()) p.async.set_staleness_b(in.ConsumeIntegralInRange(0, 4));
+  p.async = Async(in);
   p.aggregation = Aggregation(in);
   p.max_update_norm = in.ConsumeBool() ? 0 : in.ConsumeFloatingPoint<double>();
   p.last_version = in.ConsumeIntegralInRange<uint64_t>(0, 6);
@@ -264,6 +269,9 @@ void Run(FuzzedDataProvider& in) {
         params.base_version = in.ConsumeIntegralInRange<uint64_t>(0, 3);
         const int n = in.ConsumeIntegralInRange(0, 4);
         for (int i = 0; i < n; ++i) params.expected_peers.push_back(Peer(in));
+        const int late = in.ConsumeIntegralInRange(0, 2);  // stragglers: late updates
+        for (int i = 0; i < late; ++i) params.late_peers.push_back(Peer(in));
+        if (late > 0) params.late_staleness = Async(in);
         params.max_update_norm = in.ConsumeBool() ? 0 : in.ConsumeFloatingPoint<double>();
         params.aggregation = Aggregation(in);
         absl::Status s = core.OpenRound(params);

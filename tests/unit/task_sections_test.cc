@@ -349,14 +349,18 @@ TEST(CompressionTaskTest, TopKGetsItsDefaultsAndRoundTrips) {
   EXPECT_EQ(spec->topk_values(), common::v1::COMPRESSION_NONE);
   EXPECT_TRUE(spec->has_topk_warmup_rounds());
   EXPECT_EQ(spec->topk_warmup_rounds(), 0u);
+  EXPECT_TRUE(spec->has_topk_min_elements());
+  EXPECT_EQ(spec->topk_min_elements(), 4096u);
   ExpectJsonRoundTrip(*spec);
   spec = ParseAndValidate(
       "name: x\nmode: federated-async\ncompression: topk\ntopk_ratio: 0.05\n"
-      "topk_values: int8\ntopk_warmup_rounds: 3\n");
+      "topk_values: int8\ntopk_warmup_rounds: 3\ntopk_min_elements: 0\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->topk_ratio(), 0.05);
   EXPECT_EQ(spec->topk_values(), common::v1::COMPRESSION_INT8);
   EXPECT_EQ(spec->topk_warmup_rounds(), 3u);
+  EXPECT_TRUE(spec->has_topk_min_elements());  // 0 (every tensor sparsified) is kept
+  EXPECT_EQ(spec->topk_min_elements(), 0u);
   ExpectJsonRoundTrip(*spec);
   spec = ParseAndValidate("name: x\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -376,6 +380,10 @@ TEST(CompressionTaskTest, RulesNameTheField) {
       {"topk_values: fp16\n", "topk_values: only with compression: topk"},
       {"compression: fp16\ntopk_warmup_rounds: 2\n",
        "topk_warmup_rounds: only with compression: topk"},
+      {"compression: none\ntopk_min_elements: 100\n",
+       "topk_min_elements: only with compression: topk"},
+      {"compression: topk\ntopk_min_elements: -1\n",
+       "topk_min_elements: must not be negative, got -1"},
       {"compression: topk\ntopk_warmup_rounds: 11\n",
        "topk_warmup_rounds: must be at most 10, got 11"},
       {"mode: decentralized\ncompression: fp16\n",
@@ -386,6 +394,34 @@ TEST(CompressionTaskTest, RulesNameTheField) {
     absl::StatusOr<TaskSpec> spec = ParseAndValidate("name: x\n" + text);
     ASSERT_FALSE(spec.ok()) << text;
     EXPECT_THAT(std::string(spec.status().message()), HasSubstr(message)) << text;
+  }
+}
+
+TEST(StragglerTaskTest, DefaultsAndRules) {
+  absl::StatusOr<TaskSpec> spec = ParseAndValidate("name: x\nstraggler_factor: 3\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->straggler_factor(), 3);
+  EXPECT_TRUE(spec->has_straggler_rounds());
+  EXPECT_EQ(spec->straggler_rounds(), 2u);
+  ExpectJsonRoundTrip(*spec);
+  spec = ParseAndValidate("name: x\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->straggler_factor(), 0);  // off
+  EXPECT_FALSE(spec->has_straggler_rounds());
+
+  const std::pair<std::string, std::string> cases[] = {
+      {"straggler_factor: 1\n", "straggler_factor: must be 0 (off) or in (1, 100], got 1"},
+      {"straggler_factor: -2\n", "straggler_factor: must be 0 (off) or in (1, 100], got -2"},
+      {"straggler_factor: 101\n", "got 101"},
+      {"straggler_rounds: 3\n", "straggler_rounds: only with straggler_factor"},
+      {"straggler_factor: 2\nstraggler_rounds: 0\n", "straggler_rounds: must be in 1..100, got 0"},
+      {"mode: federated-async\nstraggler_factor: 2\n",
+       "this task's mode is federated-async (remove straggler_factor)"},
+  };
+  for (const auto& [text, message] : cases) {
+    absl::StatusOr<TaskSpec> bad = ParseAndValidate("name: x\n" + text);
+    ASSERT_FALSE(bad.ok()) << text;
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr(message)) << text;
   }
 }
 

@@ -418,6 +418,23 @@ TEST(SummaryTest, FederatedSyncRoundsShowBytesMovedAndTrainingBesideCommunicatio
               HasSubstr("         -        -        -\n"));
 }
 
+TEST(SummaryTest, FederatedSyncShowsWhoIsAsyncAndTheLateUpdates) {
+  TaskStatus s = RunningStatus();
+  s.add_participants("peer-2");
+  s.add_async_peers("peer-2");
+  coordinator::v1::RoundSummary& r = *s.mutable_history(1);
+  r.add_participants("peer-2");
+  r.add_late("peer-2");
+  r.clear_dropped();
+  EXPECT_THAT(FormatTaskStatus(s), HasSubstr("async:         1 [peer-2] (stragglers"));
+  EXPECT_THAT(FormatRoundTableRow(common::v1::MODE_FEDERATED_SYNC, r), HasSubstr("    2  2+1  "));
+  YAML::Node root = YAML::Load(TaskStatusToJson(s));
+  ASSERT_EQ(root["async_peers"].size(), 1u);
+  EXPECT_EQ(root["async_peers"][0].as<std::string>(), "peer-2");
+  ASSERT_EQ(root["history"][1]["late"].size(), 1u);
+  EXPECT_EQ(root["history"][0]["late"].size(), 0u);
+}
+
 TEST(FormatTest, Durations) {
   EXPECT_EQ(FormatDurationMs(850), "850ms");
   EXPECT_EQ(FormatDurationMs(12'345), "12.3s");

@@ -196,6 +196,42 @@ TEST(CompressionTest, TopKWarmUpHalvesTowardsTheRatio) {
   EXPECT_GT(compressor.ResidualSumSquares(), 0);
 }
 
+TEST(CompressionTest, TopKSendsTensorsBelowTheMinimumWholeInTheValuesEncoding) {
+  CompressionSettings settings{ENCODING_SPARSE, 0.01, ENCODING_INT8};
+  settings.topk_min_elements = 1000;  // conv.weight (200) and conv.bias (8) go whole
+  Compressor compressor(settings);
+  auto update = RandomModel(Specs(), 11);
+  const std::vector<float> original = update->values;
+  auto encoded = compressor.Compress(update, 1);
+  EXPECT_EQ(encoded->encodings[0].encoding, ENCODING_INT8);
+  EXPECT_EQ(encoded->encodings[1].encoding, ENCODING_INT8);
+  EXPECT_EQ(encoded->encodings[3].encoding, ENCODING_SPARSE);
+  EXPECT_EQ(encoded->encodings[3].nonzeros, 400u);
+  auto decoded = RoundTrip(*encoded);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  // Every value of the small tensors arrives, to int8's rounding, which waits in the residual.
+  double rounding = 0;
+  for (size_t t : {0, 1}) {
+    const size_t off = update->layout.offset(t);
+    const size_t n = update->layout.tensors()[t].NumElements();
+    float scale = 0;
+    for (size_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(original[off + i]));
+    for (size_t i = 0; i < n; ++i) {
+      const float error = original[off + i] - decoded->values[off + i];
+      EXPECT_LE(std::fabs(error), scale / 127) << t << " " << i;
+      rounding += static_cast<double>(error) * error;
+    }
+  }
+  EXPECT_GT(rounding, 0);
+  EXPECT_GE(compressor.ResidualSumSquares(), rounding * (1 - 1e-5));
+  // Without the minimum, the same tensors are sparsified.
+  settings.topk_min_elements = 0;
+  auto all = Compressor(settings).Compress(RandomModel(Specs(), 11), 1);
+  EXPECT_EQ(all->encodings[0].encoding, ENCODING_SPARSE);
+  EXPECT_EQ(all->encodings[0].nonzeros, 2u);
+  EXPECT_LT(all->payload_bytes(), encoded->payload_bytes());
+}
+
 TEST(CompressionTest, TopKFallsBackToDenseWhenSparseIsNotSmaller) {
   auto update = RandomModel(Specs(), 9);
   const std::vector<float> original = update->values;

@@ -32,6 +32,7 @@ tensor::CompressionSettings CompressionOf(const common::v1::TaskSpec& spec) {
   if (spec.has_topk_ratio()) settings.topk_ratio = spec.topk_ratio();
   settings.topk_values = encoding(spec.topk_values());
   settings.topk_warmup_rounds = spec.topk_warmup_rounds();
+  settings.topk_min_elements = spec.topk_min_elements();
   if (settings.topk_values == common::v1::ENCODING_SPARSE) {
     settings.topk_values = common::v1::ENCODING_RAW;  // refused by task validation
   }
@@ -58,8 +59,11 @@ AggregatorPeer::AggregatorPeer(const ModeRunnerDeps& deps, AggregatorCallOptions
                       absl::StrFormat("%g", compressor_.TopKRatio(v)), " from version ", v);
     }
     if (!warmup.empty()) warmup += ")";
-    LogInfo(absl::StrFormat("task %s: updates are compressed: top-k %g of each tensor%s, values %s",
-                            task_, c.topk_ratio, warmup, common::v1::Encoding_Name(c.topk_values)));
+    LogInfo(absl::StrFormat(
+        "task %s: updates are compressed: top-k %g of each tensor of at least %u values%s, "
+        "values %s",
+        task_, c.topk_ratio, c.topk_min_elements, warmup,
+        common::v1::Encoding_Name(c.topk_values)));
   } else if (c.codec != common::v1::ENCODING_RAW) {
     LogInfo("task ", task_, ": updates are compressed: ", common::v1::Encoding_Name(c.codec));
   }

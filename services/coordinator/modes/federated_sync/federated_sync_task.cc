@@ -4,20 +4,35 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "libs/aggregation/async_spec.h"
 #include "libs/common/log.h"
 
 namespace shoal::coordinator {
 using Kind = AggregatorWork::Kind;
 
+namespace {
+constexpr uint32_t kLateMaxStaleness = 10;
+}  // namespace
+
 FederatedSyncTask::FederatedSyncTask(const v1::TaskStatus& status, const ModeOptions& options,
                                      CoordinatorMetrics& metrics)
-    : AggregatorModeTask(status, options, metrics) {}
+    : AggregatorModeTask(status, options, metrics),
+      stragglers_(spec_.straggler_factor(), spec_.straggler_rounds()) {
+  // Late updates: staleness weighted (1 + s)^-1 as federated-async's default, and a bound wide
+  // enough for a peer several times slower than the others (its update spans that many rounds).
+  aggregation::ApplyAsyncDefaults(late_staleness_, 1);
+  late_staleness_.set_max_staleness(kLateMaxStaleness);
+}
 
 void FederatedSyncTask::RemovePeer(const std::string& peer_id, const std::string& why,
                                    absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
   // A peer whose update was accepted stays in the round's aggregate; one that had not pushed is
   // no longer waited for.
   round_.expected.erase(peer_id);
+  busy_.erase(peer_id);
+  late_times_.erase(peer_id);
+  stragglers_.Remove(peer_id);
+  ShowAsyncPeers(status);
   AggregatorModeTask::RemovePeer(peer_id, why, now, status, fx);
 }
 
@@ -35,21 +50,34 @@ void FederatedSyncTask::Reset(v1::TaskStatus& status) {
   pending_.reset();
   checkpoints_.Reset();
   round_ = Round{};
+  // The new aggregator's TaskAssigned stops what the async peers were training.
+  busy_.clear();
+  late_times_.clear();
   status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
 }
 
 void FederatedSyncTask::OnAggregatorEvent(const aggregator::v1::TaskEvent& event, absl::Time now,
                                           v1::TaskStatus& status, ModeEffects& fx) {
+  if (event.has_push_accepted()) {
+    // An async peer is idle again once its late update is in, whichever round took it (the
+    // event may come after that round closed here).
+    if (auto it = busy_.find(event.push_accepted().peer_id()); it != busy_.end()) {
+      late_times_[it->first] = now - it->second.started;
+      busy_.erase(it);
+    }
+  }
   if (round_.number == 0) return;
   if (event.has_started() && event.started().open_round() == round_.number) {
     round_.accepted.insert(event.started().accepted().begin(), event.started().accepted().end());
   } else if (event.has_push_accepted() && event.push_accepted().round() == round_.number) {
-    round_.accepted.insert(event.push_accepted().peer_id());
     const aggregator::v1::PushAccepted& push = event.push_accepted();
-    round_.accepted_pushes.emplace(
-        push.peer_id(),
-        Round::Accepted{now - round_.started, push.train_ms(), push.update_bytes()});
+    round_.accepted.insert(push.peer_id());
     metrics_.updates_accepted.Increment();
+    if (round_.late_peers.count(push.peer_id()) == 0) {
+      round_.accepted_pushes.emplace(
+          push.peer_id(),
+          Round::Accepted{now - round_.started, push.train_ms(), push.update_bytes()});
+    }
   } else {
     return;
   }
@@ -125,7 +153,14 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
   AggregatorWork open;
   open.open.set_round(status.round() + 1);
   open.open.set_base_version(status.model_version());
-  for (const std::string& id : peers_) open.open.add_expected_peers(id);
+  for (const std::string& id : peers_) {
+    if (stragglers_.IsAsync(id)) {
+      open.open.add_late_peers(id);
+    } else {
+      open.open.add_expected_peers(id);
+    }
+  }
+  if (open.open.late_peers_size() > 0) *open.open.mutable_late_staleness() = late_staleness_;
   open.open.set_max_update_norm(spec_.max_update_norm());
   open.open.mutable_aggregation()->set_strategy(spec_.aggregation());
   *open.open.mutable_aggregation()->mutable_options() = spec_.aggregation_options();
@@ -188,6 +223,7 @@ void FederatedSyncTask::OnOpened(const WorkResult& result, absl::Time now, v1::T
   for (const std::string& id : open.expected_peers()) {
     if (peers_.count(id)) round_.expected.insert(id);
   }
+  round_.late_peers.insert(open.late_peers().begin(), open.late_peers().end());
   status.set_round(open.round());
   status.set_phase(v1::ROUND_PHASE_TRAINING);
   status.set_state(v1::TASK_STATE_RUNNING);
@@ -200,6 +236,57 @@ void FederatedSyncTask::OnOpened(const WorkResult& result, absl::Time now, v1::T
   started->set_round_batches(spec_.round_batches());
   started->set_deadline_unix_ms(absl::ToUnixMillis(round_.deadline));
   for (const std::string& id : round_.expected) fx.Send(id, event);
+  StartIdleAsyncPeers(now, status, fx);
+}
+
+void FederatedSyncTask::StartIdleAsyncPeers(absl::Time now, v1::TaskStatus& status,
+                                            ModeEffects& fx) {
+  v1::CoordinatorEvent event;
+  auto* started = event.mutable_round_started();
+  started->set_round(round_.number);
+  started->set_model_version(status.model_version());
+  started->set_round_batches(spec_.round_batches());
+  // Its update is taken while at most max_staleness versions old: that many rounds, and this one.
+  const absl::Time deadline = now + absl::Seconds(spec_.round_deadline_seconds()) *
+                                        static_cast<int64_t>(late_staleness_.max_staleness() + 1);
+  started->set_deadline_unix_ms(absl::ToUnixMillis(deadline));
+  for (const std::string& id : stragglers_.async_peers()) {
+    if (peers_.count(id) == 0 || Busy(id, now)) continue;
+    busy_[id] = Training{now, deadline};
+    fx.Send(id, event);
+  }
+}
+
+bool FederatedSyncTask::Busy(const std::string& peer, absl::Time now) const {
+  auto it = busy_.find(peer);
+  return it != busy_.end() && now < it->second.deadline;
+}
+
+void FederatedSyncTask::JudgePace(v1::TaskStatus& status) {
+  if (!stragglers_.enabled()) return;
+  std::map<std::string, std::optional<absl::Duration>> sync_times;
+  for (const std::string& id : round_.expected) {
+    if (auto it = round_.accepted_pushes.find(id); it != round_.accepted_pushes.end()) {
+      sync_times[id] = it->second.after;
+    } else if (round_.accepted.count(id) == 0) {
+      sync_times[id] = std::nullopt;  // missed the round
+    }  // else accepted before this coordinator watched: no time to judge
+  }
+  for (const StragglerTracker::Move& move : stragglers_.OnRoundClosed(sync_times, late_times_)) {
+    LogInfo("task ", task_, ": peer ", move.peer,
+            move.to_async ? " moves to asynchronous contribution: " : " holds the rounds again: ",
+            move.why);
+    metrics_.straggler_moves.Add({{"direction", move.to_async ? "to_async" : "to_sync"}})
+        .Increment();
+    if (!move.to_async) busy_.erase(move.peer);
+  }
+  late_times_.clear();
+  ShowAsyncPeers(status);
+}
+
+void FederatedSyncTask::ShowAsyncPeers(v1::TaskStatus& status) const {
+  status.clear_async_peers();
+  for (const std::string& id : stragglers_.async_peers()) status.add_async_peers(id);
 }
 
 void FederatedSyncTask::OnClosed(const WorkResult& result, absl::Time now, v1::TaskStatus& status,
@@ -231,6 +318,9 @@ void FederatedSyncTask::OnClosed(const WorkResult& result, absl::Time now, v1::T
     update_bytes += push.bytes;
   }
   summary.set_update_bytes(update_bytes);
+  for (const std::string& id : round_.late_peers) {
+    if (contributors.count(id)) summary.add_late(id);
+  }
   summary.set_model_bytes(closed.model_bytes());
   summary.set_mean_train_loss(closed.mean_train_loss());
   summary.set_num_samples(closed.num_samples());
@@ -239,9 +329,10 @@ void FederatedSyncTask::OnClosed(const WorkResult& result, absl::Time now, v1::T
   // Published to nobody: there is no evaluation to wait for.
   if (peers_.empty()) summary.set_evaluation_complete(true);
   LogInfo("task ", task_, ": round ", round_.number, " closed: ", contributors.size(),
-          " contributors, ", summary.dropped_size(), " dropped, loss ", closed.mean_train_loss(),
-          ", model version ", closed.version());
+          " contributors (", summary.late_size(), " late), ", summary.dropped_size(),
+          " dropped, loss ", closed.mean_train_loss(), ", model version ", closed.version());
   fx.rounds_completed.push_back(summary);
+  JudgePace(status);
   if (closed.version() != status.model_version()) {
     checkpoints_.Published(closed.version(), round_.number, fx);
   }
@@ -249,10 +340,15 @@ void FederatedSyncTask::OnClosed(const WorkResult& result, absl::Time now, v1::T
   v1::CoordinatorEvent event;
   event.mutable_model_published()->set_round(round_.number);
   event.mutable_model_published()->set_version(closed.version());
-  for (const std::string& id : peers_) fx.Send(id, event);
   const uint64_t number = round_.number;
+  const bool last = number >= spec_.rounds();
+  for (const std::string& id : peers_) {
+    // An async peer still training would stop for it; after the last round it is the end.
+    if (Busy(id, now) && !last) continue;
+    fx.Send(id, event);
+  }
   round_ = Round{};
-  if (number >= spec_.rounds()) {
+  if (last) {
     status.set_phase(v1::ROUND_PHASE_EVALUATING);
     eval_deadline_ =
         now + std::min(options_.final_eval_timeout, absl::Seconds(spec_.round_deadline_seconds()));

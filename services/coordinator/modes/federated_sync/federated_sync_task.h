@@ -9,6 +9,7 @@
 
 #include "absl/time/time.h"
 #include "services/coordinator/modes/aggregator_mode_task.h"
+#include "services/coordinator/modes/federated_sync/straggler_tracker.h"
 
 namespace shoal::coordinator {
 
@@ -22,6 +23,13 @@ namespace shoal::coordinator {
 // says whom: the one source of truth for who pushed) or at the round deadline; the new version
 // is checkpointed and published (ModelPublished, which peers evaluate), and the next round
 // opens. After the last round the task waits for the final evaluation, then completes.
+//
+// Stragglers (straggler_factor): after each round StragglerTracker moves a peer that keeps
+// holding the rounds up to asynchronous contribution, and back once it keeps pace. An async peer
+// is not waited for: it is a round's late peer (OpenRoundRequest.late_peers), gets RoundStarted
+// (with a deadline of max_staleness + 1 rounds) only while idle, and no ModelPublished while it
+// trains (that would stop its training); its update goes into whatever round is open when it
+// arrives, scaled by its staleness.
 //
 // Losing the aggregator abandons the round in flight; on the next aggregator the newest
 // checkpoint is restored and that round runs again. Failed calls are retried (CallRetry).
@@ -54,6 +62,8 @@ class FederatedSyncTask final : public AggregatorModeTask {
       uint64_t bytes = 0;
     };
     std::map<std::string, Accepted> accepted_pushes;
+    // Async peers when the round opened (OpenRoundRequest.late_peers): their updates are late.
+    std::set<std::string> late_peers;
   };
 
   // Takes the next step the state allows (restore, initialize, open, close, finish).
@@ -65,6 +75,14 @@ class FederatedSyncTask final : public AggregatorModeTask {
   void OnOpened(const WorkResult& result, absl::Time now, v1::TaskStatus& status, ModeEffects& fx);
   void OnClosed(const WorkResult& result, absl::Time now, v1::TaskStatus& status, ModeEffects& fx);
   bool AllAccepted() const;
+  // After a round closed: moves stragglers (StragglerTracker), logs and counts the moves.
+  void JudgePace(v1::TaskStatus& status);
+  // Sends RoundStarted for the open round to the async peers that are not training.
+  void StartIdleAsyncPeers(absl::Time now, v1::TaskStatus& status, ModeEffects& fx);
+  // Whether async `peer` trains now (was started and its deadline has not passed).
+  bool Busy(const std::string& peer, absl::Time now) const;
+  // status.async_peers = the tracker's.
+  void ShowAsyncPeers(v1::TaskStatus& status) const;
   // Whether the evaluation of the task's current model version is complete.
   static bool FinalEvaluationDone(const v1::TaskStatus& status);
 
@@ -73,6 +91,17 @@ class FederatedSyncTask final : public AggregatorModeTask {
   Round round_;
   absl::Time eval_deadline_;
   std::string waiting_notice_;  // last Waiting sent, to avoid repeats
+  StragglerTracker stragglers_;
+  common::v1::AsyncSpec late_staleness_;  // how late updates are bounded and scaled
+  // Async peers training now: when their RoundStarted was sent, and its deadline (past it, the
+  // peer has given up: a rejected or lost update).
+  struct Training {
+    absl::Time started;
+    absl::Time deadline;
+  };
+  std::map<std::string, Training> busy_;
+  // Async peers whose late update was accepted since the last close: the time it took.
+  std::map<std::string, absl::Duration> late_times_;
 };
 
 }  // namespace shoal::coordinator

@@ -1,0 +1,111 @@
+#include "libs/task/task_federated.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "libs/task/task_file.h"
+
+namespace shoal::task {
+namespace {
+
+using common::v1::TaskSpec;
+
+absl::Status FieldError(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+std::string CompressionName(common::v1::Compression c) {
+  return JsonQuote(FriendlyEnumName(*common::v1::Compression_descriptor(), c));
+}
+
+}  // namespace
+
+absl::Status ValidateCompression(const TaskSpec& spec) {
+  const common::v1::Compression c = spec.compression();
+  if (!common::v1::Compression_IsValid(c)) {
+    return FieldError("compression", absl::StrCat("unsupported value ", CompressionName(c),
+                                                  " (expected none, fp16, int8, topk)"));
+  }
+  const bool compressed =
+      c != common::v1::COMPRESSION_NONE && c != common::v1::COMPRESSION_UNSPECIFIED;
+  if (compressed && !ModeUsesAggregator(spec.mode())) {
+    return FieldError("compression",
+                      absl::StrCat(CompressionName(c),
+                                   " compresses the updates peers push to an aggregator "
+                                   "(federated-sync, federated-async); this task's mode is ",
+                                   FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode()),
+                                   " (set compression: none)"));
+  }
+  if (c != common::v1::COMPRESSION_TOPK) {
+    const char* topk_only = spec.has_topk_ratio()               ? "topk_ratio"
+                            : spec.topk_values() != 0 /*unset*/ ? "topk_values"
+                            : spec.has_topk_warmup_rounds()     ? "topk_warmup_rounds"
+                            : spec.has_topk_min_elements()      ? "topk_min_elements"
+                                                                : nullptr;
+    if (topk_only != nullptr) return FieldError(topk_only, "only with compression: topk");
+    return absl::OkStatus();
+  }
+  if (!(spec.topk_ratio() > 0 && spec.topk_ratio() <= 1)) {
+    return FieldError("topk_ratio",
+                      absl::StrCat("must be in (0, 1], got ", ShowNumber(spec.topk_ratio())));
+  }
+  if (spec.topk_warmup_rounds() > kMaxTopKWarmupRounds) {
+    return FieldError("topk_warmup_rounds", absl::StrCat("must be at most ", kMaxTopKWarmupRounds,
+                                                         ", got ", spec.topk_warmup_rounds()));
+  }
+  const common::v1::Compression v = spec.topk_values();
+  if (v != common::v1::COMPRESSION_UNSPECIFIED && v != common::v1::COMPRESSION_NONE &&
+      v != common::v1::COMPRESSION_FP16 && v != common::v1::COMPRESSION_INT8) {
+    return FieldError("topk_values", absl::StrCat("unsupported value ", CompressionName(v),
+                                                  " (expected none, fp16, int8)"));
+  }
+  return absl::OkStatus();
+}
+
+void ApplyCompressionDefaults(TaskSpec& spec) {
+  if (spec.compression() == common::v1::COMPRESSION_UNSPECIFIED) {
+    spec.set_compression(common::v1::COMPRESSION_NONE);
+  }
+  if (spec.compression() != common::v1::COMPRESSION_TOPK) return;
+  if (!spec.has_topk_ratio()) spec.set_topk_ratio(0.01);
+  if (!spec.has_topk_warmup_rounds()) spec.set_topk_warmup_rounds(0);
+  if (!spec.has_topk_min_elements()) spec.set_topk_min_elements(kDefaultTopKMinElements);
+  if (spec.topk_values() == common::v1::COMPRESSION_UNSPECIFIED) {
+    spec.set_topk_values(common::v1::COMPRESSION_NONE);
+  }
+}
+
+absl::Status ValidateStragglers(const TaskSpec& spec) {
+  const double factor = spec.straggler_factor();
+  if (factor == 0) {
+    if (spec.has_straggler_rounds()) {
+      return FieldError("straggler_rounds", "only with straggler_factor");
+    }
+    return absl::OkStatus();
+  }
+  if (!(factor > 1 && factor <= 100) || !std::isfinite(factor)) {
+    return FieldError("straggler_factor",
+                      absl::StrCat("must be 0 (off) or in (1, 100], got ", ShowNumber(factor)));
+  }
+  if (spec.mode() != common::v1::MODE_FEDERATED_SYNC) {
+    return FieldError(
+        "straggler_factor",
+        absl::StrCat("stragglers move out of the rounds of federated-sync; this task's mode is ",
+                     FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode()),
+                     " (remove straggler_factor)"));
+  }
+  if (spec.straggler_rounds() < 1 || spec.straggler_rounds() > 100) {
+    return FieldError("straggler_rounds",
+                      absl::StrCat("must be in 1..100, got ", spec.straggler_rounds()));
+  }
+  return absl::OkStatus();
+}
+
+void ApplyStragglerDefaults(TaskSpec& spec) {
+  if (spec.straggler_factor() != 0 && !spec.has_straggler_rounds()) {
+    spec.set_straggler_rounds(kDefaultStragglerRounds);
+  }
+}
+
+}  // namespace shoal::task

@@ -1,0 +1,32 @@
+#pragma once
+
+// The settings of the federated modes in a task (protos/shoal/common/v1/task.proto): how peers'
+// updates travel to the aggregator (compression and the topk_* fields), and stragglers
+// (straggler_factor, straggler_rounds).
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "shoal/common/v1/task.pb.h"
+
+namespace shoal::task {
+
+inline constexpr uint32_t kMaxTopKWarmupRounds = 10;  // 2^10 x any useful ratio is already 1
+inline constexpr uint32_t kDefaultTopKMinElements = 4096;
+inline constexpr uint32_t kDefaultStragglerRounds = 2;
+
+// Checks the compression rules of task.proto. INVALID_ARGUMENT "<field>: <what>", e.g.
+// "topk_ratio: must be in (0, 1], got 0". Part of ValidateTaskSpec.
+absl::Status ValidateCompression(const common::v1::TaskSpec& spec);
+
+// compression none when unset; for topk: topk_ratio 0.01, topk_values none,
+// topk_warmup_rounds 0, topk_min_elements kDefaultTopKMinElements.
+void ApplyCompressionDefaults(common::v1::TaskSpec& spec);
+
+// straggler_factor 0 (off) or in (1, 100], federated-sync only; straggler_rounds 1..100, only
+// with straggler_factor. Part of ValidateTaskSpec.
+absl::Status ValidateStragglers(const common::v1::TaskSpec& spec);
+// straggler_rounds kDefaultStragglerRounds when straggler_factor is set.
+void ApplyStragglerDefaults(common::v1::TaskSpec& spec);
+
+}  // namespace shoal::task
