@@ -329,6 +329,31 @@ absl::Status CheckJpegHuffmanTables(const fs::path& path, const std::string& byt
   return absl::OkStatus();
 }
 
+// stb_image 2.27 grows its buffer for a PNG's IDAT data to the length a chunk declares (doubling
+// up to 2^31 bytes) before it reads the chunk, so a file of a few hundred bytes can make it
+// allocate 2 GiB (found by the image_folder fuzz target). A chunk whose declared data does not
+// fit in what is left of the file is corrupt: refused here, before stb sees it. The walk stops
+// at IEND (stb reads nothing after it).
+absl::Status CheckPngChunkLengths(const fs::path& path, const std::string& bytes) {
+  const auto be32 = [&bytes](size_t i) {
+    uint32_t v = 0;
+    for (size_t k = 0; k < 4; ++k) v = (v << 8) | static_cast<unsigned char>(bytes[i + k]);
+    return v;
+  };
+  for (size_t pos = 8; pos + 8 <= bytes.size();) {  // length and type
+    const uint64_t length = be32(pos);
+    const uint64_t left = bytes.size() - (pos + 8);
+    if (length > left) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Show(path), ": corrupt or truncated PNG image: a chunk declares ", length,
+                       " bytes of data, but only ", left, " are left in the file"));
+    }
+    if (bytes.compare(pos + 4, 4, "IEND") == 0) break;
+    pos += 12 + length;  // length, type, data, CRC
+  }
+  return absl::OkStatus();
+}
+
 // `bytes` decoded, checked and resized to the task's height x width.
 absl::StatusOr<Pixels> DecodeImage(const fs::path& path, const std::string& bytes,
                                    const ImageFolderOptions& options) {
@@ -346,7 +371,8 @@ absl::StatusOr<Pixels> DecodeImage(const fs::path& path, const std::string& byte
                      bytes.empty() ? "the file is empty" : "no PNG or JPEG signature", ")"));
   }
   const absl::string_view format = png ? "PNG" : "JPEG";
-  if (!png) SHOAL_RETURN_IF_ERROR(CheckJpegHuffmanTables(path, bytes));
+  SHOAL_RETURN_IF_ERROR(png ? CheckPngChunkLengths(path, bytes)
+                            : CheckJpegHuffmanTables(path, bytes));
   const auto* data = reinterpret_cast<const stbi_uc*>(bytes.data());
   const int size = static_cast<int>(bytes.size());  // <= max_image_bytes <= INT_MAX
   int width = 0, height = 0, channels = 0;

@@ -226,6 +226,25 @@ TEST(FuzzRegressionTest, JpegScanWithUndefinedHuffmanTableIsRefused) {
               ::testing::HasSubstr("a scan uses a Huffman table that is not defined"));
 }
 
+// fuzz_image_folder: a 176-byte PNG whose second IDAT chunk declared about a gigabyte made
+// stb_image 2.27 allocate 2 GiB for it before reading; the loader now refuses a chunk longer than
+// the rest of the file before stb decodes anything.
+TEST(FuzzRegressionTest, PngChunkLongerThanTheFileIsRefused) {
+  const std::string input = Read(DataDir() / "image_folder/png-chunk-longer-than-the-file");
+  ASSERT_FALSE(input.empty());
+  TempDir dir;
+  dir.Write("root/c0/x.png", input.substr(1));
+  data::ImageFolderOptions options;
+  options.height = 8;
+  options.width = 8;
+  options.channels = 1;
+  absl::StatusOr<data::Dataset> set = data::LoadImageFolder(dir.Path("root"), options);
+  EXPECT_EQ(set.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      std::string(set.status().message()),
+      ::testing::HasSubstr("a chunk declares 1677721634 bytes of data, but only 88 are left"));
+}
+
 // Statistics of one split applied to another can map a value past float's range: refused,
 // and the data left as it was.
 TEST(FuzzRegressionTest, StandardizationPastFloatRangeIsRefused) {
