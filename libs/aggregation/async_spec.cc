@@ -1,6 +1,8 @@
 #include "libs/aggregation/async_spec.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -103,6 +105,10 @@ double StalenessWeight(const AsyncSpec& spec, uint64_t s) {
     default:
       return std::pow(1.0 + staleness, -EffectiveA(spec));
   }
+}
+
+double StalenessFactor(const AsyncSpec& spec, uint64_t s) {
+  return std::max(StalenessWeight(spec, s), std::numeric_limits<double>::min());
 }
 
 }  // namespace shoal::aggregation

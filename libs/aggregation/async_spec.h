@@ -38,4 +38,9 @@ absl::Status ValidateAsyncSpec(const common::v1::AsyncSpec& spec, uint32_t max_p
 // non-increasing in s. Refusing s > max_staleness is the caller's job, before weighting.
 double StalenessWeight(const common::v1::AsyncSpec& spec, uint64_t s);
 
+// StalenessWeight kept above 0 (an absurd exponent may round it down to 0): the factor
+// federated-async's buffer and a federated-sync round's late updates scale a stale delta by
+// before aggregating it.
+double StalenessFactor(const common::v1::AsyncSpec& spec, uint64_t s);
+
 }  // namespace shoal::aggregation

@@ -1,9 +1,7 @@
 // AggregatorCore's rounds (federated-sync): OpenRound, CloseRound and the round side of the push
 // pipeline. The core's state and locking are described in aggregator_core.h.
 
-#include <algorithm>
 #include <cmath>
-#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -272,9 +270,7 @@ absl::Status AggregatorCore::TargetLateRound(Task& task, const PushMeta& meta, P
     return absl::AbortedError(absl::StrCat("a push from peer '", EscapeBytes(meta.peer_id),
                                            "' into ", label, " is already in progress"));
   }
-  // An absurd staleness exponent may round the factor down to 0.
-  target.staleness_factor = std::max(aggregation::StalenessWeight(round->late_staleness, staleness),
-                                     std::numeric_limits<double>::min());
+  target.staleness_factor = aggregation::StalenessFactor(round->late_staleness, staleness);
   target.model = round->base;
   target.max_norm = round->max_norm;
   target.round = std::move(round);

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -195,9 +194,7 @@ absl::StatusOr<UpdateBuffer::PassResult> UpdateBuffer::RunPass(
   double loss_sum = 0;
   double staleness_sum = 0;
   for (Update& update : updates) {
-    // An absurd staleness exponent may round the weight down to 0, which Add refuses.
-    const double factor = std::max(aggregation::StalenessWeight(async, update.staleness),
-                                   std::numeric_limits<double>::min());
+    const double factor = aggregation::StalenessFactor(async, update.staleness);
     const double samples = static_cast<double>(update.num_samples);
     if (factor < 1) {
       const float f = static_cast<float>(factor);

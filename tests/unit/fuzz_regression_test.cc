@@ -190,20 +190,26 @@ TEST(FuzzRegressionTest, DataFilesAreAnsweredCleanly) {
   }
 }
 
-// fuzz_image_folder: a JPEG Huffman table whose 16 code counts add up to more than 256 made
-// stb_image 2.27 write past its tables; the loader now refuses it before stb decodes anything.
-TEST(FuzzRegressionTest, JpegHuffmanTableOverflowIsRefused) {
-  const std::string input = Read(DataDir() / "image_folder/jpeg-huffman-table-over-256-codes");
-  ASSERT_FALSE(input.empty());
+// Loads the kept fuzz input tests/data/fuzz/image_folder/`name` (its first byte, the options
+// byte, dropped) as an image folder's one image `file` (x.png or x.jpg), 8 x 8 x `channels`.
+absl::Status LoadKeptImage(const std::string& name, const std::string& file, int channels) {
+  const std::string input = Read(DataDir() / "image_folder" / name);
+  EXPECT_FALSE(input.empty()) << name;
   TempDir dir;
-  dir.Write("root/c0/x.jpg", input.substr(1));
+  dir.Write("root/c0/" + file, input.substr(1));
   data::ImageFolderOptions options;
   options.height = 8;
   options.width = 8;
-  options.channels = 3;
-  absl::StatusOr<data::Dataset> set = data::LoadImageFolder(dir.Path("root"), options);
-  EXPECT_EQ(set.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(set.status().message()),
+  options.channels = channels;
+  return data::LoadImageFolder(dir.Path("root"), options).status();
+}
+
+// fuzz_image_folder: a JPEG Huffman table whose 16 code counts add up to more than 256 made
+// stb_image 2.27 write past its tables; the loader now refuses it before stb decodes anything.
+TEST(FuzzRegressionTest, JpegHuffmanTableOverflowIsRefused) {
+  const absl::Status loaded = LoadKeptImage("jpeg-huffman-table-over-256-codes", "x.jpg", 3);
+  EXPECT_EQ(loaded.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(loaded.message()),
               ::testing::HasSubstr("a Huffman table declares 620 codes, more than 256"));
 }
 
@@ -212,17 +218,9 @@ TEST(FuzzRegressionTest, JpegHuffmanTableOverflowIsRefused) {
 // stbi__jpeg_huff_decode, seen only when the freed memory it reused held the wrong bytes); the
 // loader now refuses it before stb decodes anything.
 TEST(FuzzRegressionTest, JpegScanWithUndefinedHuffmanTableIsRefused) {
-  const std::string input = Read(DataDir() / "image_folder/jpeg-scan-with-undefined-huffman-table");
-  ASSERT_FALSE(input.empty());
-  TempDir dir;
-  dir.Write("root/c0/x.jpg", input.substr(1));
-  data::ImageFolderOptions options;
-  options.height = 8;
-  options.width = 8;
-  options.channels = 3;
-  absl::StatusOr<data::Dataset> set = data::LoadImageFolder(dir.Path("root"), options);
-  EXPECT_EQ(set.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(set.status().message()),
+  const absl::Status loaded = LoadKeptImage("jpeg-scan-with-undefined-huffman-table", "x.jpg", 3);
+  EXPECT_EQ(loaded.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(loaded.message()),
               ::testing::HasSubstr("a scan uses a Huffman table that is not defined"));
 }
 
@@ -230,18 +228,10 @@ TEST(FuzzRegressionTest, JpegScanWithUndefinedHuffmanTableIsRefused) {
 // stb_image 2.27 allocate 2 GiB for it before reading; the loader now refuses a chunk longer than
 // the rest of the file before stb decodes anything.
 TEST(FuzzRegressionTest, PngChunkLongerThanTheFileIsRefused) {
-  const std::string input = Read(DataDir() / "image_folder/png-chunk-longer-than-the-file");
-  ASSERT_FALSE(input.empty());
-  TempDir dir;
-  dir.Write("root/c0/x.png", input.substr(1));
-  data::ImageFolderOptions options;
-  options.height = 8;
-  options.width = 8;
-  options.channels = 1;
-  absl::StatusOr<data::Dataset> set = data::LoadImageFolder(dir.Path("root"), options);
-  EXPECT_EQ(set.status().code(), absl::StatusCode::kInvalidArgument);
+  const absl::Status loaded = LoadKeptImage("png-chunk-longer-than-the-file", "x.png", 1);
+  EXPECT_EQ(loaded.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(
-      std::string(set.status().message()),
+      std::string(loaded.message()),
       ::testing::HasSubstr("a chunk declares 1677721634 bytes of data, but only 88 are left"));
 }
 

@@ -229,27 +229,28 @@ void FederatedSyncTask::OnOpened(const WorkResult& result, absl::Time now, v1::T
   status.set_state(v1::TASK_STATE_RUNNING);
   status.set_message(
       absl::StrCat("round ", open.round(), " training with ", round_.expected.size(), " peers"));
-  v1::CoordinatorEvent event;
-  auto* started = event.mutable_round_started();
-  started->set_round(open.round());
-  started->set_model_version(status.model_version());
-  started->set_round_batches(spec_.round_batches());
-  started->set_deadline_unix_ms(absl::ToUnixMillis(round_.deadline));
+  const v1::CoordinatorEvent event = RoundStartedEvent(status, round_.deadline);
   for (const std::string& id : round_.expected) fx.Send(id, event);
   StartIdleAsyncPeers(now, status, fx);
 }
 
-void FederatedSyncTask::StartIdleAsyncPeers(absl::Time now, v1::TaskStatus& status,
-                                            ModeEffects& fx) {
+v1::CoordinatorEvent FederatedSyncTask::RoundStartedEvent(const v1::TaskStatus& status,
+                                                          absl::Time deadline) const {
   v1::CoordinatorEvent event;
   auto* started = event.mutable_round_started();
   started->set_round(round_.number);
   started->set_model_version(status.model_version());
   started->set_round_batches(spec_.round_batches());
+  started->set_deadline_unix_ms(absl::ToUnixMillis(deadline));
+  return event;
+}
+
+void FederatedSyncTask::StartIdleAsyncPeers(absl::Time now, v1::TaskStatus& status,
+                                            ModeEffects& fx) {
   // Its update is taken while at most max_staleness versions old: that many rounds, and this one.
   const absl::Time deadline = now + absl::Seconds(spec_.round_deadline_seconds()) *
                                         static_cast<int64_t>(late_staleness_.max_staleness() + 1);
-  started->set_deadline_unix_ms(absl::ToUnixMillis(deadline));
+  const v1::CoordinatorEvent event = RoundStartedEvent(status, deadline);
   for (const std::string& id : stragglers_.async_peers()) {
     if (peers_.count(id) == 0 || Busy(id, now)) continue;
     busy_[id] = Training{now, deadline};

@@ -77,6 +77,8 @@ class FederatedSyncTask final : public AggregatorModeTask {
   bool AllAccepted() const;
   // After a round closed: moves stragglers (StragglerTracker), logs and counts the moves.
   void JudgePace(v1::TaskStatus& status);
+  // RoundStarted for the open round (round_) with `deadline`.
+  v1::CoordinatorEvent RoundStartedEvent(const v1::TaskStatus& status, absl::Time deadline) const;
   // Sends RoundStarted for the open round to the async peers that are not training.
   void StartIdleAsyncPeers(absl::Time now, v1::TaskStatus& status, ModeEffects& fx);
   // Whether async `peer` trains now (was started and its deadline has not passed).
