@@ -10,8 +10,8 @@ namespace {
 // for the same sequence of Adds. Memory: one model, whatever K.
 class MeanAggregation final : public Aggregation {
  public:
-  MeanAggregation(tensor::ModelLayout layout, int threads)
-      : Aggregation(layout, threads), sum_(std::move(layout), threads) {}
+  MeanAggregation(tensor::ModelLayout layout, int threads, Summation summation)
+      : Aggregation(layout, threads), sum_(std::move(layout), threads, summation) {}
 
  private:
   absl::Status Fold(absl::Span<const float> delta, double weight,
@@ -37,10 +37,10 @@ SHOAL_AGGREGATION_STRATEGIES(mean) {
   StrategyDefinition mean;
   mean.kind = common::v1::AGGREGATION_MEAN;
   mean.streaming = true;
-  mean.start =
-      [](tensor::ModelLayout layout, size_t /*expected_updates*/, int threads,
-         const common::v1::AggregationOptions& /*params*/) -> std::unique_ptr<Aggregation> {
-    return std::make_unique<MeanAggregation>(std::move(layout), threads);
+  mean.params = {"exact_sum"};
+  mean.start = [](tensor::ModelLayout layout, size_t /*expected_updates*/, int threads,
+                  const common::v1::AggregationOptions& params) -> std::unique_ptr<Aggregation> {
+    return std::make_unique<MeanAggregation>(std::move(layout), threads, SummationOf(params));
   };
   return {mean};
 }

@@ -71,19 +71,6 @@ size_t FirstNonFinite(absl::Span<const float> values, int threads) {
   return values.size();
 }
 
-std::string DescribeElement(const tensor::ModelLayout& layout, size_t index) {
-  for (size_t t = 0; t < layout.num_tensors(); ++t) {
-    const size_t begin = layout.offset(t);
-    const size_t n = static_cast<size_t>(layout.tensors()[t].NumElements());
-    if (index >= begin && index < begin + n) {
-      // Tensor names may come from the network.
-      return absl::StrCat("tensor '", EscapeBytes(layout.tensors()[t].name), "' element ",
-                          index - begin);
-    }
-  }
-  return absl::StrCat("element ", index);
-}
-
 const StrategyDefinition* Find(const std::vector<StrategyDefinition>& all,
                                common::v1::Aggregation kind) {
   for (const StrategyDefinition& d : all) {
@@ -198,8 +185,8 @@ absl::Status Aggregation::Add(absl::Span<const float> delta, double weight,
   // A NaN poisons a mean, and breaks the ordering the robust strategies sort by.
   const size_t bad = FirstNonFinite(delta, threads_);
   if (bad != delta.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("delta: non-finite value ", delta[bad], " at ",
-                                                   DescribeElement(layout_, bad)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("delta: non-finite value ", delta[bad], " at ", layout_.DescribeElement(bad)));
   }
   absl::Status folded = Fold(delta, weight, contributor);
   if (!folded.ok()) return folded;
@@ -231,8 +218,14 @@ void Aggregation::Reset() {
   Clear();
 }
 
+Summation SummationOf(const common::v1::AggregationOptions& params) {
+  return params.exact_sum() ? Summation::kExact : Summation::kFloat;
+}
+
 uint64_t Strategy::RoundMemoryBytes(size_t updates, uint64_t model_bytes) const {
-  return streaming_ ? model_bytes : static_cast<uint64_t>(updates) * model_bytes;
+  if (!streaming_) return static_cast<uint64_t>(updates) * model_bytes;
+  // An exact sum holds 16 bytes a value, 4x a float model.
+  return params_.exact_sum() ? 4 * model_bytes : model_bytes;
 }
 
 std::unique_ptr<Aggregation> Strategy::Start(tensor::ModelLayout layout,

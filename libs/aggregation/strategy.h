@@ -6,7 +6,8 @@
 // round starts an Aggregation from it, Adds the updates and writes base + aggregate.
 //
 // Strategies (protos/shoal/common/v1/task.proto, README "Aggregation strategies"):
-//   mean               streaming, sample-weighted (FedAvg; WeightedMeanAccumulator)
+//   mean               streaming, sample-weighted (FedAvg; WeightedMeanAccumulator); with
+//                      exact_sum, order-independent to the bit
 //   median             coordinate-wise median
 //   trimmed-mean       coordinate-wise mean without floor(trim_ratio K) extremes at each end
 //   krum, multi-krum   Blanchard et al. 2017
@@ -17,7 +18,7 @@
 // Determinism: the non-streaming strategies sort the updates by contributor id before
 // computing, so the result is bit-identical whatever the order of the Adds (and whatever the
 // number of threads). Mean folds in arrival order, and float sums depend on it: callers that
-// need bit-identical models fold in a fixed order.
+// need bit-identical models fold in a fixed order, or set exact_sum.
 
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "libs/aggregation/weighted_mean.h"
 #include "libs/tensor/flat_model.h"
 #include "shoal/common/v1/task.pb.h"
 
@@ -119,7 +121,7 @@ class Strategy {
   // true: each update is folded in as it arrives (memory ~ one model whatever K).
   bool streaming() const { return streaming_; }
   // Bytes a round holds besides the caller's base and output buffers: `model_bytes` for a
-  // streaming strategy, `updates` x `model_bytes` for the others.
+  // streaming strategy (4 x with exact_sum), `updates` x `model_bytes` for the others.
   uint64_t RoundMemoryBytes(size_t updates, uint64_t model_bytes) const;
   // A round over `layout`. `expected_updates` (K, 0 if unknown) only sizes bookkeeping: a round
   // may end with more or fewer updates.
@@ -159,6 +161,9 @@ absl::Status ValidateAggregation(const common::v1::TaskSpec& spec);
 // parameters of other strategies alone (validation reports them) and adds no
 // aggregation_options section to a strategy without parameters. Idempotent.
 void ApplyAggregationDefaults(common::v1::TaskSpec& spec);
+
+// How mean sums: kExact when its options set exact_sum.
+Summation SummationOf(const common::v1::AggregationOptions& params);
 
 // "trimmed-mean" for AGGREGATION_TRIMMED_MEAN; "unknown(<n>)" for a number the enum lacks.
 std::string StrategyName(common::v1::Aggregation kind);

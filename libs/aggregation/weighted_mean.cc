@@ -1,6 +1,7 @@
 #include "libs/aggregation/weighted_mean.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -10,8 +11,26 @@ namespace shoal::aggregation {
 
 using internal::ParallelFor;
 
-WeightedMeanAccumulator::WeightedMeanAccumulator(tensor::ModelLayout layout, int threads)
-    : layout_(std::move(layout)), threads_(threads) {}
+namespace {
+
+// kExact's bounds: terms under 2^40 (2^104 units), at most 2^22 of them: |sum| < 2^126.
+constexpr double kMaxExactTerm = 0x1p40;
+constexpr size_t kMaxExactTerms = size_t{1} << 22;
+
+// w x d rounded toward zero to units of 2^-64; |w x d| < kMaxExactTerm.
+inline ExactValue ExactTerm(double product) { return static_cast<ExactValue>(product * 0x1p64); }
+
+double ToDouble(ExactValue units) { return static_cast<double>(units) * 0x1p-64; }
+
+}  // namespace
+
+WeightedMeanAccumulator::WeightedMeanAccumulator(tensor::ModelLayout layout, int threads,
+                                                 Summation summation)
+    : layout_(std::move(layout)), threads_(threads), summation_(summation) {}
+
+double WeightedMeanAccumulator::total_weight() const {
+  return summation_ == Summation::kExact ? ToDouble(exact_weight_) : total_weight_;
+}
 
 absl::Status WeightedMeanAccumulator::Add(absl::Span<const float> delta, double weight) {
   if (delta.size() != layout_.total_elements()) {
@@ -21,9 +40,65 @@ absl::Status WeightedMeanAccumulator::Add(absl::Span<const float> delta, double 
   if (!(weight > 0) || !std::isfinite(weight)) {
     return absl::InvalidArgumentError(absl::StrCat("update weight ", weight, " must be > 0"));
   }
-  const float w = static_cast<float>(weight);
   const size_t n = delta.size();
   const float* d = delta.data();
+  if (summation_ == Summation::kExact) {
+    if (!(weight < kMaxExactTerm)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("update weight ", weight, " is over exact summation's bound 2^40"));
+    }
+    if (count_ + 1 > kMaxExactTerms) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("exact summation holds at most ", kMaxExactTerms, " updates"));
+    }
+    if (count_ == 0) exact_.resize(n);
+    ExactValue* e = exact_.data();
+    const bool first = count_ == 0;
+    // A term over the bound stops the pass; the terms already added are subtracted again
+    // (exactly: integers), so a refused update leaves the sum as it was.
+    std::atomic<size_t> bad{n};
+    ParallelFor(n, threads_, [=, &bad](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) {
+        const double p = weight * static_cast<double>(d[i]);
+        if (!(std::fabs(p) < kMaxExactTerm)) {
+          size_t cur = bad.load();
+          while (i < cur && !bad.compare_exchange_weak(cur, i)) {
+          }
+          if (!first) {
+            for (size_t j = begin; j < i; ++j)
+              e[j] -= ExactTerm(weight * static_cast<double>(d[j]));
+          }
+          return;
+        }
+        if (first) {
+          e[i] = ExactTerm(p);
+        } else {
+          e[i] += ExactTerm(p);
+        }
+      }
+    });
+    if (const size_t at = bad.load(); at < n) {
+      // Other ranges finished: undo them too.
+      if (!first) {
+        ParallelFor(n, threads_, [=](size_t begin, size_t end) {
+          // Ranges that stopped early undid themselves; a finished range is one whose every
+          // term is within the bound.
+          for (size_t i = begin; i < end; ++i) {
+            if (!(std::fabs(weight * static_cast<double>(d[i])) < kMaxExactTerm)) return;
+          }
+          for (size_t i = begin; i < end; ++i)
+            e[i] -= ExactTerm(weight * static_cast<double>(d[i]));
+        });
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("value ", d[at], " at ", layout_.DescribeElement(at), " times weight ",
+                       weight, " is over exact summation's bound 2^40"));
+    }
+    ++count_;
+    exact_weight_ += ExactTerm(weight);
+    return absl::OkStatus();
+  }
+  const float w = static_cast<float>(weight);
   if (count_ == 0) {
     sum_.resize(n);
     float* s = sum_.data();
@@ -39,6 +114,96 @@ absl::Status WeightedMeanAccumulator::Add(absl::Span<const float> delta, double 
   ++count_;
   total_weight_ += weight;
   return absl::OkStatus();
+}
+
+absl::Status WeightedMeanAccumulator::AddPartial(const PartialSum& partial) {
+  const size_t n = layout_.total_elements();
+  if (partial.summation != summation_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the partial sum is ", partial.summation == Summation::kExact ? "exact" : "float",
+        "; this sum is ", summation_ == Summation::kExact ? "exact" : "float"));
+  }
+  if (partial.count == 0) return absl::OkStatus();
+  if (summation_ == Summation::kExact) {
+    if (partial.exact.size() != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("partial sum has ", partial.exact.size(), " values; the model has ", n));
+    }
+    if (count_ + partial.count > kMaxExactTerms) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("exact summation holds at most ", kMaxExactTerms, " updates"));
+    }
+    if (!(partial.exact_weight > 0)) {
+      return absl::InvalidArgumentError("partial sum's weight must be > 0");
+    }
+    // Each value of a partial of c terms is under c x 2^104 units: anything larger is not a
+    // partial sum, and adding it could overflow.
+    const ExactValue bound = static_cast<ExactValue>(partial.count) << 104;
+    for (size_t i = 0; i < n; ++i) {
+      if (partial.exact[i] >= bound || partial.exact[i] <= -bound) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("partial sum value at ", layout_.DescribeElement(i),
+                         " is over the bound of ", partial.count, " terms"));
+      }
+    }
+    if (partial.exact_weight >= bound) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("partial sum's weight is over the bound of ", partial.count, " terms"));
+    }
+    const ExactValue* p = partial.exact.data();
+    if (count_ == 0) {
+      exact_.assign(partial.exact.begin(), partial.exact.end());
+    } else {
+      ExactValue* e = exact_.data();
+      ParallelFor(n, threads_, [=](size_t begin, size_t end) {
+        for (size_t i = begin; i < end; ++i) e[i] += p[i];
+      });
+    }
+    count_ += partial.count;
+    exact_weight_ += partial.exact_weight;
+    return absl::OkStatus();
+  }
+  if (partial.sum.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("partial sum has ", partial.sum.size(), " values; the model has ", n));
+  }
+  if (!(partial.total_weight > 0) || !std::isfinite(partial.total_weight)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("partial sum's weight ", partial.total_weight, " must be > 0"));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(partial.sum[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("partial sum value at ", layout_.DescribeElement(i), " is not finite"));
+    }
+  }
+  const float* p = partial.sum.data();
+  if (count_ == 0) {
+    sum_.assign(partial.sum.begin(), partial.sum.end());
+  } else {
+    float* s = sum_.data();
+    ParallelFor(n, threads_, [=](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) s[i] += p[i];
+    });
+  }
+  count_ += partial.count;
+  total_weight_ += partial.total_weight;
+  return absl::OkStatus();
+}
+
+PartialSum WeightedMeanAccumulator::Partial() const {
+  PartialSum partial;
+  partial.summation = summation_;
+  partial.count = count_;
+  if (count_ == 0) return partial;
+  if (summation_ == Summation::kExact) {
+    partial.exact = exact_;
+    partial.exact_weight = exact_weight_;
+  } else {
+    partial.sum = sum_;
+  }
+  partial.total_weight = total_weight();
+  return partial;
 }
 
 absl::StatusOr<tensor::FlatModel> WeightedMeanAccumulator::Apply(
@@ -60,27 +225,46 @@ absl::Status WeightedMeanAccumulator::ApplyInto(const tensor::FlatModel& base,
     return absl::OkStatus();
   }
   out.resize(base.values.size());
-  const float scale = static_cast<float>(1.0 / total_weight_);
   const float* b = base.values.data();
-  const float* s = sum_.data();
   float* o = out.data();
+  if (summation_ == Summation::kExact) {
+    // Both in units of 2^-64: the ratio is the mean. Each conversion depends on the integers
+    // alone, so equal sums give equal models.
+    const double scale = 1.0 / static_cast<double>(exact_weight_);
+    const ExactValue* e = exact_.data();
+    ParallelFor(out.size(), threads_, [=](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) {
+        o[i] = b[i] + static_cast<float>(static_cast<double>(e[i]) * scale);
+      }
+    });
+    return absl::OkStatus();
+  }
+  const float scale = static_cast<float>(1.0 / total_weight_);
+  const float* s = sum_.data();
   ParallelFor(out.size(), threads_, [=](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) o[i] = b[i] + s[i] * scale;
   });
   return absl::OkStatus();
 }
 
+float WeightedMeanAccumulator::MeanAt(size_t i) const {
+  if (summation_ == Summation::kExact) {
+    return static_cast<float>(static_cast<double>(exact_[i]) / static_cast<double>(exact_weight_));
+  }
+  return sum_[i] * static_cast<float>(1.0 / total_weight_);
+}
+
 std::vector<float> WeightedMeanAccumulator::MeanDelta() const {
   std::vector<float> out(layout_.total_elements(), 0.0f);
   if (count_ == 0) return out;
-  const float scale = static_cast<float>(1.0 / total_weight_);
-  for (size_t i = 0; i < out.size(); ++i) out[i] = sum_[i] * scale;
+  for (size_t i = 0; i < out.size(); ++i) out[i] = MeanAt(i);
   return out;
 }
 
 void WeightedMeanAccumulator::Reset() {
   count_ = 0;
   total_weight_ = 0;
+  exact_weight_ = 0;
 }
 
 }  // namespace shoal::aggregation

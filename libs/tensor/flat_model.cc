@@ -59,6 +59,17 @@ std::string ModelLayout::DebugString() const {
   });
 }
 
+std::string ModelLayout::DescribeElement(size_t index) const {
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    const size_t n = static_cast<size_t>(tensors_[t].NumElements());
+    if (index >= offsets_[t] && index < offsets_[t] + n) {
+      return absl::StrCat("tensor '", EscapeBytes(tensors_[t].name), "' element ",
+                          index - offsets_[t]);
+    }
+  }
+  return absl::StrCat("element ", index);
+}
+
 uint64_t FlatModel::Digest() const {
   return DigestBytes(values.data(), values.size() * sizeof(float));
 }

@@ -38,6 +38,9 @@ class ModelLayout {
   bool operator==(const ModelLayout& other) const { return tensors_ == other.tensors_; }
   // "conv1.weight[16,1,5,5], conv1.bias[16], ..." for error messages.
   std::string DebugString() const;
+  // "tensor 'conv1.weight' element 7" for flat index `index` (names escaped: they may come
+  // from the network); "element N" past the end.
+  std::string DescribeElement(size_t index) const;
 
  private:
   std::vector<TensorSpec> tensors_;

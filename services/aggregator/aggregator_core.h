@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "libs/aggregation/weighted_mean.h"
 #include "libs/common/clock.h"
 #include "libs/tensor/flat_model.h"
 #include "libs/tensor/frame_codec.h"
@@ -68,6 +69,9 @@ struct OpenRoundParams {
   // Stragglers: peers that may push one late update each (see OpenRoundRequest.late_peers).
   std::vector<std::string> late_peers = {};
   common::v1::AsyncSpec late_staleness = {};
+  // Tree rounds: the child supernodes whose partial sums the round takes (AddPartial); mean
+  // only; disjoint from the expected and late peers.
+  std::vector<std::string> expected_children = {};
 
   static OpenRoundParams From(const v1::OpenRoundRequest& request);
 };
@@ -94,6 +98,23 @@ struct RoundResult {
   uint64_t model_bytes = 0;  // of the version the round left
 
   v1::CloseRoundResponse ToProto() const;
+};
+
+// Tree rounds: who a partial sum of a round holds. A child sends it to its parent with its id
+// in `child`; ClosePartial returns one with `child` empty.
+struct PartialMeta {
+  std::string task;
+  uint64_t round = 0;
+  std::string child = "";
+  uint64_t base_version = 0;
+  std::vector<std::string> contributors = {};  // the peers summed, sorted: one term each
+  uint64_t num_samples = 0;
+  double loss_sum = 0;  // sum of train_loss x num_samples
+};
+
+struct PartialResult {
+  PartialMeta meta;
+  aggregation::PartialSum sum;
 };
 
 struct ModelSnapshot {
@@ -146,6 +167,20 @@ class AggregatorCore {
   // Aggregates the round (waiting for accepted folds) and publishes the next version; the
   // strategy's note is in RoundResult::note.
   absl::StatusOr<RoundResult> CloseRound(const std::string& task, uint64_t round);
+  // Tree rounds (aggregator_partials.cc). A child's partial sum of the open round: added as if
+  // the child's contributors had pushed here; the child must be one of the round's
+  // expected_children, the round's strategy mean, the partial's summation the round's. Returns
+  // true for a repeat of an accepted partial (nothing changes). Errors: NOT_FOUND unknown task;
+  // FAILED_PRECONDITION round not open, child not expected, another base version, a contributor
+  // already in the round; INVALID_ARGUMENT a bad partial (the other summation, size, non-finite
+  // value, over the exact bound, contributors and terms disagree); nothing added.
+  absl::StatusOr<bool> AddPartial(const PartialMeta& meta, const aggregation::PartialSum& partial);
+  // Closes a child's round without publishing: waits for its folds and returns its partial sum
+  // (mean only) for the parent. Idempotent: a repeat returns the same partial. Errors: NOT_FOUND
+  // unknown task or round; FAILED_PRECONDITION the round's strategy is not mean or it was
+  // closed by CloseRound.
+  absl::StatusOr<std::shared_ptr<const PartialResult>> ClosePartial(const std::string& task,
+                                                                    uint64_t round);
   // Switches the task to its federated-async buffer (see OpenBuffer in aggregator.proto). A
   // repeat with the same settings is OK while the buffer is open (whatever versions it has
   // published since); other settings on the latest version open a new, empty buffer (updates
@@ -288,6 +323,10 @@ class AggregatorCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AcceptRoundPush(Push& push);
   void FoldRoundPush(Push& push);
+  // CloseRound's and ClosePartial's first step: marks the open round closing and waits until
+  // no fold is in flight. INTERNAL (the round abandoned) when an accepted update's fold failed.
+  absl::Status FinishFolds(Round& round, const std::string& label)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Buffers (aggregator_buffer.cc).
   absl::Status TargetBuffer(Task& task, const PushMeta& meta, PushTarget& target)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

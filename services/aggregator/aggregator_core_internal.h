@@ -31,8 +31,11 @@ struct AggregatorCore::Round {
   uint64_t base_version = 0;
   std::shared_ptr<const tensor::FlatModel> base;
   std::set<std::string> expected;
-  std::set<std::string> late;            // stragglers: one late update each
-  common::v1::AsyncSpec late_staleness;  // their staleness bound and weighting
+  std::set<std::string> late;                    // stragglers: one late update each
+  std::set<std::string> children;                // tree rounds: child supernodes expected
+  std::set<std::string> children_in;             // children whose partial sums were accepted
+  std::shared_ptr<const PartialResult> partial;  // set when ClosePartial closed it
+  common::v1::AsyncSpec late_staleness;          // their staleness bound and weighting
   double max_norm = 0;
   std::optional<aggregation::Strategy> strategy;  // set by OpenRound
   State state = State::kOpen;
@@ -83,6 +86,8 @@ const char* RoundStateName(const AggregatorCore::Round& round);
 
 // "task 'name'" with the name escaped, for messages.
 std::string TaskLabel(const std::string& task);
+// "round N of task 'name'".
+std::string RoundLabel(uint64_t round, const std::string& task);
 
 // What a round or a buffer opens on: OK when `base_version` is the task's latest version;
 // FAILED_PRECONDITION naming it and the latest when it is not held or not the latest.

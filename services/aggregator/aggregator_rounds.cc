@@ -27,13 +27,9 @@ const char* RoundStateName(const AggregatorCore::Round& round) {
   return "unknown";
 }
 
-namespace {
-
 std::string RoundLabel(uint64_t round, const std::string& task) {
   return absl::StrCat("round ", round, " of ", TaskLabel(task));
 }
-
-}  // namespace
 
 absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
   if (p.round == 0) return absl::InvalidArgumentError("round must be >= 1");
@@ -52,6 +48,17 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
       return absl::InvalidArgumentError(
           absl::StrCat("peer '", EscapeBytes(id), "' is both expected and late in ", label));
     }
+  }
+  const std::set<std::string> children(p.expected_children.begin(), p.expected_children.end());
+  for (const std::string& id : children) {
+    if (expected.count(id) > 0 || late.count(id) > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", EscapeBytes(id), "' is both a peer and a child supernode in ", label));
+    }
+  }
+  if (!children.empty() && strategy->kind() != common::v1::AGGREGATION_MEAN) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, " has child supernodes: only mean adds partial sums, not ", strategy->name()));
   }
   common::v1::AsyncSpec late_staleness = p.late_staleness;
   if (!late.empty()) {
@@ -94,6 +101,7 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
         return fits;
       }
       cur->expected = expected;
+      cur->children = children;
       cur->late = late;
       cur->late_staleness = late_staleness;
       cur->max_norm = p.max_update_norm;
@@ -123,6 +131,7 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
   round->base_version = p.base_version;
   round->base = task->versions.at(p.base_version).model;
   round->expected = expected;
+  round->children = children;
   round->late = late;
   round->late_staleness = late_staleness;
   round->max_norm = p.max_update_norm;
@@ -166,16 +175,11 @@ absl::StatusOr<RoundResult> AggregatorCore::CloseRound(const std::string& name, 
       if (auto it = task->closed.find(number); it != task->closed.end()) return it->second;
       return absl::AbortedError(absl::StrCat(label, " was abandoned while closing"));
     }
-    round->state = Round::State::kClosing;
-    // Pushes already folding finish first; no new fold starts once the round is closing.
-    mu_.Await(absl::Condition(
-        +[](Round* r) { return r->folds_in_flight == 0; }, round.get()));
-    if (!round->fold_error.ok()) {
-      // An accepted update is missing from the aggregate; publishing would silently drop it.
-      round->state = Round::State::kAbandoned;
-      return absl::InternalError(
-          absl::StrCat(label, " lost an update: ", round->fold_error.message()));
+    if (round->partial != nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(label, " was closed as a partial sum for its parent"));
     }
+    if (absl::Status folded = FinishFolds(*round, label); !folded.ok()) return folded;
     result.contributors.assign(round->accepted.begin(), round->accepted.end());
     result.num_samples = round->num_samples;
     result.mean_train_loss =
@@ -228,6 +232,20 @@ absl::StatusOr<RoundResult> AggregatorCore::CloseRound(const std::string& name, 
   metrics_.rounds_completed.Increment();
   metrics_.round_duration.Observe(absl::ToDoubleSeconds(clock_.Now() - round->opened_at));
   return result;
+}
+
+absl::Status AggregatorCore::FinishFolds(Round& round, const std::string& label) {
+  round.state = Round::State::kClosing;
+  // Pushes already folding finish first; no new fold starts once the round is closing.
+  mu_.Await(absl::Condition(
+      +[](Round* r) { return r->folds_in_flight == 0; }, &round));
+  if (!round.fold_error.ok()) {
+    // An accepted update is missing from the aggregate; publishing would silently drop it.
+    round.state = Round::State::kAbandoned;
+    return absl::InternalError(
+        absl::StrCat(label, " lost an update: ", round.fold_error.message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status AggregatorCore::TargetLateRound(Task& task, const PushMeta& meta, PushTarget& target) {

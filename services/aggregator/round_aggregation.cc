@@ -4,6 +4,8 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace shoal::aggregator {
 
 absl::StatusOr<aggregation::Strategy> StrategyFor(const v1::AggregationSettings& settings,
@@ -21,7 +23,7 @@ RoundAggregation::RoundAggregation(const aggregation::Strategy& strategy,
                                    tensor::ModelLayout layout, size_t expected_updates, int threads)
     : kind_(strategy.kind()), params_(strategy.params()) {
   if (strategy.kind() == common::v1::AGGREGATION_MEAN) {
-    mean_.emplace(std::move(layout), threads);
+    mean_.emplace(std::move(layout), threads, aggregation::SummationOf(strategy.params()));
   } else {
     other_ = strategy.Start(std::move(layout), expected_updates);
   }
@@ -42,6 +44,22 @@ absl::StatusOr<aggregation::AggregationReport> RoundAggregation::ApplyInto(
   report.updates = mean_->count();
   if (report.updates == 0) report.note = "no updates: the result is the base model";
   return report;
+}
+
+absl::StatusOr<aggregation::PartialSum> RoundAggregation::Partial() const {
+  if (!mean_.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("only mean forwards partial sums, not ", aggregation::StrategyName(kind_)));
+  }
+  return mean_->Partial();
+}
+
+absl::Status RoundAggregation::AddPartial(const aggregation::PartialSum& partial) {
+  if (!mean_.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("only mean takes partial sums, not ", aggregation::StrategyName(kind_)));
+  }
+  return mean_->AddPartial(partial);
 }
 
 void RoundAggregation::Reset() {

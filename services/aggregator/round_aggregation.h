@@ -41,6 +41,11 @@ class RoundAggregation {
   // base + aggregate into `out` (its capacity is reused), with the strategy's report.
   absl::StatusOr<aggregation::AggregationReport> ApplyInto(const tensor::FlatModel& base,
                                                            std::vector<float>& out) const;
+  // Tree rounds, mean only (FAILED_PRECONDITION for the other strategies): the round's running
+  // sum for its parent, and a child's partial sum added in (INVALID_ARGUMENT as
+  // WeightedMeanAccumulator::AddPartial, nothing added).
+  absl::StatusOr<aggregation::PartialSum> Partial() const;
+  absl::Status AddPartial(const aggregation::PartialSum& partial);
   // Forgets the updates, keeping the buffers for the next round.
   void Reset();
   // True when, after Reset(), this can serve a round of `strategy` over `layout`.

@@ -52,6 +52,7 @@ ABSL_FLAG(int, model_mb, 0,
           "model and update size in MB (10^6 bytes); > 0: peers also pull every model version "
           "and the data path is reported");
 ABSL_FLAG(int, max_concurrent_pushes, 16, "the aggregator's --max-concurrent-pushes");
+ABSL_FLAG(bool, exact_sum, false, "the task's aggregation_options.exact_sum (mean summed exactly)");
 ABSL_FLAG(std::string, bin_dir, "",
           "where shoal-coordinator and shoal-aggregator are "
           "(default: ../../bin from this binary)");
@@ -365,6 +366,7 @@ class Bench {
     spec.set_max_participants(static_cast<uint32_t>(peers));
     spec.set_round_deadline_seconds(60);
     spec.set_aggregation(shoal::common::v1::AGGREGATION_MEAN);
+    if (absl::GetFlag(FLAGS_exact_sum)) spec.mutable_aggregation_options()->set_exact_sum(true);
     spec.set_seed(1);
     grpc::ClientContext context;
     shoal::rpc::SetTimeout(context, absl::Seconds(10));

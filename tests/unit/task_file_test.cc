@@ -150,7 +150,7 @@ TEST(ParseTaskSpecTest, RejectsInlineMistakes) {
        "multi-krum, centered-clipping)"},
       {"name: x\naggregation_options: {trim: 0.1}\n",
        "aggregation_options.trim: unknown field (expected one of trim_ratio, byzantine_peers, "
-       "multi_krum_selected, clip_radius, clip_iterations)"},
+       "multi_krum_selected, clip_radius, clip_iterations, exact_sum)"},
       {"name: x\nasync: {staleness: linear}\n",
        "async.staleness: unknown value \"linear\" (expected constant, polynomial, hinge)"},
       {"name: x\noptimizer: {kind: rmsprop}\n",

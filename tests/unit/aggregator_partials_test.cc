@@ -1,0 +1,249 @@
+// Tree rounds at the aggregator core: children close their rounds into partial sums
+// (ClosePartial), a parent adds them (AddPartial) and publishes what one flat round over the
+// same updates would: bit-identical with exact_sum, within float rounding without it.
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/unit/aggregator_core_fixture.h"
+
+namespace shoal::aggregator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// One aggregator of a tree: its core, with its own metrics.
+struct Node {
+  explicit Node(const Clock& clock) : metrics(registry) {
+    auto made = AggregatorCore::Create(AggregatorCoreOptions{}, clock, metrics);
+    EXPECT_TRUE(made.ok()) << made.status();
+    core = *std::move(made);
+  }
+  prometheus::Registry registry;
+  AggregatorMetrics metrics;
+  std::unique_ptr<AggregatorCore> core;
+};
+
+tensor::FlatModel Base() {
+  return Filled([](size_t i) { return 0.1f * static_cast<float>(i); });
+}
+
+// Peer k's delta: mixed magnitudes, so that float sums in different groupings differ.
+tensor::FlatModel Delta(int k) {
+  return Filled([k](size_t i) {
+    return std::pow(10.0f, static_cast<float>(k % 4) - 2.0f) *
+           std::sin(0.7f * static_cast<float>(i) + 1.3f * static_cast<float>(k));
+  });
+}
+
+class AggregatorPartialsTest : public AggregatorCoreFixture {
+ protected:
+  std::unique_ptr<Node> NewNode() {
+    auto node = std::make_unique<Node>(clock_);
+    EXPECT_TRUE(node->core->PutModel("t", 0, Base()).ok());
+    return node;
+  }
+  static v1::AggregationSettings Mean(bool exact) {
+    common::v1::AggregationOptions options;
+    if (exact) options.set_exact_sum(true);
+    return StrategySettings(common::v1::AGGREGATION_MEAN, options);
+  }
+  static absl::Status OpenOn(AggregatorCore& core, std::vector<std::string> peers,
+                             std::vector<std::string> children, v1::AggregationSettings settings) {
+    OpenRoundParams p{"t", 1, 0, std::move(peers)};
+    p.aggregation = std::move(settings);
+    p.expected_children = std::move(children);
+    return core.OpenRound(p);
+  }
+  static absl::Status PushTo(AggregatorCore& core, int k) {
+    auto push = core.BeginPush(
+        PushMeta{"t", 1, absl::StrCat("p", k), 0, static_cast<uint64_t>(100 + 37 * k), 0.25 * k});
+    if (!push.ok()) return push.status();
+    if (*push == nullptr) return absl::AlreadyExistsError("duplicate");  // accepted before
+    const tensor::FlatModel delta = Delta(k);  // the encoder reads it in place
+    tensor::FrameEncoder enc(delta, 16);
+    common::v1::TensorFrame f;
+    while (enc.Next(&f)) {
+      if (absl::Status s = (*push)->AddFrame(f); !s.ok()) return s;
+    }
+    return (*push)->Commit();
+  }
+  // The child's partial, sent to `parent` as child `id`.
+  static absl::StatusOr<bool> Forward(AggregatorCore& child, const std::string& id,
+                                      AggregatorCore& parent) {
+    auto partial = child.ClosePartial("t", 1);
+    if (!partial.ok()) return partial.status();
+    PartialMeta meta = (*partial)->meta;
+    meta.child = id;
+    return parent.AddPartial(meta, (*partial)->sum);
+  }
+  // One flat round over peers 0..n-1 pushed in reverse.
+  RoundResult Flat(int n, bool exact, tensor::FlatModel* model) {
+    auto flat = NewNode();
+    std::vector<std::string> peers;
+    for (int k = 0; k < n; ++k) peers.push_back(absl::StrCat("p", k));
+    EXPECT_TRUE(OpenOn(*flat->core, peers, {}, Mean(exact)).ok());
+    for (int k = n - 1; k >= 0; --k) EXPECT_TRUE(PushTo(*flat->core, k).ok());
+    auto result = flat->core->CloseRound("t", 1);
+    EXPECT_TRUE(result.ok()) << result.status();
+    *model = *flat->core->GetModel("t", 1)->model;
+    return *result;
+  }
+  // Peers 0..2 push to leaf a, 3..5 to leaf b, 6 straight to the root; a and b forward.
+  RoundResult Tree(bool exact, tensor::FlatModel* model) {
+    auto root = NewNode(), a = NewNode(), b = NewNode();
+    EXPECT_TRUE(OpenOn(*root->core, {"p6"}, {"a", "b"}, Mean(exact)).ok());
+    EXPECT_TRUE(OpenOn(*a->core, {"p0", "p1", "p2"}, {}, Mean(exact)).ok());
+    EXPECT_TRUE(OpenOn(*b->core, {"p3", "p4", "p5"}, {}, Mean(exact)).ok());
+    for (int k : {0, 1, 2}) EXPECT_TRUE(PushTo(*a->core, k).ok());
+    for (int k : {5, 3, 4}) EXPECT_TRUE(PushTo(*b->core, k).ok());
+    EXPECT_THAT(Forward(*b->core, "b", *root->core), absl::StatusOr<bool>(false));
+    EXPECT_TRUE(PushTo(*root->core, 6).ok());
+    EXPECT_THAT(Forward(*a->core, "a", *root->core), absl::StatusOr<bool>(false));
+    auto result = root->core->CloseRound("t", 1);
+    EXPECT_TRUE(result.ok()) << result.status();
+    *model = *root->core->GetModel("t", 1)->model;
+    return *result;
+  }
+};
+
+TEST_F(AggregatorPartialsTest, ExactTreeRoundPublishesTheFlatRoundsModelToTheBit) {
+  tensor::FlatModel flat, tree;
+  RoundResult f = Flat(7, true, &flat);
+  RoundResult t = Tree(true, &tree);
+  EXPECT_EQ(t.digest, f.digest);
+  EXPECT_EQ(tree.values, flat.values);
+  EXPECT_EQ(t.contributors, f.contributors);
+  EXPECT_EQ(t.contributors.size(), 7u);
+  EXPECT_EQ(t.num_samples, f.num_samples);
+  EXPECT_DOUBLE_EQ(t.mean_train_loss, f.mean_train_loss);
+  EXPECT_EQ(t.version, 1u);
+}
+
+TEST_F(AggregatorPartialsTest, FloatTreeRoundIsTheFlatRoundWithinFloatRounding) {
+  tensor::FlatModel flat, tree;
+  Flat(7, false, &flat);
+  RoundResult t = Tree(false, &tree);
+  EXPECT_EQ(t.contributors.size(), 7u);
+  for (size_t i = 0; i < flat.values.size(); ++i) {
+    EXPECT_NEAR(tree.values[i], flat.values[i], 1e-6f + 1e-6f * std::fabs(flat.values[i])) << i;
+  }
+}
+
+TEST_F(AggregatorPartialsTest, RepeatsAreIdempotent) {
+  auto root = NewNode(), a = NewNode();
+  ASSERT_TRUE(OpenOn(*root->core, {}, {"a"}, Mean(true)).ok());
+  ASSERT_TRUE(OpenOn(*a->core, {"p0", "p1", "p2"}, {}, Mean(true)).ok());
+  ASSERT_TRUE(PushTo(*a->core, 0).ok());
+  ASSERT_TRUE(PushTo(*a->core, 1).ok());
+  auto first = a->core->ClosePartial("t", 1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto again = a->core->ClosePartial("t", 1);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(first->get(), again->get());
+  EXPECT_THAT((*first)->meta.contributors, ElementsAre("p0", "p1"));
+  EXPECT_EQ((*first)->meta.num_samples, 100u + 137u);
+  // The child's round is closed for pushes, and it published nothing.
+  EXPECT_EQ(PushTo(*a->core, 2).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(PushTo(*a->core, 0).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(a->core->GetModel("t", std::nullopt)->version, 0u);
+  EXPECT_EQ(a->core->CloseRound("t", 1).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  PartialMeta meta = (*first)->meta;
+  meta.child = "a";
+  EXPECT_THAT(root->core->AddPartial(meta, (*first)->sum), absl::StatusOr<bool>(false));
+  EXPECT_THAT(root->core->AddPartial(meta, (*first)->sum), absl::StatusOr<bool>(true));
+  auto closed = root->core->CloseRound("t", 1);
+  ASSERT_TRUE(closed.ok());
+  EXPECT_EQ(closed->num_samples, 237u);
+  EXPECT_THAT(closed->contributors, ElementsAre("p0", "p1"));
+}
+
+TEST_F(AggregatorPartialsTest, BadPartialsAreRefusedAndAddNothing) {
+  auto root = NewNode(), a = NewNode(), flt = NewNode();
+  ASSERT_TRUE(OpenOn(*root->core, {"p9"}, {"a"}, Mean(true)).ok());
+  ASSERT_TRUE(OpenOn(*a->core, {"p0", "p1"}, {}, Mean(true)).ok());
+  ASSERT_TRUE(OpenOn(*flt->core, {"p0", "p1"}, {}, Mean(false)).ok());
+  for (AggregatorCore* c : {a->core.get(), flt->core.get()}) {
+    ASSERT_TRUE(PushTo(*c, 0).ok());
+    ASSERT_TRUE(PushTo(*c, 1).ok());
+  }
+  auto partial = a->core->ClosePartial("t", 1);
+  ASSERT_TRUE(partial.ok());
+  const PartialMeta good = [&] {
+    PartialMeta m = (*partial)->meta;
+    m.child = "a";
+    return m;
+  }();
+  const aggregation::PartialSum& sum = (*partial)->sum;
+
+  PartialMeta m = good;
+  m.child = "z";
+  absl::StatusOr<bool> r = root->core->AddPartial(m, sum);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("child 'z' is not expected in round 1"));
+
+  m = good;
+  m.round = 2;
+  EXPECT_EQ(root->core->AddPartial(m, sum).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  m = good;
+  m.base_version = 3;
+  EXPECT_THAT(root->core->AddPartial(m, sum).status().message(), HasSubstr("version 3"));
+
+  m = good;
+  m.contributors = {"p0", "p9"};  // p9 is the root's own peer
+  r = root->core->AddPartial(m, sum);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("'p9' is a peer of round 1"));
+
+  m = good;
+  m.contributors = {"p0"};
+  EXPECT_EQ(root->core->AddPartial(m, sum).status().code(), absl::StatusCode::kInvalidArgument);
+
+  auto float_partial = flt->core->ClosePartial("t", 1);
+  ASSERT_TRUE(float_partial.ok());
+  r = root->core->AddPartial(good, (*float_partial)->sum);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("the partial sum is float; this sum is exact"));
+
+  aggregation::PartialSum huge = sum;
+  huge.exact[3] = static_cast<aggregation::ExactValue>(1) << 120;
+  r = root->core->AddPartial(good, huge);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("tensor 'conv.weight' element 3"));
+
+  // None of that counted: the good partial goes in, and the round holds exactly it.
+  EXPECT_THAT(root->core->AddPartial(good, sum), absl::StatusOr<bool>(false));
+  auto closed = root->core->CloseRound("t", 1);
+  ASSERT_TRUE(closed.ok());
+  EXPECT_THAT(closed->contributors, ElementsAre("p0", "p1"));
+  EXPECT_EQ(closed->num_samples, 237u);
+}
+
+TEST_F(AggregatorPartialsTest, OnlyMeanRoundsTakeOrForwardPartialSums) {
+  auto node = NewNode();
+  absl::Status s =
+      OpenOn(*node->core, {"p0"}, {"a"}, StrategySettings(common::v1::AGGREGATION_MEDIAN));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("only mean adds partial sums, not median"));
+  s = OpenOn(*node->core, {"p0"}, {"p0"}, Mean(false));
+  EXPECT_THAT(s.message(), HasSubstr("'p0' is both a peer and a child supernode"));
+  ASSERT_TRUE(
+      OpenOn(*node->core, {"p0", "p1", "p2"}, {}, StrategySettings(common::v1::AGGREGATION_MEDIAN))
+          .ok());
+  auto partial = node->core->ClosePartial("t", 1);
+  EXPECT_EQ(partial.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(partial.status().message(), HasSubstr("only mean forwards partial sums"));
+  EXPECT_EQ(node->core->ClosePartial("t", 7).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(node->core->ClosePartial("u", 1).status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace shoal::aggregator
