@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "libs/tensor/compression.h"
 #include "libs/tensor/flat_model.h"
@@ -60,6 +61,10 @@ class AggregatorClient {
   virtual absl::StatusOr<bool> PushUpdate(const std::string& address, const v1::UpdateMeta& meta,
                                           std::shared_ptr<const tensor::EncodedModel> delta,
                                           absl::Time deadline) = 0;
+  // Sends a child round's partial sum to its parent (AggregatorService.PushPartial): `meta`,
+  // then `bytes` (partial_wire.h) in chunks. Returns `duplicate`.
+  virtual absl::StatusOr<bool> PushPartial(const std::string& address, const v1::PartialMeta& meta,
+                                           absl::string_view bytes, absl::Time deadline) = 0;
   // Downloads model `version` of `task` (AggregatorService.GetModel).
   virtual absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address,
                                                      const std::string& task, uint64_t version,

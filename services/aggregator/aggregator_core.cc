@@ -50,6 +50,9 @@ OpenRoundParams OpenRoundParams::From(const v1::OpenRoundRequest& request) {
   params.aggregation = request.aggregation();
   params.late_peers.assign(request.late_peers().begin(), request.late_peers().end());
   params.late_staleness = request.late_staleness();
+  params.expected_children.assign(request.expected_children().begin(),
+                                  request.expected_children().end());
+  params.parent = request.parent();
   return params;
 }
 

@@ -72,6 +72,9 @@ struct OpenRoundParams {
   // Tree rounds: the child supernodes whose partial sums the round takes (AddPartial); mean
   // only; disjoint from the expected and late peers.
   std::vector<std::string> expected_children = {};
+  // Tree rounds: set (address and child id) on a child's round, which closes into a partial sum
+  // for that parent (ClosePartial) instead of publishing; mean only.
+  v1::ParentRound parent = {};
 
   static OpenRoundParams From(const v1::OpenRoundRequest& request);
 };
@@ -181,6 +184,15 @@ class AggregatorCore {
   // closed by CloseRound.
   absl::StatusOr<std::shared_ptr<const PartialResult>> ClosePartial(const std::string& task,
                                                                     uint64_t round);
+  // The parent of `round` (OpenRoundParams::parent); an empty address when it is not a child's
+  // round or is unknown.
+  v1::ParentRound ParentOf(const std::string& task, uint64_t round) const;
+  // The values a partial sum for the open `round` must have (its base model's), checked before
+  // one is received. NOT_FOUND unknown task; FAILED_PRECONDITION the round is not open.
+  absl::StatusOr<size_t> PartialValues(const std::string& task, uint64_t round) const;
+  // May this caller push child `child`'s partial sum? Plaintext, the coordinator's certificate
+  // or the child's own; PERMISSION_DENIED otherwise.
+  static absl::Status CheckPartialCaller(const std::string& child, const std::string& identity);
   // Switches the task to its federated-async buffer (see OpenBuffer in aggregator.proto). A
   // repeat with the same settings is OK while the buffer is open (whatever versions it has
   // published since); other settings on the latest version open a new, empty buffer (updates

@@ -35,6 +35,7 @@ struct AggregatorCore::Round {
   std::set<std::string> children;                // tree rounds: child supernodes expected
   std::set<std::string> children_in;             // children whose partial sums were accepted
   std::shared_ptr<const PartialResult> partial;  // set when ClosePartial closed it
+  v1::ParentRound parent;                        // a child's round: where its partial goes
   common::v1::AsyncSpec late_staleness;          // their staleness bound and weighting
   double max_norm = 0;
   std::optional<aggregation::Strategy> strategy;  // set by OpenRound

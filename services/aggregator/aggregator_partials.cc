@@ -134,4 +134,31 @@ absl::StatusOr<std::shared_ptr<const PartialResult>> AggregatorCore::ClosePartia
   return round->partial;
 }
 
+v1::ParentRound AggregatorCore::ParentOf(const std::string& name, uint64_t number) const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::shared_ptr<Task> task = FindTask(name);
+  if (task == nullptr || task->round == nullptr || task->round->number != number) return {};
+  return task->round->parent;
+}
+
+absl::StatusOr<size_t> AggregatorCore::PartialValues(const std::string& name,
+                                                     uint64_t number) const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::shared_ptr<Task> task = FindTask(name);
+  if (task == nullptr) return absl::NotFoundError(absl::StrCat("unknown ", TaskLabel(name)));
+  const std::shared_ptr<Round>& round = task->round;
+  if (round == nullptr || round->number != number || round->state != Round::State::kOpen) {
+    return absl::FailedPreconditionError(absl::StrCat(RoundLabel(number, name), " is not open"));
+  }
+  return round->base->layout.total_elements();
+}
+
+absl::Status AggregatorCore::CheckPartialCaller(const std::string& child,
+                                                const std::string& identity) {
+  if (identity.empty() || identity == "coordinator" || identity == child) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat("certificate '", EscapeBytes(identity),
+                                                  "' may not push child '", EscapeBytes(child),
+                                                  "''s partial sum"));
+}
+
 }  // namespace shoal::aggregator

@@ -60,6 +60,17 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
     return absl::InvalidArgumentError(absl::StrCat(
         label, " has child supernodes: only mean adds partial sums, not ", strategy->name()));
   }
+  const bool child_round = !p.parent.address().empty() || !p.parent.child().empty();
+  if (child_round) {
+    if (p.parent.address().empty() || p.parent.child().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(label, ": parent needs both an address and this child's id"));
+    }
+    if (strategy->kind() != common::v1::AGGREGATION_MEAN) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          label, " has a parent: only mean forwards partial sums, not ", strategy->name()));
+    }
+  }
   common::v1::AsyncSpec late_staleness = p.late_staleness;
   if (!late.empty()) {
     if (absl::Status s = aggregation::ValidateAsyncSpec(late_staleness, 0, "late_staleness");
@@ -102,6 +113,7 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
       }
       cur->expected = expected;
       cur->children = children;
+      cur->parent = p.parent;
       cur->late = late;
       cur->late_staleness = late_staleness;
       cur->max_norm = p.max_update_norm;
@@ -132,6 +144,7 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
   round->base = task->versions.at(p.base_version).model;
   round->expected = expected;
   round->children = children;
+  round->parent = p.parent;
   round->late = late;
   round->late_staleness = late_staleness;
   round->max_norm = p.max_update_norm;

@@ -63,16 +63,18 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   // Queue room for every staged push plus control calls; beyond that answer RESOURCE_EXHAUSTED.
   self->executor_ = std::make_unique<ThreadPool>(
       options.executor_threads, static_cast<size_t>(options.max_concurrent_pushes) * 2 + 16);
-  self->service_ = std::make_unique<AggregatorServiceImpl>(
-      AggregatorServiceOptions{core_options.limits}, *self->core_, *self->executor_,
-      *self->aggregator_metrics_);
-
   auto credentials = rpc::Credentials::Create(options.tls);
   if (!credentials.ok()) return credentials.status();
   self->channel_credentials_ = credentials->channel();
   if (!credentials->secure()) {
     LogWarning("--insecure: PLAINTEXT gRPC without authentication; use only on a trusted network");
   }
+  // A child round's partial sum goes to its parent aggregator over this client, with this
+  // aggregator's certificate.
+  self->parents_ = std::make_unique<GrpcAggregatorClient>(self->channel_credentials_);
+  self->service_ = std::make_unique<AggregatorServiceImpl>(
+      AggregatorServiceOptions{core_options.limits}, *self->core_, *self->executor_,
+      *self->aggregator_metrics_, *self->parents_);
   rpc::ServerOptions server_options;
   server_options.listen = options.listen;
   server_options.service_name = "shoal-aggregator";

@@ -18,6 +18,7 @@
 #include "services/aggregator/aggregator_core.h"
 #include "services/aggregator/aggregator_metrics.h"
 #include "services/aggregator/aggregator_service.h"
+#include "services/aggregator/grpc_aggregator_client.h"
 #include "shoal/common/v1/capacity.pb.h"
 
 namespace shoal::aggregator {
@@ -79,6 +80,7 @@ class AggregatorServer {
   std::unique_ptr<AggregatorMetrics> aggregator_metrics_;
   std::unique_ptr<AggregatorCore> core_;
   std::unique_ptr<ThreadPool> executor_;
+  std::unique_ptr<GrpcAggregatorClient> parents_;  // sends child rounds' partial sums
   std::unique_ptr<AggregatorServiceImpl> service_;
   std::unique_ptr<rpc::Server> server_;
   std::thread registration_;

@@ -2,6 +2,7 @@
 
 #include <grpcpp/impl/codegen/proto_utils.h>
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -363,8 +364,13 @@ class WatchTaskReactor final : public grpc::ServerWriteReactor<v1::TaskEvent> {
 }  // namespace
 
 AggregatorServiceImpl::AggregatorServiceImpl(AggregatorServiceOptions options, AggregatorCore& core,
-                                             Executor& executor, AggregatorMetrics& metrics)
-    : options_(std::move(options)), core_(core), executor_(executor), metrics_(metrics) {}
+                                             Executor& executor, AggregatorMetrics& metrics,
+                                             AggregatorClient& parents)
+    : options_(std::move(options)),
+      core_(core),
+      executor_(executor),
+      metrics_(metrics),
+      parents_(parents) {}
 
 grpc::ServerReadReactor<PutModelRequest>* AggregatorServiceImpl::PutModel(
     grpc::CallbackServerContext* context, aggregator::v1::PutModelResponse* response) {
@@ -438,8 +444,19 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::CloseRound(
     reactor->Finish(rpc::ToGrpcStatus(s));
     return reactor;
   }
-  // Applying the round's aggregation is (at least) a pass over the model: executor work.
-  if (!executor_.TrySubmit([this, reactor, request, response] {
+  // Applying the round's aggregation is (at least) a pass over the model: executor work. A
+  // child's round sends its partial sum to its parent instead, within the call's deadline
+  // (at most 5 minutes).
+  const absl::Time deadline =
+      std::min(absl::FromChrono(context->deadline()), absl::Now() + absl::Minutes(5));
+  if (!executor_.TrySubmit([this, reactor, request, response, deadline] {
+        const v1::ParentRound parent = core_.ParentOf(request->task(), request->round());
+        if (!parent.address().empty()) {
+          auto forwarded = CloseChildRound(request->task(), request->round(), parent, deadline);
+          if (forwarded.ok()) *response = *std::move(forwarded);
+          reactor->Finish(rpc::ToGrpcStatus(forwarded.status()));
+          return;
+        }
         auto result = core_.CloseRound(request->task(), request->round());
         if (result.ok()) *response = result->ToProto();
         reactor->Finish(rpc::ToGrpcStatus(result.status()));

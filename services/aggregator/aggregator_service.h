@@ -1,6 +1,7 @@
 #pragma once
 
 #include "libs/common/executor.h"
+#include "services/aggregator/aggregator_client.h"
 #include "services/aggregator/aggregator_core.h"
 #include "services/aggregator/aggregator_metrics.h"
 #include "shoal/aggregator/v1/aggregator.grpc.pb.h"
@@ -26,8 +27,9 @@ class AggregatorServiceImpl final
           aggregator::v1::AggregatorService::WithRawCallbackMethod_PushUpdate<
               aggregator::v1::AggregatorService::CallbackService>> {
  public:
+  // `parents`: the client a child round's CloseRound sends its partial sum with.
   AggregatorServiceImpl(AggregatorServiceOptions options, AggregatorCore& core, Executor& executor,
-                        AggregatorMetrics& metrics);
+                        AggregatorMetrics& metrics, AggregatorClient& parents);
 
   grpc::ServerReadReactor<aggregator::v1::PutModelRequest>* PutModel(
       grpc::CallbackServerContext* context, aggregator::v1::PutModelResponse* response) override;
@@ -35,6 +37,9 @@ class AggregatorServiceImpl final
                                                         grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* GetModel(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request) override;
+  // aggregator_service_partials.cc
+  grpc::ServerReadReactor<aggregator::v1::PushPartialRequest>* PushPartial(
+      grpc::CallbackServerContext* context, aggregator::v1::PushPartialResponse* response) override;
   grpc::ServerUnaryReactor* OpenRound(grpc::CallbackServerContext* context,
                                       const aggregator::v1::OpenRoundRequest* request,
                                       aggregator::v1::OpenRoundResponse* response) override;
@@ -54,10 +59,17 @@ class AggregatorServiceImpl final
                                        aggregator::v1::SetMembersResponse* response) override;
 
  private:
+  // CloseRound of a child's round: closes it into its partial sum and sends that to `parent`
+  // (aggregator_service_partials.cc).
+  absl::StatusOr<v1::CloseRoundResponse> CloseChildRound(const std::string& task, uint64_t round,
+                                                         const v1::ParentRound& parent,
+                                                         absl::Time deadline);
+
   const AggregatorServiceOptions options_;
   AggregatorCore& core_;
   Executor& executor_;
   AggregatorMetrics& metrics_;
+  AggregatorClient& parents_;
 };
 
 }  // namespace shoal::aggregator

@@ -57,6 +57,29 @@ absl::StatusOr<bool> GrpcAggregatorClient::PushUpdate(
   return response->duplicate();
 }
 
+absl::StatusOr<bool> GrpcAggregatorClient::PushPartial(const std::string& address,
+                                                       const v1::PartialMeta& meta,
+                                                       absl::string_view bytes,
+                                                       absl::Time deadline) {
+  constexpr size_t kChunkBytes = size_t{1} << 20;
+  grpc::ClientContext context;
+  SetDeadline(context, deadline);
+  v1::PushPartialResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::PushPartialRequest>> writer =
+      Stub(channels_, address)->PushPartial(&context, &response);
+  v1::PushPartialRequest request;
+  *request.mutable_meta() = meta;
+  bool open = writer->Write(request);
+  for (size_t at = 0; open && at < bytes.size(); at += kChunkBytes) {
+    request.set_chunk(std::string(bytes.substr(at, kChunkBytes)));
+    open = writer->Write(request);
+  }
+  if (open) writer->WritesDone();
+  absl::Status s = rpc::FromGrpcStatus(writer->Finish());
+  if (!s.ok()) return WithContext(s, "PushPartial", address);
+  return response.duplicate();
+}
+
 absl::StatusOr<tensor::ReceivedModel> GrpcAggregatorClient::Download(
     const std::string& address, const std::string& task, uint64_t version, const Caller& caller,
     absl::Time deadline, tensor::WriteValues write) {

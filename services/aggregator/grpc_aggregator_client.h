@@ -25,6 +25,8 @@ class GrpcAggregatorClient final : public AggregatorClient {
   absl::StatusOr<bool> PushUpdate(const std::string& address, const v1::UpdateMeta& meta,
                                   std::shared_ptr<const tensor::EncodedModel> delta,
                                   absl::Time deadline) override;
+  absl::StatusOr<bool> PushPartial(const std::string& address, const v1::PartialMeta& meta,
+                                   absl::string_view bytes, absl::Time deadline) override;
   absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address, const std::string& task,
                                              uint64_t version, const Caller& caller,
                                              absl::Time deadline) override;

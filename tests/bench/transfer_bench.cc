@@ -89,6 +89,8 @@ constexpr char kPeer[] = "peer-0";
 // (identities aggregator-0, coordinator and peer-0), everything is mutual TLS.
 struct Endpoint {
   std::string name;
+  // Where a child round's partial sum would go (no tree round runs here).
+  std::unique_ptr<shoal::aggregator::GrpcAggregatorClient> parents;
   std::unique_ptr<shoal::aggregator::AggregatorServiceImpl> service;
   std::unique_ptr<shoal::rpc::Server> server;
   std::shared_ptr<grpc::Channel> channel;       // as the coordinator
@@ -173,8 +175,10 @@ std::unique_ptr<Endpoint> StartEndpoint(const std::string& name, const std::stri
                                         shoal::peer::PeerMetrics& peer_metrics) {
   auto e = std::make_unique<Endpoint>();
   e->name = name;
+  e->parents = std::make_unique<shoal::aggregator::GrpcAggregatorClient>();
   e->service = std::make_unique<shoal::aggregator::AggregatorServiceImpl>(
-      shoal::aggregator::AggregatorServiceOptions{options.limits}, core, executor, metrics);
+      shoal::aggregator::AggregatorServiceOptions{options.limits}, core, executor, metrics,
+      *e->parents);
   e->server = StartServer("transfer-bench", tls_dir, "aggregator-0", e->service.get());
   const auto coordinator = ClientCredentials(tls_dir, "coordinator");
   e->channel = shoal::rpc::MakeChannel(e->server->address(), coordinator);

@@ -16,6 +16,7 @@
 #include "libs/tensor/frame_codec.h"
 #include "services/aggregator/aggregator_client.h"
 #include "services/aggregator/aggregator_core.h"
+#include "services/aggregator/partial_wire.h"
 
 namespace shoal::fakes {
 
@@ -55,6 +56,20 @@ class InMemoryAggregator final : public aggregator::AggregatorClient {
     }
     if (absl::Status s = (*push)->Commit(); !s.ok()) return s;
     return (*push)->duplicate();
+  }
+
+  absl::StatusOr<bool> PushPartial(const std::string& address,
+                                   const aggregator::v1::PartialMeta& meta, absl::string_view bytes,
+                                   absl::Time) override {
+    aggregator::AggregatorCore& c = core(address);
+    absl::StatusOr<size_t> values = c.PartialValues(meta.task(), meta.round());
+    if (!values.ok()) return values.status();
+    auto receiver = aggregator::PartialReceiver::Start(meta, *values);
+    if (!receiver.ok()) return receiver.status();
+    if (absl::Status s = receiver->Add(bytes); !s.ok()) return s;
+    absl::StatusOr<aggregator::PartialResult> partial = std::move(*receiver).Finish();
+    if (!partial.ok()) return partial.status();
+    return c.AddPartial(partial->meta, partial->sum);
   }
 
   absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address, const std::string& task,

@@ -142,6 +142,10 @@ class PeerSideAggregator final : public aggregator::AggregatorClient {
     }
     return it->second;
   }
+  absl::StatusOr<bool> PushPartial(const std::string&, const aggregator::v1::PartialMeta&,
+                                   absl::string_view, absl::Time) override {
+    return absl::UnimplementedError("not a peer call");
+  }
   absl::Status SetMembers(const std::string&, const aggregator::v1::SetMembersRequest&,
                           absl::Time) override {
     return absl::UnimplementedError("not a peer call");

@@ -71,6 +71,10 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
                                   absl::Time) override {
     return absl::UnimplementedError("the coordinator never pushes");
   }
+  absl::StatusOr<bool> PushPartial(const std::string&, const aggregator::v1::PartialMeta&,
+                                   absl::string_view, absl::Time) override {
+    return absl::UnimplementedError("the coordinator never pushes partial sums");
+  }
   absl::Status SetMembers(const std::string&, const aggregator::v1::SetMembersRequest& request,
                           absl::Time) override {
     absl::MutexLock lock(&mu_);

@@ -245,5 +245,14 @@ TEST_F(AggregatorPartialsTest, OnlyMeanRoundsTakeOrForwardPartialSums) {
   EXPECT_EQ(node->core->ClosePartial("u", 1).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(AggregatorPartialCallerTest, OnlyTheChildOrTheCoordinatorMayPushItsPartial) {
+  EXPECT_TRUE(AggregatorCore::CheckPartialCaller("aggregator-1", "").ok());  // plaintext
+  EXPECT_TRUE(AggregatorCore::CheckPartialCaller("aggregator-1", "aggregator-1").ok());
+  EXPECT_TRUE(AggregatorCore::CheckPartialCaller("aggregator-1", "coordinator").ok());
+  absl::Status s = AggregatorCore::CheckPartialCaller("aggregator-1", "peer-0");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(s.message(), HasSubstr("'peer-0' may not push child 'aggregator-1'"));
+}
+
 }  // namespace
 }  // namespace shoal::aggregator

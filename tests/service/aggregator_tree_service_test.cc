@@ -1,0 +1,218 @@
+// Tree rounds over real gRPC: three in-process shoal-aggregator servers on 127.0.0.1:0, a root
+// and two leaves. Peers push to the leaves; each leaf's CloseRound sends its partial sum to the
+// root (PushPartial), and the root publishes the model one flat round over the same updates
+// would: bit-identical with exact_sum.
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/tensor/compression.h"
+#include "libs/tensor/frame_codec.h"
+#include "services/aggregator/grpc_aggregator_client.h"
+#include "services/aggregator/partial_wire.h"
+#include "tests/service/aggregator_service_fixture.h"
+
+namespace shoal::aggregator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+tensor::FlatModel Delta(int k) {
+  return Filled([k](size_t i) {
+    return std::pow(10.0f, static_cast<float>(k % 4) - 2.0f) *
+           std::sin(0.001f * static_cast<float>(i) + 1.3f * static_cast<float>(k));
+  });
+}
+
+class AggregatorTreeServiceTest : public AggregatorServiceFixture {
+ protected:
+  void SetUp() override {
+    AggregatorServiceFixture::SetUp();
+    for (auto* leaf : {&leaf_a_, &leaf_b_}) {
+      AggregatorOptions options;
+      options.tls.insecure = true;
+      options.listen = "127.0.0.1:0";
+      options.metrics_listen = "127.0.0.1:0";
+      options.coordinator = registry_server_->address();
+      options.shutdown_grace = absl::Seconds(1);
+      auto server = AggregatorServer::Start(options);
+      ASSERT_TRUE(server.ok()) << server.status();
+      *leaf = *std::move(server);
+    }
+    root_ = server_->address();
+    a_ = leaf_a_->address();
+    b_ = leaf_b_->address();
+    for (const std::string& at : {root_, a_, b_}) {
+      auto put = client_.PutModel(at, tensor::MakeModelMeta("t", 0, *base_),
+                                  tensor::EncodeRaw(base_), {}, Deadline());
+      ASSERT_TRUE(put.ok()) << put.status();
+    }
+  }
+  void TearDown() override {
+    for (auto* leaf : {&leaf_a_, &leaf_b_}) {
+      if (*leaf) (*leaf)->Shutdown();
+    }
+    AggregatorServiceFixture::TearDown();
+  }
+
+  static absl::Time Deadline() { return absl::Now() + absl::Seconds(30); }
+
+  static v1::OpenRoundRequest Round(const std::string& task, std::vector<std::string> peers,
+                                    bool exact) {
+    v1::OpenRoundRequest request;
+    request.set_task(task);
+    request.set_round(1);
+    request.set_base_version(0);
+    for (const std::string& p : peers) request.add_expected_peers(p);
+    request.mutable_aggregation()->set_strategy(common::v1::AGGREGATION_MEAN);
+    if (exact) request.mutable_aggregation()->mutable_options()->set_exact_sum(true);
+    return request;
+  }
+
+  absl::StatusOr<bool> PushTo(const std::string& at, const std::string& task, int k) {
+    auto delta = std::make_shared<const tensor::FlatModel>(Delta(k));
+    v1::UpdateMeta meta = Meta(absl::StrCat("p", k), 100 + 37 * k, task);
+    return client_.PushUpdate(at, meta, tensor::EncodeRaw(delta), Deadline());
+  }
+
+  absl::StatusOr<v1::CloseRoundResponse> CloseAt(const std::string& at, const std::string& task) {
+    v1::CloseRoundRequest request;
+    request.set_task(task);
+    request.set_round(1);
+    return client_.CloseRound(at, request, Deadline());
+  }
+
+  // Root "t": peer p6 and children a (p0..p2) and b (p3..p5).
+  void OpenTree(bool exact) {
+    v1::OpenRoundRequest root = Round("t", {"p6"}, exact);
+    root.add_expected_children("leaf-a");
+    root.add_expected_children("leaf-b");
+    ASSERT_TRUE(client_.OpenRound(root_, root, Deadline()).ok());
+    v1::OpenRoundRequest a = Round("t", {"p0", "p1", "p2"}, exact);
+    a.mutable_parent()->set_address(root_);
+    a.mutable_parent()->set_child("leaf-a");
+    ASSERT_TRUE(client_.OpenRound(a_, a, Deadline()).ok());
+    v1::OpenRoundRequest b = Round("t", {"p3", "p4", "p5"}, exact);
+    b.mutable_parent()->set_address(root_);
+    b.mutable_parent()->set_child("leaf-b");
+    ASSERT_TRUE(client_.OpenRound(b_, b, Deadline()).ok());
+  }
+
+  std::shared_ptr<const tensor::FlatModel> base_ = std::make_shared<const tensor::FlatModel>(
+      Filled([](size_t i) { return 0.001f * static_cast<float>(i % 1000); }));
+  GrpcAggregatorClient client_;
+  std::unique_ptr<AggregatorServer> leaf_a_, leaf_b_;
+  std::string root_, a_, b_;
+};
+
+TEST_F(AggregatorTreeServiceTest, LeavesForwardPartialSumsAndTheRootPublishesTheFlatModel) {
+  OpenTree(/*exact=*/true);
+  for (int k : {0, 1, 2}) ASSERT_TRUE(PushTo(a_, "t", k).ok());
+  for (int k : {5, 4, 3}) ASSERT_TRUE(PushTo(b_, "t", k).ok());
+  ASSERT_TRUE(PushTo(root_, "t", 6).ok());
+
+  auto a = CloseAt(a_, "t");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->forwarded());
+  EXPECT_EQ(a->version(), 0u);
+  EXPECT_THAT(a->contributors(), ElementsAre("p0", "p1", "p2"));
+  EXPECT_EQ(a->num_samples(), 100u + 137u + 174u);
+  // A repeat (the coordinator retrying) sends the same sum again; the root counts it once.
+  auto again = CloseAt(a_, "t");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->forwarded());
+  auto b = CloseAt(b_, "t");
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto root = CloseAt(root_, "t");
+  ASSERT_TRUE(root.ok()) << root.status();
+  EXPECT_FALSE(root->forwarded());
+  EXPECT_EQ(root->version(), 1u);
+  EXPECT_EQ(root->contributors_size(), 7);
+
+  // The same seven updates in one flat round, in another order.
+  ASSERT_TRUE(client_
+                  .PutModel(root_, tensor::MakeModelMeta("flat", 0, *base_),
+                            tensor::EncodeRaw(base_), {}, Deadline())
+                  .ok());
+  const std::vector<std::string> all = {"p0", "p1", "p2", "p3", "p4", "p5", "p6"};
+  ASSERT_TRUE(client_.OpenRound(root_, Round("flat", all, true), Deadline()).ok());
+  for (int k : {6, 3, 0, 5, 1, 4, 2}) ASSERT_TRUE(PushTo(root_, "flat", k).ok());
+  auto flat = CloseAt(root_, "flat");
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  EXPECT_EQ(root->digest_xxh3(), flat->digest_xxh3());
+  EXPECT_EQ(root->num_samples(), flat->num_samples());
+  EXPECT_DOUBLE_EQ(root->mean_train_loss(), flat->mean_train_loss());
+  // Each leaf sent one exact sum (16 bytes a value) up; the root's ingress is O(children).
+  EXPECT_GE(Metric("shoal_aggregator_bytes_received_total"),
+            2.0 * 16 * static_cast<double>(base_->values.size()));
+}
+
+TEST_F(AggregatorTreeServiceTest, BadPartialsAreRefusedWithTheRightStatus) {
+  OpenTree(/*exact=*/false);
+  for (int k : {0, 1}) ASSERT_TRUE(PushTo(a_, "t", k).ok());
+  // A hand-made partial: the leaf's real sum, sent with broken metas.
+  PartialResult partial;
+  partial.meta = {"t", 1, "", 0, {"p0"}, 100, 0};
+  partial.sum.summation = aggregation::Summation::kFloat;
+  partial.sum.sum.assign(base_->values.size(), 0.5f);
+  partial.sum.count = 1;
+  partial.sum.total_weight = 100;
+  const absl::string_view bytes = PartialBytes(partial.sum);
+
+  v1::PartialMeta meta = PartialMetaFor(partial, "leaf-z");
+  auto r = client_.PushPartial(root_, meta, bytes, Deadline());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("child 'leaf-z' is not expected"));
+
+  meta = PartialMetaFor(partial, "leaf-a");
+  meta.set_digest_xxh3(meta.digest_xxh3() + 1);
+  r = client_.PushPartial(root_, meta, bytes, Deadline());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("digest mismatch"));
+
+  meta = PartialMetaFor(partial, "leaf-a");
+  r = client_.PushPartial(root_, meta, bytes.substr(0, bytes.size() - 4), Deadline());
+  EXPECT_THAT(r.status().message(), HasSubstr("ended after"));
+
+  meta.set_values(7);
+  r = client_.PushPartial(root_, meta, bytes, Deadline());
+  EXPECT_THAT(r.status().message(), HasSubstr("has 7 values"));
+
+  meta = PartialMetaFor(partial, "leaf-a");
+  meta.set_exact(true);
+  r = client_.PushPartial(root_, meta, bytes, Deadline());
+  EXPECT_THAT(r.status().message(), HasSubstr("exact_weight has 0 bytes"));
+
+  meta = PartialMetaFor(partial, "leaf-a");
+  meta.set_round(9);
+  r = client_.PushPartial(root_, meta, bytes, Deadline());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // Nothing of that counted: the leaf's own partial goes in, and the root holds just it.
+  auto a = CloseAt(a_, "t");
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto root = CloseAt(root_, "t");
+  ASSERT_TRUE(root.ok()) << root.status();
+  EXPECT_THAT(root->contributors(), ElementsAre("p0", "p1"));
+  EXPECT_EQ(root->num_samples(), 237u);
+}
+
+TEST_F(AggregatorTreeServiceTest, AnUnreachableParentFailsTheLeafsCloseWithUnavailable) {
+  v1::OpenRoundRequest a = Round("t", {"p0"}, false);
+  a.mutable_parent()->set_address("127.0.0.1:1");  // nothing listens there
+  a.mutable_parent()->set_child("leaf-a");
+  ASSERT_TRUE(client_.OpenRound(a_, a, Deadline()).ok());
+  ASSERT_TRUE(PushTo(a_, "t", 0).ok());
+  auto closed = CloseAt(a_, "t");
+  EXPECT_EQ(closed.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(closed.status().message(), HasSubstr("sending its partial sum to the parent"));
+}
+
+}  // namespace
+}  // namespace shoal::aggregator
