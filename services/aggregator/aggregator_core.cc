@@ -251,6 +251,17 @@ absl::Status AggregatorCore::CheckCaller(const std::string& task, const std::str
   return absl::OkStatus();
 }
 
+absl::Status AggregatorCore::CheckReader(const std::string& task, const std::string& peer_id,
+                                         const std::string& session_token,
+                                         const std::string& identity) const {
+  if (!peer_id.empty() && (identity.empty() || identity == peer_id)) {
+    absl::ReaderMutexLock lock(&mu_);
+    std::shared_ptr<Task> t = FindTask(task);
+    if (t != nullptr && t->children.count(peer_id) > 0) return absl::OkStatus();
+  }
+  return CheckCaller(task, peer_id, session_token, identity);
+}
+
 uint64_t AggregatorCore::Watch(const std::string& name, TaskEventFn on_event) {
   v1::TaskEvent event;
   v1::WatchStarted& started = *event.mutable_started();

@@ -210,6 +210,11 @@ class AggregatorCore {
   // peer's current session token. Errors: PERMISSION_DENIED, UNAUTHENTICATED.
   absl::Status CheckCaller(const std::string& task, const std::string& peer_id,
                            const std::string& session_token, const std::string& identity) const;
+  // May this caller read `task`'s models (GetModel)? As CheckCaller, and besides a child
+  // supernode named in the task's rounds (expected_children), with no session token: `peer_id`
+  // is its id and, when TLS, its certificate.
+  absl::Status CheckReader(const std::string& task, const std::string& peer_id,
+                           const std::string& session_token, const std::string& identity) const;
 
   // Watches a task (AggregatorService.WatchTask): `on_event` gets a WatchStarted with the task's
   // current state at once (on this thread), then a PushAccepted for every update accepted, on

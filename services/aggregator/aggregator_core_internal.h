@@ -68,6 +68,9 @@ struct AggregatorCore::Task {
   // Stragglers: the UpdateMeta.round of each one's last accepted late update (a repeat of it,
   // into whatever round, is a duplicate).
   std::map<std::string, uint64_t> late_rounds;
+  // Tree rounds: every child named in the task's rounds; each may read the task's models
+  // (a child fetches the base version of its next round from here).
+  std::set<std::string> children;
   bool released = false;
 };
 

@@ -113,6 +113,7 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
       }
       cur->expected = expected;
       cur->children = children;
+      task->children.insert(children.begin(), children.end());
       cur->parent = p.parent;
       cur->late = late;
       cur->late_staleness = late_staleness;
@@ -144,6 +145,7 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
   round->base = task->versions.at(p.base_version).model;
   round->expected = expected;
   round->children = children;
+  task->children.insert(children.begin(), children.end());
   round->parent = p.parent;
   round->late = late;
   round->late_staleness = late_staleness;

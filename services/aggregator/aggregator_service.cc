@@ -262,6 +262,12 @@ class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
 // The coordinator's calls (rounds, members, watches) come from the certificate named
 // "coordinator", or from anyone when the aggregator serves plaintext.
+// How long a call may spend on the calls it makes to a parent aggregator: the caller's deadline,
+// at most 5 minutes.
+absl::Time CallDeadline(const grpc::CallbackServerContext& context) {
+  return std::min(absl::FromChrono(context.deadline()), absl::Now() + absl::Minutes(5));
+}
+
 absl::Status CheckCoordinator(grpc::CallbackServerContext& context) {
   const std::string caller = rpc::CallerIdentity(context);
   if (caller.empty() || caller == "coordinator") return absl::OkStatus();
@@ -390,7 +396,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* AggregatorServiceImpl::GetModel(
     return rpc::MakeFailedModelWriteReactor(
         grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "cannot parse GetModelRequest"));
   }
-  if (absl::Status s = core_.CheckCaller(request.task(), request.peer_id(), request.session_token(),
+  if (absl::Status s = core_.CheckReader(request.task(), request.peer_id(), request.session_token(),
                                          rpc::CallerIdentity(*context));
       !s.ok()) {
     metrics_.RejectedCounter(RejectReason::kUnauthenticated).Increment();
@@ -417,6 +423,20 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::OpenRound(
   auto* reactor = context->DefaultReactor();
   if (absl::Status s = CheckCoordinator(*context); !s.ok()) {
     reactor->Finish(rpc::ToGrpcStatus(s));
+    return reactor;
+  }
+  const v1::ParentRound& parent = request->parent();
+  if (!parent.address().empty() && !core_.GetModel(request->task(), request->base_version()).ok()) {
+    // A child's round on a version it does not hold: the model comes down from the parent first
+    // (a transfer: executor work).
+    const absl::Time deadline = CallDeadline(*context);
+    if (!executor_.TrySubmit([this, reactor, request, deadline] {
+          absl::Status s = FetchFromParent(*request, deadline);
+          if (s.ok()) s = core_.OpenRound(OpenRoundParams::From(*request));
+          reactor->Finish(rpc::ToGrpcStatus(s));
+        })) {
+      reactor->Finish(Busy());
+    }
     return reactor;
   }
   reactor->Finish(rpc::ToGrpcStatus(core_.OpenRound(OpenRoundParams::From(*request))));
@@ -447,8 +467,7 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::CloseRound(
   // Applying the round's aggregation is (at least) a pass over the model: executor work. A
   // child's round sends its partial sum to its parent instead, within the call's deadline
   // (at most 5 minutes).
-  const absl::Time deadline =
-      std::min(absl::FromChrono(context->deadline()), absl::Now() + absl::Minutes(5));
+  const absl::Time deadline = CallDeadline(*context);
   if (!executor_.TrySubmit([this, reactor, request, response, deadline] {
         const v1::ParentRound parent = core_.ParentOf(request->task(), request->round());
         if (!parent.address().empty()) {

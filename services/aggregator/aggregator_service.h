@@ -64,6 +64,8 @@ class AggregatorServiceImpl final
   absl::StatusOr<v1::CloseRoundResponse> CloseChildRound(const std::string& task, uint64_t round,
                                                          const v1::ParentRound& parent,
                                                          absl::Time deadline);
+  // Stores the base version of a child's round, fetched from its parent.
+  absl::Status FetchFromParent(const v1::OpenRoundRequest& request, absl::Time deadline);
 
   const AggregatorServiceOptions options_;
   AggregatorCore& core_;

@@ -153,6 +153,58 @@ TEST_F(AggregatorTreeServiceTest, LeavesForwardPartialSumsAndTheRootPublishesThe
             2.0 * 16 * static_cast<double>(base_->values.size()));
 }
 
+TEST_F(AggregatorTreeServiceTest, ChildRoundsFetchTheirBaseVersionFromTheParent) {
+  OpenTree(/*exact=*/false);
+  ASSERT_TRUE(PushTo(a_, "t", 0).ok());
+  ASSERT_TRUE(PushTo(b_, "t", 3).ok());
+  ASSERT_TRUE(CloseAt(a_, "t").ok());
+  ASSERT_TRUE(CloseAt(b_, "t").ok());
+  auto closed = CloseAt(root_, "t");
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  ASSERT_EQ(closed->version(), 1u);
+
+  // Round 2 on version 1, which only the root holds: leaf a fetches it as child "leaf-a".
+  v1::OpenRoundRequest root = Round("t", {}, false);
+  root.set_round(2);
+  root.set_base_version(1);
+  root.add_expected_children("leaf-a");
+  ASSERT_TRUE(client_.OpenRound(root_, root, Deadline()).ok());
+  v1::OpenRoundRequest a = Round("t", {"p0"}, false);
+  a.set_round(2);
+  a.set_base_version(1);
+  a.mutable_parent()->set_address(root_);
+  a.mutable_parent()->set_child("leaf-a");
+  auto opened = client_.OpenRound(a_, a, Deadline());
+  ASSERT_TRUE(opened.ok()) << opened;
+  auto fetched = client_.GetModel(a_, "t", 1, {}, Deadline());
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  EXPECT_EQ(fetched->Digest(), closed->digest_xxh3());
+
+  // Once the root knows the task's members, a child it never named may not read its models.
+  v1::SetMembersRequest members;
+  members.set_task("t");
+  (*members.mutable_session_tokens())["p6"] = "token-6";
+  ASSERT_TRUE(client_.SetMembers(root_, members, Deadline()).ok());
+  a.set_round(3);
+  a.mutable_parent()->set_child("leaf-z");
+  auto b = client_.OpenRound(b_, a, Deadline());
+  EXPECT_EQ(b.code(), absl::StatusCode::kUnauthenticated) << b;
+  EXPECT_THAT(b.message(), HasSubstr("fetching base version 1 from the parent"));
+
+  // The round runs on the fetched version.
+  v1::UpdateMeta meta = Meta("p0", 100, "t", 2, 1);
+  auto delta = std::make_shared<const tensor::FlatModel>(Delta(0));
+  ASSERT_TRUE(client_.PushUpdate(a_, meta, tensor::EncodeRaw(delta), Deadline()).ok());
+  v1::CloseRoundRequest close;
+  close.set_task("t");
+  close.set_round(2);
+  ASSERT_TRUE(client_.CloseRound(a_, close, Deadline()).ok());
+  auto done = client_.CloseRound(root_, close, Deadline());
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->version(), 2u);
+  EXPECT_THAT(done->contributors(), ElementsAre("p0"));
+}
+
 TEST_F(AggregatorTreeServiceTest, BadPartialsAreRefusedWithTheRightStatus) {
   OpenTree(/*exact=*/false);
   for (int k : {0, 1}) ASSERT_TRUE(PushTo(a_, "t", k).ok());

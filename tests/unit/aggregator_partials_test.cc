@@ -245,6 +245,21 @@ TEST_F(AggregatorPartialsTest, OnlyMeanRoundsTakeOrForwardPartialSums) {
   EXPECT_EQ(node->core->ClosePartial("u", 1).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(AggregatorPartialsTest, ChildrenMayReadTheTasksModelsButNothingMore) {
+  auto root = NewNode();
+  ASSERT_TRUE(OpenOn(*root->core, {"p0"}, {"leaf-a"}, Mean(false)).ok());
+  root->core->SetMembers("t", {{"p0", "token-0"}});
+  EXPECT_TRUE(root->core->CheckReader("t", "leaf-a", "", "leaf-a").ok());
+  EXPECT_TRUE(root->core->CheckReader("t", "p0", "token-0", "p0").ok());
+  EXPECT_EQ(root->core->CheckReader("t", "leaf-a", "", "leaf-b").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(root->core->CheckReader("t", "leaf-z", "", "leaf-z").code(),
+            absl::StatusCode::kUnauthenticated);
+  // Uploads are a member's: a child has no session token.
+  EXPECT_EQ(root->core->CheckCaller("t", "leaf-a", "", "leaf-a").code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
 TEST(AggregatorPartialCallerTest, OnlyTheChildOrTheCoordinatorMayPushItsPartial) {
   EXPECT_TRUE(AggregatorCore::CheckPartialCaller("aggregator-1", "").ok());  // plaintext
   EXPECT_TRUE(AggregatorCore::CheckPartialCaller("aggregator-1", "aggregator-1").ok());
