@@ -94,7 +94,17 @@ AggregatorMetrics::AggregatorMetrics(prometheus::Registry& registry)
                               .Help("OpenRound and OpenBuffer calls refused because the round or "
                                     "buffer would hold more than --max-buffer-bytes")
                               .Register(registry)
-                              .Add({})) {
+                              .Add({})),
+      partials_accepted(prometheus::BuildCounter()
+                            .Name("shoal_aggregator_partials_accepted_total")
+                            .Help("Child aggregators' partial sums added to this one's rounds")
+                            .Register(registry)
+                            .Add({})),
+      partials_forwarded(prometheus::BuildCounter()
+                             .Name("shoal_aggregator_partials_forwarded_total")
+                             .Help("Partial sums of child rounds sent to the parent aggregator")
+                             .Register(registry)
+                             .Add({})) {
   for (int i = 0; i < kNumRejectReasons; ++i) {
     rejected[i] =
         &rejected_family.Add({{"reason", RejectReasonLabel(static_cast<RejectReason>(i))}});

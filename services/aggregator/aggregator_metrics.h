@@ -52,6 +52,9 @@ struct AggregatorMetrics {
   prometheus::Gauge& buffered_updates;      // waiting in buffers, summed over tasks
   // OpenRound/OpenBuffer refused for --max-buffer-bytes.
   prometheus::Counter& max_buffer_refusals;
+  // Tree rounds: partial sums added here (repeats not counted), and sent to a parent.
+  prometheus::Counter& partials_accepted;
+  prometheus::Counter& partials_forwarded;
 };
 
 }  // namespace shoal::aggregator

@@ -79,6 +79,7 @@ absl::StatusOr<bool> AggregatorCore::AddPartial(const PartialMeta& meta,
     return absl::Status(code,
                         absl::StrCat(child, "'s partial sum for ", label, ": ", added.message()));
   }
+  metrics_.partials_accepted.Increment();
   return false;
 }
 

@@ -134,6 +134,7 @@ absl::StatusOr<v1::CloseRoundResponse> AggregatorServiceImpl::CloseChildRound(
                      "': sending its partial sum to the parent: ", sent.status().message()));
   }
   metrics_.bytes_sent.Increment(static_cast<double>(bytes.size()));
+  metrics_.partials_forwarded.Increment();
   v1::CloseRoundResponse response;
   response.set_version(p.meta.base_version);
   for (const std::string& c : p.meta.contributors) response.add_contributors(c);

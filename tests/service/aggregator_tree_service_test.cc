@@ -129,6 +129,7 @@ TEST_F(AggregatorTreeServiceTest, LeavesForwardPartialSumsAndTheRootPublishesThe
   EXPECT_TRUE(again->forwarded());
   auto b = CloseAt(b_, "t");
   ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(Metric("shoal_aggregator_partials_accepted_total"), 2);  // the repeat not counted
   auto root = CloseAt(root_, "t");
   ASSERT_TRUE(root.ok()) << root.status();
   EXPECT_FALSE(root->forwarded());
