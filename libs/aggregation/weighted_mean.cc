@@ -17,8 +17,16 @@ namespace {
 constexpr double kMaxExactTerm = 0x1p40;
 constexpr size_t kMaxExactTerms = size_t{1} << 22;
 
-// w x d rounded toward zero to units of 2^-64; |w x d| < kMaxExactTerm.
-inline ExactValue ExactTerm(double product) { return static_cast<ExactValue>(product * 0x1p64); }
+// w x d rounded toward zero to units of 2^-64; |w x d| < kMaxExactTerm. The same value as
+// static_cast<ExactValue>(product * 0x1p64), from two hardware conversions instead of that
+// 128-bit one (a library call that made a fold 2x slower): product x 2^23 fits an int64, and
+// its integer part and the rest (exact, of the same sign) give the units above and below 2^41.
+inline ExactValue ExactTerm(double product) {
+  const double scaled = product * 0x1p23;
+  const int64_t high = static_cast<int64_t>(scaled);
+  const int64_t low = static_cast<int64_t>((scaled - static_cast<double>(high)) * 0x1p41);
+  return static_cast<ExactValue>(high) * (ExactValue{1} << 41) + low;
+}
 
 double ToDouble(ExactValue units) { return static_cast<double>(units) * 0x1p-64; }
 

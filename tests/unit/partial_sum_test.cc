@@ -147,6 +147,33 @@ TEST(PartialSumTest, FloatTreeIsFlatWithinFloatRounding) {
   EXPECT_GT(differ, 0u);
 }
 
+TEST(PartialSumTest, AnExactTermIsTheProductTruncatedToUnitsOfTwoToTheMinus64) {
+  const size_t n = 4096;
+  tensor::ModelLayout layout = *tensor::ModelLayout::Create({{"w", {static_cast<int64_t>(n)}}});
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> exponent(-70, 27);  // x 6000 stays under 2^40
+  std::vector<float> delta(n);
+  for (size_t i = 0; i < n; ++i) {
+    delta[i] = static_cast<float>((i % 2 ? -1 : 1) * std::pow(2.0, exponent(rng)));
+  }
+  delta[0] = 0;
+  delta[1] = -0.0f;
+  delta[2] = std::nextafter(0x1p27f, 0.0f);
+  delta[3] = -delta[2];
+  delta[4] = std::numeric_limits<float>::denorm_min();
+  for (double weight : {1.0, 1.5, 6000.0}) {
+    WeightedMeanAccumulator acc(layout, 1, Summation::kExact);
+    ASSERT_TRUE(acc.Add(delta, weight).ok());
+    const PartialSum partial = acc.Partial();
+    for (size_t i = 0; i < n; ++i) {
+      const double product = weight * static_cast<double>(delta[i]);
+      ASSERT_TRUE(partial.exact[i] == static_cast<ExactValue>(product * 0x1p64))
+          << "value " << delta[i] << " weight " << weight;
+    }
+    EXPECT_TRUE(partial.exact_weight == static_cast<ExactValue>(weight * 0x1p64));
+  }
+}
+
 TEST(PartialSumTest, ThreadedExactPassesMatchTheSingleThreadedOnes) {
   const int64_t n = (int64_t{1} << 22) * 2 + 101;  // split across two threads
   const tensor::FlatModel base = Base(n);
