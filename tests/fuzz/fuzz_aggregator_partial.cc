@@ -1,0 +1,223 @@
+// Tree rounds at the aggregator's core, fed from the input: child partial sums arrive as
+// PartialMetas parsed from bytes with any bytes after them, or as well-formed sums of fuzzed
+// updates (exact or float) with one field or the bytes spoiled, through PartialReceiver into
+// AddPartial, among direct pushes, ClosePartial (a child's close), CloseRound and new rounds.
+// Every round that publishes counts each contribution it acknowledged exactly once (its samples
+// are the sum of the accepted partials' and pushes'); finite inputs of moderate size never
+// publish a non-finite model; error messages are printable.
+
+#include <fuzzer/FuzzedDataProvider.h>
+#include <prometheus/registry.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "libs/aggregation/weighted_mean.h"
+#include "libs/common/clock.h"
+#include "libs/tensor/frame_codec.h"
+#include "services/aggregator/aggregator_core.h"
+#include "services/aggregator/partial_wire.h"
+#include "shoal/aggregator/v1/aggregator.pb.h"
+#include "tests/fuzz/fuzz_check.h"
+
+namespace shoal::aggregator {
+namespace {
+
+using fuzz::CheckErrorIsClean;
+
+const tensor::ModelLayout& Layout() {
+  static const tensor::ModelLayout* layout =
+      new tensor::ModelLayout(*tensor::ModelLayout::Create({{"w", {2, 3}}, {"b", {3}}}));
+  return *layout;
+}
+
+float Value(FuzzedDataProvider& in) {
+  switch (in.ConsumeIntegralInRange(0, 3)) {
+    case 0:
+      return 0.0f;
+    case 1:
+      return static_cast<float>(in.ConsumeIntegralInRange(-4, 4));
+    case 2:
+      return in.ConsumeFloatingPoint<float>();  // may be huge, NaN or Inf
+    default:
+      return in.ConsumeFloatingPointInRange<float>(-1.0f, 1.0f);
+  }
+}
+
+std::string Child(FuzzedDataProvider& in) {
+  static const char* kIds[] = {"a", "b", "p", "q", ""};
+  return kIds[in.ConsumeIntegralInRange(0, 4)];
+}
+
+struct State {
+  uint64_t round = 1;
+  uint64_t base = 0;     // the open round's base version
+  uint64_t samples = 0;  // acknowledged in the open round: accepted partials and pushes
+  bool moderate = true;  // every acknowledged value finite and of moderate size
+};
+
+// A child's sum of 0..3 fuzzed updates, sent (maybe spoiled) through the receiver.
+absl::StatusOr<bool> SendPartial(FuzzedDataProvider& in, AggregatorCore& core, State& state,
+                                 bool exact) {
+  const aggregation::Summation summation =
+      exact != in.ConsumeBool() ? aggregation::Summation::kExact : aggregation::Summation::kFloat;
+  aggregation::WeightedMeanAccumulator sum(Layout(), 1, summation);
+  PartialResult partial;
+  partial.meta.task = "t";
+  partial.meta.round = in.ConsumeBool() ? state.round : in.ConsumeIntegralInRange<uint64_t>(0, 3);
+  partial.meta.base_version = in.ConsumeBool() ? state.base : in.ConsumeIntegral<uint8_t>();
+  bool moderate = true;
+  const int updates = in.ConsumeIntegralInRange(0, 3);
+  for (int u = 0; u < updates; ++u) {
+    std::vector<float> delta(Layout().total_elements());
+    for (float& v : delta) {
+      v = Value(in);
+      moderate = moderate && std::fabs(v) <= 1e6f;
+    }
+    const uint64_t samples = in.ConsumeIntegralInRange<uint64_t>(1, 1000);
+    if (!sum.Add(delta, static_cast<double>(samples)).ok()) continue;
+    partial.meta.contributors.push_back(
+        absl::StrCat("c", state.round, "-", in.ConsumeIntegralInRange(0, 5), "-", u));
+    partial.meta.num_samples += samples;
+  }
+  partial.sum = sum.Partial();
+  v1::PartialMeta meta = PartialMetaFor(partial, Child(in));
+  std::string bytes(PartialBytes(partial.sum));
+  switch (in.ConsumeIntegralInRange(0, 6)) {
+    case 0: {  // any meta
+      v1::PartialMeta other;
+      if (other.ParseFromString(in.ConsumeRandomLengthString(256))) meta = other;
+      break;
+    }
+    case 1:
+      if (!bytes.empty()) bytes[in.ConsumeIntegralInRange<size_t>(0, bytes.size() - 1)] ^= 1;
+      break;
+    case 2:
+      bytes.resize(in.ConsumeIntegralInRange<size_t>(0, bytes.size() + 16));
+      break;
+    case 3:
+      meta.set_values(in.ConsumeIntegral<uint16_t>());
+      break;
+    case 4:
+      meta.add_contributors(in.ConsumeRandomLengthString(8));
+      break;
+    default:
+      break;  // as sent
+  }
+  absl::StatusOr<size_t> values = core.PartialValues(meta.task(), meta.round());
+  if (!values.ok()) return values.status();
+  absl::StatusOr<PartialReceiver> receiver = PartialReceiver::Start(meta, *values);
+  if (!receiver.ok()) return receiver.status();
+  size_t at = 0;
+  while (at < bytes.size()) {
+    const size_t n = in.ConsumeIntegralInRange<size_t>(1, bytes.size() - at);
+    if (absl::Status s = receiver->Add(absl::string_view(bytes).substr(at, n)); !s.ok()) return s;
+    at += n;
+  }
+  absl::StatusOr<PartialResult> received = std::move(*receiver).Finish();
+  if (!received.ok()) return received.status();
+  absl::StatusOr<bool> added = core.AddPartial(received->meta, received->sum);
+  if (added.ok() && !*added) {
+    state.samples += received->meta.num_samples;
+    state.moderate = state.moderate && moderate;
+  }
+  return added;
+}
+
+void CheckPublished(const AggregatorCore& core, const RoundResult& result, const State& state) {
+  SHOAL_FUZZ_CHECK(result.num_samples == state.samples);
+  std::set<std::string> unique(result.contributors.begin(), result.contributors.end());
+  SHOAL_FUZZ_CHECK(unique.size() == result.contributors.size());
+  absl::StatusOr<ModelSnapshot> model = core.GetModel("t", result.version);
+  SHOAL_FUZZ_CHECK(model.ok());
+  SHOAL_FUZZ_CHECK(model->model->layout == Layout());
+  if (state.moderate) {
+    for (float v : model->model->values) SHOAL_FUZZ_CHECK(std::isfinite(v));
+  }
+}
+
+void Run(FuzzedDataProvider& in) {
+  prometheus::Registry registry;
+  AggregatorMetrics metrics(registry);
+  FakeClock clock;
+  auto made = AggregatorCore::Create(AggregatorCoreOptions{}, clock, metrics);
+  SHOAL_FUZZ_CHECK(made.ok());
+  AggregatorCore& core = **made;
+  tensor::FlatModel base;
+  base.layout = Layout();
+  base.values.assign(Layout().total_elements(), 0.5f);
+  SHOAL_FUZZ_CHECK(core.PutModel("t", 0, base).ok());
+  const bool exact = in.ConsumeBool();
+  State state;
+  auto open = [&](uint64_t round, uint64_t base) {
+    OpenRoundParams params{"t", round, base, {"p"}};
+    params.expected_children = {"a", "b"};
+    if (exact) params.aggregation.mutable_options()->set_exact_sum(true);
+    absl::Status s = core.OpenRound(params);
+    CheckErrorIsClean(s);
+    if (s.ok()) {
+      state.round = round;
+      state.base = base;
+      state.samples = 0;
+    }
+  };
+  open(1, 0);
+  const int steps = in.ConsumeIntegralInRange(1, 24);
+  for (int step = 0; step < steps && in.remaining_bytes() > 0; ++step) {
+    switch (in.ConsumeIntegralInRange(0, 4)) {
+      case 0:
+      case 1:
+        CheckErrorIsClean(SendPartial(in, core, state, exact).status());
+        break;
+      case 2: {  // the round's own peer
+        auto push = core.BeginPush(PushMeta{"t", state.round, "p", state.base, 3, 0.5});
+        CheckErrorIsClean(push.status());
+        if (!push.ok() || *push == nullptr) break;
+        tensor::FlatModel delta;
+        delta.layout = Layout();
+        delta.values.assign(Layout().total_elements(), in.ConsumeFloatingPointInRange(-1.f, 1.f));
+        tensor::FrameEncoder encoder(delta, 16);
+        common::v1::TensorFrame frame;
+        absl::Status s;
+        while (s.ok() && encoder.Next(&frame)) s = (*push)->AddFrame(frame);
+        if (s.ok()) s = (*push)->Commit();
+        CheckErrorIsClean(s);
+        if (s.ok()) state.samples += 3;
+        break;
+      }
+      case 3: {  // this aggregator as a child: its partial, published nowhere
+        auto partial = core.ClosePartial("t", state.round);
+        CheckErrorIsClean(partial.status());
+        if (partial.ok()) {
+          SHOAL_FUZZ_CHECK((*partial)->meta.num_samples == state.samples);
+          open(state.round + 1, state.base);
+        }
+        break;
+      }
+      default: {
+        absl::StatusOr<RoundResult> result = core.CloseRound("t", state.round);
+        CheckErrorIsClean(result.status());
+        if (result.ok()) {
+          CheckPublished(core, *result, state);
+          open(state.round + 1, result->version);
+        }
+      }
+    }
+  }
+  absl::StatusOr<RoundResult> result = core.CloseRound("t", state.round);
+  CheckErrorIsClean(result.status());
+  if (result.ok()) CheckPublished(core, *result, state);
+}
+
+}  // namespace
+}  // namespace shoal::aggregator
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzedDataProvider in(data, size);
+  shoal::aggregator::Run(in);
+  return 0;
+}
