@@ -2,6 +2,7 @@
 // (ClosePartial) and its parent adds it to its own round (AddPartial). The core's state and
 // locking are described in aggregator_core.h.
 
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,15 @@ absl::StatusOr<bool> AggregatorCore::AddPartial(const PartialMeta& meta,
     return absl::InvalidArgumentError(absl::StrCat(child, " names ", meta.contributors.size(),
                                                    " contributors for a sum of ", partial.count,
                                                    " updates in ", label));
+  }
+  if (!std::isfinite(meta.loss_sum)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(child, "'s loss sum in ", label, " is not finite"));
+  }
+  if (meta.num_samples < meta.contributors.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(child, " counts ", meta.num_samples,
+                                                   " samples for ", meta.contributors.size(),
+                                                   " contributors in ", label));
   }
   const std::set<std::string> contributors(meta.contributors.begin(), meta.contributors.end());
   if (contributors.size() != meta.contributors.size()) {

@@ -167,11 +167,17 @@ class Bench {
     Fleet fleet(options);
     const absl::Time t0 = absl::Now();
     fleet.Start();
-    while (fleet.assigned() < peers && absl::Now() - t0 < absl::Minutes(2)) {
+    // Joins take longer with more peers: at least 2 minutes, 20 ms a peer beyond 6,000.
+    const absl::Duration join_limit = std::max(absl::Minutes(2), absl::Milliseconds(20) * peers);
+    while (fleet.assigned() < peers && absl::Now() - t0 < join_limit) {
       absl::SleepFor(absl::Milliseconds(50));
     }
     const double connect_s = absl::ToDoubleSeconds(absl::Now() - t0);
-    if (fleet.assigned() < peers) Die(absl::StrCat(name, ": only ", fleet.assigned(), " assigned"));
+    if (fleet.assigned() < peers) {
+      Die(absl::StrCat(name, ": only ", fleet.assigned(), " of ", peers, " sessions assigned (",
+                       fleet.welcomed(), " welcomed, ", fleet.errors().streams_broken.load(),
+                       " broken) within ", absl::FormatDuration(join_limit)));
+    }
     const double rss_start = RssMiB(coordinator_->pid());
     std::printf("%s: %d sessions welcomed and assigned in %.1f s; coordinator RSS %.1f MiB\n",
                 name.c_str(), peers, connect_s, rss_start);

@@ -43,10 +43,20 @@ class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::Coor
     hello.mutable_hello()->set_shard_count(static_cast<uint32_t>(fleet_.options_.peers));
     Send(std::move(hello));
     StartRead(&event_);
+    // Heartbeats and the executor's reports start writes from outside the reactions: the hold
+    // keeps the call (and OnDone) from finishing under such a write until Release().
+    AddHold();
+    started_ = true;
     StartCall();
   }
 
   void Cancel() { context_.TryCancel(); }
+  bool started() const { return started_; }
+  // No write starts from outside the reactions any more (the fleet stopped its heartbeats and
+  // executor).
+  void Release() {
+    if (started_) RemoveHold();
+  }
 
   void WaitDone() {
     absl::MutexLock lock(&mu_);
@@ -263,6 +273,7 @@ class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::Coor
   std::unique_ptr<v1::SessionService::Stub> stub_;
   grpc::ClientContext context_;
   v1::CoordinatorEvent event_;  // only the read path touches it
+  bool started_ = false;        // Start() ran: the call holds a hold until Release()
 
   absl::Mutex mu_;
   std::deque<v1::PeerMessage> queue_ ABSL_GUARDED_BY(mu_);
@@ -303,8 +314,13 @@ void Fleet::Stop() {
   }
   if (beat_thread_.joinable()) beat_thread_.join();
   calls_.Shutdown();
-  for (auto& p : peers_) p->Cancel();
-  for (auto& p : peers_) p->WaitDone();
+  for (auto& p : peers_) {
+    p->Cancel();
+    p->Release();
+  }
+  for (auto& p : peers_) {
+    if (p->started()) p->WaitDone();
+  }
 }
 
 double Fleet::Now() const {

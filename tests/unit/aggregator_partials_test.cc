@@ -204,6 +204,14 @@ TEST_F(AggregatorPartialsTest, BadPartialsAreRefusedAndAddNothing) {
   EXPECT_THAT(r.status().message(), HasSubstr("'p9' is a peer of round 1"));
 
   m = good;
+  m.loss_sum = std::nan("");
+  EXPECT_THAT(root->core->AddPartial(m, sum).status().message(), HasSubstr("not finite"));
+
+  m = good;
+  m.num_samples = 1;  // two contributors train at least a sample each
+  EXPECT_EQ(root->core->AddPartial(m, sum).status().code(), absl::StatusCode::kInvalidArgument);
+
+  m = good;
   m.contributors = {"p0"};
   EXPECT_EQ(root->core->AddPartial(m, sum).status().code(), absl::StatusCode::kInvalidArgument);
 
