@@ -1,7 +1,6 @@
 #include "libs/aggregation/weighted_mean.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -59,49 +58,24 @@ absl::Status WeightedMeanAccumulator::Add(absl::Span<const float> delta, double 
       return absl::InvalidArgumentError(
           absl::StrCat("exact summation holds at most ", kMaxExactTerms, " updates"));
     }
-    if (count_ == 0) exact_.resize(n);
-    ExactValue* e = exact_.data();
+    // Every term is checked before any is added, so a refused update leaves the sum as it was
+    // (a read of the floats: cheap beside the fold's 16-byte read-modify-write).
+    for (size_t i = 0; i < n; ++i) {
+      if (!(std::fabs(weight * static_cast<double>(d[i])) < kMaxExactTerm)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("value ", d[i], " at ", layout_.DescribeElement(i), " times weight ",
+                         weight, " is over exact summation's bound 2^40"));
+      }
+    }
     const bool first = count_ == 0;
-    // A term over the bound stops the pass; the terms already added are subtracted again
-    // (exactly: integers), so a refused update leaves the sum as it was.
-    std::atomic<size_t> bad{n};
-    ParallelFor(n, threads_, [=, &bad](size_t begin, size_t end) {
+    if (first) exact_.resize(n);
+    ExactValue* e = exact_.data();
+    ParallelFor(n, threads_, [=](size_t begin, size_t end) {
       for (size_t i = begin; i < end; ++i) {
-        const double p = weight * static_cast<double>(d[i]);
-        if (!(std::fabs(p) < kMaxExactTerm)) {
-          size_t cur = bad.load();
-          while (i < cur && !bad.compare_exchange_weak(cur, i)) {
-          }
-          if (!first) {
-            for (size_t j = begin; j < i; ++j)
-              e[j] -= ExactTerm(weight * static_cast<double>(d[j]));
-          }
-          return;
-        }
-        if (first) {
-          e[i] = ExactTerm(p);
-        } else {
-          e[i] += ExactTerm(p);
-        }
+        const ExactValue term = ExactTerm(weight * static_cast<double>(d[i]));
+        e[i] = first ? term : e[i] + term;
       }
     });
-    if (const size_t at = bad.load(); at < n) {
-      // Other ranges finished: undo them too.
-      if (!first) {
-        ParallelFor(n, threads_, [=](size_t begin, size_t end) {
-          // Ranges that stopped early undid themselves; a finished range is one whose every
-          // term is within the bound.
-          for (size_t i = begin; i < end; ++i) {
-            if (!(std::fabs(weight * static_cast<double>(d[i])) < kMaxExactTerm)) return;
-          }
-          for (size_t i = begin; i < end; ++i)
-            e[i] -= ExactTerm(weight * static_cast<double>(d[i]));
-        });
-      }
-      return absl::InvalidArgumentError(
-          absl::StrCat("value ", d[at], " at ", layout_.DescribeElement(at), " times weight ",
-                       weight, " is over exact summation's bound 2^40"));
-    }
     ++count_;
     exact_weight_ += ExactTerm(weight);
     return absl::OkStatus();

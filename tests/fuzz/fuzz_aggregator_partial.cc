@@ -23,30 +23,15 @@
 #include "services/aggregator/partial_wire.h"
 #include "shoal/aggregator/v1/aggregator.pb.h"
 #include "tests/fuzz/fuzz_check.h"
+#include "tests/fuzz/fuzz_model_values.h"
 
 namespace shoal::aggregator {
 namespace {
 
 using fuzz::CheckErrorIsClean;
 
-const tensor::ModelLayout& Layout() {
-  static const tensor::ModelLayout* layout =
-      new tensor::ModelLayout(*tensor::ModelLayout::Create({{"w", {2, 3}}, {"b", {3}}}));
-  return *layout;
-}
-
-float Value(FuzzedDataProvider& in) {
-  switch (in.ConsumeIntegralInRange(0, 3)) {
-    case 0:
-      return 0.0f;
-    case 1:
-      return static_cast<float>(in.ConsumeIntegralInRange(-4, 4));
-    case 2:
-      return in.ConsumeFloatingPoint<float>();  // may be huge, NaN or Inf
-    default:
-      return in.ConsumeFloatingPointInRange<float>(-1.0f, 1.0f);
-  }
-}
+using fuzz::FuzzedValue;
+using fuzz::SmallLayout;
 
 std::string Child(FuzzedDataProvider& in) {
   static const char* kIds[] = {"a", "b", "p", "q", ""};
@@ -65,7 +50,7 @@ absl::StatusOr<bool> SendPartial(FuzzedDataProvider& in, AggregatorCore& core, S
                                  bool exact) {
   const aggregation::Summation summation =
       exact != in.ConsumeBool() ? aggregation::Summation::kExact : aggregation::Summation::kFloat;
-  aggregation::WeightedMeanAccumulator sum(Layout(), 1, summation);
+  aggregation::WeightedMeanAccumulator sum(SmallLayout(), 1, summation);
   PartialResult partial;
   partial.meta.task = "t";
   partial.meta.round = in.ConsumeBool() ? state.round : in.ConsumeIntegralInRange<uint64_t>(0, 3);
@@ -73,9 +58,9 @@ absl::StatusOr<bool> SendPartial(FuzzedDataProvider& in, AggregatorCore& core, S
   bool moderate = true;
   const int updates = in.ConsumeIntegralInRange(0, 3);
   for (int u = 0; u < updates; ++u) {
-    std::vector<float> delta(Layout().total_elements());
+    std::vector<float> delta(SmallLayout().total_elements());
     for (float& v : delta) {
-      v = Value(in);
+      v = FuzzedValue(in);
       moderate = moderate && std::fabs(v) <= 1e6f;
     }
     const uint64_t samples = in.ConsumeIntegralInRange<uint64_t>(1, 1000);
@@ -134,7 +119,7 @@ void CheckPublished(const AggregatorCore& core, const RoundResult& result, const
   SHOAL_FUZZ_CHECK(unique.size() == result.contributors.size());
   absl::StatusOr<ModelSnapshot> model = core.GetModel("t", result.version);
   SHOAL_FUZZ_CHECK(model.ok());
-  SHOAL_FUZZ_CHECK(model->model->layout == Layout());
+  SHOAL_FUZZ_CHECK(model->model->layout == SmallLayout());
   if (state.moderate) {
     for (float v : model->model->values) SHOAL_FUZZ_CHECK(std::isfinite(v));
   }
@@ -148,8 +133,8 @@ void Run(FuzzedDataProvider& in) {
   SHOAL_FUZZ_CHECK(made.ok());
   AggregatorCore& core = **made;
   tensor::FlatModel base;
-  base.layout = Layout();
-  base.values.assign(Layout().total_elements(), 0.5f);
+  base.layout = SmallLayout();
+  base.values.assign(SmallLayout().total_elements(), 0.5f);
   SHOAL_FUZZ_CHECK(core.PutModel("t", 0, base).ok());
   const bool exact = in.ConsumeBool();
   State state;
@@ -178,8 +163,9 @@ void Run(FuzzedDataProvider& in) {
         CheckErrorIsClean(push.status());
         if (!push.ok() || *push == nullptr) break;
         tensor::FlatModel delta;
-        delta.layout = Layout();
-        delta.values.assign(Layout().total_elements(), in.ConsumeFloatingPointInRange(-1.f, 1.f));
+        delta.layout = SmallLayout();
+        delta.values.assign(SmallLayout().total_elements(),
+                            in.ConsumeFloatingPointInRange(-1.f, 1.f));
         tensor::FrameEncoder encoder(delta, 16);
         common::v1::TensorFrame frame;
         absl::Status s;

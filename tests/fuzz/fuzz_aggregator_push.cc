@@ -23,36 +23,21 @@
 #include "services/aggregator/aggregator_core.h"
 #include "shoal/aggregator/v1/aggregator.pb.h"
 #include "tests/fuzz/fuzz_check.h"
+#include "tests/fuzz/fuzz_model_values.h"
 
 namespace shoal::aggregator {
 namespace {
 
 using fuzz::CheckErrorIsClean;
 
-const tensor::ModelLayout& Layout() {
-  static const tensor::ModelLayout* layout =
-      new tensor::ModelLayout(*tensor::ModelLayout::Create({{"w", {2, 3}}, {"b", {3}}}));
-  return *layout;
-}
-
-float Value(FuzzedDataProvider& in) {
-  switch (in.ConsumeIntegralInRange(0, 3)) {
-    case 0:
-      return 0.0f;
-    case 1:
-      return static_cast<float>(in.ConsumeIntegralInRange(-4, 4));
-    case 2:
-      return in.ConsumeFloatingPoint<float>();  // may be huge, NaN or Inf
-    default:
-      return in.ConsumeFloatingPointInRange<float>(-1.0f, 1.0f);
-  }
-}
+using fuzz::FuzzedValue;
+using fuzz::SmallLayout;
 
 tensor::FlatModel Model(FuzzedDataProvider& in) {
   tensor::FlatModel model;
-  model.layout = Layout();
-  model.values.resize(Layout().total_elements());
-  for (float& v : model.values) v = Value(in);
+  model.layout = SmallLayout();
+  model.values.resize(SmallLayout().total_elements());
+  for (float& v : model.values) v = FuzzedValue(in);
   return model;
 }
 
@@ -180,7 +165,7 @@ void Run(FuzzedDataProvider& in) {
   options.limits.max_tensors = 8;
   options.limits.max_total_bytes = 1 << 12;
   // Three updates: a median round of four peers, or a buffer of four, is refused.
-  options.max_buffer_bytes = 3 * Layout().total_bytes();
+  options.max_buffer_bytes = 3 * SmallLayout().total_bytes();
   auto made = AggregatorCore::Create(options, clock, metrics);
   SHOAL_FUZZ_CHECK(made.ok());
   AggregatorCore& core = **made;
@@ -188,8 +173,8 @@ void Run(FuzzedDataProvider& in) {
   // Only finite base models are stored here, so every published model must be finite too
   // (updates are checked for finiteness and, with a bound, for their norm).
   tensor::FlatModel base;
-  base.layout = Layout();
-  base.values.assign(Layout().total_elements(), 0.5f);
+  base.layout = SmallLayout();
+  base.values.assign(SmallLayout().total_elements(), 0.5f);
   SHOAL_FUZZ_CHECK(core.PutModel(task, 1, base).ok());
   bool finite_models = true;
   uint64_t round = 1;
