@@ -2,7 +2,7 @@
 
 // Image classification data sets laid out as one directory per class (the "ImageFolder" layout
 // of torchvision and Keras), read without LibTorch so that any peer can check and load its files.
-// Decoding is stb_image's (Debian libstb): PNG and JPEG only.
+// PNG and JPEG only, decoded by libpng and libjpeg-turbo (image_decode.h).
 
 #include <cstdint>
 #include <string>
@@ -29,7 +29,7 @@ struct ImageFolderOptions {
   // either empty (mean 0, std 1) or exactly `channels` finite values; std > 0.
   std::vector<float> mean;
   std::vector<float> std;
-  // A larger file is refused before it is read (1..2^31-1: stb takes int lengths).
+  // A larger file is refused before it is read (1..2^31-1).
   uint64_t max_image_bytes = 64 << 20;
   // More images than this in the folder are refused before any is decoded.
   uint64_t max_images = 10'000'000;
@@ -58,9 +58,9 @@ struct ImageFolderLoad {
 //     options.classes; `dir` not a directory; more than max_images images; a file over
 //     max_image_bytes; a file that is not a PNG or JPEG, or is corrupt or truncated (with the
 //     decoder's reason); an image whose channel count differs from options.channels, including
-//     any image with an alpha channel (2 or 4 channels).
+//     any image with an alpha channel (2 or 4 channels) and CMYK JPEGs.
 //   PERMISSION_DENIED / INTERNAL: a directory or file that cannot be read.
-// Prints nothing. Thread-safe (stb keeps its failure reason per thread).
+// Prints nothing. Thread-safe.
 absl::StatusOr<ImageFolderLoad> LoadImageFolderWithReport(const std::string& dir,
                                                           const ImageFolderOptions& options);
 

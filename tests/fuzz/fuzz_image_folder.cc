@@ -5,12 +5,12 @@
 // of shape {channels, 8, 8} with every value in [0, 1] and its label below the class count.
 // Errors must be clean (no raw control bytes).
 //
-// The decoder is stb_image (with stb_image_resize), which the loader takes from Debian's
-// libstb.so: built without coverage or sanitizers, it would be a black box to libFuzzer and to
-// ASan. This target compiles the same headers' implementations into itself instead (the same
-// code: libstb.so is built from them with no options), and the executable's definitions take
-// the place of the shared library's, so the fuzzer steers through, and ASan and UBSan watch,
-// the PNG and JPEG decoders themselves (stb_instrumented.cc).
+// The decoders are Debian's libpng and libjpeg-turbo, uninstrumented shared libraries: to
+// libFuzzer and the sanitizers they are a black box (both are fuzzed upstream, in OSS-Fuzz), and
+// this target checks what the loader makes of whatever they return. stb_image_resize, which
+// resizes every decoded image, is compiled into the target (stb_resize_instrumented.cc), so ASan
+// and UBSan watch it. (The loader decoded with stb_image 2.27 until this target kept finding
+// memory errors in it; README, Fuzzing.)
 
 #include <fcntl.h>
 #include <stdio.h>
