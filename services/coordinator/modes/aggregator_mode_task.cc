@@ -17,6 +17,7 @@ AggregatorModeTask::AggregatorModeTask(const v1::TaskStatus& status, const ModeO
 void AggregatorModeTask::AddPeer(const ModePeer& peer, absl::Time now, v1::TaskStatus& status,
                                  ModeEffects& fx) {
   peers_.insert(peer.id);
+  waiting_.Joined(peer.id);
   Advance(now, status, fx);
 }
 
@@ -56,6 +57,7 @@ void AggregatorModeTask::OnAggregator(const std::string& address, absl::Time now
                                       v1::TaskStatus& status, ModeEffects& fx) {
   has_aggregator_ = true;
   Reset(status);
+  waiting_.Clear();  // the message said "waiting for an aggregator"
   retry_.Reset();
   fx.changed = true;
   Advance(now, status, fx);

@@ -7,6 +7,7 @@
 #include "absl/time/time.h"
 #include "services/coordinator/global_model.h"
 #include "services/coordinator/mode_task.h"
+#include "services/coordinator/modes/waiting_notice.h"
 
 namespace shoal::coordinator {
 
@@ -50,6 +51,7 @@ class AggregatorModeTask : public ModeTask {
   GlobalModel model_;
   CallRetry retry_;
   Checkpoints checkpoints_;
+  WaitingNotice waiting_;  // while the task waits for min_participants
 };
 
 }  // namespace shoal::coordinator

@@ -59,22 +59,12 @@ void FederatedAsyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEff
   if (!has_aggregator_ || opening_ || buffer_open_ || !retry_.Ready(now)) return;
   if (model_.Next(peers_, now, status, fx) != GlobalModel::Step::kHeld) return;
   if (peers_.size() < spec_.min_participants()) {
-    const std::string notice = absl::StrCat("waiting for peers: have ", peers_.size(), ", need ",
-                                            spec_.min_participants());
-    if (waiting_notice_ != notice) {
-      waiting_notice_ = notice;
-      status.set_state(v1::TASK_STATE_WAITING);
+    if (waiting_.Update(peers_, spec_.min_participants(), now, status, fx)) {
       status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
-      status.set_message(notice);
-      v1::CoordinatorEvent event;
-      event.mutable_waiting()->set_have(static_cast<uint32_t>(peers_.size()));
-      event.mutable_waiting()->set_need(spec_.min_participants());
-      for (const std::string& id : peers_) fx.Send(id, event);
-      fx.changed = true;
     }
     return;
   }
-  waiting_notice_.clear();
+  waiting_.Clear();
   AggregatorWork open;
   open.kind = Kind::kOpenBuffer;
   open.buffer.set_base_version(status.model_version());

@@ -53,7 +53,6 @@ class FederatedAsyncTask final : public AggregatorModeTask {
   bool buffer_open_ = false;  // peers train and push
   absl::Time last_version_at_;
   absl::Time eval_deadline_;
-  std::string waiting_notice_;
   std::map<std::string, uint64_t> contributions_;  // peer -> updates in published versions
 };
 

@@ -135,21 +135,10 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
     fx.changed = true;
   }
   if (peers_.size() < spec_.min_participants()) {
-    const std::string notice = absl::StrCat("waiting for peers: have ", peers_.size(), ", need ",
-                                            spec_.min_participants());
-    if (waiting_notice_ != notice) {
-      waiting_notice_ = notice;
-      status.set_state(v1::TASK_STATE_WAITING);
-      status.set_message(notice);
-      v1::CoordinatorEvent event;
-      event.mutable_waiting()->set_have(static_cast<uint32_t>(peers_.size()));
-      event.mutable_waiting()->set_need(spec_.min_participants());
-      for (const std::string& id : peers_) fx.Send(id, event);
-      fx.changed = true;
-    }
+    waiting_.Update(peers_, spec_.min_participants(), now, status, fx);
     return;
   }
-  waiting_notice_.clear();
+  waiting_.Clear();
   AggregatorWork open;
   open.open.set_round(status.round() + 1);
   open.open.set_base_version(status.model_version());

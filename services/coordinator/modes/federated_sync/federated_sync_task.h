@@ -92,7 +92,6 @@ class FederatedSyncTask final : public AggregatorModeTask {
   std::optional<AggregatorWork::Kind> pending_;
   Round round_;
   absl::Time eval_deadline_;
-  std::string waiting_notice_;  // last Waiting sent, to avoid repeats
   StragglerTracker stragglers_;
   common::v1::AsyncSpec late_staleness_;  // how late updates are bounded and scaled
   // Async peers training now: when their RoundStarted was sent, and its deadline (past it, the
