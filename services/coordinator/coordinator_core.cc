@@ -201,6 +201,11 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
     peer.last_seen = clock_.Now();
     peer.since = peer.last_seen;
     peer.task = task;
+    if (task.empty()) {
+      idle_peers_.insert(id);
+    } else {
+      idle_peers_.erase(id);
+    }
     peer.session_token = NewSessionToken();
     metrics_.peers_connected.Set(static_cast<double>(peers_.size()));
     v1::CoordinatorEvent welcome;
@@ -250,6 +255,7 @@ void CoordinatorCore::RemovePeer(const std::string& peer_id, const std::string& 
   if (it == peers_.end()) return;
   const std::string task_name = it->second.task;
   peers_.erase(it);
+  idle_peers_.erase(peer_id);
   metrics_.peers_connected.Set(static_cast<double>(peers_.size()));
   LogInfo("peer ", peer_id, " left: ", why);
   if (!task_name.empty()) LeaveTask(tasks_[task_name], peer_id, why, out);
@@ -304,6 +310,7 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
                      message.error().round(), ": ", message.error().message());
           // It cannot take part: release it from the task so that nothing waits for it.
           peer.task.clear();
+          idle_peers_.insert(peer_id);
           PeerFailed(task, peer_id, message.error().message(), out);
           break;
         }
@@ -313,7 +320,7 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
             reject("bad_message", s);
             break;
           }
-          MarkChanged(task, out);
+          MarkMembershipChanged(task);
           break;
         }
         if (message.has_eval_report()) {
@@ -351,13 +358,14 @@ bool CoordinatorCore::Accepts(const Task& task) const {
 }
 
 void CoordinatorCore::AssignIdlePeers(Outbox& out) {
-  // Runs after every input: when no task can take a peer, skip the walk over every peer.
+  // Runs after every input: when no task can take a peer, skip the walk over the idle peers.
   const bool any_room = std::any_of(task_order_.begin(), task_order_.end(),
                                     [&](const auto& name) { return Accepts(tasks_.at(name)); });
   if (!any_room) return;
   const absl::Time now = clock_.Now();
-  for (auto& [id, peer] : peers_) {
-    if (!peer.task.empty()) continue;
+  for (auto idle = idle_peers_.begin(); idle != idle_peers_.end();) {
+    const std::string& id = *idle;
+    Peer& peer = peers_.at(id);
     for (const std::string& name : task_order_) {
       Task& task = tasks_[name];
       if (!Accepts(task) || !TokenAdmits(task.status.spec(), peer.hello.join_token())) continue;
@@ -369,12 +377,15 @@ void CoordinatorCore::AssignIdlePeers(Outbox& out) {
       task.members_dirty = true;
       SendTo(id, TaskAssignedEvent(task), out);
       LogInfo("peer ", id, " assigned to task ", name);
-      MarkChanged(task, out);
+      MarkMembershipChanged(task);
       ModeEffects fx;
       task.mode->AddPeer(ModePeer{id, peer.hello.listen_address()}, clock_.Now(), task.status, fx);
       ApplyModeEffects(task, fx, out);
       break;
     }
+    // Checked again rather than remembered: the task may have ended at once (Finish makes its
+    // peers idle again).
+    idle = peer.task.empty() ? std::next(idle) : idle_peers_.erase(idle);
   }
 }
 
@@ -520,7 +531,10 @@ void CoordinatorCore::SaveUnsaved() {
   Outbox out;
   {
     InputLock lock(*this, out);
-    for (auto& [name, task] : tasks_) SaveRounds(task);
+    for (auto& [name, task] : tasks_) {
+      SaveRounds(task);
+      if (task.membership_dirty) MarkChanged(task, out);
+    }
   }
   Flush();
 }
@@ -545,6 +559,9 @@ void CoordinatorCore::Step() {
     }
     for (auto& [name, task] : tasks_) SaveRounds(task);
     Reconcile(out);
+    for (auto& [name, task] : tasks_) {
+      if (task.membership_dirty) MarkChanged(task, out);
+    }
     retired.swap(retired_watches_);
   }
   Flush();

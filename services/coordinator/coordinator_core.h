@@ -153,6 +153,10 @@ class CoordinatorCore {
     // Rounds whose summary took EvalReports since it was last stored. Step() stores them, so a
     // round of N peers costs a few writes instead of N.
     std::set<uint64_t> unsaved_rounds;
+    // A peer joined, left or reported its data since the status was last stored and watched:
+    // Step() does both once, so N joins cost a few copies of the status instead of N (a
+    // status holds every peer's data report).
+    bool membership_dirty = false;
     // Peers that reported an error (PeerError) since the task last completed a round: not
     // assigned to it again before `retry_at` (1 s, doubling per error in a row, at most a
     // minute), so a peer that cannot take part does not bounce in and out; the task fails when
@@ -169,11 +173,24 @@ class CoordinatorCore {
     uint64_t epoch = 0;
     bool members_dirty = true;  // the aggregator must learn the current peers and tokens
     absl::Time members_retry_at = absl::InfinitePast();
-    // SetMembers calls not answered yet. While the members are dirty or any call is unanswered,
-    // the mode's events wait in `held`: a peer told to call the aggregator (InitializeModel,
-    // RoundStarted, ...) must find its session token there.
+    // SetMembers calls not answered yet (at most one from SendDirtyMembers: the changes made
+    // while it is in flight go in the next call, which its answer sends).
     int members_in_flight = 0;
-    std::vector<std::pair<std::string, v1::CoordinatorEvent>> held;
+    // SetMembers calls numbered in order: the newest sent, and the newest the aggregator
+    // confirmed.
+    uint64_t members_sent = 0;
+    uint64_t members_acked = 0;
+    // The membership an event sent now needs: the call in flight, or the next when dirty.
+    uint64_t MembersNeeded() const { return members_dirty ? members_sent + 1 : members_sent; }
+    // The mode's events wait, in order, until the aggregator has confirmed the membership
+    // they need: a peer told to call the aggregator (InitializeModel, RoundStarted, ...) must
+    // find its session token there.
+    struct Held {
+      std::string peer;
+      v1::CoordinatorEvent event;
+      uint64_t members;  // MembersNeeded() when it was held
+    };
+    std::vector<Held> held;
     std::optional<absl::Time> waiting_for_aggregator_since;
     std::unique_ptr<aggregator::AggregatorWatch> watch;
   };
@@ -220,6 +237,11 @@ class CoordinatorCore {
   v1::CoordinatorEvent TaskAssignedEvent(const Task& task) const;
   // The task changed: watchers get its status, the store its record (not its history).
   void MarkChanged(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Its peers or their data reports changed: MarkChanged at the next Step (or sooner, with the
+  // next other change).
+  void MarkMembershipChanged(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    task.membership_dirty = true;
+  }
   // Only the watchers; for changes confined to the history, which the store keeps per round.
   void NotifyWatchers(const Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StoreRound(const std::string& task, const v1::RoundSummary& round)
@@ -282,7 +304,8 @@ class CoordinatorCore {
   void RetireWatch(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Inputs from executor and watch threads, for the task's aggregator `epoch`.
   void OnWorkDone(const std::string& task, uint64_t epoch, const WorkResult& result);
-  void OnMembersSet(const std::string& task, uint64_t epoch, const absl::Status& status);
+  void OnMembersSet(const std::string& task, uint64_t epoch, uint64_t members,
+                    const absl::Status& status);
   void OnAggregatorEvent(const std::string& task, uint64_t epoch,
                          const aggregator::v1::TaskEvent& event);
   void OnWatchDone(const std::string& task, uint64_t epoch, const absl::Status& status);
@@ -300,6 +323,9 @@ class CoordinatorCore {
 
   mutable absl::Mutex mu_;
   std::map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);
+  // The connected peers with no task, in id order: AssignIdlePeers walks these instead of
+  // every peer (with thousands of peers, a walk per input made joins quadratic).
+  std::set<std::string> idle_peers_ ABSL_GUARDED_BY(mu_);
   AggregatorPool pool_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Task> tasks_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> task_order_ ABSL_GUARDED_BY(mu_);        // creation order

@@ -2,6 +2,8 @@
 // uses, keeping it told of the members, watching it, moving the task when it is lost, and the
 // mode's aggregator work.
 
+#include <algorithm>
+#include <cstddef>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -68,8 +70,10 @@ void CoordinatorCore::ReconcileAggregators(Outbox& out) {
 void CoordinatorCore::SendDirtyMembers(Outbox& out) {
   const absl::Time now = clock_.Now();
   for (auto& [name, task] : tasks_) {
+    // One call at a time: the changes made while it is in flight go in the next one (its
+    // answer sends it), so N joins cost a few calls of the whole membership instead of N.
     if (IsActive(task) && !task.status.aggregator().empty() && task.members_dirty &&
-        now >= task.members_retry_at) {
+        task.members_in_flight == 0 && now >= task.members_retry_at) {
       SendMembers(task, out);
     }
   }
@@ -121,21 +125,24 @@ void CoordinatorCore::LoseAggregator(const std::string& address, const std::stri
 void CoordinatorCore::NewEpoch(Task& task) {
   ++task.epoch;
   task.members_in_flight = 0;
+  task.members_acked = task.members_sent;  // the older epoch's calls are ignored
   task.held.clear();
 }
 
 void CoordinatorCore::SendMembers(Task& task, Outbox& out) {
   task.members_dirty = false;
   ++task.members_in_flight;
+  const uint64_t version = ++task.members_sent;
   aggregator::v1::SetMembersRequest request;
   for (const std::string& id : task.peers) {
     auto peer = peers_.find(id);
     if (peer != peers_.end()) (*request.mutable_session_tokens())[id] = peer->second.session_token;
   }
   out.push_back([this, name = task.status.spec().name(), address = task.status.aggregator(),
-                 epoch = task.epoch, request = std::move(request)]() mutable {
-    work_.SetMembers(name, address, std::move(request),
-                     [this, name, epoch](absl::Status s) { OnMembersSet(name, epoch, s); });
+                 epoch = task.epoch, version, request = std::move(request)]() mutable {
+    work_.SetMembers(
+        name, address, std::move(request),
+        [this, name, epoch, version](absl::Status s) { OnMembersSet(name, epoch, version, s); });
   });
 }
 
@@ -196,7 +203,7 @@ void CoordinatorCore::OnWorkDone(const std::string& name, uint64_t epoch,
   Flush();
 }
 
-void CoordinatorCore::OnMembersSet(const std::string& name, uint64_t epoch,
+void CoordinatorCore::OnMembersSet(const std::string& name, uint64_t epoch, uint64_t members,
                                    const absl::Status& status) {
   Outbox out;
   {
@@ -212,9 +219,15 @@ void CoordinatorCore::OnMembersSet(const std::string& name, uint64_t epoch,
       task.members_retry_at = clock_.Now() + options_.mode.retry_initial;
       return;  // the held events wait for a SetMembers that succeeds
     }
-    if (task.members_in_flight > 0) return;
-    for (auto& [id, event] : task.held) SendTo(id, std::move(event), out);
-    task.held.clear();
+    task.members_acked = std::max(task.members_acked, members);
+    // The events whose membership is confirmed go out, in order; the rest keep waiting.
+    size_t released = 0;
+    while (released < task.held.size() && task.held[released].members <= task.members_acked) {
+      SendTo(task.held[released].peer, std::move(task.held[released].event), out);
+      ++released;
+    }
+    task.held.erase(task.held.begin(), task.held.begin() + static_cast<ptrdiff_t>(released));
+    if (task.members_dirty && task.members_in_flight == 0) SendMembers(task, out);
   }
   Flush();
 }

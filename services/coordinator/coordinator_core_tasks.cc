@@ -111,6 +111,7 @@ void CoordinatorCore::NotifyWatchers(const Task& task, Outbox& out) {
 }
 
 void CoordinatorCore::MarkChanged(Task& task, Outbox& out) {
+  task.membership_dirty = false;
   NotifyWatchers(task, out);
   // The store keeps the whole spec, join token included (StatusOf strips it), but not the
   // history (rounds are stored one by one): copy the status without it, which would make every
@@ -151,14 +152,14 @@ void CoordinatorCore::ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out)
   const std::string& name = task.status.spec().name();
   // Until the aggregator has confirmed the current members, events wait (Task::held).
   const bool hold = task.mode != nullptr && task.mode->UsesAggregator() &&
-                    (task.members_dirty || task.members_in_flight > 0 || !task.held.empty());
+                    (task.MembersNeeded() > task.members_acked || !task.held.empty());
   for (auto& [id, event] : fx.events) {
     event.set_task(name);
     if (event.has_model_published()) {
       ExpectEvaluation(task, id, event.model_published().version());
     }
     if (hold) {
-      task.held.emplace_back(id, std::move(event));
+      task.held.push_back({id, std::move(event), task.MembersNeeded()});
     } else {
       SendTo(id, std::move(event), out);
     }
@@ -236,7 +237,7 @@ void CoordinatorCore::LeaveTask(Task& task, const std::string& peer_id, const st
     task.mode->RemovePeer(peer_id, why, clock_.Now(), task.status, fx);
     ApplyModeEffects(task, fx, out);
   }
-  MarkChanged(task, out);
+  MarkMembershipChanged(task);
 }
 
 void CoordinatorCore::Finish(Task& task, v1::TaskState state, const std::string& message,
@@ -253,7 +254,10 @@ void CoordinatorCore::Finish(Task& task, v1::TaskState state, const std::string&
   for (const std::string& id : task.peers) {
     SendTo(id, event, out);
     auto p = peers_.find(id);
-    if (p != peers_.end()) p->second.task.clear();
+    if (p != peers_.end()) {
+      p->second.task.clear();
+      idle_peers_.insert(id);
+    }
   }
   task.peers.clear();
   while (!task.evaluating.empty()) CompleteEvaluation(task, task.evaluating.begin()->first);

@@ -51,6 +51,9 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2),
 ABSL_FLAG(int, model_mb, 0,
           "model and update size in MB (10^6 bytes); > 0: peers also pull every model version "
           "and the data path is reported");
+ABSL_FLAG(double, join_rate, 0,
+          "sessions opened per second in each phase (0: all at once, as in the reconnect storm "
+          "after a coordinator restart)");
 ABSL_FLAG(int, max_concurrent_pushes, 16, "the aggregator's --max-concurrent-pushes");
 ABSL_FLAG(bool, exact_sum, false, "the task's aggregation_options.exact_sum (mean summed exactly)");
 ABSL_FLAG(std::string, bin_dir, "",
@@ -159,6 +162,7 @@ class Bench {
     options.name_prefix = name;
     options.coordinator = coordinator_address_;
     options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+    options.join_rate = absl::GetFlag(FLAGS_join_rate);
     const int64_t model_bytes = int64_t{absl::GetFlag(FLAGS_model_mb)} * 1'000'000;
     if (model_bytes > 0) {
       options.model_floats = model_bytes / 4;
@@ -167,10 +171,23 @@ class Bench {
     Fleet fleet(options);
     const absl::Time t0 = absl::Now();
     fleet.Start();
-    // Joins take longer with more peers: at least 2 minutes, 20 ms a peer beyond 6,000.
-    const absl::Duration join_limit = std::max(absl::Minutes(2), absl::Milliseconds(20) * peers);
+    // Joins take longer with more peers: at least 2 minutes, 20 ms a peer beyond 6,000, and
+    // the ramp's length with a join rate.
+    absl::Duration join_limit = std::max(absl::Minutes(2), absl::Milliseconds(20) * peers);
+    if (options.join_rate > 0) join_limit += absl::Seconds(peers / options.join_rate);
+    absl::Time next_progress = t0 + absl::Seconds(10);
     while (fleet.assigned() < peers && absl::Now() - t0 < join_limit) {
       absl::SleepFor(absl::Milliseconds(50));
+      if (absl::Now() >= next_progress) {  // long joins show their pace
+        next_progress += absl::Seconds(10);
+        std::printf(
+            "%s: joining: %d welcomed, %d assigned after %.0f s; coordinator RSS %.1f MiB, "
+            "CPU %.1f s\n",
+            name.c_str(), fleet.welcomed(), fleet.assigned(),
+            absl::ToDoubleSeconds(absl::Now() - t0), RssMiB(coordinator_->pid()),
+            CpuSeconds(coordinator_->pid()));
+        std::fflush(stdout);
+      }
     }
     const double connect_s = absl::ToDoubleSeconds(absl::Now() - t0);
     if (fleet.assigned() < peers) {

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "libs/tensor/frame_codec.h"
 
 namespace shoal::bench {
@@ -302,7 +303,22 @@ Fleet::Fleet(Options options)
 Fleet::~Fleet() { Stop(); }
 
 void Fleet::Start() {
-  for (auto& p : peers_) p->Start();
+  if (options_.join_rate <= 0) {
+    for (auto& p : peers_) p->Start();
+  } else {
+    join_thread_ = std::thread([this] {
+      const double start = Now();
+      for (size_t i = 0; i < peers_.size(); ++i) {
+        const double due = start + static_cast<double>(i) / options_.join_rate;
+        // Sleeps at most 100 ms at a time, so that Stop is not kept waiting.
+        while (!stopping_.load() && Now() < due) {
+          absl::SleepFor(absl::Seconds(std::min(due - Now(), 0.1)));
+        }
+        if (stopping_.load()) return;
+        peers_[i]->Start();
+      }
+    });
+  }
   beat_thread_ = std::thread([this] { HeartbeatLoop(); });
 }
 
@@ -313,6 +329,7 @@ void Fleet::Stop() {
     beat_stop_ = true;
   }
   if (beat_thread_.joinable()) beat_thread_.join();
+  if (join_thread_.joinable()) join_thread_.join();  // no session starts after this
   calls_.Shutdown();
   for (auto& p : peers_) {
     p->Cancel();

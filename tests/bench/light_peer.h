@@ -59,12 +59,16 @@ class Fleet {
     // Pull every model version a peer does not hold (GetModel, the values discarded as they
     // arrive): at RoundStarted before pushing, and after each ModelPublished.
     bool download = false;
+    // Sessions opened per second (0: all at once). Real fleets arrive over time; all at once is
+    // the reconnect storm after a coordinator restart.
+    double join_rate = 0;
   };
 
   explicit Fleet(Options options);
   ~Fleet();
 
-  // Opens every session (the Hello is sent at once; Welcome arrives asynchronously).
+  // Opens every session (the Hello is sent at once; Welcome arrives asynchronously), or with a
+  // join_rate, starts a thread that opens them at that pace.
   void Start();
   // Cancels every session and waits until all have ended.
   void Stop();
@@ -100,6 +104,7 @@ class Fleet {
   absl::Mutex beat_mu_;
   bool beat_stop_ ABSL_GUARDED_BY(beat_mu_) = false;
   std::thread beat_thread_;
+  std::thread join_thread_;  // with a join_rate
 };
 
 }  // namespace shoal::bench
