@@ -108,4 +108,48 @@ void ApplyStragglerDefaults(TaskSpec& spec) {
   }
 }
 
+absl::Status ValidateTopology(const TaskSpec& spec) {
+  const common::v1::Topology t = spec.topology();
+  if (!common::v1::Topology_IsValid(t)) {
+    return FieldError("topology", absl::StrCat("unsupported value ", static_cast<int>(t),
+                                               " (expected flat, hierarchical)"));
+  }
+  if (t != common::v1::TOPOLOGY_HIERARCHICAL) {
+    if (spec.has_cluster_size())
+      return FieldError("cluster_size", "only with topology: hierarchical");
+    return absl::OkStatus();
+  }
+  const auto not_yet = [](absl::string_view field, absl::string_view what) {
+    return FieldError(field, absl::StrCat(what, " does not run on a tree of aggregators yet ",
+                                          "(topology: hierarchical; README \"Supernode tree "
+                                          "rounds\")"));
+  };
+  if (spec.mode() != common::v1::MODE_FEDERATED_SYNC) {
+    return not_yet(
+        "topology",
+        absl::StrCat("mode ", FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode())));
+  }
+  if (spec.aggregation() != common::v1::AGGREGATION_MEAN &&
+      spec.aggregation() != common::v1::AGGREGATION_UNSPECIFIED) {
+    return not_yet(
+        "aggregation",
+        absl::StrCat("aggregation ",
+                     FriendlyEnumName(*common::v1::Aggregation_descriptor(), spec.aggregation()),
+                     " (only mean adds exact partial sums)"));
+  }
+  if (spec.straggler_factor() != 0) return not_yet("straggler_factor", "straggler_factor");
+  if (spec.has_cluster_size() &&
+      (spec.cluster_size() < 2 || spec.cluster_size() > kMaxClusterSize)) {
+    return FieldError("cluster_size", absl::StrCat("must be in 2..", kMaxClusterSize, ", got ",
+                                                   spec.cluster_size()));
+  }
+  return absl::OkStatus();
+}
+
+void ApplyTopologyDefaults(TaskSpec& spec) {
+  if (spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL && !spec.has_cluster_size()) {
+    spec.set_cluster_size(kDefaultClusterSize);
+  }
+}
+
 }  // namespace shoal::task

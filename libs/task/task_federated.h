@@ -2,7 +2,7 @@
 
 // The settings of the federated modes in a task (protos/shoal/common/v1/task.proto): how peers'
 // updates travel to the aggregator (compression and the topk_* fields), and stragglers
-// (straggler_factor, straggler_rounds).
+// (straggler_factor, straggler_rounds), and their topology (topology, cluster_size).
 
 #include <cstdint>
 
@@ -14,6 +14,8 @@ namespace shoal::task {
 inline constexpr uint32_t kMaxTopKWarmupRounds = 10;  // 2^10 x any useful ratio is already 1
 inline constexpr uint32_t kDefaultTopKMinElements = 4096;
 inline constexpr uint32_t kDefaultStragglerRounds = 2;
+inline constexpr uint32_t kDefaultClusterSize = 32;
+inline constexpr uint32_t kMaxClusterSize = 10000;
 
 // Checks the compression rules of task.proto. INVALID_ARGUMENT "<field>: <what>", e.g.
 // "topk_ratio: must be in (0, 1], got 0". Part of ValidateTaskSpec.
@@ -28,5 +30,12 @@ void ApplyCompressionDefaults(common::v1::TaskSpec& spec);
 absl::Status ValidateStragglers(const common::v1::TaskSpec& spec);
 // straggler_rounds kDefaultStragglerRounds when straggler_factor is set.
 void ApplyStragglerDefaults(common::v1::TaskSpec& spec);
+
+// topology flat or hierarchical; hierarchical only in federated-sync, with aggregation mean and
+// no straggler_factor (not supported on a tree yet); cluster_size 2..kMaxClusterSize, only with
+// hierarchical. Part of ValidateTaskSpec.
+absl::Status ValidateTopology(const common::v1::TaskSpec& spec);
+// cluster_size kDefaultClusterSize for a hierarchical task.
+void ApplyTopologyDefaults(common::v1::TaskSpec& spec);
 
 }  // namespace shoal::task

@@ -344,6 +344,7 @@ void ApplyModeDefaults(TaskSpec& spec) {
   aggregation::ApplyAggregationDefaults(spec);
   ApplyCompressionDefaults(spec);
   ApplyStragglerDefaults(spec);
+  ApplyTopologyDefaults(spec);
 }
 
 TaskSpec DefaultTaskSpec() {
@@ -481,6 +482,7 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
   }
   SHOAL_RETURN_IF_ERROR(ValidateCompression(spec));
   SHOAL_RETURN_IF_ERROR(ValidateStragglers(spec));
+  SHOAL_RETURN_IF_ERROR(ValidateTopology(spec));
   if (spec.mode() == common::v1::MODE_FEDERATED_ASYNC) {
     SHOAL_RETURN_IF_ERROR(
         aggregation::ValidateAsyncSpec(spec.async(), spec.max_participants(), "async"));

@@ -95,6 +95,11 @@ class AggregatorClient {
                                   absl::Time deadline) = 0;
   virtual absl::Status ReleaseTask(const std::string& address, const std::string& task,
                                    absl::Time deadline) = 0;
+  // Has a child supernode fetch a version from its parent (AggregatorService.PullModel).
+  // Returns whether it fetched (false: it held the version).
+  virtual absl::StatusOr<bool> PullModel(const std::string& address,
+                                         const v1::PullModelRequest& request,
+                                         absl::Time deadline) = 0;
 };
 
 }  // namespace shoal::aggregator

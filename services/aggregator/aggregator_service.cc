@@ -431,7 +431,11 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::OpenRound(
     // (a transfer: executor work).
     const absl::Time deadline = CallDeadline(*context);
     if (!executor_.TrySubmit([this, reactor, request, deadline] {
-          absl::Status s = FetchFromParent(*request, deadline);
+          absl::Status s =
+              FetchFromParent(request->task(), request->base_version(), request->parent(),
+                              absl::StrCat("round ", request->round(), " of task '",
+                                           request->task(), "': fetching base version"),
+                              deadline);
           if (s.ok()) s = core_.OpenRound(OpenRoundParams::From(*request));
           reactor->Finish(rpc::ToGrpcStatus(s));
         })) {
@@ -520,6 +524,39 @@ grpc::ServerWriteReactor<v1::TaskEvent>* AggregatorServiceImpl::WatchTask(
     return new Refused(s);
   }
   return new WatchTaskReactor(core_, request->task());
+}
+
+grpc::ServerUnaryReactor* AggregatorServiceImpl::PullModel(grpc::CallbackServerContext* context,
+                                                           const v1::PullModelRequest* request,
+                                                           v1::PullModelResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  if (absl::Status s = CheckCoordinator(*context); !s.ok()) {
+    reactor->Finish(rpc::ToGrpcStatus(s));
+    return reactor;
+  }
+  const v1::ParentRound& parent = request->parent();
+  if (request->task().empty() || parent.address().empty() || parent.child().empty()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "PullModel needs a task, and the parent's address and this "
+                                 "aggregator's id there"));
+    return reactor;
+  }
+  if (core_.GetModel(request->task(), request->version()).ok()) {
+    reactor->Finish(grpc::Status::OK);  // held already: fetched stays false
+    return reactor;
+  }
+  // A transfer: executor work, within the call's deadline.
+  const absl::Time deadline = CallDeadline(*context);
+  if (!executor_.TrySubmit([this, reactor, request, response, deadline] {
+        absl::Status s = FetchFromParent(
+            request->task(), request->version(), request->parent(),
+            absl::StrCat("task '", request->task(), "': fetching version"), deadline);
+        response->set_fetched(s.ok());
+        reactor->Finish(rpc::ToGrpcStatus(s));
+      })) {
+    reactor->Finish(Busy());
+  }
+  return reactor;
 }
 
 }  // namespace shoal::aggregator

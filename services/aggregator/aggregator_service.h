@@ -57,6 +57,9 @@ class AggregatorServiceImpl final
   grpc::ServerUnaryReactor* SetMembers(grpc::CallbackServerContext* context,
                                        const aggregator::v1::SetMembersRequest* request,
                                        aggregator::v1::SetMembersResponse* response) override;
+  grpc::ServerUnaryReactor* PullModel(grpc::CallbackServerContext* context,
+                                      const aggregator::v1::PullModelRequest* request,
+                                      aggregator::v1::PullModelResponse* response) override;
 
  private:
   // CloseRound of a child's round: closes it into its partial sum and sends that to `parent`
@@ -64,8 +67,11 @@ class AggregatorServiceImpl final
   absl::StatusOr<v1::CloseRoundResponse> CloseChildRound(const std::string& task, uint64_t round,
                                                          const v1::ParentRound& parent,
                                                          absl::Time deadline);
-  // Stores the base version of a child's round, fetched from its parent.
-  absl::Status FetchFromParent(const v1::OpenRoundRequest& request, absl::Time deadline);
+  // Stores `version` of `task`, fetched from `parent` (a child round's base version, or the
+  // version the root published: PullModel); errors start with `what` and the version.
+  absl::Status FetchFromParent(const std::string& task, uint64_t version,
+                               const v1::ParentRound& parent, const std::string& what,
+                               absl::Time deadline);
 
   const AggregatorServiceOptions options_;
   AggregatorCore& core_;

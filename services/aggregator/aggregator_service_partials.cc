@@ -149,20 +149,18 @@ absl::StatusOr<v1::CloseRoundResponse> AggregatorServiceImpl::CloseChildRound(
   return response;
 }
 
-absl::Status AggregatorServiceImpl::FetchFromParent(const v1::OpenRoundRequest& request,
-                                                    absl::Time deadline) {
-  const v1::ParentRound& parent = request.parent();
+absl::Status AggregatorServiceImpl::FetchFromParent(const std::string& task, uint64_t version,
+                                                    const v1::ParentRound& parent,
+                                                    const std::string& what, absl::Time deadline) {
   absl::StatusOr<tensor::FlatModel> model =
-      parents_.GetModel(parent.address(), request.task(), request.base_version(),
-                        Caller{parent.child(), ""}, deadline);
+      parents_.GetModel(parent.address(), task, version, Caller{parent.child(), ""}, deadline);
   if (!model.ok()) {
-    return absl::Status(model.status().code(),
-                        absl::StrCat("round ", request.round(), " of task '", request.task(),
-                                     "': fetching base version ", request.base_version(),
-                                     " from the parent: ", model.status().message()));
+    return absl::Status(
+        model.status().code(),
+        absl::StrCat(what, " ", version, " from the parent: ", model.status().message()));
   }
   metrics_.bytes_received.Increment(static_cast<double>(model->layout.total_bytes()));
-  return core_.PutModel(request.task(), request.base_version(), *std::move(model)).status();
+  return core_.PutModel(task, version, *std::move(model)).status();
 }
 
 }  // namespace shoal::aggregator

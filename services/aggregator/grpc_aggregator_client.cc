@@ -180,6 +180,18 @@ absl::Status GrpcAggregatorClient::ReleaseTask(const std::string& address, const
       "ReleaseTask", address);
 }
 
+absl::StatusOr<bool> GrpcAggregatorClient::PullModel(const std::string& address,
+                                                     const v1::PullModelRequest& request,
+                                                     absl::Time deadline) {
+  grpc::ClientContext context;
+  SetDeadline(context, deadline);
+  v1::PullModelResponse response;
+  absl::Status s =
+      rpc::FromGrpcStatus(Stub(channels_, address)->PullModel(&context, request, &response));
+  if (!s.ok()) return WithContext(s, "PullModel", address);
+  return response.fetched();
+}
+
 namespace {
 
 // The client end of one WatchTask stream. Not self-deleting: its GrpcWatch owner cancels it and

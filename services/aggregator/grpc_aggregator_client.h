@@ -45,6 +45,8 @@ class GrpcAggregatorClient final : public AggregatorClient {
                           absl::Time deadline) override;
   absl::Status ReleaseTask(const std::string& address, const std::string& task,
                            absl::Time deadline) override;
+  absl::StatusOr<bool> PullModel(const std::string& address, const v1::PullModelRequest& request,
+                                 absl::Time deadline) override;
   std::unique_ptr<AggregatorWatch> WatchTask(const std::string& address, const std::string& task,
                                              TaskEventFn on_event, WatchDoneFn on_done) override;
 

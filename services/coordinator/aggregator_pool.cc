@@ -6,13 +6,14 @@
 namespace shoal::coordinator {
 
 bool AggregatorPool::Register(const std::string& address, const common::v1::Capacity& capacity,
-                              absl::Time now) {
+                              const std::string& identity, absl::Time now) {
   auto [it, fresh] = seen_.try_emplace(address);
   Entry& entry = it->second;
   if (fresh) entry.first_seen = now;
   entry.last_seen = now;
   const common::v1::Reachability reachability = entry.capacity.reachability();
   entry.capacity = capacity;
+  entry.identity = identity;
   entry.capacity.set_reachability(fresh ? common::v1::REACHABILITY_UNKNOWN : reachability);
   return fresh;
 }
@@ -40,7 +41,8 @@ std::vector<std::string> AggregatorPool::Expire(absl::Time now) {
   return expired;
 }
 
-std::string AggregatorPool::Pick(const std::map<std::string, size_t>& load) const {
+std::string AggregatorPool::Pick(const std::map<std::string, size_t>& load,
+                                 const std::set<std::string>& exclude) const {
   // Best first: not found unreachable, fewest tasks, most compute, fastest upload, address.
   auto key = [&](const std::string& address, const Entry& e) {
     auto it = load.find(address);
@@ -52,6 +54,7 @@ std::string AggregatorPool::Pick(const std::map<std::string, size_t>& load) cons
   };
   const std::string* best = nullptr;
   for (const auto& [address, entry] : seen_) {
+    if (exclude.count(address) > 0) continue;
     if (best == nullptr || key(address, entry) < key(*best, seen_.at(*best))) best = &address;
   }
   return best == nullptr ? std::string() : *best;

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,13 +21,17 @@ class AggregatorPool {
     absl::Time last_seen;
     // As the newest registration reported it; the reachability is the coordinator's dial-back.
     common::v1::Capacity capacity;
+    // The name on its client certificate ("" without mutual TLS): its id as a child supernode
+    // (a parent takes a child's partial sums only from that certificate).
+    std::string identity;
   };
 
   explicit AggregatorPool(absl::Duration ttl) : ttl_(ttl) {}
 
   // Records a registration; true when the aggregator was not known. The reachability found
   // before is kept.
-  bool Register(const std::string& address, const common::v1::Capacity& capacity, absl::Time now);
+  bool Register(const std::string& address, const common::v1::Capacity& capacity,
+                const std::string& identity, absl::Time now);
   // Forgets the aggregators silent since before now - ttl; returns them.
   std::vector<std::string> Expire(absl::Time now);
   void Remove(const std::string& address) { seen_.erase(address); }
@@ -39,8 +44,9 @@ class AggregatorPool {
   // The registered aggregator for a new task: one the coordinator did not find unreachable,
   // with the fewest tasks in `load` (address -> tasks), then the most compute (cores x the
   // matrix-multiply score), then the fastest upload, then the first by address; "" when none
-  // is registered.
-  std::string Pick(const std::map<std::string, size_t>& load) const;
+  // is registered. Skips the addresses in `exclude`.
+  std::string Pick(const std::map<std::string, size_t>& load,
+                   const std::set<std::string>& exclude = {}) const;
 
  private:
   const absl::Duration ttl_;

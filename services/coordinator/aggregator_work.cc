@@ -49,12 +49,12 @@ AggregatorWorkRunner::Queues& AggregatorWorkRunner::QueuesOf(const std::string& 
   return q;  // stable: entries are never erased while the runner lives
 }
 
-void AggregatorWorkRunner::Run(const std::string& task, const std::string& address,
-                               AggregatorWork work, DoneFn done) {
+void AggregatorWorkRunner::Run(const std::string& task, AggregatorTree tree, AggregatorWork work,
+                               DoneFn done) {
   Queues& q = QueuesOf(task);
   SerialQueue& queue = IsTransfer(work.kind) ? *q.transfers : *q.calls;
-  queue.Post([this, task, address, work = std::move(work), done = std::move(done)] {
-    done(Execute(task, address, work));
+  queue.Post([this, task, tree = std::move(tree), work = std::move(work), done = std::move(done)] {
+    done(Execute(task, tree, work));
   });
 }
 
@@ -86,8 +86,9 @@ void AggregatorWorkRunner::Drain() {
   for (SerialQueue* q : all) q->Drain();
 }
 
-WorkResult AggregatorWorkRunner::Execute(const std::string& task, const std::string& address,
+WorkResult AggregatorWorkRunner::Execute(const std::string& task, const AggregatorTree& tree,
                                          const AggregatorWork& work) {
+  const std::string& address = tree.root;
   WorkResult result;
   result.work = work;
   const absl::Time deadline = clock_.Now() + options_.call_timeout;
@@ -96,14 +97,16 @@ WorkResult AggregatorWorkRunner::Execute(const std::string& task, const std::str
       aggregator::v1::OpenRoundRequest request = work.open;
       request.set_task(task);
       result.work.open.set_task(task);
-      result.status = client_.OpenRound(address, request, deadline);
+      result.status = tree.hierarchical ? OpenTree(task, tree, request)
+                                        : client_.OpenRound(address, request, deadline);
       break;
     }
     case Kind::kCloseRound: {
       aggregator::v1::CloseRoundRequest request = work.close;
       request.set_task(task);
       absl::StatusOr<aggregator::v1::CloseRoundResponse> closed =
-          client_.CloseRound(address, request, deadline);
+          tree.hierarchical ? CloseTree(task, tree, request)
+                            : client_.CloseRound(address, request, deadline);
       result.status = closed.status();
       if (closed.ok()) result.closed = *std::move(closed);
       break;

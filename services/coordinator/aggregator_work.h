@@ -3,7 +3,10 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -16,6 +19,20 @@
 #include "services/coordinator/task_store.h"
 
 namespace shoal::coordinator {
+
+// What a task's aggregator work runs on: its root and, with topology hierarchical, the
+// aggregators of its other clusters, each a child of the root (README "Supernode tree rounds").
+struct AggregatorTree {
+  struct Child {
+    std::string address;
+    std::string id;               // its id as the root's child
+    std::set<std::string> peers;  // its cluster
+  };
+  std::string root;
+  bool hierarchical = false;
+  std::set<std::string> root_peers;  // hierarchical: the root's own cluster
+  std::vector<Child> children;
+};
 
 struct AggregatorWorkOptions {
   absl::Duration call_timeout = absl::Seconds(10);     // OpenRound, CloseRound, SetMembers...
@@ -36,8 +53,13 @@ class AggregatorWorkRunner {
                        AggregatorWorkOptions options);
   ~AggregatorWorkRunner();
 
-  // Runs `work` for `task` at `address`; `done` gets the result.
-  void Run(const std::string& task, const std::string& address, AggregatorWork work, DoneFn done);
+  // Runs `work` for `task` on `tree`; `done` gets the result. A round of a hierarchical task
+  // runs on every aggregator of the tree: OpenRound at the root (its own cluster's peers,
+  // every child), then at each child with peers in the round (its cluster's peers, the root as
+  // parent); CloseRound at each child (it sends the root its partial sum), then at the root
+  // (the result), then each child fetches the new version (PullModel) for its peers. Any other
+  // work runs at the root.
+  void Run(const std::string& task, AggregatorTree tree, AggregatorWork work, DoneFn done);
   // Sets the task's members at the aggregator, in order with the task's control calls.
   void SetMembers(const std::string& task, const std::string& address,
                   aggregator::v1::SetMembersRequest request,
@@ -53,8 +75,14 @@ class AggregatorWorkRunner {
     std::unique_ptr<SerialQueue> transfers;
   };
   Queues& QueuesOf(const std::string& task);
-  WorkResult Execute(const std::string& task, const std::string& address,
+  WorkResult Execute(const std::string& task, const AggregatorTree& tree,
                      const AggregatorWork& work);
+  // A hierarchical task's rounds (aggregator_tree_work.cc).
+  absl::Status OpenTree(const std::string& task, const AggregatorTree& tree,
+                        const aggregator::v1::OpenRoundRequest& open);
+  absl::StatusOr<aggregator::v1::CloseRoundResponse> CloseTree(
+      const std::string& task, const AggregatorTree& tree,
+      const aggregator::v1::CloseRoundRequest& close);
   absl::Status Checkpoint(const std::string& task, const std::string& address,
                           const AggregatorWork& work);
   absl::StatusOr<StoredCheckpoint> Restore(const std::string& task, const std::string& address);
@@ -69,6 +97,9 @@ class AggregatorWorkRunner {
 
   absl::Mutex mu_;
   std::map<std::string, Queues> queues_ ABSL_GUARDED_BY(mu_);
+  // Per hierarchical task, the children its open round was opened on (CloseTree closes them).
+  std::map<std::string, std::pair<uint64_t, std::vector<AggregatorTree::Child>>> tree_rounds_
+      ABSL_GUARDED_BY(mu_);
   // Per task, where the values start in its checkpoint files (the layout's header size).
   std::map<std::string, uint64_t> values_offsets_ ABSL_GUARDED_BY(mu_);
 };

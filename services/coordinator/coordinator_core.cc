@@ -99,7 +99,9 @@ CoordinatorCore::~CoordinatorCore() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
     for (auto& [name, task] : tasks_) {
-      if (task.watch != nullptr) watches.push_back(std::move(task.watch));
+      for (Task::Link& link : task.links) {
+        if (link.watch != nullptr) watches.push_back(std::move(link.watch));
+      }
     }
     for (auto& w : retired_watches_) watches.push_back(std::move(w));
     retired_watches_.clear();
@@ -218,8 +220,8 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
       // It keeps its task (with a new session token): tell it again so it reloads its state,
       // and its mode state starts over (it announces its model again, e.g. ModelHeld).
       Task& t = tasks_[task];
-      t.members_dirty = true;
-      SendTo(id, TaskAssignedEvent(t), out);
+      MembersChanged(t, id);
+      SendTo(id, TaskAssignedEvent(t, id), out);
       if (t.mode != nullptr && IsActive(t)) {
         ModeEffects fx;
         const absl::Time now = clock_.Now();
@@ -374,8 +376,9 @@ void CoordinatorCore::AssignIdlePeers(Outbox& out) {
       }
       peer.task = name;
       task.peers.insert(id);
-      task.members_dirty = true;
-      SendTo(id, TaskAssignedEvent(task), out);
+      PlacePeer(task, id, out);
+      MembersChanged(task, id);
+      SendTo(id, TaskAssignedEvent(task, id), out);
       LogInfo("peer ", id, " assigned to task ", name);
       MarkMembershipChanged(task);
       ModeEffects fx;

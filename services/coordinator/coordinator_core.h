@@ -106,8 +106,10 @@ class CoordinatorCore {
   absl::Status OnMessage(const std::string& peer_id, const v1::PeerMessage& message);
 
   // --- Aggregators (RegistryService) ---
+  // `identity`: the name on its client certificate ("" without mutual TLS).
   absl::Status RegisterAggregator(const std::string& address,
-                                  const common::v1::Capacity& capacity = {});
+                                  const common::v1::Capacity& capacity = {},
+                                  const std::string& identity = "");
   absl::Duration heartbeat_interval() const { return options_.heartbeat_interval; }
 
   // --- Operators (ControlService) ---
@@ -171,28 +173,40 @@ class CoordinatorCore {
     // Bumped whenever the aggregator changes or the task ends: results of older work, events
     // of older watches are dropped.
     uint64_t epoch = 0;
-    bool members_dirty = true;  // the aggregator must learn the current peers and tokens
-    absl::Time members_retry_at = absl::InfinitePast();
-    // SetMembers calls not answered yet (at most one from SendDirtyMembers: the changes made
-    // while it is in flight go in the next call, which its answer sends).
-    int members_in_flight = 0;
-    // SetMembers calls numbered in order: the newest sent, and the newest the aggregator
-    // confirmed.
-    uint64_t members_sent = 0;
-    uint64_t members_acked = 0;
-    // The membership an event sent now needs: the call in flight, or the next when dirty.
-    uint64_t MembersNeeded() const { return members_dirty ? members_sent + 1 : members_sent; }
-    // The mode's events wait, in order, until the aggregator has confirmed the membership
-    // they need: a peer told to call the aggregator (InitializeModel, RoundStarted, ...) must
+    // One aggregator of the task and what it was told. A task has none (waiting for one), or
+    // its root (status.aggregator()) first and, with topology hierarchical, one more per
+    // cluster beyond the root's own.
+    struct Link {
+      std::string address;
+      std::string child;            // its id as the root's child ("" for the root)
+      std::set<std::string> peers;  // hierarchical: its cluster (the root knows every peer)
+      std::unique_ptr<aggregator::AggregatorWatch> watch;
+      bool members_dirty = true;  // it must learn the current peers and tokens
+      absl::Time members_retry_at = absl::InfinitePast();
+      // SetMembers calls not answered yet (at most one from SendDirtyMembers: the changes made
+      // while it is in flight go in the next call, which its answer sends).
+      int members_in_flight = 0;
+      // SetMembers calls numbered in order: the newest sent, and the newest confirmed.
+      uint64_t members_sent = 0;
+      uint64_t members_acked = 0;
+      // The membership an event sent now needs: the call in flight, or the next when dirty.
+      uint64_t MembersNeeded() const { return members_dirty ? members_sent + 1 : members_sent; }
+    };
+    std::vector<Link> links;
+    std::map<std::string, size_t> cluster_of;  // hierarchical: peer -> its index in links
+    // The mode's events wait, in order, until the aggregators have confirmed the membership
+    // they need: a peer told to call an aggregator (InitializeModel, RoundStarted, ...) must
     // find its session token there.
     struct Held {
       std::string peer;
       v1::CoordinatorEvent event;
-      uint64_t members;  // MembersNeeded() when it was held
+      std::vector<uint64_t> members;  // each link's MembersNeeded() when it was held
     };
     std::vector<Held> held;
+    // Whether every link has confirmed the membership `needed` (indexed as links).
+    bool MembersConfirmed(const std::vector<uint64_t>& needed) const;
+    std::vector<uint64_t> MembersNeeded() const;
     std::optional<absl::Time> waiting_for_aggregator_since;
-    std::unique_ptr<aggregator::AggregatorWatch> watch;
   };
   // Work to do after the lock is released: peer events, watcher updates.
   using Outbox = std::vector<std::function<void()>>;
@@ -234,7 +248,8 @@ class CoordinatorCore {
                                 const v1::EvalReport& report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendTo(const std::string& peer_id, v1::CoordinatorEvent event, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::CoordinatorEvent TaskAssignedEvent(const Task& task) const;
+  // TaskAssigned for a peer of the task: the aggregator it calls is its cluster's.
+  v1::CoordinatorEvent TaskAssignedEvent(const Task& task, const std::string& peer_id) const;
   // The task changed: watchers get its status, the store its record (not its history).
   void MarkChanged(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Its peers or their data reports changed: MarkChanged at the next Step (or sooner, with the
@@ -294,21 +309,41 @@ class CoordinatorCore {
   // moves to another one or waits.
   void LoseAggregator(const std::string& address, const std::string& why, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SendMembers(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends links[link] the members it serves.
+  void SendMembers(Task& task, size_t link, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PostWork(Task& task, std::vector<AggregatorWork> work, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StartWatch(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartWatch(Task& task, size_t link, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The task's aggregator changed or the task ended: work results, watch events and member
   // answers of before are dropped (`epoch`), and so are the events held for them.
   void NewEpoch(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RetireWatch(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Retires every link's watch and forgets the links.
+  void DropLinks(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // --- Clusters of hierarchical tasks (coordinator_core_clusters.cc) ---
+  // Puts a peer of the task in a cluster: the first child's with room, else a new one on a
+  // registered aggregator the task does not use, else the smallest child's (the root's own
+  // while it has no child). Flat tasks: nothing.
+  void PlacePeer(Task& task, const std::string& peer_id, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnplacePeer(Task& task, const std::string& peer_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The peer's membership changed: the root and its cluster's aggregator must learn it.
+  void MembersChanged(Task& task, const std::string& peer_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The aggregator a peer of the task calls ("" when the task has none).
+  const std::string& AggregatorOf(const Task& task, const std::string& peer_id) const;
+  // How many links of active tasks each aggregator serves.
+  std::map<std::string, size_t> AggregatorLoad() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the task's work runs on: the root, and the clusters beyond it.
+  AggregatorTree TreeOf(const Task& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ShowClusters(const Task& task, v1::TaskStatus& status) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Inputs from executor and watch threads, for the task's aggregator `epoch`.
   void OnWorkDone(const std::string& task, uint64_t epoch, const WorkResult& result);
-  void OnMembersSet(const std::string& task, uint64_t epoch, uint64_t members,
+  void OnMembersSet(const std::string& task, uint64_t epoch, size_t link, uint64_t members,
                     const absl::Status& status);
   void OnAggregatorEvent(const std::string& task, uint64_t epoch,
                          const aggregator::v1::TaskEvent& event);
-  void OnWatchDone(const std::string& task, uint64_t epoch, const absl::Status& status);
+  void OnWatchDone(const std::string& task, uint64_t epoch, const std::string& address,
+                   const absl::Status& status);
 
   const CoordinatorOptions options_;
   TaskStore& store_;

@@ -14,7 +14,8 @@
 namespace shoal::coordinator {
 
 absl::Status CoordinatorCore::RegisterAggregator(const std::string& address,
-                                                 const common::v1::Capacity& capacity) {
+                                                 const common::v1::Capacity& capacity,
+                                                 const std::string& identity) {
   if (address.empty() || address.find(':') == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("address: expected HOST:PORT, got \"", address, "\""));
@@ -22,7 +23,7 @@ absl::Status CoordinatorCore::RegisterAggregator(const std::string& address,
   Outbox out;
   {
     InputLock lock(*this, out);
-    if (pool_.Register(address, capacity, clock_.Now())) {
+    if (pool_.Register(address, capacity, identity, clock_.Now())) {
       LogInfo("aggregator ", address, " registered (",
               capacity::Describe(pool_.Find(address)->capacity), ")");
       DialBack(/*aggregator=*/true, address, address, nullptr, out);
@@ -40,10 +41,7 @@ void CoordinatorCore::ReconcileAggregators(Outbox& out) {
     LoseAggregator(address, "it stopped registering", out);
   }
   metrics_.aggregators_registered.Set(static_cast<double>(pool_.size()));
-  std::map<std::string, size_t> load;
-  for (const auto& [name, task] : tasks_) {
-    if (IsActive(task) && !task.status.aggregator().empty()) ++load[task.status.aggregator()];
-  }
+  std::map<std::string, size_t> load = AggregatorLoad();
   for (const std::string& name : task_order_) {
     Task& task = tasks_[name];
     if (!IsActive(task) || task.mode == nullptr || !task.mode->UsesAggregator()) continue;
@@ -70,11 +68,14 @@ void CoordinatorCore::ReconcileAggregators(Outbox& out) {
 void CoordinatorCore::SendDirtyMembers(Outbox& out) {
   const absl::Time now = clock_.Now();
   for (auto& [name, task] : tasks_) {
-    // One call at a time: the changes made while it is in flight go in the next one (its
-    // answer sends it), so N joins cost a few calls of the whole membership instead of N.
-    if (IsActive(task) && !task.status.aggregator().empty() && task.members_dirty &&
-        task.members_in_flight == 0 && now >= task.members_retry_at) {
-      SendMembers(task, out);
+    if (!IsActive(task)) continue;
+    for (size_t i = 0; i < task.links.size(); ++i) {
+      // One call at a time: the changes made while it is in flight go in the next one (its
+      // answer sends it), so N joins cost a few calls of the whole membership instead of N.
+      const Task::Link& link = task.links[i];
+      if (link.members_dirty && link.members_in_flight == 0 && now >= link.members_retry_at) {
+        SendMembers(task, i, out);
+      }
     }
   }
 }
@@ -85,15 +86,18 @@ void CoordinatorCore::AssignAggregator(Task& task, const std::string& address, O
   task.status.set_aggregator(address);
   task.waiting_for_aggregator_since.reset();
   NewEpoch(task);
-  task.members_dirty = true;
-  task.members_retry_at = absl::InfinitePast();
+  DropLinks(task);
+  task.links.emplace_back();
+  task.links[0].address = address;
   LogInfo("task ", name, " uses aggregator ", address);
-  StartWatch(task, out);
+  StartWatch(task, 0, out);
+  for (const std::string& id : task.peers) PlacePeer(task, id, out);
   // Peers assigned before learn the new address (the same spec: they keep their state).
   if (moved) {
-    for (const std::string& id : task.peers) SendTo(id, TaskAssignedEvent(task), out);
+    for (const std::string& id : task.peers) SendTo(id, TaskAssignedEvent(task, id), out);
   }
-  SendMembers(task, out);  // before anything the mode asks of the new aggregator
+  // Before anything the mode asks of the new aggregators.
+  for (size_t i = 0; i < task.links.size(); ++i) SendMembers(task, i, out);
   ModeEffects fx;
   task.mode->OnAggregator(address, clock_.Now(), task.status, fx);
   fx.changed = true;
@@ -107,11 +111,17 @@ void CoordinatorCore::LoseAggregator(const std::string& address, const std::stri
   const absl::Time now = clock_.Now();
   for (const std::string& name : task_order_) {
     Task& task = tasks_[name];
-    if (!IsActive(task) || task.status.aggregator() != address) continue;
+    if (!IsActive(task) ||
+        std::none_of(task.links.begin(), task.links.end(),
+                     [&](const Task::Link& l) { return l.address == address; })) {
+      continue;
+    }
     if (!any) LogWarning("aggregator ", address, " is lost: ", why);
     any = true;
+    // A cluster's aggregator is as necessary as the root: the task starts over on a new tree
+    // (from its newest checkpoint), its peers placed again.
     NewEpoch(task);
-    RetireWatch(task);
+    DropLinks(task);
     task.status.clear_aggregator();
     task.waiting_for_aggregator_since = now;
     metrics_.aggregator_errors.Increment();
@@ -124,65 +134,81 @@ void CoordinatorCore::LoseAggregator(const std::string& address, const std::stri
 
 void CoordinatorCore::NewEpoch(Task& task) {
   ++task.epoch;
-  task.members_in_flight = 0;
-  task.members_acked = task.members_sent;  // the older epoch's calls are ignored
+  for (Task::Link& link : task.links) {
+    link.members_in_flight = 0;
+    link.members_acked = link.members_sent;  // the older epoch's calls are ignored
+  }
   task.held.clear();
 }
 
-void CoordinatorCore::SendMembers(Task& task, Outbox& out) {
-  task.members_dirty = false;
-  ++task.members_in_flight;
-  const uint64_t version = ++task.members_sent;
+void CoordinatorCore::DropLinks(Task& task) {
+  for (Task::Link& link : task.links) {
+    if (link.watch != nullptr) retired_watches_.push_back(std::move(link.watch));
+  }
+  task.links.clear();
+  task.cluster_of.clear();
+}
+
+void CoordinatorCore::SendMembers(Task& task, size_t index, Outbox& out) {
+  Task::Link& link = task.links[index];
+  link.members_dirty = false;
+  ++link.members_in_flight;
+  const uint64_t version = ++link.members_sent;
   aggregator::v1::SetMembersRequest request;
-  for (const std::string& id : task.peers) {
+  // The root knows every peer (it stores the initial model and serves any of them); another
+  // cluster's aggregator only its own.
+  for (const std::string& id : index == 0 ? task.peers : link.peers) {
     auto peer = peers_.find(id);
     if (peer != peers_.end()) (*request.mutable_session_tokens())[id] = peer->second.session_token;
   }
-  out.push_back([this, name = task.status.spec().name(), address = task.status.aggregator(),
-                 epoch = task.epoch, version, request = std::move(request)]() mutable {
-    work_.SetMembers(
-        name, address, std::move(request),
-        [this, name, epoch, version](absl::Status s) { OnMembersSet(name, epoch, version, s); });
+  out.push_back([this, name = task.status.spec().name(), address = link.address, epoch = task.epoch,
+                 index, version, request = std::move(request)]() mutable {
+    work_.SetMembers(name, address, std::move(request),
+                     [this, name, epoch, index, version](absl::Status s) {
+                       OnMembersSet(name, epoch, index, version, s);
+                     });
   });
 }
 
 void CoordinatorCore::PostWork(Task& task, std::vector<AggregatorWork> work, Outbox& out) {
-  if (task.status.aggregator().empty()) return;  // lost meanwhile: the mode starts over later
-  // The aggregator learns who may push before anything else happens for the task.
-  if (task.members_dirty) SendMembers(task, out);
+  if (task.links.empty()) return;  // lost meanwhile: the mode starts over later
+  // The aggregators learn who may push before anything else happens for the task.
+  for (size_t i = 0; i < task.links.size(); ++i) {
+    if (task.links[i].members_dirty) SendMembers(task, i, out);
+  }
   for (AggregatorWork& w : work) {
     w.id = next_work_++;
-    out.push_back([this, name = task.status.spec().name(), address = task.status.aggregator(),
-                   epoch = task.epoch, w = std::move(w)]() mutable {
-      work_.Run(name, address, std::move(w),
+    out.push_back([this, name = task.status.spec().name(), tree = TreeOf(task), epoch = task.epoch,
+                   w = std::move(w)]() mutable {
+      work_.Run(name, std::move(tree), std::move(w),
                 [this, name, epoch](WorkResult r) { OnWorkDone(name, epoch, r); });
     });
   }
 }
 
-void CoordinatorCore::StartWatch(Task& task, Outbox& out) {
-  RetireWatch(task);
+void CoordinatorCore::StartWatch(Task& task, size_t index, Outbox& out) {
+  Task::Link& link = task.links[index];
+  if (link.watch != nullptr) retired_watches_.push_back(std::move(link.watch));
   // Started after the lock is released: the client may deliver the first event inline.
-  out.push_back([this, name = task.status.spec().name(), address = task.status.aggregator(),
-                 epoch = task.epoch] {
-    std::unique_ptr<aggregator::AggregatorWatch> watch = aggregators_.WatchTask(
-        address, name,
-        [this, name, epoch](const aggregator::v1::TaskEvent& e) {
-          OnAggregatorEvent(name, epoch, e);
-        },
-        [this, name, epoch](const absl::Status& s) { OnWatchDone(name, epoch, s); });
-    absl::MutexLock lock(&mu_);
-    auto it = tasks_.find(name);
-    if (it != tasks_.end() && it->second.epoch == epoch && !stopping_) {
-      it->second.watch = std::move(watch);
-    } else {
-      retired_watches_.push_back(std::move(watch));  // the task moved on meanwhile
-    }
-  });
-}
-
-void CoordinatorCore::RetireWatch(Task& task) {
-  if (task.watch != nullptr) retired_watches_.push_back(std::move(task.watch));
+  out.push_back(
+      [this, name = task.status.spec().name(), address = link.address, index, epoch = task.epoch] {
+        std::unique_ptr<aggregator::AggregatorWatch> watch = aggregators_.WatchTask(
+            address, name,
+            [this, name, epoch](const aggregator::v1::TaskEvent& e) {
+              OnAggregatorEvent(name, epoch, e);
+            },
+            [this, name, epoch, address](const absl::Status& s) {
+              OnWatchDone(name, epoch, address, s);
+            });
+        absl::MutexLock lock(&mu_);
+        auto it = tasks_.find(name);
+        if (it != tasks_.end() && it->second.epoch == epoch && !stopping_ &&
+            index < it->second.links.size() && it->second.links[index].address == address) {
+          it->second.links[index].watch = std::move(watch);
+        } else {
+          retired_watches_.push_back(std::move(watch));  // the task moved on meanwhile
+        }
+      });
 }
 
 void CoordinatorCore::OnWorkDone(const std::string& name, uint64_t epoch,
@@ -194,7 +220,9 @@ void CoordinatorCore::OnWorkDone(const std::string& name, uint64_t epoch,
     if (it == tasks_.end() || it->second.epoch != epoch || !IsActive(it->second)) return;
     Task& task = it->second;
     // A restore may have reset the task at the aggregator: tell it the members again.
-    if (result.work.kind == AggregatorWork::Kind::kRestore) task.members_dirty = true;
+    if (result.work.kind == AggregatorWork::Kind::kRestore) {
+      for (Task::Link& link : task.links) link.members_dirty = true;
+    }
     ModeEffects fx;
     task.mode->OnWorkDone(result, clock_.Now(), task.status, fx);
     ApplyModeEffects(task, fx, out);
@@ -203,31 +231,35 @@ void CoordinatorCore::OnWorkDone(const std::string& name, uint64_t epoch,
   Flush();
 }
 
-void CoordinatorCore::OnMembersSet(const std::string& name, uint64_t epoch, uint64_t members,
-                                   const absl::Status& status) {
+void CoordinatorCore::OnMembersSet(const std::string& name, uint64_t epoch, size_t index,
+                                   uint64_t members, const absl::Status& status) {
   Outbox out;
   {
     InputLock lock(*this, out);
     auto it = tasks_.find(name);
-    if (it == tasks_.end() || it->second.epoch != epoch) return;
+    if (it == tasks_.end() || it->second.epoch != epoch || index >= it->second.links.size()) {
+      return;
+    }
     Task& task = it->second;
-    --task.members_in_flight;
+    Task::Link& link = task.links[index];
+    --link.members_in_flight;
     if (!status.ok()) {
-      LogWarning("task ", name, ": set members: ", status.message(), " (retrying)");
+      LogWarning("task ", name, ": set members at ", link.address, ": ", status.message(),
+                 " (retrying)");
       metrics_.aggregator_errors.Increment();
-      task.members_dirty = true;
-      task.members_retry_at = clock_.Now() + options_.mode.retry_initial;
+      link.members_dirty = true;
+      link.members_retry_at = clock_.Now() + options_.mode.retry_initial;
       return;  // the held events wait for a SetMembers that succeeds
     }
-    task.members_acked = std::max(task.members_acked, members);
+    link.members_acked = std::max(link.members_acked, members);
     // The events whose membership is confirmed go out, in order; the rest keep waiting.
     size_t released = 0;
-    while (released < task.held.size() && task.held[released].members <= task.members_acked) {
+    while (released < task.held.size() && task.MembersConfirmed(task.held[released].members)) {
       SendTo(task.held[released].peer, std::move(task.held[released].event), out);
       ++released;
     }
     task.held.erase(task.held.begin(), task.held.begin() + static_cast<ptrdiff_t>(released));
-    if (task.members_dirty && task.members_in_flight == 0) SendMembers(task, out);
+    if (link.members_dirty && link.members_in_flight == 0) SendMembers(task, index, out);
   }
   Flush();
 }
@@ -249,7 +281,7 @@ void CoordinatorCore::OnAggregatorEvent(const std::string& name, uint64_t epoch,
 }
 
 void CoordinatorCore::OnWatchDone(const std::string& name, uint64_t epoch,
-                                  const absl::Status& status) {
+                                  const std::string& address, const absl::Status& status) {
   Outbox out;
   {
     InputLock lock(*this, out);
@@ -258,8 +290,7 @@ void CoordinatorCore::OnWatchDone(const std::string& name, uint64_t epoch,
       return;  // cancelled because the task moved on, ended, or the coordinator stops
     }
     // The stream only ends when the aggregator goes away (or refuses us): the task moves.
-    LoseAggregator(it->second.status.aggregator(),
-                   absl::StrCat("its watch stream ended: ", status.message()), out);
+    LoseAggregator(address, absl::StrCat("its watch stream ended: ", status.message()), out);
     Reconcile(out);
   }
   Flush();

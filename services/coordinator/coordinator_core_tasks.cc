@@ -75,12 +75,13 @@ void CoordinatorCore::SendTo(const std::string& peer_id, v1::CoordinatorEvent ev
   out.push_back([sink = it->second.sink, event = std::move(event)] { sink->Send(event); });
 }
 
-v1::CoordinatorEvent CoordinatorCore::TaskAssignedEvent(const Task& task) const {
+v1::CoordinatorEvent CoordinatorCore::TaskAssignedEvent(const Task& task,
+                                                        const std::string& peer_id) const {
   v1::CoordinatorEvent event;
   event.set_task(task.status.spec().name());
   *event.mutable_task_assigned()->mutable_spec() = task.status.spec();
   event.mutable_task_assigned()->mutable_spec()->clear_join_token();
-  event.mutable_task_assigned()->set_aggregator_address(task.status.aggregator());
+  event.mutable_task_assigned()->set_aggregator_address(AggregatorOf(task, peer_id));
   return event;
 }
 
@@ -93,9 +94,17 @@ v1::TaskStatus CoordinatorCore::StatusOf(const Task& task) const {
       *status.add_nodes() = PeerNode(peer->second);
     }
   }
-  if (const AggregatorPool::Entry* entry = pool_.Find(task.status.aggregator()); entry) {
-    *status.add_nodes() = AggregatorNode(task.status.aggregator(), *entry);
+  if (task.links.empty()) {
+    if (const AggregatorPool::Entry* entry = pool_.Find(task.status.aggregator()); entry) {
+      *status.add_nodes() = AggregatorNode(task.status.aggregator(), *entry);
+    }
   }
+  for (const Task::Link& link : task.links) {
+    if (const AggregatorPool::Entry* entry = pool_.Find(link.address); entry) {
+      *status.add_nodes() = AggregatorNode(link.address, *entry);
+    }
+  }
+  ShowClusters(task, status);
   return status;
 }
 
@@ -150,16 +159,22 @@ void CoordinatorCore::SaveRounds(Task& task) {
 
 void CoordinatorCore::ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out) {
   const std::string& name = task.status.spec().name();
-  // Until the aggregator has confirmed the current members, events wait (Task::held).
+  // Until the aggregators have confirmed the current members, events wait (Task::held).
+  const std::vector<uint64_t> needed = task.MembersNeeded();
   const bool hold = task.mode != nullptr && task.mode->UsesAggregator() &&
-                    (task.MembersNeeded() > task.members_acked || !task.held.empty());
+                    (!task.MembersConfirmed(needed) || !task.held.empty());
   for (auto& [id, event] : fx.events) {
     event.set_task(name);
+    if (event.has_initialize_model() &&
+        task.status.spec().topology() == common::v1::TOPOLOGY_HIERARCHICAL) {
+      // The root holds the task's models; the clusters' aggregators fetch them from it.
+      event.mutable_initialize_model()->set_aggregator_address(task.status.aggregator());
+    }
     if (event.has_model_published()) {
       ExpectEvaluation(task, id, event.model_published().version());
     }
     if (hold) {
-      task.held.push_back({id, std::move(event), task.MembersNeeded()});
+      task.held.push_back({id, std::move(event), needed});
     } else {
       SendTo(id, std::move(event), out);
     }
@@ -229,7 +244,8 @@ void CoordinatorCore::PeerFailed(Task& task, const std::string& peer_id, const s
 void CoordinatorCore::LeaveTask(Task& task, const std::string& peer_id, const std::string& why,
                                 Outbox& out) {
   task.peers.erase(peer_id);
-  task.members_dirty = true;
+  MembersChanged(task, peer_id);
+  UnplacePeer(task, peer_id);
   if (IsActive(task)) ForgetPeerData(task.status, peer_id);  // the last participants stay
   EvaluationDone(task, peer_id);
   if (task.mode != nullptr && IsActive(task)) {
@@ -264,11 +280,10 @@ void CoordinatorCore::Finish(Task& task, v1::TaskState state, const std::string&
   // Nothing of the task runs at its aggregator any more: stop watching, free it there (fire and
   // forget: it does not block the task), drop late results.
   NewEpoch(task);
-  RetireWatch(task);
-  if (!task.status.aggregator().empty()) {
-    out.push_back(
-        [this, name, address = task.status.aggregator()] { work_.Release(name, address); });
+  for (const Task::Link& link : task.links) {
+    out.push_back([this, name, address = link.address] { work_.Release(name, address); });
   }
+  DropLinks(task);
   MarkChanged(task, out);
 }
 

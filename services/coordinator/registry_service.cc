@@ -1,6 +1,7 @@
 #include "services/coordinator/registry_service.h"
 
 #include "libs/rpc/status.h"
+#include "libs/rpc/tls.h"
 
 namespace shoal::coordinator {
 
@@ -8,7 +9,8 @@ grpc::ServerUnaryReactor* RegistryServiceImpl::RegisterAggregator(
     grpc::CallbackServerContext* context, const v1::RegisterAggregatorRequest* request,
     v1::RegisterAggregatorResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status s = core_.RegisterAggregator(request->address(), request->capacity());
+  absl::Status s = core_.RegisterAggregator(request->address(), request->capacity(),
+                                            rpc::CallerIdentity(*context));
   if (s.ok()) {
     response->set_heartbeat_interval_ms(
         static_cast<uint32_t>(absl::ToInt64Milliseconds(core_.heartbeat_interval())));

@@ -229,22 +229,28 @@ std::string TaskStatusToJson(const TaskStatus& status) {
   data.reserve(status.data_size());
   for (const auto& d : status.data()) data.push_back(PeerDataToJson(d));
   const RoundSummary* last = LastEvaluated(status);
-  return absl::StrCat(
-      "{\"name\":", JsonQuote(status.spec().name()),
-      ",\"mode\":", JsonQuote(ModeName(status.spec().mode())),
-      ",\"state\":", JsonQuote(StateName(status.state())),
-      ",\"phase\":", JsonQuote(PhaseName(status.phase())), ",\"round\":", status.round(),
-      ",\"rounds\":", status.spec().rounds(),
-      ",\"participants\":", JsonStringArray(status.participants()),
-      ",\"async_peers\":", JsonStringArray(status.async_peers()), ",\"peers\":[",
-      absl::StrJoin(peers, ","), "],\"data\":[", absl::StrJoin(data, ","), "]",
-      ",\"model_version\":", status.model_version(),
-      ",\"aggregator\":", JsonQuote(status.aggregator()),
-      ",\"nodes\":", NodesToJson(status.nodes()), ",\"message\":", JsonQuote(status.message()),
-      ",\"created_unix_ms\":", status.created_unix_ms(),
-      ",\"last_test_accuracy\":", last != nullptr ? JsonNumber(last->test_accuracy()) : "null",
-      ",\"spec\":", task::MessageToFriendlyJson(status.spec()), ",\"history\":[",
-      absl::StrJoin(history, ","), "]}");
+  std::vector<std::string> clusters;
+  for (const auto& c : status.clusters()) {
+    clusters.push_back(absl::StrCat(
+        "{\"aggregator\":", JsonQuote(c.aggregator()), ",\"child_id\":", JsonQuote(c.child_id()),
+        ",\"level\":", c.level(), ",\"peers\":", JsonStringArray(c.peers()), "}"));
+  }
+  return absl::StrCat("{\"name\":", JsonQuote(status.spec().name()),
+                      ",\"mode\":", JsonQuote(ModeName(status.spec().mode())),
+                      ",\"state\":", JsonQuote(StateName(status.state())),
+                      ",\"phase\":", JsonQuote(PhaseName(status.phase())),
+                      ",\"round\":", status.round(), ",\"rounds\":", status.spec().rounds(),
+                      ",\"participants\":", JsonStringArray(status.participants()),
+                      ",\"async_peers\":", JsonStringArray(status.async_peers()), ",\"peers\":[",
+                      absl::StrJoin(peers, ","), "],\"data\":[", absl::StrJoin(data, ","), "]",
+                      ",\"model_version\":", status.model_version(),
+                      ",\"aggregator\":", JsonQuote(status.aggregator()), ",\"clusters\":[",
+                      absl::StrJoin(clusters, ","), "]", ",\"nodes\":", NodesToJson(status.nodes()),
+                      ",\"message\":", JsonQuote(status.message()),
+                      ",\"created_unix_ms\":", status.created_unix_ms(), ",\"last_test_accuracy\":",
+                      last != nullptr ? JsonNumber(last->test_accuracy()) : "null",
+                      ",\"spec\":", task::MessageToFriendlyJson(status.spec()), ",\"history\":[",
+                      absl::StrJoin(history, ","), "]}");
 }
 
 std::string FormatDurationMs(int64_t ms) {
@@ -392,6 +398,16 @@ std::string FormatTaskStatus(const TaskStatus& status) {
   }
   if (!status.aggregator().empty()) {
     absl::StrAppend(&out, "aggregator:    ", status.aggregator(), "\n");
+  }
+  if (status.clusters_size() > 0) {
+    absl::StrAppend(&out, "clusters:      ", status.clusters_size(),
+                    " (hierarchical: each aggregator sums its cluster's updates; the root adds "
+                    "the other clusters' partial sums)\n");
+    for (const auto& c : status.clusters()) {
+      absl::StrAppend(&out, "  ", c.level() == 0 ? "root " : "child", " ",
+                      absl::StrFormat("%-22s", c.aggregator()), " ", c.peers_size(), " peers [",
+                      absl::StrJoin(c.peers(), ", "), "]\n");
+    }
   }
   for (const auto& p : status.peers()) {
     absl::StrAppend(&out, "  ", absl::StrFormat("%-16s %-10s", p.peer_id(), p.state()));

@@ -109,6 +109,10 @@ class InMemoryAggregator final : public aggregator::AggregatorClient {
     core(address).ReleaseTask(task);
     return absl::OkStatus();
   }
+  absl::StatusOr<bool> PullModel(const std::string&, const aggregator::v1::PullModelRequest&,
+                                 absl::Time) override {
+    return absl::UnimplementedError("the in-memory aggregators run no trees");
+  }
 
   std::unique_ptr<aggregator::AggregatorWatch> WatchTask(const std::string& address,
                                                          const std::string& task,

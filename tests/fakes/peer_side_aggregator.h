@@ -161,6 +161,11 @@ class PeerSideAggregator final : public aggregator::AggregatorClient {
   absl::Status ReleaseTask(const std::string&, const std::string&, absl::Time) override {
     return absl::UnimplementedError("not a peer call");
   }
+  absl::StatusOr<bool> PullModel(const std::string&, const aggregator::v1::PullModelRequest&,
+                                 absl::Time) override {
+    return absl::UnimplementedError("not a peer call");
+  }
+
   absl::Status OpenBuffer(const std::string&, const aggregator::v1::OpenBufferRequest&,
                           absl::Time) override {
     return absl::UnimplementedError("not a peer call");

@@ -31,6 +31,7 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
       absl::Time) override {
     absl::MutexLock lock(&mu_);
     closed.push_back(request);
+    close_addresses.push_back(address);
     if (!close_status.ok()) return close_status;
     aggregator::v1::CloseRoundResponse response;
     if (!contributors.empty()) ++version;
@@ -75,16 +76,24 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
                                    absl::string_view, absl::Time) override {
     return absl::UnimplementedError("the coordinator never pushes partial sums");
   }
-  absl::Status SetMembers(const std::string&, const aggregator::v1::SetMembersRequest& request,
-                          absl::Time) override {
+  absl::Status SetMembers(const std::string& address,
+                          const aggregator::v1::SetMembersRequest& request, absl::Time) override {
     absl::MutexLock lock(&mu_);
     members.push_back(request);
+    member_addresses.push_back(address);
     return absl::OkStatus();
   }
   absl::Status ReleaseTask(const std::string&, const std::string& task, absl::Time) override {
     absl::MutexLock lock(&mu_);
     released.push_back(task);
     return absl::OkStatus();
+  }
+  absl::StatusOr<bool> PullModel(const std::string& address,
+                                 const aggregator::v1::PullModelRequest& request,
+                                 absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    pulls.emplace_back(address, request);
+    return true;
   }
 
   std::unique_ptr<aggregator::AggregatorWatch> WatchTask(const std::string& address,
@@ -165,11 +174,14 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
   std::vector<aggregator::v1::OpenRoundRequest> opened;
   std::vector<std::string> open_addresses;
   std::vector<aggregator::v1::CloseRoundRequest> closed;
+  std::vector<std::string> close_addresses;
+  std::vector<std::pair<std::string, aggregator::v1::PullModelRequest>> pulls;
   std::vector<aggregator::v1::OpenBufferRequest> buffers;
   std::vector<std::pair<std::string, uint64_t>> puts;
   std::vector<std::string> put_addresses;
   std::vector<std::string> released;
   std::vector<aggregator::v1::SetMembersRequest> members;
+  std::vector<std::string> member_addresses;
 
  private:
   struct Watch {

@@ -204,6 +204,31 @@ TEST_F(AggregatorTreeServiceTest, ChildRoundsFetchTheirBaseVersionFromTheParent)
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->version(), 2u);
   EXPECT_THAT(done->contributors(), ElementsAre("p0"));
+
+  // PullModel: the coordinator has each child fetch the version the root published, for its
+  // peers' evaluation; once held, a repeat fetches nothing.
+  v1::PullModelRequest pull;
+  pull.set_task("t");
+  pull.set_version(2);
+  pull.mutable_parent()->set_address(root_);
+  pull.mutable_parent()->set_child("leaf-a");
+  auto pulled = client_.PullModel(a_, pull, Deadline());
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  EXPECT_TRUE(*pulled);
+  auto held = client_.GetModel(a_, "t", 2, {}, Deadline());
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(held->Digest(), done->digest_xxh3());
+  pulled = client_.PullModel(a_, pull, Deadline());
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  EXPECT_FALSE(*pulled);
+  // A child the root never named may not fetch; a request without a parent is malformed.
+  pull.mutable_parent()->set_child("leaf-z");
+  pulled = client_.PullModel(b_, pull, Deadline());
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kUnauthenticated) << pulled.status();
+  EXPECT_THAT(pulled.status().message(), HasSubstr("fetching version 2 from the parent"));
+  pull.clear_parent();
+  pulled = client_.PullModel(b_, pull, Deadline());
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kInvalidArgument) << pulled.status();
 }
 
 TEST_F(AggregatorTreeServiceTest, BadPartialsAreRefusedWithTheRightStatus) {

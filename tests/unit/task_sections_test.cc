@@ -425,5 +425,37 @@ TEST(StragglerTaskTest, DefaultsAndRules) {
   }
 }
 
+TEST(TopologyTaskTest, DefaultsAndRules) {
+  absl::StatusOr<TaskSpec> spec = ParseAndValidate("name: x\ntopology: hierarchical\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->topology(), common::v1::TOPOLOGY_HIERARCHICAL);
+  EXPECT_EQ(spec->cluster_size(), 32u);
+  ExpectJsonRoundTrip(*spec);
+  spec = ParseAndValidate("name: x\ntopology: hierarchical\ncluster_size: 2\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->cluster_size(), 2u);
+  spec = ParseAndValidate("name: x\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->has_cluster_size());  // flat
+
+  const std::pair<std::string, std::string> cases[] = {
+      {"topology: hierarchical\ncluster_size: 1\n", "cluster_size: must be in 2..10000, got 1"},
+      {"topology: hierarchical\ncluster_size: 10001\n", "got 10001"},
+      {"cluster_size: 8\n", "cluster_size: only with topology: hierarchical"},
+      {"topology: hierarchical\nmode: federated-async\n",
+       "topology: mode federated-async does not run on a tree of aggregators yet"},
+      {"topology: hierarchical\naggregation: median\n",
+       "aggregation: aggregation median (only mean adds exact partial sums)"},
+      {"topology: hierarchical\nstraggler_factor: 2\n",
+       "straggler_factor: straggler_factor does not run on a tree"},
+      {"topology: ring\n", "topology"},
+  };
+  for (const auto& [text, message] : cases) {
+    absl::StatusOr<TaskSpec> bad = ParseAndValidate("name: x\n" + text);
+    ASSERT_FALSE(bad.ok()) << text;
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr(message)) << text;
+  }
+}
+
 }  // namespace
 }  // namespace shoal::task

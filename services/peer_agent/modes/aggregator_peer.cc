@@ -87,14 +87,15 @@ aggregator::Caller AggregatorPeer::Me() const {
 
 bool AggregatorPeer::TaskCurrent() const { return !deps_.task_current || deps_.task_current(); }
 
-void AggregatorPeer::UploadInitialModel(absl::Time deadline) {
+void AggregatorPeer::UploadInitialModel(const coordinator::v1::InitializeModel& m,
+                                        absl::Time deadline) {
   absl::StatusOr<tensor::FlatModel> init = trainer_.InitialState(/*include_buffers=*/true);
   absl::Status status = init.status();
   std::shared_ptr<const tensor::FlatModel> model;
   if (status.ok()) {
     model = std::make_shared<const tensor::FlatModel>(*std::move(init));
     const common::v1::ModelMeta meta = tensor::MakeModelMeta(task_, 0, *model);
-    const std::string address = address_;
+    const std::string address = m.aggregator_address().empty() ? address_ : m.aggregator_address();
     status = RetryCall(
                  deadline, [this] { return TaskCurrent(); },
                  [&](absl::Time attempt_deadline) {

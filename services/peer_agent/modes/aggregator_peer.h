@@ -76,8 +76,9 @@ class AggregatorPeer {
   // InitializeModel: uploads the seed's initial model as version 0 (PutModel, retried until
   // `deadline` while the task is current), holds it as the global model, publishes it as
   // snapshot 0 and answers ModelInitialized with its digest; on failure logs and answers
-  // PeerError{round 0}.
-  void UploadInitialModel(absl::Time deadline);
+  // PeerError{round 0}. It goes to `m.aggregator_address` when set (a hierarchical task's
+  // root), else to the task's aggregator.
+  void UploadInitialModel(const coordinator::v1::InitializeModel& m, absl::Time deadline);
   // Makes the trainer hold global model `version` exactly: a download (GetModel, streamed to
   // disk) unless it is the one held, then read from disk into the parameters if the trainer
   // trained since.

@@ -114,7 +114,7 @@ void FederatedAsyncRunner::Handle(const CoordinatorEvent& e,
       HandleModelPublished(keep_going);
       break;
     case CoordinatorEvent::kInitializeModel:
-      peer_.UploadInitialModel(clock_.Now() + options_.transfer_budget);
+      peer_.UploadInitialModel(e.initialize_model(), clock_.Now() + options_.transfer_budget);
       break;
     case CoordinatorEvent::kWaiting:
       LogInfo("task ", task_, ": waiting for peers (", e.waiting().have(), " of ",

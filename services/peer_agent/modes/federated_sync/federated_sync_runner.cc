@@ -69,7 +69,7 @@ void FederatedSyncRunner::Handle(const CoordinatorEvent& e,
       peer_.Reassign(e.task_assigned().aggregator_address());
       break;
     case CoordinatorEvent::kInitializeModel:
-      peer_.UploadInitialModel(clock_.Now() + options_.model_transfer_budget);
+      peer_.UploadInitialModel(e.initialize_model(), clock_.Now() + options_.model_transfer_budget);
       break;
     case CoordinatorEvent::kRoundStarted:
       HandleRoundStarted(e.round_started(), keep_going);

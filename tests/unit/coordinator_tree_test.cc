@@ -1,0 +1,193 @@
+// The coordinator's side of hierarchical tasks (topology: hierarchical): peers grouped into
+// clusters of cluster_size, one registered aggregator per cluster, below a root that serves no
+// peer while a child can; each peer told its cluster's aggregator; a round opened at the root (its
+// own peers, the children with peers in the round) and at each child (with the root as parent),
+// closed children first, then the root, then the children fetch the new version; a lost child moves
+// the whole task.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/unit/coordinator_core_fixture.h"
+
+namespace shoal::coordinator {
+namespace {
+
+using core_testing::CoordinatorCoreTest;
+using core_testing::FakeSink;
+using core_testing::Initialized;
+using core_testing::Spec;
+using ::testing::ElementsAre;
+using ::testing::UnorderedElementsAre;
+
+constexpr char kRoot[] = "127.0.0.1:7001";
+constexpr char kChild1[] = "127.0.0.1:7002";
+constexpr char kChild2[] = "127.0.0.1:7003";
+
+std::vector<std::string> Ids(const google::protobuf::RepeatedPtrField<std::string>& ids) {
+  return {ids.begin(), ids.end()};
+}
+
+// The aggregator address each peer was last told (TaskAssigned), and who was asked to store the
+// initial model, where.
+struct Told {
+  std::map<std::string, std::string> assigned;
+  std::map<std::string, std::string> initialize;
+};
+
+Told WhatWasTold(const std::map<std::string, std::shared_ptr<FakeSink>>& sinks) {
+  Told told;
+  for (const auto& [id, sink] : sinks) {
+    for (const v1::CoordinatorEvent& e : sink->events) {
+      if (e.has_task_assigned()) told.assigned[id] = e.task_assigned().aggregator_address();
+      if (e.has_initialize_model()) {
+        told.initialize[id] = e.initialize_model().aggregator_address();
+      }
+    }
+    sink->events.clear();
+  }
+  return told;
+}
+
+class CoordinatorTreeTest : public CoordinatorCoreTest {
+ protected:
+  // Three aggregators, a hierarchical task with clusters of 2, five peers: the task waits for
+  // its initial model.
+  std::map<std::string, std::shared_ptr<FakeSink>> Start() {
+    EXPECT_TRUE(core_->RegisterAggregator(kRoot, {}, "aggregator-0").ok());
+    EXPECT_TRUE(core_->RegisterAggregator(kChild1, {}, "aggregator-1").ok());
+    EXPECT_TRUE(core_->RegisterAggregator(kChild2, {}, "aggregator-2").ok());
+    common::v1::TaskSpec spec = Spec("t", 5, 2);
+    spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
+    spec.set_cluster_size(2);
+    EXPECT_TRUE(core_->CreateTask(spec).ok());
+    std::map<std::string, std::shared_ptr<FakeSink>> sinks;
+    for (const char* p : {"a", "b", "c", "d", "e"}) sinks[p] = Join(p);
+    Step();
+    return sinks;
+  }
+};
+
+TEST_F(CoordinatorTreeTest, PeersAreGroupedIntoClustersOneAggregatorEach) {
+  auto sinks = Start();
+  const Told told = WhatWasTold(sinks);
+  // Clusters of two on the children; the fifth peer finds no free aggregator and joins the
+  // smaller cluster (the first of two equal ones), over its size.
+  EXPECT_EQ(told.assigned,
+            (std::map<std::string, std::string>{
+                {"a", kChild1}, {"b", kChild1}, {"c", kChild2}, {"d", kChild2}, {"e", kChild1}}));
+  // The initial model goes to the root, whatever the initializer's cluster.
+  ASSERT_EQ(told.initialize.size(), 1u);
+  EXPECT_EQ(told.initialize.begin()->second, kRoot);
+
+  const v1::TaskStatus status = Status("t");
+  EXPECT_EQ(status.aggregator(), kRoot);
+  ASSERT_EQ(status.clusters_size(), 3);
+  EXPECT_EQ(status.clusters(0).aggregator(), kRoot);
+  EXPECT_EQ(status.clusters(0).level(), 0u);
+  EXPECT_TRUE(status.clusters(0).peers().empty()) << "the root serves no peer itself";
+  EXPECT_EQ(status.clusters(1).child_id(), "aggregator-1");
+  EXPECT_EQ(status.clusters(1).level(), 1u);
+  EXPECT_THAT(Ids(status.clusters(1).peers()), ElementsAre("a", "b", "e"));
+  EXPECT_THAT(Ids(status.clusters(2).peers()), ElementsAre("c", "d"));
+
+  // Each aggregator was told its members: the root all five, a child its cluster.
+  std::map<std::string, std::set<std::string>> members;
+  for (size_t i = 0; i < aggregator_.members.size(); ++i) {
+    std::set<std::string> ids;
+    for (const auto& [id, token] : aggregator_.members[i].session_tokens()) ids.insert(id);
+    members[aggregator_.member_addresses[i]] = ids;
+  }
+  EXPECT_EQ(members[kRoot], (std::set<std::string>{"a", "b", "c", "d", "e"}));
+  EXPECT_EQ(members[kChild1], (std::set<std::string>{"a", "b", "e"}));
+  EXPECT_EQ(members[kChild2], (std::set<std::string>{"c", "d"}));
+}
+
+TEST_F(CoordinatorTreeTest, ARoundRunsOnTheTree) {
+  auto sinks = Start();
+  const Told told = WhatWasTold(sinks);
+  ASSERT_TRUE(core_->OnMessage(told.initialize.begin()->first, Initialized("t")).ok());
+  Step();
+  ASSERT_EQ(Status("t").phase(), v1::ROUND_PHASE_TRAINING);
+  ASSERT_EQ(aggregator_.opened.size(), 3u);
+  EXPECT_THAT(aggregator_.open_addresses, ElementsAre(kRoot, kChild1, kChild2));
+  const aggregator::v1::OpenRoundRequest& root = aggregator_.opened[0];
+  EXPECT_TRUE(root.expected_peers().empty());
+  EXPECT_THAT(Ids(root.expected_children()), ElementsAre("aggregator-1", "aggregator-2"));
+  EXPECT_FALSE(root.has_parent());
+  const aggregator::v1::OpenRoundRequest& child = aggregator_.opened[1];
+  EXPECT_THAT(Ids(child.expected_peers()), ElementsAre("a", "b", "e"));
+  EXPECT_EQ(child.parent().address(), kRoot);
+  EXPECT_EQ(child.parent().child(), "aggregator-1");
+  EXPECT_EQ(child.round(), 1u);
+  EXPECT_EQ(child.base_version(), root.base_version());
+  EXPECT_THAT(Ids(aggregator_.opened[2].expected_peers()), ElementsAre("c", "d"));
+
+  aggregator_.contributors = {"a", "b", "c", "d", "e"};
+  for (const char* p : {"a", "b", "c", "d", "e"}) Accept("t", 1, p);
+  Step();
+  // Children first (each sends the root its partial sum), then the root; then each child
+  // fetches the version the root published.
+  EXPECT_THAT(aggregator_.close_addresses, ElementsAre(kChild1, kChild2, kRoot));
+  ASSERT_EQ(aggregator_.pulls.size(), 2u);
+  EXPECT_EQ(aggregator_.pulls[0].first, kChild1);
+  // (The fake publishes a version per CloseRound: the root's answer is the newest.)
+  EXPECT_EQ(aggregator_.pulls[0].second.version(), aggregator_.version);
+  EXPECT_EQ(aggregator_.pulls[0].second.parent().address(), kRoot);
+  EXPECT_EQ(aggregator_.pulls[0].second.parent().child(), "aggregator-1");
+  EXPECT_EQ(aggregator_.pulls[1].first, kChild2);
+  const v1::TaskStatus status = Status("t");
+  ASSERT_GE(status.history_size(), 1);
+  EXPECT_THAT(Ids(status.history(0).participants()), UnorderedElementsAre("a", "b", "c", "d", "e"));
+  EXPECT_EQ(status.model_version(), aggregator_.version);
+}
+
+TEST_F(CoordinatorTreeTest, ALostChildMovesTheWholeTask) {
+  auto sinks = Start();
+  WhatWasTold(sinks);
+  aggregator_.BreakWatches(kChild1, absl::UnavailableError("gone"));
+  Step();
+  // Placed again on the two aggregators left: the root and one child, which takes every peer
+  // (over its size: there is no other free aggregator).
+  const Told told = WhatWasTold(sinks);
+  EXPECT_EQ(told.assigned.size(), 5u);
+  for (const auto& [peer, address] : told.assigned) EXPECT_EQ(address, kChild2) << peer;
+  const v1::TaskStatus status = Status("t");
+  ASSERT_EQ(status.clusters_size(), 2);
+  EXPECT_EQ(status.clusters(1).aggregator(), kChild2);
+}
+
+TEST_F(CoordinatorTreeTest, TheRootServesPeersOnlyWhenItIsTheOnlyAggregator) {
+  ASSERT_TRUE(core_->RegisterAggregator(kRoot).ok());
+  common::v1::TaskSpec spec = Spec("t", 3, 1);
+  spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
+  spec.set_cluster_size(2);
+  ASSERT_TRUE(core_->CreateTask(spec).ok());
+  std::map<std::string, std::shared_ptr<FakeSink>> sinks;
+  for (const char* p : {"a", "b", "c"}) sinks[p] = Join(p);
+  Step();
+  const v1::TaskStatus status = Status("t");
+  ASSERT_EQ(status.clusters_size(), 1);
+  EXPECT_THAT(Ids(status.clusters(0).peers()), ElementsAre("a", "b", "c"));
+  // A child's identity is its address when it registered without a certificate.
+  ASSERT_TRUE(core_->RegisterAggregator(kChild1).ok());
+  sinks["d"] = Join("d");
+  Step();
+  ASSERT_EQ(Status("t").clusters_size(), 2);
+  EXPECT_EQ(Status("t").clusters(1).child_id(), kChild1);
+  EXPECT_THAT(Ids(Status("t").clusters(1).peers()), ElementsAre("d"));
+}
+
+TEST_F(CoordinatorTreeTest, FlatTasksShowNoClusters) {
+  auto sinks = StartTask(Spec("flat", 2, 1), {"a", "b"});
+  EXPECT_EQ(Status("flat").clusters_size(), 0);
+  EXPECT_TRUE(aggregator_.pulls.empty());
+}
+
+}  // namespace
+}  // namespace shoal::coordinator
