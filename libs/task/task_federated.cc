@@ -115,8 +115,10 @@ absl::Status ValidateTopology(const TaskSpec& spec) {
                                                " (expected flat, hierarchical)"));
   }
   if (t != common::v1::TOPOLOGY_HIERARCHICAL) {
-    if (spec.has_cluster_size())
+    if (spec.has_cluster_size()) {
       return FieldError("cluster_size", "only with topology: hierarchical");
+    }
+    if (spec.has_fanout()) return FieldError("fanout", "only with topology: hierarchical");
     return absl::OkStatus();
   }
   const auto not_yet = [](absl::string_view field, absl::string_view what) {
@@ -143,13 +145,17 @@ absl::Status ValidateTopology(const TaskSpec& spec) {
     return FieldError("cluster_size", absl::StrCat("must be in 2..", kMaxClusterSize, ", got ",
                                                    spec.cluster_size()));
   }
+  if (spec.has_fanout() && (spec.fanout() < 2 || spec.fanout() > kMaxFanout)) {
+    return FieldError("fanout",
+                      absl::StrCat("must be in 2..", kMaxFanout, ", got ", spec.fanout()));
+  }
   return absl::OkStatus();
 }
 
 void ApplyTopologyDefaults(TaskSpec& spec) {
-  if (spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL && !spec.has_cluster_size()) {
-    spec.set_cluster_size(kDefaultClusterSize);
-  }
+  if (spec.topology() != common::v1::TOPOLOGY_HIERARCHICAL) return;
+  if (!spec.has_cluster_size()) spec.set_cluster_size(kDefaultClusterSize);
+  if (!spec.has_fanout()) spec.set_fanout(kDefaultFanout);
 }
 
 }  // namespace shoal::task

@@ -16,6 +16,8 @@ inline constexpr uint32_t kDefaultTopKMinElements = 4096;
 inline constexpr uint32_t kDefaultStragglerRounds = 2;
 inline constexpr uint32_t kDefaultClusterSize = 32;
 inline constexpr uint32_t kMaxClusterSize = 10000;
+inline constexpr uint32_t kDefaultFanout = 32;
+inline constexpr uint32_t kMaxFanout = 1000;
 
 // Checks the compression rules of task.proto. INVALID_ARGUMENT "<field>: <what>", e.g.
 // "topk_ratio: must be in (0, 1], got 0". Part of ValidateTaskSpec.
@@ -32,10 +34,10 @@ absl::Status ValidateStragglers(const common::v1::TaskSpec& spec);
 void ApplyStragglerDefaults(common::v1::TaskSpec& spec);
 
 // topology flat or hierarchical; hierarchical only in federated-sync, with aggregation mean and
-// no straggler_factor (not supported on a tree yet); cluster_size 2..kMaxClusterSize, only with
-// hierarchical. Part of ValidateTaskSpec.
+// no straggler_factor (not supported on a tree yet); cluster_size 2..kMaxClusterSize and fanout
+// 2..kMaxFanout, only with hierarchical. Part of ValidateTaskSpec.
 absl::Status ValidateTopology(const common::v1::TaskSpec& spec);
-// cluster_size kDefaultClusterSize for a hierarchical task.
+// cluster_size kDefaultClusterSize and fanout kDefaultFanout for a hierarchical task.
 void ApplyTopologyDefaults(common::v1::TaskSpec& spec);
 
 }  // namespace shoal::task

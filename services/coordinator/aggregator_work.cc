@@ -88,7 +88,7 @@ void AggregatorWorkRunner::Drain() {
 
 WorkResult AggregatorWorkRunner::Execute(const std::string& task, const AggregatorTree& tree,
                                          const AggregatorWork& work) {
-  const std::string& address = tree.root;
+  const std::string& address = tree.root();
   WorkResult result;
   result.work = work;
   const absl::Time deadline = clock_.Now() + options_.call_timeout;

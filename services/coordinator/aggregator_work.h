@@ -21,17 +21,18 @@
 namespace shoal::coordinator {
 
 // What a task's aggregator work runs on: its root and, with topology hierarchical, the
-// aggregators of its other clusters, each a child of the root (README "Supernode tree rounds").
+// aggregators of its clusters below it, each the child of another (README "Supernode tree
+// rounds").
 struct AggregatorTree {
-  struct Child {
+  struct Node {
     std::string address;
-    std::string id;               // its id as the root's child
+    std::string id;               // its id as its parent's child ("" for the root)
     std::set<std::string> peers;  // its cluster
+    size_t parent = 0;            // index in `nodes`
   };
-  std::string root;
+  std::vector<Node> nodes;  // nodes[0] is the root; every node comes after its parent
   bool hierarchical = false;
-  std::set<std::string> root_peers;  // hierarchical: the root's own cluster
-  std::vector<Child> children;
+  const std::string& root() const { return nodes.front().address; }
 };
 
 struct AggregatorWorkOptions {
@@ -54,11 +55,11 @@ class AggregatorWorkRunner {
   ~AggregatorWorkRunner();
 
   // Runs `work` for `task` on `tree`; `done` gets the result. A round of a hierarchical task
-  // runs on every aggregator of the tree: OpenRound at the root (its own cluster's peers,
-  // every child), then at each child with peers in the round (its cluster's peers, the root as
-  // parent); CloseRound at each child (it sends the root its partial sum), then at the root
-  // (the result), then each child fetches the new version (PullModel) for its peers. Any other
-  // work runs at the root.
+  // runs on the aggregators of the tree with peers in the round below them: OpenRound from the
+  // root down (each with its cluster's peers, its children, its parent), CloseRound from the
+  // deepest up (each sends its partial sum to its parent; the root's answer is the result),
+  // then every node fetches the new version from its parent (PullModel), from the top down, for
+  // its peers. Any other work runs at the root.
   void Run(const std::string& task, AggregatorTree tree, AggregatorWork work, DoneFn done);
   // Sets the task's members at the aggregator, in order with the task's control calls.
   void SetMembers(const std::string& task, const std::string& address,
@@ -97,8 +98,9 @@ class AggregatorWorkRunner {
 
   absl::Mutex mu_;
   std::map<std::string, Queues> queues_ ABSL_GUARDED_BY(mu_);
-  // Per hierarchical task, the children its open round was opened on (CloseTree closes them).
-  std::map<std::string, std::pair<uint64_t, std::vector<AggregatorTree::Child>>> tree_rounds_
+  // Per hierarchical task, the nodes below the root its open round was opened on, parents
+  // first (CloseTree closes them, deepest first).
+  std::map<std::string, std::pair<uint64_t, std::vector<AggregatorTree::Node>>> tree_rounds_
       ABSL_GUARDED_BY(mu_);
   // Per task, where the values start in its checkpoint files (the layout's header size).
   std::map<std::string, uint64_t> values_offsets_ ABSL_GUARDED_BY(mu_);

@@ -174,11 +174,13 @@ class CoordinatorCore {
     // of older watches are dropped.
     uint64_t epoch = 0;
     // One aggregator of the task and what it was told. A task has none (waiting for one), or
-    // its root (status.aggregator()) first and, with topology hierarchical, one more per
-    // cluster beyond the root's own.
+    // its root (status.aggregator()) first and, with topology hierarchical, one per cluster,
+    // each below the root or below another cluster's aggregator (fanout children each).
     struct Link {
       std::string address;
-      std::string child;            // its id as the root's child ("" for the root)
+      std::string child;            // its id as its parent's child ("" for the root)
+      size_t parent = 0;            // index in links of its parent (the root's: itself)
+      uint32_t level = 0;           // 0: the root
       std::set<std::string> peers;  // hierarchical: its cluster (the root knows every peer)
       std::unique_ptr<aggregator::AggregatorWatch> watch;
       bool members_dirty = true;  // it must learn the current peers and tokens
@@ -320,9 +322,10 @@ class CoordinatorCore {
   // Retires every link's watch and forgets the links.
   void DropLinks(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // --- Clusters of hierarchical tasks (coordinator_core_clusters.cc) ---
-  // Puts a peer of the task in a cluster: the first child's with room, else a new one on a
-  // registered aggregator the task does not use, else the smallest child's (the root's own
-  // while it has no child). Flat tasks: nothing.
+  // Puts a peer of the task in a cluster: the first one with room, else a new one on a
+  // registered aggregator the task does not use (below the first aggregator with fewer than
+  // fanout children), else the smallest (the root's own while it has no child). Flat tasks:
+  // nothing.
   void PlacePeer(Task& task, const std::string& peer_id, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnplacePeer(Task& task, const std::string& peer_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -332,7 +335,7 @@ class CoordinatorCore {
   const std::string& AggregatorOf(const Task& task, const std::string& peer_id) const;
   // How many links of active tasks each aggregator serves.
   std::map<std::string, size_t> AggregatorLoad() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What the task's work runs on: the root, and the clusters beyond it.
+  // What the task's work runs on: the root, and the clusters below it.
   AggregatorTree TreeOf(const Task& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ShowClusters(const Task& task, v1::TaskStatus& status) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

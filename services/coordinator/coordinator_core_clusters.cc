@@ -1,15 +1,18 @@
 // CoordinatorCore: the clusters of hierarchical tasks. The first aggregator of such a task (a
-// link) is the root, which adds the partial sums of the others, each serving a cluster of at
-// most cluster_size peers (README "Supernode tree rounds"); the root serves peers itself only
-// while it is the task's only aggregator. A flat task has one link, its aggregator, serving
-// every peer.
+// link) is the root; each other serves a cluster of at most cluster_size peers and sends its
+// parent (the root, or another cluster's aggregator: each adds up at most fanout children) the
+// partial sum of its cluster and of the clusters below it (README "Supernode tree rounds"). The
+// root serves peers itself only while it is the task's only aggregator. A flat task has one
+// link, its aggregator, serving every peer.
 
 #include <algorithm>
 #include <cstddef>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "libs/common/log.h"
+#include "libs/task/task_federated.h"
 #include "services/coordinator/coordinator_core.h"
 
 namespace shoal::coordinator {
@@ -49,7 +52,11 @@ void CoordinatorCore::PlacePeer(Task& task, const std::string& peer_id, Outbox& 
   UnplacePeer(task, peer_id);
   // The root adds the clusters' partial sums and serves no cluster of its own while another
   // aggregator can: what flows into it is one sum per cluster, not one update per peer.
-  const size_t cluster_size = task.status.spec().cluster_size();
+  const common::v1::TaskSpec& spec = task.status.spec();
+  // (Specs created through the API have both set; 0 would leave no room.)
+  const size_t cluster_size =
+      spec.has_cluster_size() ? spec.cluster_size() : task::kDefaultClusterSize;
+  const size_t fanout = spec.has_fanout() ? spec.fanout() : task::kDefaultFanout;
   size_t chosen = task.links.size();
   for (size_t i = 1; i < task.links.size(); ++i) {
     if (task.links[i].peers.size() < cluster_size) {
@@ -63,12 +70,23 @@ void CoordinatorCore::PlacePeer(Task& task, const std::string& peer_id, Outbox& 
     for (const Task::Link& link : task.links) used.insert(link.address);
     const std::string address = pool_.Pick(AggregatorLoad(), used);
     if (!address.empty()) {
+      // Below the first aggregator (the root, then the clusters in the order they opened:
+      // level by level) that adds up fewer than fanout children.
+      std::vector<size_t> children(task.links.size(), 0);
+      for (size_t i = 1; i < task.links.size(); ++i) ++children[task.links[i].parent];
+      size_t parent = 0;
+      while (parent + 1 < task.links.size() && children[parent] >= fanout) {
+        ++parent;
+      }
       Task::Link& link = task.links.emplace_back();
       link.address = address;
+      link.parent = parent;
+      link.level = task.links[parent].level + 1;
       const AggregatorPool::Entry* entry = pool_.Find(address);
       link.child = entry != nullptr && !entry->identity.empty() ? entry->identity : address;
       LogInfo("task ", task.status.spec().name(), ": cluster ", chosen, " on aggregator ", address,
-              " (child '", link.child, "' of the root)");
+              " (child '", link.child, "' of ", task.links[parent].address, ", level ", link.level,
+              ")");
       StartWatch(task, chosen, out);
     } else if (task.links.size() == 1) {
       chosen = 0;  // the root is the task's only aggregator
@@ -118,12 +136,14 @@ const std::string& CoordinatorCore::AggregatorOf(const Task& task,
 AggregatorTree CoordinatorCore::TreeOf(const Task& task) const {
   AggregatorTree tree;
   if (task.links.empty()) return tree;
-  tree.root = task.links[0].address;
-  if (!Hierarchical(task.status.spec())) return tree;
-  tree.hierarchical = true;
-  tree.root_peers = task.links[0].peers;
-  for (size_t i = 1; i < task.links.size(); ++i) {
-    tree.children.push_back({task.links[i].address, task.links[i].child, task.links[i].peers});
+  tree.hierarchical = Hierarchical(task.status.spec());
+  for (const Task::Link& link : task.links) {
+    AggregatorTree::Node& node = tree.nodes.emplace_back();
+    node.address = link.address;
+    node.id = link.child;
+    node.parent = link.parent;
+    if (!tree.hierarchical) break;  // a flat task's one aggregator serves every peer
+    node.peers = link.peers;
   }
   return tree;
 }
@@ -134,7 +154,8 @@ void CoordinatorCore::ShowClusters(const Task& task, v1::TaskStatus& status) con
     v1::ClusterInfo* cluster = status.add_clusters();
     cluster->set_aggregator(task.links[i].address);
     cluster->set_child_id(task.links[i].child);
-    cluster->set_level(i == 0 ? 0 : 1);
+    cluster->set_level(task.links[i].level);
+    if (i > 0) cluster->set_parent(task.links[task.links[i].parent].address);
     for (const std::string& id : task.links[i].peers) cluster->add_peers(id);
   }
 }

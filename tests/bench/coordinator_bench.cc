@@ -39,6 +39,7 @@
 #include "shoal/coordinator/v1/control.grpc.pb.h"
 #include "tests/bench/light_peer.h"
 #include "tests/bench/raw_tcp.h"
+#include "tests/testing/http_get.h"
 
 ABSL_FLAG(int, peers, 1000, "concurrent peer sessions in the measured phase");
 ABSL_FLAG(absl::Duration, duration, absl::Minutes(5), "how long the measured phase holds them");
@@ -56,6 +57,14 @@ ABSL_FLAG(double, join_rate, 0,
           "after a coordinator restart)");
 ABSL_FLAG(int, max_concurrent_pushes, 16, "the aggregator's --max-concurrent-pushes");
 ABSL_FLAG(bool, exact_sum, false, "the task's aggregation_options.exact_sum (mean summed exactly)");
+ABSL_FLAG(int, model_kb, 0,
+          "model and update size in kB (10^3 bytes) without the downloads of --model-mb "
+          "(0: 64 bytes)");
+ABSL_FLAG(int, aggregators, 1, "shoal-aggregator processes to start");
+ABSL_FLAG(bool, hierarchical, false,
+          "the task's topology is hierarchical (clusters of --cluster-size, one aggregator each, "
+          "below a root): start 1 + peers / cluster size aggregators");
+ABSL_FLAG(int, cluster_size, 32, "with --hierarchical: the task's cluster_size");
 ABSL_FLAG(std::string, bin_dir, "",
           "where shoal-coordinator and shoal-aggregator are "
           "(default: ../../bin from this binary)");
@@ -147,10 +156,35 @@ class Bench {
         {"--state-dir=" + dir_ + "/state",
          "--heartbeat-interval=" + absl::FormatDuration(absl::GetFlag(FLAGS_heartbeat_interval))});
     control_ = cv1::ControlService::NewStub(shoal::rpc::MakeChannel(coordinator_address_));
-    aggregator_ = StartService(
-        "aggregator", "shoal-aggregator",
-        {"--coordinator=" + coordinator_address_,
-         absl::StrCat("--max-concurrent-pushes=", absl::GetFlag(FLAGS_max_concurrent_pushes))});
+    for (int i = 0; i < AggregatorCount(); ++i) {
+      aggregators_.push_back(StartService(
+          absl::StrCat("aggregator-", i), "shoal-aggregator",
+          {"--coordinator=" + coordinator_address_,
+           absl::StrCat("--max-concurrent-pushes=", absl::GetFlag(FLAGS_max_concurrent_pushes))}));
+    }
+  }
+
+  static int AggregatorCount() {
+    if (!absl::GetFlag(FLAGS_hierarchical)) return std::max(1, absl::GetFlag(FLAGS_aggregators));
+    const int size = std::max(2, absl::GetFlag(FLAGS_cluster_size));
+    return std::max(absl::GetFlag(FLAGS_aggregators),
+                    1 + (absl::GetFlag(FLAGS_peers) + size - 1) / size);
+  }
+
+  // Every aggregator's `metric` (a counter), by address.
+  std::map<std::string, double> AggregatorCounters(const std::string& metric) {
+    std::map<std::string, double> values;
+    for (const auto& [address, metrics] : aggregator_metrics_) {
+      auto page = shoal::testing::HttpGet(metrics, "/metrics");
+      values[address] = page.ok() ? shoal::testing::MetricValue(*page, metric) : -1;
+    }
+    return values;
+  }
+
+  double AggregatorsCpu() {
+    double cpu = 0;
+    for (const auto& a : aggregators_) cpu += CpuSeconds(a->pid());
+    return cpu;
   }
 
   // Runs one phase: a task for exactly `peers` peers, the fleet held for `duration`.
@@ -167,6 +201,8 @@ class Bench {
     if (model_bytes > 0) {
       options.model_floats = model_bytes / 4;
       options.download = true;
+    } else if (absl::GetFlag(FLAGS_model_kb) > 0) {
+      options.model_floats = int64_t{absl::GetFlag(FLAGS_model_kb)} * 1000 / 4;
     }
     Fleet fleet(options);
     const absl::Time t0 = absl::Now();
@@ -202,7 +238,9 @@ class Bench {
 
     const absl::Time start = absl::Now();
     const double cpu_start = CpuSeconds(coordinator_->pid());
-    const double aggregator_cpu_start = CpuSeconds(aggregator_->pid());
+    const double aggregator_cpu_start = AggregatorsCpu();
+    const auto bytes_start = AggregatorCounters("shoal_aggregator_bytes_received_total");
+    const uint64_t round_start = TaskStatus(name).round();
     const double self_cpu_start = CpuSeconds(getpid());
     double rss_warm = rss_start, rss_max = rss_start;
     bool warm = false;
@@ -218,7 +256,8 @@ class Bench {
     }
     const double rss_end = RssMiB(coordinator_->pid());
     const double cpu = CpuSeconds(coordinator_->pid()) - cpu_start;
-    const double aggregator_cpu = CpuSeconds(aggregator_->pid()) - aggregator_cpu_start;
+    const double aggregator_cpu = AggregatorsCpu() - aggregator_cpu_start;
+    const auto bytes_end = AggregatorCounters("shoal_aggregator_bytes_received_total");
     const double self_cpu = CpuSeconds(getpid()) - self_cpu_start;
     const double wall = absl::ToDoubleSeconds(absl::Now() - start);
     const auto status = TaskStatus(name);
@@ -255,6 +294,10 @@ class Bench {
           name.c_str(), rss_start, absl::FormatDuration(warmup).c_str(), rss_warm, rss_end,
           rss_end - rss_warm, rss_max);
     }
+    PrintIngress(name, status, bytes_start, bytes_end,
+                 static_cast<int>(status.round() - round_start));
+    std::printf("%s: CPU of the %zu aggregators %.1f s in %.0f s\n", name.c_str(),
+                aggregators_.size(), aggregator_cpu, wall);
     PrintLatency(name, "round (first RoundStarted -> last ModelPublished)", l.round_ms, name);
     PrintLatency(name, "RoundStarted fan-out (arrival - first arrival)", l.fanout_ms, name);
     PrintLatency(name, "ModelPublished after the last accepted push", l.publish_ms, name);
@@ -300,7 +343,7 @@ class Bench {
     }
     const double tcp_round = 2.0 * peers * Percentile(tcp_s, 0.5);
     const double round = Percentile(round_s, 0.5);
-    const double hwm = StatusMiB(aggregator_->pid(), "VmHWM");
+    const double hwm = StatusMiB(aggregators_.front()->pid(), "VmHWM");
     const double model_mib = static_cast<double>(model_bytes) / (1 << 20);
     std::printf(
         "%s: data path: %.0f MB model, %d peers, %zu rounds measured: round (first RoundStarted "
@@ -323,6 +366,23 @@ class Bench {
         (absl::GetFlag(FLAGS_max_concurrent_pushes) + 2) * model_mib);
   }
 
+  // What flowed into the task's root aggregator (its bytes_received counter) per round of the
+  // phase, and into all the aggregators.
+  void PrintIngress(const std::string& name, const cv1::TaskStatus& status,
+                    const std::map<std::string, double>& start,
+                    const std::map<std::string, double>& end, int rounds) {
+    double all = 0;
+    for (const auto& [address, bytes] : end) all += bytes - start.at(address);
+    const std::string& root = status.aggregator();
+    const double into_root = end.count(root) ? end.at(root) - start.at(root) : -1;
+    const double per = std::max(1, rounds);
+    std::printf(
+        "%s: bytes into the root aggregator per round %.0f (%d rounds; %d clusters); into all "
+        "%zu aggregators %.0f per round\n",
+        name.c_str(), into_root / per, rounds, std::max(1, status.clusters_size() - 1), end.size(),
+        all / per);
+  }
+
   void PrintRatios() {
     if (phases_.size() < 2) return;
     const Latencies& base = phases_.front();
@@ -342,7 +402,9 @@ class Bench {
 
   int64_t errors() const { return errors_; }
   void Stop() {
-    shoal::process::StopInOrder({{aggregator_.get()}, {coordinator_.get()}}, absl::Seconds(10));
+    std::vector<shoal::process::Process*> aggregators;
+    for (const auto& a : aggregators_) aggregators.push_back(a.get());
+    shoal::process::StopInOrder({aggregators, {coordinator_.get()}}, absl::Seconds(10));
   }
 
  private:
@@ -368,7 +430,11 @@ class Bench {
     auto addresses =
         shoal::process::WaitForAddressFile(address_file, process->get(), absl::Seconds(30));
     if (!addresses.ok()) Die(std::string(addresses.status().message()));
-    if (name == "coordinator") coordinator_address_ = addresses->at("grpc");
+    if (name == "coordinator") {
+      coordinator_address_ = addresses->at("grpc");
+    } else {
+      aggregator_metrics_[addresses->at("grpc")] = addresses->at("metrics");
+    }
     return *std::move(process);
   }
 
@@ -390,6 +456,10 @@ class Bench {
     spec.set_round_deadline_seconds(60);
     spec.set_aggregation(shoal::common::v1::AGGREGATION_MEAN);
     if (absl::GetFlag(FLAGS_exact_sum)) spec.mutable_aggregation_options()->set_exact_sum(true);
+    if (absl::GetFlag(FLAGS_hierarchical)) {
+      spec.set_topology(shoal::common::v1::TOPOLOGY_HIERARCHICAL);
+      spec.set_cluster_size(static_cast<uint32_t>(absl::GetFlag(FLAGS_cluster_size)));
+    }
     spec.set_seed(1);
     grpc::ClientContext context;
     shoal::rpc::SetTimeout(context, absl::Seconds(10));
@@ -422,7 +492,8 @@ class Bench {
   std::string dir_;
   std::string coordinator_address_;
   std::unique_ptr<shoal::process::Process> coordinator_;
-  std::unique_ptr<shoal::process::Process> aggregator_;
+  std::vector<std::unique_ptr<shoal::process::Process>> aggregators_;
+  std::map<std::string, std::string> aggregator_metrics_;  // gRPC address -> metrics address
   std::unique_ptr<cv1::ControlService::Stub> control_;
   std::vector<Latencies> phases_;
   int64_t errors_ = 0;

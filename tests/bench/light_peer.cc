@@ -135,7 +135,9 @@ class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::Coor
         break;
       }
       case v1::CoordinatorEvent::kInitializeModel:
-        Submit([this, task = e.task()] { PutInitialModel(task); });
+        Submit([this, task = e.task(), to = e.initialize_model().aggregator_address()] {
+          PutInitialModel(task, to);
+        });
         break;
       case v1::CoordinatorEvent::kRoundStarted:
         fleet_.Record(e.round_started().round(), kStarted, fleet_.Now());
@@ -225,9 +227,10 @@ class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::Coor
     return false;
   }
 
-  void PutInitialModel(const std::string& task) {
+  // To `to` when set (a hierarchical task's root), else to the task's aggregator.
+  void PutInitialModel(const std::string& task, const std::string& to) {
     const common::v1::ModelMeta meta = tensor::MakeModelMeta(task, 0, *fleet_.model_);
-    const std::string address = Aggregator();
+    const std::string address = to.empty() ? Aggregator() : to;
     const aggregator::Caller me = Me();
     if (!CallWithRetry("PutModel", [&](absl::Time deadline) {
           return fleet_.aggregator_

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "services/shoalctl/process.h"
 #include "shoal/coordinator/v1/control.grpc.pb.h"
+#include "tests/testing/http_get.h"
 
 namespace shoal::testing {
 
@@ -93,9 +94,6 @@ class Cluster {
   std::map<int, Service> peers_;
   std::unique_ptr<coordinator::v1::ControlService::Stub> control_;
 };
-
-// The body of GET http://address/path (plain HTTP/1.0 over a local socket).
-absl::StatusOr<std::string> HttpGet(const std::string& address, const std::string& path);
 
 // A small fast task: MLP on a slice of Fashion-MNIST.
 common::v1::TaskSpec SmallTask(const std::string& name);

@@ -1,7 +1,9 @@
-// A hierarchical task on real processes (127.0.0.1, mutual TLS): a coordinator, three
-// aggregators and six peers, clusters of three: a root and two children. Each child sums its
-// cluster's updates exactly and sends the root one partial sum per round; the root publishes
-// every version; every peer trains, and evaluates each version at its own cluster's aggregator.
+// A hierarchical task on real processes (127.0.0.1, mutual TLS): a coordinator, four
+// aggregators and six peers, clusters of two, fanout 2: a root serving no peer, two clusters
+// below it, and a third one level deeper, below the first. Each aggregator sums its cluster's
+// updates exactly and sends its parent one partial sum per round (the first cluster's includes
+// the one below it); the root publishes every version; every peer trains, and evaluates each
+// version at its own cluster's aggregator.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -28,26 +30,13 @@ std::string TempDir() {
   return *dir;
 }
 
-// The value of a counter without labels in a Prometheus text page (-1 when absent).
-double Counter(const std::string& page, const std::string& name) {
-  const std::string prefix = name + " ";
-  size_t at = 0;
-  while ((at = page.find(prefix, at)) != std::string::npos) {
-    if (at == 0 || page[at - 1] == '\n') {
-      return std::stod(page.substr(at + prefix.size(), page.find('\n', at) - at));
-    }
-    at += prefix.size();
-  }
-  return -1;
-}
-
 TEST(HierarchicalClusterTest, ClustersSendTheRootExactPartialSumsAndTheTaskCompletes) {
   Cluster cluster(TempDir());
   {
     absl::Status started = cluster.StartCoordinator();
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 4; ++i) {
     absl::Status started = cluster.StartAggregator();
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }
@@ -58,31 +47,36 @@ TEST(HierarchicalClusterTest, ClustersSendTheRootExactPartialSumsAndTheTaskCompl
   ASSERT_TRUE(cluster.WaitForPeersConnected(kPeers, absl::Seconds(60)).ok()) << cluster.LogTails();
   common::v1::TaskSpec spec = SmallTask("tree");
   spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
-  spec.set_cluster_size(3);
+  spec.set_cluster_size(2);
+  spec.set_fanout(2);
   spec.set_min_participants(kPeers);
   spec.set_rounds(3);
   spec.mutable_aggregation_options()->set_exact_sum(true);
   ASSERT_TRUE(cluster.CreateTask(spec).ok());
 
-  // The tree: a root serving no peer, and two clusters of three, one aggregator each.
+  // The tree: a root serving no peer; two clusters of two below it, and one below the first.
   auto status = cluster.WaitFor(
       spec.name(),
-      [](const cv1::TaskStatus& s) { return s.round() >= 1 && s.clusters_size() == 3; },
-      Cluster::TaskBound(spec), "the first round on a root and two clusters");
+      [](const cv1::TaskStatus& s) { return s.round() >= 1 && s.clusters_size() == 4; },
+      Cluster::TaskBound(spec), "the first round on a tree of four aggregators");
   ASSERT_TRUE(status.ok()) << status.status();
   std::set<std::string> aggregators;
   std::set<std::string> placed;
   for (const cv1::ClusterInfo& c : status->clusters()) {
-    EXPECT_EQ(c.peers_size(), c.level() == 0 ? 0 : 3) << c.ShortDebugString();
+    EXPECT_EQ(c.peers_size(), c.level() == 0 ? 0 : 2) << c.ShortDebugString();
     aggregators.insert(c.aggregator());
     placed.insert(c.peers().begin(), c.peers().end());
   }
-  EXPECT_EQ(aggregators.size(), 3u);
+  EXPECT_EQ(aggregators.size(), 4u);
   EXPECT_EQ(placed.size(), static_cast<size_t>(kPeers));
-  EXPECT_EQ(status->clusters(0).aggregator(), status->aggregator());
-  EXPECT_EQ(status->clusters(0).level(), 0u);
-  EXPECT_EQ(status->clusters(1).level(), 1u);
   const std::string root = status->aggregator();
+  ASSERT_EQ(status->clusters(0).aggregator(), root);
+  EXPECT_EQ(status->clusters(0).level(), 0u);
+  EXPECT_EQ(status->clusters(1).parent(), root);
+  EXPECT_EQ(status->clusters(2).parent(), root);
+  EXPECT_EQ(status->clusters(3).level(), 2u);
+  const std::string middle = status->clusters(1).aggregator();
+  EXPECT_EQ(status->clusters(3).parent(), middle);
 
   status = cluster.WaitFor(
       spec.name(),
@@ -104,19 +98,27 @@ TEST(HierarchicalClusterTest, ClustersSendTheRootExactPartialSumsAndTheTaskCompl
   EXPECT_TRUE(last.evaluation_complete()) << last.ShortDebugString();
   EXPECT_GT(last.test_accuracy(), 0.5) << "far above chance (0.1): the tree trained the model";
 
-  // The root added two partial sums per round (one per child), took no peer's update and sent
-  // no sum; each child took its three peers' updates and sent one sum per round.
+  // Per round: the root added two partial sums (its children's) and took no update; the first
+  // cluster's aggregator added the sum of the cluster below it; every aggregator but the root
+  // took its two peers' updates and sent its parent one sum.
+  const double rounds = spec.rounds();
   for (int i = 0; i < cluster.aggregator_count(); ++i) {
     auto page = HttpGet(cluster.aggregator(i).metrics_address, "/metrics");
     ASSERT_TRUE(page.ok()) << page.status();
-    const bool is_root = cluster.aggregator(i).address == root;
-    SCOPED_TRACE(absl::StrCat("aggregator ", i, is_root ? " (root)" : " (child)"));
-    EXPECT_EQ(Counter(*page, "shoal_aggregator_partials_accepted_total"),
-              is_root ? 2.0 * spec.rounds() : 0.0);
-    EXPECT_EQ(Counter(*page, "shoal_aggregator_partials_forwarded_total"),
-              is_root ? 0.0 : 1.0 * spec.rounds());
-    EXPECT_EQ(Counter(*page, "shoal_aggregator_updates_accepted_total"),
-              is_root ? 0.0 : 3.0 * spec.rounds());
+    const std::string& address = cluster.aggregator(i).address;
+    const bool is_root = address == root;
+    SCOPED_TRACE(absl::StrCat("aggregator ", i, " at ", address,
+                              is_root             ? " (root)"
+                              : address == middle ? " (middle)"
+                                                  : ""));
+    EXPECT_EQ(MetricValue(*page, "shoal_aggregator_partials_accepted_total"), is_root ? 2 * rounds
+                                                                              : address == middle
+                                                                                  ? rounds
+                                                                                  : 0.0);
+    EXPECT_EQ(MetricValue(*page, "shoal_aggregator_partials_forwarded_total"),
+              is_root ? 0.0 : rounds);
+    EXPECT_EQ(MetricValue(*page, "shoal_aggregator_updates_accepted_total"),
+              is_root ? 0.0 : 2 * rounds);
   }
 }
 

@@ -28,6 +28,7 @@ using ::testing::UnorderedElementsAre;
 constexpr char kRoot[] = "127.0.0.1:7001";
 constexpr char kChild1[] = "127.0.0.1:7002";
 constexpr char kChild2[] = "127.0.0.1:7003";
+constexpr char kGrandchild[] = "127.0.0.1:7004";
 
 std::vector<std::string> Ids(const google::protobuf::RepeatedPtrField<std::string>& ids) {
   return {ids.begin(), ids.end()};
@@ -131,9 +132,9 @@ TEST_F(CoordinatorTreeTest, ARoundRunsOnTheTree) {
   aggregator_.contributors = {"a", "b", "c", "d", "e"};
   for (const char* p : {"a", "b", "c", "d", "e"}) Accept("t", 1, p);
   Step();
-  // Children first (each sends the root its partial sum), then the root; then each child
-  // fetches the version the root published.
-  EXPECT_THAT(aggregator_.close_addresses, ElementsAre(kChild1, kChild2, kRoot));
+  // Children first, the newest first (each sends the root its partial sum), then the root;
+  // then each child fetches the version the root published.
+  EXPECT_THAT(aggregator_.close_addresses, ElementsAre(kChild2, kChild1, kRoot));
   ASSERT_EQ(aggregator_.pulls.size(), 2u);
   EXPECT_EQ(aggregator_.pulls[0].first, kChild1);
   // (The fake publishes a version per CloseRound: the root's answer is the newest.)
@@ -160,6 +161,50 @@ TEST_F(CoordinatorTreeTest, ALostChildMovesTheWholeTask) {
   const v1::TaskStatus status = Status("t");
   ASSERT_EQ(status.clusters_size(), 2);
   EXPECT_EQ(status.clusters(1).aggregator(), kChild2);
+}
+
+// With fanout 2, the third cluster goes one level down, below the first child: rounds open from
+// the root down, close from the deepest up, and each node fetches the new version from its own
+// parent.
+TEST_F(CoordinatorTreeTest, ClustersBeyondTheFanoutGoOneLevelDeeper) {
+  ASSERT_TRUE(core_->RegisterAggregator(kRoot, {}, "aggregator-0").ok());
+  ASSERT_TRUE(core_->RegisterAggregator(kChild1, {}, "aggregator-1").ok());
+  ASSERT_TRUE(core_->RegisterAggregator(kChild2, {}, "aggregator-2").ok());
+  ASSERT_TRUE(core_->RegisterAggregator(kGrandchild, {}, "aggregator-3").ok());
+  common::v1::TaskSpec spec = Spec("t", 6, 2);
+  spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
+  spec.set_cluster_size(2);
+  spec.set_fanout(2);
+  ASSERT_TRUE(core_->CreateTask(spec).ok());
+  std::map<std::string, std::shared_ptr<FakeSink>> sinks;
+  for (const char* p : {"a", "b", "c", "d", "e", "f"}) sinks[p] = Join(p);
+  Step();
+  const v1::TaskStatus status = Status("t");
+  ASSERT_EQ(status.clusters_size(), 4);
+  EXPECT_EQ(status.clusters(3).aggregator(), kGrandchild);
+  EXPECT_EQ(status.clusters(3).level(), 2u);
+  EXPECT_EQ(status.clusters(3).parent(), kChild1);
+  EXPECT_THAT(Ids(status.clusters(3).peers()), ElementsAre("e", "f"));
+  EXPECT_EQ(status.clusters(2).parent(), kRoot);
+
+  const Told told = WhatWasTold(sinks);
+  ASSERT_TRUE(core_->OnMessage(told.initialize.begin()->first, Initialized("t")).ok());
+  Step();
+  EXPECT_THAT(aggregator_.open_addresses, ElementsAre(kRoot, kChild1, kChild2, kGrandchild));
+  EXPECT_THAT(Ids(aggregator_.opened[0].expected_children()),
+              ElementsAre("aggregator-1", "aggregator-2"));
+  EXPECT_THAT(Ids(aggregator_.opened[1].expected_children()), ElementsAre("aggregator-3"));
+  EXPECT_EQ(aggregator_.opened[1].parent().address(), kRoot);
+  EXPECT_EQ(aggregator_.opened[3].parent().address(), kChild1);
+  EXPECT_EQ(aggregator_.opened[3].parent().child(), "aggregator-3");
+
+  aggregator_.contributors = {"a", "b", "c", "d", "e", "f"};
+  for (const char* p : {"a", "b", "c", "d", "e", "f"}) Accept("t", 1, p);
+  Step();
+  EXPECT_THAT(aggregator_.close_addresses, ElementsAre(kGrandchild, kChild2, kChild1, kRoot));
+  ASSERT_EQ(aggregator_.pulls.size(), 3u);
+  EXPECT_EQ(aggregator_.pulls[2].first, kGrandchild);
+  EXPECT_EQ(aggregator_.pulls[2].second.parent().address(), kChild1);
 }
 
 TEST_F(CoordinatorTreeTest, TheRootServesPeersOnlyWhenItIsTheOnlyAggregator) {

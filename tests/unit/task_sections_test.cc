@@ -430,6 +430,7 @@ TEST(TopologyTaskTest, DefaultsAndRules) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->topology(), common::v1::TOPOLOGY_HIERARCHICAL);
   EXPECT_EQ(spec->cluster_size(), 32u);
+  EXPECT_EQ(spec->fanout(), 32u);
   ExpectJsonRoundTrip(*spec);
   spec = ParseAndValidate("name: x\ntopology: hierarchical\ncluster_size: 2\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -442,6 +443,8 @@ TEST(TopologyTaskTest, DefaultsAndRules) {
       {"topology: hierarchical\ncluster_size: 1\n", "cluster_size: must be in 2..10000, got 1"},
       {"topology: hierarchical\ncluster_size: 10001\n", "got 10001"},
       {"cluster_size: 8\n", "cluster_size: only with topology: hierarchical"},
+      {"fanout: 8\n", "fanout: only with topology: hierarchical"},
+      {"topology: hierarchical\nfanout: 1\n", "fanout: must be in 2..1000, got 1"},
       {"topology: hierarchical\nmode: federated-async\n",
        "topology: mode federated-async does not run on a tree of aggregators yet"},
       {"topology: hierarchical\naggregation: median\n",
