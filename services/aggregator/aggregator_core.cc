@@ -254,7 +254,7 @@ absl::Status AggregatorCore::CheckCaller(const std::string& task, const std::str
 absl::Status AggregatorCore::CheckReader(const std::string& task, const std::string& peer_id,
                                          const std::string& session_token,
                                          const std::string& identity) const {
-  if (!peer_id.empty() && (identity.empty() || identity == peer_id)) {
+  if (!peer_id.empty() && (identity.empty() || IsChildOf(identity, peer_id))) {
     absl::ReaderMutexLock lock(&mu_);
     std::shared_ptr<Task> t = FindTask(task);
     if (t != nullptr && t->children.count(peer_id) > 0) return absl::OkStatus();

@@ -103,6 +103,15 @@ struct RoundResult {
   v1::CloseRoundResponse ToProto() const;
 };
 
+// Whether a caller with certificate `identity` is child supernode `child`: the certificate's own
+// name, or "NAME@ADDRESS" where aggregators share one certificate NAME (as in deploy/k8s): the
+// coordinator then names each child by its address too.
+inline bool IsChildOf(const std::string& identity, const std::string& child) {
+  return child == identity ||
+         (child.size() > identity.size() + 1 && child.compare(0, identity.size(), identity) == 0 &&
+          child[identity.size()] == '@');
+}
+
 // Tree rounds: who a partial sum of a round holds. A child sends it to its parent with its id
 // in `child`; ClosePartial returns one with `child` empty.
 struct PartialMeta {
@@ -191,7 +200,7 @@ class AggregatorCore {
   // one is received. NOT_FOUND unknown task; FAILED_PRECONDITION the round is not open.
   absl::StatusOr<size_t> PartialValues(const std::string& task, uint64_t round) const;
   // May this caller push child `child`'s partial sum? Plaintext, the coordinator's certificate
-  // or the child's own; PERMISSION_DENIED otherwise.
+  // or the child's own (IsChildOf); PERMISSION_DENIED otherwise.
   static absl::Status CheckPartialCaller(const std::string& child, const std::string& identity);
   // Switches the task to its federated-async buffer (see OpenBuffer in aggregator.proto). A
   // repeat with the same settings is OK while the buffer is open (whatever versions it has

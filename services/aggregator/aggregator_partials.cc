@@ -166,7 +166,9 @@ absl::StatusOr<size_t> AggregatorCore::PartialValues(const std::string& name,
 
 absl::Status AggregatorCore::CheckPartialCaller(const std::string& child,
                                                 const std::string& identity) {
-  if (identity.empty() || identity == "coordinator" || identity == child) return absl::OkStatus();
+  if (identity.empty() || identity == "coordinator" || IsChildOf(identity, child)) {
+    return absl::OkStatus();
+  }
   return absl::PermissionDeniedError(absl::StrCat("certificate '", EscapeBytes(identity),
                                                   "' may not push child '", EscapeBytes(child),
                                                   "''s partial sum"));

@@ -3,7 +3,12 @@
 // calls it makes: a failed open or close is asked again by the mode and repeats only what is
 // needed (a node's repeated CloseRound sends the same partial sum, counted once by its parent).
 
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "libs/common/log.h"
@@ -14,9 +19,50 @@ namespace {
 
 using Node = AggregatorTree::Node;
 
+// Calls to the aggregators of one level of a tree run at most this many at a time.
+constexpr size_t kParallelCalls = 16;
+
 absl::Status AtNode(const absl::Status& s, const Node& node) {
   return absl::Status(s.code(), absl::StrCat("cluster of aggregator ", node.address, " (child '",
                                              node.id, "'): ", s.message()));
+}
+
+// Runs `call` for each of `nodes` (indices), kParallelCalls at a time, on threads joined before
+// it returns; the first failure in the order of `nodes` is the result.
+absl::Status CallEach(const std::vector<size_t>& nodes,
+                      const std::function<absl::Status(size_t)>& call) {
+  std::vector<absl::Status> results(nodes.size());
+  std::atomic<size_t> next{0};
+  const auto work = [&] {
+    for (size_t k = next++; k < nodes.size(); k = next++) results[k] = call(nodes[k]);
+  };
+  {
+    std::vector<std::thread> helpers;
+    struct Join {
+      std::vector<std::thread>& threads;
+      ~Join() {
+        for (std::thread& t : threads) t.join();
+      }
+    } join{helpers};
+    for (size_t t = 1; t < std::min(nodes.size(), kParallelCalls); ++t) helpers.emplace_back(work);
+    work();
+  }
+  for (absl::Status& s : results) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// The indices of `nodes` for which `wanted` holds, grouped by level, the root's level first.
+std::vector<std::vector<size_t>> ByLevel(const std::vector<Node>& nodes,
+                                         const std::function<bool(size_t)>& wanted) {
+  std::vector<std::vector<size_t>> levels;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!wanted(i)) continue;
+    if (levels.size() <= nodes[i].level) levels.resize(nodes[i].level + 1);
+    levels[nodes[i].level].push_back(i);
+  }
+  return levels;
 }
 
 }  // namespace
@@ -49,15 +95,21 @@ absl::Status AggregatorWorkRunner::OpenTree(const std::string& task, const Aggre
     opens[i].mutable_parent()->set_address(tree.nodes[node.parent].address);
     opens[i].mutable_parent()->set_child(node.id);
   }
-  // From the root down: a node that does not hold the base version fetches it from its parent
-  // (a transfer), which has it by then.
+  // From the root down, a level at a time (the nodes of a level in parallel): a node that does
+  // not hold the base version fetches it from its parent (a transfer), which has it by then.
+  for (const std::vector<size_t>& level :
+       ByLevel(tree.nodes, [&](size_t i) { return active[i]; })) {
+    absl::Status s = CallEach(level, [&](size_t i) {
+      const absl::Duration limit = i == 0 ? options_.call_timeout : options_.transfer_timeout;
+      absl::Status opened =
+          client_.OpenRound(tree.nodes[i].address, opens[i], clock_.Now() + limit);
+      return opened.ok() || i == 0 ? opened : AtNode(opened, tree.nodes[i]);
+    });
+    if (!s.ok()) return s;
+  }
   std::vector<Node> in_round;
-  for (size_t i = 0; i < n; ++i) {
-    if (!active[i]) continue;
-    const absl::Duration limit = i == 0 ? options_.call_timeout : options_.transfer_timeout;
-    absl::Status s = client_.OpenRound(tree.nodes[i].address, opens[i], clock_.Now() + limit);
-    if (!s.ok()) return i == 0 ? s : AtNode(s, tree.nodes[i]);
-    if (i > 0) in_round.push_back(tree.nodes[i]);
+  for (size_t i = 1; i < n; ++i) {
+    if (active[i]) in_round.push_back(tree.nodes[i]);
   }
   absl::MutexLock lock(&mu_);
   tree_rounds_[task] = {open.round(), std::move(in_round)};
@@ -67,18 +119,22 @@ absl::Status AggregatorWorkRunner::OpenTree(const std::string& task, const Aggre
 absl::StatusOr<aggregator::v1::CloseRoundResponse> AggregatorWorkRunner::CloseTree(
     const std::string& task, const AggregatorTree& tree,
     const aggregator::v1::CloseRoundRequest& close) {
-  std::vector<Node> in_round;
+  std::vector<Node> opened;  // the nodes below the root the round was opened on
   {
     absl::MutexLock lock(&mu_);
     auto it = tree_rounds_.find(task);
-    if (it != tree_rounds_.end() && it->second.first == close.round()) in_round = it->second.second;
+    if (it != tree_rounds_.end() && it->second.first == close.round()) opened = it->second.second;
   }
-  // The deepest first: each sends its parent its partial sum (a transfer) before the parent
-  // closes and sends its own, which includes it.
-  for (auto node = in_round.rbegin(); node != in_round.rend(); ++node) {
-    absl::StatusOr<aggregator::v1::CloseRoundResponse> forwarded =
-        client_.CloseRound(node->address, close, clock_.Now() + options_.transfer_timeout);
-    if (!forwarded.ok()) return AtNode(forwarded.status(), *node);
+  // The deepest level first (its nodes in parallel): each sends its parent its partial sum (a
+  // transfer) before the parent closes and sends its own, which includes it.
+  std::vector<std::vector<size_t>> levels = ByLevel(opened, [](size_t) { return true; });
+  for (auto level = levels.rbegin(); level != levels.rend(); ++level) {
+    absl::Status s = CallEach(*level, [&](size_t k) -> absl::Status {
+      absl::StatusOr<aggregator::v1::CloseRoundResponse> forwarded =
+          client_.CloseRound(opened[k].address, close, clock_.Now() + options_.transfer_timeout);
+      return forwarded.ok() ? absl::OkStatus() : AtNode(forwarded.status(), opened[k]);
+    });
+    if (!s.ok()) return s;
   }
   absl::StatusOr<aggregator::v1::CloseRoundResponse> closed =
       client_.CloseRound(tree.root(), close, clock_.Now() + options_.call_timeout);
@@ -87,16 +143,19 @@ absl::StatusOr<aggregator::v1::CloseRoundResponse> AggregatorWorkRunner::CloseTr
   // it from its parent, from the top down (each aggregator sends one model per child, not one
   // per peer). A node that cannot is only logged: it fetches the version with its next round,
   // and a lost node moves the task anyway.
-  for (size_t i = 1; i < tree.nodes.size(); ++i) {
-    const Node& node = tree.nodes[i];
-    aggregator::v1::PullModelRequest pull;
-    pull.set_task(task);
-    pull.set_version(closed->version());
-    pull.mutable_parent()->set_address(tree.nodes[node.parent].address);
-    pull.mutable_parent()->set_child(node.id);
-    absl::StatusOr<bool> pulled =
-        client_.PullModel(node.address, pull, clock_.Now() + options_.transfer_timeout);
-    if (!pulled.ok()) LogWarning("task ", task, ": ", AtNode(pulled.status(), node).message());
+  for (const std::vector<size_t>& level : ByLevel(tree.nodes, [](size_t i) { return i > 0; })) {
+    CallEach(level, [&](size_t i) {
+      const Node& node = tree.nodes[i];
+      aggregator::v1::PullModelRequest pull;
+      pull.set_task(task);
+      pull.set_version(closed->version());
+      pull.mutable_parent()->set_address(tree.nodes[node.parent].address);
+      pull.mutable_parent()->set_child(node.id);
+      absl::StatusOr<bool> pulled =
+          client_.PullModel(node.address, pull, clock_.Now() + options_.transfer_timeout);
+      if (!pulled.ok()) LogWarning("task ", task, ": ", AtNode(pulled.status(), node).message());
+      return absl::OkStatus();
+    }).IgnoreError();
   }
   return closed;
 }

@@ -29,6 +29,7 @@ struct AggregatorTree {
     std::string id;               // its id as its parent's child ("" for the root)
     std::set<std::string> peers;  // its cluster
     size_t parent = 0;            // index in `nodes`
+    size_t level = 0;             // 0: the root; a child's is its parent's + 1
   };
   std::vector<Node> nodes;  // nodes[0] is the root; every node comes after its parent
   bool hierarchical = false;

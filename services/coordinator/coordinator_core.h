@@ -329,6 +329,9 @@ class CoordinatorCore {
   void PlacePeer(Task& task, const std::string& peer_id, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnplacePeer(Task& task, const std::string& peer_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The id an aggregator has as a child supernode: its certificate's name, with "@ADDRESS" when
+  // other aggregators share that certificate; its address without TLS.
+  std::string ChildId(const std::string& address) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The peer's membership changed: the root and its cluster's aggregator must learn it.
   void MembersChanged(Task& task, const std::string& peer_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The aggregator a peer of the task calls ("" when the task has none).

@@ -82,8 +82,7 @@ void CoordinatorCore::PlacePeer(Task& task, const std::string& peer_id, Outbox& 
       link.address = address;
       link.parent = parent;
       link.level = task.links[parent].level + 1;
-      const AggregatorPool::Entry* entry = pool_.Find(address);
-      link.child = entry != nullptr && !entry->identity.empty() ? entry->identity : address;
+      link.child = ChildId(address);
       LogInfo("task ", task.status.spec().name(), ": cluster ", chosen, " on aggregator ", address,
               " (child '", link.child, "' of ", task.links[parent].address, ", level ", link.level,
               ")");
@@ -103,6 +102,19 @@ void CoordinatorCore::PlacePeer(Task& task, const std::string& peer_id, Outbox& 
   }
   task.links[chosen].peers.insert(peer_id);
   task.cluster_of[peer_id] = chosen;
+}
+
+std::string CoordinatorCore::ChildId(const std::string& address) const {
+  const AggregatorPool::Entry* entry = pool_.Find(address);
+  if (entry == nullptr || entry->identity.empty()) return address;  // plaintext
+  // Aggregators that share a certificate (deploy/k8s) are told apart by their address; the
+  // parent still checks the certificate's name (aggregator::IsChildOf).
+  for (const auto& [other, e] : pool_.entries()) {
+    if (other != address && e.identity == entry->identity) {
+      return absl::StrCat(entry->identity, "@", address);
+    }
+  }
+  return entry->identity;
 }
 
 void CoordinatorCore::UnplacePeer(Task& task, const std::string& peer_id) {
@@ -142,6 +154,7 @@ AggregatorTree CoordinatorCore::TreeOf(const Task& task) const {
     node.address = link.address;
     node.id = link.child;
     node.parent = link.parent;
+    node.level = link.level;
     if (!tree.hierarchical) break;  // a flat task's one aggregator serves every peer
     node.peers = link.peers;
   }

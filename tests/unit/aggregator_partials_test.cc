@@ -277,5 +277,15 @@ TEST(AggregatorPartialCallerTest, OnlyTheChildOrTheCoordinatorMayPushItsPartial)
   EXPECT_THAT(s.message(), HasSubstr("'peer-0' may not push child 'aggregator-1'"));
 }
 
+// Aggregators sharing one certificate (deploy/k8s) are children "NAME@ADDRESS".
+TEST(AggregatorPartialCallerTest, ASharedCertificateNamesChildrenByAddress) {
+  EXPECT_TRUE(AggregatorCore::CheckPartialCaller("aggregator@10.0.0.7:7100", "aggregator").ok());
+  EXPECT_FALSE(AggregatorCore::CheckPartialCaller("aggregator@10.0.0.7:7100", "aggregat").ok());
+  EXPECT_FALSE(AggregatorCore::CheckPartialCaller("aggregatorX@1:2", "aggregator").ok());
+  EXPECT_FALSE(AggregatorCore::CheckPartialCaller("aggregator@", "aggregator").ok());
+  EXPECT_TRUE(IsChildOf("aggregator", "aggregator"));
+  EXPECT_FALSE(IsChildOf("peer-0", "aggregator@1:2"));
+}
+
 }  // namespace
 }  // namespace shoal::aggregator

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "tests/unit/coordinator_core_fixture.h"
 
 namespace shoal::coordinator {
@@ -55,8 +56,52 @@ Told WhatWasTold(const std::map<std::string, std::shared_ptr<FakeSink>>& sinks) 
   return told;
 }
 
+// The calls of one level of a tree run in parallel: tests check the order of levels, and find
+// each call by its aggregator. Fails the test when `address` was not called exactly once.
+template <typename T>
+const T& CallAt(const std::vector<T>& calls, const std::vector<std::string>& addresses,
+                const std::string& address) {
+  static const T kNone;
+  size_t found = calls.size();
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (addresses[i] != address) continue;
+    EXPECT_EQ(found, calls.size()) << address << " called twice";
+    found = i;
+  }
+  EXPECT_LT(found, calls.size()) << address << " not called";
+  return found < calls.size() ? calls[found] : kNone;
+}
+
+// The calls in `addresses`, grouped as the levels they must come in.
+void ExpectLevels(const std::vector<std::string>& addresses,
+                  const std::vector<std::set<std::string>>& levels) {
+  size_t at = 0;
+  for (const std::set<std::string>& level : levels) {
+    ASSERT_LE(at + level.size(), addresses.size());
+    EXPECT_EQ(std::set<std::string>(addresses.begin() + static_cast<ptrdiff_t>(at),
+                                    addresses.begin() + static_cast<ptrdiff_t>(at + level.size())),
+              level)
+        << "calls " << at << ".." << at + level.size() - 1;
+    at += level.size();
+  }
+  EXPECT_EQ(at, addresses.size());
+}
+
 class CoordinatorTreeTest : public CoordinatorCoreTest {
  protected:
+  const aggregator::v1::OpenRoundRequest& OpenedAt(const std::string& address) {
+    return CallAt(aggregator_.opened, aggregator_.open_addresses, address);
+  }
+  aggregator::v1::PullModelRequest PullAt(const std::string& address) {
+    std::vector<aggregator::v1::PullModelRequest> pulls;
+    std::vector<std::string> addresses;
+    for (const auto& [a, pull] : aggregator_.pulls) {
+      addresses.push_back(a);
+      pulls.push_back(pull);
+    }
+    return CallAt(pulls, addresses, address);
+  }
+
   // Three aggregators, a hierarchical task with clusters of 2, five peers: the task waits for
   // its initial model.
   std::map<std::string, std::shared_ptr<FakeSink>> Start() {
@@ -116,32 +161,32 @@ TEST_F(CoordinatorTreeTest, ARoundRunsOnTheTree) {
   Step();
   ASSERT_EQ(Status("t").phase(), v1::ROUND_PHASE_TRAINING);
   ASSERT_EQ(aggregator_.opened.size(), 3u);
-  EXPECT_THAT(aggregator_.open_addresses, ElementsAre(kRoot, kChild1, kChild2));
-  const aggregator::v1::OpenRoundRequest& root = aggregator_.opened[0];
+  ExpectLevels(aggregator_.open_addresses, {{kRoot}, {kChild1, kChild2}});
+  const aggregator::v1::OpenRoundRequest& root = OpenedAt(kRoot);
   EXPECT_TRUE(root.expected_peers().empty());
   EXPECT_THAT(Ids(root.expected_children()), ElementsAre("aggregator-1", "aggregator-2"));
   EXPECT_FALSE(root.has_parent());
-  const aggregator::v1::OpenRoundRequest& child = aggregator_.opened[1];
+  const aggregator::v1::OpenRoundRequest& child = OpenedAt(kChild1);
   EXPECT_THAT(Ids(child.expected_peers()), ElementsAre("a", "b", "e"));
   EXPECT_EQ(child.parent().address(), kRoot);
   EXPECT_EQ(child.parent().child(), "aggregator-1");
   EXPECT_EQ(child.round(), 1u);
   EXPECT_EQ(child.base_version(), root.base_version());
-  EXPECT_THAT(Ids(aggregator_.opened[2].expected_peers()), ElementsAre("c", "d"));
+  EXPECT_THAT(Ids(OpenedAt(kChild2).expected_peers()), ElementsAre("c", "d"));
 
   aggregator_.contributors = {"a", "b", "c", "d", "e"};
   for (const char* p : {"a", "b", "c", "d", "e"}) Accept("t", 1, p);
   Step();
-  // Children first, the newest first (each sends the root its partial sum), then the root;
-  // then each child fetches the version the root published.
-  EXPECT_THAT(aggregator_.close_addresses, ElementsAre(kChild2, kChild1, kRoot));
+  // Children first (each sends the root its partial sum), then the root; then each child
+  // fetches the version the root published.
+  ExpectLevels(aggregator_.close_addresses, {{kChild1, kChild2}, {kRoot}});
   ASSERT_EQ(aggregator_.pulls.size(), 2u);
-  EXPECT_EQ(aggregator_.pulls[0].first, kChild1);
+  const aggregator::v1::PullModelRequest pull = PullAt(kChild1);
   // (The fake publishes a version per CloseRound: the root's answer is the newest.)
-  EXPECT_EQ(aggregator_.pulls[0].second.version(), aggregator_.version);
-  EXPECT_EQ(aggregator_.pulls[0].second.parent().address(), kRoot);
-  EXPECT_EQ(aggregator_.pulls[0].second.parent().child(), "aggregator-1");
-  EXPECT_EQ(aggregator_.pulls[1].first, kChild2);
+  EXPECT_EQ(pull.version(), aggregator_.version);
+  EXPECT_EQ(pull.parent().address(), kRoot);
+  EXPECT_EQ(pull.parent().child(), "aggregator-1");
+  EXPECT_EQ(PullAt(kChild2).parent().child(), "aggregator-2");
   const v1::TaskStatus status = Status("t");
   ASSERT_GE(status.history_size(), 1);
   EXPECT_THAT(Ids(status.history(0).participants()), UnorderedElementsAre("a", "b", "c", "d", "e"));
@@ -190,21 +235,22 @@ TEST_F(CoordinatorTreeTest, ClustersBeyondTheFanoutGoOneLevelDeeper) {
   const Told told = WhatWasTold(sinks);
   ASSERT_TRUE(core_->OnMessage(told.initialize.begin()->first, Initialized("t")).ok());
   Step();
-  EXPECT_THAT(aggregator_.open_addresses, ElementsAre(kRoot, kChild1, kChild2, kGrandchild));
-  EXPECT_THAT(Ids(aggregator_.opened[0].expected_children()),
+  ExpectLevels(aggregator_.open_addresses, {{kRoot}, {kChild1, kChild2}, {kGrandchild}});
+  EXPECT_THAT(Ids(OpenedAt(kRoot).expected_children()),
               ElementsAre("aggregator-1", "aggregator-2"));
-  EXPECT_THAT(Ids(aggregator_.opened[1].expected_children()), ElementsAre("aggregator-3"));
-  EXPECT_EQ(aggregator_.opened[1].parent().address(), kRoot);
-  EXPECT_EQ(aggregator_.opened[3].parent().address(), kChild1);
-  EXPECT_EQ(aggregator_.opened[3].parent().child(), "aggregator-3");
+  EXPECT_THAT(Ids(OpenedAt(kChild1).expected_children()), ElementsAre("aggregator-3"));
+  EXPECT_EQ(OpenedAt(kChild1).parent().address(), kRoot);
+  EXPECT_EQ(OpenedAt(kGrandchild).parent().address(), kChild1);
+  EXPECT_EQ(OpenedAt(kGrandchild).parent().child(), "aggregator-3");
 
   aggregator_.contributors = {"a", "b", "c", "d", "e", "f"};
   for (const char* p : {"a", "b", "c", "d", "e", "f"}) Accept("t", 1, p);
   Step();
-  EXPECT_THAT(aggregator_.close_addresses, ElementsAre(kGrandchild, kChild2, kChild1, kRoot));
-  ASSERT_EQ(aggregator_.pulls.size(), 3u);
-  EXPECT_EQ(aggregator_.pulls[2].first, kGrandchild);
-  EXPECT_EQ(aggregator_.pulls[2].second.parent().address(), kChild1);
+  ExpectLevels(aggregator_.close_addresses, {{kGrandchild}, {kChild1, kChild2}, {kRoot}});
+  std::vector<std::string> pulled;
+  for (const auto& [address, pull] : aggregator_.pulls) pulled.push_back(address);
+  ExpectLevels(pulled, {{kChild1, kChild2}, {kGrandchild}});
+  EXPECT_EQ(PullAt(kGrandchild).parent().address(), kChild1);
 }
 
 TEST_F(CoordinatorTreeTest, TheRootServesPeersOnlyWhenItIsTheOnlyAggregator) {
@@ -226,6 +272,20 @@ TEST_F(CoordinatorTreeTest, TheRootServesPeersOnlyWhenItIsTheOnlyAggregator) {
   ASSERT_EQ(Status("t").clusters_size(), 2);
   EXPECT_EQ(Status("t").clusters(1).child_id(), kChild1);
   EXPECT_THAT(Ids(Status("t").clusters(1).peers()), ElementsAre("d"));
+}
+
+// Aggregators that share one certificate (deploy/k8s) are children by certificate and address.
+TEST_F(CoordinatorTreeTest, ASharedCertificateNamesChildrenByAddress) {
+  ASSERT_TRUE(core_->RegisterAggregator(kRoot, {}, "aggregator").ok());
+  ASSERT_TRUE(core_->RegisterAggregator(kChild1, {}, "aggregator").ok());
+  common::v1::TaskSpec spec = Spec("t", 1, 1);
+  spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
+  ASSERT_TRUE(core_->CreateTask(spec).ok());
+  auto a = Join("a");
+  Step();
+  const v1::TaskStatus status = Status("t");
+  ASSERT_EQ(status.clusters_size(), 2);
+  EXPECT_EQ(status.clusters(1).child_id(), absl::StrCat("aggregator@", kChild1));
 }
 
 TEST_F(CoordinatorTreeTest, FlatTasksShowNoClusters) {
