@@ -565,6 +565,7 @@ void CoordinatorCore::Step() {
     for (auto& [name, task] : tasks_) {
       if (task.membership_dirty) MarkChanged(task, out);
     }
+    UpdateTreeMetrics();
     retired.swap(retired_watches_);
   }
   Flush();

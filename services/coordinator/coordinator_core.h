@@ -342,6 +342,8 @@ class CoordinatorCore {
   AggregatorTree TreeOf(const Task& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ShowClusters(const Task& task, v1::TaskStatus& status) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets the tree gauges (clusters, depth) from the active tasks.
+  void UpdateTreeMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Inputs from executor and watch threads, for the task's aggregator `epoch`.
   void OnWorkDone(const std::string& task, uint64_t epoch, const WorkResult& result);
   void OnMembersSet(const std::string& task, uint64_t epoch, size_t link, uint64_t members,

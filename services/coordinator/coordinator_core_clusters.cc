@@ -173,4 +173,16 @@ void CoordinatorCore::ShowClusters(const Task& task, v1::TaskStatus& status) con
   }
 }
 
+void CoordinatorCore::UpdateTreeMetrics() {
+  size_t clusters = 0;
+  uint32_t depth = 0;
+  for (const auto& [name, task] : tasks_) {
+    if (!IsActive(task) || !Hierarchical(task.status.spec()) || task.links.empty()) continue;
+    clusters += task.links.size() - 1;
+    for (const Task::Link& link : task.links) depth = std::max(depth, link.level);
+  }
+  metrics_.tree_clusters.Set(static_cast<double>(clusters));
+  metrics_.tree_depth.Set(depth);
+}
+
 }  // namespace shoal::coordinator

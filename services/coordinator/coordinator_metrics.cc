@@ -86,6 +86,18 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                      .Help("Dials of peers' and aggregators' advertised addresses, by result "
                            "(reachable, unreachable)")
                      .Register(registry)),
+      tree_clusters(prometheus::BuildGauge()
+                        .Name("shoal_coordinator_tree_clusters")
+                        .Help("Clusters (aggregators below a root) of the hierarchical tasks now "
+                              "running")
+                        .Register(registry)
+                        .Add({})),
+      tree_depth(prometheus::BuildGauge()
+                     .Name("shoal_coordinator_tree_depth")
+                     .Help("Deepest level of the trees of the hierarchical tasks now running "
+                           "(0: none; 1: a root and its children)")
+                     .Register(registry)
+                     .Add({})),
       decentralized_joins(prometheus::BuildCounter()
                               .Name("shoal_coordinator_decentralized_joins_total")
                               .Help("Peers that joined a decentralized round")

@@ -33,6 +33,10 @@ struct CoordinatorMetrics {
   prometheus::Counter& bytes_sent;  // models served by ControlService.GetModel and restores
   prometheus::Counter& aggregator_errors;
   prometheus::Family<prometheus::Counter>& dial_backs;  // {result}: reachable, unreachable
+  // Hierarchical tasks now running: their clusters (aggregators below a root), and the deepest
+  // level of any of their trees (0: none).
+  prometheus::Gauge& tree_clusters;
+  prometheus::Gauge& tree_depth;
   // Decentralized rounds (no peer labels).
   prometheus::Counter& decentralized_joins;               // JoinRound accepted
   prometheus::Counter& decentralized_leaves;              // round members that left or crashed

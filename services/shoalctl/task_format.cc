@@ -231,9 +231,10 @@ std::string TaskStatusToJson(const TaskStatus& status) {
   const RoundSummary* last = LastEvaluated(status);
   std::vector<std::string> clusters;
   for (const auto& c : status.clusters()) {
-    clusters.push_back(absl::StrCat(
-        "{\"aggregator\":", JsonQuote(c.aggregator()), ",\"child_id\":", JsonQuote(c.child_id()),
-        ",\"level\":", c.level(), ",\"peers\":", JsonStringArray(c.peers()), "}"));
+    clusters.push_back(absl::StrCat("{\"aggregator\":", JsonQuote(c.aggregator()),
+                                    ",\"child_id\":", JsonQuote(c.child_id()),
+                                    ",\"level\":", c.level(), ",\"parent\":", JsonQuote(c.parent()),
+                                    ",\"peers\":", JsonStringArray(c.peers()), "}"));
   }
   return absl::StrCat("{\"name\":", JsonQuote(status.spec().name()),
                       ",\"mode\":", JsonQuote(ModeName(status.spec().mode())),
@@ -401,12 +402,12 @@ std::string FormatTaskStatus(const TaskStatus& status) {
   }
   if (status.clusters_size() > 0) {
     absl::StrAppend(&out, "clusters:      ", status.clusters_size(),
-                    " (hierarchical: each aggregator sums its cluster's updates; the root adds "
-                    "the other clusters' partial sums)\n");
+                    " (hierarchical: each aggregator sums its cluster's updates and the partial "
+                    "sums of those below it, up to the root)\n");
     for (const auto& c : status.clusters()) {
-      absl::StrAppend(&out, "  ", c.level() == 0 ? "root " : "child", " ",
-                      absl::StrFormat("%-22s", c.aggregator()), " ", c.peers_size(), " peers [",
-                      absl::StrJoin(c.peers(), ", "), "]\n");
+      absl::StrAppend(&out, "  level ", c.level(), " ", absl::StrFormat("%-22s", c.aggregator()),
+                      " ", c.peers_size(), " peers [", absl::StrJoin(c.peers(), ", "), "]",
+                      c.parent().empty() ? " (root)" : absl::StrCat(" below ", c.parent()), "\n");
     }
   }
   for (const auto& p : status.peers()) {

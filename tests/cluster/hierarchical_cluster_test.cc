@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "tests/cluster/cluster.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/wait.h"
 
 namespace shoal::testing {
 namespace {
@@ -77,6 +78,18 @@ TEST(HierarchicalClusterTest, ClustersSendTheRootExactPartialSumsAndTheTaskCompl
   EXPECT_EQ(status->clusters(3).level(), 2u);
   const std::string middle = status->clusters(1).aggregator();
   EXPECT_EQ(status->clusters(3).parent(), middle);
+  // The coordinator's gauges show the tree (set every 100 ms).
+  double depth = -1, clusters = -1;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        auto page = HttpGet(cluster.coordinator().metrics_address, "/metrics");
+        if (!page.ok()) return false;
+        depth = MetricValue(*page, "shoal_coordinator_tree_depth");
+        clusters = MetricValue(*page, "shoal_coordinator_tree_clusters");
+        return depth == 2 && clusters == 3;
+      },
+      absl::Seconds(10), absl::Milliseconds(100)))
+      << "tree depth " << depth << ", clusters " << clusters;
 
   status = cluster.WaitFor(
       spec.name(),

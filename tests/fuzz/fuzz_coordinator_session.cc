@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "libs/task/task_file.h"
 #include "services/coordinator/coordinator_core.h"
 #include "tests/fakes/manual_executor.h"
@@ -72,6 +73,12 @@ common::v1::TaskSpec Spec(FuzzedDataProvider& in) {
   spec.set_rounds(in.ConsumeIntegralInRange(1, 3));
   spec.set_min_participants(in.ConsumeIntegralInRange(1, 3));
   spec.set_round_deadline_seconds(in.ConsumeIntegralInRange(1, 60));
+  if (spec.mode() == common::v1::MODE_FEDERATED_SYNC && in.ConsumeBool()) {
+    // A tree: clusters of 1-2 peers on the three registered aggregators, maybe three deep.
+    spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
+    spec.set_cluster_size(in.ConsumeIntegralInRange(2, 3));
+    spec.set_fanout(2);
+  }
   task::ApplyTaskDefaults(spec);
   return spec;
 }
@@ -105,7 +112,12 @@ void Run(FuzzedDataProvider& in) {
   std::unique_ptr<CoordinatorCore> owned = *std::move(made);
   CoordinatorCore& core = *owned;
   SHOAL_FUZZ_CHECK(core.RegisterAggregator("127.0.0.1:5555").ok());
-  SHOAL_FUZZ_CHECK(core.CreateTask(Spec(in)).ok());
+  const common::v1::TaskSpec spec = Spec(in);
+  if (spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL) {
+    SHOAL_FUZZ_CHECK(core.RegisterAggregator("127.0.0.1:5556", {}, "aggregator-1").ok());
+    SHOAL_FUZZ_CHECK(core.RegisterAggregator("127.0.0.1:5557", {}, "aggregator-2").ok());
+  }
+  SHOAL_FUZZ_CHECK(core.CreateTask(spec).ok());
 
   struct Session {
     std::string id;
@@ -177,7 +189,8 @@ void Run(FuzzedDataProvider& in) {
             aggregator.Publish(kTask, in.ConsumeIntegralInRange(0, 4), {PeerName(in)});
             break;
           case 4:
-            aggregator.BreakWatches("127.0.0.1:5555", fail);
+            aggregator.BreakWatches(
+                absl::StrCat("127.0.0.1:", 5555 + in.ConsumeIntegralInRange(0, 2)), fail);
             break;
           default:
             run_work();

@@ -435,6 +435,34 @@ TEST(SummaryTest, FederatedSyncShowsWhoIsAsyncAndTheLateUpdates) {
   EXPECT_EQ(root["history"][0]["late"].size(), 0u);
 }
 
+TEST(TaskStatusJsonTest, HierarchicalShowsTheTree) {
+  TaskStatus s = RunningStatus();
+  coordinator::v1::ClusterInfo* root = s.add_clusters();
+  root->set_aggregator("10.0.0.1:7100");
+  coordinator::v1::ClusterInfo* child = s.add_clusters();
+  child->set_aggregator("10.0.0.2:7100");
+  child->set_child_id("aggregator-2");
+  child->set_level(1);
+  child->set_parent("10.0.0.1:7100");
+  child->add_peers("peer-0");
+  child->add_peers("peer-1");
+  const std::string text = FormatTaskStatus(s);
+  EXPECT_THAT(text, HasSubstr("clusters:      2 (hierarchical"));
+  EXPECT_THAT(text, HasSubstr("  level 0 10.0.0.1:7100          0 peers [] (root)\n"));
+  EXPECT_THAT(text, HasSubstr("  level 1 10.0.0.2:7100          2 peers [peer-0, peer-1] below "
+                              "10.0.0.1:7100\n"));
+  YAML::Node json = YAML::Load(TaskStatusToJson(s));
+  ASSERT_EQ(json["clusters"].size(), 2u);
+  EXPECT_EQ(json["clusters"][0]["parent"].as<std::string>(), "");
+  EXPECT_EQ(json["clusters"][1]["child_id"].as<std::string>(), "aggregator-2");
+  EXPECT_EQ(json["clusters"][1]["level"].as<int>(), 1);
+  EXPECT_EQ(json["clusters"][1]["parent"].as<std::string>(), "10.0.0.1:7100");
+  ASSERT_EQ(json["clusters"][1]["peers"].size(), 2u);
+  EXPECT_EQ(json["clusters"][1]["peers"][1].as<std::string>(), "peer-1");
+  // A flat task has none.
+  EXPECT_EQ(YAML::Load(TaskStatusToJson(RunningStatus()))["clusters"].size(), 0u);
+}
+
 TEST(FormatTest, Durations) {
   EXPECT_EQ(FormatDurationMs(850), "850ms");
   EXPECT_EQ(FormatDurationMs(12'345), "12.3s");
