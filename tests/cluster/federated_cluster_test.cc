@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,16 +30,6 @@ std::string TempDir() {
   auto dir = MakeTestTempDir("shoal-cluster-");
   EXPECT_TRUE(dir.ok()) << dir.status();
   return *dir;
-}
-
-// The value of an unlabelled metric in Prometheus text format (-1 when absent).
-double MetricValue(const std::string& text, const std::string& name) {
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
-  }
-  return -1;
 }
 
 TEST(FederatedClusterTest, PeerKilledMidRoundDoesNotStopTraining) {
