@@ -159,6 +159,7 @@ void AggregatorServer::RegistrationLoop() {
     }
     coordinator::v1::RegisterAggregatorRequest request;
     request.set_address(advertise_);
+    request.set_host_peer(options_.host_peer);
     *request.mutable_capacity() = capacity_;
     coordinator::v1::RegisterAggregatorResponse response;
     grpc::Status status = stub->RegisterAggregator(&context, request, &response);

@@ -38,6 +38,9 @@ struct AggregatorOptions {
   // --upload-probe-bytes: the timed upload to the coordinator before the first registration
   // (SessionService.MeasureUpload), reported in the capacity; 0: not measured.
   uint64_t upload_probe_bytes = 0;
+  // Set by shoal-peer when it runs this aggregator as an elected supernode (--host-peer): the
+  // peer's id, sent with every registration (RegisterAggregatorRequest.host_peer).
+  std::string host_peer;
   absl::Duration upload_probe_timeout = absl::Seconds(20);
   absl::Duration default_heartbeat_interval = absl::Seconds(2);
   absl::Duration shutdown_grace = absl::Seconds(5);

@@ -34,6 +34,9 @@ ABSL_FLAG(uint64_t, max_buffer_bytes, uint64_t{4} << 30,
 ABSL_FLAG(uint64_t, upload_probe_bytes, uint64_t{4} << 20,
           "bytes of the timed upload to the coordinator that measures this aggregator's "
           "bandwidth (reported in its capacity; at most 64 MiB); 0 skips it");
+ABSL_FLAG(std::string, host_peer, "",
+          "set by shoal-peer --supernode when it starts this aggregator as an elected supernode: "
+          "the peer's id, sent with every registration (not for use by hand)");
 
 int main(int argc, char** argv) {
   shoal::rpc::BlockShutdownSignals();
@@ -44,7 +47,8 @@ int main(int argc, char** argv) {
       {.program = "shoal-aggregator",
        .usage = "--coordinator HOST:PORT (--tls-dir DIR | --insecure) [--listen HOST:PORT] "
                 "[--metrics-listen HOST:PORT] [--advertise HOST:PORT] [--address-file PATH] "
-                "[--max-concurrent-pushes N] [--max-buffer-bytes BYTES] [--upload-probe-bytes N]",
+                "[--max-concurrent-pushes N] [--max-buffer-bytes BYTES] [--upload-probe-bytes N] "
+                "[--host-peer ID]",
        .summary = "The Shoal aggregator: receives the peers' updates as chunked streams, "
                   "aggregates them with the task's strategy (per round, or in a federated-async "
                   "buffer) and serves the aggregated model."});
@@ -58,6 +62,7 @@ int main(int argc, char** argv) {
   options.max_concurrent_pushes = absl::GetFlag(FLAGS_max_concurrent_pushes);
   options.max_buffer_bytes = absl::GetFlag(FLAGS_max_buffer_bytes);
   options.upload_probe_bytes = absl::GetFlag(FLAGS_upload_probe_bytes);
+  options.host_peer = absl::GetFlag(FLAGS_host_peer);
   options.tls.dir = absl::GetFlag(FLAGS_tls_dir);
   options.tls.insecure = absl::GetFlag(FLAGS_insecure);
   if (absl::Status s = options.Validate(); !s.ok()) {

@@ -6,7 +6,8 @@
 namespace shoal::coordinator {
 
 bool AggregatorPool::Register(const std::string& address, const common::v1::Capacity& capacity,
-                              const std::string& identity, absl::Time now) {
+                              const std::string& identity, const std::string& host_peer,
+                              absl::Time now) {
   auto [it, fresh] = seen_.try_emplace(address);
   Entry& entry = it->second;
   if (fresh) entry.first_seen = now;
@@ -14,6 +15,7 @@ bool AggregatorPool::Register(const std::string& address, const common::v1::Capa
   const common::v1::Reachability reachability = entry.capacity.reachability();
   entry.capacity = capacity;
   entry.identity = identity;
+  entry.host_peer = host_peer;
   entry.capacity.set_reachability(fresh ? common::v1::REACHABILITY_UNKNOWN : reachability);
   return fresh;
 }

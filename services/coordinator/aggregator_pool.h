@@ -24,6 +24,8 @@ class AggregatorPool {
     // The name on its client certificate ("" without mutual TLS): its id as a child supernode
     // (a parent takes a child's partial sums only from that certificate).
     std::string identity;
+    // An elected supernode: the peer that runs it ("" for a dedicated aggregator).
+    std::string host_peer;
   };
 
   explicit AggregatorPool(absl::Duration ttl) : ttl_(ttl) {}
@@ -31,7 +33,7 @@ class AggregatorPool {
   // Records a registration; true when the aggregator was not known. The reachability found
   // before is kept.
   bool Register(const std::string& address, const common::v1::Capacity& capacity,
-                const std::string& identity, absl::Time now);
+                const std::string& identity, const std::string& host_peer, absl::Time now);
   // Forgets the aggregators silent since before now - ttl; returns them.
   std::vector<std::string> Expire(absl::Time now);
   void Remove(const std::string& address) { seen_.erase(address); }

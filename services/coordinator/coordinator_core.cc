@@ -261,6 +261,7 @@ void CoordinatorCore::RemovePeer(const std::string& peer_id, const std::string& 
   metrics_.peers_connected.Set(static_cast<double>(peers_.size()));
   LogInfo("peer ", peer_id, " left: ", why);
   if (!task_name.empty()) LeaveTask(tasks_[task_name], peer_id, why, out);
+  SupernodeHostLeft(peer_id, out);
 }
 
 absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
@@ -562,6 +563,7 @@ void CoordinatorCore::Step() {
     }
     for (auto& [name, task] : tasks_) SaveRounds(task);
     Reconcile(out);
+    RunElections(out);
     for (auto& [name, task] : tasks_) {
       if (task.membership_dirty) MarkChanged(task, out);
     }

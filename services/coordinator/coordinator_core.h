@@ -41,6 +41,21 @@ class PeerSink {
 // Receives task status snapshots for WatchTask. Must not block.
 using StatusCallback = std::function<void(const v1::TaskStatus& status)>;
 
+// Supernodes elected among the peers that offer to host one (Hello.supernode); README "Elected
+// supernodes".
+struct SupernodeOptions {
+  // An elected peer whose aggregator has not registered by then is passed over (for the rest of
+  // its session).
+  absl::Duration election_timeout = absl::Seconds(30);
+  // Hysteresis: a task's tree is rebuilt (which reruns its current round) at most once per
+  // interval, the first time at once.
+  absl::Duration rebuild_interval = absl::Seconds(30);
+  // A free node replaces a cluster's aggregator only with this many times its compute.
+  double better_factor = 2.0;
+  // An elected supernode no task has used for this long is retired.
+  absl::Duration retire_after = absl::Seconds(60);
+};
+
 struct CoordinatorOptions {
   absl::Duration heartbeat_interval = absl::Seconds(2);
   int missed_heartbeats = 3;  // a peer silent this many intervals is declared crashed
@@ -57,6 +72,7 @@ struct CoordinatorOptions {
   // registers, to set the reachability in their Capacity; none: it stays unknown.
   Dialer* dialer = nullptr;
   absl::Duration dial_timeout = absl::Seconds(3);
+  SupernodeOptions supernodes;
 };
 
 // Where the core's blocking work runs (tests pass manual executors and drive them by hand).
@@ -106,10 +122,14 @@ class CoordinatorCore {
   absl::Status OnMessage(const std::string& peer_id, const v1::PeerMessage& message);
 
   // --- Aggregators (RegistryService) ---
-  // `identity`: the name on its client certificate ("" without mutual TLS).
+  // `identity`: the name on its client certificate ("" without mutual TLS); `host_peer`: the
+  // peer that runs it as an elected supernode ("" for a dedicated aggregator). Errors:
+  // INVALID_ARGUMENT a malformed address; FAILED_PRECONDITION a host peer that is not connected
+  // or was not elected.
   absl::Status RegisterAggregator(const std::string& address,
                                   const common::v1::Capacity& capacity = {},
-                                  const std::string& identity = "");
+                                  const std::string& identity = "",
+                                  const std::string& host_peer = "");
   absl::Duration heartbeat_interval() const { return options_.heartbeat_interval; }
 
   // --- Operators (ControlService) ---
@@ -144,6 +164,14 @@ class CoordinatorCore {
     absl::Time last_seen;
     absl::Time since;  // this session's start
     std::string task;  // assigned task, empty when idle
+    // Elected supernode before, and its aggregator never registered: not elected again.
+    bool supernode_failed = false;
+  };
+  // A peer elected supernode: since when, and its aggregator once it registered.
+  struct Elected {
+    absl::Time since;
+    std::string address;                     // "" until its aggregator registers
+    std::optional<absl::Time> unused_since;  // no active task uses its aggregator
   };
   struct Task {
     v1::TaskStatus status;  // history and everything reported; participants filled on read
@@ -209,6 +237,8 @@ class CoordinatorCore {
     bool MembersConfirmed(const std::vector<uint64_t>& needed) const;
     std::vector<uint64_t> MembersNeeded() const;
     std::optional<absl::Time> waiting_for_aggregator_since;
+    // When its tree was last rebuilt on newly available aggregators (SupernodeOptions).
+    absl::Time rebuilt_at = absl::InfinitePast();
   };
   // Work to do after the lock is released: peer events, watcher updates.
   using Outbox = std::vector<std::function<void()>>;
@@ -305,7 +335,9 @@ class CoordinatorCore {
   void ReconcileAggregators(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends the member lists that changed (the last step of every input).
   void SendDirtyMembers(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AssignAggregator(Task& task, const std::string& address, Outbox& out)
+  // `rebuild`: the task had this aggregator already (its tree is being rebuilt); its peers are
+  // told their aggregators again.
+  void AssignAggregator(Task& task, const std::string& address, Outbox& out, bool rebuild = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The aggregator at `address` is gone (watch broke, registration expired): every task on it
   // moves to another one or waits.
@@ -344,6 +376,22 @@ class CoordinatorCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the tree gauges (clusters, depth) from the active tasks.
   void UpdateTreeMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // --- Elected supernodes (coordinator_core_supernodes.cc) ---
+  // A registration naming `host_peer`: accepted from an elected, connected peer (the address it
+  // had before, if another, is lost).
+  absl::Status AdoptSupernode(const std::string& host_peer, const std::string& address, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Elects peers when the tasks need more aggregators than are free (or a much better node is
+  // there), rebuilds the trees that can use newly free ones, retires the unused. From Step().
+  void RunElections(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The peer left: the aggregator it hosts, if any, is lost.
+  void SupernodeHostLeft(const std::string& peer_id, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How many aggregators the task would use now (a root, and one per cluster_size peers).
+  size_t AggregatorsWanted(const Task& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why the task's tree should be rebuilt on the free aggregator `free` ("" when not).
+  std::string RebuildReason(const Task& task, const std::string& free) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Inputs from executor and watch threads, for the task's aggregator `epoch`.
   void OnWorkDone(const std::string& task, uint64_t epoch, const WorkResult& result);
   void OnMembersSet(const std::string& task, uint64_t epoch, size_t link, uint64_t members,
@@ -370,6 +418,7 @@ class CoordinatorCore {
   // every peer (with thousands of peers, a walk per input made joins quadratic).
   std::set<std::string> idle_peers_ ABSL_GUARDED_BY(mu_);
   AggregatorPool pool_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Elected> elected_ ABSL_GUARDED_BY(mu_);  // by peer id
   std::map<std::string, Task> tasks_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> task_order_ ABSL_GUARDED_BY(mu_);        // creation order
   std::deque<std::function<void()>> effects_ ABSL_GUARDED_BY(mu_);  // see InputLock

@@ -15,7 +15,8 @@ namespace shoal::coordinator {
 
 absl::Status CoordinatorCore::RegisterAggregator(const std::string& address,
                                                  const common::v1::Capacity& capacity,
-                                                 const std::string& identity) {
+                                                 const std::string& identity,
+                                                 const std::string& host_peer) {
   if (address.empty() || address.find(':') == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("address: expected HOST:PORT, got \"", address, "\""));
@@ -23,9 +24,14 @@ absl::Status CoordinatorCore::RegisterAggregator(const std::string& address,
   Outbox out;
   {
     InputLock lock(*this, out);
-    if (pool_.Register(address, capacity, identity, clock_.Now())) {
+    if (!host_peer.empty()) {
+      if (absl::Status s = AdoptSupernode(host_peer, address, out); !s.ok()) return s;
+    }
+    if (pool_.Register(address, capacity, identity, host_peer, clock_.Now())) {
       LogInfo("aggregator ", address, " registered (",
-              capacity::Describe(pool_.Find(address)->capacity), ")");
+              capacity::Describe(pool_.Find(address)->capacity),
+              host_peer.empty() ? "" : absl::StrCat("; elected supernode of peer ", host_peer),
+              ")");
       DialBack(/*aggregator=*/true, address, address, nullptr, out);
     }
     metrics_.aggregators_registered.Set(static_cast<double>(pool_.size()));
@@ -80,9 +86,11 @@ void CoordinatorCore::SendDirtyMembers(Outbox& out) {
   }
 }
 
-void CoordinatorCore::AssignAggregator(Task& task, const std::string& address, Outbox& out) {
+void CoordinatorCore::AssignAggregator(Task& task, const std::string& address, Outbox& out,
+                                       bool rebuild) {
   const std::string& name = task.status.spec().name();
-  const bool moved = task.waiting_for_aggregator_since.has_value() && !task.peers.empty();
+  const bool moved =
+      rebuild || (task.waiting_for_aggregator_since.has_value() && !task.peers.empty());
   task.status.set_aggregator(address);
   task.waiting_for_aggregator_since.reset();
   NewEpoch(task);

@@ -169,6 +169,9 @@ void CoordinatorCore::ShowClusters(const Task& task, v1::TaskStatus& status) con
     cluster->set_child_id(task.links[i].child);
     cluster->set_level(task.links[i].level);
     if (i > 0) cluster->set_parent(task.links[task.links[i].parent].address);
+    if (const AggregatorPool::Entry* entry = pool_.Find(task.links[i].address)) {
+      cluster->set_host_peer(entry->host_peer);
+    }
     for (const std::string& id : task.links[i].peers) cluster->add_peers(id);
   }
 }

@@ -55,6 +55,11 @@ v1::NodeInfo CoordinatorCore::PeerNode(const Peer& peer) const {
   node.set_task(peer.task);
   *node.mutable_capacity() = peer.hello.capacity();
   node.set_since_unix_ms(absl::ToUnixMillis(peer.since));
+  if (elected_.count(peer.id) > 0) {
+    node.set_supernode("elected");
+  } else if (peer.hello.supernode()) {
+    node.set_supernode("offered");
+  }
   return node;
 }
 
@@ -66,6 +71,7 @@ v1::NodeInfo CoordinatorCore::AggregatorNode(const std::string& address,
   node.set_address(address);
   *node.mutable_capacity() = entry.capacity;
   node.set_since_unix_ms(absl::ToUnixMillis(entry.first_seen));
+  node.set_supernode(entry.host_peer);
   return node;
 }
 

@@ -98,6 +98,27 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                            "(0: none; 1: a root and its children)")
                      .Register(registry)
                      .Add({})),
+      supernode_elections(prometheus::BuildCounter()
+                              .Name("shoal_coordinator_supernode_elections_total")
+                              .Help("Peers elected supernode, by reason (needed: the tasks "
+                                    "needed more aggregators; better: a clearly better node)")
+                              .Register(registry)),
+      supernode_ends(prometheus::BuildCounter()
+                         .Name("shoal_coordinator_supernode_ends_total")
+                         .Help("Elected supernodes that ended, by reason (host_left: its peer "
+                               "left or crashed; timeout: it never registered; retired: unused)")
+                         .Register(registry)),
+      supernodes_elected(prometheus::BuildGauge()
+                             .Name("shoal_coordinator_supernodes_elected")
+                             .Help("Elected peers whose aggregator is registered")
+                             .Register(registry)
+                             .Add({})),
+      tree_rebuilds(prometheus::BuildCounter()
+                        .Name("shoal_coordinator_tree_rebuilds_total")
+                        .Help("Trees of hierarchical tasks rebuilt to take in newly available "
+                              "aggregators (over-full clusters, or a clearly better node)")
+                        .Register(registry)
+                        .Add({})),
       decentralized_joins(prometheus::BuildCounter()
                               .Name("shoal_coordinator_decentralized_joins_total")
                               .Help("Peers that joined a decentralized round")

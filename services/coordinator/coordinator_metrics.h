@@ -37,6 +37,11 @@ struct CoordinatorMetrics {
   // level of any of their trees (0: none).
   prometheus::Gauge& tree_clusters;
   prometheus::Gauge& tree_depth;
+  // Supernodes elected among the peers (README "Elected supernodes").
+  prometheus::Family<prometheus::Counter>& supernode_elections;  // {reason}: needed, better
+  prometheus::Family<prometheus::Counter>& supernode_ends;  // {reason}: host_left, timeout, retired
+  prometheus::Gauge& supernodes_elected;  // elected peers whose aggregator is registered
+  prometheus::Counter& tree_rebuilds;     // trees rebuilt on newly available supernodes
   // Decentralized rounds (no peer labels).
   prometheus::Counter& decentralized_joins;               // JoinRound accepted
   prometheus::Counter& decentralized_leaves;              // round members that left or crashed

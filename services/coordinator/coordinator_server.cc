@@ -22,6 +22,19 @@ absl::Status CoordinatorServerOptions::Validate() const {
   if (aggregator_wait < absl::Seconds(1)) {
     return absl::InvalidArgumentError("--aggregator-wait: must be at least 1s");
   }
+  if (supernodes.election_timeout < absl::Seconds(1)) {
+    return absl::InvalidArgumentError("--supernode-election-timeout: must be at least 1s");
+  }
+  if (supernodes.rebuild_interval < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--supernode-rebuild-interval: must not be negative");
+  }
+  if (!(supernodes.better_factor >= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--supernode-better-factor: must be at least 1, got ", supernodes.better_factor));
+  }
+  if (supernodes.retire_after < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--supernode-retire-after: must not be negative");
+  }
   return absl::OkStatus();
 }
 
@@ -44,6 +57,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   CoordinatorOptions core_options;
   core_options.heartbeat_interval = options.heartbeat_interval;
   core_options.aggregator_wait = options.aggregator_wait;
+  core_options.supernodes = options.supernodes;
   s->dialer_ = std::make_unique<GrpcDialer>(credentials.channel());
   core_options.dialer = s->dialer_.get();
   SHOAL_ASSIGN_OR_RETURN(

@@ -31,6 +31,9 @@ struct CoordinatorServerOptions {
   absl::Duration heartbeat_interval = absl::Seconds(2);
   // How long a task whose aggregator was lost waits for another one to register before it fails.
   absl::Duration aggregator_wait = absl::Minutes(10);
+  // Elected supernodes (--supernode-*: election timeout, rebuild interval, better factor,
+  // retire after).
+  SupernodeOptions supernodes;
   rpc::TlsOptions tls;
 
   // Errors name the flag: INVALID_ARGUMENT "--state-dir: ...".

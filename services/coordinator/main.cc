@@ -25,6 +25,16 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2),
 ABSL_FLAG(absl::Duration, aggregator_wait, absl::Minutes(10),
           "how long a task whose aggregator was lost waits for another one to register before "
           "it fails (tasks move to another registered aggregator at once)");
+ABSL_FLAG(absl::Duration, supernode_election_timeout, absl::Seconds(30),
+          "a peer elected supernode whose aggregator has not registered by then is passed over");
+ABSL_FLAG(absl::Duration, supernode_rebuild_interval, absl::Seconds(30),
+          "hysteresis: a hierarchical task's tree is rebuilt on newly available supernodes (which "
+          "reruns its current round) at most once per interval");
+ABSL_FLAG(double, supernode_better_factor, 2.0,
+          "a free node replaces a cluster's aggregator only with at least this many times its "
+          "compute (cores x matrix-multiply score)");
+ABSL_FLAG(absl::Duration, supernode_retire_after, absl::Seconds(60),
+          "an elected supernode that no task has used for this long is retired");
 
 int main(int argc, char** argv) {
   shoal::rpc::BlockShutdownSignals();
@@ -35,7 +45,9 @@ int main(int argc, char** argv) {
       {.program = "shoal-coordinator",
        .usage = "--state-dir DIR (--tls-dir DIR | --insecure) [--listen HOST:PORT] "
                 "[--metrics-listen HOST:PORT] [--heartbeat-interval D] [--aggregator-wait D] "
-                "[--address-file PATH]",
+                "[--address-file PATH] [--supernode-election-timeout D] "
+                "[--supernode-rebuild-interval D] [--supernode-better-factor X] "
+                "[--supernode-retire-after D]",
        .summary = "The Shoal coordinator: task registry, membership, rounds, checkpoints and the "
                   "ControlService API."});
 
@@ -46,6 +58,10 @@ int main(int argc, char** argv) {
   options.address_file = absl::GetFlag(FLAGS_address_file);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.aggregator_wait = absl::GetFlag(FLAGS_aggregator_wait);
+  options.supernodes.election_timeout = absl::GetFlag(FLAGS_supernode_election_timeout);
+  options.supernodes.rebuild_interval = absl::GetFlag(FLAGS_supernode_rebuild_interval);
+  options.supernodes.better_factor = absl::GetFlag(FLAGS_supernode_better_factor);
+  options.supernodes.retire_after = absl::GetFlag(FLAGS_supernode_retire_after);
   options.tls.dir = absl::GetFlag(FLAGS_tls_dir);
   options.tls.insecure = absl::GetFlag(FLAGS_insecure);
   if (absl::Status s = options.Validate(); !s.ok()) {

@@ -10,7 +10,7 @@ grpc::ServerUnaryReactor* RegistryServiceImpl::RegisterAggregator(
     v1::RegisterAggregatorResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::Status s = core_.RegisterAggregator(request->address(), request->capacity(),
-                                            rpc::CallerIdentity(*context));
+                                            rpc::CallerIdentity(*context), request->host_peer());
   if (s.ok()) {
     response->set_heartbeat_interval_ms(
         static_cast<uint32_t>(absl::ToInt64Milliseconds(core_.heartbeat_interval())));

@@ -10,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "libs/common/address.h"
 #include "libs/common/command_line.h"
 #include "libs/common/log.h"
 #include "libs/rpc/model_stream.h"
@@ -57,6 +58,17 @@ ABSL_FLAG(std::string, join_token, "",
           "the join token of the tasks to join (default: $SHOAL_JOIN_TOKEN); prefer the "
           "environment variable, command lines are visible to other users");
 
+ABSL_FLAG(bool, supernode, false,
+          "offer to host an elected supernode: when the coordinator elects this peer (by capacity, "
+          "for hierarchical tasks), it runs shoal-aggregator as its child process");
+ABSL_FLAG(std::string, supernode_binary, "",
+          "with --supernode: the shoal-aggregator executable (default: next to this binary)");
+ABSL_FLAG(std::string, supernode_listen, "",
+          "with --supernode: HOST:PORT for the aggregator's gRPC (default: --listen's host, port "
+          "0 = any free port)");
+ABSL_FLAG(std::string, supernode_advertise, "",
+          "with --supernode: HOST:PORT that peers and the coordinator use to reach the aggregator "
+          "(default: its bound address)");
 ABSL_FLAG(std::string, test_byzantine, "",
           "TEST ONLY fault injection: corrupt what this peer contributes, MODE scale:FACTOR "
           "(its delta times FACTOR, e.g. scale:-10) or sign-flip (its delta negated): the "
@@ -141,7 +153,8 @@ int main(int argc, char** argv) {
                 "HOST:PORT] [--metrics-listen "
                 "HOST:PORT] "
                 "[--name ID] [--device cpu|cuda] [--torch-threads N] [--join-token TOKEN] "
-                "[--upload-probe-bytes N] "
+                "[--upload-probe-bytes N] [--supernode [--supernode-binary PATH] "
+                "[--supernode-listen HOST:PORT] [--supernode-advertise HOST:PORT]] "
                 "[--address-file PATH] [--test-byzantine MODE] [--test-slow-batch MS]\n"
                 "--dpwa-config FILE --dpwa-node NAME --task-file FILE --data-dir DIR "
                 "(--tls-dir DIR | --insecure) [--shard I/N] [--listen HOST:PORT] "
@@ -170,6 +183,19 @@ int main(int argc, char** argv) {
   options.upload_probe_bytes = absl::GetFlag(FLAGS_upload_probe_bytes);
   options.test_byzantine = absl::GetFlag(FLAGS_test_byzantine);
   options.test_slow_batch = absl::Milliseconds(absl::GetFlag(FLAGS_test_slow_batch));
+  options.supernode = absl::GetFlag(FLAGS_supernode);
+  options.supernode_host.binary = absl::GetFlag(FLAGS_supernode_binary);
+  if (options.supernode_host.binary.empty()) {
+    options.supernode_host.binary = shoal::peer::DefaultAggregatorBinary();
+  }
+  options.supernode_host.listen = absl::GetFlag(FLAGS_supernode_listen);
+  if (options.supernode_host.listen.empty()) {
+    absl::StatusOr<shoal::HostPort> listen = shoal::ParseHostPort(options.listen, "--listen");
+    if (!listen.ok()) Fail(listen.status(), 2);
+    listen->port = 0;
+    options.supernode_host.listen = listen->ToString();
+  }
+  options.supernode_host.advertise = absl::GetFlag(FLAGS_supernode_advertise);
   if (const char* token = std::getenv("SHOAL_JOIN_TOKEN");
       options.join_token.empty() && token != nullptr) {
     options.join_token = token;

@@ -38,6 +38,8 @@ PeerMetrics::PeerMetrics(prometheus::Registry& r)
                                "Rounds abandoned because a newer event superseded them.")),
       session_reconnects(Counter(r, "shoal_peer_session_reconnects_total",
                                  "Session streams (re)opened after the first.")),
+      supernode(Gauge(r, "shoal_peer_supernode",
+                      "1 while this peer runs the aggregator of an elected supernode, else 0.")),
       snapshots_served(Counter(r, "shoal_peer_snapshots_served_total",
                                "GetSnapshot streams this peer served (finished or aborted).")),
       snapshots_aborted(Counter(r, "shoal_peer_snapshots_aborted_total",

@@ -27,6 +27,7 @@ struct PeerMetrics {
   prometheus::Gauge& connected;             // shoal_peer_connected (1 while the session is up)
   prometheus::Counter& rounds_abandoned;    // shoal_peer_rounds_abandoned_total
   prometheus::Counter& session_reconnects;  // shoal_peer_session_reconnects_total
+  prometheus::Gauge& supernode;             // shoal_peer_supernode (1 while it runs one)
   // PeerService (all modes):
   prometheus::Counter& snapshots_served;   // shoal_peer_snapshots_served_total
   prometheus::Counter& snapshots_aborted;  // shoal_peer_snapshots_aborted_total

@@ -44,6 +44,7 @@ absl::Status PeerOptions::Validate() const {
                      absl::ToInt64Milliseconds(test_slow_batch)));
   }
   SHOAL_RETURN_IF_ERROR(ParseHostPort(metrics_listen, "--metrics-listen").status());
+  if (supernode) SHOAL_RETURN_IF_ERROR(supernode_host.Validate());
   if (data_dir.empty()) return absl::InvalidArgumentError("--data-dir is required");
   std::error_code ec;
   if (!std::filesystem::exists(data_dir, ec)) {
@@ -124,16 +125,35 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   session_options.hello.set_shard_count(options.shard.count);
   *session_options.hello.mutable_capacity() = capacity::MeasureLocalCapacity();
   session_options.upload_probe_bytes = options.upload_probe_bytes;
-  SHOAL_ASSIGN_OR_RETURN(s->session_, SessionClient::Create(
-                                          session_options, *s->metrics_,
-                                          [self](const coordinator::v1::CoordinatorEvent& e) {
-                                            if (e.has_welcome()) {
-                                              absl::MutexLock lock(&self->mu_);
-                                              self->peer_id_ = e.welcome().peer_id();
-                                            }
-                                            self->agent_->OnEvent(e);
-                                          },
-                                          [self] { self->agent_->OnDisconnected(); }));
+  session_options.hello.set_supernode(options.supernode);
+  if (options.supernode) {
+    SupernodeHostOptions host = options.supernode_host;
+    host.coordinator = options.coordinator;
+    host.tls = options.tls;
+    host.upload_probe_bytes = options.upload_probe_bytes;
+    if (host.metrics_listen.empty()) {
+      SHOAL_ASSIGN_OR_RETURN(HostPort hp,
+                             ParseHostPort(options.metrics_listen, "--metrics-listen"));
+      hp.port = 0;
+      host.metrics_listen = hp.ToString();
+    }
+    s->supernode_ = std::make_unique<SupernodeHost>(std::move(host), &s->metrics_->supernode);
+  }
+  SHOAL_ASSIGN_OR_RETURN(s->session_,
+                         SessionClient::Create(
+                             session_options, *s->metrics_,
+                             [self](const coordinator::v1::CoordinatorEvent& e) {
+                               if (e.has_welcome()) {
+                                 absl::MutexLock lock(&self->mu_);
+                                 self->peer_id_ = e.welcome().peer_id();
+                               }
+                               if (e.has_become_supernode() || e.has_retire_supernode()) {
+                                 self->OnSupernodeEvent(e);
+                                 return;
+                               }
+                               self->agent_->OnEvent(e);
+                             },
+                             [self] { self->agent_->OnDisconnected(); }));
 
   PeerAgentOptions agent_options;
   agent_options.shard = options.shard;
@@ -191,6 +211,26 @@ void PeerServer::OnFatal(const absl::Status& status) {
   rpc::RequestShutdown();
 }
 
+void PeerServer::OnSupernodeEvent(const coordinator::v1::CoordinatorEvent& event) {
+  if (supernode_ == nullptr) {
+    LogWarning(
+        "the coordinator elected this peer supernode, but it does not offer to host one "
+        "(--supernode): ignored");
+    return;
+  }
+  if (event.has_retire_supernode()) {
+    supernode_->Stop(
+        absl::StrCat("retired by the coordinator: ", event.retire_supernode().reason()));
+    return;
+  }
+  std::string id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = peer_id_;
+  }
+  supernode_->Start(id);
+}
+
 int PeerServer::Run() {
   int signal = rpc::WaitForShutdownSignal();
   bool fatal;
@@ -214,6 +254,10 @@ void PeerServer::Shutdown() {
   // Leave first, so no new events arrive, then stop training, then stop serving.
   if (session_) session_->Leave(reason);
   if (agent_) agent_->Stop();
+  if (supernode_) {
+    supernode_->Stop(reason);
+    supernode_->Wait();
+  }
   if (server_) server_->Shutdown(absl::Seconds(2));
 }
 

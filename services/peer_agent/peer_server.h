@@ -18,6 +18,7 @@
 #include "services/peer_agent/peer_service.h"
 #include "services/peer_agent/session_client.h"
 #include "services/peer_agent/snapshot_store.h"
+#include "services/peer_agent/supernode_host.h"
 
 namespace shoal::peer {
 
@@ -43,6 +44,10 @@ struct PeerOptions {
   // Test-only (--test-byzantine MODE): "scale:FACTOR" or "sign-flip" corrupts what this peer
   // contributes (see services/peer_agent/byzantine.h); empty: honest.
   std::string test_byzantine;
+  // --supernode: offer to host an elected supernode (Hello.supernode), run with these options
+  // (binary, listen, advertise; the rest is filled from the peer's own).
+  bool supernode = false;
+  SupernodeHostOptions supernode_host;
   // Test-only (--test-slow-batch MS): every training batch takes this much longer; zero: off.
   absl::Duration test_slow_batch = absl::ZeroDuration();
 
@@ -76,6 +81,8 @@ class PeerServer {
  private:
   PeerServer() = default;
   void OnFatal(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // BecomeSupernode / RetireSupernode (from the session's reader thread; neither blocks).
+  void OnSupernodeEvent(const coordinator::v1::CoordinatorEvent& event) ABSL_LOCKS_EXCLUDED(mu_);
 
   std::unique_ptr<metrics::MetricsServer> metrics_server_;
   std::unique_ptr<PeerMetrics> metrics_;
@@ -86,6 +93,7 @@ class PeerServer {
   std::unique_ptr<GrpcPeerClient> peer_client_;
   std::unique_ptr<PeerAgent> agent_;
   std::unique_ptr<SessionClient> session_;
+  std::unique_ptr<SupernodeHost> supernode_;  // with --supernode
 
   absl::Mutex mu_;
   std::string peer_id_ ABSL_GUARDED_BY(mu_);  // from the latest Welcome (for Probe answers)

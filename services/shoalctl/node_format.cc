@@ -41,6 +41,13 @@ std::string Rate(double bytes_per_second) {
   return absl::StrFormat("%.1fMB/s", bytes_per_second / 1e6);
 }
 
+// The SUPERNODE column: a peer's "elected" or "offered", "on PEER" for an elected peer's
+// aggregator, "-" otherwise.
+std::string Supernode(const NodeInfo& n) {
+  if (n.supernode().empty()) return "-";
+  return n.role() == "aggregator" ? absl::StrCat("on ", n.supernode()) : n.supernode();
+}
+
 }  // namespace
 
 std::string NodeToJson(const NodeInfo& n) {
@@ -54,7 +61,8 @@ std::string NodeToJson(const NodeInfo& n) {
                       ",\"memory_available_bytes\":", c.memory_available_bytes(),
                       ",\"upload_bytes_per_second\":", JsonNumber(c.upload_bytes_per_second()),
                       ",\"upload_probe_bytes\":", c.upload_probe_bytes(),
-                      ",\"reachability\":", JsonQuote(ReachabilityName(c.reachability())), "}");
+                      ",\"reachability\":", JsonQuote(ReachabilityName(c.reachability())),
+                      ",\"supernode\":", JsonQuote(n.supernode()), "}");
 }
 
 std::string NodesToJson(const Nodes& nodes) {
@@ -72,21 +80,22 @@ std::string FormatNodeTable(const Nodes& nodes) {
     task_width = std::max(task_width, n.task().size());
   }
   std::string out =
-      absl::StrFormat("%-*s  %-10s  %-*s  %-*s  %5s  %7s  %7s  %7s  %10s  %s\n", id_width, "ID",
-                      "ROLE", address_width, "ADDRESS", task_width, "TASK", "CORES", "GFLOP/S",
-                      "MEMORY", "FREE", "UPLOAD", "REACHABLE");
+      absl::StrFormat("%-*s  %-10s  %-*s  %-*s  %5s  %7s  %7s  %7s  %10s  %-11s  %s\n", id_width,
+                      "ID", "ROLE", address_width, "ADDRESS", task_width, "TASK", "CORES",
+                      "GFLOP/S", "MEMORY", "FREE", "UPLOAD", "REACHABLE", "SUPERNODE");
   for (const NodeInfo& n : nodes) {
     const common::v1::Capacity& c = n.capacity();
     const std::string role =
         n.role() == "peer" && !n.device().empty() ? absl::StrCat("peer/", n.device()) : n.role();
     absl::StrAppend(
-        &out, absl::StrFormat(
-                  "%-*s  %-10s  %-*s  %-*s  %5s  %7s  %7s  %7s  %10s  %s\n", id_width, n.id(), role,
-                  address_width, n.address(), task_width, n.task().empty() ? "-" : n.task(),
-                  c.cpu_cores() == 0 ? "-" : absl::StrCat(c.cpu_cores()),
-                  c.matmul_gflops() > 0 ? absl::StrFormat("%.1f", c.matmul_gflops()) : "-",
-                  Size(c.memory_bytes()), Size(c.memory_available_bytes()),
-                  Rate(c.upload_bytes_per_second()), ReachabilityName(c.reachability())));
+        &out,
+        absl::StrFormat(
+            "%-*s  %-10s  %-*s  %-*s  %5s  %7s  %7s  %7s  %10s  %-11s  %s\n", id_width, n.id(),
+            role, address_width, n.address(), task_width, n.task().empty() ? "-" : n.task(),
+            c.cpu_cores() == 0 ? "-" : absl::StrCat(c.cpu_cores()),
+            c.matmul_gflops() > 0 ? absl::StrFormat("%.1f", c.matmul_gflops()) : "-",
+            Size(c.memory_bytes()), Size(c.memory_available_bytes()),
+            Rate(c.upload_bytes_per_second()), ReachabilityName(c.reachability()), Supernode(n)));
   }
   return out;
 }

@@ -234,6 +234,7 @@ std::string TaskStatusToJson(const TaskStatus& status) {
     clusters.push_back(absl::StrCat("{\"aggregator\":", JsonQuote(c.aggregator()),
                                     ",\"child_id\":", JsonQuote(c.child_id()),
                                     ",\"level\":", c.level(), ",\"parent\":", JsonQuote(c.parent()),
+                                    ",\"host_peer\":", JsonQuote(c.host_peer()),
                                     ",\"peers\":", JsonStringArray(c.peers()), "}"));
   }
   return absl::StrCat("{\"name\":", JsonQuote(status.spec().name()),
@@ -407,7 +408,9 @@ std::string FormatTaskStatus(const TaskStatus& status) {
     for (const auto& c : status.clusters()) {
       absl::StrAppend(&out, "  level ", c.level(), " ", absl::StrFormat("%-22s", c.aggregator()),
                       " ", c.peers_size(), " peers [", absl::StrJoin(c.peers(), ", "), "]",
-                      c.parent().empty() ? " (root)" : absl::StrCat(" below ", c.parent()), "\n");
+                      c.parent().empty() ? " (root)" : absl::StrCat(" below ", c.parent()),
+                      c.host_peer().empty() ? "" : absl::StrCat(", elected: peer ", c.host_peer()),
+                      "\n");
     }
   }
   for (const auto& p : status.peers()) {

@@ -134,6 +134,10 @@ void Run(FuzzedDataProvider& in) {
           hello.set_shard_count(in.ConsumeIntegralInRange(0, 4));
           hello.set_shard_index(in.ConsumeIntegralInRange(0, 4));
           hello.set_listen_address("127.0.0.1:" + std::to_string(in.ConsumeIntegralInRange(0, 9)));
+          // Offers to host a supernode, with some compute: may be elected.
+          hello.set_supernode(in.ConsumeBool());
+          hello.mutable_capacity()->set_cpu_cores(in.ConsumeIntegralInRange(0, 4));
+          hello.mutable_capacity()->set_matmul_gflops(in.ConsumeIntegralInRange(0, 40));
         } else if (!hello.ParseFromString(in.ConsumeRandomLengthString(96))) {
           break;
         }
@@ -190,7 +194,7 @@ void Run(FuzzedDataProvider& in) {
             break;
           case 4:
             aggregator.BreakWatches(
-                absl::StrCat("127.0.0.1:", 5555 + in.ConsumeIntegralInRange(0, 2)), fail);
+                absl::StrCat("127.0.0.1:", 5555 + in.ConsumeIntegralInRange(0, 8)), fail);
             break;
           default:
             run_work();
@@ -198,9 +202,26 @@ void Run(FuzzedDataProvider& in) {
         break;
       }
       default:
-        switch (in.ConsumeIntegralInRange(0, 3)) {
+        switch (in.ConsumeIntegralInRange(0, 5)) {
           case 0:
             (void)core.StopTask(kTask);
+            break;
+          case 4: {
+            // A peer's (elected or not) aggregator registers, naming it as host.
+            const std::string host =
+                sessions.empty() || in.ConsumeBool()
+                    ? PeerName(in)
+                    : sessions[in.ConsumeIntegralInRange<size_t>(0, sessions.size() - 1)].id;
+            common::v1::Capacity capacity;
+            capacity.set_cpu_cores(in.ConsumeIntegralInRange(0, 4));
+            capacity.set_matmul_gflops(in.ConsumeIntegralInRange(0, 40));
+            (void)core.RegisterAggregator(
+                absl::StrCat("127.0.0.1:", 5560 + in.ConsumeIntegralInRange(0, 3)), capacity, "",
+                host);
+            break;
+          }
+          case 5:
+            (void)core.ListNodes();
             break;
           case 1:
             (void)core.ListTasks();

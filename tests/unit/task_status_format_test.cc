@@ -167,10 +167,12 @@ TEST(TaskStatusJsonTest, ShowsTheNodesWithTheirCapacity) {
   n->mutable_capacity()->set_memory_available_bytes(uint64_t{512} << 20);
   n->mutable_capacity()->set_upload_bytes_per_second(1.25e9);
   n->mutable_capacity()->set_reachability(common::v1::REACHABILITY_UNREACHABLE);
+  n->set_supernode("elected");
   auto* a = s.add_nodes();
   a->set_id("127.0.0.1:7100");
   a->set_role("aggregator");
   a->set_address("127.0.0.1:7100");
+  a->set_supernode("peer-1");
   YAML::Node root = YAML::Load(TaskStatusToJson(s));
   ASSERT_EQ(root["nodes"].size(), 2u);
   EXPECT_EQ(root["nodes"][0]["id"].as<std::string>(), "peer-1");
@@ -181,11 +183,13 @@ TEST(TaskStatusJsonTest, ShowsTheNodesWithTheirCapacity) {
   EXPECT_EQ(root["nodes"][0]["reachability"].as<std::string>(), "unreachable");
   EXPECT_EQ(root["nodes"][1]["role"].as<std::string>(), "aggregator");
   EXPECT_EQ(root["nodes"][1]["reachability"].as<std::string>(), "unknown");
+  EXPECT_EQ(root["nodes"][0]["supernode"].as<std::string>(), "elected");
+  EXPECT_EQ(root["nodes"][1]["supernode"].as<std::string>(), "peer-1");
   const std::string text = FormatTaskStatus(s);
   EXPECT_THAT(text, HasSubstr("peer-1          peer/cpu    127.0.0.1:9001  t         8     31.2"
-                              "    16.0G     512M    1.25GB/s  unreachable"));
+                              "    16.0G     512M    1.25GB/s  unreachable  elected"));
   EXPECT_THAT(text, HasSubstr("127.0.0.1:7100  aggregator  127.0.0.1:7100  -         -        -"
-                              "        -        -           -  unknown"));
+                              "        -        -           -  unknown      on peer-1"));
 }
 
 TEST(TaskStatusJsonTest, ShowsEachPeersRoundTimes) {
@@ -446,11 +450,12 @@ TEST(TaskStatusJsonTest, HierarchicalShowsTheTree) {
   child->set_parent("10.0.0.1:7100");
   child->add_peers("peer-0");
   child->add_peers("peer-1");
+  child->set_host_peer("peer-7");
   const std::string text = FormatTaskStatus(s);
   EXPECT_THAT(text, HasSubstr("clusters:      2 (hierarchical"));
   EXPECT_THAT(text, HasSubstr("  level 0 10.0.0.1:7100          0 peers [] (root)\n"));
   EXPECT_THAT(text, HasSubstr("  level 1 10.0.0.2:7100          2 peers [peer-0, peer-1] below "
-                              "10.0.0.1:7100\n"));
+                              "10.0.0.1:7100, elected: peer peer-7\n"));
   YAML::Node json = YAML::Load(TaskStatusToJson(s));
   ASSERT_EQ(json["clusters"].size(), 2u);
   EXPECT_EQ(json["clusters"][0]["parent"].as<std::string>(), "");
@@ -459,6 +464,8 @@ TEST(TaskStatusJsonTest, HierarchicalShowsTheTree) {
   EXPECT_EQ(json["clusters"][1]["parent"].as<std::string>(), "10.0.0.1:7100");
   ASSERT_EQ(json["clusters"][1]["peers"].size(), 2u);
   EXPECT_EQ(json["clusters"][1]["peers"][1].as<std::string>(), "peer-1");
+  EXPECT_EQ(json["clusters"][0]["host_peer"].as<std::string>(), "") << "a dedicated aggregator";
+  EXPECT_EQ(json["clusters"][1]["host_peer"].as<std::string>(), "peer-7");
   // A flat task has none.
   EXPECT_EQ(YAML::Load(TaskStatusToJson(RunningStatus()))["clusters"].size(), 0u);
 }

@@ -1,0 +1,243 @@
+// CoordinatorCore: supernodes elected among the peers (README "Elected supernodes"). A peer
+// that offers to host one (shoal-peer --supernode, Hello.supernode) may be told BecomeSupernode;
+// it starts an aggregator that registers naming it as its host, and from then on that
+// aggregator is one of the pool like a dedicated one: the placement of hierarchical tasks
+// (coordinator_core_clusters.cc) uses it. Peers are elected when the active tasks want more
+// aggregators than are free, best capacity first; a task whose tree could use newly free
+// aggregators (over-full clusters, or a node with clearly more compute than one of its
+// clusters' aggregators) has it rebuilt, at most once per interval; an aggregator whose host
+// peer leaves is lost like any other (the task moves to a new tree), and one unused for a while
+// is retired.
+
+#include <algorithm>
+#include <cstddef>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "libs/capacity/local_capacity.h"
+#include "libs/common/log.h"
+#include "libs/task/task_federated.h"
+#include "services/coordinator/coordinator_core.h"
+
+namespace shoal::coordinator {
+namespace {
+
+double Compute(const common::v1::Capacity& c) { return c.cpu_cores() * c.matmul_gflops(); }
+
+bool Hierarchical(const common::v1::TaskSpec& spec) {
+  return spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL;
+}
+
+}  // namespace
+
+absl::Status CoordinatorCore::AdoptSupernode(const std::string& host_peer,
+                                             const std::string& address, Outbox& out) {
+  auto peer = peers_.find(host_peer);
+  auto elected = elected_.find(host_peer);
+  if (peer == peers_.end() || elected == elected_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("host_peer: \"", host_peer, "\" is not a connected peer elected supernode"));
+  }
+  if (elected->second.address == address) return absl::OkStatus();
+  const std::string before = elected->second.address;
+  elected->second.address = address;
+  elected->second.unused_since.reset();
+  LogInfo("peer ", host_peer, " serves as supernode: aggregator ", address, " (elected ",
+          absl::FormatDuration(clock_.Now() - elected->second.since), " ago)");
+  if (!before.empty()) LoseAggregator(before, "its host peer started another one", out);
+  return absl::OkStatus();
+}
+
+void CoordinatorCore::SupernodeHostLeft(const std::string& peer_id, Outbox& out) {
+  auto it = elected_.find(peer_id);
+  if (it == elected_.end()) return;
+  const std::string address = it->second.address;
+  elected_.erase(it);
+  metrics_.supernode_ends.Add({{"reason", "host_left"}}).Increment();
+  if (!address.empty())
+    LoseAggregator(address, absl::StrCat("its host peer ", peer_id, " left"), out);
+}
+
+size_t CoordinatorCore::AggregatorsWanted(const Task& task) const {
+  if (task.status.aggregator().empty()) return 1;
+  if (!Hierarchical(task.status.spec())) return 0;  // it has its one
+  const common::v1::TaskSpec& spec = task.status.spec();
+  const size_t cluster_size =
+      spec.has_cluster_size() ? spec.cluster_size() : task::kDefaultClusterSize;
+  const size_t peers = task.peers.size();
+  // The root serves the peers itself while they fit in one cluster.
+  return peers <= cluster_size ? 1 : 1 + (peers + cluster_size - 1) / cluster_size;
+}
+
+std::string CoordinatorCore::RebuildReason(const Task& task, const std::string& free) const {
+  const common::v1::TaskSpec& spec = task.status.spec();
+  const size_t cluster_size =
+      spec.has_cluster_size() ? spec.cluster_size() : task::kDefaultClusterSize;
+  for (size_t i = 0; i < task.links.size(); ++i) {
+    if (task.links[i].peers.size() > cluster_size) {
+      return absl::StrCat("the cluster of ", task.links[i].address, " has ",
+                          task.links[i].peers.size(), " peers, over ", cluster_size);
+    }
+  }
+  const AggregatorPool::Entry* candidate = pool_.Find(free);
+  if (candidate == nullptr) return "";
+  // The cluster aggregator with the least compute.
+  const std::string* weakest = nullptr;
+  double least = 0;
+  for (size_t i = 1; i < task.links.size(); ++i) {
+    const AggregatorPool::Entry* serving = pool_.Find(task.links[i].address);
+    if (serving == nullptr || Compute(serving->capacity) <= 0) continue;
+    if (weakest == nullptr || Compute(serving->capacity) < least) {
+      weakest = &task.links[i].address;
+      least = Compute(serving->capacity);
+    }
+  }
+  if (weakest == nullptr ||
+      Compute(candidate->capacity) < options_.supernodes.better_factor * least) {
+    return "";
+  }
+  return absl::StrCat("aggregator ", free, " has ",
+                      absl::SixDigits(Compute(candidate->capacity) / least), "x the compute of ",
+                      *weakest);
+}
+
+void CoordinatorCore::RunElections(Outbox& out) {
+  const SupernodeOptions& o = options_.supernodes;
+  const absl::Time now = clock_.Now();
+  // Elections whose aggregator never came.
+  size_t pending = 0;
+  for (auto it = elected_.begin(); it != elected_.end();) {
+    if (it->second.address.empty() && now - it->second.since > o.election_timeout) {
+      LogWarning("peer ", it->first, " was elected supernode ",
+                 absl::FormatDuration(now - it->second.since),
+                 " ago and its aggregator never registered: passed over");
+      if (auto peer = peers_.find(it->first); peer != peers_.end()) {
+        peer->second.supernode_failed = true;
+      }
+      metrics_.supernode_ends.Add({{"reason", "timeout"}}).Increment();
+      it = elected_.erase(it);
+      continue;
+    }
+    if (it->second.address.empty()) ++pending;
+    ++it;
+  }
+
+  std::map<std::string, size_t> load = AggregatorLoad();
+  auto usable = [&](const std::string& address, const AggregatorPool::Entry& entry) {
+    return load.count(address) == 0 &&
+           entry.capacity.reachability() != common::v1::REACHABILITY_UNREACHABLE;
+  };
+  // Trees that can take in free aggregators are rebuilt (not while elections are pending: the
+  // newly elected would cost a second rebuild).
+  for (const std::string& name : task_order_) {
+    Task& task = tasks_[name];
+    if (pending > 0 || !IsActive(task) || task.links.empty() || !Hierarchical(task.status.spec()) ||
+        now - task.rebuilt_at < o.rebuild_interval) {
+      continue;
+    }
+    std::set<std::string> used;
+    for (const Task::Link& link : task.links) used.insert(link.address);
+    const std::string free = pool_.Pick(load, used);
+    const AggregatorPool::Entry* entry = pool_.Find(free);
+    if (entry == nullptr || !usable(free, *entry)) continue;
+    const std::string why = RebuildReason(task, free);
+    if (why.empty()) continue;
+    LogInfo("task ", name, ": rebuilding its tree of aggregators (", why,
+            "); the current round starts over");
+    task.rebuilt_at = now;
+    metrics_.tree_rebuilds.Increment();
+    AssignAggregator(task, task.status.aggregator(), out, /*rebuild=*/true);
+    load = AggregatorLoad();
+  }
+
+  // How many more aggregators the tasks want than are free or coming.
+  size_t wanted = 0;
+  for (const std::string& name : task_order_) {
+    const Task& task = tasks_[name];
+    if (!IsActive(task) || task.mode == nullptr || !task.mode->UsesAggregator()) continue;
+    const size_t have = task.links.size();
+    const size_t want = AggregatorsWanted(task);
+    if (want > have) wanted += want - have;
+  }
+  size_t free = 0;
+  double weakest = 0;  // the least compute of an aggregator serving a cluster
+  for (const auto& [address, entry] : pool_.entries()) {
+    if (usable(address, entry)) ++free;
+  }
+  for (const auto& [name, task] : tasks_) {
+    if (!IsActive(task) || !Hierarchical(task.status.spec())) continue;
+    for (size_t i = 1; i < task.links.size(); ++i) {
+      const AggregatorPool::Entry* entry = pool_.Find(task.links[i].address);
+      if (entry == nullptr) continue;
+      const double c = Compute(entry->capacity);
+      if (c > 0 && (weakest == 0 || c < weakest)) weakest = c;
+    }
+  }
+  // The candidates, best first: reachable (or not dialled, when the coordinator dials
+  // nobody), most compute, fastest upload, most memory available.
+  std::vector<const Peer*> candidates;
+  for (const auto& [id, peer] : peers_) {
+    const common::v1::Reachability r = peer.hello.capacity().reachability();
+    const bool reachable =
+        r == common::v1::REACHABILITY_REACHABLE ||
+        (options_.dialer == nullptr && r != common::v1::REACHABILITY_UNREACHABLE);
+    if (peer.hello.supernode() && reachable && !peer.supernode_failed && elected_.count(id) == 0) {
+      candidates.push_back(&peer);
+    }
+  }
+  auto key = [](const Peer* p) {
+    const common::v1::Capacity& c = p->hello.capacity();
+    return std::make_tuple(-Compute(c), -c.upload_bytes_per_second(),
+                           -static_cast<double>(c.memory_available_bytes()), p->id);
+  };
+  std::sort(candidates.begin(), candidates.end(),
+            [&](const Peer* a, const Peer* b) { return key(a) < key(b); });
+  size_t elect = wanted > free + pending ? wanted - free - pending : 0;
+  const char* reason = "needed";
+  if (elect == 0 && wanted == 0 && pending == 0 && free == 0 && !candidates.empty() &&
+      weakest > 0 && Compute(candidates.front()->hello.capacity()) >= o.better_factor * weakest) {
+    elect = 1;  // it replaces the weakest when its tree is rebuilt
+    reason = "better";
+  }
+  for (size_t i = 0; i < elect && i < candidates.size(); ++i) {
+    const Peer& peer = *candidates[i];
+    elected_[peer.id] = Elected{now, "", std::nullopt};
+    metrics_.supernode_elections.Add({{"reason", reason}}).Increment();
+    LogInfo("peer ", peer.id, " elected supernode (", reason, "; ",
+            capacity::Describe(peer.hello.capacity()), ")");
+    v1::CoordinatorEvent event;
+    event.mutable_become_supernode();
+    SendTo(peer.id, std::move(event), out);
+  }
+
+  // Elected aggregators no task has used for a while, while none is wanted, are retired.
+  size_t serving = 0;
+  for (auto it = elected_.begin(); it != elected_.end();) {
+    Elected& e = it->second;
+    if (e.address.empty()) {
+      ++it;
+      continue;
+    }
+    if (load.count(e.address) > 0 || wanted > 0) {
+      e.unused_since.reset();
+    } else if (!e.unused_since.has_value()) {
+      e.unused_since = now;
+    } else if (now - *e.unused_since >= o.retire_after) {
+      LogInfo("peer ", it->first, ": its supernode ", e.address, " is retired (unused for ",
+              absl::FormatDuration(now - *e.unused_since), ")");
+      v1::CoordinatorEvent event;
+      event.mutable_retire_supernode()->set_reason("no task used it");
+      SendTo(it->first, std::move(event), out);
+      pool_.Remove(e.address);
+      metrics_.supernode_ends.Add({{"reason", "retired"}}).Increment();
+      it = elected_.erase(it);
+      continue;
+    }
+    ++serving;
+    ++it;
+  }
+  metrics_.supernodes_elected.Set(static_cast<double>(serving));
+}
+
+}  // namespace shoal::coordinator
