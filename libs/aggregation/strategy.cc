@@ -161,6 +161,12 @@ RoundSizeBound BoundOf(const TaskSpec& spec) {
     bound.updates = spec.min_participants();
     bound.field = "min_participants";
   }
+  // On a tree the strategy runs within each cluster: a full one is the most a round of it sees.
+  if (spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL && spec.has_cluster_size() &&
+      spec.cluster_size() < bound.updates) {
+    bound.updates = spec.cluster_size();
+    bound.field = "cluster_size";
+  }
   return bound;
 }
 

@@ -131,14 +131,6 @@ absl::Status ValidateTopology(const TaskSpec& spec) {
         "topology",
         absl::StrCat("mode ", FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode())));
   }
-  if (spec.aggregation() != common::v1::AGGREGATION_MEAN &&
-      spec.aggregation() != common::v1::AGGREGATION_UNSPECIFIED) {
-    return not_yet(
-        "aggregation",
-        absl::StrCat("aggregation ",
-                     FriendlyEnumName(*common::v1::Aggregation_descriptor(), spec.aggregation()),
-                     " (only mean adds exact partial sums)"));
-  }
   if (spec.straggler_factor() != 0) return not_yet("straggler_factor", "straggler_factor");
   if (spec.has_cluster_size() &&
       (spec.cluster_size() < 2 || spec.cluster_size() > kMaxClusterSize)) {

@@ -115,15 +115,10 @@ absl::StatusOr<std::shared_ptr<const PartialResult>> AggregatorCore::ClosePartia
       return absl::FailedPreconditionError(
           absl::StrCat(label, " is ", RoundStateName(*round), ", not open for a partial sum"));
     }
-    if (!round->aggregation->streaming()) {
-      return absl::FailedPreconditionError(absl::StrCat(label, " aggregates with ",
-                                                        round->strategy->name(),
-                                                        ": only mean forwards partial sums"));
-    }
     if (absl::Status folded = FinishFolds(*round, label); !folded.ok()) return folded;
   }
   // The round is closing with no fold in flight: its sum is ours to copy without the lock.
-  absl::StatusOr<aggregation::PartialSum> sum = round->aggregation->Partial();
+  absl::StatusOr<aggregation::PartialSum> sum = round->aggregation->Partial(*round->base);
   absl::MutexLock lock(&mu_);
   if (!sum.ok() || round->state != Round::State::kClosing) {
     round->state = Round::State::kAbandoned;

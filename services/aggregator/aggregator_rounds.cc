@@ -56,19 +56,11 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
           absl::StrCat("'", EscapeBytes(id), "' is both a peer and a child supernode in ", label));
     }
   }
-  if (!children.empty() && strategy->kind() != common::v1::AGGREGATION_MEAN) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        label, " has child supernodes: only mean adds partial sums, not ", strategy->name()));
-  }
   const bool child_round = !p.parent.address().empty() || !p.parent.child().empty();
   if (child_round) {
     if (p.parent.address().empty() || p.parent.child().empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat(label, ": parent needs both an address and this child's id"));
-    }
-    if (strategy->kind() != common::v1::AGGREGATION_MEAN) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          label, " has a parent: only mean forwards partial sums, not ", strategy->name()));
     }
   }
   common::v1::AsyncSpec late_staleness = p.late_staleness;

@@ -25,6 +25,7 @@ RoundAggregation::RoundAggregation(const aggregation::Strategy& strategy,
   if (strategy.kind() == common::v1::AGGREGATION_MEAN) {
     mean_.emplace(std::move(layout), threads, aggregation::SummationOf(strategy.params()));
   } else {
+    children_.emplace(layout, threads);
     other_ = strategy.Start(std::move(layout), expected_updates);
   }
 }
@@ -32,12 +33,39 @@ RoundAggregation::RoundAggregation(const aggregation::Strategy& strategy,
 absl::Status RoundAggregation::Add(absl::Span<const float> delta, double weight,
                                    absl::string_view contributor) {
   if (mean_.has_value()) return mean_->Add(delta, weight);
-  return other_->Add(delta, weight, contributor);
+  absl::Status added = other_->Add(delta, weight, contributor);
+  if (added.ok()) own_weight_ += weight;
+  return added;
+}
+
+absl::StatusOr<aggregation::WeightedMeanAccumulator> RoundAggregation::ClusterSum(
+    const tensor::FlatModel& base) const {
+  aggregation::WeightedMeanAccumulator sum = *children_;
+  if (other_->count() == 0) return sum;
+  std::vector<float> aggregate;
+  absl::StatusOr<aggregation::AggregationReport> report = other_->ApplyInto(base, aggregate);
+  if (!report.ok()) return report.status();
+  // The strategy's result as a delta from the base, weighted by the updates it came from.
+  const std::vector<float>& from = base.values;
+  for (size_t i = 0; i < aggregate.size(); ++i) aggregate[i] -= from[i];
+  if (absl::Status s = sum.Add(aggregate, own_weight_); !s.ok()) return s;
+  return sum;
 }
 
 absl::StatusOr<aggregation::AggregationReport> RoundAggregation::ApplyInto(
     const tensor::FlatModel& base, std::vector<float>& out) const {
-  if (!mean_.has_value()) return other_->ApplyInto(base, out);
+  if (!mean_.has_value() && children_->count() == 0) return other_->ApplyInto(base, out);
+  if (!mean_.has_value()) {
+    // A tree round of another strategy: its clusters' results, weighted by their samples.
+    absl::StatusOr<aggregation::WeightedMeanAccumulator> sum = ClusterSum(base);
+    if (!sum.ok()) return sum.status();
+    if (absl::Status s = sum->ApplyInto(base, out); !s.ok()) return s;
+    aggregation::AggregationReport report;
+    report.updates = count();
+    report.note = absl::StrCat(aggregation::StrategyName(kind_), " within each of ", sum->count(),
+                               " clusters, their results weighted by samples");
+    return report;
+  }
   absl::Status applied = mean_->ApplyInto(base, out);
   if (!applied.ok()) return applied;
   aggregation::AggregationReport report;
@@ -46,20 +74,29 @@ absl::StatusOr<aggregation::AggregationReport> RoundAggregation::ApplyInto(
   return report;
 }
 
-absl::StatusOr<aggregation::PartialSum> RoundAggregation::Partial() const {
-  if (!mean_.has_value()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("only mean forwards partial sums, not ", aggregation::StrategyName(kind_)));
-  }
-  return mean_->Partial();
+absl::StatusOr<aggregation::PartialSum> RoundAggregation::Partial(
+    const tensor::FlatModel& base) const {
+  if (mean_.has_value()) return mean_->Partial();
+  absl::StatusOr<aggregation::WeightedMeanAccumulator> sum = ClusterSum(base);
+  if (!sum.ok()) return sum.status();
+  aggregation::PartialSum partial = sum->Partial();
+  partial.count = count();  // the peers behind it, not its terms
+  return partial;
 }
 
 absl::Status RoundAggregation::AddPartial(const aggregation::PartialSum& partial) {
-  if (!mean_.has_value()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("only mean takes partial sums, not ", aggregation::StrategyName(kind_)));
+  if (mean_.has_value()) return mean_->AddPartial(partial);
+  if (partial.summation != aggregation::Summation::kFloat) {
+    return absl::InvalidArgumentError(absl::StrCat("an exact partial sum for a round of ",
+                                                   aggregation::StrategyName(kind_),
+                                                   " (exact_sum is for mean)"));
   }
-  return mean_->AddPartial(partial);
+  // Counted as the peers behind it (count()), added as the sum it is.
+  aggregation::PartialSum one = partial;
+  one.count = 1;
+  absl::Status added = children_->AddPartial(one);
+  if (added.ok()) children_peers_ += partial.count;
+  return added;
 }
 
 void RoundAggregation::Reset() {
@@ -67,6 +104,9 @@ void RoundAggregation::Reset() {
     mean_->Reset();
   } else {
     other_->Reset();
+    children_->Reset();
+    own_weight_ = 0;
+    children_peers_ = 0;
   }
 }
 
@@ -78,7 +118,7 @@ bool RoundAggregation::Fits(const aggregation::Strategy& strategy,
 }
 
 size_t RoundAggregation::count() const {
-  return mean_.has_value() ? mean_->count() : other_->count();
+  return mean_.has_value() ? mean_->count() : other_->count() + children_peers_;
 }
 
 }  // namespace shoal::aggregator

@@ -41,10 +41,14 @@ class RoundAggregation {
   // base + aggregate into `out` (its capacity is reused), with the strategy's report.
   absl::StatusOr<aggregation::AggregationReport> ApplyInto(const tensor::FlatModel& base,
                                                            std::vector<float>& out) const;
-  // Tree rounds, mean only (FAILED_PRECONDITION for the other strategies): the round's running
-  // sum for its parent, and a child's partial sum added in (INVALID_ARGUMENT as
-  // WeightedMeanAccumulator::AddPartial, nothing added).
-  absl::StatusOr<aggregation::PartialSum> Partial() const;
+  // Tree rounds: what the round sends its parent, and a child's partial sum added in
+  // (INVALID_ARGUMENT as WeightedMeanAccumulator::AddPartial, nothing added). Mean: the running
+  // sum of every update and partial. Another strategy runs per cluster: its aggregate of the
+  // round's own updates counts as one term, weighted by their total weight, beside the
+  // children's partial sums (a weighted mean across clusters, README "Supernode tree rounds");
+  // `base` is the round's base model. `count` of the result is the contributors (peers)
+  // summed, whatever the strategy kept.
+  absl::StatusOr<aggregation::PartialSum> Partial(const tensor::FlatModel& base) const;
   absl::Status AddPartial(const aggregation::PartialSum& partial);
   // Forgets the updates, keeping the buffers for the next round.
   void Reset();
@@ -58,6 +62,16 @@ class RoundAggregation {
   common::v1::AggregationOptions params_;
   std::optional<aggregation::WeightedMeanAccumulator> mean_;  // mean
   std::unique_ptr<aggregation::Aggregation> other_;           // every other strategy
+  // Every other strategy, in tree rounds: the children's partial sums (float), and the total
+  // weight of the round's own updates.
+  std::optional<aggregation::WeightedMeanAccumulator> children_;
+  double own_weight_ = 0;
+  size_t children_peers_ = 0;  // the peers behind the children's sums
+
+  // Another strategy's partial sum: its aggregate of the own updates as one term (if any), and
+  // the children's sums.
+  absl::StatusOr<aggregation::WeightedMeanAccumulator> ClusterSum(
+      const tensor::FlatModel& base) const;
 };
 
 }  // namespace shoal::aggregator

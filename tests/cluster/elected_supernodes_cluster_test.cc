@@ -3,7 +3,8 @@
 // coordinator elects a root, then one supernode per cluster of two; each elected peer runs
 // shoal-aggregator as its child process, which registers naming it. A cluster's host is then
 // SIGKILLed: its aggregator ends with it (PR_SET_PDEATHSIG), the task moves to a new tree, a
-// peer that hosted nothing is elected in its place, and the task completes.
+// peer that hosted nothing is elected in its place, and the task completes. The task
+// aggregates with median, which runs within each cluster.
 
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
@@ -74,7 +75,9 @@ TEST(ElectedSupernodesClusterTest, PeersElectedByCapacityServeTheTreeAndAreRepla
   spec.set_cluster_size(2);
   spec.set_min_participants(kPeers - 1);  // the task goes on after losing one
   spec.set_rounds(10);
-  spec.mutable_aggregation_options()->set_exact_sum(true);
+  // Robust within each cluster (README "Supernode tree rounds"): each cluster's median,
+  // weighted by its samples, at the root.
+  spec.set_aggregation(common::v1::AGGREGATION_MEDIAN);
   ASSERT_TRUE(cluster.CreateTask(spec).ok());
 
   // The tree: a root and three clusters of two, every one on an elected peer's aggregator.

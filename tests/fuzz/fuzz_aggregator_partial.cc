@@ -136,12 +136,16 @@ void Run(FuzzedDataProvider& in) {
   base.layout = SmallLayout();
   base.values.assign(SmallLayout().total_elements(), 0.5f);
   SHOAL_FUZZ_CHECK(core.PutModel("t", 0, base).ok());
-  const bool exact = in.ConsumeBool();
+  // Mean (float or exact), or median: a robust strategy runs within the cluster and takes its
+  // children's sums beside its own result.
+  const int kind = in.ConsumeIntegralInRange(0, 2);
+  const bool exact = kind == 1;
   State state;
   auto open = [&](uint64_t round, uint64_t base) {
     OpenRoundParams params{"t", round, base, {"p"}};
     params.expected_children = {"a", "b"};
     if (exact) params.aggregation.mutable_options()->set_exact_sum(true);
+    if (kind == 2) params.aggregation.set_strategy(common::v1::AGGREGATION_MEDIAN);
     absl::Status s = core.OpenRound(params);
     CheckErrorIsClean(s);
     if (s.ok()) {

@@ -83,6 +83,20 @@ class AggregatorPartialsTest : public AggregatorCoreFixture {
     meta.child = id;
     return parent.AddPartial(meta, (*partial)->sum);
   }
+  // One flat round of `settings` over `peers`: its model minus the base.
+  std::vector<float> RunFlat(const std::vector<int>& peers,
+                             const v1::AggregationSettings& settings) {
+    auto flat = NewNode();
+    std::vector<std::string> ids;
+    for (int k : peers) ids.push_back(absl::StrCat("p", k));
+    EXPECT_TRUE(OpenOn(*flat->core, ids, {}, settings).ok());
+    for (int k : peers) EXPECT_TRUE(PushTo(*flat->core, k).ok());
+    EXPECT_TRUE(flat->core->CloseRound("t", 1).ok());
+    std::vector<float> delta = flat->core->GetModel("t", 1)->model->values;
+    const tensor::FlatModel base = Base();
+    for (size_t i = 0; i < delta.size(); ++i) delta[i] -= base.values[i];
+    return delta;
+  }
   // One flat round over peers 0..n-1 pushed in reverse.
   RoundResult Flat(int n, bool exact, tensor::FlatModel* model) {
     auto flat = NewNode();
@@ -235,22 +249,48 @@ TEST_F(AggregatorPartialsTest, BadPartialsAreRefusedAndAddNothing) {
   EXPECT_EQ(closed->num_samples, 237u);
 }
 
-TEST_F(AggregatorPartialsTest, OnlyMeanRoundsTakeOrForwardPartialSums) {
-  auto node = NewNode();
-  absl::Status s =
-      OpenOn(*node->core, {"p0"}, {"a"}, StrategySettings(common::v1::AGGREGATION_MEDIAN));
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("only mean adds partial sums, not median"));
-  s = OpenOn(*node->core, {"p0"}, {"p0"}, Mean(false));
-  EXPECT_THAT(s.message(), HasSubstr("'p0' is both a peer and a child supernode"));
-  ASSERT_TRUE(
-      OpenOn(*node->core, {"p0", "p1", "p2"}, {}, StrategySettings(common::v1::AGGREGATION_MEDIAN))
-          .ok());
-  auto partial = node->core->ClosePartial("t", 1);
-  EXPECT_EQ(partial.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(partial.status().message(), HasSubstr("only mean forwards partial sums"));
-  EXPECT_EQ(node->core->ClosePartial("t", 7).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(node->core->ClosePartial("u", 1).status().code(), absl::StatusCode::kNotFound);
+TEST_F(AggregatorPartialsTest, RobustStrategiesRunPerClusterWeightedBySamples) {
+  const v1::AggregationSettings median = StrategySettings(common::v1::AGGREGATION_MEDIAN);
+  auto root = NewNode(), a = NewNode(), b = NewNode();
+  ASSERT_TRUE(OpenOn(*root->core, {"p6"}, {"a", "b"}, median).ok());
+  ASSERT_TRUE(OpenOn(*a->core, {"p0", "p1", "p2"}, {}, median).ok());
+  ASSERT_TRUE(OpenOn(*b->core, {"p3", "p4", "p5"}, {}, median).ok());
+  for (int k : {0, 1, 2}) ASSERT_TRUE(PushTo(*a->core, k).ok());
+  for (int k : {5, 3, 4}) ASSERT_TRUE(PushTo(*b->core, k).ok());
+  ASSERT_TRUE(PushTo(*root->core, 6).ok());
+  // An exact partial sum has no place in a median round.
+  {
+    auto exact = NewNode();
+    ASSERT_TRUE(OpenOn(*exact->core, {"p7"}, {}, Mean(true)).ok());
+    ASSERT_TRUE(PushTo(*exact->core, 7).ok());
+    absl::StatusOr<bool> r = Forward(*exact->core, "a", *root->core);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(), HasSubstr("exact_sum is for mean"));
+  }
+  EXPECT_THAT(Forward(*a->core, "a", *root->core), absl::StatusOr<bool>(false));
+  EXPECT_THAT(Forward(*b->core, "b", *root->core), absl::StatusOr<bool>(false));
+  auto result = root->core->CloseRound("t", 1);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->contributors.size(), 7u);
+  const tensor::FlatModel tree = *root->core->GetModel("t", 1)->model;
+
+  // Each cluster's median (a flat median round over its peers), weighted by its samples.
+  auto samples = [](int k) { return 100.0 + 37.0 * k; };
+  const std::vector<std::vector<int>> clusters = {{0, 1, 2}, {3, 4, 5}, {6}};
+  std::vector<double> sum(tree.values.size(), 0.0);
+  double weight = 0;
+  for (const std::vector<int>& cluster : clusters) {
+    const std::vector<float> delta = RunFlat(cluster, median);
+    double w = 0;
+    for (int k : cluster) w += samples(k);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += w * delta[i];
+    weight += w;
+  }
+  const tensor::FlatModel base = Base();
+  for (size_t i = 0; i < sum.size(); ++i) {
+    const double expected = base.values[i] + sum[i] / weight;
+    EXPECT_NEAR(tree.values[i], expected, 1e-5 + 1e-5 * std::fabs(expected)) << i;
+  }
 }
 
 TEST_F(AggregatorPartialsTest, ChildrenMayReadTheTasksModelsButNothingMore) {

@@ -435,6 +435,9 @@ TEST(TopologyTaskTest, DefaultsAndRules) {
   spec = ParseAndValidate("name: x\ntopology: hierarchical\ncluster_size: 2\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->cluster_size(), 2u);
+  // A robust strategy runs within each cluster.
+  spec = ParseAndValidate("name: x\ntopology: hierarchical\naggregation: median\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
   spec = ParseAndValidate("name: x\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_FALSE(spec->has_cluster_size());  // flat
@@ -447,8 +450,9 @@ TEST(TopologyTaskTest, DefaultsAndRules) {
       {"topology: hierarchical\nfanout: 1\n", "fanout: must be in 2..1000, got 1"},
       {"topology: hierarchical\nmode: federated-async\n",
        "topology: mode federated-async does not run on a tree of aggregators yet"},
-      {"topology: hierarchical\naggregation: median\n",
-       "aggregation: aggregation median (only mean adds exact partial sums)"},
+      {"topology: hierarchical\nmin_participants: 10\ncluster_size: 4\naggregation: krum\n"
+       "aggregation_options: {byzantine_peers: 1}\n",
+       "cluster_size: krum needs at least 5 updates per round"},
       {"topology: hierarchical\nstraggler_factor: 2\n",
        "straggler_factor: straggler_factor does not run on a tree"},
       {"topology: ring\n", "topology"},
