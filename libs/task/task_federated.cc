@@ -131,7 +131,6 @@ absl::Status ValidateTopology(const TaskSpec& spec) {
         "topology",
         absl::StrCat("mode ", FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode())));
   }
-  if (spec.straggler_factor() != 0) return not_yet("straggler_factor", "straggler_factor");
   if (spec.has_cluster_size() &&
       (spec.cluster_size() < 2 || spec.cluster_size() > kMaxClusterSize)) {
     return FieldError("cluster_size", absl::StrCat("must be in 2..", kMaxClusterSize, ", got ",

@@ -71,14 +71,24 @@ absl::Status AggregatorWorkRunner::OpenTree(const std::string& task, const Aggre
                                             const aggregator::v1::OpenRoundRequest& open) {
   const size_t n = tree.nodes.size();
   std::vector<aggregator::v1::OpenRoundRequest> opens(n, open);
-  for (aggregator::v1::OpenRoundRequest& o : opens) o.clear_expected_peers();
-  // Each expected peer pushes to its cluster's aggregator; one in no cluster to the root.
-  for (const std::string& peer : open.expected_peers()) {
-    size_t at = 0;
-    for (size_t i = 1; i < n && at == 0; ++i) {
-      if (tree.nodes[i].peers.count(peer) > 0) at = i;
+  for (aggregator::v1::OpenRoundRequest& o : opens) {
+    o.clear_expected_peers();
+    o.clear_late_peers();
+  }
+  // Each peer of the round pushes to its cluster's aggregator, on time or late (a straggler in
+  // asynchronous contribution, weighted there by its staleness); one in no cluster to the root.
+  const auto cluster_of = [&](const std::string& peer) {
+    for (size_t i = 1; i < n; ++i) {
+      if (tree.nodes[i].peers.count(peer) > 0) return i;
     }
-    opens[at].add_expected_peers(peer);
+    return size_t{0};
+  };
+  for (const std::string& peer : open.expected_peers()) {
+    opens[cluster_of(peer)].add_expected_peers(peer);
+  }
+  for (const std::string& peer : open.late_peers()) opens[cluster_of(peer)].add_late_peers(peer);
+  for (aggregator::v1::OpenRoundRequest& o : opens) {
+    if (o.late_peers_size() == 0) o.clear_late_staleness();
   }
   // A node takes part when peers of the round are in its cluster or below it. Every child is
   // named to its parent (so that each may fetch its parent's versions), whether or not it takes
@@ -86,7 +96,7 @@ absl::Status AggregatorWorkRunner::OpenTree(const std::string& task, const Aggre
   std::vector<bool> active(n, false);
   active[0] = true;
   for (size_t i = n; i-- > 1;) {
-    if (opens[i].expected_peers_size() > 0) active[i] = true;
+    if (opens[i].expected_peers_size() > 0 || opens[i].late_peers_size() > 0) active[i] = true;
     if (active[i]) active[tree.nodes[i].parent] = true;
   }
   for (size_t i = 1; i < n; ++i) {

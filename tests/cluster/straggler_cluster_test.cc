@@ -1,7 +1,9 @@
 // Stragglers with real processes on 127.0.0.1 (mutual TLS): three peers train a federated-sync
 // task with straggler_factor 2; peer-2 trains 5x slower than the others (--test-slow-batch: 125
 // ms a batch against 25). After two slow rounds it moves to asynchronous contribution: the
-// rounds then keep the fast peers' pace, and its late updates still go in, none refused.
+// rounds then keep the fast peers' pace, and its late updates still go in, none refused. The
+// same on a tree (topology hierarchical, clusters of two under a root): a straggler pushes late
+// to its own cluster's aggregator, which weighs it by staleness and forwards it in its sum.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -36,10 +38,16 @@ std::string ReadFile(const std::string& path) {
   return text.str();
 }
 
-TEST(StragglerClusterTest, ASlowPeerGoesAsyncAndItsUpdatesStillCount) {
+class StragglerClusterTest : public ::testing::TestWithParam<bool> {};  // hierarchical
+
+TEST_P(StragglerClusterTest, ASlowPeerGoesAsyncAndItsUpdatesStillCount) {
+  const bool hierarchical = GetParam();
   Cluster cluster(TempDir());
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
-  ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
+  // A tree: a root and a cluster of two plus one of one.
+  for (int i = 0; i < (hierarchical ? 3 : 1); ++i) {
+    ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
+  }
   for (int i = 0; i < 3; ++i) {
     const int batch_ms = i == 2 ? 125 : 25;
     absl::Status started = cluster.StartPeer(i, 3, {absl::StrCat("--test-slow-batch=", batch_ms)});
@@ -52,7 +60,18 @@ TEST(StragglerClusterTest, ASlowPeerGoesAsyncAndItsUpdatesStillCount) {
   spec.set_min_participants(3);
   spec.set_straggler_factor(2);
   spec.set_straggler_rounds(2);
+  if (hierarchical) {
+    spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
+    spec.set_cluster_size(2);
+  }
   ASSERT_TRUE(cluster.CreateTask(spec).ok());
+  if (hierarchical) {
+    auto tree = cluster.WaitFor(
+        spec.name(),
+        [](const cv1::TaskStatus& s) { return s.round() >= 1 && s.clusters_size() == 3; },
+        Cluster::TaskBound(spec), "a round on a root and two clusters");
+    ASSERT_TRUE(tree.ok()) << tree.status();
+  }
   auto status = cluster.WaitFor(
       spec.name(),
       [](const cv1::TaskStatus& s) {
@@ -86,9 +105,10 @@ TEST(StragglerClusterTest, ASlowPeerGoesAsyncAndItsUpdatesStillCount) {
   const int64_t paced_median = paced[paced.size() / 2];
   const int64_t held_min = *std::min_element(held.begin(), held.end());
   std::printf(
-      "[ figure ] rounds held by the straggler: %lld ms at least; async: median %lld ms; "
+      "[ figure ] %s: rounds held by the straggler: %lld ms at least; async: median %lld ms; "
       "its late updates in %d rounds\n",
-      static_cast<long long>(held_min), static_cast<long long>(paced_median), late);
+      hierarchical ? "tree" : "flat", static_cast<long long>(held_min),
+      static_cast<long long>(paced_median), late);
   // Rounds keep the fast peers' pace: well under the rounds that waited for peer-2.
   EXPECT_LT(paced_median * 10, held_min * 6);
   // Its updates count: late ones went in, and none was refused.
@@ -99,6 +119,11 @@ TEST(StragglerClusterTest, ASlowPeerGoesAsyncAndItsUpdatesStillCount) {
   EXPECT_THAT(ReadFile(cluster.dir() + "/coordinator.log"),
               HasSubstr("peer peer-2 moves to asynchronous contribution"));
 }
+
+INSTANTIATE_TEST_SUITE_P(Topologies, StragglerClusterTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Hierarchical" : "Flat";
+                         });
 
 }  // namespace
 }  // namespace shoal::testing

@@ -288,6 +288,46 @@ TEST_F(CoordinatorTreeTest, ASharedCertificateNamesChildrenByAddress) {
   EXPECT_EQ(status.clusters(1).child_id(), absl::StrCat("aggregator@", kChild1));
 }
 
+TEST_F(CoordinatorTreeTest, StragglersPushLateToTheirOwnCluster) {
+  // A root and two clusters; the round's late peers (stragglers in asynchronous contribution)
+  // go to their cluster's aggregator with the staleness settings, like the peers on time; a
+  // cluster whose only peer is late still takes part.
+  AggregatorTree tree;
+  tree.hierarchical = true;
+  tree.nodes = {{kRoot, "", {}, 0, 0},
+                {kChild1, "aggregator-1", {"a", "b"}, 0, 1},
+                {kChild2, "aggregator-2", {"c"}, 0, 1}};
+  AggregatorWork work;
+  work.open.set_task("t");
+  work.open.set_round(4);
+  work.open.add_expected_peers("a");
+  work.open.add_late_peers("b");
+  work.open.add_late_peers("c");
+  work.open.mutable_late_staleness()->set_max_staleness(3);
+  AggregatorWorkRunner runner(aggregator_, *store_, calls_, transfers_, clock_, *metrics_, {});
+  bool done = false;
+  runner.Run("t", tree, work, [&](WorkResult result) {
+    EXPECT_TRUE(result.status.ok()) << result.status;
+    done = true;
+  });
+  RunWork();
+  runner.Drain();
+  ASSERT_TRUE(done);
+  const aggregator::v1::OpenRoundRequest& root = OpenedAt(kRoot);
+  EXPECT_TRUE(root.expected_peers().empty());
+  EXPECT_TRUE(root.late_peers().empty());
+  EXPECT_FALSE(root.has_late_staleness());
+  EXPECT_THAT(Ids(root.expected_children()), ElementsAre("aggregator-1", "aggregator-2"));
+  const aggregator::v1::OpenRoundRequest& one = OpenedAt(kChild1);
+  EXPECT_THAT(Ids(one.expected_peers()), ElementsAre("a"));
+  EXPECT_THAT(Ids(one.late_peers()), ElementsAre("b"));
+  EXPECT_EQ(one.late_staleness().max_staleness(), 3u);
+  const aggregator::v1::OpenRoundRequest& two = OpenedAt(kChild2);
+  EXPECT_TRUE(two.expected_peers().empty());
+  EXPECT_THAT(Ids(two.late_peers()), ElementsAre("c"));
+  EXPECT_EQ(two.parent().address(), kRoot);
+}
+
 TEST_F(CoordinatorTreeTest, FlatTasksShowNoClusters) {
   auto sinks = StartTask(Spec("flat", 2, 1), {"a", "b"});
   EXPECT_EQ(Status("flat").clusters_size(), 0);
