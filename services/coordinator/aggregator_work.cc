@@ -173,6 +173,12 @@ absl::Status AggregatorWorkRunner::Checkpoint(const std::string& task, const std
 
 absl::StatusOr<StoredCheckpoint> AggregatorWorkRunner::Restore(const std::string& task,
                                                                const std::string& address) {
+  // The task starts over at this aggregator: whatever it kept of the task (a newer version than
+  // the newest checkpoint, when the coordinator restarted before storing it; rounds of an
+  // earlier tree, when the tree was rebuilt or moved) is forgotten first. The core sends the
+  // members again after every restore.
+  absl::Status released = client_.ReleaseTask(address, task, clock_.Now() + options_.call_timeout);
+  if (!released.ok() && !absl::IsNotFound(released)) return released;
   SHOAL_ASSIGN_OR_RETURN(StoredCheckpoint c, store_.GetCheckpoint(task, std::nullopt));
   // Sent from the file's pages (mapped and checked as ReadModelFile checks a file), not from a
   // model-sized copy in the heap.
@@ -185,22 +191,10 @@ absl::StatusOr<StoredCheckpoint> AggregatorWorkRunner::Restore(const std::string
   }
   const common::v1::ModelMeta meta = tensor::MakeModelMeta(task, c.version, (*file)->layout());
   std::shared_ptr<const tensor::EncodedModel> model = tensor::EncodeRaw(*std::move(file));
-  absl::Status put = client_
-                         .PutModel(address, meta, model, aggregator::Caller{},
-                                   clock_.Now() + options_.transfer_timeout)
-                         .status();
-  if (absl::IsFailedPrecondition(put)) {
-    // The aggregator kept a newer version than the newest checkpoint (the coordinator restarted
-    // before it stored it): forget the task there and restore the checkpoint. The core sends
-    // the members again after every restore.
-    LogWarning("task ", task, ": ", put.message(), "; restoring version ", c.version, " instead");
-    SHOAL_RETURN_IF_ERROR(client_.ReleaseTask(address, task, clock_.Now() + options_.call_timeout));
-    put = client_
-              .PutModel(address, meta, model, aggregator::Caller{},
-                        clock_.Now() + options_.transfer_timeout)
-              .status();
-  }
-  SHOAL_RETURN_IF_ERROR(put);
+  SHOAL_RETURN_IF_ERROR(client_
+                            .PutModel(address, meta, model, aggregator::Caller{},
+                                      clock_.Now() + options_.transfer_timeout)
+                            .status());
   metrics_.bytes_sent.Increment(static_cast<double>(model->payload_bytes()));
   return c;
 }

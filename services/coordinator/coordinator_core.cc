@@ -261,7 +261,7 @@ void CoordinatorCore::RemovePeer(const std::string& peer_id, const std::string& 
   metrics_.peers_connected.Set(static_cast<double>(peers_.size()));
   LogInfo("peer ", peer_id, " left: ", why);
   if (!task_name.empty()) LeaveTask(tasks_[task_name], peer_id, why, out);
-  SupernodeHostLeft(peer_id, out);
+  SupernodeHostLeft(peer_id);
 }
 
 absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,

@@ -164,7 +164,8 @@ class CoordinatorCore {
     absl::Time last_seen;
     absl::Time since;  // this session's start
     std::string task;  // assigned task, empty when idle
-    // Elected supernode before, and its aggregator never registered: not elected again.
+    // Elected supernode before, and its aggregator never registered or was lost: not elected
+    // again in this session.
     bool supernode_failed = false;
   };
   // A peer elected supernode: since when, and its aggregator once it registered.
@@ -378,15 +379,19 @@ class CoordinatorCore {
   void UpdateTreeMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // --- Elected supernodes (coordinator_core_supernodes.cc) ---
   // A registration naming `host_peer`: accepted from an elected, connected peer (the address it
-  // had before, if another, is lost).
+  // had before, if another, is lost), and as a refresh of the address adopted before (its peer
+  // may be reconnecting).
   absl::Status AdoptSupernode(const std::string& host_peer, const std::string& address, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Elects peers when the tasks need more aggregators than are free (or a much better node is
   // there), rebuilds the trees that can use newly free ones, retires the unused. From Step().
   void RunElections(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The peer left: the aggregator it hosts, if any, is lost.
-  void SupernodeHostLeft(const std::string& peer_id, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The peer left: a pending election of it ends. An aggregator it hosts serves on until it is
+  // lost itself (its watch breaks, its registration expires): it ends with a peer that dies,
+  // and outlives a session that only broke.
+  void SupernodeHostLeft(const std::string& peer_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The aggregator at `address` is lost: if an elected peer hosted it, that election ends.
+  void SupernodeLost(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How many aggregators the task would use now (a root, and one per cluster_size peers).
   size_t AggregatorsWanted(const Task& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why the task's tree should be rebuilt on the free aggregator `free` ("" when not).

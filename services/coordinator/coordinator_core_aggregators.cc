@@ -103,6 +103,12 @@ void CoordinatorCore::AssignAggregator(Task& task, const std::string& address, O
   // Peers assigned before learn the new address (the same spec: they keep their state).
   if (moved) {
     for (const std::string& id : task.peers) SendTo(id, TaskAssignedEvent(task, id), out);
+    // The clusters' aggregators forget what they kept of the task (rounds of the tree before),
+    // ahead of every call of the new tree on the task's queue; the root does at its restore.
+    for (size_t i = 1; i < task.links.size(); ++i) {
+      out.push_back(
+          [this, name, address = task.links[i].address] { work_.Release(name, address); });
+    }
   }
   // Before anything the mode asks of the new aggregators.
   for (size_t i = 0; i < task.links.size(); ++i) SendMembers(task, i, out);
@@ -115,6 +121,7 @@ void CoordinatorCore::AssignAggregator(Task& task, const std::string& address, O
 void CoordinatorCore::LoseAggregator(const std::string& address, const std::string& why,
                                      Outbox& out) {
   if (pool_.Has(address)) pool_.Remove(address);
+  SupernodeLost(address);
   bool any = false;
   const absl::Time now = clock_.Now();
   for (const std::string& name : task_order_) {

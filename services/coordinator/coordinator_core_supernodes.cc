@@ -5,9 +5,10 @@
 // (coordinator_core_clusters.cc) uses it. Peers are elected when the active tasks want more
 // aggregators than are free, best capacity first; a task whose tree could use newly free
 // aggregators (over-full clusters, or a node with clearly more compute than one of its
-// clusters' aggregators) has it rebuilt, at most once per interval; an aggregator whose host
-// peer leaves is lost like any other (the task moves to a new tree), and one unused for a while
-// is retired.
+// clusters' aggregators) has it rebuilt, at most once per interval; an elected aggregator is
+// lost like any other (its watch breaks, its registration expires: it stops with its peer's
+// process), the task moving to a new tree and another peer elected; one unused for a while is
+// retired.
 
 #include <algorithm>
 #include <cstddef>
@@ -33,13 +34,14 @@ bool Hierarchical(const common::v1::TaskSpec& spec) {
 
 absl::Status CoordinatorCore::AdoptSupernode(const std::string& host_peer,
                                              const std::string& address, Outbox& out) {
-  auto peer = peers_.find(host_peer);
   auto elected = elected_.find(host_peer);
-  if (peer == peers_.end() || elected == elected_.end()) {
+  if (elected != elected_.end() && elected->second.address == address) {
+    return absl::OkStatus();  // a refresh
+  }
+  if (peers_.count(host_peer) == 0 || elected == elected_.end()) {
     return absl::FailedPreconditionError(
         absl::StrCat("host_peer: \"", host_peer, "\" is not a connected peer elected supernode"));
   }
-  if (elected->second.address == address) return absl::OkStatus();
   const std::string before = elected->second.address;
   elected->second.address = address;
   elected->second.unused_since.reset();
@@ -49,14 +51,32 @@ absl::Status CoordinatorCore::AdoptSupernode(const std::string& host_peer,
   return absl::OkStatus();
 }
 
-void CoordinatorCore::SupernodeHostLeft(const std::string& peer_id, Outbox& out) {
+void CoordinatorCore::SupernodeHostLeft(const std::string& peer_id) {
   auto it = elected_.find(peer_id);
   if (it == elected_.end()) return;
-  const std::string address = it->second.address;
-  elected_.erase(it);
-  metrics_.supernode_ends.Add({{"reason", "host_left"}}).Increment();
-  if (!address.empty())
-    LoseAggregator(address, absl::StrCat("its host peer ", peer_id, " left"), out);
+  if (it->second.address.empty()) {
+    elected_.erase(it);
+    metrics_.supernode_ends.Add({{"reason", "host_left"}}).Increment();
+    return;
+  }
+  LogInfo("peer ", peer_id, " left; its supernode ", it->second.address,
+          " serves until it is lost (it stops with its peer's process)");
+}
+
+void CoordinatorCore::SupernodeLost(const std::string& address) {
+  for (auto it = elected_.begin(); it != elected_.end(); ++it) {
+    if (it->second.address != address) continue;
+    // Its peer is not elected again in this session: it may be dying with its aggregator (the
+    // aggregator's stream often breaks before the peer's), or its aggregator cannot run.
+    LogWarning("peer ", it->first, ": its supernode ", address,
+               " is lost; another peer is elected when one is wanted");
+    if (auto peer = peers_.find(it->first); peer != peers_.end()) {
+      peer->second.supernode_failed = true;
+    }
+    metrics_.supernode_ends.Add({{"reason", "lost"}}).Increment();
+    elected_.erase(it);
+    return;
+  }
 }
 
 size_t CoordinatorCore::AggregatorsWanted(const Task& task) const {

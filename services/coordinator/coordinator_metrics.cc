@@ -105,8 +105,9 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                               .Register(registry)),
       supernode_ends(prometheus::BuildCounter()
                          .Name("shoal_coordinator_supernode_ends_total")
-                         .Help("Elected supernodes that ended, by reason (host_left: its peer "
-                               "left or crashed; timeout: it never registered; retired: unused)")
+                         .Help("Elected supernodes that ended, by reason (lost: its aggregator "
+                               "was lost; host_left: its peer left before it registered; "
+                               "timeout: it never registered; retired: unused)")
                          .Register(registry)),
       supernodes_elected(prometheus::BuildGauge()
                              .Name("shoal_coordinator_supernodes_elected")

@@ -39,7 +39,8 @@ struct CoordinatorMetrics {
   prometheus::Gauge& tree_depth;
   // Supernodes elected among the peers (README "Elected supernodes").
   prometheus::Family<prometheus::Counter>& supernode_elections;  // {reason}: needed, better
-  prometheus::Family<prometheus::Counter>& supernode_ends;  // {reason}: host_left, timeout, retired
+  // {reason}: lost, host_left, timeout, retired
+  prometheus::Family<prometheus::Counter>& supernode_ends;
   prometheus::Gauge& supernodes_elected;  // elected peers whose aggregator is registered
   prometheus::Counter& tree_rebuilds;     // trees rebuilt on newly available supernodes
   // Decentralized rounds (no peer labels).

@@ -62,7 +62,10 @@ TEST(ElectedSupernodesClusterTest, PeersElectedByCapacityServeTheTreeAndAreRepla
   Cluster cluster(TempDir());
   {
     // A tree is rebuilt on a newly elected supernode 1 s after the one before (default 30 s).
-    absl::Status started = cluster.StartCoordinator({"--supernode-rebuild-interval=1s"});
+    // No "better" elections: the matrix-multiply scores of processes that start together on
+    // one loaded machine differ by 2x and more (coordinator_supernodes_test covers them).
+    absl::Status started = cluster.StartCoordinator(
+        {"--supernode-rebuild-interval=1s", "--supernode-better-factor=1000"});
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }
   for (int i = 0; i < kPeers; ++i) {
@@ -164,7 +167,7 @@ TEST(ElectedSupernodesClusterTest, PeersElectedByCapacityServeTheTreeAndAreRepla
   ASSERT_TRUE(page.ok()) << page.status();
   EXPECT_EQ(MetricValue(*page, "shoal_coordinator_supernode_elections_total{reason=\"needed\"}"),
             5);
-  EXPECT_EQ(MetricValue(*page, "shoal_coordinator_supernode_ends_total{reason=\"host_left\"}"), 1);
+  EXPECT_EQ(MetricValue(*page, "shoal_coordinator_supernode_ends_total{reason=\"lost\"}"), 1);
   EXPECT_EQ(MetricValue(*page, "shoal_coordinator_supernodes_elected"), 4);
   EXPECT_GE(MetricValue(*page, "shoal_coordinator_tree_rebuilds_total"), 1);
 }

@@ -1,9 +1,10 @@
 // Supernodes elected among the peers (CoordinatorCore, coordinator_core_supernodes.cc): the
 // peers that offer (Hello.supernode) are elected best capacity first when the tasks want more
 // aggregators than are free; an elected peer's aggregator registers naming it and serves like a
-// dedicated one; the tree is rebuilt once on the newcomers; a host that leaves loses its
-// aggregator and another peer is elected; an election that never registers is passed over; a
-// clearly better node replaces the weakest; unused supernodes are retired.
+// dedicated one; the tree is rebuilt once on the newcomers; an elected aggregator outlives its
+// host's broken session, and when it is lost another peer is elected; an election that never
+// registers is passed over; a clearly better node replaces the weakest; unused supernodes are
+// retired.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -190,25 +191,60 @@ TEST_F(CoordinatorSupernodesTest, OnlyAnElectedConnectedPeerMayHostAnAggregator)
   EXPECT_TRUE(core_->RegisterAggregator("127.0.0.1:9002").ok());
 }
 
-TEST_F(CoordinatorSupernodesTest, AHostThatLeavesLosesItsAggregatorAndAnotherPeerIsElected) {
+TEST_F(CoordinatorSupernodesTest, AHostsAggregatorOutlivesItsSessionAndIsReplacedWhenLost) {
   BuildTree(6);  // a..f: f, e, d, c elected (compute 6..3); a and b offer but are not needed
   ASSERT_EQ(hosts_, (std::set<std::string>{"c", "d", "e", "f"}));
   ASSERT_EQ(Status("t").aggregator(), AddressOf("f"));
-  // A cluster's host leaves: its aggregator is lost, the task moves to a new tree at once (its
-  // root and the other clusters), and the best candidate left is elected for the missing one.
-  const std::string leaving = "c";
-  core_->Disconnect(leaving, sinks_[leaving].get());
-  EXPECT_EQ(Metric("shoal_coordinator_supernode_ends_total", "host_left"), 1);
+  // c's session breaks: its aggregator (a process of its own) serves on, registering as before;
+  // c reconnects and is still its host.
+  const std::string host = "c";
+  core_->Disconnect(host, sinks_[host].get());
+  sinks_.erase(host);
+  Pass(absl::Seconds(3));
+  EXPECT_TRUE(Elected().empty());
+  bool serving = false;
+  const v1::TaskStatus during = Status("t");
+  for (const v1::ClusterInfo& cluster : during.clusters()) {
+    serving = serving || cluster.host_peer() == host;
+  }
+  EXPECT_TRUE(serving) << "a broken session does not end the supernode";
+  JoinWith(host, gflops_[host]);
+  Pass(absl::Seconds(1));
+  EXPECT_TRUE(Elected().empty()) << "c hosts already";
+
+  // c dies with its aggregator: the aggregator is lost (its watch breaks), the task moves to a
+  // new tree at once (its root and the other clusters), and the best candidate left is elected
+  // for the missing one.
+  core_->Disconnect(host, sinks_[host].get());
+  sinks_.erase(host);
+  registered_.erase(host);
+  aggregator_.BreakWatches(AddressOf(host), absl::UnavailableError("connection reset"));
+  Step();
+  EXPECT_EQ(Metric("shoal_coordinator_supernode_ends_total", "lost"), 1);
   const v1::ListNodesResponse nodes = core_->ListNodes();
-  for (const v1::NodeInfo& a : nodes.aggregators()) EXPECT_NE(a.address(), AddressOf(leaving));
-  sinks_.erase(leaving);
+  for (const v1::NodeInfo& a : nodes.aggregators()) EXPECT_NE(a.address(), AddressOf(host));
   Step();
   EXPECT_THAT(Elected(), UnorderedElementsAre("b"));
   ASSERT_TRUE(Register("b").ok());
   Step();
   const v1::TaskStatus status = Status("t");
   EXPECT_FALSE(status.aggregator().empty());
-  for (const v1::ClusterInfo& cluster : status.clusters()) EXPECT_NE(cluster.host_peer(), leaving);
+  for (const v1::ClusterInfo& cluster : status.clusters()) EXPECT_NE(cluster.host_peer(), host);
+}
+
+TEST_F(CoordinatorSupernodesTest, APendingElectionEndsWithItsPeer) {
+  common::v1::TaskSpec spec = Spec("t", 2, 5);
+  ASSERT_TRUE(core_->CreateTask(spec).ok());
+  JoinWith("a", 1);
+  JoinWith("b", 2);
+  Step();
+  EXPECT_THAT(Elected(), UnorderedElementsAre("b"));
+  core_->Disconnect("b", sinks_["b"].get());
+  sinks_.erase("b");
+  EXPECT_EQ(Metric("shoal_coordinator_supernode_ends_total", "host_left"), 1);
+  EXPECT_EQ(Register("b").code(), absl::StatusCode::kFailedPrecondition);
+  Step();
+  EXPECT_THAT(Elected(), UnorderedElementsAre("a"));
 }
 
 TEST_F(CoordinatorSupernodesTest, AnElectionThatNeverRegistersIsPassedOver) {
