@@ -4,6 +4,7 @@
 // updates travel to the aggregator (compression and the topk_* fields), and stragglers
 // (straggler_factor, straggler_rounds), and their topology (topology, cluster_size).
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -33,11 +34,19 @@ absl::Status ValidateStragglers(const common::v1::TaskSpec& spec);
 // straggler_rounds kDefaultStragglerRounds when straggler_factor is set.
 void ApplyStragglerDefaults(common::v1::TaskSpec& spec);
 
-// topology flat or hierarchical; hierarchical only in federated-sync, with aggregation mean and
-// no straggler_factor (not supported on a tree yet); cluster_size 2..kMaxClusterSize and fanout
-// 2..kMaxFanout, only with hierarchical. Part of ValidateTaskSpec.
+// topology flat or hierarchical; hierarchical only in federated-sync (not supported on a tree
+// yet in the other modes); cluster_size 2..kMaxClusterSize and fanout 2..kMaxFanout, only with
+// hierarchical. Part of ValidateTaskSpec.
 absl::Status ValidateTopology(const common::v1::TaskSpec& spec);
 // cluster_size kDefaultClusterSize and fanout kDefaultFanout for a hierarchical task.
 void ApplyTopologyDefaults(common::v1::TaskSpec& spec);
+
+inline bool IsHierarchical(const common::v1::TaskSpec& spec) {
+  return spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL;
+}
+// The most peers one aggregator of the task's tree serves (its default when unset).
+inline size_t ClusterSizeOf(const common::v1::TaskSpec& spec) {
+  return spec.has_cluster_size() ? spec.cluster_size() : kDefaultClusterSize;
+}
 
 }  // namespace shoal::task

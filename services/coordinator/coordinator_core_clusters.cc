@@ -16,13 +16,6 @@
 #include "services/coordinator/coordinator_core.h"
 
 namespace shoal::coordinator {
-namespace {
-
-bool Hierarchical(const common::v1::TaskSpec& spec) {
-  return spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL;
-}
-
-}  // namespace
 
 bool CoordinatorCore::Task::MembersConfirmed(const std::vector<uint64_t>& needed) const {
   for (size_t i = 0; i < needed.size() && i < links.size(); ++i) {
@@ -48,14 +41,13 @@ std::map<std::string, size_t> CoordinatorCore::AggregatorLoad() const {
 }
 
 void CoordinatorCore::PlacePeer(Task& task, const std::string& peer_id, Outbox& out) {
-  if (task.links.empty() || !Hierarchical(task.status.spec())) return;
+  if (task.links.empty() || !task::IsHierarchical(task.status.spec())) return;
   UnplacePeer(task, peer_id);
   // The root adds the clusters' partial sums and serves no cluster of its own while another
   // aggregator can: what flows into it is one sum per cluster, not one update per peer.
   const common::v1::TaskSpec& spec = task.status.spec();
   // (Specs created through the API have both set; 0 would leave no room.)
-  const size_t cluster_size =
-      spec.has_cluster_size() ? spec.cluster_size() : task::kDefaultClusterSize;
+  const size_t cluster_size = task::ClusterSizeOf(spec);
   const size_t fanout = spec.has_fanout() ? spec.fanout() : task::kDefaultFanout;
   size_t chosen = task.links.size();
   for (size_t i = 1; i < task.links.size(); ++i) {
@@ -148,7 +140,7 @@ const std::string& CoordinatorCore::AggregatorOf(const Task& task,
 AggregatorTree CoordinatorCore::TreeOf(const Task& task) const {
   AggregatorTree tree;
   if (task.links.empty()) return tree;
-  tree.hierarchical = Hierarchical(task.status.spec());
+  tree.hierarchical = task::IsHierarchical(task.status.spec());
   for (const Task::Link& link : task.links) {
     AggregatorTree::Node& node = tree.nodes.emplace_back();
     node.address = link.address;
@@ -162,7 +154,7 @@ AggregatorTree CoordinatorCore::TreeOf(const Task& task) const {
 }
 
 void CoordinatorCore::ShowClusters(const Task& task, v1::TaskStatus& status) const {
-  if (!Hierarchical(task.status.spec())) return;
+  if (!task::IsHierarchical(task.status.spec())) return;
   for (size_t i = 0; i < task.links.size(); ++i) {
     v1::ClusterInfo* cluster = status.add_clusters();
     cluster->set_aggregator(task.links[i].address);
@@ -180,7 +172,8 @@ void CoordinatorCore::UpdateTreeMetrics() {
   size_t clusters = 0;
   uint32_t depth = 0;
   for (const auto& [name, task] : tasks_) {
-    if (!IsActive(task) || !Hierarchical(task.status.spec()) || task.links.empty()) continue;
+    if (!IsActive(task) || !task::IsHierarchical(task.status.spec()) || task.links.empty())
+      continue;
     clusters += task.links.size() - 1;
     for (const Task::Link& link : task.links) depth = std::max(depth, link.level);
   }

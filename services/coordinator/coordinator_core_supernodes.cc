@@ -26,10 +26,6 @@ namespace {
 
 double Compute(const common::v1::Capacity& c) { return c.cpu_cores() * c.matmul_gflops(); }
 
-bool Hierarchical(const common::v1::TaskSpec& spec) {
-  return spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL;
-}
-
 }  // namespace
 
 absl::Status CoordinatorCore::AdoptSupernode(const std::string& host_peer,
@@ -81,10 +77,9 @@ void CoordinatorCore::SupernodeLost(const std::string& address) {
 
 size_t CoordinatorCore::AggregatorsWanted(const Task& task) const {
   if (task.status.aggregator().empty()) return 1;
-  if (!Hierarchical(task.status.spec())) return 0;  // it has its one
+  if (!task::IsHierarchical(task.status.spec())) return 0;  // it has its one
   const common::v1::TaskSpec& spec = task.status.spec();
-  const size_t cluster_size =
-      spec.has_cluster_size() ? spec.cluster_size() : task::kDefaultClusterSize;
+  const size_t cluster_size = task::ClusterSizeOf(spec);
   const size_t peers = task.peers.size();
   // The root serves the peers itself while they fit in one cluster.
   return peers <= cluster_size ? 1 : 1 + (peers + cluster_size - 1) / cluster_size;
@@ -92,8 +87,7 @@ size_t CoordinatorCore::AggregatorsWanted(const Task& task) const {
 
 std::string CoordinatorCore::RebuildReason(const Task& task, const std::string& free) const {
   const common::v1::TaskSpec& spec = task.status.spec();
-  const size_t cluster_size =
-      spec.has_cluster_size() ? spec.cluster_size() : task::kDefaultClusterSize;
+  const size_t cluster_size = task::ClusterSizeOf(spec);
   for (size_t i = 0; i < task.links.size(); ++i) {
     if (task.links[i].peers.size() > cluster_size) {
       return absl::StrCat("the cluster of ", task.links[i].address, " has ",
@@ -152,8 +146,8 @@ void CoordinatorCore::RunElections(Outbox& out) {
   // newly elected would cost a second rebuild).
   for (const std::string& name : task_order_) {
     Task& task = tasks_[name];
-    if (pending > 0 || !IsActive(task) || task.links.empty() || !Hierarchical(task.status.spec()) ||
-        now - task.rebuilt_at < o.rebuild_interval) {
+    if (pending > 0 || !IsActive(task) || task.links.empty() ||
+        !task::IsHierarchical(task.status.spec()) || now - task.rebuilt_at < o.rebuild_interval) {
       continue;
     }
     std::set<std::string> used;
@@ -186,7 +180,7 @@ void CoordinatorCore::RunElections(Outbox& out) {
     if (usable(address, entry)) ++free;
   }
   for (const auto& [name, task] : tasks_) {
-    if (!IsActive(task) || !Hierarchical(task.status.spec())) continue;
+    if (!IsActive(task) || !task::IsHierarchical(task.status.spec())) continue;
     for (size_t i = 1; i < task.links.size(); ++i) {
       const AggregatorPool::Entry* entry = pool_.Find(task.links[i].address);
       if (entry == nullptr) continue;
@@ -194,29 +188,37 @@ void CoordinatorCore::RunElections(Outbox& out) {
       if (c > 0 && (weakest == 0 || c < weakest)) weakest = c;
     }
   }
-  // The candidates, best first: reachable (or not dialled, when the coordinator dials
-  // nobody), most compute, fastest upload, most memory available.
-  std::vector<const Peer*> candidates;
-  for (const auto& [id, peer] : peers_) {
-    const common::v1::Reachability r = peer.hello.capacity().reachability();
-    const bool reachable =
-        r == common::v1::REACHABILITY_REACHABLE ||
-        (options_.dialer == nullptr && r != common::v1::REACHABILITY_UNREACHABLE);
-    if (peer.hello.supernode() && reachable && !peer.supernode_failed && elected_.count(id) == 0) {
-      candidates.push_back(&peer);
-    }
-  }
-  auto key = [](const Peer* p) {
-    const common::v1::Capacity& c = p->hello.capacity();
-    return std::make_tuple(-Compute(c), -c.upload_bytes_per_second(),
-                           -static_cast<double>(c.memory_available_bytes()), p->id);
-  };
-  std::sort(candidates.begin(), candidates.end(),
-            [&](const Peer* a, const Peer* b) { return key(a) < key(b); });
   size_t elect = wanted > free + pending ? wanted - free - pending : 0;
+  // A "better" election is possible only when nothing else is wanted or coming and a cluster
+  // aggregator's compute is known; otherwise, and with nothing to elect, the peers are not
+  // walked (this runs every Step, with thousands of peers).
+  const bool better_possible =
+      elect == 0 && wanted == 0 && pending == 0 && free == 0 && weakest > 0;
+  std::vector<const Peer*> candidates;
+  if (elect > 0 || better_possible) {
+    // The candidates, best first: reachable (or not dialled, when the coordinator dials
+    // nobody), most compute, fastest upload, most memory available.
+    for (const auto& [id, peer] : peers_) {
+      const common::v1::Reachability r = peer.hello.capacity().reachability();
+      const bool reachable =
+          r == common::v1::REACHABILITY_REACHABLE ||
+          (options_.dialer == nullptr && r != common::v1::REACHABILITY_UNREACHABLE);
+      if (peer.hello.supernode() && reachable && !peer.supernode_failed &&
+          elected_.count(id) == 0) {
+        candidates.push_back(&peer);
+      }
+    }
+    auto key = [](const Peer* p) {
+      const common::v1::Capacity& c = p->hello.capacity();
+      return std::make_tuple(-Compute(c), -c.upload_bytes_per_second(),
+                             -static_cast<double>(c.memory_available_bytes()), p->id);
+    };
+    std::sort(candidates.begin(), candidates.end(),
+              [&](const Peer* a, const Peer* b) { return key(a) < key(b); });
+  }
   const char* reason = "needed";
-  if (elect == 0 && wanted == 0 && pending == 0 && free == 0 && !candidates.empty() &&
-      weakest > 0 && Compute(candidates.front()->hello.capacity()) >= o.better_factor * weakest) {
+  if (better_possible && !candidates.empty() &&
+      Compute(candidates.front()->hello.capacity()) >= o.better_factor * weakest) {
     elect = 1;  // it replaces the weakest when its tree is rebuilt
     reason = "better";
   }
