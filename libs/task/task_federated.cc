@@ -119,6 +119,7 @@ absl::Status ValidateTopology(const TaskSpec& spec) {
       return FieldError("cluster_size", "only with topology: hierarchical");
     }
     if (spec.has_fanout()) return FieldError("fanout", "only with topology: hierarchical");
+    if (spec.has_replicas()) return FieldError("replicas", "only with topology: hierarchical");
     return absl::OkStatus();
   }
   const auto not_yet = [](absl::string_view field, absl::string_view what) {
@@ -140,6 +141,12 @@ absl::Status ValidateTopology(const TaskSpec& spec) {
     return FieldError("fanout",
                       absl::StrCat("must be in 2..", kMaxFanout, ", got ", spec.fanout()));
   }
+  if (spec.has_replicas() && (spec.replicas() < 1 || spec.replicas() > kMaxReplicas)) {
+    return FieldError("replicas", absl::StrCat("must be in 1..", kMaxReplicas,
+                                               " (a cluster's "
+                                               "primary and its backups), got ",
+                                               spec.replicas()));
+  }
   return absl::OkStatus();
 }
 
@@ -147,6 +154,7 @@ void ApplyTopologyDefaults(TaskSpec& spec) {
   if (spec.topology() != common::v1::TOPOLOGY_HIERARCHICAL) return;
   if (!spec.has_cluster_size()) spec.set_cluster_size(kDefaultClusterSize);
   if (!spec.has_fanout()) spec.set_fanout(kDefaultFanout);
+  if (!spec.has_replicas()) spec.set_replicas(kDefaultReplicas);
 }
 
 }  // namespace shoal::task

@@ -19,6 +19,8 @@ inline constexpr uint32_t kDefaultClusterSize = 32;
 inline constexpr uint32_t kMaxClusterSize = 10000;
 inline constexpr uint32_t kDefaultFanout = 32;
 inline constexpr uint32_t kMaxFanout = 1000;
+inline constexpr uint32_t kDefaultReplicas = 1;
+inline constexpr uint32_t kMaxReplicas = 8;
 
 // Checks the compression rules of task.proto. INVALID_ARGUMENT "<field>: <what>", e.g.
 // "topk_ratio: must be in (0, 1], got 0". Part of ValidateTaskSpec.
@@ -35,10 +37,11 @@ absl::Status ValidateStragglers(const common::v1::TaskSpec& spec);
 void ApplyStragglerDefaults(common::v1::TaskSpec& spec);
 
 // topology flat or hierarchical; hierarchical only in federated-sync (not supported on a tree
-// yet in the other modes); cluster_size 2..kMaxClusterSize and fanout 2..kMaxFanout, only with
-// hierarchical. Part of ValidateTaskSpec.
+// yet in the other modes); cluster_size 2..kMaxClusterSize, fanout 2..kMaxFanout and replicas
+// 1..kMaxReplicas, only with hierarchical. Part of ValidateTaskSpec.
 absl::Status ValidateTopology(const common::v1::TaskSpec& spec);
-// cluster_size kDefaultClusterSize and fanout kDefaultFanout for a hierarchical task.
+// cluster_size kDefaultClusterSize, fanout kDefaultFanout and replicas kDefaultReplicas for a
+// hierarchical task.
 void ApplyTopologyDefaults(common::v1::TaskSpec& spec);
 
 inline bool IsHierarchical(const common::v1::TaskSpec& spec) {
@@ -47,6 +50,10 @@ inline bool IsHierarchical(const common::v1::TaskSpec& spec) {
 // The most peers one aggregator of the task's tree serves (its default when unset).
 inline size_t ClusterSizeOf(const common::v1::TaskSpec& spec) {
   return spec.has_cluster_size() ? spec.cluster_size() : kDefaultClusterSize;
+}
+// The aggregators of each cluster below the root: its primary and the backups.
+inline size_t ReplicasOf(const common::v1::TaskSpec& spec) {
+  return spec.has_replicas() ? spec.replicas() : kDefaultReplicas;
 }
 
 }  // namespace shoal::task

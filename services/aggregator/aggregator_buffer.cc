@@ -66,6 +66,12 @@ std::shared_ptr<UpdateBuffer> AggregatorCore::ResetBuffer(Task& task) {
 
 absl::Status AggregatorCore::TargetBuffer(Task& task, const PushMeta& meta, PushTarget& target) {
   std::shared_ptr<UpdateBuffer> buffer = task.buffer;
+  if (!meta.replicated_by.empty()) {
+    target.reason = RejectReason::kUnexpectedPeer;
+    return absl::FailedPreconditionError(
+        absl::StrCat(TaskLabel(meta.task), " has no round with backups here (a copy from '",
+                     EscapeBytes(meta.replicated_by), "')"));
+  }
   if (buffer == nullptr) {
     target.reason = RejectReason::kRoundNotOpen;
     return absl::FailedPreconditionError(

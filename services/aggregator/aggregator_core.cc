@@ -37,6 +37,7 @@ PushMeta PushMeta::From(const v1::UpdateMeta& m, std::string caller_identity) {
   PushMeta meta{m.task(),        m.round(),      m.peer_id(),       m.base_version(),
                 m.num_samples(), m.train_loss(), m.session_token(), std::move(caller_identity)};
   meta.train_ms = m.train_ms();
+  meta.replicated_by = m.replicated_by();
   return meta;
 }
 
@@ -53,6 +54,12 @@ OpenRoundParams OpenRoundParams::From(const v1::OpenRoundRequest& request) {
   params.expected_children.assign(request.expected_children().begin(),
                                   request.expected_children().end());
   params.parent = request.parent();
+  params.backups.assign(request.backups().begin(), request.backups().end());
+  params.standby_for = request.standby_for();
+  params.replica_id = request.replica_id();
+  for (const v1::ChildBackup& b : request.child_backups()) {
+    params.child_backups.emplace_back(b.child(), b.backup());
+  }
   return params;
 }
 
@@ -254,7 +261,7 @@ absl::Status AggregatorCore::CheckCaller(const std::string& task, const std::str
 absl::Status AggregatorCore::CheckReader(const std::string& task, const std::string& peer_id,
                                          const std::string& session_token,
                                          const std::string& identity) const {
-  if (!peer_id.empty() && (identity.empty() || IsChildOf(identity, peer_id))) {
+  if (!peer_id.empty() && CheckChildCaller(task, peer_id, identity).ok()) {
     absl::ReaderMutexLock lock(&mu_);
     std::shared_ptr<Task> t = FindTask(task);
     if (t != nullptr && t->children.count(peer_id) > 0) return absl::OkStatus();
@@ -387,8 +394,18 @@ absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
     return reject(RejectReason::kNonFinite,
                   absl::InvalidArgumentError("UpdateMeta.train_loss is not finite"));
   }
-  if (absl::Status s =
-          CheckCaller(meta.task, meta.peer_id, meta.session_token, meta.caller_identity);
+  // A primary's copy of a peer's update comes with the primary's certificate and the peer's
+  // token.
+  const bool copy = !meta.replicated_by.empty();
+  if (copy && !meta.caller_identity.empty() &&
+      !IsChildOf(meta.caller_identity, meta.replicated_by)) {
+    return reject(RejectReason::kUnauthenticated,
+                  absl::PermissionDeniedError(absl::StrCat(
+                      "the caller's certificate is for '", EscapeBytes(meta.caller_identity),
+                      "', not for primary '", EscapeBytes(meta.replicated_by), "'")));
+  }
+  if (absl::Status s = CheckCaller(meta.task, meta.peer_id, meta.session_token,
+                                   copy ? std::string() : meta.caller_identity);
       !s.ok()) {
     return reject(RejectReason::kUnauthenticated, s);
   }

@@ -55,6 +55,7 @@ struct PushMeta {
   std::string session_token = "";    // UpdateMeta.session_token
   std::string caller_identity = "";  // the caller's TLS certificate name ("" for plaintext)
   int64_t train_ms = 0;              // UpdateMeta.train_ms
+  std::string replicated_by = "";    // UpdateMeta.replicated_by: a primary's copy to its backup
 
   static PushMeta From(const v1::UpdateMeta& meta, std::string caller_identity);
 };
@@ -75,6 +76,12 @@ struct OpenRoundParams {
   // Tree rounds: set (address and child id) on a child's round, which closes into a partial sum
   // for that parent (ClosePartial) instead of publishing; mean only.
   v1::ParentRound parent = {};
+  // Replicas: a primary's backups, or (standby_for, the primary's child id) a backup's round.
+  std::vector<std::string> backups = {};
+  std::string standby_for = "";
+  // Replicas: (child, backup id) pairs: backups that may act as an expected child.
+  std::vector<std::pair<std::string, std::string>> child_backups = {};
+  std::string replica_id = "";  // the id a primary's copies carry (default: parent.child)
 
   static OpenRoundParams From(const v1::OpenRoundRequest& request);
 };
@@ -202,6 +209,10 @@ class AggregatorCore {
   // May this caller push child `child`'s partial sum? Plaintext, the coordinator's certificate
   // or the child's own (IsChildOf); PERMISSION_DENIED otherwise.
   static absl::Status CheckPartialCaller(const std::string& child, const std::string& identity);
+  // The same, also letting a backup of `child` in the task's rounds (OpenRoundParams::
+  // child_backups) act as it.
+  absl::Status CheckChildCaller(const std::string& task, const std::string& child,
+                                const std::string& identity) const;
   // Switches the task to its federated-async buffer (see OpenBuffer in aggregator.proto). A
   // repeat with the same settings is OK while the buffer is open (whatever versions it has
   // published since); other settings on the latest version open a new, empty buffer (updates
@@ -292,6 +303,14 @@ class AggregatorCore {
     bool duplicate() const { return duplicate_; }
     uint64_t bytes_received() const { return decoder_.bytes_received(); }
     const PushMeta& meta() const { return meta_; }
+    // Replicas: after Accept(), the copy a primary sends its backups (the peer's meta with
+    // replicated_by set, and the update); empty `backups` when the round has none.
+    struct Replica {
+      std::vector<std::string> backups;
+      v1::UpdateMeta meta;
+      std::shared_ptr<const tensor::FlatModel> update;
+    };
+    Replica TakeReplica() { return std::move(replica_); }
 
    private:
     friend class AggregatorCore;
@@ -314,6 +333,7 @@ class AggregatorCore {
     bool fold_pending_ = false;  // round: accepted, holds a folds_in_flight count, not yet
                                  // folded; buffer: must run the buffer's passes
     bool duplicate_ = false;
+    Replica replica_;  // set by Accept() when the round has backups
   };
 
  private:
@@ -345,6 +365,9 @@ class AggregatorCore {
   // A straggler's late update (see OpenRoundRequest.late_peers) goes into the open round.
   absl::Status TargetLateRound(Task& task, const PushMeta& meta, PushTarget& target)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replicas: a primary's copy needs a round that is (or was) its backup; a peer's own push, a
+  // round that is not a standby.
+  absl::Status CheckReplica(const Round& round, const PushMeta& meta, PushTarget& target) const;
   absl::Status TargetRound(Task& task, const PushMeta& meta, PushTarget& target)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AcceptRoundPush(Push& push);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -36,7 +37,14 @@ struct AggregatorCore::Round {
   std::set<std::string> children_in;             // children whose partial sums were accepted
   std::shared_ptr<const PartialResult> partial;  // set when ClosePartial closed it
   v1::ParentRound parent;                        // a child's round: where its partial goes
-  common::v1::AsyncSpec late_staleness;          // their staleness bound and weighting
+  // Replicas: a primary's backups (it copies each accepted update there before answering);
+  // on a backup, the primary's child id (kept once promoted: its copies in flight still count)
+  // and whether it is still a standby (takes only the primary's copies).
+  std::vector<std::string> backups;
+  std::string replica_id;  // what a primary's copies carry as replicated_by
+  std::string primary;
+  bool standby = false;
+  common::v1::AsyncSpec late_staleness;  // their staleness bound and weighting
   double max_norm = 0;
   std::optional<aggregation::Strategy> strategy;  // set by OpenRound
   State state = State::kOpen;
@@ -71,6 +79,8 @@ struct AggregatorCore::Task {
   // Tree rounds: every child named in the task's rounds; each may read the task's models
   // (a child fetches the base version of its next round from here).
   std::set<std::string> children;
+  // Replicas: per child, the backups that may act as it (from the rounds' child_backups).
+  std::map<std::string, std::set<std::string>> child_backups;
   bool released = false;
 };
 

@@ -26,6 +26,8 @@ const char* RejectReasonLabel(RejectReason reason) {
       return "unauthenticated";
     case RejectReason::kStale:
       return "stale";
+    case RejectReason::kStandby:
+      return "standby";
   }
   return "unknown";
 }
@@ -104,7 +106,14 @@ AggregatorMetrics::AggregatorMetrics(prometheus::Registry& registry)
                              .Name("shoal_aggregator_partials_forwarded_total")
                              .Help("Partial sums of child rounds sent to the parent aggregator")
                              .Register(registry)
-                             .Add({})) {
+                             .Add({})),
+      replications_family(prometheus::BuildCounter()
+                              .Name("shoal_aggregator_replications_total")
+                              .Help("Accepted updates copied to a backup of the cluster before "
+                                    "the peer was answered, by result (copied, failed)")
+                              .Register(registry)),
+      replications_copied(replications_family.Add({{"result", "copied"}})),
+      replications_failed(replications_family.Add({{"result", "failed"}})) {
   for (int i = 0; i < kNumRejectReasons; ++i) {
     rejected[i] =
         &rejected_family.Add({{"reason", RejectReasonLabel(static_cast<RejectReason>(i))}});

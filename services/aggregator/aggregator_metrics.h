@@ -24,8 +24,9 @@ enum class RejectReason {
   kIncomplete,  // the stream ended or was cancelled before the update was complete
   kUnauthenticated,  // UNAUTHENTICATED / PERMISSION_DENIED: wrong session token or certificate
   kStale,            // FAILED_PRECONDITION: a buffer update above async.max_staleness
+  kStandby,          // UNAVAILABLE: a peer's own push to a backup not promoted yet
 };
-inline constexpr int kNumRejectReasons = 11;
+inline constexpr int kNumRejectReasons = 12;
 const char* RejectReasonLabel(RejectReason reason);
 
 // The aggregator's Prometheus metrics, registered in an injected registry. Owned by the server
@@ -55,6 +56,11 @@ struct AggregatorMetrics {
   // Tree rounds: partial sums added here (repeats not counted), and sent to a parent.
   prometheus::Counter& partials_accepted;
   prometheus::Counter& partials_forwarded;
+  // Replicas: accepted updates copied to a backup before the peer's answer, by result
+  // (copied, failed).
+  prometheus::Family<prometheus::Counter>& replications_family;
+  prometheus::Counter& replications_copied;
+  prometheus::Counter& replications_failed;
 };
 
 }  // namespace shoal::aggregator

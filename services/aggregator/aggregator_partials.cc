@@ -169,4 +169,19 @@ absl::Status AggregatorCore::CheckPartialCaller(const std::string& child,
                                                   "''s partial sum"));
 }
 
+absl::Status AggregatorCore::CheckChildCaller(const std::string& task, const std::string& child,
+                                              const std::string& identity) const {
+  absl::Status s = CheckPartialCaller(child, identity);
+  if (s.ok()) return s;
+  absl::ReaderMutexLock lock(&mu_);
+  std::shared_ptr<Task> t = FindTask(task);
+  if (t == nullptr) return s;
+  auto backups = t->child_backups.find(child);
+  if (backups == t->child_backups.end()) return s;
+  for (const std::string& backup : backups->second) {
+    if (IsChildOf(identity, backup)) return absl::OkStatus();
+  }
+  return s;
+}
+
 }  // namespace shoal::aggregator

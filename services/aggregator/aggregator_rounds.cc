@@ -31,6 +31,19 @@ std::string RoundLabel(uint64_t round, const std::string& task) {
   return absl::StrCat("round ", round, " of ", TaskLabel(task));
 }
 
+namespace {
+
+// A round opened again without standby_for is promoted: it keeps its primary's id (copies
+// still in flight from it are counted once) and takes the peers' own pushes from then on.
+void SetReplicas(AggregatorCore::Round& round, const OpenRoundParams& p) {
+  round.backups = p.backups;
+  round.replica_id = p.replica_id.empty() ? p.parent.child() : p.replica_id;
+  round.standby = !p.standby_for.empty();
+  if (round.standby) round.primary = p.standby_for;
+}
+
+}  // namespace
+
 absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
   if (p.round == 0) return absl::InvalidArgumentError("round must be >= 1");
   if (!(p.max_update_norm >= 0) || !std::isfinite(p.max_update_norm)) {
@@ -55,6 +68,17 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
       return absl::InvalidArgumentError(
           absl::StrCat("'", EscapeBytes(id), "' is both a peer and a child supernode in ", label));
     }
+  }
+  for (const auto& [child, backup] : p.child_backups) {
+    if (children.count(child) == 0 || backup.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          label, ": child_backups names '", EscapeBytes(child), "' (backup '", EscapeBytes(backup),
+          "'), which is not an expected child or has no backup id"));
+    }
+  }
+  if (!p.standby_for.empty() && !p.backups.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, ": a backup's round (standby_for) has no backups of its own"));
   }
   const bool child_round = !p.parent.address().empty() || !p.parent.child().empty();
   if (child_round) {
@@ -106,7 +130,9 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
       cur->expected = expected;
       cur->children = children;
       task->children.insert(children.begin(), children.end());
+      for (const auto& [child, backup] : p.child_backups) task->child_backups[child].insert(backup);
       cur->parent = p.parent;
+      SetReplicas(*cur, p);
       cur->late = late;
       cur->late_staleness = late_staleness;
       cur->max_norm = p.max_update_norm;
@@ -138,7 +164,9 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
   round->expected = expected;
   round->children = children;
   task->children.insert(children.begin(), children.end());
+  for (const auto& [child, backup] : p.child_backups) task->child_backups[child].insert(backup);
   round->parent = p.parent;
+  SetReplicas(*round, p);
   round->late = late;
   round->late_staleness = late_staleness;
   round->max_norm = p.max_update_norm;
@@ -302,8 +330,28 @@ absl::Status AggregatorCore::TargetLateRound(Task& task, const PushMeta& meta, P
   return absl::OkStatus();
 }
 
+absl::Status AggregatorCore::CheckReplica(const Round& round, const PushMeta& meta,
+                                          PushTarget& target) const {
+  const std::string label = RoundLabel(round.number, meta.task);
+  if (!meta.replicated_by.empty() && meta.replicated_by != round.primary) {
+    target.reason = RejectReason::kUnexpectedPeer;
+    return absl::FailedPreconditionError(
+        absl::StrCat(label, " here is not a backup of '", EscapeBytes(meta.replicated_by), "'"));
+  }
+  if (meta.replicated_by.empty() && round.standby) {
+    target.reason = RejectReason::kStandby;
+    return absl::UnavailableError(
+        absl::StrCat(label, " here is a standby backup of '", EscapeBytes(round.primary),
+                     "'; push to the cluster's primary (this one takes pushes once promoted)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AggregatorCore::TargetRound(Task& task, const PushMeta& meta, PushTarget& target) {
   std::shared_ptr<Round> round = task.round;
+  if (round != nullptr && round->number >= meta.round) {
+    if (absl::Status s = CheckReplica(*round, meta, target); !s.ok()) return s;
+  }
   if (round != nullptr && round->late.count(meta.peer_id) > 0 && meta.round <= round->number) {
     return TargetLateRound(task, meta, target);
   }
@@ -343,6 +391,7 @@ absl::Status AggregatorCore::TargetRound(Task& task, const PushMeta& meta, PushT
 
 absl::Status AggregatorCore::AcceptRoundPush(Push& push) {
   Round& round = *push.round_;
+  bool standby = false;
   {
     absl::MutexLock lock(&mu_);
     if (round.state != Round::State::kOpen || push.task_->released) {
@@ -360,11 +409,32 @@ absl::Status AggregatorCore::AcceptRoundPush(Push& push) {
     }
     round.num_samples += push.meta_.num_samples;
     round.loss_sum += push.meta_.train_loss * static_cast<double>(push.meta_.num_samples);
+    if (!round.backups.empty() && push.meta_.replicated_by.empty()) {
+      push.replica_.backups = round.backups;
+      push.replica_.meta.set_replicated_by(round.replica_id);
+    }
+    standby = round.standby;
   }
   push.done_ = true;
   push.fold_pending_ = true;
   metrics_.updates_accepted.Increment();
-  NotifyAccepted(push);
+  if (!push.replica_.backups.empty()) {
+    // The copy for the backups: the peer's meta (and token) as it came, and the update as
+    // decoded (a compressed push is copied dense).
+    v1::UpdateMeta& m = push.replica_.meta;
+    m.set_task(push.meta_.task);
+    m.set_round(push.meta_.round);
+    m.set_peer_id(push.meta_.peer_id);
+    m.set_base_version(push.meta_.base_version);
+    m.set_num_samples(push.meta_.num_samples);
+    m.set_train_loss(push.meta_.train_loss);
+    m.set_session_token(push.meta_.session_token);
+    m.set_train_ms(push.meta_.train_ms);
+    push.replica_.update = std::make_shared<const tensor::FlatModel>(
+        tensor::FlatModel{round.base->layout, push.values_});
+  }
+  // A standby's copies are not news to the coordinator: the primary reported them.
+  if (!standby) NotifyAccepted(push);
   return absl::OkStatus();
 }
 

@@ -15,6 +15,7 @@
 #include "libs/rpc/reactor_handle.h"
 #include "libs/rpc/status.h"
 #include "libs/rpc/tls.h"
+#include "services/aggregator/replicas.h"
 
 namespace shoal::aggregator {
 namespace {
@@ -133,10 +134,12 @@ class PutModelReactor : public grpc::ServerReadReactor<PutModelRequest> {
 class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   PushUpdateReactor(AggregatorCore& core, Executor& executor, AggregatorMetrics& metrics,
-                    grpc::ByteBuffer* response, std::string caller_identity)
+                    AggregatorClient& others, grpc::ByteBuffer* response,
+                    std::string caller_identity)
       : core_(core),
         executor_(executor),
         metrics_(metrics),
+        others_(others),
         response_(response),
         caller_identity_(std::move(caller_identity)) {
     StartRead(&message_);
@@ -230,13 +233,19 @@ class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
           // The push leaves the reactor: once the call is finished, OnDone may delete `this`.
           std::unique_ptr<AggregatorCore::Push> push = std::move(push_);
           absl::Status s = push->Accept();
-          if (s.ok()) {
-            PushUpdateResponse response;
-            response.set_duplicate(push->duplicate());
-            FinishWith(response);
-          } else {
+          if (!s.ok()) {
+            // Gone before the answer: a peer that retries at once is not refused as "already
+            // in progress".
+            push.reset();
             Finish(rpc::ToGrpcStatus(s));
+            return;
           }
+          // Counted in the round: its backups get it before the peer is answered, so a backup
+          // promoted after this primary dies holds every update a peer was told is in.
+          CopyToBackups(push->TakeReplica(), others_, metrics_);
+          PushUpdateResponse response;
+          response.set_duplicate(push->duplicate());
+          FinishWith(response);
           // Accepted means counted in the round (CloseRound waits for this fold) or in the
           // buffer, so the peer is answered first and the pass over the model (a round's fold,
           // or a full buffer's aggregation) runs off its critical path.
@@ -251,6 +260,7 @@ class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   AggregatorCore& core_;
   Executor& executor_;
   AggregatorMetrics& metrics_;
+  AggregatorClient& others_;  // copies accepted updates to backups
   grpc::ByteBuffer* response_;
   const std::string caller_identity_;  // the caller's certificate name; "" when plaintext
   grpc::ByteBuffer message_;
@@ -386,7 +396,8 @@ grpc::ServerReadReactor<PutModelRequest>* AggregatorServiceImpl::PutModel(
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* AggregatorServiceImpl::PushUpdate(
     grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
-  return new PushUpdateReactor(core_, executor_, metrics_, response, rpc::CallerIdentity(*context));
+  return new PushUpdateReactor(core_, executor_, metrics_, parents_, response,
+                               rpc::CallerIdentity(*context));
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* AggregatorServiceImpl::GetModel(

@@ -54,7 +54,7 @@ class PushPartialReactor final : public grpc::ServerReadReactor<PushPartialReque
         return absl::InvalidArgumentError("PushPartial stream must start with a PartialMeta");
       }
       const v1::PartialMeta& meta = request_.meta();
-      if (absl::Status s = AggregatorCore::CheckPartialCaller(meta.child(), caller_identity_);
+      if (absl::Status s = core_.CheckChildCaller(meta.task(), meta.child(), caller_identity_);
           !s.ok()) {
         return s;
       }

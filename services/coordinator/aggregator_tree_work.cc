@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <map>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -51,6 +53,11 @@ absl::Status CallEach(const std::vector<size_t>& nodes,
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+// The id a node's copies carry to its backups.
+const std::string& SelfId(const Node& node) {
+  return node.self_id.empty() ? node.id : node.self_id;
 }
 
 // The indices of `nodes` for which `wanted` holds, grouped by level, the root's level first.
@@ -102,13 +109,48 @@ absl::Status AggregatorWorkRunner::OpenTree(const std::string& task, const Aggre
   for (size_t i = 1; i < n; ++i) {
     const Node& node = tree.nodes[i];
     opens[node.parent].add_expected_children(node.id);
+    for (const std::string& backup : node.backup_ids) {
+      aggregator::v1::ChildBackup* b = opens[node.parent].add_child_backups();
+      b->set_child(node.id);
+      b->set_backup(backup);
+    }
     opens[i].mutable_parent()->set_address(tree.nodes[node.parent].address);
     opens[i].mutable_parent()->set_child(node.id);
   }
   // From the root down, a level at a time (the nodes of a level in parallel): a node that does
   // not hold the base version fetches it from its parent (a transfer), which has it by then.
+  // Replicas: a node's backups first, each with a standby round (the same round, taking only
+  // the node's copies); the node copies to those that opened.
+  std::map<std::string, aggregator::v1::OpenRoundRequest> standbys;
   for (const std::vector<size_t>& level :
        ByLevel(tree.nodes, [&](size_t i) { return active[i]; })) {
+    std::vector<std::pair<size_t, std::string>> backups;  // (node, backup address)
+    for (size_t i : level) {
+      for (const std::string& backup : tree.nodes[i].backups) backups.emplace_back(i, backup);
+    }
+    std::vector<aggregator::v1::OpenRoundRequest> standby(backups.size());
+    std::vector<bool> standby_open(backups.size(), false);
+    std::vector<size_t> all(backups.size());
+    for (size_t k = 0; k < backups.size(); ++k) all[k] = k;
+    CallEach(all, [&](size_t k) {
+      const auto& [i, address] = backups[k];
+      standby[k] = opens[i];
+      standby[k].set_standby_for(SelfId(tree.nodes[i]));
+      absl::Status opened =
+          client_.OpenRound(address, standby[k], clock_.Now() + options_.transfer_timeout);
+      if (!opened.ok()) {
+        LogWarning("task ", task, ": backup ", address, " of ", tree.nodes[i].address,
+                   " takes no copies of round ", open.round(), ": ", opened.message());
+      }
+      standby_open[k] = opened.ok();
+      return absl::OkStatus();
+    }).IgnoreError();
+    for (size_t k = 0; k < backups.size(); ++k) {
+      if (!standby_open[k]) continue;
+      opens[backups[k].first].add_backups(backups[k].second);
+      opens[backups[k].first].set_replica_id(SelfId(tree.nodes[backups[k].first]));
+      standbys[backups[k].second] = std::move(standby[k]);
+    }
     absl::Status s = CallEach(level, [&](size_t i) {
       const absl::Duration limit = i == 0 ? options_.call_timeout : options_.transfer_timeout;
       absl::Status opened =
@@ -122,7 +164,7 @@ absl::Status AggregatorWorkRunner::OpenTree(const std::string& task, const Aggre
     if (active[i]) in_round.push_back(tree.nodes[i]);
   }
   absl::MutexLock lock(&mu_);
-  tree_rounds_[task] = {open.round(), std::move(in_round)};
+  tree_rounds_[task] = {open.round(), std::move(in_round), std::move(standbys)};
   return absl::OkStatus();
 }
 
@@ -133,7 +175,7 @@ absl::StatusOr<aggregator::v1::CloseRoundResponse> AggregatorWorkRunner::CloseTr
   {
     absl::MutexLock lock(&mu_);
     auto it = tree_rounds_.find(task);
-    if (it != tree_rounds_.end() && it->second.first == close.round()) opened = it->second.second;
+    if (it != tree_rounds_.end() && it->second.round == close.round()) opened = it->second.nodes;
   }
   // The deepest level first (its nodes in parallel): each sends its parent its partial sum (a
   // transfer) before the parent closes and sends its own, which includes it.
@@ -149,6 +191,12 @@ absl::StatusOr<aggregator::v1::CloseRoundResponse> AggregatorWorkRunner::CloseTr
   absl::StatusOr<aggregator::v1::CloseRoundResponse> closed =
       client_.CloseRound(tree.root(), close, clock_.Now() + options_.call_timeout);
   if (!closed.ok()) return closed.status();
+  {
+    // Closed: no backup takes this round over any more.
+    absl::MutexLock lock(&mu_);
+    auto it = tree_rounds_.find(task);
+    if (it != tree_rounds_.end() && it->second.round == close.round()) it->second.standbys.clear();
+  }
   // Every cluster's peers evaluate the new version at their own aggregator: each node fetches
   // it from its parent, from the top down (each aggregator sends one model per child, not one
   // per peer). A node that cannot is only logged: it fetches the version with its next round,

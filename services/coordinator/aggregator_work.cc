@@ -1,6 +1,8 @@
 #include "services/coordinator/aggregator_work.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -71,6 +73,53 @@ void AggregatorWorkRunner::Release(const std::string& task, const std::string& a
   QueuesOf(task).calls->Post([this, task, address] {
     absl::Status s = client_.ReleaseTask(address, task, clock_.Now() + options_.call_timeout);
     if (!s.ok()) LogWarning("task ", task, ": release at ", address, ": ", s.message());
+  });
+}
+
+void AggregatorWorkRunner::Promote(const std::string& task, const std::string& primary,
+                                   const std::string& backup, const std::string& backup_id,
+                                   std::function<void(absl::Status)> done) {
+  QueuesOf(task).calls->Post([this, task, primary, backup, backup_id, done = std::move(done)] {
+    std::optional<aggregator::v1::OpenRoundRequest> open;
+    std::vector<std::pair<std::string, aggregator::v1::OpenRoundRequest>> others;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = tree_rounds_.find(task);
+      if (it != tree_rounds_.end()) {
+        TreeRound& round = it->second;
+        for (AggregatorTree::Node& node : round.nodes) {
+          if (node.address != primary) continue;
+          node.address = backup;
+          node.backups.erase(std::remove(node.backups.begin(), node.backups.end(), backup),
+                             node.backups.end());
+          if (auto standby = round.standbys.find(backup); standby != round.standbys.end()) {
+            open = std::move(standby->second);
+            round.standbys.erase(standby);
+            // The promoted round copies to the backups left that hold a standby round.
+            open->clear_backups();
+            for (const std::string& other : node.backups) {
+              auto it = round.standbys.find(other);
+              if (it == round.standbys.end()) continue;
+              open->add_backups(other);
+              it->second.set_standby_for(backup_id);
+              others.emplace_back(other, it->second);
+            }
+          }
+        }
+      }
+    }
+    if (!open.has_value()) {
+      done(absl::OkStatus());
+      return;
+    }
+    // The other backups first: they take the new primary's copies from then on.
+    for (const auto& [other, standby] : others) {
+      absl::Status s = client_.OpenRound(other, standby, clock_.Now() + options_.call_timeout);
+      if (!s.ok()) LogWarning("task ", task, ": backup ", other, " of ", backup, ": ", s.message());
+    }
+    open->clear_standby_for();
+    open->set_replica_id(backup_id);
+    done(client_.OpenRound(backup, *open, clock_.Now() + options_.call_timeout));
   });
 }
 

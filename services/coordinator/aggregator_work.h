@@ -26,10 +26,15 @@ namespace shoal::coordinator {
 struct AggregatorTree {
   struct Node {
     std::string address;
-    std::string id;               // its id as its parent's child ("" for the root)
-    std::set<std::string> peers;  // its cluster
-    size_t parent = 0;            // index in `nodes`
-    size_t level = 0;             // 0: the root; a child's is its parent's + 1
+    std::string id;                            // its id as its parent's child ("" for the root)
+    std::set<std::string> peers;               // its cluster
+    size_t parent = 0;                         // index in `nodes`
+    size_t level = 0;                          // 0: the root; a child's is its parent's + 1
+    std::vector<std::string> backups = {};     // replicas: its standbys, given its updates
+    std::vector<std::string> backup_ids = {};  // their ids as children (as `id` is this one's)
+    // Its own id as a child: `id`, unless it took over the cluster of another (whose id the
+    // cluster keeps). Its backups know its copies by it.
+    std::string self_id = "";
   };
   std::vector<Node> nodes;  // nodes[0] is the root; every node comes after its parent
   bool hierarchical = false;
@@ -68,6 +73,14 @@ class AggregatorWorkRunner {
                   std::function<void(absl::Status)> done);
   // Frees the task at the aggregator (fire and forget; a failure is logged).
   void Release(const std::string& task, const std::string& address);
+  // Replicas: `backup` takes over from the lost `primary` of a cluster, in order with the task's
+  // control calls. When the task's open round has a standby round at `backup`, that round is
+  // opened again without standby_for (it keeps the copies it took; its own copies go out as
+  // `backup_id`, to the node's other backups, told so) and its CloseRound goes to `backup` from
+  // then on; otherwise the next round opens on the new tree. `done` gets the promotion's
+  // result.
+  void Promote(const std::string& task, const std::string& primary, const std::string& backup,
+               const std::string& backup_id, std::function<void(absl::Status)> done);
   // Blocks until every queue is idle.
   void Drain();
 
@@ -99,10 +112,15 @@ class AggregatorWorkRunner {
 
   absl::Mutex mu_;
   std::map<std::string, Queues> queues_ ABSL_GUARDED_BY(mu_);
-  // Per hierarchical task, the nodes below the root its open round was opened on, parents
-  // first (CloseTree closes them, deepest first).
-  std::map<std::string, std::pair<uint64_t, std::vector<AggregatorTree::Node>>> tree_rounds_
-      ABSL_GUARDED_BY(mu_);
+  // Per hierarchical task, its open round: the nodes below the root it was opened on, parents
+  // first (CloseTree closes them, deepest first), and the standby rounds opened at their
+  // backups (by address; until the round closes, for Promote).
+  struct TreeRound {
+    uint64_t round = 0;
+    std::vector<AggregatorTree::Node> nodes;
+    std::map<std::string, aggregator::v1::OpenRoundRequest> standbys;
+  };
+  std::map<std::string, TreeRound> tree_rounds_ ABSL_GUARDED_BY(mu_);
   // Per task, where the values start in its checkpoint files (the layout's header size).
   std::map<std::string, uint64_t> values_offsets_ ABSL_GUARDED_BY(mu_);
 };

@@ -211,6 +211,9 @@ class CoordinatorCore {
       size_t parent = 0;            // index in links of its parent (the root's: itself)
       uint32_t level = 0;           // 0: the root
       std::set<std::string> peers;  // hierarchical: its cluster (the root knows every peer)
+      // Replicas (clusters below the root): its backups, the first taking over when `address`
+      // is lost. Not watched: a lost backup is noticed when its registration expires.
+      std::vector<std::string> backups;
       std::unique_ptr<aggregator::AggregatorWatch> watch;
       bool members_dirty = true;  // it must learn the current peers and tokens
       absl::Time members_retry_at = absl::InfinitePast();
@@ -369,8 +372,21 @@ class CoordinatorCore {
   void MembersChanged(Task& task, const std::string& peer_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The aggregator a peer of the task calls ("" when the task has none).
   const std::string& AggregatorOf(const Task& task, const std::string& peer_id) const;
-  // How many links of active tasks each aggregator serves.
+  // How many links of active tasks each aggregator serves (as a primary or a backup).
   std::map<std::string, size_t> AggregatorLoad() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every aggregator the task uses: its links and their backups.
+  static std::set<std::string> AddressesOf(const Task& task);
+  // Replicas: gives each cluster of a task with replicas > 1 its backups, from registered
+  // aggregators the task does not use yet (as many as there are).
+  void AssignBackups(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replicas: a backup taken from the cluster with the most, to serve a new cluster ("" when
+  // no cluster has one).
+  std::string TakeBackup(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replicas: `address` (lost) is the primary of one of the task's clusters with a backup, which
+  // takes over its round; or a backup, which is dropped. False when it is neither: the task
+  // starts over on a new tree.
+  bool FailOver(Task& task, const std::string& address, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What the task's work runs on: the root, and the clusters below it.
   AggregatorTree TreeOf(const Task& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ShowClusters(const Task& task, v1::TaskStatus& status) const

@@ -69,6 +69,8 @@ void CoordinatorCore::ReconcileAggregators(Outbox& out) {
       }
     }
   }
+  // Clusters first, then their backups, from what is left.
+  AssignBackups(out);
 }
 
 void CoordinatorCore::SendDirtyMembers(Outbox& out) {
@@ -126,13 +128,10 @@ void CoordinatorCore::LoseAggregator(const std::string& address, const std::stri
   const absl::Time now = clock_.Now();
   for (const std::string& name : task_order_) {
     Task& task = tasks_[name];
-    if (!IsActive(task) ||
-        std::none_of(task.links.begin(), task.links.end(),
-                     [&](const Task::Link& l) { return l.address == address; })) {
-      continue;
-    }
+    if (!IsActive(task) || AddressesOf(task).count(address) == 0) continue;
     if (!any) LogWarning("aggregator ", address, " is lost: ", why);
     any = true;
+    if (FailOver(task, address, out)) continue;  // a backup's loss, or a backup took over
     // A cluster's aggregator is as necessary as the root: the task starts over on a new tree
     // (from its newest checkpoint), its peers placed again.
     NewEpoch(task);
@@ -175,6 +174,16 @@ void CoordinatorCore::SendMembers(Task& task, size_t index, Outbox& out) {
   for (const std::string& id : index == 0 ? task.peers : link.peers) {
     auto peer = peers_.find(id);
     if (peer != peers_.end()) (*request.mutable_session_tokens())[id] = peer->second.session_token;
+  }
+  // A cluster's backups learn the same members (for the copies of their updates), in order
+  // with the task's calls; a failure is only logged (the copies to that backup fail).
+  for (const std::string& backup : link.backups) {
+    out.push_back([this, name = task.status.spec().name(), backup, request] {
+      work_.SetMembers(name, backup, request, [name, backup](absl::Status s) {
+        if (!s.ok())
+          LogWarning("task ", name, ": set members at backup ", backup, ": ", s.message());
+      });
+    });
   }
   out.push_back([this, name = task.status.spec().name(), address = link.address, epoch = task.epoch,
                  index, version, request = std::move(request)]() mutable {

@@ -35,7 +35,7 @@ std::map<std::string, size_t> CoordinatorCore::AggregatorLoad() const {
   std::map<std::string, size_t> load;
   for (const auto& [name, task] : tasks_) {
     if (!IsActive(task)) continue;
-    for (const Task::Link& link : task.links) ++load[link.address];
+    for (const std::string& address : AddressesOf(task)) ++load[address];
   }
   return load;
 }
@@ -58,9 +58,10 @@ void CoordinatorCore::PlacePeer(Task& task, const std::string& peer_id, Outbox& 
   }
   if (chosen == task.links.size()) {
     // Every cluster is full: a new one on an aggregator the task does not use yet.
-    std::set<std::string> used;
-    for (const Task::Link& link : task.links) used.insert(link.address);
-    const std::string address = pool_.Pick(AggregatorLoad(), used);
+    std::string address = pool_.Pick(AggregatorLoad(), AddressesOf(task));
+    // Clusters come before backups: with no free aggregator, a cluster's backup (of the one
+    // with the most) serves the new cluster instead.
+    if (address.empty()) address = TakeBackup(task, out);
     if (!address.empty()) {
       // Below the first aggregator (the root, then the clusters in the order they opened:
       // level by level) that adds up fewer than fanout children.
@@ -149,6 +150,9 @@ AggregatorTree CoordinatorCore::TreeOf(const Task& task) const {
     node.level = link.level;
     if (!tree.hierarchical) break;  // a flat task's one aggregator serves every peer
     node.peers = link.peers;
+    node.backups = link.backups;
+    for (const std::string& backup : link.backups) node.backup_ids.push_back(ChildId(backup));
+    if (!link.backups.empty()) node.self_id = ChildId(link.address);
   }
   return tree;
 }
@@ -165,6 +169,7 @@ void CoordinatorCore::ShowClusters(const Task& task, v1::TaskStatus& status) con
       cluster->set_host_peer(entry->host_peer);
     }
     for (const std::string& id : task.links[i].peers) cluster->add_peers(id);
+    for (const std::string& backup : task.links[i].backups) cluster->add_backups(backup);
   }
 }
 

@@ -81,8 +81,10 @@ size_t CoordinatorCore::AggregatorsWanted(const Task& task) const {
   const common::v1::TaskSpec& spec = task.status.spec();
   const size_t cluster_size = task::ClusterSizeOf(spec);
   const size_t peers = task.peers.size();
-  // The root serves the peers itself while they fit in one cluster.
-  return peers <= cluster_size ? 1 : 1 + (peers + cluster_size - 1) / cluster_size;
+  // The root serves the peers itself while they fit in one cluster; each cluster below it has
+  // its primary and replicas - 1 backups.
+  if (peers <= cluster_size) return 1;
+  return 1 + (peers + cluster_size - 1) / cluster_size * task::ReplicasOf(spec);
 }
 
 std::string CoordinatorCore::RebuildReason(const Task& task, const std::string& free) const {
@@ -150,9 +152,7 @@ void CoordinatorCore::RunElections(Outbox& out) {
         !task::IsHierarchical(task.status.spec()) || now - task.rebuilt_at < o.rebuild_interval) {
       continue;
     }
-    std::set<std::string> used;
-    for (const Task::Link& link : task.links) used.insert(link.address);
-    const std::string free = pool_.Pick(load, used);
+    const std::string free = pool_.Pick(load, AddressesOf(task));
     const AggregatorPool::Entry* entry = pool_.Find(free);
     if (entry == nullptr || !usable(free, *entry)) continue;
     const std::string why = RebuildReason(task, free);
@@ -170,7 +170,7 @@ void CoordinatorCore::RunElections(Outbox& out) {
   for (const std::string& name : task_order_) {
     const Task& task = tasks_[name];
     if (!IsActive(task) || task.mode == nullptr || !task.mode->UsesAggregator()) continue;
-    const size_t have = task.links.size();
+    const size_t have = AddressesOf(task).size();
     const size_t want = AggregatorsWanted(task);
     if (want > have) wanted += want - have;
   }

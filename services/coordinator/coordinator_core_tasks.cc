@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "libs/common/log.h"
+#include "libs/task/task_federated.h"
 #include "services/coordinator/coordinator_core.h"
 #include "services/coordinator/peer_data.h"
 #include "services/coordinator/task_names.h"
@@ -169,6 +170,17 @@ void CoordinatorCore::ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out)
         task.status.spec().topology() == common::v1::TOPOLOGY_HIERARCHICAL) {
       // The root holds the task's models; the clusters' aggregators fetch them from it.
       event.mutable_initialize_model()->set_aggregator_address(task.status.aggregator());
+    }
+    if (event.has_round_started() && task::ReplicasOf(task.status.spec()) > 1) {
+      // Replicas: the peer's cluster's aggregators, for it to go on to a backup.
+      if (auto c = task.cluster_of.find(id);
+          c != task.cluster_of.end() && c->second > 0 && c->second < task.links.size()) {
+        const Task::Link& link = task.links[c->second];
+        event.mutable_round_started()->add_aggregators(link.address);
+        for (const std::string& backup : link.backups) {
+          event.mutable_round_started()->add_aggregators(backup);
+        }
+      }
     }
     if (event.has_model_published()) {
       ExpectEvaluation(task, id, event.model_published().version());

@@ -120,6 +120,17 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                               "aggregators (over-full clusters, or a clearly better node)")
                         .Register(registry)
                         .Add({})),
+      failovers(prometheus::BuildCounter()
+                    .Name("shoal_coordinator_failovers_total")
+                    .Help("Backups promoted to primary of their cluster when the primary "
+                          "aggregator was lost (the round went on)")
+                    .Register(registry)
+                    .Add({})),
+      backups_assigned(prometheus::BuildCounter()
+                           .Name("shoal_coordinator_backups_assigned_total")
+                           .Help("Aggregators taken on as a cluster's backup (replicas)")
+                           .Register(registry)
+                           .Add({})),
       decentralized_joins(prometheus::BuildCounter()
                               .Name("shoal_coordinator_decentralized_joins_total")
                               .Help("Peers that joined a decentralized round")

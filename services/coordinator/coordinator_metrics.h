@@ -43,6 +43,9 @@ struct CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>& supernode_ends;
   prometheus::Gauge& supernodes_elected;  // elected peers whose aggregator is registered
   prometheus::Counter& tree_rebuilds;     // trees rebuilt on newly available supernodes
+  // Replicas: backups promoted when a cluster's primary was lost, and backups taken on.
+  prometheus::Counter& failovers;
+  prometheus::Counter& backups_assigned;
   // Decentralized rounds (no peer labels).
   prometheus::Counter& decentralized_joins;               // JoinRound accepted
   prometheus::Counter& decentralized_leaves;              // round members that left or crashed

@@ -231,11 +231,11 @@ std::string TaskStatusToJson(const TaskStatus& status) {
   const RoundSummary* last = LastEvaluated(status);
   std::vector<std::string> clusters;
   for (const auto& c : status.clusters()) {
-    clusters.push_back(absl::StrCat("{\"aggregator\":", JsonQuote(c.aggregator()),
-                                    ",\"child_id\":", JsonQuote(c.child_id()),
-                                    ",\"level\":", c.level(), ",\"parent\":", JsonQuote(c.parent()),
-                                    ",\"host_peer\":", JsonQuote(c.host_peer()),
-                                    ",\"peers\":", JsonStringArray(c.peers()), "}"));
+    clusters.push_back(absl::StrCat(
+        "{\"aggregator\":", JsonQuote(c.aggregator()), ",\"child_id\":", JsonQuote(c.child_id()),
+        ",\"level\":", c.level(), ",\"parent\":", JsonQuote(c.parent()),
+        ",\"host_peer\":", JsonQuote(c.host_peer()), ",\"backups\":", JsonStringArray(c.backups()),
+        ",\"peers\":", JsonStringArray(c.peers()), "}"));
   }
   return absl::StrCat("{\"name\":", JsonQuote(status.spec().name()),
                       ",\"mode\":", JsonQuote(ModeName(status.spec().mode())),
@@ -406,11 +406,13 @@ std::string FormatTaskStatus(const TaskStatus& status) {
                     " (hierarchical: each aggregator sums its cluster's updates and the partial "
                     "sums of those below it, up to the root)\n");
     for (const auto& c : status.clusters()) {
-      absl::StrAppend(&out, "  level ", c.level(), " ", absl::StrFormat("%-22s", c.aggregator()),
-                      " ", c.peers_size(), " peers [", absl::StrJoin(c.peers(), ", "), "]",
-                      c.parent().empty() ? " (root)" : absl::StrCat(" below ", c.parent()),
-                      c.host_peer().empty() ? "" : absl::StrCat(", elected: peer ", c.host_peer()),
-                      "\n");
+      absl::StrAppend(
+          &out, "  level ", c.level(), " ", absl::StrFormat("%-22s", c.aggregator()), " ",
+          c.peers_size(), " peers [", absl::StrJoin(c.peers(), ", "), "]",
+          c.parent().empty() ? " (root)" : absl::StrCat(" below ", c.parent()),
+          c.host_peer().empty() ? "" : absl::StrCat(", elected: peer ", c.host_peer()),
+          c.backups().empty() ? "" : absl::StrCat(", backups: ", absl::StrJoin(c.backups(), ", ")),
+          "\n");
     }
   }
   for (const auto& p : status.peers()) {

@@ -104,6 +104,21 @@ class AggregatorTreeServiceTest : public AggregatorServiceFixture {
     ASSERT_TRUE(client_.OpenRound(b_, b, Deadline()).ok());
   }
 
+  // A metric of another server than the fixture's, summed over the series with `label`=`value`.
+  static double MetricOf(AggregatorServer& server, const std::string& name,
+                         const std::string& label, const std::string& value) {
+    double total = 0;
+    for (const auto& family : server.registry().Collect()) {
+      if (family.name != name) continue;
+      for (const auto& m : family.metric) {
+        for (const auto& l : m.label) {
+          if (l.name == label && l.value == value) total += m.counter.value;
+        }
+      }
+    }
+    return total;
+  }
+
   std::shared_ptr<const tensor::FlatModel> base_ = std::make_shared<const tensor::FlatModel>(
       Filled([](size_t i) { return 0.001f * static_cast<float>(i % 1000); }));
   GrpcAggregatorClient client_;
@@ -290,6 +305,75 @@ TEST_F(AggregatorTreeServiceTest, AnUnreachableParentFailsTheLeafsCloseWithUnava
   auto closed = CloseAt(a_, "t");
   EXPECT_EQ(closed.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(closed.status().message(), HasSubstr("sending its partial sum to the parent"));
+}
+
+// Replicas: leaf b is leaf a's backup. Leaf a copies every update it accepts to b before it
+// answers; b, a standby, refuses the peers' own pushes until it is promoted (opened again without
+// standby_for). Leaf a is then lost: b takes over its round, a repeat of an acknowledged push
+// is a duplicate, and the root gets each update exactly once.
+TEST_F(AggregatorTreeServiceTest, ABackupTakesOverWithEveryAcknowledgedUpdateOnce) {
+  v1::OpenRoundRequest root = Round("t", {"p6"}, /*exact=*/true);
+  root.add_expected_children("leaf-a");
+  ASSERT_TRUE(client_.OpenRound(root_, root, Deadline()).ok());
+  v1::OpenRoundRequest cluster = Round("t", {"p0", "p1", "p2"}, /*exact=*/true);
+  cluster.mutable_parent()->set_address(root_);
+  cluster.mutable_parent()->set_child("leaf-a");
+  v1::OpenRoundRequest standby = cluster;
+  standby.set_standby_for("leaf-a");
+  standby.add_backups(a_);
+  EXPECT_EQ(client_.OpenRound(b_, standby, Deadline()).code(), absl::StatusCode::kInvalidArgument);
+  standby.clear_backups();
+  ASSERT_TRUE(client_.OpenRound(b_, standby, Deadline()).ok());
+  cluster.add_backups(b_);
+  ASSERT_TRUE(client_.OpenRound(a_, cluster, Deadline()).ok());
+
+  // A standby takes no push of a peer's own.
+  absl::StatusOr<bool> refused = PushTo(b_, "t", 0);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(refused.status().message(), HasSubstr("standby backup of 'leaf-a'"));
+  // Nor a copy from another primary.
+  v1::UpdateMeta forged = Meta("p0", 100, "t");
+  forged.set_replicated_by("leaf-x");
+  EXPECT_EQ(client_
+                .PushUpdate(b_, forged,
+                            tensor::EncodeRaw(std::make_shared<const tensor::FlatModel>(Delta(0))),
+                            Deadline())
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  for (int k : {0, 1}) {
+    absl::StatusOr<bool> pushed = PushTo(a_, "t", k);
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+    EXPECT_FALSE(*pushed);
+  }
+  EXPECT_EQ(MetricOf(*leaf_a_, "shoal_aggregator_replications_total", "result", "copied"), 2);
+  EXPECT_EQ(MetricOf(*leaf_a_, "shoal_aggregator_replications_total", "result", "failed"), 0);
+
+  // Leaf a is lost; the coordinator promotes b.
+  leaf_a_->Shutdown();
+  leaf_a_.reset();
+  v1::OpenRoundRequest promoted = cluster;
+  promoted.clear_backups();
+  ASSERT_TRUE(client_.OpenRound(b_, promoted, Deadline()).ok());
+  // p1 was told its update is in: its retry at b is a duplicate. p2 pushes there first.
+  absl::StatusOr<bool> again = PushTo(b_, "t", 1);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(*again);
+  absl::StatusOr<bool> fresh = PushTo(b_, "t", 2);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_FALSE(*fresh);
+  ASSERT_TRUE(PushTo(root_, "t", 6).ok());
+
+  auto b = CloseAt(b_, "t");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_TRUE(b->forwarded());
+  EXPECT_THAT(b->contributors(), ElementsAre("p0", "p1", "p2"));
+  EXPECT_EQ(b->num_samples(), 100u + 137u + 174u);
+  auto closed = CloseAt(root_, "t");
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_EQ(closed->version(), 1u);
+  EXPECT_EQ(closed->contributors_size(), 4);
+  EXPECT_EQ(closed->num_samples(), 100u + 137u + 174u + 322u);
 }
 
 }  // namespace

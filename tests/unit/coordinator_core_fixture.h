@@ -79,6 +79,11 @@ inline v1::PeerMessage Eval(const std::string& task, uint64_t version, uint64_t 
   return m;
 }
 
+// A repeated string field (peer ids, addresses) as a vector, for matchers.
+inline std::vector<std::string> Ids(const google::protobuf::RepeatedPtrField<std::string>& ids) {
+  return {ids.begin(), ids.end()};
+}
+
 inline v1::PeerMessage Initialized(const std::string& task) {
   v1::PeerMessage m;
   m.set_task(task);

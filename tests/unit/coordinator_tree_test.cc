@@ -21,6 +21,7 @@ namespace {
 
 using core_testing::CoordinatorCoreTest;
 using core_testing::FakeSink;
+using core_testing::Ids;
 using core_testing::Initialized;
 using core_testing::Spec;
 using ::testing::ElementsAre;
@@ -30,10 +31,6 @@ constexpr char kRoot[] = "127.0.0.1:7001";
 constexpr char kChild1[] = "127.0.0.1:7002";
 constexpr char kChild2[] = "127.0.0.1:7003";
 constexpr char kGrandchild[] = "127.0.0.1:7004";
-
-std::vector<std::string> Ids(const google::protobuf::RepeatedPtrField<std::string>& ids) {
-  return {ids.begin(), ids.end()};
-}
 
 // The aggregator address each peer was last told (TaskAssigned), and who was asked to store the
 // initial model, where.

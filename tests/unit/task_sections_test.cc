@@ -431,7 +431,11 @@ TEST(TopologyTaskTest, DefaultsAndRules) {
   EXPECT_EQ(spec->topology(), common::v1::TOPOLOGY_HIERARCHICAL);
   EXPECT_EQ(spec->cluster_size(), 32u);
   EXPECT_EQ(spec->fanout(), 32u);
+  EXPECT_EQ(spec->replicas(), 1u);
   ExpectJsonRoundTrip(*spec);
+  spec = ParseAndValidate("name: x\ntopology: hierarchical\nreplicas: 2\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->replicas(), 2u);
   spec = ParseAndValidate("name: x\ntopology: hierarchical\ncluster_size: 2\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->cluster_size(), 2u);
@@ -450,6 +454,9 @@ TEST(TopologyTaskTest, DefaultsAndRules) {
       {"cluster_size: 8\n", "cluster_size: only with topology: hierarchical"},
       {"fanout: 8\n", "fanout: only with topology: hierarchical"},
       {"topology: hierarchical\nfanout: 1\n", "fanout: must be in 2..1000, got 1"},
+      {"replicas: 2\n", "replicas: only with topology: hierarchical"},
+      {"topology: hierarchical\nreplicas: 0\n", "replicas: must be in 1..8"},
+      {"topology: hierarchical\nreplicas: 9\n", "got 9"},
       {"topology: hierarchical\nmode: federated-async\n",
        "topology: mode federated-async does not run on a tree of aggregators yet"},
       {"topology: hierarchical\nmin_participants: 10\ncluster_size: 4\naggregation: krum\n"

@@ -451,11 +451,12 @@ TEST(TaskStatusJsonTest, HierarchicalShowsTheTree) {
   child->add_peers("peer-0");
   child->add_peers("peer-1");
   child->set_host_peer("peer-7");
+  child->add_backups("10.0.0.3:7100");
   const std::string text = FormatTaskStatus(s);
   EXPECT_THAT(text, HasSubstr("clusters:      2 (hierarchical"));
   EXPECT_THAT(text, HasSubstr("  level 0 10.0.0.1:7100          0 peers [] (root)\n"));
   EXPECT_THAT(text, HasSubstr("  level 1 10.0.0.2:7100          2 peers [peer-0, peer-1] below "
-                              "10.0.0.1:7100, elected: peer peer-7\n"));
+                              "10.0.0.1:7100, elected: peer peer-7, backups: 10.0.0.3:7100\n"));
   YAML::Node json = YAML::Load(TaskStatusToJson(s));
   ASSERT_EQ(json["clusters"].size(), 2u);
   EXPECT_EQ(json["clusters"][0]["parent"].as<std::string>(), "");
@@ -466,6 +467,9 @@ TEST(TaskStatusJsonTest, HierarchicalShowsTheTree) {
   EXPECT_EQ(json["clusters"][1]["peers"][1].as<std::string>(), "peer-1");
   EXPECT_EQ(json["clusters"][0]["host_peer"].as<std::string>(), "") << "a dedicated aggregator";
   EXPECT_EQ(json["clusters"][1]["host_peer"].as<std::string>(), "peer-7");
+  ASSERT_EQ(json["clusters"][1]["backups"].size(), 1u);
+  EXPECT_EQ(json["clusters"][1]["backups"][0].as<std::string>(), "10.0.0.3:7100");
+  EXPECT_EQ(json["clusters"][0]["backups"].size(), 0u);
   // A flat task has none.
   EXPECT_EQ(YAML::Load(TaskStatusToJson(RunningStatus()))["clusters"].size(), 0u);
 }

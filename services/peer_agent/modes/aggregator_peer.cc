@@ -69,7 +69,24 @@ AggregatorPeer::AggregatorPeer(const ModeRunnerDeps& deps, AggregatorCallOptions
   }
 }
 
+void AggregatorPeer::UseAggregators(
+    const google::protobuf::RepeatedPtrField<std::string>& aggregators) {
+  if (aggregators.empty()) return;
+  if (aggregators[0] != address_) {
+    LogInfo("task ", task_, ": the cluster's aggregator is now ", aggregators[0], " (was ",
+            address_, ")");
+    address_ = aggregators[0];
+  }
+  backups_.assign(aggregators.begin() + 1, aggregators.end());
+}
+
+const std::string& AggregatorPeer::AddressFor(size_t attempt) const {
+  const size_t k = attempt % (backups_.size() + 1);
+  return k == 0 ? address_ : backups_[k - 1];
+}
+
 bool AggregatorPeer::Reassign(const std::string& address) {
+  backups_.clear();
   if (address == address_) {
     LogInfo("task ", task_, ": assigned again (aggregator ", address_, ")");
     return false;
@@ -154,15 +171,15 @@ absl::Status AggregatorPeer::LoadGlobal(uint64_t version, absl::Time deadline,
   // LibTorch's parameters and momentum), and into the parameters once it is complete and
   // verified: a failed download leaves both the parameters and the model held as they were.
   SHOAL_ASSIGN_OR_RETURN(tensor::SpillFile file, tensor::SpillFile::Create(deps_.scratch_dir));
-  const std::string address = address_;
   const size_t expected = trainer_.state_layout(/*include_buffers=*/true).total_elements();
+  size_t attempt = 0;
   SHOAL_ASSIGN_OR_RETURN(
       tensor::ModelLayout layout, RetryCall(deadline, keep_going, [&](absl::Time attempt_deadline) {
         if (absl::Status s = file.Reset(expected); !s.ok()) {
           return absl::StatusOr<tensor::ModelLayout>(s);
         }
         return aggregator_.GetModelInto(
-            address, task_, version, Me(), attempt_deadline,
+            AddressFor(attempt++), task_, version, Me(), attempt_deadline,
             [&](size_t first, absl::Span<const float> values) {
               if (values.size() > expected - std::min(first, expected)) {
                 return absl::InvalidArgumentError(

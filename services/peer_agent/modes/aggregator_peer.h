@@ -16,10 +16,12 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "google/protobuf/repeated_ptr_field.h"
 #include "libs/common/backoff.h"
 #include "libs/common/clock.h"
 #include "libs/rpc/retry.h"
@@ -51,11 +53,18 @@ class AggregatorPeer {
   AggregatorPeer(const ModeRunnerDeps& deps, AggregatorCallOptions options);
 
   const std::string& task() const { return task_; }
-  // The aggregator of the latest TaskAssigned.
+  // The aggregator of the latest TaskAssigned (or the first of RoundStarted.aggregators).
   const std::string& address() const { return address_; }
   // A TaskAssigned of the task again (a reconnect, or the task moved because its aggregator
-  // died): logs it and takes the address. True when the aggregator changed.
+  // died): logs it and takes the address (and forgets any backups). True when the aggregator
+  // changed.
   bool Reassign(const std::string& address);
+  // Replicas: RoundStarted.aggregators, the cluster's primary first, then its backups. Empty:
+  // nothing changes.
+  void UseAggregators(const google::protobuf::RepeatedPtrField<std::string>& aggregators);
+  // Where attempt `attempt` (0, 1, ...) of a call goes: the aggregator, or with backups each in
+  // turn (an attempt is retried when the one before was unavailable).
+  const std::string& AddressFor(size_t attempt) const;
   // This peer as the aggregator knows it: its id and the current session's token.
   aggregator::Caller Me() const;
   // False once the task is over for this peer (ModeRunnerDeps::task_current).
@@ -102,6 +111,7 @@ class AggregatorPeer {
   const ModeRunnerDeps& deps_;
   const AggregatorCallOptions options_;
   const std::string task_;
+  std::vector<std::string> backups_;  // replicas: after address_, in order
   training::Trainer& trainer_;
   SnapshotStore& snapshots_;
   aggregator::AggregatorClient& aggregator_;

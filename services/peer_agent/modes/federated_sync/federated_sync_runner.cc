@@ -97,6 +97,7 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
   // While it trains the peer serves no snapshot: the memory goes to LibTorch's parameters,
   // gradients and momentum (the global model is at the aggregator, the peer's copy on disk).
   snapshots_.Clear(peer::v1::SNAPSHOT_KIND_LATEST);
+  peer_.UseAggregators(m.aggregators());
   if (absl::Status s = peer_.LoadGlobal(m.model_version(), deadline, keep_going); !s.ok()) {
     LogWarning("task ", task_, " round ", m.round(), ": cannot get global model version ",
                m.model_version(), ": ", s.message());
@@ -160,10 +161,12 @@ std::optional<bool> FederatedSyncRunner::Push(const coordinator::v1::RoundStarte
   meta.set_num_samples(stats.samples);
   meta.set_train_loss(stats.mean_loss);
   meta.set_train_ms(absl::ToInt64Milliseconds(stats.duration));
-  const std::string address = peer_.address();
+  // With backups (replicas), an attempt that finds one unavailable is retried at the next.
+  size_t attempt = 0;
   absl::StatusOr<bool> pushed =
       peer_.RetryCall(deadline, keep_going, [&](absl::Time attempt_deadline) {
-        return aggregator_.PushUpdate(address, meta, delta, attempt_deadline);  // shared, no copy
+        return aggregator_.PushUpdate(peer_.AddressFor(attempt++), meta, delta,
+                                      attempt_deadline);  // shared, no copy
       });
   if (!pushed.ok()) {
     const absl::Status& s = pushed.status();
