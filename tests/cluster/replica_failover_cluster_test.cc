@@ -165,7 +165,8 @@ TEST(ReplicaFailoverClusterTest, ABackupTakesOverAKilledPrimaryMidRoundAndLosesN
   auto page = HttpGet(cluster.coordinator().metrics_address, "/metrics");
   ASSERT_TRUE(page.ok()) << page.status();
   EXPECT_EQ(MetricValue(*page, "shoal_coordinator_failovers_total"), 1);
-  EXPECT_EQ(MetricValue(*page, "shoal_coordinator_backups_assigned_total"), 3);
+  // Two at the start (more if the tree was rebuilt meanwhile), one after the failover.
+  EXPECT_GE(MetricValue(*page, "shoal_coordinator_backups_assigned_total"), 3);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -234,7 +235,9 @@ bool IsShoalImage(const ComposeService& s) {
   return s.build || absl::StartsWith(s.image, "shoal:");
 }
 
-TEST(ComposeClusterTest, ComposeCommandsTrainTheDefaultTask) {
+// Runs the compose file's services (those of `profile` too, when set) as plain processes and
+// watches `task` to completion; `daemons` long-running services start.
+void RunComposeCluster(const std::string& profile, const std::string& task, size_t daemons) {
   const std::string source_dir = Env("SHOAL_SOURCE_DIR", ".");
   absl::StatusOr<ComposeFile> compose = LoadComposeFile(source_dir + "/docker-compose.yml");
   ASSERT_TRUE(compose.ok()) << compose.status();
@@ -269,7 +272,11 @@ TEST(ComposeClusterTest, ComposeCommandsTrainTheDefaultTask) {
       std::cerr << "skipping " << s.name << " (image " << s.image << ", not Shoal's)\n";
       continue;
     }
-    if (!s.profiles.empty()) continue;  // started only on request (the shoalctl tool)
+    // A profile's services start only on request (the shoalctl tool, `--profile hierarchical`).
+    if (!s.profiles.empty() &&
+        std::find(s.profiles.begin(), s.profiles.end(), profile) == s.profiles.end()) {
+      continue;
+    }
     for (const auto& [dep, condition] : s.depends_on) {
       if (condition == "service_completed_successfully") {
         ASSERT_EQ(completed.count(dep), 1u) << s.name << " needs " << dep << " to have completed";
@@ -291,7 +298,7 @@ TEST(ComposeClusterTest, ComposeCommandsTrainTheDefaultTask) {
     running[s.name] = *std::move(proc);
     started.push_back(s.name);
   }
-  ASSERT_EQ(started.size(), 7u) << absl::StrJoin(started, ", ");
+  ASSERT_EQ(started.size(), daemons) << absl::StrJoin(started, ", ");
   ASSERT_EQ(completed.count("certs"), 1u);
   for (const std::string& name : started) {
     absl::Status h = host.WaitHealthy(name, absl::Seconds(60));
@@ -304,7 +311,7 @@ TEST(ComposeClusterTest, ComposeCommandsTrainTheDefaultTask) {
   const ComposeService* tool = compose->Find("shoalctl");
   ASSERT_NE(tool, nullptr);
   std::vector<std::string> watch = tool->entrypoint;
-  watch.insert(watch.end(), {"task", "watch", kTask});
+  watch.insert(watch.end(), {"task", "watch", task});
   absl::Status watched = host.RunOnce("shoalctl", "shoalctl-watch", watch, absl::Seconds(150));
   std::string tails;
   for (const std::string& name : started) {
@@ -320,6 +327,22 @@ TEST(ComposeClusterTest, ComposeCommandsTrainTheDefaultTask) {
 
   // Its default command (`task list`) works too, and every service is still healthy.
   EXPECT_TRUE(host.RunOnce("shoalctl", "shoalctl-list", tool->Argv(), absl::Seconds(20)).ok());
+  if (!profile.empty()) {
+    // The task ran on the profile's tree: two clusters below the root, each with a backup.
+    std::ifstream log(*dir + "/logs/coordinator.log");
+    std::stringstream text;
+    text << log.rdbuf();
+    const std::string coordinator = text.str();
+    for (const char* line : {": cluster 1 on aggregator", ": cluster 2 on aggregator"}) {
+      EXPECT_TRUE(absl::StrContains(coordinator, line)) << line << "\n" << coordinator;
+    }
+    size_t backups = 0;
+    for (size_t at = coordinator.find(" is backup 1 of the cluster of "); at != std::string::npos;
+         at = coordinator.find(" is backup 1 of the cluster of ", at + 1)) {
+      ++backups;
+    }
+    EXPECT_EQ(backups, 2u) << coordinator;
+  }
   for (const std::string& name : started) {
     EXPECT_TRUE(running[name]->Running()) << name << " died\n" << running[name]->LogTail(20);
     absl::Status h = host.WaitHealthy(name, absl::Seconds(20));
@@ -347,6 +370,18 @@ TEST(ComposeClusterTest, ComposeCommandsTrainTheDefaultTask) {
   }
   std::error_code ignored;
   if (!::testing::Test::HasFailure()) fs::remove_all(*dir, ignored);
+}
+
+TEST(ComposeClusterTest, ComposeCommandsTrainTheDefaultTask) { RunComposeCluster("", kTask, 7); }
+
+// `SHOAL_TASK=fashion-mnist-replicated docker compose --profile hierarchical up`: three more
+// aggregators, and the task runs on a root and two clusters, each with a backup.
+TEST(ComposeClusterTest, TheHierarchicalProfileTrainsATreeWithReplicas) {
+  ASSERT_EQ(setenv("SHOAL_TASK", "fashion-mnist-replicated", 1), 0);
+  struct Unset {
+    ~Unset() { unsetenv("SHOAL_TASK"); }
+  } unset;
+  RunComposeCluster("hierarchical", "fashion-mnist-replicated", 10);
 }
 
 }  // namespace

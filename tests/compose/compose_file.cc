@@ -2,7 +2,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
@@ -133,9 +135,30 @@ absl::StatusOr<ComposeService> ParseService(const std::string& name, const YAML:
 
 }  // namespace
 
+namespace {
+
+// ${NAME} and ${NAME:-DEFAULT} (DEFAULT also when NAME is set but empty), as compose reads them.
+std::string Interpolate(const std::string& text) {
+  static const std::regex kVariable(R"(\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\})");
+  std::string out;
+  auto begin = std::sregex_iterator(text.begin(), text.end(), kVariable);
+  size_t at = 0;
+  for (auto it = begin; it != std::sregex_iterator(); ++it) {
+    const std::smatch& m = *it;
+    out += text.substr(at, static_cast<size_t>(m.position()) - at);
+    const char* value = std::getenv(m[1].str().c_str());
+    out += value != nullptr && *value != '\0' ? std::string(value) : m[3].str();
+    at = static_cast<size_t>(m.position() + m.length());
+  }
+  return out + text.substr(at);
+}
+
+}  // namespace
+
 std::vector<std::string> ComposeService::Argv() const {
   std::vector<std::string> argv = entrypoint;
   argv.insert(argv.end(), command.begin(), command.end());
+  for (std::string& arg : argv) arg = Interpolate(arg);
   return argv;
 }
 

@@ -29,7 +29,8 @@ struct ComposeService {
   std::map<std::string, std::string> depends_on;  // service -> condition
   std::map<std::string, std::string> environment;
 
-  // entrypoint followed by command: what the container runs.
+  // entrypoint followed by command: what the container runs, with ${NAME} and ${NAME:-DEFAULT}
+  // replaced from the environment as compose does.
   std::vector<std::string> Argv() const;
   // The value of `--flag VALUE` or `--flag=VALUE` in Argv(), or "".
   std::string Flag(const std::string& flag) const;

@@ -74,10 +74,12 @@ common::v1::TaskSpec Spec(FuzzedDataProvider& in) {
   spec.set_min_participants(in.ConsumeIntegralInRange(1, 3));
   spec.set_round_deadline_seconds(in.ConsumeIntegralInRange(1, 60));
   if (spec.mode() == common::v1::MODE_FEDERATED_SYNC && in.ConsumeBool()) {
-    // A tree: clusters of 1-2 peers on the three registered aggregators, maybe three deep.
+    // A tree: clusters of 1-2 peers on the five registered aggregators, maybe three deep, maybe
+    // with a backup each (replicas; any of them lost, primary or backup).
     spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
     spec.set_cluster_size(in.ConsumeIntegralInRange(2, 3));
     spec.set_fanout(2);
+    spec.set_replicas(in.ConsumeIntegralInRange(1, 2));
   }
   task::ApplyTaskDefaults(spec);
   return spec;
@@ -116,6 +118,8 @@ void Run(FuzzedDataProvider& in) {
   if (spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL) {
     SHOAL_FUZZ_CHECK(core.RegisterAggregator("127.0.0.1:5556", {}, "aggregator-1").ok());
     SHOAL_FUZZ_CHECK(core.RegisterAggregator("127.0.0.1:5557", {}, "aggregator-2").ok());
+    SHOAL_FUZZ_CHECK(core.RegisterAggregator("127.0.0.1:5558", {}, "aggregator-3").ok());
+    SHOAL_FUZZ_CHECK(core.RegisterAggregator("127.0.0.1:5559", {}, "aggregator-4").ok());
   }
   SHOAL_FUZZ_CHECK(core.CreateTask(spec).ok());
 
