@@ -175,14 +175,20 @@ void CoordinatorCore::ShowClusters(const Task& task, v1::TaskStatus& status) con
 
 void CoordinatorCore::UpdateTreeMetrics() {
   size_t clusters = 0;
+  size_t missing = 0;
   uint32_t depth = 0;
   for (const auto& [name, task] : tasks_) {
     if (!IsActive(task) || !task::IsHierarchical(task.status.spec()) || task.links.empty())
       continue;
     clusters += task.links.size() - 1;
+    const size_t want = task::ReplicasOf(task.status.spec()) - 1;
+    for (size_t i = 1; i < task.links.size(); ++i) {
+      missing += want - std::min(want, task.links[i].backups.size());
+    }
     for (const Task::Link& link : task.links) depth = std::max(depth, link.level);
   }
   metrics_.tree_clusters.Set(static_cast<double>(clusters));
+  metrics_.backups_missing.Set(static_cast<double>(missing));
   metrics_.tree_depth.Set(depth);
 }
 

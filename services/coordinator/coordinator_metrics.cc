@@ -131,6 +131,12 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                            .Help("Aggregators taken on as a cluster's backup (replicas)")
                            .Register(registry)
                            .Add({})),
+      backups_missing(prometheus::BuildGauge()
+                          .Name("shoal_coordinator_backups_missing")
+                          .Help("Backups the clusters of running hierarchical tasks lack "
+                                "(replicas - 1 each): no free aggregator to take on")
+                          .Register(registry)
+                          .Add({})),
       decentralized_joins(prometheus::BuildCounter()
                               .Name("shoal_coordinator_decentralized_joins_total")
                               .Help("Peers that joined a decentralized round")

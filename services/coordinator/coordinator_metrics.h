@@ -46,6 +46,7 @@ struct CoordinatorMetrics {
   // Replicas: backups promoted when a cluster's primary was lost, and backups taken on.
   prometheus::Counter& failovers;
   prometheus::Counter& backups_assigned;
+  prometheus::Gauge& backups_missing;  // backups the running tasks' clusters lack (no free one)
   // Decentralized rounds (no peer labels).
   prometheus::Counter& decentralized_joins;               // JoinRound accepted
   prometheus::Counter& decentralized_leaves;              // round members that left or crashed

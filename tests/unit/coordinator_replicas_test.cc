@@ -45,6 +45,12 @@ class CoordinatorReplicasTest : public CoordinatorCoreTest {
     }
     return -1;
   }
+  double Gauge(const std::string& name) {
+    for (const auto& family : registry_.Collect()) {
+      if (family.name == name && !family.metric.empty()) return family.metric[0].gauge.value;
+    }
+    return -1;
+  }
   // The OpenRound calls made at `address`, in order.
   std::vector<aggregator::v1::OpenRoundRequest> OpensAt(const std::string& address) {
     std::vector<aggregator::v1::OpenRoundRequest> opens;
@@ -102,6 +108,7 @@ TEST_F(CoordinatorReplicasTest, EachClusterGetsABackupThatOpensAStandbyRound) {
   EXPECT_THAT((std::set<std::string>{backup_one, backup_two}),
               UnorderedElementsAre(kSpareA, kSpareB));
   EXPECT_EQ(Metric("shoal_coordinator_backups_assigned_total"), 3);  // kTwo's for a while
+  EXPECT_EQ(Gauge("shoal_coordinator_backups_missing"), 0);
   // A backup forgets what it kept of the task, then learns its cluster's members.
   EXPECT_THAT(aggregator_.released, ::testing::IsSupersetOf({"t", "t"}));
   std::map<std::string, std::set<std::string>> members;
@@ -163,6 +170,7 @@ TEST_F(CoordinatorReplicasTest, ALostPrimaryIsReplacedByItsBackupAndTheRoundGoes
   EXPECT_EQ(status.clusters(1).child_id(), "aggregator-1") << "it takes the primary's place";
   EXPECT_EQ(status.clusters(1).backups_size(), 0) << "no aggregator left for a new backup";
   EXPECT_EQ(Metric("shoal_coordinator_failovers_total"), 1);
+  EXPECT_EQ(Gauge("shoal_coordinator_backups_missing"), 1);
   // The backup's standby round is opened again as the cluster's round.
   const std::vector<aggregator::v1::OpenRoundRequest> opens = OpensAt(backup_one);
   ASSERT_EQ(opens.size(), 2u);
