@@ -195,7 +195,10 @@ absl::StatusOr<aggregator::v1::CloseRoundResponse> AggregatorWorkRunner::CloseTr
     // Closed: no backup takes this round over any more.
     absl::MutexLock lock(&mu_);
     auto it = tree_rounds_.find(task);
-    if (it != tree_rounds_.end() && it->second.round == close.round()) it->second.standbys.clear();
+    if (it != tree_rounds_.end() && it->second.round == close.round()) {
+      it->second.standbys.clear();
+      it->second.closed = true;
+    }
   }
   // Every cluster's peers evaluate the new version at their own aggregator: each node fetches
   // it from its parent, from the top down (each aggregator sends one model per child, not one

@@ -82,6 +82,7 @@ void AggregatorWorkRunner::Promote(const std::string& task, const std::string& p
   QueuesOf(task).calls->Post([this, task, primary, backup, backup_id, done = std::move(done)] {
     std::optional<aggregator::v1::OpenRoundRequest> open;
     std::vector<std::pair<std::string, aggregator::v1::OpenRoundRequest>> others;
+    std::optional<uint64_t> open_round;  // the primary was in this round, still open
     {
       absl::MutexLock lock(&mu_);
       auto it = tree_rounds_.find(task);
@@ -89,6 +90,7 @@ void AggregatorWorkRunner::Promote(const std::string& task, const std::string& p
         TreeRound& round = it->second;
         for (AggregatorTree::Node& node : round.nodes) {
           if (node.address != primary) continue;
+          if (!round.closed) open_round = round.round;
           node.address = backup;
           node.backups.erase(std::remove(node.backups.begin(), node.backups.end(), backup),
                              node.backups.end());
@@ -109,7 +111,12 @@ void AggregatorWorkRunner::Promote(const std::string& task, const std::string& p
       }
     }
     if (!open.has_value()) {
-      done(absl::OkStatus());
+      // A backup without the round (its standby open failed) cannot take it over: the task
+      // starts over rather than lose the updates the primary acknowledged.
+      done(open_round.has_value()
+               ? absl::FailedPreconditionError(
+                     absl::StrCat("backup ", backup, " holds no standby of round ", *open_round))
+               : absl::OkStatus());
       return;
     }
     // The other backups first: they take the new primary's copies from then on.

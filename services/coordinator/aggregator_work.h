@@ -119,6 +119,7 @@ class AggregatorWorkRunner {
     uint64_t round = 0;
     std::vector<AggregatorTree::Node> nodes;
     std::map<std::string, aggregator::v1::OpenRoundRequest> standbys;
+    bool closed = false;  // CloseTree succeeded
   };
   std::map<std::string, TreeRound> tree_rounds_ ABSL_GUARDED_BY(mu_);
   // Per task, where the values start in its checkpoint files (the layout's header size).

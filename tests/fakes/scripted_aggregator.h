@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +25,7 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
     absl::MutexLock lock(&mu_);
     opened.push_back(request);
     open_addresses.push_back(address);
+    if (open_fails_at.count(address) > 0) return absl::UnavailableError("scripted: down");
     return open_status;
   }
   absl::StatusOr<aggregator::v1::CloseRoundResponse> CloseRound(
@@ -165,6 +167,7 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
 
   // Set by the test.
   absl::Status open_status;
+  std::set<std::string> open_fails_at;  // OpenRound at these answers UNAVAILABLE
   absl::Status close_status;
   absl::Status put_status;
   std::vector<std::string> contributors;

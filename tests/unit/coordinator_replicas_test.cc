@@ -197,6 +197,29 @@ TEST_F(CoordinatorReplicasTest, ALostPrimaryIsReplacedByItsBackupAndTheRoundGoes
   EXPECT_EQ(Status("t").history_size(), 1);
 }
 
+TEST_F(CoordinatorReplicasTest, ABackupWithoutTheRoundCannotTakeItOver) {
+  // The backups' standby opens fail: the primaries copy to none, and the backup of a lost
+  // primary, which lacks the updates it acknowledged, does not take the round over: the task
+  // starts over on a new tree instead.
+  aggregator_.open_fails_at = {kSpareA, kSpareB};
+  auto sinks = Start();
+  v1::TaskStatus status = Status("t");
+  const std::string one = status.clusters(1).aggregator();
+  ASSERT_EQ(status.clusters(1).backups_size(), 1);
+  EXPECT_TRUE(OpensAt(one).at(0).backups().empty());
+  for (auto& [id, sink] : sinks) sink->events.clear();
+  aggregator_.BreakWatches(one, absl::UnavailableError("gone"));
+  Step();
+  EXPECT_EQ(Metric("shoal_coordinator_failovers_total"), 1);
+  bool moved = false;
+  for (auto& [id, sink] : sinks) {
+    for (const v1::CoordinatorEvent& e : sink->events) moved = moved || e.has_task_assigned();
+  }
+  EXPECT_TRUE(moved) << "the task started over on a new tree";
+  status = Status("t");
+  for (const v1::ClusterInfo& c : status.clusters()) EXPECT_NE(c.aggregator(), one);
+}
+
 TEST_F(CoordinatorReplicasTest, ALostBackupIsDroppedAndAPrimaryWithoutOneMovesTheTask) {
   auto sinks = Start();
   v1::TaskStatus status = Status("t");
