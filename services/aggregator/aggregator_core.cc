@@ -41,6 +41,20 @@ PushMeta PushMeta::From(const v1::UpdateMeta& m, std::string caller_identity) {
   return meta;
 }
 
+v1::UpdateMeta PushMeta::ToProto() const {
+  v1::UpdateMeta m;
+  m.set_task(task);
+  m.set_round(round);
+  m.set_peer_id(peer_id);
+  m.set_base_version(base_version);
+  m.set_num_samples(num_samples);
+  m.set_train_loss(train_loss);
+  m.set_session_token(session_token);
+  m.set_train_ms(train_ms);
+  m.set_replicated_by(replicated_by);
+  return m;
+}
+
 OpenRoundParams OpenRoundParams::From(const v1::OpenRoundRequest& request) {
   OpenRoundParams params;
   params.task = request.task();

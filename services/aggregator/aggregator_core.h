@@ -58,6 +58,8 @@ struct PushMeta {
   std::string replicated_by = "";    // UpdateMeta.replicated_by: a primary's copy to its backup
 
   static PushMeta From(const v1::UpdateMeta& meta, std::string caller_identity);
+  // The UpdateMeta this came from (caller_identity is not part of it).
+  v1::UpdateMeta ToProto() const;
 };
 
 struct OpenRoundParams {

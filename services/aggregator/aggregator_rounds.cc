@@ -392,6 +392,7 @@ absl::Status AggregatorCore::TargetRound(Task& task, const PushMeta& meta, PushT
 absl::Status AggregatorCore::AcceptRoundPush(Push& push) {
   Round& round = *push.round_;
   bool standby = false;
+  std::string replica_id;
   {
     absl::MutexLock lock(&mu_);
     if (round.state != Round::State::kOpen || push.task_->released) {
@@ -411,7 +412,7 @@ absl::Status AggregatorCore::AcceptRoundPush(Push& push) {
     round.loss_sum += push.meta_.train_loss * static_cast<double>(push.meta_.num_samples);
     if (!round.backups.empty() && push.meta_.replicated_by.empty()) {
       push.replica_.backups = round.backups;
-      push.replica_.meta.set_replicated_by(round.replica_id);
+      replica_id = round.replica_id;
     }
     standby = round.standby;
   }
@@ -420,16 +421,10 @@ absl::Status AggregatorCore::AcceptRoundPush(Push& push) {
   metrics_.updates_accepted.Increment();
   if (!push.replica_.backups.empty()) {
     // The copy for the backups: the peer's meta (and token) as it came, and the update as
-    // decoded (a compressed push is copied dense).
-    v1::UpdateMeta& m = push.replica_.meta;
-    m.set_task(push.meta_.task);
-    m.set_round(push.meta_.round);
-    m.set_peer_id(push.meta_.peer_id);
-    m.set_base_version(push.meta_.base_version);
-    m.set_num_samples(push.meta_.num_samples);
-    m.set_train_loss(push.meta_.train_loss);
-    m.set_session_token(push.meta_.session_token);
-    m.set_train_ms(push.meta_.train_ms);
+    // decoded (a compressed push is copied dense). The values are copied so that the wire holds
+    // them as long as it needs while the push folds its own.
+    push.replica_.meta = push.meta_.ToProto();
+    push.replica_.meta.set_replicated_by(replica_id);
     push.replica_.update = std::make_shared<const tensor::FlatModel>(
         tensor::FlatModel{round.base->layout, push.values_});
   }
