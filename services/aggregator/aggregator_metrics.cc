@@ -113,7 +113,25 @@ AggregatorMetrics::AggregatorMetrics(prometheus::Registry& registry)
                                     "the peer was answered, by result (copied, failed)")
                               .Register(registry)),
       replications_copied(replications_family.Add({{"result", "copied"}})),
-      replications_failed(replications_family.Add({{"result", "failed"}})) {
+      replications_failed(replications_family.Add({{"result", "failed"}})),
+      relay_streams(prometheus::BuildGauge()
+                        .Name("shoal_aggregator_relay_streams")
+                        .Help("Peers behind NAT keeping a Relay stream open to this aggregator")
+                        .Register(registry)
+                        .Add({})),
+      relay_calls_family(prometheus::BuildCounter()
+                             .Name("shoal_aggregator_relay_calls_total")
+                             .Help("PeerService calls relayed to peers behind NAT, by result "
+                                   "(relayed, no_stream, failed)")
+                             .Register(registry)),
+      relay_calls_relayed(relay_calls_family.Add({{"result", "relayed"}})),
+      relay_calls_no_stream(relay_calls_family.Add({{"result", "no_stream"}})),
+      relay_calls_failed(relay_calls_family.Add({{"result", "failed"}})),
+      relay_bytes(prometheus::BuildCounter()
+                      .Name("shoal_aggregator_relay_bytes_total")
+                      .Help("Snapshot bytes relayed from peers behind NAT to their callers")
+                      .Register(registry)
+                      .Add({})) {
   for (int i = 0; i < kNumRejectReasons; ++i) {
     rejected[i] =
         &rejected_family.Add({{"reason", RejectReasonLabel(static_cast<RejectReason>(i))}});

@@ -61,6 +61,15 @@ struct AggregatorMetrics {
   prometheus::Family<prometheus::Counter>& replications_family;
   prometheus::Counter& replications_copied;
   prometheus::Counter& replications_failed;
+  // Relays for peers behind NAT (RelayService): streams open, calls by result (relayed: the
+  // peer answered, even with an error; no_stream: the peer keeps no stream here; failed: the
+  // stream ended first, too many calls, or a snapshot too large), snapshot bytes passed on.
+  prometheus::Gauge& relay_streams;
+  prometheus::Family<prometheus::Counter>& relay_calls_family;
+  prometheus::Counter& relay_calls_relayed;
+  prometheus::Counter& relay_calls_no_stream;
+  prometheus::Counter& relay_calls_failed;
+  prometheus::Counter& relay_bytes;
 };
 
 }  // namespace shoal::aggregator

@@ -75,11 +75,16 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   self->service_ = std::make_unique<AggregatorServiceImpl>(
       AggregatorServiceOptions{core_options.limits}, *self->core_, *self->executor_,
       *self->aggregator_metrics_, *self->parents_);
+  self->relay_hub_ = std::make_unique<RelayHub>(RelayHub::Options{}, *self->aggregator_metrics_);
+  self->relay_service_ = std::make_unique<RelayServiceImpl>(*self->relay_hub_);
+  self->relay_peer_service_ = std::make_unique<RelayPeerServiceImpl>(*self->relay_hub_);
   rpc::ServerOptions server_options;
   server_options.listen = options.listen;
   server_options.service_name = "shoal-aggregator";
   server_options.credentials = credentials->server();
-  auto server = rpc::Server::Start(server_options, {self->service_.get()});
+  auto server = rpc::Server::Start(
+      server_options,
+      {self->service_.get(), self->relay_service_.get(), self->relay_peer_service_.get()});
   if (!server.ok()) return server.status();
   self->server_ = *std::move(server);
 

@@ -19,6 +19,8 @@
 #include "services/aggregator/aggregator_metrics.h"
 #include "services/aggregator/aggregator_service.h"
 #include "services/aggregator/grpc_aggregator_client.h"
+#include "services/aggregator/relay_hub.h"
+#include "services/aggregator/relay_service.h"
 #include "shoal/common/v1/capacity.pb.h"
 
 namespace shoal::aggregator {
@@ -85,6 +87,10 @@ class AggregatorServer {
   std::unique_ptr<ThreadPool> executor_;
   std::unique_ptr<GrpcAggregatorClient> parents_;  // sends child rounds' partial sums
   std::unique_ptr<AggregatorServiceImpl> service_;
+  // Relays for peers behind NAT: their streams, and the PeerService others reach them at.
+  std::unique_ptr<RelayHub> relay_hub_;
+  std::unique_ptr<RelayServiceImpl> relay_service_;
+  std::unique_ptr<RelayPeerServiceImpl> relay_peer_service_;
   std::unique_ptr<rpc::Server> server_;
   std::thread registration_;
 

@@ -11,7 +11,8 @@ namespace shoal::coordinator {
 
 // Dials with the coordinator's client credentials and asks the standard health service
 // (grpc.health.v1.Health/Check, whole server), which every Shoal server runs. A fresh channel
-// per dial: each node is dialed once per session.
+// per dial: each node is dialed once per session. A peer behind NAT (HOST:PORT/PEER_ID) is
+// probed through its relay (PeerService.Probe with relay_to).
 class GrpcDialer final : public Dialer {
  public:
   explicit GrpcDialer(std::shared_ptr<grpc::ChannelCredentials> credentials)

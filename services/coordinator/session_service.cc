@@ -1,14 +1,13 @@
 #include "services/coordinator/session_service.h"
 
 #include <chrono>
-#include <deque>
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "libs/capacity/upload_probe.h"
 #include "libs/common/log.h"
+#include "libs/rpc/queued_bidi_reactor.h"
 #include "libs/rpc/reactor_handle.h"
 #include "libs/rpc/status.h"
 #include "libs/rpc/tls.h"
@@ -18,14 +17,14 @@ namespace {
 
 constexpr size_t kMaxQueuedEvents = 10000;
 
-// One peer's stream. Writes are queued and issued one at a time; Finish() is issued only when no
-// write is in flight and no write starts after it, so the reactor is never used after OnDone().
-// The core holds it through the PeerSink interface (a shared_ptr to a small forwarding object),
-// which may outlive the reactor and then drops events.
-class SessionReactor final : public grpc::ServerBidiReactor<v1::PeerMessage, v1::CoordinatorEvent> {
+// One peer's stream (writes queued: rpc::QueuedBidiReactor). The core holds it through the
+// PeerSink interface (a shared_ptr to a small forwarding object), which may outlive the reactor
+// and then drops events.
+class SessionReactor final : public rpc::QueuedBidiReactor<v1::PeerMessage, v1::CoordinatorEvent> {
  public:
   SessionReactor(CoordinatorCore& core, std::string peer_address, std::string identity)
-      : core_(core),
+      : QueuedBidiReactor(kMaxQueuedEvents, "too many undelivered events"),
+        core_(core),
         peer_address_(std::move(peer_address)),
         identity_(std::move(identity)),
         sink_(std::make_shared<Sink>(this)) {
@@ -53,68 +52,14 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::PeerMessage, v1:
       absl::Status s = core_.OnMessage(peer_id_, incoming_);
       if (!s.ok()) LogWarning("peer ", peer_id_, ": ", s.message());
     }
-    {
-      absl::MutexLock lock(&mu_);
-      if (finishing_) return;
-    }
+    if (closing()) return;
     StartRead(&incoming_);
-  }
-
-  void OnWriteDone(bool ok) override {
-    const v1::CoordinatorEvent* next = nullptr;
-    bool finish = false;
-    {
-      absl::MutexLock lock(&mu_);
-      queue_.pop_front();
-      if (!ok) {
-        queue_.clear();
-        close_requested_ = true;
-      }
-      if (!queue_.empty() && !close_requested_) {
-        next = &queue_.front();
-      } else {
-        writing_ = false;
-        if (close_requested_ && !finishing_) finish = finishing_ = true;
-      }
-    }
-    if (next != nullptr) StartWrite(next);
-    if (finish) Finish(rpc::ToGrpcStatus(final_status_));
   }
 
   void OnDone() override {
     if (!peer_id_.empty()) core_.Disconnect(peer_id_, sink_.get());
     std::shared_ptr<Sink> sink = sink_;  // keeps the sink alive while it deletes this reactor
     sink->handle.Detach();
-  }
-
-  void Send(const v1::CoordinatorEvent& event) {
-    const v1::CoordinatorEvent* first = nullptr;
-    {
-      absl::MutexLock lock(&mu_);
-      if (close_requested_) return;
-      if (queue_.size() >= kMaxQueuedEvents) {
-        LogWarning("peer ", peer_id_, " does not read its events; closing its session");
-        RequestCloseLocked(absl::ResourceExhaustedError("too many undelivered events"));
-      } else {
-        queue_.push_back(event);
-        if (writing_) return;
-        writing_ = true;
-        first = &queue_.front();
-      }
-    }
-    if (first != nullptr) {
-      StartWrite(first);
-    } else {
-      MaybeFinish();
-    }
-  }
-
-  void Close(const absl::Status& status) {
-    {
-      absl::MutexLock lock(&mu_);
-      RequestCloseLocked(status);
-    }
-    MaybeFinish();
   }
 
  private:
@@ -131,19 +76,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::PeerMessage, v1:
     rpc::ReactorHandle<SessionReactor> handle;
   };
 
-  void RequestCloseLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (close_requested_) return;
-    close_requested_ = true;
-    final_status_ = status;
-  }
-
-  void MaybeFinish() {
-    {
-      absl::MutexLock lock(&mu_);
-      if (!close_requested_ || writing_ || finishing_) return;
-      finishing_ = true;
-    }
-    Finish(rpc::ToGrpcStatus(final_status_));
+  void OnOverflow() override {
+    LogWarning("peer ", peer_id_, " does not read its events; closing its session");
   }
 
   CoordinatorCore& core_;
@@ -152,13 +86,6 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::PeerMessage, v1:
   std::shared_ptr<Sink> sink_;
   std::string peer_id_;  // set by the first read; only the read path touches it before OnDone
   v1::PeerMessage incoming_;
-
-  absl::Mutex mu_;
-  std::deque<v1::CoordinatorEvent> queue_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool close_requested_ ABSL_GUARDED_BY(mu_) = false;
-  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status final_status_;  // written once under mu_ before finishing_ is set
 };
 
 // One timed upload: counts the payload bytes and answers when the caller half-closes. At most

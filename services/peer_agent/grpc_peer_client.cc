@@ -7,6 +7,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "libs/common/status_macros.h"
+#include "libs/rpc/channel.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/status.h"
 #include "libs/tensor/frame_codec.h"
@@ -33,9 +34,13 @@ absl::StatusOr<tensor::ReceivedModel> GrpcPeerClient::Fetch(
   absl::Cleanup detach([canceller] {
     if (canceller != nullptr) canceller->Detach();
   });
+  // A peer behind NAT is reached at its relay (HOST:PORT/PEER_ID).
+  const rpc::PeerAddress target = rpc::SplitPeerAddress(address);
+  peer::v1::GetSnapshotRequest sent = request;
+  sent.set_relay_to(target.relay_to);
   // Read raw: chunks are decoded straight from the received slices, into the layout expected.
-  auto reader = rpc::OpenRawReader(*channels_.Get(address),
-                                   "/shoal.peer.v1.PeerService/GetSnapshot", context, request);
+  auto reader = rpc::OpenRawReader(*channels_.Get(target.dial),
+                                   "/shoal.peer.v1.PeerService/GetSnapshot", context, sent);
   rpc::StreamStats stats;
   absl::StatusOr<tensor::ReceivedModel> received = rpc::ReadModelStreamWith(
       *reader,
@@ -60,7 +65,10 @@ absl::StatusOr<tensor::ReceivedModel> GrpcPeerClient::Fetch(
 absl::Status GrpcPeerClient::Probe(const std::string& address,
                                    const peer::v1::ProbeRequest& request, absl::Time deadline,
                                    CallCanceller* canceller) {
-  auto stub = peer::v1::PeerService::NewStub(channels_.Get(address));
+  const rpc::PeerAddress target = rpc::SplitPeerAddress(address);
+  peer::v1::ProbeRequest sent = request;
+  sent.set_relay_to(target.relay_to);
+  auto stub = peer::v1::PeerService::NewStub(channels_.Get(target.dial));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
   if (canceller != nullptr && !canceller->Attach([&context] { context.TryCancel(); })) {
@@ -70,8 +78,7 @@ absl::Status GrpcPeerClient::Probe(const std::string& address,
     if (canceller != nullptr) canceller->Detach();
   });
   peer::v1::ProbeResponse response;
-  return WithContext(rpc::FromGrpcStatus(stub->Probe(&context, request, &response)), "Probe",
-                     address);
+  return WithContext(rpc::FromGrpcStatus(stub->Probe(&context, sent, &response)), "Probe", address);
 }
 
 }  // namespace shoal::peer

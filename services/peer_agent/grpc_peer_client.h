@@ -5,13 +5,15 @@
 #include <memory>
 #include <string>
 
+#include "libs/rpc/channel.h"
 #include "libs/rpc/channel_cache.h"
 #include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 
 namespace shoal::peer {
 
-// PeerClient over gRPC, with one channel per peer address (rpc::ChannelCache) secured with this
+// PeerClient over gRPC, with one channel per peer address (rpc::ChannelCache; a peer behind NAT,
+// HOST:PORT/PEER_ID, is called at its relay HOST:PORT with relay_to = PEER_ID) secured with this
 // peer's TLS client credentials (the channel itself retries UNAVAILABLE while the deadline
 // allows). Counts failed fetches, rejected snapshots and pulled bytes in `metrics` (optional;
 // must outlive it). Thread-safe. Owned by the PeerServer.
@@ -31,7 +33,10 @@ class GrpcPeerClient final : public PeerClient {
                                               CallCanceller* canceller = nullptr) override;
   absl::Status Probe(const std::string& address, const peer::v1::ProbeRequest& request,
                      absl::Time deadline, CallCanceller* canceller = nullptr) override;
-  void Forget(const std::string& address) override { channels_.Forget(address); }
+  // A relay's channel is shared by the peers it relays for, so it stays.
+  void Forget(const std::string& address) override {
+    if (rpc::SplitPeerAddress(address).relay_to.empty()) channels_.Forget(address);
+  }
 
  private:
   rpc::ChannelCache channels_;

@@ -24,6 +24,10 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT for this peer's PeerSer
 ABSL_FLAG(std::string, advertise, "",
           "HOST:PORT other peers reach this peer's PeerService at, sent to the coordinator "
           "(default: the address it listens on; set it behind NAT or port forwarding)");
+ABSL_FLAG(std::string, relay, "",
+          "HOST:PORT of an aggregator that relays for this peer when it accepts no inbound "
+          "connection (behind NAT): the peer keeps one stream open to it and is advertised as "
+          "HOST:PORT/NAME; needs --name, excludes --advertise");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0", "HOST:PORT for Prometheus /metrics");
 ABSL_FLAG(std::string, data_dir, "",
           "this peer's data (required): the Fashion-MNIST .gz files (e.g. "
@@ -150,7 +154,7 @@ int main(int argc, char** argv) {
       {.program = "shoal-peer",
        .usage = "--coordinator HOST:PORT --data-dir DIR (--tls-dir DIR | --insecure) [--shard I/N] "
                 "[--model-dir DIR] [--scratch-dir DIR] [--listen HOST:PORT] [--advertise "
-                "HOST:PORT] [--metrics-listen "
+                "HOST:PORT | --relay HOST:PORT] [--metrics-listen "
                 "HOST:PORT] "
                 "[--name ID] [--device cpu|cuda] [--torch-threads N] [--join-token TOKEN] "
                 "[--upload-probe-bytes N] [--supernode [--supernode-binary PATH] "
@@ -180,6 +184,7 @@ int main(int argc, char** argv) {
   options.tls.insecure = absl::GetFlag(FLAGS_insecure);
   options.join_token = absl::GetFlag(FLAGS_join_token);
   options.advertise = absl::GetFlag(FLAGS_advertise);
+  options.relay = absl::GetFlag(FLAGS_relay);
   options.upload_probe_bytes = absl::GetFlag(FLAGS_upload_probe_bytes);
   options.test_byzantine = absl::GetFlag(FLAGS_test_byzantine);
   options.test_slow_batch = absl::Milliseconds(absl::GetFlag(FLAGS_test_slow_batch));

@@ -37,6 +37,22 @@ absl::Status PeerOptions::Validate() const {
     SHOAL_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(advertise, "--advertise"));
     if (hp.port == 0) return absl::InvalidArgumentError("--advertise: port must not be 0");
   }
+  if (!relay.empty()) {
+    SHOAL_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(relay, "--relay"));
+    if (hp.port == 0) return absl::InvalidArgumentError("--relay: port must not be 0");
+    if (name.empty()) {
+      return absl::InvalidArgumentError(
+          "--relay needs --name: other peers reach this one at RELAY/NAME");
+    }
+    if (name.find('/') != std::string::npos) {
+      return absl::InvalidArgumentError("--name: must not contain '/' (with --relay)");
+    }
+    if (!advertise.empty()) {
+      return absl::InvalidArgumentError(
+          "--relay and --advertise exclude each other: a relayed peer is advertised as "
+          "RELAY/NAME");
+    }
+  }
   SHOAL_RETURN_IF_ERROR(ByzantineFault::Parse(test_byzantine).status());
   if (test_slow_batch < absl::ZeroDuration() || test_slow_batch > absl::Hours(1)) {
     return absl::InvalidArgumentError(
@@ -113,13 +129,22 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   server_options.credentials = credentials.server();
   SHOAL_ASSIGN_OR_RETURN(s->server_, rpc::Server::Start(server_options, {s->service_.get()}));
 
+  std::string advertise = options.advertise;
+  if (!options.relay.empty()) {
+    s->relay_ = std::make_unique<RelayLink>(
+        RelayLinkOptions{options.relay, options.name, credentials.channel()}, s->snapshots_,
+        *s->metrics_);
+    SHOAL_RETURN_IF_ERROR(
+        Flag("--relay", s->relay_->WaitAttached(absl::Now() + absl::Seconds(30))));
+    advertise = absl::StrCat(options.relay, "/", options.name);
+  }
+
   SessionClientOptions session_options;
   session_options.coordinator = options.coordinator;
   session_options.credentials = credentials.channel();
   session_options.hello.set_name(options.name);
   session_options.hello.set_join_token(options.join_token);
-  session_options.hello.set_listen_address(options.advertise.empty() ? s->server_->address()
-                                                                     : options.advertise);
+  session_options.hello.set_listen_address(advertise.empty() ? s->server_->address() : advertise);
   session_options.hello.set_device(options.device);
   session_options.hello.set_shard_index(options.shard.index);
   session_options.hello.set_shard_count(options.shard.count);
@@ -178,8 +203,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
                                                      {"metrics", s->metrics_server_->address()}})));
   }
   LogInfo("serving PeerService on ", s->server_->address(),
-          options.advertise.empty() ? std::string()
-                                    : absl::StrCat(" (advertised as ", options.advertise, ")"),
+          advertise.empty() ? std::string() : absl::StrCat(" (advertised as ", advertise, ")"),
           ", metrics on ", s->metrics_server_->address(), "; shard ", options.shard.ToString(),
           ", device ", options.device, "; coordinator ", options.coordinator, "; capacity ",
           capacity::Describe(session_options.hello.capacity()));
@@ -258,6 +282,7 @@ void PeerServer::Shutdown() {
     supernode_->Stop(reason);
     supernode_->Wait();
   }
+  relay_.reset();
   if (server_) server_->Shutdown(absl::Seconds(2));
 }
 

@@ -16,6 +16,7 @@
 #include "services/peer_agent/peer_agent.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/peer_service.h"
+#include "services/peer_agent/relay_link.h"
 #include "services/peer_agent/session_client.h"
 #include "services/peer_agent/snapshot_store.h"
 #include "services/peer_agent/supernode_host.h"
@@ -29,6 +30,9 @@ struct PeerOptions {
   // --advertise: the address other peers reach this one at (Hello.listen_address); empty: the
   // address it actually listens on.
   std::string advertise;
+  // --relay HOST:PORT: this peer accepts no inbound connection; it keeps a Relay stream open to
+  // the aggregator there and advertises HOST:PORT/NAME (needs --name; excludes --advertise).
+  std::string relay;
   std::string metrics_listen = "127.0.0.1:0";  // --metrics-listen
   std::string data_dir;                        // --data-dir
   std::string model_dir;                       // --model-dir (TorchScript tasks' files)
@@ -94,6 +98,7 @@ class PeerServer {
   std::unique_ptr<PeerAgent> agent_;
   std::unique_ptr<SessionClient> session_;
   std::unique_ptr<SupernodeHost> supernode_;  // with --supernode
+  std::unique_ptr<RelayLink> relay_;          // with --relay; reads snapshots_
 
   absl::Mutex mu_;
   std::string peer_id_ ABSL_GUARDED_BY(mu_);  // from the latest Welcome (for Probe answers)

@@ -38,6 +38,7 @@ absl::Status Cluster::MakeCertificate(const std::string& name) {
   options.binary = bin_dir_ + "/shoal-gen-certs";
   options.args = {dir_ + "/certs", name};
   options.log_path = dir_ + "/gen-certs.log";
+  if (host_ != "127.0.0.1") options.env["SHOAL_CERT_EXTRA_SANS"] = "IP:" + host_;
   auto proc = process::Process::Start(std::move(options));
   if (!proc.ok()) return proc.status();
   auto exit = (*proc)->Wait(absl::Seconds(30));
@@ -102,7 +103,9 @@ void Cluster::ExpectNoSanitizerReports() {
 }
 
 absl::StatusOr<Service> Cluster::Start(const std::string& name, const std::string& binary,
-                                       std::vector<std::string> args, const std::string& listen) {
+                                       std::vector<std::string> args, std::string listen,
+                                       const std::string& netns) {
+  if (listen.empty()) listen = host_ + ":0";
   if (absl::Status certs = MakeCertificate(name); !certs.ok()) return certs;
   args.push_back(absl::StrCat("--tls-dir=", dir_, "/certs/", name));
   const std::string address_file = absl::StrCat(dir_, "/", name, ".addr");
@@ -114,6 +117,10 @@ absl::StatusOr<Service> Cluster::Start(const std::string& name, const std::strin
   options.name = name;
   options.binary = absl::StrCat(bin_dir_, "/", binary);
   options.args = std::move(args);
+  if (!netns.empty()) {  // ip netns exec NETNS BINARY ARGS...: it execs BINARY in the namespace
+    options.args.insert(options.args.begin(), {"netns", "exec", netns, options.binary});
+    options.binary = "/usr/sbin/ip";
+  }
   options.log_path = absl::StrCat(dir_, "/", name, ".log");
   auto proc = process::Process::Start(std::move(options));
   if (!proc.ok()) return proc.status();
@@ -128,7 +135,7 @@ absl::StatusOr<Service> Cluster::Start(const std::string& name, const std::strin
 
 absl::Status Cluster::StartCoordinator(std::vector<std::string> extra_args) {
   coordinator_args_ = std::move(extra_args);
-  return StartCoordinatorOn("127.0.0.1:0");
+  return StartCoordinatorOn(host_ + ":0");
 }
 
 absl::Status Cluster::RestartCoordinator(bool crash) {
@@ -173,11 +180,17 @@ absl::Status Cluster::StartAggregator() {
 }
 
 absl::Status Cluster::StartPeer(int index, int count, std::vector<std::string> extra_args) {
+  return StartPeerInNetns(index, count, "", std::move(extra_args));
+}
+
+absl::Status Cluster::StartPeerInNetns(int index, int count, const std::string& netns,
+                                       std::vector<std::string> extra_args) {
   extra_args.push_back("--coordinator=" + coordinator_.address);
   extra_args.push_back("--data-dir=/usr/share/datasets/fashion-mnist");
   extra_args.push_back(absl::StrCat("--shard=", index, "/", count));
   extra_args.push_back(absl::StrCat("--name=peer-", index));
-  auto s = Start(absl::StrCat("peer-", index), "shoal-peer", std::move(extra_args));
+  auto s = Start(absl::StrCat("peer-", index), "shoal-peer", std::move(extra_args),
+                 netns.empty() ? "" : "127.0.0.1:0", netns);
   if (!s.ok()) return s.status();
   peers_[index] = *std::move(s);
   return absl::OkStatus();

@@ -46,6 +46,14 @@ class Cluster {
   absl::Status StartOwnDataPeer(int index, const std::string& data_dir,
                                 std::vector<std::string> extra_args = {});
 
+  // The address every service listens on (default 127.0.0.1), also named in the certificates
+  // issued after it is set. For tests that run the cluster in a network namespace of their own.
+  void set_host(std::string host) { host_ = std::move(host); }
+  // A peer run in the network namespace `netns` (ip netns exec), listening on that namespace's
+  // 127.0.0.1, so that nothing outside it can connect to the peer; "": StartPeer.
+  absl::Status StartPeerInNetns(int index, int count, const std::string& netns,
+                                std::vector<std::string> extra_args = {});
+
   // Mutual-TLS directory for clients of this cluster (the tests' own calls).
   std::string ClientTlsDir() const { return dir_ + "/certs/client"; }
   std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() const { return credentials_; }
@@ -77,9 +85,10 @@ class Cluster {
  private:
   // ADD_FAILURE for each sanitizer report (ASan, LSan, UBSan, TSan) in the logs of `dir_`.
   void ExpectNoSanitizerReports();
+  // Listens on `listen` (default host_:0); in the network namespace `netns` when set.
   absl::StatusOr<Service> Start(const std::string& name, const std::string& binary,
-                                std::vector<std::string> args,
-                                const std::string& listen = "127.0.0.1:0");
+                                std::vector<std::string> args, std::string listen = "",
+                                const std::string& netns = "");
   absl::Status StartCoordinatorOn(const std::string& listen);
 
   // Issues NAME's certificate under DIR/certs with shoal-gen-certs.
@@ -87,6 +96,7 @@ class Cluster {
 
   std::string dir_;
   std::string bin_dir_;
+  std::string host_ = "127.0.0.1";
   std::shared_ptr<grpc::ChannelCredentials> credentials_;
   Service coordinator_;
   std::vector<std::string> coordinator_args_;

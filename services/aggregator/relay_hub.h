@@ -1,0 +1,101 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "services/aggregator/aggregator_metrics.h"
+#include "shoal/peer/v1/peer.pb.h"
+
+namespace shoal::aggregator {
+
+// What a relayed call returns to its caller.
+struct RelayResult {
+  absl::Status status;
+  // GetSnapshot: the serialized ModelChunk messages, ModelMeta first, exactly as the peer sent
+  // them (the caller checks their digests; the relay does not parse them).
+  std::vector<std::string> chunks;
+  uint64_t bytes = 0;             // the chunks' total size
+  peer::v1::ProbeResponse probe;  // Probe
+};
+
+// The relay's side of peers behind NAT (RelayService): which peer keeps which Relay stream open
+// here, and the calls in flight on each. Plain C++: the gRPC reactors (relay_service.h) feed it
+// what they read and give it a Stream to write to. Thread-safe; callbacks and Stream methods are
+// called without the hub's lock held.
+class RelayHub {
+ public:
+  struct Options {
+    size_t max_calls_per_peer = 16;  // more at once: RESOURCE_EXHAUSTED
+    // The most one relayed snapshot may hold (it is stored whole before it is sent on).
+    uint64_t max_call_bytes = uint64_t{1} << 30;
+  };
+
+  // A relayed peer's stream, as the hub writes to it.
+  class Stream {
+   public:
+    virtual ~Stream() = default;
+    virtual void Send(const peer::v1::RelayCall& call) = 0;
+    // Ends the stream with `status` (e.g. a newer stream for the same peer replaced it).
+    virtual void Close(const absl::Status& status) = 0;
+  };
+  using Done = std::function<void(RelayResult)>;
+
+  RelayHub(Options options, AggregatorMetrics& metrics) : options_(options), metrics_(metrics) {}
+
+  // `stream` is now `peer_id`'s relay: an older stream of that peer is closed (UNAVAILABLE) and
+  // its calls fail. Sends the stream its call_id 0 (attached). Returns the stream's token.
+  uint64_t Attach(const std::string& peer_id, std::shared_ptr<Stream> stream)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The stream of `token` ended: its calls fail UNAVAILABLE. Unknown tokens are ignored.
+  void Detach(uint64_t token) ABSL_LOCKS_EXCLUDED(mu_);
+  // Passes `call` (its call_id is set here) to `peer_id`'s stream. `done` runs exactly once,
+  // possibly before Call returns, unless Abandon() removed the call first: NOT_FOUND when the peer
+  // keeps no relay stream here, RESOURCE_EXHAUSTED when it has too many calls in flight,
+  // UNAVAILABLE when its stream ends first, else the peer's answer. Returns the call's id.
+  uint64_t Call(const std::string& peer_id, peer::v1::RelayCall call, Done done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The caller went away: forgets the call. True when `done` has not run and never will.
+  bool Abandon(uint64_t call_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // A message read from the stream of `token` (after its `open`). An error means the peer broke
+  // the protocol (a reply for a call of another kind, a snapshot over max_call_bytes is only the
+  // call's failure); the caller closes the stream with it.
+  absl::Status OnReply(uint64_t token, const peer::v1::RelayReply& reply) ABSL_LOCKS_EXCLUDED(mu_);
+
+  size_t streams() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct PendingCall {
+    uint64_t token = 0;  // the stream it went to
+    bool snapshot = false;
+    Done done;
+    RelayResult result;
+  };
+  struct Attached {
+    std::string peer_id;
+    std::shared_ptr<Stream> stream;
+    size_t calls = 0;
+  };
+  // Removes `id` and returns its callback and result (under mu_); the caller runs it unlocked.
+  std::pair<Done, RelayResult> TakeLocked(uint64_t id, absl::Status status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailStreamCallsLocked(uint64_t token, const absl::Status& status,
+                             std::vector<std::pair<Done, RelayResult>>& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  AggregatorMetrics& metrics_;
+  mutable absl::Mutex mu_;
+  uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_call_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, Attached> streams_ ABSL_GUARDED_BY(mu_);     // by token
+  std::map<std::string, uint64_t> by_peer_ ABSL_GUARDED_BY(mu_);  // peer id -> token
+  std::map<uint64_t, PendingCall> calls_ ABSL_GUARDED_BY(mu_);    // by call id
+};
+
+}  // namespace shoal::aggregator

@@ -1,0 +1,200 @@
+// RelayHub: which peer keeps which relay stream, and the calls in flight on each (fake streams).
+
+#include "services/aggregator/relay_hub.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace shoal::aggregator {
+namespace {
+
+using ::testing::HasSubstr;
+
+class FakeStream : public RelayHub::Stream {
+ public:
+  void Send(const peer::v1::RelayCall& call) override { sent.push_back(call); }
+  void Close(const absl::Status& status) override { closed = status; }
+  std::vector<peer::v1::RelayCall> sent;
+  std::optional<absl::Status> closed;
+};
+
+peer::v1::RelayCall Snapshot() {
+  peer::v1::RelayCall call;
+  call.mutable_get_snapshot()->set_task("t1");
+  call.mutable_get_snapshot()->set_round(3);
+  return call;
+}
+
+peer::v1::RelayCall Probe() {
+  peer::v1::RelayCall call;
+  call.mutable_probe()->set_task("t1");
+  return call;
+}
+
+peer::v1::RelayReply Chunk(uint64_t call_id, std::string bytes) {
+  peer::v1::RelayReply reply;
+  reply.set_call_id(call_id);
+  reply.set_chunk(std::move(bytes));
+  return reply;
+}
+
+peer::v1::RelayReply End(uint64_t call_id, absl::StatusCode code, std::string message = "") {
+  peer::v1::RelayReply reply;
+  reply.set_call_id(call_id);
+  reply.mutable_end()->set_code(static_cast<int>(code));
+  reply.mutable_end()->set_message(std::move(message));
+  return reply;
+}
+
+class RelayHubTest : public ::testing::Test {
+ protected:
+  RelayHub::Options options_;
+  prometheus::Registry registry_;
+  AggregatorMetrics metrics_{registry_};
+};
+
+TEST_F(RelayHubTest, PassesACallDownThePeersStreamAndItsAnswerBack) {
+  RelayHub hub(options_, metrics_);
+  auto stream = std::make_shared<FakeStream>();
+  const uint64_t token = hub.Attach("peer-n", stream);
+  ASSERT_EQ(stream->sent.size(), 1u);
+  EXPECT_EQ(stream->sent[0].call_id(), 0u);  // attached
+  EXPECT_EQ(metrics_.relay_streams.Value(), 1);
+
+  std::optional<RelayResult> got;
+  const uint64_t id = hub.Call("peer-n", Snapshot(), [&](RelayResult r) { got = std::move(r); });
+  ASSERT_EQ(stream->sent.size(), 2u);
+  EXPECT_EQ(stream->sent[1].call_id(), id);
+  EXPECT_EQ(stream->sent[1].get_snapshot().round(), 3u);
+  ASSERT_TRUE(hub.OnReply(token, Chunk(id, "meta")).ok());
+  ASSERT_TRUE(hub.OnReply(token, Chunk(id, "frame")).ok());
+  EXPECT_FALSE(got.has_value());
+  ASSERT_TRUE(hub.OnReply(token, End(id, absl::StatusCode::kOk)).ok());
+  ASSERT_TRUE(got.has_value());
+  ASSERT_TRUE(got->status.ok()) << got->status;
+  EXPECT_THAT(got->chunks, ::testing::ElementsAre("meta", "frame"));
+  EXPECT_EQ(metrics_.relay_bytes.Value(), 9);
+  EXPECT_EQ(metrics_.relay_calls_relayed.Value(), 1);
+
+  // The peer's own error comes back as it gave it; a probe's answer too.
+  got.reset();
+  const uint64_t failing = hub.Call("peer-n", Snapshot(), [&](RelayResult r) { got = r; });
+  ASSERT_TRUE(hub.OnReply(token, End(failing, absl::StatusCode::kNotFound, "no round 3")).ok());
+  ASSERT_TRUE(got.has_value());
+  EXPECT_TRUE(absl::IsNotFound(got->status)) << got->status;
+  EXPECT_EQ(got->status.message(), "no round 3");
+  got.reset();
+  const uint64_t probe = hub.Call("peer-n", Probe(), [&](RelayResult r) { got = r; });
+  peer::v1::RelayReply answer;
+  answer.set_call_id(probe);
+  answer.mutable_probe()->set_peer_id("peer-n");
+  ASSERT_TRUE(hub.OnReply(token, answer).ok());
+  ASSERT_TRUE(got.has_value() && got->status.ok());
+  EXPECT_EQ(got->probe.peer_id(), "peer-n");
+}
+
+TEST_F(RelayHubTest, RefusesCallsForPeersWithoutAStreamAndFailsCallsWhenTheStreamEnds) {
+  RelayHub hub(options_, metrics_);
+  std::optional<RelayResult> got;
+  hub.Call("nobody", Snapshot(), [&](RelayResult r) { got = r; });
+  ASSERT_TRUE(got.has_value());
+  EXPECT_TRUE(absl::IsNotFound(got->status)) << got->status;
+  EXPECT_THAT(got->status.message(), HasSubstr("peer 'nobody' keeps no relay stream"));
+  EXPECT_EQ(metrics_.relay_calls_no_stream.Value(), 1);
+
+  auto stream = std::make_shared<FakeStream>();
+  const uint64_t token = hub.Attach("peer-n", stream);
+  got.reset();
+  hub.Call("peer-n", Snapshot(), [&](RelayResult r) { got = r; });
+  hub.Detach(token);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_TRUE(absl::IsUnavailable(got->status)) << got->status;
+  EXPECT_EQ(hub.streams(), 0u);
+  EXPECT_EQ(metrics_.relay_streams.Value(), 0);
+  got.reset();
+  hub.Call("peer-n", Snapshot(), [&](RelayResult r) { got = r; });
+  ASSERT_TRUE(got.has_value());
+  EXPECT_TRUE(absl::IsNotFound(got->status)) << got->status;
+}
+
+TEST_F(RelayHubTest, ANewerStreamReplacesTheOlderOne) {
+  RelayHub hub(options_, metrics_);
+  auto first = std::make_shared<FakeStream>();
+  auto second = std::make_shared<FakeStream>();
+  const uint64_t old_token = hub.Attach("peer-n", first);
+  std::optional<RelayResult> got;
+  hub.Call("peer-n", Snapshot(), [&](RelayResult r) { got = r; });
+  const uint64_t token = hub.Attach("peer-n", second);
+  ASSERT_TRUE(first->closed.has_value());
+  EXPECT_TRUE(absl::IsUnavailable(*first->closed));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_TRUE(absl::IsUnavailable(got->status)) << got->status;
+  EXPECT_EQ(hub.streams(), 1u);
+  // The old stream's end does not detach the new one.
+  hub.Detach(old_token);
+  got.reset();
+  const uint64_t id = hub.Call("peer-n", Probe(), [&](RelayResult r) { got = r; });
+  EXPECT_EQ(second->sent.back().call_id(), id);
+  peer::v1::RelayReply answer;
+  answer.set_call_id(id);
+  answer.mutable_probe();
+  // A reply on the wrong stream is a protocol error.
+  EXPECT_TRUE(absl::IsInvalidArgument(hub.OnReply(old_token, answer)));
+  ASSERT_TRUE(hub.OnReply(token, answer).ok());
+  EXPECT_TRUE(got.has_value() && got->status.ok());
+}
+
+TEST_F(RelayHubTest, BoundsCallsPerPeerAndSnapshotSize) {
+  options_.max_calls_per_peer = 2;
+  options_.max_call_bytes = 10;
+  RelayHub hub(options_, metrics_);
+  auto stream = std::make_shared<FakeStream>();
+  const uint64_t token = hub.Attach("peer-n", stream);
+  std::vector<RelayResult> results;
+  auto keep = [&](RelayResult r) { results.push_back(std::move(r)); };
+  const uint64_t a = hub.Call("peer-n", Snapshot(), keep);
+  hub.Call("peer-n", Snapshot(), keep);
+  hub.Call("peer-n", Snapshot(), keep);
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(absl::IsResourceExhausted(results[0].status)) << results[0].status;
+  EXPECT_THAT(results[0].status.message(), HasSubstr("2 relayed calls in flight"));
+
+  ASSERT_TRUE(hub.OnReply(token, Chunk(a, "123456")).ok());
+  ASSERT_TRUE(hub.OnReply(token, Chunk(a, "7890123")).ok());  // 13 bytes > 10
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_TRUE(absl::IsResourceExhausted(results[1].status)) << results[1].status;
+  EXPECT_TRUE(results[1].chunks.empty());
+  // The rest of that snapshot is dropped; the freed slot takes a new call.
+  EXPECT_TRUE(hub.OnReply(token, End(a, absl::StatusCode::kOk)).ok());
+  EXPECT_EQ(results.size(), 2u);
+  hub.Call("peer-n", Snapshot(), keep);
+  EXPECT_EQ(results.size(), 2u);
+}
+
+TEST_F(RelayHubTest, AnAbandonedCallNeverAnswersAndProtocolErrorsAreRefused) {
+  RelayHub hub(options_, metrics_);
+  auto stream = std::make_shared<FakeStream>();
+  const uint64_t token = hub.Attach("peer-n", stream);
+  bool called = false;
+  const uint64_t id = hub.Call("peer-n", Snapshot(), [&](RelayResult) { called = true; });
+  EXPECT_TRUE(hub.Abandon(id));
+  EXPECT_FALSE(hub.Abandon(id));
+  EXPECT_TRUE(hub.OnReply(token, End(id, absl::StatusCode::kOk)).ok());
+  EXPECT_FALSE(called);
+
+  const uint64_t probe = hub.Call("peer-n", Probe(), [&](RelayResult) {});
+  EXPECT_THAT(hub.OnReply(token, Chunk(probe, "x")).message(), HasSubstr("a probe"));
+  const uint64_t snapshot = hub.Call("peer-n", Snapshot(), [&](RelayResult) {});
+  EXPECT_TRUE(absl::IsInvalidArgument(hub.OnReply(token, End(snapshot, absl::StatusCode(99)))));
+  peer::v1::RelayReply empty;
+  empty.set_call_id(snapshot);
+  EXPECT_TRUE(absl::IsInvalidArgument(hub.OnReply(token, empty)));
+}
+
+}  // namespace
+}  // namespace shoal::aggregator
