@@ -27,19 +27,6 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
 // A plaintext channel, for tests in one process.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
-// A peer's advertised address: HOST:PORT, or HOST:PORT/PEER_ID for a peer that accepts no
-// inbound connection and is reached through the relay (an aggregator's PeerService) at
-// HOST:PORT (PeerService calls then carry relay_to = PEER_ID).
-struct PeerAddress {
-  std::string dial;      // HOST:PORT to open a channel to
-  std::string relay_to;  // empty: the peer itself
-};
-inline PeerAddress SplitPeerAddress(const std::string& address) {
-  const size_t slash = address.find('/');
-  if (slash == std::string::npos) return {address, ""};
-  return {address.substr(0, slash), address.substr(slash + 1)};
-}
-
 // Every outgoing call gets a deadline; this sets it on a fresh context.
 inline void SetTimeout(grpc::ClientContext& context, absl::Duration timeout) {
   context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));

@@ -178,6 +178,11 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
     id = !hello.name().empty() ? hello.name()
          : !identity.empty()   ? identity
                                : absl::StrCat("peer-", next_peer_++);
+    const std::string relay = hello.wants_relay() ? PickRelay(id) : "";
+    if (hello.wants_relay() && relay.empty()) {
+      return absl::FailedPreconditionError(
+          "hello: the peer asks for a relay, and no aggregator is registered to relay for it yet");
+    }
     auto it = peers_.find(id);
     std::string task;
     if (it != peers_.end()) {
@@ -196,6 +201,7 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
                                                               : common::v1::REACHABILITY_UNKNOWN;
     peer.id = id;
     peer.hello = hello;
+    if (!relay.empty()) peer.hello.set_listen_address(absl::StrCat(relay, "/", id));
     peer.hello.mutable_capacity()->set_reachability(reachability);
     const std::string capacity =
         hello.has_capacity() ? absl::StrCat("; ", capacity::Describe(peer.hello.capacity())) : "";
@@ -213,6 +219,7 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
     v1::CoordinatorEvent welcome;
     welcome.mutable_welcome()->set_peer_id(id);
     welcome.mutable_welcome()->set_session_token(peer.session_token);
+    welcome.mutable_welcome()->set_relay_address(relay);
     welcome.mutable_welcome()->set_heartbeat_interval_ms(
         static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
     SendTo(id, std::move(welcome), out);
@@ -226,13 +233,13 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
         ModeEffects fx;
         const absl::Time now = clock_.Now();
         t.mode->RemovePeer(id, "reconnected", now, t.status, fx);
-        t.mode->AddPeer(ModePeer{id, hello.listen_address()}, now, t.status, fx);
+        t.mode->AddPeer(ModePeer{id, peer.hello.listen_address()}, now, t.status, fx);
         ApplyModeEffects(t, fx, out);
       }
     }
     LogInfo("peer ", id, " connected (shard ", hello.shard_index(), "/", hello.shard_count(), ", ",
             hello.device().empty() ? "cpu" : hello.device(), capacity, ")");
-    DialBack(/*aggregator=*/false, id, hello.listen_address(), sink.get(), out);
+    DialBack(/*aggregator=*/false, id, peer.hello.listen_address(), sink.get(), out);
     Reconcile(out);
   }
   Flush();

@@ -1,7 +1,12 @@
 // CoordinatorCore: the nodes (peers and aggregators) as operators see them, with their capacity,
 // and the dial-backs that find whether each one can be reached.
 
+#include <map>
+#include <set>
+#include <string>
+
 #include "absl/strings/str_cat.h"
+#include "libs/common/address.h"
 #include "libs/common/log.h"
 #include "services/coordinator/coordinator_core.h"
 
@@ -44,6 +49,25 @@ void CoordinatorCore::OnDialBack(bool aggregator, const std::string& id, const P
     }
   }
   Flush();
+}
+
+std::string CoordinatorCore::PickRelay(const std::string& peer_id) const {
+  // A peer that reconnects keeps its relay while that is registered.
+  auto it = peers_.find(peer_id);
+  if (it != peers_.end() && it->second.hello.wants_relay()) {
+    const std::string previous = SplitPeerAddress(it->second.hello.listen_address()).dial;
+    if (pool_.Has(previous)) return previous;
+  }
+  // Elected supernodes come and go with their hosts: relays are dedicated aggregators.
+  std::set<std::string> elected;
+  for (const auto& [address, entry] : pool_.entries()) {
+    if (!entry.host_peer.empty()) elected.insert(address);
+  }
+  std::map<std::string, size_t> relayed;
+  for (const auto& [id, peer] : peers_) {
+    if (peer.hello.wants_relay()) ++relayed[SplitPeerAddress(peer.hello.listen_address()).dial];
+  }
+  return pool_.Pick(relayed, elected);
 }
 
 v1::NodeInfo CoordinatorCore::PeerNode(const Peer& peer) const {

@@ -6,8 +6,8 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "libs/common/address.h"
 #include "libs/common/status_macros.h"
-#include "libs/rpc/channel.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/status.h"
 #include "libs/tensor/frame_codec.h"
@@ -35,7 +35,7 @@ absl::StatusOr<tensor::ReceivedModel> GrpcPeerClient::Fetch(
     if (canceller != nullptr) canceller->Detach();
   });
   // A peer behind NAT is reached at its relay (HOST:PORT/PEER_ID).
-  const rpc::PeerAddress target = rpc::SplitPeerAddress(address);
+  const PeerAddress target = SplitPeerAddress(address);
   peer::v1::GetSnapshotRequest sent = request;
   sent.set_relay_to(target.relay_to);
   // Read raw: chunks are decoded straight from the received slices, into the layout expected.
@@ -65,7 +65,7 @@ absl::StatusOr<tensor::ReceivedModel> GrpcPeerClient::Fetch(
 absl::Status GrpcPeerClient::Probe(const std::string& address,
                                    const peer::v1::ProbeRequest& request, absl::Time deadline,
                                    CallCanceller* canceller) {
-  const rpc::PeerAddress target = rpc::SplitPeerAddress(address);
+  const PeerAddress target = SplitPeerAddress(address);
   peer::v1::ProbeRequest sent = request;
   sent.set_relay_to(target.relay_to);
   auto stub = peer::v1::PeerService::NewStub(channels_.Get(target.dial));

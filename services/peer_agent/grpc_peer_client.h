@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "libs/rpc/channel.h"
+#include "libs/common/address.h"
 #include "libs/rpc/channel_cache.h"
 #include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
@@ -35,7 +35,7 @@ class GrpcPeerClient final : public PeerClient {
                      absl::Time deadline, CallCanceller* canceller = nullptr) override;
   // A relay's channel is shared by the peers it relays for, so it stays.
   void Forget(const std::string& address) override {
-    if (rpc::SplitPeerAddress(address).relay_to.empty()) channels_.Forget(address);
+    if (SplitPeerAddress(address).relay_to.empty()) channels_.Forget(address);
   }
 
  private:

@@ -27,7 +27,8 @@ ABSL_FLAG(std::string, advertise, "",
 ABSL_FLAG(std::string, relay, "",
           "HOST:PORT of an aggregator that relays for this peer when it accepts no inbound "
           "connection (behind NAT): the peer keeps one stream open to it and is advertised as "
-          "HOST:PORT/NAME; needs --name, excludes --advertise");
+          "HOST:PORT/NAME; needs --name, excludes --advertise. \"auto\": the coordinator "
+          "picks the aggregator (and the id, without --name)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0", "HOST:PORT for Prometheus /metrics");
 ABSL_FLAG(std::string, data_dir, "",
           "this peer's data (required): the Fashion-MNIST .gz files (e.g. "
@@ -154,7 +155,7 @@ int main(int argc, char** argv) {
       {.program = "shoal-peer",
        .usage = "--coordinator HOST:PORT --data-dir DIR (--tls-dir DIR | --insecure) [--shard I/N] "
                 "[--model-dir DIR] [--scratch-dir DIR] [--listen HOST:PORT] [--advertise "
-                "HOST:PORT | --relay HOST:PORT] [--metrics-listen "
+                "HOST:PORT | --relay HOST:PORT|auto] [--metrics-listen "
                 "HOST:PORT] "
                 "[--name ID] [--device cpu|cuda] [--torch-threads N] [--join-token TOKEN] "
                 "[--upload-probe-bytes N] [--supernode [--supernode-binary PATH] "

@@ -37,7 +37,7 @@ absl::Status PeerOptions::Validate() const {
     SHOAL_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(advertise, "--advertise"));
     if (hp.port == 0) return absl::InvalidArgumentError("--advertise: port must not be 0");
   }
-  if (!relay.empty()) {
+  if (!relay.empty() && relay != "auto") {
     SHOAL_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(relay, "--relay"));
     if (hp.port == 0) return absl::InvalidArgumentError("--relay: port must not be 0");
     if (name.empty()) {
@@ -47,11 +47,11 @@ absl::Status PeerOptions::Validate() const {
     if (name.find('/') != std::string::npos) {
       return absl::InvalidArgumentError("--name: must not contain '/' (with --relay)");
     }
-    if (!advertise.empty()) {
-      return absl::InvalidArgumentError(
-          "--relay and --advertise exclude each other: a relayed peer is advertised as "
-          "RELAY/NAME");
-    }
+  }
+  if (!relay.empty() && !advertise.empty()) {
+    return absl::InvalidArgumentError(
+        "--relay and --advertise exclude each other: a relayed peer is advertised as "
+        "RELAY/NAME");
   }
   SHOAL_RETURN_IF_ERROR(ByzantineFault::Parse(test_byzantine).status());
   if (test_slow_batch < absl::ZeroDuration() || test_slow_batch > absl::Hours(1)) {
@@ -129,13 +129,16 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   server_options.credentials = credentials.server();
   SHOAL_ASSIGN_OR_RETURN(s->server_, rpc::Server::Start(server_options, {s->service_.get()}));
 
+  s->credentials_ = credentials.channel();
   std::string advertise = options.advertise;
-  if (!options.relay.empty()) {
-    s->relay_ = std::make_unique<RelayLink>(
-        RelayLinkOptions{options.relay, options.name, credentials.channel()}, s->snapshots_,
-        *s->metrics_);
-    SHOAL_RETURN_IF_ERROR(
-        Flag("--relay", s->relay_->WaitAttached(absl::Now() + absl::Seconds(30))));
+  if (!options.relay.empty() && options.relay != "auto") {
+    s->UseRelay(options.relay, options.name);
+    RelayLink* link = nullptr;
+    {
+      absl::MutexLock lock(&s->mu_);
+      link = s->relay_.get();  // nothing else replaces it before the session starts
+    }
+    SHOAL_RETURN_IF_ERROR(Flag("--relay", link->WaitAttached(absl::Now() + absl::Seconds(30))));
     advertise = absl::StrCat(options.relay, "/", options.name);
   }
 
@@ -151,6 +154,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   *session_options.hello.mutable_capacity() = capacity::MeasureLocalCapacity();
   session_options.upload_probe_bytes = options.upload_probe_bytes;
   session_options.hello.set_supernode(options.supernode);
+  session_options.hello.set_wants_relay(options.relay == "auto");
   if (options.supernode) {
     SupernodeHostOptions host = options.supernode_host;
     host.coordinator = options.coordinator;
@@ -164,21 +168,26 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
     }
     s->supernode_ = std::make_unique<SupernodeHost>(std::move(host), &s->metrics_->supernode);
   }
-  SHOAL_ASSIGN_OR_RETURN(s->session_,
-                         SessionClient::Create(
-                             session_options, *s->metrics_,
-                             [self](const coordinator::v1::CoordinatorEvent& e) {
-                               if (e.has_welcome()) {
-                                 absl::MutexLock lock(&self->mu_);
-                                 self->peer_id_ = e.welcome().peer_id();
-                               }
-                               if (e.has_become_supernode() || e.has_retire_supernode()) {
-                                 self->OnSupernodeEvent(e);
-                                 return;
-                               }
-                               self->agent_->OnEvent(e);
-                             },
-                             [self] { self->agent_->OnDisconnected(); }));
+  SHOAL_ASSIGN_OR_RETURN(
+      s->session_, SessionClient::Create(
+                       session_options, *s->metrics_,
+                       [self](const coordinator::v1::CoordinatorEvent& e) {
+                         if (e.has_welcome()) {
+                           {
+                             absl::MutexLock lock(&self->mu_);
+                             self->peer_id_ = e.welcome().peer_id();
+                           }
+                           if (!e.welcome().relay_address().empty()) {
+                             self->UseRelay(e.welcome().relay_address(), e.welcome().peer_id());
+                           }
+                         }
+                         if (e.has_become_supernode() || e.has_retire_supernode()) {
+                           self->OnSupernodeEvent(e);
+                           return;
+                         }
+                         self->agent_->OnEvent(e);
+                       },
+                       [self] { self->agent_->OnDisconnected(); }));
 
   PeerAgentOptions agent_options;
   agent_options.shard = options.shard;
@@ -282,8 +291,27 @@ void PeerServer::Shutdown() {
     supernode_->Stop(reason);
     supernode_->Wait();
   }
-  relay_.reset();
+  std::unique_ptr<RelayLink> relay;
+  {
+    absl::MutexLock lock(&mu_);
+    relay = std::move(relay_);
+  }
+  relay.reset();
   if (server_) server_->Shutdown(absl::Seconds(2));
+}
+
+void PeerServer::UseRelay(const std::string& relay, const std::string& id) {
+  std::unique_ptr<RelayLink> old;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_ || (relay_ != nullptr && relay_address_ == relay && relay_id_ == id)) return;
+    old = std::move(relay_);
+    relay_ = std::make_unique<RelayLink>(RelayLinkOptions{relay, id, credentials_}, snapshots_,
+                                         *metrics_);
+    relay_address_ = relay;
+    relay_id_ = id;
+  }
+  LogInfo("other peers reach this one through the relay at ", relay, " as '", id, "'");
 }
 
 }  // namespace shoal::peer

@@ -32,6 +32,7 @@ struct PeerOptions {
   std::string advertise;
   // --relay HOST:PORT: this peer accepts no inbound connection; it keeps a Relay stream open to
   // the aggregator there and advertises HOST:PORT/NAME (needs --name; excludes --advertise).
+  // "auto": the coordinator picks the aggregator (Hello.wants_relay, Welcome.relay_address).
   std::string relay;
   std::string metrics_listen = "127.0.0.1:0";  // --metrics-listen
   std::string data_dir;                        // --data-dir
@@ -98,10 +99,18 @@ class PeerServer {
   std::unique_ptr<PeerAgent> agent_;
   std::unique_ptr<SessionClient> session_;
   std::unique_ptr<SupernodeHost> supernode_;  // with --supernode
-  std::unique_ptr<RelayLink> relay_;          // with --relay; reads snapshots_
+
+  // --relay=auto: (re)opens the relay link to `relay` as `id` (from a Welcome).
+  void UseRelay(const std::string& relay, const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;  // for the relay link
 
   absl::Mutex mu_;
   std::string peer_id_ ABSL_GUARDED_BY(mu_);  // from the latest Welcome (for Probe answers)
+  // With --relay; reads snapshots_. Replaced (auto) outside mu_ once swapped out.
+  std::unique_ptr<RelayLink> relay_ ABSL_GUARDED_BY(mu_);
+  std::string relay_address_ ABSL_GUARDED_BY(mu_);  // and the id it is open for
+  std::string relay_id_ ABSL_GUARDED_BY(mu_);
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -93,9 +93,26 @@ std::string TempDir() {
   return *dir;
 }
 
+// peer-2 as the coordinator lists it once its dial-back has answered.
+absl::StatusOr<cv1::NodeInfo> DialedNode(Cluster& cluster) {
+  absl::StatusOr<cv1::NodeInfo> found = absl::NotFoundError("peer-2 is not listed");
+  WaitUntil(
+      [&] {
+        absl::StatusOr<cv1::ListNodesResponse> nodes = cluster.Nodes();
+        if (!nodes.ok()) return false;
+        for (const cv1::NodeInfo& node : nodes->peers()) {
+          if (node.id() == "peer-2") found = node;
+        }
+        return found.ok() && found->capacity().reachability() != common::v1::REACHABILITY_UNKNOWN;
+      },
+      absl::Seconds(30));
+  return found;
+}
+
 // Coordinator, aggregator, peer-0 and peer-1 in "lan"; peer-2 in "nat", relayed by the
-// aggregator. Checks that the coordinator sees peer-2 at RELAY/peer-2 and reaches it there.
-void StartCluster(Cluster& cluster) {
+// aggregator: named by peer-2 (--relay=ADDRESS), or picked by the coordinator (--relay=auto).
+// Checks that the coordinator sees peer-2 at RELAY/peer-2 and reaches it there.
+void StartCluster(Cluster& cluster, bool auto_relay) {
   cluster.set_host(kLanAddress);
   absl::Status s = cluster.StartCoordinator();
   ASSERT_TRUE(s.ok()) << s << "\n" << cluster.LogTails();
@@ -105,22 +122,17 @@ void StartCluster(Cluster& cluster) {
     s = cluster.StartPeer(i, 3);
     ASSERT_TRUE(s.ok()) << s << "\n" << cluster.LogTails();
   }
-  s = cluster.StartPeerInNetns(2, 3, Namespaces::Get().nat(),
-                               {"--relay=" + cluster.aggregator().address});
+  s = cluster.StartPeerInNetns(
+      2, 3, Namespaces::Get().nat(),
+      {"--relay=" + (auto_relay ? std::string("auto") : cluster.aggregator().address)});
   ASSERT_TRUE(s.ok()) << s << "\n" << cluster.LogTails();
   ASSERT_TRUE(cluster.WaitForPeersConnected(3, absl::Seconds(60)).ok()) << cluster.LogTails();
 
-  absl::StatusOr<cv1::ListNodesResponse> nodes = cluster.Nodes();
-  ASSERT_TRUE(nodes.ok()) << nodes.status();
-  bool found = false;
-  for (const cv1::NodeInfo& node : nodes->peers()) {
-    if (node.id() != "peer-2") continue;
-    found = true;
-    EXPECT_EQ(node.address(), cluster.aggregator().address + "/peer-2");
-    EXPECT_EQ(node.capacity().reachability(), common::v1::REACHABILITY_REACHABLE)
-        << node.ShortDebugString();
-  }
-  EXPECT_TRUE(found) << nodes->ShortDebugString();
+  absl::StatusOr<cv1::NodeInfo> node = DialedNode(cluster);
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_EQ(node->address(), cluster.aggregator().address + "/peer-2");
+  EXPECT_EQ(node->capacity().reachability(), common::v1::REACHABILITY_REACHABLE)
+      << node->ShortDebugString();
 }
 
 // shoal_aggregator_relay_calls_total{result="relayed"} and _relay_bytes_total at the relay.
@@ -145,23 +157,17 @@ TEST(NatRelayClusterTest, WithoutARelayThePeerIsUnreachable) {
   s = cluster.StartPeerInNetns(2, 3, Namespaces::Get().nat());
   ASSERT_TRUE(s.ok()) << s << "\n" << cluster.LogTails();
   ASSERT_TRUE(cluster.WaitForPeersConnected(1, absl::Seconds(60)).ok()) << cluster.LogTails();
-  absl::StatusOr<cv1::ListNodesResponse> nodes;
-  const bool dialed = WaitUntil(
-      [&] {
-        nodes = cluster.Nodes();
-        return nodes.ok() && nodes->peers_size() == 1 &&
-               nodes->peers(0).capacity().reachability() != common::v1::REACHABILITY_UNKNOWN;
-      },
-      absl::Seconds(30));
-  ASSERT_TRUE(dialed) << (nodes.ok() ? nodes->ShortDebugString() : nodes.status().ToString());
-  EXPECT_EQ(nodes->peers(0).capacity().reachability(), common::v1::REACHABILITY_UNREACHABLE)
-      << nodes->ShortDebugString();
+  absl::StatusOr<cv1::NodeInfo> node = DialedNode(cluster);
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_EQ(node->capacity().reachability(), common::v1::REACHABILITY_UNREACHABLE)
+      << node->ShortDebugString();
 }
 
+// peer-2 asks the coordinator for a relay (--relay=auto).
 TEST(NatRelayClusterTest, ARelayedPeerTakesPartInEveryDecentralizedRound) {
   if (!Namespaces::Get().error().empty()) GTEST_SKIP() << Namespaces::Get().error();
   Cluster cluster(TempDir());
-  StartCluster(cluster);
+  StartCluster(cluster, /*auto_relay=*/true);
   if (HasFatalFailure()) return;
 
   common::v1::TaskSpec spec = SmallTask("nat-decentralized");
@@ -189,10 +195,11 @@ TEST(NatRelayClusterTest, ARelayedPeerTakesPartInEveryDecentralizedRound) {
   EXPECT_GT(bytes, 0);
 }
 
+// peer-2 names its relay (--relay=ADDRESS).
 TEST(NatRelayClusterTest, ARelayedPeerGossipsWithTheOthers) {
   if (!Namespaces::Get().error().empty()) GTEST_SKIP() << Namespaces::Get().error();
   Cluster cluster(TempDir());
-  StartCluster(cluster);
+  StartCluster(cluster, /*auto_relay=*/false);
   if (HasFatalFailure()) return;
 
   common::v1::TaskSpec spec = SmallTask("nat-gossip");
