@@ -178,7 +178,7 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
     id = !hello.name().empty() ? hello.name()
          : !identity.empty()   ? identity
                                : absl::StrCat("peer-", next_peer_++);
-    const std::string relay = hello.wants_relay() ? PickRelay(id) : "";
+    const std::string relay = hello.wants_relay() ? PickRelay(id, hello.lost_relay()) : "";
     if (hello.wants_relay() && relay.empty()) {
       return absl::FailedPreconditionError(
           "hello: the peer asks for a relay, and no aggregator is registered to relay for it yet");

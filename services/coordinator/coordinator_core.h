@@ -327,8 +327,10 @@ class CoordinatorCore {
   // Queues a dial of a peer's (`aggregator` false; `session` its sink) or an aggregator's
   // address, whose result sets its reachability.
   // Hello.wants_relay: the aggregator that relays for `peer_id` (its previous relay while that is
-  // registered, else the dedicated aggregator relaying for the fewest peers); "" when none.
-  std::string PickRelay(const std::string& peer_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // registered, else the dedicated aggregator relaying for the fewest peers; `lost`, the relay the
+  // peer lost, only when no other is registered); "" when none.
+  std::string PickRelay(const std::string& peer_id, const std::string& lost) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DialBack(bool aggregator, const std::string& id, const std::string& address,
                 const PeerSink* session, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnDialBack(bool aggregator, const std::string& id, const PeerSink* session,

@@ -51,23 +51,27 @@ void CoordinatorCore::OnDialBack(bool aggregator, const std::string& id, const P
   Flush();
 }
 
-std::string CoordinatorCore::PickRelay(const std::string& peer_id) const {
-  // A peer that reconnects keeps its relay while that is registered.
+std::string CoordinatorCore::PickRelay(const std::string& peer_id, const std::string& lost) const {
+  // A peer that reconnects keeps its relay while that is registered (and not lost).
   auto it = peers_.find(peer_id);
   if (it != peers_.end() && it->second.hello.wants_relay()) {
     const std::string previous = SplitPeerAddress(it->second.hello.listen_address()).dial;
-    if (pool_.Has(previous)) return previous;
+    if (previous != lost && pool_.Has(previous)) return previous;
   }
   // Elected supernodes come and go with their hosts: relays are dedicated aggregators.
-  std::set<std::string> elected;
+  std::set<std::string> exclude;
   for (const auto& [address, entry] : pool_.entries()) {
-    if (!entry.host_peer.empty()) elected.insert(address);
+    if (!entry.host_peer.empty()) exclude.insert(address);
   }
   std::map<std::string, size_t> relayed;
   for (const auto& [id, peer] : peers_) {
     if (peer.hello.wants_relay()) ++relayed[SplitPeerAddress(peer.hello.listen_address()).dial];
   }
-  return pool_.Pick(relayed, elected);
+  std::set<std::string> without_lost = exclude;
+  without_lost.insert(lost);
+  std::string relay = pool_.Pick(relayed, without_lost);
+  // The lost one only when no other is registered: it may be back.
+  return relay.empty() ? pool_.Pick(relayed, exclude) : relay;
 }
 
 v1::NodeInfo CoordinatorCore::PeerNode(const Peer& peer) const {

@@ -130,6 +130,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   SHOAL_ASSIGN_OR_RETURN(s->server_, rpc::Server::Start(server_options, {s->service_.get()}));
 
   s->credentials_ = credentials.channel();
+  s->auto_relay_ = options.relay == "auto";
   std::string advertise = options.advertise;
   if (!options.relay.empty() && options.relay != "auto") {
     s->UseRelay(options.relay, options.name);
@@ -306,8 +307,13 @@ void PeerServer::UseRelay(const std::string& relay, const std::string& id) {
     absl::MutexLock lock(&mu_);
     if (shut_down_ || (relay_ != nullptr && relay_address_ == relay && relay_id_ == id)) return;
     old = std::move(relay_);
-    relay_ = std::make_unique<RelayLink>(RelayLinkOptions{relay, id, credentials_}, snapshots_,
-                                         *metrics_);
+    RelayLinkOptions link{relay, id, credentials_};
+    if (auto_relay_) {
+      // A relay the coordinator picked that stays down: ask it for another.
+      link.give_up_after = kRelayGiveUp;
+      link.on_give_up = [this, relay] { session_->ReconnectWithout(relay); };
+    }
+    relay_ = std::make_unique<RelayLink>(std::move(link), snapshots_, *metrics_);
     relay_address_ = relay;
     relay_id_ = id;
   }

@@ -104,6 +104,9 @@ class PeerServer {
   void UseRelay(const std::string& relay, const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
 
   std::shared_ptr<grpc::ChannelCredentials> credentials_;  // for the relay link
+  bool auto_relay_ = false;                                // --relay=auto
+  // --relay=auto: a relay whose stream stays down this long is replaced (a new session).
+  static constexpr absl::Duration kRelayGiveUp = absl::Seconds(10);
 
   absl::Mutex mu_;
   std::string peer_id_ ABSL_GUARDED_BY(mu_);  // from the latest Welcome (for Probe answers)

@@ -101,21 +101,36 @@ absl::Status RelayLink::WaitAttached(absl::Time deadline) {
 void RelayLink::Loop() {
   const absl::Duration first_backoff = absl::Milliseconds(100);
   absl::Duration backoff = first_backoff;
-  bool logged = false;  // this outage
+  bool logged = false;   // this outage
+  bool gave_up = false;  // this outage
+  absl::Time down_since = absl::Now();
   while (true) {
     bool attached = false;
     absl::Status s = RunStream(&attached);
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return;
-    last_error_ = s;
+    const absl::Time now = absl::Now();
     if (attached) {
       backoff = first_backoff;
-      logged = false;
+      logged = gave_up = false;
+      down_since = now;
     }
-    if (!logged) {
-      LogWarning("relay ", options_.relay, ": ", s.message(), " (reconnecting)");
-      logged = true;
+    bool give_up = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      last_error_ = s;
+      if (!logged) {
+        LogWarning("relay ", options_.relay, ": ", s.message(), " (reconnecting)");
+        logged = true;
+      }
+      if (!gave_up && options_.on_give_up && options_.give_up_after > absl::ZeroDuration() &&
+          now - down_since >= options_.give_up_after) {
+        LogWarning("relay ", options_.relay, ": no stream for ",
+                   absl::FormatDuration(now - down_since), "; asking for another relay");
+        give_up = gave_up = true;
+      }
     }
+    if (give_up) options_.on_give_up();
+    absl::MutexLock lock(&mu_);
     auto stop = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_; };
     if (mu_.AwaitWithTimeout(absl::Condition(&stop), backoff)) return;
     backoff = std::min(backoff * 2, options_.max_backoff);

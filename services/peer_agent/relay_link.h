@@ -3,6 +3,7 @@
 #include <grpcpp/client_context.h>
 #include <grpcpp/security/credentials.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,6 +21,11 @@ struct RelayLinkOptions {
   std::string peer_id;  // this peer's id (under mutual TLS, its certificate's name)
   std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: plaintext
   absl::Duration max_backoff = absl::Seconds(2);          // between reconnection attempts
+  // Called once per outage, from the link's thread, when no stream has been attached for
+  // give_up_after (since the link started or its last stream broke); the link keeps trying.
+  // Zero or no callback: never.
+  absl::Duration give_up_after = absl::ZeroDuration();
+  std::function<void()> on_give_up;
 };
 
 // A peer behind NAT (shoal-peer --relay): keeps one RelayService.Relay stream open to its

@@ -99,6 +99,7 @@ grpc::Status SessionClient::RunOnce(bool* welcomed) {
     context_ = &context;
     *hello.mutable_hello() = options_.hello;
     if (!peer_id_.empty()) hello.mutable_hello()->set_name(peer_id_);
+    if (!lost_relay_.empty()) hello.mutable_hello()->set_lost_relay(lost_relay_);
     if (upload_bytes_per_second_ > 0) {
       auto* capacity = hello.mutable_hello()->mutable_capacity();
       capacity->set_upload_bytes_per_second(upload_bytes_per_second_);
@@ -152,6 +153,13 @@ grpc::Status SessionClient::RunOnce(bool* welcomed) {
                         "the coordinator's first message was not Welcome");
   }
   return status;
+}
+
+void SessionClient::ReconnectWithout(const std::string& relay) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return;
+  lost_relay_ = relay;
+  if (connected_ && context_ != nullptr) context_->TryCancel();
 }
 
 bool SessionClient::MeasureUpload() {

@@ -66,6 +66,11 @@ class SessionClient {
   // Sends Leave, closes the stream, stops reconnecting and joins the threads. Idempotent.
   void Leave(const std::string& reason);
 
+  // Ends the current session to be given another relay (Hello.wants_relay): the session is
+  // opened again at once, its Hellos naming `relay` as lost (Hello.lost_relay). No-op after
+  // Leave().
+  void ReconnectWithout(const std::string& relay) ABSL_LOCKS_EXCLUDED(mu_);
+
   bool connected() const ABSL_LOCKS_EXCLUDED(mu_);
   std::string peer_id() const ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until connected (Welcome received) or `timeout` passes; returns connected().
@@ -103,6 +108,7 @@ class SessionClient {
   uint64_t heartbeat_generation_ ABSL_GUARDED_BY(mu_) = 0;       // +1 per Welcome
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the current call
   double upload_bytes_per_second_ ABSL_GUARDED_BY(mu_) = 0;      // 0: not measured
+  std::string lost_relay_ ABSL_GUARDED_BY(mu_);                  // Hello.lost_relay
 
   // Guards writes on the current stream; `stream_` is set only while connected.
   absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(mu_);

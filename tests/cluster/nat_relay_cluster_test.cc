@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -93,8 +94,9 @@ std::string TempDir() {
   return *dir;
 }
 
-// peer-2 as the coordinator lists it once its dial-back has answered.
-absl::StatusOr<cv1::NodeInfo> DialedNode(Cluster& cluster) {
+// peer-2 as the coordinator lists it once its dial-back has answered (and, when given, once
+// it is advertised at `address`).
+absl::StatusOr<cv1::NodeInfo> DialedNode(Cluster& cluster, const std::string& address = "") {
   absl::StatusOr<cv1::NodeInfo> found = absl::NotFoundError("peer-2 is not listed");
   WaitUntil(
       [&] {
@@ -103,9 +105,10 @@ absl::StatusOr<cv1::NodeInfo> DialedNode(Cluster& cluster) {
         for (const cv1::NodeInfo& node : nodes->peers()) {
           if (node.id() == "peer-2") found = node;
         }
-        return found.ok() && found->capacity().reachability() != common::v1::REACHABILITY_UNKNOWN;
+        return found.ok() && found->capacity().reachability() != common::v1::REACHABILITY_UNKNOWN &&
+               (address.empty() || found->address() == address);
       },
-      absl::Seconds(30));
+      absl::Seconds(60));
   return found;
 }
 
@@ -217,6 +220,45 @@ TEST(NatRelayClusterTest, ARelayedPeerGossipsWithTheOthers) {
   // The other two fetch peer-2's parameters through the relay.
   EXPECT_GT(calls, 0) << cluster.LogTails();
   EXPECT_GT(bytes, 0);
+}
+
+// peer-2's relay (picked by the coordinator) is SIGKILLed: after 10 s without a stream the peer
+// opens a new session naming it lost, and is given the other aggregator.
+TEST(NatRelayClusterTest, APeerWhoseRelayDiesIsGivenAnother) {
+  if (!Namespaces::Get().error().empty()) GTEST_SKIP() << Namespaces::Get().error();
+  Cluster cluster(TempDir());
+  cluster.set_host(kLanAddress);
+  absl::Status s = cluster.StartCoordinator();
+  ASSERT_TRUE(s.ok()) << s << "\n" << cluster.LogTails();
+  for (int i = 0; i < 2; ++i) {
+    s = cluster.StartAggregator();
+    ASSERT_TRUE(s.ok()) << s << "\n" << cluster.LogTails();
+  }
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        absl::StatusOr<cv1::ListNodesResponse> nodes = cluster.Nodes();
+        return nodes.ok() && nodes->aggregators_size() == 2;
+      },
+      absl::Seconds(30)))
+      << cluster.LogTails();
+  s = cluster.StartPeerInNetns(2, 3, Namespaces::Get().nat(), {"--relay=auto"});
+  ASSERT_TRUE(s.ok()) << s << "\n" << cluster.LogTails();
+  absl::StatusOr<cv1::NodeInfo> node = DialedNode(cluster);
+  ASSERT_TRUE(node.ok()) << node.status();
+  ASSERT_EQ(node->capacity().reachability(), common::v1::REACHABILITY_REACHABLE)
+      << node->ShortDebugString();
+  const int first = node->address() == cluster.aggregator(0).address + "/peer-2" ? 0 : 1;
+  ASSERT_EQ(node->address(), cluster.aggregator(first).address + "/peer-2");
+
+  const absl::Time killed = absl::Now();
+  cluster.aggregator(first).process->Signal(SIGKILL);
+  const std::string next = cluster.aggregator(1 - first).address + "/peer-2";
+  node = DialedNode(cluster, next);
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_EQ(node->address(), next) << cluster.LogTails();
+  EXPECT_EQ(node->capacity().reachability(), common::v1::REACHABILITY_REACHABLE)
+      << node->ShortDebugString();
+  std::cout << "relayed by the other aggregator " << absl::Now() - killed << " after the kill\n";
 }
 
 }  // namespace

@@ -19,10 +19,12 @@ using ::testing::HasSubstr;
 class CoordinatorRelaysTest : public CoordinatorCoreTest {
  protected:
   // Connects `name` asking for a relay: the relay it was given ("" when refused: `refused`).
-  std::string JoinBehindNat(const std::string& name, absl::Status* refused = nullptr) {
+  std::string JoinBehindNat(const std::string& name, absl::Status* refused = nullptr,
+                            const std::string& lost = "") {
     auto sink = std::make_shared<FakeSink>();
     v1::Hello hello = core_testing::Hello(name);
     hello.set_wants_relay(true);
+    hello.set_lost_relay(lost);
     hello.set_listen_address("127.0.0.1:1");  // ignored
     absl::StatusOr<std::string> id = core_->Connect(hello, /*identity=*/"", sink);
     if (!id.ok()) {
@@ -66,6 +68,13 @@ TEST_F(CoordinatorRelaysTest, APeerThatAsksForARelayGetsTheLeastLoadedDedicatedA
   EXPECT_EQ(AddressOf("peer-a"), a + "/peer-a");
   Join("peer-c");
   EXPECT_EQ(AddressOf("peer-c"), "");
+
+  // A peer that lost its relay gets the other one, even with more peers there; the lost one
+  // again only when it is the only one.
+  EXPECT_EQ(JoinBehindNat("peer-b", nullptr, b), a);
+  EXPECT_EQ(AddressOf("peer-b"), a + "/peer-b");
+  const std::string only = JoinBehindNat("peer-d", nullptr, "127.0.0.1:9999");
+  EXPECT_TRUE(only == a || only == b) << only;
 }
 
 }  // namespace
