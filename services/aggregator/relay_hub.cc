@@ -86,11 +86,8 @@ uint64_t RelayHub::Call(const std::string& peer_id, peer::v1::RelayCall call, Do
 
 bool RelayHub::Abandon(uint64_t call_id) {
   absl::MutexLock lock(&mu_);
-  auto it = calls_.find(call_id);
-  if (it == calls_.end()) return false;
-  auto stream = streams_.find(it->second.token);
-  if (stream != streams_.end()) --stream->second.calls;
-  calls_.erase(it);
+  if (calls_.count(call_id) == 0) return false;
+  TakeLocked(call_id, absl::CancelledError("abandoned"));  // dropped: `done` never runs
   return true;
 }
 
@@ -112,8 +109,7 @@ absl::Status RelayHub::OnReply(uint64_t token, const peer::v1::RelayReply& reply
           return absl::InvalidArgumentError(
               absl::StrCat("a snapshot chunk for call ", reply.call_id(), ", a probe"));
         }
-        call.result.bytes += reply.chunk().size();
-        if (call.result.bytes > options_.max_call_bytes) {
+        if (call.result.bytes + reply.chunk().size() > options_.max_call_bytes) {
           metrics_.relay_calls_failed.Increment();
           finished = TakeLocked(reply.call_id(),
                                 absl::ResourceExhaustedError(absl::StrCat(
@@ -121,6 +117,16 @@ absl::Status RelayHub::OnReply(uint64_t token, const peer::v1::RelayReply& reply
                                     options_.max_call_bytes, " bytes")));
           break;
         }
+        if (buffered_bytes_ + reply.chunk().size() > options_.max_total_bytes) {
+          metrics_.relay_calls_failed.Increment();
+          finished = TakeLocked(reply.call_id(), absl::ResourceExhaustedError(absl::StrCat(
+                                                     "the relay holds ", buffered_bytes_,
+                                                     " bytes of snapshots in flight (limit ",
+                                                     options_.max_total_bytes, "); retry later")));
+          break;
+        }
+        call.result.bytes += reply.chunk().size();
+        buffered_bytes_ += reply.chunk().size();
         call.result.chunks.push_back(reply.chunk());
         return absl::OkStatus();
       case peer::v1::RelayReply::kProbe:
@@ -166,6 +172,7 @@ std::pair<RelayHub::Done, RelayResult> RelayHub::TakeLocked(uint64_t id, absl::S
   auto it = calls_.find(id);
   auto stream = streams_.find(it->second.token);
   if (stream != streams_.end()) --stream->second.calls;
+  buffered_bytes_ -= it->second.result.bytes;
   std::pair<Done, RelayResult> out{std::move(it->second.done), std::move(it->second.result)};
   out.second.status = std::move(status);
   if (!out.second.status.ok()) out.second.chunks.clear();

@@ -34,6 +34,8 @@ class RelayHub {
     size_t max_calls_per_peer = 16;  // more at once: RESOURCE_EXHAUSTED
     // The most one relayed snapshot may hold (it is stored whole before it is sent on).
     uint64_t max_call_bytes = uint64_t{1} << 30;
+    // The most all the snapshots being relayed may hold together.
+    uint64_t max_total_bytes = uint64_t{2} << 30;
   };
 
   // A relayed peer's stream, as the hub writes to it.
@@ -56,7 +58,8 @@ class RelayHub {
   void Detach(uint64_t token) ABSL_LOCKS_EXCLUDED(mu_);
   // Passes `call` (its call_id is set here) to `peer_id`'s stream. `done` runs exactly once,
   // possibly before Call returns, unless Abandon() removed the call first: NOT_FOUND when the peer
-  // keeps no relay stream here, RESOURCE_EXHAUSTED when it has too many calls in flight,
+  // keeps no relay stream here, RESOURCE_EXHAUSTED when it has too many calls in flight (or
+  // its snapshot is over max_call_bytes, or over what max_total_bytes leaves),
   // UNAVAILABLE when its stream ends first, else the peer's answer. Returns the call's id.
   uint64_t Call(const std::string& peer_id, peer::v1::RelayCall call, Done done)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -93,6 +96,7 @@ class RelayHub {
   mutable absl::Mutex mu_;
   uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_call_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;              // held by the calls in calls_
   std::map<uint64_t, Attached> streams_ ABSL_GUARDED_BY(mu_);     // by token
   std::map<std::string, uint64_t> by_peer_ ABSL_GUARDED_BY(mu_);  // peer id -> token
   std::map<uint64_t, PendingCall> calls_ ABSL_GUARDED_BY(mu_);    // by call id

@@ -2,6 +2,7 @@
 
 #include "services/aggregator/relay_hub.h"
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -174,6 +175,40 @@ TEST_F(RelayHubTest, BoundsCallsPerPeerAndSnapshotSize) {
   EXPECT_EQ(results.size(), 2u);
   hub.Call("peer-n", Snapshot(), keep);
   EXPECT_EQ(results.size(), 2u);
+}
+
+TEST_F(RelayHubTest, BoundsTheBytesOfAllSnapshotsInFlight) {
+  options_.max_call_bytes = 10;
+  options_.max_total_bytes = 12;
+  RelayHub hub(options_, metrics_);
+  auto stream = std::make_shared<FakeStream>();
+  const uint64_t token = hub.Attach("peer-n", stream);
+  std::map<uint64_t, RelayResult> results;
+  const uint64_t a = hub.Call("peer-n", Snapshot(), [&](RelayResult r) { results[1] = r; });
+  const uint64_t b = hub.Call("peer-n", Snapshot(), [&](RelayResult r) { results[2] = r; });
+  ASSERT_TRUE(hub.OnReply(token, Chunk(a, "123456")).ok());
+  ASSERT_TRUE(hub.OnReply(token, Chunk(b, "123456")).ok());  // 12 in flight: at the limit
+  ASSERT_TRUE(hub.OnReply(token, Chunk(a, "7")).ok());       // 13: over it
+  ASSERT_EQ(results.count(1), 1u);
+  EXPECT_TRUE(absl::IsResourceExhausted(results[1].status)) << results[1].status;
+  EXPECT_THAT(results[1].status.message(), HasSubstr("holds 12 bytes of snapshots in flight"));
+  ASSERT_TRUE(hub.OnReply(token, End(b, absl::StatusCode::kOk)).ok());
+  ASSERT_EQ(results.count(2), 1u);
+  EXPECT_TRUE(results[2].status.ok()) << results[2].status;
+  // Everything was given back: a new call may hold up to its own limit.
+  const uint64_t c = hub.Call("peer-n", Snapshot(), [&](RelayResult r) { results[3] = r; });
+  ASSERT_TRUE(hub.OnReply(token, Chunk(c, "1234567890")).ok());
+  ASSERT_TRUE(hub.OnReply(token, End(c, absl::StatusCode::kOk)).ok());
+  EXPECT_TRUE(results[3].status.ok()) << results[3].status;
+  // An abandoned call gives its bytes back too.
+  const uint64_t d = hub.Call("peer-n", Snapshot(), [&](RelayResult r) { results[4] = r; });
+  ASSERT_TRUE(hub.OnReply(token, Chunk(d, "1234567890")).ok());
+  EXPECT_TRUE(hub.Abandon(d));
+  const uint64_t e = hub.Call("peer-n", Snapshot(), [&](RelayResult r) { results[5] = r; });
+  ASSERT_TRUE(hub.OnReply(token, Chunk(e, "1234567890")).ok());
+  ASSERT_TRUE(hub.OnReply(token, End(e, absl::StatusCode::kOk)).ok());
+  EXPECT_TRUE(results[5].status.ok()) << results[5].status;
+  EXPECT_EQ(results.count(4), 0u);
 }
 
 TEST_F(RelayHubTest, AnAbandonedCallNeverAnswersAndProtocolErrorsAreRefused) {
