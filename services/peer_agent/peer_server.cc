@@ -307,7 +307,10 @@ void PeerServer::UseRelay(const std::string& relay, const std::string& id) {
     absl::MutexLock lock(&mu_);
     if (shut_down_ || (relay_ != nullptr && relay_address_ == relay && relay_id_ == id)) return;
     old = std::move(relay_);
-    RelayLinkOptions link{relay, id, credentials_};
+    RelayLinkOptions link;
+    link.relay = relay;
+    link.peer_id = id;
+    link.credentials = credentials_;
     if (auto_relay_) {
       // A relay the coordinator picked that stays down: ask it for another.
       link.give_up_after = kRelayGiveUp;

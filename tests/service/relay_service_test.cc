@@ -24,6 +24,15 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Plaintext, retrying every 200 ms at most.
+peer::RelayLinkOptions LinkOptions(const std::string& relay, const std::string& id) {
+  peer::RelayLinkOptions options;
+  options.relay = relay;
+  options.peer_id = id;
+  options.max_backoff = absl::Milliseconds(200);
+  return options;
+}
+
 tensor::ModelLayout Layout() {
   // 2.6 MB: several 1 MiB chunks.
   absl::StatusOr<tensor::ModelLayout> layout =
@@ -55,9 +64,8 @@ class RelayServiceTest : public ::testing::Test {
   }
 
   void Link(const std::string& id) {
-    link_ = std::make_unique<peer::RelayLink>(
-        peer::RelayLinkOptions{server_->address(), id, nullptr, absl::Milliseconds(200)}, store_,
-        *peer_metrics_);
+    link_ = std::make_unique<peer::RelayLink>(LinkOptions(server_->address(), id), store_,
+                                              *peer_metrics_);
     absl::Status s = link_->WaitAttached(absl::Now() + absl::Seconds(20));
     ASSERT_TRUE(s.ok()) << s;
   }
@@ -165,9 +173,7 @@ TEST_F(RelayServiceTest, ALinkWaitsForItsRelayAndAttachesWhenItComes) {
   const std::string address = server_->address();
   server_->Shutdown(absl::Seconds(2));
   server_.reset();
-  link_ = std::make_unique<peer::RelayLink>(
-      peer::RelayLinkOptions{address, "peer-n", nullptr, absl::Milliseconds(200)}, store_,
-      *peer_metrics_);
+  link_ = std::make_unique<peer::RelayLink>(LinkOptions(address, "peer-n"), store_, *peer_metrics_);
   absl::Status s = link_->WaitAttached(absl::Now() + absl::Milliseconds(500));
   EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr(address));
