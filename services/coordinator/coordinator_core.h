@@ -333,8 +333,12 @@ class CoordinatorCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DialBack(bool aggregator, const std::string& id, const std::string& address,
                 const PeerSink* session, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnDialBack(bool aggregator, const std::string& id, const PeerSink* session,
-                  const absl::Status& status);
+  void OnDialBack(bool aggregator, const std::string& id, const std::string& address,
+                  const PeerSink* session, const absl::Status& status);
+  // Hello.relay_fallback, after a dial-back that could not reach the peer: advertises it
+  // through the relay PickRelay chooses (RelayAssigned), moves it in its task's mode to the new
+  // address, and dials it there. False (nothing changed) when no aggregator can relay.
+  bool MoveToRelay(Peer& peer, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::NodeInfo PeerNode(const Peer& peer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::NodeInfo AggregatorNode(const std::string& address, const AggregatorPool::Entry& entry) const;
 

@@ -21,17 +21,18 @@ void CoordinatorCore::DialBack(bool aggregator, const std::string& id, const std
       // A network deadline: real time, whatever clock the core runs on.
       const absl::Status status =
           options_.dialer->Dial(address, absl::Now() + options_.dial_timeout);
-      OnDialBack(aggregator, id, session, status);
+      OnDialBack(aggregator, id, address, session, status);
     });
   });
 }
 
-void CoordinatorCore::OnDialBack(bool aggregator, const std::string& id, const PeerSink* session,
-                                 const absl::Status& status) {
+void CoordinatorCore::OnDialBack(bool aggregator, const std::string& id, const std::string& address,
+                                 const PeerSink* session, const absl::Status& status) {
   const common::v1::Reachability reachability =
       status.ok() ? common::v1::REACHABILITY_REACHABLE : common::v1::REACHABILITY_UNREACHABLE;
   metrics_.dial_backs.Add({{"result", status.ok() ? "reachable" : "unreachable"}}).Increment();
   Outbox out;
+  bool moved = false;  // to a relay
   {
     InputLock lock(*this, out);
     if (aggregator) {
@@ -40,15 +41,54 @@ void CoordinatorCore::OnDialBack(bool aggregator, const std::string& id, const P
       entry->capacity.set_reachability(reachability);
     } else {
       auto it = peers_.find(id);
-      if (it == peers_.end() || it->second.sink.get() != session) return;  // a later session
-      it->second.hello.mutable_capacity()->set_reachability(reachability);
+      if (it == peers_.end() || it->second.sink.get() != session ||
+          it->second.hello.listen_address() != address) {
+        return;  // a later session, or the peer moved to a relay meanwhile
+      }
+      Peer& peer = it->second;
+      moved = !status.ok() && peer.hello.relay_fallback() && !peer.hello.wants_relay() &&
+              MoveToRelay(peer, out);
+      if (moved) {
+        LogWarning("peer ", id, ": the coordinator cannot reach it at ", address, " (",
+                   status.message(), "); other peers now reach it through the relay at ",
+                   peer.hello.listen_address());
+      } else {
+        peer.hello.mutable_capacity()->set_reachability(reachability);
+      }
     }
-    if (!status.ok()) {
+    if (!status.ok() && !moved) {
       LogWarning(aggregator ? "aggregator " : "peer ", id, ": the coordinator cannot reach it (",
                  status.message(), "); it can only dial out");
     }
   }
   Flush();
+}
+
+bool CoordinatorCore::MoveToRelay(Peer& peer, Outbox& out) {
+  const std::string relay = PickRelay(peer.id, /*lost=*/"");
+  if (relay.empty()) return false;
+  peer.hello.set_wants_relay(true);  // counted among the relay's peers, kept on reconnects
+  peer.hello.set_listen_address(absl::StrCat(relay, "/", peer.id));
+  peer.hello.mutable_capacity()->set_reachability(common::v1::REACHABILITY_UNKNOWN);
+  metrics_.peers_relayed.Increment();
+  v1::CoordinatorEvent assigned;
+  assigned.mutable_relay_assigned()->set_relay_address(relay);
+  SendTo(peer.id, std::move(assigned), out);
+  if (!peer.task.empty()) {
+    // Its task's mode knows it by address (round peer lists, gossip members): it leaves and
+    // joins again under the new one, as after a reconnect.
+    Task& t = tasks_[peer.task];
+    if (t.mode != nullptr && IsActive(t)) {
+      ModeEffects fx;
+      const absl::Time now = clock_.Now();
+      t.mode->RemovePeer(peer.id, "moved to a relay", now, t.status, fx);
+      t.mode->AddPeer(ModePeer{peer.id, peer.hello.listen_address()}, now, t.status, fx);
+      ApplyModeEffects(t, fx, out);
+    }
+  }
+  // Reachable once its relay stream is up (the dial probes through the relay).
+  DialBack(/*aggregator=*/false, peer.id, peer.hello.listen_address(), peer.sink.get(), out);
+  return true;
 }
 
 std::string CoordinatorCore::PickRelay(const std::string& peer_id, const std::string& lost) const {

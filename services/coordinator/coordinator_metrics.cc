@@ -86,6 +86,12 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                      .Help("Dials of peers' and aggregators' advertised addresses, by result "
                            "(reachable, unreachable)")
                      .Register(registry)),
+      peers_relayed(prometheus::BuildCounter()
+                        .Name("shoal_coordinator_peers_relayed_total")
+                        .Help("Peers the coordinator could not reach that it moved to a relay "
+                              "(they said Hello.relay_fallback)")
+                        .Register(registry)
+                        .Add({})),
       tree_clusters(prometheus::BuildGauge()
                         .Name("shoal_coordinator_tree_clusters")
                         .Help("Clusters (aggregators below a root) of the hierarchical tasks now "

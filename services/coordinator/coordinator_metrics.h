@@ -33,6 +33,7 @@ struct CoordinatorMetrics {
   prometheus::Counter& bytes_sent;  // models served by ControlService.GetModel and restores
   prometheus::Counter& aggregator_errors;
   prometheus::Family<prometheus::Counter>& dial_backs;  // {result}: reachable, unreachable
+  prometheus::Counter& peers_relayed;  // unreachable peers moved to a relay (Hello.relay_fallback)
   // Hierarchical tasks now running: their clusters (aggregators below a root), and the deepest
   // level of any of their trees (0: none).
   prometheus::Gauge& tree_clusters;

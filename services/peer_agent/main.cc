@@ -28,7 +28,9 @@ ABSL_FLAG(std::string, relay, "",
           "HOST:PORT of an aggregator that relays for this peer when it accepts no inbound "
           "connection (behind NAT): the peer keeps one stream open to it and is advertised as "
           "HOST:PORT/NAME; needs --name, excludes --advertise. \"auto\": the coordinator "
-          "picks the aggregator (and the id, without --name)");
+          "picks the aggregator (and the id, without --name). Unset (the default): the "
+          "coordinator dials the peer back, and picks a relay for it when that fails. "
+          "\"off\": never relayed");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0", "HOST:PORT for Prometheus /metrics");
 ABSL_FLAG(std::string, data_dir, "",
           "this peer's data (required): the Fashion-MNIST .gz files (e.g. "
@@ -155,7 +157,7 @@ int main(int argc, char** argv) {
       {.program = "shoal-peer",
        .usage = "--coordinator HOST:PORT --data-dir DIR (--tls-dir DIR | --insecure) [--shard I/N] "
                 "[--model-dir DIR] [--scratch-dir DIR] [--listen HOST:PORT] [--advertise "
-                "HOST:PORT | --relay HOST:PORT|auto] [--metrics-listen "
+                "HOST:PORT | --relay HOST:PORT|auto|off] [--metrics-listen "
                 "HOST:PORT] "
                 "[--name ID] [--device cpu|cuda] [--torch-threads N] [--join-token TOKEN] "
                 "[--upload-probe-bytes N] [--supernode [--supernode-binary PATH] "

@@ -37,7 +37,8 @@ absl::Status PeerOptions::Validate() const {
     SHOAL_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(advertise, "--advertise"));
     if (hp.port == 0) return absl::InvalidArgumentError("--advertise: port must not be 0");
   }
-  if (!relay.empty() && relay != "auto") {
+  const bool relay_named = !relay.empty() && relay != "auto" && relay != "off";
+  if (relay_named) {
     SHOAL_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(relay, "--relay"));
     if (hp.port == 0) return absl::InvalidArgumentError("--relay: port must not be 0");
     if (name.empty()) {
@@ -48,7 +49,7 @@ absl::Status PeerOptions::Validate() const {
       return absl::InvalidArgumentError("--name: must not contain '/' (with --relay)");
     }
   }
-  if (!relay.empty() && !advertise.empty()) {
+  if ((relay_named || relay == "auto") && !advertise.empty()) {
     return absl::InvalidArgumentError(
         "--relay and --advertise exclude each other: a relayed peer is advertised as "
         "RELAY/NAME");
@@ -130,9 +131,12 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   SHOAL_ASSIGN_OR_RETURN(s->server_, rpc::Server::Start(server_options, {s->service_.get()}));
 
   s->credentials_ = credentials.channel();
-  s->auto_relay_ = options.relay == "auto";
+  {
+    absl::MutexLock lock(&s->mu_);
+    s->auto_relay_ = options.relay == "auto";
+  }
   std::string advertise = options.advertise;
-  if (!options.relay.empty() && options.relay != "auto") {
+  if (!options.relay.empty() && options.relay != "auto" && options.relay != "off") {
     s->UseRelay(options.relay, options.name);
     RelayLink* link = nullptr;
     {
@@ -156,6 +160,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   session_options.upload_probe_bytes = options.upload_probe_bytes;
   session_options.hello.set_supernode(options.supernode);
   session_options.hello.set_wants_relay(options.relay == "auto");
+  session_options.hello.set_relay_fallback(options.relay.empty());
   if (options.supernode) {
     SupernodeHostOptions host = options.supernode_host;
     host.coordinator = options.coordinator;
@@ -181,6 +186,10 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
                            if (!e.welcome().relay_address().empty()) {
                              self->UseRelay(e.welcome().relay_address(), e.welcome().peer_id());
                            }
+                         }
+                         if (e.has_relay_assigned()) {
+                           self->OnRelayAssigned(e.relay_assigned().relay_address());
+                           return;
                          }
                          if (e.has_become_supernode() || e.has_retire_supernode()) {
                            self->OnSupernodeEvent(e);
@@ -321,6 +330,18 @@ void PeerServer::UseRelay(const std::string& relay, const std::string& id) {
     relay_id_ = id;
   }
   LogInfo("other peers reach this one through the relay at ", relay, " as '", id, "'");
+}
+
+void PeerServer::OnRelayAssigned(const std::string& relay) {
+  std::string id;
+  {
+    absl::MutexLock lock(&mu_);
+    auto_relay_ = true;
+    id = peer_id_;
+  }
+  LogWarning("the coordinator cannot reach this peer at its address; it picked a relay");
+  session_->AskForRelay();
+  UseRelay(relay, id);
 }
 
 }  // namespace shoal::peer

@@ -33,6 +33,8 @@ struct PeerOptions {
   // --relay HOST:PORT: this peer accepts no inbound connection; it keeps a Relay stream open to
   // the aggregator there and advertises HOST:PORT/NAME (needs --name; excludes --advertise).
   // "auto": the coordinator picks the aggregator (Hello.wants_relay, Welcome.relay_address).
+  // Empty (the default): the coordinator picks one when it cannot dial the peer back
+  // (Hello.relay_fallback, RelayAssigned). "off": never relayed.
   std::string relay;
   std::string metrics_listen = "127.0.0.1:0";  // --metrics-listen
   std::string data_dir;                        // --data-dir
@@ -102,14 +104,17 @@ class PeerServer {
 
   // --relay=auto: (re)opens the relay link to `relay` as `id` (from a Welcome).
   void UseRelay(const std::string& relay, const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
+  // The coordinator could not reach this peer and picked a relay for it: from now on it is
+  // relayed as with --relay=auto.
+  void OnRelayAssigned(const std::string& relay) ABSL_LOCKS_EXCLUDED(mu_);
 
   std::shared_ptr<grpc::ChannelCredentials> credentials_;  // for the relay link
-  bool auto_relay_ = false;                                // --relay=auto
   // --relay=auto: a relay whose stream stays down this long is replaced (a new session).
   static constexpr absl::Duration kRelayGiveUp = absl::Seconds(10);
 
   absl::Mutex mu_;
-  std::string peer_id_ ABSL_GUARDED_BY(mu_);  // from the latest Welcome (for Probe answers)
+  std::string peer_id_ ABSL_GUARDED_BY(mu_);      // from the latest Welcome (for Probe answers)
+  bool auto_relay_ ABSL_GUARDED_BY(mu_) = false;  // --relay=auto, or after RelayAssigned
   // With --relay; reads snapshots_. Replaced (auto) outside mu_ once swapped out.
   std::unique_ptr<RelayLink> relay_ ABSL_GUARDED_BY(mu_);
   std::string relay_address_ ABSL_GUARDED_BY(mu_);  // and the id it is open for

@@ -70,6 +70,9 @@ class SessionClient {
   // opened again at once, its Hellos naming `relay` as lost (Hello.lost_relay). No-op after
   // Leave().
   void ReconnectWithout(const std::string& relay) ABSL_LOCKS_EXCLUDED(mu_);
+  // From now on the Hellos ask for a relay (Hello.wants_relay instead of relay_fallback): after
+  // RelayAssigned, so that a reconnect keeps the peer relayed.
+  void AskForRelay() ABSL_LOCKS_EXCLUDED(mu_);
 
   bool connected() const ABSL_LOCKS_EXCLUDED(mu_);
   std::string peer_id() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -109,6 +112,7 @@ class SessionClient {
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the current call
   double upload_bytes_per_second_ ABSL_GUARDED_BY(mu_) = 0;      // 0: not measured
   std::string lost_relay_ ABSL_GUARDED_BY(mu_);                  // Hello.lost_relay
+  bool wants_relay_ ABSL_GUARDED_BY(mu_) = false;                // AskForRelay()
 
   // Guards writes on the current stream; `stream_` is set only while connected.
   absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(mu_);

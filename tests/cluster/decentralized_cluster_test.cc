@@ -236,8 +236,8 @@ TEST(DecentralizedClusterTest, PeerKilledMidRoundOthersCompleteTheRound) {
 }
 
 // A peer nobody can reach (it advertises, with --advertise, an address where nothing listens:
-// a port this test holds and never serves) is removed from the round after
-// max_connection_retry retries; the others continue without it.
+// a port this test holds and never serves; --relay=off, though no aggregator could relay) is
+// removed from the round after max_connection_retry retries; the others continue without it.
 TEST(DecentralizedClusterTest, UnreachablePeerIsRemovedAfterMaxConnectionRetry) {
   Cluster cluster(TempDir());
   {
@@ -248,7 +248,7 @@ TEST(DecentralizedClusterTest, UnreachablePeerIsRemovedAfterMaxConnectionRetry) 
   ASSERT_TRUE(nowhere.ok()) << nowhere.status();
   for (int i = 0; i < 4; ++i) {
     std::vector<std::string> extra;
-    if (i == 3) extra.push_back("--advertise=" + nowhere->address());
+    if (i == 3) extra = {"--advertise=" + nowhere->address(), "--relay=off"};
     absl::Status started = cluster.StartPeer(i, 4, extra);
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }

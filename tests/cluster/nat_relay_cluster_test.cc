@@ -3,7 +3,8 @@
 // coordinator, an aggregator (the relay) and two peers, all on 10.77.0.1, and this test process
 // itself; namespace "nat" holds one peer that listens only on its own namespace's loopback, so
 // nothing can connect to it, and that reaches "lan" through a veth pair (10.77.0.2 -> 10.77.0.1).
-// With --relay it keeps a stream open to the aggregator and trains with the others in
+// Relayed (the coordinator moves it to a relay when it cannot dial it back, or it asks for one
+// with --relay), it keeps a stream open to the aggregator and trains with the others in
 // decentralized and in gossip mode. The host's own network is not touched.
 
 #include <fcntl.h>
@@ -112,10 +113,13 @@ absl::StatusOr<cv1::NodeInfo> DialedNode(Cluster& cluster, const std::string& ad
   return found;
 }
 
+// How peer-2 comes to be relayed: moved by the coordinator (the default flags), or naming the
+// aggregator itself (--relay=ADDRESS).
+enum class Relay { kMovedByTheCoordinator, kNamedByThePeer };
+
 // Coordinator, aggregator, peer-0 and peer-1 in "lan"; peer-2 in "nat", relayed by the
-// aggregator: named by peer-2 (--relay=ADDRESS), or picked by the coordinator (--relay=auto).
-// Checks that the coordinator sees peer-2 at RELAY/peer-2 and reaches it there.
-void StartCluster(Cluster& cluster, bool auto_relay) {
+// aggregator. Checks that the coordinator sees peer-2 at RELAY/peer-2 and reaches it there.
+void StartCluster(Cluster& cluster, Relay relay) {
   cluster.set_host(kLanAddress);
   absl::Status s = cluster.StartCoordinator();
   ASSERT_TRUE(s.ok()) << s << "\n" << cluster.LogTails();
@@ -125,13 +129,14 @@ void StartCluster(Cluster& cluster, bool auto_relay) {
     s = cluster.StartPeer(i, 3);
     ASSERT_TRUE(s.ok()) << s << "\n" << cluster.LogTails();
   }
-  s = cluster.StartPeerInNetns(
-      2, 3, Namespaces::Get().nat(),
-      {"--relay=" + (auto_relay ? std::string("auto") : cluster.aggregator().address)});
+  std::vector<std::string> flags;
+  if (relay == Relay::kNamedByThePeer) flags.push_back("--relay=" + cluster.aggregator().address);
+  s = cluster.StartPeerInNetns(2, 3, Namespaces::Get().nat(), flags);
   ASSERT_TRUE(s.ok()) << s << "\n" << cluster.LogTails();
   ASSERT_TRUE(cluster.WaitForPeersConnected(3, absl::Seconds(60)).ok()) << cluster.LogTails();
 
-  absl::StatusOr<cv1::NodeInfo> node = DialedNode(cluster);
+  absl::StatusOr<cv1::NodeInfo> node =
+      DialedNode(cluster, cluster.aggregator().address + "/peer-2");
   ASSERT_TRUE(node.ok()) << node.status();
   EXPECT_EQ(node->address(), cluster.aggregator().address + "/peer-2");
   EXPECT_EQ(node->capacity().reachability(), common::v1::REACHABILITY_REACHABLE)
@@ -150,28 +155,36 @@ std::pair<double, double> RelayFigures(Cluster& cluster) {
 bool Completed(const cv1::TaskStatus& s) { return s.state() == cv1::TASK_STATE_COMPLETED; }
 
 // The premise: without a relay, nothing reaches the peer in "nat" (it advertises the address it
-// listens on, its own namespace's loopback).
-TEST(NatRelayClusterTest, WithoutARelayThePeerIsUnreachable) {
+// listens on, its own namespace's loopback). With --relay=off it is not moved to the relay
+// either.
+TEST(NatRelayClusterTest, APeerThatDeclinesRelaysIsUnreachable) {
   if (!Namespaces::Get().error().empty()) GTEST_SKIP() << Namespaces::Get().error();
   Cluster cluster(TempDir());
   cluster.set_host(kLanAddress);
   absl::Status s = cluster.StartCoordinator();
   ASSERT_TRUE(s.ok()) << s << "\n" << cluster.LogTails();
-  s = cluster.StartPeerInNetns(2, 3, Namespaces::Get().nat());
+  s = cluster.StartAggregator();
+  ASSERT_TRUE(s.ok()) << s << "\n" << cluster.LogTails();
+  s = cluster.StartPeerInNetns(2, 3, Namespaces::Get().nat(), {"--relay=off"});
   ASSERT_TRUE(s.ok()) << s << "\n" << cluster.LogTails();
   ASSERT_TRUE(cluster.WaitForPeersConnected(1, absl::Seconds(60)).ok()) << cluster.LogTails();
   absl::StatusOr<cv1::NodeInfo> node = DialedNode(cluster);
   ASSERT_TRUE(node.ok()) << node.status();
   EXPECT_EQ(node->capacity().reachability(), common::v1::REACHABILITY_UNREACHABLE)
       << node->ShortDebugString();
+  EXPECT_NE(node->address(), cluster.aggregator().address + "/peer-2");
 }
 
-// peer-2 asks the coordinator for a relay (--relay=auto).
-TEST(NatRelayClusterTest, ARelayedPeerTakesPartInEveryDecentralizedRound) {
+// peer-2 runs with the default flags: the coordinator cannot dial it back, so it moves it to
+// the relay (RelayAssigned).
+TEST(NatRelayClusterTest, AnUnreachablePeerIsMovedToARelayAndTakesPartInEveryRound) {
   if (!Namespaces::Get().error().empty()) GTEST_SKIP() << Namespaces::Get().error();
   Cluster cluster(TempDir());
-  StartCluster(cluster, /*auto_relay=*/true);
+  StartCluster(cluster, Relay::kMovedByTheCoordinator);
   if (HasFatalFailure()) return;
+  absl::StatusOr<std::string> page = HttpGet(cluster.coordinator().metrics_address, "/metrics");
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(MetricValue(*page, "shoal_coordinator_peers_relayed_total"), 1);
 
   common::v1::TaskSpec spec = SmallTask("nat-decentralized");
   spec.set_mode(common::v1::MODE_DECENTRALIZED);
@@ -202,7 +215,7 @@ TEST(NatRelayClusterTest, ARelayedPeerTakesPartInEveryDecentralizedRound) {
 TEST(NatRelayClusterTest, ARelayedPeerGossipsWithTheOthers) {
   if (!Namespaces::Get().error().empty()) GTEST_SKIP() << Namespaces::Get().error();
   Cluster cluster(TempDir());
-  StartCluster(cluster, /*auto_relay=*/false);
+  StartCluster(cluster, Relay::kNamedByThePeer);
   if (HasFatalFailure()) return;
 
   common::v1::TaskSpec spec = SmallTask("nat-gossip");

@@ -124,6 +124,8 @@ TEST_F(PeerBinaryTest, BadFlagsExitTwoNamingTheFlag) {
       {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--relay=127.0.0.1:1", "--name=p",
         "--advertise=127.0.0.1:2"},
        "--relay and --advertise"},
+      {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--relay=auto", "--advertise=127.0.0.1:2"},
+       "--relay and --advertise"},
       {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--test-byzantine=scale:x"},
        "--test-byzantine"},
       {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--test-slow-batch=-5"},

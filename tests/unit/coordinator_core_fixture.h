@@ -15,10 +15,13 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "services/coordinator/coordinator_core.h"
+#include "services/coordinator/dialer.h"
 #include "tests/fakes/manual_executor.h"
 #include "tests/fakes/scripted_aggregator.h"
 
@@ -37,6 +40,26 @@ class FakeSink final : public PeerSink {
   }
   std::vector<v1::CoordinatorEvent> events;
   std::optional<absl::Status> closed;
+};
+
+// Answers OK for the addresses in `reachable`; counts the dials.
+class FakeDialer final : public Dialer {
+ public:
+  absl::Status Dial(const std::string& address, absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    dialed_.push_back(address);
+    if (reachable.count(address) > 0) return absl::OkStatus();
+    return absl::UnavailableError("connection refused");
+  }
+  std::vector<std::string> dialed() {
+    absl::MutexLock lock(&mu_);
+    return dialed_;
+  }
+  std::set<std::string> reachable;  // set before the first dial
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> dialed_ ABSL_GUARDED_BY(mu_);
 };
 
 using FakeAggregator = fakes::ScriptedAggregator;

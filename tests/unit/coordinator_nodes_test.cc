@@ -13,29 +13,10 @@ namespace shoal::coordinator {
 namespace {
 
 using core_testing::CoordinatorCoreTest;
+using core_testing::FakeDialer;
 using core_testing::FakeSink;
 using core_testing::Hello;
 using core_testing::Spec;
-
-// Answers OK for the addresses in `reachable`; counts the dials.
-class FakeDialer final : public Dialer {
- public:
-  absl::Status Dial(const std::string& address, absl::Time) override {
-    absl::MutexLock lock(&mu_);
-    dialed_.push_back(address);
-    if (reachable.count(address) > 0) return absl::OkStatus();
-    return absl::UnavailableError("connection refused");
-  }
-  std::vector<std::string> dialed() {
-    absl::MutexLock lock(&mu_);
-    return dialed_;
-  }
-  std::set<std::string> reachable;  // set before the first dial
-
- private:
-  absl::Mutex mu_;
-  std::vector<std::string> dialed_ ABSL_GUARDED_BY(mu_);
-};
 
 common::v1::Capacity SomeCapacity(uint32_t cores) {
   common::v1::Capacity c;

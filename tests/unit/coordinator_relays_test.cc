@@ -1,5 +1,7 @@
 // Relays for peers behind NAT (Hello.wants_relay): the coordinator picks a registered dedicated
-// aggregator, tells the peer (Welcome.relay_address) and advertises it as RELAY/ID.
+// aggregator, tells the peer (Welcome.relay_address) and advertises it as RELAY/ID. And peers
+// that accept a relay when they cannot be reached (Hello.relay_fallback): moved to one after a
+// failed dial-back (RelayAssigned).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,6 +15,7 @@ namespace shoal::coordinator {
 namespace {
 
 using core_testing::CoordinatorCoreTest;
+using core_testing::FakeDialer;
 using core_testing::FakeSink;
 using ::testing::HasSubstr;
 
@@ -75,6 +78,109 @@ TEST_F(CoordinatorRelaysTest, APeerThatAsksForARelayGetsTheLeastLoadedDedicatedA
   EXPECT_EQ(AddressOf("peer-b"), a + "/peer-b");
   const std::string only = JoinBehindNat("peer-d", nullptr, "127.0.0.1:9999");
   EXPECT_TRUE(only == a || only == b) << only;
+}
+
+class CoordinatorRelayFallbackTest : public CoordinatorRelaysTest {
+ protected:
+  void SetUp() override {
+    options_.dialer = &dialer_;
+    CoordinatorRelaysTest::SetUp();
+  }
+  // Connects `name`, listening at `address`, with Hello.relay_fallback set to `fallback`.
+  std::shared_ptr<FakeSink> JoinAt(const std::string& name, const std::string& address,
+                                   bool fallback) {
+    auto sink = std::make_shared<FakeSink>();
+    v1::Hello hello = core_testing::Hello(name);
+    hello.set_listen_address(address);
+    hello.set_relay_fallback(fallback);
+    EXPECT_TRUE(core_->Connect(hello, /*identity=*/"", sink).ok());
+    RunWork();  // the dial-backs (and the moves they cause)
+    return sink;
+  }
+  common::v1::Reachability ReachabilityOf(const std::string& peer) {
+    const v1::ListNodesResponse nodes = core_->ListNodes();
+    for (const v1::NodeInfo& node : nodes.peers()) {
+      if (node.id() == peer) return node.capacity().reachability();
+    }
+    return common::v1::REACHABILITY_UNKNOWN;
+  }
+  static std::vector<std::string> RelaysAssigned(const FakeSink& sink) {
+    std::vector<std::string> relays;
+    for (const v1::CoordinatorEvent& e : sink.events) {
+      if (e.has_relay_assigned()) relays.push_back(e.relay_assigned().relay_address());
+    }
+    return relays;
+  }
+  FakeDialer dialer_;
+};
+
+TEST_F(CoordinatorRelayFallbackTest, AnUnreachablePeerThatAcceptsARelayIsMovedToOne) {
+  dialer_.reachable = {"127.0.0.1:5555", "127.0.0.1:5555/peer-a", "127.0.0.1:7001"};
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
+  RunWork();
+
+  // Reachable: left where it is.
+  std::shared_ptr<FakeSink> home = JoinAt("peer-home", "127.0.0.1:7001", /*fallback=*/true);
+  EXPECT_EQ(AddressOf("peer-home"), "127.0.0.1:7001");
+  EXPECT_EQ(ReachabilityOf("peer-home"), common::v1::REACHABILITY_REACHABLE);
+  EXPECT_TRUE(RelaysAssigned(*home).empty());
+
+  // Unreachable, accepts a relay: told which, advertised through it, and dialed there.
+  std::shared_ptr<FakeSink> nat = JoinAt("peer-a", "10.9.9.9:7000", /*fallback=*/true);
+  EXPECT_THAT(RelaysAssigned(*nat), ::testing::ElementsAre("127.0.0.1:5555"));
+  EXPECT_EQ(AddressOf("peer-a"), "127.0.0.1:5555/peer-a");
+  EXPECT_EQ(ReachabilityOf("peer-a"), common::v1::REACHABILITY_REACHABLE);
+  EXPECT_THAT(dialer_.dialed(), ::testing::IsSupersetOf({std::string("10.9.9.9:7000"),
+                                                         std::string("127.0.0.1:5555/peer-a")}));
+  EXPECT_EQ(metrics_->peers_relayed.Value(), 1);
+
+  // Its reconnects ask for the relay (as shoal-peer's do after RelayAssigned) and keep it.
+  EXPECT_EQ(JoinBehindNat("peer-a"), "127.0.0.1:5555");
+  EXPECT_EQ(AddressOf("peer-a"), "127.0.0.1:5555/peer-a");
+
+  // Unreachable and declines relays (--relay=off): stays unreachable at its own address.
+  std::shared_ptr<FakeSink> off = JoinAt("peer-off", "10.9.9.8:7000", /*fallback=*/false);
+  EXPECT_TRUE(RelaysAssigned(*off).empty());
+  EXPECT_EQ(AddressOf("peer-off"), "10.9.9.8:7000");
+  EXPECT_EQ(ReachabilityOf("peer-off"), common::v1::REACHABILITY_UNREACHABLE);
+  EXPECT_EQ(metrics_->peers_relayed.Value(), 1);
+}
+
+TEST_F(CoordinatorRelayFallbackTest, WithoutAnAggregatorToRelayThePeerStaysUnreachable) {
+  std::shared_ptr<FakeSink> nat = JoinAt("peer-a", "10.9.9.9:7000", /*fallback=*/true);
+  EXPECT_TRUE(RelaysAssigned(*nat).empty());
+  EXPECT_EQ(AddressOf("peer-a"), "10.9.9.9:7000");
+  EXPECT_EQ(ReachabilityOf("peer-a"), common::v1::REACHABILITY_UNREACHABLE);
+}
+
+TEST_F(CoordinatorRelayFallbackTest, APeerMovedDuringItsTaskIsKnownToTheModeByItsNewAddress) {
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
+  dialer_.reachable = {"127.0.0.1:5555", "127.0.0.1:5555/peer-2", "127.0.0.1:7000",
+                       "127.0.0.1:7001"};
+  common::v1::TaskSpec spec = core_testing::Spec("dec", /*min=*/3, /*rounds=*/5);
+  spec.set_mode(common::v1::MODE_GOSSIP);
+  ASSERT_TRUE(core_->CreateTask(spec).ok());
+  std::vector<std::shared_ptr<FakeSink>> sinks;
+  sinks.push_back(JoinAt("peer-0", "127.0.0.1:7000", true));
+  sinks.push_back(JoinAt("peer-1", "127.0.0.1:7001", true));
+  // The dial-back of peer-2 is held until all three are in the task.
+  auto sink = std::make_shared<FakeSink>();
+  v1::Hello hello = core_testing::Hello("peer-2");
+  hello.set_listen_address("10.9.9.9:7000");
+  hello.set_relay_fallback(true);
+  ASSERT_TRUE(core_->Connect(hello, /*identity=*/"", sink).ok());
+  sinks.push_back(sink);
+  Step();
+  // The others' latest member list names peer-2 at its relay.
+  std::string seen;
+  for (const v1::CoordinatorEvent& e : sinks[0]->events) {
+    if (!e.has_gossip_members()) continue;
+    for (const auto& member : e.gossip_members().peers()) {
+      if (member.peer_id() == "peer-2") seen = member.address();
+    }
+  }
+  EXPECT_EQ(seen, "127.0.0.1:5555/peer-2");
+  EXPECT_THAT(RelaysAssigned(*sink), ::testing::ElementsAre("127.0.0.1:5555"));
 }
 
 }  // namespace
