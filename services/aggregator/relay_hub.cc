@@ -1,5 +1,6 @@
 #include "services/aggregator/relay_hub.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -49,7 +50,8 @@ void RelayHub::Detach(uint64_t token) {
   for (auto& [done, result] : failed) done(std::move(result));
 }
 
-uint64_t RelayHub::Call(const std::string& peer_id, peer::v1::RelayCall call, Done done) {
+uint64_t RelayHub::Call(const std::string& peer_id, peer::v1::RelayCall call, Done done,
+                        OnChunk on_chunk) {
   std::shared_ptr<Stream> stream;
   absl::Status refused;
   uint64_t id = 0;
@@ -71,7 +73,8 @@ uint64_t RelayHub::Call(const std::string& peer_id, peer::v1::RelayCall call, Do
       ++attached.calls;
       stream = attached.stream;
       call.set_call_id(id);
-      calls_[id] = PendingCall{it->second, call.has_get_snapshot(), std::move(done), {}};
+      calls_[id] = PendingCall{
+          it->second, call.has_get_snapshot(), std::move(done), std::move(on_chunk), {}};
     }
   }
   if (stream == nullptr) {
@@ -84,8 +87,30 @@ uint64_t RelayHub::Call(const std::string& peer_id, peer::v1::RelayCall call, Do
   return id;
 }
 
+void RelayHub::Sent(uint64_t call_id, uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  auto it = held_.find(call_id);
+  if (it == held_.end()) return;  // released already
+  const uint64_t n = std::min(bytes, it->second);
+  it->second -= n;
+  held_bytes_ -= n;
+}
+
+void RelayHub::Release(uint64_t call_id) {
+  absl::MutexLock lock(&mu_);
+  ReleaseLocked(call_id);
+}
+
+void RelayHub::ReleaseLocked(uint64_t call_id) {
+  auto it = held_.find(call_id);
+  if (it == held_.end()) return;
+  held_bytes_ -= it->second;
+  held_.erase(it);
+}
+
 bool RelayHub::Abandon(uint64_t call_id) {
   absl::MutexLock lock(&mu_);
+  ReleaseLocked(call_id);
   if (calls_.count(call_id) == 0) return false;
   TakeLocked(call_id, absl::CancelledError("abandoned"));  // dropped: `done` never runs
   return true;
@@ -93,6 +118,7 @@ bool RelayHub::Abandon(uint64_t call_id) {
 
 absl::Status RelayHub::OnReply(uint64_t token, const peer::v1::RelayReply& reply) {
   std::pair<Done, RelayResult> finished;
+  OnChunk on_chunk;  // with the chunk, when it goes on
   {
     absl::MutexLock lock(&mu_);
     auto it = calls_.find(reply.call_id());
@@ -109,26 +135,31 @@ absl::Status RelayHub::OnReply(uint64_t token, const peer::v1::RelayReply& reply
           return absl::InvalidArgumentError(
               absl::StrCat("a snapshot chunk for call ", reply.call_id(), ", a probe"));
         }
-        if (call.result.bytes + reply.chunk().size() > options_.max_call_bytes) {
-          metrics_.relay_calls_failed.Increment();
-          finished = TakeLocked(reply.call_id(),
-                                absl::ResourceExhaustedError(absl::StrCat(
-                                    "the relayed snapshot is larger than the relay's limit of ",
-                                    options_.max_call_bytes, " bytes")));
+        {
+          uint64_t& held = held_[reply.call_id()];
+          if (held + reply.chunk().size() > options_.max_call_bytes) {
+            metrics_.relay_calls_failed.Increment();
+            finished = TakeLocked(reply.call_id(),
+                                  absl::ResourceExhaustedError(absl::StrCat(
+                                      "the relay would hold more than ", options_.max_call_bytes,
+                                      " bytes of the snapshot that the caller has not taken yet")));
+            break;
+          }
+          if (held_bytes_ + reply.chunk().size() > options_.max_total_bytes) {
+            metrics_.relay_calls_failed.Increment();
+            finished = TakeLocked(
+                reply.call_id(),
+                absl::ResourceExhaustedError(absl::StrCat(
+                    "the relay holds ", held_bytes_, " bytes of snapshots in flight (limit ",
+                    options_.max_total_bytes, "); retry later")));
+            break;
+          }
+          call.result.bytes += reply.chunk().size();
+          held += reply.chunk().size();
+          held_bytes_ += reply.chunk().size();
+          on_chunk = call.on_chunk;
           break;
         }
-        if (buffered_bytes_ + reply.chunk().size() > options_.max_total_bytes) {
-          metrics_.relay_calls_failed.Increment();
-          finished = TakeLocked(reply.call_id(), absl::ResourceExhaustedError(absl::StrCat(
-                                                     "the relay holds ", buffered_bytes_,
-                                                     " bytes of snapshots in flight (limit ",
-                                                     options_.max_total_bytes, "); retry later")));
-          break;
-        }
-        call.result.bytes += reply.chunk().size();
-        buffered_bytes_ += reply.chunk().size();
-        call.result.chunks.push_back(reply.chunk());
-        return absl::OkStatus();
       case peer::v1::RelayReply::kProbe:
         if (call.snapshot) {
           return absl::InvalidArgumentError(
@@ -159,7 +190,10 @@ absl::Status RelayHub::OnReply(uint64_t token, const peer::v1::RelayReply& reply
             absl::StrCat("reply to call ", reply.call_id(), " holds no chunk, probe or end"));
     }
   }
-  finished.first(std::move(finished.second));
+  // Both run on the stream's read path, one reply at a time: the chunks go on in order, and
+  // before the call's end.
+  if (on_chunk) on_chunk(reply.chunk());
+  if (finished.first) finished.first(std::move(finished.second));
   return absl::OkStatus();
 }
 
@@ -172,10 +206,9 @@ std::pair<RelayHub::Done, RelayResult> RelayHub::TakeLocked(uint64_t id, absl::S
   auto it = calls_.find(id);
   auto stream = streams_.find(it->second.token);
   if (stream != streams_.end()) --stream->second.calls;
-  buffered_bytes_ -= it->second.result.bytes;
   std::pair<Done, RelayResult> out{std::move(it->second.done), std::move(it->second.result)};
   out.second.status = std::move(status);
-  if (!out.second.status.ok()) out.second.chunks.clear();
+  if (!out.second.status.ok()) ReleaseLocked(id);
   calls_.erase(it);
   return out;
 }

@@ -14,13 +14,10 @@
 
 namespace shoal::aggregator {
 
-// What a relayed call returns to its caller.
+// How a relayed call ends, for its caller. A snapshot's chunks went to the call's OnChunk.
 struct RelayResult {
   absl::Status status;
-  // GetSnapshot: the serialized ModelChunk messages, ModelMeta first, exactly as the peer sent
-  // them (the caller checks their digests; the relay does not parse them).
-  std::vector<std::string> chunks;
-  uint64_t bytes = 0;             // the chunks' total size
+  uint64_t bytes = 0;             // GetSnapshot: the chunks' total size
   peer::v1::ProbeResponse probe;  // Probe
 };
 
@@ -32,9 +29,11 @@ class RelayHub {
  public:
   struct Options {
     size_t max_calls_per_peer = 16;  // more at once: RESOURCE_EXHAUSTED
-    // The most one relayed snapshot may hold (it is stored whole before it is sent on).
+    // The most of one relayed snapshot the relay may hold: received from the peer and not yet
+    // sent on to the caller (Sent). A caller that reads as fast as the peer writes holds a
+    // chunk or two; a stalled one fails here instead of growing the relay's memory.
     uint64_t max_call_bytes = uint64_t{1} << 30;
-    // The most all the snapshots being relayed may hold together.
+    // The most all the snapshots being relayed may hold together, in the same sense.
     uint64_t max_total_bytes = uint64_t{2} << 30;
   };
 
@@ -47,6 +46,9 @@ class RelayHub {
     virtual void Close(const absl::Status& status) = 0;
   };
   using Done = std::function<void(RelayResult)>;
+  // A snapshot's chunk: a serialized ModelChunk message, ModelMeta first, exactly as the peer
+  // sent it (the caller checks the digests; the relay does not parse them).
+  using OnChunk = std::function<void(std::string chunk)>;
 
   RelayHub(Options options, AggregatorMetrics& metrics) : options_(options), metrics_(metrics) {}
 
@@ -56,14 +58,23 @@ class RelayHub {
       ABSL_LOCKS_EXCLUDED(mu_);
   // The stream of `token` ended: its calls fail UNAVAILABLE. Unknown tokens are ignored.
   void Detach(uint64_t token) ABSL_LOCKS_EXCLUDED(mu_);
-  // Passes `call` (its call_id is set here) to `peer_id`'s stream. `done` runs exactly once,
+  // Passes `call` (its call_id is set here) to `peer_id`'s stream. A snapshot's chunks go to
+  // `on_chunk` as they arrive, in order, and the relay holds each until the caller says it was
+  // sent on (Sent) or releases the call (Release). `done` runs exactly once, after the chunks,
   // possibly before Call returns, unless Abandon() removed the call first: NOT_FOUND when the peer
   // keeps no relay stream here, RESOURCE_EXHAUSTED when it has too many calls in flight (or
-  // its snapshot is over max_call_bytes, or over what max_total_bytes leaves),
-  // UNAVAILABLE when its stream ends first, else the peer's answer. Returns the call's id.
-  uint64_t Call(const std::string& peer_id, peer::v1::RelayCall call, Done done)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // The caller went away: forgets the call. True when `done` has not run and never will.
+  // the relay would hold more of its snapshot than max_call_bytes, or than what
+  // max_total_bytes leaves), UNAVAILABLE when its stream ends first, else the peer's answer.
+  // Returns the call's id. Callbacks run without the hub's lock held.
+  uint64_t Call(const std::string& peer_id, peer::v1::RelayCall call, Done done,
+                OnChunk on_chunk = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
+  // The caller sent `bytes` of the call's chunks on: the relay no longer holds them.
+  void Sent(uint64_t call_id, uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  // The caller is done with the call (answered, failed or gone): whatever of its chunks it
+  // still held is given back. Idempotent; unknown ids are ignored.
+  void Release(uint64_t call_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // The caller went away: forgets the call and releases it. True when `done` has not run and
+  // never will.
   bool Abandon(uint64_t call_id) ABSL_LOCKS_EXCLUDED(mu_);
   // A message read from the stream of `token` (after its `open`). An error means the peer broke
   // the protocol (a reply for a call of another kind, a snapshot over max_call_bytes is only the
@@ -77,6 +88,7 @@ class RelayHub {
     uint64_t token = 0;  // the stream it went to
     bool snapshot = false;
     Done done;
+    OnChunk on_chunk;
     RelayResult result;
   };
   struct Attached {
@@ -85,8 +97,10 @@ class RelayHub {
     size_t calls = 0;
   };
   // Removes `id` and returns its callback and result (under mu_); the caller runs it unlocked.
+  // A failed call is released too (the caller sends nothing more of it).
   std::pair<Done, RelayResult> TakeLocked(uint64_t id, absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailStreamCallsLocked(uint64_t token, const absl::Status& status,
                              std::vector<std::pair<Done, RelayResult>>& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -96,7 +110,10 @@ class RelayHub {
   mutable absl::Mutex mu_;
   uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_call_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;              // held by the calls in calls_
+  uint64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // the sum of held_
+  // Snapshot bytes received and not yet sent on, by call id: pending calls, and calls answered
+  // whose caller is still sending (until Release).
+  std::map<uint64_t, uint64_t> held_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Attached> streams_ ABSL_GUARDED_BY(mu_);     // by token
   std::map<std::string, uint64_t> by_peer_ ABSL_GUARDED_BY(mu_);  // peer id -> token
   std::map<uint64_t, PendingCall> calls_ ABSL_GUARDED_BY(mu_);    // by call id

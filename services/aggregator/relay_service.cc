@@ -1,6 +1,8 @@
 #include "services/aggregator/relay_service.h"
 
+#include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -114,7 +116,8 @@ class FinishOnce {
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// One relayed GetSnapshot: waits for the hub's answer, then writes its chunks one by one.
+// One relayed GetSnapshot: writes the peer's chunks to the caller as they arrive (one write at
+// a time, the rest queued; the hub bounds what is queued), then the peer's status.
 class RelayedSnapshotReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   explicit RelayedSnapshotReactor(RelayHub& hub)
@@ -125,53 +128,130 @@ class RelayedSnapshotReactor final : public grpc::ServerWriteReactor<grpc::ByteB
     *call.mutable_get_snapshot() = request;
     call.mutable_get_snapshot()->clear_relay_to();
     std::shared_ptr<rpc::ReactorHandle<RelayedSnapshotReactor>> handle = handle_;
-    call_id_ = hub_.Call(request.relay_to(), std::move(call), [handle](RelayResult result) {
-      handle->Run([&](RelayedSnapshotReactor& r) { r.Deliver(std::move(result)); });
-    });
+    const uint64_t id = hub_.Call(
+        request.relay_to(), std::move(call),
+        [handle](RelayResult result) {
+          handle->Run([&](RelayedSnapshotReactor& r) { r.OnEnd(std::move(result.status)); });
+        },
+        [handle](std::string chunk) {
+          handle->Run([&](RelayedSnapshotReactor& r) { r.OnChunk(std::move(chunk)); });
+        });
+    uint64_t unreported = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      call_id_ = id;
+      std::swap(unreported, unreported_);
+    }
+    if (unreported > 0) hub_.Sent(id, unreported);
   }
 
   void OnWriteDone(bool ok) override {
-    if (!ok) {
-      if (once_.Take()) Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
-      return;
+    std::optional<grpc::Status> finish;
+    bool write = false;
+    uint64_t id = 0;
+    uint64_t sent = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      sent = writing_bytes_;
+      id = call_id_;
+      if (id == 0) unreported_ += sent;  // Start has not learnt the id yet
+      if (!ok) {
+        queue_.clear();
+        if (!finishing_) finish = grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
+      } else if (pending_finish_.has_value()) {
+        finish = std::move(pending_finish_);
+        pending_finish_.reset();
+      } else {
+        write = NextLocked();
+        if (!write && ended_ && !finishing_) finish = grpc::Status::OK;
+      }
+      if (finish.has_value()) finishing_ = true;
     }
-    WriteNext();
+    if (id != 0) hub_.Sent(id, sent);
+    if (write) StartWrite(&message_);
+    if (finish.has_value()) Finish(*finish);
   }
   void OnCancel() override {
-    if (hub_.Abandon(call_id_) && once_.Take()) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the caller"));
+    uint64_t id = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      id = call_id_;
     }
+    if (hub_.Abandon(id)) End(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the caller"));
   }
-  void OnDone() override { handle_->Detach(); }
+  void OnDone() override {
+    uint64_t id = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      id = call_id_;
+    }
+    hub_.Release(id);
+    handle_->Detach();
+  }
 
  private:
-  void Deliver(RelayResult result) {
-    if (!result.status.ok()) {
-      if (once_.Take()) Finish(rpc::ToGrpcStatus(result.status));
-      return;
+  void OnChunk(std::string chunk) {
+    bool write = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finishing_ || pending_finish_.has_value()) return;
+      queue_.push_back(std::move(chunk));
+      write = !writing_ && NextLocked();
     }
-    chunks_ = std::move(result.chunks);
-    WriteNext();
+    if (write) StartWrite(&message_);
   }
-
-  void WriteNext() {
-    if (next_ == chunks_.size()) {
-      if (once_.Take()) Finish(grpc::Status::OK);
+  void OnEnd(absl::Status status) {
+    if (status.ok()) {
+      bool finish = false;
+      {
+        absl::MutexLock lock(&mu_);
+        ended_ = true;
+        finish = !writing_ && queue_.empty() && !finishing_ && !pending_finish_.has_value();
+        finishing_ = finishing_ || finish;
+      }
+      if (finish) Finish(grpc::Status::OK);
       return;
     }
-    grpc::Slice slice(std::move(chunks_[next_++]));
+    End(rpc::ToGrpcStatus(status));
+  }
+  // Finishes with `status` now, or once the write in flight completes; the queue is dropped.
+  void End(grpc::Status status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finishing_ || pending_finish_.has_value()) return;
+      queue_.clear();
+      if (writing_) {
+        pending_finish_ = std::move(status);
+        return;
+      }
+      finishing_ = true;
+    }
+    Finish(status);
+  }
+  // Moves the next queued chunk into message_ for a write; false when the queue is empty.
+  bool NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (queue_.empty()) return false;
+    writing_bytes_ = queue_.front().size();
+    grpc::Slice slice(std::move(queue_.front()));
+    queue_.pop_front();
     message_ = grpc::ByteBuffer(&slice, 1);
-    StartWrite(&message_);
+    writing_ = true;
+    return true;
   }
 
   RelayHub& hub_;
   std::shared_ptr<rpc::ReactorHandle<RelayedSnapshotReactor>> handle_;
-  uint64_t call_id_ = 0;
-  FinishOnce once_;
-  // Written by Deliver, then only by write completions (one at a time).
-  std::vector<std::string> chunks_;
-  size_t next_ = 0;
-  grpc::ByteBuffer message_;
+  absl::Mutex mu_;
+  uint64_t call_id_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t unreported_ ABSL_GUARDED_BY(mu_) = 0;  // sent before Start learnt the call id
+  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // message_ is being written
+  uint64_t writing_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;      // the peer's OK end came: finish once written
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;  // Finish was called (or is being called)
+  std::optional<grpc::Status> pending_finish_ ABSL_GUARDED_BY(mu_);  // after the write in flight
+  grpc::ByteBuffer message_;  // the write in flight (writing_)
 };
 
 // One relayed Probe.

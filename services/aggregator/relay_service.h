@@ -21,10 +21,11 @@ class RelayServiceImpl final : public peer::v1::RelayService::CallbackService {
 
 // The aggregator's PeerService: every call names the peer it is for (relay_to) and goes down
 // that peer's Relay stream; the answer comes back as the peer gave it (a snapshot's chunks
-// unparsed, so the caller checks the peer's digests). Errors: INVALID_ARGUMENT no relay_to or a
-// request that does not parse; NOT_FOUND the peer keeps no relay stream here; UNAVAILABLE its
-// stream ended before it answered; RESOURCE_EXHAUSTED too many calls for it, or a snapshot over
-// the hub's limit; else the peer's own answer.
+// unparsed, each passed on as it comes, so the caller checks the peer's digests). Errors:
+// INVALID_ARGUMENT no relay_to or a request that does not parse; NOT_FOUND the peer keeps no
+// relay stream here; UNAVAILABLE its stream ended before it answered; RESOURCE_EXHAUSTED too
+// many calls for it, or more of a snapshot not yet taken by the caller than the hub allows;
+// else the peer's own answer.
 class RelayPeerServiceImpl final : public peer::v1::PeerService::WithRawCallbackMethod_GetSnapshot<
                                        peer::v1::PeerService::CallbackService> {
  public:

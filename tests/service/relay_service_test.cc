@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "libs/rpc/channel.h"
 #include "libs/rpc/server.h"
 #include "services/aggregator/aggregator_metrics.h"
 #include "services/aggregator/relay_hub.h"
@@ -17,6 +18,7 @@
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/relay_link.h"
 #include "services/peer_agent/snapshot_store.h"
+#include "shoal/peer/v1/peer.grpc.pb.h"
 #include "tests/testing/wait.h"
 
 namespace shoal {
@@ -190,6 +192,59 @@ TEST_F(RelayServiceTest, ALinkWaitsForItsRelayAndAttachesWhenItComes) {
   absl::StatusOr<tensor::ReceivedModel> got = Fetch(At("peer-n"), 1);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->model.Digest(), model->Digest());
+}
+
+// A peer played by hand on a raw Relay stream: the caller receives the snapshot's first chunk
+// while the peer has not sent the rest, so the relay passes chunks on as they come instead of
+// storing the snapshot whole.
+TEST_F(RelayServiceTest, ASnapshotGoesOnChunkByChunkBeforeThePeerHasSentItAll) {
+  std::shared_ptr<grpc::Channel> channel = rpc::MakeChannel(server_->address());
+  auto relay = peer::v1::RelayService::NewStub(channel);
+  grpc::ClientContext peer_context;
+  peer_context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  auto stream = relay->Relay(&peer_context);
+  peer::v1::RelayReply open;
+  open.mutable_open()->set_peer_id("peer-h");
+  ASSERT_TRUE(stream->Write(open));
+  peer::v1::RelayCall call;
+  ASSERT_TRUE(stream->Read(&call));
+  ASSERT_EQ(call.call_id(), 0u);  // attached
+
+  auto peers = peer::v1::PeerService::NewStub(channel);
+  grpc::ClientContext caller_context;
+  caller_context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+  peer::v1::GetSnapshotRequest request = Request(4);
+  request.set_relay_to("peer-h");
+  auto reader = peers->GetSnapshot(&caller_context, request);
+  ASSERT_TRUE(stream->Read(&call));
+  ASSERT_TRUE(call.has_get_snapshot());
+  EXPECT_EQ(call.get_snapshot().round(), 4u);
+  EXPECT_TRUE(call.get_snapshot().relay_to().empty());
+
+  common::v1::ModelChunk meta;
+  meta.mutable_meta()->set_task("t1");
+  meta.mutable_meta()->set_version(4);
+  peer::v1::RelayReply reply;
+  reply.set_call_id(call.call_id());
+  reply.set_chunk(meta.SerializeAsString());
+  ASSERT_TRUE(stream->Write(reply));
+  common::v1::ModelChunk got;
+  ASSERT_TRUE(reader->Read(&got)) << "the first chunk did not come before the snapshot's end";
+  EXPECT_EQ(got.meta().version(), 4u);
+
+  peer::v1::RelayReply end;
+  end.set_call_id(call.call_id());
+  end.mutable_end()->set_code(0);
+  ASSERT_TRUE(stream->Write(end));
+  EXPECT_FALSE(reader->Read(&got));
+  grpc::Status status = reader->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(aggregator_metrics_->relay_bytes.Value(), static_cast<double>(reply.chunk().size()));
+
+  stream->WritesDone();
+  while (stream->Read(&call)) {
+  }
+  EXPECT_TRUE(stream->Finish().ok());
 }
 
 }  // namespace

@@ -68,17 +68,23 @@ TEST_F(RelayHubTest, PassesACallDownThePeersStreamAndItsAnswerBack) {
   EXPECT_EQ(metrics_.relay_streams.Value(), 1);
 
   std::optional<RelayResult> got;
-  const uint64_t id = hub.Call("peer-n", Snapshot(), [&](RelayResult r) { got = std::move(r); });
+  std::vector<std::string> chunks;
+  const uint64_t id = hub.Call(
+      "peer-n", Snapshot(), [&](RelayResult r) { got = std::move(r); },
+      [&](std::string chunk) { chunks.push_back(std::move(chunk)); });
   ASSERT_EQ(stream->sent.size(), 2u);
   EXPECT_EQ(stream->sent[1].call_id(), id);
   EXPECT_EQ(stream->sent[1].get_snapshot().round(), 3u);
+  // Each chunk goes on as it comes.
   ASSERT_TRUE(hub.OnReply(token, Chunk(id, "meta")).ok());
+  EXPECT_THAT(chunks, ::testing::ElementsAre("meta"));
   ASSERT_TRUE(hub.OnReply(token, Chunk(id, "frame")).ok());
+  EXPECT_THAT(chunks, ::testing::ElementsAre("meta", "frame"));
   EXPECT_FALSE(got.has_value());
   ASSERT_TRUE(hub.OnReply(token, End(id, absl::StatusCode::kOk)).ok());
   ASSERT_TRUE(got.has_value());
   ASSERT_TRUE(got->status.ok()) << got->status;
-  EXPECT_THAT(got->chunks, ::testing::ElementsAre("meta", "frame"));
+  EXPECT_EQ(got->bytes, 9u);
   EXPECT_EQ(metrics_.relay_bytes.Value(), 9);
   EXPECT_EQ(metrics_.relay_calls_relayed.Value(), 1);
 
@@ -150,7 +156,7 @@ TEST_F(RelayHubTest, ANewerStreamReplacesTheOlderOne) {
   EXPECT_TRUE(got.has_value() && got->status.ok());
 }
 
-TEST_F(RelayHubTest, BoundsCallsPerPeerAndSnapshotSize) {
+TEST_F(RelayHubTest, BoundsCallsPerPeerAndWhatTheRelayHoldsOfASnapshot) {
   options_.max_calls_per_peer = 2;
   options_.max_call_bytes = 10;
   RelayHub hub(options_, metrics_);
@@ -166,15 +172,27 @@ TEST_F(RelayHubTest, BoundsCallsPerPeerAndSnapshotSize) {
   EXPECT_THAT(results[0].status.message(), HasSubstr("2 relayed calls in flight"));
 
   ASSERT_TRUE(hub.OnReply(token, Chunk(a, "123456")).ok());
-  ASSERT_TRUE(hub.OnReply(token, Chunk(a, "7890123")).ok());  // 13 bytes > 10
+  ASSERT_TRUE(hub.OnReply(token, Chunk(a, "7890123")).ok());  // 13 bytes held > 10
   ASSERT_EQ(results.size(), 2u);
   EXPECT_TRUE(absl::IsResourceExhausted(results[1].status)) << results[1].status;
-  EXPECT_TRUE(results[1].chunks.empty());
+  EXPECT_THAT(results[1].status.message(), HasSubstr("the caller has not taken yet"));
   // The rest of that snapshot is dropped; the freed slot takes a new call.
   EXPECT_TRUE(hub.OnReply(token, End(a, absl::StatusCode::kOk)).ok());
   EXPECT_EQ(results.size(), 2u);
-  hub.Call("peer-n", Snapshot(), keep);
+  const uint64_t b = hub.Call("peer-n", Snapshot(), keep);
   EXPECT_EQ(results.size(), 2u);
+
+  // A caller that sends each chunk on as it comes relays any size: only what it has not sent
+  // counts.
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(hub.OnReply(token, Chunk(b, "12345678")).ok());
+    hub.Sent(b, 8);
+  }
+  ASSERT_TRUE(hub.OnReply(token, End(b, absl::StatusCode::kOk)).ok());
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[2].status.ok()) << results[2].status;
+  EXPECT_EQ(results[2].bytes, 40u);
+  hub.Release(b);
 }
 
 TEST_F(RelayHubTest, BoundsTheBytesOfAllSnapshotsInFlight) {
@@ -195,11 +213,20 @@ TEST_F(RelayHubTest, BoundsTheBytesOfAllSnapshotsInFlight) {
   ASSERT_TRUE(hub.OnReply(token, End(b, absl::StatusCode::kOk)).ok());
   ASSERT_EQ(results.count(2), 1u);
   EXPECT_TRUE(results[2].status.ok()) << results[2].status;
+  // b's 6 bytes are held until its caller has sent them on (or lets the call go).
+  const uint64_t held = hub.Call("peer-n", Snapshot(), [&](RelayResult r) { results[6] = r; });
+  ASSERT_TRUE(hub.OnReply(token, Chunk(held, "1234567")).ok());  // 6 + 7 > 12
+  ASSERT_EQ(results.count(6), 1u);
+  EXPECT_TRUE(absl::IsResourceExhausted(results[6].status)) << results[6].status;
+  hub.Sent(b, 4);
+  hub.Release(b);
+  hub.Release(b);  // idempotent
   // Everything was given back: a new call may hold up to its own limit.
   const uint64_t c = hub.Call("peer-n", Snapshot(), [&](RelayResult r) { results[3] = r; });
   ASSERT_TRUE(hub.OnReply(token, Chunk(c, "1234567890")).ok());
   ASSERT_TRUE(hub.OnReply(token, End(c, absl::StatusCode::kOk)).ok());
   EXPECT_TRUE(results[3].status.ok()) << results[3].status;
+  hub.Release(c);
   // An abandoned call gives its bytes back too.
   const uint64_t d = hub.Call("peer-n", Snapshot(), [&](RelayResult r) { results[4] = r; });
   ASSERT_TRUE(hub.OnReply(token, Chunk(d, "1234567890")).ok());
