@@ -116,7 +116,7 @@ bool RelayHub::Abandon(uint64_t call_id) {
   return true;
 }
 
-absl::Status RelayHub::OnReply(uint64_t token, const peer::v1::RelayReply& reply) {
+absl::Status RelayHub::OnReply(uint64_t token, peer::v1::RelayReply reply) {
   std::pair<Done, RelayResult> finished;
   OnChunk on_chunk;  // with the chunk, when it goes on
   {
@@ -192,7 +192,7 @@ absl::Status RelayHub::OnReply(uint64_t token, const peer::v1::RelayReply& reply
   }
   // Both run on the stream's read path, one reply at a time: the chunks go on in order, and
   // before the call's end.
-  if (on_chunk) on_chunk(reply.chunk());
+  if (on_chunk) on_chunk(std::move(*reply.mutable_chunk()));
   if (finished.first) finished.first(std::move(finished.second));
   return absl::OkStatus();
 }

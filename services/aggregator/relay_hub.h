@@ -76,10 +76,10 @@ class RelayHub {
   // The caller went away: forgets the call and releases it. True when `done` has not run and
   // never will.
   bool Abandon(uint64_t call_id) ABSL_LOCKS_EXCLUDED(mu_);
-  // A message read from the stream of `token` (after its `open`). An error means the peer broke
-  // the protocol (a reply for a call of another kind, a snapshot over max_call_bytes is only the
-  // call's failure); the caller closes the stream with it.
-  absl::Status OnReply(uint64_t token, const peer::v1::RelayReply& reply) ABSL_LOCKS_EXCLUDED(mu_);
+  // A message read from the stream of `token` (after its `open`); a chunk is moved on, not
+  // copied. An error means the peer broke the protocol (a reply for a call of another kind; a
+  // snapshot over the bounds is only the call's failure); the caller closes the stream with it.
+  absl::Status OnReply(uint64_t token, peer::v1::RelayReply reply) ABSL_LOCKS_EXCLUDED(mu_);
 
   size_t streams() const ABSL_LOCKS_EXCLUDED(mu_);
 

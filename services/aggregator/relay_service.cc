@@ -43,7 +43,7 @@ class RelayStreamReactor final : public rpc::QueuedBidiReactor<RelayReply, Relay
         Close(s);
         return;
       }
-    } else if (absl::Status s = hub_.OnReply(token_, incoming_); !s.ok()) {
+    } else if (absl::Status s = hub_.OnReply(token_, std::move(incoming_)); !s.ok()) {
       LogWarning("relay stream of peer '", EscapeBytes(peer_id_), "': ", s.message());
       Close(s);
       return;
