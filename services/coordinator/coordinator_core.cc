@@ -179,7 +179,9 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
          : !identity.empty()   ? identity
                                : absl::StrCat("peer-", next_peer_++);
     const std::string relay = hello.wants_relay() ? PickRelay(id, hello.lost_relay()) : "";
-    if (hello.wants_relay() && relay.empty()) {
+    // A peer that was moved to a relay (relay_fallback too) is taken without one when none is
+    // registered, as it was before it was moved; one that needs a relay (--relay=auto) waits.
+    if (hello.wants_relay() && relay.empty() && !hello.relay_fallback()) {
       return absl::FailedPreconditionError(
           "hello: the peer asks for a relay, and no aggregator is registered to relay for it yet");
     }
@@ -202,6 +204,7 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
     peer.id = id;
     peer.hello = hello;
     if (!relay.empty()) peer.hello.set_listen_address(absl::StrCat(relay, "/", id));
+    if (relay.empty()) peer.hello.set_wants_relay(false);  // not relayed (fallback without one)
     peer.hello.mutable_capacity()->set_reachability(reachability);
     const std::string capacity =
         hello.has_capacity() ? absl::StrCat("; ", capacity::Describe(peer.hello.capacity())) : "";

@@ -185,6 +185,8 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
                            }
                            if (!e.welcome().relay_address().empty()) {
                              self->UseRelay(e.welcome().relay_address(), e.welcome().peer_id());
+                           } else {
+                             self->DropRelay();
                            }
                          }
                          if (e.has_relay_assigned()) {
@@ -330,6 +332,20 @@ void PeerServer::UseRelay(const std::string& relay, const std::string& id) {
     relay_id_ = id;
   }
   LogInfo("other peers reach this one through the relay at ", relay, " as '", id, "'");
+}
+
+void PeerServer::DropRelay() {
+  std::unique_ptr<RelayLink> old;  // closed outside the lock
+  {
+    absl::MutexLock lock(&mu_);
+    if (!auto_relay_ || relay_ == nullptr) return;
+    old = std::move(relay_);
+    relay_address_.clear();
+    relay_id_.clear();
+  }
+  LogWarning(
+      "no aggregator can relay for this peer now: the others cannot fetch from it until "
+      "one can (its next session asks again)");
 }
 
 void PeerServer::OnRelayAssigned(const std::string& relay) {

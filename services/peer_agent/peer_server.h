@@ -104,6 +104,9 @@ class PeerServer {
 
   // --relay=auto: (re)opens the relay link to `relay` as `id` (from a Welcome).
   void UseRelay(const std::string& relay, const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
+  // A Welcome without a relay for a peer the coordinator relayed before (no aggregator can
+  // relay now): closes the link, which would otherwise keep asking for another relay.
+  void DropRelay() ABSL_LOCKS_EXCLUDED(mu_);
   // The coordinator could not reach this peer and picked a relay for it: from now on it is
   // relayed as with --relay=auto.
   void OnRelayAssigned(const std::string& relay) ABSL_LOCKS_EXCLUDED(mu_);

@@ -99,10 +99,7 @@ grpc::Status SessionClient::RunOnce(bool* welcomed) {
     context_ = &context;
     *hello.mutable_hello() = options_.hello;
     if (!peer_id_.empty()) hello.mutable_hello()->set_name(peer_id_);
-    if (wants_relay_) {
-      hello.mutable_hello()->set_wants_relay(true);
-      hello.mutable_hello()->set_relay_fallback(false);
-    }
+    if (wants_relay_) hello.mutable_hello()->set_wants_relay(true);
     if (!lost_relay_.empty()) hello.mutable_hello()->set_lost_relay(lost_relay_);
     if (upload_bytes_per_second_ > 0) {
       auto* capacity = hello.mutable_hello()->mutable_capacity();

@@ -70,8 +70,8 @@ class SessionClient {
   // opened again at once, its Hellos naming `relay` as lost (Hello.lost_relay). No-op after
   // Leave().
   void ReconnectWithout(const std::string& relay) ABSL_LOCKS_EXCLUDED(mu_);
-  // From now on the Hellos ask for a relay (Hello.wants_relay instead of relay_fallback): after
-  // RelayAssigned, so that a reconnect keeps the peer relayed.
+  // From now on the Hellos ask for a relay (Hello.wants_relay, relay_fallback kept): after
+  // RelayAssigned, so that a reconnect keeps the peer relayed while its relay is registered.
   void AskForRelay() ABSL_LOCKS_EXCLUDED(mu_);
 
   bool connected() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -151,6 +151,30 @@ TEST_F(CoordinatorRelayFallbackTest, WithoutAnAggregatorToRelayThePeerStaysUnrea
   EXPECT_TRUE(RelaysAssigned(*nat).empty());
   EXPECT_EQ(AddressOf("peer-a"), "10.9.9.9:7000");
   EXPECT_EQ(ReachabilityOf("peer-a"), common::v1::REACHABILITY_UNREACHABLE);
+
+  // A peer moved to a relay earlier reconnects (wants_relay and relay_fallback) when none is
+  // registered: taken at its own address, without a relay, rather than refused.
+  auto sink = std::make_shared<FakeSink>();
+  v1::Hello hello = core_testing::Hello("peer-b");
+  hello.set_listen_address("10.9.9.8:7000");
+  hello.set_wants_relay(true);
+  hello.set_relay_fallback(true);
+  ASSERT_TRUE(core_->Connect(hello, /*identity=*/"", sink).ok());
+  RunWork();
+  ASSERT_FALSE(sink->events.empty());
+  EXPECT_EQ(sink->events[0].welcome().relay_address(), "");
+  EXPECT_EQ(AddressOf("peer-b"), "10.9.9.8:7000");
+  EXPECT_EQ(ReachabilityOf("peer-b"), common::v1::REACHABILITY_UNREACHABLE);
+
+  // An aggregator registers: the next reconnect is relayed again.
+  dialer_.reachable = {"127.0.0.1:5555", "127.0.0.1:5555/peer-b"};
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
+  auto again = std::make_shared<FakeSink>();
+  ASSERT_TRUE(core_->Connect(hello, /*identity=*/"", again).ok());
+  RunWork();
+  EXPECT_EQ(again->events[0].welcome().relay_address(), "127.0.0.1:5555");
+  EXPECT_EQ(AddressOf("peer-b"), "127.0.0.1:5555/peer-b");
+  EXPECT_EQ(ReachabilityOf("peer-b"), common::v1::REACHABILITY_REACHABLE);
 }
 
 TEST_F(CoordinatorRelayFallbackTest, APeerMovedDuringItsTaskIsKnownToTheModeByItsNewAddress) {
