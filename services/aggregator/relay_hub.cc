@@ -96,11 +96,6 @@ void RelayHub::Sent(uint64_t call_id, uint64_t bytes) {
   held_bytes_ -= n;
 }
 
-void RelayHub::Release(uint64_t call_id) {
-  absl::MutexLock lock(&mu_);
-  ReleaseLocked(call_id);
-}
-
 void RelayHub::ReleaseLocked(uint64_t call_id) {
   auto it = held_.find(call_id);
   if (it == held_.end()) return;

@@ -60,7 +60,7 @@ class RelayHub {
   void Detach(uint64_t token) ABSL_LOCKS_EXCLUDED(mu_);
   // Passes `call` (its call_id is set here) to `peer_id`'s stream. A snapshot's chunks go to
   // `on_chunk` as they arrive, in order, and the relay holds each until the caller says it was
-  // sent on (Sent) or releases the call (Release). `done` runs exactly once, after the chunks,
+  // sent on (Sent) or lets the call go (Abandon). `done` runs exactly once, after the chunks,
   // possibly before Call returns, unless Abandon() removed the call first: NOT_FOUND when the peer
   // keeps no relay stream here, RESOURCE_EXHAUSTED when it has too many calls in flight (or
   // the relay would hold more of its snapshot than max_call_bytes, or than what
@@ -70,11 +70,10 @@ class RelayHub {
                 OnChunk on_chunk = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
   // The caller sent `bytes` of the call's chunks on: the relay no longer holds them.
   void Sent(uint64_t call_id, uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
-  // The caller is done with the call (answered, failed or gone): whatever of its chunks it
-  // still held is given back. Idempotent; unknown ids are ignored.
-  void Release(uint64_t call_id) ABSL_LOCKS_EXCLUDED(mu_);
-  // The caller went away: forgets the call and releases it. True when `done` has not run and
-  // never will.
+  // The caller is done with the call (gone, or answered and finished): forgets it if it is
+  // still in flight (its later chunks are dropped) and gives back whatever of its chunks the
+  // relay still held. True when `done` has not run and never will. Idempotent; unknown ids
+  // are ignored.
   bool Abandon(uint64_t call_id) ABSL_LOCKS_EXCLUDED(mu_);
   // A message read from the stream of `token` (after its `open`); a chunk is moved on, not
   // copied. An error means the peer broke the protocol (a reply for a call of another kind; a
@@ -112,7 +111,7 @@ class RelayHub {
   uint64_t next_call_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // the sum of held_
   // Snapshot bytes received and not yet sent on, by call id: pending calls, and calls answered
-  // whose caller is still sending (until Release).
+  // whose caller is still sending (until Abandon).
   std::map<uint64_t, uint64_t> held_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Attached> streams_ ABSL_GUARDED_BY(mu_);     // by token
   std::map<std::string, uint64_t> by_peer_ ABSL_GUARDED_BY(mu_);  // peer id -> token

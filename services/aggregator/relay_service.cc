@@ -186,7 +186,9 @@ class RelayedSnapshotReactor final : public grpc::ServerWriteReactor<grpc::ByteB
       absl::MutexLock lock(&mu_);
       id = call_id_;
     }
-    hub_.Release(id);
+    // A caller gone mid-snapshot: the call stops here too (its later chunks would otherwise be
+    // held for nobody); an answered one gives back what it held.
+    hub_.Abandon(id);
     handle_->Detach();
   }
 

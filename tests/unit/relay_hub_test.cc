@@ -192,7 +192,7 @@ TEST_F(RelayHubTest, BoundsCallsPerPeerAndWhatTheRelayHoldsOfASnapshot) {
   ASSERT_EQ(results.size(), 3u);
   EXPECT_TRUE(results[2].status.ok()) << results[2].status;
   EXPECT_EQ(results[2].bytes, 40u);
-  hub.Release(b);
+  hub.Abandon(b);
 }
 
 TEST_F(RelayHubTest, BoundsTheBytesOfAllSnapshotsInFlight) {
@@ -219,14 +219,14 @@ TEST_F(RelayHubTest, BoundsTheBytesOfAllSnapshotsInFlight) {
   ASSERT_EQ(results.count(6), 1u);
   EXPECT_TRUE(absl::IsResourceExhausted(results[6].status)) << results[6].status;
   hub.Sent(b, 4);
-  hub.Release(b);
-  hub.Release(b);  // idempotent
+  EXPECT_FALSE(hub.Abandon(b));  // answered: only its bytes come back
+  EXPECT_FALSE(hub.Abandon(b));  // idempotent
   // Everything was given back: a new call may hold up to its own limit.
   const uint64_t c = hub.Call("peer-n", Snapshot(), [&](RelayResult r) { results[3] = r; });
   ASSERT_TRUE(hub.OnReply(token, Chunk(c, "1234567890")).ok());
   ASSERT_TRUE(hub.OnReply(token, End(c, absl::StatusCode::kOk)).ok());
   EXPECT_TRUE(results[3].status.ok()) << results[3].status;
-  hub.Release(c);
+  hub.Abandon(c);
   // An abandoned call gives its bytes back too.
   const uint64_t d = hub.Call("peer-n", Snapshot(), [&](RelayResult r) { results[4] = r; });
   ASSERT_TRUE(hub.OnReply(token, Chunk(d, "1234567890")).ok());
@@ -236,6 +236,31 @@ TEST_F(RelayHubTest, BoundsTheBytesOfAllSnapshotsInFlight) {
   ASSERT_TRUE(hub.OnReply(token, End(e, absl::StatusCode::kOk)).ok());
   EXPECT_TRUE(results[5].status.ok()) << results[5].status;
   EXPECT_EQ(results.count(4), 0u);
+}
+
+// A caller that goes away in the middle of a snapshot abandons the call: the rest of the
+// peer's chunks are dropped, not held, and the relay's budget is whole again.
+TEST_F(RelayHubTest, ACallerGoneMidSnapshotLeavesNothingHeld) {
+  options_.max_total_bytes = 10;
+  RelayHub hub(options_, metrics_);
+  auto stream = std::make_shared<FakeStream>();
+  const uint64_t token = hub.Attach("peer-n", stream);
+  int chunks = 0;
+  bool done = false;
+  const uint64_t a = hub.Call(
+      "peer-n", Snapshot(), [&](RelayResult) { done = true; }, [&](std::string) { ++chunks; });
+  ASSERT_TRUE(hub.OnReply(token, Chunk(a, "12345678")).ok());
+  EXPECT_TRUE(hub.Abandon(a));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(hub.OnReply(token, Chunk(a, "12345678")).ok());
+  ASSERT_TRUE(hub.OnReply(token, End(a, absl::StatusCode::kOk)).ok());
+  EXPECT_EQ(chunks, 1);
+  EXPECT_FALSE(done);
+  std::optional<RelayResult> got;
+  const uint64_t b = hub.Call("peer-n", Snapshot(), [&](RelayResult r) { got = r; });
+  ASSERT_TRUE(hub.OnReply(token, Chunk(b, "1234567890")).ok());  // the whole budget
+  ASSERT_TRUE(hub.OnReply(token, End(b, absl::StatusCode::kOk)).ok());
+  ASSERT_TRUE(got.has_value());
+  EXPECT_TRUE(got->status.ok()) << got->status;
 }
 
 TEST_F(RelayHubTest, AnAbandonedCallNeverAnswersAndProtocolErrorsAreRefused) {
