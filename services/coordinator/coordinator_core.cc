@@ -232,13 +232,7 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
       Task& t = tasks_[task];
       MembersChanged(t, id);
       SendTo(id, TaskAssignedEvent(t, id), out);
-      if (t.mode != nullptr && IsActive(t)) {
-        ModeEffects fx;
-        const absl::Time now = clock_.Now();
-        t.mode->RemovePeer(id, "reconnected", now, t.status, fx);
-        t.mode->AddPeer(ModePeer{id, peer.hello.listen_address()}, now, t.status, fx);
-        ApplyModeEffects(t, fx, out);
-      }
+      RejoinMode(t, peer, "reconnected", out);
     }
     LogInfo("peer ", id, " connected (shard ", hello.shard_index(), "/", hello.shard_count(), ", ",
             hello.device().empty() ? "cpu" : hello.device(), capacity, ")");

@@ -339,6 +339,10 @@ class CoordinatorCore {
   // through the relay PickRelay chooses (RelayAssigned), moves it in its task's mode to the new
   // address, and dials it there. False (nothing changed) when no aggregator can relay.
   bool MoveToRelay(Peer& peer, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The peer leaves its active task's mode (`why`) and joins it again at its current address:
+  // its mode state starts over (after a reconnect, or a move to a relay).
+  void RejoinMode(Task& task, const Peer& peer, const char* why, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::NodeInfo PeerNode(const Peer& peer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::NodeInfo AggregatorNode(const std::string& address, const AggregatorPool::Entry& entry) const;
 

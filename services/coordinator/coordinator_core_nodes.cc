@@ -74,21 +74,20 @@ bool CoordinatorCore::MoveToRelay(Peer& peer, Outbox& out) {
   v1::CoordinatorEvent assigned;
   assigned.mutable_relay_assigned()->set_relay_address(relay);
   SendTo(peer.id, std::move(assigned), out);
-  if (!peer.task.empty()) {
-    // Its task's mode knows it by address (round peer lists, gossip members): it leaves and
-    // joins again under the new one, as after a reconnect.
-    Task& t = tasks_[peer.task];
-    if (t.mode != nullptr && IsActive(t)) {
-      ModeEffects fx;
-      const absl::Time now = clock_.Now();
-      t.mode->RemovePeer(peer.id, "moved to a relay", now, t.status, fx);
-      t.mode->AddPeer(ModePeer{peer.id, peer.hello.listen_address()}, now, t.status, fx);
-      ApplyModeEffects(t, fx, out);
-    }
-  }
+  // Its task's mode knows it by address (round peer lists, gossip members).
+  if (!peer.task.empty()) RejoinMode(tasks_[peer.task], peer, "moved to a relay", out);
   // Reachable once its relay stream is up (the dial probes through the relay).
   DialBack(/*aggregator=*/false, peer.id, peer.hello.listen_address(), peer.sink.get(), out);
   return true;
+}
+
+void CoordinatorCore::RejoinMode(Task& task, const Peer& peer, const char* why, Outbox& out) {
+  if (task.mode == nullptr || !IsActive(task)) return;
+  ModeEffects fx;
+  const absl::Time now = clock_.Now();
+  task.mode->RemovePeer(peer.id, why, now, task.status, fx);
+  task.mode->AddPeer(ModePeer{peer.id, peer.hello.listen_address()}, now, task.status, fx);
+  ApplyModeEffects(task, fx, out);
 }
 
 std::string CoordinatorCore::PickRelay(const std::string& peer_id, const std::string& lost) const {
