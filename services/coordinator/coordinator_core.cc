@@ -236,7 +236,7 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
     }
     LogInfo("peer ", id, " connected (shard ", hello.shard_index(), "/", hello.shard_count(), ", ",
             hello.device().empty() ? "cpu" : hello.device(), capacity, ")");
-    DialBack(/*aggregator=*/false, id, peer.hello.listen_address(), sink.get(), out);
+    DialPeer(peer, out);
     Reconcile(out);
   }
   Flush();
@@ -566,6 +566,7 @@ void CoordinatorCore::Step() {
       RemovePeer(id, "missed heartbeats", out);
     }
     for (auto& [name, task] : tasks_) SaveRounds(task);
+    RedialPeers(out);
     Reconcile(out);
     RunElections(out);
     for (auto& [name, task] : tasks_) {

@@ -68,10 +68,13 @@ struct CoordinatorOptions {
   size_t history_in_memory = 100;
   ModeOptions mode;
   AggregatorWorkOptions work;
-  // Dials each peer's PeerService once per session, and each aggregator when it first
-  // registers, to set the reachability in their Capacity; none: it stays unknown.
+  // Dials each peer's PeerService when it connects and again every `redial_interval` of its
+  // session (zero: once per session), and each aggregator when it first registers, to set the
+  // reachability in their Capacity; none: it stays unknown. A peer found unreachable that
+  // accepts a relay (Hello.relay_fallback) is moved to one, on any of its dial-backs.
   Dialer* dialer = nullptr;
   absl::Duration dial_timeout = absl::Seconds(3);
+  absl::Duration redial_interval = absl::Minutes(5);
   SupernodeOptions supernodes;
 };
 
@@ -162,8 +165,10 @@ class CoordinatorCore {
     std::string session_token;  // given in Welcome; aggregators accept its pushes only with it
     std::shared_ptr<PeerSink> sink;
     absl::Time last_seen;
-    absl::Time since;  // this session's start
-    std::string task;  // assigned task, empty when idle
+    absl::Time since;      // this session's start
+    absl::Time dialed_at;  // its latest dial-back (CoordinatorOptions::redial_interval)
+    bool dialing = false;  // that dial-back has not answered yet: not dialed again meanwhile
+    std::string task;      // assigned task, empty when idle
     // Elected supernode before, and its aggregator never registered or was lost: not elected
     // again in this session.
     bool supernode_failed = false;
@@ -333,6 +338,10 @@ class CoordinatorCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DialBack(bool aggregator, const std::string& id, const std::string& address,
                 const PeerSink* session, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // DialBack of `peer` at its current address, now.
+  void DialPeer(Peer& peer, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Step: dials again the peers whose latest dial-back is `redial_interval` old.
+  void RedialPeers(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnDialBack(bool aggregator, const std::string& id, const std::string& address,
                   const PeerSink* session, const absl::Status& status);
   // Hello.relay_fallback, after a dial-back that could not reach the peer: advertises it

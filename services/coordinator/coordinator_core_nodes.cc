@@ -26,6 +26,22 @@ void CoordinatorCore::DialBack(bool aggregator, const std::string& id, const std
   });
 }
 
+void CoordinatorCore::DialPeer(Peer& peer, Outbox& out) {
+  peer.dialed_at = clock_.Now();
+  peer.dialing = options_.dialer != nullptr && !peer.hello.listen_address().empty();
+  DialBack(/*aggregator=*/false, peer.id, peer.hello.listen_address(), peer.sink.get(), out);
+}
+
+void CoordinatorCore::RedialPeers(Outbox& out) {
+  if (options_.dialer == nullptr || options_.redial_interval <= absl::ZeroDuration()) return;
+  const absl::Time now = clock_.Now();
+  for (auto& [id, peer] : peers_) {
+    // A dial that has not answered is not queued twice: an address that drops packets costs
+    // dial_timeout, and the queue stays within one dial per peer.
+    if (!peer.dialing && now - peer.dialed_at >= options_.redial_interval) DialPeer(peer, out);
+  }
+}
+
 void CoordinatorCore::OnDialBack(bool aggregator, const std::string& id, const std::string& address,
                                  const PeerSink* session, const absl::Status& status) {
   const common::v1::Reachability reachability =
@@ -33,11 +49,13 @@ void CoordinatorCore::OnDialBack(bool aggregator, const std::string& id, const s
   metrics_.dial_backs.Add({{"result", status.ok() ? "reachable" : "unreachable"}}).Increment();
   Outbox out;
   bool moved = false;  // to a relay
+  common::v1::Reachability before = common::v1::REACHABILITY_UNKNOWN;
   {
     InputLock lock(*this, out);
     if (aggregator) {
       AggregatorPool::Entry* entry = pool_.Find(id);
       if (entry == nullptr) return;
+      before = entry->capacity.reachability();
       entry->capacity.set_reachability(reachability);
     } else {
       auto it = peers_.find(id);
@@ -46,6 +64,8 @@ void CoordinatorCore::OnDialBack(bool aggregator, const std::string& id, const s
         return;  // a later session, or the peer moved to a relay meanwhile
       }
       Peer& peer = it->second;
+      peer.dialing = false;
+      before = peer.hello.capacity().reachability();
       moved = !status.ok() && peer.hello.relay_fallback() && !peer.hello.wants_relay() &&
               MoveToRelay(peer, out);
       if (moved) {
@@ -56,9 +76,12 @@ void CoordinatorCore::OnDialBack(bool aggregator, const std::string& id, const s
         peer.hello.mutable_capacity()->set_reachability(reachability);
       }
     }
-    if (!status.ok() && !moved) {
+    // Logged when it changes: a peer is dialed again every redial_interval.
+    if (!status.ok() && !moved && before != common::v1::REACHABILITY_UNREACHABLE) {
       LogWarning(aggregator ? "aggregator " : "peer ", id, ": the coordinator cannot reach it (",
                  status.message(), "); it can only dial out");
+    } else if (status.ok() && before == common::v1::REACHABILITY_UNREACHABLE) {
+      LogInfo(aggregator ? "aggregator " : "peer ", id, ": reachable again at ", address);
     }
   }
   Flush();
@@ -77,7 +100,7 @@ bool CoordinatorCore::MoveToRelay(Peer& peer, Outbox& out) {
   // Its task's mode knows it by address (round peer lists, gossip members).
   if (!peer.task.empty()) RejoinMode(tasks_[peer.task], peer, "moved to a relay", out);
   // Reachable once its relay stream is up (the dial probes through the relay).
-  DialBack(/*aggregator=*/false, peer.id, peer.hello.listen_address(), peer.sink.get(), out);
+  DialPeer(peer, out);
   return true;
 }
 

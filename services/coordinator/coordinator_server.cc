@@ -22,6 +22,9 @@ absl::Status CoordinatorServerOptions::Validate() const {
   if (aggregator_wait < absl::Seconds(1)) {
     return absl::InvalidArgumentError("--aggregator-wait: must be at least 1s");
   }
+  if (redial_interval != absl::ZeroDuration() && redial_interval < absl::Seconds(1)) {
+    return absl::InvalidArgumentError("--redial-interval: must be 0 (off) or at least 1s");
+  }
   if (supernodes.election_timeout < absl::Seconds(1)) {
     return absl::InvalidArgumentError("--supernode-election-timeout: must be at least 1s");
   }
@@ -57,6 +60,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   CoordinatorOptions core_options;
   core_options.heartbeat_interval = options.heartbeat_interval;
   core_options.aggregator_wait = options.aggregator_wait;
+  core_options.redial_interval = options.redial_interval;
   core_options.supernodes = options.supernodes;
   s->dialer_ = std::make_unique<GrpcDialer>(credentials.channel());
   core_options.dialer = s->dialer_.get();

@@ -31,6 +31,8 @@ struct CoordinatorServerOptions {
   absl::Duration heartbeat_interval = absl::Seconds(2);
   // How long a task whose aggregator was lost waits for another one to register before it fails.
   absl::Duration aggregator_wait = absl::Minutes(10);
+  // How often each peer is dialed back again (0: once per session).
+  absl::Duration redial_interval = absl::Minutes(5);
   // Elected supernodes (--supernode-*: election timeout, rebuild interval, better factor,
   // retire after).
   SupernodeOptions supernodes;

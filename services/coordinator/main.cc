@@ -25,6 +25,10 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2),
 ABSL_FLAG(absl::Duration, aggregator_wait, absl::Minutes(10),
           "how long a task whose aggregator was lost waits for another one to register before "
           "it fails (tasks move to another registered aggregator at once)");
+ABSL_FLAG(absl::Duration, redial_interval, absl::Minutes(5),
+          "how often the coordinator dials each peer back again to check that it can be reached "
+          "(one found unreachable is moved to a relay unless it runs with --relay=off); 0 = "
+          "once per session");
 ABSL_FLAG(absl::Duration, supernode_election_timeout, absl::Seconds(30),
           "a peer elected supernode whose aggregator has not registered by then is passed over");
 ABSL_FLAG(absl::Duration, supernode_rebuild_interval, absl::Seconds(30),
@@ -45,7 +49,7 @@ int main(int argc, char** argv) {
       {.program = "shoal-coordinator",
        .usage = "--state-dir DIR (--tls-dir DIR | --insecure) [--listen HOST:PORT] "
                 "[--metrics-listen HOST:PORT] [--heartbeat-interval D] [--aggregator-wait D] "
-                "[--address-file PATH] [--supernode-election-timeout D] "
+                "[--redial-interval D] [--address-file PATH] [--supernode-election-timeout D] "
                 "[--supernode-rebuild-interval D] [--supernode-better-factor X] "
                 "[--supernode-retire-after D]",
        .summary = "The Shoal coordinator: task registry, membership, rounds, checkpoints and the "
@@ -58,6 +62,7 @@ int main(int argc, char** argv) {
   options.address_file = absl::GetFlag(FLAGS_address_file);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.aggregator_wait = absl::GetFlag(FLAGS_aggregator_wait);
+  options.redial_interval = absl::GetFlag(FLAGS_redial_interval);
   options.supernodes.election_timeout = absl::GetFlag(FLAGS_supernode_election_timeout);
   options.supernodes.rebuild_interval = absl::GetFlag(FLAGS_supernode_rebuild_interval);
   options.supernodes.better_factor = absl::GetFlag(FLAGS_supernode_better_factor);

@@ -48,18 +48,23 @@ class FakeDialer final : public Dialer {
   absl::Status Dial(const std::string& address, absl::Time) override {
     absl::MutexLock lock(&mu_);
     dialed_.push_back(address);
-    if (reachable.count(address) > 0) return absl::OkStatus();
+    if (reachable_.count(address) > 0) return absl::OkStatus();
     return absl::UnavailableError("connection refused");
   }
   std::vector<std::string> dialed() {
     absl::MutexLock lock(&mu_);
     return dialed_;
   }
-  std::set<std::string> reachable;  // set before the first dial
+  // The addresses that answer from now on; any other is refused.
+  void SetReachable(std::set<std::string> addresses) {
+    absl::MutexLock lock(&mu_);
+    reachable_ = std::move(addresses);
+  }
 
  private:
   absl::Mutex mu_;
   std::vector<std::string> dialed_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> reachable_ ABSL_GUARDED_BY(mu_);
 };
 
 using FakeAggregator = fakes::ScriptedAggregator;

@@ -48,7 +48,7 @@ class CoordinatorNodesTest : public CoordinatorCoreTest {
 };
 
 TEST_F(CoordinatorNodesTest, PeersAndAggregatorsAreListedWithTheirCapacityAndReachability) {
-  dialer_.reachable = {"127.0.0.1:9001", "127.0.0.1:7100"};
+  dialer_.SetReachable({"127.0.0.1:9001", "127.0.0.1:7100"});
   ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:7100", SomeCapacity(16)).ok());
   auto a = std::make_shared<FakeSink>();
   auto b = std::make_shared<FakeSink>();
@@ -97,7 +97,7 @@ TEST_F(CoordinatorNodesTest, PeersAndAggregatorsAreListedWithTheirCapacityAndRea
 }
 
 TEST_F(CoordinatorNodesTest, TheDialOfAReplacedSessionDoesNotCount) {
-  dialer_.reachable = {"127.0.0.1:9001"};
+  dialer_.SetReachable({"127.0.0.1:9001"});
   auto first = std::make_shared<FakeSink>();
   auto second = std::make_shared<FakeSink>();
   ASSERT_TRUE(core_->Connect(HelloFrom("a", "127.0.0.1:9001", 4), "", first).ok());
@@ -123,7 +123,7 @@ TEST_F(CoordinatorNodesTest, ATaskStatusShowsItsParticipantsAndItsAggregator) {
 }
 
 TEST_F(CoordinatorNodesTest, ATaskGetsTheMostCapableReachableAggregatorAmongTheLeastLoaded) {
-  dialer_.reachable = {"127.0.0.1:7100", "127.0.0.1:7200"};  // 7300 cannot be dialed
+  dialer_.SetReachable({"127.0.0.1:7100", "127.0.0.1:7200"});  // 7300 cannot be dialed
   ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:7100", SomeCapacity(2)).ok());
   ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:7200", SomeCapacity(8)).ok());
   ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:7300", SomeCapacity(64)).ok());

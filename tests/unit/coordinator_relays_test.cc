@@ -84,6 +84,8 @@ class CoordinatorRelayFallbackTest : public CoordinatorRelaysTest {
  protected:
   void SetUp() override {
     options_.dialer = &dialer_;
+    options_.redial_interval = absl::Seconds(20);
+    options_.aggregator_ttl = absl::Minutes(10);  // registered once, kept while time passes
     CoordinatorRelaysTest::SetUp();
   }
   // Connects `name`, listening at `address`, with Hello.relay_fallback set to `fallback`.
@@ -104,6 +106,20 @@ class CoordinatorRelayFallbackTest : public CoordinatorRelaysTest {
     }
     return common::v1::REACHABILITY_UNKNOWN;
   }
+  // Lets `d` pass in steps of a heartbeat interval, every connected peer sending heartbeats, and
+  // runs the timers (and the dial-backs they start) after each step.
+  void AliveFor(absl::Duration d) {
+    for (absl::Duration passed; passed < d; passed += options_.heartbeat_interval) {
+      clock_.Advance(options_.heartbeat_interval);
+      const v1::ListNodesResponse nodes = core_->ListNodes();
+      for (const v1::NodeInfo& node : nodes.peers()) {
+        v1::PeerMessage beat;
+        beat.mutable_heartbeat();
+        EXPECT_TRUE(core_->OnMessage(node.id(), beat).ok());
+      }
+      Step();
+    }
+  }
   static std::vector<std::string> RelaysAssigned(const FakeSink& sink) {
     std::vector<std::string> relays;
     for (const v1::CoordinatorEvent& e : sink.events) {
@@ -115,7 +131,7 @@ class CoordinatorRelayFallbackTest : public CoordinatorRelaysTest {
 };
 
 TEST_F(CoordinatorRelayFallbackTest, AnUnreachablePeerThatAcceptsARelayIsMovedToOne) {
-  dialer_.reachable = {"127.0.0.1:5555", "127.0.0.1:5555/peer-a", "127.0.0.1:7001"};
+  dialer_.SetReachable({"127.0.0.1:5555", "127.0.0.1:5555/peer-a", "127.0.0.1:7001"});
   ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
   RunWork();
 
@@ -167,7 +183,7 @@ TEST_F(CoordinatorRelayFallbackTest, WithoutAnAggregatorToRelayThePeerStaysUnrea
   EXPECT_EQ(ReachabilityOf("peer-b"), common::v1::REACHABILITY_UNREACHABLE);
 
   // An aggregator registers: the next reconnect is relayed again.
-  dialer_.reachable = {"127.0.0.1:5555", "127.0.0.1:5555/peer-b"};
+  dialer_.SetReachable({"127.0.0.1:5555", "127.0.0.1:5555/peer-b"});
   ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
   auto again = std::make_shared<FakeSink>();
   ASSERT_TRUE(core_->Connect(hello, /*identity=*/"", again).ok());
@@ -177,10 +193,47 @@ TEST_F(CoordinatorRelayFallbackTest, WithoutAnAggregatorToRelayThePeerStaysUnrea
   EXPECT_EQ(ReachabilityOf("peer-b"), common::v1::REACHABILITY_REACHABLE);
 }
 
+// Peers are dialed again every redial_interval: one that stops answering later in its session is
+// moved to a relay then, and so is one that no aggregator could relay for when it connected.
+TEST_F(CoordinatorRelayFallbackTest, APeerIsDialedAgainAndMovedWhenItStopsAnswering) {
+  dialer_.SetReachable({"127.0.0.1:7001"});
+  std::shared_ptr<FakeSink> home = JoinAt("peer-home", "127.0.0.1:7001", /*fallback=*/true);
+  std::shared_ptr<FakeSink> nat = JoinAt("peer-nat", "10.9.9.9:7000", /*fallback=*/true);
+  EXPECT_EQ(ReachabilityOf("peer-home"), common::v1::REACHABILITY_REACHABLE);
+  EXPECT_EQ(ReachabilityOf("peer-nat"), common::v1::REACHABILITY_UNREACHABLE);
+  const size_t dials = dialer_.dialed().size();
+
+  // Within the interval nobody is dialed again.
+  const absl::Duration interval = options_.redial_interval;
+  AliveFor(interval / 2);
+  EXPECT_EQ(dialer_.dialed().size(), dials);
+
+  // An aggregator registers and peer-home's address stops answering (its NAT mapping changed):
+  // at the next dial-backs both are moved to it.
+  dialer_.SetReachable({"127.0.0.1:5555", "127.0.0.1:5555/peer-home", "127.0.0.1:5555/peer-nat"});
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
+  RunWork();
+  AliveFor(interval / 2);
+  EXPECT_THAT(RelaysAssigned(*home), ::testing::ElementsAre("127.0.0.1:5555"));
+  EXPECT_THAT(RelaysAssigned(*nat), ::testing::ElementsAre("127.0.0.1:5555"));
+  EXPECT_EQ(AddressOf("peer-home"), "127.0.0.1:5555/peer-home");
+  EXPECT_EQ(AddressOf("peer-nat"), "127.0.0.1:5555/peer-nat");
+  EXPECT_EQ(ReachabilityOf("peer-home"), common::v1::REACHABILITY_REACHABLE);
+  EXPECT_EQ(metrics_->peers_relayed.Value(), 2);
+
+  // A relayed peer's relay stops answering: dialed there, marked unreachable, not moved again
+  // (it reconnects with Hello.lost_relay when its relay stream breaks).
+  dialer_.SetReachable({"127.0.0.1:5555", "127.0.0.1:5555/peer-nat"});
+  AliveFor(interval);
+  EXPECT_EQ(ReachabilityOf("peer-home"), common::v1::REACHABILITY_UNREACHABLE);
+  EXPECT_EQ(ReachabilityOf("peer-nat"), common::v1::REACHABILITY_REACHABLE);
+  EXPECT_EQ(RelaysAssigned(*home).size(), 1u);
+}
+
 TEST_F(CoordinatorRelayFallbackTest, APeerMovedDuringItsTaskIsKnownToTheModeByItsNewAddress) {
   ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
-  dialer_.reachable = {"127.0.0.1:5555", "127.0.0.1:5555/peer-2", "127.0.0.1:7000",
-                       "127.0.0.1:7001"};
+  dialer_.SetReachable(
+      {"127.0.0.1:5555", "127.0.0.1:5555/peer-2", "127.0.0.1:7000", "127.0.0.1:7001"});
   common::v1::TaskSpec spec = core_testing::Spec("dec", /*min=*/3, /*rounds=*/5);
   spec.set_mode(common::v1::MODE_GOSSIP);
   ASSERT_TRUE(core_->CreateTask(spec).ok());
