@@ -138,6 +138,14 @@ std::string Describe(const common::v1::Capacity& c) {
   if (c.upload_bytes_per_second() > 0) {
     absl::StrAppendFormat(&out, ", upload %.0f MB/s", c.upload_bytes_per_second() / 1e6);
   }
+  const common::v1::AggregatorRtt* nearest = nullptr;
+  for (const common::v1::AggregatorRtt& rtt : c.aggregator_rtts()) {
+    if (nearest == nullptr || rtt.rtt_us() < nearest->rtt_us()) nearest = &rtt;
+  }
+  if (nearest != nullptr) {
+    absl::StrAppendFormat(&out, ", nearest aggregator %s (%.2f ms of %d measured)",
+                          nearest->address(), nearest->rtt_us() / 1e3, c.aggregator_rtts_size());
+  }
   if (c.reachability() == common::v1::REACHABILITY_REACHABLE) absl::StrAppend(&out, ", reachable");
   if (c.reachability() == common::v1::REACHABILITY_UNREACHABLE) {
     absl::StrAppend(&out, ", unreachable");

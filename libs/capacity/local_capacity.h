@@ -15,6 +15,10 @@ struct SystemPaths {
   std::string meminfo = "/proc/meminfo";
 };
 
+// The most Capacity.aggregator_rtts a node measures and the coordinator takes
+// (SessionService.ListAggregators gives 32).
+inline constexpr size_t kMaxAggregatorRtts = 64;
+
 // Usable cores: the scheduler affinity mask, capped by a cgroup v2 quota (cpu.max, rounded up).
 uint32_t UsableCores(const SystemPaths& paths = {});
 // Physical memory, capped by a cgroup v2 limit (memory.max); and what is available now

@@ -159,6 +159,17 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
   if (hello.name().size() > 128) {
     return absl::InvalidArgumentError("hello: name longer than 128 characters");
   }
+  if (hello.capacity().aggregator_rtts_size() > static_cast<int>(capacity::kMaxAggregatorRtts)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hello: ", hello.capacity().aggregator_rtts_size(),
+                     " aggregator round trips, at most ", capacity::kMaxAggregatorRtts));
+  }
+  for (const common::v1::AggregatorRtt& rtt : hello.capacity().aggregator_rtts()) {
+    if (rtt.address().empty() || rtt.address().size() > 256) {
+      return absl::InvalidArgumentError(
+          "hello: an aggregator round trip without an address, or with one over 256 characters");
+    }
+  }
   Outbox out;
   std::string id;
   {

@@ -148,6 +148,9 @@ class CoordinatorCore {
   absl::Status CheckTaskExists(const std::string& name) const;
   // The connected peers and the registered aggregators, with their capacity.
   v1::ListNodesResponse ListNodes() const;
+  // SessionService.ListAggregators: at most `limit` registered aggregators, those serving the
+  // fewest active tasks first (then by address).
+  std::vector<std::string> AggregatorsToMeasure(size_t limit = 32) const;
 
   // --- Driver ---
   // Runs the timers (heartbeats, deadlines, aggregator liveness) and releases retired watch
@@ -159,6 +162,8 @@ class CoordinatorCore {
   void SaveUnsaved();
 
  private:
+  // A peer's measured round trips, by aggregator address (microseconds).
+  using RttMap = std::map<std::string, uint32_t>;
   struct Peer {
     std::string id;
     v1::Hello hello;
@@ -383,8 +388,15 @@ class CoordinatorCore {
   // Puts a peer of the task in a cluster: the first one with room, else a new one on a
   // registered aggregator the task does not use (below the first aggregator with fewer than
   // fanout children), else the smallest (the root's own while it has no child). Flat tasks:
-  // nothing.
+  // nothing. With the peer's measured round trips (Capacity.aggregator_rtts), "first" becomes
+  // "nearest": among the clusters with room those it measured as near as the nearest
+  // (NearAsNearest), and a new cluster when a free aggregator is clearly nearer than them.
   void PlacePeer(Task& task, const std::string& peer_id, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A free aggregator for a new cluster of the task (pool_.Pick among those the task does not
+  // use, restricted to those `rtts` measured as near as the nearest of them when it measured
+  // any); "" when none.
+  std::string PickNewCluster(const Task& task, const RttMap& rtts) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnplacePeer(Task& task, const std::string& peer_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The id an aggregator has as a child supernode: its certificate's name, with "@ADDRESS" when

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <limits>
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -40,6 +41,32 @@ std::map<std::string, size_t> CoordinatorCore::AggregatorLoad() const {
   return load;
 }
 
+namespace {
+
+// Round trips this close to the nearest count as near as it: within a millisecond, or half the
+// nearest (measurement noise on one network; another region is tens of milliseconds away).
+bool NearAsNearest(uint32_t rtt_us, uint32_t nearest_us) {
+  return rtt_us <= nearest_us + std::max<uint32_t>(1000, nearest_us / 2);
+}
+
+}  // namespace
+
+std::string CoordinatorCore::PickNewCluster(const Task& task, const RttMap& rtts) const {
+  std::set<std::string> exclude = AddressesOf(task);
+  uint32_t nearest = std::numeric_limits<uint32_t>::max();
+  for (const auto& [address, entry] : pool_.entries()) {
+    auto it = rtts.find(address);
+    if (exclude.count(address) == 0 && it != rtts.end()) nearest = std::min(nearest, it->second);
+  }
+  if (nearest != std::numeric_limits<uint32_t>::max()) {
+    for (const auto& [address, entry] : pool_.entries()) {
+      auto it = rtts.find(address);
+      if (it == rtts.end() || !NearAsNearest(it->second, nearest)) exclude.insert(address);
+    }
+  }
+  return pool_.Pick(AggregatorLoad(), exclude);
+}
+
 void CoordinatorCore::PlacePeer(Task& task, const std::string& peer_id, Outbox& out) {
   if (task.links.empty() || !task::IsHierarchical(task.status.spec())) return;
   UnplacePeer(task, peer_id);
@@ -49,19 +76,49 @@ void CoordinatorCore::PlacePeer(Task& task, const std::string& peer_id, Outbox& 
   // (Specs created through the API have both set; 0 would leave no room.)
   const size_t cluster_size = task::ClusterSizeOf(spec);
   const size_t fanout = spec.has_fanout() ? spec.fanout() : task::kDefaultFanout;
+  RttMap rtts;
+  if (auto p = peers_.find(peer_id); p != peers_.end()) {
+    for (const common::v1::AggregatorRtt& rtt : p->second.hello.capacity().aggregator_rtts()) {
+      rtts[rtt.address()] = rtt.rtt_us();
+    }
+  }
+  // The nearest cluster with room it measured; else the first with room (by arrival).
+  uint32_t nearest = std::numeric_limits<uint32_t>::max();
+  for (size_t i = 1; i < task.links.size(); ++i) {
+    auto it = rtts.find(task.links[i].address);
+    if (task.links[i].peers.size() < cluster_size && it != rtts.end()) {
+      nearest = std::min(nearest, it->second);
+    }
+  }
+  const bool measured = nearest != std::numeric_limits<uint32_t>::max();
   size_t chosen = task.links.size();
   for (size_t i = 1; i < task.links.size(); ++i) {
-    if (task.links[i].peers.size() < cluster_size) {
+    auto it = rtts.find(task.links[i].address);
+    if (task.links[i].peers.size() < cluster_size &&
+        (!measured || (it != rtts.end() && NearAsNearest(it->second, nearest)))) {
       chosen = i;
       break;
     }
   }
+  std::string address;  // of a new cluster
   if (chosen == task.links.size()) {
     // Every cluster is full: a new one on an aggregator the task does not use yet.
-    std::string address = pool_.Pick(AggregatorLoad(), AddressesOf(task));
+    address = PickNewCluster(task, rtts);
     // Clusters come before backups: with no free aggregator, a cluster's backup (of the one
     // with the most) serves the new cluster instead.
     if (address.empty()) address = TakeBackup(task, out);
+  } else if (measured) {
+    // Its nearest cluster with room is far (another region) and a free aggregator is not.
+    const std::string free = PickNewCluster(task, rtts);
+    if (auto it = rtts.find(free); it != rtts.end() && !NearAsNearest(nearest, it->second)) {
+      LogInfo("task ", spec.name(), ": peer ", peer_id, " measured ", free, " at ",
+              it->second / 1e3, " ms and its nearest cluster with room at ", nearest / 1e3,
+              " ms: a new cluster");
+      address = free;
+      chosen = task.links.size();
+    }
+  }
+  if (chosen == task.links.size()) {
     if (!address.empty()) {
       // Below the first aggregator (the root, then the clusters in the order they opened:
       // level by level) that adds up fewer than fanout children.

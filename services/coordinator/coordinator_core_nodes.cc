@@ -1,9 +1,12 @@
 // CoordinatorCore: the nodes (peers and aggregators) as operators see them, with their capacity,
 // and the dial-backs that find whether each one can be reached.
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "libs/common/address.h"
@@ -173,6 +176,20 @@ v1::ListNodesResponse CoordinatorCore::ListNodes() const {
     *response.add_aggregators() = AggregatorNode(address, entry);
   }
   return response;
+}
+
+std::vector<std::string> CoordinatorCore::AggregatorsToMeasure(size_t limit) const {
+  absl::MutexLock lock(&mu_);
+  const std::map<std::string, size_t> load = AggregatorLoad();
+  std::vector<std::pair<size_t, std::string>> order;
+  for (const auto& [address, entry] : pool_.entries()) {
+    auto it = load.find(address);
+    order.emplace_back(it == load.end() ? 0 : it->second, address);
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<std::string> addresses;
+  for (size_t i = 0; i < order.size() && i < limit; ++i) addresses.push_back(order[i].second);
+  return addresses;
 }
 
 }  // namespace shoal::coordinator

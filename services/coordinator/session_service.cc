@@ -148,6 +148,17 @@ grpc::ServerReadReactor<v1::UploadProbe>* SessionServiceImpl::MeasureUpload(
   return new UploadProbeReactor(measuring_, result);
 }
 
+grpc::ServerUnaryReactor* SessionServiceImpl::ListAggregators(
+    grpc::CallbackServerContext* context, const v1::ListAggregatorsRequest* /*request*/,
+    v1::ListAggregatorsResponse* response) {
+  for (std::string& address : core_.AggregatorsToMeasure()) {
+    response->add_addresses(std::move(address));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
 grpc::ServerBidiReactor<v1::PeerMessage, v1::CoordinatorEvent>* SessionServiceImpl::Session(
     grpc::CallbackServerContext* context) {
   return new SessionReactor(core_, context->peer(), rpc::CallerIdentity(*context));

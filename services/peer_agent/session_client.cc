@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "libs/capacity/aggregator_rtt.h"
 #include "libs/capacity/upload_probe.h"
 #include "libs/common/address.h"
 #include "libs/common/log.h"
@@ -106,6 +107,9 @@ grpc::Status SessionClient::RunOnce(bool* welcomed) {
       capacity->set_upload_bytes_per_second(upload_bytes_per_second_);
       capacity->set_upload_probe_bytes(options_.upload_probe_bytes);
     }
+    for (const common::v1::AggregatorRtt& rtt : aggregator_rtts_) {
+      *hello.mutable_hello()->mutable_capacity()->add_aggregator_rtts() = rtt;
+    }
   }
   std::unique_ptr<Stream> stream = stub_->Session(&context);
   CoordinatorEvent event;
@@ -187,6 +191,33 @@ bool SessionClient::MeasureUpload() {
   return outcome != capacity::UploadProbeOutcome::kRetry;
 }
 
+void SessionClient::MeasureAggregatorRtts() {
+  if (options_.aggregator_rtt_timeout <= absl::ZeroDuration()) return;
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, options_.aggregator_rtt_timeout);
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    context_ = &context;
+  }
+  coordinator::v1::ListAggregatorsResponse response;
+  const grpc::Status status =
+      stub_->ListAggregators(&context, coordinator::v1::ListAggregatorsRequest(), &response);
+  {
+    absl::MutexLock lock(&mu_);
+    context_ = nullptr;
+    // Unreachable (the Hello that follows fails too), or an older coordinator: the Hello goes
+    // without round trips.
+    if (stopping_ || !status.ok()) return;
+  }
+  const std::vector<std::string> addresses(response.addresses().begin(),
+                                           response.addresses().end());
+  std::vector<common::v1::AggregatorRtt> rtts = capacity::MeasureAggregatorRtts(
+      addresses, options_.credentials, options_.aggregator_rtt_timeout);
+  absl::MutexLock lock(&mu_);
+  aggregator_rtts_ = std::move(rtts);
+}
+
 void SessionClient::RunLoop() {
   Backoff backoff(options_.reconnect_backoff);
   bool ever_connected = false;
@@ -194,6 +225,7 @@ void SessionClient::RunLoop() {
   int failures = 0;
   while (true) {
     if (!upload_measured) upload_measured = MeasureUpload();
+    MeasureAggregatorRtts();
     bool welcomed = false;
     grpc::Status status = RunOnce(&welcomed);
     {

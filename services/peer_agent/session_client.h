@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -28,6 +29,10 @@ struct SessionClientOptions {
   // (SessionService.MeasureUpload) and reports it in hello.capacity; 0: no measurement.
   uint64_t upload_probe_bytes = 0;
   absl::Duration upload_probe_timeout = absl::Seconds(20);
+  // Before each Hello the client asks for the registered aggregators
+  // (SessionService.ListAggregators) and reports its round trip to each in
+  // hello.capacity.aggregator_rtts, each measured within this time; 0: no measurement.
+  absl::Duration aggregator_rtt_timeout = absl::Seconds(1);
   // Capped at 1 s so that a peer is back within about 2.5 s of the coordinator returning (with
   // gRPC's own reconnect backoff, libs/rpc/channel.cc), however long the outage was.
   BackoffOptions reconnect_backoff{absl::Milliseconds(100), absl::Seconds(1), 2.0, 0.2};
@@ -90,6 +95,9 @@ class SessionClient {
   // Times the upload of options_.upload_probe_bytes; false when it should be tried again with
   // the next connection attempt (the coordinator could not be reached).
   bool MeasureUpload() ABSL_LOCKS_EXCLUDED(mu_);
+  // Measures the round trips to the coordinator's aggregators for the next Hello (none when the
+  // coordinator cannot be asked).
+  void MeasureAggregatorRtts() ABSL_LOCKS_EXCLUDED(mu_);
   // One connection: Hello, Welcome, events until the stream ends. Returns the final status.
   grpc::Status RunOnce(bool* welcomed);
   // Sleeps up to `d`; returns false when stopping.
@@ -113,6 +121,7 @@ class SessionClient {
   double upload_bytes_per_second_ ABSL_GUARDED_BY(mu_) = 0;      // 0: not measured
   std::string lost_relay_ ABSL_GUARDED_BY(mu_);                  // Hello.lost_relay
   bool wants_relay_ ABSL_GUARDED_BY(mu_) = false;                // AskForRelay()
+  std::vector<common::v1::AggregatorRtt> aggregator_rtts_ ABSL_GUARDED_BY(mu_);
 
   // Guards writes on the current stream; `stream_` is set only while connected.
   absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(mu_);

@@ -237,6 +237,15 @@ TEST(FederatedClusterTest, EachPeerReportsItsDirichletShareAndTrainsOnIt) {
   Cluster cluster(TempDir());
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
   ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
+  // The aggregator registers before the peers say Hello: each measures its round trip to it.
+  absl::StatusOr<cv1::ListNodesResponse> nodes;
+  const absl::Time registered_by = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < registered_by &&
+         !((nodes = cluster.Nodes()).ok() && nodes->aggregators_size() == 1)) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(nodes.ok() && nodes->aggregators_size() == 1) << cluster.LogTails();
+  const std::string aggregator = nodes->aggregators(0).address();
   for (int i = 0; i < 3; ++i) {
     absl::Status started = cluster.StartPeer(i, 3);
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
@@ -244,7 +253,6 @@ TEST(FederatedClusterTest, EachPeerReportsItsDirichletShareAndTrainsOnIt) {
   ASSERT_TRUE(cluster.WaitForPeersConnected(3, absl::Seconds(30)).ok());
   // Every node reported its capacity, and the coordinator could dial each one back (mutual
   // TLS, its own client certificate).
-  absl::StatusOr<cv1::ListNodesResponse> nodes;
   const absl::Time dialed_by = absl::Now() + absl::Seconds(30);
   auto all_dialed = [](const cv1::ListNodesResponse& n) {
     if (n.peers_size() != 3 || n.aggregators_size() != 1) return false;
@@ -270,6 +278,13 @@ TEST(FederatedClusterTest, EachPeerReportsItsDirichletShareAndTrainsOnIt) {
       EXPECT_GT(c.upload_bytes_per_second(), 0.0) << node.id();
       EXPECT_EQ(c.upload_probe_bytes(), uint64_t{4} << 20) << node.id();
     }
+  }
+  for (const cv1::NodeInfo& peer : nodes->peers()) {
+    const auto& rtts = peer.capacity().aggregator_rtts();
+    ASSERT_EQ(rtts.size(), 1) << peer.ShortDebugString();
+    EXPECT_EQ(rtts[0].address(), aggregator);
+    EXPECT_GT(rtts[0].rtt_us(), 0u);
+    EXPECT_LT(rtts[0].rtt_us(), 1'000'000u) << "measured within the 1 s bound";
   }
   common::v1::TaskSpec spec = SmallTask("fmnist-dirichlet");
   spec.mutable_dataset()->set_partition(common::v1::PARTITION_DIRICHLET);

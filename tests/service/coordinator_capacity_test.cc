@@ -8,9 +8,12 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "libs/capacity/aggregator_rtt.h"
 #include "libs/capacity/upload_probe.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/server.h"
@@ -20,6 +23,28 @@
 
 namespace shoal::coordinator {
 namespace {
+
+// A bound socket that never listens: the port stays ours, and a connection to it is refused.
+struct ClosedPort {
+  ClosedPort() {
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    }
+  }
+  ~ClosedPort() {
+    if (fd >= 0) close(fd);
+  }
+  ClosedPort(const ClosedPort&) = delete;
+  ClosedPort& operator=(const ClosedPort&) = delete;
+  int fd = -1;
+  std::string address;  // "" when the socket could not be bound
+};
 
 class CoordinatorCapacityTest : public ::testing::Test {
  protected:
@@ -118,19 +143,9 @@ TEST_F(CoordinatorCapacityTest, APeerIsDialedBackAndListedWithItsCapacity) {
   listening.service_name = "test-peer";
   auto reachable = rpc::Server::Start(listening, {});
   ASSERT_TRUE(reachable.ok()) << reachable.status();
-  // ... and an address nothing listens on: a bound socket that never listens (the port stays
-  // ours, and a connection to it is refused).
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  absl::Cleanup close_fd = [fd] { close(fd); };
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const std::string closed = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
-
+  // ... and an address nothing listens on.
+  ClosedPort closed;
+  ASSERT_FALSE(closed.address.empty());
   struct Session {
     grpc::ClientContext context;
     std::unique_ptr<grpc::ClientReaderWriter<v1::PeerMessage, v1::CoordinatorEvent>> stream;
@@ -157,7 +172,7 @@ TEST_F(CoordinatorCapacityTest, APeerIsDialedBackAndListedWithItsCapacity) {
     }
   };
   open(a, "peer-a", (*reachable)->address());
-  open(b, "peer-b", closed);
+  open(b, "peer-b", closed.address);
 
   const v1::NodeInfo na = WaitForDial("peer-a");
   EXPECT_EQ(na.capacity().reachability(), common::v1::REACHABILITY_REACHABLE);
@@ -166,6 +181,33 @@ TEST_F(CoordinatorCapacityTest, APeerIsDialedBackAndListedWithItsCapacity) {
   EXPECT_EQ(na.address(), (*reachable)->address());
   EXPECT_EQ(WaitForDial("peer-b").capacity().reachability(), common::v1::REACHABILITY_UNREACHABLE);
   (*reachable)->Shutdown(absl::ZeroDuration());
+}
+
+// What a peer does before its Hello (SessionClient): ask for the aggregators, time each one.
+TEST_F(CoordinatorCapacityTest, AggregatorsAreListedAndTheirRoundTripsMeasured) {
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, absl::Seconds(10));
+  v1::ListAggregatorsResponse listed;
+  ASSERT_TRUE(session_->ListAggregators(&context, v1::ListAggregatorsRequest(), &listed).ok());
+  EXPECT_EQ(listed.addresses_size(), 0) << "none registered yet";
+
+  rpc::ServerOptions listening;
+  listening.listen = "127.0.0.1:0";
+  listening.service_name = "test-aggregator";
+  auto answering = rpc::Server::Start(listening, {});
+  ASSERT_TRUE(answering.ok()) << answering.status();
+  ClosedPort closed;
+  ASSERT_FALSE(closed.address.empty());
+  const absl::Time start = absl::Now();
+  const std::vector<common::v1::AggregatorRtt> rtts = capacity::MeasureAggregatorRtts(
+      {(*answering)->address(), closed.address}, /*credentials=*/nullptr, absl::Seconds(5));
+  // Both measured at once: the refused one does not wait for the other.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  ASSERT_EQ(rtts.size(), 1u) << "the closed port is left out";
+  EXPECT_EQ(rtts[0].address(), (*answering)->address());
+  EXPECT_GT(rtts[0].rtt_us(), 0u);
+  EXPECT_LT(rtts[0].rtt_us(), 5'000'000u);
+  (*answering)->Shutdown(absl::ZeroDuration());
 }
 
 }  // namespace

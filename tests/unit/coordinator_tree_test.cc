@@ -99,6 +99,31 @@ class CoordinatorTreeTest : public CoordinatorCoreTest {
     return CallAt(pulls, addresses, address);
   }
 
+  // Three aggregators and a hierarchical task "t" of four peers in clusters of 2.
+  void StartTaskOfFour() {
+    ASSERT_TRUE(core_->RegisterAggregator(kRoot).ok());
+    ASSERT_TRUE(core_->RegisterAggregator(kChild1).ok());
+    ASSERT_TRUE(core_->RegisterAggregator(kChild2).ok());
+    common::v1::TaskSpec spec = Spec("t", 4, 2);
+    spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
+    spec.set_cluster_size(2);
+    ASSERT_TRUE(core_->CreateTask(spec).ok());
+  }
+  // Connects `name`, which measured the root at 20 ms and the children at the times given.
+  std::shared_ptr<FakeSink> JoinMeasured(const std::string& name, uint32_t child1_us,
+                                         uint32_t child2_us) {
+    v1::Hello hello = core_testing::Hello(name);
+    for (const auto& [address, us] :
+         {std::pair{kRoot, 20000u}, std::pair{kChild1, child1_us}, std::pair{kChild2, child2_us}}) {
+      common::v1::AggregatorRtt* rtt = hello.mutable_capacity()->add_aggregator_rtts();
+      rtt->set_address(address);
+      rtt->set_rtt_us(us);
+    }
+    auto sink = std::make_shared<FakeSink>();
+    EXPECT_TRUE(core_->Connect(hello, /*identity=*/"", sink).ok());
+    return sink;
+  }
+
   // Three aggregators, a hierarchical task with clusters of 2, five peers: the task waits for
   // its initial model.
   std::map<std::string, std::shared_ptr<FakeSink>> Start() {
@@ -149,6 +174,56 @@ TEST_F(CoordinatorTreeTest, PeersAreGroupedIntoClustersOneAggregatorEach) {
   EXPECT_EQ(members[kRoot], (std::set<std::string>{"a", "b", "c", "d", "e"}));
   EXPECT_EQ(members[kChild1], (std::set<std::string>{"a", "b", "e"}));
   EXPECT_EQ(members[kChild2], (std::set<std::string>{"c", "d"}));
+}
+
+// Peers that measured their round trips (Capacity.aggregator_rtts) join the cluster of their
+// nearest aggregator, and open a new cluster rather than join a far one: two regions, A near
+// kChild1, B near kChild2, joining alternately (by arrival: a and b in kChild1, c and d in
+// kChild2).
+TEST_F(CoordinatorTreeTest, PeersJoinTheClusterOfTheirNearestAggregator) {
+  StartTaskOfFour();
+  std::map<std::string, std::shared_ptr<FakeSink>> sinks;
+  sinks["a"] = JoinMeasured("a", 300, 40000);   // A: a new cluster on the nearest free aggregator
+  sinks["b"] = JoinMeasured("b", 41000, 400);   // B: kChild1 has room but is far: a new cluster
+  sinks["c"] = JoinMeasured("c", 39000, 1200);  // B: the nearer cluster with room
+  sinks["d"] = JoinMeasured("d", 350, 42000);   // A
+  Step();
+  EXPECT_EQ(WhatWasTold(sinks).assigned,
+            (std::map<std::string, std::string>{
+                {"a", kChild1}, {"b", kChild2}, {"c", kChild2}, {"d", kChild1}}));
+
+  // The aggregators the peers measure: all registered, those serving the fewest active tasks
+  // first (all three serve "t").
+  EXPECT_THAT(core_->AggregatorsToMeasure(), UnorderedElementsAre(kRoot, kChild1, kChild2));
+  ASSERT_TRUE(core_->RegisterAggregator(kGrandchild).ok());
+  EXPECT_EQ(core_->AggregatorsToMeasure().front(), kGrandchild);
+  EXPECT_THAT(core_->AggregatorsToMeasure(/*limit=*/2), ::testing::SizeIs(2));
+
+  // Bad round trips are refused with the Hello.
+  v1::Hello bad = core_testing::Hello("x");
+  bad.mutable_capacity()->add_aggregator_rtts()->set_rtt_us(10);
+  absl::StatusOr<std::string> refused =
+      core_->Connect(bad, /*identity=*/"", std::make_shared<FakeSink>());
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+  bad = core_testing::Hello("x");
+  for (int i = 0; i < 65; ++i) {
+    bad.mutable_capacity()->add_aggregator_rtts()->set_address(absl::StrCat("127.0.0.1:", i + 1));
+  }
+  refused = core_->Connect(bad, /*identity=*/"", std::make_shared<FakeSink>());
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("at most 64"));
+}
+
+// Round trips within a millisecond of each other (one network) leave the order of arrival and
+// the choice by load and compute.
+TEST_F(CoordinatorTreeTest, RoundTripsOnOneNetworkLeaveTheOrderOfArrival) {
+  StartTaskOfFour();
+  std::map<std::string, std::shared_ptr<FakeSink>> sinks;
+  for (const char* name : {"a", "b", "c", "d"}) sinks[name] = JoinMeasured(name, 900, 300);
+  Step();
+  EXPECT_EQ(WhatWasTold(sinks).assigned,
+            (std::map<std::string, std::string>{
+                {"a", kChild1}, {"b", kChild1}, {"c", kChild2}, {"d", kChild2}}));
 }
 
 TEST_F(CoordinatorTreeTest, ARoundRunsOnTheTree) {
