@@ -101,6 +101,10 @@ TEST(CommandLineProcess, BadValueExitsTwoNamingTheFlag) {
   Output o = RunBinary("shoal-coordinator", "--heartbeat-interval=often --insecure");
   EXPECT_EQ(o.code, 2);
   EXPECT_THAT(o.err, HasSubstr("--heartbeat-interval"));
+  // A value of the right type out of range: refused before the service starts.
+  o = RunBinary("shoal-coordinator", "--redial-interval=200ms --insecure --state-dir=/nonexistent");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.err, HasSubstr("--redial-interval: must be 0 (off) or at least 1s"));
   o = RunBinary("shoal-aggregator", "--max-concurrent-pushes");
   EXPECT_EQ(o.code, 2);
   EXPECT_THAT(o.err, HasSubstr("--max-concurrent-pushes needs a value"));
