@@ -127,7 +127,8 @@ absl::Status ValidateTopology(const TaskSpec& spec) {
                                           "(topology: hierarchical; README \"Supernode tree "
                                           "rounds\")"));
   };
-  if (spec.mode() != common::v1::MODE_FEDERATED_SYNC) {
+  const bool async = spec.mode() == common::v1::MODE_FEDERATED_ASYNC;
+  if (spec.mode() != common::v1::MODE_FEDERATED_SYNC && !async) {
     return not_yet(
         "topology",
         absl::StrCat("mode ", FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode())));
@@ -146,6 +147,11 @@ absl::Status ValidateTopology(const TaskSpec& spec) {
                                                " (a cluster's "
                                                "primary and its backups), got ",
                                                spec.replicas()));
+  }
+  if (async && spec.replicas() > 1) {
+    return FieldError("replicas", absl::StrCat("a federated-async tree keeps no backups (they take "
+                                               "over rounds of federated-sync), got ",
+                                               spec.replicas(), "; remove it or set 1"));
   }
   return absl::OkStatus();
 }

@@ -36,9 +36,10 @@ absl::Status ValidateStragglers(const common::v1::TaskSpec& spec);
 // straggler_rounds kDefaultStragglerRounds when straggler_factor is set.
 void ApplyStragglerDefaults(common::v1::TaskSpec& spec);
 
-// topology flat or hierarchical; hierarchical only in federated-sync (not supported on a tree
-// yet in the other modes); cluster_size 2..kMaxClusterSize, fanout 2..kMaxFanout and replicas
-// 1..kMaxReplicas, only with hierarchical. Part of ValidateTaskSpec.
+// topology flat or hierarchical; hierarchical only in federated-sync and federated-async (not
+// supported on a tree yet in the other modes); cluster_size 2..kMaxClusterSize, fanout
+// 2..kMaxFanout and replicas 1..kMaxReplicas (1 in federated-async), only with hierarchical.
+// Part of ValidateTaskSpec.
 absl::Status ValidateTopology(const common::v1::TaskSpec& spec);
 // cluster_size kDefaultClusterSize, fanout kDefaultFanout and replicas kDefaultReplicas for a
 // hierarchical task.

@@ -2,6 +2,8 @@
 // the passes that aggregate a full buffer into the next version. The buffer's rules are in
 // UpdateBuffer (update_buffer.h); this file locks, publishes and sends the events.
 
+#include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,7 +16,11 @@
 namespace shoal::aggregator {
 
 absl::Status AggregatorCore::OpenBuffer(const OpenBufferParams& p) {
-  BufferSettings settings{p.async, p.aggregation, p.max_update_norm, p.last_version};
+  BufferSettings settings{p.async,        p.aggregation, p.max_update_norm,
+                          p.last_version, p.parent,      {p.children.begin(), p.children.end()}};
+  if (settings.forwards() && p.parent.child().empty()) {
+    return absl::InvalidArgumentError("parent.child: required with parent.address");
+  }
   absl::StatusOr<std::unique_ptr<UpdateBuffer>> made =
       UpdateBuffer::Create(p.task, std::move(settings), p.base_version, options_.fold_threads);
   if (!made.ok()) return made.status();
@@ -30,6 +36,8 @@ absl::Status AggregatorCore::OpenBuffer(const OpenBufferParams& p) {
   // it has published since.
   if (current != nullptr && current->SameSettings(*fresh) &&
       p.base_version >= current->opened_on() && p.base_version <= task->latest) {
+    current->Adjust(*fresh);  // the tree's peers changed: its updates stay
+    task->children.insert(p.children.begin(), p.children.end());
     return absl::OkStatus();
   }
   if (task->round != nullptr && task->round->state == Round::State::kClosing) {
@@ -53,6 +61,7 @@ absl::Status AggregatorCore::OpenBuffer(const OpenBufferParams& p) {
     dropped = std::move(current);
   }
   current = std::move(fresh);
+  task->children.insert(p.children.begin(), p.children.end());
   return absl::OkStatus();
 }
 
@@ -158,6 +167,15 @@ void AggregatorCore::RunBufferPasses(const std::shared_ptr<Task>& task,
       metrics_.buffered_updates.Decrement(static_cast<double>(updates.size()));
       base_version = task->latest;
       base = task->versions.at(base_version).model;
+      if (buffer->settings().forwards()) {
+        // A tree node's updates may have waited across versions fetched from its parent: the
+        // aggregate is against the latest, so each is as stale as it is now.
+        for (UpdateBuffer::Update& u : updates) {
+          if (!u.merged && base_version > u.base_version) {
+            u.staleness = std::max(u.staleness, base_version - u.base_version);
+          }
+        }
+      }
       next->layout = base->layout;
       next->values = TakeEvictedBuffer(*task, base_version, base->layout);
       aggregation = buffer->TakeAggregation(base->layout);
@@ -176,6 +194,38 @@ void AggregatorCore::RunBufferPasses(const std::shared_ptr<Task>& task,
                               });
     uint64_t digest = 0;
     if (result.ok()) digest = next->Digest();
+
+    if (buffer->settings().forwards()) {
+      // A tree's node below the root: the aggregate goes to the parent as one update; the
+      // node's versions come from there.
+      PartialResult aggregate;
+      {
+        absl::MutexLock lock(&mu_);
+        if (task->released || task->buffer != buffer) return;
+        buffer->PassDone();
+        if (result.ok()) buffer->KeepAggregation(std::move(aggregation));
+      }
+      if (!result.ok()) {
+        LogError("the buffer of ", TaskLabel(task->name), " lost ", updates.size(),
+                 " updates aggregating on version ", base_version, ": ",
+                 result.status().ToString());
+        continue;
+      }
+      aggregate.meta.task = task->name;
+      aggregate.meta.base_version = base_version;
+      aggregate.meta.contributors = std::move(result->contributors);
+      aggregate.meta.num_samples = result->num_samples;
+      aggregate.meta.loss_sum = result->mean_train_loss * static_cast<double>(result->num_samples);
+      for (size_t i = 0; i < next->values.size(); ++i) next->values[i] -= base->values[i];
+      aggregate.sum.sum = std::move(next->values);
+      aggregate.sum.count = aggregate.meta.contributors.size();
+      aggregate.sum.total_weight = 1;
+      ForwardAggregate(buffer->settings().parent, aggregate);
+      std::vector<float> spare;
+      absl::MutexLock lock(&mu_);
+      spare = RecycleBuffer(std::move(aggregate.sum.sum));
+      continue;
+    }
 
     v1::TaskEvent event;
     {
@@ -206,6 +256,96 @@ void AggregatorCore::RunBufferPasses(const std::shared_ptr<Task>& task,
     }
     Notify(task->name, event);
   }
+}
+
+void AggregatorCore::ForwardAggregate(const v1::ParentRound& parent,
+                                      const PartialResult& aggregate) {
+  // A parent that is busy or briefly away gets the aggregate again, a few times.
+  constexpr int kAttempts = 3;
+  absl::Status sent = absl::FailedPreconditionError("no forwarder is set");
+  for (int attempt = 1; forward_ != nullptr; ++attempt) {
+    sent = forward_(parent, aggregate);
+    if (sent.ok() || attempt == kAttempts ||
+        (!absl::IsUnavailable(sent) && !absl::IsResourceExhausted(sent) &&
+         !absl::IsDeadlineExceeded(sent) && !absl::IsAborted(sent))) {
+      break;
+    }
+    absl::SleepFor(absl::Seconds(attempt));
+  }
+  if (sent.ok()) {
+    metrics_.partials_forwarded.Increment();
+    return;
+  }
+  metrics_.partials_lost.Increment();
+  LogWarning("the buffer of ", TaskLabel(aggregate.meta.task), ": the aggregate of ",
+             aggregate.meta.contributors.size(), " peers' updates on version ",
+             aggregate.meta.base_version, " did not reach the parent ", parent.address(), ": ",
+             sent.message());
+}
+
+absl::StatusOr<bool> AggregatorCore::AddBufferPartial(const PartialMeta& meta,
+                                                      const aggregation::PartialSum& aggregate) {
+  const std::string child = absl::StrCat("child '", EscapeBytes(meta.child), "'");
+  if (aggregate.summation != aggregation::Summation::kFloat || aggregate.total_weight != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        child, "'s aggregate for a federated-async buffer must be float32 with total_weight 1"));
+  }
+  if (meta.contributors.empty() || meta.num_samples < meta.contributors.size() ||
+      !std::isfinite(meta.loss_sum)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(child, "'s aggregate names ", meta.contributors.size(), " contributors, ",
+                     meta.num_samples, " samples and loss sum ", meta.loss_sum));
+  }
+  double sum_squares = 0;
+  for (float v : aggregate.sum) {
+    if (!std::isfinite(v)) {
+      metrics_.RejectedCounter(RejectReason::kNonFinite).Increment();
+      return absl::InvalidArgumentError(absl::StrCat(child, "'s aggregate has a non-finite value"));
+    }
+    sum_squares += static_cast<double>(v) * v;
+  }
+  std::shared_ptr<Task> task;
+  std::shared_ptr<UpdateBuffer> buffer;
+  bool run_pass = false;
+  {
+    absl::MutexLock lock(&mu_);
+    task = FindTask(meta.task);
+    if (task == nullptr) return absl::NotFoundError(absl::StrCat("unknown ", TaskLabel(meta.task)));
+    buffer = task->buffer;
+    if (buffer == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(TaskLabel(meta.task), " has no federated-async buffer open"));
+    }
+    if (buffer->settings().children.count(meta.child) == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(child, " is not a child of the buffer of ", TaskLabel(meta.task)));
+    }
+    const size_t values = task->versions.at(task->latest).model->layout.total_elements();
+    if (aggregate.sum.size() != values) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          child, "'s aggregate has ", aggregate.sum.size(), " values; the model has ", values));
+    }
+    UpdateBuffer::Admission admission = buffer->Admit(meta.child, meta.base_version, task->latest);
+    if (admission.refusal.has_value()) return admission.refusal->status;
+    UpdateBuffer::Update update;
+    update.peer = meta.child;
+    update.base_version = meta.base_version;
+    update.staleness = admission.staleness;
+    update.num_samples = meta.num_samples;
+    update.train_loss = meta.loss_sum / static_cast<double>(meta.num_samples);
+    update.sum_squares = sum_squares;
+    update.contributors = meta.contributors;
+    if (buffer->Repeats(update)) return true;
+    update.delta = aggregate.sum;
+    if (!buffer->Merge(update) && !buffer->Put(std::move(update)).has_value()) {
+      metrics_.buffered_updates.Increment();
+    }
+    run_pass = buffer->ClaimPass();
+    metrics_.update_staleness.Observe(static_cast<double>(admission.staleness));
+  }
+  metrics_.partials_accepted.Increment();
+  if (run_pass) RunBufferPasses(task, buffer);
+  return false;
 }
 
 }  // namespace shoal::aggregator

@@ -85,6 +85,8 @@ OpenBufferParams OpenBufferParams::From(const v1::OpenBufferRequest& request) {
   params.aggregation = request.aggregation();
   params.max_update_norm = request.max_update_norm();
   params.last_version = request.last_version();
+  params.parent = request.parent();
+  params.children.assign(request.children().begin(), request.children().end());
   return params;
 }
 
@@ -218,7 +220,8 @@ absl::StatusOr<PutResult> AggregatorCore::PutModel(const std::string& name, uint
   }
   PublishVersion(*task, version, std::move(shared), digest);
   AbandonRound(*task);
-  dropped = ResetBuffer(*task);
+  // A tree node's buffer takes its versions from its parent: its updates stay, now staler.
+  if (task->buffer == nullptr || !task->buffer->settings().forwards()) dropped = ResetBuffer(*task);
   return PutResult{version, digest};
 }
 

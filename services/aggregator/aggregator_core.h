@@ -94,8 +94,10 @@ struct OpenBufferParams {
   uint64_t base_version = 0;
   common::v1::AsyncSpec async;  // buffer_size required; unset fields take their defaults
   v1::AggregationSettings aggregation;
-  double max_update_norm = 0;  // 0 = no bound
-  uint64_t last_version = 0;   // 0 = no limit
+  double max_update_norm = 0;   // 0 = no bound
+  uint64_t last_version = 0;    // 0 = no limit
+  v1::ParentRound parent = {};  // a tree's node below the root: forwards, never publishes
+  std::vector<std::string> children = {};
 
   static OpenBufferParams From(const v1::OpenBufferRequest& request);
 };
@@ -174,7 +176,7 @@ class AggregatorCore {
 
   // Stores a model version (see PutModel in aggregator.proto for the rules). A newer version (a
   // restore) abandons the open round, or empties the task's buffer (which stays open, now on
-  // that version).
+  // that version); a tree node's buffer (with a parent) keeps its updates.
   absl::StatusOr<PutResult> PutModel(const std::string& task, uint64_t version,
                                      tensor::FlatModel model);
   // The latest version, or exactly `version`. NOT_FOUND for an unknown task or version.
@@ -195,6 +197,10 @@ class AggregatorCore {
   // FAILED_PRECONDITION round not open, child not expected, another base version, a contributor
   // already in the round; INVALID_ARGUMENT a bad partial (the other summation, size, non-finite
   // value, over the exact bound, contributors and terms disagree); nothing added.
+  // Round 0: a federated-async tree; the child's aggregate (its full buffer's, total_weight 1)
+  // enters the task's buffer as one update of meta.num_samples, with the staleness of
+  // meta.base_version and the contributors listed in the version it goes into; the child must
+  // be one of the buffer's children. A full buffer is aggregated on this thread.
   absl::StatusOr<bool> AddPartial(const PartialMeta& meta, const aggregation::PartialSum& partial);
   // Closes a child's round without publishing: waits for its folds and returns its partial sum
   // (mean only) for the parent. Idempotent: a repeat returns the same partial. Errors: NOT_FOUND
@@ -221,7 +227,16 @@ class AggregatorCore {
   // waiting in the old one are dropped, as an abandoned round's). An open round is abandoned.
   // Errors: NOT_FOUND, INVALID_ARGUMENT (settings), FAILED_PRECONDITION (base version not
   // held or not the latest), ABORTED (a round is closing), RESOURCE_EXHAUSTED (memory).
+  // A repeat that changes only async.buffer_size or the children adjusts the open buffer and
+  // keeps its updates. With a parent, each full buffer's aggregate goes to the forwarder (see
+  // SetForwarder) instead of being published.
   absl::Status OpenBuffer(const OpenBufferParams& params);
+  // Federated-async trees: what sends a node's aggregate to its parent (PushPartial, round 0),
+  // called on the thread that aggregated it, with no lock held; an error is logged and counted
+  // (the aggregate's updates are lost, as an abandoned round's). Set once, before serving.
+  using ForwardFn =
+      std::function<absl::Status(const v1::ParentRound& parent, const PartialResult& aggregate)>;
+  void SetForwarder(ForwardFn forward) { forward_ = std::move(forward); }
   void ReleaseTask(const std::string& task);
 
   // Replaces the task's peers and their session tokens (from the coordinator).
@@ -386,8 +401,16 @@ class AggregatorCore {
   void RunBufferPasses(const std::shared_ptr<Task>& task,
                        const std::shared_ptr<UpdateBuffer>& buffer) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // A child node's full buffer: its aggregate goes to the parent.
+  void ForwardAggregate(const v1::ParentRound& parent, const PartialResult& aggregate)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // AddPartial of round 0: a child's aggregate into the task's buffer.
+  absl::StatusOr<bool> AddBufferPartial(const PartialMeta& meta,
+                                        const aggregation::PartialSum& aggregate);
+
   const AggregatorCoreOptions options_;
   const Clock& clock_;
+  ForwardFn forward_;
   AggregatorMetrics& metrics_;
 
   mutable absl::Mutex mu_;

@@ -99,14 +99,22 @@ AggregatorMetrics::AggregatorMetrics(prometheus::Registry& registry)
                               .Add({})),
       partials_accepted(prometheus::BuildCounter()
                             .Name("shoal_aggregator_partials_accepted_total")
-                            .Help("Child aggregators' partial sums added to this one's rounds")
+                            .Help("Child aggregators' partial sums (and federated-async "
+                                  "aggregates) added to this one's rounds (buffer)")
                             .Register(registry)
                             .Add({})),
       partials_forwarded(prometheus::BuildCounter()
                              .Name("shoal_aggregator_partials_forwarded_total")
-                             .Help("Partial sums of child rounds sent to the parent aggregator")
+                             .Help("Partial sums of child rounds, and aggregates of full "
+                                   "federated-async buffers, sent to the parent aggregator")
                              .Register(registry)
                              .Add({})),
+      partials_lost(prometheus::BuildCounter()
+                        .Name("shoal_aggregator_partials_lost_total")
+                        .Help("Aggregates of full federated-async buffers that the parent "
+                              "aggregator did not take (their updates are lost)")
+                        .Register(registry)
+                        .Add({})),
       replications_family(prometheus::BuildCounter()
                               .Name("shoal_aggregator_replications_total")
                               .Help("Accepted updates copied to a backup of the cluster before "

@@ -53,9 +53,11 @@ struct AggregatorMetrics {
   prometheus::Gauge& buffered_updates;      // waiting in buffers, summed over tasks
   // OpenRound/OpenBuffer refused for --max-buffer-bytes.
   prometheus::Counter& max_buffer_refusals;
-  // Tree rounds: partial sums added here (repeats not counted), and sent to a parent.
+  // Trees: partial sums (federated-async: aggregates) added here (repeats not counted), and
+  // sent to a parent.
   prometheus::Counter& partials_accepted;
   prometheus::Counter& partials_forwarded;
+  prometheus::Counter& partials_lost;  // federated-async aggregates the parent did not take
   // Replicas: accepted updates copied to a backup before the peer's answer, by result
   // (copied, failed).
   prometheus::Family<prometheus::Counter>& replications_family;

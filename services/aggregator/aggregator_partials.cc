@@ -14,6 +14,7 @@ namespace shoal::aggregator {
 
 absl::StatusOr<bool> AggregatorCore::AddPartial(const PartialMeta& meta,
                                                 const aggregation::PartialSum& partial) {
+  if (meta.round == 0) return AddBufferPartial(meta, partial);  // a federated-async tree
   const std::string label = RoundLabel(meta.round, meta.task);
   const std::string child = absl::StrCat("child '", EscapeBytes(meta.child), "'");
   if (meta.contributors.size() != partial.count) {
@@ -152,6 +153,13 @@ absl::StatusOr<size_t> AggregatorCore::PartialValues(const std::string& name,
   absl::ReaderMutexLock lock(&mu_);
   std::shared_ptr<Task> task = FindTask(name);
   if (task == nullptr) return absl::NotFoundError(absl::StrCat("unknown ", TaskLabel(name)));
+  if (number == 0) {  // a federated-async tree: a child's aggregate into the buffer
+    if (task->buffer == nullptr || task->versions.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(TaskLabel(name), " has no federated-async buffer open"));
+    }
+    return task->versions.at(task->latest).model->layout.total_elements();
+  }
   const std::shared_ptr<Round>& round = task->round;
   if (round == nullptr || round->number != number || round->state != Round::State::kOpen) {
     return absl::FailedPreconditionError(absl::StrCat(RoundLabel(number, name), " is not open"));

@@ -9,9 +9,16 @@
 #include "libs/common/log.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status.h"
+#include "services/aggregator/partial_wire.h"
 #include "shoal/coordinator/v1/registry.grpc.pb.h"
 
 namespace shoal::aggregator {
+namespace {
+
+// How long a federated-async tree node's aggregate may take to reach its parent.
+constexpr absl::Duration kForwardTimeout = absl::Minutes(1);
+
+}  // namespace
 
 absl::Status AggregatorOptions::Validate() const {
   if (auto s = ParseHostPort(listen, "--listen"); !s.ok()) return s.status();
@@ -72,6 +79,17 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   // A child round's partial sum goes to its parent aggregator over this client, with this
   // aggregator's certificate.
   self->parents_ = std::make_unique<GrpcAggregatorClient>(self->channel_credentials_);
+  // A federated-async tree node's full buffers go to its parent the same way (round 0).
+  self->core_->SetForwarder(
+      [parents = self->parents_.get(), metrics = self->aggregator_metrics_.get()](
+          const v1::ParentRound& parent, const PartialResult& aggregate) {
+        const absl::string_view bytes = PartialBytes(aggregate.sum);
+        absl::StatusOr<bool> sent =
+            parents->PushPartial(parent.address(), PartialMetaFor(aggregate, parent.child()), bytes,
+                                 absl::Now() + kForwardTimeout);
+        if (sent.ok()) metrics->bytes_sent.Increment(static_cast<double>(bytes.size()));
+        return sent.status();
+      });
   self->service_ = std::make_unique<AggregatorServiceImpl>(
       AggregatorServiceOptions{core_options.limits}, *self->core_, *self->executor_,
       *self->aggregator_metrics_, *self->parents_);

@@ -466,6 +466,23 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::OpenBuffer(
     reactor->Finish(rpc::ToGrpcStatus(s));
     return reactor;
   }
+  const v1::ParentRound& parent = request->parent();
+  if (!parent.address().empty() && !core_.GetModel(request->task(), request->base_version()).ok()) {
+    // A tree node's buffer on a version it does not hold: the model comes down from the parent
+    // first (a transfer: executor work), as for a child's round.
+    const absl::Time deadline = CallDeadline(*context);
+    if (!executor_.TrySubmit([this, reactor, request, deadline] {
+          absl::Status s = FetchFromParent(
+              request->task(), request->base_version(), request->parent(),
+              absl::StrCat("the buffer of task '", request->task(), "': fetching base version"),
+              deadline);
+          if (s.ok()) s = core_.OpenBuffer(OpenBufferParams::From(*request));
+          reactor->Finish(rpc::ToGrpcStatus(s));
+        })) {
+      reactor->Finish(Busy());
+    }
+    return reactor;
+  }
   // Bookkeeping only (no pass over a model): answered in the reaction, as OpenRound.
   reactor->Finish(rpc::ToGrpcStatus(core_.OpenBuffer(OpenBufferParams::From(*request))));
   return reactor;

@@ -51,11 +51,19 @@ std::unique_ptr<UpdateBuffer> UpdateBuffer::Reopen(uint64_t version) const {
 }
 
 bool UpdateBuffer::SameSettings(const UpdateBuffer& other) const {
-  return MessageDifferencer::Equals(settings_.async, other.settings_.async) &&
+  common::v1::AsyncSpec mine = settings_.async;
+  mine.set_buffer_size(other.settings_.async.buffer_size());
+  return MessageDifferencer::Equals(mine, other.settings_.async) &&
+         MessageDifferencer::Equals(settings_.parent, other.settings_.parent) &&
          strategy_.kind() == other.strategy_.kind() &&
          MessageDifferencer::Equals(strategy_.params(), other.strategy_.params()) &&
          settings_.max_update_norm == other.settings_.max_update_norm &&
          settings_.last_version == other.settings_.last_version;
+}
+
+void UpdateBuffer::Adjust(const UpdateBuffer& other) {
+  settings_.async.set_buffer_size(other.settings_.async.buffer_size());
+  settings_.children = other.settings_.children;
 }
 
 bool UpdateBuffer::Finished(uint64_t latest) const {
@@ -76,7 +84,7 @@ UpdateBuffer::Admission UpdateBuffer::Admit(const std::string& peer, uint64_t ba
                   absl::FailedPreconditionError(absl::StrCat(task, " published its last version ",
                                                              last, "; its buffer is closed")));
   }
-  if (last != 0 && latest + 1 >= last && !pass_peers_.empty()) {
+  if (last != 0 && latest + 1 >= last && !pass_peers_.empty() && !settings_.forwards()) {
     // The running pass publishes the last version: nothing accepted now would be aggregated.
     return refuse(RejectReason::kRoundNotOpen,
                   absl::FailedPreconditionError(absl::StrCat(
@@ -117,7 +125,37 @@ bool UpdateBuffer::Repeats(const Update& update) const {
   auto last = last_pass_.find(update.peer);
   if (last != last_pass_.end() && last->second == fingerprint) return true;
   auto held = updates_.find(update.peer);
-  return held != updates_.end() && FingerprintOf(held->second) == fingerprint;
+  if (held != updates_.end() && FingerprintOf(held->second) == fingerprint) return true;
+  auto [from, to] = merged_.equal_range(update.peer);
+  for (auto it = from; it != to; ++it) {
+    if (it->second == fingerprint) return true;
+  }
+  return false;
+}
+
+bool UpdateBuffer::Merge(const Update& update) {
+  auto held = updates_.find(update.peer);
+  if (update.contributors.empty() || held == updates_.end()) return false;
+  Update& into = held->second;
+  if (merged_.count(update.peer) == 0) merged_.emplace(update.peer, FingerprintOf(into));
+  const double n_old = static_cast<double>(into.num_samples);
+  const double n_new = static_cast<double>(update.num_samples);
+  const double n = n_old + n_new;
+  const float a =
+      static_cast<float>(n_old * aggregation::StalenessFactor(settings_.async, into.staleness) / n);
+  const float b = static_cast<float>(
+      n_new * aggregation::StalenessFactor(settings_.async, update.staleness) / n);
+  for (size_t i = 0; i < into.delta.size(); ++i) {
+    into.delta[i] = a * into.delta[i] + b * update.delta[i];
+  }
+  merged_.emplace(update.peer, FingerprintOf(update));
+  into.staleness = 0;  // weighted in already
+  into.merged = true;
+  into.num_samples += update.num_samples;
+  into.train_loss = (n_old * into.train_loss + n_new * update.train_loss) / n;
+  into.contributors.insert(into.contributors.end(), update.contributors.begin(),
+                           update.contributors.end());
+  return true;
 }
 
 std::optional<UpdateBuffer::Update> UpdateBuffer::Put(Update update) {
@@ -152,6 +190,7 @@ std::optional<std::vector<UpdateBuffer::Update>> UpdateBuffer::TakeFullPass() {
   std::vector<Update> pass;
   pass.reserve(updates_.size());
   last_pass_.clear();
+  merged_.clear();
   for (auto& [peer, update] : updates_) {  // in peer order
     last_pass_[peer] = FingerprintOf(update);
     pass_peers_.insert(peer);
@@ -202,7 +241,12 @@ absl::StatusOr<UpdateBuffer::PassResult> UpdateBuffer::RunPass(
     }
     absl::Status added = aggregation.Add(update.delta, samples, update.peer);
     if (!added.ok()) return added;
-    result.contributors.push_back(update.peer);
+    if (update.contributors.empty()) {
+      result.contributors.push_back(update.peer);
+    } else {
+      result.contributors.insert(result.contributors.end(), update.contributors.begin(),
+                                 update.contributors.end());
+    }
     result.num_samples += update.num_samples;
     loss_sum += update.train_loss * samples;
     staleness_sum += static_cast<double>(update.staleness);
@@ -212,6 +256,8 @@ absl::StatusOr<UpdateBuffer::PassResult> UpdateBuffer::RunPass(
   if (!report.ok()) return report.status();
   result.report = *std::move(report);
   std::sort(result.contributors.begin(), result.contributors.end());
+  result.contributors.erase(std::unique(result.contributors.begin(), result.contributors.end()),
+                            result.contributors.end());
   if (result.num_samples > 0) {
     result.mean_train_loss = loss_sum / static_cast<double>(result.num_samples);
   }

@@ -34,6 +34,11 @@ struct BufferSettings {
   v1::AggregationSettings aggregation;
   double max_update_norm = 0;  // 0 = no bound
   uint64_t last_version = 0;   // publish no version after this one (0 = no limit)
+  // A tree's node below the root: its full buffers go to this parent (address set), which it
+  // takes its versions from. And the child nodes whose aggregates enter this buffer.
+  v1::ParentRound parent = {};
+  std::set<std::string> children = {};
+  bool forwards() const { return !parent.address().empty(); }
 };
 
 // The federated-async buffer of one task (AggregatorService.OpenBuffer): its settings, the
@@ -60,6 +65,10 @@ class UpdateBuffer {
     // a new update of the same peer and base version (which replaces the older one).
     double sum_squares = 0;
     std::vector<float> delta;
+    // A child node's aggregate (`peer` is the child's id): the peers it holds. Empty for a
+    // peer's own update.
+    std::vector<std::string> contributors = {};
+    bool merged = false;  // two aggregates in one, each scaled by its staleness already
   };
 
   // Whether an update may enter, and its staleness.
@@ -71,7 +80,7 @@ class UpdateBuffer {
   // What a pass aggregated.
   struct PassResult {
     aggregation::AggregationReport report;
-    std::vector<std::string> contributors;  // sorted
+    std::vector<std::string> contributors;  // sorted: peers (a child's aggregate adds its own)
     uint64_t num_samples = 0;
     double mean_train_loss = 0;  // sample-weighted
     double mean_staleness = 0;   // unweighted, in versions
@@ -95,8 +104,12 @@ class UpdateBuffer {
   size_t capacity() const { return settings_.async.buffer_size(); }
   // Updates waiting in the buffer (not those of a running pass).
   size_t size() const { return updates_.size(); }
-  // True when `other` has the same settings (after defaults).
+  // True when `other` has the same settings (after defaults), but for async.buffer_size and
+  // the children (a tree's peers changed: Adjust).
   bool SameSettings(const UpdateBuffer& other) const;
+  // Takes `other`'s buffer_size and children, keeping the updates (a smaller size makes the
+  // buffer full at its next update).
+  void Adjust(const UpdateBuffer& other);
   // True once `latest` is the last version (BufferSettings.last_version).
   bool Finished(uint64_t latest) const;
 
@@ -109,6 +122,10 @@ class UpdateBuffer {
   bool Repeats(const Update& update) const;
   // Puts an admitted update into the buffer; returns the peer's older update it replaced.
   std::optional<Update> Put(Update update);
+  // A child node's aggregate when the buffer holds one of that child already: the two are
+  // merged into one (each scaled by its staleness weight, then their sample-weighted mean), as
+  // they hold different peers' updates. False (nothing done) otherwise.
+  bool Merge(const Update& update);
 
   // Peers with a push streaming into this buffer (one at a time per peer).
   std::set<std::string>& pushing() { return pushing_; }
@@ -155,7 +172,7 @@ class UpdateBuffer {
                uint64_t opened_on, int threads);
 
   const std::string task_;  // escaped, for messages
-  const BufferSettings settings_;
+  BufferSettings settings_;
   const aggregation::Strategy strategy_;
   const uint64_t opened_on_;
   const int threads_;
@@ -163,6 +180,9 @@ class UpdateBuffer {
   std::set<std::string> pushing_;
   // The last pass's updates, so that a retried push of one of them is not aggregated twice.
   std::map<std::string, Fingerprint> last_pass_;
+  // Children's aggregates merged into the one waiting in the buffer (so that a retried one is
+  // not merged twice).
+  std::multimap<std::string, Fingerprint> merged_;
   bool pass_running_ = false;
   size_t pass_held_ = 0;  // updates of the running pass still counted against the capacity
   std::set<std::string> pass_peers_;

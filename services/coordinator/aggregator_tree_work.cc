@@ -200,16 +200,22 @@ absl::StatusOr<aggregator::v1::CloseRoundResponse> AggregatorWorkRunner::CloseTr
       it->second.closed = true;
     }
   }
-  // Every cluster's peers evaluate the new version at their own aggregator: each node fetches
-  // it from its parent, from the top down (each aggregator sends one model per child, not one
-  // per peer). A node that cannot is only logged: it fetches the version with its next round,
-  // and a lost node moves the task anyway.
+  // Every cluster's peers evaluate the new version at their own aggregator.
+  PullTree(task, tree, closed->version());
+  return closed;
+}
+
+void AggregatorWorkRunner::PullTree(const std::string& task, const AggregatorTree& tree,
+                                    uint64_t version) {
+  // Each node fetches the version from its parent, from the top down (each aggregator sends one
+  // model per child, not one per peer). A node that cannot is only logged: it fetches the
+  // version with its next round (or pull), and a lost node moves the task anyway.
   for (const std::vector<size_t>& level : ByLevel(tree.nodes, [](size_t i) { return i > 0; })) {
     CallEach(level, [&](size_t i) {
       const Node& node = tree.nodes[i];
       aggregator::v1::PullModelRequest pull;
       pull.set_task(task);
-      pull.set_version(closed->version());
+      pull.set_version(version);
       pull.mutable_parent()->set_address(tree.nodes[node.parent].address);
       pull.mutable_parent()->set_child(node.id);
       absl::StatusOr<bool> pulled =
@@ -218,7 +224,52 @@ absl::StatusOr<aggregator::v1::CloseRoundResponse> AggregatorWorkRunner::CloseTr
       return absl::OkStatus();
     }).IgnoreError();
   }
-  return closed;
+}
+
+absl::Status AggregatorWorkRunner::OpenBufferTree(const std::string& task,
+                                                  const AggregatorTree& tree,
+                                                  const aggregator::v1::OpenBufferRequest& open,
+                                                  const std::vector<std::string>& peers) {
+  const size_t n = tree.nodes.size();
+  // What pushes into each node: its cluster's peers (a peer in no cluster pushes to the root)
+  // and its children that have peers below them.
+  std::vector<size_t> inputs(n, 0);
+  for (const std::string& peer : peers) {
+    size_t at = 0;
+    for (size_t i = 1; i < n && at == 0; ++i) {
+      if (tree.nodes[i].peers.count(peer) > 0) at = i;
+    }
+    ++inputs[at];
+  }
+  for (size_t i = n; i-- > 1;) {  // every node comes after its parent
+    if (inputs[i] > 0) ++inputs[tree.nodes[i].parent];
+  }
+  std::vector<aggregator::v1::OpenBufferRequest> opens(n, open);
+  for (size_t i = 1; i < n; ++i) {
+    if (inputs[i] == 0) continue;
+    const Node& node = tree.nodes[i];
+    opens[node.parent].add_children(node.id);
+    opens[i].mutable_parent()->set_address(tree.nodes[node.parent].address);
+    opens[i].mutable_parent()->set_child(node.id);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t wanted = open.async().buffer_size();
+    opens[i].mutable_async()->set_buffer_size(
+        static_cast<uint32_t>(std::min<uint64_t>(wanted, std::max<size_t>(inputs[i], 1))));
+  }
+  // From the root down, a level at a time: a node that does not hold the base version fetches
+  // it from its parent (a transfer), which has it by then.
+  for (const std::vector<size_t>& level :
+       ByLevel(tree.nodes, [&](size_t i) { return i == 0 || inputs[i] > 0; })) {
+    absl::Status s = CallEach(level, [&](size_t i) {
+      const absl::Duration limit = i == 0 ? options_.call_timeout : options_.transfer_timeout;
+      absl::Status opened =
+          client_.OpenBuffer(tree.nodes[i].address, opens[i], clock_.Now() + limit);
+      return opened.ok() || i == 0 ? opened : AtNode(opened, tree.nodes[i]);
+    });
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace shoal::coordinator

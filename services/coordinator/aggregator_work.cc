@@ -170,9 +170,13 @@ WorkResult AggregatorWorkRunner::Execute(const std::string& task, const Aggregat
     case Kind::kOpenBuffer: {
       aggregator::v1::OpenBufferRequest request = work.buffer;
       request.set_task(task);
-      result.status = client_.OpenBuffer(address, request, deadline);
+      result.status = tree.hierarchical ? OpenBufferTree(task, tree, request, work.peers)
+                                        : client_.OpenBuffer(address, request, deadline);
       break;
     }
+    case Kind::kPullTree:
+      PullTree(task, tree, work.version);
+      break;
     case Kind::kCheckpoint:
       result.status = Checkpoint(task, address, work);
       if (!result.status.ok()) {

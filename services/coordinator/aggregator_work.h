@@ -98,6 +98,14 @@ class AggregatorWorkRunner {
   absl::StatusOr<aggregator::v1::CloseRoundResponse> CloseTree(
       const std::string& task, const AggregatorTree& tree,
       const aggregator::v1::CloseRoundRequest& close);
+  // A federated-async task's buffers on its tree: every node that has peers below it, from the
+  // root down, each with buffer_size = min(the task's, its peers and children with peers).
+  absl::Status OpenBufferTree(const std::string& task, const AggregatorTree& tree,
+                              const aggregator::v1::OpenBufferRequest& open,
+                              const std::vector<std::string>& peers);
+  // Every node below the root fetches `version` from its parent, from the top down; a node that
+  // cannot is logged (it fetches the version with its next round or pull).
+  void PullTree(const std::string& task, const AggregatorTree& tree, uint64_t version);
   absl::Status Checkpoint(const std::string& task, const std::string& address,
                           const AggregatorWork& work);
   absl::StatusOr<StoredCheckpoint> Restore(const std::string& task, const std::string& address);

@@ -30,15 +30,21 @@ struct AggregatorWork {
     // Put the task's newest checkpoint at the aggregator -> WorkResult::restored. NOT_FOUND when
     // the task has none (the mode then initializes a model from a peer).
     kRestore,
-    kOpenBuffer,  // `buffer` (task filled in by the core)
+    // `buffer` (task filled in by the core). On a tree every node's buffer opens, from the root
+    // down, each sized by `peers` below it.
+    kOpenBuffer,
+    // A tree's nodes below the root fetch model `version` from their parents, from the top down
+    // (a node that cannot is logged, not an error).
+    kPullTree,
   };
   Kind kind = Kind::kOpenRound;
   uint64_t id = 0;  // set by the core
   aggregator::v1::OpenRoundRequest open;
   aggregator::v1::CloseRoundRequest close;
   aggregator::v1::OpenBufferRequest buffer;
-  uint64_t version = 0;  // kCheckpoint
-  uint64_t round = 0;    // kCheckpoint
+  uint64_t version = 0;                 // kCheckpoint, kPullTree
+  uint64_t round = 0;                   // kCheckpoint
+  std::vector<std::string> peers = {};  // kOpenBuffer: the task's peers
 };
 
 struct WorkResult {

@@ -253,6 +253,15 @@ absl::StatusOr<cv1::TaskStatus> Cluster::WaitFor(
                    "\n", LogTails()));
 }
 
+absl::StatusOr<cv1::TaskStatus> Cluster::WaitForEnd(const common::v1::TaskSpec& spec) {
+  return WaitFor(
+      spec.name(),
+      [](const cv1::TaskStatus& s) {
+        return s.state() != cv1::TASK_STATE_RUNNING && s.state() != cv1::TASK_STATE_WAITING;
+      },
+      TaskBound(spec), "the end of the task");
+}
+
 absl::Duration Cluster::TaskBound(const common::v1::TaskSpec& spec) {
   return absl::Seconds(static_cast<int64_t>(spec.rounds()) * spec.round_deadline_seconds()) +
          absl::Minutes(1);

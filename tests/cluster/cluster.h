@@ -75,6 +75,8 @@ class Cluster {
   absl::StatusOr<coordinator::v1::TaskStatus> WaitFor(
       const std::string& task, const std::function<bool(const coordinator::v1::TaskStatus&)>& pred,
       absl::Duration timeout, const std::string& what);
+  // WaitFor the task of `spec` to end (no longer running nor waiting), within TaskBound(spec).
+  absl::StatusOr<coordinator::v1::TaskStatus> WaitForEnd(const common::v1::TaskSpec& spec);
   std::string LogTails();
   // Waits until the coordinator's peers_connected gauge reads `count`.
   absl::Status WaitForPeersConnected(int count, absl::Duration timeout);

@@ -149,12 +149,7 @@ TEST(ElectedSupernodesClusterTest, PeersElectedByCapacityServeTheTreeAndAreRepla
   }
   EXPECT_EQ(newcomers.size(), 1u) << "one peer elected in place of " << doomed;
 
-  status = cluster.WaitFor(
-      spec.name(),
-      [](const cv1::TaskStatus& s) {
-        return s.state() != cv1::TASK_STATE_RUNNING && s.state() != cv1::TASK_STATE_WAITING;
-      },
-      Cluster::TaskBound(spec), "the end of the task");
+  status = cluster.WaitForEnd(spec);
   ASSERT_TRUE(status.ok()) << status.status();
   ASSERT_EQ(status->state(), cv1::TASK_STATE_COMPLETED) << status->message() << "\n"
                                                         << cluster.LogTails();

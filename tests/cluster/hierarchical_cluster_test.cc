@@ -31,21 +31,24 @@ std::string TempDir() {
   return *dir;
 }
 
+// A coordinator, `aggregators` aggregators and `peers` peers, all connected.
+void Start(Cluster& cluster, int aggregators, int peers) {
+  absl::Status started = cluster.StartCoordinator();
+  ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  for (int i = 0; i < aggregators; ++i) {
+    started = cluster.StartAggregator();
+    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  }
+  for (int i = 0; i < peers; ++i) {
+    started = cluster.StartPeer(i, peers);
+    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  }
+  ASSERT_TRUE(cluster.WaitForPeersConnected(peers, absl::Seconds(60)).ok()) << cluster.LogTails();
+}
+
 TEST(HierarchicalClusterTest, ClustersSendTheRootExactPartialSumsAndTheTaskCompletes) {
   Cluster cluster(TempDir());
-  {
-    absl::Status started = cluster.StartCoordinator();
-    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
-  }
-  for (int i = 0; i < 4; ++i) {
-    absl::Status started = cluster.StartAggregator();
-    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
-  }
-  for (int i = 0; i < kPeers; ++i) {
-    absl::Status started = cluster.StartPeer(i, kPeers);
-    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
-  }
-  ASSERT_TRUE(cluster.WaitForPeersConnected(kPeers, absl::Seconds(60)).ok()) << cluster.LogTails();
+  ASSERT_NO_FATAL_FAILURE(Start(cluster, 4, kPeers));
   common::v1::TaskSpec spec = SmallTask("tree");
   spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
   spec.set_cluster_size(2);
@@ -91,12 +94,7 @@ TEST(HierarchicalClusterTest, ClustersSendTheRootExactPartialSumsAndTheTaskCompl
       absl::Seconds(10), absl::Milliseconds(100)))
       << "tree depth " << depth << ", clusters " << clusters;
 
-  status = cluster.WaitFor(
-      spec.name(),
-      [](const cv1::TaskStatus& s) {
-        return s.state() != cv1::TASK_STATE_RUNNING && s.state() != cv1::TASK_STATE_WAITING;
-      },
-      Cluster::TaskBound(spec), "the end of the task");
+  status = cluster.WaitForEnd(spec);
   ASSERT_TRUE(status.ok()) << status.status();
   ASSERT_EQ(status->state(), cv1::TASK_STATE_COMPLETED) << status->message() << "\n"
                                                         << cluster.LogTails();
@@ -132,6 +130,77 @@ TEST(HierarchicalClusterTest, ClustersSendTheRootExactPartialSumsAndTheTaskCompl
               is_root ? 0.0 : rounds);
     EXPECT_EQ(MetricValue(*page, "shoal_aggregator_updates_accepted_total"),
               is_root ? 0.0 : 2 * rounds);
+  }
+}
+
+// Federated-async on a tree: three aggregators (a root serving no peer, two clusters of two
+// below it), four peers training at their own pace. Each cluster's aggregator sends the root the
+// aggregate of every full buffer as one update; only the root publishes versions, which come
+// down the tree before the peers hear of them.
+TEST(HierarchicalClusterTest, AsyncClustersSendTheRootTheirFullBuffersAndTheTaskCompletes) {
+  constexpr int kAsyncPeers = 4;
+  Cluster cluster(TempDir());
+  ASSERT_NO_FATAL_FAILURE(Start(cluster, 3, kAsyncPeers));
+  common::v1::TaskSpec spec = SmallTask("async-tree");
+  spec.set_mode(common::v1::MODE_FEDERATED_ASYNC);
+  spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
+  spec.set_cluster_size(2);
+  spec.set_min_participants(kAsyncPeers);
+  spec.mutable_async()->set_buffer_size(kAsyncPeers);  // 2 at each node: its peers or children
+  spec.set_rounds(4);
+  ASSERT_TRUE(cluster.CreateTask(spec).ok());
+
+  auto status = cluster.WaitForEnd(spec);
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->state(), cv1::TASK_STATE_COMPLETED) << status->message() << "\n"
+                                                        << cluster.LogTails();
+  const std::string root = status->aggregator();
+  EXPECT_EQ(status->model_version(), spec.rounds());
+  ASSERT_EQ(status->history_size(), static_cast<int>(spec.rounds()));
+  for (const cv1::RoundSummary& r : status->history()) {
+    // A version holds both clusters' aggregates: at least one peer of each.
+    EXPECT_GE(r.participants_size(), 2) << r.ShortDebugString();
+  }
+  for (const cv1::PeerProgress& p : status->peers()) {
+    EXPECT_GT(p.updates(), 0u) << p.ShortDebugString();
+  }
+  EXPECT_EQ(status->peers_size(), kAsyncPeers);
+  const cv1::RoundSummary& last = status->history(status->history_size() - 1);
+  EXPECT_TRUE(last.evaluation_complete()) << last.ShortDebugString();
+  EXPECT_GT(last.test_accuracy(), 0.3) << "far above chance (0.1): the tree trained the model";
+
+  // The root took no peer's update, only its children's aggregates: every one they sent (a
+  // child counts one once the root has answered: read until both sides agree).
+  double forwarded = 0, accepted_at_root = -1;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        forwarded = 0;
+        for (int i = 0; i < cluster.aggregator_count(); ++i) {
+          auto page = HttpGet(cluster.aggregator(i).metrics_address, "/metrics");
+          if (!page.ok()) return false;
+          if (cluster.aggregator(i).address == root) {
+            accepted_at_root = MetricValue(*page, "shoal_aggregator_partials_accepted_total");
+          } else {
+            forwarded += MetricValue(*page, "shoal_aggregator_partials_forwarded_total");
+          }
+        }
+        return accepted_at_root == forwarded;
+      },
+      absl::Seconds(10), absl::Milliseconds(100)))
+      << "the root accepted " << accepted_at_root << " aggregates, its children sent " << forwarded;
+  EXPECT_GE(accepted_at_root, 2.0 * spec.rounds()) << "two aggregates a version";
+  for (int i = 0; i < cluster.aggregator_count(); ++i) {
+    auto page = HttpGet(cluster.aggregator(i).metrics_address, "/metrics");
+    ASSERT_TRUE(page.ok()) << page.status();
+    const bool is_root = cluster.aggregator(i).address == root;
+    SCOPED_TRACE(absl::StrCat("aggregator ", i, is_root ? " (root)" : ""));
+    EXPECT_EQ(MetricValue(*page, "shoal_aggregator_versions_published_total"),
+              is_root ? spec.rounds() : 0.0);
+    if (is_root) {
+      EXPECT_EQ(MetricValue(*page, "shoal_aggregator_updates_accepted_total"), 0.0);
+    } else {
+      EXPECT_GE(MetricValue(*page, "shoal_aggregator_updates_accepted_total"), 4.0);
+    }
   }
 }
 

@@ -148,12 +148,7 @@ TEST(ReplicaFailoverClusterTest, ABackupTakesOverAKilledPrimaryMidRoundAndLosesN
       },
       absl::Seconds(30), "a new backup for the cluster taken over");
   ASSERT_TRUE(status.ok()) << status.status();
-  status = cluster.WaitFor(
-      spec.name(),
-      [](const cv1::TaskStatus& s) {
-        return s.state() != cv1::TASK_STATE_RUNNING && s.state() != cv1::TASK_STATE_WAITING;
-      },
-      Cluster::TaskBound(spec), "the end of the task");
+  status = cluster.WaitForEnd(spec);
   ASSERT_TRUE(status.ok()) << status.status();
   ASSERT_EQ(status->state(), cv1::TASK_STATE_COMPLETED) << status->message() << "\n"
                                                         << cluster.LogTails();

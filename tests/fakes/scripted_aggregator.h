@@ -48,6 +48,7 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
                           const aggregator::v1::OpenBufferRequest& request, absl::Time) override {
     absl::MutexLock lock(&mu_);
     buffers.push_back(request);
+    buffer_addresses.push_back(address);
     return open_status;
   }
   absl::StatusOr<tensor::FlatModel> GetModel(const std::string&, const std::string&, uint64_t v,
@@ -180,6 +181,7 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
   std::vector<std::string> close_addresses;
   std::vector<std::pair<std::string, aggregator::v1::PullModelRequest>> pulls;
   std::vector<aggregator::v1::OpenBufferRequest> buffers;
+  std::vector<std::string> buffer_addresses;
   std::vector<std::pair<std::string, uint64_t>> puts;
   std::vector<std::string> put_addresses;
   std::vector<std::string> released;

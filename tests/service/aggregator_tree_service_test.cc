@@ -16,6 +16,7 @@
 #include "services/aggregator/grpc_aggregator_client.h"
 #include "services/aggregator/partial_wire.h"
 #include "tests/service/aggregator_service_fixture.h"
+#include "tests/testing/wait.h"
 
 namespace shoal::aggregator {
 namespace {
@@ -104,16 +105,17 @@ class AggregatorTreeServiceTest : public AggregatorServiceFixture {
     ASSERT_TRUE(client_.OpenRound(b_, b, Deadline()).ok());
   }
 
-  // A metric of another server than the fixture's, summed over the series with `label`=`value`.
+  // A counter of another server than the fixture's, summed over the series with
+  // `label`=`value` (every series when `label` is empty).
   static double MetricOf(AggregatorServer& server, const std::string& name,
-                         const std::string& label, const std::string& value) {
+                         const std::string& label = "", const std::string& value = "") {
     double total = 0;
     for (const auto& family : server.registry().Collect()) {
       if (family.name != name) continue;
       for (const auto& m : family.metric) {
-        for (const auto& l : m.label) {
-          if (l.name == label && l.value == value) total += m.counter.value;
-        }
+        bool match = label.empty();
+        for (const auto& l : m.label) match = match || (l.name == label && l.value == value);
+        if (match) total += m.counter.value;
       }
     }
     return total;
@@ -374,6 +376,88 @@ TEST_F(AggregatorTreeServiceTest, ABackupTakesOverWithEveryAcknowledgedUpdateOnc
   EXPECT_EQ(closed->version(), 1u);
   EXPECT_EQ(closed->contributors_size(), 4);
   EXPECT_EQ(closed->num_samples(), 100u + 137u + 174u + 322u);
+}
+
+// Federated-async on a tree: each leaf's full buffer goes to the root as one update (its
+// aggregate, weighted by its samples); only the root publishes.
+TEST_F(AggregatorTreeServiceTest, AsyncLeavesSendFullBuffersUpAndOnlyTheRootPublishes) {
+  const auto buffer = [](uint32_t size) {
+    v1::OpenBufferRequest request;
+    request.set_task("t");
+    request.set_base_version(0);
+    request.mutable_async()->set_buffer_size(size);
+    request.mutable_aggregation()->set_strategy(common::v1::AGGREGATION_MEAN);
+    return request;
+  };
+  v1::OpenBufferRequest root = buffer(2);
+  root.add_children("leaf-a");
+  root.add_children("leaf-b");
+  ASSERT_TRUE(client_.OpenBuffer(root_, root, Deadline()).ok());
+  for (const auto& [at, id] : {std::pair{a_, "leaf-a"}, std::pair{b_, "leaf-b"}}) {
+    v1::OpenBufferRequest leaf = buffer(2);
+    leaf.mutable_parent()->set_address(root_);
+    leaf.mutable_parent()->set_child(id);
+    ASSERT_TRUE(client_.OpenBuffer(at, leaf, Deadline()).ok());
+  }
+  const auto push = [&](const std::string& at, int k, uint64_t base) {
+    auto delta = std::make_shared<const tensor::FlatModel>(Delta(k));
+    v1::UpdateMeta meta = Meta(absl::StrCat("p", k), 100 + 37 * k, "t", 0, base);
+    return client_.PushUpdate(at, meta, tensor::EncodeRaw(delta), Deadline());
+  };
+  for (int k : {0, 1}) ASSERT_TRUE(push(a_, k, 0).ok());
+  for (int k : {3, 4}) ASSERT_TRUE(push(b_, k, 0).ok());
+  absl::StatusOr<tensor::FlatModel> v1;
+  ASSERT_TRUE(shoal::testing::WaitUntil(
+      [&] { return (v1 = client_.GetModel(root_, "t", 1, {}, Deadline())).ok(); },
+      absl::Seconds(30)))
+      << v1.status();
+  // Flat FedBuff over the same four updates (none stale): base + their sample-weighted mean.
+  double weight = 0;
+  std::vector<double> sum(base_->values.size(), 0);
+  for (int k : {0, 1, 3, 4}) {
+    const double w = 100 + 37 * k;
+    const tensor::FlatModel d = Delta(k);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += w * d.values[i];
+    weight += w;
+  }
+  for (size_t i = 0; i < sum.size(); i += 97) {
+    EXPECT_NEAR(v1->values[i], base_->values[i] + sum[i] / weight, 1e-5) << "value " << i;
+  }
+  EXPECT_FALSE(client_.GetModel(a_, "t", 1, {}, Deadline()).ok()) << "a leaf publishes nothing";
+  EXPECT_EQ(Metric("shoal_aggregator_partials_accepted_total"), 2);
+  EXPECT_EQ(MetricOf(*leaf_a_, "shoal_aggregator_partials_forwarded_total"), 1);
+
+  // A version the leaf fetches keeps the update waiting in its buffer: with the next one the
+  // buffer is full and goes up, trained on version 1.
+  ASSERT_TRUE(push(a_, 0, 0).ok());
+  v1::PullModelRequest pull;
+  pull.set_task("t");
+  pull.set_version(1);
+  pull.mutable_parent()->set_address(root_);
+  pull.mutable_parent()->set_child("leaf-a");
+  ASSERT_TRUE(client_.PullModel(a_, pull, Deadline()).ok());
+  ASSERT_TRUE(push(a_, 1, 1).ok());
+  EXPECT_TRUE(shoal::testing::WaitUntil(
+      [&] { return Metric("shoal_aggregator_partials_accepted_total") == 3; }, absl::Seconds(30)));
+  EXPECT_FALSE(client_.GetModel(root_, "t", 2, {}, Deadline()).ok())
+      << "the root's buffer has 1 of 2";
+
+  // A child the root's buffer does not name is refused.
+  v1::PartialMeta meta;
+  meta.set_task("t");
+  meta.set_child("leaf-z");
+  meta.set_base_version(1);
+  meta.add_contributors("p9");
+  meta.set_num_samples(10);
+  meta.set_total_weight(1);
+  meta.set_values(base_->values.size());
+  const std::vector<float> zeros(base_->values.size(), 0.0f);
+  const absl::string_view bytes(reinterpret_cast<const char*>(zeros.data()),
+                                zeros.size() * sizeof(float));
+  meta.set_digest_xxh3(tensor::DigestBytes(bytes.data(), bytes.size()));
+  auto refused = client_.PushPartial(root_, meta, bytes, Deadline());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("not a child of the buffer"));
 }
 
 }  // namespace

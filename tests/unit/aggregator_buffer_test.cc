@@ -314,8 +314,13 @@ TEST_F(AggregatorBufferTest, OpenBufferRules) {
   ASSERT_TRUE(PushModel(Async("a", 1, 0), Filled([](size_t) { return 1.0f; })).ok());
   ASSERT_EQ(Latest(), 1u);
   EXPECT_TRUE(core_->OpenBuffer(Params(1, 0)).ok());
-  EXPECT_EQ(core_->OpenBuffer(Params(2, 0)).code(), absl::StatusCode::kFailedPrecondition);
-  OpenBuffer(Params(2, 1));
+  // Another buffer_size is a repeat too (a tree's peers changed); other settings are not.
+  EXPECT_TRUE(core_->OpenBuffer(Params(2, 0)).ok());
+  OpenBufferParams other = Params(2, 0);
+  other.async.set_max_staleness(1);
+  EXPECT_EQ(core_->OpenBuffer(other).code(), absl::StatusCode::kFailedPrecondition);
+  other.base_version = 1;
+  OpenBuffer(other);
 
   // Members' session tokens apply to buffer pushes as to round pushes.
   core_->SetMembers("t", {{"a", "token-a"}});
@@ -386,6 +391,80 @@ TEST_F(AggregatorBufferTest, ConcurrentPushersLoseNoVersion) {
   EXPECT_LE(Buffered(), 2);
   EXPECT_LE(versions * 3 + Buffered(), static_cast<double>(accepted.load()));
   EXPECT_EQ(metrics_->pushes_in_flight.Value(), 0);
+}
+
+// Federated-async trees, at the parent: a child's aggregate is one update of its samples; a
+// second one of the same child is merged with the first (they hold other peers' updates), and a
+// retried one counts once.
+TEST_F(AggregatorBufferTest, ChildAggregatesAreMergedNotReplacedAndRetriesCountOnce) {
+  PutBase();  // base[i] = i
+  EventLog log;
+  core_->Watch("t", log.Recorder());
+  OpenBufferParams params = Params(2);
+  params.children = {"c1", "c2"};
+  OpenBuffer(params);
+  const auto aggregate = [](const std::string& child, std::vector<std::string> peers,
+                            uint64_t samples, float value) {
+    PartialResult r;
+    r.meta = PartialMeta{"t", 0, child, 0, std::move(peers), samples, 0.5 * samples};
+    r.sum.sum = Filled([value](size_t) { return value; }).values;
+    r.sum.count = r.meta.contributors.size();
+    r.sum.total_weight = 1;
+    return r;
+  };
+  const PartialResult a = aggregate("c1", {"p1", "p2"}, 4, 1.0f);
+  const PartialResult b = aggregate("c1", {"p3"}, 2, 4.0f);
+  const PartialResult c = aggregate("c2", {"p4"}, 2, -2.0f);
+  ASSERT_EQ(core_->AddPartial(a.meta, a.sum).value_or(true), false);
+  ASSERT_EQ(core_->AddPartial(b.meta, b.sum).value_or(true), false);
+  EXPECT_EQ(Latest(), 0u) << "merged: still one update of two";
+  EXPECT_EQ(core_->AddPartial(a.meta, a.sum).value_or(false), true) << "a retry";
+  const PartialResult stranger = aggregate("c9", {"p9"}, 1, 0.0f);
+  auto refused = core_->AddPartial(stranger.meta, stranger.sum);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(core_->AddPartial(c.meta, c.sum).ok());
+  ASSERT_EQ(Latest(), 1u);
+  const std::vector<float> v1 = Values(1);
+  for (size_t i = 0; i < v1.size(); ++i) {
+    EXPECT_FLOAT_EQ(v1[i], static_cast<float>(i) + (4 * 1.0f + 2 * 4.0f + 2 * -2.0f) / 8) << i;
+  }
+  EXPECT_THAT(log.Published().at(0).contributors(), ElementsAre("p1", "p2", "p3", "p4"));
+  EXPECT_EQ(log.Published().at(0).num_samples(), 8u);
+}
+
+// At a child: a full buffer is not published but handed to the forwarder as the aggregate
+// against the child's latest version, and a version fetched from the parent keeps the updates
+// waiting in the buffer.
+TEST_F(AggregatorBufferTest, AChildForwardsFullBuffersAndKeepsItsUpdatesAcrossPulledVersions) {
+  std::vector<PartialResult> sent;
+  core_->SetForwarder([&sent](const v1::ParentRound& parent, const PartialResult& r) {
+    EXPECT_EQ(parent.child(), "c1");
+    sent.push_back(r);
+    return absl::OkStatus();
+  });
+  PutBase();
+  OpenBufferParams params = Params(2);
+  params.parent.set_address("127.0.0.1:1");
+  params.parent.set_child("c1");
+  OpenBuffer(params);
+  ASSERT_TRUE(PushModel(Async("a", 1, 0), Filled([](size_t) { return 2.0f; })).ok());
+  ASSERT_TRUE(PushModel(Async("b", 3, 0), Filled([](size_t) { return 6.0f; })).ok());
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(Latest(), 0u) << "a child publishes nothing";
+  EXPECT_THAT(sent[0].meta.contributors, ElementsAre("a", "b"));
+  EXPECT_EQ(sent[0].meta.num_samples, 4u);
+  EXPECT_EQ(sent[0].meta.round, 0u);
+  for (float v : sent[0].sum.sum) EXPECT_NEAR(v, 5.0f, 1e-4);  // (1 x 2 + 3 x 6) / 4
+  EXPECT_EQ(metrics_->partials_forwarded.Value(), 1);
+
+  ASSERT_TRUE(PushModel(Async("a", 1, 0), Filled([](size_t) { return 1.0f; })).ok());
+  ASSERT_TRUE(core_->PutModel("t", 1, Filled([](size_t i) { return 2.0f * i; })).ok());
+  EXPECT_EQ(Buffered(), 1) << "the pulled version keeps a's update";
+  ASSERT_TRUE(PushModel(Async("b", 1, 1), Filled([](size_t) { return 3.0f; })).ok());
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[1].meta.base_version, 1u);
+  // a's update is one version stale now: scaled by 1/2 (polynomial, a = 1) before the mean.
+  for (float v : sent[1].sum.sum) EXPECT_NEAR(v, (0.5f * 1.0f + 3.0f) / 2, 1e-4);
 }
 
 }  // namespace

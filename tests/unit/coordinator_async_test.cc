@@ -133,5 +133,69 @@ TEST_F(AsyncTest, BufferRefusedForMemoryFailsTheTaskWithTheAggregatorsMessage) {
   EXPECT_THAT(status.participants(), IsEmpty());
 }
 
+// On a tree (topology hierarchical) every node's buffer opens, the root first, each sized by what
+// pushes into it; a version reaches the peers once the nodes below the root have fetched it.
+TEST_F(AsyncTest, OnATreeEveryNodeBuffersAndVersionsComeDownBeforeThePeersHearOfThem) {
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:7001", {}, "aggregator-0").ok());
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:7002", {}, "aggregator-1").ok());
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:7003", {}, "aggregator-2").ok());
+  common::v1::TaskSpec spec = AsyncSpec(4, 3);
+  spec.mutable_async()->set_buffer_size(4);
+  spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
+  spec.set_cluster_size(2);
+  ASSERT_TRUE(core_->CreateTask(spec).ok());
+  std::map<std::string, std::shared_ptr<FakeSink>> sinks;
+  for (const char* p : {"a", "b", "c", "d"}) sinks[p] = Join(p);
+  Step();
+  std::string root;
+  for (const auto& [id, sink] : sinks) {
+    for (const v1::CoordinatorEvent& e : sink->events) {
+      if (e.has_initialize_model()) {
+        ASSERT_TRUE(core_->OnMessage(id, Initialized("t")).ok());
+        root = e.initialize_model().aggregator_address();
+      }
+    }
+    sink->Take();
+  }
+  Step();
+  ASSERT_EQ(aggregator_.buffers.size(), 3u);
+  EXPECT_EQ(aggregator_.buffer_addresses[0], root) << "the root first";
+  const aggregator::v1::OpenBufferRequest& top = aggregator_.buffers[0];
+  EXPECT_FALSE(top.has_parent());
+  EXPECT_THAT(top.children(), ElementsAre("aggregator-1", "aggregator-2"));
+  EXPECT_EQ(top.async().buffer_size(), 2u) << "two children push into it";
+  for (size_t i = 1; i < 3; ++i) {
+    const aggregator::v1::OpenBufferRequest& node = aggregator_.buffers[i];
+    EXPECT_EQ(node.parent().address(), root);
+    EXPECT_EQ(node.async().buffer_size(), 2u) << "its cluster's two peers";
+    EXPECT_TRUE(node.children().empty());
+    EXPECT_EQ(node.last_version(), 3u);
+  }
+  for (auto& [id, sink] : sinks) {
+    EXPECT_THAT(sink->Take(), ElementsAre(v1::CoordinatorEvent::kTrainAsync)) << id;
+  }
+
+  // The root publishes: both children fetch the version, then the peers hear of it.
+  aggregator_.Publish("t", 1, {"a", "b", "c", "d"});
+  Step();
+  ASSERT_EQ(aggregator_.pulls.size(), 2u);
+  for (const auto& [address, pull] : aggregator_.pulls) {
+    EXPECT_NE(address, root);
+    EXPECT_EQ(pull.version(), 1u);
+    EXPECT_EQ(pull.parent().address(), root);
+  }
+  EXPECT_THAT(sinks["a"]->Take(), ElementsAre(v1::CoordinatorEvent::kModelPublished));
+
+  // A peer that joins trains once the buffers are opened again for it (sizes included).
+  auto e = Join("e");
+  Step();
+  ASSERT_GT(aggregator_.buffers.size(), 3u);
+  const std::vector<v1::CoordinatorEvent::KindCase> kinds = e->Take();
+  ASSERT_FALSE(kinds.empty());
+  EXPECT_EQ(kinds.back(), v1::CoordinatorEvent::kTrainAsync);
+  EXPECT_EQ(aggregator_.buffers.back().base_version(), 1u);
+  EXPECT_THAT(sinks["a"]->Take(), IsEmpty()) << "those training already are not told again";
+}
+
 }  // namespace
 }  // namespace shoal::coordinator

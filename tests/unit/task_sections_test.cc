@@ -444,6 +444,10 @@ TEST(TopologyTaskTest, DefaultsAndRules) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   spec = ParseAndValidate("name: x\ntopology: hierarchical\nstraggler_factor: 2\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
+  // Federated-async runs on a tree too, with one aggregator per cluster.
+  spec = ParseAndValidate("name: x\ntopology: hierarchical\nmode: federated-async\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->replicas(), 1u);
   spec = ParseAndValidate("name: x\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_FALSE(spec->has_cluster_size());  // flat
@@ -457,8 +461,10 @@ TEST(TopologyTaskTest, DefaultsAndRules) {
       {"replicas: 2\n", "replicas: only with topology: hierarchical"},
       {"topology: hierarchical\nreplicas: 0\n", "replicas: must be in 1..8"},
       {"topology: hierarchical\nreplicas: 9\n", "got 9"},
-      {"topology: hierarchical\nmode: federated-async\n",
-       "topology: mode federated-async does not run on a tree of aggregators yet"},
+      {"topology: hierarchical\nmode: gossip\n",
+       "topology: mode gossip does not run on a tree of aggregators yet"},
+      {"topology: hierarchical\nmode: federated-async\nreplicas: 2\n",
+       "replicas: a federated-async tree keeps no backups"},
       {"topology: hierarchical\nmin_participants: 10\ncluster_size: 4\naggregation: krum\n"
        "aggregation_options: {byzantine_peers: 1}\n",
        "cluster_size: krum needs at least 5 updates per round"},

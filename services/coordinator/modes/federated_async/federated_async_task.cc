@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "libs/aggregation/async_spec.h"
 #include "libs/common/log.h"
+#include "libs/task/task_federated.h"
 
 namespace shoal::coordinator {
 
@@ -13,20 +14,37 @@ using Kind = AggregatorWork::Kind;
 
 FederatedAsyncTask::FederatedAsyncTask(const v1::TaskStatus& status, const ModeOptions& options,
                                        CoordinatorMetrics& metrics)
-    : AggregatorModeTask(status, options, metrics) {
+    : AggregatorModeTask(status, options, metrics), tree_(task::IsHierarchical(status.spec())) {
   for (const v1::PeerProgress& p : status.peers()) contributions_[p.peer_id()] = p.updates();
 }
 
 void FederatedAsyncTask::AddPeer(const ModePeer& peer, absl::Time now, v1::TaskStatus& status,
                                  ModeEffects& fx) {
   peers_.insert(peer.id);
-  // A peer that arrives while the buffer is open starts training at once.
-  if (buffer_open_) fx.Send(peer.id, TrainEvent(status));
+  if (tree_ && (buffer_open_ || opening_)) {
+    // Its cluster's buffer may not be open yet, and the others' sizes change: it trains once
+    // the tree's buffers are opened again.
+    joined_.insert(peer.id);
+    reopen_ = true;
+  } else if (buffer_open_) {
+    fx.Send(peer.id, TrainEvent(status));  // it starts training at once
+  }
   Advance(now, status, fx);
+}
+
+void FederatedAsyncTask::RemovePeer(const std::string& peer_id, const std::string& why,
+                                    absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
+  joined_.erase(peer_id);
+  // Its cluster's buffer would wait for it: the sizes change.
+  if (tree_ && (buffer_open_ || opening_)) reopen_ = true;
+  AggregatorModeTask::RemovePeer(peer_id, why, now, status, fx);
 }
 
 void FederatedAsyncTask::Reset(v1::TaskStatus& status) {
   opening_ = false;
+  reopen_ = false;
+  joined_.clear();
+  pulled_ = 0;
   checkpoints_.Reset();
   if (status.phase() == v1::ROUND_PHASE_EVALUATING) return;  // the last version is out
   buffer_open_ = false;
@@ -56,7 +74,14 @@ void FederatedAsyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEff
     }
     return;
   }
-  if (!has_aggregator_ || opening_ || buffer_open_ || !retry_.Ready(now)) return;
+  if (!has_aggregator_ || opening_ || !retry_.Ready(now)) return;
+  if (buffer_open_) {
+    if (reopen_) {
+      reopen_ = false;
+      AskOpen(status, fx);
+    }
+    return;
+  }
   if (model_.Next(peers_, now, status, fx) != GlobalModel::Step::kHeld) return;
   if (peers_.size() < spec_.min_participants()) {
     if (waiting_.Update(peers_, spec_.min_participants(), now, status, fx)) {
@@ -65,8 +90,15 @@ void FederatedAsyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEff
     return;
   }
   waiting_.Clear();
+  AskOpen(status, fx);
+  status.set_phase(v1::ROUND_PHASE_OPENING);
+  fx.changed = true;
+}
+
+void FederatedAsyncTask::AskOpen(const v1::TaskStatus& status, ModeEffects& fx) {
   AggregatorWork open;
   open.kind = Kind::kOpenBuffer;
+  open.peers.assign(peers_.begin(), peers_.end());
   open.buffer.set_base_version(status.model_version());
   *open.buffer.mutable_async() = spec_.async();
   aggregation::ApplyAsyncDefaults(*open.buffer.mutable_async(), spec_.min_participants());
@@ -75,9 +107,7 @@ void FederatedAsyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEff
   open.buffer.set_max_update_norm(spec_.max_update_norm());
   open.buffer.set_last_version(spec_.rounds());
   opening_ = true;
-  status.set_phase(v1::ROUND_PHASE_OPENING);
   fx.Ask(std::move(open));
-  fx.changed = true;
 }
 
 void FederatedAsyncTask::OnWorkDone(const WorkResult& result, absl::Time now,
@@ -97,6 +127,13 @@ void FederatedAsyncTask::OnWorkDone(const WorkResult& result, absl::Time now,
       opening_ = false;
       OnBufferOpened(result, now, status, fx);
       break;
+    case Kind::kPullTree:
+      // Every node of the tree fetched the version (or logged why not): its peers may now.
+      if (result.work.version > pulled_ && result.work.version <= status.model_version()) {
+        pulled_ = result.work.version;
+        Publish(pulled_, fx);
+      }
+      return;
     case Kind::kCheckpoint:  // the core logged and counted a failure
       checkpoints_.Done(fx);
       return;
@@ -109,7 +146,13 @@ void FederatedAsyncTask::OnWorkDone(const WorkResult& result, absl::Time now,
 void FederatedAsyncTask::OnBufferOpened(const WorkResult& result, absl::Time now,
                                         v1::TaskStatus& status, ModeEffects& fx) {
   fx.changed = true;
+  const bool reopened = buffer_open_;
   if (!result.status.ok()) {
+    if (reopened) {
+      reopen_ = true;  // the buffers are still open: Advance tries again
+      retry_.Failed("open the tree's buffers again", result.status, now, status, fx);
+      return;
+    }
     status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
     if (absl::IsNotFound(result.status) || absl::IsFailedPrecondition(result.status)) {
       model_.Forget();  // the aggregator lost the task or holds another version: restore
@@ -122,14 +165,26 @@ void FederatedAsyncTask::OnBufferOpened(const WorkResult& result, absl::Time now
     return;
   }
   retry_.Succeeded();
+  const v1::CoordinatorEvent event = TrainEvent(status);
+  if (!tree_) {
+    for (const std::string& id : peers_) fx.Send(id, event);
+  } else {
+    // Those the buffers were opened for train; one that came since waits for the next opening,
+    // and one that trains already is not told again.
+    for (const std::string& id : result.work.peers) {
+      if (peers_.count(id) == 0 || (reopened && joined_.count(id) == 0)) continue;
+      joined_.erase(id);
+      fx.Send(id, event);
+    }
+    if (!joined_.empty()) reopen_ = true;
+  }
+  if (reopened) return;
   buffer_open_ = true;
   last_version_at_ = now;
   status.set_state(v1::TASK_STATE_RUNNING);
   status.set_phase(v1::ROUND_PHASE_BUFFERING);
   status.set_message(absl::StrCat("version ", status.model_version(), " of ", spec_.rounds(), "; ",
                                   peers_.size(), " peers train and push"));
-  const v1::CoordinatorEvent event = TrainEvent(status);
-  for (const std::string& id : peers_) fx.Send(id, event);
 }
 
 void FederatedAsyncTask::OnAggregatorEvent(const aggregator::v1::TaskEvent& event, absl::Time now,
@@ -161,10 +216,15 @@ void FederatedAsyncTask::OnVersion(const aggregator::v1::VersionPublished& v, ab
   status.set_round(v.version());
   PublishPeers(status);
   checkpoints_.Published(v.version(), v.version(), fx);
-  v1::CoordinatorEvent published;
-  published.mutable_model_published()->set_round(v.version());
-  published.mutable_model_published()->set_version(v.version());
-  for (const std::string& id : peers_) fx.Send(id, published);
+  if (tree_) {
+    // Its peers fetch it at their clusters' aggregators: those fetch it first.
+    AggregatorWork pull;
+    pull.kind = Kind::kPullTree;
+    pull.version = v.version();
+    fx.Ask(std::move(pull));
+  } else {
+    Publish(v.version(), fx);
+  }
   if (v.version() >= spec_.rounds()) {
     buffer_open_ = false;  // the aggregator closed it after the last version
     status.set_phase(v1::ROUND_PHASE_EVALUATING);
@@ -176,6 +236,13 @@ void FederatedAsyncTask::OnVersion(const aggregator::v1::VersionPublished& v, ab
                                     peers_.size(), " peers train and push"));
   }
   fx.changed = true;
+}
+
+void FederatedAsyncTask::Publish(uint64_t version, ModeEffects& fx) const {
+  v1::CoordinatorEvent published;
+  published.mutable_model_published()->set_round(version);
+  published.mutable_model_published()->set_version(version);
+  for (const std::string& id : peers_) fx.Send(id, published);
 }
 
 void FederatedAsyncTask::PublishPeers(v1::TaskStatus& status) const {
