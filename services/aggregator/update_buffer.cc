@@ -149,6 +149,7 @@ bool UpdateBuffer::Merge(const Update& update) {
     into.delta[i] = a * into.delta[i] + b * update.delta[i];
   }
   merged_.emplace(update.peer, FingerprintOf(update));
+  filled_ += Weight(update);
   into.staleness = 0;  // weighted in already
   into.merged = true;
   into.num_samples += update.num_samples;
@@ -160,11 +161,13 @@ bool UpdateBuffer::Merge(const Update& update) {
 
 std::optional<UpdateBuffer::Update> UpdateBuffer::Put(Update update) {
   auto held = updates_.find(update.peer);
+  filled_ += Weight(update);
   if (held == updates_.end()) {
     std::string peer = update.peer;
     updates_.emplace(std::move(peer), std::move(update));
     return std::nullopt;
   }
+  filled_ -= Weight(held->second);
   std::optional<Update> replaced = std::move(held->second);
   held->second = std::move(update);
   return replaced;
@@ -177,13 +180,13 @@ std::vector<std::string> UpdateBuffer::Pending() const {
 }
 
 bool UpdateBuffer::ClaimPass() {
-  if (pass_running_ || updates_.size() < capacity()) return false;
+  if (pass_running_ || filled_ < capacity()) return false;
   pass_running_ = true;
   return true;
 }
 
 std::optional<std::vector<UpdateBuffer::Update>> UpdateBuffer::TakeFullPass() {
-  if (updates_.size() < capacity()) {
+  if (filled_ < capacity()) {
     pass_running_ = false;
     return std::nullopt;
   }
@@ -197,6 +200,7 @@ std::optional<std::vector<UpdateBuffer::Update>> UpdateBuffer::TakeFullPass() {
     pass.push_back(std::move(update));
   }
   updates_.clear();
+  filled_ = 0;
   pass_held_ = pass.size();
   return pass;
 }

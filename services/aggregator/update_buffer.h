@@ -96,13 +96,20 @@ class UpdateBuffer {
   // An empty buffer with the same settings, opened on `version` (after a restore).
   std::unique_ptr<UpdateBuffer> Reopen(uint64_t version) const;
 
+  // How much of the capacity an update fills: a child node's aggregate as many as the peers'
+  // updates it holds, a peer's update one.
+  static size_t Weight(const Update& update) {
+    return update.contributors.empty() ? 1 : update.contributors.size();
+  }
+
   // The settings with defaults applied.
   const BufferSettings& settings() const { return settings_; }
   const aggregation::Strategy& strategy() const { return strategy_; }
   // The version the buffer was opened (or last reset) on.
   uint64_t opened_on() const { return opened_on_; }
   size_t capacity() const { return settings_.async.buffer_size(); }
-  // Updates waiting in the buffer (not those of a running pass).
+  // Updates waiting in the buffer (not those of a running pass). The buffer is full when their
+  // Weight()s add up to capacity().
   size_t size() const { return updates_.size(); }
   // True when `other` has the same settings (after defaults), but for async.buffer_size and
   // the children (a tree's peers changed: Adjust).
@@ -177,6 +184,7 @@ class UpdateBuffer {
   const uint64_t opened_on_;
   const int threads_;
   std::map<std::string, Update> updates_;  // by peer
+  size_t filled_ = 0;                      // their Weight()s
   std::set<std::string> pushing_;
   // The last pass's updates, so that a retried push of one of them is not aggregated twice.
   std::map<std::string, Fingerprint> last_pass_;

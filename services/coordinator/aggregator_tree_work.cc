@@ -231,36 +231,36 @@ absl::Status AggregatorWorkRunner::OpenBufferTree(const std::string& task,
                                                   const aggregator::v1::OpenBufferRequest& open,
                                                   const std::vector<std::string>& peers) {
   const size_t n = tree.nodes.size();
-  // What pushes into each node: its cluster's peers (a peer in no cluster pushes to the root)
-  // and its children that have peers below them.
-  std::vector<size_t> inputs(n, 0);
+  // The peers below each node: its cluster's (a peer in no cluster pushes to the root) and
+  // those below its children.
+  std::vector<size_t> below(n, 0);
   for (const std::string& peer : peers) {
     size_t at = 0;
     for (size_t i = 1; i < n && at == 0; ++i) {
       if (tree.nodes[i].peers.count(peer) > 0) at = i;
     }
-    ++inputs[at];
+    ++below[at];
   }
-  for (size_t i = n; i-- > 1;) {  // every node comes after its parent
-    if (inputs[i] > 0) ++inputs[tree.nodes[i].parent];
-  }
+  for (size_t i = n; i-- > 1;) below[tree.nodes[i].parent] += below[i];  // children come later
   std::vector<aggregator::v1::OpenBufferRequest> opens(n, open);
   for (size_t i = 1; i < n; ++i) {
-    if (inputs[i] == 0) continue;
+    if (below[i] == 0) continue;
     const Node& node = tree.nodes[i];
     opens[node.parent].add_children(node.id);
     opens[i].mutable_parent()->set_address(tree.nodes[node.parent].address);
     opens[i].mutable_parent()->set_child(node.id);
   }
+  // A node's buffer fills with buffer_size peers' updates, or all those below it when fewer (a
+  // child's aggregate counts as the updates it holds).
   for (size_t i = 0; i < n; ++i) {
     const uint64_t wanted = open.async().buffer_size();
     opens[i].mutable_async()->set_buffer_size(
-        static_cast<uint32_t>(std::min<uint64_t>(wanted, std::max<size_t>(inputs[i], 1))));
+        static_cast<uint32_t>(std::min<uint64_t>(wanted, std::max<size_t>(below[i], 1))));
   }
   // From the root down, a level at a time: a node that does not hold the base version fetches
   // it from its parent (a transfer), which has it by then.
   for (const std::vector<size_t>& level :
-       ByLevel(tree.nodes, [&](size_t i) { return i == 0 || inputs[i] > 0; })) {
+       ByLevel(tree.nodes, [&](size_t i) { return i == 0 || below[i] > 0; })) {
     absl::Status s = CallEach(level, [&](size_t i) {
       const absl::Duration limit = i == 0 ? options_.call_timeout : options_.transfer_timeout;
       absl::Status opened =

@@ -99,7 +99,7 @@ class AggregatorWorkRunner {
       const std::string& task, const AggregatorTree& tree,
       const aggregator::v1::CloseRoundRequest& close);
   // A federated-async task's buffers on its tree: every node that has peers below it, from the
-  // root down, each with buffer_size = min(the task's, its peers and children with peers).
+  // root down, each with buffer_size = min(the task's, the peers below it).
   absl::Status OpenBufferTree(const std::string& task, const AggregatorTree& tree,
                               const aggregator::v1::OpenBufferRequest& open,
                               const std::vector<std::string>& peers);

@@ -146,7 +146,7 @@ TEST(HierarchicalClusterTest, AsyncClustersSendTheRootTheirFullBuffersAndTheTask
   spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
   spec.set_cluster_size(2);
   spec.set_min_participants(kAsyncPeers);
-  spec.mutable_async()->set_buffer_size(kAsyncPeers);  // 2 at each node: its peers or children
+  spec.mutable_async()->set_buffer_size(kAsyncPeers);  // the root: 4; each cluster: its 2
   spec.set_rounds(4);
   ASSERT_TRUE(cluster.CreateTask(spec).ok());
 

@@ -389,7 +389,7 @@ TEST_F(AggregatorTreeServiceTest, AsyncLeavesSendFullBuffersUpAndOnlyTheRootPubl
     request.mutable_aggregation()->set_strategy(common::v1::AGGREGATION_MEAN);
     return request;
   };
-  v1::OpenBufferRequest root = buffer(2);
+  v1::OpenBufferRequest root = buffer(4);  // filled by four peers' updates
   root.add_children("leaf-a");
   root.add_children("leaf-b");
   ASSERT_TRUE(client_.OpenBuffer(root_, root, Deadline()).ok());
@@ -440,7 +440,7 @@ TEST_F(AggregatorTreeServiceTest, AsyncLeavesSendFullBuffersUpAndOnlyTheRootPubl
   EXPECT_TRUE(shoal::testing::WaitUntil(
       [&] { return Metric("shoal_aggregator_partials_accepted_total") == 3; }, absl::Seconds(30)));
   EXPECT_FALSE(client_.GetModel(root_, "t", 2, {}, Deadline()).ok())
-      << "the root's buffer has 1 of 2";
+      << "the root's buffer holds 2 peers' updates of 4";
 
   // A child the root's buffer does not name is refused.
   v1::PartialMeta meta;

@@ -393,14 +393,14 @@ TEST_F(AggregatorBufferTest, ConcurrentPushersLoseNoVersion) {
   EXPECT_EQ(metrics_->pushes_in_flight.Value(), 0);
 }
 
-// Federated-async trees, at the parent: a child's aggregate is one update of its samples; a
-// second one of the same child is merged with the first (they hold other peers' updates), and a
-// retried one counts once.
+// Federated-async trees, at the parent: a child's aggregate is one update of its samples that
+// fills the buffer as much as the peers' updates it holds; a second one of the same child is
+// merged with the first (they hold other peers' updates), and a retried one counts once.
 TEST_F(AggregatorBufferTest, ChildAggregatesAreMergedNotReplacedAndRetriesCountOnce) {
   PutBase();  // base[i] = i
   EventLog log;
   core_->Watch("t", log.Recorder());
-  OpenBufferParams params = Params(2);
+  OpenBufferParams params = Params(4);
   params.children = {"c1", "c2"};
   OpenBuffer(params);
   const auto aggregate = [](const std::string& child, std::vector<std::string> peers,
@@ -417,7 +417,7 @@ TEST_F(AggregatorBufferTest, ChildAggregatesAreMergedNotReplacedAndRetriesCountO
   const PartialResult c = aggregate("c2", {"p4"}, 2, -2.0f);
   ASSERT_EQ(core_->AddPartial(a.meta, a.sum).value_or(true), false);
   ASSERT_EQ(core_->AddPartial(b.meta, b.sum).value_or(true), false);
-  EXPECT_EQ(Latest(), 0u) << "merged: still one update of two";
+  EXPECT_EQ(Latest(), 0u) << "merged: three peers' updates of four";
   EXPECT_EQ(core_->AddPartial(a.meta, a.sum).value_or(false), true) << "a retry";
   const PartialResult stranger = aggregate("c9", {"p9"}, 1, 0.0f);
   auto refused = core_->AddPartial(stranger.meta, stranger.sum);

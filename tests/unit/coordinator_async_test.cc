@@ -163,7 +163,7 @@ TEST_F(AsyncTest, OnATreeEveryNodeBuffersAndVersionsComeDownBeforeThePeersHearOf
   const aggregator::v1::OpenBufferRequest& top = aggregator_.buffers[0];
   EXPECT_FALSE(top.has_parent());
   EXPECT_THAT(top.children(), ElementsAre("aggregator-1", "aggregator-2"));
-  EXPECT_EQ(top.async().buffer_size(), 2u) << "two children push into it";
+  EXPECT_EQ(top.async().buffer_size(), 4u) << "the four peers below it";
   for (size_t i = 1; i < 3; ++i) {
     const aggregator::v1::OpenBufferRequest& node = aggregator_.buffers[i];
     EXPECT_EQ(node.parent().address(), root);
