@@ -192,8 +192,8 @@ void AggregatorCore::RunBufferPasses(const std::shared_ptr<Task>& task,
                                 if (streaming) buffer->Folded();
                                 spare = RecycleBuffer(std::move(update.delta));
                               });
-    uint64_t digest = 0;
-    if (result.ok()) digest = next->Digest();
+    uint64_t digest = 0;  // of a version this node publishes
+    if (result.ok() && !buffer->settings().forwards()) digest = next->Digest();
 
     if (buffer->settings().forwards()) {
       // A tree's node below the root: the aggregate goes to the parent as one update; the
