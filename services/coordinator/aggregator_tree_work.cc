@@ -60,6 +60,24 @@ const std::string& SelfId(const Node& node) {
   return node.self_id.empty() ? node.id : node.self_id;
 }
 
+// Where each peer of a cluster pushes: the index of its cluster's node. A peer in no cluster
+// pushes to the root (NodeOf gives 0).
+class PeerNodes {
+ public:
+  explicit PeerNodes(const AggregatorTree& tree) {
+    for (size_t i = 1; i < tree.nodes.size(); ++i) {
+      for (const std::string& peer : tree.nodes[i].peers) node_.emplace(peer, i);
+    }
+  }
+  size_t NodeOf(const std::string& peer) const {
+    auto it = node_.find(peer);
+    return it == node_.end() ? 0 : it->second;
+  }
+
+ private:
+  std::map<std::string, size_t> node_;
+};
+
 // The indices of `nodes` for which `wanted` holds, grouped by level, the root's level first.
 std::vector<std::vector<size_t>> ByLevel(const std::vector<Node>& nodes,
                                          const std::function<bool(size_t)>& wanted) {
@@ -84,16 +102,13 @@ absl::Status AggregatorWorkRunner::OpenTree(const std::string& task, const Aggre
   }
   // Each peer of the round pushes to its cluster's aggregator, on time or late (a straggler in
   // asynchronous contribution, weighted there by its staleness); one in no cluster to the root.
-  const auto cluster_of = [&](const std::string& peer) {
-    for (size_t i = 1; i < n; ++i) {
-      if (tree.nodes[i].peers.count(peer) > 0) return i;
-    }
-    return size_t{0};
-  };
+  const PeerNodes peer_nodes(tree);
   for (const std::string& peer : open.expected_peers()) {
-    opens[cluster_of(peer)].add_expected_peers(peer);
+    opens[peer_nodes.NodeOf(peer)].add_expected_peers(peer);
   }
-  for (const std::string& peer : open.late_peers()) opens[cluster_of(peer)].add_late_peers(peer);
+  for (const std::string& peer : open.late_peers()) {
+    opens[peer_nodes.NodeOf(peer)].add_late_peers(peer);
+  }
   for (aggregator::v1::OpenRoundRequest& o : opens) {
     if (o.late_peers_size() == 0) o.clear_late_staleness();
   }
@@ -234,13 +249,8 @@ absl::Status AggregatorWorkRunner::OpenBufferTree(const std::string& task,
   // The peers below each node: its cluster's (a peer in no cluster pushes to the root) and
   // those below its children.
   std::vector<size_t> below(n, 0);
-  for (const std::string& peer : peers) {
-    size_t at = 0;
-    for (size_t i = 1; i < n && at == 0; ++i) {
-      if (tree.nodes[i].peers.count(peer) > 0) at = i;
-    }
-    ++below[at];
-  }
+  const PeerNodes peer_nodes(tree);
+  for (const std::string& peer : peers) ++below[peer_nodes.NodeOf(peer)];
   for (size_t i = n; i-- > 1;) below[tree.nodes[i].parent] += below[i];  // children come later
   std::vector<aggregator::v1::OpenBufferRequest> opens(n, open);
   for (size_t i = 1; i < n; ++i) {
