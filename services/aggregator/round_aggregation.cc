@@ -91,6 +91,8 @@ absl::Status RoundAggregation::AddPartial(const aggregation::PartialSum& partial
                                                    aggregation::StrategyName(kind_),
                                                    " (exact_sum is for mean)"));
   }
+  // A child none of whose peers pushed sends an empty sum: nothing to add.
+  if (partial.count == 0) return absl::OkStatus();
   // Counted as the peers behind it (count()), added as the sum it is.
   aggregation::PartialSum one = partial;
   one.count = 1;

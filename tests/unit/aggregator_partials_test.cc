@@ -251,10 +251,13 @@ TEST_F(AggregatorPartialsTest, BadPartialsAreRefusedAndAddNothing) {
 
 TEST_F(AggregatorPartialsTest, RobustStrategiesRunPerClusterWeightedBySamples) {
   const v1::AggregationSettings median = StrategySettings(common::v1::AGGREGATION_MEDIAN);
-  auto root = NewNode(), a = NewNode(), b = NewNode();
-  ASSERT_TRUE(OpenOn(*root->core, {"p6"}, {"a", "b"}, median).ok());
+  auto root = NewNode(), a = NewNode(), b = NewNode(), idle = NewNode();
+  ASSERT_TRUE(OpenOn(*root->core, {"p6"}, {"a", "b", "idle"}, median).ok());
   ASSERT_TRUE(OpenOn(*a->core, {"p0", "p1", "p2"}, {}, median).ok());
   ASSERT_TRUE(OpenOn(*b->core, {"p3", "p4", "p5"}, {}, median).ok());
+  // A cluster none of whose peers pushed sends an empty sum, which adds nothing.
+  ASSERT_TRUE(OpenOn(*idle->core, {"p8"}, {}, median).ok());
+  EXPECT_THAT(Forward(*idle->core, "idle", *root->core), absl::StatusOr<bool>(false));
   for (int k : {0, 1, 2}) ASSERT_TRUE(PushTo(*a->core, k).ok());
   for (int k : {5, 3, 4}) ASSERT_TRUE(PushTo(*b->core, k).ok());
   ASSERT_TRUE(PushTo(*root->core, 6).ok());
