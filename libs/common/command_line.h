@@ -36,7 +36,8 @@ std::string HelpText(const CommandLineSpec& spec);
 
 // ParseCommandLine over argv, acting on the result: help and version go to stdout with exit
 // code 0, a usage error is one line "<program>: <error>" on stderr with exit code 2. Returns the
-// positional arguments when the program should run.
+// positional arguments when the program should run. In release builds it also turns off
+// absl::Mutex deadlock detection for the process (a binary's first call).
 std::vector<std::string> ParseCommandLineOrExit(int argc, char** argv, const CommandLineSpec& spec);
 
 }  // namespace shoal

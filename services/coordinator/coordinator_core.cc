@@ -563,19 +563,7 @@ void CoordinatorCore::Step() {
   std::vector<std::unique_ptr<aggregator::AggregatorWatch>> retired;
   {
     InputLock lock(*this, out);
-    const absl::Time now = clock_.Now();
-    std::vector<std::string> silent;
-    for (const auto& [id, peer] : peers_) {
-      if (now - peer.last_seen > options_.heartbeat_interval * options_.missed_heartbeats) {
-        silent.push_back(id);
-      }
-    }
-    for (const std::string& id : silent) {
-      out.push_back(
-          [sink = peers_[id].sink] { sink->Close(absl::UnavailableError("missed heartbeats")); });
-      metrics_.peers_crashed.Increment();
-      RemovePeer(id, "missed heartbeats", out);
-    }
+    ConvictSilentPeers(out);
     for (auto& [name, task] : tasks_) SaveRounds(task);
     RedialPeers(out);
     Reconcile(out);

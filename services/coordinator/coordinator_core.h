@@ -347,6 +347,12 @@ class CoordinatorCore {
   void DialPeer(Peer& peer, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Step: dials again the peers whose latest dial-back is `redial_interval` old.
   void RedialPeers(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Step: declares crashed the peers silent for `missed_heartbeats` intervals, unless most of
+  // the peers connected that long (and at least kMassSilence) are silent at once: then the
+  // coordinator is behind (their heartbeats wait behind a reconnect storm's Hellos) or the
+  // network is split, not the peers dead, and it holds off, for at most kMaxHoldLimits times
+  // the silence limit. Broken streams are still noticed at once (Disconnect).
+  void ConvictSilentPeers(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnDialBack(bool aggregator, const std::string& id, const std::string& address,
                   const PeerSink* session, const absl::Status& status);
   // Hello.relay_fallback, after a dial-back that could not reach the peer: advertises it
@@ -483,6 +489,8 @@ class CoordinatorCore {
   uint64_t next_peer_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_work_ ABSL_GUARDED_BY(mu_) = 1;
   size_t next_dial_ ABSL_GUARDED_BY(mu_) = 0;
+  // Since when ConvictSilentPeers holds off (most peers silent at once); unset when it does not.
+  std::optional<absl::Time> silence_hold_since_ ABSL_GUARDED_BY(mu_);
   // Watch streams of tasks that moved or ended; destroyed by Step() outside the lock (their
   // destructor waits for their callbacks, which take the lock).
   std::vector<std::unique_ptr<aggregator::AggregatorWatch>> retired_watches_ ABSL_GUARDED_BY(mu_);

@@ -45,6 +45,47 @@ void CoordinatorCore::RedialPeers(Outbox& out) {
   }
 }
 
+void CoordinatorCore::ConvictSilentPeers(Outbox& out) {
+  // At least this many silent peers, more than half of those that could be, make a mass
+  // silence; held off for at most kMaxHoldLimits silence limits.
+  constexpr size_t kMassSilence = 8;
+  constexpr int kMaxHoldLimits = 10;
+  const absl::Time now = clock_.Now();
+  const absl::Duration limit = options_.heartbeat_interval * options_.missed_heartbeats;
+  std::vector<std::string> silent;
+  size_t judged = 0;  // peers whose session is older than the limit
+  for (const auto& [id, peer] : peers_) {
+    if (now - peer.since <= limit) continue;
+    ++judged;
+    if (now - peer.last_seen > limit) silent.push_back(id);
+  }
+  const bool mass = silent.size() >= kMassSilence && silent.size() * 2 > judged;
+  if (mass && (!silence_hold_since_ || now - *silence_hold_since_ < limit * kMaxHoldLimits)) {
+    if (!silence_hold_since_) {
+      silence_hold_since_ = now;
+      LogWarning(silent.size(), " of ", judged, " peers sent no heartbeat for ",
+                 absl::FormatDuration(limit),
+                 ": not declaring them crashed while most are silent (the coordinator is behind, "
+                 "or the network is split) for up to ",
+                 absl::FormatDuration(limit * kMaxHoldLimits));
+    }
+    metrics_.peers_silent_held.Set(static_cast<double>(silent.size()));
+    return;
+  }
+  if (silence_hold_since_) {
+    LogWarning("mass silence over after ", absl::FormatDuration(now - *silence_hold_since_), ": ",
+               silent.size(), " peers still silent are declared crashed");
+    silence_hold_since_.reset();
+  }
+  metrics_.peers_silent_held.Set(0);
+  for (const std::string& id : silent) {
+    out.push_back(
+        [sink = peers_[id].sink] { sink->Close(absl::UnavailableError("missed heartbeats")); });
+    metrics_.peers_crashed.Increment();
+    RemovePeer(id, "missed heartbeats", out);
+  }
+}
+
 void CoordinatorCore::OnDialBack(bool aggregator, const std::string& id, const std::string& address,
                                  const PeerSink* session, const absl::Status& status) {
   const common::v1::Reachability reachability =

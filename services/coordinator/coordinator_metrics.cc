@@ -43,6 +43,13 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                         .Help("Peers lost without a Leave (stream broken or heartbeats missed)")
                         .Register(registry)
                         .Add({})),
+      peers_silent_held(prometheus::BuildGauge()
+                            .Name("shoal_coordinator_peers_silent_held")
+                            .Help("Peers past the heartbeat limit that are not declared crashed "
+                                  "because most peers went silent at once (a reconnect storm "
+                                  "the coordinator is behind on, or a split network)")
+                            .Register(registry)
+                            .Add({})),
       straggler_moves(prometheus::BuildCounter()
                           .Name("shoal_coordinator_straggler_moves_total")
                           .Help("Federated-sync peers moved to asynchronous contribution "

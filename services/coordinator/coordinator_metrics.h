@@ -23,6 +23,8 @@ struct CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>& messages_rejected;  // {reason}
   prometheus::Counter& peers_dropped;                          // expected peers that missed a round
   prometheus::Counter& peers_crashed;                          // streams lost or heartbeats missed
+  // Peers past the heartbeat limit not declared crashed because most peers are silent at once.
+  prometheus::Gauge& peers_silent_held;
   // Federated-sync stragglers: {direction} to_async, to_sync.
   prometheus::Family<prometheus::Counter>& straggler_moves;
   prometheus::Gauge& train_loss;                        // mean train loss of the last closed round

@@ -181,6 +181,12 @@ class Bench {
     return values;
   }
 
+  // A counter of the coordinator's metrics page; -1 when it cannot be read.
+  double CoordinatorCounter(const std::string& metric) {
+    auto page = shoal::testing::HttpGet(coordinator_metrics_, "/metrics");
+    return page.ok() ? shoal::testing::MetricValue(*page, metric) : -1;
+  }
+
   double AggregatorsCpu() {
     double cpu = 0;
     for (const auto& a : aggregators_) cpu += CpuSeconds(a->pid());
@@ -205,6 +211,7 @@ class Bench {
       options.model_floats = int64_t{absl::GetFlag(FLAGS_model_kb)} * 1000 / 4;
     }
     Fleet fleet(options);
+    const double crashed_before = CoordinatorCounter("shoal_coordinator_peers_crashed_total");
     const absl::Time t0 = absl::Now();
     fleet.Start();
     // Joins take longer with more peers: at least 2 minutes, 20 ms a peer beyond 6,000, and
@@ -261,6 +268,10 @@ class Bench {
     const double self_cpu = CpuSeconds(getpid()) - self_cpu_start;
     const double wall = absl::ToDoubleSeconds(absl::Now() - start);
     const auto status = TaskStatus(name);
+    // Sessions the coordinator ended for missed heartbeats (or found broken) while the fleet
+    // held them all: each is an error, even where the light peer has not noticed yet.
+    const int64_t crashed = static_cast<int64_t>(
+        CoordinatorCounter("shoal_coordinator_peers_crashed_total") - crashed_before);
     fleet.Stop();
     StopTask(name);
 
@@ -268,7 +279,7 @@ class Bench {
     for (const auto& r : status.history()) dropped += r.dropped_size();
     const shoal::bench::FleetErrors& e = fleet.errors();
     const int64_t errors =
-        e.streams_broken.load() + e.calls_failed.load() + e.rejected.load() + dropped;
+        e.streams_broken.load() + e.calls_failed.load() + e.rejected.load() + dropped + crashed;
     errors_ += errors;
     Latencies l = Measure(fleet.Rounds(), static_cast<size_t>(peers));
     std::printf(
@@ -280,11 +291,11 @@ class Bench {
         static_cast<long long>(fleet.push_retries()));
     std::printf(
         "%s: errors %lld (broken sessions %lld, failed calls %lld, executor full %lld, dropped "
-        "from rounds %lld)\n",
+        "from rounds %lld, declared crashed by the coordinator %lld)\n",
         name.c_str(), static_cast<long long>(errors),
         static_cast<long long>(e.streams_broken.load()),
         static_cast<long long>(e.calls_failed.load()), static_cast<long long>(e.rejected.load()),
-        static_cast<long long>(dropped));
+        static_cast<long long>(dropped), static_cast<long long>(crashed));
     std::printf("%s: coordinator CPU %.1f s in %.0f s (%.0f%% of one core); load average %.1f\n",
                 name.c_str(), cpu, wall, 100 * cpu / wall, LoadAverage());
     if (report_rss) {
@@ -432,6 +443,7 @@ class Bench {
     if (!addresses.ok()) Die(std::string(addresses.status().message()));
     if (name == "coordinator") {
       coordinator_address_ = addresses->at("grpc");
+      coordinator_metrics_ = addresses->at("metrics");
     } else {
       aggregator_metrics_[addresses->at("grpc")] = addresses->at("metrics");
     }
@@ -491,6 +503,7 @@ class Bench {
   const std::string bin_dir_;
   std::string dir_;
   std::string coordinator_address_;
+  std::string coordinator_metrics_;  // host:port of its /metrics
   std::unique_ptr<shoal::process::Process> coordinator_;
   std::vector<std::unique_ptr<shoal::process::Process>> aggregators_;
   std::map<std::string, std::string> aggregator_metrics_;  // gRPC address -> metrics address

@@ -306,6 +306,9 @@ Fleet::Fleet(Options options)
 Fleet::~Fleet() { Stop(); }
 
 void Fleet::Start() {
+  // Heartbeats first: each peer beats once welcomed, as a real one does, even while later
+  // sessions are still being started (10,000 starts take seconds).
+  beat_thread_ = std::thread([this] { HeartbeatLoop(); });
   if (options_.join_rate <= 0) {
     for (auto& p : peers_) p->Start();
   } else {
@@ -322,7 +325,6 @@ void Fleet::Start() {
       }
     });
   }
-  beat_thread_ = std::thread([this] { HeartbeatLoop(); });
 }
 
 void Fleet::Stop() {

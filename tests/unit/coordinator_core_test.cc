@@ -8,6 +8,7 @@
 #include <prometheus/registry.h>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
 #include "tests/unit/coordinator_core_fixture.h"
 
 namespace shoal::coordinator {
@@ -265,6 +266,60 @@ TEST_F(CoordinatorCoreTest, SilentPeerIsDeclaredCrashedAfterMissedHeartbeats) {
   EXPECT_EQ(sinks["b"]->closed->code(), absl::StatusCode::kUnavailable);
   EXPECT_FALSE(sinks["a"]->closed.has_value());
   EXPECT_THAT(Status("t").participants(), ElementsAre("a"));
+}
+
+// A reconnect storm: the coordinator reads the heartbeats of a few peers only (the others wait
+// behind thousands of Hellos). Most peers silent at once is the coordinator's backlog, not a
+// mass crash: none is declared crashed until most are heard again.
+TEST_F(CoordinatorCoreTest, MostPeersSilentAtOnceAreHeldNotDeclaredCrashed) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 20; ++i) names.push_back(absl::StrCat("p", i));
+  auto sinks = StartTask(Spec("t", 1, 5), names);
+  auto beat = [&](int count) {
+    v1::PeerMessage hb;
+    hb.mutable_heartbeat();
+    for (int i = 0; i < count; ++i) ASSERT_TRUE(core_->OnMessage(names[i], hb).ok());
+  };
+  for (int i = 0; i < 6; ++i) {  // 12 s: twice the silence limit (3 x 2 s)
+    clock_.Advance(absl::Seconds(2));
+    beat(5);
+    Step();
+  }
+  for (const std::string& name : names) EXPECT_FALSE(sinks[name]->closed.has_value()) << name;
+  EXPECT_EQ(Status("t").participants_size(), 20);
+  EXPECT_EQ(metrics_->peers_silent_held.Value(), 15);
+  // The backlog is read: 12 more are heard; the 3 still silent are declared crashed.
+  clock_.Advance(absl::Seconds(2));
+  beat(17);
+  Step();
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(sinks[names[i]]->closed.has_value(), i >= 17) << names[i];
+  }
+  EXPECT_EQ(Status("t").participants_size(), 17);
+  EXPECT_EQ(metrics_->peers_silent_held.Value(), 0);
+  EXPECT_EQ(metrics_->peers_crashed.Value(), 3);
+}
+
+// A silence that lasts (a split network): held for at most ten silence limits, then the silent
+// peers are declared crashed.
+TEST_F(CoordinatorCoreTest, AMassSilenceIsHeldForAtMostTenLimits) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 10; ++i) names.push_back(absl::StrCat("p", i));
+  auto sinks = StartTask(Spec("t", 1, 5), names);
+  v1::PeerMessage hb;
+  hb.mutable_heartbeat();
+  absl::Duration silent_for;
+  absl::Duration held_for;
+  while (!sinks["p9"]->closed.has_value() && silent_for < absl::Minutes(5)) {
+    clock_.Advance(absl::Seconds(1));
+    silent_for += absl::Seconds(1);
+    ASSERT_TRUE(core_->OnMessage("p0", hb).ok());
+    Step();
+    if (metrics_->peers_silent_held.Value() > 0) held_for += absl::Seconds(1);
+  }
+  EXPECT_EQ(held_for, absl::Seconds(60)) << "from the first Step past the 6 s limit";
+  for (int i = 1; i < 10; ++i) EXPECT_TRUE(sinks[names[i]]->closed.has_value()) << names[i];
+  EXPECT_FALSE(sinks["p0"]->closed.has_value());
 }
 
 TEST_F(CoordinatorCoreTest, StaleAndForeignMessagesAreRejected) {
