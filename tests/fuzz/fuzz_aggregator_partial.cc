@@ -5,6 +5,9 @@
 // Every round that publishes counts each contribution it acknowledged exactly once (its samples
 // are the sum of the accepted partials' and pushes'); finite inputs of moderate size never
 // publish a non-finite model; error messages are printable.
+// Federated-async trees the same way: children's aggregates (round 0, total weight 1) into an
+// open buffer, at the root or at a node that forwards its full buffers, among a peer's pushes
+// and reopenings with other sizes; what is published or forwarded stays finite.
 
 #include <fuzzer/FuzzedDataProvider.h>
 #include <prometheus/registry.h>
@@ -12,6 +15,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -45,18 +49,21 @@ struct State {
   bool moderate = true;  // every acknowledged value finite and of moderate size
 };
 
-// A child's sum of 0..3 fuzzed updates, sent (maybe spoiled) through the receiver.
+// A child's sum of 0..3 fuzzed updates, sent (maybe spoiled) through the receiver. For a
+// buffer (`state.round` 0), a child's aggregate: float, weights adding up to 1.
 absl::StatusOr<bool> SendPartial(FuzzedDataProvider& in, AggregatorCore& core, State& state,
                                  bool exact) {
-  const aggregation::Summation summation =
-      exact != in.ConsumeBool() ? aggregation::Summation::kExact : aggregation::Summation::kFloat;
+  const bool buffer = state.round == 0;
+  const aggregation::Summation summation = !buffer && exact != in.ConsumeBool()
+                                               ? aggregation::Summation::kExact
+                                               : aggregation::Summation::kFloat;
   aggregation::WeightedMeanAccumulator sum(SmallLayout(), 1, summation);
   PartialResult partial;
   partial.meta.task = "t";
   partial.meta.round = in.ConsumeBool() ? state.round : in.ConsumeIntegralInRange<uint64_t>(0, 3);
   partial.meta.base_version = in.ConsumeBool() ? state.base : in.ConsumeIntegral<uint8_t>();
   bool moderate = true;
-  const int updates = in.ConsumeIntegralInRange(0, 3);
+  const int updates = in.ConsumeIntegralInRange(0, buffer ? 2 : 3);
   for (int u = 0; u < updates; ++u) {
     std::vector<float> delta(SmallLayout().total_elements());
     for (float& v : delta) {
@@ -64,7 +71,8 @@ absl::StatusOr<bool> SendPartial(FuzzedDataProvider& in, AggregatorCore& core, S
       moderate = moderate && std::fabs(v) <= 1e6f;
     }
     const uint64_t samples = in.ConsumeIntegralInRange<uint64_t>(1, 1000);
-    if (!sum.Add(delta, static_cast<double>(samples)).ok()) continue;
+    const double weight = buffer ? 1.0 / updates : static_cast<double>(samples);
+    if (!sum.Add(delta, weight).ok()) continue;
     partial.meta.contributors.push_back(
         absl::StrCat("c", state.round, "-", in.ConsumeIntegralInRange(0, 5), "-", u));
     partial.meta.num_samples += samples;
@@ -125,6 +133,82 @@ void CheckPublished(const AggregatorCore& core, const RoundResult& result, const
   }
 }
 
+// The task's latest version: finite when every input was moderate.
+void CheckLatest(const AggregatorCore& core, const State& state) {
+  absl::StatusOr<ModelSnapshot> model = core.GetModel("t", std::nullopt);
+  SHOAL_FUZZ_CHECK(model.ok());
+  SHOAL_FUZZ_CHECK(model->model->layout == SmallLayout());
+  if (state.moderate) {
+    for (float v : model->model->values) SHOAL_FUZZ_CHECK(std::isfinite(v));
+  }
+}
+
+// A federated-async buffer with children "a" and "b": the root's, or (`forwards`) a node's
+// below it whose full buffers go to the forwarder.
+void RunBuffer(FuzzedDataProvider& in, AggregatorCore& core, bool median) {
+  const bool forwards = in.ConsumeBool();
+  auto forwarded = std::make_shared<std::vector<PartialResult>>();
+  // The parent takes it, or refuses it (not retried: the aggregate is lost and counted).
+  core.SetForwarder([forwarded, &in](const v1::ParentRound&, const PartialResult& aggregate) {
+    forwarded->push_back(aggregate);
+    return in.ConsumeBool() ? absl::OkStatus() : absl::FailedPreconditionError("refused");
+  });
+  OpenBufferParams params;
+  params.task = "t";
+  params.children = {"a", "b"};
+  if (forwards) {
+    params.parent.set_address("127.0.0.1:1");
+    params.parent.set_child("n");
+  }
+  if (median) params.aggregation.set_strategy(common::v1::AGGREGATION_MEDIAN);
+  State state;
+  state.round = 0;
+  auto open = [&] {
+    params.base_version = core.GetModel("t", std::nullopt)->version;
+    params.async.set_buffer_size(in.ConsumeIntegralInRange(1, 4));
+    CheckErrorIsClean(core.OpenBuffer(params));
+  };
+  open();
+  const int steps = in.ConsumeIntegralInRange(1, 24);
+  for (int step = 0; step < steps && in.remaining_bytes() > 0; ++step) {
+    state.base = core.GetModel("t", std::nullopt)->version;
+    switch (in.ConsumeIntegralInRange(0, 3)) {
+      case 0:
+      case 1:
+        CheckErrorIsClean(SendPartial(in, core, state, false).status());
+        break;
+      case 2: {  // a peer of this node's own
+        const uint64_t base = in.ConsumeBool() ? state.base : in.ConsumeIntegral<uint8_t>();
+        auto push = core.BeginPush(PushMeta{"t", 0, in.ConsumeBool() ? "p" : "q", base, 3, 0.5});
+        CheckErrorIsClean(push.status());
+        if (!push.ok() || *push == nullptr) break;
+        tensor::FlatModel delta;
+        delta.layout = SmallLayout();
+        delta.values.assign(SmallLayout().total_elements(),
+                            in.ConsumeFloatingPointInRange(-1.f, 1.f));
+        tensor::FrameEncoder encoder(delta, 16);
+        common::v1::TensorFrame frame;
+        absl::Status s;
+        while (s.ok() && encoder.Next(&frame)) s = (*push)->AddFrame(frame);
+        if (s.ok()) s = (*push)->Commit();
+        CheckErrorIsClean(s);
+        break;
+      }
+      default:  // the coordinator reopens it (another size: the waiting updates stay)
+        open();
+    }
+  }
+  CheckLatest(core, state);
+  for (const PartialResult& aggregate : *forwarded) {
+    SHOAL_FUZZ_CHECK(aggregate.meta.round == 0);
+    SHOAL_FUZZ_CHECK(aggregate.sum.sum.size() == SmallLayout().total_elements());
+    SHOAL_FUZZ_CHECK(aggregate.meta.num_samples >= aggregate.meta.contributors.size());
+    if (state.moderate) {
+      for (float v : aggregate.sum.sum) SHOAL_FUZZ_CHECK(std::isfinite(v));
+    }
+  }
+}
+
 void Run(FuzzedDataProvider& in) {
   prometheus::Registry registry;
   AggregatorMetrics metrics(registry);
@@ -138,7 +222,11 @@ void Run(FuzzedDataProvider& in) {
   SHOAL_FUZZ_CHECK(core.PutModel("t", 0, base).ok());
   // Mean (float or exact), or median: a robust strategy runs within the cluster and takes its
   // children's sums beside its own result.
-  const int kind = in.ConsumeIntegralInRange(0, 2);
+  const int kind = in.ConsumeIntegralInRange(0, 4);
+  if (kind >= 3) {  // federated-async: mean or median buffers
+    RunBuffer(in, core, kind == 4);
+    return;
+  }
   const bool exact = kind == 1;
   State state;
   auto open = [&](uint64_t round, uint64_t base) {
