@@ -563,9 +563,16 @@ void CoordinatorCore::Step() {
   std::vector<std::unique_ptr<aggregator::AggregatorWatch>> retired;
   {
     InputLock lock(*this, out);
-    ConvictSilentPeers(out);
+    // The walks over every peer run at most once a second (10,000 peers: milliseconds under
+    // the lock, ten times a second otherwise).
+    const absl::Time now = clock_.Now();
+    const bool walk = !peers_walked_ || now - *peers_walked_ >= absl::Seconds(1);
+    if (walk) {
+      peers_walked_ = now;
+      ConvictSilentPeers(out);
+      RedialPeers(out);
+    }
     for (auto& [name, task] : tasks_) SaveRounds(task);
-    RedialPeers(out);
     Reconcile(out);
     RunElections(out);
     for (auto& [name, task] : tasks_) {

@@ -491,6 +491,7 @@ class CoordinatorCore {
   size_t next_dial_ ABSL_GUARDED_BY(mu_) = 0;
   // Since when ConvictSilentPeers holds off (most peers silent at once); unset when it does not.
   std::optional<absl::Time> silence_hold_since_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Time> peers_walked_ ABSL_GUARDED_BY(mu_);  // Step's latest liveness walk
   // Watch streams of tasks that moved or ended; destroyed by Step() outside the lock (their
   // destructor waits for their callbacks, which take the lock).
   std::vector<std::unique_ptr<aggregator::AggregatorWatch>> retired_watches_ ABSL_GUARDED_BY(mu_);
