@@ -396,10 +396,18 @@ absl::Status AggregatorCore::AcceptRoundPush(Push& push) {
   {
     absl::MutexLock lock(&mu_);
     if (round.state != Round::State::kOpen || push.task_->released) {
-      return push.RejectWith(
-          RejectReason::kRoundNotOpen,
-          absl::FailedPreconditionError(absl::StrCat(RoundLabel(round.number, push.meta_.task),
-                                                     " closed before the update was complete")));
+      const std::string label = RoundLabel(round.number, push.meta_.task);
+      // An async peer's late update goes into whichever round is open: the next one takes it.
+      if (!push.task_->released && round.late.count(push.meta_.peer_id) > 0) {
+        return push.RejectWith(
+            RejectReason::kRoundNotOpen,
+            absl::UnavailableError(absl::StrCat(label, " closed before the late update of peer '",
+                                                EscapeBytes(push.meta_.peer_id),
+                                                "' was complete; retry into the next round")));
+      }
+      return push.RejectWith(RejectReason::kRoundNotOpen,
+                             absl::FailedPreconditionError(
+                                 absl::StrCat(label, " closed before the update was complete")));
     }
     // Counted now, folded by FoldRoundPush: CloseRound reads these only once folds_in_flight is
     // 0.

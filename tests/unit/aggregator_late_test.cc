@@ -82,6 +82,38 @@ TEST_F(AggregatorLateTest, ALateUpdateGoesIntoTheOpenRoundScaledByItsStaleness) 
   EXPECT_TRUE(duplicate);
 }
 
+// The round a late update streams into closes before the update is complete: it is refused
+// UNAVAILABLE (retry), and the retry goes into the next round, not lost.
+TEST_F(AggregatorLateTest, ALateUpdateCutOffByTheCloseIsRetriedIntoTheNextRound) {
+  FirstRound();
+  OpenWithLate(2, 1);
+  auto streaming = Streamed(Meta("s", 2, 1, 0), Constant(3));
+  ASSERT_TRUE(streaming.ok()) << streaming.status();
+  ASSERT_NE(*streaming, nullptr);
+  ASSERT_TRUE(PushModel(Meta("a", 2, 2, 1), Constant(1)).ok());
+  ASSERT_TRUE(PushModel(Meta("b", 2, 2, 1), Constant(1)).ok());
+  auto closed = core_->CloseRound("t", 2);
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_THAT(closed->contributors, ElementsAre("a", "b"));
+  const absl::Status cut = (*streaming)->Commit();
+  EXPECT_EQ(cut.code(), absl::StatusCode::kUnavailable) << cut;
+  EXPECT_THAT(cut.message(), HasSubstr("retry into the next round"));
+  // The peer retries once round 3 is open: two versions behind now, a third of its delta.
+  OpenWithLate(3, 2);
+  ASSERT_TRUE(PushModel(Meta("s", 2, 1, 0), Constant(3)).ok());
+  ASSERT_TRUE(PushModel(Meta("a", 2, 3, 2), Constant(0)).ok());
+  ASSERT_TRUE(PushModel(Meta("b", 2, 3, 2), Constant(0)).ok());
+  closed = core_->CloseRound("t", 3);
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_THAT(closed->contributors, ElementsAre("a", "b", "s"));
+  // A sync peer's update cut off the same way is FAILED_PRECONDITION: its round is gone.
+  OpenWithLate(4, 3);
+  auto sync = Streamed(Meta("a", 2, 4, 3), Constant(1));
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  ASSERT_TRUE(core_->CloseRound("t", 4).ok());
+  EXPECT_EQ((*sync)->Commit().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(AggregatorLateTest, LateUpdatesKeepToTheirRules) {
   FirstRound();
   // Between rounds a late update is told to retry (into the next round).

@@ -128,6 +128,30 @@ TEST_F(CoordinatorStragglersTest, ALateUpdateReportedAfterItsRoundClosedStillFre
   EXPECT_THAT(sinks["c"]->Take(), ElementsAre(Kind::kModelPublished, Kind::kRoundStarted));
 }
 
+// No later round would take an async peer's update: the last round waits for the ones still
+// training (within its deadline).
+TEST_F(CoordinatorStragglersTest, TheLastRoundWaitsForAsyncPeersStillTraining) {
+  common::v1::TaskSpec spec = StragglerSpec();
+  spec.set_rounds(3);
+  auto sinks = StartTask(spec, {"a", "b", "c"});
+  SlowFirstRounds(sinks);
+  ASSERT_THAT(Status("t").async_peers(), ElementsAre("c"));
+  ASSERT_EQ(Status("t").round(), 3u);
+  Advance(absl::Seconds(1));
+  aggregator_.contributors = {"a", "b", "c"};
+  Accept("t", 3, "a");
+  Accept("t", 3, "b");
+  Step();
+  EXPECT_EQ(aggregator_.closed.size(), 2u) << "c still trains: the last round waits";
+  Advance(absl::Seconds(2));
+  Step();
+  EXPECT_EQ(aggregator_.closed.size(), 2u);
+  Accept("t", 3, "c");
+  Step();
+  ASSERT_EQ(aggregator_.closed.size(), 3u);
+  EXPECT_THAT(Status("t").history(2).late(), ElementsAre("c"));
+}
+
 TEST_F(CoordinatorStragglersTest, WithoutStragglerFactorNobodyMoves) {
   auto sinks = StartTask(Spec("t", 3, 4), {"a", "b", "c"});
   for (uint64_t round = 1; round <= 3; ++round) {

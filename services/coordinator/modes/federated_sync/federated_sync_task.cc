@@ -110,7 +110,9 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
   if (!has_aggregator_ || pending_.has_value() || !retry_.Ready(now)) return;
   switch (status.phase()) {
     case v1::ROUND_PHASE_TRAINING: {
-      const bool all = AllAccepted();
+      // The last round also waits for the async peers still training (until its deadline):
+      // no later round would take their updates.
+      const bool all = AllAccepted() && (round_.number < spec_.rounds() || !AnyBusy(now));
       if (!all && now < round_.deadline) return;
       if (!all) LogWarning("task ", task_, ": round ", round_.number, " deadline passed");
       status.set_phase(v1::ROUND_PHASE_CLOSING);
@@ -248,6 +250,13 @@ void FederatedSyncTask::StartIdleAsyncPeers(absl::Time now, v1::TaskStatus& stat
     busy_[id] = Training{now, deadline};
     fx.Send(id, event);
   }
+}
+
+bool FederatedSyncTask::AnyBusy(absl::Time now) const {
+  for (const auto& [peer, training] : busy_) {
+    if (peers_.count(peer) > 0 && now < training.deadline) return true;
+  }
+  return false;
 }
 
 bool FederatedSyncTask::Busy(const std::string& peer, absl::Time now) const {

@@ -83,6 +83,8 @@ class FederatedSyncTask final : public AggregatorModeTask {
   void StartIdleAsyncPeers(absl::Time now, v1::TaskStatus& status, ModeEffects& fx);
   // Whether async `peer` trains now (was started and its deadline has not passed).
   bool Busy(const std::string& peer, absl::Time now) const;
+  // Whether any async peer of the task trains now.
+  bool AnyBusy(absl::Time now) const;
   // status.async_peers = the tracker's.
   void ShowAsyncPeers(v1::TaskStatus& status) const;
   // Whether the evaluation of the task's current model version is complete.
