@@ -121,6 +121,23 @@ absl::StatusOr<bool> SendPartial(FuzzedDataProvider& in, AggregatorCore& core, S
   return added;
 }
 
+// A push of `meta` whose delta is one fuzzed value throughout; true when it was accepted.
+bool PushConstant(FuzzedDataProvider& in, AggregatorCore& core, const PushMeta& meta) {
+  auto push = core.BeginPush(meta);
+  CheckErrorIsClean(push.status());
+  if (!push.ok() || *push == nullptr) return false;
+  tensor::FlatModel delta;
+  delta.layout = SmallLayout();
+  delta.values.assign(SmallLayout().total_elements(), in.ConsumeFloatingPointInRange(-1.f, 1.f));
+  tensor::FrameEncoder encoder(delta, 16);
+  common::v1::TensorFrame frame;
+  absl::Status s;
+  while (s.ok() && encoder.Next(&frame)) s = (*push)->AddFrame(frame);
+  if (s.ok()) s = (*push)->Commit();
+  CheckErrorIsClean(s);
+  return s.ok();
+}
+
 void CheckPublished(const AggregatorCore& core, const RoundResult& result, const State& state) {
   SHOAL_FUZZ_CHECK(result.num_samples == state.samples);
   std::set<std::string> unique(result.contributors.begin(), result.contributors.end());
@@ -179,19 +196,7 @@ void RunBuffer(FuzzedDataProvider& in, AggregatorCore& core, bool median) {
         break;
       case 2: {  // a peer of this node's own
         const uint64_t base = in.ConsumeBool() ? state.base : in.ConsumeIntegral<uint8_t>();
-        auto push = core.BeginPush(PushMeta{"t", 0, in.ConsumeBool() ? "p" : "q", base, 3, 0.5});
-        CheckErrorIsClean(push.status());
-        if (!push.ok() || *push == nullptr) break;
-        tensor::FlatModel delta;
-        delta.layout = SmallLayout();
-        delta.values.assign(SmallLayout().total_elements(),
-                            in.ConsumeFloatingPointInRange(-1.f, 1.f));
-        tensor::FrameEncoder encoder(delta, 16);
-        common::v1::TensorFrame frame;
-        absl::Status s;
-        while (s.ok() && encoder.Next(&frame)) s = (*push)->AddFrame(frame);
-        if (s.ok()) s = (*push)->Commit();
-        CheckErrorIsClean(s);
+        PushConstant(in, core, PushMeta{"t", 0, in.ConsumeBool() ? "p" : "q", base, 3, 0.5});
         break;
       }
       default:  // the coordinator reopens it (another size: the waiting updates stay)
@@ -250,23 +255,11 @@ void Run(FuzzedDataProvider& in) {
       case 1:
         CheckErrorIsClean(SendPartial(in, core, state, exact).status());
         break;
-      case 2: {  // the round's own peer
-        auto push = core.BeginPush(PushMeta{"t", state.round, "p", state.base, 3, 0.5});
-        CheckErrorIsClean(push.status());
-        if (!push.ok() || *push == nullptr) break;
-        tensor::FlatModel delta;
-        delta.layout = SmallLayout();
-        delta.values.assign(SmallLayout().total_elements(),
-                            in.ConsumeFloatingPointInRange(-1.f, 1.f));
-        tensor::FrameEncoder encoder(delta, 16);
-        common::v1::TensorFrame frame;
-        absl::Status s;
-        while (s.ok() && encoder.Next(&frame)) s = (*push)->AddFrame(frame);
-        if (s.ok()) s = (*push)->Commit();
-        CheckErrorIsClean(s);
-        if (s.ok()) state.samples += 3;
+      case 2:  // the round's own peer
+        if (PushConstant(in, core, PushMeta{"t", state.round, "p", state.base, 3, 0.5})) {
+          state.samples += 3;
+        }
         break;
-      }
       case 3: {  // this aggregator as a child: its partial, published nowhere
         auto partial = core.ClosePartial("t", state.round);
         CheckErrorIsClean(partial.status());
