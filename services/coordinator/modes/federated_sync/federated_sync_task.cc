@@ -253,10 +253,9 @@ void FederatedSyncTask::StartIdleAsyncPeers(absl::Time now, v1::TaskStatus& stat
 }
 
 bool FederatedSyncTask::AnyBusy(absl::Time now) const {
-  for (const auto& [peer, training] : busy_) {
-    if (peers_.count(peer) > 0 && now < training.deadline) return true;
-  }
-  return false;
+  // (RemovePeer takes a leaving peer out of busy_.)
+  return std::any_of(busy_.begin(), busy_.end(),
+                     [now](const auto& entry) { return now < entry.second.deadline; });
 }
 
 bool FederatedSyncTask::Busy(const std::string& peer, absl::Time now) const {
