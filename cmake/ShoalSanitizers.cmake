@@ -10,6 +10,18 @@
 set(SHOAL_SANITIZE "" CACHE STRING "Sanitizer for every target: address (ASan+UBSan), thread (TSan) or empty")
 set_property(CACHE SHOAL_SANITIZE PROPERTY STRINGS "" address thread)
 
+# shoal_not_under_tsan(TEST ...): disables tests that cannot run in a ThreadSanitizer build.
+# protobuf's MapField gets two extra members under TSan (google/protobuf/map_field.h), so a
+# message with a map that is compiled into Debian's libprotobuf (google.protobuf.Struct, what
+# JSON parses into) has another layout there than its inline accessors expect in Shoal's TSan
+# code: they read the wrong offsets and crash. Shoal's own messages are compiled with Shoal's
+# flags and are not affected.
+function(shoal_not_under_tsan)
+  if(SHOAL_SANITIZE STREQUAL "thread")
+    set_tests_properties(${ARGN} PROPERTIES DISABLED TRUE)
+  endif()
+endfunction()
+
 if(SHOAL_SANITIZE STREQUAL "")
   return()
 elseif(SHOAL_SANITIZE STREQUAL "address")

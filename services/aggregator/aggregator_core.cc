@@ -135,6 +135,13 @@ AggregatorCore::AggregatorCore(AggregatorCoreOptions options, const Clock& clock
     : options_(std::move(options)), clock_(clock), metrics_(metrics) {}
 
 AggregatorCore::~AggregatorCore() {
+  {
+    // The watch streams are done by now (their server has shut down): their last Unwatch is
+    // ordered before this by gRPC's own atomics, which ThreadSanitizer does not see; the lock
+    // shows it.
+    absl::MutexLock lock(&watch_mu_);
+    watchers_.clear();
+  }
   absl::MutexLock lock(&mu_);
   for (const auto& [name, task] : tasks_) {
     if (task->buffer != nullptr) {

@@ -144,7 +144,9 @@ absl::Status AggregatorWorkRunner::OpenTree(const std::string& task, const Aggre
       for (const std::string& backup : tree.nodes[i].backups) backups.emplace_back(i, backup);
     }
     std::vector<aggregator::v1::OpenRoundRequest> standby(backups.size());
-    std::vector<bool> standby_open(backups.size(), false);
+    // One byte per flag: the calls set theirs in parallel (std::vector<bool> packs them into
+    // shared words, a data race that ThreadSanitizer found).
+    std::vector<char> standby_open(backups.size(), 0);
     std::vector<size_t> all(backups.size());
     for (size_t k = 0; k < backups.size(); ++k) all[k] = k;
     CallEach(all, [&](size_t k) {
