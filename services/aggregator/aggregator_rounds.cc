@@ -138,6 +138,13 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
       cur->max_norm = p.max_update_norm;
       return absl::OkStatus();
     }
+    if (cur->state == Round::State::kClosed && cur->partial != nullptr && child_round &&
+        cur->base_version == p.base_version) {
+      // A child's round whose partial sum is made, opened again with another parent (the root's
+      // backup took over): the sum goes there at the next CloseRound; nothing else changes.
+      cur->parent = p.parent;
+      return absl::OkStatus();
+    }
     return absl::FailedPreconditionError(absl::StrCat(label, " is already ", RoundStateName(*cur)));
   }
   if (task->closed.count(p.round) > 0 || (cur != nullptr && p.round < cur->number)) {

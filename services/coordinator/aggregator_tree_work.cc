@@ -7,6 +7,8 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -132,16 +134,37 @@ absl::Status AggregatorWorkRunner::OpenTree(const std::string& task, const Aggre
     opens[i].mutable_parent()->set_address(tree.nodes[node.parent].address);
     opens[i].mutable_parent()->set_child(node.id);
   }
+  // The root's backups fetch its versions as its children: it names them.
+  const Node& root = tree.nodes[0];
+  for (const std::string& id : root.backup_ids) opens[0].add_expected_children(id);
   // From the root down, a level at a time (the nodes of a level in parallel): a node that does
   // not hold the base version fetches it from its parent (a transfer), which has it by then.
   // Replicas: a node's backups first, each with a standby round (the same round, taking only
-  // the node's copies); the node copies to those that opened.
+  // the node's copies); the node copies to those that opened. The root's backups have their
+  // standby's base version from the root: it opens first, and again with its backups.
   std::map<std::string, aggregator::v1::OpenRoundRequest> standbys;
+  std::set<std::string> root_standbys;
   for (const std::vector<size_t>& level :
        ByLevel(tree.nodes, [&](size_t i) { return active[i]; })) {
-    std::vector<std::pair<size_t, std::string>> backups;  // (node, backup address)
+    struct Backup {
+      size_t node;
+      std::string address;
+      std::string id;
+    };
+    std::vector<Backup> backups;
     for (size_t i : level) {
-      for (const std::string& backup : tree.nodes[i].backups) backups.emplace_back(i, backup);
+      const Node& node = tree.nodes[i];
+      for (size_t b = 0; b < node.backups.size(); ++b) {
+        backups.push_back(
+            {i, node.backups[b], b < node.backup_ids.size() ? node.backup_ids[b] : ""});
+      }
+    }
+    if (level.front() == 0 && !root.backups.empty()) {
+      if (absl::Status s =
+              client_.OpenRound(root.address, opens[0], clock_.Now() + options_.call_timeout);
+          !s.ok()) {
+        return s;
+      }
     }
     std::vector<aggregator::v1::OpenRoundRequest> standby(backups.size());
     // One byte per flag: the calls set theirs in parallel (std::vector<bool> packs them into
@@ -150,9 +173,14 @@ absl::Status AggregatorWorkRunner::OpenTree(const std::string& task, const Aggre
     std::vector<size_t> all(backups.size());
     for (size_t k = 0; k < backups.size(); ++k) all[k] = k;
     CallEach(all, [&](size_t k) {
-      const auto& [i, address] = backups[k];
+      const size_t i = backups[k].node;
+      const std::string& address = backups[k].address;
       standby[k] = opens[i];
       standby[k].set_standby_for(SelfId(tree.nodes[i]));
+      if (i == 0) {  // the root's: its versions come from the root, as its child
+        standby[k].mutable_parent()->set_address(root.address);
+        standby[k].mutable_parent()->set_child(backups[k].id);
+      }
       absl::Status opened =
           client_.OpenRound(address, standby[k], clock_.Now() + options_.transfer_timeout);
       if (!opened.ok()) {
@@ -164,9 +192,11 @@ absl::Status AggregatorWorkRunner::OpenTree(const std::string& task, const Aggre
     }).IgnoreError();
     for (size_t k = 0; k < backups.size(); ++k) {
       if (!standby_open[k]) continue;
-      opens[backups[k].first].add_backups(backups[k].second);
-      opens[backups[k].first].set_replica_id(SelfId(tree.nodes[backups[k].first]));
-      standbys[backups[k].second] = std::move(standby[k]);
+      const size_t i = backups[k].node;
+      opens[i].add_backups(backups[k].address);
+      opens[i].set_replica_id(SelfId(tree.nodes[i]));
+      if (i == 0) root_standbys.insert(backups[k].address);
+      standbys[backups[k].address] = std::move(standby[k]);
     }
     absl::Status s = CallEach(level, [&](size_t i) {
       const absl::Duration limit = i == 0 ? options_.call_timeout : options_.transfer_timeout;
@@ -176,12 +206,18 @@ absl::Status AggregatorWorkRunner::OpenTree(const std::string& task, const Aggre
     });
     if (!s.ok()) return s;
   }
-  std::vector<Node> in_round;
+  TreeRound round;
+  round.round = open.round();
+  round.root = root.address;
   for (size_t i = 1; i < n; ++i) {
-    if (active[i]) in_round.push_back(tree.nodes[i]);
+    if (!active[i]) continue;
+    round.nodes.push_back(tree.nodes[i]);
+    round.opens.push_back(std::move(opens[i]));
   }
+  round.standbys = std::move(standbys);
+  round.root_standbys = std::move(root_standbys);
   absl::MutexLock lock(&mu_);
-  tree_rounds_[task] = {open.round(), std::move(in_round), std::move(standbys)};
+  tree_rounds_[task] = std::move(round);
   return absl::OkStatus();
 }
 
@@ -189,10 +225,24 @@ absl::StatusOr<aggregator::v1::CloseRoundResponse> AggregatorWorkRunner::CloseTr
     const std::string& task, const AggregatorTree& tree,
     const aggregator::v1::CloseRoundRequest& close) {
   std::vector<Node> opened;  // the nodes below the root the round was opened on
+  std::map<std::string, aggregator::v1::OpenRoundRequest> retell;
   {
     absl::MutexLock lock(&mu_);
     auto it = tree_rounds_.find(task);
-    if (it != tree_rounds_.end() && it->second.round == close.round()) opened = it->second.nodes;
+    if (it != tree_rounds_.end() && it->second.round == close.round()) {
+      opened = it->second.nodes;
+      retell = it->second.retell;
+    }
+  }
+  // Nodes not told yet that the root changed learn their new parent first.
+  for (const auto& [address, open] : retell) {
+    if (absl::Status s = client_.OpenRound(address, open, clock_.Now() + options_.call_timeout);
+        !s.ok()) {
+      return absl::Status(
+          s.code(), absl::StrCat("telling aggregator ", address, " its new parent: ", s.message()));
+    }
+    absl::MutexLock lock(&mu_);
+    tree_rounds_[task].retell.erase(address);
   }
   // The deepest level first (its nodes in parallel): each sends its parent its partial sum (a
   // transfer) before the parent closes and sends its own, which includes it.
@@ -222,8 +272,109 @@ absl::StatusOr<aggregator::v1::CloseRoundResponse> AggregatorWorkRunner::CloseTr
   return closed;
 }
 
+absl::Status AggregatorWorkRunner::PromoteRoot(const std::string& task, const std::string& primary,
+                                               const std::string& backup,
+                                               const std::string& backup_id) {
+  std::optional<aggregator::v1::OpenRoundRequest> open;
+  // Opened again: the root's other backups (standby for the new root, their versions from it),
+  // then the nodes whose parent was the lost root (their partial sums go to the new one).
+  std::vector<std::pair<std::string, aggregator::v1::OpenRoundRequest>> backups, children;
+  uint64_t number = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    TreeRound& round = tree_rounds_[task];
+    number = round.round;
+    round.root = backup;
+    auto standby = round.standbys.find(backup);
+    if (round.closed) return absl::OkStatus();  // the next round opens on the new tree
+    if (standby == round.standbys.end() || round.root_standbys.count(backup) == 0) {
+      // Without the round it lacks the base version, maybe the root's own peers' updates: the
+      // task starts over from its checkpoint.
+      return absl::FailedPreconditionError(
+          absl::StrCat("backup ", backup, " of the root holds no standby of round ", number));
+    }
+    open = std::move(standby->second);
+    round.standbys.erase(standby);
+    round.root_standbys.erase(backup);
+    open->clear_standby_for();
+    open->clear_parent();
+    open->set_replica_id(backup_id);
+    open->clear_backups();
+    auto* named = open->mutable_expected_children();
+    named->erase(std::remove(named->begin(), named->end(), backup_id), named->end());
+    for (const std::string& other : round.root_standbys) {
+      aggregator::v1::OpenRoundRequest& o = round.standbys.at(other);
+      o.set_standby_for(backup_id);
+      o.mutable_parent()->set_address(backup);
+      open->add_backups(other);
+      backups.emplace_back(other, o);
+    }
+    for (size_t k = 0; k < round.nodes.size(); ++k) {
+      if (round.opens[k].parent().address() != primary) continue;
+      round.opens[k].mutable_parent()->set_address(backup);
+      children.emplace_back(round.nodes[k].address, round.opens[k]);
+    }
+    for (auto& [address, o] : round.standbys) {
+      if (round.root_standbys.count(address) > 0 || o.parent().address() != primary) continue;
+      o.mutable_parent()->set_address(backup);
+      children.emplace_back(address, o);
+    }
+  }
+  LogWarning("task ", task, ": backup ", backup, " takes round ", number,
+             " over from the lost root ", primary);
+  if (absl::Status s = client_.OpenRound(backup, *open, clock_.Now() + options_.call_timeout);
+      !s.ok()) {
+    return s;
+  }
+  for (const auto& [address, o] : backups) {
+    absl::Status s = client_.OpenRound(address, o, clock_.Now() + options_.transfer_timeout);
+    if (!s.ok()) LogWarning("task ", task, ": backup ", address, " of the root: ", s.message());
+  }
+  // One that cannot be told now is told before its CloseRound (CloseTree).
+  std::vector<size_t> all(children.size());
+  for (size_t k = 0; k < children.size(); ++k) all[k] = k;
+  std::vector<char> told(children.size(), 0);
+  CallEach(all, [&](size_t k) {
+    absl::Status s = client_.OpenRound(children[k].first, children[k].second,
+                                       clock_.Now() + options_.call_timeout);
+    if (!s.ok()) {
+      LogWarning("task ", task, ": aggregator ", children[k].first, " below the new root ", backup,
+                 ": ", s.message());
+    }
+    told[k] = s.ok();
+    return absl::OkStatus();
+  }).IgnoreError();
+  absl::MutexLock lock(&mu_);
+  TreeRound& round = tree_rounds_[task];
+  for (size_t k = 0; k < children.size(); ++k) {
+    if (!told[k]) round.retell[children[k].first] = children[k].second;
+  }
+  return absl::OkStatus();
+}
+
 void AggregatorWorkRunner::PullTree(const std::string& task, const AggregatorTree& tree,
                                     uint64_t version) {
+  // The root's backups first: one that lacks the new version cannot take the root over before
+  // the next round.
+  const Node& root = tree.nodes[0];
+  std::vector<size_t> backups;
+  for (size_t b = 0; b < root.backups.size() && b < root.backup_ids.size(); ++b) {
+    backups.push_back(b);
+  }
+  CallEach(backups, [&](size_t b) {
+    aggregator::v1::PullModelRequest pull;
+    pull.set_task(task);
+    pull.set_version(version);
+    pull.mutable_parent()->set_address(root.address);
+    pull.mutable_parent()->set_child(root.backup_ids[b]);
+    absl::StatusOr<bool> pulled =
+        client_.PullModel(root.backups[b], pull, clock_.Now() + options_.transfer_timeout);
+    if (!pulled.ok()) {
+      LogWarning("task ", task, ": backup ", root.backups[b],
+                 " of the root: ", pulled.status().message());
+    }
+    return absl::OkStatus();
+  }).IgnoreError();
   // Each node fetches the version from its parent, from the top down (each aggregator sends one
   // model per child, not one per peer). A node that cannot is only logged: it fetches the
   // version with its next round (or pull), and a lost node moves the task anyway.

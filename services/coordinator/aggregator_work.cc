@@ -80,6 +80,16 @@ void AggregatorWorkRunner::Promote(const std::string& task, const std::string& p
                                    const std::string& backup, const std::string& backup_id,
                                    std::function<void(absl::Status)> done) {
   QueuesOf(task).calls->Post([this, task, primary, backup, backup_id, done = std::move(done)] {
+    bool root = false;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = tree_rounds_.find(task);
+      root = it != tree_rounds_.end() && it->second.root == primary;
+    }
+    if (root) {
+      done(PromoteRoot(task, primary, backup, backup_id));
+      return;
+    }
     std::optional<aggregator::v1::OpenRoundRequest> open;
     std::vector<std::pair<std::string, aggregator::v1::OpenRoundRequest>> others;
     std::optional<uint64_t> open_round;  // the primary was in this round, still open
@@ -88,7 +98,8 @@ void AggregatorWorkRunner::Promote(const std::string& task, const std::string& p
       auto it = tree_rounds_.find(task);
       if (it != tree_rounds_.end()) {
         TreeRound& round = it->second;
-        for (AggregatorTree::Node& node : round.nodes) {
+        for (size_t k = 0; k < round.nodes.size(); ++k) {
+          AggregatorTree::Node& node = round.nodes[k];
           if (node.address != primary) continue;
           if (!round.closed) open_round = round.round;
           node.address = backup;
@@ -106,6 +117,9 @@ void AggregatorWorkRunner::Promote(const std::string& task, const std::string& p
               it->second.set_standby_for(backup_id);
               others.emplace_back(other, it->second);
             }
+            open->clear_standby_for();
+            open->set_replica_id(backup_id);
+            round.opens[k] = *open;  // what the node holds now, should its parent change
           }
         }
       }
@@ -124,8 +138,6 @@ void AggregatorWorkRunner::Promote(const std::string& task, const std::string& p
       absl::Status s = client_.OpenRound(other, standby, clock_.Now() + options_.call_timeout);
       if (!s.ok()) LogWarning("task ", task, ": backup ", other, " of ", backup, ": ", s.message());
     }
-    open->clear_standby_for();
-    open->set_replica_id(backup_id);
     done(client_.OpenRound(backup, *open, clock_.Now() + options_.call_timeout));
   });
 }

@@ -73,12 +73,13 @@ class AggregatorWorkRunner {
                   std::function<void(absl::Status)> done);
   // Frees the task at the aggregator (fire and forget; a failure is logged).
   void Release(const std::string& task, const std::string& address);
-  // Replicas: `backup` takes over from the lost `primary` of a cluster, in order with the task's
-  // control calls. When the task's open round has a standby round at `backup`, that round is
-  // opened again without standby_for (it keeps the copies it took; its own copies go out as
-  // `backup_id`, to the node's other backups, told so) and its CloseRound goes to `backup` from
-  // then on; otherwise the next round opens on the new tree. `done` gets the promotion's
-  // result.
+  // Replicas: `backup` takes over from the lost `primary` of a cluster or the root, in order
+  // with the task's control calls. When the task's open round has a standby round at `backup`,
+  // that round is opened again without standby_for (it keeps the copies it took; its own copies
+  // go out as `backup_id`, to the node's other backups, told so) and its CloseRound goes to
+  // `backup` from then on; the root's children (and their backups) are opened again with
+  // `backup` as their parent, so that their partial sums go there. Otherwise the next round
+  // opens on the new tree. `done` gets the promotion's result.
   void Promote(const std::string& task, const std::string& primary, const std::string& backup,
                const std::string& backup_id, std::function<void(absl::Status)> done);
   // Blocks until every queue is idle.
@@ -103,8 +104,12 @@ class AggregatorWorkRunner {
   absl::Status OpenBufferTree(const std::string& task, const AggregatorTree& tree,
                               const aggregator::v1::OpenBufferRequest& open,
                               const std::vector<std::string>& peers);
-  // Every node below the root fetches `version` from its parent, from the top down; a node that
-  // cannot is logged (it fetches the version with its next round or pull).
+  // The root's backup takes over the task's open round from the lost root (see Promote).
+  absl::Status PromoteRoot(const std::string& task, const std::string& primary,
+                           const std::string& backup, const std::string& backup_id);
+  // Every node below the root fetches `version` from its parent, from the top down, and the
+  // root's backups from the root; a node that cannot is logged (it fetches the version with its
+  // next round or pull).
   void PullTree(const std::string& task, const AggregatorTree& tree, uint64_t version);
   absl::Status Checkpoint(const std::string& task, const std::string& address,
                           const AggregatorWork& work);
@@ -125,8 +130,13 @@ class AggregatorWorkRunner {
   // backups (by address; until the round closes, for Promote).
   struct TreeRound {
     uint64_t round = 0;
+    std::string root;  // its address
     std::vector<AggregatorTree::Node> nodes;
+    std::vector<aggregator::v1::OpenRoundRequest> opens;  // what each of `nodes` was opened with
     std::map<std::string, aggregator::v1::OpenRoundRequest> standbys;
+    std::set<std::string> root_standbys;  // those of `standbys` at the root's backups
+    // Nodes not told yet that the root changed (PromoteRoot's open failed): CloseTree tells them.
+    std::map<std::string, aggregator::v1::OpenRoundRequest> retell;
     bool closed = false;  // CloseTree succeeded
   };
   std::map<std::string, TreeRound> tree_rounds_ ABSL_GUARDED_BY(mu_);

@@ -239,9 +239,9 @@ void CoordinatorCore::UpdateTreeMetrics() {
     if (!IsActive(task) || !task::IsHierarchical(task.status.spec()) || task.links.empty())
       continue;
     clusters += task.links.size() - 1;
-    const size_t want = task::ReplicasOf(task.status.spec()) - 1;
-    for (size_t i = 1; i < task.links.size(); ++i) {
-      missing += want - std::min(want, task.links[i].backups.size());
+    const size_t want = task.links.size() > 1 ? task::ReplicasOf(task.status.spec()) - 1 : 0;
+    for (const Task::Link& link : task.links) {
+      missing += want - std::min(want, link.backups.size());
     }
     for (const Task::Link& link : task.links) depth = std::max(depth, link.level);
   }

@@ -1,9 +1,9 @@
 // CoordinatorCore: the replicas of hierarchical tasks (TaskSpec.replicas). Each cluster below
-// the root gets replicas - 1 backups from the registered aggregators the task does not use
-// otherwise; the cluster's primary copies every update it accepts to them before it answers
-// the peer (aggregator side: OpenRoundRequest.backups, standby_for). When the primary is lost,
-// its first backup takes over the cluster: the round goes on there, with every update a peer
-// was told is in (README "Replicas").
+// the root, then the root, gets replicas - 1 backups from the registered aggregators the task
+// does not use otherwise; the primary copies every update it accepts to them before it answers
+// the peer (aggregator side: OpenRoundRequest.backups, standby_for), and the root's backups
+// fetch each version it publishes. When a primary is lost, its first backup takes its place:
+// the round goes on there, with every update a peer was told is in (README "Replicas").
 
 #include <algorithm>
 #include <utility>
@@ -33,7 +33,9 @@ void CoordinatorCore::AssignBackups(Outbox& out) {
       continue;
     }
     const size_t want = task::ReplicasOf(task.status.spec()) - 1;
-    for (size_t i = 1; i < task.links.size(); ++i) {
+    // The clusters below the root first (there are more of them to lose), the root last.
+    for (size_t k = 1; k <= task.links.size(); ++k) {
+      const size_t i = k % task.links.size();
       Task::Link& link = task.links[i];
       while (link.backups.size() < want) {
         if (!loaded) {
@@ -46,7 +48,8 @@ void CoordinatorCore::AssignBackups(Outbox& out) {
         link.backups.push_back(address);
         metrics_.backups_assigned.Increment();
         LogInfo("task ", name, ": aggregator ", address, " is backup ", link.backups.size(),
-                " of the cluster of ", link.address, " (from its next round)");
+                i == 0 ? " of the root " : " of the cluster of ", link.address,
+                " (from its next round)");
         // It forgets what it kept of the task (a round of an earlier tree) before it learns the
         // cluster's members: both ahead of the task's next round on its queue.
         out.push_back([this, name, address] { work_.Release(name, address); });
@@ -58,7 +61,7 @@ void CoordinatorCore::AssignBackups(Outbox& out) {
 
 std::string CoordinatorCore::TakeBackup(Task& task, Outbox& out) {
   Task::Link* most = nullptr;
-  for (size_t i = 1; i < task.links.size(); ++i) {
+  for (size_t i = 0; i < task.links.size(); ++i) {
     Task::Link& link = task.links[i];
     if (!link.backups.empty() && (most == nullptr || link.backups.size() > most->backups.size())) {
       most = &link;
@@ -67,8 +70,8 @@ std::string CoordinatorCore::TakeBackup(Task& task, Outbox& out) {
   if (most == nullptr) return "";
   std::string address = most->backups.back();
   most->backups.pop_back();
-  LogInfo("task ", task.status.spec().name(), ": backup ", address, " of the cluster of ",
-          most->address, " serves a new cluster instead");
+  LogInfo("task ", task.status.spec().name(), ": backup ", address, " of ", most->address,
+          " serves a new cluster instead");
   // What it kept as a backup (a standby round) is forgotten before it serves, ahead of the
   // task's next round on its queue.
   out.push_back(
@@ -78,21 +81,29 @@ std::string CoordinatorCore::TakeBackup(Task& task, Outbox& out) {
 
 bool CoordinatorCore::FailOver(Task& task, const std::string& address, Outbox& out) {
   const std::string& name = task.status.spec().name();
-  for (size_t i = 1; i < task.links.size(); ++i) {
+  for (size_t i = 0; i < task.links.size(); ++i) {
     Task::Link& link = task.links[i];
     if (auto b = std::find(link.backups.begin(), link.backups.end(), address);
         b != link.backups.end()) {
       link.backups.erase(b);
-      LogWarning("task ", name, ": backup ", address, " of the cluster of ", link.address,
-                 " is lost (", link.backups.size(), " left)");
+      LogWarning("task ", name, ": backup ", address,
+                 i == 0 ? " of the root " : " of the cluster of ", link.address, " is lost (",
+                 link.backups.size(), " left)");
       return true;
     }
     if (link.address != address) continue;
     if (link.backups.empty()) return false;
     const std::string backup = link.backups.front();
     link.backups.erase(link.backups.begin());
-    LogWarning("task ", name, ": aggregator ", address, " of a cluster of ", link.peers.size(),
-               " peers is lost; its backup ", backup, " takes over (the round goes on)");
+    if (i == 0) {
+      LogWarning("task ", name, ": the root ", address, " is lost; its backup ", backup,
+                 " takes over (the round goes on)");
+      task.status.set_aggregator(backup);  // where the task's models are from now on
+      MarkChanged(task, out);
+    } else {
+      LogWarning("task ", name, ": aggregator ", address, " of a cluster of ", link.peers.size(),
+                 " peers is lost; its backup ", backup, " takes over (the round goes on)");
+    }
     metrics_.failovers.Increment();
     link.address = backup;  // its child id stays: the parent takes its partial sum as before
     link.members_dirty = true;

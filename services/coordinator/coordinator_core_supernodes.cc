@@ -81,10 +81,10 @@ size_t CoordinatorCore::AggregatorsWanted(const Task& task) const {
   const common::v1::TaskSpec& spec = task.status.spec();
   const size_t cluster_size = task::ClusterSizeOf(spec);
   const size_t peers = task.peers.size();
-  // The root serves the peers itself while they fit in one cluster; each cluster below it has
-  // its primary and replicas - 1 backups.
+  // The root serves the peers itself while they fit in one cluster; then the root and each
+  // cluster below it have their primary and replicas - 1 backups.
   if (peers <= cluster_size) return 1;
-  return 1 + (peers + cluster_size - 1) / cluster_size * task::ReplicasOf(spec);
+  return (1 + (peers + cluster_size - 1) / cluster_size) * task::ReplicasOf(spec);
 }
 
 std::string CoordinatorCore::RebuildReason(const Task& task, const std::string& free) const {

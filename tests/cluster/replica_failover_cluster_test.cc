@@ -1,12 +1,14 @@
 // Replicas on real processes (127.0.0.1, mutual TLS, each aggregator its own certificate): a
-// coordinator, six aggregators and four peers; a hierarchical task with clusters of two and
-// replicas 2: a root, two clusters each with a primary and a backup, and one spare aggregator.
-// The peers train at different speeds. In round 2, once the fastest peer's update is
-// acknowledged by its cluster's primary (and so copied to the backup), that primary is
+// coordinator, seven aggregators and four peers; a hierarchical task with clusters of two and
+// replicas 2: a root and two clusters, each with a primary and a backup, and one spare
+// aggregator. The peers train at different speeds. In round 2, once the fastest peer's update
+// is acknowledged by its cluster's primary (and so copied to the backup), that primary is
 // SIGKILLed: the backup takes over the round, the slower peer of the cluster pushes there, the
 // round completes within twice its deadline with every update counted exactly once (its sample
-// count is four peers' worth), the spare becomes the cluster's new backup, and the task
-// completes.
+// count is four peers' worth), and the spare becomes the cluster's new backup. In round 3 the
+// root is SIGKILLed while the peers train: its backup takes the round over (the clusters send
+// their partial sums there), the round completes within twice its deadline with every update
+// once, and the task completes on the new root.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -25,7 +27,7 @@ namespace {
 namespace cv1 = coordinator::v1;
 
 constexpr int kPeers = 4;
-constexpr int kAggregators = 6;
+constexpr int kAggregators = 7;
 
 std::string TempDir() {
   auto dir = MakeTestTempDir("shoal-replicas-");
@@ -64,17 +66,17 @@ TEST(ReplicaFailoverClusterTest, ABackupTakesOverAKilledPrimaryMidRoundAndLosesN
   spec.set_round_deadline_seconds(30);
   ASSERT_TRUE(cluster.CreateTask(spec).ok());
 
-  // Round 1 done, round 2 open, on a tree whose two clusters have a backup each.
+  // Round 1 done, round 2 open, on a tree whose root and two clusters have a backup each.
   auto status = cluster.WaitFor(
       spec.name(),
       [](const cv1::TaskStatus& s) {
         if (s.history_size() < 1 || s.clusters_size() != 3) return false;
-        for (int i = 1; i < s.clusters_size(); ++i) {
+        for (int i = 0; i < s.clusters_size(); ++i) {
           if (s.clusters(i).backups_size() != 1) return false;
         }
         return true;
       },
-      Cluster::TaskBound(spec), "round 1 on a tree of two clusters with a backup each");
+      Cluster::TaskBound(spec), "round 1 on a tree of three nodes with a backup each");
   ASSERT_TRUE(status.ok()) << status.status();
   ASSERT_EQ(status->history_size(), 1) << "round 2 ended before the test could act";
 
@@ -148,6 +150,39 @@ TEST(ReplicaFailoverClusterTest, ABackupTakesOverAKilledPrimaryMidRoundAndLosesN
       },
       absl::Seconds(30), "a new backup for the cluster taken over");
   ASSERT_TRUE(status.ok()) << status.status();
+
+  // Round 3, the peers training: the root is lost.
+  status = cluster.WaitFor(
+      spec.name(),
+      [](const cv1::TaskStatus& s) {
+        return s.round() == 3 && s.phase() == cv1::ROUND_PHASE_TRAINING;
+      },
+      Cluster::TaskBound(spec), "round 3 open");
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->history_size(), 2) << "round 3 ended before the test could act";
+  ASSERT_EQ(status->clusters(0).backups_size(), 1) << status->ShortDebugString();
+  const std::string root = status->clusters(0).aggregator();
+  const std::string root_backup = status->clusters(0).backups(0);
+  int root_index = -1;
+  for (int i = 0; i < cluster.aggregator_count(); ++i) {
+    if (cluster.aggregator(i).address == root) root_index = i;
+  }
+  ASSERT_GE(root_index, 0);
+  cluster.aggregator(root_index).process->Signal(SIGKILL);
+  const absl::Time root_killed = absl::Now();
+  status = cluster.WaitFor(
+      spec.name(), [](const cv1::TaskStatus& s) { return s.history_size() >= 3; },
+      2 * absl::Seconds(spec.round_deadline_seconds()), "round 3 after the root's failover");
+  ASSERT_TRUE(status.ok()) << status.status() << "\n" << cluster.LogTails();
+  const cv1::RoundSummary& round3 = status->history(2);
+  EXPECT_LT(absl::FromUnixMillis(round3.completed_unix_ms()) - root_killed,
+            2 * absl::Seconds(spec.round_deadline_seconds()));
+  EXPECT_EQ(round3.participants_size(), kPeers) << round3.ShortDebugString();
+  EXPECT_EQ(round3.num_samples(), static_cast<uint64_t>(kPeers) * 20 * 32)
+      << round3.ShortDebugString();
+  EXPECT_EQ(status->aggregator(), root_backup) << "the backup is the task's root";
+  EXPECT_EQ(status->clusters(0).aggregator(), root_backup);
+
   status = cluster.WaitForEnd(spec);
   ASSERT_TRUE(status.ok()) << status.status();
   ASSERT_EQ(status->state(), cv1::TASK_STATE_COMPLETED) << status->message() << "\n"
@@ -159,9 +194,9 @@ TEST(ReplicaFailoverClusterTest, ABackupTakesOverAKilledPrimaryMidRoundAndLosesN
   }
   auto page = HttpGet(cluster.coordinator().metrics_address, "/metrics");
   ASSERT_TRUE(page.ok()) << page.status();
-  EXPECT_EQ(MetricValue(*page, "shoal_coordinator_failovers_total"), 1);
-  // Two at the start (more if the tree was rebuilt meanwhile), one after the failover.
-  EXPECT_GE(MetricValue(*page, "shoal_coordinator_backups_assigned_total"), 3);
+  EXPECT_EQ(MetricValue(*page, "shoal_coordinator_failovers_total"), 2);
+  // Three at the start (more if the tree was rebuilt meanwhile), one after the first failover.
+  EXPECT_GE(MetricValue(*page, "shoal_coordinator_backups_assigned_total"), 4);
 }
 
 }  // namespace

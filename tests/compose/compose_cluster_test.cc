@@ -328,7 +328,8 @@ void RunComposeCluster(const std::string& profile, const std::string& task, size
   // Its default command (`task list`) works too, and every service is still healthy.
   EXPECT_TRUE(host.RunOnce("shoalctl", "shoalctl-list", tool->Argv(), absl::Seconds(20)).ok());
   if (!profile.empty()) {
-    // The task ran on the profile's tree: two clusters below the root, each with a backup.
+    // The task ran on the profile's tree: two clusters below the root, each and the root with a
+    // backup.
     std::ifstream log(*dir + "/logs/coordinator.log");
     std::stringstream text;
     text << log.rdbuf();
@@ -342,6 +343,7 @@ void RunComposeCluster(const std::string& profile, const std::string& task, size
       ++backups;
     }
     EXPECT_EQ(backups, 2u) << coordinator;
+    EXPECT_TRUE(absl::StrContains(coordinator, " is backup 1 of the root ")) << coordinator;
   }
   for (const std::string& name : started) {
     EXPECT_TRUE(running[name]->Running()) << name << " died\n" << running[name]->LogTail(20);
@@ -374,14 +376,14 @@ void RunComposeCluster(const std::string& profile, const std::string& task, size
 
 TEST(ComposeClusterTest, ComposeCommandsTrainTheDefaultTask) { RunComposeCluster("", kTask, 7); }
 
-// `SHOAL_TASK=fashion-mnist-replicated docker compose --profile hierarchical up`: three more
+// `SHOAL_TASK=fashion-mnist-replicated docker compose --profile hierarchical up`: four more
 // aggregators, and the task runs on a root and two clusters, each with a backup.
 TEST(ComposeClusterTest, TheHierarchicalProfileTrainsATreeWithReplicas) {
   ASSERT_EQ(setenv("SHOAL_TASK", "fashion-mnist-replicated", 1), 0);
   struct Unset {
     ~Unset() { unsetenv("SHOAL_TASK"); }
   } unset;
-  RunComposeCluster("hierarchical", "fashion-mnist-replicated", 10);
+  RunComposeCluster("hierarchical", "fashion-mnist-replicated", 11);
 }
 
 }  // namespace

@@ -378,6 +378,79 @@ TEST_F(AggregatorTreeServiceTest, ABackupTakesOverWithEveryAcknowledgedUpdateOnc
   EXPECT_EQ(closed->num_samples(), 100u + 137u + 174u + 322u);
 }
 
+// The root's replica: leaf a is the root's backup, leaf b a child. The backup's standby round
+// fetches its base version from the root as the root's child; the root copies its own peer's
+// update to it. Leaf b's partial sum reaches the root, which is then lost: the backup is
+// promoted (opened again as a root), leaf b's closed round is pointed at it (opened again with
+// the new parent) and its close repeated: the new root publishes what one flat round over the
+// same updates would, bit for bit.
+TEST_F(AggregatorTreeServiceTest, TheRootsBackupTakesOverAndPublishesTheSameModel) {
+  ASSERT_TRUE(client_
+                  .PutModel(root_, tensor::MakeModelMeta("r", 0, *base_), tensor::EncodeRaw(base_),
+                            {}, Deadline())
+                  .ok());
+  v1::OpenRoundRequest root = Round("r", {"p6"}, /*exact=*/true);
+  root.add_expected_children("leaf-b");
+  root.add_expected_children("backup");
+  ASSERT_TRUE(client_.OpenRound(root_, root, Deadline()).ok());
+  v1::OpenRoundRequest standby = root;
+  standby.set_standby_for("root");
+  standby.mutable_parent()->set_address(root_);
+  standby.mutable_parent()->set_child("backup");
+  ASSERT_TRUE(client_.OpenRound(a_, standby, Deadline()).ok());  // fetches version 0
+  root.add_backups(a_);
+  root.set_replica_id("root");
+  ASSERT_TRUE(client_.OpenRound(root_, root, Deadline()).ok());
+  v1::OpenRoundRequest child = Round("r", {"p3", "p4"}, /*exact=*/true);
+  child.mutable_parent()->set_address(root_);
+  child.mutable_parent()->set_child("leaf-b");
+  ASSERT_TRUE(client_.OpenRound(b_, child, Deadline()).ok());
+
+  ASSERT_TRUE(PushTo(root_, "r", 6).ok());
+  EXPECT_EQ(Metric("shoal_aggregator_replications_total"), 1);
+  for (int k : {3, 4}) ASSERT_TRUE(PushTo(b_, "r", k).ok());
+  auto forwarded = CloseAt(b_, "r");
+  ASSERT_TRUE(forwarded.ok()) << forwarded.status();
+  EXPECT_TRUE(forwarded->forwarded());
+
+  // The root is lost before it closes the round.
+  server_->Shutdown();
+  server_.reset();
+  v1::OpenRoundRequest promoted = standby;
+  promoted.clear_standby_for();
+  promoted.clear_parent();
+  promoted.set_replica_id("backup");
+  promoted.clear_expected_children();
+  promoted.add_expected_children("leaf-b");
+  ASSERT_TRUE(client_.OpenRound(a_, promoted, Deadline()).ok());
+  // Leaf b's round is closed: only its parent may change (it stays a child's round).
+  v1::OpenRoundRequest moved = child;
+  moved.clear_parent();
+  EXPECT_EQ(client_.OpenRound(b_, moved, Deadline()).code(), absl::StatusCode::kFailedPrecondition);
+  moved = child;
+  moved.mutable_parent()->set_address(a_);
+  ASSERT_TRUE(client_.OpenRound(b_, moved, Deadline()).ok());
+  forwarded = CloseAt(b_, "r");
+  ASSERT_TRUE(forwarded.ok()) << forwarded.status();
+  EXPECT_THAT(forwarded->contributors(), ElementsAre("p3", "p4"));
+  auto closed = CloseAt(a_, "r");
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_EQ(closed->version(), 1u);
+  EXPECT_EQ(closed->contributors_size(), 3);
+
+  // The same three updates in one flat round.
+  ASSERT_TRUE(client_
+                  .PutModel(a_, tensor::MakeModelMeta("flat", 0, *base_), tensor::EncodeRaw(base_),
+                            {}, Deadline())
+                  .ok());
+  ASSERT_TRUE(client_.OpenRound(a_, Round("flat", {"p3", "p4", "p6"}, true), Deadline()).ok());
+  for (int k : {6, 4, 3}) ASSERT_TRUE(PushTo(a_, "flat", k).ok());
+  auto flat = CloseAt(a_, "flat");
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  EXPECT_EQ(closed->digest_xxh3(), flat->digest_xxh3());
+  EXPECT_EQ(closed->num_samples(), flat->num_samples());
+}
+
 // Federated-async on a tree: each leaf's full buffer goes to the root as one update (its
 // aggregate, weighted by its samples); only the root publishes.
 TEST_F(AggregatorTreeServiceTest, AsyncLeavesSendFullBuffersUpAndOnlyTheRootPublishes) {

@@ -30,12 +30,11 @@ constexpr char kOne[] = "127.0.0.1:7002";
 constexpr char kTwo[] = "127.0.0.1:7003";
 constexpr char kSpareA[] = "127.0.0.1:7004";
 constexpr char kSpareB[] = "127.0.0.1:7005";
+constexpr char kSpareC[] = "127.0.0.1:7006";
 
-const std::map<std::string, std::string> kIdentities = {{kRoot, "aggregator-0"},
-                                                        {kOne, "aggregator-1"},
-                                                        {kTwo, "aggregator-2"},
-                                                        {kSpareA, "aggregator-3"},
-                                                        {kSpareB, "aggregator-4"}};
+const std::map<std::string, std::string> kIdentities = {
+    {kRoot, "aggregator-0"},   {kOne, "aggregator-1"},    {kTwo, "aggregator-2"},
+    {kSpareA, "aggregator-3"}, {kSpareB, "aggregator-4"}, {kSpareC, "aggregator-5"}};
 
 class CoordinatorReplicasTest : public CoordinatorCoreTest {
  protected:
@@ -60,9 +59,10 @@ class CoordinatorReplicasTest : public CoordinatorCoreTest {
     return opens;
   }
 
-  // Five aggregators (a root, two clusters, and each cluster's backup), four peers in clusters
-  // of two, replicas 2; the initial model stored, so round 1 is open.
-  std::map<std::string, std::shared_ptr<FakeSink>> Start() {
+  // Five aggregators (a root, two clusters, and each cluster's backup; with `root_backup` a
+  // sixth, the root's), four peers in clusters of two, replicas 2; the initial model stored, so
+  // round 1 is open.
+  std::map<std::string, std::shared_ptr<FakeSink>> Start(bool root_backup = false) {
     EXPECT_TRUE(core_->RegisterAggregator(kRoot, {}, "aggregator-0").ok());
     EXPECT_TRUE(core_->RegisterAggregator(kOne, {}, "aggregator-1").ok());
     EXPECT_TRUE(core_->RegisterAggregator(kTwo, {}, "aggregator-2").ok());
@@ -81,6 +81,9 @@ class CoordinatorReplicasTest : public CoordinatorCoreTest {
     EXPECT_EQ(Status("t").clusters(1).backups_size(), 0);
     EXPECT_TRUE(core_->RegisterAggregator(kSpareA, {}, "aggregator-3").ok());
     EXPECT_TRUE(core_->RegisterAggregator(kSpareB, {}, "aggregator-4").ok());
+    if (root_backup) {
+      EXPECT_TRUE(core_->RegisterAggregator(kSpareC, {}, "aggregator-5").ok());
+    }
     Step();
     std::string initializer;
     for (const auto& [id, sink] : sinks) {
@@ -108,7 +111,7 @@ TEST_F(CoordinatorReplicasTest, EachClusterGetsABackupThatOpensAStandbyRound) {
   EXPECT_THAT((std::set<std::string>{backup_one, backup_two}),
               UnorderedElementsAre(kSpareA, kSpareB));
   EXPECT_EQ(Metric("shoal_coordinator_backups_assigned_total"), 3);  // kTwo's for a while
-  EXPECT_EQ(Gauge("shoal_coordinator_backups_missing"), 0);
+  EXPECT_EQ(Gauge("shoal_coordinator_backups_missing"), 1) << "the root's: none left for it";
   // A backup forgets what it kept of the task, then learns its cluster's members.
   EXPECT_THAT(aggregator_.released, ::testing::IsSupersetOf({"t", "t"}));
   std::map<std::string, std::set<std::string>> members;
@@ -170,7 +173,7 @@ TEST_F(CoordinatorReplicasTest, ALostPrimaryIsReplacedByItsBackupAndTheRoundGoes
   EXPECT_EQ(status.clusters(1).child_id(), "aggregator-1") << "it takes the primary's place";
   EXPECT_EQ(status.clusters(1).backups_size(), 0) << "no aggregator left for a new backup";
   EXPECT_EQ(Metric("shoal_coordinator_failovers_total"), 1);
-  EXPECT_EQ(Gauge("shoal_coordinator_backups_missing"), 1);
+  EXPECT_EQ(Gauge("shoal_coordinator_backups_missing"), 2);  // the root's and this cluster's
   // The backup's standby round is opened again as the cluster's round.
   const std::vector<aggregator::v1::OpenRoundRequest> opens = OpensAt(backup_one);
   ASSERT_EQ(opens.size(), 2u);
@@ -247,6 +250,71 @@ TEST_F(CoordinatorReplicasTest, ALostBackupIsDroppedAndAPrimaryWithoutOneMovesTh
   Step();
   status = Status("t");
   for (const v1::ClusterInfo& c : status.clusters()) EXPECT_NE(c.aggregator(), two);
+}
+
+TEST_F(CoordinatorReplicasTest, TheRootsBackupTakesOverALostRootAndTheRoundGoesOn) {
+  auto sinks = Start(/*root_backup=*/true);
+  v1::TaskStatus status = Status("t");
+  ASSERT_EQ(status.clusters_size(), 3);
+  ASSERT_EQ(status.clusters(0).backups_size(), 1) << "clusters first, then the root";
+  ASSERT_EQ(status.clusters(1).backups_size(), 1);
+  ASSERT_EQ(status.clusters(2).backups_size(), 1);
+  EXPECT_EQ(Gauge("shoal_coordinator_backups_missing"), 0);
+  const std::string backup = status.clusters(0).backups(0);
+  const std::string backup_id = kIdentities.at(backup);
+
+  // Round 1: the root first, naming its backup as a child (it fetches the root's versions);
+  // the backup's standby round, its versions from the root; the root again, copying to it.
+  const std::vector<aggregator::v1::OpenRoundRequest> at_root = OpensAt(kRoot);
+  ASSERT_EQ(at_root.size(), 2u);
+  EXPECT_EQ(aggregator_.open_addresses[0], kRoot);
+  EXPECT_THAT(Ids(at_root[0].expected_children()), ::testing::Contains(backup_id));
+  EXPECT_TRUE(at_root[0].backups().empty());
+  EXPECT_THAT(Ids(at_root[1].backups()), ElementsAre(backup));
+  EXPECT_EQ(at_root[1].replica_id(), "aggregator-0");
+  std::vector<aggregator::v1::OpenRoundRequest> at_backup = OpensAt(backup);
+  ASSERT_EQ(at_backup.size(), 1u);
+  EXPECT_EQ(at_backup[0].standby_for(), "aggregator-0");
+  EXPECT_EQ(at_backup[0].parent().address(), kRoot);
+  EXPECT_EQ(at_backup[0].parent().child(), backup_id);
+
+  // The root is lost mid-round: its backup takes the round over, the clusters (and their
+  // backups) send their partial sums there.
+  const std::string one = status.clusters(1).aggregator();
+  const std::string backup_one = status.clusters(1).backups(0);
+  const size_t one_opens = OpensAt(one).size();
+  for (auto& [id, sink] : sinks) sink->events.clear();
+  aggregator_.BreakWatches(kRoot, absl::UnavailableError("gone"));
+  Step();
+  status = Status("t");
+  EXPECT_EQ(status.round(), 1u) << "the round goes on";
+  EXPECT_EQ(status.aggregator(), backup);
+  EXPECT_EQ(status.clusters(0).aggregator(), backup);
+  EXPECT_EQ(status.clusters(0).backups_size(), 0) << "no aggregator left for a new backup";
+  EXPECT_EQ(Metric("shoal_coordinator_failovers_total"), 1);
+  at_backup = OpensAt(backup);
+  ASSERT_EQ(at_backup.size(), 2u);
+  EXPECT_TRUE(at_backup[1].standby_for().empty());
+  EXPECT_TRUE(at_backup[1].parent().address().empty()) << "it is the root now";
+  EXPECT_EQ(at_backup[1].round(), 1u);
+  EXPECT_THAT(Ids(at_backup[1].expected_children()),
+              ::testing::Not(::testing::Contains(backup_id)));
+  ASSERT_EQ(OpensAt(one).size(), one_opens + 1);
+  EXPECT_EQ(OpensAt(one).back().parent().address(), backup);
+  EXPECT_EQ(OpensAt(one).back().parent().child(), "aggregator-1");
+  EXPECT_EQ(OpensAt(backup_one).back().parent().address(), backup);
+  EXPECT_EQ(OpensAt(backup_one).back().standby_for(), "aggregator-1");
+  for (auto& [id, sink] : sinks) {
+    for (const v1::CoordinatorEvent& e : sink->events) EXPECT_FALSE(e.has_task_assigned()) << id;
+  }
+
+  // The round closes at the clusters, then the new root; the next opens on the new root.
+  aggregator_.contributors = {"a", "b", "c", "d"};
+  for (const char* p : {"a", "b", "c", "d"}) Accept("t", 1, p);
+  Step();
+  ASSERT_EQ(aggregator_.close_addresses.size(), 3u);
+  EXPECT_EQ(aggregator_.close_addresses[2], backup);
+  EXPECT_EQ(Status("t").history_size(), 1);
 }
 
 }  // namespace
