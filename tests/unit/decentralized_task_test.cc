@@ -287,6 +287,27 @@ TEST_F(DecentralizedTaskTest, ReadyDeadlineRefusesTheLatePeer) {
   Send("b", Ready(1), absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_F(DecentralizedTaskTest, PeersThatAllMissTheirDeadlineAreOfferedTheRoundAgain) {
+  // Nobody ready by the deadline (training slower than round_deadline_seconds): joins are still
+  // open, and the round is offered again instead of waiting for joins nobody would send.
+  Make(Spec(2, 5));
+  AddSynced({"a", "b"});
+  Send("a", Join(1));
+  Send("b", Join(1));
+  EXPECT_TRUE(Tick(absl::Seconds(29)).events.empty());
+  ModeEffects fx = Tick(absl::Seconds(1));
+  for (const char* id : {"a", "b"}) {
+    ASSERT_THAT(Kinds(fx, id), ElementsAre(kJoinRefused, kRoundOpen)) << id;
+    EXPECT_EQ(Events(fx, id, kRoundOpen)[0].round_open().round(), 1u);
+  }
+  Send("a", Join(1));
+  Send("b", Join(1));
+  Send("a", Ready(1));
+  fx = Send("b", Ready(1));
+  EXPECT_EQ(status_.phase(), v1::ROUND_PHASE_CONNECTING);
+  EXPECT_THAT(Ids(Events(fx, "a", kPeerList)[0].peer_list()), ElementsAre("a", "b"));
+}
+
 TEST_F(DecentralizedTaskTest, ConnectionFailuresRetryThenRemoveTheFailingPeer) {
   Make(Spec(2, 5, /*retries=*/2));
   AddSynced({"a", "b", "x"});

@@ -160,7 +160,13 @@ void DecentralizedTask::Tick(absl::Time now, v1::TaskStatus& status, ModeEffects
         e.mutable_join_refused()->set_reason("missed the ready deadline");
         fx.Send(id, std::move(e));
       }
-      if (!missed.empty()) CheckAllReady(now, fx);
+      if (!missed.empty() && stage_ == Stage::kJoining && round_.joined.empty()) {
+        // Every peer that joined missed its deadline before one was ready: joins are still
+        // open, but nobody is offered the round any more; offer it again.
+        Reopen(now, fx);
+      } else if (!missed.empty()) {
+        CheckAllReady(now, fx);
+      }
       break;
     }
     case Stage::kConnecting:
