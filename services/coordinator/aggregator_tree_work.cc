@@ -278,7 +278,7 @@ absl::Status AggregatorWorkRunner::PromoteRoot(const std::string& task, const st
   std::optional<aggregator::v1::OpenRoundRequest> open;
   // Opened again: the root's other backups (standby for the new root, their versions from it),
   // then the nodes whose parent was the lost root (their partial sums go to the new one).
-  std::vector<std::pair<std::string, aggregator::v1::OpenRoundRequest>> backups, children;
+  Opens backups, children;
   uint64_t number = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -299,16 +299,10 @@ absl::Status AggregatorWorkRunner::PromoteRoot(const std::string& task, const st
     open->clear_standby_for();
     open->clear_parent();
     open->set_replica_id(backup_id);
-    open->clear_backups();
     auto* named = open->mutable_expected_children();
     named->erase(std::remove(named->begin(), named->end(), backup_id), named->end());
-    for (const std::string& other : round.root_standbys) {
-      aggregator::v1::OpenRoundRequest& o = round.standbys.at(other);
-      o.set_standby_for(backup_id);
-      o.mutable_parent()->set_address(backup);
-      open->add_backups(other);
-      backups.emplace_back(other, o);
-    }
+    backups = Restandby({round.root_standbys.begin(), round.root_standbys.end()}, backup_id, backup,
+                        round.standbys, *open);
     for (size_t k = 0; k < round.nodes.size(); ++k) {
       if (round.opens[k].parent().address() != primary) continue;
       round.opens[k].mutable_parent()->set_address(backup);
@@ -326,10 +320,7 @@ absl::Status AggregatorWorkRunner::PromoteRoot(const std::string& task, const st
       !s.ok()) {
     return s;
   }
-  for (const auto& [address, o] : backups) {
-    absl::Status s = client_.OpenRound(address, o, clock_.Now() + options_.transfer_timeout);
-    if (!s.ok()) LogWarning("task ", task, ": backup ", address, " of the root: ", s.message());
-  }
+  OpenStandbys(task, backup, backups, options_.transfer_timeout);
   // One that cannot be told now is told before its CloseRound (CloseTree).
   std::vector<size_t> all(children.size());
   for (size_t k = 0; k < children.size(); ++k) all[k] = k;
@@ -362,13 +353,8 @@ void AggregatorWorkRunner::PullTree(const std::string& task, const AggregatorTre
     backups.push_back(b);
   }
   CallEach(backups, [&](size_t b) {
-    aggregator::v1::PullModelRequest pull;
-    pull.set_task(task);
-    pull.set_version(version);
-    pull.mutable_parent()->set_address(root.address);
-    pull.mutable_parent()->set_child(root.backup_ids[b]);
     absl::StatusOr<bool> pulled =
-        client_.PullModel(root.backups[b], pull, clock_.Now() + options_.transfer_timeout);
+        PullFrom(task, version, root.backups[b], root.address, root.backup_ids[b]);
     if (!pulled.ok()) {
       LogWarning("task ", task, ": backup ", root.backups[b],
                  " of the root: ", pulled.status().message());
@@ -381,17 +367,24 @@ void AggregatorWorkRunner::PullTree(const std::string& task, const AggregatorTre
   for (const std::vector<size_t>& level : ByLevel(tree.nodes, [](size_t i) { return i > 0; })) {
     CallEach(level, [&](size_t i) {
       const Node& node = tree.nodes[i];
-      aggregator::v1::PullModelRequest pull;
-      pull.set_task(task);
-      pull.set_version(version);
-      pull.mutable_parent()->set_address(tree.nodes[node.parent].address);
-      pull.mutable_parent()->set_child(node.id);
       absl::StatusOr<bool> pulled =
-          client_.PullModel(node.address, pull, clock_.Now() + options_.transfer_timeout);
+          PullFrom(task, version, node.address, tree.nodes[node.parent].address, node.id);
       if (!pulled.ok()) LogWarning("task ", task, ": ", AtNode(pulled.status(), node).message());
       return absl::OkStatus();
     }).IgnoreError();
   }
+}
+
+absl::StatusOr<bool> AggregatorWorkRunner::PullFrom(const std::string& task, uint64_t version,
+                                                    const std::string& address,
+                                                    const std::string& parent,
+                                                    const std::string& child) {
+  aggregator::v1::PullModelRequest pull;
+  pull.set_task(task);
+  pull.set_version(version);
+  pull.mutable_parent()->set_address(parent);
+  pull.mutable_parent()->set_child(child);
+  return client_.PullModel(address, pull, clock_.Now() + options_.transfer_timeout);
 }
 
 absl::Status AggregatorWorkRunner::OpenBufferTree(const std::string& task,

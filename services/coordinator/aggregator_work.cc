@@ -91,7 +91,7 @@ void AggregatorWorkRunner::Promote(const std::string& task, const std::string& p
       return;
     }
     std::optional<aggregator::v1::OpenRoundRequest> open;
-    std::vector<std::pair<std::string, aggregator::v1::OpenRoundRequest>> others;
+    Opens others;
     std::optional<uint64_t> open_round;  // the primary was in this round, still open
     {
       absl::MutexLock lock(&mu_);
@@ -108,15 +108,7 @@ void AggregatorWorkRunner::Promote(const std::string& task, const std::string& p
           if (auto standby = round.standbys.find(backup); standby != round.standbys.end()) {
             open = std::move(standby->second);
             round.standbys.erase(standby);
-            // The promoted round copies to the backups left that hold a standby round.
-            open->clear_backups();
-            for (const std::string& other : node.backups) {
-              auto it = round.standbys.find(other);
-              if (it == round.standbys.end()) continue;
-              open->add_backups(other);
-              it->second.set_standby_for(backup_id);
-              others.emplace_back(other, it->second);
-            }
+            others = Restandby(node.backups, backup_id, "", round.standbys, *open);
             open->clear_standby_for();
             open->set_replica_id(backup_id);
             round.opens[k] = *open;  // what the node holds now, should its parent change
@@ -134,12 +126,35 @@ void AggregatorWorkRunner::Promote(const std::string& task, const std::string& p
       return;
     }
     // The other backups first: they take the new primary's copies from then on.
-    for (const auto& [other, standby] : others) {
-      absl::Status s = client_.OpenRound(other, standby, clock_.Now() + options_.call_timeout);
-      if (!s.ok()) LogWarning("task ", task, ": backup ", other, " of ", backup, ": ", s.message());
-    }
+    OpenStandbys(task, backup, others, options_.call_timeout);
     done(client_.OpenRound(backup, *open, clock_.Now() + options_.call_timeout));
   });
+}
+
+AggregatorWorkRunner::Opens AggregatorWorkRunner::Restandby(
+    const std::vector<std::string>& backups, const std::string& backup_id,
+    const std::string& parent, std::map<std::string, aggregator::v1::OpenRoundRequest>& standbys,
+    aggregator::v1::OpenRoundRequest& open) {
+  Opens opens;
+  open.clear_backups();
+  for (const std::string& other : backups) {
+    auto it = standbys.find(other);
+    if (it == standbys.end()) continue;
+    it->second.set_standby_for(backup_id);
+    if (!parent.empty()) it->second.mutable_parent()->set_address(parent);
+    open.add_backups(other);
+    opens.emplace_back(other, it->second);
+  }
+  return opens;
+}
+
+void AggregatorWorkRunner::OpenStandbys(const std::string& task, const std::string& primary,
+                                        const Opens& standbys, absl::Duration timeout) {
+  for (const auto& [address, open] : standbys) {
+    absl::Status s = client_.OpenRound(address, open, clock_.Now() + timeout);
+    if (!s.ok())
+      LogWarning("task ", task, ": backup ", address, " of ", primary, ": ", s.message());
+  }
 }
 
 void AggregatorWorkRunner::Drain() {

@@ -107,10 +107,26 @@ class AggregatorWorkRunner {
   // The root's backup takes over the task's open round from the lost root (see Promote).
   absl::Status PromoteRoot(const std::string& task, const std::string& primary,
                            const std::string& backup, const std::string& backup_id);
+  using Opens = std::vector<std::pair<std::string, aggregator::v1::OpenRoundRequest>>;
+  // A promotion's backups left: each of `backups` that holds a standby round in `standbys`
+  // becomes a standby of `backup_id` (below `parent`'s address when it is not empty), and
+  // `open`, the promoted round, copies to them. Returns their new opens, to send with
+  // OpenStandbys once mu_ is released.
+  static Opens Restandby(const std::vector<std::string>& backups, const std::string& backup_id,
+                         const std::string& parent,
+                         std::map<std::string, aggregator::v1::OpenRoundRequest>& standbys,
+                         aggregator::v1::OpenRoundRequest& open);
+  // Opens each of `standbys` (a failure is logged: that backup takes no copies).
+  void OpenStandbys(const std::string& task, const std::string& primary, const Opens& standbys,
+                    absl::Duration timeout);
   // Every node below the root fetches `version` from its parent, from the top down, and the
   // root's backups from the root; a node that cannot is logged (it fetches the version with its
   // next round or pull).
   void PullTree(const std::string& task, const AggregatorTree& tree, uint64_t version);
+  // Asks the aggregator at `address` to fetch `version` from `parent` as its child `child`.
+  absl::StatusOr<bool> PullFrom(const std::string& task, uint64_t version,
+                                const std::string& address, const std::string& parent,
+                                const std::string& child);
   absl::Status Checkpoint(const std::string& task, const std::string& address,
                           const AggregatorWork& work);
   absl::StatusOr<StoredCheckpoint> Restore(const std::string& task, const std::string& address);
