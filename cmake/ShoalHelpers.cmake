@@ -34,11 +34,14 @@ function(shoal_cc_test)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
+  set(time_scale 1)
   if(SHOAL_TEST_TIMEOUT_SCALE)  # set by cmake/ShoalSanitizers.cmake
-    math(EXPR ARG_TIMEOUT "${ARG_TIMEOUT} * ${SHOAL_TEST_TIMEOUT_SCALE}")
+    set(time_scale ${SHOAL_TEST_TIMEOUT_SCALE})
   endif()
+  # The test's own deadlines scale as its timeout does (tests/testing/wait.h: Scaled).
+  math(EXPR ARG_TIMEOUT "${ARG_TIMEOUT} * ${time_scale}")
   set_tests_properties(${ARG_NAME} PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}"
-    ENVIRONMENT "SHOAL_BIN_DIR=${PROJECT_BINARY_DIR}/bin;SHOAL_SOURCE_DIR=${PROJECT_SOURCE_DIR};SHOAL_TEST_MODELS=${PROJECT_BINARY_DIR}/tests/models")
+    ENVIRONMENT "SHOAL_BIN_DIR=${PROJECT_BINARY_DIR}/bin;SHOAL_SOURCE_DIR=${PROJECT_SOURCE_DIR};SHOAL_TEST_MODELS=${PROJECT_BINARY_DIR}/tests/models;SHOAL_TEST_TIME_SCALE=${time_scale}")
 endfunction()
 
 # shoal_proto_library(NAME <name> PROTOS ... [DEPS ...] [GRPC])

@@ -15,6 +15,7 @@
 #include "libs/rpc/status.h"
 #include "libs/rpc/tls.h"
 #include "tests/testing/reserved_port.h"
+#include "tests/testing/wait.h"
 
 namespace shoal::testing {
 
@@ -67,11 +68,12 @@ Cluster::~Cluster() {
       if (p->Running()) running.push_back(p);
     }
   }
-  process::StopInOrder(groups, absl::Seconds(10));
+  const absl::Duration grace = testing::Scaled(absl::Seconds(10));
+  process::StopInOrder(groups, grace);
   for (process::Process* p : running) {
     const absl::StatusOr<process::ExitStatus> exit = p->Wait(absl::ZeroDuration());
     if (!exit.ok() || !exit->success()) {
-      ADD_FAILURE() << p->name() << " did not stop cleanly on SIGTERM within 10 s: "
+      ADD_FAILURE() << p->name() << " did not stop cleanly on SIGTERM within " << grace << ": "
                     << (exit.ok() ? exit->ToString() : exit.status().ToString()) << "\n"
                     << p->LogTail(20);
     }
@@ -124,7 +126,8 @@ absl::StatusOr<Service> Cluster::Start(const std::string& name, const std::strin
   options.log_path = absl::StrCat(dir_, "/", name, ".log");
   auto proc = process::Process::Start(std::move(options));
   if (!proc.ok()) return proc.status();
-  auto addresses = process::WaitForAddressFile(address_file, proc->get(), absl::Seconds(60));
+  auto addresses =
+      process::WaitForAddressFile(address_file, proc->get(), testing::Scaled(absl::Seconds(60)));
   if (!addresses.ok()) return addresses.status();
   Service service;
   service.process = *std::move(proc);
@@ -240,7 +243,7 @@ absl::StatusOr<cv1::ListNodesResponse> Cluster::Nodes() {
 absl::StatusOr<cv1::TaskStatus> Cluster::WaitFor(
     const std::string& task, const std::function<bool(const cv1::TaskStatus&)>& pred,
     absl::Duration timeout, const std::string& what) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = absl::Now() + testing::Scaled(timeout);
   absl::StatusOr<cv1::TaskStatus> last;
   while (absl::Now() < deadline) {
     last = Status(task);
@@ -269,7 +272,7 @@ absl::Duration Cluster::TaskBound(const common::v1::TaskSpec& spec) {
 
 absl::Status Cluster::WaitForPeersConnected(int count, absl::Duration timeout) {
   const std::string want = absl::StrCat("shoal_coordinator_peers_connected ", count, "\n");
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = absl::Now() + testing::Scaled(timeout);
   while (absl::Now() < deadline) {
     absl::StatusOr<std::string> metrics = HttpGet(coordinator_.metrics_address, "/metrics");
     if (metrics.ok() && metrics->find(want) != std::string::npos) return absl::OkStatus();

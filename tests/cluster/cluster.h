@@ -70,8 +70,9 @@ class Cluster {
   absl::StatusOr<coordinator::v1::TaskStatus> Status(const std::string& task);
   // ControlService.ListNodes: the connected peers and registered aggregators.
   absl::StatusOr<coordinator::v1::ListNodesResponse> Nodes();
-  // Polls the task's status until `pred` holds; fails after `timeout` with the last status and
-  // the tails of the service logs.
+  // Polls the task's status until `pred` holds; fails after `timeout` (scaled for a sanitized
+  // build: testing::Scaled, as every wait of this class) with the last status and the tails of
+  // the service logs.
   absl::StatusOr<coordinator::v1::TaskStatus> WaitFor(
       const std::string& task, const std::function<bool(const coordinator::v1::TaskStatus&)>& pred,
       absl::Duration timeout, const std::string& what);
