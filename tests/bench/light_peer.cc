@@ -14,7 +14,6 @@ namespace v1 = coordinator::v1;
 
 namespace {
 enum EventKind { kStarted = 0, kPushed = 1, kPublished = 2, kDownloaded = 3 };
-constexpr absl::Duration kCallDeadline = absl::Seconds(30);
 }  // namespace
 
 // One session. Writes go through a queue, one in flight at a time, as the coordinator's own
@@ -209,10 +208,10 @@ class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::Coor
   // Retries what the aggregator asks to retry (back-pressure, a round not open yet) like a peer.
   template <typename Fn>
   bool CallWithRetry(const char* what, Fn fn) {
-    const absl::Time give_up = absl::Now() + kCallDeadline;
+    const absl::Time give_up = absl::Now() + fleet_.options_.call_budget;
     absl::Duration backoff = absl::Milliseconds(5);
     while (!fleet_.stopping_.load()) {
-      absl::Status s = fn(absl::Now() + absl::Seconds(10));
+      absl::Status s = fn(absl::Now() + fleet_.options_.call_timeout);
       if (s.ok()) return true;
       const bool retry = absl::IsResourceExhausted(s) || absl::IsUnavailable(s);
       if (!retry || absl::Now() > give_up) {

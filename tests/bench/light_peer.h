@@ -62,6 +62,10 @@ class Fleet {
     // Sessions opened per second (0: all at once). Real fleets arrive over time; all at once is
     // the reconnect storm after a coordinator restart.
     double join_rate = 0;
+    // Each aggregator call's deadline, and how long a peer retries what the aggregator asks to
+    // retry (back-pressure, a round not open yet) before it counts the call as failed.
+    absl::Duration call_timeout = absl::Seconds(10);
+    absl::Duration call_budget = absl::Seconds(30);
   };
 
   explicit Fleet(Options options);

@@ -57,7 +57,7 @@ class CheckpointIsolationTest : public ::testing::Test {
     light_.reset();
     std::vector<process::Process*> services;
     if (aggregator_) services.push_back(aggregator_.get());
-    process::StopInOrder({services, {coordinator_.get()}}, absl::Seconds(10));
+    process::StopInOrder({services, {coordinator_.get()}}, testing::Scaled(absl::Seconds(10)));
   }
 
   absl::StatusOr<std::unique_ptr<process::Process>> Start(const std::string& name,
@@ -73,7 +73,8 @@ class CheckpointIsolationTest : public ::testing::Test {
     options.log_path = absl::StrCat(dir_, "/", name, ".log");
     auto started = process::Process::Start(options);
     if (!started.ok()) return started.status();
-    auto addresses = process::WaitForAddressFile(address_file, started->get(), absl::Seconds(30));
+    auto addresses = process::WaitForAddressFile(address_file, started->get(),
+                                                 testing::Scaled(absl::Seconds(30)));
     if (!addresses.ok()) return addresses.status();
     if (name == "coordinator") {
       coordinator_address_ = addresses->at("grpc");
@@ -134,6 +135,8 @@ class CheckpointIsolationTest : public ::testing::Test {
     options.coordinator = coordinator_address_;
     options.model_floats = floats;
     options.call_threads = 2;
+    options.call_timeout = testing::Scaled(options.call_timeout);
+    options.call_budget = testing::Scaled(options.call_budget);
     auto fleet = std::make_unique<bench::Fleet>(options);
     fleet->Start();
     return fleet;
