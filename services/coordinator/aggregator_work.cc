@@ -152,8 +152,9 @@ void AggregatorWorkRunner::OpenStandbys(const std::string& task, const std::stri
                                         const Opens& standbys, absl::Duration timeout) {
   for (const auto& [address, open] : standbys) {
     absl::Status s = client_.OpenRound(address, open, clock_.Now() + timeout);
-    if (!s.ok())
+    if (!s.ok()) {
       LogWarning("task ", task, ": backup ", address, " of ", primary, ": ", s.message());
+    }
   }
 }
 

@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -243,13 +242,12 @@ absl::StatusOr<cv1::ListNodesResponse> Cluster::Nodes() {
 absl::StatusOr<cv1::TaskStatus> Cluster::WaitFor(
     const std::string& task, const std::function<bool(const cv1::TaskStatus&)>& pred,
     absl::Duration timeout, const std::string& what) {
-  const absl::Time deadline = absl::Now() + testing::Scaled(timeout);
   absl::StatusOr<cv1::TaskStatus> last;
-  while (absl::Now() < deadline) {
+  const auto holds = [&] {
     last = Status(task);
-    if (last.ok() && pred(*last)) return last;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+    return last.ok() && pred(*last);
+  };
+  if (WaitUntil(holds, timeout, absl::Milliseconds(100))) return last;
   return absl::DeadlineExceededError(
       absl::StrCat("timed out waiting for ", what, "; last status: ",
                    last.ok() ? last->ShortDebugString() : std::string(last.status().message()),
@@ -272,12 +270,11 @@ absl::Duration Cluster::TaskBound(const common::v1::TaskSpec& spec) {
 
 absl::Status Cluster::WaitForPeersConnected(int count, absl::Duration timeout) {
   const std::string want = absl::StrCat("shoal_coordinator_peers_connected ", count, "\n");
-  const absl::Time deadline = absl::Now() + testing::Scaled(timeout);
-  while (absl::Now() < deadline) {
+  const auto connected = [&] {
     absl::StatusOr<std::string> metrics = HttpGet(coordinator_.metrics_address, "/metrics");
-    if (metrics.ok() && metrics->find(want) != std::string::npos) return absl::OkStatus();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+    return metrics.ok() && metrics->find(want) != std::string::npos;
+  };
+  if (WaitUntil(connected, timeout, absl::Milliseconds(100))) return absl::OkStatus();
   return absl::DeadlineExceededError(
       absl::StrCat("fewer than ", count, " peers connected\n", LogTails()));
 }
