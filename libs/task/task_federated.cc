@@ -42,6 +42,7 @@ absl::Status ValidateCompression(const TaskSpec& spec) {
                             : spec.topk_values() != 0 /*unset*/ ? "topk_values"
                             : spec.has_topk_warmup_rounds()     ? "topk_warmup_rounds"
                             : spec.has_topk_min_elements()      ? "topk_min_elements"
+                            : spec.topk_split() != 0 /*unset*/  ? "topk_split"
                                                                 : nullptr;
     if (topk_only != nullptr) return FieldError(topk_only, "only with compression: topk");
     return absl::OkStatus();
@@ -60,6 +61,13 @@ absl::Status ValidateCompression(const TaskSpec& spec) {
     return FieldError("topk_values", absl::StrCat("unsupported value ", CompressionName(v),
                                                   " (expected none, fp16, int8)"));
   }
+  if (!common::v1::TopkSplit_IsValid(spec.topk_split())) {
+    return FieldError("topk_split",
+                      absl::StrCat("unsupported value ",
+                                   JsonQuote(FriendlyEnumName(*common::v1::TopkSplit_descriptor(),
+                                                              spec.topk_split())),
+                                   " (expected per-tensor, equal)"));
+  }
   return absl::OkStatus();
 }
 
@@ -73,6 +81,9 @@ void ApplyCompressionDefaults(TaskSpec& spec) {
   if (!spec.has_topk_min_elements()) spec.set_topk_min_elements(kDefaultTopKMinElements);
   if (spec.topk_values() == common::v1::COMPRESSION_UNSPECIFIED) {
     spec.set_topk_values(common::v1::COMPRESSION_NONE);
+  }
+  if (spec.topk_split() == common::v1::TOPK_SPLIT_UNSPECIFIED) {
+    spec.set_topk_split(common::v1::TOPK_SPLIT_PER_TENSOR);
   }
 }
 

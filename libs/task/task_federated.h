@@ -27,7 +27,7 @@ inline constexpr uint32_t kMaxReplicas = 8;
 absl::Status ValidateCompression(const common::v1::TaskSpec& spec);
 
 // compression none when unset; for topk: topk_ratio 0.01, topk_values none,
-// topk_warmup_rounds 0, topk_min_elements kDefaultTopKMinElements.
+// topk_warmup_rounds 0, topk_min_elements kDefaultTopKMinElements, topk_split per-tensor.
 void ApplyCompressionDefaults(common::v1::TaskSpec& spec);
 
 // straggler_factor 0 (off) or in (1, 100], federated-sync only; straggler_rounds 1..100, only

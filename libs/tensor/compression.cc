@@ -133,11 +133,11 @@ absl::Status DecodeValues(Encoding e, absl::string_view in, absl::Span<float> ou
   }
 }
 
-// The encoded form of one tensor `d` under top-k: its k largest magnitudes (ties by index).
-void EncodeTopK(absl::Span<const float> d, double ratio, Encoding values, std::string& payload,
+// The encoded form of one tensor `d` under top-k: its k largest magnitudes (ties by index),
+// 1 <= k <= d.size().
+void EncodeTopK(absl::Span<const float> d, size_t k, Encoding values, std::string& payload,
                 TensorEncoding& encoding, std::vector<float>& scratch) {
   const size_t n = d.size();
-  const size_t k = std::clamp<size_t>(static_cast<size_t>(std::ceil(ratio * n)), 1, n);
   scratch.resize(n);
   for (size_t i = 0; i < n; ++i) scratch[i] = std::fabs(d[i]);
   std::nth_element(scratch.begin(), scratch.begin() + (n - k), scratch.end());
@@ -189,6 +189,16 @@ void TensorEncoding::ToHeader(common::v1::TensorHeader* header) const {
 uint64_t EncodedModel::payload_bytes() const {
   uint64_t total = 0;
   for (absl::string_view p : payloads) total += p.size();
+  return total;
+}
+
+uint64_t EncodedModel::values_sent() const {
+  uint64_t total = 0;
+  for (size_t t = 0; t < encodings.size(); ++t) {
+    total += encodings[t].encoding == common::v1::ENCODING_SPARSE
+                 ? encodings[t].nonzeros
+                 : layout.tensors()[t].NumElements();
+  }
   return total;
 }
 
@@ -336,6 +346,32 @@ float HalfToFloat(uint16_t half) {
   return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
+std::vector<uint64_t> TopKCounts(absl::Span<const uint64_t> sizes, double ratio, TopKSplit split) {
+  std::vector<uint64_t> counts(sizes.size(), 0);
+  std::vector<size_t> sparsified;
+  uint64_t budget = 0;
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    if (sizes[t] == 0) continue;
+    counts[t] =
+        std::clamp<uint64_t>(static_cast<uint64_t>(std::ceil(ratio * sizes[t])), 1, sizes[t]);
+    budget += counts[t];
+    sparsified.push_back(t);
+  }
+  if (split == TopKSplit::kPerTensor) return counts;
+  // Water-filling: each tensor, smallest first, takes an equal share of what is left (rounded
+  // up), or all of itself when that is less. The shares never grow along the way, so the last
+  // tensor's share fits it and the total stays `budget`.
+  std::stable_sort(sparsified.begin(), sparsified.end(),
+                   [&](size_t a, size_t b) { return sizes[a] < sizes[b]; });
+  for (size_t j = 0; j < sparsified.size(); ++j) {
+    const uint64_t left = sparsified.size() - j;
+    const size_t t = sparsified[j];
+    counts[t] = std::min<uint64_t>(sizes[t], (budget + left - 1) / left);
+    budget -= counts[t];
+  }
+  return counts;
+}
+
 double Compressor::TopKRatio(uint64_t base_version) const {
   const uint32_t warmup = settings_.topk_warmup_rounds;
   if (base_version >= warmup) return settings_.topk_ratio;
@@ -355,23 +391,36 @@ std::shared_ptr<const EncodedModel> Compressor::Compress(std::shared_ptr<FlatMod
   encoded->layout = layout;
   encoded->storage.resize(layout.num_tensors());
   encoded->encodings.resize(layout.num_tensors());
-  std::vector<float> scratch;
-  const double ratio = TopKRatio(base_version);
+  const auto tensor = [&](size_t t) {
+    return absl::Span<const float>(update->values.data() + layout.offset(t),
+                                   layout.tensors()[t].NumElements());
+  };
+  std::vector<bool> finite(layout.num_tensors());
+  std::vector<uint64_t> sparsified(layout.num_tensors(), 0);  // top-k: the sizes TopKCounts takes
   for (size_t t = 0; t < layout.num_tensors(); ++t) {
-    const absl::Span<const float> d(update->values.data() + layout.offset(t),
-                                    layout.tensors()[t].NumElements());
+    const absl::Span<const float> d = tensor(t);
+    finite[t] = std::all_of(d.begin(), d.end(), [](float v) { return std::isfinite(v); });
+    if (finite[t] && !d.empty() && d.size() >= settings_.topk_min_elements) {
+      sparsified[t] = d.size();
+    }
+  }
+  const std::vector<uint64_t> kept =
+      topk ? TopKCounts(sparsified, TopKRatio(base_version), settings_.topk_split)
+           : std::vector<uint64_t>();
+  std::vector<float> scratch;
+  for (size_t t = 0; t < layout.num_tensors(); ++t) {
+    const absl::Span<const float> d = tensor(t);
     TensorEncoding& e = encoded->encodings[t];
     std::string& payload = encoded->storage[t];
-    const bool finite = std::all_of(d.begin(), d.end(), [](float v) { return std::isfinite(v); });
-    if (d.empty() || !finite) {
+    if (d.empty() || !finite[t]) {
       // Raw, so that the aggregator sees (and refuses) a non-finite update as it is.
       e = TensorEncoding{};
       payload.assign(reinterpret_cast<const char*>(d.data()), d.size() * sizeof(float));
       if (topk) std::fill_n(residual_.data() + layout.offset(t), d.size(), 0.0f);
     } else if (topk) {
       // A small tensor keeps all its values: EncodeTopK then sends it dense in topk_values.
-      const double kept = d.size() < settings_.topk_min_elements ? 1.0 : ratio;
-      EncodeTopK(d, kept, settings_.topk_values, payload, e, scratch);
+      EncodeTopK(d, sparsified[t] == 0 ? d.size() : kept[t], settings_.topk_values, payload, e,
+                 scratch);
       // Error feedback: what this tensor's encoding lost waits for the next update.
       scratch.resize(d.size());
       const absl::Status s = DecodeTensor(e, payload, absl::MakeSpan(scratch));

@@ -41,6 +41,8 @@ struct EncodedModel {
   std::shared_ptr<const void> owner;
 
   uint64_t payload_bytes() const;
+  // The values the payloads carry: each dense tensor's elements, a sparse one's nonzeros.
+  uint64_t values_sent() const;
 };
 
 // `model` raw (float32), without a copy: the payloads are views of the model's values.
@@ -68,6 +70,18 @@ absl::StatusOr<FlatModel> DecodeModel(const EncodedModel& model);
 uint16_t FloatToHalf(float value);
 float HalfToFloat(uint16_t half);
 
+// How top-k shares its kept values out between the tensors it sparsifies (task.proto TopkSplit).
+enum class TopKSplit {
+  kPerTensor,  // the ratio of each tensor
+  kEqual,      // the same total, the same number of each (capped at a tensor's size)
+};
+
+// The values top-k keeps of each tensor, for tensors of `sizes` values (0 for a tensor top-k
+// does not sparsify: its count is 0). kPerTensor: ceil(ratio x size), at least 1. kEqual: the
+// sum of those counts split equally, smallest tensors first, so that what a tensor smaller than
+// its share cannot take goes to the larger ones; the same total. Each count is in 1..size.
+std::vector<uint64_t> TopKCounts(absl::Span<const uint64_t> sizes, double ratio, TopKSplit split);
+
 // How a peer compresses its updates: a codec among RAW (none), FP16, INT8 and SPARSE (top-k),
 // for SPARSE the fraction of each tensor's values kept and how they are encoded.
 struct CompressionSettings {
@@ -80,6 +94,7 @@ struct CompressionSettings {
   // SPARSE: tensors of fewer values are sent whole in `topk_values` (their rounding error still
   // goes to the residual). 0: every tensor is sparsified.
   uint32_t topk_min_elements = 0;
+  TopKSplit topk_split = TopKSplit::kPerTensor;  // SPARSE: see TopKCounts
 };
 
 // Compresses one peer's successive updates. Top-k keeps, per value, what it did not send (the
@@ -91,8 +106,8 @@ class Compressor {
   explicit Compressor(CompressionSettings settings) : settings_(settings) {}
 
   const CompressionSettings& settings() const { return settings_; }
-  // The fraction of each tensor top-k keeps for an update trained from model `base_version`:
-  // topk_ratio, more during the warm-up (see CompressionSettings).
+  // The fraction of the sparsified values top-k keeps for an update trained from model
+  // `base_version`: topk_ratio, more during the warm-up (see CompressionSettings).
   double TopKRatio(uint64_t base_version) const;
   // Encodes `update` (consumed: it holds the update plus the residual afterwards), trained from
   // model `base_version`. For RAW the result is `update` itself, uncopied.

@@ -23,6 +23,7 @@
 #include "libs/training/trainer.h"
 #include "services/aggregator/aggregator_client.h"
 #include "services/peer_agent/byzantine.h"
+#include "services/peer_agent/modes/aggregator_peer.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
 #include "tests/fakes/peer_side_aggregator.h"
@@ -299,6 +300,24 @@ TEST(ByzantineFault, ParsesTheModesAndNamesTheFlagOnErrors) {
   std::vector<float> delta = {1, -2};
   flip->CorruptDelta(delta);
   EXPECT_THAT(delta, ElementsAre(-1, 2));
+}
+
+TEST(CompressionOf, MapsTheTaskSettingsToTheCompressor) {
+  common::v1::TaskSpec spec;
+  EXPECT_EQ(CompressionOf(spec).codec, common::v1::ENCODING_RAW);
+  spec.set_compression(common::v1::COMPRESSION_TOPK);
+  spec.set_topk_ratio(0.02);
+  spec.set_topk_values(common::v1::COMPRESSION_INT8);
+  spec.set_topk_min_elements(100);
+  spec.set_topk_split(common::v1::TOPK_SPLIT_EQUAL);
+  tensor::CompressionSettings c = CompressionOf(spec);
+  EXPECT_EQ(c.codec, common::v1::ENCODING_SPARSE);
+  EXPECT_EQ(c.topk_ratio, 0.02);
+  EXPECT_EQ(c.topk_values, common::v1::ENCODING_INT8);
+  EXPECT_EQ(c.topk_min_elements, 100u);
+  EXPECT_EQ(c.topk_split, tensor::TopKSplit::kEqual);
+  spec.set_topk_split(common::v1::TOPK_SPLIT_PER_TENSOR);
+  EXPECT_EQ(CompressionOf(spec).topk_split, tensor::TopKSplit::kPerTensor);
 }
 
 }  // namespace

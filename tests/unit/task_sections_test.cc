@@ -351,16 +351,18 @@ TEST(CompressionTaskTest, TopKGetsItsDefaultsAndRoundTrips) {
   EXPECT_EQ(spec->topk_warmup_rounds(), 0u);
   EXPECT_TRUE(spec->has_topk_min_elements());
   EXPECT_EQ(spec->topk_min_elements(), 4096u);
+  EXPECT_EQ(spec->topk_split(), common::v1::TOPK_SPLIT_PER_TENSOR);
   ExpectJsonRoundTrip(*spec);
   spec = ParseAndValidate(
       "name: x\nmode: federated-async\ncompression: topk\ntopk_ratio: 0.05\n"
-      "topk_values: int8\ntopk_warmup_rounds: 3\ntopk_min_elements: 0\n");
+      "topk_values: int8\ntopk_warmup_rounds: 3\ntopk_min_elements: 0\ntopk_split: equal\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->topk_ratio(), 0.05);
   EXPECT_EQ(spec->topk_values(), common::v1::COMPRESSION_INT8);
   EXPECT_EQ(spec->topk_warmup_rounds(), 3u);
   EXPECT_TRUE(spec->has_topk_min_elements());  // 0 (every tensor sparsified) is kept
   EXPECT_EQ(spec->topk_min_elements(), 0u);
+  EXPECT_EQ(spec->topk_split(), common::v1::TOPK_SPLIT_EQUAL);
   ExpectJsonRoundTrip(*spec);
   spec = ParseAndValidate("name: x\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -386,6 +388,9 @@ TEST(CompressionTaskTest, RulesNameTheField) {
        "topk_min_elements: must not be negative, got -1"},
       {"compression: topk\ntopk_warmup_rounds: 11\n",
        "topk_warmup_rounds: must be at most 10, got 11"},
+      {"compression: int8\ntopk_split: equal\n", "topk_split: only with compression: topk"},
+      {"compression: topk\ntopk_split: halves\n",
+       "topk_split: unknown value \"halves\" (expected per-tensor, equal)"},
       {"mode: decentralized\ncompression: fp16\n",
        "this task's mode is decentralized (set compression: none)"},
       {"mode: gossip\ncompression: topk\n", "this task's mode is gossip"},

@@ -232,6 +232,76 @@ TEST(CompressionTest, TopKSendsTensorsBelowTheMinimumWholeInTheValuesEncoding) {
   EXPECT_LT(all->payload_bytes(), encoded->payload_bytes());
 }
 
+TEST(CompressionTest, TopKCountsPerTensorTakeTheRatioOfEach) {
+  // ceil(ratio x size), at least 1; 0 for the tensors not sparsified.
+  EXPECT_EQ(TopKCounts({12800, 0, 200704, 50}, 0.01, TopKSplit::kPerTensor),
+            (std::vector<uint64_t>{128, 0, 2008, 1}));
+  EXPECT_EQ(TopKCounts({}, 0.01, TopKSplit::kPerTensor), std::vector<uint64_t>());
+  EXPECT_EQ(TopKCounts({7, 3}, 1.0, TopKSplit::kPerTensor), (std::vector<uint64_t>{7, 3}));
+}
+
+TEST(CompressionTest, TopKCountsSplitEquallyKeepTheTotal) {
+  // The CNN's two large tensors: 128 + 2,008 values split 1,068 each.
+  EXPECT_EQ(TopKCounts({12800, 0, 200704}, 0.01, TopKSplit::kEqual),
+            (std::vector<uint64_t>{1068, 0, 1068}));
+  // An odd total: the smaller tensor, first, takes the rounded-up share.
+  EXPECT_EQ(TopKCounts({200, 10100}, 0.01, TopKSplit::kEqual), (std::vector<uint64_t>{52, 51}));
+  // A tensor smaller than its share goes whole; the larger ones share what it cannot take.
+  // Per tensor: 1 + 100 + 100 + 200 = 401; equal: 10, then 391 / 3 rounded up and down.
+  EXPECT_EQ(TopKCounts({10000, 10, 20000, 10000}, 0.01, TopKSplit::kEqual),
+            (std::vector<uint64_t>{131, 10, 130, 130}));
+  // Every value when the ratio is 1, whatever the split.
+  EXPECT_EQ(TopKCounts({5, 300, 40}, 1.0, TopKSplit::kEqual), (std::vector<uint64_t>{5, 300, 40}));
+  // Each count in 1..size, the same total as per tensor, over many shapes.
+  std::mt19937 gen(5);
+  std::uniform_int_distribution<uint64_t> size(0, 5000);
+  for (int trial = 0; trial < 500; ++trial) {
+    std::vector<uint64_t> sizes(1 + trial % 7);
+    for (uint64_t& n : sizes) n = trial % 3 == 0 ? size(gen) % 20 : size(gen);
+    const double ratio = std::uniform_real_distribution<double>(0.0001, 1.0)(gen);
+    const std::vector<uint64_t> each = TopKCounts(sizes, ratio, TopKSplit::kPerTensor);
+    const std::vector<uint64_t> equal = TopKCounts(sizes, ratio, TopKSplit::kEqual);
+    uint64_t total_each = 0, total_equal = 0;
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      EXPECT_EQ(equal[t] == 0, sizes[t] == 0) << trial;
+      EXPECT_LE(equal[t], sizes[t]) << trial;
+      total_each += each[t];
+      total_equal += equal[t];
+    }
+    EXPECT_EQ(total_equal, total_each) << trial;
+  }
+}
+
+TEST(CompressionTest, TopKSplitEquallySendsTheSameNumberOfEachLargeTensor) {
+  // conv.weight (200), conv.bias (8, under the minimum: whole) and fc.weight (40,000): at 0.5%
+  // of each, 1 + 200; split equally, 101 and 100.
+  CompressionSettings settings{ENCODING_SPARSE, 0.005, ENCODING_RAW};
+  settings.topk_min_elements = 100;
+  settings.topk_split = TopKSplit::kEqual;
+  Compressor compressor(settings);
+  auto update = RandomModel(Specs(), 13);
+  const std::vector<float> original = update->values;
+  auto encoded = compressor.Compress(update, 1);
+  EXPECT_EQ(encoded->encodings[0].encoding, ENCODING_SPARSE);
+  EXPECT_EQ(encoded->encodings[0].nonzeros, 101u);
+  EXPECT_EQ(encoded->encodings[1].encoding, ENCODING_RAW);
+  EXPECT_EQ(encoded->encodings[3].encoding, ENCODING_SPARSE);
+  EXPECT_EQ(encoded->encodings[3].nonzeros, 100u);
+  EXPECT_EQ(encoded->values_sent(), 101u + 8 + 100);  // conv.bias whole
+  auto decoded = RoundTrip(*encoded);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  // Each value arrives exactly or waits whole in the residual.
+  double unsent = 0;
+  for (size_t i = 0; i < original.size(); ++i) {
+    if (decoded->values[i] != original[i]) {
+      EXPECT_EQ(decoded->values[i], 0.0f) << i;
+      unsent += static_cast<double>(original[i]) * original[i];
+    }
+  }
+  EXPECT_GT(unsent, 0);
+  EXPECT_NEAR(compressor.ResidualSumSquares(), unsent, unsent * 1e-5);
+}
+
 TEST(CompressionTest, TopKFallsBackToDenseWhenSparseIsNotSmaller) {
   auto update = RandomModel(Specs(), 9);
   const std::vector<float> original = update->values;

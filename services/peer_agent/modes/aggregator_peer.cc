@@ -33,6 +33,9 @@ tensor::CompressionSettings CompressionOf(const common::v1::TaskSpec& spec) {
   settings.topk_values = encoding(spec.topk_values());
   settings.topk_warmup_rounds = spec.topk_warmup_rounds();
   settings.topk_min_elements = spec.topk_min_elements();
+  settings.topk_split = spec.topk_split() == common::v1::TOPK_SPLIT_EQUAL
+                            ? tensor::TopKSplit::kEqual
+                            : tensor::TopKSplit::kPerTensor;
   if (settings.topk_values == common::v1::ENCODING_SPARSE) {
     settings.topk_values = common::v1::ENCODING_RAW;  // refused by task validation
   }
@@ -60,9 +63,10 @@ AggregatorPeer::AggregatorPeer(const ModeRunnerDeps& deps, AggregatorCallOptions
     }
     if (!warmup.empty()) warmup += ")";
     LogInfo(absl::StrFormat(
-        "task %s: updates are compressed: top-k %g of each tensor of at least %u values%s, "
+        "task %s: updates are compressed: top-k %g of the tensors of at least %u values, %s%s, "
         "values %s",
-        task_, c.topk_ratio, c.topk_min_elements, warmup,
+        task_, c.topk_ratio, c.topk_min_elements,
+        c.topk_split == tensor::TopKSplit::kEqual ? "split equally" : "of each", warmup,
         common::v1::Encoding_Name(c.topk_values)));
   } else if (c.codec != common::v1::ENCODING_RAW) {
     LogInfo("task ", task_, ": updates are compressed: ", common::v1::Encoding_Name(c.codec));

@@ -270,10 +270,11 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Push(
     metrics_.update_bytes_raw.Increment(static_cast<double>(delta->layout.total_bytes()));
     last_error_.clear();
     last_pushed_base_ = version;
-    LogInfo(
-        absl::StrFormat("task %s: pushed %d batches trained from version %d, loss %.4f, %d bytes%s",
-                        task_, stats.batches, version, stats.mean_loss, delta->payload_bytes(),
-                        *pushed ? " (duplicate)" : ""));
+    LogInfo(absl::StrFormat(
+        "task %s: pushed %d batches trained from version %d, loss %.4f, %d bytes "
+        "(%d of %d values)%s",
+        task_, stats.batches, version, stats.mean_loss, delta->payload_bytes(),
+        delta->values_sent(), delta->layout.total_elements(), *pushed ? " (duplicate)" : ""));
     return Outcome::kPushed;
   }
   const absl::Status& s = pushed.status();

@@ -134,6 +134,8 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
     return;
   }
   const uint64_t sent = (*delta)->payload_bytes();
+  const uint64_t values = (*delta)->values_sent();
+  const uint64_t all_values = (*delta)->layout.total_elements();
   const std::optional<bool> duplicate = Push(m, *stats, *std::move(delta), deadline, keep_going);
   if (!duplicate) return;
 
@@ -141,9 +143,10 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
   const double seconds = absl::ToDoubleSeconds(clock_.Now() - start);
   metrics_.round_duration.Observe(seconds);
   LogInfo(absl::StrFormat(
-      "task %s round %d: trained %d batches, loss %.4f, %d samples, pushed %d bytes, %.2f s%s",
-      task_, m.round(), stats->batches, stats->mean_loss, stats->samples, sent, seconds,
-      *duplicate ? " (duplicate)" : ""));
+      "task %s round %d: trained %d batches, loss %.4f, %d samples, pushed %d bytes (%d of %d "
+      "values), %.2f s%s",
+      task_, m.round(), stats->batches, stats->mean_loss, stats->samples, sent, values, all_values,
+      seconds, *duplicate ? " (duplicate)" : ""));
 }
 
 std::optional<bool> FederatedSyncRunner::Push(const coordinator::v1::RoundStarted& m,
