@@ -30,8 +30,7 @@ std::optional<absl::Duration> Measure(const std::string& address,
                                       const std::shared_ptr<grpc::ChannelCredentials>& credentials,
                                       absl::Duration timeout, int probes) {
   const absl::Time deadline = absl::Now() + timeout;
-  auto stub = grpc::health::v1::Health::NewStub(credentials ? rpc::MakeChannel(address, credentials)
-                                                            : rpc::MakeChannel(address));
+  auto stub = grpc::health::v1::Health::NewStub(rpc::MakeProbeChannel(address, credentials));
   // The first check pays for the connection (TCP, TLS): a reachability check, not a sample.
   if (!Check(*stub, deadline).has_value()) return std::nullopt;
   std::optional<absl::Duration> best;

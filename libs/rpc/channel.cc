@@ -24,12 +24,9 @@ constexpr char kServiceConfig[] = R"json({
 
 }  // namespace
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
-  return MakeChannel(address, grpc::InsecureChannelCredentials());
-}
+namespace {
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
-                                           std::shared_ptr<grpc::ChannelCredentials> credentials) {
+grpc::ChannelArguments Arguments(bool retries) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(8 << 20);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
@@ -40,9 +37,26 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
-  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
-  args.SetServiceConfigJSON(kServiceConfig);
-  return grpc::CreateCustomChannel(address, std::move(credentials), args);
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, retries ? 1 : 0);
+  if (retries) args.SetServiceConfigJSON(kServiceConfig);
+  return args;
+}
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  return MakeChannel(address, grpc::InsecureChannelCredentials());
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  return grpc::CreateCustomChannel(address, std::move(credentials), Arguments(/*retries=*/true));
+}
+
+std::shared_ptr<grpc::Channel> MakeProbeChannel(
+    const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
+  return grpc::CreateCustomChannel(address, std::move(credentials), Arguments(/*retries=*/false));
 }
 
 }  // namespace shoal::rpc

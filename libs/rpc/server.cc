@@ -49,6 +49,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
 Server::Server(std::unique_ptr<grpc::Server> server, std::string address, int port)
     : server_(std::move(server)), address_(std::move(address)), port_(port) {}
 
+std::shared_ptr<grpc::Channel> Server::InProcessChannel() const {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(8 << 20);  // as MakeChannel
+  return server_->InProcessChannel(args);
+}
+
 Server::~Server() { Shutdown(absl::ZeroDuration()); }
 
 void Server::Shutdown(absl::Duration grace) {

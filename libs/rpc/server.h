@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 
 namespace grpc {
+class Channel;
 class Service;
 class ServerCredentials;
 }  // namespace grpc
@@ -39,6 +40,9 @@ class Server {
   // HOST:PORT actually bound (the real port when 0 was asked for).
   const std::string& address() const { return address_; }
   int port() const { return port_; }
+  // A channel to this server with no socket (gRPC's in-process transport): the same services
+  // and calls without TCP or HTTP/2 framing, for simulations in one process.
+  std::shared_ptr<grpc::Channel> InProcessChannel() const;
 
   // Marks the health service NOT_SERVING, then stops accepting calls and waits up to `grace`
   // for calls in flight before cancelling them.

@@ -470,7 +470,8 @@ class CoordinatorCore {
   CoordinatorMetrics& metrics_;
   AggregatorWorkRunner work_;
   SerialQueue store_writes_;
-  // Dial-backs, a few at a time on the calls executor (an unreachable node costs dial_timeout).
+  // Dial-backs, a few at a time on the calls executor (a node that drops packets costs
+  // dial_timeout, one that refuses at once); those still queued when the core stops are dropped.
   std::vector<std::unique_ptr<SerialQueue>> dial_queues_;
 
   mutable absl::Mutex mu_;

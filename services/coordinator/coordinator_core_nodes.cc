@@ -21,6 +21,10 @@ void CoordinatorCore::DialBack(bool aggregator, const std::string& id, const std
   SerialQueue* queue = dial_queues_[next_dial_++ % dial_queues_.size()].get();
   out.push_back([this, queue, aggregator, id, address, session] {
     queue->Post([this, aggregator, id, address, session] {
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return;  // the core is going: dials still queued are dropped
+      }
       // A network deadline: real time, whatever clock the core runs on.
       const absl::Status status =
           options_.dialer->Dial(address, absl::Now() + options_.dial_timeout);

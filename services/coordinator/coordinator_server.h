@@ -53,6 +53,9 @@ class CoordinatorServer {
 
   const std::string& address() const { return server_->address(); }
   const std::string& metrics_address() const { return metrics_->address(); }
+  // Sessions and calls without a socket (rpc::Server::InProcessChannel): shoal-sim style
+  // benchmarks that host the coordinator in their own process.
+  std::shared_ptr<grpc::Channel> InProcessChannel() const { return server_->InProcessChannel(); }
 
   // Stops accepting calls, ends streams, stops the driver. Idempotent.
   void Shutdown();

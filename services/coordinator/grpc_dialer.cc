@@ -18,7 +18,7 @@ absl::Status GrpcDialer::Dial(const std::string& address, absl::Time deadline) {
     // A peer behind NAT: reachable when it answers a probe through its relay. It opens its
     // relay stream when it is welcomed, so a relay that does not know it yet (NOT_FOUND) is
     // asked again until the deadline.
-    auto stub = peer::v1::PeerService::NewStub(rpc::MakeChannel(target.dial, credentials_));
+    auto stub = peer::v1::PeerService::NewStub(rpc::MakeProbeChannel(target.dial, credentials_));
     peer::v1::ProbeRequest request;
     request.set_relay_to(target.relay_to);
     request.set_peer_id("coordinator");
@@ -37,7 +37,7 @@ absl::Status GrpcDialer::Dial(const std::string& address, absl::Time deadline) {
       absl::SleepFor(absl::Milliseconds(100));
     }
   }
-  auto stub = grpc::health::v1::Health::NewStub(rpc::MakeChannel(address, credentials_));
+  auto stub = grpc::health::v1::Health::NewStub(rpc::MakeProbeChannel(address, credentials_));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
   grpc::health::v1::HealthCheckRequest request;

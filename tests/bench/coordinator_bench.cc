@@ -21,10 +21,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,9 +32,11 @@
 #include "libs/common/command_line.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status.h"
+#include "services/coordinator/coordinator_server.h"
 #include "services/shoalctl/process.h"
 #include "shoal/coordinator/v1/control.grpc.pb.h"
 #include "tests/bench/light_peer.h"
+#include "tests/bench/proc_stats.h"
 #include "tests/bench/raw_tcp.h"
 #include "tests/testing/http_get.h"
 
@@ -65,6 +64,10 @@ ABSL_FLAG(bool, hierarchical, false,
           "the task's topology is hierarchical (clusters of --cluster-size, one aggregator each, "
           "below a root): start 1 + peers / cluster size aggregators");
 ABSL_FLAG(int, cluster_size, 32, "with --hierarchical: the task's cluster_size");
+ABSL_FLAG(bool, in_process, false,
+          "host the coordinator in this process and open every session over its in-process "
+          "channel (no socket: the coordinator's own cost, without TCP and HTTP/2 per peer); "
+          "the aggregators stay processes. CPU and RSS are then this process's, peers included");
 ABSL_FLAG(std::string, bin_dir, "",
           "where shoal-coordinator and shoal-aggregator are "
           "(default: ../../bin from this binary)");
@@ -72,50 +75,20 @@ ABSL_FLAG(std::string, bin_dir, "",
 namespace {
 
 namespace cv1 = shoal::coordinator::v1;
+using shoal::bench::CpuSeconds;
 using shoal::bench::Fleet;
+using shoal::bench::LoadAverage;
+using shoal::bench::Percentile;
+using shoal::bench::RssMiB;
+using shoal::bench::StatusMiB;
+
+// The terminal's stderr; with --in-process, stderr itself goes to the coordinator's log.
+int g_stderr = STDERR_FILENO;
 
 [[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "coordinator_bench: %s\n", what.c_str());
+  std::fflush(stdout);
+  dprintf(g_stderr, "coordinator_bench: %s\n", what.c_str());
   std::exit(1);
-}
-
-// A /proc/PID/status field in KiB ("VmRSS", "VmHWM") as MiB.
-double StatusMiB(pid_t pid, const std::string& field) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;
-  }
-  return -1;
-}
-
-double RssMiB(pid_t pid) { return StatusMiB(pid, "VmRSS"); }
-
-// CPU seconds (user + system) the process has used so far, from /proc/PID/stat.
-double CpuSeconds(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // Fields after the command name (which may contain spaces) start after the last ')'.
-  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
-  std::string field;
-  double utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14) utime = std::stod(field);
-    if (i == 15) stime = std::stod(field);
-  }
-  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-double LoadAverage() {
-  double load[1] = {0};
-  return getloadavg(load, 1) == 1 ? load[0] : -1;
-}
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
-  return v[i];
 }
 
 // Round-event latencies of one phase, in milliseconds, over the rounds every peer finished.
@@ -151,10 +124,16 @@ class Bench {
     auto dir = shoal::process::MakeTempDir("", "shoal-coordinator-bench-");
     if (!dir.ok()) Die(std::string(dir.status().message()));
     dir_ = *dir;
-    coordinator_ = StartService(
-        "coordinator", "shoal-coordinator",
-        {"--state-dir=" + dir_ + "/state",
-         "--heartbeat-interval=" + absl::FormatDuration(absl::GetFlag(FLAGS_heartbeat_interval))});
+    if (absl::GetFlag(FLAGS_in_process)) {
+      RedirectLogs();
+      StartInProcessCoordinator();
+    } else {
+      coordinator_ =
+          StartService("coordinator", "shoal-coordinator",
+                       {"--state-dir=" + dir_ + "/state",
+                        "--heartbeat-interval=" +
+                            absl::FormatDuration(absl::GetFlag(FLAGS_heartbeat_interval))});
+    }
     control_ = cv1::ControlService::NewStub(shoal::rpc::MakeChannel(coordinator_address_));
     for (int i = 0; i < AggregatorCount(); ++i) {
       aggregators_.push_back(StartService(
@@ -163,6 +142,35 @@ class Bench {
            absl::StrCat("--max-concurrent-pushes=", absl::GetFlag(FLAGS_max_concurrent_pushes))}));
     }
   }
+
+  // The coordinator hosted here (--in-process): the same server as shoal-coordinator's.
+  void StartInProcessCoordinator() {
+    shoal::coordinator::CoordinatorServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.metrics_listen = "127.0.0.1:0";
+    options.state_dir = dir_ + "/state";
+    options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+    options.tls.insecure = true;
+    auto server = shoal::coordinator::CoordinatorServer::Start(options);
+    if (!server.ok()) Die("in-process coordinator: " + std::string(server.status().message()));
+    in_process_ = *std::move(server);
+    coordinator_address_ = in_process_->address();
+    coordinator_metrics_ = in_process_->metrics_address();
+  }
+
+  // What the in-process coordinator (and the light peers) log goes to a file, as a process's
+  // would, not between the figures.
+  void RedirectLogs() {
+    const std::string log = dir_ + "/coordinator.log";
+    g_stderr = dup(STDERR_FILENO);
+    if (g_stderr < 0 || std::freopen(log.c_str(), "a", stderr) == nullptr) {
+      Die("cannot write " + log);
+    }
+    std::printf("coordinator (in this process) logs to %s\n", log.c_str());
+  }
+
+  // The process whose CPU and RSS are the coordinator's (this one with --in-process).
+  pid_t CoordinatorPid() const { return in_process_ != nullptr ? getpid() : coordinator_->pid(); }
 
   static int AggregatorCount() {
     if (!absl::GetFlag(FLAGS_hierarchical)) return std::max(1, absl::GetFlag(FLAGS_aggregators));
@@ -201,6 +209,7 @@ class Bench {
     options.peers = peers;
     options.name_prefix = name;
     options.coordinator = coordinator_address_;
+    if (in_process_ != nullptr) options.channel = in_process_->InProcessChannel();
     options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
     options.join_rate = absl::GetFlag(FLAGS_join_rate);
     const int64_t model_bytes = int64_t{absl::GetFlag(FLAGS_model_mb)} * 1'000'000;
@@ -227,8 +236,8 @@ class Bench {
             "%s: joining: %d welcomed, %d assigned after %.0f s; coordinator RSS %.1f MiB, "
             "CPU %.1f s\n",
             name.c_str(), fleet.welcomed(), fleet.assigned(),
-            absl::ToDoubleSeconds(absl::Now() - t0), RssMiB(coordinator_->pid()),
-            CpuSeconds(coordinator_->pid()));
+            absl::ToDoubleSeconds(absl::Now() - t0), RssMiB(CoordinatorPid()),
+            CpuSeconds(CoordinatorPid()));
         std::fflush(stdout);
       }
     }
@@ -238,13 +247,13 @@ class Bench {
                        fleet.welcomed(), " welcomed, ", fleet.errors().streams_broken.load(),
                        " broken) within ", absl::FormatDuration(join_limit)));
     }
-    const double rss_start = RssMiB(coordinator_->pid());
+    const double rss_start = RssMiB(CoordinatorPid());
     std::printf("%s: %d sessions welcomed and assigned in %.1f s; coordinator RSS %.1f MiB\n",
                 name.c_str(), peers, connect_s, rss_start);
     std::fflush(stdout);
 
     const absl::Time start = absl::Now();
-    const double cpu_start = CpuSeconds(coordinator_->pid());
+    const double cpu_start = CpuSeconds(CoordinatorPid());
     const double aggregator_cpu_start = AggregatorsCpu();
     const auto bytes_start = AggregatorCounters("shoal_aggregator_bytes_received_total");
     const uint64_t round_start = TaskStatus(name).round();
@@ -253,16 +262,17 @@ class Bench {
     bool warm = false;
     while (absl::Now() - start < duration) {
       absl::SleepFor(absl::Seconds(1));
-      const double rss = RssMiB(coordinator_->pid());
+      const double rss = RssMiB(CoordinatorPid());
       rss_max = std::max(rss_max, rss);
       if (!warm && absl::Now() - start >= warmup) {
         warm = true;
         rss_warm = rss;
       }
-      if (!coordinator_->Running()) Die("the coordinator exited: " + coordinator_->LogTail(10));
+      if (coordinator_ != nullptr && !coordinator_->Running())
+        Die("the coordinator exited: " + coordinator_->LogTail(10));
     }
-    const double rss_end = RssMiB(coordinator_->pid());
-    const double cpu = CpuSeconds(coordinator_->pid()) - cpu_start;
+    const double rss_end = RssMiB(CoordinatorPid());
+    const double cpu = CpuSeconds(CoordinatorPid()) - cpu_start;
     const double aggregator_cpu = AggregatorsCpu() - aggregator_cpu_start;
     const auto bytes_end = AggregatorCounters("shoal_aggregator_bytes_received_total");
     const double self_cpu = CpuSeconds(getpid()) - self_cpu_start;
@@ -272,6 +282,9 @@ class Bench {
     // held them all: each is an error, even where the light peer has not noticed yet.
     const int64_t crashed = static_cast<int64_t>(
         CoordinatorCounter("shoal_coordinator_peers_crashed_total") - crashed_before);
+    // The light peers advertise an address that refuses connections: each is dialed back once.
+    const double unreachable =
+        CoordinatorCounter("shoal_coordinator_dial_backs_total{result=\"unreachable\"}");
     fleet.Stop();
     StopTask(name);
 
@@ -296,13 +309,17 @@ class Bench {
         static_cast<long long>(e.streams_broken.load()),
         static_cast<long long>(e.calls_failed.load()), static_cast<long long>(e.rejected.load()),
         static_cast<long long>(dropped), static_cast<long long>(crashed));
-    std::printf("%s: coordinator CPU %.1f s in %.0f s (%.0f%% of one core); load average %.1f\n",
-                name.c_str(), cpu, wall, 100 * cpu / wall, LoadAverage());
+    const char* who =
+        in_process_ != nullptr ? "coordinator and peers (one process)" : "coordinator";
+    std::printf("%s: %s CPU %.1f s in %.0f s (%.0f%% of one core); load average %.1f\n",
+                name.c_str(), who, cpu, wall, 100 * cpu / wall, LoadAverage());
+    std::printf("%s: peers dialed back (refused) since the coordinator started: %.0f\n",
+                name.c_str(), unreachable);
     if (report_rss) {
       std::printf(
-          "%s: coordinator RSS start %.1f MiB, after %s warm-up %.1f MiB, end %.1f MiB "
+          "%s: %s RSS start %.1f MiB, after %s warm-up %.1f MiB, end %.1f MiB "
           "(growth after warm-up %+.1f MiB), max %.1f MiB\n",
-          name.c_str(), rss_start, absl::FormatDuration(warmup).c_str(), rss_warm, rss_end,
+          name.c_str(), who, rss_start, absl::FormatDuration(warmup).c_str(), rss_warm, rss_end,
           rss_end - rss_warm, rss_max);
     }
     PrintIngress(name, status, bytes_start, bytes_end,
@@ -415,6 +432,11 @@ class Bench {
   void Stop() {
     std::vector<shoal::process::Process*> aggregators;
     for (const auto& a : aggregators_) aggregators.push_back(a.get());
+    if (in_process_ != nullptr) {
+      shoal::process::StopInOrder({aggregators}, absl::Seconds(10));
+      in_process_->Shutdown();
+      return;
+    }
     shoal::process::StopInOrder({aggregators, {coordinator_.get()}}, absl::Seconds(10));
   }
 
@@ -503,8 +525,9 @@ class Bench {
   const std::string bin_dir_;
   std::string dir_;
   std::string coordinator_address_;
-  std::string coordinator_metrics_;  // host:port of its /metrics
-  std::unique_ptr<shoal::process::Process> coordinator_;
+  std::string coordinator_metrics_;                       // host:port of its /metrics
+  std::unique_ptr<shoal::process::Process> coordinator_;  // null with --in-process
+  std::unique_ptr<shoal::coordinator::CoordinatorServer> in_process_;
   std::vector<std::unique_ptr<shoal::process::Process>> aggregators_;
   std::map<std::string, std::string> aggregator_metrics_;  // gRPC address -> metrics address
   std::unique_ptr<cv1::ControlService::Stub> control_;

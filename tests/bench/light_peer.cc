@@ -21,6 +21,10 @@ enum EventKind { kStarted = 0, kPushed = 1, kPublished = 2, kDownloaded = 3 };
 class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::CoordinatorEvent> {
  public:
   LightPeer(Fleet& fleet, int index) : fleet_(fleet), index_(index) {
+    if (fleet.options_.channel != nullptr) {  // in-process: every session on the one channel
+      stub_ = v1::SessionService::NewStub(fleet.options_.channel);
+      return;
+    }
     grpc::ChannelArguments args;
     // One TCP connection per peer, as separate processes would have (channels with equal
     // arguments otherwise share one subchannel, hence one connection).

@@ -43,9 +43,9 @@ struct FleetErrors {
 
 class LightPeer;
 
-// N light peers in this process, each with its own channel (and TCP connection), sharing a
-// bounded executor for their blocking aggregator calls and one heartbeat thread. Owned by the
-// benchmark; thread-safe.
+// N light peers in this process, each with its own channel (and TCP connection) or all on one
+// in-process channel (Options::channel), sharing a bounded executor for their blocking
+// aggregator calls and one heartbeat thread. Owned by the benchmark; thread-safe.
 class Fleet {
  public:
   struct Options {
@@ -53,6 +53,9 @@ class Fleet {
     std::string name_prefix = "light";  // peer i asks for the id <prefix>-<i>
     std::string coordinator;
     std::shared_ptr<grpc::ChannelCredentials> credentials;  // mutual TLS; null = plaintext
+    // When set, every session is a stream of this channel (a coordinator hosted in this
+    // process: CoordinatorServer::InProcessChannel) instead of a TCP connection of its own.
+    std::shared_ptr<grpc::Channel> channel;
     absl::Duration heartbeat_interval = absl::Seconds(2);
     size_t call_threads = 8;
     int64_t model_floats = 16;  // size of the model and of each update

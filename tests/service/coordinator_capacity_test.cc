@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -44,6 +45,15 @@ struct ClosedPort {
   ClosedPort& operator=(const ClosedPort&) = delete;
   int fd = -1;
   std::string address;  // "" when the socket could not be bound
+};
+
+// A socket that listens but never accepts: the kernel completes each TCP handshake, and the
+// client then waits for an HTTP/2 greeting that never comes, so a dial costs its whole timeout
+// (as an address that drops packets does).
+struct SilentPort : ClosedPort {
+  SilentPort() {
+    if (fd >= 0 && listen(fd, 1024) != 0) address.clear();
+  }
 };
 
 class CoordinatorCapacityTest : public ::testing::Test {
@@ -181,6 +191,48 @@ TEST_F(CoordinatorCapacityTest, APeerIsDialedBackAndListedWithItsCapacity) {
   EXPECT_EQ(na.address(), (*reachable)->address());
   EXPECT_EQ(WaitForDial("peer-b").capacity().reachability(), common::v1::REACHABILITY_UNREACHABLE);
   (*reachable)->Shutdown(absl::ZeroDuration());
+}
+
+// A coordinator that stops does not first dial back every peer it has queued: a fleet of peers
+// whose addresses do not answer (each dial its whole 3 s timeout, two at a time) would hold its
+// shutdown for minutes. The sessions go over the in-process channel, as a simulation's do.
+TEST_F(CoordinatorCapacityTest, ShutdownDropsTheQueuedDialBacks) {
+  SilentPort silent;
+  ASSERT_FALSE(silent.address.empty());
+  constexpr int kPeers = 100;
+  auto session = v1::SessionService::NewStub(server_->InProcessChannel());
+  struct Session {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::PeerMessage, v1::CoordinatorEvent>> stream;
+  };
+  std::vector<std::unique_ptr<Session>> sessions;
+  absl::Cleanup end = [&] {
+    for (auto& s : sessions) {
+      s->context.TryCancel();
+      s->stream->Finish();
+    }
+  };
+  for (int i = 0; i < kPeers; ++i) {
+    sessions.push_back(std::make_unique<Session>());
+    Session* s = sessions.back().get();
+    s->stream = session->Session(&s->context);
+    v1::PeerMessage hello;
+    hello.mutable_hello()->set_name("peer-" + std::to_string(i));
+    hello.mutable_hello()->set_listen_address(silent.address);
+    hello.mutable_hello()->set_shard_count(1);
+    ASSERT_TRUE(s->stream->Write(hello));
+    v1::CoordinatorEvent welcome;
+    ASSERT_TRUE(s->stream->Read(&welcome));
+    ASSERT_TRUE(welcome.has_welcome());
+  }
+  const absl::Time start = absl::Now();
+  server_->Shutdown();
+  const absl::Duration took = absl::Now() - start;
+  // Draining the queue would take kPeers / 2 dials of 3 s each (150 s); dropping it, the dials
+  // already running (3 s).
+  EXPECT_LT(took, absl::Seconds(30)) << "the shutdown waited for the queued dial-backs";
+  std::printf("shutdown with %d peers' dial-backs queued took %s\n", kPeers,
+              absl::FormatDuration(took).c_str());
 }
 
 // What a peer does before its Hello (SessionClient): ask for the aggregators, time each one.
