@@ -22,13 +22,9 @@ constexpr char kServiceConfig[] = R"json({
   }]
 })json";
 
-}  // namespace
-
-namespace {
-
 grpc::ChannelArguments Arguments(bool retries) {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(8 << 20);
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);

@@ -18,6 +18,10 @@ namespace shoal::rpc {
 // 3.0-3.2x without. 8 MiB in flight fills 640 Mbit/s at 100 ms round trip, 5 Gbit/s at 12 ms.
 inline constexpr int kStreamWindowBytes = 8 << 20;
 
+// The largest message a Shoal endpoint receives, on channels and servers alike. Tensors travel
+// in chunks of about 1 MiB (tensor::kMaxChunkBytes), never whole.
+inline constexpr int kMaxMessageBytes = 8 << 20;
+
 // Opens a channel to HOST:PORT with Shoal's transport settings: keepalive, message limits, and a
 // retry policy for UNAVAILABLE (transport retries with capped exponential backoff), secured by
 // `credentials` (from rpc::Credentials). Channels are meant to be created once per remote and

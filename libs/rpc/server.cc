@@ -25,7 +25,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
       options.listen,
       options.credentials != nullptr ? options.credentials : grpc::InsecureServerCredentials(),
       &port);
-  builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
                              static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_time)));
   builder.AddChannelArgument(
@@ -51,7 +51,7 @@ Server::Server(std::unique_ptr<grpc::Server> server, std::string address, int po
 
 std::shared_ptr<grpc::Channel> Server::InProcessChannel() const {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(8 << 20);  // as MakeChannel
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   return server_->InProcessChannel(args);
 }
 

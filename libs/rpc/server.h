@@ -24,7 +24,6 @@ struct ServerOptions {
   std::string service_name;  // for logs, e.g. "shoal-coordinator"
   // From rpc::Credentials (mutual TLS or plaintext); null means plaintext, for tests only.
   std::shared_ptr<grpc::ServerCredentials> credentials = nullptr;
-  int max_receive_message_bytes = 8 << 20;  // tensors come in ~1 MiB chunks, never whole
   absl::Duration keepalive_time = absl::Seconds(20);
   absl::Duration keepalive_timeout = absl::Seconds(10);
 };
