@@ -64,6 +64,7 @@ class Reader {
     return true;
   }
   bool done() const { return pos_ == data_.size(); }
+  size_t remaining() const { return data_.size() - pos_; }
 
  private:
   absl::string_view data_;
@@ -202,6 +203,12 @@ absl::StatusOr<FileHeader> ReadHeader(int fd, const std::string& path, uint64_t 
   Reader r(layout_bytes);
   uint32_t num_tensors;
   if (!r.Get(&num_tensors) || num_tensors > kMaxTensors) return corrupt("bad tensor count");
+  // An entry takes at least its name length and dimension count: a count the section cannot
+  // hold is refused before anything is allocated for it (a few bytes must not cost megabytes).
+  if (num_tensors > r.remaining() / (2 * sizeof(uint32_t))) {
+    return corrupt(absl::StrCat(num_tensors, " tensors cannot fit in a layout section of ",
+                                header_len, " bytes"));
+  }
   std::vector<TensorSpec> specs(num_tensors);
   for (TensorSpec& t : specs) {
     uint32_t name_len, ndims;

@@ -83,6 +83,34 @@ TEST_F(ModelFileTest, CorruptValuesAndTruncationAreDataLoss) {
   EXPECT_EQ(ReadModelFile(Path("m.bin")).status().code(), absl::StatusCode::kDataLoss);
 }
 
+// A layout section of 4 bytes that claims a million tensors (checksums right, so that the count
+// is read) is refused by the count, not after making room for a million entries.
+TEST_F(ModelFileTest, ATensorCountTheLayoutCannotHoldIsRefused) {
+  ASSERT_TRUE(WriteModelFile(Path("m.bin"), model_).ok());
+  std::string file;
+  {
+    std::ifstream in(Path("m.bin"), std::ios::binary);
+    file.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  ASSERT_GE(file.size(), 12u);
+  file.resize(12);  // magic and format version
+  auto put = [&file](auto v) { file.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  const uint32_t count = 1u << 20;
+  put(uint32_t{sizeof(count)});
+  put(count);
+  put(DigestBytes(&count, sizeof(count)));
+  put(uint64_t{0});
+  put(DigestBytes(nullptr, 0));
+  std::ofstream(Path("m.bin"), std::ios::binary | std::ios::trunc) << file;
+
+  for (const auto& got :
+       {ReadModelFile(Path("m.bin")).status(), MappedModelFile::Open(Path("m.bin")).status()}) {
+    EXPECT_EQ(got.code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(got.message(),
+                HasSubstr("1048576 tensors cannot fit in a layout section of 4 bytes"));
+  }
+}
+
 TEST_F(ModelFileTest, AMappedFileHasTheValuesAndTheSameChecks) {
   ASSERT_TRUE(WriteModelFile(Path("m.bin"), model_).ok());
   auto mapped = MappedModelFile::Open(Path("m.bin"));
