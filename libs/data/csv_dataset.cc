@@ -31,6 +31,9 @@ namespace {
 // Bytes read per read(2): large enough that syscalls do not dominate, small enough that the
 // buffer is noise next to the values.
 constexpr size_t kReadBlockBytes = size_t{1} << 20;
+// A regular file's block is sized to the file (one more byte sees its end in the same read), but
+// never below this, so a small table does not pay for zeroing a megabyte.
+constexpr size_t kMinReadBlockBytes = 4096;
 // Values and names quoted in errors are cut here, so one huge cell cannot flood a log line.
 constexpr size_t kQuotedValueBytes = 40;
 // Names an error lists (header columns, classes) before "... and N more".
@@ -447,7 +450,12 @@ absl::StatusOr<Dataset> LoadCsv(const std::string& path, const CsvOptions& optio
 
   TableBuilder builder(shown, options);
   LineFeeder feeder(builder);
-  std::vector<char> block(kReadBlockBytes);
+  size_t block_bytes = kReadBlockBytes;
+  if (S_ISREG(st.st_mode)) {
+    block_bytes = static_cast<size_t>(std::clamp<uint64_t>(static_cast<uint64_t>(st.st_size) + 1,
+                                                           kMinReadBlockBytes, kReadBlockBytes));
+  }
+  std::vector<char> block(block_bytes);
   uint64_t total = 0;
   for (bool first = true;; first = false) {
     SHOAL_ASSIGN_OR_RETURN(const size_t n, ReadBlock(fd.get(), block, shown));

@@ -188,6 +188,40 @@ TEST(CsvLoadTest, FiftyThousandRows) {
   EXPECT_THAT(data->class_names, ElementsAre("0", "1", "2"));
 }
 
+// Over 2 MiB: read in several blocks (a regular file's block is its size, capped at 1 MiB), with
+// rows and a quoted cell across the block ends.
+TEST(CsvLoadTest, RowsAcrossReadBlocks) {
+  TempDir dir;
+  std::string text = "name,f0,label\n";
+  for (int i = 0; i < 100'000; ++i) {
+    absl::StrAppend(&text, "\"row ", i, ",\nsecond line\",", i, ",", i % 2, "\n");
+  }
+  ASSERT_GT(text.size(), size_t{2} << 20);
+  CsvOptions options = Label("label");
+  options.feature_columns = {"f0"};
+  const auto data = LoadCsv(dir.Write("big.csv", text), options);
+  ASSERT_TRUE(data.ok()) << data.status();
+  ASSERT_EQ(data->count, 100'000u);
+  for (size_t i = 0; i < data->count; ++i) {
+    ASSERT_EQ(data->values[i], static_cast<float>(i)) << "row " << i;
+    ASSERT_EQ(data->labels[i], i % 2) << "row " << i;
+  }
+}
+
+// A pipe has no size to fit the block to; it is read like a file.
+TEST(CsvLoadTest, ReadsFromAPipe) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const std::string text = "f0,label\n1.5,0\n2.5,1\n";
+  ASSERT_EQ(::write(fds[1], text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ::close(fds[1]);
+  const auto data = LoadCsv(absl::StrCat("/proc/self/fd/", fds[0]), Label("label"));
+  ::close(fds[0]);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_THAT(data->values, ElementsAre(1.5f, 2.5f));
+  EXPECT_THAT(data->labels, ElementsAre(0u, 1u));
+}
+
 TEST(CsvErrorTest, MissingFileIsNotFound) {
   TempDir dir;
   const auto data = LoadCsv(dir.Path("nope.csv"), Label("y"));
