@@ -1,5 +1,6 @@
 #include "libs/common/log.h"
 
+#include <atomic>
 #include <cstdio>
 #include <string>
 
@@ -12,6 +13,7 @@ namespace {
 
 absl::Mutex log_mu(absl::kConstInit);
 std::string* program_name ABSL_GUARDED_BY(log_mu) = nullptr;
+std::atomic<bool> output_enabled{true};
 
 }  // namespace
 
@@ -21,7 +23,10 @@ void SetLogProgramName(std::string_view name) {
   program_name = new std::string(name);
 }
 
+void SetLogOutputEnabled(bool enabled) { output_enabled.store(enabled, std::memory_order_relaxed); }
+
 void Log(LogLevel level, std::string_view message) {
+  if (!output_enabled.load(std::memory_order_relaxed)) return;
   const char tag = level == LogLevel::kInfo ? 'I' : level == LogLevel::kWarning ? 'W' : 'E';
   const std::string now =
       absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());

@@ -27,6 +27,7 @@
 #include "services/aggregator/partial_wire.h"
 #include "shoal/aggregator/v1/aggregator.pb.h"
 #include "tests/fuzz/fuzz_check.h"
+#include "tests/fuzz/fuzz_log.h"
 #include "tests/fuzz/fuzz_model_values.h"
 
 namespace shoal::aggregator {
@@ -286,6 +287,11 @@ void Run(FuzzedDataProvider& in) {
 
 }  // namespace
 }  // namespace shoal::aggregator
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  shoal::fuzz::LogOnlyWhenReplaying(*argc, *argv);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);

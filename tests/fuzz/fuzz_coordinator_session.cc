@@ -25,6 +25,7 @@
 #include "tests/fakes/manual_executor.h"
 #include "tests/fakes/scripted_aggregator.h"
 #include "tests/fuzz/fuzz_check.h"
+#include "tests/fuzz/fuzz_log.h"
 
 namespace shoal::coordinator {
 namespace {
@@ -248,6 +249,11 @@ void Run(FuzzedDataProvider& in) {
 
 }  // namespace
 }  // namespace shoal::coordinator
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  shoal::fuzz::LogOnlyWhenReplaying(*argc, *argv);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
