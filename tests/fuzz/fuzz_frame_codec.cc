@@ -18,6 +18,7 @@
 #include "libs/common/status_macros.h"
 #include "libs/tensor/frame_codec.h"
 #include "tests/fuzz/fuzz_check.h"
+#include "tests/fuzz/fuzz_log.h"
 
 namespace shoal::tensor {
 namespace {
@@ -134,6 +135,11 @@ void CheckModel(const FlatModel& model, bool require_finite) {
 
 }  // namespace
 }  // namespace shoal::tensor
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  shoal::fuzz::LogOnlyWhenReplaying(*argc, *argv);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace shoal::tensor;
