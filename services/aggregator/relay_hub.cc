@@ -9,6 +9,10 @@
 namespace shoal::aggregator {
 
 uint64_t RelayHub::Attach(const std::string& peer_id, std::shared_ptr<Stream> stream) {
+  // call_id 0 (attached) goes first, before the stream is listed: a call made the moment it
+  // is listed (from another thread, or from a `done` below) must not reach the peer ahead of
+  // it. The peer reads its first message as the attachment.
+  stream->Send(peer::v1::RelayCall());
   std::shared_ptr<Stream> replaced;
   std::vector<std::pair<Done, RelayResult>> failed;
   uint64_t token = 0;
@@ -31,7 +35,6 @@ uint64_t RelayHub::Attach(const std::string& peer_id, std::shared_ptr<Stream> st
     replaced->Close(absl::UnavailableError(absl::StrCat(
         "a newer relay stream of peer '", EscapeBytes(peer_id), "' replaced this one")));
   }
-  stream->Send(peer::v1::RelayCall());  // call_id 0: attached
   return token;
 }
 

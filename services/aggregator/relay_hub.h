@@ -53,7 +53,8 @@ class RelayHub {
   RelayHub(Options options, AggregatorMetrics& metrics) : options_(options), metrics_(metrics) {}
 
   // `stream` is now `peer_id`'s relay: an older stream of that peer is closed (UNAVAILABLE) and
-  // its calls fail. Sends the stream its call_id 0 (attached). Returns the stream's token.
+  // its calls fail. Sends the stream its call_id 0 (attached) before any call can reach it.
+  // Returns the stream's token.
   uint64_t Attach(const std::string& peer_id, std::shared_ptr<Stream> stream)
       ABSL_LOCKS_EXCLUDED(mu_);
   // The stream of `token` ended: its calls fail UNAVAILABLE. Unknown tokens are ignored.

@@ -152,7 +152,13 @@ absl::Status RelayLink::RunStream(bool* attached) {
   open.mutable_open()->set_peer_id(options_.peer_id);
   v1::RelayCall call;
   bool ok = stream->Write(open) && stream->Read(&call);
-  if (ok && call.call_id() == 0) {
+  absl::Status broken;  // the relay broke the protocol
+  if (ok && call.call_id() != 0) {
+    broken = absl::InternalError(absl::StrCat("the relay's first message was call ", call.call_id(),
+                                              ", not the attachment (call 0)"));
+    context.TryCancel();
+    ok = false;
+  } else if (ok) {
     absl::MutexLock lock(&mu_);
     if (!attached_) {
       LogInfo("relayed through ", options_.relay, " as '", EscapeBytes(options_.peer_id), "'");
@@ -178,6 +184,7 @@ absl::Status RelayLink::RunStream(bool* attached) {
     absl::MutexLock lock(&mu_);
     context_ = nullptr;
   }
+  if (!broken.ok()) return broken;
   if (status.ok()) return absl::UnavailableError("the relay ended the stream");
   return rpc::FromGrpcStatus(status);
 }

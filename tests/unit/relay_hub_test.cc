@@ -156,6 +156,29 @@ TEST_F(RelayHubTest, ANewerStreamReplacesTheOlderOne) {
   EXPECT_TRUE(got.has_value() && got->status.ok());
 }
 
+// A caller that asks again the moment its call fails (as the coordinator's dial-back does) sends
+// its call down the newer stream: after that stream's call 0, which the peer reads as the
+// attachment. Before the fix the retry went first, and the peer took no attachment and dropped
+// the call (the coordinator saw the peer unreachable).
+TEST_F(RelayHubTest, TheAttachmentGoesDownANewStreamBeforeAnyCall) {
+  RelayHub hub(options_, metrics_);
+  auto first = std::make_shared<FakeStream>();
+  auto second = std::make_shared<FakeStream>();
+  hub.Attach("peer-n", first);
+  std::optional<RelayResult> retried;
+  hub.Call("peer-n", Probe(), [&](RelayResult failed) {
+    EXPECT_TRUE(absl::IsUnavailable(failed.status)) << failed.status;
+    hub.Call("peer-n", Probe(), [&](RelayResult r) { retried = r; });
+  });
+  hub.Attach("peer-n", second);
+  ASSERT_EQ(second->sent.size(), 2u);
+  EXPECT_EQ(second->sent[0].call_id(), 0u);
+  EXPECT_FALSE(second->sent[0].has_probe());
+  EXPECT_NE(second->sent[1].call_id(), 0u);
+  EXPECT_TRUE(second->sent[1].has_probe());
+  EXPECT_FALSE(retried.has_value());  // in flight on the new stream
+}
+
 TEST_F(RelayHubTest, BoundsCallsPerPeerAndWhatTheRelayHoldsOfASnapshot) {
   options_.max_calls_per_peer = 2;
   options_.max_call_bytes = 10;
