@@ -220,6 +220,7 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
     const std::string capacity =
         hello.has_capacity() ? absl::StrCat("; ", capacity::Describe(peer.hello.capacity())) : "";
     peer.sink = sink;
+    peer.redial_in = absl::ZeroDuration();
     peer.last_seen = clock_.Now();
     peer.since = peer.last_seen;
     peer.task = task;

@@ -71,7 +71,8 @@ struct CoordinatorOptions {
   // Dials each peer's PeerService when it connects and again every `redial_interval` of its
   // session (zero: once per session), and each aggregator when it first registers, to set the
   // reachability in their Capacity; none: it stays unknown. A peer found unreachable that
-  // accepts a relay (Hello.relay_fallback) is moved to one, on any of its dial-backs.
+  // accepts a relay (Hello.relay_fallback) is moved to one, on any of its dial-backs. A relayed
+  // peer found unreachable is dialed again sooner: after 5 s, doubling up to redial_interval.
   Dialer* dialer = nullptr;
   absl::Duration dial_timeout = absl::Seconds(3);
   absl::Duration redial_interval = absl::Minutes(5);
@@ -173,7 +174,10 @@ class CoordinatorCore {
     absl::Time since;      // this session's start
     absl::Time dialed_at;  // its latest dial-back (CoordinatorOptions::redial_interval)
     bool dialing = false;  // that dial-back has not answered yet: not dialed again meanwhile
-    std::string task;      // assigned task, empty when idle
+    // Until the next dial-back: zero, redial_interval; for a relayed peer whose dial-back
+    // failed, kRelayRedialFirst doubling up to redial_interval (its relay stream may be late).
+    absl::Duration redial_in;
+    std::string task;  // assigned task, empty when idle
     // Elected supernode before, and its aggregator never registered or was lost: not elected
     // again in this session.
     bool supernode_failed = false;

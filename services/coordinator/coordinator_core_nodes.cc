@@ -14,6 +14,14 @@
 #include "services/coordinator/coordinator_core.h"
 
 namespace shoal::coordinator {
+namespace {
+
+// A relayed peer whose dial-back failed is dialed again after this, then twice as long each
+// time up to redial_interval: a relay stream that came up late is seen within seconds, a relay
+// that stays unreachable costs a few probes.
+constexpr absl::Duration kRelayRedialFirst = absl::Seconds(5);
+
+}  // namespace
 
 void CoordinatorCore::DialBack(bool aggregator, const std::string& id, const std::string& address,
                                const PeerSink* session, Outbox& out) {
@@ -45,7 +53,9 @@ void CoordinatorCore::RedialPeers(Outbox& out) {
   for (auto& [id, peer] : peers_) {
     // A dial that has not answered is not queued twice: an address that drops packets costs
     // dial_timeout, and the queue stays within one dial per peer.
-    if (!peer.dialing && now - peer.dialed_at >= options_.redial_interval) DialPeer(peer, out);
+    const absl::Duration wait =
+        peer.redial_in > absl::ZeroDuration() ? peer.redial_in : options_.redial_interval;
+    if (!peer.dialing && now - peer.dialed_at >= wait) DialPeer(peer, out);
   }
 }
 
@@ -123,6 +133,10 @@ void CoordinatorCore::OnDialBack(bool aggregator, const std::string& id, const s
       } else {
         peer.hello.mutable_capacity()->set_reachability(reachability);
       }
+      peer.redial_in =
+          status.ok() || moved || !peer.hello.wants_relay()
+              ? absl::ZeroDuration()
+              : std::min(std::max(kRelayRedialFirst, peer.redial_in * 2), options_.redial_interval);
     }
     // Logged when it changes: a peer is dialed again every redial_interval.
     if (!status.ok() && !moved && before != common::v1::REACHABILITY_UNREACHABLE) {

@@ -6,8 +6,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/unit/coordinator_core_fixture.h"
 
@@ -228,6 +231,44 @@ TEST_F(CoordinatorRelayFallbackTest, APeerIsDialedAgainAndMovedWhenItStopsAnswer
   EXPECT_EQ(ReachabilityOf("peer-home"), common::v1::REACHABILITY_UNREACHABLE);
   EXPECT_EQ(ReachabilityOf("peer-nat"), common::v1::REACHABILITY_REACHABLE);
   EXPECT_EQ(RelaysAssigned(*home).size(), 1u);
+}
+
+// A relayed peer found unreachable (its relay stream late, or its relay gone) is dialed again
+// after 5 s, then 10, then every redial_interval (20 s here), and is reachable at the first
+// dial-back its relay answers; then it is dialed every interval again.
+TEST_F(CoordinatorRelayFallbackTest, ARelayedPeerFoundUnreachableIsDialedAgainSooner) {
+  dialer_.SetReachable({"127.0.0.1:5555"});
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
+  RunWork();
+  ASSERT_EQ(JoinBehindNat("peer-a"), "127.0.0.1:5555");
+  RunWork();
+  EXPECT_EQ(ReachabilityOf("peer-a"), common::v1::REACHABILITY_UNREACHABLE);
+  auto dials = [&] {
+    const std::vector<std::string> dialed = dialer_.dialed();
+    return std::count(dialed.begin(), dialed.end(), "127.0.0.1:5555/peer-a");
+  };
+  EXPECT_EQ(dials(), 1);
+  // Steps of 2 s (the heartbeat interval): the dial-backs at 6 s, 16 s, 36 s and 56 s.
+  const std::vector<std::pair<absl::Duration, int>> expected = {
+      {absl::Seconds(4), 1},  {absl::Seconds(2), 2}, {absl::Seconds(8), 2},  {absl::Seconds(2), 3},
+      {absl::Seconds(18), 3}, {absl::Seconds(2), 4}, {absl::Seconds(18), 4}, {absl::Seconds(2), 5}};
+  absl::Duration at;
+  for (const auto& [wait, count] : expected) {
+    AliveFor(wait);
+    at += wait;
+    EXPECT_EQ(dials(), count) << "at " << at;
+  }
+  EXPECT_EQ(ReachabilityOf("peer-a"), common::v1::REACHABILITY_UNREACHABLE);
+
+  // Its relay answers: reachable at the next dial-back (76 s), then dialed every 20 s.
+  dialer_.SetReachable({"127.0.0.1:5555", "127.0.0.1:5555/peer-a"});
+  AliveFor(absl::Seconds(20));
+  EXPECT_EQ(dials(), 6);
+  EXPECT_EQ(ReachabilityOf("peer-a"), common::v1::REACHABILITY_REACHABLE);
+  AliveFor(absl::Seconds(18));
+  EXPECT_EQ(dials(), 6);
+  AliveFor(absl::Seconds(2));
+  EXPECT_EQ(dials(), 7);
 }
 
 TEST_F(CoordinatorRelayFallbackTest, APeerMovedDuringItsTaskIsKnownToTheModeByItsNewAddress) {
