@@ -9,6 +9,7 @@
 #include "absl/flags/flag.h"
 #include "libs/common/command_line.h"
 #include "libs/common/log.h"
+#include "libs/rpc/grpc_lifetime.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/signals.h"
 #include "services/aggregator/aggregator_server.h"
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "shoal-aggregator: %s\n", std::string(s.message()).c_str());
     return 2;
   }
+  shoal::rpc::GrpcLifetime grpc;  // outlives every gRPC object below (see its header)
   auto server = shoal::aggregator::AggregatorServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "shoal-aggregator: %s\n", std::string(server.status().message()).c_str());
@@ -77,6 +79,7 @@ int main(int argc, char** argv) {
   const int sig = shoal::rpc::WaitForShutdownSignal();
   shoal::LogInfo("signal ", sig, ": shutting down");
   (*server)->Shutdown();
+  server->reset();
   shoal::LogInfo("stopped");
-  return 0;
+  return grpc.Exit(0);
 }

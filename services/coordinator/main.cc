@@ -7,6 +7,7 @@
 #include "absl/time/time.h"
 #include "libs/common/command_line.h"
 #include "libs/common/log.h"
+#include "libs/rpc/grpc_lifetime.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/signals.h"
 #include "services/coordinator/coordinator_server.h"
@@ -73,6 +74,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "shoal-coordinator: %s\n", std::string(s.message()).c_str());
     return 2;
   }
+  shoal::rpc::GrpcLifetime grpc;  // outlives every gRPC object below (see its header)
   auto server = shoal::coordinator::CoordinatorServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "shoal-coordinator: %s\n", std::string(server.status().message()).c_str());
@@ -81,6 +83,7 @@ int main(int argc, char** argv) {
   const int sig = shoal::rpc::WaitForShutdownSignal();
   shoal::LogInfo("signal ", sig, ": shutting down");
   (*server)->Shutdown();
+  server->reset();
   shoal::LogInfo("stopped");
-  return 0;
+  return grpc.Exit(0);
 }

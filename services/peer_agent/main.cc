@@ -13,6 +13,7 @@
 #include "libs/common/address.h"
 #include "libs/common/command_line.h"
 #include "libs/common/log.h"
+#include "libs/rpc/grpc_lifetime.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/signals.h"
 #include "libs/training/partition.h"
@@ -170,7 +171,8 @@ int main(int argc, char** argv) {
                   "its shard of shared data) with LibTorch, or gossips without a coordinator "
                   "from a dpwa config."});
 
-  if (!absl::GetFlag(FLAGS_dpwa_config).empty()) return RunStaticGossip();
+  shoal::rpc::GrpcLifetime grpc;  // outlives every gRPC object below (see its header)
+  if (!absl::GetFlag(FLAGS_dpwa_config).empty()) return grpc.Exit(RunStaticGossip());
 
   shoal::peer::PeerOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
@@ -223,5 +225,7 @@ int main(int argc, char** argv) {
     Fail(server.status(),
          code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ? 2 : 1);
   }
-  return (*server)->Run();
+  const int code = (*server)->Run();
+  server->reset();
+  return grpc.Exit(code);
 }

@@ -14,6 +14,7 @@
 
 #include "libs/common/build_info.h"
 #include "libs/common/log.h"
+#include "libs/rpc/grpc_lifetime.h"
 #include "libs/rpc/signals.h"
 #include "services/shoalctl/commands.h"
 
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   // Before any thread exists: SIGINT/SIGTERM are taken by the thread below, which lets
   // long-running commands stop their calls and children cleanly.
   shoal::rpc::BlockShutdownSignals();
+  shoal::rpc::GrpcLifetime grpc;  // outlives every gRPC object below (see its header)
   shoal::shoalctl::Interrupt interrupt;
   std::atomic<bool> exiting{false};
   std::thread signal_thread([&] {
@@ -66,5 +68,5 @@ int main(int argc, char** argv) {
   std::cout.flush();
   exiting = true;
   signal_thread.join();
-  return code;
+  return grpc.Exit(code);
 }
