@@ -6,9 +6,9 @@
 
 namespace shoal::rpc {
 
-// The gRPC library's lifetime in a program's main(). Declare it first thing (after
-// BlockShutdownSignals()) and end main() with `return grpc.Exit(code);` once the program's own
-// objects are gone.
+// The gRPC library's lifetime in a program's main(). Declare it before the first gRPC object
+// (after BlockShutdownSignals(): gRPC starts threads) and end main() with
+// `return grpc.Exit(code);` once the program's own objects are gone.
 //
 // Why: gRPC 1.51 tears the library down when its last reference goes, and that joins its
 // executor thread. After any write that found a socket's buffer full, that thread may be in the
