@@ -9,6 +9,7 @@
 #include "libs/rpc/status.h"
 #include "libs/tensor/frame_codec.h"
 #include "libs/tensor/model_file.h"
+#include "services/coordinator/round_lists.h"
 
 namespace shoal::coordinator {
 namespace {
@@ -194,9 +195,21 @@ grpc::ServerUnaryReactor* ControlServiceImpl::ListRounds(grpc::CallbackServerCon
   if (!reads_.TrySubmit([this, reactor, request, response, limit] {
         auto rounds = store_.LoadRounds(request->name(), request->after_round(), limit + 1);
         if (rounds.ok()) {
-          response->set_more(rounds->size() > limit);
-          if (rounds->size() > limit) rounds->pop_back();
-          for (auto& r : *rounds) *response->add_rounds() = std::move(r);
+          // Whole rounds, as many as fit in the list budget (at least one): a page stays
+          // within every client's message limit however many peers a round had.
+          size_t entries = 0;
+          size_t n = 0;
+          while (n < rounds->size() && n < limit) {
+            entries += ListEntries((*rounds)[n]);
+            if (n > 0 && entries > kRoundListBudget) break;
+            ++n;
+          }
+          response->set_more(rounds->size() > n);
+          for (size_t i = 0; i < n; ++i) {
+            v1::RoundSummary& r = (*rounds)[i];
+            SetCounts(r, r);
+            *response->add_rounds() = std::move(r);
+          }
         }
         reactor->Finish(rpc::ToGrpcStatus(rounds.status()));
       })) {

@@ -8,6 +8,7 @@
 #include "libs/task/task_federated.h"
 #include "services/coordinator/coordinator_core.h"
 #include "services/coordinator/peer_data.h"
+#include "services/coordinator/round_lists.h"
 #include "services/coordinator/task_names.h"
 
 namespace shoal::coordinator {
@@ -87,7 +88,18 @@ v1::CoordinatorEvent CoordinatorCore::TaskAssignedEvent(const Task& task,
 }
 
 v1::TaskStatus CoordinatorCore::StatusOf(const Task& task) const {
-  v1::TaskStatus status = task.status;
+  // The history is copied with its per-peer lists bounded (round_lists.h), so it is swapped out
+  // while the rest is copied: the lock is held exclusively, so no one sees the task without it.
+  v1::TaskStatus status;
+  {
+    auto& history =
+        const_cast<google::protobuf::RepeatedPtrField<v1::RoundSummary>&>(task.status.history());
+    google::protobuf::RepeatedPtrField<v1::RoundSummary> held;
+    held.Swap(&history);
+    status = task.status;
+    held.Swap(&history);
+  }
+  AppendRounds(task.status.history(), kRoundListBudget, status.mutable_history());
   status.mutable_spec()->clear_join_token();  // a secret: never leaves the coordinator
   for (const std::string& id : task.peers) {
     status.add_participants(id);

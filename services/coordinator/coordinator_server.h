@@ -56,6 +56,9 @@ class CoordinatorServer {
   // Sessions and calls without a socket (rpc::Server::InProcessChannel): shoal-sim style
   // benchmarks that host the coordinator in their own process.
   std::shared_ptr<grpc::Channel> InProcessChannel() const { return server_->InProcessChannel(); }
+  // The core itself, for benchmarks whose sessions call it with no transport at all
+  // (tests/bench/session_link.h).
+  CoordinatorCore& core() const { return *core_; }
 
   // Stops accepting calls, ends streams, stops the driver. Idempotent.
   void Shutdown();

@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   }
   for (const auto& round : response.status().history()) {
     std::printf("round %llu: %d peers, train loss %.4f, test accuracy %.4f\n",
-                static_cast<unsigned long long>(round.round()), round.participants_size(),
+                static_cast<unsigned long long>(round.round()), round.participant_count(),
                 round.mean_train_loss(), round.test_accuracy());
   }
   return 0;

@@ -59,12 +59,24 @@ int64_t Median(std::vector<int64_t> values) {
   return values[values.size() / 2];
 }
 
+// A round's list sizes: its counts where the coordinator left the lists out of this copy of it
+// (RoundSummary.lists_omitted).
+int Participants(const RoundSummary& r) {
+  return r.lists_omitted() ? static_cast<int>(r.participant_count()) : r.participants_size();
+}
+int Dropped(const RoundSummary& r) {
+  return r.lists_omitted() ? static_cast<int>(r.dropped_count()) : r.dropped_size();
+}
+int Late(const RoundSummary& r) {
+  return r.lists_omitted() ? static_cast<int>(r.late_count()) : r.late_size();
+}
+
 // What a federated-sync round moved: each participant's download of the model and the
 // updates as they travelled; "-" when not measured.
 std::string MovedBytes(const RoundSummary& r) {
   if (r.model_bytes() == 0) return "-";
   const double bytes = static_cast<double>(r.update_bytes()) +
-                       static_cast<double>(r.model_bytes()) * r.participants_size();
+                       static_cast<double>(r.model_bytes()) * Participants(r);
   if (bytes >= 1e9) return absl::StrFormat("%.2fGB", bytes / 1e9);
   if (bytes >= 1e6) return absl::StrFormat("%.1fMB", bytes / 1e6);
   return absl::StrFormat("%.0fkB", bytes / 1e3);
@@ -154,7 +166,9 @@ std::string RoundToJson(const RoundSummary& r) {
       ",\"peer_train_ms\":", PeerTimesToJson(r, [](const auto& t) { return t.train_ms(); }),
       ",\"peer_update_bytes\":", PeerTimesToJson(r, [](const auto& t) { return t.update_bytes(); }),
       ",\"update_bytes\":", r.update_bytes(), ",\"model_bytes\":", r.model_bytes(),
-      ",\"late\":", JsonStringArray(r.late()), "}");
+      ",\"late\":", JsonStringArray(r.late()), ",\"participant_count\":", Participants(r),
+      ",\"dropped_count\":", Dropped(r), ",\"late_count\":", Late(r),
+      ",\"lists_omitted\":", r.lists_omitted() ? "true" : "false", "}");
 }
 
 // Each peer's median time from a round's open to its accepted update, over the rounds of the
@@ -324,13 +338,13 @@ std::string FormatRoundTableHeader(common::v1::Mode mode) {
 std::string FormatRoundTableRow(common::v1::Mode mode, const RoundSummary& r) {
   const std::string test_acc = r.evaluated() ? Fixed(r.test_accuracy(), 4) : "-";
   if (mode == common::v1::MODE_FEDERATED_ASYNC) {
-    return absl::StrFormat("%7d  %-7d  %9s  %10s  %8s  %9s\n", r.round(), r.participants_size(),
+    return absl::StrFormat("%7d  %-7d  %9s  %10s  %8s  %9s\n", r.round(), Participants(r),
                            Fixed(r.mean_staleness(), 2), Fixed(r.mean_train_loss(), 4), test_acc,
                            FormatDurationMs(r.duration_ms()));
   }
   if (mode == common::v1::MODE_DECENTRALIZED) {
     return absl::StrFormat("%5d  %-6d  %5d  %6d  %7d  %7d  %10s  %8s  %9s  %9s\n", r.round(),
-                           r.participants_size(), r.joins(), r.leaves(), r.connection_retries(),
+                           Participants(r), r.joins(), r.leaves(), r.connection_retries(),
                            r.removed_size(), Fixed(r.mean_train_loss(), 4), test_acc,
                            FormatDurationMs(r.duration_ms()), FormatDurationMs(r.overhead_ms()));
   }
@@ -341,11 +355,10 @@ std::string FormatRoundTableRow(common::v1::Mode mode, const RoundSummary& r) {
     comm.push_back(std::max<int64_t>(0, t.ms() - t.train_ms()));
   }
   // Late (async) contributors after a '+': "3+1".
-  const std::string peers =
-      r.late_size() == 0 ? absl::StrCat(r.participants_size())
-                         : absl::StrCat(r.participants_size() - r.late_size(), "+", r.late_size());
+  const std::string peers = Late(r) == 0 ? absl::StrCat(Participants(r))
+                                         : absl::StrCat(Participants(r) - Late(r), "+", Late(r));
   return absl::StrFormat("%5d  %-6s  %7d  %10s  %8s  %9s  %8s  %7s  %7s\n", r.round(), peers,
-                         r.dropped_size(), Fixed(r.mean_train_loss(), 4), test_acc,
+                         Dropped(r), Fixed(r.mean_train_loss(), 4), test_acc,
                          FormatDurationMs(r.duration_ms()), MovedBytes(r),
                          train.empty() ? "-" : FormatDurationMs(Median(train)),
                          comm.empty() ? "-" : FormatDurationMs(Median(comm)));

@@ -68,6 +68,9 @@ ABSL_FLAG(bool, in_process, false,
           "host the coordinator in this process and open every session over its in-process "
           "channel (no socket: the coordinator's own cost, without TCP and HTTP/2 per peer); "
           "the aggregators stay processes. CPU and RSS are then this process's, peers included");
+ABSL_FLAG(bool, direct, false,
+          "as --in-process, but the sessions call the coordinator's core directly, with no gRPC "
+          "between them: the coordinator's own cost per peer and event, without any transport");
 ABSL_FLAG(std::string, bin_dir, "",
           "where shoal-coordinator and shoal-aggregator are "
           "(default: ../../bin from this binary)");
@@ -124,7 +127,7 @@ class Bench {
     auto dir = shoal::process::MakeTempDir("", "shoal-coordinator-bench-");
     if (!dir.ok()) Die(std::string(dir.status().message()));
     dir_ = *dir;
-    if (absl::GetFlag(FLAGS_in_process)) {
+    if (absl::GetFlag(FLAGS_in_process) || absl::GetFlag(FLAGS_direct)) {
       RedirectLogs();
       StartInProcessCoordinator();
     } else {
@@ -209,7 +212,11 @@ class Bench {
     options.peers = peers;
     options.name_prefix = name;
     options.coordinator = coordinator_address_;
-    if (in_process_ != nullptr) options.channel = in_process_->InProcessChannel();
+    if (absl::GetFlag(FLAGS_direct)) {
+      options.core = &in_process_->core();
+    } else if (in_process_ != nullptr) {
+      options.channel = in_process_->InProcessChannel();
+    }
     options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
     options.join_rate = absl::GetFlag(FLAGS_join_rate);
     const int64_t model_bytes = int64_t{absl::GetFlag(FLAGS_model_mb)} * 1'000'000;
@@ -289,10 +296,10 @@ class Bench {
     StopTask(name);
 
     int64_t dropped = 0;
-    for (const auto& r : status.history()) dropped += r.dropped_size();
+    for (const auto& r : status.history()) dropped += r.dropped_count();
     const shoal::bench::FleetErrors& e = fleet.errors();
-    const int64_t errors =
-        e.streams_broken.load() + e.calls_failed.load() + e.rejected.load() + dropped + crashed;
+    const int64_t errors = e.streams_broken.load() + e.calls_failed.load() + e.rejected.load() +
+                           e.events_lost.load() + dropped + crashed;
     errors_ += errors;
     Latencies l = Measure(fleet.Rounds(), static_cast<size_t>(peers));
     std::printf(
@@ -303,12 +310,18 @@ class Bench {
         static_cast<long long>(fleet.heartbeats_sent()),
         static_cast<long long>(fleet.push_retries()));
     std::printf(
-        "%s: errors %lld (broken sessions %lld, failed calls %lld, executor full %lld, dropped "
-        "from rounds %lld, declared crashed by the coordinator %lld)\n",
+        "%s: errors %lld (broken sessions %lld, failed calls %lld, executor full %lld, events "
+        "lost %lld, dropped from rounds %lld, declared crashed by the coordinator %lld)\n",
         name.c_str(), static_cast<long long>(errors),
         static_cast<long long>(e.streams_broken.load()),
         static_cast<long long>(e.calls_failed.load()), static_cast<long long>(e.rejected.load()),
-        static_cast<long long>(dropped), static_cast<long long>(crashed));
+        static_cast<long long>(e.events_lost.load()), static_cast<long long>(dropped),
+        static_cast<long long>(crashed));
+    int listed = 0;
+    for (const auto& r : status.history()) listed += r.lists_omitted() ? 0 : 1;
+    std::printf("%s: status of the running task: %.2f MB (%d rounds of history, %d with lists)\n",
+                name.c_str(), static_cast<double>(status.ByteSizeLong()) / 1e6,
+                status.history_size(), listed);
     const char* who =
         in_process_ != nullptr ? "coordinator and peers (one process)" : "coordinator";
     std::printf("%s: %s CPU %.1f s in %.0f s (%.0f%% of one core); load average %.1f\n",

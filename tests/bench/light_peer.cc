@@ -16,56 +16,48 @@ namespace {
 enum EventKind { kStarted = 0, kPushed = 1, kPublished = 2, kDownloaded = 3 };
 }  // namespace
 
-// One session. Writes go through a queue, one in flight at a time, as the coordinator's own
-// reactor does. Reactions never block: aggregator calls go to the fleet's executor.
-class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::CoordinatorEvent> {
+// One session (a SessionLink: gRPC, or the coordinator's core called directly). Reactions never
+// block: aggregator calls go to the fleet's executor.
+class LightPeer {
  public:
   LightPeer(Fleet& fleet, int index) : fleet_(fleet), index_(index) {
-    if (fleet.options_.channel != nullptr) {  // in-process: every session on the one channel
-      stub_ = v1::SessionService::NewStub(fleet.options_.channel);
+    LinkCallbacks callbacks{[this](const v1::CoordinatorEvent& e) { Handle(e); },
+                            [this](const absl::Status& status) { Done(status); }};
+    const Fleet::Options& o = fleet.options_;
+    if (o.core != nullptr) {
+      link_ = MakeDirectLink(*o.core, *fleet.delivery_, static_cast<size_t>(index),
+                             &fleet.errors_.events_lost, std::move(callbacks));
+      return;
+    }
+    if (o.channel != nullptr) {  // in-process: every session on the one channel
+      link_ = MakeGrpcLink(o.channel, std::move(callbacks));
       return;
     }
     grpc::ChannelArguments args;
     // One TCP connection per peer, as separate processes would have (channels with equal
     // arguments otherwise share one subchannel, hence one connection).
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    channel_ = grpc::CreateCustomChannel(fleet.options_.coordinator,
-                                         fleet.options_.credentials != nullptr
-                                             ? fleet.options_.credentials
-                                             : grpc::InsecureChannelCredentials(),
-                                         args);
-    stub_ = v1::SessionService::NewStub(channel_);
+    link_ = MakeGrpcLink(
+        grpc::CreateCustomChannel(
+            o.coordinator,
+            o.credentials != nullptr ? o.credentials : grpc::InsecureChannelCredentials(), args),
+        std::move(callbacks));
   }
 
   void Start() {
-    stub_->async()->Session(&context_, this);
     v1::PeerMessage hello;
     hello.mutable_hello()->set_name(absl::StrCat(fleet_.options_.name_prefix, "-", index_));
     hello.mutable_hello()->set_listen_address("127.0.0.1:1");
     hello.mutable_hello()->set_device("cpu");
     hello.mutable_hello()->set_shard_index(static_cast<uint32_t>(index_));
     hello.mutable_hello()->set_shard_count(static_cast<uint32_t>(fleet_.options_.peers));
-    Send(std::move(hello));
-    StartRead(&event_);
-    // Heartbeats and the executor's reports start writes from outside the reactions: the hold
-    // keeps the call (and OnDone) from finishing under such a write until Release().
-    AddHold();
-    started_ = true;
-    StartCall();
+    link_->Start(std::move(hello));
   }
 
-  void Cancel() { context_.TryCancel(); }
-  bool started() const { return started_; }
-  // No write starts from outside the reactions any more (the fleet stopped its heartbeats and
-  // executor).
-  void Release() {
-    if (started_) RemoveHold();
-  }
-
-  void WaitDone() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(&done_));
-  }
+  // No message is sent from outside the link's callbacks any more (the fleet stopped its
+  // heartbeats and executor).
+  void Stop() { link_->Stop(); }
+  void WaitDone() { link_->WaitDone(); }
 
   void Heartbeat() {
     {
@@ -78,44 +70,15 @@ class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::Coor
     ++fleet_.heartbeats_;
   }
 
-  void OnReadDone(bool ok) override {
-    if (!ok) return;  // OnDone follows
-    Handle(event_);
-    StartRead(&event_);
-  }
-
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    queue_.pop_front();
-    if (!ok) {
-      queue_.clear();
-      failed_ = true;
-    }
-    if (queue_.empty()) {
-      writing_ = false;
-    } else {
-      StartWrite(&queue_.front());
-    }
-  }
-
-  void OnDone(const grpc::Status& status) override {
-    if (!fleet_.stopping_.load()) {
-      ++fleet_.errors_.streams_broken;
-      std::fprintf(stderr, "light-%d: session ended: %s\n", index_, status.error_message().c_str());
-    }
-    absl::MutexLock lock(&mu_);
-    done_ = true;
-  }
-
  private:
-  void Send(v1::PeerMessage message) {
-    absl::MutexLock lock(&mu_);
-    if (failed_ || done_) return;
-    queue_.push_back(std::move(message));
-    if (writing_) return;
-    writing_ = true;
-    StartWrite(&queue_.front());
+  void Done(const absl::Status& status) {
+    if (fleet_.stopping_.load()) return;
+    ++fleet_.errors_.streams_broken;
+    std::fprintf(stderr, "light-%d: session ended: %s\n", index_,
+                 std::string(status.message()).c_str());
   }
+
+  void Send(v1::PeerMessage message) { link_->Send(std::move(message)); }
 
   aggregator::Caller Me() {
     absl::MutexLock lock(&mu_);
@@ -276,17 +239,9 @@ class LightPeer final : public grpc::ClientBidiReactor<v1::PeerMessage, v1::Coor
 
   Fleet& fleet_;
   const int index_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::SessionService::Stub> stub_;
-  grpc::ClientContext context_;
-  v1::CoordinatorEvent event_;  // only the read path touches it
-  bool started_ = false;        // Start() ran: the call holds a hold until Release()
+  std::unique_ptr<SessionLink> link_;
 
   absl::Mutex mu_;
-  std::deque<v1::PeerMessage> queue_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool failed_ ABSL_GUARDED_BY(mu_) = false;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
   std::string peer_id_ ABSL_GUARDED_BY(mu_);
   std::string session_token_ ABSL_GUARDED_BY(mu_);
   std::string aggregator_address_ ABSL_GUARDED_BY(mu_);
@@ -299,6 +254,11 @@ Fleet::Fleet(Options options)
       epoch_(std::chrono::steady_clock::now()),
       aggregator_(std::make_unique<aggregator::GrpcAggregatorClient>(options_.credentials)),
       calls_(options_.call_threads, static_cast<size_t>(options_.peers) * 4) {
+  if (options_.core != nullptr) {
+    // Room for a few events per peer in flight (a broadcast posts one per peer).
+    delivery_ = std::make_unique<DirectDelivery>(options_.delivery_threads,
+                                                 static_cast<size_t>(options_.peers) * 8);
+  }
   auto model = std::make_shared<tensor::FlatModel>();
   model->layout = *tensor::ModelLayout::Create({{"w", {options_.model_floats}}});
   model->values.assign(static_cast<size_t>(options_.model_floats), 0.01f);
@@ -339,13 +299,9 @@ void Fleet::Stop() {
   if (beat_thread_.joinable()) beat_thread_.join();
   if (join_thread_.joinable()) join_thread_.join();  // no session starts after this
   calls_.Shutdown();
-  for (auto& p : peers_) {
-    p->Cancel();
-    p->Release();
-  }
-  for (auto& p : peers_) {
-    if (p->started()) p->WaitDone();
-  }
+  for (auto& p : peers_) p->Stop();
+  for (auto& p : peers_) p->WaitDone();
+  if (delivery_ != nullptr) delivery_->Shutdown();
 }
 
 double Fleet::Now() const {

@@ -1,7 +1,8 @@
 #pragma once
 
 // Light federated peers for the coordinator and round benchmarks: each keeps a real Session
-// stream to the coordinator and answers it like shoal-peer does (initial model, one update per
+// stream to the coordinator (or, with Options::core, a session on the coordinator's core with no
+// gRPC between them) and answers it like shoal-peer does (initial model, one update per
 // round, an EvalReport per published model, heartbeats), without LibTorch, data or training.
 // The update is the fleet's model itself (every peer pushes the same bytes, uncopied); with
 // Options::download each peer also pulls each model version it does not hold, as a peer does.
@@ -22,7 +23,9 @@
 #include "libs/common/executor.h"
 #include "libs/tensor/flat_model.h"
 #include "services/aggregator/grpc_aggregator_client.h"
+#include "services/coordinator/coordinator_core.h"
 #include "shoal/coordinator/v1/session.grpc.pb.h"
+#include "tests/bench/session_link.h"
 
 namespace shoal::bench {
 
@@ -39,13 +42,15 @@ struct FleetErrors {
   std::atomic<int64_t> streams_broken{0};  // a session ended while the fleet was running
   std::atomic<int64_t> calls_failed{0};    // PutModel or PushUpdate gave up
   std::atomic<int64_t> rejected{0};        // executor full
+  std::atomic<int64_t> events_lost{0};     // Options::core: the delivery was full
 };
 
 class LightPeer;
 
-// N light peers in this process, each with its own channel (and TCP connection) or all on one
-// in-process channel (Options::channel), sharing a bounded executor for their blocking
-// aggregator calls and one heartbeat thread. Owned by the benchmark; thread-safe.
+// N light peers in this process, each with its own channel (and TCP connection), all on one
+// in-process channel (Options::channel) or all on the coordinator's core (Options::core), sharing a
+// bounded executor for their blocking aggregator calls and one heartbeat thread. Owned by the
+// benchmark; thread-safe.
 class Fleet {
  public:
   struct Options {
@@ -56,6 +61,11 @@ class Fleet {
     // When set, every session is a stream of this channel (a coordinator hosted in this
     // process: CoordinatorServer::InProcessChannel) instead of a TCP connection of its own.
     std::shared_ptr<grpc::Channel> channel;
+    // When set (a coordinator hosted in this process: CoordinatorServer::core()), sessions call
+    // the core directly, and its events reach the peers through `delivery_threads` threads
+    // (each peer's in order): the coordinator's own cost, with no transport at all.
+    coordinator::CoordinatorCore* core = nullptr;
+    size_t delivery_threads = 1;
     absl::Duration heartbeat_interval = absl::Seconds(2);
     size_t call_threads = 8;
     int64_t model_floats = 16;  // size of the model and of each update
@@ -99,6 +109,7 @@ class Fleet {
   std::shared_ptr<const tensor::FlatModel> model_;
   std::unique_ptr<aggregator::AggregatorClient> aggregator_;
   ThreadPool calls_;
+  std::unique_ptr<DirectDelivery> delivery_;  // Options::core
   std::vector<std::unique_ptr<LightPeer>> peers_;
   std::atomic<bool> stopping_{false};
   std::atomic<int> welcomed_{0};

@@ -439,6 +439,44 @@ TEST(SummaryTest, FederatedSyncShowsWhoIsAsyncAndTheLateUpdates) {
   EXPECT_EQ(root["history"][0]["late"].size(), 0u);
 }
 
+// A round the coordinator sent without its lists (RoundSummary.lists_omitted) shows its counts.
+TEST(SummaryTest, ARoundWithoutItsListsShowsItsCounts) {
+  coordinator::v1::RoundSummary r;
+  r.set_round(4);
+  r.set_lists_omitted(true);
+  r.set_participant_count(10'000);
+  r.set_dropped_count(3);
+  r.set_late_count(12);
+  r.set_mean_train_loss(0.5);
+  r.set_duration_ms(2'000);
+  r.set_model_bytes(1'000);
+  EXPECT_EQ(
+      FormatRoundTableRow(common::v1::MODE_FEDERATED_SYNC, r),
+      "    4  9988+12        3      0.5000         -       2.0s    10.0MB        -        -\n");
+  EXPECT_THAT(FormatRoundTableRow(common::v1::MODE_FEDERATED_ASYNC, r), HasSubstr("  10000  "));
+  EXPECT_THAT(FormatRoundTableRow(common::v1::MODE_DECENTRALIZED, r), HasSubstr("  10000  "));
+  TaskStatus s = RunningStatus();
+  s.clear_history();
+  *s.add_history() = r;
+  YAML::Node round = YAML::Load(TaskStatusToJson(s))["history"][0];
+  EXPECT_TRUE(round["lists_omitted"].as<bool>());
+  EXPECT_EQ(round["participant_count"].as<int>(), 10'000);
+  EXPECT_EQ(round["dropped_count"].as<int>(), 3);
+  EXPECT_EQ(round["late_count"].as<int>(), 12);
+  EXPECT_EQ(round["participants"].size(), 0u);
+  // A round with its lists counts them, whatever its count fields say (an older coordinator
+  // sends none).
+  coordinator::v1::RoundSummary listed;
+  listed.set_round(5);
+  listed.add_participants("peer-0");
+  listed.add_dropped("peer-1");
+  *s.add_history() = listed;
+  round = YAML::Load(TaskStatusToJson(s))["history"][1];
+  EXPECT_FALSE(round["lists_omitted"].as<bool>());
+  EXPECT_EQ(round["participant_count"].as<int>(), 1);
+  EXPECT_EQ(round["dropped_count"].as<int>(), 1);
+}
+
 TEST(TaskStatusJsonTest, HierarchicalShowsTheTree) {
   TaskStatus s = RunningStatus();
   coordinator::v1::ClusterInfo* root = s.add_clusters();
