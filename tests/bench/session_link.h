@@ -60,8 +60,9 @@ class DirectDelivery {
 };
 
 // A session that calls `core` directly (Connect, OnMessage, Disconnect) and gets its events
-// through a PeerSink whose Send posts them to `delivery` (shard `key`). Events the delivery
-// refuses are counted in `*lost`.
+// through a PeerSink whose Send posts them to `delivery` (shard `key`); the unit tests'
+// InMemorySession (tests/fakes/) does the same for a PeerAgent, whose OnEvent queues by itself.
+// Events the delivery refuses are counted in `*lost`.
 std::unique_ptr<SessionLink> MakeDirectLink(coordinator::CoordinatorCore& core,
                                             DirectDelivery& delivery, size_t key,
                                             std::atomic<int64_t>* lost, LinkCallbacks callbacks);

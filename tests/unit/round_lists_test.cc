@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace shoal::coordinator {
 namespace {
 
@@ -22,8 +24,8 @@ v1::RoundSummary Round(uint64_t r, int peers) {
   round.set_mean_train_loss(0.25);
   round.add_removed("removed");
   for (int i = 0; i < peers; ++i) {
-    round.add_participants("p" + std::to_string(i));
-    round.add_peer_times()->set_peer_id("p" + std::to_string(i));
+    round.add_participants(absl::StrCat("p", i));
+    round.add_peer_times()->set_peer_id(absl::StrCat("p", i));
   }
   round.add_late("p0");
   round.add_dropped("gone");

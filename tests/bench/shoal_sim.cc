@@ -1,7 +1,11 @@
-// Holds N concurrent peer sessions against one real shoal-coordinator process (with a real
-// shoal-aggregator) while a federated task runs rounds with a trivial update, and reports errors,
-// the coordinator's RSS over time and the latency of round events. A small baseline fleet runs
-// first in the same run, so the latencies come with a ratio to it.
+// shoal-sim: N simulated peers in one process against the real coordinator and aggregator code
+// (issue 13 §8). Each simulated peer is a light peer (tests/bench/light_peer.h): a real session
+// with the coordinator and real calls to its aggregator, answering as shoal-peer does, with a
+// cheap deterministic update instead of training. It starts its own shoal-coordinator (or hosts
+// the coordinator's code in this process: --in-process, --direct) and shoal-aggregator
+// processes, holds the peers while a federated task runs rounds, and reports errors, the
+// coordinator's RSS over time, the size of the task's status and the latency of round events. A
+// small baseline fleet runs first in the same run, so the latencies come with a ratio to it.
 //
 // With --model-mb (scripts/bench-round) the model and every update are that large and each peer
 // pulls every version it does not hold, so a round is the whole data path (the update pushed,
@@ -9,9 +13,9 @@
 // peer); it then reports the round time against the same bytes over raw TCP, one transfer after
 // another, measured in the same run, and the aggregator's peak RSS.
 //
-//   coordinator_bench [--peers 1000] [--duration 5m] [--baseline-peers 10]
-//                     [--baseline-duration 30s] [--warmup 60s] [--bin-dir DIR]
-//                     [--model-mb 0] [--max-concurrent-pushes 16]
+//   shoal-sim [--peers 1000] [--duration 5m] [--baseline-peers 10]
+//             [--baseline-duration 30s] [--warmup 60s] [--bin-dir DIR]
+//             [--model-mb 0] [--max-concurrent-pushes 16] [--in-process | --direct] ...
 //
 // Exit code 0 when there were no errors, 1 otherwise.
 
@@ -73,7 +77,7 @@ ABSL_FLAG(bool, direct, false,
           "between them: the coordinator's own cost per peer and event, without any transport");
 ABSL_FLAG(std::string, bin_dir, "",
           "where shoal-coordinator and shoal-aggregator are "
-          "(default: ../../bin from this binary)");
+          "(default: this binary's directory)");
 
 namespace {
 
@@ -90,7 +94,7 @@ int g_stderr = STDERR_FILENO;
 
 [[noreturn]] void Die(const std::string& what) {
   std::fflush(stdout);
-  dprintf(g_stderr, "coordinator_bench: %s\n", what.c_str());
+  dprintf(g_stderr, "shoal-sim: %s\n", what.c_str());
   std::exit(1);
 }
 
@@ -553,11 +557,16 @@ class Bench {
 int main(int argc, char** argv) {
   shoal::ParseCommandLineOrExit(
       argc, argv,
-      {.program = "coordinator_bench",
+      {.program = "shoal-sim",
        .usage = "[--peers N] [--duration D] [--baseline-peers N] [--baseline-duration D] "
-                "[--warmup D] [--bin-dir DIR]",
-       .summary = "Holds N peer sessions against a real shoal-coordinator while a federated task "
-                  "runs rounds; reports errors, coordinator RSS and round-event latencies."});
+                "[--warmup D] [--in-process | --direct] [--bin-dir DIR]",
+       .summary = "Simulates N peers in one process against a real coordinator and aggregator "
+                  "while a federated task runs rounds; reports errors, coordinator RSS, the "
+                  "status's size and round-event latencies."});
+  if (absl::GetFlag(FLAGS_in_process) && absl::GetFlag(FLAGS_direct)) {
+    Die("--in-process and --direct: choose one (--direct hosts the coordinator in this process "
+        "too)");
+  }
   // Each session is one connection: two descriptors per peer across the two processes, and
   // the coordinator (our child) inherits the raised limit.
   rlimit limit{};
@@ -573,7 +582,7 @@ int main(int argc, char** argv) {
   if (bin_dir.empty()) {
     auto self = shoal::process::SelfExecutableDir();
     if (!self.ok()) Die(std::string(self.status().message()));
-    bin_dir = *self + "/../../bin";
+    bin_dir = *self;  // build/bin, beside shoal-coordinator
   }
 
   Bench bench(bin_dir);
