@@ -25,8 +25,8 @@ class LightPeer {
                             [this](const absl::Status& status) { Done(status); }};
     const Fleet::Options& o = fleet.options_;
     if (o.core != nullptr) {
-      link_ = MakeDirectLink(*o.core, *fleet.delivery_, static_cast<size_t>(index),
-                             &fleet.errors_.events_lost, std::move(callbacks));
+      link_ = MakeDirectLink(*o.core, *fleet.delivery_, &fleet.errors_.events_lost,
+                             std::move(callbacks));
       return;
     }
     if (o.channel != nullptr) {  // in-process: every session on the one channel
@@ -256,8 +256,7 @@ Fleet::Fleet(Options options)
       calls_(options_.call_threads, static_cast<size_t>(options_.peers) * 4) {
   if (options_.core != nullptr) {
     // Room for a few events per peer in flight (a broadcast posts one per peer).
-    delivery_ = std::make_unique<DirectDelivery>(options_.delivery_threads,
-                                                 static_cast<size_t>(options_.peers) * 8);
+    delivery_ = std::make_unique<ThreadPool>(1, static_cast<size_t>(options_.peers) * 8);
   }
   auto model = std::make_shared<tensor::FlatModel>();
   model->layout = *tensor::ModelLayout::Create({{"w", {options_.model_floats}}});

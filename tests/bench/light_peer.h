@@ -62,10 +62,9 @@ class Fleet {
     // process: CoordinatorServer::InProcessChannel) instead of a TCP connection of its own.
     std::shared_ptr<grpc::Channel> channel;
     // When set (a coordinator hosted in this process: CoordinatorServer::core()), sessions call
-    // the core directly, and its events reach the peers through `delivery_threads` threads
+    // the core directly, and its events reach the peers through one delivery thread
     // (each peer's in order): the coordinator's own cost, with no transport at all.
     coordinator::CoordinatorCore* core = nullptr;
-    size_t delivery_threads = 1;
     absl::Duration heartbeat_interval = absl::Seconds(2);
     size_t call_threads = 8;
     int64_t model_floats = 16;  // size of the model and of each update
@@ -109,7 +108,7 @@ class Fleet {
   std::shared_ptr<const tensor::FlatModel> model_;
   std::unique_ptr<aggregator::AggregatorClient> aggregator_;
   ThreadPool calls_;
-  std::unique_ptr<DirectDelivery> delivery_;  // Options::core
+  std::unique_ptr<ThreadPool> delivery_;  // Options::core: one thread, each peer's events in order
   std::vector<std::unique_ptr<LightPeer>> peers_;
   std::atomic<bool> stopping_{false};
   std::atomic<int> welcomed_{0};

@@ -1,6 +1,5 @@
 #include "tests/bench/session_link.h"
 
-#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <string>
@@ -100,13 +99,9 @@ class GrpcLink final : public SessionLink,
 // the link) and the work posted to the delivery.
 class DirectSession : public std::enable_shared_from_this<DirectSession> {
  public:
-  DirectSession(coordinator::CoordinatorCore& core, DirectDelivery& delivery, size_t key,
-                std::atomic<int64_t>* lost, LinkCallbacks callbacks)
-      : core_(core),
-        delivery_(delivery),
-        key_(key),
-        lost_(lost),
-        callbacks_(std::move(callbacks)) {}
+  DirectSession(coordinator::CoordinatorCore& core, Executor& delivery, std::atomic<int64_t>* lost,
+                LinkCallbacks callbacks)
+      : core_(core), delivery_(delivery), lost_(lost), callbacks_(std::move(callbacks)) {}
 
   // From the core (its outbox: the core must not be called back from here).
   void Event(const v1::CoordinatorEvent& event) {
@@ -123,7 +118,7 @@ class DirectSession : public std::enable_shared_from_this<DirectSession> {
       if (ended_) return;
       ended_ = true;
       // Posted under mu_, so behind every event posted before.
-      if (delivery_.Post(key_, [self = shared_from_this(), status] { self->Finish(status); })) {
+      if (delivery_.TrySubmit([self = shared_from_this(), status] { self->Finish(status); })) {
         return;
       }
     }
@@ -167,7 +162,7 @@ class DirectSession : public std::enable_shared_from_this<DirectSession> {
 
  private:
   void Post(std::function<void()> fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!delivery_.Post(key_, std::move(fn))) ++*lost_;
+    if (!delivery_.TrySubmit(std::move(fn))) ++*lost_;
   }
 
   void Deliver(const v1::CoordinatorEvent& event) {
@@ -193,8 +188,7 @@ class DirectSession : public std::enable_shared_from_this<DirectSession> {
   }
 
   coordinator::CoordinatorCore& core_;
-  DirectDelivery& delivery_;
-  const size_t key_;
+  Executor& delivery_;
   std::atomic<int64_t>* const lost_;
   const LinkCallbacks callbacks_;
   absl::Mutex mu_;
@@ -240,25 +234,10 @@ std::unique_ptr<SessionLink> MakeGrpcLink(std::shared_ptr<grpc::Channel> channel
   return std::make_unique<GrpcLink>(std::move(channel), std::move(callbacks));
 }
 
-DirectDelivery::DirectDelivery(size_t shards, size_t max_queued_per_shard) {
-  for (size_t i = 0; i < std::max<size_t>(shards, 1); ++i) {
-    shards_.push_back(std::make_unique<ThreadPool>(1, max_queued_per_shard));
-  }
-}
-
-bool DirectDelivery::Post(size_t key, std::function<void()> fn) {
-  return shards_[key % shards_.size()]->TrySubmit(std::move(fn));
-}
-
-void DirectDelivery::Shutdown() {
-  for (auto& shard : shards_) shard->Shutdown();
-}
-
-std::unique_ptr<SessionLink> MakeDirectLink(coordinator::CoordinatorCore& core,
-                                            DirectDelivery& delivery, size_t key,
+std::unique_ptr<SessionLink> MakeDirectLink(coordinator::CoordinatorCore& core, Executor& delivery,
                                             std::atomic<int64_t>* lost, LinkCallbacks callbacks) {
   return std::make_unique<DirectLink>(
-      std::make_shared<DirectSession>(core, delivery, key, lost, std::move(callbacks)));
+      std::make_shared<DirectSession>(core, delivery, lost, std::move(callbacks)));
 }
 
 }  // namespace shoal::bench

@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "libs/common/executor.h"
@@ -44,27 +43,12 @@ class SessionLink {
 std::unique_ptr<SessionLink> MakeGrpcLink(std::shared_ptr<grpc::Channel> channel,
                                           LinkCallbacks callbacks);
 
-// Where direct links run their callbacks: `shards` threads, each peer's events on one of them in
-// order (the work a transport's receiving threads would do). Outlives its links.
-class DirectDelivery {
- public:
-  DirectDelivery(size_t shards, size_t max_queued_per_shard);
-  // Runs `fn` on shard `key % shards`, behind what that shard was given before; false when the
-  // shard is full or shut down.
-  bool Post(size_t key, std::function<void()> fn);
-  // Runs what is queued and joins the threads.
-  void Shutdown();
-
- private:
-  std::vector<std::unique_ptr<ThreadPool>> shards_;
-};
-
 // A session that calls `core` directly (Connect, OnMessage, Disconnect) and gets its events
-// through a PeerSink whose Send posts them to `delivery` (shard `key`); the unit tests'
+// through a PeerSink whose Send posts them to `delivery`, which must run what it is given in
+// order (one thread: the work a transport's receiving threads would do); the unit tests'
 // InMemorySession (tests/fakes/) does the same for a PeerAgent, whose OnEvent queues by itself.
 // Events the delivery refuses are counted in `*lost`.
-std::unique_ptr<SessionLink> MakeDirectLink(coordinator::CoordinatorCore& core,
-                                            DirectDelivery& delivery, size_t key,
+std::unique_ptr<SessionLink> MakeDirectLink(coordinator::CoordinatorCore& core, Executor& delivery,
                                             std::atomic<int64_t>* lost, LinkCallbacks callbacks);
 
 }  // namespace shoal::bench
