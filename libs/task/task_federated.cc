@@ -29,13 +29,14 @@ absl::Status ValidateCompression(const TaskSpec& spec) {
   }
   const bool compressed =
       c != common::v1::COMPRESSION_NONE && c != common::v1::COMPRESSION_UNSPECIFIED;
-  if (compressed && !ModeUsesAggregator(spec.mode())) {
+  if (compressed && !ModeUsesAggregator(spec.mode()) &&
+      spec.mode() != common::v1::MODE_DECENTRALIZED) {
     return FieldError("compression",
                       absl::StrCat(CompressionName(c),
-                                   " compresses the updates peers push to an aggregator "
-                                   "(federated-sync, federated-async); this task's mode is ",
+                                   " compresses the updates peers send (federated-sync, "
+                                   "federated-async, decentralized); this task's mode is ",
                                    FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode()),
-                                   " (set compression: none)"));
+                                   ", whose peers exchange models (set compression: none)"));
   }
   if (c != common::v1::COMPRESSION_TOPK) {
     const char* topk_only = spec.has_topk_ratio()               ? "topk_ratio"

@@ -17,8 +17,14 @@ absl::Status CheckSnapshotMeta(const common::v1::ModelMeta& meta,
     return absl::InvalidArgumentError(absl::StrCat("asked for round ", request.round(),
                                                    ", got a snapshot of round ", meta.version()));
   }
+  if (meta.delta() && request.kind() != peer::v1::SNAPSHOT_KIND_ROUND_UPDATE) {
+    return absl::InvalidArgumentError(
+        "got a compressed delta, but only a decentralized round update may be one");
+  }
+  // A compressed delta is never larger than the model raw (its sender falls back to raw).
   if (meta.num_tensors() != expected.num_tensors() ||
-      meta.total_bytes() != expected.total_bytes()) {
+      (meta.delta() ? meta.total_bytes() > expected.total_bytes()
+                    : meta.total_bytes() != expected.total_bytes())) {
     return absl::InvalidArgumentError(
         absl::StrCat("snapshot has ", meta.num_tensors(), " tensors / ", meta.total_bytes(),
                      " bytes, this task's model has ", expected.num_tensors(), " / ",

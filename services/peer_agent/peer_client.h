@@ -34,7 +34,8 @@ class CallCanceller {
 
 // The checks a fetched snapshot's ModelMeta must pass before its frames are decoded: ModelMeta.task
 // the one asked for (when the request names one), ModelMeta.version == request.round for
-// ROUND_UPDATE/GLOBAL, and the tensor count and bytes of `expected`. INVALID_ARGUMENT otherwise.
+// ROUND_UPDATE/GLOBAL, the tensor count and bytes of `expected` (at most those bytes for a
+// compressed delta), and ModelMeta.delta only for ROUND_UPDATE. INVALID_ARGUMENT otherwise.
 absl::Status CheckSnapshotMeta(const common::v1::ModelMeta& meta,
                                const peer::v1::GetSnapshotRequest& request,
                                const tensor::ModelLayout& expected);
@@ -50,7 +51,9 @@ class PeerClient {
   // Fetches the snapshot `request` asks for from the peer at `address` (PeerService.GetSnapshot)
   // and checks it: the tensors must be exactly `expected` (names, shapes, order, float32), every
   // value finite, the digests right, ModelMeta.task the one asked for (when the request names
-  // one) and, for ROUND_UPDATE/GLOBAL, ModelMeta.version == request.round. A snapshot that fails
+  // one) and, for ROUND_UPDATE/GLOBAL, ModelMeta.version == request.round. A ROUND_UPDATE may
+  // come compressed (ModelMeta.delta): its tensors are decoded to float32 and checked the same
+  // way, and the caller tells a delta from a model by the meta. A snapshot that fails
   // these checks is INVALID_ARGUMENT; server errors come through with their code (NOT_FOUND,
   // FAILED_PRECONDITION, UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED).
   virtual absl::StatusOr<tensor::ReceivedModel> Fetch(const std::string& address,

@@ -17,7 +17,8 @@ PeerMetrics::PeerMetrics(prometheus::Registry& r)
                          "Tensor payload bytes sent (updates, initial models, snapshots).")),
       update_bytes_sent(Counter(r, "shoal_peer_update_bytes_sent_total",
                                 "Payload bytes of the updates pushed to an aggregator and "
-                                "accepted, as sent (after compression).")),
+                                "accepted, or published for a decentralized round, as sent "
+                                "(after compression).")),
       update_bytes_raw(Counter(r, "shoal_peer_update_bytes_raw_total",
                                "The same updates' size as float32 (before compression).")),
       bytes_received(Counter(r, "shoal_peer_bytes_received_total",

@@ -17,7 +17,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PeerServiceImpl::GetSnapshot(
   if (!served.ok()) return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(served.status()));
   PeerMetrics* metrics = &metrics_;
   return new rpc::ModelWriteReactor(
-      tensor::EncodeRaw(std::move(served->model)), std::move(served->meta),
+      std::move(served->model), std::move(served->meta),
       [metrics](uint64_t bytes_sent, bool completed) {
         metrics->bytes_sent.Increment(static_cast<double>(bytes_sent));
         metrics->snapshots_served.Increment();

@@ -52,7 +52,7 @@ bool ServeSnapshot(Stream& stream, uint64_t call_id, const v1::GetSnapshotReques
   reply.set_chunk(first.SerializeAsString());
   uint64_t bytes = reply.chunk().size();
   if (!stream.Write(reply)) return false;
-  rpc::ZeroCopyFrames frames(tensor::EncodeRaw(std::move(served->model)));
+  rpc::ZeroCopyFrames frames(std::move(served->model));
   grpc::ByteBuffer message;
   while (frames.Next(&message)) {
     reply.set_chunk(Flatten(message));

@@ -98,7 +98,13 @@ absl::StatusOr<SnapshotStore::Served> SnapshotStore::Serve(
   served.meta.set_num_samples(snapshot->num_samples);
   served.meta.set_clock(snapshot->clock);
   served.meta.set_loss(snapshot->loss);
-  served.model = std::move(snapshot->model);
+  if (snapshot->encoded != nullptr) {
+    served.meta.set_total_bytes(snapshot->encoded->payload_bytes());
+    served.meta.set_delta(true);
+    served.model = std::move(snapshot->encoded);
+  } else {
+    served.model = tensor::EncodeRaw(std::move(snapshot->model));
+  }
   return served;
 }
 

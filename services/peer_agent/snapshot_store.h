@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "libs/tensor/compression.h"
 #include "libs/tensor/flat_model.h"
 #include "shoal/common/v1/model.pb.h"
 #include "shoal/peer/v1/peer.pb.h"
@@ -27,6 +28,9 @@ struct Snapshot {
   uint64_t num_samples = 0;  // ROUND_UPDATE: samples the update was trained on
   double clock = 0;          // gossip: the peer's clock
   double loss = 0;           // gossip: recent training loss
+  // ROUND_UPDATE of a task with compression: `model` is the update decoded (trained weights
+  // minus the round's base, as every participant folds it) and `encoded` what is served.
+  std::shared_ptr<const tensor::EncodedModel> encoded = nullptr;
 };
 
 // Holds the latest Snapshot of each kind (LATEST, ROUND_UPDATE, GLOBAL). Owned by the
@@ -46,11 +50,12 @@ class SnapshotStore {
   std::optional<Snapshot> Latest() const { return Get(peer::v1::SNAPSHOT_KIND_LATEST); }
 
   // What PeerService.GetSnapshot answers `request` with: the snapshot and the ModelMeta that
-  // starts its stream (version = the round for ROUND_UPDATE/GLOBAL). Errors: INVALID_ARGUMENT an
+  // starts its stream (version = the round for ROUND_UPDATE/GLOBAL; the snapshot's `encoded` when
+  // set, with ModelMeta.delta, else its model raw). Errors: INVALID_ARGUMENT an
   // unknown kind; NOT_FOUND nothing of that kind (or of that task) published; FAILED_PRECONDITION
   // a snapshot of another round.
   struct Served {
-    std::shared_ptr<const tensor::FlatModel> model;
+    std::shared_ptr<const tensor::EncodedModel> model;
     common::v1::ModelMeta meta;
   };
   absl::StatusOr<Served> Serve(const peer::v1::GetSnapshotRequest& request) const;

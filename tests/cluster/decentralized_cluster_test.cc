@@ -181,6 +181,79 @@ TEST(DecentralizedClusterTest, IdenticalModelsEveryRoundAndLateJoinerSyncs) {
   }
 }
 
+// With compression (top-k 1%, int8 values) each participant serves its round update as a
+// compressed delta: every round still ends with identical models everywhere, a late joiner
+// (which syncs the whole model, raw) contributes deltas like the others, the task learns, and
+// what the peers pull is a small fraction of what whole models would be.
+TEST(DecentralizedClusterTest, CompressedRoundUpdatesEndIdenticalAtAFractionOfTheBytes) {
+  Cluster cluster(TempDir());
+  StartCoordinatorAndPeers(cluster, 3, 4);
+  if (HasFatalFailure()) return;
+  common::v1::TaskSpec spec = DecentralizedTask("dec-topk", 6, 60);
+  spec.set_compression(common::v1::COMPRESSION_TOPK);
+  spec.set_topk_ratio(0.01);
+  spec.set_topk_values(common::v1::COMPRESSION_INT8);
+  ASSERT_TRUE(cluster.CreateTask(spec).ok());
+  auto status = cluster.WaitFor(
+      spec.name(), [](const cv1::TaskStatus& s) { return s.model_version() >= 1; },
+      absl::Minutes(3), "a completed round");
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_LT(status->model_version(), spec.rounds() - 1) << "the task ran too fast to join late";
+  {
+    absl::Status started = cluster.StartPeer(3, 4);
+    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+  }
+  status = cluster.WaitFor(spec.name(), Completed, absl::Minutes(5), "task completion");
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->history_size(), static_cast<int>(spec.rounds()));
+  uint64_t late_rounds = 0;
+  for (const cv1::RoundSummary& round : status->history()) {
+    SCOPED_TRACE(round.ShortDebugString());
+    EXPECT_NE(round.model_digest(), 0u);
+    EXPECT_TRUE(round.removed().empty());
+    late_rounds += std::count(round.participants().begin(), round.participants().end(), "peer-3");
+  }
+  EXPECT_GE(late_rounds, 1u) << "peer-3 never took part in a round";
+  const cv1::RoundSummary& last = status->history(status->history_size() - 1);
+  EXPECT_TRUE(last.evaluated());
+  EXPECT_GT(last.test_accuracy(), 0.5);
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<uint64_t> held = HeldRound(cluster, i, *status);
+    ASSERT_TRUE(held.ok()) << held.status();
+    EXPECT_EQ(*held, spec.rounds()) << "peer-" << i;
+  }
+  auto coordinator_metrics = HttpGet(cluster.coordinator().metrics_address, "/metrics");
+  ASSERT_TRUE(coordinator_metrics.ok());
+  EXPECT_THAT(*coordinator_metrics,
+              HasSubstr("shoal_coordinator_decentralized_digest_mismatches_total 0\n"));
+
+  // peer-0 pulled the other participants' updates of each round it was in (its own stays
+  // home): at 1% with int8 values each is about a hundredth of the model (the MLP's 636,040
+  // bytes). A model sync, should it have fallen behind, pulls a whole model.
+  auto metrics = HttpGet(cluster.peer(0).metrics_address, "/metrics");
+  ASSERT_TRUE(metrics.ok());
+  const double model_bytes = 159010.0 * 4;
+  double rounds_in = 0;
+  double fetched = 0;  // the updates of the others in those rounds
+  for (const cv1::RoundSummary& round : status->history()) {
+    const auto& p = round.participants();
+    if (std::find(p.begin(), p.end(), "peer-0") == p.end()) continue;
+    rounds_in += 1;
+    fetched += round.participants_size() - 1;
+  }
+  ASSERT_GE(rounds_in, 1);
+  const double sent = MetricValue(*metrics, "shoal_peer_update_bytes_sent_total");
+  const double raw = MetricValue(*metrics, "shoal_peer_update_bytes_raw_total");
+  EXPECT_GE(raw, model_bytes * rounds_in);
+  EXPECT_GT(sent, 0);
+  EXPECT_LT(sent * 50, raw);
+  const double pulled =
+      MetricValue(*metrics, "shoal_peer_peer_bytes_pulled_total") -
+      model_bytes * MetricValue(*metrics, "shoal_peer_decentralized_sync_transfers_total");
+  EXPECT_GT(pulled, 0);
+  EXPECT_LT(pulled * 30, fetched * model_bytes) << "pulled " << pulled << " bytes";
+}
+
 // A peer SIGKILLed in the middle of a round: the others complete that round without it and
 // finish the task.
 TEST(DecentralizedClusterTest, PeerKilledMidRoundOthersCompleteTheRound) {

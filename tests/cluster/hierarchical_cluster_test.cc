@@ -3,7 +3,9 @@
 // below it, and a third one level deeper, below the first. Each aggregator sums its cluster's
 // updates exactly and sends its parent one partial sum per round (the first cluster's includes
 // the one below it); the root publishes every version; every peer trains, and evaluates each
-// version at its own cluster's aggregator.
+// version at its own cluster's aggregator. Updates travel compressed into the tree's leaves
+// (int8 for the sync task, top-k with fp16 values for the async one), whose aggregators decode
+// and validate them as a flat task's.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -46,6 +48,18 @@ void Start(Cluster& cluster, int aggregators, int peers) {
   ASSERT_TRUE(cluster.WaitForPeersConnected(peers, absl::Seconds(60)).ok()) << cluster.LogTails();
 }
 
+// Every peer pushed updates, each at least `fewer` times smaller than float32.
+void ExpectCompressedPushes(Cluster& cluster, int peers, double fewer) {
+  for (int i = 0; i < peers; ++i) {
+    auto page = HttpGet(cluster.peer(i).metrics_address, "/metrics");
+    ASSERT_TRUE(page.ok()) << page.status();
+    const double sent = MetricValue(*page, "shoal_peer_update_bytes_sent_total");
+    const double raw = MetricValue(*page, "shoal_peer_update_bytes_raw_total");
+    EXPECT_GT(sent, 0) << "peer-" << i;
+    EXPECT_GT(raw, fewer * sent) << "peer-" << i << " sent " << sent << " of " << raw << " bytes";
+  }
+}
+
 TEST(HierarchicalClusterTest, ClustersSendTheRootExactPartialSumsAndTheTaskCompletes) {
   Cluster cluster(TempDir());
   ASSERT_NO_FATAL_FAILURE(Start(cluster, 4, kPeers));
@@ -56,6 +70,7 @@ TEST(HierarchicalClusterTest, ClustersSendTheRootExactPartialSumsAndTheTaskCompl
   spec.set_min_participants(kPeers);
   spec.set_rounds(3);
   spec.mutable_aggregation_options()->set_exact_sum(true);
+  spec.set_compression(common::v1::COMPRESSION_INT8);
   ASSERT_TRUE(cluster.CreateTask(spec).ok());
 
   // The tree: a root serving no peer; two clusters of two below it, and one below the first.
@@ -131,6 +146,7 @@ TEST(HierarchicalClusterTest, ClustersSendTheRootExactPartialSumsAndTheTaskCompl
     EXPECT_EQ(MetricValue(*page, "shoal_aggregator_updates_accepted_total"),
               is_root ? 0.0 : 2 * rounds);
   }
+  ExpectCompressedPushes(cluster, kPeers, 3.9);
 }
 
 // Federated-async on a tree: three aggregators (a root serving no peer, two clusters of two
@@ -148,6 +164,9 @@ TEST(HierarchicalClusterTest, AsyncClustersSendTheRootTheirFullBuffersAndTheTask
   spec.set_min_participants(kAsyncPeers);
   spec.mutable_async()->set_buffer_size(kAsyncPeers);  // the root: 4; each cluster: its 2
   spec.set_rounds(4);
+  spec.set_compression(common::v1::COMPRESSION_TOPK);
+  spec.set_topk_ratio(0.1);
+  spec.set_topk_values(common::v1::COMPRESSION_FP16);
   ASSERT_TRUE(cluster.CreateTask(spec).ok());
 
   auto status = cluster.WaitForEnd(spec);
@@ -202,6 +221,8 @@ TEST(HierarchicalClusterTest, AsyncClustersSendTheRootTheirFullBuffersAndTheTask
       EXPECT_GE(MetricValue(*page, "shoal_aggregator_updates_accepted_total"), 4.0);
     }
   }
+  // 10% of the first layer as fp16 values with their index gaps, the small tensors whole.
+  ExpectCompressedPushes(cluster, kAsyncPeers, 5);
 }
 
 }  // namespace

@@ -78,6 +78,29 @@ TEST(AggregateRoundTest, MeanWeighsTheDeltasBySamples) {
   EXPECT_EQ(r->note, "");
 }
 
+// A compressed task's updates are deltas (PeerUpdate.delta): folded as they are, not against the
+// base, with the same weights and the same norm bound as models.
+TEST(AggregateRoundTest, DeltasAreFoldedAsTheyAre) {
+  const tensor::ModelLayout layout = Layout();
+  const tensor::FlatModel base = Filled(layout, 0.5f);
+  auto a = std::make_shared<const tensor::FlatModel>(Filled(layout, 1.0f));
+  auto b = std::make_shared<const tensor::FlatModel>(Filled(layout, -3.0f));
+  absl::StatusOr<RoundAggregate> r =
+      AggregateRound(Make(common::v1::AGGREGATION_MEAN), base,
+                     {PeerUpdate{"p2", 100, b, /*delta=*/true}, PeerUpdate{"p1", 300, a, true}}, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (float v : r->model.values) EXPECT_FLOAT_EQ(v, 0.5f + (300 * 1.0f - 100 * 3.0f) / 400);
+  EXPECT_THAT(r->included, ElementsAre("p1", "p2"));
+  // The bound applies to the delta itself: b's norm is 3 x sqrt(17) = 12.4.
+  r = AggregateRound(Make(common::v1::AGGREGATION_MEAN), base,
+                     {PeerUpdate{"p2", 100, b, true}, PeerUpdate{"p1", 300, a, true}}, 10);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->included, ElementsAre("p1"));
+  ASSERT_EQ(r->excluded.size(), 1u);
+  EXPECT_EQ(r->excluded[0].peer_id, "p2");
+  for (float v : r->model.values) EXPECT_FLOAT_EQ(v, 1.5f);
+}
+
 class AnyOrderTest : public ::testing::TestWithParam<common::v1::Aggregation> {};
 
 // Two participants that received the same updates in different orders (and every other order

@@ -318,6 +318,16 @@ TEST(CompressionOf, MapsTheTaskSettingsToTheCompressor) {
   EXPECT_EQ(c.topk_split, tensor::TopKSplit::kEqual);
   spec.set_topk_split(common::v1::TOPK_SPLIT_PER_TENSOR);
   EXPECT_EQ(CompressionOf(spec).topk_split, tensor::TopKSplit::kPerTensor);
+  // A spec created over the API without a task file's defaults gets the same ones.
+  common::v1::TaskSpec bare;
+  bare.set_compression(common::v1::COMPRESSION_TOPK);
+  c = CompressionOf(bare);
+  EXPECT_EQ(c.topk_ratio, 0.01);
+  EXPECT_EQ(c.topk_values, common::v1::ENCODING_RAW);
+  EXPECT_EQ(c.topk_min_elements, 4096u);
+  EXPECT_EQ(c.topk_split, tensor::TopKSplit::kPerTensor);
+  bare.set_topk_min_elements(0);
+  EXPECT_EQ(CompressionOf(bare).topk_min_elements, 0u);
 }
 
 }  // namespace

@@ -371,6 +371,16 @@ TEST(CompressionTaskTest, TopKGetsItsDefaultsAndRoundTrips) {
   ExpectJsonRoundTrip(*spec);
 }
 
+TEST(CompressionTaskTest, DecentralizedTasksMayCompressTheirRoundUpdates) {
+  absl::StatusOr<TaskSpec> spec =
+      ParseAndValidate("name: x\nmode: decentralized\ncompression: topk\ntopk_values: int8\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->compression(), common::v1::COMPRESSION_TOPK);
+  EXPECT_EQ(spec->topk_ratio(), 0.01);
+  spec = ParseAndValidate("name: x\nmode: decentralized\ncompression: fp16\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+}
+
 TEST(CompressionTaskTest, RulesNameTheField) {
   const std::pair<std::string, std::string> cases[] = {
       {"compression: zip\n", "compression: unknown value"},
@@ -391,9 +401,8 @@ TEST(CompressionTaskTest, RulesNameTheField) {
       {"compression: int8\ntopk_split: equal\n", "topk_split: only with compression: topk"},
       {"compression: topk\ntopk_split: halves\n",
        "topk_split: unknown value \"halves\" (expected per-tensor, equal)"},
-      {"mode: decentralized\ncompression: fp16\n",
-       "this task's mode is decentralized (set compression: none)"},
-      {"mode: gossip\ncompression: topk\n", "this task's mode is gossip"},
+      {"mode: gossip\ncompression: topk\n",
+       "this task's mode is gossip, whose peers exchange models (set compression: none)"},
   };
   for (const auto& [text, message] : cases) {
     absl::StatusOr<TaskSpec> spec = ParseAndValidate("name: x\n" + text);

@@ -14,34 +14,6 @@
 
 namespace shoal::peer {
 
-tensor::CompressionSettings CompressionOf(const common::v1::TaskSpec& spec) {
-  const auto encoding = [](common::v1::Compression c) {
-    switch (c) {
-      case common::v1::COMPRESSION_FP16:
-        return common::v1::ENCODING_FP16;
-      case common::v1::COMPRESSION_INT8:
-        return common::v1::ENCODING_INT8;
-      case common::v1::COMPRESSION_TOPK:
-        return common::v1::ENCODING_SPARSE;
-      default:
-        return common::v1::ENCODING_RAW;
-    }
-  };
-  tensor::CompressionSettings settings;
-  settings.codec = encoding(spec.compression());
-  if (spec.has_topk_ratio()) settings.topk_ratio = spec.topk_ratio();
-  settings.topk_values = encoding(spec.topk_values());
-  settings.topk_warmup_rounds = spec.topk_warmup_rounds();
-  settings.topk_min_elements = spec.topk_min_elements();
-  settings.topk_split = spec.topk_split() == common::v1::TOPK_SPLIT_EQUAL
-                            ? tensor::TopKSplit::kEqual
-                            : tensor::TopKSplit::kPerTensor;
-  if (settings.topk_values == common::v1::ENCODING_SPARSE) {
-    settings.topk_values = common::v1::ENCODING_RAW;  // refused by task validation
-  }
-  return settings;
-}
-
 AggregatorPeer::AggregatorPeer(const ModeRunnerDeps& deps, AggregatorCallOptions options)
     : deps_(deps),
       options_(std::move(options)),
@@ -54,22 +26,8 @@ AggregatorPeer::AggregatorPeer(const ModeRunnerDeps& deps, AggregatorCallOptions
       wakeup_(*deps.wakeup),
       compressor_(CompressionOf(deps.assigned.spec())),
       address_(deps.assigned.aggregator_address()) {
-  const tensor::CompressionSettings& c = compressor_.settings();
-  if (c.codec == common::v1::ENCODING_SPARSE) {
-    std::string warmup;
-    for (uint32_t v = 0; v < c.topk_warmup_rounds; ++v) {
-      absl::StrAppend(&warmup, v == 0 ? " (warm-up: " : ", ",
-                      absl::StrFormat("%g", compressor_.TopKRatio(v)), " from version ", v);
-    }
-    if (!warmup.empty()) warmup += ")";
-    LogInfo(absl::StrFormat(
-        "task %s: updates are compressed: top-k %g of the tensors of at least %u values, %s%s, "
-        "values %s",
-        task_, c.topk_ratio, c.topk_min_elements,
-        c.topk_split == tensor::TopKSplit::kEqual ? "split equally" : "of each", warmup,
-        common::v1::Encoding_Name(c.topk_values)));
-  } else if (c.codec != common::v1::ENCODING_RAW) {
-    LogInfo("task ", task_, ": updates are compressed: ", common::v1::Encoding_Name(c.codec));
+  if (const std::string how = DescribeCompression(compressor_); !how.empty()) {
+    LogInfo("task ", task_, ": updates are compressed: ", how);
   }
 }
 

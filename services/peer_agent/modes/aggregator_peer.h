@@ -33,6 +33,7 @@
 #include "services/peer_agent/mode_runner.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
+#include "services/peer_agent/update_compression.h"
 
 namespace shoal::peer {
 
@@ -45,9 +46,6 @@ struct AggregatorCallOptions {
 
 // Owned by a runner and used on its worker thread only; `deps` must hold an aggregator (the
 // runners' factories check it with CheckRunnerDeps). Not thread-safe.
-// The compression settings of `spec` (TaskSpec.compression, topk_ratio, topk_values).
-tensor::CompressionSettings CompressionOf(const common::v1::TaskSpec& spec);
-
 class AggregatorPeer {
  public:
   AggregatorPeer(const ModeRunnerDeps& deps, AggregatorCallOptions options);

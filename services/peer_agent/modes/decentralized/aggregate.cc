@@ -81,9 +81,12 @@ absl::Status RoundFold::Offer(PeerUpdate update, const tensor::FlatModel& base) 
 
 absl::Status RoundFold::Fold(const PeerUpdate& u, const tensor::FlatModel& base) {
   const std::vector<float>& x = u.model->values;
-  delta_.resize(x.size());
-  for (size_t i = 0; i < delta_.size(); ++i) delta_[i] = x[i] - base.values[i];
-  const double norm = aggregation::L2Norm(delta_);
+  if (!u.delta) {
+    delta_.resize(x.size());
+    for (size_t i = 0; i < delta_.size(); ++i) delta_[i] = x[i] - base.values[i];
+  }
+  const std::vector<float>& delta = u.delta ? x : delta_;
+  const double norm = aggregation::L2Norm(delta);
   // A non-finite delta is not "too large": Add() names its first bad value below.
   if (max_update_norm_ > 0 && std::isfinite(norm) && norm > max_update_norm_) {
     out_.excluded.push_back(ExcludedUpdate{
@@ -95,7 +98,7 @@ absl::Status RoundFold::Fold(const PeerUpdate& u, const tensor::FlatModel& base)
     out_.excluded.push_back(ExcludedUpdate{u.peer_id, "trained on 0 samples"});
     return absl::OkStatus();
   }
-  if (absl::Status s = aggregation_->Add(delta_, static_cast<double>(u.num_samples), u.peer_id);
+  if (absl::Status s = aggregation_->Add(delta, static_cast<double>(u.num_samples), u.peer_id);
       !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the update of peer ", u.peer_id, ": ", s.message()));

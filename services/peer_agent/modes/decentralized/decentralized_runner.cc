@@ -7,6 +7,7 @@
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
 #include "services/peer_agent/reports.h"
+#include "services/peer_agent/update_compression.h"
 
 namespace shoal::peer {
 namespace {
@@ -57,12 +58,18 @@ DecentralizedRunner::DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunne
       options_(options),
       strategy_(std::move(strategy)),
       task_(deps_.assigned.spec().name()),
+      compressed_(CompressionOf(deps_.assigned.spec()).codec != common::v1::ENCODING_RAW),
       trainer_(*deps_.trainer),
       snapshots_(*deps_.snapshots),
       peers_(*deps_.peers),
       metrics_(*deps_.metrics),
       clock_(*deps_.clock),
-      wakeup_(*deps_.wakeup) {}
+      wakeup_(*deps_.wakeup),
+      compressor_(CompressionOf(deps_.assigned.spec())) {
+  if (const std::string how = DescribeCompression(compressor_); !how.empty()) {
+    LogInfo("task ", task_, ": round updates are exchanged as compressed deltas: ", how);
+  }
+}
 
 void DecentralizedRunner::Send(const PeerMessage& message) { deps_.send(message); }
 
@@ -82,6 +89,21 @@ absl::Status DecentralizedRunner::RestoreHeld() {
   SHOAL_RETURN_IF_ERROR(trainer_.SetParameters(held_));
   params_are_held_ = true;
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> DecentralizedRunner::MakeUpdate(
+    tensor::FlatModel trained, std::shared_ptr<const tensor::EncodedModel>* encoded) {
+  if (!compressed_) return std::make_shared<const tensor::FlatModel>(std::move(trained));
+  if (!(trained.layout == held_.layout) || trained.values.size() != held_.values.size()) {
+    return absl::InternalError("the trained model's layout is not the held model's");
+  }
+  auto delta = std::make_shared<tensor::FlatModel>(std::move(trained));
+  for (size_t i = 0; i < delta->values.size(); ++i) delta->values[i] -= held_.values[i];
+  round_->compressor = compressor_;
+  *encoded = compressor_.Compress(std::move(delta), model_round_);
+  // What every other participant decodes from the wire, so this peer folds the same values.
+  SHOAL_ASSIGN_OR_RETURN(tensor::FlatModel decoded, tensor::DecodeModel(**encoded));
+  return std::make_shared<const tensor::FlatModel>(std::move(decoded));
 }
 
 void DecentralizedRunner::Start() {
@@ -181,6 +203,7 @@ void DecentralizedRunner::AbandonRound(const std::string& why) {
         LogError("task ", task_, ": ", s.message());
       }
     }
+    if (round_->compressor.has_value()) compressor_ = *std::move(round_->compressor);
     if (model_round_ >= round_->round && !round_->base.values.empty()) {
       // Already averaged: go back to the model held before the round.
       held_ = std::move(round_->base);
@@ -283,7 +306,15 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
     AbandonRound("cannot corrupt the update");
     return;
   }
-  round_->update = std::make_shared<const tensor::FlatModel>(*std::move(params));
+  std::shared_ptr<const tensor::EncodedModel> encoded;
+  absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> made =
+      MakeUpdate(*std::move(params), &encoded);
+  if (!made.ok()) {
+    SendError(r, made.status());
+    AbandonRound("cannot make the round update");
+    return;
+  }
+  round_->update = *std::move(made);
   round_->num_samples = stats->samples;
   round_->train_loss = stats->mean_loss;
   round_->train_ms = train_ms;
@@ -296,10 +327,18 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
   update.round = r;
   update.num_samples = stats->samples;
   update.loss = stats->mean_loss;
+  const tensor::ModelLayout& layout = round_->update->layout;
+  const uint64_t bytes = encoded != nullptr ? encoded->payload_bytes() : layout.total_bytes();
+  const uint64_t values = encoded != nullptr ? encoded->values_sent() : layout.total_elements();
+  metrics_.update_bytes_sent.Increment(static_cast<double>(bytes));
+  metrics_.update_bytes_raw.Increment(static_cast<double>(layout.total_bytes()));
+  update.encoded = std::move(encoded);
   snapshots_.Publish(std::move(update));
-  LogInfo(absl::StrFormat("task %s round %d: trained %d batches, loss %.4f, %d samples, %.2f s",
-                          task_, r, stats->batches, stats->mean_loss, stats->samples,
-                          static_cast<double>(train_ms) / 1000.0));
+  LogInfo(absl::StrFormat(
+      "task %s round %d: trained %d batches, loss %.4f, %d samples, update %d bytes (%d of %d "
+      "values), %.2f s",
+      task_, r, stats->batches, stats->mean_loss, stats->samples, bytes, values,
+      layout.total_elements(), static_cast<double>(train_ms) / 1000.0));
   PeerMessage ready;
   auto* rr = ready.mutable_round_ready();
   rr->set_round(r);

@@ -17,6 +17,7 @@
 #include "libs/common/backoff.h"
 #include "libs/common/clock.h"
 #include "libs/rpc/retry.h"
+#include "libs/tensor/compression.h"
 #include "libs/tensor/flat_model.h"
 #include "libs/training/trainer.h"
 #include "services/peer_agent/mode_runner.h"
@@ -53,7 +54,10 @@ struct DecentralizedRunnerOptions {
 // updates over max_update_norm; with mean, a few fetches at a time, each update freed once in),
 // load, publish GLOBAL, SharingDone; ModelPublished -> EvalReport; SyncFrom -> fetch the provider's
 // GLOBAL, load, SyncDone, ModelHeld; JoinRefused / ConnectionFailed -> back to the pre-round model.
-// Optimizer state stays local (reset after a sync). The round flow is in decentralized_runner.cc,
+// With compression the ROUND_UPDATE is the delta against the round's base, compressed, and every
+// participant (this one too) folds the deltas as decoded, so all still end bit-identical; top-k's
+// residual stays with this peer (restored when it leaves a round). Optimizer state and the
+// residual stay local (reset after a sync). The round flow is in decentralized_runner.cc,
 // the exchange with the other participants (probes, sharing, sync) in decentralized_sharing.cc.
 // Owned by the agent, which makes it through the mode registry; the deps must outlive it.
 // Threading: see ModeRunner (Supersedes() is stateless; everything else on the worker, plus one
@@ -85,7 +89,8 @@ class DecentralizedRunner final : public ModeRunner {
     uint64_t num_samples = 0;
     double train_loss = 0;
     int64_t train_ms = 0;
-    std::shared_ptr<const tensor::FlatModel> update;  // this peer's trained weights
+    // This peer's trained weights; with compression their delta against the base, as decoded.
+    std::shared_ptr<const tensor::FlatModel> update;
     // The aggregate of the participants' updates, folded as they arrive (reset when the
     // participants change, and once the round's aggregate is made).
     std::optional<RoundFold> fold;
@@ -94,6 +99,8 @@ class DecentralizedRunner final : public ModeRunner {
     // The trainer's optimizer state and data position before the round: a round the peer leaves
     // leaves no trace (training it again trains the same batches the same way).
     std::optional<training::TrainerProgress> progress;
+    // The compressor before this round's update (its residual), for the same reason.
+    std::optional<tensor::Compressor> compressor;
   };
 
   DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunnerOptions options,
@@ -118,6 +125,11 @@ class DecentralizedRunner final : public ModeRunner {
   void AbandonRound(const std::string& why);
   // Makes the trainer's parameters equal `held_` when training changed them.
   absl::Status RestoreHeld();
+  // The round update of `trained` (from the base held_) as published: the model itself, or with
+  // compression its delta encoded (into `encoded`) and decoded. Records the compressor's state
+  // before it in round_.
+  absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> MakeUpdate(
+      tensor::FlatModel trained, std::shared_ptr<const tensor::EncodedModel>* encoded);
   void SendModelHeld();
   void SendError(uint64_t round, const absl::Status& status);
   void Send(const coordinator::v1::PeerMessage& message);
@@ -126,6 +138,7 @@ class DecentralizedRunner final : public ModeRunner {
   const DecentralizedRunnerOptions options_;
   const aggregation::Strategy strategy_;  // the task's aggregation
   const std::string task_;
+  const bool compressed_;  // round updates travel as compressed deltas
   training::Trainer& trainer_;
   SnapshotStore& snapshots_;
   PeerClient& peers_;
@@ -139,6 +152,7 @@ class DecentralizedRunner final : public ModeRunner {
   bool params_are_held_ = false;                             // the trainer's parameters equal held_
   std::vector<coordinator::v1::PeerEndpoint> participants_;  // of the latest PeerList
   std::optional<RoundState> round_;
+  tensor::Compressor compressor_;  // the task's compression; top-k's residual
   struct PendingEval {
     uint64_t round = 0;
     uint64_t version = 0;

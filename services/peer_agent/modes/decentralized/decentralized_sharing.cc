@@ -163,7 +163,8 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
         RoundFold::Start(strategy_, base.layout, ids, deps_.assigned.spec().max_update_norm());
     absl::Status s = fold.status();
     if (s.ok()) {
-      s = fold->Offer(PeerUpdate{deps_.peer_id, round_->num_samples, round_->update}, base);
+      s = fold->Offer(PeerUpdate{deps_.peer_id, round_->num_samples, round_->update, compressed_},
+                      base);
     }
     if (!s.ok()) {
       LogError("task ", task_, " round ", round, ": cannot aggregate: ", s.message());
@@ -228,12 +229,21 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
                         }
                         return fetched;
                       });
+        if (r.ok() && r->meta.delta() != compressed_) {
+          r = absl::InvalidArgumentError(
+              absl::StrCat("peer ", missing[i]->peer_id(), " served its round update as ",
+                           r->meta.delta() ? "a compressed delta" : "a model",
+                           "; this task's updates travel as ",
+                           compressed_ ? "compressed deltas (compression is set)"
+                                       : "models (compression: none)"));
+        }
         absl::MutexLock lock(&mu);
         // Keep what arrived, even when superseded: a re-share only fetches what is missing.
         if (r.ok()) {
           rejected[i] =
               fold.Offer(PeerUpdate{missing[i]->peer_id(), r->meta.num_samples(),
-                                    std::make_shared<const tensor::FlatModel>(std::move(r->model))},
+                                    std::make_shared<const tensor::FlatModel>(std::move(r->model)),
+                                    r->meta.delta()},
                          base);
         } else if (absl::IsInvalidArgument(r.status())) {
           rejected[i] = r.status();
@@ -359,6 +369,8 @@ void DecentralizedRunner::HandleSyncFrom(const coordinator::v1::SyncFrom& m,
   if (absl::Status r = trainer_.ResetOptimizer(); !r.ok()) {
     LogWarning("task ", task_, ": cannot reset the optimizer: ", r.message());
   }
+  // Top-k's residual belongs to the trajectory this peer leaves.
+  compressor_ = tensor::Compressor(compressor_.settings());
   round_.reset();
   held_ = std::move(received->model);
   model_round_ = m.round();
