@@ -58,7 +58,6 @@ DecentralizedRunner::DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunne
       options_(options),
       strategy_(std::move(strategy)),
       task_(deps_.assigned.spec().name()),
-      compressed_(CompressionOf(deps_.assigned.spec()).codec != common::v1::ENCODING_RAW),
       trainer_(*deps_.trainer),
       snapshots_(*deps_.snapshots),
       peers_(*deps_.peers),
@@ -93,7 +92,7 @@ absl::Status DecentralizedRunner::RestoreHeld() {
 
 absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> DecentralizedRunner::MakeUpdate(
     tensor::FlatModel trained, std::shared_ptr<const tensor::EncodedModel>* encoded) {
-  if (!compressed_) return std::make_shared<const tensor::FlatModel>(std::move(trained));
+  if (!compressed()) return std::make_shared<const tensor::FlatModel>(std::move(trained));
   if (!(trained.layout == held_.layout) || trained.values.size() != held_.values.size()) {
     return absl::InternalError("the trained model's layout is not the held model's");
   }

@@ -130,6 +130,8 @@ class DecentralizedRunner final : public ModeRunner {
   // before it in round_.
   absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> MakeUpdate(
       tensor::FlatModel trained, std::shared_ptr<const tensor::EncodedModel>* encoded);
+  // Round updates travel as compressed deltas (the task sets a compression).
+  bool compressed() const { return compressor_.settings().codec != common::v1::ENCODING_RAW; }
   void SendModelHeld();
   void SendError(uint64_t round, const absl::Status& status);
   void Send(const coordinator::v1::PeerMessage& message);
@@ -138,7 +140,6 @@ class DecentralizedRunner final : public ModeRunner {
   const DecentralizedRunnerOptions options_;
   const aggregation::Strategy strategy_;  // the task's aggregation
   const std::string task_;
-  const bool compressed_;  // round updates travel as compressed deltas
   training::Trainer& trainer_;
   SnapshotStore& snapshots_;
   PeerClient& peers_;

@@ -163,7 +163,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
         RoundFold::Start(strategy_, base.layout, ids, deps_.assigned.spec().max_update_norm());
     absl::Status s = fold.status();
     if (s.ok()) {
-      s = fold->Offer(PeerUpdate{deps_.peer_id, round_->num_samples, round_->update, compressed_},
+      s = fold->Offer(PeerUpdate{deps_.peer_id, round_->num_samples, round_->update, compressed()},
                       base);
     }
     if (!s.ok()) {
@@ -229,13 +229,13 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
                         }
                         return fetched;
                       });
-        if (r.ok() && r->meta.delta() != compressed_) {
+        if (r.ok() && r->meta.delta() != compressed()) {
           r = absl::InvalidArgumentError(
               absl::StrCat("peer ", missing[i]->peer_id(), " served its round update as ",
                            r->meta.delta() ? "a compressed delta" : "a model",
                            "; this task's updates travel as ",
-                           compressed_ ? "compressed deltas (compression is set)"
-                                       : "models (compression: none)"));
+                           compressed() ? "compressed deltas (compression is set)"
+                                        : "models (compression: none)"));
         }
         absl::MutexLock lock(&mu);
         // Keep what arrived, even when superseded: a re-share only fetches what is missing.
