@@ -1,0 +1,50 @@
+#pragma once
+
+// The masks of secure aggregation (SecAgg, Bonawitz et al. 2017; SecAgg+, Bell et al. 2020):
+// a peer adds to its fixed-point encoded update one self mask and, for each other peer in its
+// neighbourhood, one pairwise mask, all in the ring Z_(2^k). A mask is a 32-byte seed expanded by
+// the ChaCha20 keystream; the two ends of a pair derive the same seed (DeriveSharedSeed in
+// crypto.h) and apply it with opposite signs, so the pairwise masks cancel exactly in the sum
+// and only the self masks (removed with the seeds' Shamir shares) are left.
+//
+// Thread-safe: free functions without shared state.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace shoal::privacy {
+
+inline constexpr size_t kMaskSeedSize = 32;
+
+// The mask of `count` elements of Z_(2^bits) (bits in 1..32) that `seed` (32 bytes) expands to:
+// the ChaCha20 keystream under key = seed, a nonce of 12 zero bytes and block counter 0, read as
+// little-endian uint32 values, each reduced mod 2^bits (2^bits divides 2^32, so they stay
+// uniform). Deterministic: the same seed gives the same mask on every machine. The fixed nonce
+// is safe because a seed expands into one mask only: derive a fresh seed per round and purpose
+// (HKDF's context). Errors: INVALID_ARGUMENT on the seed size or bits.
+absl::StatusOr<std::vector<uint32_t>> ExpandMask(absl::string_view seed, size_t count, int bits);
+
+enum class MaskSign { kAdd, kSubtract };
+
+// How `self_id` applies the mask it shares with `peer_id`: the peer whose id sorts lower
+// (byte-wise) adds it, the higher one subtracts it, so the pair's two masks cancel in the sum.
+// Errors: INVALID_ARGUMENT when the ids are equal (a peer shares no mask with itself).
+absl::StatusOr<MaskSign> PairwiseMaskSign(absl::string_view self_id, absl::string_view peer_id);
+
+// values[i] = values[i] ± ExpandMask(seed, values.size(), bits)[i] mod 2^bits, expanding the mask
+// a block at a time (no buffer the size of the model). The result is reduced mod 2^bits.
+// Errors: as ExpandMask; INTERNAL if OpenSSL fails.
+absl::Status ApplyMask(absl::Span<uint32_t> values, absl::string_view seed, MaskSign sign,
+                       int bits);
+
+// sum[i] = sum[i] + values[i] mod 2^bits: folds one masked input into a running sum.
+// Errors: INVALID_ARGUMENT on a length mismatch or bits out of 1..32.
+absl::Status RingAdd(absl::Span<uint32_t> sum, absl::Span<const uint32_t> values, int bits);
+
+}  // namespace shoal::privacy
