@@ -12,8 +12,8 @@
 namespace shoal::aggregation {
 
 // Defaults: polynomial weighting with a = 1 (1/(1+s)), which scripts/bench-async measured
-// ahead of FedBuff's 1/sqrt(1+s) (README, Performance); the hinge constants are those of
-// FedAsync's experiments (Xie et al. 2019).
+// ahead of FedBuff's 1/sqrt(1+s) (docs/performance-history.md, "Federated-async"); the hinge
+// constants are those of FedAsync's experiments (Xie et al. 2019).
 inline constexpr uint32_t kDefaultMaxStaleness = 4;
 inline constexpr double kDefaultPolynomialExponent = 1;
 inline constexpr double kDefaultHingeSlope = 10;

@@ -5,7 +5,7 @@
 // runner: a task's `aggregation` + `aggregation_options` make a Strategy (MakeStrategy); each
 // round starts an Aggregation from it, Adds the updates and writes base + aggregate.
 //
-// Strategies (protos/shoal/common/v1/task.proto, README "Aggregation strategies"):
+// Strategies (protos/shoal/common/v1/task.proto, docs/explanation/aggregation.md):
 //   mean               streaming, sample-weighted (FedAvg; WeightedMeanAccumulator); with
 //                      exact_sum, order-independent to the bit
 //   median             coordinate-wise median

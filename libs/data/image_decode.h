@@ -3,7 +3,7 @@
 // PNG and JPEG decoding for image folders: libpng for PNG, libjpeg-turbo (its TurboJPEG API) for
 // JPEG, both from Debian and both fuzzed upstream. An earlier loader used stb_image 2.27
 // (Debian bookworm's libstb), whose decoders kept yielding memory errors to this project's
-// fuzz target (README, Fuzzing).
+// fuzz target (docs/performance-history.md, "Fuzzing record").
 
 #include <cstdint>
 #include <string>

@@ -136,8 +136,8 @@ absl::Status ValidateTopology(const TaskSpec& spec) {
   }
   const auto not_yet = [](absl::string_view field, absl::string_view what) {
     return FieldError(field, absl::StrCat(what, " does not run on a tree of aggregators yet ",
-                                          "(topology: hierarchical; README \"Supernode tree "
-                                          "rounds\")"));
+                                          "(topology: hierarchical; see "
+                                          "docs/explanation/supernode-trees.md)"));
   };
   const bool async = spec.mode() == common::v1::MODE_FEDERATED_ASYNC;
   if (spec.mode() != common::v1::MODE_FEDERATED_SYNC && !async) {

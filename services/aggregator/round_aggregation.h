@@ -45,7 +45,7 @@ class RoundAggregation {
   // (INVALID_ARGUMENT as WeightedMeanAccumulator::AddPartial, nothing added). Mean: the running
   // sum of every update and partial. Another strategy runs per cluster: its aggregate of the
   // round's own updates counts as one term, weighted by their total weight, beside the
-  // children's partial sums (a weighted mean across clusters, README "Supernode tree rounds");
+  // children's partial sums (a weighted mean across clusters, docs/explanation/aggregation.md);
   // `base` is the round's base model. `count` of the result is the contributors (peers)
   // summed, whatever the strategy kept.
   absl::StatusOr<aggregation::PartialSum> Partial(const tensor::FlatModel& base) const;

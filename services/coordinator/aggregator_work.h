@@ -21,8 +21,8 @@
 namespace shoal::coordinator {
 
 // What a task's aggregator work runs on: its root and, with topology hierarchical, the
-// aggregators of its clusters below it, each the child of another (README "Supernode tree
-// rounds").
+// aggregators of its clusters below it, each the child of another
+// (docs/explanation/supernode-trees.md).
 struct AggregatorTree {
   struct Node {
     std::string address;

@@ -41,8 +41,8 @@ class PeerSink {
 // Receives task status snapshots for WatchTask. Must not block.
 using StatusCallback = std::function<void(const v1::TaskStatus& status)>;
 
-// Supernodes elected among the peers that offer to host one (Hello.supernode); README "Elected
-// supernodes".
+// Supernodes elected among the peers that offer to host one (Hello.supernode); see
+// docs/explanation/elections.md.
 struct SupernodeOptions {
   // An elected peer whose aggregator has not registered by then is passed over (for the rest of
   // its session).

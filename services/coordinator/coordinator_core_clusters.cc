@@ -1,8 +1,8 @@
 // CoordinatorCore: the clusters of hierarchical tasks. The first aggregator of such a task (a
 // link) is the root; each other serves a cluster of at most cluster_size peers and sends its
 // parent (the root, or another cluster's aggregator: each adds up at most fanout children) the
-// partial sum of its cluster and of the clusters below it (README "Supernode tree rounds"). The
-// root serves peers itself only while it is the task's only aggregator. A flat task has one
+// partial sum of its cluster and of the clusters below it (docs/explanation/supernode-trees.md).
+// The root serves peers itself only while it is the task's only aggregator. A flat task has one
 // link, its aggregator, serving every peer.
 
 #include <algorithm>

@@ -3,7 +3,8 @@
 // does not use otherwise; the primary copies every update it accepts to them before it answers
 // the peer (aggregator side: OpenRoundRequest.backups, standby_for), and the root's backups
 // fetch each version it publishes. When a primary is lost, its first backup takes its place:
-// the round goes on there, with every update a peer was told is in (README "Replicas").
+// the round goes on there, with every update a peer was told is in
+// (docs/explanation/replicas.md).
 
 #include <algorithm>
 #include <utility>

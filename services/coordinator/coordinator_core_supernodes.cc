@@ -1,4 +1,4 @@
-// CoordinatorCore: supernodes elected among the peers (README "Elected supernodes"). A peer
+// CoordinatorCore: supernodes elected among the peers (docs/explanation/elections.md). A peer
 // that offers to host one (shoal-peer --supernode, Hello.supernode) may be told BecomeSupernode;
 // it starts an aggregator that registers naming it as its host, and from then on that
 // aggregator is one of the pool like a dedicated one: the placement of hierarchical tasks

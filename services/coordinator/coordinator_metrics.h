@@ -40,7 +40,7 @@ struct CoordinatorMetrics {
   // level of any of their trees (0: none).
   prometheus::Gauge& tree_clusters;
   prometheus::Gauge& tree_depth;
-  // Supernodes elected among the peers (README "Elected supernodes").
+  // Supernodes elected among the peers (docs/explanation/elections.md).
   prometheus::Family<prometheus::Counter>& supernode_elections;  // {reason}: needed, better
   // {reason}: lost, host_left, timeout, retired
   prometheus::Family<prometheus::Counter>& supernode_ends;

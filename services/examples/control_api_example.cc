@@ -1,6 +1,6 @@
 // A minimal program that calls the coordinator's ControlService from another service: the
-// worked example of the README's "Calling the coordinator from another service". It lists the
-// tasks and prints the per-round history of one of them, over mutual TLS.
+// worked example of docs/reference/grpc-api.md ("Calling the coordinator from another
+// service"). It lists the tasks and prints the per-round history of one of them, over mutual TLS.
 //
 //   shoal-control-example COORDINATOR_HOST:PORT TLS_DIR [TASK]
 //

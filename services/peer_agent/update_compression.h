@@ -1,7 +1,7 @@
 #pragma once
 
 // How a peer compresses its updates, for the modes that send updates: the federated modes (to
-// an aggregator) and decentralized (to the other participants). See README "Compressed updates".
+// an aggregator) and decentralized (to the other participants). See docs/how-to/compression.md.
 
 #include <string>
 

@@ -1,6 +1,6 @@
-// Measures fetching a peer's snapshot through a relay (a peer behind NAT, README "Peers behind
-// NAT") against fetching it from the peer directly, in the same run, over 127.0.0.1 plaintext:
-// one peer publishes an N MB round update; a GrpcPeerClient fetches it with
+// Measures fetching a peer's snapshot through a relay (a peer behind NAT,
+// docs/explanation/relays.md) against fetching it from the peer directly, in the same run, over
+// 127.0.0.1 plaintext: one peer publishes an N MB round update; a GrpcPeerClient fetches it with
 // PeerService.GetSnapshot from the peer's own server, and at RELAY/PEER_ID from an in-process
 // relay (the aggregator's RelayService and relaying PeerService) to which the peer keeps its
 // RelayLink stream open. Prints seconds and GB/s for each and the ratio relayed / direct, and

@@ -10,7 +10,7 @@
 // this target checks what the loader makes of whatever they return. stb_image_resize, which
 // resizes every decoded image, is compiled into the target (stb_resize_instrumented.cc), so ASan
 // and UBSan watch it. (The loader decoded with stb_image 2.27 until this target kept finding
-// memory errors in it; README, Fuzzing.)
+// memory errors in it; docs/performance-history.md, "Fuzzing record".)
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 // SessionClient against a real in-process SessionService on 127.0.0.1: after an outage of the
-// coordinator, the peer is back within the bound the README states.
+// coordinator, the peer is back within the bound the docs state (docs/reference/services.md).
 
 #include "services/peer_agent/session_client.h"
 
@@ -50,7 +50,7 @@ std::unique_ptr<rpc::Server> StartCoordinator(WelcomingCoordinator& service,
 
 // The worst case the defaults allow between the coordinator accepting connections again and
 // the next attempt: the session's capped backoff with jitter, then gRPC's own reconnect backoff
-// (libs/rpc/channel.cc caps it at 1 s, with gRPC's 20 % jitter). The README promises "within
+// (libs/rpc/channel.cc caps it at 1 s, with gRPC's 20 % jitter). The docs promise "within
 // 3 s"; the test allows 2 s more for a loaded machine's scheduling.
 absl::Duration WorstCaseReturn(const SessionClientOptions& o) {
   return o.reconnect_backoff.max * (1 + o.reconnect_backoff.jitter) + absl::Seconds(1.2);
@@ -58,7 +58,7 @@ absl::Duration WorstCaseReturn(const SessionClientOptions& o) {
 
 TEST(SessionClientTest, ReturnsWithinTheBoundAfterAnEightSecondOutage) {
   const SessionClientOptions defaults;
-  ASSERT_LE(WorstCaseReturn(defaults), absl::Seconds(3)) << "the README's bound";
+  ASSERT_LE(WorstCaseReturn(defaults), absl::Seconds(3)) << "the documented bound";
 
   WelcomingCoordinator service;
   std::unique_ptr<rpc::Server> server = StartCoordinator(service, "127.0.0.1:0");

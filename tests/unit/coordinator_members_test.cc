@@ -1,7 +1,8 @@
 // How the coordinator keeps a task's aggregator told of its members (SetMembers) when peers
 // join faster than the aggregator answers: one call at a time, the changes made meanwhile in
 // the next, and each event held until the call that carries its peer's session token is
-// answered. With thousands of peers, a call per join made joins quadratic (README, Performance).
+// answered. With thousands of peers, a call per join made joins quadratic
+// (docs/explanation/federated-sync.md, "Rules of a round").
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

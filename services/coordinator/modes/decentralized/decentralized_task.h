@@ -27,7 +27,7 @@ namespace shoal::coordinator {
 // ConnectionFailed) -> SHARING (StartSharing, SharingDone with digests) -> complete
 // (RoundSummary, ModelPublished). Too few ready peers -> Waiting and joins re-open for the same
 // round. After the last round: EVALUATING until every participant's EvalReport (or a timeout).
-// The protocol is documented in README.md ("Protocol: decentralized") and
+// The protocol is documented in docs/explanation/decentralized.md and
 // protos/shoal/coordinator/v1/session.proto.
 //
 // Connecting and sharing are bounded by round_deadline_seconds too: a participant that does not

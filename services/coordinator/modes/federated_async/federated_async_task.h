@@ -10,7 +10,7 @@
 
 namespace shoal::coordinator {
 
-// The coordinator side of a federated-async task (README "Protocol: federated-async"): Disco's
+// The coordinator side of a federated-async task (docs/explanation/federated-async.md): Disco's
 // buffered asynchronous scheme (the FedBuff family) through the task's aggregator.
 //
 // Once the aggregator holds a model (GlobalModel) and min_participants peers are present, the
@@ -22,12 +22,12 @@ namespace shoal::coordinator {
 // the version), checkpoints it and publishes it for evaluation (ModelPublished; a peer may skip
 // versions). After the last version it waits for the final evaluation, then completes.
 //
-// On a tree (topology hierarchical, README "Federated-async on a tree") the buffer opens at every
-// node with peers below it (kOpenBuffer on the tree), each sized by what pushes into it; a node
-// below the root sends each full buffer's aggregate to its parent as one update, and only the
-// root publishes. A version reaches the peers once every node has fetched it from its parent
-// (kPullTree), then ModelPublished. When peers join or leave, the buffers are opened again with
-// their new sizes (their updates stay); a peer that joins trains once that is done.
+// On a tree (topology hierarchical, docs/explanation/federated-async.md, "On a tree") the buffer
+// opens at every node with peers below it (kOpenBuffer on the tree), each sized by what pushes into
+// it; a node below the root sends each full buffer's aggregate to its parent as one update, and
+// only the root publishes. A version reaches the peers once every node has fetched it from its
+// parent (kPullTree), then ModelPublished. When peers join or leave, the buffers are opened again
+// with their new sizes (their updates stay); a peer that joins trains once that is done.
 //
 // Losing the aggregator: on the next one the newest checkpoint is restored, the buffer is opened
 // again and every peer is told TrainAsync again. Owned by CoordinatorCore (one per task). Not

@@ -13,7 +13,7 @@
 
 namespace shoal::coordinator {
 
-// The coordinator side of a federated-sync task (README "Protocol: federated-sync"): FedAvg
+// The coordinator side of a federated-sync task (docs/explanation/federated-sync.md): FedAvg
 // rounds through the task's aggregator.
 //
 // The aggregator must hold a model first (GlobalModel: the newest checkpoint, or the initial

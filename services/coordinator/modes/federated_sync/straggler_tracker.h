@@ -12,7 +12,7 @@
 namespace shoal::coordinator {
 
 // Which peers of a federated-sync task hold its rounds and which contribute asynchronously
-// (TaskSpec.straggler_factor, straggler_rounds; README "Stragglers").
+// (TaskSpec.straggler_factor, straggler_rounds; docs/explanation/federated-sync.md, "Stragglers").
 //
 // After every round: a peer that holds the rounds (sync) and took longer than factor x the
 // median of the round's sync times, or missed the round, is slow; `rounds` slow rounds in a row

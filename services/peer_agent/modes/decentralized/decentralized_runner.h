@@ -1,7 +1,7 @@
 #pragma once
 
 // Decentralized mode (Disco's round protocol without an aggregator), peer side. The protocol is
-// in README.md ("Protocol: decentralized") and protos/shoal/coordinator/v1/session.proto.
+// in docs/explanation/decentralized.md and protos/shoal/coordinator/v1/session.proto.
 
 #include <cstdint>
 #include <functional>

@@ -1,7 +1,7 @@
 #pragma once
 
 // Federated-async mode, peer side: train and push against the aggregator's buffer, again and
-// again. The protocol is in README.md ("Protocol: federated-async") and in the comments of
+// again. The protocol is in docs/explanation/federated-async.md and in the comments of
 // TrainAsync (protos/shoal/coordinator/v1/session.proto) and OpenBuffer
 // (protos/shoal/aggregator/v1/aggregator.proto).
 

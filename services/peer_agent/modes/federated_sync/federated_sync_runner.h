@@ -1,7 +1,7 @@
 #pragma once
 
-// Federated-sync mode, peer side: rounds through an aggregator. The protocol is in README.md
-// ("Protocol: federated-sync") and protos/shoal/coordinator/v1/session.proto.
+// Federated-sync mode, peer side: rounds through an aggregator. The protocol is in
+// docs/explanation/federated-sync.md and protos/shoal/coordinator/v1/session.proto.
 
 #include <cstdint>
 #include <functional>

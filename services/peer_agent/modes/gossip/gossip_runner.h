@@ -1,7 +1,7 @@
 #pragma once
 
-// Gossip mode (dpwa's asynchronous pairwise averaging), peer side. See README.md ("Gossip") and
-// libs/gossip for the math and the peer-choice policy.
+// Gossip mode (dpwa's asynchronous pairwise averaging), peer side. See
+// docs/explanation/gossip.md and libs/gossip for the math and the peer-choice policy.
 
 #include <functional>
 #include <memory>
