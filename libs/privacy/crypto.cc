@@ -204,7 +204,7 @@ absl::StatusOr<std::string> X25519SharedSecret(absl::string_view private_key,
 absl::StatusOr<std::string> HkdfSha256(absl::string_view key_material, absl::string_view salt,
                                        absl::string_view info, size_t size) {
   if (key_material.empty()) return absl::InvalidArgumentError("HKDF: empty key material");
-  if (size == 0 || size > 255 * 32) {
+  if (size == 0 || size > size_t{255} * 32) {
     return absl::InvalidArgumentError(
         absl::StrCat("HKDF-SHA256 output must be 1 to 8160 bytes, got ", size));
   }

@@ -58,14 +58,14 @@ absl::StatusOr<FixedPointCodec> FixedPointCodec::Create(const FixedPointOptions&
     return absl::InvalidArgumentError(absl::StrCat(
         "fixed point: scale must be finite and > 0 (or 0 to choose), got ", options.scale));
   }
-  if (options.bits == 0 && options.scale == 0) {
-    return absl::InvalidArgumentError(
-        "fixed point: bits = 0 (choose the ring) needs a scale; give bits, scale or both");
-  }
 
   double scale = options.scale;
   int bits = options.bits;
   if (scale == 0) {
+    if (bits == 0) {
+      return absl::InvalidArgumentError(
+          "fixed point: bits = 0 (choose the ring) needs a scale; give bits, scale or both");
+    }
     // The largest power of two with n · ceil(r · 2^e) ≤ 2^(k-1) - 1.
     // At least two units per value (the ends of the range apart from 0), or there is no
     // precision to speak of.

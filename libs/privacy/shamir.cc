@@ -185,6 +185,7 @@ absl::StatusOr<std::string> ShamirCombine(absl::Span<const ShamirShare> shares, 
     }
   }
   std::vector<uint64_t> xs;
+  xs.reserve(static_cast<size_t>(threshold));
   for (int j = 0; j < threshold; ++j) xs.push_back(shares[static_cast<size_t>(j)].index);
   const std::vector<uint64_t> at_zero = LagrangeBasis(xs, 0);
   auto interpolate = [&](const std::vector<uint64_t>& basis, size_t chunk) {
