@@ -98,6 +98,12 @@ std::string ExpectedFields(const pb::Descriptor& type) {
   return absl::StrJoin(names, ", ");
 }
 
+// A list field that also takes one number for a square, written twice: `image_size: 8` is
+// [8, 8]. (A one-element list, `image_size: [8]`, is a square too, and stays as written.)
+bool IsSquareSize(const pb::FieldDescriptor& field) {
+  return &field == common::v1::DatasetSpec::descriptor()->FindFieldByName("image_size");
+}
+
 // Parses YAML nodes into a message by reflection. Errors carry "<source>: <path>: ".
 class YamlReader {
  public:
@@ -167,6 +173,12 @@ class YamlReader {
     const pb::Reflection& reflection = *message.GetReflection();
     if (field.is_map()) return Error(path, "map fields are not supported in task files");
     if (field.is_repeated()) {
+      if (node.IsScalar() && IsSquareSize(field)) {
+        // `image_size: 8` is one value for a square: [8, 8].
+        reflection.ClearField(&message, &field);
+        SHOAL_RETURN_IF_ERROR(ReadValue(node, path, field, message, /*add=*/true));
+        return ReadValue(node, path, field, message, /*add=*/true);
+      }
       if (!node.IsSequence()) return Error(path, "expected a list");
       reflection.ClearField(&message, &field);
       size_t index = 0;

@@ -5,12 +5,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "libs/common/file_digest.h"
@@ -82,6 +85,78 @@ TEST(TaskFileTest, ShippedExamplesAreValid) {
   }
   EXPECT_GE(files, 9);
   EXPECT_GE(torchscript, 1);
+}
+
+// A ```yaml block of the documentation, where it is and what it says.
+struct DocBlock {
+  std::string where;  // docs/reference/task-file.md:36
+  std::string text;
+  bool parse_only;  // marked <!-- parse-only -->: a listing of fields, not one valid task
+};
+
+// Every ```yaml block of README.md and docs/**/*.md but those marked <!-- not-a-task --> (the
+// marker on the line before the fence; docs/how-to/testing.md).
+std::vector<DocBlock> DocumentedYamlBlocks(const std::string& source) {
+  std::vector<std::string> pages = {source + "/README.md"};
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(source + "/docs")) {
+    if (entry.path().extension() == ".md") pages.push_back(entry.path().string());
+  }
+  std::sort(pages.begin(), pages.end());
+  std::vector<DocBlock> blocks;
+  for (const std::string& page : pages) {
+    std::istringstream in(ReadAll(page));
+    const std::string shown = page.substr(source.size() + 1);
+    std::string line;
+    std::string previous;
+    int number = 0;
+    while (std::getline(in, line)) {
+      ++number;
+      const std::string trimmed(absl::StripLeadingAsciiWhitespace(line));
+      if (!absl::StartsWith(trimmed, "```")) {
+        previous = trimmed;
+        continue;
+      }
+      const std::string info(absl::StripAsciiWhitespace(trimmed.substr(3)));
+      DocBlock block{absl::StrCat(shown, ":", number), "", previous == "<!-- parse-only -->"};
+      const bool skip = previous == "<!-- not-a-task -->";
+      while (std::getline(in, line)) {  // the block, up to its closing fence
+        ++number;
+        if (absl::StartsWith(absl::StripLeadingAsciiWhitespace(line), "```")) break;
+        absl::StrAppend(&block.text, line, "\n");
+      }
+      previous.clear();
+      if (info == "yaml" && !skip) blocks.push_back(block);
+    }
+  }
+  return blocks;
+}
+
+// Every task file and task-file fragment the documentation shows parses, and validates as a
+// task (a fragment with a name added), so that no page shows a key, value or combination that
+// the parser refuses (deploy/tasks are checked by ShippedExamplesAreValid).
+TEST(TaskFileTest, DocumentedExamplesAreValid) {
+  const char* root = std::getenv("SHOAL_SOURCE_DIR");
+  const std::string source = root != nullptr ? root : ".";
+  const std::vector<DocBlock> blocks = DocumentedYamlBlocks(source);
+  EXPECT_GE(blocks.size(), 10u) << "found too few ```yaml blocks under " << source << "/docs";
+  for (const DocBlock& block : blocks) {
+    std::string text = block.text;
+    if (!absl::StartsWith(text, "name:") && !absl::StrContains(text, "\nname:")) {
+      text = "name: doc-example\n" + text;
+    }
+    absl::StatusOr<TaskSpec> spec = ParseTaskSpec(text, block.where);
+    if (!spec.ok()) {
+      ADD_FAILURE() << spec.status() << "\n" << block.text;
+      continue;
+    }
+    if (block.parse_only) continue;
+    // A TorchScript model names the reader's file: give it a digest, as LoadTaskFile would.
+    if (spec->model() == "torchscript" && spec->torchscript().sha256().empty()) {
+      spec->mutable_torchscript()->set_sha256(std::string(64, '0'));
+    }
+    const absl::Status valid = ValidateTaskSpec(*spec);
+    EXPECT_TRUE(valid.ok()) << block.where << ": " << valid << "\n" << block.text;
+  }
 }
 
 using TorchScriptTaskTest = TempDir;
@@ -172,6 +247,41 @@ TEST(DatasetTaskTest, OwnFilesGetTheirDefaults) {
   ASSERT_TRUE(idx.ok()) << idx.status();
   EXPECT_EQ(Parse("dataset: {name: fashion-mnist}")->dataset().format(),
             common::v1::DATA_FORMAT_FASHION_MNIST);
+}
+
+// `image_size` is [height, width], or one value for a square: `[8]`, or a bare `8`, which
+// reads as [8, 8].
+TEST(DatasetTaskTest, OneImageSizeIsASquare) {
+  const std::string folder =
+      "dataset: {format: image-folder, train: d, classes: [a, b], channels: 1, image_size: ";
+  absl::StatusOr<TaskSpec> bare = Parse(folder + "8}");
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_THAT(bare->dataset().image_size(), ::testing::ElementsAre(8u, 8u));
+  ExpectJsonRoundTrip(*bare);
+
+  absl::StatusOr<TaskSpec> block = Parse(
+      "dataset:\n  format: image-folder\n  train: d\n  classes: [a, b]\n  channels: 3\n"
+      "  image_size: 32\n");
+  ASSERT_TRUE(block.ok()) << block.status();
+  EXPECT_THAT(block->dataset().image_size(), ::testing::ElementsAre(32u, 32u));
+
+  EXPECT_THAT(Parse(folder + "[8]}")->dataset().image_size(), ::testing::ElementsAre(8u));
+  EXPECT_THAT(Parse(folder + "[8, 6]}")->dataset().image_size(), ::testing::ElementsAre(8u, 6u));
+
+  // A bare value obeys the rules of each side, and names the field as written.
+  EXPECT_THAT(Parse(folder + "0}").status().message(),
+              HasSubstr("dataset.image_size: each side must be in 1..4096, got 0"));
+  EXPECT_THAT(Parse(folder + "5000}").status().message(), HasSubstr("got 5000"));
+  EXPECT_THAT(Parse(folder + "-8}").status().message(),
+              HasSubstr("dataset.image_size: must not be negative"));
+  EXPECT_THAT(Parse(folder + "big}").status().message(),
+              HasSubstr("dataset.image_size: expected a non-negative integer, got \"big\""));
+  EXPECT_THAT(Parse(folder + "{h: 8}}").status().message(),
+              HasSubstr("dataset.image_size: expected a list"));
+  // Other lists take no bare value: one class or one mean is not a shorthand for anything.
+  EXPECT_THAT(
+      Parse("dataset: {format: csv, train: t.csv, label_column: y, classes: a}").status().message(),
+      HasSubstr("dataset.classes: expected a list"));
 }
 
 TEST(DatasetTaskTest, EachRuleNamesItsField) {
