@@ -9,7 +9,8 @@ Runs `shoal-coordinator`, `shoal-aggregator`, `shoal-peer` and `shoalctl` from B
   its subsections; `--help`, `--version` and the flags of "What every binary does alike" count
   for every service, and must exist in each);
 - a table row (first column, e.g. `--listen HOST:PORT`) or a usage block of the section names a
-  flag the binary does not have;
+  flag the binary does not have, or its default column disagrees with the "(default: X)" that
+  `--help` prints (10m and `600s` agree, false and off too);
 - shoalctl: a command of its help is not in the commands table of shoalctl.md or the other way
   round; a command's flags differ between the help and the page (the commands table, plus the
   table of the command's own section, e.g. `## \\`shoalctl local\\``); the global flags differ
@@ -68,6 +69,25 @@ def _run_help(bin_dir, binary, problems):
     return done.stdout + done.stderr
 
 
+def seconds(text):
+    """'10m' -> 600.0; None when `text` is not a duration."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m.group(2)] if m else None
+
+
+def same_default(printed, documented):
+    """Whether a default as `--help` prints it ("127.0.0.1:7000", 10m, false) and as the page's
+    default column starts (`127.0.0.1:7000`, `600s`, off) are one value."""
+    printed = printed.strip().strip('"')
+    spans = doclib.code_spans(documented)
+    first = spans[0] if documented.lstrip().startswith("`") else documented.split()[0]
+    if printed in ("false", "true"):
+        return first == {"false": "off", "true": "on"}[printed] or first == printed
+    if seconds(printed) is not None and seconds(first) is not None:
+        return seconds(printed) == seconds(first)
+    return first == printed
+
+
 def first_column_flags(table):
     """The flags the first column of a table's rows names, with their line numbers."""
     out = []
@@ -112,6 +132,8 @@ def check_services(root, bin_dir, problems):
         if help_text is None:
             continue
         printed = printed_flags(help_text)
+        defaults = dict(re.findall(r"^ {2}(--[a-z0-9][a-z0-9_-]*)[^\n]*\(default: ([^\n]*)\)$",
+                                   help_text, re.M))
         if not printed:
             problems.append(f"{binary} --help: lists no flags (expected lines '  --flag ...')")
             continue
@@ -123,11 +145,18 @@ def check_services(root, bin_dir, problems):
         for table in tables:
             if title not in table.section or table.header[0].lower() != "flag":
                 continue
+            has_default = len(table.header) > 1 and table.header[1].lower() == "default"
             for line, flag in first_column_flags(table):
                 documented.add(flag)
                 if flag not in printed:
                     problems.append(f"{SERVICES_PAGE}:{line}: {binary} has no flag {flag} "
                                     f"(not in `{binary} --help`)")
+                    continue
+                cells = dict(table.rows)[line]
+                default = defaults.get(flag)
+                if has_default and default is not None and not same_default(default, cells[1]):
+                    problems.append(f"{SERVICES_PAGE}:{line}: {flag}'s default is {cells[1]!r} "
+                                    f"here, but `{binary} --help` says {default}")
         for block in doclib.blocks(sections[title]):
             for flag in usage_flags(block, binary):
                 if flag not in printed:
