@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """The image and the compose cluster, for real, in a Docker engine of the test's own.
 
-Usage: tests/docker/docker_test.py --source DIR --base DIR [--reduced] [--keep]
+Usage: tests/docker/docker_test.py --source DIR --base DIR [--prebuilt DIR] [--reduced] [--keep]
 
-  --source DIR  the repository (Dockerfile, docker-compose.yml)
-  --base DIR    what scripts/docker-base made: bookworm-slim.tar and apt/
+  --source DIR    the repository (Dockerfile, docker-compose.yml)
+  --base DIR      what scripts/docker-base made: bookworm-slim.tar and apt/
+  --prebuilt DIR  a folder with the four binaries (and shoal-gen-certs) already built from this
+                  tree (build/bin): the image's build stage takes them instead of installing
+                  the -dev packages and compiling them again (the Dockerfile's PREBUILT
+                  argument). Without it the image is built wholly from source, as
+                  docs/tutorials/docker-compose.md says.
   --reduced     build the image and check one service's health only (no compose cluster)
   --keep        keep the work directory (logs, generated files) even when the test passes
 
@@ -14,9 +19,10 @@ Steps, each bounded by a deadline:
      the host's network configuration as it was (checked at the end);
   2. `docker import` the bookworm root file system as debian:bookworm-slim (only inside this
      engine) and serve the local apt repository on 127.0.0.1 (port 0);
-  3. `docker build -t shoal:latest .` as the README says, with --network host and APT_SOURCE
-     pointing at that repository; a Prometheus image from Debian's `prometheus` package
-     (tests/docker/prometheus.Dockerfile);
+  3. `docker build -t shoal:latest .` as docs/tutorials/docker-compose.md says, with --network
+     host and APT_SOURCE pointing at that repository (with --prebuilt: from a copy of the build
+     context that also holds the binaries); a Prometheus image from Debian's `prometheus`
+     package (tests/docker/prometheus.Dockerfile);
   4. `docker-compose up -d` on docker-compose.yml turned into its host-network form (every
      container on 127.0.0.1: each container port of each service gets its own free port, and
      service names become 127.0.0.1); Grafana is left out (no Debian package, so no local image);
@@ -47,7 +53,28 @@ import urllib.request
 import yaml
 
 PROJECT = "shoaltest"
-TASK = "fashion-mnist-cnn"
+# The compose file's one-shot `task` service creates /etc/shoal/tasks/$SHOAL_TASK.yaml. The test
+# mounts this short task there: the image, the services and their wiring are what the default
+# task uses, and the cluster tests check what training reaches. Its IID shards need every peer, so
+# the task completes only if all four train.
+TASK = "docker-smoke"
+TASK_FILE = f"""# The container test's task (tests/docker/docker_test.py): a few short rounds.
+name: {TASK}
+mode: federated-sync
+model: mlp
+dataset: {{name: fashion-mnist, partition: iid, train_limit: 8000, test_limit: 2000}}
+batch_size: 32
+optimizer: {{kind: sgd, learning_rate: 0.05, momentum: 0.9}}
+round_batches: 25
+rounds: 4
+min_participants: 4
+max_participants: 4
+round_deadline_seconds: 120
+aggregation: mean
+seed: 42
+"""
+BINARIES = ["shoal-coordinator", "shoal-aggregator", "shoal-peer", "shoalctl", "shoal-gen-certs"]
+PREBUILT_IN_CONTEXT = "prebuilt/bin"
 DAEMONS = ["coordinator", "aggregator-0", "aggregator-1", "peer-0", "peer-1", "peer-2", "peer-3"]
 
 started = time.monotonic()
@@ -127,7 +154,7 @@ class Engine:
         self.sock = os.path.join(work, "docker.sock")
         self.pidfile = os.path.join(work, "dockerd.pid")
         self.log_path = os.path.join(work, "dockerd.log")
-        self.env = dict(os.environ, DOCKER_HOST=f"unix://{self.sock}")
+        self.env = dict(os.environ, DOCKER_HOST=f"unix://{self.sock}", SHOAL_TASK=TASK)
         self.proc = None
 
     def start(self):
@@ -328,10 +355,14 @@ class ComposeTest:
         self.engine.run(["docker", "import", "--change", 'CMD ["bash"]',
                          os.path.join(self.base, "bookworm-slim.tar"), "debian:bookworm-slim"],
                         120, "import")
-        log("docker build -t shoal:latest . (log: build.log)")
+        context, extra = self.source, []
+        if self.args.prebuilt:
+            context = self.context_with_binaries()
+            extra = ["--build-arg", f"PREBUILT={PREBUILT_IN_CONTEXT}"]
+        log(f"docker build -t shoal:latest {' '.join(extra)} . (log: build.log)")
         t = time.monotonic()
         self.engine.run(["docker", "build", "--network", "host", "--build-arg",
-                         f"APT_SOURCE={apt.source}", "-t", "shoal:latest", self.source],
+                         f"APT_SOURCE={apt.source}", *extra, "-t", "shoal:latest", context],
                         2400, "build")
         size = self.engine.output(["docker", "image", "inspect", "-f", "{{.Size}}",
                                    "shoal:latest"]).strip()
@@ -346,6 +377,37 @@ class ComposeTest:
                          os.path.join(self.source, "tests/docker")],
                         600, "build-prometheus")
         log(f"built shoal-test/prometheus:local in {time.monotonic() - t:.0f} s")
+
+    def context_with_binaries(self):
+        """A build context for --prebuilt: the source tree as .dockerignore leaves it, hard-linked
+        where the file system allows, with the binaries under PREBUILT_IN_CONTEXT."""
+        context = os.path.join(self.work, "context")
+        top_ignored = shutil.ignore_patterns("build*", ".git", ".cache", "node_modules", "*.swp")
+        nested_ignored = shutil.ignore_patterns("node_modules", "*.swp")
+
+        def ignore(directory, names):
+            if os.path.abspath(directory) == self.source:
+                return top_ignored(directory, names)
+            return nested_ignored(directory, names)
+
+        def link_or_copy(src, dst):
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copy2(src, dst)
+
+        shutil.copytree(self.source, context, ignore=ignore, copy_function=link_or_copy,
+                        symlinks=True)
+        binaries = os.path.join(context, PREBUILT_IN_CONTEXT)
+        os.makedirs(binaries)
+        for name in BINARIES:
+            path = os.path.join(self.args.prebuilt, name)
+            if not os.access(path, os.X_OK):
+                raise Failure(f"--prebuilt {self.args.prebuilt}: {name} is missing or not "
+                              "executable (build it first: scripts/build)")
+            shutil.copy2(path, binaries)
+        log(f"build context with the binaries of {self.args.prebuilt}: {context}")
+        return context
 
     def one_service(self):
         """The reduced form: the image's default command (the coordinator) turns healthy."""
@@ -373,6 +435,12 @@ class ComposeTest:
             compose = yaml.safe_load(f)
         prometheus_config = os.path.join(self.work, "prometheus.yml")
         compose, self.ports = host_network_compose(compose, self.source, prometheus_config)
+        task_file = os.path.join(self.work, f"{TASK}.yaml")
+        with open(task_file, "w") as f:
+            f.write(TASK_FILE)
+        os.chmod(task_file, 0o644)
+        compose["services"]["task"].setdefault("volumes", []).append(
+            f"{task_file}:/etc/shoal/tasks/{TASK}.yaml:ro")
         host_network_prometheus_config(
             os.path.join(self.source, "deploy/prometheus/prometheus.yml"), self.ports,
             prometheus_config)
@@ -514,6 +582,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--source", required=True)
     parser.add_argument("--base", required=True)
+    parser.add_argument("--prebuilt")
     parser.add_argument("--reduced", action="store_true")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
