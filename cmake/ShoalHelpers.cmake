@@ -40,6 +40,12 @@ function(shoal_cc_test)
   endif()
   # The test's own deadlines scale as its timeout does (tests/testing/wait.h: Scaled).
   math(EXPR ARG_TIMEOUT "${ARG_TIMEOUT} * ${time_scale}")
+  # Cluster tests take one at a time (RESOURCE_LOCK cluster) and are the suite's longest chain:
+  # a high COST makes ctest start them first, not after the unit and service tests, so that the
+  # other slot runs those meanwhile (ctest's own timings only exist after a first run).
+  if("cluster" IN_LIST ARG_LABELS)
+    set_tests_properties(${ARG_NAME} PROPERTIES COST 100)
+  endif()
   set_tests_properties(${ARG_NAME} PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}"
     ENVIRONMENT "SHOAL_BIN_DIR=${PROJECT_BINARY_DIR}/bin;SHOAL_SOURCE_DIR=${PROJECT_SOURCE_DIR};SHOAL_TEST_MODELS=${PROJECT_BINARY_DIR}/tests/models;SHOAL_TEST_TIME_SCALE=${time_scale}")
 endfunction()
