@@ -78,8 +78,8 @@ TEST(ElectedSupernodesClusterTest, PeersElectedByCapacityServeTheTreeAndAreRepla
   spec.set_cluster_size(2);
   spec.set_min_participants(kPeers - 1);  // the task goes on after losing one
   spec.set_rounds(10);
-  // Robust within each cluster (README "Supernode tree rounds"): each cluster's median,
-  // weighted by its samples, at the root.
+  // Robust within each cluster (docs/explanation/aggregation.md, "Partial sums"): each cluster's
+  // median, weighted by its samples, at the root.
   spec.set_aggregation(common::v1::AGGREGATION_MEDIAN);
   ASSERT_TRUE(cluster.CreateTask(spec).ok());
 

@@ -176,7 +176,8 @@ TEST(FederatedClusterTest, CoordinatorRestartKeepsTasksAndCheckpoints) {
   // Unknown tasks are NOT_FOUND.
   EXPECT_EQ(cluster.Status("nope").status().code(), absl::StatusCode::kNotFound);
 
-  // The README's worked example, a separate program, reads the same API over mutual TLS.
+  // The worked example of docs/reference/grpc-api.md, a separate program, reads the same API
+  // over mutual TLS.
   process::ProcessOptions example;
   example.name = "shoal-control-example";
   const char* bin = std::getenv("SHOAL_BIN_DIR");
