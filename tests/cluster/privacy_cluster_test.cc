@@ -93,7 +93,8 @@ TEST(PrivacyClusterTest, ADpTaskShowsEpsilonEachRoundAndATightBudgetStopsEarly) 
   EXPECT_EQ(status->state(), cv1::TASK_STATE_COMPLETED) << status->message();
   EXPECT_THAT(status->message(), HasSubstr("privacy budget reached"));
   EXPECT_THAT(status->message(), HasSubstr("over target_epsilon"));
-  EXPECT_EQ(status->history_size(), 2);
+  ASSERT_EQ(status->history_size(), 2);
+  EXPECT_TRUE(status->history(1).evaluated()) << "the last model is evaluated before the end";
   EXPECT_EQ(status->privacy().rounds(), 2u);
   EXPECT_LE(status->privacy().epsilon(), target);
   std::printf("[ figure ] dp-tight: %s\n", status->message().c_str());

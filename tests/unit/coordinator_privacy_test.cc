@@ -145,7 +145,13 @@ TEST_F(CoordinatorPrivacyTest, TaskCompletesBeforeARoundThatWouldPassTheTarget) 
   auto sinks = StartTask(DpSpec("t", 10, target), {"a"});
   CloseRound(1);
   CloseRound(2);
+  // As after a last round: the published model is evaluated first.
   v1::TaskStatus status = Status("t");
+  EXPECT_EQ(status.phase(), v1::ROUND_PHASE_EVALUATING);
+  EXPECT_THAT(status.message(), HasSubstr("privacy budget reached"));
+  ASSERT_TRUE(core_->OnMessage("a", Eval("t", status.model_version(), 80, 100)).ok());
+  Step();
+  status = Status("t");
   EXPECT_EQ(status.state(), v1::TASK_STATE_COMPLETED);
   EXPECT_THAT(status.message(), HasSubstr("privacy budget reached"));
   EXPECT_THAT(status.message(), HasSubstr("target_epsilon"));

@@ -130,7 +130,11 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
     }
     case v1::ROUND_PHASE_EVALUATING:
       if (!FinalEvaluationDone(status) && now < eval_deadline_) return;
-      fx.Finish(v1::TASK_STATE_COMPLETED, absl::StrCat("completed ", spec_.rounds(), " rounds"));
+      // Before the last round only the privacy budget ends a task; its message says so.
+      fx.Finish(v1::TASK_STATE_COMPLETED,
+                status.round() < spec_.rounds()
+                    ? status.message()
+                    : absl::StrCat("completed ", spec_.rounds(), " rounds"));
       return;
     case v1::ROUND_PHASE_OPENING:
     case v1::ROUND_PHASE_CLOSING:
@@ -162,8 +166,14 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
       return;
     }
     if (over->has_value()) {
+      // The task completes once the last published model is evaluated, as after its last round.
       LogInfo("task ", task_, ": ", **over);
-      fx.Finish(v1::TASK_STATE_COMPLETED, **std::move(over));
+      status.set_phase(v1::ROUND_PHASE_EVALUATING);
+      status.set_message(**std::move(over));
+      eval_deadline_ = now + std::min(options_.final_eval_timeout,
+                                      absl::Seconds(spec_.round_deadline_seconds()));
+      fx.changed = true;
+      Advance(now, status, fx);  // finishes at once when that evaluation is complete
       return;
     }
   }
