@@ -411,7 +411,9 @@ std::string FormatSummary(const TaskStatus& status) {
     absl::StrAppend(&out, " (the last ", status.history_size(),
                     "; `shoalctl task history` has all)");
   }
-  if (!status.message().empty() && status.state() != coordinator::v1::TASK_STATE_COMPLETED) {
+  // A task that completed before its last round (its privacy budget) says why.
+  if (!status.message().empty() && (status.state() != coordinator::v1::TASK_STATE_COMPLETED ||
+                                    status.round() < status.spec().rounds())) {
     absl::StrAppend(&out, " (", status.message(), ")");
   }
   absl::StrAppend(&out, "\n");

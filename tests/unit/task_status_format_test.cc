@@ -576,6 +576,14 @@ TEST(TaskStatusPrivacyTest, EpsilonShowsInTextAndJson) {
   EXPECT_EQ(root["privacy"]["rounds_left"].as<int>(), 7);
   EXPECT_DOUBLE_EQ(root["history"][0]["epsilon"].as<double>(), 1.25);
   EXPECT_EQ(root["spec"]["privacy"]["dp"]["noise"].as<std::string>(), "central");
+
+  // A task its budget completed early says why in the summary.
+  s.set_state(coordinator::v1::TASK_STATE_COMPLETED);
+  s.set_message("privacy budget reached: ...");
+  EXPECT_THAT(FormatSummary(s), HasSubstr("(privacy budget reached: ...)"));
+  s.set_round(4);  // its last round: the usual message is not repeated
+  s.set_message("completed 4 rounds");
+  EXPECT_THAT(FormatSummary(s), Not(HasSubstr("(completed 4 rounds)")));
 }
 
 }  // namespace
