@@ -98,6 +98,36 @@ absl::Status WeightedMeanAccumulator::Add(absl::Span<const float> delta, double 
   return absl::OkStatus();
 }
 
+absl::Status WeightedMeanAccumulator::AddNoiseTerm(absl::Span<const float> noise, double weight) {
+  if (summation_ != Summation::kFloat) {
+    return absl::InvalidArgumentError("a noise term needs float summation (not exact_sum)");
+  }
+  if (count_ == 0) return absl::InvalidArgumentError("a noise term needs at least one update");
+  if (!(weight >= 0) || !std::isfinite(weight)) {
+    return absl::InvalidArgumentError(absl::StrCat("noise term weight ", weight, " must be >= 0"));
+  }
+  const size_t n = layout_.total_elements();
+  if (!noise.empty()) {
+    if (noise.size() != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("noise has ", noise.size(), " values; the model has ", n));
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(noise[i])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("noise value at ", layout_.DescribeElement(i), " is not finite"));
+      }
+    }
+    const float* p = noise.data();
+    float* s = sum_.data();
+    ParallelFor(n, threads_, [=](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) s[i] += p[i];
+    });
+  }
+  total_weight_ += weight;
+  return absl::OkStatus();
+}
+
 absl::Status WeightedMeanAccumulator::AddPartial(const PartialSum& partial) {
   const size_t n = layout_.total_elements();
   if (partial.summation != summation_) {

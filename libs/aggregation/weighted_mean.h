@@ -60,6 +60,12 @@ class WeightedMeanAccumulator {
   // contributors had been added here. Errors: INVALID_ARGUMENT on a size or summation mismatch,
   // a non-finite value or weight, too many terms (kExact); nothing added.
   absl::Status AddPartial(const PartialSum& partial);
+  // Differential privacy's term (kFloat only, after at least one Add): adds `noise` (the
+  // layout's size, finite; empty: nothing) to the sum and `weight` (>= 0, finite) to the total
+  // weight, without counting a contributor. With every update weighted 1 and `weight` = n - k
+  // for k updates of n expected, Apply gives base + (sum + noise) / n: a fixed denominator.
+  // Errors: INVALID_ARGUMENT, nothing added.
+  absl::Status AddNoiseTerm(absl::Span<const float> noise, double weight);
   // The running sum and its weight (a copy), for a parent to AddPartial.
   PartialSum Partial() const;
 

@@ -30,6 +30,7 @@
 #include "libs/task/task_dataset.h"
 #include "libs/task/task_federated.h"
 #include "libs/task/task_model.h"
+#include "libs/task/task_privacy.h"
 #include "libs/training/model_names.h"  // the model constants only: no LibTorch
 
 namespace shoal::task {
@@ -357,6 +358,7 @@ void ApplyModeDefaults(TaskSpec& spec) {
   ApplyCompressionDefaults(spec);
   ApplyStragglerDefaults(spec);
   ApplyTopologyDefaults(spec);
+  ApplyPrivacyDefaults(spec);
 }
 
 TaskSpec DefaultTaskSpec() {
@@ -495,6 +497,7 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
   SHOAL_RETURN_IF_ERROR(ValidateCompression(spec));
   SHOAL_RETURN_IF_ERROR(ValidateStragglers(spec));
   SHOAL_RETURN_IF_ERROR(ValidateTopology(spec));
+  SHOAL_RETURN_IF_ERROR(ValidatePrivacy(spec));
   if (spec.mode() == common::v1::MODE_FEDERATED_ASYNC) {
     SHOAL_RETURN_IF_ERROR(
         aggregation::ValidateAsyncSpec(spec.async(), spec.max_participants(), "async"));

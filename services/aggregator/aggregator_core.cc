@@ -74,6 +74,7 @@ OpenRoundParams OpenRoundParams::From(const v1::OpenRoundRequest& request) {
   for (const v1::ChildBackup& b : request.child_backups()) {
     params.child_backups.emplace_back(b.child(), b.backup());
   }
+  params.dp = request.dp();
   return params;
 }
 

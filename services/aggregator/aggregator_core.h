@@ -84,6 +84,8 @@ struct OpenRoundParams {
   // Replicas: (child, backup id) pairs: backups that may act as an expected child.
   std::vector<std::pair<std::string, std::string>> child_backups = {};
   std::string replica_id = "";  // the id a primary's copies carry (default: parent.child)
+  // Differential privacy (level peer, see round_privacy.h); unset level: none.
+  common::v1::DpSpec dp = {};
 
   static OpenRoundParams From(const v1::OpenRoundRequest& request);
 };

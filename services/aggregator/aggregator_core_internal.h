@@ -46,6 +46,10 @@ struct AggregatorCore::Round {
   bool standby = false;
   common::v1::AsyncSpec late_staleness;  // their staleness bound and weighting
   double max_norm = 0;
+  // Differential privacy (round_privacy.h): level unspecified for none; dp_expected is the
+  // fixed denominator, the peers expected at the open.
+  common::v1::DpSpec dp;
+  size_t dp_expected = 0;
   std::optional<aggregation::Strategy> strategy;  // set by OpenRound
   State state = State::kOpen;
   std::set<std::string> accepted;  // peers whose updates were accepted

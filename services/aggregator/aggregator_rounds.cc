@@ -10,6 +10,7 @@
 #include "services/aggregator/aggregator_core.h"
 #include "services/aggregator/aggregator_core_internal.h"
 #include "services/aggregator/memory_budget.h"
+#include "services/aggregator/round_privacy.h"
 
 namespace shoal::aggregator {
 
@@ -87,6 +88,7 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
           absl::StrCat(label, ": parent needs both an address and this child's id"));
     }
   }
+  if (absl::Status dp = CheckRoundDp(p, label); !dp.ok()) return dp;
   common::v1::AsyncSpec late_staleness = p.late_staleness;
   if (!late.empty()) {
     if (absl::Status s = aggregation::ValidateAsyncSpec(late_staleness, 0, "late_staleness");
@@ -136,6 +138,10 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
       cur->late = late;
       cur->late_staleness = late_staleness;
       cur->max_norm = p.max_update_norm;
+      if (HasDp(p.dp) && !HasDp(cur->dp)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(label, " is open without differential privacy"));
+      }
       return absl::OkStatus();
     }
     if (cur->state == Round::State::kClosed && cur->partial != nullptr && child_round &&
@@ -177,6 +183,8 @@ absl::Status AggregatorCore::OpenRound(const OpenRoundParams& p) {
   round->late = late;
   round->late_staleness = late_staleness;
   round->max_norm = p.max_update_norm;
+  round->dp = p.dp;
+  round->dp_expected = expected.size();
   round->opened_at = clock_.Now();
   // Reuse the previous round's aggregation (mean: its sum buffer; the others: their update
   // copies) when nothing can touch it any more and it fits.
@@ -234,6 +242,16 @@ absl::StatusOr<RoundResult> AggregatorCore::CloseRound(const std::string& name, 
   // The aggregation is ours now: apply it without holding the lock (one pass over the model for
   // mean; the strategy's work for the others).
   std::shared_ptr<const tensor::FlatModel> next;
+  if (!result.contributors.empty() && HasDp(round->dp)) {
+    // The noise and the fixed denominator (round_privacy.h).
+    if (absl::Status s = AddRoundNoise(round->dp, round->dp_expected, result.contributors.size(),
+                                       round->base->layout.total_elements(), *round->aggregation);
+        !s.ok()) {
+      absl::MutexLock lock(&mu_);
+      round->state = Round::State::kAbandoned;
+      return s;
+    }
+  }
   if (!result.contributors.empty()) {
     auto applied = std::make_shared<tensor::FlatModel>();
     applied->layout = round->base->layout;
@@ -460,10 +478,13 @@ void AggregatorCore::FoldRoundPush(Push& push) {
     const float f = static_cast<float>(push.staleness_factor_);
     for (float& v : push.values_) v *= f;
   }
+  // Differential privacy weighs every update 1 (round_privacy.h: a fixed-denominator mean).
+  const bool dp = HasDp(round.dp);
+  if (dp) PrivatizeArrival(round.dp, absl::MakeSpan(push.values_));
   absl::Status s;
   {
     absl::MutexLock fold(&round.fold_mu);
-    s = round.aggregation->Add(push.values_, static_cast<double>(push.meta_.num_samples),
+    s = round.aggregation->Add(push.values_, dp ? 1.0 : static_cast<double>(push.meta_.num_samples),
                                push.meta_.peer_id);
   }
   absl::MutexLock lock(&mu_);

@@ -101,6 +101,14 @@ absl::Status RoundAggregation::AddPartial(const aggregation::PartialSum& partial
   return added;
 }
 
+absl::Status RoundAggregation::AddNoiseTerm(absl::Span<const float> noise, double weight) {
+  if (!mean_.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("differential privacy needs mean, not ", aggregation::StrategyName(kind_)));
+  }
+  return mean_->AddNoiseTerm(noise, weight);
+}
+
 void RoundAggregation::Reset() {
   if (mean_.has_value()) {
     mean_->Reset();

@@ -50,6 +50,9 @@ class RoundAggregation {
   // summed, whatever the strategy kept.
   absl::StatusOr<aggregation::PartialSum> Partial(const tensor::FlatModel& base) const;
   absl::Status AddPartial(const aggregation::PartialSum& partial);
+  // Mean only: WeightedMeanAccumulator::AddNoiseTerm (differential privacy's noise and fixed
+  // denominator). INVALID_ARGUMENT for another strategy.
+  absl::Status AddNoiseTerm(absl::Span<const float> noise, double weight);
   // Forgets the updates, keeping the buffers for the next round.
   void Reset();
   // True when, after Reset(), this can serve a round of `strategy` over `layout`.

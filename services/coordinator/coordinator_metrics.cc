@@ -65,6 +65,17 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                         .Help("Test accuracy of the last evaluated global model")
                         .Register(registry)
                         .Add({})),
+      privacy_epsilon(prometheus::BuildGauge()
+                          .Name("shoal_coordinator_privacy_epsilon")
+                          .Help("Differential privacy: epsilon spent, at the task's delta, by the "
+                                "task of the last round charged to a privacy budget")
+                          .Register(registry)
+                          .Add({})),
+      privacy_rounds(prometheus::BuildCounter()
+                         .Name("shoal_coordinator_privacy_rounds_total")
+                         .Help("Rounds charged to a task's differential privacy budget")
+                         .Register(registry)
+                         .Add({})),
       tasks(prometheus::BuildGauge()
                 .Name("shoal_coordinator_tasks")
                 .Help("Tasks by state")

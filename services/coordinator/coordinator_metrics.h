@@ -27,8 +27,12 @@ struct CoordinatorMetrics {
   prometheus::Gauge& peers_silent_held;
   // Federated-sync stragglers: {direction} to_async, to_sync.
   prometheus::Family<prometheus::Counter>& straggler_moves;
-  prometheus::Gauge& train_loss;                        // mean train loss of the last closed round
-  prometheus::Gauge& test_accuracy;                     // test accuracy of the last evaluated model
+  prometheus::Gauge& train_loss;     // mean train loss of the last closed round
+  prometheus::Gauge& test_accuracy;  // test accuracy of the last evaluated model
+  // Differential privacy (privacy.dp tasks): epsilon spent, at its delta, by the task of the
+  // last round charged (no task label: each task's own is in its status), and rounds charged.
+  prometheus::Gauge& privacy_epsilon;
+  prometheus::Counter& privacy_rounds;
   prometheus::Family<prometheus::Gauge>& tasks;         // {state}
   prometheus::Family<prometheus::Gauge>& participants;  // {mode}: peers assigned to open tasks
   prometheus::Counter& bytes_received;                  // checkpoints pulled from aggregators

@@ -168,7 +168,8 @@ std::string RoundToJson(const RoundSummary& r) {
       ",\"update_bytes\":", r.update_bytes(), ",\"model_bytes\":", r.model_bytes(),
       ",\"late\":", JsonStringArray(r.late()), ",\"participant_count\":", Participants(r),
       ",\"dropped_count\":", Dropped(r), ",\"late_count\":", Late(r),
-      ",\"lists_omitted\":", r.lists_omitted() ? "true" : "false", "}");
+      ",\"lists_omitted\":", r.lists_omitted() ? "true" : "false",
+      ",\"epsilon\":", r.epsilon() > 0 ? JsonNumber(r.epsilon()) : "null", "}");
 }
 
 // Each peer's median time from a round's open to its accepted update, over the rounds of the
@@ -265,8 +266,39 @@ std::string TaskStatusToJson(const TaskStatus& status) {
                       ",\"message\":", JsonQuote(status.message()),
                       ",\"created_unix_ms\":", status.created_unix_ms(), ",\"last_test_accuracy\":",
                       last != nullptr ? JsonNumber(last->test_accuracy()) : "null",
+                      ",\"privacy\":", PrivacyToJson(status),
                       ",\"spec\":", task::MessageToFriendlyJson(status.spec()), ",\"history\":[",
                       absl::StrJoin(history, ","), "]}");
+}
+
+std::string PrivacyToJson(const TaskStatus& status) {
+  if (!status.has_privacy()) return "null";
+  const coordinator::v1::PrivacyStatus& p = status.privacy();
+  return absl::StrCat(
+      "{\"epsilon\":", JsonNumber(p.epsilon()), ",\"delta\":", JsonNumber(p.delta()),
+      ",\"rounds\":", p.rounds(), ",\"sampling_rate\":", JsonNumber(p.sampling_rate()),
+      ",\"target_epsilon\":", p.target_epsilon() > 0 ? JsonNumber(p.target_epsilon()) : "null",
+      ",\"rounds_left\":", p.target_epsilon() > 0 ? absl::StrCat(p.rounds_left()) : "null", "}");
+}
+
+std::string FormatPrivacyLine(const TaskStatus& status) {
+  if (!status.has_privacy() || !status.spec().privacy().has_dp()) return "";
+  const coordinator::v1::PrivacyStatus& p = status.privacy();
+  const common::v1::DpSpec& dp = status.spec().privacy().dp();
+  std::string out = absl::StrFormat("privacy:       epsilon %.4g at delta %g after %d rounds",
+                                    p.epsilon(), p.delta(), p.rounds());
+  if (p.target_epsilon() > 0) {
+    absl::StrAppend(
+        &out, absl::StrFormat(" (target %g", p.target_epsilon()),
+        p.rounds() > 0 ? absl::StrCat(": ", p.rounds_left(), " more rounds fit)") : ")");
+  }
+  absl::StrAppend(
+      &out,
+      absl::StrFormat("\n               peer-level DP: clip_norm %g, noise_multiplier "
+                      "%g, noise %s\n",
+                      dp.clip_norm(), dp.noise_multiplier(),
+                      dp.noise() == common::v1::DP_NOISE_DISTRIBUTED ? "distributed" : "central"));
+  return out;
 }
 
 std::string FormatDurationMs(int64_t ms) {
@@ -379,7 +411,9 @@ std::string FormatSummary(const TaskStatus& status) {
     absl::StrAppend(&out, " (the last ", status.history_size(),
                     "; `shoalctl task history` has all)");
   }
-  if (!status.message().empty() && status.state() != coordinator::v1::TASK_STATE_COMPLETED) {
+  // A task that completed before its last round (its privacy budget) says why.
+  if (!status.message().empty() && (status.state() != coordinator::v1::TASK_STATE_COMPLETED ||
+                                    status.round() < status.spec().rounds())) {
     absl::StrAppend(&out, " (", status.message(), ")");
   }
   absl::StrAppend(&out, "\n");
@@ -414,6 +448,7 @@ std::string FormatTaskStatus(const TaskStatus& status) {
   if (!status.aggregator().empty()) {
     absl::StrAppend(&out, "aggregator:    ", status.aggregator(), "\n");
   }
+  absl::StrAppend(&out, FormatPrivacyLine(status));
   if (status.clusters_size() > 0) {
     absl::StrAppend(&out, "clusters:      ", status.clusters_size(),
                     " (hierarchical: each aggregator sums its cluster's updates and the partial "

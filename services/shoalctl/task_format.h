@@ -20,7 +20,9 @@ std::string ModeName(common::v1::Mode mode);
 
 // One JSON object on one line, for `task status --json`. Top-level keys: name, mode, state,
 // phase, round, rounds, participants (peer ids), model_version, aggregator, message,
-// created_unix_ms, last_test_accuracy (null before the first evaluation), spec (the task in
+// created_unix_ms, last_test_accuracy (null before the first evaluation), privacy (null
+// without privacy.dp; else {epsilon, delta, rounds, sampling_rate, target_epsilon,
+// rounds_left}, the last two null without a target), spec (the task in
 // task-file form), history: [{round, participants, dropped, mean_train_loss, num_samples,
 // model_version, duration_ms, evaluated, test_accuracy, test_loss, test_samples}]. Enum values
 // are friendly lower-case names ("federated-sync", "running"); test_* are null when the round
@@ -33,6 +35,10 @@ std::string RoundToJson(const coordinator::v1::RoundSummary& round);
 
 // Multi-line human-readable status for `task status`.
 std::string FormatTaskStatus(const coordinator::v1::TaskStatus& status);
+// privacy.dp tasks: the privacy spent (TaskStatus.privacy) as JSON, "null" without it.
+std::string PrivacyToJson(const coordinator::v1::TaskStatus& status);
+// privacy.dp tasks: the "privacy:" lines of FormatTaskStatus ("" without DP).
+std::string FormatPrivacyLine(const coordinator::v1::TaskStatus& status);
 
 // Federated-sync: each peer's median time from a round's open to its accepted update over the
 // rounds of status.history, slowest first ("round times:" and one line per peer); "" when no

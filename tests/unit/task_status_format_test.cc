@@ -537,3 +537,54 @@ TEST(FormatTest, TerminalStates) {
 
 }  // namespace
 }  // namespace shoal::shoalctl
+
+namespace shoal::shoalctl {
+namespace {
+
+// privacy.dp tasks show the epsilon spent (text and JSON); others show none.
+TEST(TaskStatusPrivacyTest, EpsilonShowsInTextAndJson) {
+  TaskStatus s = RunningStatus();
+  EXPECT_EQ(FormatPrivacyLine(s), "");
+  EXPECT_TRUE(YAML::Load(TaskStatusToJson(s))["privacy"].IsNull());
+  EXPECT_TRUE(YAML::Load(TaskStatusToJson(s))["history"][0]["epsilon"].IsNull());
+
+  common::v1::DpSpec& dp = *s.mutable_spec()->mutable_privacy()->mutable_dp();
+  dp.set_level(common::v1::DP_LEVEL_PEER);
+  dp.set_clip_norm(0.5);
+  dp.set_noise_multiplier(1.1);
+  dp.set_noise(common::v1::DP_NOISE_CENTRAL);
+  dp.set_delta(1e-5);
+  dp.set_target_epsilon(8);
+  coordinator::v1::PrivacyStatus& p = *s.mutable_privacy();
+  p.set_epsilon(2.345678);
+  p.set_delta(1e-5);
+  p.set_rounds(3);
+  p.set_sampling_rate(1);
+  p.set_target_epsilon(8);
+  p.set_rounds_left(7);
+  s.mutable_history(0)->set_epsilon(1.25);
+  EXPECT_EQ(FormatPrivacyLine(s),
+            "privacy:       epsilon 2.346 at delta 1e-05 after 3 rounds (target 8: 7 more rounds "
+            "fit)\n"
+            "               peer-level DP: clip_norm 0.5, noise_multiplier 1.1, noise central\n");
+  EXPECT_THAT(FormatTaskStatus(s), HasSubstr("privacy:       epsilon 2.346"));
+  YAML::Node root = YAML::Load(TaskStatusToJson(s));
+  EXPECT_DOUBLE_EQ(root["privacy"]["epsilon"].as<double>(), 2.345678);
+  EXPECT_DOUBLE_EQ(root["privacy"]["delta"].as<double>(), 1e-5);
+  EXPECT_EQ(root["privacy"]["rounds"].as<int>(), 3);
+  EXPECT_DOUBLE_EQ(root["privacy"]["target_epsilon"].as<double>(), 8);
+  EXPECT_EQ(root["privacy"]["rounds_left"].as<int>(), 7);
+  EXPECT_DOUBLE_EQ(root["history"][0]["epsilon"].as<double>(), 1.25);
+  EXPECT_EQ(root["spec"]["privacy"]["dp"]["noise"].as<std::string>(), "central");
+
+  // A task its budget completed early says why in the summary.
+  s.set_state(coordinator::v1::TASK_STATE_COMPLETED);
+  s.set_message("privacy budget reached: ...");
+  EXPECT_THAT(FormatSummary(s), HasSubstr("(privacy budget reached: ...)"));
+  s.set_round(4);  // its last round: the usual message is not repeated
+  s.set_message("completed 4 rounds");
+  EXPECT_THAT(FormatSummary(s), Not(HasSubstr("(completed 4 rounds)")));
+}
+
+}  // namespace
+}  // namespace shoal::shoalctl

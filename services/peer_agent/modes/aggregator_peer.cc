@@ -25,9 +25,15 @@ AggregatorPeer::AggregatorPeer(const ModeRunnerDeps& deps, AggregatorCallOptions
       clock_(*deps.clock),
       wakeup_(*deps.wakeup),
       compressor_(CompressionOf(deps.assigned.spec())),
+      privacy_(UpdatePrivacy::Create(deps.assigned.spec())),
       address_(deps.assigned.aggregator_address()) {
   if (const std::string how = DescribeCompression(compressor_); !how.empty()) {
     LogInfo("task ", task_, ": updates are compressed: ", how);
+  }
+  if (!privacy_.ok()) {
+    LogError("task ", task_, ": ", privacy_.status().message());
+  } else if (const std::string how = privacy_->Describe(); !how.empty()) {
+    LogInfo("task ", task_, ": differential privacy: updates are ", how);
   }
 }
 
@@ -180,12 +186,17 @@ void AggregatorPeer::PublishSnapshot(uint64_t version) {
 }
 
 absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> AggregatorPeer::DeltaOf(
-    tensor::FlatModel params) {
+    tensor::FlatModel params, uint32_t round_peers) {
   if (!global_version_ || params.layout != global_layout_) {
     return absl::FailedPreconditionError("no global model of this layout is held");
   }
+  // Never an update without the privacy the task promises.
+  if (!privacy_.ok()) return privacy_.status();
   auto delta = std::make_shared<tensor::FlatModel>(std::move(params));
   SHOAL_RETURN_IF_ERROR(global_values_->SubtractFrom(absl::MakeSpan(delta->values)));
+  // Before compression (the aggregator decodes what it receives and, with central noise,
+  // clips it again: rounding must not lift an update above the bound).
+  privacy_->Apply(absl::MakeSpan(delta->values), round_peers);
   // Test-only: a Byzantine peer pushes a corrupted delta; what it keeps is its own model.
   deps_.byzantine.CorruptDelta(delta->values);
   return compressor_.Compress(std::move(delta), *global_version_);

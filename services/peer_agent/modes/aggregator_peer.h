@@ -34,6 +34,7 @@
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
 #include "services/peer_agent/update_compression.h"
+#include "services/peer_agent/update_privacy.h"
 
 namespace shoal::peer {
 
@@ -100,10 +101,13 @@ class AggregatorPeer {
   void Forget() { global_version_.reset(); }
   const std::optional<uint64_t>& global_version() const { return global_version_; }
   // The update to push: the trainer's parameters `params` minus the global model held, computed
-  // in place, corrupted by the test-only Byzantine fault, then compressed as the task says
-  // (TaskSpec.compression; top-k adds what earlier updates left out). Errors: from reading the
-  // global model back from disk.
-  absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> DeltaOf(tensor::FlatModel params);
+  // in place, clipped (and with distributed noise noised, `round_peers` being the round's
+  // expected peers) for differential privacy when the task has it (UpdatePrivacy), corrupted by
+  // the test-only Byzantine fault, then compressed as the task says (TaskSpec.compression;
+  // top-k adds what earlier updates left out). Errors: from reading the global model back from
+  // disk.
+  absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> DeltaOf(tensor::FlatModel params,
+                                                                      uint32_t round_peers = 0);
 
  private:
   const ModeRunnerDeps& deps_;
@@ -121,6 +125,9 @@ class AggregatorPeer {
   absl::Status Hold(uint64_t version, const tensor::FlatModel& model);
 
   tensor::Compressor compressor_;
+  // privacy.dp (UpdatePrivacy); an error only when the CSPRNG could not seed its noise, and
+  // DeltaOf then refuses to make an update.
+  absl::StatusOr<UpdatePrivacy> privacy_;
   std::string address_;
   std::optional<uint64_t> global_version_;
   tensor::ModelLayout global_layout_;

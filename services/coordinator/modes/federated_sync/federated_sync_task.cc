@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "libs/aggregation/async_spec.h"
 #include "libs/common/log.h"
+#include "libs/task/task_privacy.h"
+#include "services/coordinator/privacy_budget.h"
 
 namespace shoal::coordinator {
 using Kind = AggregatorWork::Kind;
@@ -107,6 +109,10 @@ void FederatedSyncTask::Ask(Kind kind, AggregatorWork work, ModeEffects& fx) {
 }
 
 void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
+  if (task::HasDp(spec_) && !status.has_privacy()) {
+    InitPrivacyStatus(spec_, *status.mutable_privacy());  // epsilon 0 shows from the start
+    fx.changed = true;
+  }
   if (!has_aggregator_ || pending_.has_value() || !retry_.Ready(now)) return;
   switch (status.phase()) {
     case v1::ROUND_PHASE_TRAINING: {
@@ -124,7 +130,11 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
     }
     case v1::ROUND_PHASE_EVALUATING:
       if (!FinalEvaluationDone(status) && now < eval_deadline_) return;
-      fx.Finish(v1::TASK_STATE_COMPLETED, absl::StrCat("completed ", spec_.rounds(), " rounds"));
+      // Before the last round only the privacy budget ends a task; its message says so.
+      fx.Finish(v1::TASK_STATE_COMPLETED,
+                status.round() < spec_.rounds()
+                    ? status.message()
+                    : absl::StrCat("completed ", spec_.rounds(), " rounds"));
       return;
     case v1::ROUND_PHASE_OPENING:
     case v1::ROUND_PHASE_CLOSING:
@@ -144,6 +154,29 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
     return;
   }
   waiting_.Clear();
+  if (task::HasDp(spec_)) {
+    // Stop before a round that would spend more than the budget (every peer is expected: the
+    // async peers of stragglers are refused with DP).
+    absl::StatusOr<std::optional<std::string>> over =
+        BudgetExceededBy(spec_, status.privacy(), status.round() + 1,
+                         RoundSamplingRate(peers_.size(), peers_.size()));
+    if (!over.ok()) {
+      fx.Finish(v1::TASK_STATE_FAILED,
+                absl::StrCat("privacy accountant: ", over.status().message()));
+      return;
+    }
+    if (over->has_value()) {
+      // The task completes once the last published model is evaluated, as after its last round.
+      LogInfo("task ", task_, ": ", **over);
+      status.set_phase(v1::ROUND_PHASE_EVALUATING);
+      status.set_message(**std::move(over));
+      eval_deadline_ = now + std::min(options_.final_eval_timeout,
+                                      absl::Seconds(spec_.round_deadline_seconds()));
+      fx.changed = true;
+      Advance(now, status, fx);  // finishes at once when that evaluation is complete
+      return;
+    }
+  }
   AggregatorWork open;
   open.open.set_round(status.round() + 1);
   open.open.set_base_version(status.model_version());
@@ -158,6 +191,7 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
   open.open.set_max_update_norm(spec_.max_update_norm());
   open.open.mutable_aggregation()->set_strategy(spec_.aggregation());
   *open.open.mutable_aggregation()->mutable_options() = spec_.aggregation_options();
+  if (task::HasDp(spec_)) *open.open.mutable_dp() = spec_.privacy().dp();
   status.set_phase(v1::ROUND_PHASE_OPENING);
   Ask(Kind::kOpenRound, std::move(open), fx);
   fx.changed = true;
@@ -210,8 +244,23 @@ void FederatedSyncTask::OnOpened(const WorkResult& result, absl::Time now, v1::T
   }
   retry_.Succeeded();
   const aggregator::v1::OpenRoundRequest& open = result.work.open;
+  if (task::HasDp(spec_)) {
+    // Charged now, before the round can publish anything; persisted with this input's status.
+    const double q = RoundSamplingRate(static_cast<size_t>(open.expected_peers_size()),
+                                       peers_.size() + open.late_peers_size());
+    if (absl::Status s = ChargeRound(spec_, q, *status.mutable_privacy()); !s.ok()) {
+      fx.Finish(v1::TASK_STATE_FAILED, absl::StrCat("privacy accountant: ", s.message()));
+      return;
+    }
+    metrics_.privacy_rounds.Increment();
+    metrics_.privacy_epsilon.Set(status.privacy().epsilon());
+    LogInfo("task ", task_, ": round ", open.round(), " charged to the privacy budget: epsilon ",
+            status.privacy().epsilon(), " at delta ", status.privacy().delta(), " after ",
+            status.privacy().rounds(), " rounds");
+  }
   round_ = Round{};
   round_.number = open.round();
+  round_.opened_with = static_cast<uint32_t>(open.expected_peers_size());
   round_.started = now;
   round_.deadline = now + absl::Seconds(spec_.round_deadline_seconds());
   for (const std::string& id : open.expected_peers()) {
@@ -236,6 +285,7 @@ v1::CoordinatorEvent FederatedSyncTask::RoundStartedEvent(const v1::TaskStatus& 
   started->set_model_version(status.model_version());
   started->set_round_batches(spec_.round_batches());
   started->set_deadline_unix_ms(absl::ToUnixMillis(deadline));
+  started->set_expected_peers(round_.opened_with);
   return event;
 }
 
@@ -327,6 +377,7 @@ void FederatedSyncTask::OnClosed(const WorkResult& result, absl::Time now, v1::T
   summary.set_num_samples(closed.num_samples());
   summary.set_model_version(closed.version());
   summary.set_duration_ms(absl::ToInt64Milliseconds(now - round_.started));
+  if (status.has_privacy()) summary.set_epsilon(status.privacy().epsilon());
   // Published to nobody: there is no evaluation to wait for.
   if (peers_.empty()) summary.set_evaluation_complete(true);
   LogInfo("task ", task_, ": round ", round_.number, " closed: ", contributors.size(),

@@ -52,6 +52,9 @@ class FederatedSyncTask final : public AggregatorModeTask {
     uint64_t number = 0;
     absl::Time started;
     absl::Time deadline;
+    // The peers expected when it opened (RoundStarted.expected_peers: the n of DP's
+    // distributed noise and the aggregator's fixed denominator).
+    uint32_t opened_with = 0;
     std::set<std::string> expected;  // peers the round waits for (those still in the task)
     std::set<std::string> accepted;  // from the aggregator's watch stream
     // Each accepted update as seen live (not those accepted before a restart): when it

@@ -127,7 +127,7 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
   // The delta is computed in place in the one copy of the parameters.
   absl::StatusOr<tensor::FlatModel> params = trainer_.GetState(/*include_buffers=*/true);
   absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> delta =
-      params.ok() ? peer_.DeltaOf(*std::move(params)) : params.status();
+      params.ok() ? peer_.DeltaOf(*std::move(params), m.expected_peers()) : params.status();
   if (!delta.ok()) {
     LogError("task ", task_, " round ", m.round(), ": ", delta.status().message());
     Send(MakePeerError(m.round(), delta.status()));

@@ -1,0 +1,135 @@
+#include "libs/task/task_privacy.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "libs/privacy/rdp_accountant.h"
+#include "libs/task/task_file.h"
+
+namespace shoal::task {
+namespace {
+
+using common::v1::TaskSpec;
+
+absl::Status FieldError(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+// A combination DP does not support yet: names the other field and why.
+absl::Status Conflict(absl::string_view field, absl::string_view what) {
+  return FieldError(field, absl::StrCat(what, " (privacy.dp is set)"));
+}
+
+}  // namespace
+
+void ApplyPrivacyDefaults(TaskSpec& spec) {
+  if (!HasDp(spec)) return;
+  common::v1::DpSpec& dp = *spec.mutable_privacy()->mutable_dp();
+  if (dp.noise() == common::v1::DP_NOISE_UNSPECIFIED) dp.set_noise(common::v1::DP_NOISE_CENTRAL);
+}
+
+absl::Status ValidatePrivacy(const TaskSpec& spec) {
+  if (!HasDp(spec)) return absl::OkStatus();
+  const common::v1::DpSpec& dp = spec.privacy().dp();
+  switch (dp.level()) {
+    case common::v1::DP_LEVEL_PEER:
+      break;
+    case common::v1::DP_LEVEL_SAMPLE:
+      return FieldError("privacy.dp.level",
+                        "sample (record-level DP-SGD on each peer) is not supported yet; "
+                        "level peer (DP-FedAvg) is");
+    case common::v1::DP_LEVEL_UNSPECIFIED:
+      return FieldError("privacy.dp.level", "required (peer)");
+    default:
+      return FieldError(
+          "privacy.dp.level",
+          absl::StrCat("unsupported value ",
+                       JsonQuote(FriendlyEnumName(*common::v1::DpLevel_descriptor(), dp.level())),
+                       " (expected peer)"));
+  }
+  if (spec.mode() != common::v1::MODE_FEDERATED_SYNC) {
+    return FieldError(
+        "privacy.dp",
+        absl::StrCat("peer-level differential privacy is supported in federated-sync tasks "
+                     "only; not supported yet in mode ",
+                     FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode())));
+  }
+  if (!(dp.clip_norm() > 0) || !std::isfinite(dp.clip_norm())) {
+    return FieldError("privacy.dp.clip_norm",
+                      absl::StrCat("must be > 0, got ", ShowNumber(dp.clip_norm())));
+  }
+  if (!(dp.noise_multiplier() >= 0) || !std::isfinite(dp.noise_multiplier())) {
+    return FieldError("privacy.dp.noise_multiplier",
+                      absl::StrCat("must be >= 0, got ", ShowNumber(dp.noise_multiplier())));
+  }
+  // Unspecified is the default, central (a spec that arrives without a file has no defaults).
+  if (dp.noise() != common::v1::DP_NOISE_UNSPECIFIED &&
+      dp.noise() != common::v1::DP_NOISE_CENTRAL &&
+      dp.noise() != common::v1::DP_NOISE_DISTRIBUTED) {
+    return FieldError(
+        "privacy.dp.noise",
+        absl::StrCat("unsupported value ",
+                     JsonQuote(FriendlyEnumName(*common::v1::DpNoise_descriptor(), dp.noise())),
+                     " (expected central, distributed)"));
+  }
+  if (!(dp.delta() > 0 && dp.delta() < 1)) {
+    return FieldError("privacy.dp.delta",
+                      absl::StrCat("must be in (0, 1), e.g. 1e-5, got ", ShowNumber(dp.delta())));
+  }
+  if (dp.has_target_epsilon()) {
+    if (!(dp.target_epsilon() > 0) || !std::isfinite(dp.target_epsilon())) {
+      return FieldError("privacy.dp.target_epsilon",
+                        absl::StrCat("must be > 0, got ", ShowNumber(dp.target_epsilon())));
+    }
+    // The budget must hold at least one round in which every peer takes part (q = 1: every
+    // peer of a federated-sync task is expected in every round).
+    absl::StatusOr<privacy::RdpAccountant> accountant = privacy::RdpAccountant::Create();
+    if (!accountant.ok()) return accountant.status();
+    absl::StatusOr<int64_t> left =
+        accountant->StepsLeft(1.0, dp.noise_multiplier(), dp.target_epsilon(), dp.delta());
+    if (!left.ok()) return FieldError("privacy.dp", left.status().message());
+    if (*left < 1) {
+      privacy::RdpAccountant one = *accountant;
+      std::string spent = "infinite";
+      if (one.AddSteps(1.0, dp.noise_multiplier(), 1).ok()) {
+        if (auto e = one.Spent(dp.delta()); e.ok()) spent = ShowNumber(e->epsilon);
+      }
+      return FieldError(
+          "privacy.dp.target_epsilon",
+          absl::StrCat("one round at noise_multiplier ", ShowNumber(dp.noise_multiplier()),
+                       " already spends epsilon ", spent, " at delta ", ShowNumber(dp.delta()),
+                       ", over ", ShowNumber(dp.target_epsilon()),
+                       " (raise target_epsilon or noise_multiplier)"));
+    }
+  }
+  if (spec.aggregation() != common::v1::AGGREGATION_MEAN &&
+      spec.aggregation() != common::v1::AGGREGATION_UNSPECIFIED) {
+    return Conflict(
+        "aggregation",
+        absl::StrCat(FriendlyEnumName(*common::v1::Aggregation_descriptor(), spec.aggregation()),
+                     " is not supported with differential privacy: the noise is calibrated to "
+                     "the sum of clipped updates, the sensitivity of a mean and of no robust "
+                     "strategy (use aggregation: mean)"));
+  }
+  if (spec.aggregation_options().exact_sum()) {
+    return Conflict("aggregation_options.exact_sum",
+                    "not supported yet with differential privacy (the noisy sum is float32)");
+  }
+  if (spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL) {
+    return Conflict("topology", "hierarchical is not supported yet with differential privacy");
+  }
+  if (spec.straggler_factor() != 0) {
+    return Conflict("straggler_factor",
+                    "not supported yet with differential privacy (a late update weighted by "
+                    "staleness breaks the fixed-denominator mean the noise is calibrated to)");
+  }
+  if (spec.compression() == common::v1::COMPRESSION_TOPK) {
+    return Conflict("compression",
+                    "topk is not supported yet with differential privacy (its error feedback "
+                    "sends values later that the clipped update left out)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace shoal::task

@@ -1,0 +1,28 @@
+#pragma once
+
+// The privacy section of a task (protos/shoal/common/v1/task.proto, PrivacySpec): differential
+// privacy at the peer level (DP-FedAvg) in federated-sync tasks.
+
+#include "absl/status/status.h"
+#include "shoal/common/v1/task.pb.h"
+
+namespace shoal::task {
+
+// Whether the task asks for differential privacy (privacy.dp present).
+inline bool HasDp(const common::v1::TaskSpec& spec) {
+  return spec.has_privacy() && spec.privacy().has_dp();
+}
+
+// Checks privacy.dp. INVALID_ARGUMENT "<field>: <what>", e.g.
+// "privacy.dp.clip_norm: must be > 0, got 0". Refused, each with a message naming why:
+// level sample (not supported yet) or unset; any mode but federated-sync; a hierarchical
+// topology, stragglers, compression topk and aggregation_options.exact_sum (not supported yet
+// with DP); any aggregation but mean (the noise is calibrated to the sum of clipped updates,
+// the sensitivity of a mean and of no robust strategy); a target_epsilon that one round with
+// every peer taking part already exceeds. Part of ValidateTaskSpec.
+absl::Status ValidatePrivacy(const common::v1::TaskSpec& spec);
+
+// noise central when privacy.dp is present and its noise unset.
+void ApplyPrivacyDefaults(common::v1::TaskSpec& spec);
+
+}  // namespace shoal::task

@@ -1,0 +1,63 @@
+#include "services/aggregator/round_privacy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "libs/privacy/dp_update.h"
+
+namespace shoal::aggregator {
+
+absl::Status CheckRoundDp(const OpenRoundParams& params, absl::string_view label) {
+  const common::v1::DpSpec& dp = params.dp;
+  if (dp.level() == common::v1::DP_LEVEL_UNSPECIFIED) return absl::OkStatus();
+  auto refuse = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": differential privacy: ", what));
+  };
+  if (dp.level() != common::v1::DP_LEVEL_PEER) return refuse("only level peer is supported");
+  if (!(dp.clip_norm() > 0) || !std::isfinite(dp.clip_norm())) {
+    return refuse(absl::StrCat("clip_norm must be > 0, got ", dp.clip_norm()));
+  }
+  if (!(dp.noise_multiplier() >= 0) || !std::isfinite(dp.noise_multiplier())) {
+    return refuse(absl::StrCat("noise_multiplier must be >= 0, got ", dp.noise_multiplier()));
+  }
+  if (dp.noise() != common::v1::DP_NOISE_UNSPECIFIED &&
+      dp.noise() != common::v1::DP_NOISE_CENTRAL &&
+      dp.noise() != common::v1::DP_NOISE_DISTRIBUTED) {
+    return refuse("noise must be central (the default) or distributed");
+  }
+  const common::v1::Aggregation strategy = params.aggregation.strategy();
+  if (strategy != common::v1::AGGREGATION_MEAN && strategy != common::v1::AGGREGATION_UNSPECIFIED) {
+    return refuse("the aggregation must be mean");
+  }
+  if (params.aggregation.options().exact_sum()) return refuse("exact_sum is not supported");
+  if (!params.late_peers.empty() || !params.expected_children.empty() ||
+      !params.parent.address().empty() || !params.standby_for.empty() || !params.backups.empty()) {
+    return refuse("only flat rounds (no late peers, children, parent or replicas)");
+  }
+  if (params.expected_peers.empty()) return refuse("the round expects no peer");
+  return absl::OkStatus();
+}
+
+void PrivatizeArrival(const common::v1::DpSpec& dp, absl::Span<float> update) {
+  if (dp.noise() != common::v1::DP_NOISE_DISTRIBUTED) privacy::ClipToNorm(update, dp.clip_norm());
+}
+
+absl::Status AddRoundNoise(const common::v1::DpSpec& dp, size_t expected, size_t updates,
+                           size_t values, RoundAggregation& aggregation) {
+  // More updates than expected cannot happen (one per expected peer); the max keeps the weight
+  // non-negative regardless.
+  const double weight = static_cast<double>(std::max(expected, updates) - updates);
+  std::vector<float> noise;
+  const double stddev = dp.noise_multiplier() * dp.clip_norm();
+  if (dp.noise() != common::v1::DP_NOISE_DISTRIBUTED && stddev > 0) {
+    absl::StatusOr<privacy::GaussianNoise> source = privacy::GaussianNoise::FromSystemEntropy();
+    if (!source.ok()) return source.status();
+    noise.assign(values, 0.0F);
+    source->Add(absl::MakeSpan(noise), stddev);
+  }
+  return aggregation.AddNoiseTerm(noise, weight);
+}
+
+}  // namespace shoal::aggregator

@@ -1,0 +1,104 @@
+// Peer-level differential privacy with real processes on 127.0.0.1 (mutual TLS): a coordinator,
+// an aggregator and two peers. A small DP task (MLP, distributed noise) completes, and its
+// status shows after each round the epsilon an independent accountant gives for that many
+// rounds; a second task (central noise) with a tight target_epsilon stops, completed, before
+// the round that would pass it, with a message naming the budget.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "libs/privacy/rdp_accountant.h"
+#include "tests/cluster/cluster.h"
+#include "tests/testing/temp_dir.h"
+
+namespace shoal::testing {
+namespace {
+
+namespace cv1 = coordinator::v1;
+using ::testing::HasSubstr;
+
+constexpr double kSigma = 1.0;
+constexpr double kDelta = 1e-5;
+
+// epsilon after `rounds` rounds in which every peer takes part (q = 1).
+double EpsilonAfter(int rounds) {
+  auto accountant = privacy::RdpAccountant::Create();
+  EXPECT_TRUE(accountant.ok());
+  EXPECT_TRUE(accountant->AddSteps(1.0, kSigma, rounds).ok());
+  return accountant->Spent(kDelta)->epsilon;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+common::v1::TaskSpec DpTask(const std::string& name, common::v1::DpNoise noise) {
+  common::v1::TaskSpec spec = SmallTask(name);
+  spec.set_round_batches(10);
+  spec.set_rounds(3);
+  common::v1::DpSpec& dp = *spec.mutable_privacy()->mutable_dp();
+  dp.set_level(common::v1::DP_LEVEL_PEER);
+  dp.set_clip_norm(0.5);
+  dp.set_noise_multiplier(kSigma);
+  dp.set_noise(noise);
+  dp.set_delta(kDelta);
+  return spec;
+}
+
+TEST(PrivacyClusterTest, ADpTaskShowsEpsilonEachRoundAndATightBudgetStopsEarly) {
+  auto dir = MakeTestTempDir("shoal-privacy-");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  Cluster cluster(*dir);
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(cluster.StartPeer(i, 2).ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.WaitForPeersConnected(2, absl::Seconds(60)).ok()) << cluster.LogTails();
+
+  const common::v1::TaskSpec spec = DpTask("dp", common::v1::DP_NOISE_DISTRIBUTED);
+  ASSERT_TRUE(cluster.CreateTask(spec).ok());
+  auto status = cluster.WaitForEnd(spec);
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->state(), cv1::TASK_STATE_COMPLETED) << status->message();
+  ASSERT_EQ(status->history_size(), 3);
+  for (const cv1::RoundSummary& r : status->history()) {
+    EXPECT_EQ(r.participants_size(), 2) << r.ShortDebugString();
+    const double want = EpsilonAfter(static_cast<int>(r.round()));
+    EXPECT_NEAR(r.epsilon(), want, want * 1e-9) << r.round();
+    std::printf("[ figure ] round %llu: epsilon %.4f at delta %g (independent accountant %.4f)\n",
+                static_cast<unsigned long long>(r.round()), r.epsilon(), kDelta, want);
+  }
+  EXPECT_EQ(status->privacy().rounds(), 3u);
+  EXPECT_NEAR(status->privacy().epsilon(), EpsilonAfter(3), 1e-6);
+  EXPECT_DOUBLE_EQ(status->privacy().delta(), kDelta);
+  EXPECT_THAT(ReadFile(cluster.dir() + "/peer-0.log"),
+              HasSubstr("differential privacy: updates are clipped to L2 norm 0.5, with this "
+                        "peer's share of noise multiplier 1 (distributed)"));
+
+  // Room for two rounds, not three.
+  common::v1::TaskSpec tight = DpTask("dp-tight", common::v1::DP_NOISE_CENTRAL);
+  tight.set_rounds(10);
+  const double target = (EpsilonAfter(2) + EpsilonAfter(3)) / 2;
+  tight.mutable_privacy()->mutable_dp()->set_target_epsilon(target);
+  ASSERT_TRUE(cluster.CreateTask(tight).ok());
+  status = cluster.WaitForEnd(tight);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->state(), cv1::TASK_STATE_COMPLETED) << status->message();
+  EXPECT_THAT(status->message(), HasSubstr("privacy budget reached"));
+  EXPECT_THAT(status->message(), HasSubstr("over target_epsilon"));
+  ASSERT_EQ(status->history_size(), 2);
+  EXPECT_TRUE(status->history(1).evaluated()) << "the last model is evaluated before the end";
+  EXPECT_EQ(status->privacy().rounds(), 2u);
+  EXPECT_LE(status->privacy().epsilon(), target);
+  std::printf("[ figure ] dp-tight: %s\n", status->message().c_str());
+}
+
+}  // namespace
+}  // namespace shoal::testing

@@ -1,0 +1,139 @@
+// The privacy section of task files (libs/task/task_privacy.h): parsing, defaults, and each
+// refusal naming its field.
+
+#include "libs/task/task_privacy.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "libs/task/task_file.h"
+
+namespace shoal::task {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kBase[] = R"(name: dp
+model: mlp
+rounds: 5
+)";
+
+absl::StatusOr<common::v1::TaskSpec> Parse(const std::string& extra) {
+  return ParseTaskSpec(absl::StrCat(kBase, extra), "dp.yaml");
+}
+
+// The validation message of the task file kBase + `extra` ("" when it is valid).
+std::string Refusal(const std::string& extra) {
+  absl::StatusOr<common::v1::TaskSpec> spec = Parse(extra);
+  if (!spec.ok()) return std::string(spec.status().message());
+  absl::Status s = ValidateTaskSpec(*spec);
+  EXPECT_TRUE(s.ok() || s.code() == absl::StatusCode::kInvalidArgument) << s;
+  return std::string(s.message());
+}
+
+TEST(TaskPrivacyTest, ParsesThePeerLevelSectionWithItsDefaults) {
+  auto spec = Parse(
+      "privacy: {dp: {level: peer, clip_norm: 0.5, noise_multiplier: 1.1, delta: 1e-5, "
+      "target_epsilon: 8}}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(ValidateTaskSpec(*spec).ok()) << ValidateTaskSpec(*spec);
+  ASSERT_TRUE(HasDp(*spec));
+  const common::v1::DpSpec& dp = spec->privacy().dp();
+  EXPECT_EQ(dp.level(), common::v1::DP_LEVEL_PEER);
+  EXPECT_DOUBLE_EQ(dp.clip_norm(), 0.5);
+  EXPECT_DOUBLE_EQ(dp.noise_multiplier(), 1.1);
+  EXPECT_DOUBLE_EQ(dp.delta(), 1e-5);
+  EXPECT_DOUBLE_EQ(dp.target_epsilon(), 8);
+  EXPECT_EQ(dp.noise(), common::v1::DP_NOISE_CENTRAL);  // the default
+
+  auto distributed = Parse(
+      "privacy: {dp: {level: peer, clip_norm: 1, noise_multiplier: 1, delta: 1e-5, "
+      "noise: distributed}}\n");
+  ASSERT_TRUE(distributed.ok());
+  EXPECT_EQ(distributed->privacy().dp().noise(), common::v1::DP_NOISE_DISTRIBUTED);
+  EXPECT_FALSE(distributed->privacy().dp().has_target_epsilon());
+  EXPECT_TRUE(ValidateTaskSpec(*distributed).ok());
+
+  // A task without the section has no DP, and shows none.
+  auto plain = Parse("");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(HasDp(*plain));
+  EXPECT_THAT(MessageToFriendlyJson(*plain), HasSubstr("\"privacy\":null"));
+  auto plain_shown = ParseTaskSpec(MessageToFriendlyJson(*plain), "shown.json");
+  ASSERT_TRUE(plain_shown.ok()) << plain_shown.status();
+  EXPECT_FALSE(HasDp(*plain_shown));
+  // A shown DP task parses back to the same spec.
+  auto shown = ParseTaskSpec(MessageToFriendlyJson(*spec), "shown.json");
+  ASSERT_TRUE(shown.ok()) << shown.status();
+  EXPECT_EQ(shown->privacy().DebugString(), spec->privacy().DebugString());
+}
+
+TEST(TaskPrivacyTest, BadValuesAreRefusedNamingTheField) {
+  const std::string ok = "level: peer, clip_norm: 1, noise_multiplier: 1, delta: 1e-5";
+  auto with = [](const std::string& dp) { return absl::StrCat("privacy: {dp: {", dp, "}}\n"); };
+  EXPECT_EQ(Refusal(with(ok)), "");
+  EXPECT_EQ(Refusal(with("level: peer, clip_norm: 0, noise_multiplier: 1, delta: 1e-5")),
+            "privacy.dp.clip_norm: must be > 0, got 0");
+  EXPECT_EQ(Refusal(with("level: peer, clip_norm: -2, noise_multiplier: 1, delta: 1e-5")),
+            "privacy.dp.clip_norm: must be > 0, got -2");
+  EXPECT_EQ(Refusal(with("level: peer, clip_norm: 1, noise_multiplier: -0.5, delta: 1e-5")),
+            "privacy.dp.noise_multiplier: must be >= 0, got -0.5");
+  EXPECT_EQ(Refusal(with("level: peer, clip_norm: 1, noise_multiplier: 1")),
+            "privacy.dp.delta: must be in (0, 1), e.g. 1e-5, got 0");
+  EXPECT_EQ(Refusal(with("level: peer, clip_norm: 1, noise_multiplier: 1, delta: 1")),
+            "privacy.dp.delta: must be in (0, 1), e.g. 1e-5, got 1");
+  EXPECT_EQ(Refusal(with(ok + ", target_epsilon: 0")),
+            "privacy.dp.target_epsilon: must be > 0, got 0");
+  EXPECT_EQ(Refusal(with(ok + ", target_epsilon: -1")),
+            "privacy.dp.target_epsilon: must be > 0, got -1");
+  // A budget smaller than one round with every peer taking part.
+  EXPECT_THAT(Refusal(with(ok + ", target_epsilon: 0.5")),
+              HasSubstr("privacy.dp.target_epsilon: one round at noise_multiplier 1 already "
+                        "spends epsilon"));
+  EXPECT_EQ(Refusal(with("clip_norm: 1, noise_multiplier: 1, delta: 1e-5")),
+            "privacy.dp.level: required (peer)");
+  EXPECT_THAT(Refusal(with("level: nope, clip_norm: 1")), HasSubstr("privacy.dp.level"));
+  // A spec that arrives without a file (over gRPC) may leave noise unset: central.
+  auto spec = Parse(with(ok));
+  ASSERT_TRUE(spec.ok());
+  spec->mutable_privacy()->mutable_dp()->clear_noise();
+  EXPECT_TRUE(ValidateTaskSpec(*spec).ok()) << ValidateTaskSpec(*spec);
+}
+
+TEST(TaskPrivacyTest, WhatIsNotSupportedYetIsRefusedClearly) {
+  const std::string dp =
+      "privacy: {dp: {level: peer, clip_norm: 1, noise_multiplier: 1, delta: 1e-5}}\n";
+  EXPECT_EQ(Refusal("privacy: {dp: {level: sample, clip_norm: 1, noise_multiplier: 1, "
+                    "delta: 1e-5}}\n"),
+            "privacy.dp.level: sample (record-level DP-SGD on each peer) is not supported yet; "
+            "level peer (DP-FedAvg) is");
+  for (const char* mode : {"decentralized", "gossip", "federated-async"}) {
+    EXPECT_THAT(Refusal(absl::StrCat("mode: ", mode, "\n", dp)),
+                HasSubstr(absl::StrCat("privacy.dp: peer-level differential privacy is "
+                                       "supported in federated-sync tasks only; not supported "
+                                       "yet in mode ",
+                                       mode)))
+        << mode;
+  }
+  EXPECT_THAT(Refusal("aggregation: median\n" + dp),
+              HasSubstr("aggregation: median is not supported with differential privacy"));
+  EXPECT_THAT(Refusal("aggregation: krum\naggregation_options: {byzantine_peers: 1}\n"
+                      "min_participants: 5\n" +
+                      dp),
+              HasSubstr("aggregation: krum is not supported with differential privacy"));
+  EXPECT_THAT(Refusal("aggregation_options: {exact_sum: true}\n" + dp),
+              HasSubstr("aggregation_options.exact_sum: not supported yet"));
+  EXPECT_THAT(Refusal("topology: hierarchical\n" + dp),
+              HasSubstr("topology: hierarchical is not supported yet"));
+  EXPECT_THAT(Refusal("straggler_factor: 3\n" + dp), HasSubstr("straggler_factor: not supported"));
+  EXPECT_THAT(Refusal("compression: topk\n" + dp), HasSubstr("compression: topk is not supported"));
+  // Quantising compression is fine: the aggregator clips again on arrival.
+  EXPECT_EQ(Refusal("compression: int8\n" + dp), "");
+  EXPECT_EQ(Refusal("compression: fp16\n" + dp), "");
+}
+
+}  // namespace
+}  // namespace shoal::task
