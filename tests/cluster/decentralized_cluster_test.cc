@@ -189,7 +189,10 @@ TEST(DecentralizedClusterTest, CompressedRoundUpdatesEndIdenticalAtAFractionOfTh
   Cluster cluster(TempDir());
   StartCoordinatorAndPeers(cluster, 3, 4);
   if (HasFatalFailure()) return;
-  common::v1::TaskSpec spec = DecentralizedTask("dec-topk", 6, 60);
+  // Many short rounds: a round takes under a second on a quiet machine and the late joiner's
+  // process about 4 s to start and connect, so with 6 rounds of 60 batches the task could end
+  // before it joined one. 24 rounds of 15 train as much and leave it most of the task.
+  common::v1::TaskSpec spec = DecentralizedTask("dec-topk", 24, 15);
   spec.set_compression(common::v1::COMPRESSION_TOPK);
   spec.set_topk_ratio(0.01);
   spec.set_topk_values(common::v1::COMPRESSION_INT8);
