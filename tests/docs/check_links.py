@@ -3,7 +3,7 @@
 
 Usage: check_links.py [REPO_ROOT]
 
-Reads README.md and docs/**/*.md and fails (exit 1, one line per problem) when
+Reads README.md, STYLE.md and docs/**/*.md and fails (exit 1, one line per problem) when
 - a relative link names a file or directory that does not exist,
 - a link's #anchor names no heading of the page it points to (GitHub's slugs),
 - the text cites an internal work item ("issue 12", "§3", "#12"): readers cannot see those.
@@ -83,9 +83,10 @@ class Page:
 
 def markdown_files(root):
     files = []
-    readme = os.path.join(root, "README.md")
-    if os.path.isfile(readme):
-        files.append(readme)
+    for top in ("README.md", "STYLE.md"):
+        path = os.path.join(root, top)
+        if os.path.isfile(path):
+            files.append(path)
     docs = os.path.join(root, "docs")
     for dirpath, dirnames, filenames in os.walk(docs):
         dirnames.sort()
