@@ -586,6 +586,44 @@ TEST(SecAggServerTest, RefusesABadMaskedInputAndGoesOnWithoutIt) {
   EXPECT_EQ(*sum, f.ExpectedSum());
 }
 
+TEST(SecAggServerTest, RefusesMalformedShareMessages) {
+  const v1::SecAggConfig config = Config(10, 4, 3, 32, 8);
+  Federation f(config);
+  ASSERT_TRUE(f.Advertise().ok());
+  auto shares = f.client(Id(0)).ShareKeys(f.bundles().at(Id(0)));
+  ASSERT_TRUE(shares.ok()) << shares.status();
+  ASSERT_EQ(shares->shares_size(), 4);
+  auto round = SecAggRound::Create(config);
+  ASSERT_TRUE(round.ok());
+  std::string stranger;
+  for (int i = 1; i < 10 && stranger.empty(); ++i) {
+    if (!round->graph().AreNeighbours(Id(0), Id(i))) stranger = Id(i);
+  }
+  ASSERT_FALSE(stranger.empty());
+
+  EXPECT_THAT(f.server().AddShares(v1::EncryptedShares()).message(), HasSubstr("holds none"));
+  v1::EncryptedShares missing = *shares;
+  const std::string last = missing.shares(3).recipient();
+  missing.mutable_shares()->RemoveLast();
+  EXPECT_THAT(f.server().AddShares(missing).message(),
+              HasSubstr(absl::StrCat("no share for neighbour \"", last, "\"")));
+  v1::EncryptedShares outside = *shares;
+  outside.mutable_shares(0)->set_recipient(stranger);
+  EXPECT_THAT(f.server().AddShares(outside).message(),
+              HasSubstr(absl::StrCat("recipient \"", stranger, "\" is not a neighbour")));
+  v1::EncryptedShares twice = *shares;
+  *twice.add_shares() = shares->shares(0);
+  EXPECT_THAT(f.server().AddShares(twice).message(), HasSubstr("two shares for"));
+  v1::EncryptedShares mixed = *shares;
+  mixed.mutable_shares(1)->set_sender(Id(1));
+  EXPECT_THAT(f.server().AddShares(mixed).message(), HasSubstr("it holds a share from \"peer-1\""));
+  v1::EncryptedShares cut = *shares;
+  cut.mutable_shares(2)->set_ciphertext("abc");
+  EXPECT_THAT(f.server().AddShares(cut).message(), HasSubstr("too short to be sealed"));
+  // None of those counted: the sender's honest message is taken.
+  EXPECT_TRUE(f.server().AddShares(*shares).ok());
+}
+
 TEST(SecAggServerTest, RefusesAnUnmaskResponseRevealingWhatWasNotAskedFor) {
   Federation f(Config(5, 4, 3, 32, 8));
   ASSERT_TRUE(f.Advertise().ok());
@@ -601,6 +639,17 @@ TEST(SecAggServerTest, RefusesAnUnmaskResponseRevealingWhatWasNotAskedFor) {
   absl::Status s = f.server().AddUnmaskResponse(swapped);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("a mask key share of \"peer-1\" was not asked for"));
+  // Two owners' shares swapped: peer-2 holds share 2 of peer-1's seed and share 3 of peer-3's.
+  auto other = f.client(Id(2)).Unmask(f.requests().at(Id(2)));
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_EQ(other->shares(1).owner(), Id(1));
+  ASSERT_EQ(other->shares(2).owner(), Id(3));
+  v1::UnmaskResponse exchanged = *other;
+  exchanged.mutable_shares(1)->set_self_mask_seed_share(other->shares(2).self_mask_seed_share());
+  exchanged.mutable_shares(2)->set_self_mask_seed_share(other->shares(1).self_mask_seed_share());
+  EXPECT_THAT(f.server().AddUnmaskResponse(exchanged).message(),
+              HasSubstr("the share of \"peer-1\" has index 3 and size 32; expected index 2"));
+  EXPECT_TRUE(f.server().AddUnmaskResponse(*other).ok());
   EXPECT_TRUE(f.server().AddUnmaskResponse(*response).ok());
   EXPECT_EQ(f.server().AddUnmaskResponse(*response).code(), absl::StatusCode::kAlreadyExists);
 }
