@@ -59,14 +59,13 @@ class Federation {
  public:
   explicit Federation(const v1::SecAggConfig& config, uint64_t input_seed = 1) : config_(config) {
     std::map<std::string, std::string> identity_keys;
-    std::map<std::string, std::shared_ptr<const KeySigner>> signers;
     for (const std::string& id : config.participant_ids()) {
       auto identity = GenerateEd25519KeyPair();
       EXPECT_TRUE(identity.ok()) << identity.status();
       identity_keys[id] = identity->public_key;
       auto signer = Ed25519KeySigner::Create(identity->private_key);
       EXPECT_TRUE(signer.ok()) << signer.status();
-      signers[id] = *std::move(signer);
+      signers_[id] = *std::move(signer);
     }
     auto verifier = Ed25519KeyVerifier::Create(identity_keys);
     EXPECT_TRUE(verifier.ok()) << verifier.status();
@@ -78,7 +77,7 @@ class Federation {
     const uint32_t mask =
         config.ring_bits() == 32 ? 0xffffffffu : (uint32_t{1} << config.ring_bits()) - 1;
     for (const std::string& id : config.participant_ids()) {
-      auto client = SecAggClient::Create(config, id, signers[id], verifier_);
+      auto client = SecAggClient::Create(config, id, signers_[id], verifier_);
       EXPECT_TRUE(client.ok()) << client.status();
       clients_[id] = *std::move(client);
       std::vector<uint32_t>& input = inputs_[id];
@@ -183,6 +182,8 @@ class Federation {
   double client_seconds() const { return client_seconds_; }
   double server_seconds() const { return server_seconds_; }
   SecAggServer& server() { return *server_; }
+  std::shared_ptr<const KeySigner> signer(const std::string& id) { return signers_.at(id); }
+  std::shared_ptr<const KeyVerifier> verifier() { return verifier_; }
   SecAggClient& client(const std::string& id) { return *clients_.at(id); }
   std::vector<uint32_t>& input(const std::string& id) { return inputs_.at(id); }
   std::map<std::string, v1::KeyBundle>& bundles() { return bundles_; }
@@ -195,6 +196,7 @@ class Federation {
   }
 
   v1::SecAggConfig config_;
+  std::map<std::string, std::shared_ptr<const KeySigner>> signers_;
   std::shared_ptr<const KeyVerifier> verifier_;
   std::unique_ptr<SecAggServer> server_;
   std::map<std::string, std::unique_ptr<SecAggClient>> clients_;
@@ -485,6 +487,41 @@ TEST(SecAggClientTest, RefusesASubstitutedKey) {
   EXPECT_THAT(shares.status().message(),
               HasSubstr("the keys of \"peer-2\" are refused: the signature of participant "
                         "\"peer-2\" does not verify"));
+}
+
+// The signature binds the round: keys advertised for one round are refused in the next, even by
+// the same participants under the same identities.
+TEST(SecAggClientTest, RefusesKeysAdvertisedForAnotherRound) {
+  Federation f(Config(5, 4, 3, 32, 8));
+  ASSERT_TRUE(f.Advertise().ok());
+  v1::SecAggConfig next = Config(5, 4, 3, 32, 8);
+  next.set_round_id("task-7/round-4");
+  auto client = SecAggClient::Create(next, Id(0), f.signer(Id(0)), f.verifier());
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->AdvertiseKeys().ok());
+  auto shares = (*client)->ShareKeys(f.bundles().at(Id(0)));  // round 3's keys
+  EXPECT_EQ(shares.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(shares.status().message(), HasSubstr("the keys of \"peer-1\" are refused"));
+}
+
+TEST(SecAggIdentityTest, VerifierNamesWhatIsWrong) {
+  EXPECT_THAT(Ed25519KeyVerifier::Create({{"peer-0", "short"}}).status().message(),
+              HasSubstr("Ed25519 identity key of \"peer-0\": 5 bytes, expected 32"));
+  EXPECT_THAT(Ed25519KeySigner::Create("short").status().message(),
+              HasSubstr("Ed25519 identity key: 5 bytes, expected 32"));
+  auto identity = GenerateEd25519KeyPair();
+  ASSERT_TRUE(identity.ok());
+  auto signer = Ed25519KeySigner::Create(identity->private_key);
+  auto verifier = Ed25519KeyVerifier::Create({{"peer-0", identity->public_key}});
+  ASSERT_TRUE(signer.ok() && verifier.ok());
+  auto signature = (*signer)->Sign("message");
+  ASSERT_TRUE(signature.ok());
+  EXPECT_TRUE((*verifier)->Verify("peer-0", "message", *signature).ok());
+  EXPECT_EQ((*verifier)->Verify("peer-0", "other message", *signature).code(),
+            absl::StatusCode::kUnauthenticated);
+  absl::Status unknown = (*verifier)->Verify("peer-1", "message", *signature);
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(unknown.message(), HasSubstr("no identity key is known for participant \"peer-1\""));
 }
 
 TEST(SecAggServerTest, RefusesKeysNotSignedByTheirParticipant) {
