@@ -131,6 +131,7 @@ class Federation {
       auto masked = Timed(client_seconds_,
                           [&] { return clients_.at(id)->MaskInput(shares, inputs_.at(id)); });
       if (!masked.ok()) return Refused(id, masked.status());
+      masked_[id] = masked->values();
       if (absl::Status s = Timed(server_seconds_, [&] { return server_->AddMaskedInput(*masked); });
           !s.ok()) {
         return s;
@@ -179,6 +180,17 @@ class Federation {
     return ids;
   }
 
+  // The masked input `id` sent, as ring values.
+  std::vector<uint32_t> masked(const std::string& id) const {
+    std::vector<uint32_t> values(config_.vector_length());
+    const std::string& bytes = masked_.at(id);
+    EXPECT_EQ(bytes.size(), 4 * values.size());
+    for (size_t i = 0; i < values.size() && 4 * i + 3 < bytes.size(); ++i) {
+      const auto* b = reinterpret_cast<const unsigned char*>(bytes.data()) + 4 * i;
+      values[i] = b[0] | b[1] << 8 | b[2] << 16 | static_cast<uint32_t>(b[3]) << 24;
+    }
+    return values;
+  }
   double client_seconds() const { return client_seconds_; }
   double server_seconds() const { return server_seconds_; }
   SecAggServer& server() { return *server_; }
@@ -202,6 +214,7 @@ class Federation {
   std::map<std::string, std::unique_ptr<SecAggClient>> clients_;
   std::map<std::string, std::vector<uint32_t>> inputs_;
   std::map<std::string, Drop> drops_;
+  std::map<std::string, std::string> masked_;  // the masked inputs the server saw, as sent
   std::map<std::string, v1::KeyBundle> bundles_;
   std::map<std::string, v1::EncryptedShares> relayed_;
   std::map<std::string, v1::UnmaskRequest> requests_;
@@ -383,6 +396,28 @@ TEST(SecAggRoundTest, DropoutsSpreadOverEveryStepGiveTheSurvivorsSum) {
     EXPECT_EQ(f.server().survivors().size(),
               static_cast<size_t>(shape.peers - dropouts) + static_cast<size_t>(dropouts / 4));
   }
+}
+
+// What the server sees of an input is masked: no masked input matches its input anywhere
+// (chance 2^-32 per value), and the masked inputs sum to something else than the inputs (the self
+// masks stay until unmasking).
+TEST(SecAggRoundTest, TheServerSeesOnlyMaskedInputs) {
+  Federation f(Config(10, 4, 3, 32, 64));
+  ASSERT_TRUE(f.Advertise().ok());
+  ASSERT_TRUE(f.Share().ok());
+  ASSERT_TRUE(f.Mask().ok());
+  std::vector<uint32_t> masked_sum(64, 0);
+  for (int p = 0; p < 10; ++p) {
+    const std::vector<uint32_t> masked = f.masked(Id(p));
+    const std::vector<uint32_t>& input = f.input(Id(p));
+    for (size_t i = 0; i < input.size(); ++i) EXPECT_NE(masked[i], input[i]) << Id(p) << " " << i;
+    ASSERT_TRUE(RingAdd(absl::MakeSpan(masked_sum), masked, 32).ok());
+  }
+  const std::vector<uint32_t> expected = f.ExpectedSum();
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_NE(masked_sum[i], expected[i]) << i;
+  auto sum = f.Unmask();
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(*sum, expected);
 }
 
 TEST(SecAggRoundTest, FixedPointUpdatesDecodeToTheirSum) {
