@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "libs/common/status_macros.h"
@@ -147,6 +148,10 @@ absl::StatusOr<v1::EncryptedShares> SecAggClient::ShareKeys(const v1::KeyBundle&
   absl::StatusOr<std::vector<ShamirShare>> key_shares =
       ShamirSplit(mask_keys_.private_key, round_.threshold(), present);
   if (!key_shares.ok()) return Refuse(key_shares.status());
+  absl::Cleanup scrub_shares = [&] {
+    Scrub(*seed_shares);
+    Scrub(*key_shares);
+  };
   // The i-th neighbour in id order holds share i + 1, as the aggregator expects.
   v1::EncryptedShares out;
   size_t i = 0;

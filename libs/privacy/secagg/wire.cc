@@ -81,4 +81,13 @@ void Scrub(std::string& secret) {
   secret.clear();
 }
 
+void Scrub(std::vector<ShamirShare>& shares) {
+  for (ShamirShare& share : shares) {
+    if (!share.values.empty()) {
+      OPENSSL_cleanse(share.values.data(), share.values.size() * sizeof(share.values[0]));
+    }
+  }
+  shares.clear();
+}
+
 }  // namespace shoal::privacy::secagg

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "libs/privacy/shamir.h"
 
 namespace shoal::privacy::secagg {
 
@@ -46,5 +47,7 @@ absl::Status CheckPublicKey(absl::string_view what, absl::string_view key);
 
 // Clears a secret's bytes (OPENSSL_cleanse) and empties it.
 void Scrub(std::string& secret);
+// The same for Shamir shares' values.
+void Scrub(std::vector<ShamirShare>& shares);
 
 }  // namespace shoal::privacy::secagg
