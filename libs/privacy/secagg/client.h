@@ -1,0 +1,95 @@
+#pragma once
+
+// One participant's side of a SecAgg+ round (the protocol: round.h). A state machine with one
+// method per step, each taking what the aggregator sent and returning what to send back:
+//   AdvertiseKeys() -> AdvertisedKeys
+//   ShareKeys(KeyBundle) -> EncryptedShares
+//   MaskInput(EncryptedShares, input) -> MaskedInput
+//   Unmask(UnmaskRequest) -> UnmaskResponse
+// Each step runs once and in this order. A step that is refused (out of turn, or on input that
+// fails a check: a signature, a seal, a neighbourhood, the threshold) reveals nothing and ends
+// the client's round: every later call fails with FAILED_PRECONDITION naming the first refusal.
+// The client's secrets (key pairs, self-mask seed, held shares) are scrubbed when it is
+// destroyed or done.
+//
+// Not thread-safe: one caller drives it (a peer's session serialises the steps anyway).
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "libs/privacy/crypto.h"
+#include "libs/privacy/secagg/identity.h"
+#include "libs/privacy/secagg/round.h"
+#include "shoal/privacy/v1/secagg.pb.h"
+
+namespace shoal::privacy::secagg {
+
+class SecAggClient {
+ public:
+  // Errors: INVALID_ARGUMENT on a bad config (SecAggRound::Create), a `self_id` that is not a
+  // participant, or a null signer or verifier.
+  static absl::StatusOr<std::unique_ptr<SecAggClient>> Create(
+      const v1::SecAggConfig& config, std::string self_id, std::shared_ptr<const KeySigner> signer,
+      std::shared_ptr<const KeyVerifier> verifier);
+  ~SecAggClient();
+  SecAggClient(const SecAggClient&) = delete;
+  SecAggClient& operator=(const SecAggClient&) = delete;
+
+  // Step 1: fresh key pairs, their public halves signed.
+  absl::StatusOr<v1::AdvertisedKeys> AdvertiseKeys();
+
+  // Step 2: checks each neighbour's keys (a participant's neighbour, listed once, its signature
+  // verifies; UNAUTHENTICATED when not) and that at least threshold neighbours advertised
+  // (FAILED_PRECONDITION), then returns one sealed share pair per neighbour.
+  absl::StatusOr<v1::EncryptedShares> ShareKeys(const v1::KeyBundle& bundle);
+
+  // Step 3: opens the shares sent to this participant (each from a neighbour of the key bundle,
+  // once, addressed here, its seal intact), needs at least threshold of them
+  // (FAILED_PRECONDITION), and masks `input` (vector_length ring elements) with its self mask
+  // and a pairwise mask per neighbour that sent shares.
+  absl::StatusOr<v1::MaskedInput> MaskInput(const v1::EncryptedShares& shares,
+                                            absl::Span<const uint32_t> input);
+
+  // Step 4: reveals the self-mask seed share of each survivor and the mask-key share of each
+  // dropped neighbour. Refuses (INVALID_ARGUMENT) a request naming a peer both ways or twice, or
+  // a peer that sent this participant no shares; refuses (FAILED_PRECONDITION) one naming fewer
+  // survivors than the threshold.
+  absl::StatusOr<v1::UnmaskResponse> Unmask(const v1::UnmaskRequest& request);
+
+  const std::string& id() const { return self_id_; }
+
+ private:
+  enum class Step { kAdvertise, kShare, kMask, kUnmask, kDone, kRefused };
+
+  SecAggClient(SecAggRound round, std::string self_id, std::shared_ptr<const KeySigner> signer,
+               std::shared_ptr<const KeyVerifier> verifier);
+
+  // OK when the client is at `step`; else FAILED_PRECONDITION (out of turn ends the round).
+  absl::Status Begin(Step step, absl::string_view what);
+  // Ends the round on `error` (scrubbing the secrets) and returns it.
+  absl::Status Refuse(absl::Status error);
+  void ScrubSecrets();
+
+  SecAggRound round_;
+  std::string self_id_;
+  std::shared_ptr<const KeySigner> signer_;
+  std::shared_ptr<const KeyVerifier> verifier_;
+  Step step_ = Step::kAdvertise;
+  absl::Status refusal_;
+
+  KeyPair encryption_keys_;
+  KeyPair mask_keys_;
+  std::string self_mask_seed_;
+  // Neighbour -> its advertised keys, from the key bundle.
+  std::map<std::string, v1::AdvertisedKeys, std::less<>> neighbour_keys_;
+  // Neighbour that sent shares -> this participant's shares of its secrets.
+  std::map<std::string, v1::SharePair, std::less<>> held_shares_;
+};
+
+}  // namespace shoal::privacy::secagg

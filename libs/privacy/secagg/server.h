@@ -1,0 +1,100 @@
+#pragma once
+
+// The aggregator's side of a SecAgg+ round (the protocol: round.h). A state machine in four
+// steps; in each, Add* takes one participant's message (a gRPC handler passes it on after checking
+// that the caller is who the message names) and Close* ends the step, counts everyone who sent
+// nothing valid as dropped, and returns the messages to send on, one per participant still in
+// the round:
+//   AddAdvertisedKeys ... CloseAdvertising -> KeyBundle per participant
+//   AddShares ... CloseSharing -> EncryptedShares per participant (relayed unread)
+//   AddMaskedInput ... CloseMasking -> UnmaskRequest per participant
+//   AddUnmaskResponse ... CloseUnmasking -> the sum of the survivors' inputs
+// Add* refuses a bad message (INVALID_ARGUMENT, or UNAUTHENTICATED for a signature, naming the
+// participant and what is wrong; ALREADY_EXISTS for a second message; FAILED_PRECONDITION out of
+// turn) and the round goes on without it. Close* fails the round with FAILED_PRECONDITION when
+// the dropouts leave a participant fewer than threshold neighbours, or a secret fewer than
+// threshold shares: it never returns a wrong sum. After a failure every call returns it.
+//
+// Not thread-safe: the caller serialises the calls (one mutex in the session that owns it).
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "libs/privacy/secagg/identity.h"
+#include "libs/privacy/secagg/round.h"
+#include "libs/privacy/shamir.h"
+#include "shoal/privacy/v1/secagg.pb.h"
+
+namespace shoal::privacy::secagg {
+
+class SecAggServer {
+ public:
+  // Errors: INVALID_ARGUMENT on a bad config (SecAggRound::Create) or a null verifier.
+  static absl::StatusOr<std::unique_ptr<SecAggServer>> Create(
+      const v1::SecAggConfig& config, std::shared_ptr<const KeyVerifier> verifier);
+
+  // Step 1. Checks the key sizes and the signature, so a bad key never reaches the others.
+  absl::Status AddAdvertisedKeys(const v1::AdvertisedKeys& keys);
+  absl::StatusOr<std::map<std::string, v1::KeyBundle>> CloseAdvertising();
+
+  // Step 2. One message per sender: a share for each of its neighbours that advertised keys.
+  absl::Status AddShares(const v1::EncryptedShares& shares);
+  absl::StatusOr<std::map<std::string, v1::EncryptedShares>> CloseSharing();
+
+  // Step 3. Folds the masked input into the running sum (RingAdd).
+  absl::Status AddMaskedInput(const v1::MaskedInput& input);
+  absl::StatusOr<std::map<std::string, v1::UnmaskRequest>> CloseMasking();
+
+  // Step 4. Each response must reveal exactly what its request asked for, with the share index
+  // the responder holds.
+  absl::Status AddUnmaskResponse(const v1::UnmaskResponse& response);
+  // The ring sum of the survivors' inputs (vector_length values).
+  absl::StatusOr<std::vector<uint32_t>> CloseUnmasking();
+
+  // The participants whose inputs are in the sum (sorted), once CloseMasking succeeded: the
+  // number of summands to decode the sum with.
+  const std::vector<std::string>& survivors() const { return survivors_; }
+
+ private:
+  enum class Step { kAdvertising, kSharing, kMasking, kUnmasking, kDone, kFailed };
+  using IdSet = std::set<std::string, std::less<>>;
+
+  SecAggServer(SecAggRound round, std::shared_ptr<const KeyVerifier> verifier);
+
+  absl::Status Expect(Step step, absl::string_view what) const;
+  absl::Status Fail(absl::Status error);
+  // FAILED_PRECONDITION unless each of `members` has at least threshold neighbours in `live`.
+  absl::Status CheckNeighbourhoods(const IdSet& members, const IdSet& live,
+                                   absl::string_view stage) const;
+  // The index of the share `holder` holds of `owner`'s secrets: its place among the owner's
+  // neighbours that advertised keys, from 1.
+  uint32_t ShareIndex(absl::string_view owner, absl::string_view holder) const;
+  // Reconstructs a secret from the revealed shares of `owner`, or fails the round.
+  absl::StatusOr<std::string> Reconstruct(
+      const std::map<std::string, std::vector<ShamirShare>, std::less<>>& revealed,
+      const std::string& owner, absl::string_view what);
+
+  SecAggRound round_;
+  std::shared_ptr<const KeyVerifier> verifier_;
+  Step step_ = Step::kAdvertising;
+  absl::Status failure_;
+
+  std::map<std::string, v1::AdvertisedKeys, std::less<>> keys_;     // who advertised
+  std::map<std::string, v1::EncryptedShares, std::less<>> shares_;  // who shared
+  IdSet masked_;                                                    // who sent a masked input
+  std::vector<uint32_t> sum_;
+  std::vector<std::string> survivors_;
+  std::map<std::string, v1::UnmaskRequest, std::less<>> requests_;
+  IdSet responded_;
+  std::map<std::string, std::vector<ShamirShare>, std::less<>> seed_shares_;  // by owner
+  std::map<std::string, std::vector<ShamirShare>, std::less<>> key_shares_;   // by owner
+};
+
+}  // namespace shoal::privacy::secagg
