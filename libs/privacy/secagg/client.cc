@@ -15,7 +15,7 @@
 namespace shoal::privacy::secagg {
 namespace {
 
-const char* StepName(int step) {
+const char* ClientStepName(int step) {
   static const char* const kNames[] = {"advertising keys", "sharing keys", "masking the input",
                                        "unmasking", "done"};
   return step >= 0 && step < 5 ? kNames[step] : "refused";
@@ -67,7 +67,7 @@ absl::Status SecAggClient::Begin(Step step, absl::string_view what) {
   }
   if (step_ != step) {
     return Refuse(absl::FailedPreconditionError(
-        absl::StrCat("cannot ", what, " while ", StepName(static_cast<int>(step_)),
+        absl::StrCat("cannot ", what, " while ", ClientStepName(static_cast<int>(step_)),
                      " (the steps run once each, in order)")));
   }
   return absl::OkStatus();

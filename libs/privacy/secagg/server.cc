@@ -14,7 +14,7 @@
 namespace shoal::privacy::secagg {
 namespace {
 
-const char* StepName(int step) {
+const char* ServerStepName(int step) {
   static const char* const kNames[] = {"advertising keys", "sharing keys", "masking", "unmasking",
                                        "done"};
   return step >= 0 && step < 5 ? kNames[step] : "failed";
@@ -53,7 +53,7 @@ absl::Status SecAggServer::Expect(Step step, absl::string_view what) const {
   if (step_ == Step::kFailed) return failure_;
   if (step_ != step) {
     return absl::FailedPreconditionError(
-        absl::StrCat("secagg server: cannot ", what, " while ", StepName(static_cast<int>(step_))));
+        absl::StrCat("secagg server: cannot ", what, " while ", ServerStepName(static_cast<int>(step_))));
   }
   return absl::OkStatus();
 }
