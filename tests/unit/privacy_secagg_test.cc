@@ -14,8 +14,8 @@ namespace {
 using fixture::Config;
 using fixture::Drop;
 using fixture::Federation;
-using ::testing::HasSubstr;
 using fixture::Id;
+using ::testing::HasSubstr;
 
 TEST(SecAggGraphTest, CompleteWhenTheDegreeCoversEveryone) {
   for (int degree : {9, 20}) {

@@ -52,8 +52,8 @@ SecAggServer::SecAggServer(SecAggRound round, std::shared_ptr<const KeyVerifier>
 absl::Status SecAggServer::Expect(Step step, absl::string_view what) const {
   if (step_ == Step::kFailed) return failure_;
   if (step_ != step) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("secagg server: cannot ", what, " while ", ServerStepName(static_cast<int>(step_))));
+    return absl::FailedPreconditionError(absl::StrCat("secagg server: cannot ", what, " while ",
+                                                      ServerStepName(static_cast<int>(step_))));
   }
   return absl::OkStatus();
 }
