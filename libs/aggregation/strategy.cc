@@ -122,7 +122,7 @@ absl::Status CheckParamsBelong(const std::vector<StrategyDefinition>& all,
 // The least number of updates a round of a task will have, and the task field that says so.
 struct RoundSizeBound {
   uint64_t updates = 0;  // 0: unknown
-  std::string field;
+  absl::string_view field;
 };
 
 // The parameters with defaults applied, checked (and against `bound` when it is known).
@@ -149,25 +149,6 @@ absl::StatusOr<AggregationOptions> ResolveParams(const std::vector<StrategyDefin
     }
   }
   return resolved;
-}
-
-RoundSizeBound BoundOf(const TaskSpec& spec) {
-  RoundSizeBound bound;
-  if (spec.mode() == common::v1::MODE_FEDERATED_ASYNC) {
-    bound.updates =
-        spec.async().has_buffer_size() ? spec.async().buffer_size() : spec.min_participants();
-    bound.field = "async.buffer_size";
-  } else {
-    bound.updates = spec.min_participants();
-    bound.field = "min_participants";
-  }
-  // On a tree the strategy runs within each cluster: a full one is the most a round of it sees.
-  if (spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL && spec.has_cluster_size() &&
-      spec.cluster_size() < bound.updates) {
-    bound.updates = spec.cluster_size();
-    bound.field = "cluster_size";
-  }
-  return bound;
 }
 
 }  // namespace
@@ -256,8 +237,6 @@ absl::StatusOr<Strategy> MakeStrategy(const StrategyOptions& options) {
 }
 
 absl::StatusOr<Strategy> MakeStrategy(const TaskSpec& spec, int threads) {
-  absl::Status valid = ValidateAggregation(spec);
-  if (!valid.ok()) return valid;
   StrategyOptions options;
   options.kind = spec.aggregation();
   options.params = spec.aggregation_options();
@@ -265,18 +244,13 @@ absl::StatusOr<Strategy> MakeStrategy(const TaskSpec& spec, int threads) {
   return MakeStrategy(options);
 }
 
-absl::Status ValidateAggregation(const TaskSpec& spec) {
+absl::Status ValidateAggregation(const TaskSpec& spec, uint64_t round_updates,
+                                 absl::string_view round_field) {
   const std::vector<StrategyDefinition> all = internal::AllStrategyDefinitions();
   const StrategyDefinition* def = Find(all, spec.aggregation());
   if (def == nullptr) return UnsupportedKind(all, spec.aggregation());
-  if (spec.mode() == common::v1::MODE_GOSSIP &&
-      spec.aggregation() != common::v1::AGGREGATION_MEAN) {
-    return FieldError("aggregation",
-                      absl::StrCat("gossip mixes pairs of models and aggregates no rounds, so only "
-                                   "mean (the default) applies, got ",
-                                   StrategyName(spec.aggregation())));
-  }
-  return ResolveParams(all, *def, spec.aggregation_options(), BoundOf(spec)).status();
+  return ResolveParams(all, *def, spec.aggregation_options(), {round_updates, round_field})
+      .status();
 }
 
 void ApplyAggregationDefaults(TaskSpec& spec) {
