@@ -582,4 +582,10 @@ void DecentralizedTask::Publish(const std::string& before, v1::TaskStatus& statu
   if (!fx.rounds_completed.empty() || status.SerializeAsString() != before) fx.changed = true;
 }
 
+std::unique_ptr<ModeTask> MakeDecentralizedTask(const v1::TaskStatus& status,
+                                                const ModeOptions& options,
+                                                CoordinatorMetrics& metrics) {
+  return std::make_unique<DecentralizedTask>(status, metrics, options.final_eval_timeout);
+}
+
 }  // namespace shoal::coordinator

@@ -410,4 +410,10 @@ void FederatedSyncTask::OnClosed(const WorkResult& result, absl::Time now, v1::T
   }
 }
 
+std::unique_ptr<ModeTask> MakeFederatedSyncTask(const v1::TaskStatus& status,
+                                                const ModeOptions& options,
+                                                CoordinatorMetrics& metrics) {
+  return std::make_unique<FederatedSyncTask>(status, options, metrics);
+}
+
 }  // namespace shoal::coordinator
