@@ -68,7 +68,7 @@ class CenteredClippingAggregation final : public StoredUpdates {
 
 }  // namespace
 
-SHOAL_AGGREGATION_STRATEGIES(centered_clipping) {
+std::vector<StrategyDefinition> CenteredClippingStrategies() {
   StrategyDefinition def;
   def.kind = common::v1::AGGREGATION_CENTERED_CLIPPING;
   def.params = {"clip_radius", "clip_iterations"};

@@ -162,7 +162,7 @@ MinUpdates KrumMinUpdates(const AggregationOptions& p) {
 
 }  // namespace
 
-SHOAL_AGGREGATION_STRATEGIES(krum) {
+std::vector<StrategyDefinition> KrumStrategies() {
   StrategyDefinition krum;
   krum.kind = common::v1::AGGREGATION_KRUM;
   krum.params = {"byzantine_peers"};

@@ -33,7 +33,7 @@ class MeanAggregation final : public Aggregation {
 
 }  // namespace
 
-SHOAL_AGGREGATION_STRATEGIES(mean) {
+std::vector<StrategyDefinition> MeanStrategies() {
   StrategyDefinition mean;
   mean.kind = common::v1::AGGREGATION_MEAN;
   mean.streaming = true;

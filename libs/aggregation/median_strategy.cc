@@ -23,7 +23,7 @@ class MedianAggregation final : public StoredUpdates {
 
 }  // namespace
 
-SHOAL_AGGREGATION_STRATEGIES(median) {
+std::vector<StrategyDefinition> MedianStrategies() {
   StrategyDefinition median;
   median.kind = common::v1::AGGREGATION_MEDIAN;
   median.start =

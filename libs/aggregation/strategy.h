@@ -146,15 +146,17 @@ class Strategy {
 // unregistered kind, a parameter `kind` does not use, or a parameter out of range (paths as in
 // a task file, e.g. "aggregation_options.trim_ratio: must be in [0, 0.5), got 0.5").
 absl::StatusOr<Strategy> MakeStrategy(const StrategyOptions& options);
-// The strategy of a task: ValidateAggregation(spec), then the above.
+// The strategy of a task: its aggregation and aggregation_options, as above.
 absl::StatusOr<Strategy> MakeStrategy(const common::v1::TaskSpec& spec, int threads = 1);
 
 // The task-level rules of `aggregation` and `aggregation_options` (libs/task calls it from
 // ValidateTaskSpec): the strategy is registered; options only for the strategy that uses them;
-// ranges; enough updates per round for the strategy (krum: min_participants, or
-// async.buffer_size in federated-async, >= 2f+3); gossip tasks aggregate nothing, so only mean.
-// INVALID_ARGUMENT "<field path>: <what is wrong>".
-absl::Status ValidateAggregation(const common::v1::TaskSpec& spec);
+// ranges; and enough updates per round for the strategy (krum: >= 2f+3). `round_updates` is the
+// fewest updates a round of the task aggregates (0: unknown, not checked), and `round_field`
+// the task field that sets it (min_participants; async.buffer_size in federated-async; libs/task
+// knows it from the task's mode). INVALID_ARGUMENT "<field path>: <what is wrong>".
+absl::Status ValidateAggregation(const common::v1::TaskSpec& spec, uint64_t round_updates,
+                                 absl::string_view round_field);
 
 // Sets the unset parameters of the task's strategy to their defaults (e.g. trim_ratio 0.1 for
 // trimmed-mean), so that a stored or shown task carries its effective settings. Leaves the

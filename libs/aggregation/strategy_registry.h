@@ -2,14 +2,15 @@
 
 // What a strategy file defines: the registry behind MakeStrategy. Internal to libs/aggregation.
 //
-// Adding a strategy touches three files:
+// Adding a strategy touches four files:
 //   1. protos/shoal/common/v1/task.proto: its Aggregation value (and any new parameter as an
 //      AggregationOptions field);
-//   2. libs/aggregation/<file>_strategy.cc: its Aggregation subclass (StoredUpdates for a
-//      non-streaming one) and
-//        SHOAL_AGGREGATION_STRATEGIES(<file>) { return {{...definition...}}; }
-//   3. libs/aggregation/CMakeLists.txt: <file> in SHOAL_AGGREGATION_STRATEGY_FILES, which
-//      compiles the file and registers what it defines.
+//   2. libs/aggregation/<name>_strategy.cc: its Aggregation subclass (StoredUpdates for a
+//      non-streaming one) and the function that defines it,
+//        std::vector<StrategyDefinition> <Name>Strategies() { return {...definition...}; }
+//   3. this file: that function's declaration, and its line in AllStrategyDefinitions'
+//      table (strategy.cc);
+//   4. libs/aggregation/CMakeLists.txt: the file.
 // Task-file parsing, validation, JSON and the friendly name then follow from the enum and the
 // definition; tests/unit/aggregation_strategy_test.cc checks that every enum value has exactly
 // one strategy.
@@ -51,12 +52,14 @@ struct StrategyDefinition {
                                         const common::v1::AggregationOptions& params) = nullptr;
 };
 
-// Every registered definition, in the order of SHOAL_AGGREGATION_STRATEGY_FILES.
+// The strategies of each file: one function per libs/aggregation/<name>_strategy.cc.
+std::vector<StrategyDefinition> MeanStrategies();
+std::vector<StrategyDefinition> MedianStrategies();
+std::vector<StrategyDefinition> TrimmedMeanStrategies();
+std::vector<StrategyDefinition> KrumStrategies();  // krum and multi-krum
+std::vector<StrategyDefinition> CenteredClippingStrategies();
+
+// Every registered definition: the table in strategy.cc lists the functions above.
 std::vector<StrategyDefinition> AllStrategyDefinitions();
 
 }  // namespace shoal::aggregation::internal
-
-// Defines the function that lists the strategies of libs/aggregation/<file>_strategy.cc; its
-// body returns them. Use inside namespace shoal::aggregation::internal.
-#define SHOAL_AGGREGATION_STRATEGIES(file) \
-  std::vector<::shoal::aggregation::internal::StrategyDefinition> AggregationStrategiesOf_##file()

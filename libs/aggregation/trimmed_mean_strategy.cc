@@ -56,7 +56,7 @@ class TrimmedMeanAggregation final : public StoredUpdates {
 
 }  // namespace
 
-SHOAL_AGGREGATION_STRATEGIES(trimmed_mean) {
+std::vector<StrategyDefinition> TrimmedMeanStrategies() {
   StrategyDefinition def;
   def.kind = common::v1::AGGREGATION_TRIMMED_MEAN;
   def.params = {"trim_ratio"};

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "libs/task/task_file.h"
+#include "libs/task/task_mode.h"
 
 namespace shoal::task {
 namespace {
@@ -14,6 +15,9 @@ using common::v1::TaskSpec;
 absl::Status FieldError(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
+
+// The task's mode (UNSPECIFIED: the default; ValidateTaskSpec refuses unknown ones first).
+const ModeDefinition& ModeOf(const TaskSpec& spec) { return ModeDefinitionOrDefault(spec.mode()); }
 
 std::string CompressionName(common::v1::Compression c) {
   return JsonQuote(FriendlyEnumName(*common::v1::Compression_descriptor(), c));
@@ -29,14 +33,13 @@ absl::Status ValidateCompression(const TaskSpec& spec) {
   }
   const bool compressed =
       c != common::v1::COMPRESSION_NONE && c != common::v1::COMPRESSION_UNSPECIFIED;
-  if (compressed && !ModeUsesAggregator(spec.mode()) &&
-      spec.mode() != common::v1::MODE_DECENTRALIZED) {
-    return FieldError("compression",
-                      absl::StrCat(CompressionName(c),
-                                   " compresses the updates peers send (federated-sync, "
-                                   "federated-async, decentralized); this task's mode is ",
-                                   FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode()),
-                                   ", whose peers exchange models (set compression: none)"));
+  if (compressed && !ModeOf(spec).sections.compression) {
+    return FieldError(
+        "compression",
+        absl::StrCat(CompressionName(c), " compresses the updates peers send (",
+                     ModeNames([](const ModeDefinition& m) { return m.sections.compression; }),
+                     "); this task's mode is ", ModeOf(spec).name,
+                     ", whose peers send no updates (set compression: none)"));
   }
   if (c != common::v1::COMPRESSION_TOPK) {
     const char* topk_only = spec.has_topk_ratio()               ? "topk_ratio"
@@ -100,12 +103,13 @@ absl::Status ValidateStragglers(const TaskSpec& spec) {
     return FieldError("straggler_factor",
                       absl::StrCat("must be 0 (off) or in (1, 100], got ", ShowNumber(factor)));
   }
-  if (spec.mode() != common::v1::MODE_FEDERATED_SYNC) {
+  if (!ModeOf(spec).sections.stragglers) {
     return FieldError(
         "straggler_factor",
-        absl::StrCat("stragglers move out of the rounds of federated-sync; this task's mode is ",
-                     FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode()),
-                     " (remove straggler_factor)"));
+        absl::StrCat(
+            "stragglers move out of the rounds of ",
+            ModeNames([](const ModeDefinition& m) { return m.sections.stragglers; }, " or "),
+            "; this task's mode is ", ModeOf(spec).name, " (remove straggler_factor)"));
   }
   if (spec.straggler_rounds() < 1 || spec.straggler_rounds() > 100) {
     return FieldError("straggler_rounds",
@@ -139,12 +143,8 @@ absl::Status ValidateTopology(const TaskSpec& spec) {
                                           "(topology: hierarchical; see "
                                           "docs/explanation/supernode-trees.md)"));
   };
-  const bool async = spec.mode() == common::v1::MODE_FEDERATED_ASYNC;
-  if (spec.mode() != common::v1::MODE_FEDERATED_SYNC && !async) {
-    return not_yet(
-        "topology",
-        absl::StrCat("mode ", FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode())));
-  }
+  const ModeDefinition& mode = ModeOf(spec);
+  if (!mode.sections.tree) return not_yet("topology", absl::StrCat("mode ", mode.name));
   if (spec.has_cluster_size() &&
       (spec.cluster_size() < 2 || spec.cluster_size() > kMaxClusterSize)) {
     return FieldError("cluster_size", absl::StrCat("must be in 2..", kMaxClusterSize, ", got ",
@@ -160,10 +160,12 @@ absl::Status ValidateTopology(const TaskSpec& spec) {
                                                "primary and its backups), got ",
                                                spec.replicas()));
   }
-  if (async && spec.replicas() > 1) {
-    return FieldError("replicas", absl::StrCat("a federated-async tree keeps no backups (they take "
-                                               "over rounds of federated-sync), got ",
-                                               spec.replicas(), "; remove it or set 1"));
+  if (!mode.sections.backups && spec.replicas() > 1) {
+    return FieldError(
+        "replicas",
+        absl::StrCat("a ", mode.name, " tree keeps no backups (they take over rounds of ",
+                     ModeNames([](const ModeDefinition& m) { return m.sections.backups; }, " or "),
+                     "), got ", spec.replicas(), "; remove it or set 1"));
   }
   return absl::OkStatus();
 }

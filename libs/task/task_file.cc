@@ -20,15 +20,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "libs/aggregation/async_spec.h"
 #include "libs/aggregation/strategy.h"
 #include "libs/common/escape.h"
 #include "libs/common/small_file.h"
 #include "libs/common/status_macros.h"
 #include "libs/common/yaml_depth.h"
-#include "libs/gossip/gossip_spec.h"
 #include "libs/task/task_dataset.h"
 #include "libs/task/task_federated.h"
+#include "libs/task/task_mode.h"
 #include "libs/task/task_model.h"
 #include "libs/task/task_privacy.h"
 #include "libs/training/model_names.h"  // the model constants only: no LibTorch
@@ -38,8 +37,6 @@ namespace {
 
 namespace pb = ::google::protobuf;
 using common::v1::TaskSpec;
-
-constexpr uint32_t kDefaultMaxConnectionRetry = 3;
 
 // "TaskState" -> "TASK_STATE_".
 std::string EnumPrefix(const pb::EnumDescriptor& type) {
@@ -345,15 +342,11 @@ const pb::EnumValueDescriptor* FindEnumValue(const pb::EnumDescriptor& type,
   return nullptr;
 }
 
-// Settings of one mode that a task of that mode always shows (unset = the default).
+// The defaults that depend on other fields: the mode's settings (its definition's), the
+// strategy's parameters, compression, stragglers, topology and privacy.
 void ApplyModeDefaults(TaskSpec& spec) {
-  if (spec.mode() == common::v1::MODE_DECENTRALIZED && !spec.has_max_connection_retry()) {
-    spec.set_max_connection_retry(kDefaultMaxConnectionRetry);
-  }
-  if (spec.mode() == common::v1::MODE_GOSSIP) gossip::ApplyGossipDefaults(*spec.mutable_gossip());
-  if (spec.mode() == common::v1::MODE_FEDERATED_ASYNC) {
-    aggregation::ApplyAsyncDefaults(*spec.mutable_async(), spec.min_participants());
-  }
+  const ModeDefinition* mode = FindModeDefinition(spec.mode());
+  if (mode != nullptr && mode->apply_defaults != nullptr) mode->apply_defaults(spec);
   aggregation::ApplyAggregationDefaults(spec);
   ApplyCompressionDefaults(spec);
   ApplyStragglerDefaults(spec);
@@ -383,11 +376,6 @@ TaskSpec DefaultTaskSpec() {
   spec.set_max_update_norm(0);
   spec.set_compression(common::v1::COMPRESSION_NONE);
   return spec;
-}
-
-bool ModeUsesAggregator(common::v1::Mode mode) {
-  return mode == common::v1::MODE_FEDERATED_SYNC || mode == common::v1::MODE_FEDERATED_ASYNC ||
-         mode == common::v1::MODE_UNSPECIFIED;  // unspecified means the default, federated-sync
 }
 
 void ApplyTaskDefaults(TaskSpec& spec) {
@@ -425,14 +413,13 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
     return FieldError("name",
                       absl::StrCat("must match ", kNamePattern, ", got ", QuoteBytes(spec.name())));
   }
-  if (spec.mode() != common::v1::MODE_FEDERATED_SYNC &&
-      spec.mode() != common::v1::MODE_DECENTRALIZED && spec.mode() != common::v1::MODE_GOSSIP &&
-      spec.mode() != common::v1::MODE_FEDERATED_ASYNC) {
+  const ModeDefinition* mode = FindModeDefinition(spec.mode());
+  if (mode == nullptr) {
     return FieldError(
         "mode",
         absl::StrCat("unsupported value ",
                      JsonQuote(FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode())),
-                     " (expected federated-sync, decentralized, gossip, federated-async)"));
+                     " (expected ", ModeNames([](const ModeDefinition&) { return true; }), ")"));
   }
   SHOAL_RETURN_IF_ERROR(ValidateModelFields(spec));
   SHOAL_RETURN_IF_ERROR(ValidateDatasetFields(spec.dataset()));
@@ -474,7 +461,15 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
     return FieldError("round_deadline_seconds",
                       absl::StrCat("must be >= 1, got ", spec.round_deadline_seconds()));
   }
-  SHOAL_RETURN_IF_ERROR(aggregation::ValidateAggregation(spec));
+  const RoundSize round = RoundSizeOf(spec);
+  if (mode->round_size == nullptr && spec.aggregation() != common::v1::AGGREGATION_MEAN) {
+    return FieldError("aggregation",
+                      absl::StrCat(mode->name,
+                                   " aggregates no rounds, so only mean (the default) "
+                                   "applies, got ",
+                                   aggregation::StrategyName(spec.aggregation())));
+  }
+  SHOAL_RETURN_IF_ERROR(aggregation::ValidateAggregation(spec, round.updates, round.field));
   if (!(spec.max_update_norm() >= 0) || !std::isfinite(spec.max_update_norm())) {
     return FieldError("max_update_norm", absl::StrCat("must be >= 0 (0 = no bound), got ",
                                                       ShowNumber(spec.max_update_norm())));
@@ -482,31 +477,22 @@ absl::Status ValidateTaskSpec(const TaskSpec& spec) {
   if (spec.join_token().size() > 256) {
     return FieldError("join_token", "at most 256 characters");
   }
-  if (spec.mode() == common::v1::MODE_DECENTRALIZED && spec.max_connection_retry() > 100) {
-    return FieldError("max_connection_retry",
-                      absl::StrCat("must be in 0..100, got ", spec.max_connection_retry()));
+  // Another mode's own settings.
+  for (const ModeDefinition& other : ModeDefinitions()) {
+    if (other.sections.own.empty() || other.mode == mode->mode) continue;
+    const pb::FieldDescriptor* field = TaskSpec::descriptor()->FindFieldByName(other.sections.own);
+    if (field != nullptr && spec.GetReflection()->HasField(spec, field)) {
+      return FieldError(
+          other.sections.own,
+          absl::StrCat("settings for mode ", other.name, ", but this task's mode is ", mode->name,
+                       " (remove the section or set mode: ", other.name, ")"));
+    }
   }
-  if (spec.mode() == common::v1::MODE_GOSSIP) {
-    SHOAL_RETURN_IF_ERROR(gossip::ValidateGossipSpec(spec.gossip(), "gossip"));
-  } else if (spec.has_gossip()) {
-    return FieldError("gossip",
-                      absl::StrCat("settings for mode gossip, but this task's mode is ",
-                                   FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode()),
-                                   " (remove the section or set mode: gossip)"));
-  }
+  if (mode->validate != nullptr) SHOAL_RETURN_IF_ERROR(mode->validate(spec));
   SHOAL_RETURN_IF_ERROR(ValidateCompression(spec));
   SHOAL_RETURN_IF_ERROR(ValidateStragglers(spec));
   SHOAL_RETURN_IF_ERROR(ValidateTopology(spec));
   SHOAL_RETURN_IF_ERROR(ValidatePrivacy(spec));
-  if (spec.mode() == common::v1::MODE_FEDERATED_ASYNC) {
-    SHOAL_RETURN_IF_ERROR(
-        aggregation::ValidateAsyncSpec(spec.async(), spec.max_participants(), "async"));
-  } else if (spec.has_async()) {
-    return FieldError("async",
-                      absl::StrCat("settings for mode federated-async, but this task's mode is ",
-                                   FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode()),
-                                   " (remove the section or set mode: federated-async)"));
-  }
   return absl::OkStatus();
 }
 

@@ -38,11 +38,11 @@ inline constexpr int kMaxTaskFileDepth = 32;                  // nested mappings
 //   max_participants 0 (no limit), round_deadline_seconds 120, aggregation mean, seed 1,
 //   max_update_norm 0 (no bound). `name` has no default.
 // Settings that depend on other fields are filled once those are known (by ParseTaskSpec and
-// ApplyTaskDefaults): max_connection_retry 3 in decentralized tasks, dpwa's `gossip` settings in
-// gossip tasks, the `async` section in federated-async tasks (aggregation::ApplyAsyncDefaults:
-// buffer_size = min_participants, max_staleness 4, staleness polynomial with a 0.5), and the
-// parameter defaults of the chosen aggregation (aggregation::ApplyAggregationDefaults, e.g.
-// trim_ratio 0.1 for trimmed-mean).
+// ApplyTaskDefaults): the mode's own (its ModeDefinition's apply_defaults, libs/task/task_mode.h:
+// max_connection_retry 3 in decentralized tasks, dpwa's `gossip` settings in gossip tasks, the
+// `async` section in federated-async tasks: buffer_size = min_participants, max_staleness 4,
+// staleness polynomial with a 0.5), and the parameter defaults of the chosen aggregation
+// (aggregation::ApplyAggregationDefaults, e.g. trim_ratio 0.1 for trimmed-mean).
 common::v1::TaskSpec DefaultTaskSpec();
 
 // Fills the fields of `spec` whose zero value is invalid (unspecified enums, empty dataset
@@ -50,11 +50,6 @@ common::v1::TaskSpec DefaultTaskSpec();
 // where zero is meaningful (momentum, max_participants, seed, limits, max_update_norm) are left
 // alone. For specs that arrive without a file, e.g. over gRPC.
 void ApplyTaskDefaults(common::v1::TaskSpec& spec);
-
-// Whether tasks of `mode` run through an aggregator (federated-sync and federated-async; the
-// coordinator's ModeTask::UsesAggregator says the same for the modes it runs). For clients such
-// as `shoalctl local` deciding how many aggregators to start.
-bool ModeUsesAggregator(common::v1::Mode mode);
 
 // Checks every rule documented in protos/shoal/common/v1/task.proto. Returns the first
 // violation as INVALID_ARGUMENT "<field path>: <what is wrong>", e.g.

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "libs/privacy/rdp_accountant.h"
 #include "libs/task/task_file.h"
+#include "libs/task/task_mode.h"
 
 namespace shoal::task {
 namespace {
@@ -48,12 +49,12 @@ absl::Status ValidatePrivacy(const TaskSpec& spec) {
                        JsonQuote(FriendlyEnumName(*common::v1::DpLevel_descriptor(), dp.level())),
                        " (expected peer)"));
   }
-  if (spec.mode() != common::v1::MODE_FEDERATED_SYNC) {
+  if (const ModeDefinition& mode = ModeDefinitionOrDefault(spec.mode()); !mode.sections.dp) {
     return FieldError(
         "privacy.dp",
-        absl::StrCat("peer-level differential privacy is supported in federated-sync tasks "
-                     "only; not supported yet in mode ",
-                     FriendlyEnumName(*common::v1::Mode_descriptor(), spec.mode())));
+        absl::StrCat("peer-level differential privacy is supported in ",
+                     ModeNames([](const ModeDefinition& m) { return m.sections.dp; }, " or "),
+                     " tasks only; not supported yet in mode ", mode.name));
   }
   if (!(dp.clip_norm() > 0) || !std::isfinite(dp.clip_norm())) {
     return FieldError("privacy.dp.clip_norm",

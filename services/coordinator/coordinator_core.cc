@@ -10,6 +10,7 @@
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
 #include "libs/task/task_file.h"
+#include "libs/task/task_mode.h"
 #include "services/coordinator/peer_data.h"
 #include "services/coordinator/task_names.h"
 
@@ -430,10 +431,8 @@ void CoordinatorCore::Reconcile(Outbox& out) {
   for (const char* state : {"waiting", "running", "completed", "stopped", "failed"}) {
     metrics_.tasks.Add({{"state", state}}).Set(by_state[state]);
   }
-  for (int m = common::v1::Mode_MIN; m <= common::v1::Mode_MAX; ++m) {
-    if (!common::v1::Mode_IsValid(m) || m == common::v1::MODE_UNSPECIFIED) continue;
-    const std::string mode = ModeName(static_cast<common::v1::Mode>(m));
-    metrics_.participants.Add({{"mode", mode}}).Set(by_mode[mode]);
+  for (const task::ModeDefinition& mode : task::ModeDefinitions()) {
+    metrics_.participants.Add({{"mode", mode.name}}).Set(by_mode[mode.name]);
   }
 }
 

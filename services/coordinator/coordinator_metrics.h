@@ -5,6 +5,8 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "services/coordinator/modes/decentralized/decentralized_task_metrics.h"
+#include "services/coordinator/modes/federated_sync/federated_sync_task_metrics.h"
 #include "services/coordinator/modes/gossip/gossip_task_metrics.h"
 
 namespace shoal::coordinator {
@@ -25,8 +27,6 @@ struct CoordinatorMetrics {
   prometheus::Counter& peers_crashed;                          // streams lost or heartbeats missed
   // Peers past the heartbeat limit not declared crashed because most peers are silent at once.
   prometheus::Gauge& peers_silent_held;
-  // Federated-sync stragglers: {direction} to_async, to_sync.
-  prometheus::Family<prometheus::Counter>& straggler_moves;
   prometheus::Gauge& train_loss;     // mean train loss of the last closed round
   prometheus::Gauge& test_accuracy;  // test accuracy of the last evaluated model
   // Differential privacy (privacy.dp tasks): epsilon spent, at its delta, by the task of the
@@ -54,19 +54,10 @@ struct CoordinatorMetrics {
   prometheus::Counter& failovers;
   prometheus::Counter& backups_assigned;
   prometheus::Gauge& backups_missing;  // backups the running tasks' clusters lack (no free one)
-  // Decentralized rounds (no peer labels).
-  prometheus::Counter& decentralized_joins;               // JoinRound accepted
-  prometheus::Counter& decentralized_leaves;              // round members that left or crashed
-  prometheus::Counter& decentralized_connection_retries;  // PeerLists re-sent after failures
-  prometheus::Counter& decentralized_removed_peers;       // ConnectionFailed sent
-  prometheus::Counter& decentralized_sync_transfers;      // model syncs that succeeded
-  prometheus::Counter& decentralized_sync_failures;       // SyncDone !ok, provider lost, timeout
-  prometheus::Counter& decentralized_digest_mismatches;   // participants disagreeing on a model
-  prometheus::Histogram& decentralized_sync_duration;     // successful model syncs
-  prometheus::Gauge& decentralized_round_participants;    // of the last completed round
-  prometheus::Histogram& decentralized_round_overhead;    // first ready -> last SharingDone
-  GossipTaskMetrics
-      gossip;  // gossip tasks (services/coordinator/modes/gossip/gossip_task_metrics.h)
+  // The modes' own (services/coordinator/modes/<mode>/):
+  FederatedSyncTaskMetrics federated_sync;
+  DecentralizedTaskMetrics decentralized;
+  GossipTaskMetrics gossip;
 };
 
 }  // namespace shoal::coordinator

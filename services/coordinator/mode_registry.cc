@@ -1,7 +1,9 @@
-// The modes this coordinator runs: one line per mode (services/coordinator/modes/<mode>/).
+// The modes this coordinator runs: a table, one line per mode (each mode's folder under
+// services/coordinator/modes/ defines its factory).
 
 #include <memory>
 
+#include "absl/types/span.h"
 #include "services/coordinator/mode_task.h"
 #include "services/coordinator/modes/decentralized/decentralized_task.h"
 #include "services/coordinator/modes/federated_async/federated_async_task.h"
@@ -9,21 +11,26 @@
 #include "services/coordinator/modes/gossip/gossip_task.h"
 
 namespace shoal::coordinator {
+namespace {
+
+// One line per mode, in the order of the Mode enum.
+constexpr CoordinatorMode kModes[] = {
+    {common::v1::MODE_FEDERATED_SYNC, &MakeFederatedSyncTask},
+    {common::v1::MODE_DECENTRALIZED, &MakeDecentralizedTask},
+    {common::v1::MODE_GOSSIP, &MakeGossipTask},
+    {common::v1::MODE_FEDERATED_ASYNC, &MakeFederatedAsyncTask},
+};
+
+}  // namespace
+
+absl::Span<const CoordinatorMode> RegisteredModes() { return kModes; }
 
 std::unique_ptr<ModeTask> MakeModeTask(const v1::TaskStatus& status, const ModeOptions& options,
                                        CoordinatorMetrics& metrics) {
-  switch (status.spec().mode()) {
-    case common::v1::MODE_FEDERATED_SYNC:
-      return std::make_unique<FederatedSyncTask>(status, options, metrics);
-    case common::v1::MODE_FEDERATED_ASYNC:
-      return std::make_unique<FederatedAsyncTask>(status, options, metrics);
-    case common::v1::MODE_DECENTRALIZED:
-      return std::make_unique<DecentralizedTask>(status, metrics, options.final_eval_timeout);
-    case common::v1::MODE_GOSSIP:
-      return MakeGossipTask(status, metrics);
-    default:
-      return nullptr;
+  for (const CoordinatorMode& mode : kModes) {
+    if (mode.mode == status.spec().mode()) return mode.create(status, options, metrics);
   }
+  return nullptr;
 }
 
 }  // namespace shoal::coordinator

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "services/coordinator/coordinator_metrics.h"
 #include "services/coordinator/task_store.h"
 #include "shoal/aggregator/v1/aggregator.pb.h"
@@ -141,9 +142,24 @@ class ModeTask {
                           ModeEffects& fx) {}
 };
 
-// Creates the ModeTask of `status.spec().mode()` (services/coordinator/mode_registry.cc: one line
-// per mode); nullptr for a mode this coordinator does not run. `status` may come from the task
-// store after a coordinator restart (round, model version and history kept).
+// Makes the ModeTask of one task of one mode. `status` may come from the task store after a
+// coordinator restart (round, model version and history kept).
+using ModeTaskFactory = std::unique_ptr<ModeTask> (*)(const v1::TaskStatus& status,
+                                                      const ModeOptions& options,
+                                                      CoordinatorMetrics& metrics);
+
+// A mode this coordinator runs: its factory (defined in services/coordinator/modes/<mode>/).
+struct CoordinatorMode {
+  common::v1::Mode mode;
+  ModeTaskFactory create;
+};
+
+// Every mode this coordinator runs, in the order of the Mode enum (the table in
+// services/coordinator/mode_registry.cc, one line per mode).
+absl::Span<const CoordinatorMode> RegisteredModes();
+
+// Creates the ModeTask of `status.spec().mode()`; nullptr for a mode this coordinator does not
+// run.
 std::unique_ptr<ModeTask> MakeModeTask(const v1::TaskStatus& status, const ModeOptions& options,
                                        CoordinatorMetrics& metrics);
 

@@ -1,16 +1,12 @@
 #include "services/coordinator/task_names.h"
 
-#include <algorithm>
-
-#include "absl/strings/ascii.h"
+#include "libs/task/task_file.h"
 
 namespace shoal::coordinator {
 
+// The name task files write (a mode's ModeDefinition::name).
 std::string ModeName(common::v1::Mode mode) {
-  const std::string& full = common::v1::Mode_Name(mode);  // MODE_FEDERATED_SYNC
-  std::string name = absl::AsciiStrToLower(full.size() > 5 ? full.substr(5) : full);
-  std::replace(name.begin(), name.end(), '_', '-');
-  return name;
+  return task::FriendlyEnumName(*common::v1::Mode_descriptor(), mode);
 }
 
 const char* StateName(v1::TaskState state) {

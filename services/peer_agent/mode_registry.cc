@@ -11,12 +11,12 @@
 namespace shoal::peer {
 namespace {
 
-// One line per mode. A new mode adds its folder under modes/ and its line here.
+// One line per mode, in the order of the Mode enum.
 constexpr ModeEntry kModes[] = {
-    {common::v1::MODE_FEDERATED_SYNC, "federated-sync", &CreateFederatedSyncRunner},
-    {common::v1::MODE_DECENTRALIZED, "decentralized", &CreateDecentralizedRunner},
-    {common::v1::MODE_GOSSIP, "gossip", &CreateGossipRunner},
-    {common::v1::MODE_FEDERATED_ASYNC, "federated-async", &CreateFederatedAsyncRunner},
+    {common::v1::MODE_FEDERATED_SYNC, &CreateFederatedSyncRunner},
+    {common::v1::MODE_DECENTRALIZED, &CreateDecentralizedRunner},
+    {common::v1::MODE_GOSSIP, &CreateGossipRunner},
+    {common::v1::MODE_FEDERATED_ASYNC, &CreateFederatedAsyncRunner},
 };
 
 }  // namespace

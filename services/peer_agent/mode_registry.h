@@ -1,8 +1,9 @@
 #pragma once
 
-// Which ModeRunner runs a task of which training mode: one entry per mode, in an explicit table
-// (mode_registry.cc), so that nothing outside that table and the mode folders
-// (services/peer_agent/modes/<mode>/) looks at TaskSpec.mode.
+// Which ModeRunner runs a task of which training mode: a table, one line per mode
+// (mode_registry.cc; each mode's folder under services/peer_agent/modes/ defines its factory).
+// Nothing else on the peer looks at TaskSpec.mode but the mode folders; what every side of the
+// system knows of a mode is its ModeDefinition (libs/task/task_mode.h).
 
 #include <memory>
 
@@ -19,7 +20,6 @@ using ModeRunnerFactory = absl::StatusOr<std::unique_ptr<ModeRunner>> (*)(ModeRu
 
 struct ModeEntry {
   common::v1::Mode mode;
-  const char* name;  // as task files spell it, e.g. "federated-sync"
   ModeRunnerFactory create;
 };
 

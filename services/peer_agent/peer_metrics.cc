@@ -52,37 +52,8 @@ PeerMetrics::PeerMetrics(prometheus::Registry& r)
       snapshots_rejected(Counter(r, "shoal_peer_snapshots_rejected_total",
                                  "Fetched snapshots rejected: wrong layout, non-finite, bad "
                                  "stream.")),
-      rounds_joined(Counter(r, "shoal_peer_decentralized_rounds_joined_total",
-                            "Decentralized rounds this peer joined.")),
-      rounds_refused(Counter(r, "shoal_peer_decentralized_rounds_refused_total",
-                             "Decentralized rounds this peer was refused or removed from.")),
-      probes_failed(Counter(r, "shoal_peer_decentralized_probes_failed_total",
-                            "Probes of other participants that failed.")),
-      sync_transfers(Counter(r, "shoal_peer_decentralized_sync_transfers_total",
-                             "Model syncs (GLOBAL snapshot loaded from a provider).")),
-      sync_failures(
-          Counter(r, "shoal_peer_decentralized_sync_failures_total", "Model syncs that failed.")),
-      sharing_duration(
-          prometheus::BuildHistogram()
-              .Name("shoal_peer_decentralized_sharing_duration_seconds")
-              .Help("Time from StartSharing to holding the averaged model.")
-              .Register(r)
-              .Add({}, prometheus::Histogram::BucketBoundaries{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-                                                               2, 5, 10, 30})),
-      updates_excluded(Counter(r, "shoal_peer_decentralized_updates_excluded_total",
-                               "Round updates left out of this peer's aggregate: delta norm "
-                               "over max_update_norm, or trained on 0 samples.")),
-      async_pushes_accepted(Counter(r, "shoal_peer_async_pushes_accepted_total",
-                                    "Federated-async pushes the aggregator's buffer accepted.")),
-      async_stale_refusals(Counter(r, "shoal_peer_async_stale_refusals_total",
-                                   "Federated-async pushes refused with FAILED_PRECONDITION "
-                                   "(trained from a version older than max_staleness allows, "
-                                   "or the buffer is closed) and dropped.")),
-      async_versions_evaluated(Counter(r, "shoal_peer_async_versions_evaluated_total",
-                                       "Federated-async model versions evaluated (EvalReports).")),
-      async_restarts(Counter(r, "shoal_peer_async_restarts_total",
-                             "Federated-async training stretches again from the version of the "
-                             "peer's last push, cut short by a newer version.")),
+      decentralized(r),
+      federated_async(r),
       gossip(r) {}
 
 }  // namespace shoal::peer

@@ -5,7 +5,9 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
-#include "services/peer_agent/gossip_metrics.h"
+#include "services/peer_agent/modes/decentralized/decentralized_metrics.h"
+#include "services/peer_agent/modes/federated_async/federated_async_metrics.h"
+#include "services/peer_agent/modes/gossip/gossip_metrics.h"
 
 namespace shoal::peer {
 
@@ -35,20 +37,9 @@ struct PeerMetrics {
   prometheus::Counter& peer_bytes_pulled;    // shoal_peer_peer_bytes_pulled_total
   prometheus::Counter& peer_fetches_failed;  // shoal_peer_peer_fetches_failed_total
   prometheus::Counter& snapshots_rejected;   // shoal_peer_snapshots_rejected_total (bad layout)
-  // Decentralized mode:
-  prometheus::Counter& rounds_joined;       // shoal_peer_decentralized_rounds_joined_total
-  prometheus::Counter& rounds_refused;      // shoal_peer_decentralized_rounds_refused_total
-  prometheus::Counter& probes_failed;       // shoal_peer_decentralized_probes_failed_total
-  prometheus::Counter& sync_transfers;      // shoal_peer_decentralized_sync_transfers_total
-  prometheus::Counter& sync_failures;       // shoal_peer_decentralized_sync_failures_total
-  prometheus::Histogram& sharing_duration;  // shoal_peer_decentralized_sharing_duration_seconds
-  prometheus::Counter& updates_excluded;    // shoal_peer_decentralized_updates_excluded_total
-  // Federated-async mode:
-  prometheus::Counter& async_pushes_accepted;     // shoal_peer_async_pushes_accepted_total
-  prometheus::Counter& async_stale_refusals;      // shoal_peer_async_stale_refusals_total
-  prometheus::Counter& async_versions_evaluated;  // shoal_peer_async_versions_evaluated_total
-  prometheus::Counter& async_restarts;            // shoal_peer_async_restarts_total
-  // Gossip mode (services/peer_agent/gossip_metrics.h):
+  // The modes' own (services/peer_agent/modes/<mode>/):
+  DecentralizedPeerMetrics decentralized;
+  FederatedAsyncPeerMetrics federated_async;
   GossipPeerMetrics gossip;
 };
 

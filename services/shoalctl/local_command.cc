@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "libs/task/task_file.h"
+#include "libs/task/task_mode.h"
 #include "libs/training/model_names.h"  // the model constants only: no LibTorch
 #include "services/shoalctl/dispatcher.h"
 #include "services/shoalctl/local_cluster.h"
@@ -78,7 +79,7 @@ int Shoalctl::Local() {
     options.peer_args.push_back(spec->join_token());
   }
   // Decentralized and gossip tasks need no aggregator: start none unless asked for.
-  const bool needs_aggregator = task::ModeUsesAggregator(spec->mode());
+  const bool needs_aggregator = task::ModeDefinitionOrDefault(spec->mode()).uses_aggregator;
   if (args_.values.count("aggregators") == 0 && !needs_aggregator) options.aggregators = 0;
   if (options.aggregators == 0 && needs_aggregator) {
     return Fail(env_,

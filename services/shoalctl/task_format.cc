@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "libs/task/task_file.h"
+#include "libs/task/task_mode.h"
 #include "services/shoalctl/node_format.h"
 
 namespace shoal::shoalctl {
@@ -82,9 +83,9 @@ std::string MovedBytes(const RoundSummary& r) {
   return absl::StrFormat("%.0fkB", bytes / 1e3);
 }
 
-// A federated-async task counts model versions, the others rounds.
-const char* StepWord(const TaskStatus& status) {
-  return status.spec().mode() == common::v1::MODE_FEDERATED_ASYNC ? "version" : "round";
+// What the task counts: rounds, or model versions (federated-async).
+const std::string& StepWord(const TaskStatus& status) {
+  return task::ModeDefinitionOrDefault(status.spec().mode()).step;
 }
 
 std::string Fixed(double value, int digits) {
@@ -348,52 +349,101 @@ std::string FormatProgressLogLine(const TaskStatus& status, int bar_width) {
   return line + StateSuffix(status);
 }
 
+namespace {
+
+// How shoalctl shows a column of the round table: its header, its width (negative: left-aligned)
+// and its cell.
+struct ColumnFormat {
+  const char* header;
+  int width;
+  std::string (*cell)(const RoundSummary& r);
+};
+
+// The contributors' training times and the rest of their times (download, delta, push).
+std::vector<int64_t> TrainTimes(const RoundSummary& r, bool train) {
+  std::vector<int64_t> times;
+  for (const auto& t : r.peer_times()) {
+    if (t.train_ms() <= 0) continue;
+    times.push_back(train ? t.train_ms() : std::max<int64_t>(0, t.ms() - t.train_ms()));
+  }
+  return times;
+}
+
+std::string MedianTime(std::vector<int64_t> times) {
+  return times.empty() ? "-" : FormatDurationMs(Median(std::move(times)));
+}
+
+ColumnFormat FormatOf(task::RoundColumn column) {
+  using task::RoundColumn;
+  switch (column) {
+    case RoundColumn::kRound:
+      return {"round", 5, [](const RoundSummary& r) { return absl::StrCat(r.round()); }};
+    case RoundColumn::kVersion:
+      return {"version", 7, [](const RoundSummary& r) { return absl::StrCat(r.round()); }};
+    case RoundColumn::kPeers:
+      return {"peers", -6, [](const RoundSummary& r) { return absl::StrCat(Participants(r)); }};
+    case RoundColumn::kPeersAndLate:
+      return {"peers", -6, [](const RoundSummary& r) {
+                return Late(r) == 0 ? absl::StrCat(Participants(r))
+                                    : absl::StrCat(Participants(r) - Late(r), "+", Late(r));
+              }};
+    case RoundColumn::kUpdates:
+      return {"updates", -7, [](const RoundSummary& r) { return absl::StrCat(Participants(r)); }};
+    case RoundColumn::kDropped:
+      return {"dropped", 7, [](const RoundSummary& r) { return absl::StrCat(Dropped(r)); }};
+    case RoundColumn::kStaleness:
+      return {"staleness", 9, [](const RoundSummary& r) { return Fixed(r.mean_staleness(), 2); }};
+    case RoundColumn::kJoins:
+      return {"joins", 5, [](const RoundSummary& r) { return absl::StrCat(r.joins()); }};
+    case RoundColumn::kLeaves:
+      return {"leaves", 6, [](const RoundSummary& r) { return absl::StrCat(r.leaves()); }};
+    case RoundColumn::kRetries:
+      return {"retries", 7,
+              [](const RoundSummary& r) { return absl::StrCat(r.connection_retries()); }};
+    case RoundColumn::kRemoved:
+      return {"removed", 7, [](const RoundSummary& r) { return absl::StrCat(r.removed_size()); }};
+    case RoundColumn::kTrainLoss:
+      return {"train_loss", 10,
+              [](const RoundSummary& r) { return Fixed(r.mean_train_loss(), 4); }};
+    case RoundColumn::kTestAccuracy:
+      return {"test_acc", 8, [](const RoundSummary& r) -> std::string {
+                return r.evaluated() ? Fixed(r.test_accuracy(), 4) : "-";
+              }};
+    case RoundColumn::kDuration:
+      return {"duration", 9,
+              [](const RoundSummary& r) { return FormatDurationMs(r.duration_ms()); }};
+    case RoundColumn::kOverhead:
+      return {"overhead", 9,
+              [](const RoundSummary& r) { return FormatDurationMs(r.overhead_ms()); }};
+    case RoundColumn::kMoved:
+      return {"moved", 8, &MovedBytes};
+    case RoundColumn::kTrainTime:
+      return {"train", 7, [](const RoundSummary& r) { return MedianTime(TrainTimes(r, true)); }};
+    case RoundColumn::kCommTime:
+      return {"comm", 7, [](const RoundSummary& r) { return MedianTime(TrainTimes(r, false)); }};
+  }
+  return {"?", 1, [](const RoundSummary&) { return std::string("?"); }};
+}
+
+// One line of the round table: `cell` of each of the mode's columns.
+template <typename Cell>
+std::string TableLine(common::v1::Mode mode, Cell cell) {
+  std::vector<std::string> cells;
+  for (task::RoundColumn column : task::ModeDefinitionOrDefault(mode).round_columns) {
+    const ColumnFormat format = FormatOf(column);
+    cells.push_back(absl::StrFormat("%*s", format.width, cell(format)));
+  }
+  return absl::StrCat(absl::StrJoin(cells, "  "), "\n");
+}
+
+}  // namespace
+
 std::string FormatRoundTableHeader(common::v1::Mode mode) {
-  if (mode == common::v1::MODE_FEDERATED_ASYNC) {
-    // Versions: the updates in each and how stale they were, instead of dropped peers.
-    return absl::StrFormat("%7s  %-7s  %9s  %10s  %8s  %9s\n", "version", "updates", "staleness",
-                           "train_loss", "test_acc", "duration");
-  }
-  if (mode == common::v1::MODE_DECENTRALIZED) {
-    // Decentralized rounds: joins/leaves, connection retries, removed peers and the protocol's
-    // overhead (first ready -> last participant holding the average) instead of `dropped`.
-    return absl::StrFormat("%5s  %-6s  %5s  %6s  %7s  %7s  %10s  %8s  %9s  %9s\n", "round", "peers",
-                           "joins", "leaves", "retries", "removed", "train_loss", "test_acc",
-                           "duration", "overhead");
-  }
-  // Federated-sync: also what the round moved, and its contributors' median training time and
-  // the rest of their time (download, delta, push).
-  return absl::StrFormat("%5s  %-6s  %7s  %10s  %8s  %9s  %8s  %7s  %7s\n", "round", "peers",
-                         "dropped", "train_loss", "test_acc", "duration", "moved", "train", "comm");
+  return TableLine(mode, [](const ColumnFormat& format) { return format.header; });
 }
 
 std::string FormatRoundTableRow(common::v1::Mode mode, const RoundSummary& r) {
-  const std::string test_acc = r.evaluated() ? Fixed(r.test_accuracy(), 4) : "-";
-  if (mode == common::v1::MODE_FEDERATED_ASYNC) {
-    return absl::StrFormat("%7d  %-7d  %9s  %10s  %8s  %9s\n", r.round(), Participants(r),
-                           Fixed(r.mean_staleness(), 2), Fixed(r.mean_train_loss(), 4), test_acc,
-                           FormatDurationMs(r.duration_ms()));
-  }
-  if (mode == common::v1::MODE_DECENTRALIZED) {
-    return absl::StrFormat("%5d  %-6d  %5d  %6d  %7d  %7d  %10s  %8s  %9s  %9s\n", r.round(),
-                           Participants(r), r.joins(), r.leaves(), r.connection_retries(),
-                           r.removed_size(), Fixed(r.mean_train_loss(), 4), test_acc,
-                           FormatDurationMs(r.duration_ms()), FormatDurationMs(r.overhead_ms()));
-  }
-  std::vector<int64_t> train, comm;
-  for (const auto& t : r.peer_times()) {
-    if (t.train_ms() <= 0) continue;
-    train.push_back(t.train_ms());
-    comm.push_back(std::max<int64_t>(0, t.ms() - t.train_ms()));
-  }
-  // Late (async) contributors after a '+': "3+1".
-  const std::string peers = Late(r) == 0 ? absl::StrCat(Participants(r))
-                                         : absl::StrCat(Participants(r) - Late(r), "+", Late(r));
-  return absl::StrFormat("%5d  %-6s  %7d  %10s  %8s  %9s  %8s  %7s  %7s\n", r.round(), peers,
-                         Dropped(r), Fixed(r.mean_train_loss(), 4), test_acc,
-                         FormatDurationMs(r.duration_ms()), MovedBytes(r),
-                         train.empty() ? "-" : FormatDurationMs(Median(train)),
-                         comm.empty() ? "-" : FormatDurationMs(Median(comm)));
+  return TableLine(mode, [&r](const ColumnFormat& format) { return format.cell(r); });
 }
 
 std::string FormatSummary(const TaskStatus& status) {
@@ -465,13 +515,17 @@ std::string FormatTaskStatus(const TaskStatus& status) {
   }
   for (const auto& p : status.peers()) {
     absl::StrAppend(&out, "  ", absl::StrFormat("%-16s %-10s", p.peer_id(), p.state()));
-    if (spec.mode() == common::v1::MODE_GOSSIP) {
-      absl::StrAppend(&out, absl::StrFormat(" step %d  clock %s  loss %s", p.step(),
-                                            Fixed(p.clock(), 1), Fixed(p.loss(), 4)));
-    } else if (spec.mode() == common::v1::MODE_FEDERATED_ASYNC) {
-      absl::StrAppend(&out, " updates in published versions: ", p.updates());
-    } else {
-      absl::StrAppend(&out, " model of round ", p.model_round());
+    switch (task::ModeDefinitionOrDefault(spec.mode()).peer_column) {
+      case task::PeerColumn::kGossipClock:
+        absl::StrAppend(&out, absl::StrFormat(" step %d  clock %s  loss %s", p.step(),
+                                              Fixed(p.clock(), 1), Fixed(p.loss(), 4)));
+        break;
+      case task::PeerColumn::kUpdates:
+        absl::StrAppend(&out, " updates in published versions: ", p.updates());
+        break;
+      case task::PeerColumn::kModelRound:
+        absl::StrAppend(&out, " model of round ", p.model_round());
+        break;
     }
     absl::StrAppend(&out, "\n");
   }

@@ -65,8 +65,9 @@ std::string FormatProgressLogLine(const coordinator::v1::TaskStatus& status, int
 std::string FormatSummary(const coordinator::v1::TaskStatus& status);
 
 // FormatSummary's table, for rounds from elsewhere (`task history`): the header line, then one
-// line per round. The columns depend on the task's mode: federated-async tasks show versions,
-// updates and staleness; decentralized ones joins, leaves, retries, removed and overhead.
+// line per round. The columns are the mode's (its ModeDefinition's round_columns,
+// libs/task/task_mode.h): federated-async tasks show versions, updates and staleness;
+// decentralized ones joins, leaves, retries, removed and overhead.
 std::string FormatRoundTableHeader(common::v1::Mode mode);
 std::string FormatRoundTableRow(common::v1::Mode mode, const coordinator::v1::RoundSummary& round);
 

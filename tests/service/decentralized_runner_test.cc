@@ -138,7 +138,7 @@ TEST_F(DecentralizedRunnerTest, RefusedJoinRestoresTheModelAndUnreachablePeersAr
   const PeerMessage* report = Find(ma, PeerMessage::kConnectionsReport);
   ASSERT_NE(report, nullptr);
   EXPECT_THAT(report->connections_report().unreachable(), ::testing::ElementsAre("peer-ghost"));
-  EXPECT_EQ(a.metrics().probes_failed.Value(), 1);
+  EXPECT_EQ(a.metrics().decentralized.probes_failed.Value(), 1);
 
   // Removed from the round: back to the pre-round model, which a new round trains from.
   CoordinatorEvent failed;
@@ -165,7 +165,7 @@ TEST_F(DecentralizedRunnerTest, RefusedJoinRestoresTheModelAndUnreachablePeersAr
   refused.mutable_join_refused()->set_round(1);
   a.Handle(refused);
   EXPECT_EQ(a.runner().held().Digest(), initial);
-  EXPECT_EQ(a.metrics().rounds_refused.Value(), 2);
+  EXPECT_EQ(a.metrics().decentralized.rounds_refused.Value(), 2);
 }
 
 TEST_F(DecentralizedRunnerTest, EvaluationWaitsWhenTheNextRoundIsAlreadyOpen) {
@@ -312,7 +312,7 @@ TEST_F(DecentralizedRunnerTest, EveryParticipantAggregatesWithTheTaskStrategyIde
       ASSERT_NE(done, nullptr);
       digests.push_back(done->sharing_done().digest_xxh3());
       EXPECT_EQ(done->sharing_done().num_samples(), bound > 0 ? 320u : 480u);
-      EXPECT_EQ(p->metrics().updates_excluded.Value(), bound > 0 ? 1 : 0);
+      EXPECT_EQ(p->metrics().decentralized.updates_excluded.Value(), bound > 0 ? 1 : 0);
       EXPECT_EQ(p->runner().held().Digest(), done->sharing_done().digest_xxh3());
     }
     EXPECT_EQ(digests[0], digests[1]);

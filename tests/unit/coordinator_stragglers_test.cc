@@ -59,7 +59,7 @@ TEST_F(CoordinatorStragglersTest, AStragglerGoesAsyncAndTheRoundsStopWaitingForI
   SlowFirstRounds(sinks);
   v1::TaskStatus status = Status("t");
   EXPECT_THAT(status.async_peers(), ElementsAre("c"));
-  EXPECT_EQ(metrics_->straggler_moves.Add({{"direction", "to_async"}}).Value(), 1);
+  EXPECT_EQ(metrics_->federated_sync.straggler_moves.Add({{"direction", "to_async"}}).Value(), 1);
   // Round 3 expects a and b; c may push late. c is idle, so it was started too, with a longer
   // deadline.
   ASSERT_EQ(aggregator_.opened.size(), 3u);

@@ -350,8 +350,8 @@ TEST_F(DecentralizedTaskTest, ConnectionFailuresRetryThenRemoveTheFailingPeer) {
   EXPECT_THAT(fx.rounds_completed[0].participants(), ElementsAre("a", "b"));
   // x is synced before it takes part again.
   EXPECT_THAT(Kinds(fx, "x"), ElementsAre(kSyncFrom));
-  EXPECT_EQ(metrics_.decentralized_removed_peers.Value(), 1);
-  EXPECT_EQ(metrics_.decentralized_connection_retries.Value(), 2);
+  EXPECT_EQ(metrics_.decentralized.removed_peers.Value(), 1);
+  EXPECT_EQ(metrics_.decentralized.connection_retries.Value(), 2);
   // Round 2 has enough peers without x: it sits out one round, then is offered round 3.
   Send("x", Synced(1, "a", true));
   fx = Send("x", Held(1));
@@ -442,8 +442,8 @@ TEST_F(DecentralizedTaskTest, ProviderSelectionAndProviderFailure) {
   Send("d", Synced(1, "a", true));
   fx = Send("d", Held(1));
   EXPECT_THAT(Kinds(fx, "d"), ElementsAre(kRoundOpen));
-  EXPECT_EQ(metrics_.decentralized_sync_transfers.Value(), 1);
-  EXPECT_GE(metrics_.decentralized_sync_failures.Value(), 3);
+  EXPECT_EQ(metrics_.decentralized.sync_transfers.Value(), 1);
+  EXPECT_GE(metrics_.decentralized.sync_failures.Value(), 3);
   EXPECT_EQ(PeerState("c"), "syncing");
   EXPECT_EQ(PeerState("d"), "synced");
 }

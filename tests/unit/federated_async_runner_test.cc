@@ -264,8 +264,8 @@ TEST_F(FederatedAsyncRunnerTest, PushesAgainstTheVersionTrainedFromAndResetsToTh
   EXPECT_TRUE(peer.runner().Supersedes(TrainAsync(1)));
   EXPECT_THAT(EvaluatedVersions(peer.sent()), ElementsAre(1));
   EXPECT_EQ(peer.sent().size(), 1u);
-  EXPECT_EQ(peer.metrics().async_pushes_accepted.Value(), 3);
-  EXPECT_EQ(peer.metrics().async_versions_evaluated.Value(), 1);
+  EXPECT_EQ(peer.metrics().federated_async.pushes_accepted.Value(), 3);
+  EXPECT_EQ(peer.metrics().federated_async.versions_evaluated.Value(), 1);
   EXPECT_EQ(peer.metrics().rounds_abandoned.Value(), 0);
 }
 
@@ -298,8 +298,8 @@ TEST_F(FederatedAsyncRunnerTest, AStaleRefusalIsCountedAndTheLoopGoesOnFromTheNe
   EXPECT_THAT(Versions(aggregator.calls("GetModel")), ElementsAre(0, 2));
   EXPECT_THAT(EvaluatedVersions(peer.sent()), ElementsAre(2));
   for (const PeerMessage& m : peer.sent()) EXPECT_FALSE(m.has_error()) << m.DebugString();
-  EXPECT_EQ(peer.metrics().async_stale_refusals.Value(), 1);
-  EXPECT_EQ(peer.metrics().async_pushes_accepted.Value(), 1);
+  EXPECT_EQ(peer.metrics().federated_async.stale_refusals.Value(), 1);
+  EXPECT_EQ(peer.metrics().federated_async.pushes_accepted.Value(), 1);
 }
 
 TEST_F(FederatedAsyncRunnerTest, AModelPublishedDuringTrainingDoesNotStopIt) {
@@ -374,7 +374,7 @@ TEST_F(FederatedAsyncRunnerTest, TrainingAgainFromTheVersionJustPushedGivesWayTo
   tensor::FlatModel want = *reference->GetParameters();
   for (size_t i = 0; i < want.values.size(); ++i) want.values[i] -= v1.values[i];
   EXPECT_TRUE(SameBytes(pushes[1].delta, want));
-  EXPECT_EQ(peer.metrics().async_restarts.Value(), 1);
+  EXPECT_EQ(peer.metrics().federated_async.restarts.Value(), 1);
   EXPECT_EQ(peer.metrics().rounds_abandoned.Value(), 0);
   EXPECT_THAT(Versions(aggregator.calls("GetModel")), ElementsAre(0, 1));
   EXPECT_THAT(EvaluatedVersions(peer.sent()), ElementsAre(1));

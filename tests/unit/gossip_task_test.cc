@@ -28,7 +28,7 @@ class GossipTaskTest : public ::testing::Test {
     spec.set_round_batches(10);
     spec.set_batch_size(32);
     spec.set_min_participants(2);
-    task_ = MakeGossipTask(status_, metrics_);
+    task_ = MakeGossipTask(status_, {}, metrics_);
   }
 
   ModeEffects Add(const std::string& id) {
@@ -242,7 +242,7 @@ TEST_F(GossipTaskTest, ResumesAfterRestartWithFinishedPeers) {
   r1.set_round(1);
   r1.set_model_version(1);
   *status_.add_history() = r1;
-  task_ = MakeGossipTask(status_, metrics_);
+  task_ = MakeGossipTask(status_, {}, metrics_);
   Add("a");
   EXPECT_EQ(status_.model_version(), 1u);
   // a finished before the restart: its result is accepted before the start...

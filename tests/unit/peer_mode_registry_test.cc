@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "libs/common/clock.h"
 #include "libs/rpc/retry.h"
+#include "libs/task/task_mode.h"
 #include "libs/training/fashion_mnist.h"
 #include "libs/training/trainer.h"
 #include "services/aggregator/grpc_aggregator_client.h"
@@ -96,7 +97,7 @@ TEST_F(RegistryTest, EveryModeHasExactlyOneRunnerThatAcceptsOnlyItsOwnTasks) {
   const google::protobuf::EnumDescriptor* modes = common::v1::Mode_descriptor();
   std::set<common::v1::Mode> registered;
   for (const ModeEntry& entry : RegisteredModes()) {
-    EXPECT_TRUE(registered.insert(entry.mode).second) << "registered twice: " << entry.name;
+    EXPECT_TRUE(registered.insert(entry.mode).second) << "registered twice: " << entry.mode;
     EXPECT_EQ(FindMode(entry.mode), &entry);
   }
   for (int i = 0; i < modes->value_count(); ++i) {
@@ -116,8 +117,9 @@ TEST_F(RegistryTest, EveryModeHasExactlyOneRunnerThatAcceptsOnlyItsOwnTasks) {
     for (const ModeEntry& other : RegisteredModes()) {
       if (other.mode == mode) continue;
       absl::StatusOr<std::unique_ptr<ModeRunner>> wrong = entry->create(Deps(other.mode));
-      EXPECT_TRUE(absl::IsInvalidArgument(wrong.status())) << other.name;
-      EXPECT_THAT(wrong.status().message(), HasSubstr(entry->name)) << other.name;
+      EXPECT_TRUE(absl::IsInvalidArgument(wrong.status())) << other.mode;
+      EXPECT_THAT(wrong.status().message(), HasSubstr(task::FindModeDefinition(mode)->name))
+          << other.mode;
     }
   }
   EXPECT_EQ(registered.size(), static_cast<size_t>(modes->value_count() - 1));

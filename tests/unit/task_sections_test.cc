@@ -433,7 +433,7 @@ TEST(AggregationTaskTest, RulesNameTheFieldAndTheNumbers) {
       {"aggregation: centered-clipping\naggregation_options: {clip_radius: -1}\n",
        "aggregation_options.clip_radius: must be > 0, got -1"},
       {"mode: gossip\naggregation: median\n",
-       "aggregation: gossip mixes pairs of models and aggregates no rounds, so only mean"},
+       "aggregation: gossip aggregates no rounds, so only mean (the default) applies, got median"},
       {"mode: federated-async\nmin_participants: 5\naggregation: krum\n"
        "aggregation_options: {byzantine_peers: 1}\nasync: {buffer_size: 4}\n",
        "async.buffer_size: krum needs at least 5 updates per round (2f+3 with byzantine_peers f "
@@ -512,7 +512,7 @@ TEST(CompressionTaskTest, RulesNameTheField) {
       {"compression: topk\ntopk_split: halves\n",
        "topk_split: unknown value \"halves\" (expected per-tensor, equal)"},
       {"mode: gossip\ncompression: topk\n",
-       "this task's mode is gossip, whose peers exchange models (set compression: none)"},
+       "this task's mode is gossip, whose peers send no updates (set compression: none)"},
   };
   for (const auto& [text, message] : cases) {
     absl::StatusOr<TaskSpec> spec = ParseAndValidate("name: x\n" + text);

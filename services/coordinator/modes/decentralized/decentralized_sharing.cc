@@ -125,7 +125,7 @@ void DecentralizedTask::CheckReports(absl::Time now, ModeEffects& fx) {
   if (round_.retries < max_retry_) {
     ++round_.retries;
     ++round_.total_retries;
-    metrics_.decentralized_connection_retries.Increment();
+    metrics_.decentralized.connection_retries.Increment();
     LogWarning("task ", task_, ": round ", round_.number, ": ", failed.size(),
                " connections failed, retry ", round_.retries, " of ", max_retry_);
     SendPeerLists(/*sharing=*/false, now, fx);
@@ -148,7 +148,7 @@ void DecentralizedTask::RemoveFromRound(const std::set<std::string>& ids, const 
     round_.excluded.insert(id);
     round_.dropped.insert(id);
     round_.removed.push_back(id);
-    metrics_.decentralized_removed_peers.Increment();
+    metrics_.decentralized.removed_peers.Increment();
     PeerState& p = peers_[id];
     p.strikes = std::min<uint32_t>(p.strikes + 1, 5);
     p.sit_out_until = round_.number + (uint64_t{1} << (p.strikes - 1));

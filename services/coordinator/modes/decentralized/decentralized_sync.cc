@@ -59,8 +59,8 @@ absl::Status DecentralizedTask::OnSyncDone(const std::string& id, const v1::Sync
   }
   const absl::Duration took =
       m.duration_ms() > 0 ? absl::Milliseconds(m.duration_ms()) : now - it->second.started;
-  metrics_.decentralized_sync_transfers.Increment();
-  metrics_.decentralized_sync_duration.Observe(absl::ToDoubleSeconds(took));
+  metrics_.decentralized.sync_transfers.Increment();
+  metrics_.decentralized.sync_duration.Observe(absl::ToDoubleSeconds(took));
   LogInfo("task ", task_, ": peer ", id, " synced round ", m.round(), " from ", m.provider(),
           " in ", absl::FormatDuration(took), " (", m.bytes(), " bytes)");
   syncs_.erase(it);
@@ -118,7 +118,7 @@ void DecentralizedTask::FailSync(const std::string& id, const std::string& why, 
   auto it = syncs_.find(id);
   if (it == syncs_.end()) return;
   LogWarning("task ", task_, ": model sync of peer ", id, " failed: ", why);
-  metrics_.decentralized_sync_failures.Increment();
+  metrics_.decentralized.sync_failures.Increment();
   it->second.failed.insert(it->second.provider);
   it->second.provider.clear();
   StartSync(id, now, fx);

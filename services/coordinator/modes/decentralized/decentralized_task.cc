@@ -239,7 +239,7 @@ absl::Status DecentralizedTask::OnJoinRound(const std::string& id, const v1::Joi
       offered != round_.offered.end() ? offered->second : round_.opened + round_deadline_;
   round_.dropped.erase(id);
   ++round_.joins;
-  metrics_.decentralized_joins.Increment();
+  metrics_.decentralized.joins.Increment();
   return absl::OkStatus();
 }
 
@@ -406,7 +406,7 @@ void DecentralizedTask::CompleteRound(absl::Time now, ModeEffects& fx) {
   if (digests.size() > 1) {
     LogWarning("task ", task_, ": round ", r, ": participants hold ", digests.size(),
                " different averaged models");
-    metrics_.decentralized_digest_mismatches.Increment();
+    metrics_.decentralized.digest_mismatches.Increment();
   }
   summary.set_model_digest(digest);
   summary.set_joins(round_.joins);
@@ -417,8 +417,8 @@ void DecentralizedTask::CompleteRound(absl::Time now, ModeEffects& fx) {
   const absl::Duration overhead = now - round_.first_ready.value_or(now);
   summary.set_overhead_ms(absl::ToInt64Milliseconds(overhead));
   fx.rounds_completed.push_back(summary);
-  metrics_.decentralized_round_participants.Set(static_cast<double>(round_.participants.size()));
-  metrics_.decentralized_round_overhead.Observe(absl::ToDoubleSeconds(overhead));
+  metrics_.decentralized.round_participants.Set(static_cast<double>(round_.participants.size()));
+  metrics_.decentralized.round_overhead.Observe(absl::ToDoubleSeconds(overhead));
   LogInfo("task ", task_, ": round ", r, " complete: ", round_.participants.size(),
           " participants, ", samples, " samples, loss ", summary.mean_train_loss(), ", overhead ",
           absl::FormatDuration(overhead));
@@ -472,7 +472,7 @@ void DecentralizedTask::DropFromRound(const std::string& id, absl::Time now, Mod
   round_.offered.erase(id);
   if (!InRound(id)) return;
   ++round_.leaves;
-  metrics_.decentralized_leaves.Increment();
+  metrics_.decentralized.leaves.Increment();
   round_.joined.erase(id);
   round_.ready.erase(id);
   round_.dropped.insert(id);
@@ -580,6 +580,12 @@ void DecentralizedTask::Publish(const std::string& before, v1::TaskStatus& statu
     progress->set_model_round(p.model_round);
   }
   if (!fx.rounds_completed.empty() || status.SerializeAsString() != before) fx.changed = true;
+}
+
+std::unique_ptr<ModeTask> MakeDecentralizedTask(const v1::TaskStatus& status,
+                                                const ModeOptions& options,
+                                                CoordinatorMetrics& metrics) {
+  return std::make_unique<DecentralizedTask>(status, metrics, options.final_eval_timeout);
 }
 
 }  // namespace shoal::coordinator

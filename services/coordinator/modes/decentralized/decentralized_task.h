@@ -172,4 +172,9 @@ class DecentralizedTask final : public ModeTask {
   bool finished_ = false;
 };
 
+// The mode registry's factory (services/coordinator/mode_registry.cc).
+std::unique_ptr<ModeTask> MakeDecentralizedTask(const v1::TaskStatus& status,
+                                                const ModeOptions& options,
+                                                CoordinatorMetrics& metrics);
+
 }  // namespace shoal::coordinator

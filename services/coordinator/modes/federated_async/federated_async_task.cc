@@ -255,4 +255,10 @@ void FederatedAsyncTask::PublishPeers(v1::TaskStatus& status) const {
   }
 }
 
+std::unique_ptr<ModeTask> MakeFederatedAsyncTask(const v1::TaskStatus& status,
+                                                 const ModeOptions& options,
+                                                 CoordinatorMetrics& metrics) {
+  return std::make_unique<FederatedAsyncTask>(status, options, metrics);
+}
+
 }  // namespace shoal::coordinator

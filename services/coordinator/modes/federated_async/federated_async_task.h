@@ -73,4 +73,9 @@ class FederatedAsyncTask final : public AggregatorModeTask {
   std::map<std::string, uint64_t> contributions_;  // peer -> updates in published versions
 };
 
+// The mode registry's factory (services/coordinator/mode_registry.cc).
+std::unique_ptr<ModeTask> MakeFederatedAsyncTask(const v1::TaskStatus& status,
+                                                 const ModeOptions& options,
+                                                 CoordinatorMetrics& metrics);
+
 }  // namespace shoal::coordinator

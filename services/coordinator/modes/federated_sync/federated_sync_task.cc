@@ -327,7 +327,8 @@ void FederatedSyncTask::JudgePace(v1::TaskStatus& status) {
     LogInfo("task ", task_, ": peer ", move.peer,
             move.to_async ? " moves to asynchronous contribution: " : " holds the rounds again: ",
             move.why);
-    metrics_.straggler_moves.Add({{"direction", move.to_async ? "to_async" : "to_sync"}})
+    metrics_.federated_sync.straggler_moves
+        .Add({{"direction", move.to_async ? "to_async" : "to_sync"}})
         .Increment();
     if (!move.to_async) busy_.erase(move.peer);
   }
@@ -408,6 +409,12 @@ void FederatedSyncTask::OnClosed(const WorkResult& result, absl::Time now, v1::T
   } else {
     status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
   }
+}
+
+std::unique_ptr<ModeTask> MakeFederatedSyncTask(const v1::TaskStatus& status,
+                                                const ModeOptions& options,
+                                                CoordinatorMetrics& metrics) {
+  return std::make_unique<FederatedSyncTask>(status, options, metrics);
 }
 
 }  // namespace shoal::coordinator

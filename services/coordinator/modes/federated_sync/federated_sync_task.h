@@ -110,4 +110,9 @@ class FederatedSyncTask final : public AggregatorModeTask {
   std::map<std::string, absl::Duration> late_times_;
 };
 
+// The mode registry's factory (services/coordinator/mode_registry.cc).
+std::unique_ptr<ModeTask> MakeFederatedSyncTask(const v1::TaskStatus& status,
+                                                const ModeOptions& options,
+                                                CoordinatorMetrics& metrics);
+
 }  // namespace shoal::coordinator

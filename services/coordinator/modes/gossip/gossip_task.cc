@@ -331,6 +331,7 @@ class GossipTask final : public ModeTask {
 }  // namespace
 
 std::unique_ptr<ModeTask> MakeGossipTask(const v1::TaskStatus& status,
+                                         const ModeOptions& /*options*/,
                                          CoordinatorMetrics& metrics) {
   return std::make_unique<GossipTask>(status, metrics);
 }

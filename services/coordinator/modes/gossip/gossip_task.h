@@ -16,6 +16,8 @@ namespace shoal::coordinator {
 // steps ("round" r = every member did r x round_batches steps). The task completes when every
 // current member sent GossipProgress{done} and its EvalReport. Phase GOSSIPING, then EVALUATING.
 // Not thread-safe: driven by CoordinatorCore under its lock.
-std::unique_ptr<ModeTask> MakeGossipTask(const v1::TaskStatus& status, CoordinatorMetrics& metrics);
+// The mode registry's factory (services/coordinator/mode_registry.cc); gossip has no options.
+std::unique_ptr<ModeTask> MakeGossipTask(const v1::TaskStatus& status, const ModeOptions& options,
+                                         CoordinatorMetrics& metrics);
 
 }  // namespace shoal::coordinator

@@ -143,14 +143,14 @@ void DecentralizedRunner::Handle(const CoordinatorEvent& e,
       HandleRoundOpen(e.round_open(), keep_going);
       break;
     case CoordinatorEvent::kJoinRefused:
-      metrics_.rounds_refused.Increment();
+      metrics_.decentralized.rounds_refused.Increment();
       DropCompletedRoundBefore(e.join_refused().round());
       if (round_ && round_->round <= e.join_refused().round()) {
         AbandonRound(absl::StrCat("join refused: ", e.join_refused().reason()));
       }
       break;
     case CoordinatorEvent::kConnectionFailed:
-      metrics_.rounds_refused.Increment();
+      metrics_.decentralized.rounds_refused.Increment();
       DropCompletedRoundBefore(e.connection_failed().round());
       if (round_ && round_->round <= e.connection_failed().round()) {
         AbandonRound(
@@ -262,7 +262,7 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
   PeerMessage join;
   join.mutable_join_round()->set_round(r);
   Send(join);
-  metrics_.rounds_joined.Increment();
+  metrics_.decentralized.rounds_joined.Increment();
   // The previous round's evaluation, deferred so that JoinRound went out first.
   RunPendingEval();
 

@@ -125,7 +125,7 @@ void DecentralizedRunner::HandlePeerList(const coordinator::v1::PeerList& m,
     if (!reachable[i]) unreachable.push_back(others[i]->peer_id());
   }
   std::sort(unreachable.begin(), unreachable.end());
-  metrics_.probes_failed.Increment(static_cast<double>(unreachable.size()));
+  metrics_.decentralized.probes_failed.Increment(static_cast<double>(unreachable.size()));
   LogInfo("task ", task_, " round ", m.round(), " attempt ", m.attempt(), ": reached ",
           others.size() - unreachable.size(), " of ", others.size(),
           " participants (unreachable: ", Names(unreachable), ")");
@@ -278,7 +278,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
     return;
   }
   for (const ExcludedUpdate& x : aggregate->excluded) {
-    metrics_.updates_excluded.Increment();
+    metrics_.decentralized.updates_excluded.Increment();
     LogWarning("task ", task_, " round ", round, ": left the update of ", x.peer_id,
                " out of the aggregate: ", x.reason);
   }
@@ -304,7 +304,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
   global.loss = round_->train_loss;
   snapshots_.Publish(std::move(global));
   const double seconds = absl::ToDoubleSeconds(clock_.Now() - start);
-  metrics_.sharing_duration.Observe(seconds);
+  metrics_.decentralized.sharing_duration.Observe(seconds);
   metrics_.rounds_completed.Increment();
   LogInfo(absl::StrFormat(
       "task %s round %d attempt %d: aggregated %d updates with %s (%s; %d samples; left out: "
@@ -355,7 +355,7 @@ void DecentralizedRunner::HandleSyncFrom(const coordinator::v1::SyncFrom& m,
   absl::Status s = received.status();
   if (s.ok()) s = trainer_.SetParameters(received->model);
   if (!s.ok()) {
-    metrics_.sync_failures.Increment();
+    metrics_.decentralized.sync_failures.Increment();
     LogWarning("task ", task_, ": model sync from ", m.provider().peer_id(),
                " failed: ", s.message());
     done->set_ok(false);
@@ -386,7 +386,7 @@ void DecentralizedRunner::HandleSyncFrom(const coordinator::v1::SyncFrom& m,
   global.num_samples = received->meta.num_samples();
   snapshots_.Publish(std::move(global));
   snapshots_.Clear(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
-  metrics_.sync_transfers.Increment();
+  metrics_.decentralized.sync_transfers.Increment();
   const int64_t ms = absl::ToInt64Milliseconds(clock_.Now() - start);
   LogInfo(
       absl::StrFormat("task %s: synced the model of round %d from %s (%d bytes, %d ms, digest "

@@ -214,7 +214,7 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Iterate(
   peer_.Trained();
   if (!stats.ok()) {
     if (absl::IsCancelled(stats.status()) && keep_going()) {
-      metrics_.async_restarts.Increment();
+      metrics_.federated_async.restarts.Increment();
       LogInfo("task ", task_, ": version ", NewestPublished(),
               " is out: training from it instead of again from version ", version);
       return Outcome::kNewerVersion;
@@ -264,7 +264,7 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Push(
         return aggregator_.PushUpdate(address, meta, delta, deadline);  // shared, no copy
       });
   if (pushed.ok()) {
-    metrics_.async_pushes_accepted.Increment();
+    metrics_.federated_async.pushes_accepted.Increment();
     metrics_.bytes_sent.Increment(static_cast<double>(delta->payload_bytes()));
     metrics_.update_bytes_sent.Increment(static_cast<double>(delta->payload_bytes()));
     metrics_.update_bytes_raw.Increment(static_cast<double>(delta->layout.total_bytes()));
@@ -279,7 +279,7 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Push(
   }
   const absl::Status& s = pushed.status();
   if (absl::IsFailedPrecondition(s)) {
-    metrics_.async_stale_refusals.Increment();
+    metrics_.federated_async.stale_refusals.Increment();
     LogInfo("task ", task_, ": push trained from version ", version,
             " refused, going on from the newest version: ", s.message());
     return Outcome::kRefused;
@@ -314,7 +314,7 @@ void FederatedAsyncRunner::MaybeEvaluate(uint64_t version) {
     return;
   }
   last_evaluated_ = version;
-  metrics_.async_versions_evaluated.Increment();
+  metrics_.federated_async.versions_evaluated.Increment();
   metrics_.test_accuracy.Set(eval->accuracy());
   LogInfo(absl::StrFormat("task %s: model version %d test accuracy %.4f (%d/%d)", task_, version,
                           eval->accuracy(), eval->correct, eval->total));

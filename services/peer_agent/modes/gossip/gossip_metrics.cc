@@ -1,4 +1,4 @@
-#include "services/peer_agent/gossip_metrics.h"
+#include "services/peer_agent/modes/gossip/gossip_metrics.h"
 
 #include <string>
 
