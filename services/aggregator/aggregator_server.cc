@@ -18,6 +18,27 @@ namespace {
 // How long a federated-async tree node's aggregate may take to reach its parent.
 constexpr absl::Duration kForwardTimeout = absl::Minutes(1);
 
+// A federated-async tree node's aggregates go to its parent with PushPartial (round 0), over the
+// client that sends child rounds' partial sums, with this aggregator's certificate.
+class GrpcParentLink final : public ParentLink {
+ public:
+  GrpcParentLink(AggregatorClient& parents, AggregatorMetrics& metrics)
+      : parents_(parents), metrics_(metrics) {}
+
+  absl::Status Send(const v1::ParentRound& parent, const PartialResult& aggregate) override {
+    const absl::string_view bytes = PartialBytes(aggregate.sum);
+    absl::StatusOr<bool> sent =
+        parents_.PushPartial(parent.address(), PartialMetaFor(aggregate, parent.child()), bytes,
+                             absl::Now() + kForwardTimeout);
+    if (sent.ok()) metrics_.bytes_sent.Increment(static_cast<double>(bytes.size()));
+    return sent.status();
+  }
+
+ private:
+  AggregatorClient& parents_;
+  AggregatorMetrics& metrics_;
+};
+
 }  // namespace
 
 absl::Status AggregatorOptions::Validate() const {
@@ -80,16 +101,8 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   // aggregator's certificate.
   self->parents_ = std::make_unique<GrpcAggregatorClient>(self->channel_credentials_);
   // A federated-async tree node's full buffers go to its parent the same way (round 0).
-  self->core_->SetForwarder(
-      [parents = self->parents_.get(), metrics = self->aggregator_metrics_.get()](
-          const v1::ParentRound& parent, const PartialResult& aggregate) {
-        const absl::string_view bytes = PartialBytes(aggregate.sum);
-        absl::StatusOr<bool> sent =
-            parents->PushPartial(parent.address(), PartialMetaFor(aggregate, parent.child()), bytes,
-                                 absl::Now() + kForwardTimeout);
-        if (sent.ok()) metrics->bytes_sent.Increment(static_cast<double>(bytes.size()));
-        return sent.status();
-      });
+  self->parent_link_ = std::make_unique<GrpcParentLink>(*self->parents_, *self->aggregator_metrics_);
+  self->core_->SetParentLink(self->parent_link_.get());
   self->service_ = std::make_unique<AggregatorServiceImpl>(
       AggregatorServiceOptions{core_options.limits}, *self->core_, *self->executor_,
       *self->aggregator_metrics_, *self->parents_);
@@ -228,6 +241,9 @@ void AggregatorServer::Shutdown() {
   if (registration_.joinable()) registration_.join();
   if (server_ != nullptr) server_->Shutdown(options_.shutdown_grace);
   if (executor_ != nullptr) executor_->Shutdown();
+  // No fold runs any more: what is left for a parent is sent (or given up on) while the link
+  // is still there.
+  if (core_ != nullptr) core_->AwaitTransfers();
 }
 
 }  // namespace shoal::aggregator

@@ -86,6 +86,7 @@ class AggregatorServer {
   std::unique_ptr<AggregatorCore> core_;
   std::unique_ptr<ThreadPool> executor_;
   std::unique_ptr<GrpcAggregatorClient> parents_;  // sends child rounds' partial sums
+  std::unique_ptr<ParentLink> parent_link_;         // over parents_: federated-async aggregates
   std::unique_ptr<AggregatorServiceImpl> service_;
   // Relays for peers behind NAT: their streams, and the PeerService others reach them at.
   std::unique_ptr<RelayHub> relay_hub_;
