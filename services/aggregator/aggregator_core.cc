@@ -45,6 +45,9 @@ AggregatorCore::~AggregatorCore() {
 
 namespace {
 
+// How long one try to send an aggregate to a parent may take.
+constexpr absl::Duration kTransferTimeout = absl::Minutes(1);
+
 // What a request about a task with no session yet is answered.
 absl::Status NotOpen(uint64_t round, const std::string& task) {
   return absl::NotFoundError(absl::StrCat(RoundLabel(round, task), " is not open"));
@@ -292,7 +295,7 @@ void AggregatorCore::SendToParent(const v1::ParentRound& parent, const PartialRe
   constexpr int kAttempts = 3;
   absl::Status sent = absl::FailedPreconditionError("no parent link is set");
   for (int attempt = 1; parent_link_ != nullptr; ++attempt) {
-    sent = parent_link_->Send(parent, aggregate);
+    sent = parent_link_->Send(parent, aggregate, absl::Now() + kTransferTimeout);
     if (sent.ok() || attempt == kAttempts ||
         (!absl::IsUnavailable(sent) && !absl::IsResourceExhausted(sent) &&
          !absl::IsDeadlineExceeded(sent) && !absl::IsAborted(sent))) {

@@ -9,37 +9,10 @@
 #include "libs/common/log.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status.h"
-#include "services/aggregator/partial_wire.h"
+#include "services/aggregator/grpc_parent_link.h"
 #include "shoal/coordinator/v1/registry.grpc.pb.h"
 
 namespace shoal::aggregator {
-namespace {
-
-// How long a federated-async tree node's aggregate may take to reach its parent.
-constexpr absl::Duration kForwardTimeout = absl::Minutes(1);
-
-// A federated-async tree node's aggregates go to its parent with PushPartial (round 0), over the
-// client that sends child rounds' partial sums, with this aggregator's certificate.
-class GrpcParentLink final : public ParentLink {
- public:
-  GrpcParentLink(AggregatorClient& parents, AggregatorMetrics& metrics)
-      : parents_(parents), metrics_(metrics) {}
-
-  absl::Status Send(const v1::ParentRound& parent, const PartialResult& aggregate) override {
-    const absl::string_view bytes = PartialBytes(aggregate.sum);
-    absl::StatusOr<bool> sent =
-        parents_.PushPartial(parent.address(), PartialMetaFor(aggregate, parent.child()), bytes,
-                             absl::Now() + kForwardTimeout);
-    if (sent.ok()) metrics_.bytes_sent.Increment(static_cast<double>(bytes.size()));
-    return sent.status();
-  }
-
- private:
-  AggregatorClient& parents_;
-  AggregatorMetrics& metrics_;
-};
-
-}  // namespace
 
 absl::Status AggregatorOptions::Validate() const {
   if (auto s = ParseHostPort(listen, "--listen"); !s.ok()) return s.status();
@@ -97,15 +70,14 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   if (!credentials->secure()) {
     LogWarning("--insecure: PLAINTEXT gRPC without authentication; use only on a trusted network");
   }
-  // A child round's partial sum goes to its parent aggregator over this client, with this
-  // aggregator's certificate.
+  // The parent aggregator of a tree node: its models come over this client, its partial sums go
+  // up over the link (a child round's at CloseRound, a federated-async node's full buffers).
   self->parents_ = std::make_unique<GrpcAggregatorClient>(self->channel_credentials_);
-  // A federated-async tree node's full buffers go to its parent the same way (round 0).
   self->parent_link_ = std::make_unique<GrpcParentLink>(*self->parents_, *self->aggregator_metrics_);
   self->core_->SetParentLink(self->parent_link_.get());
   self->service_ = std::make_unique<AggregatorServiceImpl>(
       AggregatorServiceOptions{core_options.limits}, *self->core_, *self->executor_,
-      *self->aggregator_metrics_, *self->parents_);
+      *self->aggregator_metrics_, *self->parents_, *self->parent_link_);
   self->relay_hub_ = std::make_unique<RelayHub>(RelayHub::Options{}, *self->aggregator_metrics_);
   self->relay_service_ = std::make_unique<RelayServiceImpl>(*self->relay_hub_);
   self->relay_peer_service_ = std::make_unique<RelayPeerServiceImpl>(*self->relay_hub_);

@@ -167,7 +167,7 @@ void CheckLatest(const AggregatorCore& core, const State& state) {
 class FuzzParent final : public ParentLink {
  public:
   explicit FuzzParent(bool accept) : accept_(accept) {}
-  absl::Status Send(const v1::ParentRound&, const PartialResult& aggregate) override {
+  absl::Status Send(const v1::ParentRound&, const PartialResult& aggregate, absl::Time) override {
     absl::MutexLock lock(&mu_);
     forwarded_.push_back(aggregate);
     return accept_ ? absl::OkStatus() : absl::FailedPreconditionError("refused");

@@ -435,7 +435,8 @@ TEST_F(AggregatorBufferTest, ChildAggregatesAreMergedNotReplacedAndRetriesCountO
 // A parent that records what it is sent (on the core's transfer thread).
 class RecordingParent final : public ParentLink {
  public:
-  absl::Status Send(const v1::ParentRound& parent, const PartialResult& partial) override {
+  absl::Status Send(const v1::ParentRound& parent, const PartialResult& partial,
+                    absl::Time) override {
     absl::MutexLock lock(&mu_);
     children_.push_back(parent.child());
     sent_.push_back(partial);
