@@ -493,5 +493,57 @@ TEST_F(AggregatorBufferTest, AChildForwardsFullBuffersAndKeepsItsUpdatesAcrossPu
   for (float v : sent[1].sum.sum) EXPECT_NEAR(v, (0.5f * 1.0f + 3.0f) / 2, 1e-4);
 }
 
+// A parent that answers only when the test lets it: the pushes that fill the buffer return
+// (their folds are done) while the aggregate waits on the transfer thread.
+class HeldParent final : public ParentLink {
+ public:
+  absl::Status Send(const v1::ParentRound&, const PartialResult&, absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    ++started_;
+    // Bounded: a core that sent on the fold thread fails the test below instead of hanging.
+    mu_.AwaitWithTimeout(absl::Condition(&released_), absl::Seconds(10));
+    ++sent_;
+    return absl::OkStatus();
+  }
+  int Started() {
+    absl::MutexLock lock(&mu_);
+    return started_;
+  }
+  int Sent() {
+    absl::MutexLock lock(&mu_);
+    return sent_;
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    released_ = true;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+  int started_ ABSL_GUARDED_BY(mu_) = 0;
+  int sent_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+TEST_F(AggregatorBufferTest, ASlowParentHoldsUpNoFold) {
+  HeldParent parent;
+  core_->SetParentLink(&parent);
+  PutBase();
+  OpenBufferParams params = Params(1);
+  params.parent.set_address("127.0.0.1:1");
+  params.parent.set_child("c1");
+  OpenBuffer(params);
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(PushModel(Async("a", 1, 0), Filled([](size_t) { return 2.0f; })).ok());
+  ASSERT_TRUE(PushModel(Async("b", 1, 0), Filled([](size_t) { return 4.0f; })).ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the pushes waited for the parent";
+  EXPECT_EQ(parent.Sent(), 0) << "both aggregates still wait for the parent";
+  parent.Release();
+  core_->AwaitTransfers();
+  EXPECT_EQ(parent.Started(), 2);
+  EXPECT_EQ(parent.Sent(), 2);
+  EXPECT_EQ(metrics_->partials_forwarded.Value(), 2);
+}
+
 }  // namespace
 }  // namespace shoal::aggregator
