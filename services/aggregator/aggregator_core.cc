@@ -1,5 +1,5 @@
-// AggregatorCore: options, models, members, watches, staging and the push pipeline. Rounds are
-// in aggregator_rounds.cc, the federated-async buffer in aggregator_buffer.cc.
+// AggregatorCore: models, members, watches, staging and the push pipeline; whatever concerns
+// aggregating goes to the task's session (sessions/).
 
 #include "services/aggregator/aggregator_core.h"
 
@@ -10,119 +10,9 @@
 #include "absl/strings/str_join.h"
 #include "libs/aggregation/update_validation.h"
 #include "libs/common/escape.h"
-#include "services/aggregator/aggregator_core_internal.h"
+#include "libs/common/log.h"
 
 namespace shoal::aggregator {
-
-std::string TaskLabel(const std::string& task) {
-  return absl::StrCat("task '", EscapeBytes(task), "'");
-}
-
-absl::Status CheckBaseIsLatest(const AggregatorCore::Task& task, const std::string& name,
-                               uint64_t base_version) {
-  if (task.versions.count(base_version) == 0) {
-    return absl::FailedPreconditionError(absl::StrCat("base version ", base_version, " of ",
-                                                      TaskLabel(name), " is not held (latest is ",
-                                                      task.latest, ")"));
-  }
-  if (base_version != task.latest) {
-    return absl::FailedPreconditionError(absl::StrCat("base version ", base_version, " of ",
-                                                      TaskLabel(name), " is not the latest (",
-                                                      task.latest, ")"));
-  }
-  return absl::OkStatus();
-}
-
-PushMeta PushMeta::From(const v1::UpdateMeta& m, std::string caller_identity) {
-  PushMeta meta{m.task(),        m.round(),      m.peer_id(),       m.base_version(),
-                m.num_samples(), m.train_loss(), m.session_token(), std::move(caller_identity)};
-  meta.train_ms = m.train_ms();
-  meta.replicated_by = m.replicated_by();
-  return meta;
-}
-
-v1::UpdateMeta PushMeta::ToProto() const {
-  v1::UpdateMeta m;
-  m.set_task(task);
-  m.set_round(round);
-  m.set_peer_id(peer_id);
-  m.set_base_version(base_version);
-  m.set_num_samples(num_samples);
-  m.set_train_loss(train_loss);
-  m.set_session_token(session_token);
-  m.set_train_ms(train_ms);
-  m.set_replicated_by(replicated_by);
-  return m;
-}
-
-OpenRoundParams OpenRoundParams::From(const v1::OpenRoundRequest& request) {
-  OpenRoundParams params;
-  params.task = request.task();
-  params.round = request.round();
-  params.base_version = request.base_version();
-  params.expected_peers.assign(request.expected_peers().begin(), request.expected_peers().end());
-  params.max_update_norm = request.max_update_norm();
-  params.aggregation = request.aggregation();
-  params.late_peers.assign(request.late_peers().begin(), request.late_peers().end());
-  params.late_staleness = request.late_staleness();
-  params.expected_children.assign(request.expected_children().begin(),
-                                  request.expected_children().end());
-  params.parent = request.parent();
-  params.backups.assign(request.backups().begin(), request.backups().end());
-  params.standby_for = request.standby_for();
-  params.replica_id = request.replica_id();
-  for (const v1::ChildBackup& b : request.child_backups()) {
-    params.child_backups.emplace_back(b.child(), b.backup());
-  }
-  params.dp = request.dp();
-  return params;
-}
-
-OpenBufferParams OpenBufferParams::From(const v1::OpenBufferRequest& request) {
-  OpenBufferParams params;
-  params.task = request.task();
-  params.base_version = request.base_version();
-  params.async = request.async();
-  params.aggregation = request.aggregation();
-  params.max_update_norm = request.max_update_norm();
-  params.last_version = request.last_version();
-  params.parent = request.parent();
-  params.children.assign(request.children().begin(), request.children().end());
-  return params;
-}
-
-v1::CloseRoundResponse RoundResult::ToProto() const {
-  v1::CloseRoundResponse response;
-  response.set_version(version);
-  for (const auto& peer : contributors) response.add_contributors(peer);
-  response.set_num_samples(num_samples);
-  response.set_mean_train_loss(mean_train_loss);
-  response.set_digest_xxh3(digest);
-  response.set_note(note);
-  response.set_model_bytes(model_bytes);
-  return response;
-}
-
-absl::Status AggregatorCoreOptions::Validate() const {
-  if (max_concurrent_pushes < 1 || max_concurrent_pushes > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_concurrent_pushes must be in [1, 1024], got ", max_concurrent_pushes));
-  }
-  if (versions_kept < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("versions_kept must be >= 2, got ", versions_kept));
-  }
-  if (fold_threads < 1 || fold_threads > 64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("fold_threads must be in [1, 64], got ", fold_threads));
-  }
-  if (closed_rounds_kept < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("closed_rounds_kept must be >= 1, got ", closed_rounds_kept));
-  }
-  if (max_buffer_bytes < 1) return absl::InvalidArgumentError("max_buffer_bytes must be >= 1");
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::unique_ptr<AggregatorCore>> AggregatorCore::Create(
     AggregatorCoreOptions options, const Clock& clock, AggregatorMetrics& metrics) {
@@ -131,11 +21,15 @@ absl::StatusOr<std::unique_ptr<AggregatorCore>> AggregatorCore::Create(
   return std::unique_ptr<AggregatorCore>(new AggregatorCore(std::move(options), clock, metrics));
 }
 
+// One transfer thread: a tree node has one parent, and its aggregates go there in order. The
+// queue holds a few aggregates (each one model); more wait in the folds that made them.
 AggregatorCore::AggregatorCore(AggregatorCoreOptions options, const Clock& clock,
                                AggregatorMetrics& metrics)
-    : options_(std::move(options)), clock_(clock), metrics_(metrics) {}
+    : SessionHost(std::move(options), clock, metrics),
+      transfers_(std::make_unique<ThreadPool>(1, 1024)) {}
 
 AggregatorCore::~AggregatorCore() {
+  transfers_.reset();  // sends what is queued, then joins
   {
     // The watch streams are done by now (their server has shut down): their last Unwatch is
     // ordered before this by gRPC's own atomics, which ThreadSanitizer does not see; the lock
@@ -145,30 +39,49 @@ AggregatorCore::~AggregatorCore() {
   }
   absl::MutexLock lock(&mu_);
   for (const auto& [name, task] : tasks_) {
-    if (task->buffer != nullptr) {
-      metrics_.buffered_updates.Decrement(static_cast<double>(task->buffer->size()));
-    }
+    if (task->session != nullptr) task->session->Abandon();
   }
 }
 
-std::shared_ptr<AggregatorCore::Task> AggregatorCore::FindTask(const std::string& task) const {
+namespace {
+
+// How long one try to send an aggregate to a parent may take.
+constexpr absl::Duration kTransferTimeout = absl::Minutes(1);
+
+// What a request about a task with no session yet is answered.
+absl::Status NotOpen(uint64_t round, const std::string& task) {
+  return absl::NotFoundError(absl::StrCat(RoundLabel(round, task), " is not open"));
+}
+absl::Status NothingOpen(const std::string& task) {
+  return absl::FailedPreconditionError(
+      absl::StrCat(TaskLabel(task), " has no round or federated-async buffer open"));
+}
+
+}  // namespace
+
+std::shared_ptr<TaskState> AggregatorCore::FindTask(const std::string& task) const {
   auto it = tasks_.find(task);
   return it == tasks_.end() ? nullptr : it->second;
 }
 
-void AggregatorCore::EvictOldVersions(Task& task) {
+absl::Status AggregatorCore::FindSession(const std::string& name,
+                                         std::shared_ptr<TaskState>& task,
+                                         std::shared_ptr<AggregationSession>& session,
+                                         absl::Status none) const {
+  absl::ReaderMutexLock lock(&mu_);
+  task = FindTask(name);
+  if (task == nullptr) return absl::NotFoundError(absl::StrCat("unknown ", TaskLabel(name)));
+  session = task->session;
+  return session == nullptr ? none : absl::OkStatus();
+}
+
+void AggregatorCore::EvictOldVersions(TaskState& task) {
   while (task.versions.size() > static_cast<size_t>(options_.versions_kept)) {
     task.versions.erase(task.versions.begin());
   }
 }
 
-void AggregatorCore::AbandonRound(Task& task) {
-  if (task.round && task.round->state == Round::State::kOpen) {
-    task.round->state = Round::State::kAbandoned;
-  }
-}
-
-std::vector<float> AggregatorCore::TakeEvictedBuffer(Task& task, uint64_t keep,
+std::vector<float> AggregatorCore::TakeEvictedBuffer(TaskState& task, uint64_t keep,
                                                      const tensor::ModelLayout& layout) {
   if (task.versions.size() < static_cast<size_t>(options_.versions_kept)) return {};
   auto oldest = task.versions.begin();
@@ -183,10 +96,10 @@ std::vector<float> AggregatorCore::TakeEvictedBuffer(Task& task, uint64_t keep,
   return values;
 }
 
-void AggregatorCore::PublishVersion(Task& task, uint64_t version,
+void AggregatorCore::PublishVersion(TaskState& task, uint64_t version,
                                     std::shared_ptr<const tensor::FlatModel> model,
                                     uint64_t digest) {
-  task.versions[version] = Task::Version{std::move(model), digest};
+  task.versions[version] = TaskState::Version{std::move(model), digest};
   task.latest = version;
   EvictOldVersions(task);
   metrics_.model_version.Set(static_cast<double>(version));
@@ -205,11 +118,11 @@ absl::StatusOr<PutResult> AggregatorCore::PutModel(const std::string& name, uint
   // Held as const, created mutable: publishing may recycle an evicted version's buffer.
   std::shared_ptr<const tensor::FlatModel> shared =
       std::make_shared<tensor::FlatModel>(std::move(model));
-  std::shared_ptr<UpdateBuffer> dropped;  // freed outside the lock
+  std::shared_ptr<AggregationSession> dropped;  // freed outside the lock
   absl::MutexLock lock(&mu_);
-  std::shared_ptr<Task>& task = tasks_[name];
+  std::shared_ptr<TaskState>& task = tasks_[name];
   if (task == nullptr) {
-    task = std::make_shared<Task>();
+    task = std::make_shared<TaskState>();
     task->name = name;
   }
   if (!task->versions.empty()) {
@@ -218,7 +131,7 @@ absl::StatusOr<PutResult> AggregatorCore::PutModel(const std::string& name, uint
                                                         task->latest, ", newer than ", version));
     }
     if (version == task->latest) {
-      const Task::Version& held = task->versions.at(version);
+      const TaskState::Version& held = task->versions.at(version);
       if (held.digest == digest && held.model->layout == shared->layout) {
         return PutResult{version, digest};
       }
@@ -227,16 +140,17 @@ absl::StatusOr<PutResult> AggregatorCore::PutModel(const std::string& name, uint
     }
   }
   PublishVersion(*task, version, std::move(shared), digest);
-  AbandonRound(*task);
-  // A tree node's buffer takes its versions from its parent: its updates stay, now staler.
-  if (task->buffer == nullptr || !task->buffer->settings().forwards()) dropped = ResetBuffer(*task);
+  if (task->session != nullptr) {
+    std::shared_ptr<AggregationSession> next = task->session->OnNewVersion(*task);
+    if (next != task->session) dropped = std::exchange(task->session, std::move(next));
+  }
   return PutResult{version, digest};
 }
 
 absl::StatusOr<ModelSnapshot> AggregatorCore::GetModel(const std::string& name,
                                                        std::optional<uint64_t> version) const {
   absl::ReaderMutexLock lock(&mu_);
-  std::shared_ptr<Task> task = FindTask(name);
+  std::shared_ptr<TaskState> task = FindTask(name);
   if (task == nullptr || task->versions.empty()) {
     return absl::NotFoundError(absl::StrCat("unknown ", TaskLabel(name)));
   }
@@ -251,6 +165,163 @@ absl::StatusOr<ModelSnapshot> AggregatorCore::GetModel(const std::string& name,
   }
   return ModelSnapshot{want, it->second.model};
 }
+
+// ---------------------------------------------------------------------------------------------
+// Sessions
+
+absl::Status AggregatorCore::OpenRound(const OpenRoundParams& params) {
+  return Open(params.task, params);
+}
+
+absl::Status AggregatorCore::OpenBuffer(const OpenBufferParams& params) {
+  return Open(params.task, params);
+}
+
+absl::Status AggregatorCore::Open(const std::string& name, const OpenRequest& request) {
+  absl::StatusOr<std::shared_ptr<AggregationSession>> made = MakeSession(request, *this);
+  if (!made.ok()) return made.status();
+  std::shared_ptr<AggregationSession> dropped;  // freed outside the lock
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<TaskState> task = FindTask(name);
+  if (task == nullptr || task->versions.empty()) {
+    return absl::NotFoundError(absl::StrCat("unknown ", TaskLabel(name)));
+  }
+  absl::StatusOr<std::shared_ptr<AggregationSession>> opened = (*made)->Open(*task, task->session);
+  if (!opened.ok()) return opened.status();
+  if (*opened != task->session) {
+    if (task->session != nullptr) task->session->Abandon();
+    dropped = std::exchange(task->session, *std::move(opened));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RoundResult> AggregatorCore::CloseRound(const std::string& name, uint64_t round) {
+  std::shared_ptr<TaskState> task;
+  std::shared_ptr<AggregationSession> session;
+  if (absl::Status s = FindSession(name, task, session, NotOpen(round, name)); !s.ok()) return s;
+  return session->Close(*task, round);
+}
+
+absl::StatusOr<bool> AggregatorCore::AddPartial(const PartialMeta& meta,
+                                                const aggregation::PartialSum& partial) {
+  std::shared_ptr<TaskState> task;
+  std::shared_ptr<AggregationSession> session;
+  if (absl::Status s = FindSession(meta.task, task, session, NothingOpen(meta.task)); !s.ok()) {
+    return s;
+  }
+  return session->AddPartial(task, meta, partial);
+}
+
+absl::StatusOr<std::shared_ptr<const PartialResult>> AggregatorCore::ClosePartial(
+    const std::string& name, uint64_t round) {
+  std::shared_ptr<TaskState> task;
+  std::shared_ptr<AggregationSession> session;
+  if (absl::Status s = FindSession(name, task, session, NotOpen(round, name)); !s.ok()) return s;
+  return session->ClosePartial(*task, round);
+}
+
+v1::ParentRound AggregatorCore::ParentOf(const std::string& name, uint64_t round) const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::shared_ptr<TaskState> task = FindTask(name);
+  if (task == nullptr || task->session == nullptr) return {};
+  return task->session->ParentOf(round);
+}
+
+absl::StatusOr<size_t> AggregatorCore::PartialValues(const std::string& name,
+                                                     uint64_t round) const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::shared_ptr<TaskState> task = FindTask(name);
+  if (task == nullptr) return absl::NotFoundError(absl::StrCat("unknown ", TaskLabel(name)));
+  if (task->session == nullptr) return NothingOpen(name);
+  return task->session->PartialValues(*task, round);
+}
+
+absl::Status AggregatorCore::CheckPartialCaller(const std::string& child,
+                                                const std::string& identity) {
+  if (identity.empty() || identity == "coordinator" || IsChildOf(identity, child)) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat("certificate '", EscapeBytes(identity),
+                                                  "' may not push child '", EscapeBytes(child),
+                                                  "''s partial sum"));
+}
+
+absl::Status AggregatorCore::CheckChildCaller(const std::string& task, const std::string& child,
+                                              const std::string& identity) const {
+  absl::Status s = CheckPartialCaller(child, identity);
+  if (s.ok()) return s;
+  absl::ReaderMutexLock lock(&mu_);
+  std::shared_ptr<TaskState> t = FindTask(task);
+  if (t == nullptr) return s;
+  auto backups = t->child_backups.find(child);
+  if (backups == t->child_backups.end()) return s;
+  for (const std::string& backup : backups->second) {
+    if (IsChildOf(identity, backup)) return absl::OkStatus();
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tree forwarding
+
+void AggregatorCore::Forward(const v1::ParentRound& parent, PartialResult aggregate) {
+  {
+    absl::MutexLock lock(&transfer_mu_);
+    ++transfers_pending_;
+  }
+  auto shared = std::make_shared<PartialResult>(std::move(aggregate));
+  auto send = [this, parent, shared] {
+    SendToParent(parent, *shared);
+    std::vector<float> spare;
+    {
+      absl::MutexLock lock(&mu_);
+      spare = RecycleBuffer(std::move(shared->sum.sum));
+    }
+    absl::MutexLock lock(&transfer_mu_);
+    --transfers_pending_;
+  };
+  if (!transfers_->TrySubmit(send)) {
+    // Only while the core is being destroyed, or with over 1024 aggregates queued.
+    metrics_.partials_lost.Increment();
+    LogWarning("the buffer of ", TaskLabel(shared->meta.task),
+               ": no room to queue the aggregate for the parent ", parent.address());
+    absl::MutexLock lock(&transfer_mu_);
+    --transfers_pending_;
+  }
+}
+
+void AggregatorCore::SendToParent(const v1::ParentRound& parent, const PartialResult& aggregate) {
+  // A parent that is busy or briefly away gets the aggregate again, a few times.
+  constexpr int kAttempts = 3;
+  absl::Status sent = absl::FailedPreconditionError("no parent link is set");
+  for (int attempt = 1; parent_link_ != nullptr; ++attempt) {
+    sent = parent_link_->Send(parent, aggregate, absl::Now() + kTransferTimeout);
+    if (sent.ok() || attempt == kAttempts ||
+        (!absl::IsUnavailable(sent) && !absl::IsResourceExhausted(sent) &&
+         !absl::IsDeadlineExceeded(sent) && !absl::IsAborted(sent))) {
+      break;
+    }
+    absl::SleepFor(absl::Seconds(attempt));
+  }
+  if (sent.ok()) {
+    metrics_.partials_forwarded.Increment();
+    return;
+  }
+  metrics_.partials_lost.Increment();
+  LogWarning("the buffer of ", TaskLabel(aggregate.meta.task), ": the aggregate of ",
+             aggregate.meta.contributors.size(), " peers' updates on version ",
+             aggregate.meta.base_version, " did not reach the parent ", parent.address(), ": ",
+             sent.message());
+}
+
+void AggregatorCore::AwaitTransfers() {
+  absl::MutexLock lock(&transfer_mu_);
+  transfer_mu_.Await(absl::Condition(
+      +[](int* pending) { return *pending == 0; }, &transfers_pending_));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Members and watches
 
 void AggregatorCore::SetMembers(const std::string& task,
                                 std::map<std::string, std::string> session_tokens) {
@@ -288,7 +359,7 @@ absl::Status AggregatorCore::CheckReader(const std::string& task, const std::str
                                          const std::string& identity) const {
   if (!peer_id.empty() && CheckChildCaller(task, peer_id, identity).ok()) {
     absl::ReaderMutexLock lock(&mu_);
-    std::shared_ptr<Task> t = FindTask(task);
+    std::shared_ptr<TaskState> t = FindTask(task);
     if (t != nullptr && t->children.count(peer_id) > 0) return absl::OkStatus();
   }
   return CheckCaller(task, peer_id, session_token, identity);
@@ -301,16 +372,11 @@ uint64_t AggregatorCore::Watch(const std::string& name, TaskEventFn on_event) {
   // version published) before them is in the snapshot (and maybe delivered again, harmlessly),
   // one after them is delivered, since events are sent only after mu_ is released.
   absl::ReaderMutexLock lock(&mu_);
-  std::shared_ptr<Task> task = FindTask(name);
+  std::shared_ptr<TaskState> task = FindTask(name);
   if (task != nullptr && !task->versions.empty()) {
     started.set_has_model(true);
     started.set_latest_version(task->latest);
-    if (task->buffer != nullptr) {
-      for (const std::string& peer : task->buffer->Pending()) started.add_accepted(peer);
-    } else if (task->round != nullptr && task->round->state == Round::State::kOpen) {
-      started.set_open_round(task->round->number);
-      for (const std::string& peer : task->round->accepted) started.add_accepted(peer);
-    }
+    if (task->session != nullptr) task->session->Describe(started);
   }
   absl::MutexLock watch_lock(&watch_mu_);
   const uint64_t handle = next_watch_++;
@@ -335,21 +401,8 @@ void AggregatorCore::Notify(const std::string& task, const v1::TaskEvent& event)
   for (const auto& fn : targets) (*fn)(event);
 }
 
-void AggregatorCore::NotifyAccepted(const Push& push) {
-  v1::TaskEvent event;
-  v1::PushAccepted& accepted = *event.mutable_push_accepted();
-  // A late update went into the round open when it arrived.
-  accepted.set_round(push.round_ != nullptr ? push.round_->number : push.meta_.round);
-  accepted.set_peer_id(push.meta_.peer_id);
-  accepted.set_base_version(push.meta_.base_version);
-  accepted.set_num_samples(push.meta_.num_samples);
-  accepted.set_train_ms(push.meta_.train_ms);
-  accepted.set_update_bytes(push.bytes_received());
-  Notify(push.meta_.task, event);
-}
-
 void AggregatorCore::ReleaseTask(const std::string& name) {
-  std::shared_ptr<Task> task;
+  std::shared_ptr<TaskState> task;
   {
     absl::MutexLock lock(&mu_);
     members_.erase(name);
@@ -358,12 +411,9 @@ void AggregatorCore::ReleaseTask(const std::string& name) {
     task = std::move(it->second);
     tasks_.erase(it);
     task->released = true;
-    AbandonRound(*task);
-    if (task->buffer != nullptr) {
-      metrics_.buffered_updates.Decrement(static_cast<double>(task->buffer->size()));
-    }
+    if (task->session != nullptr) task->session->Abandon();
   }
-  // `task` (its models and buffer) is freed here, outside the lock, unless a push still holds it.
+  // `task` (its models and session) is freed here, outside the lock, unless a push still holds it.
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -401,6 +451,7 @@ std::vector<float> AggregatorCore::RecycleBuffer(std::vector<float> buffer) {
   return buffer;
 }
 
+
 absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
     const PushMeta& meta) {
   auto reject = [this](RejectReason reason, absl::Status status) {
@@ -434,7 +485,8 @@ absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
       !s.ok()) {
     return reject(RejectReason::kUnauthenticated, s);
   }
-  std::shared_ptr<Task> task;
+  std::shared_ptr<TaskState> task;
+  std::shared_ptr<AggregationSession> session;
   PushTarget target;
   std::vector<float> buffer;
   {
@@ -444,9 +496,17 @@ absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
       return reject(RejectReason::kUnknownTask,
                     absl::NotFoundError(absl::StrCat("unknown ", TaskLabel(meta.task))));
     }
-    absl::Status s =
-        meta.round == 0 ? TargetBuffer(*task, meta, target) : TargetRound(*task, meta, target);
-    if (!s.ok()) return reject(target.reason, s);
+    session = task->session;
+    if (session == nullptr) {
+      return reject(RejectReason::kRoundNotOpen,
+                    absl::FailedPreconditionError(absl::StrCat(
+                        TaskLabel(meta.task),
+                        " has no federated-async buffer open, nor a round (nothing to push into "
+                        "yet)")));
+    }
+    if (absl::Status s = session->Target(*task, meta, target); !s.ok()) {
+      return reject(target.reason, s);
+    }
     if (target.duplicate) return std::unique_ptr<Push>();
     if (leases_ >= options_.max_concurrent_pushes) {
       return reject(RejectReason::kBusy, absl::ResourceExhaustedError(absl::StrCat(
@@ -459,47 +519,38 @@ absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
       buffer = std::move(free_buffers_.back());
       free_buffers_.pop_back();
     }
-    if (target.round != nullptr) {
-      target.round->pushing.insert(meta.peer_id);
-    } else {
-      target.buffer->pushing().insert(meta.peer_id);
-    }
+    session->StartPushing(meta.peer_id);
   }
   // Decoding into a pooled buffer of the right size touches no fresh memory.
   tensor::FrameDecoder decoder = tensor::FrameDecoder::ForLayout(
       target.model->layout, /*require_finite=*/true, std::move(buffer));
-  return std::unique_ptr<Push>(new Push(this, std::move(task), std::move(target.round),
-                                        std::move(target.buffer), meta, std::move(decoder),
-                                        target.max_norm, target.staleness_factor));
+  return std::unique_ptr<Push>(new Push(this, std::move(task), std::move(session), meta,
+                                        std::move(decoder), target.max_norm,
+                                        target.staleness_factor));
 }
 
-AggregatorCore::Push::Push(AggregatorCore* core, std::shared_ptr<Task> task,
-                           std::shared_ptr<Round> round, std::shared_ptr<UpdateBuffer> buffer,
-                           PushMeta meta, tensor::FrameDecoder decoder, double max_norm,
-                           double staleness_factor)
+AggregatorCore::Push::Push(AggregatorCore* core, std::shared_ptr<TaskState> task,
+                           std::shared_ptr<AggregationSession> session, PushMeta meta,
+                           tensor::FrameDecoder decoder, double max_norm, double staleness_factor)
     : core_(core),
       task_(std::move(task)),
-      round_(std::move(round)),
-      buffer_(std::move(buffer)),
-      meta_(std::move(meta)),
+      session_(std::move(session)),
       decoder_(std::move(decoder)),
-      max_norm_(max_norm),
-      staleness_factor_(staleness_factor) {}
+      max_norm_(max_norm) {
+  update_.meta = std::move(meta);
+  update_.staleness_factor = staleness_factor;
+}
 
 AggregatorCore::Push::~Push() {
   if (!done_) Reject(RejectReason::kIncomplete);
   // An accepted update was (or may have been) acknowledged: it must reach the aggregate, and
-  // CloseRound waits for its folds_in_flight count.
+  // a close waits for its fold.
   if (fold_pending_) Fold();
-  std::vector<float> values =
-      values_.capacity() > 0 ? std::move(values_) : std::move(decoder_).ReleaseBuffer();
+  std::vector<float> values = update_.values.capacity() > 0 ? std::move(update_.values)
+                                                            : std::move(decoder_).ReleaseBuffer();
   {
     absl::MutexLock lock(&core_->mu_);
-    if (round_ != nullptr) {
-      round_->pushing.erase(meta_.peer_id);
-    } else {
-      buffer_->pushing().erase(meta_.peer_id);
-    }
+    session_->StopPushing(update_.meta.peer_id);
   }
   core_->ReleaseStaging(std::move(values));
 }
@@ -533,23 +584,26 @@ absl::Status AggregatorCore::Push::AddChunkParts(absl::Span<const absl::string_v
 
 absl::Status AggregatorCore::Push::Accept() {
   if (done_) return absl::FailedPreconditionError("push already finished");
-  sum_squares_ = decoder_.sum_squares();
+  update_.sum_squares = decoder_.sum_squares();
+  update_.bytes_received = decoder_.bytes_received();
   auto model = std::move(decoder_).Finish();
   if (!model.ok()) return RejectWith(RejectReason::kIncomplete, model.status());
-  values_ = std::move(model->values);
-  absl::Status s = aggregation::CheckNormBound(std::sqrt(sum_squares_), max_norm_);
+  update_.values = std::move(model->values);
+  absl::Status s = aggregation::CheckNormBound(std::sqrt(update_.sum_squares), max_norm_);
   if (!s.ok()) return RejectWith(RejectReason::kNormBound, s);
-  return round_ != nullptr ? core_->AcceptRoundPush(*this) : core_->AcceptBufferPush(*this);
+  Acceptance acceptance = session_->Accept(*task_, update_);
+  if (!acceptance.status.ok()) return RejectWith(acceptance.reason, acceptance.status);
+  done_ = true;
+  duplicate_ = acceptance.duplicate;
+  fold_pending_ = acceptance.fold_pending;
+  replica_ = std::move(acceptance.replica);
+  return absl::OkStatus();
 }
 
 void AggregatorCore::Push::Fold() {
   if (!fold_pending_) return;
-  if (round_ != nullptr) {
-    core_->FoldRoundPush(*this);
-  } else {
-    fold_pending_ = false;
-    core_->RunBufferPasses(task_, buffer_);
-  }
+  fold_pending_ = false;
+  session_->Fold(task_, update_);
 }
 
 absl::Status AggregatorCore::Push::Commit() {

@@ -17,158 +17,29 @@
 #include "libs/common/clock.h"
 #include "libs/tensor/flat_model.h"
 #include "libs/tensor/frame_codec.h"
+#include "libs/common/executor.h"
 #include "services/aggregator/aggregator_metrics.h"
+#include "services/aggregator/core_types.h"
+#include "services/aggregator/parent_link.h"
+#include "services/aggregator/sessions/session.h"
 #include "shoal/aggregator/v1/aggregator.pb.h"
 #include "shoal/common/v1/task.pb.h"
 #include "shoal/common/v1/tensor.pb.h"
 
 namespace shoal::aggregator {
 
-struct AggregatorCoreOptions {
-  // Updates (and PutModel uploads) staged at once; each holds one model-sized buffer, so memory
-  // is O(model x this), never O(model x peers).
-  int max_concurrent_pushes = 4;
-  // Model versions kept per task for GetModel (>= 2: the current and the previous).
-  int versions_kept = 2;
-  // Closed-round results kept per task for idempotent CloseRound.
-  int closed_rounds_kept = 8;
-  // Threads for the passes over a whole model (folding an update, applying the mean).
-  int fold_threads = 2;
-  // Bounds on models received with PutModel.
-  tensor::DecoderLimits limits;
-  // Update memory one round or federated-async buffer may hold (--max-buffer-bytes): a
-  // non-streaming strategy holds its K updates (K x the model), a buffer K updates whatever the
-  // strategy, mean's running sum one model. OpenRound/OpenBuffer answer RESOURCE_EXHAUSTED above
-  // it. Staging buffers (max_concurrent_pushes) and the held model versions come on top.
-  uint64_t max_buffer_bytes = uint64_t{4} << 30;
-
-  absl::Status Validate() const;
-};
-
-struct PushMeta {
-  std::string task;
-  uint64_t round = 0;
-  std::string peer_id;
-  uint64_t base_version = 0;
-  uint64_t num_samples = 0;
-  double train_loss = 0;
-  std::string session_token = "";    // UpdateMeta.session_token
-  std::string caller_identity = "";  // the caller's TLS certificate name ("" for plaintext)
-  int64_t train_ms = 0;              // UpdateMeta.train_ms
-  std::string replicated_by = "";    // UpdateMeta.replicated_by: a primary's copy to its backup
-
-  static PushMeta From(const v1::UpdateMeta& meta, std::string caller_identity);
-  // The UpdateMeta this came from (caller_identity is not part of it).
-  v1::UpdateMeta ToProto() const;
-};
-
-struct OpenRoundParams {
-  std::string task;
-  uint64_t round = 0;
-  uint64_t base_version = 0;
-  std::vector<std::string> expected_peers;
-  double max_update_norm = 0;                // 0 = no bound
-  v1::AggregationSettings aggregation = {};  // the round's strategy (unspecified: mean)
-  // Stragglers: peers that may push one late update each (see OpenRoundRequest.late_peers).
-  std::vector<std::string> late_peers = {};
-  common::v1::AsyncSpec late_staleness = {};
-  // Tree rounds: the child supernodes whose partial sums the round takes (AddPartial); mean
-  // only; disjoint from the expected and late peers.
-  std::vector<std::string> expected_children = {};
-  // Tree rounds: set (address and child id) on a child's round, which closes into a partial sum
-  // for that parent (ClosePartial) instead of publishing; mean only.
-  v1::ParentRound parent = {};
-  // Replicas: a primary's backups, or (standby_for, the primary's child id) a backup's round.
-  std::vector<std::string> backups = {};
-  std::string standby_for = "";
-  // Replicas: (child, backup id) pairs: backups that may act as an expected child.
-  std::vector<std::pair<std::string, std::string>> child_backups = {};
-  std::string replica_id = "";  // the id a primary's copies carry (default: parent.child)
-  // Differential privacy (level peer, see round_privacy.h); unset level: none.
-  common::v1::DpSpec dp = {};
-
-  static OpenRoundParams From(const v1::OpenRoundRequest& request);
-};
-
-// AggregatorService.OpenBuffer (the proto's comments are the contract).
-struct OpenBufferParams {
-  std::string task;
-  uint64_t base_version = 0;
-  common::v1::AsyncSpec async;  // buffer_size required; unset fields take their defaults
-  v1::AggregationSettings aggregation;
-  double max_update_norm = 0;   // 0 = no bound
-  uint64_t last_version = 0;    // 0 = no limit
-  v1::ParentRound parent = {};  // a tree's node below the root: forwards, never publishes
-  std::vector<std::string> children = {};
-
-  static OpenBufferParams From(const v1::OpenBufferRequest& request);
-};
-
-struct RoundResult {
-  uint64_t version = 0;
-  std::vector<std::string> contributors;  // sorted
-  uint64_t num_samples = 0;
-  double mean_train_loss = 0;
-  uint64_t digest = 0;
-  std::string note;          // the strategy's AggregationReport.note (e.g. a degraded krum)
-  uint64_t model_bytes = 0;  // of the version the round left
-
-  v1::CloseRoundResponse ToProto() const;
-};
-
-// Whether a caller with certificate `identity` is child supernode `child`: the certificate's own
-// name, or "NAME@ADDRESS" where aggregators share one certificate NAME (as in deploy/k8s): the
-// coordinator then names each child by its address too.
-inline bool IsChildOf(const std::string& identity, const std::string& child) {
-  return child == identity ||
-         (child.size() > identity.size() + 1 && child.compare(0, identity.size(), identity) == 0 &&
-          child[identity.size()] == '@');
-}
-
-// Tree rounds: who a partial sum of a round holds. A child sends it to its parent with its id
-// in `child`; ClosePartial returns one with `child` empty.
-struct PartialMeta {
-  std::string task;
-  uint64_t round = 0;
-  std::string child = "";
-  uint64_t base_version = 0;
-  std::vector<std::string> contributors = {};  // the peers summed, sorted: one term each
-  uint64_t num_samples = 0;
-  double loss_sum = 0;  // sum of train_loss x num_samples
-};
-
-struct PartialResult {
-  PartialMeta meta;
-  aggregation::PartialSum sum;
-};
-
-struct ModelSnapshot {
-  uint64_t version = 0;
-  std::shared_ptr<const tensor::FlatModel> model;
-};
-
-struct PutResult {
-  uint64_t version = 0;
-  uint64_t digest = 0;
-};
-
-class UpdateBuffer;
-
-// The aggregator's domain state: per task the held model versions, the current round (expected
-// peers, accepted contributors, the round's aggregation) or the federated-async buffer, and the
-// pool of staging buffers that in-flight pushes decode into. A push is validated chunk by chunk
-// while it streams and enters the aggregate only once it is complete and valid, so a bad update
-// never touches it. Mean rounds fold each update into a running sum right after accepting it;
+// The aggregator's domain state: per task the held model versions and its aggregation session
+// (sessions/session.h: a round or a federated-async buffer, which this core hands every
+// aggregating request to without looking at its kind), and the pool of staging buffers that
+// in-flight pushes decode into. A push is validated chunk by chunk while it streams and enters
+// the aggregate only once it is complete and valid, so a bad update never touches it. Mean rounds fold each update into a running sum right after accepting it;
 // the other strategies keep the round's updates and compute at CloseRound; a buffer keeps up to
 // async.buffer_size updates and aggregates them into the next version when it is full. Owned by
 // the server; thread-safe. CPU-heavy calls (Push::Fold, CloseRound, PutModel) may block briefly
-// on other folds and belong on an executor, not in a reaction.
-// Implementation: aggregator_core.cc (models, members, watches, pushes), aggregator_rounds.cc,
-// aggregator_buffer.cc.
-class AggregatorCore {
+// on other folds and belong on an executor, not in a reaction. A tree node's aggregates go to
+// its parent over the ParentLink on a transfer thread of the core's own, apart from the folds.
+class AggregatorCore final : private SessionHost {
  public:
-  struct Task;
-  struct Round;
   class Push;
 
   static absl::StatusOr<std::unique_ptr<AggregatorCore>> Create(AggregatorCoreOptions options,
@@ -192,7 +63,7 @@ class AggregatorCore {
   // Aggregates the round (waiting for accepted folds) and publishes the next version; the
   // strategy's note is in RoundResult::note.
   absl::StatusOr<RoundResult> CloseRound(const std::string& task, uint64_t round);
-  // Tree rounds (aggregator_partials.cc). A child's partial sum of the open round: added as if
+  // Tree rounds. A child's partial sum of the open round: added as if
   // the child's contributors had pushed here; the child must be one of the round's
   // expected_children, the round's strategy mean, the partial's summation the round's. Returns
   // true for a repeat of an accepted partial (nothing changes). Errors: NOT_FOUND unknown task;
@@ -230,15 +101,16 @@ class AggregatorCore {
   // Errors: NOT_FOUND, INVALID_ARGUMENT (settings), FAILED_PRECONDITION (base version not
   // held or not the latest), ABORTED (a round is closing), RESOURCE_EXHAUSTED (memory).
   // A repeat that changes only async.buffer_size or the children adjusts the open buffer and
-  // keeps its updates. With a parent, each full buffer's aggregate goes to the forwarder (see
-  // SetForwarder) instead of being published.
+  // keeps its updates. With a parent, each full buffer's aggregate goes to the parent link (see
+  // SetParentLink) instead of being published.
   absl::Status OpenBuffer(const OpenBufferParams& params);
   // Federated-async trees: what sends a node's aggregate to its parent (PushPartial, round 0),
-  // called on the thread that aggregated it, with no lock held; an error is logged and counted
-  // (the aggregate's updates are lost, as an abandoned round's). Set once, before serving.
-  using ForwardFn =
-      std::function<absl::Status(const v1::ParentRound& parent, const PartialResult& aggregate)>;
-  void SetForwarder(ForwardFn forward) { forward_ = std::move(forward); }
+  // on the core's transfer thread, with no lock held; temporary errors are retried a few times,
+  // then the aggregate is logged and counted as lost (its updates are lost, as an abandoned
+  // round's). Set once, before serving; without one every aggregate is lost.
+  void SetParentLink(ParentLink* link) { parent_link_ = link; }
+  // Waits until every aggregate queued for the parent link was sent or given up on (tests).
+  void AwaitTransfers() ABSL_LOCKS_EXCLUDED(transfer_mu_);
   void ReleaseTask(const std::string& task);
 
   // Replaces the task's peers and their session tokens (from the coordinator).
@@ -321,102 +193,65 @@ class AggregatorCore {
     // changed, and the caller answers duplicate=true.
     bool duplicate() const { return duplicate_; }
     uint64_t bytes_received() const { return decoder_.bytes_received(); }
-    const PushMeta& meta() const { return meta_; }
-    // Replicas: after Accept(), the copy a primary sends its backups (the peer's meta with
-    // replicated_by set, and the update); empty `backups` when the round has none.
-    struct Replica {
-      std::vector<std::string> backups;
-      v1::UpdateMeta meta;
-      std::shared_ptr<const tensor::FlatModel> update;
-    };
+    const PushMeta& meta() const { return update_.meta; }
+    // Replicas: after Accept(), the copy a primary sends its backups; empty `backups` when the
+    // round has none.
+    using Replica = PushReplica;
     Replica TakeReplica() { return std::move(replica_); }
 
    private:
     friend class AggregatorCore;
-    Push(AggregatorCore* core, std::shared_ptr<Task> task, std::shared_ptr<Round> round,
-         std::shared_ptr<UpdateBuffer> buffer, PushMeta meta, tensor::FrameDecoder decoder,
+    Push(AggregatorCore* core, std::shared_ptr<TaskState> task,
+         std::shared_ptr<AggregationSession> session, PushMeta meta, tensor::FrameDecoder decoder,
          double max_norm, double staleness_factor);
     absl::Status RejectWith(RejectReason reason, absl::Status status);
 
     AggregatorCore* core_;
-    std::shared_ptr<Task> task_;
-    std::shared_ptr<Round> round_;          // round pushes
-    std::shared_ptr<UpdateBuffer> buffer_;  // buffer pushes (round 0)
-    PushMeta meta_;
+    std::shared_ptr<TaskState> task_;
+    std::shared_ptr<AggregationSession> session_;  // where it goes: a round, a buffer
     tensor::FrameDecoder decoder_;
     double max_norm_;
-    double staleness_factor_;    // a late round update's delta is scaled by it (else 1)
-    double sum_squares_ = 0;     // of the complete update
-    std::vector<float> values_;  // the complete update; returned to the pool on destruction
+    PushedUpdate update_;        // once complete (Accept)
     bool done_ = false;          // accepted or rejected (counted)
-    bool fold_pending_ = false;  // round: accepted, holds a folds_in_flight count, not yet
-                                 // folded; buffer: must run the buffer's passes
+    bool fold_pending_ = false;  // accepted, and the session's Fold has work to do
     bool duplicate_ = false;
     Replica replica_;  // set by Accept() when the round has backups
   };
 
  private:
-  // Where a push goes, from BeginPush's checks.
-  struct PushTarget;
-
   AggregatorCore(AggregatorCoreOptions options, const Clock& clock, AggregatorMetrics& metrics);
-  std::shared_ptr<Task> FindTask(const std::string& task) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void EvictOldVersions(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AbandonRound(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Empties the task's buffer after a restore; returns the old one (to free outside mu_).
-  std::shared_ptr<UpdateBuffer> ResetBuffer(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The oldest held version's buffer when publishing a version of `layout` will evict it and
-  // nobody else holds it (saves the first-touch cost of a fresh model), else empty.
-  std::vector<float> TakeEvictedBuffer(Task& task, uint64_t keep, const tensor::ModelLayout& layout)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Stores `model` as version `version`, now the latest.
-  void PublishVersion(Task& task, uint64_t version, std::shared_ptr<const tensor::FlatModel> model,
-                      uint64_t digest) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReleaseStaging(std::vector<float> buffer);
-  // Puts a model-sized buffer into the staging pool; returns it when the pool is full, for the
-  // caller to free outside mu_.
-  std::vector<float> RecycleBuffer(std::vector<float> buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Calls the task's watchers with `event` (outside mu_).
-  void Notify(const std::string& task, const v1::TaskEvent& event) ABSL_LOCKS_EXCLUDED(mu_);
-  void NotifyAccepted(const Push& push) ABSL_LOCKS_EXCLUDED(mu_);
-
-  // Rounds (aggregator_rounds.cc).
-  // A straggler's late update (see OpenRoundRequest.late_peers) goes into the open round.
-  absl::Status TargetLateRound(Task& task, const PushMeta& meta, PushTarget& target)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Replicas: a primary's copy needs a round that is (or was) its backup; a peer's own push, a
-  // round that is not a standby.
-  absl::Status CheckReplica(const Round& round, const PushMeta& meta, PushTarget& target) const;
-  absl::Status TargetRound(Task& task, const PushMeta& meta, PushTarget& target)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AcceptRoundPush(Push& push);
-  void FoldRoundPush(Push& push);
-  // CloseRound's and ClosePartial's first step: marks the open round closing and waits until
-  // no fold is in flight. INTERNAL (the round abandoned) when an accepted update's fold failed.
-  absl::Status FinishFolds(Round& round, const std::string& label)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Buffers (aggregator_buffer.cc).
-  absl::Status TargetBuffer(Task& task, const PushMeta& meta, PushTarget& target)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AcceptBufferPush(Push& push);
-  // Aggregates the buffer while it is full (the caller claimed its passes).
-  void RunBufferPasses(const std::shared_ptr<Task>& task,
-                       const std::shared_ptr<UpdateBuffer>& buffer) ABSL_LOCKS_EXCLUDED(mu_);
-
-  // A child node's full buffer: its aggregate goes to the parent.
-  void ForwardAggregate(const v1::ParentRound& parent, const PartialResult& aggregate)
+  std::shared_ptr<TaskState> FindTask(const std::string& task) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The task and its session, for a request about aggregating. NOT_FOUND for an unknown task;
+  // `none` when it has no session yet (no OpenRound or OpenBuffer).
+  absl::Status FindSession(const std::string& task, std::shared_ptr<TaskState>& found,
+                           std::shared_ptr<AggregationSession>& session, absl::Status none) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // AddPartial of round 0: a child's aggregate into the task's buffer.
-  absl::StatusOr<bool> AddBufferPartial(const PartialMeta& meta,
-                                        const aggregation::PartialSum& aggregate);
+  // OpenRound and OpenBuffer: MakeSession, then AggregationSession::Open.
+  absl::Status Open(const std::string& task, const OpenRequest& request);
+  void EvictOldVersions(TaskState& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseStaging(std::vector<float> buffer);
 
-  const AggregatorCoreOptions options_;
-  const Clock& clock_;
-  ForwardFn forward_;
-  AggregatorMetrics& metrics_;
+  // SessionHost.
+  void PublishVersion(TaskState& task, uint64_t version,
+                      std::shared_ptr<const tensor::FlatModel> model, uint64_t digest) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<float> TakeEvictedBuffer(TaskState& task, uint64_t keep,
+                                       const tensor::ModelLayout& layout) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<float> RecycleBuffer(std::vector<float> buffer) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Notify(const std::string& task, const v1::TaskEvent& event) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Forward(const v1::ParentRound& parent, PartialResult aggregate) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // One aggregate to the parent link (on the transfer thread), retried while the parent answers
+  // as temporary.
+  void SendToParent(const v1::ParentRound& parent, const PartialResult& aggregate)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
-  mutable absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
+  ParentLink* parent_link_ = nullptr;
+  std::map<std::string, std::shared_ptr<TaskState>> tasks_ ABSL_GUARDED_BY(mu_);
   // task -> peer id -> session token, as last set by the coordinator.
   std::map<std::string, std::map<std::string, std::string>> members_ ABSL_GUARDED_BY(mu_);
   int leases_ ABSL_GUARDED_BY(mu_) = 0;
@@ -427,6 +262,12 @@ class AggregatorCore {
       ABSL_GUARDED_BY(watch_mu_);
   uint64_t next_watch_ ABSL_GUARDED_BY(watch_mu_) = 1;
   std::vector<std::vector<float>> free_buffers_ ABSL_GUARDED_BY(mu_);
+  // Aggregates queued for the parent link or being sent.
+  absl::Mutex transfer_mu_;
+  int transfers_pending_ ABSL_GUARDED_BY(transfer_mu_) = 0;
+  // The transfer thread: sending to a parent (and waiting between its retries) never holds up
+  // a fold. Last member: destroyed (drained and joined) first.
+  std::unique_ptr<ThreadPool> transfers_;
 };
 
 }  // namespace shoal::aggregator

@@ -9,16 +9,10 @@
 #include "libs/common/log.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status.h"
-#include "services/aggregator/partial_wire.h"
+#include "services/aggregator/grpc_parent_link.h"
 #include "shoal/coordinator/v1/registry.grpc.pb.h"
 
 namespace shoal::aggregator {
-namespace {
-
-// How long a federated-async tree node's aggregate may take to reach its parent.
-constexpr absl::Duration kForwardTimeout = absl::Minutes(1);
-
-}  // namespace
 
 absl::Status AggregatorOptions::Validate() const {
   if (auto s = ParseHostPort(listen, "--listen"); !s.ok()) return s.status();
@@ -76,23 +70,14 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   if (!credentials->secure()) {
     LogWarning("--insecure: PLAINTEXT gRPC without authentication; use only on a trusted network");
   }
-  // A child round's partial sum goes to its parent aggregator over this client, with this
-  // aggregator's certificate.
+  // The parent aggregator of a tree node: its models come over this client, its partial sums go
+  // up over the link (a child round's at CloseRound, a federated-async node's full buffers).
   self->parents_ = std::make_unique<GrpcAggregatorClient>(self->channel_credentials_);
-  // A federated-async tree node's full buffers go to its parent the same way (round 0).
-  self->core_->SetForwarder(
-      [parents = self->parents_.get(), metrics = self->aggregator_metrics_.get()](
-          const v1::ParentRound& parent, const PartialResult& aggregate) {
-        const absl::string_view bytes = PartialBytes(aggregate.sum);
-        absl::StatusOr<bool> sent =
-            parents->PushPartial(parent.address(), PartialMetaFor(aggregate, parent.child()), bytes,
-                                 absl::Now() + kForwardTimeout);
-        if (sent.ok()) metrics->bytes_sent.Increment(static_cast<double>(bytes.size()));
-        return sent.status();
-      });
+  self->parent_link_ = std::make_unique<GrpcParentLink>(*self->parents_, *self->aggregator_metrics_);
+  self->core_->SetParentLink(self->parent_link_.get());
   self->service_ = std::make_unique<AggregatorServiceImpl>(
       AggregatorServiceOptions{core_options.limits}, *self->core_, *self->executor_,
-      *self->aggregator_metrics_, *self->parents_);
+      *self->aggregator_metrics_, *self->parents_, *self->parent_link_);
   self->relay_hub_ = std::make_unique<RelayHub>(RelayHub::Options{}, *self->aggregator_metrics_);
   self->relay_service_ = std::make_unique<RelayServiceImpl>(*self->relay_hub_);
   self->relay_peer_service_ = std::make_unique<RelayPeerServiceImpl>(*self->relay_hub_);
@@ -228,6 +213,9 @@ void AggregatorServer::Shutdown() {
   if (registration_.joinable()) registration_.join();
   if (server_ != nullptr) server_->Shutdown(options_.shutdown_grace);
   if (executor_ != nullptr) executor_->Shutdown();
+  // No fold runs any more: what is left for a parent is sent (or given up on) while the link
+  // is still there.
+  if (core_ != nullptr) core_->AwaitTransfers();
 }
 
 }  // namespace shoal::aggregator

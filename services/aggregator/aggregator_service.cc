@@ -381,12 +381,13 @@ class WatchTaskReactor final : public grpc::ServerWriteReactor<v1::TaskEvent> {
 
 AggregatorServiceImpl::AggregatorServiceImpl(AggregatorServiceOptions options, AggregatorCore& core,
                                              Executor& executor, AggregatorMetrics& metrics,
-                                             AggregatorClient& parents)
+                                             AggregatorClient& parents, ParentLink& parent_link)
     : options_(std::move(options)),
       core_(core),
       executor_(executor),
       metrics_(metrics),
-      parents_(parents) {}
+      parents_(parents),
+      parent_link_(parent_link) {}
 
 grpc::ServerReadReactor<PutModelRequest>* AggregatorServiceImpl::PutModel(
     grpc::CallbackServerContext* context, aggregator::v1::PutModelResponse* response) {

@@ -27,9 +27,12 @@ class AggregatorServiceImpl final
           aggregator::v1::AggregatorService::WithRawCallbackMethod_PushUpdate<
               aggregator::v1::AggregatorService::CallbackService>> {
  public:
-  // `parents`: the client a child round's CloseRound sends its partial sum with.
+  // `parents`: the client a child round fetches its base version with (and a primary copies
+  // updates to its backups with); `parent_link`: what a child round's CloseRound sends its
+  // partial sum with.
   AggregatorServiceImpl(AggregatorServiceOptions options, AggregatorCore& core, Executor& executor,
-                        AggregatorMetrics& metrics, AggregatorClient& parents);
+                        AggregatorMetrics& metrics, AggregatorClient& parents,
+                        ParentLink& parent_link);
 
   grpc::ServerReadReactor<aggregator::v1::PutModelRequest>* PutModel(
       grpc::CallbackServerContext* context, aggregator::v1::PutModelResponse* response) override;
@@ -78,6 +81,7 @@ class AggregatorServiceImpl final
   Executor& executor_;
   AggregatorMetrics& metrics_;
   AggregatorClient& parents_;
+  ParentLink& parent_link_;
 };
 
 }  // namespace shoal::aggregator

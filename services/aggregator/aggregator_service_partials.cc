@@ -123,17 +123,12 @@ absl::StatusOr<v1::CloseRoundResponse> AggregatorServiceImpl::CloseChildRound(
   absl::StatusOr<std::shared_ptr<const PartialResult>> partial = core_.ClosePartial(task, round);
   if (!partial.ok()) return partial.status();
   const PartialResult& p = **partial;
-  const absl::string_view bytes = PartialBytes(p.sum);
-  absl::StatusOr<bool> sent =
-      parents_.PushPartial(parent.address(), PartialMetaFor(p, parent.child()), bytes, deadline);
-  if (!sent.ok()) {
+  if (absl::Status sent = parent_link_.Send(parent, p, deadline); !sent.ok()) {
     // The round stays closed with its sum: the coordinator's retry of CloseRound sends it again.
-    return absl::Status(
-        sent.status().code(),
-        absl::StrCat("round ", round, " of task '", task,
-                     "': sending its partial sum to the parent: ", sent.status().message()));
+    return absl::Status(sent.code(), absl::StrCat("round ", round, " of task '", task,
+                                                  "': sending its partial sum to the parent: ",
+                                                  sent.message()));
   }
-  metrics_.bytes_sent.Increment(static_cast<double>(bytes.size()));
   metrics_.partials_forwarded.Increment();
   v1::CloseRoundResponse response;
   response.set_version(p.meta.base_version);

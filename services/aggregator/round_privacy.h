@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "services/aggregator/aggregator_core.h"
+#include "services/aggregator/core_types.h"
 #include "services/aggregator/round_aggregation.h"
 #include "shoal/common/v1/task.pb.h"
 

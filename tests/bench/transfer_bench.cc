@@ -48,6 +48,7 @@
 #include "services/aggregator/aggregator_metrics.h"
 #include "services/aggregator/aggregator_service.h"
 #include "services/aggregator/grpc_aggregator_client.h"
+#include "services/aggregator/grpc_parent_link.h"
 #include "services/coordinator/coordinator_server.h"
 #include "services/coordinator/task_store.h"
 #include "services/peer_agent/grpc_peer_client.h"
@@ -91,6 +92,7 @@ struct Endpoint {
   std::string name;
   // Where a child round's partial sum would go (no tree round runs here).
   std::unique_ptr<shoal::aggregator::GrpcAggregatorClient> parents;
+  std::unique_ptr<shoal::aggregator::GrpcParentLink> parent_link;
   std::unique_ptr<shoal::aggregator::AggregatorServiceImpl> service;
   std::unique_ptr<shoal::rpc::Server> server;
   std::shared_ptr<grpc::Channel> channel;       // as the coordinator
@@ -176,9 +178,10 @@ std::unique_ptr<Endpoint> StartEndpoint(const std::string& name, const std::stri
   auto e = std::make_unique<Endpoint>();
   e->name = name;
   e->parents = std::make_unique<shoal::aggregator::GrpcAggregatorClient>();
+  e->parent_link = std::make_unique<shoal::aggregator::GrpcParentLink>(*e->parents, metrics);
   e->service = std::make_unique<shoal::aggregator::AggregatorServiceImpl>(
       shoal::aggregator::AggregatorServiceOptions{options.limits}, core, executor, metrics,
-      *e->parents);
+      *e->parents, *e->parent_link);
   e->server = StartServer("transfer-bench", tls_dir, "aggregator-0", e->service.get());
   const auto coordinator = ClientCredentials(tls_dir, "coordinator");
   e->channel = shoal::rpc::MakeChannel(e->server->address(), coordinator);

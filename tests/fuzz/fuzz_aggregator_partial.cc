@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "libs/aggregation/weighted_mean.h"
 #include "libs/common/clock.h"
 #include "libs/tensor/frame_codec.h"
@@ -161,16 +162,34 @@ void CheckLatest(const AggregatorCore& core, const State& state) {
   }
 }
 
+// A parent aggregator that keeps what it is sent (on the core's transfer thread) and takes or
+// refuses it.
+class FuzzParent final : public ParentLink {
+ public:
+  explicit FuzzParent(bool accept) : accept_(accept) {}
+  absl::Status Send(const v1::ParentRound&, const PartialResult& aggregate, absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    forwarded_.push_back(aggregate);
+    return accept_ ? absl::OkStatus() : absl::FailedPreconditionError("refused");
+  }
+  std::vector<PartialResult> Forwarded() {
+    absl::MutexLock lock(&mu_);
+    return forwarded_;
+  }
+
+ private:
+  const bool accept_;
+  absl::Mutex mu_;
+  std::vector<PartialResult> forwarded_ ABSL_GUARDED_BY(mu_);
+};
+
 // A federated-async buffer with children "a" and "b": the root's, or (`forwards`) a node's
 // below it whose full buffers go to the forwarder.
 void RunBuffer(FuzzedDataProvider& in, AggregatorCore& core, bool median) {
   const bool forwards = in.ConsumeBool();
-  auto forwarded = std::make_shared<std::vector<PartialResult>>();
-  // The parent takes it, or refuses it (not retried: the aggregate is lost and counted).
-  core.SetForwarder([forwarded, &in](const v1::ParentRound&, const PartialResult& aggregate) {
-    forwarded->push_back(aggregate);
-    return in.ConsumeBool() ? absl::OkStatus() : absl::FailedPreconditionError("refused");
-  });
+  // The parent takes every aggregate, or refuses them (not retried: each is lost and counted).
+  FuzzParent parent(in.ConsumeBool());
+  core.SetParentLink(&parent);
   OpenBufferParams params;
   params.task = "t";
   params.children = {"a", "b"};
@@ -205,7 +224,9 @@ void RunBuffer(FuzzedDataProvider& in, AggregatorCore& core, bool median) {
     }
   }
   CheckLatest(core, state);
-  for (const PartialResult& aggregate : *forwarded) {
+  core.AwaitTransfers();
+  core.SetParentLink(nullptr);
+  for (const PartialResult& aggregate : parent.Forwarded()) {
     SHOAL_FUZZ_CHECK(aggregate.meta.round == 0);
     SHOAL_FUZZ_CHECK(aggregate.sum.sum.size() == SmallLayout().total_elements());
     SHOAL_FUZZ_CHECK(aggregate.meta.num_samples >= aggregate.meta.contributors.size());

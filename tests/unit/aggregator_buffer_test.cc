@@ -432,16 +432,37 @@ TEST_F(AggregatorBufferTest, ChildAggregatesAreMergedNotReplacedAndRetriesCountO
   EXPECT_EQ(log.Published().at(0).num_samples(), 8u);
 }
 
-// At a child: a full buffer is not published but handed to the forwarder as the aggregate
+// A parent that records what it is sent (on the core's transfer thread).
+class RecordingParent final : public ParentLink {
+ public:
+  absl::Status Send(const v1::ParentRound& parent, const PartialResult& partial,
+                    absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    children_.push_back(parent.child());
+    sent_.push_back(partial);
+    return absl::OkStatus();
+  }
+  std::vector<PartialResult> Sent() {
+    absl::MutexLock lock(&mu_);
+    return sent_;
+  }
+  std::vector<std::string> Children() {
+    absl::MutexLock lock(&mu_);
+    return children_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<PartialResult> sent_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> children_ ABSL_GUARDED_BY(mu_);
+};
+
+// At a child: a full buffer is not published but handed to the parent link as the aggregate
 // against the child's latest version, and a version fetched from the parent keeps the updates
 // waiting in the buffer.
 TEST_F(AggregatorBufferTest, AChildForwardsFullBuffersAndKeepsItsUpdatesAcrossPulledVersions) {
-  std::vector<PartialResult> sent;
-  core_->SetForwarder([&sent](const v1::ParentRound& parent, const PartialResult& r) {
-    EXPECT_EQ(parent.child(), "c1");
-    sent.push_back(r);
-    return absl::OkStatus();
-  });
+  RecordingParent parent;
+  core_->SetParentLink(&parent);
   PutBase();
   OpenBufferParams params = Params(2);
   params.parent.set_address("127.0.0.1:1");
@@ -449,7 +470,10 @@ TEST_F(AggregatorBufferTest, AChildForwardsFullBuffersAndKeepsItsUpdatesAcrossPu
   OpenBuffer(params);
   ASSERT_TRUE(PushModel(Async("a", 1, 0), Filled([](size_t) { return 2.0f; })).ok());
   ASSERT_TRUE(PushModel(Async("b", 3, 0), Filled([](size_t) { return 6.0f; })).ok());
+  core_->AwaitTransfers();
+  std::vector<PartialResult> sent = parent.Sent();
   ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(parent.Children().at(0), "c1");
   EXPECT_EQ(Latest(), 0u) << "a child publishes nothing";
   EXPECT_THAT(sent[0].meta.contributors, ElementsAre("a", "b"));
   EXPECT_EQ(sent[0].meta.num_samples, 4u);
@@ -461,10 +485,64 @@ TEST_F(AggregatorBufferTest, AChildForwardsFullBuffersAndKeepsItsUpdatesAcrossPu
   ASSERT_TRUE(core_->PutModel("t", 1, Filled([](size_t i) { return 2.0f * i; })).ok());
   EXPECT_EQ(Buffered(), 1) << "the pulled version keeps a's update";
   ASSERT_TRUE(PushModel(Async("b", 1, 1), Filled([](size_t) { return 3.0f; })).ok());
+  core_->AwaitTransfers();
+  sent = parent.Sent();
   ASSERT_EQ(sent.size(), 2u);
   EXPECT_EQ(sent[1].meta.base_version, 1u);
   // a's update is one version stale now: scaled by 1/2 (polynomial, a = 1) before the mean.
   for (float v : sent[1].sum.sum) EXPECT_NEAR(v, (0.5f * 1.0f + 3.0f) / 2, 1e-4);
+}
+
+// A parent that answers only when the test lets it: the pushes that fill the buffer return
+// (their folds are done) while the aggregate waits on the transfer thread.
+class HeldParent final : public ParentLink {
+ public:
+  absl::Status Send(const v1::ParentRound&, const PartialResult&, absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    ++started_;
+    // Bounded: a core that sent on the fold thread fails the test below instead of hanging.
+    mu_.AwaitWithTimeout(absl::Condition(&released_), absl::Seconds(10));
+    ++sent_;
+    return absl::OkStatus();
+  }
+  int Started() {
+    absl::MutexLock lock(&mu_);
+    return started_;
+  }
+  int Sent() {
+    absl::MutexLock lock(&mu_);
+    return sent_;
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    released_ = true;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+  int started_ ABSL_GUARDED_BY(mu_) = 0;
+  int sent_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+TEST_F(AggregatorBufferTest, ASlowParentHoldsUpNoFold) {
+  HeldParent parent;
+  core_->SetParentLink(&parent);
+  PutBase();
+  OpenBufferParams params = Params(1);
+  params.parent.set_address("127.0.0.1:1");
+  params.parent.set_child("c1");
+  OpenBuffer(params);
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(PushModel(Async("a", 1, 0), Filled([](size_t) { return 2.0f; })).ok());
+  ASSERT_TRUE(PushModel(Async("b", 1, 0), Filled([](size_t) { return 4.0f; })).ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the pushes waited for the parent";
+  EXPECT_EQ(parent.Sent(), 0) << "both aggregates still wait for the parent";
+  parent.Release();
+  core_->AwaitTransfers();
+  EXPECT_EQ(parent.Started(), 2);
+  EXPECT_EQ(parent.Sent(), 2);
+  EXPECT_EQ(metrics_->partials_forwarded.Value(), 2);
 }
 
 }  // namespace
