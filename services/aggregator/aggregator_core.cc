@@ -64,8 +64,7 @@ std::shared_ptr<TaskState> AggregatorCore::FindTask(const std::string& task) con
   return it == tasks_.end() ? nullptr : it->second;
 }
 
-absl::Status AggregatorCore::FindSession(const std::string& name,
-                                         std::shared_ptr<TaskState>& task,
+absl::Status AggregatorCore::FindSession(const std::string& name, std::shared_ptr<TaskState>& task,
                                          std::shared_ptr<AggregationSession>& session,
                                          absl::Status none) const {
   absl::ReaderMutexLock lock(&mu_);
@@ -450,7 +449,6 @@ std::vector<float> AggregatorCore::RecycleBuffer(std::vector<float> buffer) {
   }
   return buffer;
 }
-
 
 absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
     const PushMeta& meta) {

@@ -15,9 +15,9 @@
 #include "absl/time/time.h"
 #include "libs/aggregation/weighted_mean.h"
 #include "libs/common/clock.h"
+#include "libs/common/executor.h"
 #include "libs/tensor/flat_model.h"
 #include "libs/tensor/frame_codec.h"
-#include "libs/common/executor.h"
 #include "services/aggregator/aggregator_metrics.h"
 #include "services/aggregator/core_types.h"
 #include "services/aggregator/parent_link.h"
@@ -32,12 +32,13 @@ namespace shoal::aggregator {
 // (sessions/session.h: a round or a federated-async buffer, which this core hands every
 // aggregating request to without looking at its kind), and the pool of staging buffers that
 // in-flight pushes decode into. A push is validated chunk by chunk while it streams and enters
-// the aggregate only once it is complete and valid, so a bad update never touches it. Mean rounds fold each update into a running sum right after accepting it;
-// the other strategies keep the round's updates and compute at CloseRound; a buffer keeps up to
-// async.buffer_size updates and aggregates them into the next version when it is full. Owned by
-// the server; thread-safe. CPU-heavy calls (Push::Fold, CloseRound, PutModel) may block briefly
-// on other folds and belong on an executor, not in a reaction. A tree node's aggregates go to
-// its parent over the ParentLink on a transfer thread of the core's own, apart from the folds.
+// the aggregate only once it is complete and valid, so a bad update never touches it. Mean rounds
+// fold each update into a running sum right after accepting it; the other strategies keep the
+// round's updates and compute at CloseRound; a buffer keeps up to async.buffer_size updates and
+// aggregates them into the next version when it is full. Owned by the server; thread-safe.
+// CPU-heavy calls (Push::Fold, CloseRound, PutModel) may block briefly on other folds and belong on
+// an executor, not in a reaction. A tree node's aggregates go to its parent over the ParentLink on
+// a transfer thread of the core's own, apart from the folds.
 class AggregatorCore final : private SessionHost {
  public:
   class Push;

@@ -73,7 +73,8 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   // The parent aggregator of a tree node: its models come over this client, its partial sums go
   // up over the link (a child round's at CloseRound, a federated-async node's full buffers).
   self->parents_ = std::make_unique<GrpcAggregatorClient>(self->channel_credentials_);
-  self->parent_link_ = std::make_unique<GrpcParentLink>(*self->parents_, *self->aggregator_metrics_);
+  self->parent_link_ =
+      std::make_unique<GrpcParentLink>(*self->parents_, *self->aggregator_metrics_);
   self->core_->SetParentLink(self->parent_link_.get());
   self->service_ = std::make_unique<AggregatorServiceImpl>(
       AggregatorServiceOptions{core_options.limits}, *self->core_, *self->executor_,

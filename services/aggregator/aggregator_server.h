@@ -86,7 +86,7 @@ class AggregatorServer {
   std::unique_ptr<AggregatorCore> core_;
   std::unique_ptr<ThreadPool> executor_;
   std::unique_ptr<GrpcAggregatorClient> parents_;  // a tree node's parent (and backups)
-  std::unique_ptr<ParentLink> parent_link_;         // partial sums up the tree, over parents_
+  std::unique_ptr<ParentLink> parent_link_;        // partial sums up the tree, over parents_
   std::unique_ptr<AggregatorServiceImpl> service_;
   // Relays for peers behind NAT: their streams, and the PeerService others reach them at.
   std::unique_ptr<RelayHub> relay_hub_;

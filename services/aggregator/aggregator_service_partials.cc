@@ -125,9 +125,9 @@ absl::StatusOr<v1::CloseRoundResponse> AggregatorServiceImpl::CloseChildRound(
   const PartialResult& p = **partial;
   if (absl::Status sent = parent_link_.Send(parent, p, deadline); !sent.ok()) {
     // The round stays closed with its sum: the coordinator's retry of CloseRound sends it again.
-    return absl::Status(sent.code(), absl::StrCat("round ", round, " of task '", task,
-                                                  "': sending its partial sum to the parent: ",
-                                                  sent.message()));
+    return absl::Status(sent.code(),
+                        absl::StrCat("round ", round, " of task '", task,
+                                     "': sending its partial sum to the parent: ", sent.message()));
   }
   metrics_.partials_forwarded.Increment();
   v1::CloseRoundResponse response;

@@ -56,8 +56,9 @@ absl::StatusOr<std::shared_ptr<AggregationSession>> BufferSession::Open(
 }
 
 absl::Status BufferSession::CheckReplaceable(const TaskState& task) const {
-  return absl::FailedPreconditionError(absl::StrCat(
-      TaskLabel(task.name), " aggregates in a federated-async buffer (OpenBuffer): it has no rounds"));
+  return absl::FailedPreconditionError(
+      absl::StrCat(TaskLabel(task.name),
+                   " aggregates in a federated-async buffer (OpenBuffer): it has no rounds"));
 }
 
 void BufferSession::Abandon() {
@@ -149,9 +150,7 @@ Acceptance BufferSession::Accept(TaskState& task, PushedUpdate& pushed) {
   return out;
 }
 
-void BufferSession::Fold(const std::shared_ptr<TaskState>& task, PushedUpdate&) {
-  RunPasses(task);
-}
+void BufferSession::Fold(const std::shared_ptr<TaskState>& task, PushedUpdate&) { RunPasses(task); }
 
 void BufferSession::RunPasses(const std::shared_ptr<TaskState>& task) {
   for (;;) {
@@ -187,14 +186,14 @@ void BufferSession::RunPasses(const std::shared_ptr<TaskState>& task) {
     // The pass over the model, without the lock. Each update's buffer goes back to the staging
     // pool once it is folded in (mean) or copied (the others).
     const bool streaming = aggregation->streaming();
-    absl::StatusOr<UpdateBuffer::PassResult> result = UpdateBuffer::RunPass(
-        updates, *aggregation, buffer_->settings().async, *base, next->values,
-        [this, streaming](UpdateBuffer::Update& update) {
-          std::vector<float> spare;
-          absl::MutexLock lock(&host_.mu());
-          if (streaming) buffer_->Folded();
-          spare = host_.RecycleBuffer(std::move(update.delta));
-        });
+    absl::StatusOr<UpdateBuffer::PassResult> result =
+        UpdateBuffer::RunPass(updates, *aggregation, buffer_->settings().async, *base, next->values,
+                              [this, streaming](UpdateBuffer::Update& update) {
+                                std::vector<float> spare;
+                                absl::MutexLock lock(&host_.mu());
+                                if (streaming) buffer_->Folded();
+                                spare = host_.RecycleBuffer(std::move(update.delta));
+                              });
     uint64_t digest = 0;  // of a version this node publishes
     if (result.ok() && !buffer_->settings().forwards()) digest = next->Digest();
 
@@ -262,14 +261,14 @@ void BufferSession::RunPasses(const std::shared_ptr<TaskState>& task) {
 // What a buffer does not have: rounds to close
 
 absl::StatusOr<RoundResult> BufferSession::Close(TaskState& task, uint64_t round) {
-  return absl::NotFoundError(absl::StrCat(RoundLabel(round, task.name),
-                                          " is not open (the task aggregates in a buffer)"));
+  return absl::NotFoundError(
+      absl::StrCat(RoundLabel(round, task.name), " is not open (the task aggregates in a buffer)"));
 }
 
 absl::StatusOr<std::shared_ptr<const PartialResult>> BufferSession::ClosePartial(TaskState& task,
                                                                                  uint64_t round) {
-  return absl::NotFoundError(absl::StrCat(RoundLabel(round, task.name),
-                                          " is not open (the task aggregates in a buffer)"));
+  return absl::NotFoundError(
+      absl::StrCat(RoundLabel(round, task.name), " is not open (the task aggregates in a buffer)"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -317,8 +316,7 @@ absl::StatusOr<bool> BufferSession::AddPartial(const std::shared_ptr<TaskState>&
       return absl::InvalidArgumentError(absl::StrCat(
           child, "'s aggregate has ", aggregate.sum.size(), " values; the model has ", values));
     }
-    UpdateBuffer::Admission admission =
-        buffer_->Admit(meta.child, meta.base_version, task->latest);
+    UpdateBuffer::Admission admission = buffer_->Admit(meta.child, meta.base_version, task->latest);
     if (admission.refusal.has_value()) return admission.refusal->status;
     UpdateBuffer::Update update;
     update.peer = meta.child;
@@ -343,7 +341,8 @@ absl::StatusOr<bool> BufferSession::AddPartial(const std::shared_ptr<TaskState>&
 
 absl::StatusOr<size_t> BufferSession::PartialValues(const TaskState& task, uint64_t round) const {
   if (round != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(RoundLabel(round, task.name), " is not open"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(RoundLabel(round, task.name), " is not open"));
   }
   return task.versions.at(task.latest).model->layout.total_elements();
 }

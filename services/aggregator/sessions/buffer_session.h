@@ -49,13 +49,11 @@ class BufferSession final : public AggregationSession {
   // Without mu(): aggregates the buffer while it is full (the caller claimed its passes).
   void RunPasses(const std::shared_ptr<TaskState>& task);
   // Under mu(): whether this is still the task's session (not reset, replaced or released).
-  bool Current(const TaskState& task) const {
-    return !task.released && task.session.get() == this;
-  }
+  bool Current(const TaskState& task) const { return !task.released && task.session.get() == this; }
 
   SessionHost& host_;
   const std::unique_ptr<UpdateBuffer> buffer_;  // guarded by host_.mu()
-  bool abandoned_ = false;  // its updates left the metrics
+  bool abandoned_ = false;                      // its updates left the metrics
 };
 
 }  // namespace shoal::aggregator

@@ -107,7 +107,8 @@ void RoundSession::TakeMembers(TaskState& task, const RoundSession& request) {
   expected_ = request.expected_;
   children_ = request.children_;
   task.children.insert(children_.begin(), children_.end());
-  for (const auto& [child, backup] : request.child_backups_) task.child_backups[child].insert(backup);
+  for (const auto& [child, backup] : request.child_backups_)
+    task.child_backups[child].insert(backup);
   parent_ = request.parent_;
   // A round opened again without standby_for is promoted: it keeps its primary's id (copies
   // still in flight from it are counted once) and takes the peers' own pushes from then on.
@@ -144,8 +145,9 @@ absl::StatusOr<std::shared_ptr<AggregationSession>> RoundSession::Open(
             label, " is open with base version ", cur->base_version_, ", not ", base_version_));
       }
       if (!cur->aggregation_->Fits(strategy_, cur->base_->layout)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            label, " is open with aggregation ", cur->strategy_.name(), ", not ", strategy_.name()));
+        return absl::FailedPreconditionError(absl::StrCat(label, " is open with aggregation ",
+                                                          cur->strategy_.name(), ", not ",
+                                                          strategy_.name()));
       }
       // Idempotent re-open; the latest expected set and bound win.
       if (absl::Status s = fits(); !s.ok()) return s;
@@ -166,8 +168,7 @@ absl::StatusOr<std::shared_ptr<AggregationSession>> RoundSession::Open(
     }
     return absl::FailedPreconditionError(absl::StrCat(label, " is already ", cur->StateName()));
   }
-  if (cur != nullptr &&
-      (cur->history_->closed.count(number_) > 0 || number_ < cur->number_)) {
+  if (cur != nullptr && (cur->history_->closed.count(number_) > 0 || number_ < cur->number_)) {
     return absl::FailedPreconditionError(
         absl::StrCat(label, " is older than the current round ", cur->number_));
   }
@@ -257,8 +258,8 @@ absl::Status RoundSession::Target(TaskState& task, const PushMeta& meta, PushTar
   const std::string label = RoundLabel(meta.round, meta.task);
   if (number_ != meta.round || state_ != State::kOpen) {
     target.reason = RejectReason::kRoundNotOpen;
-    return absl::FailedPreconditionError(absl::StrCat(
-        label, " is not open (current round ", number_, " is ", StateName(), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(label, " is not open (current round ", number_, " is ", StateName(), ")"));
   }
   if (expected_.count(meta.peer_id) == 0) {
     target.reason = RejectReason::kUnexpectedPeer;
@@ -310,10 +311,9 @@ absl::Status RoundSession::TargetLate(TaskState&, const PushMeta& meta, PushTarg
   const uint64_t staleness = base_version_ - meta.base_version;
   if (staleness > late_staleness_.max_staleness()) {
     target.reason = RejectReason::kStale;
-    return absl::FailedPreconditionError(
-        absl::StrCat("late update was trained from version ", meta.base_version, ", ", staleness,
-                     " versions behind ", label, " (max_staleness ",
-                     late_staleness_.max_staleness(), ")"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "late update was trained from version ", meta.base_version, ", ", staleness,
+        " versions behind ", label, " (max_staleness ", late_staleness_.max_staleness(), ")"));
   }
   if (pushing_.count(meta.peer_id) > 0) {
     target.reason = RejectReason::kBusy;
@@ -337,10 +337,9 @@ Acceptance RoundSession::Accept(TaskState& task, PushedUpdate& update) {
       const std::string label = RoundLabel(number_, meta.task);
       // An async peer's late update goes into whichever round is open: the next one takes it.
       if (!task.released && late_.count(meta.peer_id) > 0) {
-        out.status =
-            absl::UnavailableError(absl::StrCat(label, " closed before the late update of peer '",
-                                                EscapeBytes(meta.peer_id),
-                                                "' was complete; retry into the next round"));
+        out.status = absl::UnavailableError(
+            absl::StrCat(label, " closed before the late update of peer '",
+                         EscapeBytes(meta.peer_id), "' was complete; retry into the next round"));
       } else {
         out.status = absl::FailedPreconditionError(
             absl::StrCat(label, " closed before the update was complete"));
@@ -443,8 +442,7 @@ absl::StatusOr<RoundResult> RoundSession::Close(TaskState& task, uint64_t number
     if (absl::Status folded = FinishFolds(label); !folded.ok()) return folded;
     result.contributors.assign(accepted_.begin(), accepted_.end());
     result.num_samples = num_samples_;
-    result.mean_train_loss =
-        num_samples_ > 0 ? loss_sum_ / static_cast<double>(num_samples_) : 0;
+    result.mean_train_loss = num_samples_ > 0 ? loss_sum_ / static_cast<double>(num_samples_) : 0;
     if (!result.contributors.empty()) {
       recycled = host_.TakeEvictedBuffer(task, base_version_, base_->layout);
     }
@@ -547,9 +545,9 @@ absl::StatusOr<bool> RoundSession::AddPartial(const std::shared_ptr<TaskState>& 
       return absl::FailedPreconditionError(absl::StrCat(child, " is not expected in ", label));
     }
     if (meta.base_version != base_version_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(child, " summed updates of version ", meta.base_version, " but ", label,
-                       " folds into version ", base_version_));
+      return absl::FailedPreconditionError(absl::StrCat(child, " summed updates of version ",
+                                                        meta.base_version, " but ", label,
+                                                        " folds into version ", base_version_));
     }
     for (const std::string& peer : contributors) {
       if (accepted_.count(peer) > 0 || pushing_.count(peer) > 0 || expected_.count(peer) > 0 ||
@@ -635,7 +633,8 @@ absl::StatusOr<size_t> RoundSession::PartialValues(const TaskState& task, uint64
         absl::StrCat(TaskLabel(task.name), " has no federated-async buffer open"));
   }
   if (number_ != number || state_ != State::kOpen) {
-    return absl::FailedPreconditionError(absl::StrCat(RoundLabel(number, task.name), " is not open"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(RoundLabel(number, task.name), " is not open"));
   }
   return base_->layout.total_elements();
 }

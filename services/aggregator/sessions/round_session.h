@@ -92,9 +92,9 @@ class RoundSession final : public AggregationSession {
   uint64_t base_version_ = 0;
   std::shared_ptr<const tensor::FlatModel> base_;
   std::set<std::string> expected_;
-  std::set<std::string> late_;         // stragglers: one late update each
-  std::set<std::string> children_;     // tree rounds: child supernodes expected
-  std::set<std::string> children_in_;  // children whose partial sums were accepted
+  std::set<std::string> late_;                    // stragglers: one late update each
+  std::set<std::string> children_;                // tree rounds: child supernodes expected
+  std::set<std::string> children_in_;             // children whose partial sums were accepted
   std::shared_ptr<const PartialResult> partial_;  // set when ClosePartial closed it
   v1::ParentRound parent_;                        // a child's round: where its partial goes
   // Replicas: a primary's backups (it copies each accepted update there before answering);

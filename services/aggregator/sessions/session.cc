@@ -38,10 +38,9 @@ std::string RoundLabel(uint64_t round, const std::string& task) {
 
 absl::Status CheckBaseIsLatest(const TaskState& task, uint64_t base_version) {
   if (task.versions.count(base_version) == 0) {
-    return absl::FailedPreconditionError(absl::StrCat("base version ", base_version, " of ",
-                                                      TaskLabel(task.name),
-                                                      " is not held (latest is ", task.latest,
-                                                      ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("base version ", base_version, " of ", TaskLabel(task.name),
+                     " is not held (latest is ", task.latest, ")"));
   }
   if (base_version != task.latest) {
     return absl::FailedPreconditionError(absl::StrCat("base version ", base_version, " of ",

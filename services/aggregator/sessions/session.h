@@ -27,8 +27,8 @@
 #include "libs/aggregation/weighted_mean.h"
 #include "libs/common/clock.h"
 #include "libs/tensor/flat_model.h"
-#include "services/aggregator/core_types.h"
 #include "services/aggregator/aggregator_metrics.h"
+#include "services/aggregator/core_types.h"
 #include "services/aggregator/parent_link.h"
 #include "shoal/aggregator/v1/aggregator.pb.h"
 
