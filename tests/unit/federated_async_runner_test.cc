@@ -29,10 +29,13 @@
 #include "services/peer_agent/snapshot_store.h"
 #include "tests/fakes/peer_side_aggregator.h"
 #include "tests/peer_testing/slow_batch.h"
+#include "tests/testing/fake_clock.h"
 #include "tests/testing/joining_thread.h"
 
 namespace shoal::peer {
 namespace {
+
+using shoal::testing::FakeClock;
 
 using coordinator::v1::CoordinatorEvent;
 using coordinator::v1::PeerMessage;
