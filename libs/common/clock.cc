@@ -7,14 +7,4 @@ Clock& RealClock::Get() {
   return *clock;
 }
 
-absl::Time FakeClock::Now() const {
-  absl::MutexLock lock(&mu_);
-  return now_;
-}
-
-void FakeClock::Advance(absl::Duration d) {
-  absl::MutexLock lock(&mu_);
-  now_ += d;
-}
-
 }  // namespace shoal

@@ -1,11 +1,12 @@
 #pragma once
 
-#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace shoal {
 
-// Source of time for everything that schedules: real in production, driven by hand in tests.
+// Source of time for everything that schedules: real in production, driven by hand in tests
+// (tests/testing/fake_clock.h).
 // Implementations are thread-safe.
 class Clock {
  public:
@@ -18,18 +19,6 @@ class RealClock final : public Clock {
  public:
   static Clock& Get();
   absl::Time Now() const override { return absl::Now(); }
-};
-
-// A clock that moves only when told to. Thread-safe.
-class FakeClock final : public Clock {
- public:
-  explicit FakeClock(absl::Time start = absl::FromUnixSeconds(1'700'000'000)) : now_(start) {}
-  absl::Time Now() const override;
-  void Advance(absl::Duration d);
-
- private:
-  mutable absl::Mutex mu_;
-  absl::Time now_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shoal

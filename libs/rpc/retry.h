@@ -45,7 +45,7 @@ class Wakeup {
   // Waits until `delay` has passed on the clock or `keep_going` returns false. The predicate is
   // checked at the start, after every Notify() and when the delay is up, never under this
   // object's lock (it may take the caller's). Returns its last value (true when it is null):
-  // false means the wait was cut short. A FakeClock's Advance() wakes nobody by itself: call
+  // false means the wait was cut short. A fake clock's Advance() wakes nobody by itself: call
   // Notify() after it.
   bool SleepFor(absl::Duration delay, const std::function<bool()>& keep_going) const
       ABSL_LOCKS_EXCLUDED(mu_) {

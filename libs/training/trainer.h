@@ -33,9 +33,9 @@ struct TrainerOptions {
   // cache (1000 was about 15% slower per sample than 128 on the 2-core dev machine).
   int eval_batch_size = 128;
   // Called after every batch TrainBatches() trains, with that call's keep_going; null: nothing.
-  // It may block (shoal-peer --test-slow-batch pauses here, to play a slow peer) and should
-  // return early once keep_going turns false; TrainBatches asks keep_going again before the
-  // next batch.
+  // It may block (the peer's after-batch hook: shoal-peer-testing --test-slow-batch pauses
+  // here, to play a slow peer) and should return early once keep_going turns false;
+  // TrainBatches asks keep_going again before the next batch.
   std::function<void(const std::function<bool()>& keep_going)> after_batch;
   // true: the optimizer steps each parameter inside backward() as soon as its gradient is
   // complete and frees that gradient, so at most one parameter's gradient exists at a time

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "services/peer_agent/byzantine.h"
+#include "services/peer_agent/peer_hooks.h"
 #include "shoal/coordinator/v1/session.pb.h"
 
 namespace shoal {
@@ -50,8 +50,9 @@ struct ModeRunnerDeps {
   // session lost, the agent stopping): bounds work that a newer round must not interrupt (an
   // upload of the initial model). Null: always true.
   std::function<bool()> task_current;
-  // Test-only fault injection (shoal-peer --test-byzantine); inactive by default.
-  ByzantineFault byzantine;
+  // What this peer contributes passes through these on its way out; empty (the default) in
+  // shoal-peer, filled by its test build (peer_hooks.h).
+  UpdateHooks update_hooks;
   // Sends a message on the session; the host fills in PeerMessage.task, so runners leave it
   // empty. May be a no-op (static gossip without a coordinator).
   std::function<void(const coordinator::v1::PeerMessage&)> send;

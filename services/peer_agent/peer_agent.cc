@@ -11,7 +11,6 @@
 #include "libs/data/task_data.h"
 #include "services/peer_agent/mode_registry.h"
 #include "services/peer_agent/reports.h"
-#include "services/peer_agent/slow_batch.h"
 
 namespace shoal::peer {
 namespace {
@@ -36,9 +35,6 @@ absl::Status PeerAgentOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("device must be cpu or cuda, got ", device));
   }
   if (max_queued_events == 0) return absl::InvalidArgumentError("max_queued_events must be > 0");
-  if (test_slow_batch < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("test_slow_batch must be >= 0");
-  }
   return absl::OkStatus();
 }
 
@@ -298,7 +294,7 @@ void PeerAgent::HandleTaskAssigned(const CoordinatorEvent& ev) {
   trainer_options.shard = options_.shard;
   trainer_options.device = options_.device;
   trainer_options.model_dir = options_.model_dir;
-  trainer_options.after_batch = SlowBatchPause(options_.test_slow_batch, wakeup_);
+  trainer_options.after_batch = BindAfterBatch(options_.hooks.after_batch, wakeup_);
   const absl::Time start = clock_.Now();
   absl::StatusOr<std::unique_ptr<training::Trainer>> trainer = MakeTrainer(name, trainer_options);
   if (!trainer.ok()) {
@@ -339,7 +335,7 @@ void PeerAgent::StartRunner() {
   deps.scratch_dir = options_.scratch_dir;
   deps.session_token = [this] { return SessionToken(); };
   deps.task_current = [this] { return TaskStillCurrent(); };
-  deps.byzantine = options_.byzantine;
+  deps.update_hooks = options_.hooks.update;
   deps.send = [this, name](const PeerMessage& m) {
     PeerMessage stamped = m;
     stamped.set_task(name);

@@ -18,9 +18,9 @@
 #include "libs/training/partition.h"
 #include "libs/training/trainer.h"
 #include "services/aggregator/aggregator_client.h"
-#include "services/peer_agent/byzantine.h"
 #include "services/peer_agent/mode_runner.h"
 #include "services/peer_agent/peer_client.h"
+#include "services/peer_agent/peer_hooks.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
 #include "shoal/coordinator/v1/session.pb.h"
@@ -40,11 +40,9 @@ struct PeerAgentOptions {
   // /tmp): ModeRunnerDeps::scratch_dir.
   std::string scratch_dir;
   size_t max_queued_events = 1024;
-  // Test-only (--test-byzantine): handed to every runner; inactive by default.
-  ByzantineFault byzantine;
-  // Test-only (--test-slow-batch): every training batch of every task takes this much longer
-  // (a pause on the agent's clock that stopping cuts short). Zero: off.
-  absl::Duration test_slow_batch = absl::ZeroDuration();
+  // Empty in shoal-peer (peer_hooks.h): the update hooks go to every runner, after_batch to
+  // every task's trainer, called with the agent's wakeup.
+  PeerHooks hooks;
 
   absl::Status Validate() const;
 };

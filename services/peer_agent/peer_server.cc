@@ -16,7 +16,6 @@
 #include "libs/tensor/spill_file.h"
 #include "libs/training/fashion_mnist.h"
 #include "libs/training/trainer.h"
-#include "services/peer_agent/byzantine.h"
 
 namespace shoal::peer {
 namespace {
@@ -53,12 +52,6 @@ absl::Status PeerOptions::Validate() const {
     return absl::InvalidArgumentError(
         "--relay and --advertise exclude each other: a relayed peer is advertised as "
         "RELAY/NAME");
-  }
-  SHOAL_RETURN_IF_ERROR(ByzantineFault::Parse(test_byzantine).status());
-  if (test_slow_batch < absl::ZeroDuration() || test_slow_batch > absl::Hours(1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--test-slow-batch: must be in [0, 3600000] milliseconds, got ",
-                     absl::ToInt64Milliseconds(test_slow_batch)));
   }
   SHOAL_RETURN_IF_ERROR(ParseHostPort(metrics_listen, "--metrics-listen").status());
   if (supernode) SHOAL_RETURN_IF_ERROR(supernode_host.Validate());
@@ -207,8 +200,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   agent_options.model_dir = options.model_dir;
   agent_options.scratch_dir = options.scratch_dir;
   agent_options.data_dir = options.data_dir;
-  SHOAL_ASSIGN_OR_RETURN(agent_options.byzantine, ByzantineFault::Parse(options.test_byzantine));
-  agent_options.test_slow_batch = options.test_slow_batch;
+  agent_options.hooks = options.hooks;
   SHOAL_ASSIGN_OR_RETURN(
       s->agent_,
       PeerAgent::Create(
@@ -228,17 +220,6 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
           ", metrics on ", s->metrics_server_->address(), "; shard ", options.shard.ToString(),
           ", device ", options.device, "; coordinator ", options.coordinator, "; capacity ",
           capacity::Describe(session_options.hello.capacity()));
-  if (agent_options.byzantine.active()) {
-    LogWarning("*** --test-byzantine ", agent_options.byzantine.mode(),
-               ": TEST-ONLY FAULT INJECTION: this peer CORRUPTS every update it contributes "
-               "(factor ",
-               agent_options.byzantine.factor(), "); never use it outside tests ***");
-  }
-  if (options.test_slow_batch > absl::ZeroDuration()) {
-    LogWarning("*** --test-slow-batch ", absl::ToInt64Milliseconds(options.test_slow_batch),
-               ": TEST-ONLY SLOW PEER: every training batch is followed by a pause of that many "
-               "milliseconds; never use it outside tests ***");
-  }
   if (!credentials.secure()) {
     LogWarning("--insecure: PLAINTEXT gRPC without authentication; use only on a trusted network");
   }

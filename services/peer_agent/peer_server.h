@@ -14,6 +14,7 @@
 #include "services/aggregator/grpc_aggregator_client.h"
 #include "services/peer_agent/grpc_peer_client.h"
 #include "services/peer_agent/peer_agent.h"
+#include "services/peer_agent/peer_hooks.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/peer_service.h"
 #include "services/peer_agent/relay_link.h"
@@ -48,15 +49,12 @@ struct PeerOptions {
   rpc::TlsOptions tls;                         // --tls-dir DIR | --insecure
   std::string join_token;                      // --join-token (default $SHOAL_JOIN_TOKEN)
   uint64_t upload_probe_bytes = 0;             // --upload-probe-bytes (0: not measured)
-  // Test-only (--test-byzantine MODE): "scale:FACTOR" or "sign-flip" corrupts what this peer
-  // contributes (see services/peer_agent/byzantine.h); empty: honest.
-  std::string test_byzantine;
   // --supernode: offer to host an elected supernode (Hello.supernode), run with these options
   // (binary, listen, advertise; the rest is filled from the peer's own).
   bool supernode = false;
   SupernodeHostOptions supernode_host;
-  // Test-only (--test-slow-batch MS): every training batch takes this much longer; zero: off.
-  absl::Duration test_slow_batch = absl::ZeroDuration();
+  // Empty in shoal-peer; its test build sets them (peer_hooks.h).
+  PeerHooks hooks;
 
   // Checks every field without connecting anywhere: addresses parse, the data directory exists,
   // the scratch directory can hold an unnamed file, the device exists. Errors are INVALID_ARGUMENT

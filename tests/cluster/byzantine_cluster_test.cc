@@ -1,6 +1,6 @@
 // Robust aggregation against a Byzantine peer, with real processes on 127.0.0.1 (mutual TLS): four
 // honest peers train a clean task; then a fifth peer that corrupts every update it contributes
-// (shoal-peer's test-only --test-byzantine: each update scaled by -10) joins, and the same task
+// (shoal-peer-testing --test-byzantine: each update scaled by -10) joins, and the same task
 // runs with mean and with robust strategies. With mean the attack must bite (accuracy far below
 // the clean run's); with median and trimmed-mean the final accuracy stays within 2 points of the
 // clean run, with krum (which keeps one update a round) within 5.
@@ -104,10 +104,10 @@ TEST_P(ByzantineClusterTest, RobustStrategiesResistWhatBreaksTheMean) {
   ASSERT_TRUE(cluster.WaitForPeersConnected(kHonest, absl::Seconds(60)).ok()) << cluster.LogTails();
   const double clean = Run(cluster, Spec("clean", common::v1::AGGREGATION_MEAN, kHonest));
 
-  ASSERT_TRUE(
-      cluster
-          .StartPeer(kHonest, kHonest + 1, {absl::StrCat("--test-byzantine=", GetParam().attack)})
-          .ok());
+  ASSERT_TRUE(cluster
+                  .StartTestPeer(kHonest, kHonest + 1,
+                                 {absl::StrCat("--test-byzantine=", GetParam().attack)})
+                  .ok());
   ASSERT_TRUE(cluster.WaitForPeersConnected(kHonest + 1, absl::Seconds(60)).ok());
   const double attacked_mean =
       Run(cluster, Spec("mean", common::v1::AGGREGATION_MEAN, kHonest + 1), false);

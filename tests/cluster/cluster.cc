@@ -182,16 +182,26 @@ absl::Status Cluster::StartAggregator() {
 }
 
 absl::Status Cluster::StartPeer(int index, int count, std::vector<std::string> extra_args) {
-  return StartPeerInNetns(index, count, "", std::move(extra_args));
+  return StartSharedDataPeer("shoal-peer", index, count, "", std::move(extra_args));
+}
+
+absl::Status Cluster::StartTestPeer(int index, int count, std::vector<std::string> extra_args) {
+  return StartSharedDataPeer("shoal-peer-testing", index, count, "", std::move(extra_args));
 }
 
 absl::Status Cluster::StartPeerInNetns(int index, int count, const std::string& netns,
                                        std::vector<std::string> extra_args) {
+  return StartSharedDataPeer("shoal-peer", index, count, netns, std::move(extra_args));
+}
+
+absl::Status Cluster::StartSharedDataPeer(const std::string& binary, int index, int count,
+                                          const std::string& netns,
+                                          std::vector<std::string> extra_args) {
   extra_args.push_back("--coordinator=" + coordinator_.address);
   extra_args.push_back("--data-dir=/usr/share/datasets/fashion-mnist");
   extra_args.push_back(absl::StrCat("--shard=", index, "/", count));
   extra_args.push_back(absl::StrCat("--name=peer-", index));
-  auto s = Start(absl::StrCat("peer-", index), "shoal-peer", std::move(extra_args),
+  auto s = Start(absl::StrCat("peer-", index), binary, std::move(extra_args),
                  netns.empty() ? "" : "127.0.0.1:0", netns);
   if (!s.ok()) return s.status();
   peers_[index] = *std::move(s);

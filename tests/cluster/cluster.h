@@ -42,6 +42,9 @@ class Cluster {
   // Starts one more aggregator (aggregator(0), aggregator(1), ...).
   absl::Status StartAggregator();
   absl::Status StartPeer(int index, int count, std::vector<std::string> extra_args = {});
+  // The same with the peer's test build, shoal-peer-testing (tests/peer_testing/), whose
+  // `extra_args` may add --test-byzantine and --test-slow-batch.
+  absl::Status StartTestPeer(int index, int count, std::vector<std::string> extra_args);
   // A peer whose data is its own: --data-dir `data_dir`, no --shard.
   absl::Status StartOwnDataPeer(int index, const std::string& data_dir,
                                 std::vector<std::string> extra_args = {});
@@ -93,6 +96,9 @@ class Cluster {
                                 std::vector<std::string> args, std::string listen = "",
                                 const std::string& netns = "");
   absl::Status StartCoordinatorOn(const std::string& listen);
+  // Peer `index` of `count` (shard index/count, id peer-INDEX) run from `binary`.
+  absl::Status StartSharedDataPeer(const std::string& binary, int index, int count,
+                                   const std::string& netns, std::vector<std::string> extra_args);
 
   // Issues NAME's certificate under DIR/certs with shoal-gen-certs.
   absl::Status MakeCertificate(const std::string& name);

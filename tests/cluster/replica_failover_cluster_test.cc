@@ -53,7 +53,7 @@ TEST(ReplicaFailoverClusterTest, ABackupTakesOverAKilledPrimaryMidRoundAndLosesN
   // Peer i sleeps 100 x i ms after each of its 20 batches: rounds of about 0, 2, 4 and 6 s.
   for (int i = 0; i < kPeers; ++i) {
     absl::Status started =
-        cluster.StartPeer(i, kPeers, {absl::StrCat("--test-slow-batch=", 100 * i)});
+        cluster.StartTestPeer(i, kPeers, {absl::StrCat("--test-slow-batch=", 100 * i)});
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }
   ASSERT_TRUE(cluster.WaitForPeersConnected(kPeers, absl::Seconds(60)).ok()) << cluster.LogTails();

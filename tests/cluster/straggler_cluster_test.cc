@@ -1,9 +1,10 @@
 // Stragglers with real processes on 127.0.0.1 (mutual TLS): three peers train a federated-sync
-// task with straggler_factor 2; peer-2 trains 5x slower than the others (--test-slow-batch: 125
-// ms a batch against 25). After two slow rounds it moves to asynchronous contribution: the
-// rounds then keep the fast peers' pace, and its late updates still go in, none refused. The
-// same on a tree (topology hierarchical, clusters of two under a root): a straggler pushes late
-// to its own cluster's aggregator, which weighs it by staleness and forwards it in its sum.
+// task with straggler_factor 2; peer-2 trains 5x slower than the others (shoal-peer-testing
+// --test-slow-batch: 125 ms a batch against 25). After two slow rounds it moves to asynchronous
+// contribution: the rounds then keep the fast peers' pace, and its late updates still go in,
+// none refused. The same on a tree (topology hierarchical, clusters of two under a root): a
+// straggler pushes late to its own cluster's aggregator, which weighs it by staleness and
+// forwards it in its sum.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -50,7 +51,8 @@ TEST_P(StragglerClusterTest, ASlowPeerGoesAsyncAndItsUpdatesStillCount) {
   }
   for (int i = 0; i < 3; ++i) {
     const int batch_ms = i == 2 ? 125 : 25;
-    absl::Status started = cluster.StartPeer(i, 3, {absl::StrCat("--test-slow-batch=", batch_ms)});
+    absl::Status started =
+        cluster.StartTestPeer(i, 3, {absl::StrCat("--test-slow-batch=", batch_ms)});
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }
   ASSERT_TRUE(cluster.WaitForPeersConnected(3, absl::Seconds(60)).ok()) << cluster.LogTails();

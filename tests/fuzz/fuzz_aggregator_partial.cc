@@ -30,9 +30,12 @@
 #include "tests/fuzz/fuzz_check.h"
 #include "tests/fuzz/fuzz_log.h"
 #include "tests/fuzz/fuzz_model_values.h"
+#include "tests/testing/fake_clock.h"
 
 namespace shoal::aggregator {
 namespace {
+
+using shoal::testing::FakeClock;
 
 using fuzz::CheckErrorIsClean;
 

@@ -26,9 +26,12 @@
 #include "tests/fakes/scripted_aggregator.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "tests/fuzz/fuzz_log.h"
+#include "tests/testing/fake_clock.h"
 
 namespace shoal::coordinator {
 namespace {
+
+using shoal::testing::FakeClock;
 
 constexpr char kTask[] = "t";
 

@@ -17,17 +17,18 @@
 #include "libs/rpc/server.h"
 #include "libs/training/fashion_mnist.h"
 #include "libs/training/trainer.h"
-#include "services/peer_agent/byzantine.h"
 #include "services/peer_agent/grpc_peer_client.h"
 #include "services/peer_agent/modes/decentralized/decentralized_runner.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/peer_service.h"
 #include "services/peer_agent/snapshot_store.h"
+#include "tests/peer_testing/byzantine.h"
 
 namespace shoal::peer {
 
 using coordinator::v1::CoordinatorEvent;
 using coordinator::v1::PeerMessage;
+using shoal::testing::ByzantineFault;
 
 inline constexpr char kDataDir[] = "/usr/share/datasets/fashion-mnist";
 
@@ -141,7 +142,7 @@ class TestPeer {
     deps.clock = &RealClock::Get();
     deps.wakeup = &wakeup_;
     deps.peer_id = id;
-    deps.byzantine = std::move(byzantine);
+    deps.update_hooks = byzantine.Hooks();
     deps.send = [this](const PeerMessage& m) {
       absl::MutexLock lock(&mu_);
       sent_.push_back(m);

@@ -1,5 +1,6 @@
-// The shoal-peer binary on its own: flags it refuses at start, and a task it cannot run (against
-// a fake coordinator on 127.0.0.1:0).
+// The shoal-peer binary on its own: flags it refuses at start (the test build's flags included,
+// which only shoal-peer-testing has), and a task it cannot run (against a fake coordinator on
+// 127.0.0.1:0).
 
 #include <algorithm>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -29,15 +31,12 @@ using ::testing::HasSubstr;
 constexpr char kDataDir[] = "/usr/share/datasets/fashion-mnist";
 constexpr absl::Duration kWait = absl::Seconds(60);
 
-std::string PeerBinary() {
-  std::vector<std::string> candidates;
-  if (const char* bin = std::getenv("SHOAL_BIN_DIR")) {
-    candidates.push_back(std::string(bin) + "/shoal-peer");
-  }
-  for (const auto& c : candidates) {
-    if (std::filesystem::exists(c)) return c;
-  }
-  return "";
+// BINARY in $SHOAL_BIN_DIR; "" when it is not there.
+std::string PeerBinary(const std::string& binary = "shoal-peer") {
+  const char* bin = std::getenv("SHOAL_BIN_DIR");
+  if (bin == nullptr) return "";
+  const std::string path = std::string(bin) + "/" + binary;
+  return std::filesystem::exists(path) ? path : "";
 }
 
 std::string ReadFile(const std::string& path) {
@@ -50,10 +49,11 @@ std::string ReadFile(const std::string& path) {
 // Starts the binary with `args`, its output going to `log_path`. The returned Process stops
 // the child when destroyed, so an assertion that ends the test early leaves nothing running.
 std::unique_ptr<process::Process> StartPeerBinary(const std::vector<std::string>& args,
-                                                  const std::string& log_path) {
+                                                  const std::string& log_path,
+                                                  const std::string& binary = "shoal-peer") {
   process::ProcessOptions options;
-  options.name = "shoal-peer";
-  options.binary = PeerBinary();
+  options.name = binary;
+  options.binary = PeerBinary(binary);
   options.args = args;
   options.log_path = log_path;
   auto p = process::Process::Start(std::move(options));
@@ -66,8 +66,9 @@ struct ProcessResult {
   std::string stderr_text;
 };
 
-// Runs the binary with `args`, waits up to `timeout`, returns its exit code and output.
-ProcessResult RunPeer(const std::vector<std::string>& args, absl::Duration timeout) {
+// Runs `binary` with `args`, waits up to `timeout`, returns its exit code and output.
+ProcessResult RunPeer(const std::vector<std::string>& args, absl::Duration timeout,
+                      const std::string& binary = "shoal-peer") {
   ProcessResult result;
   auto dir = testing::MakeTestTempDir("shoal-peer-test-");
   if (!dir.ok()) {
@@ -75,10 +76,10 @@ ProcessResult RunPeer(const std::vector<std::string>& args, absl::Duration timeo
     return result;
   }
   const std::string log_path = *dir + "/peer.log";
-  if (std::unique_ptr<process::Process> p = StartPeerBinary(args, log_path)) {
+  if (std::unique_ptr<process::Process> p = StartPeerBinary(args, log_path, binary)) {
     absl::StatusOr<process::ExitStatus> exit = p->Wait(timeout);
     if (!exit.ok()) {
-      ADD_FAILURE() << "shoal-peer did not exit within " << timeout;
+      ADD_FAILURE() << binary << " did not exit within " << timeout;
       p->Stop(absl::ZeroDuration());
     } else if (!exit->signaled) {
       result.exit_code = exit->code;
@@ -93,6 +94,9 @@ class PeerBinaryTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (PeerBinary().empty()) GTEST_FAIL() << "shoal-peer not found via SHOAL_BIN_DIR";
+    if (PeerBinary("shoal-peer-testing").empty()) {
+      GTEST_FAIL() << "shoal-peer-testing not found via SHOAL_BIN_DIR";
+    }
   }
 };
 
@@ -126,17 +130,32 @@ TEST_F(PeerBinaryTest, BadFlagsExitTwoNamingTheFlag) {
        "--relay and --advertise"},
       {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--relay=auto", "--advertise=127.0.0.1:2"},
        "--relay and --advertise"},
+      // The test build's flags: shoal-peer does not have them.
+      {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--test-byzantine=sign-flip"},
+       "unknown flag --test-byzantine"},
+      {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--test-slow-batch=100"},
+       "unknown flag --test-slow-batch"},
+  };
+  // shoal-peer-testing: the same flags, and its own.
+  std::vector<Case> testing_cases = {
+      {{ok_coord, ok_data, "--shard=4/4"}, "--shard"},
       {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--test-byzantine=scale:x"},
        "--test-byzantine"},
       {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--test-slow-batch=-5"},
        "--test-slow-batch"},
+      {{ok_coord, ok_data, "--shard=0/4", "--insecure", "--test-slow-batch=3600001"},
+       "--test-slow-batch"},
   };
-  for (const Case& c : cases) {
-    ProcessResult r = RunPeer(c.args, absl::Seconds(30));
-    EXPECT_EQ(r.exit_code, 2) << c.flag << ": " << r.stderr_text;
-    EXPECT_THAT(r.stderr_text, HasSubstr(c.flag));
-    // One clear line.
-    EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << r.stderr_text;
+  for (const auto& [binary, binary_cases] :
+       {std::pair{"shoal-peer", cases}, std::pair{"shoal-peer-testing", testing_cases}}) {
+    for (const Case& c : binary_cases) {
+      ProcessResult r = RunPeer(c.args, absl::Seconds(30), binary);
+      EXPECT_EQ(r.exit_code, 2) << binary << " " << c.flag << ": " << r.stderr_text;
+      EXPECT_THAT(r.stderr_text, HasSubstr(c.flag)) << binary;
+      // One clear line.
+      EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1)
+          << binary << ": " << r.stderr_text;
+    }
   }
 }
 

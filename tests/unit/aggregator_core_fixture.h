@@ -16,8 +16,11 @@
 #include "libs/common/clock.h"
 #include "libs/tensor/frame_codec.h"
 #include "services/aggregator/aggregator_core.h"
+#include "tests/testing/fake_clock.h"
 
 namespace shoal::aggregator {
+
+using shoal::testing::FakeClock;
 
 // 13 floats, 52 bytes.
 inline tensor::ModelLayout Layout() {

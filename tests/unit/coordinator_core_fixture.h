@@ -24,8 +24,11 @@
 #include "services/coordinator/dialer.h"
 #include "tests/fakes/manual_executor.h"
 #include "tests/fakes/scripted_aggregator.h"
+#include "tests/testing/fake_clock.h"
 
 namespace shoal::coordinator::core_testing {
+
+using shoal::testing::FakeClock;
 
 class FakeSink final : public PeerSink {
  public:

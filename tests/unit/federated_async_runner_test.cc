@@ -26,17 +26,21 @@
 #include "services/peer_agent/grpc_peer_client.h"
 #include "services/peer_agent/peer_agent.h"
 #include "services/peer_agent/peer_metrics.h"
-#include "services/peer_agent/slow_batch.h"
 #include "services/peer_agent/snapshot_store.h"
 #include "tests/fakes/peer_side_aggregator.h"
+#include "tests/peer_testing/slow_batch.h"
+#include "tests/testing/fake_clock.h"
 #include "tests/testing/joining_thread.h"
 
 namespace shoal::peer {
 namespace {
 
+using shoal::testing::FakeClock;
+
 using coordinator::v1::CoordinatorEvent;
 using coordinator::v1::PeerMessage;
 using fakes::PeerSideAggregator;
+using shoal::testing::SlowBatchHook;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
@@ -442,7 +446,7 @@ TEST_F(FederatedAsyncRunnerTest, ASlowBatchPausesOnTheClockAndStoppingCutsThePau
   aggregator.SetClock(&clock);
   rpc::Wakeup* wakeup = nullptr;  // the peer's, set below
   auto after_batch = [&](const std::function<bool()>& keep_going) {
-    SlowBatchPause(pause, *wakeup)(keep_going);
+    (*SlowBatchHook(pause))(*wakeup, keep_going);
   };
   AsyncPeer peer(aggregator, MakeTrainer(after_batch), clock);
   wakeup = &peer.wakeup();
@@ -466,12 +470,15 @@ TEST_F(FederatedAsyncRunnerTest, ASlowBatchPausesOnTheClockAndStoppingCutsThePau
   peer.Stop();
   worker.Join();
   EXPECT_LE(aggregator.pushes().size(), pushed + 1);
-  EXPECT_EQ(SlowBatchPause(absl::ZeroDuration(), peer.wakeup()), nullptr);
+  EXPECT_EQ(*SlowBatchHook(absl::ZeroDuration()), nullptr);
+  EXPECT_FALSE(SlowBatchHook(absl::Milliseconds(-5)).ok());
+  EXPECT_FALSE(SlowBatchHook(absl::Hours(2)).ok());
 }
 
-// Through the host: --test-slow-batch reaches the trainer of a federated-async task (each batch
-// takes an hour on the agent's fake clock), a ModelPublished on the session while the peer
-// trains does not stop the round in progress, and Stop() does not wait for a pause.
+// Through the host: the after-batch hook (shoal-peer-testing --test-slow-batch) reaches the trainer
+// of a federated-async task (each batch takes an hour on the agent's fake clock), a ModelPublished
+// on the session while the peer trains does not stop the round in progress, and Stop() does not
+// wait for a pause.
 TEST_F(FederatedAsyncRunnerTest, TheAgentPausesAfterEveryBatchAndKeepsTrainingThroughPublished) {
   FakeClock clock;
   const absl::Time start = clock.Now();
@@ -488,7 +495,7 @@ TEST_F(FederatedAsyncRunnerTest, TheAgentPausesAfterEveryBatchAndKeepsTrainingTh
   std::vector<PeerMessage> sent;
   PeerAgentOptions options;
   options.shard = training::ShardSpec{0, 2};
-  options.test_slow_batch = absl::Hours(1);
+  options.hooks.after_batch = *SlowBatchHook(absl::Hours(1));
   auto agent = PeerAgent::Create(
       options, std::make_shared<const training::RawDataset>(*train_),
       std::make_shared<const training::RawDataset>(*test_), aggregator, peers, store, metrics,

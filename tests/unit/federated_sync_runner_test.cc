@@ -22,11 +22,11 @@
 #include "libs/training/fashion_mnist.h"
 #include "libs/training/trainer.h"
 #include "services/aggregator/aggregator_client.h"
-#include "services/peer_agent/byzantine.h"
 #include "services/peer_agent/modes/aggregator_peer.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
 #include "tests/fakes/peer_side_aggregator.h"
+#include "tests/peer_testing/byzantine.h"
 
 namespace shoal::peer {
 namespace {
@@ -58,6 +58,7 @@ common::v1::TaskSpec Spec() {
 }
 
 using fakes::PeerSideAggregator;
+using shoal::testing::ByzantineFault;
 
 // The addresses of the `method` calls since the `from`-th call.
 std::vector<std::string> Addresses(const PeerSideAggregator& aggregator, const std::string& method,
@@ -102,7 +103,7 @@ class TestPeer {
     deps.wakeup = &wakeup_;
     deps.peer_id = "peer-a";
     deps.session_token = [] { return std::string("token-1"); };
-    deps.byzantine = std::move(byzantine);
+    deps.update_hooks = byzantine.Hooks();
     deps.send = [this](const PeerMessage& m) {
       absl::MutexLock lock(&mu_);
       sent_.push_back(m);

@@ -24,9 +24,12 @@
 #include "libs/gossip/dpwa_config.h"
 #include "libs/task/task_file.h"
 #include "services/aggregator/aggregator_core.h"
+#include "tests/testing/fake_clock.h"
 
 namespace shoal {
 namespace {
+
+using shoal::testing::FakeClock;
 
 std::filesystem::path DataDir() {
   const char* root = std::getenv("SHOAL_SOURCE_DIR");

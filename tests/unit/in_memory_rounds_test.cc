@@ -23,9 +23,12 @@
 #include "tests/fakes/in_memory_peers.h"
 #include "tests/fakes/in_memory_session.h"
 #include "tests/fakes/manual_executor.h"
+#include "tests/testing/fake_clock.h"
 
 namespace shoal {
 namespace {
+
+using shoal::testing::FakeClock;
 
 namespace cv1 = coordinator::v1;
 

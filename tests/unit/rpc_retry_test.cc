@@ -11,11 +11,13 @@
 #include "gtest/gtest.h"
 #include "libs/common/clock.h"
 #include "libs/rpc/retry.h"
+#include "tests/testing/fake_clock.h"
 #include "tests/testing/wait.h"
 
 namespace shoal::rpc {
 namespace {
 
+using shoal::testing::FakeClock;
 using ::testing::ElementsAre;
 
 // Attempts that fail with the scripted errors, then succeed; each records when it ran and the

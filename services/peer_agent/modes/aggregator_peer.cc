@@ -197,8 +197,8 @@ absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> AggregatorPeer::Delt
   // Before compression (the aggregator decodes what it receives and, with central noise,
   // clips it again: rounding must not lift an update above the bound).
   privacy_->Apply(absl::MakeSpan(delta->values), round_peers);
-  // Test-only: a Byzantine peer pushes a corrupted delta; what it keeps is its own model.
-  deps_.byzantine.CorruptDelta(delta->values);
+  // A test build may tamper with what leaves (a Byzantine peer); what it keeps is its own model.
+  deps_.update_hooks.TamperDelta(delta->values);
   return compressor_.Compress(std::move(delta), *global_version_);
 }
 

@@ -102,10 +102,10 @@ class AggregatorPeer {
   const std::optional<uint64_t>& global_version() const { return global_version_; }
   // The update to push: the trainer's parameters `params` minus the global model held, computed
   // in place, clipped (and with distributed noise noised, `round_peers` being the round's
-  // expected peers) for differential privacy when the task has it (UpdatePrivacy), corrupted by
-  // the test-only Byzantine fault, then compressed as the task says (TaskSpec.compression;
-  // top-k adds what earlier updates left out). Errors: from reading the global model back from
-  // disk.
+  // expected peers) for differential privacy when the task has it (UpdatePrivacy), through the
+  // update hooks (ModeRunnerDeps::update_hooks; empty in shoal-peer), then compressed as the task
+  // says (TaskSpec.compression; top-k adds what earlier updates left out). Errors: from reading the
+  // global model back from disk.
   absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> DeltaOf(tensor::FlatModel params,
                                                                       uint32_t round_peers = 0);
 

@@ -298,11 +298,12 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
   metrics_.samples_trained.Increment(static_cast<double>(stats->samples));
   metrics_.train_loss.Set(stats->mean_loss);
   metrics_.round_duration.Observe(static_cast<double>(train_ms) / 1000.0);
-  // Test-only: a Byzantine peer shares base + factor · (trained − base) and aggregates that too,
-  // so every participant still ends the round with the same model.
-  if (absl::Status s = deps_.byzantine.CorruptModel(held_, *params); !s.ok()) {
+  // A test build may tamper with what is shared (a Byzantine peer shares base + factor ·
+  // (trained − base)); this peer aggregates that too, so every participant still ends the round
+  // with the same model.
+  if (absl::Status s = deps_.update_hooks.TamperModel(held_, *params); !s.ok()) {
     SendError(r, s);
-    AbandonRound("cannot corrupt the update");
+    AbandonRound("the update hook failed");
     return;
   }
   std::shared_ptr<const tensor::EncodedModel> encoded;

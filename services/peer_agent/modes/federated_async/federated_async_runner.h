@@ -53,7 +53,7 @@ struct FederatedAsyncOptions {
 //      held and send one EvalReport for its version (which settles the older ones);
 //   3. train round_batches batches; a stretch from the version of this peer's last push (none
 //      newer was out) stops when a newer version is published, and the loop goes back to 1;
-//   4. push the delta (trained − global, corrupted by the test-only Byzantine fault) with
+//   4. push the delta (trained − global, through the update hooks) with
 //      UpdateMeta{round 0, base_version = the version trained from};
 //   5. go back to 1: the parameters are reset to the newest global model, so every delta is
 //      relative to a global version and no update is counted twice.

@@ -19,7 +19,6 @@
 #include "libs/task/task_file.h"
 #include "libs/tensor/model_file.h"
 #include "services/peer_agent/modes/gossip/gossip_runner.h"
-#include "services/peer_agent/slow_batch.h"
 
 namespace shoal::peer {
 namespace {
@@ -49,11 +48,6 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   if (options.torch_threads < 1 || options.torch_threads > 256) {
     return absl::InvalidArgumentError(
         absl::StrCat("--torch-threads: must be in [1, 256], got ", options.torch_threads));
-  }
-  if (options.test_slow_batch < absl::ZeroDuration() || options.test_slow_batch > absl::Hours(1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--test-slow-batch: must be in [0, 3600000] milliseconds, got ",
-                     absl::ToInt64Milliseconds(options.test_slow_batch)));
   }
 
   absl::StatusOr<gossip::DpwaConfig> config = gossip::LoadDpwaConfig(options.dpwa_config);
@@ -98,7 +92,7 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   trainer_options.model_dir = options.model_dir.empty()
                                   ? std::filesystem::path(options.task_file).parent_path().string()
                                   : options.model_dir;
-  trainer_options.after_batch = SlowBatchPause(options.test_slow_batch, p->wakeup_);
+  trainer_options.after_batch = BindAfterBatch(options.hooks.after_batch, p->wakeup_);
   absl::StatusOr<std::unique_ptr<training::Trainer>> trainer =
       training::Trainer::Create(trainer_options);
   if (!trainer.ok()) {
@@ -148,6 +142,7 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   deps.clock = &p->clock_;
   deps.wakeup = &p->wakeup_;
   deps.peer_id = p->peer_id_;
+  deps.update_hooks = options.hooks.update;
   StaticGossipPeer* self = p.get();
   deps.send = [self](const coordinator::v1::PeerMessage& m) { self->OnMessage(m); };
   absl::StatusOr<std::unique_ptr<ModeRunner>> runner = CreateGossipRunner(std::move(deps));
@@ -163,11 +158,6 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   LogInfo("static gossip: node ", me->name, " of ", config->nodes.size(), " (", options.dpwa_config,
           "), task ", spec->name(), ", shard ", shard.ToString(), "; serving PeerService on ",
           p->server_->address(), ", metrics on ", p->metrics_server_->address());
-  if (options.test_slow_batch > absl::ZeroDuration()) {
-    LogWarning("*** --test-slow-batch ", absl::ToInt64Milliseconds(options.test_slow_batch),
-               ": TEST-ONLY SLOW PEER: every training batch is followed by a pause of that many "
-               "milliseconds; never use it outside tests ***");
-  }
   if (!credentials.secure()) {
     LogWarning("--insecure: PLAINTEXT gRPC without authentication; use only on a trusted network");
   }

@@ -21,6 +21,7 @@
 #include "libs/training/trainer.h"
 #include "services/peer_agent/grpc_peer_client.h"
 #include "services/peer_agent/mode_runner.h"
+#include "services/peer_agent/peer_hooks.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/peer_service.h"
 #include "services/peer_agent/snapshot_store.h"
@@ -47,8 +48,7 @@ struct StaticGossipOptions {
   std::string final_model_out;  // --final-model-out: write the final model here (model file)
   std::string report_out;       // --report-out: write a JSON summary here when done
   bool exit_when_done = false;  // --exit-when-done: exit after the report (default: keep serving)
-  // Test-only (--test-slow-batch MS): every training batch takes this much longer; zero: off.
-  absl::Duration test_slow_batch = absl::ZeroDuration();
+  PeerHooks hooks;              // empty in shoal-peer; its test build sets them (peer_hooks.h)
 };
 
 // The static gossip peer: loads the config, the task and the data, serves PeerService and

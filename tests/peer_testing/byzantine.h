@@ -1,8 +1,8 @@
 #pragma once
 
-// Test-only fault injection (shoal-peer --test-byzantine MODE): a Byzantine peer for tests of
-// robust aggregation. It corrupts what this peer contributes to the others, never the copy of the
-// global model it keeps for itself.
+// Fault injection of the peer's test build (shoal-peer-testing --test-byzantine MODE): a
+// Byzantine peer for tests of robust aggregation. It corrupts what this peer contributes to the
+// others, never the copy of the global model it keeps for itself (through peer::UpdateHooks).
 
 #include <string>
 #include <vector>
@@ -11,12 +11,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "libs/tensor/flat_model.h"
+#include "services/peer_agent/peer_hooks.h"
 
-namespace shoal::peer {
+namespace shoal::testing {
 
 // How this peer corrupts its contribution: its delta d (trained model minus the model the round
 // started from) becomes factor · d. "scale:F" sets factor F, "sign-flip" factor −1. A value
-// type (thread-compatible, copied into every runner's deps); inactive (honest) by default.
+// type (thread-compatible); inactive (honest) by default.
 class ByzantineFault {
  public:
   ByzantineFault() = default;
@@ -37,9 +38,12 @@ class ByzantineFault {
   // INVALID_ARGUMENT when the sizes differ.
   absl::Status CorruptModel(const tensor::FlatModel& base, tensor::FlatModel& model) const;
 
+  // The peer's hooks doing both (copies of this fault); empty hooks when honest.
+  peer::UpdateHooks Hooks() const;
+
  private:
   double factor_ = 1;
   std::string mode_;
 };
 
-}  // namespace shoal::peer
+}  // namespace shoal::testing

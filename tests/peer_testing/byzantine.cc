@@ -1,4 +1,4 @@
-#include "services/peer_agent/byzantine.h"
+#include "tests/peer_testing/byzantine.h"
 
 #include <cmath>
 
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "libs/common/escape.h"
 
-namespace shoal::peer {
+namespace shoal::testing {
 
 absl::StatusOr<ByzantineFault> ByzantineFault::Parse(absl::string_view mode) {
   ByzantineFault fault;
@@ -46,4 +46,15 @@ absl::Status ByzantineFault::CorruptModel(const tensor::FlatModel& base,
   return absl::OkStatus();
 }
 
-}  // namespace shoal::peer
+peer::UpdateHooks ByzantineFault::Hooks() const {
+  peer::UpdateHooks hooks;
+  if (!active()) return hooks;
+  const ByzantineFault fault = *this;
+  hooks.delta = [fault](std::vector<float>& delta) { fault.CorruptDelta(delta); };
+  hooks.model = [fault](const tensor::FlatModel& base, tensor::FlatModel& model) {
+    return fault.CorruptModel(base, model);
+  };
+  return hooks;
+}
+
+}  // namespace shoal::testing

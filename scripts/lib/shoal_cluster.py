@@ -1,0 +1,150 @@
+"""Local Shoal clusters of real processes for the benchmarks (scripts/bench-*), Python 3's
+standard library only.
+
+    import sys, os
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+    import shoal_cluster
+
+    shoal_cluster.build("bench-x", ["shoal-coordinator", "shoal-aggregator", "shoal-peer",
+                                    "shoalctl"])
+    cluster = shoal_cluster.Cluster("bench-x", work_dir)
+    try:
+        cluster.start_coordinator()
+        cluster.start_aggregator()
+        for i in range(4):
+            cluster.start_peer(i, 4)
+        cluster.shoalctl("task", "create", task_file)
+        ...
+    finally:
+        cluster.stop()
+
+Every service listens on 127.0.0.1 port 0, plaintext (--insecure), writes its addresses to
+WORK/NAME.addr and logs to WORK/NAME.log; the cluster waits for each address file, and a service
+that exits first ends the bench (SystemExit naming it and its log); start(..., wait=False) and
+wait_started() start several at once. stop() sends SIGTERM to the services in the reverse order
+of their start (peers before aggregators before the coordinator) and SIGKILLs what is left after
+15 s. A static gossip worker (shoal-peer --dpwa-config, no
+coordinator) starts with spawn().
+
+Environment: BUILD_DIR (default: build), SHOAL_DATA_DIR (default:
+/usr/share/datasets/fashion-mnist).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("BUILD_DIR", os.path.join(ROOT, "build"))
+BIN = os.path.join(BUILD, "bin")
+DATA = os.environ.get("SHOAL_DATA_DIR", "/usr/share/datasets/fashion-mnist")
+
+
+def build(prog, targets):
+    """Builds `targets` with scripts/build into BUILD_DIR (its output hidden unless it fails)."""
+    env = dict(os.environ, SHOAL_BUILD_DIR=BUILD)
+    done = subprocess.run([os.path.join(ROOT, "scripts", "build"), "--target"] + list(targets),
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout[-4000:])
+        sys.exit(f"{prog}: scripts/build --target {' '.join(targets)} failed")
+
+
+def read_address_file(path):
+    """{"grpc": HOST:PORT, "metrics": HOST:PORT, ...} of an --address-file ({} while absent)."""
+    try:
+        with open(path) as f:
+            return dict(line.strip().split("=", 1) for line in f if "=" in line)
+    except FileNotFoundError:
+        return {}
+
+
+class Cluster:
+    """The processes of one local cluster, started in order; see the module's doc."""
+
+    def __init__(self, prog, work):
+        self.prog = prog  # the bench's name, the prefix of its errors
+        self.work = work
+        self.procs = []  # (name, Popen), in start order
+        self.addresses = {}  # name -> the entries of its address file
+        self.starting = {}  # name -> (Popen, address file) until its address file is there
+        self.coordinator = None  # the coordinator's gRPC HOST:PORT
+        os.makedirs(work, exist_ok=True)
+
+    def log_path(self, name):
+        return os.path.join(self.work, name + ".log")
+
+    def spawn(self, name, binary, args):
+        """Starts BIN/binary with `args` (nothing added), logging to WORK/NAME.log."""
+        with open(self.log_path(name), "w") as log:
+            proc = subprocess.Popen([os.path.join(BIN, binary)] + list(args), stdout=log,
+                                    stderr=subprocess.STDOUT)
+        self.procs.append((name, proc))
+        return proc
+
+    def start(self, name, binary, args, wait=True):
+        """Starts a service on 127.0.0.1:0 (plaintext) and, with `wait`, waits for its address
+        file (else wait_started() does, so that several start at once); returns its Popen."""
+        addr = os.path.join(self.work, name + ".addr")
+        proc = self.spawn(name, binary, ["--insecure", "--listen", "127.0.0.1:0",
+                                         "--metrics-listen", "127.0.0.1:0", "--address-file",
+                                         addr] + list(args))
+        self.starting[name] = (proc, addr)
+        if wait:
+            self.wait_started()
+        return proc
+
+    def wait_started(self, timeout=60):
+        """Waits until every service started has written its address file (into addresses)."""
+        deadline = time.time() + timeout
+        while self.starting:
+            for name, (proc, addr) in list(self.starting.items()):
+                if proc.poll() is not None:
+                    sys.exit(f"{self.prog}: {name} exited with {proc.returncode} "
+                             f"(see {self.log_path(name)})")
+                fields = read_address_file(addr)
+                if "grpc" in fields:
+                    self.addresses[name] = fields
+                    del self.starting[name]
+            if self.starting and time.time() > deadline:
+                sys.exit(f"{self.prog}: {', '.join(self.starting)} wrote no address file within "
+                         f"{timeout} s (see {self.work})")
+            time.sleep(0.05)
+
+    def start_coordinator(self, args=()):
+        self.start("coordinator", "shoal-coordinator",
+                   ["--state-dir", os.path.join(self.work, "state")] + list(args))
+        self.coordinator = self.addresses["coordinator"]["grpc"]
+
+    def start_aggregator(self, name="aggregator"):
+        self.start(name, "shoal-aggregator", ["--coordinator", self.coordinator])
+
+    def start_peer(self, index, count, binary="shoal-peer", args=(), wait=True):
+        """Peer `index` of `count` (id peer-INDEX, shard INDEX/COUNT of DATA); `binary` may be
+        the peer's test build, shoal-peer-testing, for its --test-* flags. Returns its Popen."""
+        return self.start(f"peer-{index}", binary,
+                          ["--coordinator", self.coordinator, "--data-dir", DATA,
+                           "--shard", f"{index}/{count}", "--name", f"peer-{index}"] + list(args),
+                          wait)
+
+    def shoalctl(self, *args):
+        """shoalctl's stdout; RuntimeError with its stderr when it fails."""
+        out = subprocess.run([os.path.join(BIN, "shoalctl"), "--insecure", "--coordinator",
+                              self.coordinator] + list(args), capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr.strip())
+        return out.stdout
+
+    def stop(self):
+        """SIGTERM in reverse start order, then waits (SIGKILL after 15 s). Idempotent."""
+        for _, p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for _, p in reversed(self.procs):
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
