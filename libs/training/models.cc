@@ -8,21 +8,22 @@
 namespace shoal::training {
 namespace {
 
-// 784 -> 200 -> 10 with ReLU.
+// 784 -> 200 -> 10 with ReLU. Each built-in model's forward() runs its chain of layers
+// (Net::Layers), so per_sample_grads.h's fast path runs exactly the same computation.
 class Mlp final : public Net {
  public:
   Mlp() {
     fc1_ = register_module("fc1", torch::nn::Linear(784, 200));
     fc2_ = register_module("fc2", torch::nn::Linear(200, 10));
+    chain_ = torch::nn::Sequential(torch::nn::Flatten(), fc1_, torch::nn::ReLU(), fc2_);
   }
-  torch::Tensor forward(torch::Tensor x) override {
-    x = x.flatten(1);
-    return fc2_->forward(torch::relu(fc1_->forward(x)));
-  }
+  torch::Tensor forward(torch::Tensor x) override { return chain_->forward(x); }
+  torch::nn::Sequential Layers() override { return chain_; }
 
  private:
   torch::nn::Linear fc1_{nullptr};
   torch::nn::Linear fc2_{nullptr};
+  torch::nn::Sequential chain_{nullptr};  // not registered: its layers are fc1_ and fc2_
 };
 
 // 784 -> w -> w -> 10 with ReLU: a model of realistic size for the data path (w = 5000: 29M
@@ -33,16 +34,17 @@ class WideMlp final : public Net {
     fc1_ = register_module("fc1", torch::nn::Linear(784, width));
     fc2_ = register_module("fc2", torch::nn::Linear(width, width));
     fc3_ = register_module("fc3", torch::nn::Linear(width, 10));
+    chain_ = torch::nn::Sequential(torch::nn::Flatten(), fc1_, torch::nn::ReLU(), fc2_,
+                                   torch::nn::ReLU(), fc3_);
   }
-  torch::Tensor forward(torch::Tensor x) override {
-    x = torch::relu(fc1_->forward(x.flatten(1)));
-    return fc3_->forward(torch::relu(fc2_->forward(x)));
-  }
+  torch::Tensor forward(torch::Tensor x) override { return chain_->forward(x); }
+  torch::nn::Sequential Layers() override { return chain_; }
 
  private:
   torch::nn::Linear fc1_{nullptr};
   torch::nn::Linear fc2_{nullptr};
   torch::nn::Linear fc3_{nullptr};
+  torch::nn::Sequential chain_{nullptr};  // not registered: its layers are fc1_..fc3_
 };
 
 // conv(1->16, k5, pad 2) -> relu -> maxpool 2 -> conv(16->32, k5, pad 2) -> relu -> maxpool 2
@@ -56,19 +58,20 @@ class Cnn final : public Net {
         register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 5).padding(2)));
     fc1_ = register_module("fc1", torch::nn::Linear(32 * 7 * 7, 128));
     fc2_ = register_module("fc2", torch::nn::Linear(128, 10));
+    using torch::nn::MaxPool2d;
+    using torch::nn::ReLU;
+    chain_ = torch::nn::Sequential(conv1_, ReLU(), MaxPool2d(2), conv2_, ReLU(), MaxPool2d(2),
+                                   torch::nn::Flatten(), fc1_, ReLU(), fc2_);
   }
-  torch::Tensor forward(torch::Tensor x) override {
-    x = torch::max_pool2d(torch::relu(conv1_->forward(x)), 2);
-    x = torch::max_pool2d(torch::relu(conv2_->forward(x)), 2);
-    x = torch::relu(fc1_->forward(x.flatten(1)));
-    return fc2_->forward(x);
-  }
+  torch::Tensor forward(torch::Tensor x) override { return chain_->forward(x); }
+  torch::nn::Sequential Layers() override { return chain_; }
 
  private:
   torch::nn::Conv2d conv1_{nullptr};
   torch::nn::Conv2d conv2_{nullptr};
   torch::nn::Linear fc1_{nullptr};
   torch::nn::Linear fc2_{nullptr};
+  torch::nn::Sequential chain_{nullptr};  // not registered: its layers are conv1_..fc2_
 };
 
 std::mutex& SeedMutex() {

@@ -20,6 +20,10 @@ namespace shoal::training {
 class Net : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+  // The forward pass as one chain of layers, when it is one (the built-in models: their
+  // forward() runs exactly this chain); an empty holder otherwise. per_sample_grads.h runs a
+  // chain layer by layer for its fast path.
+  virtual torch::nn::Sequential Layers() { return torch::nn::Sequential(nullptr); }
 };
 
 // Builds model `name` with weights drawn after torch::manual_seed(seed), so two processes with
@@ -41,6 +45,12 @@ class Model {
   virtual std::vector<std::pair<std::string, torch::Tensor>> NamedBuffers() = 0;
   virtual void SetTraining(bool on) = 0;
   virtual void To(const torch::Device& device) = 0;
+  // Every submodule (the model itself first, named "") with the name of its kind, e.g.
+  // "torch::nn::BatchNorm2dImpl" or a TorchScript class name such as "__torch__.torch.nn.
+  // modules.batchnorm.BatchNorm2d".
+  virtual std::vector<std::pair<std::string, std::string>> NamedModuleKinds() = 0;
+  // The built-in model's chain of layers (Net::Layers); an empty holder for other models.
+  virtual torch::nn::Sequential Layers() = 0;
   // Writes the model with its current parameters as a TorchScript file. FAILED_PRECONDITION for
   // a built-in model (it has no TorchScript form).
   virtual absl::Status SaveTorchScript(const std::string& path) = 0;
@@ -52,5 +62,11 @@ class Model {
 // not TorchScript (naming it) or has no parameters; NOT_FOUND a missing file.
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const common::v1::TaskSpec& spec,
                                                  const std::string& script_path);
+
+// The first line of a LibTorch exception's message (a c10::Error carries a backtrace after it).
+std::string ErrorFirstLine(const std::exception& e);
+
+// `net` driven as a Model (what LoadModel does for a built-in model name).
+std::unique_ptr<Model> WrapNet(std::shared_ptr<Net> net);
 
 }  // namespace shoal::training

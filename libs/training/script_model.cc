@@ -16,13 +16,6 @@
 namespace shoal::training {
 namespace {
 
-std::string FirstLine(const std::exception& e) {
-  std::string msg = e.what();
-  // c10::Error messages carry a long backtrace after the first line.
-  if (size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-  return msg;
-}
-
 class NetModel final : public Model {
  public:
   explicit NetModel(std::shared_ptr<Net> net) : net_(std::move(net)) {}
@@ -39,6 +32,13 @@ class NetModel final : public Model {
   }
   void SetTraining(bool on) override { net_->train(on); }
   void To(const torch::Device& device) override { net_->to(device); }
+  std::vector<std::pair<std::string, std::string>> NamedModuleKinds() override {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& item : net_->named_modules())
+      out.emplace_back(item.key(), item.value()->name());
+    return out;
+  }
+  torch::nn::Sequential Layers() override { return net_->Layers(); }
   absl::Status SaveTorchScript(const std::string&) override {
     return absl::FailedPreconditionError(
         "a built-in model has no TorchScript form; only a task whose model is a TorchScript "
@@ -76,12 +76,21 @@ class ScriptModel final : public Model {
   }
   void SetTraining(bool on) override { module_.train(on); }
   void To(const torch::Device& device) override { module_.to(device); }
+  std::vector<std::pair<std::string, std::string>> NamedModuleKinds() override {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& item : module_.named_modules()) {
+      const c10::optional<c10::QualifiedName>& kind = item.value.type()->name();
+      out.emplace_back(item.name, kind ? kind->qualifiedName() : std::string("?"));
+    }
+    return out;
+  }
+  torch::nn::Sequential Layers() override { return torch::nn::Sequential(nullptr); }
   absl::Status SaveTorchScript(const std::string& path) override {
     try {
       module_.save(path);
     } catch (const std::exception& e) {
       return absl::InternalError(
-          absl::StrCat("writing TorchScript file ", EscapeBytes(path), ": ", FirstLine(e)));
+          absl::StrCat("writing TorchScript file ", EscapeBytes(path), ": ", ErrorFirstLine(e)));
     }
     return absl::OkStatus();
   }
@@ -106,7 +115,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadScript(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model file ", shown,
         " is not a TorchScript file (save one with torch.jit.script(model).save(FILE)): ",
-        FirstLine(e)));
+        ErrorFirstLine(e)));
   }
   auto model = std::make_unique<ScriptModel>(std::move(module));
   std::vector<std::pair<std::string, torch::Tensor>> params = model->NamedParameters();
@@ -132,7 +141,18 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const common::v1::TaskSpec& spe
   if (spec.model() == kTorchScriptModel) return LoadScript(script_path);
   SHOAL_ASSIGN_OR_RETURN(std::shared_ptr<Net> net,
                          MakeModel(spec.model(), spec.seed(), spec.model_width()));
-  return std::unique_ptr<Model>(std::make_unique<NetModel>(std::move(net)));
+  return WrapNet(std::move(net));
+}
+
+std::string ErrorFirstLine(const std::exception& e) {
+  std::string msg = e.what();
+  // c10::Error messages carry a long backtrace after the first line.
+  if (size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+  return msg;
+}
+
+std::unique_ptr<Model> WrapNet(std::shared_ptr<Net> net) {
+  return std::make_unique<NetModel>(std::move(net));
 }
 
 }  // namespace shoal::training
