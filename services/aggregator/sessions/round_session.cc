@@ -30,20 +30,8 @@ absl::StatusOr<std::shared_ptr<RoundSession>> RoundSession::Make(const OpenRound
           absl::StrCat("peer '", EscapeBytes(id), "' is both expected and late in ", label));
     }
   }
-  std::set<std::string> children(p.expected_children.begin(), p.expected_children.end());
-  for (const std::string& id : children) {
-    if (expected.count(id) > 0 || late.count(id) > 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", EscapeBytes(id), "' is both a peer and a child supernode in ", label));
-    }
-  }
-  for (const auto& [child, backup] : p.child_backups) {
-    if (children.count(child) == 0 || backup.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          label, ": child_backups names '", EscapeBytes(child), "' (backup '", EscapeBytes(backup),
-          "'), which is not an expected child or has no backup id"));
-    }
-  }
+  absl::StatusOr<TreePartials> tree = TreePartials::Make(p, expected, late, label);
+  if (!tree.ok()) return tree.status();
   if (!p.standby_for.empty() && !p.backups.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(label, ": a backup's round (standby_for) has no backups of its own"));
@@ -65,24 +53,22 @@ absl::StatusOr<std::shared_ptr<RoundSession>> RoundSession::Make(const OpenRound
   }
   return std::shared_ptr<RoundSession>(
       new RoundSession(host, p, *std::move(strategy), std::move(expected), std::move(late),
-                       std::move(children), std::move(late_staleness)));
+                       *std::move(tree), std::move(late_staleness)));
 }
 
 RoundSession::RoundSession(SessionHost& host, OpenRoundParams p, aggregation::Strategy strategy,
                            std::set<std::string> expected, std::set<std::string> late,
-                           std::set<std::string> children, common::v1::AsyncSpec late_staleness)
+                           TreePartials tree, common::v1::AsyncSpec late_staleness)
     : host_(host),
       number_(p.round),
       base_version_(p.base_version),
       expected_(std::move(expected)),
       late_(std::move(late)),
-      children_(std::move(children)),
-      parent_(p.parent),
+      tree_(std::move(tree)),
       backups_(p.backups),
       replica_id_(p.replica_id.empty() ? p.parent.child() : p.replica_id),
       primary_(p.standby_for),
       standby_(!p.standby_for.empty()),
-      child_backups_(std::move(p.child_backups)),
       late_staleness_(std::move(late_staleness)),
       max_norm_(p.max_update_norm),
       dp_(std::move(p.dp)),
@@ -105,11 +91,7 @@ const char* RoundSession::StateName() const {
 
 void RoundSession::TakeMembers(TaskState& task, const RoundSession& request) {
   expected_ = request.expected_;
-  children_ = request.children_;
-  task.children.insert(children_.begin(), children_.end());
-  for (const auto& [child, backup] : request.child_backups_)
-    task.child_backups[child].insert(backup);
-  parent_ = request.parent_;
+  tree_.Renew(task, request.tree_);
   // A round opened again without standby_for is promoted: it keeps its primary's id (copies
   // still in flight from it are counted once) and takes the peers' own pushes from then on.
   backups_ = request.backups_;
@@ -158,12 +140,11 @@ absl::StatusOr<std::shared_ptr<AggregationSession>> RoundSession::Open(
       }
       return current;
     }
-    const bool child_round = !parent_.address().empty();
-    if (cur->state_ == State::kClosed && cur->partial_ != nullptr && child_round &&
+    if (cur->state_ == State::kClosed && cur->tree_.made() != nullptr && tree_.child_round() &&
         cur->base_version_ == base_version_) {
       // A child's round whose partial sum is made, opened again with another parent (the root's
       // backup took over): the sum goes there at the next CloseRound; nothing else changes.
-      cur->parent_ = parent_;
+      cur->tree_.Reparent(tree_);
       return current;
     }
     return absl::FailedPreconditionError(absl::StrCat(label, " is already ", cur->StateName()));
@@ -179,8 +160,7 @@ absl::StatusOr<std::shared_ptr<AggregationSession>> RoundSession::Open(
   if (absl::Status base = CheckBaseIsLatest(task, base_version_); !base.ok()) return base;
   if (absl::Status s = fits(); !s.ok()) return s;
   base_ = task.versions.at(base_version_).model;
-  task.children.insert(children_.begin(), children_.end());
-  for (const auto& [child, backup] : child_backups_) task.child_backups[child].insert(backup);
+  tree_.Register(task);
   opened_at_ = host_.clock().Now();
   history_ = cur != nullptr ? cur->history_ : std::make_shared<History>();
   // Reuse the previous round's aggregation (mean: its sum buffer; the others: their update
@@ -435,7 +415,7 @@ absl::StatusOr<RoundResult> RoundSession::Close(TaskState& task, uint64_t number
       if (auto it = history_->closed.find(number); it != history_->closed.end()) return it->second;
       return absl::AbortedError(absl::StrCat(label, " was abandoned while closing"));
     }
-    if (partial_ != nullptr) {
+    if (tree_.made() != nullptr) {
       return absl::FailedPreconditionError(
           absl::StrCat(label, " was closed as a partial sum for its parent"));
     }
@@ -513,54 +493,24 @@ absl::StatusOr<bool> RoundSession::AddPartial(const std::shared_ptr<TaskState>& 
     return absl::FailedPreconditionError(
         absl::StrCat(TaskLabel(meta.task), " has no federated-async buffer open"));
   }
-  const std::string label = RoundLabel(meta.round, meta.task);
-  const std::string child = absl::StrCat("child '", EscapeBytes(meta.child), "'");
-  if (meta.contributors.size() != partial.count) {
-    return absl::InvalidArgumentError(absl::StrCat(child, " names ", meta.contributors.size(),
-                                                   " contributors for a sum of ", partial.count,
-                                                   " updates in ", label));
-  }
-  if (!std::isfinite(meta.loss_sum)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(child, "'s loss sum in ", label, " is not finite"));
-  }
-  if (meta.num_samples < meta.contributors.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(child, " counts ", meta.num_samples,
-                                                   " samples for ", meta.contributors.size(),
-                                                   " contributors in ", label));
-  }
-  const std::set<std::string> contributors(meta.contributors.begin(), meta.contributors.end());
-  if (contributors.size() != meta.contributors.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(child, " names a contributor twice in ", label));
-  }
+  absl::StatusOr<std::set<std::string>> contributors = TreePartials::CheckSum(meta, partial);
+  if (!contributors.ok()) return contributors.status();
   {
     absl::MutexLock lock(&host_.mu());
-    if (number_ == meta.round && children_in_.count(meta.child) > 0) {
-      return true;  // a repeat of an accepted partial
-    }
-    if (number_ != meta.round || state_ != State::kOpen || task->session.get() != this) {
-      return absl::FailedPreconditionError(absl::StrCat(label, " is not open"));
-    }
-    if (children_.count(meta.child) == 0) {
-      return absl::FailedPreconditionError(absl::StrCat(child, " is not expected in ", label));
-    }
-    if (meta.base_version != base_version_) {
-      return absl::FailedPreconditionError(absl::StrCat(child, " summed updates of version ",
-                                                        meta.base_version, " but ", label,
-                                                        " folds into version ", base_version_));
-    }
-    for (const std::string& peer : contributors) {
-      if (accepted_.count(peer) > 0 || pushing_.count(peer) > 0 || expected_.count(peer) > 0 ||
-          late_.count(peer) > 0) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            child, "'s contributor '", EscapeBytes(peer), "' is a peer of ", label, " already"));
-      }
-    }
+    TreePartials::Round round;
+    round.number = number_;
+    round.open = state_ == State::kOpen && task->session.get() == this;
+    round.base_version = base_version_;
+    round.has_peer = [this](const std::string& peer) {
+      return accepted_.count(peer) > 0 || pushing_.count(peer) > 0 || expected_.count(peer) > 0 ||
+             late_.count(peer) > 0;
+    };
+    absl::StatusOr<bool> repeat = tree_.Admit(meta, *contributors, round);
+    if (!repeat.ok() || *repeat) return repeat;
     // Counted now, so that a second partial naming the same peers is refused; undone below
     // when the sum itself is refused. A close reads these only once folds_in_flight_ is 0.
     ++folds_in_flight_;
-    children_in_.insert(meta.child);
-    accepted_.insert(contributors.begin(), contributors.end());
+    accepted_.insert(contributors->begin(), contributors->end());
     num_samples_ += meta.num_samples;
     loss_sum_ += meta.loss_sum;
   }
@@ -570,19 +520,12 @@ absl::StatusOr<bool> RoundSession::AddPartial(const std::shared_ptr<TaskState>& 
     added = aggregation_->AddPartial(partial);
   }
   absl::MutexLock lock(&host_.mu());
-  if (!added.ok()) {
-    children_in_.erase(meta.child);
-    for (const std::string& peer : contributors) accepted_.erase(peer);
-    num_samples_ -= meta.num_samples;
-    loss_sum_ -= meta.loss_sum;
-  }
   --folds_in_flight_;
   if (!added.ok()) {
-    const auto code = added.code() == absl::StatusCode::kFailedPrecondition
-                          ? absl::StatusCode::kFailedPrecondition
-                          : absl::StatusCode::kInvalidArgument;
-    return absl::Status(code,
-                        absl::StrCat(child, "'s partial sum for ", label, ": ", added.message()));
+    for (const std::string& peer : *contributors) accepted_.erase(peer);
+    num_samples_ -= meta.num_samples;
+    loss_sum_ -= meta.loss_sum;
+    return tree_.Refuse(meta, added);
   }
   host_.metrics().partials_accepted.Increment();
   return false;
@@ -597,7 +540,7 @@ absl::StatusOr<std::shared_ptr<const PartialResult>> RoundSession::ClosePartial(
       return absl::NotFoundError(absl::StrCat(label, " is not open"));
     }
     if (state_ == State::kClosing) AwaitClosing();  // another close is taking this round's sum
-    if (partial_ != nullptr) return partial_;
+    if (tree_.made() != nullptr) return tree_.made();
     if (state_ != State::kOpen) {
       return absl::FailedPreconditionError(
           absl::StrCat(label, " is ", StateName(), ", not open for a partial sum"));
@@ -612,19 +555,12 @@ absl::StatusOr<std::shared_ptr<const PartialResult>> RoundSession::ClosePartial(
     return sum.ok() ? absl::AbortedError(absl::StrCat(label, " was abandoned while closing"))
                     : sum.status();
   }
-  auto result = std::make_shared<PartialResult>();
-  result->meta.task = task.name;
-  result->meta.round = number;
-  result->meta.base_version = base_version_;
-  result->meta.contributors.assign(accepted_.begin(), accepted_.end());
-  result->meta.num_samples = num_samples_;
-  result->meta.loss_sum = loss_sum_;
-  result->sum = *std::move(sum);
-  partial_ = result;
+  std::shared_ptr<const PartialResult> result = tree_.Finish(
+      task.name, number, base_version_, accepted_, num_samples_, loss_sum_, *std::move(sum));
   state_ = State::kClosed;
   host_.metrics().rounds_completed.Increment();
   host_.metrics().round_duration.Observe(absl::ToDoubleSeconds(host_.clock().Now() - opened_at_));
-  return partial_;
+  return result;
 }
 
 absl::StatusOr<size_t> RoundSession::PartialValues(const TaskState& task, uint64_t number) const {
@@ -640,7 +576,7 @@ absl::StatusOr<size_t> RoundSession::PartialValues(const TaskState& task, uint64
 }
 
 v1::ParentRound RoundSession::ParentOf(uint64_t number) const {
-  return number == number_ ? parent_ : v1::ParentRound();
+  return number == number_ ? tree_.parent() : v1::ParentRound();
 }
 
 void RoundSession::Describe(v1::WatchStarted& started) const {

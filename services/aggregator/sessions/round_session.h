@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "libs/aggregation/strategy.h"
 #include "services/aggregator/round_aggregation.h"
+#include "services/aggregator/sessions/partial_sums.h"
 #include "services/aggregator/sessions/session.h"
 
 namespace shoal::aggregator {
@@ -24,7 +25,8 @@ namespace shoal::aggregator {
 // a running sum; the other strategies keep them) and CloseRound publishes base + aggregate as
 // the next version, with differential privacy's noise and fixed denominator when the round asks
 // for it (round_privacy.h). In a tree, the round takes its children's partial sums
-// (AddPartial), and a child's round closes into a partial sum for its parent (ClosePartial).
+// (AddPartial), and a child's round closes into a partial sum for its parent (ClosePartial);
+// TreePartials (partial_sums.h) decides which sums enter and keeps the child's.
 // Replicas: a primary's round copies accepted updates to its backups; a backup's round is a
 // standby that takes only those copies until it is opened again without standby_for.
 // Each round is one session; the task's next round takes over the closed rounds' results and
@@ -66,8 +68,8 @@ class RoundSession final : public AggregationSession {
   };
 
   RoundSession(SessionHost& host, OpenRoundParams params, aggregation::Strategy strategy,
-               std::set<std::string> expected, std::set<std::string> late,
-               std::set<std::string> children, common::v1::AsyncSpec late_staleness);
+               std::set<std::string> expected, std::set<std::string> late, TreePartials tree,
+               common::v1::AsyncSpec late_staleness);
 
   const char* StateName() const;
   // Takes the request's peers, children, parent, replicas and bounds (an open or a re-open).
@@ -92,11 +94,9 @@ class RoundSession final : public AggregationSession {
   uint64_t base_version_ = 0;
   std::shared_ptr<const tensor::FlatModel> base_;
   std::set<std::string> expected_;
-  std::set<std::string> late_;                    // stragglers: one late update each
-  std::set<std::string> children_;                // tree rounds: child supernodes expected
-  std::set<std::string> children_in_;             // children whose partial sums were accepted
-  std::shared_ptr<const PartialResult> partial_;  // set when ClosePartial closed it
-  v1::ParentRound parent_;                        // a child's round: where its partial goes
+  std::set<std::string> late_;  // stragglers: one late update each
+  // Tree rounds: the children's partial sums in; a child's round: its parent and its sum.
+  TreePartials tree_;
   // Replicas: a primary's backups (it copies each accepted update there before answering);
   // on a backup, the primary's child id (kept once promoted: its copies in flight still count)
   // and whether it is still a standby (takes only the primary's copies).
@@ -104,7 +104,6 @@ class RoundSession final : public AggregationSession {
   std::string replica_id_;  // what a primary's copies carry as replicated_by
   std::string primary_;
   bool standby_ = false;
-  std::vector<std::pair<std::string, std::string>> child_backups_;
   common::v1::AsyncSpec late_staleness_;  // the stragglers' staleness bound and weighting
   double max_norm_ = 0;
   // Differential privacy (round_privacy.h): level unspecified for none; dp_expected_ is the
