@@ -5,6 +5,13 @@ add_library(shoal_warnings INTERFACE)
 target_compile_options(shoal_warnings INTERFACE -Wall -Wextra -Wno-unused-parameter
   $<$<BOOL:${SHOAL_WERROR}>:-Werror>)
 
+# Unity batches (SHOAL_UNITY_BUILD) for a library or binary of Shoal's own; a file that cannot
+# share a batch (a clash of file-local names) sets SKIP_UNITY_BUILD_INCLUSION.
+function(shoal_unity target)
+  set_target_properties(${target} PROPERTIES UNITY_BUILD ${SHOAL_UNITY_BUILD}
+    UNITY_BUILD_BATCH_SIZE ${SHOAL_UNITY_BATCH_SIZE})
+endfunction()
+
 # shoal_cc_library(NAME <name> SRCS ... [DEPS ...] [PRIVATE_DEPS ...])
 # Declares shoal_<name> with alias shoal::<name>.
 function(shoal_cc_library)
@@ -14,6 +21,7 @@ function(shoal_cc_library)
   add_library(shoal::${ARG_NAME} ALIAS ${target})
   target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
   target_link_libraries(${target} PUBLIC ${ARG_DEPS} PRIVATE shoal_warnings ${ARG_PRIVATE_DEPS})
+  shoal_unity(${target})
 endfunction()
 
 # shoal_cc_binary(NAME <binary name> SRCS ... DEPS ...)
@@ -21,6 +29,7 @@ function(shoal_cc_binary)
   cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS" ${ARGN})
   add_executable(${ARG_NAME} ${ARG_SRCS})
   target_link_libraries(${ARG_NAME} PRIVATE shoal_warnings ${ARG_DEPS})
+  shoal_unity(${ARG_NAME})
 endfunction()
 
 # shoal_cc_test(NAME <name> SRCS ... DEPS ... [LABELS ...] [TIMEOUT s])
@@ -85,6 +94,7 @@ function(shoal_proto_library)
   add_library(${target} STATIC ${message_srcs})
   add_library(shoal::${ARG_NAME}_proto ALIAS ${target})
   target_include_directories(${target} PUBLIC ${out_root})
+  # Not the messages in unity batches: each .pb.cc has file-local tables of the same names.
   target_link_libraries(${target} PUBLIC protobuf::libprotobuf ${ARG_DEPS})
   if(ARG_GRPC)
     # The service stubs and bases: only the gRPC adapters and clients link these.
@@ -92,5 +102,6 @@ function(shoal_proto_library)
     add_library(${grpc_target} STATIC ${grpc_srcs})
     add_library(shoal::${ARG_NAME}_grpc ALIAS ${grpc_target})
     target_link_libraries(${grpc_target} PUBLIC ${target} gRPC::grpc++)
+    shoal_unity(${grpc_target})
   endif()
 endfunction()

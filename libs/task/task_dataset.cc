@@ -20,7 +20,7 @@ constexpr double kDefaultTestFraction = 0.2;
 constexpr uint32_t kMaxClasses = 65'536;  // what a peer's DataReport may carry
 constexpr uint32_t kMaxImageSide = 4096;
 
-absl::Status FieldError(absl::string_view field, absl::string_view what) {
+absl::Status DatasetFieldError(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("dataset.", field, ": ", what));
 }
 
@@ -36,21 +36,24 @@ std::string FormatName(const DatasetSpec& d) {
 // The fields of the peer's own files, which Fashion-MNIST tasks must leave out.
 absl::Status NoOwnFileFields(const DatasetSpec& d) {
   const char* used = "used only by formats idx, csv and image-folder";
-  if (!d.train().empty()) return FieldError("train", used);
-  if (!d.train_labels().empty()) return FieldError("train_labels", used);
-  if (!d.test().empty()) return FieldError("test", used);
-  if (!d.test_labels().empty()) return FieldError("test_labels", used);
-  if (d.test_fraction() != 0) return FieldError("test_fraction", used);
-  if (!d.label_column().empty()) return FieldError("label_column", "used only by format csv");
-  if (!d.feature_columns().empty()) return FieldError("feature_columns", "used only by format csv");
-  if (!d.classes().empty()) return FieldError("classes", used);
-  if (d.num_classes() != 0) return FieldError("num_classes", used);
+  if (!d.train().empty()) return DatasetFieldError("train", used);
+  if (!d.train_labels().empty()) return DatasetFieldError("train_labels", used);
+  if (!d.test().empty()) return DatasetFieldError("test", used);
+  if (!d.test_labels().empty()) return DatasetFieldError("test_labels", used);
+  if (d.test_fraction() != 0) return DatasetFieldError("test_fraction", used);
+  if (!d.label_column().empty())
+    return DatasetFieldError("label_column", "used only by format csv");
+  if (!d.feature_columns().empty())
+    return DatasetFieldError("feature_columns", "used only by format csv");
+  if (!d.classes().empty()) return DatasetFieldError("classes", used);
+  if (d.num_classes() != 0) return DatasetFieldError("num_classes", used);
   if (d.normalization() != common::v1::NORMALIZATION_UNSPECIFIED) {
-    return FieldError("normalization", "used only by format csv");
+    return DatasetFieldError("normalization", "used only by format csv");
   }
-  if (!d.mean().empty() || !d.std().empty()) return FieldError("mean", used);
-  if (!d.image_size().empty()) return FieldError("image_size", "used only by format image-folder");
-  if (d.channels() != 0) return FieldError("channels", "used only by format image-folder");
+  if (!d.mean().empty() || !d.std().empty()) return DatasetFieldError("mean", used);
+  if (!d.image_size().empty())
+    return DatasetFieldError("image_size", "used only by format image-folder");
+  if (d.channels() != 0) return DatasetFieldError("channels", "used only by format image-folder");
   return absl::OkStatus();
 }
 
@@ -58,9 +61,10 @@ absl::Status CheckNames(const google::protobuf::RepeatedPtrField<std::string>& n
                         absl::string_view field) {
   std::set<std::string> seen;
   for (int i = 0; i < names.size(); ++i) {
-    if (names[i].empty()) return FieldError(absl::StrCat(field, "[", i, "]"), "must not be empty");
+    if (names[i].empty())
+      return DatasetFieldError(absl::StrCat(field, "[", i, "]"), "must not be empty");
     if (!seen.insert(names[i]).second) {
-      return FieldError(field, absl::StrCat("names ", QuoteBytes(names[i]), " twice"));
+      return DatasetFieldError(field, absl::StrCat("names ", QuoteBytes(names[i]), " twice"));
     }
   }
   return absl::OkStatus();
@@ -68,17 +72,17 @@ absl::Status CheckNames(const google::protobuf::RepeatedPtrField<std::string>& n
 
 absl::Status CheckMeanStd(const DatasetSpec& d, int expected_size, absl::string_view per) {
   if (d.mean_size() != d.std_size()) {
-    return FieldError("std", absl::StrCat("gives ", d.std_size(), " values but mean gives ",
-                                          d.mean_size(), " (both or neither)"));
+    return DatasetFieldError("std", absl::StrCat("gives ", d.std_size(), " values but mean gives ",
+                                                 d.mean_size(), " (both or neither)"));
   }
   if (expected_size > 0 && d.mean_size() > 0 && d.mean_size() != expected_size) {
-    return FieldError("mean", absl::StrCat("needs one value per ", per, " (", expected_size,
-                                           "), got ", d.mean_size()));
+    return DatasetFieldError("mean", absl::StrCat("needs one value per ", per, " (", expected_size,
+                                                  "), got ", d.mean_size()));
   }
   for (int i = 0; i < d.std_size(); ++i) {
     if (!(d.std(i) > 0) || !std::isfinite(d.std(i)) || !std::isfinite(d.mean(i))) {
-      return FieldError(absl::StrCat("std[", i, "]"),
-                        "every mean must be finite and every std > 0 and finite");
+      return DatasetFieldError(absl::StrCat("std[", i, "]"),
+                               "every mean must be finite and every std > 0 and finite");
     }
   }
   return absl::OkStatus();
@@ -86,98 +90,99 @@ absl::Status CheckMeanStd(const DatasetSpec& d, int expected_size, absl::string_
 
 absl::Status ValidateOwnFiles(const DatasetSpec& d) {
   if (!d.name().empty() && !IsValidName(d.name())) {
-    return FieldError("name", absl::StrCat("must match ", kNamePattern, " (or be left out), got ",
-                                           QuoteBytes(d.name())));
+    return DatasetFieldError("name", absl::StrCat("must match ", kNamePattern,
+                                                  " (or be left out), got ", QuoteBytes(d.name())));
   }
   const bool csv = d.format() == common::v1::DATA_FORMAT_CSV;
   const bool idx = d.format() == common::v1::DATA_FORMAT_IDX;
   const bool images = d.format() == common::v1::DATA_FORMAT_IMAGE_FOLDER;
   if (d.train().empty()) {
-    return FieldError("train", absl::StrCat("required for format ", FormatName(d),
-                                            images ? " (the training images' directory)"
-                                                   : " (the training file)"));
+    return DatasetFieldError("train", absl::StrCat("required for format ", FormatName(d),
+                                                   images ? " (the training images' directory)"
+                                                          : " (the training file)"));
   }
   if (idx && d.train_labels().empty()) {
-    return FieldError("train_labels", "required for format idx (the training labels file)");
+    return DatasetFieldError("train_labels", "required for format idx (the training labels file)");
   }
   if (idx && d.test().empty() != d.test_labels().empty()) {
-    return FieldError("test_labels", "give both test and test_labels, or neither");
+    return DatasetFieldError("test_labels", "give both test and test_labels, or neither");
   }
   if (!idx && (!d.train_labels().empty() || !d.test_labels().empty())) {
-    return FieldError(d.train_labels().empty() ? "test_labels" : "train_labels",
-                      "used only by format idx");
+    return DatasetFieldError(d.train_labels().empty() ? "test_labels" : "train_labels",
+                             "used only by format idx");
   }
   if (!d.test().empty() && d.test_fraction() != 0) {
-    return FieldError("test_fraction", "used only without dataset.test");
+    return DatasetFieldError("test_fraction", "used only without dataset.test");
   }
   if (d.test().empty() && !(d.test_fraction() > 0 && d.test_fraction() <= 0.9)) {
-    return FieldError("test_fraction",
-                      absl::StrCat("must be in (0, 0.9], got ", JsonNumber(d.test_fraction())));
+    return DatasetFieldError(
+        "test_fraction", absl::StrCat("must be in (0, 0.9], got ", JsonNumber(d.test_fraction())));
   }
   if (csv && d.label_column().empty()) {
-    return FieldError("label_column", "required for format csv (the label column's header)");
+    return DatasetFieldError("label_column", "required for format csv (the label column's header)");
   }
   if (!csv && !d.label_column().empty())
-    return FieldError("label_column", "used only by format csv");
+    return DatasetFieldError("label_column", "used only by format csv");
   if (!csv && !d.feature_columns().empty()) {
-    return FieldError("feature_columns", "used only by format csv");
+    return DatasetFieldError("feature_columns", "used only by format csv");
   }
   SHOAL_RETURN_IF_ERROR(CheckNames(d.classes(), "classes"));
   SHOAL_RETURN_IF_ERROR(CheckNames(d.feature_columns(), "feature_columns"));
   if (d.classes_size() > static_cast<int>(kMaxClasses)) {
-    return FieldError("classes", absl::StrCat("at most ", kMaxClasses, " classes"));
+    return DatasetFieldError("classes", absl::StrCat("at most ", kMaxClasses, " classes"));
   }
   if (images && d.classes().empty()) {
-    return FieldError("classes",
-                      "required for format image-folder: the class directories' names in label "
-                      "order (every peer must number the classes alike)");
+    return DatasetFieldError(
+        "classes",
+        "required for format image-folder: the class directories' names in label "
+        "order (every peer must number the classes alike)");
   }
   if (!d.classes().empty() && d.num_classes() != 0 &&
       d.num_classes() != static_cast<uint32_t>(d.classes_size())) {
-    return FieldError("num_classes", absl::StrCat("is ", d.num_classes(), " but classes names ",
-                                                  d.classes_size()));
+    return DatasetFieldError("num_classes", absl::StrCat("is ", d.num_classes(),
+                                                         " but classes names ", d.classes_size()));
   }
   if (d.classes().empty() && (d.num_classes() < 2 || d.num_classes() > kMaxClasses)) {
-    return FieldError("num_classes",
-                      absl::StrCat("required without classes: the number of classes (labels "
-                                   "0..num_classes-1), 2..",
-                                   kMaxClasses, ", got ", d.num_classes()));
+    return DatasetFieldError("num_classes",
+                             absl::StrCat("required without classes: the number of classes (labels "
+                                          "0..num_classes-1), 2..",
+                                          kMaxClasses, ", got ", d.num_classes()));
   }
   if (!csv && d.normalization() != common::v1::NORMALIZATION_UNSPECIFIED) {
-    return FieldError("normalization", "used only by format csv");
+    return DatasetFieldError("normalization", "used only by format csv");
   }
   if (csv) {
     if (d.normalization() != common::v1::NORMALIZATION_STANDARDIZE &&
         (!d.mean().empty() || !d.std().empty())) {
-      return FieldError("mean", "used only with normalization standardize");
+      return DatasetFieldError("mean", "used only with normalization standardize");
     }
     SHOAL_RETURN_IF_ERROR(CheckMeanStd(
         d, d.feature_columns().empty() ? 0 : d.feature_columns_size(), "feature column"));
   }
   if (idx && (!d.mean().empty() || !d.std().empty())) {
-    return FieldError("mean", "used only by formats csv and image-folder");
+    return DatasetFieldError("mean", "used only by formats csv and image-folder");
   }
   if (images) {
     if (d.image_size().empty() || d.image_size_size() > 2) {
-      return FieldError("image_size",
-                        "required for format image-folder: [height, width] or one "
-                        "value for a square");
+      return DatasetFieldError("image_size",
+                               "required for format image-folder: [height, width] or one "
+                               "value for a square");
     }
     for (uint32_t side : d.image_size()) {
       if (side < 1 || side > kMaxImageSide) {
-        return FieldError("image_size",
-                          absl::StrCat("each side must be in 1..", kMaxImageSide, ", got ", side));
+        return DatasetFieldError(
+            "image_size", absl::StrCat("each side must be in 1..", kMaxImageSide, ", got ", side));
       }
     }
     if (d.channels() != 1 && d.channels() != 3) {
-      return FieldError("channels",
-                        absl::StrCat("must be 1 (grayscale) or 3 (RGB), got ", d.channels()));
+      return DatasetFieldError(
+          "channels", absl::StrCat("must be 1 (grayscale) or 3 (RGB), got ", d.channels()));
     }
     SHOAL_RETURN_IF_ERROR(CheckMeanStd(d, static_cast<int>(d.channels()), "channel"));
   } else {
     if (!d.image_size().empty())
-      return FieldError("image_size", "used only by format image-folder");
-    if (d.channels() != 0) return FieldError("channels", "used only by format image-folder");
+      return DatasetFieldError("image_size", "used only by format image-folder");
+    if (d.channels() != 0) return DatasetFieldError("channels", "used only by format image-folder");
   }
   return absl::OkStatus();
 }
@@ -223,9 +228,10 @@ absl::Status ValidateDatasetFields(const DatasetSpec& dataset) {
     case common::v1::DATA_FORMAT_UNSPECIFIED:  // a spec from an API client that predates formats
     case common::v1::DATA_FORMAT_FASHION_MNIST:
       if (dataset.name() != "fashion-mnist") {
-        return FieldError("name", absl::StrCat("unknown dataset ", QuoteBytes(dataset.name()),
-                                               " (expected fashion-mnist, or a format: idx, "
-                                               "csv, image-folder)"));
+        return DatasetFieldError("name",
+                                 absl::StrCat("unknown dataset ", QuoteBytes(dataset.name()),
+                                              " (expected fashion-mnist, or a format: idx, "
+                                              "csv, image-folder)"));
       }
       SHOAL_RETURN_IF_ERROR(NoOwnFileFields(dataset));
       break;
@@ -235,9 +241,9 @@ absl::Status ValidateDatasetFields(const DatasetSpec& dataset) {
       SHOAL_RETURN_IF_ERROR(ValidateOwnFiles(dataset));
       break;
     default:
-      return FieldError("format",
-                        absl::StrCat("unsupported value ", JsonQuote(FormatName(dataset)),
-                                     " (expected fashion-mnist, idx, csv, image-folder)"));
+      return DatasetFieldError("format",
+                               absl::StrCat("unsupported value ", JsonQuote(FormatName(dataset)),
+                                            " (expected fashion-mnist, idx, csv, image-folder)"));
   }
   const uint32_t classes = OwnFiles(dataset) ? (dataset.classes().empty()
                                                     ? dataset.num_classes()
@@ -248,14 +254,14 @@ absl::Status ValidateDatasetFields(const DatasetSpec& dataset) {
       break;
     case common::v1::PARTITION_LABEL_SKEW:
       if (dataset.classes_per_shard() < 1 || dataset.classes_per_shard() > classes) {
-        return FieldError("classes_per_shard",
-                          absl::StrCat("must be in 1..", classes, " for label-skew, got ",
-                                       dataset.classes_per_shard()));
+        return DatasetFieldError("classes_per_shard",
+                                 absl::StrCat("must be in 1..", classes, " for label-skew, got ",
+                                              dataset.classes_per_shard()));
       }
       break;
     case common::v1::PARTITION_DIRICHLET:
       if (!(dataset.alpha() > 0) || !std::isfinite(dataset.alpha())) {
-        return FieldError(
+        return DatasetFieldError(
             "alpha", absl::StrCat("must be > 0 and finite for dirichlet, got ",
                                   std::isnan(dataset.alpha())   ? "nan"
                                   : std::isinf(dataset.alpha()) ? "inf"
@@ -263,14 +269,14 @@ absl::Status ValidateDatasetFields(const DatasetSpec& dataset) {
       }
       break;
     default:
-      return FieldError("partition",
-                        absl::StrCat("unsupported value ",
-                                     JsonQuote(FriendlyEnumName(*common::v1::Partition_descriptor(),
-                                                                dataset.partition())),
-                                     " (expected iid, label-skew, dirichlet)"));
+      return DatasetFieldError(
+          "partition", absl::StrCat("unsupported value ",
+                                    JsonQuote(FriendlyEnumName(*common::v1::Partition_descriptor(),
+                                                               dataset.partition())),
+                                    " (expected iid, label-skew, dirichlet)"));
   }
   if (dataset.partition() != common::v1::PARTITION_DIRICHLET && dataset.alpha() != 0) {
-    return FieldError("alpha", "used only by partition dirichlet");
+    return DatasetFieldError("alpha", "used only by partition dirichlet");
   }
   return absl::OkStatus();
 }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "libs/task/field_error.h"
 #include "libs/task/task_file.h"
 #include "libs/task/task_mode.h"
 
@@ -11,10 +12,6 @@ namespace shoal::task {
 namespace {
 
 using common::v1::TaskSpec;
-
-absl::Status FieldError(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
-}
 
 // The task's mode (UNSPECIFIED: the default; ValidateTaskSpec refuses unknown ones first).
 const ModeDefinition& ModeOf(const TaskSpec& spec) { return ModeDefinitionOrDefault(spec.mode()); }

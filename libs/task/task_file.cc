@@ -25,6 +25,7 @@
 #include "libs/common/small_file.h"
 #include "libs/common/status_macros.h"
 #include "libs/common/yaml_depth.h"
+#include "libs/task/field_error.h"
 #include "libs/task/task_dataset.h"
 #include "libs/task/task_federated.h"
 #include "libs/task/task_mode.h"
@@ -305,10 +306,6 @@ class YamlReader {
   std::string source_;
   bool model_mapping_ = false;  // `model: {torchscript: FILE}` was read
 };
-
-absl::Status FieldError(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
-}
 
 }  // namespace
 

@@ -7,17 +7,11 @@
 #include "libs/common/escape.h"
 #include "libs/common/file_digest.h"
 #include "libs/common/status_macros.h"
+#include "libs/task/field_error.h"
 #include "libs/task/task_file.h"
 #include "libs/training/model_names.h"  // the model constants only: no LibTorch
 
 namespace shoal::task {
-namespace {
-
-absl::Status FieldError(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
-}
-
-}  // namespace
 
 absl::Status ValidateModelFields(const common::v1::TaskSpec& spec) {
   const bool torchscript = spec.model() == training::kTorchScriptModel;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "libs/privacy/rdp_accountant.h"
+#include "libs/task/field_error.h"
 #include "libs/task/task_file.h"
 #include "libs/task/task_mode.h"
 
@@ -12,10 +13,6 @@ namespace shoal::task {
 namespace {
 
 using common::v1::TaskSpec;
-
-absl::Status FieldError(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
-}
 
 // A combination DP does not support yet: names the other field and why.
 absl::Status Conflict(absl::string_view field, absl::string_view what) {

@@ -1,5 +1,6 @@
 #include "services/coordinator/round_lists.h"
 
+#include <algorithm>
 #include <string>
 
 #include "google/protobuf/field_mask.pb.h"
@@ -63,6 +64,14 @@ void AppendRounds(const google::protobuf::RepeatedPtrField<v1::RoundSummary>& ro
     }
     SetCounts(r, *copy);
   }
+}
+
+uint64_t CompletedRounds(const v1::TaskStatus& status) {
+  uint64_t completed = status.model_version();
+  for (const v1::RoundSummary& r : status.history()) {
+    completed = std::max(completed, r.model_version());
+  }
+  return completed;
 }
 
 }  // namespace shoal::coordinator

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "google/protobuf/repeated_ptr_field.h"
 #include "shoal/coordinator/v1/control.pb.h"
@@ -24,5 +25,9 @@ void SetCounts(const v1::RoundSummary& from, v1::RoundSummary& to);
 // are copied without them (lists_omitted).
 void AppendRounds(const google::protobuf::RepeatedPtrField<v1::RoundSummary>& rounds, size_t budget,
                   google::protobuf::RepeatedPtrField<v1::RoundSummary>* out);
+
+// The rounds a task has completed: its model version, or the newest version its history shows
+// (a restored status may carry history past it).
+uint64_t CompletedRounds(const v1::TaskStatus& status);
 
 }  // namespace shoal::coordinator

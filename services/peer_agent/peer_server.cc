@@ -16,17 +16,9 @@
 #include "libs/tensor/spill_file.h"
 #include "libs/training/fashion_mnist.h"
 #include "libs/training/trainer.h"
+#include "services/peer_agent/flag_error.h"
 
 namespace shoal::peer {
-namespace {
-
-absl::Status Flag(absl::string_view flag, const absl::Status& s) {
-  if (s.ok()) return s;
-  if (absl::StartsWith(s.message(), flag)) return s;
-  return absl::Status(s.code(), absl::StrCat(flag, ": ", s.message()));
-}
-
-}  // namespace
 
 absl::Status PeerOptions::Validate() const {
   if (coordinator.empty()) return absl::InvalidArgumentError("--coordinator is required");
@@ -64,14 +56,15 @@ absl::Status PeerOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--data-dir: ", data_dir, " is not a directory"));
   }
-  SHOAL_RETURN_IF_ERROR(Flag("--shard", training::ValidateShardSpec(shard)));
+  SHOAL_RETURN_IF_ERROR(FlagError("--shard", training::ValidateShardSpec(shard)));
   // The directory the federated modes will use (AggregatorPeer): checked now, not mid-task.
-  SHOAL_RETURN_IF_ERROR(Flag("--scratch-dir", tensor::SpillFile::Create(scratch_dir).status()));
+  SHOAL_RETURN_IF_ERROR(
+      FlagError("--scratch-dir", tensor::SpillFile::Create(scratch_dir).status()));
   if (device != "cpu" && device != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("--device: unknown device \"", device, "\" (known: cpu, cuda)"));
   }
-  SHOAL_RETURN_IF_ERROR(Flag("--device", training::CheckDevice(device)));
+  SHOAL_RETURN_IF_ERROR(FlagError("--device", training::CheckDevice(device)));
   if (torch_threads < 1 || torch_threads > 256) {
     return absl::InvalidArgumentError(
         absl::StrCat("--torch-threads: must be in [1, 256], got ", torch_threads));
@@ -87,17 +80,18 @@ absl::Status PeerOptions::Validate() const {
 
 absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions& options) {
   SHOAL_RETURN_IF_ERROR(options.Validate());
-  SHOAL_RETURN_IF_ERROR(Flag("--torch-threads", training::SetTorchThreads(options.torch_threads)));
+  SHOAL_RETURN_IF_ERROR(
+      FlagError("--torch-threads", training::SetTorchThreads(options.torch_threads)));
   // Load (and so fully check) Fashion-MNIST before connecting anywhere; every Fashion-MNIST
   // task reuses it. A directory of other data loads each task's files when it is assigned.
   std::shared_ptr<const training::RawDataset> train, test;
   if (training::CheckFashionMnistDir(options.data_dir).ok()) {
     absl::StatusOr<training::RawDataset> t =
         training::LoadFashionMnist(options.data_dir, training::Split::kTrain);
-    if (!t.ok()) return Flag("--data-dir", t.status());
+    if (!t.ok()) return FlagError("--data-dir", t.status());
     absl::StatusOr<training::RawDataset> e =
         training::LoadFashionMnist(options.data_dir, training::Split::kTest);
-    if (!e.ok()) return Flag("--data-dir", e.status());
+    if (!e.ok()) return FlagError("--data-dir", e.status());
     train = std::make_shared<const training::RawDataset>(*std::move(t));
     test = std::make_shared<const training::RawDataset>(*std::move(e));
   }
@@ -136,7 +130,8 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
       absl::MutexLock lock(&s->mu_);
       link = s->relay_.get();  // nothing else replaces it before the session starts
     }
-    SHOAL_RETURN_IF_ERROR(Flag("--relay", link->WaitAttached(absl::Now() + absl::Seconds(30))));
+    SHOAL_RETURN_IF_ERROR(
+        FlagError("--relay", link->WaitAttached(absl::Now() + absl::Seconds(30))));
     advertise = absl::StrCat(options.relay, "/", options.name);
   }
 
@@ -210,10 +205,10 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
           [self](const absl::Status& status) { self->OnFatal(status); }));
 
   if (!options.address_file.empty()) {
-    SHOAL_RETURN_IF_ERROR(
-        Flag("--address-file",
-             WriteAddressFile(options.address_file, {{"grpc", s->server_->address()},
-                                                     {"metrics", s->metrics_server_->address()}})));
+    SHOAL_RETURN_IF_ERROR(FlagError(
+        "--address-file",
+        WriteAddressFile(options.address_file, {{"grpc", s->server_->address()},
+                                                {"metrics", s->metrics_server_->address()}})));
   }
   LogInfo("serving PeerService on ", s->server_->address(),
           advertise.empty() ? std::string() : absl::StrCat(" (advertised as ", advertise, ")"),

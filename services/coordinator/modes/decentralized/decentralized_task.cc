@@ -6,19 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "libs/common/log.h"
+#include "services/coordinator/round_lists.h"
 
 namespace shoal::coordinator {
 namespace {
 
 constexpr uint32_t kDefaultMaxConnectionRetry = 3;
-
-uint64_t CompletedRounds(const v1::TaskStatus& status) {
-  uint64_t completed = status.model_version();
-  for (const v1::RoundSummary& r : status.history()) {
-    completed = std::max(completed, r.model_version());
-  }
-  return completed;
-}
 
 }  // namespace
 

@@ -8,20 +8,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "libs/common/log.h"
+#include "services/coordinator/round_lists.h"
 
 namespace shoal::coordinator {
 namespace {
 
 // After every member is done, how long to wait for the EvalReports still missing.
 constexpr absl::Duration kFinalEvalTimeout = absl::Seconds(60);
-
-uint64_t CompletedRounds(const v1::TaskStatus& status) {
-  uint64_t completed = status.model_version();
-  for (const v1::RoundSummary& r : status.history()) {
-    completed = std::max(completed, r.model_version());
-  }
-  return completed;
-}
 
 class GossipTask final : public ModeTask {
  public:

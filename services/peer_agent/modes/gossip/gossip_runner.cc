@@ -29,7 +29,7 @@ using coordinator::v1::PeerMessage;
 
 // How long Wait() goes without re-checking keep_going by itself (a finished fetch and whatever
 // changes keep_going notify the wakeup; this is only a safety net).
-constexpr absl::Duration kRecheck = absl::Seconds(1);
+constexpr absl::Duration kGossipRecheck = absl::Seconds(1);
 
 // Runs one snapshot fetch at a time on a thread of its own, so that it overlaps the training
 // step; a finished fetch notifies the wakeup. Owned by the runner; Start/Wait/Cancel from the
@@ -90,7 +90,7 @@ class AsyncFetcher {
         cancelled = true;
         Cancel();
       }
-      wakeup_->SleepFor(kRecheck,
+      wakeup_->SleepFor(kGossipRecheck,
                         [&] { return !HasResult() && (cancelled || !keep_going || keep_going()); });
     }
   }

@@ -18,15 +18,11 @@
 #include "libs/rpc/signals.h"
 #include "libs/task/task_file.h"
 #include "libs/tensor/model_file.h"
+#include "services/peer_agent/flag_error.h"
 #include "services/peer_agent/modes/gossip/gossip_runner.h"
 
 namespace shoal::peer {
 namespace {
-
-absl::Status Flag(absl::string_view flag, const absl::Status& s) {
-  if (s.ok() || absl::StartsWith(s.message(), flag)) return s;
-  return absl::Status(s.code(), absl::StrCat(flag, ": ", s.message()));
-}
 
 std::string JsonString(const std::string& s) { return task::JsonQuote(s); }
 
@@ -51,7 +47,7 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   }
 
   absl::StatusOr<gossip::DpwaConfig> config = gossip::LoadDpwaConfig(options.dpwa_config);
-  if (!config.ok()) return Flag("--dpwa-config", config.status());
+  if (!config.ok()) return FlagError("--dpwa-config", config.status());
   const gossip::DpwaNode* me = config->Find(options.node);
   if (me == nullptr) {
     std::vector<std::string> names;
@@ -61,7 +57,7 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
                                                    " (nodes: ", absl::StrJoin(names, ", "), ")"));
   }
   absl::StatusOr<common::v1::TaskSpec> spec = task::LoadTaskFile(options.task_file);
-  if (!spec.ok()) return Flag("--task-file", spec.status());
+  if (!spec.ok()) return FlagError("--task-file", spec.status());
   // The dpwa file decides how to gossip; the task file what to train.
   spec->set_mode(common::v1::MODE_GOSSIP);
   spec->mutable_gossip()->MergeFrom(config->gossip);
@@ -76,8 +72,9 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   training::ShardSpec shard{static_cast<uint32_t>(index),
                             static_cast<uint32_t>(config->nodes.size())};
   if (options.shard) shard = *options.shard;
-  SHOAL_RETURN_IF_ERROR(Flag("--shard", training::ValidateShardSpec(shard)));
-  SHOAL_RETURN_IF_ERROR(Flag("--torch-threads", training::SetTorchThreads(options.torch_threads)));
+  SHOAL_RETURN_IF_ERROR(FlagError("--shard", training::ValidateShardSpec(shard)));
+  SHOAL_RETURN_IF_ERROR(
+      FlagError("--torch-threads", training::SetTorchThreads(options.torch_threads)));
 
   std::unique_ptr<StaticGossipPeer> p(new StaticGossipPeer());
   p->options_ = options;
@@ -99,9 +96,9 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
     // A model file that does not fit is the task's fault; everything else is the data's.
     if (spec->model() == training::kTorchScriptModel &&
         absl::StrContains(trainer.status().message(), "model")) {
-      return Flag("--task-file", trainer.status());
+      return FlagError("--task-file", trainer.status());
     }
-    return Flag("--data-dir", trainer.status());
+    return FlagError("--data-dir", trainer.status());
   }
   p->trainer_ = *std::move(trainer);
 
@@ -121,7 +118,7 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   server_options.credentials = credentials.server();
   absl::StatusOr<std::unique_ptr<rpc::Server>> server =
       rpc::Server::Start(server_options, {p->service_.get()});
-  if (!server.ok()) return Flag("--listen", server.status());
+  if (!server.ok()) return FlagError("--listen", server.status());
   p->server_ = *std::move(server);
 
   auto& members = *p->members_.mutable_gossip_members();
@@ -150,10 +147,10 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   p->runner_ = *std::move(runner);
 
   if (!options.address_file.empty()) {
-    SHOAL_RETURN_IF_ERROR(
-        Flag("--address-file",
-             WriteAddressFile(options.address_file, {{"grpc", p->server_->address()},
-                                                     {"metrics", p->metrics_server_->address()}})));
+    SHOAL_RETURN_IF_ERROR(FlagError(
+        "--address-file",
+        WriteAddressFile(options.address_file, {{"grpc", p->server_->address()},
+                                                {"metrics", p->metrics_server_->address()}})));
   }
   LogInfo("static gossip: node ", me->name, " of ", config->nodes.size(), " (", options.dpwa_config,
           "), task ", spec->name(), ", shard ", shard.ToString(), "; serving PeerService on ",
