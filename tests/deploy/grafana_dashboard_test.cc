@@ -1,5 +1,5 @@
 // deploy/grafana/shoal-dashboard.json is a valid Grafana dashboard whose queries use only metric
-// names the services export (read from services/*/*_metrics.cc at test time).
+// names the services export (read from every services/**/*_metrics.cc at test time).
 
 #include <gtest/gtest.h>
 
@@ -57,17 +57,15 @@ std::vector<std::string> ShoalNames(const std::string& text, bool quoted) {
   return names;
 }
 
-// The metric names the services register (every services/*/*_metrics.cc), plus the series
-// Prometheus derives from histograms (accepted for every name: a typo still fails).
+// The metric names the services register (every services/**/*_metrics.cc, mode folders included),
+// plus the series Prometheus derives from histograms (accepted for every name: a typo still fails).
 std::set<std::string> ExportedMetrics() {
   std::set<std::string> names;
   std::vector<std::string> files;
-  for (const auto& dir : std::filesystem::directory_iterator(SourceDir() + "/services")) {
-    if (!dir.is_directory()) continue;
-    for (const auto& file : std::filesystem::directory_iterator(dir.path())) {
-      if (absl::EndsWith(file.path().filename().string(), "_metrics.cc")) {
-        files.push_back(file.path().string());
-      }
+  for (const auto& file :
+       std::filesystem::recursive_directory_iterator(SourceDir() + "/services")) {
+    if (file.is_regular_file() && absl::EndsWith(file.path().filename().string(), "_metrics.cc")) {
+      files.push_back(file.path().string());
     }
   }
   EXPECT_GE(files.size(), 3u) << "no *_metrics.cc found under " << SourceDir() << "/services";

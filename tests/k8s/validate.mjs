@@ -255,7 +255,7 @@ async function validateSchema(obj) {
 const BINARIES = {
   "shoal-coordinator": "services/coordinator/main.cc",
   "shoal-aggregator": "services/aggregator/main.cc",
-  "shoal-peer": "services/peer_agent/main.cc",
+  "shoal-peer": "services/peer_agent/peer_main.cc",
 };
 
 function declaredFlags(binary) {

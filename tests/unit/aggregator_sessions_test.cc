@@ -15,9 +15,12 @@
 #include "services/aggregator/sessions/buffer_session.h"
 #include "services/aggregator/sessions/round_session.h"
 #include "services/aggregator/sessions/session.h"
+#include "tests/testing/fake_clock.h"
 
 namespace shoal::aggregator {
 namespace {
+
+using shoal::testing::FakeClock;
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
