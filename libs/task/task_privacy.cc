@@ -22,7 +22,7 @@ absl::Status Conflict(absl::string_view field, absl::string_view what) {
 }  // namespace
 
 void ApplyPrivacyDefaults(TaskSpec& spec) {
-  if (!HasDp(spec)) return;
+  if (!HasPeerDp(spec)) return;
   common::v1::DpSpec& dp = *spec.mutable_privacy()->mutable_dp();
   if (dp.noise() == common::v1::DP_NOISE_UNSPECIFIED) dp.set_noise(common::v1::DP_NOISE_CENTRAL);
 }
@@ -32,24 +32,21 @@ absl::Status ValidatePrivacy(const TaskSpec& spec) {
   const common::v1::DpSpec& dp = spec.privacy().dp();
   switch (dp.level()) {
     case common::v1::DP_LEVEL_PEER:
-      break;
     case common::v1::DP_LEVEL_SAMPLE:
-      return FieldError("privacy.dp.level",
-                        "sample (record-level DP-SGD on each peer) is not supported yet; "
-                        "level peer (DP-FedAvg) is");
+      break;
     case common::v1::DP_LEVEL_UNSPECIFIED:
-      return FieldError("privacy.dp.level", "required (peer)");
+      return FieldError("privacy.dp.level", "required (peer or sample)");
     default:
       return FieldError(
           "privacy.dp.level",
           absl::StrCat("unsupported value ",
                        JsonQuote(FriendlyEnumName(*common::v1::DpLevel_descriptor(), dp.level())),
-                       " (expected peer)"));
+                       " (expected peer, sample)"));
   }
   if (const ModeDefinition& mode = ModeDefinitionOrDefault(spec.mode()); !mode.sections.dp) {
     return FieldError(
         "privacy.dp",
-        absl::StrCat("peer-level differential privacy is supported in ",
+        absl::StrCat("differential privacy is supported in ",
                      ModeNames([](const ModeDefinition& m) { return m.sections.dp; }, " or "),
                      " tasks only; not supported yet in mode ", mode.name));
   }
@@ -60,6 +57,11 @@ absl::Status ValidatePrivacy(const TaskSpec& spec) {
   if (!(dp.noise_multiplier() >= 0) || !std::isfinite(dp.noise_multiplier())) {
     return FieldError("privacy.dp.noise_multiplier",
                       absl::StrCat("must be >= 0, got ", ShowNumber(dp.noise_multiplier())));
+  }
+  if (dp.level() == common::v1::DP_LEVEL_SAMPLE && dp.noise() != common::v1::DP_NOISE_UNSPECIFIED) {
+    return FieldError("privacy.dp.noise",
+                      "applies to level peer only: at level sample each peer's DP-SGD step adds "
+                      "the noise (remove it)");
   }
   // Unspecified is the default, central (a spec that arrives without a file has no defaults).
   if (dp.noise() != common::v1::DP_NOISE_UNSPECIFIED &&
@@ -75,11 +77,24 @@ absl::Status ValidatePrivacy(const TaskSpec& spec) {
     return FieldError("privacy.dp.delta",
                       absl::StrCat("must be in (0, 1), e.g. 1e-5, got ", ShowNumber(dp.delta())));
   }
+  if (dp.has_target_epsilon() &&
+      (!(dp.target_epsilon() > 0) || !std::isfinite(dp.target_epsilon()))) {
+    return FieldError("privacy.dp.target_epsilon",
+                      absl::StrCat("must be > 0, got ", ShowNumber(dp.target_epsilon())));
+  }
+  if (spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL) {
+    return Conflict("topology", "hierarchical is not supported yet with differential privacy");
+  }
+  if (spec.straggler_factor() != 0) {
+    return Conflict("straggler_factor",
+                    "not supported yet with differential privacy (a late update weighted by "
+                    "staleness breaks the fixed-denominator mean the noise is calibrated to, and "
+                    "its training would go uncharged)");
+  }
+  // Level sample: the budget depends on the peers' shard sizes, known once they report them;
+  // the task completes before a round that would pass the target (FederatedSyncTask).
+  if (dp.level() == common::v1::DP_LEVEL_SAMPLE) return absl::OkStatus();
   if (dp.has_target_epsilon()) {
-    if (!(dp.target_epsilon() > 0) || !std::isfinite(dp.target_epsilon())) {
-      return FieldError("privacy.dp.target_epsilon",
-                        absl::StrCat("must be > 0, got ", ShowNumber(dp.target_epsilon())));
-    }
     // The budget must hold at least one round in which every peer takes part (q = 1: every
     // peer of a federated-sync task is expected in every round).
     absl::StatusOr<privacy::RdpAccountant> accountant = privacy::RdpAccountant::Create();
@@ -113,14 +128,6 @@ absl::Status ValidatePrivacy(const TaskSpec& spec) {
   if (spec.aggregation_options().exact_sum()) {
     return Conflict("aggregation_options.exact_sum",
                     "not supported yet with differential privacy (the noisy sum is float32)");
-  }
-  if (spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL) {
-    return Conflict("topology", "hierarchical is not supported yet with differential privacy");
-  }
-  if (spec.straggler_factor() != 0) {
-    return Conflict("straggler_factor",
-                    "not supported yet with differential privacy (a late update weighted by "
-                    "staleness breaks the fixed-denominator mean the noise is calibrated to)");
   }
   if (spec.compression() == common::v1::COMPRESSION_TOPK) {
     return Conflict("compression",

@@ -1,7 +1,8 @@
 #pragma once
 
 // The privacy section of a task (protos/shoal/common/v1/task.proto, PrivacySpec): differential
-// privacy at the peer level (DP-FedAvg) in federated-sync tasks.
+// privacy in federated-sync tasks, at the peer level (DP-FedAvg: the aggregator's round) or the
+// sample level (DP-SGD: each peer's optimizer step).
 
 #include "absl/status/status.h"
 #include "shoal/common/v1/task.pb.h"
@@ -13,16 +14,28 @@ inline bool HasDp(const common::v1::TaskSpec& spec) {
   return spec.has_privacy() && spec.privacy().has_dp();
 }
 
+// privacy.dp at level peer: the update is clipped and the round's sum gets the noise.
+inline bool HasPeerDp(const common::v1::TaskSpec& spec) {
+  return HasDp(spec) && spec.privacy().dp().level() == common::v1::DP_LEVEL_PEER;
+}
+
+// privacy.dp at level sample: each peer trains with DP-SGD.
+inline bool HasSampleDp(const common::v1::TaskSpec& spec) {
+  return HasDp(spec) && spec.privacy().dp().level() == common::v1::DP_LEVEL_SAMPLE;
+}
+
 // Checks privacy.dp. INVALID_ARGUMENT "<field>: <what>", e.g.
-// "privacy.dp.clip_norm: must be > 0, got 0". Refused, each with a message naming why:
-// level sample (not supported yet) or unset; any mode but federated-sync; a hierarchical
-// topology, stragglers, compression topk and aggregation_options.exact_sum (not supported yet
-// with DP); any aggregation but mean (the noise is calibrated to the sum of clipped updates,
-// the sensitivity of a mean and of no robust strategy); a target_epsilon that one round with
-// every peer taking part already exceeds. Part of ValidateTaskSpec.
+// "privacy.dp.clip_norm: must be > 0, got 0". Refused, each with a message naming why: level
+// unset; any mode but federated-sync; a hierarchical topology and stragglers (not supported yet
+// with DP). Level peer also refuses compression topk and aggregation_options.exact_sum (not
+// supported yet), any aggregation but mean (the noise is calibrated to the sum of clipped
+// updates, the sensitivity of a mean and of no robust strategy) and a target_epsilon that one
+// round with every peer taking part already exceeds. Level sample refuses `noise` (each peer's
+// step adds the noise) and takes any strategy and compression: they only post-process updates
+// that are already private. Part of ValidateTaskSpec.
 absl::Status ValidatePrivacy(const common::v1::TaskSpec& spec);
 
-// noise central when privacy.dp is present and its noise unset.
+// noise central when privacy.dp is at level peer and its noise unset.
 void ApplyPrivacyDefaults(common::v1::TaskSpec& spec);
 
 }  // namespace shoal::task

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "libs/training/models.h"
+#include "libs/training/per_sample_grads.h"
 
 namespace shoal::training {
 namespace {
@@ -25,15 +26,19 @@ std::string Shape(const torch::Tensor& t) {
   return absl::StrCat("[", absl::StrJoin(t.sizes().vec(), ", "), "]");
 }
 
-// OK when per_sample[k] is [N, params[k] shape...] for every k, with the same N >= 1.
+// OK when per_sample[k] is [N, params[k] shape...] for every k, with the same N: >= 1, or 0
+// when the divisor is fixed (`empty_ok`: a Poisson batch that drew no sample).
 absl::Status CheckShapes(const std::vector<torch::Tensor>& per_sample,
-                         const std::vector<torch::Tensor>& params) {
+                         const std::vector<torch::Tensor>& params, bool empty_ok) {
   if (params.empty() || per_sample.size() != params.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "DP-SGD: ", per_sample.size(), " per-sample gradients for ", params.size(), " parameters"));
   }
   const int64_t n = per_sample[0].dim() > 0 ? per_sample[0].size(0) : 0;
-  if (n == 0) return absl::InvalidArgumentError("DP-SGD: a batch of no samples");
+  if (n == 0 && !empty_ok) {
+    return absl::InvalidArgumentError(
+        "DP-SGD: a batch of no samples (only a fixed expected_batch_size can divide it)");
+  }
   for (size_t k = 0; k < params.size(); ++k) {
     const torch::Tensor& g = per_sample[k];
     const bool fits =
@@ -63,43 +68,49 @@ absl::StatusOr<DpSgdStep> DpSgdStep::Create(const DpSgdOptions& options,
 
 absl::StatusOr<DpSgdStats> DpSgdStep::Apply(const std::vector<torch::Tensor>& per_sample,
                                             const std::vector<torch::Tensor>& params) {
-  if (absl::Status s = CheckShapes(per_sample, params); !s.ok()) return s;
+  if (absl::Status s = CheckShapes(per_sample, params, options_.expected_batch_size > 0); !s.ok()) {
+    return s;
+  }
+  try {
+    return ApplyClipped(ClipAndSumPerSample(per_sample, params, options_.clip_norm), params);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("DP-SGD step: ", ErrorFirstLine(e)));
+  }
+}
+
+absl::StatusOr<DpSgdStats> DpSgdStep::ApplyClipped(const ClippedGradients& clipped,
+                                                   const std::vector<torch::Tensor>& params) {
+  if (clipped.sums.size() != params.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DP-SGD: ", clipped.sums.size(), " clipped sums for ", params.size(), " parameters"));
+  }
+  const auto n = static_cast<int64_t>(clipped.norms.size());
+  if (n == 0 && !(options_.expected_batch_size > 0)) {
+    return absl::InvalidArgumentError(
+        "DP-SGD: a batch of no samples (only a fixed expected_batch_size can divide it)");
+  }
+  DpSgdStats stats;
+  stats.samples = n;
+  for (int64_t i = 0; i < n; ++i) {
+    const double norm = clipped.norms[static_cast<size_t>(i)];
+    if (!std::isfinite(norm)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "DP-SGD: the gradient of sample ", i, " of the batch is not finite (norm ", norm, ")"));
+    }
+    if (norm > options_.clip_norm) ++stats.clipped;
+    stats.max_sample_norm = std::max(stats.max_sample_norm, norm);
+  }
   try {
     torch::NoGradGuard no_grad;
-    const int64_t n = per_sample[0].size(0);
-    // One row per sample, every parameter's gradient side by side: a fresh copy, clipped in
-    // place row by row.
-    std::vector<torch::Tensor> rows;
-    rows.reserve(per_sample.size());
-    for (const torch::Tensor& g : per_sample) {
-      rows.push_back(g.reshape({n, -1}).to(torch::kCPU, torch::kFloat32));
-    }
-    torch::Tensor flat = torch::cat(rows, 1).contiguous();
-    const int64_t d = flat.size(1);
-    float* data = flat.data_ptr<float>();
-    DpSgdStats stats;
-    stats.samples = n;
-    for (int64_t i = 0; i < n; ++i) {
-      const double norm = privacy::ClipToNorm(absl::MakeSpan(data + i * d, static_cast<size_t>(d)),
-                                              options_.clip_norm);
-      if (!std::isfinite(norm)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "DP-SGD: the gradient of sample ", i, " of the batch is not finite (norm ", norm, ")"));
-      }
-      if (norm > options_.clip_norm) ++stats.clipped;
-      stats.max_sample_norm = std::max(stats.max_sample_norm, norm);
-    }
-    torch::Tensor sum = flat.sum(0).contiguous();
-    noise_.Add(absl::MakeSpan(sum.data_ptr<float>(), static_cast<size_t>(d)),
-               options_.noise_multiplier * options_.clip_norm);
     const double divisor =
         options_.expected_batch_size > 0 ? options_.expected_batch_size : static_cast<double>(n);
-    sum.div_(divisor);
-    int64_t offset = 0;
-    for (const torch::Tensor& p : params) {
-      torch::Tensor g =
-          sum.narrow(0, offset, p.numel()).view(p.sizes()).to(p.device(), p.scalar_type());
-      offset += p.numel();
+    const double stddev = options_.noise_multiplier * options_.clip_norm;
+    for (size_t k = 0; k < params.size(); ++k) {
+      const torch::Tensor& p = params[k];
+      torch::Tensor sum = clipped.sums[k].to(torch::kCPU, torch::kFloat32).contiguous().clone();
+      noise_.Add(absl::MakeSpan(sum.data_ptr<float>(), static_cast<size_t>(sum.numel())), stddev);
+      sum.div_(divisor);
+      torch::Tensor g = sum.view(p.sizes()).to(p.device(), p.scalar_type());
       if (p.grad().defined()) {
         p.mutable_grad().copy_(g);
       } else {

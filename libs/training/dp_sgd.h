@@ -5,8 +5,8 @@
 // whole-model gradient (all parameters together) to L2 norm clip_norm, sum them, add Gaussian
 // noise N(0, (noise_multiplier · clip_norm)²) to every coordinate, and divide by the expected
 // batch size. The result goes into the parameters' .grad(), where the trainer's optimizer steps
-// with it. Cost: one pass over the N x D per-sample gradients and a copy of them (N x D floats)
-// to clip in one place, plus D Gaussian draws.
+// with it. Cost: two passes over the N x D per-sample gradients (the norms, then the clipped sum
+// as one matrix-vector product per tensor) and no copy of them, plus D Gaussian draws.
 
 #include <torch/torch.h>
 
@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "libs/privacy/dp_update.h"
+#include "libs/training/per_sample_grads.h"
 
 namespace shoal::training {
 
@@ -46,11 +47,18 @@ class DpSgdStep {
                                           privacy::GaussianNoise noise);
 
   // per_sample[k] is [N, params[k] shape...] (PerSampleGrads::Compute); writes the noisy mean
-  // into params[k].grad() (allocated when undefined). INVALID_ARGUMENT when the counts or shapes
-  // do not match (naming the parameter's index), N = 0, or a sample's gradient is not finite
-  // (naming the sample); nothing is written then.
+  // into params[k].grad() (allocated when undefined). N = 0 (a Poisson batch that drew nothing)
+  // gives the noise alone over expected_batch_size. INVALID_ARGUMENT when the counts or shapes
+  // do not match (naming the parameter's index), N = 0 without an expected_batch_size, or a
+  // sample's gradient is not finite (naming the sample); nothing is written then.
   absl::StatusOr<DpSgdStats> Apply(const std::vector<torch::Tensor>& per_sample,
                                    const std::vector<torch::Tensor>& params);
+
+  // The same from a batch's clipped sum (PerSampleGrads::ClippedSum, whose fast path never
+  // holds the per-sample gradients): noise, the divisor, .grad(). A norm that is not finite is
+  // refused (naming the sample) and nothing is written.
+  absl::StatusOr<DpSgdStats> ApplyClipped(const ClippedGradients& clipped,
+                                          const std::vector<torch::Tensor>& params);
 
   const DpSgdOptions& options() const { return options_; }
 

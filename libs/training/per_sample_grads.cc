@@ -105,32 +105,12 @@ class LayerwisePerSampleGrads final : public PerSampleGrads {
                                                      const torch::Tensor& y) override {
     if (absl::Status s = CheckBatch(x, y); !s.ok()) return s;
     try {
-      const int64_t n = x.size(0);
-      // Forward, keeping each parameterised layer's input and output.
-      std::vector<torch::Tensor> inputs;
-      std::vector<torch::Tensor> outputs;
-      std::vector<const Step*> layers;
-      torch::Tensor a = x;
-      for (Step& step : steps_) {
-        const bool has_params = step.linear != nullptr || step.conv != nullptr;
-        if (has_params) inputs.push_back(a);
-        a = step.module.forward(a);
-        if (has_params) {
-          outputs.push_back(a);
-          layers.push_back(&step);
-        }
-      }
-      // The batch loss is a mean; times n it is the sum of the samples' own losses, and since
-      // samples do not mix, row i of dL/dz is sample i's own.
-      torch::Tensor loss = loss_(a, y) * static_cast<double>(n);
-      std::vector<torch::Tensor> grads =
-          torch::autograd::grad({loss}, outputs, /*grad_outputs=*/{}, /*retain_graph=*/false,
-                                /*create_graph=*/false, /*allow_unused=*/true);
+      const Pass pass = Run(x, y);
       const std::vector<torch::Tensor> params = Tensors(model_.NamedParameters());
-      std::vector<torch::Tensor> out = ZerosPerSample(params, n);
-      for (size_t l = 0; l < layers.size(); ++l) {
-        if (!grads[l].defined()) continue;
-        Accumulate(*layers[l], inputs[l], grads[l], out);
+      std::vector<torch::Tensor> out = ZerosPerSample(params, x.size(0));
+      for (size_t l = 0; l < pass.layers.size(); ++l) {
+        if (!pass.grads[l].defined()) continue;
+        Accumulate(*pass.layers[l], pass.inputs[l], pass.grads[l], out);
       }
       return out;
     } catch (const std::exception& e) {
@@ -138,9 +118,120 @@ class LayerwisePerSampleGrads final : public PerSampleGrads {
           absl::StrCat("per-sample gradients (layerwise): ", ErrorFirstLine(e)));
     }
   }
+
+  absl::StatusOr<ClippedGradients> ClippedSum(const torch::Tensor& x, const torch::Tensor& y,
+                                              double clip_norm) override {
+    if (absl::Status s = CheckBatch(x, y); !s.ok()) return s;
+    try {
+      torch::NoGradGuard no_grad_after;  // Run's grad() builds its own graph first
+      const Pass pass = Run(x, y);
+      const int64_t n = x.size(0);
+      // Pass 1, the norms: Linear from |g_i| and |a_i| (ghost), Conv2d from its per-sample
+      // gradients (small: a kernel's values, not the layer's input).
+      torch::Tensor squared = torch::zeros({n}, x.options().dtype(torch::kFloat64));
+      std::vector<torch::Tensor> conv_weight(pass.layers.size());
+      for (size_t l = 0; l < pass.layers.size(); ++l) {
+        if (!pass.grads[l].defined()) continue;
+        const Step& step = *pass.layers[l];
+        const Factors f = FactorsOf(step, pass.inputs[l], pass.grads[l]);
+        if (step.linear != nullptr) {
+          if (f.a.size(1) == 1) {
+            squared.add_((f.g.squeeze(1).square().sum(1) * f.a.squeeze(1).square().sum(1))
+                             .to(torch::kFloat64));
+          } else {
+            squared.add_(
+                (torch::bmm(f.g, f.g.transpose(1, 2)) * torch::bmm(f.a, f.a.transpose(1, 2)))
+                    .sum(std::vector<int64_t>{1, 2})
+                    .to(torch::kFloat64));
+          }
+        } else {
+          conv_weight[l] = torch::einsum("nlo,nlk->nok", {f.g, f.a});
+          squared.add_(conv_weight[l].square().sum(std::vector<int64_t>{1, 2}).to(torch::kFloat64));
+        }
+        if (step.bias >= 0) squared.add_(f.g.sum(1).square().sum(1).to(torch::kFloat64));
+      }
+      const torch::Tensor norms = squared.sqrt().cpu();
+      const torch::Tensor factor =
+          (clip_norm / norms.clamp_min(1e-300)).clamp_max(1.0).to(x.device(), torch::kFloat32);
+      // Pass 2, the clipped sums.
+      const std::vector<torch::Tensor> params = Tensors(model_.NamedParameters());
+      ClippedGradients out;
+      for (const torch::Tensor& p : params) out.sums.push_back(torch::zeros_like(p));
+      for (size_t l = 0; l < pass.layers.size(); ++l) {
+        if (!pass.grads[l].defined()) continue;
+        const Step& step = *pass.layers[l];
+        const Factors f = FactorsOf(step, pass.inputs[l], pass.grads[l]);
+        const torch::Tensor fg = f.g * factor.view({n, 1, 1});
+        torch::Tensor w = step.linear != nullptr
+                              ? fg.reshape({-1, fg.size(2)}).t().mm(f.a.reshape({-1, f.a.size(2)}))
+                              : torch::einsum("n,nok->ok", {factor, conv_weight[l]});
+        out.sums[step.weight].add_(w.reshape(out.sums[step.weight].sizes()));
+        if (step.bias >= 0) out.sums[step.bias].add_(fg.sum(std::vector<int64_t>{0, 1}));
+      }
+      const double* norm = norms.data_ptr<double>();
+      out.norms.assign(norm, norm + n);
+      return out;
+    } catch (const std::exception& e) {
+      return absl::InternalError(
+          absl::StrCat("clipped gradients (layerwise): ", ErrorFirstLine(e)));
+    }
+  }
+
   std::string Kind() const override { return "layerwise"; }
 
  private:
+  // One forward pass keeping each parameterised layer's input a and output z, and dL/dz.
+  struct Pass {
+    std::vector<torch::Tensor> inputs;
+    std::vector<const Step*> layers;
+    std::vector<torch::Tensor> grads;
+  };
+  Pass Run(const torch::Tensor& x, const torch::Tensor& y) {
+    torch::AutoGradMode grad_on(true);
+    Pass pass;
+    std::vector<torch::Tensor> outputs;
+    torch::Tensor a = x;
+    for (Step& step : steps_) {
+      const bool has_params = step.linear != nullptr || step.conv != nullptr;
+      if (has_params) pass.inputs.push_back(a);
+      a = step.module.forward(a);
+      if (has_params) {
+        outputs.push_back(a);
+        pass.layers.push_back(&step);
+      }
+    }
+    // The batch loss is a mean; times n it is the sum of the samples' own losses, and since
+    // samples do not mix, row i of dL/dz is sample i's own.
+    torch::Tensor loss = loss_(a, y) * static_cast<double>(x.size(0));
+    pass.grads = torch::autograd::grad({loss}, outputs, /*grad_outputs=*/{},
+                                       /*retain_graph=*/false, /*create_graph=*/false,
+                                       /*allow_unused=*/true);
+    for (torch::Tensor& in : pass.inputs) in = in.detach();
+    return pass;
+  }
+
+  // A layer's gradient for sample i is sum over positions of g_ip a_ip^T: Linear's positions
+  // are its input's middle dimensions, Conv2d's the unfolded patches. g: [n, positions, out],
+  // a: [n, positions, in].
+  struct Factors {
+    torch::Tensor g;
+    torch::Tensor a;
+  };
+  static Factors FactorsOf(const Step& step, const torch::Tensor& a, const torch::Tensor& g) {
+    const int64_t n = a.size(0);
+    if (step.linear != nullptr) {
+      return {g.reshape({n, -1, g.size(-1)}), a.reshape({n, -1, a.size(-1)})};
+    }
+    const auto& o = step.conv->options;
+    namespace F = torch::nn::functional;
+    auto padding = c10::get<torch::ExpandingArray<2>>(o.padding());
+    torch::Tensor patches = F::unfold(a, F::UnfoldFuncOptions(o.kernel_size())
+                                             .dilation(o.dilation())
+                                             .padding(padding)
+                                             .stride(o.stride()));  // [n, cin·kh·kw, L]
+    return {g.reshape({n, g.size(1), -1}).transpose(1, 2), patches.transpose(1, 2)};
+  }
+
   // Adds the layer's per-sample gradients, from its input `a` and dL/d(output) `g`, to `out`.
   static void Accumulate(const Step& step, const torch::Tensor& a, const torch::Tensor& g,
                          std::vector<torch::Tensor>& out) {
@@ -264,6 +355,52 @@ absl::StatusOr<std::unique_ptr<PerSampleGrads>> ChoosePerSampleGrads(Model& mode
   absl::StatusOr<std::unique_ptr<PerSampleGrads>> fast = MakeLayerwisePerSampleGrads(model, loss);
   if (fast.ok()) return fast;
   return MakeLoopPerSampleGrads(model, std::move(loss));
+}
+
+ClippedGradients ClipAndSumPerSample(const std::vector<torch::Tensor>& per_sample,
+                                     const std::vector<torch::Tensor>& params, double clip_norm) {
+  torch::NoGradGuard no_grad;
+  ClippedGradients out;
+  const int64_t n = per_sample.empty() ? 0 : per_sample[0].size(0);
+  // Each parameter's per-sample gradients as [N, values] views: no copy of the N x D floats
+  // (a fresh model-sized buffer per step costs more in page faults than the arithmetic).
+  std::vector<torch::Tensor> rows;
+  for (size_t k = 0; k < per_sample.size(); ++k) {
+    rows.push_back(per_sample[k].reshape({n, params[k].numel()}).to(torch::kFloat32));
+  }
+  torch::Tensor factor = torch::ones({n}, torch::kFloat32);
+  if (n > 0) {
+    torch::Tensor squared = torch::zeros({n}, rows[0].options().dtype(torch::kFloat64));
+    for (const torch::Tensor& r : rows) {
+      squared.add_(
+          at::linalg_vector_norm(r, 2, {1}, false, c10::nullopt).square().to(torch::kFloat64));
+    }
+    const torch::Tensor norms = squared.sqrt().cpu();
+    const double* norm = norms.data_ptr<double>();
+    out.norms.assign(norm, norm + n);
+    factor = (clip_norm / norms.clamp_min(1e-300)).clamp_max(1.0).to(torch::kFloat32);
+  }
+  for (size_t k = 0; k < rows.size(); ++k) {
+    out.sums.push_back(
+        factor.to(rows[k].device()).matmul(rows[k]).view(params[k].sizes()).to(params[k].dtype()));
+  }
+  return out;
+}
+
+absl::StatusOr<ClippedGradients> PerSampleGrads::ClippedSum(const torch::Tensor& x,
+                                                            const torch::Tensor& y,
+                                                            double clip_norm) {
+  absl::StatusOr<std::vector<torch::Tensor>> per_sample = Compute(x, y);
+  if (!per_sample.ok()) return per_sample.status();
+  std::vector<torch::Tensor> params;
+  for (const torch::Tensor& g : *per_sample) {
+    params.push_back(g.select(0, 0));  // only the shape and type are read
+  }
+  try {
+    return ClipAndSumPerSample(*per_sample, params, clip_norm);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("clipped gradients: ", ErrorFirstLine(e)));
+  }
 }
 
 }  // namespace shoal::training

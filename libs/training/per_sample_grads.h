@@ -11,7 +11,7 @@
 //    with respect to every z (g = dL/dz; samples do not mix, so g_i is sample i's own), then per
 //    sample: Linear grad_w[i] = g_i^T a_i, grad_b[i] = Σ g_i; Conv2d the same over the unfolded
 //    input patches (im2col, torch unfold). Cost: about one batch backward plus an einsum per
-//    layer.
+//    layer; for DP-SGD's clipped sum (ClippedSum) Linear layers need no per-sample tensor.
 //  - LoopPerSampleGrads, the fallback, for any model (TorchScript included): one forward and one
 //    backward per sample. Cost: N small passes, several times slower than the fast path.
 // A model with batch normalisation is refused: its output for one sample depends on the others,
@@ -33,6 +33,20 @@ namespace shoal::training {
 // the batch of each sample's own loss (as TaskLoss computes it).
 using BatchLoss = std::function<torch::Tensor(const torch::Tensor& out, const torch::Tensor& y)>;
 
+// What DP-SGD needs from a batch: each sample's whole-model gradient clipped to L2 norm C and
+// summed over the batch, and the norms before clipping.
+struct ClippedGradients {
+  // One per parameter, in Model::NamedParameters order, of the parameter's shape:
+  // sum over samples i of min(1, C / norm_i) x sample i's gradient.
+  std::vector<torch::Tensor> sums;
+  std::vector<double> norms;  // norm_i: sample i's gradient, every parameter together (L2)
+};
+
+// ClippedSum from per-sample gradients already computed ([N, parameter shape...] each; N may be
+// 0): two passes over them (norms, then one matrix-vector product per parameter), no copy.
+ClippedGradients ClipAndSumPerSample(const std::vector<torch::Tensor>& per_sample,
+                                     const std::vector<torch::Tensor>& params, double clip_norm);
+
 class PerSampleGrads {
  public:
   virtual ~PerSampleGrads() = default;
@@ -42,6 +56,13 @@ class PerSampleGrads {
   // sizes; INTERNAL when LibTorch fails (its first message line).
   virtual absl::StatusOr<std::vector<torch::Tensor>> Compute(const torch::Tensor& x,
                                                              const torch::Tensor& y) = 0;
+  // The batch's clipped sum at clip norm `clip_norm` (> 0); same errors as Compute. The fast
+  // path never holds the N x D per-sample gradients of a Linear layer: a Linear gradient is an
+  // outer product, so its norm is |g_i| |a_i| and the clipped sum is one matrix product
+  // ("ghost clipping", Goodfellow 2015; Li et al. 2022). The fallback computes them and calls
+  // ClipAndSumPerSample. A sample whose gradient is not finite gets a non-finite norm.
+  virtual absl::StatusOr<ClippedGradients> ClippedSum(const torch::Tensor& x,
+                                                      const torch::Tensor& y, double clip_norm);
   // "layerwise" or "loop", for logs.
   virtual std::string Kind() const = 0;
 };

@@ -16,6 +16,8 @@
 #include "libs/common/status_macros.h"
 #include "libs/data/task_data.h"
 #include "libs/task/task_model.h"
+#include "libs/task/task_privacy.h"
+#include "libs/training/dp_batches.h"
 #include "libs/training/loss.h"
 #include "libs/training/model_state.h"
 #include "libs/training/models.h"
@@ -116,6 +118,8 @@ struct Trainer::Impl {
   // The parameters' gradient accumulators, each with a StepInBackward hook; held so that the
   // hooks stay (a variable keeps its accumulator only weakly).
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  // privacy.dp level sample: every batch is a DP-SGD step (then no StepInBackward hooks).
+  std::unique_ptr<DpSgdBatches> dp;
 
   std::unique_ptr<torch::optim::Optimizer> MakeOptimizer() {
     const auto& opt = options.spec.optimizer();
@@ -209,8 +213,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerOptions& op
     SHOAL_ASSIGN_OR_RETURN(impl->layout, LayoutOf(*impl->model));
     SHOAL_ASSIGN_OR_RETURN(impl->state_layout, StateLayoutOf(*impl->model));
     impl->optimizer = impl->MakeOptimizer();
+    const bool dp_sgd = task::HasSampleDp(options.spec);
     for (auto& [name, p] : impl->model->NamedParameters()) {
-      if (!options.step_in_backward || !p.requires_grad()) continue;
+      if (dp_sgd || !options.step_in_backward || !p.requires_grad()) continue;
       std::shared_ptr<torch::autograd::Node> accumulator =
           torch::autograd::impl::grad_accumulator(p);
       accumulator->add_post_hook(std::make_unique<StepInBackward>(impl->optimizer, p));
@@ -222,6 +227,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerOptions& op
     impl->test_labels = data->test_y.to(impl->device);
     *data = ShardTensors();  // the host copies are not needed once on the device
     impl->NewEpoch();
+    if (dp_sgd) {
+      SHOAL_ASSIGN_OR_RETURN(impl->dp,
+                             DpSgdBatches::Create(options.spec, *impl->model, impl->num_classes,
+                                                  impl->train_labels.size(0)));
+    }
   } catch (const std::exception& e) {
     return TorchError("creating trainer", e);
   }
@@ -244,6 +254,20 @@ absl::StatusOr<TrainStats> Trainer::TrainBatches(uint32_t n,
       if (keep_going && !keep_going()) {
         return absl::CancelledError(
             absl::StrCat("training stopped after ", b, " of ", n, " batches"));
+      }
+      if (m.dp) {  // DP-SGD: a Poisson batch, clipped per sample, with noise (dp_batches.h)
+        ReleaseGradients(*m.model);
+        SHOAL_ASSIGN_OR_RETURN(DpBatchStats step, m.dp->Step(m.train_images, m.train_labels));
+        m.optimizer->step();
+        if (!std::isfinite(step.loss)) {
+          return absl::InternalError(
+              absl::StrCat("training diverged: loss is ", step.loss, " at batch ", b));
+        }
+        loss_total += step.loss;
+        stats.samples += static_cast<uint64_t>(step.samples);
+        ++stats.batches;
+        if (m.options.after_batch) m.options.after_batch(keep_going);
+        continue;
       }
       // Every batch is full: the tail of an epoch smaller than a batch is skipped (it is part
       // of the next epoch's shuffle), so a round trains exactly n * batch_size samples. A shard
@@ -428,6 +452,10 @@ const tensor::ModelLayout& Trainer::state_layout(bool include_buffers) const {
 const tensor::ModelLayout& Trainer::layout() const { return impl_->layout; }
 size_t Trainer::train_size() const { return static_cast<size_t>(impl_->train_labels.size(0)); }
 size_t Trainer::test_size() const { return static_cast<size_t>(impl_->test_labels.size(0)); }
+std::string Trainer::PrivacyDescription() const {
+  return impl_->dp ? impl_->dp->Describe() : std::string();
+}
+
 const std::vector<uint64_t>& Trainer::label_histogram() const { return impl_->label_histogram; }
 
 absl::Status SetTorchThreads(int threads) {

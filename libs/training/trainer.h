@@ -79,8 +79,11 @@ class TrainerProgress {
 };
 
 // Owns one model, its optimizer and this peer's data (training shard and test slice) for one
-// task. Deterministic for a given spec, shard and seed. Not thread-safe: one thread (the agent's
-// worker) drives it. Exceptions from LibTorch never escape; they become absl::Status.
+// task. Deterministic for a given spec, shard and seed, except with privacy.dp at level sample:
+// then each batch is a DP-SGD step (dp_batches.h) whose sampling and noise come from the
+// system's entropy, and Create refuses a model without per-sample gradients
+// (FAILED_PRECONDITION naming its batch normalisation layer). Not thread-safe: one thread (the
+// agent's worker) drives it. Exceptions from LibTorch never escape; they become absl::Status.
 class Trainer {
  public:
   // Loads the data from options.data_dir: Fashion-MNIST, or the task's own files
@@ -104,7 +107,8 @@ class Trainer {
 
   // Trains `n` batches of spec.batch_size samples (n * batch_size samples unless the shard is
   // smaller than a batch), cycling through the shard: reshuffled with a seed at every epoch, an
-  // incomplete last batch of an epoch skipped, the position carried over between calls.
+  // incomplete last batch of an epoch skipped, the position carried over between calls. With
+  // DP-SGD each batch is a Poisson draw of batch_size samples on average instead.
   // `keep_going` is asked before each batch; when it returns false the call stops and returns
   // CANCELLED. The gradients are freed when it returns (they take no memory between calls).
   absl::StatusOr<TrainStats> TrainBatches(uint32_t n, const std::function<bool()>& keep_going);
@@ -147,6 +151,9 @@ class Trainer {
   size_t test_size() const;   // samples in the test slice
   // Training samples of the shard per class, class 0 first.
   const std::vector<uint64_t>& label_histogram() const;
+  // With privacy.dp at level sample, how each step trains, for the peer's log ("DP-SGD:
+  // Poisson batches at q 0.032, clip_norm 1, ..."); empty otherwise.
+  std::string PrivacyDescription() const;
 
  private:
   struct Impl;

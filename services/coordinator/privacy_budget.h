@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -33,15 +34,32 @@ double RoundSamplingRate(size_t expected_peers, size_t population);
 // target, the accountant's orders with zero RDP. Nothing when it is filled already.
 void InitPrivacyStatus(const common::v1::TaskSpec& spec, v1::PrivacyStatus& privacy);
 
-// Whether one more round at sampling rate `q` keeps epsilon within privacy.dp.target_epsilon:
+// What one round costs: `steps` compositions of the sampled Gaussian mechanism at sampling
+// rate `q` with the task's noise_multiplier. Level peer: one step at the round's peer sampling
+// rate. Level sample: round_batches DP-SGD steps at batch_size / the smallest shard.
+struct RoundCharge {
+  double q = 1;
+  uint64_t steps = 1;
+};
+
+// Level sample: the round's charge from the training samples its peers reported
+// (TaskStatus.data). nullopt while some peer of `peers` has not reported yet (the round waits:
+// its sampling rate is not known). Level peer: RoundSamplingRate(expected, population), 1 step.
+std::optional<RoundCharge> RoundChargeOf(const common::v1::TaskSpec& spec,
+                                         const v1::TaskStatus& status,
+                                         const std::vector<std::string>& peers, size_t population);
+
+// Whether one more round charged `charge` keeps epsilon within privacy.dp.target_epsilon:
 // nullopt when it does (or there is no target), else the message the task completes with,
 // naming the budget. Errors: INVALID_ARGUMENT for a corrupt stored state.
 absl::StatusOr<std::optional<std::string>> BudgetExceededBy(const common::v1::TaskSpec& spec,
                                                             const v1::PrivacyStatus& privacy,
-                                                            uint64_t round, double q);
+                                                            uint64_t round, RoundCharge charge);
 
-// Charges one round at sampling rate `q`: adds its RDP, updates epsilon, rounds, the sampling
-// rate and rounds_left. Errors: INVALID_ARGUMENT (nothing changed).
-absl::Status ChargeRound(const common::v1::TaskSpec& spec, double q, v1::PrivacyStatus& privacy);
+// Charges one round: adds its RDP, updates epsilon, rounds, steps, the sampling rate and
+// rounds_left (how many more rounds of this charge fit). Errors: INVALID_ARGUMENT (nothing
+// changed).
+absl::Status ChargeRound(const common::v1::TaskSpec& spec, RoundCharge charge,
+                         v1::PrivacyStatus& privacy);
 
 }  // namespace shoal::coordinator

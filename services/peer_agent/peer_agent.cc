@@ -315,6 +315,9 @@ void PeerAgent::HandleTaskAssigned(const CoordinatorEvent& ev) {
       absl::ToDoubleSeconds(clock_.Now() - start)));
   LogInfo("task ", name, ": training samples per class ",
           absl::StrJoin(state.trainer->label_histogram(), " "));
+  if (const std::string dp = state.trainer->PrivacyDescription(); !dp.empty()) {
+    LogInfo("task ", name, ": differential privacy: every step is ", dp);
+  }
   task_ = std::move(state);
   SendDataReport();
   StartRunner();

@@ -8,14 +8,14 @@
 namespace shoal::peer {
 
 absl::StatusOr<UpdatePrivacy> UpdatePrivacy::Create(const common::v1::TaskSpec& spec) {
-  if (!task::HasDp(spec)) return UpdatePrivacy(std::nullopt, std::nullopt);
+  if (!task::HasPeerDp(spec)) return UpdatePrivacy(std::nullopt, std::nullopt);
   absl::StatusOr<privacy::GaussianNoise> noise = privacy::GaussianNoise::FromSystemEntropy();
   if (!noise.ok()) return noise.status();
   return UpdatePrivacy(spec.privacy().dp(), *std::move(noise));
 }
 
 UpdatePrivacy UpdatePrivacy::WithSeed(const common::v1::TaskSpec& spec, uint64_t seed) {
-  if (!task::HasDp(spec)) return UpdatePrivacy(std::nullopt, std::nullopt);
+  if (!task::HasPeerDp(spec)) return UpdatePrivacy(std::nullopt, std::nullopt);
   return UpdatePrivacy(spec.privacy().dp(), privacy::GaussianNoise::FromSeed(seed));
 }
 

@@ -277,7 +277,8 @@ std::string PrivacyToJson(const TaskStatus& status) {
   const coordinator::v1::PrivacyStatus& p = status.privacy();
   return absl::StrCat(
       "{\"epsilon\":", JsonNumber(p.epsilon()), ",\"delta\":", JsonNumber(p.delta()),
-      ",\"rounds\":", p.rounds(), ",\"sampling_rate\":", JsonNumber(p.sampling_rate()),
+      ",\"rounds\":", p.rounds(), ",\"steps\":", p.steps() > 0 ? p.steps() : p.rounds(),
+      ",\"sampling_rate\":", JsonNumber(p.sampling_rate()),
       ",\"target_epsilon\":", p.target_epsilon() > 0 ? JsonNumber(p.target_epsilon()) : "null",
       ",\"rounds_left\":", p.target_epsilon() > 0 ? absl::StrCat(p.rounds_left()) : "null", "}");
 }
@@ -292,6 +293,13 @@ std::string FormatPrivacyLine(const TaskStatus& status) {
     absl::StrAppend(
         &out, absl::StrFormat(" (target %g", p.target_epsilon()),
         p.rounds() > 0 ? absl::StrCat(": ", p.rounds_left(), " more rounds fit)") : ")");
+  }
+  if (dp.level() == common::v1::DP_LEVEL_SAMPLE) {
+    absl::StrAppend(
+        &out, absl::StrFormat("\n               sample-level DP-SGD: clip_norm %g, "
+                              "noise_multiplier %g, %d steps at sampling rate %.4g\n",
+                              dp.clip_norm(), dp.noise_multiplier(), p.steps(), p.sampling_rate()));
+    return out;
   }
   absl::StrAppend(
       &out,

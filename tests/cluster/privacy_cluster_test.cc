@@ -1,12 +1,15 @@
-// Peer-level differential privacy with real processes on 127.0.0.1 (mutual TLS): a coordinator,
-// an aggregator and two peers. A small DP task (MLP, distributed noise) completes, and its
-// status shows after each round the epsilon an independent accountant gives for that many
+// Differential privacy with real processes on 127.0.0.1 (mutual TLS): a coordinator, an
+// aggregator and two peers. A small peer-level DP task (MLP, distributed noise) completes, and
+// its status shows after each round the epsilon an independent accountant gives for that many
 // rounds; a second task (central noise) with a tight target_epsilon stops, completed, before
-// the round that would pass it, with a message naming the budget.
+// the round that would pass it, with a message naming the budget; a third, at level sample,
+// trains with DP-SGD on each peer and is charged round_batches steps per round at batch_size
+// over the smallest shard.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -53,7 +56,7 @@ common::v1::TaskSpec DpTask(const std::string& name, common::v1::DpNoise noise) 
   return spec;
 }
 
-TEST(PrivacyClusterTest, ADpTaskShowsEpsilonEachRoundAndATightBudgetStopsEarly) {
+TEST(PrivacyClusterTest, DpTasksShowEpsilonEachRoundATightBudgetStopsEarlyAndDpSgdTrains) {
   auto dir = MakeTestTempDir("shoal-privacy-");
   ASSERT_TRUE(dir.ok()) << dir.status();
   Cluster cluster(*dir);
@@ -98,6 +101,38 @@ TEST(PrivacyClusterTest, ADpTaskShowsEpsilonEachRoundAndATightBudgetStopsEarly) 
   EXPECT_EQ(status->privacy().rounds(), 2u);
   EXPECT_LE(status->privacy().epsilon(), target);
   std::printf("[ figure ] dp-tight: %s\n", status->message().c_str());
+
+  common::v1::TaskSpec sample = SmallTask("dp-sample");
+  sample.set_round_batches(10);
+  sample.set_rounds(2);
+  sample.mutable_optimizer()->set_learning_rate(0.5);
+  sample.mutable_optimizer()->set_momentum(0);
+  common::v1::DpSpec& dp = *sample.mutable_privacy()->mutable_dp();
+  dp.set_level(common::v1::DP_LEVEL_SAMPLE);
+  dp.set_clip_norm(1.0);
+  dp.set_noise_multiplier(kSigma);
+  dp.set_delta(kDelta);
+  ASSERT_TRUE(cluster.CreateTask(sample).ok());
+  status = cluster.WaitForEnd(sample);
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->state(), cv1::TASK_STATE_COMPLETED) << status->message();
+  ASSERT_EQ(status->history_size(), 2);
+  ASSERT_EQ(status->data_size(), 2);
+  const uint64_t smallest =
+      std::min(status->data(0).train_samples(), status->data(1).train_samples());
+  const double q = 32.0 / static_cast<double>(smallest);
+  auto accountant = privacy::RdpAccountant::Create();
+  ASSERT_TRUE(accountant.ok());
+  ASSERT_TRUE(accountant->AddSteps(q, kSigma, 2 * 10).ok());
+  const double want = accountant->Spent(kDelta)->epsilon;
+  EXPECT_EQ(status->privacy().steps(), 20u);
+  EXPECT_DOUBLE_EQ(status->privacy().sampling_rate(), q);
+  EXPECT_NEAR(status->privacy().epsilon(), want, want * 1e-9);
+  EXPECT_GT(status->history(1).test_accuracy(), 0.3) << "DP-SGD still learns";
+  EXPECT_THAT(ReadFile(cluster.dir() + "/peer-0.log"),
+              HasSubstr("differential privacy: every step is DP-SGD: Poisson batches at q"));
+  std::printf("[ figure ] dp-sample: epsilon %.4f after 20 steps at q %.4f, accuracy %.3f\n",
+              status->privacy().epsilon(), q, status->history(1).test_accuracy());
 }
 
 }  // namespace

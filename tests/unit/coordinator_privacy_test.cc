@@ -1,7 +1,9 @@
 // The differential privacy budget of federated-sync tasks in the coordinator
 // (services/coordinator/privacy_budget.h): one charge per round opened, with the accountant's
 // values computed independently here; kept across a restart and charged again for a round that
-// runs again; and a task that stops, completed, before a round that would pass its target.
+// runs again; a task that stops, completed, before a round that would pass its target; and at
+// level sample, round_batches DP-SGD steps per round at batch_size over the smallest shard the
+// peers reported, the round waiting for their data reports.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "libs/privacy/rdp_accountant.h"
+#include "services/coordinator/peer_data.h"
 #include "services/coordinator/privacy_budget.h"
 #include "tests/unit/coordinator_core_fixture.h"
 
@@ -50,7 +53,7 @@ TEST(PrivacyBudgetTest, ChargesMatchAnIndependentAccountant) {
   EXPECT_EQ(privacy.delta(), kDelta);
   EXPECT_EQ(privacy.rdp_orders_size(), privacy.rdp_size());
   for (int r = 1; r <= 3; ++r) {
-    ASSERT_TRUE(ChargeRound(spec, 1.0, privacy).ok());
+    ASSERT_TRUE(ChargeRound(spec, RoundCharge{1.0, 1}, privacy).ok());
     EXPECT_NEAR(privacy.epsilon(), EpsilonAfter(r), 1e-9) << r;
     EXPECT_EQ(privacy.rounds(), static_cast<uint64_t>(r));
   }
@@ -66,18 +69,72 @@ TEST(PrivacyBudgetTest, ARoundThatWouldPassTheTargetIsNamed) {
   v1::PrivacyStatus privacy;
   InitPrivacyStatus(spec, privacy);
   for (uint64_t round = 1; round <= 2; ++round) {
-    auto over = BudgetExceededBy(spec, privacy, round, 1.0);
+    auto over = BudgetExceededBy(spec, privacy, round, RoundCharge{1.0, 1});
     ASSERT_TRUE(over.ok());
     EXPECT_FALSE(over->has_value()) << round;
-    ASSERT_TRUE(ChargeRound(spec, 1.0, privacy).ok());
+    ASSERT_TRUE(ChargeRound(spec, RoundCharge{1.0, 1}, privacy).ok());
   }
   EXPECT_EQ(privacy.rounds_left(), 0u);
-  auto over = BudgetExceededBy(spec, privacy, 3, 1.0);
+  auto over = BudgetExceededBy(spec, privacy, 3, RoundCharge{1.0, 1});
   ASSERT_TRUE(over.ok());
   ASSERT_TRUE(over->has_value());
   EXPECT_THAT(**over, HasSubstr("privacy budget reached"));
   EXPECT_THAT(**over, HasSubstr("round 3 would take it to"));
   EXPECT_THAT(**over, HasSubstr("over target_epsilon"));
+}
+
+common::v1::TaskSpec SampleDpSpec(const std::string& name, uint32_t rounds,
+                                  std::optional<double> target = std::nullopt) {
+  common::v1::TaskSpec spec = DpSpec(name, rounds, target);
+  spec.mutable_privacy()->mutable_dp()->set_level(common::v1::DP_LEVEL_SAMPLE);
+  spec.mutable_privacy()->mutable_dp()->clear_noise();
+  spec.set_batch_size(32);
+  spec.set_round_batches(5);
+  return spec;
+}
+
+// epsilon after `steps` DP-SGD steps at sampling rate q, from a fresh accountant.
+double EpsilonAfterSteps(double q, int steps) {
+  auto accountant = privacy::RdpAccountant::Create();
+  EXPECT_TRUE(accountant.ok());
+  EXPECT_TRUE(accountant->AddSteps(q, kSigma, steps).ok());
+  return accountant->Spent(kDelta)->epsilon;
+}
+
+v1::DataReport Samples(uint64_t train) {
+  v1::DataReport report;
+  report.set_train_samples(train);
+  report.set_test_samples(10);
+  return report;
+}
+
+TEST(PrivacyBudgetTest, SampleLevelChargesRoundBatchesStepsAtTheSmallestShardsRate) {
+  common::v1::TaskSpec spec = SampleDpSpec("t", 10);
+  v1::TaskStatus status;
+  ASSERT_TRUE(RecordPeerData(status, "a", Samples(3200)).ok());
+  // Peer b has not reported: its sampling rate is unknown, so the round cannot be charged.
+  EXPECT_FALSE(RoundChargeOf(spec, status, {"a", "b"}, 2).has_value());
+  ASSERT_TRUE(RecordPeerData(status, "b", Samples(640)).ok());
+  std::optional<RoundCharge> charge = RoundChargeOf(spec, status, {"a", "b"}, 2);
+  ASSERT_TRUE(charge.has_value());
+  EXPECT_DOUBLE_EQ(charge->q, 32.0 / 640);  // b's shard is the smaller
+  EXPECT_EQ(charge->steps, 5u);
+  // A shard smaller than a batch: every sample in every step.
+  ASSERT_TRUE(RecordPeerData(status, "c", Samples(20)).ok());
+  EXPECT_DOUBLE_EQ(RoundChargeOf(spec, status, {"a", "c"}, 2)->q, 1.0);
+
+  v1::PrivacyStatus privacy;
+  InitPrivacyStatus(spec, privacy);
+  for (int r = 1; r <= 3; ++r) {
+    ASSERT_TRUE(ChargeRound(spec, *charge, privacy).ok());
+    EXPECT_NEAR(privacy.epsilon(), EpsilonAfterSteps(32.0 / 640, 5 * r), 1e-9) << r;
+    EXPECT_EQ(privacy.rounds(), static_cast<uint64_t>(r));
+    EXPECT_EQ(privacy.steps(), static_cast<uint64_t>(5 * r));
+  }
+  EXPECT_DOUBLE_EQ(privacy.sampling_rate(), 32.0 / 640);
+  // Level peer: one step at the round's peer sampling rate.
+  EXPECT_DOUBLE_EQ(RoundChargeOf(DpSpec("p", 3), status, {"a"}, 4)->q, 0.25);
+  EXPECT_EQ(RoundChargeOf(DpSpec("p", 3), status, {"a"}, 4)->steps, 1u);
 }
 
 class CoordinatorPrivacyTest : public CoordinatorCoreTest {
@@ -159,6 +216,25 @@ TEST_F(CoordinatorPrivacyTest, TaskCompletesBeforeARoundThatWouldPassTheTarget) 
   EXPECT_EQ(status.privacy().rounds(), 2u);
   EXPECT_LE(status.privacy().epsilon(), target);
   EXPECT_THAT(sinks["a"]->Take(), ::testing::Contains(v1::CoordinatorEvent::kTaskFinished));
+}
+
+TEST_F(CoordinatorPrivacyTest, SampleLevelWaitsForDataReportsAndLeavesTheAggregatorOut) {
+  auto sinks = StartTask(SampleDpSpec("t", 3), {"a"});
+  Step();
+  EXPECT_TRUE(aggregator_.opened.empty());  // no data report yet: q is unknown
+  v1::PeerMessage report;
+  report.set_task("t");
+  *report.mutable_data_report() = Samples(640);
+  ASSERT_TRUE(core_->OnMessage("a", report).ok());
+  Step();
+  Step();
+  ASSERT_EQ(aggregator_.opened.size(), 1u);
+  // The peers' DP-SGD steps added the noise: the aggregator neither clips nor adds any.
+  EXPECT_FALSE(aggregator_.opened[0].has_dp());
+  v1::TaskStatus status = Status("t");
+  EXPECT_EQ(status.privacy().steps(), 5u);
+  EXPECT_DOUBLE_EQ(status.privacy().sampling_rate(), 32.0 / 640);
+  EXPECT_NEAR(status.privacy().epsilon(), EpsilonAfterSteps(32.0 / 640, 5), 1e-9);
 }
 
 TEST_F(CoordinatorPrivacyTest, CreateTaskRefusesBadSettingsNamingTheField) {

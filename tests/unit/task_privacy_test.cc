@@ -94,7 +94,7 @@ TEST(TaskPrivacyTest, BadValuesAreRefusedNamingTheField) {
               HasSubstr("privacy.dp.target_epsilon: one round at noise_multiplier 1 already "
                         "spends epsilon"));
   EXPECT_EQ(Refusal(with("clip_norm: 1, noise_multiplier: 1, delta: 1e-5")),
-            "privacy.dp.level: required (peer)");
+            "privacy.dp.level: required (peer or sample)");
   EXPECT_THAT(Refusal(with("level: nope, clip_norm: 1")), HasSubstr("privacy.dp.level"));
   // A spec that arrives without a file (over gRPC) may leave noise unset: central.
   auto spec = Parse(with(ok));
@@ -106,13 +106,9 @@ TEST(TaskPrivacyTest, BadValuesAreRefusedNamingTheField) {
 TEST(TaskPrivacyTest, WhatIsNotSupportedYetIsRefusedClearly) {
   const std::string dp =
       "privacy: {dp: {level: peer, clip_norm: 1, noise_multiplier: 1, delta: 1e-5}}\n";
-  EXPECT_EQ(Refusal("privacy: {dp: {level: sample, clip_norm: 1, noise_multiplier: 1, "
-                    "delta: 1e-5}}\n"),
-            "privacy.dp.level: sample (record-level DP-SGD on each peer) is not supported yet; "
-            "level peer (DP-FedAvg) is");
   for (const char* mode : {"decentralized", "gossip", "federated-async"}) {
     EXPECT_THAT(Refusal(absl::StrCat("mode: ", mode, "\n", dp)),
-                HasSubstr(absl::StrCat("privacy.dp: peer-level differential privacy is "
+                HasSubstr(absl::StrCat("privacy.dp: differential privacy is "
                                        "supported in federated-sync tasks only; not supported "
                                        "yet in mode ",
                                        mode)))
@@ -133,6 +129,31 @@ TEST(TaskPrivacyTest, WhatIsNotSupportedYetIsRefusedClearly) {
   // Quantising compression is fine: the aggregator clips again on arrival.
   EXPECT_EQ(Refusal("compression: int8\n" + dp), "");
   EXPECT_EQ(Refusal("compression: fp16\n" + dp), "");
+}
+
+TEST(TaskPrivacyTest, SampleLevelTakesAnyStrategyAndCompressionButNoNoiseChoice) {
+  const std::string dp =
+      "privacy: {dp: {level: sample, clip_norm: 1, noise_multiplier: 1.1, delta: 1e-5, "
+      "target_epsilon: 3}}\n";
+  auto spec = Parse(dp);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->privacy().dp().level(), common::v1::DP_LEVEL_SAMPLE);
+  // No noise default: the aggregator adds none, each peer's DP-SGD step does.
+  EXPECT_EQ(spec->privacy().dp().noise(), common::v1::DP_NOISE_UNSPECIFIED);
+  // Each update is already private: strategies and compression only post-process it.
+  EXPECT_EQ(Refusal("aggregation: median\n" + dp), "");
+  EXPECT_EQ(Refusal("compression: topk\n" + dp), "");
+  EXPECT_EQ(Refusal("aggregation_options: {exact_sum: true}\n" + dp), "");
+  EXPECT_EQ(Refusal("privacy: {dp: {level: sample, clip_norm: 1, noise_multiplier: 1.1, "
+                    "delta: 1e-5, noise: distributed}}\n"),
+            "privacy.dp.noise: applies to level peer only: at level sample each peer's DP-SGD "
+            "step adds the noise (remove it)");
+  EXPECT_EQ(Refusal("privacy: {dp: {level: sample, clip_norm: 0, noise_multiplier: 1.1, "
+                    "delta: 1e-5}}\n"),
+            "privacy.dp.clip_norm: must be > 0, got 0");
+  EXPECT_THAT(Refusal("topology: hierarchical\n" + dp),
+              HasSubstr("topology: hierarchical is not supported yet"));
+  EXPECT_THAT(Refusal("mode: gossip\n" + dp), HasSubstr("supported in federated-sync tasks only"));
 }
 
 }  // namespace

@@ -157,9 +157,21 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
   if (task::HasDp(spec_)) {
     // Stop before a round that would spend more than the budget (every peer is expected: the
     // async peers of stragglers are refused with DP).
+    const std::vector<std::string> expected(peers_.begin(), peers_.end());
+    std::optional<RoundCharge> charge = RoundChargeOf(spec_, status, expected, peers_.size());
+    if (!charge.has_value()) {
+      if (!waiting_for_data_logged_) {
+        LogInfo("task ", task_, ": round ", status.round() + 1,
+                " waits for every peer's data report (privacy.dp level sample: the sampling "
+                "rate is batch_size over the smallest shard)");
+        waiting_for_data_logged_ = true;
+      }
+      return;
+    }
+    waiting_for_data_logged_ = false;
+    opening_charge_ = *charge;
     absl::StatusOr<std::optional<std::string>> over =
-        BudgetExceededBy(spec_, status.privacy(), status.round() + 1,
-                         RoundSamplingRate(peers_.size(), peers_.size()));
+        BudgetExceededBy(spec_, status.privacy(), status.round() + 1, *charge);
     if (!over.ok()) {
       fx.Finish(v1::TASK_STATE_FAILED,
                 absl::StrCat("privacy accountant: ", over.status().message()));
@@ -191,7 +203,9 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
   open.open.set_max_update_norm(spec_.max_update_norm());
   open.open.mutable_aggregation()->set_strategy(spec_.aggregation());
   *open.open.mutable_aggregation()->mutable_options() = spec_.aggregation_options();
-  if (task::HasDp(spec_)) *open.open.mutable_dp() = spec_.privacy().dp();
+  // The aggregator clips and adds noise at level peer only; at level sample the peers' DP-SGD
+  // steps did it.
+  if (task::HasPeerDp(spec_)) *open.open.mutable_dp() = spec_.privacy().dp();
   status.set_phase(v1::ROUND_PHASE_OPENING);
   Ask(Kind::kOpenRound, std::move(open), fx);
   fx.changed = true;
@@ -246,9 +260,12 @@ void FederatedSyncTask::OnOpened(const WorkResult& result, absl::Time now, v1::T
   const aggregator::v1::OpenRoundRequest& open = result.work.open;
   if (task::HasDp(spec_)) {
     // Charged now, before the round can publish anything; persisted with this input's status.
-    const double q = RoundSamplingRate(static_cast<size_t>(open.expected_peers_size()),
-                                       peers_.size() + open.late_peers_size());
-    if (absl::Status s = ChargeRound(spec_, q, *status.mutable_privacy()); !s.ok()) {
+    RoundCharge charge = opening_charge_;
+    if (!task::HasSampleDp(spec_)) {
+      charge.q = RoundSamplingRate(static_cast<size_t>(open.expected_peers_size()),
+                                   peers_.size() + open.late_peers_size());
+    }
+    if (absl::Status s = ChargeRound(spec_, charge, *status.mutable_privacy()); !s.ok()) {
       fx.Finish(v1::TASK_STATE_FAILED, absl::StrCat("privacy accountant: ", s.message()));
       return;
     }
@@ -256,7 +273,8 @@ void FederatedSyncTask::OnOpened(const WorkResult& result, absl::Time now, v1::T
     metrics_.privacy_epsilon.Set(status.privacy().epsilon());
     LogInfo("task ", task_, ": round ", open.round(), " charged to the privacy budget: epsilon ",
             status.privacy().epsilon(), " at delta ", status.privacy().delta(), " after ",
-            status.privacy().rounds(), " rounds");
+            status.privacy().rounds(), " rounds (", status.privacy().steps(), " steps at q ",
+            charge.q, ")");
   }
   round_ = Round{};
   round_.number = open.round();
