@@ -19,6 +19,8 @@
 #include "libs/privacy/secagg/client.h"
 #include "libs/privacy/secagg/identity.h"
 #include "libs/privacy/secagg/update_codec.h"
+#include "services/aggregator/grpc_aggregator_client.h"
+#include "services/aggregator/secure_participant.h"
 #include "tests/service/aggregator_service_fixture.h"
 
 namespace shoal::aggregator {
@@ -292,6 +294,70 @@ TEST_F(AggregatorSecureTest, RefusesWhatSecureAggregationCannotDo) {
   auto pushed = Push(Meta("peer-0", 10), Filled([](size_t) { return 0.f; }, SmallLayout()));
   EXPECT_EQ(pushed.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(pushed.status().message(), HasSubstr("SecureAggregate"));
+}
+
+// The peers' production side: GrpcAggregatorClient::SecureAggregate with SecureParticipant,
+// checking the aggregator's round against the coordinator's identity keys.
+TEST_F(AggregatorSecureTest, PeersThroughTheClientAndSecureParticipant) {
+  PutBase();
+  MakePeers(3);
+  ASSERT_TRUE(OpenSecure(SecureRound(1)).ok());
+  std::map<std::string, std::string> keys;
+  for (const TestPeer& peer : peers_) keys[peer.id] = peer.identity_public_key;
+  GrpcAggregatorClient client;
+  std::vector<absl::Status> results(peers_.size());
+  std::vector<std::vector<std::string>> survivors(peers_.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    threads.emplace_back([&, i] {
+      SecureContribution c;
+      c.peer_id = peers_[i].id;
+      c.signer = peers_[i].signer;
+      c.identity_keys = keys;
+      c.update = peers_[i].update;
+      c.num_samples = 5;
+      SecureParticipant party(std::move(c));
+      results[i] = client.SecureAggregate(server_->address(), "t", 1, Caller{peers_[i].id, ""},
+                                          party, absl::Now() + absl::Seconds(30));
+      survivors[i] = party.survivors();
+      auto codec = secagg::UpdateCodec(kClipNorm, 3);
+      peers_[i].encoded = *secagg::ClipAndEncode(*codec, peers_[i].update);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    EXPECT_TRUE(results[i].ok()) << results[i];
+    EXPECT_THAT(survivors[i], ElementsAre("peer-0", "peer-1", "peer-2"));
+  }
+  auto closed = Close("t", 1);
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_EQ(closed->num_samples(), 15u);
+  auto published = Get("t", 1);
+  ASSERT_TRUE(published.ok()) << published.status();
+  EXPECT_EQ(published->model.values, Expected({"peer-0", "peer-1", "peer-2"}, base_));
+}
+
+TEST_F(AggregatorSecureTest, AParticipantRefusesARoundThatIsNotTheCoordinators) {
+  MakePeers(3);
+  privacy::v1::SecAggConfig config;
+  config.set_round_id("t/round-1/base-0");
+  for (const char* id : {"peer-0", "peer-1", "intruder"}) config.add_participant_ids(id);
+  config.set_threshold(2);
+  config.set_neighbourhood_size(2);
+  config.set_ring_bits(32);
+  config.set_vector_length(kValues);
+  v1::SecureAggregationResponse start;
+  *start.mutable_start()->mutable_config() = config;
+  start.mutable_start()->set_clip_norm(kClipNorm);
+  SecureContribution c;
+  c.peer_id = "peer-0";
+  c.signer = peers_[0].signer;
+  for (const TestPeer& peer : peers_) c.identity_keys[peer.id] = peer.identity_public_key;
+  c.update = peers_[0].update;
+  SecureParticipant party(std::move(c));
+  auto answer = party.Answer(start);
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(answer.status().message(), HasSubstr("participants are not the coordinator's"));
 }
 
 }  // namespace
