@@ -289,6 +289,16 @@ TEST_F(AggregatorSecureTest, RefusesWhatSecureAggregationCannotDo) {
   refused = OpenSecure(missing_key);
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.message(), HasSubstr("secure_aggregation.identity_keys"));
+  // A masked update must fit one message: 8 MiB, about 2.1M values.
+  ASSERT_TRUE(
+      Put("big", 0,
+          Filled([](size_t) { return 0.f; }, *tensor::ModelLayout::Create({{"w", {2200000}}})))
+          .ok());
+  v1::OpenRoundRequest big = SecureRound(1);
+  big.set_task("big");
+  refused = OpenSecure(big);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.message(), HasSubstr("in one message of at most 8 MiB"));
   // A plain push into a secure round is refused.
   ASSERT_TRUE(OpenSecure(SecureRound(1)).ok());
   auto pushed = Push(Meta("peer-0", 10), Filled([](size_t) { return 0.f; }, SmallLayout()));
