@@ -32,6 +32,7 @@ ModeDefinition FederatedSync() {
   m.sections.tree = true;
   m.sections.backups = true;
   m.sections.dp = true;
+  m.sections.secure_aggregation = true;
   m.round_size = &MinParticipants;
   // What the round moved, and its contributors' median training and other time.
   m.round_columns = {RoundColumn::kRound,     RoundColumn::kPeersAndLate, RoundColumn::kDropped,

@@ -29,11 +29,12 @@ struct ModeSections {
   // The mode's own settings message (a TaskSpec field: "gossip", "async"), which no other mode
   // accepts; empty for none.
   std::string own;
-  bool compression = false;  // compression and topk_*: its peers send updates to compress
-  bool stragglers = false;   // straggler_factor, straggler_rounds
-  bool tree = false;         // topology: hierarchical, cluster_size, fanout
-  bool backups = false;      // replicas > 1 on a tree
-  bool dp = false;           // privacy.dp (peer-level differential privacy)
+  bool compression = false;         // compression and topk_*: its peers send updates to compress
+  bool stragglers = false;          // straggler_factor, straggler_rounds
+  bool tree = false;                // topology: hierarchical, cluster_size, fanout
+  bool backups = false;             // replicas > 1 on a tree
+  bool dp = false;                  // privacy.dp (peer-level differential privacy)
+  bool secure_aggregation = false;  // privacy.secure_aggregation (SecAgg+)
 };
 
 // A column of shoalctl's round table (`task status`, `task summary`, `task history`);

@@ -1,6 +1,8 @@
 #include "libs/task/task_privacy.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +21,109 @@ absl::Status Conflict(absl::string_view field, absl::string_view what) {
   return FieldError(field, absl::StrCat(what, " (privacy.dp is set)"));
 }
 
+// A setting secure aggregation does not go with: names the other field and why.
+absl::Status SecureConflict(absl::string_view field, absl::string_view what) {
+  return FieldError(field, absl::StrCat(what, " (privacy.secure_aggregation is set)"));
+}
+
+absl::Status ValidateSecureAggregation(const TaskSpec& spec) {
+  if (!HasSecureAggregation(spec)) return absl::OkStatus();
+  const common::v1::SecureAggregationSpec& sa = spec.privacy().secure_aggregation();
+  if (const ModeDefinition& mode = ModeDefinitionOrDefault(spec.mode());
+      !mode.sections.secure_aggregation) {
+    const char* why =
+        spec.mode() == common::v1::MODE_FEDERATED_ASYNC
+            ? "its buffer aggregates each update as it arrives, and secure aggregation needs a "
+              "round's peers to mask their updates together"
+            : "its peers exchange models with each other, not through an aggregator";
+    return FieldError(
+        "privacy.secure_aggregation",
+        absl::StrCat(
+            "supported in ",
+            ModeNames([](const ModeDefinition& m) { return m.sections.secure_aggregation; },
+                      " or "),
+            " tasks only; not in mode ", mode.name, ": ", why));
+  }
+  if (!(sa.clip_norm() > 0) || !std::isfinite(sa.clip_norm())) {
+    return FieldError("privacy.secure_aggregation.clip_norm",
+                      absl::StrCat("must be > 0, got ", ShowNumber(sa.clip_norm())));
+  }
+  if (sa.threshold() == 1) {
+    return FieldError("privacy.secure_aggregation.threshold", "must be 0 (the default) or >= 2");
+  }
+  if (sa.neighbourhood_size() == 1) {
+    return FieldError("privacy.secure_aggregation.neighbourhood_size",
+                      "must be 0 (every other peer) or >= 2");
+  }
+  if (spec.min_participants() < 3) {
+    return SecureConflict("min_participants",
+                          absl::StrCat("must be at least 3 (secure aggregation masks each update "
+                                       "among at least 3 peers), got ",
+                                       spec.min_participants()));
+  }
+  if (sa.threshold() != 0) {
+    // The smallest round has min_participants peers; its neighbourhoods hold fewer.
+    const uint32_t smallest =
+        std::min<uint32_t>(spec.min_participants() - 1,
+                           sa.neighbourhood_size() == 0 ? UINT32_MAX : sa.neighbourhood_size());
+    if (sa.threshold() > smallest) {
+      return FieldError("privacy.secure_aggregation.threshold",
+                        absl::StrCat(sa.threshold(), " exceeds the ", smallest,
+                                     " neighbours of a peer in a round of min_participants ",
+                                     spec.min_participants()));
+    }
+    // More than half of the largest neighbourhood (an odd k's Harary graph has k + 1 when the
+    // round's peers are odd too).
+    uint64_t largest = UINT32_MAX;
+    if (sa.neighbourhood_size() != 0) {
+      largest = sa.neighbourhood_size() + uint64_t{sa.neighbourhood_size() % 2};
+    }
+    if (spec.max_participants() != 0) {
+      largest = std::min<uint64_t>(largest, spec.max_participants() - 1);
+    }
+    if (2 * uint64_t{sa.threshold()} <= largest) {
+      return FieldError(
+          "privacy.secure_aggregation.threshold",
+          absl::StrCat(sa.threshold(),
+                       " must be more than half of the largest neighbourhood (up to ", largest,
+                       " neighbours): lower neighbourhood_size or max_participants, or leave the "
+                       "threshold at 0"));
+    }
+  }
+  if (spec.aggregation() != common::v1::AGGREGATION_MEAN &&
+      spec.aggregation() != common::v1::AGGREGATION_UNSPECIFIED) {
+    return SecureConflict(
+        "aggregation",
+        absl::StrCat(FriendlyEnumName(*common::v1::Aggregation_descriptor(), spec.aggregation()),
+                     " must see each update, and secure aggregation reveals only their sum "
+                     "(use aggregation: mean)"));
+  }
+  if (HasDp(spec)) {
+    return SecureConflict("privacy.dp", "not supported yet together with secure aggregation");
+  }
+  if (spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL) {
+    return SecureConflict("topology",
+                          "hierarchical is not supported yet with secure aggregation (its "
+                          "clusters' partial sums would need SecAgg rounds of their own)");
+  }
+  if (spec.straggler_factor() != 0) {
+    return SecureConflict("straggler_factor",
+                          "not supported with secure aggregation (a late update is not masked "
+                          "with its round's peers)");
+  }
+  if (spec.compression() != common::v1::COMPRESSION_UNSPECIFIED &&
+      spec.compression() != common::v1::COMPRESSION_NONE) {
+    return SecureConflict("compression",
+                          "a masked update is uniformly random and cannot be compressed");
+  }
+  if (spec.max_update_norm() != 0) {
+    return SecureConflict("max_update_norm",
+                          "the aggregator cannot check a masked update's norm; each peer clips "
+                          "its own to privacy.secure_aggregation.clip_norm");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void ApplyPrivacyDefaults(TaskSpec& spec) {
@@ -28,6 +133,7 @@ void ApplyPrivacyDefaults(TaskSpec& spec) {
 }
 
 absl::Status ValidatePrivacy(const TaskSpec& spec) {
+  if (absl::Status s = ValidateSecureAggregation(spec); !s.ok()) return s;
   if (!HasDp(spec)) return absl::OkStatus();
   const common::v1::DpSpec& dp = spec.privacy().dp();
   switch (dp.level()) {

@@ -24,15 +24,26 @@ inline bool HasSampleDp(const common::v1::TaskSpec& spec) {
   return HasDp(spec) && spec.privacy().dp().level() == common::v1::DP_LEVEL_SAMPLE;
 }
 
-// Checks privacy.dp. INVALID_ARGUMENT "<field>: <what>", e.g.
-// "privacy.dp.clip_norm: must be > 0, got 0". Refused, each with a message naming why: level
-// unset; any mode but federated-sync; a hierarchical topology and stragglers (not supported yet
-// with DP). Level peer also refuses compression topk and aggregation_options.exact_sum (not
-// supported yet), any aggregation but mean (the noise is calibrated to the sum of clipped
-// updates, the sensitivity of a mean and of no robust strategy) and a target_epsilon that one
-// round with every peer taking part already exceeds. Level sample refuses `noise` (each peer's
-// step adds the noise) and takes any strategy and compression: they only post-process updates
-// that are already private. Part of ValidateTaskSpec.
+// Whether the task asks for secure aggregation (privacy.secure_aggregation present).
+inline bool HasSecureAggregation(const common::v1::TaskSpec& spec) {
+  return spec.has_privacy() && spec.privacy().has_secure_aggregation();
+}
+
+// Checks privacy.dp and privacy.secure_aggregation. INVALID_ARGUMENT "<field>: <what>", e.g.
+// "privacy.dp.clip_norm: must be > 0, got 0". privacy.dp refuses, each with a message naming
+// why: level unset; any mode but federated-sync; a hierarchical topology and stragglers (not
+// supported yet with DP). Level peer also refuses compression topk and
+// aggregation_options.exact_sum (not supported yet), any aggregation but mean (the noise is
+// calibrated to the sum of clipped updates, the sensitivity of a mean and of no robust
+// strategy) and a target_epsilon that one round with every peer taking part already exceeds.
+// Level sample refuses `noise` (each peer's step adds the noise) and takes any strategy and
+// compression: they only post-process updates that are already private.
+// privacy.secure_aggregation: clip_norm > 0; threshold and neighbourhood_size 0 or >= 2, and a
+// threshold that every round's neighbourhood (at most neighbourhood_size, max_participants - 1)
+// can hold; refused, naming why: any mode but federated-sync; min_participants below 3; an
+// aggregation that must see each update (median, trimmed-mean, krum, multi-krum,
+// centered-clipping); privacy.dp, a hierarchical topology, stragglers, compression and
+// max_update_norm (not supported with it). Part of ValidateTaskSpec.
 absl::Status ValidatePrivacy(const common::v1::TaskSpec& spec);
 
 // noise central when privacy.dp is at level peer and its noise unset.

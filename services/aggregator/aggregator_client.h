@@ -1,7 +1,9 @@
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -20,6 +22,17 @@ namespace shoal::aggregator {
 struct Caller {
   std::string peer_id;
   std::string session_token;
+};
+
+// One peer's side of a secure-aggregation round (AggregatorClient::SecureAggregate):
+// SecureParticipant (secure_participant.h).
+class SecureParty {
+ public:
+  virtual ~SecureParty() = default;
+  // The reply to the aggregator's message; nullopt after `done` (the peer's part is over). An
+  // error ends the peer's part.
+  virtual absl::StatusOr<std::optional<v1::SecureAggregationRequest>> Answer(
+      const v1::SecureAggregationResponse& message) = 0;
 };
 
 // A watch of one task at an aggregator (AggregatorService.WatchTask), from AggregatorClient::
@@ -61,6 +74,14 @@ class AggregatorClient {
   virtual absl::StatusOr<bool> PushUpdate(const std::string& address, const v1::UpdateMeta& meta,
                                           std::shared_ptr<const tensor::EncodedModel> delta,
                                           absl::Time deadline) = 0;
+  // Secure aggregation (AggregatorService.SecureAggregate): joins `round` of `task` as `caller`
+  // and answers the aggregator's messages with `party` until `done`. This default: UNIMPLEMENTED
+  // (GrpcAggregatorClient implements it).
+  virtual absl::Status SecureAggregate(const std::string& address, const std::string& task,
+                                       uint64_t round, const Caller& caller, SecureParty& party,
+                                       absl::Time deadline) {
+    return absl::UnimplementedError("this aggregator client has no secure aggregation");
+  }
   // Sends a child round's partial sum to its parent (AggregatorService.PushPartial): `meta`,
   // then `bytes` (partial_wire.h) in chunks. Returns `duplicate`.
   virtual absl::StatusOr<bool> PushPartial(const std::string& address, const v1::PartialMeta& meta,

@@ -201,6 +201,15 @@ absl::StatusOr<RoundResult> AggregatorCore::CloseRound(const std::string& name, 
   return session->Close(*task, round);
 }
 
+absl::StatusOr<std::shared_ptr<SecureExchange>> AggregatorCore::SecureRound(const std::string& name,
+                                                                            uint64_t round) const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::shared_ptr<TaskState> task = FindTask(name);
+  if (task == nullptr) return absl::NotFoundError(absl::StrCat("unknown ", TaskLabel(name)));
+  if (task->session == nullptr) return NotOpen(round, name);
+  return task->session->Secure(*task, round);
+}
+
 absl::StatusOr<bool> AggregatorCore::AddPartial(const PartialMeta& meta,
                                                 const aggregation::PartialSum& partial) {
   std::shared_ptr<TaskState> task;

@@ -64,6 +64,10 @@ class AggregatorCore final : private SessionHost {
   // Aggregates the round (waiting for accepted folds) and publishes the next version; the
   // strategy's note is in RoundResult::note.
   absl::StatusOr<RoundResult> CloseRound(const std::string& task, uint64_t round);
+  // Secure aggregation: the exchange of `task`'s open secure round `round`, for a SecureAggregate
+  // stream. NOT_FOUND unknown task; FAILED_PRECONDITION no such round open.
+  absl::StatusOr<std::shared_ptr<SecureExchange>> SecureRound(const std::string& task,
+                                                              uint64_t round) const;
   // Tree rounds. A child's partial sum of the open round: added as if
   // the child's contributors had pushed here; the child must be one of the round's
   // expected_children, the round's strategy mean, the partial's summation the round's. Returns

@@ -60,6 +60,10 @@ class AggregatorServiceImpl final
   grpc::ServerUnaryReactor* SetMembers(grpc::CallbackServerContext* context,
                                        const aggregator::v1::SetMembersRequest* request,
                                        aggregator::v1::SetMembersResponse* response) override;
+  // aggregator_service_secure.cc
+  grpc::ServerBidiReactor<aggregator::v1::SecureAggregationRequest,
+                          aggregator::v1::SecureAggregationResponse>*
+  SecureAggregate(grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* PullModel(grpc::CallbackServerContext* context,
                                       const aggregator::v1::PullModelRequest* request,
                                       aggregator::v1::PullModelResponse* response) override;

@@ -80,6 +80,8 @@ struct OpenRoundParams {
   std::string replica_id = "";  // the id a primary's copies carry (default: parent.child)
   // Differential privacy (level peer, see round_privacy.h); unset level: none.
   common::v1::DpSpec dp = {};
+  // Secure aggregation (sessions/secure_session.h); `enabled` false: none.
+  v1::SecureAggregationSettings secure_aggregation = {};
 
   static OpenRoundParams From(const v1::OpenRoundRequest& request);
 };

@@ -57,6 +57,50 @@ absl::StatusOr<bool> GrpcAggregatorClient::PushUpdate(
   return response->duplicate();
 }
 
+absl::Status GrpcAggregatorClient::SecureAggregate(const std::string& address,
+                                                   const std::string& task, uint64_t round,
+                                                   const Caller& caller, SecureParty& party,
+                                                   absl::Time deadline) {
+  grpc::ClientContext context;
+  SetDeadline(context, deadline);
+  auto stream = Stub(channels_, address)->SecureAggregate(&context);
+  v1::SecureAggregationRequest request;
+  v1::SecureAggregationJoin& join = *request.mutable_join();
+  join.set_task(task);
+  join.set_round(round);
+  join.set_peer_id(caller.peer_id);
+  join.set_session_token(caller.session_token);
+  absl::Status refused;
+  bool done = false;
+  bool open = stream->Write(request);
+  v1::SecureAggregationResponse response;
+  while (open && stream->Read(&response)) {
+    absl::StatusOr<std::optional<v1::SecureAggregationRequest>> answer = party.Answer(response);
+    if (!answer.ok()) {
+      refused = answer.status();
+      context.TryCancel();
+      break;
+    }
+    if (!answer->has_value()) {
+      done = true;
+      stream->WritesDone();
+      open = false;
+      while (stream->Read(&response)) {
+      }
+      break;
+    }
+    open = stream->Write(**answer);
+  }
+  absl::Status s = rpc::FromGrpcStatus(stream->Finish());
+  if (!refused.ok()) return WithContext(refused, "SecureAggregate (this peer refused)", address);
+  if (!s.ok()) return WithContext(s, "SecureAggregate", address);
+  if (!done) {
+    return WithContext(absl::FailedPreconditionError("the stream ended before the round was done"),
+                       "SecureAggregate", address);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<bool> GrpcAggregatorClient::PushPartial(const std::string& address,
                                                        const v1::PartialMeta& meta,
                                                        absl::string_view bytes,

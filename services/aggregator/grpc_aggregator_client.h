@@ -22,6 +22,9 @@ class GrpcAggregatorClient final : public AggregatorClient {
   absl::StatusOr<uint64_t> PutModel(const std::string& address, const common::v1::ModelMeta& meta,
                                     std::shared_ptr<const tensor::EncodedModel> model,
                                     const Caller& caller, absl::Time deadline) override;
+  absl::Status SecureAggregate(const std::string& address, const std::string& task, uint64_t round,
+                               const Caller& caller, SecureParty& party,
+                               absl::Time deadline) override;
   absl::StatusOr<bool> PushUpdate(const std::string& address, const v1::UpdateMeta& meta,
                                   std::shared_ptr<const tensor::EncodedModel> delta,
                                   absl::Time deadline) override;

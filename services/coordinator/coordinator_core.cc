@@ -400,7 +400,9 @@ void CoordinatorCore::AssignIdlePeers(Outbox& out) {
       LogInfo("peer ", id, " assigned to task ", name);
       MarkMembershipChanged(task);
       ModeEffects fx;
-      task.mode->AddPeer(ModePeer{id, peer.hello.listen_address()}, clock_.Now(), task.status, fx);
+      task.mode->AddPeer(
+          ModePeer{id, peer.hello.listen_address(), peer.hello.identity_public_key()}, clock_.Now(),
+          task.status, fx);
       ApplyModeEffects(task, fx, out);
       break;
     }

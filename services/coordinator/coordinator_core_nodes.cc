@@ -171,7 +171,9 @@ void CoordinatorCore::RejoinMode(Task& task, const Peer& peer, const char* why, 
   ModeEffects fx;
   const absl::Time now = clock_.Now();
   task.mode->RemovePeer(peer.id, why, now, task.status, fx);
-  task.mode->AddPeer(ModePeer{peer.id, peer.hello.listen_address()}, now, task.status, fx);
+  task.mode->AddPeer(
+      ModePeer{peer.id, peer.hello.listen_address(), peer.hello.identity_public_key()}, now,
+      task.status, fx);
   ApplyModeEffects(task, fx, out);
 }
 

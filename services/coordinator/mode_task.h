@@ -85,6 +85,8 @@ struct ModeEffects {
 struct ModePeer {
   std::string id;
   std::string address;  // HOST:PORT of its PeerService
+  // Hello.identity_public_key: signs its secure-aggregation keys (empty: none).
+  std::string identity_public_key = "";
 };
 
 // Settings every mode may use (from CoordinatorOptions).

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "libs/privacy/secagg/identity.h"
 #include "services/peer_agent/peer_hooks.h"
 #include "shoal/coordinator/v1/session.pb.h"
 
@@ -41,6 +42,10 @@ struct ModeRunnerDeps {
   // `clock`.
   rpc::Wakeup* wakeup = nullptr;
   std::string peer_id;  // this peer
+  // Secure aggregation: the identity key this peer made for its session, which signs its
+  // advertised keys, and its public half (Hello.identity_public_key). Null: none.
+  std::shared_ptr<const privacy::secagg::KeySigner> identity;
+  std::string identity_public_key;
   // Where the federated modes keep the global model on disk (--scratch-dir; empty: TMPDIR, else
   // /tmp).
   std::string scratch_dir;

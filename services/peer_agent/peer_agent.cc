@@ -339,6 +339,8 @@ void PeerAgent::StartRunner() {
   deps.session_token = [this] { return SessionToken(); };
   deps.task_current = [this] { return TaskStillCurrent(); };
   deps.update_hooks = options_.hooks.update;
+  deps.identity = options_.identity;
+  deps.identity_public_key = options_.identity_public_key;
   deps.send = [this, name](const PeerMessage& m) {
     PeerMessage stamped = m;
     stamped.set_task(name);

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "libs/common/clock.h"
+#include "libs/privacy/secagg/identity.h"
 #include "libs/rpc/retry.h"
 #include "libs/training/fashion_mnist.h"
 #include "libs/training/partition.h"
@@ -43,6 +44,9 @@ struct PeerAgentOptions {
   // Empty in shoal-peer (peer_hooks.h): the update hooks go to every runner, after_batch to
   // every task's trainer, called with the agent's wakeup.
   PeerHooks hooks;
+  // Secure aggregation: this session's identity key and its public half (ModeRunnerDeps).
+  std::shared_ptr<const privacy::secagg::KeySigner> identity;
+  std::string identity_public_key;
 
   absl::Status Validate() const;
 };

@@ -12,6 +12,8 @@
 #include "libs/common/clock.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
+#include "libs/privacy/crypto.h"
+#include "libs/privacy/secagg/identity.h"
 #include "libs/rpc/signals.h"
 #include "libs/tensor/spill_file.h"
 #include "libs/training/fashion_mnist.h"
@@ -149,6 +151,12 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   session_options.hello.set_supernode(options.supernode);
   session_options.hello.set_wants_relay(options.relay == "auto");
   session_options.hello.set_relay_fallback(options.relay.empty());
+  // Secure aggregation: an identity key for this session; the coordinator hands its public half
+  // to the other peers of each round.
+  SHOAL_ASSIGN_OR_RETURN(privacy::KeyPair identity, privacy::GenerateEd25519KeyPair());
+  SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<privacy::secagg::Ed25519KeySigner> signer,
+                         privacy::secagg::Ed25519KeySigner::Create(identity.private_key));
+  session_options.hello.set_identity_public_key(identity.public_key);
   if (options.supernode) {
     SupernodeHostOptions host = options.supernode_host;
     host.coordinator = options.coordinator;
@@ -196,6 +204,8 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   agent_options.scratch_dir = options.scratch_dir;
   agent_options.data_dir = options.data_dir;
   agent_options.hooks = options.hooks;
+  agent_options.identity = std::move(signer);
+  agent_options.identity_public_key = identity.public_key;
   SHOAL_ASSIGN_OR_RETURN(
       s->agent_,
       PeerAgent::Create(

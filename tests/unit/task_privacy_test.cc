@@ -156,5 +156,66 @@ TEST(TaskPrivacyTest, SampleLevelTakesAnyStrategyAndCompressionButNoNoiseChoice)
   EXPECT_THAT(Refusal("mode: gossip\n" + dp), HasSubstr("supported in federated-sync tasks only"));
 }
 
+TEST(TaskPrivacyTest, SecureAggregationParsesAndRefusesWhatCannotGoWithIt) {
+  const std::string sa = "privacy: {secure_aggregation: {clip_norm: 2}}\n";
+  const std::string three = "min_participants: 3\n";
+  auto spec = Parse(three +
+                    "privacy: {secure_aggregation: {clip_norm: 2, threshold: 3, "
+                    "neighbourhood_size: 4}}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(HasSecureAggregation(*spec));
+  EXPECT_FALSE(HasDp(*spec));
+  EXPECT_DOUBLE_EQ(spec->privacy().secure_aggregation().clip_norm(), 2);
+  EXPECT_EQ(spec->privacy().secure_aggregation().threshold(), 3u);
+  EXPECT_EQ(spec->privacy().secure_aggregation().neighbourhood_size(), 4u);
+  EXPECT_EQ(Refusal(three + "privacy: {secure_aggregation: {clip_norm: 2, threshold: 2, "
+                            "neighbourhood_size: 2}}\n"),
+            "");
+  EXPECT_EQ(Refusal(three + sa), "");
+  EXPECT_FALSE(HasSecureAggregation(*Parse("")));
+
+  EXPECT_THAT(Refusal(three + "privacy: {secure_aggregation: {clip_norm: 0}}\n"),
+              HasSubstr("privacy.secure_aggregation.clip_norm: must be > 0, got 0"));
+  EXPECT_THAT(Refusal(sa), HasSubstr("min_participants: must be at least 3"));
+  EXPECT_THAT(Refusal(three + "privacy: {secure_aggregation: {clip_norm: 1, threshold: 3}}\n"),
+              HasSubstr("privacy.secure_aggregation.threshold: 3 exceeds the 2 neighbours"));
+  EXPECT_THAT(Refusal("min_participants: 5\n"
+                      "privacy: {secure_aggregation: {clip_norm: 1, threshold: 2}}\n"),
+              HasSubstr("privacy.secure_aggregation.threshold: 2 must be more than half"));
+  EXPECT_THAT(Refusal("mode: federated-async\nasync: {buffer_size: 3}\n" + three + sa),
+              HasSubstr("privacy.secure_aggregation: supported in federated-sync tasks only; "
+                        "not in mode federated-async: its buffer aggregates each update"));
+  for (const char* mode : {"decentralized", "gossip"}) {
+    EXPECT_THAT(Refusal(absl::StrCat("mode: ", mode, "\n", three, sa)),
+                HasSubstr(absl::StrCat("not in mode ", mode, ": its peers exchange models")))
+        << mode;
+  }
+  for (const char* strategy : {"median", "trimmed-mean", "centered-clipping"}) {
+    const char* options = std::string(strategy) == "centered-clipping"
+                              ? "aggregation_options: {clip_radius: 1}\n"
+                              : "";
+    EXPECT_THAT(Refusal(absl::StrCat("aggregation: ", strategy, "\n", options, three, sa)),
+                HasSubstr(absl::StrCat("aggregation: ", strategy,
+                                       " must see each update, and secure aggregation reveals "
+                                       "only their sum")))
+        << strategy;
+  }
+  EXPECT_THAT(Refusal("aggregation: krum\naggregation_options: {byzantine_peers: 1}\n"
+                      "min_participants: 5\n" +
+                      sa),
+              HasSubstr("aggregation: krum must see each update"));
+  EXPECT_THAT(Refusal(three + "topology: hierarchical\n" + sa),
+              HasSubstr("topology: hierarchical is not supported yet with secure aggregation"));
+  EXPECT_THAT(Refusal(three + "straggler_factor: 3\n" + sa),
+              HasSubstr("straggler_factor: not supported with secure aggregation"));
+  EXPECT_THAT(Refusal(three + "compression: int8\n" + sa),
+              HasSubstr("compression: a masked update is uniformly random"));
+  EXPECT_THAT(Refusal(three + "max_update_norm: 5\n" + sa),
+              HasSubstr("max_update_norm: the aggregator cannot check a masked update's norm"));
+  EXPECT_THAT(Refusal(three + "privacy: {secure_aggregation: {clip_norm: 1}, dp: {level: peer, "
+                              "clip_norm: 1, noise_multiplier: 1, delta: 1e-5}}\n"),
+              HasSubstr("privacy.dp: not supported yet together with secure aggregation"));
+}
+
 }  // namespace
 }  // namespace shoal::task

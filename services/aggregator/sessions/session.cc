@@ -7,6 +7,7 @@
 #include "libs/common/escape.h"
 #include "services/aggregator/sessions/buffer_session.h"
 #include "services/aggregator/sessions/round_session.h"
+#include "services/aggregator/sessions/secure_session.h"
 
 namespace shoal::aggregator {
 
@@ -16,6 +17,11 @@ absl::StatusOr<std::shared_ptr<AggregationSession>> MakeSession(const OpenReques
       [&host](const auto& params) -> absl::StatusOr<std::shared_ptr<AggregationSession>> {
         using Params = std::decay_t<decltype(params)>;
         if constexpr (std::is_same_v<Params, OpenRoundParams>) {
+          if (params.secure_aggregation.enabled()) {
+            auto made = SecureRoundSession::Make(params, host);
+            if (!made.ok()) return made.status();
+            return std::shared_ptr<AggregationSession>(*std::move(made));
+          }
           auto made = RoundSession::Make(params, host);
           if (!made.ok()) return made.status();
           return std::shared_ptr<AggregationSession>(*std::move(made));
@@ -26,6 +32,12 @@ absl::StatusOr<std::shared_ptr<AggregationSession>> MakeSession(const OpenReques
         }
       },
       request);
+}
+
+absl::StatusOr<std::shared_ptr<SecureExchange>> AggregationSession::Secure(const TaskState& task,
+                                                                           uint64_t round) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      RoundLabel(round, task.name), " is not open with secure aggregation (push the update)"));
 }
 
 std::string TaskLabel(const std::string& task) {

@@ -35,6 +35,7 @@
 namespace shoal::aggregator {
 
 class AggregationSession;
+class SecureExchange;
 
 // What a task has whatever its session: its model versions and which child supernodes (and
 // their backups) may read them. Guarded by the host's mu().
@@ -161,6 +162,11 @@ class AggregationSession : public std::enable_shared_from_this<AggregationSessio
 
   // Under mu(): what a new watcher learns first (the open round, the accepted peers).
   virtual void Describe(v1::WatchStarted& started) const = 0;
+
+  // Under mu(): secure aggregation's `round` (SecureAggregate streams). The kinds without it
+  // answer FAILED_PRECONDITION.
+  virtual absl::StatusOr<std::shared_ptr<SecureExchange>> Secure(const TaskState& task,
+                                                                 uint64_t round);
 };
 
 // The session a request opens, its settings checked (INVALID_ARGUMENT naming the field); it

@@ -17,6 +17,11 @@ AggregatorModeTask::AggregatorModeTask(const v1::TaskStatus& status, const ModeO
 void AggregatorModeTask::AddPeer(const ModePeer& peer, absl::Time now, v1::TaskStatus& status,
                                  ModeEffects& fx) {
   peers_.insert(peer.id);
+  if (!peer.identity_public_key.empty()) {
+    identity_keys_[peer.id] = peer.identity_public_key;
+  } else {
+    identity_keys_.erase(peer.id);
+  }
   waiting_.Joined(peer.id);
   Advance(now, status, fx);
 }
@@ -24,6 +29,7 @@ void AggregatorModeTask::AddPeer(const ModePeer& peer, absl::Time now, v1::TaskS
 void AggregatorModeTask::RemovePeer(const std::string& peer_id, const std::string& why,
                                     absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
   peers_.erase(peer_id);
+  identity_keys_.erase(peer_id);
   Advance(now, status, fx);
 }
 

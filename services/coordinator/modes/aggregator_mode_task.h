@@ -1,5 +1,6 @@
 #pragma once
 
+#include <map>
 #include <set>
 #include <string>
 
@@ -47,6 +48,9 @@ class AggregatorModeTask : public ModeTask {
   CoordinatorMetrics& metrics_;
 
   std::set<std::string> peers_;
+  // Secure aggregation: each peer's identity public key (Hello.identity_public_key), when it
+  // sent one.
+  std::map<std::string, std::string> identity_keys_;
   bool has_aggregator_ = false;
   GlobalModel model_;
   CallRetry retry_;

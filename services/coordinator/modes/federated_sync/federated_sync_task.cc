@@ -192,7 +192,14 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
   AggregatorWork open;
   open.open.set_round(status.round() + 1);
   open.open.set_base_version(status.model_version());
+  const bool secure = task::HasSecureAggregation(spec_);
   for (const std::string& id : peers_) {
+    if (secure && identity_keys_.count(id) == 0) {
+      // A peer too old to sign secure-aggregation keys cannot take part.
+      LogWarning("task ", task_, ": peer '", id,
+                 "' sent no identity key; it cannot take part in secure aggregation");
+      continue;
+    }
     if (stragglers_.IsAsync(id)) {
       open.open.add_late_peers(id);
     } else {
@@ -206,6 +213,17 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
   // The aggregator clips and adds noise at level peer only; at level sample the peers' DP-SGD
   // steps did it.
   if (task::HasPeerDp(spec_)) *open.open.mutable_dp() = spec_.privacy().dp();
+  if (secure) {
+    const common::v1::SecureAggregationSpec& sa = spec_.privacy().secure_aggregation();
+    aggregator::v1::SecureAggregationSettings& settings = *open.open.mutable_secure_aggregation();
+    settings.set_enabled(true);
+    settings.set_clip_norm(sa.clip_norm());
+    settings.set_threshold(sa.threshold());
+    settings.set_neighbourhood_size(sa.neighbourhood_size());
+    for (const std::string& id : open.open.expected_peers()) {
+      (*settings.mutable_identity_keys())[id] = identity_keys_.at(id);
+    }
+  }
   status.set_phase(v1::ROUND_PHASE_OPENING);
   Ask(Kind::kOpenRound, std::move(open), fx);
   fx.changed = true;
@@ -285,6 +303,8 @@ void FederatedSyncTask::OnOpened(const WorkResult& result, absl::Time now, v1::T
     if (peers_.count(id)) round_.expected.insert(id);
   }
   round_.late_peers.insert(open.late_peers().begin(), open.late_peers().end());
+  round_.identity_keys.insert(open.secure_aggregation().identity_keys().begin(),
+                              open.secure_aggregation().identity_keys().end());
   status.set_round(open.round());
   status.set_phase(v1::ROUND_PHASE_TRAINING);
   status.set_state(v1::TASK_STATE_RUNNING);
@@ -304,6 +324,8 @@ v1::CoordinatorEvent FederatedSyncTask::RoundStartedEvent(const v1::TaskStatus& 
   started->set_round_batches(spec_.round_batches());
   started->set_deadline_unix_ms(absl::ToUnixMillis(deadline));
   started->set_expected_peers(round_.opened_with);
+  started->mutable_identity_keys()->insert(round_.identity_keys.begin(),
+                                           round_.identity_keys.end());
   return event;
 }
 
@@ -362,6 +384,18 @@ void FederatedSyncTask::ShowAsyncPeers(v1::TaskStatus& status) const {
 void FederatedSyncTask::OnClosed(const WorkResult& result, absl::Time now, v1::TaskStatus& status,
                                  ModeEffects& fx) {
   fx.changed = true;
+  if (!result.status.ok() && task::HasSecureAggregation(spec_) &&
+      absl::IsFailedPrecondition(result.status)) {
+    // Too many peers dropped out of the secure aggregation: nothing was published; the round
+    // runs again (opened again with the same number, every peer retrains).
+    LogWarning("task ", task_, ": round ", round_.number, " runs again: ", result.status.message());
+    status.set_round(round_.number - 1);
+    status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
+    status.set_message(
+        absl::StrCat("round ", round_.number, " runs again: ", result.status.message()));
+    round_ = Round{};
+    return;
+  }
   if (!result.status.ok()) {
     status.set_phase(v1::ROUND_PHASE_TRAINING);  // Advance() retries the close
     retry_.Failed("close round", result.status, now, status, fx);

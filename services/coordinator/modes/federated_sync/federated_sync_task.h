@@ -68,6 +68,8 @@ class FederatedSyncTask final : public AggregatorModeTask {
     std::map<std::string, Accepted> accepted_pushes;
     // Async peers when the round opened (OpenRoundRequest.late_peers): their updates are late.
     std::set<std::string> late_peers;
+    // Secure aggregation: the expected peers' identity public keys (RoundStarted.identity_keys).
+    std::map<std::string, std::string> identity_keys;
   };
 
   // Takes the next step the state allows (restore, initialize, open, close, finish).

@@ -8,7 +8,10 @@
 #include "libs/common/heap.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
+#include "libs/task/task_privacy.h"
+#include "libs/tensor/compression.h"
 #include "libs/tensor/frame_codec.h"
+#include "services/aggregator/secure_participant.h"
 #include "services/peer_agent/reports.h"
 
 namespace shoal::peer {
@@ -136,7 +139,10 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
   const uint64_t sent = (*delta)->payload_bytes();
   const uint64_t values = (*delta)->values_sent();
   const uint64_t all_values = (*delta)->layout.total_elements();
-  const std::optional<bool> duplicate = Push(m, *stats, *std::move(delta), deadline, keep_going);
+  const std::optional<bool> duplicate =
+      task::HasSecureAggregation(deps_.assigned.spec())
+          ? SecurePush(m, *stats, **delta, deadline)
+          : Push(m, *stats, *std::move(delta), deadline, keep_going);
   if (!duplicate) return;
 
   metrics_.rounds_completed.Increment();
@@ -192,6 +198,50 @@ std::optional<bool> FederatedSyncRunner::Push(const coordinator::v1::RoundStarte
   metrics_.update_bytes_sent.Increment(static_cast<double>(delta->payload_bytes()));
   metrics_.update_bytes_raw.Increment(static_cast<double>(delta->layout.total_bytes()));
   return *pushed;
+}
+
+std::optional<bool> FederatedSyncRunner::SecurePush(const coordinator::v1::RoundStarted& m,
+                                                    const training::TrainStats& stats,
+                                                    const tensor::EncodedModel& delta,
+                                                    absl::Time deadline) {
+  const aggregator::Caller me = peer_.Me();
+  auto own = m.identity_keys().find(me.peer_id);
+  absl::Status refused;
+  if (deps_.identity == nullptr) {
+    refused = absl::FailedPreconditionError("this peer has no identity key");
+  } else if (own == m.identity_keys().end() || own->second != deps_.identity_public_key) {
+    refused = absl::FailedPreconditionError(
+        "the coordinator did not list this peer's identity key for the round");
+  }
+  absl::StatusOr<tensor::FlatModel> update = tensor::DecodeModel(delta);
+  if (refused.ok() && !update.ok()) refused = update.status();
+  if (!refused.ok()) {
+    LogError("task ", task_, " round ", m.round(), ": secure aggregation: ", refused.message());
+    Send(MakePeerError(m.round(), refused));
+    return std::nullopt;
+  }
+  aggregator::SecureContribution contribution;
+  contribution.peer_id = me.peer_id;
+  contribution.signer = deps_.identity;
+  contribution.identity_keys.insert(m.identity_keys().begin(), m.identity_keys().end());
+  contribution.base_version = m.model_version();
+  contribution.update = std::move(update->values);
+  contribution.num_samples = stats.samples;
+  contribution.train_loss = stats.mean_loss;
+  contribution.train_ms = absl::ToInt64Milliseconds(stats.duration);
+  aggregator::SecureParticipant party(std::move(contribution));
+  absl::Status s = aggregator_.SecureAggregate(peer_.AddressFor(0), task_, m.round(), me, party,
+                                               deadline + options_.secure_steps_budget);
+  if (!s.ok()) {
+    // The round goes on (or fails and runs again) without this update; the coordinator knows.
+    metrics_.updates_rejected.Increment();
+    LogWarning("task ", task_, " round ", m.round(), ": secure aggregation: ", s.message());
+    return std::nullopt;
+  }
+  metrics_.bytes_sent.Increment(static_cast<double>(4 * delta.layout.total_elements()));
+  LogInfo("task ", task_, " round ", m.round(), ": secure aggregation done, ",
+          party.survivors().size(), " updates in the sum");
+  return false;
 }
 
 void FederatedSyncRunner::HandleModelPublished(const coordinator::v1::ModelPublished& m) {

@@ -33,6 +33,10 @@ struct FederatedSyncOptions {
   absl::Duration model_transfer_budget = absl::Seconds(60);
   // Used when a RoundStarted carries no deadline.
   absl::Duration default_round_budget = absl::Minutes(10);
+  // Secure aggregation: how long past the round's deadline the peer's SecureAggregate stream may
+  // last (when a peer is missing, the steps after advertising run once the coordinator closes
+  // the round at its deadline).
+  absl::Duration secure_steps_budget = absl::Minutes(2);
   BackoffOptions retry_backoff{absl::Milliseconds(100), absl::Seconds(2), 2.0, 0.2};
 
   absl::Status Validate() const;
@@ -49,8 +53,10 @@ struct FederatedSyncOptions {
 // aggregator) switches every following call to the new aggregator address. Aggregator calls are
 // retried on UNAVAILABLE / RESOURCE_EXHAUSTED with capped backoff within the round's deadline (or
 // the transfer budget) through rpc::Retry. Owned by the agent, which makes it through the mode
-// registry; the deps must outlive it. Threading: see ModeRunner (Supersedes() is stateless;
-// everything else on the worker).
+// registry; the deps must outlive it. With privacy.secure_aggregation the delta goes through
+// the aggregator's SecureAggregate instead of PushUpdate (SecurePush), masked with the round's
+// other peers, whose identity keys RoundStarted lists. Threading: see ModeRunner (Supersedes() is
+// stateless; everything else on the worker).
 class FederatedSyncRunner final : public ModeRunner {
  public:
   // Errors: INVALID_ARGUMENT when a dependency is missing, the options are bad or the task is
@@ -76,6 +82,12 @@ class FederatedSyncRunner final : public ModeRunner {
                            const training::TrainStats& stats,
                            std::shared_ptr<const tensor::EncodedModel> delta, absl::Time deadline,
                            const std::function<bool()>& keep_going);
+  // Secure aggregation (privacy.secure_aggregation): takes part in round `m`'s SecAgg+ with
+  // `delta` (raw) through the aggregator's SecureAggregate. Returns false when its part ended
+  // with the round done, nullopt otherwise (logged).
+  std::optional<bool> SecurePush(const coordinator::v1::RoundStarted& m,
+                                 const training::TrainStats& stats,
+                                 const tensor::EncodedModel& delta, absl::Time deadline);
   void Send(const coordinator::v1::PeerMessage& message) const;
 
   const ModeRunnerDeps deps_;

@@ -1,0 +1,34 @@
+#pragma once
+
+// How a secure-aggregation round carries model updates (services/aggregator's secure round and
+// the peers that take part): each peer clips its update to L2 norm clip_norm, so that every value
+// lies in [-clip_norm, clip_norm], and encodes it in fixed point into Z_(2^32) for as many
+// summands as the round has participants (fixed_point.h picks the scale). The aggregator decodes
+// the survivors' exact ring sum and publishes base + sum / survivors.
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "libs/privacy/fixed_point.h"
+
+namespace shoal::privacy::secagg {
+
+// The codec of a round of `participants` peers clipping to `clip_norm`. Errors: INVALID_ARGUMENT
+// naming clip_norm (not finite or not > 0) or the participants.
+absl::StatusOr<FixedPointCodec> UpdateCodec(double clip_norm, int participants);
+
+// Scales `update` down to L2 norm codec.clip_range() when it is longer, and encodes it (round to
+// nearest). Errors: INVALID_ARGUMENT naming the first value that is not finite.
+absl::StatusOr<std::vector<uint32_t>> ClipAndEncode(const FixedPointCodec& codec,
+                                                    absl::Span<const float> update);
+
+// base + (the decoded ring sum of `summands` encodings) / summands, as floats. Errors:
+// INVALID_ARGUMENT when `sum` and `base` differ in length or the sum does not decode
+// (FixedPointCodec::DecodeSum).
+absl::StatusOr<std::vector<float>> ApplyMeanOfSum(const FixedPointCodec& codec,
+                                                  absl::Span<const uint32_t> sum, int summands,
+                                                  absl::Span<const float> base);
+
+}  // namespace shoal::privacy::secagg

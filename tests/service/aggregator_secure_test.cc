@@ -1,0 +1,374 @@
+// Secure aggregation at the aggregator over real gRPC (127.0.0.1:0): peers in threads run
+// SecAggClients over SecureAggregate streams; the round publishes base + the survivors' exact
+// ring sum / the survivors, bit for bit what the exact sum of the same encodings gives, and
+// fails with FAILED_PRECONDITION (publishing nothing) when the dropouts leave fewer than the
+// threshold.
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/privacy/crypto.h"
+#include "libs/privacy/masks.h"
+#include "libs/privacy/secagg/client.h"
+#include "libs/privacy/secagg/identity.h"
+#include "libs/privacy/secagg/update_codec.h"
+#include "services/aggregator/grpc_aggregator_client.h"
+#include "services/aggregator/secure_participant.h"
+#include "tests/service/aggregator_service_fixture.h"
+
+namespace shoal::aggregator {
+namespace {
+
+namespace secagg = privacy::secagg;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr double kClipNorm = 1.0;
+constexpr size_t kValues = 1000;
+
+// When a test peer stops: never, after it got the others' shares (so it sends no masked
+// update), or after its masked update is in (it answers no unmask request).
+enum class Stop { kNever, kBeforeMasking, kAfterMasking };
+
+struct TestPeer {
+  std::string id;
+  std::shared_ptr<const secagg::KeySigner> signer;
+  std::string identity_public_key;
+  std::vector<float> update;
+  Stop stop = Stop::kNever;
+  absl::Status status;                 // how its stream ended (kNever only)
+  std::vector<uint32_t> encoded;       // what it masked
+  std::vector<std::string> survivors;  // from `done`
+};
+
+tensor::ModelLayout SmallLayout() { return *tensor::ModelLayout::Create({{"w", {kValues}}}); }
+
+class AggregatorSecureTest : public AggregatorServiceFixture {
+ protected:
+  void MakePeers(int n, uint32_t seed = 7) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> small(-0.01f, 0.01f);
+    peers_.clear();
+    std::map<std::string, std::string> keys;
+    for (int i = 0; i < n; ++i) {
+      TestPeer peer;
+      peer.id = absl::StrCat("peer-", i);
+      auto identity = privacy::GenerateEd25519KeyPair();
+      ASSERT_TRUE(identity.ok()) << identity.status();
+      peer.identity_public_key = identity->public_key;
+      keys[peer.id] = identity->public_key;
+      auto signer = secagg::Ed25519KeySigner::Create(identity->private_key);
+      ASSERT_TRUE(signer.ok()) << signer.status();
+      peer.signer = *std::move(signer);
+      peer.update.resize(kValues);
+      // peer-0's update is longer than the clip norm (0.1 x sqrt(1000) = 3.2): it is clipped.
+      for (float& v : peer.update) v = i == 0 ? 0.1f : small(rng);
+      peers_.push_back(std::move(peer));
+    }
+    auto verifier = secagg::Ed25519KeyVerifier::Create(keys);
+    ASSERT_TRUE(verifier.ok()) << verifier.status();
+    verifier_ = *std::move(verifier);
+  }
+
+  v1::OpenRoundRequest SecureRound(uint64_t round) const {
+    v1::OpenRoundRequest request;
+    request.set_task("t");
+    request.set_round(round);
+    request.set_base_version(0);
+    v1::SecureAggregationSettings& secure = *request.mutable_secure_aggregation();
+    secure.set_enabled(true);
+    secure.set_clip_norm(kClipNorm);
+    secure.set_step_timeout_ms(20000);
+    for (const TestPeer& peer : peers_) {
+      request.add_expected_peers(peer.id);
+      (*secure.mutable_identity_keys())[peer.id] = peer.identity_public_key;
+    }
+    return request;
+  }
+
+  absl::Status OpenSecure(const v1::OpenRoundRequest& request) {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(10));
+    v1::OpenRoundResponse response;
+    return rpc::FromGrpcStatus(stub_->OpenRound(&ctx, request, &response));
+  }
+
+  // One peer's whole round on its stream; records how it ended in `peer`.
+  void RunPeer(TestPeer& peer, uint64_t round) {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(30));
+    auto stream = stub_->SecureAggregate(&ctx);
+    v1::SecureAggregationRequest out;
+    v1::SecureAggregationResponse in;
+    auto fail = [&](const std::string& what) {
+      ctx.TryCancel();
+      peer.status = absl::InternalError(absl::StrCat(peer.id, ": ", what));
+      stream->Finish();
+    };
+    v1::SecureAggregationJoin& join = *out.mutable_join();
+    join.set_task("t");
+    join.set_round(round);
+    join.set_peer_id(peer.id);
+    if (!stream->Write(out) || !stream->Read(&in) || !in.has_start()) return fail("no start");
+    const privacy::v1::SecAggConfig config = in.start().config();
+    auto codec = secagg::UpdateCodec(in.start().clip_norm(), config.participant_ids_size());
+    auto client = secagg::SecAggClient::Create(config, peer.id, peer.signer, verifier_);
+    if (!codec.ok() || !client.ok()) return fail("bad start");
+    auto keys = (*client)->AdvertiseKeys();
+    *out.mutable_keys() = *keys;
+    if (!stream->Write(out) || !stream->Read(&in) || !in.has_key_bundle()) return fail("keys");
+    auto shares = (*client)->ShareKeys(in.key_bundle());
+    if (!shares.ok()) return fail(std::string(shares.status().message()));
+    *out.mutable_shares() = *shares;
+    if (!stream->Write(out) || !stream->Read(&in) || !in.has_shares()) return fail("shares");
+    if (peer.stop == Stop::kBeforeMasking) {
+      ctx.TryCancel();
+      stream->Finish();
+      return;
+    }
+    auto encoded = secagg::ClipAndEncode(*codec, peer.update);
+    if (!encoded.ok()) return fail(std::string(encoded.status().message()));
+    peer.encoded = *encoded;
+    auto masked = (*client)->MaskInput(in.shares(), *encoded);
+    if (!masked.ok()) return fail(std::string(masked.status().message()));
+    *out.mutable_masked()->mutable_input() = *masked;
+    out.mutable_masked()->set_num_samples(10);
+    out.mutable_masked()->set_train_loss(0.5);
+    if (!stream->Write(out) || !stream->Read(&in) || !in.has_unmask()) return fail("masked");
+    if (peer.stop == Stop::kAfterMasking) {
+      ctx.TryCancel();
+      stream->Finish();
+      return;
+    }
+    auto unmask = (*client)->Unmask(in.unmask());
+    if (!unmask.ok()) return fail(std::string(unmask.status().message()));
+    *out.mutable_unmask() = *unmask;
+    if (!stream->Write(out) || !stream->Read(&in) || !in.has_done()) return fail("unmask");
+    peer.survivors.assign(in.done().survivors().begin(), in.done().survivors().end());
+    stream->WritesDone();
+    while (stream->Read(&in)) {
+    }
+    peer.status = rpc::FromGrpcStatus(stream->Finish());
+  }
+
+  void RunAll(uint64_t round) {
+    std::vector<std::thread> threads;
+    for (TestPeer& peer : peers_)
+      threads.emplace_back([this, &peer, round] { RunPeer(peer, round); });
+    for (std::thread& t : threads) t.join();
+  }
+
+  // base + the exact ring sum of the survivors' encodings / survivors, as the round computes it.
+  std::vector<float> Expected(const std::vector<std::string>& survivors,
+                              const tensor::FlatModel& base) {
+    std::vector<uint32_t> sum(kValues, 0);
+    for (const TestPeer& peer : peers_) {
+      if (std::find(survivors.begin(), survivors.end(), peer.id) == survivors.end()) continue;
+      EXPECT_TRUE(privacy::RingAdd(absl::MakeSpan(sum), peer.encoded, 32).ok());
+    }
+    auto codec = secagg::UpdateCodec(kClipNorm, static_cast<int>(peers_.size()));
+    auto mean =
+        secagg::ApplyMeanOfSum(*codec, sum, static_cast<int>(survivors.size()), base.values);
+    EXPECT_TRUE(mean.ok()) << mean.status();
+    // Within a quantum of the float mean of the clipped updates.
+    for (size_t i = 0; mean.ok() && i < kValues; i += 97) {
+      double float_mean = 0;
+      for (const TestPeer& peer : peers_) {
+        if (std::find(survivors.begin(), survivors.end(), peer.id) == survivors.end()) continue;
+        double norm = 0;
+        for (float v : peer.update) norm += static_cast<double>(v) * v;
+        norm = std::sqrt(norm);
+        float_mean += peer.update[i] * (norm > kClipNorm ? kClipNorm / norm : 1.0);
+      }
+      float_mean /= static_cast<double>(survivors.size());
+      EXPECT_NEAR((*mean)[i], base.values[i] + float_mean, codec->quantum() + 1e-6) << i;
+    }
+    return mean.ok() ? *mean : std::vector<float>();
+  }
+
+  void PutBase() {
+    base_ = Filled([](size_t i) { return 0.001f * static_cast<float>(i % 17); }, SmallLayout());
+    ASSERT_TRUE(Put("t", 0, base_).ok());
+  }
+
+  std::vector<TestPeer> peers_;
+  std::shared_ptr<const secagg::KeyVerifier> verifier_;
+  tensor::FlatModel base_;
+};
+
+TEST_F(AggregatorSecureTest, PublishesTheExactSumOfEveryPeer) {
+  PutBase();
+  MakePeers(5);
+  ASSERT_TRUE(OpenSecure(SecureRound(1)).ok());
+  RunAll(1);
+  for (const TestPeer& peer : peers_) EXPECT_TRUE(peer.status.ok()) << peer.status;
+  auto closed = Close("t", 1);
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_EQ(closed->version(), 1u);
+  EXPECT_EQ(closed->contributors_size(), 5);
+  EXPECT_EQ(closed->num_samples(), 50u);
+  auto published = Get("t", 1);
+  ASSERT_TRUE(published.ok()) << published.status();
+  EXPECT_EQ(published->model.values,
+            Expected({"peer-0", "peer-1", "peer-2", "peer-3", "peer-4"}, base_));
+  // A repeated CloseRound answers the same.
+  auto again = Close("t", 1);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->digest_xxh3(), closed->digest_xxh3());
+}
+
+TEST_F(AggregatorSecureTest, DropoutsBeforeAndAfterMaskingStillPublishTheSurvivorsSum) {
+  PutBase();
+  // Threshold 3 of 5 neighbours: each survivor keeps 3 neighbours that answer the unmask request.
+  MakePeers(6);
+  peers_[3].stop = Stop::kBeforeMasking;  // its pairwise masks are removed; not in the sum
+  peers_[4].stop = Stop::kAfterMasking;   // in the sum; its self mask is removed by the others
+  ASSERT_TRUE(OpenSecure(SecureRound(1)).ok());
+  RunAll(1);
+  for (int i : {0, 1, 2, 5}) {
+    EXPECT_TRUE(peers_[i].status.ok()) << peers_[i].status;
+    EXPECT_THAT(peers_[i].survivors, ElementsAre("peer-0", "peer-1", "peer-2", "peer-4", "peer-5"));
+  }
+  auto closed = Close("t", 1);
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_THAT(closed->contributors(),
+              ElementsAre("peer-0", "peer-1", "peer-2", "peer-4", "peer-5"));
+  auto published = Get("t", 1);
+  ASSERT_TRUE(published.ok()) << published.status();
+  EXPECT_EQ(published->model.values,
+            Expected({"peer-0", "peer-1", "peer-2", "peer-4", "peer-5"}, base_));
+}
+
+TEST_F(AggregatorSecureTest, TooManyDropoutsFailTheRoundWhichRunsAgain) {
+  PutBase();
+  MakePeers(5);
+  // Threshold 3 of 4 neighbours: two survivors cannot be unmasked.
+  for (int i = 2; i < 5; ++i) peers_[i].stop = Stop::kBeforeMasking;
+  ASSERT_TRUE(OpenSecure(SecureRound(1)).ok());
+  RunAll(1);
+  auto closed = Close("t", 1);
+  ASSERT_FALSE(closed.ok());
+  EXPECT_EQ(closed.status().code(), absl::StatusCode::kFailedPrecondition) << closed.status();
+  EXPECT_THAT(closed.status().message(), HasSubstr("nothing is published"));
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(peers_[i].status.code(), absl::StatusCode::kInternal) << peers_[i].status;
+  }
+  auto latest = Get("t");
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->meta.version(), 0u);
+  // The same round opened again runs again, with everyone this time.
+  for (TestPeer& peer : peers_) {
+    peer.stop = Stop::kNever;
+    peer.status = absl::OkStatus();
+  }
+  ASSERT_TRUE(OpenSecure(SecureRound(1)).ok());
+  RunAll(1);
+  auto rerun = Close("t", 1);
+  ASSERT_TRUE(rerun.ok()) << rerun.status();
+  EXPECT_EQ(rerun->version(), 1u);
+  EXPECT_EQ(rerun->contributors_size(), 5);
+}
+
+TEST_F(AggregatorSecureTest, RefusesWhatSecureAggregationCannotDo) {
+  PutBase();
+  MakePeers(3);
+  v1::OpenRoundRequest median = SecureRound(1);
+  median.mutable_aggregation()->set_strategy(common::v1::AGGREGATION_MEDIAN);
+  absl::Status refused = OpenSecure(median);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("aggregation median must see each update"));
+  v1::OpenRoundRequest missing_key = SecureRound(1);
+  missing_key.mutable_secure_aggregation()->mutable_identity_keys()->erase("peer-2");
+  refused = OpenSecure(missing_key);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("secure_aggregation.identity_keys"));
+  // A masked update must fit one message: 8 MiB, about 2.1M values.
+  ASSERT_TRUE(
+      Put("big", 0,
+          Filled([](size_t) { return 0.f; }, *tensor::ModelLayout::Create({{"w", {2200000}}})))
+          .ok());
+  v1::OpenRoundRequest big = SecureRound(1);
+  big.set_task("big");
+  refused = OpenSecure(big);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.message(), HasSubstr("in one message of at most 8 MiB"));
+  // A plain push into a secure round is refused.
+  ASSERT_TRUE(OpenSecure(SecureRound(1)).ok());
+  auto pushed = Push(Meta("peer-0", 10), Filled([](size_t) { return 0.f; }, SmallLayout()));
+  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(pushed.status().message(), HasSubstr("SecureAggregate"));
+}
+
+// The peers' production side: GrpcAggregatorClient::SecureAggregate with SecureParticipant,
+// checking the aggregator's round against the coordinator's identity keys.
+TEST_F(AggregatorSecureTest, PeersThroughTheClientAndSecureParticipant) {
+  PutBase();
+  MakePeers(3);
+  ASSERT_TRUE(OpenSecure(SecureRound(1)).ok());
+  std::map<std::string, std::string> keys;
+  for (const TestPeer& peer : peers_) keys[peer.id] = peer.identity_public_key;
+  GrpcAggregatorClient client;
+  std::vector<absl::Status> results(peers_.size());
+  std::vector<std::vector<std::string>> survivors(peers_.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    threads.emplace_back([&, i] {
+      SecureContribution c;
+      c.peer_id = peers_[i].id;
+      c.signer = peers_[i].signer;
+      c.identity_keys = keys;
+      c.update = peers_[i].update;
+      c.num_samples = 5;
+      SecureParticipant party(std::move(c));
+      results[i] = client.SecureAggregate(server_->address(), "t", 1, Caller{peers_[i].id, ""},
+                                          party, absl::Now() + absl::Seconds(30));
+      survivors[i] = party.survivors();
+      auto codec = secagg::UpdateCodec(kClipNorm, 3);
+      peers_[i].encoded = *secagg::ClipAndEncode(*codec, peers_[i].update);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    EXPECT_TRUE(results[i].ok()) << results[i];
+    EXPECT_THAT(survivors[i], ElementsAre("peer-0", "peer-1", "peer-2"));
+  }
+  auto closed = Close("t", 1);
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_EQ(closed->num_samples(), 15u);
+  auto published = Get("t", 1);
+  ASSERT_TRUE(published.ok()) << published.status();
+  EXPECT_EQ(published->model.values, Expected({"peer-0", "peer-1", "peer-2"}, base_));
+}
+
+TEST_F(AggregatorSecureTest, AParticipantRefusesARoundThatIsNotTheCoordinators) {
+  MakePeers(3);
+  privacy::v1::SecAggConfig config;
+  config.set_round_id("t/round-1/base-0");
+  for (const char* id : {"peer-0", "peer-1", "intruder"}) config.add_participant_ids(id);
+  config.set_threshold(2);
+  config.set_neighbourhood_size(2);
+  config.set_ring_bits(32);
+  config.set_vector_length(kValues);
+  v1::SecureAggregationResponse start;
+  *start.mutable_start()->mutable_config() = config;
+  start.mutable_start()->set_clip_norm(kClipNorm);
+  SecureContribution c;
+  c.peer_id = "peer-0";
+  c.signer = peers_[0].signer;
+  for (const TestPeer& peer : peers_) c.identity_keys[peer.id] = peer.identity_public_key;
+  c.update = peers_[0].update;
+  SecureParticipant party(std::move(c));
+  auto answer = party.Answer(start);
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(answer.status().message(), HasSubstr("participants are not the coordinator's"));
+}
+
+}  // namespace
+}  // namespace shoal::aggregator
