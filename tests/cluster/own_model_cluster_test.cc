@@ -6,13 +6,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "libs/common/file_digest.h"
 #include "libs/common/status_macros.h"
 #include "tests/cluster/cluster.h"
@@ -198,8 +201,32 @@ absl::StatusOr<cv1::TaskStatus> RunOwnData(Cluster& cluster, const std::string& 
       absl::Minutes(4), "task completion");
 }
 
+// The mean of column `column` over the CSV files `paths` pooled (plain comma-separated numbers,
+// a header row first, as shoal-example-data writes them) and their rows.
+std::pair<double, uint64_t> PooledColumnMean(const std::vector<std::string>& paths,
+                                             const std::string& column) {
+  double sum = 0;
+  uint64_t rows = 0;
+  for (const std::string& path : paths) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    std::vector<std::string> header = absl::StrSplit(line, ',');
+    const size_t at =
+        static_cast<size_t>(std::find(header.begin(), header.end(), column) - header.begin());
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      std::vector<std::string> cells = absl::StrSplit(line, ',');
+      if (at < cells.size()) sum += std::stod(cells[at]);
+      ++rows;
+    }
+  }
+  return {rows > 0 ? sum / static_cast<double>(rows) : 0, rows};
+}
+
 // Each peer's own CSV table (string labels, features of very different scales, each peer's
-// classes skewed), standardised by each peer, trained by the exported TorchScript MLP.
+// classes skewed), standardised by every peer with the federation's statistics (added up from
+// both peers' moments), trained by the exported TorchScript MLP.
 TEST(OwnDataClusterTest, PeersTrainATorchScriptModelOnTheirOwnCsvFiles) {
   Cluster cluster(TempDir());
   MakeExampleData(cluster.dir(), "tabular");
@@ -234,6 +261,25 @@ TEST(OwnDataClusterTest, PeersTrainATorchScriptModelOnTheirOwnCsvFiles) {
     EXPECT_EQ(p.train_samples(), 1500u) << p.peer_id();
     EXPECT_EQ(p.test_samples(), 400u) << p.peer_id();
     ASSERT_EQ(p.label_histogram_size(), 4) << p.peer_id();
+  }
+  // Both peers' moments were added up: the statistics are those of the two tables pooled, and
+  // both peers standardised with them.
+  ASSERT_TRUE(status->has_statistics()) << status->ShortDebugString();
+  const common::v1::FederationStatistics& stats = status->statistics();
+  EXPECT_THAT(stats.peers(), ::testing::ElementsAre("peer-0", "peer-1"));
+  EXPECT_EQ(stats.samples(), 3000u);
+  ASSERT_EQ(stats.mean_size(), 8);
+  ASSERT_EQ(stats.std_size(), 8);
+  const std::string data = cluster.dir() + "/tabular";
+  const auto [rpm, rows] = PooledColumnMean(
+      {data + "/peer-0/train.csv", data + "/peer-1/train.csv"}, "rpm");  // feature 3
+  EXPECT_EQ(rows, 3000u);
+  EXPECT_NEAR(stats.mean(3), rpm, 1e-3 * rpm);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_THAT(process::TailFile(absl::StrCat(cluster.dir(), "/peer-", i, ".log"), 400),
+                HasSubstr("standardised with the federation's statistics (3000 training samples "
+                          "of 2 peers)"))
+        << "peer-" << i;
   }
 }
 
