@@ -1,7 +1,7 @@
 // Bring your own model and data, with real processes: a TorchScript model exported by PyTorch
 // trains in every mode and comes back as a TorchScript file PyTorch loads; a peer holding another
-// copy of the model refuses the task; peers train on their own CSV files and image folders
-// (written by shoal-example-data).
+// copy of the model refuses the task; peers train on their own CSV files (standardised with the
+// federation's statistics, in three modes) and image folders (written by shoal-example-data).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -224,13 +224,10 @@ std::pair<double, uint64_t> PooledColumnMean(const std::vector<std::string>& pat
   return {rows > 0 ? sum / static_cast<double>(rows) : 0, rows};
 }
 
-// Each peer's own CSV table (string labels, features of very different scales, each peer's
-// classes skewed), standardised by every peer with the federation's statistics (added up from
-// both peers' moments), trained by the exported TorchScript MLP.
-TEST(OwnDataClusterTest, PeersTrainATorchScriptModelOnTheirOwnCsvFiles) {
-  Cluster cluster(TempDir());
-  MakeExampleData(cluster.dir(), "tabular");
-  common::v1::TaskSpec spec = SmallTask("own-csv");
+// The machine-condition table of shoal-example-data, standardised with the federation's
+// statistics (the default), trained by the exported TorchScript MLP.
+common::v1::TaskSpec CsvTask(const std::string& name) {
+  common::v1::TaskSpec spec = SmallTask(name);
   spec.set_model("torchscript");
   spec.mutable_torchscript()->set_file("tabular_mlp.pt");
   spec.mutable_torchscript()->set_sha256(*Sha256File(ModelsDir() + "/tabular_mlp.pt"));
@@ -251,21 +248,14 @@ TEST(OwnDataClusterTest, PeersTrainATorchScriptModelOnTheirOwnCsvFiles) {
   spec.mutable_optimizer()->set_learning_rate(0.01);
   spec.set_round_batches(40);
   spec.set_rounds(5);
-  absl::StatusOr<cv1::TaskStatus> status = RunOwnData(cluster, cluster.dir() + "/tabular", spec);
-  ASSERT_TRUE(status.ok()) << status.status() << "\n" << cluster.LogTails();
-  const cv1::RoundSummary& last = status->history(status->history_size() - 1);
-  EXPECT_GT(last.test_accuracy(), 0.7) << last.ShortDebugString();
-  // The coordinator saw each peer's counts of its own files, never the data.
-  ASSERT_EQ(status->data_size(), 2);
-  for (const cv1::PeerData& p : status->data()) {
-    EXPECT_EQ(p.train_samples(), 1500u) << p.peer_id();
-    EXPECT_EQ(p.test_samples(), 400u) << p.peer_id();
-    ASSERT_EQ(p.label_histogram_size(), 4) << p.peer_id();
-  }
-  // Both peers' moments were added up: the statistics are those of the two tables pooled, and
-  // both peers standardised with them.
-  ASSERT_TRUE(status->has_statistics()) << status->ShortDebugString();
-  const common::v1::FederationStatistics& stats = status->statistics();
+  return spec;
+}
+
+// Both peers' moments were added up: the statistics are those of the two tables pooled, and
+// both peers standardised with them.
+void ExpectFederationStatistics(Cluster& cluster, const cv1::TaskStatus& status) {
+  ASSERT_TRUE(status.has_statistics()) << status.ShortDebugString();
+  const common::v1::FederationStatistics& stats = status.statistics();
   EXPECT_THAT(stats.peers(), ::testing::ElementsAre("peer-0", "peer-1"));
   EXPECT_EQ(stats.samples(), 3000u);
   ASSERT_EQ(stats.mean_size(), 8);
@@ -282,6 +272,53 @@ TEST(OwnDataClusterTest, PeersTrainATorchScriptModelOnTheirOwnCsvFiles) {
         << "peer-" << i;
   }
 }
+
+// Each peer's own CSV table (string labels, features of very different scales, each peer's
+// classes skewed), standardised by every peer with the federation's statistics.
+TEST(OwnDataClusterTest, PeersTrainATorchScriptModelOnTheirOwnCsvFiles) {
+  Cluster cluster(TempDir());
+  MakeExampleData(cluster.dir(), "tabular");
+  const common::v1::TaskSpec spec = CsvTask("own-csv");
+  absl::StatusOr<cv1::TaskStatus> status = RunOwnData(cluster, cluster.dir() + "/tabular", spec);
+  ASSERT_TRUE(status.ok()) << status.status() << "\n" << cluster.LogTails();
+  const cv1::RoundSummary& last = status->history(status->history_size() - 1);
+  EXPECT_GT(last.test_accuracy(), 0.7) << last.ShortDebugString();
+  // The coordinator saw each peer's counts of its own files, never the data.
+  ASSERT_EQ(status->data_size(), 2);
+  for (const cv1::PeerData& p : status->data()) {
+    EXPECT_EQ(p.train_samples(), 1500u) << p.peer_id();
+    EXPECT_EQ(p.test_samples(), 400u) << p.peer_id();
+    ASSERT_EQ(p.label_histogram_size(), 4) << p.peer_id();
+  }
+  ExpectFederationStatistics(cluster, *status);
+}
+
+// The other modes join a task the same way: their peers wait for the same statistics.
+class OwnCsvModes : public ::testing::TestWithParam<common::v1::Mode> {};
+
+TEST_P(OwnCsvModes, EveryPeerStandardisesWithTheFederationStatistics) {
+  Cluster cluster(TempDir());
+  MakeExampleData(cluster.dir(), "tabular");
+  common::v1::TaskSpec spec = CsvTask("own-csv-mode");
+  spec.set_mode(GetParam());
+  spec.set_rounds(3);
+  if (GetParam() == common::v1::MODE_DECENTRALIZED) spec.set_max_connection_retry(3);
+  if (GetParam() == common::v1::MODE_GOSSIP) {
+    spec.mutable_gossip()->set_fetch_probability(0.5);
+    spec.mutable_gossip()->set_timeout_ms(2000);
+  }
+  absl::StatusOr<cv1::TaskStatus> status = RunOwnData(cluster, cluster.dir() + "/tabular", spec);
+  ASSERT_TRUE(status.ok()) << status.status() << "\n" << cluster.LogTails();
+  ExpectFederationStatistics(cluster, *status);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, OwnCsvModes,
+                         ::testing::Values(common::v1::MODE_DECENTRALIZED, common::v1::MODE_GOSSIP),
+                         [](const ::testing::TestParamInfo<common::v1::Mode>& info) {
+                           return std::string(info.param == common::v1::MODE_DECENTRALIZED
+                                                  ? "Decentralized"
+                                                  : "Gossip");
+                         });
 
 // Each peer's own PNG folders, trained by the built-in CNN.
 TEST(OwnDataClusterTest, PeersTrainOnTheirOwnImageFolders) {
