@@ -12,6 +12,7 @@
 #include "libs/common/escape.h"
 #include "libs/common/status_macros.h"
 #include "libs/data/csv_dataset.h"
+#include "libs/data/feature_moments.h"
 #include "libs/data/idx_dataset.h"
 #include "libs/data/image_folder.h"
 
@@ -95,10 +96,17 @@ absl::StatusOr<Dataset> LoadOne(const DatasetSpec& spec, const std::string& path
   }
 }
 
-// Standardises CSV features: the task's statistics, or those of this peer's training data.
+// Standardises CSV features: the task's statistics, or those of this peer's training data
+// (standardize-local). Standardize without the task's statistics leaves the data as loaded for
+// the federation's (awaits_statistics).
 absl::Status Standardize(const DatasetSpec& spec, TaskData& data) {
   if (spec.format() != common::v1::DATA_FORMAT_CSV ||
       spec.normalization() == common::v1::NORMALIZATION_NONE) {
+    return absl::OkStatus();
+  }
+  if (spec.normalization() != common::v1::NORMALIZATION_STANDARDIZE_LOCAL &&
+      spec.mean_size() == 0) {
+    data.awaits_statistics = true;
     return absl::OkStatus();
   }
   Standardization s;
@@ -121,6 +129,30 @@ absl::Status Standardize(const DatasetSpec& spec, TaskData& data) {
 }
 
 }  // namespace
+
+absl::Status StandardizeTaskData(const FeatureStatistics& statistics, TaskData& data) {
+  if (!data.awaits_statistics) {
+    return absl::FailedPreconditionError(
+        "the task's data does not await the federation's statistics");
+  }
+  const size_t features = data.train.SampleSize();
+  if (statistics.mean.size() != features || statistics.stddev.size() != features) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the federation's statistics give ", statistics.mean.size(), " means and ",
+                     statistics.stddev.size(), " standard deviations, but the data has ", features,
+                     " features (", absl::StrJoin(data.train.feature_names, ", "), ")"));
+  }
+  Standardization s;
+  s.mean.assign(statistics.mean.begin(), statistics.mean.end());
+  s.stddev.assign(statistics.stddev.begin(), statistics.stddev.end());
+  // Both splits are checked before either changes: on error the data stay as loaded.
+  Dataset train = data.train;
+  SHOAL_RETURN_IF_ERROR(ApplyStandardization(s, train));
+  SHOAL_RETURN_IF_ERROR(ApplyStandardization(s, data.test));
+  data.train = std::move(train);
+  data.awaits_statistics = false;
+  return absl::OkStatus();
+}
 
 bool UsesOwnFiles(const DatasetSpec& dataset) {
   return dataset.format() == common::v1::DATA_FORMAT_IDX ||

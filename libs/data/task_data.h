@@ -2,7 +2,8 @@
 
 // A task's data set from a peer's own files: the DatasetSpec of formats idx, csv and
 // image-folder turned into loader options, the files read from the peer's data directory,
-// features standardised, and a test set held out when the task names none. Torch-free.
+// features standardised (or left for the federation's statistics), and a test set held out when
+// the task names none. Torch-free.
 
 #include <cstdint>
 #include <string>
@@ -10,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "libs/data/dataset.h"
+#include "libs/data/feature_moments.h"
 #include "shoal/common/v1/task.pb.h"
 
 namespace shoal::data {
@@ -18,7 +20,10 @@ struct TaskData {
   Dataset train;
   Dataset test;
   bool test_held_out = false;  // `test` is test_fraction of the training file(s)
-  std::string summary;         // for the peer's log: files, samples, features or image size
+  // normalization standardize without the task's mean/std: the features are as loaded, to be
+  // standardised with the federation's statistics (StandardizeTaskData).
+  bool awaits_statistics = false;
+  std::string summary;  // for the peer's log: files, samples, features or image size
 };
 
 // Whether `dataset` names files of the peer's own (formats idx, csv, image-folder) rather than
@@ -36,6 +41,12 @@ int TaskClassCount(const common::v1::DatasetSpec& dataset);
 // absent, a test file whose features differ from the training file's).
 absl::StatusOr<TaskData> LoadTaskData(const common::v1::DatasetSpec& dataset,
                                       const std::string& data_dir, uint64_t seed);
+
+// Standardises both splits of `data`, which awaits_statistics, with the federation's
+// statistics (one mean and stddev per feature); clears awaits_statistics. INVALID_ARGUMENT (data
+// unchanged) when their sizes do not match the features or a value would leave float's range;
+// FAILED_PRECONDITION when `data` does not await statistics.
+absl::Status StandardizeTaskData(const FeatureStatistics& statistics, TaskData& data);
 
 // Splits off the last ceil(fraction x count) samples of a seeded shuffle of `data` as the test
 // set (at least one sample on each side). INVALID_ARGUMENT for fewer than 2 samples.

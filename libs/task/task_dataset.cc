@@ -154,7 +154,11 @@ absl::Status ValidateOwnFiles(const DatasetSpec& d) {
   if (csv) {
     if (d.normalization() != common::v1::NORMALIZATION_STANDARDIZE &&
         (!d.mean().empty() || !d.std().empty())) {
-      return DatasetFieldError("mean", "used only with normalization standardize");
+      return DatasetFieldError(
+          "mean", d.normalization() == common::v1::NORMALIZATION_STANDARDIZE_LOCAL
+                      ? "used only with normalization standardize (standardize-local scales "
+                        "with each peer's own statistics)"
+                      : "used only with normalization standardize");
     }
     SHOAL_RETURN_IF_ERROR(CheckMeanStd(
         d, d.feature_columns().empty() ? 0 : d.feature_columns_size(), "feature column"));
@@ -196,6 +200,11 @@ bool IsValidName(absl::string_view name) {
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (i > 0 && c == '-'))) return false;
   }
   return true;
+}
+
+bool UsesFederationStatistics(const DatasetSpec& dataset) {
+  return dataset.format() == common::v1::DATA_FORMAT_CSV &&
+         dataset.normalization() == common::v1::NORMALIZATION_STANDARDIZE && dataset.mean().empty();
 }
 
 void ApplyDatasetDefaults(DatasetSpec& dataset) {

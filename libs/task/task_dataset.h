@@ -17,6 +17,10 @@ bool IsValidName(absl::string_view name);
 // "dataset.<field>: <what>". Part of ValidateTaskSpec.
 absl::Status ValidateDatasetFields(const common::v1::DatasetSpec& dataset);
 
+// Whether the peers standardise `dataset` with the federation's statistics: format csv,
+// normalization standardize and no mean/std of the task's (TaskStatus.statistics).
+bool UsesFederationStatistics(const common::v1::DatasetSpec& dataset);
+
 // The dataset defaults that depend on other fields: format fashion-mnist when unset (and its
 // name), partition settings (classes_per_shard 2 for label-skew, alpha 0.5 for dirichlet),
 // normalization standardize for csv, test_fraction 0.2 without a test file. A default

@@ -240,7 +240,34 @@ absl::StatusOr<std::vector<int64_t>> PartitionImpl(const std::vector<Label>& lab
   return out;
 }
 
+template <typename Label>
+absl::StatusOr<std::vector<int64_t>> TrainShardImpl(const common::v1::TaskSpec& spec,
+                                                    const ShardSpec& shard,
+                                                    const std::vector<Label>& labels,
+                                                    int num_classes) {
+  const uint32_t limit = spec.dataset().train_limit();
+  if (limit == 0 || limit >= labels.size()) {
+    return PartitionImpl(labels, num_classes, spec.dataset(), shard, PartitionSeed(spec));
+  }
+  const std::vector<Label> first(labels.begin(), labels.begin() + limit);
+  return PartitionImpl(first, num_classes, spec.dataset(), shard, PartitionSeed(spec));
+}
+
 }  // namespace
+
+absl::StatusOr<std::vector<int64_t>> TrainShardIndices(const common::v1::TaskSpec& spec,
+                                                       const ShardSpec& shard,
+                                                       const std::vector<uint8_t>& labels,
+                                                       int num_classes) {
+  return TrainShardImpl(spec, shard, labels, num_classes);
+}
+
+absl::StatusOr<std::vector<int64_t>> TrainShardIndices(const common::v1::TaskSpec& spec,
+                                                       const ShardSpec& shard,
+                                                       const std::vector<uint32_t>& labels,
+                                                       int num_classes) {
+  return TrainShardImpl(spec, shard, labels, num_classes);
+}
 
 size_t MinDirichletShardSamples(size_t n, uint32_t shards) {
   const size_t half_share = shards == 0 ? n : n / (2 * size_t{shards});

@@ -63,6 +63,18 @@ absl::StatusOr<std::vector<int64_t>> PartitionIndices(const std::vector<uint32_t
                                                       const common::v1::DatasetSpec& dataset,
                                                       const ShardSpec& shard, uint64_t seed);
 
+// The training samples of `shard`: the task's train_limit applied to `labels` (only the first N,
+// the same on every peer), then PartitionIndices with PartitionSeed(spec). What the trainer
+// trains on (MakeShardTensors), and what a peer's federation moments cover.
+absl::StatusOr<std::vector<int64_t>> TrainShardIndices(const common::v1::TaskSpec& spec,
+                                                       const ShardSpec& shard,
+                                                       const std::vector<uint8_t>& labels,
+                                                       int num_classes);
+absl::StatusOr<std::vector<int64_t>> TrainShardIndices(const common::v1::TaskSpec& spec,
+                                                       const ShardSpec& shard,
+                                                       const std::vector<uint32_t>& labels,
+                                                       int num_classes);
+
 // The seed of the split of `spec`'s data: dataset.seed when set, else the task's seed.
 uint64_t PartitionSeed(const common::v1::TaskSpec& spec);
 

@@ -80,8 +80,8 @@ absl::StatusOr<Indices> ShardIndices(const TrainerOptions& options,
       all_labels.begin(),
       all_labels.begin() + static_cast<std::ptrdiff_t>(Limited(train_count, ds.train_limit())));
   Indices idx;
-  SHOAL_ASSIGN_OR_RETURN(
-      idx.train, PartitionIndices(labels, classes, ds, options.shard, PartitionSeed(options.spec)));
+  SHOAL_ASSIGN_OR_RETURN(idx.train,
+                         TrainShardIndices(options.spec, options.shard, labels, classes));
   SHOAL_ASSIGN_OR_RETURN(idx.test, TestSlice(Limited(test_count, ds.test_limit()), options.shard));
   out.num_classes = classes;
   out.label_histogram = LabelHistogram(labels, idx.train, classes);

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "libs/common/status_macros.h"
+#include "libs/data/feature_moments.h"
 #include "libs/data/task_data.h"
 #include "libs/task/task_model.h"
 #include "libs/task/task_privacy.h"
@@ -170,6 +171,23 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
     SHOAL_ASSIGN_OR_RETURN(
         data::TaskData own,
         data::LoadTaskData(options.spec.dataset(), options.data_dir, PartitionSeed(options.spec)));
+    if (own.awaits_statistics) {
+      if (!options.holds_all_data) {
+        return absl::FailedPreconditionError(
+            "dataset.normalization: standardize without dataset.mean and dataset.std uses the "
+            "federation's statistics, which only the coordinator adds up; this run has no "
+            "coordinator: give dataset.mean and dataset.std, or normalization standardize-local");
+      }
+      // All the task's data are here: the statistics of its training shard are the federation's.
+      SHOAL_ASSIGN_OR_RETURN(const std::vector<int64_t> rows,
+                             TrainShardIndices(options.spec, options.shard, own.train.labels,
+                                               static_cast<int>(own.train.class_names.size())));
+      SHOAL_ASSIGN_OR_RETURN(const data::FeatureMoments moments,
+                             data::ComputeMoments(own.train, rows));
+      SHOAL_ASSIGN_OR_RETURN(const data::FeatureStatistics stats,
+                             data::StatisticsFromMoments(moments));
+      SHOAL_RETURN_IF_ERROR(data::StandardizeTaskData(stats, own));
+    }
     return Create(options, own.train, own.test);
   }
   SHOAL_ASSIGN_OR_RETURN(RawDataset train, LoadFashionMnist(options.data_dir, Split::kTrain));

@@ -42,6 +42,12 @@ struct TrainerOptions {
   // (a peer's peak memory: parameters, momentum and the largest gradient). false: one step after
   // backward(), all gradients held at once. Both give the same parameters (a test checks it).
   bool step_in_backward = true;
+  // Create(options) on a task whose data need the federation's statistics (normalization
+  // standardize without the task's mean/std): true for a process that holds all of the task's
+  // data (shoal-train's centralized baseline), whose own training statistics are the
+  // federation's; false: FAILED_PRECONDITION (only the coordinator adds the peers' up; a peer
+  // standardises before it creates its trainer).
+  bool holds_all_data = false;
 
   // INVALID_ARGUMENT naming the field: unknown model, batch_size, optimizer, shard, device.
   absl::Status Validate() const;

@@ -343,6 +343,12 @@ absl::Status CoordinatorCore::OnMessage(const std::string& peer_id,
           MarkMembershipChanged(task);
           break;
         }
+        if (message.has_data_moments()) {  // every mode: normalization standardize
+          if (absl::Status s = RecordMoments(task, peer_id, message.data_moments(), out); !s.ok()) {
+            reject(absl::IsInvalidArgument(s) ? "bad_message" : "stale", s);
+          }
+          break;
+        }
         if (message.has_eval_report()) {
           if (absl::Status s = CreditEvalReport(task, peer_id, message.eval_report()); !s.ok()) {
             reject("bad_message", s);

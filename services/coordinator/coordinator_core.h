@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "libs/common/clock.h"
 #include "libs/common/executor.h"
+#include "libs/data/feature_moments.h"
 #include "services/aggregator/aggregator_client.h"
 #include "services/coordinator/aggregator_pool.h"
 #include "services/coordinator/aggregator_work.h"
@@ -212,6 +213,10 @@ class CoordinatorCore {
       std::string message;
     };
     std::map<std::string, Errored> errored;
+    // normalization standardize without the task's mean/std, until status.statistics are fixed:
+    // the moments of the present peers that sent theirs (not stored: after a restart the peers
+    // send them again when they are assigned again).
+    std::map<std::string, data::FeatureMoments> moments;
     // --- Tasks whose mode uses an aggregator ---
     // Bumped whenever the aggregator changes or the task ends: results of older work, events
     // of older watches are dropped.
@@ -328,6 +333,14 @@ class CoordinatorCore {
   void LeaveTask(Task& task, const std::string& peer_id, const std::string& why, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IsActive(const Task& task) const;
+
+  // --- Federation statistics (coordinator_core_statistics.cc) ---
+  // A peer's DataMoments: kept until min_participants present peers have sent theirs, then added
+  // up into status.statistics, fixed for good and sent to every peer of the task. Once fixed,
+  // the sender gets them at once. INVALID_ARGUMENT for malformed moments or a task whose peers
+  // need none.
+  absl::Status RecordMoments(Task& task, const std::string& peer_id, const v1::DataMoments& report,
+                             Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- Peers and reconciling (coordinator_core.cc) ---
   void RemovePeer(const std::string& peer_id, const std::string& why, Outbox& out)

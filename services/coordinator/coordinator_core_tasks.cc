@@ -84,6 +84,9 @@ v1::CoordinatorEvent CoordinatorCore::TaskAssignedEvent(const Task& task,
   *event.mutable_task_assigned()->mutable_spec() = task.status.spec();
   event.mutable_task_assigned()->mutable_spec()->clear_join_token();
   event.mutable_task_assigned()->set_aggregator_address(AggregatorOf(task, peer_id));
+  if (task.status.has_statistics()) {
+    *event.mutable_task_assigned()->mutable_statistics() = task.status.statistics();
+  }
   return event;
 }
 
@@ -268,6 +271,7 @@ void CoordinatorCore::PeerFailed(Task& task, const std::string& peer_id, const s
 void CoordinatorCore::LeaveTask(Task& task, const std::string& peer_id, const std::string& why,
                                 Outbox& out) {
   task.peers.erase(peer_id);
+  task.moments.erase(peer_id);  // the statistics add up the present peers' moments
   MembersChanged(task, peer_id);
   UnplacePeer(task, peer_id);
   if (IsActive(task)) ForgetPeerData(task.status, peer_id);  // the last participants stay

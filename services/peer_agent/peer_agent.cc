@@ -8,6 +8,7 @@
 #include "libs/common/heap.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
+#include "libs/data/feature_moments.h"
 #include "libs/data/task_data.h"
 #include "services/peer_agent/mode_registry.h"
 #include "services/peer_agent/reports.h"
@@ -101,6 +102,16 @@ void PeerAgent::OnEvent(const CoordinatorEvent& event) {
     absl::MutexLock lock(&mu_);
     peer_id_ = event.welcome().peer_id();
     session_token_ = event.welcome().session_token();
+    return;
+  }
+  if (event.has_statistics()) {
+    // Taken here, not queued: the worker waits for them in the middle of setting up the task.
+    {
+      absl::MutexLock lock(&mu_);
+      statistics_task_ = event.task();
+      statistics_ = event.statistics();
+    }
+    wakeup_.Notify();
     return;
   }
   const bool ends_task = EndsTask(event);
@@ -244,13 +255,61 @@ void PeerAgent::SendDataReport() {
   Send(m);
 }
 
+absl::StatusOr<common::v1::FederationStatistics> PeerAgent::AwaitStatistics(
+    const std::string& task, const data::Dataset& train, const std::vector<int64_t>& rows) {
+  SHOAL_ASSIGN_OR_RETURN(const data::FeatureMoments moments, data::ComputeMoments(train, rows));
+  PeerMessage m;
+  m.set_task(task);
+  coordinator::v1::DataMoments& out = *m.mutable_data_moments();
+  out.set_count(moments.count);
+  for (double v : moments.sum) out.add_sum(v);
+  for (double v : moments.sum_squares) out.add_sum_squares(v);
+  LogInfo("task ", task, ": sent the moments of ", moments.count,
+          " training samples; waiting for the federation's statistics");
+  Send(m);
+  std::optional<common::v1::FederationStatistics> got;
+  wakeup_.SleepFor(options_.statistics_timeout, [&] {
+    absl::MutexLock lock(&mu_);
+    if (statistics_.has_value() && statistics_task_ == task) got = *statistics_;
+    return !got.has_value() && !stopping_ && queued_task_ending_ == 0;
+  });
+  if (got.has_value()) return *std::move(got);
+  if (!TaskStillCurrent()) {
+    return absl::CancelledError("the task changed while waiting for the federation's statistics");
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "no federation statistics within ", absl::FormatDuration(options_.statistics_timeout),
+      " (normalization standardize: the coordinator fixes them once min_participants peers have "
+      "sent their moments; give dataset.mean and dataset.std, or normalization "
+      "standardize-local)"));
+}
+
 absl::StatusOr<std::unique_ptr<training::Trainer>> PeerAgent::MakeTrainer(
-    const std::string& task, const training::TrainerOptions& options) {
+    const coordinator::v1::TaskAssigned& assigned, const training::TrainerOptions& options) {
+  const std::string& task = assigned.spec().name();
   if (data::UsesOwnFiles(options.spec.dataset())) {
     SHOAL_ASSIGN_OR_RETURN(data::TaskData own,
                            data::LoadTaskData(options.spec.dataset(), options_.data_dir,
                                               training::PartitionSeed(options.spec)));
     LogInfo("task ", task, ": data: ", own.summary);
+    if (own.awaits_statistics) {
+      common::v1::FederationStatistics stats = assigned.statistics();
+      if (!assigned.has_statistics()) {
+        SHOAL_ASSIGN_OR_RETURN(
+            const std::vector<int64_t> rows,
+            training::TrainShardIndices(options.spec, options.shard, own.train.labels,
+                                        static_cast<int>(own.train.class_names.size())));
+        SHOAL_ASSIGN_OR_RETURN(stats, AwaitStatistics(task, own.train, rows));
+      }
+      data::FeatureStatistics fs;
+      fs.mean.assign(stats.mean().begin(), stats.mean().end());
+      fs.stddev.assign(stats.std().begin(), stats.std().end());
+      if (absl::Status s = data::StandardizeTaskData(fs, own); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("normalization standardize: ", s.message()));
+      }
+      LogInfo("task ", task, ": standardised with the federation's statistics (", stats.samples(),
+              " training samples of ", stats.peers_size(), " peers)");
+    }
     return training::Trainer::Create(options, own.train, own.test);
   }
   if (train_ == nullptr) {
@@ -281,6 +340,10 @@ void PeerAgent::HandleTaskAssigned(const CoordinatorEvent& ev) {
   EndRunner();
   task_.reset();
   snapshots_.Clear();
+  {
+    absl::MutexLock lock(&mu_);
+    if (statistics_task_ != name) statistics_.reset();  // another task's
+  }
   if (absl::Status s = training::CheckModelName(m.spec().model(), /*torchscript_ok=*/true);
       !s.ok()) {
     absl::Status error = absl::InvalidArgumentError(
@@ -296,7 +359,12 @@ void PeerAgent::HandleTaskAssigned(const CoordinatorEvent& ev) {
   trainer_options.model_dir = options_.model_dir;
   trainer_options.after_batch = BindAfterBatch(options_.hooks.after_batch, wakeup_);
   const absl::Time start = clock_.Now();
-  absl::StatusOr<std::unique_ptr<training::Trainer>> trainer = MakeTrainer(name, trainer_options);
+  absl::StatusOr<std::unique_ptr<training::Trainer>> trainer = MakeTrainer(m, trainer_options);
+  if (absl::IsCancelled(trainer.status())) {
+    // A newer event (another assignment, the end of the task, a lost session) takes over.
+    LogInfo("task ", name, ": setup abandoned: ", trainer.status().message());
+    return;
+  }
   if (!trainer.ok()) {
     ReportTaskError(name, absl::Status(trainer.status().code(),
                                        absl::StrCat("task ", name, ": cannot set up training: ",

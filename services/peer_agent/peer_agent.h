@@ -7,12 +7,14 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "libs/common/clock.h"
+#include "libs/data/dataset.h"
 #include "libs/privacy/secagg/identity.h"
 #include "libs/rpc/retry.h"
 #include "libs/training/fashion_mnist.h"
@@ -41,6 +43,10 @@ struct PeerAgentOptions {
   // /tmp): ModeRunnerDeps::scratch_dir.
   std::string scratch_dir;
   size_t max_queued_events = 1024;
+  // normalization standardize without the task's mean/std: how long the peer waits for the
+  // federation's statistics (FederationStatistics) after sending its moments before it gives up
+  // on the task (PeerError).
+  absl::Duration statistics_timeout = absl::Minutes(10);
   // Empty in shoal-peer (peer_hooks.h): the update hooks go to every runner, after_batch to
   // every task's trainer, called with the agent's wakeup.
   PeerHooks hooks;
@@ -111,8 +117,15 @@ class PeerAgent {
   void HandleTaskAssigned(const coordinator::v1::CoordinatorEvent& event);
   // The task's trainer on Fashion-MNIST (loaded at start) or on the task's own files, read from
   // options_.data_dir now.
+  // Data that await the federation's statistics are standardised with those of `assigned`, or
+  // else with those the coordinator sends after this peer's moments (AwaitStatistics).
   absl::StatusOr<std::unique_ptr<training::Trainer>> MakeTrainer(
-      const std::string& task, const training::TrainerOptions& options);
+      const coordinator::v1::TaskAssigned& assigned, const training::TrainerOptions& options);
+  // Sends the moments of the training shard `rows` of `train` and waits for the task's
+  // federation statistics. CANCELLED when the task stopped being current (a TaskAssigned or
+  // TaskFinished queued, a lost session, Stop); DEADLINE_EXCEEDED after statistics_timeout.
+  absl::StatusOr<common::v1::FederationStatistics> AwaitStatistics(
+      const std::string& task, const data::Dataset& train, const std::vector<int64_t>& rows);
   void HandleTaskFinished(const coordinator::v1::CoordinatorEvent& event);
   // Creates the task's ModeRunner through the registry (task_ is set) and Start()s it.
   void StartRunner();
@@ -151,6 +164,9 @@ class PeerAgent {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::string peer_id_ ABSL_GUARDED_BY(mu_);
   std::string session_token_ ABSL_GUARDED_BY(mu_);  // from the latest Welcome
+  // The latest FederationStatistics event and its task (taken by the reader, never queued).
+  std::string statistics_task_ ABSL_GUARDED_BY(mu_);
+  std::optional<common::v1::FederationStatistics> statistics_ ABSL_GUARDED_BY(mu_);
 
   // The ModeRunner of the current task. The worker creates and destroys it (destruction always
   // on the worker); the reader thread calls Intercept/Supersedes under runner_mu_ (both

@@ -64,6 +64,7 @@ absl::StatusOr<std::unique_ptr<shoal::training::Trainer>> MakeTrainer() {
   o.spec = spec;
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
   o.shard = {0, 1};
+  o.holds_all_data = true;  // its statistics are the federation's (normalization standardize)
   o.model_dir = ModelDir();
   o.device = absl::GetFlag(FLAGS_device);
   return shoal::training::Trainer::Create(o);

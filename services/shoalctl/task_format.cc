@@ -13,6 +13,7 @@
 #include "libs/task/task_file.h"
 #include "libs/task/task_mode.h"
 #include "services/shoalctl/node_format.h"
+#include "services/shoalctl/statistics_format.h"
 
 namespace shoal::shoalctl {
 namespace {
@@ -253,23 +254,24 @@ std::string TaskStatusToJson(const TaskStatus& status) {
         ",\"host_peer\":", JsonQuote(c.host_peer()), ",\"backups\":", JsonStringArray(c.backups()),
         ",\"peers\":", JsonStringArray(c.peers()), "}"));
   }
-  return absl::StrCat("{\"name\":", JsonQuote(status.spec().name()),
-                      ",\"mode\":", JsonQuote(ModeName(status.spec().mode())),
-                      ",\"state\":", JsonQuote(StateName(status.state())),
-                      ",\"phase\":", JsonQuote(PhaseName(status.phase())),
-                      ",\"round\":", status.round(), ",\"rounds\":", status.spec().rounds(),
-                      ",\"participants\":", JsonStringArray(status.participants()),
-                      ",\"async_peers\":", JsonStringArray(status.async_peers()), ",\"peers\":[",
-                      absl::StrJoin(peers, ","), "],\"data\":[", absl::StrJoin(data, ","), "]",
-                      ",\"model_version\":", status.model_version(),
-                      ",\"aggregator\":", JsonQuote(status.aggregator()), ",\"clusters\":[",
-                      absl::StrJoin(clusters, ","), "]", ",\"nodes\":", NodesToJson(status.nodes()),
-                      ",\"message\":", JsonQuote(status.message()),
-                      ",\"created_unix_ms\":", status.created_unix_ms(), ",\"last_test_accuracy\":",
-                      last != nullptr ? JsonNumber(last->test_accuracy()) : "null",
-                      ",\"privacy\":", PrivacyToJson(status),
-                      ",\"spec\":", task::MessageToFriendlyJson(status.spec()), ",\"history\":[",
-                      absl::StrJoin(history, ","), "]}");
+  return absl::StrCat(
+      "{\"name\":", JsonQuote(status.spec().name()),
+      ",\"mode\":", JsonQuote(ModeName(status.spec().mode())),
+      ",\"state\":", JsonQuote(StateName(status.state())),
+      ",\"phase\":", JsonQuote(PhaseName(status.phase())), ",\"round\":", status.round(),
+      ",\"rounds\":", status.spec().rounds(),
+      ",\"participants\":", JsonStringArray(status.participants()),
+      ",\"async_peers\":", JsonStringArray(status.async_peers()), ",\"peers\":[",
+      absl::StrJoin(peers, ","), "],\"data\":[", absl::StrJoin(data, ","), "]",
+      ",\"model_version\":", status.model_version(),
+      ",\"aggregator\":", JsonQuote(status.aggregator()), ",\"clusters\":[",
+      absl::StrJoin(clusters, ","), "]", ",\"nodes\":", NodesToJson(status.nodes()),
+      ",\"message\":", JsonQuote(status.message()),
+      ",\"created_unix_ms\":", status.created_unix_ms(),
+      ",\"last_test_accuracy\":", last != nullptr ? JsonNumber(last->test_accuracy()) : "null",
+      ",\"privacy\":", PrivacyToJson(status), ",\"statistics\":", StatisticsToJson(status),
+      ",\"spec\":", task::MessageToFriendlyJson(status.spec()), ",\"history\":[",
+      absl::StrJoin(history, ","), "]}");
 }
 
 std::string PrivacyToJson(const TaskStatus& status) {
@@ -554,6 +556,7 @@ std::string FormatTaskStatus(const TaskStatus& status) {
                           d.test_samples(), absl::StrJoin(d.label_histogram(), " ")));
     }
   }
+  absl::StrAppend(&out, FormatStatisticsLine(status));
   absl::StrAppend(&out, FormatPeerRoundTimes(status));
   const double acc = LastTestAccuracy(status);
   absl::StrAppend(&out, "test accuracy: ", acc >= 0 ? Fixed(acc, 4) : "n/a", "\n");

@@ -1,18 +1,21 @@
 // Bring your own model and data, with real processes: a TorchScript model exported by PyTorch
 // trains in every mode and comes back as a TorchScript file PyTorch loads; a peer holding another
-// copy of the model refuses the task; peers train on their own CSV files and image folders
-// (written by shoal-example-data).
+// copy of the model refuses the task; peers train on their own CSV files (standardised with the
+// federation's statistics, in three modes) and image folders (written by shoal-example-data).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "libs/common/file_digest.h"
 #include "libs/common/status_macros.h"
 #include "tests/cluster/cluster.h"
@@ -198,12 +201,33 @@ absl::StatusOr<cv1::TaskStatus> RunOwnData(Cluster& cluster, const std::string& 
       absl::Minutes(4), "task completion");
 }
 
-// Each peer's own CSV table (string labels, features of very different scales, each peer's
-// classes skewed), standardised by each peer, trained by the exported TorchScript MLP.
-TEST(OwnDataClusterTest, PeersTrainATorchScriptModelOnTheirOwnCsvFiles) {
-  Cluster cluster(TempDir());
-  MakeExampleData(cluster.dir(), "tabular");
-  common::v1::TaskSpec spec = SmallTask("own-csv");
+// The mean of column `column` over the CSV files `paths` pooled (plain comma-separated numbers,
+// a header row first, as shoal-example-data writes them) and their rows.
+std::pair<double, uint64_t> PooledColumnMean(const std::vector<std::string>& paths,
+                                             const std::string& column) {
+  double sum = 0;
+  uint64_t rows = 0;
+  for (const std::string& path : paths) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    std::vector<std::string> header = absl::StrSplit(line, ',');
+    const size_t at =
+        static_cast<size_t>(std::find(header.begin(), header.end(), column) - header.begin());
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      std::vector<std::string> cells = absl::StrSplit(line, ',');
+      if (at < cells.size()) sum += std::stod(cells[at]);
+      ++rows;
+    }
+  }
+  return {rows > 0 ? sum / static_cast<double>(rows) : 0, rows};
+}
+
+// The machine-condition table of shoal-example-data, standardised with the federation's
+// statistics (the default), trained by the exported TorchScript MLP.
+common::v1::TaskSpec CsvTask(const std::string& name) {
+  common::v1::TaskSpec spec = SmallTask(name);
   spec.set_model("torchscript");
   spec.mutable_torchscript()->set_file("tabular_mlp.pt");
   spec.mutable_torchscript()->set_sha256(*Sha256File(ModelsDir() + "/tabular_mlp.pt"));
@@ -224,6 +248,37 @@ TEST(OwnDataClusterTest, PeersTrainATorchScriptModelOnTheirOwnCsvFiles) {
   spec.mutable_optimizer()->set_learning_rate(0.01);
   spec.set_round_batches(40);
   spec.set_rounds(5);
+  return spec;
+}
+
+// Both peers' moments were added up: the statistics are those of the two tables pooled, and
+// both peers standardised with them.
+void ExpectFederationStatistics(Cluster& cluster, const cv1::TaskStatus& status) {
+  ASSERT_TRUE(status.has_statistics()) << status.ShortDebugString();
+  const common::v1::FederationStatistics& stats = status.statistics();
+  EXPECT_THAT(stats.peers(), ::testing::ElementsAre("peer-0", "peer-1"));
+  EXPECT_EQ(stats.samples(), 3000u);
+  ASSERT_EQ(stats.mean_size(), 8);
+  ASSERT_EQ(stats.std_size(), 8);
+  const std::string data = cluster.dir() + "/tabular";
+  const auto [rpm, rows] = PooledColumnMean(
+      {data + "/peer-0/train.csv", data + "/peer-1/train.csv"}, "rpm");  // feature 3
+  EXPECT_EQ(rows, 3000u);
+  EXPECT_NEAR(stats.mean(3), rpm, 1e-3 * rpm);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_THAT(process::TailFile(absl::StrCat(cluster.dir(), "/peer-", i, ".log"), 400),
+                HasSubstr("standardised with the federation's statistics (3000 training samples "
+                          "of 2 peers)"))
+        << "peer-" << i;
+  }
+}
+
+// Each peer's own CSV table (string labels, features of very different scales, each peer's
+// classes skewed), standardised by every peer with the federation's statistics.
+TEST(OwnDataClusterTest, PeersTrainATorchScriptModelOnTheirOwnCsvFiles) {
+  Cluster cluster(TempDir());
+  MakeExampleData(cluster.dir(), "tabular");
+  const common::v1::TaskSpec spec = CsvTask("own-csv");
   absl::StatusOr<cv1::TaskStatus> status = RunOwnData(cluster, cluster.dir() + "/tabular", spec);
   ASSERT_TRUE(status.ok()) << status.status() << "\n" << cluster.LogTails();
   const cv1::RoundSummary& last = status->history(status->history_size() - 1);
@@ -235,7 +290,35 @@ TEST(OwnDataClusterTest, PeersTrainATorchScriptModelOnTheirOwnCsvFiles) {
     EXPECT_EQ(p.test_samples(), 400u) << p.peer_id();
     ASSERT_EQ(p.label_histogram_size(), 4) << p.peer_id();
   }
+  ExpectFederationStatistics(cluster, *status);
 }
+
+// The other modes join a task the same way: their peers wait for the same statistics.
+class OwnCsvModes : public ::testing::TestWithParam<common::v1::Mode> {};
+
+TEST_P(OwnCsvModes, EveryPeerStandardisesWithTheFederationStatistics) {
+  Cluster cluster(TempDir());
+  MakeExampleData(cluster.dir(), "tabular");
+  common::v1::TaskSpec spec = CsvTask("own-csv-mode");
+  spec.set_mode(GetParam());
+  spec.set_rounds(3);
+  if (GetParam() == common::v1::MODE_DECENTRALIZED) spec.set_max_connection_retry(3);
+  if (GetParam() == common::v1::MODE_GOSSIP) {
+    spec.mutable_gossip()->set_fetch_probability(0.5);
+    spec.mutable_gossip()->set_timeout_ms(2000);
+  }
+  absl::StatusOr<cv1::TaskStatus> status = RunOwnData(cluster, cluster.dir() + "/tabular", spec);
+  ASSERT_TRUE(status.ok()) << status.status() << "\n" << cluster.LogTails();
+  ExpectFederationStatistics(cluster, *status);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, OwnCsvModes,
+                         ::testing::Values(common::v1::MODE_DECENTRALIZED, common::v1::MODE_GOSSIP),
+                         [](const ::testing::TestParamInfo<common::v1::Mode>& info) {
+                           return std::string(info.param == common::v1::MODE_DECENTRALIZED
+                                                  ? "Decentralized"
+                                                  : "Gossip");
+                         });
 
 // Each peer's own PNG folders, trained by the built-in CNN.
 TEST(OwnDataClusterTest, PeersTrainOnTheirOwnImageFolders) {

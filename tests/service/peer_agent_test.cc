@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -15,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "libs/common/file_digest.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/server.h"
@@ -454,6 +458,76 @@ TEST_F(PeerAgentTest, ConnectsToACoordinatorThatStartsLater) {
   ASSERT_TRUE(hello);
   EXPECT_EQ(hello->name(), "peer-a");
   peer_.reset();
+}
+
+// normalization standardize on a peer's own CSV table: the peer sends the moments of its
+// training shard and sets up training only with the federation's statistics, which it then
+// uses (TorchScript model of 8 features and 4 classes, exported by deploy/models/export.py).
+TEST_F(PeerAgentTest, OwnCsvDataWaitsForTheFederationStatistics) {
+  const std::string dir = ::testing::TempDir() + "/fedstats-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream csv(dir + "/train.csv");
+    csv << "f0,f1,f2,f3,f4,f5,f6,f7,label\n";
+    for (int i = 0; i < 40; ++i) {
+      for (int f = 0; f < 8; ++f) csv << (i * (f + 1)) % 13 + 1000 * f << ",";
+      csv << i % 4 << "\n";
+    }
+  }
+  PeerOptions o = Options();
+  o.data_dir = dir;
+  const char* models = std::getenv("SHOAL_TEST_MODELS");
+  o.model_dir = models != nullptr ? models : "build/tests/models";
+  auto p = PeerServer::Start(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  peer_ = *std::move(p);
+  ASSERT_TRUE(fake().WaitHello(1, kWait));
+
+  common::v1::TaskSpec spec = SmallTask();
+  spec.set_name("csv");
+  spec.set_model("torchscript");
+  spec.mutable_torchscript()->set_file("tabular_mlp.pt");
+  absl::StatusOr<std::string> digest = Sha256File(o.model_dir + "/tabular_mlp.pt");
+  ASSERT_TRUE(digest.ok()) << digest.status();
+  spec.mutable_torchscript()->set_sha256(*digest);
+  spec.clear_dataset();
+  common::v1::DatasetSpec& d = *spec.mutable_dataset();
+  d.set_format(common::v1::DATA_FORMAT_CSV);
+  d.set_partition(common::v1::PARTITION_IID);
+  d.set_train("train.csv");
+  d.set_test_fraction(0.2);
+  d.set_label_column("label");
+  d.set_num_classes(4);
+  d.set_normalization(common::v1::NORMALIZATION_STANDARDIZE);
+  Assign(spec);
+
+  auto moments = fake().Take(PeerMessage::kDataMoments, kWait);
+  ASSERT_TRUE(moments) << "the peer sent no moments";
+  EXPECT_EQ(moments->task(), "csv");
+  const coordinator::v1::DataMoments& m = moments->data_moments();
+  ASSERT_EQ(m.sum_size(), 8);
+  ASSERT_EQ(m.sum_squares_size(), 8);
+  // Feature 7 is 7000 + something in 1..13: its mean over the shard lies in between.
+  EXPECT_GT(m.sum(7) / static_cast<double>(m.count()), 7000.0);
+  EXPECT_LT(m.sum(7) / static_cast<double>(m.count()), 7014.0);
+  // It waits for the statistics: no data report (it has no trainer) until they come.
+  EXPECT_FALSE(fake().Take(PeerMessage::kDataReport, absl::ZeroDuration()));
+
+  CoordinatorEvent stats;
+  stats.set_task("csv");
+  for (int f = 0; f < 8; ++f) {
+    stats.mutable_statistics()->add_mean(1000.0 * f + 7);
+    stats.mutable_statistics()->add_std(4);
+  }
+  stats.mutable_statistics()->set_samples(m.count());
+  stats.mutable_statistics()->add_peers("peer-a");
+  SendEvent(stats);
+  auto data = fake().Take(PeerMessage::kDataReport, kWait);
+  ASSERT_TRUE(data) << "no data report after the statistics";
+  // The moments covered exactly the shard the trainer trains on (shard 0/2 of 32 rows).
+  EXPECT_EQ(data->data_report().train_samples(), m.count());
+  EXPECT_FALSE(fake().Take(PeerMessage::kError, absl::ZeroDuration()));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

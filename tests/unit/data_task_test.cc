@@ -1,6 +1,6 @@
 // A task's data set from its DatasetSpec (libs/data/task_data.h): the format's loader, the
-// held-out test split, standardisation with the peer's own or the task's statistics, and the
-// checks that the files fit the task.
+// held-out test split, standardisation with the peer's own, the task's or the federation's
+// statistics (moments added up over peers), and the checks that the files fit the task.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,6 +12,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "libs/data/csv_dataset.h"
+#include "libs/data/feature_moments.h"
 #include "libs/data/task_data.h"
 
 namespace shoal::data {
@@ -65,7 +67,7 @@ TEST_F(TaskDataTest, ReadsTheFilesFromTheDataDirectory) {
 
 TEST_F(TaskDataTest, StandardisesWithThePeersOwnStatisticsOrTheTasks) {
   common::v1::DatasetSpec d = Csv();
-  d.set_normalization(common::v1::NORMALIZATION_STANDARDIZE);
+  d.set_normalization(common::v1::NORMALIZATION_STANDARDIZE_LOCAL);
   absl::StatusOr<TaskData> own = LoadTaskData(d, dir_.string(), 1);
   ASSERT_TRUE(own.ok()) << own.status();
   // x has mean 4.5 over the training file; the test file is scaled by the same statistics.
@@ -74,6 +76,9 @@ TEST_F(TaskDataTest, StandardisesWithThePeersOwnStatisticsOrTheTasks) {
   EXPECT_NEAR(mean / 10, 0, 1e-6);
   EXPECT_NEAR(own->test.values[0], (4 - 4.5) / std::sqrt(8.25), 1e-5);
 
+  EXPECT_FALSE(own->awaits_statistics);
+
+  d.set_normalization(common::v1::NORMALIZATION_STANDARDIZE);
   d.add_mean(0);
   d.add_mean(100);
   d.add_std(2);
@@ -89,6 +94,81 @@ TEST_F(TaskDataTest, StandardisesWithThePeersOwnStatisticsOrTheTasks) {
   absl::StatusOr<TaskData> wrong = LoadTaskData(d, dir_.string(), 1);
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(wrong.status().message(), AllOf(HasSubstr("dataset.mean"), HasSubstr("2 features")));
+}
+
+// Standardize without the task's statistics: the data stay as loaded until the federation's
+// statistics come, which then scale both splits.
+TEST_F(TaskDataTest, StandardizeWithoutStatisticsAwaitsTheFederations) {
+  common::v1::DatasetSpec d = Csv();
+  d.set_normalization(common::v1::NORMALIZATION_STANDARDIZE);
+  absl::StatusOr<TaskData> data = LoadTaskData(d, dir_.string(), 1);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_TRUE(data->awaits_statistics);
+  EXPECT_EQ(data->test.values, (std::vector<float>{4, 140, 5, 150}));
+
+  FeatureStatistics wrong{{0}, {1}};
+  absl::Status s = StandardizeTaskData(wrong, *data);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("1 means"), HasSubstr("2 features (x, y)")));
+  // Statistics that push a value out of float's range: neither split changes.
+  s = StandardizeTaskData(FeatureStatistics{{0, -3e38}, {1, 1e-30}}, *data);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(data->train.values[1], 100);
+  EXPECT_EQ(data->test.values, (std::vector<float>{4, 140, 5, 150}));
+  EXPECT_TRUE(data->awaits_statistics);
+
+  ASSERT_TRUE(StandardizeTaskData(FeatureStatistics{{4, 100}, {2, 20}}, *data).ok());
+  EXPECT_FALSE(data->awaits_statistics);
+  EXPECT_EQ(data->test.values, (std::vector<float>{0, 2, 0.5, 2.5}));
+  EXPECT_EQ(data->train.values[0], -2);  // x = 0
+  EXPECT_EQ(StandardizeTaskData(FeatureStatistics{{4, 100}, {2, 20}}, *data).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// The federation's statistics from moments added up over peers whose shares differ in size are
+// those of the pooled data, as one peer holding all of it computes them.
+TEST_F(TaskDataTest, MomentsAddedUpOverUnevenSharesGiveThePooledStatistics) {
+  Dataset all;
+  all.sample_shape = {3};
+  all.class_names = {"a"};
+  for (int i = 0; i < 50; ++i) {
+    // A skewed feature, one with a large offset (rpm-like) and a constant one.
+    all.values.insert(all.values.end(),
+                      {static_cast<float>(i * i % 17), 1.0e6f + (i % 7) * 0.5f, 3.0f});
+    all.labels.push_back(0);
+  }
+  all.count = 50;
+  std::vector<int64_t> every(50);
+  for (int64_t i = 0; i < 50; ++i) every[static_cast<size_t>(i)] = i;
+  absl::StatusOr<Standardization> pooled = ComputeStandardization(all);
+  ASSERT_TRUE(pooled.ok()) << pooled.status();
+
+  FeatureMoments total;
+  for (auto [from, to] : {std::pair{0, 3}, std::pair{3, 40}, std::pair{40, 50}}) {
+    std::vector<int64_t> rows(every.begin() + from, every.begin() + to);
+    absl::StatusOr<FeatureMoments> part = ComputeMoments(all, rows);
+    ASSERT_TRUE(part.ok()) << part.status();
+    EXPECT_EQ(part->count, static_cast<uint64_t>(to - from));
+    ASSERT_TRUE(AddMoments(total, *part).ok());
+  }
+  EXPECT_EQ(total.count, 50u);
+  absl::StatusOr<FeatureStatistics> fed = StatisticsFromMoments(total);
+  ASSERT_TRUE(fed.ok()) << fed.status();
+  for (size_t j = 0; j < 3; ++j) {
+    EXPECT_NEAR(fed->mean[j], pooled->mean[j], 1e-6 * std::max(1.0f, std::fabs(pooled->mean[j])))
+        << j;
+    EXPECT_NEAR(fed->stddev[j], pooled->stddev[j], 1e-5 * pooled->stddev[j]) << j;
+  }
+  EXPECT_EQ(fed->stddev[2], 1.0) << "a constant feature maps to 0";
+
+  EXPECT_EQ(ComputeMoments(all, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ComputeMoments(all, {50}).status().code(), absl::StatusCode::kInvalidArgument);
+  absl::Status s = AddMoments(total, FeatureMoments{1, {1}, {1}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("1 features, but the others have 3"));
+  EXPECT_EQ(total.count, 50u);
+  EXPECT_EQ(StatisticsFromMoments(FeatureMoments{}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(TaskDataTest, WithoutATestFileAFractionIsHeldOutTheSameWayEveryTime) {

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "libs/common/file_digest.h"
+#include "libs/task/task_dataset.h"
 #include "libs/task/task_file.h"
 #include "tests/unit/task_test_util.h"
 
@@ -233,7 +234,15 @@ TEST(DatasetTaskTest, OwnFilesGetTheirDefaults) {
   EXPECT_EQ(csv->dataset().format(), common::v1::DATA_FORMAT_CSV);
   EXPECT_EQ(csv->dataset().name(), "");  // not the Fashion-MNIST default
   EXPECT_EQ(csv->dataset().normalization(), common::v1::NORMALIZATION_STANDARDIZE);
+  EXPECT_TRUE(UsesFederationStatistics(csv->dataset()));  // the federation's statistics
   EXPECT_DOUBLE_EQ(csv->dataset().test_fraction(), 0.2);
+  const std::string table = "dataset: {format: csv, train: t.csv, label_column: y, num_classes: 2";
+  absl::StatusOr<TaskSpec> local = Parse(table + ", normalization: standardize-local}");
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ(local->dataset().normalization(), common::v1::NORMALIZATION_STANDARDIZE_LOCAL);
+  EXPECT_FALSE(UsesFederationStatistics(local->dataset()));
+  EXPECT_FALSE(UsesFederationStatistics(Parse(table + ", mean: [0], std: [1]}")->dataset()));
+  EXPECT_FALSE(UsesFederationStatistics(Parse("model: mlp")->dataset()));  // Fashion-MNIST
 
   absl::StatusOr<TaskSpec> images = Parse(
       "dataset: {format: image-folder, name: leaves, train: train, test: test, classes: [x, y],"
@@ -310,6 +319,9 @@ TEST(DatasetTaskTest, EachRuleNamesItsField) {
       {"{format: csv, train: t.csv, label_column: y, num_classes: 2, normalization: none, "
        "mean: [1], std: [1]}",
        "used only with normalization standardize"},
+      {"{format: csv, train: t.csv, label_column: y, num_classes: 2, "
+       "normalization: standardize-local, mean: [1], std: [1]}",
+       "standardize-local scales with each peer's own statistics"},
       {"{format: csv, train: t.csv, label_column: y, num_classes: 2, mean: [0], std: [0]}",
        "dataset.std[0]"},
       {"{format: csv, train: t.csv, label_column: y, num_classes: 2, channels: 1}",

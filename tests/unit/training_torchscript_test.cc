@@ -279,5 +279,39 @@ TEST_F(TorchScriptTest, BatchNormStatisticsTravelWithTheStateIntoTheWrittenFile)
   EXPECT_THAT(refused.message(), HasSubstr("does not match"));
 }
 
+// A trainer that loads a CSV table itself (no coordinator) takes the federation's statistics
+// (normalization standardize without mean/std) only when it holds all of the task's data
+// (shoal-train's centralized baseline); then they are its own training data's.
+TEST_F(TorchScriptTest, ACsvTaskOfFederationStatisticsNeedsAllTheDataInOneTrainer) {
+  {
+    std::ofstream csv(tmp_ / "train.csv");
+    csv << "a,b,c,d,e,f,g,h,label\n";
+    for (int i = 0; i < 24; ++i) {
+      for (int f = 0; f < 8; ++f) csv << (i * (f + 3)) % 11 + 500 * f << ",";
+      csv << i % 4 << "\n";
+    }
+  }
+  TrainerOptions o = ScriptOptions("tabular_mlp.pt");
+  o.data_dir = tmp_.string();
+  common::v1::DatasetSpec& d = *o.spec.mutable_dataset();
+  d.set_format(common::v1::DATA_FORMAT_CSV);
+  d.set_train("train.csv");
+  d.set_test_fraction(0.25);
+  d.set_label_column("label");
+  d.set_num_classes(4);
+  d.set_normalization(common::v1::NORMALIZATION_STANDARDIZE);
+  absl::StatusOr<std::unique_ptr<Trainer>> refused = Trainer::Create(o);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              AllOf(HasSubstr("only the coordinator adds up"), HasSubstr("standardize-local")));
+  o.holds_all_data = true;
+  absl::StatusOr<std::unique_ptr<Trainer>> all = Trainer::Create(o);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ((*all)->train_size(), 18u);
+  d.set_normalization(common::v1::NORMALIZATION_STANDARDIZE_LOCAL);
+  o.holds_all_data = false;
+  EXPECT_TRUE(Trainer::Create(o).ok());
+}
+
 }  // namespace
 }  // namespace shoal::training
