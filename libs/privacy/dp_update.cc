@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 
 namespace shoal::privacy {
 
@@ -32,15 +33,21 @@ double ClipToNorm(absl::Span<float> values, double clip_norm) {
   return norm;
 }
 
-absl::StatusOr<GaussianNoise> GaussianNoise::FromSystemEntropy() {
+absl::StatusOr<std::mt19937_64> EngineFromSystemEntropy(absl::string_view what) {
   std::array<unsigned char, 32> bytes{};
   if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
-    return absl::InternalError("RAND_bytes failed: no system entropy for the DP noise");
+    return absl::InternalError(absl::StrCat("RAND_bytes failed: no system entropy for ", what));
   }
   std::array<uint32_t, 8> words{};
   std::memcpy(words.data(), bytes.data(), bytes.size());
   std::seed_seq seq(words.begin(), words.end());
-  return GaussianNoise(std::mt19937_64(seq));
+  return std::mt19937_64(seq);
+}
+
+absl::StatusOr<GaussianNoise> GaussianNoise::FromSystemEntropy() {
+  absl::StatusOr<std::mt19937_64> engine = EngineFromSystemEntropy("the DP noise");
+  if (!engine.ok()) return engine.status();
+  return GaussianNoise(*engine);
 }
 
 GaussianNoise GaussianNoise::FromSeed(uint64_t seed) {

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace shoal::privacy {
@@ -20,6 +21,11 @@ double ClipToNorm(absl::Span<float> values, double clip_norm);
 
 // The L2 norm of `values`, summed in double.
 double L2Norm(absl::Span<const float> values);
+
+// A 64-bit Mersenne Twister seeded with 256 bits from OpenSSL's CSPRNG (RAND_bytes): what DP's
+// randomness (noise, DP-SGD's batch sampling) draws from, never a task's reproducibility seed.
+// Errors: INTERNAL "RAND_bytes failed: no system entropy for <what>".
+absl::StatusOr<std::mt19937_64> EngineFromSystemEntropy(absl::string_view what);
 
 // A source of Gaussian noise for DP: std::normal_distribution over a 64-bit Mersenne Twister.
 // FromSystemEntropy() seeds it with 256 bits from OpenSSL's CSPRNG (RAND_bytes), never from a

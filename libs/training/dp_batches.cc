@@ -1,10 +1,6 @@
 #include "libs/training/dp_batches.h"
 
-#include <openssl/rand.h>
-
 #include <algorithm>
-#include <array>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,26 +8,6 @@
 #include "libs/training/loss.h"
 
 namespace shoal::training {
-namespace {
-
-absl::StatusOr<std::mt19937_64> SamplerFromSystemEntropy() {
-  std::array<unsigned char, 32> bytes{};
-  if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
-    return absl::InternalError("RAND_bytes failed: no system entropy for DP-SGD's batch sampling");
-  }
-  std::array<uint32_t, 8> words{};
-  std::memcpy(words.data(), bytes.data(), bytes.size());
-  std::seed_seq seq(words.begin(), words.end());
-  return std::mt19937_64(seq);
-}
-
-std::string DpBatchesFirstLine(const std::exception& e) {
-  std::string text = e.what();
-  return text.substr(0, text.find('\n'));
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<DpSgdBatches>> DpSgdBatches::Create(const common::v1::TaskSpec& spec,
                                                                    Model& model, int num_classes,
                                                                    int64_t shard_size) {
@@ -50,7 +26,8 @@ absl::StatusOr<std::unique_ptr<DpSgdBatches>> DpSgdBatches::Create(const common:
     return TaskLoss(kind, out, y, num_classes);
   };
   SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<PerSampleGrads> grads, ChoosePerSampleGrads(model, loss));
-  SHOAL_ASSIGN_OR_RETURN(std::mt19937_64 sampler, SamplerFromSystemEntropy());
+  SHOAL_ASSIGN_OR_RETURN(std::mt19937_64 sampler,
+                         privacy::EngineFromSystemEntropy("DP-SGD's batch sampling"));
   const double q =
       shard_size <= 0
           ? 1.0
@@ -97,7 +74,7 @@ absl::StatusOr<DpBatchStats> DpSgdBatches::Step(const torch::Tensor& images,
     }
     SHOAL_ASSIGN_OR_RETURN(stats.clipping, step_.ApplyClipped(clipped, params_));
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("DP-SGD batch: ", DpBatchesFirstLine(e)));
+    return absl::InternalError(absl::StrCat("DP-SGD batch: ", ErrorFirstLine(e)));
   }
   return stats;
 }
