@@ -130,10 +130,12 @@ class LayerwisePerSampleGrads final : public PerSampleGrads {
       // gradients (small: a kernel's values, not the layer's input).
       torch::Tensor squared = torch::zeros({n}, x.options().dtype(torch::kFloat64));
       std::vector<torch::Tensor> conv_weight(pass.layers.size());
+      std::vector<Factors> factors(pass.layers.size());  // kept for pass 2 (unfold once)
       for (size_t l = 0; l < pass.layers.size(); ++l) {
         if (!pass.grads[l].defined()) continue;
         const Step& step = *pass.layers[l];
-        const Factors f = FactorsOf(step, pass.inputs[l], pass.grads[l]);
+        factors[l] = FactorsOf(step, pass.inputs[l], pass.grads[l]);
+        const Factors& f = factors[l];
         if (step.linear != nullptr) {
           if (f.a.size(1) == 1) {
             squared.add_((f.g.squeeze(1).square().sum(1) * f.a.squeeze(1).square().sum(1))
@@ -160,7 +162,7 @@ class LayerwisePerSampleGrads final : public PerSampleGrads {
       for (size_t l = 0; l < pass.layers.size(); ++l) {
         if (!pass.grads[l].defined()) continue;
         const Step& step = *pass.layers[l];
-        const Factors f = FactorsOf(step, pass.inputs[l], pass.grads[l]);
+        const Factors& f = factors[l];
         const torch::Tensor fg = f.g * factor.view({n, 1, 1});
         torch::Tensor w = step.linear != nullptr
                               ? fg.reshape({-1, fg.size(2)}).t().mm(f.a.reshape({-1, f.a.size(2)}))
@@ -232,30 +234,13 @@ class LayerwisePerSampleGrads final : public PerSampleGrads {
     return {g.reshape({n, g.size(1), -1}).transpose(1, 2), patches.transpose(1, 2)};
   }
 
-  // Adds the layer's per-sample gradients, from its input `a` and dL/d(output) `g`, to `out`.
+  // Adds the layer's per-sample gradients, from its input `a` and dL/d(output) `g`, to `out`:
+  // sample i's is the sum over positions of g_ip a_ip^T (FactorsOf).
   static void Accumulate(const Step& step, const torch::Tensor& a, const torch::Tensor& g,
                          std::vector<torch::Tensor>& out) {
-    const int64_t n = a.size(0);
-    torch::Tensor gw;
-    torch::Tensor gb;
-    if (step.linear != nullptr) {
-      // [n, positions, features]: a Linear applies to the last dimension.
-      torch::Tensor a3 = a.reshape({n, -1, a.size(-1)});
-      torch::Tensor g3 = g.reshape({n, -1, g.size(-1)});
-      gw = torch::einsum("npo,npi->noi", {g3, a3});
-      gb = g3.sum(1);
-    } else {
-      const auto& o = step.conv->options;
-      namespace F = torch::nn::functional;
-      auto padding = c10::get<torch::ExpandingArray<2>>(o.padding());
-      torch::Tensor patches = F::unfold(a, F::UnfoldFuncOptions(o.kernel_size())
-                                               .dilation(o.dilation())
-                                               .padding(padding)
-                                               .stride(o.stride()));  // [n, cin·kh·kw, L]
-      torch::Tensor g3 = g.reshape({n, g.size(1), -1});               // [n, cout, L]
-      gw = torch::einsum("nol,nkl->nok", {g3, patches});
-      gb = g3.sum(2);
-    }
+    const Factors f = FactorsOf(step, a, g);
+    const torch::Tensor gw = torch::einsum("npo,npi->noi", {f.g, f.a});
+    const torch::Tensor gb = f.g.sum(1);
     out[step.weight].add_(gw.reshape(out[step.weight].sizes()));
     if (step.bias >= 0) out[step.bias].add_(gb);
   }
