@@ -21,15 +21,17 @@ absl::StatusOr<std::unique_ptr<AggregatorCore>> AggregatorCore::Create(
   return std::unique_ptr<AggregatorCore>(new AggregatorCore(std::move(options), clock, metrics));
 }
 
-// One transfer thread: a tree node has one parent, and its aggregates go there in order. The
-// queue holds a few aggregates (each one model); more wait in the folds that made them.
 AggregatorCore::AggregatorCore(AggregatorCoreOptions options, const Clock& clock,
                                AggregatorMetrics& metrics)
     : SessionHost(std::move(options), clock, metrics),
-      transfers_(std::make_unique<ThreadPool>(1, 1024)) {}
+      forwarder_(std::make_unique<ParentForwarder>(metrics, [this](std::vector<float> buffer) {
+        std::vector<float> spare;  // freed with no lock held
+        absl::MutexLock lock(&mu_);
+        spare = RecycleBuffer(std::move(buffer));
+      })) {}
 
 AggregatorCore::~AggregatorCore() {
-  transfers_.reset();  // sends what is queued, then joins
+  forwarder_.reset();  // sends what is queued, then joins
   {
     // The watch streams are done by now (their server has shut down): their last Unwatch is
     // ordered before this by gRPC's own atomics, which ThreadSanitizer does not see; the lock
@@ -44,9 +46,6 @@ AggregatorCore::~AggregatorCore() {
 }
 
 namespace {
-
-// How long one try to send an aggregate to a parent may take.
-constexpr absl::Duration kTransferTimeout = absl::Minutes(1);
 
 // What a request about a task with no session yet is answered.
 absl::Status NotOpen(uint64_t round, const std::string& task) {
@@ -267,65 +266,6 @@ absl::Status AggregatorCore::CheckChildCaller(const std::string& task, const std
     if (IsChildOf(identity, backup)) return absl::OkStatus();
   }
   return s;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Tree forwarding
-
-void AggregatorCore::Forward(const v1::ParentRound& parent, PartialResult aggregate) {
-  {
-    absl::MutexLock lock(&transfer_mu_);
-    ++transfers_pending_;
-  }
-  auto shared = std::make_shared<PartialResult>(std::move(aggregate));
-  auto send = [this, parent, shared] {
-    SendToParent(parent, *shared);
-    std::vector<float> spare;
-    {
-      absl::MutexLock lock(&mu_);
-      spare = RecycleBuffer(std::move(shared->sum.sum));
-    }
-    absl::MutexLock lock(&transfer_mu_);
-    --transfers_pending_;
-  };
-  if (!transfers_->TrySubmit(send)) {
-    // Only while the core is being destroyed, or with over 1024 aggregates queued.
-    metrics_.partials_lost.Increment();
-    LogWarning("the buffer of ", TaskLabel(shared->meta.task),
-               ": no room to queue the aggregate for the parent ", parent.address());
-    absl::MutexLock lock(&transfer_mu_);
-    --transfers_pending_;
-  }
-}
-
-void AggregatorCore::SendToParent(const v1::ParentRound& parent, const PartialResult& aggregate) {
-  // A parent that is busy or briefly away gets the aggregate again, a few times.
-  constexpr int kAttempts = 3;
-  absl::Status sent = absl::FailedPreconditionError("no parent link is set");
-  for (int attempt = 1; parent_link_ != nullptr; ++attempt) {
-    sent = parent_link_->Send(parent, aggregate, absl::Now() + kTransferTimeout);
-    if (sent.ok() || attempt == kAttempts ||
-        (!absl::IsUnavailable(sent) && !absl::IsResourceExhausted(sent) &&
-         !absl::IsDeadlineExceeded(sent) && !absl::IsAborted(sent))) {
-      break;
-    }
-    absl::SleepFor(absl::Seconds(attempt));
-  }
-  if (sent.ok()) {
-    metrics_.partials_forwarded.Increment();
-    return;
-  }
-  metrics_.partials_lost.Increment();
-  LogWarning("the buffer of ", TaskLabel(aggregate.meta.task), ": the aggregate of ",
-             aggregate.meta.contributors.size(), " peers' updates on version ",
-             aggregate.meta.base_version, " did not reach the parent ", parent.address(), ": ",
-             sent.message());
-}
-
-void AggregatorCore::AwaitTransfers() {
-  absl::MutexLock lock(&transfer_mu_);
-  transfer_mu_.Await(absl::Condition(
-      +[](int* pending) { return *pending == 0; }, &transfers_pending_));
 }
 
 // ---------------------------------------------------------------------------------------------

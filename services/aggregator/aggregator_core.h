@@ -20,6 +20,7 @@
 #include "libs/tensor/frame_codec.h"
 #include "services/aggregator/aggregator_metrics.h"
 #include "services/aggregator/core_types.h"
+#include "services/aggregator/parent_forwarder.h"
 #include "services/aggregator/parent_link.h"
 #include "services/aggregator/sessions/session.h"
 #include "shoal/aggregator/v1/aggregator.pb.h"
@@ -113,9 +114,9 @@ class AggregatorCore final : private SessionHost {
   // on the core's transfer thread, with no lock held; temporary errors are retried a few times,
   // then the aggregate is logged and counted as lost (its updates are lost, as an abandoned
   // round's). Set once, before serving; without one every aggregate is lost.
-  void SetParentLink(ParentLink* link) { parent_link_ = link; }
+  void SetParentLink(ParentLink* link) { forwarder_->SetLink(link); }
   // Waits until every aggregate queued for the parent link was sent or given up on (tests).
-  void AwaitTransfers() ABSL_LOCKS_EXCLUDED(transfer_mu_);
+  void AwaitTransfers() { forwarder_->AwaitIdle(); }
   void ReleaseTask(const std::string& task);
 
   // Replaces the task's peers and their session tokens (from the coordinator).
@@ -249,13 +250,10 @@ class AggregatorCore final : private SessionHost {
   void Notify(const std::string& task, const v1::TaskEvent& event) override
       ABSL_LOCKS_EXCLUDED(mu_);
   void Forward(const v1::ParentRound& parent, PartialResult aggregate) override
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // One aggregate to the parent link (on the transfer thread), retried while the parent answers
-  // as temporary.
-  void SendToParent(const v1::ParentRound& parent, const PartialResult& aggregate)
-      ABSL_LOCKS_EXCLUDED(mu_);
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    forwarder_->Forward(parent, std::move(aggregate));
+  }
 
-  ParentLink* parent_link_ = nullptr;
   std::map<std::string, std::shared_ptr<TaskState>> tasks_ ABSL_GUARDED_BY(mu_);
   // task -> peer id -> session token, as last set by the coordinator.
   std::map<std::string, std::map<std::string, std::string>> members_ ABSL_GUARDED_BY(mu_);
@@ -267,12 +265,9 @@ class AggregatorCore final : private SessionHost {
       ABSL_GUARDED_BY(watch_mu_);
   uint64_t next_watch_ ABSL_GUARDED_BY(watch_mu_) = 1;
   std::vector<std::vector<float>> free_buffers_ ABSL_GUARDED_BY(mu_);
-  // Aggregates queued for the parent link or being sent.
-  absl::Mutex transfer_mu_;
-  int transfers_pending_ ABSL_GUARDED_BY(transfer_mu_) = 0;
-  // The transfer thread: sending to a parent (and waiting between its retries) never holds up
-  // a fold. Last member: destroyed (drained and joined) first.
-  std::unique_ptr<ThreadPool> transfers_;
+  // A federated-async tree node's aggregates on their way to the parent, on a transfer thread
+  // apart from the folds. Destroyed (drained and joined) first, in the destructor.
+  std::unique_ptr<ParentForwarder> forwarder_;
 };
 
 }  // namespace shoal::aggregator
