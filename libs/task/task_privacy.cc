@@ -44,7 +44,15 @@ absl::Status ValidateSecureAggregation(const TaskSpec& spec) {
                       " or "),
             " tasks only; not in mode ", mode.name, ": ", why));
   }
-  if (!(sa.clip_norm() > 0) || !std::isfinite(sa.clip_norm())) {
+  if (HasPeerDp(spec) && sa.clip_norm() != 0 && sa.clip_norm() != spec.privacy().dp().clip_norm()) {
+    return FieldError("privacy.secure_aggregation.clip_norm",
+                      absl::StrCat("must equal privacy.dp.clip_norm (",
+                                   ShowNumber(spec.privacy().dp().clip_norm()),
+                                   "), or be left out, with privacy.dp at level peer: updates are "
+                                   "clipped once, got ",
+                                   ShowNumber(sa.clip_norm())));
+  }
+  if (const double clip = SecureClipNorm(spec); !(clip > 0) || !std::isfinite(clip)) {
     return FieldError("privacy.secure_aggregation.clip_norm",
                       absl::StrCat("must be > 0, got ", ShowNumber(sa.clip_norm())));
   }
@@ -98,9 +106,6 @@ absl::Status ValidateSecureAggregation(const TaskSpec& spec) {
                      " must see each update, and secure aggregation reveals only their sum "
                      "(use aggregation: mean)"));
   }
-  if (HasDp(spec)) {
-    return SecureConflict("privacy.dp", "not supported yet together with secure aggregation");
-  }
   if (spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL) {
     return SecureConflict("topology",
                           "hierarchical is not supported yet with secure aggregation (its "
@@ -126,10 +131,18 @@ absl::Status ValidateSecureAggregation(const TaskSpec& spec) {
 
 }  // namespace
 
+double SecureClipNorm(const TaskSpec& spec) {
+  const double clip = spec.privacy().secure_aggregation().clip_norm();
+  return clip == 0 && HasPeerDp(spec) ? spec.privacy().dp().clip_norm() : clip;
+}
+
 void ApplyPrivacyDefaults(TaskSpec& spec) {
   if (!HasPeerDp(spec)) return;
   common::v1::DpSpec& dp = *spec.mutable_privacy()->mutable_dp();
-  if (dp.noise() == common::v1::DP_NOISE_UNSPECIFIED) dp.set_noise(common::v1::DP_NOISE_CENTRAL);
+  if (dp.noise() == common::v1::DP_NOISE_UNSPECIFIED) {
+    dp.set_noise(HasSecureAggregation(spec) ? common::v1::DP_NOISE_DISTRIBUTED
+                                            : common::v1::DP_NOISE_CENTRAL);
+  }
 }
 
 absl::Status ValidatePrivacy(const TaskSpec& spec) {

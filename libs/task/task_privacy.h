@@ -29,6 +29,10 @@ inline bool HasSecureAggregation(const common::v1::TaskSpec& spec) {
   return spec.has_privacy() && spec.privacy().has_secure_aggregation();
 }
 
+// The L2 norm a secure round's updates are clipped to: privacy.secure_aggregation.clip_norm, or
+// with privacy.dp at level peer and that left out (0), privacy.dp.clip_norm.
+double SecureClipNorm(const common::v1::TaskSpec& spec);
+
 // Checks privacy.dp and privacy.secure_aggregation. INVALID_ARGUMENT "<field>: <what>", e.g.
 // "privacy.dp.clip_norm: must be > 0, got 0". privacy.dp refuses, each with a message naming
 // why: level unset; any mode but federated-sync; a hierarchical topology and stragglers (not
@@ -38,15 +42,17 @@ inline bool HasSecureAggregation(const common::v1::TaskSpec& spec) {
 // strategy) and a target_epsilon that one round with every peer taking part already exceeds.
 // Level sample refuses `noise` (each peer's step adds the noise) and takes any strategy and
 // compression: they only post-process updates that are already private.
-// privacy.secure_aggregation: clip_norm > 0; threshold and neighbourhood_size 0 or >= 2, and a
+// privacy.secure_aggregation: clip_norm > 0 (with dp at level peer: left out, or equal to
+// privacy.dp.clip_norm); threshold and neighbourhood_size 0 or >= 2, and a
 // threshold that every round's neighbourhood (at most neighbourhood_size, max_participants - 1)
 // can hold; refused, naming why: any mode but federated-sync; min_participants below 3; an
 // aggregation that must see each update (median, trimmed-mean, krum, multi-krum,
-// centered-clipping); privacy.dp, a hierarchical topology, stragglers, compression and
-// max_update_norm (not supported with it). Part of ValidateTaskSpec.
+// centered-clipping); a hierarchical topology, stragglers, compression and max_update_norm (not
+// supported with it). It combines with privacy.dp at either level. Part of ValidateTaskSpec.
 absl::Status ValidatePrivacy(const common::v1::TaskSpec& spec);
 
-// noise central when privacy.dp is at level peer and its noise unset.
+// When privacy.dp is at level peer and its noise unset: noise distributed with secure
+// aggregation (every update leaves its peer with its share of the noise), else central.
 void ApplyPrivacyDefaults(common::v1::TaskSpec& spec);
 
 }  // namespace shoal::task

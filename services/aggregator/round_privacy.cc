@@ -44,20 +44,47 @@ void PrivatizeArrival(const common::v1::DpSpec& dp, absl::Span<float> update) {
   if (dp.noise() != common::v1::DP_NOISE_DISTRIBUTED) privacy::ClipToNorm(update, dp.clip_norm());
 }
 
+double MissingNoiseStddev(const common::v1::DpSpec& dp, size_t expected, size_t updates) {
+  const double full = dp.noise_multiplier() * dp.clip_norm();
+  if (dp.noise() != common::v1::DP_NOISE_DISTRIBUTED) return full;
+  if (expected == 0 || updates >= expected) return 0;
+  return full * std::sqrt(static_cast<double>(expected - updates) / static_cast<double>(expected));
+}
+
 absl::Status AddRoundNoise(const common::v1::DpSpec& dp, size_t expected, size_t updates,
                            size_t values, RoundAggregation& aggregation) {
   // More updates than expected cannot happen (one per expected peer); the max keeps the weight
   // non-negative regardless.
   const double weight = static_cast<double>(std::max(expected, updates) - updates);
   std::vector<float> noise;
-  const double stddev = dp.noise_multiplier() * dp.clip_norm();
-  if (dp.noise() != common::v1::DP_NOISE_DISTRIBUTED && stddev > 0) {
+  if (const double stddev = MissingNoiseStddev(dp, expected, updates); stddev > 0) {
     absl::StatusOr<privacy::GaussianNoise> source = privacy::GaussianNoise::FromSystemEntropy();
     if (!source.ok()) return source.status();
     noise.assign(values, 0.0F);
     source->Add(absl::MakeSpan(noise), stddev);
   }
   return aggregation.AddNoiseTerm(noise, weight);
+}
+
+absl::StatusOr<std::vector<float>> PrivateMeanOfSum(const common::v1::DpSpec& dp,
+                                                    absl::Span<const double> sum, size_t updates,
+                                                    size_t expected, absl::Span<const float> base) {
+  if (sum.size() != base.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the secure sum has ", sum.size(), " values, the model ", base.size()));
+  }
+  std::vector<float> noise(sum.size(), 0.0F);
+  if (const double stddev = MissingNoiseStddev(dp, expected, updates); stddev > 0) {
+    absl::StatusOr<privacy::GaussianNoise> source = privacy::GaussianNoise::FromSystemEntropy();
+    if (!source.ok()) return source.status();
+    source->Add(absl::MakeSpan(noise), stddev);
+  }
+  const double divisor = static_cast<double>(std::max<size_t>(expected, 1));
+  std::vector<float> out(base.size());
+  for (size_t i = 0; i < base.size(); ++i) {
+    out[i] = static_cast<float>(base[i] + (sum[i] + noise[i]) / divisor);
+  }
+  return out;
 }
 
 }  // namespace shoal::aggregator

@@ -12,8 +12,10 @@
 // when it opened, a public number: base + (sum of clipped updates + noise) / n.
 
 #include <cstddef>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "services/aggregator/core_types.h"
 #include "services/aggregator/round_aggregation.h"
@@ -36,11 +38,25 @@ absl::Status CheckRoundDp(const OpenRoundParams& params, absl::string_view label
 // as is: it already carries the peer's share of the noise, which clipping would cut.
 void PrivatizeArrival(const common::v1::DpSpec& dp, absl::Span<float> update);
 
-// Before the round applies: adds the noise (central: N(0, (noise_multiplier x clip_norm)^2) per
-// value, from a generator seeded by the system's CSPRNG) and the weight that makes the divisor
-// `expected` (the peers expected at the open) for `updates` folded updates (>= 1).
+// The noise the aggregator adds per value to a sum of `updates` of the `expected` peers' updates,
+// so that the sum carries N(0, (noise_multiplier x clip_norm)^2), what the accountant charges:
+// all of it with central noise; with distributed noise the shares of the peers whose updates are
+// missing, noise_multiplier x clip_norm x sqrt((expected - updates) / expected) (0 when all came).
+double MissingNoiseStddev(const common::v1::DpSpec& dp, size_t expected, size_t updates);
+
+// Before the round applies: adds the noise (MissingNoiseStddev per value, from a generator
+// seeded by the system's CSPRNG) and the weight that makes the divisor `expected` (the peers
+// expected at the open) for `updates` folded updates (>= 1).
 // Errors: INTERNAL without system entropy, INVALID_ARGUMENT from the aggregation.
 absl::Status AddRoundNoise(const common::v1::DpSpec& dp, size_t expected, size_t updates,
                            size_t values, RoundAggregation& aggregation);
+
+// What a secure round with peer-level DP publishes from the decoded ring sum `sum` of `updates`
+// of the `expected` peers' updates: base + (sum + N(0, MissingNoiseStddev²)) / expected, the
+// same fixed-denominator mean as a plain round. Errors: INTERNAL without system entropy,
+// INVALID_ARGUMENT when the lengths differ.
+absl::StatusOr<std::vector<float>> PrivateMeanOfSum(const common::v1::DpSpec& dp,
+                                                    absl::Span<const double> sum, size_t updates,
+                                                    size_t expected, absl::Span<const float> base);
 
 }  // namespace shoal::aggregator

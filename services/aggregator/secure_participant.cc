@@ -42,8 +42,8 @@ absl::StatusOr<v1::SecureAggregationRequest> SecureParticipant::Start(
   absl::StatusOr<std::unique_ptr<secagg::SecAggClient>> client = secagg::SecAggClient::Create(
       config, contribution_.peer_id, contribution_.signer, *std::move(verifier));
   if (!client.ok()) return client.status();
-  absl::StatusOr<privacy::FixedPointCodec> codec =
-      secagg::UpdateCodec(start.clip_norm(), config.participant_ids_size());
+  absl::StatusOr<privacy::FixedPointCodec> codec = secagg::UpdateCodec(
+      start.clip_norm(), config.participant_ids_size(), contribution_.noise_stddev);
   if (!codec.ok()) return codec.status();
   client_ = *std::move(client);
   codec_ = *std::move(codec);
@@ -76,7 +76,8 @@ absl::StatusOr<std::optional<v1::SecureAggregationRequest>> SecureParticipant::A
     }
     case v1::SecureAggregationResponse::kShares: {
       absl::StatusOr<std::vector<uint32_t>> encoded =
-          secagg::ClipAndEncode(*codec_, contribution_.update);
+          contribution_.noise_stddev > 0 ? secagg::ClampAndEncode(*codec_, contribution_.update)
+                                         : secagg::ClipAndEncode(*codec_, contribution_.update);
       if (!encoded.ok()) return encoded.status();
       absl::StatusOr<privacy::v1::MaskedInput> masked =
           client_->MaskInput(message.shares(), *encoded);

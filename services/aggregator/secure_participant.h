@@ -26,6 +26,9 @@ struct SecureContribution {
   std::map<std::string, std::string> identity_keys;
   uint64_t base_version = 0;
   std::vector<float> update;  // the delta, every value of the model
+  // With peer-level DP's distributed noise: the noise `update` already carries per value (it was
+  // clipped before); the values are then clamped to the round's range, not clipped again.
+  double noise_stddev = 0;
   uint64_t num_samples = 0;
   double train_loss = 0;
   int64_t train_ms = 0;

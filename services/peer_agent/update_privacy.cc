@@ -28,13 +28,15 @@ std::string UpdatePrivacy::Describe() const {
                                   : ", the aggregator adds the noise (central)");
 }
 
+double UpdatePrivacy::NoiseStddev(uint32_t round_peers) const {
+  if (!dp_ || dp_->noise() != common::v1::DP_NOISE_DISTRIBUTED) return 0;
+  return privacy::DistributedNoiseStddev(dp_->noise_multiplier(), dp_->clip_norm(), round_peers);
+}
+
 double UpdatePrivacy::Apply(absl::Span<float> delta, uint32_t round_peers) {
   if (!dp_) return 0;
   const double norm = privacy::ClipToNorm(delta, dp_->clip_norm());
-  if (dp_->noise() == common::v1::DP_NOISE_DISTRIBUTED) {
-    noise_->Add(delta, privacy::DistributedNoiseStddev(dp_->noise_multiplier(), dp_->clip_norm(),
-                                                       round_peers));
-  }
+  if (const double stddev = NoiseStddev(round_peers); stddev > 0) noise_->Add(delta, stddev);
   return norm;
 }
 

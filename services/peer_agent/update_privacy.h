@@ -34,6 +34,9 @@ class UpdatePrivacy {
   // round's expected peers, RoundStarted.expected_peers; 0 is taken as 1, the full noise).
   // Returns the norm before clipping. Nothing without DP (returns 0).
   double Apply(absl::Span<float> delta, uint32_t round_peers);
+  // The noise Apply adds per value for `round_peers` (as Apply takes it): 0 without DP or with
+  // central noise.
+  double NoiseStddev(uint32_t round_peers) const;
 
  private:
   UpdatePrivacy(std::optional<common::v1::DpSpec> dp, std::optional<privacy::GaussianNoise> noise)

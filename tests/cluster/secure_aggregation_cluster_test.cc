@@ -59,7 +59,9 @@ TEST(SecureAggregationClusterTest, AFederatedSyncTaskWithSecureAggregationComple
 
 // A peer too slow for the round's deadline never advertises its keys: the coordinator closes the
 // round at the deadline, the aggregator closes advertising then, and the other three peers' masks
-// still cancel: the round publishes the mean of their three updates.
+// still cancel: the round publishes the mean of their three updates. The task has peer-level DP
+// with distributed noise too: each peer clips its update and adds its share of the noise before
+// masking, the aggregator adds the missing peer's share, and the round is charged.
 TEST(SecureAggregationClusterTest, ARoundWithoutAPeerThatMissedItsDeadlinePublishesTheOthers) {
   auto dir = MakeTestTempDir("shoal-secagg-slow-");
   ASSERT_TRUE(dir.ok()) << dir.status();
@@ -76,12 +78,20 @@ TEST(SecureAggregationClusterTest, ARoundWithoutAPeerThatMissedItsDeadlinePublis
   spec.set_rounds(1);
   spec.set_min_participants(4);
   spec.set_round_deadline_seconds(6);
-  spec.mutable_privacy()->mutable_secure_aggregation()->set_clip_norm(1.0);
+  spec.mutable_privacy()->mutable_secure_aggregation();  // clip_norm: dp's
+  common::v1::DpSpec& dp = *spec.mutable_privacy()->mutable_dp();
+  dp.set_level(common::v1::DP_LEVEL_PEER);
+  dp.set_noise(common::v1::DP_NOISE_DISTRIBUTED);
+  dp.set_clip_norm(1.0);
+  dp.set_noise_multiplier(1.0);
+  dp.set_delta(1e-5);
   ASSERT_TRUE(cluster.CreateTask(spec).ok());
   auto status = cluster.WaitForEnd(spec);
   ASSERT_TRUE(status.ok()) << status.status() << cluster.LogTails();
   ASSERT_EQ(status->state(), cv1::TASK_STATE_COMPLETED) << status->message() << cluster.LogTails();
   ASSERT_EQ(status->history_size(), 1);
+  EXPECT_EQ(status->privacy().rounds(), 1u);
+  EXPECT_GT(status->privacy().epsilon(), 0);
   const cv1::RoundSummary& round = status->history(0);
   EXPECT_EQ(round.participants_size(), 3) << round.ShortDebugString();
   EXPECT_EQ(round.dropped_size(), 1) << round.ShortDebugString();
@@ -89,6 +99,7 @@ TEST(SecureAggregationClusterTest, ARoundWithoutAPeerThatMissedItsDeadlinePublis
   for (int i = 0; i < 3; ++i) {
     const std::string log = ReadLog(cluster.dir() + "/peer-" + std::to_string(i) + ".log");
     EXPECT_THAT(log, HasSubstr("round 1: secure aggregation done, 3 updates in the sum")) << i;
+    EXPECT_THAT(log, HasSubstr("share of noise multiplier 1 (distributed)")) << i;
   }
 }
 

@@ -2,8 +2,10 @@
 // SecAggClients over SecureAggregate streams; the round publishes base + the survivors' exact
 // ring sum / the survivors, bit for bit what the exact sum of the same encodings gives, and
 // fails with FAILED_PRECONDITION (publishing nothing) when the dropouts leave fewer than the
-// threshold.
+// threshold. With peer-level DP the round divides by the expected peers and adds the dropped
+// peers' noise shares.
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -42,11 +44,24 @@ struct TestPeer {
   std::shared_ptr<const secagg::KeySigner> signer;
   std::string identity_public_key;
   std::vector<float> update;
+  double noise_stddev =
+      0;  // with distributed DP noise: what `update` carries (clamped, not clipped)
   Stop stop = Stop::kNever;
   absl::Status status;                 // how its stream ended (kNever only)
   std::vector<uint32_t> encoded;       // what it masked
   std::vector<std::string> survivors;  // from `done`
 };
+
+// Peer-level DP with distributed noise at clip_norm kClipNorm.
+common::v1::DpSpec DistributedDp(double noise_multiplier) {
+  common::v1::DpSpec dp;
+  dp.set_level(common::v1::DP_LEVEL_PEER);
+  dp.set_noise(common::v1::DP_NOISE_DISTRIBUTED);
+  dp.set_clip_norm(kClipNorm);
+  dp.set_noise_multiplier(noise_multiplier);
+  dp.set_delta(1e-5);
+  return dp;
+}
 
 tensor::ModelLayout SmallLayout() { return *tensor::ModelLayout::Create({{"w", {kValues}}}); }
 
@@ -118,7 +133,8 @@ class AggregatorSecureTest : public AggregatorServiceFixture {
     join.set_peer_id(peer.id);
     if (!stream->Write(out) || !stream->Read(&in) || !in.has_start()) return fail("no start");
     const privacy::v1::SecAggConfig config = in.start().config();
-    auto codec = secagg::UpdateCodec(in.start().clip_norm(), config.participant_ids_size());
+    auto codec = secagg::UpdateCodec(in.start().clip_norm(), config.participant_ids_size(),
+                                     peer.noise_stddev);
     auto client = secagg::SecAggClient::Create(config, peer.id, peer.signer, verifier_);
     if (!codec.ok() || !client.ok()) return fail("bad start");
     auto keys = (*client)->AdvertiseKeys();
@@ -133,7 +149,8 @@ class AggregatorSecureTest : public AggregatorServiceFixture {
       stream->Finish();
       return;
     }
-    auto encoded = secagg::ClipAndEncode(*codec, peer.update);
+    auto encoded = peer.noise_stddev > 0 ? secagg::ClampAndEncode(*codec, peer.update)
+                                         : secagg::ClipAndEncode(*codec, peer.update);
     if (!encoded.ok()) return fail(std::string(encoded.status().message()));
     peer.encoded = *encoded;
     auto masked = (*client)->MaskInput(in.shares(), *encoded);
@@ -173,7 +190,7 @@ class AggregatorSecureTest : public AggregatorServiceFixture {
       if (std::find(survivors.begin(), survivors.end(), peer.id) == survivors.end()) continue;
       EXPECT_TRUE(privacy::RingAdd(absl::MakeSpan(sum), peer.encoded, 32).ok());
     }
-    auto codec = secagg::UpdateCodec(kClipNorm, static_cast<int>(peers_.size()));
+    auto codec = secagg::UpdateCodec(kClipNorm, static_cast<int>(peers_.size()), 0);
     auto mean =
         secagg::ApplyMeanOfSum(*codec, sum, static_cast<int>(survivors.size()), base.values);
     EXPECT_TRUE(mean.ok()) << mean.status();
@@ -196,6 +213,20 @@ class AggregatorSecureTest : public AggregatorServiceFixture {
   void PutBase() {
     base_ = Filled([](size_t i) { return 0.001f * static_cast<float>(i % 17); }, SmallLayout());
     ASSERT_TRUE(Put("t", 0, base_).ok());
+  }
+
+  // The decoded ring sum of the survivors' encodings, at the round's codec.
+  std::vector<double> DecodedSum(const std::vector<std::string>& survivors, size_t values,
+                                 double noise_stddev) {
+    std::vector<uint32_t> sum(values, 0);
+    for (const TestPeer& peer : peers_) {
+      if (std::find(survivors.begin(), survivors.end(), peer.id) == survivors.end()) continue;
+      EXPECT_TRUE(privacy::RingAdd(absl::MakeSpan(sum), peer.encoded, 32).ok());
+    }
+    auto codec = secagg::UpdateCodec(kClipNorm, static_cast<int>(peers_.size()), noise_stddev);
+    auto decoded = codec->DecodeSum(sum, static_cast<int>(survivors.size()));
+    EXPECT_TRUE(decoded.ok()) << decoded.status();
+    return decoded.ok() ? *decoded : std::vector<double>(values, 0.0);
   }
 
   std::vector<TestPeer> peers_;
@@ -289,6 +320,12 @@ TEST_F(AggregatorSecureTest, RefusesWhatSecureAggregationCannotDo) {
   refused = OpenSecure(missing_key);
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.message(), HasSubstr("secure_aggregation.identity_keys"));
+  v1::OpenRoundRequest other_clip = SecureRound(1);
+  *other_clip.mutable_dp() = DistributedDp(1);
+  other_clip.mutable_dp()->set_clip_norm(2 * kClipNorm);
+  refused = OpenSecure(other_clip);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("differs from dp.clip_norm"));
   // A masked update must fit one message: 8 MiB, about 2.1M values.
   ASSERT_TRUE(
       Put("big", 0,
@@ -304,6 +341,63 @@ TEST_F(AggregatorSecureTest, RefusesWhatSecureAggregationCannotDo) {
   auto pushed = Push(Meta("peer-0", 10), Filled([](size_t) { return 0.f; }, SmallLayout()));
   EXPECT_EQ(pushed.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(pushed.status().message(), HasSubstr("SecureAggregate"));
+}
+
+TEST_F(AggregatorSecureTest, WithDpTheRoundDividesByTheExpectedPeers) {
+  PutBase();
+  MakePeers(5);
+  peers_[3].stop = Stop::kBeforeMasking;
+  // Noise multiplier 0: no noise anywhere, so the fixed denominator shows exactly.
+  v1::OpenRoundRequest request = SecureRound(1);
+  *request.mutable_dp() = DistributedDp(0);
+  ASSERT_TRUE(OpenSecure(request).ok());
+  RunAll(1);
+  auto closed = Close("t", 1);
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  const std::vector<std::string> survivors = {"peer-0", "peer-1", "peer-2", "peer-4"};
+  EXPECT_THAT(closed->contributors(), ElementsAre("peer-0", "peer-1", "peer-2", "peer-4"));
+  const std::vector<double> sum = DecodedSum(survivors, kValues, 0);
+  auto published = Get("t", 1);
+  ASSERT_TRUE(published.ok()) << published.status();
+  for (size_t i = 0; i < kValues; ++i) {
+    // Over the 5 expected peers, not the 4 survivors.
+    ASSERT_EQ(published->model.values[i], static_cast<float>(base_.values[i] + sum[i] / 5)) << i;
+  }
+}
+
+TEST_F(AggregatorSecureTest, WithDistributedNoiseTheAggregatorAddsTheDroppedPeersShare) {
+  constexpr size_t kNoisyValues = 20000;
+  ASSERT_TRUE(
+      Put("t", 0,
+          Filled([](size_t) { return 0.f; }, *tensor::ModelLayout::Create({{"w", {kNoisyValues}}})))
+          .ok());
+  MakePeers(4);
+  // Noise multiplier 2 over 4 peers: each update carries N(0, (2 x 1)^2 / 4), sd 1 (and nothing
+  // else, so the sum is all noise).
+  std::mt19937 rng(11);
+  std::normal_distribution<float> share(0.f, 1.f);
+  for (TestPeer& peer : peers_) {
+    peer.noise_stddev = 1.0;
+    peer.update.resize(kNoisyValues);
+    for (float& v : peer.update) v = share(rng);
+  }
+  peers_[3].stop = Stop::kBeforeMasking;
+  v1::OpenRoundRequest request = SecureRound(1);
+  *request.mutable_dp() = DistributedDp(2);
+  ASSERT_TRUE(OpenSecure(request).ok());
+  RunAll(1);
+  ASSERT_TRUE(Close("t", 1).ok());
+  auto published = Get("t", 1);
+  ASSERT_TRUE(published.ok()) << published.status();
+  const std::vector<double> sum = DecodedSum({"peer-0", "peer-1", "peer-2"}, kNoisyValues, 1.0);
+  // What the aggregator added: published x 4 - the survivors' sum, the dropped peer's share
+  // N(0, 1); over 4: sd 0.25. Standard error with 20 000 values: 0.0013.
+  double sq = 0;
+  for (size_t i = 0; i < kNoisyValues; ++i) {
+    const double added = published->model.values[i] - sum[i] / 4;
+    sq += added * added;
+  }
+  EXPECT_NEAR(std::sqrt(sq / kNoisyValues), 0.25, 0.015);
 }
 
 // The peers' production side: GrpcAggregatorClient::SecureAggregate with SecureParticipant,
@@ -330,7 +424,7 @@ TEST_F(AggregatorSecureTest, PeersThroughTheClientAndSecureParticipant) {
       results[i] = client.SecureAggregate(server_->address(), "t", 1, Caller{peers_[i].id, ""},
                                           party, absl::Now() + absl::Seconds(30));
       survivors[i] = party.survivors();
-      auto codec = secagg::UpdateCodec(kClipNorm, 3);
+      auto codec = secagg::UpdateCodec(kClipNorm, 3, 0);
       peers_[i].encoded = *secagg::ClipAndEncode(*codec, peers_[i].update);
     });
   }

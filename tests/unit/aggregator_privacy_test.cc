@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "libs/privacy/dp_update.h"
+#include "services/aggregator/round_privacy.h"
 #include "tests/unit/aggregator_core_fixture.h"
 
 namespace shoal::aggregator {
@@ -48,9 +49,10 @@ class AggregatorPrivacyTest : public AggregatorCoreFixture {
 TEST_F(AggregatorPrivacyTest, UpdatesWeighOneAndTheRoundDividesByTheExpectedPeers) {
   PutBase();
   const tensor::FlatModel base = Filled([](size_t i) { return 1.0f * i; });
-  // Distributed noise: the aggregator adds none, so the result is exact. Clip far above the
-  // updates' norms: the aggregator does not clip either (the peers did).
-  ASSERT_TRUE(OpenDp({"a", "b", "c"}, Dp(common::v1::DP_NOISE_DISTRIBUTED, 1e6, 1.0)).ok());
+  // Distributed noise at sigma 0: the aggregator adds no noise (not even the missing peer's
+  // share), so the result is exact. Clip far above the updates' norms: the aggregator does not
+  // clip either (the peers did).
+  ASSERT_TRUE(OpenDp({"a", "b", "c"}, Dp(common::v1::DP_NOISE_DISTRIBUTED, 1e6, 0.0)).ok());
   const tensor::FlatModel d1 = Filled([](size_t i) { return 1.0f + i; });
   const tensor::FlatModel d2 = Filled([](size_t i) { return -2.0f * i; });
   // Sample counts 1 and 30: a weighted mean would lean to b; DP must not.
@@ -108,6 +110,39 @@ TEST_F(AggregatorPrivacyTest, CentralNoiseHasTheCalibratedSpread) {
   // Standard errors with 4000 values: 0.016 for the mean, 0.011 for sd.
   EXPECT_NEAR(mean, 0.0, 0.08);
   EXPECT_NEAR(sd, sigma * clip / 2, 0.07);
+}
+
+// The standard deviation of `values` around 0 (their mean is checked apart).
+double SpreadOf(const std::vector<float>& values, double* mean_out) {
+  double sum = 0;
+  double sq = 0;
+  for (float v : values) {
+    sum += v;
+    sq += static_cast<double>(v) * v;
+  }
+  const double n = static_cast<double>(values.size());
+  *mean_out = sum / n;
+  return std::sqrt(sq / n - *mean_out * *mean_out);
+}
+
+TEST_F(AggregatorPrivacyTest, DistributedNoiseOfAMissingPeerIsAddedByTheAggregator) {
+  EXPECT_DOUBLE_EQ(MissingNoiseStddev(Dp(common::v1::DP_NOISE_DISTRIBUTED, 2, 3), 4, 4), 0);
+  EXPECT_DOUBLE_EQ(MissingNoiseStddev(Dp(common::v1::DP_NOISE_DISTRIBUTED, 2, 3), 4, 3), 3);
+  EXPECT_DOUBLE_EQ(MissingNoiseStddev(Dp(common::v1::DP_NOISE_CENTRAL, 2, 3), 4, 3), 6);
+  const auto layout = *tensor::ModelLayout::Create({{"w", {4000}}});
+  const tensor::FlatModel base = Filled([](size_t) { return 0.0f; }, layout);
+  ASSERT_TRUE(core_->PutModel("t", 0, base).ok());
+  // Four expected, three push zeros (as if their own shares cancelled): the sum must still carry
+  // the fourth's share, N(0, (sigma C)^2 / 4); published / 4: sd 2 x 2 / 2 / 4 = 0.5.
+  ASSERT_TRUE(OpenDp({"a", "b", "c", "d"}, Dp(common::v1::DP_NOISE_DISTRIBUTED, 2, 2)).ok());
+  const tensor::FlatModel zero = Filled([](size_t) { return 0.0f; }, layout);
+  for (const char* peer : {"a", "b", "c"}) ASSERT_TRUE(PushModel(Meta(peer, 1), zero).ok());
+  ASSERT_TRUE(core_->CloseRound("t", 1).ok());
+  double mean = 0;
+  const double sd = SpreadOf(PublishedDelta(base), &mean);
+  // Standard errors with 4000 values: 0.008 for the mean, 0.006 for sd.
+  EXPECT_NEAR(mean, 0.0, 0.04);
+  EXPECT_NEAR(sd, 0.5, 0.035);
 }
 
 TEST_F(AggregatorPrivacyTest, RoundsDpCannotTakeAreRefused) {

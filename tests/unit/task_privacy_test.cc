@@ -212,9 +212,31 @@ TEST(TaskPrivacyTest, SecureAggregationParsesAndRefusesWhatCannotGoWithIt) {
               HasSubstr("compression: a masked update is uniformly random"));
   EXPECT_THAT(Refusal(three + "max_update_norm: 5\n" + sa),
               HasSubstr("max_update_norm: the aggregator cannot check a masked update's norm"));
-  EXPECT_THAT(Refusal(three + "privacy: {secure_aggregation: {clip_norm: 1}, dp: {level: peer, "
-                              "clip_norm: 1, noise_multiplier: 1, delta: 1e-5}}\n"),
-              HasSubstr("privacy.dp: not supported yet together with secure aggregation"));
+}
+
+TEST(TaskPrivacyTest, SecureAggregationCombinesWithDp) {
+  const std::string three = "min_participants: 3\n";
+  // Level peer: the noise defaults to distributed, and secure aggregation's clip_norm to dp's.
+  auto spec = Parse(three +
+                    "privacy: {secure_aggregation: {}, dp: {level: peer, clip_norm: 1.5, "
+                    "noise_multiplier: 1, delta: 1e-5}}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->privacy().dp().noise(), common::v1::DP_NOISE_DISTRIBUTED);
+  EXPECT_DOUBLE_EQ(SecureClipNorm(*spec), 1.5);
+  EXPECT_EQ(Refusal(three + "privacy: {secure_aggregation: {clip_norm: 1.5}, dp: {level: peer, "
+                            "clip_norm: 1.5, noise_multiplier: 1, delta: 1e-5, noise: central}}\n"),
+            "");
+  EXPECT_THAT(Refusal(three + "privacy: {secure_aggregation: {clip_norm: 2}, dp: {level: peer, "
+                              "clip_norm: 1.5, noise_multiplier: 1, delta: 1e-5}}\n"),
+              HasSubstr("privacy.secure_aggregation.clip_norm: must equal privacy.dp.clip_norm "
+                        "(1.5), or be left out"));
+  // Without dp at level peer there is no clip_norm to take.
+  EXPECT_THAT(Refusal(three + "privacy: {secure_aggregation: {}}\n"),
+              HasSubstr("privacy.secure_aggregation.clip_norm: must be > 0, got 0"));
+  // Level sample: each peer's DP-SGD step makes its update private; secure aggregation sums it.
+  EXPECT_EQ(Refusal(three + "privacy: {secure_aggregation: {clip_norm: 1}, dp: {level: sample, "
+                            "clip_norm: 1, noise_multiplier: 1, delta: 1e-5}}\n"),
+            "");
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 // the peers that take part): each peer clips its update to L2 norm clip_norm, so that every value
 // lies in [-clip_norm, clip_norm], and encodes it in fixed point into Z_(2^32) for as many
 // summands as the round has participants (fixed_point.h picks the scale). The aggregator decodes
-// the survivors' exact ring sum and publishes base + sum / survivors.
+// the survivors' exact ring sum and publishes base + sum / survivors (with peer-level DP: base +
+// (sum + noise) / expected peers, services/aggregator/round_privacy.h).
 
 #include <cstdint>
 #include <vector>
@@ -15,14 +16,28 @@
 
 namespace shoal::privacy::secagg {
 
-// The codec of a round of `participants` peers clipping to `clip_norm`. Errors: INVALID_ARGUMENT
-// naming clip_norm (not finite or not > 0) or the participants.
-absl::StatusOr<FixedPointCodec> UpdateCodec(double clip_norm, int participants);
+// The codec of a round of `participants` peers clipping to `clip_norm`, whose updates then carry
+// Gaussian noise of `noise_stddev` per value (peer-level DP with distributed noise; 0: none):
+// values range over [-r, r] with r = NoisyValueRange(clip_norm, noise_stddev). Errors:
+// INVALID_ARGUMENT naming clip_norm (not finite or not > 0), noise_stddev (negative or not
+// finite) or the participants.
+absl::StatusOr<FixedPointCodec> UpdateCodec(double clip_norm, int participants,
+                                            double noise_stddev);
+
+// clip_norm + 8 x noise_stddev: a value of a clipped update with N(0, noise_stddev²) added lies
+// further out with probability under 10^-15.
+double NoisyValueRange(double clip_norm, double noise_stddev);
 
 // Scales `update` down to L2 norm codec.clip_range() when it is longer, and encodes it (round to
 // nearest). Errors: INVALID_ARGUMENT naming the first value that is not finite.
 absl::StatusOr<std::vector<uint32_t>> ClipAndEncode(const FixedPointCodec& codec,
                                                     absl::Span<const float> update);
+
+// For an update that was clipped and then got its noise (UpdateCodec with noise_stddev > 0):
+// clamps each value to [-r, r] (clipping the norm again would cut the noise) and encodes it.
+// Errors: INVALID_ARGUMENT naming the first value that is not finite.
+absl::StatusOr<std::vector<uint32_t>> ClampAndEncode(const FixedPointCodec& codec,
+                                                     absl::Span<const float> update);
 
 // base + (the decoded ring sum of `summands` encodings) / summands, as floats. Errors:
 // INVALID_ARGUMENT when `sum` and `base` differ in length or the sum does not decode

@@ -9,10 +9,12 @@
 #include "libs/aggregation/strategy.h"
 #include "libs/common/escape.h"
 #include "libs/privacy/crypto.h"
+#include "libs/privacy/dp_update.h"
 #include "libs/privacy/secagg/graph.h"
 #include "libs/privacy/secagg/identity.h"
 #include "libs/privacy/secagg/round.h"
 #include "libs/privacy/secagg/update_codec.h"
+#include "services/aggregator/round_privacy.h"
 
 namespace shoal::aggregator {
 namespace {
@@ -46,13 +48,29 @@ absl::Status CheckSecureConflicts(const OpenRoundParams& p, const std::string& l
     return refuse("tree rounds (expected_children, parent)");
   }
   if (!p.backups.empty() || !p.standby_for.empty()) return refuse("replicas");
-  if (p.dp.level() != common::v1::DP_LEVEL_UNSPECIFIED) return refuse("dp in the round");
+  if (p.dp.level() != common::v1::DP_LEVEL_UNSPECIFIED) {
+    if (absl::Status s = CheckRoundDp(p, label); !s.ok()) return s;
+    if (p.dp.clip_norm() != p.secure_aggregation.clip_norm()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          label, ": secure_aggregation.clip_norm ", p.secure_aggregation.clip_norm(),
+          " differs from dp.clip_norm ", p.dp.clip_norm(), ": updates are clipped once"));
+    }
+  }
   if (p.max_update_norm != 0) {
     return refuse(
         "max_update_norm (a masked update's norm cannot be checked; each peer clips its own to "
         "secure_aggregation.clip_norm)");
   }
   return absl::OkStatus();
+}
+
+// The noise each peer's update carries per value: its share of distributed noise, else none.
+double PeerNoiseStddev(const common::v1::DpSpec& dp, size_t peers) {
+  if (dp.level() != common::v1::DP_LEVEL_PEER || dp.noise() != common::v1::DP_NOISE_DISTRIBUTED) {
+    return 0;
+  }
+  return privacy::DistributedNoiseStddev(dp.noise_multiplier(), dp.clip_norm(),
+                                         static_cast<uint32_t>(peers));
 }
 
 }  // namespace
@@ -69,7 +87,8 @@ absl::StatusOr<std::shared_ptr<SecureRoundSession>> SecureRoundSession::Make(
                                                    secagg::kMinParticipants,
                                                    " expected peers, got ", n));
   }
-  if (absl::StatusOr<privacy::FixedPointCodec> codec = secagg::UpdateCodec(settings.clip_norm(), n);
+  if (absl::StatusOr<privacy::FixedPointCodec> codec = secagg::UpdateCodec(
+          settings.clip_norm(), n, PeerNoiseStddev(p.dp, p.expected_peers.size()));
       !codec.ok()) {
     return SettingError(label, "clip_norm", codec.status().message());
   }
@@ -125,6 +144,7 @@ SecureRoundSession::SecureRoundSession(SessionHost& host, const OpenRoundParams&
       base_version_(p.base_version),
       expected_(p.expected_peers),
       clip_norm_(p.secure_aggregation.clip_norm()),
+      dp_(p.dp),
       threshold_(threshold),
       neighbourhood_(neighbourhood),
       step_timeout_(absl::Milliseconds(step_timeout_ms)),
@@ -173,8 +193,8 @@ absl::StatusOr<std::shared_ptr<AggregationSession>> SecureRoundSession::Open(
   config.set_graph_seed(*std::move(seed));
   config.set_ring_bits(32);
   config.set_vector_length(values);
-  absl::StatusOr<privacy::FixedPointCodec> codec =
-      secagg::UpdateCodec(clip_norm_, static_cast<int>(expected_.size()));
+  absl::StatusOr<privacy::FixedPointCodec> codec = secagg::UpdateCodec(
+      clip_norm_, static_cast<int>(expected_.size()), PeerNoiseStddev(dp_, expected_.size()));
   if (!codec.ok()) return codec.status();
   absl::StatusOr<std::unique_ptr<secagg::Ed25519KeyVerifier>> verifier =
       secagg::Ed25519KeyVerifier::Create(identity_keys_);
@@ -295,13 +315,11 @@ absl::StatusOr<RoundResult> SecureRoundSession::Close(TaskState& task, uint64_t 
   // Open set exchange_ and codec_ before the round could be closed; neither changes after.
   absl::StatusOr<SecureExchange::Outcome> outcome = exchange_->RunOut();
   absl::StatusOr<std::vector<float>> values =
-      outcome.ok()
-          ? secagg::ApplyMeanOfSum(*codec_, outcome->sum,
-                                   static_cast<int>(outcome->survivors.size()), base_->values)
-          : absl::StatusOr<std::vector<float>>(absl::Status(
-                outcome.status().code(),
-                absl::StrCat(label, ": secure aggregation failed, nothing is published: ",
-                             outcome.status().message())));
+      outcome.ok() ? MeanOf(*outcome)
+                   : absl::StatusOr<std::vector<float>>(absl::Status(
+                         outcome.status().code(),
+                         absl::StrCat(label, ": secure aggregation failed, nothing is published: ",
+                                      outcome.status().message())));
   absl::MutexLock lock(&host_.mu());
   if (!values.ok()) {
     if (state_ == State::kClosing) state_ = State::kFailed;
@@ -322,8 +340,12 @@ absl::StatusOr<RoundResult> SecureRoundSession::Close(TaskState& task, uint64_t 
   result.num_samples = outcome->num_samples;
   result.mean_train_loss =
       outcome->num_samples > 0 ? outcome->loss_sum / static_cast<double>(outcome->num_samples) : 0;
-  result.note = absl::StrCat("secure aggregation: the mean of ", outcome->survivors.size(), " of ",
-                             expected_.size(), " peers' clipped updates");
+  result.note = dp_.level() == common::v1::DP_LEVEL_PEER
+                    ? absl::StrCat("secure aggregation with differential privacy: ",
+                                   outcome->survivors.size(), " of ", expected_.size(),
+                                   " peers' clipped updates and the noise, over ", expected_.size())
+                    : absl::StrCat("secure aggregation: the mean of ", outcome->survivors.size(),
+                                   " of ", expected_.size(), " peers' clipped updates");
   host_.PublishVersion(task, result.version, std::move(next), result.digest);
   result.model_bytes = task.versions.at(result.version).model->layout.total_bytes();
   state_ = State::kClosed;
@@ -334,6 +356,17 @@ absl::StatusOr<RoundResult> SecureRoundSession::Close(TaskState& task, uint64_t 
   host_.metrics().rounds_completed.Increment();
   host_.metrics().round_duration.Observe(absl::ToDoubleSeconds(host_.clock().Now() - opened_at_));
   return result;
+}
+
+absl::StatusOr<std::vector<float>> SecureRoundSession::MeanOf(
+    const SecureExchange::Outcome& outcome) const {
+  const int survivors = static_cast<int>(outcome.survivors.size());
+  if (dp_.level() != common::v1::DP_LEVEL_PEER) {
+    return secagg::ApplyMeanOfSum(*codec_, outcome.sum, survivors, base_->values);
+  }
+  absl::StatusOr<std::vector<double>> sum = codec_->DecodeSum(outcome.sum, survivors);
+  if (!sum.ok()) return sum.status();
+  return PrivateMeanOfSum(dp_, *sum, outcome.survivors.size(), expected_.size(), base_->values);
 }
 
 }  // namespace shoal::aggregator

@@ -17,6 +17,7 @@
 #include "services/aggregator/sessions/secure_exchange.h"
 #include "services/aggregator/sessions/session.h"
 #include "shoal/aggregator/v1/aggregator.pb.h"
+#include "shoal/common/v1/task.pb.h"
 
 namespace shoal::aggregator {
 
@@ -24,7 +25,9 @@ namespace shoal::aggregator {
 // expected peers take part in one SecAgg+ round (libs/privacy/secagg/round.h) over their
 // SecureAggregate streams instead of pushing, and CloseRound publishes base + the survivors' sum /
 // the survivors (libs/privacy/secagg/update_codec.h). The aggregator relays the sealed shares
-// unread and sees only masked updates and the sum.
+// unread and sees only masked updates and the sum. With peer-level DP (OpenRoundRequest.dp) it
+// publishes base + (sum + noise) / the expected peers instead (round_privacy.h, PrivateMeanOfSum):
+// the noise of the peers that dropped out (distributed noise) or all of it (central noise).
 //
 // The protocol runs in a SecureExchange (secure_exchange.h, its steps and their deadlines).
 // CloseRound waits for its steps and publishes; when the dropouts leave fewer than the threshold,
@@ -66,6 +69,8 @@ class SecureRoundSession final : public AggregationSession {
   SecureRoundSession(SessionHost& host, const OpenRoundParams& params, uint32_t threshold,
                      uint32_t neighbourhood, uint32_t step_timeout_ms);
   std::string Label() const;
+  // What Close publishes from the survivors' ring sum (after Open).
+  absl::StatusOr<std::vector<float>> MeanOf(const SecureExchange::Outcome& outcome) const;
 
   SessionHost& host_;
   const std::string task_;
@@ -73,6 +78,8 @@ class SecureRoundSession final : public AggregationSession {
   const uint64_t base_version_;
   const std::vector<std::string> expected_;
   const double clip_norm_;
+  // Level peer, or unset (no DP).
+  const common::v1::DpSpec dp_;
   const uint32_t threshold_;
   const uint32_t neighbourhood_;
   const absl::Duration step_timeout_;

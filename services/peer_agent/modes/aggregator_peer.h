@@ -108,6 +108,11 @@ class AggregatorPeer {
   // global model back from disk.
   absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> DeltaOf(tensor::FlatModel params,
                                                                       uint32_t round_peers = 0);
+  // The noise per value DeltaOf adds for `round_peers` (UpdatePrivacy::NoiseStddev; 0 without
+  // distributed noise).
+  double UpdateNoiseStddev(uint32_t round_peers) const {
+    return privacy_.ok() ? privacy_->NoiseStddev(round_peers) : 0;
+  }
 
  private:
   const ModeRunnerDeps& deps_;

@@ -217,7 +217,7 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
     const common::v1::SecureAggregationSpec& sa = spec_.privacy().secure_aggregation();
     aggregator::v1::SecureAggregationSettings& settings = *open.open.mutable_secure_aggregation();
     settings.set_enabled(true);
-    settings.set_clip_norm(sa.clip_norm());
+    settings.set_clip_norm(task::SecureClipNorm(spec_));
     settings.set_threshold(sa.threshold());
     settings.set_neighbourhood_size(sa.neighbourhood_size());
     for (const std::string& id : open.open.expected_peers()) {
