@@ -69,6 +69,29 @@ absl::Status ValidateSecureAggregation(const TaskSpec& spec) {
                                        "among at least 3 peers), got ",
                                        spec.min_participants()));
   }
+  if (spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL) {
+    // Each cluster is one secure round; the aggregators above add up the clusters' sums.
+    if (spec.has_cluster_size() && spec.cluster_size() < 3) {
+      return SecureConflict("cluster_size",
+                            absl::StrCat("must be at least 3 on a tree (each cluster masks among "
+                                         "its own peers), got ",
+                                         spec.cluster_size()));
+    }
+    if (spec.replicas() > 1) {
+      return SecureConflict("replicas",
+                            "not supported yet with secure aggregation (a backup cannot take "
+                            "over a cluster's secure round); remove it or set 1");
+    }
+    if (sa.threshold() != 0) {
+      return SecureConflict("privacy.secure_aggregation.threshold",
+                            "must be 0 on a tree: each cluster's round picks its own from the "
+                            "peers it has");
+    }
+    if (spec.aggregation_options().exact_sum()) {
+      return SecureConflict("aggregation_options.exact_sum",
+                            "not supported on a tree (the clusters' sums travel in float32)");
+    }
+  }
   if (sa.threshold() != 0) {
     // The smallest round has min_participants peers; its neighbourhoods hold fewer.
     const uint32_t smallest =
@@ -105,11 +128,6 @@ absl::Status ValidateSecureAggregation(const TaskSpec& spec) {
         absl::StrCat(FriendlyEnumName(*common::v1::Aggregation_descriptor(), spec.aggregation()),
                      " must see each update, and secure aggregation reveals only their sum "
                      "(use aggregation: mean)"));
-  }
-  if (spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL) {
-    return SecureConflict("topology",
-                          "hierarchical is not supported yet with secure aggregation (its "
-                          "clusters' partial sums would need SecAgg rounds of their own)");
   }
   if (spec.straggler_factor() != 0) {
     return SecureConflict("straggler_factor",

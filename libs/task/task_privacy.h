@@ -47,8 +47,9 @@ double SecureClipNorm(const common::v1::TaskSpec& spec);
 // threshold that every round's neighbourhood (at most neighbourhood_size, max_participants - 1)
 // can hold; refused, naming why: any mode but federated-sync; min_participants below 3; an
 // aggregation that must see each update (median, trimmed-mean, krum, multi-krum,
-// centered-clipping); a hierarchical topology, stragglers, compression and max_update_norm (not
-// supported with it). It combines with privacy.dp at either level. Part of ValidateTaskSpec.
+// centered-clipping); stragglers, compression and max_update_norm (not supported with it); on a
+// hierarchical topology, cluster_size below 3, replicas above 1, a non-zero threshold and
+// exact_sum. It combines with privacy.dp at either level. Part of ValidateTaskSpec.
 absl::Status ValidatePrivacy(const common::v1::TaskSpec& spec);
 
 // When privacy.dp is at level peer and its noise unset: noise distributed with secure

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "libs/common/log.h"
 #include "services/coordinator/aggregator_work.h"
 
@@ -92,10 +93,66 @@ std::vector<std::vector<size_t>> ByLevel(const std::vector<Node>& nodes,
   return levels;
 }
 
+// The fewest peers a secure round masks among (libs/privacy/secagg/round.h, kMinParticipants).
+constexpr int kMinSecurePeers = 3;
+
+// Secure aggregation on a tree: each cluster's peers of the round are one secure round at their
+// node, which gets their identity keys alone; a node without peers of the round adds up its
+// children's sums in a plain round. A cluster with fewer than kMinSecurePeers of the round's
+// peers cannot mask among them, and peers in no cluster (at the root) cannot go in a round with
+// clusters below it: both sit the round out, removed from `opens` and from `open`'s expected
+// peers (so the coordinator does not expect them). Returns the groups.
+std::vector<std::vector<std::string>> SplitSecureGroups(
+    const std::string& task, std::vector<aggregator::v1::OpenRoundRequest>& opens,
+    aggregator::v1::OpenRoundRequest& open) {
+  std::set<std::string> out;
+  bool clusters = false;
+  for (size_t i = 1; i < opens.size(); ++i) {
+    const int peers = opens[i].expected_peers_size();
+    if (peers >= kMinSecurePeers) clusters = true;
+    if (peers > 0 && peers < kMinSecurePeers) {
+      out.insert(opens[i].expected_peers().begin(), opens[i].expected_peers().end());
+      opens[i].clear_expected_peers();
+    }
+  }
+  if (clusters && opens[0].expected_peers_size() > 0) {
+    out.insert(opens[0].expected_peers().begin(), opens[0].expected_peers().end());
+    opens[0].clear_expected_peers();
+  }
+  std::vector<std::vector<std::string>> groups;
+  for (aggregator::v1::OpenRoundRequest& o : opens) {
+    if (o.expected_peers_size() == 0) {
+      o.clear_secure_aggregation();
+      continue;
+    }
+    auto& keys = *o.mutable_secure_aggregation()->mutable_identity_keys();
+    keys.clear();
+    for (const std::string& peer : o.expected_peers()) {
+      keys[peer] = open.secure_aggregation().identity_keys().at(peer);
+    }
+    groups.emplace_back(o.expected_peers().begin(), o.expected_peers().end());
+  }
+  if (!out.empty()) {
+    LogWarning("task ", task, ": round ", open.round(), ": peers ", absl::StrJoin(out, ", "),
+               " sit this round out: secure aggregation masks among at least ", kMinSecurePeers,
+               " peers of one cluster");
+    google::protobuf::RepeatedPtrField<std::string> kept;
+    for (const std::string& peer : open.expected_peers()) {
+      if (out.count(peer) == 0) *kept.Add() = peer;
+    }
+    open.mutable_expected_peers()->Swap(&kept);
+    for (const std::string& peer : out) {
+      open.mutable_secure_aggregation()->mutable_identity_keys()->erase(peer);
+    }
+  }
+  return groups;
+}
+
 }  // namespace
 
 absl::Status AggregatorWorkRunner::OpenTree(const std::string& task, const AggregatorTree& tree,
-                                            const aggregator::v1::OpenRoundRequest& open) {
+                                            aggregator::v1::OpenRoundRequest& open,
+                                            std::vector<std::vector<std::string>>& secure_groups) {
   const size_t n = tree.nodes.size();
   std::vector<aggregator::v1::OpenRoundRequest> opens(n, open);
   for (aggregator::v1::OpenRoundRequest& o : opens) {
@@ -114,6 +171,8 @@ absl::Status AggregatorWorkRunner::OpenTree(const std::string& task, const Aggre
   for (aggregator::v1::OpenRoundRequest& o : opens) {
     if (o.late_peers_size() == 0) o.clear_late_staleness();
   }
+  secure_groups.clear();
+  if (open.secure_aggregation().enabled()) secure_groups = SplitSecureGroups(task, opens, open);
   // A node takes part when peers of the round are in its cluster or below it. Every child is
   // named to its parent (so that each may fetch its parent's versions), whether or not it takes
   // part; those that do send their parent a partial sum.

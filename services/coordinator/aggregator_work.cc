@@ -178,11 +178,10 @@ WorkResult AggregatorWorkRunner::Execute(const std::string& task, const Aggregat
   const absl::Time deadline = clock_.Now() + options_.call_timeout;
   switch (work.kind) {
     case Kind::kOpenRound: {
-      aggregator::v1::OpenRoundRequest request = work.open;
-      request.set_task(task);
       result.work.open.set_task(task);
-      result.status = tree.hierarchical ? OpenTree(task, tree, request)
-                                        : client_.OpenRound(address, request, deadline);
+      result.status = tree.hierarchical
+                          ? OpenTree(task, tree, result.work.open, result.secure_groups)
+                          : client_.OpenRound(address, result.work.open, deadline);
       break;
     }
     case Kind::kCloseRound: {

@@ -94,8 +94,11 @@ class AggregatorWorkRunner {
   WorkResult Execute(const std::string& task, const AggregatorTree& tree,
                      const AggregatorWork& work);
   // A hierarchical task's rounds (aggregator_tree_work.cc).
+  // With secure aggregation, `open` loses the peers that sit the round out and `secure_groups`
+  // gets each cluster's peers (SplitSecureGroups).
   absl::Status OpenTree(const std::string& task, const AggregatorTree& tree,
-                        const aggregator::v1::OpenRoundRequest& open);
+                        aggregator::v1::OpenRoundRequest& open,
+                        std::vector<std::vector<std::string>>& secure_groups);
   absl::StatusOr<aggregator::v1::CloseRoundResponse> CloseTree(
       const std::string& task, const AggregatorTree& tree,
       const aggregator::v1::CloseRoundRequest& close);

@@ -53,6 +53,9 @@ struct WorkResult {
   absl::Status status;
   aggregator::v1::CloseRoundResponse closed;  // kCloseRound
   StoredCheckpoint restored;                  // kRestore
+  // kOpenRound on a tree with secure aggregation: each cluster's peers, one secure round each
+  // (work.open then lists only the peers expected: those of a cluster too small sit it out).
+  std::vector<std::vector<std::string>> secure_groups;
 };
 
 // What a mode's state machine asks CoordinatorCore to do after one input. The core applies it

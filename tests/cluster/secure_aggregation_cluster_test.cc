@@ -3,7 +3,8 @@
 // each peer sends its update masked through the aggregator's SecureAggregate (its identity key
 // sent to the coordinator in its Hello, the others' received in RoundStarted), and the round
 // publishes the mean of the three. A fourth peer too slow for the deadline is left out of a
-// round, which publishes the other three's sum.
+// round, which publishes the other three's sum. On a supernode tree each cluster is one secure
+// round whose sum alone goes up to the root.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -100,6 +101,53 @@ TEST(SecureAggregationClusterTest, ARoundWithoutAPeerThatMissedItsDeadlinePublis
     const std::string log = ReadLog(cluster.dir() + "/peer-" + std::to_string(i) + ".log");
     EXPECT_THAT(log, HasSubstr("round 1: secure aggregation done, 3 updates in the sum")) << i;
     EXPECT_THAT(log, HasSubstr("share of noise multiplier 1 (distributed)")) << i;
+  }
+}
+
+// On a tree: a root serving no peer and two clusters of three below it. Each cluster's
+// aggregator runs its peers' secure round and sends the root only the cluster's sum; the root
+// adds the two sums in a plain round and publishes the mean of all six updates.
+TEST(SecureAggregationClusterTest, OnATreeEachClusterIsOneSecureRound) {
+  auto dir = MakeTestTempDir("shoal-secagg-tree-");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  Cluster cluster(*dir);
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(cluster.StartPeer(i, 6).ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.WaitForPeersConnected(6, absl::Seconds(60)).ok()) << cluster.LogTails();
+
+  common::v1::TaskSpec spec = SmallTask("secure-tree");
+  spec.set_round_batches(10);
+  spec.set_rounds(2);
+  spec.set_min_participants(6);
+  spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
+  spec.set_cluster_size(3);
+  spec.set_fanout(2);
+  spec.mutable_privacy()->mutable_secure_aggregation()->set_clip_norm(1.0);
+  ASSERT_TRUE(cluster.CreateTask(spec).ok());
+  auto status = cluster.WaitForEnd(spec);
+  ASSERT_TRUE(status.ok()) << status.status() << cluster.LogTails();
+  ASSERT_EQ(status->state(), cv1::TASK_STATE_COMPLETED) << status->message() << cluster.LogTails();
+  ASSERT_EQ(status->history_size(), 2);
+  for (const cv1::RoundSummary& r : status->history()) {
+    EXPECT_EQ(r.participants_size(), 6) << r.ShortDebugString();
+  }
+  for (const cv1::ClusterInfo& c : status->clusters()) {
+    EXPECT_EQ(c.peers_size(), c.level() == 0 ? 0 : 3) << c.ShortDebugString();
+  }
+  for (int i = 0; i < 6; ++i) {
+    const std::string log = ReadLog(cluster.dir() + "/peer-" + std::to_string(i) + ".log");
+    EXPECT_THAT(log, HasSubstr("round 2: secure aggregation done, 3 updates in the sum")) << i;
+  }
+  // The root added two clusters' sums a round and took no update; each cluster's aggregator
+  // sent it one sum a round.
+  for (int i = 0; i < cluster.aggregator_count(); ++i) {
+    auto page = HttpGet(cluster.aggregator(i).metrics_address, "/metrics");
+    ASSERT_TRUE(page.ok()) << page.status();
+    const bool is_root = cluster.aggregator(i).address == status->aggregator();
+    EXPECT_EQ(MetricValue(*page, "shoal_aggregator_partials_accepted_total"), is_root ? 4 : 0) << i;
+    EXPECT_EQ(MetricValue(*page, "shoal_aggregator_partials_forwarded_total"), is_root ? 0 : 2)
+        << i;
   }
 }
 

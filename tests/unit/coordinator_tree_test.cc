@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -398,6 +399,50 @@ TEST_F(CoordinatorTreeTest, StragglersPushLateToTheirOwnCluster) {
   EXPECT_TRUE(two.expected_peers().empty());
   EXPECT_THAT(Ids(two.late_peers()), ElementsAre("c"));
   EXPECT_EQ(two.parent().address(), kRoot);
+}
+
+TEST_F(CoordinatorTreeTest, WithSecureAggregationEachClusterIsOneSecureRound) {
+  // A root with one peer of its own, a cluster of three and a cluster of two: the cluster of
+  // three is one secure round with its own peers' keys; the cluster of two and the root's peer
+  // sit the round out; the root adds the sum in a plain round.
+  AggregatorTree tree;
+  tree.hierarchical = true;
+  tree.nodes = {{kRoot, "", {}, 0, 0},
+                {kChild1, "aggregator-1", {"a", "b", "c"}, 0, 1},
+                {kChild2, "aggregator-2", {"d", "e"}, 0, 1}};
+  AggregatorWork work;
+  work.open.set_task("t");
+  work.open.set_round(1);
+  aggregator::v1::SecureAggregationSettings& secure = *work.open.mutable_secure_aggregation();
+  secure.set_enabled(true);
+  secure.set_clip_norm(1);
+  for (const char* p : {"a", "b", "c", "d", "e", "f"}) {
+    work.open.add_expected_peers(p);
+    (*secure.mutable_identity_keys())[p] = std::string(32, p[0]);
+  }
+  AggregatorWorkRunner runner(aggregator_, *store_, calls_, transfers_, clock_, *metrics_, {});
+  std::optional<WorkResult> done;
+  runner.Run("t", tree, work, [&](WorkResult result) { done = std::move(result); });
+  RunWork();
+  runner.Drain();
+  ASSERT_TRUE(done.has_value());
+  EXPECT_TRUE(done->status.ok()) << done->status;
+  // "f" is in no cluster: it would push to the root.
+  EXPECT_THAT(Ids(done->work.open.expected_peers()), ElementsAre("a", "b", "c"));
+  ASSERT_EQ(done->secure_groups.size(), 1u);
+  EXPECT_THAT(done->secure_groups[0], ElementsAre("a", "b", "c"));
+  const aggregator::v1::OpenRoundRequest& root = OpenedAt(kRoot);
+  EXPECT_TRUE(root.expected_peers().empty());
+  EXPECT_FALSE(root.secure_aggregation().enabled());
+  EXPECT_THAT(Ids(root.expected_children()), ElementsAre("aggregator-1", "aggregator-2"));
+  const aggregator::v1::OpenRoundRequest& one = OpenedAt(kChild1);
+  EXPECT_THAT(Ids(one.expected_peers()), ElementsAre("a", "b", "c"));
+  EXPECT_TRUE(one.secure_aggregation().enabled());
+  EXPECT_EQ(one.secure_aggregation().identity_keys_size(), 3);
+  EXPECT_EQ(one.secure_aggregation().identity_keys().at("b"), std::string(32, 'b'));
+  EXPECT_EQ(one.parent().address(), kRoot);
+  // The cluster of two took no part.
+  for (const std::string& address : aggregator_.open_addresses) EXPECT_NE(address, kChild2);
 }
 
 TEST_F(CoordinatorTreeTest, FlatTasksShowNoClusters) {

@@ -204,8 +204,15 @@ TEST(TaskPrivacyTest, SecureAggregationParsesAndRefusesWhatCannotGoWithIt) {
                       "min_participants: 5\n" +
                       sa),
               HasSubstr("aggregation: krum must see each update"));
-  EXPECT_THAT(Refusal(three + "topology: hierarchical\n" + sa),
-              HasSubstr("topology: hierarchical is not supported yet with secure aggregation"));
+  // On a tree each cluster is one secure round.
+  EXPECT_EQ(Refusal(three + "topology: hierarchical\n" + sa), "");
+  EXPECT_THAT(Refusal(three + "topology: hierarchical\ncluster_size: 2\n" + sa),
+              HasSubstr("cluster_size: must be at least 3 on a tree"));
+  EXPECT_THAT(Refusal(three + "topology: hierarchical\nreplicas: 2\n" + sa),
+              HasSubstr("replicas: not supported yet with secure aggregation"));
+  EXPECT_THAT(Refusal(three + "topology: hierarchical\n" +
+                      "privacy: {secure_aggregation: {clip_norm: 1, threshold: 2}}\n"),
+              HasSubstr("privacy.secure_aggregation.threshold: must be 0 on a tree"));
   EXPECT_THAT(Refusal(three + "straggler_factor: 3\n" + sa),
               HasSubstr("straggler_factor: not supported with secure aggregation"));
   EXPECT_THAT(Refusal(three + "compression: int8\n" + sa),

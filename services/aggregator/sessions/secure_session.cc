@@ -44,8 +44,13 @@ absl::Status CheckSecureConflicts(const OpenRoundParams& p, const std::string& l
         absl::StrCat(label, ": secure aggregation cannot be combined with ", what));
   };
   if (!p.late_peers.empty()) return refuse("late peers (stragglers)");
-  if (!p.expected_children.empty() || !p.parent.address().empty() || !p.parent.child().empty()) {
-    return refuse("tree rounds (expected_children, parent)");
+  if (!p.expected_children.empty() || !p.child_backups.empty()) {
+    return refuse(
+        "children's partial sums (expected_children): on a tree each cluster is one secure "
+        "round, and the nodes above take its sum in a plain round");
+  }
+  if (p.parent.address().empty() != p.parent.child().empty()) {
+    return refuse("a parent without both its address and this node's child id");
   }
   if (!p.backups.empty() || !p.standby_for.empty()) return refuse("replicas");
   if (p.dp.level() != common::v1::DP_LEVEL_UNSPECIFIED) {
@@ -145,6 +150,7 @@ SecureRoundSession::SecureRoundSession(SessionHost& host, const OpenRoundParams&
       expected_(p.expected_peers),
       clip_norm_(p.secure_aggregation.clip_norm()),
       dp_(p.dp),
+      parent_(p.parent),
       threshold_(threshold),
       neighbourhood_(neighbourhood),
       step_timeout_(absl::Milliseconds(step_timeout_ms)),
@@ -256,12 +262,6 @@ Acceptance SecureRoundSession::Accept(TaskState&, PushedUpdate&) {
   return out;
 }
 
-absl::StatusOr<std::shared_ptr<const PartialResult>> SecureRoundSession::ClosePartial(TaskState&,
-                                                                                      uint64_t) {
-  return absl::FailedPreconditionError(
-      absl::StrCat(Label(), " has secure aggregation: it makes no partial sum"));
-}
-
 absl::StatusOr<bool> SecureRoundSession::AddPartial(const std::shared_ptr<TaskState>&,
                                                     const PartialMeta& meta,
                                                     const aggregation::PartialSum&) {
@@ -294,8 +294,16 @@ absl::StatusOr<std::shared_ptr<SecureExchange>> SecureRoundSession::Secure(const
 // ---------------------------------------------------------------------------------------------
 // Closing
 
+v1::ParentRound SecureRoundSession::ParentOf(uint64_t round) const {
+  return round == number_ ? parent_ : v1::ParentRound();
+}
+
 absl::StatusOr<RoundResult> SecureRoundSession::Close(TaskState& task, uint64_t number) {
   const std::string label = RoundLabel(number, task.name);
+  if (!parent_.address().empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(label, " closes into its cluster's sum for the parent, not a version"));
+  }
   {
     absl::MutexLock lock(&host_.mu());
     if (auto it = history_->find(number); it != history_->end()) return it->second;
@@ -367,6 +375,63 @@ absl::StatusOr<std::vector<float>> SecureRoundSession::MeanOf(
   absl::StatusOr<std::vector<double>> sum = codec_->DecodeSum(outcome.sum, survivors);
   if (!sum.ok()) return sum.status();
   return PrivateMeanOfSum(dp_, *sum, outcome.survivors.size(), expected_.size(), base_->values);
+}
+
+// On a tree: the cluster's secure round closes into the survivors' sum for the parent, each
+// update weighing 1 (the parent's plain round divides by every cluster's survivors).
+absl::StatusOr<std::shared_ptr<const PartialResult>> SecureRoundSession::ClosePartial(
+    TaskState& task, uint64_t number) {
+  const std::string label = RoundLabel(number, task.name);
+  if (parent_.address().empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(label, " has no parent: CloseRound publishes it"));
+  }
+  {
+    absl::MutexLock lock(&host_.mu());
+    if (number_ != number || state_ == State::kAbandoned) {
+      return absl::NotFoundError(absl::StrCat(label, " is not open"));
+    }
+    if (state_ == State::kClosing) {
+      host_.mu().Await(absl::Condition(
+          +[](SecureRoundSession* s) { return s->state_ != State::kClosing; }, this));
+    }
+    if (partial_ != nullptr) return partial_;
+    if (state_ != State::kOpen && state_ != State::kFailed) {
+      return absl::AbortedError(absl::StrCat(label, " was abandoned while closing"));
+    }
+    if (state_ == State::kOpen) state_ = State::kClosing;
+  }
+  absl::StatusOr<SecureExchange::Outcome> outcome = exchange_->RunOut();
+  absl::StatusOr<std::vector<double>> sum =
+      outcome.ok() ? codec_->DecodeSum(outcome->sum, static_cast<int>(outcome->survivors.size()))
+                   : absl::StatusOr<std::vector<double>>(outcome.status());
+  absl::MutexLock lock(&host_.mu());
+  if (!sum.ok()) {
+    if (state_ == State::kClosing) state_ = State::kFailed;
+    return absl::Status(sum.status().code(),
+                        absl::StrCat(label, ": secure aggregation failed, nothing is forwarded: ",
+                                     sum.status().message()));
+  }
+  if (state_ != State::kClosing) {
+    state_ = State::kAbandoned;
+    return absl::AbortedError(absl::StrCat(label, " was abandoned while closing"));
+  }
+  auto result = std::make_shared<PartialResult>();
+  result->meta.task = task.name;
+  result->meta.round = number;
+  result->meta.base_version = base_version_;
+  result->meta.contributors = outcome->survivors;
+  result->meta.num_samples = outcome->num_samples;
+  result->meta.loss_sum = outcome->loss_sum;
+  result->sum.summation = aggregation::Summation::kFloat;
+  result->sum.sum.assign(sum->begin(), sum->end());
+  result->sum.count = outcome->survivors.size();
+  result->sum.total_weight = static_cast<double>(outcome->survivors.size());
+  partial_ = result;
+  state_ = State::kClosed;
+  host_.metrics().rounds_completed.Increment();
+  host_.metrics().round_duration.Observe(absl::ToDoubleSeconds(host_.clock().Now() - opened_at_));
+  return partial_;
 }
 
 }  // namespace shoal::aggregator

@@ -28,6 +28,9 @@ namespace shoal::aggregator {
 // unread and sees only masked updates and the sum. With peer-level DP (OpenRoundRequest.dp) it
 // publishes base + (sum + noise) / the expected peers instead (round_privacy.h, PrivateMeanOfSum):
 // the noise of the peers that dropped out (distributed noise) or all of it (central noise).
+// On a tree (OpenRoundRequest.parent) the round is one cluster's: CloseRound closes it into the
+// survivors' sum, each update weighing 1, which goes to the parent as the cluster's partial sum
+// (ClosePartial); the parent's plain round takes it like any child's.
 //
 // The protocol runs in a SecureExchange (secure_exchange.h, its steps and their deadlines).
 // CloseRound waits for its steps and publishes; when the dropouts leave fewer than the threshold,
@@ -55,7 +58,7 @@ class SecureRoundSession final : public AggregationSession {
   absl::StatusOr<bool> AddPartial(const std::shared_ptr<TaskState>& task, const PartialMeta& meta,
                                   const aggregation::PartialSum& partial) override;
   absl::StatusOr<size_t> PartialValues(const TaskState& task, uint64_t round) const override;
-  v1::ParentRound ParentOf(uint64_t) const override { return {}; }
+  v1::ParentRound ParentOf(uint64_t round) const override;
   void Describe(v1::WatchStarted& started) const override;
   absl::StatusOr<std::shared_ptr<SecureExchange>> Secure(const TaskState& task,
                                                          uint64_t round) override;
@@ -80,6 +83,8 @@ class SecureRoundSession final : public AggregationSession {
   const double clip_norm_;
   // Level peer, or unset (no DP).
   const common::v1::DpSpec dp_;
+  // On a tree (a cluster's node): where the cluster's sum goes (ClosePartial); else empty.
+  const v1::ParentRound parent_;
   const uint32_t threshold_;
   const uint32_t neighbourhood_;
   const absl::Duration step_timeout_;
@@ -92,6 +97,7 @@ class SecureRoundSession final : public AggregationSession {
   std::shared_ptr<SecureExchange> exchange_;
   std::optional<privacy::FixedPointCodec> codec_;
   std::shared_ptr<History> history_;
+  std::shared_ptr<const PartialResult> partial_;  // on a tree, once closed
   absl::Time opened_at_;
 };
 

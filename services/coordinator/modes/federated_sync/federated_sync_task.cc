@@ -303,15 +303,33 @@ void FederatedSyncTask::OnOpened(const WorkResult& result, absl::Time now, v1::T
     if (peers_.count(id)) round_.expected.insert(id);
   }
   round_.late_peers.insert(open.late_peers().begin(), open.late_peers().end());
-  round_.identity_keys.insert(open.secure_aggregation().identity_keys().begin(),
-                              open.secure_aggregation().identity_keys().end());
+  // Secure aggregation: each peer gets the identity keys of its secure round's participants, the
+  // round's expected peers or, on a tree, its cluster's.
+  const auto& keys = open.secure_aggregation().identity_keys();
+  if (result.secure_groups.empty() && !keys.empty()) {
+    for (const std::string& id : round_.expected) {
+      round_.identity_keys[id] = std::map<std::string, std::string>(keys.begin(), keys.end());
+    }
+  }
+  for (const std::vector<std::string>& group : result.secure_groups) {
+    std::map<std::string, std::string> group_keys;
+    for (const std::string& id : group) group_keys[id] = keys.at(id);
+    for (const std::string& id : group) round_.identity_keys[id] = group_keys;
+  }
   status.set_round(open.round());
   status.set_phase(v1::ROUND_PHASE_TRAINING);
   status.set_state(v1::TASK_STATE_RUNNING);
   status.set_message(
       absl::StrCat("round ", open.round(), " training with ", round_.expected.size(), " peers"));
   const v1::CoordinatorEvent event = RoundStartedEvent(status, round_.deadline);
-  for (const std::string& id : round_.expected) fx.Send(id, event);
+  for (const std::string& id : round_.expected) {
+    v1::CoordinatorEvent own = event;
+    if (auto it = round_.identity_keys.find(id); it != round_.identity_keys.end()) {
+      own.mutable_round_started()->mutable_identity_keys()->insert(it->second.begin(),
+                                                                   it->second.end());
+    }
+    fx.Send(id, std::move(own));
+  }
   StartIdleAsyncPeers(now, status, fx);
 }
 
@@ -324,8 +342,6 @@ v1::CoordinatorEvent FederatedSyncTask::RoundStartedEvent(const v1::TaskStatus& 
   started->set_round_batches(spec_.round_batches());
   started->set_deadline_unix_ms(absl::ToUnixMillis(deadline));
   started->set_expected_peers(round_.opened_with);
-  started->mutable_identity_keys()->insert(round_.identity_keys.begin(),
-                                           round_.identity_keys.end());
   return event;
 }
 

@@ -68,8 +68,10 @@ class FederatedSyncTask final : public AggregatorModeTask {
     std::map<std::string, Accepted> accepted_pushes;
     // Async peers when the round opened (OpenRoundRequest.late_peers): their updates are late.
     std::set<std::string> late_peers;
-    // Secure aggregation: the expected peers' identity public keys (RoundStarted.identity_keys).
-    std::map<std::string, std::string> identity_keys;
+    // Secure aggregation: for each expected peer, the identity public keys of its secure round's
+    // participants (RoundStarted.identity_keys): every expected peer's, or on a tree its
+    // cluster's.
+    std::map<std::string, std::map<std::string, std::string>> identity_keys;
   };
 
   // Takes the next step the state allows (restore, initialize, open, close, finish).
