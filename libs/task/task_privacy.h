@@ -40,7 +40,8 @@ inline bool HasSecureAggregation(const common::v1::TaskSpec& spec) {
 // compression: they only post-process updates that are already private.
 // privacy.secure_aggregation: clip_norm > 0; threshold and neighbourhood_size 0 or >= 2, and a
 // threshold that every round's neighbourhood (at most neighbourhood_size, max_participants - 1)
-// can hold; refused, naming why: any mode but federated-sync; min_participants below 3; an
+// can hold (decentralized: both 0, every participant masks with every other one); refused,
+// naming why: any mode but federated-sync and decentralized; min_participants below 3; an
 // aggregation that must see each update (median, trimmed-mean, krum, multi-krum,
 // centered-clipping); privacy.dp, a hierarchical topology, stragglers, compression and
 // max_update_norm (not supported with it). Part of ValidateTaskSpec.

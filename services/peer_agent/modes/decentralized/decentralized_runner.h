@@ -22,6 +22,7 @@
 #include "libs/training/trainer.h"
 #include "services/peer_agent/mode_runner.h"
 #include "services/peer_agent/modes/decentralized/aggregate.h"
+#include "services/peer_agent/modes/decentralized/secure_round.h"
 #include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
@@ -101,6 +102,8 @@ class DecentralizedRunner final : public ModeRunner {
     std::optional<training::TrainerProgress> progress;
     // The compressor before this round's update (its residual), for the same reason.
     std::optional<tensor::Compressor> compressor;
+    // Secure aggregation: the masking, the others' masked updates, the reveals.
+    std::optional<SecureRound> secure;
   };
 
   DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunnerOptions options,
@@ -110,6 +113,22 @@ class DecentralizedRunner final : public ModeRunner {
                        const std::function<bool()>& keep_going);
   void HandlePeerList(const coordinator::v1::PeerList& m, const std::function<bool()>& keep_going);
   void Share(uint64_t round, uint32_t attempt, const std::function<bool()>& keep_going);
+  // Secure aggregation (decentralized_secure.cc): masks over a PeerList and serves the masked
+  // update (false: it cannot, and said so); fetches the participants' masked updates
+  // (MaskedUpdatesHeld); reveals the seeds for the survivors (Unmask); removes the masks and
+  // averages (MaskReveals).
+  bool MaskForPeerList(const coordinator::v1::PeerList& m);
+  void ShareMasked(uint64_t round, uint32_t attempt, const std::function<bool()>& keep_going);
+  void HandleUnmask(const coordinator::v1::Unmask& m);
+  void HandleMaskReveals(const coordinator::v1::MaskReveals& m);
+  // Makes `model` (the round's aggregate) the held model, publishes it as GLOBAL and answers
+  // SharingDone.
+  void CompleteSharing(uint64_t round, uint32_t attempt, tensor::FlatModel model,
+                       uint64_t num_samples, absl::Time start, const std::string& what);
+  // The round's shared base: the model every participant held before the round.
+  const tensor::FlatModel& RoundBase() const;
+  // Secure aggregation: the RoundReady fields (this round's signed mask key).
+  absl::Status AddMaskKey(coordinator::v1::RoundReady& ready) const;
   // Evaluates the published model and sends EvalReport; when the next round is already queued
   // (keep_going false) the evaluation waits until this peer has sent that round's JoinRound.
   void HandleModelPublished(const coordinator::v1::ModelPublished& m,
@@ -139,6 +158,7 @@ class DecentralizedRunner final : public ModeRunner {
   const ModeRunnerDeps deps_;
   const DecentralizedRunnerOptions options_;
   const aggregation::Strategy strategy_;  // the task's aggregation
+  const bool secure_;                     // privacy.secure_aggregation
   const std::string task_;
   training::Trainer& trainer_;
   SnapshotStore& snapshots_;
