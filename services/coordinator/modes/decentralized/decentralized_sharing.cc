@@ -126,6 +126,20 @@ absl::Status DecentralizedTask::OnMaskReveal(const std::string& id, const v1::Ma
   return absl::OkStatus();
 }
 
+absl::Status DecentralizedTask::CheckMaskKey(const std::string& id, const v1::RoundReady& m) {
+  if (!secure_ || (!m.mask_public_key().empty() && !peers_[id].identity_public_key.empty())) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "secure aggregation: peer ", id, " sent ",
+      m.mask_public_key().empty() ? "no mask key with its RoundReady" : "no identity key"));
+}
+
+bool DecentralizedTask::HoldsUpSharing(const std::string& id) const {
+  if (!secure_ || round_.revealed) return !round_.done.count(id);
+  return round_.unmasking ? !round_.reveals.count(id) : !round_.held.count(id);
+}
+
 void DecentralizedTask::RestartSecureRound(const std::string& why, absl::Time now,
                                            ModeEffects& fx) {
   LogWarning("task ", task_, ": round ", round_.number, ": ", why,

@@ -184,11 +184,7 @@ void DecentralizedTask::Tick(absl::Time now, v1::TaskStatus& status, ModeEffects
       if (now >= round_.stage_deadline) {
         std::set<std::string> silent;
         for (const std::string& id : round_.participants) {
-          // Secure aggregation: whoever holds up the current step.
-          const bool behind = !secure_ || round_.revealed ? !round_.done.count(id)
-                              : round_.unmasking          ? !round_.reveals.count(id)
-                                                          : !round_.held.count(id);
-          if (behind) silent.insert(id);
+          if (HoldsUpSharing(id)) silent.insert(id);
         }
         RemoveFromRound(silent, "did not finish sharing in time", now, fx);
       }
@@ -259,11 +255,7 @@ absl::Status DecentralizedTask::OnRoundReady(const std::string& id, const v1::Ro
   if (round_.ready.count(id)) {
     return absl::FailedPreconditionError(absl::StrCat("peer ", id, " is ready already"));
   }
-  if (secure_ && (m.mask_public_key().empty() || peers_[id].identity_public_key.empty())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "secure aggregation: peer ", id, " sent ",
-        m.mask_public_key().empty() ? "no mask key with its RoundReady" : "no identity key"));
-  }
+  if (absl::Status s = CheckMaskKey(id, m); !s.ok()) return s;
   round_.ready[id] =
       Ready{m.num_samples(), m.train_loss(), m.mask_public_key(), m.mask_key_signature()};
   if (!round_.first_ready) round_.first_ready = now;

@@ -129,6 +129,10 @@ class DecentralizedTask final : public ModeTask {
   absl::Status OnMaskedUpdatesHeld(const std::string& id, const v1::MaskedUpdatesHeld& m,
                                    ModeEffects& fx);
   absl::Status OnMaskReveal(const std::string& id, const v1::MaskReveal& m, ModeEffects& fx);
+  // A RoundReady of a secure round carries a mask key, and its peer has an identity key.
+  absl::Status CheckMaskKey(const std::string& id, const v1::RoundReady& m);
+  // While SHARING: `id` has not done the current step (secure: held, revealed, then done).
+  bool HoldsUpSharing(const std::string& id) const;
   // A participant is gone after the survivors were fixed: its seeds cannot be had, so nobody
   // can finish the round; every participant leaves it (JoinRefused) and joins open again.
   void RestartSecureRound(const std::string& why, absl::Time now, ModeEffects& fx);
