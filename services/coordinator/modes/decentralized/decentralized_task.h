@@ -36,6 +36,11 @@ namespace shoal::coordinator {
 // unless it is needed to reach min_participants, so that a peer nobody can reach does not cost
 // every round max_connection_retry retries.
 //
+// With privacy.secure_aggregation the PeerList carries each participant's identity and signed
+// mask keys, and SHARING has three steps: MaskedUpdatesHeld from every participant -> Unmask (the
+// survivors, fixed for good) -> MaskReveal from every survivor -> MaskReveals -> SharingDone. A
+// survivor lost between Unmask and MaskReveals restarts the round (JoinRefused, joins re-open).
+//
 // Owned by CoordinatorCore (one per task). Not thread-safe: driven under the core's lock.
 class DecentralizedTask final : public ModeTask {
  public:

@@ -57,16 +57,19 @@ struct DecentralizedRunnerOptions {
 // GLOBAL, load, SyncDone, ModelHeld; JoinRefused / ConnectionFailed -> back to the pre-round model.
 // With compression the ROUND_UPDATE is the delta against the round's base, compressed, and every
 // participant (this one too) folds the deltas as decoded, so all still end bit-identical; top-k's
-// residual stays with this peer (restored when it leaves a round). Optimizer state and the
-// residual stay local (reset after a sync). The round flow is in decentralized_runner.cc,
-// the exchange with the other participants (probes, sharing, sync) in decentralized_sharing.cc.
+// residual stays with this peer (restored when it leaves a round). With secure aggregation the
+// ROUND_UPDATE is served only masked (SecureRound: masked at each PeerList, the others' masked
+// updates fetched, seeds revealed on Unmask, the mean of the survivors made on MaskReveals;
+// decentralized_secure.cc). Optimizer state and the residual stay local (reset after a sync).
+// The round flow is in decentralized_runner.cc, the exchange with the other participants
+// (probes, sharing, sync) in decentralized_sharing.cc.
 // Owned by the agent, which makes it through the mode registry; the deps must outlive it.
 // Threading: see ModeRunner (Supersedes() is stateless; everything else on the worker, plus one
 // thread per participant while probing or fetching, joined before the handler returns).
 class DecentralizedRunner final : public ModeRunner {
  public:
-  // Errors: INVALID_ARGUMENT when a dependency is missing, the task is not decentralized or its
-  // aggregation settings make no strategy.
+  // Errors: INVALID_ARGUMENT when a dependency is missing (with secure aggregation: the identity
+  // key), the task is not decentralized or its aggregation settings make no strategy.
   static absl::StatusOr<std::unique_ptr<DecentralizedRunner>> Create(
       ModeRunnerDeps deps, DecentralizedRunnerOptions options = {});
 
