@@ -47,6 +47,7 @@ ModeDefinition Decentralized() {
   m.mode = common::v1::MODE_DECENTRALIZED;
   m.name = "decentralized";
   m.sections.compression = true;
+  m.sections.secure_aggregation = true;  // pairwise masks among the round's participants
   m.apply_defaults = [](TaskSpec& spec) {
     if (!spec.has_max_connection_retry()) spec.set_max_connection_retry(kDefaultMaxConnectionRetry);
   };

@@ -35,7 +35,8 @@ absl::Status ValidateSecureAggregation(const TaskSpec& spec) {
         spec.mode() == common::v1::MODE_FEDERATED_ASYNC
             ? "its buffer aggregates each update as it arrives, and secure aggregation needs a "
               "round's peers to mask their updates together"
-            : "its peers exchange models with each other, not through an aggregator";
+            : "gossip exchanges whole models between two peers at a time and cannot take masks "
+              "(they cancel only in the sum of a round's updates)";
     return FieldError(
         "privacy.secure_aggregation",
         absl::StrCat(
@@ -58,6 +59,19 @@ absl::Status ValidateSecureAggregation(const TaskSpec& spec) {
   }
   if (sa.threshold() == 1) {
     return FieldError("privacy.secure_aggregation.threshold", "must be 0 (the default) or >= 2");
+  }
+  if (spec.mode() == common::v1::MODE_DECENTRALIZED) {
+    // Every participant masks with every other one and reveals its own seeds: no Shamir shares.
+    if (sa.threshold() != 0) {
+      return FieldError("privacy.secure_aggregation.threshold",
+                        "must be 0 in a decentralized task (its participants mask with every other "
+                        "one and reveal their own seeds; there are no Shamir shares)");
+    }
+    if (sa.neighbourhood_size() != 0) {
+      return FieldError("privacy.secure_aggregation.neighbourhood_size",
+                        "must be 0 in a decentralized task (every participant masks with every "
+                        "other one)");
+    }
   }
   if (sa.neighbourhood_size() == 1) {
     return FieldError("privacy.secure_aggregation.neighbourhood_size",
@@ -141,8 +155,8 @@ absl::Status ValidateSecureAggregation(const TaskSpec& spec) {
   }
   if (spec.max_update_norm() != 0) {
     return SecureConflict("max_update_norm",
-                          "the aggregator cannot check a masked update's norm; each peer clips "
-                          "its own to privacy.secure_aggregation.clip_norm");
+                          "nobody can check a masked update's norm; each peer clips its own to "
+                          "privacy.secure_aggregation.clip_norm");
   }
   return absl::OkStatus();
 }

@@ -45,7 +45,8 @@ double SecureClipNorm(const common::v1::TaskSpec& spec);
 // privacy.secure_aggregation: clip_norm > 0 (with dp at level peer: left out, or equal to
 // privacy.dp.clip_norm); threshold and neighbourhood_size 0 or >= 2, and a
 // threshold that every round's neighbourhood (at most neighbourhood_size, max_participants - 1)
-// can hold; refused, naming why: any mode but federated-sync; min_participants below 3; an
+// can hold (decentralized: both 0, every participant masks with every other one); refused,
+// naming why: any mode but federated-sync and decentralized; min_participants below 3; an
 // aggregation that must see each update (median, trimmed-mean, krum, multi-krum,
 // centered-clipping); stragglers, compression and max_update_norm (not supported with it); on a
 // hierarchical topology, cluster_size below 3, replicas above 1, a non-zero threshold and

@@ -4,6 +4,7 @@
 // changes nothing. The test build (tests/peer_testing/, shoal-peer-testing) fills them to play a
 // Byzantine or a slow peer in cluster tests.
 
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -26,12 +27,19 @@ struct UpdateHooks {
   // included, aggregates), in place; `base` is the model the round started from. An error ends
   // the round's step as a failure.
   std::function<absl::Status(const tensor::FlatModel& base, tensor::FlatModel& model)> model;
+  // Decentralized with secure aggregation: called when this peer holds every participant's
+  // masked update of `round`, before it tells the coordinator; it may block until keep_going
+  // turns false (a peer that fails after masking, before the survivors are fixed).
+  std::function<void(uint64_t round, const std::function<bool()>& keep_going)> masked_updates_held;
 
   void TamperDelta(std::vector<float>& d) const {
     if (delta) delta(d);
   }
   absl::Status TamperModel(const tensor::FlatModel& base, tensor::FlatModel& m) const {
     return model ? model(base, m) : absl::OkStatus();
+  }
+  void BeforeMaskedUpdatesHeld(uint64_t round, const std::function<bool()>& keep_going) const {
+    if (masked_updates_held) masked_updates_held(round, keep_going);
   }
 };
 

@@ -183,13 +183,32 @@ TEST(TaskPrivacyTest, SecureAggregationParsesAndRefusesWhatCannotGoWithIt) {
                       "privacy: {secure_aggregation: {clip_norm: 1, threshold: 2}}\n"),
               HasSubstr("privacy.secure_aggregation.threshold: 2 must be more than half"));
   EXPECT_THAT(Refusal("mode: federated-async\nasync: {buffer_size: 3}\n" + three + sa),
-              HasSubstr("privacy.secure_aggregation: supported in federated-sync tasks only; "
-                        "not in mode federated-async: its buffer aggregates each update"));
-  for (const char* mode : {"decentralized", "gossip"}) {
-    EXPECT_THAT(Refusal(absl::StrCat("mode: ", mode, "\n", three, sa)),
-                HasSubstr(absl::StrCat("not in mode ", mode, ": its peers exchange models")))
-        << mode;
-  }
+              HasSubstr("privacy.secure_aggregation: supported in federated-sync or "
+                        "decentralized tasks only; not in mode federated-async: its buffer "
+                        "aggregates each update"));
+  EXPECT_THAT(Refusal(absl::StrCat("mode: gossip\n", three, sa)),
+              HasSubstr("not in mode gossip: gossip exchanges whole models between two peers at a "
+                        "time and cannot take masks"));
+  // Decentralized: every participant masks with every other one, no Shamir shares; the rest of
+  // the checks are the federated ones.
+  const std::string decentralized = "mode: decentralized\n" + three;
+  EXPECT_EQ(Refusal(decentralized + sa), "");
+  EXPECT_THAT(
+      Refusal(decentralized + "privacy: {secure_aggregation: {clip_norm: 1, threshold: 2}}\n"),
+      HasSubstr("privacy.secure_aggregation.threshold: must be 0 in a decentralized task"));
+  EXPECT_THAT(
+      Refusal(decentralized +
+              "privacy: {secure_aggregation: {clip_norm: 1, neighbourhood_size: 2}}\n"),
+      HasSubstr(
+          "privacy.secure_aggregation.neighbourhood_size: must be 0 in a decentralized task"));
+  EXPECT_THAT(Refusal("mode: decentralized\n" + sa),
+              HasSubstr("min_participants: must be at least 3"));
+  EXPECT_THAT(Refusal(decentralized + "aggregation: median\n" + sa),
+              HasSubstr("aggregation: median must see each update"));
+  EXPECT_THAT(Refusal(decentralized + "compression: int8\n" + sa),
+              HasSubstr("compression: a masked update is uniformly random"));
+  EXPECT_THAT(Refusal(decentralized + "max_update_norm: 5\n" + sa),
+              HasSubstr("max_update_norm: nobody can check a masked update's norm"));
   for (const char* strategy : {"median", "trimmed-mean", "centered-clipping"}) {
     const char* options = std::string(strategy) == "centered-clipping"
                               ? "aggregation_options: {clip_radius: 1}\n"
@@ -218,7 +237,7 @@ TEST(TaskPrivacyTest, SecureAggregationParsesAndRefusesWhatCannotGoWithIt) {
   EXPECT_THAT(Refusal(three + "compression: int8\n" + sa),
               HasSubstr("compression: a masked update is uniformly random"));
   EXPECT_THAT(Refusal(three + "max_update_norm: 5\n" + sa),
-              HasSubstr("max_update_norm: the aggregator cannot check a masked update's norm"));
+              HasSubstr("max_update_norm: nobody can check a masked update's norm"));
 }
 
 TEST(TaskPrivacyTest, SecureAggregationCombinesWithDp) {

@@ -80,6 +80,82 @@ absl::Status DecentralizedTask::OnSharingDone(const std::string& id, const v1::S
   return absl::OkStatus();
 }
 
+absl::Status DecentralizedTask::OnMaskedUpdatesHeld(const std::string& id,
+                                                    const v1::MaskedUpdatesHeld& m,
+                                                    ModeEffects& fx) {
+  if (!secure_ || stage_ != Stage::kSharing || round_.unmasking || m.round() != round_.number ||
+      m.attempt() != round_.attempt || !round_.participants.count(id)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "masked updates held for round ", m.round(), " attempt ", m.attempt(), " is not expected"));
+  }
+  round_.held.insert(id);
+  for (const std::string& p : round_.participants) {
+    if (!round_.held.count(p)) return absl::OkStatus();
+  }
+  // Everyone holds every masked update: the survivors are fixed for good.
+  round_.unmasking = true;
+  LogInfo("task ", task_, ": round ", round_.number, ": the survivors are ",
+          absl::StrJoin(round_.participants, ", "), "; asking for their seeds");
+  v1::CoordinatorEvent e;
+  v1::Unmask* unmask = e.mutable_unmask();
+  unmask->set_round(round_.number);
+  unmask->set_attempt(round_.attempt);
+  for (const std::string& p : round_.participants) unmask->add_survivors(p);
+  for (const std::string& p : round_.participants) fx.Send(p, e);
+  return absl::OkStatus();
+}
+
+absl::Status DecentralizedTask::OnMaskReveal(const std::string& id, const v1::MaskReveal& m,
+                                             ModeEffects& fx) {
+  if (!secure_ || stage_ != Stage::kSharing || !round_.unmasking || m.round() != round_.number ||
+      m.attempt() != round_.attempt || !round_.participants.count(id)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "mask reveal for round ", m.round(), " attempt ", m.attempt(), " is not expected"));
+  }
+  round_.reveals[id] = m.seeds();
+  for (const std::string& p : round_.participants) {
+    if (!round_.reveals.count(p)) return absl::OkStatus();
+  }
+  v1::CoordinatorEvent e;
+  v1::MaskReveals* reveals = e.mutable_mask_reveals();
+  reveals->set_round(round_.number);
+  reveals->set_attempt(round_.attempt);
+  for (const auto& [p, seeds] : round_.reveals) (*reveals->mutable_seeds())[p] = seeds;
+  for (const std::string& p : round_.participants) fx.Send(p, e);
+  round_.revealed = true;
+  return absl::OkStatus();
+}
+
+absl::Status DecentralizedTask::CheckMaskKey(const std::string& id, const v1::RoundReady& m) {
+  if (!secure_ || (!m.mask_public_key().empty() && !peers_[id].identity_public_key.empty())) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "secure aggregation: peer ", id, " sent ",
+      m.mask_public_key().empty() ? "no mask key with its RoundReady" : "no identity key"));
+}
+
+bool DecentralizedTask::HoldsUpSharing(const std::string& id) const {
+  if (!secure_ || round_.revealed) return !round_.done.count(id);
+  return round_.unmasking ? !round_.reveals.count(id) : !round_.held.count(id);
+}
+
+void DecentralizedTask::RestartSecureRound(const std::string& why, absl::Time now,
+                                           ModeEffects& fx) {
+  LogWarning("task ", task_, ": round ", round_.number, ": ", why,
+             " after the survivors were fixed; the round starts over");
+  v1::CoordinatorEvent e;
+  e.mutable_join_refused()->set_round(round_.number);
+  e.mutable_join_refused()->set_reason(
+      absl::StrCat(why, " after the survivors' seeds were asked for; the round starts over"));
+  for (const std::string& id : round_.participants) {
+    fx.Send(id, e);
+    round_.joined.erase(id);
+    round_.ready.erase(id);
+  }
+  Reopen(now, fx);
+}
+
 void DecentralizedTask::StartConnecting(absl::Time now, ModeEffects& fx) {
   round_.participants.clear();
   for (const auto& [id, r] : round_.ready) round_.participants.insert(id);
@@ -92,6 +168,7 @@ void DecentralizedTask::SendPeerLists(bool sharing, absl::Time now, ModeEffects&
   ++round_.attempt;
   round_.reports.clear();
   round_.done.clear();
+  round_.held.clear();
   round_.stage_deadline = now + round_deadline_;
   v1::CoordinatorEvent e;
   v1::PeerList* list = e.mutable_peer_list();
@@ -102,6 +179,12 @@ void DecentralizedTask::SendPeerLists(bool sharing, absl::Time now, ModeEffects&
     v1::PeerEndpoint* endpoint = list->add_participants();
     endpoint->set_peer_id(id);
     endpoint->set_address(peers_[id].address);
+    if (secure_) {
+      const Ready& ready = round_.ready[id];
+      endpoint->set_identity_public_key(peers_[id].identity_public_key);
+      endpoint->set_mask_public_key(ready.mask_public_key);
+      endpoint->set_mask_key_signature(ready.mask_key_signature);
+    }
   }
   for (const std::string& id : round_.participants) fx.Send(id, e);
 }
@@ -158,6 +241,15 @@ void DecentralizedTask::RemoveFromRound(const std::set<std::string>& ids, const 
 }
 
 void DecentralizedTask::ContinueWithParticipants(absl::Time now, ModeEffects& fx) {
+  if (secure_ && stage_ == Stage::kSharing && round_.revealed) {
+    // Every seed is out: the others finish without it (its update is in their sum).
+    CheckSharingDone(now, fx);
+    return;
+  }
+  if (secure_ && stage_ == Stage::kSharing && round_.unmasking) {
+    RestartSecureRound("a survivor left", now, fx);
+    return;
+  }
   if (round_.participants.size() < std::max<uint32_t>(1, spec_.min_participants())) {
     SendWaiting(round_.participants, round_.participants.size(), fx);
     Reopen(now, fx);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "libs/common/log.h"
+#include "libs/task/task_privacy.h"
 #include "services/coordinator/round_lists.h"
 
 namespace shoal::coordinator {
@@ -24,6 +25,7 @@ DecentralizedTask::DecentralizedTask(const v1::TaskStatus& status, CoordinatorMe
       round_deadline_(absl::Seconds(std::max<uint32_t>(1, status.spec().round_deadline_seconds()))),
       max_retry_(status.spec().has_max_connection_retry() ? status.spec().max_connection_retry()
                                                           : kDefaultMaxConnectionRetry),
+      secure_(task::HasSecureAggregation(status.spec())),
       completed_(CompletedRounds(status)) {
   for (const v1::RoundSummary& r : status.history()) {
     if (r.round() == completed_) completed_digest_ = r.model_digest();
@@ -48,6 +50,7 @@ void DecentralizedTask::AddPeer(const ModePeer& peer, absl::Time now, v1::TaskSt
   PeerState& p = peers_[peer.id];
   p = PeerState{};
   p.address = peer.address;
+  p.identity_public_key = peer.identity_public_key;
   syncs_.erase(peer.id);
   // It announces the round it holds with ModelHeld; until then it counts for nothing.
   MaybeOpen(now, fx);
@@ -104,6 +107,12 @@ absl::Status DecentralizedTask::OnMessage(const std::string& peer_id,
       break;
     case v1::PeerMessage::kSharingDone:
       result = OnSharingDone(peer_id, message.sharing_done(), now, fx);
+      break;
+    case v1::PeerMessage::kMaskedUpdatesHeld:
+      result = OnMaskedUpdatesHeld(peer_id, message.masked_updates_held(), fx);
+      break;
+    case v1::PeerMessage::kMaskReveal:
+      result = OnMaskReveal(peer_id, message.mask_reveal(), fx);
       break;
     case v1::PeerMessage::kSyncDone:
       result = OnSyncDone(peer_id, message.sync_done(), now, fx);
@@ -175,7 +184,7 @@ void DecentralizedTask::Tick(absl::Time now, v1::TaskStatus& status, ModeEffects
       if (now >= round_.stage_deadline) {
         std::set<std::string> silent;
         for (const std::string& id : round_.participants) {
-          if (!round_.done.count(id)) silent.insert(id);
+          if (HoldsUpSharing(id)) silent.insert(id);
         }
         RemoveFromRound(silent, "did not finish sharing in time", now, fx);
       }
@@ -246,7 +255,9 @@ absl::Status DecentralizedTask::OnRoundReady(const std::string& id, const v1::Ro
   if (round_.ready.count(id)) {
     return absl::FailedPreconditionError(absl::StrCat("peer ", id, " is ready already"));
   }
-  round_.ready[id] = Ready{m.num_samples(), m.train_loss()};
+  if (absl::Status s = CheckMaskKey(id, m); !s.ok()) return s;
+  round_.ready[id] =
+      Ready{m.num_samples(), m.train_loss(), m.mask_public_key(), m.mask_key_signature()};
   if (!round_.first_ready) round_.first_ready = now;
   if (round_.joins_open) {
     round_.joins_open = false;  // joins close at the first ready
@@ -357,6 +368,10 @@ void DecentralizedTask::Reopen(absl::Time now, ModeEffects& fx) {
   round_.participants.clear();
   round_.reports.clear();
   round_.done.clear();
+  round_.held.clear();
+  round_.unmasking = false;
+  round_.reveals.clear();
+  round_.revealed = false;
   round_.stage_deadline = absl::InfiniteFuture();
   LogInfo("task ", task_, ": round ", round_.number, " has ", round_.ready.size(),
           " ready peers, needs ", spec_.min_participants(), ": joins re-open");

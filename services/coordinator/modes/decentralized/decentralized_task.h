@@ -36,6 +36,11 @@ namespace shoal::coordinator {
 // unless it is needed to reach min_participants, so that a peer nobody can reach does not cost
 // every round max_connection_retry retries.
 //
+// With privacy.secure_aggregation the PeerList carries each participant's identity and signed
+// mask keys, and SHARING has three steps: MaskedUpdatesHeld from every participant -> Unmask (the
+// survivors, fixed for good) -> MaskReveal from every survivor -> MaskReveals -> SharingDone. A
+// survivor lost between Unmask and MaskReveals restarts the round (JoinRefused, joins re-open).
+//
 // Owned by CoordinatorCore (one per task). Not thread-safe: driven under the core's lock.
 class DecentralizedTask final : public ModeTask {
  public:
@@ -57,6 +62,7 @@ class DecentralizedTask final : public ModeTask {
   enum class Model { kUnknown, kNeedsSync, kSyncing, kSynced };
   struct PeerState {
     std::string address;
+    std::string identity_public_key;  // Hello's (secure aggregation)
     Model model = Model::kUnknown;
     uint64_t model_round = 0;
     // Removals for failing to connect in a row: the peer sits out rounds up to
@@ -75,6 +81,9 @@ class DecentralizedTask final : public ModeTask {
   struct Ready {
     uint64_t num_samples = 0;
     double train_loss = 0;
+    // Secure aggregation: its signed mask key of the round (RoundReady).
+    std::string mask_public_key;
+    std::string mask_key_signature;
   };
   struct Done {
     uint64_t digest = 0;
@@ -96,6 +105,12 @@ class DecentralizedTask final : public ModeTask {
     uint32_t total_retries = 0;
     std::map<std::string, std::set<std::string>> reports;  // reporter -> unreachable
     std::map<std::string, Done> done;
+    // Secure aggregation, while SHARING: who holds every masked update of the attempt; once
+    // all do, the survivors are fixed (Unmask sent) and their reveals collected.
+    std::set<std::string> held;
+    bool unmasking = false;
+    std::map<std::string, v1::SeedReveal> reveals;
+    bool revealed = false;  // MaskReveals sent: each survivor can finish on its own
     absl::Time stage_deadline = absl::InfiniteFuture();
     uint32_t joins = 0;
     uint32_t leaves = 0;
@@ -115,6 +130,17 @@ class DecentralizedTask final : public ModeTask {
                                    absl::Time now, ModeEffects& fx);
   absl::Status OnSharingDone(const std::string& id, const v1::SharingDone& m, absl::Time now,
                              ModeEffects& fx);
+  // Secure aggregation (decentralized_sharing.cc).
+  absl::Status OnMaskedUpdatesHeld(const std::string& id, const v1::MaskedUpdatesHeld& m,
+                                   ModeEffects& fx);
+  absl::Status OnMaskReveal(const std::string& id, const v1::MaskReveal& m, ModeEffects& fx);
+  // A RoundReady of a secure round carries a mask key, and its peer has an identity key.
+  absl::Status CheckMaskKey(const std::string& id, const v1::RoundReady& m);
+  // While SHARING: `id` has not done the current step (secure: held, revealed, then done).
+  bool HoldsUpSharing(const std::string& id) const;
+  // A participant is gone after the survivors were fixed: its seeds cannot be had, so nobody
+  // can finish the round; every participant leaves it (JoinRefused) and joins open again.
+  void RestartSecureRound(const std::string& why, absl::Time now, ModeEffects& fx);
   absl::Status OnSyncDone(const std::string& id, const v1::SyncDone& m, absl::Time now,
                           ModeEffects& fx);
   absl::Status OnEvalReport(const std::string& id, const v1::EvalReport& m, ModeEffects& fx);
@@ -158,6 +184,7 @@ class DecentralizedTask final : public ModeTask {
   const absl::Duration final_eval_timeout_;
   const absl::Duration round_deadline_;
   const uint32_t max_retry_;
+  const bool secure_;  // privacy.secure_aggregation
 
   uint64_t completed_ = 0;
   uint64_t completed_digest_ = 0;  // of round completed_'s model (0 = unknown)

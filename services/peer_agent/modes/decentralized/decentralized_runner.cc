@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
+#include "libs/task/task_privacy.h"
 #include "services/peer_agent/reports.h"
 #include "services/peer_agent/update_compression.h"
 
@@ -35,6 +36,10 @@ absl::StatusOr<std::unique_ptr<DecentralizedRunner>> DecentralizedRunner::Create
       options.sync_budget <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("decentralized runner options: bad timeouts or attempts");
   }
+  if (task::HasSecureAggregation(deps.assigned.spec()) && deps.identity == nullptr) {
+    return absl::InvalidArgumentError(
+        "the decentralized runner needs an identity key for secure aggregation");
+  }
   if (deps.assigned.spec().round_deadline_seconds() > 0) {
     options.sync_budget = absl::Seconds(deps.assigned.spec().round_deadline_seconds());
   }
@@ -57,6 +62,7 @@ DecentralizedRunner::DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunne
     : deps_(std::move(deps)),
       options_(options),
       strategy_(std::move(strategy)),
+      secure_(task::HasSecureAggregation(deps_.assigned.spec())),
       task_(deps_.assigned.spec().name()),
       trainer_(*deps_.trainer),
       snapshots_(*deps_.snapshots),
@@ -168,7 +174,17 @@ void DecentralizedRunner::Handle(const CoordinatorEvent& e,
                    " which this peer is not in; ignored");
         break;
       }
-      Share(e.start_sharing().round(), e.start_sharing().attempt(), keep_going);
+      if (secure_) {
+        ShareMasked(e.start_sharing().round(), e.start_sharing().attempt(), keep_going);
+      } else {
+        Share(e.start_sharing().round(), e.start_sharing().attempt(), keep_going);
+      }
+      break;
+    case CoordinatorEvent::kUnmask:
+      HandleUnmask(e.unmask());
+      break;
+    case CoordinatorEvent::kMaskReveals:
+      HandleMaskReveals(e.mask_reveals());
       break;
     case CoordinatorEvent::kModelPublished:
       HandleModelPublished(e.model_published(), keep_going);
@@ -233,6 +249,10 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
     rr->set_num_samples(round_->num_samples);
     rr->set_train_loss(round_->train_loss);
     rr->set_train_ms(round_->train_ms);
+    if (absl::Status s = AddMaskKey(*rr); !s.ok()) {
+      SendError(r, s);
+      return;
+    }
     Send(ready);
     return;
   }
@@ -304,6 +324,40 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
   if (absl::Status s = deps_.update_hooks.TamperModel(held_, *params); !s.ok()) {
     SendError(r, s);
     AbandonRound("the update hook failed");
+    return;
+  }
+  if (secure_) {
+    // The update is served only masked, once the round's participants are known (PeerList).
+    absl::StatusOr<SecureRound> secure = SecureRound::Start(
+        task_, r, deps_.peer_id, deps_.assigned.spec().privacy().secure_aggregation().clip_norm(),
+        stats->samples, held_, *params);
+    if (!secure.ok()) {
+      SendError(r, secure.status());
+      AbandonRound("cannot start the secure round");
+      return;
+    }
+    round_->secure.emplace(*std::move(secure));
+    round_->num_samples = stats->samples;
+    round_->train_loss = stats->mean_loss;
+    round_->train_ms = train_ms;
+    round_->ready = true;
+    LogInfo(absl::StrFormat(
+        "task %s round %d: trained %d batches, loss %.4f, %d samples, %.2f s; the update is "
+        "served masked once the participants are known",
+        task_, r, stats->batches, stats->mean_loss, stats->samples,
+        static_cast<double>(train_ms) / 1000.0));
+    PeerMessage ready;
+    auto* rr = ready.mutable_round_ready();
+    rr->set_round(r);
+    rr->set_num_samples(stats->samples);
+    rr->set_train_loss(stats->mean_loss);
+    rr->set_train_ms(train_ms);
+    if (absl::Status s = AddMaskKey(*rr); !s.ok()) {
+      SendError(r, s);
+      AbandonRound("cannot sign the mask key");
+      return;
+    }
+    Send(ready);
     return;
   }
   std::shared_ptr<const tensor::EncodedModel> encoded;

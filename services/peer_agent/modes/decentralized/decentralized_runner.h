@@ -22,6 +22,7 @@
 #include "libs/training/trainer.h"
 #include "services/peer_agent/mode_runner.h"
 #include "services/peer_agent/modes/decentralized/aggregate.h"
+#include "services/peer_agent/modes/decentralized/secure_round.h"
 #include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
@@ -56,16 +57,19 @@ struct DecentralizedRunnerOptions {
 // GLOBAL, load, SyncDone, ModelHeld; JoinRefused / ConnectionFailed -> back to the pre-round model.
 // With compression the ROUND_UPDATE is the delta against the round's base, compressed, and every
 // participant (this one too) folds the deltas as decoded, so all still end bit-identical; top-k's
-// residual stays with this peer (restored when it leaves a round). Optimizer state and the
-// residual stay local (reset after a sync). The round flow is in decentralized_runner.cc,
-// the exchange with the other participants (probes, sharing, sync) in decentralized_sharing.cc.
+// residual stays with this peer (restored when it leaves a round). With secure aggregation the
+// ROUND_UPDATE is served only masked (SecureRound: masked at each PeerList, the others' masked
+// updates fetched, seeds revealed on Unmask, the mean of the survivors made on MaskReveals;
+// decentralized_secure.cc). Optimizer state and the residual stay local (reset after a sync).
+// The round flow is in decentralized_runner.cc, the exchange with the other participants
+// (probes, sharing, sync) in decentralized_sharing.cc.
 // Owned by the agent, which makes it through the mode registry; the deps must outlive it.
 // Threading: see ModeRunner (Supersedes() is stateless; everything else on the worker, plus one
 // thread per participant while probing or fetching, joined before the handler returns).
 class DecentralizedRunner final : public ModeRunner {
  public:
-  // Errors: INVALID_ARGUMENT when a dependency is missing, the task is not decentralized or its
-  // aggregation settings make no strategy.
+  // Errors: INVALID_ARGUMENT when a dependency is missing (with secure aggregation: the identity
+  // key), the task is not decentralized or its aggregation settings make no strategy.
   static absl::StatusOr<std::unique_ptr<DecentralizedRunner>> Create(
       ModeRunnerDeps deps, DecentralizedRunnerOptions options = {});
 
@@ -101,6 +105,8 @@ class DecentralizedRunner final : public ModeRunner {
     std::optional<training::TrainerProgress> progress;
     // The compressor before this round's update (its residual), for the same reason.
     std::optional<tensor::Compressor> compressor;
+    // Secure aggregation: the masking, the others' masked updates, the reveals.
+    std::optional<SecureRound> secure;
   };
 
   DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunnerOptions options,
@@ -110,6 +116,22 @@ class DecentralizedRunner final : public ModeRunner {
                        const std::function<bool()>& keep_going);
   void HandlePeerList(const coordinator::v1::PeerList& m, const std::function<bool()>& keep_going);
   void Share(uint64_t round, uint32_t attempt, const std::function<bool()>& keep_going);
+  // Secure aggregation (decentralized_secure.cc): masks over a PeerList and serves the masked
+  // update (false: it cannot, and said so); fetches the participants' masked updates
+  // (MaskedUpdatesHeld); reveals the seeds for the survivors (Unmask); removes the masks and
+  // averages (MaskReveals).
+  bool MaskForPeerList(const coordinator::v1::PeerList& m);
+  void ShareMasked(uint64_t round, uint32_t attempt, const std::function<bool()>& keep_going);
+  void HandleUnmask(const coordinator::v1::Unmask& m);
+  void HandleMaskReveals(const coordinator::v1::MaskReveals& m);
+  // Makes `model` (the round's aggregate) the held model, publishes it as GLOBAL and answers
+  // SharingDone.
+  void CompleteSharing(uint64_t round, uint32_t attempt, tensor::FlatModel model,
+                       uint64_t num_samples, absl::Time start, const std::string& what);
+  // The round's shared base: the model every participant held before the round.
+  const tensor::FlatModel& RoundBase() const;
+  // Secure aggregation: the RoundReady fields (this round's signed mask key).
+  absl::Status AddMaskKey(coordinator::v1::RoundReady& ready) const;
   // Evaluates the published model and sends EvalReport; when the next round is already queued
   // (keep_going false) the evaluation waits until this peer has sent that round's JoinRound.
   void HandleModelPublished(const coordinator::v1::ModelPublished& m,
@@ -139,6 +161,7 @@ class DecentralizedRunner final : public ModeRunner {
   const ModeRunnerDeps deps_;
   const DecentralizedRunnerOptions options_;
   const aggregation::Strategy strategy_;  // the task's aggregation
+  const bool secure_;                     // privacy.secure_aggregation
   const std::string task_;
   training::Trainer& trainer_;
   SnapshotStore& snapshots_;

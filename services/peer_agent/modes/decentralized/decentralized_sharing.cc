@@ -79,9 +79,14 @@ void DecentralizedRunner::HandlePeerList(const coordinator::v1::PeerList& m,
     return;
   }
   if (m.sharing()) {
-    Share(m.round(), m.attempt(), keep_going);
+    if (secure_) {
+      ShareMasked(m.round(), m.attempt(), keep_going);
+    } else {
+      Share(m.round(), m.attempt(), keep_going);
+    }
     return;
   }
+  if (secure_ && !MaskForPeerList(m)) return;
   // Probe every other participant in parallel.
   std::vector<const PeerEndpoint*> others;
   for (const PeerEndpoint& p : participants_) {
@@ -145,9 +150,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
     return;
   }
   const absl::Time start = clock_.Now();
-  // The round's shared base: the model every participant held before the round (already moved
-  // to round_->base when this is a re-share after a participant left).
-  const tensor::FlatModel& base = model_round_ < round ? held_ : round_->base;
+  const tensor::FlatModel& base = RoundBase();
   std::vector<std::string> ids;
   for (const PeerEndpoint& p : participants_) ids.push_back(p.peer_id());
   std::sort(ids.begin(), ids.end());
@@ -270,11 +273,10 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
     return;
   }
   round_->fold.reset();
-  absl::Status s = aggregate.status();
-  if (s.ok()) s = trainer_.SetParameters(aggregate->model);
-  if (!s.ok()) {
-    LogError("task ", task_, " round ", round, ": cannot aggregate: ", s.message());
-    SendError(round, s);
+  if (!aggregate.ok()) {
+    LogError("task ", task_, " round ", round,
+             ": cannot aggregate: ", aggregate.status().message());
+    SendError(round, aggregate.status());
     return;
   }
   for (const ExcludedUpdate& x : aggregate->excluded) {
@@ -285,14 +287,106 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
   if (!aggregate->note.empty()) {
     LogWarning("task ", task_, " round ", round, ": ", strategy_.name(), ": ", aggregate->note);
   }
+  CompleteSharing(
+      round, attempt, std::move(aggregate->model), aggregate->num_samples, start,
+      absl::StrFormat("%d updates with %s (%s; left out: %d)", aggregate->included.size(),
+                      strategy_.name(), Names(aggregate->included), aggregate->excluded.size()));
+}
+
+void DecentralizedRunner::ShareMasked(uint64_t round, uint32_t attempt,
+                                      const std::function<bool()>& keep_going) {
+  if (!round_ || round_->round != round || !round_->secure ||
+      round_->secure->masked_with().empty()) {
+    LogWarning("task ", task_, ": asked to share round ", round,
+               " but this peer has no masked update of it; ignored");
+    return;
+  }
+  SecureRound& secure = *round_->secure;
+  std::vector<const PeerEndpoint*> missing;
+  for (const PeerEndpoint& p : participants_) {
+    if (p.peer_id() != deps_.peer_id && !secure.Holds(p.peer_id())) missing.push_back(&p);
+  }
+  // Every masked update is kept until the survivors are known (a dropped participant's is left
+  // out then), so all are fetched at once.
+  const tensor::ModelLayout layout = SecureRound::MaskedLayout(trainer_.layout().total_elements());
+  absl::Mutex mu;
+  std::vector<absl::Status> rejected(missing.size());
+  std::vector<CallCanceller> cancellers(missing.size());
+  rpc::RetryOptions retry;
+  retry.backoff = options_.retry_backoff;
+  retry.attempt_timeout = options_.fetch_timeout;
+  retry.retryable = [](const absl::Status& s) { return !absl::IsInvalidArgument(s); };
+  RunParallel(
+      wakeup_, missing.size(),
+      [&](size_t i, const std::atomic<bool>& stop) {
+        peer::v1::GetSnapshotRequest request;
+        request.set_task(task_);
+        request.set_kind(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
+        request.set_round(round);
+        request.set_peer_id(deps_.peer_id);
+        absl::StatusOr<tensor::ReceivedModel> r = rpc::Retry(
+            clock_, retry, absl::InfiniteFuture(),
+            wakeup_.Sleeper([&stop] { return !stop.load(); }), [&](absl::Time deadline) {
+              absl::StatusOr<tensor::ReceivedModel> fetched =
+                  peers_.Fetch(missing[i]->address(), request, deadline, layout, &cancellers[i]);
+              if (!fetched.ok() && !absl::IsInvalidArgument(fetched.status())) {
+                LogWarning("task ", task_, " round ", round, ": fetching the masked update of ",
+                           missing[i]->peer_id(), ": ", fetched.status().message(), " (retrying)");
+              }
+              return fetched;
+            });
+        absl::MutexLock lock(&mu);
+        if (r.ok()) {
+          rejected[i] = secure.Hold(missing[i]->peer_id(), r->model, r->meta.num_samples());
+        } else if (absl::IsInvalidArgument(r.status())) {
+          rejected[i] = r.status();
+        }
+      },
+      keep_going,
+      [&] {
+        for (CallCanceller& c : cancellers) c.Cancel();
+      });
+  for (const absl::Status& s : rejected) {
+    if (!s.ok()) {
+      LogError("task ", task_, " round ", round, ": ", s.message());
+      SendError(round, s);
+      return;
+    }
+  }
+  if (!keep_going()) return;
+  for (const PeerEndpoint* p : missing) {
+    if (!secure.Holds(p->peer_id())) return;  // stopped
+  }
+  deps_.update_hooks.BeforeMaskedUpdatesHeld(round, keep_going);
+  if (!keep_going()) return;
+  LogInfo("task ", task_, " round ", round, " attempt ", attempt,
+          ": holding the masked updates of all ", participants_.size(), " participants");
+  PeerMessage out;
+  out.mutable_masked_updates_held()->set_round(round);
+  out.mutable_masked_updates_held()->set_attempt(attempt);
+  Send(out);
+}
+
+const tensor::FlatModel& DecentralizedRunner::RoundBase() const {
+  // Already moved to round_->base when this is a re-share after a participant left.
+  return round_ && model_round_ >= round_->round ? round_->base : held_;
+}
+
+void DecentralizedRunner::CompleteSharing(uint64_t round, uint32_t attempt, tensor::FlatModel model,
+                                          uint64_t num_samples, absl::Time start,
+                                          const std::string& what) {
+  if (absl::Status s = trainer_.SetParameters(model); !s.ok()) {
+    LogError("task ", task_, " round ", round, ": cannot aggregate: ", s.message());
+    SendError(round, s);
+    return;
+  }
   if (model_round_ < round) {
     round_->base = std::move(held_);  // restored if this peer is removed from the round later
   }
-  held_ = std::move(aggregate->model);
+  held_ = std::move(model);
   model_round_ = round;
   params_are_held_ = true;
   round_->shared_attempt = attempt;
-  const uint64_t total_samples = aggregate->num_samples;
   const uint64_t digest = held_.Digest();
   Snapshot global;
   global.task = task_;
@@ -300,23 +394,22 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
   global.model = std::make_shared<const tensor::FlatModel>(held_);
   global.kind = peer::v1::SNAPSHOT_KIND_GLOBAL;
   global.round = round;
-  global.num_samples = total_samples;
+  global.num_samples = num_samples;
   global.loss = round_->train_loss;
   snapshots_.Publish(std::move(global));
   const double seconds = absl::ToDoubleSeconds(clock_.Now() - start);
   metrics_.decentralized.sharing_duration.Observe(seconds);
   metrics_.rounds_completed.Increment();
-  LogInfo(absl::StrFormat(
-      "task %s round %d attempt %d: aggregated %d updates with %s (%s; %d samples; left out: "
-      "%d) in %.3f s, digest %016x",
-      task_, round, attempt, aggregate->included.size(), strategy_.name(),
-      Names(aggregate->included), total_samples, aggregate->excluded.size(), seconds, digest));
+  LogInfo(
+      absl::StrFormat("task %s round %d attempt %d: aggregated %s, %d samples, in %.3f s, "
+                      "digest %016x",
+                      task_, round, attempt, what, num_samples, seconds, digest));
   PeerMessage out;
   auto* done = out.mutable_sharing_done();
   done->set_round(round);
   done->set_attempt(attempt);
   done->set_digest_xxh3(digest);
-  done->set_num_samples(total_samples);
+  done->set_num_samples(num_samples);
   Send(out);
 }
 
