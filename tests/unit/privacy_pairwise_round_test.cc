@@ -55,7 +55,7 @@ Round MakeRound(int n, uint64_t seed) {
           *Ed25519KeyVerifier::Create(identity_keys),
           {},
           {},
-          *UpdateCodec(1.0, n),
+          *UpdateCodec(1.0, n, 0),
           {},
           {}};
   std::mt19937_64 rng(seed);

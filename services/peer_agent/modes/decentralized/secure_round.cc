@@ -33,7 +33,7 @@ absl::StatusOr<SecureRound> SecureRound::Start(const std::string& task, uint64_t
   if (!(base.layout == trained.layout) || base.values.size() != trained.values.size()) {
     return absl::InvalidArgumentError("secure round: the trained model's layout is not the base's");
   }
-  SHOAL_RETURN_IF_ERROR(privacy::secagg::UpdateCodec(clip_norm, 1).status());
+  SHOAL_RETURN_IF_ERROR(privacy::secagg::UpdateCodec(clip_norm, 1, /*noise_stddev=*/0).status());
   std::vector<float> delta(trained.values.size());
   for (size_t i = 0; i < delta.size(); ++i) delta[i] = trained.values[i] - base.values[i];
   SHOAL_ASSIGN_OR_RETURN(privacy::secagg::PairwiseMasker masker,
@@ -63,7 +63,7 @@ absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> SecureRound::Mask(
                          privacy::secagg::Ed25519KeyVerifier::Create(std::move(identities)));
   SHOAL_ASSIGN_OR_RETURN(
       privacy::FixedPointCodec codec,
-      privacy::secagg::UpdateCodec(clip_norm_, static_cast<int>(participants.size())));
+      privacy::secagg::UpdateCodec(clip_norm_, static_cast<int>(participants.size()), 0));
   SHOAL_ASSIGN_OR_RETURN(std::vector<uint32_t> encoded,
                          privacy::secagg::ClipAndEncode(codec, delta_));
   SHOAL_ASSIGN_OR_RETURN(std::vector<uint32_t> masked,
