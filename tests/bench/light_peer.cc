@@ -1,12 +1,14 @@
 #include "tests/bench/light_peer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "libs/tensor/frame_codec.h"
+#include "tests/bench/secure_light.h"
 
 namespace shoal::bench {
 
@@ -24,6 +26,16 @@ class LightPeer {
     LinkCallbacks callbacks{[this](const v1::CoordinatorEvent& e) { Handle(e); },
                             [this](const absl::Status& status) { Done(status); }};
     const Fleet::Options& o = fleet.options_;
+    if (o.secure) {
+      absl::StatusOr<LightIdentity> identity = MakeLightIdentity();
+      if (identity.ok()) {
+        identity_ = *std::move(identity);
+      } else {  // its Hello has no key: the coordinator leaves it out of the rounds
+        ++fleet.errors_.calls_failed;
+        std::fprintf(stderr, "light-%d: identity key: %s\n", index,
+                     std::string(identity.status().message()).c_str());
+      }
+    }
     if (o.core != nullptr) {
       link_ = MakeDirectLink(*o.core, *fleet.delivery_, &fleet.errors_.events_lost,
                              std::move(callbacks));
@@ -51,6 +63,7 @@ class LightPeer {
     hello.mutable_hello()->set_device("cpu");
     hello.mutable_hello()->set_shard_index(static_cast<uint32_t>(index_));
     hello.mutable_hello()->set_shard_count(static_cast<uint32_t>(fleet_.options_.peers));
+    hello.mutable_hello()->set_identity_public_key(identity_.public_key);
     link_->Start(std::move(hello));
   }
 
@@ -109,7 +122,11 @@ class LightPeer {
         fleet_.Record(e.round_started().round(), kStarted, fleet_.Now());
         Submit([this, task = e.task(), r = e.round_started()] {
           if (fleet_.options_.download && !Download(task, r.model_version())) return;
-          PushUpdate(task, r);
+          if (fleet_.options_.secure) {
+            SecurePush(task, r);
+          } else {
+            PushUpdate(task, r);
+          }
         });
         break;
       case v1::CoordinatorEvent::kModelPublished: {
@@ -227,19 +244,52 @@ class LightPeer {
     meta.set_train_loss(0.5);
     const std::string address = Aggregator();
     // The trivial update: the model itself as a delta (small and finite).
+    const std::shared_ptr<const tensor::EncodedModel> update = tensor::EncodeRaw(fleet_.model_);
     if (!CallWithRetry("PushUpdate", [&](absl::Time deadline) {
-          return fleet_.aggregator_
-              ->PushUpdate(address, meta, tensor::EncodeRaw(fleet_.model_), deadline)
-              .status();
+          return fleet_.aggregator_->PushUpdate(address, meta, update, deadline).status();
         })) {
       return;
     }
     fleet_.Record(r.round(), kPushed, fleet_.Now());
+    ++fleet_.update_calls_;
+    fleet_.update_bytes_sent_ +=
+        static_cast<int64_t>(meta.ByteSizeLong() + update->payload_bytes());
+  }
+
+  // The round's SecAgg+ exchange, as shoal-peer's SecurePush: pushed when the masked update is
+  // sent. One call, no retry (a peer that misses a step is out of the round).
+  void SecurePush(const std::string& task, const v1::RoundStarted& r) {
+    const aggregator::Caller me = Me();
+    aggregator::SecureContribution contribution;
+    contribution.peer_id = me.peer_id;
+    contribution.signer = identity_.signer;
+    contribution.identity_keys.insert(r.identity_keys().begin(), r.identity_keys().end());
+    contribution.base_version = r.model_version();
+    contribution.update = fleet_.model_->values;
+    contribution.num_samples = 32;
+    contribution.train_loss = 0.5;
+    const bool drop = index_ < fleet_.dropping_;
+    BenchSecureParty party(std::move(contribution), drop,
+                           [&] { fleet_.Record(r.round(), kPushed, fleet_.Now()); });
+    const absl::Status s = fleet_.aggregator_->SecureAggregate(
+        Aggregator(), task, r.round(), me, party, absl::Now() + fleet_.options_.secure_timeout);
+    ++fleet_.update_calls_;
+    fleet_.update_bytes_sent_ += party.bytes_sent();
+    fleet_.update_bytes_received_ += party.bytes_received();
+    for (int step = 0; step < BenchSecureParty::kSteps; ++step) {
+      fleet_.secure_step_us_[step] += party.cpu_us()[step];
+    }
+    if (!s.ok() && !party.dropped() && !fleet_.stopping_.load()) {
+      ++fleet_.errors_.calls_failed;
+      std::fprintf(stderr, "light-%d: SecureAggregate: %s\n", index_,
+                   std::string(s.message()).c_str());
+    }
   }
 
   Fleet& fleet_;
   const int index_;
   std::unique_ptr<SessionLink> link_;
+  LightIdentity identity_;  // Options::secure
 
   absl::Mutex mu_;
   std::string peer_id_ ABSL_GUARDED_BY(mu_);
@@ -251,9 +301,14 @@ class LightPeer {
 
 Fleet::Fleet(Options options)
     : options_(std::move(options)),
+      dropping_(options_.secure
+                    ? static_cast<int>(std::lround(options_.drop_after_masking * options_.peers))
+                    : 0),
       epoch_(std::chrono::steady_clock::now()),
       aggregator_(std::make_unique<aggregator::GrpcAggregatorClient>(options_.credentials)),
-      calls_(options_.call_threads, static_cast<size_t>(options_.peers) * 4) {
+      calls_(options_.secure ? std::max(options_.call_threads, static_cast<size_t>(options_.peers))
+                             : options_.call_threads,
+             static_cast<size_t>(options_.peers) * 4) {
   if (options_.core != nullptr) {
     // Room for a few events per peer in flight (a broadcast posts one per peer).
     delivery_ = std::make_unique<ThreadPool>(1, static_cast<size_t>(options_.peers) * 8);
@@ -320,6 +375,16 @@ void Fleet::Record(uint64_t round, int kind, double t) {
 std::map<uint64_t, RoundTimes> Fleet::Rounds() const {
   absl::MutexLock lock(&mu_);
   return rounds_;
+}
+
+int Fleet::CompleteRounds() const {
+  const size_t n = static_cast<size_t>(options_.peers);
+  absl::MutexLock lock(&mu_);
+  int complete = 0;
+  for (const auto& [round, t] : rounds_) {
+    if (t.started.size() == n && t.pushed.size() == n && t.published.size() == n) ++complete;
+  }
+  return complete;
 }
 
 // Peer i beats at offset i/N of the interval, so beats arrive evenly, as from independent peers.

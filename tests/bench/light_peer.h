@@ -6,6 +6,7 @@
 // round, an EvalReport per published model, heartbeats), without LibTorch, data or training.
 // The update is the fleet's model itself (every peer pushes the same bytes, uncopied); with
 // Options::download each peer also pulls each model version it does not hold, as a peer does.
+// With Options::secure a round is a secure-aggregation round (tests/bench/secure_light.h).
 
 #include <grpcpp/grpcpp.h>
 
@@ -40,7 +41,7 @@ struct RoundTimes {
 // What went wrong; the benchmark's "errors" are the sum.
 struct FleetErrors {
   std::atomic<int64_t> streams_broken{0};  // a session ended while the fleet was running
-  std::atomic<int64_t> calls_failed{0};    // PutModel or PushUpdate gave up
+  std::atomic<int64_t> calls_failed{0};    // PutModel, PushUpdate or SecureAggregate gave up
   std::atomic<int64_t> rejected{0};        // executor full
   std::atomic<int64_t> events_lost{0};     // Options::core: the delivery was full
 };
@@ -78,6 +79,16 @@ class Fleet {
     // retry (back-pressure, a round not open yet) before it counts the call as failed.
     absl::Duration call_timeout = absl::Seconds(10);
     absl::Duration call_budget = absl::Seconds(30);
+    // Secure aggregation (a task with privacy.secure_aggregation): each peer makes an Ed25519
+    // identity key, sends its public half in its Hello and answers RoundStarted with
+    // SecureAggregate (shoal-peer's SecureParticipant; the model's values are its update)
+    // instead of PushUpdate. A call holds an executor thread for the whole round, so there are
+    // at least `peers` call threads.
+    bool secure = false;
+    // With `secure`: the first drop_after_masking x peers (rounded) drop out of every round
+    // once their masked update is sent (they cancel the stream at the unmask step).
+    double drop_after_masking = 0;
+    absl::Duration secure_timeout = absl::Minutes(2);  // a SecureAggregate call's deadline
   };
 
   explicit Fleet(Options options);
@@ -93,9 +104,22 @@ class Fleet {
   int assigned() const { return assigned_.load(); }
   int64_t heartbeats_sent() const { return heartbeats_.load(); }
   int64_t push_retries() const { return push_retries_.load(); }
+  int peers() const { return options_.peers; }
+  bool secure() const { return options_.secure; }
+  int dropping() const { return dropping_; }  // peers that drop out after masking
+  // Update calls (PushUpdate, or SecureAggregate) finished, and the bytes they sent and
+  // received (the messages' serialized sizes; a push's model payload).
+  int64_t update_calls() const { return update_calls_.load(); }
+  int64_t update_bytes_sent() const { return update_bytes_sent_.load(); }
+  int64_t update_bytes_received() const { return update_bytes_received_.load(); }
+  // Options::secure: the CPU seconds SecureParticipant took in `step` (BenchSecureParty::Step),
+  // summed over the calls.
+  double secure_step_seconds(int step) const { return secure_step_us_[step].load() / 1e6; }
   const FleetErrors& errors() const { return errors_; }
   // Rounds with every peer's published time, in order.
   std::map<uint64_t, RoundTimes> Rounds() const;
+  // How many rounds every peer has started, pushed (or masked) and seen published; no copy.
+  int CompleteRounds() const;
 
  private:
   friend class LightPeer;
@@ -104,6 +128,7 @@ class Fleet {
   void HeartbeatLoop();
 
   const Options options_;
+  const int dropping_;
   const std::chrono::steady_clock::time_point epoch_;
   std::shared_ptr<const tensor::FlatModel> model_;
   std::unique_ptr<aggregator::AggregatorClient> aggregator_;
@@ -115,6 +140,10 @@ class Fleet {
   std::atomic<int> assigned_{0};
   std::atomic<int64_t> heartbeats_{0};
   std::atomic<int64_t> push_retries_{0};
+  std::atomic<int64_t> update_calls_{0};
+  std::atomic<int64_t> update_bytes_sent_{0};
+  std::atomic<int64_t> update_bytes_received_{0};
+  std::atomic<int64_t> secure_step_us_[4] = {{0}, {0}, {0}, {0}};
   FleetErrors errors_;
   mutable absl::Mutex mu_;
   std::map<uint64_t, RoundTimes> rounds_ ABSL_GUARDED_BY(mu_);

@@ -13,6 +13,11 @@
 // peer); it then reports the round time against the same bytes over raw TCP, one transfer after
 // another, measured in the same run, and the aggregator's peak RSS.
 //
+// With --secure (scripts/bench-privacy) the task has secure aggregation and each round is a
+// SecAgg+ exchange between the peers and the aggregator; --drop-after-masking makes a fraction of
+// the peers leave each round after masking, and --rounds ends the phase after that many rounds.
+// Every phase prints what its rounds cost: CPU per round and the bytes of each update call.
+//
 //   shoal-sim [--peers 1000] [--duration 5m] [--baseline-peers 10]
 //             [--baseline-duration 30s] [--warmup 60s] [--bin-dir DIR]
 //             [--model-mb 0] [--max-concurrent-pushes 16] [--in-process | --direct] ...
@@ -42,12 +47,17 @@
 #include "tests/bench/light_peer.h"
 #include "tests/bench/proc_stats.h"
 #include "tests/bench/raw_tcp.h"
+#include "tests/bench/sim_rounds.h"
+#include "tests/bench/sim_secure.h"
 #include "tests/testing/http_get.h"
 
 ABSL_FLAG(int, peers, 1000, "concurrent peer sessions in the measured phase");
 ABSL_FLAG(absl::Duration, duration, absl::Minutes(5), "how long the measured phase holds them");
 ABSL_FLAG(int, baseline_peers, 10, "peers of the baseline phase run first (0 = no baseline)");
 ABSL_FLAG(absl::Duration, baseline_duration, absl::Seconds(30), "length of the baseline phase");
+ABSL_FLAG(int, rounds, 0,
+          "end the measured phase once this many rounds after the first are complete (at the "
+          "latest after --duration; 0: after --duration)");
 ABSL_FLAG(absl::Duration, warmup, absl::Seconds(60),
           "RSS growth is measured from this point of the measured phase to its end");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2),
@@ -84,7 +94,9 @@ namespace {
 namespace cv1 = shoal::coordinator::v1;
 using shoal::bench::CpuSeconds;
 using shoal::bench::Fleet;
+using shoal::bench::Latencies;
 using shoal::bench::LoadAverage;
+using shoal::bench::Measure;
 using shoal::bench::Percentile;
 using shoal::bench::RssMiB;
 using shoal::bench::StatusMiB;
@@ -96,31 +108,6 @@ int g_stderr = STDERR_FILENO;
   std::fflush(stdout);
   dprintf(g_stderr, "shoal-sim: %s\n", what.c_str());
   std::exit(1);
-}
-
-// Round-event latencies of one phase, in milliseconds, over the rounds every peer finished.
-struct Latencies {
-  int rounds = 0;
-  std::vector<double> round_ms;    // first RoundStarted -> last ModelPublished
-  std::vector<double> fanout_ms;   // each RoundStarted arrival - the round's first one
-  std::vector<double> publish_ms;  // each ModelPublished arrival - the round's last accepted push
-};
-
-Latencies Measure(const std::map<uint64_t, shoal::bench::RoundTimes>& rounds, size_t peers) {
-  Latencies l;
-  for (const auto& [round, t] : rounds) {
-    if (t.started.size() != peers || t.pushed.size() != peers || t.published.size() != peers) {
-      continue;  // the round in progress at the end, or one the fleet joined late
-    }
-    ++l.rounds;
-    const double first_start = *std::min_element(t.started.begin(), t.started.end());
-    const double last_push = *std::max_element(t.pushed.begin(), t.pushed.end());
-    const double last_publish = *std::max_element(t.published.begin(), t.published.end());
-    l.round_ms.push_back((last_publish - first_start) * 1e3);
-    for (double s : t.started) l.fanout_ms.push_back((s - first_start) * 1e3);
-    for (double p : t.published) l.publish_ms.push_back((p - last_push) * 1e3);
-  }
-  return l;
 }
 
 class Bench {
@@ -223,6 +210,7 @@ class Bench {
     }
     options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
     options.join_rate = absl::GetFlag(FLAGS_join_rate);
+    shoal::bench::ApplySecureFlags(options);
     const int64_t model_bytes = int64_t{absl::GetFlag(FLAGS_model_mb)} * 1'000'000;
     if (model_bytes > 0) {
       options.model_floats = model_bytes / 4;
@@ -271,8 +259,11 @@ class Bench {
     const double self_cpu_start = CpuSeconds(getpid());
     double rss_warm = rss_start, rss_max = rss_start;
     bool warm = false;
+    shoal::bench::RoundCost cost([this] { return AggregatorsCpu(); });
+    const int max_rounds = report_rss ? absl::GetFlag(FLAGS_rounds) : 0;  // the measured phase
     while (absl::Now() - start < duration) {
-      absl::SleepFor(absl::Seconds(1));
+      absl::SleepFor(max_rounds > 0 ? absl::Milliseconds(100) : absl::Seconds(1));
+      const int measured = cost.Update(fleet.CompleteRounds());
       const double rss = RssMiB(CoordinatorPid());
       rss_max = std::max(rss_max, rss);
       if (!warm && absl::Now() - start >= warmup) {
@@ -281,6 +272,7 @@ class Bench {
       }
       if (coordinator_ != nullptr && !coordinator_->Running())
         Die("the coordinator exited: " + coordinator_->LogTail(10));
+      if (max_rounds > 0 && measured >= max_rounds) break;
     }
     const double rss_end = RssMiB(CoordinatorPid());
     const double cpu = CpuSeconds(CoordinatorPid()) - cpu_start;
@@ -299,8 +291,7 @@ class Bench {
     fleet.Stop();
     StopTask(name);
 
-    int64_t dropped = 0;
-    for (const auto& r : status.history()) dropped += r.dropped_count();
+    const int64_t dropped = shoal::bench::UnexpectedDrops(status, fleet.dropping());
     const shoal::bench::FleetErrors& e = fleet.errors();
     const int64_t errors = e.streams_broken.load() + e.calls_failed.load() + e.rejected.load() +
                            e.events_lost.load() + dropped + crashed;
@@ -315,7 +306,8 @@ class Bench {
         static_cast<long long>(fleet.push_retries()));
     std::printf(
         "%s: errors %lld (broken sessions %lld, failed calls %lld, executor full %lld, events "
-        "lost %lld, dropped from rounds %lld, declared crashed by the coordinator %lld)\n",
+        "lost %lld, dropped from rounds (beyond --drop-after-masking) %lld, declared crashed by "
+        "the coordinator %lld)\n",
         name.c_str(), static_cast<long long>(errors),
         static_cast<long long>(e.streams_broken.load()),
         static_cast<long long>(e.calls_failed.load()), static_cast<long long>(e.rejected.load()),
@@ -346,6 +338,7 @@ class Bench {
     PrintLatency(name, "round (first RoundStarted -> last ModelPublished)", l.round_ms, name);
     PrintLatency(name, "RoundStarted fan-out (arrival - first arrival)", l.fanout_ms, name);
     PrintLatency(name, "ModelPublished after the last accepted push", l.publish_ms, name);
+    cost.Print(name, fleet, l);
     if (model_bytes > 0) {
       PrintDataPath(name, fleet.Rounds(), peers, model_bytes);
       const double rounds = std::max(1.0, static_cast<double>(l.rounds));
@@ -507,6 +500,7 @@ class Bench {
     spec.set_round_deadline_seconds(60);
     spec.set_aggregation(shoal::common::v1::AGGREGATION_MEAN);
     if (absl::GetFlag(FLAGS_exact_sum)) spec.mutable_aggregation_options()->set_exact_sum(true);
+    shoal::bench::ApplySecureFlags(spec);
     if (absl::GetFlag(FLAGS_hierarchical)) {
       spec.set_topology(shoal::common::v1::TOPOLOGY_HIERARCHICAL);
       spec.set_cluster_size(static_cast<uint32_t>(absl::GetFlag(FLAGS_cluster_size)));
@@ -559,7 +553,7 @@ int main(int argc, char** argv) {
       argc, argv,
       {.program = "shoal-sim",
        .usage = "[--peers N] [--duration D] [--baseline-peers N] [--baseline-duration D] "
-                "[--warmup D] [--in-process | --direct] [--bin-dir DIR]",
+                "[--warmup D] [--rounds N] [--in-process | --direct] [--secure] [--bin-dir DIR]",
        .summary = "Simulates N peers in one process against a real coordinator and aggregator "
                   "while a federated task runs rounds; reports errors, coordinator RSS, the "
                   "status's size and round-event latencies."});

@@ -32,7 +32,7 @@ SHOALCTL_PAGE = "docs/reference/shoalctl.md"
 SERVICES = ["shoal-coordinator", "shoal-aggregator", "shoal-peer"]
 # Tools whose flags the docs' command lines must use correctly too (their `--help` lists
 # '  --flag' lines like the services').
-TOOLS = ["shoal-train", "shoal-example-data", "shoal-peer-testing"]
+TOOLS = ["shoal-train", "shoal-example-data", "shoal-peer-testing", "shoal-sim"]
 COMMON_SECTION = "What every binary does alike"
 FLAG = re.compile(r"--[a-z0-9][a-z0-9_-]*")
 
