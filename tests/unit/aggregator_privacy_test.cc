@@ -27,6 +27,19 @@ common::v1::DpSpec Dp(common::v1::DpNoise noise, double clip, double sigma) {
   return dp;
 }
 
+// The standard deviation of `values` and, in `mean_out`, their mean.
+double SpreadOf(const std::vector<float>& values, double* mean_out) {
+  double sum = 0;
+  double sq = 0;
+  for (float v : values) {
+    sum += v;
+    sq += static_cast<double>(v) * v;
+  }
+  const double n = static_cast<double>(values.size());
+  *mean_out = sum / n;
+  return std::sqrt(sq / n - *mean_out * *mean_out);
+}
+
 class AggregatorPrivacyTest : public AggregatorCoreFixture {
  protected:
   absl::Status OpenDp(std::vector<std::string> peers, common::v1::DpSpec dp,
@@ -97,32 +110,11 @@ TEST_F(AggregatorPrivacyTest, CentralNoiseHasTheCalibratedSpread) {
   ASSERT_TRUE(PushModel(Meta("b", 1), zero).ok());
   ASSERT_TRUE(core_->CloseRound("t", 1).ok());
   // The published delta is noise / 2: standard deviation sigma x clip / 2 = 1.0.
-  const std::vector<float> delta = PublishedDelta(base);
-  double sum = 0;
-  double sq = 0;
-  for (float v : delta) {
-    sum += v;
-    sq += static_cast<double>(v) * v;
-  }
-  const double n = static_cast<double>(delta.size());
-  const double mean = sum / n;
-  const double sd = std::sqrt(sq / n - mean * mean);
+  double mean = 0;
+  const double sd = SpreadOf(PublishedDelta(base), &mean);
   // Standard errors with 4000 values: 0.016 for the mean, 0.011 for sd.
   EXPECT_NEAR(mean, 0.0, 0.08);
   EXPECT_NEAR(sd, sigma * clip / 2, 0.07);
-}
-
-// The standard deviation of `values` around 0 (their mean is checked apart).
-double SpreadOf(const std::vector<float>& values, double* mean_out) {
-  double sum = 0;
-  double sq = 0;
-  for (float v : values) {
-    sum += v;
-    sq += static_cast<double>(v) * v;
-  }
-  const double n = static_cast<double>(values.size());
-  *mean_out = sum / n;
-  return std::sqrt(sq / n - *mean_out * *mean_out);
 }
 
 TEST_F(AggregatorPrivacyTest, DistributedNoiseOfAMissingPeerIsAddedByTheAggregator) {

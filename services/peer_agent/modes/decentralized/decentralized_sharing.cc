@@ -22,6 +22,16 @@ namespace {
 using coordinator::v1::PeerEndpoint;
 using coordinator::v1::PeerMessage;
 
+// How a round update is fetched while sharing: retried until it arrives or the round moves on;
+// a snapshot that fails the checks (INVALID_ARGUMENT) will not get better.
+rpc::RetryOptions FetchRetry(const DecentralizedRunnerOptions& options) {
+  rpc::RetryOptions retry;
+  retry.backoff = options.retry_backoff;
+  retry.attempt_timeout = options.fetch_timeout;
+  retry.retryable = [](const absl::Status& s) { return !absl::IsInvalidArgument(s); };
+  return retry;
+}
+
 // How long a wait for parallel jobs goes without re-checking keep_going by itself (everything
 // that changes it, or ends a job, notifies the wakeup; this is only a safety net).
 constexpr absl::Duration kRecheck = absl::Seconds(1);
@@ -196,12 +206,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
   std::vector<absl::Status> rejected(missing.size());
   std::vector<CallCanceller> cancellers(missing.size());
   const tensor::ModelLayout& layout = trainer_.layout();
-  // Retried until it arrives or the round moves on; a snapshot that fails the checks will not
-  // get better.
-  rpc::RetryOptions retry;
-  retry.backoff = options_.retry_backoff;
-  retry.attempt_timeout = options_.fetch_timeout;
-  retry.retryable = [](const absl::Status& s) { return !absl::IsInvalidArgument(s); };
+  const rpc::RetryOptions retry = FetchRetry(options_);
   RunParallel(
       wakeup_, missing.size(),
       [&](size_t i, const std::atomic<bool>& stop) {
@@ -312,10 +317,7 @@ void DecentralizedRunner::ShareMasked(uint64_t round, uint32_t attempt,
   absl::Mutex mu;
   std::vector<absl::Status> rejected(missing.size());
   std::vector<CallCanceller> cancellers(missing.size());
-  rpc::RetryOptions retry;
-  retry.backoff = options_.retry_backoff;
-  retry.attempt_timeout = options_.fetch_timeout;
-  retry.retryable = [](const absl::Status& s) { return !absl::IsInvalidArgument(s); };
+  const rpc::RetryOptions retry = FetchRetry(options_);
   RunParallel(
       wakeup_, missing.size(),
       [&](size_t i, const std::atomic<bool>& stop) {
