@@ -1,8 +1,10 @@
 // AggregatorService.SecureAggregate: a peer's stream of a secure-aggregation round, a thin
-// adapter over the round's SecureExchange (sessions/secure_exchange.h).
+// adapter over the round's SecureExchange (sessions/secure_exchange.h); a masked update sent in
+// chunks (masked_chunks.h) reaches the exchange whole.
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -12,6 +14,7 @@
 #include "libs/rpc/status.h"
 #include "libs/rpc/tls.h"
 #include "services/aggregator/aggregator_service.h"
+#include "services/aggregator/masked_chunks.h"
 #include "services/aggregator/sessions/secure_exchange.h"
 
 namespace shoal::aggregator {
@@ -75,8 +78,8 @@ class SecureAggregateReactor final
         link_->End(joined);
         return;
       }
-    } else if (absl::Status s = exchange_->Receive(peer_, request_); !s.ok()) {
-      return;  // the exchange ended the stream with `s`
+    } else if (absl::Status s = Receive(); !s.ok()) {
+      return;  // the stream ended with `s`
     }
     if (!link_->ended()) StartRead(&request_);
   }
@@ -103,6 +106,23 @@ class SecureAggregateReactor final
     if (absl::Status s = (*exchange)->Join(join.peer_id(), link_); !s.ok()) return s;
     peer_ = join.peer_id();
     exchange_ = *std::move(exchange);
+    assembler_.emplace(exchange_->masked_update_bytes());
+    return absl::OkStatus();
+  }
+
+  // The message read, to the exchange; a masked update once all its chunks are in.
+  absl::Status Receive() {
+    if (!request_.has_masked()) return exchange_->Receive(peer_, request_);
+    absl::StatusOr<std::optional<SecureAggregationRequest>> whole =
+        assembler_->Add(std::move(request_));
+    request_.Clear();
+    if (!whole.ok()) {
+      exchange_->Leave(peer_);
+      link_->End(whole.status());
+      return whole.status();
+    }
+    if (whole->has_value()) return exchange_->Receive(peer_, **whole);
+    exchange_->Progress(peer_);
     return absl::OkStatus();
   }
 
@@ -113,6 +133,7 @@ class SecureAggregateReactor final
   SecureAggregationRequest request_;
   std::string peer_;
   std::shared_ptr<SecureExchange> exchange_;
+  std::optional<MaskedUpdateAssembler> assembler_;  // once joined
 };
 
 void StreamLink::Next(const SecureAggregationResponse*& write, bool& finish) {

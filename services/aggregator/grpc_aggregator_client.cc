@@ -7,6 +7,7 @@
 #include "libs/rpc/channel.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/status.h"
+#include "services/aggregator/masked_chunks.h"
 #include "shoal/aggregator/v1/aggregator.grpc.pb.h"
 
 namespace shoal::aggregator {
@@ -89,7 +90,8 @@ absl::Status GrpcAggregatorClient::SecureAggregate(const std::string& address,
       }
       break;
     }
-    open = stream->Write(**answer);
+    open = WriteMaskedInChunks(std::move(**answer),
+                               [&stream](const auto& message) { return stream->Write(message); });
   }
   absl::Status s = rpc::FromGrpcStatus(stream->Finish());
   if (!refused.ok()) return WithContext(refused, "SecureAggregate (this peer refused)", address);

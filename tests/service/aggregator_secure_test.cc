@@ -185,7 +185,8 @@ class AggregatorSecureTest : public AggregatorServiceFixture {
   // base + the exact ring sum of the survivors' encodings / survivors, as the round computes it.
   std::vector<float> Expected(const std::vector<std::string>& survivors,
                               const tensor::FlatModel& base) {
-    std::vector<uint32_t> sum(kValues, 0);
+    const size_t values = base.values.size();
+    std::vector<uint32_t> sum(values, 0);
     for (const TestPeer& peer : peers_) {
       if (std::find(survivors.begin(), survivors.end(), peer.id) == survivors.end()) continue;
       EXPECT_TRUE(privacy::RingAdd(absl::MakeSpan(sum), peer.encoded, 32).ok());
@@ -195,19 +196,59 @@ class AggregatorSecureTest : public AggregatorServiceFixture {
         secagg::ApplyMeanOfSum(*codec, sum, static_cast<int>(survivors.size()), base.values);
     EXPECT_TRUE(mean.ok()) << mean.status();
     // Within a quantum of the float mean of the clipped updates.
-    for (size_t i = 0; mean.ok() && i < kValues; i += 97) {
+    std::vector<double> scale;  // each peer's clipping factor
+    for (const TestPeer& peer : peers_) {
+      double norm = 0;
+      for (float v : peer.update) norm += static_cast<double>(v) * v;
+      norm = std::sqrt(norm);
+      scale.push_back(norm > kClipNorm ? kClipNorm / norm : 1.0);
+    }
+    for (size_t i = 0; mean.ok() && i < values; i += 97) {
       double float_mean = 0;
-      for (const TestPeer& peer : peers_) {
+      for (size_t p = 0; p < peers_.size(); ++p) {
+        const TestPeer& peer = peers_[p];
         if (std::find(survivors.begin(), survivors.end(), peer.id) == survivors.end()) continue;
-        double norm = 0;
-        for (float v : peer.update) norm += static_cast<double>(v) * v;
-        norm = std::sqrt(norm);
-        float_mean += peer.update[i] * (norm > kClipNorm ? kClipNorm / norm : 1.0);
+        float_mean += peer.update[i] * scale[p];
       }
       float_mean /= static_cast<double>(survivors.size());
       EXPECT_NEAR((*mean)[i], base.values[i] + float_mean, codec->quantum() + 1e-6) << i;
     }
     return mean.ok() ? *mean : std::vector<float>();
+  }
+
+  // Every peer's round through GrpcAggregatorClient::SecureAggregate and a SecureParticipant (5
+  // samples each); each must end OK with every peer a survivor. Records what each encoded.
+  void RunAllThroughClient(uint64_t round) {
+    std::map<std::string, std::string> keys;
+    for (const TestPeer& peer : peers_) keys[peer.id] = peer.identity_public_key;
+    GrpcAggregatorClient client;
+    std::vector<absl::Status> results(peers_.size());
+    std::vector<std::vector<std::string>> survivors(peers_.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < peers_.size(); ++i) {
+      threads.emplace_back([&, i] {
+        SecureContribution c;
+        c.peer_id = peers_[i].id;
+        c.signer = peers_[i].signer;
+        c.identity_keys = keys;
+        c.update = peers_[i].update;
+        c.num_samples = 5;
+        SecureParticipant party(std::move(c));
+        results[i] =
+            client.SecureAggregate(server_->address(), "t", round, Caller{peers_[i].id, ""}, party,
+                                   absl::Now() + absl::Seconds(60));
+        survivors[i] = party.survivors();
+        auto codec = secagg::UpdateCodec(kClipNorm, static_cast<int>(peers_.size()), 0);
+        peers_[i].encoded = *secagg::ClipAndEncode(*codec, peers_[i].update);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    std::vector<std::string> everyone;
+    for (const TestPeer& peer : peers_) everyone.push_back(peer.id);
+    for (size_t i = 0; i < peers_.size(); ++i) {
+      EXPECT_TRUE(results[i].ok()) << results[i];
+      EXPECT_EQ(survivors[i], everyone);
+    }
   }
 
   void PutBase() {
@@ -326,16 +367,6 @@ TEST_F(AggregatorSecureTest, RefusesWhatSecureAggregationCannotDo) {
   refused = OpenSecure(other_clip);
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.message(), HasSubstr("differs from dp.clip_norm"));
-  // A masked update must fit one message: 8 MiB, about 2.1M values.
-  ASSERT_TRUE(
-      Put("big", 0,
-          Filled([](size_t) { return 0.f; }, *tensor::ModelLayout::Create({{"w", {2200000}}})))
-          .ok());
-  v1::OpenRoundRequest big = SecureRound(1);
-  big.set_task("big");
-  refused = OpenSecure(big);
-  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(refused.message(), HasSubstr("in one message of at most 8 MiB"));
   // A plain push into a secure round is refused.
   ASSERT_TRUE(OpenSecure(SecureRound(1)).ok());
   auto pushed = Push(Meta("peer-0", 10), Filled([](size_t) { return 0.f; }, SmallLayout()));
@@ -406,36 +437,34 @@ TEST_F(AggregatorSecureTest, PeersThroughTheClientAndSecureParticipant) {
   PutBase();
   MakePeers(3);
   ASSERT_TRUE(OpenSecure(SecureRound(1)).ok());
-  std::map<std::string, std::string> keys;
-  for (const TestPeer& peer : peers_) keys[peer.id] = peer.identity_public_key;
-  GrpcAggregatorClient client;
-  std::vector<absl::Status> results(peers_.size());
-  std::vector<std::vector<std::string>> survivors(peers_.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < peers_.size(); ++i) {
-    threads.emplace_back([&, i] {
-      SecureContribution c;
-      c.peer_id = peers_[i].id;
-      c.signer = peers_[i].signer;
-      c.identity_keys = keys;
-      c.update = peers_[i].update;
-      c.num_samples = 5;
-      SecureParticipant party(std::move(c));
-      results[i] = client.SecureAggregate(server_->address(), "t", 1, Caller{peers_[i].id, ""},
-                                          party, absl::Now() + absl::Seconds(30));
-      survivors[i] = party.survivors();
-      auto codec = secagg::UpdateCodec(kClipNorm, 3, 0);
-      peers_[i].encoded = *secagg::ClipAndEncode(*codec, peers_[i].update);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (size_t i = 0; i < peers_.size(); ++i) {
-    EXPECT_TRUE(results[i].ok()) << results[i];
-    EXPECT_THAT(survivors[i], ElementsAre("peer-0", "peer-1", "peer-2"));
-  }
+  RunAllThroughClient(1);
   auto closed = Close("t", 1);
   ASSERT_TRUE(closed.ok()) << closed.status();
   EXPECT_EQ(closed->num_samples(), 15u);
+  auto published = Get("t", 1);
+  ASSERT_TRUE(published.ok()) << published.status();
+  EXPECT_EQ(published->model.values, Expected({"peer-0", "peer-1", "peer-2"}, base_));
+}
+
+// A model of 2,500,000 values: each masked update (10 MB) goes in three chunks, more than one
+// message may carry, and the round still publishes the exact sum.
+TEST_F(AggregatorSecureTest, AModelPastOneMessageTravelsInChunks) {
+  constexpr size_t kBigValues = 2500000;
+  base_ = Filled([](size_t i) { return 0.001f * static_cast<float>(i % 13); },
+                 *tensor::ModelLayout::Create({{"w", {kBigValues}}}));
+  ASSERT_TRUE(Put("t", 0, base_).ok());
+  MakePeers(3);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> tiny(-0.0005f, 0.0005f);
+  for (TestPeer& peer : peers_) {
+    peer.update.resize(kBigValues);
+    for (float& v : peer.update) v = tiny(rng);
+  }
+  ASSERT_TRUE(OpenSecure(SecureRound(1)).ok());
+  RunAllThroughClient(1);
+  auto closed = Close("t", 1);
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_EQ(closed->contributors_size(), 3);
   auto published = Get("t", 1);
   ASSERT_TRUE(published.ok()) << published.status();
   EXPECT_EQ(published->model.values, Expected({"peer-0", "peer-1", "peer-2"}, base_));

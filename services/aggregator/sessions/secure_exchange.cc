@@ -144,6 +144,12 @@ absl::Status SecureExchange::Handle(const std::string& peer,
       absl::StrCat(who, " sent a message of another step in ", label_));
 }
 
+void SecureExchange::Progress(const std::string& peer) {
+  absl::MutexLock lock(&mu_);
+  if (step_ != Step::kMasking || owed_.count(peer) == 0) return;
+  step_deadline_ = std::max(step_deadline_, absl::Now() + step_timeout_);
+}
+
 void SecureExchange::Leave(const std::string& peer) {
   Outbox out;
   {

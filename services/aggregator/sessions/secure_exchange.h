@@ -24,9 +24,10 @@ namespace shoal::aggregator {
 // Steps: advertising closes when every participant advertised its keys or left (its stream
 // ended), or when RunOut is called (CloseRound: the coordinator's deadline); sharing, masking and
 // unmasking close when every peer still in the step sent its message or left, or step_timeout
-// after they opened. A peer whose message of a step did not come (or was refused) is out of the
-// round, its stream ended with the reason. When the dropouts leave fewer than the threshold the
-// round fails (FAILED_PRECONDITION from the server) and every stream ends with that.
+// after they opened (masking: or after the last chunk of a masked update still coming in). A peer
+// whose message of a step did not come (or was refused) is out of the round, its stream ended with
+// the reason. When the dropouts leave fewer than the threshold the round fails (FAILED_PRECONDITION
+// from the server) and every stream ends with that.
 //
 // Thread-safe. The server's crypto runs under this class's own mutex; links are written to with
 // no lock held.
@@ -64,6 +65,9 @@ class SecureExchange {
   // A step's message from `peer`. An error refuses it and ends the peer's part (the round goes on
   // without it, as without a peer that dropped out).
   absl::Status Receive(const std::string& peer, const v1::SecureAggregationRequest& message);
+  // A chunk of `peer`'s masked update came in, not yet the whole (masked_chunks.h): the masking
+  // step, if it is on and waits for `peer`, stays open until step_timeout from now.
+  void Progress(const std::string& peer);
   // `peer`'s stream ended: it sends nothing more.
   void Leave(const std::string& peer);
   // Ends the round with `error` (the round was abandoned); no-op once it is over.
@@ -73,6 +77,8 @@ class SecureExchange {
   absl::StatusOr<Outcome> RunOut();
   // The peers whose masked updates were accepted, sorted.
   std::vector<std::string> Accepted() const;
+  // The bytes of one masked update: the round's vector_length, 4 bytes a value.
+  size_t masked_update_bytes() const { return start_.config().vector_length() * 4; }
 
  private:
   enum class Step { kAdvertising, kSharing, kMasking, kUnmasking, kDone, kFailed };

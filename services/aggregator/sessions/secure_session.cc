@@ -22,9 +22,6 @@ namespace {
 namespace secagg = privacy::secagg;
 
 constexpr uint32_t kDefaultStepTimeoutMs = 30000;
-// A masked update travels in one SecureAggregate message, under the 8 MiB a message may have
-// here (libs/rpc/channel.h, kMaxMessageBytes), with room for its framing: 4 bytes a value.
-constexpr size_t kMaxSecureValues = ((size_t{8} << 20) - 4096) / 4;
 
 absl::Status SettingError(const std::string& label, absl::string_view field,
                           absl::string_view what) {
@@ -184,10 +181,9 @@ absl::StatusOr<std::shared_ptr<AggregationSession>> SecureRoundSession::Open(
   if (absl::Status base = CheckBaseIsLatest(task, base_version_); !base.ok()) return base;
   base_ = task.versions.at(base_version_).model;
   const size_t values = base_->layout.total_elements();
-  if (values == 0 || values > kMaxSecureValues) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        label, ": secure aggregation sends a masked update in one message of at most 8 MiB: ",
-        "models of 1 to ", kMaxSecureValues, " values, not ", values));
+  if (values == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(label, ": secure aggregation needs a model of at least one value"));
   }
   absl::StatusOr<std::string> seed = privacy::RandomBytes(privacy::kSharedSeedSize);
   if (!seed.ok()) return seed.status();
