@@ -48,6 +48,7 @@ ModeDefinition Decentralized() {
   m.name = "decentralized";
   m.sections.compression = true;
   m.sections.secure_aggregation = true;  // pairwise masks among the round's participants
+  m.sections.dp = true;                  // level sample only (task_privacy.cc)
   m.apply_defaults = [](TaskSpec& spec) {
     if (!spec.has_max_connection_retry()) spec.set_max_connection_retry(kDefaultMaxConnectionRetry);
   };

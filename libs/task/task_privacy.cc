@@ -201,6 +201,12 @@ absl::Status ValidatePrivacy(const TaskSpec& spec) {
                      ModeNames([](const ModeDefinition& m) { return m.sections.dp; }, " or "),
                      " tasks only; not supported yet in mode ", mode.name));
   }
+  if (spec.mode() == common::v1::MODE_DECENTRALIZED && dp.level() == common::v1::DP_LEVEL_PEER) {
+    return FieldError("privacy.dp.level",
+                      "peer is not supported yet in decentralized tasks (no aggregator adds the "
+                      "noise, and a dropped participant's share of it could not be made up); use "
+                      "level sample: each peer's DP-SGD steps make everything it shares private");
+  }
   if (!(dp.clip_norm() > 0) || !std::isfinite(dp.clip_norm())) {
     return FieldError("privacy.dp.clip_norm",
                       absl::StrCat("must be > 0, got ", ShowNumber(dp.clip_norm())));

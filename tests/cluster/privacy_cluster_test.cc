@@ -4,7 +4,7 @@
 // rounds; a second task (central noise) with a tight target_epsilon stops, completed, before
 // the round that would pass it, with a message naming the budget; a third, at level sample,
 // trains with DP-SGD on each peer and is charged round_batches steps per round at batch_size
-// over the smallest shard.
+// over the smallest shard; a fourth, decentralized with DP-SGD, stops at its budget too.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -133,6 +133,30 @@ TEST(PrivacyClusterTest, DpTasksShowEpsilonEachRoundATightBudgetStopsEarlyAndDpS
               HasSubstr("differential privacy: every step is DP-SGD: Poisson batches at q"));
   std::printf("[ figure ] dp-sample: epsilon %.4f after 20 steps at q %.4f, accuracy %.3f\n",
               status->privacy().epsilon(), q, status->history(1).test_accuracy());
+
+  // Decentralized, the same DP-SGD: each round charged as it opens, before the peers train;
+  // a target with room for one round of 10 steps, not two.
+  common::v1::TaskSpec dec = sample;
+  dec.set_name("dp-decentralized");
+  dec.set_mode(common::v1::MODE_DECENTRALIZED);
+  dec.set_rounds(5);
+  dec.set_round_deadline_seconds(30);
+  auto one = privacy::RdpAccountant::Create();
+  ASSERT_TRUE(one.ok());
+  ASSERT_TRUE(one->AddSteps(q, kSigma, 10).ok());
+  const double after_one = one->Spent(kDelta)->epsilon;
+  dec.mutable_privacy()->mutable_dp()->set_target_epsilon((after_one + want) / 2);
+  ASSERT_TRUE(cluster.CreateTask(dec).ok());
+  status = cluster.WaitForEnd(dec);
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->state(), cv1::TASK_STATE_COMPLETED) << status->message();
+  EXPECT_THAT(status->message(), HasSubstr("privacy budget reached"));
+  ASSERT_EQ(status->history_size(), 1);
+  EXPECT_EQ(status->history(0).participants_size(), 2);
+  EXPECT_TRUE(status->history(0).evaluated()) << "the last model is evaluated before the end";
+  EXPECT_EQ(status->privacy().steps(), 10u);
+  EXPECT_NEAR(status->privacy().epsilon(), after_one, after_one * 1e-9);
+  std::printf("[ figure ] dp-decentralized: %s\n", status->message().c_str());
 }
 
 }  // namespace

@@ -9,12 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "libs/privacy/rdp_accountant.h"
+#include "services/coordinator/peer_data.h"
 #include "tests/unit/decentralized_task_fixture.h"
 
 namespace shoal::coordinator {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using namespace ::shoal::coordinator::decentralized_testing;  // NOLINT: the fixture's helpers
 
@@ -476,6 +479,60 @@ TEST_F(DecentralizedTaskTest, StaleAndForeignMessagesAreRejected) {
   ModeEffects fx = Send("a", Join(7));
   EXPECT_THAT(Kinds(fx, "a"), ElementsAre(kJoinRefused));
   EXPECT_EQ(status_.round(), 1u);
+}
+
+// privacy.dp at level sample: each round is charged round_batches DP-SGD steps at batch_size /
+// the smallest shard when it opens; the first waits for the peers' data reports; the task ends
+// when the next round would pass target_epsilon, once the last model is evaluated.
+TEST_F(DecentralizedTaskTest, SampleLevelDpChargesEachRoundAndStopsAtTheBudget) {
+  constexpr double kSigma = 1.1;
+  auto epsilon_after = [](int rounds) {
+    auto accountant = privacy::RdpAccountant::Create();
+    EXPECT_TRUE(accountant.ok());
+    EXPECT_TRUE(accountant->AddSteps(32.0 / 640, kSigma, 5 * rounds).ok());
+    return accountant->Spent(1e-5)->epsilon;
+  };
+  common::v1::TaskSpec spec = Spec(2, 10);
+  common::v1::DpSpec& dp = *spec.mutable_privacy()->mutable_dp();
+  dp.set_level(common::v1::DP_LEVEL_SAMPLE);
+  dp.set_clip_norm(1);
+  dp.set_noise_multiplier(kSigma);
+  dp.set_delta(1e-5);
+  dp.set_target_epsilon((epsilon_after(2) + epsilon_after(3)) / 2);  // two rounds fit
+  Make(spec);
+  Add("a");
+  Add("b");
+  Send("a", Held(0));
+  ModeEffects fx = Send("b", Held(0));
+  EXPECT_THAT(Kinds(fx, "a"), IsEmpty());
+  EXPECT_EQ(status_.message(), "round 1 waits for every peer's data report");
+  v1::DataReport report;
+  report.set_train_samples(640);
+  ASSERT_TRUE(RecordPeerData(status_, "a", report).ok());
+  report.set_train_samples(960);  // the larger shard: a's rate counts
+  ASSERT_TRUE(RecordPeerData(status_, "b", report).ok());
+  for (uint64_t round = 1; round <= 2; ++round) {
+    fx = round == 1 ? Tick(absl::Seconds(1)) : fx;
+    EXPECT_THAT(Kinds(fx, "a"), testing::Contains(kRoundOpen)) << round;
+    EXPECT_EQ(status_.privacy().rounds(), round);
+    EXPECT_EQ(status_.privacy().steps(), 5 * round);
+    EXPECT_NEAR(status_.privacy().epsilon(), epsilon_after(static_cast<int>(round)), 1e-9);
+    for (const char* id : {"a", "b"}) Send(id, Join(round));
+    for (const char* id : {"a", "b"}) Send(id, Ready(round));
+    for (const char* id : {"a", "b"}) Send(id, Report(round, 1, {}));
+    Send("a", Shared(round, 1));
+    fx = Send("b", Shared(round, 1));
+    ASSERT_EQ(fx.rounds_completed.size(), 1u) << round;
+  }
+  // Round 3 would pass the target: nobody is offered it, the last model is evaluated.
+  EXPECT_THAT(Kinds(fx, "a"), ElementsAre(kModelPublished));
+  EXPECT_EQ(status_.privacy().rounds(), 2u);
+  EXPECT_EQ(status_.phase(), v1::ROUND_PHASE_EVALUATING);
+  Send("a", Eval(2));
+  fx = Send("b", Eval(2));
+  ASSERT_TRUE(fx.finish.has_value());
+  EXPECT_EQ(fx.finish->first, v1::TASK_STATE_COMPLETED);
+  EXPECT_THAT(fx.finish->second, HasSubstr("privacy budget reached"));
 }
 
 }  // namespace

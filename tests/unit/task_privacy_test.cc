@@ -106,14 +106,16 @@ TEST(TaskPrivacyTest, BadValuesAreRefusedNamingTheField) {
 TEST(TaskPrivacyTest, WhatIsNotSupportedYetIsRefusedClearly) {
   const std::string dp =
       "privacy: {dp: {level: peer, clip_norm: 1, noise_multiplier: 1, delta: 1e-5}}\n";
-  for (const char* mode : {"decentralized", "gossip", "federated-async"}) {
+  for (const char* mode : {"gossip", "federated-async"}) {
     EXPECT_THAT(Refusal(absl::StrCat("mode: ", mode, "\n", dp)),
                 HasSubstr(absl::StrCat("privacy.dp: differential privacy is "
-                                       "supported in federated-sync tasks only; not supported "
-                                       "yet in mode ",
+                                       "supported in federated-sync or decentralized tasks only; "
+                                       "not supported yet in mode ",
                                        mode)))
         << mode;
   }
+  EXPECT_THAT(Refusal("mode: decentralized\n" + dp),
+              HasSubstr("privacy.dp.level: peer is not supported yet in decentralized tasks"));
   EXPECT_THAT(Refusal("aggregation: median\n" + dp),
               HasSubstr("aggregation: median is not supported with differential privacy"));
   EXPECT_THAT(Refusal("aggregation: krum\naggregation_options: {byzantine_peers: 1}\n"
@@ -153,7 +155,14 @@ TEST(TaskPrivacyTest, SampleLevelTakesAnyStrategyAndCompressionButNoNoiseChoice)
             "privacy.dp.clip_norm: must be > 0, got 0");
   EXPECT_THAT(Refusal("topology: hierarchical\n" + dp),
               HasSubstr("topology: hierarchical is not supported yet"));
-  EXPECT_THAT(Refusal("mode: gossip\n" + dp), HasSubstr("supported in federated-sync tasks only"));
+  EXPECT_THAT(Refusal("mode: gossip\n" + dp),
+              HasSubstr("supported in federated-sync or decentralized tasks only"));
+  // Decentralized peers share what their DP-SGD steps trained, with or without masks.
+  EXPECT_EQ(Refusal("mode: decentralized\n" + dp), "");
+  EXPECT_EQ(Refusal("mode: decentralized\nmin_participants: 3\n"
+                    "privacy: {secure_aggregation: {clip_norm: 1}, dp: {level: sample, "
+                    "clip_norm: 1, noise_multiplier: 1.1, delta: 1e-5}}\n"),
+            "");
 }
 
 TEST(TaskPrivacyTest, SecureAggregationParsesAndRefusesWhatCannotGoWithIt) {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "libs/common/log.h"
 #include "libs/task/task_privacy.h"
+#include "services/coordinator/round_budget.h"
 #include "services/coordinator/round_lists.h"
 
 namespace shoal::coordinator {
@@ -26,6 +27,7 @@ DecentralizedTask::DecentralizedTask(const v1::TaskStatus& status, CoordinatorMe
       max_retry_(status.spec().has_max_connection_retry() ? status.spec().max_connection_retry()
                                                           : kDefaultMaxConnectionRetry),
       secure_(task::HasSecureAggregation(status.spec())),
+      budget_(task_, spec_, metrics),
       completed_(CompletedRounds(status)) {
   for (const v1::RoundSummary& r : status.history()) {
     if (r.round() == completed_) completed_digest_ = r.model_digest();
@@ -53,7 +55,7 @@ void DecentralizedTask::AddPeer(const ModePeer& peer, absl::Time now, v1::TaskSt
   p.identity_public_key = peer.identity_public_key;
   syncs_.erase(peer.id);
   // It announces the round it holds with ModelHeld; until then it counts for nothing.
-  MaybeOpen(now, fx);
+  MaybeOpen(now, status, fx);
   Publish(before, status, fx);
 }
 
@@ -75,11 +77,9 @@ void DecentralizedTask::RemovePeer(const std::string& peer_id, const std::string
   }
   if (stage_ == Stage::kEvaluating && eval_pending_.erase(peer_id) && eval_pending_.empty() &&
       !finished_) {
-    finished_ = true;
-    stage_ = Stage::kDone;
-    fx.finish = {v1::TASK_STATE_COMPLETED, absl::StrCat("completed ", completed_, " rounds")};
+    Finish(fx);
   }
-  MaybeOpen(now, fx);
+  MaybeOpen(now, status, fx);
   Publish(before, status, fx);
 }
 
@@ -126,7 +126,7 @@ absl::Status DecentralizedTask::OnMessage(const std::string& peer_id,
                                                        " does not belong to a decentralized task"));
       break;
   }
-  MaybeOpen(now, fx);
+  MaybeOpen(now, status, fx);
   Publish(before, status, fx);
   return result;
 }
@@ -195,15 +195,13 @@ void DecentralizedTask::Tick(absl::Time now, v1::TaskStatus& status, ModeEffects
           LogWarning("task ", task_, ": final evaluation timed out waiting for ",
                      absl::StrJoin(eval_pending_, ", "));
         }
-        finished_ = true;
-        stage_ = Stage::kDone;
-        fx.finish = {v1::TASK_STATE_COMPLETED, absl::StrCat("completed ", completed_, " rounds")};
+        Finish(fx);
       }
       break;
     default:
       break;
   }
-  MaybeOpen(now, fx);
+  MaybeOpen(now, status, fx);
   Publish(before, status, fx);
 }
 
@@ -271,9 +269,7 @@ absl::Status DecentralizedTask::OnEvalReport(const std::string& id, const v1::Ev
                                              ModeEffects& fx) {
   if (stage_ != Stage::kEvaluating || m.version() != completed_) return absl::OkStatus();
   if (eval_pending_.erase(id) && eval_pending_.empty() && !finished_) {
-    finished_ = true;
-    stage_ = Stage::kDone;
-    fx.finish = {v1::TASK_STATE_COMPLETED, absl::StrCat("completed ", completed_, " rounds")};
+    Finish(fx);
   }
   return absl::OkStatus();
 }
@@ -289,7 +285,7 @@ void DecentralizedTask::SendWaiting(const std::set<std::string>& to, size_t have
   for (const std::string& id : to) fx.Send(id, e);
 }
 
-void DecentralizedTask::MaybeOpen(absl::Time now, ModeEffects& fx) {
+void DecentralizedTask::MaybeOpen(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
   if (stage_ != Stage::kIdle || finished_ || completed_ >= spec_.rounds()) return;
   const std::set<std::string> synced = SyncedAtCompleted();
   if (synced.size() < std::max<uint32_t>(1, spec_.min_participants())) {
@@ -310,18 +306,19 @@ void DecentralizedTask::MaybeOpen(absl::Time now, ModeEffects& fx) {
     return;
   }
   waiting_notice_.clear();
-  round_ = Round{};
-  round_.number = completed_ + 1;
-  round_.opened = now;
-  round_.joins_open = true;
-  stage_ = Stage::kJoining;
-  LogInfo("task ", task_, ": round ", round_.number, " open for ", synced.size(), " peers");
   // Peers that kept failing to connect sit out, as long as enough others are here.
   std::set<std::string> offer;
   for (const std::string& id : synced) {
     if (!SitsOut(id)) offer.insert(id);
   }
   if (offer.size() < std::max<uint32_t>(1, spec_.min_participants())) offer = synced;
+  if (!WithinBudget(offer, now, status, fx)) return;
+  round_ = Round{};
+  round_.number = completed_ + 1;
+  round_.opened = now;
+  round_.joins_open = true;
+  stage_ = Stage::kJoining;
+  LogInfo("task ", task_, ": round ", round_.number, " open for ", synced.size(), " peers");
   for (const std::string& id : synced) {
     if (!offer.count(id)) {
       LogInfo("task ", task_, ": peer ", id, " sits out round ", round_.number,
@@ -333,7 +330,46 @@ void DecentralizedTask::MaybeOpen(absl::Time now, ModeEffects& fx) {
 
 bool DecentralizedTask::SitsOut(const std::string& id) const {
   auto it = peers_.find(id);
-  return it != peers_.end() && round_.number <= it->second.sit_out_until;
+  return it != peers_.end() && completed_ + 1 <= it->second.sit_out_until;  // the next round
+}
+
+bool DecentralizedTask::WithinBudget(const std::set<std::string>& offer, absl::Time now,
+                                     v1::TaskStatus& status, ModeEffects& fx) {
+  if (!budget_.enabled()) return true;
+  budget_.Init(status);
+  // Charged as it opens, before any peer trains for it (a round whose joins re-open is not
+  // charged again: each peer trains once per round).
+  const uint64_t round = completed_ + 1;
+  const RoundBudget::Decision decision = budget_.CheckAndCharge(
+      status, std::vector<std::string>(offer.begin(), offer.end()), peers_.size(), round);
+  switch (decision.kind) {
+    case RoundBudget::Decision::Kind::kOpen:
+      return true;
+    case RoundBudget::Decision::Kind::kWaitForData:
+      message_ = absl::StrCat("round ", round, " waits for every peer's data report");
+      return false;
+    case RoundBudget::Decision::Kind::kFailed:
+      finished_ = true;
+      stage_ = Stage::kDone;
+      fx.finish = {v1::TASK_STATE_FAILED, decision.message};
+      return false;
+    case RoundBudget::Decision::Kind::kSpent:
+      // The peers that hold the last round's model evaluate it, as after the last round.
+      final_message_ = decision.message;
+      stage_ = Stage::kEvaluating;
+      eval_pending_ = SyncedAtCompleted();
+      eval_deadline_ = now + std::min(final_eval_timeout_, round_deadline_);
+      return false;
+  }
+  return false;
+}
+
+void DecentralizedTask::Finish(ModeEffects& fx) {
+  finished_ = true;
+  stage_ = Stage::kDone;
+  fx.finish = {v1::TASK_STATE_COMPLETED, final_message_.empty()
+                                             ? absl::StrCat("completed ", completed_, " rounds")
+                                             : final_message_};
 }
 
 void DecentralizedTask::Offer(const std::string& id, absl::Time now, ModeEffects& fx) {
@@ -364,15 +400,7 @@ void DecentralizedTask::CheckAllReady(absl::Time now, ModeEffects& fx) {
 void DecentralizedTask::Reopen(absl::Time now, ModeEffects& fx) {
   // Too few participants: joining re-opens for the same round; the ready ones keep their update.
   stage_ = Stage::kJoining;
-  round_.joins_open = true;
-  round_.participants.clear();
-  round_.reports.clear();
-  round_.done.clear();
-  round_.held.clear();
-  round_.unmasking = false;
-  round_.reveals.clear();
-  round_.revealed = false;
-  round_.stage_deadline = absl::InfiniteFuture();
+  round_.ReopenJoins();
   LogInfo("task ", task_, ": round ", round_.number, " has ", round_.ready.size(),
           " ready peers, needs ", spec_.min_participants(), ": joins re-open");
   for (const auto& [id, p] : peers_) {
@@ -385,54 +413,22 @@ void DecentralizedTask::Reopen(absl::Time now, ModeEffects& fx) {
 
 void DecentralizedTask::CompleteRound(absl::Time now, ModeEffects& fx) {
   const uint64_t r = round_.number;
-  v1::RoundSummary summary;
-  summary.set_round(r);
-  summary.set_model_version(r);
-  uint64_t samples = 0;
-  double loss_sum = 0;
-  std::set<uint64_t> digests;
-  for (const std::string& id : round_.participants) {
-    summary.add_participants(id);
-    const Ready& ready = round_.ready[id];
-    samples += ready.num_samples;
-    loss_sum += ready.train_loss * static_cast<double>(ready.num_samples);
-    digests.insert(round_.done[id].digest);
-  }
-  for (const std::string& id : round_.dropped) {
-    if (!round_.participants.count(id)) summary.add_dropped(id);
-  }
-  summary.set_num_samples(samples);
-  if (samples > 0) {
-    summary.set_mean_train_loss(loss_sum / static_cast<double>(samples));
-  } else if (!round_.participants.empty()) {
-    double sum = 0;
-    for (const std::string& id : round_.participants) sum += round_.ready[id].train_loss;
-    summary.set_mean_train_loss(sum / static_cast<double>(round_.participants.size()));
-  }
-  const uint64_t digest =
-      round_.participants.empty() ? 0 : round_.done[*round_.participants.begin()].digest;
-  if (digests.size() > 1) {
-    LogWarning("task ", task_, ": round ", r, ": participants hold ", digests.size(),
-               " different averaged models");
+  bool digests_differ = false;
+  const v1::RoundSummary summary = round_.Summary(now, digests_differ);
+  if (digests_differ) {
+    LogWarning("task ", task_, ": round ", r, ": participants hold different averaged models");
     metrics_.decentralized.digest_mismatches.Increment();
   }
-  summary.set_model_digest(digest);
-  summary.set_joins(round_.joins);
-  summary.set_leaves(round_.leaves);
-  summary.set_connection_retries(round_.total_retries);
-  for (const std::string& id : round_.removed) summary.add_removed(id);
-  summary.set_duration_ms(absl::ToInt64Milliseconds(now - round_.opened));
-  const absl::Duration overhead = now - round_.first_ready.value_or(now);
-  summary.set_overhead_ms(absl::ToInt64Milliseconds(overhead));
+  const absl::Duration overhead = absl::Milliseconds(summary.overhead_ms());
   fx.rounds_completed.push_back(summary);
   metrics_.decentralized.round_participants.Set(static_cast<double>(round_.participants.size()));
   metrics_.decentralized.round_overhead.Observe(absl::ToDoubleSeconds(overhead));
   LogInfo("task ", task_, ": round ", r, " complete: ", round_.participants.size(),
-          " participants, ", samples, " samples, loss ", summary.mean_train_loss(), ", overhead ",
-          absl::FormatDuration(overhead));
+          " participants, ", summary.num_samples(), " samples, loss ", summary.mean_train_loss(),
+          ", overhead ", absl::FormatDuration(overhead));
 
   completed_ = r;
-  completed_digest_ = digest;
+  completed_digest_ = summary.model_digest();
   v1::CoordinatorEvent published;
   published.mutable_model_published()->set_round(r);
   published.mutable_model_published()->set_version(r);
@@ -450,7 +446,7 @@ void DecentralizedTask::CompleteRound(absl::Time now, ModeEffects& fx) {
     eval_deadline_ = now + std::min(final_eval_timeout_, round_deadline_);
     return;
   }
-  stage_ = Stage::kIdle;
+  stage_ = Stage::kIdle;  // the entry point that got here opens the next round (MaybeOpen)
   // The others hold an older model now: they sync before they take part again.
   for (auto& [id, p] : peers_) {
     if (p.model == Model::kSynced && p.model_round < r) {
@@ -466,7 +462,6 @@ void DecentralizedTask::CompleteRound(absl::Time now, ModeEffects& fx) {
       }
     }
   }
-  MaybeOpen(now, fx);
 }
 
 bool DecentralizedTask::InRound(const std::string& id) const {

@@ -11,6 +11,8 @@
 #include "absl/time/time.h"
 #include "services/coordinator/coordinator_metrics.h"
 #include "services/coordinator/mode_task.h"
+#include "services/coordinator/modes/decentralized/decentralized_round.h"
+#include "services/coordinator/round_budget.h"
 #include "shoal/coordinator/v1/control.pb.h"
 #include "shoal/coordinator/v1/session.pb.h"
 
@@ -78,44 +80,9 @@ class DecentralizedTask final : public ModeTask {
     absl::Time deadline;
     std::set<std::string> failed;  // providers that failed this joiner
   };
-  struct Ready {
-    uint64_t num_samples = 0;
-    double train_loss = 0;
-    // Secure aggregation: its signed mask key of the round (RoundReady).
-    std::string mask_public_key;
-    std::string mask_key_signature;
-  };
-  struct Done {
-    uint64_t digest = 0;
-    uint64_t num_samples = 0;
-  };
-  struct Round {
-    uint64_t number = 0;
-    absl::Time opened;
-    std::optional<absl::Time> first_ready;
-    bool joins_open = false;
-    std::map<std::string, absl::Time> offered;  // RoundOpen sent -> its ready deadline
-    std::map<std::string, absl::Time> joined;   // -> ready deadline
-    std::map<std::string, Ready> ready;
-    std::set<std::string> excluded;      // removed: no RoundOpen again this round
-    std::set<std::string> dropped;       // joined, then left / refused / removed
-    std::set<std::string> participants;  // of the current PeerList attempt
-    uint32_t attempt = 0;
-    uint32_t retries = 0;  // since the last removal
-    uint32_t total_retries = 0;
-    std::map<std::string, std::set<std::string>> reports;  // reporter -> unreachable
-    std::map<std::string, Done> done;
-    // Secure aggregation, while SHARING: who holds every masked update of the attempt; once
-    // all do, the survivors are fixed (Unmask sent) and their reveals collected.
-    std::set<std::string> held;
-    bool unmasking = false;
-    std::map<std::string, v1::SeedReveal> reveals;
-    bool revealed = false;  // MaskReveals sent: each survivor can finish on its own
-    absl::Time stage_deadline = absl::InfiniteFuture();
-    uint32_t joins = 0;
-    uint32_t leaves = 0;
-    std::vector<std::string> removed;
-  };
+  using Ready = DecentralizedRound::Ready;
+  using Done = DecentralizedRound::Done;
+  using Round = DecentralizedRound;
 
   // Shared tail of every entry point: rewrites the status fields this task owns and sets
   // fx.changed when anything differs from `before`.
@@ -154,8 +121,16 @@ class DecentralizedTask final : public ModeTask {
   // with the old coordinator. Takes that round as completed (its digest the round's model).
   void AdoptRoundCompletedBeforeRestart(const std::string& id, const v1::ModelHeld& m,
                                         absl::Time now, ModeEffects& fx);
-  // Opens the next round when enough peers are synced; otherwise tells everyone to wait.
-  void MaybeOpen(absl::Time now, ModeEffects& fx);
+  // Opens the next round when enough peers are synced (and privacy.dp's budget allows it);
+  // otherwise tells everyone to wait. Every entry point calls it last, before Publish.
+  void MaybeOpen(absl::Time now, v1::TaskStatus& status, ModeEffects& fx);
+  // privacy.dp: whether the next round may open for `offer`, charging it to the budget when it
+  // may; else the task waits for data reports, or evaluates its last model and completes (the
+  // budget is spent), or fails (a corrupt accountant).
+  bool WithinBudget(const std::set<std::string>& offer, absl::Time now, v1::TaskStatus& status,
+                    ModeEffects& fx);
+  // The task completes: "completed N rounds", or why the budget ended it early.
+  void Finish(ModeEffects& fx);
   void Offer(const std::string& id, absl::Time now, ModeEffects& fx);
   bool SitsOut(const std::string& id) const;
   // Joins closed: proceeds when every joiner is ready (or gone).
@@ -184,7 +159,8 @@ class DecentralizedTask final : public ModeTask {
   const absl::Duration final_eval_timeout_;
   const absl::Duration round_deadline_;
   const uint32_t max_retry_;
-  const bool secure_;  // privacy.secure_aggregation
+  const bool secure_;   // privacy.secure_aggregation
+  RoundBudget budget_;  // privacy.dp
 
   uint64_t completed_ = 0;
   uint64_t completed_digest_ = 0;  // of round completed_'s model (0 = unknown)
@@ -196,6 +172,7 @@ class DecentralizedTask final : public ModeTask {
   absl::Time eval_deadline_ = absl::InfiniteFuture();
   std::string waiting_notice_;  // last Waiting sent while idle, to avoid repeats
   std::string message_;
+  std::string final_message_;  // the task completes with it (the privacy budget is spent)
   bool finished_ = false;
 };
 

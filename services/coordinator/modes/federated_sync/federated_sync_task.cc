@@ -19,7 +19,8 @@ constexpr uint32_t kLateMaxStaleness = 10;
 FederatedSyncTask::FederatedSyncTask(const v1::TaskStatus& status, const ModeOptions& options,
                                      CoordinatorMetrics& metrics)
     : AggregatorModeTask(status, options, metrics),
-      stragglers_(spec_.straggler_factor(), spec_.straggler_rounds()) {
+      stragglers_(spec_.straggler_factor(), spec_.straggler_rounds()),
+      budget_(task_, spec_, metrics) {
   // Late updates: staleness weighted (1 + s)^-1 as federated-async's default, and a bound wide
   // enough for a peer several times slower than the others (its update spans that many rounds).
   aggregation::ApplyAsyncDefaults(late_staleness_, 1);
@@ -109,8 +110,8 @@ void FederatedSyncTask::Ask(Kind kind, AggregatorWork work, ModeEffects& fx) {
 }
 
 void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
-  if (task::HasDp(spec_) && !status.has_privacy()) {
-    InitPrivacyStatus(spec_, *status.mutable_privacy());  // epsilon 0 shows from the start
+  if (budget_.enabled() && !status.has_privacy()) {
+    budget_.Init(status);  // epsilon 0 shows from the start
     fx.changed = true;
   }
   if (!has_aggregator_ || pending_.has_value() || !retry_.Ready(now)) return;
@@ -154,40 +155,29 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
     return;
   }
   waiting_.Clear();
-  if (task::HasDp(spec_)) {
-    // Stop before a round that would spend more than the budget (every peer is expected: the
-    // async peers of stragglers are refused with DP).
-    const std::vector<std::string> expected(peers_.begin(), peers_.end());
-    std::optional<RoundCharge> charge = RoundChargeOf(spec_, status, expected, peers_.size());
-    if (!charge.has_value()) {
-      if (!waiting_for_data_logged_) {
-        LogInfo("task ", task_, ": round ", status.round() + 1,
-                " waits for every peer's data report (privacy.dp level sample: the sampling "
-                "rate is batch_size over the smallest shard)");
-        waiting_for_data_logged_ = true;
-      }
+  // Stop before a round that would spend more than the budget (every peer is expected: the
+  // async peers of stragglers are refused with DP).
+  const RoundBudget::Decision budget =
+      budget_.Check(status, std::vector<std::string>(peers_.begin(), peers_.end()), peers_.size(),
+                    status.round() + 1);
+  switch (budget.kind) {
+    case RoundBudget::Decision::Kind::kOpen:
+      opening_charge_ = budget.charge;
+      break;
+    case RoundBudget::Decision::Kind::kWaitForData:
       return;
-    }
-    waiting_for_data_logged_ = false;
-    opening_charge_ = *charge;
-    absl::StatusOr<std::optional<std::string>> over =
-        BudgetExceededBy(spec_, status.privacy(), status.round() + 1, *charge);
-    if (!over.ok()) {
-      fx.Finish(v1::TASK_STATE_FAILED,
-                absl::StrCat("privacy accountant: ", over.status().message()));
+    case RoundBudget::Decision::Kind::kFailed:
+      fx.Finish(v1::TASK_STATE_FAILED, budget.message);
       return;
-    }
-    if (over->has_value()) {
+    case RoundBudget::Decision::Kind::kSpent:
       // The task completes once the last published model is evaluated, as after its last round.
-      LogInfo("task ", task_, ": ", **over);
       status.set_phase(v1::ROUND_PHASE_EVALUATING);
-      status.set_message(**std::move(over));
+      status.set_message(budget.message);
       eval_deadline_ = now + std::min(options_.final_eval_timeout,
                                       absl::Seconds(spec_.round_deadline_seconds()));
       fx.changed = true;
       Advance(now, status, fx);  // finishes at once when that evaluation is complete
       return;
-    }
   }
   AggregatorWork open;
   open.open.set_round(status.round() + 1);
@@ -276,23 +266,17 @@ void FederatedSyncTask::OnOpened(const WorkResult& result, absl::Time now, v1::T
   }
   retry_.Succeeded();
   const aggregator::v1::OpenRoundRequest& open = result.work.open;
-  if (task::HasDp(spec_)) {
+  if (budget_.enabled()) {
     // Charged now, before the round can publish anything; persisted with this input's status.
     RoundCharge charge = opening_charge_;
     if (!task::HasSampleDp(spec_)) {
       charge.q = RoundSamplingRate(static_cast<size_t>(open.expected_peers_size()),
                                    peers_.size() + open.late_peers_size());
     }
-    if (absl::Status s = ChargeRound(spec_, charge, *status.mutable_privacy()); !s.ok()) {
-      fx.Finish(v1::TASK_STATE_FAILED, absl::StrCat("privacy accountant: ", s.message()));
+    if (absl::Status s = budget_.Charge(open.round(), charge, status); !s.ok()) {
+      fx.Finish(v1::TASK_STATE_FAILED, std::string(s.message()));
       return;
     }
-    metrics_.privacy_rounds.Increment();
-    metrics_.privacy_epsilon.Set(status.privacy().epsilon());
-    LogInfo("task ", task_, ": round ", open.round(), " charged to the privacy budget: epsilon ",
-            status.privacy().epsilon(), " at delta ", status.privacy().delta(), " after ",
-            status.privacy().rounds(), " rounds (", status.privacy().steps(), " steps at q ",
-            charge.q, ")");
   }
   round_ = Round{};
   round_.number = open.round();

@@ -10,7 +10,7 @@
 #include "absl/time/time.h"
 #include "services/coordinator/modes/aggregator_mode_task.h"
 #include "services/coordinator/modes/federated_sync/straggler_tracker.h"
-#include "services/coordinator/privacy_budget.h"
+#include "services/coordinator/round_budget.h"
 
 namespace shoal::coordinator {
 
@@ -113,11 +113,10 @@ class FederatedSyncTask final : public AggregatorModeTask {
   std::map<std::string, Training> busy_;
   // Async peers whose late update was accepted since the last close: the time it took.
   std::map<std::string, absl::Duration> late_times_;
-  // privacy.dp: what the round being opened costs (RoundChargeOf when it was asked for), charged
-  // once the aggregator opened it.
+  // privacy.dp: the rounds against the budget, and what the round being opened costs (from
+  // budget_.Check when it was asked for), charged once the aggregator opened it.
+  RoundBudget budget_;
   RoundCharge opening_charge_;
-  // privacy.dp level sample: a round waits for the peers' data reports; logged once per wait.
-  bool waiting_for_data_logged_ = false;
 };
 
 // The mode registry's factory (services/coordinator/mode_registry.cc).
