@@ -71,8 +71,8 @@ struct ModeDefinition {
   common::v1::Mode mode = common::v1::MODE_UNSPECIFIED;
   // As task files write it ("federated-sync"): the enum value's friendly name.
   std::string name;
-  // Its tasks run through an aggregator (the coordinator's ModeTask::UsesAggregator says the
-  // same; `shoalctl local` starts aggregators for them).
+  // Its tasks run through an aggregator: the coordinator gives them one (CoordinatorCore's
+  // Task::UsesAggregator) and `shoalctl local` starts aggregators for them.
   bool uses_aggregator = false;
   ModeSections sections;
   // Fills its settings that a task shows even when the file leaves them out (null: none).

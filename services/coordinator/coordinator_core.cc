@@ -380,7 +380,7 @@ bool CoordinatorCore::Accepts(const Task& task) const {
   if (!IsActive(task) || task.mode == nullptr) return false;
   const uint32_t max = task.status.spec().max_participants();
   if (max != 0 && task.peers.size() >= max) return false;
-  return !task.mode->UsesAggregator() || !task.status.aggregator().empty();
+  return !task.UsesAggregator() || !task.status.aggregator().empty();
 }
 
 void CoordinatorCore::AssignIdlePeers(Outbox& out) {
@@ -474,7 +474,7 @@ absl::StatusOr<v1::TaskStatus> CoordinatorCore::CreateTask(const common::v1::Tas
     task_order_.push_back(spec.name());
     task.status = std::move(status);
     task.mode = std::move(mode);
-    if (task.mode->UsesAggregator()) task.waiting_for_aggregator_since = clock_.Now();
+    if (task.UsesAggregator()) task.waiting_for_aggregator_since = clock_.Now();
     LogInfo("task ", spec.name(), " created: ", spec.rounds(), " rounds of ", spec.round_batches(),
             " batches, min ", spec.min_participants(), " peers");
     MarkChanged(task, out);

@@ -17,6 +17,7 @@
 #include "libs/common/clock.h"
 #include "libs/common/executor.h"
 #include "libs/data/feature_moments.h"
+#include "libs/task/task_mode.h"
 #include "services/aggregator/aggregator_client.h"
 #include "services/coordinator/aggregator_pool.h"
 #include "services/coordinator/aggregator_work.h"
@@ -190,6 +191,14 @@ class CoordinatorCore {
     std::optional<absl::Time> unused_since;  // no active task uses its aggregator
   };
   struct Task {
+    // Whether its mode runs through an aggregator (the mode's definition, libs/task/task_mode.h):
+    // the core then picks a registered aggregator (and another one when it is lost), tells it
+    // the members and their session tokens before any work of the mode, watches it, and
+    // releases the task there when it ends. False until the mode is made.
+    bool UsesAggregator() const {
+      return mode != nullptr && task::ModeDefinitionOrDefault(status.spec().mode()).uses_aggregator;
+    }
+
     v1::TaskStatus status;  // history and everything reported; participants filled on read
     std::set<std::string> peers;
     std::unique_ptr<ModeTask> mode;

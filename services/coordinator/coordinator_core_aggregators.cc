@@ -50,7 +50,7 @@ void CoordinatorCore::ReconcileAggregators(Outbox& out) {
   std::map<std::string, size_t> load = AggregatorLoad();
   for (const std::string& name : task_order_) {
     Task& task = tasks_[name];
-    if (!IsActive(task) || task.mode == nullptr || !task.mode->UsesAggregator()) continue;
+    if (!IsActive(task) || !task.UsesAggregator()) continue;
     if (task.status.aggregator().empty()) {
       const std::string address = pool_.Pick(load);
       if (!address.empty()) {

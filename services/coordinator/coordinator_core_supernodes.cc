@@ -169,7 +169,7 @@ void CoordinatorCore::RunElections(Outbox& out) {
   size_t wanted = 0;
   for (const std::string& name : task_order_) {
     const Task& task = tasks_[name];
-    if (!IsActive(task) || task.mode == nullptr || !task.mode->UsesAggregator()) continue;
+    if (!IsActive(task) || !task.UsesAggregator()) continue;
     const size_t have = AddressesOf(task).size();
     const size_t want = AggregatorsWanted(task);
     if (want > have) wanted += want - have;

@@ -110,11 +110,6 @@ class ModeTask {
  public:
   virtual ~ModeTask() = default;
 
-  // Whether the task runs through an aggregator. For such tasks the core picks a registered
-  // aggregator (and another one when it is lost), tells it the members and their session tokens
-  // before any work of the mode, watches it, and releases the task there when it ends.
-  virtual bool UsesAggregator() const { return false; }
-
   // The peer was assigned to the task (the core has sent it TaskAssigned).
   virtual void AddPeer(const ModePeer& peer, absl::Time now, v1::TaskStatus& status,
                        ModeEffects& fx) = 0;

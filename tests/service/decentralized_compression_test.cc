@@ -51,7 +51,7 @@ uint64_t PlayRound(const std::vector<TestPeer*>& peers, uint64_t round) {
     EXPECT_NE(done, nullptr) << (sent.empty() ? "" : sent.back().ShortDebugString());
     if (done == nullptr) return 0;
     digests.push_back(done->sharing_done().digest_xxh3());
-    EXPECT_EQ(p->runner().held().Digest(), digests.back());
+    EXPECT_EQ(DecentralizedRunnerProbe::Held(p->runner()).Digest(), digests.back());
   }
   for (uint64_t d : digests) EXPECT_EQ(d, digests[0]) << "round " << round;
   return digests[0];
@@ -69,8 +69,8 @@ TEST_F(DecentralizedCompressionTest, CompressedDeltasEndBitIdenticalAtAFractionO
     p->runner().Start();
     p->Take();
   }
-  const uint64_t initial = a.runner().held().Digest();
-  const uint64_t raw_bytes = a.runner().held().layout.total_bytes();
+  const uint64_t initial = DecentralizedRunnerProbe::Held(a.runner()).Digest();
+  const uint64_t raw_bytes = DecentralizedRunnerProbe::Held(a.runner()).layout.total_bytes();
 
   const uint64_t first = PlayRound(all, 1);
   ASSERT_FALSE(HasFailure());
@@ -159,8 +159,8 @@ TEST_F(DecentralizedCompressionTest, AnUpdateOfTheWrongKindIsRefused) {
                         "travel as compressed deltas"));
   EXPECT_THAT(error_b->error().message(),
               HasSubstr("peer peer-a served its round update as a compressed delta"));
-  EXPECT_EQ(a.runner().model_round(), 0u);
-  EXPECT_EQ(b.runner().model_round(), 0u);
+  EXPECT_EQ(DecentralizedRunnerProbe::ModelRound(a.runner()), 0u);
+  EXPECT_EQ(DecentralizedRunnerProbe::ModelRound(b.runner()), 0u);
 }
 
 }  // namespace

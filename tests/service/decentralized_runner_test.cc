@@ -69,8 +69,8 @@ TEST_F(DecentralizedRunnerTest, RoundEndsWithIdenticalModelsAndALateJoinerSyncs)
   EXPECT_EQ(da->sharing_done().digest_xxh3(), db->sharing_done().digest_xxh3());
   EXPECT_NE(da->sharing_done().digest_xxh3(), initial);
   EXPECT_EQ(da->sharing_done().num_samples(), 320u);
-  EXPECT_EQ(a.runner().model_round(), 1u);
-  EXPECT_EQ(a.runner().held().Digest(), da->sharing_done().digest_xxh3());
+  EXPECT_EQ(DecentralizedRunnerProbe::ModelRound(a.runner()), 1u);
+  EXPECT_EQ(DecentralizedRunnerProbe::Held(a.runner()).Digest(), da->sharing_done().digest_xxh3());
   auto global = b.store().Get(peer::v1::SNAPSHOT_KIND_GLOBAL);
   ASSERT_TRUE(global);
   EXPECT_EQ(global->round, 1u);
@@ -118,13 +118,13 @@ TEST_F(DecentralizedRunnerTest, RoundEndsWithIdenticalModelsAndALateJoinerSyncs)
   ASSERT_NE(done, nullptr);
   EXPECT_FALSE(done->sync_done().ok());
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  EXPECT_EQ(c.runner().model_round(), 1u);
+  EXPECT_EQ(DecentralizedRunnerProbe::ModelRound(c.runner()), 1u);
 }
 
 TEST_F(DecentralizedRunnerTest, RefusedJoinRestoresTheModelAndUnreachablePeersAreReported) {
   TestPeer a("peer-a", 0, 2, *train_, *test_);
   a.runner().Start();
-  const uint64_t initial = a.runner().held().Digest();
+  const uint64_t initial = DecentralizedRunnerProbe::Held(a.runner()).Digest();
   a.Take();
   a.Handle(RoundOpen(1));
   ASSERT_NE(Find(a.Take(), PeerMessage::kRoundReady), nullptr);
@@ -145,8 +145,8 @@ TEST_F(DecentralizedRunnerTest, RefusedJoinRestoresTheModelAndUnreachablePeersAr
   failed.set_task("dec");
   failed.mutable_connection_failed()->set_round(1);
   a.Handle(failed);
-  EXPECT_EQ(a.runner().model_round(), 0u);
-  EXPECT_EQ(a.runner().held().Digest(), initial);
+  EXPECT_EQ(DecentralizedRunnerProbe::ModelRound(a.runner()), 0u);
+  EXPECT_EQ(DecentralizedRunnerProbe::Held(a.runner()).Digest(), initial);
   EXPECT_FALSE(a.store().Get(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE));
 
   // A RoundOpen for a round this peer cannot train (it holds round 0, not 4) is answered with
@@ -164,7 +164,7 @@ TEST_F(DecentralizedRunnerTest, RefusedJoinRestoresTheModelAndUnreachablePeersAr
   refused.set_task("dec");
   refused.mutable_join_refused()->set_round(1);
   a.Handle(refused);
-  EXPECT_EQ(a.runner().held().Digest(), initial);
+  EXPECT_EQ(DecentralizedRunnerProbe::Held(a.runner()).Digest(), initial);
   EXPECT_EQ(a.metrics().decentralized.rounds_refused.Value(), 2);
 }
 
@@ -175,7 +175,7 @@ TEST_F(DecentralizedRunnerTest, EvaluationWaitsWhenTheNextRoundIsAlreadyOpen) {
   a.Handle(RoundOpen(1));
   a.Handle(PeerList(1, 1, {a.Endpoint()}));
   a.Handle(StartSharing(1, 1));
-  ASSERT_EQ(a.runner().model_round(), 1u);
+  ASSERT_EQ(DecentralizedRunnerProbe::ModelRound(a.runner()), 1u);
   a.Take();
 
   // ModelPublished{1} with RoundOpen{2} queued behind it: no evaluation yet.
@@ -214,7 +214,7 @@ TEST_F(DecentralizedRunnerTest, ByzantinePeerSharesACorruptedUpdateAndKeepsItsOw
     p->Handle(RoundOpen(1));
     ASSERT_NE(Find(p->Take(), PeerMessage::kRoundReady), nullptr);
   }
-  const tensor::FlatModel base = byzantine.runner().held();  // round 0, before training
+  const tensor::FlatModel base = DecentralizedRunnerProbe::Held(byzantine.runner());  // round 0, before training
   auto trained = byzantine.trainer().GetParameters();
   auto honest_trained = honest.trainer().GetParameters();
   ASSERT_TRUE(trained.ok() && honest_trained.ok());
@@ -285,7 +285,7 @@ TEST_F(DecentralizedRunnerTest, EveryParticipantAggregatesWithTheTaskStrategyIde
       ASSERT_NE(Find(p->Take(), PeerMessage::kRoundReady), nullptr);
     }
     // What the bound separates: the honest deltas are far below it, the Byzantine one far above.
-    const tensor::FlatModel base = a.runner().held();
+    const tensor::FlatModel base = DecentralizedRunnerProbe::Held(a.runner());
     for (TestPeer* p : all) {
       auto update = p->store().Get(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
       ASSERT_TRUE(update);
@@ -313,7 +313,7 @@ TEST_F(DecentralizedRunnerTest, EveryParticipantAggregatesWithTheTaskStrategyIde
       digests.push_back(done->sharing_done().digest_xxh3());
       EXPECT_EQ(done->sharing_done().num_samples(), bound > 0 ? 320u : 480u);
       EXPECT_EQ(p->metrics().decentralized.updates_excluded.Value(), bound > 0 ? 1 : 0);
-      EXPECT_EQ(p->runner().held().Digest(), done->sharing_done().digest_xxh3());
+      EXPECT_EQ(DecentralizedRunnerProbe::Held(p->runner()).Digest(), done->sharing_done().digest_xxh3());
     }
     EXPECT_EQ(digests[0], digests[1]);
     EXPECT_EQ(digests[1], digests[2]);
@@ -322,7 +322,7 @@ TEST_F(DecentralizedRunnerTest, EveryParticipantAggregatesWithTheTaskStrategyIde
     double moved = 0;
     for (size_t i = 0; i < base.values.size(); ++i) {
       moved = std::max(
-          moved, std::fabs(static_cast<double>(a.runner().held().values[i]) - base.values[i]));
+          moved, std::fabs(static_cast<double>(DecentralizedRunnerProbe::Held(a.runner()).values[i]) - base.values[i]));
     }
     EXPECT_LT(moved, 1.0);
   }

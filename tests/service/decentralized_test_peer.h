@@ -26,6 +26,14 @@
 
 namespace shoal::peer {
 
+// What the tests read of a DecentralizedRunner that production never asks for (its friend).
+class DecentralizedRunnerProbe {
+ public:
+  // The completed round of the model the runner holds, and that model.
+  static uint64_t ModelRound(const DecentralizedRunner& runner) { return runner.model_round_; }
+  static const tensor::FlatModel& Held(const DecentralizedRunner& runner) { return runner.held_; }
+};
+
 using coordinator::v1::CoordinatorEvent;
 using coordinator::v1::PeerMessage;
 using shoal::testing::ByzantineFault;

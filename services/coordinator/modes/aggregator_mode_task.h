@@ -22,7 +22,6 @@ namespace shoal::coordinator {
 // core's lock like every ModeTask.
 class AggregatorModeTask : public ModeTask {
  public:
-  bool UsesAggregator() const final { return true; }
   void AddPeer(const ModePeer& peer, absl::Time now, v1::TaskStatus& status,
                ModeEffects& fx) override;
   void RemovePeer(const std::string& peer_id, const std::string& why, absl::Time now,

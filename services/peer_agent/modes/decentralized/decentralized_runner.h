@@ -81,11 +81,9 @@ class DecentralizedRunner final : public ModeRunner {
   // TaskFinished stop the current step (training, probing, fetching).
   bool Supersedes(const coordinator::v1::CoordinatorEvent& event) const override;
 
-  // For tests: the completed round of the model held, and that model.
-  uint64_t model_round() const { return model_round_; }
-  const tensor::FlatModel& held() const { return held_; }
-
  private:
+  friend class DecentralizedRunnerProbe;  // the tests' reader (tests/service/decentralized_test_peer.h)
+
   // The round this peer takes part in (from RoundOpen until the next round or a refusal).
   struct RoundState {
     uint64_t round = 0;

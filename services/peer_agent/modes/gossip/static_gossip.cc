@@ -226,7 +226,6 @@ void StaticGossipPeer::Work() {
   bool exit_now;
   {
     absl::MutexLock lock(&mu_);
-    done_ = true;
     failed_ = failed;
     exit_now = options_.exit_when_done;
   }
@@ -235,12 +234,6 @@ void StaticGossipPeer::Work() {
   } else {
     LogInfo("static gossip: done; serving the final model until stopped");
   }
-}
-
-bool StaticGossipPeer::WaitDone(absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; };
-  return mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
 }
 
 int StaticGossipPeer::Run() {

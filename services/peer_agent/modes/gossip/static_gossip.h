@@ -67,8 +67,6 @@ class StaticGossipPeer {
   // exit code: 0, or 1 when training failed.
   int Run();
   void Shutdown();
-  // Waits until the runner finished its steps (tests). False on timeout.
-  bool WaitDone(absl::Duration timeout);
 
   const std::string& address() const { return server_->address(); }
   const std::string& metrics_address() const { return metrics_server_->address(); }
@@ -96,7 +94,6 @@ class StaticGossipPeer {
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
   coordinator::v1::GossipProgress last_progress_ ABSL_GUARDED_BY(mu_);
   std::optional<coordinator::v1::EvalReport> eval_ ABSL_GUARDED_BY(mu_);
