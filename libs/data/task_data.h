@@ -45,9 +45,9 @@ absl::StatusOr<TaskData> LoadTaskData(const common::v1::DatasetSpec& dataset,
 
 // Standardises both splits of `data`, which awaits_statistics, with the federation's
 // statistics (one mean and stddev per feature: a table's column, an image's channel); clears
-// awaits_statistics. INVALID_ARGUMENT (data
-// unchanged) when their sizes do not match the features or a value would leave float's range;
-// FAILED_PRECONDITION when `data` does not await statistics.
+// awaits_statistics. INVALID_ARGUMENT (data unchanged) when their sizes do not match the
+// features or a value would leave float's range; FAILED_PRECONDITION when `data` does not await
+// statistics.
 absl::Status StandardizeTaskData(const FeatureStatistics& statistics, TaskData& data);
 
 // Splits off the last ceil(fraction x count) samples of a seeded shuffle of `data` as the test
