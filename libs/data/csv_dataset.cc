@@ -546,14 +546,15 @@ absl::Status CheckStandardization(const Standardization& s, const Dataset& data)
   // The statistics of another split can map a value past float's range.
   for (size_t i = 0; i < data.count; ++i) {
     const float* row = data.values.data() + i * size;
-    for (size_t p = 0; p < size; ++p) {
-      const size_t j = p / per;
-      const double v = Standardized(s, row[p], j);
-      if (std::fabs(v) > std::numeric_limits<float>::max()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("standardization: sample ", i, ", ", FeatureName(data, j), ": ", row[p],
-                         " standardises to ", v, " (mean ", s.mean[j], ", stddev ", s.stddev[j],
-                         "), outside float's range"));
+    for (size_t j = 0; j < n; ++j) {
+      for (const float* x = row + j * per; x != row + (j + 1) * per; ++x) {
+        const double v = Standardized(s, *x, j);
+        if (std::fabs(v) > std::numeric_limits<float>::max()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("standardization: sample ", i, ", ", FeatureName(data, j), ": ", *x,
+                           " standardises to ", v, " (mean ", s.mean[j], ", stddev ", s.stddev[j],
+                           "), outside float's range"));
+        }
       }
     }
   }
@@ -567,8 +568,10 @@ absl::Status ApplyStandardization(const Standardization& s, Dataset& data) {
   const size_t per = data.ValuesPerFeature();
   for (size_t i = 0; i < data.count; ++i) {
     float* row = data.values.data() + i * size;
-    for (size_t p = 0; p < size; ++p) {
-      row[p] = static_cast<float>(Standardized(s, row[p], p / per));
+    for (size_t j = 0; j < s.mean.size(); ++j) {
+      for (float* x = row + j * per; x != row + (j + 1) * per; ++x) {
+        *x = static_cast<float>(Standardized(s, *x, j));
+      }
     }
   }
   return absl::OkStatus();

@@ -27,15 +27,17 @@ absl::StatusOr<FeatureMoments> ComputeMoments(const Dataset& data,
           absl::StrCat("moments: sample ", r, " out of range (", data.count, " samples)"));
     }
     const float* row = data.values.data() + static_cast<size_t>(r) * size;
-    for (size_t p = 0; p < size; ++p) {
-      const double x = row[p];
-      if (!std::isfinite(x)) {
-        return absl::InvalidArgumentError(absl::StrCat("moments: sample ", r, ", ",
-                                                       data.IsImage() ? "channel " : "feature ",
-                                                       p / per, " is not finite"));
+    for (size_t j = 0; j < n; ++j) {
+      for (const float* v = row + j * per; v != row + (j + 1) * per; ++v) {
+        const double x = *v;
+        if (!std::isfinite(x)) {
+          return absl::InvalidArgumentError(absl::StrCat("moments: sample ", r, ", ",
+                                                         data.IsImage() ? "channel " : "feature ",
+                                                         j, " is not finite"));
+        }
+        m.sum[j] += x;
+        m.sum_squares[j] += x * x;
       }
-      m.sum[p / per] += x;
-      m.sum_squares[p / per] += x * x;
     }
   }
   if (per > 1) {
