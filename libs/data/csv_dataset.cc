@@ -425,7 +425,14 @@ absl::StatusOr<size_t> CheckShape(const Dataset& data) {
   return n;
 }
 
+// (x - mean) / stddev of feature j, in double: the difference of two finite floats can overflow
+// float (3e38 - -1e38).
+double Standardized(const Standardization& s, float x, size_t j) {
+  return (static_cast<double>(x) - s.mean[j]) / s.stddev[j];
+}
+
 std::string FeatureName(const Dataset& data, size_t j) {
+  if (data.IsImage()) return absl::StrCat("channel ", j);
   if (data.feature_names.size() == data.SampleSize()) {
     return absl::StrCat("feature ", j, " (", Quote(data.feature_names[j]), ")");
   }
@@ -474,24 +481,31 @@ absl::StatusOr<Dataset> LoadCsv(const std::string& path, const CsvOptions& optio
 }
 
 absl::StatusOr<Standardization> ComputeStandardization(const Dataset& data) {
-  SHOAL_ASSIGN_OR_RETURN(const size_t n, CheckShape(data));
+  SHOAL_ASSIGN_OR_RETURN(const size_t size, CheckShape(data));
   if (data.count == 0) {
     return absl::InvalidArgumentError("standardization: the data set has no samples");
   }
+  const size_t n = data.FeatureCount();
+  const size_t per = data.ValuesPerFeature();
+  const double values = static_cast<double>(data.count) * static_cast<double>(per);
   // Two passes in double: the textbook one-pass sum of squares loses the variance to
   // cancellation when the mean is large next to the spread.
   std::vector<double> mean(n, 0.0);
   for (size_t i = 0; i < data.count; ++i) {
-    const float* row = data.values.data() + i * n;
-    for (size_t j = 0; j < n; ++j) mean[j] += row[j];
+    const float* row = data.values.data() + i * size;
+    for (size_t j = 0; j < n; ++j) {
+      for (size_t k = 0; k < per; ++k) mean[j] += row[j * per + k];
+    }
   }
-  for (double& m : mean) m /= static_cast<double>(data.count);
+  for (double& m : mean) m /= values;
   std::vector<double> var(n, 0.0);
   for (size_t i = 0; i < data.count; ++i) {
-    const float* row = data.values.data() + i * n;
+    const float* row = data.values.data() + i * size;
     for (size_t j = 0; j < n; ++j) {
-      const double d = row[j] - mean[j];
-      var[j] += d * d;
+      for (size_t k = 0; k < per; ++k) {
+        const double d = row[j * per + k] - mean[j];
+        var[j] += d * d;
+      }
     }
   }
   Standardization s;
@@ -499,7 +513,7 @@ absl::StatusOr<Standardization> ComputeStandardization(const Dataset& data) {
   s.stddev.resize(n);
   for (size_t j = 0; j < n; ++j) {
     const float m = static_cast<float>(mean[j]);
-    const float sd = static_cast<float>(std::sqrt(var[j] / static_cast<double>(data.count)));
+    const float sd = static_cast<float>(std::sqrt(var[j] / values));
     if (!std::isfinite(m) || !std::isfinite(sd)) {
       return absl::InvalidArgumentError(
           absl::StrCat("standardization: ", FeatureName(data, j),
@@ -512,12 +526,15 @@ absl::StatusOr<Standardization> ComputeStandardization(const Dataset& data) {
   return s;
 }
 
-absl::Status ApplyStandardization(const Standardization& s, Dataset& data) {
-  SHOAL_ASSIGN_OR_RETURN(const size_t n, CheckShape(data));
+absl::Status CheckStandardization(const Standardization& s, const Dataset& data) {
+  SHOAL_ASSIGN_OR_RETURN(const size_t size, CheckShape(data));
+  const size_t n = data.FeatureCount();
+  const size_t per = data.ValuesPerFeature();
   if (s.mean.size() != n || s.stddev.size() != n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("standardization: ", s.mean.size(), " means and ", s.stddev.size(),
-                     " standard deviations for a data set with ", n, " features"));
+    return absl::InvalidArgumentError(absl::StrCat("standardization: ", s.mean.size(),
+                                                   " means and ", s.stddev.size(),
+                                                   " standard deviations for a data set with ", n,
+                                                   data.IsImage() ? " channels" : " features"));
   }
   for (size_t j = 0; j < n; ++j) {
     if (!std::isfinite(s.mean[j]) || !std::isfinite(s.stddev[j]) || !(s.stddev[j] > 0.0f)) {
@@ -526,27 +543,36 @@ absl::Status ApplyStandardization(const Standardization& s, Dataset& data) {
           s.stddev[j], " (the mean must be finite, the stddev finite and above 0)"));
     }
   }
-  // In double: the difference of two finite floats can overflow float (3e38 - -1e38), and the
-  // statistics of another split can map a value past float's range. Every value is checked
-  // before any is written, so that `data` stays unchanged on error.
-  const auto standardized = [&s](float x, size_t j) {
-    return (static_cast<double>(x) - s.mean[j]) / s.stddev[j];
-  };
+  // The statistics of another split can map a value past float's range.
   for (size_t i = 0; i < data.count; ++i) {
-    const float* row = data.values.data() + i * n;
+    const float* row = data.values.data() + i * size;
     for (size_t j = 0; j < n; ++j) {
-      const double v = standardized(row[j], j);
-      if (std::fabs(v) > std::numeric_limits<float>::max()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("standardization: sample ", i, ", ", FeatureName(data, j), ": ", row[j],
-                         " standardises to ", v, " (mean ", s.mean[j], ", stddev ", s.stddev[j],
-                         "), outside float's range"));
+      for (const float* x = row + j * per; x != row + (j + 1) * per; ++x) {
+        const double v = Standardized(s, *x, j);
+        if (std::fabs(v) > std::numeric_limits<float>::max()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("standardization: sample ", i, ", ", FeatureName(data, j), ": ", *x,
+                           " standardises to ", v, " (mean ", s.mean[j], ", stddev ", s.stddev[j],
+                           "), outside float's range"));
+        }
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyStandardization(const Standardization& s, Dataset& data) {
+  // Every value is checked before any is written, so that `data` stays unchanged on error.
+  SHOAL_RETURN_IF_ERROR(CheckStandardization(s, data));
+  const size_t size = data.SampleSize();
+  const size_t per = data.ValuesPerFeature();
   for (size_t i = 0; i < data.count; ++i) {
-    float* row = data.values.data() + i * n;
-    for (size_t j = 0; j < n; ++j) row[j] = static_cast<float>(standardized(row[j], j));
+    float* row = data.values.data() + i * size;
+    for (size_t j = 0; j < s.mean.size(); ++j) {
+      for (float* x = row + j * per; x != row + (j + 1) * per; ++x) {
+        *x = static_cast<float>(Standardized(s, *x, j));
+      }
+    }
   }
   return absl::OkStatus();
 }

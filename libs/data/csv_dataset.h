@@ -60,16 +60,17 @@ struct CsvOptions {
 // rows, bad numbers or labels, the caps above).
 absl::StatusOr<Dataset> LoadCsv(const std::string& path, const CsvOptions& options);
 
-// Per-feature statistics for `standardize` normalisation; index i belongs to feature i.
+// Per-feature statistics for `standardize` normalisation; index i belongs to feature i (a
+// table's column, or an image's channel: Dataset::FeatureCount()).
 struct Standardization {
   std::vector<float> mean;
   std::vector<float> stddev;
 };
 
-// Mean and population standard deviation of each feature (each of SampleSize() positions) over
-// all samples, accumulated in double. A feature with standard deviation 0 gets stddev 1, so it
-// maps to 0 rather than dividing by zero. INVALID_ARGUMENT for an empty data set, values whose
-// size does not match count * SampleSize(), or statistics that are not finite.
+// Mean and population standard deviation of each feature over all samples (of an image's
+// channel: over all its pixels), accumulated in double. A feature with standard deviation 0 gets
+// stddev 1, so it maps to 0 rather than dividing by zero. INVALID_ARGUMENT for an empty data set,
+// values whose size does not match count * SampleSize(), or statistics that are not finite.
 absl::StatusOr<Standardization> ComputeStandardization(const Dataset& data);
 
 // values = (values - mean) / stddev per feature, in place. INVALID_ARGUMENT (and `data` left
@@ -78,5 +79,8 @@ absl::StatusOr<Standardization> ComputeStandardization(const Dataset& data);
 // applied to far larger values of another). Statistics computed on the training split are meant
 // to be applied to the test split as well.
 absl::Status ApplyStandardization(const Standardization& s, Dataset& data);
+
+// The checks of ApplyStandardization alone, without changing `data`: OK when it would succeed.
+absl::Status CheckStandardization(const Standardization& s, const Dataset& data);
 
 }  // namespace shoal::data

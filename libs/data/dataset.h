@@ -26,6 +26,18 @@ struct Dataset {
     for (int64_t d : sample_shape) n *= static_cast<size_t>(d);
     return n;
   }
+
+  // The features that normalisation scales alike, each ValuesPerFeature() consecutive values of
+  // a sample: a table's columns (one value each), or an image's channels (sample_shape
+  // {channels, height, width}, planar: the height x width pixels of one channel, then the next).
+  size_t FeatureCount() const {
+    return IsImage() ? static_cast<size_t>(sample_shape[0]) : SampleSize();
+  }
+  size_t ValuesPerFeature() const {
+    return IsImage() ? static_cast<size_t>(sample_shape[1]) * static_cast<size_t>(sample_shape[2])
+                     : 1;
+  }
+  bool IsImage() const { return sample_shape.size() == 3; }
 };
 
 }  // namespace shoal::data

@@ -10,12 +10,14 @@ namespace shoal::data {
 
 absl::StatusOr<FeatureMoments> ComputeMoments(const Dataset& data,
                                               const std::vector<int64_t>& rows) {
-  const size_t n = data.SampleSize();
-  if (data.values.size() != data.count * n) {
+  const size_t size = data.SampleSize();
+  if (data.values.size() != data.count * size) {
     return absl::InvalidArgumentError(absl::StrCat("moments: ", data.values.size(), " values for ",
-                                                   data.count, " samples of ", n));
+                                                   data.count, " samples of ", size));
   }
   if (rows.empty()) return absl::InvalidArgumentError("moments: no training samples");
+  const size_t n = data.FeatureCount();
+  const size_t per = data.ValuesPerFeature();
   FeatureMoments m;
   m.sum.assign(n, 0.0);
   m.sum_squares.assign(n, 0.0);
@@ -24,15 +26,26 @@ absl::StatusOr<FeatureMoments> ComputeMoments(const Dataset& data,
       return absl::InvalidArgumentError(
           absl::StrCat("moments: sample ", r, " out of range (", data.count, " samples)"));
     }
-    const float* row = data.values.data() + static_cast<size_t>(r) * n;
+    const float* row = data.values.data() + static_cast<size_t>(r) * size;
     for (size_t j = 0; j < n; ++j) {
-      const double x = row[j];
-      if (!std::isfinite(x)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("moments: sample ", r, ", feature ", j, " is not finite"));
+      for (const float* v = row + j * per; v != row + (j + 1) * per; ++v) {
+        const double x = *v;
+        if (!std::isfinite(x)) {
+          return absl::InvalidArgumentError(absl::StrCat("moments: sample ", r, ", ",
+                                                         data.IsImage() ? "channel " : "feature ",
+                                                         j, " is not finite"));
+        }
+        m.sum[j] += x;
+        m.sum_squares[j] += x * x;
       }
-      m.sum[j] += x;
-      m.sum_squares[j] += x * x;
+    }
+  }
+  if (per > 1) {
+    // Per sample, not per pixel: count stays the number of images, and the statistics are those
+    // of every pixel all the same (the pixels per image are the same on every peer).
+    for (size_t j = 0; j < n; ++j) {
+      m.sum[j] /= static_cast<double>(per);
+      m.sum_squares[j] /= static_cast<double>(per);
     }
   }
   m.count = rows.size();

@@ -1,10 +1,10 @@
 #pragma once
 
 // Federation statistics (DatasetSpec normalization standardize): each peer's count, sums and
-// sums of squares of its training features, added up into one mean and standard deviation per
-// feature that every peer standardises with. Plain sums, so that secure aggregation can add them
-// up later without the coordinator seeing each peer's. Torch-free and proto-free: the peer and the
-// coordinator convert their messages.
+// sums of squares of its training features (a table's columns, an image's channels), added up
+// into one mean and standard deviation per feature that every peer standardises with. Plain
+// sums, so that secure aggregation can add them up later without the coordinator seeing each
+// peer's. Torch-free and proto-free: the peer and the coordinator convert their messages.
 
 #include <cstdint>
 #include <vector>
@@ -28,9 +28,13 @@ struct FeatureStatistics {
   std::vector<double> stddev;
 };
 
-// The moments of the samples `rows` of `data` (indices into it), each of SampleSize() features,
-// accumulated in double. INVALID_ARGUMENT for no rows, a row out of range, values whose size does
-// not match count * SampleSize(), or a value that is not finite.
+// The moments of the samples `rows` of `data` (indices into it), per feature (FeatureCount():
+// a table's columns, an image's channels), accumulated in double. An image's channel counts as
+// one feature value per image: its sum and sum of squares are those of all its pixels divided by
+// the pixels per image (ValuesPerFeature()), so that `count` is the number of images and
+// StatisticsFromMoments gives the mean and standard deviation over every pixel. INVALID_ARGUMENT
+// for no rows, a row out of range, values whose size does not match count * SampleSize(), or a
+// value that is not finite.
 absl::StatusOr<FeatureMoments> ComputeMoments(const Dataset& data,
                                               const std::vector<int64_t>& rows);
 

@@ -96,12 +96,19 @@ absl::StatusOr<Dataset> LoadOne(const DatasetSpec& spec, const std::string& path
   }
 }
 
-// Standardises CSV features: the task's statistics, or those of this peer's training data
-// (standardize-local). Standardize without the task's statistics leaves the data as loaded for
-// the federation's (awaits_statistics).
+// Standardises CSV features and image channels: the task's statistics, or those of this peer's
+// training data (standardize-local). Standardize without the task's statistics leaves the data
+// as loaded for the federation's (awaits_statistics). An image folder's loader has already
+// scaled its pixels by the task's mean/std (or only to [0, 1]) unless normalization asks for
+// statistics of the data.
 absl::Status Standardize(const DatasetSpec& spec, TaskData& data) {
-  if (spec.format() != common::v1::DATA_FORMAT_CSV ||
+  const bool images = spec.format() == common::v1::DATA_FORMAT_IMAGE_FOLDER;
+  if ((spec.format() != common::v1::DATA_FORMAT_CSV && !images) ||
       spec.normalization() == common::v1::NORMALIZATION_NONE) {
+    return absl::OkStatus();
+  }
+  if (images &&
+      (spec.normalization() == common::v1::NORMALIZATION_UNSPECIFIED || spec.mean_size() > 0)) {
     return absl::OkStatus();
   }
   if (spec.normalization() != common::v1::NORMALIZATION_STANDARDIZE_LOCAL &&
@@ -135,21 +142,24 @@ absl::Status StandardizeTaskData(const FeatureStatistics& statistics, TaskData& 
     return absl::FailedPreconditionError(
         "the task's data does not await the federation's statistics");
   }
-  const size_t features = data.train.SampleSize();
+  const size_t features = data.train.FeatureCount();
   if (statistics.mean.size() != features || statistics.stddev.size() != features) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the federation's statistics give ", statistics.mean.size(), " means and ",
-                     statistics.stddev.size(), " standard deviations, but the data has ", features,
-                     " features (", absl::StrJoin(data.train.feature_names, ", "), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the federation's statistics give ", statistics.mean.size(), " means and ",
+        statistics.stddev.size(), " standard deviations, but the data has ", features,
+        data.train.IsImage()
+            ? " channels"
+            : absl::StrCat(" features (", absl::StrJoin(data.train.feature_names, ", "), ")")));
   }
   Standardization s;
   s.mean.assign(statistics.mean.begin(), statistics.mean.end());
   s.stddev.assign(statistics.stddev.begin(), statistics.stddev.end());
-  // Both splits are checked before either changes: on error the data stay as loaded.
-  Dataset train = data.train;
-  SHOAL_RETURN_IF_ERROR(ApplyStandardization(s, train));
+  // Both splits are checked before either changes (without a copy of either): on error the
+  // data stay as loaded.
+  SHOAL_RETURN_IF_ERROR(CheckStandardization(s, data.train));
+  SHOAL_RETURN_IF_ERROR(CheckStandardization(s, data.test));
+  SHOAL_RETURN_IF_ERROR(ApplyStandardization(s, data.train));
   SHOAL_RETURN_IF_ERROR(ApplyStandardization(s, data.test));
-  data.train = std::move(train);
   data.awaits_statistics = false;
   return absl::OkStatus();
 }

@@ -20,8 +20,9 @@ struct TaskData {
   Dataset train;
   Dataset test;
   bool test_held_out = false;  // `test` is test_fraction of the training file(s)
-  // normalization standardize without the task's mean/std: the features are as loaded, to be
-  // standardised with the federation's statistics (StandardizeTaskData).
+  // normalization standardize without the task's mean/std: the features are as loaded (an
+  // image's pixels scaled to [0, 1]), to be standardised with the federation's statistics
+  // (StandardizeTaskData).
   bool awaits_statistics = false;
   std::string summary;  // for the peer's log: files, samples, features or image size
 };
@@ -43,9 +44,10 @@ absl::StatusOr<TaskData> LoadTaskData(const common::v1::DatasetSpec& dataset,
                                       const std::string& data_dir, uint64_t seed);
 
 // Standardises both splits of `data`, which awaits_statistics, with the federation's
-// statistics (one mean and stddev per feature); clears awaits_statistics. INVALID_ARGUMENT (data
-// unchanged) when their sizes do not match the features or a value would leave float's range;
-// FAILED_PRECONDITION when `data` does not await statistics.
+// statistics (one mean and stddev per feature: a table's column, an image's channel); clears
+// awaits_statistics. INVALID_ARGUMENT (data unchanged) when their sizes do not match the
+// features or a value would leave float's range; FAILED_PRECONDITION when `data` does not await
+// statistics.
 absl::Status StandardizeTaskData(const FeatureStatistics& statistics, TaskData& data);
 
 // Splits off the last ceil(fraction x count) samples of a seeded shuffle of `data` as the test

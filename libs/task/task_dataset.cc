@@ -48,7 +48,7 @@ absl::Status NoOwnFileFields(const DatasetSpec& d) {
   if (!d.classes().empty()) return DatasetFieldError("classes", used);
   if (d.num_classes() != 0) return DatasetFieldError("num_classes", used);
   if (d.normalization() != common::v1::NORMALIZATION_UNSPECIFIED) {
-    return DatasetFieldError("normalization", "used only by format csv");
+    return DatasetFieldError("normalization", "used only by formats csv and image-folder");
   }
   if (!d.mean().empty() || !d.std().empty()) return DatasetFieldError("mean", used);
   if (!d.image_size().empty())
@@ -148,18 +148,21 @@ absl::Status ValidateOwnFiles(const DatasetSpec& d) {
                                           "0..num_classes-1), 2..",
                                           kMaxClasses, ", got ", d.num_classes()));
   }
-  if (!csv && d.normalization() != common::v1::NORMALIZATION_UNSPECIFIED) {
-    return DatasetFieldError("normalization", "used only by format csv");
+  if (!csv && !images && d.normalization() != common::v1::NORMALIZATION_UNSPECIFIED) {
+    return DatasetFieldError("normalization", "used only by formats csv and image-folder");
+  }
+  // An image folder without normalization scales by the task's mean/std when it gives them.
+  const bool mean_allowed = d.normalization() == common::v1::NORMALIZATION_STANDARDIZE ||
+                            (images && d.normalization() == common::v1::NORMALIZATION_UNSPECIFIED);
+  if ((csv || images) && !mean_allowed && (!d.mean().empty() || !d.std().empty())) {
+    return DatasetFieldError(
+        "mean", d.normalization() == common::v1::NORMALIZATION_STANDARDIZE_LOCAL
+                    ? "used only with normalization standardize (standardize-local scales "
+                      "with each peer's own statistics)"
+                : images ? "used only with normalization standardize or without normalization"
+                         : "used only with normalization standardize");
   }
   if (csv) {
-    if (d.normalization() != common::v1::NORMALIZATION_STANDARDIZE &&
-        (!d.mean().empty() || !d.std().empty())) {
-      return DatasetFieldError(
-          "mean", d.normalization() == common::v1::NORMALIZATION_STANDARDIZE_LOCAL
-                      ? "used only with normalization standardize (standardize-local scales "
-                        "with each peer's own statistics)"
-                      : "used only with normalization standardize");
-    }
     SHOAL_RETURN_IF_ERROR(CheckMeanStd(
         d, d.feature_columns().empty() ? 0 : d.feature_columns_size(), "feature column"));
   }
@@ -203,7 +206,8 @@ bool IsValidName(absl::string_view name) {
 }
 
 bool UsesFederationStatistics(const DatasetSpec& dataset) {
-  return dataset.format() == common::v1::DATA_FORMAT_CSV &&
+  return (dataset.format() == common::v1::DATA_FORMAT_CSV ||
+          dataset.format() == common::v1::DATA_FORMAT_IMAGE_FOLDER) &&
          dataset.normalization() == common::v1::NORMALIZATION_STANDARDIZE && dataset.mean().empty();
 }
 

@@ -17,13 +17,16 @@ bool IsValidName(absl::string_view name);
 // "dataset.<field>: <what>". Part of ValidateTaskSpec.
 absl::Status ValidateDatasetFields(const common::v1::DatasetSpec& dataset);
 
-// Whether the peers standardise `dataset` with the federation's statistics: format csv,
-// normalization standardize and no mean/std of the task's (TaskStatus.statistics).
+// Whether the peers standardise `dataset` with the federation's statistics: format csv or
+// image-folder, normalization standardize and no mean/std of the task's (TaskStatus.statistics).
+// An image folder without normalization is not standardised (pixels in [0, 1]) unless the task
+// gives mean/std: there the federation's statistics are opt-in.
 bool UsesFederationStatistics(const common::v1::DatasetSpec& dataset);
 
 // The dataset defaults that depend on other fields: format fashion-mnist when unset (and its
 // name), partition settings (classes_per_shard 2 for label-skew, alpha 0.5 for dirichlet),
-// normalization standardize for csv, test_fraction 0.2 without a test file. A default
+// normalization standardize for csv (image-folder's stays unset: the task's mean/std, or pixels
+// in [0, 1] only), test_fraction 0.2 without a test file. A default
 // "fashion-mnist" name is cleared for the other formats.
 void ApplyDatasetDefaults(common::v1::DatasetSpec& dataset);
 

@@ -17,6 +17,12 @@ absl::StatusOr<data::FeatureMoments> MomentsFromReport(const common::v1::TaskSpe
   if (absl::Status s = data::CheckMoments(m); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("data ", s.message()));
   }
+  if (spec.dataset().format() == common::v1::DATA_FORMAT_IMAGE_FOLDER &&
+      report.sum_size() != static_cast<int>(spec.dataset().channels())) {
+    return absl::InvalidArgumentError(absl::StrCat("data moments: ", report.sum_size(),
+                                                   " features, but the task's dataset.channels is ",
+                                                   spec.dataset().channels()));
+  }
   const int columns = spec.dataset().feature_columns_size();
   if (columns > 0 && report.sum_size() != columns) {
     return absl::InvalidArgumentError(absl::StrCat("data moments: ", report.sum_size(),

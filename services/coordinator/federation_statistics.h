@@ -21,7 +21,8 @@ inline constexpr int kMaxMomentFeatures = 1 << 20;
 
 // One peer's moments as reported. INVALID_ARGUMENT "data moments: ..." when they are malformed
 // (no samples, sums and sums of squares of different lengths, values that are not finite) or
-// their number of features differs from the task's feature_columns, when it names them.
+// their number of features differs from the task's feature_columns, when it names them, or from
+// an image folder's channels.
 absl::StatusOr<data::FeatureMoments> MomentsFromReport(const common::v1::TaskSpec& spec,
                                                        const v1::DataMoments& report);
 

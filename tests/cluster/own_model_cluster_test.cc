@@ -320,7 +320,8 @@ INSTANTIATE_TEST_SUITE_P(Modes, OwnCsvModes,
                                                   : "Gossip");
                          });
 
-// Each peer's own PNG folders, trained by the built-in CNN.
+// Each peer's own PNG folders, trained by the built-in CNN, standardised with the federation's
+// per-channel statistics (normalization standardize without mean/std).
 TEST(OwnDataClusterTest, PeersTrainOnTheirOwnImageFolders) {
   Cluster cluster(TempDir());
   MakeExampleData(cluster.dir(), "images");
@@ -338,8 +339,7 @@ TEST(OwnDataClusterTest, PeersTrainOnTheirOwnImageFolders) {
   }
   d.add_image_size(28);
   d.set_channels(1);
-  d.add_mean(0.2860);
-  d.add_std(0.3530);
+  d.set_normalization(common::v1::NORMALIZATION_STANDARDIZE);
   spec.set_round_batches(12);
   spec.set_rounds(4);
   absl::StatusOr<cv1::TaskStatus> status = RunOwnData(cluster, cluster.dir() + "/images", spec);
@@ -350,6 +350,20 @@ TEST(OwnDataClusterTest, PeersTrainOnTheirOwnImageFolders) {
   for (const cv1::PeerData& p : status->data()) {
     EXPECT_EQ(p.train_samples(), 400u) << p.peer_id();
     EXPECT_EQ(p.test_samples(), 200u) << p.peer_id();
+  }
+  // Fashion-MNIST's pixels: mean 0.286, std 0.353 over the whole training set.
+  ASSERT_TRUE(status->has_statistics()) << status->ShortDebugString();
+  const common::v1::FederationStatistics& stats = status->statistics();
+  EXPECT_EQ(stats.samples(), 800u);
+  ASSERT_EQ(stats.mean_size(), 1);
+  ASSERT_EQ(stats.std_size(), 1);
+  EXPECT_NEAR(stats.mean(0), 0.286, 0.03);
+  EXPECT_NEAR(stats.std(0), 0.353, 0.03);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_THAT(process::TailFile(absl::StrCat(cluster.dir(), "/peer-", i, ".log"), 400),
+                HasSubstr("standardised with the federation's statistics (800 training samples "
+                          "of 2 peers)"))
+        << "peer-" << i;
   }
 }
 

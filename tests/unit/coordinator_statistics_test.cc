@@ -134,6 +134,35 @@ TEST_F(CoordinatorCoreTest, MalformedOrUnneededMomentsAreRefused) {
   EXPECT_THAT(s.message(), HasSubstr("3 features, but peer a has 2"));
 }
 
+// An image folder's moments are per channel: as many as the task's channels.
+TEST_F(CoordinatorCoreTest, ImageFolderMomentsArePerChannel) {
+  common::v1::TaskSpec spec = CsvSpec("i", 1);
+  common::v1::DatasetSpec& d = *spec.mutable_dataset();
+  d.clear_label_column();
+  d.clear_num_classes();
+  d.set_format(common::v1::DATA_FORMAT_IMAGE_FOLDER);
+  d.set_train("train");
+  d.add_classes("x");
+  d.add_classes("y");
+  d.add_image_size(8);
+  d.set_channels(3);
+  auto sinks = StartTask(spec, {"a"});
+  absl::Status s = core_->OnMessage("a", MomentsOfA("i"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("2 features, but the task's dataset.channels is 3"));
+  EXPECT_FALSE(Status("i").has_statistics());
+  // Two images; sums per image (of the pixels, divided by the pixels per image).
+  ASSERT_TRUE(core_->OnMessage("a", Moments("i", 2, {1, 0.5, 0}, {0.68, 0.25, 0})).ok());
+  const common::v1::FederationStatistics fixed = Status("i").statistics();
+  ASSERT_EQ(fixed.mean_size(), 3);
+  ASSERT_EQ(fixed.std_size(), 3);
+  EXPECT_THAT(fixed.mean(), ElementsAre(0.5, 0.25, 0));
+  EXPECT_NEAR(fixed.std(0), 0.3, 1e-12);
+  EXPECT_NEAR(fixed.std(1), 0.25, 1e-12);
+  EXPECT_EQ(fixed.std(2), 1.0);  // a constant channel
+  EXPECT_EQ(fixed.samples(), 2u);
+}
+
 // Fashion-MNIST (like explicit mean/std and standardize-local) needs no federation statistics.
 TEST_F(CoordinatorCoreTest, MomentsForATaskThatNeedsNoStatisticsAreRefused) {
   auto sinks = StartTask(Spec("f", 1, 5), {"a"});

@@ -2,14 +2,17 @@
 // held-out test split, standardisation with the peer's own, the task's or the federation's
 // statistics (moments added up over peers), and the checks that the files fit the task.
 
+// The image tests write their PNGs with stb_image_write (libstb.so holds its implementation).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <stb/stb_image_write.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "libs/data/csv_dataset.h"
@@ -47,6 +50,37 @@ class TaskDataTest : public ::testing::Test {
     d.set_label_column("label");
     d.set_num_classes(2);
     d.set_normalization(common::v1::NORMALIZATION_NONE);
+    return d;
+  }
+  // An image folder of 2 x 2 RGB images with known pixels: images 0 and 1 of class a, 2 and 3
+  // of class b under train/, image 4 of class a under test/. Channel 0 varies with the image and
+  // the pixel, channel 1 is constant, channel 2 is black and white.
+  static uint8_t Pixel(int image, int channel, int pixel) {
+    if (channel == 0) return static_cast<uint8_t>(10 * (4 * image + pixel));
+    return channel == 1 ? 51 : (pixel % 2 == 0 ? 0 : 255);
+  }
+  common::v1::DatasetSpec Images() {
+    for (int image = 0; image < 5; ++image) {
+      std::vector<uint8_t> interleaved;
+      for (int pixel = 0; pixel < 4; ++pixel) {
+        for (int c = 0; c < 3; ++c) interleaved.push_back(Pixel(image, c, pixel));
+      }
+      const std::filesystem::path path = dir_ /
+                                         (image == 4  ? "test/a"
+                                          : image < 2 ? "train/a"
+                                                      : "train/b") /
+                                         absl::StrCat(image, ".png");
+      std::filesystem::create_directories(path.parent_path());
+      EXPECT_NE(stbi_write_png(path.c_str(), 2, 2, 3, interleaved.data(), 0), 0) << path;
+    }
+    common::v1::DatasetSpec d;
+    d.set_format(common::v1::DATA_FORMAT_IMAGE_FOLDER);
+    d.set_train("train");
+    d.set_test("test");
+    d.add_classes("a");
+    d.add_classes("b");
+    d.add_image_size(2);
+    d.set_channels(3);
     return d;
   }
   std::filesystem::path dir_;
@@ -169,6 +203,111 @@ TEST_F(TaskDataTest, MomentsAddedUpOverUnevenSharesGiveThePooledStatistics) {
   EXPECT_EQ(total.count, 50u);
   EXPECT_EQ(StatisticsFromMoments(FeatureMoments{}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// An image folder's federation statistics are per channel, over every pixel of the training
+// images (scaled to [0, 1]); count stays the number of images.
+TEST_F(TaskDataTest, ImageMomentsArePerChannelOverEveryPixel) {
+  common::v1::DatasetSpec d = Images();
+  d.set_normalization(common::v1::NORMALIZATION_STANDARDIZE);
+  absl::StatusOr<TaskData> data = LoadTaskData(d, dir_.string(), 1);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_TRUE(data->awaits_statistics);
+  ASSERT_EQ(data->train.count, 4u);
+  EXPECT_EQ(data->train.FeatureCount(), 3u);
+  EXPECT_EQ(data->train.ValuesPerFeature(), 4u);
+  EXPECT_EQ(data->train.values[1], Pixel(0, 0, 1) / 255.0f);  // as loaded: in [0, 1]
+
+  absl::StatusOr<FeatureMoments> moments = ComputeMoments(data->train, {0, 1, 2, 3});
+  ASSERT_TRUE(moments.ok()) << moments.status();
+  EXPECT_EQ(moments->count, 4u);
+  ASSERT_EQ(moments->sum.size(), 3u);
+  for (int c = 0; c < 3; ++c) {
+    double sum = 0, squares = 0;  // over the 16 pixels of the channel
+    for (int image = 0; image < 4; ++image) {
+      for (int pixel = 0; pixel < 4; ++pixel) {
+        const double x = Pixel(image, c, pixel) / 255.0f;
+        sum += x;
+        squares += x * x;
+      }
+    }
+    EXPECT_NEAR(moments->sum[c], sum / 4, 1e-12) << c;
+    EXPECT_NEAR(moments->sum_squares[c], squares / 4, 1e-12) << c;
+  }
+  // Channel 0: pixels 0, 10, ..., 150 (/ 255): mean 75/255, population std sqrt(2125)/255.
+  absl::StatusOr<FeatureStatistics> stats = StatisticsFromMoments(*moments);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_NEAR(stats->mean[0], 75.0 / 255, 1e-7);
+  EXPECT_NEAR(stats->stddev[0], std::sqrt(2125.0) / 255, 1e-7);
+  EXPECT_NEAR(stats->mean[1], 0.2, 1e-7);
+  EXPECT_EQ(stats->stddev[1], 1.0) << "a constant channel maps to 0";
+  EXPECT_NEAR(stats->mean[2], 0.5, 1e-7);
+  EXPECT_NEAR(stats->stddev[2], 0.5, 1e-7);
+
+  // Two peers' shares add up to the same statistics.
+  FeatureMoments total;
+  for (const std::vector<int64_t>& rows :
+       {std::vector<int64_t>{0}, std::vector<int64_t>{1, 2, 3}}) {
+    absl::StatusOr<FeatureMoments> part = ComputeMoments(data->train, rows);
+    ASSERT_TRUE(part.ok()) << part.status();
+    ASSERT_TRUE(AddMoments(total, *part).ok());
+  }
+  absl::StatusOr<FeatureStatistics> added = StatisticsFromMoments(total);
+  ASSERT_TRUE(added.ok()) << added.status();
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_NEAR(added->mean[c], stats->mean[c], 1e-12) << c;
+    EXPECT_NEAR(added->stddev[c], stats->stddev[c], 1e-12) << c;
+  }
+
+  absl::Status s = StandardizeTaskData(FeatureStatistics{{0, 0}, {1, 1}}, *data);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("3 channels"));
+  ASSERT_TRUE(StandardizeTaskData(*stats, *data).ok());
+  // Test image 4, channel 0, pixel 2 (value 180): planar, so index 2.
+  EXPECT_NEAR(data->test.values[2], (180.0 - 75) / std::sqrt(2125.0), 1e-5);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(data->test.values[4 + i], 0.0f);  // constant channel
+  EXPECT_NEAR(data->test.values[8], -1.0, 1e-6);                          // channel 2, black
+}
+
+// Image folders: without normalization (the default) pixels are only scaled to [0, 1], or by
+// the task's mean/std; standardize-local with the peer's own per-channel statistics.
+TEST_F(TaskDataTest, ImageNormalizationsOtherThanTheFederations) {
+  common::v1::DatasetSpec d = Images();
+  absl::StatusOr<TaskData> plain = LoadTaskData(d, dir_.string(), 1);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->awaits_statistics);
+  EXPECT_EQ(plain->test.values[2], 180 / 255.0f);
+
+  d.add_mean(0.5);
+  d.add_mean(0.2);
+  d.add_mean(0.5);
+  for (int c = 0; c < 3; ++c) d.add_std(0.25);
+  for (auto n : {common::v1::NORMALIZATION_UNSPECIFIED, common::v1::NORMALIZATION_STANDARDIZE}) {
+    d.set_normalization(n);
+    absl::StatusOr<TaskData> given = LoadTaskData(d, dir_.string(), 1);
+    ASSERT_TRUE(given.ok()) << given.status();
+    EXPECT_FALSE(given->awaits_statistics);  // the task's mean/std win
+    EXPECT_NEAR(given->test.values[2], (180 / 255.0 - 0.5) / 0.25, 1e-5);
+  }
+
+  d.clear_mean();
+  d.clear_std();
+  d.set_normalization(common::v1::NORMALIZATION_STANDARDIZE_LOCAL);
+  absl::StatusOr<TaskData> local = LoadTaskData(d, dir_.string(), 1);
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_FALSE(local->awaits_statistics);
+  EXPECT_NEAR(local->test.values[2], (180.0 - 75) / std::sqrt(2125.0), 1e-5);
+  EXPECT_EQ(local->test.values[4], 0.0f);  // the constant channel
+  double train_mean = 0;
+  for (int i = 0; i < 4; ++i) {
+    for (int p = 0; p < 4; ++p) train_mean += local->train.values[i * 12 + 8 + p];
+  }
+  EXPECT_NEAR(train_mean, 0, 1e-5);  // channel 2 over the training pixels
+
+  d.set_normalization(common::v1::NORMALIZATION_NONE);
+  absl::StatusOr<TaskData> none = LoadTaskData(d, dir_.string(), 1);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->test.values, plain->test.values);
 }
 
 TEST_F(TaskDataTest, WithoutATestFileAFractionIsHeldOutTheSameWayEveryTime) {

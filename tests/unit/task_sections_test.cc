@@ -249,6 +249,15 @@ TEST(DatasetTaskTest, OwnFilesGetTheirDefaults) {
       " image_size: [32], channels: 3, mean: [0.5, 0.5, 0.5], std: [0.25, 0.25, 0.25]}");
   ASSERT_TRUE(images.ok()) << images.status();
   EXPECT_DOUBLE_EQ(images->dataset().test_fraction(), 0);  // a test directory is given
+  // Image folders keep no normalization by default (pixels in [0, 1], or the task's mean/std);
+  // the federation's statistics are opt-in.
+  EXPECT_EQ(images->dataset().normalization(), common::v1::NORMALIZATION_UNSPECIFIED);
+  EXPECT_FALSE(UsesFederationStatistics(images->dataset()));
+  const std::string folder =
+      "dataset: {format: image-folder, train: t, classes: [x, y], "
+      "image_size: 8, channels: 1, normalization: ";
+  EXPECT_TRUE(UsesFederationStatistics(Parse(folder + "standardize}")->dataset()));
+  EXPECT_FALSE(UsesFederationStatistics(Parse(folder + "standardize-local}")->dataset()));
 
   absl::StatusOr<TaskSpec> idx = Parse(
       "dataset: {format: idx, train: a.gz, train_labels: b.gz, num_classes: 10,"
@@ -340,6 +349,14 @@ TEST(DatasetTaskTest, EachRuleNamesItsField) {
       {"{format: image-folder, train: d, classes: [a, b], image_size: [8], channels: 3, "
        "mean: [0.5], std: [0.2]}",
        "one value per channel (3)"},
+      {"{format: image-folder, train: d, classes: [a, b], image_size: 8, channels: 1, "
+       "normalization: none, mean: [0.5], std: [0.2]}",
+       "dataset.mean: used only with normalization standardize or without normalization"},
+      {"{format: image-folder, train: d, classes: [a, b], image_size: 8, channels: 1, "
+       "normalization: standardize-local, mean: [0.5], std: [0.2]}",
+       "dataset.mean: used only with normalization standardize (standardize-local"},
+      {"{format: idx, train: a, train_labels: b, num_classes: 2, normalization: standardize}",
+       "dataset.normalization: used only by formats csv and image-folder"},
       {"{format: csv, train: t.csv, label_column: y, classes: [a, b, c], partition: label-skew, "
        "classes_per_shard: 4}",
        "dataset.classes_per_shard: must be in 1..3"},
