@@ -266,10 +266,14 @@ absl::StatusOr<ChaCha20Stream> ChaCha20Stream::Create(absl::string_view key,
 }
 
 absl::Status ChaCha20Stream::Next(absl::Span<uint8_t> out) {
-  std::fill(out.begin(), out.end(), 0);
-  // The keystream is the encryption of zeros (in place: OpenSSL allows in == out).
-  if (!UpdateAll(ctx_.get(), EVP_EncryptUpdate, out.data(), out.data(), out.size())) {
-    return Internal("OpenSSL: ChaCha20 failed");
+  // The keystream is the encryption of zeros, read from one constant block of them.
+  static constexpr unsigned char kZeros[16384] = {};
+  for (size_t done = 0; done < out.size();) {
+    const size_t piece = std::min(out.size() - done, sizeof(kZeros));
+    if (!UpdateAll(ctx_.get(), EVP_EncryptUpdate, kZeros, out.data() + done, piece)) {
+      return Internal("OpenSSL: ChaCha20 failed");
+    }
+    done += piece;
   }
   return absl::OkStatus();
 }

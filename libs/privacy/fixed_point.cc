@@ -123,11 +123,12 @@ absl::Status FixedPointCodec::CheckValue(size_t index, float value) const {
 
 absl::StatusOr<std::vector<uint32_t>> FixedPointCodec::Encode(
     absl::Span<const float> values) const {
+  const FixedPointCodec local = *this;  // its fields stay in registers across the stores to out
   std::vector<uint32_t> out(values.size());
   for (size_t i = 0; i < values.size(); ++i) {
-    if (absl::Status s = CheckValue(i, values[i]); !s.ok()) return s;
-    const int64_t v = std::llround(static_cast<double>(values[i]) * scale_);
-    out[i] = static_cast<uint32_t>(static_cast<uint64_t>(v)) & mask_;
+    // Not finite (NaN included) or out of range; CheckValue names which.
+    if (!(std::abs(static_cast<double>(values[i])) <= clip_range_)) return CheckValue(i, values[i]);
+    out[i] = local.EncodeValue(values[i]);
   }
   return out;
 }
@@ -150,30 +151,37 @@ absl::StatusOr<std::vector<uint32_t>> FixedPointCodec::EncodeStochastic(
   return out;
 }
 
-absl::StatusOr<std::vector<double>> FixedPointCodec::DecodeSum(absl::Span<const uint32_t> sum,
-                                                               int summands) const {
+absl::Status FixedPointCodec::CheckSum(absl::Span<const uint32_t> sum, int summands) const {
   if (summands < 1 || summands > max_summands_) {
     return absl::InvalidArgumentError(absl::StrCat("fixed point: a sum of ", summands,
                                                    " encodings; this codec holds 1 to ",
                                                    max_summands_, " without wrapping"));
   }
+  // An element passes when it is in the ring and its signed value v has |v| <= bound, that is
+  // when it lies in [0, bound] or in [2^k - bound, 2^k - 1].
   const int64_t bound = max_magnitude_ * summands;
   const int64_t modulus = int64_t{1} << bits_;
-  std::vector<double> out(sum.size());
   for (size_t i = 0; i < sum.size(); ++i) {
+    const int64_t e = sum[i];
+    if (e <= bound || (e >= modulus - bound && e < modulus)) continue;
     if ((sum[i] & ~mask_) != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("fixed point: element ", i, " (", sum[i], ") is not in Z_2^", bits_));
     }
     int64_t v = sum[i];
     if (v > SumLimit(bits_)) v -= modulus;
-    if (v > bound || v < -bound) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "fixed point: element ", i, " decodes to ", v, ", beyond the ", bound, " that ", summands,
-          " encodings can sum to (masks left in, or more summands than said)"));
-    }
-    out[i] = static_cast<double>(v) / scale_;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fixed point: element ", i, " decodes to ", v, ", beyond the ", bound, " that ", summands,
+        " encodings can sum to (masks left in, or more summands than said)"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> FixedPointCodec::DecodeSum(absl::Span<const uint32_t> sum,
+                                                               int summands) const {
+  if (absl::Status s = CheckSum(sum, summands); !s.ok()) return s;
+  std::vector<double> out(sum.size());
+  for (size_t i = 0; i < sum.size(); ++i) out[i] = DecodeValue(sum[i]);
   return out;
 }
 

@@ -60,6 +60,31 @@ class FixedPointCodec {
   // of more encodings than said).
   absl::StatusOr<std::vector<double>> DecodeSum(absl::Span<const uint32_t> sum, int summands) const;
 
+  // The pieces of Encode and DecodeSum for callers that fuse them with their own pass over the
+  // values (secagg/update_codec.h), with the same results.
+  // Encode's error for `value` at `index`: OK when it is finite and within [-r, r].
+  absl::Status CheckValue(size_t index, float value) const;
+  // Encode's element: round(value · scale) to nearest, ties away from zero (std::llround), in
+  // the ring; `value` must pass CheckValue.
+  uint32_t EncodeValue(float value) const {
+    const double x = static_cast<double>(value) * scale_;
+    // Truncated, then rounded by the rest: x - v is exact (|x| < 2^62 and |v| >= |x| / 2 or 0).
+    // Branch-free: the rests of real updates are as good as random.
+    int64_t v = static_cast<int64_t>(x);
+    const double rest = x - static_cast<double>(v);
+    v += static_cast<int64_t>(rest >= 0.5) - static_cast<int64_t>(rest <= -0.5);
+    return static_cast<uint32_t>(static_cast<uint64_t>(v)) & mask_;
+  }
+  // DecodeSum's errors, without decoding.
+  absl::Status CheckSum(absl::Span<const uint32_t> sum, int summands) const;
+  // DecodeSum's element: an element of a sum that passed CheckSum, as a double.
+  double DecodeValue(uint32_t element) const {
+    const int64_t modulus = int64_t{1} << bits_;
+    int64_t v = element;
+    if (v >= modulus / 2) v -= modulus;
+    return static_cast<double>(v) / scale_;
+  }
+
   int bits() const { return bits_; }
   double scale() const { return scale_; }
   double quantum() const { return 1 / scale_; }
@@ -73,8 +98,6 @@ class FixedPointCodec {
  private:
   FixedPointCodec(double clip_range, int max_summands, int bits, double scale,
                   int64_t max_magnitude);
-
-  absl::Status CheckValue(size_t index, float value) const;
 
   double clip_range_;
   int max_summands_;

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "libs/privacy/crypto.h"
 
 namespace shoal::privacy {
 
@@ -36,6 +37,35 @@ enum class MaskSign { kAdd, kSubtract };
 // (byte-wise) adds it, the higher one subtracts it, so the pair's two masks cancel in the sum.
 // Errors: INVALID_ARGUMENT when the ids are equal (a peer shares no mask with itself).
 absl::StatusOr<MaskSign> PairwiseMaskSign(absl::string_view self_id, absl::string_view peer_id);
+
+// Any number of masks of Z_(2^bits) added to a vector in one pass: ApplyNext adds each mask's next
+// elements, a block at a time, so the vector is read and written once whatever the count of
+// masks (SecAgg+'s self mask and one pairwise mask per neighbour). The result is the same as
+// ApplyMask with each seed in turn. Owned by one user; not thread-safe; movable.
+class MaskStreams {
+ public:
+  // Errors: INVALID_ARGUMENT on bits out of 1..32.
+  static absl::StatusOr<MaskStreams> Create(int bits);
+
+  // One more mask, applied with `sign` from the next element on (ApplyNext's first call: element
+  // 0). The seed's key schedule is kept, not the seed: the caller may scrub it at once. Errors: as
+  // ExpandMask; INTERNAL if OpenSSL fails.
+  absl::Status Add(absl::string_view seed, MaskSign sign);
+
+  // values[i] = values[i] ± every mask's next element mod 2^bits, for the next values.size()
+  // elements of the masks. Errors: INTERNAL if OpenSSL fails.
+  absl::Status ApplyNext(absl::Span<uint32_t> values);
+
+ private:
+  struct Mask {
+    ChaCha20Stream stream;
+    MaskSign sign;
+  };
+  explicit MaskStreams(uint32_t ring) : ring_(ring) {}
+
+  uint32_t ring_;
+  std::vector<Mask> masks_;
+};
 
 // values[i] = values[i] ± ExpandMask(seed, values.size(), bits)[i] mod 2^bits, expanding the mask
 // a block at a time (no buffer the size of the model). The result is reduced mod 2^bits.

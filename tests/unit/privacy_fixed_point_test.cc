@@ -179,5 +179,40 @@ TEST(FixedPointTest, DecodeRefusesWhatNoValidSumCouldBe) {
   EXPECT_TRUE(codec->DecodeSum({beyond}, 2).ok());
 }
 
+TEST(FixedPointTest, EncodesAsLlroundTiesAwayFromZero) {
+  auto codec = FixedPointCodec::Create({.clip_range = 1.0, .max_summands = 16, .bits = 32});
+  ASSERT_TRUE(codec.ok());
+  std::mt19937_64 rng(11);
+  std::vector<float> values = RandomValues(rng, 20000, 1.0);
+  // Ties (x · scale ending in .5), their neighbours one ulp either side, the ends and zero.
+  for (double k : {0.0, 1.0, 2.0, 7.0, 12345.0, 100000.0}) {
+    for (double sign : {1.0, -1.0}) {
+      const auto tie = static_cast<float>(sign * (k + 0.5) / codec->scale());
+      values.insert(values.end(), {tie, std::nextafter(tie, 0.0F), std::nextafter(tie, 2.0F)});
+    }
+  }
+  values.insert(values.end(), {1.0F, -1.0F, 0.0F, -0.0F});
+  auto encoded = codec->Encode(values);
+  ASSERT_TRUE(encoded.ok());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const int64_t expected = std::llround(static_cast<double>(values[i]) * codec->scale());
+    ASSERT_EQ((*encoded)[i], static_cast<uint32_t>(expected)) << "value " << values[i];
+  }
+}
+
+TEST(FixedPointTest, DecodeAcceptsExactlyTheSumsWithinTheBound) {
+  auto codec = FixedPointCodec::Create({.clip_range = 1.0, .max_summands = 4, .bits = 16});
+  ASSERT_TRUE(codec.ok());
+  const int64_t bound = 2 * codec->max_magnitude();
+  const auto at = [](int64_t v) { return static_cast<uint32_t>(v & 0xffff); };
+  EXPECT_TRUE(codec->DecodeSum({at(bound), at(-bound), 0, at(-1)}, 2).ok());
+  EXPECT_FALSE(codec->DecodeSum({at(bound + 1)}, 2).ok());
+  EXPECT_FALSE(codec->DecodeSum({at(-bound - 1)}, 2).ok());
+  auto decoded = codec->DecodeSum({at(-bound), at(-1)}, 2);
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ((*decoded)[0], -static_cast<double>(bound) / codec->scale());
+  EXPECT_EQ((*decoded)[1], -1 / codec->scale());
+}
+
 }  // namespace
 }  // namespace shoal::privacy

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -34,6 +35,38 @@ TEST(MasksTest, ExpansionIsTheChaCha20KeystreamAndDeterministic) {
     EXPECT_EQ((*low)[i], (*mask)[i] & 0xfffffu);
   }
   EXPECT_NE(*mask, *ExpandMask(std::string(kMaskSeedSize, '\x5b'), 1000, 32));
+}
+
+// MaskStreams, fed in uneven pieces, adds and subtracts the masks ExpandMask gives (the keystream,
+// checked above), reduced mod 2^bits.
+TEST(MasksTest, StreamsInOnePassEqualMasksAppliedInTurn) {
+  constexpr size_t kSize = 10007;
+  for (int bits : {32, 20}) {
+    SCOPED_TRACE(testing::Message() << bits << " bits");
+    std::mt19937_64 rng(static_cast<uint64_t>(bits));
+    std::vector<uint32_t> expected(kSize);
+    for (uint32_t& v : expected) v = static_cast<uint32_t>(rng() & ((uint64_t{1} << bits) - 1));
+    std::vector<uint32_t> values = expected;
+    const uint32_t ring = static_cast<uint32_t>((uint64_t{1} << bits) - 1);
+    auto streams = MaskStreams::Create(bits);
+    ASSERT_TRUE(streams.ok());
+    for (int k = 0; k < 5; ++k) {
+      const std::string seed(kMaskSeedSize, static_cast<char>('a' + k));
+      const MaskSign sign = k % 2 == 0 ? MaskSign::kAdd : MaskSign::kSubtract;
+      auto mask = ExpandMask(seed, kSize, 32);
+      ASSERT_TRUE(mask.ok());
+      for (size_t i = 0; i < kSize; ++i) {
+        expected[i] =
+            (sign == MaskSign::kAdd ? expected[i] + (*mask)[i] : expected[i] - (*mask)[i]) & ring;
+      }
+      ASSERT_TRUE(streams->Add(seed, sign).ok());
+    }
+    for (size_t start = 0, piece = 1; start < kSize; start += piece, piece = piece * 3 + 1) {
+      piece = std::min(piece, kSize - start);
+      ASSERT_TRUE(streams->ApplyNext(absl::MakeSpan(values).subspan(start, piece)).ok());
+    }
+    EXPECT_EQ(values, expected);
+  }
 }
 
 TEST(MasksTest, LowerIdAddsHigherSubtracts) {

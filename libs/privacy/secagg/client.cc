@@ -188,7 +188,7 @@ absl::StatusOr<v1::MaskedInput> SecAggClient::MaskInput(const v1::EncryptedShare
                                                           " values, the round's vector_length is ",
                                                           round_.vector_length())));
   }
-  for (size_t i = 0; i < input.size(); ++i) {
+  for (size_t i = 0; round_.ring_mask() != 0xffffffffu && i < input.size(); ++i) {
     if (input[i] > round_.ring_mask()) {
       return Refuse(absl::InvalidArgumentError(absl::StrCat("input: value ", i, " (", input[i],
                                                             ") is outside the ring of ",
@@ -238,25 +238,33 @@ absl::StatusOr<v1::MaskedInput> SecAggClient::MaskInput(const v1::EncryptedShare
         absl::StrCat("shares: ", senders, " neighbours sent shares, fewer than the threshold ",
                      round_.threshold())));
   }
-  std::vector<uint32_t> masked(input.begin(), input.end());
-  if (absl::Status s =
-          ApplyMask(absl::MakeSpan(masked), self_mask_seed_, MaskSign::kAdd, round_.bits());
-      !s.ok()) {
-    return Refuse(s);
-  }
+  // The self mask and every pairwise mask, added to the input in one pass that writes the packed
+  // values straight into the message.
+  absl::StatusOr<MaskStreams> masks = MaskStreams::Create(round_.bits());
+  if (!masks.ok()) return Refuse(masks.status());
+  if (absl::Status s = masks->Add(self_mask_seed_, MaskSign::kAdd); !s.ok()) return Refuse(s);
   for (const auto& [peer, unused] : held_shares_) {
     absl::StatusOr<std::string> seed = PairwiseMaskSeed(round_.round_id(), mask_keys_.private_key,
                                                         neighbour_keys_.at(peer).mask_public_key());
     if (!seed.ok()) return Refuse(seed.status());
     absl::StatusOr<MaskSign> sign = PairwiseMaskSign(self_id_, peer);
     if (!sign.ok()) return Refuse(sign.status());
-    absl::Status s = ApplyMask(absl::MakeSpan(masked), *seed, *sign, round_.bits());
+    absl::Status s = masks->Add(*seed, *sign);
     Scrub(*seed);
     if (!s.ok()) return Refuse(s);
   }
+  std::string packed(4 * input.size(), '\0');
+  constexpr size_t kBlock = 4096;
+  uint32_t block[kBlock];
+  for (size_t start = 0; start < input.size(); start += kBlock) {
+    const size_t n = std::min(kBlock, input.size() - start);
+    std::copy_n(input.begin() + start, n, block);
+    if (absl::Status s = masks->ApplyNext(absl::MakeSpan(block, n)); !s.ok()) return Refuse(s);
+    PackRingValuesTo(absl::MakeConstSpan(block, n), packed.data() + 4 * start);
+  }
   v1::MaskedInput out;
   out.set_participant_id(self_id_);
-  out.set_values(PackRingValues(masked));
+  out.set_values(std::move(packed));
   step_ = Step::kUnmask;
   return out;
 }

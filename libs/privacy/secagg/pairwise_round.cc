@@ -119,15 +119,16 @@ absl::StatusOr<std::vector<uint32_t>> PairwiseMasker::Mask(
   std::vector<uint32_t> masked(encoded.begin(), encoded.end());
   const uint32_t ring = bits == 32 ? ~uint32_t{0} : (uint32_t{1} << bits) - 1;
   for (uint32_t& v : masked) v &= ring;
-  if (absl::Status s = ApplyMask(absl::MakeSpan(masked), *self_seed, MaskSign::kAdd, bits);
-      !s.ok()) {
-    return s;
-  }
+  // The self mask and every pairwise mask in one pass over the values.
+  absl::StatusOr<MaskStreams> masks = MaskStreams::Create(bits);
+  if (!masks.ok()) return masks.status();
+  if (absl::Status s = masks->Add(*self_seed, MaskSign::kAdd); !s.ok()) return s;
   for (const auto& [id, seed] : pair_seeds) {
     absl::StatusOr<MaskSign> sign = PairwiseMaskSign(self_id_, id);
     if (!sign.ok()) return sign.status();
-    if (absl::Status s = ApplyMask(absl::MakeSpan(masked), seed, *sign, bits); !s.ok()) return s;
+    if (absl::Status s = masks->Add(seed, *sign); !s.ok()) return s;
   }
+  if (absl::Status s = masks->ApplyNext(absl::MakeSpan(masked)); !s.ok()) return s;
   Scrub(self_seed_);
   for (auto& [id, seed] : pair_seeds_) Scrub(seed);
   masked_ = true;
@@ -250,19 +251,16 @@ absl::Status MaskedSum::Unmask(const std::string& peer_id, const MaskReveal& rev
     return absl::InvalidArgumentError(absl::StrCat("seeds of ", peer_id, ": the self seed has ",
                                                    reveal.self_seed.size(), " bytes"));
   }
-  if (absl::Status s =
-          ApplyMask(absl::MakeSpan(sum_), reveal.self_seed, MaskSign::kSubtract, bits_);
-      !s.ok()) {
-    return s;
-  }
+  // Every mask is set up before the sum is touched, then taken off in one pass.
+  absl::StatusOr<MaskStreams> masks = MaskStreams::Create(bits_);
+  if (!masks.ok()) return masks.status();
+  if (absl::Status s = masks->Add(reveal.self_seed, MaskSign::kSubtract); !s.ok()) return s;
   for (const auto& [id, seed] : reveal.pair_seeds) {
     absl::StatusOr<MaskSign> sign = PairwiseMaskSign(peer_id, id);
     if (!sign.ok()) return sign.status();
-    if (absl::Status s = ApplyMask(absl::MakeSpan(sum_), seed, OppositeSign(*sign), bits_);
-        !s.ok()) {
-      return s;
-    }
+    if (absl::Status s = masks->Add(seed, OppositeSign(*sign)); !s.ok()) return s;
   }
+  if (absl::Status s = masks->ApplyNext(absl::MakeSpan(sum_)); !s.ok()) return s;
   unmasked_[peer_id] = true;
   return absl::OkStatus();
 }

@@ -215,10 +215,11 @@ absl::Status SecAggServer::AddMaskedInput(const v1::MaskedInput& input) {
     return absl::AlreadyExistsError(
         absl::StrCat("secagg: \"", id, "\" already sent a masked input"));
   }
-  absl::StatusOr<std::vector<uint32_t>> values =
-      UnpackRingValues(input.values(), round_.vector_length(), round_.ring_mask());
-  if (!values.ok()) return Invalid(id, values.status().message());
-  SHOAL_RETURN_IF_ERROR(RingAdd(absl::MakeSpan(sum_), *values, round_.bits()));
+  if (absl::Status s =
+          AddPackedRingValues(input.values(), round_.ring_mask(), absl::MakeSpan(sum_));
+      !s.ok()) {
+    return Invalid(id, s.message());
+  }
   masked_.insert(id);
   return absl::OkStatus();
 }
@@ -338,10 +339,11 @@ absl::StatusOr<std::vector<uint32_t>> SecAggServer::CloseUnmasking() {
     }
     dropped_keys.emplace_back(id, *std::move(key));
   }
-  absl::Status status;
+  // Every mask comes off the sum in one pass over it.
+  absl::StatusOr<MaskStreams> masks = MaskStreams::Create(round_.bits());
+  absl::Status status = masks.status();
   for (const std::string& seed : seeds) {
-    if (status.ok())
-      status = ApplyMask(absl::MakeSpan(sum_), seed, MaskSign::kSubtract, round_.bits());
+    if (status.ok()) status = masks->Add(seed, MaskSign::kSubtract);
   }
   for (auto& [dropped, key] : dropped_keys) {
     for (const std::string& neighbour : round_.graph().Neighbours(dropped)) {
@@ -351,13 +353,13 @@ absl::StatusOr<std::vector<uint32_t>> SecAggServer::CloseUnmasking() {
           PairwiseMaskSeed(round_.round_id(), key, keys_.at(neighbour).mask_public_key());
       absl::StatusOr<MaskSign> sign = PairwiseMaskSign(neighbour, dropped);
       status = !seed.ok() ? seed.status() : !sign.ok() ? sign.status() : absl::OkStatus();
-      if (status.ok())
-        status = ApplyMask(absl::MakeSpan(sum_), *seed, Opposite(*sign), round_.bits());
+      if (status.ok()) status = masks->Add(*seed, Opposite(*sign));
       if (seed.ok()) Scrub(*seed);
     }
     Scrub(key);
   }
   for (std::string& seed : seeds) Scrub(seed);
+  if (status.ok()) status = masks->ApplyNext(absl::MakeSpan(sum_));
   if (!status.ok()) return Fail(status);
   step_ = Step::kDone;
   return std::move(sum_);

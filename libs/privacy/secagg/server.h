@@ -48,7 +48,7 @@ class SecAggServer {
   absl::Status AddShares(const v1::EncryptedShares& shares);
   absl::StatusOr<std::map<std::string, v1::EncryptedShares>> CloseSharing();
 
-  // Step 3. Folds the masked input into the running sum (RingAdd).
+  // Step 3. Folds the masked input into the running sum (AddPackedRingValues).
   absl::Status AddMaskedInput(const v1::MaskedInput& input);
   absl::StatusOr<std::map<std::string, v1::UnmaskRequest>> CloseMasking();
 

@@ -46,31 +46,36 @@ absl::StatusOr<std::vector<uint32_t>> ClipAndEncode(const FixedPointCodec& codec
   const double range = codec.clip_range();
   const double norm = std::sqrt(sum_squares);
   const double factor = norm > range ? range / norm : 1.0;
-  std::vector<float> clipped(update.begin(), update.end());
   const float bound = static_cast<float>(range);
-  for (float& v : clipped) {
+  // A copy, whose fields the stores to `out` cannot alias: they stay in registers.
+  const FixedPointCodec local = codec;
+  std::vector<uint32_t> out(update.size());
+  for (size_t i = 0; i < update.size(); ++i) {
     // Rounding of the scaled value may pass the range by an ulp; the codec refuses that.
-    v = std::clamp(static_cast<float>(v * factor), -bound, bound);
+    const float v = std::clamp(static_cast<float>(update[i] * factor), -bound, bound);
+    if (!(std::abs(static_cast<double>(v)) <= range)) return codec.CheckValue(i, v);
+    out[i] = local.EncodeValue(v);
   }
-  return codec.Encode(clipped);
+  return out;
 }
 
 absl::StatusOr<std::vector<uint32_t>> ClampAndEncode(const FixedPointCodec& codec,
                                                      absl::Span<const float> update) {
   const float bound = static_cast<float>(codec.clip_range());
-  std::vector<float> clamped(update.begin(), update.end());
-  for (size_t i = 0; i < clamped.size(); ++i) {
-    if (!std::isfinite(clamped[i])) {
+  const FixedPointCodec local = codec;  // as in ClipAndEncode
+  std::vector<uint32_t> out(update.size());
+  for (size_t i = 0; i < update.size(); ++i) {
+    if (!std::isfinite(update[i])) {
       return absl::InvalidArgumentError(
-          absl::StrCat("update value ", i, " is not finite (", clamped[i], ")"));
+          absl::StrCat("update value ", i, " is not finite (", update[i], ")"));
     }
     // The float bound may round above the range by an ulp; the codec refuses what passes it.
-    clamped[i] = std::clamp(clamped[i], -bound, bound);
-    if (static_cast<double>(std::abs(clamped[i])) > codec.clip_range()) {
-      clamped[i] = std::nextafter(clamped[i], 0.0F);
-    }
+    float v = std::clamp(update[i], -bound, bound);
+    if (static_cast<double>(std::abs(v)) > codec.clip_range()) v = std::nextafter(v, 0.0F);
+    if (!(std::abs(static_cast<double>(v)) <= codec.clip_range())) return codec.CheckValue(i, v);
+    out[i] = local.EncodeValue(v);
   }
-  return codec.Encode(clamped);
+  return out;
 }
 
 absl::StatusOr<std::vector<float>> ApplyMeanOfSum(const FixedPointCodec& codec,
@@ -80,11 +85,10 @@ absl::StatusOr<std::vector<float>> ApplyMeanOfSum(const FixedPointCodec& codec,
     return absl::InvalidArgumentError(
         absl::StrCat("the secure sum has ", sum.size(), " values, the model ", base.size()));
   }
-  absl::StatusOr<std::vector<double>> decoded = codec.DecodeSum(sum, summands);
-  if (!decoded.ok()) return decoded.status();
+  if (absl::Status s = codec.CheckSum(sum, summands); !s.ok()) return s;
   std::vector<float> out(base.size());
   for (size_t i = 0; i < base.size(); ++i) {
-    out[i] = static_cast<float>(base[i] + (*decoded)[i] / summands);
+    out[i] = static_cast<float>(base[i] + codec.DecodeValue(sum[i]) / summands);
   }
   return out;
 }

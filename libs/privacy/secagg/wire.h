@@ -37,10 +37,16 @@ absl::StatusOr<std::string> PairwiseMaskSeed(absl::string_view round_id,
 
 // Ring values as 4 little-endian bytes each.
 std::string PackRingValues(absl::Span<const uint32_t> values);
+// The same bytes written to out[0, 4 * values.size()).
+void PackRingValuesTo(absl::Span<const uint32_t> values, char* out);
 // The inverse. Errors: INVALID_ARGUMENT when `bytes` is not `count` values or a value exceeds
 // `ring_mask` (naming the first).
 absl::StatusOr<std::vector<uint32_t>> UnpackRingValues(absl::string_view bytes, size_t count,
                                                        uint32_t ring_mask);
+// sum[i] = sum[i] + UnpackRingValues(bytes, sum.size(), ring_mask)[i] mod ring_mask + 1, without
+// the unpacked copy; `ring_mask` is 2^k - 1. Errors: as UnpackRingValues, leaving `sum` as it was.
+absl::Status AddPackedRingValues(absl::string_view bytes, uint32_t ring_mask,
+                                 absl::Span<uint32_t> sum);
 
 // OK when `key` is an X25519 public key's size; else INVALID_ARGUMENT naming `what`.
 absl::Status CheckPublicKey(absl::string_view what, absl::string_view key);
