@@ -14,7 +14,10 @@ root=$(cd "$here/../.." && pwd)
 out=${1:-$here/shoal_client/_gen}
 plugin=${GRPC_PYTHON_PLUGIN:-/usr/bin/grpc_python_plugin}
 command -v protoc >/dev/null || { echo "generate.sh: protoc is not installed" >&2; exit 1; }
-[[ -x "$plugin" ]] || { echo "generate.sh: $plugin is not installed (protobuf-compiler-grpc)" >&2; exit 1; }
+if [[ ! -x "$plugin" ]]; then
+  echo "generate.sh: $plugin is not installed (protobuf-compiler-grpc)" >&2
+  exit 1
+fi
 
 messages=(shoal/common/v1/capacity.proto shoal/common/v1/model.proto shoal/common/v1/task.proto
   shoal/common/v1/tensor.proto shoal/coordinator/v1/control.proto)

@@ -88,8 +88,9 @@ class Cluster:
         return proc
 
     def start(self, name, binary, args, wait=True):
-        """Starts a service on 127.0.0.1:0 (plaintext, or TLS with tls_dir) and, with `wait`, waits for its address
-        file (else wait_started() does, so that several start at once); returns its Popen."""
+        """Starts a service on 127.0.0.1:0 (plaintext, or mutual TLS with tls_dir) and, with
+        `wait`, waits for its address file (else wait_started() does, so that several start at
+        once); returns its Popen."""
         addr = os.path.join(self.work, name + ".addr")
         proc = self.spawn(name, binary, self.security_flags(name) + ["--listen", "127.0.0.1:0",
                                          "--metrics-listen", "127.0.0.1:0", "--address-file",

@@ -1,13 +1,15 @@
 """The Python client (clients/python) against a real cluster over mutual TLS: a coordinator, an
 aggregator and two peers of this build on 127.0.0.1 port 0. Creates a small MLP task from a YAML
 file, follows it to completion, downloads its model and checks the MLP's shapes, and checks the
-errors: NOT_FOUND for an unknown task, INVALID_ARGUMENT naming the field of a bad task file.
+errors: NOT_FOUND for an unknown task, INVALID_ARGUMENT naming the field of a bad task file; runs
+the example, clients/python/examples/train_and_evaluate.py.
 
 Usage: /usr/bin/python3 client_cluster_test.py SOURCE_DIR BIN_DIR (Debian's python3-grpcio,
 python3-protobuf, python3-numpy, python3-yaml).
 """
 
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -95,6 +97,18 @@ class ClientClusterTest(unittest.TestCase):
         self.assertEqual(list(first), list(MLP_SHAPES))
         self.assertFalse((first["fc1.weight"] == state["fc1.weight"]).all())
         self.assertEqual(self.client.stop_task("python-client").spec.name, "python-client")
+
+    def test_example_trains_and_evaluates(self):
+        # clients/python/examples/train_and_evaluate.py as its README runs it (with PyTorch,
+        # python3-torch: the model loaded into a torch module and evaluated).
+        example = os.path.join(SOURCE, "clients", "python", "examples", "train_and_evaluate.py")
+        out = subprocess.run([sys.executable, example, "--coordinator", self.cluster.coordinator,
+                              "--tls-dir", os.path.join(self.tls, "shoalctl")],
+                             capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        for line in ("round 3/3: 2 peers", "TASK_STATE_COMPLETED", "fc1.weight: 200x784",
+                     "fc2.bias: 10", "accuracy of the downloaded model"):
+            self.assertIn(line, out.stdout)
 
     def test_unknown_task_is_not_found(self):
         with self.assertRaises(shoal_client.ShoalError) as caught:

@@ -3,8 +3,8 @@ keys are the proto field names, enums are written in their friendly form (`feder
 `label-skew`) or as their full names (`MODE_FEDERATED_SYNC`), `model: {torchscript: FILE}` names
 a TorchScript file, and fields left out keep the documented defaults (shoalctl's
 DefaultTaskSpec, libs/task/task_file.cc). The defaults that depend on other fields (a mode's own
-section, a strategy's parameters, the settings of data sets in own files) are not filled here: write them out, or the coordinator
-answers INVALID_ARGUMENT naming the field."""
+section, a strategy's parameters, the settings of data sets in own files) are not filled here:
+write them out, or the coordinator answers INVALID_ARGUMENT naming the field."""
 
 import copy
 import hashlib
@@ -83,8 +83,8 @@ def spec_from_dict(task: Any, source: str, base_dir: str) -> task_pb2.TaskSpec:
     model = task.get("model")
     if isinstance(model, dict):
         if set(model) != {"torchscript"}:
-            raise ShoalError("INVALID_ARGUMENT",
-                             f"{source}: model: expected cnn, mlp, wide-mlp, or {{torchscript: FILE}}")
+            raise ShoalError("INVALID_ARGUMENT", f"{source}: model: expected cnn, mlp, "
+                             "wide-mlp, or {torchscript: FILE}")
         task["model"] = "torchscript"
         task["torchscript"] = {"file": str(model["torchscript"]),
                                "sha256": _sha256(model["torchscript"], source, base_dir)}
@@ -94,7 +94,7 @@ def spec_from_dict(task: Any, source: str, base_dir: str) -> task_pb2.TaskSpec:
     try:
         json_format.ParseDict(merged, spec)
     except json_format.ParseError as e:
-        raise ShoalError("INVALID_ARGUMENT", f"{source}: {e}") from None
+        raise ShoalError("INVALID_ARGUMENT", f"{source}: {str(e).splitlines()[0]}") from None
     dataset = spec.dataset
     if dataset.partition == task_pb2.PARTITION_LABEL_SKEW and dataset.classes_per_shard == 0:
         dataset.classes_per_shard = 2
@@ -109,7 +109,8 @@ def _sha256(file: Any, source: str, base_dir: str) -> str:
         with open(path, "rb") as f:
             return hashlib.sha256(f.read()).hexdigest()
     except OSError as e:
-        raise ShoalError("NOT_FOUND", f"{source}: model.torchscript: {path}: {e.strerror}") from None
+        raise ShoalError("NOT_FOUND",
+                         f"{source}: model.torchscript: {path}: {e.strerror}") from None
 
 
 def _merge(base: Dict[str, Any], over: Dict[str, Any]) -> Dict[str, Any]:
@@ -123,13 +124,15 @@ def _merge(base: Dict[str, Any], over: Dict[str, Any]) -> Dict[str, Any]:
 
 def _friendly_enums(obj: Dict[str, Any], message: _descriptor.Descriptor, source: str,
                     path: str) -> None:
-    """Rewrites friendly enum names to full ones, in place; unknown keys and values are left for
-    json_format, which names them."""
+    """Rewrites friendly enum names to full ones, in place; refuses unknown keys (shoalctl's
+    message). Values of the wrong type are left for json_format, which names the field."""
     for key, value in obj.items():
+        where = f"{path}{key}"
         field = message.fields_by_name.get(key)
         if field is None:
-            continue
-        where = f"{path}{key}"
+            expected = ", ".join(sorted(message.fields_by_name))
+            raise ShoalError("INVALID_ARGUMENT", f"{source}: {where}: unknown field (expected "
+                             f"one of {expected})")
         values = value if isinstance(value, list) else [value]
         if field.message_type is not None:
             for item in values:
