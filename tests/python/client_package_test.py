@@ -1,6 +1,7 @@
 """clients/python as shipped: its checked-in generated modules (shoal_client/_gen) match a fresh
 run of clients/python/generate.sh over protos/, and `pip install --no-build-isolation --no-deps`
-installs it offline into a scratch directory from which `import shoal_client` works.
+installs it offline into a scratch venv (--system-site-packages, for Debian's grpcio, protobuf
+and numpy) in which `import shoal_client` works.
 
 Usage: /usr/bin/python3 client_package_test.py SOURCE_DIR
 """
@@ -39,22 +40,26 @@ class ClientPackageTest(unittest.TestCase):
             self.assertEqual(stale, [], "run clients/python/generate.sh and commit the result")
 
     def test_installs_offline_and_imports(self):
+        # As the README installs it: a venv that sees Debian's packages (bookworm's own Python
+        # is externally managed, PEP 668), pip without build isolation and without downloads.
         with tempfile.TemporaryDirectory() as scratch:
-            # A copy, so the build leaves nothing (build/, *.egg-info) in the checkout.
+            # A copy, so the build leaves nothing (build/, *.egg-info) in the checkout. The
+            # venv runs Debian's pip from the system site (no copy of pip: quicker).
             source = shutil.copytree(PACKAGE, os.path.join(scratch, "src"),
-                                     ignore=shutil.ignore_patterns("__pycache__"))
-            target = os.path.join(scratch, "site")
-            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
-                            "--disable-pip-version-check", "--root-user-action=ignore",
-                            "--no-build-isolation", "--no-deps", "--target", target, source],
-                           check=True)
+                                     ignore=shutil.ignore_patterns("__pycache__", "build",
+                                                                   "*.egg-info"))
+            venv = os.path.join(scratch, "venv")
+            subprocess.run([sys.executable, "-m", "venv", "--system-site-packages",
+                            "--without-pip", venv], check=True)
+            python = os.path.join(venv, "bin", "python")
+            subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-index",
+                            "--disable-pip-version-check", "--no-build-isolation", "--no-deps",
+                            source], check=True)
             code = ("import shoal_client, sys; "
                     "assert shoal_client.__file__.startswith(sys.argv[1]), shoal_client.__file__; "
                     "spec = shoal_client.load_task({'name': 'x', 'mode': 'decentralized'}); "
                     "assert spec.mode == shoal_client.task_pb2.MODE_DECENTRALIZED, spec")
-            subprocess.run([sys.executable, "-c", code, target], check=True, cwd=scratch,
-                           env=dict(os.environ, PYTHONPATH=target))
-
+            subprocess.run([python, "-c", code, venv], check=True, cwd=scratch)
 
 if __name__ == "__main__":
     start = time.monotonic()
