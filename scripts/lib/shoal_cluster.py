@@ -18,7 +18,9 @@ standard library only.
     finally:
         cluster.stop()
 
-Every service listens on 127.0.0.1 port 0, plaintext (--insecure), writes its addresses to
+Every service listens on 127.0.0.1 port 0, plaintext (--insecure) or, with Cluster(...,
+tls_dir=DIR), mutual TLS with certificates scripts/gen-certs makes in DIR (DIR/NAME for each
+service, DIR/shoalctl for shoalctl and other clients), writes its addresses to
 WORK/NAME.addr and logs to WORK/NAME.log; the cluster waits for each address file, and a service
 that exits first ends the bench (SystemExit naming it and its log); start(..., wait=False) and
 wait_started() start several at once. stop() sends SIGTERM to the services in the reverse order
@@ -64,9 +66,10 @@ def read_address_file(path):
 class Cluster:
     """The processes of one local cluster, started in order; see the module's doc."""
 
-    def __init__(self, prog, work):
+    def __init__(self, prog, work, tls_dir=None):
         self.prog = prog  # the bench's name, the prefix of its errors
         self.work = work
+        self.tls_dir = tls_dir  # None: plaintext
         self.procs = []  # (name, Popen), in start order
         self.addresses = {}  # name -> the entries of its address file
         self.starting = {}  # name -> (Popen, address file) until its address file is there
@@ -85,16 +88,29 @@ class Cluster:
         return proc
 
     def start(self, name, binary, args, wait=True):
-        """Starts a service on 127.0.0.1:0 (plaintext) and, with `wait`, waits for its address
-        file (else wait_started() does, so that several start at once); returns its Popen."""
+        """Starts a service on 127.0.0.1:0 (plaintext, or mutual TLS with tls_dir) and, with
+        `wait`, waits for its address file (else wait_started() does, so that several start at
+        once); returns its Popen."""
         addr = os.path.join(self.work, name + ".addr")
-        proc = self.spawn(name, binary, ["--insecure", "--listen", "127.0.0.1:0",
+        proc = self.spawn(name, binary, self.security_flags(name) + ["--listen", "127.0.0.1:0",
                                          "--metrics-listen", "127.0.0.1:0", "--address-file",
                                          addr] + list(args))
         self.starting[name] = (proc, addr)
         if wait:
             self.wait_started()
         return proc
+
+    def security_flags(self, name):
+        """["--insecure"], or ["--tls-dir", TLS_DIR/NAME] with NAME's certificate made first."""
+        if self.tls_dir is None:
+            return ["--insecure"]
+        if not os.path.isfile(os.path.join(self.tls_dir, name, "tls.key")):
+            done = subprocess.run([os.path.join(ROOT, "scripts", "gen-certs"), self.tls_dir, name],
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                sys.exit(f"{self.prog}: scripts/gen-certs {self.tls_dir} {name} failed: "
+                         f"{done.stderr.strip()}")
+        return ["--tls-dir", os.path.join(self.tls_dir, name)]
 
     def wait_started(self, timeout=60):
         """Waits until every service started has written its address file (into addresses)."""
@@ -131,8 +147,9 @@ class Cluster:
 
     def shoalctl(self, *args):
         """shoalctl's stdout; RuntimeError with its stderr when it fails."""
-        out = subprocess.run([os.path.join(BIN, "shoalctl"), "--insecure", "--coordinator",
-                              self.coordinator] + list(args), capture_output=True, text=True)
+        out = subprocess.run([os.path.join(BIN, "shoalctl")] + self.security_flags("shoalctl") +
+                             ["--coordinator", self.coordinator] + list(args),
+                             capture_output=True, text=True)
         if out.returncode != 0:
             raise RuntimeError(out.stderr.strip())
         return out.stdout
