@@ -177,8 +177,7 @@ void CoordinatorCore::ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out)
   const std::string& name = task.status.spec().name();
   // Until the aggregators have confirmed the current members, events wait (Task::held).
   const std::vector<uint64_t> needed = task.MembersNeeded();
-  const bool hold = task.UsesAggregator() &&
-                    (!task.MembersConfirmed(needed) || !task.held.empty());
+  const bool hold = task.UsesAggregator() && (!task.MembersConfirmed(needed) || !task.held.empty());
   for (auto& [id, event] : fx.events) {
     event.set_task(name);
     if (event.has_initialize_model() &&

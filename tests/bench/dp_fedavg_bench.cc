@@ -85,7 +85,8 @@ bool RunConfig(double sigma, std::vector<std::unique_ptr<Trainer>>& peers, Train
       if (s.ok()) s = peer->TrainBatches(absl::GetFlag(FLAGS_local_batches), nullptr).status();
       if (s.ok()) local = peer->GetParameters();
       if (!s.ok() || !local.ok()) {
-        std::fprintf(stderr, "dp_fedavg_bench: %s\n", (s.ok() ? local.status() : s).ToString().c_str());
+        std::fprintf(stderr, "dp_fedavg_bench: %s\n",
+                     (s.ok() ? local.status() : s).ToString().c_str());
         return false;
       }
       std::vector<float> delta(local->values.size());

@@ -214,7 +214,8 @@ TEST_F(DecentralizedRunnerTest, ByzantinePeerSharesACorruptedUpdateAndKeepsItsOw
     p->Handle(RoundOpen(1));
     ASSERT_NE(Find(p->Take(), PeerMessage::kRoundReady), nullptr);
   }
-  const tensor::FlatModel base = DecentralizedRunnerProbe::Held(byzantine.runner());  // round 0, before training
+  const tensor::FlatModel base =
+      DecentralizedRunnerProbe::Held(byzantine.runner());  // round 0, before training
   auto trained = byzantine.trainer().GetParameters();
   auto honest_trained = honest.trainer().GetParameters();
   ASSERT_TRUE(trained.ok() && honest_trained.ok());
@@ -313,7 +314,8 @@ TEST_F(DecentralizedRunnerTest, EveryParticipantAggregatesWithTheTaskStrategyIde
       digests.push_back(done->sharing_done().digest_xxh3());
       EXPECT_EQ(done->sharing_done().num_samples(), bound > 0 ? 320u : 480u);
       EXPECT_EQ(p->metrics().decentralized.updates_excluded.Value(), bound > 0 ? 1 : 0);
-      EXPECT_EQ(DecentralizedRunnerProbe::Held(p->runner()).Digest(), done->sharing_done().digest_xxh3());
+      EXPECT_EQ(DecentralizedRunnerProbe::Held(p->runner()).Digest(),
+                done->sharing_done().digest_xxh3());
     }
     EXPECT_EQ(digests[0], digests[1]);
     EXPECT_EQ(digests[1], digests[2]);
@@ -322,7 +324,9 @@ TEST_F(DecentralizedRunnerTest, EveryParticipantAggregatesWithTheTaskStrategyIde
     double moved = 0;
     for (size_t i = 0; i < base.values.size(); ++i) {
       moved = std::max(
-          moved, std::fabs(static_cast<double>(DecentralizedRunnerProbe::Held(a.runner()).values[i]) - base.values[i]));
+          moved,
+          std::fabs(static_cast<double>(DecentralizedRunnerProbe::Held(a.runner()).values[i]) -
+                    base.values[i]));
     }
     EXPECT_LT(moved, 1.0);
   }

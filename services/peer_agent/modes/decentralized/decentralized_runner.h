@@ -82,7 +82,8 @@ class DecentralizedRunner final : public ModeRunner {
   bool Supersedes(const coordinator::v1::CoordinatorEvent& event) const override;
 
  private:
-  friend class DecentralizedRunnerProbe;  // the tests' reader (tests/service/decentralized_test_peer.h)
+  friend class DecentralizedRunnerProbe;  // the tests' reader
+                                          // (tests/service/decentralized_test_peer.h)
 
   // The round this peer takes part in (from RoundOpen until the next round or a refusal).
   struct RoundState {
