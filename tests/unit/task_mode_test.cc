@@ -77,7 +77,8 @@ TEST(TaskModeTest, ValidationFollowsEachDefinition) {
       EXPECT_EQ(ParseAndValidate(mode + "topology: hierarchical\nreplicas: 2\n").ok(),
                 m.sections.backups);
     }
-    EXPECT_EQ(ParseAndValidate(mode + "privacy: {dp: {level: peer, clip_norm: 1, "
+    // Level sample: every mode with a dp section takes it (level peer needs an aggregator).
+    EXPECT_EQ(ParseAndValidate(mode + "privacy: {dp: {level: sample, clip_norm: 1, "
                                       "noise_multiplier: 1, delta: 1e-5}}\n")
                   .ok(),
               m.sections.dp);
