@@ -1,6 +1,6 @@
 """shoal_client without a coordinator: task files to TaskSpec (friendly enums, defaults, a
 TorchScript file's digest, errors naming the file and field) and the decoding of model streams
-(shapes, and streams that do not add up).
+(shapes, and streams that do not add up or whose digests do not match).
 
 Usage: /usr/bin/python3 client_unit_test.py SOURCE_DIR
 """
@@ -13,6 +13,7 @@ import time
 import unittest
 
 import numpy as np
+import xxhash
 
 sys.path.insert(0, os.path.join(os.path.abspath(sys.argv[1]), "clients", "python"))
 
@@ -20,9 +21,10 @@ import shoal_client  # noqa: E402
 from shoal_client._gen.shoal.common.v1 import model_pb2, task_pb2, tensor_pb2  # noqa: E402
 
 
-def stream(tensors, num_tensors=None, cut=0):
-    """A model stream of {name: float32 array}, each tensor's payload in two chunks; `cut`
-    bytes are left off the last tensor."""
+def stream(tensors, num_tensors=None, cut=0, flip=None):
+    """A model stream of {name: float32 array}, each tensor's payload in two chunks and its
+    XXH3-64 digest in its header; `cut` bytes are left off the last tensor; the first byte of
+    tensor `flip` is changed after its digest was taken."""
     chunks = [model_pb2.ModelChunk(meta=model_pb2.ModelMeta(
         task="t", version=3, num_tensors=len(tensors) if num_tensors is None else num_tensors))]
     for name, array in tensors.items():
@@ -30,7 +32,10 @@ def stream(tensors, num_tensors=None, cut=0):
         chunks.append(model_pb2.ModelChunk(frame=tensor_pb2.TensorFrame(
             header=tensor_pb2.TensorHeader(name=name, dtype=tensor_pb2.DTYPE_FLOAT32,
                                            shape=array.shape, encoding=tensor_pb2.ENCODING_RAW,
-                                           size_bytes=len(data)))))
+                                           size_bytes=len(data),
+                                           digest_xxh3=xxhash.xxh3_64_intdigest(data)))))
+        if name == flip:
+            data = bytes([data[0] ^ 1]) + data[1:]
         half = len(data) // 2
         for part in (data[:half], data[half:]):
             chunks.append(model_pb2.ModelChunk(frame=tensor_pb2.TensorFrame(chunk=part)))
@@ -99,6 +104,8 @@ class DecodeModelTest(unittest.TestCase):
     def test_streams_that_do_not_add_up(self):
         for chunks, expected in ((stream(self.TENSORS, cut=1), "tensor scale: 3 bytes of 4"),
                                  (stream(self.TENSORS, num_tensors=4), "3 tensors of 4"),
+                                 (stream(self.TENSORS, flip="fc1.bias"),
+                                  "tensor fc1.bias: digest mismatch"),
                                  (stream(self.TENSORS)[1:], "before its ModelMeta"),
                                  ([], "empty")):
             with self.assertRaises(shoal_client.ShoalError) as caught:

@@ -7,6 +7,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import grpc
 import numpy as np
+import xxhash
 
 from shoal_client._gen.shoal.common.v1 import model_pb2, task_pb2, tensor_pb2
 from shoal_client._gen.shoal.coordinator.v1 import control_pb2, control_pb2_grpc
@@ -172,7 +173,8 @@ class Client:
         """The task's checkpointed global model (the latest, or exactly `version`) as
         {parameter name: float32 array of its shape}, in the model's order. `timeout`: the
         download's deadline in seconds. Errors: NOT_FOUND unknown task or no checkpoint yet;
-        DATA_LOSS a stream that does not add up (sizes, encoding)."""
+        DATA_LOSS a stream that does not add up (sizes, encoding, a tensor whose XXH3-64 digest
+        is not its header's)."""
         request = control_pb2.GetModelRequest(name=name)
         if version is not None:
             request.version = version
@@ -200,7 +202,12 @@ def decode_model(chunks: Iterator[model_pb2.ModelChunk]) -> Dict[str, np.ndarray
         if received != header.size_bytes:
             raise ShoalError("DATA_LOSS", f"tensor {header.name}: {received} bytes of "
                              f"{header.size_bytes}")
-        array = np.frombuffer(b"".join(parts), dtype=_DTYPES[header.dtype])
+        payload = b"".join(parts)
+        digest = xxhash.xxh3_64_intdigest(payload)
+        if digest != header.digest_xxh3:
+            raise ShoalError("DATA_LOSS", f"tensor {header.name}: digest mismatch (header says "
+                             f"{header.digest_xxh3:x}, payload is {digest:x})")
+        array = np.frombuffer(payload, dtype=_DTYPES[header.dtype])
         tensors[header.name] = array.reshape(tuple(header.shape)).astype(np.float32)
 
     for chunk in chunks:
