@@ -15,6 +15,9 @@ absl::Status CoordinatorServerOptions::Validate() const {
   if (state_dir.empty()) {
     return absl::InvalidArgumentError("--state-dir: required (where tasks and checkpoints live)");
   }
+  if (store_lease < absl::Seconds(2) || store_lease > absl::Minutes(5)) {
+    return absl::InvalidArgumentError("--store-lease: must be between 2s and 5m");
+  }
   SHOAL_RETURN_IF_ERROR(tls.Validate());
   if (heartbeat_interval < absl::Milliseconds(100) || heartbeat_interval > absl::Minutes(5)) {
     return absl::InvalidArgumentError("--heartbeat-interval: must be between 100ms and 5m");
@@ -46,7 +49,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   SHOAL_RETURN_IF_ERROR(options.Validate());
   SHOAL_ASSIGN_OR_RETURN(rpc::Credentials credentials, rpc::Credentials::Create(options.tls));
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
-  SHOAL_ASSIGN_OR_RETURN(s->store_, TaskStore::Open(options.state_dir));
+  StoreOptions store;
+  store.store = options.store;
+  store.state_dir = options.state_dir;
+  store.lease_ttl = options.store_lease;
+  store.on_lost = options.on_store_lost;
+  SHOAL_ASSIGN_OR_RETURN(s->store_, OpenTaskStore(store));
   SHOAL_ASSIGN_OR_RETURN(s->metrics_,
                          metrics::MetricsServer::Start(options.metrics_listen, "--metrics-listen"));
   s->coordinator_metrics_ = std::make_unique<CoordinatorMetrics>(s->metrics_->registry());
@@ -87,7 +95,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         options.address_file, {{"grpc", s->address()}, {"metrics", s->metrics_address()}}));
   }
   LogInfo("listening on ", s->address(), ", metrics on http://", s->metrics_address(),
-          "/metrics, state in ", options.state_dir);
+          "/metrics, state in ", options.store == "sqlite" ? options.state_dir : options.store);
   if (!credentials.secure()) {
     LogWarning(
         "--insecure: serving PLAINTEXT gRPC without authentication; use only on a trusted "

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -27,6 +28,13 @@ struct CoordinatorServerOptions {
   std::string listen = "127.0.0.1:7000";
   std::string metrics_listen = "127.0.0.1:9100";
   std::string state_dir;
+  // Where tasks, rounds and checkpoint records live: "sqlite" (in state_dir) or
+  // "etcd://HOST:PORT[,HOST:PORT...][/PREFIX]" (OpenTaskStore).
+  std::string store = "sqlite";
+  // With etcd: the TTL of the hold on the store's prefix (--store-lease), and what to do when
+  // the hold is lost (the store writes nothing more; shoal-coordinator shuts down).
+  absl::Duration store_lease = absl::Seconds(10);
+  std::function<void(const absl::Status&)> on_store_lost;
   std::string address_file;  // optional: where to write the bound addresses
   absl::Duration heartbeat_interval = absl::Seconds(2);
   // How long a task whose aggregator was lost waits for another one to register before it fails.

@@ -1,5 +1,6 @@
 // shoal-coordinator: task registry, membership, rounds and the ControlService API.
 
+#include <atomic>
 #include <cstdio>
 #include <string>
 
@@ -15,7 +16,16 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:7000", "HOST:PORT for gRPC (port 0 = any free port)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9100",
           "HOST:PORT for Prometheus /metrics (port 0 = any free port)");
-ABSL_FLAG(std::string, state_dir, "", "directory for the task database and model checkpoints");
+ABSL_FLAG(std::string, state_dir, "",
+          "directory for the task database (with --store sqlite) and model checkpoints");
+ABSL_FLAG(std::string, store, "sqlite",
+          "where tasks, rounds and checkpoint records live: sqlite (a database in --state-dir) "
+          "or etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (etcd's members; keys under /PREFIX, "
+          "by default /shoal; checkpoint files stay in --state-dir)");
+ABSL_FLAG(absl::Duration, store_lease, absl::Seconds(10),
+          "with --store etcd://: the TTL of this coordinator's hold on its key prefix; another "
+          "coordinator on the prefix waits up to 1.5 times this for a crashed holder's hold to "
+          "lapse, and a coordinator that could not renew its hold for this long steps down");
 ABSL_FLAG(std::string, address_file, "",
           "if set, write the bound addresses here (grpc=HOST:PORT, metrics=HOST:PORT)");
 ABSL_FLAG(std::string, tls_dir, "",
@@ -52,7 +62,8 @@ int main(int argc, char** argv) {
                 "[--metrics-listen HOST:PORT] [--heartbeat-interval D] [--aggregator-wait D] "
                 "[--redial-interval D] [--address-file PATH] [--supernode-election-timeout D] "
                 "[--supernode-rebuild-interval D] [--supernode-better-factor X] "
-                "[--supernode-retire-after D]",
+                "[--supernode-retire-after D] [--store sqlite|etcd://HOST:PORT[,...][/PREFIX]] "
+                "[--store-lease D]",
        .summary = "The Shoal coordinator: task registry, membership, rounds, checkpoints and the "
                   "ControlService API."});
 
@@ -60,6 +71,15 @@ int main(int argc, char** argv) {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  options.store = absl::GetFlag(FLAGS_store);
+  options.store_lease = absl::GetFlag(FLAGS_store_lease);
+  // A coordinator that lost its hold on the etcd store must not go on: it stops, exit code 1.
+  static std::atomic<bool> store_lost{false};
+  options.on_store_lost = [](const absl::Status& why) {
+    shoal::LogError("store: ", why.message(), "; stepping down");
+    store_lost = true;
+    shoal::rpc::RequestShutdown();
+  };
   options.address_file = absl::GetFlag(FLAGS_address_file);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.aggregator_wait = absl::GetFlag(FLAGS_aggregator_wait);
@@ -85,5 +105,5 @@ int main(int argc, char** argv) {
   (*server)->Shutdown();
   server->reset();
   shoal::LogInfo("stopped");
-  return grpc.Exit(0);
+  return grpc.Exit(store_lost ? 1 : 0);
 }

@@ -1,232 +1,120 @@
 #include "services/coordinator/task_store.h"
 
-#include <sqlite3.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <system_error>
+#include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "libs/common/status_macros.h"
+#include "absl/strings/str_split.h"
+#include "services/coordinator/store/sqlite_task_store.h"
+#ifdef SHOAL_HAVE_ETCD
+#include "services/coordinator/store/etcd_task_store.h"
+#endif
 
 namespace shoal::coordinator {
 namespace {
 
-// Owns a prepared statement for one call.
-class Statement {
- public:
-  Statement(sqlite3* db, const char* sql) : db_(db) {
-    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
-  }
-  ~Statement() { sqlite3_finalize(stmt_); }
-  absl::Status status() const {
-    if (rc_ == SQLITE_OK) return absl::OkStatus();
-    return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_)));
-  }
-  void Bind(int i, const std::string& text) {
-    sqlite3_bind_blob(stmt_, i, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
-  }
-  void Bind(int i, int64_t value) { sqlite3_bind_int64(stmt_, i, value); }
-  // SQLITE_ROW, SQLITE_DONE or an error code.
-  int Step() { return sqlite3_step(stmt_); }
-  std::string Blob(int col) {
-    const void* data = sqlite3_column_blob(stmt_, col);
-    return std::string(static_cast<const char*>(data), sqlite3_column_bytes(stmt_, col));
-  }
-  int64_t Int(int col) { return sqlite3_column_int64(stmt_, col); }
-  absl::Status Done() {
-    const int rc = Step();
-    if (rc == SQLITE_DONE) return absl::OkStatus();
-    return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_)));
-  }
+constexpr absl::string_view kEtcdScheme = "etcd://";
 
- private:
-  sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
-  int rc_;
-};
-
-// The summaries a round query returns (its first column).
-absl::StatusOr<std::vector<v1::RoundSummary>> ReadRounds(Statement& st, const std::string& task) {
-  std::vector<v1::RoundSummary> rounds;
-  while (st.Step() == SQLITE_ROW) {
-    v1::RoundSummary round;
-    if (!round.ParseFromString(st.Blob(0))) {
-      return absl::DataLossError(
-          absl::StrCat("sqlite: a round row of task ", task, " does not parse"));
-    }
-    rounds.push_back(std::move(round));
-  }
-  return rounds;
+absl::Status StoreError(absl::string_view store, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("--store ", store, ": ", what));
 }
 
-constexpr char kSchema[] = R"sql(
-CREATE TABLE IF NOT EXISTS tasks (
-  name TEXT PRIMARY KEY,
-  status BLOB NOT NULL            -- serialized shoal.coordinator.v1.TaskStatus without history
-);
-CREATE TABLE IF NOT EXISTS rounds (
-  task TEXT NOT NULL,
-  round INTEGER NOT NULL,
-  summary BLOB NOT NULL,          -- serialized shoal.coordinator.v1.RoundSummary
-  PRIMARY KEY (task, round)
-);
-CREATE TABLE IF NOT EXISTS checkpoints (
-  task TEXT NOT NULL,
-  version INTEGER NOT NULL,
-  round INTEGER NOT NULL,
-  digest TEXT NOT NULL,
-  path TEXT NOT NULL,
-  PRIMARY KEY (task, version)
-);
-)sql";
+bool IsPrefixChar(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+         c == '/';
+}
+
+// "HOST:PORT[,HOST:PORT...][/PREFIX]" into the members and "/PREFIX" (by default "/shoal").
+absl::Status ParseEtcd(absl::string_view store, std::vector<std::string>& endpoints,
+                       std::string& prefix) {
+  absl::string_view rest = store.substr(kEtcdScheme.size());
+  prefix = "/shoal";
+  if (const size_t slash = rest.find('/'); slash != absl::string_view::npos) {
+    absl::string_view path = rest.substr(slash + 1);
+    rest = rest.substr(0, slash);
+    if (path.empty() || path.back() == '/' || path.front() == '/' ||
+        !std::all_of(path.begin(), path.end(), IsPrefixChar)) {
+      return StoreError(store,
+                        "the key prefix after the members must be letters, digits and - _ . / "
+                        "without a leading or trailing slash (e.g. etcd://127.0.0.1:2379/shoal)");
+    }
+    prefix = absl::StrCat("/", path);
+  }
+  for (absl::string_view member : absl::StrSplit(rest, ',')) {
+    const size_t colon = member.rfind(':');
+    if (member.empty() || colon == absl::string_view::npos || colon == 0 ||
+        colon + 1 == member.size()) {
+      return StoreError(
+          store, absl::StrCat("expected HOST:PORT for each etcd member, got \"", member, "\""));
+    }
+    endpoints.emplace_back(member);
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TaskStore>> TaskStore::Open(const std::string& state_dir) {
+absl::StatusOr<std::string> MakeCheckpointDir(const std::string& state_dir) {
   std::error_code ec;
-  const std::string checkpoint_dir = state_dir + "/checkpoints";
+  std::string checkpoint_dir = state_dir + "/checkpoints";
   std::filesystem::create_directories(checkpoint_dir, ec);
   if (ec) {
     return absl::FailedPreconditionError(
         absl::StrCat("--state-dir: cannot create ", checkpoint_dir, ": ", ec.message()));
   }
-  const std::string path = state_dir + "/coordinator.db";
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                      nullptr) != SQLITE_OK) {
-    std::string message = db ? sqlite3_errmsg(db) : "out of memory";
-    sqlite3_close(db);
-    return absl::FailedPreconditionError(
-        absl::StrCat("--state-dir: cannot open ", path, ": ", message));
+  return checkpoint_dir;
+}
+
+absl::StatusOr<std::unique_ptr<TaskStore>> OpenTaskStore(const StoreOptions& options) {
+  const std::string& store = options.store;
+  const std::string& state_dir = options.state_dir;
+  if (store.empty() || store == "sqlite") {
+    absl::StatusOr<std::unique_ptr<SqliteTaskStore>> sqlite = SqliteTaskStore::Open(state_dir);
+    if (!sqlite.ok()) return sqlite.status();
+    return std::unique_ptr<TaskStore>(*std::move(sqlite));
   }
-  sqlite3_busy_timeout(db, 5000);
-  std::unique_ptr<TaskStore> store(new TaskStore(db, checkpoint_dir));
-  for (const char* pragma : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;"}) {
-    absl::Status s = store->Exec(pragma);
-    if (!s.ok()) return s;
+  if (!absl::StartsWith(store, kEtcdScheme)) {
+    return StoreError(store, "expected sqlite or etcd://HOST:PORT[,HOST:PORT...][/PREFIX]");
   }
-  absl::Status s = store->Exec(kSchema);
-  if (!s.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("--state-dir: ", path, ": ", s.message()));
+  std::vector<std::string> endpoints;
+  std::string prefix;
+  if (absl::Status s = ParseEtcd(store, endpoints, prefix); !s.ok()) return s;
+#ifdef SHOAL_HAVE_ETCD
+  absl::StatusOr<std::string> checkpoint_dir = MakeCheckpointDir(state_dir);
+  if (!checkpoint_dir.ok()) return checkpoint_dir.status();
+  absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv =
+      etcd::EtcdKv::Connect(std::move(endpoints), absl::Seconds(10), absl::Seconds(5));
+  if (!kv.ok()) {
+    return absl::Status(kv.status().code(),
+                        absl::StrCat("--store ", store, ": ", kv.status().message()));
   }
-  return store;
-}
-
-TaskStore::TaskStore(sqlite3* db, std::string checkpoint_dir)
-    : db_(db), checkpoint_dir_(std::move(checkpoint_dir)) {}
-
-TaskStore::~TaskStore() { sqlite3_close(db_); }
-
-absl::Status TaskStore::Exec(const std::string& sql) {
-  char* error = nullptr;
-  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
-    absl::Status s = absl::InternalError(absl::StrCat("sqlite: ", error ? error : "error"));
-    sqlite3_free(error);
-    return s;
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  StoreLeaseOptions lease;
+  lease.ttl = options.lease_ttl;
+  lease.identity = absl::StrCat("shoal-coordinator on ", host, ", pid ", getpid(), ", started ",
+                                absl::FormatTime(absl::Now()));
+  lease.on_lost = options.on_lost;
+  absl::StatusOr<std::unique_ptr<EtcdTaskStore>> opened = EtcdTaskStore::Open(
+      *std::move(kv), std::move(prefix), *std::move(checkpoint_dir), std::move(lease));
+  if (!opened.ok()) {
+    return absl::Status(opened.status().code(),
+                        absl::StrCat("--store ", store, ": ", opened.status().message()));
   }
-  return absl::OkStatus();
-}
-
-absl::Status TaskStore::PutTask(const v1::TaskStatus& status) {
-  v1::TaskStatus copy = status;
-  copy.clear_history();
-  copy.clear_participants();
-  Statement st(db_, "INSERT OR REPLACE INTO tasks (name, status) VALUES (?1, ?2)");
-  if (!st.status().ok()) return st.status();
-  st.Bind(1, status.spec().name());
-  st.Bind(2, copy.SerializeAsString());
-  return st.Done();
-}
-
-absl::Status TaskStore::PutRound(const std::string& task, const v1::RoundSummary& round) {
-  Statement st(db_, "INSERT OR REPLACE INTO rounds (task, round, summary) VALUES (?1, ?2, ?3)");
-  if (!st.status().ok()) return st.status();
-  st.Bind(1, task);
-  st.Bind(2, static_cast<int64_t>(round.round()));
-  st.Bind(3, round.SerializeAsString());
-  return st.Done();
-}
-
-absl::Status TaskStore::PutCheckpoint(const StoredCheckpoint& c) {
-  Statement st(db_,
-               "INSERT OR REPLACE INTO checkpoints (task, version, round, digest, path) "
-               "VALUES (?1, ?2, ?3, ?4, ?5)");
-  if (!st.status().ok()) return st.status();
-  st.Bind(1, c.task);
-  st.Bind(2, static_cast<int64_t>(c.version));
-  st.Bind(3, static_cast<int64_t>(c.round));
-  st.Bind(4, c.digest);
-  st.Bind(5, c.path);
-  return st.Done();
-}
-
-absl::StatusOr<std::vector<StoredTask>> TaskStore::LoadTasks(size_t history_limit) {
-  std::vector<StoredTask> tasks;
-  {
-    Statement st(db_, "SELECT status FROM tasks ORDER BY name");
-    if (!st.status().ok()) return st.status();
-    while (st.Step() == SQLITE_ROW) {
-      StoredTask task;
-      if (!task.status.ParseFromString(st.Blob(0))) {
-        return absl::DataLossError("sqlite: a task row does not parse");
-      }
-      tasks.push_back(std::move(task));
-    }
-  }
-  for (StoredTask& task : tasks) {
-    Statement st(db_,
-                 "SELECT summary FROM (SELECT round, summary FROM rounds WHERE task = ?1 "
-                 "ORDER BY round DESC LIMIT ?2) ORDER BY round");
-    if (!st.status().ok()) return st.status();
-    st.Bind(1, task.status.spec().name());
-    st.Bind(2, static_cast<int64_t>(history_limit));
-    SHOAL_ASSIGN_OR_RETURN(task.history, ReadRounds(st, task.status.spec().name()));
-  }
-  return tasks;
-}
-
-absl::StatusOr<std::vector<v1::RoundSummary>> TaskStore::LoadRounds(const std::string& task,
-                                                                    uint64_t after, size_t limit) {
-  Statement st(db_,
-               "SELECT summary FROM rounds WHERE task = ?1 AND round > ?2 ORDER BY round "
-               "LIMIT ?3");
-  if (!st.status().ok()) return st.status();
-  st.Bind(1, task);
-  st.Bind(2, static_cast<int64_t>(after));
-  st.Bind(3, static_cast<int64_t>(limit));
-  return ReadRounds(st, task);
-}
-
-absl::Status TaskStore::DeleteRoundsAfter(const std::string& task, uint64_t round) {
-  Statement st(db_, "DELETE FROM rounds WHERE task = ?1 AND round > ?2");
-  if (!st.status().ok()) return st.status();
-  st.Bind(1, task);
-  st.Bind(2, static_cast<int64_t>(round));
-  return st.Done();
-}
-
-absl::StatusOr<StoredCheckpoint> TaskStore::GetCheckpoint(const std::string& task,
-                                                          std::optional<uint64_t> version) {
-  Statement st(db_, version.has_value() ? "SELECT version, round, digest, path FROM checkpoints "
-                                          "WHERE task = ?1 AND version = ?2"
-                                        : "SELECT version, round, digest, path FROM checkpoints "
-                                          "WHERE task = ?1 ORDER BY version DESC LIMIT 1");
-  if (!st.status().ok()) return st.status();
-  st.Bind(1, task);
-  if (version.has_value()) st.Bind(2, static_cast<int64_t>(*version));
-  if (st.Step() != SQLITE_ROW) {
-    return absl::NotFoundError(
-        version.has_value()
-            ? absl::StrCat("task ", task, " has no checkpoint of version ", *version)
-            : absl::StrCat("task ", task, " has no checkpoint yet"));
-  }
-  StoredCheckpoint c;
-  c.task = task;
-  c.version = static_cast<uint64_t>(st.Int(0));
-  c.round = static_cast<uint64_t>(st.Int(1));
-  c.digest = st.Blob(2);
-  c.path = st.Blob(3);
-  return c;
+  return std::unique_ptr<TaskStore>(*std::move(opened));
+#else
+  return absl::FailedPreconditionError(
+      absl::StrCat("--store ", store,
+                   ": this shoal-coordinator was built without etcd support (etcd's protos, "
+                   "Debian's golang-etcd-server-dev, were not installed: scripts/bootstrap test, "
+                   "then rebuild)"));
+#endif
 }
 
 }  // namespace shoal::coordinator

@@ -1,5 +1,10 @@
 #pragma once
 
+// What the coordinator persists, behind one interface: SQLite under --state-dir (the default,
+// store/sqlite_task_store.h) or etcd (`--store etcd://...`, store/etcd_task_store.h). Both pass
+// the same conformance suite (tests/service/coordinator_store_test.cc).
+
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -7,9 +12,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "shoal/coordinator/v1/control.pb.h"
-
-struct sqlite3;
 
 namespace shoal::coordinator {
 
@@ -24,38 +28,53 @@ struct StoredCheckpoint {
   uint64_t version = 0;
   uint64_t round = 0;
   std::string digest;  // hex XXH3-64 of the model payload
-  std::string path;    // file under <state-dir>/checkpoints, named by digest
+  std::string path;    // file under checkpoint_dir(), named by digest
 };
 
-// Durable coordinator state in SQLite (WAL mode) under --state-dir. Thread-safe: SQLite is
-// opened in serialized mode and each method is one transaction.
+// Durable coordinator state. Thread-safe; each method is atomic on its own.
 class TaskStore {
  public:
-  static absl::StatusOr<std::unique_ptr<TaskStore>> Open(const std::string& state_dir);
-  ~TaskStore();
+  virtual ~TaskStore() = default;
 
-  absl::Status PutTask(const v1::TaskStatus& status);
-  absl::Status PutRound(const std::string& task, const v1::RoundSummary& round);
-  absl::Status PutCheckpoint(const StoredCheckpoint& checkpoint);
-  // Every task, each with its newest `history_limit` rounds.
-  absl::StatusOr<std::vector<StoredTask>> LoadTasks(size_t history_limit);
+  // Stores the task's status without its history and participants (they have their own
+  // records), replacing what was stored under the task's name.
+  virtual absl::Status PutTask(const v1::TaskStatus& status) = 0;
+  virtual absl::Status PutRound(const std::string& task, const v1::RoundSummary& round) = 0;
+  virtual absl::Status PutCheckpoint(const StoredCheckpoint& checkpoint) = 0;
+  // Every task in name order, each with its newest `history_limit` rounds in round order.
+  virtual absl::StatusOr<std::vector<StoredTask>> LoadTasks(size_t history_limit) = 0;
   // Up to `limit` rounds of `task` after round `after`, in order.
-  absl::StatusOr<std::vector<v1::RoundSummary>> LoadRounds(const std::string& task, uint64_t after,
-                                                           size_t limit);
+  virtual absl::StatusOr<std::vector<v1::RoundSummary>> LoadRounds(const std::string& task,
+                                                                   uint64_t after,
+                                                                   size_t limit) = 0;
   // Forgets the rounds of `task` after round `round` (they run again after a restore).
-  absl::Status DeleteRoundsAfter(const std::string& task, uint64_t round);
+  virtual absl::Status DeleteRoundsAfter(const std::string& task, uint64_t round) = 0;
   // The newest checkpoint of `task`, or exactly `version` when given. NOT_FOUND if none.
-  absl::StatusOr<StoredCheckpoint> GetCheckpoint(const std::string& task,
-                                                 std::optional<uint64_t> version);
+  virtual absl::StatusOr<StoredCheckpoint> GetCheckpoint(const std::string& task,
+                                                         std::optional<uint64_t> version) = 0;
 
-  const std::string& checkpoint_dir() const { return checkpoint_dir_; }
-
- private:
-  TaskStore(sqlite3* db, std::string checkpoint_dir);
-  absl::Status Exec(const std::string& sql);
-
-  sqlite3* db_;
-  std::string checkpoint_dir_;
+  // Where the checkpoints' model files live (a directory of this machine).
+  virtual const std::string& checkpoint_dir() const = 0;
 };
+
+// Creates `state_dir`/checkpoints if needed and returns it. FAILED_PRECONDITION naming
+// --state-dir when it cannot be created.
+absl::StatusOr<std::string> MakeCheckpointDir(const std::string& state_dir);
+
+struct StoreOptions {
+  // "" or "sqlite" (SQLite in state_dir), or "etcd://HOST:PORT[,HOST:PORT...][/PREFIX]" (etcd's
+  // members; keys under /PREFIX, by default /shoal).
+  std::string store = "sqlite";
+  std::string state_dir;  // checkpoint files go under state_dir/checkpoints either way
+  // etcd only: the TTL of the coordinator's hold on its prefix (store/store_lease.h), and what
+  // to do when the hold is lost (the store writes nothing more from then on).
+  absl::Duration lease_ttl = absl::Seconds(10);
+  std::function<void(const absl::Status&)> on_lost;
+};
+
+// Opens the store `options` name. Errors name the flag: INVALID_ARGUMENT for a malformed
+// --store, FAILED_PRECONDITION for a state directory that cannot be used, a build without etcd
+// or a prefix another coordinator holds, UNAVAILABLE when no etcd member answers.
+absl::StatusOr<std::unique_ptr<TaskStore>> OpenTaskStore(const StoreOptions& options);
 
 }  // namespace shoal::coordinator

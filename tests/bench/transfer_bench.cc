@@ -50,7 +50,7 @@
 #include "services/aggregator/grpc_aggregator_client.h"
 #include "services/aggregator/grpc_parent_link.h"
 #include "services/coordinator/coordinator_server.h"
-#include "services/coordinator/task_store.h"
+#include "services/coordinator/store/sqlite_task_store.h"
 #include "services/peer_agent/grpc_peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/peer_service.h"
@@ -122,7 +122,7 @@ struct Endpoint {
 // A coordinator state directory holding a completed task "bench" whose newest checkpoint is
 // `model`, as a coordinator leaves it; the coordinator started on it serves that checkpoint.
 void WriteCheckpointState(const std::string& dir, const shoal::tensor::FlatModel& model) {
-  auto store = shoal::coordinator::TaskStore::Open(dir);
+  auto store = shoal::coordinator::SqliteTaskStore::Open(dir);
   if (!store.ok()) Die("state dir: " + store.status().ToString());
   shoal::coordinator::v1::TaskStatus status;
   status.mutable_spec()->set_name("bench");

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "libs/task/task_file.h"
 #include "services/coordinator/coordinator_core.h"
+#include "services/coordinator/store/sqlite_task_store.h"
 #include "tests/fakes/manual_executor.h"
 #include "tests/fakes/scripted_aggregator.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -51,7 +52,7 @@ class Store {
     std::string templ = base + "/shoal-fuzz-coordinator-XXXXXX";
     SHOAL_FUZZ_CHECK(mkdtemp(templ.data()) != nullptr);
     dir_ = templ;
-    store_ = *TaskStore::Open(dir_);
+    store_ = *SqliteTaskStore::Open(dir_);
     SHOAL_FUZZ_CHECK(sqlite3_open((dir_ + "/coordinator.db").c_str(), &db_) == SQLITE_OK);
   }
   TaskStore& Empty() {

@@ -14,7 +14,7 @@
 #include "libs/rpc/channel.h"
 #include "services/coordinator/coordinator_server.h"
 #include "services/coordinator/round_lists.h"
-#include "services/coordinator/task_store.h"
+#include "services/coordinator/store/sqlite_task_store.h"
 #include "shoal/coordinator/v1/control.grpc.pb.h"
 
 namespace shoal::coordinator {
@@ -50,7 +50,7 @@ class RoundListsTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     {
-      auto store = TaskStore::Open(dir_.string());
+      auto store = SqliteTaskStore::Open(dir_.string());
       ASSERT_TRUE(store.ok()) << store.status();
       v1::TaskStatus task;
       task.mutable_spec()->set_name("big");

@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "services/coordinator/coordinator_core.h"
 #include "services/coordinator/dialer.h"
+#include "services/coordinator/store/sqlite_task_store.h"
 #include "tests/fakes/manual_executor.h"
 #include "tests/fakes/scripted_aggregator.h"
 #include "tests/testing/fake_clock.h"
@@ -129,7 +130,7 @@ class CoordinatorCoreTest : public ::testing::Test {
            ("shoal-core-test-" + std::to_string(::getpid()) + "-" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
-    store_ = *TaskStore::Open(dir_.string());
+    store_ = *SqliteTaskStore::Open(dir_.string());
     Recreate();
   }
   void TearDown() override {

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "libs/task/task_file.h"
 #include "services/coordinator/coordinator_core.h"
+#include "services/coordinator/store/sqlite_task_store.h"
 #include "services/peer_agent/peer_agent.h"
 #include "tests/fakes/in_memory_aggregator.h"
 #include "tests/fakes/in_memory_peers.h"
@@ -73,7 +74,7 @@ class InMemoryCluster {
         train_(Synthetic(kPeers * 16, 1)),
         test_(Synthetic(kPeers * 8, 2)) {
     std::filesystem::remove_all(dir_);
-    store_ = *coordinator::TaskStore::Open(dir_.string());
+    store_ = *coordinator::SqliteTaskStore::Open(dir_.string());
     metrics_ = std::make_unique<coordinator::CoordinatorMetrics>(registry_);
     core_ = *coordinator::CoordinatorCore::Create(
         coordinator::CoordinatorOptions{}, *store_, aggregator_,

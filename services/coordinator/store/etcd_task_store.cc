@@ -1,0 +1,159 @@
+#include "services/coordinator/store/etcd_task_store.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "shoal/coordinator/v1/store.pb.h"
+
+namespace shoal::coordinator {
+namespace {
+
+// 20 digits hold every uint64, so the keys sort as the numbers do.
+std::string Padded(uint64_t n) { return absl::StrFormat("%020u", n); }
+
+}  // namespace
+
+EtcdTaskStore::EtcdTaskStore(std::unique_ptr<etcd::EtcdKv> kv, std::string prefix,
+                             std::string checkpoint_dir)
+    : kv_(std::move(kv)), prefix_(std::move(prefix)), checkpoint_dir_(std::move(checkpoint_dir)) {}
+
+absl::StatusOr<std::unique_ptr<EtcdTaskStore>> EtcdTaskStore::Open(std::unique_ptr<etcd::EtcdKv> kv,
+                                                                   std::string prefix,
+                                                                   std::string checkpoint_dir,
+                                                                   StoreLeaseOptions lease) {
+  std::unique_ptr<EtcdTaskStore> store(
+      new EtcdTaskStore(std::move(kv), std::move(prefix), std::move(checkpoint_dir)));
+  absl::StatusOr<std::unique_ptr<StoreLease>> held =
+      StoreLease::Acquire(*store->kv_, store->prefix_ + "/owner", std::move(lease));
+  if (!held.ok()) return held.status();
+  store->lease_ = *std::move(held);
+  return store;
+}
+
+EtcdTaskStore::~EtcdTaskStore() { lease_.reset(); }
+
+std::string EtcdTaskStore::KindPrefix(absl::string_view kind) const {
+  return absl::StrCat(prefix_, "/", kind, "/");
+}
+
+std::string EtcdTaskStore::TaskPrefix(absl::string_view kind, absl::string_view task) const {
+  return absl::StrCat(prefix_, "/", kind, "/", task, "/");
+}
+
+absl::Status EtcdTaskStore::PutTask(const v1::TaskStatus& status) {
+  v1::TaskStatus copy = status;
+  copy.clear_history();
+  copy.clear_participants();
+  return kv_->Put(KindPrefix("tasks") + status.spec().name(), copy.SerializeAsString(),
+                  &lease_->fence());
+}
+
+absl::Status EtcdTaskStore::PutRound(const std::string& task, const v1::RoundSummary& round) {
+  return kv_->Put(TaskPrefix("rounds", task) + Padded(round.round()), round.SerializeAsString(),
+                  &lease_->fence());
+}
+
+absl::Status EtcdTaskStore::PutCheckpoint(const StoredCheckpoint& c) {
+  v1::CheckpointRecord record;
+  record.set_task(c.task);
+  record.set_version(c.version);
+  record.set_round(c.round);
+  record.set_digest(c.digest);
+  record.set_path(c.path);
+  return kv_->Put(TaskPrefix("checkpoints", c.task) + Padded(c.version), record.SerializeAsString(),
+                  &lease_->fence());
+}
+
+absl::StatusOr<std::vector<v1::RoundSummary>> EtcdTaskStore::ReadRounds(
+    const std::string& task, const etcd::RangeQuery& query) {
+  absl::StatusOr<std::vector<etcd::KeyValue>> kvs = kv_->Range(query);
+  if (!kvs.ok()) return kvs.status();
+  std::vector<v1::RoundSummary> rounds;
+  rounds.reserve(kvs->size());
+  for (const etcd::KeyValue& kv : *kvs) {
+    v1::RoundSummary round;
+    if (!round.ParseFromString(kv.value)) {
+      return absl::DataLossError(
+          absl::StrCat("etcd: the round record ", kv.key, " of task ", task, " does not parse"));
+    }
+    rounds.push_back(std::move(round));
+  }
+  if (query.descending) std::reverse(rounds.begin(), rounds.end());
+  return rounds;
+}
+
+absl::StatusOr<std::vector<StoredTask>> EtcdTaskStore::LoadTasks(size_t history_limit) {
+  const std::string tasks_prefix = KindPrefix("tasks");
+  absl::StatusOr<std::vector<etcd::KeyValue>> kvs =
+      kv_->Range({tasks_prefix, etcd::EtcdKv::PrefixEnd(tasks_prefix)});
+  if (!kvs.ok()) return kvs.status();
+  std::vector<StoredTask> tasks;
+  tasks.reserve(kvs->size());
+  for (const etcd::KeyValue& kv : *kvs) {
+    StoredTask task;
+    if (!task.status.ParseFromString(kv.value)) {
+      return absl::DataLossError(absl::StrCat("etcd: the task record ", kv.key, " does not parse"));
+    }
+    if (history_limit > 0) {
+      const std::string rounds = TaskPrefix("rounds", task.status.spec().name());
+      absl::StatusOr<std::vector<v1::RoundSummary>> history = ReadRounds(
+          task.status.spec().name(), {rounds, etcd::EtcdKv::PrefixEnd(rounds),
+                                      static_cast<int64_t>(history_limit), /*descending=*/true});
+      if (!history.ok()) return history.status();
+      task.history = *std::move(history);
+    }
+    tasks.push_back(std::move(task));
+  }
+  return tasks;
+}
+
+absl::StatusOr<std::vector<v1::RoundSummary>> EtcdTaskStore::LoadRounds(const std::string& task,
+                                                                        uint64_t after,
+                                                                        size_t limit) {
+  if (limit == 0 || after == UINT64_MAX) return std::vector<v1::RoundSummary>{};
+  const std::string rounds = TaskPrefix("rounds", task);
+  return ReadRounds(task, {rounds + Padded(after + 1), etcd::EtcdKv::PrefixEnd(rounds),
+                           static_cast<int64_t>(limit)});
+}
+
+absl::Status EtcdTaskStore::DeleteRoundsAfter(const std::string& task, uint64_t round) {
+  if (round == UINT64_MAX) return absl::OkStatus();
+  const std::string rounds = TaskPrefix("rounds", task);
+  return kv_->DeleteRange(rounds + Padded(round + 1), etcd::EtcdKv::PrefixEnd(rounds),
+                          &lease_->fence());
+}
+
+absl::StatusOr<StoredCheckpoint> EtcdTaskStore::GetCheckpoint(const std::string& task,
+                                                              std::optional<uint64_t> version) {
+  const std::string checkpoints = TaskPrefix("checkpoints", task);
+  etcd::RangeQuery query{checkpoints, etcd::EtcdKv::PrefixEnd(checkpoints), 1, true};
+  if (version.has_value()) {
+    query.start = checkpoints + Padded(*version);
+    query.end = query.start + '\0';  // exactly that key
+    query.descending = false;
+  }
+  absl::StatusOr<std::vector<etcd::KeyValue>> kvs = kv_->Range(query);
+  if (!kvs.ok()) return kvs.status();
+  if (kvs->empty()) {
+    return absl::NotFoundError(
+        version.has_value()
+            ? absl::StrCat("task ", task, " has no checkpoint of version ", *version)
+            : absl::StrCat("task ", task, " has no checkpoint yet"));
+  }
+  v1::CheckpointRecord record;
+  if (!record.ParseFromString(kvs->front().value) || record.task() != task) {
+    return absl::DataLossError(
+        absl::StrCat("etcd: the checkpoint record ", kvs->front().key, " does not parse"));
+  }
+  StoredCheckpoint c;
+  c.task = task;
+  c.version = record.version();
+  c.round = record.round();
+  c.digest = record.digest();
+  c.path = record.path();
+  return c;
+}
+
+}  // namespace shoal::coordinator

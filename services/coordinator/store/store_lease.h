@@ -1,0 +1,60 @@
+#pragma once
+
+// A coordinator's hold on its etcd key prefix: one key, <prefix>/owner, put under a lease that a
+// thread renews every third of the lease's TTL. Only one coordinator writes under a prefix:
+// - A second one waits for the key (a crashed holder's lease lapses within the TTL) and takes
+//   it over, or gives up after `wait` naming the holder.
+// - A holder cut off from etcd, or paused, past its TTL has lost the key: every write of its
+//   store is fenced on the key's lease (etcd::Fence), so it writes nothing more, and its next
+//   renewal reports the loss through `on_lost`, once, so that the coordinator steps down.
+// Thread-safe.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "libs/etcd/etcd_kv.h"
+
+namespace shoal::coordinator {
+
+struct StoreLeaseOptions {
+  absl::Duration ttl = absl::Seconds(10);
+  // How long Acquire waits for another holder's key to go: by default a TTL and a half.
+  absl::Duration wait = absl::ZeroDuration();
+  // What the key holds: who this is, for the messages of whoever waits for it.
+  std::string identity;
+  // Called once, from the renewing thread, when the hold is lost.
+  std::function<void(const absl::Status&)> on_lost;
+};
+
+class StoreLease {
+ public:
+  // Errors: FAILED_PRECONDITION when another holder kept the key for `wait`, naming it;
+  // etcd's errors (UNAVAILABLE) otherwise.
+  static absl::StatusOr<std::unique_ptr<StoreLease>> Acquire(etcd::EtcdKv& kv, std::string key,
+                                                             StoreLeaseOptions options);
+  // Stops renewing and revokes the lease, which lets the next coordinator in at once.
+  ~StoreLease();
+
+  const etcd::Fence& fence() const { return fence_; }
+  bool lost() const;
+
+ private:
+  StoreLease(etcd::EtcdKv& kv, etcd::Fence fence, StoreLeaseOptions options);
+  void RenewLoop();
+
+  etcd::EtcdKv& kv_;
+  const etcd::Fence fence_;
+  const StoreLeaseOptions options_;
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool lost_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread renewer_;
+};
+
+}  // namespace shoal::coordinator

@@ -1,0 +1,381 @@
+// The coordinator's store interface, one conformance suite run against each store: SQLite in a
+// state directory, and etcd (a real etcd member started by the test, a key prefix per test).
+// Then what only etcd has: members that are down, key prefixes, records that do not parse.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "libs/etcd/etcd_kv.h"
+#include "services/coordinator/store/sqlite_task_store.h"
+#include "services/coordinator/task_store.h"
+#include "tests/testing/etcd_member.h"
+#include "tests/testing/reserved_port.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/wait.h"
+
+namespace shoal::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+enum class Kind { kSqlite, kEtcd };
+
+v1::TaskStatus Task(const std::string& name, v1::TaskState state) {
+  v1::TaskStatus status;
+  status.mutable_spec()->set_name(name);
+  status.mutable_spec()->set_rounds(20);
+  status.set_state(state);
+  status.set_round(3);
+  status.add_history()->set_round(1);  // not stored: rounds have their own records
+  status.add_participants("peer-1");
+  return status;
+}
+
+v1::RoundSummary Round(uint64_t n, const std::string& note = "") {
+  v1::RoundSummary round;
+  round.set_round(n);
+  round.set_model_version(n);
+  round.set_note(note.empty() ? absl::StrCat("round ", n) : note);
+  return round;
+}
+
+StoreOptions Options(const std::string& store, const std::string& state_dir) {
+  StoreOptions options;
+  options.store = store;
+  options.state_dir = state_dir;
+  options.lease_ttl = absl::Seconds(2);
+  return options;
+}
+
+std::vector<uint64_t> Numbers(const std::vector<v1::RoundSummary>& rounds) {
+  std::vector<uint64_t> out;
+  for (const v1::RoundSummary& r : rounds) out.push_back(r.round());
+  return out;
+}
+
+class StoreTest : public ::testing::TestWithParam<Kind> {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::string> dir = testing::MakeTestTempDir("shoal-etcd-");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    absl::StatusOr<std::unique_ptr<testing::EtcdMember>> member = testing::EtcdMember::Start(*dir);
+    ASSERT_TRUE(member.ok()) << member.status();
+    etcd_ = member->release();
+  }
+  static void TearDownTestSuite() {
+    delete etcd_;
+    etcd_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(etcd_, nullptr);
+    absl::StatusOr<std::string> dir = testing::MakeTestTempDir("shoal-store-");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_ = *dir;
+    url_ = GetParam() == Kind::kSqlite
+               ? "sqlite"
+               : absl::StrCat("etcd://", etcd_->endpoint(), "/test/", ++prefixes_);
+    Reopen();
+  }
+
+  // A new store over the same state (a restarted coordinator).
+  void Reopen() {
+    store_.reset();
+    absl::StatusOr<std::unique_ptr<TaskStore>> store = OpenTaskStore(Options(url_, dir_));
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+  }
+
+  static testing::EtcdMember* etcd_;
+  static int prefixes_;
+  std::string dir_;
+  std::string url_;
+  std::unique_ptr<TaskStore> store_;
+};
+
+testing::EtcdMember* StoreTest::etcd_ = nullptr;
+int StoreTest::prefixes_ = 0;
+
+TEST_P(StoreTest, TasksComeBackInNameOrderWithoutHistoryOrParticipants) {
+  ASSERT_TRUE(store_->PutTask(Task("zeta", v1::TASK_STATE_RUNNING)).ok());
+  ASSERT_TRUE(store_->PutTask(Task("alpha", v1::TASK_STATE_WAITING)).ok());
+  ASSERT_TRUE(store_->PutTask(Task("alpha", v1::TASK_STATE_COMPLETED)).ok());  // replaces
+  absl::StatusOr<std::vector<StoredTask>> tasks = store_->LoadTasks(10);
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 2u);
+  EXPECT_EQ((*tasks)[0].status.spec().name(), "alpha");
+  EXPECT_EQ((*tasks)[0].status.state(), v1::TASK_STATE_COMPLETED);
+  EXPECT_EQ((*tasks)[1].status.spec().name(), "zeta");
+  EXPECT_EQ((*tasks)[1].status.spec().rounds(), 20u);
+  EXPECT_EQ((*tasks)[1].status.round(), 3u);
+  for (const StoredTask& t : *tasks) {
+    EXPECT_EQ(t.status.history_size(), 0);
+    EXPECT_EQ(t.status.participants_size(), 0);
+    EXPECT_TRUE(t.history.empty());
+  }
+}
+
+TEST_P(StoreTest, HistoryIsTheNewestRoundsInRoundOrder) {
+  ASSERT_TRUE(store_->PutTask(Task("t", v1::TASK_STATE_RUNNING)).ok());
+  for (uint64_t r : {12, 3, 9, 10, 1, 2, 4, 5, 6, 7, 8, 11}) {
+    ASSERT_TRUE(store_->PutRound("t", Round(r)).ok());
+  }
+  ASSERT_TRUE(store_->PutRound("t", Round(11, "again")).ok());  // replaces
+  absl::StatusOr<std::vector<StoredTask>> tasks = store_->LoadTasks(5);
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 1u);
+  EXPECT_EQ(Numbers((*tasks)[0].history), (std::vector<uint64_t>{8, 9, 10, 11, 12}));
+  EXPECT_EQ((*tasks)[0].history[3].note(), "again");
+}
+
+TEST_P(StoreTest, LoadRoundsPagesAfterARound) {
+  for (uint64_t r = 1; r <= 25; ++r) ASSERT_TRUE(store_->PutRound("t", Round(r)).ok());
+  absl::StatusOr<std::vector<v1::RoundSummary>> page = store_->LoadRounds("t", 9, 4);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(Numbers(*page), (std::vector<uint64_t>{10, 11, 12, 13}));
+  page = store_->LoadRounds("t", 0, 100);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(page->size(), 25u);
+  page = store_->LoadRounds("t", 25, 10);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_TRUE(page->empty());
+  page = store_->LoadRounds("unknown", 0, 10);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_TRUE(page->empty());
+}
+
+TEST_P(StoreTest, DeleteRoundsAfterForgetsOnlyThatTasksLaterRounds) {
+  // "a" is a prefix of "ab": neither task's rounds may reach the other's.
+  for (uint64_t r = 1; r <= 6; ++r) {
+    ASSERT_TRUE(store_->PutRound("a", Round(r)).ok());
+    ASSERT_TRUE(store_->PutRound("ab", Round(r)).ok());
+  }
+  ASSERT_TRUE(store_->DeleteRoundsAfter("a", 4).ok());
+  absl::StatusOr<std::vector<v1::RoundSummary>> a = store_->LoadRounds("a", 0, 100);
+  absl::StatusOr<std::vector<v1::RoundSummary>> ab = store_->LoadRounds("ab", 0, 100);
+  ASSERT_TRUE(a.ok() && ab.ok());
+  EXPECT_EQ(Numbers(*a), (std::vector<uint64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(ab->size(), 6u);
+}
+
+TEST_P(StoreTest, CheckpointsNewestOrExactVersion) {
+  absl::StatusOr<StoredCheckpoint> none = store_->GetCheckpoint("t", std::nullopt);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(none.status().message(), HasSubstr("task t has no checkpoint yet"));
+  for (uint64_t v : {2, 10, 9}) {
+    ASSERT_TRUE(store_
+                    ->PutCheckpoint({.task = "t",
+                                     .version = v,
+                                     .round = v + 1,
+                                     .digest = absl::StrCat("d", v),
+                                     .path = absl::StrCat("/ck/", v)})
+                    .ok());
+  }
+  ASSERT_TRUE(
+      store_->PutCheckpoint({.task = "tt", .version = 50, .round = 1, .digest = "", .path = ""})
+          .ok());
+  absl::StatusOr<StoredCheckpoint> newest = store_->GetCheckpoint("t", std::nullopt);
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  EXPECT_EQ(newest->version, 10u);
+  EXPECT_EQ(newest->round, 11u);
+  EXPECT_EQ(newest->digest, "d10");
+  EXPECT_EQ(newest->path, "/ck/10");
+  absl::StatusOr<StoredCheckpoint> nine = store_->GetCheckpoint("t", 9);
+  ASSERT_TRUE(nine.ok()) << nine.status();
+  EXPECT_EQ(nine->digest, "d9");
+  absl::StatusOr<StoredCheckpoint> missing = store_->GetCheckpoint("t", 3);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("no checkpoint of version 3"));
+}
+
+TEST_P(StoreTest, EverythingSurvivesReopening) {
+  ASSERT_TRUE(store_->PutTask(Task("t", v1::TASK_STATE_RUNNING)).ok());
+  ASSERT_TRUE(store_->PutRound("t", Round(1)).ok());
+  ASSERT_TRUE(
+      store_->PutCheckpoint({.task = "t", .version = 1, .round = 1, .digest = "d", .path = ""})
+          .ok());
+  Reopen();
+  absl::StatusOr<std::vector<StoredTask>> tasks = store_->LoadTasks(10);
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 1u);
+  EXPECT_EQ(Numbers((*tasks)[0].history), (std::vector<uint64_t>{1}));
+  EXPECT_TRUE(store_->GetCheckpoint("t", 1).ok());
+  EXPECT_EQ(store_->checkpoint_dir(), dir_ + "/checkpoints");
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, StoreTest, ::testing::Values(Kind::kSqlite, Kind::kEtcd),
+                         [](const ::testing::TestParamInfo<Kind>& info) {
+                           return info.param == Kind::kSqlite ? "Sqlite" : "Etcd";
+                         });
+
+TEST(OpenTaskStoreTest, MalformedStoresAreRefusedNamingTheFlag) {
+  absl::StatusOr<std::string> dir = testing::MakeTestTempDir("shoal-store-");
+  ASSERT_TRUE(dir.ok());
+  for (const auto& [store, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"postgres://x", "expected sqlite or etcd://"},
+           {"etcd://", "expected HOST:PORT for each etcd member"},
+           {"etcd://127.0.0.1", "expected HOST:PORT"},
+           {"etcd://127.0.0.1:2379,", "expected HOST:PORT"},
+           {"etcd://127.0.0.1:2379/", "the key prefix"},
+           {"etcd://127.0.0.1:2379/a b", "the key prefix"}}) {
+    absl::StatusOr<std::unique_ptr<TaskStore>> opened = OpenTaskStore(Options(store, *dir));
+    EXPECT_EQ(opened.status().code(), absl::StatusCode::kInvalidArgument) << store;
+    EXPECT_THAT(opened.status().message(), HasSubstr("--store " + store)) << store;
+    EXPECT_THAT(opened.status().message(), HasSubstr(expected)) << store;
+  }
+}
+
+class EtcdTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::string> dir = testing::MakeTestTempDir("shoal-etcd-");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_ = *dir;
+    absl::StatusOr<std::unique_ptr<testing::EtcdMember>> member = testing::EtcdMember::Start(dir_);
+    ASSERT_TRUE(member.ok()) << member.status();
+    member_ = *std::move(member);
+  }
+  std::string dir_;
+  std::unique_ptr<testing::EtcdMember> member_;
+};
+
+TEST_F(EtcdTest, AMemberThatIsDownIsSkippedAndOneThatStopsIsNamed) {
+  absl::StatusOr<testing::ReservedPort> dead = testing::ReservedPort::Reserve();
+  ASSERT_TRUE(dead.ok());
+  // The first member refuses connections: the calls go to the second.
+  absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv = etcd::EtcdKv::Connect(
+      {dead->address(), member_->endpoint()}, absl::Seconds(10), absl::Seconds(5));
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  ASSERT_TRUE((*kv)->Put("/k", "v").ok());
+  absl::StatusOr<std::vector<etcd::KeyValue>> got = (*kv)->Range({"/k", ""});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].value, "v");
+  member_->Kill();
+  absl::Status put = (*kv)->Put("/k", "w");
+  EXPECT_EQ(put.code(), absl::StatusCode::kUnavailable) << put;
+  EXPECT_THAT(put.message(), HasSubstr(member_->endpoint()));
+  EXPECT_THAT(put.message(), HasSubstr(dead->address()));
+  absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> none =
+      etcd::EtcdKv::Connect({dead->address()}, absl::Milliseconds(300), absl::Seconds(1));
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(none.status().message(), HasSubstr("no member answered"));
+}
+
+TEST_F(EtcdTest, PrefixesKeepStoresApartAndABadRecordIsDataLoss) {
+  const std::string members = absl::StrCat("etcd://", member_->endpoint());
+  absl::StatusOr<std::unique_ptr<TaskStore>> one = OpenTaskStore(Options(members + "/one", dir_));
+  absl::StatusOr<std::unique_ptr<TaskStore>> two =
+      OpenTaskStore(Options(members + "/one/two", dir_));
+  ASSERT_TRUE(one.ok() && two.ok());
+  ASSERT_TRUE((*one)->PutTask(Task("t", v1::TASK_STATE_RUNNING)).ok());
+  absl::StatusOr<std::vector<StoredTask>> seen = (*two)->LoadTasks(1);
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  EXPECT_TRUE(seen->empty());
+
+  absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv =
+      etcd::EtcdKv::Connect({member_->endpoint()}, absl::Seconds(10), absl::Seconds(5));
+  ASSERT_TRUE(kv.ok());
+  ASSERT_TRUE((*kv)->Put("/one/tasks/broken", "\xff\xff not a TaskStatus").ok());
+  absl::StatusOr<std::vector<StoredTask>> broken = (*one)->LoadTasks(1);
+  EXPECT_EQ(broken.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(broken.status().message(), HasSubstr("/one/tasks/broken"));
+}
+
+TEST_F(EtcdTest, AFencedWriteOfAHolderWhoseLeaseLapsedWritesNothing) {
+  absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv =
+      etcd::EtcdKv::Connect({member_->endpoint()}, absl::Seconds(10), absl::Seconds(5));
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  absl::StatusOr<int64_t> first = (*kv)->GrantLease(absl::Seconds(2));
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::string> holder = (*kv)->CreateIfAbsent("/f/owner", "a", *first);
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  EXPECT_EQ(*holder, "a");
+  const etcd::Fence fence{"/f/owner", *first};
+  ASSERT_TRUE((*kv)->Put("/f/x", "1", &fence).ok());
+  // Not renewed: etcd lets the lease go within its TTL, and the key with it.
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        absl::StatusOr<std::vector<etcd::KeyValue>> owner = (*kv)->Range({"/f/owner", ""});
+        return owner.ok() && owner->empty();
+      },
+      absl::Seconds(10)));
+  EXPECT_EQ((*kv)->KeepAlive(*first).status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<int64_t> second = (*kv)->GrantLease(absl::Seconds(2));
+  ASSERT_TRUE(second.ok());
+  holder = (*kv)->CreateIfAbsent("/f/owner", "b", *second);
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  EXPECT_EQ(*holder, "b");
+  EXPECT_EQ((*kv)->CreateIfAbsent("/f/owner", "c", *second).value_or(""), "b");
+  absl::Status late = (*kv)->Put("/f/x", "2", &fence);
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition) << late;
+  EXPECT_THAT(late.message(), HasSubstr("nothing written"));
+  EXPECT_EQ((*kv)->DeleteRange("/f/", "/f0", &fence).code(), absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<std::vector<etcd::KeyValue>> x = (*kv)->Range({"/f/x", ""});
+  ASSERT_TRUE(x.ok() && x->size() == 1u);
+  EXPECT_EQ((*x)[0].value, "1");
+}
+
+TEST_F(EtcdTest, ASecondStoreOnAPrefixWaitsAndAStoreThatLostItsHoldStepsDown) {
+  const std::string url = absl::StrCat("etcd://", member_->endpoint(), "/p");
+  StoreOptions options = Options(url, dir_);
+  absl::Mutex mu;
+  std::string lost;
+  options.on_lost = [&](const absl::Status& why) {
+    absl::MutexLock lock(&mu);
+    lost = std::string(why.message());
+  };
+  absl::StatusOr<std::unique_ptr<TaskStore>> first = OpenTaskStore(options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE((*first)->PutTask(Task("t", v1::TASK_STATE_RUNNING)).ok());
+
+  // The prefix is held: a second store waits a TTL and a half, then names the holder.
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<TaskStore>> refused = OpenTaskStore(Options(url, dir_));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("/p/owner is held by another coordinator"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("shoal-coordinator on "));
+  EXPECT_GE(absl::Now() - start, absl::Seconds(3));
+
+  // The first store's hold goes behind its back (as when it was paused past its TTL): it
+  // reports the loss, writes nothing more, and a second store takes the prefix over.
+  absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv =
+      etcd::EtcdKv::Connect({member_->endpoint()}, absl::Seconds(10), absl::Seconds(5));
+  ASSERT_TRUE(kv.ok());
+  absl::StatusOr<std::vector<etcd::KeyValue>> owner = (*kv)->Range({"/p/owner", ""});
+  ASSERT_TRUE(owner.ok() && owner->size() == 1u);
+  ASSERT_TRUE((*kv)->RevokeLease((*owner)[0].lease).ok());
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        absl::MutexLock lock(&mu);
+        return !lost.empty();
+      },
+      absl::Seconds(10)));
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_THAT(lost, HasSubstr("lost the hold on /p/owner"));
+  }
+  absl::StatusOr<std::unique_ptr<TaskStore>> second = OpenTaskStore(Options(url, dir_));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ((*first)->PutTask(Task("t", v1::TASK_STATE_FAILED)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE((*second)->PutTask(Task("t", v1::TASK_STATE_COMPLETED)).ok());
+  absl::StatusOr<std::vector<StoredTask>> tasks = (*second)->LoadTasks(1);
+  ASSERT_TRUE(tasks.ok() && tasks->size() == 1u);
+  EXPECT_EQ((*tasks)[0].status.state(), v1::TASK_STATE_COMPLETED);
+}
+
+TEST(EtcdKvTest, PrefixEnd) {
+  EXPECT_EQ(etcd::EtcdKv::PrefixEnd("/a/"), "/a0");
+  EXPECT_EQ(etcd::EtcdKv::PrefixEnd("a\xff"), "b");
+  EXPECT_EQ(etcd::EtcdKv::PrefixEnd("\xff"), std::string(1, '\0'));
+}
+
+}  // namespace
+}  // namespace shoal::coordinator

@@ -1,0 +1,34 @@
+#pragma once
+
+// A real etcd (Debian's etcd-server) as a child process for tests: one member on 127.0.0.1 with
+// its data in a test directory, killed when the object goes. Its client port is reserved and
+// released just before etcd binds it; a start that loses the port to another test is retried.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "services/shoalctl/process.h"
+
+namespace shoal::testing {
+
+class EtcdMember {
+ public:
+  // Starts `etcd` (found on PATH, or $SHOAL_ETCD) in `dir` and waits until it answers.
+  // Errors: NOT_FOUND without an etcd binary (scripts/bootstrap test installs etcd-server);
+  // UNAVAILABLE when it did not come up, with the end of its log.
+  static absl::StatusOr<std::unique_ptr<EtcdMember>> Start(const std::string& dir);
+
+  // Kills etcd: a graceful stop waits for the clients' connections to close (seconds), and the
+  // data directory is a test's.
+  ~EtcdMember();
+  void Kill();
+
+  const std::string& endpoint() const { return endpoint_; }  // HOST:PORT of its client API
+
+ private:
+  std::unique_ptr<process::Process> process_;
+  std::string endpoint_;
+};
+
+}  // namespace shoal::testing
