@@ -86,7 +86,7 @@ class Fleet {
     // at least `peers` call threads.
     bool secure = false;
     // With `secure`: the first drop_after_masking x peers (rounded) drop out of every round
-    // once their masked update is sent (they cancel the stream at the unmask step).
+    // once their masked update is sent (they cancel the stream at the consistency check).
     double drop_after_masking = 0;
     absl::Duration secure_timeout = absl::Minutes(2);  // a SecureAggregate call's deadline
   };

@@ -21,7 +21,8 @@ using ::testing::HasSubstr;
 
 std::vector<std::string> Signers(const v1::UnmaskRequest& request) {
   std::vector<std::string> ids;
-  for (const auto& signature : request.survivor_signatures()) ids.push_back(signature.participant_id());
+  for (const auto& signature : request.survivor_signatures())
+    ids.push_back(signature.participant_id());
   return ids;
 }
 
@@ -151,13 +152,17 @@ TEST(SecAggConsistencyTest, AForgedMissingOrRepeatedSignatureIsRefused) {
   };
   const Case cases[] = {
       {"forged",
-       [](v1::UnmaskRequest& r) { (*r.mutable_survivor_signatures(2)->mutable_signature())[5] ^= 1; },
-       absl::StatusCode::kUnauthenticated, "the survivor-list signature of \"peer-2\" does not verify"},
+       [](v1::UnmaskRequest& r) {
+         (*r.mutable_survivor_signatures(2)->mutable_signature())[5] ^= 1;
+       },
+       absl::StatusCode::kUnauthenticated,
+       "the survivor-list signature of \"peer-2\" does not verify"},
       {"another's, relabelled",
        [](v1::UnmaskRequest& r) {
          r.mutable_survivor_signatures(2)->set_signature(r.survivor_signatures(1).signature());
        },
-       absl::StatusCode::kUnauthenticated, "the survivor-list signature of \"peer-2\" does not verify"},
+       absl::StatusCode::kUnauthenticated,
+       "the survivor-list signature of \"peer-2\" does not verify"},
       {"missing",
        [](v1::UnmaskRequest& r) {
          while (r.survivor_signatures_size() > 2) r.mutable_survivor_signatures()->RemoveLast();
@@ -230,11 +235,14 @@ TEST(SecAggConsistencyTest, AParticipantSignsOnlyAListItsOwnStepsAllow) {
       {{Id(0), Id(2), Id(1), Id(3)}, absl::StatusCode::kInvalidArgument, "not sorted by id"},
       {{Id(0), Id(1), Id(1), Id(3)}, absl::StatusCode::kInvalidArgument, "without repeats"},
       {{Id(1), Id(2), Id(3)}, absl::StatusCode::kInvalidArgument, "is not on the list"},
-      {{Id(0), Id(1), Id(2), "stranger"}, absl::StatusCode::kInvalidArgument,
+      {{Id(0), Id(1), Id(2), "stranger"},
+       absl::StatusCode::kInvalidArgument,
        "\"stranger\" is not a participant"},
-      {{Id(0), Id(1), Id(2), Id(5)}, absl::StatusCode::kInvalidArgument,
+      {{Id(0), Id(1), Id(2), Id(5)},
+       absl::StatusCode::kInvalidArgument,
        "neighbour \"peer-5\" sent this participant no shares"},
-      {{Id(0), Id(1), Id(2)}, absl::StatusCode::kFailedPrecondition,
+      {{Id(0), Id(1), Id(2)},
+       absl::StatusCode::kFailedPrecondition,
        "2 of this participant's neighbours, fewer than the threshold 3"},
   };
   for (const Case& c : cases) {

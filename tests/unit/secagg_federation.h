@@ -156,7 +156,8 @@ class Federation {
   absl::Status Check() {
     for (const auto& [id, check] : checks_) {
       if (!Sends(id, Drop::kBeforeSigning)) continue;
-      auto signature = Timed(client_seconds_, [&] { return clients_.at(id)->SignSurvivors(check); });
+      auto signature =
+          Timed(client_seconds_, [&] { return clients_.at(id)->SignSurvivors(check); });
       if (!signature.ok()) return Refused(id, signature.status());
       signatures_[id] = *signature;
       if (absl::Status s =

@@ -16,9 +16,9 @@ namespace shoal::privacy::secagg {
 namespace {
 
 const char* ClientStepName(int step) {
-  static const char* const kNames[] = {"advertising keys",          "sharing keys",
-                                       "masking the input",         "signing the survivor list",
-                                       "unmasking",                 "done"};
+  static const char* const kNames[] = {"advertising keys",  "sharing keys",
+                                       "masking the input", "signing the survivor list",
+                                       "unmasking",         "done"};
   return step >= 0 && step < 6 ? kNames[step] : "refused";
 }
 
@@ -303,9 +303,11 @@ absl::StatusOr<v1::ConsistencyCheckResponse> SecAggClient::SignSurvivors(
         "survivor list: this participant sent a masked input but is not on the list"));
   }
   if (neighbours < round_.threshold()) {
-    return Refuse(absl::FailedPreconditionError(
-        absl::StrCat("survivor list: ", neighbours, " of this participant's neighbours, fewer than "
-                     "the threshold ", round_.threshold())));
+    return Refuse(
+        absl::FailedPreconditionError(absl::StrCat("survivor list: ", neighbours,
+                                                   " of this participant's neighbours, fewer than "
+                                                   "the threshold ",
+                                                   round_.threshold())));
   }
   absl::StatusOr<std::string> signature =
       signer_->Sign(SignedSurvivorsMessage(round_.round_id(), survivors));
@@ -352,9 +354,10 @@ absl::Status SecAggClient::CheckConsistency(const v1::UnmaskRequest& request) co
   }
   for (const std::string& id : request.survivors()) {
     if (!on_list(id)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unmask request: survivor \"", id, "\" is not on the survivor list this participant "
-          "signed"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unmask request: survivor \"", id,
+                       "\" is not on the survivor list this participant "
+                       "signed"));
     }
   }
   for (const std::string& id : request.dropped()) {

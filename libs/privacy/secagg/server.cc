@@ -15,9 +15,8 @@ namespace shoal::privacy::secagg {
 namespace {
 
 const char* ServerStepName(int step) {
-  static const char* const kNames[] = {"advertising keys", "sharing keys",
-                                       "masking",          "checking consistency",
-                                       "unmasking",        "done"};
+  static const char* const kNames[] = {"advertising keys",     "sharing keys", "masking",
+                                       "checking consistency", "unmasking",    "done"};
   return step >= 0 && step < 6 ? kNames[step] : "failed";
 }
 
@@ -249,8 +248,8 @@ absl::Status SecAggServer::AddSurvivorSignature(const v1::ConsistencyCheckRespon
     return absl::AlreadyExistsError(
         absl::StrCat("secagg: \"", id, "\" already signed the survivor list"));
   }
-  if (absl::Status s = verifier_->Verify(
-          id, SignedSurvivorsMessage(round_.round_id(), survivors_), signature.signature());
+  if (absl::Status s = verifier_->Verify(id, SignedSurvivorsMessage(round_.round_id(), survivors_),
+                                         signature.signature());
       !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("secagg: the survivor-list signature of \"", id,
                                                "\" is refused: ", s.message()));
