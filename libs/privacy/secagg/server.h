@@ -1,6 +1,6 @@
 #pragma once
 
-// The aggregator's side of a SecAgg+ round (the protocol: round.h). A state machine in four
+// The aggregator's side of a SecAgg+ round (the protocol: round.h). A state machine in five
 // steps; in each, Add* takes one participant's message (a gRPC handler passes it on after checking
 // that the caller is who the message names) and Close* ends the step, counts everyone who sent
 // nothing valid as dropped, and returns the messages to send on, one per participant still in
