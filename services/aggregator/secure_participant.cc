@@ -89,6 +89,13 @@ absl::StatusOr<std::optional<v1::SecureAggregationRequest>> SecureParticipant::A
       update.set_train_ms(contribution_.train_ms);
       return request;
     }
+    case v1::SecureAggregationResponse::kConsistency: {
+      absl::StatusOr<privacy::v1::ConsistencyCheckResponse> signature =
+          client_->SignSurvivors(message.consistency());
+      if (!signature.ok()) return signature.status();
+      *request.mutable_consistency() = *std::move(signature);
+      return request;
+    }
     case v1::SecureAggregationResponse::kUnmask: {
       absl::StatusOr<privacy::v1::UnmaskResponse> unmask = client_->Unmask(message.unmask());
       if (!unmask.ok()) return unmask.status();

@@ -39,7 +39,8 @@ struct SecureContribution {
 // SecAggClient (libs/privacy/secagg/client.h). The update is clipped to the round's clip norm
 // and encoded in fixed point (libs/privacy/secagg/update_codec.h) before it is masked. Refuses
 // (FAILED_PRECONDITION, UNAUTHENTICATED from the client) a round whose participants are not
-// exactly the coordinator's, another base version, a key that does not verify. Not thread-safe.
+// exactly the coordinator's, another base version, a key that does not verify, an unmask request
+// without threshold signatures of the survivor list it signed. Not thread-safe.
 class SecureParticipant final : public SecureParty {
  public:
   explicit SecureParticipant(SecureContribution contribution);

@@ -26,6 +26,7 @@
 #include "services/aggregator/grpc_aggregator_client.h"
 #include "services/coordinator/coordinator_core.h"
 #include "shoal/coordinator/v1/session.grpc.pb.h"
+#include "tests/bench/secure_light.h"
 #include "tests/bench/session_link.h"
 
 namespace shoal::bench {
@@ -86,7 +87,7 @@ class Fleet {
     // at least `peers` call threads.
     bool secure = false;
     // With `secure`: the first drop_after_masking x peers (rounded) drop out of every round
-    // once their masked update is sent (they cancel the stream at the unmask step).
+    // once their masked update is sent (they cancel the stream at the consistency check).
     double drop_after_masking = 0;
     absl::Duration secure_timeout = absl::Minutes(2);  // a SecureAggregate call's deadline
   };
@@ -143,7 +144,7 @@ class Fleet {
   std::atomic<int64_t> update_calls_{0};
   std::atomic<int64_t> update_bytes_sent_{0};
   std::atomic<int64_t> update_bytes_received_{0};
-  std::atomic<int64_t> secure_step_us_[4] = {{0}, {0}, {0}, {0}};
+  std::atomic<int64_t> secure_step_us_[BenchSecureParty::kSteps] = {};
   FleetErrors errors_;
   mutable absl::Mutex mu_;
   std::map<uint64_t, RoundTimes> rounds_ ABSL_GUARDED_BY(mu_);

@@ -27,7 +27,7 @@ int64_t ThreadCpuMicros() {
 }  // namespace
 
 const char* BenchSecureParty::StepName(int step) {
-  static const char* const kNames[kSteps] = {"advertise", "share", "mask", "unmask"};
+  static const char* const kNames[kSteps] = {"advertise", "share", "mask", "check", "unmask"};
   return step >= 0 && step < kSteps ? kNames[step] : "?";
 }
 
@@ -57,6 +57,9 @@ absl::StatusOr<std::optional<aggregator::v1::SecureAggregationRequest>> BenchSec
       break;
     case aggregator::v1::SecureAggregationResponse::kShares:
       step = kMask;
+      break;
+    case aggregator::v1::SecureAggregationResponse::kConsistency:
+      step = kCheck;
       break;
     case aggregator::v1::SecureAggregationResponse::kUnmask:
       step = kUnmask;

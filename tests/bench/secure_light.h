@@ -26,7 +26,7 @@ struct LightIdentity {
 absl::StatusOr<LightIdentity> MakeLightIdentity();
 
 // SecureParticipant's answers, counted (the serialized size of each message). With
-// `drop_after_masking` the peer refuses the step after its masked update (the unmask request):
+// `drop_after_masking` the peer refuses the step after its masked update (the consistency check):
 // the client cancels the stream, and the aggregator sees the peer leave after masking, as when its
 // process dies then. `on_masked` is called when the masked update is answered.
 class BenchSecureParty final : public aggregator::SecureParty {
@@ -38,7 +38,7 @@ class BenchSecureParty final : public aggregator::SecureParty {
       const aggregator::v1::SecureAggregationResponse& message) override;
 
   // The steps of a round, as the aggregator's messages start them.
-  enum Step { kAdvertise = 0, kShare = 1, kMask = 2, kUnmask = 3, kSteps = 4 };
+  enum Step { kAdvertise = 0, kShare = 1, kMask = 2, kCheck = 3, kUnmask = 4, kSteps = 5 };
   static const char* StepName(int step);
 
   int64_t bytes_sent() const { return sent_; }
@@ -46,8 +46,8 @@ class BenchSecureParty final : public aggregator::SecureParty {
   // The peer dropped out as it was told to (its SecureAggregate call then fails by design).
   bool dropped() const { return dropped_; }
   // This thread's CPU time in SecureParticipant, by step, in microseconds: keys made and signed
-  // (advertise), shares sealed (share), the update clipped, encoded and masked (mask), shares
-  // opened for the unmask request (unmask).
+  // (advertise), shares sealed (share), the update clipped, encoded and masked (mask), the
+  // survivor list signed (check), the list's signatures verified and shares revealed (unmask).
   const std::array<int64_t, kSteps>& cpu_us() const { return cpu_us_; }
 
  private:

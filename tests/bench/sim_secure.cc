@@ -12,7 +12,7 @@ ABSL_FLAG(uint32_t, neighbourhood_size, 0,
           "neighbours each peer masks with (0: every other peer)");
 ABSL_FLAG(double, drop_after_masking, 0,
           "with --secure: this fraction of the peers (rounded) drops out of every round once its "
-          "masked update is sent (the stream cancelled at the unmask step)");
+          "masked update is sent (the stream cancelled at the consistency check)");
 
 namespace shoal::bench {
 

@@ -36,7 +36,8 @@ constexpr double kClipNorm = 1.0;
 constexpr size_t kValues = 1000;
 
 // When a test peer stops: never, after it got the others' shares (so it sends no masked
-// update), or after its masked update is in (it answers no unmask request).
+// update), or after its masked update is in (it does not sign the survivor list, and is not
+// asked to unmask).
 enum class Stop { kNever, kBeforeMasking, kAfterMasking };
 
 struct TestPeer {
@@ -50,6 +51,8 @@ struct TestPeer {
   absl::Status status;                 // how its stream ended (kNever only)
   std::vector<uint32_t> encoded;       // what it masked
   std::vector<std::string> survivors;  // from `done`
+  std::vector<std::string> checked;    // the survivor list it was asked to sign
+  std::vector<std::string> signers;    // the signatures of the list in its unmask request
 };
 
 // Peer-level DP with distributed noise at clip_norm kClipNorm.
@@ -158,11 +161,23 @@ class AggregatorSecureTest : public AggregatorServiceFixture {
     *out.mutable_masked()->mutable_input() = *masked;
     out.mutable_masked()->set_num_samples(10);
     out.mutable_masked()->set_train_loss(0.5);
-    if (!stream->Write(out) || !stream->Read(&in) || !in.has_unmask()) return fail("masked");
+    if (!stream->Write(out) || !stream->Read(&in) || !in.has_consistency()) return fail("masked");
+    peer.checked.assign(in.consistency().survivors().begin(), in.consistency().survivors().end());
     if (peer.stop == Stop::kAfterMasking) {
       ctx.TryCancel();
       stream->Finish();
       return;
+    }
+    auto signature = (*client)->SignSurvivors(in.consistency());
+    if (!signature.ok()) return fail(std::string(signature.status().message()));
+    *out.mutable_consistency() = *signature;
+    if (!stream->Write(out) || !stream->Read(&in)) {
+      peer.status = rpc::FromGrpcStatus(stream->Finish());  // how the aggregator ended it
+      return;
+    }
+    if (!in.has_unmask()) return fail("consistency");
+    for (const auto& signed_by : in.unmask().survivor_signatures()) {
+      peer.signers.push_back(signed_by.participant_id());
     }
     auto unmask = (*client)->Unmask(in.unmask());
     if (!unmask.ok()) return fail(std::string(unmask.status().message()));
@@ -301,11 +316,16 @@ TEST_F(AggregatorSecureTest, DropoutsBeforeAndAfterMaskingStillPublishTheSurvivo
   // Threshold 3 of 5 neighbours: each survivor keeps 3 neighbours that answer the unmask request.
   MakePeers(6);
   peers_[3].stop = Stop::kBeforeMasking;  // its pairwise masks are removed; not in the sum
-  peers_[4].stop = Stop::kAfterMasking;   // in the sum; its self mask is removed by the others
+  peers_[4].stop = Stop::kAfterMasking;   // in the sum, unsigned; the others remove its self mask
   ASSERT_TRUE(OpenSecure(SecureRound(1)).ok());
   RunAll(1);
+  EXPECT_THAT(peers_[4].checked, ElementsAre("peer-0", "peer-1", "peer-2", "peer-4", "peer-5"));
   for (int i : {0, 1, 2, 5}) {
     EXPECT_TRUE(peers_[i].status.ok()) << peers_[i].status;
+    // Every survivor was sent the same list to sign; the unmask request carries the signatures
+    // of those that signed it.
+    EXPECT_EQ(peers_[i].checked, peers_[4].checked);
+    EXPECT_THAT(peers_[i].signers, ElementsAre("peer-0", "peer-1", "peer-2", "peer-5"));
     EXPECT_THAT(peers_[i].survivors, ElementsAre("peer-0", "peer-1", "peer-2", "peer-4", "peer-5"));
   }
   auto closed = Close("t", 1);
@@ -346,6 +366,30 @@ TEST_F(AggregatorSecureTest, TooManyDropoutsFailTheRoundWhichRunsAgain) {
   ASSERT_TRUE(rerun.ok()) << rerun.status();
   EXPECT_EQ(rerun->version(), 1u);
   EXPECT_EQ(rerun->contributors_size(), 5);
+}
+
+// Three of five survivors do not sign the survivor list: two signatures, under the threshold 3,
+// fail the round at the consistency check, before anyone is asked to unmask.
+TEST_F(AggregatorSecureTest, TooFewSignaturesOfTheSurvivorListFailTheRound) {
+  PutBase();
+  MakePeers(5);
+  for (int i = 2; i < 5; ++i) peers_[i].stop = Stop::kAfterMasking;
+  ASSERT_TRUE(OpenSecure(SecureRound(1)).ok());
+  RunAll(1);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(peers_[i].status.code(), absl::StatusCode::kFailedPrecondition) << peers_[i].status;
+    EXPECT_THAT(peers_[i].status.message(),
+                HasSubstr("consistency check: 2 of the 5 survivors signed the survivor list, "
+                          "fewer than the threshold 3"));
+    EXPECT_TRUE(peers_[i].signers.empty());
+  }
+  auto closed = Close("t", 1);
+  EXPECT_EQ(closed.status().code(), absl::StatusCode::kFailedPrecondition) << closed.status();
+  EXPECT_THAT(closed.status().message(), HasSubstr("nothing is published"));
+  EXPECT_THAT(closed.status().message(), HasSubstr("consistency check"));
+  auto latest = Get("t");
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->meta.version(), 0u);
 }
 
 TEST_F(AggregatorSecureTest, RefusesWhatSecureAggregationCannotDo) {

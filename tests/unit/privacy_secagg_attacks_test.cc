@@ -25,6 +25,7 @@ TEST(SecAggClientTest, RefusesToRevealBothSharesOfOnePeer) {
   ASSERT_TRUE(f.Advertise().ok());
   ASSERT_TRUE(f.Share().ok());
   ASSERT_TRUE(f.Mask().ok());
+  ASSERT_TRUE(f.Check().ok());
   // The server names peer-5, which sent its masked input, as dropped too, to get the share of
   // its mask key along with the share of its self-mask seed.
   v1::UnmaskRequest request = f.requests().at(Id(0));
@@ -44,6 +45,7 @@ TEST(SecAggClientTest, RefusesUnmaskRequestsOutsideItsNeighbourhoodOrBelowTheThr
   ASSERT_TRUE(f.Advertise().ok());
   ASSERT_TRUE(f.Share().ok());
   ASSERT_TRUE(f.Mask().ok());
+  ASSERT_TRUE(f.Check().ok());
   auto round = SecAggRound::Create(Config(30, 8, 5, 32, 8));
   ASSERT_TRUE(round.ok());
   std::string stranger;
@@ -58,7 +60,8 @@ TEST(SecAggClientTest, RefusesUnmaskRequestsOutsideItsNeighbourhoodOrBelowTheThr
   EXPECT_THAT(refused.status().message(),
               HasSubstr(absl::StrCat("dropped \"", stranger, "\" is not a neighbour")));
 
-  // Claiming all but threshold - 1 neighbours dropped would unmask too much of one input.
+  // Claiming all but threshold - 1 neighbours dropped would unmask too much of one input; they
+  // are on the survivor list peer-1 signed.
   v1::UnmaskRequest few = f.requests().at(Id(1));
   ASSERT_EQ(few.survivors_size(), 8);
   while (few.survivors_size() > 4) {
@@ -66,9 +69,10 @@ TEST(SecAggClientTest, RefusesUnmaskRequestsOutsideItsNeighbourhoodOrBelowTheThr
     few.mutable_survivors()->RemoveLast();
   }
   auto below = f.client(Id(1)).Unmask(few);
-  EXPECT_EQ(below.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(below.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(below.status().message(),
-              HasSubstr("4 surviving neighbours, fewer than the threshold 5"));
+              HasSubstr(absl::StrCat("dropped \"", few.dropped(0),
+                                     "\" is on the survivor list this participant signed")));
 }
 
 TEST(SecAggClientTest, RefusesASubstitutedKey) {
@@ -222,6 +226,7 @@ TEST(SecAggServerTest, RefusesABadMaskedInputAndGoesOnWithoutIt) {
   EXPECT_THAT(f.server().AddMaskedInput(wrong).message(), HasSubstr("outside the ring"));
   f.DropAt(Id(4), Drop::kBeforeMasking);
   ASSERT_TRUE(f.Mask().ok());
+  ASSERT_TRUE(f.Check().ok());
   auto sum = f.Unmask();
   ASSERT_TRUE(sum.ok()) << sum.status();
   EXPECT_EQ(*sum, f.ExpectedSum());
@@ -270,6 +275,7 @@ TEST(SecAggServerTest, RefusesAnUnmaskResponseRevealingWhatWasNotAskedFor) {
   ASSERT_TRUE(f.Advertise().ok());
   ASSERT_TRUE(f.Share().ok());
   ASSERT_TRUE(f.Mask().ok());
+  ASSERT_TRUE(f.Check().ok());
   auto response = f.client(Id(0)).Unmask(f.requests().at(Id(0)));
   ASSERT_TRUE(response.ok()) << response.status();
   ASSERT_EQ(response->shares(0).owner(), Id(1));

@@ -150,7 +150,7 @@ TEST(SecAggRoundTest, TolerableDropoutsAtEachStepGiveTheSurvivorsSumOneMoreFails
     const std::vector<std::string>& neighbours = round->graph().Neighbours(Id(0));
     const int tolerated = round->graph().min_degree() - shape.threshold;
     for (Drop step : {Drop::kBeforeAdvertising, Drop::kBeforeSharing, Drop::kBeforeMasking,
-                      Drop::kBeforeUnmasking}) {
+                      Drop::kBeforeSigning, Drop::kBeforeUnmasking}) {
       for (int dropouts : {tolerated, tolerated + 1}) {
         SCOPED_TRACE(testing::Message() << ShapeName(shape) << "; " << dropouts
                                         << " drop out before step " << static_cast<int>(step) + 1);
@@ -174,20 +174,26 @@ TEST(SecAggRoundTest, TolerableDropoutsAtEachStepGiveTheSurvivorsSumOneMoreFails
 }
 
 // The complete graphs of 10 and 30 peers tolerate n - 1 - t dropouts over the whole round: here
-// spread over the four steps in turn.
+// spread over the five steps in turn.
 TEST(SecAggRoundTest, DropoutsSpreadOverEveryStepGiveTheSurvivorsSum) {
   for (Shape shape : {Shape{10, 9, 5}, Shape{30, 29, 16}}) {
     SCOPED_TRACE(ShapeName(shape));
     Federation f(Config(shape.peers, shape.neighbourhood, shape.threshold, 32, 101));
     const int dropouts = shape.peers - 1 - shape.threshold;
-    for (int i = 0; i < dropouts; ++i) f.DropAt(Id(1 + i), static_cast<Drop>(i % 4));
+    int after_masking = 0;
+    for (int i = 0; i < dropouts; ++i) {
+      const Drop step = static_cast<Drop>(i % 5);
+      f.DropAt(Id(1 + i), step);
+      if (step > Drop::kBeforeMasking) ++after_masking;
+    }
     auto sum = f.Run();
     ASSERT_TRUE(sum.ok()) << sum.status();
     EXPECT_EQ(*sum, f.ExpectedSum());
-    // Those that dropped out before unmasking sent their masked inputs: they are in the sum.
+    // Those that dropped out before signing or unmasking sent their masked inputs: they are in
+    // the sum.
     EXPECT_EQ(f.server().survivors(), f.ExpectedSurvivors());
     EXPECT_EQ(f.server().survivors().size(),
-              static_cast<size_t>(shape.peers - dropouts) + static_cast<size_t>(dropouts / 4));
+              static_cast<size_t>(shape.peers - dropouts + after_masking));
   }
 }
 
@@ -199,6 +205,7 @@ TEST(SecAggRoundTest, TheServerSeesOnlyMaskedInputs) {
   ASSERT_TRUE(f.Advertise().ok());
   ASSERT_TRUE(f.Share().ok());
   ASSERT_TRUE(f.Mask().ok());
+  ASSERT_TRUE(f.Check().ok());
   std::vector<uint32_t> masked_sum(64, 0);
   for (int p = 0; p < 10; ++p) {
     const std::vector<uint32_t> masked = f.masked(Id(p));

@@ -1,6 +1,7 @@
 #pragma once
 
-// The fixture of the SecAgg+ tests (privacy_secagg_test.cc, privacy_secagg_attacks_test.cc): a
+// The fixture of the SecAgg+ tests (privacy_secagg_test.cc, privacy_secagg_attacks_test.cc,
+// privacy_secagg_consistency_test.cc): a
 // federation of participants with Ed25519 identities and random inputs, a server, and the honest
 // messages of each step, which a test may alter between steps as a malicious aggregator would.
 
@@ -31,7 +32,14 @@
 namespace shoal::privacy::secagg::fixture {
 
 // When a participant stops sending: never (kNone), or before the step named.
-enum class Drop { kBeforeAdvertising, kBeforeSharing, kBeforeMasking, kBeforeUnmasking, kNone };
+enum class Drop {
+  kBeforeAdvertising,
+  kBeforeSharing,
+  kBeforeMasking,
+  kBeforeSigning,
+  kBeforeUnmasking,
+  kNone
+};
 
 inline std::string Id(int i) { return absl::StrCat("peer-", i); }
 
@@ -140,7 +148,25 @@ class Federation {
         return s;
       }
     }
-    auto requests = Timed(server_seconds_, [&] { return server_->CloseMasking(); });
+    auto checks = Timed(server_seconds_, [&] { return server_->CloseMasking(); });
+    if (!checks.ok()) return checks.status();
+    checks_ = *std::move(checks);
+    return absl::OkStatus();
+  }
+  absl::Status Check() {
+    for (const auto& [id, check] : checks_) {
+      if (!Sends(id, Drop::kBeforeSigning)) continue;
+      auto signature =
+          Timed(client_seconds_, [&] { return clients_.at(id)->SignSurvivors(check); });
+      if (!signature.ok()) return Refused(id, signature.status());
+      signatures_[id] = *signature;
+      if (absl::Status s =
+              Timed(server_seconds_, [&] { return server_->AddSurvivorSignature(*signature); });
+          !s.ok()) {
+        return s;
+      }
+    }
+    auto requests = Timed(server_seconds_, [&] { return server_->CloseConsistencyCheck(); });
     if (!requests.ok()) return requests.status();
     requests_ = *std::move(requests);
     return absl::OkStatus();
@@ -159,7 +185,8 @@ class Federation {
     return Timed(server_seconds_, [&] { return server_->CloseUnmasking(); });
   }
   absl::StatusOr<std::vector<uint32_t>> Run() {
-    for (auto step : {&Federation::Advertise, &Federation::Share, &Federation::Mask}) {
+    for (auto step :
+         {&Federation::Advertise, &Federation::Share, &Federation::Mask, &Federation::Check}) {
       if (absl::Status s = (this->*step)(); !s.ok()) return s;
     }
     return Unmask();
@@ -203,6 +230,9 @@ class Federation {
   std::vector<uint32_t>& input(const std::string& id) { return inputs_.at(id); }
   std::map<std::string, v1::KeyBundle>& bundles() { return bundles_; }
   std::map<std::string, v1::EncryptedShares>& relayed() { return relayed_; }
+  std::map<std::string, v1::ConsistencyCheckRequest>& checks() { return checks_; }
+  // The survivor-list signatures the participants sent, by signer.
+  std::map<std::string, v1::ConsistencyCheckResponse>& signatures() { return signatures_; }
   std::map<std::string, v1::UnmaskRequest>& requests() { return requests_; }
 
  private:
@@ -220,6 +250,8 @@ class Federation {
   std::map<std::string, std::string> masked_;  // the masked inputs the server saw, as sent
   std::map<std::string, v1::KeyBundle> bundles_;
   std::map<std::string, v1::EncryptedShares> relayed_;
+  std::map<std::string, v1::ConsistencyCheckRequest> checks_;
+  std::map<std::string, v1::ConsistencyCheckResponse> signatures_;
   std::map<std::string, v1::UnmaskRequest> requests_;
   double client_seconds_ = 0;
   double server_seconds_ = 0;

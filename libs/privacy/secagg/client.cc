@@ -16,9 +16,10 @@ namespace shoal::privacy::secagg {
 namespace {
 
 const char* ClientStepName(int step) {
-  static const char* const kNames[] = {"advertising keys", "sharing keys", "masking the input",
-                                       "unmasking", "done"};
-  return step >= 0 && step < 5 ? kNames[step] : "refused";
+  static const char* const kNames[] = {"advertising keys",  "sharing keys",
+                                       "masking the input", "signing the survivor list",
+                                       "unmasking",         "done"};
+  return step >= 0 && step < 6 ? kNames[step] : "refused";
 }
 
 }  // namespace
@@ -265,8 +266,113 @@ absl::StatusOr<v1::MaskedInput> SecAggClient::MaskInput(const v1::EncryptedShare
   v1::MaskedInput out;
   out.set_participant_id(self_id_);
   out.set_values(std::move(packed));
+  step_ = Step::kSign;
+  return out;
+}
+
+absl::StatusOr<v1::ConsistencyCheckResponse> SecAggClient::SignSurvivors(
+    const v1::ConsistencyCheckRequest& request) {
+  if (absl::Status s = Begin(Step::kSign, "sign the survivor list"); !s.ok()) return s;
+  const NeighbourhoodGraph& graph = round_.graph();
+  std::vector<std::string> survivors(request.survivors().begin(), request.survivors().end());
+  bool listed = false;
+  int neighbours = 0;
+  for (size_t i = 0; i < survivors.size(); ++i) {
+    const std::string& id = survivors[i];
+    if (i > 0 && !(survivors[i - 1] < id)) {
+      return Refuse(absl::InvalidArgumentError(absl::StrCat(
+          "survivor list: not sorted by id without repeats at \"", id, "\" (entry ", i, ")")));
+    }
+    if (!graph.Contains(id)) {
+      return Refuse(absl::InvalidArgumentError(
+          absl::StrCat("survivor list: \"", id, "\" is not a participant of this round")));
+    }
+    if (id == self_id_) {
+      listed = true;
+    } else if (graph.AreNeighbours(self_id_, id)) {
+      if (!held_shares_.contains(id)) {
+        return Refuse(absl::InvalidArgumentError(
+            absl::StrCat("survivor list: neighbour \"", id,
+                         "\" sent this participant no shares, so it sent no masked input")));
+      }
+      ++neighbours;
+    }
+  }
+  if (!listed) {
+    return Refuse(absl::InvalidArgumentError(
+        "survivor list: this participant sent a masked input but is not on the list"));
+  }
+  if (neighbours < round_.threshold()) {
+    return Refuse(
+        absl::FailedPreconditionError(absl::StrCat("survivor list: ", neighbours,
+                                                   " of this participant's neighbours, fewer than "
+                                                   "the threshold ",
+                                                   round_.threshold())));
+  }
+  absl::StatusOr<std::string> signature =
+      signer_->Sign(SignedSurvivorsMessage(round_.round_id(), survivors));
+  if (!signature.ok()) return Refuse(signature.status());
+  signed_survivors_ = std::move(survivors);
+  v1::ConsistencyCheckResponse out;
+  out.set_participant_id(self_id_);
+  out.set_signature(*std::move(signature));
   step_ = Step::kUnmask;
   return out;
+}
+
+absl::Status SecAggClient::CheckConsistency(const v1::UnmaskRequest& request) const {
+  const auto on_list = [&](const std::string& id) {
+    return std::binary_search(signed_survivors_.begin(), signed_survivors_.end(), id);
+  };
+  const std::string message = SignedSurvivorsMessage(round_.round_id(), signed_survivors_);
+  absl::flat_hash_set<absl::string_view> signers;
+  for (const v1::ConsistencyCheckResponse& signature : request.survivor_signatures()) {
+    const std::string& id = signature.participant_id();
+    if (!on_list(id)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unmask request: the survivor-list signature of \"", id,
+                       "\" is not from a survivor on the list this participant signed"));
+    }
+    if (!signers.insert(id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unmask request: two survivor-list signatures of \"", id, "\""));
+    }
+    if (absl::Status s = verifier_->Verify(id, message, signature.signature()); !s.ok()) {
+      return absl::Status(
+          s.code(), absl::StrCat("unmask request: the survivor-list signature of \"", id,
+                                 "\" does not verify over the list of ", signed_survivors_.size(),
+                                 " survivors this participant signed (forged, or the aggregator "
+                                 "sent participants different lists): ",
+                                 s.message()));
+    }
+  }
+  if (static_cast<int>(signers.size()) < round_.threshold()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "unmask request: ", signers.size(),
+        " signatures of the survivor list this participant signed, fewer than the threshold ",
+        round_.threshold()));
+  }
+  for (const std::string& id : request.survivors()) {
+    if (!on_list(id)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unmask request: survivor \"", id,
+                       "\" is not on the survivor list this participant "
+                       "signed"));
+    }
+  }
+  for (const std::string& id : request.dropped()) {
+    if (on_list(id)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unmask request: dropped \"", id, "\" is on the survivor list this participant signed"));
+    }
+  }
+  if (static_cast<size_t>(request.survivors_size() + request.dropped_size()) !=
+      held_shares_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unmask request: names ", request.survivors_size() + request.dropped_size(),
+        " neighbours, not the ", held_shares_.size(), " that sent this participant shares"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::UnmaskResponse> SecAggClient::Unmask(const v1::UnmaskRequest& request) {
@@ -294,6 +400,7 @@ absl::StatusOr<v1::UnmaskResponse> SecAggClient::Unmask(const v1::UnmaskRequest&
       }
     }
   }
+  if (absl::Status s = CheckConsistency(request); !s.ok()) return Refuse(s);
   const int survivors = request.survivors_size();
   if (survivors < round_.threshold()) {
     return Refuse(absl::FailedPreconditionError(

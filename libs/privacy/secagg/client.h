@@ -5,6 +5,7 @@
 //   AdvertiseKeys() -> AdvertisedKeys
 //   ShareKeys(KeyBundle) -> EncryptedShares
 //   MaskInput(EncryptedShares, input) -> MaskedInput
+//   SignSurvivors(ConsistencyCheckRequest) -> ConsistencyCheckResponse
 //   Unmask(UnmaskRequest) -> UnmaskResponse
 // Each step runs once and in this order. A step that is refused (out of turn, or on input that
 // fails a check: a signature, a seal, a neighbourhood, the threshold) reveals nothing and ends
@@ -19,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -56,16 +58,27 @@ class SecAggClient {
   absl::StatusOr<v1::MaskedInput> MaskInput(const v1::EncryptedShares& shares,
                                             absl::Span<const uint32_t> input);
 
-  // Step 4: reveals the self-mask seed share of each survivor and the mask-key share of each
-  // dropped neighbour. Refuses (INVALID_ARGUMENT) a request naming a peer both ways or twice, or
-  // a peer that sent this participant no shares; refuses (FAILED_PRECONDITION) one naming fewer
-  // survivors than the threshold.
+  // Step 4, the consistency check: signs the survivor list, once. Refuses (INVALID_ARGUMENT) a
+  // list that is not sorted and distinct, names someone not a participant, leaves this
+  // participant out, or names a neighbour that sent it no shares; refuses (FAILED_PRECONDITION) a
+  // list with fewer than threshold of this participant's neighbours.
+  absl::StatusOr<v1::ConsistencyCheckResponse> SignSurvivors(
+      const v1::ConsistencyCheckRequest& request);
+
+  // Step 5: reveals the self-mask seed share of each survivor and the mask-key share of each
+  // dropped neighbour, only once the request shows that the survivor list it signed is the one
+  // the others signed: at least threshold signatures of that list from distinct survivors
+  // (FAILED_PRECONDITION when fewer), each of which verifies (UNAUTHENTICATED when one does not:
+  // forged, or over another list), and survivors and dropped neighbours exactly as the list
+  // implies. Refuses (INVALID_ARGUMENT) a request naming a peer both ways or twice, a peer that
+  // sent this participant no shares, or a survivor it did not sign for; refuses
+  // (FAILED_PRECONDITION) one naming fewer survivors than the threshold.
   absl::StatusOr<v1::UnmaskResponse> Unmask(const v1::UnmaskRequest& request);
 
   const std::string& id() const { return self_id_; }
 
  private:
-  enum class Step { kAdvertise, kShare, kMask, kUnmask, kDone, kRefused };
+  enum class Step { kAdvertise, kShare, kMask, kSign, kUnmask, kDone, kRefused };
 
   SecAggClient(SecAggRound round, std::string self_id, std::shared_ptr<const KeySigner> signer,
                std::shared_ptr<const KeyVerifier> verifier);
@@ -74,6 +87,9 @@ class SecAggClient {
   absl::Status Begin(Step step, absl::string_view what);
   // Ends the round on `error` (scrubbing the secrets) and returns it.
   absl::Status Refuse(absl::Status error);
+  // OK when `request` carries at least threshold valid signatures of the signed survivor list
+  // and names survivors and dropped neighbours exactly as that list implies.
+  absl::Status CheckConsistency(const v1::UnmaskRequest& request) const;
   void ScrubSecrets();
 
   SecAggRound round_;
@@ -90,6 +106,8 @@ class SecAggClient {
   std::map<std::string, v1::AdvertisedKeys, std::less<>> neighbour_keys_;
   // Neighbour that sent shares -> this participant's shares of its secrets.
   std::map<std::string, v1::SharePair, std::less<>> held_shares_;
+  // The survivor list this participant signed in the consistency check.
+  std::vector<std::string> signed_survivors_;
 };
 
 }  // namespace shoal::privacy::secagg

@@ -13,6 +13,13 @@ std::string SignedKeysMessage(absl::string_view round_id, absl::string_view part
                  mask_public_key});
 }
 
+std::string SignedSurvivorsMessage(absl::string_view round_id,
+                                   const std::vector<std::string>& survivors) {
+  std::string message = Framed({"shoal.secagg.v1 survivors", round_id});
+  for (const std::string& id : survivors) message += Framed({id});
+  return message;
+}
+
 absl::StatusOr<std::unique_ptr<Ed25519KeySigner>> Ed25519KeySigner::Create(
     absl::string_view private_key) {
   if (private_key.size() != kEd25519PrivateKeySize) {

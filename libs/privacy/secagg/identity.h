@@ -3,7 +3,8 @@
 // Binding a participant's advertised SecAgg keys to its identity, so that the aggregator that
 // relays them cannot substitute keys of its own (and so read the shares, or unmask an input).
 // The signed message is SignedKeysMessage: the round id, the participant id and both public keys,
-// each length-prefixed after a fixed label. Where a participant's identity public key comes from
+// each length-prefixed after a fixed label. The same identity key signs the survivor list of the
+// consistency check (SignedSurvivorsMessage). Where a participant's identity public key comes from
 // (a certificate, the coordinator's registry) is the verifier's business: these are the interfaces
 // at that boundary, and Ed25519 implementations of them.
 
@@ -12,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -23,6 +25,12 @@ namespace shoal::privacy::secagg {
 std::string SignedKeysMessage(absl::string_view round_id, absl::string_view participant_id,
                               absl::string_view encryption_public_key,
                               absl::string_view mask_public_key);
+
+// The bytes a participant signs in the consistency check: the round id and the survivor list
+// (sorted), each length-prefixed after a fixed label of its own, so that a signature of one kind
+// is never one of the other.
+std::string SignedSurvivorsMessage(absl::string_view round_id,
+                                   const std::vector<std::string>& survivors);
 
 // Signs with this participant's identity key.
 class KeySigner {

@@ -15,9 +15,9 @@ namespace shoal::privacy::secagg {
 namespace {
 
 const char* ServerStepName(int step) {
-  static const char* const kNames[] = {"advertising keys", "sharing keys", "masking", "unmasking",
-                                       "done"};
-  return step >= 0 && step < 5 ? kNames[step] : "failed";
+  static const char* const kNames[] = {"advertising keys",     "sharing keys", "masking",
+                                       "checking consistency", "unmasking",    "done"};
+  return step >= 0 && step < 6 ? kNames[step] : "failed";
 }
 
 absl::Status Invalid(absl::string_view participant, absl::string_view what) {
@@ -224,13 +224,56 @@ absl::Status SecAggServer::AddMaskedInput(const v1::MaskedInput& input) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::map<std::string, v1::UnmaskRequest>> SecAggServer::CloseMasking() {
+absl::StatusOr<std::map<std::string, v1::ConsistencyCheckRequest>> SecAggServer::CloseMasking() {
   SHOAL_RETURN_IF_ERROR(Expect(Step::kMasking, "close masking"));
   const IdSet shared = KeysOf(shares_);
   // A survivor's seed and a dropped participant's key each need threshold surviving holders.
   if (absl::Status s = CheckNeighbourhoods(shared, masked_, "masking"); !s.ok()) return Fail(s);
+  survivors_.assign(masked_.begin(), masked_.end());
+  v1::ConsistencyCheckRequest check;
+  for (const std::string& id : survivors_) check.add_survivors(id);
+  std::map<std::string, v1::ConsistencyCheckRequest> requests;
+  for (const std::string& id : survivors_) requests[id] = check;
+  step_ = Step::kConsistency;
+  return requests;
+}
+
+// --- Step 4 ---------------------------------------------------------------------------------
+
+absl::Status SecAggServer::AddSurvivorSignature(const v1::ConsistencyCheckResponse& signature) {
+  SHOAL_RETURN_IF_ERROR(Expect(Step::kConsistency, "take a survivor-list signature"));
+  const std::string& id = signature.participant_id();
+  if (!masked_.contains(id)) return Invalid(id, "the signer is not on the survivor list");
+  if (survivor_signatures_.contains(id)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("secagg: \"", id, "\" already signed the survivor list"));
+  }
+  if (absl::Status s = verifier_->Verify(id, SignedSurvivorsMessage(round_.round_id(), survivors_),
+                                         signature.signature());
+      !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("secagg: the survivor-list signature of \"", id,
+                                               "\" is refused: ", s.message()));
+  }
+  survivor_signatures_.emplace(id, signature.signature());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, v1::UnmaskRequest>> SecAggServer::CloseConsistencyCheck() {
+  SHOAL_RETURN_IF_ERROR(Expect(Step::kConsistency, "close the consistency check"));
+  const int signed_count = static_cast<int>(survivor_signatures_.size());
+  if (signed_count < round_.threshold()) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+        "consistency check: ", signed_count, " of the ", survivors_.size(),
+        " survivors signed the survivor list, fewer than the threshold ", round_.threshold())));
+  }
+  // Only the signers are asked to unmask: each secret needs threshold of them among its holders.
+  const IdSet signers = KeysOf(survivor_signatures_);
+  if (absl::Status s = CheckNeighbourhoods(KeysOf(shares_), signers, "the consistency check");
+      !s.ok()) {
+    return Fail(s);
+  }
   std::map<std::string, v1::UnmaskRequest> requests;
-  for (const std::string& id : masked_) {
+  for (const std::string& id : signers) {
     v1::UnmaskRequest& request = requests[id];
     for (const std::string& neighbour : round_.graph().Neighbours(id)) {
       if (masked_.contains(neighbour)) {
@@ -239,14 +282,18 @@ absl::StatusOr<std::map<std::string, v1::UnmaskRequest>> SecAggServer::CloseMask
         request.add_dropped(neighbour);
       }
     }
+    for (const auto& [signer, bytes] : survivor_signatures_) {
+      v1::ConsistencyCheckResponse* signature = request.add_survivor_signatures();
+      signature->set_participant_id(signer);
+      signature->set_signature(bytes);
+    }
   }
   requests_.insert(requests.begin(), requests.end());
-  survivors_.assign(masked_.begin(), masked_.end());
   step_ = Step::kUnmasking;
   return requests;
 }
 
-// --- Step 4 ---------------------------------------------------------------------------------
+// --- Step 5 ---------------------------------------------------------------------------------
 
 absl::Status SecAggServer::AddUnmaskResponse(const v1::UnmaskResponse& response) {
   SHOAL_RETURN_IF_ERROR(Expect(Step::kUnmasking, "take an unmask response"));

@@ -1,19 +1,22 @@
 #pragma once
 
-// The aggregator's side of a SecAgg+ round (the protocol: round.h). A state machine in four
+// The aggregator's side of a SecAgg+ round (the protocol: round.h). A state machine in five
 // steps; in each, Add* takes one participant's message (a gRPC handler passes it on after checking
 // that the caller is who the message names) and Close* ends the step, counts everyone who sent
 // nothing valid as dropped, and returns the messages to send on, one per participant still in
 // the round:
 //   AddAdvertisedKeys ... CloseAdvertising -> KeyBundle per participant
 //   AddShares ... CloseSharing -> EncryptedShares per participant (relayed unread)
-//   AddMaskedInput ... CloseMasking -> UnmaskRequest per participant
+//   AddMaskedInput ... CloseMasking -> ConsistencyCheckRequest per survivor (the survivor list)
+//   AddSurvivorSignature ... CloseConsistencyCheck -> UnmaskRequest per survivor that signed
 //   AddUnmaskResponse ... CloseUnmasking -> the sum of the survivors' inputs
 // Add* refuses a bad message (INVALID_ARGUMENT, or UNAUTHENTICATED for a signature, naming the
 // participant and what is wrong; ALREADY_EXISTS for a second message; FAILED_PRECONDITION out of
 // turn) and the round goes on without it. Close* fails the round with FAILED_PRECONDITION when
-// the dropouts leave a participant fewer than threshold neighbours, or a secret fewer than
-// threshold shares: it never returns a wrong sum. After a failure every call returns it.
+// the dropouts leave a participant fewer than threshold neighbours, the survivor list fewer than
+// threshold signatures, or a secret fewer than threshold shares: it never returns a wrong sum. A
+// survivor that does not sign the list stays in the sum (its masks are removed as a survivor's)
+// but is not asked to unmask. After a failure every call returns it.
 //
 // Not thread-safe: the caller serialises the calls (one mutex in the session that owns it).
 
@@ -50,9 +53,17 @@ class SecAggServer {
 
   // Step 3. Folds the masked input into the running sum (AddPackedRingValues).
   absl::Status AddMaskedInput(const v1::MaskedInput& input);
-  absl::StatusOr<std::map<std::string, v1::UnmaskRequest>> CloseMasking();
+  absl::StatusOr<std::map<std::string, v1::ConsistencyCheckRequest>> CloseMasking();
 
-  // Step 4. Each response must reveal exactly what its request asked for, with the share index
+  // Step 4, the consistency check. A survivor's signature of the survivor list (checked here, so
+  // that every signature relayed verifies).
+  absl::Status AddSurvivorSignature(const v1::ConsistencyCheckResponse& signature);
+  // FAILED_PRECONDITION when fewer than threshold survivors signed, or the signers leave a
+  // participant fewer than threshold neighbours to unmask with. The unmask requests carry every
+  // signature.
+  absl::StatusOr<std::map<std::string, v1::UnmaskRequest>> CloseConsistencyCheck();
+
+  // Step 5. Each response must reveal exactly what its request asked for, with the share index
   // the responder holds.
   absl::Status AddUnmaskResponse(const v1::UnmaskResponse& response);
   // The ring sum of the survivors' inputs (vector_length values).
@@ -63,7 +74,7 @@ class SecAggServer {
   const std::vector<std::string>& survivors() const { return survivors_; }
 
  private:
-  enum class Step { kAdvertising, kSharing, kMasking, kUnmasking, kDone, kFailed };
+  enum class Step { kAdvertising, kSharing, kMasking, kConsistency, kUnmasking, kDone, kFailed };
   using IdSet = std::set<std::string, std::less<>>;
 
   SecAggServer(SecAggRound round, std::shared_ptr<const KeyVerifier> verifier);
@@ -91,6 +102,7 @@ class SecAggServer {
   IdSet masked_;                                                    // who sent a masked input
   std::vector<uint32_t> sum_;
   std::vector<std::string> survivors_;
+  std::map<std::string, std::string, std::less<>> survivor_signatures_;  // by signer
   std::map<std::string, v1::UnmaskRequest, std::less<>> requests_;
   IdSet responded_;
   std::map<std::string, std::vector<ShamirShare>, std::less<>> seed_shares_;  // by owner

@@ -130,6 +130,11 @@ absl::Status SecureExchange::Handle(const std::string& peer,
       owed_.erase(peer);
       return s;
     }
+    case v1::SecureAggregationRequest::kConsistency:
+      if (step_ != Step::kConsistency) break;
+      s = names(message.consistency().participant_id(), "survivor-list signature");
+      if (s.ok()) s = server_->AddSurvivorSignature(message.consistency());
+      return s.ok() ? (owed_.erase(peer), s) : s;
     case v1::SecureAggregationRequest::kUnmask:
       if (step_ != Step::kUnmasking) break;
       s = names(message.unmask().participant_id(), "unmask response");
@@ -269,9 +274,21 @@ void SecureExchange::MaybeCloseStep(bool force) {
         break;
       }
       case Step::kMasking: {
-        auto requests = server_->CloseMasking();
-        if (!requests.ok()) return FailProtocol(requests.status());
+        auto checks = server_->CloseMasking();
+        if (!checks.ok()) return FailProtocol(checks.status());
         survivors_ = server_->survivors();
+        BeginStep(
+            Step::kConsistency,
+            send(StepMessages(
+                *checks, links,
+                [](v1::SecureAggregationResponse& r) -> privacy::v1::ConsistencyCheckRequest& {
+                  return *r.mutable_consistency();
+                })));
+        break;
+      }
+      case Step::kConsistency: {
+        auto requests = server_->CloseConsistencyCheck();
+        if (!requests.ok()) return FailProtocol(requests.status());
         BeginStep(
             Step::kUnmasking,
             send(StepMessages(*requests, links,

@@ -22,12 +22,14 @@ namespace shoal::aggregator {
 // messages to the peers still in it. A SecureRoundSession owns one per round.
 //
 // Steps: advertising closes when every participant advertised its keys or left (its stream
-// ended), or when RunOut is called (CloseRound: the coordinator's deadline); sharing, masking and
-// unmasking close when every peer still in the step sent its message or left, or step_timeout
-// after they opened (masking: or after the last chunk of a masked update still coming in). A peer
-// whose message of a step did not come (or was refused) is out of the round, its stream ended with
-// the reason. When the dropouts leave fewer than the threshold the round fails (FAILED_PRECONDITION
-// from the server) and every stream ends with that.
+// ended), or when RunOut is called (CloseRound: the coordinator's deadline); sharing, masking, the
+// consistency check and unmasking close when every peer still in the step sent its message or
+// left, or step_timeout after they opened (masking: or after the last chunk of a masked update
+// still coming in). A peer whose message of a step did not come (or was refused) is out of the
+// round, its stream ended with the reason; a survivor out at the consistency check stays in the
+// sum. When the dropouts leave fewer than the threshold (or fewer than threshold survivors sign
+// the survivor list) the round fails (FAILED_PRECONDITION from the server) and every stream ends
+// with that.
 //
 // Thread-safe. The server's crypto runs under this class's own mutex; links are written to with
 // no lock held.
@@ -81,7 +83,7 @@ class SecureExchange {
   size_t masked_update_bytes() const { return start_.config().vector_length() * 4; }
 
  private:
-  enum class Step { kAdvertising, kSharing, kMasking, kUnmasking, kDone, kFailed };
+  enum class Step { kAdvertising, kSharing, kMasking, kConsistency, kUnmasking, kDone, kFailed };
   struct Participant {
     std::shared_ptr<Link> link;
     bool left = false;
