@@ -90,7 +90,7 @@ absl::StatusOr<std::shared_ptr<SecureRoundSession>> SecureRoundSession::Make(
                                                    " expected peers, got ", n));
   }
   if (absl::StatusOr<privacy::FixedPointCodec> codec = secagg::UpdateCodec(
-          settings.clip_norm(), n, PeerNoiseStddev(p.dp, p.expected_peers.size()));
+          settings.clip_norm(), n, PeerNoiseStddev(p.dp, DpRoundPeers(p)));
       !codec.ok()) {
     return SettingError(label, "clip_norm", codec.status().message());
   }
@@ -147,6 +147,7 @@ SecureRoundSession::SecureRoundSession(SessionHost& host, const OpenRoundParams&
       expected_(p.expected_peers),
       clip_norm_(p.secure_aggregation.clip_norm()),
       dp_(p.dp),
+      dp_round_peers_(DpRoundPeers(p)),
       parent_(p.parent),
       threshold_(threshold),
       neighbourhood_(neighbourhood),
@@ -196,7 +197,7 @@ absl::StatusOr<std::shared_ptr<AggregationSession>> SecureRoundSession::Open(
   config.set_ring_bits(32);
   config.set_vector_length(values);
   absl::StatusOr<privacy::FixedPointCodec> codec = secagg::UpdateCodec(
-      clip_norm_, static_cast<int>(expected_.size()), PeerNoiseStddev(dp_, expected_.size()));
+      clip_norm_, static_cast<int>(expected_.size()), PeerNoiseStddev(dp_, dp_round_peers_));
   if (!codec.ok()) return codec.status();
   absl::StatusOr<std::unique_ptr<secagg::Ed25519KeyVerifier>> verifier =
       secagg::Ed25519KeyVerifier::Create(identity_keys_);
