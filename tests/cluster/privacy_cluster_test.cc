@@ -196,8 +196,7 @@ TEST(PrivacyClusterTest, APeerLevelDpTaskRunsOnATree) {
     ASSERT_TRUE(page.ok()) << page.status();
     const bool is_root = cluster.aggregator(i).address == root;
     SCOPED_TRACE(is_root ? "the root" : "a cluster");
-    EXPECT_EQ(MetricValue(*page, "shoal_aggregator_versions_published_total"),
-              is_root ? 2.0 : 0.0);
+    EXPECT_EQ(MetricValue(*page, "shoal_aggregator_versions_published_total"), is_root ? 2.0 : 0.0);
     EXPECT_EQ(MetricValue(*page, "shoal_aggregator_updates_accepted_total"), is_root ? 0.0 : 4.0);
     if (is_root) EXPECT_EQ(MetricValue(*page, "shoal_aggregator_partials_accepted_total"), 4.0);
   }

@@ -497,10 +497,10 @@ absl::StatusOr<bool> RoundSession::AddPartial(const std::shared_ptr<TaskState>& 
   if (!contributors.ok()) return contributors.status();
   if (HasDp(dp_)) {
     // The root's noise and denominator count updates: each must weigh 1 (round_privacy.h).
-    if (absl::Status s = CheckDpPartial(partial.count, partial.total_weight,
-                                        absl::StrCat("child '", EscapeBytes(meta.child),
-                                                     "'s partial sum for ",
-                                                     RoundLabel(meta.round, meta.task)));
+    if (absl::Status s =
+            CheckDpPartial(partial.count, partial.total_weight,
+                           absl::StrCat("child '", EscapeBytes(meta.child), "'s partial sum for ",
+                                        RoundLabel(meta.round, meta.task)));
         !s.ok()) {
       return s;
     }

@@ -89,8 +89,8 @@ absl::StatusOr<std::shared_ptr<SecureRoundSession>> SecureRoundSession::Make(
                                                    secagg::kMinParticipants,
                                                    " expected peers, got ", n));
   }
-  if (absl::StatusOr<privacy::FixedPointCodec> codec = secagg::UpdateCodec(
-          settings.clip_norm(), n, PeerNoiseStddev(p.dp, DpRoundPeers(p)));
+  if (absl::StatusOr<privacy::FixedPointCodec> codec =
+          secagg::UpdateCodec(settings.clip_norm(), n, PeerNoiseStddev(p.dp, DpRoundPeers(p)));
       !codec.ok()) {
     return SettingError(label, "clip_norm", codec.status().message());
   }
