@@ -6,6 +6,7 @@
 // it went missing; a leaf may be a secure round whose peers add their shares before masking.
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <random>
@@ -193,8 +194,9 @@ TEST_F(AggregatorTreePrivacyTest, CentralNoiseIsAddedOnceAtTheRoot) {
   ASSERT_TRUE(CloseAt(root_).ok());
   // All noise: N(0, (sigma C)^2) once, over 8: sd 0.25. Had each leaf added it too, sd would be
   // sqrt(3) x 0.25 = 0.43; the 321 000 values give a standard error of 0.0003.
-  const std::vector<double> published = PublishedDelta();
-  EXPECT_NEAR(Rms(published), sigma * clip / 8, 0.005);
+  const double rms = Rms(PublishedDelta());
+  std::printf("[ figure ] central: published sd %.5f, want %.5f\n", rms, sigma * clip / 8);
+  EXPECT_NEAR(rms, sigma * clip / 8, 0.005);
 }
 
 TEST_F(AggregatorTreePrivacyTest, TheRootMakesUpTheSharesOfPeersMissingAnywhereInTheTree) {
@@ -213,7 +215,10 @@ TEST_F(AggregatorTreePrivacyTest, TheRootMakesUpTheSharesOfPeersMissingAnywhereI
   ASSERT_TRUE(root.ok()) << root.status();
   EXPECT_THAT(root->contributors(), ElementsAre("p0", "p1", "p2", "p6"));
   // 4 of 8 shares missing: N(0, (sigma C)^2 x 4 / 8), over 8: sd 2 x 0.707 / 8 = 0.177.
-  EXPECT_NEAR(Rms(PublishedDelta()), sigma * clip * std::sqrt(0.5) / 8, 0.004);
+  const double rms = Rms(PublishedDelta());
+  std::printf("[ figure ] distributed, 4 of 8 missing: published sd %.5f, want %.5f\n", rms,
+              sigma * clip * std::sqrt(0.5) / 8);
+  EXPECT_NEAR(rms, sigma * clip * std::sqrt(0.5) / 8, 0.004);
 }
 
 TEST_F(AggregatorTreePrivacyTest, WhatATreeRoundWithDpCannotTakeIsRefused) {
@@ -323,9 +328,11 @@ TEST_F(AggregatorTreePrivacyTest, ASecureClustersPeersAddTheirSharesAndTheRootTh
     added[i] = published[i] * 5 - sum;
     total += published[i] * 5;
   }
+  std::printf("[ figure ] secure cluster, 2 of 5 missing: root's noise sd %.4f, want %.4f\n",
+              Rms(added), sigma * std::sqrt(2.0 / 5));
   EXPECT_NEAR(Rms(added), sigma * std::sqrt(2.0 / 5), 0.04);
   // And the whole sum carries all of the noise: sd sigma x C.
-  EXPECT_NEAR(Rms(std::vector<double>(published.begin(), published.end())) * 5, sigma, 0.06);
+  EXPECT_NEAR(Rms(published) * 5, sigma, 0.06);
   EXPECT_NEAR(total / kValues, 0.0, 0.06);
 }
 

@@ -371,7 +371,7 @@ absl::StatusOr<std::vector<float>> SecureRoundSession::MeanOf(
   }
   absl::StatusOr<std::vector<double>> sum = codec_->DecodeSum(outcome.sum, survivors);
   if (!sum.ok()) return sum.status();
-  return PrivateMeanOfSum(dp_, *sum, outcome.survivors.size(), expected_.size(), base_->values);
+  return PrivateMeanOfSum(dp_, *sum, outcome.survivors.size(), dp_round_peers_, base_->values);
 }
 
 // On a tree: the cluster's secure round closes into the survivors' sum for the parent, each
