@@ -239,9 +239,6 @@ absl::Status ValidatePrivacy(const TaskSpec& spec) {
     return FieldError("privacy.dp.target_epsilon",
                       absl::StrCat("must be > 0, got ", ShowNumber(dp.target_epsilon())));
   }
-  if (spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL) {
-    return Conflict("topology", "hierarchical is not supported yet with differential privacy");
-  }
   if (spec.straggler_factor() != 0) {
     return Conflict("straggler_factor",
                     "not supported yet with differential privacy (a late update weighted by "
@@ -250,7 +247,15 @@ absl::Status ValidatePrivacy(const TaskSpec& spec) {
   }
   // Level sample: the budget depends on the peers' shard sizes, known once they report them;
   // the task completes before a round that would pass the target (FederatedSyncTask).
+  // On a tree each peer's DP-SGD step made its update private: the tree only adds.
   if (dp.level() == common::v1::DP_LEVEL_SAMPLE) return absl::OkStatus();
+  if (spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL && spec.replicas() > 1) {
+    // The clusters send their sums of clipped updates, and the root alone adds the noise.
+    return Conflict("replicas",
+                    "not supported yet with privacy.dp at level peer on a tree (a backup that "
+                    "takes over a cluster's or the root's round would have to add the noise "
+                    "exactly once, and nothing ensures that yet); remove it or set 1");
+  }
   if (dp.has_target_epsilon()) {
     // The budget must hold at least one round in which every peer takes part (q = 1: every
     // peer of a federated-sync task is expected in every round).

@@ -48,6 +48,7 @@ OpenRoundParams OpenRoundParams::From(const v1::OpenRoundRequest& request) {
     params.child_backups.emplace_back(b.child(), b.backup());
   }
   params.dp = request.dp();
+  params.dp_round_peers = request.dp_round_peers();
   params.secure_aggregation = request.secure_aggregation();
   return params;
 }

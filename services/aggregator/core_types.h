@@ -80,6 +80,9 @@ struct OpenRoundParams {
   std::string replica_id = "";  // the id a primary's copies carry (default: parent.child)
   // Differential privacy (level peer, see round_privacy.h); unset level: none.
   common::v1::DpSpec dp = {};
+  // Differential privacy on a tree: the peers expected in the whole round (OpenRoundRequest.
+  // dp_round_peers); 0 on a flat round.
+  uint32_t dp_round_peers = 0;
   // Secure aggregation (sessions/secure_session.h); `enabled` false: none.
   v1::SecureAggregationSettings secure_aggregation = {};
 

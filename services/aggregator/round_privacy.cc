@@ -32,12 +32,32 @@ absl::Status CheckRoundDp(const OpenRoundParams& params, absl::string_view label
     return refuse("the aggregation must be mean");
   }
   if (params.aggregation.options().exact_sum()) return refuse("exact_sum is not supported");
-  if (!params.late_peers.empty() || !params.expected_children.empty() ||
-      !params.parent.address().empty() || !params.standby_for.empty() || !params.backups.empty()) {
-    return refuse("only flat rounds (no late peers, children, parent or replicas)");
+  if (!params.late_peers.empty() || !params.standby_for.empty() || !params.backups.empty() ||
+      !params.child_backups.empty()) {
+    return refuse("no late peers or replicas");
   }
-  if (params.expected_peers.empty()) return refuse("the round expects no peer");
+  if (params.dp_round_peers == 0) {
+    if (!params.expected_children.empty() || !params.parent.address().empty()) {
+      return refuse("a tree's round needs dp_round_peers, the peers expected in the whole round");
+    }
+    if (params.expected_peers.empty()) return refuse("the round expects no peer");
+  } else if (params.dp_round_peers < params.expected_peers.size()) {
+    return refuse(absl::StrCat("dp_round_peers ", params.dp_round_peers,
+                               " is fewer than the round's own ", params.expected_peers.size(),
+                               " expected peers"));
+  }
   return absl::OkStatus();
+}
+
+size_t DpRoundPeers(const OpenRoundParams& params) {
+  return params.dp_round_peers != 0 ? params.dp_round_peers : params.expected_peers.size();
+}
+
+absl::Status CheckDpPartial(size_t count, double total_weight, absl::string_view label) {
+  if (total_weight == static_cast<double>(count)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(label, ": differential privacy weighs every update 1, but the sum of ", count,
+                   " updates weighs ", total_weight));
 }
 
 void PrivatizeArrival(const common::v1::DpSpec& dp, absl::Span<float> update) {

@@ -26,11 +26,20 @@ namespace shoal::aggregator {
 // Whether `dp` asks for DP (level peer).
 inline bool HasDp(const common::v1::DpSpec& dp) { return dp.level() == common::v1::DP_LEVEL_PEER; }
 
-// The rounds that may take DP: flat (no parent, children or late peers), mean in float32, with
-// clip_norm > 0, noise_multiplier >= 0 and noise central (or unspecified: central) or
-// distributed. INVALID_ARGUMENT
-// naming the conflict, prefixed with `label`.
+// The rounds that may take DP: mean in float32, no late peers or replicas, with clip_norm > 0,
+// noise_multiplier >= 0 and noise central (or unspecified: central) or distributed; with
+// expected peers, or dp_round_peers (required on a tree: children or a parent) of at least them.
+// INVALID_ARGUMENT naming the conflict, prefixed with `label`.
 absl::Status CheckRoundDp(const OpenRoundParams& params, absl::string_view label);
+
+// The peers expected in the whole round, the fixed denominator: dp_round_peers on a tree,
+// len(expected_peers) on a flat round.
+size_t DpRoundPeers(const OpenRoundParams& params);
+
+// Tree rounds: whether a child's partial sum of `count` updates with total weight
+// `total_weight` may enter a round with DP: every update weighs 1 (INVALID_ARGUMENT otherwise,
+// prefixed with `label`).
+absl::Status CheckDpPartial(size_t count, double total_weight, absl::string_view label);
 
 // What the round does to an update when it arrives, before folding it with weight 1: with
 // central noise it is clipped to clip_norm again (quantised compression may round it a hair

@@ -173,6 +173,14 @@ absl::Status AggregatorWorkRunner::OpenTree(const std::string& task, const Aggre
   }
   secure_groups.clear();
   if (open.secure_aggregation().enabled()) secure_groups = SplitSecureGroups(task, opens, open);
+  // Peer-level DP: only the root adds noise, for the whole round's peers (those a secure round
+  // left out are not expected); every node gets the count (a secure cluster sizes its peers'
+  // noise shares by it).
+  if (open.has_dp()) {
+    for (aggregator::v1::OpenRoundRequest& o : opens) {
+      o.set_dp_round_peers(static_cast<uint32_t>(open.expected_peers_size()));
+    }
+  }
   // A node takes part when peers of the round are in its cluster or below it. Every child is
   // named to its parent (so that each may fetch its parent's versions), whether or not it takes
   // part; those that do send their parent a partial sum.

@@ -4,7 +4,8 @@
 // rounds; a second task (central noise) with a tight target_epsilon stops, completed, before
 // the round that would pass it, with a message naming the budget; a third, at level sample,
 // trains with DP-SGD on each peer and is charged round_batches steps per round at batch_size
-// over the smallest shard; a fourth, decentralized with DP-SGD, stops at its budget too.
+// over the smallest shard; a fourth, decentralized with DP-SGD, stops at its budget too. A
+// peer-level DP task on a tree of three aggregators completes, published by the root alone.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 
 #include "libs/privacy/rdp_accountant.h"
 #include "tests/cluster/cluster.h"
+#include "tests/testing/http_get.h"
 #include "tests/testing/temp_dir.h"
 
 namespace shoal::testing {
@@ -157,6 +159,51 @@ TEST(PrivacyClusterTest, DpTasksShowEpsilonEachRoundATightBudgetStopsEarlyAndDpS
   EXPECT_EQ(status->privacy().steps(), 10u);
   EXPECT_NEAR(status->privacy().epsilon(), after_one, after_one * 1e-9);
   std::printf("[ figure ] dp-decentralized: %s\n", status->message().c_str());
+}
+
+// Peer-level DP on a tree: three aggregators (a root serving no peer, two clusters of two) and
+// four peers with distributed noise. The clusters send sums of clipped updates; only the root
+// publishes, and every round is charged as in a flat task.
+TEST(PrivacyClusterTest, APeerLevelDpTaskRunsOnATree) {
+  auto dir = MakeTestTempDir("shoal-privacy-tree-");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  Cluster cluster(*dir);
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(cluster.StartPeer(i, 4).ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.WaitForPeersConnected(4, absl::Seconds(60)).ok()) << cluster.LogTails();
+
+  common::v1::TaskSpec spec = DpTask("dp-tree", common::v1::DP_NOISE_DISTRIBUTED);
+  spec.set_rounds(2);
+  spec.set_min_participants(4);
+  spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
+  spec.set_cluster_size(2);
+  ASSERT_TRUE(cluster.CreateTask(spec).ok());
+  auto status = cluster.WaitForEnd(spec);
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->state(), cv1::TASK_STATE_COMPLETED) << status->message() << "\n"
+                                                        << cluster.LogTails();
+  ASSERT_EQ(status->history_size(), 2);
+  for (const cv1::RoundSummary& r : status->history()) {
+    EXPECT_EQ(r.participants_size(), 4) << r.ShortDebugString();
+    const double want = EpsilonAfter(static_cast<int>(r.round()));
+    EXPECT_NEAR(r.epsilon(), want, want * 1e-9) << r.round();
+  }
+  EXPECT_EQ(status->model_version(), 2u);
+  // Each cluster sent the root one partial sum a round; the root took no peer's update.
+  const std::string root = status->aggregator();
+  for (int i = 0; i < cluster.aggregator_count(); ++i) {
+    auto page = HttpGet(cluster.aggregator(i).metrics_address, "/metrics");
+    ASSERT_TRUE(page.ok()) << page.status();
+    const bool is_root = cluster.aggregator(i).address == root;
+    SCOPED_TRACE(is_root ? "the root" : "a cluster");
+    EXPECT_EQ(MetricValue(*page, "shoal_aggregator_updates_accepted_total"), is_root ? 0.0 : 4.0);
+    EXPECT_EQ(MetricValue(*page, is_root ? "shoal_aggregator_partials_accepted_total"
+                                         : "shoal_aggregator_partials_forwarded_total"),
+              is_root ? 4.0 : 2.0);
+  }
+  EXPECT_THAT(ReadFile(cluster.dir() + "/peer-0.log"),
+              HasSubstr("with this peer's share of noise multiplier 1 (distributed)"));
 }
 
 }  // namespace

@@ -153,5 +153,33 @@ TEST_F(AggregatorPrivacyTest, RoundsDpCannotTakeAreRefused) {
   EXPECT_EQ(core_->OpenRound(late).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// On a tree a cluster's round clips (central noise) and weighs each update 1, and its partial
+// sum carries no noise: only the root adds it.
+TEST_F(AggregatorPrivacyTest, AClustersPartialSumIsItsClippedUpdatesWithoutNoise) {
+  PutBase();
+  OpenRoundParams p{"t", 1, 0, {"a", "b", "c"}, 0};
+  p.parent.set_address("127.0.0.1:1");
+  p.parent.set_child("leaf");
+  p.dp = Dp(common::v1::DP_NOISE_CENTRAL, 1.0, 5.0);  // noise that would show at once
+  EXPECT_EQ(core_->OpenRound(p).code(), absl::StatusCode::kInvalidArgument);  // no round peers
+  p.dp_round_peers = 2;  // fewer than its own peers
+  EXPECT_EQ(core_->OpenRound(p).code(), absl::StatusCode::kInvalidArgument);
+  p.dp_round_peers = 10;
+  ASSERT_TRUE(core_->OpenRound(p).ok());
+  const tensor::FlatModel d1 = Filled([](size_t i) { return 10.0f + i; });  // far over norm 1
+  const tensor::FlatModel d2 = Filled([](size_t i) { return i == 0 ? 0.5f : 0.0f; });
+  ASSERT_TRUE(PushModel(Meta("a", 3), d1).ok());
+  ASSERT_TRUE(PushModel(Meta("b", 40), d2).ok());
+  auto partial = core_->ClosePartial("t", 1);
+  ASSERT_TRUE(partial.ok()) << partial.status();
+  EXPECT_EQ((*partial)->sum.count, 2u);
+  EXPECT_DOUBLE_EQ((*partial)->sum.total_weight, 2.0);  // 1 each, not 3 + 40
+  std::vector<float> clipped = d1.values;
+  privacy::ClipToNorm(absl::MakeSpan(clipped), 1.0);
+  for (size_t i = 0; i < clipped.size(); ++i) {
+    ASSERT_NEAR((*partial)->sum.sum[i], clipped[i] + d2.values[i], 1e-6) << i;
+  }
+}
+
 }  // namespace
 }  // namespace shoal::aggregator

@@ -445,6 +445,49 @@ TEST_F(CoordinatorTreeTest, WithSecureAggregationEachClusterIsOneSecureRound) {
   for (const std::string& address : aggregator_.open_addresses) EXPECT_NE(address, kChild2);
 }
 
+TEST_F(CoordinatorTreeTest, WithDpEveryNodeIsToldTheWholeRoundsPeers) {
+  // Peer-level DP: the root divides by the peers of the whole round and makes up the missing
+  // ones' noise shares; a secure cluster sizes its peers' shares by the same count. With secure
+  // aggregation the peers that sit the round out are not counted.
+  AggregatorTree tree;
+  tree.hierarchical = true;
+  tree.nodes = {{kRoot, "", {}, 0, 0},
+                {kChild1, "aggregator-1", {"a", "b", "c"}, 0, 1},
+                {kChild2, "aggregator-2", {"d", "e"}, 0, 1}};
+  for (const bool secure : {false, true}) {
+    AggregatorWork work;
+    work.open.set_task(secure ? "secure" : "plain");
+    work.open.set_round(1);
+    work.open.mutable_dp()->set_level(common::v1::DP_LEVEL_PEER);
+    work.open.mutable_dp()->set_clip_norm(1);
+    if (secure) {
+      work.open.mutable_secure_aggregation()->set_enabled(true);
+      work.open.mutable_secure_aggregation()->set_clip_norm(1);
+    }
+    for (const char* p : {"a", "b", "c", "d", "e", "f"}) {
+      work.open.add_expected_peers(p);
+      if (secure) {
+        (*work.open.mutable_secure_aggregation()->mutable_identity_keys())[p] = std::string(32, *p);
+      }
+    }
+    aggregator_.opened.clear();
+    aggregator_.open_addresses.clear();
+    AggregatorWorkRunner runner(aggregator_, *store_, calls_, transfers_, clock_, *metrics_, {});
+    std::optional<WorkResult> done;
+    runner.Run(work.open.task(), tree, work, [&](WorkResult result) { done = std::move(result); });
+    RunWork();
+    runner.Drain();
+    ASSERT_TRUE(done.has_value());
+    ASSERT_TRUE(done->status.ok()) << done->status;
+    const uint32_t peers = secure ? 3 : 6;
+    EXPECT_EQ(done->work.open.expected_peers_size(), static_cast<int>(peers)) << secure;
+    EXPECT_EQ(OpenedAt(kRoot).dp_round_peers(), peers) << secure;
+    EXPECT_EQ(OpenedAt(kRoot).dp().level(), common::v1::DP_LEVEL_PEER) << secure;
+    EXPECT_EQ(OpenedAt(kChild1).dp_round_peers(), peers) << secure;
+    if (!secure) EXPECT_EQ(OpenedAt(kChild2).dp_round_peers(), peers);
+  }
+}
+
 TEST_F(CoordinatorTreeTest, FlatTasksShowNoClusters) {
   auto sinks = StartTask(Spec("flat", 2, 1), {"a", "b"});
   EXPECT_EQ(Status("flat").clusters_size(), 0);

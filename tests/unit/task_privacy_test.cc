@@ -124,13 +124,31 @@ TEST(TaskPrivacyTest, WhatIsNotSupportedYetIsRefusedClearly) {
               HasSubstr("aggregation: krum is not supported with differential privacy"));
   EXPECT_THAT(Refusal("aggregation_options: {exact_sum: true}\n" + dp),
               HasSubstr("aggregation_options.exact_sum: not supported yet"));
-  EXPECT_THAT(Refusal("topology: hierarchical\n" + dp),
-              HasSubstr("topology: hierarchical is not supported yet"));
   EXPECT_THAT(Refusal("straggler_factor: 3\n" + dp), HasSubstr("straggler_factor: not supported"));
   EXPECT_THAT(Refusal("compression: topk\n" + dp), HasSubstr("compression: topk is not supported"));
   // Quantising compression is fine: the aggregator clips again on arrival.
   EXPECT_EQ(Refusal("compression: int8\n" + dp), "");
   EXPECT_EQ(Refusal("compression: fp16\n" + dp), "");
+}
+
+TEST(TaskPrivacyTest, PeerLevelRunsOnATreeWithoutReplicas) {
+  for (const char* noise : {"central", "distributed"}) {
+    const std::string dp = absl::StrCat(
+        "privacy: {dp: {level: peer, clip_norm: 1, noise_multiplier: 1, delta: 1e-5, noise: ",
+        noise, "}}\n");
+    // The clusters add clipped updates; the root alone adds the noise.
+    EXPECT_EQ(Refusal("topology: hierarchical\ncluster_size: 4\nfanout: 2\n" + dp), "") << noise;
+    EXPECT_EQ(Refusal("topology: hierarchical\nreplicas: 1\n" + dp), "") << noise;
+    EXPECT_EQ(Refusal("topology: hierarchical\nreplicas: 2\n" + dp),
+              "replicas: not supported yet with privacy.dp at level peer on a tree (a backup "
+              "that takes over a cluster's or the root's round would have to add the noise "
+              "exactly once, and nothing ensures that yet); remove it or set 1 (privacy.dp is "
+              "set)")
+        << noise;
+    // What a flat task refuses with DP, a tree refuses too.
+    EXPECT_THAT(Refusal("topology: hierarchical\naggregation: median\n" + dp),
+                HasSubstr("aggregation: median is not supported with differential privacy"));
+  }
 }
 
 TEST(TaskPrivacyTest, SampleLevelTakesAnyStrategyAndCompressionButNoNoiseChoice) {
@@ -153,8 +171,9 @@ TEST(TaskPrivacyTest, SampleLevelTakesAnyStrategyAndCompressionButNoNoiseChoice)
   EXPECT_EQ(Refusal("privacy: {dp: {level: sample, clip_norm: 0, noise_multiplier: 1.1, "
                     "delta: 1e-5}}\n"),
             "privacy.dp.clip_norm: must be > 0, got 0");
-  EXPECT_THAT(Refusal("topology: hierarchical\n" + dp),
-              HasSubstr("topology: hierarchical is not supported yet"));
+  // On a tree each peer's update is private already: the aggregators only add.
+  EXPECT_EQ(Refusal("topology: hierarchical\n" + dp), "");
+  EXPECT_EQ(Refusal("topology: hierarchical\nreplicas: 2\naggregation: median\n" + dp), "");
   EXPECT_THAT(Refusal("mode: gossip\n" + dp),
               HasSubstr("supported in federated-sync or decentralized tasks only"));
   // Decentralized peers share what their DP-SGD steps trained, with or without masks.
@@ -241,6 +260,16 @@ TEST(TaskPrivacyTest, SecureAggregationParsesAndRefusesWhatCannotGoWithIt) {
   EXPECT_THAT(Refusal(three + "topology: hierarchical\n" +
                       "privacy: {secure_aggregation: {clip_norm: 1, threshold: 2}}\n"),
               HasSubstr("privacy.secure_aggregation.threshold: must be 0 on a tree"));
+  // With peer-level DP too: each peer adds its share of the noise before it masks (the default
+  // with secure aggregation), and the root makes up the shares of the peers that did not make
+  // it; central noise is added by the root alone.
+  const std::string sa_dp =
+      "privacy: {secure_aggregation: {}, dp: {level: peer, clip_norm: 1, noise_multiplier: 1, "
+      "delta: 1e-5}}\n";
+  EXPECT_EQ(Refusal(three + "topology: hierarchical\n" + sa_dp), "");
+  auto tree_spec = Parse(three + "topology: hierarchical\n" + sa_dp);
+  ASSERT_TRUE(tree_spec.ok()) << tree_spec.status();
+  EXPECT_EQ(tree_spec->privacy().dp().noise(), common::v1::DP_NOISE_DISTRIBUTED);
   EXPECT_THAT(Refusal(three + "straggler_factor: 3\n" + sa),
               HasSubstr("straggler_factor: not supported with secure aggregation"));
   EXPECT_THAT(Refusal(three + "compression: int8\n" + sa),

@@ -72,7 +72,7 @@ RoundSession::RoundSession(SessionHost& host, OpenRoundParams p, aggregation::St
       late_staleness_(std::move(late_staleness)),
       max_norm_(p.max_update_norm),
       dp_(std::move(p.dp)),
-      dp_expected_(expected_.size()),
+      dp_expected_(DpRoundPeers(p)),
       strategy_(std::move(strategy)) {}
 
 const char* RoundSession::StateName() const {
@@ -495,6 +495,16 @@ absl::StatusOr<bool> RoundSession::AddPartial(const std::shared_ptr<TaskState>& 
   }
   absl::StatusOr<std::set<std::string>> contributors = TreePartials::CheckSum(meta, partial);
   if (!contributors.ok()) return contributors.status();
+  if (HasDp(dp_)) {
+    // The root's noise and denominator count updates: each must weigh 1 (round_privacy.h).
+    if (absl::Status s =
+            CheckDpPartial(partial.count, partial.total_weight,
+                           absl::StrCat("child '", EscapeBytes(meta.child), "'s partial sum for ",
+                                        RoundLabel(meta.round, meta.task)));
+        !s.ok()) {
+      return s;
+    }
+  }
   {
     absl::MutexLock lock(&host_.mu());
     TreePartials::Round round;

@@ -107,7 +107,8 @@ class RoundSession final : public AggregationSession {
   common::v1::AsyncSpec late_staleness_;  // the stragglers' staleness bound and weighting
   double max_norm_ = 0;
   // Differential privacy (round_privacy.h): level unspecified for none; dp_expected_ is the
-  // fixed denominator, the peers expected at the open.
+  // fixed denominator, the peers expected at the open (on a tree: in the whole round,
+  // DpRoundPeers). Only a round without a parent adds noise (Close); a child's sends its sum.
   common::v1::DpSpec dp_;
   size_t dp_expected_ = 0;
   aggregation::Strategy strategy_;

@@ -89,8 +89,8 @@ absl::StatusOr<std::shared_ptr<SecureRoundSession>> SecureRoundSession::Make(
                                                    secagg::kMinParticipants,
                                                    " expected peers, got ", n));
   }
-  if (absl::StatusOr<privacy::FixedPointCodec> codec = secagg::UpdateCodec(
-          settings.clip_norm(), n, PeerNoiseStddev(p.dp, p.expected_peers.size()));
+  if (absl::StatusOr<privacy::FixedPointCodec> codec =
+          secagg::UpdateCodec(settings.clip_norm(), n, PeerNoiseStddev(p.dp, DpRoundPeers(p)));
       !codec.ok()) {
     return SettingError(label, "clip_norm", codec.status().message());
   }
@@ -147,6 +147,7 @@ SecureRoundSession::SecureRoundSession(SessionHost& host, const OpenRoundParams&
       expected_(p.expected_peers),
       clip_norm_(p.secure_aggregation.clip_norm()),
       dp_(p.dp),
+      dp_round_peers_(DpRoundPeers(p)),
       parent_(p.parent),
       threshold_(threshold),
       neighbourhood_(neighbourhood),
@@ -196,7 +197,7 @@ absl::StatusOr<std::shared_ptr<AggregationSession>> SecureRoundSession::Open(
   config.set_ring_bits(32);
   config.set_vector_length(values);
   absl::StatusOr<privacy::FixedPointCodec> codec = secagg::UpdateCodec(
-      clip_norm_, static_cast<int>(expected_.size()), PeerNoiseStddev(dp_, expected_.size()));
+      clip_norm_, static_cast<int>(expected_.size()), PeerNoiseStddev(dp_, dp_round_peers_));
   if (!codec.ok()) return codec.status();
   absl::StatusOr<std::unique_ptr<secagg::Ed25519KeyVerifier>> verifier =
       secagg::Ed25519KeyVerifier::Create(identity_keys_);
@@ -370,7 +371,7 @@ absl::StatusOr<std::vector<float>> SecureRoundSession::MeanOf(
   }
   absl::StatusOr<std::vector<double>> sum = codec_->DecodeSum(outcome.sum, survivors);
   if (!sum.ok()) return sum.status();
-  return PrivateMeanOfSum(dp_, *sum, outcome.survivors.size(), expected_.size(), base_->values);
+  return PrivateMeanOfSum(dp_, *sum, outcome.survivors.size(), dp_round_peers_, base_->values);
 }
 
 // On a tree: the cluster's secure round closes into the survivors' sum for the parent, each

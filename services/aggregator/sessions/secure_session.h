@@ -83,6 +83,8 @@ class SecureRoundSession final : public AggregationSession {
   const double clip_norm_;
   // Level peer, or unset (no DP).
   const common::v1::DpSpec dp_;
+  // The round's peers (DpRoundPeers): the fixed denominator and what sizes their noise shares.
+  const size_t dp_round_peers_;
   // On a tree (a cluster's node): where the cluster's sum goes (ClosePartial); else empty.
   const v1::ParentRound parent_;
   const uint32_t threshold_;
