@@ -7,6 +7,7 @@
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/reactor_handle.h"
 #include "libs/rpc/status.h"
+#include "libs/task/task_file.h"
 #include "libs/tensor/frame_codec.h"
 #include "libs/tensor/model_file.h"
 #include "services/coordinator/round_lists.h"
@@ -129,8 +130,17 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchTaskResponse
 grpc::ServerUnaryReactor* ControlServiceImpl::CreateTask(grpc::CallbackServerContext* context,
                                                          const v1::CreateTaskRequest* request,
                                                          v1::CreateTaskResponse* response) {
+  absl::StatusOr<v1::TaskStatus> created =
+      absl::InvalidArgumentError("task_file and spec: give one of them, not both");
+  if (request->task_file().empty()) {
+    created = core_.CreateTask(request->spec());
+  } else if (!request->has_spec()) {
+    absl::StatusOr<common::v1::TaskSpec> spec =
+        task::ParseTaskSpec(request->task_file(), "task_file");
+    created = spec.ok() ? core_.CreateTask(*spec) : spec.status();
+  }
   return FinishWith<v1::CreateTaskResponse, v1::TaskStatus>(
-      context, core_.CreateTask(request->spec()), response,
+      context, std::move(created), response,
       [](v1::TaskStatus&& s, v1::CreateTaskResponse* r) { *r->mutable_status() = std::move(s); });
 }
 

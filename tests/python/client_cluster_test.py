@@ -8,6 +8,7 @@ Usage: /usr/bin/python3 client_cluster_test.py SOURCE_DIR BIN_DIR (Debian's pyth
 python3-protobuf, python3-numpy, python3-yaml).
 """
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -125,14 +126,27 @@ class ClientClusterTest(unittest.TestCase):
             self.client.create_task(bad)
         self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
         self.assertIn("optimizer.learning_rate", caught.exception.message)
-        # Refused before the call: an unknown field, an unknown enum value.
-        for text, named in (("name: bad-task\nbatch: 3\n", "batch"),
-                            ("name: bad-task\nmode: federated\n", "mode")):
+        # The coordinator's task-file reader (shoalctl's) refuses an unknown field or enum
+        # value; the client's message names the file.
+        for text, named in (("name: bad-task\nbatch: 3\n", "batch: unknown field"),
+                            ("name: bad-task\nmode: federated\n", 'mode: unknown value')):
             with self.assertRaises(shoal_client.ShoalError) as caught:
                 self.client.create_task(self.write("bad2.yaml", text))
             self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
             self.assertIn("bad2.yaml", caught.exception.message)
             self.assertIn(named, caught.exception.message)
+
+    def test_the_coordinator_fills_every_default(self):
+        # A mode's own defaults and a TorchScript model's digest, as shoalctl would send them.
+        # Three participants needed, two peers here: the tasks never start.
+        model = os.path.join(os.environ.get("SHOAL_TEST_MODELS", ""), "fashion_mlp.pt")
+        path = self.write("defaults.yaml", "name: defaults\nmode: decentralized\n"
+                          "min_participants: 3\nmodel: {torchscript: %s}\n" % model)
+        status = self.client.create_task(path)
+        self.assertEqual(status.spec.max_connection_retry, 3)  # decentralized's own default
+        with open(model, "rb") as f:
+            self.assertEqual(status.spec.torchscript.sha256, hashlib.sha256(f.read()).hexdigest())
+        self.client.stop_task("defaults")
 
     def test_connect_errors(self):
         with self.assertRaises(shoal_client.ShoalError) as caught:

@@ -57,8 +57,8 @@ class ClientPackageTest(unittest.TestCase):
                             source], check=True)
             code = ("import shoal_client, sys; "
                     "assert shoal_client.__file__.startswith(sys.argv[1]), shoal_client.__file__; "
-                    "spec = shoal_client.load_task({'name': 'x', 'mode': 'decentralized'}); "
-                    "assert spec.mode == shoal_client.task_pb2.MODE_DECENTRALIZED, spec")
+                    "text, _ = shoal_client.task_file_text({'name': 'x'}); "
+                    "assert text == '{\"name\": \"x\"}', text")
             subprocess.run([python, "-c", code, venv], check=True, cwd=scratch)
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
-"""shoal_client without a coordinator: task files to TaskSpec (friendly enums, defaults, a
-TorchScript file's digest, errors naming the file and field) and the decoding of model streams
+"""shoal_client without a coordinator: the task file text it sends (as written, a dict as JSON,
+a TorchScript file's digest added, missing files and the size limit) and the decoding of model streams
 (shapes, and streams that do not add up or whose digests do not match).
 
 Usage: /usr/bin/python3 client_unit_test.py SOURCE_DIR
 """
 
 import hashlib
+import json
 import os
 import sys
 import tempfile
@@ -46,47 +47,61 @@ def stream(tensors, num_tensors=None, cut=0, flip=None):
 
 
 class TaskFileTest(unittest.TestCase):
-    def test_friendly_enums_and_defaults(self):
-        spec = shoal_client.load_task({"name": "t", "mode": "federated-async",
-                                       "dataset": {"partition": "label-skew"},
-                                       "optimizer": {"kind": "OPTIMIZER_ADAM"}})
-        self.assertEqual(spec.mode, task_pb2.MODE_FEDERATED_ASYNC)
-        self.assertEqual(spec.dataset.partition, task_pb2.PARTITION_LABEL_SKEW)
-        self.assertEqual(spec.dataset.classes_per_shard, 2)
-        self.assertEqual(spec.optimizer.kind, task_pb2.OPTIMIZER_ADAM)
-        self.assertEqual(spec.optimizer.learning_rate, 0.05)
-        self.assertEqual((spec.model, spec.batch_size, spec.rounds, spec.seed), ("cnn", 32, 10, 1))
+    """What the client sends as CreateTaskRequest.task_file (the coordinator parses it)."""
 
-    def test_yaml_json_and_torchscript(self):
+    def test_a_file_goes_as_written_and_a_dict_as_json(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "t.yaml")
+            text = "name: t\nmode: federated-async  # a comment\n"
+            with open(path, "w") as f:
+                f.write(text)
+            self.assertEqual(shoal_client.task_file_text(path), (text, path))
+        sent, name = shoal_client.task_file_text({"name": "t", "rounds": 3})
+        self.assertEqual((json.loads(sent), name), ({"name": "t", "rounds": 3}, "task"))
+
+    def test_a_torchscript_models_digest_is_added(self):
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "m.pt"), "wb") as f:
                 f.write(b"model bytes")
-            with open(os.path.join(d, "t.yaml"), "w") as f:
-                f.write("name: t\nmodel: {torchscript: m.pt}\ndataset:\n  train_limit: 10\n")
-            with open(os.path.join(d, "t.json"), "w") as f:
-                f.write('{"name": "t", "rounds": 3}')
-            spec = shoal_client.load_task(os.path.join(d, "t.yaml"))
-            self.assertEqual(spec.model, "torchscript")
-            self.assertEqual(spec.torchscript.file, "m.pt")
-            self.assertEqual(spec.torchscript.sha256, hashlib.sha256(b"model bytes").hexdigest())
-            self.assertEqual(spec.dataset.train_limit, 10)
-            self.assertEqual(shoal_client.load_task(os.path.join(d, "t.json")).rounds, 3)
+            digest = hashlib.sha256(b"model bytes").hexdigest()
+            for body in ("model: {torchscript: m.pt}\n",
+                         "model: torchscript\ntorchscript: {file: m.pt}\n"):
+                path = os.path.join(d, "t.yaml")
+                with open(path, "w") as f:
+                    f.write("name: t\n" + body)
+                sent = json.loads(shoal_client.task_file_text(path)[0])
+                self.assertEqual(sent["torchscript"]["sha256"], digest)
+                self.assertEqual(sent["name"], "t")
+            # A digest the task gives is the task's: the text goes unchanged.
+            given = "name: t\nmodel: {torchscript: m.pt}\ntorchscript: {sha256: abc}\n"
+            with open(path, "w") as f:
+                f.write(given)
+            self.assertEqual(shoal_client.task_file_text(path)[0], given)
 
-    def test_errors_name_the_file_and_field(self):
-        cases = [({"name": "t", "dataset": {"partitio": "iid"}},
-                  "dataset.partitio: unknown field"),
-                 ({"name": "t", "mode": "federated"}, 'mode: unknown value "federated"'),
-                 ({"name": "t", "batch_size": "many"}, "batch_size"),
-                 ({"name": "t", "model": {"onnx": "m"}}, "model: expected")]
-        for task, expected in cases:
-            with self.assertRaises(shoal_client.ShoalError) as caught:
-                shoal_client.load_task(task)
-            self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
-            self.assertIn(expected, caught.exception.message)
-        with self.assertRaises(shoal_client.ShoalError) as caught:
-            shoal_client.load_task("/nonexistent/task.yaml")
-        self.assertEqual(caught.exception.code, "NOT_FOUND")
-        self.assertIn("/nonexistent/task.yaml", caught.exception.message)
+    def test_missing_files_and_limits(self):
+        cases = [("/nonexistent/task.yaml", "NOT_FOUND", "/nonexistent/task.yaml")]
+        with tempfile.TemporaryDirectory() as d:
+            missing_model = os.path.join(d, "t.yaml")
+            with open(missing_model, "w") as f:
+                f.write("name: t\nmodel: {torchscript: gone.pt}\n")
+            cases.append((missing_model, "NOT_FOUND", "the model file " + d + "/gone.pt"))
+            big = os.path.join(d, "big.yaml")
+            with open(big, "w") as f:
+                f.write("#" * (1 << 20) + "\n")
+            cases.append((big, "INVALID_ARGUMENT", "over the limit"))
+            for path, code, expected in cases:
+                with self.assertRaises(shoal_client.ShoalError) as caught:
+                    shoal_client.task_file_text(path)
+                self.assertEqual(caught.exception.code, code)
+                self.assertIn(expected, caught.exception.message)
+
+    def test_the_coordinators_errors_name_the_file(self):
+        from shoal_client.taskfile import name_source
+        named = name_source(shoal_client.ShoalError("INVALID_ARGUMENT",
+                                                    "task_file: batch: unknown field"), "t.yaml")
+        self.assertEqual(named.message, "t.yaml: batch: unknown field")
+        other = shoal_client.ShoalError("ALREADY_EXISTS", "task_file: x")
+        self.assertIs(name_source(other, "t.yaml"), other)
 
 
 class DecodeModelTest(unittest.TestCase):

@@ -12,11 +12,11 @@ peers and download trained models. See clients/python/README.md.
 from shoal_client.client import (ENDED, Client, NodeInfo, RoundSummary, TaskStatus, connect,
                                   decode_model)
 from shoal_client.errors import ShoalError
-from shoal_client.taskfile import load_task
+from shoal_client.taskfile import task_file_text
 from shoal_client.torch_support import load_into, to_torch
 from shoal_client._gen.shoal.common.v1 import task_pb2
 from shoal_client._gen.shoal.coordinator.v1 import control_pb2
 
 __all__ = ["Client", "ENDED", "NodeInfo", "RoundSummary", "ShoalError", "TaskStatus",
-           "connect", "control_pb2", "decode_model", "load_into", "load_task", "task_pb2",
-           "to_torch"]
+           "connect", "control_pb2", "decode_model", "load_into", "task_file_text",
+           "task_pb2", "to_torch"]

@@ -12,7 +12,7 @@ import xxhash
 from shoal_client._gen.shoal.common.v1 import model_pb2, task_pb2, tensor_pb2
 from shoal_client._gen.shoal.coordinator.v1 import control_pb2, control_pb2_grpc
 from shoal_client.errors import ShoalError, from_rpc_error
-from shoal_client.taskfile import load_task
+from shoal_client.taskfile import name_source, task_file_text
 
 TaskStatus = control_pb2.TaskStatus
 RoundSummary = control_pb2.RoundSummary
@@ -125,11 +125,18 @@ class Client:
     def create_task(self, task: Union[str, os.PathLike, Dict[str, Any],
                                       task_pb2.TaskSpec]) -> TaskStatus:
         """Creates a task from a YAML or JSON task file's path, a dict written like one
-        (docs/reference/task-file.md; the defaults of fields left out are filled here) or a
-        TaskSpec; returns its status. Idempotent for an identical spec. Errors: INVALID_ARGUMENT
-        a bad file or spec (the field named), ALREADY_EXISTS the name is taken by another spec."""
-        spec = task if isinstance(task, task_pb2.TaskSpec) else load_task(task)
-        return self._call("CreateTask", control_pb2.CreateTaskRequest(spec=spec)).status
+        (docs/reference/task-file.md: the coordinator reads it as shoalctl reads files, defaults
+        included) or a TaskSpec; returns its status. Idempotent for an identical spec. Errors:
+        INVALID_ARGUMENT a bad file or spec (the file and field named), NOT_FOUND a missing
+        file (the task's or its TorchScript model's), ALREADY_EXISTS the name is taken by
+        another spec."""
+        if isinstance(task, task_pb2.TaskSpec):
+            return self._call("CreateTask", control_pb2.CreateTaskRequest(spec=task)).status
+        text, name = task_file_text(task)
+        try:
+            return self._call("CreateTask", control_pb2.CreateTaskRequest(task_file=text)).status
+        except ShoalError as e:
+            raise name_source(e, name) from None
 
     def list_tasks(self) -> List[TaskStatus]:
         """Every task's status (without round history)."""

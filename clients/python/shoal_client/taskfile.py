@@ -1,48 +1,27 @@
-"""Task files (YAML or JSON) and dicts to TaskSpec, with the rules of docs/reference/task-file.md:
-keys are the proto field names, enums are written in their friendly form (`federated-sync`,
-`label-skew`) or as their full names (`MODE_FEDERATED_SYNC`), `model: {torchscript: FILE}` names
-a TorchScript file, and fields left out keep the documented defaults (shoalctl's
-DefaultTaskSpec, libs/task/task_file.cc). The defaults that depend on other fields (a mode's own
-section, a strategy's parameters, the settings of data sets in own files) are not filled here:
-write them out, or the coordinator answers INVALID_ARGUMENT naming the field."""
+"""Task files (YAML or JSON) and dicts, as the text of CreateTaskRequest.task_file. The
+coordinator reads that text with the same reader as shoalctl (libs/task: the defaults of fields
+left out, friendly enum names, errors naming the field), so this module knows only what the
+coordinator cannot do itself: read a TorchScript model's file, whose SHA-256 it adds to the task
+(`torchscript: {sha256: HEX}`), and say which file an error is about."""
 
-import copy
 import hashlib
 import json
 import os
-from typing import Any, Dict, Union
+from typing import Any, Dict, Tuple, Union
 
-from google.protobuf import descriptor as _descriptor
-from google.protobuf import json_format
-
-from shoal_client._gen.shoal.common.v1 import task_pb2
 from shoal_client.errors import ShoalError
 
-# shoalctl's DefaultTaskSpec (libs/task/task_file.cc), as a task file would write it.
-DEFAULTS: Dict[str, Any] = {
-    "mode": "MODE_FEDERATED_SYNC",
-    "model": "cnn",
-    "loss": "LOSS_CROSS_ENTROPY",
-    "dataset": {"name": "fashion-mnist", "format": "DATA_FORMAT_FASHION_MNIST",
-                "partition": "PARTITION_IID"},
-    "batch_size": 32,
-    "optimizer": {"kind": "OPTIMIZER_SGD", "learning_rate": 0.05, "momentum": 0.9},
-    "round_batches": 50,
-    "rounds": 10,
-    "min_participants": 1,
-    "round_deadline_seconds": 120,
-    "aggregation": "AGGREGATION_MEAN",
-    "seed": 1,
-    "compression": "COMPRESSION_NONE",
-}
-MAX_BYTES = 1 << 20  # the task file limit of shoalctl (1 MiB)
+MAX_BYTES = 1 << 20  # the task file limit of shoalctl and of the coordinator (1 MiB)
+# The coordinator's name for the text in its error messages.
+SOURCE = "task_file"
 
 
-def load_task(source: Union[str, os.PathLike, Dict[str, Any]]) -> task_pb2.TaskSpec:
-    """The TaskSpec of a task file's path or of a dict written like one. Raises ShoalError
-    (NOT_FOUND: no such file; INVALID_ARGUMENT: bad content, the file and field named)."""
+def task_file_text(source: Union[str, os.PathLike, Dict[str, Any]]) -> Tuple[str, str]:
+    """(text to send, name for messages) of a task file's path or of a dict written like one.
+    Raises ShoalError: NOT_FOUND no such file (the task's or its TorchScript model's);
+    INVALID_ARGUMENT a file over 1 MiB, not UTF-8, or whose model cannot be found in it."""
     if isinstance(source, dict):
-        return spec_from_dict(source, "task", os.getcwd())
+        return _with_model_digest(source, "task", os.getcwd(), None), "task"
     path = os.fspath(source)
     try:
         size = os.path.getsize(path)
@@ -55,10 +34,22 @@ def load_task(source: Union[str, os.PathLike, Dict[str, Any]]) -> task_pb2.TaskS
         raise ShoalError("NOT_FOUND", f"{path}: {e.strerror}") from None
     except UnicodeDecodeError as e:
         raise ShoalError("INVALID_ARGUMENT", f"{path}: not UTF-8 text ({e.reason})") from None
-    return spec_from_dict(_parse_text(text, path), path, os.path.dirname(os.path.abspath(path)))
+    task = _parse(text)
+    base_dir = os.path.dirname(os.path.abspath(path))
+    return _with_model_digest(task, path, base_dir, text), path
 
 
-def _parse_text(text: str, source: str) -> Any:
+def name_source(error: ShoalError, name: str) -> ShoalError:
+    """The coordinator's error about the task file text, naming the file instead."""
+    prefix = SOURCE + ": "
+    if error.code == "INVALID_ARGUMENT" and error.message.startswith(prefix):
+        return ShoalError(error.code, f"{name}: {error.message[len(prefix):]}")
+    return error
+
+
+def _parse(text: str) -> Any:
+    """The task as Python values, to find its model file; None when this cannot tell (the
+    coordinator then reads the text and names what is wrong)."""
     try:
         return json.loads(text)
     except ValueError:
@@ -66,95 +57,41 @@ def _parse_text(text: str, source: str) -> Any:
     try:
         import yaml  # python3-yaml (scripts/bootstrap test)
     except ImportError:
-        raise ShoalError("INVALID_ARGUMENT", f"{source}: not JSON, and PyYAML (python3-yaml) "
-                         "is not installed to read YAML") from None
+        return None
     try:
         return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ShoalError("INVALID_ARGUMENT", f"{source}: {e}") from None
+    except yaml.YAMLError:
+        return None
 
 
-def spec_from_dict(task: Any, source: str, base_dir: str) -> task_pb2.TaskSpec:
-    """TaskSpec of a parsed task file; `source` starts every error message and `base_dir`
-    resolves a relative TorchScript file."""
+def _model_file(task: Any) -> Any:
+    """The TorchScript file a task names (`model: {torchscript: FILE}` or
+    `torchscript: {file: FILE}`), or None."""
     if not isinstance(task, dict):
-        raise ShoalError("INVALID_ARGUMENT", f"{source}: a task file is a mapping of fields")
-    task = copy.deepcopy(task)
+        return None
     model = task.get("model")
-    if isinstance(model, dict):
-        if set(model) != {"torchscript"}:
-            raise ShoalError("INVALID_ARGUMENT", f"{source}: model: expected cnn, mlp, "
-                             "wide-mlp, or {torchscript: FILE}")
-        task["model"] = "torchscript"
-        task["torchscript"] = {"file": str(model["torchscript"]),
-                               "sha256": _sha256(model["torchscript"], source, base_dir)}
-    merged = _merge(copy.deepcopy(DEFAULTS), task)
-    _friendly_enums(merged, task_pb2.TaskSpec.DESCRIPTOR, source, "")
-    spec = task_pb2.TaskSpec()
-    try:
-        json_format.ParseDict(merged, spec)
-    except json_format.ParseError as e:
-        raise ShoalError("INVALID_ARGUMENT", f"{source}: {str(e).splitlines()[0]}") from None
-    dataset = spec.dataset
-    if dataset.partition == task_pb2.PARTITION_LABEL_SKEW and dataset.classes_per_shard == 0:
-        dataset.classes_per_shard = 2
-    if dataset.partition == task_pb2.PARTITION_DIRICHLET and dataset.alpha == 0:
-        dataset.alpha = 0.5
-    return spec
+    if isinstance(model, dict) and "torchscript" in model:
+        return model["torchscript"]
+    torchscript = task.get("torchscript")
+    if isinstance(torchscript, dict):
+        return torchscript.get("file")
+    return None
 
 
-def _sha256(file: Any, source: str, base_dir: str) -> str:
+def _with_model_digest(task: Any, name: str, base_dir: str, text: Any) -> str:
+    """The text to send: `text` as written (or the dict as JSON), with the SHA-256 of a
+    TorchScript model's file added unless the task gives it."""
+    file = _model_file(task)
+    torchscript = task.get("torchscript") if isinstance(task, dict) else None
+    if file is None or (isinstance(torchscript, dict) and torchscript.get("sha256")):
+        return text if text is not None else json.dumps(task)
     path = os.path.join(base_dir, str(file))
     try:
         with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
+            digest = hashlib.sha256(f.read()).hexdigest()
     except OSError as e:
         raise ShoalError("NOT_FOUND",
-                         f"{source}: model.torchscript: {path}: {e.strerror}") from None
-
-
-def _merge(base: Dict[str, Any], over: Dict[str, Any]) -> Dict[str, Any]:
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _merge(base[key], value)
-        else:
-            base[key] = value
-    return base
-
-
-def _friendly_enums(obj: Dict[str, Any], message: _descriptor.Descriptor, source: str,
-                    path: str) -> None:
-    """Rewrites friendly enum names to full ones, in place; refuses unknown keys (shoalctl's
-    message). Values of the wrong type are left for json_format, which names the field."""
-    for key, value in obj.items():
-        where = f"{path}{key}"
-        field = message.fields_by_name.get(key)
-        if field is None:
-            expected = ", ".join(sorted(message.fields_by_name))
-            raise ShoalError("INVALID_ARGUMENT", f"{source}: {where}: unknown field (expected "
-                             f"one of {expected})")
-        values = value if isinstance(value, list) else [value]
-        if field.message_type is not None:
-            for item in values:
-                if isinstance(item, dict):
-                    _friendly_enums(item, field.message_type, source, where + ".")
-        elif field.enum_type is not None:
-            full = [_enum_value(field.enum_type, v, source, where) for v in values]
-            obj[key] = full if isinstance(value, list) else full[0]
-
-
-def _enum_value(enum: _descriptor.EnumDescriptor, value: Any, source: str, where: str) -> Any:
-    if not isinstance(value, str):
-        return value
-    wanted = value.upper().replace("-", "_")
-    unspecified = [v.name for v in enum.values if v.name.endswith("_UNSPECIFIED")]
-    prefix = unspecified[0][: -len("UNSPECIFIED")] if unspecified else ""
-    for v in enum.values:
-        if v.name.endswith("_UNSPECIFIED"):
-            continue
-        if wanted == v.name or prefix + wanted == v.name:
-            return v.name
-    names = ", ".join(v.name[len(prefix):].lower().replace("_", "-") for v in enum.values
-                      if not v.name.endswith("_UNSPECIFIED"))
-    raise ShoalError("INVALID_ARGUMENT",
-                     f"{source}: {where}: unknown value \"{value}\" (expected {names})")
+                         f"{name}: the model file {path}: {e.strerror}") from None
+    task = dict(task)
+    task["torchscript"] = dict(torchscript or {}, sha256=digest)
+    return json.dumps(task)
