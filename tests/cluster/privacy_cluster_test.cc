@@ -5,7 +5,8 @@
 // the round that would pass it, with a message naming the budget; a third, at level sample,
 // trains with DP-SGD on each peer and is charged round_batches steps per round at batch_size
 // over the smallest shard; a fourth, decentralized with DP-SGD, stops at its budget too, and so
-// does a fifth, decentralized at level peer (each participant noises what it serves).
+// does a fifth, decentralized at level peer (each participant noises what it serves); a sixth,
+// gossip with DP-SGD, shows the epsilon its peers' steps spent.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/time/clock.h"
 #include "libs/privacy/rdp_accountant.h"
 #include "tests/cluster/cluster.h"
 #include "tests/testing/temp_dir.h"
@@ -161,6 +163,7 @@ TEST(PrivacyClusterTest, DpTasksShowEpsilonEachRoundATightBudgetStopsEarlyAndDpS
 
   // Decentralized at level peer: each participant clips its update and adds the full noise
   // before serving it; each round is charged at q = 1, and the target has room for two rounds.
+  const absl::Time dec_peer_start = absl::Now();
   common::v1::TaskSpec dec_peer = DpTask("dp-decentralized-peer", common::v1::DP_NOISE_CENTRAL);
   dec_peer.set_mode(common::v1::MODE_DECENTRALIZED);
   dec_peer.set_rounds(5);
@@ -179,7 +182,24 @@ TEST(PrivacyClusterTest, DpTasksShowEpsilonEachRoundATightBudgetStopsEarlyAndDpS
   EXPECT_THAT(ReadFile(cluster.dir() + "/peer-0.log"),
               HasSubstr("round updates are clipped to L2 norm 0.5 and carry noise of stddev 0.5 "
                         "before they are served"));
-  std::printf("[ figure ] dp-decentralized-peer: %s\n", status->message().c_str());
+  std::printf("[ figure ] dp-decentralized-peer (%.1f s): %s\n",
+              absl::ToDoubleSeconds(absl::Now() - dec_peer_start), status->message().c_str());
+
+  // Gossip with DP-SGD: each peer trains its 20 steps; the status shows the epsilon of those
+  // steps at batch_size over the smaller shard (no target: nothing stops a gossip peer).
+  const absl::Time gossip_start = absl::Now();
+  common::v1::TaskSpec gossip = sample;
+  gossip.set_name("dp-gossip");
+  gossip.set_mode(common::v1::MODE_GOSSIP);
+  ASSERT_TRUE(cluster.CreateTask(gossip).ok());
+  status = cluster.WaitForEnd(gossip);
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->state(), cv1::TASK_STATE_COMPLETED) << status->message();
+  EXPECT_EQ(status->privacy().steps(), 20u);
+  EXPECT_DOUBLE_EQ(status->privacy().sampling_rate(), q);
+  EXPECT_NEAR(status->privacy().epsilon(), want, want * 1e-9);
+  std::printf("[ figure ] dp-gossip (%.1f s): epsilon %.4f after 20 steps at q %.4f\n",
+              absl::ToDoubleSeconds(absl::Now() - gossip_start), status->privacy().epsilon(), q);
 }
 
 }  // namespace
