@@ -31,7 +31,9 @@ ModeDefinition FederatedSync() {
   m.sections.stragglers = true;
   m.sections.tree = true;
   m.sections.backups = true;
-  m.sections.dp = true;
+  m.sections.dp_sample = true;
+  m.sections.dp_peer = true;  // the aggregator adds the noise, or completes the peers' shares
+  m.sections.dp_target_epsilon = true;
   m.sections.secure_aggregation = true;
   m.round_size = &MinParticipants;
   // What the round moved, and its contributors' median training and other time.
@@ -48,7 +50,12 @@ ModeDefinition Decentralized() {
   m.name = "decentralized";
   m.sections.compression = true;
   m.sections.secure_aggregation = true;  // pairwise masks among the round's participants
-  m.sections.dp = true;                  // level sample only (task_privacy.cc)
+  m.sections.dp_sample = true;
+  // Every participant sees the others' updates (or with secure aggregation their sum) before
+  // anyone else could add noise: each adds it to what it serves.
+  m.sections.dp_peer = true;
+  m.sections.dp_noise_at_peers = true;
+  m.sections.dp_target_epsilon = true;
   m.apply_defaults = [](TaskSpec& spec) {
     if (!spec.has_max_connection_retry()) spec.set_max_connection_retry(kDefaultMaxConnectionRetry);
   };
@@ -75,6 +82,11 @@ ModeDefinition Gossip() {
   m.mode = common::v1::MODE_GOSSIP;
   m.name = "gossip";
   m.sections.own = "gossip";
+  m.sections.dp_sample = true;  // each peer's DP-SGD steps; the peers' step counts are charged
+  m.sections.dp_peer_refusal =
+      "a gossip peer serves its whole model, not an update of a round: no clip_norm bounds how "
+      "one peer's data moves it (it interpolates with every model it fetched) and no round "
+      "fixes how often it is released; use level sample (DP-SGD on each peer)";
   m.apply_defaults = [](TaskSpec& spec) { gossip::ApplyGossipDefaults(*spec.mutable_gossip()); };
   m.validate = [](const TaskSpec& spec) {
     return gossip::ValidateGossipSpec(spec.gossip(), "gossip");

@@ -29,11 +29,19 @@ struct ModeSections {
   // The mode's own settings message (a TaskSpec field: "gossip", "async"), which no other mode
   // accepts; empty for none.
   std::string own;
-  bool compression = false;         // compression and topk_*: its peers send updates to compress
-  bool stragglers = false;          // straggler_factor, straggler_rounds
-  bool tree = false;                // topology: hierarchical, cluster_size, fanout
-  bool backups = false;             // replicas > 1 on a tree
-  bool dp = false;                  // privacy.dp (peer-level differential privacy)
+  bool compression = false;  // compression and topk_*: its peers send updates to compress
+  bool stragglers = false;   // straggler_factor, straggler_rounds
+  bool tree = false;         // topology: hierarchical, cluster_size, fanout
+  bool backups = false;      // replicas > 1 on a tree
+  bool dp_sample = false;    // privacy.dp at level sample (DP-SGD on each peer)
+  bool dp_peer = false;      // privacy.dp at level peer (clipped updates, Gaussian noise)
+  // Level peer without an aggregator: each peer adds the noise to the update it serves, the full
+  // noise (noise central) or, only with secure aggregation, its share (noise distributed).
+  bool dp_noise_at_peers = false;
+  // Why the mode does not take level peer, shown when a task asks for it ("" when it does).
+  std::string dp_peer_refusal;
+  // privacy.dp.target_epsilon: the coordinator ends the task before a round passes it.
+  bool dp_target_epsilon = false;
   bool secure_aggregation = false;  // privacy.secure_aggregation (SecAgg+)
 };
 

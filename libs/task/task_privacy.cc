@@ -194,18 +194,31 @@ absl::Status ValidatePrivacy(const TaskSpec& spec) {
                        JsonQuote(FriendlyEnumName(*common::v1::DpLevel_descriptor(), dp.level())),
                        " (expected peer, sample)"));
   }
-  if (const ModeDefinition& mode = ModeDefinitionOrDefault(spec.mode()); !mode.sections.dp) {
-    return FieldError(
-        "privacy.dp",
-        absl::StrCat("differential privacy is supported in ",
-                     ModeNames([](const ModeDefinition& m) { return m.sections.dp; }, " or "),
-                     " tasks only; not supported yet in mode ", mode.name));
+  const ModeDefinition& mode = ModeDefinitionOrDefault(spec.mode());
+  if (!mode.sections.dp_sample && !mode.sections.dp_peer) {
+    return FieldError("privacy.dp",
+                      absl::StrCat("differential privacy is supported in ",
+                                   ModeNames(
+                                       [](const ModeDefinition& m) {
+                                         return m.sections.dp_sample || m.sections.dp_peer;
+                                       },
+                                       " or "),
+                                   " tasks only; not supported yet in mode ", mode.name));
   }
-  if (spec.mode() == common::v1::MODE_DECENTRALIZED && dp.level() == common::v1::DP_LEVEL_PEER) {
+  if (dp.level() == common::v1::DP_LEVEL_PEER && !mode.sections.dp_peer) {
+    return FieldError("privacy.dp.level", absl::StrCat("peer is not supported in ", mode.name,
+                                                       " tasks: ", mode.sections.dp_peer_refusal));
+  }
+  if (dp.level() == common::v1::DP_LEVEL_SAMPLE && !mode.sections.dp_sample) {
     return FieldError("privacy.dp.level",
-                      "peer is not supported yet in decentralized tasks (no aggregator adds the "
-                      "noise, and a dropped participant's share of it could not be made up); use "
-                      "level sample: each peer's DP-SGD steps make everything it shares private");
+                      absl::StrCat("sample is not supported in ", mode.name, " tasks"));
+  }
+  if (dp.level() == common::v1::DP_LEVEL_PEER && mode.sections.dp_noise_at_peers &&
+      dp.noise() == common::v1::DP_NOISE_DISTRIBUTED && !HasSecureAggregation(spec)) {
+    return FieldError("privacy.dp.noise",
+                      absl::StrCat("distributed needs privacy.secure_aggregation in ", mode.name,
+                                   " tasks: every participant sees each update in the clear, so "
+                                   "each must carry the full noise (use noise: central)"));
   }
   if (!(dp.clip_norm() > 0) || !std::isfinite(dp.clip_norm())) {
     return FieldError("privacy.dp.clip_norm",
@@ -238,6 +251,13 @@ absl::Status ValidatePrivacy(const TaskSpec& spec) {
       (!(dp.target_epsilon() > 0) || !std::isfinite(dp.target_epsilon()))) {
     return FieldError("privacy.dp.target_epsilon",
                       absl::StrCat("must be > 0, got ", ShowNumber(dp.target_epsilon())));
+  }
+  if (dp.has_target_epsilon() && !mode.sections.dp_target_epsilon) {
+    return FieldError("privacy.dp.target_epsilon",
+                      absl::StrCat("not supported in ", mode.name,
+                                   " tasks: each peer trains its rounds x round_batches steps "
+                                   "and nothing stops it at a budget; the task status shows the "
+                                   "epsilon spent (choose rounds so that it fits)"));
   }
   if (spec.straggler_factor() != 0) {
     return Conflict("straggler_factor",

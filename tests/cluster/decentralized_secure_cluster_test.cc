@@ -4,12 +4,14 @@
 // coordinator hands out in the PeerList). A participant SIGKILLed after masking, once the others
 // hold every masked update and before the survivors are fixed, is left out: each survivor
 // reveals its self seed and its one pairwise seed with the dead peer, and all three end the
-// round with the same model, the mean of their own three updates.
+// round with the same model, the mean of their own three updates. With privacy.dp at level peer
+// and noise distributed the same kill makes the three left mask again with fresh noise shares.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -101,6 +103,53 @@ TEST(DecentralizedSecureClusterTest, APeerKilledAfterMaskingIsLeftOutAndTheSurvi
                                    "aggregation: peer-0, peer-1, peer-2\\)"));
     EXPECT_THAT(log, ContainsRegex("round 2 attempt [0-9]+: revealing the seeds for the survivors "
                                    "peer-0, peer-1, peer-2 \\(0 pairwise seeds"));
+  }
+  // privacy.dp at level peer, noise distributed, in the same cluster: the same kill (of a fresh
+  // stalling peer-4), but the three left mask again, each with a fresh noise share for three (a
+  // sum short of the dead peer's share would carry less noise than the accountant is charged
+  // for), so they reveal no pairwise seed with it.
+  ASSERT_TRUE(cluster.StartTestPeer(4, 5, {"--test-stall-masked-round=1"}).ok())
+      << cluster.LogTails();
+  ASSERT_TRUE(cluster.WaitForPeersConnected(4, absl::Seconds(60)).ok()) << cluster.LogTails();
+  common::v1::TaskSpec dp_spec = spec;
+  dp_spec.set_name("dec-secure-dp");
+  dp_spec.set_rounds(1);
+  dp_spec.set_round_batches(10);
+  dp_spec.mutable_privacy()->mutable_secure_aggregation()->clear_clip_norm();
+  common::v1::DpSpec& dp = *dp_spec.mutable_privacy()->mutable_dp();
+  dp.set_level(common::v1::DP_LEVEL_PEER);
+  dp.set_noise(common::v1::DP_NOISE_DISTRIBUTED);
+  dp.set_clip_norm(1.0);
+  dp.set_noise_multiplier(1.0);
+  dp.set_delta(1e-5);
+  const absl::Time dp_start = absl::Now();
+  ASSERT_TRUE(cluster.CreateTask(dp_spec).ok());
+  ASSERT_TRUE(WaitForPeerLog(cluster, 4, "round 1: holding every masked update; stalling",
+                             absl::Seconds(60)))
+      << cluster.LogTails();
+  // peer-4 holds every masked update: the round is sharing, every update is masked.
+  cluster.peer(4).process->Signal(SIGKILL);
+  status = cluster.WaitForEnd(dp_spec);
+  ASSERT_TRUE(status.ok()) << status.status() << cluster.LogTails();
+  ASSERT_EQ(status->state(), cv1::TASK_STATE_COMPLETED) << status->message() << cluster.LogTails();
+  std::printf("[ figure ] dec-secure-dp: %.1f s\n", absl::ToDoubleSeconds(absl::Now() - dp_start));
+  ASSERT_EQ(status->history_size(), 1);
+  EXPECT_EQ(status->history(0).participants_size(), 3);
+  EXPECT_EQ(status->privacy().rounds(), 1u);  // charged once, when the round opened
+  metrics = HttpGet(cluster.coordinator().metrics_address, "/metrics");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_THAT(*metrics, HasSubstr("shoal_coordinator_decentralized_digest_mismatches_total 0\n"));
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(absl::StrCat("peer-", i));
+    const std::string log = PeerLog(cluster, i);
+    EXPECT_THAT(log,
+                HasSubstr("carry noise of stddev 1 over the masking's number of participants"));
+    EXPECT_THAT(log, ContainsRegex("task dec-secure-dp round 1 attempt [0-9]+: serving the round "
+                                   "update masked with peer-0, peer-1, peer-2\n"));
+    EXPECT_THAT(log, ContainsRegex("task dec-secure-dp round 1 attempt [0-9]+: revealing the seeds "
+                                   "for the survivors peer-0, peer-1, peer-2 \\(0 pairwise seeds"));
+    EXPECT_THAT(log, ContainsRegex("task dec-secure-dp round 1 attempt [0-9]+: aggregated 3 masked "
+                                   "updates"));
   }
 }
 

@@ -4,8 +4,10 @@
 // rounds; a second task (central noise) with a tight target_epsilon stops, completed, before
 // the round that would pass it, with a message naming the budget; a third, at level sample,
 // trains with DP-SGD on each peer and is charged round_batches steps per round at batch_size
-// over the smallest shard; a fourth, decentralized with DP-SGD, stops at its budget too. A
-// peer-level DP task on a tree of three aggregators completes, published by the root alone.
+// over the smallest shard; a fourth, decentralized with DP-SGD, stops at its budget too, and so
+// does a fifth, decentralized at level peer (each participant noises what it serves); a sixth,
+// gossip with DP-SGD, shows the epsilon its peers' steps spent. A peer-level DP task on a tree
+// of three aggregators completes, published by the root alone.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -16,6 +18,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/time/clock.h"
 #include "libs/privacy/rdp_accountant.h"
 #include "tests/cluster/cluster.h"
 #include "tests/testing/http_get.h"
@@ -159,6 +162,46 @@ TEST(PrivacyClusterTest, DpTasksShowEpsilonEachRoundATightBudgetStopsEarlyAndDpS
   EXPECT_EQ(status->privacy().steps(), 10u);
   EXPECT_NEAR(status->privacy().epsilon(), after_one, after_one * 1e-9);
   std::printf("[ figure ] dp-decentralized: %s\n", status->message().c_str());
+
+  // Decentralized at level peer: each participant clips its update and adds the full noise
+  // before serving it; each round is charged at q = 1, and the target has room for two rounds.
+  const absl::Time dec_peer_start = absl::Now();
+  common::v1::TaskSpec dec_peer = DpTask("dp-decentralized-peer", common::v1::DP_NOISE_CENTRAL);
+  dec_peer.set_mode(common::v1::MODE_DECENTRALIZED);
+  dec_peer.set_rounds(5);
+  dec_peer.set_round_deadline_seconds(30);
+  dec_peer.mutable_privacy()->mutable_dp()->set_target_epsilon(target);
+  ASSERT_TRUE(cluster.CreateTask(dec_peer).ok());
+  status = cluster.WaitForEnd(dec_peer);
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->state(), cv1::TASK_STATE_COMPLETED) << status->message();
+  EXPECT_THAT(status->message(), HasSubstr("privacy budget reached"));
+  ASSERT_EQ(status->history_size(), 2);
+  EXPECT_EQ(status->history(1).participants_size(), 2);
+  EXPECT_EQ(status->privacy().rounds(), 2u);
+  EXPECT_DOUBLE_EQ(status->privacy().sampling_rate(), 1.0);
+  EXPECT_NEAR(status->privacy().epsilon(), EpsilonAfter(2), EpsilonAfter(2) * 1e-9);
+  EXPECT_THAT(ReadFile(cluster.dir() + "/peer-0.log"),
+              HasSubstr("round updates are clipped to L2 norm 0.5 and carry noise of stddev 0.5 "
+                        "before they are served"));
+  std::printf("[ figure ] dp-decentralized-peer (%.1f s): %s\n",
+              absl::ToDoubleSeconds(absl::Now() - dec_peer_start), status->message().c_str());
+
+  // Gossip with DP-SGD: each peer trains its 20 steps; the status shows the epsilon of those
+  // steps at batch_size over the smaller shard (no target: nothing stops a gossip peer).
+  const absl::Time gossip_start = absl::Now();
+  common::v1::TaskSpec gossip = sample;
+  gossip.set_name("dp-gossip");
+  gossip.set_mode(common::v1::MODE_GOSSIP);
+  ASSERT_TRUE(cluster.CreateTask(gossip).ok());
+  status = cluster.WaitForEnd(gossip);
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->state(), cv1::TASK_STATE_COMPLETED) << status->message();
+  EXPECT_EQ(status->privacy().steps(), 20u);
+  EXPECT_DOUBLE_EQ(status->privacy().sampling_rate(), q);
+  EXPECT_NEAR(status->privacy().epsilon(), want, want * 1e-9);
+  std::printf("[ figure ] dp-gossip (%.1f s): epsilon %.4f after 20 steps at q %.4f\n",
+              absl::ToDoubleSeconds(absl::Now() - gossip_start), status->privacy().epsilon(), q);
 }
 
 // Peer-level DP on a tree: three aggregators (a root serving no peer, two clusters of two) and

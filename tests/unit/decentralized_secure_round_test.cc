@@ -3,6 +3,7 @@
 // reveal for the survivors end with the same bits: base + the mean of the survivors' clipped
 // deltas, whichever participant dropped after masking.
 
+#include <cmath>
 #include <map>
 #include <memory>
 #include <random>
@@ -12,8 +13,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/privacy/crypto.h"
+#include "libs/privacy/dp_update.h"
 #include "libs/privacy/secagg/identity.h"
 #include "services/peer_agent/modes/decentralized/secure_round.h"
+#include "services/peer_agent/modes/decentralized/served_noise.h"
 
 namespace shoal::peer {
 namespace {
@@ -68,10 +71,12 @@ Participants Make(double clip_norm) {
 
 // Every participant masks over the list, holds the others' masked updates, reveals for
 // `survivors`; every survivor finishes. Returns the survivors' results.
-std::vector<SecureRound::Result> RunRound(Participants& p, const std::vector<int>& survivors) {
+// With `noises` (one per participant) each masks with its noise.
+std::vector<SecureRound::Result> RunRound(Participants& p, const std::vector<int>& survivors,
+                                          std::vector<ServedNoise>* noises = nullptr) {
   std::vector<std::shared_ptr<const tensor::FlatModel>> served;
   for (int i = 0; i < kPeers; ++i) {
-    auto s = p.rounds[i].Mask(1, p.list);
+    auto s = p.rounds[i].Mask(1, p.list, noises != nullptr ? &(*noises)[i] : nullptr);
     EXPECT_TRUE(s.ok()) << s.status();
     served.push_back(*s);
     EXPECT_EQ(served.back()->layout, SecureRound::MaskedLayout(203));
@@ -121,6 +126,46 @@ TEST(DecentralizedSecureRoundTest, SurvivorsEndWithTheSameMeanOfTheirUpdates) {
       EXPECT_NEAR(results[0].model.values[k], p.base.values[k] + mean, 1e-5) << k;
     }
   }
+}
+
+// privacy.dp at level peer, noise distributed: each masked update carries N(0, (σC)² / 4), so
+// the survivors' mean is off the clipped mean by N(0, (σC / 4)²) per value, the same bits at
+// every survivor.
+TEST(DecentralizedSecureRoundTest, TheMeanCarriesTheSumOfTheNoiseShares) {
+  constexpr double kSigma = 2, kClip = 1;
+  common::v1::TaskSpec spec;
+  common::v1::DpSpec& dp = *spec.mutable_privacy()->mutable_dp();
+  dp.set_level(common::v1::DP_LEVEL_PEER);
+  dp.set_noise(common::v1::DP_NOISE_DISTRIBUTED);
+  dp.set_noise_multiplier(kSigma);
+  dp.set_clip_norm(kClip);
+  std::vector<double> off;
+  for (uint64_t seed = 0; seed < 10; ++seed) {  // 10 rounds of 203 values
+    Participants p = Make(kClip);
+    std::vector<ServedNoise> noises;
+    for (int i = 0; i < kPeers; ++i) noises.push_back(ServedNoise::WithSeed(spec, seed * 16 + i));
+    std::vector<SecureRound::Result> results = RunRound(p, {0, 1, 2, 3}, &noises);
+    ASSERT_EQ(results.size(), 4u);
+    EXPECT_EQ(results[3].model.Digest(), results[0].model.Digest());
+    for (size_t k = 0; k < p.base.values.size(); ++k) {
+      double mean = 0;
+      for (int i = 0; i < kPeers; ++i) {
+        std::vector<float> d(p.base.values.size());
+        for (size_t j = 0; j < d.size(); ++j) d[j] = p.trained[i].values[j] - p.base.values[j];
+        privacy::ClipToNorm(absl::MakeSpan(d), kClip);
+        mean += d[k];
+      }
+      off.push_back(results[0].model.values[k] - p.base.values[k] - mean / kPeers);
+    }
+  }
+  double sum = 0, squares = 0;
+  for (double x : off) sum += x;
+  const double mean = sum / static_cast<double>(off.size());
+  for (double x : off) squares += (x - mean) * (x - mean);
+  const double stddev = std::sqrt(squares / static_cast<double>(off.size() - 1));
+  // 2030 values: the stddev's own error is about 1.6%.
+  EXPECT_NEAR(stddev, kSigma * kClip / kPeers, 0.08 * kSigma * kClip / kPeers);
+  EXPECT_NEAR(mean, 0, 4 * kSigma * kClip / kPeers / std::sqrt(2030.0));
 }
 
 TEST(DecentralizedSecureRoundTest, RefusesWhatDoesNotFit) {

@@ -49,9 +49,18 @@ v1::PeerMessage Reveal(uint64_t round, uint32_t attempt, const std::string& id) 
 class DecentralizedSecureTaskTest : public DecentralizedTaskTest {
  protected:
   // Four peers with identity keys, round 1 joined, ready and connected: StartSharing sent.
-  void StartSharing() {
+  // `distributed`: privacy.dp at level peer, each participant adding its share of the noise.
+  void StartSharing(bool distributed = false) {
     common::v1::TaskSpec spec = Spec(3, 1);
     spec.mutable_privacy()->mutable_secure_aggregation()->set_clip_norm(1);
+    if (distributed) {
+      common::v1::DpSpec& dp = *spec.mutable_privacy()->mutable_dp();
+      dp.set_level(common::v1::DP_LEVEL_PEER);
+      dp.set_noise(common::v1::DP_NOISE_DISTRIBUTED);
+      dp.set_clip_norm(1);
+      dp.set_noise_multiplier(1);
+      dp.set_delta(1e-5);
+    }
     Make(spec);
     for (const std::string id : {"a", "b", "c", "d"}) {
       ModeEffects fx;
@@ -109,6 +118,29 @@ TEST_F(DecentralizedSecureTaskTest, APeerLostAfterMaskingIsLeftOutOfTheSurvivors
   ASSERT_EQ(fx.rounds_completed.size(), 1u);
   EXPECT_THAT(fx.rounds_completed[0].participants(), ElementsAre("a", "b", "c"));
   EXPECT_EQ(fx.rounds_completed[0].leaves(), 1u);
+}
+
+// With noise distributed the survivors' shares must add up to the whole noise: a participant lost
+// after the masking takes its share along, so the others mask again for their new number (a
+// PeerList that is not a sharing one) and connect again before they share.
+TEST_F(DecentralizedSecureTaskTest, DistributedNoiseMasksAgainWhenAParticipantIsLost) {
+  StartSharing(/*distributed=*/true);
+  EXPECT_EQ(status_.privacy().rounds(), 1u);  // charged once, when the round opened
+  Send("a", HeldAll(1, 1));
+  ModeEffects fx = Remove("d");
+  const v1::PeerList list = Events(fx, "a", kPeerList).at(0).peer_list();
+  EXPECT_FALSE(list.sharing());
+  EXPECT_EQ(list.attempt(), 2u);
+  EXPECT_THAT(Ids(list), ElementsAre("a", "b", "c"));
+  Send("a", HeldAll(1, 2), absl::StatusCode::kFailedPrecondition);  // not sharing yet
+  for (const std::string id : {"a", "b", "c"}) fx = Send(id, Report(1, 2, {}));
+  ASSERT_THAT(Kinds(fx, "a"), ElementsAre(kStartSharing));
+  for (const std::string id : {"a", "b", "c"}) fx = Send(id, HeldAll(1, 2));
+  EXPECT_THAT(Events(fx, "a", kUnmask).at(0).unmask().survivors(), ElementsAre("a", "b", "c"));
+  for (const std::string id : {"a", "b", "c"}) Send(id, Reveal(1, 2, id));
+  for (const std::string id : {"a", "b", "c"}) fx = Send(id, Shared(1, 2));
+  ASSERT_EQ(fx.rounds_completed.size(), 1u);
+  EXPECT_EQ(status_.privacy().rounds(), 1u);
 }
 
 TEST_F(DecentralizedSecureTaskTest, ASurvivorLostBeforeEveryRevealIsInRestartsTheRound) {

@@ -535,5 +535,43 @@ TEST_F(DecentralizedTaskTest, SampleLevelDpChargesEachRoundAndStopsAtTheBudget) 
   EXPECT_THAT(fx.finish->second, HasSubstr("privacy budget reached"));
 }
 
+// privacy.dp at level peer: each participant adds the noise to the update it serves, so each
+// round is one Gaussian mechanism at the task's noise multiplier and sampling rate 1, whoever
+// else is in the task (c knows no model yet and is not offered the round).
+TEST_F(DecentralizedTaskTest, PeerLevelDpChargesEachRoundAtRateOneAndStopsAtTheBudget) {
+  constexpr double kSigma = 2;
+  auto epsilon_after = [](int rounds) {
+    auto accountant = privacy::RdpAccountant::Create();
+    EXPECT_TRUE(accountant.ok());
+    EXPECT_TRUE(accountant->AddSteps(1.0, kSigma, rounds).ok());
+    return accountant->Spent(1e-5)->epsilon;
+  };
+  common::v1::TaskSpec spec = Spec(2, 10);
+  common::v1::DpSpec& dp = *spec.mutable_privacy()->mutable_dp();
+  dp.set_level(common::v1::DP_LEVEL_PEER);
+  dp.set_noise(common::v1::DP_NOISE_CENTRAL);
+  dp.set_clip_norm(1);
+  dp.set_noise_multiplier(kSigma);
+  dp.set_delta(1e-5);
+  dp.set_target_epsilon((epsilon_after(3) + epsilon_after(4)) / 2);  // three rounds fit
+  Make(spec);
+  Add("c");
+  AddSynced({"a", "b"});
+  ModeEffects fx;
+  for (uint64_t round = 1; round <= 3; ++round) {
+    EXPECT_EQ(status_.privacy().rounds(), round);
+    EXPECT_EQ(status_.privacy().sampling_rate(), 1.0);
+    EXPECT_NEAR(status_.privacy().epsilon(), epsilon_after(static_cast<int>(round)), 1e-9);
+    fx = RunRound(round, {"a", "b"});
+    ASSERT_EQ(fx.rounds_completed.size(), 1u) << round;
+  }
+  EXPECT_EQ(status_.privacy().rounds(), 3u);
+  EXPECT_EQ(status_.phase(), v1::ROUND_PHASE_EVALUATING);
+  Send("a", Eval(3));
+  fx = Send("b", Eval(3));
+  ASSERT_TRUE(fx.finish.has_value());
+  EXPECT_THAT(fx.finish->second, HasSubstr("privacy budget reached"));
+}
+
 }  // namespace
 }  // namespace shoal::coordinator

@@ -77,11 +77,26 @@ TEST(TaskModeTest, ValidationFollowsEachDefinition) {
       EXPECT_EQ(ParseAndValidate(mode + "topology: hierarchical\nreplicas: 2\n").ok(),
                 m.sections.backups);
     }
-    // Level sample: every mode with a dp section takes it (level peer needs an aggregator).
+    // The levels of DP the definition says it takes; a refused level peer says why.
     EXPECT_EQ(ParseAndValidate(mode + "privacy: {dp: {level: sample, clip_norm: 1, "
                                       "noise_multiplier: 1, delta: 1e-5}}\n")
                   .ok(),
-              m.sections.dp);
+              m.sections.dp_sample);
+    absl::StatusOr<TaskSpec> peer =
+        ParseAndValidate(mode +
+                         "min_participants: 3\nprivacy: {dp: {level: peer, clip_norm: 1, "
+                         "noise_multiplier: 1, delta: 1e-5}}\n");
+    EXPECT_EQ(peer.ok(), m.sections.dp_peer) << peer.status();
+    if (!m.sections.dp_peer && m.sections.dp_sample) {
+      EXPECT_FALSE(m.sections.dp_peer_refusal.empty());
+      EXPECT_THAT(peer.status().message(), HasSubstr(m.sections.dp_peer_refusal));
+    }
+    // Noise distributed where the peers add it: only with secure aggregation.
+    if (m.sections.dp_noise_at_peers) {
+      EXPECT_FALSE(ParseAndValidate(mode + "privacy: {dp: {level: peer, noise: distributed, "
+                                           "clip_norm: 1, noise_multiplier: 1, delta: 1e-5}}\n")
+                       .ok());
+    }
     // A mode without rounds takes only mean; one with rounds a robust strategy too.
     EXPECT_EQ(ParseAndValidate(mode + "aggregation: median\n").ok(), m.round_size != nullptr);
     // Another mode's own settings are refused, naming that mode.

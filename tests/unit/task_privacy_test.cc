@@ -106,16 +106,14 @@ TEST(TaskPrivacyTest, BadValuesAreRefusedNamingTheField) {
 TEST(TaskPrivacyTest, WhatIsNotSupportedYetIsRefusedClearly) {
   const std::string dp =
       "privacy: {dp: {level: peer, clip_norm: 1, noise_multiplier: 1, delta: 1e-5}}\n";
-  for (const char* mode : {"gossip", "federated-async"}) {
-    EXPECT_THAT(Refusal(absl::StrCat("mode: ", mode, "\n", dp)),
-                HasSubstr(absl::StrCat("privacy.dp: differential privacy is "
-                                       "supported in federated-sync or decentralized tasks only; "
-                                       "not supported yet in mode ",
-                                       mode)))
-        << mode;
-  }
-  EXPECT_THAT(Refusal("mode: decentralized\n" + dp),
-              HasSubstr("privacy.dp.level: peer is not supported yet in decentralized tasks"));
+  EXPECT_THAT(Refusal("mode: federated-async\n" + dp),
+              HasSubstr("privacy.dp: differential privacy is supported in federated-sync or "
+                        "decentralized or gossip tasks only; not supported yet in mode "
+                        "federated-async"));
+  // Gossip serves whole models, never a clipped update of a round: only level sample.
+  EXPECT_THAT(Refusal("mode: gossip\n" + dp),
+              HasSubstr("privacy.dp.level: peer is not supported in gossip tasks: a gossip peer "
+                        "serves its whole model"));
   EXPECT_THAT(Refusal("aggregation: median\n" + dp),
               HasSubstr("aggregation: median is not supported with differential privacy"));
   EXPECT_THAT(Refusal("aggregation: krum\naggregation_options: {byzantine_peers: 1}\n"
@@ -174,14 +172,51 @@ TEST(TaskPrivacyTest, SampleLevelTakesAnyStrategyAndCompressionButNoNoiseChoice)
   // On a tree each peer's update is private already: the aggregators only add.
   EXPECT_EQ(Refusal("topology: hierarchical\n" + dp), "");
   EXPECT_EQ(Refusal("topology: hierarchical\nreplicas: 2\naggregation: median\n" + dp), "");
+  // Gossip peers train a fixed number of steps: the status shows epsilon, no target stops them.
   EXPECT_THAT(Refusal("mode: gossip\n" + dp),
-              HasSubstr("supported in federated-sync or decentralized tasks only"));
+              HasSubstr("privacy.dp.target_epsilon: not supported in gossip tasks"));
+  EXPECT_EQ(Refusal("mode: gossip\nprivacy: {dp: {level: sample, clip_norm: 1, "
+                    "noise_multiplier: 1.1, delta: 1e-5}}\n"),
+            "");
   // Decentralized peers share what their DP-SGD steps trained, with or without masks.
   EXPECT_EQ(Refusal("mode: decentralized\n" + dp), "");
   EXPECT_EQ(Refusal("mode: decentralized\nmin_participants: 3\n"
                     "privacy: {secure_aggregation: {clip_norm: 1}, dp: {level: sample, "
                     "clip_norm: 1, noise_multiplier: 1.1, delta: 1e-5}}\n"),
             "");
+}
+
+// Decentralized peers add the noise themselves: the full noise to an update every other
+// participant sees, a share only where secure aggregation reveals just the sum.
+TEST(TaskPrivacyTest, DecentralizedPeerLevelNoiseIsAddedByEachParticipant) {
+  const std::string dp = "clip_norm: 1, noise_multiplier: 1, delta: 1e-5";
+  const std::string decentralized = "mode: decentralized\nmin_participants: 3\n";
+  auto clear = Parse(decentralized + "privacy: {dp: {level: peer, " + dp + "}}\n");
+  ASSERT_TRUE(clear.ok()) << clear.status();
+  EXPECT_EQ(clear->privacy().dp().noise(), common::v1::DP_NOISE_CENTRAL);
+  EXPECT_EQ(
+      Refusal(decentralized + "privacy: {dp: {level: peer, noise: distributed, " + dp + "}}\n"),
+      "privacy.dp.noise: distributed needs privacy.secure_aggregation in decentralized "
+      "tasks: every participant sees each update in the clear, so each must carry the full "
+      "noise (use noise: central)");
+  auto masked =
+      Parse(decentralized + "privacy: {secure_aggregation: {}, dp: {level: peer, " + dp + "}}\n");
+  ASSERT_TRUE(masked.ok()) << masked.status();
+  EXPECT_EQ(masked->privacy().dp().noise(), common::v1::DP_NOISE_DISTRIBUTED);
+  EXPECT_EQ(SecureClipNorm(*masked), 1.0);
+  EXPECT_EQ(Refusal(decentralized +
+                    "privacy: {secure_aggregation: {}, dp: {level: peer, "
+                    "noise: central, " +
+                    dp + "}}\n"),
+            "");
+  // As in federated-sync: one round (every participant, sampling rate 1) must fit the target,
+  // and the noise is calibrated to a mean of clipped updates.
+  EXPECT_THAT(
+      Refusal(decentralized + "privacy: {dp: {level: peer, target_epsilon: 0.5, " + dp + "}}\n"),
+      HasSubstr("privacy.dp.target_epsilon: one round at noise_multiplier 1"));
+  EXPECT_THAT(
+      Refusal(decentralized + "aggregation: median\nprivacy: {dp: {level: peer, " + dp + "}}\n"),
+      HasSubstr("aggregation: median is not supported with differential privacy"));
 }
 
 TEST(TaskPrivacyTest, SecureAggregationParsesAndRefusesWhatCannotGoWithIt) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "libs/common/log.h"
+#include "libs/task/task_privacy.h"
 #include "services/coordinator/modes/decentralized/decentralized_task.h"
 
 namespace shoal::coordinator {
@@ -254,6 +255,15 @@ void DecentralizedTask::ContinueWithParticipants(absl::Time now, ModeEffects& fx
     SendWaiting(round_.participants, round_.participants.size(), fx);
     Reopen(now, fx);
     return;
+  }
+  if (stage_ == Stage::kSharing && secure_ && task::HasDistributedNoise(spec_)) {
+    // privacy.dp with noise distributed: the survivors' shares must add up to the full noise,
+    // and the one lost took its share along. The others mask again, each with a share for
+    // their new number; the earlier masking is never unmasked.
+    LogInfo("task ", task_, ": round ", round_.number,
+            ": the participants mask again with their noise shares for ",
+            round_.participants.size());
+    stage_ = Stage::kConnecting;
   }
   SendPeerLists(/*sharing=*/stage_ == Stage::kSharing, now, fx);
 }

@@ -338,10 +338,11 @@ bool DecentralizedTask::WithinBudget(const std::set<std::string>& offer, absl::T
   if (!budget_.enabled()) return true;
   budget_.Init(status);
   // Charged as it opens, before any peer trains for it (a round whose joins re-open is not
-  // charged again: each peer trains once per round).
+  // charged again: each peer trains once per round). Level peer at sampling rate 1: the
+  // offered peers are its population (who sits out is no secret draw that could amplify).
   const uint64_t round = completed_ + 1;
   const RoundBudget::Decision decision = budget_.CheckAndCharge(
-      status, std::vector<std::string>(offer.begin(), offer.end()), peers_.size(), round);
+      status, std::vector<std::string>(offer.begin(), offer.end()), offer.size(), round);
   switch (decision.kind) {
     case RoundBudget::Decision::Kind::kOpen:
       return true;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "libs/common/log.h"
+#include "services/coordinator/modes/gossip/gossip_privacy.h"
 #include "services/coordinator/round_lists.h"
 
 namespace shoal::coordinator {
@@ -22,6 +23,7 @@ class GossipTask final : public ModeTask {
       : task_(status.spec().name()),
         spec_(status.spec()),
         metrics_(metrics),
+        privacy_(spec_, metrics),
         total_steps_(static_cast<uint64_t>(spec_.rounds()) * spec_.round_batches()),
         completed_(std::min<uint64_t>(CompletedRounds(status), spec_.rounds())) {}
 
@@ -294,6 +296,11 @@ class GossipTask final : public ModeTask {
                                         slowest, " of ", total_steps_));
       }
     }
+    if (privacy_.enabled()) {
+      std::map<std::string, uint64_t> steps;
+      for (const auto& [id, m] : members_) steps[id] = m.step;
+      privacy_.Update(steps, completed_, status);
+    }
     status.clear_peers();
     for (const auto& [id, m] : members_) {
       v1::PeerProgress* p = status.add_peers();
@@ -309,6 +316,7 @@ class GossipTask final : public ModeTask {
   const std::string task_;
   const common::v1::TaskSpec spec_;
   CoordinatorMetrics& metrics_;
+  GossipPrivacy privacy_;  // privacy.dp at level sample: the epsilon the peers' steps spent
   const uint64_t total_steps_;
 
   std::map<std::string, Member> members_;        // ordered: deterministic member lists

@@ -53,15 +53,17 @@ absl::StatusOr<std::unique_ptr<DecentralizedRunner>> DecentralizedRunner::Create
     return absl::InvalidArgumentError(
         absl::StrCat("task ", spec.name(), ": ", strategy.status().message()));
   }
+  SHOAL_ASSIGN_OR_RETURN(ServedNoise noise, ServedNoise::Create(spec));
   return std::unique_ptr<DecentralizedRunner>(
-      new DecentralizedRunner(std::move(deps), options, *std::move(strategy)));
+      new DecentralizedRunner(std::move(deps), options, *std::move(strategy), std::move(noise)));
 }
 
 DecentralizedRunner::DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunnerOptions options,
-                                         aggregation::Strategy strategy)
+                                         aggregation::Strategy strategy, ServedNoise noise)
     : deps_(std::move(deps)),
       options_(options),
       strategy_(std::move(strategy)),
+      noise_(std::move(noise)),
       secure_(task::HasSecureAggregation(deps_.assigned.spec())),
       task_(deps_.assigned.spec().name()),
       trainer_(*deps_.trainer),
@@ -73,6 +75,12 @@ DecentralizedRunner::DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunne
       compressor_(CompressionOf(deps_.assigned.spec())) {
   if (const std::string how = DescribeCompression(compressor_); !how.empty()) {
     LogInfo("task ", task_, ": round updates are exchanged as compressed deltas: ", how);
+  }
+  if (noise_.enabled()) {
+    LogInfo("task ", task_, ": round updates are clipped to L2 norm ", noise_.clip_norm(),
+            " and carry noise of stddev ", noise_.StddevFor(1),
+            secure_ ? " over the masking's number of participants (privacy.dp, level peer)"
+                    : " before they are served (privacy.dp, level peer)");
   }
 }
 
@@ -328,9 +336,9 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
   }
   if (secure_) {
     // The update is served only masked, once the round's participants are known (PeerList).
-    absl::StatusOr<SecureRound> secure = SecureRound::Start(
-        task_, r, deps_.peer_id, deps_.assigned.spec().privacy().secure_aggregation().clip_norm(),
-        stats->samples, held_, *params);
+    absl::StatusOr<SecureRound> secure =
+        SecureRound::Start(task_, r, deps_.peer_id, task::SecureClipNorm(deps_.assigned.spec()),
+                           stats->samples, held_, *params);
     if (!secure.ok()) {
       SendError(r, secure.status());
       AbandonRound("cannot start the secure round");
@@ -358,6 +366,12 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
       return;
     }
     Send(ready);
+    return;
+  }
+  // privacy.dp at level peer: every other participant sees this update as served.
+  if (absl::Status s = noise_.ApplyToModel(held_, *params).status(); !s.ok()) {
+    SendError(r, s);
+    AbandonRound("cannot add the update's noise");
     return;
   }
   std::shared_ptr<const tensor::EncodedModel> encoded;

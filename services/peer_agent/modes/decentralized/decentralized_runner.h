@@ -23,6 +23,7 @@
 #include "services/peer_agent/mode_runner.h"
 #include "services/peer_agent/modes/decentralized/aggregate.h"
 #include "services/peer_agent/modes/decentralized/secure_round.h"
+#include "services/peer_agent/modes/decentralized/served_noise.h"
 #include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
@@ -109,7 +110,7 @@ class DecentralizedRunner final : public ModeRunner {
   };
 
   DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunnerOptions options,
-                      aggregation::Strategy strategy);
+                      aggregation::Strategy strategy, ServedNoise noise);
 
   void HandleRoundOpen(const coordinator::v1::RoundOpen& m,
                        const std::function<bool()>& keep_going);
@@ -160,6 +161,7 @@ class DecentralizedRunner final : public ModeRunner {
   const ModeRunnerDeps deps_;
   const DecentralizedRunnerOptions options_;
   const aggregation::Strategy strategy_;  // the task's aggregation
+  ServedNoise noise_;                     // privacy.dp at level peer (worker thread only)
   const bool secure_;                     // privacy.secure_aggregation
   const std::string task_;
   training::Trainer& trainer_;

@@ -31,7 +31,7 @@ bool DecentralizedRunner::MaskForPeerList(const coordinator::v1::PeerList& m) {
     return false;
   }
   absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> served =
-      round_->secure->Mask(m.attempt(), participants_);
+      round_->secure->Mask(m.attempt(), participants_, &noise_);
   if (!served.ok()) {
     // Nothing of an earlier masking is served any more.
     snapshots_.Clear(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);

@@ -16,6 +16,7 @@
 #include "libs/privacy/secagg/identity.h"
 #include "libs/privacy/secagg/pairwise_round.h"
 #include "libs/tensor/flat_model.h"
+#include "services/peer_agent/modes/decentralized/served_noise.h"
 #include "shoal/coordinator/v1/session.pb.h"
 
 namespace shoal::peer {
@@ -40,10 +41,13 @@ class SecureRound {
       const privacy::secagg::KeySigner& identity) const;
 
   // Masks over the participants of PeerList `attempt` (each with its identity and mask keys)
-  // and forgets the masked updates held of an earlier masking. Returns what to serve. Errors:
-  // INVALID_ARGUMENT a participant without keys, or as PairwiseMasker::Mask.
+  // and forgets the masked updates held of an earlier masking. With `noise` enabled (privacy.dp
+  // at level peer) the clipped update gets its noise for this masking's participants first, a
+  // fresh draw at each masking (only one masking of a round is ever unmasked). Returns what to
+  // serve. Errors: INVALID_ARGUMENT a participant without keys, or as PairwiseMasker::Mask.
   absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> Mask(
-      uint32_t attempt, const std::vector<coordinator::v1::PeerEndpoint>& participants);
+      uint32_t attempt, const std::vector<coordinator::v1::PeerEndpoint>& participants,
+      ServedNoise* noise = nullptr);
 
   // The participants of the current masking, ascending; empty before Mask.
   const std::vector<std::string>& masked_with() const { return masker_.masked_with(); }
