@@ -6,12 +6,8 @@
 // peer that hosted nothing is elected in its place, and the task completes. The task
 // aggregates with median, which runs within each cluster.
 
-#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <csignal>
 #include <map>
@@ -21,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "libs/common/address.h"
 #include "tests/cluster/cluster.h"
+#include "tests/testing/reserved_port.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/wait.h"
 
@@ -35,19 +32,6 @@ std::string TempDir() {
   auto dir = MakeTestTempDir("shoal-elected-");
   EXPECT_TRUE(dir.ok()) << dir.status();
   return *dir;
-}
-
-// Whether a TCP connection to 127.0.0.1:`port` is accepted.
-bool Listening(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return ok;
 }
 
 // Whether every cluster of the tree is served by an elected peer.
@@ -125,8 +109,8 @@ TEST(ElectedSupernodesClusterTest, PeersElectedByCapacityServeTheTreeAndAreRepla
   absl::StatusOr<HostPort> hp = ParseHostPort(doomed_aggregator, "aggregator");
   ASSERT_TRUE(hp.ok()) << hp.status();
   ASSERT_EQ(hp->host, "127.0.0.1");
-  EXPECT_TRUE(
-      WaitUntil([&] { return !Listening(hp->port); }, absl::Seconds(20), absl::Milliseconds(100)))
+  EXPECT_TRUE(WaitUntil([&] { return !AcceptsConnections(hp->port); }, absl::Seconds(20),
+                        absl::Milliseconds(100)))
       << "the aggregator of killed peer " << doomed << " still listens on " << doomed_aggregator;
 
   // A new tree without it; a peer that hosted nothing is elected for the missing cluster.

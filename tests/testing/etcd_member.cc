@@ -24,20 +24,6 @@ std::string FindEtcd() {
   return "";
 }
 
-// True once something accepts TCP connections on 127.0.0.1:`port`. (A gRPC channel that was
-// refused backs off and may take seconds to notice the server; a plain connect does not.)
-bool Accepts(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return ok;
-}
-
 }  // namespace
 
 EtcdMember::~EtcdMember() { Kill(); }
@@ -93,7 +79,8 @@ absl::StatusOr<std::unique_ptr<EtcdMember>> EtcdMember::Start(const std::string&
     if (!started.ok()) return started.status();
     member->process_ = *std::move(started);
     const int port = client->port();
-    WaitUntil([&] { return Accepts(port) || !member->process_->Running(); }, absl::Seconds(15));
+    WaitUntil([&] { return AcceptsConnections(port) || !member->process_->Running(); },
+              absl::Seconds(15));
     absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv =
         etcd::EtcdKv::Connect({member->endpoint_}, Scaled(absl::Seconds(15)), absl::Seconds(5));
     if (kv.ok()) return member;

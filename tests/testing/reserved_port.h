@@ -72,4 +72,18 @@ class ReservedPort {
   int port_ = 0;
 };
 
+// Whether something accepts TCP connections on 127.0.0.1:`port` now. (A gRPC channel that was
+// refused backs off and may take seconds to notice a server that came up; this does not.)
+inline bool AcceptsConnections(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
 }  // namespace shoal::testing
