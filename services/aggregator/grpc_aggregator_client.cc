@@ -90,8 +90,15 @@ absl::Status GrpcAggregatorClient::SecureAggregate(const std::string& address,
       }
       break;
     }
-    open = WriteMaskedInChunks(std::move(**answer),
-                               [&stream](const auto& message) { return stream->Write(message); });
+    v1::SecureAggregationRequest& out = **answer;
+    if (out.has_masked() && out.masked().input().values().size() <= kMaskedChunkBytes) {
+      // One message, as WriteMaskedInChunks writes it; its buffer then goes back to the party.
+      open = stream->Write(out);
+      party.Recycle(std::move(out));
+    } else {
+      open = WriteMaskedInChunks(std::move(out),
+                                 [&stream](const auto& message) { return stream->Write(message); });
+    }
   }
   absl::Status s = rpc::FromGrpcStatus(stream->Finish());
   if (!refused.ok()) return WithContext(refused, "SecureAggregate (this peer refused)", address);
