@@ -27,6 +27,12 @@ bool WriteMaskedInChunks(v1::SecureAggregationRequest request,
                          const std::function<bool(const v1::SecureAggregationRequest&)>& write,
                          size_t chunk_bytes = kMaskedChunkBytes);
 
+// As WriteMaskedInChunks, the same messages, and `request` is left as it was (its values' buffer
+// with it, for the caller to reuse).
+bool WriteMaskedChunksOf(v1::SecureAggregationRequest& request,
+                         const std::function<bool(const v1::SecureAggregationRequest&)>& write,
+                         size_t chunk_bytes);
+
 // Puts one peer's masked update back together on the aggregator's side of its stream.
 // Not thread-safe; one per stream.
 class MaskedUpdateAssembler {
