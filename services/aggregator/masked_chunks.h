@@ -5,7 +5,8 @@
 // two million values, so a peer sends it as a run of `masked` messages: the first carries
 // num_samples, train_loss, train_ms and the first values; each later one only participant_id
 // and the values that follow; the values concatenate, in order, to the round's vector_length x 4
-// bytes. A model that fits one chunk travels as one message, as before.
+// bytes. A model that fits one chunk may travel as one message, as before; shoal's peers
+// (GrpcAggregatorClient) write 256 KiB chunks, whose serialized copies reuse memory.
 
 #include <cstddef>
 #include <functional>
