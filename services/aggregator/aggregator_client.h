@@ -33,6 +33,9 @@ class SecureParty {
   // error ends the peer's part.
   virtual absl::StatusOr<std::optional<v1::SecureAggregationRequest>> Answer(
       const v1::SecureAggregationResponse& message) = 0;
+  // An answer once it is written whole (one message), handed back so that the party may keep its
+  // memory for a later round; the default drops it.
+  virtual void Recycle(v1::SecureAggregationRequest sent) { (void)sent; }
 };
 
 // A watch of one task at an aggregator (AggregatorService.WatchTask), from AggregatorClient::

@@ -10,14 +10,23 @@ namespace shoal::aggregator {
 bool WriteMaskedInChunks(v1::SecureAggregationRequest request,
                          const std::function<bool(const v1::SecureAggregationRequest&)>& write,
                          size_t chunk_bytes) {
+  return WriteMaskedChunksOf(request, write, chunk_bytes);
+}
+
+bool WriteMaskedChunksOf(v1::SecureAggregationRequest& request,
+                         const std::function<bool(const v1::SecureAggregationRequest&)>& write,
+                         size_t chunk_bytes) {
   if (!request.has_masked() || request.masked().input().values().size() <= chunk_bytes) {
     return write(request);
   }
-  std::string values = std::move(*request.mutable_masked()->mutable_input()->mutable_values());
+  std::string& field = *request.mutable_masked()->mutable_input()->mutable_values();
+  std::string values = std::move(field);
+  field.clear();
   const absl::string_view all = values;
   // The first chunk keeps the update's other fields; the later ones only the participant.
-  v1::SecureAggregationRequest chunk = std::move(request);
-  for (size_t at = 0; at < all.size(); at += chunk_bytes) {
+  v1::SecureAggregationRequest chunk = request;
+  bool open = true;
+  for (size_t at = 0; open && at < all.size(); at += chunk_bytes) {
     if (at > 0) {
       v1::SecureMaskedUpdate& masked = *chunk.mutable_masked();
       masked.clear_num_samples();
@@ -26,9 +35,10 @@ bool WriteMaskedInChunks(v1::SecureAggregationRequest request,
     }
     const absl::string_view part = all.substr(at, chunk_bytes);
     chunk.mutable_masked()->mutable_input()->set_values(part.data(), part.size());
-    if (!write(chunk)) return false;
+    open = write(chunk);
   }
-  return true;
+  *request.mutable_masked()->mutable_input()->mutable_values() = std::move(values);
+  return open;
 }
 
 absl::StatusOr<std::optional<v1::SecureAggregationRequest>> MaskedUpdateAssembler::Add(

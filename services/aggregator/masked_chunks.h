@@ -5,7 +5,8 @@
 // two million values, so a peer sends it as a run of `masked` messages: the first carries
 // num_samples, train_loss, train_ms and the first values; each later one only participant_id
 // and the values that follow; the values concatenate, in order, to the round's vector_length x 4
-// bytes. A model that fits one chunk travels as one message, as before.
+// bytes. A model that fits one chunk may travel as one message, as before; shoal's peers
+// (GrpcAggregatorClient) write 256 KiB chunks, whose serialized copies reuse memory.
 
 #include <cstddef>
 #include <functional>
@@ -26,6 +27,12 @@ inline constexpr size_t kMaskedChunkBytes = size_t{4} << 20;
 bool WriteMaskedInChunks(v1::SecureAggregationRequest request,
                          const std::function<bool(const v1::SecureAggregationRequest&)>& write,
                          size_t chunk_bytes = kMaskedChunkBytes);
+
+// As WriteMaskedInChunks, the same messages, and `request` is left as it was (its values' buffer
+// with it, for the caller to reuse).
+bool WriteMaskedChunksOf(v1::SecureAggregationRequest& request,
+                         const std::function<bool(const v1::SecureAggregationRequest&)>& write,
+                         size_t chunk_bytes);
 
 // Puts one peer's masked update back together on the aggregator's side of its stream.
 // Not thread-safe; one per stream.

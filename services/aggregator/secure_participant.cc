@@ -31,10 +31,10 @@ absl::StatusOr<v1::SecureAggregationRequest> SecureParticipant::Start(
         absl::StrCat("the aggregator's secure round is on version ", start.base_version(), ", not ",
                      contribution_.base_version));
   }
-  if (config.vector_length() != contribution_.update.size()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the secure round takes ", config.vector_length(), " values; the update has ",
-                     contribution_.update.size()));
+  if (config.vector_length() != update().size()) {
+    return absl::FailedPreconditionError(absl::StrCat("the secure round takes ",
+                                                      config.vector_length(),
+                                                      " values; the update has ", update().size()));
   }
   absl::StatusOr<std::unique_ptr<secagg::Ed25519KeyVerifier>> verifier =
       secagg::Ed25519KeyVerifier::Create(contribution_.identity_keys);
@@ -52,6 +52,37 @@ absl::StatusOr<v1::SecureAggregationRequest> SecureParticipant::Start(
   v1::SecureAggregationRequest request;
   *request.mutable_keys() = *std::move(keys);
   return request;
+}
+
+absl::StatusOr<v1::SecureAggregationRequest> SecureParticipant::Mask(
+    const privacy::v1::EncryptedShares& shares) {
+  // Clipped (or clamped), encoded and masked a block at a time, straight into the message.
+  absl::StatusOr<secagg::UpdateEncoder> encoder =
+      contribution_.noise_stddev > 0 ? secagg::UpdateEncoder::Clamp(*codec_, update())
+                                     : secagg::UpdateEncoder::Clip(*codec_, update());
+  if (!encoder.ok()) return encoder.status();
+  std::string buffer;
+  if (contribution_.buffers != nullptr) buffer = std::move(contribution_.buffers->masked_values);
+  absl::StatusOr<privacy::v1::MaskedInput> masked = client_->MaskInput(
+      shares,
+      [&encoder](size_t start, absl::Span<uint32_t> block) {
+        return encoder->EncodeTo(start, block);
+      },
+      std::move(buffer));
+  if (!masked.ok()) return masked.status();
+  v1::SecureAggregationRequest request;
+  v1::SecureMaskedUpdate& update = *request.mutable_masked();
+  *update.mutable_input() = *std::move(masked);
+  update.set_num_samples(contribution_.num_samples);
+  update.set_train_loss(contribution_.train_loss);
+  update.set_train_ms(contribution_.train_ms);
+  return request;
+}
+
+void SecureParticipant::Recycle(v1::SecureAggregationRequest sent) {
+  if (contribution_.buffers == nullptr || !sent.has_masked()) return;
+  contribution_.buffers->masked_values =
+      std::move(*sent.mutable_masked()->mutable_input()->mutable_values());
 }
 
 absl::StatusOr<std::optional<v1::SecureAggregationRequest>> SecureParticipant::Answer(
@@ -75,19 +106,9 @@ absl::StatusOr<std::optional<v1::SecureAggregationRequest>> SecureParticipant::A
       return request;
     }
     case v1::SecureAggregationResponse::kShares: {
-      absl::StatusOr<std::vector<uint32_t>> encoded =
-          contribution_.noise_stddev > 0 ? secagg::ClampAndEncode(*codec_, contribution_.update)
-                                         : secagg::ClipAndEncode(*codec_, contribution_.update);
-      if (!encoded.ok()) return encoded.status();
-      absl::StatusOr<privacy::v1::MaskedInput> masked =
-          client_->MaskInput(message.shares(), *encoded);
+      absl::StatusOr<v1::SecureAggregationRequest> masked = Mask(message.shares());
       if (!masked.ok()) return masked.status();
-      v1::SecureMaskedUpdate& update = *request.mutable_masked();
-      *update.mutable_input() = *std::move(masked);
-      update.set_num_samples(contribution_.num_samples);
-      update.set_train_loss(contribution_.train_loss);
-      update.set_train_ms(contribution_.train_ms);
-      return request;
+      return *std::move(masked);
     }
     case v1::SecureAggregationResponse::kConsistency: {
       absl::StatusOr<privacy::v1::ConsistencyCheckResponse> signature =

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "libs/privacy/fixed_point.h"
 #include "libs/privacy/secagg/client.h"
 #include "libs/privacy/secagg/identity.h"
@@ -16,6 +17,13 @@
 #include "shoal/aggregator/v1/aggregator.pb.h"
 
 namespace shoal::aggregator {
+
+// Memory a peer keeps from one secure round to the next (owned by what outlives the rounds), so
+// that a round does not fault in fresh pages for its masked update: the buffer of the masked
+// values, handed back once the message is written (SecureParty::Recycle).
+struct SecureBuffers {
+  std::string masked_values;
+};
 
 // What a peer brings to a secure-aggregation round.
 struct SecureContribution {
@@ -26,6 +34,10 @@ struct SecureContribution {
   std::map<std::string, std::string> identity_keys;
   uint64_t base_version = 0;
   std::vector<float> update;  // the delta, every value of the model
+  // When not empty, the delta instead of `update`, read in place: it must outlive the participant.
+  absl::Span<const float> update_view;
+  // Optional, and must outlive the participant: buffers reused across rounds.
+  SecureBuffers* buffers = nullptr;
   // With peer-level DP's distributed noise: the noise `update` already carries per value (it was
   // clipped before); the values are then clamped to the round's range, not clipped again.
   double noise_stddev = 0;
@@ -47,12 +59,19 @@ class SecureParticipant final : public SecureParty {
 
   absl::StatusOr<std::optional<v1::SecureAggregationRequest>> Answer(
       const v1::SecureAggregationResponse& message) override;
+  // Keeps the masked update's buffer in the contribution's SecureBuffers, if it has them.
+  void Recycle(v1::SecureAggregationRequest sent) override;
 
   // From `done`: the peers whose updates are in the sum.
   const std::vector<std::string>& survivors() const { return survivors_; }
 
  private:
   absl::StatusOr<v1::SecureAggregationRequest> Start(const v1::SecureAggregationStart& start);
+  absl::StatusOr<v1::SecureAggregationRequest> Mask(const privacy::v1::EncryptedShares& shares);
+  absl::Span<const float> update() const {
+    return contribution_.update_view.empty() ? absl::MakeConstSpan(contribution_.update)
+                                             : contribution_.update_view;
+  }
 
   SecureContribution contribution_;
   std::unique_ptr<privacy::secagg::SecAggClient> client_;

@@ -265,7 +265,14 @@ class LightPeer {
     contribution.signer = identity_.signer;
     contribution.identity_keys.insert(r.identity_keys().begin(), r.identity_keys().end());
     contribution.base_version = r.model_version();
-    contribution.update = fleet_.model_->values;
+    // The model itself as the delta, read in place; the masked values' buffer kept across rounds.
+    contribution.update_view = fleet_.model_->values;
+    aggregator::SecureBuffers buffers;
+    {
+      absl::MutexLock lock(&mu_);
+      buffers = std::move(secure_buffers_);
+    }
+    contribution.buffers = &buffers;
     contribution.num_samples = 32;
     contribution.train_loss = 0.5;
     const bool drop = index_ < fleet_.dropping_;
@@ -278,6 +285,10 @@ class LightPeer {
     fleet_.update_bytes_received_ += party.bytes_received();
     for (int step = 0; step < BenchSecureParty::kSteps; ++step) {
       fleet_.secure_step_us_[step] += party.cpu_us()[step];
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      secure_buffers_ = std::move(buffers);
     }
     if (!s.ok() && !party.dropped() && !fleet_.stopping_.load()) {
       ++fleet_.errors_.calls_failed;
@@ -294,6 +305,8 @@ class LightPeer {
   absl::Mutex mu_;
   std::string peer_id_ ABSL_GUARDED_BY(mu_);
   std::string session_token_ ABSL_GUARDED_BY(mu_);
+  // Options::secure: kept from round to round; a round takes them while it runs.
+  aggregator::SecureBuffers secure_buffers_ ABSL_GUARDED_BY(mu_);
   std::string aggregator_address_ ABSL_GUARDED_BY(mu_);
   absl::Mutex download_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   uint64_t held_ ABSL_GUARDED_BY(download_mu_) = ~uint64_t{0};  // the model version held

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "libs/privacy/secagg/identity.h"
@@ -36,6 +37,9 @@ class BenchSecureParty final : public aggregator::SecureParty {
 
   absl::StatusOr<std::optional<aggregator::v1::SecureAggregationRequest>> Answer(
       const aggregator::v1::SecureAggregationResponse& message) override;
+  void Recycle(aggregator::v1::SecureAggregationRequest sent) override {
+    participant_.Recycle(std::move(sent));
+  }
 
   // The steps of a round, as the aggregator's messages start them.
   enum Step { kAdvertise = 0, kShare = 1, kMask = 2, kCheck = 3, kUnmask = 4, kSteps = 5 };

@@ -196,51 +196,89 @@ absl::StatusOr<v1::MaskedInput> SecAggClient::MaskInput(const v1::EncryptedShare
                                                             round_.bits(), " bits")));
     }
   }
+  return MaskBlocks(shares,
+                    [input](size_t start, absl::Span<uint32_t> block) {
+                      std::copy_n(input.begin() + start, block.size(), block.begin());
+                      return absl::OkStatus();
+                    },
+                    {});
+}
+
+absl::StatusOr<v1::MaskedInput> SecAggClient::MaskInput(const v1::EncryptedShares& shares,
+                                                        const InputBlocks& input,
+                                                        std::string buffer) {
+  if (absl::Status s = Begin(Step::kMask, "mask the input"); !s.ok()) return s;
+  const uint32_t ring = round_.ring_mask();
+  if (ring == 0xffffffffu) return MaskBlocks(shares, input, std::move(buffer));
+  return MaskBlocks(
+      shares,
+      [&input, ring, this](size_t start, absl::Span<uint32_t> block) -> absl::Status {
+        if (absl::Status s = input(start, block); !s.ok()) return s;
+        for (size_t i = 0; i < block.size(); ++i) {
+          if (block[i] > ring) {
+            return absl::InvalidArgumentError(absl::StrCat("input: value ", start + i, " (",
+                                                           block[i], ") is outside the ring of ",
+                                                           round_.bits(), " bits"));
+          }
+        }
+        return absl::OkStatus();
+      },
+      std::move(buffer));
+}
+
+absl::Status SecAggClient::OpenShares(const v1::EncryptedShares& shares) {
   for (const v1::EncryptedShare& share : shares.shares()) {
     const std::string& from = share.sender();
     if (share.recipient() != self_id_) {
-      return Refuse(absl::InvalidArgumentError(absl::StrCat(
-          "shares: the share from \"", from, "\" is addressed to \"", share.recipient(), "\"")));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shares: the share from \"", from, "\" is addressed to \"", share.recipient(), "\""));
     }
     auto keys = neighbour_keys_.find(from);
     if (keys == neighbour_keys_.end()) {
-      return Refuse(absl::InvalidArgumentError(absl::StrCat(
-          "shares: \"", from, "\" is not a neighbour whose keys this participant received")));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shares: \"", from, "\" is not a neighbour whose keys this participant received"));
     }
     if (held_shares_.contains(from)) {
-      return Refuse(absl::InvalidArgumentError(
-          absl::StrCat("shares: \"", from, "\" sent more than one share")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("shares: \"", from, "\" sent more than one share"));
     }
     absl::StatusOr<std::string> key = ShareKey(round_.round_id(), encryption_keys_.private_key,
                                                keys->second.encryption_public_key());
-    if (!key.ok()) return Refuse(key.status());
+    if (!key.ok()) return key.status();
     absl::StatusOr<std::string> plaintext = AeadOpenPrefixedNonce(
         *key, share.ciphertext(), ShareAssociatedData(round_.round_id(), from, self_id_));
     Scrub(*key);
     if (!plaintext.ok()) {
-      return Refuse(absl::InvalidArgumentError(
+      return absl::InvalidArgumentError(
           absl::StrCat("shares: the share from \"", from,
                        "\" does not open (altered, or sealed for another round or participant): ",
-                       plaintext.status().message())));
+                       plaintext.status().message()));
     }
     v1::SharePair pair;
     const bool parsed = pair.ParseFromString(*plaintext);
     Scrub(*plaintext);
     if (!parsed || !ParseShamirShare(pair.self_mask_seed_share()).ok() ||
         !ParseShamirShare(pair.mask_key_share()).ok()) {
-      return Refuse(absl::InvalidArgumentError(
-          absl::StrCat("shares: the share from \"", from, "\" opens to no pair of Shamir shares")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("shares: the share from \"", from, "\" opens to no pair of Shamir shares"));
     }
     held_shares_.emplace(from, std::move(pair));
   }
   const int senders = static_cast<int>(held_shares_.size());
   if (senders < round_.threshold()) {
-    return Refuse(absl::FailedPreconditionError(
+    return absl::FailedPreconditionError(
         absl::StrCat("shares: ", senders, " neighbours sent shares, fewer than the threshold ",
-                     round_.threshold())));
+                     round_.threshold()));
   }
-  // The self mask and every pairwise mask, added to the input in one pass that writes the packed
-  // values straight into the message.
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::MaskedInput> SecAggClient::MaskBlocks(const v1::EncryptedShares& shares,
+                                                         const InputBlocks& input,
+                                                         std::string buffer) {
+  if (absl::Status s = OpenShares(shares); !s.ok()) return Refuse(s);
+  // The self mask and every pairwise mask, added to the input a block at a time as it is
+  // written, the masked block packed straight into the message's values.
   absl::StatusOr<MaskStreams> masks = MaskStreams::Create(round_.bits());
   if (!masks.ok()) return Refuse(masks.status());
   if (absl::Status s = masks->Add(self_mask_seed_, MaskSign::kAdd); !s.ok()) return Refuse(s);
@@ -254,18 +292,20 @@ absl::StatusOr<v1::MaskedInput> SecAggClient::MaskInput(const v1::EncryptedShare
     Scrub(*seed);
     if (!s.ok()) return Refuse(s);
   }
-  std::string packed(4 * input.size(), '\0');
+  const size_t length = round_.vector_length();
+  buffer.resize(4 * length);  // no allocation when a reused buffer has the room
   constexpr size_t kBlock = 4096;
   uint32_t block[kBlock];
-  for (size_t start = 0; start < input.size(); start += kBlock) {
-    const size_t n = std::min(kBlock, input.size() - start);
-    std::copy_n(input.begin() + start, n, block);
-    if (absl::Status s = masks->ApplyNext(absl::MakeSpan(block, n)); !s.ok()) return Refuse(s);
-    PackRingValuesTo(absl::MakeConstSpan(block, n), packed.data() + 4 * start);
+  for (size_t start = 0; start < length; start += kBlock) {
+    const size_t n = std::min(kBlock, length - start);
+    const absl::Span<uint32_t> values = absl::MakeSpan(block, n);
+    if (absl::Status s = input(start, values); !s.ok()) return Refuse(s);
+    if (absl::Status s = masks->ApplyNext(values); !s.ok()) return Refuse(s);
+    PackRingValuesTo(values, buffer.data() + 4 * start);
   }
   v1::MaskedInput out;
   out.set_participant_id(self_id_);
-  out.set_values(std::move(packed));
+  out.set_values(std::move(buffer));
   step_ = Step::kSign;
   return out;
 }

@@ -58,6 +58,17 @@ class SecAggClient {
   absl::StatusOr<v1::MaskedInput> MaskInput(const v1::EncryptedShares& shares,
                                             absl::Span<const uint32_t> input);
 
+  // Writes the input's ring elements [start, start + block.size()) to `block`; an error ends
+  // the round. Each element is asked for once, in order, a block at a time.
+  using InputBlocks = std::function<absl::Status(size_t start, absl::Span<uint32_t> block)>;
+
+  // Step 3 as above, with the input written a block at a time by `input` (vector_length elements
+  // in the ring; one outside it is refused, INVALID_ARGUMENT) and masked as it comes, straight
+  // into the message's values: no copy of the whole input. The values are built in `buffer`,
+  // whose memory is reused when it has the capacity (a buffer kept from an earlier round).
+  absl::StatusOr<v1::MaskedInput> MaskInput(const v1::EncryptedShares& shares,
+                                            const InputBlocks& input, std::string buffer = {});
+
   // Step 4, the consistency check: signs the survivor list, once. Refuses (INVALID_ARGUMENT) a
   // list that is not sorted and distinct, names someone not a participant, leaves this
   // participant out, or names a neighbour that sent it no shares; refuses (FAILED_PRECONDITION) a
@@ -90,6 +101,11 @@ class SecAggClient {
   // OK when `request` carries at least threshold valid signatures of the signed survivor list
   // and names survivors and dropped neighbours exactly as that list implies.
   absl::Status CheckConsistency(const v1::UnmaskRequest& request) const;
+  // Step 3 once the input is checked: opens the shares, masks and packs.
+  absl::StatusOr<v1::MaskedInput> MaskBlocks(const v1::EncryptedShares& shares,
+                                             const InputBlocks& input, std::string buffer);
+  // MaskInput's checks of the shares, which it then holds; FAILED_PRECONDITION below threshold.
+  absl::Status OpenShares(const v1::EncryptedShares& shares);
   void ScrubSecrets();
 
   SecAggRound round_;

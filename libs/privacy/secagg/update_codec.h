@@ -7,6 +7,7 @@
 // the survivors' exact ring sum and publishes base + sum / survivors (with peer-level DP: base +
 // (sum + noise) / expected peers, services/aggregator/round_privacy.h).
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -38,6 +39,33 @@ absl::StatusOr<std::vector<uint32_t>> ClipAndEncode(const FixedPointCodec& codec
 // Errors: INVALID_ARGUMENT naming the first value that is not finite.
 absl::StatusOr<std::vector<uint32_t>> ClampAndEncode(const FixedPointCodec& codec,
                                                      absl::Span<const float> update);
+
+// ClipAndEncode and ClampAndEncode a block at a time, for a caller that masks each block as it is
+// encoded (no buffer of the whole encoding): Clip / Clamp check the update as those do (the same
+// errors, before any value is encoded) and EncodeTo writes the same values they return. Holds a
+// view of `update`, which must outlive it.
+class UpdateEncoder {
+ public:
+  static absl::StatusOr<UpdateEncoder> Clip(const FixedPointCodec& codec,
+                                            absl::Span<const float> update);
+  static absl::StatusOr<UpdateEncoder> Clamp(const FixedPointCodec& codec,
+                                             absl::Span<const float> update);
+
+  size_t size() const { return update_.size(); }
+  // out[i] = the encoding of value start + i, for out.size() values from `start`
+  // (start + out.size() <= size()). Errors: as ClipAndEncode's (a value the codec refuses).
+  absl::Status EncodeTo(size_t start, absl::Span<uint32_t> out) const;
+
+ private:
+  UpdateEncoder(const FixedPointCodec& codec, absl::Span<const float> update, bool clamp,
+                double factor)
+      : codec_(codec), update_(update), clamp_(clamp), factor_(factor) {}
+
+  FixedPointCodec codec_;
+  absl::Span<const float> update_;
+  bool clamp_;
+  double factor_;  // Clip: the norm's scale (1 when within the range)
+};
 
 // base + (the decoded ring sum of `summands` encodings) / summands, as floats. Errors:
 // INVALID_ARGUMENT when `sum` and `base` differ in length or the sum does not decode

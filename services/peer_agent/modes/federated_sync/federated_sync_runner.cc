@@ -226,6 +226,7 @@ std::optional<bool> FederatedSyncRunner::SecurePush(const coordinator::v1::Round
   contribution.identity_keys.insert(m.identity_keys().begin(), m.identity_keys().end());
   contribution.base_version = m.model_version();
   contribution.update = std::move(update->values);
+  contribution.buffers = &secure_buffers_;
   contribution.noise_stddev = peer_.UpdateNoiseStddev(m.expected_peers());
   contribution.num_samples = stats.samples;
   contribution.train_loss = stats.mean_loss;

@@ -18,6 +18,7 @@
 #include "libs/tensor/flat_model.h"
 #include "libs/training/trainer.h"
 #include "services/aggregator/aggregator_client.h"
+#include "services/aggregator/secure_participant.h"
 #include "services/peer_agent/mode_runner.h"
 #include "services/peer_agent/modes/aggregator_peer.h"
 #include "services/peer_agent/peer_metrics.h"
@@ -100,6 +101,8 @@ class FederatedSyncRunner final : public ModeRunner {
   const Clock& clock_;
   // The aggregator, and the global model held exactly (to avoid downloads). Worker thread only.
   AggregatorPeer peer_;
+  // Secure rounds' buffers, kept from round to round (no fresh pages each round). Worker thread.
+  aggregator::SecureBuffers secure_buffers_;
 };
 
 // The registry's factory (mode_registry.cc): FederatedSyncRunner::Create with default options.
