@@ -484,7 +484,9 @@ TEST_F(CoordinatorTreeTest, WithDpEveryNodeIsToldTheWholeRoundsPeers) {
     EXPECT_EQ(OpenedAt(kRoot).dp_round_peers(), peers) << secure;
     EXPECT_EQ(OpenedAt(kRoot).dp().level(), common::v1::DP_LEVEL_PEER) << secure;
     EXPECT_EQ(OpenedAt(kChild1).dp_round_peers(), peers) << secure;
-    if (!secure) EXPECT_EQ(OpenedAt(kChild2).dp_round_peers(), peers);
+    if (!secure) {
+      EXPECT_EQ(OpenedAt(kChild2).dp_round_peers(), peers);
+    }
   }
 }
 
