@@ -1,5 +1,7 @@
 #include "services/coordinator/coordinator_server.h"
 
+#include <map>
+
 #include "absl/strings/str_cat.h"
 #include "libs/common/address.h"
 #include "libs/common/address_file.h"
@@ -19,6 +21,7 @@ absl::Status CoordinatorServerOptions::Validate() const {
     return absl::InvalidArgumentError("--store-lease: must be between 2s and 5m");
   }
   SHOAL_RETURN_IF_ERROR(tls.Validate());
+  SHOAL_RETURN_IF_ERROR(console.Validate());
   if (heartbeat_interval < absl::Milliseconds(100) || heartbeat_interval > absl::Minutes(5)) {
     return absl::InvalidArgumentError("--heartbeat-interval: must be between 100ms and 5m");
   }
@@ -90,9 +93,18 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       rpc::Server::Start(server_options, {s->session_service_.get(), s->control_service_.get(),
                                           s->registry_service_.get()}));
   s->driver_ = std::thread([server = s.get()] { server->DriverLoop(); });
+  std::map<std::string, std::string> addresses = {{"grpc", s->address()},
+                                                  {"metrics", s->metrics_address()}};
+  if (!options.console.listen.empty()) {
+    // The console calls the same ControlService as shoalctl does, without a socket.
+    s->console_stub_ = v1::ControlService::NewStub(s->InProcessChannel());
+    console::ConsoleOptions console = options.console;
+    console.tls_dir = options.tls.insecure ? "" : options.tls.dir;
+    SHOAL_ASSIGN_OR_RETURN(s->console_, console::ConsoleServer::Start(console, *s->console_stub_));
+    addresses["console"] = s->console_->address();
+  }
   if (!options.address_file.empty()) {
-    SHOAL_RETURN_IF_ERROR(WriteAddressFile(
-        options.address_file, {{"grpc", s->address()}, {"metrics", s->metrics_address()}}));
+    SHOAL_RETURN_IF_ERROR(WriteAddressFile(options.address_file, addresses));
   }
   LogInfo("listening on ", s->address(), ", metrics on http://", s->metrics_address(),
           "/metrics, state in ", options.store == "sqlite" ? options.state_dir : options.store);
@@ -123,6 +135,7 @@ void CoordinatorServer::Shutdown() {
     if (stopping_) return;
     stopping_ = true;
   }
+  if (console_) console_->Shutdown();  // ends its streams before the server's
   if (server_) server_->Shutdown(absl::Seconds(2));
   if (driver_.joinable()) driver_.join();
   if (core_) {

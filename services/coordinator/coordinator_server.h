@@ -14,6 +14,7 @@
 #include "libs/rpc/server.h"
 #include "libs/rpc/tls.h"
 #include "services/aggregator/grpc_aggregator_client.h"
+#include "services/coordinator/console/console_server.h"
 #include "services/coordinator/control_service.h"
 #include "services/coordinator/coordinator_core.h"
 #include "services/coordinator/coordinator_metrics.h"
@@ -45,6 +46,9 @@ struct CoordinatorServerOptions {
   // retire after).
   SupernodeOptions supernodes;
   rpc::TlsOptions tls;
+  // The web console (--console-listen, --console-tokens); off when console.listen is empty. It
+  // serves TLS with the certificate of tls.dir, plaintext with tls.insecure.
+  console::ConsoleOptions console;
 
   // Errors name the flag: INVALID_ARGUMENT "--state-dir: ...".
   absl::Status Validate() const;
@@ -61,6 +65,8 @@ class CoordinatorServer {
 
   const std::string& address() const { return server_->address(); }
   const std::string& metrics_address() const { return metrics_->address(); }
+  // The web console, or null when it is off.
+  const console::ConsoleServer* console() const { return console_.get(); }
   // Sessions and calls without a socket (rpc::Server::InProcessChannel): shoal-sim style
   // benchmarks that host the coordinator in their own process.
   std::shared_ptr<grpc::Channel> InProcessChannel() const { return server_->InProcessChannel(); }
@@ -90,6 +96,9 @@ class CoordinatorServer {
   std::unique_ptr<ControlServiceImpl> control_service_;
   std::unique_ptr<RegistryServiceImpl> registry_service_;
   std::unique_ptr<rpc::Server> server_;
+  // The web console: a ControlService client on server_'s in-process channel.
+  std::unique_ptr<v1::ControlService::StubInterface> console_stub_;
+  std::unique_ptr<console::ConsoleServer> console_;
   absl::Mutex driver_mu_;
   bool stopping_ ABSL_GUARDED_BY(driver_mu_) = false;
   std::thread driver_;

@@ -31,6 +31,12 @@ ABSL_FLAG(std::string, address_file, "",
 ABSL_FLAG(std::string, tls_dir, "",
           "mutual TLS: a directory with ca.crt, tls.crt, tls.key (see scripts/gen-certs)");
 ABSL_FLAG(bool, insecure, false, "serve and call plaintext gRPC instead of mutual TLS");
+ABSL_FLAG(std::string, console_listen, "",
+          "HOST:PORT for the web console (HTTPS with --tls-dir's tls.crt, HTTP with --insecure; "
+          "port 0 = any free port); empty = no console");
+ABSL_FLAG(std::string, console_tokens, "",
+          "with --console-listen: a file of `admin TOKEN` / `viewer TOKEN` lines, the console's "
+          "logins (docs/how-to/web-console.md)");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2),
           "how often peers send heartbeats; 3 missed = crashed");
 ABSL_FLAG(absl::Duration, aggregator_wait, absl::Minutes(10),
@@ -63,9 +69,9 @@ int main(int argc, char** argv) {
                 "[--redial-interval D] [--address-file PATH] [--supernode-election-timeout D] "
                 "[--supernode-rebuild-interval D] [--supernode-better-factor X] "
                 "[--supernode-retire-after D] [--store sqlite|etcd://HOST:PORT[,...][/PREFIX]] "
-                "[--store-lease D]",
-       .summary = "The Shoal coordinator: task registry, membership, rounds, checkpoints and the "
-                  "ControlService API."});
+                "[--store-lease D] [--console-listen HOST:PORT --console-tokens FILE]",
+       .summary = "The Shoal coordinator: task registry, membership, rounds, checkpoints, the "
+                  "ControlService API and the web console."});
 
   shoal::coordinator::CoordinatorServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
@@ -90,6 +96,8 @@ int main(int argc, char** argv) {
   options.supernodes.retire_after = absl::GetFlag(FLAGS_supernode_retire_after);
   options.tls.dir = absl::GetFlag(FLAGS_tls_dir);
   options.tls.insecure = absl::GetFlag(FLAGS_insecure);
+  options.console.listen = absl::GetFlag(FLAGS_console_listen);
+  options.console.tokens_file = absl::GetFlag(FLAGS_console_tokens);
   if (absl::Status s = options.Validate(); !s.ok()) {
     std::fprintf(stderr, "shoal-coordinator: %s\n", std::string(s.message()).c_str());
     return 2;

@@ -1,0 +1,200 @@
+#include "services/coordinator/console/console_api.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "libs/common/status_macros.h"
+#include "libs/rpc/channel.h"
+#include "libs/rpc/model_stream.h"
+#include "libs/rpc/status.h"
+#include "libs/tensor/model_file.h"
+
+namespace shoal::coordinator::console {
+namespace {
+
+constexpr uint32_t kRoundsPage = 1000;
+
+std::string ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string json;
+  // Printing a valid message cannot fail.
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+absl::Status CheckName(const std::string& name) {
+  if (name.empty()) return absl::InvalidArgumentError("name: empty (the task's name)");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ConsoleApi::ConsoleApi(v1::ControlService::StubInterface& stub, absl::Duration timeout)
+    : stub_(stub), timeout_(timeout) {}
+
+absl::StatusOr<std::string> ConsoleApi::ListTasks() {
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, timeout_);
+  v1::ListTasksResponse response;
+  SHOAL_RETURN_IF_ERROR(
+      rpc::FromGrpcStatus(stub_.ListTasks(&context, v1::ListTasksRequest(), &response)));
+  return ToJson(response);
+}
+
+absl::StatusOr<std::string> ConsoleApi::GetTask(const std::string& name, uint32_t max_rounds) {
+  SHOAL_RETURN_IF_ERROR(CheckName(name));
+  v1::GetTaskStatusResponse status;
+  {
+    grpc::ClientContext context;
+    rpc::SetTimeout(context, timeout_);
+    v1::GetTaskStatusRequest request;
+    request.set_name(name);
+    SHOAL_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub_.GetTaskStatus(&context, request, &status)));
+  }
+  // The newest max_rounds rounds: start that far before the current round.
+  const uint64_t round = status.status().round();
+  uint64_t after = round > max_rounds ? round - max_rounds : 0;
+  std::string rounds;
+  for (;;) {
+    grpc::ClientContext context;
+    rpc::SetTimeout(context, timeout_);
+    v1::ListRoundsRequest request;
+    request.set_name(name);
+    request.set_after_round(after);
+    request.set_limit(kRoundsPage);
+    v1::ListRoundsResponse page;
+    SHOAL_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub_.ListRounds(&context, request, &page)));
+    for (const v1::RoundSummary& r : page.rounds()) {
+      absl::StrAppend(&rounds, rounds.empty() ? "" : ",", ToJson(r));
+      after = r.round();
+    }
+    if (!page.more() || page.rounds().empty()) break;
+  }
+  return absl::StrCat("{\"status\":", ToJson(status.status()), ",\"rounds\":[", rounds, "]}");
+}
+
+absl::StatusOr<std::string> ConsoleApi::CreateTask(const std::string& task_file) {
+  if (task_file.find_first_not_of(" \t\r\n") == std::string::npos) {
+    return absl::InvalidArgumentError("task_file: empty (paste or upload a task file)");
+  }
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, timeout_);
+  v1::CreateTaskRequest request;
+  request.set_task_file(task_file);
+  v1::CreateTaskResponse response;
+  SHOAL_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub_.CreateTask(&context, request, &response)));
+  return ToJson(response.status());
+}
+
+absl::StatusOr<std::string> ConsoleApi::StopTask(const std::string& name) {
+  SHOAL_RETURN_IF_ERROR(CheckName(name));
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, timeout_);
+  v1::StopTaskRequest request;
+  request.set_name(name);
+  v1::StopTaskResponse response;
+  SHOAL_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub_.StopTask(&context, request, &response)));
+  return ToJson(response.status());
+}
+
+absl::StatusOr<std::string> ConsoleApi::ListNodes() {
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, timeout_);
+  v1::ListNodesResponse response;
+  SHOAL_RETURN_IF_ERROR(
+      rpc::FromGrpcStatus(stub_.ListNodes(&context, v1::ListNodesRequest(), &response)));
+  return ToJson(response);
+}
+
+absl::StatusOr<ConsoleApi::ModelFile> ConsoleApi::GetModel(const std::string& name,
+                                                           std::optional<uint64_t> version) {
+  SHOAL_RETURN_IF_ERROR(CheckName(name));
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, absl::Minutes(2));  // as `shoalctl model get`
+  v1::GetModelRequest request;
+  request.set_name(name);
+  if (version.has_value()) request.set_version(*version);
+  std::unique_ptr<grpc::ClientReaderInterface<common::v1::ModelChunk>> reader =
+      stub_.GetModel(&context, request);
+  SHOAL_ASSIGN_OR_RETURN(tensor::ReceivedModel received,
+                         rpc::ReadModelStream(*reader, tensor::DecoderLimits(), &context));
+  ModelFile out;
+  out.version = received.meta.version();
+  out.file.reset(std::tmpfile());
+  if (out.file == nullptr) return absl::InternalError("cannot make a temporary file for the model");
+  SHOAL_RETURN_IF_ERROR(
+      tensor::WriteModel(::fileno(out.file.get()), received.model, "a temporary file"));
+  const off_t size = ::lseek(::fileno(out.file.get()), 0, SEEK_CUR);
+  if (size < 0 || ::lseek(::fileno(out.file.get()), 0, SEEK_SET) != 0) {
+    return absl::InternalError("cannot rewind the model's temporary file");
+  }
+  out.size = static_cast<uint64_t>(size);
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<TaskWatch>> TaskWatch::Start(v1::ControlService::StubInterface& stub,
+                                                            const std::string& name,
+                                                            absl::Duration first_timeout) {
+  SHOAL_RETURN_IF_ERROR(CheckName(name));
+  std::unique_ptr<TaskWatch> watch(new TaskWatch());
+  v1::WatchTaskRequest request;
+  request.set_name(name);
+  watch->reader_ =
+      std::thread([w = watch.get(), reader = stub.WatchTask(&watch->context_, request)]() mutable {
+        w->Read(std::move(reader));
+      });
+  absl::MutexLock lock(&watch->mu_);
+  auto ready = [w = watch.get()]() ABSL_SHARED_LOCKS_REQUIRED(w->mu_) {
+    return w->latest_.has_value() || w->ended_;
+  };
+  if (!watch->mu_.AwaitWithTimeout(absl::Condition(&ready), first_timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat("no status of task '", name, "' within ",
+                                                    absl::FormatDuration(first_timeout)));
+  }
+  if (!watch->latest_.has_value()) {
+    return watch->status_.ok() ? absl::NotFoundError(absl::StrCat("task '", name, "': no status"))
+                               : watch->status_;
+  }
+  return watch;
+}
+
+void TaskWatch::Read(std::unique_ptr<grpc::ClientReaderInterface<v1::WatchTaskResponse>> reader) {
+  v1::WatchTaskResponse response;
+  while (reader->Read(&response)) {
+    std::string json = ToJson(response.status());
+    absl::MutexLock lock(&mu_);
+    latest_ = std::move(json);
+  }
+  absl::Status status = rpc::FromGrpcStatus(reader->Finish());
+  absl::MutexLock lock(&mu_);
+  ended_ = true;
+  status_ = std::move(status);
+}
+
+TaskWatch::~TaskWatch() {
+  context_.TryCancel();
+  if (reader_.joinable()) reader_.join();
+}
+
+void TaskWatch::Cancel() { context_.TryCancel(); }
+
+TaskWatch::Event TaskWatch::Next(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return latest_.has_value() || ended_; };
+  Event event;
+  if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) return event;
+  if (latest_.has_value()) {
+    event.kind = Event::kStatus;
+    event.json = *std::move(latest_);
+    latest_.reset();
+    return event;
+  }
+  event.kind = Event::kEnd;
+  event.ended = status_;
+  return event;
+}
+
+}  // namespace shoal::coordinator::console
