@@ -25,6 +25,8 @@ class ConsoleApi {
   explicit ConsoleApi(v1::ControlService::StubInterface& stub,
                       absl::Duration timeout = absl::Seconds(30));
 
+  // {"tasks": [{"status": TaskStatus, "latest_round": RoundSummary or null}]}: the newest
+  // evaluated round, without its per-peer lists.
   absl::StatusOr<std::string> ListTasks();
   // {"status": TaskStatus, "rounds": [RoundSummary...]}: the status and the task's whole round
   // history (ListRounds pages), at most `max_rounds` of the newest rounds.
