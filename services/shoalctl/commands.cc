@@ -24,7 +24,8 @@ const std::set<std::string>& ValueFlags() {
   static const auto* flags = new std::set<std::string>{
       "coordinator", "timeout",  "out",       "version", "peers",           "task",
       "aggregators", "data-dir", "state-dir", "bin-dir", "startup-timeout", "tls-dir",
-      "target",      "service",  "after",     "format",  "model-dir",       "peer-data"};
+      "target",      "service",  "after",     "format",  "model-dir",       "peer-data",
+      "console"};
   return *flags;
 }
 
@@ -294,11 +295,14 @@ commands:
                                    the working directory) and must have the task's SHA-256
   local --peers N --task FILE [--aggregators N] [--data-dir DIR | --peer-data DIR]
         [--state-dir DIR] [--bin-dir DIR] [--startup-timeout 60s] [--keep-going]
+        [--console HOST:PORT]
                                    run a whole cluster on 127.0.0.1 and train FILE's task
                                    (aggregators: default 1 for federated-sync, 0 for
                                    decentralized and gossip tasks). --data-dir (default
                                    Fashion-MNIST's) is shared, peer I trains shard I/N of it;
-                                   --peer-data DIR gives peer I its own DIR/peer-I
+                                   --peer-data DIR gives peer I its own DIR/peer-I;
+                                   --console: the coordinator serves the web console there,
+                                   with an admin token in STATE/console-tokens
   peers [--json]                   the connected peers and registered aggregators with their
                                    capacity: cores, matrix-multiply score (GFLOP/s, one core),
                                    memory (total, free), upload to the coordinator, and whether

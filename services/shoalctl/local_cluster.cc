@@ -1,10 +1,12 @@
 #include "services/shoalctl/local_cluster.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "libs/common/status_macros.h"
@@ -75,6 +77,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
   if (mkdir((o.state_dir + "/coordinator").c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::InternalError(absl::StrCat("cannot create ", o.state_dir, "/coordinator"));
   }
+  if (!o.console_listen.empty()) {
+    SHOAL_RETURN_IF_ERROR(cluster->MakeConsoleTokens());
+    args.insert(args.end(), {"--console-listen", o.console_listen, "--console-tokens",
+                             cluster->ConsoleTokensPath()});
+  }
   args.insert(args.end(), o.coordinator_args.begin(), o.coordinator_args.end());
   SHOAL_RETURN_IF_ERROR(cluster->StartService("coordinator", "coordinator", bin + kCoordinator,
                                               args, progress, abort));
@@ -98,6 +105,35 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
 }
 
 LocalCluster::~LocalCluster() { Stop(absl::Seconds(5)); }
+
+std::string LocalCluster::ConsoleTokensPath() const {
+  return options_.console_listen.empty() ? "" : options_.state_dir + "/console-tokens";
+}
+
+std::string LocalCluster::ConsoleUrl() const {
+  if (services_.empty() || services_[0].console_address.empty()) return "";
+  return absl::StrCat(options_.insecure ? "http://" : "https://", services_[0].console_address,
+                      "/");
+}
+
+absl::Status LocalCluster::MakeConsoleTokens() {
+  const std::string path = ConsoleTokensPath();
+  unsigned char bytes[24];
+  FILE* random = std::fopen("/dev/urandom", "rb");
+  const bool read =
+      random != nullptr && std::fread(bytes, 1, sizeof(bytes), random) == sizeof(bytes);
+  if (random != nullptr) std::fclose(random);
+  if (!read) return absl::InternalError("cannot read /dev/urandom for the console's token");
+  std::string token;
+  for (unsigned char b : bytes) absl::StrAppend(&token, absl::Hex(b, absl::kZeroPad2));
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", path));
+  const std::string text =
+      absl::StrCat("# the web console's logins (ROLE TOKEN)\nadmin ", token, "\n");
+  const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  if (close(fd) != 0 || !written) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
 
 std::string LocalCluster::ClientTlsDir() const {
   return options_.insecure ? "" : absl::StrCat(options_.state_dir, "/certs/shoalctl");
@@ -154,7 +190,7 @@ absl::Status LocalCluster::StartService(const std::string& name, const std::stri
   p.args = std::move(args);
   p.log_path = LogPath(name);
   SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Process> process, Process::Start(std::move(p)));
-  Service service{name, kind, "", "", std::move(process)};
+  Service service{name, kind, "", "", "", std::move(process)};
   absl::StatusOr<std::map<std::string, std::string>> addresses =
       WaitForAddressFile(address_file, service.process.get(), options_.startup_timeout, abort);
   if (!addresses.ok()) {
@@ -164,6 +200,7 @@ absl::Status LocalCluster::StartService(const std::string& name, const std::stri
   }
   service.address = (*addresses)["grpc"];
   service.metrics_address = (*addresses)["metrics"];
+  service.console_address = (*addresses)["console"];
   if (progress != nullptr && kind != "peer") {
     *progress << "started " << name << " at " << service.address << " (log " << LogPath(name)
               << ")\n";

@@ -35,6 +35,9 @@ struct LocalClusterOptions {
   // Mutual TLS by default: certificates from `bin_dir`/shoal-gen-certs go to STATE/certs/NAME
   // and every service gets --tls-dir for its own. `insecure` runs everything plaintext.
   bool insecure = false;
+  // Non-empty: the coordinator serves the web console on this HOST:PORT, with an admin token
+  // made at random into STATE/console-tokens.
+  std::string console_listen;
 
   absl::Status Validate() const;
 };
@@ -45,6 +48,7 @@ struct Service {
   std::string kind;     // "coordinator" | "aggregator" | "peer"
   std::string address;  // its gRPC HOST:PORT
   std::string metrics_address;
+  std::string console_address;  // the coordinator's web console, when it serves one
   std::unique_ptr<Process> process;
 };
 
@@ -64,6 +68,9 @@ class LocalCluster {
   ~LocalCluster();
 
   const std::string& coordinator_address() const { return services_[0].address; }
+  // The web console's URL and token file ("" without console_listen).
+  std::string ConsoleUrl() const;
+  std::string ConsoleTokensPath() const;
   const std::vector<Service>& services() const { return services_; }
   Service* Find(const std::string& name);
   std::string LogPath(const std::string& name) const;
@@ -87,6 +94,8 @@ class LocalCluster {
   explicit LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
   // Issues NAME's certificate (if missing) with shoal-gen-certs.
   absl::Status MakeCertificate(const std::string& name);
+  // Writes ConsoleTokensPath(): one admin token, 24 random bytes as hex (mode 0600).
+  absl::Status MakeConsoleTokens();
   absl::Status StartService(const std::string& name, const std::string& kind,
                             const std::string& binary, std::vector<std::string> args,
                             std::ostream* progress, const std::atomic<bool>* abort);

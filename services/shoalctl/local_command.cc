@@ -34,11 +34,12 @@ int Shoalctl::Local() {
   const std::string usage =
       "shoalctl local --peers N --task FILE [--aggregators N] [--data-dir DIR | --peer-data DIR] "
       "[--state-dir DIR] "
-      "[--bin-dir DIR] [--startup-timeout 60s] [--keep-going] [--insecure]";
-  if (absl::Status s = CheckArgs(args_, 1, 0,
-                                 {"peers", "task", "aggregators", "data-dir", "peer-data",
-                                  "state-dir", "bin-dir", "startup-timeout", "keep-going"},
-                                 usage);
+      "[--bin-dir DIR] [--startup-timeout 60s] [--keep-going] [--console HOST:PORT] [--insecure]";
+  if (absl::Status s =
+          CheckArgs(args_, 1, 0,
+                    {"peers", "task", "aggregators", "data-dir", "peer-data", "state-dir",
+                     "bin-dir", "startup-timeout", "keep-going", "console"},
+                    usage);
       !s.ok()) {
     return UsageFail(s);
   }
@@ -69,6 +70,7 @@ int Shoalctl::Local() {
                 2);
   }
   options.insecure = g_.tls.insecure;
+  if (args_.values.count("console") > 0) options.console_listen = args_.values["console"];
 
   // Check the task before starting anything.
   absl::StatusOr<common::v1::TaskSpec> spec = task::LoadTaskFile(args_.values["task"]);
@@ -144,6 +146,11 @@ int Shoalctl::Local() {
   }
   const std::string coordinator = (*cluster)->coordinator_address();
   g_.coordinator = coordinator;
+  if (!(*cluster)->ConsoleUrl().empty()) {
+    out << "web console: " << (*cluster)->ConsoleUrl() << " (log in with the admin token in "
+        << (*cluster)->ConsoleTokensPath() << "; it stops with the cluster)\n"
+        << std::flush;
+  }
 
   int code = 1;
   std::string failure;
