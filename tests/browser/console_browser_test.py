@@ -163,7 +163,6 @@ class ConsoleBrowserTest(unittest.TestCase):
                   and "%" in d.find_element(By.CSS_SELECTOR,
                                             'tr[data-task="first"] td.accuracy').text,
                   "the accuracy column")
-        self.shot("tasks")
 
         # Peers and aggregators.
         d.get(self.url + "#/nodes")
@@ -185,6 +184,11 @@ class ConsoleBrowserTest(unittest.TestCase):
         self.wait(lambda d: d.current_url.endswith("#/task/second"), "the new task's page")
         self.wait(lambda d: d.find_elements(By.CSS_SELECTOR, '#rounds tr[data-round="1"]'),
                   "a round of the task created from the page", 60)
+
+        d.get(self.url + "#/tasks")
+        self.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr[data-task]")) == 2,
+                  "both tasks in the list")
+        self.shot("tasks")
 
         # The session cookie is HttpOnly: the page's scripts cannot read it.
         self.assertEqual(d.execute_script("return document.cookie;"), "")
