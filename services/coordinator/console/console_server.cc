@@ -95,7 +95,10 @@ int HttpStatusFor(absl::StatusCode code) {
 }
 
 absl::Status ConsoleOptions::Validate() const {
-  if (listen.empty()) return absl::OkStatus();
+  if (listen.empty()) {
+    if (tokens_file.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError("--console-tokens: given without --console-listen");
+  }
   SHOAL_RETURN_IF_ERROR(ParseHostPort(listen, "--console-listen").status());
   if (tokens_file.empty()) {
     return absl::InvalidArgumentError(
