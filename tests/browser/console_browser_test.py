@@ -26,6 +26,8 @@ sys.path[:0] = [os.path.join(SOURCE, "scripts", "lib")]
 
 import shoal_cluster  # noqa: E402
 from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import NoSuchElementException  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -93,7 +95,10 @@ class ConsoleBrowserTest(unittest.TestCase):
 
     def wait(self, condition, what, timeout=30):
         try:
-            return WebDriverWait(self.driver, timeout, poll_frequency=0.1).until(
+            # The task page redraws at every status: an element found may go stale at once.
+            return WebDriverWait(self.driver, timeout, poll_frequency=0.1,
+                                 ignored_exceptions=(NoSuchElementException,
+                                                     StaleElementReferenceException)).until(
                 lambda d: condition(d), message=f"waiting for {what}")
         except Exception:
             self.shot("failure")
@@ -102,8 +107,15 @@ class ConsoleBrowserTest(unittest.TestCase):
                 print("browser:", entry, file=sys.stderr)
             raise
 
-    def shot(self, name):
+    def shot(self, name, whole=False):
+        """Saves a screenshot of the window, or with `whole` of the whole page (up to 2400
+        pixels high)."""
+        if whole:
+            height = self.driver.execute_script("return document.body.scrollHeight;")
+            self.driver.set_window_size(1200, min(2400, height + 160))
         self.driver.save_screenshot(os.path.join(self.shots, name + ".png"))
+        if whole:
+            self.driver.set_window_size(1200, 1100)
 
     def points(self, chart):
         """The points of the first series of a chart (0 while it has none)."""
@@ -142,7 +154,8 @@ class ConsoleBrowserTest(unittest.TestCase):
         # rounds complete, without a reload.
         d.find_element(By.CSS_SELECTOR, 'tr[data-task="first"] a').click()
         self.wait(lambda d: d.find_elements(By.ID, "chart-accuracy"), "the task page")
-        self.assertIn("waiting", d.find_element(By.CSS_SELECTOR, "h1 .state").text)
+        self.wait(lambda d: "waiting" in d.find_element(By.CSS_SELECTOR, "h1 .state").text,
+                  "task first waiting for peers")
         self.assertEqual(self.points("chart-accuracy"), 0)
         d.execute_script("window.notReloaded = true;")
         for i in range(2):
@@ -155,7 +168,7 @@ class ConsoleBrowserTest(unittest.TestCase):
         self.wait(lambda d: "completed" in d.find_element(By.CSS_SELECTOR, "h1 .state").text,
                   "task first completed", 60)
         self.wait(lambda d: self.points("chart-accuracy") == 3, "three evaluated rounds", 30)
-        self.shot("task")
+        self.shot("task", whole=True)
 
         # The tasks list, now with the task's accuracy.
         d.get(self.url + "#/tasks")

@@ -22,7 +22,8 @@ function h(tag, attrs, ...children) {
 }
 
 const num = (v) => Number(v || 0);
-const short = (name) => String(name || "").replace(/^(TASK_STATE_|MODE_|ROUND_PHASE_|REACHABILITY_)/, "");
+const short = (name) =>
+  String(name || "").replace(/^(TASK_STATE_|MODE_|ROUND_PHASE_|REACHABILITY_|PARTITION_)/, "");
 const pct = (v) => (v === undefined || v === null ? "" : (100 * v).toFixed(1) + " %");
 const ms = (v) => (num(v) >= 10000 ? (num(v) / 1000).toFixed(1) + " s" : num(v) + " ms");
 const bytes = (v) => {
@@ -227,7 +228,8 @@ function drawTask() {
       ["Round", num(spec.rounds) ? `${s.round} of ${spec.rounds}` : s.round],
       ["Model version", s.model_version],
       ["Model", spec.model || (spec.torchscript ? "torchscript" : "")],
-      ["Dataset", spec.dataset ? `${spec.dataset.name || ""} ${short(spec.dataset.partition)}` : ""],
+      ["Dataset", spec.dataset ?
+        `${spec.dataset.name || ""} ${short(spec.dataset.partition).toLowerCase()}` : ""],
       ["Participants", `${s.participants.length} (min ${spec.min_participants})`],
       ["Aggregator", s.aggregator],
       ["Created", when(s.created_unix_ms)],
