@@ -52,6 +52,7 @@ class ConsoleServiceTest : public ::testing::Test {
     options.tls.insecure = true;
     options.console.listen = "127.0.0.1:0";
     options.console.tokens_file = tokens;
+    options.console.keep_alive = absl::Milliseconds(100);  // a closed stream is found at once
     auto server = CoordinatorServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -206,6 +207,20 @@ TEST_F(ConsoleServiceTest, EventStreamDeliversTheTasksStatus) {
   httplib::Result unknown = client_->Get("/api/tasks/no-such-task/events", Bearer(kViewer));
   ASSERT_TRUE(unknown);
   EXPECT_EQ(unknown->status, 404) << unknown->body;
+}
+
+TEST_F(ConsoleServiceTest, ClosingTheConnectionEndsTheEventStream) {
+  ASSERT_EQ(CreateTask(kAdmin, kTask)->status, 201);
+  // The task waits for peers: its stream would stay open; the client reads the first status
+  // and hangs up.
+  httplib::Result events = client_->Get("/api/tasks/console-task/events", Bearer(kViewer),
+                                        [&](const char* data, size_t length) { return false; });
+  EXPECT_FALSE(events);  // cancelled by the receiver
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (server_->console()->event_streams() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(server_->console()->event_streams(), 0u);
 }
 
 TEST_F(ConsoleServiceTest, ShutdownEndsAnOpenEventStream) {

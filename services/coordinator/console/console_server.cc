@@ -24,7 +24,6 @@ constexpr char kCookie[] = "shoal_console";
 constexpr int kThreads = 32;
 constexpr size_t kMaxEventStreams = 24;  // each holds one of kThreads
 constexpr size_t kMaxBody = 2 << 20;     // a task file is at most 1 MiB
-constexpr absl::Duration kKeepAlive = absl::Seconds(15);
 
 // A JSON string literal of `text`, escaped by protobuf's JSON printer.
 std::string JsonString(const std::string& text) {
@@ -95,6 +94,9 @@ int HttpStatusFor(absl::StatusCode code) {
 }
 
 absl::Status ConsoleOptions::Validate() const {
+  if (keep_alive < absl::Milliseconds(10)) {
+    return absl::InvalidArgumentError("console keep-alive: must be at least 10ms");
+  }
   if (listen.empty()) {
     if (tokens_file.empty()) return absl::OkStatus();
     return absl::InvalidArgumentError("--console-tokens: given without --console-listen");
@@ -108,15 +110,16 @@ absl::Status ConsoleOptions::Validate() const {
   return absl::OkStatus();
 }
 
-ConsoleServer::ConsoleServer(TokenTable tokens, v1::ControlService::StubInterface& stub)
-    : tokens_(std::move(tokens)), api_(stub) {}
+ConsoleServer::ConsoleServer(TokenTable tokens, v1::ControlService::StubInterface& stub,
+                             absl::Duration keep_alive)
+    : tokens_(std::move(tokens)), api_(stub), keep_alive_(keep_alive) {}
 
 absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(
     const ConsoleOptions& options, v1::ControlService::StubInterface& stub) {
   SHOAL_RETURN_IF_ERROR(options.Validate());
   SHOAL_ASSIGN_OR_RETURN(HostPort listen, ParseHostPort(options.listen, "--console-listen"));
   SHOAL_ASSIGN_OR_RETURN(TokenTable tokens, TokenTable::Load(options.tokens_file));
-  std::unique_ptr<ConsoleServer> s(new ConsoleServer(std::move(tokens), stub));
+  std::unique_ptr<ConsoleServer> s(new ConsoleServer(std::move(tokens), stub, options.keep_alive));
   if (!options.tls_dir.empty()) {
     const std::string cert = (std::filesystem::path(options.tls_dir) / "tls.crt").string();
     const std::string key = (std::filesystem::path(options.tls_dir) / "tls.key").string();
@@ -159,6 +162,11 @@ absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(
 }
 
 ConsoleServer::~ConsoleServer() { Shutdown(); }
+
+size_t ConsoleServer::event_streams() const {
+  absl::MutexLock lock(&mu_);
+  return watches_.size();
+}
 
 std::string ConsoleServer::url() const {
   return absl::StrCat(tls_ ? "https://" : "http://", address_, "/");
@@ -301,8 +309,8 @@ void ConsoleServer::Events(const httplib::Request& req, httplib::Response& res) 
   res.set_header("Cache-Control", "no-store");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [watch](size_t, httplib::DataSink& sink) {
-        TaskWatch::Event event = watch->Next(kKeepAlive);
+      [watch, keep_alive = keep_alive_](size_t, httplib::DataSink& sink) {
+        TaskWatch::Event event = watch->Next(keep_alive);
         switch (event.kind) {
           case TaskWatch::Event::kStatus: {
             const std::string data = absl::StrCat("event: status\ndata: ", event.json, "\n\n");

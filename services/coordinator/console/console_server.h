@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "services/coordinator/console/console_api.h"
 #include "services/coordinator/console/console_auth.h"
 
@@ -26,6 +27,9 @@ struct ConsoleOptions {
   // TLS with the certificate and key of this directory (tls.crt, tls.key: the coordinator's
   // --tls-dir); empty = plaintext HTTP (the coordinator runs --insecure).
   std::string tls_dir;
+  // How often an idle event stream sends a comment: a closed connection is found (and its
+  // WatchTask call ended) by the second write after it closed.
+  absl::Duration keep_alive = absl::Seconds(5);
 
   // Errors name the flag.
   absl::Status Validate() const;
@@ -50,12 +54,15 @@ class ConsoleServer {
   bool tls() const { return tls_; }
   // The console's URL, http(s)://HOST:PORT/.
   std::string url() const;
+  // The event streams open now.
+  size_t event_streams() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Ends the event streams, stops accepting requests and joins every thread. Idempotent.
   void Shutdown();
 
  private:
-  ConsoleServer(TokenTable tokens, v1::ControlService::StubInterface& stub);
+  ConsoleServer(TokenTable tokens, v1::ControlService::StubInterface& stub,
+                absl::Duration keep_alive);
   void Route();
   // The caller's role, or nullopt after answering 401 (or 403 when `admin` is needed).
   std::optional<Role> Authorize(const httplib::Request& req, httplib::Response& res, bool admin);
@@ -69,11 +76,12 @@ class ConsoleServer {
   TokenTable tokens_;
   SessionTable sessions_;
   ConsoleApi api_;
+  const absl::Duration keep_alive_;
   bool tls_ = false;
   std::string address_;
   std::unique_ptr<httplib::Server> http_;
   std::thread listener_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::set<TaskWatch*> watches_ ABSL_GUARDED_BY(mu_);  // the open event streams
 };
