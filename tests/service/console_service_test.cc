@@ -248,5 +248,31 @@ TEST_F(ConsoleServiceTest, ShutdownEndsAnOpenEventStream) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
 }
 
+TEST(ConsoleStartTest, BadTokenFileStopsTheStartNamingTheLine) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("shoal-console-start-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string tokens = (dir / "tokens").string();
+  std::ofstream(tokens) << "admin " << kAdmin << "\nroot " << kViewer << "\n";
+  CoordinatorServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.metrics_listen = "127.0.0.1:0";
+  options.state_dir = (dir / "state").string();
+  options.tls.insecure = true;
+  options.console.listen = "127.0.0.1:0";
+  options.console.tokens_file = tokens;
+  auto server = CoordinatorServer::Start(options);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().message(),
+            absl::StrCat("--console-tokens: ", tokens,
+                         ":2: unknown role 'root' (expected admin or viewer)"));
+  options.console.tokens_file.clear();
+  server = CoordinatorServer::Start(options);
+  ASSERT_FALSE(server.ok());
+  EXPECT_TRUE(absl::StartsWith(server.status().message(), "--console-tokens: required"))
+      << server.status();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace shoal::coordinator
