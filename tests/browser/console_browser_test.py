@@ -170,6 +170,15 @@ class ConsoleBrowserTest(unittest.TestCase):
         self.wait(lambda d: self.points("chart-accuracy") == 3, "three evaluated rounds", 30)
         self.shot("task", whole=True)
 
+        # Its model downloads (with the page's cookie) as a model file.
+        model = d.execute_script(
+            "return fetch('/api/tasks/first/model').then(async (r) => ({status: r.status,"
+            " disposition: r.headers.get('Content-Disposition'),"
+            " magic: new TextDecoder().decode((await r.arrayBuffer()).slice(0, 8))}));")
+        self.assertEqual(model["status"], 200)
+        self.assertIn('filename="first-v3.shoal-model"', model["disposition"])
+        self.assertEqual(model["magic"], "SHOALMDL")
+
         # The tasks list, now with the task's accuracy.
         d.get(self.url + "#/tasks")
         self.wait(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-task="first"] td.accuracy')

@@ -361,7 +361,10 @@ function nodesTable(nodes, id) {
     h("tr", {}, ["Id", "Role", "Address", "Device", "Task", "Capacity", "Reachability",
                  "Supernode", "Aggregator RTTs", "Since"].map((c) => h("th", {}, c))),
     nodes.map((n) => h("tr", {},
-      h("td", {}, n.id), h("td", {}, n.role), h("td", {}, n.address), h("td", {}, n.device),
+      h("td", {}, n.id), h("td", {}, n.role),
+      // HOST:PORT/PEER_ID: a peer behind NAT, reached through the relay at HOST:PORT.
+      h("td", {}, n.address.includes("/") ? `via relay ${n.address.split("/")[0]}` : n.address),
+      h("td", {}, n.device),
       h("td", {}, n.task ? h("a", { href: "#/task/" + n.task }, n.task) : ""),
       h("td", {}, capacity(n.capacity)),
       h("td", {}, n.capacity ? short(n.capacity.reachability).toLowerCase() : ""),
