@@ -199,9 +199,9 @@ class ConsoleBrowserTest(unittest.TestCase):
         d.find_element(By.ID, "create").click()
         self.wait(lambda d: "dataset.partition" in d.find_element(By.ID, "create-error").text,
                   "the parser's message")
+        self.shot("create")
         d.find_element(By.ID, "task-file").clear()
         d.find_element(By.ID, "task-file").send_keys(TASK.format(name="second", rounds=1))
-        self.shot("create")
         d.find_element(By.ID, "create").click()
         self.wait(lambda d: d.current_url.endswith("#/task/second"), "the new task's page")
         self.wait(lambda d: d.find_elements(By.CSS_SELECTOR, '#rounds tr[data-round="1"]'),

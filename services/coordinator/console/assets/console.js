@@ -399,6 +399,7 @@ function showCreate() {
     if (file.files.length) text.value = await file.files[0].text();
   });
   const error = h("p", { class: "error", id: "create-error" });
+  text.addEventListener("input", () => { error.textContent = ""; });
   const submit = h("button", { id: "create", onclick: async () => {
     error.textContent = "";
     submit.disabled = true;
