@@ -25,7 +25,7 @@ AggregatorPeer::AggregatorPeer(const ModeRunnerDeps& deps, AggregatorCallOptions
       clock_(*deps.clock),
       wakeup_(*deps.wakeup),
       compressor_(CompressionOf(deps.assigned.spec())),
-      privacy_(UpdatePrivacy::Create(deps.assigned.spec())),
+      privacy_(UpdatePrivacy::Create(deps.assigned.spec(), CentralNoise::kAtAggregator)),
       address_(deps.assigned.aggregator_address()) {
   if (const std::string how = DescribeCompression(compressor_); !how.empty()) {
     LogInfo("task ", task_, ": updates are compressed: ", how);

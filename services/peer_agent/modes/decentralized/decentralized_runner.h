@@ -23,10 +23,10 @@
 #include "services/peer_agent/mode_runner.h"
 #include "services/peer_agent/modes/decentralized/aggregate.h"
 #include "services/peer_agent/modes/decentralized/secure_round.h"
-#include "services/peer_agent/modes/decentralized/served_noise.h"
 #include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
+#include "services/peer_agent/update_privacy.h"
 #include "shoal/coordinator/v1/session.pb.h"
 
 namespace shoal::peer {
@@ -110,7 +110,7 @@ class DecentralizedRunner final : public ModeRunner {
   };
 
   DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunnerOptions options,
-                      aggregation::Strategy strategy, ServedNoise noise);
+                      aggregation::Strategy strategy, UpdatePrivacy noise);
 
   void HandleRoundOpen(const coordinator::v1::RoundOpen& m,
                        const std::function<bool()>& keep_going);
@@ -161,7 +161,7 @@ class DecentralizedRunner final : public ModeRunner {
   const ModeRunnerDeps deps_;
   const DecentralizedRunnerOptions options_;
   const aggregation::Strategy strategy_;  // the task's aggregation
-  ServedNoise noise_;                     // privacy.dp at level peer (worker thread only)
+  UpdatePrivacy noise_;                   // privacy.dp at level peer (worker thread only)
   const bool secure_;                     // privacy.secure_aggregation
   const std::string task_;
   training::Trainer& trainer_;
