@@ -32,7 +32,7 @@ absl::StatusOr<std::unique_ptr<DecentralizedRunner>> DecentralizedRunner::Create
     return absl::InvalidArgumentError("the decentralized runner needs this peer's id");
   }
   if (options.probe_attempts < 1 || options.probe_timeout <= absl::ZeroDuration() ||
-      options.fetch_timeout <= absl::ZeroDuration() ||
+      options.fetch_timeout <= absl::ZeroDuration() || !(options.slowest_link > 0) ||
       options.sync_budget <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("decentralized runner options: bad timeouts or attempts");
   }

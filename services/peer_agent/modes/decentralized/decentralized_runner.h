@@ -35,8 +35,11 @@ struct DecentralizedRunnerOptions {
   // One Probe attempt; a participant is unreachable after `probe_attempts` failed attempts.
   absl::Duration probe_timeout = absl::Seconds(2);
   int probe_attempts = 2;
-  // One GetSnapshot attempt during sharing and model sync.
+  // One GetSnapshot attempt during sharing and model sync: fetch_timeout plus the model's bytes
+  // at slowest_link (bytes/s; 1 Mbit/s), so that a large model over a home uplink is not cut off
+  // while it still moves (FetchAttemptTimeout).
   absl::Duration fetch_timeout = absl::Seconds(30);
+  double slowest_link = 125e3;
   // With a streaming strategy (mean): the most round updates fetched at once while sharing,
   // and so about the most a peer holds besides its own (each is folded in, then freed).
   size_t fetch_window = 2;
@@ -47,6 +50,12 @@ struct DecentralizedRunnerOptions {
   // RoundOpen before evaluating (when it comes, the evaluation runs after this peer's JoinRound).
   absl::Duration next_round_grace = absl::Milliseconds(100);
 };
+
+// The bound of one GetSnapshot attempt that moves about `bytes`: fetch_timeout plus the bytes at
+// slowest_link.
+inline absl::Duration FetchAttemptTimeout(const DecentralizedRunnerOptions& options, size_t bytes) {
+  return options.fetch_timeout + absl::Seconds(static_cast<double>(bytes) / options.slowest_link);
+}
 
 // The peer side of one decentralized task. Holds the model of the last completed round it took
 // part in (or synced to); per round: RoundOpen -> JoinRound, train, publish ROUND_UPDATE,
