@@ -28,6 +28,10 @@ of their start (peers before aggregators before the coordinator) and SIGKILLs wh
 15 s. A static gossip worker (shoal-peer --dpwa-config, no
 coordinator) starts with spawn().
 
+With Cluster(..., netns={NAME: (NAMESPACE, HOST)}) the service NAME (and shoalctl, under the name
+"shoalctl") runs under `ip netns exec NAMESPACE` and listens on HOST port 0 instead of 127.0.0.1
+(scripts/bench-wan: every node in a network namespace of its own, behind a shaped link).
+
 Environment: BUILD_DIR (default: build), SHOAL_DATA_DIR (default:
 /usr/share/datasets/fashion-mnist).
 """
@@ -66,10 +70,11 @@ def read_address_file(path):
 class Cluster:
     """The processes of one local cluster, started in order; see the module's doc."""
 
-    def __init__(self, prog, work, tls_dir=None):
+    def __init__(self, prog, work, tls_dir=None, netns=None):
         self.prog = prog  # the bench's name, the prefix of its errors
         self.work = work
         self.tls_dir = tls_dir  # None: plaintext
+        self.netns = dict(netns or {})  # name -> (network namespace, listen host)
         self.procs = []  # (name, Popen), in start order
         self.addresses = {}  # name -> the entries of its address file
         self.starting = {}  # name -> (Popen, address file) until its address file is there
@@ -82,18 +87,23 @@ class Cluster:
     def spawn(self, name, binary, args):
         """Starts BIN/binary with `args` (nothing added), logging to WORK/NAME.log."""
         with open(self.log_path(name), "w") as log:
-            proc = subprocess.Popen([os.path.join(BIN, binary)] + list(args), stdout=log,
-                                    stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(self.in_netns(name) + [os.path.join(BIN, binary)] + list(args),
+                                    stdout=log, stderr=subprocess.STDOUT)
         self.procs.append((name, proc))
         return proc
 
+    def in_netns(self, name):
+        """The command prefix that runs NAME in its network namespace ([] when it has none)."""
+        return ["ip", "netns", "exec", self.netns[name][0]] if name in self.netns else []
+
     def start(self, name, binary, args, wait=True):
-        """Starts a service on 127.0.0.1:0 (plaintext, or mutual TLS with tls_dir) and, with
-        `wait`, waits for its address file (else wait_started() does, so that several start at
-        once); returns its Popen."""
+        """Starts a service on 127.0.0.1:0 (its netns host with netns; plaintext, or mutual TLS
+        with tls_dir) and, with `wait`, waits for its address file (else wait_started() does, so
+        that several start at once); returns its Popen."""
         addr = os.path.join(self.work, name + ".addr")
-        proc = self.spawn(name, binary, self.security_flags(name) + ["--listen", "127.0.0.1:0",
-                                         "--metrics-listen", "127.0.0.1:0", "--address-file",
+        host = self.netns[name][1] if name in self.netns else "127.0.0.1"
+        proc = self.spawn(name, binary, self.security_flags(name) + ["--listen", f"{host}:0",
+                                         "--metrics-listen", f"{host}:0", "--address-file",
                                          addr] + list(args))
         self.starting[name] = (proc, addr)
         if wait:
@@ -147,7 +157,8 @@ class Cluster:
 
     def shoalctl(self, *args):
         """shoalctl's stdout; RuntimeError with its stderr when it fails."""
-        out = subprocess.run([os.path.join(BIN, "shoalctl")] + self.security_flags("shoalctl") +
+        out = subprocess.run(self.in_netns("shoalctl") + [os.path.join(BIN, "shoalctl")] +
+                             self.security_flags("shoalctl") +
                              ["--coordinator", self.coordinator] + list(args),
                              capture_output=True, text=True)
         if out.returncode != 0:

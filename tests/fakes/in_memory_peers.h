@@ -3,10 +3,13 @@
 // PeerClient over the SnapshotStores of peers in this process, by address: a fetch is served by
 // the same SnapshotStore::Serve that PeerService uses and checked like GrpcPeerClient checks a
 // stream (the meta, then every frame through a FrameDecoder), with no gRPC and no sockets.
-// Thread-safe; the stores must outlive their registration.
+// Each fetch's deadline is recorded with the bytes it expects (fetches()). Thread-safe; the
+// stores must outlive their registration.
 
+#include <cstddef>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -18,6 +21,11 @@ namespace shoal::fakes {
 
 class InMemoryPeers final : public peer::PeerClient {
  public:
+  struct RecordedFetch {
+    absl::Time deadline;
+    size_t expected_bytes = 0;  // the expected layout's floats, 4 bytes each
+  };
+
   void Register(const std::string& address, peer::SnapshotStore* store) {
     absl::MutexLock lock(&mu_);
     stores_[address] = store;
@@ -29,8 +37,13 @@ class InMemoryPeers final : public peer::PeerClient {
 
   absl::StatusOr<tensor::ReceivedModel> Fetch(const std::string& address,
                                               const peer::v1::GetSnapshotRequest& request,
-                                              absl::Time, const tensor::ModelLayout& expected,
+                                              absl::Time deadline,
+                                              const tensor::ModelLayout& expected,
                                               peer::CallCanceller* canceller) override {
+    {
+      absl::MutexLock lock(&mu_);
+      fetches_.push_back({deadline, expected.total_bytes()});
+    }
     if (canceller != nullptr && canceller->cancelled()) return absl::CancelledError("cancelled");
     peer::SnapshotStore* store = Find(address);
     if (store == nullptr) return absl::UnavailableError(absl::StrCat("no peer at ", address));
@@ -60,6 +73,11 @@ class InMemoryPeers final : public peer::PeerClient {
 
   void Forget(const std::string&) override {}
 
+  std::vector<RecordedFetch> fetches() const {
+    absl::MutexLock lock(&mu_);
+    return fetches_;
+  }
+
  private:
   peer::SnapshotStore* Find(const std::string& address) {
     absl::MutexLock lock(&mu_);
@@ -67,8 +85,9 @@ class InMemoryPeers final : public peer::PeerClient {
     return it == stores_.end() ? nullptr : it->second;
   }
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::map<std::string, peer::SnapshotStore*> stores_ ABSL_GUARDED_BY(mu_);
+  std::vector<RecordedFetch> fetches_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shoal::fakes

@@ -30,6 +30,7 @@ class PeerSideAggregator final : public aggregator::AggregatorClient {
     std::string method;  // PutModel, PushUpdate, GetModel
     std::string address;
     uint64_t version = 0;  // GetModel, PutModel: the version; PushUpdate: the base version
+    absl::Time deadline;   // the attempt's deadline, as the caller set it
   };
   // One push attempt and the fake's answer to it.
   struct Push {
@@ -92,11 +93,11 @@ class PeerSideAggregator final : public aggregator::AggregatorClient {
 
   absl::StatusOr<uint64_t> PutModel(const std::string& address, const common::v1::ModelMeta& meta,
                                     std::shared_ptr<const tensor::EncodedModel> encoded,
-                                    const aggregator::Caller&, absl::Time) override {
+                                    const aggregator::Caller&, absl::Time deadline) override {
     absl::StatusOr<tensor::FlatModel> model = tensor::DecodeModel(*encoded);
     if (!model.ok()) return model.status();
     absl::MutexLock lock(&mu_);
-    calls_.push_back({"PutModel", address, meta.version()});
+    calls_.push_back({"PutModel", address, meta.version(), deadline});
     const uint64_t digest = model->Digest();
     models_[{address, meta.version()}] = *std::move(model);
     return digest;
@@ -104,7 +105,7 @@ class PeerSideAggregator final : public aggregator::AggregatorClient {
   absl::StatusOr<bool> PushUpdate(const std::string& address,
                                   const aggregator::v1::UpdateMeta& meta,
                                   std::shared_ptr<const tensor::EncodedModel> delta,
-                                  absl::Time) override {
+                                  absl::Time deadline) override {
     absl::StatusOr<tensor::FlatModel> decoded = tensor::DecodeModel(*delta);
     if (!decoded.ok()) return decoded.status();
     Push push;
@@ -112,7 +113,7 @@ class PeerSideAggregator final : public aggregator::AggregatorClient {
     size_t index;
     {
       absl::MutexLock lock(&mu_);
-      calls_.push_back({"PushUpdate", address, meta.base_version()});
+      calls_.push_back({"PushUpdate", address, meta.base_version(), deadline});
       push.address = address;
       push.meta = meta;
       push.delta = *std::move(decoded);
@@ -132,9 +133,9 @@ class PeerSideAggregator final : public aggregator::AggregatorClient {
   }
   absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address, const std::string&,
                                              uint64_t version, const aggregator::Caller&,
-                                             absl::Time) override {
+                                             absl::Time deadline) override {
     absl::MutexLock lock(&mu_);
-    calls_.push_back({"GetModel", address, version});
+    calls_.push_back({"GetModel", address, version, deadline});
     ++gets_;
     auto it = models_.find({address, version});
     if (it == models_.end()) {

@@ -16,7 +16,7 @@
 #include "libs/privacy/dp_update.h"
 #include "libs/privacy/secagg/identity.h"
 #include "services/peer_agent/modes/decentralized/secure_round.h"
-#include "services/peer_agent/modes/decentralized/served_noise.h"
+#include "services/peer_agent/update_privacy.h"
 
 namespace shoal::peer {
 namespace {
@@ -73,7 +73,7 @@ Participants Make(double clip_norm) {
 // `survivors`; every survivor finishes. Returns the survivors' results.
 // With `noises` (one per participant) each masks with its noise.
 std::vector<SecureRound::Result> RunRound(Participants& p, const std::vector<int>& survivors,
-                                          std::vector<ServedNoise>* noises = nullptr) {
+                                          std::vector<UpdatePrivacy>* noises = nullptr) {
   std::vector<std::shared_ptr<const tensor::FlatModel>> served;
   for (int i = 0; i < kPeers; ++i) {
     auto s = p.rounds[i].Mask(1, p.list, noises != nullptr ? &(*noises)[i] : nullptr);
@@ -142,8 +142,9 @@ TEST(DecentralizedSecureRoundTest, TheMeanCarriesTheSumOfTheNoiseShares) {
   std::vector<double> off;
   for (uint64_t seed = 0; seed < 10; ++seed) {  // 10 rounds of 203 values
     Participants p = Make(kClip);
-    std::vector<ServedNoise> noises;
-    for (int i = 0; i < kPeers; ++i) noises.push_back(ServedNoise::WithSeed(spec, seed * 16 + i));
+    std::vector<UpdatePrivacy> noises;
+    for (int i = 0; i < kPeers; ++i)
+      noises.push_back(UpdatePrivacy::WithSeed(spec, CentralNoise::kAtPeer, seed * 16 + i));
     std::vector<SecureRound::Result> results = RunRound(p, {0, 1, 2, 3}, &noises);
     ASSERT_EQ(results.size(), 4u);
     EXPECT_EQ(results[3].model.Digest(), results[0].model.Digest());

@@ -84,7 +84,8 @@ std::vector<tensor::FlatModel> Accepted(const PeerSideAggregator& aggregator) {
 class TestPeer {
  public:
   TestPeer(PeerSideAggregator& aggregator, const training::RawDataset& train,
-           const training::RawDataset& test, ByzantineFault byzantine = {})
+           const training::RawDataset& test, ByzantineFault byzantine = {},
+           FederatedSyncOptions fast = {})
       : metrics_(registry_) {
     training::TrainerOptions options;
     options.spec = Spec();
@@ -108,7 +109,6 @@ class TestPeer {
       absl::MutexLock lock(&mu_);
       sent_.push_back(m);
     };
-    FederatedSyncOptions fast;
     fast.retry_backoff = BackoffOptions{absl::Milliseconds(10), absl::Milliseconds(50), 2.0, 0.2};
     auto runner = FederatedSyncRunner::Create(std::move(deps), fast);
     EXPECT_TRUE(runner.ok()) << runner.status();
@@ -233,6 +233,41 @@ TEST_F(FederatedSyncRunnerTest, RetriesAnUnavailableAggregatorWithinTheRound) {
   EXPECT_THAT(Addresses(aggregator, "PushUpdate"),
               ElementsAre("aggregator-a:1", "aggregator-a:1", "aggregator-a:1"));
   EXPECT_EQ(Accepted(aggregator).size(), 1u);
+}
+
+// A model or an update over a slow link: each attempt gets rpc_timeout plus its bytes at the
+// slowest link, not rpc_timeout alone (which cut a 100 MB model off mid-stream on a 20 Mbit/s
+// uplink), and the initial upload's budget grows to one such attempt.
+TEST_F(FederatedSyncRunnerTest, TransferAttemptsGetTheirBytesAtTheSlowestLink) {
+  PeerSideAggregator aggregator;
+  FederatedSyncOptions slow;
+  slow.rpc_timeout = absl::Seconds(1);
+  slow.model_transfer_budget = absl::Seconds(2);
+  slow.slowest_link = 10e3;  // bytes per second: the MLP's 636,040 bytes take 63.6 s
+  TestPeer peer(aggregator, *train_, *test_, {}, slow);
+  const absl::Duration model_time = absl::Seconds(159010 * 4 / 10e3);
+  const absl::Time before = absl::Now();
+  peer.Handle(Initialize());
+  peer.Handle(RoundStarted(1, 0));  // no deadline: the default round budget (10 min)
+  auto model = peer.trainer().GetParameters();
+  ASSERT_TRUE(model.ok());
+  aggregator.Store("aggregator-a:1", 1, *model);
+  CoordinatorEvent published;
+  published.set_task("fed");
+  published.mutable_model_published()->set_round(1);
+  published.mutable_model_published()->set_version(1);
+  peer.Handle(published);
+  const absl::Time after = absl::Now();
+  const std::vector<PeerSideAggregator::Call> calls = aggregator.calls();
+  ASSERT_EQ(calls.size(), 3u);  // the initial model, the push, the published model
+  EXPECT_EQ(calls[0].method, "PutModel");
+  EXPECT_EQ(calls[1].method, "PushUpdate");
+  EXPECT_EQ(calls[2].method, "GetModel");
+  for (const PeerSideAggregator::Call& c : calls) {
+    // The update is raw float32 here: the model's bytes too.
+    EXPECT_GE(c.deadline, before + slow.rpc_timeout + model_time) << c.method;
+    EXPECT_LE(c.deadline, after + slow.rpc_timeout + model_time) << c.method;
+  }
 }
 
 class ByzantineTest : public FederatedSyncRunnerTest,

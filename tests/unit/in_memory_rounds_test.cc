@@ -19,6 +19,7 @@
 #include "libs/task/task_file.h"
 #include "services/coordinator/coordinator_core.h"
 #include "services/coordinator/store/sqlite_task_store.h"
+#include "services/peer_agent/modes/decentralized/decentralized_runner.h"
 #include "services/peer_agent/peer_agent.h"
 #include "tests/fakes/in_memory_aggregator.h"
 #include "tests/fakes/in_memory_peers.h"
@@ -98,6 +99,9 @@ class InMemoryCluster {
     }
     return absl::OkStatus();
   }
+
+  const fakes::InMemoryPeers& peers_client() const { return peers_client_; }
+  absl::Time now() const { return clock_.Now(); }
 
   // Drives the coordinator (its timers and its aggregator work) until the task has ended or
   // `real_time` has passed; returns the final status.
@@ -209,6 +213,18 @@ TEST_F(InMemoryRoundsTest, DecentralizedRoundsWithEightPeersAreDeterministic) {
       EXPECT_NE(r.model_digest(), 0u) << "every participant reported the same digest";
     }
     digests.push_back(status.history(1).model_digest());
+    // Each fetch attempt may take the model's bytes at the slowest link (1 Mbit/s) on top of
+    // fetch_timeout (the clock stands still here: the deadline is the attempt's whole bound).
+    const peer::DecentralizedRunnerOptions defaults;
+    const std::vector<fakes::InMemoryPeers::RecordedFetch> fetches =
+        cluster.peers_client().fetches();
+    ASSERT_FALSE(fetches.empty());
+    for (const fakes::InMemoryPeers::RecordedFetch& f : fetches) {
+      EXPECT_GE(f.deadline - cluster.now(),
+                defaults.fetch_timeout +
+                    absl::Seconds(static_cast<double>(f.expected_bytes) / defaults.slowest_link))
+          << f.expected_bytes << " bytes";
+    }
   }
   EXPECT_EQ(digests[0], digests[1]);
 }

@@ -25,7 +25,7 @@ AggregatorPeer::AggregatorPeer(const ModeRunnerDeps& deps, AggregatorCallOptions
       clock_(*deps.clock),
       wakeup_(*deps.wakeup),
       compressor_(CompressionOf(deps.assigned.spec())),
-      privacy_(UpdatePrivacy::Create(deps.assigned.spec())),
+      privacy_(UpdatePrivacy::Create(deps.assigned.spec(), CentralNoise::kAtAggregator)),
       address_(deps.assigned.aggregator_address()) {
   if (const std::string how = DescribeCompression(compressor_); !how.empty()) {
     LogInfo("task ", task_, ": updates are compressed: ", how);
@@ -72,8 +72,12 @@ aggregator::Caller AggregatorPeer::Me() const {
 
 bool AggregatorPeer::TaskCurrent() const { return !deps_.task_current || deps_.task_current(); }
 
+absl::Duration AggregatorPeer::TransferTimeout(uint64_t bytes) const {
+  return options_.rpc_timeout + absl::Seconds(static_cast<double>(bytes) / options_.slowest_link);
+}
+
 void AggregatorPeer::UploadInitialModel(const coordinator::v1::InitializeModel& m,
-                                        absl::Time deadline) {
+                                        absl::Duration budget) {
   absl::StatusOr<tensor::FlatModel> init = trainer_.InitialState(/*include_buffers=*/true);
   absl::Status status = init.status();
   std::shared_ptr<const tensor::FlatModel> model;
@@ -81,12 +85,14 @@ void AggregatorPeer::UploadInitialModel(const coordinator::v1::InitializeModel& 
     model = std::make_shared<const tensor::FlatModel>(*std::move(init));
     const common::v1::ModelMeta meta = tensor::MakeModelMeta(task_, 0, *model);
     const std::string address = m.aggregator_address().empty() ? address_ : m.aggregator_address();
+    const uint64_t bytes = model->layout.total_bytes();
     status = RetryCall(
-                 deadline, [this] { return TaskCurrent(); },
+                 TransferDeadline(budget, bytes), [this] { return TaskCurrent(); },
                  [&](absl::Time attempt_deadline) {
                    return aggregator_.PutModel(address, meta, tensor::EncodeRaw(model), Me(),
                                                attempt_deadline);
-                 })
+                 },
+                 bytes)
                  .status();
   }
   if (!status.ok()) {
@@ -142,21 +148,25 @@ absl::Status AggregatorPeer::LoadGlobal(uint64_t version, absl::Time deadline,
   const size_t expected = trainer_.state_layout(/*include_buffers=*/true).total_elements();
   size_t attempt = 0;
   SHOAL_ASSIGN_OR_RETURN(
-      tensor::ModelLayout layout, RetryCall(deadline, keep_going, [&](absl::Time attempt_deadline) {
-        if (absl::Status s = file.Reset(expected); !s.ok()) {
-          return absl::StatusOr<tensor::ModelLayout>(s);
-        }
-        return aggregator_.GetModelInto(
-            AddressFor(attempt++), task_, version, Me(), attempt_deadline,
-            [&](size_t first, absl::Span<const float> values) {
-              if (values.size() > expected - std::min(first, expected)) {
-                return absl::InvalidArgumentError(
-                    absl::StrCat("model version ", version, " is larger than this task's model (",
-                                 expected, " values)"));
-              }
-              return file.WriteAt(first, values);
-            });
-      }));
+      tensor::ModelLayout layout,
+      RetryCall(
+          deadline, keep_going,
+          [&](absl::Time attempt_deadline) {
+            if (absl::Status s = file.Reset(expected); !s.ok()) {
+              return absl::StatusOr<tensor::ModelLayout>(s);
+            }
+            return aggregator_.GetModelInto(
+                AddressFor(attempt++), task_, version, Me(), attempt_deadline,
+                [&](size_t first, absl::Span<const float> values) {
+                  if (values.size() > expected - std::min(first, expected)) {
+                    return absl::InvalidArgumentError(
+                        absl::StrCat("model version ", version,
+                                     " is larger than this task's model (", expected, " values)"));
+                  }
+                  return file.WriteAt(first, values);
+                });
+          },
+          expected * sizeof(float)));
   metrics_.bytes_received.Increment(static_cast<double>(layout.total_bytes()));
   global_version_.reset();
   params_are_global_ = false;

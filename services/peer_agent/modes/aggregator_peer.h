@@ -10,6 +10,7 @@
 // gradients, momentum), and the global model is needed again only for the delta after training
 // and to start a round again from it.
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,10 +40,14 @@
 namespace shoal::peer {
 
 // How the calls to the aggregator are retried (rpc::Retry): on UNAVAILABLE and
-// RESOURCE_EXHAUSTED, each attempt bounded by `rpc_timeout`.
+// RESOURCE_EXHAUSTED, each attempt bounded by `rpc_timeout`, and one that moves a model or an
+// update by `rpc_timeout` plus its bytes at `slowest_link` (TransferTimeout).
 struct AggregatorCallOptions {
   absl::Duration rpc_timeout = absl::Seconds(30);
   BackoffOptions retry_backoff{absl::Milliseconds(100), absl::Seconds(2), 2.0, 0.2};
+  // Bytes per second of the slowest link a peer may sit behind: 1 Mbit/s. A 100 MB model takes
+  // 40 s over a 20 Mbit/s home uplink and 160 s over 5 Mbit/s, far beyond `rpc_timeout`.
+  double slowest_link = 125e3;
 };
 
 // Owned by a runner and used on its worker thread only; `deps` must hold an aggregator (the
@@ -70,23 +75,35 @@ class AggregatorPeer {
   bool TaskCurrent() const;
 
   // rpc::Retry with the runner's clock and these options, until `deadline`, sleeping on the
-  // wakeup while `keep_going`.
+  // wakeup while `keep_going`. A call that moves `bytes` (a model, an update) passes them: its
+  // attempts are bounded by TransferTimeout(bytes) instead of rpc_timeout.
   template <typename Attempt>
-  auto RetryCall(absl::Time deadline, const std::function<bool()>& keep_going,
-                 Attempt&& attempt) const {
+  auto RetryCall(absl::Time deadline, const std::function<bool()>& keep_going, Attempt&& attempt,
+                 uint64_t bytes = 0) const {
     rpc::RetryOptions retry;
     retry.backoff = options_.retry_backoff;
-    retry.attempt_timeout = options_.rpc_timeout;
+    retry.attempt_timeout = TransferTimeout(bytes);
     return rpc::Retry(clock_, retry, deadline, wakeup_.Sleeper(keep_going),
                       std::forward<Attempt>(attempt));
   }
+  // The bound of one attempt that moves `bytes`: rpc_timeout plus the bytes at slowest_link.
+  absl::Duration TransferTimeout(uint64_t bytes) const;
+  // The deadline of a transfer of `bytes` that has no round deadline: `budget` from now, or one
+  // TransferTimeout(bytes) if that is longer.
+  absl::Time TransferDeadline(absl::Duration budget, uint64_t bytes) const {
+    return clock_.Now() + std::max(budget, TransferTimeout(bytes));
+  }
+  // The bytes of the task's model as float32 (what a download or the initial upload moves).
+  uint64_t ModelBytes() const {
+    return trainer_.state_layout(/*include_buffers=*/true).total_bytes();
+  }
 
-  // InitializeModel: uploads the seed's initial model as version 0 (PutModel, retried until
-  // `deadline` while the task is current), holds it as the global model, publishes it as
-  // snapshot 0 and answers ModelInitialized with its digest; on failure logs and answers
-  // PeerError{round 0}. It goes to `m.aggregator_address` when set (a hierarchical task's
-  // root), else to the task's aggregator.
-  void UploadInitialModel(const coordinator::v1::InitializeModel& m, absl::Time deadline);
+  // InitializeModel: uploads the seed's initial model as version 0 (PutModel, retried for
+  // TransferDeadline(budget, the model's bytes) while the task is current), holds it as the global
+  // model, publishes it as snapshot 0 and answers ModelInitialized with its digest; on failure logs
+  // and answers PeerError{round 0}. It goes to `m.aggregator_address` when set (a hierarchical
+  // task's root), else to the task's aggregator.
+  void UploadInitialModel(const coordinator::v1::InitializeModel& m, absl::Duration budget);
   // Makes the trainer hold global model `version` exactly: a download (GetModel, streamed to
   // disk) unless it is the one held, then read from disk into the parameters if the trainer
   // trained since.

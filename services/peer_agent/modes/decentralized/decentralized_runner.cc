@@ -32,7 +32,7 @@ absl::StatusOr<std::unique_ptr<DecentralizedRunner>> DecentralizedRunner::Create
     return absl::InvalidArgumentError("the decentralized runner needs this peer's id");
   }
   if (options.probe_attempts < 1 || options.probe_timeout <= absl::ZeroDuration() ||
-      options.fetch_timeout <= absl::ZeroDuration() ||
+      options.fetch_timeout <= absl::ZeroDuration() || !(options.slowest_link > 0) ||
       options.sync_budget <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("decentralized runner options: bad timeouts or attempts");
   }
@@ -53,13 +53,13 @@ absl::StatusOr<std::unique_ptr<DecentralizedRunner>> DecentralizedRunner::Create
     return absl::InvalidArgumentError(
         absl::StrCat("task ", spec.name(), ": ", strategy.status().message()));
   }
-  SHOAL_ASSIGN_OR_RETURN(ServedNoise noise, ServedNoise::Create(spec));
+  SHOAL_ASSIGN_OR_RETURN(UpdatePrivacy noise, UpdatePrivacy::Create(spec, CentralNoise::kAtPeer));
   return std::unique_ptr<DecentralizedRunner>(
       new DecentralizedRunner(std::move(deps), options, *std::move(strategy), std::move(noise)));
 }
 
 DecentralizedRunner::DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunnerOptions options,
-                                         aggregation::Strategy strategy, ServedNoise noise)
+                                         aggregation::Strategy strategy, UpdatePrivacy noise)
     : deps_(std::move(deps)),
       options_(options),
       strategy_(std::move(strategy)),
@@ -77,9 +77,8 @@ DecentralizedRunner::DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunne
     LogInfo("task ", task_, ": round updates are exchanged as compressed deltas: ", how);
   }
   if (noise_.enabled()) {
-    LogInfo("task ", task_, ": round updates are clipped to L2 norm ", noise_.clip_norm(),
-            " and carry noise of stddev ", noise_.StddevFor(1),
-            secure_ ? " over the masking's number of participants (privacy.dp, level peer)"
+    LogInfo("task ", task_, ": round updates are ", noise_.Describe(),
+            secure_ ? " over the masking's participants (privacy.dp, level peer)"
                     : " before they are served (privacy.dp, level peer)");
   }
 }

@@ -23,10 +23,10 @@
 #include "services/peer_agent/mode_runner.h"
 #include "services/peer_agent/modes/decentralized/aggregate.h"
 #include "services/peer_agent/modes/decentralized/secure_round.h"
-#include "services/peer_agent/modes/decentralized/served_noise.h"
 #include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
+#include "services/peer_agent/update_privacy.h"
 #include "shoal/coordinator/v1/session.pb.h"
 
 namespace shoal::peer {
@@ -35,8 +35,11 @@ struct DecentralizedRunnerOptions {
   // One Probe attempt; a participant is unreachable after `probe_attempts` failed attempts.
   absl::Duration probe_timeout = absl::Seconds(2);
   int probe_attempts = 2;
-  // One GetSnapshot attempt during sharing and model sync.
+  // One GetSnapshot attempt during sharing and model sync: fetch_timeout plus the model's bytes
+  // at slowest_link (bytes/s; 1 Mbit/s), so that a large model over a home uplink is not cut off
+  // while it still moves (FetchAttemptTimeout).
   absl::Duration fetch_timeout = absl::Seconds(30);
+  double slowest_link = 125e3;
   // With a streaming strategy (mean): the most round updates fetched at once while sharing,
   // and so about the most a peer holds besides its own (each is folded in, then freed).
   size_t fetch_window = 2;
@@ -47,6 +50,12 @@ struct DecentralizedRunnerOptions {
   // RoundOpen before evaluating (when it comes, the evaluation runs after this peer's JoinRound).
   absl::Duration next_round_grace = absl::Milliseconds(100);
 };
+
+// The bound of one GetSnapshot attempt that moves about `bytes`: fetch_timeout plus the bytes at
+// slowest_link.
+inline absl::Duration FetchAttemptTimeout(const DecentralizedRunnerOptions& options, size_t bytes) {
+  return options.fetch_timeout + absl::Seconds(static_cast<double>(bytes) / options.slowest_link);
+}
 
 // The peer side of one decentralized task. Holds the model of the last completed round it took
 // part in (or synced to); per round: RoundOpen -> JoinRound, train, publish ROUND_UPDATE,
@@ -110,7 +119,7 @@ class DecentralizedRunner final : public ModeRunner {
   };
 
   DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunnerOptions options,
-                      aggregation::Strategy strategy, ServedNoise noise);
+                      aggregation::Strategy strategy, UpdatePrivacy noise);
 
   void HandleRoundOpen(const coordinator::v1::RoundOpen& m,
                        const std::function<bool()>& keep_going);
@@ -161,7 +170,7 @@ class DecentralizedRunner final : public ModeRunner {
   const ModeRunnerDeps deps_;
   const DecentralizedRunnerOptions options_;
   const aggregation::Strategy strategy_;  // the task's aggregation
-  ServedNoise noise_;                     // privacy.dp at level peer (worker thread only)
+  UpdatePrivacy noise_;                   // privacy.dp at level peer (worker thread only)
   const bool secure_;                     // privacy.secure_aggregation
   const std::string task_;
   training::Trainer& trainer_;

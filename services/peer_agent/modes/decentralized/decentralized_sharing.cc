@@ -24,10 +24,10 @@ using coordinator::v1::PeerMessage;
 
 // How a round update is fetched while sharing: retried until it arrives or the round moves on;
 // a snapshot that fails the checks (INVALID_ARGUMENT) will not get better.
-rpc::RetryOptions FetchRetry(const DecentralizedRunnerOptions& options) {
+rpc::RetryOptions FetchRetry(const DecentralizedRunnerOptions& options, size_t bytes) {
   rpc::RetryOptions retry;
   retry.backoff = options.retry_backoff;
-  retry.attempt_timeout = options.fetch_timeout;
+  retry.attempt_timeout = FetchAttemptTimeout(options, bytes);
   retry.retryable = [](const absl::Status& s) { return !absl::IsInvalidArgument(s); };
   return retry;
 }
@@ -206,7 +206,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
   std::vector<absl::Status> rejected(missing.size());
   std::vector<CallCanceller> cancellers(missing.size());
   const tensor::ModelLayout& layout = trainer_.layout();
-  const rpc::RetryOptions retry = FetchRetry(options_);
+  const rpc::RetryOptions retry = FetchRetry(options_, layout.total_bytes());
   RunParallel(
       wakeup_, missing.size(),
       [&](size_t i, const std::atomic<bool>& stop) {
@@ -317,7 +317,7 @@ void DecentralizedRunner::ShareMasked(uint64_t round, uint32_t attempt,
   absl::Mutex mu;
   std::vector<absl::Status> rejected(missing.size());
   std::vector<CallCanceller> cancellers(missing.size());
-  const rpc::RetryOptions retry = FetchRetry(options_);
+  const rpc::RetryOptions retry = FetchRetry(options_, layout.total_bytes());
   RunParallel(
       wakeup_, missing.size(),
       [&](size_t i, const std::atomic<bool>& stop) {
@@ -431,7 +431,7 @@ void DecentralizedRunner::HandleSyncFrom(const coordinator::v1::SyncFrom& m,
   // get better by retrying: report it so the coordinator picks another provider.
   rpc::RetryOptions retry;
   retry.backoff = options_.retry_backoff;
-  retry.attempt_timeout = options_.fetch_timeout;
+  retry.attempt_timeout = FetchAttemptTimeout(options_, trainer_.layout().total_bytes());
   retry.retryable = [](const absl::Status& s) {
     return !absl::IsInvalidArgument(s) && !absl::IsNotFound(s) && !absl::IsFailedPrecondition(s);
   };

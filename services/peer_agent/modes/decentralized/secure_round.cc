@@ -47,7 +47,7 @@ absl::StatusOr<MaskKey> SecureRound::Advertise(const privacy::secagg::KeySigner&
 }
 
 absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> SecureRound::Mask(
-    uint32_t attempt, const std::vector<PeerEndpoint>& participants, ServedNoise* noise) {
+    uint32_t attempt, const std::vector<PeerEndpoint>& participants, UpdatePrivacy* noise) {
   std::map<std::string, MaskKey> keys;
   std::map<std::string, std::string> identities;
   for (const PeerEndpoint& p : participants) {
@@ -61,7 +61,8 @@ absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> SecureRound::Mask(
   }
   SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<privacy::secagg::Ed25519KeyVerifier> verifier,
                          privacy::secagg::Ed25519KeyVerifier::Create(std::move(identities)));
-  const double stddev = noise != nullptr ? noise->StddevFor(participants.size()) : 0;
+  const double stddev =
+      noise != nullptr ? noise->NoiseStddev(static_cast<uint32_t>(participants.size())) : 0;
   SHOAL_ASSIGN_OR_RETURN(
       privacy::FixedPointCodec codec,
       privacy::secagg::UpdateCodec(clip_norm_, static_cast<int>(participants.size()), stddev));
@@ -69,7 +70,7 @@ absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> SecureRound::Mask(
   if (noise != nullptr && noise->enabled()) {
     // Clipped, then noised: clamping each value keeps the noise that clipping again would cut.
     std::vector<float> noisy = delta_;
-    noise->ApplyToDelta(absl::MakeSpan(noisy), participants.size());
+    noise->Apply(absl::MakeSpan(noisy), static_cast<uint32_t>(participants.size()));
     SHOAL_ASSIGN_OR_RETURN(encoded, privacy::secagg::ClampAndEncode(codec, noisy));
   } else {
     SHOAL_ASSIGN_OR_RETURN(encoded, privacy::secagg::ClipAndEncode(codec, delta_));

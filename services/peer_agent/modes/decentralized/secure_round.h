@@ -16,7 +16,7 @@
 #include "libs/privacy/secagg/identity.h"
 #include "libs/privacy/secagg/pairwise_round.h"
 #include "libs/tensor/flat_model.h"
-#include "services/peer_agent/modes/decentralized/served_noise.h"
+#include "services/peer_agent/update_privacy.h"
 #include "shoal/coordinator/v1/session.pb.h"
 
 namespace shoal::peer {
@@ -47,7 +47,7 @@ class SecureRound {
   // serve. Errors: INVALID_ARGUMENT a participant without keys, or as PairwiseMasker::Mask.
   absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> Mask(
       uint32_t attempt, const std::vector<coordinator::v1::PeerEndpoint>& participants,
-      ServedNoise* noise = nullptr);
+      UpdatePrivacy* noise = nullptr);
 
   // The participants of the current masking, ascending; empty before Mask.
   const std::vector<std::string>& masked_with() const { return masker_.masked_with(); }

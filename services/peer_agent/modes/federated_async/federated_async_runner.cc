@@ -48,7 +48,7 @@ FederatedAsyncRunner::FederatedAsyncRunner(ModeRunnerDeps deps, FederatedAsyncOp
       metrics_(*deps_.metrics),
       clock_(*deps_.clock),
       wakeup_(*deps_.wakeup),
-      peer_(deps_, {options_.rpc_timeout, options_.retry_backoff}) {}
+      peer_(deps_, {options_.rpc_timeout, options_.retry_backoff, options_.slowest_link}) {}
 
 void FederatedAsyncRunner::ReportError(const absl::Status& error) {
   LogWarning("task ", task_, ": ", error.message());
@@ -114,7 +114,7 @@ void FederatedAsyncRunner::Handle(const CoordinatorEvent& e,
       HandleModelPublished(keep_going);
       break;
     case CoordinatorEvent::kInitializeModel:
-      peer_.UploadInitialModel(e.initialize_model(), clock_.Now() + options_.transfer_budget);
+      peer_.UploadInitialModel(e.initialize_model(), options_.transfer_budget);
       break;
     case CoordinatorEvent::kWaiting:
       LogInfo("task ", task_, ": waiting for peers (", e.waiting().have(), " of ",
@@ -260,9 +260,11 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Push(
   meta.set_train_ms(absl::ToInt64Milliseconds(stats.duration));
   const std::string address = peer_.address();
   absl::StatusOr<bool> pushed = peer_.RetryCall(
-      clock_.Now() + options_.transfer_budget, keep_going, [&](absl::Time deadline) {
+      peer_.TransferDeadline(options_.transfer_budget, delta->payload_bytes()), keep_going,
+      [&](absl::Time deadline) {
         return aggregator_.PushUpdate(address, meta, delta, deadline);  // shared, no copy
-      });
+      },
+      delta->payload_bytes());
   if (pushed.ok()) {
     metrics_.federated_async.pushes_accepted.Increment();
     metrics_.bytes_sent.Increment(static_cast<double>(delta->payload_bytes()));
@@ -297,8 +299,8 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Push(
 
 absl::Status FederatedAsyncRunner::LoadGlobal(uint64_t version,
                                               const std::function<bool()>& keep_going) {
-  SHOAL_RETURN_IF_ERROR(
-      peer_.LoadGlobal(version, clock_.Now() + options_.transfer_budget, keep_going));
+  SHOAL_RETURN_IF_ERROR(peer_.LoadGlobal(
+      version, peer_.TransferDeadline(options_.transfer_budget, peer_.ModelBytes()), keep_going));
   peer_.PublishSnapshot(version);
   return absl::OkStatus();
 }

@@ -31,10 +31,14 @@
 namespace shoal::peer {
 
 struct FederatedAsyncOptions {
-  // Bound of one aggregator call.
+  // Bound of one aggregator call; one that moves a model or an update gets its bytes at
+  // slowest_link on top.
   absl::Duration rpc_timeout = absl::Seconds(30);
-  // Total time one model download or one push keeps retrying UNAVAILABLE / RESOURCE_EXHAUSTED.
+  // Total time one model download or one push keeps retrying UNAVAILABLE / RESOURCE_EXHAUSTED, at
+  // least one attempt's bound (AggregatorCallOptions::slowest_link).
   absl::Duration transfer_budget = absl::Seconds(60);
+  // Bytes per second of the slowest link a peer may sit behind (AggregatorCallOptions).
+  double slowest_link = 125e3;
   // After a refused or failed push, or a failed download: how long to wait for a newer version
   // (a ModelPublished) before going on, so that a peer that cannot get anywhere does not spin.
   absl::Duration retry_wait = absl::Seconds(5);

@@ -51,7 +51,7 @@ FederatedSyncRunner::FederatedSyncRunner(ModeRunnerDeps deps, FederatedSyncOptio
       aggregator_(*deps_.aggregator),
       metrics_(*deps_.metrics),
       clock_(*deps_.clock),
-      peer_(deps_, {options_.rpc_timeout, options_.retry_backoff}) {}
+      peer_(deps_, {options_.rpc_timeout, options_.retry_backoff, options_.slowest_link}) {}
 
 void FederatedSyncRunner::Send(const PeerMessage& message) const { deps_.send(message); }
 
@@ -72,7 +72,7 @@ void FederatedSyncRunner::Handle(const CoordinatorEvent& e,
       peer_.Reassign(e.task_assigned().aggregator_address());
       break;
     case CoordinatorEvent::kInitializeModel:
-      peer_.UploadInitialModel(e.initialize_model(), clock_.Now() + options_.model_transfer_budget);
+      peer_.UploadInitialModel(e.initialize_model(), options_.model_transfer_budget);
       break;
     case CoordinatorEvent::kRoundStarted:
       HandleRoundStarted(e.round_started(), keep_going);
@@ -172,11 +172,13 @@ std::optional<bool> FederatedSyncRunner::Push(const coordinator::v1::RoundStarte
   meta.set_train_ms(absl::ToInt64Milliseconds(stats.duration));
   // With backups (replicas), an attempt that finds one unavailable is retried at the next.
   size_t attempt = 0;
-  absl::StatusOr<bool> pushed =
-      peer_.RetryCall(deadline, keep_going, [&](absl::Time attempt_deadline) {
+  absl::StatusOr<bool> pushed = peer_.RetryCall(
+      deadline, keep_going,
+      [&](absl::Time attempt_deadline) {
         return aggregator_.PushUpdate(peer_.AddressFor(attempt++), meta, delta,
                                       attempt_deadline);  // shared, no copy
-      });
+      },
+      delta->payload_bytes());
   if (!pushed.ok()) {
     const absl::Status& s = pushed.status();
     if (absl::IsFailedPrecondition(s)) {
@@ -247,8 +249,9 @@ std::optional<bool> FederatedSyncRunner::SecurePush(const coordinator::v1::Round
 }
 
 void FederatedSyncRunner::HandleModelPublished(const coordinator::v1::ModelPublished& m) {
-  if (absl::Status s = peer_.LoadGlobal(m.version(), clock_.Now() + options_.model_transfer_budget,
-                                        [this] { return peer_.TaskCurrent(); });
+  if (absl::Status s = peer_.LoadGlobal(
+          m.version(), peer_.TransferDeadline(options_.model_transfer_budget, peer_.ModelBytes()),
+          [this] { return peer_.TaskCurrent(); });
       !s.ok()) {
     LogWarning("task ", task_, ": cannot get published model version ", m.version(), ": ",
                s.message());

@@ -28,10 +28,14 @@
 namespace shoal::peer {
 
 struct FederatedSyncOptions {
-  // Bound of one aggregator call (a round's deadline may cut it shorter).
+  // Bound of one aggregator call (a round's deadline may cut it shorter); one that moves a
+  // model or an update gets its bytes at slowest_link on top.
   absl::Duration rpc_timeout = absl::Seconds(30);
-  // Total time spent retrying a model upload/download that has no round deadline.
+  // Total time spent retrying a model upload/download that has no round deadline, at least one
+  // attempt's bound (AggregatorCallOptions::slowest_link).
   absl::Duration model_transfer_budget = absl::Seconds(60);
+  // Bytes per second of the slowest link a peer may sit behind (AggregatorCallOptions).
+  double slowest_link = 125e3;
   // Used when a RoundStarted carries no deadline.
   absl::Duration default_round_budget = absl::Minutes(10);
   // Secure aggregation: how long past the round's deadline the peer's SecureAggregate stream may
