@@ -95,7 +95,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   SHOAL_ASSIGN_OR_RETURN(s->store_, OpenTaskStore(store));
   if (standby != nullptr) {
     if (standby->was_standby()) LogInfo("standby: took over ", options.store);
-    standby->Shutdown();  // frees the address for the services below
+    standby.reset();  // closes its listener: the address is the services' below
   }
   s->coordinator_metrics_ = std::make_unique<CoordinatorMetrics>(s->metrics_->registry());
   s->aggregators_ = std::make_unique<aggregator::GrpcAggregatorClient>(credentials.channel());

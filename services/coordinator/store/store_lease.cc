@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<StoreLease>> StoreLease::Acquire(etcd::EtcdKv& kv
       if (*holder != last_holder && options.on_held) options.on_held(*holder);
       if (standby && now - told >= options.ttl) {
         LogInfo("standby: ", *holder, " holds ", key, "; waiting (",
-                absl::FormatDuration(absl::Trunc(now - start, absl::Seconds(1))), " so far)");
+                absl::ToInt64Seconds(now - start), " s so far)");
         told = now;
       } else if (!standby && told == absl::InfinitePast()) {
         LogInfo("store: ", key, " is held by ", *holder, "; waiting up to ",
