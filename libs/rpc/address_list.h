@@ -74,13 +74,16 @@ class AddressList {
 // One call made at whichever address serves: attempt(target, attempt_deadline) at the current
 // address, moving on after each UNAVAILABLE and trying again with backoff (rpc::Retry, from
 // 100 ms, capped at 1 s) until it succeeds, fails otherwise, `retryable` (if set) rejects the
-// failure or `deadline` comes. `attempt` returns absl::Status or absl::StatusOr<T>.
+// failure or `deadline` comes. With one address it is one attempt (its channel retries
+// UNAVAILABLE itself, briefly), as a plain call. `attempt` returns absl::Status or
+// absl::StatusOr<T>.
 template <typename Attempt>
 auto CallAny(AddressList& addresses, absl::Time deadline, Attempt&& attempt,
              std::function<bool(const absl::Status&)> retryable = nullptr)
     -> std::invoke_result_t<Attempt&, const AddressList::Target&, absl::Time> {
   RetryOptions options;
   options.backoff = BackoffOptions{absl::Milliseconds(100), absl::Seconds(1), 2.0, 0.2};
+  options.max_attempts = addresses.size() == 1 ? 1 : 0;
   options.retryable = [&retryable](const absl::Status& s) {
     return AddressList::ShouldMoveOn(s) && (!retryable || retryable(s));
   };

@@ -1,8 +1,8 @@
 // A standby coordinator's address (StandbyServer) and the clients' address lists
 // (rpc::AddressList, rpc::CallAny), with real gRPC servers on 127.0.0.1: the standby refuses
 // every call UNAVAILABLE naming the active coordinator and says NOT_SERVING; a call given the
-// standby's address first moves on to the next address; a list that does not parse is refused
-// naming the flag.
+// standby's address first moves on to the next address, a call given one address makes one
+// attempt; a list that does not parse is refused naming the flag.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -82,6 +82,23 @@ TEST(AddressListTest, ACallMovesOnFromAStandbyAndADeadAddress) {
   // A move from an address that is no longer current is someone else's, already made.
   (*list)->MoveOn((*standby)->address(), "stale");
   EXPECT_EQ((*list)->Current().address, (*active)->address());
+}
+
+TEST(AddressListTest, OneAddressIsOneAttempt) {
+  absl::StatusOr<testing::ReservedPort> dead = testing::ReservedPort::Reserve();
+  ASSERT_TRUE(dead.ok());
+  absl::StatusOr<std::unique_ptr<rpc::AddressList>> list =
+      rpc::AddressList::Create(dead->address(), "--coordinator", nullptr, "coordinator");
+  ASSERT_TRUE(list.ok()) << list.status();
+  int attempts = 0;
+  const absl::Status refused =
+      rpc::CallAny(**list, absl::Now() + absl::Seconds(10),
+                   [&](const rpc::AddressList::Target& target, absl::Time deadline) {
+                     ++attempts;
+                     return ListTasks(target.channel, deadline);
+                   });
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_EQ(attempts, 1);
 }
 
 TEST(AddressListTest, MalformedListsAreRefusedNamingTheFlag) {
