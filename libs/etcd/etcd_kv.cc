@@ -13,8 +13,9 @@
 
 namespace shoal::etcd {
 
-struct EtcdKv::Member {
-  std::string endpoint;
+// One channel to a member and its stubs.
+struct EtcdKv::Stubs {
+  std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<etcdserverpb::KV::Stub> kv;
   std::unique_ptr<etcdserverpb::Maintenance::Stub> maintenance;
   std::unique_ptr<etcdserverpb::Lease::Stub> lease;
@@ -29,19 +30,49 @@ bool Unreachable(const grpc::Status& status) {
 
 }  // namespace
 
+// A member's channel is replaced after each failure that says it was unreachable, so that a
+// member that comes back is used again on the next call (a channel whose connection failed
+// waits out gRPC's reconnect backoff, seconds, before it tries again).
+struct EtcdKv::Member {
+  // A channel without retries (a member that refuses connections answers at once, so the call
+  // moves on to the next member) and with a subchannel of its own: a fresh channel connects at
+  // once instead of inheriting a failed one's reconnect backoff from gRPC's shared pool.
+  static std::shared_ptr<const Stubs> Dial(const std::string& endpoint) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+    auto stubs = std::make_shared<Stubs>();
+    stubs->channel = grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+    stubs->kv = etcdserverpb::KV::NewStub(stubs->channel);
+    stubs->maintenance = etcdserverpb::Maintenance::NewStub(stubs->channel);
+    stubs->lease = etcdserverpb::Lease::NewStub(stubs->channel);
+    return stubs;
+  }
+
+  explicit Member(std::string e) : endpoint(std::move(e)), stubs(Dial(endpoint)) {}
+  std::shared_ptr<const Stubs> Get() {
+    absl::MutexLock lock(&mu);
+    return stubs;
+  }
+  void Reconnect(const std::shared_ptr<const Stubs>& failed) {
+    absl::MutexLock lock(&mu);
+    if (stubs == failed) stubs = Dial(endpoint);
+  }
+
+  const std::string endpoint;
+  absl::Mutex mu;
+  std::shared_ptr<const Stubs> stubs ABSL_GUARDED_BY(mu);
+};
+
 EtcdKv::EtcdKv(std::vector<std::string> endpoints, absl::Duration call_timeout)
     : endpoints_(std::move(endpoints)), call_timeout_(call_timeout) {
   for (const std::string& endpoint : endpoints_) {
-    // A probe channel: a member that refuses connections answers at once, so the call moves on
-    // to the next member instead of waiting out a retry policy.
-    std::shared_ptr<grpc::Channel> channel =
-        rpc::MakeProbeChannel(endpoint, grpc::InsecureChannelCredentials());
-    auto member = std::make_unique<Member>();
-    member->endpoint = endpoint;
-    member->kv = etcdserverpb::KV::NewStub(channel);
-    member->maintenance = etcdserverpb::Maintenance::NewStub(channel);
-    member->lease = etcdserverpb::Lease::NewStub(channel);
-    members_.push_back(std::move(member));
+    members_.push_back(std::make_unique<Member>(endpoint));
   }
 }
 
@@ -58,7 +89,7 @@ absl::StatusOr<std::unique_ptr<EtcdKv>> EtcdKv::Connect(std::vector<std::string>
   const absl::Time deadline = absl::Now() + connect_timeout;
   absl::Status last;
   do {
-    last = kv->OnAnyMember("status", [&](Member& m, grpc::ClientContext& context) {
+    last = kv->OnAnyMember("status", [&](const Stubs& m, grpc::ClientContext& context) {
       etcdserverpb::StatusRequest request;
       etcdserverpb::StatusResponse response;
       return m.maintenance->Status(&context, request, &response);
@@ -80,9 +111,10 @@ absl::Status EtcdKv::OnAnyMember(absl::string_view what, Call call) {
   for (size_t i = 0; i < members_.size(); ++i) {
     const size_t index = (first + i) % members_.size();
     Member& member = *members_[index];
+    const std::shared_ptr<const Stubs> stubs = member.Get();
     grpc::ClientContext context;
     rpc::SetTimeout(context, call_timeout_);
-    const grpc::Status status = call(member, context);
+    const grpc::Status status = call(*stubs, context);
     if (status.ok()) {
       absl::MutexLock lock(&mu_);
       current_ = index;
@@ -93,6 +125,7 @@ absl::Status EtcdKv::OnAnyMember(absl::string_view what, Call call) {
       return absl::Status(error.code(), absl::StrCat("etcd ", what, " at ", member.endpoint, ": ",
                                                      error.message()));
     }
+    member.Reconnect(stubs);
     failures.push_back(absl::StrCat(member.endpoint, ": ", status.error_message()));
   }
   return absl::UnavailableError(
@@ -109,7 +142,7 @@ absl::Status EtcdKv::FencedWrite(absl::string_view what, const Fence& fence,
   held->set_lease(fence.lease);
   *request.add_success() = op;
   etcdserverpb::TxnResponse response;
-  absl::Status s = OnAnyMember(what, [&](Member& m, grpc::ClientContext& context) {
+  absl::Status s = OnAnyMember(what, [&](const Stubs& m, grpc::ClientContext& context) {
     response.Clear();
     return m.kv->Txn(&context, request, &response);
   });
@@ -131,7 +164,7 @@ absl::Status EtcdKv::Put(absl::string_view key, absl::string_view value, const F
     *op.mutable_request_put() = request;
     return FencedWrite("put", *fence, op);
   }
-  return OnAnyMember("put", [&](Member& m, grpc::ClientContext& context) {
+  return OnAnyMember("put", [&](const Stubs& m, grpc::ClientContext& context) {
     etcdserverpb::PutResponse response;
     return m.kv->Put(&context, request, &response);
   });
@@ -146,7 +179,7 @@ absl::StatusOr<std::vector<KeyValue>> EtcdKv::Range(const RangeQuery& query) {
   request.set_sort_order(query.descending ? etcdserverpb::RangeRequest::DESCEND
                                           : etcdserverpb::RangeRequest::ASCEND);
   etcdserverpb::RangeResponse response;
-  absl::Status s = OnAnyMember("range", [&](Member& m, grpc::ClientContext& context) {
+  absl::Status s = OnAnyMember("range", [&](const Stubs& m, grpc::ClientContext& context) {
     response.Clear();
     return m.kv->Range(&context, request, &response);
   });
@@ -169,7 +202,7 @@ absl::Status EtcdKv::DeleteRange(absl::string_view start, absl::string_view end,
     *op.mutable_request_delete_range() = request;
     return FencedWrite("delete", *fence, op);
   }
-  return OnAnyMember("delete", [&](Member& m, grpc::ClientContext& context) {
+  return OnAnyMember("delete", [&](const Stubs& m, grpc::ClientContext& context) {
     etcdserverpb::DeleteRangeResponse response;
     return m.kv->DeleteRange(&context, request, &response);
   });
@@ -179,7 +212,7 @@ absl::StatusOr<int64_t> EtcdKv::GrantLease(absl::Duration ttl) {
   etcdserverpb::LeaseGrantRequest request;
   request.set_ttl(std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(ttl, absl::Seconds(1)))));
   etcdserverpb::LeaseGrantResponse response;
-  absl::Status s = OnAnyMember("lease grant", [&](Member& m, grpc::ClientContext& context) {
+  absl::Status s = OnAnyMember("lease grant", [&](const Stubs& m, grpc::ClientContext& context) {
     return m.lease->LeaseGrant(&context, request, &response);
   });
   if (!s.ok()) return s;
@@ -192,21 +225,23 @@ absl::StatusOr<int64_t> EtcdKv::GrantLease(absl::Duration ttl) {
 absl::StatusOr<absl::Duration> EtcdKv::KeepAlive(int64_t lease) {
   // One renewal on etcd's keep-alive stream: write the request, read its answer, close.
   etcdserverpb::LeaseKeepAliveResponse response;
-  absl::Status s = OnAnyMember("lease keep-alive", [&](Member& m, grpc::ClientContext& context) {
-    auto stream = m.lease->LeaseKeepAlive(&context);
-    etcdserverpb::LeaseKeepAliveRequest request;
-    request.set_id(lease);
-    response.Clear();
-    if (!stream->Write(request) || !stream->Read(&response)) {
-      stream->WritesDone();
-      grpc::Status status = stream->Finish();
-      return status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed") : status;
-    }
-    stream->WritesDone();
-    context.TryCancel();  // etcd keeps the stream open for more renewals
-    stream->Finish();
-    return grpc::Status::OK;
-  });
+  absl::Status s =
+      OnAnyMember("lease keep-alive", [&](const Stubs& m, grpc::ClientContext& context) {
+        auto stream = m.lease->LeaseKeepAlive(&context);
+        etcdserverpb::LeaseKeepAliveRequest request;
+        request.set_id(lease);
+        response.Clear();
+        if (!stream->Write(request) || !stream->Read(&response)) {
+          stream->WritesDone();
+          grpc::Status status = stream->Finish();
+          return status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed")
+                             : status;
+        }
+        stream->WritesDone();
+        context.TryCancel();  // etcd keeps the stream open for more renewals
+        stream->Finish();
+        return grpc::Status::OK;
+      });
   if (!s.ok()) return s;
   if (response.ttl() <= 0) {
     return absl::NotFoundError(absl::StrCat("etcd lease ", absl::Hex(lease), " has expired"));
@@ -217,7 +252,7 @@ absl::StatusOr<absl::Duration> EtcdKv::KeepAlive(int64_t lease) {
 absl::Status EtcdKv::RevokeLease(int64_t lease) {
   etcdserverpb::LeaseRevokeRequest request;
   request.set_id(lease);
-  return OnAnyMember("lease revoke", [&](Member& m, grpc::ClientContext& context) {
+  return OnAnyMember("lease revoke", [&](const Stubs& m, grpc::ClientContext& context) {
     etcdserverpb::LeaseRevokeResponse response;
     return m.lease->LeaseRevoke(&context, request, &response);
   });
@@ -237,7 +272,7 @@ absl::StatusOr<std::string> EtcdKv::CreateIfAbsent(absl::string_view key, absl::
   put->set_lease(lease);
   request.add_failure()->mutable_request_range()->set_key(std::string(key));
   etcdserverpb::TxnResponse response;
-  absl::Status s = OnAnyMember("create", [&](Member& m, grpc::ClientContext& context) {
+  absl::Status s = OnAnyMember("create", [&](const Stubs& m, grpc::ClientContext& context) {
     response.Clear();
     return m.kv->Txn(&context, request, &response);
   });

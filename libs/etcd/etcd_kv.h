@@ -3,7 +3,9 @@
 // A client of etcd's v3 key-value API (its KV and Maintenance gRPC services, stubs generated
 // from etcd's own protos). Each call goes to the member that answered last and, when that one
 // is unreachable (UNAVAILABLE or DEADLINE_EXCEEDED), to the next in the list, so one lost
-// member of a cluster costs a retry, not an error. Plaintext gRPC. Thread-safe.
+// member of a cluster costs a retry, not an error. A member found unreachable gets a fresh
+// channel for its next call, so one that restarts is used again as soon as it listens, not after
+// gRPC's reconnect backoff. Plaintext gRPC. Thread-safe.
 
 #include <cstdint>
 #include <memory>
@@ -80,6 +82,7 @@ class EtcdKv {
   const std::vector<std::string>& endpoints() const { return endpoints_; }
 
  private:
+  struct Stubs;
   struct Member;
   EtcdKv(std::vector<std::string> endpoints, absl::Duration call_timeout);
 

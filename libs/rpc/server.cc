@@ -37,12 +37,18 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
   for (grpc::Service* service : services) builder.RegisterService(service);
+  if (options.generic_service != nullptr) {
+    builder.RegisterCallbackGenericService(options.generic_service);
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat(options.service_name, ": cannot listen on ",
                                                options.listen, " (address in use or not local?)"));
   }
   listen.port = port;
+  if (!options.serving) {
+    if (auto* health = server->GetHealthCheckService()) health->SetServingStatus(false);
+  }
   return std::unique_ptr<Server>(new Server(std::move(server), listen.ToString(), port));
 }
 

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 
 namespace grpc {
+class CallbackGenericService;
 class Channel;
 class Service;
 class ServerCredentials;
@@ -26,6 +27,11 @@ struct ServerOptions {
   std::shared_ptr<grpc::ServerCredentials> credentials = nullptr;
   absl::Duration keepalive_time = absl::Seconds(20);
   absl::Duration keepalive_timeout = absl::Seconds(10);
+  // Answers the calls of every method that no service registers (not owned; outlives the
+  // server), e.g. a standby's refusals; null: gRPC's UNIMPLEMENTED.
+  grpc::CallbackGenericService* generic_service = nullptr;
+  // What the health service says at first: SERVING, or NOT_SERVING (a standby).
+  bool serving = true;
 };
 
 // A started gRPC server with the standard health service (serving) and server reflection.

@@ -7,6 +7,7 @@
 #include "libs/common/address_file.h"
 #include "libs/common/backoff.h"
 #include "libs/common/log.h"
+#include "libs/rpc/address_list.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status.h"
 #include "services/aggregator/grpc_parent_link.h"
@@ -18,9 +19,10 @@ absl::Status AggregatorOptions::Validate() const {
   if (auto s = ParseHostPort(listen, "--listen"); !s.ok()) return s.status();
   if (auto s = ParseHostPort(metrics_listen, "--metrics-listen"); !s.ok()) return s.status();
   if (coordinator.empty()) {
-    return absl::InvalidArgumentError("--coordinator: required (HOST:PORT of the coordinator)");
+    return absl::InvalidArgumentError(
+        "--coordinator: required (HOST:PORT[,HOST:PORT...] of the coordinator)");
   }
-  if (auto s = ParseHostPort(coordinator, "--coordinator"); !s.ok()) return s.status();
+  if (auto s = rpc::AddressList::Parse(coordinator, "--coordinator"); !s.ok()) return s.status();
   if (!advertise.empty()) {
     auto hp = ParseHostPort(advertise, "--advertise");
     if (!hp.ok()) return hp.status();
@@ -126,8 +128,8 @@ bool AggregatorServer::registered() const {
   return registered_;
 }
 
-bool AggregatorServer::MeasureUpload(const std::shared_ptr<grpc::Channel>& channel) {
-  auto stub = coordinator::v1::SessionService::NewStub(channel);
+bool AggregatorServer::MeasureUpload(const rpc::AddressList::Target& target) {
+  auto stub = coordinator::v1::SessionService::NewStub(target.channel);
   grpc::ClientContext context;
   rpc::SetTimeout(context, options_.upload_probe_timeout);
   {
@@ -141,7 +143,7 @@ bool AggregatorServer::MeasureUpload(const std::shared_ptr<grpc::Channel>& chann
   in_flight_ = nullptr;
   if (stopping_) return true;
   const capacity::UploadProbeOutcome outcome =
-      capacity::LogUploadProbe(rate, options_.coordinator, options_.upload_probe_bytes);
+      capacity::LogUploadProbe(rate, target.address, options_.upload_probe_bytes);
   if (outcome == capacity::UploadProbeOutcome::kMeasured) {
     capacity_.set_upload_bytes_per_second(*rate);
     capacity_.set_upload_probe_bytes(options_.upload_probe_bytes);
@@ -150,15 +152,17 @@ bool AggregatorServer::MeasureUpload(const std::shared_ptr<grpc::Channel>& chann
 }
 
 void AggregatorServer::RegistrationLoop() {
-  std::shared_ptr<grpc::Channel> channel =
-      rpc::MakeChannel(options_.coordinator, channel_credentials_);
-  auto stub = coordinator::v1::RegistryService::NewStub(channel);
-  Backoff backoff(BackoffOptions{absl::Milliseconds(200), absl::Seconds(5), 2.0, 0.2});
+  // Validated by AggregatorOptions::Validate.
+  std::unique_ptr<rpc::AddressList> coordinators = *rpc::AddressList::Create(
+      options_.coordinator, "--coordinator", channel_credentials_, "coordinator");
+  // Capped at 1 s, so that the aggregator is back soon after its coordinator fails over.
+  Backoff backoff(BackoffOptions{absl::Milliseconds(200), absl::Seconds(1), 2.0, 0.2});
   bool was_ok = false;
   bool warned = false;
   bool upload_measured = options_.upload_probe_bytes == 0;
   for (;;) {
-    if (!upload_measured) upload_measured = MeasureUpload(channel);
+    const rpc::AddressList::Target target = coordinators->Current();
+    if (!upload_measured) upload_measured = MeasureUpload(target);
     grpc::ClientContext context;
     rpc::SetTimeout(context, options_.register_timeout);
     {
@@ -171,7 +175,8 @@ void AggregatorServer::RegistrationLoop() {
     request.set_host_peer(options_.host_peer);
     *request.mutable_capacity() = capacity_;
     coordinator::v1::RegisterAggregatorResponse response;
-    grpc::Status status = stub->RegisterAggregator(&context, request, &response);
+    grpc::Status status = coordinator::v1::RegistryService::NewStub(target.channel)
+                              ->RegisterAggregator(&context, request, &response);
     {
       absl::MutexLock lock(&mu_);
       in_flight_ = nullptr;
@@ -179,7 +184,7 @@ void AggregatorServer::RegistrationLoop() {
     }
     absl::Duration wait;
     if (status.ok()) {
-      if (!was_ok) LogInfo("registered with coordinator ", options_.coordinator);
+      if (!was_ok) LogInfo("registered with coordinator ", target.address);
       was_ok = true;
       warned = false;
       backoff.Reset();
@@ -190,10 +195,12 @@ void AggregatorServer::RegistrationLoop() {
       wait = wait * 0.8;
     } else {
       if (was_ok || !warned) {
-        LogWarning("cannot register with coordinator ", options_.coordinator, ": ",
+        LogWarning("cannot register with coordinator ", target.address, ": ",
                    rpc::FromGrpcStatus(status).ToString(), " (retrying)");
         warned = true;
       }
+      // A standby or a dead coordinator: the next attempt goes to the next address.
+      coordinators->MoveOn(target.address, status.error_message());
       was_ok = false;
       wait = backoff.Next();
     }

@@ -13,6 +13,7 @@
 #include "libs/common/clock.h"
 #include "libs/common/executor.h"
 #include "libs/metrics/metrics_server.h"
+#include "libs/rpc/address_list.h"
 #include "libs/rpc/server.h"
 #include "libs/rpc/tls.h"
 #include "services/aggregator/aggregator_core.h"
@@ -28,7 +29,9 @@ namespace shoal::aggregator {
 struct AggregatorOptions {
   std::string listen = "127.0.0.1:7100";
   std::string metrics_listen = "127.0.0.1:9200";
-  std::string coordinator;   // HOST:PORT of the coordinator's RegistryService; required
+  // HOST:PORT[,HOST:PORT...] of the coordinator's RegistryService (the active coordinator and
+  // its standbys, tried in turn: rpc::AddressList); required
+  std::string coordinator;
   std::string advertise;     // HOST:PORT peers use to reach us; default: the bound address
   std::string address_file;  // optional: where to write the bound addresses
   int max_concurrent_pushes = 4;
@@ -75,7 +78,7 @@ class AggregatorServer {
   void RegistrationLoop();
   // Times the upload to the coordinator into capacity_; false when it should be tried again
   // (the coordinator could not be reached).
-  bool MeasureUpload(const std::shared_ptr<grpc::Channel>& channel);
+  bool MeasureUpload(const rpc::AddressList::Target& target);
 
   AggregatorOptions options_;
   std::string advertise_;

@@ -17,7 +17,9 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:7100", "HOST:PORT for gRPC (port 0 = any free port)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9200",
           "HOST:PORT for Prometheus /metrics (port 0 = any free port)");
-ABSL_FLAG(std::string, coordinator, "", "HOST:PORT of the coordinator (required)");
+ABSL_FLAG(std::string, coordinator, "",
+          "HOST:PORT of the coordinator (required); HOST:PORT,HOST:PORT,...: an active "
+          "coordinator and its standbys, tried in turn when one does not serve");
 ABSL_FLAG(std::string, advertise, "",
           "HOST:PORT that peers and the coordinator use to reach this aggregator "
           "(default: the bound --listen address)");
@@ -46,7 +48,8 @@ int main(int argc, char** argv) {
   shoal::ParseCommandLineOrExit(
       argc, argv,
       {.program = "shoal-aggregator",
-       .usage = "--coordinator HOST:PORT (--tls-dir DIR | --insecure) [--listen HOST:PORT] "
+       .usage = "--coordinator HOST:PORT[,HOST:PORT...] (--tls-dir DIR | --insecure) [--listen "
+                "HOST:PORT] "
                 "[--metrics-listen HOST:PORT] [--advertise HOST:PORT] [--address-file PATH] "
                 "[--max-concurrent-pushes N] [--max-buffer-bytes BYTES] [--upload-probe-bytes N] "
                 "[--host-peer ID]",

@@ -1,5 +1,7 @@
 #include "services/coordinator/coordinator_server.h"
 
+#include <unistd.h>
+
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -8,8 +10,24 @@
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
 #include "services/coordinator/grpc_dialer.h"
+#include "services/coordinator/standby_server.h"
 
 namespace shoal::coordinator {
+namespace {
+
+// HOST:PORT others reach `bound` at: a wildcard host (0.0.0.0, [::]) is this machine's name.
+std::string AdvertisedAddress(const std::string& bound) {
+  absl::StatusOr<HostPort> parsed = ParseHostPort(bound, "--listen");
+  if (!parsed.ok() || (parsed->host != "0.0.0.0" && parsed->host != "::" &&
+                       parsed->host != "[::]" && !parsed->host.empty())) {
+    return bound;
+  }
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(host, ":", parsed->port);
+}
+
+}  // namespace
 
 absl::Status CoordinatorServerOptions::Validate() const {
   SHOAL_RETURN_IF_ERROR(ParseHostPort(listen, "--listen").status());
@@ -52,14 +70,36 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   SHOAL_RETURN_IF_ERROR(options.Validate());
   SHOAL_ASSIGN_OR_RETURN(rpc::Credentials credentials, rpc::Credentials::Create(options.tls));
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
+  SHOAL_ASSIGN_OR_RETURN(s->metrics_,
+                         metrics::MetricsServer::Start(options.metrics_listen, "--metrics-listen"));
   StoreOptions store;
   store.store = options.store;
   store.state_dir = options.state_dir;
   store.lease_ttl = options.store_lease;
   store.on_lost = options.on_store_lost;
+  std::string listen = options.listen;
+  std::unique_ptr<StandbyServer> standby;
+  if (IsEtcdStore(options.store)) {
+    // Until this coordinator holds the prefix, its address refuses calls naming the one that
+    // does; the address is bound now, so that the owner key can name it.
+    SHOAL_ASSIGN_OR_RETURN(standby, StandbyServer::Start(listen, credentials.server()));
+    listen = standby->address();
+    if (!options.address_file.empty()) {
+      SHOAL_RETURN_IF_ERROR(WriteAddressFile(
+          options.address_file, {{"grpc", listen}, {"metrics", s->metrics_address()}}));
+    }
+    store.advertise = AdvertisedAddress(listen);
+    store.standby = options.standby;
+    store.stop = options.stop;
+    store.on_held = [standby = standby.get()](const std::string& holder) {
+      standby->SetActive(holder);
+    };
+  }
   SHOAL_ASSIGN_OR_RETURN(s->store_, OpenTaskStore(store));
-  SHOAL_ASSIGN_OR_RETURN(s->metrics_,
-                         metrics::MetricsServer::Start(options.metrics_listen, "--metrics-listen"));
+  if (standby != nullptr) {
+    if (standby->was_standby()) LogInfo("standby: took over ", options.store);
+    standby.reset();  // closes its listener: the address is the services' below
+  }
   s->coordinator_metrics_ = std::make_unique<CoordinatorMetrics>(s->metrics_->registry());
   s->aggregators_ = std::make_unique<aggregator::GrpcAggregatorClient>(credentials.channel());
   // Bounded queues that in practice never fill (every task has at most a few calls queued); a
@@ -85,7 +125,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                                                              *s->coordinator_metrics_);
   s->registry_service_ = std::make_unique<RegistryServiceImpl>(*s->core_);
   rpc::ServerOptions server_options;
-  server_options.listen = options.listen;
+  server_options.listen = listen;
   server_options.service_name = "shoal-coordinator";
   server_options.credentials = credentials.server();
   SHOAL_ASSIGN_OR_RETURN(

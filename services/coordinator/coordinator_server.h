@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "libs/common/executor.h"
 #include "libs/metrics/metrics_server.h"
@@ -36,6 +37,12 @@ struct CoordinatorServerOptions {
   // the hold is lost (the store writes nothing more; shoal-coordinator shuts down).
   absl::Duration store_lease = absl::Seconds(10);
   std::function<void(const absl::Status&)> on_store_lost;
+  // With etcd, while another coordinator holds the prefix: wait as its standby (--standby;
+  // meanwhile the gRPC address answers UNAVAILABLE naming the active one, StandbyServer) and
+  // take over when its hold goes; false: fail after waiting a TTL and a half.
+  bool standby = true;
+  // When notified, a Start that waits as a standby returns CANCELLED. Not owned; may be null.
+  const absl::Notification* stop = nullptr;
   std::string address_file;  // optional: where to write the bound addresses
   absl::Duration heartbeat_interval = absl::Seconds(2);
   // How long a task whose aggregator was lost waits for another one to register before it fails.
@@ -55,8 +62,10 @@ struct CoordinatorServerOptions {
 };
 
 // The shoal-coordinator process: owns the store, the executors, the core, the gRPC server, the
-// metrics endpoint and the driver thread that runs the core's timers. Not thread-safe: one owner
-// starts it and shuts it down.
+// metrics endpoint and the driver thread that runs the core's timers. With etcd, Start first
+// serves as a standby (StandbyServer) on the gRPC address until it holds the store's prefix,
+// then serves the coordinator's services on the same address. Not thread-safe: one owner starts
+// it and shuts it down.
 class CoordinatorServer {
  public:
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(

@@ -3,8 +3,10 @@
 #include <atomic>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "libs/common/command_line.h"
 #include "libs/common/log.h"
@@ -23,9 +25,14 @@ ABSL_FLAG(std::string, store, "sqlite",
           "or etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (etcd's members; keys under /PREFIX, "
           "by default /shoal; checkpoint files stay in --state-dir)");
 ABSL_FLAG(absl::Duration, store_lease, absl::Seconds(10),
-          "with --store etcd://: the TTL of this coordinator's hold on its key prefix; another "
-          "coordinator on the prefix waits up to 1.5 times this for a crashed holder's hold to "
-          "lapse, and a coordinator that could not renew its hold for this long steps down");
+          "with --store etcd://: the TTL of this coordinator's hold on its key prefix: a standby "
+          "takes over within about this long after the active coordinator died, and a "
+          "coordinator that could not renew its hold for this long steps down (exit code 1)");
+ABSL_FLAG(bool, standby, true,
+          "with --store etcd://: while another coordinator holds the key prefix, wait as its "
+          "standby (the gRPC address answers UNAVAILABLE naming the active one) and take over "
+          "when its hold lapses; --standby=false: exit (code 1) naming the holder after waiting "
+          "1.5 times --store-lease");
 ABSL_FLAG(std::string, address_file, "",
           "if set, write the bound addresses here (grpc=HOST:PORT, metrics=HOST:PORT)");
 ABSL_FLAG(std::string, tls_dir, "",
@@ -64,12 +71,13 @@ int main(int argc, char** argv) {
   shoal::ParseCommandLineOrExit(
       argc, argv,
       {.program = "shoal-coordinator",
-       .usage = "--state-dir DIR (--tls-dir DIR | --insecure) [--listen HOST:PORT] "
-                "[--metrics-listen HOST:PORT] [--heartbeat-interval D] [--aggregator-wait D] "
-                "[--redial-interval D] [--address-file PATH] [--supernode-election-timeout D] "
-                "[--supernode-rebuild-interval D] [--supernode-better-factor X] "
-                "[--supernode-retire-after D] [--store sqlite|etcd://HOST:PORT[,...][/PREFIX]] "
-                "[--store-lease D] [--console-listen HOST:PORT --console-tokens FILE]",
+       .usage =
+           "--state-dir DIR (--tls-dir DIR | --insecure) [--listen HOST:PORT] "
+           "[--metrics-listen HOST:PORT] [--heartbeat-interval D] [--aggregator-wait D] "
+           "[--redial-interval D] [--address-file PATH] [--supernode-election-timeout D] "
+           "[--supernode-rebuild-interval D] [--supernode-better-factor X] "
+           "[--supernode-retire-after D] [--store sqlite|etcd://HOST:PORT[,...][/PREFIX]] "
+           "[--store-lease D] [--standby=false] [--console-listen HOST:PORT --console-tokens FILE]",
        .summary = "The Shoal coordinator: task registry, membership, rounds, checkpoints, the "
                   "ControlService API and the web console."});
 
@@ -79,6 +87,7 @@ int main(int argc, char** argv) {
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
   options.store = absl::GetFlag(FLAGS_store);
   options.store_lease = absl::GetFlag(FLAGS_store_lease);
+  options.standby = absl::GetFlag(FLAGS_standby);
   // A coordinator that lost its hold on the etcd store must not go on: it stops, exit code 1.
   static std::atomic<bool> store_lost{false};
   options.on_store_lost = [](const absl::Status& why) {
@@ -103,12 +112,28 @@ int main(int argc, char** argv) {
     return 2;
   }
   shoal::rpc::GrpcLifetime grpc;  // outlives every gRPC object below (see its header)
+  // Signals are awaited from the start: a standby waits in Start until it takes over.
+  absl::Notification stop;
+  int sig = 0;
+  std::thread signals([&] {
+    sig = shoal::rpc::WaitForShutdownSignal();
+    stop.Notify();
+  });
+  options.stop = &stop;
   auto server = shoal::coordinator::CoordinatorServer::Start(options);
   if (!server.ok()) {
+    const bool stopped = stop.HasBeenNotified();
+    if (!stopped) shoal::rpc::RequestShutdown();
+    signals.join();
+    if (stopped && absl::IsCancelled(server.status())) {
+      shoal::LogInfo("signal ", sig, ": stopped as a standby");
+      return grpc.Exit(0);
+    }
     std::fprintf(stderr, "shoal-coordinator: %s\n", std::string(server.status().message()).c_str());
     return 1;
   }
-  const int sig = shoal::rpc::WaitForShutdownSignal();
+  stop.WaitForNotification();
+  signals.join();
   shoal::LogInfo("signal ", sig, ": shutting down");
   (*server)->Shutdown();
   server->reset();

@@ -71,6 +71,8 @@ absl::StatusOr<std::string> MakeCheckpointDir(const std::string& state_dir) {
   return checkpoint_dir;
 }
 
+bool IsEtcdStore(const std::string& store) { return absl::StartsWith(store, kEtcdScheme); }
+
 absl::StatusOr<std::unique_ptr<TaskStore>> OpenTaskStore(const StoreOptions& options) {
   const std::string& store = options.store;
   const std::string& state_dir = options.state_dir;
@@ -98,9 +100,14 @@ absl::StatusOr<std::unique_ptr<TaskStore>> OpenTaskStore(const StoreOptions& opt
   gethostname(host, sizeof(host) - 1);
   StoreLeaseOptions lease;
   lease.ttl = options.lease_ttl;
-  lease.identity = absl::StrCat("shoal-coordinator on ", host, ", pid ", getpid(), ", started ",
-                                absl::FormatTime(absl::Now()));
+  lease.identity =
+      absl::StrCat("shoal-coordinator ",
+                   options.advertise.empty() ? "" : absl::StrCat("at ", options.advertise, " "),
+                   "on ", host, ", pid ", getpid(), ", started ", absl::FormatTime(absl::Now()));
   lease.on_lost = options.on_lost;
+  if (options.standby) lease.wait = absl::InfiniteDuration();
+  lease.on_held = options.on_held;
+  lease.stop = options.stop;
   absl::StatusOr<std::unique_ptr<EtcdTaskStore>> opened = EtcdTaskStore::Open(
       *std::move(kv), std::move(prefix), *std::move(checkpoint_dir), std::move(lease));
   if (!opened.ok()) {

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "shoal/coordinator/v1/control.pb.h"
 
@@ -70,11 +71,25 @@ struct StoreOptions {
   // to do when the hold is lost (the store writes nothing more from then on).
   absl::Duration lease_ttl = absl::Seconds(10);
   std::function<void(const absl::Status&)> on_lost;
+  // etcd only: the address clients reach this coordinator at, written in the prefix's owner
+  // key for the standbys to name.
+  std::string advertise;
+  // etcd only: while another coordinator holds the prefix, wait as its standby for as long as
+  // it does (true), or give up after a TTL and a half (false, FAILED_PRECONDITION naming it).
+  bool standby = false;
+  // etcd only: called with the owner key's value whenever another holder is seen.
+  std::function<void(const std::string& holder)> on_held;
+  // etcd only: when notified, OpenTaskStore stops waiting for the prefix (CANCELLED).
+  const absl::Notification* stop = nullptr;
 };
+
+// Whether `store` names etcd (etcd://...).
+bool IsEtcdStore(const std::string& store);
 
 // Opens the store `options` name. Errors name the flag: INVALID_ARGUMENT for a malformed
 // --store, FAILED_PRECONDITION for a state directory that cannot be used, a build without etcd
-// or a prefix another coordinator holds, UNAVAILABLE when no etcd member answers.
+// or a prefix another coordinator holds, UNAVAILABLE when no etcd member answers, CANCELLED
+// when `stop` ended the wait for the prefix.
 absl::StatusOr<std::unique_ptr<TaskStore>> OpenTaskStore(const StoreOptions& options);
 
 }  // namespace shoal::coordinator

@@ -21,7 +21,9 @@
 #include "services/peer_agent/modes/gossip/static_gossip.h"
 #include "services/peer_agent/peer_server.h"
 
-ABSL_FLAG(std::string, coordinator, "", "HOST:PORT of the coordinator (required)");
+ABSL_FLAG(std::string, coordinator, "",
+          "HOST:PORT of the coordinator (required); HOST:PORT,HOST:PORT,...: an active "
+          "coordinator and its standbys, tried in turn when one does not serve");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT for this peer's PeerService");
 ABSL_FLAG(std::string, advertise, "",
           "HOST:PORT other peers reach this peer's PeerService at, sent to the coordinator "
@@ -146,7 +148,8 @@ int PeerMain(int argc, char** argv, const PeerMainOptions& main_options) {
   ParseCommandLineOrExit(
       argc, argv,
       {.program = main_options.program,
-       .usage = "--coordinator HOST:PORT --data-dir DIR (--tls-dir DIR | --insecure) [--shard I/N] "
+       .usage = "--coordinator HOST:PORT[,HOST:PORT...] --data-dir DIR (--tls-dir DIR | "
+                "--insecure) [--shard I/N] "
                 "[--model-dir DIR] [--scratch-dir DIR] [--listen HOST:PORT] [--advertise "
                 "HOST:PORT | --relay HOST:PORT|auto|off] [--metrics-listen "
                 "HOST:PORT] "

@@ -14,6 +14,7 @@
 #include "libs/common/status_macros.h"
 #include "libs/privacy/crypto.h"
 #include "libs/privacy/secagg/identity.h"
+#include "libs/rpc/address_list.h"
 #include "libs/rpc/signals.h"
 #include "libs/tensor/spill_file.h"
 #include "libs/training/fashion_mnist.h"
@@ -24,7 +25,7 @@ namespace shoal::peer {
 
 absl::Status PeerOptions::Validate() const {
   if (coordinator.empty()) return absl::InvalidArgumentError("--coordinator is required");
-  SHOAL_RETURN_IF_ERROR(ParseHostPort(coordinator, "--coordinator").status());
+  SHOAL_RETURN_IF_ERROR(rpc::AddressList::Parse(coordinator, "--coordinator").status());
   SHOAL_RETURN_IF_ERROR(ParseHostPort(listen, "--listen").status());
   if (!advertise.empty()) {
     SHOAL_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(advertise, "--advertise"));

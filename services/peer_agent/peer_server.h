@@ -26,7 +26,7 @@ namespace shoal::peer {
 
 // Everything shoal-peer is configured with (main.cc fills it from flags).
 struct PeerOptions {
-  std::string coordinator;             // --coordinator HOST:PORT
+  std::string coordinator;             // --coordinator HOST:PORT[,HOST:PORT...]
   std::string listen = "127.0.0.1:0";  // --listen (PeerService)
   // --advertise: the address other peers reach this one at (Hello.listen_address); empty: the
   // address it actually listens on.

@@ -16,7 +16,7 @@ using coordinator::v1::CoordinatorEvent;
 using coordinator::v1::PeerMessage;
 
 absl::Status SessionClientOptions::Validate() const {
-  SHOAL_RETURN_IF_ERROR(ParseHostPort(coordinator, "--coordinator").status());
+  SHOAL_RETURN_IF_ERROR(rpc::AddressList::Parse(coordinator, "--coordinator").status());
   if (default_heartbeat <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("default_heartbeat must be positive");
   }
@@ -39,10 +39,8 @@ SessionClient::SessionClient(SessionClientOptions options, PeerMetrics& metrics,
       metrics_(metrics),
       on_event_(std::move(on_event)),
       on_disconnect_(std::move(on_disconnect)),
-      channel_(options_.credentials != nullptr
-                   ? rpc::MakeChannel(options_.coordinator, options_.credentials)
-                   : rpc::MakeChannel(options_.coordinator)),
-      stub_(coordinator::v1::SessionService::NewStub(channel_)),
+      coordinators_(*rpc::AddressList::Create(options_.coordinator, "--coordinator",
+                                              options_.credentials, "coordinator")),
       heartbeat_interval_(options_.default_heartbeat) {
   metrics_.connected.Set(0);
 }
@@ -90,7 +88,7 @@ absl::Status SessionClient::Send(const PeerMessage& message) {
   return absl::OkStatus();
 }
 
-grpc::Status SessionClient::RunOnce(bool* welcomed) {
+grpc::Status SessionClient::RunOnce(const rpc::AddressList::Target& target, bool* welcomed) {
   *welcomed = false;
   grpc::ClientContext context;
   PeerMessage hello;
@@ -111,7 +109,8 @@ grpc::Status SessionClient::RunOnce(bool* welcomed) {
       *hello.mutable_hello()->mutable_capacity()->add_aggregator_rtts() = rtt;
     }
   }
-  std::unique_ptr<Stream> stream = stub_->Session(&context);
+  std::unique_ptr<Stream> stream =
+      coordinator::v1::SessionService::NewStub(target.channel)->Session(&context);
   CoordinatorEvent event;
   bool ok = stream->Write(hello) && stream->Read(&event);
   if (ok && event.has_welcome()) {
@@ -132,7 +131,7 @@ grpc::Status SessionClient::RunOnce(bool* welcomed) {
       writes_done_ = false;
     }
     metrics_.connected.Set(1);
-    LogInfo("connected to coordinator ", options_.coordinator, " as peer ", w.peer_id(),
+    LogInfo("connected to coordinator ", target.address, " as peer ", w.peer_id(),
             " (heartbeat every ", w.heartbeat_interval_ms(), " ms)");
     on_event_(event);
     while (stream->Read(&event)) on_event_(event);
@@ -172,7 +171,7 @@ void SessionClient::AskForRelay() {
   wants_relay_ = true;
 }
 
-bool SessionClient::MeasureUpload() {
+bool SessionClient::MeasureUpload(const rpc::AddressList::Target& target) {
   grpc::ClientContext context;
   rpc::SetTimeout(context, options_.upload_probe_timeout);
   {
@@ -181,17 +180,18 @@ bool SessionClient::MeasureUpload() {
     context_ = &context;
   }
   absl::StatusOr<double> rate =
-      capacity::MeasureUpload(*stub_, context, options_.upload_probe_bytes);
+      capacity::MeasureUpload(*coordinator::v1::SessionService::NewStub(target.channel), context,
+                              options_.upload_probe_bytes);
   absl::MutexLock lock(&mu_);
   context_ = nullptr;
   if (stopping_) return true;
   const capacity::UploadProbeOutcome outcome =
-      capacity::LogUploadProbe(rate, options_.coordinator, options_.upload_probe_bytes);
+      capacity::LogUploadProbe(rate, target.address, options_.upload_probe_bytes);
   if (outcome == capacity::UploadProbeOutcome::kMeasured) upload_bytes_per_second_ = *rate;
   return outcome != capacity::UploadProbeOutcome::kRetry;
 }
 
-void SessionClient::MeasureAggregatorRtts() {
+void SessionClient::MeasureAggregatorRtts(const rpc::AddressList::Target& target) {
   if (options_.aggregator_rtt_timeout <= absl::ZeroDuration()) return;
   grpc::ClientContext context;
   rpc::SetTimeout(context, options_.aggregator_rtt_timeout);
@@ -201,8 +201,8 @@ void SessionClient::MeasureAggregatorRtts() {
     context_ = &context;
   }
   coordinator::v1::ListAggregatorsResponse response;
-  const grpc::Status status =
-      stub_->ListAggregators(&context, coordinator::v1::ListAggregatorsRequest(), &response);
+  const grpc::Status status = coordinator::v1::SessionService::NewStub(target.channel)
+                                  ->ListAggregators(&context, {}, &response);
   {
     absl::MutexLock lock(&mu_);
     context_ = nullptr;
@@ -224,10 +224,11 @@ void SessionClient::RunLoop() {
   bool upload_measured = options_.upload_probe_bytes == 0;
   int failures = 0;
   while (true) {
-    if (!upload_measured) upload_measured = MeasureUpload();
-    MeasureAggregatorRtts();
+    const rpc::AddressList::Target target = coordinators_->Current();
+    if (!upload_measured) upload_measured = MeasureUpload(target);
+    MeasureAggregatorRtts(target);
     bool welcomed = false;
-    grpc::Status status = RunOnce(&welcomed);
+    grpc::Status status = RunOnce(target, &welcomed);
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
@@ -237,7 +238,7 @@ void SessionClient::RunLoop() {
       ever_connected = true;
       backoff.Reset();
       failures = 0;
-      LogWarning("session with coordinator ", options_.coordinator, " ended (",
+      LogWarning("session with coordinator ", target.address, " ended (",
                  status.error_message().empty() ? "stream closed" : status.error_message(),
                  "); reconnecting");
       if (on_disconnect_) on_disconnect_();
@@ -245,10 +246,13 @@ void SessionClient::RunLoop() {
       // Log the first failure and then every tenth, so a coordinator that starts late does not
       // flood the log.
       if (failures++ % 10 == 0) {
-        LogWarning("cannot open a session with coordinator ", options_.coordinator, ": ",
+        LogWarning("cannot open a session with coordinator ", target.address, ": ",
                    status.error_message(), " (code ", static_cast<int>(status.error_code()),
                    "); retrying");
       }
+      // The next attempt goes to the next address (a standby that took over, or the active one
+      // this was a standby of).
+      coordinators_->MoveOn(target.address, status.error_message());
     }
     if (!SleepUnlessStopping(backoff.Next())) return;
   }

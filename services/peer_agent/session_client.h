@@ -16,13 +16,16 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "libs/common/backoff.h"
+#include "libs/rpc/address_list.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "shoal/coordinator/v1/session.grpc.pb.h"
 
 namespace shoal::peer {
 
 struct SessionClientOptions {
-  std::string coordinator;  // HOST:PORT of the coordinator's SessionService
+  // HOST:PORT[,HOST:PORT...] of the coordinator's SessionService: the active coordinator and
+  // its standbys, tried in turn (rpc::AddressList).
+  std::string coordinator;
   std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr;  // null = plaintext (tests)
   coordinator::v1::Hello hello;  // sent first on every (re)connect
   // Before its first Hello the client times an upload of this many bytes to the coordinator
@@ -45,7 +48,9 @@ struct SessionClientOptions {
 // Keeps the peer's one Session stream to the coordinator: connects (the coordinator may start
 // after the peer), says Hello, hands every event to `on_event` from its reader thread, sends
 // heartbeats, and reconnects with capped backoff and jitter when the stream breaks (then says
-// Hello again with the peer id it was given, so the id stays the same).
+// Hello again with the peer id it was given, so the id stays the same). A session that ended is
+// opened again at the same address first; each attempt that fails moves on to the next
+// coordinator address, so a peer follows a fail-over to a standby and re-joins its tasks there.
 //
 // The session stream lives as long as the peer, so it has no deadline: a dead coordinator is
 // detected by the channel's keepalive and by the stream ending.
@@ -94,12 +99,13 @@ class SessionClient {
   void HeartbeatLoop();
   // Times the upload of options_.upload_probe_bytes; false when it should be tried again with
   // the next connection attempt (the coordinator could not be reached).
-  bool MeasureUpload() ABSL_LOCKS_EXCLUDED(mu_);
+  bool MeasureUpload(const rpc::AddressList::Target& target) ABSL_LOCKS_EXCLUDED(mu_);
   // Measures the round trips to the coordinator's aggregators for the next Hello (none when the
   // coordinator cannot be asked).
-  void MeasureAggregatorRtts() ABSL_LOCKS_EXCLUDED(mu_);
-  // One connection: Hello, Welcome, events until the stream ends. Returns the final status.
-  grpc::Status RunOnce(bool* welcomed);
+  void MeasureAggregatorRtts(const rpc::AddressList::Target& target) ABSL_LOCKS_EXCLUDED(mu_);
+  // One connection to `target`: Hello, Welcome, events until the stream ends. Returns the final
+  // status.
+  grpc::Status RunOnce(const rpc::AddressList::Target& target, bool* welcomed);
   // Sleeps up to `d`; returns false when stopping.
   bool SleepUnlessStopping(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -107,8 +113,7 @@ class SessionClient {
   PeerMetrics& metrics_;
   const EventFn on_event_;
   const DisconnectFn on_disconnect_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<coordinator::v1::SessionService::Stub> stub_;
+  std::unique_ptr<rpc::AddressList> coordinators_;
 
   mutable absl::Mutex mu_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;

@@ -272,7 +272,7 @@ std::string DescribeRpcError(const absl::Status& status, const std::string& coor
 }
 
 std::string UsageText() {
-  return R"(usage: shoalctl [--coordinator HOST:PORT] [--timeout 10s] <command>
+  return R"(usage: shoalctl [--coordinator HOST:PORT[,HOST:PORT...]] [--timeout 10s] <command>
 
 Talks to a Shoal coordinator's ControlService (default 127.0.0.1:7000, or $SHOAL_COORDINATOR).
 
@@ -313,7 +313,9 @@ commands:
   help                             this text
 
 global flags:
-  --coordinator HOST:PORT          the coordinator to talk to
+  --coordinator HOST:PORT[,HOST:PORT...]
+                                   the coordinator to talk to; several: an active one and
+                                   its standbys, each call going to the one that serves
   --tls-dir DIR                    mutual TLS with DIR/{ca.crt,tls.crt,tls.key} (default
                                    $SHOAL_TLS_DIR); see scripts/gen-certs
   --insecure                       plaintext gRPC instead (for `local`: the whole cluster)

@@ -78,104 +78,121 @@ class ScopedCancel {
 
 }  // namespace
 
-struct ControlClient::Stub {
-  std::unique_ptr<ControlService::Stub> stub;
-};
-
 absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Create(
     const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials) {
-  SHOAL_RETURN_IF_ERROR(ParseHostPort(address, "--coordinator").status());
-  return std::unique_ptr<ControlClient>(
-      new ControlClient(address, rpc::MakeChannel(address, std::move(credentials))));
+  SHOAL_ASSIGN_OR_RETURN(
+      std::unique_ptr<rpc::AddressList> coordinators,
+      rpc::AddressList::Create(address, "--coordinator", std::move(credentials), "coordinator"));
+  return std::unique_ptr<ControlClient>(new ControlClient(std::move(coordinators)));
 }
 
-ControlClient::ControlClient(std::string address, std::shared_ptr<grpc::Channel> channel)
-    : address_(std::move(address)),
-      channel_(std::move(channel)),
-      stub_(std::make_unique<Stub>(Stub{ControlService::NewStub(channel_)})) {}
+ControlClient::ControlClient(std::unique_ptr<rpc::AddressList> coordinators)
+    : coordinators_(std::move(coordinators)), address_(coordinators_->ToString()) {}
 
 ControlClient::~ControlClient() = default;
 
+namespace {
+
+// A unary ControlService call at whichever coordinator serves, within `timeout` in all.
+template <typename Request, typename Response>
+absl::Status Unary(rpc::AddressList& coordinators, absl::Duration timeout,
+                   grpc::Status (ControlService::Stub::*method)(grpc::ClientContext*,
+                                                                const Request&, Response*),
+                   const Request& request, Response& response) {
+  return rpc::CallAny(coordinators, absl::Now() + timeout,
+                      [&](const rpc::AddressList::Target& target, absl::Time deadline) {
+                        grpc::ClientContext context;
+                        context.set_deadline(absl::ToChronoTime(deadline));
+                        response.Clear();
+                        auto stub = ControlService::NewStub(target.channel);
+                        return rpc::FromGrpcStatus(((*stub).*method)(&context, request, &response));
+                      });
+}
+
+}  // namespace
+
 absl::StatusOr<TaskStatus> ControlClient::CreateTask(const common::v1::TaskSpec& spec,
                                                      absl::Duration timeout) {
-  grpc::ClientContext context;
-  rpc::SetTimeout(context, timeout);
   coordinator::v1::CreateTaskRequest request;
   *request.mutable_spec() = spec;
   coordinator::v1::CreateTaskResponse response;
-  SHOAL_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub_->stub->CreateTask(&context, request, &response)));
+  SHOAL_RETURN_IF_ERROR(
+      Unary(*coordinators_, timeout, &ControlService::Stub::CreateTask, request, response));
   return response.status();
 }
 
 absl::StatusOr<std::vector<TaskStatus>> ControlClient::ListTasks(absl::Duration timeout) {
-  grpc::ClientContext context;
-  rpc::SetTimeout(context, timeout);
   coordinator::v1::ListTasksResponse response;
-  SHOAL_RETURN_IF_ERROR(rpc::FromGrpcStatus(
-      stub_->stub->ListTasks(&context, coordinator::v1::ListTasksRequest(), &response)));
+  SHOAL_RETURN_IF_ERROR(Unary(*coordinators_, timeout, &ControlService::Stub::ListTasks,
+                              coordinator::v1::ListTasksRequest(), response));
   return std::vector<TaskStatus>(response.tasks().begin(), response.tasks().end());
 }
 
 absl::StatusOr<coordinator::v1::ListNodesResponse> ControlClient::ListNodes(
     absl::Duration timeout) {
-  grpc::ClientContext context;
-  rpc::SetTimeout(context, timeout);
   coordinator::v1::ListNodesResponse response;
-  SHOAL_RETURN_IF_ERROR(rpc::FromGrpcStatus(
-      stub_->stub->ListNodes(&context, coordinator::v1::ListNodesRequest(), &response)));
+  SHOAL_RETURN_IF_ERROR(Unary(*coordinators_, timeout, &ControlService::Stub::ListNodes,
+                              coordinator::v1::ListNodesRequest(), response));
   return response;
 }
 
 absl::StatusOr<TaskStatus> ControlClient::GetTaskStatus(const std::string& name,
                                                         absl::Duration timeout) {
-  grpc::ClientContext context;
-  rpc::SetTimeout(context, timeout);
   coordinator::v1::GetTaskStatusRequest request;
   request.set_name(name);
   coordinator::v1::GetTaskStatusResponse response;
   SHOAL_RETURN_IF_ERROR(
-      rpc::FromGrpcStatus(stub_->stub->GetTaskStatus(&context, request, &response)));
+      Unary(*coordinators_, timeout, &ControlService::Stub::GetTaskStatus, request, response));
   return response.status();
 }
 
 absl::StatusOr<TaskStatus> ControlClient::StopTask(const std::string& name,
                                                    absl::Duration timeout) {
-  grpc::ClientContext context;
-  rpc::SetTimeout(context, timeout);
   coordinator::v1::StopTaskRequest request;
   request.set_name(name);
   coordinator::v1::StopTaskResponse response;
-  SHOAL_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub_->stub->StopTask(&context, request, &response)));
+  SHOAL_RETURN_IF_ERROR(
+      Unary(*coordinators_, timeout, &ControlService::Stub::StopTask, request, response));
   return response.status();
 }
 
 absl::StatusOr<TaskStatus> ControlClient::WatchTask(
     const std::string& name, absl::Duration timeout,
     const std::function<bool(const TaskStatus&)>& on_status, Canceller* canceller) {
-  grpc::ClientContext context;
-  rpc::SetTimeout(context, timeout);
-  ScopedCancel scoped(canceller, context);
   coordinator::v1::WatchTaskRequest request;
   request.set_name(name);
-  std::unique_ptr<grpc::ClientReader<coordinator::v1::WatchTaskResponse>> reader =
-      stub_->stub->WatchTask(&context, request);
-  coordinator::v1::WatchTaskResponse response;
   std::optional<TaskStatus> last;
   bool stopped_by_caller = false;
-  while (reader->Read(&response)) {
-    last = response.status();
-    if (!on_status(*last)) {
-      stopped_by_caller = true;
-      context.TryCancel();
-      break;
-    }
-  }
-  const grpc::Status status = reader->Finish();
+  // A stream that broke after statuses came is the caller's to open again (an UNAVAILABLE after
+  // statuses); one refused at once moves on to the next coordinator here.
+  absl::Status status = rpc::CallAny(
+      *coordinators_, absl::Now() + timeout,
+      [&](const rpc::AddressList::Target& target, absl::Time deadline) {
+        grpc::ClientContext context;
+        context.set_deadline(absl::ToChronoTime(deadline));
+        ScopedCancel scoped(canceller, context);
+        auto stub = ControlService::NewStub(target.channel);
+        std::unique_ptr<grpc::ClientReader<coordinator::v1::WatchTaskResponse>> reader =
+            stub->WatchTask(&context, request);
+        coordinator::v1::WatchTaskResponse response;
+        while (reader->Read(&response)) {
+          last = response.status();
+          if (!on_status(*last)) {
+            stopped_by_caller = true;
+            context.TryCancel();
+            break;
+          }
+        }
+        return rpc::FromGrpcStatus(reader->Finish());
+      },
+      [&](const absl::Status&) {
+        return !last.has_value() && (canceller == nullptr || !canceller->cancelled());
+      });
   if (stopped_by_caller) return *last;
   if (canceller != nullptr && canceller->cancelled()) {
     return absl::CancelledError("cancelled");
   }
-  if (!status.ok()) return rpc::FromGrpcStatus(status);
+  if (!status.ok()) return status;
   if (!last.has_value()) {
     return absl::InternalError(
         absl::StrCat("the coordinator ended the watch of ", name, " without sending a status"));
@@ -185,14 +202,13 @@ absl::StatusOr<TaskStatus> ControlClient::WatchTask(
 
 absl::StatusOr<RoundsPage> ControlClient::ListRounds(const std::string& name, uint64_t after_round,
                                                      uint32_t limit, absl::Duration timeout) {
-  grpc::ClientContext context;
-  rpc::SetTimeout(context, timeout);
   coordinator::v1::ListRoundsRequest request;
   request.set_name(name);
   request.set_after_round(after_round);
   request.set_limit(limit);
   coordinator::v1::ListRoundsResponse response;
-  SHOAL_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub_->stub->ListRounds(&context, request, &response)));
+  SHOAL_RETURN_IF_ERROR(
+      Unary(*coordinators_, timeout, &ControlService::Stub::ListRounds, request, response));
   RoundsPage page;
   page.rounds.assign(std::make_move_iterator(response.mutable_rounds()->begin()),
                      std::make_move_iterator(response.mutable_rounds()->end()));
@@ -204,23 +220,30 @@ absl::StatusOr<DownloadedModel> ControlClient::GetModel(const std::string& name,
                                                         std::optional<uint64_t> version,
                                                         absl::Duration timeout,
                                                         Canceller* canceller) {
-  grpc::ClientContext context;
-  rpc::SetTimeout(context, timeout);
-  ScopedCancel scoped(canceller, context);
   coordinator::v1::GetModelRequest request;
   request.set_name(name);
   if (version.has_value()) request.set_version(*version);
-  // Read raw: each chunk is decoded straight from gRPC's slices, without a ModelChunk parsed
-  // first (the server sends the same way, libs/rpc/model_stream.h).
-  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader = rpc::OpenRawReader(
-      *channel_, "/shoal.coordinator.v1.ControlService/GetModel", context, request);
-  absl::StatusOr<tensor::ReceivedModel> received =
-      rpc::ReadModelStream(*reader, tensor::DecoderLimits(), &context);
-  if (!received.ok()) {
-    if (canceller != nullptr && canceller->cancelled()) return absl::CancelledError("cancelled");
-    return received.status();
-  }
-  return DownloadedModel{std::move(received->meta), std::move(received->model)};
+  return rpc::CallAny(
+      *coordinators_, absl::Now() + timeout,
+      [&](const rpc::AddressList::Target& target,
+          absl::Time deadline) -> absl::StatusOr<DownloadedModel> {
+        grpc::ClientContext context;
+        context.set_deadline(absl::ToChronoTime(deadline));
+        ScopedCancel scoped(canceller, context);
+        // Read raw: each chunk is decoded straight from gRPC's slices, without a ModelChunk
+        // parsed first (the server sends the same way, libs/rpc/model_stream.h).
+        std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader = rpc::OpenRawReader(
+            *target.channel, "/shoal.coordinator.v1.ControlService/GetModel", context, request);
+        absl::StatusOr<tensor::ReceivedModel> received =
+            rpc::ReadModelStream(*reader, tensor::DecoderLimits(), &context);
+        if (!received.ok()) {
+          if (canceller != nullptr && canceller->cancelled()) {
+            return absl::CancelledError("cancelled");
+          }
+          return received.status();
+        }
+        return DownloadedModel{std::move(received->meta), std::move(received->model)};
+      });
 }
 
 }  // namespace shoal::shoalctl

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "libs/rpc/address_list.h"
 #include "libs/tensor/flat_model.h"
 #include "shoal/common/v1/model.pb.h"
 #include "shoal/common/v1/task.pb.h"
@@ -97,8 +98,10 @@ class ControlClientInterface {
 // ControlClientInterface over a gRPC channel. Thread-safe (calls may run concurrently).
 class ControlClient final : public ControlClientInterface {
  public:
-  // `address` is HOST:PORT; the channel connects lazily, so this does not fail for an
-  // unreachable coordinator (the calls do, with UNAVAILABLE).
+  // `address` is HOST:PORT, or HOST:PORT,HOST:PORT,... for an active coordinator and its
+  // standbys: each call goes to the one that serves (rpc::CallAny, moving on from an address
+  // that answers UNAVAILABLE within the call's timeout). The channels connect lazily, so this
+  // does not fail for an unreachable coordinator (the calls do, with UNAVAILABLE).
   static absl::StatusOr<std::unique_ptr<ControlClient>> Create(
       const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials);
   ~ControlClient() override;
@@ -124,12 +127,10 @@ class ControlClient final : public ControlClientInterface {
                                            absl::Duration timeout, Canceller* canceller) override;
 
  private:
-  struct Stub;
-  ControlClient(std::string address, std::shared_ptr<grpc::Channel> channel);
+  explicit ControlClient(std::unique_ptr<rpc::AddressList> coordinators);
 
-  std::string address_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<Stub> stub_;
+  const std::unique_ptr<rpc::AddressList> coordinators_;
+  const std::string address_;
 };
 
 }  // namespace shoal::shoalctl

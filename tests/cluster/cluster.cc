@@ -7,9 +7,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "libs/common/status_macros.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status.h"
 #include "libs/rpc/tls.h"
@@ -58,7 +60,11 @@ Cluster::~Cluster() {
     if (s.process) aggregators.push_back(s.process.get());
   }
   groups.push_back(aggregators);
-  if (coordinator_.process) groups.push_back({coordinator_.process.get()});
+  std::vector<process::Process*> coordinators;
+  for (Service* s : {&coordinator_, &standby_}) {
+    if (s->process) coordinators.push_back(s->process.get());
+  }
+  groups.push_back(coordinators);
   // A service still running now must stop cleanly on SIGTERM: exit code 0 within the grace
   // period (one the test stopped or killed itself is its own business).
   std::vector<process::Process*> running;
@@ -105,10 +111,11 @@ void Cluster::ExpectNoSanitizerReports() {
 
 absl::StatusOr<Service> Cluster::Start(const std::string& name, const std::string& binary,
                                        std::vector<std::string> args, std::string listen,
-                                       const std::string& netns) {
+                                       const std::string& netns, std::string identity) {
   if (listen.empty()) listen = host_ + ":0";
-  if (absl::Status certs = MakeCertificate(name); !certs.ok()) return certs;
-  args.push_back(absl::StrCat("--tls-dir=", dir_, "/certs/", name));
+  if (identity.empty()) identity = name;
+  if (absl::Status certs = MakeCertificate(identity); !certs.ok()) return certs;
+  args.push_back(absl::StrCat("--tls-dir=", dir_, "/certs/", identity));
   const std::string address_file = absl::StrCat(dir_, "/", name, ".addr");
   std::remove(address_file.c_str());
   args.push_back("--listen=" + listen);
@@ -160,10 +167,58 @@ absl::Status Cluster::RestartCoordinator(bool crash) {
   return StartCoordinatorOn(address);
 }
 
-absl::Status Cluster::StartCoordinatorOn(const std::string& listen) {
+std::vector<std::string> Cluster::CoordinatorArgs() const {
   std::vector<std::string> args = {"--state-dir=" + dir_ + "/state", "--heartbeat-interval=500ms"};
   args.insert(args.end(), coordinator_args_.begin(), coordinator_args_.end());
-  auto s = Start("coordinator", "shoal-coordinator", std::move(args), listen);
+  return args;
+}
+
+absl::Status Cluster::StartStandbyCoordinator() {
+  // Aggregators take the coordinator's calls from the certificate named "coordinator" only.
+  auto s =
+      Start("coordinator-standby", "shoal-coordinator", CoordinatorArgs(), "", "", "coordinator");
+  if (!s.ok()) return s.status();
+  standby_ = *std::move(s);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Duration> Cluster::KillCoordinatorForStandby(absl::Duration timeout) {
+  if (!standby_.process) return absl::FailedPreconditionError("no standby coordinator");
+  const absl::Time killed = absl::Now();
+  coordinator_.process->Signal(SIGKILL);
+  std::swap(coordinator_, standby_);
+  control_ = cv1::ControlService::NewStub(rpc::MakeChannel(coordinator_.address, credentials_));
+  SHOAL_RETURN_IF_ERROR(WaitForCoordinatorServing(timeout));
+  const absl::Duration took = absl::Now() - killed;
+  SHOAL_RETURN_IF_ERROR(standby_.process->Wait(absl::Seconds(10)).status());
+  return took;
+}
+
+absl::Status Cluster::WaitForCoordinatorServing(absl::Duration timeout) {
+  // Without the channel's retries, so that each poll answers at once.
+  auto probe =
+      cv1::ControlService::NewStub(rpc::MakeProbeChannel(coordinator_.address, credentials_));
+  absl::Status last;
+  const auto serving = [&] {
+    grpc::ClientContext context;
+    rpc::SetTimeout(context, absl::Seconds(2));
+    cv1::ListTasksResponse response;
+    last = rpc::FromGrpcStatus(probe->ListTasks(&context, cv1::ListTasksRequest(), &response));
+    return last.ok();
+  };
+  if (WaitUntil(serving, Scaled(timeout), absl::Milliseconds(50))) return absl::OkStatus();
+  return absl::DeadlineExceededError(absl::StrCat("the coordinator at ", coordinator_.address,
+                                                  " does not serve: ", last.ToString(), "\n",
+                                                  LogTails()));
+}
+
+std::string Cluster::CoordinatorAddresses() const {
+  if (!standby_.process) return coordinator_.address;
+  return absl::StrCat(coordinator_.address, ",", standby_.address);
+}
+
+absl::Status Cluster::StartCoordinatorOn(const std::string& listen) {
+  auto s = Start("coordinator", "shoal-coordinator", CoordinatorArgs(), listen);
   if (!s.ok()) return s.status();
   coordinator_ = *std::move(s);
   if (credentials_ == nullptr) return absl::InternalError("no client certificate");
@@ -175,7 +230,7 @@ absl::Status Cluster::StartAggregator() {
   // The first one is "aggregator" (its certificate name too), later ones "aggregator-1", ...
   const std::string name = aggregators_.empty() ? std::string("aggregator")
                                                 : absl::StrCat("aggregator-", aggregators_.size());
-  auto s = Start(name, "shoal-aggregator", {"--coordinator=" + coordinator_.address});
+  auto s = Start(name, "shoal-aggregator", {"--coordinator=" + CoordinatorAddresses()});
   if (!s.ok()) return s.status();
   aggregators_.push_back(*std::move(s));
   return absl::OkStatus();
@@ -197,7 +252,7 @@ absl::Status Cluster::StartPeerInNetns(int index, int count, const std::string& 
 absl::Status Cluster::StartSharedDataPeer(const std::string& binary, int index, int count,
                                           const std::string& netns,
                                           std::vector<std::string> extra_args) {
-  extra_args.push_back("--coordinator=" + coordinator_.address);
+  extra_args.push_back("--coordinator=" + CoordinatorAddresses());
   extra_args.push_back("--data-dir=/usr/share/datasets/fashion-mnist");
   extra_args.push_back(absl::StrCat("--shard=", index, "/", count));
   extra_args.push_back(absl::StrCat("--name=peer-", index));
@@ -210,7 +265,7 @@ absl::Status Cluster::StartSharedDataPeer(const std::string& binary, int index, 
 
 absl::Status Cluster::StartOwnDataPeer(int index, const std::string& data_dir,
                                        std::vector<std::string> extra_args) {
-  extra_args.push_back("--coordinator=" + coordinator_.address);
+  extra_args.push_back("--coordinator=" + CoordinatorAddresses());
   extra_args.push_back("--data-dir=" + data_dir);
   extra_args.push_back(absl::StrCat("--name=peer-", index));
   auto s = Start(absl::StrCat("peer-", index), "shoal-peer", std::move(extra_args));
@@ -297,6 +352,7 @@ std::string Cluster::LogTails() {
     }
   };
   add(coordinator_);
+  add(standby_);
   for (Service& a : aggregators_) add(a);
   for (auto& [i, s] : peers_) add(s);
   return out;

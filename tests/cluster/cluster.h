@@ -39,6 +39,17 @@ class Cluster {
   // Stops the coordinator (SIGKILL when `crash`, else SIGTERM) and starts a new one on the same
   // gRPC address and state directory, as a restarted pod would be.
   absl::Status RestartCoordinator(bool crash);
+  // A second coordinator with the same arguments and state directory ("coordinator-standby"):
+  // with --store etcd://, the standby of the first. Aggregators and peers started afterwards
+  // are given both addresses (CoordinatorAddresses).
+  absl::Status StartStandbyCoordinator();
+  // SIGKILLs the coordinator, waits until the standby serves (ListTasks answers), and makes it
+  // the coordinator (the tests' calls go to it). Returns the time from the kill to serving.
+  absl::StatusOr<absl::Duration> KillCoordinatorForStandby(absl::Duration timeout);
+  // Waits until the coordinator answers ListTasks (a standby does not).
+  absl::Status WaitForCoordinatorServing(absl::Duration timeout);
+  // --coordinator for aggregators and peers: the coordinator's address, then the standby's.
+  std::string CoordinatorAddresses() const;
   // Starts one more aggregator (aggregator(0), aggregator(1), ...).
   absl::Status StartAggregator();
   absl::Status StartPeer(int index, int count, std::vector<std::string> extra_args = {});
@@ -62,6 +73,7 @@ class Cluster {
   std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() const { return credentials_; }
 
   Service& coordinator() { return coordinator_; }
+  Service& standby() { return standby_; }
   Service& aggregator(int index = 0) { return aggregators_.at(index); }
   int aggregator_count() const { return static_cast<int>(aggregators_.size()); }
   Service& peer(int index) { return peers_.at(index); }
@@ -91,11 +103,14 @@ class Cluster {
  private:
   // ADD_FAILURE for each sanitizer report (ASan, LSan, UBSan, TSan) in the logs of `dir_`.
   void ExpectNoSanitizerReports();
-  // Listens on `listen` (default host_:0); in the network namespace `netns` when set.
+  // Listens on `listen` (default host_:0); in the network namespace `netns` when set; with the
+  // certificate of `identity` (default: `name`).
   absl::StatusOr<Service> Start(const std::string& name, const std::string& binary,
                                 std::vector<std::string> args, std::string listen = "",
-                                const std::string& netns = "");
+                                const std::string& netns = "", std::string identity = "");
   absl::Status StartCoordinatorOn(const std::string& listen);
+  // The coordinator's command line but --listen and the files Start adds.
+  std::vector<std::string> CoordinatorArgs() const;
   // Peer `index` of `count` (shard index/count, id peer-INDEX) run from `binary`.
   absl::Status StartSharedDataPeer(const std::string& binary, int index, int count,
                                    const std::string& netns, std::vector<std::string> extra_args);
@@ -108,6 +123,7 @@ class Cluster {
   std::string host_ = "127.0.0.1";
   std::shared_ptr<grpc::ChannelCredentials> credentials_;
   Service coordinator_;
+  Service standby_;  // StartStandbyCoordinator; the killed one after KillCoordinatorForStandby
   std::vector<std::string> coordinator_args_;
   std::vector<Service> aggregators_;
   std::map<int, Service> peers_;

@@ -85,8 +85,8 @@ TEST(CoordinatorEtcdClusterTest, ACoordinatorKilledMidTaskResumesFromEtcd) {
 }
 
 // One coordinator per prefix, fenced: a coordinator paused (SIGSTOP) past its hold's TTL loses
-// the prefix to a second one that waited for it; resumed (SIGCONT), it writes nothing and steps
-// down with exit code 1, and the second one serves the tasks.
+// the prefix to a second one that waited for it as its standby; resumed (SIGCONT), it writes
+// nothing and steps down with exit code 1, and the second one serves the tasks.
 TEST(CoordinatorEtcdClusterTest, APausedCoordinatorLosesItsPrefixAndStepsDown) {
   absl::StatusOr<std::string> dir = MakeTestTempDir("shoal-cluster-");
   ASSERT_TRUE(dir.ok()) << dir.status();
@@ -102,8 +102,10 @@ TEST(CoordinatorEtcdClusterTest, APausedCoordinatorLosesItsPrefixAndStepsDown) {
 
   first.coordinator().process->Signal(SIGSTOP);
   Cluster second(*dir + "/second");
-  // Starts once the paused one's hold has lapsed (its TTL, then etcd's expiry check).
+  // A standby at first; it serves once the paused one's hold has lapsed (its TTL, then etcd's
+  // expiry check).
   ASSERT_TRUE(second.StartCoordinator(args).ok()) << second.LogTails();
+  ASSERT_TRUE(second.WaitForCoordinatorServing(absl::Seconds(20)).ok());
   first.coordinator().process->Signal(SIGCONT);
   absl::StatusOr<process::ExitStatus> exit =
       first.coordinator().process->Wait(Scaled(absl::Seconds(20)));

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -30,6 +31,23 @@ EtcdMember::~EtcdMember() { Kill(); }
 
 void EtcdMember::Kill() {
   if (process_ != nullptr) process_->Stop(absl::ZeroDuration());
+}
+
+absl::Status EtcdMember::Restart() {
+  Kill();
+  process::ProcessOptions options = options_;
+  options.log_path += ".restarted";
+  absl::StatusOr<std::unique_ptr<process::Process>> started = process::Process::Start(options);
+  if (!started.ok()) return started.status();
+  process_ = *std::move(started);
+  const int port = std::stoi(endpoint_.substr(endpoint_.rfind(':') + 1));
+  if (!WaitUntil([&] { return AcceptsConnections(port) || !process_->Running(); },
+                 Scaled(absl::Seconds(15))) ||
+      !process_->Running()) {
+    return absl::UnavailableError(
+        absl::StrCat("etcd at ", endpoint_, " did not come back; its log:\n", process_->LogTail()));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<EtcdMember>> EtcdMember::Start(const std::string& dir) {
@@ -74,6 +92,7 @@ absl::StatusOr<std::unique_ptr<EtcdMember>> EtcdMember::Start(const std::string&
                     "--log-level",
                     "warn"};
     options.log_path = absl::StrCat(dir, "/etcd-", attempt, ".log");
+    member->options_ = options;
     absl::StatusOr<std::unique_ptr<process::Process>> started =
         process::Process::Start(std::move(options));
     if (!started.ok()) return started.status();

@@ -23,10 +23,14 @@ class EtcdMember {
   // data directory is a test's.
   ~EtcdMember();
   void Kill();
+  // Kills etcd and starts it again on the same ports and data (a member that was down comes
+  // back); returns once it accepts connections.
+  absl::Status Restart();
 
   const std::string& endpoint() const { return endpoint_; }  // HOST:PORT of its client API
 
  private:
+  process::ProcessOptions options_;  // of the running etcd, for Restart
   std::unique_ptr<process::Process> process_;
   std::string endpoint_;
 };

@@ -42,8 +42,9 @@ def _credentials(tls_dir: str) -> grpc.ChannelCredentials:
 def connect(addresses: Union[Sequence[str], str], tls_dir: Optional[str] = None,
             insecure: bool = False, timeout: float = 10) -> "Client":
     """A Client of the first coordinator in `addresses` (HOST:PORT, or a list tried in order)
-    whose channel comes up within `timeout` seconds; an address that refuses the connection or
-    the TLS handshake is skipped at once. Exactly one of `tls_dir` (mutual TLS with
+    whose channel comes up within `timeout` seconds and that serves; an address that refuses the
+    connection or the TLS handshake is skipped at once, and so is a standby coordinator (it
+    answers UNAVAILABLE naming the active one). Exactly one of `tls_dir` (mutual TLS with
     the directory's ca.crt, tls.crt and tls.key, as `shoalctl --tls-dir`; default
     $SHOAL_TLS_DIR) and `insecure` (plaintext, for a coordinator run with --insecure). `timeout`
     is also the deadline of every call but watch() and download_model(). Raises ShoalError:
@@ -66,10 +67,24 @@ def connect(addresses: Union[Sequence[str], str], tls_dir: Optional[str] = None,
                    else grpc.secure_channel(address, credentials))
         problem = _wait_ready(channel, timeout)
         if problem is None:
+            problem = _standby(channel, timeout)
+        if problem is None:
             return Client(channel, address, timeout)
         channel.close()
         failures.append(f"{address} ({problem})")
     raise ShoalError("UNAVAILABLE", "no coordinator answered: " + ", ".join(failures))
+
+
+def _standby(channel: grpc.Channel, timeout: float) -> Optional[str]:
+    """The refusal of a standby coordinator behind a ready `channel` (it answers every call
+    UNAVAILABLE), or None when the coordinator serves."""
+    try:
+        control_pb2_grpc.ControlServiceStub(channel).ListTasks(control_pb2.ListTasksRequest(),
+                                                               timeout=timeout)
+    except grpc.RpcError as e:
+        if e.code() == grpc.StatusCode.UNAVAILABLE:
+            return e.details()
+    return None
 
 
 def _wait_ready(channel: grpc.Channel, timeout: float) -> Optional[str]:

@@ -11,18 +11,40 @@ namespace shoal::coordinator {
 absl::StatusOr<std::unique_ptr<StoreLease>> StoreLease::Acquire(etcd::EtcdKv& kv, std::string key,
                                                                 StoreLeaseOptions options) {
   if (options.wait == absl::ZeroDuration()) options.wait = options.ttl * 3 / 2;
-  absl::StatusOr<int64_t> lease = kv.GrantLease(options.ttl);
-  if (!lease.ok()) return lease.status();
-  const absl::Time deadline = absl::Now() + options.wait;
-  bool told = false;
+  const bool standby = options.wait == absl::InfiniteDuration();
+  absl::StatusOr<int64_t> granted = kv.GrantLease(options.ttl);
+  if (!granted.ok()) return granted.status();
+  int64_t lease = *granted;
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + options.wait;
+  // A free key is seen within a poll: a tenth of the TTL, at most 250 ms.
+  const absl::Duration poll = std::min(options.ttl / 10, absl::Milliseconds(250));
+  absl::Time renewed = start;
+  absl::Time told = absl::InfinitePast();
+  std::string last_holder;
   while (true) {
-    absl::StatusOr<std::string> holder = kv.CreateIfAbsent(key, options.identity, *lease);
+    // Our own lease must outlive the wait; one that lapsed while etcd was out of reach is
+    // granted again.
+    if (const absl::Time now = absl::Now(); now - renewed >= options.ttl / 3) {
+      absl::StatusOr<absl::Duration> ttl = kv.KeepAlive(lease);
+      if (ttl.ok()) renewed = now;
+      if (absl::IsNotFound(ttl.status())) {
+        if (granted = kv.GrantLease(options.ttl); granted.ok()) {
+          lease = *granted;
+          renewed = now;
+        }
+      }
+    }
+    absl::StatusOr<std::string> holder = kv.CreateIfAbsent(key, options.identity, lease);
     if (holder.ok() && *holder == options.identity) break;
-    if (!holder.ok() && holder.status().code() != absl::StatusCode::kUnavailable) {
+    if (!holder.ok() && holder.status().code() != absl::StatusCode::kUnavailable &&
+        holder.status().code() != absl::StatusCode::kNotFound) {
+      kv.RevokeLease(lease).IgnoreError();
       return holder.status();
     }
-    if (absl::Now() >= deadline) {
-      kv.RevokeLease(*lease).IgnoreError();
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      kv.RevokeLease(lease).IgnoreError();
       return absl::FailedPreconditionError(
           absl::StrCat(key, " is held by another coordinator (",
                        holder.ok() ? *holder : holder.status().ToString(), ") after waiting ",
@@ -30,19 +52,29 @@ absl::StatusOr<std::unique_ptr<StoreLease>> StoreLease::Acquire(etcd::EtcdKv& kv
                        ": one coordinator per key prefix (stop it, or give this one another "
                        "prefix)"));
     }
-    if (!told && holder.ok()) {
-      LogInfo("store: ", key, " is held by ", *holder, "; waiting up to ",
-              absl::FormatDuration(options.wait), " for its lease to lapse");
-      told = true;
+    if (holder.ok()) {
+      if (*holder != last_holder && options.on_held) options.on_held(*holder);
+      if (standby && now - told >= options.ttl) {
+        LogInfo("standby: ", *holder, " holds ", key, "; waiting (",
+                absl::ToInt64Seconds(now - start), " s so far)");
+        told = now;
+      } else if (!standby && told == absl::InfinitePast()) {
+        LogInfo("store: ", key, " is held by ", *holder, "; waiting up to ",
+                absl::FormatDuration(options.wait), " for its lease to lapse");
+        told = now;
+      }
+      last_holder = *holder;
     }
-    // Our own lease must outlive the wait.
-    if (absl::StatusOr<absl::Duration> renewed = kv.KeepAlive(*lease); !renewed.ok()) {
-      return renewed.status();
+    const bool stopped = options.stop != nullptr
+                             ? options.stop->WaitForNotificationWithTimeout(poll)
+                             : (absl::SleepFor(poll), false);
+    if (stopped) {
+      kv.RevokeLease(lease).IgnoreError();
+      return absl::CancelledError(absl::StrCat("stopped while waiting for ", key));
     }
-    absl::SleepFor(std::min(options.ttl / 5, absl::Milliseconds(500)));
   }
   return std::unique_ptr<StoreLease>(
-      new StoreLease(kv, etcd::Fence{std::move(key), *lease}, std::move(options)));
+      new StoreLease(kv, etcd::Fence{std::move(key), lease}, std::move(options)));
 }
 
 StoreLease::StoreLease(etcd::EtcdKv& kv, etcd::Fence fence, StoreLeaseOptions options)

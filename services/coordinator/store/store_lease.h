@@ -3,7 +3,8 @@
 // A coordinator's hold on its etcd key prefix: one key, <prefix>/owner, put under a lease that a
 // thread renews every third of the lease's TTL. Only one coordinator writes under a prefix:
 // - A second one waits for the key (a crashed holder's lease lapses within the TTL) and takes
-//   it over, or gives up after `wait` naming the holder.
+//   it over, or gives up after `wait` naming the holder. With an infinite `wait` it is a
+//   standby: it waits as long as the key is held, and takes over as soon as the key goes.
 // - A holder cut off from etcd, or paused, past its TTL has lost the key: every write of its
 //   store is fenced on the key's lease (etcd::Fence), so it writes nothing more, and its next
 //   renewal reports the loss through `on_lost`, once, so that the coordinator steps down.
@@ -17,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "libs/etcd/etcd_kv.h"
 
@@ -24,10 +26,15 @@ namespace shoal::coordinator {
 
 struct StoreLeaseOptions {
   absl::Duration ttl = absl::Seconds(10);
-  // How long Acquire waits for another holder's key to go: by default a TTL and a half.
+  // How long Acquire waits for another holder's key to go: by default a TTL and a half;
+  // infinite: a standby's wait, with a log line every TTL.
   absl::Duration wait = absl::ZeroDuration();
   // What the key holds: who this is, for the messages of whoever waits for it.
   std::string identity;
+  // Called from Acquire with what the key holds whenever another holder is seen.
+  std::function<void(const std::string& holder)> on_held;
+  // When notified, Acquire stops waiting (CANCELLED). Not owned; may be null.
+  const absl::Notification* stop = nullptr;
   // Called once, from the renewing thread, when the hold is lost.
   std::function<void(const absl::Status&)> on_lost;
 };
@@ -35,7 +42,7 @@ struct StoreLeaseOptions {
 class StoreLease {
  public:
   // Errors: FAILED_PRECONDITION when another holder kept the key for `wait`, naming it;
-  // etcd's errors (UNAVAILABLE) otherwise.
+  // CANCELLED when `stop` was notified first; etcd's errors (UNAVAILABLE) otherwise.
   static absl::StatusOr<std::unique_ptr<StoreLease>> Acquire(etcd::EtcdKv& kv, std::string key,
                                                              StoreLeaseOptions options);
   // Stops renewing and revokes the lease, which lets the next coordinator in at once.

@@ -1,0 +1,105 @@
+#pragma once
+
+// The addresses of a service of which one serves at a time: an active coordinator and its
+// standbys (--coordinator HOST:PORT[,HOST:PORT...]). A client calls the current address and,
+// when that answers UNAVAILABLE (a standby, a dead process) or a session stream on it breaks,
+// moves on to the next one (MoveOn), which logs the move. Every client of the coordinator picks
+// its address here: its own retry loop with MoveOn (a session, a registration), or CallAny for
+// single calls. With one address nothing moves and the channel keeps gRPC's transport retries
+// (libs/rpc/channel.h); with several, a refused call moves on at once instead. Thread-safe.
+
+#include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "libs/common/clock.h"
+#include "libs/rpc/retry.h"
+
+namespace shoal::rpc {
+
+class AddressList {
+ public:
+  // Parses "HOST:PORT[,HOST:PORT...]". Errors: INVALID_ARGUMENT naming `flag` for an empty list,
+  // a malformed address or one given twice.
+  static absl::StatusOr<std::vector<std::string>> Parse(absl::string_view list,
+                                                        absl::string_view flag);
+  // `service` names what the addresses serve in the logs ("coordinator"); null `credentials`:
+  // plaintext.
+  static absl::StatusOr<std::unique_ptr<AddressList>> Create(
+      absl::string_view list, absl::string_view flag,
+      std::shared_ptr<grpc::ChannelCredentials> credentials, std::string service);
+
+  struct Target {
+    std::string address;
+    std::shared_ptr<grpc::Channel> channel;  // one per address, made once
+  };
+  // The address in use and its channel.
+  Target Current() const ABSL_LOCKS_EXCLUDED(mu_);
+  // After `failed` (an address Current() gave) refused a call or broke a stream: the next
+  // address becomes current, unless another caller moved on from `failed` already. Logs the
+  // move (at most one pass over the list per 10 s). No-op with one address.
+  void MoveOn(const std::string& failed, absl::string_view why) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether a call's failure says that the address does not serve: UNAVAILABLE.
+  static bool ShouldMoveOn(const absl::Status& status) { return absl::IsUnavailable(status); }
+
+  const std::vector<std::string>& addresses() const { return addresses_; }
+  size_t size() const { return addresses_.size(); }
+  // The list as given on the command line: "HOST:PORT,HOST:PORT".
+  std::string ToString() const;
+
+ private:
+  AddressList(std::vector<std::string> addresses,
+              std::shared_ptr<grpc::ChannelCredentials> credentials, std::string service);
+
+  const std::vector<std::string> addresses_;
+  const std::vector<std::shared_ptr<grpc::Channel>> channels_;
+  const std::string service_;
+  mutable absl::Mutex mu_;
+  size_t current_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time log_window_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  size_t logged_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// One call made at whichever address serves: attempt(target, attempt_deadline) at the current
+// address, moving on after each UNAVAILABLE and trying again with backoff (rpc::Retry, from
+// 100 ms, capped at 1 s) until it succeeds, fails otherwise, `retryable` (if set) rejects the
+// failure or `deadline` comes. With one address it is one attempt (its channel retries
+// UNAVAILABLE itself, briefly), as a plain call. `attempt` returns absl::Status or
+// absl::StatusOr<T>.
+template <typename Attempt>
+auto CallAny(AddressList& addresses, absl::Time deadline, Attempt&& attempt,
+             std::function<bool(const absl::Status&)> retryable = nullptr)
+    -> std::invoke_result_t<Attempt&, const AddressList::Target&, absl::Time> {
+  RetryOptions options;
+  options.backoff = BackoffOptions{absl::Milliseconds(100), absl::Seconds(1), 2.0, 0.2};
+  options.max_attempts = addresses.size() == 1 ? 1 : 0;
+  options.retryable = [&retryable](const absl::Status& s) {
+    return AddressList::ShouldMoveOn(s) && (!retryable || retryable(s));
+  };
+  return Retry(
+      RealClock::Get(), options, deadline,
+      [](absl::Duration delay) {
+        absl::SleepFor(delay);
+        return true;
+      },
+      [&](absl::Time attempt_deadline) {
+        const AddressList::Target target = addresses.Current();
+        auto result = attempt(target, attempt_deadline);
+        const absl::Status& status = retry_internal::StatusOf(result);
+        if (AddressList::ShouldMoveOn(status)) addresses.MoveOn(target.address, status.message());
+        return result;
+      });
+}
+
+}  // namespace shoal::rpc
