@@ -32,8 +32,6 @@ absl::StatusOr<std::unique_ptr<EtcdTaskStore>> EtcdTaskStore::Open(std::unique_p
   return store;
 }
 
-EtcdTaskStore::~EtcdTaskStore() { lease_.reset(); }
-
 std::string EtcdTaskStore::KindPrefix(absl::string_view kind) const {
   return absl::StrCat(prefix_, "/", kind, "/");
 }

@@ -26,7 +26,6 @@ class EtcdTaskStore final : public TaskStore {
                                                              std::string prefix,
                                                              std::string checkpoint_dir,
                                                              StoreLeaseOptions lease);
-  ~EtcdTaskStore() override;
 
   absl::Status PutTask(const v1::TaskStatus& status) override;
   absl::Status PutRound(const std::string& task, const v1::RoundSummary& round) override;
@@ -50,7 +49,7 @@ class EtcdTaskStore final : public TaskStore {
   std::unique_ptr<etcd::EtcdKv> kv_;
   std::string prefix_;
   std::string checkpoint_dir_;
-  std::unique_ptr<StoreLease> lease_;  // released before kv_ goes
+  std::unique_ptr<StoreLease> lease_;  // declared after kv_: released before kv_ goes
 };
 
 }  // namespace shoal::coordinator
