@@ -299,7 +299,8 @@ function roundsTable(rounds) {
 
 function dataTable(data) {
   return h("table", { id: "peer-data" },
-    h("tr", {}, ["Peer", "Training samples", "Test samples", "Labels"].map((c) => h("th", {}, c))),
+    h("tr", {}, h("th", {}, "Peer"), h("th", { class: "num" }, "Training samples"),
+      h("th", { class: "num" }, "Test samples"), h("th", {}, "Labels")),
     data.map((d) => h("tr", {},
       h("td", {}, d.peer_id), h("td", { class: "num" }, d.train_samples),
       h("td", { class: "num" }, d.test_samples),
