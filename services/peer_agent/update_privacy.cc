@@ -25,17 +25,15 @@ UpdatePrivacy UpdatePrivacy::WithSeed(const common::v1::TaskSpec& spec, CentralN
 
 std::string UpdatePrivacy::Describe() const {
   if (!dp_) return "";
-  std::string noise;
-  if (dp_->noise() == common::v1::DP_NOISE_DISTRIBUTED) {
-    noise = absl::StrCat(", with this peer's share of noise multiplier ", dp_->noise_multiplier(),
-                         " (distributed)");
-  } else if (central_ == CentralNoise::kAtAggregator) {
-    noise = ", the aggregator adds the noise (central)";
-  } else {
-    noise = absl::StrCat(", with noise of stddev ", NoiseStddev(1),
-                         " (central: nobody aggregates, this peer adds it)");
+  if (central_ == CentralNoise::kAtPeer) {
+    return absl::StrCat("clipped to L2 norm ", dp_->clip_norm(), " and carry noise of stddev ",
+                        NoiseStddev(1));
   }
-  return absl::StrCat("clipped to L2 norm ", dp_->clip_norm(), noise);
+  const bool distributed = dp_->noise() == common::v1::DP_NOISE_DISTRIBUTED;
+  return absl::StrCat("clipped to L2 norm ", dp_->clip_norm(),
+                      distributed ? absl::StrCat(", with this peer's share of noise multiplier ",
+                                                 dp_->noise_multiplier(), " (distributed)")
+                                  : ", the aggregator adds the noise (central)");
 }
 
 double UpdatePrivacy::NoiseStddev(uint32_t summed) const {

@@ -40,8 +40,8 @@ class UpdatePrivacy {
                                 uint64_t seed);
 
   bool enabled() const { return dp_.has_value(); }
-  double clip_norm() const { return enabled() ? dp_->clip_norm() : 0; }
-  // One line for the log that says what happens to updates ("" without DP).
+  // What happens to updates, for the log ("" without DP): with the noise at the peer, the clip
+  // norm and the noise per value of an update served on its own (NoiseStddev(1)).
   std::string Describe() const;
 
   // The noise Apply adds per value when `summed` updates are summed (0 is taken as 1: the full

@@ -77,8 +77,7 @@ DecentralizedRunner::DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunne
     LogInfo("task ", task_, ": round updates are exchanged as compressed deltas: ", how);
   }
   if (noise_.enabled()) {
-    LogInfo("task ", task_, ": round updates are clipped to L2 norm ", noise_.clip_norm(),
-            " and carry noise of stddev ", noise_.NoiseStddev(1),
+    LogInfo("task ", task_, ": round updates are ", noise_.Describe(),
             secure_ ? " over the masking's number of participants (privacy.dp, level peer)"
                     : " before they are served (privacy.dp, level peer)");
   }
