@@ -253,7 +253,8 @@ absl::StatusOr<std::map<std::string, std::string>> WaitForAddressFile(
   }
 }
 
-void StopInOrder(const std::vector<std::vector<Process*>>& groups, absl::Duration grace) {
+void StopInOrder(const std::vector<std::vector<Process*>>& groups, absl::Duration grace,
+                 const std::function<void(Process&)>& before_kill) {
   for (const std::vector<Process*>& group : groups) {
     for (Process* p : group) {
       if (p != nullptr) p->Signal(SIGTERM);
@@ -262,6 +263,7 @@ void StopInOrder(const std::vector<std::vector<Process*>>& groups, absl::Duratio
     for (Process* p : group) {
       if (p == nullptr) continue;
       if (!p->Wait(std::max(deadline - absl::Now(), absl::ZeroDuration())).ok()) {
+        if (before_kill) before_kill(*p);
         p->Signal(SIGKILL);
         (void)p->Wait(absl::Seconds(30));
       }

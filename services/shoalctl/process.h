@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -98,7 +99,10 @@ absl::StatusOr<std::map<std::string, std::string>> WaitForAddressFile(
 
 // Stops processes in order: each group gets SIGTERM together, then up to `grace` to exit, then
 // SIGKILL; then the next group. Use {peers, aggregators, {coordinator}} for a clean leave.
-void StopInOrder(const std::vector<std::vector<Process*>>& groups, absl::Duration grace);
+// `before_kill`, when set, is called with each process still running at its deadline, just
+// before its SIGKILL (tests dump its threads' stacks there).
+void StopInOrder(const std::vector<std::vector<Process*>>& groups, absl::Duration grace,
+                 const std::function<void(Process&)>& before_kill = nullptr);
 
 // The directory of the running executable (from /proc/self/exe).
 absl::StatusOr<std::string> SelfExecutableDir();

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -74,16 +75,36 @@ Cluster::~Cluster() {
     }
   }
   const absl::Duration grace = testing::Scaled(absl::Seconds(10));
-  process::StopInOrder(groups, grace);
+  std::map<process::Process*, std::string> stacks;
+  process::StopInOrder(groups, grace, [&](process::Process& p) { stacks[&p] = DumpStacks(p); });
   for (process::Process* p : running) {
     const absl::StatusOr<process::ExitStatus> exit = p->Wait(absl::ZeroDuration());
     if (!exit.ok() || !exit->success()) {
       ADD_FAILURE() << p->name() << " did not stop cleanly on SIGTERM within " << grace << ": "
                     << (exit.ok() ? exit->ToString() : exit.status().ToString()) << "\n"
-                    << p->LogTail(20);
+                    << p->LogTail(20) << stacks[p];
     }
   }
   ExpectNoSanitizerReports();
+}
+
+std::string Cluster::DumpStacks(process::Process& p) {
+  // Where a service hangs in its shutdown is the whole diagnosis: gdb, when this machine has
+  // it, prints every thread's stack before the SIGKILL.
+  if (access("/usr/bin/gdb", X_OK) != 0) return "(no /usr/bin/gdb: no stacks)\n";
+  process::ProcessOptions options;
+  options.name = "gdb";
+  options.binary = "/usr/bin/gdb";
+  options.args = {"-p", absl::StrCat(p.pid()), "-batch", "-nx", "-ex", "thread apply all bt 30"};
+  options.log_path = absl::StrCat(dir_, "/", p.name(), ".stacks.txt");
+  absl::StatusOr<std::unique_ptr<process::Process>> gdb = process::Process::Start(options);
+  if (!gdb.ok()) return absl::StrCat("(gdb: ", gdb.status().ToString(), ")\n");
+  if (!(*gdb)->Wait(absl::Seconds(60)).ok()) {
+    (*gdb)->Signal(SIGKILL);
+    (void)(*gdb)->Wait(absl::Seconds(10));
+  }
+  return absl::StrCat("threads of ", p.name(), " before SIGKILL (", options.log_path, "):\n",
+                      process::TailFile(options.log_path, 400));
 }
 
 void Cluster::ExpectNoSanitizerReports() {

@@ -103,6 +103,8 @@ class Cluster {
  private:
   // ADD_FAILURE for each sanitizer report (ASan, LSan, UBSan, TSan) in the logs of `dir_`.
   void ExpectNoSanitizerReports();
+  // Every thread's stack of `p` (by gdb, into `dir_`/NAME.stacks.txt), for a failure message.
+  std::string DumpStacks(process::Process& p);
   // Listens on `listen` (default host_:0); in the network namespace `netns` when set; with the
   // certificate of `identity` (default: `name`).
   absl::StatusOr<Service> Start(const std::string& name, const std::string& binary,

@@ -163,6 +163,30 @@ TEST_F(ProcessTest, StopInOrderStopsEveryGroup) {
   for (auto& p : procs) EXPECT_FALSE(p->Running());
 }
 
+TEST_F(ProcessTest, StopInOrderCallsBeforeKillOnlyForAProcessPastItsGrace) {
+  // One exits on SIGTERM; the other ignores it and is SIGKILLed after `before_kill` saw it.
+  absl::StatusOr<std::unique_ptr<Process>> polite =
+      Process::Start(Shell("polite", "exec sleep 60"));
+  absl::StatusOr<std::unique_ptr<Process>> stubborn = Process::Start(
+      Shell("stubborn", "trap '' TERM; echo ready; while true; do sleep 0.05; done"));
+  ASSERT_TRUE(polite.ok()) << polite.status();
+  ASSERT_TRUE(stubborn.ok()) << stubborn.status();
+  // The trap must be set before the SIGTERM comes.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while ((*stubborn)->LogTail(1).find("ready") == std::string::npos && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_NE((*stubborn)->LogTail(1).find("ready"), std::string::npos);
+  std::vector<std::string> seen;
+  StopInOrder({{polite->get(), stubborn->get()}}, absl::Milliseconds(500), [&](Process& p) {
+    EXPECT_TRUE(p.Running());
+    seen.push_back(p.name());
+  });
+  EXPECT_EQ(seen, std::vector<std::string>{"stubborn"});
+  EXPECT_FALSE((*polite)->Running());
+  EXPECT_FALSE((*stubborn)->Running());
+}
+
 TEST(ProcessHelpersTest, SelfExecutableDirAndTailFile) {
   absl::StatusOr<std::string> dir = SelfExecutableDir();
   ASSERT_TRUE(dir.ok()) << dir.status();
