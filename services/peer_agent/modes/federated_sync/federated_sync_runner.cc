@@ -141,7 +141,7 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
   const uint64_t all_values = (*delta)->layout.total_elements();
   const std::optional<bool> duplicate =
       task::HasSecureAggregation(deps_.assigned.spec())
-          ? SecurePush(m, *stats, **delta, deadline)
+          ? SecurePush(m, *stats, **delta, deadline, keep_going)
           : Push(m, *stats, *std::move(delta), deadline, keep_going);
   if (!duplicate) return;
 
@@ -205,7 +205,8 @@ std::optional<bool> FederatedSyncRunner::Push(const coordinator::v1::RoundStarte
 std::optional<bool> FederatedSyncRunner::SecurePush(const coordinator::v1::RoundStarted& m,
                                                     const training::TrainStats& stats,
                                                     const tensor::EncodedModel& delta,
-                                                    absl::Time deadline) {
+                                                    absl::Time deadline,
+                                                    const std::function<bool()>& keep_going) {
   const aggregator::Caller me = peer_.Me();
   auto own = m.identity_keys().find(me.peer_id);
   absl::Status refused;
@@ -227,15 +228,28 @@ std::optional<bool> FederatedSyncRunner::SecurePush(const coordinator::v1::Round
   contribution.signer = deps_.identity;
   contribution.identity_keys.insert(m.identity_keys().begin(), m.identity_keys().end());
   contribution.base_version = m.model_version();
-  contribution.update = std::move(update->values);
+  contribution.update_view = update->values;  // read in place by every attempt
   contribution.buffers = &secure_buffers_;
   contribution.noise_stddev = peer_.UpdateNoiseStddev(m.expected_peers());
   contribution.num_samples = stats.samples;
   contribution.train_loss = stats.mean_loss;
   contribution.train_ms = absl::ToInt64Milliseconds(stats.duration);
-  aggregator::SecureParticipant party(std::move(contribution));
-  absl::Status s = aggregator_.SecureAggregate(peer_.AddressFor(0), task_, m.round(), me, party,
-                                               deadline + options_.secure_steps_budget);
+  // With backups (replicas), an aggregator that is unavailable (lost, its stream broken, or a
+  // backup not promoted yet) is retried at the next. Each attempt is a new participant: fresh
+  // keys and masks, nothing of an abandoned attempt's secrets is used again. A stream lasts as
+  // long as the round's steps: every attempt has the whole budget.
+  const absl::Time end = deadline + options_.secure_steps_budget;
+  std::optional<aggregator::SecureParticipant> party;
+  size_t attempt = 0;
+  absl::Status s = peer_.RetryCall(end, keep_going, [&](absl::Time) {
+    const std::string& address = peer_.AddressFor(attempt);
+    if (attempt++ > 0) {
+      LogInfo("task ", task_, " round ", m.round(), ": secure aggregation: trying ", address,
+              " with fresh keys");
+    }
+    party.emplace(contribution);
+    return aggregator_.SecureAggregate(address, task_, m.round(), me, *party, end);
+  });
   if (!s.ok()) {
     // The round goes on (or fails and runs again) without this update; the coordinator knows.
     metrics_.updates_rejected.Increment();
@@ -244,7 +258,7 @@ std::optional<bool> FederatedSyncRunner::SecurePush(const coordinator::v1::Round
   }
   metrics_.bytes_sent.Increment(static_cast<double>(4 * delta.layout.total_elements()));
   LogInfo("task ", task_, " round ", m.round(), ": secure aggregation done, ",
-          party.survivors().size(), " updates in the sum");
+          party->survivors().size(), " updates in the sum");
   return false;
 }
 
