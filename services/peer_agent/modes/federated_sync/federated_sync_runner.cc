@@ -1,5 +1,8 @@
 #include "services/peer_agent/modes/federated_sync/federated_sync_runner.h"
 
+#include <optional>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -236,19 +239,32 @@ std::optional<bool> FederatedSyncRunner::SecurePush(const coordinator::v1::Round
   contribution.train_ms = absl::ToInt64Milliseconds(stats.duration);
   // With backups (replicas), an aggregator that is unavailable (lost, its stream broken, or a
   // backup not promoted yet) is retried at the next. Each attempt is a new participant: fresh
-  // keys and masks, nothing of an abandoned attempt's secrets is used again. A stream lasts as
+  // keys and masks, nothing of an abandoned attempt's secrets is used again. An aggregator this
+  // peer sent keys to is never tried again this round: one aggregator never gets two runs over
+  // the same update (their survivors' sums could differ by one peer's update). A stream lasts as
   // long as the round's steps: every attempt has the whole budget.
   const absl::Time end = deadline + options_.secure_steps_budget;
   std::optional<aggregator::SecureParticipant> party;
+  std::set<std::string> keyed;  // the aggregators this peer advertised keys to this round
   size_t attempt = 0;
-  absl::Status s = peer_.RetryCall(end, keep_going, [&](absl::Time) {
+  absl::Status s = peer_.RetryCall(end, keep_going, [&](absl::Time) -> absl::Status {
+    for (size_t k = 0; k < peer_.aggregator_count() && keyed.count(peer_.AddressFor(attempt)) > 0;
+         ++k) {
+      ++attempt;
+    }
     const std::string& address = peer_.AddressFor(attempt);
+    if (keyed.count(address) > 0) {
+      return absl::FailedPreconditionError(
+          "this peer took part at each aggregator of its cluster already this round");
+    }
     if (attempt++ > 0) {
       LogInfo("task ", task_, " round ", m.round(), ": secure aggregation: trying ", address,
               " with fresh keys");
     }
     party.emplace(contribution);
-    return aggregator_.SecureAggregate(address, task_, m.round(), me, *party, end);
+    absl::Status done = aggregator_.SecureAggregate(address, task_, m.round(), me, *party, end);
+    if (party->started()) keyed.insert(address);
+    return done;
   });
   if (!s.ok()) {
     // The round goes on (or fails and runs again) without this update; the coordinator knows.
