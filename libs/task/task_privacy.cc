@@ -84,17 +84,13 @@ absl::Status ValidateSecureAggregation(const TaskSpec& spec) {
                                        spec.min_participants()));
   }
   if (spec.topology() == common::v1::TOPOLOGY_HIERARCHICAL) {
-    // Each cluster is one secure round; the aggregators above add up the clusters' sums.
+    // Each cluster is one secure round; the aggregators above add up the clusters' sums. With
+    // replicas, a backup that takes over a cluster starts its secure round again.
     if (spec.has_cluster_size() && spec.cluster_size() < 3) {
       return SecureConflict("cluster_size",
                             absl::StrCat("must be at least 3 on a tree (each cluster masks among "
                                          "its own peers), got ",
                                          spec.cluster_size()));
-    }
-    if (spec.replicas() > 1) {
-      return SecureConflict("replicas",
-                            "not supported yet with secure aggregation (a backup cannot take "
-                            "over a cluster's secure round); remove it or set 1");
     }
     if (sa.threshold() != 0) {
       return SecureConflict("privacy.secure_aggregation.threshold",

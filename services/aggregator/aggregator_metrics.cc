@@ -122,6 +122,12 @@ AggregatorMetrics::AggregatorMetrics(prometheus::Registry& registry)
                               .Register(registry)),
       replications_copied(replications_family.Add({{"result", "copied"}})),
       replications_failed(replications_family.Add({{"result", "failed"}})),
+      secure_restarts(prometheus::BuildCounter()
+                          .Name("shoal_aggregator_secure_restarts_total")
+                          .Help("Secure rounds started again from their first step on this "
+                                "aggregator, a backup that took over a lost primary's cluster")
+                          .Register(registry)
+                          .Add({})),
       relay_streams(prometheus::BuildGauge()
                         .Name("shoal_aggregator_relay_streams")
                         .Help("Peers behind NAT keeping a Relay stream open to this aggregator")

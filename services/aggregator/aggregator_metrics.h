@@ -63,6 +63,9 @@ struct AggregatorMetrics {
   prometheus::Family<prometheus::Counter>& replications_family;
   prometheus::Counter& replications_copied;
   prometheus::Counter& replications_failed;
+  // Replicas with secure aggregation: a backup promoted in a cluster's secure round started the
+  // round again from its first step (fresh keys and masks; nothing of the primary's run is used).
+  prometheus::Counter& secure_restarts;
   // Relays for peers behind NAT (RelayService): streams open, calls by result (relayed: the
   // peer answered, even with an error; no_stream: the peer keeps no stream here; failed: the
   // stream ended first, too many calls, or a snapshot too large), snapshot bytes passed on.

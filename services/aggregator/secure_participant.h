@@ -64,6 +64,8 @@ class SecureParticipant final : public SecureParty {
 
   // From `done`: the peers whose updates are in the sum.
   const std::vector<std::string>& survivors() const { return survivors_; }
+  // Whether it got the round's start and so advertised (or made) its keys for the round.
+  bool started() const { return client_ != nullptr; }
 
  private:
   absl::StatusOr<v1::SecureAggregationRequest> Start(const v1::SecureAggregationStart& start);

@@ -260,8 +260,12 @@ absl::Status AggregatorWorkRunner::OpenTree(const std::string& task, const Aggre
     for (size_t k = 0; k < backups.size(); ++k) {
       if (!standby_open[k]) continue;
       const size_t i = backups[k].node;
-      opens[i].add_backups(backups[k].address);
-      opens[i].set_replica_id(SelfId(tree.nodes[i]));
+      // A secure round's primary copies nothing: its standbys start the round again when one
+      // takes over (sessions/secure_session.h).
+      if (!opens[i].secure_aggregation().enabled()) {
+        opens[i].add_backups(backups[k].address);
+        opens[i].set_replica_id(SelfId(tree.nodes[i]));
+      }
       if (i == 0) root_standbys.insert(backups[k].address);
       standbys[backups[k].address] = std::move(standby[k]);
     }

@@ -110,7 +110,7 @@ void AggregatorWorkRunner::Promote(const std::string& task, const std::string& p
             round.standbys.erase(standby);
             others = Restandby(node.backups, backup_id, "", round.standbys, *open);
             open->clear_standby_for();
-            open->set_replica_id(backup_id);
+            if (!open->secure_aggregation().enabled()) open->set_replica_id(backup_id);
             round.opens[k] = *open;  // what the node holds now, should its parent change
           }
         }
@@ -142,7 +142,7 @@ AggregatorWorkRunner::Opens AggregatorWorkRunner::Restandby(
     if (it == standbys.end()) continue;
     it->second.set_standby_for(backup_id);
     if (!parent.empty()) it->second.mutable_parent()->set_address(parent);
-    open.add_backups(other);
+    if (!open.secure_aggregation().enabled()) open.add_backups(other);  // secure: no copies
     opens.emplace_back(other, it->second);
   }
   return opens;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "libs/common/log.h"
 #include "libs/task/task_federated.h"
+#include "libs/task/task_privacy.h"
 #include "services/coordinator/coordinator_core.h"
 
 namespace shoal::coordinator {
@@ -103,7 +104,11 @@ bool CoordinatorCore::FailOver(Task& task, const std::string& address, Outbox& o
       MarkChanged(task, out);
     } else {
       LogWarning("task ", name, ": aggregator ", address, " of a cluster of ", link.peers.size(),
-                 " peers is lost; its backup ", backup, " takes over (the round goes on)");
+                 " peers is lost; its backup ", backup,
+                 task::HasSecureAggregation(task.status.spec())
+                     ? " takes over (the round's secure aggregation starts again there, from its "
+                       "first step, with fresh keys and masks)"
+                     : " takes over (the round goes on)");
     }
     metrics_.failovers.Increment();
     link.address = backup;  // its child id stays: the parent takes its partial sum as before

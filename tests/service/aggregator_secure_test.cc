@@ -3,7 +3,7 @@
 // ring sum / the survivors, bit for bit what the exact sum of the same encodings gives, and
 // fails with FAILED_PRECONDITION (publishing nothing) when the dropouts leave fewer than the
 // threshold. With peer-level DP the round divides by the expected peers and adds the dropped
-// peers' noise shares.
+// peers' noise shares. A backup's standby takes no stream and, promoted, starts the round again.
 
 #include <algorithm>
 #include <cmath>
@@ -366,6 +366,50 @@ TEST_F(AggregatorSecureTest, TooManyDropoutsFailTheRoundWhichRunsAgain) {
   ASSERT_TRUE(rerun.ok()) << rerun.status();
   EXPECT_EQ(rerun->version(), 1u);
   EXPECT_EQ(rerun->contributors_size(), 5);
+}
+
+// Replicas: a backup's standby round holds the base version and takes no stream (UNAVAILABLE:
+// the peer tries its primary, or this one later). Promoted (opened again without standby_for),
+// it starts the secure round from its first step, counted, and publishes the exact sum.
+TEST_F(AggregatorSecureTest, APromotedStandbyStartsTheSecureRoundAgain) {
+  PutBase();
+  MakePeers(3);
+  v1::OpenRoundRequest standby = SecureRound(1);
+  standby.set_standby_for("cluster-a");
+  ASSERT_TRUE(OpenSecure(standby).ok());
+  ASSERT_TRUE(OpenSecure(standby).ok()) << "a repeated standby open";
+  {
+    grpc::ClientContext ctx;
+    rpc::SetTimeout(ctx, absl::Seconds(10));
+    auto stream = stub_->SecureAggregate(&ctx);
+    v1::SecureAggregationRequest join;
+    join.mutable_join()->set_task("t");
+    join.mutable_join()->set_round(1);
+    join.mutable_join()->set_peer_id("peer-0");
+    stream->Write(join);
+    v1::SecureAggregationResponse in;
+    EXPECT_FALSE(stream->Read(&in));
+    const absl::Status refused = rpc::FromGrpcStatus(stream->Finish());
+    EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+    EXPECT_THAT(refused.message(), HasSubstr("standby backup"));
+  }
+  EXPECT_EQ(Close("t", 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  v1::OpenRoundRequest primary_only = SecureRound(1);
+  primary_only.add_backups("backup-b");
+  EXPECT_THAT(OpenSecure(primary_only).message(), HasSubstr("copies nothing"));
+  EXPECT_EQ(Metric("shoal_aggregator_secure_restarts_total"), 0);
+  ASSERT_TRUE(OpenSecure(SecureRound(1)).ok());  // promoted
+  ASSERT_TRUE(OpenSecure(SecureRound(1)).ok()) << "a repeated open goes on with the same run";
+  EXPECT_EQ(OpenSecure(standby).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Metric("shoal_aggregator_secure_restarts_total"), 1);
+  RunAll(1);
+  for (const TestPeer& peer : peers_) EXPECT_TRUE(peer.status.ok()) << peer.status;
+  auto closed = Close("t", 1);
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_EQ(closed->contributors_size(), 3);
+  auto published = Get("t", 1);
+  ASSERT_TRUE(published.ok()) << published.status();
+  EXPECT_EQ(published->model.values, Expected({"peer-0", "peer-1", "peer-2"}, base_));
 }
 
 // Three of five survivors do not sign the survivor list: two signatures, under the threshold 3,

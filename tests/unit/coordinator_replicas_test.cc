@@ -2,7 +2,8 @@
 // gets backups from the aggregators left free; a round is opened at the backups first (standby
 // rounds), then at the primaries with their backups; peers are told their cluster's aggregators;
 // a lost primary is replaced by its backup and the round goes on there (no restart, no peer
-// told to move); a lost backup is only dropped.
+// told to move); a lost backup is only dropped. With secure aggregation a primary copies nothing
+// and its promoted backup is opened again as the cluster's secure round.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -198,6 +199,66 @@ TEST_F(CoordinatorReplicasTest, ALostPrimaryIsReplacedByItsBackupAndTheRoundGoes
             (std::set<std::string>{backup_one, status.clusters(2).aggregator()}));
   EXPECT_EQ(aggregator_.close_addresses[2], kRoot);
   EXPECT_EQ(Status("t").history_size(), 1);
+}
+
+// With secure aggregation a cluster's primary copies nothing (its open names no backups) while
+// its backup holds a standby round; promoted, the standby is opened again as the cluster's
+// secure round (the same peers and identity keys, no standby_for, no backups): the backup
+// starts that secure round again from its first step.
+TEST_F(CoordinatorReplicasTest, ASecureClustersBackupIsOpenedAgainAsItsSecureRound) {
+  ASSERT_TRUE(core_->RegisterAggregator(kRoot, {}, "aggregator-0").ok());
+  ASSERT_TRUE(core_->RegisterAggregator(kOne, {}, "aggregator-1").ok());
+  common::v1::TaskSpec spec = Spec("t", 3, 2);
+  spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
+  spec.set_cluster_size(3);
+  spec.set_replicas(2);
+  spec.mutable_privacy()->mutable_secure_aggregation()->set_clip_norm(1.0);
+  ASSERT_TRUE(core_->CreateTask(spec).ok());
+  std::map<std::string, std::shared_ptr<FakeSink>> sinks;
+  for (const std::string p : {"a", "b", "c"}) {
+    sinks[p] = std::make_shared<FakeSink>();
+    v1::Hello hello = core_testing::Hello(p);
+    hello.set_identity_public_key("key-" + p);
+    ASSERT_TRUE(core_->Connect(hello, /*identity=*/"", sinks[p]).ok());
+  }
+  Step();
+  ASSERT_TRUE(core_->RegisterAggregator(kSpareA, {}, "aggregator-3").ok());
+  Step();
+  for (const auto& [id, sink] : sinks) {
+    for (const v1::CoordinatorEvent& e : sink->events) {
+      if (e.has_initialize_model()) {
+        ASSERT_TRUE(core_->OnMessage(id, Initialized("t")).ok());
+      }
+    }
+  }
+  Step();
+  v1::TaskStatus status = Status("t");
+  ASSERT_EQ(status.clusters_size(), 2) << status.ShortDebugString();
+  ASSERT_EQ(status.clusters(1).aggregator(), kOne);
+  ASSERT_THAT(Ids(status.clusters(1).backups()), ElementsAre(kSpareA));
+  const aggregator::v1::OpenRoundRequest primary = OpensAt(kOne).at(0);
+  const aggregator::v1::OpenRoundRequest standby = OpensAt(kSpareA).at(0);
+  EXPECT_TRUE(primary.secure_aggregation().enabled());
+  EXPECT_TRUE(primary.backups().empty()) << "a secure primary copies nothing";
+  EXPECT_TRUE(primary.replica_id().empty());
+  EXPECT_EQ(standby.standby_for(), "aggregator-1");
+  EXPECT_TRUE(standby.secure_aggregation().enabled());
+  EXPECT_EQ(Ids(standby.expected_peers()), Ids(primary.expected_peers()));
+
+  aggregator_.BreakWatches(kOne, absl::UnavailableError("gone"));
+  Step();
+  EXPECT_EQ(Status("t").clusters(1).aggregator(), kSpareA);
+  EXPECT_EQ(Status("t").round(), 1u);
+  const std::vector<aggregator::v1::OpenRoundRequest> opens = OpensAt(kSpareA);
+  ASSERT_EQ(opens.size(), 2u);
+  const aggregator::v1::OpenRoundRequest& promoted = opens[1];
+  EXPECT_EQ(promoted.round(), 1u);
+  EXPECT_TRUE(promoted.standby_for().empty());
+  EXPECT_TRUE(promoted.backups().empty());
+  EXPECT_EQ(promoted.parent().child(), "aggregator-1") << "it keeps the primary's place";
+  EXPECT_THAT(Ids(promoted.expected_peers()), ElementsAre("a", "b", "c"));
+  EXPECT_EQ(promoted.secure_aggregation().identity_keys_size(), 3);
+  EXPECT_EQ(promoted.secure_aggregation().identity_keys().at("b"), "key-b");
 }
 
 TEST_F(CoordinatorReplicasTest, ABackupWithoutTheRoundCannotTakeItOver) {

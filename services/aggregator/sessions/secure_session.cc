@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "libs/aggregation/strategy.h"
 #include "libs/common/escape.h"
+#include "libs/common/log.h"
 #include "libs/privacy/crypto.h"
 #include "libs/privacy/dp_update.h"
 #include "libs/privacy/secagg/graph.h"
@@ -49,7 +50,12 @@ absl::Status CheckSecureConflicts(const OpenRoundParams& p, const std::string& l
   if (p.parent.address().empty() != p.parent.child().empty()) {
     return refuse("a parent without both its address and this node's child id");
   }
-  if (!p.backups.empty() || !p.standby_for.empty()) return refuse("replicas");
+  if (!p.backups.empty()) {
+    return refuse(
+        "backups: a secure round's primary copies nothing (a masked update is of no use without "
+        "its round's unmasking); its backups hold standby rounds (standby_for) that start the "
+        "round again when promoted");
+  }
   if (p.dp.level() != common::v1::DP_LEVEL_UNSPECIFIED) {
     if (absl::Status s = CheckRoundDp(p, label); !s.ok()) return s;
     if (p.dp.clip_norm() != p.secure_aggregation.clip_norm()) {
@@ -153,7 +159,13 @@ SecureRoundSession::SecureRoundSession(SessionHost& host, const OpenRoundParams&
       neighbourhood_(neighbourhood),
       step_timeout_(absl::Milliseconds(step_timeout_ms)),
       identity_keys_(p.secure_aggregation.identity_keys().begin(),
-                     p.secure_aggregation.identity_keys().end()) {}
+                     p.secure_aggregation.identity_keys().end()),
+      standby_for_(p.standby_for) {}
+
+bool SecureRoundSession::Promotes(const SecureRoundSession& current) const {
+  return current.number_ == number_ && !current.standby_for_.empty() && standby_for_.empty() &&
+         current.state_ == State::kOpen;
+}
 
 std::string SecureRoundSession::Label() const { return RoundLabel(number_, task_); }
 
@@ -164,13 +176,20 @@ absl::StatusOr<std::shared_ptr<AggregationSession>> SecureRoundSession::Open(
   if (current != nullptr && cur == nullptr) {
     if (absl::Status s = current->CheckReplaceable(task); !s.ok()) return s;
   }
+  const bool promoted = cur != nullptr && Promotes(*cur);
   if (cur != nullptr && cur->number_ == number_ &&
       (cur->state_ == State::kOpen || cur->state_ == State::kClosing)) {
     if (cur->base_version_ != base_version_) {
       return absl::FailedPreconditionError(absl::StrCat(
           label, " is open with base version ", cur->base_version_, ", not ", base_version_));
     }
-    return current;  // idempotent re-open: the running protocol goes on
+    if (cur->standby_for_.empty() && !standby_for_.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(label, " runs here as the primary's, not as a standby"));
+    }
+    // An idempotent re-open (the running protocol goes on; a standby stays one), unless it
+    // promotes the standby: then a fresh round starts below.
+    if (!promoted) return current;
   }
   if (cur != nullptr && cur->number_ == number_ && cur->state_ == State::kClosed) {
     return absl::FailedPreconditionError(absl::StrCat(label, " is already closed"));
@@ -186,6 +205,9 @@ absl::StatusOr<std::shared_ptr<AggregationSession>> SecureRoundSession::Open(
     return absl::FailedPreconditionError(
         absl::StrCat(label, ": secure aggregation needs a model of at least one value"));
   }
+  history_ = cur != nullptr ? cur->history_ : std::make_shared<History>();
+  opened_at_ = host_.clock().Now();
+  if (!standby_for_.empty()) return shared_from_this();  // a standby: no exchange until promoted
   absl::StatusOr<std::string> seed = privacy::RandomBytes(privacy::kSharedSeedSize);
   if (!seed.ok()) return seed.status();
   privacy::v1::SecAggConfig config;
@@ -219,8 +241,13 @@ absl::StatusOr<std::shared_ptr<AggregationSession>> SecureRoundSession::Open(
         host->Notify(task, event);
       });
   codec_ = *std::move(codec);
-  history_ = cur != nullptr ? cur->history_ : std::make_shared<History>();
-  opened_at_ = host_.clock().Now();
+  if (promoted) {
+    host_.metrics().secure_restarts.Increment();
+    LogWarning(label, ": this backup takes over the secure round of its lost primary (",
+               EscapeBytes(cur->standby_for_),
+               ") and starts it again from its first step: fresh keys and masks, nothing of the "
+               "primary's run is used");
+  }
   return shared_from_this();
 }
 
@@ -273,7 +300,7 @@ absl::StatusOr<size_t> SecureRoundSession::PartialValues(const TaskState&, uint6
 }
 
 void SecureRoundSession::Describe(v1::WatchStarted& started) const {
-  if (state_ != State::kOpen) return;
+  if (state_ != State::kOpen || exchange_ == nullptr) return;
   started.set_open_round(number_);
   for (const std::string& peer : exchange_->Accepted()) started.add_accepted(peer);
 }
@@ -284,6 +311,12 @@ absl::StatusOr<std::shared_ptr<SecureExchange>> SecureRoundSession::Secure(const
     return absl::FailedPreconditionError(
         absl::StrCat(RoundLabel(round, task.name), " is not open (secure round ", number_,
                      round == number_ ? " is over)" : " is the current one)"));
+  }
+  if (exchange_ == nullptr) {  // a standby: the peer tries its primary, or later this one again
+    host_.metrics().RejectedCounter(RejectReason::kStandby).Increment();
+    return absl::UnavailableError(absl::StrCat(RoundLabel(round, task.name),
+                                               ": standby backup (of '", EscapeBytes(standby_for_),
+                                               "'), not promoted"));
   }
   return exchange_;
 }
@@ -306,6 +339,10 @@ absl::StatusOr<RoundResult> SecureRoundSession::Close(TaskState& task, uint64_t 
     if (auto it = history_->find(number); it != history_->end()) return it->second;
     if (number_ != number || state_ == State::kAbandoned) {
       return absl::NotFoundError(absl::StrCat(label, " is not open"));
+    }
+    if (exchange_ == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(label, " is a standby backup's: no secure round ran here"));
     }
     if (state_ == State::kClosing) {
       host_.mu().Await(absl::Condition(
@@ -387,6 +424,10 @@ absl::StatusOr<std::shared_ptr<const PartialResult>> SecureRoundSession::ClosePa
     absl::MutexLock lock(&host_.mu());
     if (number_ != number || state_ == State::kAbandoned) {
       return absl::NotFoundError(absl::StrCat(label, " is not open"));
+    }
+    if (exchange_ == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(label, " is a standby backup's: no secure round ran here"));
     }
     if (state_ == State::kClosing) {
       host_.mu().Await(absl::Condition(

@@ -36,6 +36,13 @@ namespace shoal::aggregator {
 // CloseRound waits for its steps and publishes; when the dropouts leave fewer than the threshold,
 // the round fails with FAILED_PRECONDITION, publishes nothing, and may be opened again (same
 // number) to run again.
+// Replicas (a cluster's backup, OpenRoundParams.standby_for): a primary copies nothing (a masked
+// update is of no use without the round's own unmasking), so a backup's round is a standby that
+// holds the base version and takes no stream (UNAVAILABLE, as a plain standby refuses a peer's
+// push). Opened again without standby_for (promoted: the primary was lost), it starts the secure
+// round from its first step: a new graph seed, and peers that join make fresh keys and masks;
+// nothing of the primary's run reaches it, so it learns what the primary could, the survivors'
+// sum, and no more (secure_restarts_total, and a log line, count it).
 class SecureRoundSession final : public AggregationSession {
  public:
   // Checks the settings (INVALID_ARGUMENT naming the field) and what secure aggregation cannot do.
@@ -75,6 +82,9 @@ class SecureRoundSession final : public AggregationSession {
   // What Close publishes from the survivors' ring sum (after Open).
   absl::StatusOr<std::vector<float>> MeanOf(const SecureExchange::Outcome& outcome) const;
 
+  // Under the host's mu(): a standby promoted by this open (`current` was this round's standby).
+  bool Promotes(const SecureRoundSession& current) const;
+
   SessionHost& host_;
   const std::string task_;
   const uint64_t number_;
@@ -95,6 +105,9 @@ class SecureRoundSession final : public AggregationSession {
   // Guarded by the host's mu(); exchange_, codec_ and base_ are set by Open and never change
   // after.
   State state_ = State::kOpen;
+  // Replicas: the primary's child id while this is its backup's standby (no exchange); "" once
+  // promoted, or for a primary.
+  std::string standby_for_;
   std::shared_ptr<const tensor::FlatModel> base_;
   std::shared_ptr<SecureExchange> exchange_;
   std::optional<privacy::FixedPointCodec> codec_;

@@ -69,6 +69,8 @@ class AggregatorPeer {
   // Where attempt `attempt` (0, 1, ...) of a call goes: the aggregator, or with backups each in
   // turn (an attempt is retried when the one before was unavailable).
   const std::string& AddressFor(size_t attempt) const;
+  // How many aggregators AddressFor takes turns at: the aggregator and its backups.
+  size_t aggregator_count() const { return backups_.size() + 1; }
   // This peer as the aggregator knows it: its id and the current session's token.
   aggregator::Caller Me() const;
   // False once the task is over for this peer (ModeRunnerDeps::task_current).

@@ -1,5 +1,8 @@
 #include "services/peer_agent/modes/federated_sync/federated_sync_runner.h"
 
+#include <optional>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -141,7 +144,7 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
   const uint64_t all_values = (*delta)->layout.total_elements();
   const std::optional<bool> duplicate =
       task::HasSecureAggregation(deps_.assigned.spec())
-          ? SecurePush(m, *stats, **delta, deadline)
+          ? SecurePush(m, *stats, **delta, deadline, keep_going)
           : Push(m, *stats, *std::move(delta), deadline, keep_going);
   if (!duplicate) return;
 
@@ -205,7 +208,8 @@ std::optional<bool> FederatedSyncRunner::Push(const coordinator::v1::RoundStarte
 std::optional<bool> FederatedSyncRunner::SecurePush(const coordinator::v1::RoundStarted& m,
                                                     const training::TrainStats& stats,
                                                     const tensor::EncodedModel& delta,
-                                                    absl::Time deadline) {
+                                                    absl::Time deadline,
+                                                    const std::function<bool()>& keep_going) {
   const aggregator::Caller me = peer_.Me();
   auto own = m.identity_keys().find(me.peer_id);
   absl::Status refused;
@@ -227,15 +231,41 @@ std::optional<bool> FederatedSyncRunner::SecurePush(const coordinator::v1::Round
   contribution.signer = deps_.identity;
   contribution.identity_keys.insert(m.identity_keys().begin(), m.identity_keys().end());
   contribution.base_version = m.model_version();
-  contribution.update = std::move(update->values);
+  contribution.update_view = update->values;  // read in place by every attempt
   contribution.buffers = &secure_buffers_;
   contribution.noise_stddev = peer_.UpdateNoiseStddev(m.expected_peers());
   contribution.num_samples = stats.samples;
   contribution.train_loss = stats.mean_loss;
   contribution.train_ms = absl::ToInt64Milliseconds(stats.duration);
-  aggregator::SecureParticipant party(std::move(contribution));
-  absl::Status s = aggregator_.SecureAggregate(peer_.AddressFor(0), task_, m.round(), me, party,
-                                               deadline + options_.secure_steps_budget);
+  // With backups (replicas), an aggregator that is unavailable (lost, its stream broken, or a
+  // backup not promoted yet) is retried at the next. Each attempt is a new participant: fresh
+  // keys and masks, nothing of an abandoned attempt's secrets is used again. An aggregator this
+  // peer sent keys to is never tried again this round: one aggregator never gets two runs over
+  // the same update (their survivors' sums could differ by one peer's update). A stream lasts as
+  // long as the round's steps: every attempt has the whole budget.
+  const absl::Time end = deadline + options_.secure_steps_budget;
+  std::optional<aggregator::SecureParticipant> party;
+  std::set<std::string> keyed;  // the aggregators this peer advertised keys to this round
+  size_t attempt = 0;
+  absl::Status s = peer_.RetryCall(end, keep_going, [&](absl::Time) -> absl::Status {
+    for (size_t k = 0; k < peer_.aggregator_count() && keyed.count(peer_.AddressFor(attempt)) > 0;
+         ++k) {
+      ++attempt;
+    }
+    const std::string& address = peer_.AddressFor(attempt);
+    if (keyed.count(address) > 0) {
+      return absl::FailedPreconditionError(
+          "this peer took part at each aggregator of its cluster already this round");
+    }
+    if (attempt++ > 0) {
+      LogInfo("task ", task_, " round ", m.round(), ": secure aggregation: trying ", address,
+              " with fresh keys");
+    }
+    party.emplace(contribution);
+    absl::Status done = aggregator_.SecureAggregate(address, task_, m.round(), me, *party, end);
+    if (party->started()) keyed.insert(address);
+    return done;
+  });
   if (!s.ok()) {
     // The round goes on (or fails and runs again) without this update; the coordinator knows.
     metrics_.updates_rejected.Increment();
@@ -244,7 +274,7 @@ std::optional<bool> FederatedSyncRunner::SecurePush(const coordinator::v1::Round
   }
   metrics_.bytes_sent.Increment(static_cast<double>(4 * delta.layout.total_elements()));
   LogInfo("task ", task_, " round ", m.round(), ": secure aggregation done, ",
-          party.survivors().size(), " updates in the sum");
+          party->survivors().size(), " updates in the sum");
   return false;
 }
 

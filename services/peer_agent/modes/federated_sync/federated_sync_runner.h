@@ -88,11 +88,13 @@ class FederatedSyncRunner final : public ModeRunner {
                            std::shared_ptr<const tensor::EncodedModel> delta, absl::Time deadline,
                            const std::function<bool()>& keep_going);
   // Secure aggregation (privacy.secure_aggregation): takes part in round `m`'s SecAgg+ with
-  // `delta` (raw) through the aggregator's SecureAggregate. Returns false when its part ended
-  // with the round done, nullopt otherwise (logged).
+  // `delta` (raw) through the aggregator's SecureAggregate; with backups, again at the next
+  // aggregator (fresh keys) when one is unavailable. Returns false when its part ended with the
+  // round done, nullopt otherwise (logged).
   std::optional<bool> SecurePush(const coordinator::v1::RoundStarted& m,
                                  const training::TrainStats& stats,
-                                 const tensor::EncodedModel& delta, absl::Time deadline);
+                                 const tensor::EncodedModel& delta, absl::Time deadline,
+                                 const std::function<bool()>& keep_going);
   void Send(const coordinator::v1::PeerMessage& message) const;
 
   const ModeRunnerDeps deps_;
