@@ -40,6 +40,14 @@ absl::StatusOr<std::unique_ptr<DhtDiscovery>> DhtDiscovery::Create(const DhtOpti
   if (binds.empty()) {
     return absl::InvalidArgumentError("--dht-listen: cannot resolve " + options.listen);
   }
+  // One socket, IPv4 when the name has an IPv4 address (what "localhost" should mean here).
+  dht::SockAddr bind = binds.front();
+  for (const dht::SockAddr& a : binds) {
+    if (a.getFamily() == AF_INET) {
+      bind = a;
+      break;
+    }
+  }
   std::unique_ptr<DhtDiscovery> d(new DhtDiscovery());
   d->options_ = options;
   d->signer_ = std::make_unique<AnnouncementSigner>(std::move(signer));
@@ -48,8 +56,8 @@ absl::StatusOr<std::unique_ptr<DhtDiscovery>> DhtDiscovery::Create(const DhtOpti
   dht::DhtRunner::Config config;
   config.threaded = true;
   config.dht_config.node_config.network = kShoalNetwork;
-  const sa_family_t family = binds.front().getFamily();
-  (family == AF_INET6 ? config.bind6 : config.bind4) = binds.front();
+  const sa_family_t family = bind.getFamily();
+  (family == AF_INET6 ? config.bind6 : config.bind4) = bind;
   try {
     d->runner_->run(config, dht::DhtRunner::Context());
   } catch (const std::exception& e) {
@@ -57,8 +65,8 @@ absl::StatusOr<std::unique_ptr<DhtDiscovery>> DhtDiscovery::Create(const DhtOpti
         absl::StrCat("--dht-listen: cannot bind ", options.listen, " (", e.what(), ")"));
   }
   const dht::SockAddr bound = d->runner_->getBound(family);
-  HostPort bound_hp{listen.host, bound.getPort()};
-  d->address_ = bound_hp.ToString();
+  const bool v6 = listen.host.find(':') != std::string::npos;
+  d->address_ = absl::StrCat(v6 ? "[" : "", listen.host, v6 ? "]:" : ":", bound.getPort());
   for (const HostPort& hp : bootstrap) d->runner_->bootstrap(hp.host, std::to_string(hp.port));
   return d;
 }
