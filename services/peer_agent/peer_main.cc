@@ -85,15 +85,27 @@ ABSL_FLAG(std::string, dpwa_config, "",
           "gossip without a coordinator: dpwa's YAML config (nodes, fetch_probability, ...); "
           "needs --dpwa-node and --task-file");
 ABSL_FLAG(std::string, dpwa_node, "", "with --dpwa-config: this peer's node name in the config");
+ABSL_FLAG(std::string, dht_listen, "",
+          "gossip without a coordinator, members found through a Kademlia DHT: HOST:PORT (UDP) "
+          "of this peer's DHT node (port 0: any); needs --task-file and --tls-dir (announcements "
+          "are signed with its key; the peer id is its certificate's common name)");
+ABSL_FLAG(std::string, dht_bootstrap, "",
+          "with --dht-listen: HOST:PORT[,HOST:PORT...] of DHT nodes already running (any other "
+          "peer's --dht-listen); none for the first peer");
+ABSL_FLAG(int, dht_min_members, 2,
+          "with --dht-listen: start training once this many members of the task (this peer "
+          "included) are known; until then wait");
 ABSL_FLAG(std::string, task_file, "",
-          "with --dpwa-config: the task file (model, data, optimizer, rounds x round_batches "
-          "steps); the config's gossip settings override the task's");
+          "with --dpwa-config or --dht-listen: the task file (model, data, optimizer, rounds x "
+          "round_batches steps); a dpwa config's gossip settings override the task's");
 ABSL_FLAG(std::string, final_model_out, "",
-          "with --dpwa-config: write the final model to this file when done");
+          "with --dpwa-config or --dht-listen: write the final model to this file when done");
 ABSL_FLAG(std::string, report_out, "",
-          "with --dpwa-config: write a JSON summary (accuracy, fetches, bytes) here when done");
+          "with --dpwa-config or --dht-listen: write a JSON summary (accuracy, fetches, bytes) "
+          "here when done");
 ABSL_FLAG(bool, exit_when_done, false,
-          "with --dpwa-config: exit when done instead of serving the final model until stopped");
+          "with --dpwa-config or --dht-listen: exit when done instead of serving the final model "
+          "until stopped");
 
 namespace shoal::peer {
 namespace {
@@ -105,11 +117,17 @@ namespace {
 
 int RunStaticGossip(const PeerHooks& hooks) {
   if (!absl::GetFlag(FLAGS_coordinator).empty()) {
-    Fail(absl::InvalidArgumentError("--dpwa-config and --coordinator exclude each other"), 2);
+    Fail(
+        absl::InvalidArgumentError(
+            "--coordinator excludes --dpwa-config and --dht-listen (gossip without a coordinator)"),
+        2);
   }
   StaticGossipOptions options;
   options.dpwa_config = absl::GetFlag(FLAGS_dpwa_config);
   options.node = absl::GetFlag(FLAGS_dpwa_node);
+  options.dht_listen = absl::GetFlag(FLAGS_dht_listen);
+  options.dht_bootstrap = absl::GetFlag(FLAGS_dht_bootstrap);
+  options.dht_min_members = absl::GetFlag(FLAGS_dht_min_members);
   options.task_file = absl::GetFlag(FLAGS_task_file);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.model_dir = absl::GetFlag(FLAGS_model_dir);
@@ -162,10 +180,16 @@ int PeerMain(int argc, char** argv, const PeerMainOptions& main_options) {
                 "--dpwa-config FILE --dpwa-node NAME --task-file FILE --data-dir DIR "
                 "(--tls-dir DIR | --insecure) [--shard I/N] [--listen HOST:PORT] "
                 "[--final-model-out FILE] [--report-out FILE] [--exit-when-done]" +
+                main_options.usage_extra +
+                "\n"
+                "--dht-listen HOST:PORT [--dht-bootstrap HOST:PORT] [--dht-min-members N] "
+                "--task-file FILE --data-dir "
+                "DIR --tls-dir DIR [--shard I/N] [--listen HOST:PORT] [--final-model-out FILE] "
+                "[--report-out FILE] [--exit-when-done]" +
                 main_options.usage_extra,
        .summary = "A Shoal peer: joins the coordinator's tasks and trains on its own data (or "
                   "its shard of shared data) with LibTorch, or gossips without a coordinator "
-                  "from a dpwa config."});
+                  "from a dpwa config or with members found through a DHT."});
 
   PeerHooks hooks;
   if (main_options.hooks) {
@@ -175,7 +199,9 @@ int PeerMain(int argc, char** argv, const PeerMainOptions& main_options) {
   }
 
   rpc::GrpcLifetime grpc;  // outlives every gRPC object below (see its header)
-  if (!absl::GetFlag(FLAGS_dpwa_config).empty()) return grpc.Exit(RunStaticGossip(hooks));
+  if (!absl::GetFlag(FLAGS_dpwa_config).empty() || !absl::GetFlag(FLAGS_dht_listen).empty()) {
+    return grpc.Exit(RunStaticGossip(hooks));
+  }
 
   PeerOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);

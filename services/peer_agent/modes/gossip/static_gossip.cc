@@ -2,23 +2,23 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "libs/common/address.h"
 #include "libs/common/address_file.h"
 #include "libs/common/clock.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
-#include "libs/gossip/dpwa_config.h"
 #include "libs/gossip/gossip_spec.h"
 #include "libs/rpc/signals.h"
 #include "libs/task/task_file.h"
 #include "libs/tensor/model_file.h"
 #include "services/peer_agent/flag_error.h"
+#include "services/peer_agent/modes/gossip/gossip_membership.h"
 #include "services/peer_agent/modes/gossip/gossip_runner.h"
 
 namespace shoal::peer {
@@ -30,10 +30,8 @@ std::string JsonString(const std::string& s) { return task::JsonQuote(s); }
 
 absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
     const StaticGossipOptions& options) {
-  if (options.dpwa_config.empty()) return absl::InvalidArgumentError("--dpwa-config is required");
-  if (options.node.empty()) return absl::InvalidArgumentError("--dpwa-node is required");
   if (options.task_file.empty()) {
-    return absl::InvalidArgumentError("--task-file is required with --dpwa-config");
+    return absl::InvalidArgumentError("--task-file is required without a coordinator");
   }
   if (options.data_dir.empty()) return absl::InvalidArgumentError("--data-dir is required");
   if (!options.listen.empty()) {
@@ -46,31 +44,28 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
         absl::StrCat("--torch-threads: must be in [1, 256], got ", options.torch_threads));
   }
 
-  absl::StatusOr<gossip::DpwaConfig> config = gossip::LoadDpwaConfig(options.dpwa_config);
-  if (!config.ok()) return FlagError("--dpwa-config", config.status());
-  const gossip::DpwaNode* me = config->Find(options.node);
-  if (me == nullptr) {
-    std::vector<std::string> names;
-    for (const auto& n : config->nodes) names.push_back(n.name);
-    return absl::InvalidArgumentError(absl::StrCat("--dpwa-node: no node \"", options.node,
-                                                   "\" in ", options.dpwa_config,
-                                                   " (nodes: ", absl::StrJoin(names, ", "), ")"));
-  }
   absl::StatusOr<common::v1::TaskSpec> spec = task::LoadTaskFile(options.task_file);
   if (!spec.ok()) return FlagError("--task-file", spec.status());
-  // The dpwa file decides how to gossip; the task file what to train.
+  GossipMembershipOptions membership_options;
+  membership_options.dpwa_config = options.dpwa_config;
+  membership_options.node = options.node;
+  membership_options.dht_listen = options.dht_listen;
+  membership_options.dht_bootstrap = options.dht_bootstrap;
+  membership_options.dht_min_members = options.dht_min_members;
+  membership_options.tls = options.tls;
+  SHOAL_ASSIGN_OR_RETURN(GossipMembership membership,
+                         MakeGossipMembership(membership_options, spec->name()));
+  // The dpwa file (or the task file's `gossip:` block) decides how to gossip; the task file
+  // what to train.
   spec->set_mode(common::v1::MODE_GOSSIP);
-  spec->mutable_gossip()->MergeFrom(config->gossip);
+  if (membership.gossip) spec->mutable_gossip()->MergeFrom(*membership.gossip);
   gossip::ApplyGossipDefaults(*spec->mutable_gossip());
   if (absl::Status s = task::ValidateTaskSpec(*spec); !s.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(options.task_file, " + ", options.dpwa_config, ": ", s.message()));
+        absl::StrCat(options.task_file, " + ", membership.source, ": ", s.message()));
   }
 
-  size_t index = 0;
-  while (config->nodes[index].name != me->name) ++index;
-  training::ShardSpec shard{static_cast<uint32_t>(index),
-                            static_cast<uint32_t>(config->nodes.size())};
+  training::ShardSpec shard = membership.shard;
   if (options.shard) shard = *options.shard;
   SHOAL_RETURN_IF_ERROR(FlagError("--shard", training::ValidateShardSpec(shard)));
   SHOAL_RETURN_IF_ERROR(
@@ -79,7 +74,9 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   std::unique_ptr<StaticGossipPeer> p(new StaticGossipPeer());
   p->options_ = options;
   p->spec_ = *spec;
-  p->peer_id_ = me->name;
+  p->peer_id_ = membership.peer_id;
+  p->start_members_ = membership.start_members;
+  p->discovery_ = std::move(membership.discovery);
 
   training::TrainerOptions trainer_options;
   trainer_options.spec = *spec;
@@ -113,22 +110,13 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   p->service_ =
       std::make_unique<PeerServiceImpl>(p->snapshots_, *p->metrics_, std::move(service_options));
   rpc::ServerOptions server_options;
-  server_options.listen = options.listen.empty() ? me->address() : options.listen;
+  server_options.listen = options.listen.empty() ? membership.listen : options.listen;
   server_options.service_name = "shoal-peer";
   server_options.credentials = credentials.server();
   absl::StatusOr<std::unique_ptr<rpc::Server>> server =
       rpc::Server::Start(server_options, {p->service_.get()});
   if (!server.ok()) return FlagError("--listen", server.status());
   p->server_ = *std::move(server);
-
-  auto& members = *p->members_.mutable_gossip_members();
-  p->members_.set_task(spec->name());
-  members.set_start(true);
-  for (const gossip::DpwaNode& n : config->nodes) {
-    coordinator::v1::PeerEndpoint* e = members.add_peers();
-    e->set_peer_id(n.name);
-    e->set_address(n.address());
-  }
 
   ModeRunnerDeps deps;
   deps.assigned.mutable_spec()->CopyFrom(*spec);
@@ -146,15 +134,21 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   if (!runner.ok()) return runner.status();
   p->runner_ = *std::move(runner);
 
+  // Members arrive from now on (the first list at once, inside Start).
+  SHOAL_RETURN_IF_ERROR(p->discovery_->Start(
+      {p->peer_id_, p->server_->address()},
+      [self](const std::vector<discovery::Member>& members) { self->OnMembers(members); }));
+
   if (!options.address_file.empty()) {
-    SHOAL_RETURN_IF_ERROR(FlagError(
-        "--address-file",
-        WriteAddressFile(options.address_file, {{"grpc", p->server_->address()},
-                                                {"metrics", p->metrics_server_->address()}})));
+    std::map<std::string, std::string> addresses = {{"grpc", p->server_->address()},
+                                                    {"metrics", p->metrics_server_->address()}};
+    if (!membership.dht_address.empty()) addresses["dht"] = membership.dht_address;
+    SHOAL_RETURN_IF_ERROR(
+        FlagError("--address-file", WriteAddressFile(options.address_file, addresses)));
   }
-  LogInfo("static gossip: node ", me->name, " of ", config->nodes.size(), " (", options.dpwa_config,
-          "), task ", spec->name(), ", shard ", shard.ToString(), "; serving PeerService on ",
-          p->server_->address(), ", metrics on ", p->metrics_server_->address());
+  LogInfo("static gossip: node ", p->peer_id_, " (", membership.source, "), task ", spec->name(),
+          ", shard ", shard.ToString(), "; serving PeerService on ", p->server_->address(),
+          ", metrics on ", p->metrics_server_->address());
   if (!credentials.secure()) {
     LogWarning("--insecure: PLAINTEXT gRPC without authentication; use only on a trusted network");
   }
@@ -174,18 +168,49 @@ void StaticGossipPeer::OnMessage(const coordinator::v1::PeerMessage& m) {
   }
 }
 
+void StaticGossipPeer::OnMembers(const std::vector<discovery::Member>& members) {
+  coordinator::v1::CoordinatorEvent event;
+  event.set_task(spec_.name());
+  for (const discovery::Member& m : members) {
+    coordinator::v1::PeerEndpoint* e = event.mutable_gossip_members()->add_peers();
+    e->set_peer_id(m.peer_id);
+    e->set_address(m.address);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    other_members_ = members.empty() ? 0 : members.size() - 1;
+  }
+  runner_->Intercept(event);
+}
+
 void StaticGossipPeer::Work() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ReadyToStart()) {
+      LogInfo("static gossip: waiting until ", start_members_, " members are known (",
+              other_members_ + 1, " so far)");
+    }
+    // Ends on a shutdown signal too (stopping_).
+    mu_.Await(absl::Condition(this, &StaticGossipPeer::ReadyToStart));
+    if (stopping_) return;
+  }
   const absl::Time start = clock_.Now();
-  runner_->Handle(members_, [this] {
+  // The members are the runner's already (OnMembers): this only starts the loop.
+  coordinator::v1::CoordinatorEvent go;
+  go.set_task(spec_.name());
+  go.mutable_gossip_members()->set_start(true);
+  runner_->Handle(go, [this] {
     absl::MutexLock lock(&mu_);
     return !stopping_;
   });
   coordinator::v1::GossipProgress progress;
   std::optional<coordinator::v1::EvalReport> eval;
   bool failed;
+  size_t other_members;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
+    other_members = other_members_;
     progress = last_progress_;
     eval = eval_;
     failed = failed_ || !eval.has_value();
@@ -205,8 +230,8 @@ void StaticGossipPeer::Work() {
     std::string json = absl::StrCat(
         "{\"node\": ", JsonString(peer_id_), ", \"task\": ", JsonString(spec_.name()),
         ", \"ok\": ", failed ? "false" : "true", ", \"steps\": ", progress.step(),
-        ", \"clock\": ", task::JsonNumber(progress.clock()), ", \"fetches\": ", progress.fetches(),
-        ", \"bytes_pulled\": ", progress.bytes_pulled(),
+        ", \"clock\": ", task::JsonNumber(progress.clock()), ", \"members\": ", other_members + 1,
+        ", \"fetches\": ", progress.fetches(), ", \"bytes_pulled\": ", progress.bytes_pulled(),
         ", \"fetches_started\": ", task::JsonNumber(metrics_->gossip.fetches_started.Value()),
         ", \"bytes_served\": ", task::JsonNumber(metrics_->bytes_sent.Value()),
         ", \"correct\": ", eval ? eval->correct() : 0, ", \"total\": ", eval ? eval->total() : 0,
@@ -255,6 +280,8 @@ void StaticGossipPeer::Shutdown() {
     shut_down_ = true;
     stopping_ = true;
   }
+  // No membership change reaches the runner after this.
+  if (discovery_) discovery_->Stop();
   wakeup_.Notify();
   if (worker_.joinable()) worker_.join();
   runner_.reset();

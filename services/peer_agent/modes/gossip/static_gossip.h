@@ -1,18 +1,22 @@
 #pragma once
 
-// Gossip with a static member list and no coordinator: a dpwa user brings their YAML config
-// unchanged (shoal-peer --dpwa-config FILE --dpwa-node NAME --task-file FILE ...).
+// Gossip without a coordinator: the members come from a dpwa user's YAML config, unchanged
+// (shoal-peer --dpwa-config FILE --dpwa-node NAME --task-file FILE ...), or from a Kademlia
+// DHT joined through any one member (shoal-peer --dht-listen HOST:PORT --dht-bootstrap
+// HOST:PORT --task-file FILE --tls-dir DIR ...; gossip_membership.h).
 
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "libs/common/clock.h"
+#include "libs/discovery/discovery.h"
 #include "libs/metrics/metrics_server.h"
 #include "libs/rpc/retry.h"
 #include "libs/rpc/server.h"
@@ -30,15 +34,19 @@
 namespace shoal::peer {
 
 struct StaticGossipOptions {
-  std::string dpwa_config;  // --dpwa-config: dpwa's YAML (nodes, fetch_probability, ...)
-  std::string node;         // --dpwa-node: this peer's name in `nodes`
-  std::string task_file;    // --task-file: model, data, optimizer, rounds x round_batches steps;
-                            // the YAML's gossip settings override the task's `gossip`
-  std::string data_dir;     // --data-dir
-  std::string model_dir;    // --model-dir; default: the task file's directory
-  // --shard; default: the node's index in `nodes` / the number of nodes.
+  std::string dpwa_config;    // --dpwa-config: dpwa's YAML (nodes, fetch_probability, ...)
+  std::string node;           // --dpwa-node: this peer's name in `nodes`
+  std::string dht_listen;     // --dht-listen: instead of --dpwa-config, discovery through a DHT
+  std::string dht_bootstrap;  // --dht-bootstrap: DHT nodes to join through (HOST:PORT,...)
+  int dht_min_members = 2;    // --dht-min-members: train once this many members are known
+  std::string task_file;      // --task-file: model, data, optimizer, rounds x round_batches steps;
+                              // the YAML's gossip settings override the task's `gossip`
+  std::string data_dir;       // --data-dir
+  std::string model_dir;      // --model-dir; default: the task file's directory
+  // --shard; default: the node's index in `nodes` / the number of nodes (with the DHT: 0/1).
   std::optional<training::ShardSpec> shard;
-  // --listen; default: the node's host:port from the config.
+  // --listen; default: the node's host:port from the config (with the DHT: 127.0.0.1:0;
+  // the bound address is announced, so it must be one the other peers reach).
   std::string listen;
   std::string metrics_listen = "127.0.0.1:0";  // --metrics-listen
   std::string address_file;                    // --address-file (optional)
@@ -51,8 +59,9 @@ struct StaticGossipOptions {
   PeerHooks hooks;              // empty in shoal-peer; its test build sets them (peer_hooks.h)
 };
 
-// The static gossip peer: loads the config, the task and the data, serves PeerService and
-// /metrics, and runs the gossip runner with the YAML's nodes as members (peer id = node name).
+// The static gossip peer: loads the task and the data, serves PeerService and /metrics, and runs
+// the gossip runner with the members its Discovery reports (the YAML's nodes, peer id = node
+// name; or the DHT's verified announcements, peer id = the certificate's common name).
 // When the steps are done it evaluates, writes the optional report and final model, and keeps
 // serving its final snapshot until a shutdown signal (or exits with --exit-when-done).
 // Owned by main(); thread-safe.
@@ -74,14 +83,19 @@ class StaticGossipPeer {
  private:
   StaticGossipPeer() = default;
   void Work();
+  bool ReadyToStart() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || other_members_ + 1 >= start_members_;
+  }
   void OnMessage(const coordinator::v1::PeerMessage& m) ABSL_LOCKS_EXCLUDED(mu_);
+  // From the Discovery (its thread): hands the members to the runner.
+  void OnMembers(const std::vector<discovery::Member>& members) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Clock& clock_ = RealClock::Get();
   rpc::Wakeup wakeup_{clock_};  // notified on Shutdown: the runner's waits end at once
   StaticGossipOptions options_;
   common::v1::TaskSpec spec_;
   std::string peer_id_;
-  coordinator::v1::CoordinatorEvent members_;
+  size_t start_members_ = 1;
   std::unique_ptr<metrics::MetricsServer> metrics_server_;
   std::unique_ptr<PeerMetrics> metrics_;
   SnapshotStore snapshots_;
@@ -90,11 +104,13 @@ class StaticGossipPeer {
   std::unique_ptr<GrpcPeerClient> peer_client_;
   std::unique_ptr<training::Trainer> trainer_;
   std::unique_ptr<ModeRunner> runner_;
+  std::unique_ptr<discovery::Discovery> discovery_;  // stopped before runner_ goes
   std::thread worker_;
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  size_t other_members_ ABSL_GUARDED_BY(mu_) = 0;
   coordinator::v1::GossipProgress last_progress_ ABSL_GUARDED_BY(mu_);
   std::optional<coordinator::v1::EvalReport> eval_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
