@@ -76,6 +76,9 @@ absl::StatusOr<ComposeService> ParseService(const std::string& name, const YAML:
   if (!node.IsMap()) return absl::InvalidArgumentError(where + ": not a map");
   if (node["image"]) s.image = node["image"].as<std::string>();
   s.build = static_cast<bool>(node["build"]);
+  if (node["build"] && node["build"].IsMap() && node["build"]["dockerfile"]) {
+    s.dockerfile = node["build"]["dockerfile"].as<std::string>();
+  }
   if (node["restart"]) s.restart = node["restart"].as<std::string>();
   auto entrypoint = StringList(node["entrypoint"], where + ".entrypoint");
   if (!entrypoint.ok()) return entrypoint.status();
@@ -170,6 +173,10 @@ std::string ComposeService::Flag(const std::string& flag) const {
     if (absl::StartsWith(argv[i], dashed + "=")) return argv[i].substr(dashed.size() + 1);
   }
   return "";
+}
+
+bool ComposeService::RunsShoalImage() const {
+  return (build && dockerfile.empty()) || absl::StartsWith(image, "shoal:");
 }
 
 const ComposeService* ComposeFile::Find(const std::string& name) const {

@@ -17,6 +17,7 @@ struct ComposeService {
   std::string name;
   std::string image;  // "" when only `build` is given
   bool build = false;
+  std::string dockerfile;               // build.dockerfile; "" = the context's Dockerfile
   std::string restart;                  // "" = compose's default ("no")
   std::vector<std::string> entrypoint;  // exec form; empty = the image's
   std::vector<std::string> command;     // exec form
@@ -34,6 +35,8 @@ struct ComposeService {
   std::vector<std::string> Argv() const;
   // The value of `--flag VALUE` or `--flag=VALUE` in Argv(), or "".
   std::string Flag(const std::string& flag) const;
+  // Whether it runs Shoal's image: built from the repository's Dockerfile, or image shoal:*.
+  bool RunsShoalImage() const;
 };
 
 struct ComposeFile {

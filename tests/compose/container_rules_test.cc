@@ -98,7 +98,7 @@ class ContainerRulesTest : public ::testing::Test {
   std::vector<const ComposeService*> ShoalServices() const {
     std::vector<const ComposeService*> out;
     for (const ComposeService& s : compose_.services) {
-      if (s.build || absl::StartsWith(s.image, "shoal:")) out.push_back(&s);
+      if (s.RunsShoalImage()) out.push_back(&s);
     }
     return out;
   }
@@ -110,6 +110,37 @@ class ContainerRulesTest : public ::testing::Test {
       if (s->restart != "no" && s->profiles.empty()) out.push_back(s);
     }
     return out;
+  }
+
+  // The identities the `certs` service issues (NAME of its NAME or NAME=SANS arguments).
+  std::set<std::string> IssuedCertificates() const {
+    std::set<std::string> issued;
+    const ComposeService* certs = compose_.Find("certs");
+    if (certs == nullptr) return issued;
+    const std::vector<std::string> argv = certs->Argv();
+    for (size_t i = 2; i < argv.size(); ++i) issued.insert(argv[i].substr(0, argv[i].find('=')));
+    return issued;
+  }
+
+  // The subjectAltNames the `certs` service adds to certificate `name` (after NAME=).
+  std::vector<std::string> ExtraSans(const std::string& name) const {
+    const ComposeService* certs = compose_.Find("certs");
+    if (certs == nullptr) return {};
+    for (const std::string& arg : certs->Argv()) {
+      if (absl::StartsWith(arg, name + "=")) {
+        return absl::StrSplit(arg.substr(name.size() + 1), ',');
+      }
+    }
+    return {};
+  }
+
+  static bool InProfile(const ComposeService& s, const std::string& profile) {
+    return std::find(s.profiles.begin(), s.profiles.end(), profile) != s.profiles.end();
+  }
+
+  // A service of the `ha` cluster: in its profile, or its tool (`ha-shoalctl`, profile tools).
+  static bool IsHa(const ComposeService& s) {
+    return InProfile(s, "ha") || absl::StartsWith(s.name, "ha-");
   }
 
   std::vector<DockerStage> stages_;
@@ -250,15 +281,14 @@ TEST_F(ContainerRulesTest, DependenciesWaitForCertificatesAndAHealthyCoordinator
   const ComposeService* certs = compose_.Find("certs");
   ASSERT_NE(certs, nullptr);
   ASSERT_NE(compose_.Find("coordinator"), nullptr);
-  const std::vector<std::string> certs_argv = certs->Argv();
-  std::set<std::string> issued(certs_argv.begin() + std::min<size_t>(2, certs_argv.size()),
-                               certs_argv.end());
+  const std::set<std::string> issued = IssuedCertificates();
   for (const ComposeService* s : ShoalServices()) {
     if (s == certs) continue;
     SCOPED_TRACE(s->name);
     EXPECT_EQ(s->depends_on.count("certs") > 0 ? s->depends_on.at("certs") : "",
               "service_completed_successfully");
-    if (s->name != "coordinator") {
+    // The `ha` profile's services wait for no healthy coordinator (HaProfile... below).
+    if (s->name != "coordinator" && !IsHa(*s)) {
       EXPECT_EQ(s->depends_on.count("coordinator") > 0 ? s->depends_on.at("coordinator") : "",
                 "service_healthy");
     }
@@ -305,6 +335,140 @@ TEST_F(ContainerRulesTest, CoordinatorStateIsANamedVolume) {
     }
   }
   EXPECT_TRUE(found) << "no volume at --state-dir " << state_dir;
+}
+
+// The named volume service `s` mounts at container path `target`, or "".
+std::string VolumeAt(const ComposeService& s, const std::string& target) {
+  for (const std::string& v : s.volumes) {
+    std::vector<std::string> parts = absl::StrSplit(v, ':');
+    if (parts.size() >= 2 && (target == parts[1] || absl::StartsWith(target, parts[1] + "/"))) {
+      return parts[0];
+    }
+  }
+  return "";
+}
+
+// Profile `ha`: three etcd members from deploy/etcd/Dockerfile that form one cluster, each with
+// its data on a named volume of its own.
+TEST_F(ContainerRulesTest, HaProfileRunsThreeEtcdMembersAsOneCluster) {
+  std::vector<const ComposeService*> members;
+  for (const ComposeService& s : compose_.services) {
+    if (!s.Argv().empty() && s.Argv()[0] == "etcd") members.push_back(&s);
+  }
+  ASSERT_EQ(members.size(), 3u);
+  std::set<std::string> cluster, volumes;
+  for (const ComposeService* m : members) {
+    SCOPED_TRACE(m->name);
+    EXPECT_EQ(m->profiles, std::vector<std::string>{"ha"});
+    EXPECT_FALSE(m->RunsShoalImage());
+    EXPECT_TRUE(Exists(SourceDir() + "/" + m->dockerfile)) << m->dockerfile;
+    EXPECT_EQ(m->Flag("name"), m->name);
+    const int client = PortOf(m->Flag("listen-client-urls"));
+    const int peer = PortOf(m->Flag("listen-peer-urls"));
+    EXPECT_EQ(m->Flag("listen-client-urls"), absl::StrCat("http://0.0.0.0:", client));
+    EXPECT_EQ(m->Flag("advertise-client-urls"), absl::StrCat("http://", m->name, ":", client));
+    EXPECT_EQ(m->Flag("listen-peer-urls"), absl::StrCat("http://0.0.0.0:", peer));
+    const std::string peer_url = absl::StrCat("http://", m->name, ":", peer);
+    EXPECT_EQ(m->Flag("initial-advertise-peer-urls"), peer_url);
+    EXPECT_EQ(m->Flag("initial-cluster-state"), "new");
+    const std::vector<std::string> listed = absl::StrSplit(m->Flag("initial-cluster"), ',');
+    EXPECT_THAT(listed, ::testing::Contains(absl::StrCat(m->name, "=", peer_url)));
+    if (cluster.empty()) cluster.insert(listed.begin(), listed.end());
+    EXPECT_EQ(std::set<std::string>(listed.begin(), listed.end()), cluster)
+        << "every member lists the same --initial-cluster";
+    const std::string volume = VolumeAt(*m, m->Flag("data-dir"));
+    EXPECT_THAT(compose_.volumes, ::testing::Contains(volume)) << "--data-dir on a named volume";
+    volumes.insert(volume);
+  }
+  EXPECT_EQ(cluster.size(), 3u);
+  EXPECT_EQ(volumes.size(), 3u) << "each member has a volume of its own";
+}
+
+// Profile `ha`: three coordinators on those etcd members (one prefix), standbys of each other,
+// sharing one checkpoint volume and the certificate `coordinator`, which names their hosts. The
+// default coordinator keeps its SQLite store.
+TEST_F(ContainerRulesTest, HaProfileCoordinatorsShareTheEtcdStoreAndTheCheckpoints) {
+  std::set<std::string> etcd_clients;
+  std::vector<std::string> etcd_members;
+  std::vector<const ComposeService*> coordinators;
+  for (const ComposeService& s : compose_.services) {
+    if (s.Argv().empty()) continue;
+    if (s.Argv()[0] == "etcd") {
+      etcd_members.push_back(s.name);
+      etcd_clients.insert(absl::StrCat(s.name, ":", PortOf(s.Flag("listen-client-urls"))));
+    }
+    if (s.Argv()[0] == "shoal-coordinator" && InProfile(s, "ha")) coordinators.push_back(&s);
+  }
+  ASSERT_EQ(coordinators.size(), 3u);
+  ASSERT_NE(compose_.Find("coordinator"), nullptr);
+  EXPECT_EQ(compose_.Find("coordinator")->Flag("store"), "");
+  std::set<std::string> prefixes, state_volumes;
+  for (const ComposeService* c : coordinators) {
+    SCOPED_TRACE(c->name);
+    const std::string store = c->Flag("store");
+    ASSERT_TRUE(absl::StartsWith(store, "etcd://")) << "--store " << store;
+    const size_t slash = store.find('/', 7);
+    const std::vector<std::string> endpoints =
+        absl::StrSplit(store.substr(7, slash == std::string::npos ? slash : slash - 7), ',');
+    EXPECT_EQ(std::set<std::string>(endpoints.begin(), endpoints.end()), etcd_clients);
+    prefixes.insert(slash == std::string::npos ? "" : store.substr(slash));
+    EXPECT_EQ(c->Flag("standby"), "true") << "--standby=true, explicitly";
+    EXPECT_FALSE(c->Flag("store-lease").empty());
+    for (const std::string& member : etcd_members) {
+      EXPECT_EQ(c->depends_on.count(member), 1u) << "starts after " << member;
+    }
+    const std::string volume = VolumeAt(*c, c->Flag("state-dir"));
+    EXPECT_THAT(compose_.volumes, ::testing::Contains(volume)) << "--state-dir on a named volume";
+    state_volumes.insert(volume);
+    EXPECT_EQ(c->Flag("tls-dir"), "/certs/coordinator");
+    EXPECT_THAT(ExtraSans("coordinator"), ::testing::Contains("DNS:" + c->name))
+        << "the coordinator's certificate does not name " << c->name;
+    ComposeService probe;
+    probe.command = c->healthcheck;
+    EXPECT_EQ(probe.Flag("target"), absl::StrCat("127.0.0.1:", PortOf(c->Flag("listen"))));
+  }
+  EXPECT_EQ(prefixes.size(), 1u) << "one etcd prefix";
+  EXPECT_EQ(state_volumes.size(), 1u) << "one shared checkpoint volume";
+  EXPECT_EQ(state_volumes.count(VolumeAt(*compose_.Find("coordinator"), "/var/lib/shoal/state")),
+            0u)
+      << "not the default coordinator's volume";
+}
+
+// Profile `ha`: its aggregators, peers, task creation and the `ha-shoalctl` tool are given all
+// three coordinators, and those of the profile start with them (a standby is never healthy).
+TEST_F(ContainerRulesTest, HaProfileServicesAreGivenEveryCoordinator) {
+  std::vector<std::string> addresses, names;
+  for (const ComposeService& s : compose_.services) {
+    if (!s.Argv().empty() && s.Argv()[0] == "shoal-coordinator" && InProfile(s, "ha")) {
+      addresses.push_back(absl::StrCat(s.name, ":", PortOf(s.Flag("listen"))));
+      names.push_back(s.name);
+    }
+  }
+  ASSERT_EQ(addresses.size(), 3u);
+  const std::string all = absl::StrJoin(addresses, ",");
+  std::set<std::string> shards;
+  int aggregators = 0;
+  bool creates_task = false, tool = false;
+  for (const ComposeService* s : ShoalServices()) {
+    if (!IsHa(*s) || s->Argv()[0] == "shoal-coordinator") continue;
+    SCOPED_TRACE(s->name);
+    EXPECT_EQ(s->Flag("coordinator"), all);
+    const std::vector<std::string> argv = s->Argv();
+    if (argv[0] == "shoal-peer") shards.insert(s->Flag("shard"));
+    if (argv[0] == "shoal-aggregator") ++aggregators;
+    if (argv[0] == "shoalctl") {
+      creates_task |= std::find(argv.begin(), argv.end(), "create") != argv.end();
+      tool |= s->restart == "no";
+    }
+    if (!InProfile(*s, "ha")) continue;
+    for (const std::string& c : names) {
+      EXPECT_EQ(s->depends_on.count(c) > 0 ? s->depends_on.at(c) : "", "service_started") << c;
+    }
+  }
+  EXPECT_EQ(shards, std::set<std::string>({"0/4", "1/4", "2/4", "3/4"}));
+  EXPECT_GE(aggregators, 1);
+  EXPECT_TRUE(creates_task);
+  EXPECT_TRUE(tool);
 }
 
 // Files the compose file mounts from the source tree, and task files it runs, exist.

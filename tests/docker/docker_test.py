@@ -266,23 +266,25 @@ def host_network_compose(compose, source, prometheus_config):
             ports[key] = free_port()
         return ports[key]
 
-    host_port = re.compile(r"^(?P<host>[A-Za-z0-9.-]+):(?P<port>[0-9]+)$")
+    # HOST:PORT on its own, in a list or in a URL (http://etcd-0:2380, etcd://A:1,B:2/prefix).
+    host_port = re.compile(r"(?P<lead>^|[/,=])(?P<host>[A-Za-z0-9.-]+):(?P<port>[0-9]+)(?=$|[/,])")
 
     def rewrite(service, arg):
         if arg.startswith("--") and "=" in arg:
             flag, value = arg.split("=", 1)
             return f"{flag}={rewrite(service, value)}"
-        m = host_port.match(arg)
-        if not m:
-            return arg
-        host = m.group("host")
-        if host in ("0.0.0.0", "127.0.0.1", "localhost"):
-            owner = service
-        elif host in names:
-            owner = host
-        else:
-            return arg
-        return f"127.0.0.1:{port_of(owner, m.group('port'))}"
+
+        def replace(m):
+            host = m.group("host")
+            if host in ("0.0.0.0", "127.0.0.1", "localhost"):
+                owner = service
+            elif host in names:
+                owner = host
+            else:
+                return m.group(0)
+            return f"{m.group('lead')}127.0.0.1:{port_of(owner, m.group('port'))}"
+
+        return host_port.sub(replace, arg)
 
     for name, s in services.items():
         s["network_mode"] = "host"
@@ -302,7 +304,8 @@ def host_network_compose(compose, source, prometheus_config):
         if volumes:
             s["volumes"] = volumes
         if "build" in s:
-            s["build"] = {"context": source}
+            dockerfile = s["build"].get("dockerfile") if isinstance(s["build"], dict) else None
+            s["build"] = {"context": source, **({"dockerfile": dockerfile} if dockerfile else {})}
 
     # Prometheus: Debian's package in a local image, scraping the 127.0.0.1 ports.
     prom = services["prometheus"]
