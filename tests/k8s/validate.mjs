@@ -5,7 +5,8 @@
 // fields are flagged too (the schemas allow them, the API server's strict decoding does not).
 // Then Shoal's own rules: every flag passed to a Shoal binary is one it declares
 // (ABSL_FLAG in services/*/main.cc), selectors match, every container has probes and resource
-// requests/limits, the peer count matches the shard count, and so on.
+// requests/limits, the peer count matches the shard count, replicated coordinators sit on an
+// etcd StatefulSet's members and share a ReadWriteMany volume, and so on.
 //
 //   npm ci --prefix tests/k8s && node tests/k8s/validate.mjs [KUSTOMIZATION_DIR ...]
 //
@@ -274,6 +275,82 @@ function commandLine(c) {
   return argv;
 }
 
+// `--flag=VALUE` or `--flag VALUE` of argv, or undefined.
+function flagOf(argv, flag) {
+  for (const [i, a] of argv.entries()) {
+    if (a === `--${flag}`) return argv[i + 1];
+    if (a.startsWith(`--${flag}=`)) return a.slice(flag.length + 3);
+  }
+  return undefined;
+}
+
+// A coordinator on the etcd store that waits as a standby while another one is active.
+const isReplicatedCoordinator = (argv) =>
+  argv[0] === "shoal-coordinator" && (flagOf(argv, "store") ?? "").startsWith("etcd://") &&
+  flagOf(argv, "standby") !== "false";
+
+// Replicated coordinators: two or more replicas whose rollout never waits for readiness (only
+// the active one is ever ready), a shared ReadWriteMany checkpoint volume, and --store naming
+// every member of an etcd StatefulSet here by its stable name (etcd checked by etcdChecks).
+function replicatedCoordinatorChecks(objects, d, argv) {
+  const problems = [];
+  const bad = (msg) => problems.push(`${idOf(d)}: ${msg}`);
+  if (!(d.spec.replicas >= 2)) bad(`replicas ${d.spec.replicas}: a coordinator with standbys needs at least 2`);
+  if (flagOf(argv, "standby") !== "true") bad("--standby=true, explicitly");
+  const s = d.spec.strategy;
+  if (s?.type !== "RollingUpdate" || s.rollingUpdate?.maxUnavailable !== "100%") {
+    bad("strategy must be RollingUpdate with maxUnavailable 100% (a standby never becomes ready: a rollout that waits for it never ends)");
+  }
+  const stateDir = flagOf(argv, "state-dir");
+  const c = d.spec.template.spec.containers.find((x) => commandLine(x)[0] === "shoal-coordinator");
+  const mount = (c.volumeMounts ?? []).find((m) => m.mountPath === stateDir);
+  const volume = (d.spec.template.spec.volumes ?? []).find((v) => v.name === mount?.name);
+  const claim = objects.find((o) => o.kind === "PersistentVolumeClaim" && o.metadata.name === volume?.persistentVolumeClaim?.claimName);
+  if (!claim || !(claim.spec.accessModes ?? []).includes("ReadWriteMany")) {
+    bad(`--state-dir ${stateDir} must be a ReadWriteMany PersistentVolumeClaim (the replicas share the checkpoints)`);
+  }
+  const store = flagOf(argv, "store").slice("etcd://".length);
+  const endpoints = store.split("/")[0].split(",");
+  const sets = objects.filter((o) => o.kind === "StatefulSet" && commandLine(o.spec.template.spec.containers[0])[0] === "etcd");
+  if (sets.length !== 1) {
+    bad(`--store ${flagOf(argv, "store")}: expected one etcd StatefulSet here, found ${sets.length}`);
+    return problems;
+  }
+  const e = sets[0];
+  const port = (e.spec.template.spec.containers[0].ports ?? []).find((p) => p.name === "client")?.containerPort;
+  const members = Array.from({ length: e.spec.replicas ?? 1 }, (_, i) => `${e.metadata.name}-${i}.${e.spec.serviceName}:${port}`);
+  if (endpoints.join(",") !== members.join(",")) bad(`--store lists ${endpoints.join(",")}, not the etcd members ${members.join(",")}`);
+  return problems;
+}
+
+// An etcd StatefulSet: an odd number of members started together, each named after its pod
+// and listed in --initial-cluster by its stable name; the client port open to the coordinators.
+function etcdChecks(objects, e) {
+  const problems = [];
+  const bad = (msg) => problems.push(`${idOf(e)}: ${msg}`);
+  const c = e.spec.template.spec.containers[0];
+  const argv = commandLine(c);
+  const n = e.spec.replicas ?? 1;
+  if (n < 3 || n % 2 === 0) bad(`replicas ${n}: an etcd cluster needs an odd number, at least 3`);
+  if (e.spec.podManagementPolicy !== "Parallel") bad("podManagementPolicy must be Parallel (one member alone never becomes ready)");
+  const podName = (c.env ?? []).find((v) => v.valueFrom?.fieldRef?.fieldPath === "metadata.name")?.name;
+  if (!podName || flagOf(argv, "name") !== `$(${podName})`) bad("--name must be the pod's name (an env from metadata.name)");
+  const peerPort = (c.ports ?? []).find((p) => p.name === "peer")?.containerPort;
+  const expected = Array.from({ length: n }, (_, i) => `${e.metadata.name}-${i}=http://${e.metadata.name}-${i}.${e.spec.serviceName}:${peerPort}`);
+  if (flagOf(argv, "initial-cluster") !== expected.join(",")) bad(`--initial-cluster must be ${expected.join(",")}`);
+  if (flagOf(argv, "initial-advertise-peer-urls") !== `http://$(${podName}).${e.spec.serviceName}:${peerPort}`) bad("--initial-advertise-peer-urls must be the pod's stable name");
+  const svc = objects.find((o) => o.kind === "Service" && o.metadata.name === e.spec.serviceName);
+  if (svc && svc.spec.publishNotReadyAddresses !== true) bad(`Service ${svc.metadata.name} must publishNotReadyAddresses (members resolve each other before they are ready)`);
+  const labels = e.spec.template.metadata.labels;
+  const clientPort = (c.ports ?? []).find((p) => p.name === "client")?.containerPort;
+  const open = objects.some((o) => o.kind === "NetworkPolicy" &&
+    Object.entries(o.spec.podSelector?.matchLabels ?? {}).every(([k, v]) => labels[k] === v) &&
+    (o.spec.ingress ?? []).some((r) => (r.ports ?? []).some((p) => p.port === clientPort) &&
+      (r.from ?? []).some((f) => f.podSelector?.matchLabels?.["app.kubernetes.io/component"] === "coordinator")));
+  if (!open) bad(`no NetworkPolicy lets the coordinators reach the client port ${clientPort}`);
+  return problems;
+}
+
 const podSpecOf = (o) => (["Deployment", "StatefulSet", "DaemonSet", "Job"].includes(o.kind) ? o.spec?.template : null);
 
 function shoalChecks(objects) {
@@ -293,7 +370,8 @@ function shoalChecks(objects) {
     if (!ports.some((p) => String(p.containerPort) === a["prometheus.io/port"] && p.name === "metrics")) {
       bad(w, `prometheus.io/port "${a["prometheus.io/port"]}" is not a container port named metrics`);
     }
-    const volumes = new Set((tpl.spec.volumes ?? []).map((v) => v.name));
+    const volumes = new Set([...(tpl.spec.volumes ?? []), ...(w.spec.volumeClaimTemplates ?? []).map((t) => t.metadata)]
+      .map((v) => v?.name));
     for (const c of [...(tpl.spec.initContainers ?? []), ...(tpl.spec.containers ?? [])]) {
       const res = c.resources ?? {};
       for (const kind of ["requests", "limits"]) {
@@ -312,9 +390,21 @@ function shoalChecks(objects) {
       }
     }
     for (const c of tpl.spec.containers ?? []) {
+      const argv = commandLine(c);
+      if (!BINARIES[argv[0]]) {
+        // Another program (etcd): probes of its own kind.
+        for (const probe of ["readinessProbe", "livenessProbe"]) if (!c[probe]) bad(w, `container ${c.name}: no ${probe}`);
+        continue;
+      }
+      // A standby coordinator is NOT_SERVING: only readiness may ask the health service, or
+      // every standby would be restarted; the others check that it listens.
+      const standby = isReplicatedCoordinator(argv);
       for (const probe of ["startupProbe", "readinessProbe", "livenessProbe"]) {
         const cmd = c[probe]?.exec?.command;
-        if (!cmd || cmd[0] !== "shoalctl" || cmd[1] !== "health" || !cmd.includes("--target") || !cmd.includes("--tls-dir")) {
+        const health = cmd && cmd[0] === "shoalctl" && cmd[1] === "health" && cmd.includes("--target") && cmd.includes("--tls-dir");
+        if (standby && probe !== "readinessProbe") {
+          if (health || c[probe]?.tcpSocket?.port !== "grpc") bad(w, `container ${c.name}: ${probe} of a coordinator with standbys must be a tcpSocket probe of port grpc (a standby's health is NOT_SERVING)`);
+        } else if (!health) {
           bad(w, `container ${c.name}: ${probe} must be an exec of shoalctl health --target ... --tls-dir ...`);
         }
       }
@@ -327,14 +417,20 @@ function shoalChecks(objects) {
   for (const s of byKind("StatefulSet")) {
     const svc = byKind("Service").find((x) => x.metadata.name === s.spec.serviceName);
     if (!svc || svc.spec.clusterIP !== "None") bad(s, `serviceName ${s.spec.serviceName} is not a headless Service here`);
+    if (commandLine(s.spec.template.spec.containers[0])[0] === "etcd") problems.push(...etcdChecks(objects, s));
   }
   for (const s of byKind("Service")) {
     if (!workloads.some((w) => labelsMatch(s.spec.selector, w.spec.template.metadata?.labels))) bad(s, "selector matches no pod template");
   }
   const coordinator = byKind("Deployment").find((d) => d.metadata.name === "shoal-coordinator");
   if (!coordinator) problems.push("no Deployment shoal-coordinator");
-  else if (coordinator.spec.replicas !== 1 || coordinator.spec.strategy?.type !== "Recreate") {
-    bad(coordinator, "must have replicas 1 and strategy Recreate (its state is one SQLite database)");
+  else {
+    const argv = coordinator.spec.template.spec.containers.map(commandLine).find((a) => a[0] === "shoal-coordinator") ?? [];
+    if (isReplicatedCoordinator(argv)) {
+      problems.push(...replicatedCoordinatorChecks(objects, coordinator, argv));
+    } else if (coordinator.spec.replicas !== 1 || coordinator.spec.strategy?.type !== "Recreate") {
+      bad(coordinator, "must have replicas 1 and strategy Recreate (its state is one SQLite database)");
+    }
   }
   const peers = byKind("StatefulSet").find((s) => s.metadata.name === "shoal-peer");
   if (!peers) problems.push("no StatefulSet shoal-peer");
