@@ -35,6 +35,7 @@ Exits 0 when everything held, 1 otherwise (with the tail of the relevant log).
 """
 
 import argparse
+import copy
 import http.server
 import json
 import os
@@ -257,6 +258,10 @@ def host_network_compose(compose, source, prometheus_config):
 
     Returns (compose dict, {(service, container port): host port})."""
     services = compose["services"]
+    # Each service its own copy: YAML anchors share one object between services (the `ha`
+    # profile's coordinators share their health check), and each gets its own ports.
+    for name in services:
+        services[name] = copy.deepcopy(services[name])
     names = set(services)
     ports = {}
 
