@@ -26,7 +26,9 @@ that exits first ends the bench (SystemExit naming it and its log); start(..., w
 wait_started() start several at once. stop() sends SIGTERM to the services in the reverse order
 of their start (peers before aggregators before the coordinator) and SIGKILLs what is left after
 15 s. A static gossip worker (shoal-peer --dpwa-config, no
-coordinator) starts with spawn().
+coordinator) starts with spawn(). restart(NAME) starts a service that was killed again with the
+same flags on the same gRPC address, its log appended to (scripts/soak), and poll_started(NAME)
+says whether it is up without waiting.
 
 With Cluster(..., netns={NAME: (NAMESPACE, HOST)}) the service NAME (and shoalctl, under the name
 "shoalctl") runs under `ip netns exec NAMESPACE` and listens on HOST port 0 instead of 127.0.0.1
@@ -37,7 +39,9 @@ Environment: BUILD_DIR (default: build), SHOAL_DATA_DIR (default:
 """
 
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -56,6 +60,13 @@ def build(prog, targets):
     if done.returncode != 0:
         sys.stderr.write(done.stdout[-4000:])
         sys.exit(f"{prog}: scripts/build --target {' '.join(targets)} failed")
+
+
+def free_port():
+    """A TCP port of 127.0.0.1 free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def read_address_file(path):
@@ -79,18 +90,25 @@ class Cluster:
         self.addresses = {}  # name -> the entries of its address file
         self.starting = {}  # name -> (Popen, address file) until its address file is there
         self.coordinator = None  # the coordinator's gRPC HOST:PORT
+        self.commands = {}  # name -> (binary, args after the listen flags) for restart()
         os.makedirs(work, exist_ok=True)
 
     def log_path(self, name):
         return os.path.join(self.work, name + ".log")
 
-    def spawn(self, name, binary, args):
-        """Starts BIN/binary with `args` (nothing added), logging to WORK/NAME.log."""
-        with open(self.log_path(name), "w") as log:
+    def spawn(self, name, binary, args, append=False):
+        """Starts BIN/binary with `args` (nothing added), logging to WORK/NAME.log (appended to
+        with `append`)."""
+        with open(self.log_path(name), "a" if append else "w") as log:
             proc = subprocess.Popen(self.in_netns(name) + [os.path.join(BIN, binary)] + list(args),
                                     stdout=log, stderr=subprocess.STDOUT)
         self.procs.append((name, proc))
         return proc
+
+    def proc(self, name):
+        """The Popen of NAME's newest start (None when it never started)."""
+        started = [p for n, p in self.procs if n == name]
+        return started[-1] if started else None
 
     def in_netns(self, name):
         """The command prefix that runs NAME in its network namespace ([] when it has none)."""
@@ -100,11 +118,26 @@ class Cluster:
         """Starts a service on 127.0.0.1:0 (its netns host with netns; plaintext, or mutual TLS
         with tls_dir) and, with `wait`, waits for its address file (else wait_started() does, so
         that several start at once); returns its Popen."""
-        addr = os.path.join(self.work, name + ".addr")
         host = self.netns[name][1] if name in self.netns else "127.0.0.1"
-        proc = self.spawn(name, binary, self.security_flags(name) + ["--listen", f"{host}:0",
+        self.commands[name] = (binary, list(args))
+        return self.launch(name, f"{host}:0", wait, append=False)
+
+    def restart(self, name, wait=True):
+        """Starts NAME again as start() last started it, on the gRPC address it had (so that the
+        coordinator and its peers find it where it was; its metrics port is a new one), its log
+        appended to; with `wait`, waits for its address file. The old process must be gone
+        (killed and reaped). Returns the new Popen."""
+        return self.launch(name, self.addresses[name]["grpc"], wait, append=True)
+
+    def launch(self, name, listen, wait, append):
+        binary, args = self.commands[name]
+        addr = os.path.join(self.work, name + ".addr")
+        if os.path.exists(addr):
+            os.remove(addr)
+        host = listen.rsplit(":", 1)[0]
+        proc = self.spawn(name, binary, self.security_flags(name) + ["--listen", listen,
                                          "--metrics-listen", f"{host}:0", "--address-file",
-                                         addr] + list(args))
+                                         addr] + args, append)
         self.starting[name] = (proc, addr)
         if wait:
             self.wait_started()
@@ -138,6 +171,36 @@ class Cluster:
                 sys.exit(f"{self.prog}: {', '.join(self.starting)} wrote no address file within "
                          f"{timeout} s (see {self.work})")
             time.sleep(0.05)
+
+    def poll_started(self, name):
+        """Whether NAME has written its address file since its last (re)start, without waiting
+        (for a restart(..., wait=False) watched among other work)."""
+        if name in self.starting:
+            fields = read_address_file(self.starting[name][1])
+            if "grpc" not in fields:
+                return False
+            self.addresses[name] = fields
+            del self.starting[name]
+        return True
+
+    def start_etcd(self, name="etcd"):
+        """One etcd member (Debian's etcd-server, or $SHOAL_ETCD) on two free 127.0.0.1 ports, its
+        data in WORK/NAME and its log in WORK/NAME.log; returns its client HOST:PORT (for a
+        coordinator's --store etcd://HOST:PORT/PREFIX)."""
+        etcd = os.environ.get("SHOAL_ETCD") or shutil.which("etcd")
+        if not etcd:
+            sys.exit(f"{self.prog}: no etcd on PATH (Debian's etcd-server)")
+        client, peer = free_port(), free_port()
+        client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
+        with open(self.log_path(name), "w") as log:
+            proc = subprocess.Popen(
+                [etcd, "--name", name, "--data-dir", os.path.join(self.work, name),
+                 "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+                 "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                 "--initial-cluster", f"{name}={peer_url}", "--log-level", "warn"],
+                stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append((name, proc))
+        return f"127.0.0.1:{client}"
 
     def start_coordinator(self, args=()):
         self.start("coordinator", "shoal-coordinator",

@@ -89,6 +89,35 @@ TEST_F(AsyncTest, VersionsFromTheBufferBecomeHistoryCheckpointsAndEvaluations) {
   EXPECT_EQ(status.peers(0).updates(), 2u);
 }
 
+// A coordinator that stopped while the peers evaluated the last version: the next one restores
+// that version and completes the task once the evaluation's deadline passes (the peers evaluated
+// it before), instead of opening a buffer that would wait for a version past the last.
+TEST_F(AsyncTest, ResumedAfterTheLastVersionTheTaskCompletes) {
+  auto sinks = Open(AsyncSpec(2, 2), {"a", "b"});
+  aggregator_.Publish("t", 1, {"a", "b"});
+  Step();
+  aggregator_.Publish("t", 2, {"a", "b"});
+  Step();
+  ASSERT_EQ(Status("t").phase(), v1::ROUND_PHASE_EVALUATING);
+  ASSERT_EQ(aggregator_.buffers.size(), 1u);
+
+  Recreate();  // a new coordinator process on the same store
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:6666").ok());
+  auto a = Join("a");
+  auto b = Join("b");
+  Step();
+  v1::TaskStatus status = Status("t");
+  EXPECT_EQ(status.model_version(), 2u);
+  EXPECT_EQ(status.state(), v1::TASK_STATE_RUNNING);
+  EXPECT_EQ(status.phase(), v1::ROUND_PHASE_EVALUATING);
+  EXPECT_EQ(aggregator_.buffers.size(), 1u) << "no buffer past the last version";
+  clock_.Advance(absl::Seconds(31));  // the spec's round deadline, under final_eval_timeout
+  Step();
+  status = Status("t");
+  EXPECT_EQ(status.state(), v1::TASK_STATE_COMPLETED);
+  EXPECT_EQ(status.message(), "published 2 versions");
+}
+
 TEST_F(AsyncTest, APeerThatJoinsLaterStartsTrainingAtOnce) {
   auto sinks = Open(AsyncSpec(1, 5), {"a"});
   ASSERT_EQ(aggregator_.buffers.size(), 1u);

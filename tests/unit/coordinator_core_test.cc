@@ -455,6 +455,32 @@ TEST_F(CoordinatorCoreTest, RestartKeepsTasksAndResumesFromCheckpoint) {
   EXPECT_EQ(aggregator_.opened.back().base_version(), 1u);
 }
 
+// A coordinator that stopped while the peers evaluated the last round's model: the next one
+// restores it and completes the task once the evaluation's deadline passes, opening no round past
+// the last.
+TEST_F(CoordinatorCoreTest, ResumedAfterTheLastRoundTheTaskCompletes) {
+  auto sinks = StartTask(Spec("t", 1, 1), {"a"});
+  aggregator_.contributors = {"a"};
+  Accept("t", 1, "a");
+  Step();  // round 1 closes -> version 1 is published: the peers evaluate it
+  ASSERT_EQ(Status("t").phase(), v1::ROUND_PHASE_EVALUATING);
+  const size_t opened = aggregator_.opened.size();
+
+  Recreate();
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:6666").ok());
+  auto a = Join("a");
+  Step();
+  v1::TaskStatus t = Status("t");
+  EXPECT_EQ(t.model_version(), 1u);
+  EXPECT_EQ(t.phase(), v1::ROUND_PHASE_EVALUATING);
+  EXPECT_EQ(aggregator_.opened.size(), opened) << "no round past the last";
+  clock_.Advance(absl::Seconds(31));  // the spec's round deadline, under final_eval_timeout
+  Step();
+  t = Status("t");
+  EXPECT_EQ(t.state(), v1::TASK_STATE_COMPLETED);
+  EXPECT_EQ(t.round(), 1u);
+}
+
 // EvalReports are stored in batches by Step() or SaveUnsaved() (one write per round, not one per
 // peer); what was reported before a restart is still there after it, complete or not.
 TEST_F(CoordinatorCoreTest, EvalReportsSurviveARestartOnceSaved) {

@@ -83,6 +83,14 @@ void FederatedAsyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEff
     return;
   }
   if (model_.Next(peers_, now, status, fx) != GlobalModel::Step::kHeld) return;
+  if (status.model_version() >= spec_.rounds()) {
+    // Resumed after the last version (the coordinator before this one stopped while the peers
+    // evaluated it): a buffer would wait for a version past the last; the evaluation ends it.
+    status.set_state(v1::TASK_STATE_RUNNING);
+    EvaluateLast(now, status, fx);
+    Advance(now, status, fx);
+    return;
+  }
   if (peers_.size() < spec_.min_participants()) {
     if (waiting_.Update(peers_, spec_.min_participants(), now, status, fx)) {
       status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
@@ -227,14 +235,19 @@ void FederatedAsyncTask::OnVersion(const aggregator::v1::VersionPublished& v, ab
   }
   if (v.version() >= spec_.rounds()) {
     buffer_open_ = false;  // the aggregator closed it after the last version
-    status.set_phase(v1::ROUND_PHASE_EVALUATING);
-    eval_deadline_ =
-        now + std::min(options_.final_eval_timeout, absl::Seconds(spec_.round_deadline_seconds()));
-    status.set_message("evaluating the final model");
+    EvaluateLast(now, status, fx);
   } else {
     status.set_message(absl::StrCat("version ", v.version(), " of ", spec_.rounds(), "; ",
                                     peers_.size(), " peers train and push"));
   }
+  fx.changed = true;
+}
+
+void FederatedAsyncTask::EvaluateLast(absl::Time now, v1::TaskStatus& status, ModeEffects& fx) {
+  status.set_phase(v1::ROUND_PHASE_EVALUATING);
+  eval_deadline_ =
+      now + std::min(options_.final_eval_timeout, absl::Seconds(spec_.round_deadline_seconds()));
+  status.set_message("evaluating the final model");
   fx.changed = true;
 }
 

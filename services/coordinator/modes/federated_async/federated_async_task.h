@@ -61,6 +61,8 @@ class FederatedAsyncTask final : public AggregatorModeTask {
   void AskOpen(const v1::TaskStatus& status, ModeEffects& fx);
   // ModelPublished for `version` to every peer.
   void Publish(uint64_t version, ModeEffects& fx) const;
+  // The last version is out: the task completes once it is evaluated (or at the deadline).
+  void EvaluateLast(absl::Time now, v1::TaskStatus& status, ModeEffects& fx);
 
   const bool tree_;               // topology hierarchical
   bool opening_ = false;          // kOpenBuffer in flight

@@ -150,6 +150,15 @@ void FederatedSyncTask::Advance(absl::Time now, v1::TaskStatus& status, ModeEffe
     status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
     fx.changed = true;
   }
+  if (status.round() >= spec_.rounds()) {
+    // Resumed after the last round (the coordinator before this one stopped while the peers
+    // evaluated its model): no round past the last; the evaluation ends the task.
+    status.set_state(v1::TASK_STATE_RUNNING);
+    EvaluateLast(now, status);
+    fx.changed = true;
+    Advance(now, status, fx);
+    return;
+  }
   if (peers_.size() < spec_.min_participants()) {
     waiting_.Update(peers_, spec_.min_participants(), now, status, fx);
     return;
@@ -454,13 +463,17 @@ void FederatedSyncTask::OnClosed(const WorkResult& result, absl::Time now, v1::T
   }
   round_ = Round{};
   if (last) {
-    status.set_phase(v1::ROUND_PHASE_EVALUATING);
-    eval_deadline_ =
-        now + std::min(options_.final_eval_timeout, absl::Seconds(spec_.round_deadline_seconds()));
-    status.set_message("evaluating the final model");
+    EvaluateLast(now, status);
   } else {
     status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
   }
+}
+
+void FederatedSyncTask::EvaluateLast(absl::Time now, v1::TaskStatus& status) {
+  status.set_phase(v1::ROUND_PHASE_EVALUATING);
+  eval_deadline_ =
+      now + std::min(options_.final_eval_timeout, absl::Seconds(spec_.round_deadline_seconds()));
+  status.set_message("evaluating the final model");
 }
 
 std::unique_ptr<ModeTask> MakeFederatedSyncTask(const v1::TaskStatus& status,

@@ -97,6 +97,8 @@ class FederatedSyncTask final : public AggregatorModeTask {
   void ShowAsyncPeers(v1::TaskStatus& status) const;
   // Whether the evaluation of the task's current model version is complete.
   static bool FinalEvaluationDone(const v1::TaskStatus& status);
+  // The last round's model is out: the task completes once it is evaluated (or at the deadline).
+  void EvaluateLast(absl::Time now, v1::TaskStatus& status);
 
   // The round call in flight (open, close); the mode waits for its result.
   std::optional<AggregatorWork::Kind> pending_;
