@@ -23,6 +23,7 @@
 #include "libs/training/trainer.h"
 #include "services/aggregator/aggregator_client.h"
 #include "services/peer_agent/modes/aggregator_peer.h"
+#include "services/peer_agent/modes/federated_sync/background_evaluator.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
 #include "tests/fakes/peer_side_aggregator.h"
@@ -123,6 +124,15 @@ class TestPeer {
     absl::MutexLock lock(&mu_);
     return std::exchange(sent_, {});
   }
+  // The same once at least `n` messages were sent (evaluations are reported from the
+  // evaluator's thread), waiting up to 20 s.
+  std::vector<PeerMessage> TakeAtLeast(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return sent_.size() >= n; };
+    mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(20));
+    return std::exchange(sent_, {});
+  }
+  ~TestPeer() { runner_.reset(); }  // its evaluator's thread sends into sent_
   training::Trainer& trainer() { return *trainer_; }
   SnapshotStore& store() { return store_; }
 
@@ -210,7 +220,7 @@ TEST_F(FederatedSyncRunnerTest, ReassignmentMovesEveryFollowingCallToTheNewAggre
   published.mutable_model_published()->set_round(1);
   published.mutable_model_published()->set_version(1);
   peer.Handle(published);
-  EXPECT_THAT(Kinds(peer.Take()), ElementsAre(PeerMessage::kEvalReport));
+  EXPECT_THAT(Kinds(peer.TakeAtLeast(1)), ElementsAre(PeerMessage::kEvalReport));
   peer.Handle(Initialize());
   EXPECT_THAT(Kinds(peer.Take()), ElementsAre(PeerMessage::kModelInitialized));
 
@@ -268,6 +278,81 @@ TEST_F(FederatedSyncRunnerTest, TransferAttemptsGetTheirBytesAtTheSlowestLink) {
     EXPECT_GE(c.deadline, before + slow.rpc_timeout + model_time) << c.method;
     EXPECT_LE(c.deadline, after + slow.rpc_timeout + model_time) << c.method;
   }
+}
+
+// A published model is evaluated on the evaluator's thread while the worker trains the next
+// round: the next round trains on the published version at once, and the EvalReport that follows
+// carries that version and what the trainer's own evaluation of it gives.
+TEST_F(FederatedSyncRunnerTest, TrainsTheNextRoundWhileThePublishedModelIsEvaluated) {
+  PeerSideAggregator aggregator;
+  TestPeer peer(aggregator, *train_, *test_);
+  peer.Handle(Initialize());
+  peer.Handle(RoundStarted(1, 0));
+  EXPECT_THAT(Kinds(peer.Take()), ElementsAre(PeerMessage::kModelInitialized));
+  auto published_model = peer.trainer().GetState(/*include_buffers=*/true);
+  ASSERT_TRUE(published_model.ok());
+  aggregator.Store("aggregator-a:1", 1, *published_model);
+  // What the evaluation of version 1 must report: the trainer's own, before it trains on.
+  ASSERT_TRUE(peer.trainer().SetState(*published_model).ok());
+  absl::StatusOr<training::EvalStats> want = peer.trainer().Evaluate();
+  ASSERT_TRUE(want.ok());
+
+  CoordinatorEvent published;
+  published.set_task("fed");
+  published.mutable_model_published()->set_round(1);
+  published.mutable_model_published()->set_version(1);
+  peer.Handle(published);
+  peer.Handle(RoundStarted(2, 1));  // follows the publish at once
+
+  const std::vector<PeerMessage> sent = peer.TakeAtLeast(1);
+  ASSERT_THAT(Kinds(sent), ElementsAre(PeerMessage::kEvalReport));
+  EXPECT_EQ(sent[0].eval_report().version(), 1u);
+  EXPECT_EQ(sent[0].eval_report().correct(), want->correct);
+  EXPECT_EQ(sent[0].eval_report().total(), want->total);
+  EXPECT_EQ(sent[0].eval_report().loss_sum(), want->loss_sum);
+  const std::vector<PeerSideAggregator::Push> pushes = aggregator.pushes();
+  ASSERT_EQ(pushes.size(), 2u);
+  EXPECT_EQ(pushes[1].meta.round(), 2u);
+  EXPECT_EQ(pushes[1].meta.base_version(), 1u);
+  // Training took the snapshot down (the evaluator held the copy it evaluated).
+  EXPECT_FALSE(peer.store().Latest());
+}
+
+// The evaluator yields to the worker's training while it is a round behind at most: with one
+// model queued it waits for training to end; with a second one queued behind it, it runs beside
+// training. Reports come in the order submitted, each with its version.
+TEST_F(FederatedSyncRunnerTest, EvaluatorYieldsToTrainingUnlessItFellARoundBehind) {
+  training::TrainerOptions options;
+  options.spec = Spec();
+  options.shard = training::ShardSpec{0, 2};
+  auto trainer = training::Trainer::Create(options, *train_, *test_);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto model = (*trainer)->GetState(/*include_buffers=*/true);
+  ASSERT_TRUE(model.ok());
+  auto shared = std::make_shared<const tensor::FlatModel>(*std::move(model));
+  prometheus::Registry registry;
+  PeerMetrics metrics(registry);
+  absl::Mutex mu;
+  std::vector<uint64_t> versions;
+  auto evaluator =
+      BackgroundEvaluator::Create(**trainer, "fed", metrics, [&](const PeerMessage& m) {
+        absl::MutexLock lock(&mu);
+        versions.push_back(m.eval_report().version());
+      });
+  ASSERT_TRUE(evaluator.ok()) << evaluator.status();
+  auto reported = [&](size_t n) {
+    absl::MutexLock lock(&mu);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return versions.size() >= n; };
+    mu.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(20));
+    return versions;
+  };
+  (*evaluator)->SetTraining(true);
+  (*evaluator)->Submit(1, 1, shared);
+  (*evaluator)->Submit(2, 2, shared);
+  // Version 1 is evaluated while the worker trains: version 2 waits behind it.
+  EXPECT_THAT(reported(1), ElementsAre(1u));
+  (*evaluator)->SetTraining(false);
+  EXPECT_THAT(reported(2), ElementsAre(1u, 2u));
 }
 
 class ByzantineTest : public FederatedSyncRunnerTest,

@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "libs/common/heap.h"
@@ -32,8 +33,11 @@ absl::StatusOr<std::unique_ptr<FederatedSyncRunner>> FederatedSyncRunner::Create
   SHOAL_RETURN_IF_ERROR(
       CheckRunnerDeps(deps, common::v1::MODE_FEDERATED_SYNC, {.aggregator = true}));
   SHOAL_RETURN_IF_ERROR(options.Validate());
+  SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<BackgroundEvaluator> evaluator,
+                         BackgroundEvaluator::Create(*deps.trainer, deps.assigned.spec().name(),
+                                                     *deps.metrics, deps.send));
   return std::unique_ptr<FederatedSyncRunner>(
-      new FederatedSyncRunner(std::move(deps), std::move(options)));
+      new FederatedSyncRunner(std::move(deps), std::move(options), std::move(evaluator)));
 }
 
 absl::StatusOr<std::unique_ptr<ModeRunner>> CreateFederatedSyncRunner(ModeRunnerDeps deps) {
@@ -42,7 +46,8 @@ absl::StatusOr<std::unique_ptr<ModeRunner>> CreateFederatedSyncRunner(ModeRunner
   return std::unique_ptr<ModeRunner>(std::move(runner));
 }
 
-FederatedSyncRunner::FederatedSyncRunner(ModeRunnerDeps deps, FederatedSyncOptions options)
+FederatedSyncRunner::FederatedSyncRunner(ModeRunnerDeps deps, FederatedSyncOptions options,
+                                         std::unique_ptr<BackgroundEvaluator> evaluator)
     : deps_(std::move(deps)),
       options_(std::move(options)),
       task_(deps_.assigned.spec().name()),
@@ -51,7 +56,8 @@ FederatedSyncRunner::FederatedSyncRunner(ModeRunnerDeps deps, FederatedSyncOptio
       aggregator_(*deps_.aggregator),
       metrics_(*deps_.metrics),
       clock_(*deps_.clock),
-      peer_(deps_, {options_.rpc_timeout, options_.retry_backoff, options_.slowest_link}) {}
+      peer_(deps_, {options_.rpc_timeout, options_.retry_backoff, options_.slowest_link}),
+      evaluator_(std::move(evaluator)) {}
 
 void FederatedSyncRunner::Send(const PeerMessage& message) const { deps_.send(message); }
 
@@ -107,6 +113,10 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
     if (!absl::IsCancelled(s) && keep_going()) Send(MakePeerError(m.round(), s));
     return;
   }
+  // The evaluation of the last published model yields to the round's own work (BackgroundEvaluator)
+  // until the delta is made.
+  evaluator_->SetTraining(true);
+  absl::Cleanup trained = [this] { evaluator_->SetTraining(false); };
   absl::StatusOr<training::TrainStats> stats = trainer_.TrainBatches(m.round_batches(), keep_going);
   peer_.Trained();
   if (!stats.ok()) {
@@ -136,6 +146,7 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
     Send(MakePeerError(m.round(), delta.status()));
     return;
   }
+  std::move(trained).Invoke();
   const uint64_t sent = (*delta)->payload_bytes();
   const uint64_t values = (*delta)->values_sent();
   const uint64_t all_values = (*delta)->layout.total_elements();
@@ -257,19 +268,18 @@ void FederatedSyncRunner::HandleModelPublished(const coordinator::v1::ModelPubli
                s.message());
     return;
   }
-  // Evaluated first, then published: the snapshot's copy of the model and the evaluation's
-  // activations are not held at once.
-  absl::StatusOr<training::EvalStats> eval = trainer_.Evaluate();
-  peer_.PublishSnapshot(m.version());
-  if (!eval.ok()) {
-    LogError("task ", task_, ": evaluating version ", m.version(), ": ", eval.status().message());
-    Send(MakePeerError(m.round(), eval.status()));
+  // The snapshot's copy is what the evaluator evaluates, on its own thread: the worker goes on
+  // to the next round's RoundStarted (which follows the publish at once), and the evaluation
+  // fills the time the round spends on the links.
+  std::shared_ptr<const tensor::FlatModel> model = peer_.PublishSnapshot(m.version());
+  if (!model) {
+    const absl::Status s = absl::InternalError(
+        absl::StrCat("cannot copy model version ", m.version(), " for its evaluation"));
+    LogError("task ", task_, ": ", s.message());
+    Send(MakePeerError(m.round(), s));
     return;
   }
-  metrics_.test_accuracy.Set(eval->accuracy());
-  LogInfo(absl::StrFormat("task %s round %d: model version %d test accuracy %.4f (%d/%d)", task_,
-                          m.round(), m.version(), eval->accuracy(), eval->correct, eval->total));
-  Send(MakeEvalReport(m.version(), *eval));
+  evaluator_->Submit(m.round(), m.version(), std::move(model));
 }
 
 }  // namespace shoal::peer
