@@ -8,7 +8,9 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -86,7 +88,7 @@ class TestPeer {
  public:
   TestPeer(PeerSideAggregator& aggregator, const training::RawDataset& train,
            const training::RawDataset& test, ByzantineFault byzantine = {},
-           FederatedSyncOptions fast = {})
+           FederatedSyncOptions fast = {}, bool evaluate_beside_training = true)
       : metrics_(registry_) {
     training::TrainerOptions options;
     options.spec = Spec();
@@ -106,9 +108,11 @@ class TestPeer {
     deps.peer_id = "peer-a";
     deps.session_token = [] { return std::string("token-1"); };
     deps.update_hooks = byzantine.Hooks();
+    deps.evaluate_beside_training = evaluate_beside_training;
     deps.send = [this](const PeerMessage& m) {
       absl::MutexLock lock(&mu_);
       sent_.push_back(m);
+      last_sender_ = std::this_thread::get_id();
     };
     fast.retry_backoff = BackoffOptions{absl::Milliseconds(10), absl::Milliseconds(50), 2.0, 0.2};
     auto runner = FederatedSyncRunner::Create(std::move(deps), fast);
@@ -132,6 +136,11 @@ class TestPeer {
     mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(20));
     return std::exchange(sent_, {});
   }
+  // The thread that sent the last message.
+  std::thread::id last_sender() {
+    absl::MutexLock lock(&mu_);
+    return last_sender_;
+  }
   ~TestPeer() { runner_.reset(); }  // its evaluator's thread sends into sent_
   training::Trainer& trainer() { return *trainer_; }
   SnapshotStore& store() { return store_; }
@@ -145,6 +154,7 @@ class TestPeer {
   std::unique_ptr<FederatedSyncRunner> runner_;
   absl::Mutex mu_;
   std::vector<PeerMessage> sent_ ABSL_GUARDED_BY(mu_);
+  std::thread::id last_sender_ ABSL_GUARDED_BY(mu_);
 };
 
 CoordinatorEvent Initialize() {
@@ -316,6 +326,55 @@ TEST_F(FederatedSyncRunnerTest, TrainsTheNextRoundWhileThePublishedModelIsEvalua
   EXPECT_EQ(pushes[1].meta.base_version(), 1u);
   // Training took the snapshot down (the evaluator held the copy it evaluated).
   EXPECT_FALSE(peer.store().Latest());
+}
+
+// With --evaluate-beside-training=false the published model is evaluated before the worker goes
+// on: its EvalReport is out and its snapshot up when ModelPublished has been handled, before the
+// next round trains. The report is the same as beside training.
+TEST_F(FederatedSyncRunnerTest, EvaluatesBeforeTheNextRoundUnlessBesideTraining) {
+  std::optional<tensor::FlatModel> model;  // version 1, the same for both peers
+  std::vector<PeerMessage> reports;
+  for (const bool beside : {false, true}) {
+    SCOPED_TRACE(beside ? "beside training" : "before training");
+    PeerSideAggregator aggregator;
+    TestPeer peer(aggregator, *train_, *test_, {}, {}, beside);
+    peer.Handle(Initialize());
+    peer.Handle(RoundStarted(1, 0));
+    EXPECT_THAT(Kinds(peer.Take()), ElementsAre(PeerMessage::kModelInitialized));
+    if (!model) {
+      auto state = peer.trainer().GetState(/*include_buffers=*/true);
+      ASSERT_TRUE(state.ok());
+      model = *std::move(state);
+    }
+    aggregator.Store("aggregator-a:1", 1, *model);
+    CoordinatorEvent published;
+    published.set_task("fed");
+    published.mutable_model_published()->set_round(1);
+    published.mutable_model_published()->set_version(1);
+    peer.Handle(published);
+    if (!beside) {
+      const std::vector<PeerMessage> sent = peer.Take();  // no wait: sent already
+      ASSERT_THAT(Kinds(sent), ElementsAre(PeerMessage::kEvalReport));
+      EXPECT_EQ(peer.last_sender(), std::this_thread::get_id());  // by the worker, not a thread
+      reports.push_back(sent[0]);
+      EXPECT_EQ(aggregator.pushes().size(), 1u);
+      ASSERT_TRUE(peer.store().Latest());
+      EXPECT_EQ(peer.store().Latest()->version, 1u);
+    }
+    peer.Handle(RoundStarted(2, 1));
+    if (beside) {
+      const std::vector<PeerMessage> sent = peer.TakeAtLeast(1);
+      ASSERT_THAT(Kinds(sent), ElementsAre(PeerMessage::kEvalReport));
+      reports.push_back(sent[0]);
+    }
+    const std::vector<PeerSideAggregator::Push> pushes = aggregator.pushes();
+    ASSERT_EQ(pushes.size(), 2u);
+    EXPECT_EQ(pushes[1].meta.base_version(), 1u);
+    EXPECT_FALSE(peer.store().Latest());
+  }
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].eval_report().version(), 1u);
+  EXPECT_EQ(reports[0].SerializeAsString(), reports[1].SerializeAsString());
 }
 
 // The evaluator yields to the worker's training while it is a round behind at most: with one

@@ -79,20 +79,22 @@ void BackgroundEvaluator::Run() {
         evaluator_->Evaluate(*job.model, [this] { return NextBatch(); });
     job.model.reset();  // the snapshot may be gone by now: its memory goes back at once
     if (absl::IsCancelled(eval.status()) && Stopping()) return;
-    Report(job, eval);
+    ReportEvaluation(task_, job.round, job.version, eval, metrics_, send_);
   }
 }
 
-void BackgroundEvaluator::Report(const Job& job, const absl::StatusOr<training::EvalStats>& eval) {
+void ReportEvaluation(const std::string& task, uint64_t round, uint64_t version,
+                      const absl::StatusOr<training::EvalStats>& eval, PeerMetrics& metrics,
+                      const std::function<void(const coordinator::v1::PeerMessage&)>& send) {
   if (!eval.ok()) {
-    LogError("task ", task_, ": evaluating version ", job.version, ": ", eval.status().message());
-    send_(MakePeerError(job.round, eval.status()));
+    LogError("task ", task, ": evaluating version ", version, ": ", eval.status().message());
+    send(MakePeerError(round, eval.status()));
     return;
   }
-  metrics_.test_accuracy.Set(eval->accuracy());
-  LogInfo(absl::StrFormat("task %s round %d: model version %d test accuracy %.4f (%d/%d)", task_,
-                          job.round, job.version, eval->accuracy(), eval->correct, eval->total));
-  send_(MakeEvalReport(job.version, *eval));
+  metrics.test_accuracy.Set(eval->accuracy());
+  LogInfo(absl::StrFormat("task %s round %d: model version %d test accuracy %.4f (%d/%d)", task,
+                          round, version, eval->accuracy(), eval->correct, eval->total));
+  send(MakeEvalReport(version, *eval));
 }
 
 }  // namespace shoal::peer

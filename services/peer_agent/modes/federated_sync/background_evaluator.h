@@ -20,14 +20,20 @@
 
 namespace shoal::peer {
 
+// What the evaluation of model `version`, published at the end of round `round`, reports: the
+// test-accuracy metric, the log line "task T round R: model version V test accuracy A (C/N)" and
+// an EvalReport for V, or on error a log line and a PeerError for round R. The same whether the
+// model is evaluated beside training (BackgroundEvaluator) or before it (FederatedSyncRunner).
+void ReportEvaluation(const std::string& task, uint64_t round, uint64_t version,
+                      const absl::StatusOr<training::EvalStats>& eval, PeerMetrics& metrics,
+                      const std::function<void(const coordinator::v1::PeerMessage&)>& send);
+
 // Evaluates each model a federated-sync peer is published on a thread of its own (with a
 // training::ModelEvaluator, a second instance of the task's model whose parameters are views of
 // the model evaluated), so that the peer's worker trains the next round meanwhile instead of
 // after the evaluation. Models are evaluated one at a time in the order submitted; each one's
-// result goes out as the runner sent it before: the test-accuracy metric, the log line
-// "task T round R: model version V test accuracy A (C/N)" and an EvalReport for V, or on error a
-// log line and a PeerError for round R. `send` is called on this class's thread (the session's
-// send is thread-safe). Submit() is called from one thread (the runner's worker).
+// result goes out through ReportEvaluation. `send` is called on this class's thread (the
+// session's send is thread-safe). Submit() is called from one thread (the runner's worker).
 class BackgroundEvaluator {
  public:
   using SendFn = std::function<void(const coordinator::v1::PeerMessage&)>;
@@ -62,7 +68,6 @@ class BackgroundEvaluator {
   BackgroundEvaluator(std::unique_ptr<training::ModelEvaluator> evaluator, std::string task,
                       PeerMetrics& metrics, SendFn send);
   void Run();
-  void Report(const Job& job, const absl::StatusOr<training::EvalStats>& eval);
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool MayEvaluate() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Before each batch of an evaluation: waits while it should yield to training (SetTraining);

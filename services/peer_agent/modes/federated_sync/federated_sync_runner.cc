@@ -33,9 +33,12 @@ absl::StatusOr<std::unique_ptr<FederatedSyncRunner>> FederatedSyncRunner::Create
   SHOAL_RETURN_IF_ERROR(
       CheckRunnerDeps(deps, common::v1::MODE_FEDERATED_SYNC, {.aggregator = true}));
   SHOAL_RETURN_IF_ERROR(options.Validate());
-  SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<BackgroundEvaluator> evaluator,
-                         BackgroundEvaluator::Create(*deps.trainer, deps.assigned.spec().name(),
-                                                     *deps.metrics, deps.send));
+  std::unique_ptr<BackgroundEvaluator> evaluator;
+  if (deps.evaluate_beside_training) {
+    SHOAL_ASSIGN_OR_RETURN(evaluator,
+                           BackgroundEvaluator::Create(*deps.trainer, deps.assigned.spec().name(),
+                                                       *deps.metrics, deps.send));
+  }
   return std::unique_ptr<FederatedSyncRunner>(
       new FederatedSyncRunner(std::move(deps), std::move(options), std::move(evaluator)));
 }
@@ -113,10 +116,12 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
     if (!absl::IsCancelled(s) && keep_going()) Send(MakePeerError(m.round(), s));
     return;
   }
-  // The evaluation of the last published model yields to the round's own work (BackgroundEvaluator)
-  // until the delta is made.
-  evaluator_->SetTraining(true);
-  absl::Cleanup trained = [this] { evaluator_->SetTraining(false); };
+  // An evaluation of the last published model beside training yields to the round's own work
+  // (BackgroundEvaluator) until the delta is made.
+  if (evaluator_ != nullptr) evaluator_->SetTraining(true);
+  absl::Cleanup trained = [this] {
+    if (evaluator_ != nullptr) evaluator_->SetTraining(false);
+  };
   absl::StatusOr<training::TrainStats> stats = trainer_.TrainBatches(m.round_batches(), keep_going);
   peer_.Trained();
   if (!stats.ok()) {
@@ -266,6 +271,16 @@ void FederatedSyncRunner::HandleModelPublished(const coordinator::v1::ModelPubli
       !s.ok()) {
     LogWarning("task ", task_, ": cannot get published model version ", m.version(), ": ",
                s.message());
+    return;
+  }
+  if (evaluator_ == nullptr) {
+    // Evaluated first, then published, before the next round: the snapshot's copy of the model
+    // and the evaluation's activations are not held at once, and the next round's training
+    // takes the copy down (at most 3x the model), at the cost of the evaluation's time in the
+    // round.
+    const absl::StatusOr<training::EvalStats> eval = trainer_.Evaluate();
+    peer_.PublishSnapshot(m.version());
+    ReportEvaluation(task_, m.round(), m.version(), eval, metrics_, deps_.send);
     return;
   }
   // The snapshot's copy is what the evaluator evaluates, on its own thread: the worker goes on
