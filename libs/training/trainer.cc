@@ -20,6 +20,8 @@
 #include "libs/task/task_privacy.h"
 #include "libs/training/dp_batches.h"
 #include "libs/training/loss.h"
+#include "libs/training/model_evaluation.h"
+#include "libs/training/model_evaluator.h"
 #include "libs/training/model_state.h"
 #include "libs/training/models.h"
 #include "libs/training/shard_tensors.h"
@@ -121,6 +123,11 @@ struct Trainer::Impl {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
   // privacy.dp level sample: every batch is a DP-SGD step (then no StepInBackward hooks).
   std::unique_ptr<DpSgdBatches> dp;
+
+  EvalData EvalSet() const {
+    return EvalData{test_images, test_labels, options.spec.loss(), num_classes,
+                    options.eval_batch_size};
+  }
 
   std::unique_ptr<torch::optim::Optimizer> MakeOptimizer() {
     const auto& opt = options.spec.optimizer();
@@ -320,28 +327,29 @@ absl::StatusOr<TrainStats> Trainer::TrainBatches(uint32_t n,
 }
 
 absl::StatusOr<EvalStats> Trainer::Evaluate() {
-  Impl& m = *impl_;
-  EvalStats stats;
+  const Impl& m = *impl_;
+  return EvaluateModel(*m.model, m.EvalSet(), nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<ModelEvaluator>> Trainer::MakeEvaluator() const {
+  const Impl& m = *impl_;
+  auto impl = std::make_unique<ModelEvaluator::Impl>();
+  impl->data = m.EvalSet();
+  impl->params_layout = m.layout;
+  impl->state_layout = m.state_layout;
+  impl->on_cpu = m.device.is_cpu();
   try {
-    torch::NoGradGuard no_grad;
-    m.model->SetTraining(false);
-    const int64_t n = m.test_labels.size(0);
-    const int64_t eval_batch = m.options.eval_batch_size;
-    for (int64_t begin = 0; begin < n; begin += eval_batch) {
-      const int64_t end = std::min(n, begin + eval_batch);
-      torch::Tensor x = m.test_images.slice(0, begin, end);
-      torch::Tensor y = m.test_labels.slice(0, begin, end);
-      torch::Tensor out = m.model->Forward(x);
-      stats.loss_sum += TaskLoss(m.options.spec.loss(), out, y, m.num_classes).item<double>() *
-                        static_cast<double>(end - begin);
-      stats.correct += PredictClasses(out).eq(y).sum().item<int64_t>();
-      stats.total += static_cast<uint64_t>(end - begin);
+    SHOAL_ASSIGN_OR_RETURN(impl->model, LoadModel(m.options.spec, m.script_path));
+    impl->model->To(m.device);
+    if (impl->on_cpu) {
+      // Its parameters are views of the state each evaluation is given: it holds none.
+      torch::NoGradGuard no_grad;
+      for (auto& [name, p] : impl->model->NamedParameters()) p.set_data(torch::empty({0}));
     }
-    m.model->SetTraining(true);
   } catch (const std::exception& e) {
-    return TorchError("evaluating", e);
+    return TorchError("creating an evaluator", e);
   }
-  return stats;
+  return std::unique_ptr<ModelEvaluator>(new ModelEvaluator(std::move(impl)));
 }
 
 absl::StatusOr<tensor::FlatModel> Trainer::GetParameters() const {

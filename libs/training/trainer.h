@@ -19,7 +19,8 @@
 
 namespace shoal::training {
 
-struct ShardTensors;  // shard_tensors.h (LibTorch)
+struct ShardTensors;   // shard_tensors.h (LibTorch)
+class ModelEvaluator;  // model_evaluator.h
 
 struct TrainerOptions {
   common::v1::TaskSpec spec;  // model, dataset, batch_size, optimizer, seed
@@ -121,6 +122,10 @@ class Trainer {
 
   // Evaluates the current parameters on this shard's test slice (test indices i % N == I).
   absl::StatusOr<EvalStats> Evaluate();
+  // A second instance of this task's model that evaluates a given state on the same test slice
+  // on another thread, beside this trainer's training (ModelEvaluator). The trainer must outlive
+  // it. Errors: from building the model (as Create).
+  absl::StatusOr<std::unique_ptr<ModelEvaluator>> MakeEvaluator() const;
 
   // The current parameters, flattened in the model's registration order.
   absl::StatusOr<tensor::FlatModel> GetParameters() const;

@@ -49,6 +49,9 @@ struct ModeRunnerDeps {
   // Where the federated modes keep the global model on disk (--scratch-dir; empty: TMPDIR, else
   // /tmp).
   std::string scratch_dir;
+  // Federated-sync (--evaluate-beside-training): whether a published model is evaluated on a
+  // thread of its own beside the next round's training, or before it (FederatedSyncRunner).
+  bool evaluate_beside_training = true;
   // The session token of the latest Welcome (aggregator calls carry it). Null: none.
   std::function<std::string()> session_token;
   // False once the task is over for this peer (TaskFinished or another TaskAssigned queued, the

@@ -404,6 +404,7 @@ void PeerAgent::StartRunner() {
   deps.wakeup = &wakeup_;
   deps.peer_id = peer_id();
   deps.scratch_dir = options_.scratch_dir;
+  deps.evaluate_beside_training = options_.evaluate_beside_training;
   deps.session_token = [this] { return SessionToken(); };
   deps.task_current = [this] { return TaskStillCurrent(); };
   deps.update_hooks = options_.hooks.update;

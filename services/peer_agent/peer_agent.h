@@ -42,6 +42,8 @@ struct PeerAgentOptions {
   // Where the federated modes keep the global model on disk (--scratch-dir; empty: TMPDIR, else
   // /tmp): ModeRunnerDeps::scratch_dir.
   std::string scratch_dir;
+  // Federated-sync (--evaluate-beside-training): ModeRunnerDeps::evaluate_beside_training.
+  bool evaluate_beside_training = true;
   size_t max_queued_events = 1024;
   // normalization standardize without the task's mean/std: how long the peer waits for the
   // federation's statistics (FederationStatistics) after sending its moments before it gives up

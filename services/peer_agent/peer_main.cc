@@ -50,6 +50,11 @@ ABSL_FLAG(std::string, scratch_dir, "",
           "file, gone when the peer exits), so that its memory holds only LibTorch's "
           "parameters, gradients and momentum; keep it on a disk, not a tmpfs (default: $TMPDIR, "
           "else /tmp)");
+ABSL_FLAG(bool, evaluate_beside_training, true,
+          "federated-sync: evaluate each published model on a thread of its own while the next "
+          "round trains, off the round's critical path; its copy of the model is then held "
+          "through the next round's training (peak memory 4x to 5x the model instead of 3x). "
+          "false: evaluate it before the next round trains, as part of that round's time");
 ABSL_FLAG(std::string, shard, "",
           "train on shard I/N (0 <= I < N) of the data in --data-dir, as every peer with the "
           "same files splits it (an experiment); default: all of --data-dir's data is this "
@@ -168,7 +173,8 @@ int PeerMain(int argc, char** argv, const PeerMainOptions& main_options) {
       {.program = main_options.program,
        .usage = "--coordinator HOST:PORT[,HOST:PORT...] --data-dir DIR (--tls-dir DIR | "
                 "--insecure) [--shard I/N] "
-                "[--model-dir DIR] [--scratch-dir DIR] [--listen HOST:PORT] [--advertise "
+                "[--model-dir DIR] [--scratch-dir DIR] [--evaluate-beside-training=false] "
+                "[--listen HOST:PORT] [--advertise "
                 "HOST:PORT | --relay HOST:PORT|auto|off] [--metrics-listen "
                 "HOST:PORT] "
                 "[--name ID] [--device cpu|cuda] [--torch-threads N] [--join-token TOKEN] "
@@ -210,6 +216,7 @@ int PeerMain(int argc, char** argv, const PeerMainOptions& main_options) {
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.model_dir = absl::GetFlag(FLAGS_model_dir);
   options.scratch_dir = absl::GetFlag(FLAGS_scratch_dir);
+  options.evaluate_beside_training = absl::GetFlag(FLAGS_evaluate_beside_training);
   options.name = absl::GetFlag(FLAGS_name);
   options.device = absl::GetFlag(FLAGS_device);
   options.address_file = absl::GetFlag(FLAGS_address_file);

@@ -203,6 +203,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   agent_options.device = options.device;
   agent_options.model_dir = options.model_dir;
   agent_options.scratch_dir = options.scratch_dir;
+  agent_options.evaluate_beside_training = options.evaluate_beside_training;
   agent_options.data_dir = options.data_dir;
   agent_options.hooks = options.hooks;
   agent_options.identity = std::move(signer);

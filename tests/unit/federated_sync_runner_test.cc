@@ -8,7 +8,9 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -23,6 +25,7 @@
 #include "libs/training/trainer.h"
 #include "services/aggregator/aggregator_client.h"
 #include "services/peer_agent/modes/aggregator_peer.h"
+#include "services/peer_agent/modes/federated_sync/background_evaluator.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
 #include "tests/fakes/peer_side_aggregator.h"
@@ -85,7 +88,7 @@ class TestPeer {
  public:
   TestPeer(PeerSideAggregator& aggregator, const training::RawDataset& train,
            const training::RawDataset& test, ByzantineFault byzantine = {},
-           FederatedSyncOptions fast = {})
+           FederatedSyncOptions fast = {}, bool evaluate_beside_training = true)
       : metrics_(registry_) {
     training::TrainerOptions options;
     options.spec = Spec();
@@ -105,9 +108,11 @@ class TestPeer {
     deps.peer_id = "peer-a";
     deps.session_token = [] { return std::string("token-1"); };
     deps.update_hooks = byzantine.Hooks();
+    deps.evaluate_beside_training = evaluate_beside_training;
     deps.send = [this](const PeerMessage& m) {
       absl::MutexLock lock(&mu_);
       sent_.push_back(m);
+      last_sender_ = std::this_thread::get_id();
     };
     fast.retry_backoff = BackoffOptions{absl::Milliseconds(10), absl::Milliseconds(50), 2.0, 0.2};
     auto runner = FederatedSyncRunner::Create(std::move(deps), fast);
@@ -123,6 +128,20 @@ class TestPeer {
     absl::MutexLock lock(&mu_);
     return std::exchange(sent_, {});
   }
+  // The same once at least `n` messages were sent (evaluations are reported from the
+  // evaluator's thread), waiting up to 20 s.
+  std::vector<PeerMessage> TakeAtLeast(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return sent_.size() >= n; };
+    mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(20));
+    return std::exchange(sent_, {});
+  }
+  // The thread that sent the last message.
+  std::thread::id last_sender() {
+    absl::MutexLock lock(&mu_);
+    return last_sender_;
+  }
+  ~TestPeer() { runner_.reset(); }  // its evaluator's thread sends into sent_
   training::Trainer& trainer() { return *trainer_; }
   SnapshotStore& store() { return store_; }
 
@@ -135,6 +154,7 @@ class TestPeer {
   std::unique_ptr<FederatedSyncRunner> runner_;
   absl::Mutex mu_;
   std::vector<PeerMessage> sent_ ABSL_GUARDED_BY(mu_);
+  std::thread::id last_sender_ ABSL_GUARDED_BY(mu_);
 };
 
 CoordinatorEvent Initialize() {
@@ -210,7 +230,7 @@ TEST_F(FederatedSyncRunnerTest, ReassignmentMovesEveryFollowingCallToTheNewAggre
   published.mutable_model_published()->set_round(1);
   published.mutable_model_published()->set_version(1);
   peer.Handle(published);
-  EXPECT_THAT(Kinds(peer.Take()), ElementsAre(PeerMessage::kEvalReport));
+  EXPECT_THAT(Kinds(peer.TakeAtLeast(1)), ElementsAre(PeerMessage::kEvalReport));
   peer.Handle(Initialize());
   EXPECT_THAT(Kinds(peer.Take()), ElementsAre(PeerMessage::kModelInitialized));
 
@@ -268,6 +288,130 @@ TEST_F(FederatedSyncRunnerTest, TransferAttemptsGetTheirBytesAtTheSlowestLink) {
     EXPECT_GE(c.deadline, before + slow.rpc_timeout + model_time) << c.method;
     EXPECT_LE(c.deadline, after + slow.rpc_timeout + model_time) << c.method;
   }
+}
+
+// A published model is evaluated on the evaluator's thread while the worker trains the next
+// round: the next round trains on the published version at once, and the EvalReport that follows
+// carries that version and what the trainer's own evaluation of it gives.
+TEST_F(FederatedSyncRunnerTest, TrainsTheNextRoundWhileThePublishedModelIsEvaluated) {
+  PeerSideAggregator aggregator;
+  TestPeer peer(aggregator, *train_, *test_);
+  peer.Handle(Initialize());
+  peer.Handle(RoundStarted(1, 0));
+  EXPECT_THAT(Kinds(peer.Take()), ElementsAre(PeerMessage::kModelInitialized));
+  auto published_model = peer.trainer().GetState(/*include_buffers=*/true);
+  ASSERT_TRUE(published_model.ok());
+  aggregator.Store("aggregator-a:1", 1, *published_model);
+  // What the evaluation of version 1 must report: the trainer's own, before it trains on.
+  ASSERT_TRUE(peer.trainer().SetState(*published_model).ok());
+  absl::StatusOr<training::EvalStats> want = peer.trainer().Evaluate();
+  ASSERT_TRUE(want.ok());
+
+  CoordinatorEvent published;
+  published.set_task("fed");
+  published.mutable_model_published()->set_round(1);
+  published.mutable_model_published()->set_version(1);
+  peer.Handle(published);
+  peer.Handle(RoundStarted(2, 1));  // follows the publish at once
+
+  const std::vector<PeerMessage> sent = peer.TakeAtLeast(1);
+  ASSERT_THAT(Kinds(sent), ElementsAre(PeerMessage::kEvalReport));
+  EXPECT_EQ(sent[0].eval_report().version(), 1u);
+  EXPECT_EQ(sent[0].eval_report().correct(), want->correct);
+  EXPECT_EQ(sent[0].eval_report().total(), want->total);
+  EXPECT_EQ(sent[0].eval_report().loss_sum(), want->loss_sum);
+  const std::vector<PeerSideAggregator::Push> pushes = aggregator.pushes();
+  ASSERT_EQ(pushes.size(), 2u);
+  EXPECT_EQ(pushes[1].meta.round(), 2u);
+  EXPECT_EQ(pushes[1].meta.base_version(), 1u);
+  // Training took the snapshot down (the evaluator held the copy it evaluated).
+  EXPECT_FALSE(peer.store().Latest());
+}
+
+// With --evaluate-beside-training=false the published model is evaluated before the worker goes
+// on: its EvalReport is out and its snapshot up when ModelPublished has been handled, before the
+// next round trains. The report is the same as beside training.
+TEST_F(FederatedSyncRunnerTest, EvaluatesBeforeTheNextRoundUnlessBesideTraining) {
+  std::optional<tensor::FlatModel> model;  // version 1, the same for both peers
+  std::vector<PeerMessage> reports;
+  for (const bool beside : {false, true}) {
+    SCOPED_TRACE(beside ? "beside training" : "before training");
+    PeerSideAggregator aggregator;
+    TestPeer peer(aggregator, *train_, *test_, {}, {}, beside);
+    peer.Handle(Initialize());
+    peer.Handle(RoundStarted(1, 0));
+    EXPECT_THAT(Kinds(peer.Take()), ElementsAre(PeerMessage::kModelInitialized));
+    if (!model) {
+      auto state = peer.trainer().GetState(/*include_buffers=*/true);
+      ASSERT_TRUE(state.ok());
+      model = *std::move(state);
+    }
+    aggregator.Store("aggregator-a:1", 1, *model);
+    CoordinatorEvent published;
+    published.set_task("fed");
+    published.mutable_model_published()->set_round(1);
+    published.mutable_model_published()->set_version(1);
+    peer.Handle(published);
+    if (!beside) {
+      const std::vector<PeerMessage> sent = peer.Take();  // no wait: sent already
+      ASSERT_THAT(Kinds(sent), ElementsAre(PeerMessage::kEvalReport));
+      EXPECT_EQ(peer.last_sender(), std::this_thread::get_id());  // by the worker, not a thread
+      reports.push_back(sent[0]);
+      EXPECT_EQ(aggregator.pushes().size(), 1u);
+      ASSERT_TRUE(peer.store().Latest());
+      EXPECT_EQ(peer.store().Latest()->version, 1u);
+    }
+    peer.Handle(RoundStarted(2, 1));
+    if (beside) {
+      const std::vector<PeerMessage> sent = peer.TakeAtLeast(1);
+      ASSERT_THAT(Kinds(sent), ElementsAre(PeerMessage::kEvalReport));
+      reports.push_back(sent[0]);
+    }
+    const std::vector<PeerSideAggregator::Push> pushes = aggregator.pushes();
+    ASSERT_EQ(pushes.size(), 2u);
+    EXPECT_EQ(pushes[1].meta.base_version(), 1u);
+    EXPECT_FALSE(peer.store().Latest());
+  }
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].eval_report().version(), 1u);
+  EXPECT_EQ(reports[0].SerializeAsString(), reports[1].SerializeAsString());
+}
+
+// The evaluator yields to the worker's training while it is a round behind at most: with one
+// model queued it waits for training to end; with a second one queued behind it, it runs beside
+// training. Reports come in the order submitted, each with its version.
+TEST_F(FederatedSyncRunnerTest, EvaluatorYieldsToTrainingUnlessItFellARoundBehind) {
+  training::TrainerOptions options;
+  options.spec = Spec();
+  options.shard = training::ShardSpec{0, 2};
+  auto trainer = training::Trainer::Create(options, *train_, *test_);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto model = (*trainer)->GetState(/*include_buffers=*/true);
+  ASSERT_TRUE(model.ok());
+  auto shared = std::make_shared<const tensor::FlatModel>(*std::move(model));
+  prometheus::Registry registry;
+  PeerMetrics metrics(registry);
+  absl::Mutex mu;
+  std::vector<uint64_t> versions;
+  auto evaluator =
+      BackgroundEvaluator::Create(**trainer, "fed", metrics, [&](const PeerMessage& m) {
+        absl::MutexLock lock(&mu);
+        versions.push_back(m.eval_report().version());
+      });
+  ASSERT_TRUE(evaluator.ok()) << evaluator.status();
+  auto reported = [&](size_t n) {
+    absl::MutexLock lock(&mu);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return versions.size() >= n; };
+    mu.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(20));
+    return versions;
+  };
+  (*evaluator)->SetTraining(true);
+  (*evaluator)->Submit(1, 1, shared);
+  (*evaluator)->Submit(2, 2, shared);
+  // Version 1 is evaluated while the worker trains: version 2 waits behind it.
+  EXPECT_THAT(reported(1), ElementsAre(1u));
+  (*evaluator)->SetTraining(false);
+  EXPECT_THAT(reported(2), ElementsAre(1u, 2u));
 }
 
 class ByzantineTest : public FederatedSyncRunnerTest,

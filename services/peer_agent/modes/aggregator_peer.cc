@@ -178,9 +178,9 @@ absl::Status AggregatorPeer::LoadGlobal(uint64_t version, absl::Time deadline,
   return absl::OkStatus();
 }
 
-void AggregatorPeer::PublishSnapshot(uint64_t version) {
+std::shared_ptr<const tensor::FlatModel> AggregatorPeer::PublishSnapshot(uint64_t version) {
   if (std::optional<Snapshot> held = snapshots_.Latest(); held && held->version == version) {
-    return;
+    return held->model;
   }
   // What the work before freed (e.g. an evaluation's activations) goes back first, so the copy
   // does not come on top of it.
@@ -189,10 +189,11 @@ void AggregatorPeer::PublishSnapshot(uint64_t version) {
   if (!state.ok()) {
     LogWarning("task ", task_, ": cannot publish version ", version,
                " as a snapshot: ", state.status().message());
-    return;
+    return nullptr;
   }
-  snapshots_.Publish(
-      Snapshot{task_, version, std::make_shared<const tensor::FlatModel>(*std::move(state))});
+  auto model = std::make_shared<const tensor::FlatModel>(*std::move(state));
+  snapshots_.Publish(Snapshot{task_, version, model});
+  return model;
 }
 
 absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> AggregatorPeer::DeltaOf(

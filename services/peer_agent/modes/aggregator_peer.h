@@ -112,8 +112,9 @@ class AggregatorPeer {
   absl::Status LoadGlobal(uint64_t version, absl::Time deadline,
                           const std::function<bool()>& keep_going);
   // Publishes the trainer's state as snapshot `version` (a copy) unless that version is the
-  // snapshot published already.
-  void PublishSnapshot(uint64_t version);
+  // snapshot published already, and returns the snapshot's model; null when the state could not
+  // be read (logged).
+  std::shared_ptr<const tensor::FlatModel> PublishSnapshot(uint64_t version);
   // The trainer trained on: its parameters are no longer the global model held.
   void Trained() { params_are_global_ = false; }
   // Forgets the model held (its version numbers belong to another aggregator now).

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "libs/common/heap.h"
@@ -35,8 +36,14 @@ absl::StatusOr<std::unique_ptr<FederatedSyncRunner>> FederatedSyncRunner::Create
   SHOAL_RETURN_IF_ERROR(
       CheckRunnerDeps(deps, common::v1::MODE_FEDERATED_SYNC, {.aggregator = true}));
   SHOAL_RETURN_IF_ERROR(options.Validate());
+  std::unique_ptr<BackgroundEvaluator> evaluator;
+  if (deps.evaluate_beside_training) {
+    SHOAL_ASSIGN_OR_RETURN(evaluator,
+                           BackgroundEvaluator::Create(*deps.trainer, deps.assigned.spec().name(),
+                                                       *deps.metrics, deps.send));
+  }
   return std::unique_ptr<FederatedSyncRunner>(
-      new FederatedSyncRunner(std::move(deps), std::move(options)));
+      new FederatedSyncRunner(std::move(deps), std::move(options), std::move(evaluator)));
 }
 
 absl::StatusOr<std::unique_ptr<ModeRunner>> CreateFederatedSyncRunner(ModeRunnerDeps deps) {
@@ -45,7 +52,8 @@ absl::StatusOr<std::unique_ptr<ModeRunner>> CreateFederatedSyncRunner(ModeRunner
   return std::unique_ptr<ModeRunner>(std::move(runner));
 }
 
-FederatedSyncRunner::FederatedSyncRunner(ModeRunnerDeps deps, FederatedSyncOptions options)
+FederatedSyncRunner::FederatedSyncRunner(ModeRunnerDeps deps, FederatedSyncOptions options,
+                                         std::unique_ptr<BackgroundEvaluator> evaluator)
     : deps_(std::move(deps)),
       options_(std::move(options)),
       task_(deps_.assigned.spec().name()),
@@ -54,7 +62,8 @@ FederatedSyncRunner::FederatedSyncRunner(ModeRunnerDeps deps, FederatedSyncOptio
       aggregator_(*deps_.aggregator),
       metrics_(*deps_.metrics),
       clock_(*deps_.clock),
-      peer_(deps_, {options_.rpc_timeout, options_.retry_backoff, options_.slowest_link}) {}
+      peer_(deps_, {options_.rpc_timeout, options_.retry_backoff, options_.slowest_link}),
+      evaluator_(std::move(evaluator)) {}
 
 void FederatedSyncRunner::Send(const PeerMessage& message) const { deps_.send(message); }
 
@@ -110,6 +119,12 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
     if (!absl::IsCancelled(s) && keep_going()) Send(MakePeerError(m.round(), s));
     return;
   }
+  // An evaluation of the last published model beside training yields to the round's own work
+  // (BackgroundEvaluator) until the delta is made.
+  if (evaluator_ != nullptr) evaluator_->SetTraining(true);
+  absl::Cleanup trained = [this] {
+    if (evaluator_ != nullptr) evaluator_->SetTraining(false);
+  };
   absl::StatusOr<training::TrainStats> stats = trainer_.TrainBatches(m.round_batches(), keep_going);
   peer_.Trained();
   if (!stats.ok()) {
@@ -139,6 +154,7 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
     Send(MakePeerError(m.round(), delta.status()));
     return;
   }
+  std::move(trained).Invoke();
   const uint64_t sent = (*delta)->payload_bytes();
   const uint64_t values = (*delta)->values_sent();
   const uint64_t all_values = (*delta)->layout.total_elements();
@@ -287,19 +303,28 @@ void FederatedSyncRunner::HandleModelPublished(const coordinator::v1::ModelPubli
                s.message());
     return;
   }
-  // Evaluated first, then published: the snapshot's copy of the model and the evaluation's
-  // activations are not held at once.
-  absl::StatusOr<training::EvalStats> eval = trainer_.Evaluate();
-  peer_.PublishSnapshot(m.version());
-  if (!eval.ok()) {
-    LogError("task ", task_, ": evaluating version ", m.version(), ": ", eval.status().message());
-    Send(MakePeerError(m.round(), eval.status()));
+  if (evaluator_ == nullptr) {
+    // Evaluated first, then published, before the next round: the snapshot's copy of the model
+    // and the evaluation's activations are not held at once, and the next round's training
+    // takes the copy down (at most 3x the model), at the cost of the evaluation's time in the
+    // round.
+    const absl::StatusOr<training::EvalStats> eval = trainer_.Evaluate();
+    peer_.PublishSnapshot(m.version());
+    ReportEvaluation(task_, m.round(), m.version(), eval, metrics_, deps_.send);
     return;
   }
-  metrics_.test_accuracy.Set(eval->accuracy());
-  LogInfo(absl::StrFormat("task %s round %d: model version %d test accuracy %.4f (%d/%d)", task_,
-                          m.round(), m.version(), eval->accuracy(), eval->correct, eval->total));
-  Send(MakeEvalReport(m.version(), *eval));
+  // The snapshot's copy is what the evaluator evaluates, on its own thread: the worker goes on
+  // to the next round's RoundStarted (which follows the publish at once), and the evaluation
+  // fills the time the round spends on the links.
+  std::shared_ptr<const tensor::FlatModel> model = peer_.PublishSnapshot(m.version());
+  if (!model) {
+    const absl::Status s = absl::InternalError(
+        absl::StrCat("cannot copy model version ", m.version(), " for its evaluation"));
+    LogError("task ", task_, ": ", s.message());
+    Send(MakePeerError(m.round(), s));
+    return;
+  }
+  evaluator_->Submit(m.round(), m.version(), std::move(model));
 }
 
 }  // namespace shoal::peer

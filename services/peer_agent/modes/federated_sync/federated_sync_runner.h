@@ -21,6 +21,7 @@
 #include "services/aggregator/secure_participant.h"
 #include "services/peer_agent/mode_runner.h"
 #include "services/peer_agent/modes/aggregator_peer.h"
+#include "services/peer_agent/modes/federated_sync/background_evaluator.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
 #include "shoal/coordinator/v1/session.pb.h"
@@ -51,17 +52,25 @@ struct FederatedSyncOptions {
 // version 0 (PutModel), ModelInitialized; RoundStarted -> take the LATEST snapshot down, load the
 // round's global model (GetModel unless held), train round_batches batches (which frees the
 // gradients when it ends), push the delta (PushUpdate: the aggregator tells the coordinator);
-// ModelPublished -> load that version, publish it as the LATEST snapshot, evaluate, EvalReport.
+// ModelPublished -> load that version, publish it as the LATEST snapshot and hand that copy to
+// the BackgroundEvaluator, which evaluates it on its own thread and sends the EvalReport while
+// the worker goes on with the next round; with deps.evaluate_beside_training false
+// (--evaluate-beside-training=false), evaluate the loaded model first, send the EvalReport, then
+// publish the snapshot, all before the next round (no evaluator, no copy kept through training).
 // Memory: LibTorch's parameters, gradients and momentum while training; parameters, momentum and
 // one model (downloaded, or the delta being pushed) otherwise: at most 3x the model
-// (scripts/bench-memory). A repeated TaskAssigned of the task (the coordinator moved it to another
-// aggregator) switches every following call to the new aggregator address. Aggregator calls are
-// retried on UNAVAILABLE / RESOURCE_EXHAUSTED with capped backoff within the round's deadline (or
-// the transfer budget) through rpc::Retry. Owned by the agent, which makes it through the mode
-// registry; the deps must outlive it. With privacy.secure_aggregation the delta goes through
-// the aggregator's SecureAggregate instead of PushUpdate (SecurePush), masked with the round's
-// other peers, whose identity keys RoundStarted lists. Threading: see ModeRunner (Supersedes() is
-// stateless; everything else on the worker).
+// (scripts/bench-memory). Beside training, until a published model has been evaluated (its
+// evaluation yields to the next round's training), its snapshot copy on top, which the
+// evaluator's model only views: up to 4x, 5x when the evaluation has fallen a round behind (the
+// copy evaluated and the one queued behind it; scripts/bench-memory measured 5.0x on a loaded
+// machine). A repeated TaskAssigned of the task (the coordinator
+// moved it to another aggregator) switches every following call to the new aggregator address.
+// Aggregator calls are retried on UNAVAILABLE / RESOURCE_EXHAUSTED with capped backoff within the
+// round's deadline (or the transfer budget) through rpc::Retry. Owned by the agent, which makes it
+// through the mode registry; the deps must outlive it. With privacy.secure_aggregation the delta
+// goes through the aggregator's SecureAggregate instead of PushUpdate (SecurePush), masked with the
+// round's other peers, whose identity keys RoundStarted lists. Threading: see ModeRunner
+// (Supersedes() is stateless; everything else on the worker).
 class FederatedSyncRunner final : public ModeRunner {
  public:
   // Errors: INVALID_ARGUMENT when a dependency is missing, the options are bad or the task is
@@ -76,7 +85,8 @@ class FederatedSyncRunner final : public ModeRunner {
   bool Supersedes(const coordinator::v1::CoordinatorEvent& event) const override;
 
  private:
-  FederatedSyncRunner(ModeRunnerDeps deps, FederatedSyncOptions options);
+  FederatedSyncRunner(ModeRunnerDeps deps, FederatedSyncOptions options,
+                      std::unique_ptr<BackgroundEvaluator> evaluator);
 
   void HandleRoundStarted(const coordinator::v1::RoundStarted& m,
                           const std::function<bool()>& keep_going);
@@ -109,6 +119,10 @@ class FederatedSyncRunner final : public ModeRunner {
   AggregatorPeer peer_;
   // Secure rounds' buffers, kept from round to round (no fresh pages each round). Worker thread.
   aggregator::SecureBuffers secure_buffers_;
+  // Null when published models are evaluated before the next round trains
+  // (deps.evaluate_beside_training false). Last: destroyed (stopped and joined) first, while what
+  // it reports through is still here.
+  const std::unique_ptr<BackgroundEvaluator> evaluator_;
 };
 
 // The registry's factory (mode_registry.cc): FederatedSyncRunner::Create with default options.

@@ -1,0 +1,40 @@
+#pragma once
+
+// Torch-free interface of ModelEvaluator: evaluating a model beside the trainer's training.
+
+#include <functional>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "libs/tensor/flat_model.h"
+#include "libs/training/trainer.h"
+
+namespace shoal::training {
+
+// A second instance of a task's model (Trainer::MakeEvaluator) that evaluates a given state on
+// the trainer's test slice, on a thread other than the trainer's: the test slice is shared and
+// only read, the model is its own. On the CPU its parameters and buffers are, for the length of
+// one Evaluate(), views of the state evaluated (no copy), and it holds no model memory between
+// calls; on a GPU the state is copied into its own parameters. Not thread-safe: one thread at a
+// time drives it. Exceptions from LibTorch never escape.
+class ModelEvaluator {
+ public:
+  ~ModelEvaluator();
+  ModelEvaluator(const ModelEvaluator&) = delete;
+  ModelEvaluator& operator=(const ModelEvaluator&) = delete;
+
+  // What Trainer::Evaluate() reports with its state set to `state` (the same batches through the
+  // same code): parameters, and float buffers when `state` carries them (GetState).
+  // `keep_going` is asked before each batch: CANCELLED once it is false. Errors:
+  // INVALID_ARGUMENT a layout that is not the task's model's.
+  absl::StatusOr<EvalStats> Evaluate(const tensor::FlatModel& state,
+                                     const std::function<bool()>& keep_going);
+
+ private:
+  friend class Trainer;
+  struct Impl;  // model_evaluation.h
+  explicit ModelEvaluator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shoal::training
