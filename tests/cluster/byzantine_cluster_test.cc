@@ -1,9 +1,10 @@
 // Robust aggregation against a Byzantine peer, with real processes on 127.0.0.1 (mutual TLS): four
 // honest peers train a clean task; then a fifth peer that corrupts every update it contributes
 // (shoal-peer-testing --test-byzantine: each update scaled by -10) joins, and the same task
-// runs with mean and with robust strategies. With mean the attack must bite (accuracy far below
-// the clean run's); with median and trimmed-mean the final accuracy stays within 2 points of the
-// clean run, with krum (which keeps one update a round) within 5.
+// runs with mean (3 rounds: the attack bites from the first) and with robust strategies. With
+// mean the attack must bite (accuracy far below the clean run's); with median and trimmed-mean
+// the final accuracy stays within 2 points of the clean run, with krum (which keeps one update a
+// round) within 5.
 // Federated-sync runs every strategy. Decentralized runs mean and median only: its peers call the
 // same strategy code with another enum value (decentralized_aggregate_test and
 // aggregation_strategy_test cover each strategy in process), so one robust strategy proves that
@@ -41,7 +42,7 @@ struct Case {
 class ByzantineClusterTest : public ::testing::TestWithParam<Case> {
  protected:
   common::v1::TaskSpec Spec(const std::string& name, common::v1::Aggregation strategy,
-                            uint32_t peers) {
+                            uint32_t peers, uint32_t rounds = 8) {
     common::v1::TaskSpec spec = SmallTask(name);
     spec.set_mode(GetParam().mode);
     // The whole data set (each peer holds a fifth: 12,000 images) and the whole test set: every
@@ -56,7 +57,7 @@ class ByzantineClusterTest : public ::testing::TestWithParam<Case> {
     // 2-4 points until about round 10 (measured on one peer's fifth of the test set,
     // decentralized).
     spec.set_round_batches(100);
-    spec.set_rounds(8);
+    spec.set_rounds(rounds);
     spec.set_min_participants(peers);
     spec.set_max_participants(peers);
     spec.set_round_deadline_seconds(60);
@@ -100,7 +101,7 @@ TEST_P(ByzantineClusterTest, RobustStrategiesResistWhatBreaksTheMean) {
     ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
   }
   // Every peer holds its fifth of the data, the Byzantine one (peer-4) included.
-  for (int i = 0; i < kHonest; ++i) ASSERT_TRUE(cluster.StartPeer(i, kHonest + 1).ok());
+  ASSERT_TRUE(cluster.StartPeers(0, kHonest, kHonest + 1).ok()) << cluster.LogTails();
   ASSERT_TRUE(cluster.WaitForPeersConnected(kHonest, absl::Seconds(60)).ok()) << cluster.LogTails();
   const double clean = Run(cluster, Spec("clean", common::v1::AGGREGATION_MEAN, kHonest));
 
@@ -109,8 +110,12 @@ TEST_P(ByzantineClusterTest, RobustStrategiesResistWhatBreaksTheMean) {
                                  {absl::StrCat("--test-byzantine=", GetParam().attack)})
                   .ok());
   ASSERT_TRUE(cluster.WaitForPeersConnected(kHonest + 1, absl::Seconds(60)).ok());
+  // The attacked mean only has to show that the attack bites, and it does from the first round
+  // (each round's mean moves the model 1.2 honest steps the wrong way): 3 rounds, not 8. An
+  // attack that did not bite would fail the check all the same: the clean run's model is at
+  // 0.79 after round 1 and 0.82 after round 2, far above clean - 0.2 (measured, federated-sync).
   const double attacked_mean =
-      Run(cluster, Spec("mean", common::v1::AGGREGATION_MEAN, kHonest + 1), false);
+      Run(cluster, Spec("mean", common::v1::AGGREGATION_MEAN, kHonest + 1, 3), false);
   const double median = Run(cluster, Spec("median", common::v1::AGGREGATION_MEDIAN, kHonest + 1));
   std::printf(
       "[ figure ] %s, one peer %s: clean (4 honest, mean) %.4f; with the attacker: mean "

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -133,6 +134,16 @@ void Cluster::ExpectNoSanitizerReports() {
 absl::StatusOr<Service> Cluster::Start(const std::string& name, const std::string& binary,
                                        std::vector<std::string> args, std::string listen,
                                        const std::string& netns, std::string identity) {
+  auto launched =
+      Launch(name, binary, std::move(args), std::move(listen), netns, std::move(identity));
+  if (!launched.ok()) return launched.status();
+  return WaitForAddresses(*std::move(launched));
+}
+
+absl::StatusOr<Cluster::Launched> Cluster::Launch(const std::string& name,
+                                                  const std::string& binary,
+                                                  std::vector<std::string> args, std::string listen,
+                                                  const std::string& netns, std::string identity) {
   if (listen.empty()) listen = host_ + ":0";
   if (identity.empty()) identity = name;
   if (absl::Status certs = MakeCertificate(identity); !certs.ok()) return certs;
@@ -153,11 +164,15 @@ absl::StatusOr<Service> Cluster::Start(const std::string& name, const std::strin
   options.log_path = absl::StrCat(dir_, "/", name, ".log");
   auto proc = process::Process::Start(std::move(options));
   if (!proc.ok()) return proc.status();
-  auto addresses =
-      process::WaitForAddressFile(address_file, proc->get(), testing::Scaled(absl::Seconds(60)));
+  return Launched{*std::move(proc), address_file};
+}
+
+absl::StatusOr<Service> Cluster::WaitForAddresses(Launched launched) {
+  auto addresses = process::WaitForAddressFile(launched.address_file, launched.process.get(),
+                                               testing::Scaled(absl::Seconds(60)));
   if (!addresses.ok()) return addresses.status();
   Service service;
-  service.process = *std::move(proc);
+  service.process = std::move(launched.process);
   service.address = (*addresses)["grpc"];
   service.metrics_address = (*addresses)["metrics"];
   return service;
@@ -261,6 +276,40 @@ absl::Status Cluster::StartPeer(int index, int count, std::vector<std::string> e
   return StartSharedDataPeer("shoal-peer", index, count, "", std::move(extra_args));
 }
 
+absl::Status Cluster::StartPeers(int first, int n, int count) {
+  // Every process is launched before the first address file is awaited: their start-ups
+  // (LibTorch's, the capacity probe, the data) overlap. A failed launch still waits for the
+  // ones launched before it, so that each is owned (and stopped) by the cluster.
+  std::vector<std::pair<int, Launched>> launched;
+  absl::Status status;
+  for (int i = first; i < first + n && status.ok(); ++i) {
+    auto l = Launch(absl::StrCat("peer-", i), "shoal-peer", SharedDataPeerArgs(i, count, {}));
+    if (l.ok()) {
+      launched.emplace_back(i, *std::move(l));
+    } else {
+      status = l.status();
+    }
+  }
+  for (auto& [i, l] : launched) {
+    auto s = WaitForAddresses(std::move(l));
+    if (!s.ok()) {
+      status.Update(s.status());
+      continue;
+    }
+    peers_[i] = *std::move(s);
+  }
+  return status;
+}
+
+std::vector<std::string> Cluster::SharedDataPeerArgs(int index, int count,
+                                                     std::vector<std::string> extra_args) const {
+  extra_args.push_back("--coordinator=" + CoordinatorAddresses());
+  extra_args.push_back("--data-dir=/usr/share/datasets/fashion-mnist");
+  extra_args.push_back(absl::StrCat("--shard=", index, "/", count));
+  extra_args.push_back(absl::StrCat("--name=peer-", index));
+  return extra_args;
+}
+
 absl::Status Cluster::StartTestPeer(int index, int count, std::vector<std::string> extra_args) {
   return StartSharedDataPeer("shoal-peer-testing", index, count, "", std::move(extra_args));
 }
@@ -273,11 +322,8 @@ absl::Status Cluster::StartPeerInNetns(int index, int count, const std::string& 
 absl::Status Cluster::StartSharedDataPeer(const std::string& binary, int index, int count,
                                           const std::string& netns,
                                           std::vector<std::string> extra_args) {
-  extra_args.push_back("--coordinator=" + CoordinatorAddresses());
-  extra_args.push_back("--data-dir=/usr/share/datasets/fashion-mnist");
-  extra_args.push_back(absl::StrCat("--shard=", index, "/", count));
-  extra_args.push_back(absl::StrCat("--name=peer-", index));
-  auto s = Start(absl::StrCat("peer-", index), binary, std::move(extra_args),
+  auto s = Start(absl::StrCat("peer-", index), binary,
+                 SharedDataPeerArgs(index, count, std::move(extra_args)),
                  netns.empty() ? "" : "127.0.0.1:0", netns);
   if (!s.ok()) return s.status();
   peers_[index] = *std::move(s);

@@ -53,6 +53,9 @@ class Cluster {
   // Starts one more aggregator (aggregator(0), aggregator(1), ...).
   absl::Status StartAggregator();
   absl::Status StartPeer(int index, int count, std::vector<std::string> extra_args = {});
+  // Peers `first` .. `first` + `n` - 1 of `count`, as StartPeer, started together: the next
+  // one is launched before the last one listens, so their start-ups overlap.
+  absl::Status StartPeers(int first, int n, int count);
   // The same with the peer's test build, shoal-peer-testing (tests/peer_testing/), whose
   // `extra_args` may add --test-byzantine and --test-slow-batch.
   absl::Status StartTestPeer(int index, int count, std::vector<std::string> extra_args);
@@ -110,6 +113,19 @@ class Cluster {
   absl::StatusOr<Service> Start(const std::string& name, const std::string& binary,
                                 std::vector<std::string> args, std::string listen = "",
                                 const std::string& netns = "", std::string identity = "");
+  // Start in two steps: Launch starts the process, WaitForAddresses waits for its address file.
+  struct Launched {
+    std::unique_ptr<process::Process> process;
+    std::string address_file;
+  };
+  absl::StatusOr<Launched> Launch(const std::string& name, const std::string& binary,
+                                  std::vector<std::string> args, std::string listen = "",
+                                  const std::string& netns = "", std::string identity = "");
+  absl::StatusOr<Service> WaitForAddresses(Launched launched);
+  // A shared-data peer's command line: `extra_args`, then --coordinator, --data-dir, --shard
+  // and --name.
+  std::vector<std::string> SharedDataPeerArgs(int index, int count,
+                                              std::vector<std::string> extra_args) const;
   absl::Status StartCoordinatorOn(const std::string& listen);
   // The coordinator's command line but --listen and the files Start adds.
   std::vector<std::string> CoordinatorArgs() const;

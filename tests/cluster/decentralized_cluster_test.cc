@@ -94,10 +94,8 @@ absl::StatusOr<uint64_t> HeldRound(Cluster& cluster, int peer, const cv1::TaskSt
 void StartCoordinatorAndPeers(Cluster& cluster, int peers, int shards) {
   absl::Status started = cluster.StartCoordinator();
   ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
-  for (int i = 0; i < peers; ++i) {
-    started = cluster.StartPeer(i, shards);
-    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
-  }
+  started = cluster.StartPeers(0, peers, shards);
+  ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   ASSERT_TRUE(cluster.WaitForPeersConnected(peers, absl::Seconds(60)).ok()) << cluster.LogTails();
 }
 
@@ -322,10 +320,10 @@ TEST(DecentralizedClusterTest, UnreachablePeerIsRemovedAfterMaxConnectionRetry) 
   }
   absl::StatusOr<ReservedPort> nowhere = ReservedPort::Reserve();
   ASSERT_TRUE(nowhere.ok()) << nowhere.status();
-  for (int i = 0; i < 4; ++i) {
-    std::vector<std::string> extra;
-    if (i == 3) extra = {"--advertise=" + nowhere->address(), "--relay=off"};
-    absl::Status started = cluster.StartPeer(i, 4, extra);
+  {
+    absl::Status started = cluster.StartPeers(0, 3, 4);
+    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
+    started = cluster.StartPeer(3, 4, {"--advertise=" + nowhere->address(), "--relay=off"});
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }
   ASSERT_TRUE(cluster.WaitForPeersConnected(4, absl::Seconds(60)).ok()) << cluster.LogTails();
