@@ -3,8 +3,9 @@
 // Federation statistics (DatasetSpec normalization standardize): each peer's count, sums and
 // sums of squares of its training features (a table's columns, an image's channels), added up
 // into one mean and standard deviation per feature that every peer standardises with. Plain
-// sums, so that secure aggregation can add them up later without the coordinator seeing each
-// peer's. Torch-free and proto-free: the peer and the coordinator convert their messages.
+// sums, so that secure aggregation can add them up without the coordinator seeing each peer's
+// (libs/privacy/moments_codec.h encodes them for it). Torch-free and proto-free: the peer and the
+// coordinator convert their messages.
 
 #include <cstdint>
 #include <vector>

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "libs/privacy/rdp_accountant.h"
 #include "libs/task/field_error.h"
+#include "libs/task/task_dataset.h"
 #include "libs/task/task_file.h"
 #include "libs/task/task_mode.h"
 
@@ -25,6 +26,16 @@ absl::Status Conflict(absl::string_view field, absl::string_view what) {
 absl::Status SecureConflict(absl::string_view field, absl::string_view what) {
   return FieldError(field, absl::StrCat(what, " (privacy.secure_aggregation is set)"));
 }
+
+}  // namespace
+
+double StatisticsFeatureBound(const TaskSpec& spec) {
+  const double bound = spec.privacy().secure_aggregation().feature_bound();
+  if (bound > 0) return bound;
+  return spec.dataset().format() == common::v1::DATA_FORMAT_IMAGE_FOLDER ? 1.0 : 0.0;
+}
+
+namespace {
 
 absl::Status ValidateSecureAggregation(const TaskSpec& spec) {
   if (!HasSecureAggregation(spec)) return absl::OkStatus();
@@ -56,6 +67,17 @@ absl::Status ValidateSecureAggregation(const TaskSpec& spec) {
   if (const double clip = SecureClipNorm(spec); !(clip > 0) || !std::isfinite(clip)) {
     return FieldError("privacy.secure_aggregation.clip_norm",
                       absl::StrCat("must be > 0, got ", ShowNumber(sa.clip_norm())));
+  }
+  if (!(sa.feature_bound() >= 0) || !(sa.feature_bound() <= 1e30)) {
+    return FieldError(
+        "privacy.secure_aggregation.feature_bound",
+        absl::StrCat("must be > 0 and at most 1e30, got ", ShowNumber(sa.feature_bound())));
+  }
+  if (UsesFederationStatistics(spec.dataset()) && StatisticsFeatureBound(spec) == 0) {
+    return FieldError("privacy.secure_aggregation.feature_bound",
+                      "required with normalization standardize and no dataset mean/std: the "
+                      "largest |value| of any feature, which sizes the fixed-point encoding of the "
+                      "peers' masked moments for the federation's statistics");
   }
   if (sa.threshold() == 1) {
     return FieldError("privacy.secure_aggregation.threshold", "must be 0 (the default) or >= 2");

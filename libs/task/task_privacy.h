@@ -41,6 +41,12 @@ inline bool HasSecureAggregation(const common::v1::TaskSpec& spec) {
 // with privacy.dp at level peer and that left out (0), privacy.dp.clip_norm.
 double SecureClipNorm(const common::v1::TaskSpec& spec);
 
+// The bound on |x| of every feature value that sizes the encoding of the peers' masked moments
+// for the federation's statistics under secure aggregation: privacy.secure_aggregation
+// .feature_bound, or for an image folder without one 1 (pixels scaled to [0, 1]); 0 when the
+// task has none (csv without feature_bound, which validation refuses).
+double StatisticsFeatureBound(const common::v1::TaskSpec& spec);
+
 // Checks privacy.dp and privacy.secure_aggregation. INVALID_ARGUMENT "<field>: <what>", e.g.
 // "privacy.dp.clip_norm: must be > 0, got 0". privacy.dp refuses, each with a message naming
 // why: level unset; a level the mode's definition does not take (its dp_peer_refusal says why);

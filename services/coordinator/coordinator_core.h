@@ -24,6 +24,7 @@
 #include "services/coordinator/coordinator_metrics.h"
 #include "services/coordinator/dialer.h"
 #include "services/coordinator/mode_task.h"
+#include "services/coordinator/secure_statistics.h"
 #include "services/coordinator/task_store.h"
 #include "shoal/coordinator/v1/control.pb.h"
 #include "shoal/coordinator/v1/session.pb.h"
@@ -226,6 +227,8 @@ class CoordinatorCore {
     // the moments of the present peers that sent theirs (not stored: after a restart the peers
     // send them again when they are assigned again).
     std::map<std::string, data::FeatureMoments> moments;
+    // The same with privacy.secure_aggregation: the masking of the peers' moments (not stored).
+    std::unique_ptr<SecureStatistics> secure_moments;
     // --- Tasks whose mode uses an aggregator ---
     // Bumped whenever the aggregator changes or the task ends: results of older work, events
     // of older watches are dropped.
@@ -350,6 +353,17 @@ class CoordinatorCore {
   // need none.
   absl::Status RecordMoments(Task& task, const std::string& peer_id, const v1::DataMoments& report,
                              Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With privacy.secure_aggregation: a step of the masking of the peers' moments
+  // (SecureStatistics), which only ever shows the coordinator their sum.
+  absl::Status RecordSecureMoments(Task& task, const std::string& peer_id,
+                                   const v1::DataMoments& report, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the peers the masking's steps.
+  void SendSecureSteps(const Task& task, SecureStatistics::Effects& fx, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fixes `stats` as the task's statistics for good and sends them to every peer of the task.
+  void FixStatistics(Task& task, common::v1::FederationStatistics stats, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- Peers and reconciling (coordinator_core.cc) ---
   void RemovePeer(const std::string& peer_id, const std::string& why, Outbox& out)

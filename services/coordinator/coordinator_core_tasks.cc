@@ -271,6 +271,11 @@ void CoordinatorCore::LeaveTask(Task& task, const std::string& peer_id, const st
                                 Outbox& out) {
   task.peers.erase(peer_id);
   task.moments.erase(peer_id);  // the statistics add up the present peers' moments
+  if (task.secure_moments != nullptr) {
+    SecureStatistics::Effects fx;
+    task.secure_moments->Left(peer_id, fx);
+    SendSecureSteps(task, fx, out);
+  }
   MembersChanged(task, peer_id);
   UnplacePeer(task, peer_id);
   if (IsActive(task)) ForgetPeerData(task.status, peer_id);  // the last participants stay

@@ -36,15 +36,22 @@ absl::StatusOr<data::FeatureMoments> MomentsFromReport(const common::v1::TaskSpe
 absl::StatusOr<common::v1::FederationStatistics> AddUpStatistics(
     const std::map<std::string, data::FeatureMoments>& by_peer, absl::Time now) {
   data::FeatureMoments total;
-  common::v1::FederationStatistics out;
+  std::vector<std::string> peers;
   for (const auto& [peer, moments] : by_peer) {
     if (absl::Status s = data::AddMoments(total, moments); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("peer ", peer, ": ", s.message()));
     }
-    out.add_peers(peer);
+    peers.push_back(peer);
   }
+  return StatisticsOfTotal(total, peers, now);
+}
+
+absl::StatusOr<common::v1::FederationStatistics> StatisticsOfTotal(
+    const data::FeatureMoments& total, const std::vector<std::string>& peers, absl::Time now) {
   absl::StatusOr<data::FeatureStatistics> stats = data::StatisticsFromMoments(total);
   if (!stats.ok()) return stats.status();
+  common::v1::FederationStatistics out;
+  for (const std::string& peer : peers) out.add_peers(peer);
   for (double m : stats->mean) out.add_mean(m);
   for (double s : stats->stddev) out.add_std(s);
   out.set_samples(total.count);

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -31,5 +32,10 @@ absl::StatusOr<data::FeatureMoments> MomentsFromReport(const common::v1::TaskSpe
 // the peers' numbers of features differ or a statistic is not a finite float.
 absl::StatusOr<common::v1::FederationStatistics> AddUpStatistics(
     const std::map<std::string, data::FeatureMoments>& by_peer, absl::Time now);
+
+// The statistics of moments already added up (the secure sum) of `peers`, ascending.
+// INVALID_ARGUMENT as AddUpStatistics.
+absl::StatusOr<common::v1::FederationStatistics> StatisticsOfTotal(
+    const data::FeatureMoments& total, const std::vector<std::string>& peers, absl::Time now);
 
 }  // namespace shoal::coordinator

@@ -10,8 +10,10 @@
 #include "libs/common/status_macros.h"
 #include "libs/data/feature_moments.h"
 #include "libs/data/task_data.h"
+#include "libs/task/task_privacy.h"
 #include "services/peer_agent/mode_registry.h"
 #include "services/peer_agent/reports.h"
+#include "services/peer_agent/secure_moments.h"
 
 namespace shoal::peer {
 namespace {
@@ -104,12 +106,16 @@ void PeerAgent::OnEvent(const CoordinatorEvent& event) {
     session_token_ = event.welcome().session_token();
     return;
   }
-  if (event.has_statistics()) {
+  if (event.has_statistics() || event.has_secure_statistics()) {
     // Taken here, not queued: the worker waits for them in the middle of setting up the task.
     {
       absl::MutexLock lock(&mu_);
-      statistics_task_ = event.task();
-      statistics_ = event.statistics();
+      if (event.has_statistics()) {
+        statistics_task_ = event.task();
+        statistics_ = event.statistics();
+      } else {
+        statistics_steps_.push_back(event);
+      }
     }
     wakeup_.Notify();
     return;
@@ -256,23 +262,58 @@ void PeerAgent::SendDataReport() {
 }
 
 absl::StatusOr<common::v1::FederationStatistics> PeerAgent::AwaitStatistics(
-    const std::string& task, const data::Dataset& train, const std::vector<int64_t>& rows) {
+    const common::v1::TaskSpec& spec, const data::Dataset& train,
+    const std::vector<int64_t>& rows) {
+  const std::string& task = spec.name();
   SHOAL_ASSIGN_OR_RETURN(const data::FeatureMoments moments, data::ComputeMoments(train, rows));
   PeerMessage m;
   m.set_task(task);
-  coordinator::v1::DataMoments& out = *m.mutable_data_moments();
-  out.set_count(moments.count);
-  for (double v : moments.sum) out.add_sum(v);
-  for (double v : moments.sum_squares) out.add_sum_squares(v);
-  LogInfo("task ", task, ": sent the moments of ", moments.count,
-          " training samples; waiting for the federation's statistics");
-  Send(m);
-  std::optional<common::v1::FederationStatistics> got;
-  wakeup_.SleepFor(options_.statistics_timeout, [&] {
+  std::optional<SecureMoments> secure;
+  if (task::HasSecureAggregation(spec)) {
+    // Masked: the coordinator learns only the sum of the participants' moments.
+    SHOAL_ASSIGN_OR_RETURN(
+        secure, SecureMoments::Create(task, peer_id(), moments, task::StatisticsFeatureBound(spec),
+                                      options_.identity));
+    SHOAL_ASSIGN_OR_RETURN(*m.mutable_data_moments()->mutable_secure(), secure->Advertise(0));
+  } else {
+    coordinator::v1::DataMoments& out = *m.mutable_data_moments();
+    out.set_count(moments.count);
+    for (double v : moments.sum) out.add_sum(v);
+    for (double v : moments.sum_squares) out.add_sum_squares(v);
+  }
+  LogInfo("task ", task, ": sent the ", secure ? "mask key for the masked " : "", "moments of ",
+          moments.count, " training samples; waiting for the federation's statistics");
+  {
     absl::MutexLock lock(&mu_);
-    if (statistics_.has_value() && statistics_task_ == task) got = *statistics_;
-    return !got.has_value() && !stopping_ && queued_task_ending_ == 0;
-  });
+    statistics_steps_.clear();  // an earlier task's
+  }
+  Send(m);
+  const absl::Time deadline = clock_.Now() + options_.statistics_timeout;
+  std::optional<common::v1::FederationStatistics> got;
+  std::deque<CoordinatorEvent> steps;
+  while (!got.has_value()) {
+    wakeup_.SleepFor(deadline - clock_.Now(), [&] {
+      absl::MutexLock lock(&mu_);
+      if (statistics_.has_value() && statistics_task_ == task) got = *statistics_;
+      steps.swap(statistics_steps_);
+      return !got.has_value() && steps.empty() && !stopping_ && queued_task_ending_ == 0;
+    });
+    if (got.has_value() || steps.empty()) break;
+    for (; !steps.empty(); steps.pop_front()) {
+      if (!secure || steps.front().task() != task) continue;
+      absl::StatusOr<std::optional<coordinator::v1::SecureMoments>> answer =
+          secure->Answer(steps.front().secure_statistics());
+      if (!answer.ok()) {
+        return absl::Status(answer.status().code(),
+                            absl::StrCat("secure statistics: ", answer.status().message()));
+      }
+      if (!answer->has_value()) continue;
+      PeerMessage reply;
+      reply.set_task(task);
+      *reply.mutable_data_moments()->mutable_secure() = **std::move(answer);
+      Send(reply);
+    }
+  }
   if (got.has_value()) return *std::move(got);
   if (!TaskStillCurrent()) {
     return absl::CancelledError("the task changed while waiting for the federation's statistics");
@@ -299,7 +340,7 @@ absl::StatusOr<std::unique_ptr<training::Trainer>> PeerAgent::MakeTrainer(
             const std::vector<int64_t> rows,
             training::TrainShardIndices(options.spec, options.shard, own.train.labels,
                                         static_cast<int>(own.train.class_names.size())));
-        SHOAL_ASSIGN_OR_RETURN(stats, AwaitStatistics(task, own.train, rows));
+        SHOAL_ASSIGN_OR_RETURN(stats, AwaitStatistics(options.spec, own.train, rows));
       }
       data::FeatureStatistics fs;
       fs.mean.assign(stats.mean().begin(), stats.mean().end());

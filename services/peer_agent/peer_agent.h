@@ -126,8 +126,11 @@ class PeerAgent {
   // Sends the moments of the training shard `rows` of `train` and waits for the task's
   // federation statistics. CANCELLED when the task stopped being current (a TaskAssigned or
   // TaskFinished queued, a lost session, Stop); DEADLINE_EXCEEDED after statistics_timeout.
+  // With privacy.secure_aggregation the moments go masked (SecureMoments), the worker answering
+  // the coordinator's steps (SecureStatistics) as they come while it waits.
   absl::StatusOr<common::v1::FederationStatistics> AwaitStatistics(
-      const std::string& task, const data::Dataset& train, const std::vector<int64_t>& rows);
+      const common::v1::TaskSpec& spec, const data::Dataset& train,
+      const std::vector<int64_t>& rows);
   void HandleTaskFinished(const coordinator::v1::CoordinatorEvent& event);
   // Creates the task's ModeRunner through the registry (task_ is set) and Start()s it.
   void StartRunner();
@@ -169,6 +172,8 @@ class PeerAgent {
   // The latest FederationStatistics event and its task (taken by the reader, never queued).
   std::string statistics_task_ ABSL_GUARDED_BY(mu_);
   std::optional<common::v1::FederationStatistics> statistics_ ABSL_GUARDED_BY(mu_);
+  // SecureStatistics events not yet answered (taken by the reader, answered by the worker).
+  std::deque<coordinator::v1::CoordinatorEvent> statistics_steps_ ABSL_GUARDED_BY(mu_);
 
   // The ModeRunner of the current task. The worker creates and destroys it (destruction always
   // on the worker); the reader thread calls Intercept/Supersedes under runner_mu_ (both

@@ -313,6 +313,30 @@ TEST(TaskPrivacyTest, SecureAggregationParsesAndRefusesWhatCannotGoWithIt) {
               HasSubstr("max_update_norm: nobody can check a masked update's norm"));
 }
 
+// The federation's statistics are added up masked: their fixed-point encoding needs a bound on
+// the feature values, required for CSV, 1 for an image folder's pixels.
+TEST(TaskPrivacyTest, SecureStatisticsNeedAFeatureBound) {
+  const std::string csv =
+      "min_participants: 3\ndataset: {format: csv, train: train.csv, label_column: y, "
+      "num_classes: 2}\n";
+  EXPECT_THAT(Refusal(csv + "privacy: {secure_aggregation: {clip_norm: 1}}\n"),
+              HasSubstr("privacy.secure_aggregation.feature_bound: required with normalization "
+                        "standardize"));
+  EXPECT_THAT(Refusal(csv + "privacy: {secure_aggregation: {clip_norm: 1, feature_bound: -1}}\n"),
+              HasSubstr("privacy.secure_aggregation.feature_bound: must be > 0"));
+  auto spec = Parse(csv + "privacy: {secure_aggregation: {clip_norm: 1, feature_bound: 500}}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(StatisticsFeatureBound(*spec), 500);
+  // With the task's own mean/std there are no federation statistics to bound.
+  EXPECT_EQ(Refusal("min_participants: 3\ndataset: {format: csv, train: train.csv, "
+                    "label_column: y, num_classes: 2, feature_columns: [a], mean: [0], std: [1]}\n"
+                    "privacy: {secure_aggregation: {clip_norm: 1}}\n"),
+            "");
+  common::v1::TaskSpec images;
+  images.mutable_dataset()->set_format(common::v1::DATA_FORMAT_IMAGE_FOLDER);
+  EXPECT_EQ(StatisticsFeatureBound(images), 1);
+}
+
 TEST(TaskPrivacyTest, SecureAggregationCombinesWithDp) {
   const std::string three = "min_participants: 3\n";
   // Level peer: the noise defaults to distributed, and secure aggregation's clip_norm to dp's.
