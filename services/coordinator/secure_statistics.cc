@@ -68,6 +68,13 @@ absl::Status SecureStatistics::OnKey(const std::string& peer, const std::string&
     codec_ = *codec;
   }
   keys_[peer] = Key{identity, key};
+  if (IsParticipant(peer)) {
+    // It set up again (a new session): its masking is gone, so every participant masks anew.
+    LogWarning("task ", task_, ": peer ", peer, " sent a new mask key during the masking (attempt ",
+               attempt_, "); the peers mask again");
+    Restart(fx);
+    return absl::OkStatus();
+  }
   if (!participants_.empty()) return absl::OkStatus();  // a masking runs: it waits for the sum
   if (keys_.size() < need_) {
     LogInfo("task ", task_, ": mask keys of ", keys_.size(), " of ", need_,
