@@ -49,7 +49,7 @@ absl::StatusOr<MomentsCodec> MomentsCodec::Create(size_t features, double bound)
 }
 
 absl::StatusOr<std::vector<uint32_t>> MomentsCodec::Encode(
-    const data::FeatureMoments& moments) const {
+    const data::FeatureMoments& moments, absl::Span<const std::string> names) const {
   if (absl::Status s = data::CheckMoments(moments); !s.ok()) return s;
   if (moments.sum.size() != features_) {
     return absl::InvalidArgumentError(absl::StrCat("moments: ", moments.sum.size(),
@@ -64,9 +64,9 @@ absl::StatusOr<std::vector<uint32_t>> MomentsCodec::Encode(
   for (size_t j = 0; j < features_; ++j) {
     if (std::abs(moments.sum[j]) > n * bound_ || moments.sum_squares[j] > n * bound_ * bound_) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "moments: feature ", j, " has values beyond privacy.secure_aggregation.feature_bound ",
-          bound_, " (mean ", moments.sum[j] / n, ", mean square ", moments.sum_squares[j] / n,
-          ")"));
+          "moments: feature ", j, j < names.size() ? absl::StrCat(" (", names[j], ")") : "",
+          " has values beyond privacy.secure_aggregation.feature_bound ", bound_, " (mean ",
+          moments.sum[j] / n, ", mean square ", moments.sum_squares[j] / n, ")"));
     }
   }
   std::vector<uint32_t> out(length());

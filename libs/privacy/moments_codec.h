@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -43,8 +44,10 @@ class MomentsCodec {
 
   // Errors: INVALID_ARGUMENT when the moments fail data::CheckMoments, have another number of
   // features, more than kMaxMomentsCount samples, or a feature whose sum or sum of squares lies
-  // beyond what `bound` allows (naming the feature: some value of it is beyond the bound).
-  absl::StatusOr<std::vector<uint32_t>> Encode(const data::FeatureMoments& moments) const;
+  // beyond what `bound` allows (naming the feature, with its name from `names` when given: some
+  // value of it is beyond the bound).
+  absl::StatusOr<std::vector<uint32_t>> Encode(const data::FeatureMoments& moments,
+                                               absl::Span<const std::string> names = {}) const;
 
   // The moments of the ring sum of `summands` encodings (1..kMaxMomentsPeers). Errors:
   // INVALID_ARGUMENT a sum of another length, an element no `summands` encodings could add up to

@@ -273,7 +273,7 @@ absl::StatusOr<common::v1::FederationStatistics> PeerAgent::AwaitStatistics(
     // Masked: the coordinator learns only the sum of the participants' moments.
     SHOAL_ASSIGN_OR_RETURN(
         secure, SecureMoments::Create(task, peer_id(), moments, task::StatisticsFeatureBound(spec),
-                                      options_.identity));
+                                      options_.identity, train.feature_names));
     SHOAL_ASSIGN_OR_RETURN(*m.mutable_data_moments()->mutable_secure(), secure->Advertise(0));
   } else {
     coordinator::v1::DataMoments& out = *m.mutable_data_moments();

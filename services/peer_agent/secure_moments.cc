@@ -14,13 +14,14 @@ using privacy::secagg::MaskKey;
 
 absl::StatusOr<SecureMoments> SecureMoments::Create(
     std::string task, std::string self_id, const data::FeatureMoments& moments, double bound,
-    std::shared_ptr<const privacy::secagg::KeySigner> identity) {
+    std::shared_ptr<const privacy::secagg::KeySigner> identity,
+    const std::vector<std::string>& feature_names) {
   if (identity == nullptr) {
     return absl::InvalidArgumentError("secure statistics: this peer has no identity key");
   }
   SHOAL_ASSIGN_OR_RETURN(const privacy::MomentsCodec codec,
                          privacy::MomentsCodec::Create(moments.sum.size(), bound));
-  SHOAL_ASSIGN_OR_RETURN(std::vector<uint32_t> encoded, codec.Encode(moments));
+  SHOAL_ASSIGN_OR_RETURN(std::vector<uint32_t> encoded, codec.Encode(moments, feature_names));
   return SecureMoments(std::move(task), std::move(self_id), moments.sum.size(), std::move(encoded),
                        std::move(identity));
 }

@@ -24,11 +24,12 @@ namespace shoal::peer {
 class SecureMoments {
  public:
   // Encodes `moments` for `bound` (privacy.secure_aggregation.feature_bound). Errors:
-  // INVALID_ARGUMENT as MomentsCodec::Encode (a feature beyond the bound is named), or a null
-  // identity.
+  // INVALID_ARGUMENT as MomentsCodec::Encode (a feature beyond the bound is named, with its name
+  // from `feature_names` when given), or a null identity.
   static absl::StatusOr<SecureMoments> Create(
       std::string task, std::string self_id, const data::FeatureMoments& moments, double bound,
-      std::shared_ptr<const privacy::secagg::KeySigner> identity);
+      std::shared_ptr<const privacy::secagg::KeySigner> identity,
+      const std::vector<std::string>& feature_names = {});
 
   // Step 1 of `attempt`: a fresh mask key, signed.
   absl::StatusOr<coordinator::v1::SecureMoments> Advertise(uint32_t attempt);

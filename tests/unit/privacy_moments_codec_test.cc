@@ -90,8 +90,9 @@ TEST(MomentsCodecTest, MomentsBeyondTheBoundAreRefusedNamingTheFeature) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("feature 1 has values beyond "
                                      "privacy.secure_aggregation.feature_bound 10"));
-  s = codec->Encode(Moments(1, {-10.5, 0}, {100, 0})).status();
-  EXPECT_THAT(s.message(), HasSubstr("feature 0"));
+  const std::vector<std::string> names = {"rpm", "temperature"};
+  s = codec->Encode(Moments(1, {-10.5, 0}, {100, 0}), names).status();
+  EXPECT_THAT(s.message(), HasSubstr("feature 0 (rpm) has values beyond"));
   // Exactly at the bound is fine.
   EXPECT_TRUE(codec->Encode(Moments(2, {-20, 20}, {200, 200})).ok());
   // Malformed moments, another number of features, too many samples.
