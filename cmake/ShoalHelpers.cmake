@@ -12,6 +12,18 @@ function(shoal_unity target)
     UNITY_BUILD_BATCH_SIZE ${SHOAL_UNITY_BATCH_SIZE})
 endfunction()
 
+# Code that includes LibTorch's headers. clang 14 with libstdc++ 12 cannot compile LibTorch 1.13's
+# headers as C++20 (c10::List holds a std::vector of the incomplete c10::IValue, and clang
+# instantiates C++20's constexpr vector members eagerly), so under clang such a target is C++17,
+# with the few C++20 forms clang accepts there as extensions (defaulted comparisons, designated
+# initializers). g++ compiles it as C++20 like the rest.
+function(shoal_libtorch_code target)
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    set_target_properties(${target} PROPERTIES CXX_STANDARD 17)
+    target_compile_options(${target} PRIVATE -Wno-c++20-extensions -Wno-c++20-designator)
+  endif()
+endfunction()
+
 # shoal_cc_library(NAME <name> SRCS ... [DEPS ...] [PRIVATE_DEPS ...])
 # Declares shoal_<name> with alias shoal::<name>.
 function(shoal_cc_library)
@@ -93,7 +105,9 @@ function(shoal_proto_library)
   set(target shoal_${ARG_NAME}_proto)
   add_library(${target} STATIC ${message_srcs})
   add_library(shoal::${ARG_NAME}_proto ALIAS ${target})
-  target_include_directories(${target} PUBLIC ${out_root})
+  # SYSTEM: warnings in generated headers (clang's -Woverloaded-virtual on gRPC's raw-method
+  # bases) are protoc's, not Shoal's.
+  target_include_directories(${target} SYSTEM PUBLIC ${out_root})
   # Not the messages in unity batches: each .pb.cc has file-local tables of the same names.
   target_link_libraries(${target} PUBLIC protobuf::libprotobuf ${ARG_DEPS})
   if(ARG_GRPC)

@@ -27,7 +27,7 @@ double GetValue(const uint32_t* limbs) {
   for (int k = 0; k < kMomentsLimbs; ++k) u += absl::uint128(limbs[k]) << (kLimbBits * k);
   u &= (absl::uint128(1) << kValueBits) - 1;
   absl::int128 v = static_cast<absl::int128>(u);
-  if (u >> (kValueBits - 1) != 0) v -= absl::int128(1) << kValueBits;
+  if ((u >> (kValueBits - 1)) != 0) v -= absl::int128(1) << kValueBits;
   return static_cast<double>(v);
 }
 

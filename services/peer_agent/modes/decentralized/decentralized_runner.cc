@@ -279,7 +279,7 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
     SendError(r, s);
     return;
   }
-  round_.emplace();
+  round_ = RoundState{};
   round_->round = r;
   if (absl::StatusOr<training::TrainerProgress> p = trainer_.SaveProgress(); p.ok()) {
     round_->progress = *std::move(p);

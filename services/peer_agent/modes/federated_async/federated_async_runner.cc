@@ -46,7 +46,6 @@ FederatedAsyncRunner::FederatedAsyncRunner(ModeRunnerDeps deps, FederatedAsyncOp
       trainer_(*deps_.trainer),
       aggregator_(*deps_.aggregator),
       metrics_(*deps_.metrics),
-      clock_(*deps_.clock),
       wakeup_(*deps_.wakeup),
       peer_(deps_, {options_.rpc_timeout, options_.retry_backoff, options_.slowest_link}) {}
 

@@ -128,7 +128,6 @@ class FederatedAsyncRunner final : public ModeRunner {
   training::Trainer& trainer_;
   aggregator::AggregatorClient& aggregator_;
   PeerMetrics& metrics_;
-  const Clock& clock_;
   rpc::Wakeup& wakeup_;
 
   // Written by the reader thread (Intercept), read by the worker.
