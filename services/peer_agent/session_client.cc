@@ -20,6 +20,9 @@ absl::Status SessionClientOptions::Validate() const {
   if (default_heartbeat <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("default_heartbeat must be positive");
   }
+  if (welcome_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("welcome_timeout must be positive");
+  }
   return absl::OkStatus();
 }
 
@@ -96,6 +99,7 @@ grpc::Status SessionClient::RunOnce(const rpc::AddressList::Target& target, bool
     absl::MutexLock lock(&mu_);
     if (stopping_) return grpc::Status(grpc::StatusCode::CANCELLED, "stopping");
     context_ = &context;
+    welcome_deadline_ = absl::Now() + options_.welcome_timeout;
     *hello.mutable_hello() = options_.hello;
     if (!peer_id_.empty()) hello.mutable_hello()->set_name(peer_id_);
     if (wants_relay_) hello.mutable_hello()->set_wants_relay(true);
@@ -276,6 +280,12 @@ void SessionClient::HeartbeatLoop() {
       mu_.AwaitWithTimeout(absl::Condition(&Wake::Ready, &wake), heartbeat_interval_);
       if (stopping_) return;
       if (heartbeat_generation_ != wake.generation) continue;
+      if (!connected_ && context_ != nullptr && absl::Now() >= welcome_deadline_) {
+        LogWarning("no Welcome from the coordinator within ",
+                   absl::FormatDuration(options_.welcome_timeout), " of the Hello; reconnecting");
+        welcome_deadline_ = absl::InfiniteFuture();
+        context_->TryCancel();
+      }
     }
     if (connected()) Send(heartbeat).IgnoreError();  // a broken stream is the reader's business
   }

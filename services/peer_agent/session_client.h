@@ -41,6 +41,10 @@ struct SessionClientOptions {
   BackoffOptions reconnect_backoff{absl::Milliseconds(100), absl::Seconds(1), 2.0, 0.2};
   absl::Duration default_heartbeat = absl::Seconds(2);  // until Welcome says otherwise
   absl::Duration leave_grace = absl::Seconds(2);        // wait for the coordinator to close
+  // A coordinator that took the Hello but sent no Welcome within this is given up on: the
+  // stream is cancelled and the client reconnects (a stream that stays silent would otherwise
+  // hold the peer unconnected for good).
+  absl::Duration welcome_timeout = absl::Seconds(10);
 
   absl::Status Validate() const;
 };
@@ -123,6 +127,7 @@ class SessionClient {
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_);
   uint64_t heartbeat_generation_ ABSL_GUARDED_BY(mu_) = 0;       // +1 per Welcome
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the current call
+  absl::Time welcome_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();  // of that call
   double upload_bytes_per_second_ ABSL_GUARDED_BY(mu_) = 0;      // 0: not measured
   std::string lost_relay_ ABSL_GUARDED_BY(mu_);                  // Hello.lost_relay
   bool wants_relay_ ABSL_GUARDED_BY(mu_) = false;                // AskForRelay()

@@ -1,5 +1,6 @@
 // SessionClient against a real in-process SessionService on 127.0.0.1: after an outage of the
-// coordinator, the peer is back within the bound the docs state (docs/reference/services.md).
+// coordinator, the peer is back within the bound the docs state (docs/reference/services.md);
+// a coordinator that takes the Hello and stays silent is given up on and dialled again.
 
 #include "services/peer_agent/session_client.h"
 
@@ -40,8 +41,40 @@ class WelcomingCoordinator final : public coordinator::v1::SessionService::Servi
   }
 };
 
-std::unique_ptr<rpc::Server> StartCoordinator(WelcomingCoordinator& service,
-                                              const std::string& listen) {
+// Takes the first Hello and never answers it (the stream stays open until the client cancels
+// it); welcomes every later one.
+class SilentOnceCoordinator final : public coordinator::v1::SessionService::Service {
+ public:
+  grpc::Status Session(grpc::ServerContext*,
+                       grpc::ServerReaderWriter<CoordinatorEvent, PeerMessage>* stream) override {
+    PeerMessage m;
+    if (!stream->Read(&m) || !m.has_hello()) return grpc::Status::CANCELLED;
+    int hello;
+    {
+      absl::MutexLock lock(&mu_);
+      hello = ++hellos_;
+    }
+    if (hello > 1) {
+      CoordinatorEvent welcome;
+      welcome.mutable_welcome()->set_peer_id("peer-0");
+      welcome.mutable_welcome()->set_heartbeat_interval_ms(500);
+      if (!stream->Write(welcome)) return grpc::Status::CANCELLED;
+    }
+    while (stream->Read(&m)) {
+    }
+    return grpc::Status::OK;
+  }
+  int hellos() const {
+    absl::MutexLock lock(&mu_);
+    return hellos_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  int hellos_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+std::unique_ptr<rpc::Server> StartCoordinator(grpc::Service& service, const std::string& listen) {
   absl::StatusOr<std::unique_ptr<rpc::Server>> server =
       rpc::Server::Start({.listen = listen, .service_name = "fake-coordinator"}, {&service});
   EXPECT_TRUE(server.ok()) << server.status();
@@ -96,6 +129,43 @@ TEST(SessionClientTest, ReturnsWithinTheBoundAfterAnEightSecondOutage) {
   std::cout << "back " << absl::FormatDuration(took) << " after the coordinator returned\n";
   (*client)->Leave("done");
   server->Shutdown(absl::ZeroDuration());
+}
+
+TEST(SessionClientTest, ACoordinatorThatSendsNoWelcomeIsDialledAgain) {
+  SilentOnceCoordinator service;
+  std::unique_ptr<rpc::Server> server = StartCoordinator(service, "127.0.0.1:0");
+  ASSERT_NE(server, nullptr);
+
+  prometheus::Registry registry;
+  PeerMetrics metrics(registry);
+  SessionClientOptions options;
+  options.coordinator = server->address();
+  options.hello.set_name("peer-0");
+  options.default_heartbeat = absl::Milliseconds(100);  // how often the client looks
+  options.welcome_timeout = absl::Seconds(1);
+  absl::StatusOr<std::unique_ptr<SessionClient>> client = SessionClient::Create(
+      options, metrics, [](const CoordinatorEvent&) {}, nullptr);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const absl::Time start = absl::Now();
+  (*client)->Start();
+  ASSERT_TRUE((*client)->WaitConnected(absl::Seconds(20)))
+      << "still not connected after the silent stream (" << service.hellos() << " Hello)";
+  EXPECT_EQ(service.hellos(), 2);
+  EXPECT_GE(absl::Now() - start, options.welcome_timeout) << "gave up before the timeout";
+  (*client)->Leave("done");
+  server->Shutdown(absl::ZeroDuration());
+}
+
+TEST(SessionClientTest, AWelcomeTimeoutOfZeroIsRefused) {
+  prometheus::Registry registry;
+  PeerMetrics metrics(registry);
+  SessionClientOptions options;
+  options.coordinator = "127.0.0.1:1";
+  options.welcome_timeout = absl::ZeroDuration();
+  absl::StatusOr<std::unique_ptr<SessionClient>> client = SessionClient::Create(
+      options, metrics, [](const CoordinatorEvent&) {}, nullptr);
+  ASSERT_FALSE(client.ok());
+  EXPECT_NE(client.status().message().find("welcome_timeout"), std::string::npos);
 }
 
 }  // namespace
