@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "libs/common/backoff.h"
 #include "libs/common/clock.h"
 #include "libs/rpc/retry.h"
 
@@ -69,6 +70,34 @@ class AddressList {
   size_t current_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time log_window_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   size_t logged_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Paces a retry loop over an AddressList (a session, a registration): within a pass over the
+// list the next address is tried at once, and the backoff is slept between passes only. So the
+// standby that took over is found within one backoff of serving, however many addresses (dead,
+// or standbys still refusing) come before it in the list. Not thread-safe; one per retry loop.
+class PassBackoff {
+ public:
+  PassBackoff(BackoffOptions options, size_t addresses)
+      : backoff_(options), addresses_(addresses) {}
+  // The delay after a failed attempt: zero until every address has failed once in this pass,
+  // then the backoff's next delay (with one address, always the backoff's).
+  absl::Duration Next() {
+    if (++failed_ < addresses_) return absl::ZeroDuration();
+    failed_ = 0;
+    return backoff_.Next();
+  }
+  // After a success: the next failure starts a pass, and the backoff starts again from its
+  // initial delay.
+  void Reset() {
+    backoff_.Reset();
+    failed_ = 0;
+  }
+
+ private:
+  Backoff backoff_;
+  const size_t addresses_;
+  size_t failed_ = 0;
 };
 
 // One call made at whichever address serves: attempt(target, attempt_deadline) at the current
