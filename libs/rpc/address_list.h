@@ -23,7 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "libs/common/clock.h"
+#include "libs/common/backoff.h"
 #include "libs/rpc/retry.h"
 
 namespace shoal::rpc {
@@ -71,35 +71,57 @@ class AddressList {
   size_t logged_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// One call made at whichever address serves: attempt(target, attempt_deadline) at the current
-// address, moving on after each UNAVAILABLE and trying again with backoff (rpc::Retry, from
-// 100 ms, capped at 1 s) until it succeeds, fails otherwise, `retryable` (if set) rejects the
-// failure or `deadline` comes. With one address it is one attempt (its channel retries
-// UNAVAILABLE itself, briefly), as a plain call. `attempt` returns absl::Status or
-// absl::StatusOr<T>.
+// Paces a retry loop over an AddressList (a session, a registration): within a pass over the
+// list the next address is tried at once, and the backoff is slept between passes only. So the
+// standby that took over is found within one backoff of serving, however many addresses (dead,
+// or standbys still refusing) come before it in the list. Not thread-safe; one per retry loop.
+class PassBackoff {
+ public:
+  PassBackoff(BackoffOptions options, size_t addresses)
+      : backoff_(options), addresses_(addresses) {}
+  // The delay after a failed attempt: zero until every address has failed once in this pass,
+  // then the backoff's next delay (with one address, always the backoff's).
+  absl::Duration Next() {
+    if (++failed_ < addresses_) return absl::ZeroDuration();
+    failed_ = 0;
+    return backoff_.Next();
+  }
+  // After a success: the next failure starts a pass, and the backoff starts again from its
+  // initial delay.
+  void Reset() {
+    backoff_.Reset();
+    failed_ = 0;
+  }
+
+ private:
+  Backoff backoff_;
+  const size_t addresses_;
+  size_t failed_ = 0;
+};
+
+// One call made at whichever address serves: attempt(target, deadline) at the current address,
+// moving on after each UNAVAILABLE and trying again, the next address at once and each pass
+// over the list after a backoff (PassBackoff, from 100 ms, capped at 1 s), until it succeeds,
+// fails otherwise, `retryable` (if set) rejects the failure or `deadline` comes. With one
+// address it is one attempt (its channel retries UNAVAILABLE itself, briefly), as a plain call.
+// `attempt` returns absl::Status or absl::StatusOr<T>.
 template <typename Attempt>
 auto CallAny(AddressList& addresses, absl::Time deadline, Attempt&& attempt,
              std::function<bool(const absl::Status&)> retryable = nullptr)
     -> std::invoke_result_t<Attempt&, const AddressList::Target&, absl::Time> {
-  RetryOptions options;
-  options.backoff = BackoffOptions{absl::Milliseconds(100), absl::Seconds(1), 2.0, 0.2};
-  options.max_attempts = addresses.size() == 1 ? 1 : 0;
-  options.retryable = [&retryable](const absl::Status& s) {
-    return AddressList::ShouldMoveOn(s) && (!retryable || retryable(s));
-  };
-  return Retry(
-      RealClock::Get(), options, deadline,
-      [](absl::Duration delay) {
-        absl::SleepFor(delay);
-        return true;
-      },
-      [&](absl::Time attempt_deadline) {
-        const AddressList::Target target = addresses.Current();
-        auto result = attempt(target, attempt_deadline);
-        const absl::Status& status = retry_internal::StatusOf(result);
-        if (AddressList::ShouldMoveOn(status)) addresses.MoveOn(target.address, status.message());
-        return result;
-      });
+  PassBackoff backoff(BackoffOptions{absl::Milliseconds(100), absl::Seconds(1), 2.0, 0.2},
+                      addresses.size());
+  while (true) {
+    const AddressList::Target target = addresses.Current();
+    auto result = attempt(target, deadline);
+    const absl::Status& status = retry_internal::StatusOf(result);
+    if (!AddressList::ShouldMoveOn(status)) return result;
+    addresses.MoveOn(target.address, status.message());
+    if (addresses.size() == 1 || (retryable && !retryable(status))) return result;
+    const absl::Duration delay = backoff.Next();
+    if (absl::Now() + delay >= deadline) return result;
+    absl::SleepFor(delay);
+  }
 }
 
 }  // namespace shoal::rpc

@@ -27,8 +27,9 @@ wait_started() start several at once. stop() sends SIGTERM to the services in th
 of their start (peers before aggregators before the coordinator) and SIGKILLs what is left after
 15 s. A static gossip worker (shoal-peer --dpwa-config, no
 coordinator) starts with spawn(). restart(NAME) starts a service that was killed again with the
-same flags on the same gRPC address, its log appended to (scripts/soak), and poll_started(NAME)
-says whether it is up without waiting.
+same flags on the same gRPC address, its log appended to (scripts/soak, bench-failover), and
+poll_started(NAME) says whether it is up without waiting. start_etcd(members=N) starts an etcd
+cluster of N members.
 
 With Cluster(..., netns={NAME: (NAMESPACE, HOST)}) the service NAME (and shoalctl, under the name
 "shoalctl") runs under `ip netns exec NAMESPACE` and listens on HOST port 0 instead of 127.0.0.1
@@ -183,24 +184,30 @@ class Cluster:
             del self.starting[name]
         return True
 
-    def start_etcd(self, name="etcd"):
-        """One etcd member (Debian's etcd-server, or $SHOAL_ETCD) on two free 127.0.0.1 ports, its
-        data in WORK/NAME and its log in WORK/NAME.log; returns its client HOST:PORT (for a
-        coordinator's --store etcd://HOST:PORT/PREFIX)."""
+    def start_etcd(self, name="etcd", members=1):
+        """`members` etcd members forming one cluster (Debian's etcd-server, or $SHOAL_ETCD),
+        each on two free 127.0.0.1 ports, with its data in WORK/NAME-I and its log in
+        WORK/NAME-I.log (WORK/NAME and WORK/NAME.log for one member); returns their client
+        HOST:PORTs as a comma list (for a coordinator's --store etcd://A,B,C/PREFIX)."""
         etcd = os.environ.get("SHOAL_ETCD") or shutil.which("etcd")
         if not etcd:
             sys.exit(f"{self.prog}: no etcd on PATH (Debian's etcd-server)")
-        client, peer = free_port(), free_port()
-        client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
-        with open(self.log_path(name), "w") as log:
-            proc = subprocess.Popen(
-                [etcd, "--name", name, "--data-dir", os.path.join(self.work, name),
-                 "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
-                 "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-                 "--initial-cluster", f"{name}={peer_url}", "--log-level", "warn"],
-                stdout=log, stderr=subprocess.STDOUT)
-        self.procs.append((name, proc))
-        return f"127.0.0.1:{client}"
+        names = [name] if members == 1 else [f"{name}-{i}" for i in range(members)]
+        clients = {n: free_port() for n in names}
+        peers = {n: free_port() for n in names}
+        initial = ",".join(f"{n}=http://127.0.0.1:{peers[n]}" for n in names)
+        for n in names:
+            client_url = f"http://127.0.0.1:{clients[n]}"
+            peer_url = f"http://127.0.0.1:{peers[n]}"
+            with open(self.log_path(n), "w") as log:
+                proc = subprocess.Popen(
+                    [etcd, "--name", n, "--data-dir", os.path.join(self.work, n),
+                     "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+                     "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                     "--initial-cluster", initial, "--log-level", "warn"],
+                    stdout=log, stderr=subprocess.STDOUT)
+            self.procs.append((n, proc))
+        return ",".join(f"127.0.0.1:{clients[n]}" for n in names)
 
     def start_coordinator(self, args=()):
         self.start("coordinator", "shoal-coordinator",

@@ -155,8 +155,10 @@ void AggregatorServer::RegistrationLoop() {
   // Validated by AggregatorOptions::Validate.
   std::unique_ptr<rpc::AddressList> coordinators = *rpc::AddressList::Create(
       options_.coordinator, "--coordinator", channel_credentials_, "coordinator");
-  // Capped at 1 s, so that the aggregator is back soon after its coordinator fails over.
-  Backoff backoff(BackoffOptions{absl::Milliseconds(200), absl::Seconds(1), 2.0, 0.2});
+  // Between passes over the addresses, capped at 1 s, so that the aggregator is back soon after
+  // its coordinator fails over.
+  rpc::PassBackoff backoff(BackoffOptions{absl::Milliseconds(200), absl::Seconds(1), 2.0, 0.2},
+                           coordinators->size());
   bool was_ok = false;
   bool warned = false;
   bool upload_measured = options_.upload_probe_bytes == 0;

@@ -223,7 +223,9 @@ void SessionClient::MeasureAggregatorRtts(const rpc::AddressList::Target& target
 }
 
 void SessionClient::RunLoop() {
-  Backoff backoff(options_.reconnect_backoff);
+  // A broken session is tried again at once, and so is each other address; the backoff paces
+  // whole passes over the coordinators' addresses.
+  rpc::PassBackoff backoff(options_.reconnect_backoff, coordinators_->size());
   bool ever_connected = false;
   bool upload_measured = options_.upload_probe_bytes == 0;
   int failures = 0;

@@ -36,8 +36,9 @@ struct SessionClientOptions {
   // (SessionService.ListAggregators) and reports its round trip to each in
   // hello.capacity.aggregator_rtts, each measured within this time; 0: no measurement.
   absl::Duration aggregator_rtt_timeout = absl::Seconds(1);
-  // Capped at 1 s so that a peer is back within about 2.5 s of the coordinator returning (with
-  // gRPC's own reconnect backoff, libs/rpc/channel.cc), however long the outage was.
+  // Between passes over the coordinators' addresses (rpc::PassBackoff), capped at 1 s so that a
+  // peer is back within about a second of a coordinator serving again (with gRPC's own
+  // reconnect backoff, libs/rpc/channel.cc), however long the outage was.
   BackoffOptions reconnect_backoff{absl::Milliseconds(100), absl::Seconds(1), 2.0, 0.2};
   absl::Duration default_heartbeat = absl::Seconds(2);  // until Welcome says otherwise
   absl::Duration leave_grace = absl::Seconds(2);        // wait for the coordinator to close

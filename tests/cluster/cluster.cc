@@ -63,8 +63,9 @@ Cluster::~Cluster() {
   }
   groups.push_back(aggregators);
   std::vector<process::Process*> coordinators;
-  for (Service* s : {&coordinator_, &standby_}) {
-    if (s->process) coordinators.push_back(s->process.get());
+  if (coordinator_.process) coordinators.push_back(coordinator_.process.get());
+  for (Service& s : standbys_) {
+    if (s.process) coordinators.push_back(s.process.get());
   }
   groups.push_back(coordinators);
   // A service still running now must stop cleanly on SIGTERM: exit code 0 within the grace
@@ -210,24 +211,79 @@ std::vector<std::string> Cluster::CoordinatorArgs() const {
 }
 
 absl::Status Cluster::StartStandbyCoordinator() {
-  // Aggregators take the coordinator's calls from the certificate named "coordinator" only.
-  auto s =
-      Start("coordinator-standby", "shoal-coordinator", CoordinatorArgs(), "", "", "coordinator");
+  const std::string name = standbys_.empty()
+                               ? std::string("coordinator-standby")
+                               : absl::StrCat("coordinator-standby-", standbys_.size() + 1);
+  auto s = StartStandbyOn(name, host_ + ":0");
   if (!s.ok()) return s.status();
-  standby_ = *std::move(s);
+  standbys_.push_back(*std::move(s));
   return absl::OkStatus();
 }
 
+absl::StatusOr<Service> Cluster::StartStandbyOn(const std::string& name,
+                                                const std::string& listen) {
+  return Start(name, "shoal-coordinator", CoordinatorArgs(), listen, "", "coordinator");
+}
+
 absl::StatusOr<absl::Duration> Cluster::KillCoordinatorForStandby(absl::Duration timeout) {
-  if (!standby_.process) return absl::FailedPreconditionError("no standby coordinator");
+  if (standbys_.empty()) return absl::FailedPreconditionError("no standby coordinator");
   const absl::Time killed = absl::Now();
   coordinator_.process->Signal(SIGKILL);
-  std::swap(coordinator_, standby_);
-  control_ = cv1::ControlService::NewStub(rpc::MakeChannel(coordinator_.address, credentials_));
-  SHOAL_RETURN_IF_ERROR(WaitForCoordinatorServing(timeout));
+  absl::StatusOr<int> serving = WaitForServingStandby(timeout);
+  if (!serving.ok()) return serving.status();
   const absl::Duration took = absl::Now() - killed;
-  SHOAL_RETURN_IF_ERROR(standby_.process->Wait(absl::Seconds(10)).status());
+  std::swap(coordinator_, standbys_[*serving]);
+  control_ = cv1::ControlService::NewStub(rpc::MakeChannel(coordinator_.address, credentials_));
+  Service& dead = standbys_[*serving];
+  SHOAL_RETURN_IF_ERROR(dead.process->Wait(absl::Seconds(10)).status());
+  // Held until RestartStandby, so that no test running beside this one is handed the port.
+  const int port = std::stoi(dead.address.substr(dead.address.rfind(':') + 1));
+  absl::StatusOr<ReservedPort> hold = ReservedPort::Reserve(port);
+  if (!hold.ok()) return hold.status();
+  held_ports_.insert_or_assign(dead.address, *std::move(hold));
   return took;
+}
+
+absl::Status Cluster::RestartStandby(int index) {
+  Service& standby = standbys_.at(index);
+  if (standby.process->Running()) {
+    return absl::FailedPreconditionError(standby.process->name() + " is running");
+  }
+  auto s = StartStandbyOn(standby.process->name(), standby.address);
+  if (!s.ok()) return s.status();
+  held_ports_.erase(standby.address);
+  standby = *std::move(s);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Cluster::WaitForServingStandby(absl::Duration timeout) {
+  // Without the channel's retries, so that each poll answers at once.
+  std::vector<std::unique_ptr<cv1::ControlService::Stub>> probes;
+  for (const Service& s : standbys_) {
+    probes.push_back(cv1::ControlService::NewStub(rpc::MakeProbeChannel(s.address, credentials_)));
+  }
+  int serving = -1;
+  std::string last;
+  const auto any_serving = [&] {
+    for (size_t i = 0; i < probes.size(); ++i) {
+      if (!standbys_[i].process->Running()) continue;
+      grpc::ClientContext context;
+      rpc::SetTimeout(context, absl::Seconds(2));
+      cv1::ListTasksResponse response;
+      const absl::Status s =
+          rpc::FromGrpcStatus(probes[i]->ListTasks(&context, cv1::ListTasksRequest(), &response));
+      if (s.ok()) {
+        serving = static_cast<int>(i);
+        return true;
+      }
+      last = absl::StrCat(standbys_[i].address, ": ", s.ToString());
+    }
+    return false;
+  };
+  if (WaitUntil(any_serving, Scaled(timeout), absl::Milliseconds(50))) return serving;
+  return absl::DeadlineExceededError(absl::StrCat("no standby coordinator serves after ",
+                                                  absl::FormatDuration(timeout), " (last: ", last,
+                                                  ")\n", LogTails()));
 }
 
 absl::Status Cluster::WaitForCoordinatorServing(absl::Duration timeout) {
@@ -249,8 +305,9 @@ absl::Status Cluster::WaitForCoordinatorServing(absl::Duration timeout) {
 }
 
 std::string Cluster::CoordinatorAddresses() const {
-  if (!standby_.process) return coordinator_.address;
-  return absl::StrCat(coordinator_.address, ",", standby_.address);
+  std::string addresses = coordinator_.address;
+  for (const Service& s : standbys_) absl::StrAppend(&addresses, ",", s.address);
+  return addresses;
 }
 
 absl::Status Cluster::StartCoordinatorOn(const std::string& listen) {
@@ -419,7 +476,7 @@ std::string Cluster::LogTails() {
     }
   };
   add(coordinator_);
-  add(standby_);
+  for (Service& s : standbys_) add(s);
   for (Service& a : aggregators_) add(a);
   for (auto& [i, s] : peers_) add(s);
   return out;

@@ -15,6 +15,7 @@
 #include "services/shoalctl/process.h"
 #include "shoal/coordinator/v1/control.grpc.pb.h"
 #include "tests/testing/http_get.h"
+#include "tests/testing/reserved_port.h"
 
 namespace shoal::testing {
 
@@ -39,16 +40,20 @@ class Cluster {
   // Stops the coordinator (SIGKILL when `crash`, else SIGTERM) and starts a new one on the same
   // gRPC address and state directory, as a restarted pod would be.
   absl::Status RestartCoordinator(bool crash);
-  // A second coordinator with the same arguments and state directory ("coordinator-standby"):
-  // with --store etcd://, the standby of the first. Aggregators and peers started afterwards
-  // are given both addresses (CoordinatorAddresses).
+  // One more coordinator with the same arguments and state directory ("coordinator-standby",
+  // then "coordinator-standby-2", ...): with --store etcd://, a standby of the active one.
+  // Aggregators and peers started afterwards are given every address (CoordinatorAddresses).
   absl::Status StartStandbyCoordinator();
-  // SIGKILLs the coordinator, waits until the standby serves (ListTasks answers), and makes it
-  // the coordinator (the tests' calls go to it). Returns the time from the kill to serving.
+  // SIGKILLs the coordinator, waits until one of the standbys serves (ListTasks answers), and
+  // makes it the coordinator (the tests' calls go to it); the killed one takes its place among
+  // the standbys, stopped. Returns the time from the kill to serving.
   absl::StatusOr<absl::Duration> KillCoordinatorForStandby(absl::Duration timeout);
+  // Starts the stopped standby `index` again on its address and state directory, as a
+  // restarted pod would be: a killed coordinator comes back as a standby.
+  absl::Status RestartStandby(int index);
   // Waits until the coordinator answers ListTasks (a standby does not).
   absl::Status WaitForCoordinatorServing(absl::Duration timeout);
-  // --coordinator for aggregators and peers: the coordinator's address, then the standby's.
+  // --coordinator for aggregators and peers: the coordinator's address, then the standbys'.
   std::string CoordinatorAddresses() const;
   // Starts one more aggregator (aggregator(0), aggregator(1), ...).
   absl::Status StartAggregator();
@@ -76,7 +81,8 @@ class Cluster {
   std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() const { return credentials_; }
 
   Service& coordinator() { return coordinator_; }
-  Service& standby() { return standby_; }
+  Service& standby(int index = 0) { return standbys_.at(index); }
+  int standby_count() const { return static_cast<int>(standbys_.size()); }
   Service& aggregator(int index = 0) { return aggregators_.at(index); }
   int aggregator_count() const { return static_cast<int>(aggregators_.size()); }
   Service& peer(int index) { return peers_.at(index); }
@@ -127,6 +133,11 @@ class Cluster {
   std::vector<std::string> SharedDataPeerArgs(int index, int count,
                                               std::vector<std::string> extra_args) const;
   absl::Status StartCoordinatorOn(const std::string& listen);
+  // Starts a coordinator that waits as a standby (its certificate is the coordinator's: the
+  // aggregators take the coordinator's calls from that name only).
+  absl::StatusOr<Service> StartStandbyOn(const std::string& name, const std::string& listen);
+  // Polls the standbys until one serves; returns its index.
+  absl::StatusOr<int> WaitForServingStandby(absl::Duration timeout);
   // The coordinator's command line but --listen and the files Start adds.
   std::vector<std::string> CoordinatorArgs() const;
   // Peer `index` of `count` (shard index/count, id peer-INDEX) run from `binary`.
@@ -141,7 +152,10 @@ class Cluster {
   std::string host_ = "127.0.0.1";
   std::shared_ptr<grpc::ChannelCredentials> credentials_;
   Service coordinator_;
-  Service standby_;  // StartStandbyCoordinator; the killed one after KillCoordinatorForStandby
+  // StartStandbyCoordinator; a killed coordinator after KillCoordinatorForStandby, its port held
+  // (by address) until RestartStandby.
+  std::vector<Service> standbys_;
+  std::map<std::string, ReservedPort> held_ports_;
   std::vector<std::string> coordinator_args_;
   std::vector<Service> aggregators_;
   std::map<int, Service> peers_;

@@ -113,5 +113,24 @@ TEST(AddressListTest, MalformedListsAreRefusedNamingTheFlag) {
   EXPECT_THAT(*good, ::testing::ElementsAre("a:1", "[::1]:2"));
 }
 
+// A retry loop over three addresses tries each of them at once and backs off between passes:
+// 100 ms, then 200 ms (no jitter here), then from 100 ms again after a success.
+TEST(AddressListTest, PassBackoffWaitsBetweenPassesOnly) {
+  rpc::PassBackoff backoff(BackoffOptions{absl::Milliseconds(100), absl::Seconds(1), 2.0, 0.0}, 3);
+  std::vector<absl::Duration> delays;
+  for (int i = 0; i < 6; ++i) delays.push_back(backoff.Next());
+  EXPECT_THAT(delays, ::testing::ElementsAre(absl::ZeroDuration(), absl::ZeroDuration(),
+                                             absl::Milliseconds(100), absl::ZeroDuration(),
+                                             absl::ZeroDuration(), absl::Milliseconds(200)));
+  backoff.Reset();
+  EXPECT_EQ(backoff.Next(), absl::ZeroDuration());
+  EXPECT_EQ(backoff.Next(), absl::ZeroDuration());
+  EXPECT_EQ(backoff.Next(), absl::Milliseconds(100));
+
+  rpc::PassBackoff one(BackoffOptions{absl::Milliseconds(100), absl::Seconds(1), 2.0, 0.0}, 1);
+  EXPECT_EQ(one.Next(), absl::Milliseconds(100));
+  EXPECT_EQ(one.Next(), absl::Milliseconds(200));
+}
+
 }  // namespace
 }  // namespace shoal::coordinator

@@ -4,10 +4,14 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "libs/etcd/etcd_kv.h"
+#include "tests/testing/http_get.h"
 #include "tests/testing/reserved_port.h"
 #include "tests/testing/wait.h"
 
@@ -51,6 +55,13 @@ absl::Status EtcdMember::Restart() {
 }
 
 absl::StatusOr<std::unique_ptr<EtcdMember>> EtcdMember::Start(const std::string& dir) {
+  absl::StatusOr<std::vector<std::unique_ptr<EtcdMember>>> members = StartCluster(dir, 1);
+  if (!members.ok()) return members.status();
+  return std::move(members->front());
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<EtcdMember>>> EtcdMember::StartCluster(
+    const std::string& dir, int count) {
   const std::string binary = FindEtcd();
   if (binary.empty()) {
     return absl::NotFoundError(
@@ -58,57 +69,93 @@ absl::StatusOr<std::unique_ptr<EtcdMember>> EtcdMember::Start(const std::string&
   }
   absl::Status last;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    absl::StatusOr<ReservedPort> client = ReservedPort::Reserve();
-    absl::StatusOr<ReservedPort> peer = ReservedPort::Reserve();
-    if (!client.ok()) return client.status();
-    if (!peer.ok()) return peer.status();
-    const std::string client_url = absl::StrCat("http://", client->address());
-    const std::string peer_url = absl::StrCat("http://", peer->address());
-    const std::string data_dir = absl::StrCat(dir, "/etcd-", attempt);
-    auto member = std::unique_ptr<EtcdMember>(new EtcdMember());
-    member->endpoint_ = client->address();
+    std::vector<ReservedPort> ports;  // each member's client port, then its peer port
+    for (int i = 0; i < 2 * count; ++i) {
+      absl::StatusOr<ReservedPort> port = ReservedPort::Reserve();
+      if (!port.ok()) return port.status();
+      ports.push_back(*std::move(port));
+    }
+    std::vector<std::string> initial_cluster;
+    for (int i = 0; i < count; ++i) {
+      initial_cluster.push_back(absl::StrCat("m", i, "=http://", ports[2 * i + 1].address()));
+    }
+    std::vector<std::unique_ptr<EtcdMember>> members;
+    std::vector<std::string> endpoints;
     // etcd binds without SO_REUSEPORT: the ports are released just before it starts.
-    client->Release();
-    peer->Release();
-    process::ProcessOptions options;
-    options.name = "etcd";
-    options.binary = binary;
-    options.args = {"--name",
-                    "test",
-                    "--data-dir",
-                    data_dir,
-                    "--listen-client-urls",
-                    client_url,
-                    "--advertise-client-urls",
-                    client_url,
-                    "--listen-peer-urls",
-                    peer_url,
-                    "--initial-advertise-peer-urls",
-                    peer_url,
-                    "--initial-cluster",
-                    absl::StrCat("test=", peer_url),
-                    "--logger",
-                    "zap",
-                    "--log-level",
-                    "warn"};
-    options.log_path = absl::StrCat(dir, "/etcd-", attempt, ".log");
-    member->options_ = options;
-    absl::StatusOr<std::unique_ptr<process::Process>> started =
-        process::Process::Start(std::move(options));
-    if (!started.ok()) return started.status();
-    member->process_ = *std::move(started);
-    const int port = client->port();
-    WaitUntil([&] { return AcceptsConnections(port) || !member->process_->Running(); },
-              absl::Seconds(15));
+    for (ReservedPort& port : ports) port.Release();
+    for (int i = 0; i < count; ++i) {
+      const std::string client_url = absl::StrCat("http://", ports[2 * i].address());
+      const std::string peer_url = absl::StrCat("http://", ports[2 * i + 1].address());
+      auto member = std::unique_ptr<EtcdMember>(new EtcdMember());
+      member->endpoint_ = ports[2 * i].address();
+      process::ProcessOptions options;
+      options.name = absl::StrCat("etcd-", i);
+      options.binary = binary;
+      options.args = {"--name",
+                      absl::StrCat("m", i),
+                      "--data-dir",
+                      absl::StrCat(dir, "/etcd-", i, "-", attempt),
+                      "--listen-client-urls",
+                      client_url,
+                      "--advertise-client-urls",
+                      client_url,
+                      "--listen-peer-urls",
+                      peer_url,
+                      "--initial-advertise-peer-urls",
+                      peer_url,
+                      "--initial-cluster",
+                      absl::StrJoin(initial_cluster, ","),
+                      "--logger",
+                      "zap",
+                      "--log-level",
+                      "warn"};
+      options.log_path = absl::StrCat(dir, "/etcd-", i, "-", attempt, ".log");
+      member->options_ = options;
+      absl::StatusOr<std::unique_ptr<process::Process>> started =
+          process::Process::Start(std::move(options));
+      if (!started.ok()) return started.status();
+      member->process_ = *std::move(started);
+      endpoints.push_back(member->endpoint_);
+      members.push_back(std::move(member));
+    }
+    // Up once every member listens and the cluster takes a write (it has elected a leader).
+    const auto listening = [&] {
+      for (int i = 0; i < count; ++i) {
+        if (!AcceptsConnections(ports[2 * i].port()) && members[i]->process_->Running()) {
+          return false;
+        }
+      }
+      return true;
+    };
+    WaitUntil(listening, absl::Seconds(15));
+    absl::Status written;
     absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv =
-        etcd::EtcdKv::Connect({member->endpoint_}, Scaled(absl::Seconds(15)), absl::Seconds(5));
-    if (kv.ok()) return member;
-    last = absl::UnavailableError(absl::StrCat("etcd at ", member->endpoint_, " did not come up (",
-                                               kv.status().message(), "); its log:\n",
-                                               member->process_->LogTail()));
-    member->Kill();
+        etcd::EtcdKv::Connect(endpoints, Scaled(absl::Seconds(15)), absl::Seconds(2));
+    if (kv.ok()) {
+      WaitUntil([&] { return (written = (*kv)->Put("/etcd-member-ready", "")).ok(); },
+                absl::Seconds(15), absl::Milliseconds(50));
+    }
+    if (kv.ok() && written.ok()) return members;
+    std::string logs;
+    for (const auto& member : members) {
+      absl::StrAppend(&logs, "--- ", member->options_.name, " ---\n", member->process_->LogTail());
+    }
+    last = absl::UnavailableError(
+        absl::StrCat("etcd at ", absl::StrJoin(endpoints, ","), " did not come up (",
+                     kv.ok() ? written.message() : kv.status().message(), "); the logs:\n", logs));
   }
   return last;
+}
+
+bool EtcdMember::IsLeader() const {
+  absl::StatusOr<std::string> metrics = HttpGet(endpoint_, "/metrics");
+  return metrics.ok() && MetricValue(*metrics, "etcd_server_is_leader") == 1;
+}
+
+std::string Endpoints(const std::vector<std::unique_ptr<EtcdMember>>& members) {
+  std::vector<std::string> endpoints;
+  for (const auto& member : members) endpoints.push_back(member->endpoint());
+  return absl::StrJoin(endpoints, ",");
 }
 
 }  // namespace shoal::testing

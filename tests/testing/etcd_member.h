@@ -1,11 +1,13 @@
 #pragma once
 
 // A real etcd (Debian's etcd-server) as a child process for tests: one member on 127.0.0.1 with
-// its data in a test directory, killed when the object goes. Its client port is reserved and
-// released just before etcd binds it; a start that loses the port to another test is retried.
+// its data in a test directory, killed when the object goes; or several members forming one
+// cluster. Its ports are reserved and released just before etcd binds them; a start that loses
+// a port to another test is retried.
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "services/shoalctl/process.h"
@@ -18,6 +20,10 @@ class EtcdMember {
   // Errors: NOT_FOUND without an etcd binary (scripts/bootstrap test installs etcd-server);
   // UNAVAILABLE when it did not come up, with the end of its log.
   static absl::StatusOr<std::unique_ptr<EtcdMember>> Start(const std::string& dir);
+  // `count` members forming one cluster (etcd's --initial-cluster), each as Start's; returns once
+  // the cluster has a leader and takes writes. Errors: as Start's.
+  static absl::StatusOr<std::vector<std::unique_ptr<EtcdMember>>> StartCluster(
+      const std::string& dir, int count);
 
   // Kills etcd: a graceful stop waits for the clients' connections to close (seconds), and the
   // data directory is a test's.
@@ -28,11 +34,16 @@ class EtcdMember {
   absl::Status Restart();
 
   const std::string& endpoint() const { return endpoint_; }  // HOST:PORT of its client API
+  // Whether this member leads its cluster now (its etcd_server_is_leader metric).
+  bool IsLeader() const;
 
  private:
   process::ProcessOptions options_;  // of the running etcd, for Restart
   std::unique_ptr<process::Process> process_;
   std::string endpoint_;
 };
+
+// The members' endpoints as a comma list, for --store etcd://A,B,C/PREFIX.
+std::string Endpoints(const std::vector<std::unique_ptr<EtcdMember>>& members);
 
 }  // namespace shoal::testing

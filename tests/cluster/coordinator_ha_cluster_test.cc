@@ -1,0 +1,243 @@
+// Replicated coordinators with no single point of failure, as real processes over mutual TLS:
+// three etcd members, three coordinators on one key prefix and one checkpoint directory (one
+// active, two standbys, --store-lease=2s), an aggregator and two peers given every coordinator
+// address. In one cluster:
+// - the active coordinator is SIGKILLed in the middle of a federated-sync round;
+// - the next active one in the middle of a decentralized round;
+// - then the etcd leader, while the decentralized task trains on.
+// After each coordinator kill a standby serves, every peer is back at it within the lease, and
+// the killed coordinator comes back as a standby (as a restarted pod would). Each task completes
+// with every round exactly once, in its history and in etcd's records, and the rounds closed and
+// stored before a kill are kept as they were (no acknowledged update is lost). Each kill waits
+// until the closed rounds are stored: a round published less than a store write ago runs again
+// after a fail-over (docs/how-to/high-availability.md). Prints the fail-over times and the
+// test's time.
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "libs/etcd/etcd_kv.h"
+#include "tests/cluster/cluster.h"
+#include "tests/testing/etcd_member.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/wait.h"
+
+namespace shoal::testing {
+namespace {
+
+namespace cv1 = coordinator::v1;
+
+constexpr int kPeers = 2;
+constexpr char kPrefix[] = "/ha";
+const absl::Duration kLease = absl::Seconds(2);
+
+// A small task of `rounds` short rounds (an epoch of each peer's 1,000 samples, about half a
+// second) on both peers.
+common::v1::TaskSpec ShortTask(const std::string& name, common::v1::Mode mode, int rounds) {
+  common::v1::TaskSpec spec = SmallTask(name);
+  spec.set_mode(mode);
+  spec.set_rounds(rounds);
+  spec.set_round_batches(30);
+  spec.mutable_dataset()->set_train_limit(2000);
+  spec.mutable_dataset()->set_test_limit(200);
+  spec.set_min_participants(kPeers);
+  return spec;
+}
+
+// Whether `spec`'s round `round` or a later one is under way and the one before it closed.
+bool Training(const cv1::TaskStatus& s, uint64_t round) {
+  return s.state() == cv1::TASK_STATE_RUNNING && s.round() >= round && s.history_size() > 0 &&
+         s.history(s.history_size() - 1).round() + 1 == s.round();
+}
+
+class CoordinatorHaClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::string> dir = MakeTestTempDir("shoal-cluster-");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    absl::StatusOr<std::vector<std::unique_ptr<EtcdMember>>> etcd =
+        EtcdMember::StartCluster(*dir, 3);
+    ASSERT_TRUE(etcd.ok()) << etcd.status();
+    etcd_ = *std::move(etcd);
+    std::vector<std::string> endpoints;
+    for (const auto& member : etcd_) endpoints.push_back(member->endpoint());
+    absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv =
+        etcd::EtcdKv::Connect(endpoints, absl::Seconds(10), absl::Seconds(2));
+    ASSERT_TRUE(kv.ok()) << kv.status();
+    kv_ = *std::move(kv);
+    cluster_ = std::make_unique<Cluster>(*dir);
+    Cluster& cluster = *cluster_;
+    ASSERT_TRUE(
+        cluster
+            .StartCoordinator({absl::StrCat("--store=etcd://", Endpoints(etcd_), kPrefix),
+                               absl::StrCat("--store-lease=", absl::FormatDuration(kLease))})
+            .ok())
+        << cluster.LogTails();
+    ASSERT_TRUE(cluster.WaitForCoordinatorServing(absl::Seconds(20)).ok()) << cluster.LogTails();
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(cluster.StartStandbyCoordinator().ok()) << cluster.LogTails();
+    }
+    ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
+    ASSERT_TRUE(cluster.StartPeers(0, kPeers, kPeers).ok()) << cluster.LogTails();
+  }
+
+  void TearDown() override {
+    cluster_.reset();  // before etcd
+    kv_.reset();
+    std::printf("test time: %s\n", absl::FormatDuration(absl::Now() - start_).c_str());
+  }
+
+  // `task`'s records in etcd of `kind` ("rounds", "checkpoints"), by key.
+  std::vector<etcd::KeyValue> Records(const std::string& kind, const std::string& task) {
+    const std::string prefix = absl::StrCat(kPrefix, "/", kind, "/", task, "/");
+    absl::StatusOr<std::vector<etcd::KeyValue>> records =
+        kv_->Range({prefix, etcd::EtcdKv::PrefixEnd(prefix)});
+    return records.ok() ? *std::move(records) : std::vector<etcd::KeyValue>();
+  }
+
+  // Whether every round closed in `s` is stored in etcd, and (federated-sync) a checkpoint of
+  // its newest model: what a coordinator taking over resumes from. The coordinator stores both
+  // shortly after it publishes a round; a round not stored yet runs again after a fail-over.
+  bool Stored(const cv1::TaskStatus& s) {
+    if (s.history_size() == 0) return true;
+    const cv1::RoundSummary& last = s.history(s.history_size() - 1);
+    if (Records("rounds", s.spec().name()).size() < last.round()) return false;
+    if (s.spec().mode() != common::v1::MODE_FEDERATED_SYNC) return true;
+    const std::vector<etcd::KeyValue> checkpoints = Records("checkpoints", s.spec().name());
+    if (checkpoints.empty()) return false;
+    const std::string& key = checkpoints.back().key;  // ends in the version, zero-padded
+    uint64_t version = 0;
+    return absl::SimpleAtoi(key.substr(key.rfind('/') + 1), &version) &&
+           version >= last.model_version();
+  }
+
+  // Kills the active coordinator while `spec`'s round `round` (or a later one) trains, its
+  // closed rounds stored, and checks the fail-over: a standby serves, both peers are back at it
+  // within the lease, and the interrupted round closes there. The killed coordinator comes back
+  // as a standby. Returns, in `seen`, the task's status read before the kill.
+  void FailOverMidRound(const common::v1::TaskSpec& spec, uint64_t round, cv1::TaskStatus* seen) {
+    Cluster& cluster = *cluster_;
+    auto before = cluster.WaitFor(
+        spec.name(), [&](const cv1::TaskStatus& s) { return Training(s, round) && Stored(s); },
+        absl::Minutes(2), absl::StrCat("round ", round, " of ", spec.name()));
+    ASSERT_TRUE(before.ok()) << before.status();
+    *seen = *before;
+    const uint64_t interrupted = before->round();
+    const absl::Time killed = absl::Now();
+    absl::StatusOr<absl::Duration> serving = cluster.KillCoordinatorForStandby(absl::Seconds(20));
+    ASSERT_TRUE(serving.ok()) << serving.status();
+    absl::Status back = cluster.WaitForPeersConnected(kPeers, kLease);
+    const absl::Duration peers_back = absl::Now() - killed - *serving;
+    EXPECT_TRUE(back.ok()) << "the peers were not back within the lease (" << kLease
+                           << ") after a standby served: " << back;
+    auto next = cluster.WaitFor(
+        spec.name(),
+        [&](const cv1::TaskStatus& s) {
+          return s.history_size() > 0 && s.history(s.history_size() - 1).round() >= interrupted;
+        },
+        absl::Minutes(1), absl::StrCat("round ", interrupted, " closed at the new coordinator"));
+    ASSERT_TRUE(next.ok()) << next.status();
+    std::printf(
+        "fail-over (%s, round %llu): kill -> a standby serving %s, then the peers back %s; "
+        "kill -> the round closed %s\n",
+        spec.name().c_str(), static_cast<unsigned long long>(interrupted),
+        absl::FormatDuration(*serving).c_str(), absl::FormatDuration(peers_back).c_str(),
+        absl::FormatDuration(absl::Now() - killed).c_str());
+    for (int i = 0; i < cluster.standby_count(); ++i) {
+      if (!cluster.standby(i).process->Running()) {
+        ASSERT_TRUE(cluster.RestartStandby(i).ok()) << cluster.LogTails();
+      }
+    }
+  }
+
+  // Waits for `spec` to complete; checks that its history has rounds 1..N once each, keeps the
+  // closed rounds of each status in `seen` as they were, and that etcd holds one record per
+  // round.
+  void ExpectCompletedEveryRoundOnce(const common::v1::TaskSpec& spec,
+                                     const std::vector<cv1::TaskStatus>& seen) {
+    auto after = cluster_->WaitForEnd(spec);
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_EQ(after->state(), cv1::TASK_STATE_COMPLETED) << after->ShortDebugString();
+    ASSERT_EQ(after->history_size(), static_cast<int>(spec.rounds())) << after->ShortDebugString();
+    for (int i = 0; i < after->history_size(); ++i) {
+      const cv1::RoundSummary& round = after->history(i);
+      EXPECT_EQ(round.round(), static_cast<uint64_t>(i + 1));
+      EXPECT_EQ(round.participants_size(), kPeers) << round.ShortDebugString();
+      if (i > 0) {
+        EXPECT_GT(round.model_version(), after->history(i - 1).model_version());
+      }
+    }
+    for (const cv1::TaskStatus& status : seen) {
+      for (const cv1::RoundSummary& kept : status.history()) {
+        const cv1::RoundSummary& now = after->history(static_cast<int>(kept.round()) - 1);
+        EXPECT_EQ(now.model_version(), kept.model_version()) << "round " << kept.round();
+        EXPECT_EQ(now.model_digest(), kept.model_digest()) << "round " << kept.round();
+        EXPECT_EQ(now.completed_unix_ms(), kept.completed_unix_ms()) << "round " << kept.round();
+      }
+    }
+    // The coordinator writes its records behind the status it serves: they are all there soon.
+    std::vector<etcd::KeyValue> records;
+    WaitUntil(
+        [&] {
+          records = Records("rounds", spec.name());
+          return records.size() >= spec.rounds();
+        },
+        absl::Seconds(10), absl::Milliseconds(100));
+    std::string keys;
+    for (const etcd::KeyValue& record : records) absl::StrAppend(&keys, record.key, " ");
+    EXPECT_EQ(records.size(), spec.rounds()) << keys;
+  }
+
+  const absl::Time start_ = absl::Now();
+  std::vector<std::unique_ptr<EtcdMember>> etcd_;
+  std::unique_ptr<etcd::EtcdKv> kv_;  // the test's own client of the members
+  std::unique_ptr<Cluster> cluster_;
+};
+
+TEST_F(CoordinatorHaClusterTest, TwoCoordinatorKillsAndAnEtcdMembersLossLoseNoRound) {
+  Cluster& cluster = *cluster_;
+  const common::v1::TaskSpec federated =
+      ShortTask("ha-federated", common::v1::MODE_FEDERATED_SYNC, 4);
+  ASSERT_TRUE(cluster.CreateTask(federated).ok());
+  cv1::TaskStatus seen;
+  FailOverMidRound(federated, 2, &seen);
+  if (HasFatalFailure()) return;
+  ExpectCompletedEveryRoundOnce(federated, {seen});
+  if (HasFatalFailure()) return;
+
+  const common::v1::TaskSpec decentralized =
+      ShortTask("ha-decentralized", common::v1::MODE_DECENTRALIZED, 6);
+  ASSERT_TRUE(cluster.CreateTask(decentralized).ok());
+  FailOverMidRound(decentralized, 2, &seen);
+  if (HasFatalFailure()) return;
+
+  // The etcd leader goes while the task trains on: the other two members keep the store, and
+  // the coordinator its hold.
+  auto training = cluster.WaitFor(
+      decentralized.name(), [&](const cv1::TaskStatus& s) { return Training(s, 4) && Stored(s); },
+      absl::Minutes(1), "round 4 of the decentralized task");
+  ASSERT_TRUE(training.ok()) << training.status();
+  int leader = -1;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (int i = 0; i < static_cast<int>(etcd_.size()); ++i) {
+          if (etcd_[i]->IsLeader()) leader = i;
+        }
+        return leader >= 0;
+      },
+      absl::Seconds(10), absl::Milliseconds(100)));
+  etcd_[leader]->Kill();
+  ExpectCompletedEveryRoundOnce(decentralized, {seen, *training});
+  if (HasFatalFailure()) return;
+  EXPECT_TRUE(cluster.coordinator().process->Running()) << cluster.LogTails();
+  EXPECT_TRUE(cluster.WaitForPeersConnected(kPeers, kLease).ok());
+}
+
+}  // namespace
+}  // namespace shoal::testing
