@@ -289,6 +289,12 @@ ZeroCopyFrames::~ZeroCopyFrames() {
 }
 
 void ZeroCopyFrames::StartDigest(size_t t) {
+  if (!model_->digests.empty()) {
+    std::promise<uint64_t> given;
+    given.set_value(model_->digests[t]);
+    next_digest_ = given.get_future();
+    return;
+  }
   const absl::string_view bytes = tensors_[t];
   next_digest_ =
       std::async(bytes.size() >= kAsyncDigestBytes ? std::launch::async : std::launch::deferred,
