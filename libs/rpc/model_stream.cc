@@ -74,6 +74,7 @@ class ModelStreamSink {
     if (!decoder_.has_value()) {
       return absl::InvalidArgumentError("model stream ended before its ModelMeta");
     }
+    received_.payload_bytes = decoder_->bytes_received();
     auto model = std::move(*decoder_).Finish();
     if (!model.ok()) return model.status();
     received_.model = *std::move(model);

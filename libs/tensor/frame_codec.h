@@ -27,6 +27,7 @@ inline constexpr size_t kMaxChunkBytes = 4 << 20;
 struct ReceivedModel {
   common::v1::ModelMeta meta;
   FlatModel model;
+  uint64_t payload_bytes = 0;  // chunk bytes received (FrameDecoder::bytes_received)
 };
 
 // The ModelMeta that starts a stream of `model` (of a model with `layout`).
