@@ -387,7 +387,11 @@ AggregatorServiceImpl::AggregatorServiceImpl(AggregatorServiceOptions options, A
       executor_(executor),
       metrics_(metrics),
       parents_(parents),
-      parent_link_(parent_link) {}
+      parent_link_(parent_link),
+      download_deltas_(/*max_tasks=*/2, [&metrics](double seconds) {
+        metrics.download_encodes.Increment();
+        metrics.download_encode_seconds.Increment(seconds);
+      }) {}
 
 grpc::ServerReadReactor<PutModelRequest>* AggregatorServiceImpl::PutModel(
     grpc::CallbackServerContext* context, aggregator::v1::PutModelResponse* response) {

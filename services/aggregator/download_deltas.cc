@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "libs/tensor/xor_delta.h"
 
 namespace shoal::aggregator {
@@ -29,9 +31,11 @@ absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> DownloadDeltas::Get(
     return entry->encoded;
   }
   entry->encoded.reset();  // the old encoding's memory goes before the new one is made
+  const absl::Time start = absl::Now();
   absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> encoded =
       tensor::EncodeXorDelta(model.model, *base.model);
   if (!encoded.ok()) return encoded.status();
+  if (on_encoded_) on_encoded_(absl::ToDoubleSeconds(absl::Now() - start));
   entry->version = model.version;
   entry->base_version = base.version;
   entry->encoded = *encoded;

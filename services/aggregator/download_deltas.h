@@ -6,9 +6,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -24,7 +26,9 @@ namespace shoal::aggregator {
 // asking for an encoding being made waits for it rather than make it again. Thread-safe.
 class DownloadDeltas {
  public:
-  explicit DownloadDeltas(size_t max_tasks = 2) : max_tasks_(max_tasks) {}
+  // `on_encoded(seconds)` (optional) runs after each encoding made, with its time (metrics).
+  explicit DownloadDeltas(size_t max_tasks = 2, std::function<void(double)> on_encoded = nullptr)
+      : max_tasks_(max_tasks), on_encoded_(std::move(on_encoded)) {}
 
   // `model` of `task` encoded against `base` (tensor::EncodeXorDelta). INVALID_ARGUMENT when
   // their layouts differ.
@@ -45,6 +49,7 @@ class DownloadDeltas {
   };
 
   const size_t max_tasks_;
+  const std::function<void(double)> on_encoded_;
   absl::Mutex mu_;
   std::map<std::string, Slot> entries_ ABSL_GUARDED_BY(mu_);
   uint64_t uses_ ABSL_GUARDED_BY(mu_) = 0;

@@ -154,7 +154,7 @@ absl::Status AggregatorPeer::LoadGlobal(uint64_t version, absl::Time deadline,
     held = aggregator::AggregatorClient::HeldModel{*global_version_, read_held};
   }
   size_t attempt = 0;
-  auto download = [&](absl::Time attempt_deadline) {
+  auto fetch = [&](absl::Time attempt_deadline) {
     if (absl::Status s = file.Reset(expected); !s.ok()) {
       return absl::StatusOr<aggregator::AggregatorClient::ModelDownload>(s);
     }
@@ -171,12 +171,12 @@ absl::Status AggregatorPeer::LoadGlobal(uint64_t version, absl::Time deadline,
         held ? &*held : nullptr);
   };
   absl::StatusOr<aggregator::AggregatorClient::ModelDownload> download =
-      RetryCall(deadline, keep_going, download, expected * sizeof(float));
+      RetryCall(deadline, keep_going, fetch, expected * sizeof(float));
   if (held && absl::IsInvalidArgument(download.status())) {
     LogWarning("task ", task_, ": model version ", version, " against version ", held->version,
                " did not check out (", download.status().message(), "); downloading it raw");
     held.reset();
-    download = RetryCall(deadline, keep_going, download, expected * sizeof(float));
+    download = RetryCall(deadline, keep_going, fetch, expected * sizeof(float));
   }
   SHOAL_RETURN_IF_ERROR(download.status());
   metrics_.bytes_received.Increment(static_cast<double>(download->payload_bytes));
