@@ -13,10 +13,12 @@
 namespace shoal::tensor {
 namespace {
 
-// Values XORed, deflated or inflated at a time: 32 KiB, so a block stays in L1/L2.
-constexpr size_t kBlockValues = 8192;
-// Fast deflate: the XOR's zero runs are found at any level; higher ones cost several times the
-// CPU for a few percent (docs/performance.md, downloads against a held version).
+// Values XORed, deflated or inflated at a time: 32 KiB, so a block stays in L1/L2. Each block's
+// XOR goes byte plane by byte plane (ENCODING_XOR_ZLIB), so the near-constant high bytes of all
+// its values form long runs for deflate.
+constexpr size_t kBlockValues = kXorBlockValues;
+// The fastest deflate: the aggregator deflates each version before the round's first download
+// of it (docs/performance.md, "Downloads against the held model").
 constexpr int kDeflateLevel = Z_BEST_SPEED;
 
 uint32_t Bits(float v) {
@@ -35,12 +37,18 @@ bool DeflateXor(absl::Span<const float> values, absl::Span<const float> base, st
   out->resize(raw - 1);  // one byte short of raw: what does not fit is not worth sending
   z.next_out = reinterpret_cast<Bytef*>(out->data());
   z.avail_out = static_cast<uInt>(out->size());
-  std::vector<uint32_t> block(kBlockValues);
+  std::vector<uint8_t> planes(kBlockValues * sizeof(uint32_t));
   int rc = Z_OK;
   for (size_t at = 0; at < values.size() && rc == Z_OK; at += kBlockValues) {
     const size_t n = std::min(kBlockValues, values.size() - at);
-    for (size_t i = 0; i < n; ++i) block[i] = Bits(values[at + i]) ^ Bits(base[at + i]);
-    z.next_in = reinterpret_cast<Bytef*>(block.data());
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t x = Bits(values[at + i]) ^ Bits(base[at + i]);
+      planes[i] = static_cast<uint8_t>(x);
+      planes[n + i] = static_cast<uint8_t>(x >> 8);
+      planes[2 * n + i] = static_cast<uint8_t>(x >> 16);
+      planes[3 * n + i] = static_cast<uint8_t>(x >> 24);
+    }
+    z.next_in = planes.data();
     z.avail_in = static_cast<uInt>(n * sizeof(uint32_t));
     const bool last = at + n == values.size();
     rc = deflate(&z, last ? Z_FINISH : Z_NO_FLUSH);
@@ -145,9 +153,8 @@ absl::Status XorInflater::Feed(absl::string_view compressed, const Emit& emit) {
       return absl::InvalidArgumentError(
           absl::StrCat(z.avail_in, " bytes follow the end of the zlib stream"));
     }
-    const uint64_t room = bytes_total_ - bytes_emitted_ - out_bytes_;
-    const size_t block = kBlockValues * sizeof(float) - out_bytes_;
-    if (room == 0) {
+    const uint64_t remaining = bytes_total_ - bytes_emitted_;
+    if (remaining == 0) {
       // Nothing more may come out; a byte that inflates to more is an error, the stream's
       // trailer is not.
       uint8_t probe;
@@ -162,39 +169,44 @@ absl::Status XorInflater::Feed(absl::string_view compressed, const Emit& emit) {
         return absl::InvalidArgumentError(absl::StrCat(
             "XOR_ZLIB data inflates to more than the tensor's ", bytes_total_, " bytes"));
       }
-      if (rc != Z_OK) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("XOR_ZLIB data is corrupt: ", z.msg != nullptr ? z.msg : "zlib error"));
-      }
+      if (rc != Z_OK) return Corrupt(z);
       continue;
     }
+    // One block at a time: its byte planes are put back together once all of them are in.
+    const size_t block = static_cast<size_t>(std::min<uint64_t>(kBlockValues * 4, remaining));
     z.next_out = reinterpret_cast<Bytef*>(out_.data()) + out_bytes_;
-    z.avail_out = static_cast<uInt>(std::min<uint64_t>(block, room));
+    z.avail_out = static_cast<uInt>(block - out_bytes_);
     const uInt before = z.avail_out;
     const int rc = inflate(&z, Z_NO_FLUSH);
-    if (rc != Z_OK && rc != Z_STREAM_END) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("XOR_ZLIB data is corrupt: ", z.msg != nullptr ? z.msg : "zlib error"));
-    }
+    if (rc != Z_OK && rc != Z_STREAM_END) return Corrupt(z);
     out_bytes_ += before - z.avail_out;
     if (rc == Z_STREAM_END) ended_ = true;
-    SHOAL_RETURN_IF_ERROR(Drain(emit));
+    if (out_bytes_ == block) SHOAL_RETURN_IF_ERROR(Drain(emit));
   }
   return absl::OkStatus();
 }
 
+absl::Status XorInflater::Corrupt(const z_stream_s& z) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("XOR_ZLIB data is corrupt: ", z.msg != nullptr ? z.msg : "zlib error"));
+}
+
 absl::Status XorInflater::Drain(const Emit& emit) {
-  const size_t whole = out_bytes_ / sizeof(float);
-  if (whole == 0) return absl::OkStatus();
+  const size_t n = out_bytes_ / sizeof(float);
   const size_t first = offset_ + bytes_emitted_ / sizeof(float);
-  SHOAL_RETURN_IF_ERROR(base_(first, absl::MakeSpan(held_.data(), whole)));
-  uint32_t* const bits = reinterpret_cast<uint32_t*>(out_.data());
-  for (size_t i = 0; i < whole; ++i) bits[i] ^= Bits(held_[i]);
-  const size_t bytes = whole * sizeof(float);
-  SHOAL_RETURN_IF_ERROR(emit(absl::string_view(reinterpret_cast<const char*>(bits), bytes)));
+  SHOAL_RETURN_IF_ERROR(base_(first, absl::MakeSpan(held_.data(), n)));
+  const auto* planes = reinterpret_cast<const uint8_t*>(out_.data());
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t x = uint32_t{planes[i]} | uint32_t{planes[n + i]} << 8 |
+                       uint32_t{planes[2 * n + i]} << 16 | uint32_t{planes[3 * n + i]} << 24;
+    const uint32_t bits = x ^ Bits(held_[i]);
+    std::memcpy(&held_[i], &bits, sizeof bits);
+  }
+  const size_t bytes = n * sizeof(float);
+  SHOAL_RETURN_IF_ERROR(
+      emit(absl::string_view(reinterpret_cast<const char*>(held_.data()), bytes)));
   bytes_emitted_ += bytes;
-  out_bytes_ -= bytes;
-  std::memmove(out_.data(), reinterpret_cast<const char*>(out_.data()) + bytes, out_bytes_);
+  out_bytes_ = 0;
   return absl::OkStatus();
 }
 

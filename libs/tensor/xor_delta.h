@@ -2,8 +2,9 @@
 
 // Model downloads against a version the receiver already holds (tensor.proto
 // ENCODING_XOR_ZLIB): each tensor travels as the bitwise XOR of its float32 bits with the held
-// version's, deflated with zlib. Successive versions share the sign, the exponent and the high
-// mantissa bits of most values, so the XOR is mostly zero bits and deflates well. A tensor whose
+// version's, each block of kXorBlockValues values byte plane by byte plane, deflated with zlib.
+// Successive versions share the sign, the exponent and the high mantissa bits of most values,
+// so the high byte planes of the XOR are mostly zeros and deflate well. A tensor whose
 // deflated XOR would not be smaller than its raw bytes travels raw.
 
 #include <cstddef>
@@ -23,6 +24,10 @@
 struct z_stream_s;
 
 namespace shoal::tensor {
+
+// Values per block of an XOR_ZLIB tensor (tensor.proto): each block's XOR is sent byte plane by
+// byte plane.
+inline constexpr size_t kXorBlockValues = 8192;
 
 // `model` with each tensor XOR_ZLIB-encoded against `base` (the same layout), or raw where that
 // is not smaller. `digests` holds each tensor's XXH3 of its float32 bytes, so the receiver
@@ -56,7 +61,8 @@ class XorInflater {
   absl::Status Finish() const;
 
  private:
-  absl::Status Drain(const Emit& emit);  // XORs and emits the whole values in out_
+  absl::Status Drain(const Emit& emit);  // rebuilds and emits the block in out_
+  static absl::Status Corrupt(const z_stream_s& z);
 
   std::unique_ptr<z_stream_s> stream_;
   bool started_ = false;  // stream_ holds an inflate state
@@ -65,9 +71,9 @@ class XorInflater {
   size_t offset_ = 0;           // the tensor's first element
   uint64_t bytes_total_ = 0;    // the tensor's float32 bytes
   uint64_t bytes_emitted_ = 0;  // of them, emitted
-  std::vector<float> out_;      // inflated bytes, then base values beside them
-  std::vector<float> held_;     // base values of the block
-  size_t out_bytes_ = 0;        // inflated bytes in out_ not yet emitted
+  std::vector<float> out_;      // the block's inflated byte planes
+  std::vector<float> held_;     // the block's base values, then its rebuilt values
+  size_t out_bytes_ = 0;        // inflated bytes in out_
 };
 
 }  // namespace shoal::tensor

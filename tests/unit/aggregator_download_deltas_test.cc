@@ -1,11 +1,10 @@
 // DownloadDeltas: one XOR_ZLIB encoding per task, made once and kept for the round's other
 // peers, replaced by the next version's, for a bounded number of tasks.
-#include "services/aggregator/download_deltas.h"
-
 #include <cmath>
 #include <memory>
 
 #include "gtest/gtest.h"
+#include "services/aggregator/download_deltas.h"
 
 namespace shoal::aggregator {
 namespace {

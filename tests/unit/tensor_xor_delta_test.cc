@@ -147,11 +147,16 @@ EncodedModel OneTensor(uint64_t elements, std::string payload, const std::vector
   return m;
 }
 
+// The zlib stream of XOR `bits` (one block: at most kXorBlockValues), byte plane by byte plane.
 std::string Deflate(const std::vector<uint32_t>& bits) {
-  uLongf size = compressBound(bits.size() * 4);
+  const size_t n = bits.size();
+  std::vector<uint8_t> planes(4 * n);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t b = 0; b < 4; ++b) planes[b * n + i] = static_cast<uint8_t>(bits[i] >> (8 * b));
+  }
+  uLongf size = compressBound(planes.size());
   std::string out(size, '\0');
-  EXPECT_EQ(compress(reinterpret_cast<Bytef*>(out.data()), &size,
-                     reinterpret_cast<const Bytef*>(bits.data()), bits.size() * 4),
+  EXPECT_EQ(compress(reinterpret_cast<Bytef*>(out.data()), &size, planes.data(), planes.size()),
             Z_OK);
   out.resize(size);
   return out;
