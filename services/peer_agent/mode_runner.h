@@ -54,7 +54,7 @@ struct ModeRunnerDeps {
   bool evaluate_beside_training = true;
   // Federated modes (--download-against-held): a global model's download names the version held
   // (AggregatorPeer::LoadGlobal), so it may come as the XOR with it; false: always raw.
-  bool download_against_held = true;
+  bool download_against_held = false;
   // The session token of the latest Welcome (aggregator calls carry it). Null: none.
   std::function<std::string()> session_token;
   // False once the task is over for this peer (TaskFinished or another TaskAssigned queued, the
