@@ -101,6 +101,7 @@ FrameEncoder::FrameEncoder(const EncodedModel& model, size_t chunk_bytes)
     : layout_(model.layout),
       payloads_(model.payloads),
       encodings_(model.encodings),
+      digests_(model.digests),
       chunk_bytes_(chunk_bytes == 0 ? kDefaultChunkBytes : std::min(chunk_bytes, kMaxChunkBytes)) {}
 
 void SetTensorHeader(const TensorSpec& spec, uint64_t size_bytes, uint64_t digest,
@@ -119,7 +120,8 @@ bool FrameEncoder::Next(TensorFrame* frame) {
   const size_t size = payloads_[tensor_].size();
   const char* data = payloads_[tensor_].data();
   if (!header_sent_) {
-    SetTensorHeader(spec, size, DigestBytes(data, size), frame->mutable_header());
+    const uint64_t digest = digests_.empty() ? DigestBytes(data, size) : digests_[tensor_];
+    SetTensorHeader(spec, size, digest, frame->mutable_header());
     if (!encodings_.empty()) encodings_[tensor_].ToHeader(frame->mutable_header());
     header_sent_ = true;
     byte_offset_ = 0;
@@ -175,7 +177,7 @@ FrameDecoder FrameDecoder::ForLayout(const ModelLayout& layout, bool require_fin
 
 absl::StatusOr<FrameDecoder> FrameDecoder::ForMeta(const common::v1::ModelMeta& meta,
                                                    const DecoderLimits& limits, bool require_finite,
-                                                   WriteValues write) {
+                                                   WriteValues write, ReadValues base) {
   if (meta.num_tensors() > limits.max_tensors) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model has ", meta.num_tensors(), " tensors, more than the limit of ", limits.max_tensors));
@@ -193,6 +195,7 @@ absl::StatusOr<FrameDecoder> FrameDecoder::ForMeta(const common::v1::ModelMeta& 
   d.expected_tensors_ = meta.num_tensors();
   d.expected_total_bytes_ = meta.total_bytes();
   d.require_finite_ = require_finite;
+  d.base_ = std::move(base);
   if (write) {
     d.write_ = std::move(write);
     d.stage_.resize(kBlockBytes / sizeof(float) + 1);
@@ -229,8 +232,8 @@ absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
   const std::string shown = EscapeBytes(name);  // for messages
   if (in_tensor_) {
     return Fail(absl::InvalidArgumentError(
-        absl::StrCat("tensor '", CurrentName(), "' is incomplete (", tensor_bytes_received_, " of ",
-                     tensor_bytes_expected_, " bytes) when the header of '", shown, "' arrived")));
+        absl::StrCat("tensor '", CurrentName(), "' is incomplete (", wire_bytes_received_, " of ",
+                     wire_bytes_expected_, " bytes) when the header of '", shown, "' arrived")));
   }
   if (name.empty()) {
     return Fail(
@@ -242,7 +245,12 @@ absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
                                                         " is not supported (want DTYPE_FLOAT32)")));
   }
   const TensorEncoding encoding = TensorEncoding::Of(header);
-  if (encoding.encoding != common::v1::ENCODING_RAW && !expected_.has_value()) {
+  const bool xor_zlib = encoding.encoding == common::v1::ENCODING_XOR_ZLIB;
+  if (xor_zlib && !base_) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", shown, "': ENCODING_XOR_ZLIB but the download has no base model")));
+  }
+  if (encoding.encoding != common::v1::ENCODING_RAW && !xor_zlib && !expected_.has_value()) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
         "tensor '", shown, "': encoding ", common::v1::Encoding_Name(header.encoding()),
         " is only accepted in updates (a model travels as ENCODING_RAW)")));
@@ -318,8 +326,15 @@ absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
   }
   values_bytes_used_ += size;
   specs_.push_back(std::move(spec));
-  tensor_bytes_expected_ = header.size_bytes();
+  tensor_bytes_expected_ = xor_zlib ? size : header.size_bytes();
   tensor_bytes_received_ = 0;
+  wire_bytes_expected_ = header.size_bytes();
+  wire_bytes_received_ = 0;
+  if (xor_zlib) {
+    if (absl::Status s = inflater_.Start(base_, tensor_value_offset_, elements); !s.ok()) {
+      return Fail(s);
+    }
+  }
   encoding_ = encoding;
   encoded_.clear();
   tensor_values_checked_ = 0;
@@ -327,7 +342,7 @@ absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
   tensor_digest_ = header.digest_xxh3();
   in_tensor_ = true;
   XXH3_64bits_reset(digest_state_->state);
-  if (tensor_bytes_expected_ == 0) return CompleteTensor();
+  if (wire_bytes_expected_ == 0) return CompleteTensor();
   return absl::OkStatus();
 }
 
@@ -351,10 +366,28 @@ absl::Status FrameDecoder::AddChunk(absl::Span<const absl::string_view> parts) {
         absl::InvalidArgumentError(absl::StrCat("tensor '", CurrentName(), "': chunk of ", n,
                                                 " bytes exceeds the limit of ", kMaxChunkBytes)));
   }
-  if (n > tensor_bytes_expected_ - tensor_bytes_received_) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", CurrentName(), "': chunks exceed size_bytes ", tensor_bytes_expected_, " (",
-        tensor_bytes_received_ + n, " bytes received)")));
+  if (n > wire_bytes_expected_ - wire_bytes_received_) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("tensor '", CurrentName(), "': chunks exceed size_bytes ",
+                     wire_bytes_expected_, " (", wire_bytes_received_ + n, " bytes received)")));
+  }
+  wire_bytes_received_ += n;
+  bytes_received_ += n;
+  if (encoding_.encoding == common::v1::ENCODING_XOR_ZLIB) {
+    const auto take = [this](absl::string_view bytes) { return AddValueBytes(bytes); };
+    for (absl::string_view part : parts) {
+      if (absl::Status s = inflater_.Feed(part, take); !s.ok()) {
+        return failed_.ok() ? Fail(absl::InvalidArgumentError(
+                                  absl::StrCat("tensor '", CurrentName(), "': ", s.message())))
+                            : failed_;
+      }
+    }
+    if (wire_bytes_received_ < wire_bytes_expected_) return absl::OkStatus();
+    if (absl::Status s = inflater_.Finish(); !s.ok()) {
+      return Fail(
+          absl::InvalidArgumentError(absl::StrCat("tensor '", CurrentName(), "': ", s.message())));
+    }
+    return CompleteTensor();
   }
   if (encoding_.encoding != common::v1::ENCODING_RAW) {
     // An encoded tensor (bounded by its raw size) is collected and decoded once complete.
@@ -363,48 +396,49 @@ absl::Status FrameDecoder::AddChunk(absl::Span<const absl::string_view> parts) {
       XXH3_64bits_update(digest_state_->state, part.data(), part.size());
     }
     tensor_bytes_received_ += n;
-    bytes_received_ += n;
     if (tensor_bytes_received_ == tensor_bytes_expected_) return CompleteTensor();
     return absl::OkStatus();
   }
+  for (absl::string_view part : parts) SHOAL_RETURN_IF_ERROR(AddValueBytes(part));
+  if (tensor_bytes_received_ == tensor_bytes_expected_) return CompleteTensor();
+  return absl::OkStatus();
+}
+
+absl::Status FrameDecoder::AddValueBytes(absl::string_view part) {
   // Copy, digest and check block by block rather than pass by pass over the whole chunk: each
   // block is digested and checked right after its copy, while it is still in L1, so nothing
   // reads the (cold, model-sized) staging buffer back from memory. With write_ the block is
   // copied into stage_ instead and handed on from there.
   char* const base = reinterpret_cast<char*>(values_.data() + tensor_value_offset_);
-  for (absl::string_view part : parts) {
-    while (!part.empty()) {
-      const size_t take = std::min(kBlockBytes, part.size());
-      char* const stage = reinterpret_cast<char*>(stage_.data());
-      char* dest = write_ ? stage + stage_bytes_ : base + tensor_bytes_received_;
-      std::memcpy(dest, part.data(), take);
-      part.remove_prefix(take);
-      XXH3_64bits_update(digest_state_->state, dest, take);
-      tensor_bytes_received_ += take;
-      bytes_received_ += take;
-      if (write_) {
-        // Whole values go on; the bytes of one split across pieces wait at the front.
-        const size_t staged = stage_bytes_ + take;
-        const size_t whole = staged / sizeof(float);
-        const size_t first = tensor_values_checked_;
-        SHOAL_RETURN_IF_ERROR(CheckFinite(stage_.data(), whole));
-        if (absl::Status s =
-                write_(tensor_value_offset_ + first, absl::MakeConstSpan(stage_.data(), whole));
-            !s.ok()) {
-          return Fail(s);
-        }
-        stage_bytes_ = staged - whole * sizeof(float);
-        std::memmove(stage, stage + whole * sizeof(float), stage_bytes_);
-      } else {
-        // Only whole floats: a piece may end inside one, which the next piece completes.
-        const size_t complete = tensor_bytes_received_ / sizeof(float);
-        SHOAL_RETURN_IF_ERROR(
-            CheckFinite(values_.data() + tensor_value_offset_ + tensor_values_checked_,
-                        complete - tensor_values_checked_));
+  while (!part.empty()) {
+    const size_t take = std::min(kBlockBytes, part.size());
+    char* const stage = reinterpret_cast<char*>(stage_.data());
+    char* dest = write_ ? stage + stage_bytes_ : base + tensor_bytes_received_;
+    std::memcpy(dest, part.data(), take);
+    part.remove_prefix(take);
+    XXH3_64bits_update(digest_state_->state, dest, take);
+    tensor_bytes_received_ += take;
+    if (write_) {
+      // Whole values go on; the bytes of one split across pieces wait at the front.
+      const size_t staged = stage_bytes_ + take;
+      const size_t whole = staged / sizeof(float);
+      const size_t first = tensor_values_checked_;
+      SHOAL_RETURN_IF_ERROR(CheckFinite(stage_.data(), whole));
+      if (absl::Status s =
+              write_(tensor_value_offset_ + first, absl::MakeConstSpan(stage_.data(), whole));
+          !s.ok()) {
+        return Fail(s);
       }
+      stage_bytes_ = staged - whole * sizeof(float);
+      std::memmove(stage, stage + whole * sizeof(float), stage_bytes_);
+    } else {
+      // Only whole floats: a piece may end inside one, which the next piece completes.
+      const size_t complete = tensor_bytes_received_ / sizeof(float);
+      SHOAL_RETURN_IF_ERROR(
+          CheckFinite(values_.data() + tensor_value_offset_ + tensor_values_checked_,
+                      complete - tensor_values_checked_));
     }
   }
-  if (tensor_bytes_received_ == tensor_bytes_expected_) return CompleteTensor();
   return absl::OkStatus();
 }
 
@@ -432,7 +466,8 @@ absl::Status FrameDecoder::CompleteTensor() {
         absl::StrCat("tensor '", CurrentName(), "': digest mismatch (header says ",
                      absl::Hex(tensor_digest_), ", payload is ", absl::Hex(digest), ")")));
   }
-  if (encoding_.encoding != common::v1::ENCODING_RAW) {
+  if (encoding_.encoding != common::v1::ENCODING_RAW &&
+      encoding_.encoding != common::v1::ENCODING_XOR_ZLIB) {
     float* const out = values_.data() + tensor_value_offset_;
     const size_t elements = static_cast<size_t>(specs_.back().NumElements());
     if (absl::Status s = DecodeTensor(encoding_, encoded_, absl::MakeSpan(out, elements));
@@ -449,9 +484,9 @@ absl::Status FrameDecoder::CompleteTensor() {
 absl::StatusOr<FlatModel> FrameDecoder::Finish() && {
   if (!failed_.ok()) return failed_;
   if (in_tensor_) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("stream ended inside tensor '", CurrentName(), "' (", tensor_bytes_received_,
-                     " of ", tensor_bytes_expected_, " bytes)")));
+    return Fail(absl::InvalidArgumentError(absl::StrCat("stream ended inside tensor '",
+                                                        CurrentName(), "' (", wire_bytes_received_,
+                                                        " of ", wire_bytes_expected_, " bytes)")));
   }
   FlatModel model;
   if (expected_.has_value()) {

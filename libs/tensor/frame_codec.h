@@ -13,6 +13,7 @@
 #include "absl/types/span.h"
 #include "libs/tensor/compression.h"
 #include "libs/tensor/flat_model.h"
+#include "libs/tensor/xor_delta.h"
 #include "shoal/common/v1/model.pb.h"
 #include "shoal/common/v1/tensor.pb.h"
 
@@ -26,6 +27,7 @@ inline constexpr size_t kMaxChunkBytes = 4 << 20;
 struct ReceivedModel {
   common::v1::ModelMeta meta;
   FlatModel model;
+  uint64_t payload_bytes = 0;  // chunk bytes received (FrameDecoder::bytes_received)
 };
 
 // The ModelMeta that starts a stream of `model` (of a model with `layout`).
@@ -54,6 +56,7 @@ class FrameEncoder {
   const ModelLayout& layout_;
   std::vector<absl::string_view> payloads_;  // each tensor's bytes
   std::vector<TensorEncoding> encodings_;    // each tensor's; empty: all raw
+  std::vector<uint64_t> digests_;            // each tensor's header digest; empty: the payload's
   size_t chunk_bytes_;
   size_t tensor_ = 0;       // index of the current tensor
   size_t byte_offset_ = 0;  // bytes of the current tensor already sent
@@ -84,9 +87,13 @@ class FrameDecoder {
   // they arrive, and Finish() returns the model with no values: a model-sized download needs no
   // model-sized buffer. The digest of a tensor is checked when its last byte arrives and the
   // whole stream at Finish(), so what `write` received is verified only once Finish() succeeds.
+  // With `base` (the model version meta.xor_base_version, read by element), XOR_ZLIB tensors are
+  // taken too: inflated and XORed with the base as they arrive, and checked against the digest of
+  // the values they rebuild. Without it an XOR_ZLIB tensor is an error.
   static absl::StatusOr<FrameDecoder> ForMeta(const common::v1::ModelMeta& meta,
                                               const DecoderLimits& limits, bool require_finite,
-                                              WriteValues write = nullptr);
+                                              WriteValues write = nullptr,
+                                              ReadValues base = nullptr);
 
   FrameDecoder(FrameDecoder&&) noexcept;
   FrameDecoder& operator=(FrameDecoder&&) noexcept;
@@ -119,6 +126,9 @@ class FrameDecoder {
   FrameDecoder();
   absl::Status AddHeader(const common::v1::TensorHeader& header);
   absl::Status AddChunk(absl::Span<const absl::string_view> parts);
+  // Takes the next float32 bytes of the current tensor (raw, or rebuilt from XOR_ZLIB): copies,
+  // digests and checks them and hands them on.
+  absl::Status AddValueBytes(absl::string_view part);
   absl::Status CompleteTensor();
   // Checks (when require_finite_) values [tensor_values_checked_, tensor_values_checked_ + n) of
   // the current tensor, found at `first`, and counts them as checked.
@@ -148,6 +158,10 @@ class FrameDecoder {
   bool failed_non_finite_ = false;
   TensorEncoding encoding_;  // of the current tensor
   std::string encoded_;      // a non-raw tensor's payload, decoded once complete (ForLayout)
+  ReadValues base_;          // set: XOR_ZLIB tensors are taken (ForMeta)
+  XorInflater inflater_;     // of the current XOR_ZLIB tensor
+  uint64_t wire_bytes_expected_ = 0;  // XOR_ZLIB: the current tensor's payload (compressed)
+  uint64_t wire_bytes_received_ = 0;
   std::unique_ptr<DigestState, DigestStateDeleter> digest_state_;  // XXH3 of the current tensor
 };
 

@@ -89,23 +89,38 @@ class AggregatorClient {
   // then `bytes` (partial_wire.h) in chunks. Returns `duplicate`.
   virtual absl::StatusOr<bool> PushPartial(const std::string& address, const v1::PartialMeta& meta,
                                            absl::string_view bytes, absl::Time deadline) = 0;
+  // A version the caller holds, which a download may come encoded against
+  // (GetModelRequest.base_version, tensor.proto ENCODING_XOR_ZLIB): its values, read by element.
+  struct HeldModel {
+    uint64_t version = 0;
+    tensor::ReadValues read;
+  };
+  // What GetModelInto received: the model's layout and the payload bytes that came (fewer than
+  // the layout's float32 bytes when the model came against a held version).
+  struct ModelDownload {
+    tensor::ModelLayout layout;
+    uint64_t payload_bytes = 0;
+  };
   // Downloads model `version` of `task` (AggregatorService.GetModel).
   virtual absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address,
                                                      const std::string& task, uint64_t version,
                                                      const Caller& caller, absl::Time deadline) = 0;
   // The same, the values handed to `write` as they arrive instead of kept, so a download needs
-  // no model-sized buffer; returns the model's layout. What `write` got is verified only when
-  // the call succeeds (a failed call may have written part of a model). This default downloads
-  // the whole model and then writes it; GrpcAggregatorClient streams.
-  virtual absl::StatusOr<tensor::ModelLayout> GetModelInto(const std::string& address,
-                                                           const std::string& task,
-                                                           uint64_t version, const Caller& caller,
-                                                           absl::Time deadline,
-                                                           const tensor::WriteValues& write) {
+  // no model-sized buffer; returns the model's layout and the bytes received. What `write` got is
+  // verified only when the call succeeds (a failed call may have written part of a model). With
+  // `held`, the model may come encoded against it and is rebuilt and verified against its digests
+  // as it arrives. This default downloads the whole model raw and then writes it;
+  // GrpcAggregatorClient streams.
+  virtual absl::StatusOr<ModelDownload> GetModelInto(const std::string& address,
+                                                     const std::string& task, uint64_t version,
+                                                     const Caller& caller, absl::Time deadline,
+                                                     const tensor::WriteValues& write,
+                                                     const HeldModel* held = nullptr) {
     absl::StatusOr<tensor::FlatModel> model = GetModel(address, task, version, caller, deadline);
     if (!model.ok()) return model.status();
     if (absl::Status s = write(0, model->values); !s.ok()) return s;
-    return std::move(model->layout);
+    const uint64_t bytes = model->layout.total_bytes();
+    return ModelDownload{std::move(model->layout), bytes};
   }
   // Replaces the task's members and their session tokens (the coordinator's call).
   virtual absl::Status SetMembers(const std::string& address, const v1::SetMembersRequest& request,

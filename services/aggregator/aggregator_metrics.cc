@@ -52,6 +52,16 @@ AggregatorMetrics::AggregatorMetrics(prometheus::Registry& registry)
                      .Help("Bytes of model streams sent")
                      .Register(registry)
                      .Add({})),
+      download_encodes(prometheus::BuildCounter()
+                           .Name("shoal_aggregator_download_encodes_total")
+                           .Help("Models encoded against a version peers hold (XOR_ZLIB)")
+                           .Register(registry)
+                           .Add({})),
+      download_encode_seconds(prometheus::BuildCounter()
+                                  .Name("shoal_aggregator_download_encode_seconds_total")
+                                  .Help("Time spent encoding models against a held version")
+                                  .Register(registry)
+                                  .Add({})),
       rounds_completed(prometheus::BuildCounter()
                            .Name("shoal_aggregator_rounds_completed_total")
                            .Help("Rounds closed (with or without contributors)")

@@ -43,6 +43,8 @@ struct AggregatorMetrics {
   prometheus::Counter* rejected[kNumRejectReasons];
   prometheus::Counter& bytes_received;
   prometheus::Counter& bytes_sent;
+  prometheus::Counter& download_encodes;         // DownloadDeltas encodings made
+  prometheus::Counter& download_encode_seconds;  // and their time
   prometheus::Counter& rounds_completed;
   prometheus::Histogram& round_duration;
   prometheus::Gauge& pushes_in_flight;

@@ -387,7 +387,11 @@ AggregatorServiceImpl::AggregatorServiceImpl(AggregatorServiceOptions options, A
       executor_(executor),
       metrics_(metrics),
       parents_(parents),
-      parent_link_(parent_link) {}
+      parent_link_(parent_link),
+      download_deltas_(/*max_tasks=*/2, [&metrics](double seconds) {
+        metrics.download_encodes.Increment();
+        metrics.download_encode_seconds.Increment(seconds);
+      }) {}
 
 grpc::ServerReadReactor<PutModelRequest>* AggregatorServiceImpl::PutModel(
     grpc::CallbackServerContext* context, aggregator::v1::PutModelResponse* response) {
@@ -421,12 +425,34 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* AggregatorServiceImpl::GetModel(
     return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(snapshot.status()));
   }
   AggregatorMetrics* metrics = &metrics_;
-  return new rpc::ModelWriteReactor(
-      tensor::EncodeRaw(snapshot->model),
-      tensor::MakeModelMeta(request.task(), snapshot->version, *snapshot->model),
-      [metrics](uint64_t bytes, bool) {
-        metrics->bytes_sent.Increment(static_cast<double>(bytes));
-      });
+  auto count_bytes = [metrics](uint64_t bytes, bool) {
+    metrics->bytes_sent.Increment(static_cast<double>(bytes));
+  };
+  common::v1::ModelMeta meta =
+      tensor::MakeModelMeta(request.task(), snapshot->version, *snapshot->model);
+  absl::StatusOr<ModelSnapshot> base = absl::NotFoundError("no base version asked for");
+  if (request.has_base_version() && request.base_version() != snapshot->version) {
+    base = core_.GetModel(request.task(), request.base_version());
+  }
+  if (!base.ok()) {
+    return new rpc::ModelWriteReactor(tensor::EncodeRaw(snapshot->model), meta, count_bytes);
+  }
+  // Against the held version: encoded (a pass over both models, once per version and base) on
+  // the executor; raw when the executor is full or the layouts differ.
+  auto* reactor = new rpc::ModelWriteReactor(count_bytes);
+  auto encode = [this, reactor, task = request.task(), model = *snapshot, base = *base, meta] {
+    absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> encoded =
+        download_deltas_.Get(task, model, base);
+    if (!encoded.ok()) {
+      reactor->Start(tensor::EncodeRaw(model.model), meta);
+      return;
+    }
+    common::v1::ModelMeta against = meta;
+    against.set_xor_base_version(base.version);
+    reactor->Start(*std::move(encoded), against);
+  };
+  if (!executor_.TrySubmit(encode)) reactor->Start(tensor::EncodeRaw(snapshot->model), meta);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* AggregatorServiceImpl::OpenRound(

@@ -4,6 +4,7 @@
 #include "services/aggregator/aggregator_client.h"
 #include "services/aggregator/aggregator_core.h"
 #include "services/aggregator/aggregator_metrics.h"
+#include "services/aggregator/download_deltas.h"
 #include "shoal/aggregator/v1/aggregator.grpc.pb.h"
 
 namespace shoal::aggregator {
@@ -21,7 +22,8 @@ struct AggregatorServiceOptions {
 // PushUpdate is registered raw (ByteBuffer in, ByteBuffer out) so chunk bytes are copied once,
 // straight from the received slices into the staging buffer, instead of being parsed into a
 // protobuf string first. GetModel is raw too: chunks go out as slices of the model's own memory
-// (rpc::ModelWriteReactor), never copied into protobuf messages.
+// (rpc::ModelWriteReactor), never copied into protobuf messages; one asked for against a version
+// still held (base_version) goes out XOR_ZLIB-encoded (DownloadDeltas), encoded on `executor`.
 class AggregatorServiceImpl final
     : public aggregator::v1::AggregatorService::WithRawCallbackMethod_GetModel<
           aggregator::v1::AggregatorService::WithRawCallbackMethod_PushUpdate<
@@ -86,6 +88,7 @@ class AggregatorServiceImpl final
   AggregatorMetrics& metrics_;
   AggregatorClient& parents_;
   ParentLink& parent_link_;
+  DownloadDeltas download_deltas_;  // GetModel against a held version
 };
 
 }  // namespace shoal::aggregator

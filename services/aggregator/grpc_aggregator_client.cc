@@ -137,7 +137,7 @@ absl::StatusOr<bool> GrpcAggregatorClient::PushPartial(const std::string& addres
 
 absl::StatusOr<tensor::ReceivedModel> GrpcAggregatorClient::Download(
     const std::string& address, const std::string& task, uint64_t version, const Caller& caller,
-    absl::Time deadline, tensor::WriteValues write) {
+    absl::Time deadline, tensor::WriteValues write, const HeldModel* held) {
   grpc::ClientContext context;
   SetDeadline(context, deadline);
   aggregator::v1::GetModelRequest request;
@@ -145,11 +145,26 @@ absl::StatusOr<tensor::ReceivedModel> GrpcAggregatorClient::Download(
   request.set_version(version);
   request.set_peer_id(caller.peer_id);
   request.set_session_token(caller.session_token);
+  if (held != nullptr) request.set_base_version(held->version);
   // Read raw: chunks are decoded straight from the received slices.
   auto reader = rpc::OpenRawReader(
       *channels_.Get(address), "/shoal.aggregator.v1.AggregatorService/GetModel", context, request);
+  auto make_decoder =
+      [&](const common::v1::ModelMeta& meta) -> absl::StatusOr<tensor::FrameDecoder> {
+    tensor::ReadValues base;
+    if (meta.has_xor_base_version()) {
+      if (held == nullptr || meta.xor_base_version() != held->version) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the model comes encoded against version ", meta.xor_base_version(),
+                         held == nullptr ? ", but none was named" : ", not the one held"));
+      }
+      base = held->read;
+    }
+    return tensor::FrameDecoder::ForMeta(meta, tensor::DecoderLimits{}, /*require_finite=*/false,
+                                         write, std::move(base));
+  };
   absl::StatusOr<tensor::ReceivedModel> received =
-      rpc::ReadModelStream(*reader, tensor::DecoderLimits{}, &context, std::move(write));
+      rpc::ReadModelStreamWith(*reader, make_decoder, &context);
   if (!received.ok()) return WithContext(received.status(), "GetModel", address);
   if (received->meta.task() != task || received->meta.version() != version) {
     return absl::InvalidArgumentError(
@@ -165,18 +180,18 @@ absl::StatusOr<tensor::FlatModel> GrpcAggregatorClient::GetModel(const std::stri
                                                                  const Caller& caller,
                                                                  absl::Time deadline) {
   absl::StatusOr<tensor::ReceivedModel> received =
-      Download(address, task, version, caller, deadline, nullptr);
+      Download(address, task, version, caller, deadline, nullptr, nullptr);
   if (!received.ok()) return received.status();
   return std::move(received->model);
 }
 
-absl::StatusOr<tensor::ModelLayout> GrpcAggregatorClient::GetModelInto(
+absl::StatusOr<AggregatorClient::ModelDownload> GrpcAggregatorClient::GetModelInto(
     const std::string& address, const std::string& task, uint64_t version, const Caller& caller,
-    absl::Time deadline, const tensor::WriteValues& write) {
+    absl::Time deadline, const tensor::WriteValues& write, const HeldModel* held) {
   absl::StatusOr<tensor::ReceivedModel> received =
-      Download(address, task, version, caller, deadline, write);
+      Download(address, task, version, caller, deadline, write, held);
   if (!received.ok()) return received.status();
-  return std::move(received->model.layout);
+  return ModelDownload{std::move(received->model.layout), received->payload_bytes};
 }
 
 absl::Status GrpcAggregatorClient::OpenRound(const std::string& address,

@@ -33,10 +33,10 @@ class GrpcAggregatorClient final : public AggregatorClient {
   absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address, const std::string& task,
                                              uint64_t version, const Caller& caller,
                                              absl::Time deadline) override;
-  absl::StatusOr<tensor::ModelLayout> GetModelInto(const std::string& address,
-                                                   const std::string& task, uint64_t version,
-                                                   const Caller& caller, absl::Time deadline,
-                                                   const tensor::WriteValues& write) override;
+  absl::StatusOr<ModelDownload> GetModelInto(const std::string& address, const std::string& task,
+                                             uint64_t version, const Caller& caller,
+                                             absl::Time deadline, const tensor::WriteValues& write,
+                                             const HeldModel* held = nullptr) override;
   absl::Status SetMembers(const std::string& address, const v1::SetMembersRequest& request,
                           absl::Time deadline) override;
   absl::Status OpenRound(const std::string& address, const v1::OpenRoundRequest& request,
@@ -54,11 +54,11 @@ class GrpcAggregatorClient final : public AggregatorClient {
                                              TaskEventFn on_event, WatchDoneFn on_done) override;
 
  private:
-  // GetModel and GetModelInto (`write` empty: the values are kept).
+  // GetModel and GetModelInto (`write` empty: the values are kept; `held` null: raw).
   absl::StatusOr<tensor::ReceivedModel> Download(const std::string& address,
                                                  const std::string& task, uint64_t version,
                                                  const Caller& caller, absl::Time deadline,
-                                                 tensor::WriteValues write);
+                                                 tensor::WriteValues write, const HeldModel* held);
   rpc::ChannelCache channels_;
 };
 

@@ -237,13 +237,14 @@ absl::Status AggregatorWorkRunner::Checkpoint(const std::string& task, const std
   SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<tensor::ModelFileWriter> file,
                          tensor::ModelFileWriter::Create(store_.checkpoint_dir(), values_offset));
   SHOAL_ASSIGN_OR_RETURN(
-      tensor::ModelLayout layout,
+      aggregator::AggregatorClient::ModelDownload download,
       client_.GetModelInto(address, task, work.version, aggregator::Caller{},
                            clock_.Now() + options_.transfer_timeout,
                            [&file](size_t first, absl::Span<const float> values) {
                              return file->Write(first, values);
                            }));
-  metrics_.bytes_received.Increment(static_cast<double>(layout.total_bytes()));
+  metrics_.bytes_received.Increment(static_cast<double>(download.payload_bytes));
+  const tensor::ModelLayout& layout = download.layout;
   StoredCheckpoint c;
   c.task = task;
   c.version = work.version;

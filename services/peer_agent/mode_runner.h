@@ -52,6 +52,9 @@ struct ModeRunnerDeps {
   // Federated-sync (--evaluate-beside-training): whether a published model is evaluated on a
   // thread of its own beside the next round's training, or before it (FederatedSyncRunner).
   bool evaluate_beside_training = true;
+  // Federated modes (--download-against-held): a global model's download names the version held
+  // (AggregatorPeer::LoadGlobal), so it may come as the XOR with it; false: always raw.
+  bool download_against_held = false;
   // The session token of the latest Welcome (aggregator calls carry it). Null: none.
   std::function<std::string()> session_token;
   // False once the task is over for this peer (TaskFinished or another TaskAssigned queued, the

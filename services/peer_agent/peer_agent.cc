@@ -446,6 +446,7 @@ void PeerAgent::StartRunner() {
   deps.peer_id = peer_id();
   deps.scratch_dir = options_.scratch_dir;
   deps.evaluate_beside_training = options_.evaluate_beside_training;
+  deps.download_against_held = options_.download_against_held;
   deps.session_token = [this] { return SessionToken(); };
   deps.task_current = [this] { return TaskStillCurrent(); };
   deps.update_hooks = options_.hooks.update;

@@ -44,6 +44,8 @@ struct PeerAgentOptions {
   std::string scratch_dir;
   // Federated-sync (--evaluate-beside-training): ModeRunnerDeps::evaluate_beside_training.
   bool evaluate_beside_training = true;
+  // Federated modes (--download-against-held): ModeRunnerDeps::download_against_held.
+  bool download_against_held = false;
   size_t max_queued_events = 1024;
   // normalization standardize without the task's mean/std: how long the peer waits for the
   // federation's statistics (FederationStatistics) after sending its moments before it gives up

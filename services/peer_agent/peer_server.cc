@@ -204,6 +204,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   agent_options.model_dir = options.model_dir;
   agent_options.scratch_dir = options.scratch_dir;
   agent_options.evaluate_beside_training = options.evaluate_beside_training;
+  agent_options.download_against_held = options.download_against_held;
   agent_options.data_dir = options.data_dir;
   agent_options.hooks = options.hooks;
   agent_options.identity = std::move(signer);

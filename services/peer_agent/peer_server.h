@@ -42,6 +42,7 @@ struct PeerOptions {
   std::string model_dir;                       // --model-dir (TorchScript tasks' files)
   std::string scratch_dir;                     // --scratch-dir (empty: TMPDIR, else /tmp)
   bool evaluate_beside_training = true;        // --evaluate-beside-training
+  bool download_against_held = false;          // --download-against-held
   training::ShardSpec shard;                   // --shard I/N (default 0/1: all of it)
   std::string name;                            // --name (empty: the coordinator picks an id)
   std::string device = "cpu";                  // --device cpu|cuda

@@ -441,7 +441,7 @@ int main(int argc, char** argv) {
                                            return (*file)->Write(first, values);
                                          });
     if (!layout.ok()) Die("checkpoint (" + e.name + "): " + layout.status().ToString());
-    if (absl::Status s = (*file)->Commit(*layout, dir + "/bench.model"); !s.ok()) {
+    if (absl::Status s = (*file)->Commit(layout->layout, dir + "/bench.model"); !s.ok()) {
       Die("checkpoint: " + s.ToString());
     }
     return Seconds(start, Clock::now());

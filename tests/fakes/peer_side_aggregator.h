@@ -53,6 +53,17 @@ class PeerSideAggregator final : public aggregator::AggregatorClient {
     absl::MutexLock lock(&mu_);
     models_[{address, version}] = std::move(model);
   }
+  // GetModelInto naming a held version answers `status` (e.g. a digest mismatch) instead of
+  // the model; a raw one still gets it.
+  void RefuseAgainstHeld(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    refuse_against_held_ = std::move(status);
+  }
+  // The held version each GetModelInto named (-1: none), in order.
+  std::vector<int64_t> held_asked() const {
+    absl::MutexLock lock(&mu_);
+    return held_asked_;
+  }
   // Answers of the next push attempts, in order (OK accepts); afterwards every push is accepted.
   void ScriptPushes(std::vector<absl::Status> answers) {
     absl::MutexLock lock(&mu_);
@@ -143,6 +154,17 @@ class PeerSideAggregator final : public aggregator::AggregatorClient {
     }
     return it->second;
   }
+  absl::StatusOr<ModelDownload> GetModelInto(const std::string& address, const std::string& task,
+                                             uint64_t version, const aggregator::Caller& caller,
+                                             absl::Time deadline, const tensor::WriteValues& write,
+                                             const HeldModel* held = nullptr) override {
+    {
+      absl::MutexLock lock(&mu_);
+      held_asked_.push_back(held == nullptr ? -1 : static_cast<int64_t>(held->version));
+      if (held != nullptr && !refuse_against_held_.ok()) return refuse_against_held_;
+    }
+    return AggregatorClient::GetModelInto(address, task, version, caller, deadline, write, held);
+  }
   absl::StatusOr<bool> PushPartial(const std::string&, const aggregator::v1::PartialMeta&,
                                    absl::string_view, absl::Time) override {
     return absl::UnimplementedError("not a peer call");
@@ -183,6 +205,8 @@ class PeerSideAggregator final : public aggregator::AggregatorClient {
   std::deque<absl::Status> script_ ABSL_GUARDED_BY(mu_);
   PushHook on_push_ ABSL_GUARDED_BY(mu_);
   std::vector<Call> calls_ ABSL_GUARDED_BY(mu_);
+  absl::Status refuse_against_held_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> held_asked_ ABSL_GUARDED_BY(mu_);
   std::vector<Push> pushes_ ABSL_GUARDED_BY(mu_);
   size_t gets_ ABSL_GUARDED_BY(mu_) = 0;
 };

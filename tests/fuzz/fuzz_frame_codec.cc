@@ -2,10 +2,13 @@
 // raw TensorFrame messages parsed from bytes, raw chunks, chunks in pieces, and well-formed
 // header+payload pairs, raw or in an update encoding (fp16, int8, sparse), with a correct digest
 // unless the input says otherwise, so that the fuzzer gets past the digest check and into the
-// decoders of compression.h. A stream that decodes must hold exactly its layout's
-// values (finite ones when required) and survive a re-encode/decode round trip bit for bit.
+// decoders of compression.h. A model decoder may hold a base model, so that XOR_ZLIB tensors
+// (xor_delta.h) come as zlib streams of fuzzed bits (or as fuzzed bytes) with the digest of the
+// values they rebuild. A stream that decodes must hold exactly its layout's values (finite ones
+// when required) and survive a re-encode/decode round trip bit for bit.
 
 #include <fuzzer/FuzzedDataProvider.h>
+#include <zlib.h>
 
 #include <cmath>
 #include <cstddef>
@@ -31,6 +34,43 @@ const ModelLayout& KnownLayout() {
   return *layout;
 }
 
+// Every value of the base model a decoder may hold: the same bits everywhere, so that what an
+// XOR_ZLIB tensor rebuilds does not depend on where the decoder puts it.
+constexpr uint32_t kBaseBits = 0x3f800000;  // 1.0f
+
+absl::Status ReadBase(size_t, absl::Span<float> out) {
+  float one;
+  std::memcpy(&one, &kBaseBits, sizeof one);
+  for (float& v : out) v = one;
+  return absl::OkStatus();
+}
+
+// An XOR_ZLIB payload for `elements` values and the digest of what it rebuilds: the deflated
+// XOR of fuzzed values with the base, or (sometimes) fuzzed bytes and any digest.
+std::string XorPayload(FuzzedDataProvider& in, uint64_t elements, uint64_t* digest) {
+  if (in.ConsumeProbability<float>() < 0.2f) {
+    *digest = in.ConsumeIntegral<uint64_t>();
+    return in.ConsumeRandomLengthString(64);
+  }
+  std::vector<uint32_t> values(elements);
+  for (uint32_t& v : values) v = in.ConsumeBool() ? kBaseBits : in.ConsumeIntegral<uint32_t>();
+  *digest = DigestBytes(values.data(), values.size() * sizeof(uint32_t));
+  // One block (at most 4,096 values here), its XOR byte plane by byte plane.
+  const size_t n = values.size();
+  std::vector<uint8_t> planes(4 * n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t x = values[i] ^ kBaseBits;
+    for (size_t b = 0; b < 4; ++b) planes[b * n + i] = static_cast<uint8_t>(x >> (8 * b));
+  }
+  uLongf size = compressBound(planes.size());
+  std::string out(size, '\0');
+  if (compress(reinterpret_cast<Bytef*>(out.data()), &size, planes.data(), planes.size()) != Z_OK) {
+    return "";
+  }
+  out.resize(size);
+  return out;
+}
+
 // Adds a well-formed tensor: its header, then its payload in chunks or pieces.
 absl::Status AddTensor(FuzzedDataProvider& in, FrameDecoder& decoder) {
   TensorFrame header_frame;
@@ -54,7 +94,7 @@ absl::Status AddTensor(FuzzedDataProvider& in, FrameDecoder& decoder) {
   header.set_dtype(common::v1::DTYPE_FLOAT32);
   // Raw, or one of the update encodings (compression.h) with the size it should have (a sparse
   // tensor: any size up to the raw one).
-  const auto encoding = static_cast<common::v1::Encoding>(in.ConsumeIntegralInRange(1, 4));
+  const auto encoding = static_cast<common::v1::Encoding>(in.ConsumeIntegralInRange(1, 5));
   header.set_encoding(encoding);
   uint64_t size = elements * sizeof(float);
   if (encoding == common::v1::ENCODING_FP16) size = 2 * elements;
@@ -64,10 +104,17 @@ absl::Status AddTensor(FuzzedDataProvider& in, FrameDecoder& decoder) {
     header.set_nonzeros(in.ConsumeIntegralInRange<uint64_t>(0, elements + 1));
     size = in.ConsumeIntegralInRange<uint64_t>(0, elements * sizeof(float) + 1);
   }
+  std::string payload;
+  uint64_t digest = 0;
+  if (encoding == common::v1::ENCODING_XOR_ZLIB) {
+    payload = XorPayload(in, elements, &digest);
+    size = payload.size();
+  } else {
+    payload = in.ConsumeBytesAsString(size);
+    payload.resize(size, '\0');
+    digest = DigestBytes(payload.data(), payload.size());
+  }
   header.set_size_bytes(size);
-  std::string payload = in.ConsumeBytesAsString(size);
-  payload.resize(size, '\0');
-  uint64_t digest = DigestBytes(payload.data(), payload.size());
   if (in.ConsumeProbability<float>() < 0.05f) digest ^= 1;
   header.set_digest_xxh3(digest);
   SHOAL_RETURN_IF_ERROR(decoder.Add(header_frame));
@@ -156,7 +203,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     DecoderLimits limits;
     limits.max_tensors = 8;
     limits.max_total_bytes = 1 << 13;
-    absl::StatusOr<FrameDecoder> made = FrameDecoder::ForMeta(meta, limits, require_finite);
+    const bool with_base = in.ConsumeBool();
+    absl::StatusOr<FrameDecoder> made = FrameDecoder::ForMeta(
+        meta, limits, require_finite, nullptr, with_base ? ReadValues(ReadBase) : nullptr);
     shoal::fuzz::CheckErrorIsClean(made.status());
     if (!made.ok()) return 0;
     decoder.emplace(*std::move(made));

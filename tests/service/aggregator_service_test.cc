@@ -362,7 +362,7 @@ TEST_F(AggregatorServiceTest, ZeroCopyClientPathMatchesTheProtobufPath) {
                                       return absl::OkStatus();
                                     });
   ASSERT_TRUE(layout.ok()) << layout.status();
-  EXPECT_EQ(*layout, got->model.layout);
+  EXPECT_EQ(layout->layout, got->model.layout);
   EXPECT_EQ(into, got->model.values);
   // The writer's error ends the download and is the call's error, naming the aggregator.
   auto refused = client.GetModelInto(

@@ -36,6 +36,7 @@ namespace {
 
 using coordinator::v1::CoordinatorEvent;
 using coordinator::v1::PeerMessage;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
@@ -88,7 +89,8 @@ class TestPeer {
  public:
   TestPeer(PeerSideAggregator& aggregator, const training::RawDataset& train,
            const training::RawDataset& test, ByzantineFault byzantine = {},
-           FederatedSyncOptions fast = {}, bool evaluate_beside_training = true)
+           FederatedSyncOptions fast = {}, bool evaluate_beside_training = true,
+           bool download_against_held = false)
       : metrics_(registry_) {
     training::TrainerOptions options;
     options.spec = Spec();
@@ -109,6 +111,7 @@ class TestPeer {
     deps.session_token = [] { return std::string("token-1"); };
     deps.update_hooks = byzantine.Hooks();
     deps.evaluate_beside_training = evaluate_beside_training;
+    deps.download_against_held = download_against_held;
     deps.send = [this](const PeerMessage& m) {
       absl::MutexLock lock(&mu_);
       sent_.push_back(m);
@@ -288,6 +291,29 @@ TEST_F(FederatedSyncRunnerTest, TransferAttemptsGetTheirBytesAtTheSlowestLink) {
     EXPECT_GE(c.deadline, before + slow.rpc_timeout + model_time) << c.method;
     EXPECT_LE(c.deadline, after + slow.rpc_timeout + model_time) << c.method;
   }
+}
+
+// With --download-against-held a download names the version held; one that does not check out
+// that way (here: refused as a digest mismatch would be) is made again raw, and the peer goes on
+// with the model it got.
+TEST_F(FederatedSyncRunnerTest, DownloadsAgainstTheHeldVersionElseRaw) {
+  PeerSideAggregator aggregator;
+  TestPeer peer(aggregator, *train_, *test_, {}, {}, /*evaluate_beside_training=*/false,
+                /*download_against_held=*/true);
+  peer.Handle(Initialize());  // holds version 0, uploaded
+  peer.Handle(RoundStarted(1, 0));
+  auto model = peer.trainer().GetParameters();
+  ASSERT_TRUE(model.ok());
+  aggregator.Store("aggregator-a:1", 1, *model);
+  aggregator.RefuseAgainstHeld(absl::InvalidArgumentError("tensor 'w': digest mismatch"));
+  CoordinatorEvent published;
+  published.set_task("fed");
+  published.mutable_model_published()->set_round(1);
+  published.mutable_model_published()->set_version(1);
+  peer.Handle(published);
+  EXPECT_THAT(aggregator.held_asked(), ElementsAre(0, -1));
+  EXPECT_EQ(aggregator.calls("GetModel").size(), 1u) << "the raw download";
+  EXPECT_THAT(Kinds(peer.TakeAtLeast(1)), Contains(PeerMessage::kEvalReport));
 }
 
 // A published model is evaluated on the evaluator's thread while the worker trains the next

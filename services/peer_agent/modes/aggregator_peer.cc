@@ -144,30 +144,43 @@ absl::Status AggregatorPeer::LoadGlobal(uint64_t version, absl::Time deadline,
   // The download goes to a new file on disk as it arrives (no model-sized buffer beside
   // LibTorch's parameters and momentum), and into the parameters once it is complete and
   // verified: a failed download leaves both the parameters and the model held as they were.
+  // It names the version held, so it may come as the XOR with it (rebuilt and checked against
+  // the new version's digests as it arrives); a download that does not check out that way is
+  // made again raw.
   SHOAL_ASSIGN_OR_RETURN(tensor::SpillFile file, tensor::SpillFile::Create(deps_.scratch_dir));
   const size_t expected = trainer_.state_layout(/*include_buffers=*/true).total_elements();
+  std::optional<aggregator::AggregatorClient::HeldModel> held;
+  if (deps_.download_against_held && global_version_.has_value()) {
+    held = aggregator::AggregatorClient::HeldModel{*global_version_, read_held};
+  }
   size_t attempt = 0;
-  SHOAL_ASSIGN_OR_RETURN(
-      tensor::ModelLayout layout,
-      RetryCall(
-          deadline, keep_going,
-          [&](absl::Time attempt_deadline) {
-            if (absl::Status s = file.Reset(expected); !s.ok()) {
-              return absl::StatusOr<tensor::ModelLayout>(s);
-            }
-            return aggregator_.GetModelInto(
-                AddressFor(attempt++), task_, version, Me(), attempt_deadline,
-                [&](size_t first, absl::Span<const float> values) {
-                  if (values.size() > expected - std::min(first, expected)) {
-                    return absl::InvalidArgumentError(
-                        absl::StrCat("model version ", version,
-                                     " is larger than this task's model (", expected, " values)"));
-                  }
-                  return file.WriteAt(first, values);
-                });
-          },
-          expected * sizeof(float)));
-  metrics_.bytes_received.Increment(static_cast<double>(layout.total_bytes()));
+  auto fetch = [&](absl::Time attempt_deadline) {
+    if (absl::Status s = file.Reset(expected); !s.ok()) {
+      return absl::StatusOr<aggregator::AggregatorClient::ModelDownload>(s);
+    }
+    return aggregator_.GetModelInto(
+        AddressFor(attempt++), task_, version, Me(), attempt_deadline,
+        [&](size_t first, absl::Span<const float> values) {
+          if (values.size() > expected - std::min(first, expected)) {
+            return absl::InvalidArgumentError(absl::StrCat("model version ", version,
+                                                           " is larger than this task's model (",
+                                                           expected, " values)"));
+          }
+          return file.WriteAt(first, values);
+        },
+        held ? &*held : nullptr);
+  };
+  absl::StatusOr<aggregator::AggregatorClient::ModelDownload> download =
+      RetryCall(deadline, keep_going, fetch, expected * sizeof(float));
+  if (held && absl::IsInvalidArgument(download.status())) {
+    LogWarning("task ", task_, ": model version ", version, " against version ", held->version,
+               " did not check out (", download.status().message(), "); downloading it raw");
+    held.reset();
+    download = RetryCall(deadline, keep_going, fetch, expected * sizeof(float));
+  }
+  SHOAL_RETURN_IF_ERROR(download.status());
+  metrics_.bytes_received.Increment(static_cast<double>(download->payload_bytes));
+  tensor::ModelLayout& layout = download->layout;
   global_version_.reset();
   params_are_global_ = false;
   global_values_.emplace(std::move(file));

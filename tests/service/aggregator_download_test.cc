@@ -1,0 +1,100 @@
+// Model downloads against the version a peer holds (GetModelRequest.base_version), over real
+// gRPC: an in-process shoal-aggregator on 127.0.0.1:0 serving a peer's GrpcAggregatorClient.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/aggregator/grpc_aggregator_client.h"
+#include "tests/service/aggregator_service_fixture.h"
+
+namespace shoal::aggregator {
+namespace {
+
+using ::testing::HasSubstr;
+
+class AggregatorDownloadTest : public AggregatorServiceFixture {
+ protected:
+  // Version 0 (`base_`) and version 1 (`next_`: one round of a small update) of task "t".
+  void SetUp() override {
+    AggregatorServiceFixture::SetUp();
+    base_ = Filled([](size_t i) { return std::sin(0.001f * i); });
+    ASSERT_TRUE(Put("t", 0, base_).ok());
+    ASSERT_TRUE(Open("t", 1, 0, {"p1"}).ok());
+    ASSERT_TRUE(
+        Push(Meta("p1", 10), Filled([](size_t i) { return 1e-4f * std::cos(0.01f * i); })).ok());
+    ASSERT_TRUE(Close("t", 1).ok());
+    auto next = Get("t", 1);
+    ASSERT_TRUE(next.ok()) << next.status();
+    next_ = std::move(next->model);
+  }
+
+  // GetModelInto version `version` holding `held` (its values `held_values`) as a peer does;
+  // the values written land in `into_`.
+  absl::StatusOr<AggregatorClient::ModelDownload> Download(uint64_t version,
+                                                           const tensor::FlatModel* held,
+                                                           uint64_t held_version) {
+    into_.assign(next_.values.size(), -1.0f);
+    AggregatorClient::HeldModel model{held_version, [held](size_t first, absl::Span<float> out) {
+                                        std::memcpy(out.data(), held->values.data() + first,
+                                                    out.size() * sizeof(float));
+                                        return absl::OkStatus();
+                                      }};
+    return client_.GetModelInto(
+        server_->address(), "t", version, {}, absl::Now() + absl::Seconds(30),
+        [&](size_t first, absl::Span<const float> values) {
+          std::memcpy(into_.data() + first, values.data(), values.size() * sizeof(float));
+          return absl::OkStatus();
+        },
+        held == nullptr ? nullptr : &model);
+  }
+
+  // The payload bytes a download of `version` received, raw or not.
+  uint64_t SentFor(uint64_t version, const tensor::FlatModel* held, uint64_t held_version) {
+    absl::StatusOr<AggregatorClient::ModelDownload> got = Download(version, held, held_version);
+    EXPECT_TRUE(got.ok()) << got.status();
+    if (!got.ok()) return 0;
+    EXPECT_EQ(got->layout, next_.layout);
+    return got->payload_bytes;
+  }
+
+  bool IntoIsNext() const {
+    return std::memcmp(into_.data(), next_.values.data(), into_.size() * sizeof(float)) == 0;
+  }
+
+  tensor::FlatModel base_, next_;
+  std::vector<float> into_;
+  GrpcAggregatorClient client_;
+};
+
+TEST_F(AggregatorDownloadTest, AgainstTheHeldVersionIsSmallerAndBitExactElseRaw) {
+  const uint64_t raw = SentFor(1, nullptr, 0);
+  EXPECT_EQ(raw, next_.layout.total_bytes());
+  EXPECT_TRUE(IntoIsNext());
+  const uint64_t against = SentFor(1, &base_, 0);
+  EXPECT_TRUE(IntoIsNext());
+  EXPECT_LT(against, raw * 4 / 5) << "raw " << raw << " bytes, against version 0 " << against;
+  // A second peer gets the same bytes (the encoding the first one's download made).
+  EXPECT_EQ(SentFor(1, &base_, 0), against);
+  EXPECT_TRUE(IntoIsNext());
+
+  // A version the aggregator does not hold, or the one asked for itself: raw.
+  EXPECT_EQ(SentFor(1, &base_, 7), raw) << "version 7 was never held";
+  EXPECT_TRUE(IntoIsNext());
+  EXPECT_EQ(SentFor(1, &next_, 1), raw) << "the version asked for itself";
+  EXPECT_TRUE(IntoIsNext());
+}
+
+TEST_F(AggregatorDownloadTest, AWrongHeldModelFailsTheDownload) {
+  tensor::FlatModel wrong = base_;
+  wrong.values[5] += 1.0f;  // the peer's copy of version 0 is not the aggregator's
+  auto layout = Download(1, &wrong, 0);
+  EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(layout.status().message(), HasSubstr("digest mismatch"));
+  EXPECT_THAT(layout.status().message(), HasSubstr(server_->address()));
+}
+
+}  // namespace
+}  // namespace shoal::aggregator

@@ -1,0 +1,231 @@
+// Downloads against a held version (ENCODING_XOR_ZLIB): EncodeXorDelta on the aggregator's side,
+// FrameDecoder::ForMeta with the held base on the peer's, and every way the compressed data can
+// be wrong.
+#include <zlib.h>
+
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/common/status_macros.h"
+#include "libs/tensor/compression.h"
+#include "libs/tensor/flat_model.h"
+#include "libs/tensor/frame_codec.h"
+#include "libs/tensor/xor_delta.h"
+
+namespace shoal::tensor {
+namespace {
+
+using common::v1::ENCODING_RAW;
+using common::v1::ENCODING_XOR_ZLIB;
+using common::v1::ModelMeta;
+using common::v1::TensorFrame;
+using ::testing::HasSubstr;
+
+std::shared_ptr<FlatModel> RandomModel(std::vector<TensorSpec> specs, uint32_t seed) {
+  auto m = std::make_shared<FlatModel>();
+  m->layout = *ModelLayout::Create(std::move(specs));
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 0.1f);
+  m->values.resize(m->layout.total_elements());
+  for (float& v : m->values) v = normal(gen);
+  return m;
+}
+
+std::vector<TensorSpec> Specs() {
+  return {{"conv.weight", {8, 1, 5, 5}}, {"one", {1}}, {"empty", {0}}, {"fc.weight", {10, 4000}}};
+}
+
+// `base` after one small training step: every value moves a little.
+std::shared_ptr<FlatModel> NextVersion(const FlatModel& base, uint32_t seed) {
+  auto next = std::make_shared<FlatModel>(base);
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> step(0.0f, 1e-4f);
+  for (float& v : next->values) v += step(gen);
+  return next;
+}
+
+ReadValues ReaderOf(const FlatModel& base) {
+  return [&base](size_t first, absl::Span<float> out) {
+    if (first + out.size() > base.values.size()) return absl::OutOfRangeError("past the base");
+    std::memcpy(out.data(), base.values.data() + first, out.size() * sizeof(float));
+    return absl::OkStatus();
+  };
+}
+
+ModelMeta MetaOf(const ModelLayout& layout, uint64_t base_version) {
+  ModelMeta meta = MakeModelMeta("t", base_version + 1, layout);
+  meta.set_xor_base_version(base_version);
+  return meta;
+}
+
+// Streams `model` through FrameEncoder and a ForMeta decoder holding `base` (what a peer runs),
+// handing the values to `write` as they arrive when given.
+absl::StatusOr<FlatModel> Download(const EncodedModel& model, const ModelMeta& meta,
+                                   ReadValues base, WriteValues write = nullptr,
+                                   size_t chunk = 1000) {
+  FrameEncoder encoder(model, chunk);
+  SHOAL_ASSIGN_OR_RETURN(FrameDecoder decoder,
+                         FrameDecoder::ForMeta(meta, {}, false, write, std::move(base)));
+  TensorFrame frame;
+  while (encoder.Next(&frame)) {
+    if (absl::Status s = decoder.Add(frame); !s.ok()) return s;
+  }
+  return std::move(decoder).Finish();
+}
+
+bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(XorDeltaTest, RoundTripIsBitExactAndSmaller) {
+  auto base = RandomModel(Specs(), 1);
+  auto next = NextVersion(*base, 2);
+  // Values no arithmetic would round-trip: -0, a subnormal, a NaN payload, an infinity.
+  next->values[0] = -0.0f;
+  next->values[1] = 1e-40f;
+  const uint32_t nan_bits = 0x7fc01234;
+  std::memcpy(&next->values[2], &nan_bits, sizeof nan_bits);
+  next->values[3] = std::numeric_limits<float>::infinity();
+  auto encoded = EncodeXorDelta(next, *base);
+  ASSERT_TRUE(encoded.ok()) << encoded.status();
+  const EncodedModel& e = **encoded;
+  EXPECT_EQ(e.encodings[0].encoding, ENCODING_XOR_ZLIB);
+  EXPECT_EQ(e.encodings[1].encoding, ENCODING_RAW) << "4 bytes do not deflate smaller";
+  EXPECT_EQ(e.encodings[2].encoding, ENCODING_RAW);
+  EXPECT_EQ(e.encodings[3].encoding, ENCODING_XOR_ZLIB);
+  EXPECT_LT(e.payload_bytes(), next->layout.total_bytes() * 3 / 4);
+
+  // Whole, and streamed into a writer in pieces (chunks that split values and zlib blocks).
+  auto got = Download(e, MetaOf(next->layout, 0), ReaderOf(*base));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(BitEqual(got->values, next->values));
+  std::vector<float> into(next->values.size());
+  auto streamed = Download(
+      e, MetaOf(next->layout, 0), ReaderOf(*base),
+      [&](size_t first, absl::Span<const float> values) {
+        std::memcpy(into.data() + first, values.data(), values.size() * sizeof(float));
+        return absl::OkStatus();
+      },
+      /*chunk=*/333);
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  EXPECT_TRUE(BitEqual(into, next->values));
+}
+
+TEST(XorDeltaTest, UnrelatedValuesAndOtherLayoutsFallBack) {
+  auto base = RandomModel(Specs(), 1);
+  auto noise = std::make_shared<FlatModel>(*base);
+  std::mt19937 gen(3);
+  for (float& v : noise->values) {
+    const uint32_t bits = gen();
+    std::memcpy(&v, &bits, sizeof bits);
+  }
+  auto encoded = EncodeXorDelta(noise, *base);
+  ASSERT_TRUE(encoded.ok());
+  for (const TensorEncoding& e : (*encoded)->encodings) EXPECT_EQ(e.encoding, ENCODING_RAW);
+  auto got = Download(**encoded, MetaOf(noise->layout, 0), ReaderOf(*base));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(BitEqual(got->values, noise->values));
+
+  auto other = RandomModel({{"fc.weight", {10, 4000}}}, 4);
+  EXPECT_EQ(EncodeXorDelta(other, *base).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// One XOR_ZLIB tensor "w" of `elements` values with `payload` and the digest of `values`.
+EncodedModel OneTensor(uint64_t elements, std::string payload, const std::vector<float>& values) {
+  EncodedModel m;
+  m.layout = *ModelLayout::Create({{"w", {static_cast<int64_t>(elements)}}});
+  m.encodings.push_back({ENCODING_XOR_ZLIB});
+  m.storage.push_back(std::move(payload));
+  m.payloads.emplace_back(m.storage.back());
+  m.digests.push_back(DigestBytes(values.data(), values.size() * sizeof(float)));
+  return m;
+}
+
+// The zlib stream of XOR `bits` (one block: at most kXorBlockValues), byte plane by byte plane.
+std::string Deflate(const std::vector<uint32_t>& bits) {
+  const size_t n = bits.size();
+  std::vector<uint8_t> planes(4 * n);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t b = 0; b < 4; ++b) planes[b * n + i] = static_cast<uint8_t>(bits[i] >> (8 * b));
+  }
+  uLongf size = compressBound(planes.size());
+  std::string out(size, '\0');
+  EXPECT_EQ(compress(reinterpret_cast<Bytef*>(out.data()), &size, planes.data(), planes.size()),
+            Z_OK);
+  out.resize(size);
+  return out;
+}
+
+class XorDeltaCorruptTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = RandomModel({{"w", {1000}}}, 5);
+    next_ = NextVersion(*base_, 6);
+    std::vector<uint32_t> bits(1000);
+    for (size_t i = 0; i < bits.size(); ++i) {
+      uint32_t a, b;
+      std::memcpy(&a, &next_->values[i], 4);
+      std::memcpy(&b, &base_->values[i], 4);
+      bits[i] = a ^ b;
+    }
+    deflated_ = Deflate(bits);
+    ASSERT_LT(deflated_.size(), 4000u);
+  }
+  absl::Status Try(std::string payload, uint64_t elements = 1000) {
+    const EncodedModel m = OneTensor(elements, std::move(payload), next_->values);
+    ModelMeta meta = MetaOf(m.layout, 0);
+    return Download(m, meta, ReaderOf(*base_), nullptr).status();
+  }
+  std::shared_ptr<FlatModel> base_, next_;
+  std::string deflated_;
+};
+
+TEST_F(XorDeltaCorruptTest, TheIntactStreamDecodes) { EXPECT_TRUE(Try(deflated_).ok()); }
+
+TEST_F(XorDeltaCorruptTest, FlippedBytesAreRefused) {
+  for (size_t at : {size_t{0}, size_t{1}, deflated_.size() / 2, deflated_.size() - 1}) {
+    std::string bad = deflated_;
+    bad[at] = static_cast<char>(bad[at] ^ 0x5a);
+    const absl::Status s = Try(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << at << ": " << s;
+    EXPECT_THAT(s.message(), HasSubstr("tensor 'w'")) << at;
+  }
+}
+
+TEST_F(XorDeltaCorruptTest, TruncatedAndTrailingDataAreRefused) {
+  EXPECT_THAT(Try(deflated_.substr(0, deflated_.size() - 3)).message(), HasSubstr("truncated"));
+  EXPECT_THAT(Try(deflated_.substr(0, deflated_.size() / 2)).message(), HasSubstr("truncated"));
+  EXPECT_THAT(Try(deflated_ + "xy").message(), HasSubstr("follow the end"));
+  // A stream that inflates to more values than the header's shape.
+  EXPECT_THAT(Try(Deflate(std::vector<uint32_t>(5000, 0)), 100).message(),
+              HasSubstr("more than the tensor"));
+  EXPECT_THAT(Try("not zlib at all").message(), HasSubstr("corrupt"));
+}
+
+TEST_F(XorDeltaCorruptTest, TheWrongBaseFailsTheDigest) {
+  const EncodedModel m = OneTensor(1000, deflated_, next_->values);
+  auto other = NextVersion(*base_, 7);
+  auto got = Download(m, MetaOf(m.layout, 0), ReaderOf(*other));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(got.status().message(), HasSubstr("digest mismatch"));
+}
+
+TEST_F(XorDeltaCorruptTest, NoBaseNoXorAndNoXorInUpdates) {
+  const EncodedModel m = OneTensor(1000, deflated_, next_->values);
+  auto got = Download(m, MetaOf(m.layout, 0), nullptr);
+  EXPECT_THAT(got.status().message(), HasSubstr("no base model"));
+  FrameEncoder encoder(m);
+  FrameDecoder update = FrameDecoder::ForLayout(m.layout, /*require_finite=*/true);
+  TensorFrame frame;
+  ASSERT_TRUE(encoder.Next(&frame));
+  EXPECT_THAT(update.Add(frame).message(), HasSubstr("no base model"));
+}
+
+}  // namespace
+}  // namespace shoal::tensor
