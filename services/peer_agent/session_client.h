@@ -129,9 +129,9 @@ class SessionClient {
   uint64_t heartbeat_generation_ ABSL_GUARDED_BY(mu_) = 0;       // +1 per Welcome
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the current call
   absl::Time welcome_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();  // of that call
-  double upload_bytes_per_second_ ABSL_GUARDED_BY(mu_) = 0;      // 0: not measured
-  std::string lost_relay_ ABSL_GUARDED_BY(mu_);                  // Hello.lost_relay
-  bool wants_relay_ ABSL_GUARDED_BY(mu_) = false;                // AskForRelay()
+  double upload_bytes_per_second_ ABSL_GUARDED_BY(mu_) = 0;                    // 0: not measured
+  std::string lost_relay_ ABSL_GUARDED_BY(mu_);                                // Hello.lost_relay
+  bool wants_relay_ ABSL_GUARDED_BY(mu_) = false;                              // AskForRelay()
   std::vector<common::v1::AggregatorRtt> aggregator_rtts_ ABSL_GUARDED_BY(mu_);
 
   // Guards writes on the current stream; `stream_` is set only while connected.

@@ -181,9 +181,7 @@ absl::StatusOr<std::unique_ptr<TaskWatch>> TaskWatch::Start(v1::ControlService::
         w->Read(std::move(reader));
       });
   absl::MutexLock lock(&watch->mu_);
-  auto ready = [w = watch.get()]() {
-    return w->latest_.has_value() || w->ended_;
-  };
+  auto ready = [w = watch.get()]() { return w->latest_.has_value() || w->ended_; };
   if (!watch->mu_.AwaitWithTimeout(absl::Condition(&ready), first_timeout)) {
     return absl::DeadlineExceededError(absl::StrCat("no status of task '", name, "' within ",
                                                     absl::FormatDuration(first_timeout)));
