@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from shoal_client._gen.shoal.common.v1 import tensor_pb2 as shoal_dot_common_dot_v1_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bshoal/common/v1/model.proto\x12\x0fshoal.common.v1\x1a\x1cshoal/common/v1/tensor.proto\"\x95\x01\n\tModelMeta\x12\x0c\n\x04task\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x13\n\x0bnum_tensors\x18\x03 \x01(\r\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x04\x12\x13\n\x0bnum_samples\x18\x05 \x01(\x04\x12\r\n\x05\x63lock\x18\x06 \x01(\x01\x12\x0c\n\x04loss\x18\x07 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x08 \x01(\x08\"o\n\nModelChunk\x12*\n\x04meta\x18\x01 \x01(\x0b\x32\x1a.shoal.common.v1.ModelMetaH\x00\x12-\n\x05\x66rame\x18\x02 \x01(\x0b\x32\x1c.shoal.common.v1.TensorFrameH\x00\x42\x06\n\x04itemb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bshoal/common/v1/model.proto\x12\x0fshoal.common.v1\x1a\x1cshoal/common/v1/tensor.proto\"\xc9\x01\n\tModelMeta\x12\x0c\n\x04task\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x13\n\x0bnum_tensors\x18\x03 \x01(\r\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x04\x12\x13\n\x0bnum_samples\x18\x05 \x01(\x04\x12\r\n\x05\x63lock\x18\x06 \x01(\x01\x12\x0c\n\x04loss\x18\x07 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x08 \x01(\x08\x12\x1d\n\x10xor_base_version\x18\t \x01(\x04H\x00\x88\x01\x01\x42\x13\n\x11_xor_base_version\"o\n\nModelChunk\x12*\n\x04meta\x18\x01 \x01(\x0b\x32\x1a.shoal.common.v1.ModelMetaH\x00\x12-\n\x05\x66rame\x18\x02 \x01(\x0b\x32\x1c.shoal.common.v1.TensorFrameH\x00\x42\x06\n\x04itemb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'shoal.common.v1.model_pb2', globals())
@@ -22,7 +22,7 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   _MODELMETA._serialized_start=79
-  _MODELMETA._serialized_end=228
-  _MODELCHUNK._serialized_start=230
-  _MODELCHUNK._serialized_end=341
+  _MODELMETA._serialized_end=280
+  _MODELCHUNK._serialized_start=282
+  _MODELCHUNK._serialized_end=393
 # @@protoc_insertion_point(module_scope)
