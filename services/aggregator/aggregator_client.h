@@ -115,7 +115,7 @@ class AggregatorClient {
                                                      const std::string& task, uint64_t version,
                                                      const Caller& caller, absl::Time deadline,
                                                      const tensor::WriteValues& write,
-                                                     const HeldModel* held = nullptr) {
+                                                     const HeldModel* held) {
     absl::StatusOr<tensor::FlatModel> model = GetModel(address, task, version, caller, deadline);
     if (!model.ok()) return model.status();
     if (absl::Status s = write(0, model->values); !s.ok()) return s;

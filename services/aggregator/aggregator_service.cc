@@ -425,33 +425,15 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* AggregatorServiceImpl::GetModel(
     return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(snapshot.status()));
   }
   AggregatorMetrics* metrics = &metrics_;
-  auto count_bytes = [metrics](uint64_t bytes, bool) {
+  auto* reactor = new rpc::ModelWriteReactor([metrics](uint64_t bytes, bool) {
     metrics->bytes_sent.Increment(static_cast<double>(bytes));
-  };
-  common::v1::ModelMeta meta =
-      tensor::MakeModelMeta(request.task(), snapshot->version, *snapshot->model);
+  });
   absl::StatusOr<ModelSnapshot> base = absl::NotFoundError("no base version asked for");
-  if (request.has_base_version() && request.base_version() != snapshot->version) {
-    base = core_.GetModel(request.task(), request.base_version());
-  }
-  if (!base.ok()) {
-    return new rpc::ModelWriteReactor(tensor::EncodeRaw(snapshot->model), meta, count_bytes);
-  }
-  // Against the held version: encoded (a pass over both models, once per version and base) on
-  // the executor; raw when the executor is full or the layouts differ.
-  auto* reactor = new rpc::ModelWriteReactor(count_bytes);
-  auto encode = [this, reactor, task = request.task(), model = *snapshot, base = *base, meta] {
-    absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> encoded =
-        download_deltas_.Get(task, model, base);
-    if (!encoded.ok()) {
-      reactor->Start(tensor::EncodeRaw(model.model), meta);
-      return;
-    }
-    common::v1::ModelMeta against = meta;
-    against.set_xor_base_version(base.version);
-    reactor->Start(*std::move(encoded), against);
-  };
-  if (!executor_.TrySubmit(encode)) reactor->Start(tensor::EncodeRaw(snapshot->model), meta);
+  if (request.has_base_version()) base = core_.GetModel(request.task(), request.base_version());
+  download_deltas_.Serve(
+      request.task(), *snapshot, base, executor_,
+      [reactor](std::shared_ptr<const tensor::EncodedModel> payload,
+                const common::v1::ModelMeta& meta) { reactor->Start(std::move(payload), meta); });
   return reactor;
 }
 

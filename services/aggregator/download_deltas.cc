@@ -4,9 +4,32 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "libs/tensor/frame_codec.h"
 #include "libs/tensor/xor_delta.h"
 
 namespace shoal::aggregator {
+
+void DownloadDeltas::Serve(const std::string& task, const ModelSnapshot& model,
+                           const absl::StatusOr<ModelSnapshot>& base, Executor& executor,
+                           Send send) {
+  const common::v1::ModelMeta meta = tensor::MakeModelMeta(task, model.version, *model.model);
+  if (!base.ok() || base->version == model.version) {
+    send(tensor::EncodeRaw(model.model), meta);
+    return;
+  }
+  // A pass over both models, once per version and base, off the caller's thread.
+  auto encode = [this, task, model, base = *base, meta, send] {
+    absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> encoded = Get(task, model, base);
+    if (!encoded.ok()) {
+      send(tensor::EncodeRaw(model.model), meta);
+      return;
+    }
+    common::v1::ModelMeta against = meta;
+    against.set_xor_base_version(base.version);
+    send(*std::move(encoded), against);
+  };
+  if (!executor.TrySubmit(encode)) send(tensor::EncodeRaw(model.model), meta);
+}
 
 absl::StatusOr<std::shared_ptr<const tensor::EncodedModel>> DownloadDeltas::Get(
     const std::string& task, const ModelSnapshot& model, const ModelSnapshot& base) {

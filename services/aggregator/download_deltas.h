@@ -15,8 +15,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "libs/common/executor.h"
 #include "libs/tensor/compression.h"
 #include "services/aggregator/core_types.h"
+#include "shoal/common/v1/model.pb.h"
 
 namespace shoal::aggregator {
 
@@ -29,6 +31,15 @@ class DownloadDeltas {
   // `on_encoded(seconds)` (optional) runs after each encoding made, with its time (metrics).
   explicit DownloadDeltas(size_t max_tasks = 2, std::function<void(double)> on_encoded = nullptr)
       : max_tasks_(max_tasks), on_encoded_(std::move(on_encoded)) {}
+
+  // What a download of `model` sends: the payload and the ModelMeta that goes first.
+  using Send = std::function<void(std::shared_ptr<const tensor::EncodedModel> payload,
+                                  const common::v1::ModelMeta& meta)>;
+  // Answers one download of `model` of `task` through `send`, exactly once, from any thread:
+  // against `base` (the version the peer holds, when the core still has it) encoded on
+  // `executor`; raw when there is no base, the executor is full or the layouts differ.
+  void Serve(const std::string& task, const ModelSnapshot& model,
+             const absl::StatusOr<ModelSnapshot>& base, Executor& executor, Send send);
 
   // `model` of `task` encoded against `base` (tensor::EncodeXorDelta). INVALID_ARGUMENT when
   // their layouts differ.

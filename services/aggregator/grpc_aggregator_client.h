@@ -36,7 +36,7 @@ class GrpcAggregatorClient final : public AggregatorClient {
   absl::StatusOr<ModelDownload> GetModelInto(const std::string& address, const std::string& task,
                                              uint64_t version, const Caller& caller,
                                              absl::Time deadline, const tensor::WriteValues& write,
-                                             const HeldModel* held = nullptr) override;
+                                             const HeldModel* held) override;
   absl::Status SetMembers(const std::string& address, const v1::SetMembersRequest& request,
                           absl::Time deadline) override;
   absl::Status OpenRound(const std::string& address, const v1::OpenRoundRequest& request,

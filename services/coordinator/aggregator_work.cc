@@ -236,13 +236,14 @@ absl::Status AggregatorWorkRunner::Checkpoint(const std::string& task, const std
   }
   SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<tensor::ModelFileWriter> file,
                          tensor::ModelFileWriter::Create(store_.checkpoint_dir(), values_offset));
-  SHOAL_ASSIGN_OR_RETURN(
-      aggregator::AggregatorClient::ModelDownload download,
-      client_.GetModelInto(address, task, work.version, aggregator::Caller{},
-                           clock_.Now() + options_.transfer_timeout,
-                           [&file](size_t first, absl::Span<const float> values) {
-                             return file->Write(first, values);
-                           }));
+  SHOAL_ASSIGN_OR_RETURN(aggregator::AggregatorClient::ModelDownload download,
+                         client_.GetModelInto(
+                             address, task, work.version, aggregator::Caller{},
+                             clock_.Now() + options_.transfer_timeout,
+                             [&file](size_t first, absl::Span<const float> values) {
+                               return file->Write(first, values);
+                             },
+                             /*held=*/nullptr));
   metrics_.bytes_received.Increment(static_cast<double>(download.payload_bytes));
   const tensor::ModelLayout& layout = download.layout;
   StoredCheckpoint c;

@@ -24,6 +24,20 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context, absl:
   return reactor;
 }
 
+// The same for a change an operator makes: answered once the core has stored it, so that a
+// change the caller saw succeed survives a crash or a fail-over to a standby.
+template <typename Response, typename T>
+grpc::ServerUnaryReactor* FinishWhenStored(CoordinatorCore& core,
+                                           grpc::CallbackServerContext* context,
+                                           absl::StatusOr<T> result, Response* response,
+                                           void (*fill)(T&&, Response*)) {
+  if (!result.ok()) return FinishWith(context, std::move(result), response, fill);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  fill(*std::move(result), response);
+  core.WhenStored([reactor] { reactor->Finish(grpc::Status::OK); });
+  return reactor;
+}
+
 bool IsTerminal(v1::TaskState state) {
   return state == v1::TASK_STATE_COMPLETED || state == v1::TASK_STATE_STOPPED ||
          state == v1::TASK_STATE_FAILED;
@@ -139,8 +153,8 @@ grpc::ServerUnaryReactor* ControlServiceImpl::CreateTask(grpc::CallbackServerCon
         task::ParseTaskSpec(request->task_file(), "task_file");
     created = spec.ok() ? core_.CreateTask(*spec) : spec.status();
   }
-  return FinishWith<v1::CreateTaskResponse, v1::TaskStatus>(
-      context, std::move(created), response,
+  return FinishWhenStored<v1::CreateTaskResponse, v1::TaskStatus>(
+      core_, context, std::move(created), response,
       [](v1::TaskStatus&& s, v1::CreateTaskResponse* r) { *r->mutable_status() = std::move(s); });
 }
 
@@ -175,8 +189,8 @@ grpc::ServerUnaryReactor* ControlServiceImpl::GetTaskStatus(grpc::CallbackServer
 grpc::ServerUnaryReactor* ControlServiceImpl::StopTask(grpc::CallbackServerContext* context,
                                                        const v1::StopTaskRequest* request,
                                                        v1::StopTaskResponse* response) {
-  return FinishWith<v1::StopTaskResponse, v1::TaskStatus>(
-      context, core_.StopTask(request->name()), response,
+  return FinishWhenStored<v1::StopTaskResponse, v1::TaskStatus>(
+      core_, context, core_.StopTask(request->name()), response,
       [](v1::TaskStatus&& s, v1::StopTaskResponse* r) { *r->mutable_status() = std::move(s); });
 }
 

@@ -144,6 +144,15 @@ void CoordinatorCore::Flush() {
   }
 }
 
+void CoordinatorCore::WhenStored(std::function<void()> done) {
+  {
+    // Behind every effect queued so far, so behind their store writes too.
+    absl::MutexLock lock(&mu_);
+    effects_.push_back([this, done = std::move(done)] { store_writes_.Post(done); });
+  }
+  Flush();
+}
+
 // --- Peers -------------------------------------------------------------------------------
 
 absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,

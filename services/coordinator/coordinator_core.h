@@ -144,6 +144,10 @@ class CoordinatorCore {
   std::vector<v1::TaskStatus> ListTasks() const;
   absl::StatusOr<v1::TaskStatus> GetTaskStatus(const std::string& name) const;
   absl::StatusOr<v1::TaskStatus> StopTask(const std::string& name);
+  // Calls `done` (on the store's queue) once every store write decided so far is done: the
+  // control service answers an operator's change then, so that an acknowledged change survives
+  // a crash or a fail-over.
+  void WhenStored(std::function<void()> done) ABSL_LOCKS_EXCLUDED(mu_);
   // Calls `callback` now and at every change of the task; returns a handle for Unwatch.
   absl::StatusOr<uint64_t> Watch(const std::string& name, StatusCallback callback);
   void Unwatch(uint64_t handle);

@@ -167,8 +167,10 @@ class LightPeer {
     const aggregator::Caller me = Me();
     if (!CallWithRetry("GetModel", [&](absl::Time deadline) {
           return fleet_.aggregator_
-              ->GetModelInto(address, task, version, me, deadline,
-                             [](size_t, absl::Span<const float>) { return absl::OkStatus(); })
+              ->GetModelInto(
+                  address, task, version, me, deadline,
+                  [](size_t, absl::Span<const float>) { return absl::OkStatus(); },
+                  /*held=*/nullptr)
               .status();
         })) {
       return false;

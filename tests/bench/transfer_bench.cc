@@ -417,7 +417,8 @@ int main(int argc, char** argv) {
     if (absl::Status s = file->Reset(total); !s.ok()) Die("spill file: " + s.ToString());
     auto layout = e.client->GetModelInto(
         e.server->address(), "bench", round, {}, absl::Now() + absl::Seconds(120),
-        [&](size_t first, absl::Span<const float> values) { return file->WriteAt(first, values); });
+        [&](size_t first, absl::Span<const float> values) { return file->WriteAt(first, values); },
+        /*held=*/nullptr);
     if (!layout.ok()) Die("GetModelInto (" + e.name + "): " + layout.status().ToString());
     if (absl::Status s = file->ReadAt(0, absl::MakeSpan(params)); !s.ok()) {
       Die("spill file: " + s.ToString());
@@ -435,11 +436,10 @@ int main(int argc, char** argv) {
     auto file = shoal::tensor::ModelFileWriter::Create(
         dir, shoal::tensor::ModelFileValuesOffset(delta->layout));
     if (!file.ok()) Die("checkpoint file: " + file.status().ToString());
-    auto layout = e.client->GetModelInto(e.server->address(), "bench", round, {},
-                                         absl::Now() + absl::Seconds(120),
-                                         [&](size_t first, absl::Span<const float> values) {
-                                           return (*file)->Write(first, values);
-                                         });
+    auto layout = e.client->GetModelInto(
+        e.server->address(), "bench", round, {}, absl::Now() + absl::Seconds(120),
+        [&](size_t first, absl::Span<const float> values) { return (*file)->Write(first, values); },
+        /*held=*/nullptr);
     if (!layout.ok()) Die("checkpoint (" + e.name + "): " + layout.status().ToString());
     if (absl::Status s = (*file)->Commit(layout->layout, dir + "/bench.model"); !s.ok()) {
       Die("checkpoint: " + s.ToString());

@@ -157,7 +157,7 @@ class PeerSideAggregator final : public aggregator::AggregatorClient {
   absl::StatusOr<ModelDownload> GetModelInto(const std::string& address, const std::string& task,
                                              uint64_t version, const aggregator::Caller& caller,
                                              absl::Time deadline, const tensor::WriteValues& write,
-                                             const HeldModel* held = nullptr) override {
+                                             const HeldModel* held) override {
     {
       absl::MutexLock lock(&mu_);
       held_asked_.push_back(held == nullptr ? -1 : static_cast<int64_t>(held->version));

@@ -355,19 +355,22 @@ TEST_F(AggregatorServiceTest, ZeroCopyClientPathMatchesTheProtobufPath) {
   aggregator::GrpcAggregatorClient client;
   std::vector<float> into(got->model.values.size(), -1.0f);
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  auto layout = client.GetModelInto(server_->address(), "t", 1, {}, deadline,
-                                    [&](size_t first, absl::Span<const float> values) {
-                                      EXPECT_LE(first + values.size(), into.size());
-                                      std::copy(values.begin(), values.end(), into.begin() + first);
-                                      return absl::OkStatus();
-                                    });
+  auto layout = client.GetModelInto(
+      server_->address(), "t", 1, {}, deadline,
+      [&](size_t first, absl::Span<const float> values) {
+        EXPECT_LE(first + values.size(), into.size());
+        std::copy(values.begin(), values.end(), into.begin() + first);
+        return absl::OkStatus();
+      },
+      /*held=*/nullptr);
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(layout->layout, got->model.layout);
   EXPECT_EQ(into, got->model.values);
   // The writer's error ends the download and is the call's error, naming the aggregator.
   auto refused = client.GetModelInto(
       server_->address(), "t", 1, {}, deadline,
-      [](size_t, absl::Span<const float>) { return absl::ResourceExhaustedError("disk full"); });
+      [](size_t, absl::Span<const float>) { return absl::ResourceExhaustedError("disk full"); },
+      /*held=*/nullptr);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(refused.status().message(), HasSubstr(server_->address()));
 }

@@ -24,27 +24,12 @@ namespace {
 using coordinator::v1::CoordinatorEvent;
 using coordinator::v1::PeerMessage;
 
-// Welcomes every Hello and keeps the stream open until the client or the server ends it.
-class WelcomingCoordinator final : public coordinator::v1::SessionService::Service {
+// Welcomes each Hello after the first `silent` ones (those it takes and never answers) and
+// keeps each stream open until the client or the server ends it.
+class FakeCoordinator final : public coordinator::v1::SessionService::Service {
  public:
-  grpc::Status Session(grpc::ServerContext*,
-                       grpc::ServerReaderWriter<CoordinatorEvent, PeerMessage>* stream) override {
-    PeerMessage m;
-    if (!stream->Read(&m) || !m.has_hello()) return grpc::Status::CANCELLED;
-    CoordinatorEvent welcome;
-    welcome.mutable_welcome()->set_peer_id("peer-0");
-    welcome.mutable_welcome()->set_heartbeat_interval_ms(500);
-    if (!stream->Write(welcome)) return grpc::Status::CANCELLED;
-    while (stream->Read(&m)) {
-    }
-    return grpc::Status::OK;
-  }
-};
+  explicit FakeCoordinator(int silent = 0) : silent_(silent) {}
 
-// Takes the first Hello and never answers it (the stream stays open until the client cancels
-// it); welcomes every later one.
-class SilentOnceCoordinator final : public coordinator::v1::SessionService::Service {
- public:
   grpc::Status Session(grpc::ServerContext*,
                        grpc::ServerReaderWriter<CoordinatorEvent, PeerMessage>* stream) override {
     PeerMessage m;
@@ -54,7 +39,7 @@ class SilentOnceCoordinator final : public coordinator::v1::SessionService::Serv
       absl::MutexLock lock(&mu_);
       hello = ++hellos_;
     }
-    if (hello > 1) {
+    if (hello > silent_) {
       CoordinatorEvent welcome;
       welcome.mutable_welcome()->set_peer_id("peer-0");
       welcome.mutable_welcome()->set_heartbeat_interval_ms(500);
@@ -70,6 +55,7 @@ class SilentOnceCoordinator final : public coordinator::v1::SessionService::Serv
   }
 
  private:
+  const int silent_;
   mutable absl::Mutex mu_;
   int hellos_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -93,7 +79,7 @@ TEST(SessionClientTest, ReturnsWithinTheBoundAfterAnEightSecondOutage) {
   const SessionClientOptions defaults;
   ASSERT_LE(WorstCaseReturn(defaults), absl::Seconds(3)) << "the documented bound";
 
-  WelcomingCoordinator service;
+  FakeCoordinator service;
   std::unique_ptr<rpc::Server> server = StartCoordinator(service, "127.0.0.1:0");
   ASSERT_NE(server, nullptr);
   const std::string address = server->address();
@@ -132,7 +118,7 @@ TEST(SessionClientTest, ReturnsWithinTheBoundAfterAnEightSecondOutage) {
 }
 
 TEST(SessionClientTest, ACoordinatorThatSendsNoWelcomeIsDialledAgain) {
-  SilentOnceCoordinator service;
+  FakeCoordinator service(/*silent=*/1);
   std::unique_ptr<rpc::Server> server = StartCoordinator(service, "127.0.0.1:0");
   ASSERT_NE(server, nullptr);
 

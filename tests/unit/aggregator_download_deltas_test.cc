@@ -1,7 +1,9 @@
 // DownloadDeltas: one XOR_ZLIB encoding per task, made once and kept for the round's other
-// peers, replaced by the next version's, for a bounded number of tasks.
+// peers, replaced by the next version's, for a bounded number of tasks; what a download sends.
 #include <cmath>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "services/aggregator/download_deltas.h"
@@ -42,6 +44,58 @@ TEST(DownloadDeltasTest, OneEncodingPerTaskIsKeptUntilTheNextVersion) {
 
   ModelSnapshot other{3, std::make_shared<tensor::FlatModel>()};
   EXPECT_EQ(deltas.Get("t", other, v2).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Runs what it is given at once, or refuses everything (a full executor).
+class InlineExecutor final : public Executor {
+ public:
+  explicit InlineExecutor(bool accepts) : accepts_(accepts) {}
+  bool TrySubmit(std::function<void()> fn) override {
+    if (!accepts_) return false;
+    fn();
+    return true;
+  }
+
+ private:
+  const bool accepts_;
+};
+
+struct Sent {
+  std::shared_ptr<const tensor::EncodedModel> payload;
+  common::v1::ModelMeta meta;
+};
+
+std::vector<Sent> Serve(DownloadDeltas& deltas, const ModelSnapshot& model,
+                        const absl::StatusOr<ModelSnapshot>& base, bool executor_accepts) {
+  std::vector<Sent> sent;
+  InlineExecutor executor(executor_accepts);
+  deltas.Serve("t", model, base, executor,
+               [&sent](std::shared_ptr<const tensor::EncodedModel> payload,
+                       const common::v1::ModelMeta& meta) {
+                 sent.push_back({payload, meta});
+               });
+  return sent;
+}
+
+TEST(DownloadDeltasTest, ADownloadIsEncodedAgainstTheHeldVersionOnlyWhenItCanBe) {
+  DownloadDeltas deltas;
+  const ModelSnapshot v0 = Version(0), v1 = Version(1);
+
+  std::vector<Sent> against = Serve(deltas, v1, v0, /*executor_accepts=*/true);
+  ASSERT_EQ(against.size(), 1u);
+  EXPECT_EQ(against[0].meta.version(), 1u);
+  EXPECT_EQ(against[0].meta.xor_base_version(), 0u);
+  EXPECT_EQ(against[0].payload->encodings[0].encoding, common::v1::ENCODING_XOR_ZLIB);
+
+  const auto raw = [](const std::vector<Sent>& s) {
+    return s.size() == 1 && !s[0].meta.has_xor_base_version() &&
+           s[0].payload->encodings[0].encoding != common::v1::ENCODING_XOR_ZLIB;
+  };
+  EXPECT_TRUE(raw(Serve(deltas, v1, absl::NotFoundError("no base"), true))) << "no base";
+  EXPECT_TRUE(raw(Serve(deltas, v1, v1, true))) << "the peer holds this version";
+  EXPECT_TRUE(raw(Serve(deltas, v1, v0, /*executor_accepts=*/false))) << "executor full";
+  ModelSnapshot other{7, std::make_shared<tensor::FlatModel>()};
+  EXPECT_TRUE(raw(Serve(deltas, v1, other, true))) << "layouts differ";
 }
 
 }  // namespace
