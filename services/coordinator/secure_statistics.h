@@ -15,10 +15,10 @@
 // advertise a fresh one for the next attempt (SecureStatistics.restart). So does a participant
 // that has not answered step 2 or 3 within `step_timeout` of the step's start (Expire): it is
 // dropped, is not told to restart, and takes no part in a later attempt until it leaves or
-// reconnects. Peers that send keys while a masking runs wait for the sum like any
-// later peer. Plain C++: CoordinatorCore holds it
-// under its lock and sends what it returns; nothing is stored (after a restart of the coordinator
-// the peers, assigned again, start over).
+// reconnects. Peers that send keys while a masking runs wait for the sum like any later peer.
+// Plain C++: CoordinatorCore holds it under its lock, drives Expire from its timers and sends
+// what it returns; nothing is stored (after a restart of the coordinator the peers, assigned
+// again, start over).
 
 #include <cstdint>
 #include <map>
@@ -100,7 +100,7 @@ class SecureStatistics {
   std::map<std::string, std::vector<uint32_t>> masked_;
   std::map<std::string, std::string> seeds_;
   absl::Time step_deadline_ = absl::InfiniteFuture();  // of step 2 or 3 while one runs
-  std::set<std::string> dropped_;                      // for silence, until they leave
+  std::set<std::string> dropped_;                      // for silence, until they leave or reconnect
 };
 
 }  // namespace shoal::coordinator
