@@ -252,6 +252,7 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
       // It keeps its task (with a new session token): tell it again so it reloads its state,
       // and its mode state starts over (it announces its model again, e.g. ModelHeld).
       Task& t = tasks_[task];
+      if (t.secure_moments != nullptr) t.secure_moments->Reconnected(id);
       MembersChanged(t, id);
       SendTo(id, TaskAssignedEvent(t, id), out);
       RejoinMode(t, peer, "reconnected", out);
@@ -434,6 +435,7 @@ void CoordinatorCore::Reconcile(Outbox& out) {
   for (const std::string& name : task_order_) {
     Task& task = tasks_[name];
     if (!IsActive(task) || task.mode == nullptr) continue;
+    ExpireSecureSteps(task, now, out);
     ModeEffects fx;
     task.mode->Tick(now, task.status, fx);
     ApplyModeEffects(task, fx, out);

@@ -362,6 +362,10 @@ class CoordinatorCore {
   absl::Status RecordSecureMoments(Task& task, const std::string& peer_id,
                                    const v1::DataMoments& report, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the participants of the masking that have not answered its step by its deadline; the
+  // others mask again. From Reconcile.
+  void ExpireSecureSteps(Task& task, absl::Time now, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends the peers the masking's steps.
   void SendSecureSteps(const Task& task, SecureStatistics::Effects& fx, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "libs/common/log.h"
 #include "libs/task/task_dataset.h"
 #include "libs/task/task_privacy.h"
@@ -9,6 +10,17 @@
 #include "services/coordinator/federation_statistics.h"
 
 namespace shoal::coordinator {
+namespace {
+
+// How long the participants of a secure statistics' masking have to answer a step: the task's
+// round_deadline_seconds, which bounds each step of a decentralized round too, at most 2 minutes
+// (answering takes milliseconds; a masking that drops a participant must start again well within
+// the 10 minutes the peers wait for the statistics).
+absl::Duration StatisticsStepTimeout(const common::v1::TaskSpec& spec) {
+  return absl::Seconds(std::clamp<uint32_t>(spec.round_deadline_seconds(), 1, 120));
+}
+
+}  // namespace
 
 absl::Status CoordinatorCore::RecordMoments(Task& task, const std::string& peer_id,
                                             const v1::DataMoments& report, Outbox& out) {
@@ -75,14 +87,16 @@ absl::Status CoordinatorCore::RecordSecureMoments(Task& task, const std::string&
     if (spec.dataset().format() == common::v1::DATA_FORMAT_IMAGE_FOLDER) {
       features = spec.dataset().channels();
     }
-    task.secure_moments = std::make_unique<SecureStatistics>(
-        spec.name(), spec.min_participants(), task::StatisticsFeatureBound(spec), features);
+    task.secure_moments = std::make_unique<SecureStatistics>(spec.name(), spec.min_participants(),
+                                                             task::StatisticsFeatureBound(spec),
+                                                             features, StatisticsStepTimeout(spec));
   }
   auto peer = peers_.find(peer_id);
   const std::string identity =
       peer == peers_.end() ? std::string() : peer->second.hello.identity_public_key();
   SecureStatistics::Effects fx;
-  if (absl::Status s = task.secure_moments->Receive(peer_id, identity, report.secure(), fx);
+  if (absl::Status s =
+          task.secure_moments->Receive(peer_id, identity, report.secure(), clock_.Now(), fx);
       !s.ok()) {
     return s;
   }
@@ -94,6 +108,16 @@ absl::Status CoordinatorCore::RecordSecureMoments(Task& task, const std::string&
   task.secure_moments.reset();
   FixStatistics(task, *std::move(stats), out);
   return absl::OkStatus();
+}
+
+void CoordinatorCore::ExpireSecureSteps(Task& task, absl::Time now, Outbox& out) {
+  if (task.secure_moments == nullptr) return;
+  SecureStatistics::Effects fx;
+  task.secure_moments->Expire(now, fx);
+  if (!fx.dropped.empty()) {
+    metrics_.statistics_dropped.Increment(static_cast<double>(fx.dropped.size()));
+  }
+  SendSecureSteps(task, fx, out);
 }
 
 void CoordinatorCore::SendSecureSteps(const Task& task, SecureStatistics::Effects& fx,

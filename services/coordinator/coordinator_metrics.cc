@@ -156,6 +156,13 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                                 "(replicas - 1 each): no free aggregator to take on")
                           .Register(registry)
                           .Add({})),
+      statistics_dropped(prometheus::BuildCounter()
+                             .Name("shoal_coordinator_statistics_dropped_total")
+                             .Help("Participants dropped from a masking of the federation's "
+                                   "secure statistics for not answering a step within its "
+                                   "deadline (the others masked again)")
+                             .Register(registry)
+                             .Add({})),
       federated_sync(registry),
       decentralized(registry),
       gossip(registry) {}

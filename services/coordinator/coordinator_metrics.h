@@ -54,6 +54,8 @@ struct CoordinatorMetrics {
   prometheus::Counter& failovers;
   prometheus::Counter& backups_assigned;
   prometheus::Gauge& backups_missing;  // backups the running tasks' clusters lack (no free one)
+  // Participants dropped from a secure statistics' masking for not answering a step in time.
+  prometheus::Counter& statistics_dropped;
   // The modes' own (services/coordinator/modes/<mode>/):
   FederatedSyncTaskMetrics federated_sync;
   DecentralizedTaskMetrics decentralized;

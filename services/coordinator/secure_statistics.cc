@@ -3,15 +3,18 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "libs/common/log.h"
 #include "libs/privacy/secagg/pairwise_round.h"
 
 namespace shoal::coordinator {
 
-SecureStatistics::SecureStatistics(std::string task, size_t need, double bound, size_t features)
+SecureStatistics::SecureStatistics(std::string task, size_t need, double bound, size_t features,
+                                   absl::Duration step_timeout)
     : task_(std::move(task)),
       need_(std::max<size_t>(need, 3)),
       bound_(bound),
+      step_timeout_(step_timeout),
       features_(features) {}
 
 bool SecureStatistics::IsParticipant(const std::string& peer) const {
@@ -23,7 +26,13 @@ void SecureStatistics::SendAll(const v1::SecureStatistics& step, Effects& fx) co
 }
 
 absl::Status SecureStatistics::Receive(const std::string& peer, const std::string& identity_key,
-                                       const v1::SecureMoments& step, Effects& fx) {
+                                       const v1::SecureMoments& step, absl::Time now, Effects& fx) {
+  if (dropped_.count(peer) > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "secure moments: peer ", peer,
+        " was dropped from the masking for not answering a step in time; it takes part again "
+        "only in a new session"));
+  }
   if (step.has_key() && step.attempt() < attempt_) {
     // A peer that started before the masking restarted (or joined since): it masks again too.
     v1::SecureStatistics restart;
@@ -38,9 +47,9 @@ absl::Status SecureStatistics::Receive(const std::string& peer, const std::strin
   }
   switch (step.step_case()) {
     case v1::SecureMoments::kKey:
-      return OnKey(peer, identity_key, step.key(), fx);
+      return OnKey(peer, identity_key, step.key(), now, fx);
     case v1::SecureMoments::kMasked:
-      return OnMasked(peer, step.masked(), fx);
+      return OnMasked(peer, step.masked(), now, fx);
     case v1::SecureMoments::kSelfSeed:
       return OnSeed(peer, step.self_seed(), fx);
     default:
@@ -49,7 +58,8 @@ absl::Status SecureStatistics::Receive(const std::string& peer, const std::strin
 }
 
 absl::Status SecureStatistics::OnKey(const std::string& peer, const std::string& identity,
-                                     const v1::StatisticsMaskKey& key, Effects& fx) {
+                                     const v1::StatisticsMaskKey& key, absl::Time now,
+                                     Effects& fx) {
   if (identity.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("secure moments: peer ", peer, " sent no identity key in its Hello"));
@@ -93,12 +103,13 @@ absl::Status SecureStatistics::OnKey(const std::string& peer, const std::string&
   }
   LogInfo("task ", task_, ": secure statistics attempt ", attempt_, ": masking among ",
           participants_.size(), " peers");
+  step_deadline_ = now + step_timeout_;
   SendAll(list, fx);
   return absl::OkStatus();
 }
 
 absl::Status SecureStatistics::OnMasked(const std::string& peer, const std::string& bytes,
-                                        Effects& fx) {
+                                        absl::Time now, Effects& fx) {
   if (!IsParticipant(peer) || masked_.count(peer) > 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("secure moments: no masked moments asked of peer ", peer));
@@ -118,6 +129,7 @@ absl::Status SecureStatistics::OnMasked(const std::string& peer, const std::stri
   v1::SecureStatistics unmask;
   unmask.set_attempt(attempt_);
   unmask.set_unmask(true);
+  step_deadline_ = now + step_timeout_;
   SendAll(unmask, fx);
   return absl::OkStatus();
 }
@@ -162,14 +174,34 @@ absl::Status SecureStatistics::Finish(Effects& fx) {
 
 void SecureStatistics::Left(const std::string& peer, Effects& fx) {
   keys_.erase(peer);
+  dropped_.erase(peer);
   if (!IsParticipant(peer)) return;
   LogWarning("task ", task_, ": peer ", peer, " left the secure statistics' masking (attempt ",
              attempt_, "); the others mask again");
   Restart(fx);
 }
 
+void SecureStatistics::Expire(absl::Time now, Effects& fx) {
+  if (participants_.empty() || now < step_deadline_) return;
+  const bool masking = masked_.size() < participants_.size();
+  for (const std::string& p : participants_) {
+    if ((masking ? masked_.count(p) : seeds_.count(p)) > 0) continue;
+    fx.dropped.push_back(p);
+    dropped_.insert(p);
+    keys_.erase(p);  // not told to restart
+  }
+  if (fx.dropped.empty()) return;  // not reached: a step with every answer in has ended
+  LogWarning("task ", task_, ": ", fx.dropped.size(), " of ", participants_.size(),
+             " participants of the secure statistics' masking (attempt ", attempt_, ") sent no ",
+             masking ? "masked moments" : "self-mask seed", " within ",
+             absl::FormatDuration(step_timeout_), ": ", absl::StrJoin(fx.dropped, ", "),
+             " dropped; the others mask again");
+  Restart(fx);
+}
+
 void SecureStatistics::Restart(Effects& fx) {
   ++attempt_;
+  step_deadline_ = absl::InfiniteFuture();
   participants_.clear();
   masked_.clear();
   seeds_.clear();

@@ -1,7 +1,8 @@
 // Bring your own model and data, with real processes: a TorchScript model exported by PyTorch
 // trains in every mode and comes back as a TorchScript file PyTorch loads; a peer holding another
 // copy of the model refuses the task; peers train on their own CSV files (standardised with the
-// federation's statistics, in three modes; added up masked with secure aggregation) and image
+// federation's statistics, in three modes; added up masked with secure aggregation in
+// federated-sync and decentralized) and image
 // folders (written by shoal-example-data).
 
 #include <gmock/gmock.h>
@@ -27,6 +28,7 @@ namespace {
 
 namespace cv1 = coordinator::v1;
 using ::testing::AllOf;
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -313,23 +315,42 @@ TEST(OwnDataClusterTest, PeersTrainATorchScriptModelOnTheirOwnCsvFiles) {
   EXPECT_THAT(log, Not(HasSubstr("data moments of")));  // the plain path's count of peers
 }
 
-// The other modes join a task the same way: their peers wait for the same statistics.
+// The other modes join a task the same way: their peers wait for the same statistics. The
+// decentralized task has secure aggregation (three peers: the fewest a masking takes), so the
+// coordinator adds up their moments masked, as in federated-sync above; gossip takes none, so
+// its peers' moments go in the clear.
 class OwnCsvModes : public ::testing::TestWithParam<common::v1::Mode> {};
 
 TEST_P(OwnCsvModes, EveryPeerStandardisesWithTheFederationStatistics) {
+  const bool secure = GetParam() == common::v1::MODE_DECENTRALIZED;
+  const int peers = secure ? 3 : 2;
   Cluster cluster(TempDir());
-  MakeExampleData(cluster.dir(), "tabular");
+  MakeExampleData(cluster.dir(), "tabular", peers);
   common::v1::TaskSpec spec = CsvTask("own-csv-mode");
   spec.set_mode(GetParam());
   spec.set_rounds(3);
-  if (GetParam() == common::v1::MODE_DECENTRALIZED) spec.set_max_connection_retry(3);
+  if (secure) {
+    spec.set_max_connection_retry(3);
+    spec.set_min_participants(3);
+    auto& sa = *spec.mutable_privacy()->mutable_secure_aggregation();
+    sa.set_clip_norm(10);
+    sa.set_feature_bound(1e6);
+  }
   if (GetParam() == common::v1::MODE_GOSSIP) {
     spec.mutable_gossip()->set_fetch_probability(0.5);
     spec.mutable_gossip()->set_timeout_ms(2000);
   }
-  absl::StatusOr<cv1::TaskStatus> status = RunOwnData(cluster, cluster.dir() + "/tabular", spec);
+  absl::StatusOr<cv1::TaskStatus> status =
+      RunOwnData(cluster, cluster.dir() + "/tabular", spec, peers);
   ASSERT_TRUE(status.ok()) << status.status() << "\n" << cluster.LogTails();
-  ExpectFederationStatistics(cluster, *status);
+  ExpectFederationStatistics(cluster, *status, peers);
+  const std::string log = process::TailFile(cluster.dir() + "/coordinator.log", 2000);
+  if (secure) {
+    EXPECT_THAT(log, ContainsRegex("secure statistics attempt [0-9]+: masking among 3 peers"));
+    EXPECT_THAT(log, Not(HasSubstr("data moments of")));
+  } else {
+    EXPECT_THAT(log, Not(HasSubstr("secure statistics")));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, OwnCsvModes,

@@ -1,7 +1,9 @@
 // The federation's statistics under secure aggregation: the coordinator (fake clock, fake
 // aggregator, real store) and each peer's real SecureMoments (Ed25519 identities, X25519 masks)
 // exchange the masking's steps; the statistics fixed are those of the peers' moments pooled,
-// while the coordinator only ever receives mask keys, masked moments and self-mask seeds.
+// while the coordinator only ever receives mask keys, masked moments and self-mask seeds. A
+// participant that leaves, sets up again or stays silent past a step's deadline makes the others
+// mask again without its moments.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -16,6 +18,7 @@
 #include "services/coordinator/federation_statistics.h"
 #include "services/peer_agent/secure_moments.h"
 #include "tests/unit/coordinator_core_fixture.h"
+#include "tests/unit/statistics_testing.h"
 
 namespace shoal::coordinator {
 namespace {
@@ -23,28 +26,19 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using namespace ::shoal::coordinator::core_testing;  // NOLINT: the fixture's fakes and helpers
+using statistics_testing::Moments;
+using statistics_testing::MomentsOfA;
+using statistics_testing::MomentsOfB;
 
 constexpr double kBound = 100;
 
+// min_participants 3, round_deadline_seconds 30 (core_testing::Spec): a step's deadline.
 common::v1::TaskSpec SecureCsvSpec(const std::string& name) {
-  common::v1::TaskSpec spec = Spec(name, 3, 5);
-  common::v1::DatasetSpec& d = *spec.mutable_dataset();
-  d.clear_name();
-  d.set_format(common::v1::DATA_FORMAT_CSV);
-  d.set_train("train.csv");
-  d.set_label_column("y");
-  d.set_num_classes(2);
-  d.set_test_fraction(0.2);
-  d.set_normalization(common::v1::NORMALIZATION_STANDARDIZE);
+  common::v1::TaskSpec spec = statistics_testing::CsvStandardize(Spec(name, 3, 5));
   auto& sa = *spec.mutable_privacy()->mutable_secure_aggregation();
   sa.set_clip_norm(1);
   sa.set_feature_bound(kBound);
   return spec;
-}
-
-data::FeatureMoments Moments(uint64_t count, std::vector<double> sum,
-                             std::vector<double> sum_squares) {
-  return data::FeatureMoments{count, std::move(sum), std::move(sum_squares)};
 }
 
 class SecureStatisticsTest : public CoordinatorCoreTest {
@@ -52,7 +46,8 @@ class SecureStatisticsTest : public CoordinatorCoreTest {
   struct Peer {
     std::shared_ptr<FakeSink> sink;
     std::optional<peer::SecureMoments> party;
-    size_t seen = 0;  // events of the sink already answered
+    size_t seen = 0;      // events of the sink already answered
+    bool reveals = true;  // answers SecureStatistics.unmask
   };
 
   // Joins `id` with a fresh identity key, as a peer process does.
@@ -94,6 +89,7 @@ class SecureStatisticsTest : public CoordinatorCoreTest {
         for (; p.seen < p.sink->events.size(); ++p.seen) {
           const v1::CoordinatorEvent event = p.sink->events[p.seen];
           if (!event.has_secure_statistics()) continue;
+          if (event.secure_statistics().unmask() && !p.reveals) continue;
           more = true;
           auto answer = p.party->Answer(event.secure_statistics());
           ASSERT_TRUE(answer.ok()) << id << ": " << answer.status();
@@ -129,6 +125,16 @@ class SecureStatisticsTest : public CoordinatorCoreTest {
     }
   }
 
+  // `d` passes on the fake clock; every peer heartbeats (so that none is lost) and the core
+  // runs its timers.
+  void Wait(absl::Duration d) {
+    clock_.Advance(d);
+    v1::PeerMessage heartbeat;
+    heartbeat.mutable_heartbeat();
+    for (const auto& [id, p] : peers_) ASSERT_TRUE(core_->OnMessage(id, heartbeat).ok()) << id;
+    Step();
+  }
+
   std::map<std::string, std::shared_ptr<const privacy::secagg::KeySigner>> signers_;
   std::map<std::string, Peer> peers_;
   std::map<std::string, std::string> masked_;  // the masked moments each peer sent, last
@@ -139,9 +145,7 @@ TEST_F(SecureStatisticsTest, TheStatisticsAreThePooledOnesAndTheCoordinatorSeesO
   ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
   ASSERT_TRUE(core_->CreateTask(SecureCsvSpec("t")).ok());
   const std::map<std::string, data::FeatureMoments> moments = {
-      {"a", Moments(2, {4, 20}, {10, 200})},
-      {"b", Moments(1, {8, 10}, {64, 100})},
-      {"c", Moments(5, {-3.25, 50}, {20.5, 500})}};
+      {"a", MomentsOfA()}, {"b", MomentsOfB()}, {"c", Moments(5, {-3.25, 50}, {20.5, 500})}};
   for (const auto& [id, m] : moments) JoinWithIdentity(id);
   Step();
 
@@ -215,6 +219,86 @@ TEST_F(SecureStatisticsTest, APeerThatSetsUpAgainDuringTheMaskingMakesEveryoneMa
   SendMoments("b", moments.at("b"));
   Pump();
   EXPECT_GT(stale_, 0) << "a and c masked for the abandoned attempt";
+  ExpectPooled(moments);
+}
+
+// A participant that stays connected but does not answer a step (its masked moments, or its
+// self-mask seed) is dropped at the step's deadline; the others mask again without it, and its
+// moments never enter the sum. Parameter: it is silent at the seed step (else at the masking).
+class SilentParticipantTest : public SecureStatisticsTest,
+                              public ::testing::WithParamInterface<bool> {};
+
+TEST_P(SilentParticipantTest, IsDroppedAtTheStepDeadlineAndTheOthersMaskAgain) {
+  const bool silent_on_seed = GetParam();
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
+  ASSERT_TRUE(core_->CreateTask(SecureCsvSpec("t")).ok());
+  const std::map<std::string, data::FeatureMoments> moments = {
+      {"a", MomentsOfA()},
+      {"b", MomentsOfB()},
+      {"d", Moments(5, {-3.25, 50}, {20.5, 500})},
+      {"s", Moments(7, {490, 70}, {3.5e4, 700})}};
+  for (const auto& [id, m] : moments) JoinWithIdentity(id);
+  Step();
+  SendMoments("a", moments.at("a"));
+  SendMoments("b", moments.at("b"));
+  SendMoments("s", moments.at("s"));  // a, b and s mask
+  SendMoments("d", moments.at("d"));  // d waits for their sum
+  if (silent_on_seed) {
+    peers_["s"].reveals = false;
+  } else {
+    peers_["s"].party.reset();
+  }
+  Pump();
+  EXPECT_EQ(masked_.size(), silent_on_seed ? 3u : 2u);
+
+  Wait(absl::Seconds(29));
+  Pump();
+  EXPECT_FALSE(Status("t").has_statistics());
+  EXPECT_EQ(metrics_->statistics_dropped.Value(), 0);
+  const size_t before = peers_["s"].sink->events.size();
+  Wait(absl::Seconds(1));  // the step's deadline: s is dropped, a, b and d mask
+  EXPECT_EQ(metrics_->statistics_dropped.Value(), 1);
+  for (size_t i = before; i < peers_["s"].sink->events.size(); ++i) {
+    EXPECT_FALSE(peers_["s"].sink->events[i].has_secure_statistics()) << "s is not asked again";
+  }
+  // Its late key is refused until it reconnects.
+  auto late = peer::SecureMoments::Create("t", "s", moments.at("s"), kBound, signers_["s"]);
+  ASSERT_TRUE(late.ok());
+  auto key = late->Advertise(1);
+  ASSERT_TRUE(key.ok());
+  absl::Status s = core_->OnMessage("s", Wrap(*key));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("dropped from the masking"));
+
+  peers_["s"].party.reset();
+  Pump();
+  ExpectPooled({{"a", moments.at("a")}, {"b", moments.at("b")}, {"d", moments.at("d")}});
+  EXPECT_THAT(Ids(Status("t").statistics().peers()), ElementsAre("a", "b", "d"));
+  EXPECT_EQ(metrics_->statistics_dropped.Value(), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, SilentParticipantTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Seed" : "Masking"; });
+
+TEST_F(SecureStatisticsTest, ADroppedPeerTakesPartAgainOnceItReconnects) {
+  ASSERT_TRUE(core_->RegisterAggregator("127.0.0.1:5555").ok());
+  ASSERT_TRUE(core_->CreateTask(SecureCsvSpec("t")).ok());
+  const std::map<std::string, data::FeatureMoments> moments = {
+      {"a", MomentsOfA()}, {"b", MomentsOfB()}, {"s", Moments(5, {-3.25, 50}, {20.5, 500})}};
+  for (const auto& [id, m] : moments) JoinWithIdentity(id);
+  Step();
+  for (const auto& [id, m] : moments) SendMoments(id, m);
+  peers_["s"].party.reset();
+  Pump();
+  Wait(absl::Seconds(30));  // s is dropped; a and b are two of the three a masking takes
+  Pump();
+  EXPECT_FALSE(Status("t").has_statistics());
+  EXPECT_EQ(metrics_->statistics_dropped.Value(), 1);
+
+  JoinWithIdentity("s");  // a new session, which sets up again
+  peers_["s"].seen = 0;
+  SendMoments("s", moments.at("s"));
+  Pump();
   ExpectPooled(moments);
 }
 

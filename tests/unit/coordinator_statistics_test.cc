@@ -7,10 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 
 #include "services/coordinator/coordinator_core.h"
 #include "services/coordinator/federation_statistics.h"
 #include "tests/unit/coordinator_core_fixture.h"
+#include "tests/unit/statistics_testing.h"
 
 namespace shoal::coordinator {
 namespace {
@@ -18,33 +20,25 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using namespace ::shoal::coordinator::core_testing;  // NOLINT: the fixture's fakes and helpers
+using statistics_testing::CsvStandardize;
+using statistics_testing::PlainMoments;
 
 common::v1::TaskSpec CsvSpec(const std::string& name, uint32_t min) {
-  common::v1::TaskSpec spec = Spec(name, min, 5);
-  common::v1::DatasetSpec& d = *spec.mutable_dataset();
-  d.clear_name();
-  d.set_format(common::v1::DATA_FORMAT_CSV);
-  d.set_train("train.csv");
-  d.set_label_column("y");
-  d.set_num_classes(2);
-  d.set_test_fraction(0.2);
-  d.set_normalization(common::v1::NORMALIZATION_STANDARDIZE);
-  return spec;
+  return CsvStandardize(Spec(name, min, 5));
 }
 
 v1::PeerMessage Moments(const std::string& task, uint64_t count, std::vector<double> sum,
                         std::vector<double> sum_squares) {
-  v1::PeerMessage m;
-  m.set_task(task);
-  m.mutable_data_moments()->set_count(count);
-  for (double v : sum) m.mutable_data_moments()->add_sum(v);
-  for (double v : sum_squares) m.mutable_data_moments()->add_sum_squares(v);
-  return m;
+  return PlainMoments(task,
+                      statistics_testing::Moments(count, std::move(sum), std::move(sum_squares)));
 }
 
-// a holds feature 0 = {1, 3} and b {8}; feature 1 is 10 everywhere (constant: std 1).
-v1::PeerMessage MomentsOfA(const std::string& task) { return Moments(task, 2, {4, 20}, {10, 200}); }
-v1::PeerMessage MomentsOfB(const std::string& task) { return Moments(task, 1, {8, 10}, {64, 100}); }
+v1::PeerMessage MomentsOfA(const std::string& task) {
+  return PlainMoments(task, statistics_testing::MomentsOfA());
+}
+v1::PeerMessage MomentsOfB(const std::string& task) {
+  return PlainMoments(task, statistics_testing::MomentsOfB());
+}
 
 std::vector<const v1::CoordinatorEvent*> StatisticsEvents(const FakeSink& sink) {
   std::vector<const v1::CoordinatorEvent*> out;
@@ -174,8 +168,8 @@ TEST_F(CoordinatorCoreTest, MomentsForATaskThatNeedsNoStatisticsAreRefused) {
 
 TEST(AddUpStatisticsTest, PoolsEveryPeersMomentsAndNamesAMismatch) {
   std::map<std::string, data::FeatureMoments> by_peer;
-  by_peer["b"] = {1, {8, 10}, {64, 100}};
-  by_peer["a"] = {2, {4, 20}, {10, 200}};
+  by_peer["b"] = statistics_testing::MomentsOfB();
+  by_peer["a"] = statistics_testing::MomentsOfA();
   absl::StatusOr<common::v1::FederationStatistics> s =
       AddUpStatistics(by_peer, absl::FromUnixMillis(1234));
   ASSERT_TRUE(s.ok()) << s.status();
