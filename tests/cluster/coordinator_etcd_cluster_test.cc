@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "libs/etcd/etcd_kv.h"
 #include "tests/cluster/cluster.h"
 #include "tests/testing/etcd_member.h"
 #include "tests/testing/temp_dir.h"
@@ -37,6 +38,18 @@ TEST(CoordinatorEtcdClusterTest, APausedCoordinatorLosesItsPrefixAndStepsDown) {
   Cluster first(*dir + "/first");
   ASSERT_TRUE(first.StartCoordinator(args).ok()) << first.LogTails();
   ASSERT_TRUE(first.CreateTask(SmallTask("kept")).ok());
+  // The coordinator stores a new task just after it answers CreateTask: pause it only once the
+  // task is in etcd (a task paused before its write is the paused coordinator's to lose).
+  absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv =
+      etcd::EtcdKv::Connect({(*etcd)->endpoint()}, absl::Seconds(10), absl::Seconds(5));
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        absl::StatusOr<std::vector<etcd::KeyValue>> task = (*kv)->Range({"/fenced/tasks/kept", ""});
+        return task.ok() && task->size() == 1;
+      },
+      absl::Seconds(10), absl::Milliseconds(20)))
+      << first.LogTails();
 
   first.coordinator().process->Signal(SIGSTOP);
   Cluster second(*dir + "/second");
