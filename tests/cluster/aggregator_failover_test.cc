@@ -32,8 +32,8 @@ TEST_P(AggregatorFailoverTest, KilledAggregatorMovesTheTaskWhichCompletes) {
     absl::Status started = cluster.StartAggregator();
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }
-  for (int i = 0; i < 3; ++i) {
-    absl::Status started = cluster.StartPeer(i, 3);
+  {
+    absl::Status started = cluster.StartPeers(0, 3, 3);
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }
   ASSERT_TRUE(cluster.WaitForPeersConnected(3, absl::Seconds(30)).ok()) << cluster.LogTails();

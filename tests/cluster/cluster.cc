@@ -333,14 +333,15 @@ absl::Status Cluster::StartPeer(int index, int count, std::vector<std::string> e
   return StartSharedDataPeer("shoal-peer", index, count, "", std::move(extra_args));
 }
 
-absl::Status Cluster::StartPeers(int first, int n, int count) {
+absl::Status Cluster::StartPeers(int first, int n, int count, std::vector<std::string> extra_args) {
   // Every process is launched before the first address file is awaited: their start-ups
   // (LibTorch's, the capacity probe, the data) overlap. A failed launch still waits for the
   // ones launched before it, so that each is owned (and stopped) by the cluster.
   std::vector<std::pair<int, Launched>> launched;
   absl::Status status;
   for (int i = first; i < first + n && status.ok(); ++i) {
-    auto l = Launch(absl::StrCat("peer-", i), "shoal-peer", SharedDataPeerArgs(i, count, {}));
+    auto l =
+        Launch(absl::StrCat("peer-", i), "shoal-peer", SharedDataPeerArgs(i, count, extra_args));
     if (l.ok()) {
       launched.emplace_back(i, *std::move(l));
     } else {

@@ -2,6 +2,7 @@
 // three etcd members, three coordinators on one key prefix and one checkpoint directory (one
 // active, two standbys, --store-lease=2s), an aggregator and two peers given every coordinator
 // address. In one cluster:
+// - the standbys refuse every call, naming the active coordinator;
 // - the active coordinator is SIGKILLed in the middle of a federated-sync round;
 // - the next active one in the middle of a decentralized round;
 // - then the etcd leader, while the decentralized task trains on.
@@ -10,19 +11,26 @@
 // with every round exactly once, in its history and in etcd's records, and the rounds closed and
 // stored before a kill are kept as they were (no acknowledged update is lost). Each kill waits
 // until the closed rounds are stored: a round published less than a store write ago runs again
-// after a fail-over (docs/how-to/high-availability.md). Prints the fail-over times and the
-// test's time.
+// after a fail-over (docs/how-to/high-availability.md). The aggregator moves on to each new
+// coordinator too, and the state directory holds the checkpoint files only: the tasks' state is
+// etcd's, a completed task's record there included. Prints the fail-over times and the test's
+// time.
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "libs/etcd/etcd_kv.h"
+#include "libs/rpc/channel.h"
+#include "libs/rpc/status.h"
 #include "tests/cluster/cluster.h"
 #include "tests/testing/etcd_member.h"
 #include "tests/testing/temp_dir.h"
@@ -32,6 +40,7 @@ namespace shoal::testing {
 namespace {
 
 namespace cv1 = coordinator::v1;
+using ::testing::HasSubstr;
 
 constexpr int kPeers = 2;
 constexpr char kPrefix[] = "/ha";
@@ -202,6 +211,26 @@ class CoordinatorHaClusterTest : public ::testing::Test {
 
 TEST_F(CoordinatorHaClusterTest, TwoCoordinatorKillsAndAnEtcdMembersLossLoseNoRound) {
   Cluster& cluster = *cluster_;
+  // Each standby refuses every call, naming the active coordinator.
+  for (int i = 0; i < cluster.standby_count(); ++i) {
+    auto standby = cv1::ControlService::NewStub(
+        rpc::MakeProbeChannel(cluster.standby(i).address, cluster.ClientCredentials()));
+    absl::Status refused;
+    WaitUntil(
+        [&] {
+          grpc::ClientContext context;
+          rpc::SetTimeout(context, absl::Seconds(2));
+          cv1::ListTasksResponse response;
+          refused =
+              rpc::FromGrpcStatus(standby->ListTasks(&context, cv1::ListTasksRequest(), &response));
+          return absl::StrContains(refused.message(), cluster.coordinator().address);
+        },
+        absl::Seconds(10));
+    EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+    EXPECT_THAT(refused.message(), HasSubstr("standby"));
+    EXPECT_THAT(refused.message(), HasSubstr(cluster.coordinator().address));
+  }
+
   const common::v1::TaskSpec federated =
       ShortTask("ha-federated", common::v1::MODE_FEDERATED_SYNC, 4);
   ASSERT_TRUE(cluster.CreateTask(federated).ok());
@@ -210,6 +239,25 @@ TEST_F(CoordinatorHaClusterTest, TwoCoordinatorKillsAndAnEtcdMembersLossLoseNoRo
   if (HasFatalFailure()) return;
   ExpectCompletedEveryRoundOnce(federated, {seen});
   if (HasFatalFailure()) return;
+  // The aggregator moved on to the new coordinator with the peers.
+  absl::StatusOr<cv1::ListNodesResponse> nodes = cluster.Nodes();
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  EXPECT_EQ(nodes->aggregators_size(), 1) << nodes->ShortDebugString();
+  // Nothing of the tasks' state is in the state directory but the checkpoint files; etcd holds
+  // the completed task's record.
+  const std::string state = cluster.dir() + "/state";
+  EXPECT_FALSE(std::filesystem::exists(state + "/coordinator.db"));
+  EXPECT_FALSE(std::filesystem::is_empty(state + "/checkpoints"));
+  cv1::TaskStatus stored;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        const std::string key = absl::StrCat(kPrefix, "/tasks/", federated.name());
+        absl::StatusOr<std::vector<etcd::KeyValue>> record = kv_->Range({key, ""});
+        return record.ok() && record->size() == 1 && stored.ParseFromString((*record)[0].value) &&
+               stored.state() == cv1::TASK_STATE_COMPLETED;
+      },
+      absl::Seconds(10), absl::Milliseconds(100)))
+      << stored.ShortDebugString();
 
   const common::v1::TaskSpec decentralized =
       ShortTask("ha-decentralized", common::v1::MODE_DECENTRALIZED, 6);

@@ -51,7 +51,7 @@ TEST(DecentralizedSecureClusterTest, APeerKilledAfterMaskingIsLeftOutAndTheSurvi
   ASSERT_TRUE(dir.ok()) << dir.status();
   Cluster cluster(*dir);
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(cluster.StartPeer(i, 4).ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.StartPeers(0, 3, 4).ok()) << cluster.LogTails();
   // peer-3 stalls in round 1 once it holds every masked update (its own is served already).
   ASSERT_TRUE(cluster.StartTestPeer(3, 4, {"--test-stall-masked-round=1"}).ok())
       << cluster.LogTails();

@@ -42,8 +42,8 @@ TEST(FederatedClusterTest, PeerKilledMidRoundDoesNotStopTraining) {
     absl::Status started = cluster.StartAggregator();
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }
-  for (int i = 0; i < 3; ++i) {
-    absl::Status started = cluster.StartPeer(i, 3);
+  {
+    absl::Status started = cluster.StartPeers(0, 3, 3);
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }
 
@@ -122,24 +122,8 @@ TEST(FederatedClusterTest, PeerKilledMidRoundDoesNotStopTraining) {
   }
 }
 
-TEST(FederatedClusterTest, CoordinatorRestartKeepsTasksAndCheckpoints) {
-  Cluster cluster(TempDir());
-  {
-    absl::Status started = cluster.StartCoordinator();
-    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
-  }
-  {
-    absl::Status started = cluster.StartAggregator();
-    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
-  }
-  {
-    absl::Status started = cluster.StartPeer(0, 2);
-    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
-  }
-  {
-    absl::Status started = cluster.StartPeer(1, 2);
-    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
-  }
+// A graceful restart (SIGTERM) keeps the completed task, its history and its checkpoint.
+void CoordinatorRestartKeepsTasksAndCheckpoints(Cluster& cluster) {
   common::v1::TaskSpec spec = SmallTask("survives-restart");
   spec.set_rounds(2);
   ASSERT_TRUE(cluster.CreateTask(spec).ok());
@@ -194,12 +178,8 @@ TEST(FederatedClusterTest, CoordinatorRestartKeepsTasksAndCheckpoints) {
   EXPECT_THAT(output, HasSubstr("round 2: 2 peers"));
 }
 
-TEST(FederatedClusterTest, CoordinatorCrashMidTaskResumesFromCheckpoint) {
-  Cluster cluster(TempDir());
-  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
-  ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
-  ASSERT_TRUE(cluster.StartPeer(0, 2).ok()) << cluster.LogTails();
-  ASSERT_TRUE(cluster.StartPeer(1, 2).ok()) << cluster.LogTails();
+// A crash (SIGKILL) mid-task: the task resumes from its newest checkpoint and completes.
+void CoordinatorCrashMidTaskResumesFromCheckpoint(Cluster& cluster) {
   common::v1::TaskSpec spec = SmallTask("survives-crash");
   ASSERT_TRUE(cluster.CreateTask(spec).ok());
   auto before = cluster.WaitFor(
@@ -230,6 +210,18 @@ TEST(FederatedClusterTest, CoordinatorCrashMidTaskResumesFromCheckpoint) {
   EXPECT_GT(after->history(after->history_size() - 1).test_accuracy(), 0.6);
 }
 
+// The two above on one cluster of two peers, a task each: the crash first, then the graceful
+// restart.
+TEST(FederatedClusterTest, CoordinatorCrashAndRestartKeepTasksAndCheckpoints) {
+  Cluster cluster(TempDir());
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.StartPeers(0, 2, 2).ok()) << cluster.LogTails();
+  CoordinatorCrashMidTaskResumesFromCheckpoint(cluster);
+  if (HasFatalFailure()) return;
+  CoordinatorRestartKeepsTasksAndCheckpoints(cluster);
+}
+
 // Every service speaks mutual TLS: a plaintext client, a client without a certificate and one
 // whose certificate comes from another CA are all refused before any RPC runs.
 // A Dirichlet split over real peer processes: each peer reports its share, the shares cover
@@ -247,8 +239,8 @@ TEST(FederatedClusterTest, EachPeerReportsItsDirichletShareAndTrainsOnIt) {
   }
   ASSERT_TRUE(nodes.ok() && nodes->aggregators_size() == 1) << cluster.LogTails();
   const std::string aggregator = nodes->aggregators(0).address();
-  for (int i = 0; i < 3; ++i) {
-    absl::Status started = cluster.StartPeer(i, 3);
+  {
+    absl::Status started = cluster.StartPeers(0, 3, 3);
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }
   ASSERT_TRUE(cluster.WaitForPeersConnected(3, absl::Seconds(30)).ok());

@@ -80,10 +80,8 @@ TEST(GossipClusterTest, StoppedPeerIsDemotedThenReadmitted) {
   // neighbours' flow control (not the coordinator) has to deal with it.
   absl::Status started = cluster.StartCoordinator({"--heartbeat-interval=3s"});
   ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
-  for (int i = 0; i < 4; ++i) {
-    started = cluster.StartPeer(i, 4);
-    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
-  }
+  started = cluster.StartPeers(0, 4, 4);
+  ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   ASSERT_TRUE(cluster.WaitForPeersConnected(4, absl::Seconds(60)).ok()) << cluster.LogTails();
 
   common::v1::TaskSpec spec = SmallTask("gossip-stop");

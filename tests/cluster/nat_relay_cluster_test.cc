@@ -125,10 +125,8 @@ void StartCluster(Cluster& cluster, Relay relay) {
   ASSERT_TRUE(s.ok()) << s << "\n" << cluster.LogTails();
   s = cluster.StartAggregator();
   ASSERT_TRUE(s.ok()) << s << "\n" << cluster.LogTails();
-  for (int i = 0; i < 2; ++i) {
-    s = cluster.StartPeer(i, 3);
-    ASSERT_TRUE(s.ok()) << s << "\n" << cluster.LogTails();
-  }
+  s = cluster.StartPeers(0, 2, 3);
+  ASSERT_TRUE(s.ok()) << s << "\n" << cluster.LogTails();
   std::vector<std::string> flags;
   if (relay == Relay::kNamedByThePeer) flags.push_back("--relay=" + cluster.aggregator().address);
   s = cluster.StartPeerInNetns(2, 3, Namespaces::Get().nat(), flags);

@@ -90,25 +90,42 @@ common::v1::TaskSpec ScriptTask(const std::string& name, common::v1::Mode mode,
   return spec;
 }
 
-class TorchScriptModes : public ::testing::TestWithParam<common::v1::Mode> {};
+// One cluster (a coordinator, an aggregator for federated-sync, two peers) for the three modes:
+// each case runs its own task on it, one after another.
+class TorchScriptModes : public ::testing::TestWithParam<common::v1::Mode> {
+ protected:
+  static void SetUpTestSuite() {
+    cluster_ = new Cluster(TempDir());
+    started_ = cluster_->StartCoordinator();
+    if (started_.ok()) started_ = cluster_->StartAggregator();
+    if (started_.ok()) started_ = cluster_->StartPeers(0, 2, 2, {"--model-dir=" + ModelsDir()});
+    if (started_.ok()) started_ = cluster_->WaitForPeersConnected(2, absl::Seconds(30));
+    if (!started_.ok())
+      started_ = absl::InternalError(absl::StrCat(started_.ToString(), "\n", cluster_->LogTails()));
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  static Cluster* cluster_;
+  static absl::Status started_;
+};
+Cluster* TorchScriptModes::cluster_ = nullptr;
+absl::Status TorchScriptModes::started_;
 
 TEST_P(TorchScriptModes, AnExportedModelTrainsAndComesBackAsTorchScript) {
   const common::v1::Mode mode = GetParam();
-  Cluster cluster(TempDir());
-  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
-  if (mode == common::v1::MODE_FEDERATED_SYNC) {
-    ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
-  }
-  for (int i = 0; i < 2; ++i) {
-    absl::Status started = cluster.StartPeer(i, 2, {"--model-dir=" + ModelsDir()});
-    ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
-  }
-  ASSERT_TRUE(cluster.WaitForPeersConnected(2, absl::Seconds(30)).ok());
+  ASSERT_TRUE(started_.ok()) << started_;
+  Cluster& cluster = *cluster_;
   // Federated-sync trains the CNN with batch normalisation: its running statistics travel
   // through the aggregator with the parameters and reach the exported file.
   const std::string file =
       mode == common::v1::MODE_FEDERATED_SYNC ? "fashion_cnn.pt" : "fashion_mlp.pt";
-  const common::v1::TaskSpec spec = ScriptTask("ts-model", mode, file);
+  const common::v1::TaskSpec spec =
+      ScriptTask(mode == common::v1::MODE_FEDERATED_SYNC  ? "ts-federated"
+                 : mode == common::v1::MODE_DECENTRALIZED ? "ts-decentralized"
+                                                          : "ts-gossip",
+                 mode, file);
   absl::Status created = cluster.CreateTask(spec);
   ASSERT_TRUE(created.ok()) << created;
   auto status = cluster.WaitFor(
@@ -190,21 +207,32 @@ void MakeExampleData(const std::string& dir, const std::string& kind, int peers 
   ASSERT_TRUE(made.ok) << made.output;
 }
 
-// Runs `spec` on `peers` peers whose data are DATA/peer-0, DATA/peer-1...; returns the final
-// status.
-absl::StatusOr<cv1::TaskStatus> RunOwnData(Cluster& cluster, const std::string& data,
-                                           const common::v1::TaskSpec& spec, int peers = 2) {
+// Starts a coordinator, an aggregator and `peers` peers whose data are DATA/peer-0,
+// DATA/peer-1...
+absl::Status StartOwnData(Cluster& cluster, const std::string& data, int peers = 2) {
   SHOAL_RETURN_IF_ERROR(cluster.StartCoordinator());
   SHOAL_RETURN_IF_ERROR(cluster.StartAggregator());
   for (int i = 0; i < peers; ++i) {
     SHOAL_RETURN_IF_ERROR(cluster.StartOwnDataPeer(i, absl::StrCat(data, "/peer-", i),
                                                    {"--model-dir=" + ModelsDir()}));
   }
-  SHOAL_RETURN_IF_ERROR(cluster.WaitForPeersConnected(peers, absl::Seconds(30)));
+  return cluster.WaitForPeersConnected(peers, absl::Seconds(30));
+}
+
+// Runs `spec` on the cluster; returns the final status.
+absl::StatusOr<cv1::TaskStatus> RunTask(Cluster& cluster, const common::v1::TaskSpec& spec) {
   SHOAL_RETURN_IF_ERROR(cluster.CreateTask(spec));
   return cluster.WaitFor(
       spec.name(), [](const cv1::TaskStatus& s) { return s.state() == cv1::TASK_STATE_COMPLETED; },
       absl::Minutes(4), "task completion");
+}
+
+// Runs `spec` on a new cluster of `peers` peers whose data are DATA/peer-0, DATA/peer-1...;
+// returns the final status.
+absl::StatusOr<cv1::TaskStatus> RunOwnData(Cluster& cluster, const std::string& data,
+                                           const common::v1::TaskSpec& spec, int peers = 2) {
+  SHOAL_RETURN_IF_ERROR(StartOwnData(cluster, data, peers));
+  return RunTask(cluster, spec);
 }
 
 // The mean of column `column` over the CSV files `paths` pooled (plain comma-separated numbers,
@@ -277,7 +305,8 @@ void ExpectFederationStatistics(Cluster& cluster, const cv1::TaskStatus& status,
   EXPECT_NEAR(stats.mean(3), rpm, 1e-3 * rpm);
   for (const std::string& id : ids) {
     EXPECT_THAT(process::TailFile(absl::StrCat(cluster.dir(), "/", id, ".log"), 400),
-                HasSubstr(absl::StrCat("standardised with the federation's statistics (", samples,
+                HasSubstr(absl::StrCat("task ", status.spec().name(),
+                                       ": standardised with the federation's statistics (", samples,
                                        " training samples of ", peers, " peers)")))
         << id;
   }
@@ -315,23 +344,43 @@ TEST(OwnDataClusterTest, PeersTrainATorchScriptModelOnTheirOwnCsvFiles) {
   EXPECT_THAT(log, Not(HasSubstr("data moments of")));  // the plain path's count of peers
 }
 
-// The other modes join a task the same way: their peers wait for the same statistics. The
-// decentralized task has secure aggregation (three peers: the fewest a masking takes), so the
-// coordinator adds up their moments masked, as in federated-sync above; gossip takes none, so
-// its peers' moments go in the clear.
-class OwnCsvModes : public ::testing::TestWithParam<common::v1::Mode> {};
+// The other modes join a task the same way: their peers wait for the same statistics. One
+// cluster of three peers (the fewest a masking takes) for both modes, a task of each one after
+// the other. The decentralized task has secure aggregation, so the coordinator adds up their
+// moments masked, as in federated-sync above; gossip takes none, so its peers' moments go in
+// the clear.
+class OwnCsvModes : public ::testing::TestWithParam<common::v1::Mode> {
+ protected:
+  static constexpr int kPeers = 3;
+  static void SetUpTestSuite() {
+    cluster_ = new Cluster(TempDir());
+    MakeExampleData(cluster_->dir(), "tabular", kPeers);
+    started_ = StartOwnData(*cluster_, cluster_->dir() + "/tabular", kPeers);
+    if (!started_.ok()) {
+      started_ = absl::InternalError(absl::StrCat(started_.ToString(), "\n", cluster_->LogTails()));
+    }
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  static Cluster* cluster_;
+  static absl::Status started_;
+};
+Cluster* OwnCsvModes::cluster_ = nullptr;
+absl::Status OwnCsvModes::started_;
 
 TEST_P(OwnCsvModes, EveryPeerStandardisesWithTheFederationStatistics) {
+  ASSERT_TRUE(started_.ok()) << started_;
+  Cluster& cluster = *cluster_;
   const bool secure = GetParam() == common::v1::MODE_DECENTRALIZED;
-  const int peers = secure ? 3 : 2;
-  Cluster cluster(TempDir());
-  MakeExampleData(cluster.dir(), "tabular", peers);
-  common::v1::TaskSpec spec = CsvTask("own-csv-mode");
+  const int peers = kPeers;
+  common::v1::TaskSpec spec = CsvTask(secure ? "own-csv-decentralized" : "own-csv-gossip");
+  spec.set_min_participants(peers);
   spec.set_mode(GetParam());
   spec.set_rounds(3);
   if (secure) {
     spec.set_max_connection_retry(3);
-    spec.set_min_participants(3);
     auto& sa = *spec.mutable_privacy()->mutable_secure_aggregation();
     sa.set_clip_norm(10);
     sa.set_feature_bound(1e6);
@@ -340,16 +389,19 @@ TEST_P(OwnCsvModes, EveryPeerStandardisesWithTheFederationStatistics) {
     spec.mutable_gossip()->set_fetch_probability(0.5);
     spec.mutable_gossip()->set_timeout_ms(2000);
   }
-  absl::StatusOr<cv1::TaskStatus> status =
-      RunOwnData(cluster, cluster.dir() + "/tabular", spec, peers);
+  absl::StatusOr<cv1::TaskStatus> status = RunTask(cluster, spec);
   ASSERT_TRUE(status.ok()) << status.status() << "\n" << cluster.LogTails();
   ExpectFederationStatistics(cluster, *status, peers);
   const std::string log = process::TailFile(cluster.dir() + "/coordinator.log", 2000);
+  // The coordinator's log holds both tasks: each check names its task.
+  const std::string task = absl::StrCat("task ", spec.name(), ": ");
   if (secure) {
+    EXPECT_THAT(log, HasSubstr(task + "secure statistics attempt"));
     EXPECT_THAT(log, ContainsRegex("secure statistics attempt [0-9]+: masking among 3 peers"));
-    EXPECT_THAT(log, Not(HasSubstr("data moments of")));
+    EXPECT_THAT(log, Not(HasSubstr(task + "data moments of")));
   } else {
-    EXPECT_THAT(log, Not(HasSubstr("secure statistics")));
+    EXPECT_THAT(log, HasSubstr(task + "data moments of"));
+    EXPECT_THAT(log, Not(HasSubstr(task + "secure statistics")));
   }
 }
 

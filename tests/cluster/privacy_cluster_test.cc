@@ -67,7 +67,7 @@ TEST(PrivacyClusterTest, DpTasksShowEpsilonEachRoundATightBudgetStopsEarlyAndDpS
   Cluster cluster(*dir);
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
   ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(cluster.StartPeer(i, 2).ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.StartPeers(0, 2, 2).ok()) << cluster.LogTails();
   ASSERT_TRUE(cluster.WaitForPeersConnected(2, absl::Seconds(60)).ok()) << cluster.LogTails();
 
   const common::v1::TaskSpec spec = DpTask("dp", common::v1::DP_NOISE_DISTRIBUTED);
@@ -213,7 +213,7 @@ TEST(PrivacyClusterTest, APeerLevelDpTaskRunsOnATree) {
   Cluster cluster(*dir);
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(cluster.StartPeer(i, 4).ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.StartPeers(0, 4, 4).ok()) << cluster.LogTails();
   ASSERT_TRUE(cluster.WaitForPeersConnected(4, absl::Seconds(60)).ok()) << cluster.LogTails();
 
   common::v1::TaskSpec spec = DpTask("dp-tree", common::v1::DP_NOISE_DISTRIBUTED);

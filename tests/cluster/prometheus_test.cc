@@ -187,8 +187,8 @@ TEST(PrometheusTest, ScrapesEveryServiceOfARunningCluster) {
     absl::Status started = cluster.StartAggregator();
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }
-  for (int i = 0; i < 2; ++i) {
-    absl::Status started = cluster.StartPeer(i, 2);
+  {
+    absl::Status started = cluster.StartPeers(0, 2, 2);
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }
 

@@ -41,7 +41,7 @@ TEST(SecureAggregationClusterTest, AFederatedSyncTaskWithSecureAggregationComple
   Cluster cluster(*dir);
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
   ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(cluster.StartPeer(i, 3).ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.StartPeers(0, 3, 3).ok()) << cluster.LogTails();
   ASSERT_TRUE(cluster.WaitForPeersConnected(3, absl::Seconds(60)).ok()) << cluster.LogTails();
 
   common::v1::TaskSpec spec = SmallTask("secure");
@@ -75,7 +75,7 @@ TEST(SecureAggregationClusterTest, ARoundWithoutAPeerThatMissedItsDeadlinePublis
   Cluster cluster(*dir);
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
   ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(cluster.StartPeer(i, 4).ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.StartPeers(0, 3, 4).ok()) << cluster.LogTails();
   // 10 batches of 1.5 s each: far past the round's 6 s deadline.
   ASSERT_TRUE(cluster.StartTestPeer(3, 4, {"--test-slow-batch=1500"}).ok()) << cluster.LogTails();
   ASSERT_TRUE(cluster.WaitForPeersConnected(4, absl::Seconds(60)).ok()) << cluster.LogTails();
@@ -119,7 +119,7 @@ TEST(SecureAggregationClusterTest, OnATreeEachClusterIsOneSecureRound) {
   Cluster cluster(*dir);
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
-  for (int i = 0; i < 6; ++i) ASSERT_TRUE(cluster.StartPeer(i, 6).ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.StartPeers(0, 6, 6).ok()) << cluster.LogTails();
   ASSERT_TRUE(cluster.WaitForPeersConnected(6, absl::Seconds(60)).ok()) << cluster.LogTails();
 
   common::v1::TaskSpec spec = SmallTask("secure-tree");
@@ -169,7 +169,7 @@ TEST(SecureAggregationClusterTest, OnATreeABackupStartsAKilledPrimarysSecureRoun
   Cluster cluster(*dir);
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(cluster.StartPeer(i, 3).ok()) << cluster.LogTails();
+  ASSERT_TRUE(cluster.StartPeers(0, 2, 3).ok()) << cluster.LogTails();
   // 10 batches of 0.4 s each: a round of 4 s, well within its deadline.
   ASSERT_TRUE(cluster.StartTestPeer(2, 3, {"--test-slow-batch=400"}).ok()) << cluster.LogTails();
   ASSERT_TRUE(cluster.WaitForPeersConnected(3, absl::Seconds(60)).ok()) << cluster.LogTails();
