@@ -124,6 +124,9 @@ class CoordinatorCore {
   // The peer's stream ended (cleanly or not). `sink` guards against a stale stream of a peer
   // that has already reconnected.
   void Disconnect(const std::string& peer_id, const PeerSink* sink);
+  // Ends every peer's session with `status` (the coordinator is shutting down): the server's
+  // shutdown then has no stream left to wait for until its deadline.
+  void CloseSessions(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // Errors: FAILED_PRECONDITION for a message that does not fit (wrong task, stale),
   // INVALID_ARGUMENT for a malformed one (the stream stays open either way).
   absl::Status OnMessage(const std::string& peer_id, const v1::PeerMessage& message);

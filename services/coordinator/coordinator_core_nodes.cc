@@ -59,6 +59,18 @@ void CoordinatorCore::RedialPeers(Outbox& out) {
   }
 }
 
+void CoordinatorCore::CloseSessions(const absl::Status& status) {
+  std::vector<std::shared_ptr<PeerSink>> sinks;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, peer] : peers_) {
+      if (peer.sink != nullptr) sinks.push_back(peer.sink);
+    }
+  }
+  // Outside the lock: a stream that ends disconnects its peer, which takes the lock.
+  for (const std::shared_ptr<PeerSink>& sink : sinks) sink->Close(status);
+}
+
 void CoordinatorCore::ConvictSilentPeers(Outbox& out) {
   // At least this many silent peers, more than half of those that could be, make a mass
   // silence; held off for at most kMaxHoldLimits silence limits.

@@ -176,6 +176,9 @@ void CoordinatorServer::Shutdown() {
     stopping_ = true;
   }
   if (console_) console_->Shutdown();  // ends its streams before the server's
+  // The peers' sessions never end by themselves: end them first, so that the server waits
+  // only for the calls in flight (at most 2 s).
+  if (core_) core_->CloseSessions(absl::UnavailableError("the coordinator is shutting down"));
   if (server_) server_->Shutdown(absl::Seconds(2));
   if (driver_.joinable()) driver_.join();
   if (core_) {
