@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -90,28 +91,32 @@ common::v1::TaskSpec ScriptTask(const std::string& name, common::v1::Mode mode,
   return spec;
 }
 
-// One cluster (a coordinator, an aggregator for federated-sync, two peers) for the three modes:
-// each case runs its own task on it, one after another.
-class TorchScriptModes : public ::testing::TestWithParam<common::v1::Mode> {
+// A cluster shared by the cases of one suite, one per mode, each running its own task on it one
+// after another: `Start` brings it up once for the suite (a failure fails every case, with the
+// services' log tails).
+template <absl::Status (*Start)(Cluster&)>
+class SharedClusterModes : public ::testing::TestWithParam<common::v1::Mode> {
  protected:
   static void SetUpTestSuite() {
-    cluster_ = new Cluster(TempDir());
-    started_ = cluster_->StartCoordinator();
-    if (started_.ok()) started_ = cluster_->StartAggregator();
-    if (started_.ok()) started_ = cluster_->StartPeers(0, 2, 2, {"--model-dir=" + ModelsDir()});
-    if (started_.ok()) started_ = cluster_->WaitForPeersConnected(2, absl::Seconds(30));
-    if (!started_.ok())
+    cluster_ = std::make_unique<Cluster>(TempDir());
+    started_ = Start(*cluster_);
+    if (!started_.ok()) {
       started_ = absl::InternalError(absl::StrCat(started_.ToString(), "\n", cluster_->LogTails()));
+    }
   }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-  static Cluster* cluster_;
-  static absl::Status started_;
+  static void TearDownTestSuite() { cluster_.reset(); }
+  static inline std::unique_ptr<Cluster> cluster_;
+  static inline absl::Status started_;
 };
-Cluster* TorchScriptModes::cluster_ = nullptr;
-absl::Status TorchScriptModes::started_;
+
+// A coordinator, an aggregator for federated-sync and two peers for the three modes.
+absl::Status StartTorchScriptCluster(Cluster& cluster) {
+  SHOAL_RETURN_IF_ERROR(cluster.StartCoordinator());
+  SHOAL_RETURN_IF_ERROR(cluster.StartAggregator());
+  SHOAL_RETURN_IF_ERROR(cluster.StartPeers(0, 2, 2, {"--model-dir=" + ModelsDir()}));
+  return cluster.WaitForPeersConnected(2, absl::Seconds(30));
+}
+class TorchScriptModes : public SharedClusterModes<&StartTorchScriptCluster> {};
 
 TEST_P(TorchScriptModes, AnExportedModelTrainsAndComesBackAsTorchScript) {
   const common::v1::Mode mode = GetParam();
@@ -349,32 +354,18 @@ TEST(OwnDataClusterTest, PeersTrainATorchScriptModelOnTheirOwnCsvFiles) {
 // the other. The decentralized task has secure aggregation, so the coordinator adds up their
 // moments masked, as in federated-sync above; gossip takes none, so its peers' moments go in
 // the clear.
-class OwnCsvModes : public ::testing::TestWithParam<common::v1::Mode> {
- protected:
-  static constexpr int kPeers = 3;
-  static void SetUpTestSuite() {
-    cluster_ = new Cluster(TempDir());
-    MakeExampleData(cluster_->dir(), "tabular", kPeers);
-    started_ = StartOwnData(*cluster_, cluster_->dir() + "/tabular", kPeers);
-    if (!started_.ok()) {
-      started_ = absl::InternalError(absl::StrCat(started_.ToString(), "\n", cluster_->LogTails()));
-    }
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-  static Cluster* cluster_;
-  static absl::Status started_;
-};
-Cluster* OwnCsvModes::cluster_ = nullptr;
-absl::Status OwnCsvModes::started_;
+constexpr int kCsvPeers = 3;
+absl::Status StartCsvCluster(Cluster& cluster) {
+  MakeExampleData(cluster.dir(), "tabular", kCsvPeers);
+  return StartOwnData(cluster, cluster.dir() + "/tabular", kCsvPeers);
+}
+class OwnCsvModes : public SharedClusterModes<&StartCsvCluster> {};
 
 TEST_P(OwnCsvModes, EveryPeerStandardisesWithTheFederationStatistics) {
   ASSERT_TRUE(started_.ok()) << started_;
   Cluster& cluster = *cluster_;
   const bool secure = GetParam() == common::v1::MODE_DECENTRALIZED;
-  const int peers = kPeers;
+  const int peers = kCsvPeers;
   common::v1::TaskSpec spec = CsvTask(secure ? "own-csv-decentralized" : "own-csv-gossip");
   spec.set_min_participants(peers);
   spec.set_mode(GetParam());
