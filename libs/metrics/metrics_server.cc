@@ -1,6 +1,7 @@
 #include "libs/metrics/metrics_server.h"
 
-#include <exception>
+#include <httplib.h>
+#include <prometheus/text_serializer.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -9,29 +10,27 @@
 
 namespace shoal::metrics {
 
+MetricsServer::MetricsServer()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      http_(std::make_unique<httplib::Server>()) {}
+
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& listen,
                                                                     const std::string& flag) {
   SHOAL_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(listen, flag));
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    exposer = std::make_unique<prometheus::Exposer>(listen, /*num_threads=*/1);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat(flag, ": cannot listen on ", listen, ": ", e.what()));
-  }
-  auto ports = exposer->GetListeningPorts();
-  if (ports.empty()) {
-    return absl::UnavailableError(absl::StrCat(flag, ": cannot listen on ", listen));
-  }
-  hp.port = ports.front();
-  auto registry = std::make_shared<prometheus::Registry>();
-  exposer->RegisterCollectable(registry);
-  return std::unique_ptr<MetricsServer>(
-      new MetricsServer(std::move(exposer), std::move(registry), hp.ToString()));
+  std::unique_ptr<MetricsServer> s(new MetricsServer());
+  httplib::Server& http = *s->http_;
+  http.new_task_queue = [] { return new httplib::ThreadPool(1); };
+  // One request per connection: an idle keep-alive connection would hold the one worker, and
+  // the destructor would wait for it to time out.
+  http.set_keep_alive_max_count(1);
+  http.Get("/metrics", [registry = s->registry_](const httplib::Request&, httplib::Response& res) {
+    res.set_content(prometheus::TextSerializer().Serialize(registry->Collect()),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
+  SHOAL_ASSIGN_OR_RETURN(s->listener_, http::Listener::Start(http, hp, flag));
+  return s;
 }
 
-MetricsServer::MetricsServer(std::unique_ptr<prometheus::Exposer> exposer,
-                             std::shared_ptr<prometheus::Registry> registry, std::string address)
-    : registry_(std::move(registry)), exposer_(std::move(exposer)), address_(std::move(address)) {}
+MetricsServer::~MetricsServer() = default;
 
 }  // namespace shoal::metrics

@@ -137,25 +137,9 @@ absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(
   s->http_->set_payload_max_length(kMaxBody);
   s->http_->set_keep_alive_timeout(2);  // an idle connection holds a thread; Shutdown waits
   s->Route();
-  int port = listen.port;
-  if (port == 0) {
-    port = s->http_->bind_to_any_port(listen.host);
-  } else if (!s->http_->bind_to_port(listen.host, port)) {
-    port = -1;
-  }
-  if (port <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("--console-listen: cannot listen on ", options.listen));
-  }
-  s->address_ = HostPort{listen.host, port}.ToString();
-  s->listener_ = std::thread([http = s->http_.get()] { http->listen_after_bind(); });
-  // stop() before the listener runs would be missed: wait until it does.
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!s->http_->is_running()) {
-    if (absl::Now() > deadline)
-      return absl::InternalError("--console-listen: server did not start");
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  SHOAL_ASSIGN_OR_RETURN(s->listener_,
+                         http::Listener::Start(*s->http_, listen, "--console-listen"));
+
   LogInfo("web console on ", s->url(), " (", s->tokens_.size(), " tokens from ",
           options.tokens_file, ")");
   return s;
@@ -169,7 +153,7 @@ size_t ConsoleServer::event_streams() const {
 }
 
 std::string ConsoleServer::url() const {
-  return absl::StrCat(tls_ ? "https://" : "http://", address_, "/");
+  return absl::StrCat(tls_ ? "https://" : "http://", address(), "/");
 }
 
 void ConsoleServer::Shutdown() {
@@ -179,11 +163,7 @@ void ConsoleServer::Shutdown() {
     stopping_ = true;
     for (TaskWatch* watch : watches_) watch->Cancel();
   }
-  if (http_ != nullptr && listener_.joinable()) {
-    // stop() may not wait for the listener to run; Start waited, so it runs now or has ended.
-    http_->stop();
-    listener_.join();
-  }
+  listener_.Stop();
 }
 
 void ConsoleServer::Reply(const absl::StatusOr<std::string>& result, httplib::Response& res,

@@ -4,12 +4,12 @@
 #include <memory>
 #include <set>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "libs/http/listener.h"
 #include "services/coordinator/console/console_api.h"
 #include "services/coordinator/console/console_auth.h"
 
@@ -50,7 +50,7 @@ class ConsoleServer {
       const ConsoleOptions& options, v1::ControlService::StubInterface& stub);
   ~ConsoleServer();
 
-  const std::string& address() const { return address_; }  // HOST:PORT bound
+  const std::string& address() const { return listener_.address(); }  // HOST:PORT bound
   bool tls() const { return tls_; }
   // The console's URL, http(s)://HOST:PORT/.
   std::string url() const;
@@ -78,9 +78,8 @@ class ConsoleServer {
   ConsoleApi api_;
   const absl::Duration keep_alive_;
   bool tls_ = false;
-  std::string address_;
   std::unique_ptr<httplib::Server> http_;
-  std::thread listener_;
+  http::Listener listener_;
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::set<TaskWatch*> watches_ ABSL_GUARDED_BY(mu_);  // the open event streams
