@@ -381,17 +381,15 @@ class WatchTaskReactor final : public grpc::ServerWriteReactor<v1::TaskEvent> {
 
 AggregatorServiceImpl::AggregatorServiceImpl(AggregatorServiceOptions options, AggregatorCore& core,
                                              Executor& executor, AggregatorMetrics& metrics,
-                                             AggregatorClient& parents, ParentLink& parent_link)
+                                             AggregatorClient& parents, ParentLink& parent_link,
+                                             DownloadDeltas& downloads)
     : options_(std::move(options)),
       core_(core),
       executor_(executor),
       metrics_(metrics),
       parents_(parents),
       parent_link_(parent_link),
-      download_deltas_(/*max_tasks=*/2, [&metrics](double seconds) {
-        metrics.download_encodes.Increment();
-        metrics.download_encode_seconds.Increment(seconds);
-      }) {}
+      downloads_(downloads) {}
 
 grpc::ServerReadReactor<PutModelRequest>* AggregatorServiceImpl::PutModel(
     grpc::CallbackServerContext* context, aggregator::v1::PutModelResponse* response) {
@@ -430,10 +428,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* AggregatorServiceImpl::GetModel(
   });
   absl::StatusOr<ModelSnapshot> base = absl::NotFoundError("no base version asked for");
   if (request.has_base_version()) base = core_.GetModel(request.task(), request.base_version());
-  download_deltas_.Serve(
-      request.task(), *snapshot, base, executor_,
-      [reactor](std::shared_ptr<const tensor::EncodedModel> payload,
-                const common::v1::ModelMeta& meta) { reactor->Start(std::move(payload), meta); });
+  DownloadDeltas::Download download = downloads_.Serve(request.task(), *snapshot, base);
+  reactor->Start(std::move(download.payload), download.meta);
   return reactor;
 }
 
@@ -531,7 +527,10 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::ReleaseTask(
     aggregator::v1::ReleaseTaskResponse* response) {
   auto* reactor = context->DefaultReactor();
   absl::Status s = CheckCoordinator(*context);
-  if (s.ok()) core_.ReleaseTask(request->task());
+  if (s.ok()) {
+    core_.ReleaseTask(request->task());
+    downloads_.Release(request->task());
+  }
   reactor->Finish(rpc::ToGrpcStatus(s));
   return reactor;
 }
