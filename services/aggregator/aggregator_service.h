@@ -47,6 +47,10 @@ class AggregatorServiceImpl final
   // aggregator_service_partials.cc
   grpc::ServerReadReactor<aggregator::v1::PushPartialRequest>* PushPartial(
       grpc::CallbackServerContext* context, aggregator::v1::PushPartialResponse* response) override;
+  grpc::ServerUnaryReactor* PullModel(grpc::CallbackServerContext* context,
+                                      const aggregator::v1::PullModelRequest* request,
+                                      aggregator::v1::PullModelResponse* response) override;
+  // aggregator_service.cc
   grpc::ServerUnaryReactor* OpenRound(grpc::CallbackServerContext* context,
                                       const aggregator::v1::OpenRoundRequest* request,
                                       aggregator::v1::OpenRoundResponse* response) override;
@@ -68,9 +72,6 @@ class AggregatorServiceImpl final
   grpc::ServerBidiReactor<aggregator::v1::SecureAggregationRequest,
                           aggregator::v1::SecureAggregationResponse>*
   SecureAggregate(grpc::CallbackServerContext* context) override;
-  grpc::ServerUnaryReactor* PullModel(grpc::CallbackServerContext* context,
-                                      const aggregator::v1::PullModelRequest* request,
-                                      aggregator::v1::PullModelResponse* response) override;
 
  private:
   // CloseRound of a child's round: closes it into its partial sum and sends that to `parent`

@@ -3,6 +3,8 @@
 // ready downloads go raw), replaced by the next version's, for a bounded number of tasks.
 #include <cmath>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "services/aggregator/download_deltas.h"
@@ -21,12 +23,18 @@ ModelSnapshot Version(uint64_t version) {
   return ModelSnapshot{version, std::move(m)};
 }
 
-bool Raw(const DownloadDeltas::Download& d) {
+// What a download was sent.
+struct Sent {
+  std::shared_ptr<const tensor::EncodedModel> payload;
+  common::v1::ModelMeta meta;
+};
+
+bool Raw(const Sent& d) {
   return !d.meta.has_xor_base_version() &&
          d.payload->encodings[0].encoding != common::v1::ENCODING_XOR_ZLIB;
 }
 
-bool Against(const DownloadDeltas::Download& d, uint64_t base_version) {
+bool Against(const Sent& d, uint64_t base_version) {
   return d.meta.has_xor_base_version() && d.meta.xor_base_version() == base_version &&
          d.payload->encodings[0].encoding == common::v1::ENCODING_XOR_ZLIB;
 }
@@ -37,24 +45,45 @@ class DownloadDeltasTest : public ::testing::Test {
   int encodings_ = 0;  // made, as the metrics see them
   DownloadDeltas deltas_{encoder_, /*max_tasks=*/2, [this](double) { ++encodings_; }};
   const ModelSnapshot v0_ = Version(0), v1_ = Version(1), v2_ = Version(2);
+
+  // A download by `peer`: what it was sent lands in the vector, at once or later.
+  std::shared_ptr<std::vector<Sent>> Ask(DownloadDeltas& deltas, const std::string& task,
+                                         const ModelSnapshot& model,
+                                         const absl::StatusOr<ModelSnapshot>& base,
+                                         const std::string& peer = "p1") {
+    auto sent = std::make_shared<std::vector<Sent>>();
+    deltas.Serve(task, peer, model, base,
+                 [sent](std::shared_ptr<const tensor::EncodedModel> payload,
+                        const common::v1::ModelMeta& meta) {
+                   sent->push_back({payload, meta});
+                 });
+    return sent;
+  }
+  // A download answered at once.
+  Sent Serve(const std::string& task, const ModelSnapshot& model,
+             const absl::StatusOr<ModelSnapshot>& base, DownloadDeltas* deltas = nullptr) {
+    std::shared_ptr<std::vector<Sent>> sent = Ask(deltas ? *deltas : deltas_, task, model, base);
+    EXPECT_EQ(sent->size(), 1u) << "answered at once";
+    return sent->empty() ? Sent{} : sent->front();
+  }
 };
 
 TEST_F(DownloadDeltasTest, ADownloadGoesRawWhileItsEncodingIsMadeThenEncoded) {
   // The first download against a held version starts the encoding and does not wait for it.
-  const DownloadDeltas::Download first = deltas_.Serve("t", v1_, v0_);
+  const Sent first = Serve("t", v1_, v0_);
   EXPECT_TRUE(Raw(first));
   EXPECT_EQ(first.meta.version(), 1u);
   EXPECT_EQ(first.payload->payload_bytes(), v1_.model->layout.total_bytes());
-  EXPECT_TRUE(Raw(deltas_.Serve("t", v1_, v0_))) << "still being made";
+  EXPECT_TRUE(Raw(Serve("t", v1_, v0_))) << "still being made";
   EXPECT_EQ(encoder_.pending(), 1u) << "one encoding, however many peers ask";
 
   EXPECT_EQ(encoder_.RunAll(), 1);
   EXPECT_EQ(encodings_, 1);
-  const DownloadDeltas::Download ready = deltas_.Serve("t", v1_, v0_);
+  const Sent ready = Serve("t", v1_, v0_);
   ASSERT_TRUE(Against(ready, 0));
   EXPECT_EQ(ready.meta.version(), 1u);
   EXPECT_LT(ready.payload->payload_bytes(), v1_.model->layout.total_bytes());
-  EXPECT_EQ(deltas_.Serve("t", v1_, v0_).payload, ready.payload) << "the next peer's, the same";
+  EXPECT_EQ(Serve("t", v1_, v0_).payload, ready.payload) << "the next peer's, the same";
   EXPECT_EQ(encoder_.pending(), 0u);
   EXPECT_EQ(encodings_, 1);
 }
@@ -64,18 +93,18 @@ TEST_F(DownloadDeltasTest, APublishedVersionIsEncodedBeforeItsFirstDownload) {
   deltas_.Prepare("t", v1_, v0_);
   EXPECT_EQ(encoder_.pending(), 0u);
 
-  EXPECT_TRUE(Raw(deltas_.Serve("t", v1_, v0_)));
+  EXPECT_TRUE(Raw(Serve("t", v1_, v0_)));
   encoder_.RunAll();
   deltas_.Prepare("t", v2_, v1_);  // the next round's version: encoded at once
   EXPECT_EQ(encoder_.pending(), 1u);
   deltas_.Prepare("t", v2_, v1_);  // published twice (a repeated PutModel): one encoding
   EXPECT_EQ(encoder_.RunAll(), 1);
-  EXPECT_TRUE(Against(deltas_.Serve("t", v2_, v1_), 1)) << "the round's first download";
+  EXPECT_TRUE(Against(Serve("t", v2_, v1_), 1)) << "the round's first download";
   EXPECT_EQ(encodings_, 2);
 }
 
 TEST_F(DownloadDeltasTest, ASupersededEncodingIsAbandonedAndLetsGoOfItsModels) {
-  EXPECT_TRUE(Raw(deltas_.Serve("t", v1_, v0_)));  // version 1's encoding queued, not run
+  EXPECT_TRUE(Raw(Serve("t", v1_, v0_)));  // version 1's encoding queued, not run
   EXPECT_EQ(v0_.model.use_count(), 2) << "the queued encoding holds its base";
   deltas_.Prepare("t", v2_, v1_);  // version 2 is published before it ran
   EXPECT_EQ(encoder_.RunAll(), 2);
@@ -83,15 +112,15 @@ TEST_F(DownloadDeltasTest, ASupersededEncodingIsAbandonedAndLetsGoOfItsModels) {
   EXPECT_EQ(v0_.model.use_count(), 1) << "the abandoned encoding let go of version 0";
 
   // A late peer asking for version 1 gets it raw and does not displace version 2's encoding.
-  EXPECT_TRUE(Raw(deltas_.Serve("t", v1_, v0_)));
+  EXPECT_TRUE(Raw(Serve("t", v1_, v0_)));
   EXPECT_EQ(encoder_.pending(), 0u);
-  EXPECT_TRUE(Against(deltas_.Serve("t", v2_, v1_), 1));
+  EXPECT_TRUE(Against(Serve("t", v2_, v1_), 1));
   deltas_.Prepare("t", v1_, v0_);  // an older version's publish starts nothing either
   EXPECT_EQ(encoder_.pending(), 0u);
 }
 
 TEST_F(DownloadDeltasTest, StoppedOrReleasedEncodingsAreNeverMadeNorServed) {
-  EXPECT_TRUE(Raw(deltas_.Serve("t", v1_, v0_)));
+  EXPECT_TRUE(Raw(Serve("t", v1_, v0_)));
   deltas_.Release("t");  // the task is done here
   deltas_.Prepare("t", v2_, v1_);
   EXPECT_EQ(encoder_.RunAll(), 1);
@@ -102,9 +131,9 @@ TEST_F(DownloadDeltasTest, StoppedOrReleasedEncodingsAreNeverMadeNorServed) {
     int made = 0;
     {
       DownloadDeltas deltas(encoder, 2, [&made](double) { ++made; });
-      EXPECT_TRUE(Raw(deltas.Serve("t", v1_, v0_)));
+      EXPECT_TRUE(Raw(Serve("t", v1_, v0_, &deltas)));
       deltas.Stop();
-      EXPECT_TRUE(Raw(deltas.Serve("u", v1_, v0_)));  // after Stop, nothing is started
+      EXPECT_TRUE(Raw(Serve("u", v1_, v0_, &deltas)));  // after Stop, nothing is started
     }
     // Destroyed before its encoder ran the work it queued: the work touches only what it holds.
     EXPECT_EQ(encoder.RunAll(), 1);
@@ -116,31 +145,31 @@ TEST_F(DownloadDeltasTest, StoppedOrReleasedEncodingsAreNeverMadeNorServed) {
 TEST_F(DownloadDeltasTest, OneEncodingPerTaskForAtMostTwoTasks) {
   const auto ready = [this](const std::string& task, const ModelSnapshot& model,
                             const ModelSnapshot& base) {
-    deltas_.Serve(task, model, base);
+    Serve(task, model, base);
     encoder_.RunAll();
-    return deltas_.Serve(task, model, base);
+    return Serve(task, model, base);
   };
-  const DownloadDeltas::Download t = ready("t", v2_, v1_);
-  const DownloadDeltas::Download u = ready("u", v1_, v0_);
+  const Sent t = ready("t", v2_, v1_);
+  const Sent u = ready("u", v1_, v0_);
   ASSERT_TRUE(Against(t, 1));
   ASSERT_TRUE(Against(u, 0));
-  ASSERT_TRUE(Against(deltas_.Serve("t", v2_, v1_), 1));  // "u" is now the least recently used
-  ASSERT_TRUE(Against(ready("w", v1_, v0_), 0));          // and goes for "w"
-  EXPECT_EQ(deltas_.Serve("t", v2_, v1_).payload, t.payload) << "kept";
-  EXPECT_TRUE(Raw(deltas_.Serve("u", v1_, v0_))) << "pushed out: made again";
+  ASSERT_TRUE(Against(Serve("t", v2_, v1_), 1));  // "u" is now the least recently used
+  ASSERT_TRUE(Against(ready("w", v1_, v0_), 0));  // and goes for "w"
+  EXPECT_EQ(Serve("t", v2_, v1_).payload, t.payload) << "kept";
+  EXPECT_TRUE(Raw(Serve("u", v1_, v0_))) << "pushed out: made again";
   encoder_.RunAll();
-  EXPECT_TRUE(Against(deltas_.Serve("u", v1_, v0_), 0));
-  EXPECT_NE(deltas_.Serve("u", v1_, v0_).payload, u.payload);
+  EXPECT_TRUE(Against(Serve("u", v1_, v0_), 0));
+  EXPECT_NE(Serve("u", v1_, v0_).payload, u.payload);
 }
 
 TEST_F(DownloadDeltasTest, RawWhenThereIsNothingToEncodeAgainst) {
-  EXPECT_TRUE(Raw(deltas_.Serve("t", v1_, absl::NotFoundError("no base")))) << "no base";
-  EXPECT_TRUE(Raw(deltas_.Serve("t", v1_, v1_))) << "the peer holds this version";
+  EXPECT_TRUE(Raw(Serve("t", v1_, absl::NotFoundError("no base")))) << "no base";
+  EXPECT_TRUE(Raw(Serve("t", v1_, v1_))) << "the peer holds this version";
   EXPECT_EQ(encoder_.pending(), 0u);
   const ModelSnapshot other{0, std::make_shared<tensor::FlatModel>()};
-  EXPECT_TRUE(Raw(deltas_.Serve("t", v1_, other)));
+  EXPECT_TRUE(Raw(Serve("t", v1_, other)));
   encoder_.RunAll();
-  EXPECT_TRUE(Raw(deltas_.Serve("t", v1_, other))) << "layouts differ: never encoded";
+  EXPECT_TRUE(Raw(Serve("t", v1_, other))) << "layouts differ: never encoded";
   EXPECT_EQ(encodings_, 0);
 }
 
@@ -150,12 +179,44 @@ class FullExecutor final : public Executor {
   bool TrySubmit(std::function<void()>) override { return false; }
 };
 
-TEST(DownloadDeltasFullTest, AFullEncoderLeavesTheVersionRaw) {
+TEST_F(DownloadDeltasTest, AFullEncoderLeavesTheVersionRaw) {
   FullExecutor encoder;
   DownloadDeltas deltas(encoder);
-  const ModelSnapshot v0 = Version(0), v1 = Version(1);
-  EXPECT_TRUE(Raw(deltas.Serve("t", v1, v0)));
-  EXPECT_TRUE(Raw(deltas.Serve("t", v1, v0)));
+  deltas.Downloaded("t", "p1", 1, absl::Seconds(100));  // a peer that would wait
+  EXPECT_TRUE(Raw(Serve("t", v1_, v0_, &deltas)));
+  EXPECT_TRUE(Raw(Serve("t", v1_, v0_, &deltas)));
+}
+
+TEST_F(DownloadDeltasTest, ASlowPeerWaitsForTheEncodingWhereThatPaysAFastOneDoesNot) {
+  // The peers' last downloads: 16 KiB in 10 s (the encoding, 16 KiB at 20 MB/s before one is
+  // timed, saves a quarter of 10 s), and in 10 us (it saves 2.5 us: not worth waiting for).
+  const uint64_t bytes = v1_.model->layout.total_bytes();
+  deltas_.Downloaded("t", "slow", bytes, absl::Seconds(10));
+  deltas_.Downloaded("t", "fast", bytes, absl::Microseconds(10));
+  auto slow = Ask(deltas_, "t", v1_, v0_, "slow");
+  auto fast = Ask(deltas_, "t", v1_, v0_, "fast");
+  auto unknown = Ask(deltas_, "t", v1_, v0_, "new");
+  EXPECT_TRUE(slow->empty()) << "waits";
+  ASSERT_EQ(fast->size(), 1u);
+  EXPECT_TRUE(Raw(fast->front()));
+  ASSERT_EQ(unknown->size(), 1u) << "a peer not measured yet does not wait";
+  EXPECT_TRUE(Raw(unknown->front()));
+  EXPECT_EQ(encoder_.RunAll(), 1);
+  ASSERT_EQ(slow->size(), 1u) << "answered by the encoder once the encoding was made";
+  EXPECT_TRUE(Against(slow->front(), 0));
+
+  // Waiting for an encoding that is abandoned: raw, once the encoder has stopped it.
+  deltas_.Prepare("t", v2_, v1_);
+  deltas_.Downloaded("t", "slow", bytes, absl::Seconds(10));
+  const ModelSnapshot v3 = Version(3);
+  auto abandoned = Ask(deltas_, "t", v2_, v1_, "slow");
+  EXPECT_TRUE(abandoned->empty()) << "waits";
+  deltas_.Prepare("t", v3, v2_);  // version 3 is published before version 2's encoding ran
+  EXPECT_EQ(encoder_.RunAll(), 2);
+  ASSERT_EQ(abandoned->size(), 1u);
+  EXPECT_TRUE(Raw(abandoned->front()));
+  EXPECT_EQ(abandoned->front().meta.version(), 2u);
+  EXPECT_TRUE(Against(Serve("t", v3, v2_), 2));
 }
 
 }  // namespace
