@@ -28,8 +28,9 @@ uint32_t Bits(float v) {
 }
 
 // Deflates the XOR of `values` with `base` into `out`. False when the result would not be
-// smaller than the raw bytes (then `out` is cleared).
-bool DeflateXor(absl::Span<const float> values, absl::Span<const float> base, std::string* out) {
+// smaller than the raw bytes (then `out` is cleared) or `keep_going` said no (then `*stopped`).
+bool DeflateXor(absl::Span<const float> values, absl::Span<const float> base,
+                const std::function<bool()>& keep_going, std::string* out, bool* stopped) {
   const size_t raw = values.size() * sizeof(float);
   if (raw < 2) return false;
   z_stream z{};
@@ -40,6 +41,10 @@ bool DeflateXor(absl::Span<const float> values, absl::Span<const float> base, st
   std::vector<uint8_t> planes(kBlockValues * sizeof(uint32_t));
   int rc = Z_OK;
   for (size_t at = 0; at < values.size() && rc == Z_OK; at += kBlockValues) {
+    if (keep_going && !keep_going()) {
+      *stopped = true;
+      break;
+    }
     const size_t n = std::min(kBlockValues, values.size() - at);
     for (size_t i = 0; i < n; ++i) {
       const uint32_t x = Bits(values[at + i]) ^ Bits(base[at + i]);
@@ -71,7 +76,8 @@ bool DeflateXor(absl::Span<const float> values, absl::Span<const float> base, st
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const EncodedModel>> EncodeXorDelta(
-    std::shared_ptr<const FlatModel> model, const FlatModel& base) {
+    std::shared_ptr<const FlatModel> model, const FlatModel& base,
+    const std::function<bool()>& keep_going) {
   if (model->layout != base.layout) {
     return absl::InvalidArgumentError("the base model's layout differs from the model's");
   }
@@ -86,7 +92,10 @@ absl::StatusOr<std::shared_ptr<const EncodedModel>> EncodeXorDelta(
     const absl::string_view raw(reinterpret_cast<const char*>(values.data()), n * sizeof(float));
     std::string& deflated = encoded->storage[t];
     TensorEncoding e;
-    if (DeflateXor(values, held, &deflated)) {
+    bool stopped = false;
+    const bool smaller = DeflateXor(values, held, keep_going, &deflated, &stopped);
+    if (stopped) return absl::CancelledError("the encoding was stopped");
+    if (smaller) {
       e.encoding = common::v1::ENCODING_XOR_ZLIB;
       encoded->payloads.emplace_back(deflated);
     } else {

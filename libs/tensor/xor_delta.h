@@ -32,9 +32,12 @@ inline constexpr size_t kXorBlockValues = 8192;
 // `model` with each tensor XOR_ZLIB-encoded against `base` (the same layout), or raw where that
 // is not smaller. `digests` holds each tensor's XXH3 of its float32 bytes, so the receiver
 // verifies the model it rebuilt, not just the bytes it received. Keeps `model` alive (a raw
-// tensor's payload is a view of it). INVALID_ARGUMENT when the layouts differ.
+// tensor's payload is a view of it). INVALID_ARGUMENT when the layouts differ. `keep_going`
+// (optional) is asked before each block of kXorBlockValues values: once it says no the encoding
+// stops, CANCELLED.
 absl::StatusOr<std::shared_ptr<const EncodedModel>> EncodeXorDelta(
-    std::shared_ptr<const FlatModel> model, const FlatModel& base);
+    std::shared_ptr<const FlatModel> model, const FlatModel& base,
+    const std::function<bool()>& keep_going = nullptr);
 
 // Rebuilds one XOR_ZLIB tensor as its compressed bytes arrive: inflates them, XORs the result
 // with the held base's values (read through `base` at the tensor's element offset) and hands

@@ -4,6 +4,7 @@
 #include "services/aggregator/aggregator_core.h"
 
 #include <cmath>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -101,6 +102,17 @@ void AggregatorCore::PublishVersion(TaskState& task, uint64_t version,
   task.latest = version;
   EvictOldVersions(task);
   metrics_.model_version.Set(static_cast<double>(version));
+  auto published = task.versions.find(version);
+  if (on_published_ && published != task.versions.begin()) {
+    auto previous = std::prev(published);
+    on_published_(task.name, ModelSnapshot{version, published->second.model},
+                  ModelSnapshot{previous->first, previous->second.model});
+  }
+}
+
+void AggregatorCore::SetOnPublished(PublishedFn on_published) {
+  absl::MutexLock lock(&mu_);
+  on_published_ = std::move(on_published);
 }
 
 // ---------------------------------------------------------------------------------------------

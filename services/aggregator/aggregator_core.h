@@ -118,6 +118,13 @@ class AggregatorCore final : private SessionHost {
   // Waits until every aggregate queued for the parent link was sent or given up on (tests).
   void AwaitTransfers() { forwarder_->AwaitIdle(); }
   void ReleaseTask(const std::string& task);
+  // Called whenever a version of a task is published after another the core still holds (a
+  // round's or a buffer's aggregate, a PutModel), with the task, the new version and the one
+  // before it (e.g. to encode downloads against it). It runs with the core's lock held: it must
+  // not block or call back into the core. nullptr clears it.
+  using PublishedFn = std::function<void(const std::string& task, const ModelSnapshot& published,
+                                         const ModelSnapshot& previous)>;
+  void SetOnPublished(PublishedFn on_published) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Replaces the task's peers and their session tokens (from the coordinator).
   void SetMembers(const std::string& task, std::map<std::string, std::string> session_tokens);
@@ -265,6 +272,7 @@ class AggregatorCore final : private SessionHost {
       ABSL_GUARDED_BY(watch_mu_);
   uint64_t next_watch_ ABSL_GUARDED_BY(watch_mu_) = 1;
   std::vector<std::vector<float>> free_buffers_ ABSL_GUARDED_BY(mu_);
+  PublishedFn on_published_ ABSL_GUARDED_BY(mu_);
   // A federated-async tree node's aggregates on their way to the parent, on a transfer thread
   // apart from the folds. Destroyed (drained and joined) first, in the destructor.
   std::unique_ptr<ParentForwarder> forwarder_;

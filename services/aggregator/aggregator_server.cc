@@ -78,9 +78,23 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   self->parent_link_ =
       std::make_unique<GrpcParentLink>(*self->parents_, *self->aggregator_metrics_);
   self->core_->SetParentLink(self->parent_link_.get());
+  // One encoding per published version, one at a time; a few queued (at most one per task
+  // downloaded against held versions, and abandoned ones that return at once).
+  self->encoder_ = std::make_unique<ThreadPool>(1, 8);
+  AggregatorMetrics* aggregator_metrics = self->aggregator_metrics_.get();
+  self->downloads_ = std::make_unique<DownloadDeltas>(
+      *self->encoder_, /*max_tasks=*/2, [aggregator_metrics](double seconds) {
+        aggregator_metrics->download_encodes.Increment();
+        aggregator_metrics->download_encode_seconds.Increment(seconds);
+      });
+  DownloadDeltas* downloads = self->downloads_.get();
+  self->core_->SetOnPublished([downloads](const std::string& task, const ModelSnapshot& published,
+                                          const ModelSnapshot& previous) {
+    downloads->Prepare(task, published, previous);
+  });
   self->service_ = std::make_unique<AggregatorServiceImpl>(
       AggregatorServiceOptions{core_options.limits}, *self->core_, *self->executor_,
-      *self->aggregator_metrics_, *self->parents_, *self->parent_link_);
+      *self->aggregator_metrics_, *self->parents_, *self->parent_link_, *self->downloads_);
   self->relay_hub_ = std::make_unique<RelayHub>(RelayHub::Options{}, *self->aggregator_metrics_);
   self->relay_service_ = std::make_unique<RelayServiceImpl>(*self->relay_hub_);
   self->relay_peer_service_ = std::make_unique<RelayPeerServiceImpl>(*self->relay_hub_);
@@ -223,6 +237,10 @@ void AggregatorServer::Shutdown() {
   if (registration_.joinable()) registration_.join();
   if (server_ != nullptr) server_->Shutdown(options_.shutdown_grace);
   if (executor_ != nullptr) executor_->Shutdown();
+  // Nothing publishes any more: an encoding under way stops at its next block.
+  if (core_ != nullptr) core_->SetOnPublished(nullptr);
+  if (downloads_ != nullptr) downloads_->Stop();
+  if (encoder_ != nullptr) encoder_->Shutdown();
   // No fold runs any more: what is left for a parent is sent (or given up on) while the link
   // is still there.
   if (core_ != nullptr) core_->AwaitTransfers();

@@ -19,6 +19,7 @@
 #include "services/aggregator/aggregator_core.h"
 #include "services/aggregator/aggregator_metrics.h"
 #include "services/aggregator/aggregator_service.h"
+#include "services/aggregator/download_deltas.h"
 #include "services/aggregator/grpc_aggregator_client.h"
 #include "services/aggregator/relay_hub.h"
 #include "services/aggregator/relay_service.h"
@@ -54,10 +55,10 @@ struct AggregatorOptions {
   absl::Status Validate() const;
 };
 
-// The shoal-aggregator process: owns the metrics endpoint, the core, the executor, the gRPC
-// server and the registration thread that keeps announcing this aggregator to the coordinator
-// (retrying with backoff while the coordinator is down). Not thread-safe: one owner starts it
-// and shuts it down.
+// The shoal-aggregator process: owns the metrics endpoint, the core, the executor, the
+// download encoder, the gRPC server and the registration thread that keeps announcing this
+// aggregator to the coordinator (retrying with backoff while the coordinator is down). Not
+// thread-safe: one owner starts it and shuts it down.
 class AggregatorServer {
  public:
   static absl::StatusOr<std::unique_ptr<AggregatorServer>> Start(const AggregatorOptions& options);
@@ -70,7 +71,8 @@ class AggregatorServer {
   // True once the coordinator has accepted a registration.
   bool registered() const;
 
-  // Stops registering, drains calls (up to the grace period), then the executor. Idempotent.
+  // Stops registering, drains calls (up to the grace period), then the executor, then abandons
+  // the download encodings and joins their thread. Idempotent.
   void Shutdown();
 
  private:
@@ -88,6 +90,10 @@ class AggregatorServer {
   std::unique_ptr<AggregatorMetrics> aggregator_metrics_;
   std::unique_ptr<AggregatorCore> core_;
   std::unique_ptr<ThreadPool> executor_;
+  // Downloads against a held version: their encodings, made on a thread of their own (apart from
+  // the folds and the gRPC threads) as each version is published.
+  std::unique_ptr<ThreadPool> encoder_;
+  std::unique_ptr<DownloadDeltas> downloads_;
   std::unique_ptr<GrpcAggregatorClient> parents_;  // a tree node's parent (and backups)
   std::unique_ptr<ParentLink> parent_link_;        // partial sums up the tree, over parents_
   std::unique_ptr<AggregatorServiceImpl> service_;

@@ -3,6 +3,7 @@
 #include <grpcpp/impl/codegen/proto_utils.h>
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "libs/rpc/reactor_handle.h"
 #include "libs/rpc/status.h"
 #include "libs/rpc/tls.h"
+#include "services/aggregator/call_checks.h"
 #include "services/aggregator/replicas.h"
 
 namespace shoal::aggregator {
@@ -23,11 +25,6 @@ namespace {
 using aggregator::v1::PushUpdateRequest;
 using aggregator::v1::PushUpdateResponse;
 using aggregator::v1::PutModelRequest;
-
-grpc::Status Busy() {
-  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                      "aggregator is busy (work queue full); retry later");
-}
 
 // Receives a whole model (PutModel): meta, then frames decoded and verified as they arrive;
 // storing it (digest pass) runs on the executor.
@@ -272,20 +269,6 @@ class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
 // The coordinator's calls (rounds, members, watches) come from the certificate named
 // "coordinator", or from anyone when the aggregator serves plaintext.
-// How long a call may spend on the calls it makes to a parent aggregator: the caller's deadline,
-// at most 5 minutes.
-absl::Time CallDeadline(const grpc::CallbackServerContext& context) {
-  return std::min(absl::FromChrono(context.deadline()), absl::Now() + absl::Minutes(5));
-}
-
-absl::Status CheckCoordinator(grpc::CallbackServerContext& context) {
-  const std::string caller = rpc::CallerIdentity(context);
-  if (caller.empty() || caller == "coordinator") return absl::OkStatus();
-  return absl::PermissionDeniedError(
-      absl::StrCat("only the coordinator may call this; the caller's certificate is for '",
-                   EscapeBytes(caller), "'"));
-}
-
 // Streams one task's events (WatchTask) to the coordinator. Events are queued and written one at
 // a time; the queue is bounded because a watcher that stops reading is ended, not buffered for.
 class WatchTaskReactor final : public grpc::ServerWriteReactor<v1::TaskEvent> {
@@ -381,17 +364,15 @@ class WatchTaskReactor final : public grpc::ServerWriteReactor<v1::TaskEvent> {
 
 AggregatorServiceImpl::AggregatorServiceImpl(AggregatorServiceOptions options, AggregatorCore& core,
                                              Executor& executor, AggregatorMetrics& metrics,
-                                             AggregatorClient& parents, ParentLink& parent_link)
+                                             AggregatorClient& parents, ParentLink& parent_link,
+                                             DownloadDeltas& downloads)
     : options_(std::move(options)),
       core_(core),
       executor_(executor),
       metrics_(metrics),
       parents_(parents),
       parent_link_(parent_link),
-      download_deltas_(/*max_tasks=*/2, [&metrics](double seconds) {
-        metrics.download_encodes.Increment();
-        metrics.download_encode_seconds.Increment(seconds);
-      }) {}
+      downloads_(downloads) {}
 
 grpc::ServerReadReactor<PutModelRequest>* AggregatorServiceImpl::PutModel(
     grpc::CallbackServerContext* context, aggregator::v1::PutModelResponse* response) {
@@ -424,16 +405,23 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* AggregatorServiceImpl::GetModel(
   if (!snapshot.ok()) {
     return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(snapshot.status()));
   }
-  AggregatorMetrics* metrics = &metrics_;
-  auto* reactor = new rpc::ModelWriteReactor([metrics](uint64_t bytes, bool) {
-    metrics->bytes_sent.Increment(static_cast<double>(bytes));
-  });
   absl::StatusOr<ModelSnapshot> base = absl::NotFoundError("no base version asked for");
   if (request.has_base_version()) base = core_.GetModel(request.task(), request.base_version());
-  download_deltas_.Serve(
-      request.task(), *snapshot, base, executor_,
-      [reactor](std::shared_ptr<const tensor::EncodedModel> payload,
-                const common::v1::ModelMeta& meta) { reactor->Start(std::move(payload), meta); });
+  // Timed from the first byte, after any wait for its encoding: the peer's link (DownloadDeltas).
+  auto sent = std::make_shared<std::atomic<int64_t>>(0);
+  auto* reactor = new rpc::ModelWriteReactor(
+      [metrics = &metrics_, downloads = &downloads_, sent, task = request.task(),
+       peer = request.peer_id()](uint64_t bytes, bool completed) {
+        metrics->bytes_sent.Increment(static_cast<double>(bytes));
+        if (completed)
+          downloads->Downloaded(task, peer, bytes, absl::Now() - absl::FromUnixNanos(*sent));
+      });
+  downloads_.Serve(request.task(), request.peer_id(), *snapshot, base,
+                   [reactor, sent](std::shared_ptr<const tensor::EncodedModel> payload,
+                                   const common::v1::ModelMeta& meta) {
+                     *sent = absl::ToUnixNanos(absl::Now());
+                     reactor->Start(std::move(payload), meta);
+                   });
   return reactor;
 }
 
@@ -531,7 +519,10 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::ReleaseTask(
     aggregator::v1::ReleaseTaskResponse* response) {
   auto* reactor = context->DefaultReactor();
   absl::Status s = CheckCoordinator(*context);
-  if (s.ok()) core_.ReleaseTask(request->task());
+  if (s.ok()) {
+    core_.ReleaseTask(request->task());
+    downloads_.Release(request->task());
+  }
   reactor->Finish(rpc::ToGrpcStatus(s));
   return reactor;
 }
@@ -561,39 +552,6 @@ grpc::ServerWriteReactor<v1::TaskEvent>* AggregatorServiceImpl::WatchTask(
     return new Refused(s);
   }
   return new WatchTaskReactor(core_, request->task());
-}
-
-grpc::ServerUnaryReactor* AggregatorServiceImpl::PullModel(grpc::CallbackServerContext* context,
-                                                           const v1::PullModelRequest* request,
-                                                           v1::PullModelResponse* response) {
-  auto* reactor = context->DefaultReactor();
-  if (absl::Status s = CheckCoordinator(*context); !s.ok()) {
-    reactor->Finish(rpc::ToGrpcStatus(s));
-    return reactor;
-  }
-  const v1::ParentRound& parent = request->parent();
-  if (request->task().empty() || parent.address().empty() || parent.child().empty()) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                 "PullModel needs a task, and the parent's address and this "
-                                 "aggregator's id there"));
-    return reactor;
-  }
-  if (core_.GetModel(request->task(), request->version()).ok()) {
-    reactor->Finish(grpc::Status::OK);  // held already: fetched stays false
-    return reactor;
-  }
-  // A transfer: executor work, within the call's deadline.
-  const absl::Time deadline = CallDeadline(*context);
-  if (!executor_.TrySubmit([this, reactor, request, response, deadline] {
-        absl::Status s = FetchFromParent(
-            request->task(), request->version(), request->parent(),
-            absl::StrCat("task '", request->task(), "': fetching version"), deadline);
-        response->set_fetched(s.ok());
-        reactor->Finish(rpc::ToGrpcStatus(s));
-      })) {
-    reactor->Finish(Busy());
-  }
-  return reactor;
 }
 
 }  // namespace shoal::aggregator

@@ -23,7 +23,8 @@ struct AggregatorServiceOptions {
 // straight from the received slices into the staging buffer, instead of being parsed into a
 // protobuf string first. GetModel is raw too: chunks go out as slices of the model's own memory
 // (rpc::ModelWriteReactor), never copied into protobuf messages; one asked for against a version
-// still held (base_version) goes out XOR_ZLIB-encoded (DownloadDeltas), encoded on `executor`.
+// still held (base_version) goes out XOR_ZLIB-encoded when `downloads` has that encoding ready
+// (DownloadDeltas, which makes it on its own encoder), raw otherwise.
 class AggregatorServiceImpl final
     : public aggregator::v1::AggregatorService::WithRawCallbackMethod_GetModel<
           aggregator::v1::AggregatorService::WithRawCallbackMethod_PushUpdate<
@@ -31,10 +32,11 @@ class AggregatorServiceImpl final
  public:
   // `parents`: the client a child round fetches its base version with (and a primary copies
   // updates to its backups with); `parent_link`: what a child round's CloseRound sends its
-  // partial sum with.
+  // partial sum with; `downloads`: the encodings of downloads against a held version (it must
+  // outlive this).
   AggregatorServiceImpl(AggregatorServiceOptions options, AggregatorCore& core, Executor& executor,
                         AggregatorMetrics& metrics, AggregatorClient& parents,
-                        ParentLink& parent_link);
+                        ParentLink& parent_link, DownloadDeltas& downloads);
 
   grpc::ServerReadReactor<aggregator::v1::PutModelRequest>* PutModel(
       grpc::CallbackServerContext* context, aggregator::v1::PutModelResponse* response) override;
@@ -45,6 +47,10 @@ class AggregatorServiceImpl final
   // aggregator_service_partials.cc
   grpc::ServerReadReactor<aggregator::v1::PushPartialRequest>* PushPartial(
       grpc::CallbackServerContext* context, aggregator::v1::PushPartialResponse* response) override;
+  grpc::ServerUnaryReactor* PullModel(grpc::CallbackServerContext* context,
+                                      const aggregator::v1::PullModelRequest* request,
+                                      aggregator::v1::PullModelResponse* response) override;
+  // aggregator_service.cc
   grpc::ServerUnaryReactor* OpenRound(grpc::CallbackServerContext* context,
                                       const aggregator::v1::OpenRoundRequest* request,
                                       aggregator::v1::OpenRoundResponse* response) override;
@@ -66,9 +72,6 @@ class AggregatorServiceImpl final
   grpc::ServerBidiReactor<aggregator::v1::SecureAggregationRequest,
                           aggregator::v1::SecureAggregationResponse>*
   SecureAggregate(grpc::CallbackServerContext* context) override;
-  grpc::ServerUnaryReactor* PullModel(grpc::CallbackServerContext* context,
-                                      const aggregator::v1::PullModelRequest* request,
-                                      aggregator::v1::PullModelResponse* response) override;
 
  private:
   // CloseRound of a child's round: closes it into its partial sum and sends that to `parent`
@@ -88,7 +91,7 @@ class AggregatorServiceImpl final
   AggregatorMetrics& metrics_;
   AggregatorClient& parents_;
   ParentLink& parent_link_;
-  DownloadDeltas download_deltas_;  // GetModel against a held version
+  DownloadDeltas& downloads_;  // GetModel against a held version
 };
 
 }  // namespace shoal::aggregator

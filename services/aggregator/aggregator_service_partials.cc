@@ -10,6 +10,7 @@
 #include "libs/rpc/status.h"
 #include "libs/rpc/tls.h"
 #include "services/aggregator/aggregator_service.h"
+#include "services/aggregator/call_checks.h"
 #include "services/aggregator/partial_wire.h"
 
 namespace shoal::aggregator {
@@ -156,6 +157,39 @@ absl::Status AggregatorServiceImpl::FetchFromParent(const std::string& task, uin
   }
   metrics_.bytes_received.Increment(static_cast<double>(model->layout.total_bytes()));
   return core_.PutModel(task, version, *std::move(model)).status();
+}
+
+grpc::ServerUnaryReactor* AggregatorServiceImpl::PullModel(grpc::CallbackServerContext* context,
+                                                           const v1::PullModelRequest* request,
+                                                           v1::PullModelResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  if (absl::Status s = CheckCoordinator(*context); !s.ok()) {
+    reactor->Finish(rpc::ToGrpcStatus(s));
+    return reactor;
+  }
+  const v1::ParentRound& parent = request->parent();
+  if (request->task().empty() || parent.address().empty() || parent.child().empty()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "PullModel needs a task, and the parent's address and this "
+                                 "aggregator's id there"));
+    return reactor;
+  }
+  if (core_.GetModel(request->task(), request->version()).ok()) {
+    reactor->Finish(grpc::Status::OK);  // held already: fetched stays false
+    return reactor;
+  }
+  // A transfer: executor work, within the call's deadline.
+  const absl::Time deadline = CallDeadline(*context);
+  if (!executor_.TrySubmit([this, reactor, request, response, deadline] {
+        absl::Status s = FetchFromParent(
+            request->task(), request->version(), request->parent(),
+            absl::StrCat("task '", request->task(), "': fetching version"), deadline);
+        response->set_fetched(s.ok());
+        reactor->Finish(rpc::ToGrpcStatus(s));
+      })) {
+    reactor->Finish(Busy());
+  }
+  return reactor;
 }
 
 }  // namespace shoal::aggregator

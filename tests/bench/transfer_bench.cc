@@ -47,6 +47,7 @@
 #include "services/aggregator/aggregator_core.h"
 #include "services/aggregator/aggregator_metrics.h"
 #include "services/aggregator/aggregator_service.h"
+#include "services/aggregator/download_deltas.h"
 #include "services/aggregator/grpc_aggregator_client.h"
 #include "services/aggregator/grpc_parent_link.h"
 #include "services/coordinator/coordinator_server.h"
@@ -93,6 +94,7 @@ struct Endpoint {
   // Where a child round's partial sum would go (no tree round runs here).
   std::unique_ptr<shoal::aggregator::GrpcAggregatorClient> parents;
   std::unique_ptr<shoal::aggregator::GrpcParentLink> parent_link;
+  std::unique_ptr<shoal::aggregator::DownloadDeltas> downloads;  // none ask against held here
   std::unique_ptr<shoal::aggregator::AggregatorServiceImpl> service;
   std::unique_ptr<shoal::rpc::Server> server;
   std::shared_ptr<grpc::Channel> channel;       // as the coordinator
@@ -179,9 +181,10 @@ std::unique_ptr<Endpoint> StartEndpoint(const std::string& name, const std::stri
   e->name = name;
   e->parents = std::make_unique<shoal::aggregator::GrpcAggregatorClient>();
   e->parent_link = std::make_unique<shoal::aggregator::GrpcParentLink>(*e->parents, metrics);
+  e->downloads = std::make_unique<shoal::aggregator::DownloadDeltas>(executor);
   e->service = std::make_unique<shoal::aggregator::AggregatorServiceImpl>(
       shoal::aggregator::AggregatorServiceOptions{options.limits}, core, executor, metrics,
-      *e->parents, *e->parent_link);
+      *e->parents, *e->parent_link, *e->downloads);
   e->server = StartServer("transfer-bench", tls_dir, "aggregator-0", e->service.get());
   const auto coordinator = ClientCredentials(tls_dir, "coordinator");
   e->channel = shoal::rpc::MakeChannel(e->server->address(), coordinator);

@@ -2,6 +2,7 @@
 // gRPC: an in-process shoal-aggregator on 127.0.0.1:0 serving a peer's GrpcAggregatorClient.
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -9,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "services/aggregator/grpc_aggregator_client.h"
 #include "tests/service/aggregator_service_fixture.h"
+#include "tests/testing/wait.h"
 
 namespace shoal::aggregator {
 namespace {
@@ -60,6 +62,23 @@ class AggregatorDownloadTest : public AggregatorServiceFixture {
     return got->payload_bytes;
   }
 
+  // Waits until the aggregator has made `n` download encodings (its metric).
+  bool EncodingsMade(double n) {
+    const bool made = shoal::testing::WaitUntil(
+        [&] {
+          for (const auto& family : server_->registry().Collect()) {
+            if (family.name == "shoal_aggregator_download_encodes_total" &&
+                !family.metric.empty() && family.metric[0].counter.value >= n) {
+              return true;
+            }
+          }
+          return false;
+        },
+        absl::Seconds(20));
+    EXPECT_TRUE(made) << "no " << n << " encodings made in 20 s";
+    return made;
+  }
+
   bool IntoIsNext() const {
     return std::memcmp(into_.data(), next_.values.data(), into_.size() * sizeof(float)) == 0;
   }
@@ -73,10 +92,15 @@ TEST_F(AggregatorDownloadTest, AgainstTheHeldVersionIsSmallerAndBitExactElseRaw)
   const uint64_t raw = SentFor(1, nullptr, 0);
   EXPECT_EQ(raw, next_.layout.total_bytes());
   EXPECT_TRUE(IntoIsNext());
+  // The first download against version 0 starts the encoding and does not wait for it: it comes
+  // raw, and the peer takes it as it is.
+  EXPECT_EQ(SentFor(1, &base_, 0), raw);
+  EXPECT_TRUE(IntoIsNext());
+  ASSERT_TRUE(EncodingsMade(1));
   const uint64_t against = SentFor(1, &base_, 0);
   EXPECT_TRUE(IntoIsNext());
   EXPECT_LT(against, raw * 4 / 5) << "raw " << raw << " bytes, against version 0 " << against;
-  // A second peer gets the same bytes (the encoding the first one's download made).
+  // A second peer gets the same bytes (the same encoding).
   EXPECT_EQ(SentFor(1, &base_, 0), against);
   EXPECT_TRUE(IntoIsNext());
 
@@ -87,7 +111,27 @@ TEST_F(AggregatorDownloadTest, AgainstTheHeldVersionIsSmallerAndBitExactElseRaw)
   EXPECT_TRUE(IntoIsNext());
 }
 
+TEST_F(AggregatorDownloadTest, TheNextVersionIsEncodedWhenItIsPublished) {
+  EXPECT_EQ(SentFor(1, &base_, 0), next_.layout.total_bytes());  // the task downloads against held
+  ASSERT_TRUE(EncodingsMade(1));
+  ASSERT_TRUE(Open("t", 2, 1, {"p1"}).ok());
+  ASSERT_TRUE(
+      Push(Meta("p1", 10, "t", 2, 1), Filled([](size_t i) { return 1e-4f * std::sin(0.02f * i); }))
+          .ok());
+  ASSERT_TRUE(Close("t", 2).ok());
+  // Version 2 is encoded against version 1 before any peer asked for it.
+  ASSERT_TRUE(EncodingsMade(2));
+  auto two = Get("t", 2);
+  ASSERT_TRUE(two.ok()) << two.status();
+  const tensor::FlatModel one = std::exchange(next_, std::move(two->model));
+  const uint64_t against = SentFor(2, &one, 1);
+  EXPECT_TRUE(IntoIsNext());
+  EXPECT_LT(against, next_.layout.total_bytes() * 4 / 5) << "the round's first download";
+}
+
 TEST_F(AggregatorDownloadTest, AWrongHeldModelFailsTheDownload) {
+  EXPECT_TRUE(Download(1, &base_, 0).ok());  // raw, and the encoding is made
+  ASSERT_TRUE(EncodingsMade(1));
   tensor::FlatModel wrong = base_;
   wrong.values[5] += 1.0f;  // the peer's copy of version 0 is not the aggregator's
   auto layout = Download(1, &wrong, 0);

@@ -1,12 +1,14 @@
-// DownloadDeltas: one XOR_ZLIB encoding per task, made once and kept for the round's other
-// peers, replaced by the next version's, for a bounded number of tasks; what a download sends.
+// DownloadDeltas: one XOR_ZLIB encoding per task, started when a version is published (or by the
+// first download against a held version), made on the encoder and never waited for (until it is
+// ready downloads go raw), replaced by the next version's, for a bounded number of tasks.
 #include <cmath>
-#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "services/aggregator/download_deltas.h"
+#include "tests/fakes/manual_executor.h"
 
 namespace shoal::aggregator {
 namespace {
@@ -21,81 +23,200 @@ ModelSnapshot Version(uint64_t version) {
   return ModelSnapshot{version, std::move(m)};
 }
 
-TEST(DownloadDeltasTest, OneEncodingPerTaskIsKeptUntilTheNextVersion) {
-  DownloadDeltas deltas(/*max_tasks=*/2);
-  const ModelSnapshot v0 = Version(0), v1 = Version(1), v2 = Version(2);
-  auto first = deltas.Get("t", v1, v0);
-  ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_EQ((*first)->encodings[0].encoding, common::v1::ENCODING_XOR_ZLIB);
-  EXPECT_LT((*first)->payload_bytes(), v1.model->layout.total_bytes());
-  EXPECT_EQ(*deltas.Get("t", v1, v0), *first) << "the second peer gets the same encoding";
-  auto next = deltas.Get("t", v2, v1);
-  ASSERT_TRUE(next.ok());
-  EXPECT_NE(*next, *first);
-  EXPECT_EQ(*deltas.Get("t", v2, v1), *next);
-
-  // A third task pushes out the one asked for least recently ("u"), not "t".
-  auto u = deltas.Get("u", v1, v0);
-  ASSERT_TRUE(u.ok());
-  ASSERT_TRUE(deltas.Get("t", v2, v1).ok());
-  ASSERT_TRUE(deltas.Get("w", v1, v0).ok());
-  EXPECT_EQ(*deltas.Get("t", v2, v1), *next);
-  EXPECT_NE(*deltas.Get("u", v1, v0), *u) << "made again";
-
-  ModelSnapshot other{3, std::make_shared<tensor::FlatModel>()};
-  EXPECT_EQ(deltas.Get("t", other, v2).status().code(), absl::StatusCode::kInvalidArgument);
-}
-
-// Runs what it is given at once, or refuses everything (a full executor).
-class InlineExecutor final : public Executor {
- public:
-  explicit InlineExecutor(bool accepts) : accepts_(accepts) {}
-  bool TrySubmit(std::function<void()> fn) override {
-    if (!accepts_) return false;
-    fn();
-    return true;
-  }
-
- private:
-  const bool accepts_;
-};
-
+// What a download was sent.
 struct Sent {
   std::shared_ptr<const tensor::EncodedModel> payload;
   common::v1::ModelMeta meta;
 };
 
-std::vector<Sent> Serve(DownloadDeltas& deltas, const ModelSnapshot& model,
-                        const absl::StatusOr<ModelSnapshot>& base, bool executor_accepts) {
-  std::vector<Sent> sent;
-  InlineExecutor executor(executor_accepts);
-  deltas.Serve("t", model, base, executor,
-               [&sent](std::shared_ptr<const tensor::EncodedModel> payload,
-                       const common::v1::ModelMeta& meta) {
-                 sent.push_back({payload, meta});
-               });
-  return sent;
+bool Raw(const Sent& d) {
+  return !d.meta.has_xor_base_version() &&
+         d.payload->encodings[0].encoding != common::v1::ENCODING_XOR_ZLIB;
 }
 
-TEST(DownloadDeltasTest, ADownloadIsEncodedAgainstTheHeldVersionOnlyWhenItCanBe) {
-  DownloadDeltas deltas;
-  const ModelSnapshot v0 = Version(0), v1 = Version(1);
+bool Against(const Sent& d, uint64_t base_version) {
+  return d.meta.has_xor_base_version() && d.meta.xor_base_version() == base_version &&
+         d.payload->encodings[0].encoding == common::v1::ENCODING_XOR_ZLIB;
+}
 
-  std::vector<Sent> against = Serve(deltas, v1, v0, /*executor_accepts=*/true);
-  ASSERT_EQ(against.size(), 1u);
-  EXPECT_EQ(against[0].meta.version(), 1u);
-  EXPECT_EQ(against[0].meta.xor_base_version(), 0u);
-  EXPECT_EQ(against[0].payload->encodings[0].encoding, common::v1::ENCODING_XOR_ZLIB);
+class DownloadDeltasTest : public ::testing::Test {
+ protected:
+  fakes::ManualExecutor encoder_;
+  int encodings_ = 0;  // made, as the metrics see them
+  DownloadDeltas deltas_{encoder_, /*max_tasks=*/2, [this](double) { ++encodings_; }};
+  const ModelSnapshot v0_ = Version(0), v1_ = Version(1), v2_ = Version(2);
 
-  const auto raw = [](const std::vector<Sent>& s) {
-    return s.size() == 1 && !s[0].meta.has_xor_base_version() &&
-           s[0].payload->encodings[0].encoding != common::v1::ENCODING_XOR_ZLIB;
+  // A download by `peer`: what it was sent lands in the vector, at once or later.
+  std::shared_ptr<std::vector<Sent>> Ask(DownloadDeltas& deltas, const std::string& task,
+                                         const ModelSnapshot& model,
+                                         const absl::StatusOr<ModelSnapshot>& base,
+                                         const std::string& peer = "p1") {
+    auto sent = std::make_shared<std::vector<Sent>>();
+    deltas.Serve(task, peer, model, base,
+                 [sent](std::shared_ptr<const tensor::EncodedModel> payload,
+                        const common::v1::ModelMeta& meta) {
+                   sent->push_back({payload, meta});
+                 });
+    return sent;
+  }
+  // A download answered at once.
+  Sent Serve(const std::string& task, const ModelSnapshot& model,
+             const absl::StatusOr<ModelSnapshot>& base, DownloadDeltas* deltas = nullptr) {
+    std::shared_ptr<std::vector<Sent>> sent = Ask(deltas ? *deltas : deltas_, task, model, base);
+    EXPECT_EQ(sent->size(), 1u) << "answered at once";
+    return sent->empty() ? Sent{} : sent->front();
+  }
+};
+
+TEST_F(DownloadDeltasTest, ADownloadGoesRawWhileItsEncodingIsMadeThenEncoded) {
+  // The first download against a held version starts the encoding and does not wait for it.
+  const Sent first = Serve("t", v1_, v0_);
+  EXPECT_TRUE(Raw(first));
+  EXPECT_EQ(first.meta.version(), 1u);
+  EXPECT_EQ(first.payload->payload_bytes(), v1_.model->layout.total_bytes());
+  EXPECT_TRUE(Raw(Serve("t", v1_, v0_))) << "still being made";
+  EXPECT_EQ(encoder_.pending(), 1u) << "one encoding, however many peers ask";
+
+  EXPECT_EQ(encoder_.RunAll(), 1);
+  EXPECT_EQ(encodings_, 1);
+  const Sent ready = Serve("t", v1_, v0_);
+  ASSERT_TRUE(Against(ready, 0));
+  EXPECT_EQ(ready.meta.version(), 1u);
+  EXPECT_LT(ready.payload->payload_bytes(), v1_.model->layout.total_bytes());
+  EXPECT_EQ(Serve("t", v1_, v0_).payload, ready.payload) << "the next peer's, the same";
+  EXPECT_EQ(encoder_.pending(), 0u);
+  EXPECT_EQ(encodings_, 1);
+}
+
+TEST_F(DownloadDeltasTest, APublishedVersionIsEncodedBeforeItsFirstDownload) {
+  // A task no peer downloads against a held version costs nothing at publish.
+  deltas_.Prepare("t", v1_, v0_);
+  EXPECT_EQ(encoder_.pending(), 0u);
+
+  EXPECT_TRUE(Raw(Serve("t", v1_, v0_)));
+  encoder_.RunAll();
+  deltas_.Prepare("t", v2_, v1_);  // the next round's version: encoded at once
+  EXPECT_EQ(encoder_.pending(), 1u);
+  deltas_.Prepare("t", v2_, v1_);  // published twice (a repeated PutModel): one encoding
+  EXPECT_EQ(encoder_.RunAll(), 1);
+  EXPECT_TRUE(Against(Serve("t", v2_, v1_), 1)) << "the round's first download";
+  EXPECT_EQ(encodings_, 2);
+}
+
+TEST_F(DownloadDeltasTest, ASupersededEncodingIsAbandonedAndLetsGoOfItsModels) {
+  EXPECT_TRUE(Raw(Serve("t", v1_, v0_)));  // version 1's encoding queued, not run
+  EXPECT_EQ(v0_.model.use_count(), 2) << "the queued encoding holds its base";
+  deltas_.Prepare("t", v2_, v1_);  // version 2 is published before it ran
+  EXPECT_EQ(encoder_.RunAll(), 2);
+  EXPECT_EQ(encodings_, 1) << "only version 2's was made";
+  EXPECT_EQ(v0_.model.use_count(), 1) << "the abandoned encoding let go of version 0";
+
+  // A late peer asking for version 1 gets it raw and does not displace version 2's encoding.
+  EXPECT_TRUE(Raw(Serve("t", v1_, v0_)));
+  EXPECT_EQ(encoder_.pending(), 0u);
+  EXPECT_TRUE(Against(Serve("t", v2_, v1_), 1));
+  deltas_.Prepare("t", v1_, v0_);  // an older version's publish starts nothing either
+  EXPECT_EQ(encoder_.pending(), 0u);
+}
+
+TEST_F(DownloadDeltasTest, StoppedOrReleasedEncodingsAreNeverMadeNorServed) {
+  EXPECT_TRUE(Raw(Serve("t", v1_, v0_)));
+  deltas_.Release("t");  // the task is done here
+  deltas_.Prepare("t", v2_, v1_);
+  EXPECT_EQ(encoder_.RunAll(), 1);
+  EXPECT_EQ(encodings_, 0);
+
+  {
+    fakes::ManualExecutor encoder;
+    int made = 0;
+    {
+      DownloadDeltas deltas(encoder, 2, [&made](double) { ++made; });
+      EXPECT_TRUE(Raw(Serve("t", v1_, v0_, &deltas)));
+      deltas.Stop();
+      EXPECT_TRUE(Raw(Serve("u", v1_, v0_, &deltas)));  // after Stop, nothing is started
+    }
+    // Destroyed before its encoder ran the work it queued: the work touches only what it holds.
+    EXPECT_EQ(encoder.RunAll(), 1);
+    EXPECT_EQ(made, 0);
+  }
+  EXPECT_EQ(v0_.model.use_count(), 1);
+}
+
+TEST_F(DownloadDeltasTest, OneEncodingPerTaskForAtMostTwoTasks) {
+  const auto ready = [this](const std::string& task, const ModelSnapshot& model,
+                            const ModelSnapshot& base) {
+    Serve(task, model, base);
+    encoder_.RunAll();
+    return Serve(task, model, base);
   };
-  EXPECT_TRUE(raw(Serve(deltas, v1, absl::NotFoundError("no base"), true))) << "no base";
-  EXPECT_TRUE(raw(Serve(deltas, v1, v1, true))) << "the peer holds this version";
-  EXPECT_TRUE(raw(Serve(deltas, v1, v0, /*executor_accepts=*/false))) << "executor full";
-  ModelSnapshot other{7, std::make_shared<tensor::FlatModel>()};
-  EXPECT_TRUE(raw(Serve(deltas, v1, other, true))) << "layouts differ";
+  const Sent t = ready("t", v2_, v1_);
+  const Sent u = ready("u", v1_, v0_);
+  ASSERT_TRUE(Against(t, 1));
+  ASSERT_TRUE(Against(u, 0));
+  ASSERT_TRUE(Against(Serve("t", v2_, v1_), 1));  // "u" is now the least recently used
+  ASSERT_TRUE(Against(ready("w", v1_, v0_), 0));  // and goes for "w"
+  EXPECT_EQ(Serve("t", v2_, v1_).payload, t.payload) << "kept";
+  EXPECT_TRUE(Raw(Serve("u", v1_, v0_))) << "pushed out: made again";
+  encoder_.RunAll();
+  EXPECT_TRUE(Against(Serve("u", v1_, v0_), 0));
+  EXPECT_NE(Serve("u", v1_, v0_).payload, u.payload);
+}
+
+TEST_F(DownloadDeltasTest, RawWhenThereIsNothingToEncodeAgainst) {
+  EXPECT_TRUE(Raw(Serve("t", v1_, absl::NotFoundError("no base")))) << "no base";
+  EXPECT_TRUE(Raw(Serve("t", v1_, v1_))) << "the peer holds this version";
+  EXPECT_EQ(encoder_.pending(), 0u);
+  const ModelSnapshot other{0, std::make_shared<tensor::FlatModel>()};
+  EXPECT_TRUE(Raw(Serve("t", v1_, other)));
+  encoder_.RunAll();
+  EXPECT_TRUE(Raw(Serve("t", v1_, other))) << "layouts differ: never encoded";
+  EXPECT_EQ(encodings_, 0);
+}
+
+// An encoder that refuses everything (full).
+class FullExecutor final : public Executor {
+ public:
+  bool TrySubmit(std::function<void()>) override { return false; }
+};
+
+TEST_F(DownloadDeltasTest, AFullEncoderLeavesTheVersionRaw) {
+  FullExecutor encoder;
+  DownloadDeltas deltas(encoder);
+  deltas.Downloaded("t", "p1", 1, absl::Seconds(100));  // a peer that would wait
+  EXPECT_TRUE(Raw(Serve("t", v1_, v0_, &deltas)));
+  EXPECT_TRUE(Raw(Serve("t", v1_, v0_, &deltas)));
+}
+
+TEST_F(DownloadDeltasTest, ASlowPeerWaitsForTheEncodingWhereThatPaysAFastOneDoesNot) {
+  // The peers' last downloads: 16 KiB in 10 s (the encoding, 16 KiB at 20 MB/s before one is
+  // timed, saves a quarter of 10 s), and in 10 us (it saves 2.5 us: not worth waiting for).
+  const uint64_t bytes = v1_.model->layout.total_bytes();
+  deltas_.Downloaded("t", "slow", bytes, absl::Seconds(10));
+  deltas_.Downloaded("t", "fast", bytes, absl::Microseconds(10));
+  auto slow = Ask(deltas_, "t", v1_, v0_, "slow");
+  auto fast = Ask(deltas_, "t", v1_, v0_, "fast");
+  auto unknown = Ask(deltas_, "t", v1_, v0_, "new");
+  EXPECT_TRUE(slow->empty()) << "waits";
+  ASSERT_EQ(fast->size(), 1u);
+  EXPECT_TRUE(Raw(fast->front()));
+  ASSERT_EQ(unknown->size(), 1u) << "a peer not measured yet does not wait";
+  EXPECT_TRUE(Raw(unknown->front()));
+  EXPECT_EQ(encoder_.RunAll(), 1);
+  ASSERT_EQ(slow->size(), 1u) << "answered by the encoder once the encoding was made";
+  EXPECT_TRUE(Against(slow->front(), 0));
+
+  // Waiting for an encoding that is abandoned: raw, once the encoder has stopped it.
+  deltas_.Prepare("t", v2_, v1_);
+  deltas_.Downloaded("t", "slow", bytes, absl::Seconds(10));
+  const ModelSnapshot v3 = Version(3);
+  auto abandoned = Ask(deltas_, "t", v2_, v1_, "slow");
+  EXPECT_TRUE(abandoned->empty()) << "waits";
+  deltas_.Prepare("t", v3, v2_);  // version 3 is published before version 2's encoding ran
+  EXPECT_EQ(encoder_.RunAll(), 2);
+  ASSERT_EQ(abandoned->size(), 1u);
+  EXPECT_TRUE(Raw(abandoned->front()));
+  EXPECT_EQ(abandoned->front().meta.version(), 2u);
+  EXPECT_TRUE(Against(Serve("t", v3, v2_), 2));
 }
 
 }  // namespace

@@ -136,6 +136,20 @@ TEST(XorDeltaTest, UnrelatedValuesAndOtherLayoutsFallBack) {
   EXPECT_EQ(EncodeXorDelta(other, *base).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(XorDeltaTest, AnEncodingStopsAtTheBlockAfterItIsToldTo) {
+  auto base = RandomModel({{"w", {10 * static_cast<int64_t>(kXorBlockValues)}}}, 1);
+  auto next = NextVersion(*base, 2);
+  int asked = 0;
+  auto stopped = EncodeXorDelta(next, *base, [&asked] { return ++asked < 3; });
+  EXPECT_EQ(stopped.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(asked, 3) << "asked before each block, and no block after the answer was no";
+  asked = 0;
+  auto whole = EncodeXorDelta(next, *base, [&asked] { return ++asked > 0; });
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(asked, 10);
+  EXPECT_EQ((*whole)->encodings[0].encoding, ENCODING_XOR_ZLIB);
+}
+
 // One XOR_ZLIB tensor "w" of `elements` values with `payload` and the digest of `values`.
 EncodedModel OneTensor(uint64_t elements, std::string payload, const std::vector<float>& values) {
   EncodedModel m;
