@@ -1,6 +1,6 @@
 // AggregatorService.SecureAggregate: a peer's stream of a secure-aggregation round, a thin
-// adapter over the round's SecureExchange (sessions/secure_exchange.h); a masked update sent in
-// chunks (masked_chunks.h) reaches the exchange whole.
+// adapter over the round's SecureExchange (sessions/secure_exchange.h); each message of a masked
+// update sent in chunks (masked_chunks.h) goes to the exchange as it comes, which folds it.
 
 #include <deque>
 #include <memory>
@@ -14,7 +14,6 @@
 #include "libs/rpc/status.h"
 #include "libs/rpc/tls.h"
 #include "services/aggregator/aggregator_service.h"
-#include "services/aggregator/masked_chunks.h"
 #include "services/aggregator/sessions/secure_exchange.h"
 
 namespace shoal::aggregator {
@@ -106,24 +105,14 @@ class SecureAggregateReactor final
     if (absl::Status s = (*exchange)->Join(join.peer_id(), link_); !s.ok()) return s;
     peer_ = join.peer_id();
     exchange_ = *std::move(exchange);
-    assembler_.emplace(exchange_->masked_update_bytes());
     return absl::OkStatus();
   }
 
-  // The message read, to the exchange; a masked update once all its chunks are in.
+  // The message read, to the exchange (which takes a masked update's values).
   absl::Status Receive() {
-    if (!request_.has_masked()) return exchange_->Receive(peer_, request_);
-    absl::StatusOr<std::optional<SecureAggregationRequest>> whole =
-        assembler_->Add(std::move(request_));
+    absl::Status s = exchange_->Receive(peer_, std::move(request_));
     request_.Clear();
-    if (!whole.ok()) {
-      exchange_->Leave(peer_);
-      link_->End(whole.status());
-      return whole.status();
-    }
-    if (whole->has_value()) return exchange_->Receive(peer_, **whole);
-    exchange_->Progress(peer_);
-    return absl::OkStatus();
+    return s;
   }
 
   AggregatorCore& core_;
@@ -133,7 +122,6 @@ class SecureAggregateReactor final
   SecureAggregationRequest request_;
   std::string peer_;
   std::shared_ptr<SecureExchange> exchange_;
-  std::optional<MaskedUpdateAssembler> assembler_;  // once joined
 };
 
 void StreamLink::Next(const SecureAggregationResponse*& write, bool& finish) {

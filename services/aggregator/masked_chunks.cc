@@ -1,9 +1,7 @@
 #include "services/aggregator/masked_chunks.h"
 
+#include <string>
 #include <utility>
-
-#include "absl/strings/str_cat.h"
-#include "libs/common/escape.h"
 
 namespace shoal::aggregator {
 
@@ -39,37 +37,6 @@ bool WriteMaskedChunksOf(v1::SecureAggregationRequest& request,
   }
   *request.mutable_masked()->mutable_input()->mutable_values() = std::move(values);
   return open;
-}
-
-absl::StatusOr<std::optional<v1::SecureAggregationRequest>> MaskedUpdateAssembler::Add(
-    v1::SecureAggregationRequest message) {
-  if (!pending_.has_value()) {
-    pending_ = std::move(message);
-    std::string& values = *pending_->mutable_masked()->mutable_input()->mutable_values();
-    if (values.size() < update_bytes_) values.reserve(update_bytes_);
-  } else {
-    const privacy::v1::MaskedInput& chunk = message.masked().input();
-    privacy::v1::MaskedInput& whole = *pending_->mutable_masked()->mutable_input();
-    if (chunk.participant_id() != whole.participant_id()) {
-      const std::string first = whole.participant_id();
-      pending_.reset();
-      return absl::InvalidArgumentError(absl::StrCat("a chunk of the masked update of '",
-                                                     EscapeBytes(first), "' names '",
-                                                     EscapeBytes(chunk.participant_id()), "'"));
-    }
-    whole.mutable_values()->append(chunk.values());
-  }
-  const size_t have = pending_->masked().input().values().size();
-  if (have > update_bytes_) {
-    pending_.reset();
-    return absl::InvalidArgumentError(absl::StrCat("the masked update's chunks carry ", have,
-                                                   " bytes or more; the round takes ",
-                                                   update_bytes_));
-  }
-  if (have < update_bytes_) return std::nullopt;
-  std::optional<v1::SecureAggregationRequest> whole = std::move(pending_);
-  pending_.reset();
-  return whole;
 }
 
 }  // namespace shoal::aggregator

@@ -6,14 +6,12 @@
 // num_samples, train_loss, train_ms and the first values; each later one only participant_id
 // and the values that follow; the values concatenate, in order, to the round's vector_length x 4
 // bytes. A model that fits one chunk may travel as one message, as before; shoal's peers
-// (GrpcAggregatorClient) write 256 KiB chunks, whose serialized copies reuse memory.
+// (GrpcAggregatorClient) write 256 KiB chunks, whose serialized copies reuse memory. The
+// aggregator folds each message into the round's sum as it comes (SecureExchange::Receive).
 
 #include <cstddef>
 #include <functional>
-#include <optional>
-#include <string>
 
-#include "absl/status/statusor.h"
 #include "shoal/aggregator/v1/aggregator.pb.h"
 
 namespace shoal::aggregator {
@@ -33,23 +31,5 @@ bool WriteMaskedInChunks(v1::SecureAggregationRequest request,
 bool WriteMaskedChunksOf(v1::SecureAggregationRequest& request,
                          const std::function<bool(const v1::SecureAggregationRequest&)>& write,
                          size_t chunk_bytes);
-
-// Puts one peer's masked update back together on the aggregator's side of its stream.
-// Not thread-safe; one per stream.
-class MaskedUpdateAssembler {
- public:
-  // `update_bytes`: the round's vector_length x 4.
-  explicit MaskedUpdateAssembler(size_t update_bytes) : update_bytes_(update_bytes) {}
-
-  // Takes one `masked` message. The whole update once its values reach update_bytes; nullopt
-  // while more are owed. INVALID_ARGUMENT: the values pass update_bytes, or a chunk names another
-  // participant than the first. After the whole update it starts afresh.
-  absl::StatusOr<std::optional<v1::SecureAggregationRequest>> Add(
-      v1::SecureAggregationRequest message);
-
- private:
-  const size_t update_bytes_;
-  std::optional<v1::SecureAggregationRequest> pending_;
-};
 
 }  // namespace shoal::aggregator

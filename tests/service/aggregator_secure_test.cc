@@ -36,9 +36,9 @@ constexpr double kClipNorm = 1.0;
 constexpr size_t kValues = 1000;
 
 // When a test peer stops: never, after it got the others' shares (so it sends no masked
-// update), or after its masked update is in (it does not sign the survivor list, and is not
-// asked to unmask).
-enum class Stop { kNever, kBeforeMasking, kAfterMasking };
+// update), halfway through its masked update (a second chunk naming another peer is refused), or
+// after its masked update is in (it does not sign the survivor list, and is not asked to unmask).
+enum class Stop { kNever, kBeforeMasking, kMidMasking, kAfterMasking };
 
 struct TestPeer {
   std::string id;
@@ -161,6 +161,17 @@ class AggregatorSecureTest : public AggregatorServiceFixture {
     *out.mutable_masked()->mutable_input() = *masked;
     out.mutable_masked()->set_num_samples(10);
     out.mutable_masked()->set_train_loss(0.5);
+    if (peer.stop == Stop::kMidMasking) {  // `status`: how the aggregator ended its stream
+      privacy::v1::MaskedInput& input = *out.mutable_masked()->mutable_input();
+      input.set_values(masked->values().substr(0, masked->values().size() / 2));
+      stream->Write(out);
+      input.set_participant_id("peer-0");
+      stream->Write(out);
+      while (stream->Read(&in)) {
+      }
+      peer.status = rpc::FromGrpcStatus(stream->Finish());
+      return;
+    }
     if (!stream->Write(out) || !stream->Read(&in) || !in.has_consistency()) return fail("masked");
     peer.checked.assign(in.consistency().survivors().begin(), in.consistency().survivors().end());
     if (peer.stop == Stop::kAfterMasking) {
@@ -328,6 +339,26 @@ TEST_F(AggregatorSecureTest, DropoutsBeforeAndAfterMaskingStillPublishTheSurvivo
     EXPECT_THAT(peers_[i].signers, ElementsAre("peer-0", "peer-1", "peer-2", "peer-5"));
     EXPECT_THAT(peers_[i].survivors, ElementsAre("peer-0", "peer-1", "peer-2", "peer-4", "peer-5"));
   }
+  auto closed = Close("t", 1);
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_THAT(closed->contributors(),
+              ElementsAre("peer-0", "peer-1", "peer-2", "peer-4", "peer-5"));
+  auto published = Get("t", 1);
+  ASSERT_TRUE(published.ok()) << published.status();
+  EXPECT_EQ(published->model.values,
+            Expected({"peer-0", "peer-1", "peer-2", "peer-4", "peer-5"}, base_));
+}
+
+// peer-3's first chunk is folded into the sum, its second refused: it is out of the round, and
+// the published model is the exact mean of the others' updates.
+TEST_F(AggregatorSecureTest, APeerDroppedMidUpdateLeavesNothingInTheSum) {
+  PutBase();
+  MakePeers(6);
+  peers_[3].stop = Stop::kMidMasking;
+  ASSERT_TRUE(OpenSecure(SecureRound(1)).ok());
+  RunAll(1);
+  EXPECT_EQ(peers_[3].status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(peers_[3].status.message(), HasSubstr("names participant 'peer-0'"));
   auto closed = Close("t", 1);
   ASSERT_TRUE(closed.ok()) << closed.status();
   EXPECT_THAT(closed->contributors(),

@@ -1,5 +1,5 @@
 // A masked update across several SecureAggregate messages (services/aggregator/masked_chunks.h):
-// the peer's side splits it, the aggregator's side puts it back together or refuses.
+// the peer's side splits it (the aggregator's side folds each chunk: privacy_secagg_chunks_test).
 
 #include <string>
 #include <vector>
@@ -67,38 +67,6 @@ TEST(MaskedChunksTest, ALargerUpdateGoesInChunksWithItsReportOnTheFirst) {
       Masked("p", "abcdefghij"), [&](const v1::SecureAggregationRequest&) { return ++calls < 2; },
       4));
   EXPECT_EQ(calls, 2);
-}
-
-TEST(MaskedChunksTest, TheAssemblerPutsTheChunksBackTogether) {
-  const v1::SecureAggregationRequest whole = Masked("p", "abcdefghij");
-  MaskedUpdateAssembler assembler(10);
-  std::vector<v1::SecureAggregationRequest> chunks = Written(whole, 4);
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    absl::StatusOr<std::optional<v1::SecureAggregationRequest>> got = assembler.Add(chunks[i]);
-    ASSERT_TRUE(got.ok()) << got.status();
-    ASSERT_EQ(got->has_value(), i + 1 == chunks.size()) << i;
-    if (got->has_value()) {
-      EXPECT_EQ((*got)->SerializeAsString(), whole.SerializeAsString());
-    }
-  }
-  // One message holding the whole update is whole at once.
-  absl::StatusOr<std::optional<v1::SecureAggregationRequest>> one = assembler.Add(whole);
-  ASSERT_TRUE(one.ok()) << one.status();
-  EXPECT_TRUE(one->has_value());
-}
-
-TEST(MaskedChunksTest, TheAssemblerRefusesValuesPastTheModelOrAnotherPeersChunk) {
-  MaskedUpdateAssembler assembler(10);
-  ASSERT_TRUE(assembler.Add(Masked("p", "abcdef")).ok());
-  absl::StatusOr<std::optional<v1::SecureAggregationRequest>> over =
-      assembler.Add(Masked("p", "ghijkl"));
-  EXPECT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(over.status().message(), HasSubstr("the round takes 10"));
-  ASSERT_TRUE(assembler.Add(Masked("p", "abcd")).ok());
-  absl::StatusOr<std::optional<v1::SecureAggregationRequest>> other =
-      assembler.Add(Masked("q", "efgh"));
-  EXPECT_EQ(other.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(other.status().message(), HasSubstr("names 'q'"));
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // UpdateEncoder (libs/privacy/secagg/update_codec.h): block by block, the same values as
-// ClipAndEncode and ClampAndEncode, and the same refusals.
+// ClipAndEncode and ClampAndEncode, and the same refusals; ApplyMeanOfSumInto a kept buffer.
 
 #include <algorithm>
 #include <cmath>
@@ -56,6 +56,27 @@ TEST(UpdateEncoderTest, ANonFiniteValueIsRefusedBeforeAnyEncoding) {
     EXPECT_THAT(encoder.status().message(), HasSubstr("update value 42 is not finite"));
     EXPECT_EQ(encoder.status().message(), ClipAndEncode(codec, update).status().message());
   }
+}
+
+TEST(ApplyMeanOfSumTest, IntoAKeptBufferTheSameBitsAsAFreshOne) {
+  const FixedPointCodec codec = *UpdateCodec(1.0, 4, 0.0);
+  std::vector<float> base(1000);
+  std::vector<uint32_t> sum(base.size(), 0);
+  for (size_t i = 0; i < base.size(); ++i) {
+    base[i] = 0.001F * static_cast<float>(i);
+    const std::vector<float> one = {0.01F * std::sin(static_cast<float>(i))};
+    for (int peer = 0; peer < 3; ++peer) sum[i] += (*ClipAndEncode(codec, one))[0];
+  }
+  const std::vector<float> fresh = *ApplyMeanOfSum(codec, sum, 3, base);
+  for (size_t kept : {size_t{0}, size_t{10}, base.size(), size_t{4000}}) {
+    std::vector<float> out(kept, -7.0F);  // an earlier version's values
+    ASSERT_TRUE(ApplyMeanOfSumInto(codec, sum, 3, base, out).ok());
+    EXPECT_EQ(out, fresh) << "a buffer of " << kept;
+  }
+  // An error leaves the buffer as it was.
+  std::vector<float> out(5, -7.0F);
+  EXPECT_FALSE(ApplyMeanOfSumInto(codec, absl::MakeSpan(sum).subspan(1), 3, base, out).ok());
+  EXPECT_EQ(out, std::vector<float>(5, -7.0F));
 }
 
 }  // namespace

@@ -40,14 +40,19 @@ MaskSign Opposite(MaskSign sign) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SecAggServer>> SecAggServer::Create(
-    const v1::SecAggConfig& config, std::shared_ptr<const KeyVerifier> verifier) {
+    const v1::SecAggConfig& config, std::shared_ptr<const KeyVerifier> verifier,
+    std::vector<uint32_t> sum_buffer) {
   SHOAL_ASSIGN_OR_RETURN(SecAggRound round, SecAggRound::Create(config));
   if (verifier == nullptr) return absl::InvalidArgumentError("secagg server: no key verifier");
-  return std::unique_ptr<SecAggServer>(new SecAggServer(std::move(round), std::move(verifier)));
+  return std::unique_ptr<SecAggServer>(
+      new SecAggServer(std::move(round), std::move(verifier), std::move(sum_buffer)));
 }
 
-SecAggServer::SecAggServer(SecAggRound round, std::shared_ptr<const KeyVerifier> verifier)
-    : round_(std::move(round)), verifier_(std::move(verifier)) {}
+SecAggServer::SecAggServer(SecAggRound round, std::shared_ptr<const KeyVerifier> verifier,
+                           std::vector<uint32_t> sum_buffer)
+    : round_(std::move(round)), verifier_(std::move(verifier)), sum_(std::move(sum_buffer)) {
+  sum_.clear();  // the memory stays; CloseSharing sizes it and sets it to zero
+}
 
 absl::Status SecAggServer::Expect(Step step, absl::string_view what) const {
   if (step_ == Step::kFailed) return failure_;
@@ -63,6 +68,7 @@ absl::Status SecAggServer::Fail(absl::Status error) {
   failure_ = absl::Status(
       error.code(), absl::StrCat("secagg round ", round_.round_id(), " failed: ", error.message()));
   sum_.clear();
+  partial_.clear();
   return failure_;
 }
 
@@ -215,6 +221,7 @@ absl::Status SecAggServer::AddMaskedInput(const v1::MaskedInput& input) {
     return absl::AlreadyExistsError(
         absl::StrCat("secagg: \"", id, "\" already sent a masked input"));
   }
+  if (partial_.contains(id)) return Invalid(id, "its masked input is coming in chunks");
   if (absl::Status s =
           AddPackedRingValues(input.values(), round_.ring_mask(), absl::MakeSpan(sum_));
       !s.ok()) {
@@ -224,8 +231,55 @@ absl::Status SecAggServer::AddMaskedInput(const v1::MaskedInput& input) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> SecAggServer::AddMaskedChunk(const std::string& id, std::string values) {
+  SHOAL_RETURN_IF_ERROR(Expect(Step::kMasking, "take a masked input"));
+  if (!shares_.contains(id)) return Invalid(id, "the sender did not share keys in this round");
+  if (masked_.contains(id)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("secagg: \"", id, "\" already sent a masked input"));
+  }
+  PartialInput& partial = partial_[id];
+  const size_t length = round_.vector_length();
+  const size_t count = values.size() / 4;
+  absl::Status s;
+  if (values.size() % 4 != 0 || count > length - partial.values) {
+    s = absl::InvalidArgumentError(absl::StrCat("masked input: a chunk of ", values.size(),
+                                                " bytes after ", partial.values, " values of ",
+                                                length, " is not whole values within them"));
+  } else {
+    s = AddPackedRingValues(values, round_.ring_mask(),
+                            absl::MakeSpan(sum_).subspan(partial.values, count));
+  }
+  if (!s.ok()) {
+    AbandonMaskedInput(id);
+    return Invalid(id, s.message());
+  }
+  partial.values += count;
+  if (partial.values < length) {
+    partial.chunks.push_back(std::move(values));
+    return false;
+  }
+  partial_.erase(id);
+  masked_.insert(id);
+  return true;
+}
+
+void SecAggServer::AbandonMaskedInput(absl::string_view id) {
+  auto it = partial_.find(id);
+  if (it == partial_.end()) return;
+  size_t at = 0;
+  for (const std::string& chunk : it->second.chunks) {
+    const size_t count = chunk.size() / 4;
+    SubtractPackedRingValues(chunk, round_.ring_mask(), absl::MakeSpan(sum_).subspan(at, count));
+    at += count;
+  }
+  partial_.erase(it);
+}
+
 absl::StatusOr<std::map<std::string, v1::ConsistencyCheckRequest>> SecAggServer::CloseMasking() {
   SHOAL_RETURN_IF_ERROR(Expect(Step::kMasking, "close masking"));
+  // An input still incomplete is out of the sum: its sender dropped out.
+  while (!partial_.empty()) AbandonMaskedInput(partial_.begin()->first);
   const IdSet shared = KeysOf(shares_);
   // A survivor's seed and a dropped participant's key each need threshold surviving holders.
   if (absl::Status s = CheckNeighbourhoods(shared, masked_, "masking"); !s.ok()) return Fail(s);

@@ -40,8 +40,11 @@ namespace shoal::privacy::secagg {
 class SecAggServer {
  public:
   // Errors: INVALID_ARGUMENT on a bad config (SecAggRound::Create) or a null verifier.
+  // `sum_buffer`: memory for the running sum (any contents; an earlier round's sum, so that its
+  // pages are not faulted in again); the sum starts at zero either way.
   static absl::StatusOr<std::unique_ptr<SecAggServer>> Create(
-      const v1::SecAggConfig& config, std::shared_ptr<const KeyVerifier> verifier);
+      const v1::SecAggConfig& config, std::shared_ptr<const KeyVerifier> verifier,
+      std::vector<uint32_t> sum_buffer = {});
 
   // Step 1. Checks the key sizes and the signature, so a bad key never reaches the others.
   absl::Status AddAdvertisedKeys(const v1::AdvertisedKeys& keys);
@@ -53,6 +56,18 @@ class SecAggServer {
 
   // Step 3. Folds the masked input into the running sum (AddPackedRingValues).
   absl::Status AddMaskedInput(const v1::MaskedInput& input);
+  // Step 3 a chunk at a time, for an input sent in several messages: `values` are the next packed
+  // ring values of `id`'s input, checked and folded into the running sum as they come, with no
+  // copy of the whole input. Returns true once the input is whole (it then counts as
+  // AddMaskedInput's), false while more is owed. The chunks of an input not yet whole are held,
+  // unread, until it is, so that one that never completes comes back out of the sum exactly:
+  // AbandonMaskedInput (the sender left), a refused chunk (past the vector's length, or a value
+  // outside the ring: INVALID_ARGUMENT, and the earlier chunks come out), or CloseMasking for
+  // any input still incomplete. The sum is bit for bit what AddMaskedInput gives for the inputs
+  // that completed. Errors as AddMaskedInput's.
+  absl::StatusOr<bool> AddMaskedChunk(const std::string& id, std::string values);
+  // Takes the chunks of `id`'s incomplete input back out of the sum; no-op when there are none.
+  void AbandonMaskedInput(absl::string_view id);
   absl::StatusOr<std::map<std::string, v1::ConsistencyCheckRequest>> CloseMasking();
 
   // Step 4, the consistency check. A survivor's signature of the survivor list (checked here, so
@@ -77,7 +92,8 @@ class SecAggServer {
   enum class Step { kAdvertising, kSharing, kMasking, kConsistency, kUnmasking, kDone, kFailed };
   using IdSet = std::set<std::string, std::less<>>;
 
-  SecAggServer(SecAggRound round, std::shared_ptr<const KeyVerifier> verifier);
+  SecAggServer(SecAggRound round, std::shared_ptr<const KeyVerifier> verifier,
+               std::vector<uint32_t> sum_buffer);
 
   absl::Status Expect(Step step, absl::string_view what) const;
   absl::Status Fail(absl::Status error);
@@ -100,6 +116,12 @@ class SecAggServer {
   std::map<std::string, v1::AdvertisedKeys, std::less<>> keys_;     // who advertised
   std::map<std::string, v1::EncryptedShares, std::less<>> shares_;  // who shared
   IdSet masked_;                                                    // who sent a masked input
+  // An input still coming in chunks: how many of its values are folded, and the chunks folded.
+  struct PartialInput {
+    size_t values = 0;
+    std::vector<std::string> chunks;
+  };
+  std::map<std::string, PartialInput, std::less<>> partial_;  // by sender
   std::vector<uint32_t> sum_;
   std::vector<std::string> survivors_;
   std::map<std::string, std::string, std::less<>> survivor_signatures_;  // by signer

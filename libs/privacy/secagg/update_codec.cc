@@ -114,16 +114,25 @@ absl::StatusOr<std::vector<uint32_t>> ClampAndEncode(const FixedPointCodec& code
 absl::StatusOr<std::vector<float>> ApplyMeanOfSum(const FixedPointCodec& codec,
                                                   absl::Span<const uint32_t> sum, int summands,
                                                   absl::Span<const float> base) {
+  std::vector<float> out;
+  if (absl::Status s = ApplyMeanOfSumInto(codec, sum, summands, base, out); !s.ok()) return s;
+  return out;
+}
+
+absl::Status ApplyMeanOfSumInto(const FixedPointCodec& codec, absl::Span<const uint32_t> sum,
+                                int summands, absl::Span<const float> base,
+                                std::vector<float>& out) {
   if (sum.size() != base.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the secure sum has ", sum.size(), " values, the model ", base.size()));
   }
   if (absl::Status s = codec.CheckSum(sum, summands); !s.ok()) return s;
-  std::vector<float> out(base.size());
+  out.resize(base.size());
+  float* values = out.data();
   for (size_t i = 0; i < base.size(); ++i) {
-    out[i] = static_cast<float>(base[i] + codec.DecodeValue(sum[i]) / summands);
+    values[i] = static_cast<float>(base[i] + codec.DecodeValue(sum[i]) / summands);
   }
-  return out;
+  return absl::OkStatus();
 }
 
 }  // namespace shoal::privacy::secagg

@@ -74,4 +74,11 @@ absl::StatusOr<std::vector<float>> ApplyMeanOfSum(const FixedPointCodec& codec,
                                                   absl::Span<const uint32_t> sum, int summands,
                                                   absl::Span<const float> base);
 
+// As ApplyMeanOfSum, written into `out` (resized to base's length; a buffer kept from an earlier
+// round keeps its memory, so no page of it is faulted in again). `out` is left as it was on an
+// error.
+absl::Status ApplyMeanOfSumInto(const FixedPointCodec& codec, absl::Span<const uint32_t> sum,
+                                int summands, absl::Span<const float> base,
+                                std::vector<float>& out);
+
 }  // namespace shoal::privacy::secagg

@@ -101,6 +101,12 @@ absl::Status AddPackedRingValues(absl::string_view bytes, uint32_t ring_mask,
   return absl::OkStatus();
 }
 
+void SubtractPackedRingValues(absl::string_view bytes, uint32_t ring_mask,
+                              absl::Span<uint32_t> sum) {
+  uint32_t* out = sum.data();
+  for (size_t i = 0; i < sum.size(); ++i) out[i] = (out[i] - RingValueAt(bytes, i)) & ring_mask;
+}
+
 absl::Status CheckPublicKey(absl::string_view what, absl::string_view key) {
   if (key.size() != kX25519KeySize) {
     return absl::InvalidArgumentError(

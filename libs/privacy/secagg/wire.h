@@ -47,6 +47,10 @@ absl::StatusOr<std::vector<uint32_t>> UnpackRingValues(absl::string_view bytes, 
 // the unpacked copy; `ring_mask` is 2^k - 1. Errors: as UnpackRingValues, leaving `sum` as it was.
 absl::Status AddPackedRingValues(absl::string_view bytes, uint32_t ring_mask,
                                  absl::Span<uint32_t> sum);
+// Undoes AddPackedRingValues of the same `bytes` (which it took): sum[i] = sum[i] - value i mod
+// ring_mask + 1, exactly, whatever was added in between.
+void SubtractPackedRingValues(absl::string_view bytes, uint32_t ring_mask,
+                              absl::Span<uint32_t> sum);
 
 // OK when `key` is an X25519 public key's size; else INVALID_ARGUMENT naming `what`.
 absl::Status CheckPublicKey(absl::string_view what, absl::string_view key);

@@ -58,23 +58,26 @@ absl::Status SecureExchange::JoinLocked(const std::string& peer, std::shared_ptr
 }
 
 absl::Status SecureExchange::Receive(const std::string& peer,
-                                     const v1::SecureAggregationRequest& message) {
+                                     v1::SecureAggregationRequest message) {
   v1::PushAccepted accepted;
   absl::Status status;
   Outbox out;
   {
     absl::MutexLock lock(&mu_);
-    status = Handle(peer, message);
+    bool whole = false;
+    status = message.has_masked() ? HandleMasked(peer, *message.mutable_masked(), whole)
+                                  : Handle(peer, message);
     if (!status.ok()) {
       Drop(peer, status);
-    } else if (message.has_masked()) {
+    } else if (whole) {
+      const Participant& participant = participants_.at(peer);
       v1::PushAccepted& event = accepted;
       event.set_round(number_);
       event.set_peer_id(peer);
       event.set_base_version(start_.base_version());
-      event.set_num_samples(message.masked().num_samples());
-      event.set_train_ms(message.masked().train_ms());
-      event.set_update_bytes(message.masked().input().values().size());
+      event.set_num_samples(participant.num_samples);
+      event.set_train_ms(participant.train_ms);
+      event.set_update_bytes(start_.config().vector_length() * 4);
     }
     MaybeCloseStep(absl::Now() >= step_deadline_);
     out.swap(outbox_);
@@ -115,21 +118,8 @@ absl::Status SecureExchange::Handle(const std::string& peer,
       }
       s = server_->AddShares(message.shares());
       return s.ok() ? (owed_.erase(peer), s) : s;
-    case v1::SecureAggregationRequest::kMasked: {
-      if (step_ != Step::kMasking) break;
-      const v1::SecureMaskedUpdate& masked = message.masked();
-      if (masked.num_samples() == 0 || !std::isfinite(masked.train_loss())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(who, "'s masked update needs num_samples >= 1 and a finite train_loss"));
-      }
-      s = names(masked.input().participant_id(), "masked update");
-      if (s.ok()) s = server_->AddMaskedInput(masked.input());
-      if (!s.ok()) return s;
-      it->second.num_samples = masked.num_samples();
-      it->second.train_loss = masked.train_loss();
-      owed_.erase(peer);
-      return s;
-    }
+    case v1::SecureAggregationRequest::kMasked:
+      break;  // HandleMasked takes these
     case v1::SecureAggregationRequest::kConsistency:
       if (step_ != Step::kConsistency) break;
       s = names(message.consistency().participant_id(), "survivor-list signature");
@@ -149,10 +139,51 @@ absl::Status SecureExchange::Handle(const std::string& peer,
       absl::StrCat(who, " sent a message of another step in ", label_));
 }
 
-void SecureExchange::Progress(const std::string& peer) {
-  absl::MutexLock lock(&mu_);
-  if (step_ != Step::kMasking || owed_.count(peer) == 0) return;
-  step_deadline_ = std::max(step_deadline_, absl::Now() + step_timeout_);
+absl::Status SecureExchange::HandleMasked(const std::string& peer, v1::SecureMaskedUpdate& masked,
+                                          bool& whole) {
+  whole = false;
+  const std::string who = absl::StrCat("peer '", EscapeBytes(peer), "'");
+  auto it = participants_.find(peer);
+  if (it == participants_.end() || it->second.left) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(who, " is not in the secure aggregation of ", label_));
+  }
+  if (step_ == Step::kFailed) return failure_;
+  if (owed_.count(peer) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(who, " sent a message out of turn in ", label_));
+  }
+  if (step_ != Step::kMasking) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, " sent a message of another step in ", label_));
+  }
+  if (masked.input().participant_id() != peer) {
+    return absl::InvalidArgumentError(absl::StrCat(who, "'s masked update names participant '",
+                                                   EscapeBytes(masked.input().participant_id()),
+                                                   "'"));
+  }
+  Participant& participant = it->second;
+  if (!participant.chunking) {  // the first message carries the update's report
+    if (masked.num_samples() == 0 || !std::isfinite(masked.train_loss())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, "'s masked update needs num_samples >= 1 and a finite train_loss"));
+    }
+    participant.chunking = true;
+    participant.chunking_samples = masked.num_samples();
+    participant.chunking_loss = masked.train_loss();
+    participant.train_ms = masked.train_ms();
+  }
+  absl::StatusOr<bool> done =
+      server_->AddMaskedChunk(peer, std::move(*masked.mutable_input()->mutable_values()));
+  if (!done.ok()) return done.status();
+  if (!*done) {  // more is owed: the step waits for it
+    step_deadline_ = std::max(step_deadline_, absl::Now() + step_timeout_);
+    return absl::OkStatus();
+  }
+  participant.num_samples = participant.chunking_samples;
+  participant.train_loss = participant.chunking_loss;
+  owed_.erase(peer);
+  whole = true;
+  return absl::OkStatus();
 }
 
 void SecureExchange::Leave(const std::string& peer) {
@@ -164,6 +195,7 @@ void SecureExchange::Leave(const std::string& peer) {
     it->second.left = true;
     it->second.link = nullptr;
     owed_.erase(peer);
+    server_->AbandonMaskedInput(peer);
     MaybeCloseStep(absl::Now() >= step_deadline_);
     out.swap(outbox_);
   }
@@ -181,6 +213,7 @@ void SecureExchange::PostEnd(const std::shared_ptr<Link>& link, absl::Status sta
 
 void SecureExchange::Drop(const std::string& peer, const absl::Status& status) {
   owed_.erase(peer);
+  server_->AbandonMaskedInput(peer);
   auto it = participants_.find(peer);
   if (it == participants_.end() || it->second.left) return;
   it->second.left = true;
@@ -300,7 +333,7 @@ void SecureExchange::MaybeCloseStep(bool force) {
       case Step::kUnmasking: {
         auto sum = server_->CloseUnmasking();
         if (!sum.ok()) return FailProtocol(sum.status());
-        sum_ = *std::move(sum);
+        sum_ = std::make_shared<std::vector<uint32_t>>(*std::move(sum));
         step_ = Step::kDone;
         owed_.clear();
         v1::SecureAggregationResponse done;

@@ -48,7 +48,10 @@ class SecureExchange {
 
   // What the unmasking step recovered.
   struct Outcome {
-    std::vector<uint32_t> sum;           // the ring sum of the survivors' inputs
+    // The ring sum of the survivors' inputs: the exchange's own, not a copy (RunOut is idempotent
+    // and returns the same). Once the round is over its owner may move the vector out for the
+    // next round's server (SecAggServer::Create's sum_buffer).
+    std::shared_ptr<std::vector<uint32_t>> sum;
     std::vector<std::string> survivors;  // sorted
     uint64_t num_samples = 0;            // the survivors' samples
     double loss_sum = 0;                 // sum of train_loss x num_samples over the survivors
@@ -65,11 +68,14 @@ class SecureExchange {
   // failed.
   absl::Status Join(const std::string& peer, std::shared_ptr<Link> link);
   // A step's message from `peer`. An error refuses it and ends the peer's part (the round goes on
-  // without it, as without a peer that dropped out).
-  absl::Status Receive(const std::string& peer, const v1::SecureAggregationRequest& message);
-  // A chunk of `peer`'s masked update came in, not yet the whole (masked_chunks.h): the masking
-  // step, if it is on and waits for `peer`, stays open until step_timeout from now.
-  void Progress(const std::string& peer);
+  // without it, as without a peer that dropped out). A masked update may come in several
+  // messages (masked_chunks.h): the first carries its report (num_samples, train_loss,
+  // train_ms); each message's values are folded into the sum as they come, without a copy (the
+  // message's values are taken: SecAggServer::AddMaskedChunk). The update counts (and is told
+  // to on_masked) once whole; until then each message keeps the masking step open for
+  // step_timeout from its arrival, and a peer that leaves or is refused before its update is
+  // whole has its chunks taken back out of the sum.
+  absl::Status Receive(const std::string& peer, v1::SecureAggregationRequest message);
   // `peer`'s stream ended: it sends nothing more.
   void Leave(const std::string& peer);
   // Ends the round with `error` (the round was abandoned); no-op once it is over.
@@ -79,8 +85,6 @@ class SecureExchange {
   absl::StatusOr<Outcome> RunOut();
   // The peers whose masked updates were accepted, sorted.
   std::vector<std::string> Accepted() const;
-  // The bytes of one masked update: the round's vector_length, 4 bytes a value.
-  size_t masked_update_bytes() const { return start_.config().vector_length() * 4; }
 
  private:
   enum class Step { kAdvertising, kSharing, kMasking, kConsistency, kUnmasking, kDone, kFailed };
@@ -89,6 +93,11 @@ class SecureExchange {
     bool left = false;
     uint64_t num_samples = 0;  // of its masked update (0: none yet)
     double train_loss = 0;
+    // Its masked update is coming in chunks: the first one's report, counted once it is whole.
+    bool chunking = false;
+    uint64_t chunking_samples = 0;
+    double chunking_loss = 0;
+    int64_t train_ms = 0;
   };
   // Link calls, made once the mutex is released (a link may run gRPC reactions inline).
   using Outbox = std::vector<std::function<void()>>;
@@ -96,6 +105,9 @@ class SecureExchange {
   absl::Status JoinLocked(const std::string& peer, std::shared_ptr<Link> link)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Handle(const std::string& peer, const v1::SecureAggregationRequest& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A message of `peer`'s masked update (the whole of it or a chunk); `whole`: it completed it.
+  absl::Status HandleMasked(const std::string& peer, v1::SecureMaskedUpdate& masked, bool& whole)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queue a message, or the end, for `link`.
   void Post(const std::shared_ptr<Link>& link, v1::SecureAggregationResponse message)
@@ -126,7 +138,7 @@ class SecureExchange {
   std::set<std::string> owed_ ABSL_GUARDED_BY(mu_);  // peers that owe the current step a message
   std::map<std::string, Participant> participants_ ABSL_GUARDED_BY(mu_);  // joined
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint32_t> sum_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<std::vector<uint32_t>> sum_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> survivors_ ABSL_GUARDED_BY(mu_);
   Outbox outbox_ ABSL_GUARDED_BY(mu_);
 };

@@ -224,8 +224,11 @@ absl::StatusOr<std::shared_ptr<AggregationSession>> SecureRoundSession::Open(
   absl::StatusOr<std::unique_ptr<secagg::Ed25519KeyVerifier>> verifier =
       secagg::Ed25519KeyVerifier::Create(identity_keys_);
   if (!verifier.ok()) return verifier.status();
+  // The sum of the task's last secure round lends this one its memory.
+  std::vector<uint32_t> sum_buffer;
+  if (cur != nullptr) sum_buffer = std::move(cur->spare_sum_);
   absl::StatusOr<std::unique_ptr<secagg::SecAggServer>> server =
-      secagg::SecAggServer::Create(config, *std::move(verifier));
+      secagg::SecAggServer::Create(config, *std::move(verifier), std::move(sum_buffer));
   if (!server.ok()) return server.status();
   v1::SecureAggregationStart start;
   *start.mutable_config() = std::move(config);
@@ -356,16 +359,23 @@ absl::StatusOr<RoundResult> SecureRoundSession::Close(TaskState& task, uint64_t 
   }
   // Open set exchange_ and codec_ before the round could be closed; neither changes after.
   absl::StatusOr<SecureExchange::Outcome> outcome = exchange_->RunOut();
-  absl::StatusOr<std::vector<float>> values =
-      outcome.ok() ? MeanOf(*outcome)
-                   : absl::StatusOr<std::vector<float>>(absl::Status(
-                         outcome.status().code(),
+  // The model is written into the buffer of the version its publishing evicts, as plain rounds
+  // do (no fresh pages to fault in).
+  std::vector<float> values;
+  if (outcome.ok()) {
+    absl::MutexLock lock(&host_.mu());
+    values = host_.TakeEvictedBuffer(task, base_version_, base_->layout);
+  }
+  const absl::Status applied =
+      outcome.ok()
+          ? MeanOf(*outcome, values)
+          : absl::Status(outcome.status().code(),
                          absl::StrCat(label, ": secure aggregation failed, nothing is published: ",
-                                      outcome.status().message())));
+                                      outcome.status().message()));
   absl::MutexLock lock(&host_.mu());
-  if (!values.ok()) {
+  if (!applied.ok()) {
     if (state_ == State::kClosing) state_ = State::kFailed;
-    return values.status();
+    return applied;
   }
   if (state_ != State::kClosing || task.released || task.latest != base_version_) {
     state_ = State::kAbandoned;
@@ -374,7 +384,7 @@ absl::StatusOr<RoundResult> SecureRoundSession::Close(TaskState& task, uint64_t 
   }
   auto next = std::make_shared<tensor::FlatModel>();
   next->layout = base_->layout;
-  next->values = *std::move(values);
+  next->values = std::move(values);
   RoundResult result;
   result.version = base_version_ + 1;
   result.digest = next->Digest();
@@ -391,6 +401,7 @@ absl::StatusOr<RoundResult> SecureRoundSession::Close(TaskState& task, uint64_t 
   host_.PublishVersion(task, result.version, std::move(next), result.digest);
   result.model_bytes = task.versions.at(result.version).model->layout.total_bytes();
   state_ = State::kClosed;
+  spare_sum_ = std::move(*outcome->sum);  // over: no RunOut follows
   (*history_)[number] = result;
   while (history_->size() > static_cast<size_t>(host_.options().closed_rounds_kept)) {
     history_->erase(history_->begin());
@@ -400,15 +411,19 @@ absl::StatusOr<RoundResult> SecureRoundSession::Close(TaskState& task, uint64_t 
   return result;
 }
 
-absl::StatusOr<std::vector<float>> SecureRoundSession::MeanOf(
-    const SecureExchange::Outcome& outcome) const {
+absl::Status SecureRoundSession::MeanOf(const SecureExchange::Outcome& outcome,
+                                        std::vector<float>& out) const {
   const int survivors = static_cast<int>(outcome.survivors.size());
   if (dp_.level() != common::v1::DP_LEVEL_PEER) {
-    return secagg::ApplyMeanOfSum(*codec_, outcome.sum, survivors, base_->values);
+    return secagg::ApplyMeanOfSumInto(*codec_, *outcome.sum, survivors, base_->values, out);
   }
-  absl::StatusOr<std::vector<double>> sum = codec_->DecodeSum(outcome.sum, survivors);
+  absl::StatusOr<std::vector<double>> sum = codec_->DecodeSum(*outcome.sum, survivors);
   if (!sum.ok()) return sum.status();
-  return PrivateMeanOfSum(dp_, *sum, outcome.survivors.size(), dp_round_peers_, base_->values);
+  absl::StatusOr<std::vector<float>> mean =
+      PrivateMeanOfSum(dp_, *sum, outcome.survivors.size(), dp_round_peers_, base_->values);
+  if (!mean.ok()) return mean.status();
+  out = *std::move(mean);
+  return absl::OkStatus();
 }
 
 // On a tree: the cluster's secure round closes into the survivors' sum for the parent, each
@@ -441,7 +456,7 @@ absl::StatusOr<std::shared_ptr<const PartialResult>> SecureRoundSession::ClosePa
   }
   absl::StatusOr<SecureExchange::Outcome> outcome = exchange_->RunOut();
   absl::StatusOr<std::vector<double>> sum =
-      outcome.ok() ? codec_->DecodeSum(outcome->sum, static_cast<int>(outcome->survivors.size()))
+      outcome.ok() ? codec_->DecodeSum(*outcome->sum, static_cast<int>(outcome->survivors.size()))
                    : absl::StatusOr<std::vector<double>>(outcome.status());
   absl::MutexLock lock(&host_.mu());
   if (!sum.ok()) {
@@ -467,6 +482,7 @@ absl::StatusOr<std::shared_ptr<const PartialResult>> SecureRoundSession::ClosePa
   result->sum.total_weight = static_cast<double>(outcome->survivors.size());
   partial_ = result;
   state_ = State::kClosed;
+  spare_sum_ = std::move(*outcome->sum);  // over: no RunOut follows
   host_.metrics().rounds_completed.Increment();
   host_.metrics().round_duration.Observe(absl::ToDoubleSeconds(host_.clock().Now() - opened_at_));
   return partial_;

@@ -79,8 +79,8 @@ class SecureRoundSession final : public AggregationSession {
   SecureRoundSession(SessionHost& host, const OpenRoundParams& params, uint32_t threshold,
                      uint32_t neighbourhood, uint32_t step_timeout_ms);
   std::string Label() const;
-  // What Close publishes from the survivors' ring sum (after Open).
-  absl::StatusOr<std::vector<float>> MeanOf(const SecureExchange::Outcome& outcome) const;
+  // What Close publishes from the survivors' ring sum (after Open), into `out`.
+  absl::Status MeanOf(const SecureExchange::Outcome& outcome, std::vector<float>& out) const;
 
   // Under the host's mu(): a standby promoted by this open (`current` was this round's standby).
   bool Promotes(const SecureRoundSession& current) const;
@@ -113,6 +113,8 @@ class SecureRoundSession final : public AggregationSession {
   std::optional<privacy::FixedPointCodec> codec_;
   std::shared_ptr<History> history_;
   std::shared_ptr<const PartialResult> partial_;  // on a tree, once closed
+  // Once closed: the round's ring sum, whose memory the task's next secure round sums into.
+  std::vector<uint32_t> spare_sum_;
   absl::Time opened_at_;
 };
 
