@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "libs/common/escape.h"
+#include "libs/common/status_macros.h"
 
 namespace shoal::aggregator {
 
@@ -87,9 +88,7 @@ absl::Status SecureExchange::Receive(const std::string& peer,
   return status;
 }
 
-absl::Status SecureExchange::Handle(const std::string& peer,
-                                    const v1::SecureAggregationRequest& message) {
-  const std::string who = absl::StrCat("peer '", EscapeBytes(peer), "'");
+absl::Status SecureExchange::Admit(const std::string& peer, const std::string& who) const {
   auto it = participants_.find(peer);
   if (it == participants_.end() || it->second.left) {
     return absl::FailedPreconditionError(
@@ -99,6 +98,13 @@ absl::Status SecureExchange::Handle(const std::string& peer,
   if (owed_.count(peer) == 0) {
     return absl::InvalidArgumentError(absl::StrCat(who, " sent a message out of turn in ", label_));
   }
+  return absl::OkStatus();
+}
+
+absl::Status SecureExchange::Handle(const std::string& peer,
+                                    const v1::SecureAggregationRequest& message) {
+  const std::string who = absl::StrCat("peer '", EscapeBytes(peer), "'");
+  SHOAL_RETURN_IF_ERROR(Admit(peer, who));
   auto names = [&](const std::string& id, absl::string_view what) {
     return id == peer ? absl::OkStatus()
                       : absl::InvalidArgumentError(absl::StrCat(
@@ -143,15 +149,8 @@ absl::Status SecureExchange::HandleMasked(const std::string& peer, v1::SecureMas
                                           bool& whole) {
   whole = false;
   const std::string who = absl::StrCat("peer '", EscapeBytes(peer), "'");
-  auto it = participants_.find(peer);
-  if (it == participants_.end() || it->second.left) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(who, " is not in the secure aggregation of ", label_));
-  }
-  if (step_ == Step::kFailed) return failure_;
-  if (owed_.count(peer) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(who, " sent a message out of turn in ", label_));
-  }
+  SHOAL_RETURN_IF_ERROR(Admit(peer, who));
+  Participant& participant = participants_.at(peer);
   if (step_ != Step::kMasking) {
     return absl::InvalidArgumentError(
         absl::StrCat(who, " sent a message of another step in ", label_));
@@ -161,7 +160,6 @@ absl::Status SecureExchange::HandleMasked(const std::string& peer, v1::SecureMas
                                                    EscapeBytes(masked.input().participant_id()),
                                                    "'"));
   }
-  Participant& participant = it->second;
   if (!participant.chunking) {  // the first message carries the update's report
     if (masked.num_samples() == 0 || !std::isfinite(masked.train_loss())) {
       return absl::InvalidArgumentError(

@@ -104,6 +104,10 @@ class SecureExchange {
 
   absl::Status JoinLocked(const std::string& peer, std::shared_ptr<Link> link)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `peer` (named `who` in errors) may send now: a participant still in, owing a message,
+  // in an exchange that has not failed.
+  absl::Status Admit(const std::string& peer, const std::string& who) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status Handle(const std::string& peer, const v1::SecureAggregationRequest& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A message of `peer`'s masked update (the whole of it or a chunk); `whole`: it completed it.
