@@ -34,6 +34,10 @@ bool TokenAdmits(const common::v1::TaskSpec& spec, const std::string& token) {
   return spec.join_token().empty() || spec.join_token() == token;
 }
 
+absl::Status NoTaskNamed(const std::string& name) {
+  return absl::NotFoundError(absl::StrCat("no task named \"", name, "\""));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
@@ -510,16 +514,13 @@ std::vector<v1::TaskStatus> CoordinatorCore::ListTasks() const {
 absl::StatusOr<v1::TaskStatus> CoordinatorCore::GetTaskStatus(const std::string& name) const {
   absl::MutexLock lock(&mu_);
   auto it = tasks_.find(name);
-  if (it == tasks_.end()) return absl::NotFoundError(absl::StrCat("no task named \"", name, "\""));
+  if (it == tasks_.end()) return NoTaskNamed(name);
   return StatusOf(it->second);
 }
 
 absl::Status CoordinatorCore::CheckTaskExists(const std::string& name) const {
   absl::MutexLock lock(&mu_);
-  if (tasks_.count(name) == 0) {
-    return absl::NotFoundError(absl::StrCat("no task named \"", name, "\""));
-  }
-  return absl::OkStatus();
+  return tasks_.count(name) == 0 ? NoTaskNamed(name) : absl::OkStatus();
 }
 
 absl::StatusOr<v1::TaskStatus> CoordinatorCore::StopTask(const std::string& name) {
@@ -528,9 +529,7 @@ absl::StatusOr<v1::TaskStatus> CoordinatorCore::StopTask(const std::string& name
   {
     InputLock lock(*this, out);
     auto it = tasks_.find(name);
-    if (it == tasks_.end()) {
-      return absl::NotFoundError(absl::StrCat("no task named \"", name, "\""));
-    }
+    if (it == tasks_.end()) return NoTaskNamed(name);
     if (IsActive(it->second)) {
       Finish(it->second, v1::TASK_STATE_STOPPED, "stopped by operator", out);
     }
@@ -546,9 +545,7 @@ absl::StatusOr<uint64_t> CoordinatorCore::Watch(const std::string& name, StatusC
   {
     absl::MutexLock lock(&mu_);
     auto it = tasks_.find(name);
-    if (it == tasks_.end()) {
-      return absl::NotFoundError(absl::StrCat("no task named \"", name, "\""));
-    }
+    if (it == tasks_.end()) return NoTaskNamed(name);
     handle = next_watch_++;
     watchers_[handle] = {name, callback};
     // Through the effects queue, so that no older status can overtake this one.
