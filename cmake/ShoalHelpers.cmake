@@ -2,8 +2,8 @@
 
 # Warnings live in one INTERFACE target, linked PRIVATE by every Shoal target.
 add_library(shoal_warnings INTERFACE)
-target_compile_options(shoal_warnings INTERFACE -Wall -Wextra -Wno-unused-parameter
-  $<$<BOOL:${SHOAL_WERROR}>:-Werror>)
+# (CI=true scripts/build fails on any warning without changing the flags.)
+target_compile_options(shoal_warnings INTERFACE -Wall -Wextra -Wno-unused-parameter)
 
 # Unity batches (SHOAL_UNITY_BUILD) for a library or binary of Shoal's own; a file that cannot
 # share a batch (a clash of file-local names) sets SKIP_UNITY_BUILD_INCLUSION.
