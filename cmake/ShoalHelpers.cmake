@@ -12,12 +12,23 @@ function(shoal_unity target)
     UNITY_BUILD_BATCH_SIZE ${SHOAL_UNITY_BATCH_SIZE})
 endfunction()
 
-# Code that includes LibTorch's headers. clang 14 with libstdc++ 12 cannot compile LibTorch 1.13's
+# -O1 instead of Release's -O3 for code whose own machine code is not where its time goes:
+# protoc's generated messages and stubs (serialising and parsing run in libprotobuf and gRPC; a
+# TaskSpec's and an EvalReport's round trip measured the same at -O1 and -O3) and the LibTorch
+# glue (the tensor work runs in LibTorch). It takes a quarter to a third off those units'
+# compile time (docs/performance.md, "The demo"). Not for Shoal's own loops (aggregation,
+# masks, compression), which rely on -O2's and -O3's vectoriser.
+function(shoal_light_optimisation target)
+  target_compile_options(${target} PRIVATE $<$<CONFIG:Release>:-O1>)
+endfunction()
+
+# Code that includes LibTorch's headers (compiled with shoal_light_optimisation). clang 14 with libstdc++ 12 cannot compile LibTorch 1.13's
 # headers as C++20 (c10::List holds a std::vector of the incomplete c10::IValue, and clang
 # instantiates C++20's constexpr vector members eagerly), so under clang such a target is C++17,
 # with the few C++20 forms clang accepts there as extensions (defaulted comparisons, designated
 # initializers). g++ compiles it as C++20 like the rest.
 function(shoal_libtorch_code target)
+  shoal_light_optimisation(${target})
   if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
     set_target_properties(${target} PROPERTIES CXX_STANDARD 17)
     target_compile_options(${target} PRIVATE -Wno-c++20-extensions -Wno-c++20-designator)
@@ -110,6 +121,7 @@ function(shoal_proto_library)
   target_include_directories(${target} SYSTEM PUBLIC ${out_root})
   # Not the messages in unity batches: each .pb.cc has file-local tables of the same names.
   target_link_libraries(${target} PUBLIC protobuf::libprotobuf ${ARG_DEPS})
+  shoal_light_optimisation(${target})
   if(ARG_GRPC)
     # The service stubs and bases: only the gRPC adapters and clients link these.
     set(grpc_target shoal_${ARG_NAME}_grpc)
@@ -117,5 +129,6 @@ function(shoal_proto_library)
     add_library(shoal::${ARG_NAME}_grpc ALIAS ${grpc_target})
     target_link_libraries(${grpc_target} PUBLIC ${target} gRPC::grpc++)
     shoal_unity(${grpc_target})
+    shoal_light_optimisation(${grpc_target})
   endif()
 endfunction()
