@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "libs/common/status_macros.h"
 
 namespace shoal::process {
@@ -70,7 +71,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
       return absl::InternalError(absl::StrCat("cannot create ", dir));
     }
   }
-  if (!o.insecure) SHOAL_RETURN_IF_ERROR(cluster->MakeCertificate("shoalctl"));
+  if (!o.insecure) SHOAL_RETURN_IF_ERROR(cluster->MakeCertificates({"shoalctl"}));
 
   std::vector<std::string> args = {"--listen",    "127.0.0.1:0", "--metrics-listen",
                                    "127.0.0.1:0", "--state-dir", o.state_dir + "/coordinator"};
@@ -93,8 +94,19 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
     SHOAL_RETURN_IF_ERROR(cluster->StartService(absl::StrCat("aggregator-", i), "aggregator",
                                                 bin + kAggregator, a, progress, abort));
   }
+  // The peers start side by side (each spends about a second loading LibTorch); their
+  // certificates first, in one shoal-gen-certs run.
+  std::vector<std::string> peer_names;
+  for (int i = 0; i < o.peers; ++i) peer_names.push_back(absl::StrCat("peer-", i));
+  if (!o.insecure && !peer_names.empty())
+    SHOAL_RETURN_IF_ERROR(cluster->MakeCertificates(peer_names));
+  std::vector<Service> launched;  // stopped by their destructors if a later one fails
   for (int i = 0; i < o.peers; ++i) {
-    SHOAL_RETURN_IF_ERROR(cluster->StartPeer(i, o.peers));
+    SHOAL_ASSIGN_OR_RETURN(Service peer, cluster->LaunchPeer(i, o.peers, {}));
+    launched.push_back(std::move(peer));
+  }
+  for (Service& peer : launched) {
+    SHOAL_RETURN_IF_ERROR(cluster->AwaitService(std::move(peer), nullptr, abort));
     if (progress != nullptr) {
       const Service& s = cluster->services_.back();
       *progress << "started " << s.name << " at " << s.address << " (log "
@@ -139,18 +151,20 @@ std::string LocalCluster::ClientTlsDir() const {
   return options_.insecure ? "" : absl::StrCat(options_.state_dir, "/certs/shoalctl");
 }
 
-absl::Status LocalCluster::MakeCertificate(const std::string& name) {
+absl::Status LocalCluster::MakeCertificates(const std::vector<std::string>& names) {
   ProcessOptions p;
   p.name = "shoal-gen-certs";
   p.binary = absl::StrCat(options_.bin_dir, "/", kGenCerts);
-  p.args = {absl::StrCat(options_.state_dir, "/certs"), name};
+  p.args = {absl::StrCat(options_.state_dir, "/certs")};
+  p.args.insert(p.args.end(), names.begin(), names.end());
   p.log_path = LogPath("gen-certs");
   SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Process> process, Process::Start(std::move(p)));
   absl::StatusOr<ExitStatus> exit = process->Wait(absl::Seconds(30));
   if (!exit.ok()) return exit.status();
   if (!exit->success()) {
-    return absl::InternalError(absl::StrCat("shoal-gen-certs failed for ", name, " (",
-                                            exit->ToString(), "): ", process->LogTail(5)));
+    return absl::InternalError(absl::StrCat("shoal-gen-certs failed for ",
+                                            absl::StrJoin(names, ", "), " (", exit->ToString(),
+                                            "): ", process->LogTail(5)));
   }
   return absl::OkStatus();
 }
@@ -173,10 +187,18 @@ Service* LocalCluster::Find(const std::string& name) {
 absl::Status LocalCluster::StartService(const std::string& name, const std::string& kind,
                                         const std::string& binary, std::vector<std::string> args,
                                         std::ostream* progress, const std::atomic<bool>* abort) {
+  if (!options_.insecure) SHOAL_RETURN_IF_ERROR(MakeCertificates({name}));
+  SHOAL_ASSIGN_OR_RETURN(Service service, LaunchService(name, kind, binary, std::move(args)));
+  return AwaitService(std::move(service), progress, abort);
+}
+
+absl::StatusOr<Service> LocalCluster::LaunchService(const std::string& name,
+                                                    const std::string& kind,
+                                                    const std::string& binary,
+                                                    std::vector<std::string> args) {
   if (options_.insecure) {
     args.push_back("--insecure");
   } else {
-    SHOAL_RETURN_IF_ERROR(MakeCertificate(name));
     args.push_back("--tls-dir");
     args.push_back(absl::StrCat(options_.state_dir, "/certs/", name));
   }
@@ -190,9 +212,13 @@ absl::Status LocalCluster::StartService(const std::string& name, const std::stri
   p.args = std::move(args);
   p.log_path = LogPath(name);
   SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<Process> process, Process::Start(std::move(p)));
-  Service service{name, kind, "", "", "", std::move(process)};
-  absl::StatusOr<std::map<std::string, std::string>> addresses =
-      WaitForAddressFile(address_file, service.process.get(), options_.startup_timeout, abort);
+  return Service{name, kind, "", "", "", std::move(process)};
+}
+
+absl::Status LocalCluster::AwaitService(Service service, std::ostream* progress,
+                                        const std::atomic<bool>* abort) {
+  absl::StatusOr<std::map<std::string, std::string>> addresses = WaitForAddressFile(
+      AddressFilePath(service.name), service.process.get(), options_.startup_timeout, abort);
   if (!addresses.ok()) {
     // The caller's cluster (if Start() fails, its destructor) stops the others.
     service.process->Stop(absl::Seconds(5));
@@ -201,9 +227,9 @@ absl::Status LocalCluster::StartService(const std::string& name, const std::stri
   service.address = (*addresses)["grpc"];
   service.metrics_address = (*addresses)["metrics"];
   service.console_address = (*addresses)["console"];
-  if (progress != nullptr && kind != "peer") {
-    *progress << "started " << name << " at " << service.address << " (log " << LogPath(name)
-              << ")\n";
+  if (progress != nullptr && service.kind != "peer") {
+    *progress << "started " << service.name << " at " << service.address << " (log "
+              << LogPath(service.name) << ")\n";
   }
   services_.push_back(std::move(service));
   return absl::OkStatus();
@@ -211,6 +237,13 @@ absl::Status LocalCluster::StartService(const std::string& name, const std::stri
 
 absl::Status LocalCluster::StartPeer(int index, int count,
                                      const std::vector<std::string>& extra_args) {
+  if (!options_.insecure) SHOAL_RETURN_IF_ERROR(MakeCertificates({absl::StrCat("peer-", index)}));
+  SHOAL_ASSIGN_OR_RETURN(Service peer, LaunchPeer(index, count, extra_args));
+  return AwaitService(std::move(peer), nullptr, nullptr);
+}
+
+absl::StatusOr<Service> LocalCluster::LaunchPeer(int index, int count,
+                                                 const std::vector<std::string>& extra_args) {
   if (services_.empty()) return absl::FailedPreconditionError("the coordinator is not running");
   const std::string name = absl::StrCat("peer-", index);
   std::vector<std::string> args = {
@@ -224,8 +257,7 @@ absl::Status LocalCluster::StartPeer(int index, int count,
   }
   args.insert(args.end(), options_.peer_args.begin(), options_.peer_args.end());
   args.insert(args.end(), extra_args.begin(), extra_args.end());
-  return StartService(name, "peer", options_.bin_dir + "/" + kPeer, std::move(args), nullptr,
-                      nullptr);
+  return LaunchService(name, "peer", options_.bin_dir + "/" + kPeer, std::move(args));
 }
 
 std::optional<std::string> LocalCluster::FirstUnexpectedExit(

@@ -59,9 +59,9 @@ struct Service {
 class LocalCluster {
  public:
   // Starts the coordinator, waits for its address file, then the aggregators, then the peers
-  // (waiting for each kind's address files). `progress` (optional) gets one line per service.
-  // `abort` (optional) interrupts the startup (CANCELLED). On error everything already started
-  // is stopped again; a service that dies during startup is named with the tail of its log.
+  // (all side by side, then waiting for their address files). `progress` (optional) gets one line
+  // per service. `abort` (optional) interrupts the startup (CANCELLED). On error everything already
+  // started is stopped again; a service that dies during startup is named with the tail of its log.
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(
       LocalClusterOptions options, std::ostream* progress = nullptr,
       const std::atomic<bool>* abort = nullptr);
@@ -92,13 +92,22 @@ class LocalCluster {
 
  private:
   explicit LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
-  // Issues NAME's certificate (if missing) with shoal-gen-certs.
-  absl::Status MakeCertificate(const std::string& name);
+  // Issues each name's certificate (if missing) in one shoal-gen-certs run.
+  absl::Status MakeCertificates(const std::vector<std::string>& names);
   // Writes ConsoleTokensPath(): one admin token, 24 random bytes as hex (mode 0600).
   absl::Status MakeConsoleTokens();
   absl::Status StartService(const std::string& name, const std::string& kind,
                             const std::string& binary, std::vector<std::string> args,
                             std::ostream* progress, const std::atomic<bool>* abort);
+  // StartService() in two halves, so that several services can start side by side: the process
+  // with --tls-dir (its certificate already made) or --insecure and --address-file; then the
+  // wait for its address file, after which it joins services_ (on failure it is stopped).
+  absl::StatusOr<Service> LaunchService(const std::string& name, const std::string& kind,
+                                        const std::string& binary, std::vector<std::string> args);
+  absl::Status AwaitService(Service service, std::ostream* progress,
+                            const std::atomic<bool>* abort);
+  absl::StatusOr<Service> LaunchPeer(int index, int count,
+                                     const std::vector<std::string>& extra_args);
 
   LocalClusterOptions options_;
   std::vector<Service> services_;  // coordinator first; only the owning thread adds
