@@ -71,7 +71,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
       return absl::InternalError(absl::StrCat("cannot create ", dir));
     }
   }
-  if (!o.insecure) SHOAL_RETURN_IF_ERROR(cluster->MakeCertificates({"shoalctl"}));
+  SHOAL_RETURN_IF_ERROR(cluster->MakeCertificates({"shoalctl"}));
 
   std::vector<std::string> args = {"--listen",    "127.0.0.1:0", "--metrics-listen",
                                    "127.0.0.1:0", "--state-dir", o.state_dir + "/coordinator"};
@@ -98,20 +98,14 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
   // certificates first, in one shoal-gen-certs run.
   std::vector<std::string> peer_names;
   for (int i = 0; i < o.peers; ++i) peer_names.push_back(absl::StrCat("peer-", i));
-  if (!o.insecure && !peer_names.empty())
-    SHOAL_RETURN_IF_ERROR(cluster->MakeCertificates(peer_names));
+  SHOAL_RETURN_IF_ERROR(cluster->MakeCertificates(peer_names));
   std::vector<Service> launched;  // stopped by their destructors if a later one fails
   for (int i = 0; i < o.peers; ++i) {
     SHOAL_ASSIGN_OR_RETURN(Service peer, cluster->LaunchPeer(i, o.peers, {}));
     launched.push_back(std::move(peer));
   }
   for (Service& peer : launched) {
-    SHOAL_RETURN_IF_ERROR(cluster->AwaitService(std::move(peer), nullptr, abort));
-    if (progress != nullptr) {
-      const Service& s = cluster->services_.back();
-      *progress << "started " << s.name << " at " << s.address << " (log "
-                << cluster->LogPath(s.name) << ")\n";
-    }
+    SHOAL_RETURN_IF_ERROR(cluster->AwaitService(std::move(peer), progress, abort));
   }
   return cluster;
 }
@@ -152,6 +146,7 @@ std::string LocalCluster::ClientTlsDir() const {
 }
 
 absl::Status LocalCluster::MakeCertificates(const std::vector<std::string>& names) {
+  if (options_.insecure || names.empty()) return absl::OkStatus();
   ProcessOptions p;
   p.name = "shoal-gen-certs";
   p.binary = absl::StrCat(options_.bin_dir, "/", kGenCerts);
@@ -187,7 +182,7 @@ Service* LocalCluster::Find(const std::string& name) {
 absl::Status LocalCluster::StartService(const std::string& name, const std::string& kind,
                                         const std::string& binary, std::vector<std::string> args,
                                         std::ostream* progress, const std::atomic<bool>* abort) {
-  if (!options_.insecure) SHOAL_RETURN_IF_ERROR(MakeCertificates({name}));
+  SHOAL_RETURN_IF_ERROR(MakeCertificates({name}));
   SHOAL_ASSIGN_OR_RETURN(Service service, LaunchService(name, kind, binary, std::move(args)));
   return AwaitService(std::move(service), progress, abort);
 }
@@ -227,7 +222,7 @@ absl::Status LocalCluster::AwaitService(Service service, std::ostream* progress,
   service.address = (*addresses)["grpc"];
   service.metrics_address = (*addresses)["metrics"];
   service.console_address = (*addresses)["console"];
-  if (progress != nullptr && service.kind != "peer") {
+  if (progress != nullptr) {
     *progress << "started " << service.name << " at " << service.address << " (log "
               << LogPath(service.name) << ")\n";
   }
@@ -237,7 +232,7 @@ absl::Status LocalCluster::AwaitService(Service service, std::ostream* progress,
 
 absl::Status LocalCluster::StartPeer(int index, int count,
                                      const std::vector<std::string>& extra_args) {
-  if (!options_.insecure) SHOAL_RETURN_IF_ERROR(MakeCertificates({absl::StrCat("peer-", index)}));
+  SHOAL_RETURN_IF_ERROR(MakeCertificates({absl::StrCat("peer-", index)}));
   SHOAL_ASSIGN_OR_RETURN(Service peer, LaunchPeer(index, count, extra_args));
   return AwaitService(std::move(peer), nullptr, nullptr);
 }

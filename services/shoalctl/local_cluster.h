@@ -92,7 +92,7 @@ class LocalCluster {
 
  private:
   explicit LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
-  // Issues each name's certificate (if missing) in one shoal-gen-certs run.
+  // Issues each name's certificate (if missing) in one shoal-gen-certs run; nothing when insecure.
   absl::Status MakeCertificates(const std::vector<std::string>& names);
   // Writes ConsoleTokensPath(): one admin token, 24 random bytes as hex (mode 0600).
   absl::Status MakeConsoleTokens();
@@ -101,7 +101,8 @@ class LocalCluster {
                             std::ostream* progress, const std::atomic<bool>* abort);
   // StartService() in two halves, so that several services can start side by side: the process
   // with --tls-dir (its certificate already made) or --insecure and --address-file; then the
-  // wait for its address file, after which it joins services_ (on failure it is stopped).
+  // wait for its address file, after which it joins services_ (on failure it is stopped) and
+  // `progress` (optional) gets its "started" line.
   absl::StatusOr<Service> LaunchService(const std::string& name, const std::string& kind,
                                         const std::string& binary, std::vector<std::string> args);
   absl::Status AwaitService(Service service, std::ostream* progress,
