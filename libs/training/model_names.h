@@ -13,17 +13,17 @@ namespace shoal::training {
 // TaskSpec.model of a task whose model is the user's TorchScript file (TaskSpec.torchscript).
 inline constexpr char kTorchScriptModel[] = "torchscript";
 
-// Names MakeModel accepts, sorted: {"cnn", "mlp", "wide-mlp"}.
-inline std::vector<std::string> KnownModels() { return {"cnn", "mlp", "wide-mlp"}; }
+// Names MakeModel accepts, sorted: {"cnn", "dp-cnn", "mlp", "wide-mlp"}.
+inline std::vector<std::string> KnownModels() { return {"cnn", "dp-cnn", "mlp", "wide-mlp"}; }
 
 // OK when MakeModel knows `name`, or for kTorchScriptModel when `torchscript_ok`; else
-// INVALID_ARGUMENT "unknown model "x" (known: cnn, mlp, wide-mlp, torchscript)".
+// INVALID_ARGUMENT "unknown model "x" (known: cnn, dp-cnn, mlp, wide-mlp, torchscript)".
 inline absl::Status CheckModelName(const std::string& name, bool torchscript_ok = false) {
   for (const std::string& known : KnownModels()) {
     if (name == known) return absl::OkStatus();
   }
   if (torchscript_ok && name == kTorchScriptModel) return absl::OkStatus();
-  std::string known = "cnn, mlp, wide-mlp";
+  std::string known = "cnn, dp-cnn, mlp, wide-mlp";
   if (torchscript_ok) known += ", torchscript";
   return absl::InvalidArgumentError("unknown model \"" + name + "\" (known: " + known + ")");
 }

@@ -74,6 +74,39 @@ class Cnn final : public Net {
   torch::nn::Sequential chain_{nullptr};  // not registered: its layers are conv1_..fc2_
 };
 
+// The small CNN of the DP-SGD literature for 28 x 28 images (Papernot et al., "Tempered Sigmoid
+// Activations for Deep Learning with Differential Privacy", 2020; Tramer and Boneh, ICLR 2021):
+// conv(1->16, k8, stride 2, pad 3) -> tanh -> maxpool 2 stride 1 -> conv(16->32, k4, stride 2)
+// -> tanh -> maxpool 2 stride 1 -> fc(512->32) -> tanh -> fc(32->10). 26,010 parameters: with
+// fewer parameters the same noise multiplier adds less noise in all, and tanh keeps the clipped
+// per-sample gradients useful (docs/how-to/privacy.md "Choosing the model").
+class DpCnn final : public Net {
+ public:
+  DpCnn() {
+    using torch::nn::Conv2dOptions;
+    conv1_ =
+        register_module("conv1", torch::nn::Conv2d(Conv2dOptions(1, 16, 8).stride(2).padding(3)));
+    conv2_ = register_module("conv2", torch::nn::Conv2d(Conv2dOptions(16, 32, 4).stride(2)));
+    fc1_ = register_module("fc1", torch::nn::Linear(32 * 4 * 4, 32));
+    fc2_ = register_module("fc2", torch::nn::Linear(32, 10));
+    using torch::nn::MaxPool2d;
+    using torch::nn::MaxPool2dOptions;
+    using torch::nn::Tanh;
+    chain_ = torch::nn::Sequential(conv1_, Tanh(), MaxPool2d(MaxPool2dOptions(2).stride(1)), conv2_,
+                                   Tanh(), MaxPool2d(MaxPool2dOptions(2).stride(1)),
+                                   torch::nn::Flatten(), fc1_, Tanh(), fc2_);
+  }
+  torch::Tensor forward(torch::Tensor x) override { return chain_->forward(x); }
+  torch::nn::Sequential Layers() override { return chain_; }
+
+ private:
+  torch::nn::Conv2d conv1_{nullptr};
+  torch::nn::Conv2d conv2_{nullptr};
+  torch::nn::Linear fc1_{nullptr};
+  torch::nn::Linear fc2_{nullptr};
+  torch::nn::Sequential chain_{nullptr};  // not registered: its layers are conv1_..fc2_
+};
+
 std::mutex& SeedMutex() {
   static std::mutex mu;
   return mu;
@@ -93,6 +126,7 @@ absl::StatusOr<std::shared_ptr<Net>> MakeModel(const std::string& name, uint64_t
     std::lock_guard<std::mutex> lock(SeedMutex());
     torch::manual_seed(seed);
     if (name == "cnn") return std::shared_ptr<Net>(std::make_shared<Cnn>());
+    if (name == "dp-cnn") return std::shared_ptr<Net>(std::make_shared<DpCnn>());
     if (name == "wide-mlp") return std::shared_ptr<Net>(std::make_shared<WideMlp>(width));
     return std::shared_ptr<Net>(std::make_shared<Mlp>());
   } catch (const std::bad_alloc&) {

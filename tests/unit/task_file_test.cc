@@ -123,7 +123,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFile{"bad_name.yaml", absl::StatusCode::kInvalidArgument,
                 "name: must match [a-z0-9][a-z0-9-]{0,62}, got \"Bad_Name\""},
         BadFile{"bad_model.yaml", absl::StatusCode::kInvalidArgument,
-                "model: unknown model \"resnet\" (expected cnn, mlp, wide-mlp, or "
+                "model: unknown model \"resnet\" (expected cnn, dp-cnn, mlp, wide-mlp, or "
                 "{torchscript: FILE})"},
         BadFile{"bad_nested_type.yaml", absl::StatusCode::kInvalidArgument,
                 "optimizer: expected a mapping"},

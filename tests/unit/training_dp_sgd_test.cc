@@ -122,7 +122,7 @@ TEST_P(DpSgdTest, FastPathEqualsOneBackwardPerSampleAndSumsToTheBatchGradient) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(BuiltIn, DpSgdTest, ::testing::Values("mlp", "cnn"));
+INSTANTIATE_TEST_SUITE_P(BuiltIn, DpSgdTest, ::testing::Values("mlp", "cnn", "dp-cnn"));
 
 // A model whose forward is not a chain of layers, with a layer the fast path does not know.
 class GatedNet final : public Net {
