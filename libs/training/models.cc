@@ -8,70 +8,56 @@
 namespace shoal::training {
 namespace {
 
-// 784 -> 200 -> 10 with ReLU. Each built-in model's forward() runs its chain of layers
-// (Net::Layers), so per_sample_grads.h's fast path runs exactly the same computation.
-class Mlp final : public Net {
+// A built-in model: its forward() runs its chain of layers (Net::Layers), so per_sample_grads.h's
+// fast path runs exactly the same computation. The chain is not registered: each subclass
+// registers its parameterised layers by name, in the order of the flat model.
+class ChainNet : public Net {
+ public:
+  torch::Tensor forward(torch::Tensor x) final { return chain_->forward(x); }
+  torch::nn::Sequential Layers() final { return chain_; }
+
+ protected:
+  torch::nn::Sequential chain_{nullptr};
+};
+
+// 784 -> 200 -> 10 with ReLU.
+class Mlp final : public ChainNet {
  public:
   Mlp() {
-    fc1_ = register_module("fc1", torch::nn::Linear(784, 200));
-    fc2_ = register_module("fc2", torch::nn::Linear(200, 10));
-    chain_ = torch::nn::Sequential(torch::nn::Flatten(), fc1_, torch::nn::ReLU(), fc2_);
+    auto fc1 = register_module("fc1", torch::nn::Linear(784, 200));
+    auto fc2 = register_module("fc2", torch::nn::Linear(200, 10));
+    chain_ = torch::nn::Sequential(torch::nn::Flatten(), fc1, torch::nn::ReLU(), fc2);
   }
-  torch::Tensor forward(torch::Tensor x) override { return chain_->forward(x); }
-  torch::nn::Sequential Layers() override { return chain_; }
-
- private:
-  torch::nn::Linear fc1_{nullptr};
-  torch::nn::Linear fc2_{nullptr};
-  torch::nn::Sequential chain_{nullptr};  // not registered: its layers are fc1_ and fc2_
 };
 
 // 784 -> w -> w -> 10 with ReLU: a model of realistic size for the data path (w = 5000: 29M
 // parameters, 116 MB; w = 10000: 108M).
-class WideMlp final : public Net {
+class WideMlp final : public ChainNet {
  public:
   explicit WideMlp(int64_t width) {
-    fc1_ = register_module("fc1", torch::nn::Linear(784, width));
-    fc2_ = register_module("fc2", torch::nn::Linear(width, width));
-    fc3_ = register_module("fc3", torch::nn::Linear(width, 10));
-    chain_ = torch::nn::Sequential(torch::nn::Flatten(), fc1_, torch::nn::ReLU(), fc2_,
-                                   torch::nn::ReLU(), fc3_);
+    auto fc1 = register_module("fc1", torch::nn::Linear(784, width));
+    auto fc2 = register_module("fc2", torch::nn::Linear(width, width));
+    auto fc3 = register_module("fc3", torch::nn::Linear(width, 10));
+    chain_ = torch::nn::Sequential(torch::nn::Flatten(), fc1, torch::nn::ReLU(), fc2,
+                                   torch::nn::ReLU(), fc3);
   }
-  torch::Tensor forward(torch::Tensor x) override { return chain_->forward(x); }
-  torch::nn::Sequential Layers() override { return chain_; }
-
- private:
-  torch::nn::Linear fc1_{nullptr};
-  torch::nn::Linear fc2_{nullptr};
-  torch::nn::Linear fc3_{nullptr};
-  torch::nn::Sequential chain_{nullptr};  // not registered: its layers are fc1_..fc3_
 };
 
 // conv(1->16, k5, pad 2) -> relu -> maxpool 2 -> conv(16->32, k5, pad 2) -> relu -> maxpool 2
 // -> fc(1568->128) -> relu -> fc(128->10).
-class Cnn final : public Net {
+class Cnn final : public ChainNet {
  public:
   Cnn() {
-    conv1_ =
-        register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 5).padding(2)));
-    conv2_ =
-        register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 5).padding(2)));
-    fc1_ = register_module("fc1", torch::nn::Linear(32 * 7 * 7, 128));
-    fc2_ = register_module("fc2", torch::nn::Linear(128, 10));
+    using torch::nn::Conv2dOptions;
+    auto conv1 = register_module("conv1", torch::nn::Conv2d(Conv2dOptions(1, 16, 5).padding(2)));
+    auto conv2 = register_module("conv2", torch::nn::Conv2d(Conv2dOptions(16, 32, 5).padding(2)));
+    auto fc1 = register_module("fc1", torch::nn::Linear(32 * 7 * 7, 128));
+    auto fc2 = register_module("fc2", torch::nn::Linear(128, 10));
     using torch::nn::MaxPool2d;
     using torch::nn::ReLU;
-    chain_ = torch::nn::Sequential(conv1_, ReLU(), MaxPool2d(2), conv2_, ReLU(), MaxPool2d(2),
-                                   torch::nn::Flatten(), fc1_, ReLU(), fc2_);
+    chain_ = torch::nn::Sequential(conv1, ReLU(), MaxPool2d(2), conv2, ReLU(), MaxPool2d(2),
+                                   torch::nn::Flatten(), fc1, ReLU(), fc2);
   }
-  torch::Tensor forward(torch::Tensor x) override { return chain_->forward(x); }
-  torch::nn::Sequential Layers() override { return chain_; }
-
- private:
-  torch::nn::Conv2d conv1_{nullptr};
-  torch::nn::Conv2d conv2_{nullptr};
-  torch::nn::Linear fc1_{nullptr};
-  torch::nn::Linear fc2_{nullptr};
-  torch::nn::Sequential chain_{nullptr};  // not registered: its layers are conv1_..fc2_
 };
 
 // The small CNN of the DP-SGD literature for 28 x 28 images (Papernot et al., "Tempered Sigmoid
@@ -79,32 +65,23 @@ class Cnn final : public Net {
 // conv(1->16, k8, stride 2, pad 3) -> tanh -> maxpool 2 stride 1 -> conv(16->32, k4, stride 2)
 // -> tanh -> maxpool 2 stride 1 -> fc(512->32) -> tanh -> fc(32->10). 26,010 parameters: with
 // fewer parameters the same noise multiplier adds less noise in all, and tanh keeps the clipped
-// per-sample gradients useful (docs/how-to/privacy.md "Choosing the model").
-class DpCnn final : public Net {
+// per-sample gradients useful (docs/how-to/privacy.md "Choose the parameters").
+class DpCnn final : public ChainNet {
  public:
   DpCnn() {
     using torch::nn::Conv2dOptions;
-    conv1_ =
+    auto conv1 =
         register_module("conv1", torch::nn::Conv2d(Conv2dOptions(1, 16, 8).stride(2).padding(3)));
-    conv2_ = register_module("conv2", torch::nn::Conv2d(Conv2dOptions(16, 32, 4).stride(2)));
-    fc1_ = register_module("fc1", torch::nn::Linear(32 * 4 * 4, 32));
-    fc2_ = register_module("fc2", torch::nn::Linear(32, 10));
+    auto conv2 = register_module("conv2", torch::nn::Conv2d(Conv2dOptions(16, 32, 4).stride(2)));
+    auto fc1 = register_module("fc1", torch::nn::Linear(32 * 4 * 4, 32));
+    auto fc2 = register_module("fc2", torch::nn::Linear(32, 10));
     using torch::nn::MaxPool2d;
     using torch::nn::MaxPool2dOptions;
     using torch::nn::Tanh;
-    chain_ = torch::nn::Sequential(conv1_, Tanh(), MaxPool2d(MaxPool2dOptions(2).stride(1)), conv2_,
+    chain_ = torch::nn::Sequential(conv1, Tanh(), MaxPool2d(MaxPool2dOptions(2).stride(1)), conv2,
                                    Tanh(), MaxPool2d(MaxPool2dOptions(2).stride(1)),
-                                   torch::nn::Flatten(), fc1_, Tanh(), fc2_);
+                                   torch::nn::Flatten(), fc1, Tanh(), fc2);
   }
-  torch::Tensor forward(torch::Tensor x) override { return chain_->forward(x); }
-  torch::nn::Sequential Layers() override { return chain_; }
-
- private:
-  torch::nn::Conv2d conv1_{nullptr};
-  torch::nn::Conv2d conv2_{nullptr};
-  torch::nn::Linear fc1_{nullptr};
-  torch::nn::Linear fc2_{nullptr};
-  torch::nn::Sequential chain_{nullptr};  // not registered: its layers are conv1_..fc2_
 };
 
 std::mutex& SeedMutex() {
