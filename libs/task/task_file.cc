@@ -152,8 +152,9 @@ class YamlReader {
                                 pb::Message& message) {
     if (node.size() != 1 || !node.begin()->first.IsScalar() ||
         node.begin()->first.Scalar() != "torchscript") {
-      return Error(path,
-                   "expected a model name (cnn, dp-cnn, mlp, wide-mlp) or {torchscript: FILE}");
+      return Error(path, absl::StrCat("expected a model name (",
+                                      absl::StrJoin(training::KnownModels(), ", "),
+                                      ") or {torchscript: FILE}"));
     }
     auto& spec = static_cast<TaskSpec&>(message);
     if (!spec.torchscript().file().empty()) {

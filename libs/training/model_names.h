@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_join.h"
 
 namespace shoal::training {
 
@@ -23,7 +24,7 @@ inline absl::Status CheckModelName(const std::string& name, bool torchscript_ok 
     if (name == known) return absl::OkStatus();
   }
   if (torchscript_ok && name == kTorchScriptModel) return absl::OkStatus();
-  std::string known = "cnn, dp-cnn, mlp, wide-mlp";
+  std::string known = absl::StrJoin(KnownModels(), ", ");
   if (torchscript_ok) known += ", torchscript";
   return absl::InvalidArgumentError("unknown model \"" + name + "\" (known: " + known + ")");
 }
