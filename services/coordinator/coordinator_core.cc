@@ -11,6 +11,7 @@
 #include "libs/common/status_macros.h"
 #include "libs/task/task_file.h"
 #include "libs/task/task_mode.h"
+#include "services/coordinator/hello_check.h"
 #include "services/coordinator/peer_data.h"
 #include "services/coordinator/task_names.h"
 
@@ -162,28 +163,7 @@ void CoordinatorCore::WhenStored(std::function<void()> done) {
 absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
                                                      const std::string& identity,
                                                      std::shared_ptr<PeerSink> sink) {
-  if (!identity.empty() && !hello.name().empty() && hello.name() != identity) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "hello: name \"", hello.name(), "\" is not the certificate's (\"", identity, "\")"));
-  }
-  if (hello.shard_count() == 0 || hello.shard_index() >= hello.shard_count()) {
-    return absl::InvalidArgumentError(absl::StrCat("hello: shard ", hello.shard_index(), "/",
-                                                   hello.shard_count(), " is not valid"));
-  }
-  if (hello.name().size() > 128) {
-    return absl::InvalidArgumentError("hello: name longer than 128 characters");
-  }
-  if (hello.capacity().aggregator_rtts_size() > static_cast<int>(capacity::kMaxAggregatorRtts)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hello: ", hello.capacity().aggregator_rtts_size(),
-                     " aggregator round trips, at most ", capacity::kMaxAggregatorRtts));
-  }
-  for (const common::v1::AggregatorRtt& rtt : hello.capacity().aggregator_rtts()) {
-    if (rtt.address().empty() || rtt.address().size() > 256) {
-      return absl::InvalidArgumentError(
-          "hello: an aggregator round trip without an address, or with one over 256 characters");
-    }
-  }
+  SHOAL_RETURN_IF_ERROR(CheckHello(hello, identity));
   Outbox out;
   std::string id;
   {

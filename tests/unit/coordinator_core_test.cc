@@ -9,6 +9,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "libs/capacity/local_capacity.h"
 #include "tests/unit/coordinator_core_fixture.h"
 
 namespace shoal::coordinator {
@@ -169,6 +170,25 @@ TEST_F(CoordinatorCoreTest, PeersCanOnlyUseTheirCertificatesName) {
   EXPECT_TRUE(core_->Connect(Hello("peer-3"), "peer-3", std::make_shared<FakeSink>()).ok());
   EXPECT_EQ(core_->Connect(Hello("x", 4, 4), "", sink).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinatorCoreTest, RefusesMalformedHellosNamingTheField) {
+  auto sink = std::make_shared<FakeSink>();
+  const auto refused = [&](const v1::Hello& hello) {
+    return core_->Connect(hello, "", sink).status();
+  };
+  EXPECT_THAT(refused(Hello(std::string(129, 'p'))).message(),
+              ::testing::HasSubstr("name longer than 128 characters"));
+  v1::Hello many = Hello("a");
+  for (size_t i = 0; i <= capacity::kMaxAggregatorRtts; ++i) {
+    many.mutable_capacity()->add_aggregator_rtts()->set_address("127.0.0.1:1");
+  }
+  EXPECT_THAT(refused(many).message(), ::testing::HasSubstr("aggregator round trips, at most"));
+  v1::Hello nameless = Hello("a");
+  nameless.mutable_capacity()->add_aggregator_rtts();
+  EXPECT_EQ(refused(nameless).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused(nameless).message(), ::testing::HasSubstr("without an address"));
+  EXPECT_TRUE(core_->Connect(Hello(std::string(128, 'p')), "", sink).ok());
 }
 
 TEST_F(CoordinatorCoreTest, JoinTokensGateTasksAndSessionTokensReachTheAggregator) {
