@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "libs/training/scattering.h"
 
 namespace shoal::training {
 namespace {
@@ -84,6 +85,21 @@ class DpCnn final : public ChainNet {
   }
 };
 
+// A linear classifier over the scattering features of 28 x 28 images (scattering.h: 81 channels
+// of 7 x 7, group-normalised), the "ScatterNet + linear" model of Tramer and Boneh (ICLR 2021):
+// 39,700 parameters. The features are computed once per data set (PrepareInputs), so a training
+// step costs what a linear model's does.
+class ScatterLinear final : public ChainNet {
+ public:
+  ScatterLinear() {
+    auto fc = register_module("fc", torch::nn::Linear(kScatteringChannels * 7 * 7, 10));
+    chain_ = torch::nn::Sequential(torch::nn::Flatten(), fc);
+  }
+  torch::Tensor PrepareInputs(const torch::Tensor& samples) override {
+    return ScatteringFeatures(samples);
+  }
+};
+
 std::mutex& SeedMutex() {
   static std::mutex mu;
   return mu;
@@ -104,6 +120,7 @@ absl::StatusOr<std::shared_ptr<Net>> MakeModel(const std::string& name, uint64_t
     torch::manual_seed(seed);
     if (name == "cnn") return std::shared_ptr<Net>(std::make_shared<Cnn>());
     if (name == "dp-cnn") return std::shared_ptr<Net>(std::make_shared<DpCnn>());
+    if (name == "scatter-linear") return std::shared_ptr<Net>(std::make_shared<ScatterLinear>());
     if (name == "wide-mlp") return std::shared_ptr<Net>(std::make_shared<WideMlp>(width));
     return std::shared_ptr<Net>(std::make_shared<Mlp>());
   } catch (const std::bad_alloc&) {

@@ -24,6 +24,10 @@ class Net : public torch::nn::Module {
   // forward() runs exactly this chain); an empty holder otherwise. per_sample_grads.h runs a
   // chain layer by layer for its fast path.
   virtual torch::nn::Sequential Layers() { return torch::nn::Sequential(nullptr); }
+  // The samples as the model's layers take them: a fixed transform without parameters that the
+  // trainer applies once to each data set it holds (its training shard and test slice), not at
+  // every step. The samples themselves for every model but scatter-linear (scattering.h).
+  virtual torch::Tensor PrepareInputs(const torch::Tensor& samples) { return samples; }
 };
 
 // Builds model `name` with weights drawn after torch::manual_seed(seed), so two processes with
@@ -51,6 +55,9 @@ class Model {
   virtual std::vector<std::pair<std::string, std::string>> NamedModuleKinds() = 0;
   // The built-in model's chain of layers (Net::Layers); an empty holder for other models.
   virtual torch::nn::Sequential Layers() = 0;
+  // The built-in model's fixed transform of the samples (Net::PrepareInputs); the samples
+  // themselves for other models.
+  virtual torch::Tensor PrepareInputs(const torch::Tensor& samples) = 0;
   // Writes the model with its current parameters as a TorchScript file. FAILED_PRECONDITION for
   // a built-in model (it has no TorchScript form).
   virtual absl::Status SaveTorchScript(const std::string& path) = 0;

@@ -39,6 +39,9 @@ class NetModel final : public Model {
     return out;
   }
   torch::nn::Sequential Layers() override { return net_->Layers(); }
+  torch::Tensor PrepareInputs(const torch::Tensor& samples) override {
+    return net_->PrepareInputs(samples);
+  }
   absl::Status SaveTorchScript(const std::string&) override {
     return absl::FailedPreconditionError(
         "a built-in model has no TorchScript form; only a task whose model is a TorchScript "
@@ -85,6 +88,7 @@ class ScriptModel final : public Model {
     return out;
   }
   torch::nn::Sequential Layers() override { return torch::nn::Sequential(nullptr); }
+  torch::Tensor PrepareInputs(const torch::Tensor& samples) override { return samples; }
   absl::Status SaveTorchScript(const std::string& path) override {
     try {
       module_.save(path);

@@ -193,9 +193,9 @@ TEST_F(PeerBinaryTest, UnknownModelReportsAnErrorAndExitsNonZero) {
   ASSERT_TRUE(exit.ok()) << "shoal-peer did not exit: " << exit.status();
   EXPECT_FALSE(exit->signaled) << exit->ToString();
   EXPECT_NE(exit->code, 0);
-  EXPECT_THAT(
-      ReadFile(log_path),
-      HasSubstr("unknown model \"resnet\" (known: cnn, dp-cnn, mlp, wide-mlp, torchscript)"));
+  EXPECT_THAT(ReadFile(log_path),
+              HasSubstr("unknown model \"resnet\" (known: cnn, dp-cnn, mlp, scatter-linear, "
+                        "wide-mlp, torchscript)"));
   std::filesystem::remove_all(*dir);
 }
 

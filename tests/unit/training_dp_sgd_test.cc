@@ -88,7 +88,8 @@ TEST_P(DpSgdTest, FastPathEqualsOneBackwardPerSampleAndSumsToTheBatchGradient) {
   EXPECT_EQ((*fast)->Kind(), "layerwise");
   std::unique_ptr<PerSampleGrads> loop = MakeLoopPerSampleGrads(*model, CrossEntropy);
 
-  const Batch b = MakeBatch(32, 3);
+  const Batch raw = MakeBatch(32, 3);
+  const Batch b{model->PrepareInputs(raw.x), raw.y};
   auto fast_grads = (*fast)->Compute(b.x, b.y);
   auto loop_grads = loop->Compute(b.x, b.y);
   ASSERT_TRUE(fast_grads.ok()) << fast_grads.status();
@@ -122,7 +123,8 @@ TEST_P(DpSgdTest, FastPathEqualsOneBackwardPerSampleAndSumsToTheBatchGradient) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(BuiltIn, DpSgdTest, ::testing::Values("mlp", "cnn", "dp-cnn"));
+INSTANTIATE_TEST_SUITE_P(BuiltIn, DpSgdTest,
+                         ::testing::Values("mlp", "cnn", "dp-cnn", "scatter-linear"));
 
 // A model whose forward is not a chain of layers, with a layer the fast path does not know.
 class GatedNet final : public Net {
