@@ -37,7 +37,11 @@ TEST(CoordinatorEtcdClusterTest, APausedCoordinatorLosesItsPrefixAndStepsDown) {
   std::filesystem::create_directories(*dir + "/second");
   Cluster first(*dir + "/first");
   ASSERT_TRUE(first.StartCoordinator(args).ok()) << first.LogTails();
-  ASSERT_TRUE(first.CreateTask(SmallTask("kept")).ok());
+  // Its address file is written while it still answers as a standby (UNAVAILABLE) on its way to
+  // holding the prefix: wait until it serves.
+  ASSERT_TRUE(first.WaitForCoordinatorServing(absl::Seconds(20)).ok()) << first.LogTails();
+  const absl::Status created = first.CreateTask(SmallTask("kept"));
+  ASSERT_TRUE(created.ok()) << created;
   // CreateTask answers once the task is stored: it is in etcd now, before the pause (a task
   // acknowledged and then lost with the paused coordinator would fail below).
   absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv =
