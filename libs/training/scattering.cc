@@ -56,9 +56,10 @@ Grid Morlet(double sigma, double theta, double xi, double slant) {
 }
 
 struct FilterBank {
-  torch::Tensor wavelets;  // [2 J L, 1, kSide, kSide]: the real parts of the J L wavelets, then
-                           // their imaginary parts; scale j's at [j L, (j + 1) L)
-  torch::Tensor low_pass;  // [1, 1, kSide, kSide], for maps at full resolution
+  // Per scale j: [2 L, 1, kSide, kSide], the real parts of its L wavelets, then their imaginary
+  // parts (one convolution gives both).
+  std::vector<torch::Tensor> wavelets;
+  torch::Tensor low_pass;       // [1, 1, kSide, kSide], for maps at full resolution
   torch::Tensor low_pass_half;  // [1, 1, 2 kHalfRadius + 1, ...], for maps at half resolution
 };
 
@@ -73,21 +74,20 @@ torch::Tensor LowPassFilter(double sigma, int radius) {
 }
 
 FilterBank MakeFilterBank() {
-  const int n = kScales * kOrientations;
   FilterBank bank;
-  bank.wavelets = torch::empty({2 * n, 1, kSide, kSide}, torch::kFloat32);
-  auto w = bank.wavelets.accessor<float, 4>();
   for (int j = 0; j < kScales; ++j) {
+    torch::Tensor scale = torch::empty({2 * kOrientations, 1, kSide, kSide}, torch::kFloat32);
+    auto w = scale.accessor<float, 4>();
     for (int l = 0; l < kOrientations; ++l) {
       const double theta = (kOrientations / 2 - 1 - l) * M_PI / kOrientations;
       const Grid psi = Morlet(0.8 * std::pow(2.0, j), theta, 0.75 * M_PI / std::pow(2.0, j),
                               4.0 / kOrientations);
-      const int k = j * kOrientations + l;
       for (int i = 0; i < kSide * kSide; ++i) {
-        w[k][0][i / kSide][i % kSide] = static_cast<float>(psi[i].real());
-        w[n + k][0][i / kSide][i % kSide] = static_cast<float>(psi[i].imag());
+        w[l][0][i / kSide][i % kSide] = static_cast<float>(psi[i].real());
+        w[kOrientations + l][0][i / kSide][i % kSide] = static_cast<float>(psi[i].imag());
       }
     }
+    bank.wavelets.push_back(scale);
   }
   bank.low_pass = LowPassFilter(0.8 * std::pow(2.0, kScales), kRadius);
   bank.low_pass_half = LowPassFilter(0.8 * std::pow(2.0, kScales - 1), kHalfRadius);
@@ -106,15 +106,11 @@ torch::Tensor Reflect(const torch::Tensor& x, int64_t radius) {
 // The modulus of x's [M, 1, H, W] convolution with the wavelets of scale j, sampled every
 // `stride` pixels: [M, L, H / stride, W / stride].
 torch::Tensor WaveletModulus(const torch::Tensor& x, int j, int64_t stride) {
-  const int n = kScales * kOrientations;
-  const torch::Tensor& w = Bank().wavelets;
-  const torch::Tensor padded = Reflect(x, kRadius);
-  const auto conv = [&](int first) {
-    return torch::conv2d(padded, w.narrow(0, first, kOrientations).to(x.device()),
-                         /*bias=*/torch::Tensor(), /*stride=*/torch::IntArrayRef{stride, stride});
-  };
-  const torch::Tensor re = conv(j * kOrientations);
-  const torch::Tensor im = conv(n + j * kOrientations);
+  const torch::Tensor both =
+      torch::conv2d(Reflect(x, kRadius), Bank().wavelets[j].to(x.device()),
+                    /*bias=*/torch::Tensor(), /*stride=*/torch::IntArrayRef{stride, stride});
+  const torch::Tensor re = both.narrow(1, 0, kOrientations);
+  const torch::Tensor im = both.narrow(1, kOrientations, kOrientations);
   return torch::sqrt(re * re + im * im);
 }
 
