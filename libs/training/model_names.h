@@ -14,14 +14,15 @@ namespace shoal::training {
 // TaskSpec.model of a task whose model is the user's TorchScript file (TaskSpec.torchscript).
 inline constexpr char kTorchScriptModel[] = "torchscript";
 
-// Names MakeModel accepts, sorted: {"cnn", "dp-cnn", "mlp", "scatter-linear", "wide-mlp"}.
+// Names MakeModel accepts, sorted: {"cnn", "dp-cnn", "mlp", "scatter-cnn", "scatter-linear",
+// "wide-mlp"}.
 inline std::vector<std::string> KnownModels() {
-  return {"cnn", "dp-cnn", "mlp", "scatter-linear", "wide-mlp"};
+  return {"cnn", "dp-cnn", "mlp", "scatter-cnn", "scatter-linear", "wide-mlp"};
 }
 
 // OK when MakeModel knows `name`, or for kTorchScriptModel when `torchscript_ok`; else
-// INVALID_ARGUMENT "unknown model "x" (known: cnn, dp-cnn, mlp, scatter-linear, wide-mlp,
-// torchscript)".
+// INVALID_ARGUMENT "unknown model "x" (known: cnn, dp-cnn, mlp, scatter-cnn, scatter-linear,
+// wide-mlp, torchscript)".
 inline absl::Status CheckModelName(const std::string& name, bool torchscript_ok = false) {
   for (const std::string& known : KnownModels()) {
     if (name == known) return absl::OkStatus();

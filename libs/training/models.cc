@@ -100,6 +100,27 @@ class ScatterLinear final : public ChainNet {
   }
 };
 
+// A small CNN over the same scattering features, the "ScatterNet + CNN" model of Tramer and
+// Boneh (ICLR 2021) for 28 x 28 images: conv(81->16, k3, stride 2, pad 1) -> tanh ->
+// conv(16->32, k3, pad 1) -> tanh -> fc(512->32) -> tanh -> fc(32->10); 33,066 parameters.
+class ScatterCnn final : public ChainNet {
+ public:
+  ScatterCnn() {
+    using torch::nn::Conv2dOptions;
+    auto conv1 = register_module(
+        "conv1", torch::nn::Conv2d(Conv2dOptions(kScatteringChannels, 16, 3).stride(2).padding(1)));
+    auto conv2 = register_module("conv2", torch::nn::Conv2d(Conv2dOptions(16, 32, 3).padding(1)));
+    auto fc1 = register_module("fc1", torch::nn::Linear(32 * 4 * 4, 32));
+    auto fc2 = register_module("fc2", torch::nn::Linear(32, 10));
+    using torch::nn::Tanh;
+    chain_ =
+        torch::nn::Sequential(conv1, Tanh(), conv2, Tanh(), torch::nn::Flatten(), fc1, Tanh(), fc2);
+  }
+  torch::Tensor PrepareInputs(const torch::Tensor& samples) override {
+    return ScatteringFeatures(samples);
+  }
+};
+
 std::mutex& SeedMutex() {
   static std::mutex mu;
   return mu;
@@ -121,6 +142,7 @@ absl::StatusOr<std::shared_ptr<Net>> MakeModel(const std::string& name, uint64_t
     if (name == "cnn") return std::shared_ptr<Net>(std::make_shared<Cnn>());
     if (name == "dp-cnn") return std::shared_ptr<Net>(std::make_shared<DpCnn>());
     if (name == "scatter-linear") return std::shared_ptr<Net>(std::make_shared<ScatterLinear>());
+    if (name == "scatter-cnn") return std::shared_ptr<Net>(std::make_shared<ScatterCnn>());
     if (name == "wide-mlp") return std::shared_ptr<Net>(std::make_shared<WideMlp>(width));
     return std::shared_ptr<Net>(std::make_shared<Mlp>());
   } catch (const std::bad_alloc&) {

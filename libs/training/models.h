@@ -26,7 +26,8 @@ class Net : public torch::nn::Module {
   virtual torch::nn::Sequential Layers() { return torch::nn::Sequential(nullptr); }
   // The samples as the model's layers take them: a fixed transform without parameters that the
   // trainer applies once to each data set it holds (its training shard and test slice), not at
-  // every step. The samples themselves for every model but scatter-linear (scattering.h).
+  // every step. The samples themselves for every model but scatter-linear and scatter-cnn
+  // (scattering.h).
   virtual torch::Tensor PrepareInputs(const torch::Tensor& samples) { return samples; }
 };
 

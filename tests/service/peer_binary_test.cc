@@ -194,8 +194,8 @@ TEST_F(PeerBinaryTest, UnknownModelReportsAnErrorAndExitsNonZero) {
   EXPECT_FALSE(exit->signaled) << exit->ToString();
   EXPECT_NE(exit->code, 0);
   EXPECT_THAT(ReadFile(log_path),
-              HasSubstr("unknown model \"resnet\" (known: cnn, dp-cnn, mlp, scatter-linear, "
-                        "wide-mlp, torchscript)"));
+              HasSubstr("unknown model \"resnet\" (known: cnn, dp-cnn, mlp, scatter-cnn, "
+                        "scatter-linear, wide-mlp, torchscript)"));
   std::filesystem::remove_all(*dir);
 }
 

@@ -123,8 +123,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadFile{"bad_name.yaml", absl::StatusCode::kInvalidArgument,
                 "name: must match [a-z0-9][a-z0-9-]{0,62}, got \"Bad_Name\""},
         BadFile{"bad_model.yaml", absl::StatusCode::kInvalidArgument,
-                "model: unknown model \"resnet\" (expected cnn, dp-cnn, mlp, scatter-linear, "
-                "wide-mlp, or {torchscript: FILE})"},
+                "model: unknown model \"resnet\" (expected cnn, dp-cnn, mlp, scatter-cnn, "
+                "scatter-linear, wide-mlp, or {torchscript: FILE})"},
         BadFile{"bad_nested_type.yaml", absl::StatusCode::kInvalidArgument,
                 "optimizer: expected a mapping"},
         BadFile{"does_not_exist.yaml", absl::StatusCode::kNotFound, "cannot open"}),

@@ -124,7 +124,8 @@ TEST_P(DpSgdTest, FastPathEqualsOneBackwardPerSampleAndSumsToTheBatchGradient) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BuiltIn, DpSgdTest,
-                         ::testing::Values("mlp", "cnn", "dp-cnn", "scatter-linear"));
+                         ::testing::Values("mlp", "cnn", "dp-cnn", "scatter-linear",
+                                           "scatter-cnn"));
 
 // A model whose forward is not a chain of layers, with a layer the fast path does not know.
 class GatedNet final : public Net {

@@ -1,8 +1,10 @@
-// The scattering features of scatter-linear (libs/training/scattering.h) on generated images:
-// values against an independent implementation, the shapes, the group normalisation, and what
-// a scattering transform must do (a half turn of the image turns its features; a shift of a
-// pixel moves them little).
+// The scattering features of scatter-linear and scatter-cnn (libs/training/scattering.h) on
+// generated images: values against an independent implementation, the shapes, the group
+// normalisation, and what a scattering transform must do (a half turn of the image turns its
+// features; a shift of a pixel moves them little).
 
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -84,17 +86,26 @@ TEST(ScatteringTest, AShiftOfAPixelMovesTheFeaturesLittle) {
   EXPECT_GT((moved - a).norm().item<double>(), 0.5 * (other - a).norm().item<double>());
 }
 
-TEST(ScatteringTest, ScatterLinearTakesTheFeatures) {
-  auto net = MakeModel("scatter-linear", 3);
-  ASSERT_TRUE(net.ok()) << net.status();
-  std::unique_ptr<Model> model = WrapNet(*std::move(net));
+TEST(ScatteringTest, ScatterModelsTakeTheFeatures) {
+  // Each scattering model and its parameter count: the linear classifier, and the CNN's two
+  // convolutions and two linear layers.
+  const std::vector<std::pair<std::string, int64_t>> models = {
+      {"scatter-linear", 81 * 49 * 10 + 10},
+      {"scatter-cnn", (81 * 9 * 16 + 16) + (16 * 9 * 32 + 32) + (512 * 32 + 32) + (32 * 10 + 10)}};
   const torch::Tensor x = torch::rand({4, 1, 28, 28});
-  const torch::Tensor features = model->PrepareInputs(x);
-  EXPECT_EQ(features.sizes(), (std::vector<int64_t>{4, 81, 7, 7}));
-  EXPECT_EQ(model->Forward(features).sizes(), (std::vector<int64_t>{4, 10}));
-  int64_t parameters = 0;
-  for (const auto& [name, p] : model->NamedParameters()) parameters += p.numel();
-  EXPECT_EQ(parameters, 81 * 49 * 10 + 10);
+  for (const auto& [name, expected_parameters] : models) {
+    SCOPED_TRACE(name);
+    auto net = MakeModel(name, 3);
+    ASSERT_TRUE(net.ok()) << net.status();
+    std::unique_ptr<Model> model = WrapNet(*std::move(net));
+    const torch::Tensor features = model->PrepareInputs(x);
+    EXPECT_EQ(features.sizes(), (std::vector<int64_t>{4, 81, 7, 7}));
+    EXPECT_TRUE(torch::equal(features, ScatteringFeatures(x)));
+    EXPECT_EQ(model->Forward(features).sizes(), (std::vector<int64_t>{4, 10}));
+    int64_t parameters = 0;
+    for (const auto& [unused, p] : model->NamedParameters()) parameters += p.numel();
+    EXPECT_EQ(parameters, expected_parameters);
+  }
   // Other models take the samples as they are.
   auto mlp = MakeModel("mlp", 3);
   ASSERT_TRUE(mlp.ok());
