@@ -407,7 +407,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* AggregatorServiceImpl::GetModel(
   }
   absl::StatusOr<ModelSnapshot> base = absl::NotFoundError("no base version asked for");
   if (request.has_base_version()) base = core_.GetModel(request.task(), request.base_version());
-  // Timed from the first byte, after any wait for its encoding: the peer's link (DownloadDeltas).
+  // The peer's own measure of its last download, where it sent one, replaces the one timed here:
+  // from the first byte, after any wait for its encoding (DownloadDeltas).
+  downloads_.Reported(request.task(), request.peer_id(), request.download_bytes_per_second());
   auto sent = std::make_shared<std::atomic<int64_t>>(0);
   auto* reactor = new rpc::ModelWriteReactor(
       [metrics = &metrics_, downloads = &downloads_, sent, task = request.task(),

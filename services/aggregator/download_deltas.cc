@@ -1,6 +1,7 @@
 #include "services/aggregator/download_deltas.h"
 
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 #include <utility>
 
@@ -71,12 +72,24 @@ void DownloadDeltas::Serve(const std::string& task, const std::string& peer,
 
 void DownloadDeltas::Downloaded(const std::string& task, const std::string& peer, uint64_t bytes,
                                 absl::Duration seconds) {
-  if (peer.empty() || bytes == 0 || seconds <= absl::ZeroDuration()) return;
+  if (bytes == 0 || seconds <= absl::ZeroDuration()) return;
+  SetRate(task, peer, static_cast<double>(bytes) / absl::ToDoubleSeconds(seconds));
+}
+
+void DownloadDeltas::Reported(const std::string& task, const std::string& peer,
+                              double bytes_per_second) {
+  if (!std::isfinite(bytes_per_second) || bytes_per_second <= 0) return;
+  SetRate(task, peer, bytes_per_second);
+}
+
+void DownloadDeltas::SetRate(const std::string& task, const std::string& peer,
+                             double bytes_per_second) {
+  if (peer.empty()) return;
   absl::MutexLock lock(&shared_->mu);
   if (rates_.find(task) == rates_.end() && rates_.size() >= 4 * max_tasks_) {
     rates_.erase(rates_.begin());  // bounded: the tasks of a long-running aggregator come and go
   }
-  rates_[task][peer] = static_cast<double>(bytes) / absl::ToDoubleSeconds(seconds);
+  rates_[task][peer] = bytes_per_second;
 }
 
 std::shared_ptr<const tensor::EncodedModel> DownloadDeltas::Find(const std::string& task,
@@ -103,6 +116,7 @@ std::shared_ptr<const tensor::EncodedModel> DownloadDeltas::Find(const std::stri
                                    std::make_tuple(model.version, base.version)) {
       return nullptr;
     }
+    if (!Pays(slot, task)) return nullptr;
     job = Start(slot, model, base);
     if (job.run == nullptr) return nullptr;
     encoding = slot.encoding.get();
@@ -143,6 +157,10 @@ void DownloadDeltas::Prepare(const std::string& task, const ModelSnapshot& model
     if (it == slots_.end()) return;  // no peer of the task downloads against a held version
     const Encoding* encoding = it->second.encoding.get();
     if (encoding != nullptr && encoding->version >= model.version) return;
+    if (!Pays(it->second, task)) {
+      Retire(it->second);
+      return;
+    }
     job = Start(it->second, model, base);
   }
   Submit(std::move(job));
@@ -157,19 +175,39 @@ void DownloadDeltas::Release(const std::string& task) {
   slots_.erase(it);
 }
 
+bool DownloadDeltas::Pays(const Slot& slot, const std::string& task) const {
+  // From the slot's encoding once made, else from the last one retired.
+  const Encoding* made =
+      slot.encoding != nullptr && slot.encoding->encoded != nullptr ? slot.encoding.get() : nullptr;
+  if (made == nullptr && !slot.timed) return true;  // the first: what an encoding costs and saves
+  auto rates = rates_.find(task);
+  if (rates == rates_.end() || rates->second.empty()) return true;
+  // A peer waits for a whole encoding where it saves more than the encoding takes:
+  // model * (1 - ratio) / rate > model / encode speed.
+  const double slowest_paying = made != nullptr
+                                    ? made->bytes_per_second * (1.0 - made->ratio)
+                                    : slot.encode_bytes_per_second * (1.0 - slot.encoded_ratio);
+  for (const auto& [peer, rate] : rates->second) {
+    if (rate < slowest_paying) return true;
+  }
+  return false;
+}
+
+void DownloadDeltas::Retire(Slot& slot) {
+  if (slot.encoding == nullptr) return;
+  slot.encoding->abandoned = true;
+  if (slot.encoding->encoded != nullptr) {
+    slot.encode_bytes_per_second = slot.encoding->bytes_per_second;
+    slot.encoded_ratio = slot.encoding->ratio;
+    slot.timed = true;
+  }
+  slot.encoding.reset();
+}
+
 DownloadDeltas::Job DownloadDeltas::Start(Slot& slot, const ModelSnapshot& model,
                                           const ModelSnapshot& base) {
-  if (slot.encoding != nullptr) {
-    slot.encoding->abandoned = true;
-    if (slot.encoding->encoded != nullptr) {
-      slot.encode_bytes_per_second = slot.encoding->bytes_per_second;
-      slot.encoded_ratio = slot.encoding->ratio;
-    }
-  }
-  if (stopped_) {
-    slot.encoding.reset();
-    return {};
-  }
+  Retire(slot);
+  if (stopped_) return {};
   // The old encoding's memory goes once no download streams it any more.
   slot.encoding =
       std::make_shared<Encoding>(model.version, base.version, Blocks(model.model->layout));

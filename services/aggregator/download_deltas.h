@@ -31,13 +31,15 @@ namespace shoal::aggregator {
 // published version). A download whose encoding is not ready waits for it only where that pays:
 // when the encoding's estimated remaining time is less than what it saves on this peer's link
 // (its last download's rate, the task's last encoding's ratio); otherwise, and for a peer not
-// measured yet, it goes raw at once. An encoding holds the deflated tensors (a fraction of the
-// model) and the new version's model (which the core holds anyway while it is among the latest
-// two); while it is being made, both versions. An encoding superseded by a newer version's, or
-// whose task is pushed out, is abandoned: its work stops at the next 32 KiB block, the downloads
-// waiting for it go raw, and it is never served. Thread-safe; the encoder's work holds no
-// reference to this object, so it may be destroyed (abandoning what is under way) before the
-// encoder is joined.
+// measured yet, it goes raw at once. Once the task's first encoding has been made and timed, its
+// next versions are encoded only while one of its peers' links is slow enough that waiting for a
+// whole encoding would pay: over fast links they go raw and the encoder's CPU is spared. An
+// encoding holds the deflated tensors (a fraction of the model) and the new version's model
+// (which the core holds anyway while it is among the latest two); while it is being made, both
+// versions. An encoding superseded by a newer version's, or whose task is pushed out, is
+// abandoned: its work stops at the next 32 KiB block, the downloads waiting for it go raw, and it
+// is never served. Thread-safe; the encoder's work holds no reference to this object, so it may
+// be destroyed (abandoning what is under way) before the encoder is joined.
 class DownloadDeltas {
  public:
   // `on_encoded(seconds)` (optional) runs on the encoder after each encoding made, with its time
@@ -69,6 +71,10 @@ class DownloadDeltas {
   // link, as the next wait is decided on.
   void Downloaded(const std::string& task, const std::string& peer, uint64_t bytes,
                   absl::Duration seconds);
+  // `peer` measured its last download of `task` at `bytes_per_second` where it arrived
+  // (GetModelRequest.download_bytes_per_second): replaces what Downloaded measured, since the
+  // sender's measure counts what socket buffers took as sent. Ignored unless positive and finite.
+  void Reported(const std::string& task, const std::string& peer, double bytes_per_second);
 
   // `model` of `task` was published after `base`: when the task's peers download against held
   // versions (one has, since the task was last pushed out), starts encoding it against `base`
@@ -105,9 +111,10 @@ class DownloadDeltas {
   struct Slot {
     std::shared_ptr<Encoding> encoding;
     uint64_t last_used = 0;
-    // From the task's last encoding made (kFirst... before it).
+    // From the task's last encoding made (kFirst... before it, `timed` false).
     double encode_bytes_per_second = kFirstEncodeBytesPerSecond;
     double encoded_ratio = kFirstEncodedRatio;
+    bool timed = false;
   };
   // An encoding started, and the work that makes it (on the encoder).
   struct Job {
@@ -133,18 +140,29 @@ class DownloadDeltas {
   bool Waits(const Slot& slot, const Encoding& encoding, const std::string& task,
              const std::string& peer, const ModelSnapshot& model) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_->mu);
+  // Whether `task`'s next version is worth encoding: until one of its encodings has been made
+  // and timed, yes; then only while one of its peers is slow enough that waiting for a whole
+  // encoding would pay (or none has been measured). Over fast links the versions go raw and
+  // the encoder's CPU is spared.
+  bool Pays(const Slot& slot, const std::string& task) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_->mu);
+  // Abandons the slot's encoding, keeping its speed and ratio when it was made.
+  void Retire(Slot& slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_->mu);
   // Puts a new encoding of `model` against `base` in `slot`, abandoning what it held; returns
   // the work that makes it.
   Job Start(Slot& slot, const ModelSnapshot& model, const ModelSnapshot& base)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_->mu);
   // Queues `job` (when there is one) on the encoder.
   void Submit(Job job);
+  // Records `peer`'s link rate for `task` (none for an empty peer: the coordinator's downloads).
+  void SetRate(const std::string& task, const std::string& peer, double bytes_per_second);
 
   Executor& encoder_;
   const size_t max_tasks_;
   const std::shared_ptr<Shared> shared_;
   std::map<std::string, Slot> slots_ ABSL_GUARDED_BY(shared_->mu);
-  // Per task, per peer: its last download's bytes per second.
+  // Per task, per peer: its link's bytes per second, from its last download (the peer's report
+  // where it gave one, else what this side measured).
   std::map<std::string, std::map<std::string, double>> rates_ ABSL_GUARDED_BY(shared_->mu);
   uint64_t uses_ ABSL_GUARDED_BY(shared_->mu) = 0;
   bool stopped_ ABSL_GUARDED_BY(shared_->mu) = false;

@@ -44,10 +44,25 @@ absl::StatusOr<uint64_t> GrpcAggregatorClient::PutModel(
   *first.mutable_meta() = meta;
   first.set_peer_id(caller.peer_id);
   first.set_session_token(caller.session_token);
+  const uint64_t bytes = model->payload_bytes();
+  const absl::Time started = absl::Now();
   absl::StatusOr<aggregator::v1::PutModelResponse> response =
       rpc::PutModelZeroCopy(*channel, context, first, std::move(model));
   if (!response.ok()) return WithContext(response.status(), "PutModel", address);
+  // The link's only measure before the first download (the peer that uploads the initial
+  // model has none): an upload, a lower bound of most links' download.
+  RecordRate({address, meta.task()}, bytes, absl::Now() - started, /*replace=*/false);
   return response->digest_xxh3();
+}
+
+void GrpcAggregatorClient::RecordRate(const std::pair<std::string, std::string>& link,
+                                      uint64_t bytes, absl::Duration took, bool replace) {
+  if (bytes == 0 || took <= absl::ZeroDuration()) return;
+  absl::MutexLock lock(&rates_mu_);
+  auto at = rates_.find(link);
+  if (at != rates_.end() && !replace) return;
+  if (at == rates_.end() && rates_.size() >= kMaxRates) rates_.erase(rates_.begin());
+  rates_[link] = static_cast<double>(bytes) / absl::ToDoubleSeconds(took);
 }
 
 absl::StatusOr<bool> GrpcAggregatorClient::PushUpdate(
@@ -146,11 +161,20 @@ absl::StatusOr<tensor::ReceivedModel> GrpcAggregatorClient::Download(
   request.set_peer_id(caller.peer_id);
   request.set_session_token(caller.session_token);
   if (held != nullptr) request.set_base_version(held->version);
+  const std::pair<std::string, std::string> link(address, task);
+  {
+    absl::MutexLock lock(&rates_mu_);
+    if (auto rate = rates_.find(link); rate != rates_.end()) {
+      request.set_download_bytes_per_second(rate->second);
+    }
+  }
   // Read raw: chunks are decoded straight from the received slices.
   auto reader = rpc::OpenRawReader(
       *channels_.Get(address), "/shoal.aggregator.v1.AggregatorService/GetModel", context, request);
+  absl::Time first_message = absl::InfiniteFuture();  // after any wait for an encoding
   auto make_decoder =
       [&](const common::v1::ModelMeta& meta) -> absl::StatusOr<tensor::FrameDecoder> {
+    first_message = absl::Now();
     tensor::ReadValues base;
     if (meta.has_xor_base_version()) {
       if (held == nullptr || meta.xor_base_version() != held->version) {
@@ -171,6 +195,7 @@ absl::StatusOr<tensor::ReceivedModel> GrpcAggregatorClient::Download(
         absl::StrCat("GetModel at aggregator ", address, ": asked for ", task, " version ", version,
                      ", got ", received->meta.task(), " version ", received->meta.version()));
   }
+  RecordRate(link, received->payload_bytes, absl::Now() - first_message, /*replace=*/true);
   return received;
 }
 

@@ -2,9 +2,16 @@
 
 #include <grpcpp/security/credentials.h>
 
+#include <cstddef>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "libs/rpc/channel_cache.h"
 #include "libs/tensor/frame_codec.h"
 #include "services/aggregator/aggregator_client.h"
@@ -60,6 +67,18 @@ class GrpcAggregatorClient final : public AggregatorClient {
                                                  const Caller& caller, absl::Time deadline,
                                                  tensor::WriteValues write, const HeldModel* held);
   rpc::ChannelCache channels_;
+  // Records `bytes` moved over `link` in `took`, replacing what was there or only where nothing
+  // was.
+  void RecordRate(const std::pair<std::string, std::string>& link, uint64_t bytes,
+                  absl::Duration took, bool replace);
+
+  // Per (aggregator address, task): the bytes per second the last download arrived at, from the
+  // model's first message to its last, or before any download the upload of the initial model
+  // (PutModel); sent with the next download (GetModelRequest.download_bytes_per_second).
+  // Bounded: the oldest entry goes beyond kMaxRates.
+  static constexpr size_t kMaxRates = 64;
+  absl::Mutex rates_mu_;
+  std::map<std::pair<std::string, std::string>, double> rates_ ABSL_GUARDED_BY(rates_mu_);
 };
 
 }  // namespace shoal::aggregator

@@ -1,7 +1,10 @@
 // DownloadDeltas: one XOR_ZLIB encoding per task, started when a version is published (or by the
-// first download against a held version), made on the encoder and never waited for (until it is
-// ready downloads go raw), replaced by the next version's, for a bounded number of tasks.
+// first download against a held version), made on the encoder and waited for only by the peers
+// whose links make that pay (the others go raw until it is ready), replaced by the next
+// version's, for a bounded number of tasks; no more encodings once every peer's link is too
+// fast for one to pay.
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -217,6 +220,56 @@ TEST_F(DownloadDeltasTest, ASlowPeerWaitsForTheEncodingWhereThatPaysAFastOneDoes
   EXPECT_TRUE(Raw(abandoned->front()));
   EXPECT_EQ(abandoned->front().meta.version(), 2u);
   EXPECT_TRUE(Against(Serve("t", v3, v2_), 2));
+}
+
+TEST_F(DownloadDeltasTest, APeersOwnMeasureReplacesTheSendersAndNonsenseIsIgnored) {
+  // Measured fast here (socket buffers took it at once), but the peer got it in 10 s: it waits.
+  const uint64_t bytes = v1_.model->layout.total_bytes();
+  deltas_.Downloaded("t", "p", bytes, absl::Microseconds(10));
+  deltas_.Reported("t", "p", static_cast<double>(bytes) / 10);
+  auto waited = Ask(deltas_, "t", v1_, v0_, "p");
+  EXPECT_TRUE(waited->empty()) << "waits";
+  EXPECT_EQ(encoder_.RunAll(), 1);
+  ASSERT_EQ(waited->size(), 1u);
+  EXPECT_TRUE(Against(waited->front(), 0));
+
+  // A report of 0 (none yet), negative, infinite or not a number changes nothing: "fast" stays
+  // fast and "new" unmeasured, and both get version 2 raw at once.
+  deltas_.Prepare("t", v2_, v1_);
+  deltas_.Downloaded("t", "fast", bytes, absl::Microseconds(10));
+  for (double nonsense : {0.0, -1.0, std::numeric_limits<double>::infinity(),
+                          std::numeric_limits<double>::quiet_NaN()}) {
+    deltas_.Reported("t", "fast", nonsense);
+    deltas_.Reported("t", "new", nonsense);
+  }
+  for (const char* peer : {"fast", "new"}) {
+    auto answered = Ask(deltas_, "t", v2_, v1_, peer);
+    ASSERT_EQ(answered->size(), 1u) << peer;
+    EXPECT_TRUE(Raw(answered->front())) << peer;
+  }
+}
+
+TEST_F(DownloadDeltasTest, OverFastLinksOnlyATasksFirstEncodingIsMade) {
+  // Both peers of the task measured at 1 TB/s: its first encoding is made and timed (what an
+  // encoding costs and saves), and then no peer would wait for one: the next versions go raw
+  // and the encoder does nothing, at publish or on a download.
+  constexpr uint64_t kTerabyte = 1'000'000'000'000;
+  deltas_.Downloaded("t", "p1", kTerabyte, absl::Seconds(1));
+  deltas_.Downloaded("t", "p2", kTerabyte, absl::Seconds(1));
+  EXPECT_TRUE(Raw(Serve("t", v1_, v0_)));
+  EXPECT_EQ(encoder_.RunAll(), 1) << "the task's first encoding";
+  deltas_.Prepare("t", v2_, v1_);
+  EXPECT_EQ(encoder_.pending(), 0u) << "no peer would wait for it";
+  EXPECT_TRUE(Raw(Serve("t", v2_, v1_)));
+  EXPECT_EQ(encoder_.pending(), 0u) << "nor does a download start it";
+
+  // A peer on a 1 kB/s link joins the task: the next version is encoded again.
+  deltas_.Reported("t", "p3", 1000);
+  const ModelSnapshot v3 = Version(3);
+  deltas_.Prepare("t", v3, v2_);
+  EXPECT_EQ(encoder_.RunAll(), 1);
+  EXPECT_TRUE(Against(Serve("t", v3, v2_), 2));
+  EXPECT_EQ(encodings_, 2);
 }
 
 }  // namespace
