@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -537,8 +540,12 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::SetMembers(
     reactor->Finish(rpc::ToGrpcStatus(s));
     return reactor;
   }
-  core_.SetMembers(request->task(),
-                   {request->session_tokens().begin(), request->session_tokens().end()});
+  std::map<std::string, std::string> tokens(request->session_tokens().begin(),
+                                            request->session_tokens().end());
+  std::set<std::string> members;
+  for (const auto& [peer, token] : tokens) members.insert(peer);
+  downloads_.KeepPeers(request->task(), members);
+  core_.SetMembers(request->task(), std::move(tokens));
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

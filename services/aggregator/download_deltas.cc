@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <tuple>
 #include <utility>
 
@@ -80,6 +81,15 @@ void DownloadDeltas::Reported(const std::string& task, const std::string& peer,
                               double bytes_per_second) {
   if (!std::isfinite(bytes_per_second) || bytes_per_second <= 0) return;
   SetRate(task, peer, bytes_per_second);
+}
+
+void DownloadDeltas::KeepPeers(const std::string& task, const std::set<std::string>& members) {
+  absl::MutexLock lock(&shared_->mu);
+  auto rates = rates_.find(task);
+  if (rates == rates_.end()) return;
+  for (auto it = rates->second.begin(); it != rates->second.end();) {
+    it = members.count(it->first) > 0 ? std::next(it) : rates->second.erase(it);
+  }
 }
 
 void DownloadDeltas::SetRate(const std::string& task, const std::string& peer,

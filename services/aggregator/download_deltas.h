@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,6 +76,9 @@ class DownloadDeltas {
   // (GetModelRequest.download_bytes_per_second): replaces what Downloaded measured, since the
   // sender's measure counts what socket buffers took as sent. Ignored unless positive and finite.
   void Reported(const std::string& task, const std::string& peer, double bytes_per_second);
+  // `task`'s peers are now `members` (AggregatorService.SetMembers): the links of the peers that
+  // left are forgotten, so a slow peer that left no longer keeps the task's versions encoded.
+  void KeepPeers(const std::string& task, const std::set<std::string>& members);
 
   // `model` of `task` was published after `base`: when the task's peers download against held
   // versions (one has, since the task was last pushed out), starts encoding it against `base`

@@ -272,5 +272,21 @@ TEST_F(DownloadDeltasTest, OverFastLinksOnlyATasksFirstEncodingIsMade) {
   EXPECT_EQ(encodings_, 2);
 }
 
+TEST_F(DownloadDeltasTest, ASlowPeerThatLeftNoLongerKeepsVersionsEncoded) {
+  constexpr uint64_t kTerabyte = 1'000'000'000'000;
+  deltas_.Downloaded("t", "fast", kTerabyte, absl::Seconds(1));
+  deltas_.Reported("t", "slow", 1000);
+  EXPECT_TRUE(Raw(Serve("t", v1_, v0_)));
+  EXPECT_EQ(encoder_.RunAll(), 1);
+  deltas_.Prepare("t", v2_, v1_);
+  EXPECT_EQ(encoder_.RunAll(), 1) << "the slow peer would wait for it";
+
+  deltas_.KeepPeers("t", {"fast"});  // the slow one left the task
+  const ModelSnapshot v3 = Version(3);
+  deltas_.Prepare("t", v3, v2_);
+  EXPECT_EQ(encoder_.pending(), 0u) << "only a fast peer is left";
+  deltas_.KeepPeers("other", {});  // a task without rates: nothing to forget
+}
+
 }  // namespace
 }  // namespace shoal::aggregator
