@@ -85,25 +85,29 @@ class DpCnn final : public ChainNet {
   }
 };
 
-// A linear classifier over the scattering features of 28 x 28 images (scattering.h: 81 channels
-// of 7 x 7, group-normalised), the "ScatterNet + linear" model of Tramer and Boneh (ICLR 2021):
-// 39,700 parameters. The features are computed once per data set (PrepareInputs), so a training
-// step costs what a linear model's does.
-class ScatterLinear final : public ChainNet {
+// A model over the scattering features of 28 x 28 images (scattering.h: 81 channels of 7 x 7,
+// group-normalised), computed once per data set (PrepareInputs), not at every step.
+class ScatteringNet : public ChainNet {
+ public:
+  torch::Tensor PrepareInputs(const torch::Tensor& samples) final {
+    return ScatteringFeatures(samples);
+  }
+};
+
+// A linear classifier over the scattering features, the "ScatterNet + linear" model of Tramer
+// and Boneh (ICLR 2021): 39,700 parameters; a training step costs what a linear model's does.
+class ScatterLinear final : public ScatteringNet {
  public:
   ScatterLinear() {
     auto fc = register_module("fc", torch::nn::Linear(kScatteringChannels * 7 * 7, 10));
     chain_ = torch::nn::Sequential(torch::nn::Flatten(), fc);
-  }
-  torch::Tensor PrepareInputs(const torch::Tensor& samples) override {
-    return ScatteringFeatures(samples);
   }
 };
 
 // A small CNN over the same scattering features, the "ScatterNet + CNN" model of Tramer and
 // Boneh (ICLR 2021) for 28 x 28 images: conv(81->16, k3, stride 2, pad 1) -> tanh ->
 // conv(16->32, k3, pad 1) -> tanh -> fc(512->32) -> tanh -> fc(32->10); 33,066 parameters.
-class ScatterCnn final : public ChainNet {
+class ScatterCnn final : public ScatteringNet {
  public:
   ScatterCnn() {
     using torch::nn::Conv2dOptions;
@@ -115,9 +119,6 @@ class ScatterCnn final : public ChainNet {
     using torch::nn::Tanh;
     chain_ =
         torch::nn::Sequential(conv1, Tanh(), conv2, Tanh(), torch::nn::Flatten(), fc1, Tanh(), fc2);
-  }
-  torch::Tensor PrepareInputs(const torch::Tensor& samples) override {
-    return ScatteringFeatures(samples);
   }
 };
 
