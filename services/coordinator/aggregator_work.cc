@@ -205,7 +205,7 @@ WorkResult AggregatorWorkRunner::Execute(const std::string& task, const Aggregat
       PullTree(task, tree, work.version);
       break;
     case Kind::kCheckpoint:
-      result.status = Checkpoint(task, address, work);
+      result.status = Checkpoint(task, address, work.version, work.round, /*digest=*/0).status();
       if (!result.status.ok()) {
         metrics_.aggregator_errors.Increment();
         LogWarning("task ", task, ": checkpoint of version ", work.version,
@@ -213,7 +213,7 @@ WorkResult AggregatorWorkRunner::Execute(const std::string& task, const Aggregat
       }
       break;
     case Kind::kRestore: {
-      absl::StatusOr<StoredCheckpoint> restored = Restore(task, address);
+      absl::StatusOr<StoredCheckpoint> restored = Restore(task, address, work);
       result.status = restored.status();
       if (restored.ok()) result.restored = *std::move(restored);
       break;
@@ -222,8 +222,10 @@ WorkResult AggregatorWorkRunner::Execute(const std::string& task, const Aggregat
   return result;
 }
 
-absl::Status AggregatorWorkRunner::Checkpoint(const std::string& task, const std::string& address,
-                                              const AggregatorWork& work) {
+absl::StatusOr<StoredCheckpoint> AggregatorWorkRunner::Checkpoint(const std::string& task,
+                                                                  const std::string& address,
+                                                                  uint64_t version, uint64_t round,
+                                                                  uint64_t digest) {
   // The model streams from the aggregator straight into the checkpoint's file: no model-sized
   // buffer here. A task's layout never changes, so after its first checkpoint the values land
   // where they stay and only the header is written at the end.
@@ -236,20 +238,25 @@ absl::Status AggregatorWorkRunner::Checkpoint(const std::string& task, const std
   }
   SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<tensor::ModelFileWriter> file,
                          tensor::ModelFileWriter::Create(store_.checkpoint_dir(), values_offset));
-  SHOAL_ASSIGN_OR_RETURN(aggregator::AggregatorClient::ModelDownload download,
-                         client_.GetModelInto(
-                             address, task, work.version, aggregator::Caller{},
-                             clock_.Now() + options_.transfer_timeout,
-                             [&file](size_t first, absl::Span<const float> values) {
-                               return file->Write(first, values);
-                             },
-                             /*held=*/nullptr));
+  SHOAL_ASSIGN_OR_RETURN(
+      aggregator::AggregatorClient::ModelDownload download,
+      client_.GetModelInto(
+          address, task, version, aggregator::Caller{}, clock_.Now() + options_.transfer_timeout,
+          [&file](size_t first, absl::Span<const float> values) {
+            return file->Write(first, values);
+          },
+          /*held=*/nullptr));
   metrics_.bytes_received.Increment(static_cast<double>(download.payload_bytes));
+  if (digest != 0 && file->digest() != digest) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the aggregator at ", address, " holds another model as version ", version, " (digest ",
+        HexDigest(file->digest()), ", published ", HexDigest(digest), ")"));
+  }
   const tensor::ModelLayout& layout = download.layout;
   StoredCheckpoint c;
   c.task = task;
-  c.version = work.version;
-  c.round = work.round;
+  c.version = version;
+  c.round = round;
   c.digest = HexDigest(file->digest());
   c.path = absl::StrCat(store_.checkpoint_dir(), "/", c.digest, ".model");
   SHOAL_RETURN_IF_ERROR(file->Commit(layout, c.path));
@@ -257,35 +264,72 @@ absl::Status AggregatorWorkRunner::Checkpoint(const std::string& task, const std
     absl::MutexLock lock(&mu_);
     values_offsets_[task] = tensor::ModelFileValuesOffset(layout);
   }
-  return store_.PutCheckpoint(c);
+  SHOAL_RETURN_IF_ERROR(store_.PutCheckpoint(c));
+  return c;
 }
 
 absl::StatusOr<StoredCheckpoint> AggregatorWorkRunner::Restore(const std::string& task,
-                                                               const std::string& address) {
-  // The task starts over at this aggregator: whatever it kept of the task (a newer version than
-  // the newest checkpoint, when the coordinator restarted before storing it; rounds of an
-  // earlier tree, when the tree was rebuilt or moved) is forgotten first. The core sends the
-  // members again after every restore.
-  absl::Status released = client_.ReleaseTask(address, task, clock_.Now() + options_.call_timeout);
-  if (!released.ok() && !absl::IsNotFound(released)) return released;
-  SHOAL_ASSIGN_OR_RETURN(StoredCheckpoint c, store_.GetCheckpoint(task, std::nullopt));
+                                                               const std::string& address,
+                                                               const AggregatorWork& work) {
+  absl::StatusOr<StoredCheckpoint> c = store_.GetCheckpoint(task, std::nullopt);
+  if (!c.ok() && !absl::IsNotFound(c.status())) return c.status();
   // Sent from the file's pages (mapped and checked as ReadModelFile checks a file), not from a
   // model-sized copy in the heap.
   absl::StatusOr<std::shared_ptr<const tensor::MappedModelFile>> file =
-      tensor::MappedModelFile::Open(c.path);
+      absl::NotFoundError("no checkpoint");
+  if (c.ok()) file = tensor::MappedModelFile::Open(c->path);
+  // The newest version published is stored as a round before any peer hears of it, but its
+  // checkpoint comes after: when the checkpoint is older (its writer stopped in between) or its
+  // file cannot be read here (another coordinator's state directory), the version is taken from
+  // an aggregator that still holds it, before anything is reset there.
+  if (work.version > 0 && (!c.ok() || c->version < work.version || !file.ok())) {
+    for (const std::string& holder : work.holders) {
+      absl::StatusOr<StoredCheckpoint> pulled =
+          Checkpoint(task, holder, work.version, work.round, work.digest);
+      if (!pulled.ok()) {
+        LogWarning("task ", task, ": model version ", work.version, " is not at ", holder, ": ",
+                   pulled.status().message());
+        continue;
+      }
+      LogInfo("task ", task, ": model version ", work.version, " checkpointed from ", holder);
+      c = *std::move(pulled);
+      file = tensor::MappedModelFile::Open(c->path);
+      break;
+    }
+  }
+  // The task starts over at this aggregator: whatever it kept of the task (a version newer than
+  // the one published, when the coordinator stopped before publishing it; rounds of an earlier
+  // tree, when the tree was rebuilt or moved) is forgotten first. The core sends the members
+  // again after every restore.
+  absl::Status released = client_.ReleaseTask(address, task, clock_.Now() + options_.call_timeout);
+  if (!released.ok() && !absl::IsNotFound(released)) return released;
+  if (!c.ok()) return c.status();  // NOT_FOUND: no checkpoint, no version held anywhere
   if (!file.ok()) {
     // NOT_FOUND is reserved for "no checkpoint": a missing file is lost data.
     return absl::DataLossError(
-        absl::StrCat("checkpoint of version ", c.version, ": ", file.status().message()));
+        absl::StrCat("checkpoint of version ", c->version, ": ", file.status().message()));
   }
-  const common::v1::ModelMeta meta = tensor::MakeModelMeta(task, c.version, (*file)->layout());
+  if (c->version < work.version) {
+    // The versions after the checkpoint are lost. Peers may hold them: the checkpoint's model
+    // comes back under a number after all of them, so that no version number ever names two
+    // models (a peer holding the old one would not download the new one).
+    const std::string lost =
+        c->version + 1 == work.version
+            ? absl::StrCat("model version ", work.version, " is")
+            : absl::StrCat("model versions ", c->version + 1, " to ", work.version, " are");
+    LogWarning("task ", task, ": ", lost, " lost; the checkpoint of version ", c->version,
+               " (round ", c->round, ") comes back as version ", work.version + 1);
+    c->version = work.version + 1;
+    SHOAL_RETURN_IF_ERROR(store_.PutCheckpoint(*c));
+  }
+  const common::v1::ModelMeta meta = tensor::MakeModelMeta(task, c->version, (*file)->layout());
   std::shared_ptr<const tensor::EncodedModel> model = tensor::EncodeRaw(*std::move(file));
   SHOAL_RETURN_IF_ERROR(client_
                             .PutModel(address, meta, model, aggregator::Caller{},
                                       clock_.Now() + options_.transfer_timeout)
                             .status());
   metrics_.bytes_sent.Increment(static_cast<double>(model->payload_bytes()));
-  return c;
+  return *std::move(c);
 }
 
 }  // namespace shoal::coordinator

@@ -130,9 +130,13 @@ class AggregatorWorkRunner {
   absl::StatusOr<bool> PullFrom(const std::string& task, uint64_t version,
                                 const std::string& address, const std::string& parent,
                                 const std::string& child);
-  absl::Status Checkpoint(const std::string& task, const std::string& address,
-                          const AggregatorWork& work);
-  absl::StatusOr<StoredCheckpoint> Restore(const std::string& task, const std::string& address);
+  // Pulls model `version` of `task` from the aggregator at `address` into a checkpoint file and
+  // stores its record (as the checkpoint of `round`). With `digest` (not 0), a model with another
+  // digest is refused (FAILED_PRECONDITION) and nothing is stored.
+  absl::StatusOr<StoredCheckpoint> Checkpoint(const std::string& task, const std::string& address,
+                                              uint64_t version, uint64_t round, uint64_t digest);
+  absl::StatusOr<StoredCheckpoint> Restore(const std::string& task, const std::string& address,
+                                           const AggregatorWork& work);
 
   aggregator::AggregatorClient& client_;
   TaskStore& store_;

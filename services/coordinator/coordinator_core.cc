@@ -63,6 +63,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
     // hold, and an aggregator-backed mode restores its newest checkpoint on an aggregator.
     task.status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
     task.status.set_state(v1::TASK_STATE_WAITING);
+    task.holder_before_restart = task.status.aggregator();
     task.status.clear_aggregator();
     task.mode = MakeModeTask(task.status, options.mode, metrics);
     task.status.clear_peers();
@@ -123,7 +124,7 @@ CoordinatorCore::InputLock::InputLock(CoordinatorCore& core, Outbox& out) : core
 }
 
 CoordinatorCore::InputLock::~InputLock() {
-  for (auto& fn : out_) core_.effects_.push_back(std::move(fn));
+  for (auto& fn : out_) core_.effects_.emplace_back(std::move(fn));
   out_.clear();
   core_.mu_.Unlock();
 }
@@ -134,18 +135,30 @@ void CoordinatorCore::Flush() {
     if (flushing_) return;  // the thread flushing now runs ours too (or we are inside it)
     flushing_ = true;
   }
+  FlushHeld(/*on_store=*/false);
+}
+
+void CoordinatorCore::FlushHeld(bool on_store) {
   for (;;) {
-    std::function<void()> effect;
+    std::optional<Effect> effect;
     {
       absl::MutexLock lock(&mu_);
       if (effects_.empty()) {
         flushing_ = false;
         return;
       }
-      effect = std::move(effects_.front());
+      effect.emplace(std::move(effects_.front()));
       effects_.pop_front();
     }
-    effect();
+    if (effect->stored && !on_store) {
+      // flushing_ stays set: the store's thread goes on with the rest once it has written.
+      store_writes_.Post([this, run = std::move(effect->run)] {
+        run();
+        FlushHeld(/*on_store=*/true);
+      });
+      return;
+    }
+    effect->run();
   }
 }
 
@@ -153,7 +166,7 @@ void CoordinatorCore::WhenStored(std::function<void()> done) {
   {
     // Behind every effect queued so far, so behind their store writes too.
     absl::MutexLock lock(&mu_);
-    effects_.push_back([this, done = std::move(done)] { store_writes_.Post(done); });
+    effects_.emplace_back([this, done = std::move(done)] { store_writes_.Post(done); });
   }
   Flush();
 }
@@ -529,7 +542,7 @@ absl::StatusOr<uint64_t> CoordinatorCore::Watch(const std::string& name, StatusC
     handle = next_watch_++;
     watchers_[handle] = {name, callback};
     // Through the effects queue, so that no older status can overtake this one.
-    effects_.push_back([callback, status = StatusOf(it->second)] { callback(status); });
+    effects_.emplace_back([callback, status = StatusOf(it->second)] { callback(status); });
   }
   Flush();
   return handle;

@@ -279,6 +279,9 @@ class CoordinatorCore {
     bool MembersConfirmed(const std::vector<uint64_t>& needed) const;
     std::vector<uint64_t> MembersNeeded() const;
     std::optional<absl::Time> waiting_for_aggregator_since;
+    // After a coordinator restart, until the task's model is restored: the aggregator the task
+    // used before (from the store), which may still hold its newest version.
+    std::string holder_before_restart;
     // When its tree was last rebuilt on newly available aggregators (SupernodeOptions).
     absl::Time rebuilt_at = absl::InfinitePast();
   };
@@ -304,8 +307,12 @@ class CoordinatorCore {
     Outbox& out_;
   };
   // Runs the queued effects in order, outside the lock; one thread at a time (a thread that
-  // finds another one flushing leaves its effects to it).
+  // finds another one flushing leaves its effects to it). At a store write the flush goes on
+  // on the store's queue, so that no gRPC thread waits for the store and nothing queued after
+  // the write happens before it.
   void Flush() ABSL_LOCKS_EXCLUDED(mu_);
+  // Flush's loop, by the thread that holds flushing_ (`on_store`: the store's queue).
+  void FlushHeld(bool on_store) ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Tasks (coordinator_core_tasks.cc) ---
   // Evaluation bookkeeping (Task::evaluating): a peer was sent ModelPublished{version}; a peer
@@ -533,8 +540,16 @@ class CoordinatorCore {
   AggregatorPool pool_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Elected> elected_ ABSL_GUARDED_BY(mu_);  // by peer id
   std::map<std::string, Task> tasks_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> task_order_ ABSL_GUARDED_BY(mu_);        // creation order
-  std::deque<std::function<void()>> effects_ ABSL_GUARDED_BY(mu_);  // see InputLock
+  std::vector<std::string> task_order_ ABSL_GUARDED_BY(mu_);  // creation order
+  // What Flush runs, in order (see InputLock). A store write (`stored`) runs on the store's
+  // queue, and the effects after it wait for it: the flush moves to the store's thread.
+  struct Effect {
+    template <typename Fn>
+    explicit Effect(Fn fn, bool stored = false) : run(std::move(fn)), stored(stored) {}
+    std::function<void()> run;
+    bool stored;
+  };
+  std::deque<Effect> effects_ ABSL_GUARDED_BY(mu_);
   bool flushing_ ABSL_GUARDED_BY(mu_) = false;
   std::map<uint64_t, std::pair<std::string, StatusCallback>> watchers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_watch_ ABSL_GUARDED_BY(mu_) = 1;

@@ -202,6 +202,17 @@ void CoordinatorCore::PostWork(Task& task, std::vector<AggregatorWork> work, Out
   }
   for (AggregatorWork& w : work) {
     w.id = next_work_++;
+    if (w.kind == AggregatorWork::Kind::kRestore) {
+      // Where the newest version may still be: the root, its backups, and (after a restart) the
+      // aggregator the task used before, if it is registered.
+      w.holders.push_back(task.links[0].address);
+      for (const std::string& backup : task.links[0].backups) w.holders.push_back(backup);
+      const std::string& before = task.holder_before_restart;
+      if (!before.empty() && pool_.Has(before) &&
+          std::find(w.holders.begin(), w.holders.end(), before) == w.holders.end()) {
+        w.holders.push_back(before);
+      }
+    }
     out.push_back([this, name = task.status.spec().name(), tree = TreeOf(task), epoch = task.epoch,
                    w = std::move(w)]() mutable {
       work_.Run(name, std::move(tree), std::move(w),
@@ -246,6 +257,7 @@ void CoordinatorCore::OnWorkDone(const std::string& name, uint64_t epoch,
     // A restore may have reset the task at the aggregator: tell it the members again.
     if (result.work.kind == AggregatorWork::Kind::kRestore) {
       for (Task::Link& link : task.links) link.members_dirty = true;
+      if (result.status.ok()) task.holder_before_restart.clear();
     }
     ModeEffects fx;
     task.mode->OnWorkDone(result, clock_.Now(), task.status, fx);

@@ -155,14 +155,16 @@ void CoordinatorCore::MarkChanged(Task& task, Outbox& out) {
 }
 
 void CoordinatorCore::StoreRound(const std::string& task, const v1::RoundSummary& round) {
-  // Called under the lock: the write is queued as an effect, so it keeps its place behind the
-  // task records queued before it.
-  effects_.push_back([this, task, round] {
-    store_writes_.Post([this, task, round] {
-      absl::Status s = store_.PutRound(task, round);
-      if (!s.ok()) LogError("task ", task, ": cannot persist round: ", s.message());
-    });
-  });
+  // Called under the lock: a store write among the effects (Flush), so what is queued after it,
+  // the events that publish the round's version among them, happens only once it is stored. No
+  // peer then holds a version whose round a restarted coordinator does not know (its restore
+  // looks for the version published last: AggregatorWork::kRestore).
+  effects_.emplace_back(
+      [this, task, round] {
+        absl::Status s = store_.PutRound(task, round);
+        if (!s.ok()) LogError("task ", task, ": cannot persist round: ", s.message());
+      },
+      /*stored=*/true);
 }
 
 void CoordinatorCore::SaveRounds(Task& task) {
@@ -210,12 +212,12 @@ void CoordinatorCore::ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out)
     for (auto it = task.unsaved_rounds.begin(); it != task.unsaved_rounds.end();) {
       it = *it > after ? task.unsaved_rounds.erase(it) : std::next(it);
     }
-    effects_.push_back([this, name, after] {
-      store_writes_.Post([this, name, after] {
-        absl::Status s = store_.DeleteRoundsAfter(name, after);
-        if (!s.ok()) LogError("task ", name, ": cannot forget rounds: ", s.message());
-      });
-    });
+    effects_.emplace_back(
+        [this, name, after] {
+          absl::Status s = store_.DeleteRoundsAfter(name, after);
+          if (!s.ok()) LogError("task ", name, ": cannot forget rounds: ", s.message());
+        },
+        /*stored=*/true);
   }
   if (!fx.rounds_completed.empty()) task.errored.clear();  // progress: errors were passing
   for (v1::RoundSummary& summary : fx.rounds_completed) {

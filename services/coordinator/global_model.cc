@@ -25,6 +25,14 @@ GlobalModel::Step GlobalModel::Next(const std::set<std::string>& peers, absl::Ti
       status.set_message("restoring the newest checkpoint");
       AggregatorWork restore;
       restore.kind = AggregatorWork::Kind::kRestore;
+      // The newest version published (its round was stored before any peer learned of it):
+      // the one to restore, if some place still holds it.
+      if (!status.history().empty()) {
+        const v1::RoundSummary& last = *status.history().rbegin();
+        restore.version = last.model_version();
+        restore.round = last.round();
+        restore.digest = last.model_digest();
+      }
       fx.Ask(std::move(restore));
       fx.changed = true;
       return Step::kRestoring;
@@ -73,8 +81,9 @@ absl::Status GlobalModel::OnRestored(const WorkResult& result, v1::TaskStatus& s
   }
   state_ = State::kHeld;
   const StoredCheckpoint& c = result.restored;
-  // Rounds after the checkpoint produced models that are lost with the old aggregator: they run
-  // again (the store keeps their rows until the new rounds overwrite them).
+  // Rounds after the checkpoint produced models that are lost (with the aggregator that held
+  // them): they run again, and their versions are not used again (the checkpoint came back
+  // under a new number).
   auto* history = status.mutable_history();
   while (!history->empty() && history->rbegin()->round() > c.round) history->RemoveLast();
   fx.rounds_rerun_after = c.round;

@@ -28,8 +28,12 @@ struct AggregatorWork {
     // Pull model `version` from the aggregator and store it as the checkpoint of `round`.
     // Fire and forget: its result only reaches the mode when it failed.
     kCheckpoint,
-    // Put the task's newest checkpoint at the aggregator -> WorkResult::restored. NOT_FOUND when
-    // the task has none (the mode then initializes a model from a peer).
+    // Put the task's newest model at the aggregator -> WorkResult::restored: the newest version
+    // published (`version`, of `round`, with `digest`), from its checkpoint or, where the
+    // checkpoint is older or its file cannot be read, from an aggregator that still holds it
+    // (`holders`: the checkpoint is made there first); else the newest checkpoint, under a
+    // version number after every one published. NOT_FOUND when the task has neither (the mode
+    // then initializes a model from a peer).
     kRestore,
     // `buffer` (task filled in by the core). On a tree every node's buffer opens, from the root
     // down, each sized by `peers` below it.
@@ -43,9 +47,13 @@ struct AggregatorWork {
   aggregator::v1::OpenRoundRequest open;
   aggregator::v1::CloseRoundRequest close;
   aggregator::v1::OpenBufferRequest buffer;
-  uint64_t version = 0;                 // kCheckpoint, kPullTree
-  uint64_t round = 0;                   // kCheckpoint
+  uint64_t version = 0;                 // kCheckpoint, kPullTree, kRestore
+  uint64_t round = 0;                   // kCheckpoint, kRestore
+  uint64_t digest = 0;                  // kRestore: of `version` (0: not known)
   std::vector<std::string> peers = {};  // kOpenBuffer: the task's peers
+  // kRestore (filled in by the core): the aggregators that may hold `version`, the task's root
+  // first.
+  std::vector<std::string> holders = {};
 };
 
 struct WorkResult {

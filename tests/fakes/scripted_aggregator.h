@@ -38,6 +38,7 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
     aggregator::v1::CloseRoundResponse response;
     if (!contributors.empty()) ++version;
     response.set_version(version);
+    response.set_digest_xxh3(ModelOf(version).Digest());
     for (const auto& c : contributors) response.add_contributors(c);
     response.set_num_samples(100 * contributors.size());
     response.set_mean_train_loss(0.5);
@@ -51,11 +52,19 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
     buffer_addresses.push_back(address);
     return open_status;
   }
-  absl::StatusOr<tensor::FlatModel> GetModel(const std::string&, const std::string&, uint64_t v,
-                                             const aggregator::Caller&, absl::Time) override {
+  absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address, const std::string&,
+                                             uint64_t v, const aggregator::Caller&,
+                                             absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    gets.emplace_back(address, v);
+    if (get_fails_at.count(address) > 0) return absl::NotFoundError("scripted: no such version");
+    return ModelOf(other_models ? v + 1000 : v);
+  }
+  // The model this fake publishes as `version` (CloseRound's digest is of it).
+  static tensor::FlatModel ModelOf(uint64_t version) {
     tensor::FlatModel model;
     model.layout = *tensor::ModelLayout::Create({{"w", {2}}});
-    model.values = {static_cast<float>(v), 1.0f};
+    model.values = {static_cast<float>(version), 1.0f};
     return model;
   }
   absl::StatusOr<uint64_t> PutModel(const std::string& address, const common::v1::ModelMeta& meta,
@@ -171,6 +180,8 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
   std::set<std::string> open_fails_at;  // OpenRound at these answers UNAVAILABLE
   absl::Status close_status;
   absl::Status put_status;
+  std::set<std::string> get_fails_at;  // GetModel at these answers NOT_FOUND
+  bool other_models = false;           // GetModel answers with models other than those published
   std::vector<std::string> contributors;
   uint64_t model_bytes = 0;  // CloseRoundResponse.model_bytes
   uint64_t version = 0;
@@ -182,6 +193,7 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
   std::vector<std::pair<std::string, aggregator::v1::PullModelRequest>> pulls;
   std::vector<aggregator::v1::OpenBufferRequest> buffers;
   std::vector<std::string> buffer_addresses;
+  std::vector<std::pair<std::string, uint64_t>> gets;  // {address, version}
   std::vector<std::pair<std::string, uint64_t>> puts;
   std::vector<std::string> put_addresses;
   std::vector<std::string> released;

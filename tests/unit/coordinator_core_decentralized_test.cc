@@ -93,6 +93,7 @@ TEST_F(CoordinatorCoreTest, DecentralizedTaskNeedsNoAggregatorAndRoutesPeerMessa
   EXPECT_EQ(core_->OnMessage("a", Held("other", 0)).code(), absl::StatusCode::kFailedPrecondition);
 
   RunDecentralizedRound(*core_, 1, {"a", "b"});
+  RunWork();  // the round is stored before its version is published
   EXPECT_THAT(a->Take(),
               ElementsAre(v1::CoordinatorEvent::kPeerList, v1::CoordinatorEvent::kStartSharing,
                           v1::CoordinatorEvent::kModelPublished));
@@ -108,6 +109,7 @@ TEST_F(CoordinatorCoreTest, DecentralizedTaskNeedsNoAggregatorAndRoutesPeerMessa
   EXPECT_EQ(Status("d").state(), v1::TASK_STATE_RUNNING);
   EXPECT_FALSE(Status("d").history(0).evaluation_complete());
   ASSERT_TRUE(core_->OnMessage("b", Eval("d", 1, 90, 100)).ok());
+  RunWork();  // the completed evaluation is stored, then the task finishes
   status = Status("d");
   EXPECT_EQ(status.state(), v1::TASK_STATE_COMPLETED);
   EXPECT_TRUE(status.history(0).evaluated());

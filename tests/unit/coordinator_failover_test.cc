@@ -1,10 +1,18 @@
 // Aggregator-backed tasks and their aggregators: who pushed comes from the aggregator's watch
 // stream, a lost aggregator moves the task to another one (which restores the newest
-// checkpoint), and a task waits a bounded time when no aggregator is left. Driven event by event
+// checkpoint), a task waits a bounded time when no aggregator is left, and a restarted
+// coordinator resumes from the version published last wherever it still is, never naming two
+// models with one version number. Driven event by event
 // with the scripted aggregator (tests/fakes) and manual executors.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/unit/coordinator_core_fixture.h"
 
@@ -14,6 +22,7 @@ namespace {
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::UnorderedElementsAre;
 using namespace ::shoal::coordinator::core_testing;  // NOLINT: the fixture's fakes and helpers
 
@@ -153,6 +162,118 @@ TEST_F(FailoverTest, SilentAggregatorIsLostAfterItsTtl) {
     Step();
   }
   EXPECT_EQ(Status("t").aggregator(), kB);
+}
+
+// The round that published a version is stored before any peer hears of the version: a
+// coordinator killed right after the peers did still knows it. The events wait for the store's
+// queue (its thread, not a gRPC thread, writes).
+TEST_F(FailoverTest, ARoundIsStoredBeforeItsVersionReachesThePeers) {
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  sinks["a"]->Take();
+  aggregator_.contributors = {"a"};
+  Accept("t", 1, "a");
+  core_->Step();
+  while (calls_.RunAll() > 0) {
+  }  // round 1 closes at the aggregator; the store's queue has not run
+  EXPECT_THAT(sinks["a"]->Take(), Not(Contains(v1::CoordinatorEvent::kModelPublished)));
+  absl::StatusOr<std::vector<v1::RoundSummary>> rounds = store_->LoadRounds("t", 0, 10);
+  ASSERT_TRUE(rounds.ok()) << rounds.status();
+  EXPECT_TRUE(rounds->empty());
+
+  while (store_writes_.RunAll() > 0) {
+  }
+  rounds = store_->LoadRounds("t", 0, 10);
+  ASSERT_TRUE(rounds.ok()) << rounds.status();
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_EQ((*rounds)[0].model_version(), 1u);
+  EXPECT_EQ((*rounds)[0].model_digest(), FakeAggregator::ModelOf(1).Digest());
+  EXPECT_THAT(sinks["a"]->Take(), Contains(v1::CoordinatorEvent::kModelPublished));
+}
+
+// The coordinator stopped after publishing version 1 and before its checkpoint was written: the
+// next one takes version 1 from the aggregator that holds it, and round 1 does not run again.
+TEST_F(FailoverTest, ARestartTakesTheVersionPublishedLastFromTheAggregatorHoldingIt) {
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  aggregator_.contributors = {"a"};
+  aggregator_.get_fails_at = {kA};  // the checkpoint of version 1 does not get written
+  Accept("t", 1, "a");
+  Step();
+  ASSERT_EQ(Status("t").model_version(), 1u);
+  ASSERT_TRUE(absl::IsNotFound(store_->GetCheckpoint("t", std::nullopt).status()));
+
+  Recreate();
+  aggregator_.get_fails_at.clear();
+  aggregator_.gets.clear();
+  Alive({kA});
+  Step();
+  EXPECT_THAT(aggregator_.gets, ElementsAre(std::make_pair(std::string(kA), uint64_t{1})));
+  EXPECT_EQ(aggregator_.puts.back(), std::make_pair(std::string("t"), uint64_t{1}));
+  v1::TaskStatus t = Status("t");
+  EXPECT_EQ(t.model_version(), 1u);
+  EXPECT_EQ(t.round(), 1u);
+  ASSERT_EQ(t.history_size(), 1);
+  absl::StatusOr<StoredCheckpoint> c = store_->GetCheckpoint("t", std::nullopt);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->version, 1u);
+  auto a = Join("a");
+  Step();
+  EXPECT_EQ(aggregator_.opened.back().round(), 2u);
+  EXPECT_EQ(aggregator_.opened.back().base_version(), 1u);
+}
+
+// The checkpoint's record is there but its file is not (another coordinator's state directory):
+// the version comes from the aggregator instead.
+TEST_F(FailoverTest, ACheckpointFileThatCannotBeReadIsTakenFromTheAggregator) {
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  aggregator_.contributors = {"a"};
+  Accept("t", 1, "a");
+  Step();
+  absl::StatusOr<StoredCheckpoint> written = store_->GetCheckpoint("t", 1);
+  ASSERT_TRUE(written.ok()) << written.status();
+  std::filesystem::remove(written->path);
+
+  Recreate();
+  aggregator_.gets.clear();
+  Alive({kA});
+  Step();
+  EXPECT_THAT(aggregator_.gets, ElementsAre(std::make_pair(std::string(kA), uint64_t{1})));
+  EXPECT_EQ(aggregator_.puts.back(), std::make_pair(std::string("t"), uint64_t{1}));
+  EXPECT_EQ(Status("t").round(), 1u);
+  EXPECT_TRUE(std::filesystem::exists(written->path)) << "written again from the aggregator";
+}
+
+// Version 2 was published, its checkpoint not written, and the aggregator now holds another
+// model under that number (it lost the task and ran it again): it is refused by its digest, the
+// checkpoint of version 1 comes back, and as version 3: a peer holding the old version 2 must
+// not take the rerun's model for it.
+TEST_F(FailoverTest, AVersionLostWithItsAggregatorIsNeverNamedAgain) {
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  aggregator_.contributors = {"a"};
+  Accept("t", 1, "a");
+  Step();  // version 1, checkpointed
+  aggregator_.get_fails_at = {kA};
+  Accept("t", 2, "a");
+  Step();  // version 2, not checkpointed
+  ASSERT_EQ(Status("t").model_version(), 2u);
+
+  Recreate();
+  aggregator_.get_fails_at.clear();
+  aggregator_.other_models = true;
+  Alive({kA});
+  Step();
+  EXPECT_EQ(aggregator_.puts.back(), std::make_pair(std::string("t"), uint64_t{3}));
+  v1::TaskStatus t = Status("t");
+  EXPECT_EQ(t.model_version(), 3u);
+  EXPECT_EQ(t.round(), 1u);
+  EXPECT_EQ(t.history_size(), 1);
+  absl::StatusOr<StoredCheckpoint> c = store_->GetCheckpoint("t", std::nullopt);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->version, 3u);
+  EXPECT_EQ(c->round, 1u);
+  auto a = Join("a");
+  Step();
+  EXPECT_EQ(aggregator_.opened.back().round(), 2u);
+  EXPECT_EQ(aggregator_.opened.back().base_version(), 3u);
 }
 
 TEST_F(FailoverTest, TasksSpreadOverTheRegisteredAggregators) {

@@ -213,6 +213,7 @@ void FederatedAsyncTask::OnVersion(const aggregator::v1::VersionPublished& v, ab
   summary.set_mean_train_loss(v.mean_train_loss());
   summary.set_num_samples(v.num_samples());
   summary.set_model_version(v.version());
+  summary.set_model_digest(v.digest_xxh3());
   summary.set_duration_ms(absl::ToInt64Milliseconds(now - last_version_at_));
   summary.set_completed_unix_ms(absl::ToUnixMillis(now));
   summary.set_mean_staleness(v.mean_staleness());

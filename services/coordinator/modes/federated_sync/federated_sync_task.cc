@@ -438,6 +438,7 @@ void FederatedSyncTask::OnClosed(const WorkResult& result, absl::Time now, v1::T
   summary.set_mean_train_loss(closed.mean_train_loss());
   summary.set_num_samples(closed.num_samples());
   summary.set_model_version(closed.version());
+  summary.set_model_digest(closed.digest_xxh3());
   summary.set_duration_ms(absl::ToInt64Milliseconds(now - round_.started));
   if (status.has_privacy()) summary.set_epsilon(status.privacy().epsilon());
   // Published to nobody: there is no evaluation to wait for.
