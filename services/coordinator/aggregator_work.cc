@@ -311,15 +311,16 @@ absl::StatusOr<StoredCheckpoint> AggregatorWorkRunner::Restore(const std::string
   }
   if (c->version < work.version) {
     // The versions after the checkpoint are lost. Peers may hold them: the checkpoint's model
-    // comes back under a number after all of them, so that no version number ever names two
+    // comes back under a number after every one used, so that no version number ever names two
     // models (a peer holding the old one would not download the new one).
+    const uint64_t renumbered = std::max(work.version, work.last_used) + 1;
     const std::string lost =
         c->version + 1 == work.version
             ? absl::StrCat("model version ", work.version, " is")
             : absl::StrCat("model versions ", c->version + 1, " to ", work.version, " are");
     LogWarning("task ", task, ": ", lost, " lost; the checkpoint of version ", c->version,
-               " (round ", c->round, ") comes back as version ", work.version + 1);
-    c->version = work.version + 1;
+               " (round ", c->round, ") comes back as version ", renumbered);
+    c->version = renumbered;
     SHOAL_RETURN_IF_ERROR(store_.PutCheckpoint(*c));
   }
   const common::v1::ModelMeta meta = tensor::MakeModelMeta(task, c->version, (*file)->layout());

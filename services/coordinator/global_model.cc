@@ -33,6 +33,9 @@ GlobalModel::Step GlobalModel::Next(const std::set<std::string>& peers, absl::Ti
         restore.round = last.round();
         restore.digest = last.model_digest();
       }
+      // Versions without a round (an initial model, a checkpoint under a new number) count too.
+      restore.last_used = std::max(restore.version, status.model_version());
+      last_used_ = restore.last_used;
       fx.Ask(std::move(restore));
       fx.changed = true;
       return Step::kRestoring;
@@ -57,7 +60,7 @@ GlobalModel::Step GlobalModel::Next(const std::set<std::string>& peers, absl::Ti
   init_deadline_ = now + init_timeout_;
   status.set_message(absl::StrCat("peer ", initializer_, " stores the initial model"));
   v1::CoordinatorEvent event;
-  event.mutable_initialize_model();
+  event.mutable_initialize_model()->set_version(initial_version_);
   fx.Send(initializer_, std::move(event));
   fx.changed = true;
   return Step::kInitializing;
@@ -67,9 +70,11 @@ absl::Status GlobalModel::OnRestored(const WorkResult& result, v1::TaskStatus& s
                                      ModeEffects& fx) {
   if (state_ != State::kRestoring) return absl::OkStatus();  // forgotten meanwhile
   if (absl::IsNotFound(result.status)) {
-    // No checkpoint: start over from the initial model (the peers rebuild it from the seed).
+    // No checkpoint: start over from the initial model (the peers rebuild it from the seed),
+    // under a number after every one the task used, if it used any.
     state_ = State::kNone;
-    status.set_model_version(0);
+    initial_version_ = last_used_ > 0 ? last_used_ + 1 : 0;
+    status.set_model_version(initial_version_);
     status.set_round(0);
     status.clear_history();
     fx.rounds_rerun_after = 0;
@@ -100,8 +105,8 @@ absl::Status GlobalModel::OnInitialized(const std::string& peer_id, v1::TaskStat
   }
   state_ = State::kHeld;
   initializer_.clear();
-  status.set_model_version(0);
-  LogInfo("task ", task_, ": initial model stored by ", peer_id);
+  status.set_model_version(initial_version_);
+  LogInfo("task ", task_, ": initial model stored by ", peer_id, " as version ", initial_version_);
   return absl::OkStatus();
 }
 

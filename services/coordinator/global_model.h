@@ -60,6 +60,10 @@ class GlobalModel {
   State state_ = State::kUnknown;
   std::string initializer_;
   absl::Time init_deadline_;
+  // The highest version number the task used when the restore was asked, and the number its
+  // initial model is stored under (0, unless the task lost every version it had).
+  uint64_t last_used_ = 0;
+  uint64_t initial_version_ = 0;
 };
 
 // The checkpoints of an aggregator-backed task, one at a time: a version published while the

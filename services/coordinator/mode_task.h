@@ -32,8 +32,8 @@ struct AggregatorWork {
     // published (`version`, of `round`, with `digest`), from its checkpoint or, where the
     // checkpoint is older or its file cannot be read, from an aggregator that still holds it
     // (`holders`: the checkpoint is made there first); else the newest checkpoint, under a
-    // version number after every one published. NOT_FOUND when the task has neither (the mode
-    // then initializes a model from a peer).
+    // version number after every one used (`last_used`). NOT_FOUND when the task has neither
+    // (the mode then initializes a model from a peer, numbered after `last_used` too).
     kRestore,
     // `buffer` (task filled in by the core). On a tree every node's buffer opens, from the root
     // down, each sized by `peers` below it.
@@ -50,6 +50,7 @@ struct AggregatorWork {
   uint64_t version = 0;                 // kCheckpoint, kPullTree, kRestore
   uint64_t round = 0;                   // kCheckpoint, kRestore
   uint64_t digest = 0;                  // kRestore: of `version` (0: not known)
+  uint64_t last_used = 0;               // kRestore: the highest version number the task used
   std::vector<std::string> peers = {};  // kOpenBuffer: the task's peers
   // kRestore (filled in by the core): the aggregators that may hold `version`, the task's root
   // first.

@@ -114,9 +114,8 @@ class LightPeer {
         break;
       }
       case v1::CoordinatorEvent::kInitializeModel:
-        Submit([this, task = e.task(), to = e.initialize_model().aggregator_address()] {
-          PutInitialModel(task, to);
-        });
+        Submit([this, task = e.task(), to = e.initialize_model().aggregator_address(),
+                version = e.initialize_model().version()] { PutInitialModel(task, to, version); });
         break;
       case v1::CoordinatorEvent::kRoundStarted:
         fleet_.Record(e.round_started().round(), kStarted, fleet_.Now());
@@ -213,8 +212,8 @@ class LightPeer {
   }
 
   // To `to` when set (a hierarchical task's root), else to the task's aggregator.
-  void PutInitialModel(const std::string& task, const std::string& to) {
-    const common::v1::ModelMeta meta = tensor::MakeModelMeta(task, 0, *fleet_.model_);
+  void PutInitialModel(const std::string& task, const std::string& to, uint64_t version) {
+    const common::v1::ModelMeta meta = tensor::MakeModelMeta(task, version, *fleet_.model_);
     const std::string address = to.empty() ? Aggregator() : to;
     const aggregator::Caller me = Me();
     if (!CallWithRetry("PutModel", [&](absl::Time deadline) {
@@ -226,7 +225,7 @@ class LightPeer {
     }
     {
       absl::MutexLock lock(&download_mu_);
-      held_ = 0;
+      held_ = version;
     }
     v1::PeerMessage done;
     done.set_task(task);

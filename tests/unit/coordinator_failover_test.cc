@@ -276,6 +276,37 @@ TEST_F(FailoverTest, AVersionLostWithItsAggregatorIsNeverNamedAgain) {
   EXPECT_EQ(aggregator_.opened.back().base_version(), 3u);
 }
 
+// Every version is lost (no checkpoint was written, the aggregator holds none): the task starts
+// again from its initial model, stored under the number after the last one used, and its rounds
+// count from 1 again.
+TEST_F(FailoverTest, AnInitialModelAfterEveryVersionWasLostTakesANewNumber) {
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  ASSERT_EQ(aggregator_.puts.size(), 0u) << "the peer stored the initial model, not the core";
+  aggregator_.contributors = {"a"};
+  aggregator_.get_fails_at = {kA};
+  Accept("t", 1, "a");
+  Step();
+  ASSERT_EQ(Status("t").model_version(), 1u);
+
+  Recreate();
+  Alive({kA});
+  auto a = Join("a");
+  Step();
+  v1::CoordinatorEvent init;
+  for (const v1::CoordinatorEvent& e : a->events) {
+    if (e.has_initialize_model()) init = e;
+  }
+  ASSERT_TRUE(init.has_initialize_model());
+  EXPECT_EQ(init.initialize_model().version(), 2u);
+  ASSERT_TRUE(core_->OnMessage("a", Initialized("t")).ok());
+  Step();
+  v1::TaskStatus t = Status("t");
+  EXPECT_EQ(t.model_version(), 2u);
+  EXPECT_EQ(t.history_size(), 0);
+  EXPECT_EQ(aggregator_.opened.back().round(), 1u);
+  EXPECT_EQ(aggregator_.opened.back().base_version(), 2u);
+}
+
 TEST_F(FailoverTest, TasksSpreadOverTheRegisteredAggregators) {
   ASSERT_TRUE(core_->RegisterAggregator(kA).ok());
   ASSERT_TRUE(core_->RegisterAggregator(kB).ok());

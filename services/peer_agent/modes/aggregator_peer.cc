@@ -83,7 +83,7 @@ void AggregatorPeer::UploadInitialModel(const coordinator::v1::InitializeModel& 
   std::shared_ptr<const tensor::FlatModel> model;
   if (status.ok()) {
     model = std::make_shared<const tensor::FlatModel>(*std::move(init));
-    const common::v1::ModelMeta meta = tensor::MakeModelMeta(task_, 0, *model);
+    const common::v1::ModelMeta meta = tensor::MakeModelMeta(task_, m.version(), *model);
     const std::string address = m.aggregator_address().empty() ? address_ : m.aggregator_address();
     const uint64_t bytes = model->layout.total_bytes();
     status = RetryCall(
@@ -102,15 +102,16 @@ void AggregatorPeer::UploadInitialModel(const coordinator::v1::InitializeModel& 
   }
   metrics_.bytes_sent.Increment(static_cast<double>(model->layout.total_bytes()));
   status = trainer_.SetState(*model);
-  if (status.ok()) status = Hold(0, *model);
+  if (status.ok()) status = Hold(m.version(), *model);
   if (!status.ok()) {
     LogError("task ", task_, ": ", status.message());
     deps_.send(MakePeerError(0, status));
     return;
   }
-  snapshots_.Publish(Snapshot{task_, 0, model});
-  LogInfo(absl::StrFormat("task %s: initial model uploaded (%d parameters, digest %016x)", task_,
-                          model->values.size(), model->Digest()));
+  snapshots_.Publish(Snapshot{task_, m.version(), model});
+  LogInfo(
+      absl::StrFormat("task %s: initial model uploaded as version %d (%d parameters, digest %016x)",
+                      task_, m.version(), model->values.size(), model->Digest()));
   coordinator::v1::PeerMessage out;
   out.mutable_model_initialized()->set_digest_xxh3(model->Digest());
   deps_.send(out);
