@@ -1,11 +1,17 @@
 #include "services/coordinator/aggregator_work.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <optional>
+#include <set>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
@@ -258,14 +264,48 @@ absl::StatusOr<StoredCheckpoint> AggregatorWorkRunner::Checkpoint(const std::str
   c.version = version;
   c.round = round;
   c.digest = HexDigest(file->digest());
-  c.path = absl::StrCat(store_.checkpoint_dir(), "/", c.digest, ".model");
+  // Named by task and digest: records of one task that share a model share its file, and no
+  // other task's record ever names it (PruneCheckpoints).
+  c.path = absl::StrCat(store_.checkpoint_dir(), "/", task, "-", c.digest, ".model");
   SHOAL_RETURN_IF_ERROR(file->Commit(layout, c.path));
   {
     absl::MutexLock lock(&mu_);
     values_offsets_[task] = tensor::ModelFileValuesOffset(layout);
   }
   SHOAL_RETURN_IF_ERROR(store_.PutCheckpoint(c));
+  PruneCheckpoints(task);
   return c;
+}
+
+void AggregatorWorkRunner::PruneCheckpoints(const std::string& task) {
+  const size_t keep = options_.keep_checkpoints;
+  if (keep == 0) return;
+  absl::StatusOr<std::vector<StoredCheckpoint>> all = store_.ListCheckpoints(task);
+  if (!all.ok()) {
+    LogWarning("task ", task, ": cannot list its checkpoints: ", all.status().message());
+    return;
+  }
+  if (all->size() <= keep) return;
+  const size_t first_kept = all->size() - keep;
+  // The records go first: a file is deleted only once nothing names it.
+  if (absl::Status s = store_.DeleteCheckpointsBefore(task, (*all)[first_kept].version); !s.ok()) {
+    LogWarning("task ", task, ": cannot forget its old checkpoints: ", s.message());
+    return;
+  }
+  std::set<std::string> named;
+  for (size_t i = first_kept; i < all->size(); ++i) named.insert((*all)[i].path);
+  const std::string dir = store_.checkpoint_dir() + "/";
+  for (size_t i = 0; i < first_kept; ++i) {
+    const std::string& path = (*all)[i].path;
+    // Only this coordinator's own files of the task (a file named by digest alone may be
+    // another task's too).
+    if (named.count(path) > 0 || !absl::StartsWith(path, absl::StrCat(dir, task, "-"))) continue;
+    named.insert(path);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      LogWarning("task ", task, ": cannot delete the checkpoint file ", path, ": ",
+                 std::strerror(errno));
+    }
+  }
 }
 
 absl::StatusOr<StoredCheckpoint> AggregatorWorkRunner::Restore(const std::string& task,

@@ -44,6 +44,9 @@ struct AggregatorTree {
 struct AggregatorWorkOptions {
   absl::Duration call_timeout = absl::Seconds(10);     // OpenRound, CloseRound, SetMembers...
   absl::Duration transfer_timeout = absl::Minutes(5);  // checkpoints and restores
+  // Checkpoints kept per task, the newest (0: every one). Older ones lose their record and, where
+  // no kept record names it, their file.
+  size_t keep_checkpoints = 3;
 };
 
 // Runs the coordinator's calls to aggregators off the gRPC threads. Each task has two queues on
@@ -137,6 +140,9 @@ class AggregatorWorkRunner {
                                               uint64_t version, uint64_t round, uint64_t digest);
   absl::StatusOr<StoredCheckpoint> Restore(const std::string& task, const std::string& address,
                                            const AggregatorWork& work);
+  // Forgets the checkpoints of `task` before its newest options_.keep_checkpoints (a failure is
+  // logged: the next checkpoint tries again).
+  void PruneCheckpoints(const std::string& task);
 
   aggregator::AggregatorClient& client_;
   TaskStore& store_;

@@ -112,6 +112,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   core_options.heartbeat_interval = options.heartbeat_interval;
   core_options.aggregator_wait = options.aggregator_wait;
   core_options.redial_interval = options.redial_interval;
+  core_options.work.keep_checkpoints = options.keep_checkpoints;
   core_options.supernodes = options.supernodes;
   s->dialer_ = std::make_unique<GrpcDialer>(credentials.channel());
   core_options.dialer = s->dialer_.get();

@@ -49,6 +49,8 @@ struct CoordinatorServerOptions {
   absl::Duration aggregator_wait = absl::Minutes(10);
   // How often each peer is dialed back again (0: once per session).
   absl::Duration redial_interval = absl::Minutes(5);
+  // Checkpoints kept per task, the newest (0: every one).
+  uint32_t keep_checkpoints = 3;
   // Elected supernodes (--supernode-*: election timeout, rebuild interval, better factor,
   // retire after).
   SupernodeOptions supernodes;

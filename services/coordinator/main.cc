@@ -44,6 +44,9 @@ ABSL_FLAG(std::string, console_listen, "",
 ABSL_FLAG(std::string, console_tokens, "",
           "with --console-listen: a file of `admin TOKEN` / `viewer TOKEN` lines, the console's "
           "logins (docs/how-to/web-console.md)");
+ABSL_FLAG(uint32_t, keep_checkpoints, 3,
+          "checkpoints kept per task, the newest; older ones are deleted, record and file "
+          "(0 keeps every one)");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2),
           "how often peers send heartbeats; 3 missed = crashed");
 ABSL_FLAG(absl::Duration, aggregator_wait, absl::Minutes(10),
@@ -71,13 +74,13 @@ int main(int argc, char** argv) {
   shoal::ParseCommandLineOrExit(
       argc, argv,
       {.program = "shoal-coordinator",
-       .usage =
-           "--state-dir DIR (--tls-dir DIR | --insecure) [--listen HOST:PORT] "
-           "[--metrics-listen HOST:PORT] [--heartbeat-interval D] [--aggregator-wait D] "
-           "[--redial-interval D] [--address-file PATH] [--supernode-election-timeout D] "
-           "[--supernode-rebuild-interval D] [--supernode-better-factor X] "
-           "[--supernode-retire-after D] [--store sqlite|etcd://HOST:PORT[,...][/PREFIX]] "
-           "[--store-lease D] [--standby=false] [--console-listen HOST:PORT --console-tokens FILE]",
+       .usage = "--state-dir DIR (--tls-dir DIR | --insecure) [--listen HOST:PORT] "
+                "[--metrics-listen HOST:PORT] [--heartbeat-interval D] [--aggregator-wait D] "
+                "[--redial-interval D] [--address-file PATH] [--supernode-election-timeout D] "
+                "[--supernode-rebuild-interval D] [--supernode-better-factor X] "
+                "[--supernode-retire-after D] [--store sqlite|etcd://HOST:PORT[,...][/PREFIX]] "
+                "[--store-lease D] [--standby=false] [--keep-checkpoints N] "
+                "[--console-listen HOST:PORT --console-tokens FILE]",
        .summary = "The Shoal coordinator: task registry, membership, rounds, checkpoints, the "
                   "ControlService API and the web console."});
 
@@ -99,6 +102,7 @@ int main(int argc, char** argv) {
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.aggregator_wait = absl::GetFlag(FLAGS_aggregator_wait);
   options.redial_interval = absl::GetFlag(FLAGS_redial_interval);
+  options.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   options.supernodes.election_timeout = absl::GetFlag(FLAGS_supernode_election_timeout);
   options.supernodes.rebuild_interval = absl::GetFlag(FLAGS_supernode_rebuild_interval);
   options.supernodes.better_factor = absl::GetFlag(FLAGS_supernode_better_factor);

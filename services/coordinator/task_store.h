@@ -53,6 +53,11 @@ class TaskStore {
   // The newest checkpoint of `task`, or exactly `version` when given. NOT_FOUND if none.
   virtual absl::StatusOr<StoredCheckpoint> GetCheckpoint(const std::string& task,
                                                          std::optional<uint64_t> version) = 0;
+  // Every checkpoint record of `task`, oldest version first.
+  virtual absl::StatusOr<std::vector<StoredCheckpoint>> ListCheckpoints(
+      const std::string& task) = 0;
+  // Forgets the checkpoint records of `task` older than `version` (not their files).
+  virtual absl::Status DeleteCheckpointsBefore(const std::string& task, uint64_t version) = 0;
 
   // Where the checkpoints' model files live (a directory of this machine).
   virtual const std::string& checkpoint_dir() const = 0;

@@ -195,6 +195,39 @@ TEST_P(StoreTest, CheckpointsNewestOrExactVersion) {
   EXPECT_THAT(missing.status().message(), HasSubstr("no checkpoint of version 3"));
 }
 
+TEST_P(StoreTest, CheckpointsAreListedInOrderAndForgottenBeforeAVersion) {
+  for (uint64_t v : {4, 1, 7, 3}) {
+    ASSERT_TRUE(store_
+                    ->PutCheckpoint({.task = "t",
+                                     .version = v,
+                                     .round = v,
+                                     .digest = absl::StrCat("d", v),
+                                     .path = absl::StrCat("/ck/", v)})
+                    .ok());
+  }
+  ASSERT_TRUE(
+      store_->PutCheckpoint({.task = "tt", .version = 2, .round = 2, .digest = "", .path = ""})
+          .ok());
+  auto versions = [&](const std::string& task) {
+    absl::StatusOr<std::vector<StoredCheckpoint>> list = store_->ListCheckpoints(task);
+    EXPECT_TRUE(list.ok()) << list.status();
+    std::vector<uint64_t> out;
+    if (list.ok()) {
+      for (const StoredCheckpoint& c : *list) out.push_back(c.version);
+    }
+    return out;
+  };
+  EXPECT_EQ(versions("t"), (std::vector<uint64_t>{1, 3, 4, 7}));
+  absl::StatusOr<std::vector<StoredCheckpoint>> list = store_->ListCheckpoints("t");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ((*list)[2].path, "/ck/4");
+  EXPECT_EQ((*list)[2].digest, "d4");
+  ASSERT_TRUE(store_->DeleteCheckpointsBefore("t", 4).ok());
+  EXPECT_EQ(versions("t"), (std::vector<uint64_t>{4, 7}));
+  EXPECT_EQ(versions("tt"), (std::vector<uint64_t>{2})) << "another task's are kept";
+  EXPECT_TRUE(versions("none").empty());
+}
+
 TEST_P(StoreTest, EverythingSurvivesReopening) {
   ASSERT_TRUE(store_->PutTask(Task("t", v1::TASK_STATE_RUNNING)).ok());
   ASSERT_TRUE(store_->PutRound("t", Round(1)).ok());

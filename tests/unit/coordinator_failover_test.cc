@@ -307,6 +307,34 @@ TEST_F(FailoverTest, AnInitialModelAfterEveryVersionWasLostTakesANewNumber) {
   EXPECT_EQ(aggregator_.opened.back().base_version(), 2u);
 }
 
+// Each task keeps its newest checkpoints (--keep-checkpoints): older records are forgotten and
+// their files deleted, a file still named by a kept record (the same model) stays.
+TEST_F(FailoverTest, OnlyTheNewestCheckpointsAreKept) {
+  options_.work.keep_checkpoints = 2;
+  Recreate();
+  auto sinks = StartTask(Spec("t", 1, 10), {"a"});
+  aggregator_.contributors = {"a"};
+  std::vector<std::string> paths;
+  for (uint64_t round = 1; round <= 4; ++round) {
+    Accept("t", round, "a");
+    Step();
+    absl::StatusOr<StoredCheckpoint> c = store_->GetCheckpoint("t", std::nullopt);
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_EQ(c->version, round);
+    EXPECT_THAT(c->path, HasSubstr("/t-"));
+    paths.push_back(c->path);
+  }
+  absl::StatusOr<std::vector<StoredCheckpoint>> kept = store_->ListCheckpoints("t");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_EQ(kept->size(), 2u);
+  EXPECT_EQ((*kept)[0].version, 3u);
+  EXPECT_EQ((*kept)[1].version, 4u);
+  EXPECT_FALSE(std::filesystem::exists(paths[0]));
+  EXPECT_FALSE(std::filesystem::exists(paths[1]));
+  EXPECT_TRUE(std::filesystem::exists(paths[2]));
+  EXPECT_TRUE(std::filesystem::exists(paths[3]));
+}
+
 TEST_F(FailoverTest, TasksSpreadOverTheRegisteredAggregators) {
   ASSERT_TRUE(core_->RegisterAggregator(kA).ok());
   ASSERT_TRUE(core_->RegisterAggregator(kB).ok());

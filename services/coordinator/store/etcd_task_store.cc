@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "libs/common/status_macros.h"
 #include "shoal/coordinator/v1/store.pb.h"
 
 namespace shoal::coordinator {
@@ -12,6 +13,22 @@ namespace {
 
 // 20 digits hold every uint64, so the keys sort as the numbers do.
 std::string Padded(uint64_t n) { return absl::StrFormat("%020u", n); }
+
+absl::StatusOr<StoredCheckpoint> ParseCheckpoint(const std::string& task,
+                                                 const etcd::KeyValue& kv) {
+  v1::CheckpointRecord record;
+  if (!record.ParseFromString(kv.value) || record.task() != task) {
+    return absl::DataLossError(
+        absl::StrCat("etcd: the checkpoint record ", kv.key, " does not parse"));
+  }
+  StoredCheckpoint c;
+  c.task = task;
+  c.version = record.version();
+  c.round = record.round();
+  c.digest = record.digest();
+  c.path = record.path();
+  return c;
+}
 
 }  // namespace
 
@@ -140,18 +157,27 @@ absl::StatusOr<StoredCheckpoint> EtcdTaskStore::GetCheckpoint(const std::string&
             ? absl::StrCat("task ", task, " has no checkpoint of version ", *version)
             : absl::StrCat("task ", task, " has no checkpoint yet"));
   }
-  v1::CheckpointRecord record;
-  if (!record.ParseFromString(kvs->front().value) || record.task() != task) {
-    return absl::DataLossError(
-        absl::StrCat("etcd: the checkpoint record ", kvs->front().key, " does not parse"));
+  return ParseCheckpoint(task, kvs->front());
+}
+
+absl::StatusOr<std::vector<StoredCheckpoint>> EtcdTaskStore::ListCheckpoints(
+    const std::string& task) {
+  const std::string checkpoints = TaskPrefix("checkpoints", task);
+  absl::StatusOr<std::vector<etcd::KeyValue>> kvs =
+      kv_->Range({checkpoints, etcd::EtcdKv::PrefixEnd(checkpoints), 0, false});
+  if (!kvs.ok()) return kvs.status();
+  std::vector<StoredCheckpoint> list;
+  list.reserve(kvs->size());
+  for (const etcd::KeyValue& kv : *kvs) {
+    SHOAL_ASSIGN_OR_RETURN(StoredCheckpoint c, ParseCheckpoint(task, kv));
+    list.push_back(std::move(c));
   }
-  StoredCheckpoint c;
-  c.task = task;
-  c.version = record.version();
-  c.round = record.round();
-  c.digest = record.digest();
-  c.path = record.path();
-  return c;
+  return list;
+}
+
+absl::Status EtcdTaskStore::DeleteCheckpointsBefore(const std::string& task, uint64_t version) {
+  const std::string checkpoints = TaskPrefix("checkpoints", task);
+  return kv_->DeleteRange(checkpoints, checkpoints + Padded(version), &lease_->fence());
 }
 
 }  // namespace shoal::coordinator

@@ -36,6 +36,8 @@ class EtcdTaskStore final : public TaskStore {
   absl::Status DeleteRoundsAfter(const std::string& task, uint64_t round) override;
   absl::StatusOr<StoredCheckpoint> GetCheckpoint(const std::string& task,
                                                  std::optional<uint64_t> version) override;
+  absl::StatusOr<std::vector<StoredCheckpoint>> ListCheckpoints(const std::string& task) override;
+  absl::Status DeleteCheckpointsBefore(const std::string& task, uint64_t version) override;
   const std::string& checkpoint_dir() const override { return checkpoint_dir_; }
 
  private:

@@ -223,4 +223,37 @@ absl::StatusOr<StoredCheckpoint> SqliteTaskStore::GetCheckpoint(const std::strin
   return c;
 }
 
+absl::StatusOr<std::vector<StoredCheckpoint>> SqliteTaskStore::ListCheckpoints(
+    const std::string& task) {
+  Statement st(db_,
+               "SELECT version, round, digest, path FROM checkpoints WHERE task = ?1 "
+               "ORDER BY version");
+  if (!st.status().ok()) return st.status();
+  st.Bind(1, task);
+  std::vector<StoredCheckpoint> list;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
+    StoredCheckpoint c;
+    c.task = task;
+    c.version = static_cast<uint64_t>(st.Int(0));
+    c.round = static_cast<uint64_t>(st.Int(1));
+    c.digest = st.Blob(2);
+    c.path = st.Blob(3);
+    list.push_back(std::move(c));
+  }
+  if (rc != SQLITE_DONE) {
+    return absl::InternalError(
+        absl::StrCat("sqlite: listing the checkpoints of task ", task, ": ", sqlite3_errstr(rc)));
+  }
+  return list;
+}
+
+absl::Status SqliteTaskStore::DeleteCheckpointsBefore(const std::string& task, uint64_t version) {
+  Statement st(db_, "DELETE FROM checkpoints WHERE task = ?1 AND version < ?2");
+  if (!st.status().ok()) return st.status();
+  st.Bind(1, task);
+  st.Bind(2, static_cast<int64_t>(version));
+  return st.Done();
+}
+
 }  // namespace shoal::coordinator
