@@ -56,6 +56,17 @@ absl::StatusOr<std::vector<v1::RoundSummary>> ReadRounds(Statement& st, const st
   return rounds;
 }
 
+// The current row of a "SELECT version, round, digest, path FROM checkpoints".
+StoredCheckpoint CheckpointRow(Statement& st, const std::string& task) {
+  StoredCheckpoint c;
+  c.task = task;
+  c.version = static_cast<uint64_t>(st.Int(0));
+  c.round = static_cast<uint64_t>(st.Int(1));
+  c.digest = st.Blob(2);
+  c.path = st.Blob(3);
+  return c;
+}
+
 constexpr char kSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS tasks (
   name TEXT PRIMARY KEY,
@@ -214,13 +225,7 @@ absl::StatusOr<StoredCheckpoint> SqliteTaskStore::GetCheckpoint(const std::strin
             ? absl::StrCat("task ", task, " has no checkpoint of version ", *version)
             : absl::StrCat("task ", task, " has no checkpoint yet"));
   }
-  StoredCheckpoint c;
-  c.task = task;
-  c.version = static_cast<uint64_t>(st.Int(0));
-  c.round = static_cast<uint64_t>(st.Int(1));
-  c.digest = st.Blob(2);
-  c.path = st.Blob(3);
-  return c;
+  return CheckpointRow(st, task);
 }
 
 absl::StatusOr<std::vector<StoredCheckpoint>> SqliteTaskStore::ListCheckpoints(
@@ -233,13 +238,7 @@ absl::StatusOr<std::vector<StoredCheckpoint>> SqliteTaskStore::ListCheckpoints(
   std::vector<StoredCheckpoint> list;
   int rc;
   while ((rc = st.Step()) == SQLITE_ROW) {
-    StoredCheckpoint c;
-    c.task = task;
-    c.version = static_cast<uint64_t>(st.Int(0));
-    c.round = static_cast<uint64_t>(st.Int(1));
-    c.digest = st.Blob(2);
-    c.path = st.Blob(3);
-    list.push_back(std::move(c));
+    list.push_back(CheckpointRow(st, task));
   }
   if (rc != SQLITE_DONE) {
     return absl::InternalError(
