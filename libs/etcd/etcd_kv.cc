@@ -37,7 +37,8 @@ struct EtcdKv::Member {
   // A channel without retries (a member that refuses connections answers at once, so the call
   // moves on to the next member) and with a subchannel of its own: a fresh channel connects at
   // once instead of inheriting a failed one's reconnect backoff from gRPC's shared pool.
-  static std::shared_ptr<const Stubs> Dial(const std::string& endpoint) {
+  static std::shared_ptr<const Stubs> Dial(
+      const std::string& endpoint, const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
@@ -47,45 +48,49 @@ struct EtcdKv::Member {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
     auto stubs = std::make_shared<Stubs>();
-    stubs->channel = grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+    stubs->channel = grpc::CreateCustomChannel(
+        endpoint, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(), args);
     stubs->kv = etcdserverpb::KV::NewStub(stubs->channel);
     stubs->maintenance = etcdserverpb::Maintenance::NewStub(stubs->channel);
     stubs->lease = etcdserverpb::Lease::NewStub(stubs->channel);
     return stubs;
   }
 
-  explicit Member(std::string e) : endpoint(std::move(e)), stubs(Dial(endpoint)) {}
+  Member(std::string e, std::shared_ptr<grpc::ChannelCredentials> c)
+      : endpoint(std::move(e)), credentials(std::move(c)), stubs(Dial(endpoint, credentials)) {}
   std::shared_ptr<const Stubs> Get() {
     absl::MutexLock lock(&mu);
     return stubs;
   }
   void Reconnect(const std::shared_ptr<const Stubs>& failed) {
     absl::MutexLock lock(&mu);
-    if (stubs == failed) stubs = Dial(endpoint);
+    if (stubs == failed) stubs = Dial(endpoint, credentials);
   }
 
   const std::string endpoint;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: plaintext
   absl::Mutex mu;
   std::shared_ptr<const Stubs> stubs ABSL_GUARDED_BY(mu);
 };
 
-EtcdKv::EtcdKv(std::vector<std::string> endpoints, absl::Duration call_timeout)
+EtcdKv::EtcdKv(std::vector<std::string> endpoints, absl::Duration call_timeout,
+               const std::shared_ptr<grpc::ChannelCredentials>& credentials)
     : endpoints_(std::move(endpoints)), call_timeout_(call_timeout) {
   for (const std::string& endpoint : endpoints_) {
-    members_.push_back(std::make_unique<Member>(endpoint));
+    members_.push_back(std::make_unique<Member>(endpoint, credentials));
   }
 }
 
 EtcdKv::~EtcdKv() = default;
 
-absl::StatusOr<std::unique_ptr<EtcdKv>> EtcdKv::Connect(std::vector<std::string> endpoints,
-                                                        absl::Duration connect_timeout,
-                                                        absl::Duration call_timeout) {
+absl::StatusOr<std::unique_ptr<EtcdKv>> EtcdKv::Connect(
+    std::vector<std::string> endpoints, absl::Duration connect_timeout, absl::Duration call_timeout,
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
   if (endpoints.empty()) return absl::InvalidArgumentError("etcd: no endpoint");
   for (const std::string& endpoint : endpoints) {
     if (endpoint.empty()) return absl::InvalidArgumentError("etcd: an empty endpoint");
   }
-  std::unique_ptr<EtcdKv> kv(new EtcdKv(std::move(endpoints), call_timeout));
+  std::unique_ptr<EtcdKv> kv(new EtcdKv(std::move(endpoints), call_timeout, credentials));
   const absl::Time deadline = absl::Now() + connect_timeout;
   absl::Status last;
   do {

@@ -21,6 +21,9 @@
 namespace etcdserverpb {
 class RequestOp;
 }  // namespace etcdserverpb
+namespace grpc {
+class ChannelCredentials;
+}  // namespace grpc
 
 namespace shoal::etcd {
 
@@ -49,11 +52,12 @@ struct Fence {
 class EtcdKv {
  public:
   // `endpoints`: "host:port" of one or more members. Waits up to `connect_timeout` for one of
-  // them to answer a status call. Errors: INVALID_ARGUMENT no endpoint or an empty one;
+  // them to answer a status call. `credentials`: TLS to the members (they must then serve
+  // https client URLs); null: plaintext. Errors: INVALID_ARGUMENT no endpoint or an empty one;
   // UNAVAILABLE when none answered, naming each endpoint and what it said.
-  static absl::StatusOr<std::unique_ptr<EtcdKv>> Connect(std::vector<std::string> endpoints,
-                                                         absl::Duration connect_timeout,
-                                                         absl::Duration call_timeout);
+  static absl::StatusOr<std::unique_ptr<EtcdKv>> Connect(
+      std::vector<std::string> endpoints, absl::Duration connect_timeout,
+      absl::Duration call_timeout, std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   ~EtcdKv();
 
   // With a fence, FAILED_PRECONDITION (and nothing written) when the fence's key is not held
@@ -84,7 +88,8 @@ class EtcdKv {
  private:
   struct Stubs;
   struct Member;
-  EtcdKv(std::vector<std::string> endpoints, absl::Duration call_timeout);
+  EtcdKv(std::vector<std::string> endpoints, absl::Duration call_timeout,
+         const std::shared_ptr<grpc::ChannelCredentials>& credentials);
 
   // Runs `call` against the members, starting with the one that answered last, until one
   // answers or all are unreachable; the error then names every member.

@@ -39,6 +39,14 @@ absl::Status CoordinatorServerOptions::Validate() const {
     return absl::InvalidArgumentError("--store-lease: must be between 2s and 5m");
   }
   SHOAL_RETURN_IF_ERROR(tls.Validate());
+  if (store_tls && !IsEtcdStore(store)) {
+    return absl::InvalidArgumentError("--store-tls: only with --store etcd://...");
+  }
+  if (store_tls && tls.insecure) {
+    return absl::InvalidArgumentError(
+        "--store-tls: needs --tls-dir (its certificate and CA are what etcd gets and checks), "
+        "not --insecure");
+  }
   SHOAL_RETURN_IF_ERROR(console.Validate());
   if (heartbeat_interval < absl::Milliseconds(100) || heartbeat_interval > absl::Minutes(5)) {
     return absl::InvalidArgumentError("--heartbeat-interval: must be between 100ms and 5m");
@@ -77,6 +85,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   store.state_dir = options.state_dir;
   store.lease_ttl = options.store_lease;
   store.on_lost = options.on_store_lost;
+  if (options.store_tls) store.etcd_credentials = credentials.channel();
   std::string listen = options.listen;
   std::unique_ptr<StandbyServer> standby;
   if (IsEtcdStore(options.store)) {

@@ -40,6 +40,9 @@ struct CoordinatorServerOptions {
   // With etcd, while another coordinator holds the prefix: wait as its standby (--standby;
   // meanwhile the gRPC address answers UNAVAILABLE naming the active one, StandbyServer) and
   // take over when its hold goes; false: fail after waiting a TTL and a half.
+  // With etcd: speak mutual TLS to its members, presenting this coordinator's certificate
+  // (tls.dir) and checking theirs against its CA (--store-tls).
+  bool store_tls = false;
   bool standby = true;
   // When notified, a Start that waits as a standby returns CANCELLED. Not owned; may be null.
   const absl::Notification* stop = nullptr;

@@ -28,6 +28,10 @@ ABSL_FLAG(absl::Duration, store_lease, absl::Seconds(10),
           "with --store etcd://: the TTL of this coordinator's hold on its key prefix: a standby "
           "takes over within about this long after the active coordinator died, and a "
           "coordinator that could not renew its hold for this long steps down (exit code 1)");
+ABSL_FLAG(bool, store_tls, false,
+          "with --store etcd://: mutual TLS to etcd's members, with this coordinator's "
+          "--tls-dir certificate and CA (the members serve https client URLs and check client "
+          "certificates against the same CA)");
 ABSL_FLAG(bool, standby, true,
           "with --store etcd://: while another coordinator holds the key prefix, wait as its "
           "standby (the gRPC address answers UNAVAILABLE naming the active one) and take over "
@@ -79,7 +83,7 @@ int main(int argc, char** argv) {
                 "[--redial-interval D] [--address-file PATH] [--supernode-election-timeout D] "
                 "[--supernode-rebuild-interval D] [--supernode-better-factor X] "
                 "[--supernode-retire-after D] [--store sqlite|etcd://HOST:PORT[,...][/PREFIX]] "
-                "[--store-lease D] [--standby=false] [--keep-checkpoints N] "
+                "[--store-lease D] [--store-tls] [--standby=false] [--keep-checkpoints N] "
                 "[--console-listen HOST:PORT --console-tokens FILE]",
        .summary = "The Shoal coordinator: task registry, membership, rounds, checkpoints, the "
                   "ControlService API and the web console."});
@@ -91,6 +95,7 @@ int main(int argc, char** argv) {
   options.store = absl::GetFlag(FLAGS_store);
   options.store_lease = absl::GetFlag(FLAGS_store_lease);
   options.standby = absl::GetFlag(FLAGS_standby);
+  options.store_tls = absl::GetFlag(FLAGS_store_tls);
   // A coordinator that lost its hold on the etcd store must not go on: it stops, exit code 1.
   static std::atomic<bool> store_lost{false};
   options.on_store_lost = [](const absl::Status& why) {

@@ -90,8 +90,8 @@ absl::StatusOr<std::unique_ptr<TaskStore>> OpenTaskStore(const StoreOptions& opt
 #ifdef SHOAL_HAVE_ETCD
   absl::StatusOr<std::string> checkpoint_dir = MakeCheckpointDir(state_dir);
   if (!checkpoint_dir.ok()) return checkpoint_dir.status();
-  absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv =
-      etcd::EtcdKv::Connect(std::move(endpoints), absl::Seconds(10), absl::Seconds(5));
+  absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv = etcd::EtcdKv::Connect(
+      std::move(endpoints), absl::Seconds(10), absl::Seconds(5), options.etcd_credentials);
   if (!kv.ok()) {
     return absl::Status(kv.status().code(),
                         absl::StrCat("--store ", store, ": ", kv.status().message()));

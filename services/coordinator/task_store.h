@@ -16,6 +16,10 @@
 #include "absl/time/time.h"
 #include "shoal/coordinator/v1/control.pb.h"
 
+namespace grpc {
+class ChannelCredentials;
+}  // namespace grpc
+
 namespace shoal::coordinator {
 
 // What survives a coordinator restart for one task.
@@ -86,6 +90,9 @@ struct StoreOptions {
   std::function<void(const std::string& holder)> on_held;
   // etcd only: when notified, OpenTaskStore stops waiting for the prefix (CANCELLED).
   const absl::Notification* stop = nullptr;
+  // etcd only: mutual TLS to its members (--store-tls: the coordinator's certificate and CA);
+  // null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> etcd_credentials;
 };
 
 // Whether `store` names etcd (etcd://...).

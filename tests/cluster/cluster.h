@@ -110,6 +110,10 @@ class Cluster {
   // minute for the peers to start: for waiting on the end of a task.
   static absl::Duration TaskBound(const common::v1::TaskSpec& spec);
 
+  // Issues NAME's certificate under DIR/certs with shoal-gen-certs (the cluster's CA): DIR/certs/
+  // NAME holds ca.crt, tls.crt and tls.key.
+  absl::Status MakeCertificate(const std::string& name);
+
  private:
   // ADD_FAILURE for each sanitizer report (ASan, LSan, UBSan, TSan) in the logs of `dir_`.
   void ExpectNoSanitizerReports();
@@ -144,9 +148,6 @@ class Cluster {
   // Peer `index` of `count` (shard index/count, id peer-INDEX) run from `binary`.
   absl::Status StartSharedDataPeer(const std::string& binary, int index, int count,
                                    const std::string& netns, std::vector<std::string> extra_args);
-
-  // Issues NAME's certificate under DIR/certs with shoal-gen-certs.
-  absl::Status MakeCertificate(const std::string& name);
 
   std::string dir_;
   std::string bin_dir_;

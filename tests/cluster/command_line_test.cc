@@ -105,6 +105,13 @@ TEST(CommandLineProcess, BadValueExitsTwoNamingTheFlag) {
   o = RunBinary("shoal-coordinator", "--redial-interval=200ms --insecure --state-dir=/nonexistent");
   EXPECT_EQ(o.code, 2);
   EXPECT_THAT(o.err, HasSubstr("--redial-interval: must be 0 (off) or at least 1s"));
+  o = RunBinary("shoal-coordinator", "--store-tls --insecure --state-dir=/nonexistent");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.err, HasSubstr("--store-tls: only with --store etcd://"));
+  o = RunBinary("shoal-coordinator",
+                "--store-tls --store=etcd://127.0.0.1:1 --insecure --state-dir=/nonexistent");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.err, HasSubstr("--store-tls: needs --tls-dir"));
   o = RunBinary("shoal-aggregator", "--max-concurrent-pushes");
   EXPECT_EQ(o.code, 2);
   EXPECT_THAT(o.err, HasSubstr("--max-concurrent-pushes needs a value"));

@@ -1,7 +1,7 @@
-// Replicated coordinators with no single point of failure, as real processes over mutual TLS:
-// three etcd members, three coordinators on one key prefix and one checkpoint directory (one
-// active, two standbys, --store-lease=2s), an aggregator and two peers given every coordinator
-// address. In one cluster:
+// Replicated coordinators with no single point of failure, as real processes over mutual TLS
+// (etcd's client API too: --store-tls): three etcd members, three coordinators on one key prefix
+// and one checkpoint directory (one active, two standbys, --store-lease=2s), an aggregator and two
+// peers given every coordinator address. In one cluster:
 // - the standbys refuse every call, naming the active coordinator;
 // - the active coordinator is SIGKILLed in the middle of a federated-sync round;
 // - the next active one in the middle of a decentralized round;
@@ -31,6 +31,7 @@
 #include "libs/etcd/etcd_kv.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status.h"
+#include "libs/rpc/tls.h"
 #include "tests/cluster/cluster.h"
 #include "tests/testing/etcd_member.h"
 #include "tests/testing/temp_dir.h"
@@ -70,23 +71,28 @@ class CoordinatorHaClusterTest : public ::testing::Test {
   void SetUp() override {
     absl::StatusOr<std::string> dir = MakeTestTempDir("shoal-cluster-");
     ASSERT_TRUE(dir.ok()) << dir.status();
+    cluster_ = std::make_unique<Cluster>(*dir);
+    Cluster& cluster = *cluster_;
+    // etcd over mutual TLS too, with the cluster's CA (--store-tls).
+    ASSERT_TRUE(cluster.MakeCertificate("etcd").ok());
     absl::StatusOr<std::vector<std::unique_ptr<EtcdMember>>> etcd =
-        EtcdMember::StartCluster(*dir, 3);
+        EtcdMember::StartCluster(*dir, 3, *dir + "/certs/etcd");
     ASSERT_TRUE(etcd.ok()) << etcd.status();
     etcd_ = *std::move(etcd);
     std::vector<std::string> endpoints;
     for (const auto& member : etcd_) endpoints.push_back(member->endpoint());
+    absl::StatusOr<rpc::Credentials> client =
+        rpc::Credentials::Create({.dir = cluster.ClientTlsDir()});
+    ASSERT_TRUE(client.ok()) << client.status();
     absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv =
-        etcd::EtcdKv::Connect(endpoints, absl::Seconds(10), absl::Seconds(2));
+        etcd::EtcdKv::Connect(endpoints, absl::Seconds(10), absl::Seconds(2), client->channel());
     ASSERT_TRUE(kv.ok()) << kv.status();
     kv_ = *std::move(kv);
-    cluster_ = std::make_unique<Cluster>(*dir);
-    Cluster& cluster = *cluster_;
-    ASSERT_TRUE(
-        cluster
-            .StartCoordinator({absl::StrCat("--store=etcd://", Endpoints(etcd_), kPrefix),
-                               absl::StrCat("--store-lease=", absl::FormatDuration(kLease))})
-            .ok())
+    ASSERT_TRUE(cluster
+                    .StartCoordinator({absl::StrCat("--store=etcd://", Endpoints(etcd_), kPrefix),
+                                       absl::StrCat("--store-lease=", absl::FormatDuration(kLease)),
+                                       "--store-tls"})
+                    .ok())
         << cluster.LogTails();
     ASSERT_TRUE(cluster.WaitForCoordinatorServing(absl::Seconds(20)).ok()) << cluster.LogTails();
     for (int i = 0; i < 2; ++i) {

@@ -3,18 +3,25 @@
 // Then what only etcd has: members that are down, key prefixes, records that do not parse.
 
 #include <gmock/gmock.h>
+#include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "libs/etcd/etcd_kv.h"
+#include "libs/rpc/tls.h"
 #include "services/coordinator/store/sqlite_task_store.h"
 #include "services/coordinator/task_store.h"
+#include "services/shoalctl/process.h"
 #include "tests/testing/etcd_member.h"
 #include "tests/testing/reserved_port.h"
 #include "tests/testing/temp_dir.h"
@@ -425,6 +432,82 @@ TEST_F(EtcdTest, ASecondStoreOnAPrefixWaitsAndAStoreThatLostItsHoldStepsDown) {
   absl::StatusOr<std::vector<StoredTask>> tasks = (*second)->LoadTasks(1);
   ASSERT_TRUE(tasks.ok() && tasks->size() == 1u);
   EXPECT_EQ((*tasks)[0].status.state(), v1::TASK_STATE_COMPLETED);
+}
+
+// Makes a CA and the certificates NAMES with scripts/gen-certs under DIR (DIR/NAME/{ca.crt,
+// tls.crt,tls.key}).
+void GenCerts(const std::string& dir, std::vector<std::string> names) {
+  const char* source = std::getenv("SHOAL_SOURCE_DIR");
+  process::ProcessOptions gen;
+  gen.name = "gen-certs";
+  gen.binary = absl::StrCat(source != nullptr ? source : ".", "/scripts/gen-certs");
+  gen.args = {dir};
+  gen.args.insert(gen.args.end(), names.begin(), names.end());
+  gen.log_path = dir + ".log";
+  absl::StatusOr<std::unique_ptr<process::Process>> proc = process::Process::Start(gen);
+  ASSERT_TRUE(proc.ok()) << proc.status();
+  absl::StatusOr<process::ExitStatus> exit = (*proc)->Wait(absl::Seconds(60));
+  ASSERT_TRUE(exit.ok() && exit->success()) << (*proc)->LogTail(10);
+}
+
+std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const std::string& dir) {
+  absl::StatusOr<rpc::Credentials> credentials = rpc::Credentials::Create({.dir = dir});
+  EXPECT_TRUE(credentials.ok()) << credentials.status();
+  return credentials.ok() ? credentials->channel() : nullptr;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// TLS that trusts `ca_file` and presents the certificate of `cert_dir` (tls.crt, tls.key), or
+// none.
+std::shared_ptr<grpc::ChannelCredentials> Tls(const std::string& ca_file,
+                                              const std::string& cert_dir = "") {
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = ReadAll(ca_file);
+  if (!cert_dir.empty()) {
+    options.pem_cert_chain = ReadAll(cert_dir + "/tls.crt");
+    options.pem_private_key = ReadAll(cert_dir + "/tls.key");
+  }
+  return grpc::SslCredentials(options);
+}
+
+// --store-tls: the store speaks mutual TLS to etcd with the coordinator's certificate; a
+// plaintext client, one without a certificate and one whose certificate another CA signed (each
+// trusting etcd's) get nothing.
+TEST(EtcdTlsTest, TheStoreSpeaksMutualTlsAndOnlyToTheDeploymentsCa) {
+  absl::StatusOr<std::string> dir = testing::MakeTestTempDir("shoal-etcd-tls-");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  GenCerts(*dir + "/certs", {"etcd", "coordinator"});
+  GenCerts(*dir + "/other", {"coordinator"});
+  absl::StatusOr<std::unique_ptr<testing::EtcdMember>> member =
+      testing::EtcdMember::Start(*dir, *dir + "/certs/etcd");
+  ASSERT_TRUE(member.ok()) << member.status();
+
+  StoreOptions options = Options(absl::StrCat("etcd://", (*member)->endpoint(), "/tls"), *dir);
+  options.etcd_credentials = ClientCredentials(*dir + "/certs/coordinator");
+  absl::StatusOr<std::unique_ptr<TaskStore>> store = OpenTaskStore(options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->PutTask(Task("t", v1::TASK_STATE_RUNNING)).ok());
+  absl::StatusOr<std::vector<StoredTask>> tasks = (*store)->LoadTasks(1);
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 1u);
+
+  for (const auto& [what, credentials] :
+       std::vector<std::pair<std::string, std::shared_ptr<grpc::ChannelCredentials>>>{
+           {"plaintext", nullptr},
+           {"no client certificate", Tls(*dir + "/certs/coordinator/ca.crt")},
+           {"a client certificate of another CA",
+            Tls(*dir + "/certs/coordinator/ca.crt", *dir + "/other/coordinator")}}) {
+    absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv = etcd::EtcdKv::Connect(
+        {(*member)->endpoint()}, absl::Milliseconds(500), absl::Seconds(1), credentials);
+    EXPECT_EQ(kv.status().code(), absl::StatusCode::kUnavailable) << what << ": " << kv.status();
+    EXPECT_THAT(kv.status().message(), HasSubstr((*member)->endpoint())) << what;
+  }
 }
 
 TEST(EtcdKvTest, PrefixEnd) {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "libs/etcd/etcd_kv.h"
+#include "libs/rpc/tls.h"
 #include "tests/testing/http_get.h"
 #include "tests/testing/reserved_port.h"
 #include "tests/testing/wait.h"
@@ -54,14 +56,21 @@ absl::Status EtcdMember::Restart() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<EtcdMember>> EtcdMember::Start(const std::string& dir) {
-  absl::StatusOr<std::vector<std::unique_ptr<EtcdMember>>> members = StartCluster(dir, 1);
+absl::StatusOr<std::unique_ptr<EtcdMember>> EtcdMember::Start(const std::string& dir,
+                                                              const std::string& tls_dir) {
+  absl::StatusOr<std::vector<std::unique_ptr<EtcdMember>>> members = StartCluster(dir, 1, tls_dir);
   if (!members.ok()) return members.status();
   return std::move(members->front());
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<EtcdMember>>> EtcdMember::StartCluster(
-    const std::string& dir, int count) {
+    const std::string& dir, int count, const std::string& tls_dir) {
+  std::shared_ptr<grpc::ChannelCredentials> client;  // the readiness check's, with TLS
+  if (!tls_dir.empty()) {
+    absl::StatusOr<rpc::Credentials> credentials = rpc::Credentials::Create({.dir = tls_dir});
+    if (!credentials.ok()) return credentials.status();
+    client = credentials->channel();
+  }
   const std::string binary = FindEtcd();
   if (binary.empty()) {
     return absl::NotFoundError(
@@ -69,25 +78,28 @@ absl::StatusOr<std::vector<std::unique_ptr<EtcdMember>>> EtcdMember::StartCluste
   }
   absl::Status last;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    std::vector<ReservedPort> ports;  // each member's client port, then its peer port
-    for (int i = 0; i < 2 * count; ++i) {
+    // Each member's client port, its peer port and its metrics port.
+    std::vector<ReservedPort> ports;
+    for (int i = 0; i < 3 * count; ++i) {
       absl::StatusOr<ReservedPort> port = ReservedPort::Reserve();
       if (!port.ok()) return port.status();
       ports.push_back(*std::move(port));
     }
     std::vector<std::string> initial_cluster;
     for (int i = 0; i < count; ++i) {
-      initial_cluster.push_back(absl::StrCat("m", i, "=http://", ports[2 * i + 1].address()));
+      initial_cluster.push_back(absl::StrCat("m", i, "=http://", ports[3 * i + 1].address()));
     }
     std::vector<std::unique_ptr<EtcdMember>> members;
     std::vector<std::string> endpoints;
     // etcd binds without SO_REUSEPORT: the ports are released just before it starts.
     for (ReservedPort& port : ports) port.Release();
     for (int i = 0; i < count; ++i) {
-      const std::string client_url = absl::StrCat("http://", ports[2 * i].address());
-      const std::string peer_url = absl::StrCat("http://", ports[2 * i + 1].address());
+      const std::string client_url =
+          absl::StrCat(tls_dir.empty() ? "http://" : "https://", ports[3 * i].address());
+      const std::string peer_url = absl::StrCat("http://", ports[3 * i + 1].address());
       auto member = std::unique_ptr<EtcdMember>(new EtcdMember());
-      member->endpoint_ = ports[2 * i].address();
+      member->endpoint_ = ports[3 * i].address();
+      member->metrics_endpoint_ = ports[3 * i + 2].address();
       process::ProcessOptions options;
       options.name = absl::StrCat("etcd-", i);
       options.binary = binary;
@@ -105,10 +117,17 @@ absl::StatusOr<std::vector<std::unique_ptr<EtcdMember>>> EtcdMember::StartCluste
                       peer_url,
                       "--initial-cluster",
                       absl::StrJoin(initial_cluster, ","),
+                      "--listen-metrics-urls",
+                      absl::StrCat("http://", ports[3 * i + 2].address()),
                       "--logger",
                       "zap",
                       "--log-level",
                       "warn"};
+      if (!tls_dir.empty()) {
+        options.args.insert(options.args.end(), {"--cert-file", tls_dir + "/tls.crt", "--key-file",
+                                                 tls_dir + "/tls.key", "--trusted-ca-file",
+                                                 tls_dir + "/ca.crt", "--client-cert-auth"});
+      }
       options.log_path = absl::StrCat(dir, "/etcd-", i, "-", attempt, ".log");
       member->options_ = options;
       absl::StatusOr<std::unique_ptr<process::Process>> started =
@@ -121,7 +140,7 @@ absl::StatusOr<std::vector<std::unique_ptr<EtcdMember>>> EtcdMember::StartCluste
     // Up once every member listens and the cluster takes a write (it has elected a leader).
     const auto listening = [&] {
       for (int i = 0; i < count; ++i) {
-        if (!AcceptsConnections(ports[2 * i].port()) && members[i]->process_->Running()) {
+        if (!AcceptsConnections(ports[3 * i].port()) && members[i]->process_->Running()) {
           return false;
         }
       }
@@ -130,7 +149,7 @@ absl::StatusOr<std::vector<std::unique_ptr<EtcdMember>>> EtcdMember::StartCluste
     WaitUntil(listening, absl::Seconds(15));
     absl::Status written;
     absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv =
-        etcd::EtcdKv::Connect(endpoints, Scaled(absl::Seconds(15)), absl::Seconds(2));
+        etcd::EtcdKv::Connect(endpoints, Scaled(absl::Seconds(15)), absl::Seconds(2), client);
     if (kv.ok()) {
       WaitUntil([&] { return (written = (*kv)->Put("/etcd-member-ready", "")).ok(); },
                 absl::Seconds(15), absl::Milliseconds(50));
@@ -148,7 +167,7 @@ absl::StatusOr<std::vector<std::unique_ptr<EtcdMember>>> EtcdMember::StartCluste
 }
 
 bool EtcdMember::IsLeader() const {
-  absl::StatusOr<std::string> metrics = HttpGet(endpoint_, "/metrics");
+  absl::StatusOr<std::string> metrics = HttpGet(metrics_endpoint_, "/metrics");
   return metrics.ok() && MetricValue(*metrics, "etcd_server_is_leader") == 1;
 }
 

@@ -16,14 +16,17 @@ namespace shoal::testing {
 
 class EtcdMember {
  public:
-  // Starts `etcd` (found on PATH, or $SHOAL_ETCD) in `dir` and waits until it answers.
-  // Errors: NOT_FOUND without an etcd binary (scripts/bootstrap test installs etcd-server);
-  // UNAVAILABLE when it did not come up, with the end of its log.
-  static absl::StatusOr<std::unique_ptr<EtcdMember>> Start(const std::string& dir);
+  // Starts `etcd` (found on PATH, or $SHOAL_ETCD) in `dir` and waits until it answers. With
+  // `tls_dir` (ca.crt, tls.crt, tls.key as scripts/gen-certs makes them) its client API is
+  // https and requires a client certificate signed by that CA. Errors: NOT_FOUND without an
+  // etcd binary (scripts/bootstrap test installs etcd-server); UNAVAILABLE when it did not come
+  // up, with the end of its log.
+  static absl::StatusOr<std::unique_ptr<EtcdMember>> Start(const std::string& dir,
+                                                           const std::string& tls_dir = "");
   // `count` members forming one cluster (etcd's --initial-cluster), each as Start's; returns once
   // the cluster has a leader and takes writes. Errors: as Start's.
   static absl::StatusOr<std::vector<std::unique_ptr<EtcdMember>>> StartCluster(
-      const std::string& dir, int count);
+      const std::string& dir, int count, const std::string& tls_dir = "");
 
   // Kills etcd: a graceful stop waits for the clients' connections to close (seconds), and the
   // data directory is a test's.
@@ -41,6 +44,7 @@ class EtcdMember {
   process::ProcessOptions options_;  // of the running etcd, for Restart
   std::unique_ptr<process::Process> process_;
   std::string endpoint_;
+  std::string metrics_endpoint_;  // HOST:PORT of its plain HTTP /metrics
 };
 
 // The members' endpoints as a comma list, for --store etcd://A,B,C/PREFIX.
