@@ -10,9 +10,10 @@
 // the killed coordinator comes back as a standby (as a restarted pod would). Each task completes
 // with every round exactly once, in its history and in etcd's records, and the rounds closed and
 // stored before a kill are kept as they were (no acknowledged update is lost). Each kill waits
-// until the closed rounds are stored: a round published less than a store write ago runs again
-// after a fail-over (docs/how-to/high-availability.md). The aggregator moves on to each new
-// coordinator too, and the state directory holds the checkpoint files only: the tasks' state is
+// until the closed rounds and the newest checkpoint's record are in etcd; before the first, the
+// checkpoint files are deleted, so the coordinator taking over must take the newest version from
+// the aggregator that holds it (docs/how-to/high-availability.md). The aggregator moves on to each
+// new coordinator too, and the state directory holds the checkpoint files only: the tasks' state is
 // etcd's, a completed task's record there included. Prints the fail-over times and the test's
 // time.
 
@@ -116,9 +117,9 @@ class CoordinatorHaClusterTest : public ::testing::Test {
     return records.ok() ? *std::move(records) : std::vector<etcd::KeyValue>();
   }
 
-  // Whether every round closed in `s` is stored in etcd, and (federated-sync) a checkpoint of
-  // its newest model: what a coordinator taking over resumes from. The coordinator stores both
-  // shortly after it publishes a round; a round not stored yet runs again after a fail-over.
+  // Whether every round closed in `s` is stored in etcd, and (federated-sync) a checkpoint
+  // record of its newest model. A round is stored before any peer hears of it, but a status read
+  // from the coordinator may show it a moment before; the checkpoint comes after the round.
   bool Stored(const cv1::TaskStatus& s) {
     if (s.history_size() == 0) return true;
     const cv1::RoundSummary& last = s.history(s.history_size() - 1);
@@ -135,14 +136,24 @@ class CoordinatorHaClusterTest : public ::testing::Test {
   // Kills the active coordinator while `spec`'s round `round` (or a later one) trains, its
   // closed rounds stored, and checks the fail-over: a standby serves, both peers are back at it
   // within the lease, and the interrupted round closes there. The killed coordinator comes back
-  // as a standby. Returns, in `seen`, the task's status read before the kill.
-  void FailOverMidRound(const common::v1::TaskSpec& spec, uint64_t round, cv1::TaskStatus* seen) {
+  // as a standby. Returns, in `seen`, the task's status read before the kill. With
+  // `lose_checkpoint_files`, the checkpoint directory is emptied before the kill (a disk the
+  // next coordinator cannot see).
+  void FailOverMidRound(const common::v1::TaskSpec& spec, uint64_t round, cv1::TaskStatus* seen,
+                        bool lose_checkpoint_files = false) {
     Cluster& cluster = *cluster_;
     auto before = cluster.WaitFor(
         spec.name(), [&](const cv1::TaskStatus& s) { return Training(s, round) && Stored(s); },
         absl::Minutes(2), absl::StrCat("round ", round, " of ", spec.name()));
     ASSERT_TRUE(before.ok()) << before.status();
     *seen = *before;
+    if (lose_checkpoint_files) {
+      const std::string checkpoints = cluster.dir() + "/state/checkpoints";
+      ASSERT_FALSE(std::filesystem::is_empty(checkpoints));
+      for (const auto& entry : std::filesystem::directory_iterator(checkpoints)) {
+        std::filesystem::remove(entry.path());
+      }
+    }
     const uint64_t interrupted = before->round();
     const absl::Time killed = absl::Now();
     absl::StatusOr<absl::Duration> serving = cluster.KillCoordinatorForStandby(absl::Seconds(20));
@@ -241,7 +252,7 @@ TEST_F(CoordinatorHaClusterTest, TwoCoordinatorKillsAndAnEtcdMembersLossLoseNoRo
       ShortTask("ha-federated", common::v1::MODE_FEDERATED_SYNC, 4);
   ASSERT_TRUE(cluster.CreateTask(federated).ok());
   cv1::TaskStatus seen;
-  FailOverMidRound(federated, 2, &seen);
+  FailOverMidRound(federated, 2, &seen, /*lose_checkpoint_files=*/true);
   if (HasFatalFailure()) return;
   ExpectCompletedEveryRoundOnce(federated, {seen});
   if (HasFatalFailure()) return;
