@@ -115,6 +115,9 @@ CoordinatorCore::~CoordinatorCore() {
   }
   watches.clear();  // outside the lock: their callbacks take it
   for (auto& queue : dial_queues_) queue->Drain();
+  // A flush that went on on the store's queue may post aggregator work, and work that finishes
+  // may flush a store write: the store's queue, the work, then the store's queue again.
+  store_writes_.Drain();
   work_.Drain();
   store_writes_.Drain();
 }
