@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -31,6 +32,7 @@
 #include "shoal/peer/v1/peer.grpc.pb.h"
 #include "tests/service/fake_coordinator.h"
 #include "tests/testing/reserved_port.h"
+#include "tests/testing/wait.h"
 
 namespace shoal::peer {
 namespace {
@@ -330,7 +332,17 @@ TEST_F(PeerAgentTest, RunsOneTaskThroughTheWholeProtocol) {
   EXPECT_TRUE(fake().WaitHeartbeats(2, kWait));
   EXPECT_FALSE(fake().Take(PeerMessage::kError, absl::ZeroDuration()));
 
-  const std::string metrics = FetchMetrics(peer_->metrics_address());
+  // The aggregator has the push before the peer has its answer: the round counts once the
+  // peer's call returns.
+  std::string metrics;
+  EXPECT_TRUE(testing::WaitUntil(
+      [&] {
+        metrics = FetchMetrics(peer_->metrics_address());
+        return absl::StrContains(metrics, "shoal_peer_round_duration_seconds_count 2") &&
+               absl::StrContains(metrics, "shoal_peer_rounds_completed_total 2");
+      },
+      kWait, absl::Milliseconds(20)))
+      << metrics;
   EXPECT_THAT(metrics, HasSubstr("shoal_peer_rounds_completed_total 2"));
   EXPECT_THAT(metrics, HasSubstr("shoal_peer_samples_trained_total 128"));
   EXPECT_THAT(metrics, HasSubstr("shoal_peer_connected 1"));
