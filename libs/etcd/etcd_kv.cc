@@ -291,6 +291,30 @@ absl::StatusOr<std::string> EtcdKv::CreateIfAbsent(absl::string_view key, absl::
   return absl::UnavailableError(absl::StrCat("etcd create: ", key, " changed meanwhile"));
 }
 
+absl::StatusOr<bool> EtcdKv::PutIfNoneExist(const std::vector<std::string>& absent,
+                                            absl::string_view key, absl::string_view value,
+                                            int64_t lease) {
+  etcdserverpb::TxnRequest request;
+  for (const std::string& name : absent) {
+    etcdserverpb::Compare* none = request.add_compare();
+    none->set_key(name);
+    none->set_target(etcdserverpb::Compare::CREATE);
+    none->set_result(etcdserverpb::Compare::EQUAL);
+    none->set_create_revision(0);
+  }
+  etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
+  put->set_key(std::string(key));
+  put->set_value(std::string(value));
+  put->set_lease(lease);
+  etcdserverpb::TxnResponse response;
+  absl::Status s = OnAnyMember("create", [&](const Stubs& m, grpc::ClientContext& context) {
+    response.Clear();
+    return m.kv->Txn(&context, request, &response);
+  });
+  if (!s.ok()) return s;
+  return response.succeeded();
+}
+
 std::string EtcdKv::PrefixEnd(absl::string_view prefix) {
   std::string end(prefix);
   while (!end.empty()) {

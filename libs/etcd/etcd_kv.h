@@ -78,6 +78,10 @@ class EtcdKv {
   // afterwards: `value` when this call (or an earlier try of it) created it, else the holder's.
   absl::StatusOr<std::string> CreateIfAbsent(absl::string_view key, absl::string_view value,
                                              int64_t lease);
+  // Puts `key` = `value` under `lease` if none of `absent` (which may name `key`) exists, in one
+  // transaction. Returns whether it did.
+  absl::StatusOr<bool> PutIfNoneExist(const std::vector<std::string>& absent, absl::string_view key,
+                                      absl::string_view value, int64_t lease);
 
   // The end of the range of every key that starts with `prefix` (etcd's convention: the prefix
   // with its last byte below 0xff incremented).

@@ -127,11 +127,24 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
     if (!s.ok()) return s;
   }
   self->capacity_ = capacity::MeasureLocalCapacity();
+  self->upload_measured_ = options.upload_probe_bytes == 0;
   LogInfo("capacity: ", capacity::Describe(self->capacity_));
   LogInfo("serving on ", self->server_->address(), " (metrics on ", self->metrics_->address(),
           "), advertising ", self->advertise_, ", coordinator ", options.coordinator);
+  // Registered with every coordinator of the list that serves: the active one of an active
+  // coordinator and its standbys, or each one of coordinators that share their tasks.
+  // Validated by AggregatorOptions::Validate.
+  std::vector<std::string> coordinators =
+      *rpc::AddressList::Parse(options.coordinator, "--coordinator");
   AggregatorServer* raw = self.get();
-  self->registration_ = std::thread([raw] { raw->RegistrationLoop(); });
+  for (const std::string& address : coordinators) {
+    std::shared_ptr<grpc::Channel> channel =
+        self->channel_credentials_ != nullptr
+            ? rpc::MakeChannel(address, self->channel_credentials_)
+            : rpc::MakeChannel(address);
+    self->registrations_.emplace_back(
+        [raw, address, channel] { raw->RegistrationLoop(address, channel); });
+  }
   return self;
 }
 
@@ -139,25 +152,26 @@ AggregatorServer::~AggregatorServer() { Shutdown(); }
 
 bool AggregatorServer::registered() const {
   absl::MutexLock lock(&mu_);
-  return registered_;
+  return !registered_at_.empty();
 }
 
-bool AggregatorServer::MeasureUpload(const rpc::AddressList::Target& target) {
-  auto stub = coordinator::v1::SessionService::NewStub(target.channel);
+bool AggregatorServer::MeasureUpload(const std::string& address,
+                                     const std::shared_ptr<grpc::Channel>& channel) {
+  auto stub = coordinator::v1::SessionService::NewStub(channel);
   grpc::ClientContext context;
   rpc::SetTimeout(context, options_.upload_probe_timeout);
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return true;
-    in_flight_ = &context;
+    in_flight_.insert(&context);
   }
   absl::StatusOr<double> rate =
       capacity::MeasureUpload(*stub, context, options_.upload_probe_bytes);
   absl::MutexLock lock(&mu_);
-  in_flight_ = nullptr;
+  in_flight_.erase(&context);
   if (stopping_) return true;
   const capacity::UploadProbeOutcome outcome =
-      capacity::LogUploadProbe(rate, target.address, options_.upload_probe_bytes);
+      capacity::LogUploadProbe(rate, address, options_.upload_probe_bytes);
   if (outcome == capacity::UploadProbeOutcome::kMeasured) {
     capacity_.set_upload_bytes_per_second(*rate);
     capacity_.set_upload_probe_bytes(options_.upload_probe_bytes);
@@ -165,42 +179,48 @@ bool AggregatorServer::MeasureUpload(const rpc::AddressList::Target& target) {
   return outcome != capacity::UploadProbeOutcome::kRetry;
 }
 
-void AggregatorServer::RegistrationLoop() {
-  // Validated by AggregatorOptions::Validate.
-  std::unique_ptr<rpc::AddressList> coordinators = *rpc::AddressList::Create(
-      options_.coordinator, "--coordinator", channel_credentials_, "coordinator");
-  // Between passes over the addresses, capped at 1 s, so that the aggregator is back soon after
-  // its coordinator fails over.
-  rpc::PassBackoff backoff(BackoffOptions{absl::Milliseconds(200), absl::Seconds(1), 2.0, 0.2},
-                           coordinators->size());
+void AggregatorServer::RegistrationLoop(std::string address,
+                                        std::shared_ptr<grpc::Channel> channel) {
+  // Capped at 1 s, so that the aggregator is back soon after a coordinator (re)starts or takes
+  // over as the active one.
+  Backoff backoff(BackoffOptions{absl::Milliseconds(200), absl::Seconds(1), 2.0, 0.2});
   bool was_ok = false;
   bool warned = false;
-  bool upload_measured = options_.upload_probe_bytes == 0;
   for (;;) {
-    const rpc::AddressList::Target target = coordinators->Current();
-    if (!upload_measured) upload_measured = MeasureUpload(target);
+    bool measure = false;
+    {
+      absl::MutexLock lock(&mu_);
+      // One loop times the upload (to its coordinator) before registering anywhere.
+      if (!upload_measured_ && !measuring_) measure = measuring_ = true;
+    }
+    if (measure) {
+      const bool done = MeasureUpload(address, channel);
+      absl::MutexLock lock(&mu_);
+      upload_measured_ = done;
+      measuring_ = false;
+    }
     grpc::ClientContext context;
     rpc::SetTimeout(context, options_.register_timeout);
+    coordinator::v1::RegisterAggregatorRequest request;
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
-      in_flight_ = &context;
+      in_flight_.insert(&context);
+      *request.mutable_capacity() = capacity_;
     }
-    coordinator::v1::RegisterAggregatorRequest request;
     request.set_address(advertise_);
     request.set_host_peer(options_.host_peer);
-    *request.mutable_capacity() = capacity_;
     coordinator::v1::RegisterAggregatorResponse response;
-    grpc::Status status = coordinator::v1::RegistryService::NewStub(target.channel)
-                              ->RegisterAggregator(&context, request, &response);
+    grpc::Status status = coordinator::v1::RegistryService::NewStub(channel)->RegisterAggregator(
+        &context, request, &response);
     {
       absl::MutexLock lock(&mu_);
-      in_flight_ = nullptr;
+      in_flight_.erase(&context);
       if (stopping_) return;
     }
     absl::Duration wait;
     if (status.ok()) {
-      if (!was_ok) LogInfo("registered with coordinator ", target.address);
+      if (!was_ok) LogInfo("registered with coordinator ", address);
       was_ok = true;
       warned = false;
       backoff.Reset();
@@ -211,17 +231,19 @@ void AggregatorServer::RegistrationLoop() {
       wait = wait * 0.8;
     } else {
       if (was_ok || !warned) {
-        LogWarning("cannot register with coordinator ", target.address, ": ",
+        LogWarning("cannot register with coordinator ", address, ": ",
                    rpc::FromGrpcStatus(status).ToString(), " (retrying)");
         warned = true;
       }
-      // A standby or a dead coordinator: the next attempt goes to the next address.
-      coordinators->MoveOn(target.address, status.error_message());
       was_ok = false;
       wait = backoff.Next();
     }
     absl::MutexLock lock(&mu_);
-    registered_ = was_ok;
+    if (was_ok) {
+      registered_at_.insert(address);
+    } else {
+      registered_at_.erase(address);
+    }
     if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), wait)) return;
   }
 }
@@ -232,9 +254,10 @@ void AggregatorServer::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    if (in_flight_ != nullptr) in_flight_->TryCancel();
+    for (grpc::ClientContext* context : in_flight_) context->TryCancel();
   }
-  if (registration_.joinable()) registration_.join();
+  for (std::thread& registration : registrations_) registration.join();
+  registrations_.clear();
   if (server_ != nullptr) server_->Shutdown(options_.shutdown_grace);
   if (executor_ != nullptr) executor_->Shutdown();
   // Nothing publishes any more: an encoding under way stops at its next block.

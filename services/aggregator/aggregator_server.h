@@ -3,8 +3,10 @@
 #include <grpcpp/client_context.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -30,8 +32,8 @@ namespace shoal::aggregator {
 struct AggregatorOptions {
   std::string listen = "127.0.0.1:7100";
   std::string metrics_listen = "127.0.0.1:9200";
-  // HOST:PORT[,HOST:PORT...] of the coordinator's RegistryService (the active coordinator and
-  // its standbys, tried in turn: rpc::AddressList); required
+  // HOST:PORT[,HOST:PORT...] of the coordinators' RegistryService: the aggregator registers
+  // with each one that serves (rpc::AddressList::Parse); required
   std::string coordinator;
   std::string advertise;     // HOST:PORT peers use to reach us; default: the bound address
   std::string address_file;  // optional: where to write the bound addresses
@@ -56,8 +58,9 @@ struct AggregatorOptions {
 };
 
 // The shoal-aggregator process: owns the metrics endpoint, the core, the executor, the
-// download encoder, the gRPC server and the registration thread that keeps announcing this
-// aggregator to the coordinator (retrying with backoff while the coordinator is down). Not
+// download encoder, the gRPC server and the registration threads, one per coordinator address,
+// that keep announcing this aggregator to each coordinator that serves (retrying with backoff
+// while it is down or a standby). Not
 // thread-safe: one owner starts it and shuts it down.
 class AggregatorServer {
  public:
@@ -68,7 +71,7 @@ class AggregatorServer {
   const std::string& metrics_address() const { return metrics_->address(); }
   const std::string& advertised_address() const { return advertise_; }
   prometheus::Registry& registry() { return metrics_->registry(); }
-  // True once the coordinator has accepted a registration.
+  // True while a coordinator accepts this aggregator's registrations.
   bool registered() const;
 
   // Stops registering, drains calls (up to the grace period), then the executor, then abandons
@@ -77,10 +80,11 @@ class AggregatorServer {
 
  private:
   AggregatorServer() = default;
-  void RegistrationLoop();
-  // Times the upload to the coordinator into capacity_; false when it should be tried again
+  // Keeps this aggregator registered with the coordinator at `address`.
+  void RegistrationLoop(std::string address, std::shared_ptr<grpc::Channel> channel);
+  // Times the upload to a coordinator into capacity_; false when it should be tried again
   // (the coordinator could not be reached).
-  bool MeasureUpload(const rpc::AddressList::Target& target);
+  bool MeasureUpload(const std::string& address, const std::shared_ptr<grpc::Channel>& channel);
 
   AggregatorOptions options_;
   std::string advertise_;
@@ -102,12 +106,14 @@ class AggregatorServer {
   std::unique_ptr<RelayServiceImpl> relay_service_;
   std::unique_ptr<RelayPeerServiceImpl> relay_peer_service_;
   std::unique_ptr<rpc::Server> server_;
-  std::thread registration_;
+  std::vector<std::thread> registrations_;  // one per coordinator address
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool registered_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::ClientContext* in_flight_ ABSL_GUARDED_BY(mu_) = nullptr;  // registration call
+  std::set<std::string> registered_at_ ABSL_GUARDED_BY(mu_);  // registration accepted last
+  bool upload_measured_ ABSL_GUARDED_BY(mu_) = false;
+  bool measuring_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);  // registrations, the probe
   bool shut_down_ = false;
 };
 

@@ -18,8 +18,9 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:7100", "HOST:PORT for gRPC (port 0 = a
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9200",
           "HOST:PORT for Prometheus /metrics (port 0 = any free port)");
 ABSL_FLAG(std::string, coordinator, "",
-          "HOST:PORT of the coordinator (required); HOST:PORT,HOST:PORT,...: an active "
-          "coordinator and its standbys, tried in turn when one does not serve");
+          "HOST:PORT of the coordinator (required); HOST:PORT,HOST:PORT,...: several, and the "
+          "aggregator registers with each one that serves (an active coordinator of its "
+          "standbys, or every coordinator of --share-tasks)");
 ABSL_FLAG(std::string, advertise, "",
           "HOST:PORT that peers and the coordinator use to reach this aggregator "
           "(default: the bound --listen address)");

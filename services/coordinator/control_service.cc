@@ -56,7 +56,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchTaskResponse
       if (auto handle = weak.lock()) handle->Run([&](WatchReactor& r) { r.Push(status); });
     });
     if (!watch.ok()) {
-      Finish(rpc::ToGrpcStatus(watch.status()));
+      Finish(rpc::ToGrpcStatus(core_.Routed(watch.status(), name)));
       return;
     }
     absl::MutexLock lock(&mu_);
@@ -141,6 +141,12 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchTaskResponse
 
 }  // namespace
 
+absl::StatusOr<v1::TaskStatus> ControlServiceImpl::Routed(absl::StatusOr<v1::TaskStatus> status,
+                                                          const std::string& name) const {
+  if (status.ok()) return status;
+  return core_.Routed(status.status(), name);
+}
+
 grpc::ServerUnaryReactor* ControlServiceImpl::CreateTask(grpc::CallbackServerContext* context,
                                                          const v1::CreateTaskRequest* request,
                                                          v1::CreateTaskResponse* response) {
@@ -180,7 +186,7 @@ grpc::ServerUnaryReactor* ControlServiceImpl::GetTaskStatus(grpc::CallbackServer
                                                             const v1::GetTaskStatusRequest* request,
                                                             v1::GetTaskStatusResponse* response) {
   return FinishWith<v1::GetTaskStatusResponse, v1::TaskStatus>(
-      context, core_.GetTaskStatus(request->name()), response,
+      context, Routed(core_.GetTaskStatus(request->name()), request->name()), response,
       [](v1::TaskStatus&& s, v1::GetTaskStatusResponse* r) {
         *r->mutable_status() = std::move(s);
       });
@@ -190,7 +196,7 @@ grpc::ServerUnaryReactor* ControlServiceImpl::StopTask(grpc::CallbackServerConte
                                                        const v1::StopTaskRequest* request,
                                                        v1::StopTaskResponse* response) {
   return FinishWhenStored<v1::StopTaskResponse, v1::TaskStatus>(
-      core_, context, core_.StopTask(request->name()), response,
+      core_, context, Routed(core_.StopTask(request->name()), request->name()), response,
       [](v1::TaskStatus&& s, v1::StopTaskResponse* r) { *r->mutable_status() = std::move(s); });
 }
 
@@ -206,7 +212,7 @@ grpc::ServerUnaryReactor* ControlServiceImpl::ListRounds(grpc::CallbackServerCon
                                                          v1::ListRoundsResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (absl::Status s = core_.CheckTaskExists(request->name()); !s.ok()) {
-    reactor->Finish(rpc::ToGrpcStatus(s));
+    reactor->Finish(rpc::ToGrpcStatus(core_.Routed(s, request->name())));
     return reactor;
   }
   if (request->limit() > 1000) {
@@ -251,7 +257,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ControlServiceImpl::GetModel(
         grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "cannot parse GetModelRequest"));
   }
   if (absl::Status s = core_.CheckTaskExists(request.name()); !s.ok()) {
-    return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(s));
+    return rpc::MakeFailedModelWriteReactor(rpc::ToGrpcStatus(core_.Routed(s, request.name())));
   }
   auto* reactor = new rpc::ModelWriteReactor(
       [this](uint64_t bytes, bool) { metrics_.bytes_sent.Increment(static_cast<double>(bytes)); });

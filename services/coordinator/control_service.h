@@ -46,6 +46,11 @@ class ControlServiceImpl final : public v1::ControlService::WithRawCallbackMetho
                                                        const grpc::ByteBuffer* request) override;
 
  private:
+  // A NOT_FOUND about task `name` as the core's Routed says it (shared tasks: UNAVAILABLE
+  // naming the coordinator that serves it).
+  absl::StatusOr<v1::TaskStatus> Routed(absl::StatusOr<v1::TaskStatus> status,
+                                        const std::string& name) const;
+
   CoordinatorCore& core_;
   TaskStore& store_;
   Executor& reads_;

@@ -30,22 +30,22 @@ std::string NewSessionToken() {
   return hex;
 }
 
-// Whether a peer that presented `token` may join `spec`'s task.
-bool TokenAdmits(const common::v1::TaskSpec& spec, const std::string& token) {
-  return spec.join_token().empty() || spec.join_token() == token;
-}
-
 absl::Status NoTaskNamed(const std::string& name) {
   return absl::NotFoundError(absl::StrCat("no task named \"", name, "\""));
 }
 
 }  // namespace
 
+bool CoordinatorCore::TokenAdmits(const common::v1::TaskSpec& spec, const std::string& token) {
+  return spec.join_token().empty() || spec.join_token() == token;
+}
+
 absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
     CoordinatorOptions options, TaskStore& store, aggregator::AggregatorClient& aggregators,
     CoordinatorExecutors executors, Clock& clock, CoordinatorMetrics& metrics) {
   std::unique_ptr<CoordinatorCore> core(
       new CoordinatorCore(options, store, aggregators, executors, clock, metrics));
+  if (core->placement_ != nullptr) return core;  // its tasks come through AdoptTask
   SHOAL_ASSIGN_OR_RETURN(std::vector<StoredTask> stored,
                          store.LoadTasks(options.history_in_memory));
   absl::MutexLock lock(&core->mu_);
@@ -53,30 +53,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
     return a.status.created_unix_ms() < b.status.created_unix_ms();
   });
   for (StoredTask& s : stored) {
-    const std::string name = s.status.spec().name();
-    Task& task = core->tasks_[name];
-    task.status = std::move(s.status);
-    for (auto& round : s.history) *task.status.add_history() = std::move(round);
-    core->task_order_.push_back(name);
-    if (!core->IsActive(task)) continue;
-    // A fresh state machine from the stored status: the peers come back and tell it what they
-    // hold, and an aggregator-backed mode restores its newest checkpoint on an aggregator.
-    task.status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
-    task.status.set_state(v1::TASK_STATE_WAITING);
-    task.holder_before_restart = task.status.aggregator();
-    task.status.clear_aggregator();
-    task.mode = MakeModeTask(task.status, options.mode, metrics);
-    task.status.clear_peers();
-    if (task.mode == nullptr) {
-      task.status.set_state(v1::TASK_STATE_FAILED);
-      task.status.set_message(absl::StrCat("mode ", ModeName(task.status.spec().mode()),
-                                           " is not supported by this coordinator"));
-      LogWarning("task ", name, ": ", task.status.message());
-      continue;
-    }
-    task.waiting_for_aggregator_since = clock.Now();
-    task.status.set_message("resuming after a coordinator restart");
-    LogInfo("task ", name, ": resuming after round ", task.status.round());
+    core->RestoreTask(std::move(s), "resuming after a coordinator restart");
   }
   return core;
 }
@@ -87,6 +64,7 @@ CoordinatorCore::CoordinatorCore(CoordinatorOptions options, TaskStore& store,
                                  CoordinatorMetrics& metrics)
     : options_(options),
       store_(store),
+      placement_(store.placement()),
       aggregators_(aggregators),
       executors_(executors),
       clock_(clock),
@@ -184,6 +162,15 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
   std::string id;
   {
     InputLock lock(*this, out);
+    if (placement_ != nullptr && peers_.count(hello.name()) == 0 &&
+        !AdmittedHere(hello.join_token())) {
+      // Shared tasks: a peer goes where an open task may take it.
+      if (std::optional<std::string> there = placement_->OpenTaskFor(hello.join_token())) {
+        return absl::UnavailableError(absl::StrCat(
+            "no task of this coordinator takes this peer; an open task is at coordinator ",
+            *there));
+      }
+    }
     bool any_open = false;
     bool admitted = false;
     for (const auto& [name, t] : tasks_) {
@@ -459,6 +446,33 @@ void CoordinatorCore::Reconcile(Outbox& out) {
 
 absl::StatusOr<v1::TaskStatus> CoordinatorCore::CreateTask(const common::v1::TaskSpec& spec) {
   SHOAL_RETURN_IF_ERROR(task::ValidateTaskSpec(spec));
+  v1::TaskStatus status;
+  *status.mutable_spec() = spec;
+  status.set_state(v1::TASK_STATE_WAITING);
+  status.set_created_unix_ms(absl::ToUnixMillis(clock_.Now()));
+  status.set_message("waiting for peers");
+  std::unique_ptr<ModeTask> mode = MakeModeTask(status, options_.mode, metrics_);
+  if (mode == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("mode: ", ModeName(spec.mode()), " is not supported by this coordinator yet"));
+  }
+  if (placement_ != nullptr) {
+    bool here;
+    {
+      absl::MutexLock lock(&mu_);
+      here = tasks_.count(spec.name()) > 0;
+    }
+    if (!here) {
+      SHOAL_ASSIGN_OR_RETURN(bool mine, placement_->Claim(status));
+      if (!mine) {
+        status.set_message(
+            "created for another coordinator: the one serving the fewest open tasks takes it "
+            "within a second");
+        status.mutable_spec()->clear_join_token();
+        return status;
+      }
+    }
+  }
   Outbox out;
   v1::TaskStatus result;
   {
@@ -470,16 +484,6 @@ absl::StatusOr<v1::TaskStatus> CoordinatorCore::CreateTask(const common::v1::Tas
             absl::StrCat("a task named \"", spec.name(), "\" exists with a different spec"));
       }
       return StatusOf(it->second);
-    }
-    v1::TaskStatus status;
-    *status.mutable_spec() = spec;
-    status.set_state(v1::TASK_STATE_WAITING);
-    status.set_created_unix_ms(absl::ToUnixMillis(clock_.Now()));
-    status.set_message("waiting for peers");
-    std::unique_ptr<ModeTask> mode = MakeModeTask(status, options_.mode, metrics_);
-    if (mode == nullptr) {
-      return absl::UnimplementedError(absl::StrCat("mode: ", ModeName(spec.mode()),
-                                                   " is not supported by this coordinator yet"));
     }
     Task& task = tasks_[spec.name()];
     task_order_.push_back(spec.name());
@@ -503,6 +507,15 @@ std::vector<v1::TaskStatus> CoordinatorCore::ListTasks() const {
     v1::TaskStatus status = StatusOf(tasks_.at(name));
     status.clear_history();
     out.push_back(std::move(status));
+  }
+  if (placement_ != nullptr) {
+    std::vector<v1::TaskStatus> others = placement_->OthersTasks();
+    std::sort(others.begin(), others.end(), [](const v1::TaskStatus& a, const v1::TaskStatus& b) {
+      return a.created_unix_ms() < b.created_unix_ms();
+    });
+    for (v1::TaskStatus& status : others) {
+      if (tasks_.count(status.spec().name()) == 0) out.push_back(std::move(status));
+    }
   }
   return out;
 }
@@ -583,6 +596,7 @@ void CoordinatorCore::Step() {
       peers_walked_ = now;
       ConvictSilentPeers(out);
       RedialPeers(out);
+      if (placement_ != nullptr) SendIdlePeersElsewhere(out);
     }
     for (auto& [name, task] : tasks_) SaveRounds(task);
     Reconcile(out);

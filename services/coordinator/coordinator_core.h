@@ -25,6 +25,7 @@
 #include "services/coordinator/dialer.h"
 #include "services/coordinator/mode_task.h"
 #include "services/coordinator/secure_statistics.h"
+#include "services/coordinator/task_placement.h"
 #include "services/coordinator/task_store.h"
 #include "shoal/coordinator/v1/control.pb.h"
 #include "shoal/coordinator/v1/session.pb.h"
@@ -105,7 +106,8 @@ struct CoordinatorExecutors {
 class CoordinatorCore {
  public:
   // Loads the tasks kept in `store`; running tasks resume (federated ones from their newest
-  // checkpoint, restored on an aggregator by their mode).
+  // checkpoint, restored on an aggregator by their mode). When the store's tasks are shared
+  // among coordinators (TaskStore::placement), it loads none: each comes through AdoptTask.
   static absl::StatusOr<std::unique_ptr<CoordinatorCore>> Create(
       CoordinatorOptions options, TaskStore& store, aggregator::AggregatorClient& aggregators,
       CoordinatorExecutors executors, Clock& clock, CoordinatorMetrics& metrics);
@@ -143,7 +145,10 @@ class CoordinatorCore {
   absl::Duration heartbeat_interval() const { return options_.heartbeat_interval; }
 
   // --- Operators (ControlService) ---
+  // With shared tasks, this coordinator becomes the task's owner first (UNAVAILABLE naming the
+  // owner when another coordinator has a task of that name).
   absl::StatusOr<v1::TaskStatus> CreateTask(const common::v1::TaskSpec& spec);
+  // This coordinator's tasks, then (with shared tasks) the others' as they last stored them.
   std::vector<v1::TaskStatus> ListTasks() const;
   absl::StatusOr<v1::TaskStatus> GetTaskStatus(const std::string& name) const;
   absl::StatusOr<v1::TaskStatus> StopTask(const std::string& name);
@@ -162,6 +167,14 @@ class CoordinatorCore {
   // SessionService.ListAggregators: at most `limit` registered aggregators, those serving the
   // fewest active tasks first (then by address).
   std::vector<std::string> AggregatorsToMeasure(size_t limit = 32) const;
+
+  // --- Shared tasks (TaskPlacement) ---
+  // Takes `name` over from the store (its owner key is this coordinator's now) and resumes it
+  // as after a restart. Errors: the store's.
+  absl::Status AdoptTask(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  // For an answer NOT_FOUND about a task: with shared tasks, what the placement says instead
+  // (UNAVAILABLE naming the coordinator that serves it). Reads etcd: not under the lock.
+  absl::Status Routed(absl::Status status, const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Driver ---
   // Runs the timers (heartbeats, deadlines, aggregator liveness) and releases retired watch
@@ -359,6 +372,18 @@ class CoordinatorCore {
   void LeaveTask(Task& task, const std::string& peer_id, const std::string& why, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IsActive(const Task& task) const;
+  // Whether a peer that presented `token` may join `spec`'s task.
+  static bool TokenAdmits(const common::v1::TaskSpec& spec, const std::string& token);
+  // Sets up a task read from the store: an active one resumes as after a restart, with
+  // `message` as its status message until it runs again.
+  void RestoreTask(StoredTask stored, const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether an active task of this coordinator takes peers with `join_token`.
+  bool AdmittedHere(const std::string& join_token) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With shared tasks: ends the sessions of idle peers that no task here takes while an open
+  // task at another coordinator may, so that they move on (their reconnection here is refused
+  // naming it).
+  void SendIdlePeersElsewhere(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- Federation statistics (coordinator_core_statistics.cc) ---
   // A peer's DataMoments: kept until min_participants present peers have sent theirs, then added
@@ -522,6 +547,7 @@ class CoordinatorCore {
 
   const CoordinatorOptions options_;
   TaskStore& store_;
+  TaskPlacement* const placement_;  // store_.placement(): null when this one serves every task
   aggregator::AggregatorClient& aggregators_;
   CoordinatorExecutors executors_;
   Clock& clock_;

@@ -321,4 +321,80 @@ void CoordinatorCore::Finish(Task& task, v1::TaskState state, const std::string&
   MarkChanged(task, out);
 }
 
+// --- Restored and shared tasks -----------------------------------------------------------
+
+void CoordinatorCore::RestoreTask(StoredTask stored, const std::string& message) {
+  const std::string name = stored.status.spec().name();
+  Task& task = tasks_[name];
+  task.status = std::move(stored.status);
+  for (auto& round : stored.history) *task.status.add_history() = std::move(round);
+  task_order_.push_back(name);
+  if (!IsActive(task)) return;
+  // A fresh state machine from the stored status: the peers come back and tell it what they
+  // hold, and an aggregator-backed mode restores its newest checkpoint on an aggregator.
+  task.status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
+  task.status.set_state(v1::TASK_STATE_WAITING);
+  task.holder_before_restart = task.status.aggregator();
+  task.status.clear_aggregator();
+  task.mode = MakeModeTask(task.status, options_.mode, metrics_);
+  task.status.clear_peers();
+  if (task.mode == nullptr) {
+    task.status.set_state(v1::TASK_STATE_FAILED);
+    task.status.set_message(absl::StrCat("mode ", ModeName(task.status.spec().mode()),
+                                         " is not supported by this coordinator"));
+    LogWarning("task ", name, ": ", task.status.message());
+    return;
+  }
+  task.waiting_for_aggregator_since = clock_.Now();
+  task.status.set_message(message);
+  LogInfo("task ", name, ": ", message, " (after round ", task.status.round(), ")");
+}
+
+absl::Status CoordinatorCore::AdoptTask(const std::string& name) {
+  SHOAL_ASSIGN_OR_RETURN(StoredTask stored, store_.LoadTask(name, options_.history_in_memory));
+  Outbox out;
+  {
+    InputLock lock(*this, out);
+    if (stopping_ || tasks_.count(name) > 0) return absl::OkStatus();
+    RestoreTask(std::move(stored), "taken over from another coordinator");
+    Task& task = tasks_[name];
+    if (IsActive(task)) MarkChanged(task, out);
+    Reconcile(out);
+  }
+  Flush();
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorCore::Routed(absl::Status status, const std::string& name) const {
+  if (placement_ == nullptr || !absl::IsNotFound(status)) return status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (tasks_.count(name) > 0) return status;  // NOT_FOUND about something else of the task
+  }
+  return placement_->Elsewhere(name);
+}
+
+bool CoordinatorCore::AdmittedHere(const std::string& join_token) const {
+  for (const auto& [name, task] : tasks_) {
+    if (IsActive(task) && TokenAdmits(task.status.spec(), join_token)) return true;
+  }
+  return false;
+}
+
+void CoordinatorCore::SendIdlePeersElsewhere(Outbox& out) {
+  for (const std::string& id : idle_peers_) {
+    const Peer& peer = peers_.at(id);
+    if (AdmittedHere(peer.hello.join_token())) continue;
+    std::optional<std::string> there = placement_->OpenTaskFor(peer.hello.join_token());
+    if (!there.has_value()) continue;
+    LogInfo("peer ", id, ": no task here takes it; sent to coordinator ", *there);
+    out.push_back([sink = peer.sink, there = *there] {
+      sink->Close(absl::UnavailableError(
+          absl::StrCat("no task of this coordinator takes this peer; an open task is at "
+                       "coordinator ",
+                       there)));
+    });
+  }
+}
+
 }  // namespace shoal::coordinator

@@ -42,6 +42,9 @@ absl::Status CoordinatorServerOptions::Validate() const {
   if (store_tls && !IsEtcdStore(store)) {
     return absl::InvalidArgumentError("--store-tls: only with --store etcd://...");
   }
+  if (share_tasks && !IsEtcdStore(store)) {
+    return absl::InvalidArgumentError("--share-tasks: only with --store etcd://...");
+  }
   if (store_tls && tls.insecure) {
     return absl::InvalidArgumentError(
         "--store-tls: needs --tls-dir (its certificate and CA are what etcd gets and checks), "
@@ -98,7 +101,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
           options.address_file, {{"grpc", listen}, {"metrics", s->metrics_address()}}));
     }
     store.advertise = AdvertisedAddress(listen);
-    store.standby = options.standby;
+    store.standby = options.standby && !options.share_tasks;
+    store.share_tasks = options.share_tasks;
     store.stop = options.stop;
     store.on_held = [standby = standby.get()](const std::string& holder) {
       standby->SetActive(holder);
@@ -134,6 +138,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   s->control_service_ = std::make_unique<ControlServiceImpl>(*s->core_, *s->store_, *s->reads_,
                                                              *s->coordinator_metrics_);
   s->registry_service_ = std::make_unique<RegistryServiceImpl>(*s->core_);
+  if (TaskPlacement* placement = s->store_->placement(); placement != nullptr) {
+    placement->Start([core = s->core_.get()](const std::string& task) {
+      if (absl::Status adopted = core->AdoptTask(task); !adopted.ok()) {
+        LogError("task ", task, ": cannot take it over: ", adopted.ToString());
+      }
+    });
+  }
   rpc::ServerOptions server_options;
   server_options.listen = listen;
   server_options.service_name = "shoal-coordinator";
@@ -188,6 +199,8 @@ void CoordinatorServer::Shutdown() {
   if (console_) console_->Shutdown();  // ends its streams before the server's
   // The peers' sessions never end by themselves: end them first, so that the server waits
   // only for the calls in flight (at most 2 s).
+  // No task is taken over any more (shared tasks).
+  if (store_ != nullptr && store_->placement() != nullptr) store_->placement()->Stop();
   if (core_) core_->CloseSessions(absl::UnavailableError("the coordinator is shutting down"));
   if (server_) server_->Shutdown(absl::Seconds(2));
   if (driver_.joinable()) driver_.join();

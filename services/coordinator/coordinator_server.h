@@ -44,6 +44,9 @@ struct CoordinatorServerOptions {
   // (tls.dir) and checking theirs against its CA (--store-tls).
   bool store_tls = false;
   bool standby = true;
+  // With etcd: every coordinator on the prefix serves, each task owned by one of them
+  // (--share-tasks, store/task_ownership.h); no standby then.
+  bool share_tasks = false;
   // When notified, a Start that waits as a standby returns CANCELLED. Not owned; may be null.
   const absl::Notification* stop = nullptr;
   std::string address_file;  // optional: where to write the bound addresses

@@ -37,6 +37,11 @@ ABSL_FLAG(bool, standby, true,
           "standby (the gRPC address answers UNAVAILABLE naming the active one) and take over "
           "when its hold lapses; --standby=false: exit (code 1) naming the holder after waiting "
           "1.5 times --store-lease");
+ABSL_FLAG(bool, share_tasks, false,
+          "with --store etcd://: every coordinator on the key prefix serves, each task owned by "
+          "one of them under its lease (the task's creator; when it dies, the live coordinator "
+          "with the fewest tasks); calls about another coordinator's task are answered "
+          "UNAVAILABLE naming it. No standby: --standby is ignored");
 ABSL_FLAG(std::string, address_file, "",
           "if set, write the bound addresses here (grpc=HOST:PORT, metrics=HOST:PORT)");
 ABSL_FLAG(std::string, tls_dir, "",
@@ -83,7 +88,8 @@ int main(int argc, char** argv) {
                 "[--redial-interval D] [--address-file PATH] [--supernode-election-timeout D] "
                 "[--supernode-rebuild-interval D] [--supernode-better-factor X] "
                 "[--supernode-retire-after D] [--store sqlite|etcd://HOST:PORT[,...][/PREFIX]] "
-                "[--store-lease D] [--store-tls] [--standby=false] [--keep-checkpoints N] "
+                "[--store-lease D] [--store-tls] [--standby=false] [--share-tasks] "
+                "[--keep-checkpoints N] "
                 "[--console-listen HOST:PORT --console-tokens FILE]",
        .summary = "The Shoal coordinator: task registry, membership, rounds, checkpoints, the "
                   "ControlService API and the web console."});
@@ -95,6 +101,7 @@ int main(int argc, char** argv) {
   options.store = absl::GetFlag(FLAGS_store);
   options.store_lease = absl::GetFlag(FLAGS_store_lease);
   options.standby = absl::GetFlag(FLAGS_standby);
+  options.share_tasks = absl::GetFlag(FLAGS_share_tasks);
   options.store_tls = absl::GetFlag(FLAGS_store_tls);
   // A coordinator that lost its hold on the etcd store must not go on: it stops, exit code 1.
   static std::atomic<bool> store_lost{false};

@@ -105,11 +105,12 @@ absl::StatusOr<std::unique_ptr<TaskStore>> OpenTaskStore(const StoreOptions& opt
                    options.advertise.empty() ? "" : absl::StrCat("at ", options.advertise, " "),
                    "on ", host, ", pid ", getpid(), ", started ", absl::FormatTime(absl::Now()));
   lease.on_lost = options.on_lost;
-  if (options.standby) lease.wait = absl::InfiniteDuration();
+  if (options.standby && !options.share_tasks) lease.wait = absl::InfiniteDuration();
   lease.on_held = options.on_held;
   lease.stop = options.stop;
-  absl::StatusOr<std::unique_ptr<EtcdTaskStore>> opened = EtcdTaskStore::Open(
-      *std::move(kv), std::move(prefix), *std::move(checkpoint_dir), std::move(lease));
+  absl::StatusOr<std::unique_ptr<EtcdTaskStore>> opened =
+      EtcdTaskStore::Open(*std::move(kv), std::move(prefix), *std::move(checkpoint_dir),
+                          std::move(lease), options.share_tasks ? options.advertise : "");
   if (!opened.ok()) {
     return absl::Status(opened.status().code(),
                         absl::StrCat("--store ", store, ": ", opened.status().message()));

@@ -22,6 +22,8 @@ class ChannelCredentials;
 
 namespace shoal::coordinator {
 
+class TaskPlacement;
+
 // What survives a coordinator restart for one task.
 struct StoredTask {
   v1::TaskStatus status;  // spec, state, round, model_version, message, created; no history
@@ -48,6 +50,8 @@ class TaskStore {
   virtual absl::Status PutCheckpoint(const StoredCheckpoint& checkpoint) = 0;
   // Every task in name order, each with its newest `history_limit` rounds in round order.
   virtual absl::StatusOr<std::vector<StoredTask>> LoadTasks(size_t history_limit) = 0;
+  // One task as LoadTasks gives it. NOT_FOUND if there is none of that name.
+  virtual absl::StatusOr<StoredTask> LoadTask(const std::string& task, size_t history_limit) = 0;
   // Up to `limit` rounds of `task` after round `after`, in order.
   virtual absl::StatusOr<std::vector<v1::RoundSummary>> LoadRounds(const std::string& task,
                                                                    uint64_t after,
@@ -65,6 +69,9 @@ class TaskStore {
 
   // Where the checkpoints' model files live (a directory of this machine).
   virtual const std::string& checkpoint_dir() const = 0;
+  // Which coordinator serves which task, when coordinators share the store's tasks
+  // (--share-tasks); null when this coordinator serves every task in the store.
+  virtual TaskPlacement* placement() { return nullptr; }
 };
 
 // Creates `state_dir`/checkpoints if needed and returns it. FAILED_PRECONDITION naming
@@ -90,6 +97,9 @@ struct StoreOptions {
   std::function<void(const std::string& holder)> on_held;
   // etcd only: when notified, OpenTaskStore stops waiting for the prefix (CANCELLED).
   const absl::Notification* stop = nullptr;
+  // etcd only: share the prefix's tasks with the other coordinators on it, each task served by
+  // one (store/task_ownership.h), instead of holding the whole prefix. Needs `advertise`.
+  bool share_tasks = false;
   // etcd only: mutual TLS to its members (--store-tls: the coordinator's certificate and CA);
   // null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> etcd_credentials;

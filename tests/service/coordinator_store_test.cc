@@ -23,6 +23,7 @@
 #include "services/coordinator/task_store.h"
 #include "services/shoalctl/process.h"
 #include "tests/testing/etcd_member.h"
+#include "tests/testing/etcd_suite.h"
 #include "tests/testing/reserved_port.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/wait.h"
@@ -67,28 +68,16 @@ std::vector<uint64_t> Numbers(const std::vector<v1::RoundSummary>& rounds) {
   return out;
 }
 
-class StoreTest : public ::testing::TestWithParam<Kind> {
+class StoreTest : public testing::WithEtcdMember<::testing::TestWithParam<Kind>> {
  protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<std::string> dir = testing::MakeTestTempDir("shoal-etcd-");
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    absl::StatusOr<std::unique_ptr<testing::EtcdMember>> member = testing::EtcdMember::Start(*dir);
-    ASSERT_TRUE(member.ok()) << member.status();
-    etcd_ = member->release();
-  }
-  static void TearDownTestSuite() {
-    delete etcd_;
-    etcd_ = nullptr;
-  }
-
   void SetUp() override {
-    ASSERT_NE(etcd_, nullptr);
+    ASSERT_NE(etcd(), nullptr);
     absl::StatusOr<std::string> dir = testing::MakeTestTempDir("shoal-store-");
     ASSERT_TRUE(dir.ok()) << dir.status();
     dir_ = *dir;
     url_ = GetParam() == Kind::kSqlite
                ? "sqlite"
-               : absl::StrCat("etcd://", etcd_->endpoint(), "/test/", ++prefixes_);
+               : absl::StrCat("etcd://", etcd()->endpoint(), NewPrefix("test"));
     Reopen();
   }
 
@@ -100,15 +89,10 @@ class StoreTest : public ::testing::TestWithParam<Kind> {
     store_ = *std::move(store);
   }
 
-  static testing::EtcdMember* etcd_;
-  static int prefixes_;
   std::string dir_;
   std::string url_;
   std::unique_ptr<TaskStore> store_;
 };
-
-testing::EtcdMember* StoreTest::etcd_ = nullptr;
-int StoreTest::prefixes_ = 0;
 
 TEST_P(StoreTest, TasksComeBackInNameOrderWithoutHistoryOrParticipants) {
   ASSERT_TRUE(store_->PutTask(Task("zeta", v1::TASK_STATE_RUNNING)).ok());
@@ -140,6 +124,19 @@ TEST_P(StoreTest, HistoryIsTheNewestRoundsInRoundOrder) {
   ASSERT_EQ(tasks->size(), 1u);
   EXPECT_EQ(Numbers((*tasks)[0].history), (std::vector<uint64_t>{8, 9, 10, 11, 12}));
   EXPECT_EQ((*tasks)[0].history[3].note(), "again");
+}
+
+TEST_P(StoreTest, OneTaskLoadsAsLoadTasksGivesIt) {
+  ASSERT_TRUE(store_->PutTask(Task("t", v1::TASK_STATE_RUNNING)).ok());
+  ASSERT_TRUE(store_->PutTask(Task("u", v1::TASK_STATE_WAITING)).ok());
+  for (uint64_t r = 1; r <= 5; ++r) ASSERT_TRUE(store_->PutRound("t", Round(r)).ok());
+  absl::StatusOr<StoredTask> t = store_->LoadTask("t", 3);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->status.spec().name(), "t");
+  EXPECT_EQ(t->status.state(), v1::TASK_STATE_RUNNING);
+  EXPECT_EQ(t->status.history_size(), 0);
+  EXPECT_EQ(Numbers(t->history), (std::vector<uint64_t>{3, 4, 5}));
+  EXPECT_EQ(store_->LoadTask("none", 3).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_P(StoreTest, LoadRoundsPagesAfterARound) {

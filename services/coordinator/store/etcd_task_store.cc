@@ -39,14 +39,31 @@ EtcdTaskStore::EtcdTaskStore(std::unique_ptr<etcd::EtcdKv> kv, std::string prefi
 absl::StatusOr<std::unique_ptr<EtcdTaskStore>> EtcdTaskStore::Open(std::unique_ptr<etcd::EtcdKv> kv,
                                                                    std::string prefix,
                                                                    std::string checkpoint_dir,
-                                                                   StoreLeaseOptions lease) {
+                                                                   StoreLeaseOptions lease,
+                                                                   std::string shared_as) {
   std::unique_ptr<EtcdTaskStore> store(
       new EtcdTaskStore(std::move(kv), std::move(prefix), std::move(checkpoint_dir)));
+  const std::string key = shared_as.empty() ? store->prefix_ + "/owner"
+                                            : TaskOwnership::MemberKey(store->prefix_, shared_as);
+  if (!shared_as.empty()) {
+    lease.conflict = absl::StrCat(
+        "another coordinator on this prefix has the same address (each one needs a host or "
+        "--listen port of its own)");
+  }
   absl::StatusOr<std::unique_ptr<StoreLease>> held =
-      StoreLease::Acquire(*store->kv_, store->prefix_ + "/owner", std::move(lease));
+      StoreLease::Acquire(*store->kv_, key, std::move(lease));
   if (!held.ok()) return held.status();
   store->lease_ = *std::move(held);
+  if (!shared_as.empty()) {
+    store->ownership_ = std::make_unique<TaskOwnership>(
+        *store->kv_, TaskOwnershipOptions{store->prefix_, shared_as, store->lease_->fence().lease});
+  }
   return store;
+}
+
+etcd::Fence EtcdTaskStore::FenceFor(const std::string& task) const {
+  if (ownership_ == nullptr) return lease_->fence();
+  return {TaskOwnership::OwnerKey(prefix_, task), lease_->fence().lease};
 }
 
 std::string EtcdTaskStore::KindPrefix(absl::string_view kind) const {
@@ -61,13 +78,14 @@ absl::Status EtcdTaskStore::PutTask(const v1::TaskStatus& status) {
   v1::TaskStatus copy = status;
   copy.clear_history();
   copy.clear_participants();
-  return kv_->Put(KindPrefix("tasks") + status.spec().name(), copy.SerializeAsString(),
-                  &lease_->fence());
+  const etcd::Fence fence = FenceFor(status.spec().name());
+  return kv_->Put(KindPrefix("tasks") + status.spec().name(), copy.SerializeAsString(), &fence);
 }
 
 absl::Status EtcdTaskStore::PutRound(const std::string& task, const v1::RoundSummary& round) {
+  const etcd::Fence fence = FenceFor(task);
   return kv_->Put(TaskPrefix("rounds", task) + Padded(round.round()), round.SerializeAsString(),
-                  &lease_->fence());
+                  &fence);
 }
 
 absl::Status EtcdTaskStore::PutCheckpoint(const StoredCheckpoint& c) {
@@ -77,8 +95,9 @@ absl::Status EtcdTaskStore::PutCheckpoint(const StoredCheckpoint& c) {
   record.set_round(c.round);
   record.set_digest(c.digest);
   record.set_path(c.path);
+  const etcd::Fence fence = FenceFor(c.task);
   return kv_->Put(TaskPrefix("checkpoints", c.task) + Padded(c.version), record.SerializeAsString(),
-                  &lease_->fence());
+                  &fence);
 }
 
 absl::StatusOr<std::vector<v1::RoundSummary>> EtcdTaskStore::ReadRounds(
@@ -107,21 +126,35 @@ absl::StatusOr<std::vector<StoredTask>> EtcdTaskStore::LoadTasks(size_t history_
   std::vector<StoredTask> tasks;
   tasks.reserve(kvs->size());
   for (const etcd::KeyValue& kv : *kvs) {
-    StoredTask task;
-    if (!task.status.ParseFromString(kv.value)) {
-      return absl::DataLossError(absl::StrCat("etcd: the task record ", kv.key, " does not parse"));
-    }
-    if (history_limit > 0) {
-      const std::string rounds = TaskPrefix("rounds", task.status.spec().name());
-      absl::StatusOr<std::vector<v1::RoundSummary>> history = ReadRounds(
-          task.status.spec().name(), {rounds, etcd::EtcdKv::PrefixEnd(rounds),
-                                      static_cast<int64_t>(history_limit), /*descending=*/true});
-      if (!history.ok()) return history.status();
-      task.history = *std::move(history);
-    }
+    SHOAL_ASSIGN_OR_RETURN(StoredTask task, ParseTask(kv, history_limit));
     tasks.push_back(std::move(task));
   }
   return tasks;
+}
+
+absl::StatusOr<StoredTask> EtcdTaskStore::LoadTask(const std::string& name, size_t history_limit) {
+  const std::string key = KindPrefix("tasks") + name;
+  absl::StatusOr<std::vector<etcd::KeyValue>> kvs = kv_->Range({key, key + '\0'});
+  if (!kvs.ok()) return kvs.status();
+  if (kvs->empty()) return absl::NotFoundError(absl::StrCat("no task named \"", name, "\""));
+  return ParseTask(kvs->front(), history_limit);
+}
+
+absl::StatusOr<StoredTask> EtcdTaskStore::ParseTask(const etcd::KeyValue& kv,
+                                                    size_t history_limit) {
+  StoredTask task;
+  if (!task.status.ParseFromString(kv.value)) {
+    return absl::DataLossError(absl::StrCat("etcd: the task record ", kv.key, " does not parse"));
+  }
+  if (history_limit > 0) {
+    const std::string rounds = TaskPrefix("rounds", task.status.spec().name());
+    absl::StatusOr<std::vector<v1::RoundSummary>> history = ReadRounds(
+        task.status.spec().name(), {rounds, etcd::EtcdKv::PrefixEnd(rounds),
+                                    static_cast<int64_t>(history_limit), /*descending=*/true});
+    if (!history.ok()) return history.status();
+    task.history = *std::move(history);
+  }
+  return task;
 }
 
 absl::StatusOr<std::vector<v1::RoundSummary>> EtcdTaskStore::LoadRounds(const std::string& task,
@@ -136,8 +169,8 @@ absl::StatusOr<std::vector<v1::RoundSummary>> EtcdTaskStore::LoadRounds(const st
 absl::Status EtcdTaskStore::DeleteRoundsAfter(const std::string& task, uint64_t round) {
   if (round == UINT64_MAX) return absl::OkStatus();
   const std::string rounds = TaskPrefix("rounds", task);
-  return kv_->DeleteRange(rounds + Padded(round + 1), etcd::EtcdKv::PrefixEnd(rounds),
-                          &lease_->fence());
+  const etcd::Fence fence = FenceFor(task);
+  return kv_->DeleteRange(rounds + Padded(round + 1), etcd::EtcdKv::PrefixEnd(rounds), &fence);
 }
 
 absl::StatusOr<StoredCheckpoint> EtcdTaskStore::GetCheckpoint(const std::string& task,
@@ -177,7 +210,8 @@ absl::StatusOr<std::vector<StoredCheckpoint>> EtcdTaskStore::ListCheckpoints(
 
 absl::Status EtcdTaskStore::DeleteCheckpointsBefore(const std::string& task, uint64_t version) {
   const std::string checkpoints = TaskPrefix("checkpoints", task);
-  return kv_->DeleteRange(checkpoints, checkpoints + Padded(version), &lease_->fence());
+  const etcd::Fence fence = FenceFor(task);
+  return kv_->DeleteRange(checkpoints, checkpoints + Padded(version), &fence);
 }
 
 }  // namespace shoal::coordinator

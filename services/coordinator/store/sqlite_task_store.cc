@@ -177,16 +177,37 @@ absl::StatusOr<std::vector<StoredTask>> SqliteTaskStore::LoadTasks(size_t histor
       tasks.push_back(std::move(task));
     }
   }
-  for (StoredTask& task : tasks) {
-    Statement st(db_,
-                 "SELECT summary FROM (SELECT round, summary FROM rounds WHERE task = ?1 "
-                 "ORDER BY round DESC LIMIT ?2) ORDER BY round");
-    if (!st.status().ok()) return st.status();
-    st.Bind(1, task.status.spec().name());
-    st.Bind(2, static_cast<int64_t>(history_limit));
-    SHOAL_ASSIGN_OR_RETURN(task.history, ReadRounds(st, task.status.spec().name()));
-  }
+  for (StoredTask& task : tasks) SHOAL_RETURN_IF_ERROR(LoadHistory(task, history_limit));
   return tasks;
+}
+
+absl::StatusOr<StoredTask> SqliteTaskStore::LoadTask(const std::string& name,
+                                                     size_t history_limit) {
+  StoredTask task;
+  {
+    Statement st(db_, "SELECT status FROM tasks WHERE name = ?1");
+    if (!st.status().ok()) return st.status();
+    st.Bind(1, name);
+    if (st.Step() != SQLITE_ROW) {
+      return absl::NotFoundError(absl::StrCat("no task named \"", name, "\""));
+    }
+    if (!task.status.ParseFromString(st.Blob(0))) {
+      return absl::DataLossError(absl::StrCat("sqlite: the row of task ", name, " does not parse"));
+    }
+  }
+  SHOAL_RETURN_IF_ERROR(LoadHistory(task, history_limit));
+  return task;
+}
+
+absl::Status SqliteTaskStore::LoadHistory(StoredTask& task, size_t history_limit) {
+  Statement st(db_,
+               "SELECT summary FROM (SELECT round, summary FROM rounds WHERE task = ?1 "
+               "ORDER BY round DESC LIMIT ?2) ORDER BY round");
+  if (!st.status().ok()) return st.status();
+  st.Bind(1, task.status.spec().name());
+  st.Bind(2, static_cast<int64_t>(history_limit));
+  SHOAL_ASSIGN_OR_RETURN(task.history, ReadRounds(st, task.status.spec().name()));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<v1::RoundSummary>> SqliteTaskStore::LoadRounds(const std::string& task,

@@ -25,6 +25,7 @@ class SqliteTaskStore final : public TaskStore {
   absl::Status PutRound(const std::string& task, const v1::RoundSummary& round) override;
   absl::Status PutCheckpoint(const StoredCheckpoint& checkpoint) override;
   absl::StatusOr<std::vector<StoredTask>> LoadTasks(size_t history_limit) override;
+  absl::StatusOr<StoredTask> LoadTask(const std::string& task, size_t history_limit) override;
   absl::StatusOr<std::vector<v1::RoundSummary>> LoadRounds(const std::string& task, uint64_t after,
                                                            size_t limit) override;
   absl::Status DeleteRoundsAfter(const std::string& task, uint64_t round) override;
@@ -37,6 +38,8 @@ class SqliteTaskStore final : public TaskStore {
  private:
   SqliteTaskStore(sqlite3* db, std::string checkpoint_dir);
   absl::Status Exec(const std::string& sql);
+  // Reads the newest `history_limit` rounds of `task`'s status into its history.
+  absl::Status LoadHistory(StoredTask& task, size_t history_limit);
 
   sqlite3* db_;
   std::string checkpoint_dir_;

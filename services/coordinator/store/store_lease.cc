@@ -48,9 +48,7 @@ absl::StatusOr<std::unique_ptr<StoreLease>> StoreLease::Acquire(etcd::EtcdKv& kv
       return absl::FailedPreconditionError(
           absl::StrCat(key, " is held by another coordinator (",
                        holder.ok() ? *holder : holder.status().ToString(), ") after waiting ",
-                       absl::FormatDuration(options.wait),
-                       ": one coordinator per key prefix (stop it, or give this one another "
-                       "prefix)"));
+                       absl::FormatDuration(options.wait), ": ", options.conflict));
     }
     if (holder.ok()) {
       if (*holder != last_holder && options.on_held) options.on_held(*holder);

@@ -35,6 +35,9 @@ struct StoreLeaseOptions {
   std::function<void(const std::string& holder)> on_held;
   // When notified, Acquire stops waiting (CANCELLED). Not owned; may be null.
   const absl::Notification* stop = nullptr;
+  // What the error of a wait that gave up tells the operator to do.
+  std::string conflict =
+      "one coordinator per key prefix (stop it, or give this one another prefix)";
   // Called once, from the renewing thread, when the hold is lost.
   std::function<void(const absl::Status&)> on_lost;
 };

@@ -1,0 +1,89 @@
+#pragma once
+
+// Tasks shared among the coordinators on one etcd prefix (--share-tasks). Each coordinator
+// holds one lease, kept alive by its membership key (StoreLease on
+// <prefix>/coordinators/<address>), and owns a task by holding <prefix>/owners/<task> under that
+// lease, its value the coordinator's address. So:
+// - a coordinator that dies, or is paused or cut off past its lease, loses every task at once:
+//   its owner keys go with the lease, and each of its writes is fenced on the task's owner key
+//   under its lease (EtcdTaskStore), so it writes nothing more;
+// - a task without an owner (stored by its creator for another coordinator, or whose owner's
+//   lease lapsed) is taken by the live coordinator that owns the fewest open tasks (the lowest
+//   address among equals; by any after a second, should that one not take it): every
+//   coordinator scans the prefix every `scan` and finds the same one;
+// - a new task goes the same way: its creator owns it when it serves the fewest open tasks as
+//   far as it knows, and otherwise stores it without an owner for the scans to place.
+// Thread-safe.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "libs/etcd/etcd_kv.h"
+#include "services/coordinator/task_placement.h"
+
+namespace shoal::coordinator {
+
+struct TaskOwnershipOptions {
+  std::string prefix;     // the store's key prefix
+  std::string advertise;  // HOST:PORT clients reach this coordinator at: its owner keys' value
+  int64_t lease = 0;      // this coordinator's lease (its membership key's)
+  absl::Duration scan = absl::Milliseconds(250);
+};
+
+class TaskOwnership final : public TaskPlacement {
+ public:
+  TaskOwnership(etcd::EtcdKv& kv, TaskOwnershipOptions options);
+  ~TaskOwnership() override;
+
+  // The key whose holding under this coordinator's lease fences every write about `task`.
+  static std::string OwnerKey(const std::string& prefix, const std::string& task);
+  static std::string MemberKey(const std::string& prefix, const std::string& address);
+
+  void Start(std::function<void(const std::string& task)> adopt) override;
+  void Stop() override;
+  absl::Status Elsewhere(const std::string& task) override;
+  absl::StatusOr<bool> Claim(const v1::TaskStatus& initial) override;
+  std::vector<v1::TaskStatus> OthersTasks() override;
+  std::optional<std::string> OpenTaskFor(const std::string& join_token) override;
+
+  // One scan (the thread's step; tests call it directly): reads the prefix and takes the
+  // orphans this coordinator should take. Returns the tasks it took.
+  absl::StatusOr<std::vector<std::string>> ScanOnce() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Owner {
+    std::string address;
+    int64_t lease = 0;
+  };
+  void ScanLoop();
+  // The live coordinator with the fewest in `load` (open tasks by address), the lowest address
+  // among equals; "" when there is none.
+  static std::string LeastLoaded(const std::map<std::string, size_t>& load);
+  // Open tasks by live coordinator, as the last scan read them.
+  std::map<std::string, size_t> Load() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts the owner key if `task` has none; true when this coordinator holds it now.
+  absl::StatusOr<bool> TakeOwnerKey(const std::string& task, bool task_must_be_new);
+
+  etcd::EtcdKv& kv_;
+  const TaskOwnershipOptions options_;
+  std::function<void(const std::string&)> adopt_;
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // What the last scan read.
+  std::map<std::string, v1::TaskStatus> tasks_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Owner> owners_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> members_ ABSL_GUARDED_BY(mu_);
+  // How many scans in a row saw each task without an owner.
+  std::map<std::string, int> orphan_scans_ ABSL_GUARDED_BY(mu_);
+  std::thread scanner_;
+};
+
+}  // namespace shoal::coordinator

@@ -1,0 +1,46 @@
+#pragma once
+
+// Where tasks are served when several coordinators share one etcd prefix (--share-tasks): each
+// task has one owner among them, and the others send its callers there. The core asks this
+// interface about the tasks it does not hold; store/task_ownership.h implements it on etcd.
+// A coordinator that serves every task has none (a null TaskPlacement*).
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "shoal/coordinator/v1/control.pb.h"
+
+namespace shoal::coordinator {
+
+class TaskPlacement {
+ public:
+  virtual ~TaskPlacement() = default;
+
+  // Starts taking tasks that have no owner (those of a coordinator that died, or one that was
+  // stored without one): each one taken is handed to `adopt`, on the placement's thread.
+  virtual void Start(std::function<void(const std::string& task)> adopt) = 0;
+  // Stops taking tasks; `adopt` is not called after it returns. Idempotent.
+  virtual void Stop() = 0;
+
+  // What to answer about `task`, which this coordinator does not hold: UNAVAILABLE naming the
+  // coordinator that serves it (or saying it is being taken over), so that a client given
+  // every coordinator's address moves on; NOT_FOUND when no coordinator has a task of the name.
+  virtual absl::Status Elsewhere(const std::string& task) = 0;
+  // A task to be created, `initial` its first status: true when this coordinator serves the
+  // fewest open tasks (as it last read them) and is the task's owner now; false when the task
+  // was stored without an owner instead, for the coordinators' scans to give it to the one
+  // serving the fewest. UNAVAILABLE naming the owner when another coordinator has a task of
+  // that name.
+  virtual absl::StatusOr<bool> Claim(const v1::TaskStatus& initial) = 0;
+  // The tasks other coordinators serve, as they last stored them (no history).
+  virtual std::vector<v1::TaskStatus> OthersTasks() = 0;
+  // The address of a coordinator serving an open task that a peer with `join_token` may join,
+  // if one does.
+  virtual std::optional<std::string> OpenTaskFor(const std::string& join_token) = 0;
+};
+
+}  // namespace shoal::coordinator
