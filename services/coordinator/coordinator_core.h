@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -372,6 +373,9 @@ class CoordinatorCore {
   void LeaveTask(Task& task, const std::string& peer_id, const std::string& why, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IsActive(const Task& task) const;
+  // Logs a failed store write; a fenced one (FAILED_PRECONDITION: another coordinator holds
+  // the store, or the task, now) sets fenced_.
+  void CheckStoreWrite(const absl::Status& written, const std::string& task, const char* what);
   // Whether a peer that presented `token` may join `spec`'s task.
   static bool TokenAdmits(const common::v1::TaskSpec& spec, const std::string& token);
   // Sets up a task read from the store: an active one resumes as after a restart, with
@@ -548,6 +552,9 @@ class CoordinatorCore {
   const CoordinatorOptions options_;
   TaskStore& store_;
   TaskPlacement* const placement_;  // store_.placement(): null when this one serves every task
+  // Set by the first fenced store write: this coordinator lost its hold, and no peer event or
+  // aggregator work leaves it any more (it exits once its lease's renewal reports the loss).
+  std::atomic<bool> fenced_{false};
   aggregator::AggregatorClient& aggregators_;
   CoordinatorExecutors executors_;
   Clock& clock_;

@@ -215,6 +215,7 @@ void CoordinatorCore::PostWork(Task& task, std::vector<AggregatorWork> work, Out
     }
     out.push_back([this, name = task.status.spec().name(), tree = TreeOf(task), epoch = task.epoch,
                    w = std::move(w)]() mutable {
+      if (fenced_) return;  // another coordinator has the task now
       work_.Run(name, std::move(tree), std::move(w),
                 [this, name, epoch](WorkResult r) { OnWorkDone(name, epoch, r); });
     });

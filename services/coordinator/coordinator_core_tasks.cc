@@ -74,7 +74,20 @@ absl::Status CoordinatorCore::CreditEvalReport(Task& task, const std::string& pe
 void CoordinatorCore::SendTo(const std::string& peer_id, v1::CoordinatorEvent event, Outbox& out) {
   auto it = peers_.find(peer_id);
   if (it == peers_.end()) return;
-  out.push_back([sink = it->second.sink, event = std::move(event)] { sink->Send(event); });
+  out.push_back([this, sink = it->second.sink, event = std::move(event)] {
+    if (!fenced_) sink->Send(event);  // else another coordinator has the peer's task now
+  });
+}
+
+void CoordinatorCore::CheckStoreWrite(const absl::Status& written, const std::string& task,
+                                      const char* what) {
+  if (written.ok()) return;
+  LogError("task ", task, ": cannot persist ", what, ": ", written.message());
+  if (absl::IsFailedPrecondition(written) && !fenced_.exchange(true)) {
+    LogError(
+        "the store refused a write: this coordinator no longer holds its tasks; it sends "
+        "peers and aggregators nothing more");
+  }
 }
 
 v1::CoordinatorEvent CoordinatorCore::TaskAssignedEvent(const Task& task,
@@ -148,8 +161,7 @@ void CoordinatorCore::MarkChanged(Task& task, Outbox& out) {
   // Queued in order on the store's queue after the lock is released (Flush keeps the order).
   out.push_back([this, stored] {
     store_writes_.Post([this, stored] {
-      absl::Status s = store_.PutTask(*stored);
-      if (!s.ok()) LogError("task ", stored->spec().name(), ": cannot persist: ", s.message());
+      CheckStoreWrite(store_.PutTask(*stored), stored->spec().name(), "its status");
     });
   });
 }
@@ -160,10 +172,7 @@ void CoordinatorCore::StoreRound(const std::string& task, const v1::RoundSummary
   // peer then holds a version whose round a restarted coordinator does not know (its restore
   // looks for the version published last: AggregatorWork::kRestore).
   effects_.emplace_back(
-      [this, task, round] {
-        absl::Status s = store_.PutRound(task, round);
-        if (!s.ok()) LogError("task ", task, ": cannot persist round: ", s.message());
-      },
+      [this, task, round] { CheckStoreWrite(store_.PutRound(task, round), task, "a round"); },
       /*stored=*/true);
 }
 
@@ -214,8 +223,7 @@ void CoordinatorCore::ApplyModeEffects(Task& task, ModeEffects& fx, Outbox& out)
     }
     effects_.emplace_back(
         [this, name, after] {
-          absl::Status s = store_.DeleteRoundsAfter(name, after);
-          if (!s.ok()) LogError("task ", name, ": cannot forget rounds: ", s.message());
+          CheckStoreWrite(store_.DeleteRoundsAfter(name, after), name, "the rounds to run again");
         },
         /*stored=*/true);
   }

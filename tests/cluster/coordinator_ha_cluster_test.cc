@@ -34,6 +34,7 @@
 #include "libs/rpc/status.h"
 #include "libs/rpc/tls.h"
 #include "tests/cluster/cluster.h"
+#include "tests/cluster/etcd_records.h"
 #include "tests/testing/etcd_member.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/wait.h"
@@ -48,23 +49,8 @@ constexpr int kPeers = 2;
 constexpr char kPrefix[] = "/ha";
 const absl::Duration kLease = absl::Seconds(2);
 
-// A small task of `rounds` short rounds (an epoch of each peer's 1,000 samples, about half a
-// second) on both peers.
 common::v1::TaskSpec ShortTask(const std::string& name, common::v1::Mode mode, int rounds) {
-  common::v1::TaskSpec spec = SmallTask(name);
-  spec.set_mode(mode);
-  spec.set_rounds(rounds);
-  spec.set_round_batches(30);
-  spec.mutable_dataset()->set_train_limit(2000);
-  spec.mutable_dataset()->set_test_limit(200);
-  spec.set_min_participants(kPeers);
-  return spec;
-}
-
-// Whether `spec`'s round `round` or a later one is under way and the one before it closed.
-bool Training(const cv1::TaskStatus& s, uint64_t round) {
-  return s.state() == cv1::TASK_STATE_RUNNING && s.round() >= round && s.history_size() > 0 &&
-         s.history(s.history_size() - 1).round() + 1 == s.round();
+  return testing::ShortTask(name, mode, rounds, kPeers);
 }
 
 class CoordinatorHaClusterTest : public ::testing::Test {
@@ -89,6 +75,7 @@ class CoordinatorHaClusterTest : public ::testing::Test {
         etcd::EtcdKv::Connect(endpoints, absl::Seconds(10), absl::Seconds(2), client->channel());
     ASSERT_TRUE(kv.ok()) << kv.status();
     kv_ = *std::move(kv);
+    records_ = std::make_unique<EtcdRecords>(*kv_, kPrefix);
     ASSERT_TRUE(cluster
                     .StartCoordinator({absl::StrCat("--store=etcd://", Endpoints(etcd_), kPrefix),
                                        absl::StrCat("--store-lease=", absl::FormatDuration(kLease)),
@@ -105,32 +92,9 @@ class CoordinatorHaClusterTest : public ::testing::Test {
 
   void TearDown() override {
     cluster_.reset();  // before etcd
+    records_.reset();
     kv_.reset();
     std::printf("test time: %s\n", absl::FormatDuration(absl::Now() - start_).c_str());
-  }
-
-  // `task`'s records in etcd of `kind` ("rounds", "checkpoints"), by key.
-  std::vector<etcd::KeyValue> Records(const std::string& kind, const std::string& task) {
-    const std::string prefix = absl::StrCat(kPrefix, "/", kind, "/", task, "/");
-    absl::StatusOr<std::vector<etcd::KeyValue>> records =
-        kv_->Range({prefix, etcd::EtcdKv::PrefixEnd(prefix)});
-    return records.ok() ? *std::move(records) : std::vector<etcd::KeyValue>();
-  }
-
-  // Whether every round closed in `s` is stored in etcd, and (federated-sync) a checkpoint
-  // record of its newest model. A round is stored before any peer hears of it, but a status read
-  // from the coordinator may show it a moment before; the checkpoint comes after the round.
-  bool Stored(const cv1::TaskStatus& s) {
-    if (s.history_size() == 0) return true;
-    const cv1::RoundSummary& last = s.history(s.history_size() - 1);
-    if (Records("rounds", s.spec().name()).size() < last.round()) return false;
-    if (s.spec().mode() != common::v1::MODE_FEDERATED_SYNC) return true;
-    const std::vector<etcd::KeyValue> checkpoints = Records("checkpoints", s.spec().name());
-    if (checkpoints.empty()) return false;
-    const std::string& key = checkpoints.back().key;  // ends in the version, zero-padded
-    uint64_t version = 0;
-    return absl::SimpleAtoi(key.substr(key.rfind('/') + 1), &version) &&
-           version >= last.model_version();
   }
 
   // Kills the active coordinator while `spec`'s round `round` (or a later one) trains, its
@@ -143,7 +107,8 @@ class CoordinatorHaClusterTest : public ::testing::Test {
                         bool lose_checkpoint_files = false) {
     Cluster& cluster = *cluster_;
     auto before = cluster.WaitFor(
-        spec.name(), [&](const cv1::TaskStatus& s) { return Training(s, round) && Stored(s); },
+        spec.name(),
+        [&](const cv1::TaskStatus& s) { return Training(s, round) && records_->Stored(s); },
         absl::Minutes(2), absl::StrCat("round ", round, " of ", spec.name()));
     ASSERT_TRUE(before.ok()) << before.status();
     *seen = *before;
@@ -182,47 +147,18 @@ class CoordinatorHaClusterTest : public ::testing::Test {
     }
   }
 
-  // Waits for `spec` to complete; checks that its history has rounds 1..N once each, keeps the
-  // closed rounds of each status in `seen` as they were, and that etcd holds one record per
-  // round.
+  // Waits for `spec` to complete and checks it (EtcdRecords::ExpectCompletedEveryRoundOnce).
   void ExpectCompletedEveryRoundOnce(const common::v1::TaskSpec& spec,
                                      const std::vector<cv1::TaskStatus>& seen) {
     auto after = cluster_->WaitForEnd(spec);
     ASSERT_TRUE(after.ok()) << after.status();
-    EXPECT_EQ(after->state(), cv1::TASK_STATE_COMPLETED) << after->ShortDebugString();
-    ASSERT_EQ(after->history_size(), static_cast<int>(spec.rounds())) << after->ShortDebugString();
-    for (int i = 0; i < after->history_size(); ++i) {
-      const cv1::RoundSummary& round = after->history(i);
-      EXPECT_EQ(round.round(), static_cast<uint64_t>(i + 1));
-      EXPECT_EQ(round.participants_size(), kPeers) << round.ShortDebugString();
-      if (i > 0) {
-        EXPECT_GT(round.model_version(), after->history(i - 1).model_version());
-      }
-    }
-    for (const cv1::TaskStatus& status : seen) {
-      for (const cv1::RoundSummary& kept : status.history()) {
-        const cv1::RoundSummary& now = after->history(static_cast<int>(kept.round()) - 1);
-        EXPECT_EQ(now.model_version(), kept.model_version()) << "round " << kept.round();
-        EXPECT_EQ(now.model_digest(), kept.model_digest()) << "round " << kept.round();
-        EXPECT_EQ(now.completed_unix_ms(), kept.completed_unix_ms()) << "round " << kept.round();
-      }
-    }
-    // The coordinator writes its records behind the status it serves: they are all there soon.
-    std::vector<etcd::KeyValue> records;
-    WaitUntil(
-        [&] {
-          records = Records("rounds", spec.name());
-          return records.size() >= spec.rounds();
-        },
-        absl::Seconds(10), absl::Milliseconds(100));
-    std::string keys;
-    for (const etcd::KeyValue& record : records) absl::StrAppend(&keys, record.key, " ");
-    EXPECT_EQ(records.size(), spec.rounds()) << keys;
+    records_->ExpectCompletedEveryRoundOnce(spec, *after, seen, kPeers);
   }
 
   const absl::Time start_ = absl::Now();
   std::vector<std::unique_ptr<EtcdMember>> etcd_;
   std::unique_ptr<etcd::EtcdKv> kv_;  // the test's own client of the members
+  std::unique_ptr<EtcdRecords> records_;
   std::unique_ptr<Cluster> cluster_;
 };
 
@@ -265,16 +201,14 @@ TEST_F(CoordinatorHaClusterTest, TwoCoordinatorKillsAndAnEtcdMembersLossLoseNoRo
   const std::string state = cluster.dir() + "/state";
   EXPECT_FALSE(std::filesystem::exists(state + "/coordinator.db"));
   EXPECT_FALSE(std::filesystem::is_empty(state + "/checkpoints"));
-  cv1::TaskStatus stored;
+  std::optional<cv1::TaskStatus> stored;
   EXPECT_TRUE(WaitUntil(
       [&] {
-        const std::string key = absl::StrCat(kPrefix, "/tasks/", federated.name());
-        absl::StatusOr<std::vector<etcd::KeyValue>> record = kv_->Range({key, ""});
-        return record.ok() && record->size() == 1 && stored.ParseFromString((*record)[0].value) &&
-               stored.state() == cv1::TASK_STATE_COMPLETED;
+        stored = records_->Task(federated.name());
+        return stored.has_value() && stored->state() == cv1::TASK_STATE_COMPLETED;
       },
       absl::Seconds(10), absl::Milliseconds(100)))
-      << stored.ShortDebugString();
+      << (stored ? stored->ShortDebugString() : "no record");
 
   const common::v1::TaskSpec decentralized =
       ShortTask("ha-decentralized", common::v1::MODE_DECENTRALIZED, 6);
@@ -285,7 +219,8 @@ TEST_F(CoordinatorHaClusterTest, TwoCoordinatorKillsAndAnEtcdMembersLossLoseNoRo
   // The etcd leader goes while the task trains on: the other two members keep the store, and
   // the coordinator its hold.
   auto training = cluster.WaitFor(
-      decentralized.name(), [&](const cv1::TaskStatus& s) { return Training(s, 4) && Stored(s); },
+      decentralized.name(),
+      [&](const cv1::TaskStatus& s) { return Training(s, 4) && records_->Stored(s); },
       absl::Minutes(1), "round 4 of the decentralized task");
   ASSERT_TRUE(training.ok()) << training.status();
   int leader = -1;

@@ -72,7 +72,7 @@ void TaskOwnership::ScanLoop() {
   }
 }
 
-absl::StatusOr<std::vector<std::string>> TaskOwnership::ScanOnce() {
+absl::StatusOr<std::vector<std::string>> TaskOwnership::Read() {
   const std::string members_prefix = MemberKey(options_.prefix, "");
   const std::string owners_prefix = OwnerKey(options_.prefix, "");
   const std::string tasks_prefix = absl::StrCat(options_.prefix, "/tasks/");
@@ -104,28 +104,39 @@ absl::StatusOr<std::vector<std::string>> TaskOwnership::ScanOnce() {
     statuses[name] = std::move(status);
     if (owner_of.count(name) == 0) orphans.push_back(name);
   }
+  absl::MutexLock lock(&mu_);
+  tasks_ = std::move(statuses);
+  owners_ = std::move(owner_of);
+  members_ = std::move(live);
+  return orphans;
+}
 
+std::map<std::string, std::string> TaskOwnership::Assign(const std::vector<std::string>& orphans,
+                                                         std::map<std::string, size_t>& load) {
+  std::map<std::string, std::string> to;
+  for (const std::string& task : orphans) {
+    // Every coordinator reads the same keys and picks the same one: the least loaded.
+    const std::string least = LeastLoaded(load);
+    if (least.empty()) break;  // not even this one is a member (its lease lapsed)
+    to[task] = least;
+    ++load[least];
+  }
+  return to;
+}
+
+absl::StatusOr<std::vector<std::string>> TaskOwnership::ScanOnce() {
+  absl::StatusOr<std::vector<std::string>> orphans = Read();
+  if (!orphans.ok()) return orphans.status();
   std::vector<std::string> take;
   {
     absl::MutexLock lock(&mu_);
-    tasks_ = std::move(statuses);
-    owners_ = std::move(owner_of);
-    members_ = std::move(live);
     std::map<std::string, int> scans;
-    for (const std::string& task : orphans) scans[task] = orphan_scans_[task] + 1;
+    for (const std::string& task : *orphans) scans[task] = orphan_scans_[task] + 1;
     orphan_scans_ = std::move(scans);
     std::map<std::string, size_t> load = Load();
-    for (const std::string& task : orphans) {
-      // Every coordinator reads the same keys and picks the same one: the least loaded.
-      const std::string least = LeastLoaded(load);
-      if (least.empty()) break;  // not even this one is a member (its lease lapsed)
-      const bool mine =
-          least == options_.advertise || orphan_scans_[task] >= kOrphanScansBeforeAnyTakes;
-      if (mine) {
+    for (const auto& [task, to] : Assign(*orphans, load)) {
+      if (to == options_.advertise || orphan_scans_[task] >= kOrphanScansBeforeAnyTakes) {
         take.push_back(task);
-        ++load[options_.advertise];
-      } else {
-        ++load[least];
       }
     }
   }
@@ -203,10 +214,16 @@ absl::Status TaskOwnership::Elsewhere(const std::string& task) {
 
 absl::StatusOr<bool> TaskOwnership::Claim(const v1::TaskStatus& initial) {
   const std::string& task = initial.spec().name();
+  // Read afresh (a creation is rare): the coordinators and their load as they are now, the
+  // tasks waiting for an owner counted where the scans will put them.
+  absl::StatusOr<std::vector<std::string>> orphans = Read();
+  if (!orphans.ok()) return orphans.status();
   std::string least;
   {
     absl::MutexLock lock(&mu_);
-    least = LeastLoaded(Load());
+    std::map<std::string, size_t> load = Load();
+    Assign(*orphans, load);
+    least = LeastLoaded(load);
   }
   if (least.empty() || least == options_.advertise) {
     absl::StatusOr<bool> held = TakeOwnerKey(task, /*task_must_be_new=*/true);

@@ -64,6 +64,12 @@ class TaskOwnership final : public TaskPlacement {
     int64_t lease = 0;
   };
   void ScanLoop();
+  // Reads the prefix into the snapshot below; returns the tasks without an owner.
+  absl::StatusOr<std::vector<std::string>> Read() ABSL_LOCKS_EXCLUDED(mu_);
+  // Where the scans put `orphans` (task -> coordinator), each to the least loaded in `load`,
+  // which counts them.
+  static std::map<std::string, std::string> Assign(const std::vector<std::string>& orphans,
+                                                   std::map<std::string, size_t>& load);
   // The live coordinator with the fewest in `load` (open tasks by address), the lowest address
   // among equals; "" when there is none.
   static std::string LeastLoaded(const std::map<std::string, size_t>& load);
