@@ -39,9 +39,9 @@ ABSL_FLAG(bool, standby, true,
           "1.5 times --store-lease");
 ABSL_FLAG(bool, share_tasks, false,
           "with --store etcd://: every coordinator on the key prefix serves, each task owned by "
-          "one of them under its lease (the task's creator; when it dies, the live coordinator "
-          "with the fewest tasks); calls about another coordinator's task are answered "
-          "UNAVAILABLE naming it. No standby: --standby is ignored");
+          "one of them under its lease (the live coordinator serving the fewest open tasks when "
+          "the task is created, or when its owner dies); calls about another coordinator's task "
+          "are answered UNAVAILABLE naming it. No standby: --standby is ignored");
 ABSL_FLAG(std::string, address_file, "",
           "if set, write the bound addresses here (grpc=HOST:PORT, metrics=HOST:PORT)");
 ABSL_FLAG(std::string, tls_dir, "",

@@ -34,7 +34,7 @@
 #include "libs/rpc/status.h"
 #include "libs/rpc/tls.h"
 #include "tests/cluster/cluster.h"
-#include "tests/cluster/etcd_records.h"
+#include "tests/cluster/etcd_cluster.h"
 #include "tests/testing/etcd_member.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/wait.h"
@@ -61,39 +61,15 @@ class CoordinatorHaClusterTest : public ::testing::Test {
     cluster_ = std::make_unique<Cluster>(*dir);
     Cluster& cluster = *cluster_;
     // etcd over mutual TLS too, with the cluster's CA (--store-tls).
-    ASSERT_TRUE(cluster.MakeCertificate("etcd").ok());
-    absl::StatusOr<std::vector<std::unique_ptr<EtcdMember>>> etcd =
-        EtcdMember::StartCluster(*dir, 3, *dir + "/certs/etcd");
-    ASSERT_TRUE(etcd.ok()) << etcd.status();
-    etcd_ = *std::move(etcd);
-    std::vector<std::string> endpoints;
-    for (const auto& member : etcd_) endpoints.push_back(member->endpoint());
-    absl::StatusOr<rpc::Credentials> client =
-        rpc::Credentials::Create({.dir = cluster.ClientTlsDir()});
-    ASSERT_TRUE(client.ok()) << client.status();
-    absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv =
-        etcd::EtcdKv::Connect(endpoints, absl::Seconds(10), absl::Seconds(2), client->channel());
-    ASSERT_TRUE(kv.ok()) << kv.status();
-    kv_ = *std::move(kv);
-    records_ = std::make_unique<EtcdRecords>(*kv_, kPrefix);
-    ASSERT_TRUE(cluster
-                    .StartCoordinator({absl::StrCat("--store=etcd://", Endpoints(etcd_), kPrefix),
-                                       absl::StrCat("--store-lease=", absl::FormatDuration(kLease)),
-                                       "--store-tls"})
-                    .ok())
-        << cluster.LogTails();
-    ASSERT_TRUE(cluster.WaitForCoordinatorServing(absl::Seconds(20)).ok()) << cluster.LogTails();
-    for (int i = 0; i < 2; ++i) {
-      ASSERT_TRUE(cluster.StartStandbyCoordinator().ok()) << cluster.LogTails();
-    }
+    etcd_.Start(cluster, kPrefix, kLease);
+    if (HasFatalFailure()) return;
+    records_ = etcd_.records.get();
     ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
     ASSERT_TRUE(cluster.StartPeers(0, kPeers, kPeers).ok()) << cluster.LogTails();
   }
 
   void TearDown() override {
     cluster_.reset();  // before etcd
-    records_.reset();
-    kv_.reset();
     std::printf("test time: %s\n", absl::FormatDuration(absl::Now() - start_).c_str());
   }
 
@@ -156,9 +132,8 @@ class CoordinatorHaClusterTest : public ::testing::Test {
   }
 
   const absl::Time start_ = absl::Now();
-  std::vector<std::unique_ptr<EtcdMember>> etcd_;
-  std::unique_ptr<etcd::EtcdKv> kv_;  // the test's own client of the members
-  std::unique_ptr<EtcdRecords> records_;
+  EtcdCluster etcd_;
+  EtcdRecords* records_ = nullptr;
   std::unique_ptr<Cluster> cluster_;
 };
 
@@ -226,13 +201,13 @@ TEST_F(CoordinatorHaClusterTest, TwoCoordinatorKillsAndAnEtcdMembersLossLoseNoRo
   int leader = -1;
   ASSERT_TRUE(WaitUntil(
       [&] {
-        for (int i = 0; i < static_cast<int>(etcd_.size()); ++i) {
-          if (etcd_[i]->IsLeader()) leader = i;
+        for (int i = 0; i < static_cast<int>(etcd_.members.size()); ++i) {
+          if (etcd_.members[i]->IsLeader()) leader = i;
         }
         return leader >= 0;
       },
       absl::Seconds(10), absl::Milliseconds(100)));
-  etcd_[leader]->Kill();
+  etcd_.members[leader]->Kill();
   ExpectCompletedEveryRoundOnce(decentralized, {seen, *training});
   if (HasFatalFailure()) return;
   EXPECT_TRUE(cluster.coordinator().process->Running()) << cluster.LogTails();

@@ -19,6 +19,7 @@
 #include "services/peer_agent/relay_link.h"
 #include "services/peer_agent/snapshot_store.h"
 #include "shoal/peer/v1/peer.grpc.pb.h"
+#include "tests/testing/reserved_port.h"
 #include "tests/testing/wait.h"
 
 namespace shoal {
@@ -173,6 +174,10 @@ TEST_F(RelayServiceTest, APeerThatGoesAwayIsNotFoundAndReachableAgainOnceItRecon
 TEST_F(RelayServiceTest, ALinkWaitsForItsRelayAndAttachesWhenItComes) {
   // A relay that is not there yet: WaitAttached times out naming it; the link keeps trying.
   const std::string address = server_->address();
+  // Held while the relay is down, so that no test running beside this one is handed the port.
+  absl::StatusOr<testing::ReservedPort> held =
+      testing::ReservedPort::Reserve(std::stoi(address.substr(address.rfind(':') + 1)));
+  ASSERT_TRUE(held.ok()) << held.status();
   server_->Shutdown(absl::Seconds(2));
   server_.reset();
   link_ = std::make_unique<peer::RelayLink>(LinkOptions(address, "peer-n"), store_, *peer_metrics_);

@@ -1,12 +1,16 @@
 #pragma once
 
-// What coordinators on etcd keep there, read by a cluster test's own etcd client, and the
-// checks the fail-over tests make of it: a task's closed rounds are stored before a kill, and a
-// completed task has every round once, in its history and in its records.
+// Coordinators on etcd for cluster tests: three etcd members over mutual TLS and three
+// coordinators on them (EtcdCluster); what the coordinators keep in etcd, read by the test's
+// own client, and the checks the fail-over tests make of it (EtcdRecords): a task's closed
+// rounds are stored before a kill, and a completed task has every round once, in its history
+// and in its records.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,7 +18,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "libs/etcd/etcd_kv.h"
+#include "libs/rpc/tls.h"
 #include "tests/cluster/cluster.h"
+#include "tests/testing/etcd_member.h"
 #include "tests/testing/wait.h"
 
 namespace shoal::testing {
@@ -120,6 +126,43 @@ class EtcdRecords {
  private:
   etcd::EtcdKv& kv_;
   const std::string prefix_;
+};
+
+// Three etcd members over mutual TLS with the cluster's CA, the test's own client of them, and
+// three coordinators on them (the first serving before the other two start), each with
+// `coordinator_args` after --store, --store-lease and --store-tls. Destroy the cluster first.
+struct EtcdCluster {
+  std::vector<std::unique_ptr<EtcdMember>> members;
+  std::unique_ptr<etcd::EtcdKv> kv;
+  std::unique_ptr<EtcdRecords> records;
+
+  void Start(Cluster& cluster, const std::string& prefix, absl::Duration lease,
+             std::vector<std::string> coordinator_args = {}) {
+    ASSERT_TRUE(cluster.MakeCertificate("etcd").ok());
+    absl::StatusOr<std::vector<std::unique_ptr<EtcdMember>>> started =
+        EtcdMember::StartCluster(cluster.dir(), 3, cluster.dir() + "/certs/etcd");
+    ASSERT_TRUE(started.ok()) << started.status();
+    members = *std::move(started);
+    std::vector<std::string> endpoints;
+    for (const auto& member : members) endpoints.push_back(member->endpoint());
+    absl::StatusOr<rpc::Credentials> client =
+        rpc::Credentials::Create({.dir = cluster.ClientTlsDir()});
+    ASSERT_TRUE(client.ok()) << client.status();
+    absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> connected =
+        etcd::EtcdKv::Connect(endpoints, absl::Seconds(10), absl::Seconds(2), client->channel());
+    ASSERT_TRUE(connected.ok()) << connected.status();
+    kv = *std::move(connected);
+    records = std::make_unique<EtcdRecords>(*kv, prefix);
+    std::vector<std::string> args = {absl::StrCat("--store=etcd://", Endpoints(members), prefix),
+                                     absl::StrCat("--store-lease=", absl::FormatDuration(lease)),
+                                     "--store-tls"};
+    args.insert(args.end(), coordinator_args.begin(), coordinator_args.end());
+    ASSERT_TRUE(cluster.StartCoordinator(std::move(args)).ok()) << cluster.LogTails();
+    ASSERT_TRUE(cluster.WaitForCoordinatorServing(absl::Seconds(20)).ok()) << cluster.LogTails();
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(cluster.StartStandbyCoordinator().ok()) << cluster.LogTails();
+    }
+  }
 };
 
 }  // namespace shoal::testing
