@@ -355,7 +355,8 @@ void CoordinatorCore::RestoreTask(StoredTask stored, const std::string& message)
   }
   task.waiting_for_aggregator_since = clock_.Now();
   task.status.set_message(message);
-  LogInfo("task ", name, ": ", message, " (after round ", task.status.round(), ")");
+  LogInfo("task ", name, ": ", message,
+          task.status.round() > 0 ? absl::StrCat(" (after round ", task.status.round(), ")") : "");
 }
 
 absl::Status CoordinatorCore::AdoptTask(const std::string& name) {
@@ -364,7 +365,10 @@ absl::Status CoordinatorCore::AdoptTask(const std::string& name) {
   {
     InputLock lock(*this, out);
     if (stopping_ || tasks_.count(name) > 0) return absl::OkStatus();
-    RestoreTask(std::move(stored), "taken over from another coordinator");
+    // A task stored for this coordinator when it was created has never run anywhere.
+    const bool fresh = stored.status.round() == 0 && stored.history.empty();
+    RestoreTask(std::move(stored),
+                fresh ? "waiting for peers" : "taken over from another coordinator");
     Task& task = tasks_[name];
     if (IsActive(task)) MarkChanged(task, out);
     Reconcile(out);
