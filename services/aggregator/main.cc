@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int sig = shoal::rpc::WaitForShutdownSignal();
-  shoal::LogInfo("signal ", sig, ": shutting down");
+  // sig 0: the process asked itself to stop (RequestShutdown), having said why.
+  if (sig != 0) shoal::LogInfo("signal ", sig, ": shutting down");
   (*server)->Shutdown();
   server->reset();
   shoal::LogInfo("stopped");

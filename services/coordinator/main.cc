@@ -150,7 +150,8 @@ int main(int argc, char** argv) {
   }
   stop.WaitForNotification();
   signals.join();
-  shoal::LogInfo("signal ", sig, ": shutting down");
+  // sig 0: the process asked itself to stop (RequestShutdown), having said why.
+  if (sig != 0) shoal::LogInfo("signal ", sig, ": shutting down");
   (*server)->Shutdown();
   server->reset();
   shoal::LogInfo("stopped");
