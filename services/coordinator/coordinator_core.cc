@@ -162,12 +162,11 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
   std::string id;
   {
     InputLock lock(*this, out);
-    if (placement_ != nullptr && peers_.count(hello.name()) == 0 &&
-        !AdmittedHere(hello.join_token())) {
-      // Shared tasks: a peer goes where an open task may take it.
-      if (std::optional<std::string> there = placement_->OpenTaskFor(hello.join_token())) {
+    if (placement_ != nullptr && peers_.count(hello.name()) == 0) {
+      // Shared tasks: a peer goes where an open task needs it.
+      if (std::optional<std::string> there = ElsewhereFor(hello.join_token())) {
         return absl::UnavailableError(absl::StrCat(
-            "no task of this coordinator takes this peer; an open task is at coordinator ",
+            "no task of this coordinator needs this peer; an open task is at coordinator ",
             *there));
       }
     }

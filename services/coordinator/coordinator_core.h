@@ -382,11 +382,13 @@ class CoordinatorCore {
   // `message` as its status message until it runs again.
   void RestoreTask(StoredTask stored, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether an active task of this coordinator takes peers with `join_token`.
-  bool AdmittedHere(const std::string& join_token) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // With shared tasks: ends the sessions of idle peers that no task here takes while an open
-  // task at another coordinator may, so that they move on (their reconnection here is refused
-  // naming it).
+  // With shared tasks: the coordinator a peer with `join_token` should go to instead, if any:
+  // one with an open task waiting for peers when no task here waits for them, else one with
+  // any open task taking the peer when no task here does.
+  std::optional<std::string> ElsewhereFor(const std::string& join_token) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With shared tasks: ends the sessions of idle peers that ElsewhereFor sends elsewhere, so
+  // that they move on (their reconnection here is refused naming it).
   void SendIdlePeersElsewhere(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- Federation statistics (coordinator_core_statistics.cc) ---

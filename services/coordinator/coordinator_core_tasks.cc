@@ -386,23 +386,29 @@ absl::Status CoordinatorCore::Routed(absl::Status status, const std::string& nam
   return placement_->Elsewhere(name);
 }
 
-bool CoordinatorCore::AdmittedHere(const std::string& join_token) const {
+std::optional<std::string> CoordinatorCore::ElsewhereFor(const std::string& join_token) const {
+  bool admitted = false;
   for (const auto& [name, task] : tasks_) {
-    if (IsActive(task) && TokenAdmits(task.status.spec(), join_token)) return true;
+    if (!IsActive(task) || !TokenAdmits(task.status.spec(), join_token)) continue;
+    if (task.status.state() == v1::TASK_STATE_WAITING) return std::nullopt;  // needed here
+    admitted = true;
   }
-  return false;
+  if (std::optional<std::string> waiting = placement_->OpenTaskFor(join_token, true)) {
+    return waiting;
+  }
+  if (admitted) return std::nullopt;
+  return placement_->OpenTaskFor(join_token, false);
 }
 
 void CoordinatorCore::SendIdlePeersElsewhere(Outbox& out) {
   for (const std::string& id : idle_peers_) {
     const Peer& peer = peers_.at(id);
-    if (AdmittedHere(peer.hello.join_token())) continue;
-    std::optional<std::string> there = placement_->OpenTaskFor(peer.hello.join_token());
+    std::optional<std::string> there = ElsewhereFor(peer.hello.join_token());
     if (!there.has_value()) continue;
-    LogInfo("peer ", id, ": no task here takes it; sent to coordinator ", *there);
+    LogInfo("peer ", id, ": no task here needs it; sent to coordinator ", *there);
     out.push_back([sink = peer.sink, there = *there] {
       sink->Close(absl::UnavailableError(
-          absl::StrCat("no task of this coordinator takes this peer; an open task is at "
+          absl::StrCat("no task of this coordinator needs this peer; an open task is at "
                        "coordinator ",
                        there)));
     });

@@ -38,9 +38,9 @@ class TaskPlacement {
   virtual absl::StatusOr<bool> Claim(const v1::TaskStatus& initial) = 0;
   // The tasks other coordinators serve, as they last stored them (no history).
   virtual std::vector<v1::TaskStatus> OthersTasks() = 0;
-  // The address of a coordinator serving an open task that a peer with `join_token` may join,
-  // if one does.
-  virtual std::optional<std::string> OpenTaskFor(const std::string& join_token) = 0;
+  // The address of another coordinator serving an open task that a peer with `join_token` may
+  // join (`waiting`: one waiting for peers), if one does.
+  virtual std::optional<std::string> OpenTaskFor(const std::string& join_token, bool waiting) = 0;
 };
 
 }  // namespace shoal::coordinator

@@ -108,9 +108,16 @@ TEST_F(SharedTasksTest, TheCreatorOwnsATaskAndOnlyItsWritesLand) {
   ASSERT_EQ(others.size(), 1u);
   EXPECT_EQ(others[0].spec().name(), "t");
   EXPECT_EQ(others[0].spec().join_token(), "");
-  EXPECT_EQ(b->placement()->OpenTaskFor("secret").value_or(""), "a:1");
-  EXPECT_FALSE(b->placement()->OpenTaskFor("wrong").has_value());
-  EXPECT_FALSE(a->placement()->OpenTaskFor("secret").has_value());  // its own: not elsewhere
+  EXPECT_EQ(b->placement()->OpenTaskFor("secret", false).value_or(""), "a:1");
+  EXPECT_FALSE(b->placement()->OpenTaskFor("wrong", false).has_value());
+  EXPECT_FALSE(a->placement()->OpenTaskFor("secret", false).has_value());  // its own: not elsewhere
+  EXPECT_EQ(b->placement()->OpenTaskFor("secret", true).value_or(""), "a:1");  // it waits
+  v1::TaskStatus running = Task("t", "secret");
+  running.set_state(v1::TASK_STATE_RUNNING);
+  ASSERT_TRUE(a->PutTask(running).ok());
+  ASSERT_TRUE(Ownership(*b).ScanOnce().ok());
+  EXPECT_FALSE(b->placement()->OpenTaskFor("secret", true).has_value());
+  EXPECT_EQ(b->placement()->OpenTaskFor("secret", false).value_or(""), "a:1");
 
   // A new task goes to the coordinator with the fewest open tasks: a, which has one, stores
   // it for b, and b takes it on its next scan.
@@ -222,8 +229,9 @@ TEST_F(SharedTasksTest, ACoordinatorWhoseLeaseLapsedWritesNothingAndItsTasksMove
 
 // --- Real coordinators --------------------------------------------------------------------
 
-// A decentralized task as its task file gives it, which only peers with a's join token join.
-std::string TaskFile(const std::string& name) {
+// A decentralized task as its task file gives it, which only peers with `join_token` join
+// (any peer: "").
+std::string TaskFile(const std::string& name, const std::string& join_token = "token-of-a") {
   return absl::StrCat("name: ", name, R"(
 mode: decentralized
 model: mlp
@@ -232,8 +240,8 @@ optimizer: {kind: sgd, learning_rate: 0.05}
 round_batches: 10
 rounds: 3
 min_participants: 2
-join_token: token-of-a
-)");
+)",
+                      join_token.empty() ? "" : "join_token: " + join_token + "\n");
 }
 
 class SharedCoordinatorsTest : public SharedTasksTest {
@@ -268,22 +276,24 @@ class SharedCoordinatorsTest : public SharedTasksTest {
     return response.status();
   }
   static grpc::Status Create(const CoordinatorServer& server, const std::string& name,
-                             v1::CreateTaskResponse* response) {
+                             v1::CreateTaskResponse* response,
+                             const std::string& join_token = "token-of-a") {
     grpc::ClientContext context;
     v1::CreateTaskRequest request;
-    request.set_task_file(TaskFile(name));
+    request.set_task_file(TaskFile(name, join_token));
     return Control(server)->CreateTask(&context, request, response);
   }
-  // Opens a session at `server` with a Hello of the peer `name` carrying a's join token.
+  // Opens a session at `server` with a Hello of the peer `name` carrying `join_token`.
   static std::unique_ptr<grpc::ClientReaderWriter<v1::PeerMessage, v1::CoordinatorEvent>> Join(
-      const CoordinatorServer& server, const std::string& name, grpc::ClientContext& context) {
+      const CoordinatorServer& server, const std::string& name, grpc::ClientContext& context,
+      const std::string& join_token = "token-of-a") {
     auto session = v1::SessionService::NewStub(
                        grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()))
                        ->Session(&context);
     v1::PeerMessage hello;
     hello.mutable_hello()->set_name(name);
     hello.mutable_hello()->set_shard_count(1);
-    hello.mutable_hello()->set_join_token("token-of-a");
+    hello.mutable_hello()->set_join_token(join_token);
     session->Write(hello);
     return session;
   }
@@ -425,6 +435,72 @@ TEST_F(SharedCoordinatorsTest, IdlePeersMoveToTheOpenTaskAndAggregatorsRegisterW
   context_a.TryCancel();
   context_b.TryCancel();
   (*aggregator)->Shutdown();
+}
+
+// Tasks without join tokens, one at each coordinator, and every peer dialling the first: once
+// its own task has the peers it needs and runs, it sends the next peer to the other, whose task
+// still waits for peers.
+TEST_F(SharedCoordinatorsTest, PeersGoWhereATaskStillWaitsForThem) {
+  std::unique_ptr<CoordinatorServer> a = StartCoordinator("a");
+  std::unique_ptr<CoordinatorServer> b = StartCoordinator("b");
+  ASSERT_TRUE(a && b);
+  v1::CreateTaskResponse created;
+  ASSERT_TRUE(Create(*a, "x", &created, "").ok());
+  const bool x_at_b = absl::StrContains(created.status().message(), "for another coordinator");
+  ASSERT_TRUE(Create(*a, "y", &created, "").ok());
+  // y went where x did not.
+  EXPECT_NE(absl::StrContains(created.status().message(), "for another coordinator"), x_at_b);
+  CoordinatorServer& x_owner = x_at_b ? *b : *a;
+  const std::string y_owner = x_at_b ? a->address() : b->address();
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::PeerMessage, v1::CoordinatorEvent>>>
+      sessions;
+  for (const char* name : {"p1", "p2"}) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    contexts.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    sessions.push_back(Join(x_owner, name, *contexts.back(), ""));
+    v1::CoordinatorEvent event;
+    ASSERT_TRUE(sessions.back()->Read(&event) && event.has_welcome());
+    ASSERT_TRUE(sessions.back()->Read(&event));
+    EXPECT_TRUE(event.has_task_assigned() && event.task() == "x") << event.DebugString();
+    // It holds the initial model (round 0): the task's first round opens once both do.
+    v1::PeerMessage held;
+    held.set_task("x");
+    held.mutable_model_held()->set_round(0);
+    ASSERT_TRUE(sessions.back()->Write(held));
+  }
+  auto control = Control(x_owner);
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        absl::StatusOr<v1::TaskStatus> x = Status(*control, "x");
+        return x.ok() && x->state() == v1::TASK_STATE_RUNNING;
+      },
+      absl::Seconds(10)));
+  // ... and once it has read y, which waits, at its owner (its list shows y as taken).
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        grpc::ClientContext list;
+        v1::ListTasksResponse listed;
+        if (!control->ListTasks(&list, v1::ListTasksRequest(), &listed).ok()) return false;
+        for (const v1::TaskStatus& task : listed.tasks()) {
+          if (task.spec().name() == "y") {
+            return !absl::StrContains(task.message(), "being taken over");
+          }
+        }
+        return false;
+      },
+      absl::Seconds(10)));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto third = Join(x_owner, "p3", context, "");
+  third->WritesDone();
+  v1::CoordinatorEvent event;
+  while (third->Read(&event)) {
+  }
+  grpc::Status refused = third->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  EXPECT_THAT(refused.error_message(), HasSubstr("open task is at coordinator " + y_owner));
+  for (auto& c : contexts) c->TryCancel();
 }
 
 }  // namespace

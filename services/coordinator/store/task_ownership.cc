@@ -270,12 +270,13 @@ std::vector<v1::TaskStatus> TaskOwnership::OthersTasks() {
   return out;
 }
 
-std::optional<std::string> TaskOwnership::OpenTaskFor(const std::string& join_token) {
+std::optional<std::string> TaskOwnership::OpenTaskFor(const std::string& join_token, bool waiting) {
   absl::MutexLock lock(&mu_);
   for (const auto& [name, status] : tasks_) {
     auto owner = owners_.find(name);
     if (owner == owners_.end() || owner->second.address == options_.advertise ||
-        members_.count(owner->second.address) == 0 || !Open(status)) {
+        members_.count(owner->second.address) == 0 || !Open(status) ||
+        (waiting && status.state() != v1::TASK_STATE_WAITING)) {
       continue;
     }
     if (status.spec().join_token().empty() || status.spec().join_token() == join_token) {
