@@ -30,15 +30,7 @@ std::string NewSessionToken() {
   return hex;
 }
 
-absl::Status NoTaskNamed(const std::string& name) {
-  return absl::NotFoundError(absl::StrCat("no task named \"", name, "\""));
-}
-
 }  // namespace
-
-bool CoordinatorCore::TokenAdmits(const common::v1::TaskSpec& spec, const std::string& token) {
-  return spec.join_token().empty() || spec.join_token() == token;
-}
 
 absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
     CoordinatorOptions options, TaskStore& store, aggregator::AggregatorClient& aggregators,
@@ -439,133 +431,6 @@ void CoordinatorCore::Reconcile(Outbox& out) {
   for (const task::ModeDefinition& mode : task::ModeDefinitions()) {
     metrics_.participants.Add({{"mode", mode.name}}).Set(by_mode[mode.name]);
   }
-}
-
-// --- Operators ---------------------------------------------------------------------------
-
-absl::StatusOr<v1::TaskStatus> CoordinatorCore::CreateTask(const common::v1::TaskSpec& spec) {
-  SHOAL_RETURN_IF_ERROR(task::ValidateTaskSpec(spec));
-  v1::TaskStatus status;
-  *status.mutable_spec() = spec;
-  status.set_state(v1::TASK_STATE_WAITING);
-  status.set_created_unix_ms(absl::ToUnixMillis(clock_.Now()));
-  status.set_message("waiting for peers");
-  std::unique_ptr<ModeTask> mode = MakeModeTask(status, options_.mode, metrics_);
-  if (mode == nullptr) {
-    return absl::UnimplementedError(
-        absl::StrCat("mode: ", ModeName(spec.mode()), " is not supported by this coordinator yet"));
-  }
-  if (placement_ != nullptr) {
-    bool here;
-    {
-      absl::MutexLock lock(&mu_);
-      here = tasks_.count(spec.name()) > 0;
-    }
-    if (!here) {
-      SHOAL_ASSIGN_OR_RETURN(bool mine, placement_->Claim(status));
-      if (!mine) {
-        status.set_message(
-            "created for another coordinator: the one serving the fewest open tasks takes it "
-            "within a second");
-        status.mutable_spec()->clear_join_token();
-        return status;
-      }
-    }
-  }
-  Outbox out;
-  v1::TaskStatus result;
-  {
-    InputLock lock(*this, out);
-    auto it = tasks_.find(spec.name());
-    if (it != tasks_.end()) {
-      if (it->second.status.spec().SerializeAsString() != spec.SerializeAsString()) {
-        return absl::AlreadyExistsError(
-            absl::StrCat("a task named \"", spec.name(), "\" exists with a different spec"));
-      }
-      return StatusOf(it->second);
-    }
-    Task& task = tasks_[spec.name()];
-    task_order_.push_back(spec.name());
-    task.status = std::move(status);
-    task.mode = std::move(mode);
-    if (task.UsesAggregator()) task.waiting_for_aggregator_since = clock_.Now();
-    LogInfo("task ", spec.name(), " created: ", spec.rounds(), " rounds of ", spec.round_batches(),
-            " batches, min ", spec.min_participants(), " peers");
-    MarkChanged(task, out);
-    Reconcile(out);
-    result = StatusOf(task);
-  }
-  Flush();
-  return result;
-}
-
-std::vector<v1::TaskStatus> CoordinatorCore::ListTasks() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<v1::TaskStatus> out;
-  for (const std::string& name : task_order_) {
-    v1::TaskStatus status = StatusOf(tasks_.at(name));
-    status.clear_history();
-    out.push_back(std::move(status));
-  }
-  if (placement_ != nullptr) {
-    std::vector<v1::TaskStatus> others = placement_->OthersTasks();
-    std::sort(others.begin(), others.end(), [](const v1::TaskStatus& a, const v1::TaskStatus& b) {
-      return a.created_unix_ms() < b.created_unix_ms();
-    });
-    for (v1::TaskStatus& status : others) {
-      if (tasks_.count(status.spec().name()) == 0) out.push_back(std::move(status));
-    }
-  }
-  return out;
-}
-
-absl::StatusOr<v1::TaskStatus> CoordinatorCore::GetTaskStatus(const std::string& name) const {
-  absl::MutexLock lock(&mu_);
-  auto it = tasks_.find(name);
-  if (it == tasks_.end()) return NoTaskNamed(name);
-  return StatusOf(it->second);
-}
-
-absl::Status CoordinatorCore::CheckTaskExists(const std::string& name) const {
-  absl::MutexLock lock(&mu_);
-  return tasks_.count(name) == 0 ? NoTaskNamed(name) : absl::OkStatus();
-}
-
-absl::StatusOr<v1::TaskStatus> CoordinatorCore::StopTask(const std::string& name) {
-  Outbox out;
-  v1::TaskStatus result;
-  {
-    InputLock lock(*this, out);
-    auto it = tasks_.find(name);
-    if (it == tasks_.end()) return NoTaskNamed(name);
-    if (IsActive(it->second)) {
-      Finish(it->second, v1::TASK_STATE_STOPPED, "stopped by operator", out);
-    }
-    Reconcile(out);
-    result = StatusOf(it->second);
-  }
-  Flush();
-  return result;
-}
-
-absl::StatusOr<uint64_t> CoordinatorCore::Watch(const std::string& name, StatusCallback callback) {
-  uint64_t handle;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = tasks_.find(name);
-    if (it == tasks_.end()) return NoTaskNamed(name);
-    handle = next_watch_++;
-    watchers_[handle] = {name, callback};
-    // Through the effects queue, so that no older status can overtake this one.
-    effects_.emplace_back([callback, status = StatusOf(it->second)] { callback(status); });
-  }
-  Flush();
-  return handle;
-}
-
-void CoordinatorCore::Unwatch(uint64_t handle) {
-  absl::MutexLock lock(&mu_);
-  watchers_.erase(handle);
 }
 
 // --- Driver ------------------------------------------------------------------------------

@@ -145,9 +145,8 @@ class CoordinatorCore {
                                   const std::string& host_peer = "");
   absl::Duration heartbeat_interval() const { return options_.heartbeat_interval; }
 
-  // --- Operators (ControlService) ---
-  // With shared tasks, this coordinator becomes the task's owner first (UNAVAILABLE naming the
-  // owner when another coordinator has a task of that name).
+  // --- Operators (ControlService; coordinator_core_operators.cc) ---
+  // With shared tasks, the task goes to the coordinator that serves the fewest (Claim).
   absl::StatusOr<v1::TaskStatus> CreateTask(const common::v1::TaskSpec& spec);
   // This coordinator's tasks, then (with shared tasks) the others' as they last stored them.
   std::vector<v1::TaskStatus> ListTasks() const;
@@ -173,8 +172,7 @@ class CoordinatorCore {
   // Takes `name` over from the store (its owner key is this coordinator's now) and resumes it
   // as after a restart. Errors: the store's.
   absl::Status AdoptTask(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
-  // For an answer NOT_FOUND about a task: with shared tasks, what the placement says instead
-  // (UNAVAILABLE naming the coordinator that serves it). Reads etcd: not under the lock.
+  // A NOT_FOUND about a task, as the placement says it (shared tasks; reads etcd).
   absl::Status Routed(absl::Status status, const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Driver ---
@@ -376,8 +374,6 @@ class CoordinatorCore {
   // Logs a failed store write; a fenced one (FAILED_PRECONDITION: another coordinator holds
   // the store, or the task, now) sets fenced_.
   void CheckStoreWrite(const absl::Status& written, const std::string& task, const char* what);
-  // Whether a peer that presented `token` may join `spec`'s task.
-  static bool TokenAdmits(const common::v1::TaskSpec& spec, const std::string& token);
   // Sets up a task read from the store: an active one resumes as after a restart, with
   // `message` as its status message until it runs again.
   void RestoreTask(StoredTask stored, const std::string& message)

@@ -7,6 +7,7 @@
 #include "libs/common/log.h"
 #include "libs/task/task_federated.h"
 #include "services/coordinator/coordinator_core.h"
+#include "services/coordinator/hello_check.h"
 #include "services/coordinator/peer_data.h"
 #include "services/coordinator/round_lists.h"
 #include "services/coordinator/task_names.h"

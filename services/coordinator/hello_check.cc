@@ -31,4 +31,8 @@ absl::Status CheckHello(const v1::Hello& hello, const std::string& identity) {
   return absl::OkStatus();
 }
 
+bool TokenAdmits(const common::v1::TaskSpec& spec, const std::string& token) {
+  return spec.join_token().empty() || spec.join_token() == token;
+}
+
 }  // namespace shoal::coordinator

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "shoal/common/v1/task.pb.h"
 #include "shoal/coordinator/v1/session.pb.h"
 
 namespace shoal::coordinator {
@@ -12,5 +13,7 @@ namespace shoal::coordinator {
 // name over 128 characters, more aggregator round trips than a peer measures or one without a
 // usable address. INVALID_ARGUMENT (PERMISSION_DENIED for the name) naming the field.
 absl::Status CheckHello(const v1::Hello& hello, const std::string& identity);
+// Whether a peer that presented the join token `token` may join `spec`'s task.
+bool TokenAdmits(const common::v1::TaskSpec& spec, const std::string& token);
 
 }  // namespace shoal::coordinator

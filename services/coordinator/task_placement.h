@@ -36,7 +36,8 @@ class TaskPlacement {
   // serving the fewest. UNAVAILABLE naming the owner when another coordinator has a task of
   // that name.
   virtual absl::StatusOr<bool> Claim(const v1::TaskStatus& initial) = 0;
-  // The tasks other coordinators serve, as they last stored them (no history).
+  // The tasks other coordinators serve (or none does yet), as they last stored them, without
+  // history or join token, oldest first.
   virtual std::vector<v1::TaskStatus> OthersTasks() = 0;
   // The address of another coordinator serving an open task that a peer with `join_token` may
   // join (`waiting`: one waiting for peers), if one does.

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "libs/etcd/etcd_kv.h"
+#include "libs/rpc/status.h"
 #include "services/aggregator/aggregator_server.h"
 #include "services/coordinator/coordinator_server.h"
 #include "services/coordinator/store/task_ownership.h"
@@ -271,8 +272,7 @@ class SharedCoordinatorsTest : public SharedTasksTest {
     request.set_name(name);
     v1::GetTaskStatusResponse response;
     grpc::Status s = control.GetTaskStatus(&context, request, &response);
-    if (!s.ok())
-      return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+    if (!s.ok()) return rpc::FromGrpcStatus(s);
     return response.status();
   }
   static grpc::Status Create(const CoordinatorServer& server, const std::string& name,

@@ -144,7 +144,10 @@ absl::StatusOr<std::vector<std::string>> TaskOwnership::ScanOnce() {
   for (const std::string& task : take) {
     absl::StatusOr<bool> held = TakeOwnerKey(task, /*task_must_be_new=*/false);
     if (!held.ok()) return held.status();
-    if (*held) taken.push_back(task);
+    if (!*held) continue;
+    taken.push_back(task);
+    absl::MutexLock lock(&mu_);
+    owners_[task] = {options_.advertise, options_.lease};  // this one's now, as Claim's
   }
   return taken;
 }
@@ -267,6 +270,9 @@ std::vector<v1::TaskStatus> TaskOwnership::OthersTasks() {
     }
     out.push_back(std::move(copy));
   }
+  std::sort(out.begin(), out.end(), [](const v1::TaskStatus& a, const v1::TaskStatus& b) {
+    return a.created_unix_ms() < b.created_unix_ms();
+  });
   return out;
 }
 
