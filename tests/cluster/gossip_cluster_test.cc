@@ -111,7 +111,6 @@ TEST(GossipClusterTest, StoppedPeerIsDemotedThenReadmitted) {
 
   // Stop peer-3 for a while.
   cluster.peer(3).process->Signal(SIGSTOP);
-  const uint64_t stopped_at = StepOf(*status, "peer-3");
   // Its neighbours time out on it, lower its score and demote it...
   EXPECT_TRUE(Eventually(
       [&] {
@@ -128,6 +127,9 @@ TEST(GossipClusterTest, StoppedPeerIsDemotedThenReadmitted) {
   // ...and keep training meanwhile.
   auto before = cluster.Status(spec.name());
   ASSERT_TRUE(before.ok());
+  // Where peer-3 stopped: read now, seconds after the stop, since a status read before it could
+  // miss its last reported steps.
+  const uint64_t stopped_at = StepOf(*before, "peer-3");
   absl::StatusOr<cv1::TaskStatus> during = before;
   EXPECT_TRUE(Eventually(
       [&] {
