@@ -42,6 +42,12 @@ absl::Status CoordinatorServerOptions::Validate() const {
   if (store_tls && !IsEtcdStore(store)) {
     return absl::InvalidArgumentError("--store-tls: only with --store etcd://...");
   }
+  if (!advertise.empty()) {
+    if (!IsEtcdStore(store)) {
+      return absl::InvalidArgumentError("--advertise: only with --store etcd://...");
+    }
+    SHOAL_RETURN_IF_ERROR(ParseHostPort(advertise, "--advertise").status());
+  }
   if (share_tasks && !IsEtcdStore(store)) {
     return absl::InvalidArgumentError("--share-tasks: only with --store etcd://...");
   }
@@ -100,7 +106,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       SHOAL_RETURN_IF_ERROR(WriteAddressFile(
           options.address_file, {{"grpc", listen}, {"metrics", s->metrics_address()}}));
     }
-    store.advertise = AdvertisedAddress(listen);
+    store.advertise = options.advertise.empty() ? AdvertisedAddress(listen) : options.advertise;
     store.standby = options.standby && !options.share_tasks;
     store.share_tasks = options.share_tasks;
     store.stop = options.stop;

@@ -37,13 +37,18 @@ struct CoordinatorServerOptions {
   // the hold is lost (the store writes nothing more; shoal-coordinator shuts down).
   absl::Duration store_lease = absl::Seconds(10);
   std::function<void(const absl::Status&)> on_store_lost;
-  // With etcd, while another coordinator holds the prefix: wait as its standby (--standby;
-  // meanwhile the gRPC address answers UNAVAILABLE naming the active one, StandbyServer) and
-  // take over when its hold goes; false: fail after waiting a TTL and a half.
   // With etcd: speak mutual TLS to its members, presenting this coordinator's certificate
   // (tls.dir) and checking theirs against its CA (--store-tls).
   bool store_tls = false;
+  // With etcd, while another coordinator holds the prefix: wait as its standby (--standby;
+  // meanwhile the gRPC address answers UNAVAILABLE naming the active one, StandbyServer) and
+  // take over when its hold goes; false: fail after waiting a TTL and a half.
   bool standby = true;
+  // With etcd: the HOST:PORT the other coordinators and the clients' errors name this one by
+  // (--advertise): a standby's "active coordinator is X", a shared task's "served by X", the
+  // membership key of --share-tasks. Empty: the bound --listen address, with the machine's
+  // host name for a wildcard host (0.0.0.0).
+  std::string advertise;
   // With etcd: every coordinator on the prefix serves, each task owned by one of them
   // (--share-tasks, store/task_ownership.h); no standby then.
   bool share_tasks = false;

@@ -42,6 +42,10 @@ ABSL_FLAG(bool, share_tasks, false,
           "one of them under its lease (the live coordinator serving the fewest open tasks when "
           "the task is created, or when its owner dies); calls about another coordinator's task "
           "are answered UNAVAILABLE naming it. No standby: --standby is ignored");
+ABSL_FLAG(std::string, advertise, "",
+          "with --store etcd://: HOST:PORT that other coordinators and clients' errors name "
+          "this coordinator by (a standby's active coordinator, a shared task's owner; "
+          "default: the bound --listen address, with the host name for 0.0.0.0)");
 ABSL_FLAG(std::string, address_file, "",
           "if set, write the bound addresses here (grpc=HOST:PORT, metrics=HOST:PORT)");
 ABSL_FLAG(std::string, tls_dir, "",
@@ -89,6 +93,7 @@ int main(int argc, char** argv) {
                 "[--supernode-rebuild-interval D] [--supernode-better-factor X] "
                 "[--supernode-retire-after D] [--store sqlite|etcd://HOST:PORT[,...][/PREFIX]] "
                 "[--store-lease D] [--store-tls] [--standby=false] [--share-tasks] "
+                "[--advertise HOST:PORT] "
                 "[--keep-checkpoints N] "
                 "[--console-listen HOST:PORT --console-tokens FILE]",
        .summary = "The Shoal coordinator: task registry, membership, rounds, checkpoints, the "
@@ -102,6 +107,7 @@ int main(int argc, char** argv) {
   options.store_lease = absl::GetFlag(FLAGS_store_lease);
   options.standby = absl::GetFlag(FLAGS_standby);
   options.share_tasks = absl::GetFlag(FLAGS_share_tasks);
+  options.advertise = absl::GetFlag(FLAGS_advertise);
   options.store_tls = absl::GetFlag(FLAGS_store_tls);
   // A coordinator that lost its hold on the etcd store must not go on: it stops, exit code 1.
   static std::atomic<bool> store_lost{false};

@@ -112,6 +112,13 @@ TEST(CommandLineProcess, BadValueExitsTwoNamingTheFlag) {
                 "--store-tls --store=etcd://127.0.0.1:1 --insecure --state-dir=/nonexistent");
   EXPECT_EQ(o.code, 2);
   EXPECT_THAT(o.err, HasSubstr("--store-tls: needs --tls-dir"));
+  o = RunBinary("shoal-coordinator", "--advertise=c0:7000 --insecure --state-dir=/nonexistent");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.err, HasSubstr("--advertise: only with --store etcd://"));
+  o = RunBinary("shoal-coordinator",
+                "--advertise=c0 --store=etcd://127.0.0.1:1 --insecure --state-dir=/nonexistent");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_THAT(o.err, HasSubstr("--advertise: expected HOST:PORT"));
   o = RunBinary("shoal-aggregator", "--max-concurrent-pushes");
   EXPECT_EQ(o.code, 2);
   EXPECT_THAT(o.err, HasSubstr("--max-concurrent-pushes needs a value"));

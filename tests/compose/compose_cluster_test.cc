@@ -38,6 +38,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "libs/common/address.h"
 #include "services/shoalctl/process.h"
 #include "tests/compose/compose_file.h"
 #include "tests/testing/temp_dir.h"
@@ -211,27 +212,34 @@ class ComposeHost {
         service, " is not healthy after ", absl::FormatDuration(timeout), ": ", last.message()));
   }
 
-  // Runs the health checks of `services` until exactly one passes (replicated coordinators: the
-  // active one); returns its name.
-  absl::StatusOr<std::string> WaitForOneHealthy(const std::vector<std::string>& services,
-                                                absl::Duration timeout) {
+  // Asks each of `coordinators` for `task`'s status through `tool` (its entrypoint, given that
+  // coordinator's address alone) until one answers: coordinators that share their tasks refuse
+  // calls about a task another one owns. Returns the owner's name.
+  absl::StatusOr<std::string> WaitForOwner(const std::vector<std::string>& coordinators,
+                                           const std::string& tool, const std::string& task,
+                                           absl::Duration timeout) {
     const absl::Time deadline = absl::Now() + timeout;
-    std::vector<std::string> healthy;
+    absl::Status last;
     while (absl::Now() < deadline) {
-      healthy.clear();
-      for (const std::string& service : services) {
-        if (RunOnce(service, absl::StrCat(service, "-health"), compose_.Find(service)->healthcheck,
-                    absl::Seconds(10))
-                .ok()) {
-          healthy.push_back(service);
+      for (const std::string& coordinator : coordinators) {
+        std::vector<std::string> argv = compose_.Find(tool)->entrypoint;
+        auto flag = std::find(argv.begin(), argv.end(), "--coordinator");
+        if (flag == argv.end() || flag + 1 == argv.end()) {
+          return absl::FailedPreconditionError(tool + " has no --coordinator");
         }
+        const ComposeService* s = compose_.Find(coordinator);
+        absl::StatusOr<HostPort> listen = ParseHostPort(s->Flag("listen"), "--listen");
+        if (!listen.ok()) return listen.status();
+        *(flag + 1) = absl::StrCat(coordinator, ":", listen->port);
+        argv.insert(argv.end(), {"task", "status", task});
+        last = RunOnce(tool, absl::StrCat(tool, "-status"), argv, absl::Seconds(10));
+        if (last.ok()) return coordinator;
       }
-      if (healthy.size() == 1) return healthy[0];
       absl::SleepFor(absl::Milliseconds(200));
     }
     return absl::DeadlineExceededError(
-        absl::StrCat("not exactly one of ", absl::StrJoin(services, ", "), " healthy after ",
-                     absl::FormatDuration(timeout), ": [", absl::StrJoin(healthy, ", "), "]"));
+        absl::StrCat("none of ", absl::StrJoin(coordinators, ", "), " serves ", task, " after ",
+                     absl::FormatDuration(timeout), ": ", last.message()));
   }
 
   const std::map<std::pair<std::string, int>, int>& ports() const { return ports_; }
@@ -274,10 +282,10 @@ void WriteReducedTasks(const std::string& from, const std::string& to, int round
   }
 }
 
-// A coordinator that may wait as a standby: only one of those is healthy at a time.
-bool IsReplicatedCoordinator(const ComposeService& s) {
+// A coordinator on etcd: one of several that share the tasks on one prefix.
+bool IsEtcdCoordinator(const ComposeService& s) {
   return !s.Argv().empty() && s.Argv()[0] == "shoal-coordinator" &&
-         absl::StartsWith(s.Flag("store"), "etcd://") && s.Flag("standby") != "false";
+         absl::StartsWith(s.Flag("store"), "etcd://");
 }
 
 struct ClusterRun {
@@ -285,7 +293,7 @@ struct ClusterRun {
   std::string task;
   size_t daemons = 0;             // long-running services that start
   std::string tool = "shoalctl";  // the compose service whose entrypoint watches the task
-  bool kill_active = false;       // SIGKILL the active coordinator while the task trains
+  bool kill_owner = false;        // SIGKILL the coordinator that owns the task while it trains
   std::string up;                 // `compose up SERVICE`: it and what it depends on; "" = all
   int rounds = kReducedRounds;    // of the task
 };
@@ -363,7 +371,7 @@ void RunComposeCluster(const ClusterRun& run) {
       }
     }
     // One-shot jobs: certs, task creation; compose runs an on-failure one again until it
-    // succeeds (the `ha` task, until a coordinator is active).
+    // succeeds (the `ha` task, until a coordinator answers).
     if (s.restart == "no" || s.restart == "on-failure") {
       absl::Status done = host.RunOnce(s.name, s.name, s.Argv(), absl::Seconds(60));
       const absl::Time retry_until = absl::Now() + absl::Seconds(60);
@@ -383,31 +391,25 @@ void RunComposeCluster(const ClusterRun& run) {
   }
   ASSERT_EQ(started.size(), run.daemons) << absl::StrJoin(started, ", ");
   ASSERT_EQ(completed.count("certs"), 1u);
-  // Every service with a health check is healthy; of replicated coordinators exactly one (the
-  // others are its standbys). etcd has none: the coordinators wait for it.
-  std::vector<std::string> replicated;
+  // Every service with a health check is healthy (every coordinator on etcd too: they share
+  // the tasks, none waits as a standby). etcd has none: the coordinators wait for it.
+  std::vector<std::string> on_etcd;
   for (const std::string& name : started) {
-    if (IsReplicatedCoordinator(*compose->Find(name))) replicated.push_back(name);
+    if (IsEtcdCoordinator(*compose->Find(name))) on_etcd.push_back(name);
   }
+  std::string killed;
   auto wait_healthy = [&](absl::Duration timeout) {
     for (const std::string& name : started) {
       const ComposeService* s = compose->Find(name);
-      if (s->healthcheck.empty() || IsReplicatedCoordinator(*s)) continue;
+      if (s->healthcheck.empty() || name == killed) continue;
       absl::Status h = host.WaitHealthy(name, timeout);
       EXPECT_TRUE(h.ok()) << h << "\n" << running[name]->LogTail(20);
     }
   };
   wait_healthy(absl::Seconds(60));
   ASSERT_FALSE(::testing::Test::HasFailure());
-  std::string active;
-  if (!replicated.empty()) {
-    absl::StatusOr<std::string> one = host.WaitForOneHealthy(replicated, absl::Seconds(60));
-    ASSERT_TRUE(one.ok()) << one.status();
-    active = *one;
-  }
   std::cerr << "all " << started.size() << " services healthy after "
-            << absl::FormatDuration(absl::Now() - begin) << (active.empty() ? "" : ", active: ")
-            << active << "\n";
+            << absl::FormatDuration(absl::Now() - begin) << "\n";
 
   // The compose tool watches the task until it ends; exit 0 = completed.
   const ComposeService* tool = compose->Find(run.tool);
@@ -415,11 +417,10 @@ void RunComposeCluster(const ClusterRun& run) {
   std::vector<std::string> watch = tool->entrypoint;
   watch.insert(watch.end(), {"task", "watch", run.task});
   absl::Status watched;
-  std::string killed;
-  if (!run.kill_active) {
+  if (!run.kill_owner) {
     watched = host.RunOnce(run.tool, "shoalctl-watch", watch, absl::Seconds(150));
   } else {
-    ASSERT_FALSE(active.empty()) << "no replicated coordinator to kill";
+    ASSERT_GT(on_etcd.size(), 1u) << "no coordinator to take the task over";
     auto watcher = host.Start(run.tool, "shoalctl-watch", watch);
     ASSERT_TRUE(watcher.ok()) << watcher.status();
     // The task is under way: the watch prints "K/ROUNDS" for a closed round K before the last.
@@ -438,17 +439,20 @@ void RunComposeCluster(const ClusterRun& run) {
       absl::SleepFor(absl::Milliseconds(50));
     }
     ASSERT_TRUE(under_way()) << "the kill must come while the task trains\n"
-                             << (*watcher)->LogTail(20) << "\n"
-                             << running[active]->LogTail(20);
+                             << (*watcher)->LogTail(20);
+    absl::StatusOr<std::string> owner =
+        host.WaitForOwner(on_etcd, run.tool, run.task, absl::Seconds(20));
+    ASSERT_TRUE(owner.ok()) << owner.status();
     const absl::Time kill = absl::Now();
-    running[active]->Signal(SIGKILL);
-    ASSERT_TRUE(running[active]->Wait(absl::Seconds(10)).ok());
-    killed = active;
-    replicated.erase(std::find(replicated.begin(), replicated.end(), killed));
-    absl::StatusOr<std::string> next = host.WaitForOneHealthy(replicated, absl::Seconds(30));
+    running[*owner]->Signal(SIGKILL);
+    ASSERT_TRUE(running[*owner]->Wait(absl::Seconds(10)).ok());
+    killed = *owner;
+    on_etcd.erase(std::find(on_etcd.begin(), on_etcd.end(), killed));
+    absl::StatusOr<std::string> next =
+        host.WaitForOwner(on_etcd, run.tool, run.task, absl::Seconds(30));
     ASSERT_TRUE(next.ok()) << next.status();
-    std::cerr << killed << " killed while the task trained; " << *next << " serves "
-              << absl::FormatDuration(absl::Now() - kill) << " later\n";
+    std::cerr << killed << " (the task's owner) killed while the task trained; " << *next
+              << " serves it " << absl::FormatDuration(absl::Now() - kill) << " later\n";
     absl::StatusOr<process::ExitStatus> exit = (*watcher)->Wait(absl::Seconds(150));
     watched = !exit.ok() ? exit.status()
               : exit->success()
@@ -495,9 +499,6 @@ void RunComposeCluster(const ClusterRun& run) {
     EXPECT_TRUE(running[name]->Running()) << name << " died\n" << running[name]->LogTail(20);
   }
   wait_healthy(absl::Seconds(20));
-  if (!replicated.empty()) {
-    EXPECT_TRUE(host.WaitForOneHealthy(replicated, absl::Seconds(20)).ok());
-  }
   // The coordinators' state volume holds their checkpoints (and the SQLite database).
   for (const std::string& name : started) {
     const ComposeService* s = compose->Find(name);
@@ -547,14 +548,14 @@ TEST(ComposeClusterTest, TheHierarchicalProfileTrainsATreeWithReplicas) {
   RunComposeCluster({"hierarchical", "fashion-mnist-replicated", 11, "shoalctl", false, ""});
 }
 
-// `docker compose --profile ha up ha-task`: three etcd members, three coordinators (one active),
-// the profile's own aggregators and peers. The active coordinator is SIGKILLed while the task
-// trains (after a round, before the last); a standby takes over and the task completes all its
-// rounds, watched through the `ha-shoalctl` tool. Twelve rounds (about a second each on a quiet
-// machine) leave the kill time to land before the end.
-TEST(ComposeClusterTest, TheHaProfileSurvivesTheActiveCoordinatorsDeath) {
+// `docker compose --profile ha up ha-task`: three etcd members, three coordinators that share
+// the tasks, the profile's own aggregators and peers. The coordinator that owns the task is
+// SIGKILLed while it trains (after a round, before the last); another one takes it over and the
+// task completes all its rounds, watched through the `ha-shoalctl` tool. Twelve rounds (about a
+// second each on a quiet machine) leave the kill time to land before the end.
+TEST(ComposeClusterTest, TheHaProfileSurvivesTheDeathOfTheTasksCoordinator) {
   RunComposeCluster(
-      {"ha", kTask, 12, "ha-shoalctl", /*kill_active=*/true, "ha-task", /*rounds=*/12});
+      {"ha", kTask, 12, "ha-shoalctl", /*kill_owner=*/true, "ha-task", /*rounds=*/12});
 }
 
 }  // namespace

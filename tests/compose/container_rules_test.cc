@@ -384,9 +384,9 @@ TEST_F(ContainerRulesTest, HaProfileRunsThreeEtcdMembersAsOneCluster) {
   EXPECT_EQ(volumes.size(), 3u) << "each member has a volume of its own";
 }
 
-// Profile `ha`: three coordinators on those etcd members (one prefix), standbys of each other,
-// sharing one checkpoint volume and the certificate `coordinator`, which names their hosts. The
-// default coordinator keeps its SQLite store.
+// Profile `ha`: three coordinators on those etcd members (one prefix) that share the tasks, each
+// advertising its own compose name, with one checkpoint volume and the certificate
+// `coordinator`, which names their hosts. The default coordinator keeps its SQLite store.
 TEST_F(ContainerRulesTest, HaProfileCoordinatorsShareTheEtcdStoreAndTheCheckpoints) {
   std::set<std::string> etcd_clients;
   std::vector<std::string> etcd_members;
@@ -412,7 +412,10 @@ TEST_F(ContainerRulesTest, HaProfileCoordinatorsShareTheEtcdStoreAndTheCheckpoin
         absl::StrSplit(store.substr(7, slash == std::string::npos ? slash : slash - 7), ',');
     EXPECT_EQ(std::set<std::string>(endpoints.begin(), endpoints.end()), etcd_clients);
     prefixes.insert(slash == std::string::npos ? "" : store.substr(slash));
-    EXPECT_EQ(c->Flag("standby"), "true") << "--standby=true, explicitly";
+    const std::vector<std::string> argv = c->Argv();
+    EXPECT_NE(std::find(argv.begin(), argv.end(), "--share-tasks"), argv.end());
+    EXPECT_EQ(c->Flag("advertise"), absl::StrCat(c->name, ":", PortOf(c->Flag("listen"))))
+        << "each coordinator is named by the address the others' clients reach it at";
     EXPECT_FALSE(c->Flag("store-lease").empty());
     for (const std::string& member : etcd_members) {
       EXPECT_EQ(c->depends_on.count(member), 1u) << "starts after " << member;
@@ -435,7 +438,7 @@ TEST_F(ContainerRulesTest, HaProfileCoordinatorsShareTheEtcdStoreAndTheCheckpoin
 }
 
 // Profile `ha`: its aggregators, peers, task creation and the `ha-shoalctl` tool are given all
-// three coordinators, and those of the profile start with them (a standby is never healthy).
+// three coordinators, and those of the profile start with them (they retry until one answers).
 TEST_F(ContainerRulesTest, HaProfileServicesAreGivenEveryCoordinator) {
   std::vector<std::string> addresses, names;
   for (const ComposeService& s : compose_.services) {
