@@ -240,11 +240,12 @@ class Cluster:
                            "--shard", f"{index}/{count}", "--name", f"peer-{index}"] + list(args),
                           wait)
 
-    def shoalctl(self, *args):
-        """shoalctl's stdout; RuntimeError with its stderr when it fails."""
+    def shoalctl(self, *args, coordinator=None):
+        """shoalctl's stdout, asking `coordinator` (default: the cluster's coordinator list);
+        RuntimeError with its stderr when it fails."""
         out = subprocess.run(self.in_netns("shoalctl") + [os.path.join(BIN, "shoalctl")] +
                              self.security_flags("shoalctl") +
-                             ["--coordinator", self.coordinator] + list(args),
+                             ["--coordinator", coordinator or self.coordinator] + list(args),
                              capture_output=True, text=True)
         if out.returncode != 0:
             raise RuntimeError(out.stderr.strip())
