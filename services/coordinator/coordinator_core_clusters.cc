@@ -33,7 +33,9 @@ std::vector<uint64_t> CoordinatorCore::Task::MembersNeeded() const {
 }
 
 std::map<std::string, size_t> CoordinatorCore::AggregatorLoad() const {
-  std::map<std::string, size_t> load;
+  // With shared tasks, the others' too: every coordinator gives its aggregators' work out.
+  std::map<std::string, size_t> load =
+      placement_ != nullptr ? placement_->OthersAggregatorLoad() : std::map<std::string, size_t>();
   for (const auto& [name, task] : tasks_) {
     if (!IsActive(task)) continue;
     for (const std::string& address : AddressesOf(task)) ++load[address];

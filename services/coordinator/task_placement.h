@@ -6,6 +6,7 @@
 // A coordinator that serves every task has none (a null TaskPlacement*).
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +43,10 @@ class TaskPlacement {
   // The address of another coordinator serving an open task that a peer with `join_token` may
   // join (`waiting`: one waiting for peers), if one does.
   virtual std::optional<std::string> OpenTaskFor(const std::string& join_token, bool waiting) = 0;
+  // The aggregators other coordinators' open tasks use, as they last stored them: address ->
+  // tasks (each task counted once per aggregator: its own, its clusters', their backups'). A
+  // coordinator adds its own tasks' and gives a new task the least used aggregator.
+  virtual std::map<std::string, size_t> OthersAggregatorLoad() = 0;
 };
 
 }  // namespace shoal::coordinator

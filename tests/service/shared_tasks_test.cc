@@ -230,11 +230,11 @@ TEST_F(SharedTasksTest, ACoordinatorWhoseLeaseLapsedWritesNothingAndItsTasksMove
 
 // --- Real coordinators --------------------------------------------------------------------
 
-// A decentralized task as its task file gives it, which only peers with `join_token` join
-// (any peer: "").
-std::string TaskFile(const std::string& name, const std::string& join_token = "token-of-a") {
-  return absl::StrCat("name: ", name, R"(
-mode: decentralized
+// A task (decentralized by default) as its task file gives it, which only peers with
+// `join_token` join (any peer: "").
+std::string TaskFile(const std::string& name, const std::string& join_token = "token-of-a",
+                     const std::string& mode = "decentralized") {
+  return absl::StrCat("name: ", name, "\nmode: ", mode, R"(
 model: mlp
 dataset: {name: fashion-mnist, partition: iid}
 optimizer: {kind: sgd, learning_rate: 0.05}
@@ -259,6 +259,31 @@ class SharedCoordinatorsTest : public SharedTasksTest {
     absl::StatusOr<std::unique_ptr<CoordinatorServer>> server = CoordinatorServer::Start(options);
     EXPECT_TRUE(server.ok()) << server.status();
     return server.ok() ? *std::move(server) : nullptr;
+  }
+  // An aggregator registering with both coordinators.
+  static std::unique_ptr<aggregator::AggregatorServer> StartAggregator(const CoordinatorServer& a,
+                                                                       const CoordinatorServer& b) {
+    aggregator::AggregatorOptions options;
+    options.listen = "127.0.0.1:0";
+    options.metrics_listen = "127.0.0.1:0";
+    options.coordinator = absl::StrCat(a.address(), ",", b.address());
+    options.tls.insecure = true;
+    absl::StatusOr<std::unique_ptr<aggregator::AggregatorServer>> started =
+        aggregator::AggregatorServer::Start(options);
+    EXPECT_TRUE(started.ok()) << started.status();
+    return started.ok() ? *std::move(started) : nullptr;
+  }
+  // Whether `count` aggregators are registered at `server` within 10 s.
+  static bool AggregatorsRegistered(const CoordinatorServer& server, int count) {
+    auto control = Control(server);
+    return testing::WaitUntil(
+        [&] {
+          grpc::ClientContext context;
+          v1::ListNodesResponse nodes;
+          return control->ListNodes(&context, v1::ListNodesRequest(), &nodes).ok() &&
+                 nodes.aggregators_size() == count;
+        },
+        absl::Seconds(10));
   }
   static std::unique_ptr<v1::ControlService::Stub> Control(const CoordinatorServer& server) {
     return v1::ControlService::NewStub(
@@ -382,25 +407,10 @@ TEST_F(SharedCoordinatorsTest, IdlePeersMoveToTheOpenTaskAndAggregatorsRegisterW
   std::unique_ptr<CoordinatorServer> a = StartCoordinator("a");
   std::unique_ptr<CoordinatorServer> b = StartCoordinator("b");
   ASSERT_TRUE(a && b);
-  aggregator::AggregatorOptions options;
-  options.listen = "127.0.0.1:0";
-  options.metrics_listen = "127.0.0.1:0";
-  options.coordinator = absl::StrCat(a->address(), ",", b->address());
-  options.tls.insecure = true;
-  absl::StatusOr<std::unique_ptr<aggregator::AggregatorServer>> aggregator =
-      aggregator::AggregatorServer::Start(options);
-  ASSERT_TRUE(aggregator.ok()) << aggregator.status();
+  std::unique_ptr<aggregator::AggregatorServer> aggregator = StartAggregator(*a, *b);
+  ASSERT_NE(aggregator, nullptr);
   for (CoordinatorServer* coordinator : {a.get(), b.get()}) {
-    auto control = Control(*coordinator);
-    ASSERT_TRUE(testing::WaitUntil(
-        [&] {
-          grpc::ClientContext context;
-          v1::ListNodesResponse nodes;
-          return control->ListNodes(&context, v1::ListNodesRequest(), &nodes).ok() &&
-                 nodes.aggregators_size() == 1;
-        },
-        absl::Seconds(10)))
-        << coordinator->address();
+    ASSERT_TRUE(AggregatorsRegistered(*coordinator, 1)) << coordinator->address();
   }
 
   // No task anywhere yet: each coordinator takes a peer, idle.
@@ -434,7 +444,7 @@ TEST_F(SharedCoordinatorsTest, IdlePeersMoveToTheOpenTaskAndAggregatorsRegisterW
   EXPECT_LT(absl::Now() - time_created, absl::Seconds(5));
   context_a.TryCancel();
   context_b.TryCancel();
-  (*aggregator)->Shutdown();
+  aggregator->Shutdown();
 }
 
 // Tasks without join tokens, one at each coordinator, and every peer dialling the first: once
@@ -501,6 +511,68 @@ TEST_F(SharedCoordinatorsTest, PeersGoWhereATaskStillWaitsForThem) {
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
   EXPECT_THAT(refused.error_message(), HasSubstr("open task is at coordinator " + y_owner));
   for (auto& c : contexts) c->TryCancel();
+}
+
+// Two aggregators registered with both coordinators, a federated task at each: the second task's
+// coordinator counts the aggregator the other's task uses (as stored in etcd) and gives its own
+// the other aggregator.
+TEST_F(SharedCoordinatorsTest, TasksAtDifferentCoordinatorsGetDifferentAggregators) {
+  std::unique_ptr<CoordinatorServer> a = StartCoordinator("a");
+  std::unique_ptr<CoordinatorServer> b = StartCoordinator("b");
+  ASSERT_TRUE(a && b);
+  std::vector<std::unique_ptr<aggregator::AggregatorServer>> aggregators;
+  for (int i = 0; i < 2; ++i) {
+    aggregators.push_back(StartAggregator(*a, *b));
+    ASSERT_NE(aggregators.back(), nullptr);
+  }
+  for (CoordinatorServer* coordinator : {a.get(), b.get()}) {
+    ASSERT_TRUE(AggregatorsRegistered(*coordinator, 2)) << coordinator->address();
+  }
+  // The aggregator of `task` at whichever coordinator serves it ("" while it has none), and
+  // whether the other lists it with that aggregator (as it read the task from etcd).
+  auto aggregator_of = [&](const std::string& task, bool* listed_elsewhere) {
+    std::string aggregator;
+    *listed_elsewhere = false;
+    for (CoordinatorServer* coordinator : {a.get(), b.get()}) {
+      auto control = Control(*coordinator);
+      absl::StatusOr<v1::TaskStatus> status = Status(*control, task);
+      if (status.ok()) aggregator = status->aggregator();
+    }
+    for (CoordinatorServer* coordinator : {a.get(), b.get()}) {
+      auto control = Control(*coordinator);
+      if (Status(*control, task).ok()) continue;
+      grpc::ClientContext context;
+      v1::ListTasksResponse listed;
+      if (!control->ListTasks(&context, v1::ListTasksRequest(), &listed).ok()) continue;
+      for (const v1::TaskStatus& other : listed.tasks()) {
+        if (other.spec().name() == task && !aggregator.empty() &&
+            other.aggregator() == aggregator) {
+          *listed_elsewhere = true;
+        }
+      }
+    }
+    return aggregator;
+  };
+  for (const char* task : {"x", "y"}) {
+    grpc::ClientContext context;
+    v1::CreateTaskRequest request;
+    request.set_task_file(TaskFile(task, "", "federated-sync"));
+    v1::CreateTaskResponse created;
+    ASSERT_TRUE(Control(*a)->CreateTask(&context, request, &created).ok()) << task;
+    // Assigned, and read by the other coordinator with its aggregator, before the next.
+    bool listed = false;
+    ASSERT_TRUE(testing::WaitUntil([&] { return !aggregator_of(task, &listed).empty() && listed; },
+                                   absl::Seconds(10)))
+        << task;
+  }
+  bool listed = false;
+  const std::string x = aggregator_of("x", &listed);
+  const std::string y = aggregator_of("y", &listed);
+  EXPECT_NE(x, y) << "both tasks on " << x;
+  // Coordinators first: an aggregator that goes before them would be a lost one, its tasks moved.
+  a.reset();
+  b.reset();
+  for (auto& aggregator : aggregators) aggregator->Shutdown();
 }
 
 }  // namespace

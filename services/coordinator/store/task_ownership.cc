@@ -1,6 +1,7 @@
 #include "services/coordinator/store/task_ownership.h"
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -274,6 +275,24 @@ std::vector<v1::TaskStatus> TaskOwnership::OthersTasks() {
     return a.created_unix_ms() < b.created_unix_ms();
   });
   return out;
+}
+
+std::map<std::string, size_t> TaskOwnership::OthersAggregatorLoad() {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, size_t> load;
+  for (const auto& [name, status] : tasks_) {
+    auto owner = owners_.find(name);
+    if (owner != owners_.end() && owner->second.address == options_.advertise) continue;
+    if (!Open(status)) continue;
+    std::set<std::string> used;
+    if (!status.aggregator().empty()) used.insert(status.aggregator());
+    for (const v1::ClusterInfo& cluster : status.clusters()) {
+      if (!cluster.aggregator().empty()) used.insert(cluster.aggregator());
+      for (const std::string& backup : cluster.backups()) used.insert(backup);
+    }
+    for (const std::string& address : used) ++load[address];
+  }
+  return load;
 }
 
 std::optional<std::string> TaskOwnership::OpenTaskFor(const std::string& join_token, bool waiting) {

@@ -53,6 +53,7 @@ class TaskOwnership final : public TaskPlacement {
   absl::StatusOr<bool> Claim(const v1::TaskStatus& initial) override;
   std::vector<v1::TaskStatus> OthersTasks() override;
   std::optional<std::string> OpenTaskFor(const std::string& join_token, bool waiting) override;
+  std::map<std::string, size_t> OthersAggregatorLoad() override;
 
   // One scan (the thread's step; tests call it directly): reads the prefix and takes the
   // orphans this coordinator should take. Returns the tasks it took.
