@@ -282,6 +282,7 @@ absl::StatusOr<std::unique_ptr<ModelFileWriter>> ModelFileWriter::Create(const s
   writer->tmp_ = std::move(name);
   writer->fd_ = std::move(fd);
   writer->values_offset_ = values_offset;
+  writer->values_ = std::make_unique<DirectWriter>(writer->fd_.get(), values_offset);
   writer->digest_ = XXH3_createState();
   XXH3_64bits_reset(writer->digest_);
   return writer;
@@ -298,9 +299,7 @@ absl::Status ModelFileWriter::Write(size_t first, absl::Span<const float> values
         absl::StrCat("model values arrive out of order: ", first, " after ", written_, " values"));
   }
   const size_t bytes = values.size() * sizeof(float);
-  if (const int err = WriteFull(fd_.get(), values.data(), bytes,
-                                static_cast<int64_t>(values_offset_ + first * sizeof(float)));
-      err != 0) {
+  if (const int err = values_->Append(values.data(), bytes); err != 0) {
     errno = err;
     return ErrnoError("cannot write", tmp_);
   }
@@ -316,6 +315,10 @@ absl::Status ModelFileWriter::Commit(const ModelLayout& layout, const std::strin
   if (written_ != layout.total_elements()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the model file got ", written_, " values but its layout needs ", layout.total_elements()));
+  }
+  if (const int err = values_->Finish(); err != 0) {
+    errno = err;
+    return ErrnoError("cannot write", tmp_);
   }
   const std::string head = EncodeHead(layout, digest());
   if (head.size() == values_offset_) {

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "libs/common/direct_writer.h"
 #include "libs/common/fd.h"
 #include "libs/tensor/flat_model.h"
 
@@ -45,7 +46,9 @@ uint64_t ModelFileValuesOffset(const ModelLayout& layout);
 // rename, fsync of the directory), as WriteModelFile does. The values are written at
 // `values_offset`: given the right one (ModelFileValuesOffset of the layout, e.g. from an earlier
 // file of the same model), they are where they stay and Commit() writes just the header;
-// otherwise Commit() copies them behind the header inside the kernel (copy_file_range).
+// otherwise Commit() copies them behind the header inside the kernel (copy_file_range). The
+// values go around the page cache where the file system allows (DirectWriter): a checkpoint
+// written every round then costs its writer one copy of the model, not three.
 // Destroying an uncommitted writer removes its temporary file. Not thread-safe.
 class ModelFileWriter {
  public:
@@ -70,6 +73,7 @@ class ModelFileWriter {
 
   std::string tmp_;  // the temporary file, removed unless committed
   Fd fd_;
+  std::unique_ptr<DirectWriter> values_;  // into fd_, from values_offset_
   uint64_t values_offset_ = 0;
   size_t written_ = 0;  // values
   XXH3_state_s* digest_ = nullptr;

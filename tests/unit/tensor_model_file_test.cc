@@ -181,6 +181,32 @@ TEST_F(ModelFileTest, AStreamedWriteMakesTheSameFileAtAnyValuesOffset) {
   }
 }
 
+// The same with a model of several of DirectWriter's blocks (its values go around the page
+// cache where the file system allows), streamed in pieces that do not fall on its blocks.
+TEST_F(ModelFileTest, AStreamedWriteOfALargeModelMakesTheSameFile) {
+  FlatModel large;
+  large.layout = *ModelLayout::Create({{"w", {1000, 2600}}, {"b", {7}}});
+  large.values.resize(large.layout.total_elements());
+  for (size_t i = 0; i < large.values.size(); ++i) large.values[i] = 0.001f * (i % 9973) - 3;
+  ASSERT_TRUE(WriteModelFile(Path("whole.model"), large).ok());
+  std::ifstream whole_in(Path("whole.model"), std::ios::binary);
+  const std::string whole((std::istreambuf_iterator<char>(whole_in)), {});
+  const uint64_t right = ModelFileValuesOffset(large.layout);
+  for (uint64_t offset : {right, uint64_t{0}}) {
+    auto writer = ModelFileWriter::Create(dir_.string(), offset);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    const absl::Span<const float> values(large.values);
+    constexpr size_t kPiece = 65536 + 3;  // floats
+    for (size_t at = 0; at < values.size(); at += kPiece) {
+      ASSERT_TRUE((*writer)->Write(at, values.subspan(at, kPiece)).ok()) << at;
+    }
+    const std::string path = Path("streamed.model");
+    ASSERT_TRUE((*writer)->Commit(large.layout, path).ok()) << offset;
+    std::ifstream in(path, std::ios::binary);
+    EXPECT_TRUE(std::string((std::istreambuf_iterator<char>(in)), {}) == whole) << offset;
+  }
+}
+
 TEST_F(ModelFileTest, AStreamedWriteRefusesGapsAndShortModelsAndLeavesNothing) {
   {
     auto writer = ModelFileWriter::Create(dir_.string(), 0);
