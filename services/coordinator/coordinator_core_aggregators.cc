@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <map>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -47,14 +49,17 @@ void CoordinatorCore::ReconcileAggregators(Outbox& out) {
     LoseAggregator(address, "it stopped registering", out);
   }
   metrics_.aggregators_registered.Set(static_cast<double>(pool_.size()));
-  std::map<std::string, size_t> load = AggregatorLoad();
+  // Counted only when a task needs an aggregator: this runs at every input, and with shared
+  // tasks the count reads every other coordinator's tasks too.
+  std::optional<std::map<std::string, size_t>> load;
   for (const std::string& name : task_order_) {
     Task& task = tasks_[name];
     if (!IsActive(task) || !task.UsesAggregator()) continue;
     if (task.status.aggregator().empty()) {
-      const std::string address = pool_.Pick(load);
+      if (!load.has_value()) load = AggregatorLoad();
+      const std::string address = pool_.Pick(*load);
       if (!address.empty()) {
-        ++load[address];
+        ++(*load)[address];
         AssignAggregator(task, address, out);
       } else if (task.waiting_for_aggregator_since.has_value() &&
                  now - *task.waiting_for_aggregator_since > options_.aggregator_wait) {
