@@ -164,6 +164,12 @@ void AggregatorWorkRunner::OpenStandbys(const std::string& task, const std::stri
   }
 }
 
+void AggregatorWorkRunner::AfterTask(const std::string& task, std::function<void()> fn) {
+  Queues& q = QueuesOf(task);
+  SerialQueue* transfers = q.transfers.get();
+  q.calls->Post([transfers, fn = std::move(fn)]() mutable { transfers->Post(std::move(fn)); });
+}
+
 void AggregatorWorkRunner::Drain() {
   std::vector<SerialQueue*> all;
   {

@@ -85,6 +85,9 @@ class AggregatorWorkRunner {
   // opens on the new tree. `done` gets the promotion's result.
   void Promote(const std::string& task, const std::string& primary, const std::string& backup,
                const std::string& backup_id, std::function<void(absl::Status)> done);
+  // Calls `fn` once everything posted for `task` so far has run (both its queues), on an
+  // executor's thread.
+  void AfterTask(const std::string& task, std::function<void()> fn);
   // Blocks until every queue is idle.
   void Drain();
 

@@ -52,9 +52,14 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchTaskResponse
 
   void Start(const std::string& name) {
     std::weak_ptr<rpc::ReactorHandle<WatchReactor>> weak = handle_;
-    absl::StatusOr<uint64_t> watch = core_.Watch(name, [weak](const v1::TaskStatus& status) {
-      if (auto handle = weak.lock()) handle->Run([&](WatchReactor& r) { r.Push(status); });
-    });
+    absl::StatusOr<uint64_t> watch = core_.Watch(
+        name,
+        [weak](const v1::TaskStatus& status) {
+          if (auto handle = weak.lock()) handle->Run([&](WatchReactor& r) { r.Push(status); });
+        },
+        [weak](const absl::Status& why) {
+          if (auto handle = weak.lock()) handle->Run([&](WatchReactor& r) { r.End(why); });
+        });
     if (!watch.ok()) {
       Finish(rpc::ToGrpcStatus(core_.Routed(watch.status(), name)));
       return;
@@ -66,6 +71,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchTaskResponse
   void OnWriteDone(bool ok) override {
     bool finish = false;
     bool write = false;
+    grpc::Status end = grpc::Status::OK;
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
@@ -74,12 +80,13 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchTaskResponse
         finished_ = true;
       } else if (pending_.has_value()) {
         write = PrepareWriteLocked();
-      } else if (last_was_terminal_ && !finished_) {
+      } else if ((last_was_terminal_ || ended_.has_value()) && !finished_) {
         finish = finished_ = true;
+        if (ended_.has_value()) end = rpc::ToGrpcStatus(*ended_);
       }
     }
     if (write) StartWrite(&current_);
-    if (finish) Finish(grpc::Status::OK);
+    if (finish) Finish(end);
   }
 
   void OnCancel() override {
@@ -117,6 +124,20 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchTaskResponse
     if (write) StartWrite(&current_);
   }
 
+  // The task left this coordinator: the stream ends with `why` once the write in flight is done
+  // (the statuses still pending are dropped: the next coordinator sends the current one).
+  void End(const absl::Status& why) {
+    bool finish = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_ || cancelled_) return;
+      ended_ = why;
+      pending_.reset();
+      if (!writing_) finish = finished_ = true;
+    }
+    if (finish) Finish(rpc::ToGrpcStatus(why));
+  }
+
   // Moves the pending snapshot into the write buffer; the caller starts the write after
   // unlocking. `writing_` keeps current_ untouched until OnWriteDone.
   bool PrepareWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -137,6 +158,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchTaskResponse
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool last_was_terminal_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<absl::Status> ended_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -45,6 +45,8 @@ class PeerSink {
 
 // Receives task status snapshots for WatchTask. Must not block.
 using StatusCallback = std::function<void(const v1::TaskStatus& status)>;
+// A watch ends without a terminal status (its task moved to another coordinator).
+using WatchEndCallback = std::function<void(const absl::Status& why)>;
 
 // Supernodes elected among the peers that offer to host one (Hello.supernode); see
 // docs/explanation/elections.md.
@@ -156,8 +158,10 @@ class CoordinatorCore {
   // control service answers an operator's change then, so that an acknowledged change survives
   // a crash or a fail-over.
   void WhenStored(std::function<void()> done) ABSL_LOCKS_EXCLUDED(mu_);
-  // Calls `callback` now and at every change of the task; returns a handle for Unwatch.
-  absl::StatusOr<uint64_t> Watch(const std::string& name, StatusCallback callback);
+  // Calls `callback` now and at every change of the task; returns a handle for Unwatch. `ended`
+  // (optional) is called instead of any further status when the task leaves this coordinator.
+  absl::StatusOr<uint64_t> Watch(const std::string& name, StatusCallback callback,
+                                 WatchEndCallback ended = nullptr);
   void Unwatch(uint64_t handle);
   // Whether a task of that name exists (NOT_FOUND otherwise); for handlers that then look up
   // its checkpoint in the store on an executor.
@@ -172,6 +176,12 @@ class CoordinatorCore {
   // Takes `name` over from the store (its owner key is this coordinator's now) and resumes it
   // as after a restart. Errors: the store's.
   absl::Status AdoptTask(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops serving `name`, an open task, for another coordinator to take it over (shared tasks:
+  // TaskPlacement's hand-off): its status and rounds are stored, its peers' sessions and its
+  // watches end (UNAVAILABLE; they find it again through the other coordinators), its aggregator
+  // work is let finish, and then the placement releases it. Errors: NOT_FOUND, FAILED_PRECONDITION
+  // for a task that is not open or a coordinator without shared tasks.
+  absl::Status HandOffTask(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
   // A NOT_FOUND about a task, as the placement says it (shared tasks; reads etcd).
   absl::Status Routed(absl::Status status, const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -582,7 +592,12 @@ class CoordinatorCore {
   };
   std::deque<Effect> effects_ ABSL_GUARDED_BY(mu_);
   bool flushing_ ABSL_GUARDED_BY(mu_) = false;
-  std::map<uint64_t, std::pair<std::string, StatusCallback>> watchers_ ABSL_GUARDED_BY(mu_);
+  struct Watcher {
+    std::string task;
+    StatusCallback callback;
+    WatchEndCallback ended;
+  };
+  std::map<uint64_t, Watcher> watchers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_watch_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_peer_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_work_ ABSL_GUARDED_BY(mu_) = 1;

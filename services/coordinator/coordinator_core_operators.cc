@@ -116,14 +116,15 @@ absl::StatusOr<v1::TaskStatus> CoordinatorCore::StopTask(const std::string& name
   return result;
 }
 
-absl::StatusOr<uint64_t> CoordinatorCore::Watch(const std::string& name, StatusCallback callback) {
+absl::StatusOr<uint64_t> CoordinatorCore::Watch(const std::string& name, StatusCallback callback,
+                                                WatchEndCallback ended) {
   uint64_t handle;
   {
     absl::MutexLock lock(&mu_);
     auto it = tasks_.find(name);
     if (it == tasks_.end()) return NoTaskNamed(name);
     handle = next_watch_++;
-    watchers_[handle] = {name, callback};
+    watchers_[handle] = {name, callback, std::move(ended)};
     // Through the effects queue, so that no older status can overtake this one.
     effects_.emplace_back([callback, status = StatusOf(it->second)] { callback(status); });
   }

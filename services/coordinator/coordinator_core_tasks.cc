@@ -1,6 +1,7 @@
 // CoordinatorCore: what every task has whatever its mode: evaluation bookkeeping, status and
 // store updates, the effects of its mode, leaving and finishing.
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -143,9 +144,9 @@ void CoordinatorCore::NotifyWatchers(const Task& task, Outbox& out) {
   // history, which with many peers is large.
   std::shared_ptr<const v1::TaskStatus> status;
   for (const auto& [handle, watcher] : watchers_) {
-    if (watcher.first != task.status.spec().name()) continue;
+    if (watcher.task != task.status.spec().name()) continue;
     if (status == nullptr) status = std::make_shared<const v1::TaskStatus>(StatusOf(task));
-    out.push_back([cb = watcher.second, status] { cb(*status); });
+    out.push_back([cb = watcher.callback, status] { cb(*status); });
   }
 }
 
@@ -372,6 +373,69 @@ absl::Status CoordinatorCore::AdoptTask(const std::string& name) {
                 fresh ? "waiting for peers" : "taken over from another coordinator");
     Task& task = tasks_[name];
     if (IsActive(task)) MarkChanged(task, out);
+    Reconcile(out);
+  }
+  Flush();
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorCore::HandOffTask(const std::string& name) {
+  if (placement_ == nullptr) {
+    return absl::FailedPreconditionError("this coordinator does not share its tasks");
+  }
+  Outbox out;
+  {
+    InputLock lock(*this, out);
+    auto it = tasks_.find(name);
+    if (it == tasks_.end()) return absl::NotFoundError(absl::StrCat("no task named ", name));
+    Task& task = it->second;
+    if (!IsActive(task)) {
+      return absl::FailedPreconditionError(absl::StrCat("task ", name, " is not open"));
+    }
+    LogInfo("task ", name, ": no longer served here; its ", task.peers.size(),
+            " peers and its watches go to its next coordinator");
+    // What is not stored yet goes first (the effects below run in order behind it).
+    SaveRounds(task);
+    task.status.set_message("handed over to another coordinator");
+    MarkChanged(task, out);
+    const absl::Status moved = absl::UnavailableError(absl::StrCat(
+        "task \"", name, "\" is moving to another coordinator; ask again in a moment"));
+    for (const std::string& id : task.peers) {
+      auto peer = peers_.find(id);
+      if (peer == peers_.end()) continue;
+      out.push_back([sink = peer->second.sink, moved] { sink->Close(moved); });
+      peers_.erase(peer);
+      idle_peers_.erase(id);
+      SupernodeHostLeft(id);
+    }
+    metrics_.peers_connected.Set(static_cast<double>(peers_.size()));
+    for (auto w = watchers_.begin(); w != watchers_.end();) {
+      if (w->second.task != name) {
+        ++w;
+        continue;
+      }
+      if (w->second.ended) out.push_back([ended = w->second.ended, moved] { ended(moved); });
+      w = watchers_.erase(w);
+    }
+    // Results of the task's aggregator work still running are dropped with the task; the new
+    // owner finds the aggregators as a coordinator that took the task over after a failure.
+    NewEpoch(task);
+    DropLinks(task);
+    tasks_.erase(it);
+    task_order_.erase(std::find(task_order_.begin(), task_order_.end(), name));
+    // Behind the task's aggregator calls, and then behind every store write decided so far
+    // (those about the task included): only then may another coordinator write about it.
+    out.push_back([this, name] {
+      work_.AfterTask(name, [this, name] {
+        store_writes_.Post([this, name] {
+          if (absl::Status released = placement_->Release(name); !released.ok()) {
+            LogError("task ", name,
+                     ": cannot release it for another coordinator: ", released.ToString(),
+                     " (it moves when this coordinator's lease ends)");
+          }
+        });
+      });
+    });
     Reconcile(out);
   }
   Flush();

@@ -9,6 +9,7 @@
 #include "libs/common/address_file.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
+#include "libs/rpc/channel.h"
 #include "services/coordinator/grpc_dialer.h"
 #include "services/coordinator/standby_server.h"
 
@@ -145,11 +146,18 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                                                              *s->coordinator_metrics_);
   s->registry_service_ = std::make_unique<RegistryServiceImpl>(*s->core_);
   if (TaskPlacement* placement = s->store_->placement(); placement != nullptr) {
-    placement->Start([core = s->core_.get()](const std::string& task) {
-      if (absl::Status adopted = core->AdoptTask(task); !adopted.ok()) {
-        LogError("task ", task, ": cannot take it over: ", adopted.ToString());
-      }
-    });
+    CoordinatorCore* core = s->core_.get();
+    placement->Start(
+        [core](const std::string& task) {
+          if (absl::Status adopted = core->AdoptTask(task); !adopted.ok()) {
+            LogError("task ", task, ": cannot take it over: ", adopted.ToString());
+          }
+        },
+        [core](const std::string& task) {
+          if (absl::Status handed = core->HandOffTask(task); !handed.ok()) {
+            LogWarning("task ", task, ": not handed over: ", handed.message());
+          }
+        });
   }
   rpc::ServerOptions server_options;
   server_options.listen = listen;
@@ -167,7 +175,19 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     s->console_stub_ = v1::ControlService::NewStub(s->InProcessChannel());
     console::ConsoleOptions console = options.console;
     console.tls_dir = options.tls.insecure ? "" : options.tls.dir;
-    SHOAL_ASSIGN_OR_RETURN(s->console_, console::ConsoleServer::Start(console, *s->console_stub_));
+    console::ConsoleApi::OwnerStubs owners;
+    if (s->store_->placement() != nullptr) {
+      // A task another coordinator serves: its pages come from that one's ControlService.
+      owners = [server = s.get(), channel = credentials.channel()](
+                   const std::string& address) -> v1::ControlService::StubInterface* {
+        absl::MutexLock lock(&server->owner_stubs_mu_);
+        std::unique_ptr<v1::ControlService::Stub>& stub = server->owner_stubs_[address];
+        if (stub == nullptr) stub = v1::ControlService::NewStub(rpc::MakeChannel(address, channel));
+        return stub.get();
+      };
+    }
+    SHOAL_ASSIGN_OR_RETURN(
+        s->console_, console::ConsoleServer::Start(console, *s->console_stub_, std::move(owners)));
     addresses["console"] = s->console_->address();
   }
   if (!options.address_file.empty()) {

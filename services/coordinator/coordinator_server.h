@@ -1,6 +1,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -120,6 +121,11 @@ class CoordinatorServer {
   std::unique_ptr<rpc::Server> server_;
   // The web console: a ControlService client on server_'s in-process channel.
   std::unique_ptr<v1::ControlService::StubInterface> console_stub_;
+  // With shared tasks, its clients of the other coordinators, by the address they are named by
+  // (created at first use, kept while the console lives).
+  absl::Mutex owner_stubs_mu_;
+  std::map<std::string, std::unique_ptr<v1::ControlService::Stub>> owner_stubs_
+      ABSL_GUARDED_BY(owner_stubs_mu_);
   std::unique_ptr<console::ConsoleServer> console_;
   absl::Mutex driver_mu_;
   bool stopping_ ABSL_GUARDED_BY(driver_mu_) = false;

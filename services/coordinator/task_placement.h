@@ -22,10 +22,18 @@ class TaskPlacement {
   virtual ~TaskPlacement() = default;
 
   // Starts taking tasks that have no owner (those of a coordinator that died, or one that was
-  // stored without one): each one taken is handed to `adopt`, on the placement's thread.
-  virtual void Start(std::function<void(const std::string& task)> adopt) = 0;
-  // Stops taking tasks; `adopt` is not called after it returns. Idempotent.
+  // stored without one): each one taken is handed to `adopt`, on the placement's thread. And
+  // starts evening out the load: while this coordinator serves at least two open tasks more
+  // than another, one of its tasks at a time is handed to `hand_off` (on the same thread),
+  // which stops serving it and then calls Release, for the least loaded to take it.
+  virtual void Start(std::function<void(const std::string& task)> adopt,
+                     std::function<void(const std::string& task)> hand_off) = 0;
+  // Stops taking tasks; neither callback is called after it returns. Idempotent.
   virtual void Stop() = 0;
+  // Gives up this coordinator's hold on `task` (once it has stopped serving it and every write
+  // about it is done), so that the scans give it to the least loaded coordinator. OK when it
+  // held none.
+  virtual absl::Status Release(const std::string& task) = 0;
 
   // What to answer about `task`, which this coordinator does not hold: UNAVAILABLE naming the
   // coordinator that serves it (or saying it is being taken over), so that a client given

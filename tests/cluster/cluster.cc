@@ -269,6 +269,7 @@ absl::StatusOr<int> Cluster::WaitForServingStandby(absl::Duration timeout) {
       if (!standbys_[i].process->Running()) continue;
       grpc::ClientContext context;
       rpc::SetTimeout(context, absl::Seconds(2));
+      context.set_wait_for_ready(true);  // see WaitForCoordinatorServing
       cv1::ListTasksResponse response;
       const absl::Status s =
           rpc::FromGrpcStatus(probes[i]->ListTasks(&context, cv1::ListTasksRequest(), &response));
@@ -294,6 +295,12 @@ absl::Status Cluster::WaitForCoordinatorServing(absl::Duration timeout) {
   const auto serving = [&] {
     grpc::ClientContext context;
     rpc::SetTimeout(context, absl::Seconds(2));
+    // Waits for the connection within the call's deadline: a call that fails at once, while
+    // the channel is in TRANSIENT_FAILURE (its first attempt refused while the coordinator
+    // moved from its standby listener to its services), leaves nothing in this process to
+    // drive the next attempt's TCP and TLS handshakes but gRPC's backup poller, every 5 s:
+    // the coordinator answered only 15 to 20 s after it listened.
+    context.set_wait_for_ready(true);
     cv1::ListTasksResponse response;
     last = rpc::FromGrpcStatus(probe->ListTasks(&context, cv1::ListTasksRequest(), &response));
     return last.ok();

@@ -148,6 +148,7 @@ TEST_F(CoordinatorHaClusterTest, TwoCoordinatorKillsAndAnEtcdMembersLossLoseNoRo
         [&] {
           grpc::ClientContext context;
           rpc::SetTimeout(context, absl::Seconds(2));
+          context.set_wait_for_ready(true);  // as Cluster::WaitForCoordinatorServing's polls
           cv1::ListTasksResponse response;
           refused =
               rpc::FromGrpcStatus(standby->ListTasks(&context, cv1::ListTasksRequest(), &response));

@@ -11,6 +11,9 @@
 //   written: its writes are fenced on the task's owner key), and the task completes.
 // Each task completes with every round once, in its history and in etcd's records, and the
 // rounds closed and stored before the fault are kept as they were. Prints the fail-over times.
+// In another cluster, one coordinator runs two federated-sync tasks while the other two are
+// down; one of them starts again mid-round and is handed the newer task, which completes there
+// as the older one does at the first.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -77,6 +80,7 @@ class SharedTasksClusterTest : public ::testing::Test {
   absl::StatusOr<cv1::TaskStatus> StatusAt(int i, const std::string& task) {
     grpc::ClientContext context;
     rpc::SetTimeout(context, absl::Seconds(2));
+    context.set_wait_for_ready(true);  // as Cluster::WaitForCoordinatorServing's polls
     cv1::GetTaskStatusRequest request;
     request.set_name(task);
     cv1::GetTaskStatusResponse response;
@@ -257,6 +261,66 @@ TEST_F(SharedTasksClusterTest, TasksSpreadAndEachSurvivesItsCoordinatorsKillOrPa
   EXPECT_FALSE(exit->success()) << exit->ToString();
   EXPECT_THAT(paused.LogTail(40), HasSubstr("lost the hold on"));
   ExpectCompletedEveryRoundOnce(decentralized, {*paused_at});
+}
+
+TEST_F(SharedTasksClusterTest, ACoordinatorThatComesBackIsHandedARunningTask) {
+  Cluster& cluster = *cluster_;
+  // Only the first coordinator serves: the others stop (SIGTERM lets their leases go at once).
+  for (int i : {1, 2}) {
+    coordinators_[i]->process->Signal(SIGTERM);
+    ASSERT_TRUE(coordinators_[i]->process->Wait(absl::Seconds(20)).ok());
+  }
+  const common::v1::TaskSpec older = TaskWithToken("older", common::v1::MODE_FEDERATED_SYNC, 16);
+  const common::v1::TaskSpec newer = TaskWithToken("newer", common::v1::MODE_FEDERATED_SYNC, 16);
+  for (const common::v1::TaskSpec& spec : {older, newer}) {
+    ASSERT_TRUE(cluster.CreateTask(spec).ok());
+    int owner = -1;
+    ASSERT_TRUE(WaitFor(
+                    spec.name(), [](const cv1::TaskStatus&) { return true; }, absl::Seconds(10),
+                    spec.name() + " served", &owner)
+                    .ok());
+    ASSERT_EQ(owner, 0);
+  }
+  ASSERT_TRUE(
+      cluster.StartPeers(0, kPeersPerTask, 2 * kPeersPerTask, {"--join-token=token-older"}).ok())
+      << cluster.LogTails();
+  ASSERT_TRUE(
+      cluster
+          .StartPeers(kPeersPerTask, kPeersPerTask, 2 * kPeersPerTask, {"--join-token=token-newer"})
+          .ok())
+      << cluster.LogTails();
+  std::vector<cv1::TaskStatus> before;
+  for (const common::v1::TaskSpec& spec : {older, newer}) {
+    auto training = WaitFor(
+        spec.name(),
+        [&](const cv1::TaskStatus& s) { return Training(s, 2) && records_->Stored(s); },
+        absl::Minutes(2), "round 2 of " + spec.name());
+    ASSERT_TRUE(training.ok()) << training.status();
+    before.push_back(*training);
+  }
+
+  // The second coordinator comes back serving nothing: two tasks against none, for 2 s.
+  const absl::Time back = absl::Now();
+  ASSERT_TRUE(cluster.RestartStandby(0).ok()) << cluster.LogTails();
+  int newer_owner = -1;
+  auto moved = WaitFor(
+      newer.name(), [](const cv1::TaskStatus&) { return true; }, absl::Seconds(20),
+      "the newer task at the coordinator that came back", &newer_owner, /*skip=*/0);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(newer_owner, 1);
+  std::printf("a coordinator back: handed the newer task (round %llu) after %s\n",
+              static_cast<unsigned long long>(moved->round()),
+              absl::FormatDuration(absl::Now() - back).c_str());
+  EXPECT_TRUE(StatusAt(0, older.name()).ok());  // one each: the older one stays
+  ExpectCompletedEveryRoundOnce(newer, {before[1]});
+  ExpectCompletedEveryRoundOnce(older, {before[0]});
+  int older_owner = -1;
+  ASSERT_TRUE(WaitFor(
+                  older.name(), [](const cv1::TaskStatus&) { return true; }, absl::Seconds(5),
+                  "the older task", &older_owner)
+                  .ok());
+  EXPECT_EQ(older_owner, 0);
+  EXPECT_THAT(coordinators_[0]->process->LogTail(400), HasSubstr("task newer: handing it over"));
 }
 
 }  // namespace

@@ -1,12 +1,14 @@
-// Coordinators that share their tasks on one etcd prefix (--share-tasks), against a real etcd
-// member: first the stores' ownership of tasks (claims, fenced writes, orphans taken by the
-// least loaded, a lost lease), then real coordinators (in-process, gRPC on 127.0.0.1:0) that
-// send callers of another's task to it and take its tasks over when it goes.
+// Real coordinators (in-process, gRPC on 127.0.0.1:0) that share their tasks on one etcd prefix
+// (--share-tasks), against a real etcd member: they send callers of another's task to it, take
+// its tasks over when it goes, share out aggregators and hand tasks to one that comes later.
+// The ownership of tasks through the stores alone: task_ownership_test.cc.
 
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 
+#include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
@@ -14,14 +16,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "libs/etcd/etcd_kv.h"
 #include "libs/rpc/status.h"
 #include "services/aggregator/aggregator_server.h"
 #include "services/coordinator/coordinator_server.h"
-#include "services/coordinator/store/task_ownership.h"
-#include "services/coordinator/task_placement.h"
-#include "services/coordinator/task_store.h"
 #include "shoal/coordinator/v1/control.grpc.pb.h"
 #include "shoal/coordinator/v1/session.grpc.pb.h"
 #include "tests/testing/etcd_member.h"
@@ -32,203 +29,9 @@
 namespace shoal::coordinator {
 namespace {
 
-using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-class SharedTasksTest : public testing::WithEtcdMember<> {
- protected:
-  void SetUp() override {
-    ASSERT_NE(etcd(), nullptr);
-    absl::StatusOr<std::string> dir = testing::MakeTestTempDir("shoal-shared-");
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    dir_ = *dir;
-    prefix_ = NewPrefix("shared");
-    url_ = absl::StrCat("etcd://", etcd()->endpoint(), prefix_);
-  }
-
-  // A store that shares the prefix's tasks as the coordinator at `address`.
-  std::unique_ptr<TaskStore> Open(const std::string& address,
-                                  std::function<void(const absl::Status&)> on_lost = nullptr) {
-    StoreOptions options;
-    options.store = url_;
-    options.state_dir = dir_;
-    options.lease_ttl = absl::Seconds(2);
-    options.share_tasks = true;
-    options.advertise = address;
-    options.on_lost = std::move(on_lost);
-    absl::StatusOr<std::unique_ptr<TaskStore>> store = OpenTaskStore(options);
-    EXPECT_TRUE(store.ok()) << store.status();
-    if (!store.ok()) return nullptr;
-    EXPECT_NE((*store)->placement(), nullptr);
-    return *std::move(store);
-  }
-
-  static TaskOwnership& Ownership(TaskStore& store) {
-    return *static_cast<TaskOwnership*>(store.placement());
-  }
-
-  static v1::TaskStatus Task(const std::string& name, const std::string& join_token = "") {
-    v1::TaskStatus status;
-    status.mutable_spec()->set_name(name);
-    status.mutable_spec()->set_join_token(join_token);
-    status.set_state(v1::TASK_STATE_WAITING);
-    return status;
-  }
-
-  std::string dir_;
-  std::string prefix_;
-  std::string url_;
-};
-
-TEST_F(SharedTasksTest, TheCreatorOwnsATaskAndOnlyItsWritesLand) {
-  std::unique_ptr<TaskStore> a = Open("a:1");
-  std::unique_ptr<TaskStore> b = Open("b:1");
-  ASSERT_TRUE(a && b);
-  // Neither serves a task: the lower address, a, owns the new one.
-  EXPECT_TRUE(a->placement()->Claim(Task("t", "secret")).value_or(false));
-  EXPECT_TRUE(a->placement()->Claim(Task("t", "secret")).value_or(false));  // a's already
-  ASSERT_TRUE(a->PutTask(Task("t", "secret")).ok());
-  ASSERT_TRUE(a->PutRound("t", v1::RoundSummary()).ok());
-
-  absl::Status claim = b->placement()->Claim(Task("t")).status();
-  EXPECT_EQ(claim.code(), absl::StatusCode::kUnavailable) << claim;
-  EXPECT_THAT(claim.message(), HasSubstr("served by coordinator a:1"));
-  absl::Status write = b->PutTask(Task("t"));
-  EXPECT_EQ(write.code(), absl::StatusCode::kFailedPrecondition) << write;
-  EXPECT_EQ(b->DeleteRoundsAfter("t", 0).code(), absl::StatusCode::kFailedPrecondition);
-
-  EXPECT_THAT(b->placement()->Elsewhere("t").message(), HasSubstr("served by coordinator a:1"));
-  EXPECT_EQ(b->placement()->Elsewhere("nothing").code(), absl::StatusCode::kNotFound);
-
-  // b knows a's open task once it has scanned: listed without its join token, and where a
-  // peer with that token goes.
-  absl::StatusOr<std::vector<std::string>> taken = Ownership(*b).ScanOnce();
-  ASSERT_TRUE(taken.ok()) << taken.status();
-  EXPECT_TRUE(taken->empty());
-  std::vector<v1::TaskStatus> others = b->placement()->OthersTasks();
-  ASSERT_EQ(others.size(), 1u);
-  EXPECT_EQ(others[0].spec().name(), "t");
-  EXPECT_EQ(others[0].spec().join_token(), "");
-  EXPECT_EQ(b->placement()->OpenTaskFor("secret", false).value_or(""), "a:1");
-  EXPECT_FALSE(b->placement()->OpenTaskFor("wrong", false).has_value());
-  EXPECT_FALSE(a->placement()->OpenTaskFor("secret", false).has_value());  // its own: not elsewhere
-  EXPECT_EQ(b->placement()->OpenTaskFor("secret", true).value_or(""), "a:1");  // it waits
-  v1::TaskStatus running = Task("t", "secret");
-  running.set_state(v1::TASK_STATE_RUNNING);
-  ASSERT_TRUE(a->PutTask(running).ok());
-  ASSERT_TRUE(Ownership(*b).ScanOnce().ok());
-  EXPECT_FALSE(b->placement()->OpenTaskFor("secret", true).has_value());
-  EXPECT_EQ(b->placement()->OpenTaskFor("secret", false).value_or(""), "a:1");
-
-  // A new task goes to the coordinator with the fewest open tasks: a, which has one, stores
-  // it for b, and b takes it on its next scan.
-  absl::StatusOr<bool> placed = a->placement()->Claim(Task("u"));
-  ASSERT_TRUE(placed.ok()) << placed.status();
-  EXPECT_FALSE(*placed);
-  EXPECT_EQ(a->PutTask(Task("u")).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(a->placement()->Claim(Task("u")).status().code(), absl::StatusCode::kUnavailable);
-  taken = Ownership(*b).ScanOnce();
-  ASSERT_TRUE(taken.ok()) << taken.status();
-  EXPECT_THAT(*taken, ElementsAre("u"));
-  EXPECT_TRUE(b->PutTask(Task("u")).ok());
-  // Completed tasks are no load: with t done, a is the least loaded again.
-  v1::TaskStatus done = Task("t");
-  done.set_state(v1::TASK_STATE_COMPLETED);
-  ASSERT_TRUE(a->PutTask(done).ok());
-  EXPECT_TRUE(a->placement()->Claim(Task("v")).value_or(false));
-}
-
-TEST_F(SharedTasksTest, TheTasksOfACoordinatorThatWentAreSharedByTheLeastLoaded) {
-  // a alone creates five tasks: all its own.
-  std::unique_ptr<TaskStore> a = Open("a:1");
-  ASSERT_TRUE(a);
-  for (const char* name : {"t1", "t2", "t3", "t4", "t5"}) {
-    ASSERT_TRUE(a->placement()->Claim(Task(name)).value_or(false));
-    ASSERT_TRUE(a->PutTask(Task(name)).ok());
-  }
-  std::unique_ptr<TaskStore> b = Open("b:1");
-  std::unique_ptr<TaskStore> c = Open("c:1");
-  ASSERT_TRUE(b && c);
-  a.reset();  // revokes its lease: its owner keys go with it
-
-  // b scans first and takes the orphans that fall to it; c takes the rest on its scan. Each
-  // goes to the one with fewer tasks, the lower address among equals: b, c, b, c, b.
-  absl::StatusOr<std::vector<std::string>> by_b = Ownership(*b).ScanOnce();
-  ASSERT_TRUE(by_b.ok()) << by_b.status();
-  absl::StatusOr<std::vector<std::string>> by_c = Ownership(*c).ScanOnce();
-  ASSERT_TRUE(by_c.ok()) << by_c.status();
-  EXPECT_THAT(*by_b, ElementsAre("t1", "t3", "t5"));
-  EXPECT_THAT(*by_c, ElementsAre("t2", "t4"));
-  ASSERT_TRUE(b->PutTask(Task("t1")).ok());
-  EXPECT_EQ(c->PutTask(Task("t1")).code(), absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(c->PutTask(Task("t2")).ok());
-  absl::StatusOr<StoredTask> loaded = b->LoadTask("t3", 10);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_EQ(loaded->status.spec().name(), "t3");
-  EXPECT_EQ(b->LoadTask("none", 10).status().code(), absl::StatusCode::kNotFound);
-}
-
-TEST_F(SharedTasksTest, NewTasksSpreadOverTheCoordinators) {
-  std::unique_ptr<TaskStore> a = Open("a:1");
-  std::unique_ptr<TaskStore> b = Open("b:1");
-  ASSERT_TRUE(a && b);
-  // Three tasks created at a in a row, before any scan: the first is a's (the lower address of
-  // two without tasks); the second is stored for b (a has one), and counted there; the third
-  // is a's again. b's scan takes the second.
-  for (const char* name : {"t1", "t2", "t3"}) {
-    absl::StatusOr<bool> mine = a->placement()->Claim(Task(name));
-    ASSERT_TRUE(mine.ok()) << mine.status();
-    EXPECT_EQ(*mine, std::string(name) != "t2") << name;
-    if (*mine) {
-      ASSERT_TRUE(a->PutTask(Task(name)).ok());
-    }
-  }
-  absl::StatusOr<std::vector<std::string>> by_b = Ownership(*b).ScanOnce();
-  ASSERT_TRUE(by_b.ok()) << by_b.status();
-  EXPECT_THAT(*by_b, ElementsAre("t2"));
-  absl::StatusOr<std::vector<std::string>> by_a = Ownership(*a).ScanOnce();
-  ASSERT_TRUE(by_a.ok()) << by_a.status();
-  EXPECT_TRUE(by_a->empty());
-}
-
-TEST_F(SharedTasksTest, ACoordinatorWhoseLeaseLapsedWritesNothingAndItsTasksMove) {
-  absl::Mutex mu;
-  std::string lost;
-  std::unique_ptr<TaskStore> a = Open("a:1", [&](const absl::Status& why) {
-    absl::MutexLock lock(&mu);
-    lost = std::string(why.message());
-  });
-  std::unique_ptr<TaskStore> b = Open("b:1");
-  ASSERT_TRUE(a && b);
-  ASSERT_TRUE(a->placement()->Claim(Task("t")).value_or(false));
-  ASSERT_TRUE(a->PutTask(Task("t")).ok());
-
-  // a's lease goes behind its back (as when it was paused past its TTL).
-  absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv =
-      etcd::EtcdKv::Connect({etcd()->endpoint()}, absl::Seconds(10), absl::Seconds(5));
-  ASSERT_TRUE(kv.ok()) << kv.status();
-  const std::string key = TaskOwnership::MemberKey(prefix_, "a:1");
-  absl::StatusOr<std::vector<etcd::KeyValue>> member = (*kv)->Range({key, key + '\0'});
-  ASSERT_TRUE(member.ok() && member->size() == 1u);
-  ASSERT_TRUE((*kv)->RevokeLease((*member)[0].lease).ok());
-
-  absl::StatusOr<std::vector<std::string>> taken = Ownership(*b).ScanOnce();
-  ASSERT_TRUE(taken.ok()) << taken.status();
-  EXPECT_THAT(*taken, ElementsAre("t"));
-  absl::Status late = a->PutTask(Task("t"));
-  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition) << late;
-  ASSERT_TRUE(b->PutTask(Task("t")).ok());
-  ASSERT_TRUE(testing::WaitUntil(
-      [&] {
-        absl::MutexLock lock(&mu);
-        return !lost.empty();
-      },
-      absl::Seconds(10)));
-  absl::MutexLock lock(&mu);
-  EXPECT_THAT(lost, HasSubstr("lost the hold on"));
-}
-
-// --- Real coordinators --------------------------------------------------------------------
+constexpr char kConsoleToken[] = "admin-token-0123456789";
 
 // A task (decentralized by default) as its task file gives it, which only peers with
 // `join_token` join (any peer: "").
@@ -245,10 +48,25 @@ min_participants: 2
                       join_token.empty() ? "" : "join_token: " + join_token + "\n");
 }
 
-class SharedCoordinatorsTest : public SharedTasksTest {
+class SharedCoordinatorsTest : public testing::WithEtcdMember<> {
  protected:
-  std::unique_ptr<CoordinatorServer> StartCoordinator(const std::string& name) {
+  void SetUp() override {
+    ASSERT_NE(etcd(), nullptr);
+    absl::StatusOr<std::string> dir = testing::MakeTestTempDir("shoal-shared-");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_ = *dir;
+    url_ = absl::StrCat("etcd://", etcd()->endpoint(), NewPrefix("shared"));
+  }
+  // `console`: with its web console, whose admin token is kConsoleToken.
+  std::unique_ptr<CoordinatorServer> StartCoordinator(const std::string& name,
+                                                      bool console = false) {
     CoordinatorServerOptions options;
+    if (console) {
+      const std::string tokens = absl::StrCat(dir_, "/tokens-", name);
+      std::ofstream(tokens) << "admin " << kConsoleToken << "\n";
+      options.console.listen = "127.0.0.1:0";
+      options.console.tokens_file = tokens;
+    }
     options.listen = "127.0.0.1:0";
     options.metrics_listen = "127.0.0.1:0";
     options.state_dir = absl::StrCat(dir_, "/", name);
@@ -322,6 +140,9 @@ class SharedCoordinatorsTest : public SharedTasksTest {
     session->Write(hello);
     return session;
   }
+
+  std::string dir_;
+  std::string url_;
 };
 
 TEST_F(SharedCoordinatorsTest, CallersAreSentToTheOwnerAndTheOtherTakesOverWhenItGoes) {
@@ -573,6 +394,117 @@ TEST_F(SharedCoordinatorsTest, TasksAtDifferentCoordinatorsGetDifferentAggregato
   a.reset();
   b.reset();
   for (auto& aggregator : aggregators) aggregator->Shutdown();
+}
+
+// A coordinator that starts later gets tasks from one that has two more than it: the newest
+// waiting task moves, its peer's session and its watch at the first end naming the move, and
+// the second serves it.
+TEST_F(SharedCoordinatorsTest, ACoordinatorThatStartsLaterGetsATaskFromTheBusiestOne) {
+  std::unique_ptr<CoordinatorServer> a = StartCoordinator("a");
+  ASSERT_TRUE(a);
+  v1::CreateTaskResponse created;
+  ASSERT_TRUE(Create(*a, "old", &created, "token-of-old").ok());
+  ASSERT_TRUE(Create(*a, "new", &created).ok());
+  auto control_a = Control(*a);
+  ASSERT_TRUE(Status(*control_a, "old").ok());
+  ASSERT_TRUE(Status(*control_a, "new").ok());
+  grpc::ClientContext peer_context;
+  peer_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto peer = Join(*a, "p1", peer_context);
+  v1::CoordinatorEvent event;
+  ASSERT_TRUE(peer->Read(&event) && event.has_welcome());
+  ASSERT_TRUE(peer->Read(&event));
+  ASSERT_TRUE(event.has_task_assigned() && event.task() == "new") << event.DebugString();
+  grpc::ClientContext watch_context;
+  watch_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::WatchTaskRequest watch_request;
+  watch_request.set_name("new");
+  auto watch = control_a->WatchTask(&watch_context, watch_request);
+  v1::WatchTaskResponse watched;
+  ASSERT_TRUE(watch->Read(&watched));
+
+  std::unique_ptr<CoordinatorServer> b = StartCoordinator("b");
+  ASSERT_TRUE(b);
+  const absl::Time started = absl::Now();
+  auto control_b = Control(*b);
+  absl::StatusOr<v1::TaskStatus> moved;
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        moved = Status(*control_b, "new");
+        return moved.ok();
+      },
+      absl::Seconds(10)))
+      << moved.status();
+  // About two seconds of a lasting imbalance (8 scans), then a scan or two.
+  EXPECT_LT(absl::Now() - started, absl::Seconds(5));
+  EXPECT_EQ(moved->state(), v1::TASK_STATE_WAITING);
+  EXPECT_TRUE(Status(*control_a, "old").ok());  // one each now: nothing else moves
+  absl::StatusOr<v1::TaskStatus> at_a = Status(*control_a, "new");
+  EXPECT_EQ(at_a.status().code(), absl::StatusCode::kUnavailable) << at_a.status();
+  EXPECT_THAT(at_a.status().message(), HasSubstr("served by coordinator " + b->address()));
+
+  while (peer->Read(&event)) {
+  }
+  grpc::Status peer_ended = peer->Finish();
+  EXPECT_EQ(peer_ended.error_code(), grpc::StatusCode::UNAVAILABLE) << peer_ended.error_message();
+  EXPECT_THAT(peer_ended.error_message(), HasSubstr("moving to another coordinator"));
+  while (watch->Read(&watched)) {
+    EXPECT_NE(watched.status().state(), v1::TASK_STATE_STOPPED);
+  }
+  grpc::Status watch_ended = watch->Finish();
+  EXPECT_EQ(watch_ended.error_code(), grpc::StatusCode::UNAVAILABLE) << watch_ended.error_message();
+  EXPECT_THAT(watch_ended.error_message(), HasSubstr("moving to another coordinator"));
+  // The same peer finds the task at its new coordinator.
+  grpc::ClientContext again_context;
+  again_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto again = Join(*b, "p1", again_context);
+  ASSERT_TRUE(again->Read(&event) && event.has_welcome());
+  ASSERT_TRUE(again->Read(&event));
+  EXPECT_TRUE(event.has_task_assigned() && event.task() == "new") << event.DebugString();
+  again_context.TryCancel();
+}
+
+// The web console of a coordinator that does not serve a task shows it and stops it, through
+// the coordinator that does.
+TEST_F(SharedCoordinatorsTest, EitherCoordinatorsConsoleShowsAndStopsATask) {
+  std::unique_ptr<CoordinatorServer> a = StartCoordinator("a", /*console=*/true);
+  std::unique_ptr<CoordinatorServer> b = StartCoordinator("b", /*console=*/true);
+  ASSERT_TRUE(a && b);
+  v1::CreateTaskResponse created;
+  ASSERT_TRUE(Create(*a, "t", &created).ok());
+  CoordinatorServer* owner = nullptr;
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        for (CoordinatorServer* c : {a.get(), b.get()}) {
+          if (Status(*Control(*c), "t").ok()) owner = c;
+        }
+        return owner != nullptr;
+      },
+      absl::Seconds(5)));
+  CoordinatorServer& other = owner == a.get() ? *b : *a;
+  httplib::Client console(absl::StrCat("http://", other.console()->address()));
+  console.set_read_timeout(10, 0);
+  const httplib::Headers bearer = {{"Authorization", absl::StrCat("Bearer ", kConsoleToken)}};
+
+  httplib::Result page = console.Get("/api/tasks/t", bearer);
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200) << page->body;
+  EXPECT_THAT(page->body, HasSubstr("\"name\":\"t\""));
+  EXPECT_THAT(page->body, HasSubstr("\"rounds\":[]"));
+  httplib::Result missing = console.Get("/api/tasks/none", bearer);
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404) << missing->body;
+  httplib::Result stopped = console.Post("/api/tasks/t/stop", bearer, "", "text/plain");
+  ASSERT_TRUE(stopped);
+  EXPECT_EQ(stopped->status, 200) << stopped->body;
+  absl::StatusOr<v1::TaskStatus> at_owner = Status(*Control(*owner), "t");
+  ASSERT_TRUE(at_owner.ok()) << at_owner.status();
+  EXPECT_EQ(at_owner->state(), v1::TASK_STATE_STOPPED);
+  // Its event stream, from the owner, starts with the stopped status and ends.
+  httplib::Result events = console.Get("/api/tasks/t/events", bearer);
+  ASSERT_TRUE(events);
+  EXPECT_EQ(events->status, 200);
+  EXPECT_THAT(events->body, HasSubstr("TASK_STATE_STOPPED"));
 }
 
 }  // namespace

@@ -3,12 +3,15 @@
 #include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "libs/common/status_macros.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/status.h"
 #include "libs/tensor/model_file.h"
+#include "services/coordinator/served_by.h"
 
 namespace shoal::coordinator::console {
 namespace {
@@ -36,8 +39,32 @@ absl::Status CheckName(const std::string& name) {
 
 }  // namespace
 
-ConsoleApi::ConsoleApi(v1::ControlService::StubInterface& stub, absl::Duration timeout)
-    : stub_(stub), timeout_(timeout) {}
+ConsoleApi::ConsoleApi(v1::ControlService::StubInterface& stub, absl::Duration timeout,
+                       OwnerStubs owners)
+    : stub_(stub), timeout_(timeout), owners_(std::move(owners)) {}
+
+absl::StatusOr<v1::ControlService::StubInterface*> ConsoleApi::StubServing(const std::string& name,
+                                                                           v1::TaskStatus* status) {
+  SHOAL_RETURN_IF_ERROR(CheckName(name));
+  v1::GetTaskStatusRequest request;
+  request.set_name(name);
+  auto ask = [&](v1::ControlService::StubInterface& stub) {
+    grpc::ClientContext context;
+    rpc::SetTimeout(context, timeout_);
+    v1::GetTaskStatusResponse response;
+    absl::Status s = rpc::FromGrpcStatus(stub.GetTaskStatus(&context, request, &response));
+    if (s.ok() && status != nullptr) *status = std::move(*response.mutable_status());
+    return s;
+  };
+  absl::Status here = ask(stub_);
+  if (here.ok()) return &stub_;
+  std::optional<std::string> owner = ServingCoordinator(here);
+  if (!owner.has_value() || owners_ == nullptr) return here;
+  v1::ControlService::StubInterface* there = owners_(*owner);
+  if (there == nullptr) return here;
+  SHOAL_RETURN_IF_ERROR(ask(*there));
+  return there;
+}
 
 absl::StatusOr<std::string> ConsoleApi::ListTasks() {
   v1::ListTasksResponse response;
@@ -60,8 +87,18 @@ absl::StatusOr<std::string> ConsoleApi::ListTasks() {
       request.set_after_round(task.round() > kLatestRounds ? task.round() - kLatestRounds : 0);
       request.set_limit(kLatestRounds);
       v1::ListRoundsResponse page;
+      absl::Status listed = rpc::FromGrpcStatus(stub_.ListRounds(&context, request, &page));
+      // Another coordinator's task: its rounds are there.
+      std::optional<std::string> owner = ServingCoordinator(listed);
+      if (owner.has_value() && owners_ != nullptr) {
+        if (v1::ControlService::StubInterface* there = owners_(*owner); there != nullptr) {
+          grpc::ClientContext again;
+          rpc::SetTimeout(again, timeout_);
+          listed = rpc::FromGrpcStatus(there->ListRounds(&again, request, &page));
+        }
+      }
       // A task that went away since the list leaves its column empty.
-      if (stub_.ListRounds(&context, request, &page).ok()) {
+      if (listed.ok()) {
         for (v1::RoundSummary& r : *page.mutable_rounds()) {
           if (!r.evaluated()) continue;
           r.clear_participants();
@@ -79,17 +116,10 @@ absl::StatusOr<std::string> ConsoleApi::ListTasks() {
 }
 
 absl::StatusOr<std::string> ConsoleApi::GetTask(const std::string& name, uint32_t max_rounds) {
-  SHOAL_RETURN_IF_ERROR(CheckName(name));
-  v1::GetTaskStatusResponse status;
-  {
-    grpc::ClientContext context;
-    rpc::SetTimeout(context, timeout_);
-    v1::GetTaskStatusRequest request;
-    request.set_name(name);
-    SHOAL_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub_.GetTaskStatus(&context, request, &status)));
-  }
+  v1::TaskStatus status;
+  SHOAL_ASSIGN_OR_RETURN(v1::ControlService::StubInterface * stub, StubServing(name, &status));
   // The newest max_rounds rounds: start that far before the current round.
-  const uint64_t round = status.status().round();
+  const uint64_t round = status.round();
   uint64_t after = round > max_rounds ? round - max_rounds : 0;
   std::string rounds;
   for (;;) {
@@ -100,14 +130,14 @@ absl::StatusOr<std::string> ConsoleApi::GetTask(const std::string& name, uint32_
     request.set_after_round(after);
     request.set_limit(kRoundsPage);
     v1::ListRoundsResponse page;
-    SHOAL_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub_.ListRounds(&context, request, &page)));
+    SHOAL_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub->ListRounds(&context, request, &page)));
     for (const v1::RoundSummary& r : page.rounds()) {
       absl::StrAppend(&rounds, rounds.empty() ? "" : ",", ToJson(r));
       after = r.round();
     }
     if (!page.more() || page.rounds().empty()) break;
   }
-  return absl::StrCat("{\"status\":", ToJson(status.status()), ",\"rounds\":[", rounds, "]}");
+  return absl::StrCat("{\"status\":", ToJson(status), ",\"rounds\":[", rounds, "]}");
 }
 
 absl::StatusOr<std::string> ConsoleApi::CreateTask(const std::string& task_file) {
@@ -124,13 +154,13 @@ absl::StatusOr<std::string> ConsoleApi::CreateTask(const std::string& task_file)
 }
 
 absl::StatusOr<std::string> ConsoleApi::StopTask(const std::string& name) {
-  SHOAL_RETURN_IF_ERROR(CheckName(name));
+  SHOAL_ASSIGN_OR_RETURN(v1::ControlService::StubInterface * stub, StubServing(name));
   grpc::ClientContext context;
   rpc::SetTimeout(context, timeout_);
   v1::StopTaskRequest request;
   request.set_name(name);
   v1::StopTaskResponse response;
-  SHOAL_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub_.StopTask(&context, request, &response)));
+  SHOAL_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub->StopTask(&context, request, &response)));
   return ToJson(response.status());
 }
 
@@ -145,14 +175,14 @@ absl::StatusOr<std::string> ConsoleApi::ListNodes() {
 
 absl::StatusOr<ConsoleApi::ModelFile> ConsoleApi::GetModel(const std::string& name,
                                                            std::optional<uint64_t> version) {
-  SHOAL_RETURN_IF_ERROR(CheckName(name));
+  SHOAL_ASSIGN_OR_RETURN(v1::ControlService::StubInterface * stub, StubServing(name));
   grpc::ClientContext context;
   rpc::SetTimeout(context, absl::Minutes(2));  // as `shoalctl model get`
   v1::GetModelRequest request;
   request.set_name(name);
   if (version.has_value()) request.set_version(*version);
   std::unique_ptr<grpc::ClientReaderInterface<common::v1::ModelChunk>> reader =
-      stub_.GetModel(&context, request);
+      stub->GetModel(&context, request);
   SHOAL_ASSIGN_OR_RETURN(tensor::ReceivedModel received,
                          rpc::ReadModelStream(*reader, tensor::DecoderLimits(), &context));
   ModelFile out;

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,11 +20,19 @@ namespace shoal::coordinator::console {
 // a task's pages of rounds) through `stub`, its response as JSON (protobuf's JSON mapping, proto
 // field names, every field printed). Errors are the call's status as the coordinator gave it
 // (NOT_FOUND, INVALID_ARGUMENT with the coordinator's message...), or INVALID_ARGUMENT naming
-// the request's field when the console refuses it first. Thread-safe (the stub is).
+// the request's field when the console refuses it first. With coordinators that share their
+// tasks, a task's calls go to the coordinator that serves it (`owners`). Thread-safe (the stubs
+// are).
 class ConsoleApi {
  public:
+  // The ControlService of another coordinator, by the address it is named by; null when it
+  // cannot be reached. The stubs outlive the ConsoleApi.
+  using OwnerStubs = std::function<v1::ControlService::StubInterface*(const std::string& address)>;
+
+  // `owners`: where a call about a task goes when `stub`'s coordinator answers that another one
+  // serves it (null: nowhere; the answer is the error).
   explicit ConsoleApi(v1::ControlService::StubInterface& stub,
-                      absl::Duration timeout = absl::Seconds(30));
+                      absl::Duration timeout = absl::Seconds(30), OwnerStubs owners = nullptr);
 
   // {"tasks": [{"status": TaskStatus, "latest_round": RoundSummary or null}]}: the newest
   // evaluated round, without its per-peer lists.
@@ -45,11 +54,15 @@ class ConsoleApi {
   };
   absl::StatusOr<ModelFile> GetModel(const std::string& name, std::optional<uint64_t> version);
 
-  v1::ControlService::StubInterface& stub() { return stub_; }
+  // The ControlService of the coordinator serving task `name` (this one's, or the owner that its
+  // answer names) and, in `status`, the task's status there. Errors: GetTaskStatus's.
+  absl::StatusOr<v1::ControlService::StubInterface*> StubServing(const std::string& name,
+                                                                 v1::TaskStatus* status = nullptr);
 
  private:
   v1::ControlService::StubInterface& stub_;
   const absl::Duration timeout_;
+  const OwnerStubs owners_;
 };
 
 // One WatchTask call read on its own thread, the newest status kept as JSON: the feed of a

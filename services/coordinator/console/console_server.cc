@@ -111,15 +111,19 @@ absl::Status ConsoleOptions::Validate() const {
 }
 
 ConsoleServer::ConsoleServer(TokenTable tokens, v1::ControlService::StubInterface& stub,
-                             absl::Duration keep_alive)
-    : tokens_(std::move(tokens)), api_(stub), keep_alive_(keep_alive) {}
+                             ConsoleApi::OwnerStubs owners, absl::Duration keep_alive)
+    : tokens_(std::move(tokens)),
+      api_(stub, absl::Seconds(30), std::move(owners)),
+      keep_alive_(keep_alive) {}
 
 absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(
-    const ConsoleOptions& options, v1::ControlService::StubInterface& stub) {
+    const ConsoleOptions& options, v1::ControlService::StubInterface& stub,
+    ConsoleApi::OwnerStubs owners) {
   SHOAL_RETURN_IF_ERROR(options.Validate());
   SHOAL_ASSIGN_OR_RETURN(HostPort listen, ParseHostPort(options.listen, "--console-listen"));
   SHOAL_ASSIGN_OR_RETURN(TokenTable tokens, TokenTable::Load(options.tokens_file));
-  std::unique_ptr<ConsoleServer> s(new ConsoleServer(std::move(tokens), stub, options.keep_alive));
+  std::unique_ptr<ConsoleServer> s(
+      new ConsoleServer(std::move(tokens), stub, std::move(owners), options.keep_alive));
   if (!options.tls_dir.empty()) {
     const std::string cert = (std::filesystem::path(options.tls_dir) / "tls.crt").string();
     const std::string key = (std::filesystem::path(options.tls_dir) / "tls.key").string();
@@ -277,8 +281,10 @@ void ConsoleServer::Events(const httplib::Request& req, httplib::Response& res) 
       return SendError(res, absl::UnavailableError("too many event streams open; try again later"));
     }
   }
+  absl::StatusOr<v1::ControlService::StubInterface*> serving = api_.StubServing(req.matches[1]);
+  if (!serving.ok()) return SendError(res, serving.status());
   absl::StatusOr<std::unique_ptr<TaskWatch>> started =
-      TaskWatch::Start(api_.stub(), req.matches[1], absl::Seconds(10));
+      TaskWatch::Start(**serving, req.matches[1], absl::Seconds(10));
   if (!started.ok()) return SendError(res, started.status());
   std::shared_ptr<TaskWatch> watch = *std::move(started);
   {

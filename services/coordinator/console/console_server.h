@@ -45,9 +45,10 @@ int HttpStatusFor(absl::StatusCode code);
 class ConsoleServer {
  public:
   // `stub` (a ControlService client, e.g. on the coordinator's in-process channel) outlives the
-  // server.
+  // server; `owners`: the coordinators serving the tasks `stub`'s does not (ConsoleApi).
   static absl::StatusOr<std::unique_ptr<ConsoleServer>> Start(
-      const ConsoleOptions& options, v1::ControlService::StubInterface& stub);
+      const ConsoleOptions& options, v1::ControlService::StubInterface& stub,
+      ConsoleApi::OwnerStubs owners = nullptr);
   ~ConsoleServer();
 
   const std::string& address() const { return listener_.address(); }  // HOST:PORT bound
@@ -62,7 +63,7 @@ class ConsoleServer {
 
  private:
   ConsoleServer(TokenTable tokens, v1::ControlService::StubInterface& stub,
-                absl::Duration keep_alive);
+                ConsoleApi::OwnerStubs owners, absl::Duration keep_alive);
   void Route();
   // The caller's role, or nullopt after answering 401 (or 403 when `admin` is needed).
   std::optional<Role> Authorize(const httplib::Request& req, httplib::Response& res, bool admin);

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "libs/common/log.h"
+#include "services/coordinator/served_by.h"
 
 namespace shoal::coordinator {
 namespace {
@@ -16,11 +17,6 @@ constexpr int kOrphanScansBeforeAnyTakes = 4;
 
 bool Open(const v1::TaskStatus& status) {
   return status.state() == v1::TASK_STATE_WAITING || status.state() == v1::TASK_STATE_RUNNING;
-}
-
-absl::Status ServedBy(const std::string& task, const std::string& address) {
-  return absl::UnavailableError(
-      absl::StrCat("task \"", task, "\" is served by coordinator ", address));
 }
 
 }  // namespace
@@ -38,8 +34,10 @@ std::string TaskOwnership::MemberKey(const std::string& prefix, const std::strin
   return absl::StrCat(prefix, "/coordinators/", address);
 }
 
-void TaskOwnership::Start(std::function<void(const std::string& task)> adopt) {
+void TaskOwnership::Start(std::function<void(const std::string& task)> adopt,
+                          std::function<void(const std::string& task)> hand_off) {
   adopt_ = std::move(adopt);
+  hand_off_ = std::move(hand_off);
   scanner_ = std::thread([this] { ScanLoop(); });
 }
 
@@ -62,6 +60,11 @@ void TaskOwnership::ScanLoop() {
           if (stopping_) return;
         }
         adopt_(task);
+      }
+      if (std::optional<std::string> task = TakeHandOff()) {
+        LogInfo("task ", *task, ": handing it over (this coordinator has served at least two ",
+                "open tasks more than another for ", options_.hand_off_after, " scans)");
+        hand_off_(*task);
       }
     } else if (taken.status() != last) {
       LogWarning("cannot read the tasks' owners from etcd: ", taken.status().ToString(),
@@ -135,6 +138,11 @@ absl::StatusOr<std::vector<std::string>> TaskOwnership::ScanOnce() {
     for (const std::string& task : *orphans) scans[task] = orphan_scans_[task] + 1;
     orphan_scans_ = std::move(scans);
     std::map<std::string, size_t> load = Load();
+    if (orphans->empty()) {
+      WeighHandOff(load);
+    } else {
+      imbalanced_scans_ = 0;  // a task is on its way somewhere: weigh again once it arrived
+    }
     for (const auto& [task, to] : Assign(*orphans, load)) {
       if (to == options_.advertise || orphan_scans_[task] >= kOrphanScansBeforeAnyTakes) {
         take.push_back(task);
@@ -151,6 +159,49 @@ absl::StatusOr<std::vector<std::string>> TaskOwnership::ScanOnce() {
     owners_[task] = {options_.advertise, options_.lease};  // this one's now, as Claim's
   }
   return taken;
+}
+
+void TaskOwnership::WeighHandOff(const std::map<std::string, size_t>& load) {
+  auto mine = load.find(options_.advertise);
+  const std::string least = LeastLoaded(load);
+  if (mine == load.end() || least.empty() || mine->second < load.at(least) + 2) {
+    imbalanced_scans_ = 0;
+    return;
+  }
+  if (++imbalanced_scans_ < options_.hand_off_after) return;
+  imbalanced_scans_ = 0;
+  // A waiting task before a running one (nobody has worked on it yet), the newest first.
+  const v1::TaskStatus* pick = nullptr;
+  auto rank = [](const v1::TaskStatus& s) {
+    return std::make_pair(s.state() == v1::TASK_STATE_WAITING, s.created_unix_ms());
+  };
+  for (const auto& [name, owner] : owners_) {
+    if (owner.address != options_.advertise) continue;
+    auto task = tasks_.find(name);
+    if (task == tasks_.end() || !Open(task->second)) continue;
+    if (pick == nullptr || rank(task->second) > rank(*pick)) pick = &task->second;
+  }
+  if (pick != nullptr) hand_off_task_ = pick->spec().name();
+}
+
+std::optional<std::string> TaskOwnership::TakeHandOff() {
+  absl::MutexLock lock(&mu_);
+  std::optional<std::string> task = std::move(hand_off_task_);
+  hand_off_task_.reset();
+  return task;
+}
+
+absl::Status TaskOwnership::Release(const std::string& task) {
+  const std::string owner_key = OwnerKey(options_.prefix, task);
+  const etcd::Fence fence{owner_key, options_.lease};
+  absl::Status deleted = kv_.DeleteRange(owner_key, owner_key + '\0', &fence);
+  // Not held under this lease (any more): nothing to give up.
+  if (absl::IsFailedPrecondition(deleted)) return absl::OkStatus();
+  if (!deleted.ok()) return deleted;
+  absl::MutexLock lock(&mu_);
+  auto owner = owners_.find(task);
+  if (owner != owners_.end() && owner->second.address == options_.advertise) owners_.erase(owner);
+  return absl::OkStatus();
 }
 
 std::string TaskOwnership::LeastLoaded(const std::map<std::string, size_t>& load) {
@@ -203,7 +254,7 @@ absl::Status TaskOwnership::Elsewhere(const std::string& task) {
   absl::StatusOr<std::vector<etcd::KeyValue>> owner = kv_.Range({owner_key, owner_key + '\0'});
   if (!owner.ok()) return owner.status();
   if (!owner->empty() && owner->front().value != options_.advertise) {
-    return ServedBy(task, owner->front().value);
+    return ServedByError(task, owner->front().value);
   }
   const std::string task_key = absl::StrCat(options_.prefix, "/tasks/", task);
   absl::StatusOr<std::vector<etcd::KeyValue>> stored = kv_.Range({task_key, task_key + '\0'});

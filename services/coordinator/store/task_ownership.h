@@ -12,7 +12,11 @@
 //   address among equals; by any after a second, should that one not take it): every
 //   coordinator scans the prefix every `scan` and finds the same one;
 // - a new task goes the same way: its creator owns it when it serves the fewest open tasks as
-//   far as it knows, and otherwise stores it without an owner for the scans to place.
+//   far as it knows, and otherwise stores it without an owner for the scans to place;
+// - a coordinator that has served at least two open tasks more than another for `hand_off_after`
+//   scans in a row (one that just joined, or stayed up through a rolling restart), with no task
+//   waiting for an owner, hands one of its own over: a waiting one before a running one, the
+//   newest first. The core stops serving it and releases its owner key; the scans place it.
 // Thread-safe.
 
 #include <cstdint>
@@ -36,6 +40,7 @@ struct TaskOwnershipOptions {
   std::string advertise;  // HOST:PORT clients reach this coordinator at: its owner keys' value
   int64_t lease = 0;      // this coordinator's lease (its membership key's)
   absl::Duration scan = absl::Milliseconds(250);
+  int hand_off_after = 8;  // scans of a lasting imbalance before a task is handed over
 };
 
 class TaskOwnership final : public TaskPlacement {
@@ -47,8 +52,10 @@ class TaskOwnership final : public TaskPlacement {
   static std::string OwnerKey(const std::string& prefix, const std::string& task);
   static std::string MemberKey(const std::string& prefix, const std::string& address);
 
-  void Start(std::function<void(const std::string& task)> adopt) override;
+  void Start(std::function<void(const std::string& task)> adopt,
+             std::function<void(const std::string& task)> hand_off) override;
   void Stop() override;
+  absl::Status Release(const std::string& task) override;
   absl::Status Elsewhere(const std::string& task) override;
   absl::StatusOr<bool> Claim(const v1::TaskStatus& initial) override;
   std::vector<v1::TaskStatus> OthersTasks() override;
@@ -58,6 +65,8 @@ class TaskOwnership final : public TaskPlacement {
   // One scan (the thread's step; tests call it directly): reads the prefix and takes the
   // orphans this coordinator should take. Returns the tasks it took.
   absl::StatusOr<std::vector<std::string>> ScanOnce() ABSL_LOCKS_EXCLUDED(mu_);
+  // The task this coordinator should hand over, as the last scan found (see above); taken once.
+  std::optional<std::string> TakeHandOff() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Owner {
@@ -76,12 +85,16 @@ class TaskOwnership final : public TaskPlacement {
   static std::string LeastLoaded(const std::map<std::string, size_t>& load);
   // Open tasks by live coordinator, as the last scan read them.
   std::map<std::string, size_t> Load() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a scan that found no orphan: counts the scans of a lasting imbalance and, at
+  // hand_off_after, picks the task to hand over.
+  void WeighHandOff(const std::map<std::string, size_t>& load) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts the owner key if `task` has none; true when this coordinator holds it now.
   absl::StatusOr<bool> TakeOwnerKey(const std::string& task, bool task_must_be_new);
 
   etcd::EtcdKv& kv_;
   const TaskOwnershipOptions options_;
   std::function<void(const std::string&)> adopt_;
+  std::function<void(const std::string&)> hand_off_;
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // What the last scan read.
@@ -90,6 +103,8 @@ class TaskOwnership final : public TaskPlacement {
   std::set<std::string> members_ ABSL_GUARDED_BY(mu_);
   // How many scans in a row saw each task without an owner.
   std::map<std::string, int> orphan_scans_ ABSL_GUARDED_BY(mu_);
+  int imbalanced_scans_ ABSL_GUARDED_BY(mu_) = 0;  // in a row
+  std::optional<std::string> hand_off_task_ ABSL_GUARDED_BY(mu_);
   std::thread scanner_;
 };
 
