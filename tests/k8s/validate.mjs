@@ -101,6 +101,13 @@ function applyPatch(objects, spec, dir, where) {
   const matches = objects.filter((o) => o.kind === target.kind && o.metadata?.name === target.name);
   if (matches.length !== 1) fail(`${where}: target ${target.kind}/${target.name} matches ${matches.length} objects`);
   const obj = matches[0];
+  // A strategic merge patch that is only `$patch: delete` and the target's identity removes it.
+  if (isObject(patch) && patch.$patch !== undefined) {
+    const extra = Object.keys(patch).filter((k) => !["$patch", "apiVersion", "kind", "metadata"].includes(k));
+    if (patch.$patch !== "delete" || extra.length > 0) fail(`${where}: $patch: only "delete" of a whole object is supported`);
+    objects.splice(objects.indexOf(obj), 1);
+    return;
+  }
   if (Array.isArray(patch)) {
     applyJson6902(obj, patch, where);
   } else {
@@ -287,7 +294,37 @@ function flagOf(argv, flag) {
 // A coordinator on the etcd store that waits as a standby while another one is active.
 const isReplicatedCoordinator = (argv) =>
   argv[0] === "shoal-coordinator" && (flagOf(argv, "store") ?? "").startsWith("etcd://") &&
-  flagOf(argv, "standby") !== "false";
+  flagOf(argv, "standby") !== "false" && !isSharingCoordinator(argv);
+// Coordinators on the etcd store that share the tasks, each serving its own.
+const isSharingCoordinator = (argv) =>
+  argv[0] === "shoal-coordinator" && (flagOf(argv, "store") ?? "").startsWith("etcd://") &&
+  flagOf(argv, "share-tasks") === "true";
+
+// --state-dir of coordinators on etcd: a ReadWriteMany claim (they share the checkpoints).
+function sharedStateDirProblems(objects, w, argv) {
+  const stateDir = flagOf(argv, "state-dir");
+  const c = w.spec.template.spec.containers.find((x) => commandLine(x)[0] === "shoal-coordinator");
+  const mount = (c.volumeMounts ?? []).find((m) => m.mountPath === stateDir);
+  const volume = (w.spec.template.spec.volumes ?? []).find((v) => v.name === mount?.name);
+  const claim = objects.find((o) => o.kind === "PersistentVolumeClaim" && o.metadata.name === volume?.persistentVolumeClaim?.claimName);
+  if (!claim || !(claim.spec.accessModes ?? []).includes("ReadWriteMany")) {
+    return [`--state-dir ${stateDir} must be a ReadWriteMany PersistentVolumeClaim (the replicas share the checkpoints)`];
+  }
+  return [];
+}
+
+// --store of coordinators on etcd: every member of the etcd StatefulSet here, by stable name.
+function storeProblems(objects, argv) {
+  const store = flagOf(argv, "store").slice("etcd://".length);
+  const endpoints = store.split("/")[0].split(",");
+  const sets = objects.filter((o) => o.kind === "StatefulSet" && commandLine(o.spec.template.spec.containers[0])[0] === "etcd");
+  if (sets.length !== 1) return [`--store ${flagOf(argv, "store")}: expected one etcd StatefulSet here, found ${sets.length}`];
+  const e = sets[0];
+  const port = (e.spec.template.spec.containers[0].ports ?? []).find((p) => p.name === "client")?.containerPort;
+  const members = Array.from({ length: e.spec.replicas ?? 1 }, (_, i) => `${e.metadata.name}-${i}.${e.spec.serviceName}:${port}`);
+  if (endpoints.join(",") !== members.join(",")) return [`--store lists ${endpoints.join(",")}, not the etcd members ${members.join(",")}`];
+  return [];
+}
 
 // Replicated coordinators: two or more replicas whose rollout never waits for readiness (only
 // the active one is ever ready), a shared ReadWriteMany checkpoint volume, and --store naming
@@ -301,25 +338,34 @@ function replicatedCoordinatorChecks(objects, d, argv) {
   if (s?.type !== "RollingUpdate" || s.rollingUpdate?.maxUnavailable !== "100%") {
     bad("strategy must be RollingUpdate with maxUnavailable 100% (a standby never becomes ready: a rollout that waits for it never ends)");
   }
-  const stateDir = flagOf(argv, "state-dir");
-  const c = d.spec.template.spec.containers.find((x) => commandLine(x)[0] === "shoal-coordinator");
-  const mount = (c.volumeMounts ?? []).find((m) => m.mountPath === stateDir);
-  const volume = (d.spec.template.spec.volumes ?? []).find((v) => v.name === mount?.name);
-  const claim = objects.find((o) => o.kind === "PersistentVolumeClaim" && o.metadata.name === volume?.persistentVolumeClaim?.claimName);
-  if (!claim || !(claim.spec.accessModes ?? []).includes("ReadWriteMany")) {
-    bad(`--state-dir ${stateDir} must be a ReadWriteMany PersistentVolumeClaim (the replicas share the checkpoints)`);
+  for (const p of [...sharedStateDirProblems(objects, d, argv), ...storeProblems(objects, argv)]) bad(p);
+  return problems;
+}
+
+// Coordinators that share the tasks: a StatefulSet of two or more behind its headless Service,
+// each advertising its stable name (its pod's name, from an env of metadata.name), on a shared
+// ReadWriteMany checkpoint volume and every etcd member; every aggregator and peer given every
+// coordinator by that name (a client sent to a task's owner can only go to an address it has).
+function sharingCoordinatorChecks(objects, s, argv) {
+  const problems = [];
+  const bad = (msg) => problems.push(`${idOf(s)}: ${msg}`);
+  if (s.kind !== "StatefulSet") bad("coordinators that share the tasks must be a StatefulSet (each needs a stable name)");
+  const n = s.spec.replicas ?? 1;
+  if (n < 2) bad(`replicas ${n}: coordinators that share the tasks need at least 2`);
+  const c = s.spec.template.spec.containers.find((x) => commandLine(x)[0] === "shoal-coordinator");
+  const podName = (c.env ?? []).find((v) => v.valueFrom?.fieldRef?.fieldPath === "metadata.name")?.name;
+  const port = (c.ports ?? []).find((p) => p.name === "grpc")?.containerPort;
+  const expected = `$(${podName}).${s.spec.serviceName}:${port}`;
+  if (!podName || flagOf(argv, "advertise") !== expected) bad(`--advertise must be ${podName ? expected : "the pod's stable name (an env from metadata.name)"}`);
+  for (const p of [...sharedStateDirProblems(objects, s, argv), ...storeProblems(objects, argv)]) bad(p);
+  const names = Array.from({ length: n }, (_, i) => `${s.metadata.name}-${i}.${s.spec.serviceName}:${port}`).join(",");
+  for (const w of objects.filter(podSpecOf)) {
+    for (const x of w.spec.template.spec.containers ?? []) {
+      const a = commandLine(x);
+      if (!["shoal-aggregator", "shoal-peer"].includes(a[0])) continue;
+      if (flagOf(a, "coordinator") !== names) problems.push(`${idOf(w)}: container ${x.name}: --coordinator must list every coordinator, ${names}`);
+    }
   }
-  const store = flagOf(argv, "store").slice("etcd://".length);
-  const endpoints = store.split("/")[0].split(",");
-  const sets = objects.filter((o) => o.kind === "StatefulSet" && commandLine(o.spec.template.spec.containers[0])[0] === "etcd");
-  if (sets.length !== 1) {
-    bad(`--store ${flagOf(argv, "store")}: expected one etcd StatefulSet here, found ${sets.length}`);
-    return problems;
-  }
-  const e = sets[0];
-  const port = (e.spec.template.spec.containers[0].ports ?? []).find((p) => p.name === "client")?.containerPort;
-  const members = Array.from({ length: e.spec.replicas ?? 1 }, (_, i) => `${e.metadata.name}-${i}.${e.spec.serviceName}:${port}`);
-  if (endpoints.join(",") !== members.join(",")) bad(`--store lists ${endpoints.join(",")}, not the etcd members ${members.join(",")}`);
   return problems;
 }
 
@@ -422,11 +468,16 @@ function shoalChecks(objects) {
   for (const s of byKind("Service")) {
     if (!workloads.some((w) => labelsMatch(s.spec.selector, w.spec.template.metadata?.labels))) bad(s, "selector matches no pod template");
   }
-  const coordinator = byKind("Deployment").find((d) => d.metadata.name === "shoal-coordinator");
-  if (!coordinator) problems.push("no Deployment shoal-coordinator");
+  const coordinators = workloads.filter((w) => ["Deployment", "StatefulSet"].includes(w.kind) && w.metadata.name === "shoal-coordinator");
+  const coordinator = coordinators.length === 1 ? coordinators[0] : null;
+  if (!coordinator) problems.push(`expected one Deployment or StatefulSet shoal-coordinator, found ${coordinators.length}`);
   else {
     const argv = coordinator.spec.template.spec.containers.map(commandLine).find((a) => a[0] === "shoal-coordinator") ?? [];
-    if (isReplicatedCoordinator(argv)) {
+    if (isSharingCoordinator(argv)) {
+      problems.push(...sharingCoordinatorChecks(objects, coordinator, argv));
+    } else if (coordinator.kind !== "Deployment") {
+      bad(coordinator, "must be a Deployment unless its coordinators share the tasks (--share-tasks=true)");
+    } else if (isReplicatedCoordinator(argv)) {
       problems.push(...replicatedCoordinatorChecks(objects, coordinator, argv));
     } else if (coordinator.spec.replicas !== 1 || coordinator.spec.strategy?.type !== "Recreate") {
       bad(coordinator, "must have replicas 1 and strategy Recreate (its state is one SQLite database)");
