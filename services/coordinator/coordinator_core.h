@@ -180,7 +180,7 @@ class CoordinatorCore {
   // TaskPlacement's hand-off): its status and rounds are stored, its peers' sessions and its
   // watches end (UNAVAILABLE; they find it again through the other coordinators), its aggregator
   // work is let finish, and then the placement releases it. Errors: NOT_FOUND, FAILED_PRECONDITION
-  // for a task that is not open or a coordinator without shared tasks.
+  // for a task that is not open, a coordinator without shared tasks, stopping or fenced.
   absl::Status HandOffTask(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
   // A NOT_FOUND about a task, as the placement says it (shared tasks; reads etcd).
   absl::Status Routed(absl::Status status, const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);

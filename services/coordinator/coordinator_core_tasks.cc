@@ -386,6 +386,9 @@ absl::Status CoordinatorCore::HandOffTask(const std::string& name) {
   Outbox out;
   {
     InputLock lock(*this, out);
+    if (stopping_ || fenced_) {
+      return absl::FailedPreconditionError("this coordinator is stopping or lost its hold");
+    }
     auto it = tasks_.find(name);
     if (it == tasks_.end()) return absl::NotFoundError(absl::StrCat("no task named ", name));
     Task& task = it->second;
