@@ -3,11 +3,13 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "libs/common/status_macros.h"
 
 namespace shoal::tensor {
@@ -27,75 +29,174 @@ uint32_t Bits(float v) {
   return b;
 }
 
-// Deflates the XOR of `values` with `base` into `out`. False when the result would not be
-// smaller than the raw bytes (then `out` is cleared) or `keep_going` said no (then `*stopped`).
-bool DeflateXor(absl::Span<const float> values, absl::Span<const float> base,
-                const std::function<bool()>& keep_going, std::string* out, bool* stopped) {
-  const size_t raw = values.size() * sizeof(float);
-  if (raw < 2) return false;
+// Values per segment of a tensor: each is deflated on its own (a raw deflate stream ended at a
+// byte boundary), so the segments of a large tensor are deflated side by side and joined into
+// one zlib stream, as pigz does; 64 blocks (2 MiB of values), whose fresh dictionaries cost a
+// few bytes per segment.
+constexpr size_t kSegmentValues = 64 * kBlockValues;
+
+// One segment's deflated XOR planes, and the Adler-32 of the planes it took.
+struct Segment {
+  const float* values = nullptr;
+  const float* base = nullptr;
+  size_t n = 0;
+  bool last = false;  // of its tensor: ends the deflate stream
+  std::string deflated;
+  uLong adler = 0;
+  bool failed = false;
+};
+
+// Deflates `seg`'s XOR planes as raw deflate data ending at a byte boundary (or the stream's end
+// for the last segment). False when zlib failed or `keep_going` said no (then `*stopped`).
+bool DeflateSegment(Segment& seg, const std::function<bool()>& keep_going, bool* stopped) {
   z_stream z{};
-  if (deflateInit(&z, kDeflateLevel) != Z_OK) return false;
-  out->resize(raw - 1);  // one byte short of raw: what does not fit is not worth sending
-  z.next_out = reinterpret_cast<Bytef*>(out->data());
-  z.avail_out = static_cast<uInt>(out->size());
+  if (deflateInit2(&z, kDeflateLevel, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    return false;
+  }
+  const size_t raw = seg.n * sizeof(float);
+  // Room for the worst case, and for the empty block a sync flush ends with.
+  seg.deflated.resize(deflateBound(&z, raw) + 16);
+  z.next_out = reinterpret_cast<Bytef*>(seg.deflated.data());
+  z.avail_out = static_cast<uInt>(seg.deflated.size());
+  seg.adler = adler32(0L, Z_NULL, 0);
   std::vector<uint8_t> planes(kBlockValues * sizeof(uint32_t));
-  int rc = Z_OK;
-  for (size_t at = 0; at < values.size() && rc == Z_OK; at += kBlockValues) {
+  bool ok = true;
+  for (size_t at = 0; at < seg.n && ok; at += kBlockValues) {
     if (keep_going && !keep_going()) {
       *stopped = true;
+      ok = false;
       break;
     }
-    const size_t n = std::min(kBlockValues, values.size() - at);
+    const size_t n = std::min(kBlockValues, seg.n - at);
     for (size_t i = 0; i < n; ++i) {
-      const uint32_t x = Bits(values[at + i]) ^ Bits(base[at + i]);
+      const uint32_t x = Bits(seg.values[at + i]) ^ Bits(seg.base[at + i]);
       planes[i] = static_cast<uint8_t>(x);
       planes[n + i] = static_cast<uint8_t>(x >> 8);
       planes[2 * n + i] = static_cast<uint8_t>(x >> 16);
       planes[3 * n + i] = static_cast<uint8_t>(x >> 24);
     }
+    const uInt len = static_cast<uInt>(n * sizeof(uint32_t));
+    seg.adler = adler32(seg.adler, planes.data(), len);
     z.next_in = planes.data();
-    z.avail_in = static_cast<uInt>(n * sizeof(uint32_t));
-    const bool last = at + n == values.size();
-    rc = deflate(&z, last ? Z_FINISH : Z_NO_FLUSH);
-    if (!last && (rc == Z_OK || rc == Z_BUF_ERROR) && z.avail_out == 0) rc = Z_BUF_ERROR;
-    if (!last && rc == Z_OK && z.avail_in != 0) rc = Z_BUF_ERROR;
+    z.avail_in = len;
+    const bool end = at + n == seg.n;
+    const int flush = !end ? Z_NO_FLUSH : seg.last ? Z_FINISH : Z_SYNC_FLUSH;
+    const int rc = deflate(&z, flush);
+    ok = z.avail_in == 0 && (end && seg.last ? rc == Z_STREAM_END : rc == Z_OK);
   }
-  const bool fits = rc == Z_STREAM_END;
-  const size_t size = out->size() - z.avail_out;
+  const size_t size = seg.deflated.size() - z.avail_out;
   deflateEnd(&z);
-  if (!fits) {
-    out->clear();
-    out->shrink_to_fit();
+  if (!ok) {
+    seg.deflated.clear();
+    seg.deflated.shrink_to_fit();
     return false;
   }
-  out->resize(size);
-  out->shrink_to_fit();
+  seg.deflated.resize(size);
+  seg.deflated.shrink_to_fit();
   return true;
+}
+
+// Runs job(0) ... job(count - 1): on `workers` (as many helpers as it takes, each taking the
+// next job left) and on the calling thread, which returns once every job is done.
+void RunJobs(size_t count, const std::function<void(size_t)>& job, Executor* workers,
+             size_t helpers) {
+  struct State {
+    std::atomic<size_t> next{0};
+    absl::Mutex mu;
+    size_t done ABSL_GUARDED_BY(mu) = 0;
+  };
+  auto state = std::make_shared<State>();
+  // A helper touches `job` only while a job is left; the caller waits for every job, so `job`
+  // outlives each use, and `state` outlives a helper that starts late.
+  auto work = [state, count, &job] {
+    size_t finished = 0;
+    for (size_t i = state->next.fetch_add(1); i < count; i = state->next.fetch_add(1)) {
+      job(i);
+      ++finished;
+    }
+    if (finished == 0) return;
+    absl::MutexLock lock(&state->mu);
+    state->done += finished;
+  };
+  if (workers != nullptr) {
+    for (size_t h = 0; h < std::min(helpers, count > 0 ? count - 1 : 0); ++h) {
+      if (!workers->TrySubmit(work)) break;  // the caller does the rest
+    }
+  }
+  work();
+  absl::MutexLock lock(&state->mu);
+  auto all_done = [&state, count]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state->mu) { return state->done == count; };
+  state->mu.Await(absl::Condition(&all_done));
 }
 
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const EncodedModel>> EncodeXorDelta(
     std::shared_ptr<const FlatModel> model, const FlatModel& base,
-    const std::function<bool()>& keep_going) {
+    const std::function<bool()>& keep_going, Executor* workers, size_t helpers) {
   if (model->layout != base.layout) {
     return absl::InvalidArgumentError("the base model's layout differs from the model's");
   }
-  auto encoded = std::make_shared<EncodedModel>();
   const ModelLayout& layout = model->layout;
+  // Every tensor's segments, in order.
+  std::vector<Segment> segments;
+  std::vector<size_t> first(layout.num_tensors() + 1, 0);
+  for (size_t t = 0; t < layout.num_tensors(); ++t) {
+    first[t] = segments.size();
+    const size_t n = static_cast<size_t>(layout.tensors()[t].NumElements());
+    for (size_t at = 0; at < n; at += kSegmentValues) {
+      Segment seg;
+      seg.values = model->values.data() + layout.offset(t) + at;
+      seg.base = base.values.data() + layout.offset(t) + at;
+      seg.n = std::min(kSegmentValues, n - at);
+      seg.last = at + seg.n == n;
+      segments.push_back(std::move(seg));
+    }
+  }
+  first[layout.num_tensors()] = segments.size();
+  std::atomic<bool> stopped{false};
+  RunJobs(
+      segments.size(),
+      [&](size_t i) {
+        if (stopped.load(std::memory_order_relaxed)) return;
+        bool stop = false;
+        if (!DeflateSegment(segments[i], keep_going, &stop)) segments[i].failed = true;
+        if (stop) stopped = true;
+      },
+      workers, helpers);
+  if (stopped) return absl::CancelledError("the encoding was stopped");
+
+  auto encoded = std::make_shared<EncodedModel>();
   encoded->layout = layout;
   encoded->storage.resize(layout.num_tensors());
   for (size_t t = 0; t < layout.num_tensors(); ++t) {
     const size_t n = static_cast<size_t>(layout.tensors()[t].NumElements());
-    const auto values = absl::MakeConstSpan(model->values.data() + layout.offset(t), n);
-    const auto held = absl::MakeConstSpan(base.values.data() + layout.offset(t), n);
-    const absl::string_view raw(reinterpret_cast<const char*>(values.data()), n * sizeof(float));
-    std::string& deflated = encoded->storage[t];
+    const auto* values = model->values.data() + layout.offset(t);
+    const absl::string_view raw(reinterpret_cast<const char*>(values), n * sizeof(float));
+    // One zlib stream: its header, the segments' deflate data, the Adler-32 of all the planes.
+    size_t size = 2 + 4;
+    bool whole = n > 0;
+    for (size_t i = first[t]; i < first[t + 1]; ++i) {
+      whole = whole && !segments[i].failed;
+      size += segments[i].deflated.size();
+    }
     TensorEncoding e;
-    bool stopped = false;
-    const bool smaller = DeflateXor(values, held, keep_going, &deflated, &stopped);
-    if (stopped) return absl::CancelledError("the encoding was stopped");
-    if (smaller) {
+    if (whole && size < raw.size()) {
+      std::string& deflated = encoded->storage[t];
+      deflated.reserve(size);
+      deflated.push_back(static_cast<char>(0x78));  // deflate, 32 KiB window
+      deflated.push_back(static_cast<char>(0x01));  // the fastest level, no dictionary
+      uLong adler = adler32(0L, Z_NULL, 0);
+      for (size_t i = first[t]; i < first[t + 1]; ++i) {
+        Segment& seg = segments[i];
+        deflated += seg.deflated;
+        adler = adler32_combine(adler, seg.adler, static_cast<z_off_t>(seg.n * sizeof(float)));
+        std::string().swap(seg.deflated);
+      }
+      for (int shift = 24; shift >= 0; shift -= 8) {
+        deflated.push_back(static_cast<char>((adler >> shift) & 0xff));
+      }
       e.encoding = common::v1::ENCODING_XOR_ZLIB;
       encoded->payloads.emplace_back(deflated);
     } else {

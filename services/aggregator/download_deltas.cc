@@ -26,10 +26,11 @@ uint64_t Blocks(const tensor::ModelLayout& layout) {
 }  // namespace
 
 DownloadDeltas::DownloadDeltas(Executor& encoder, size_t max_tasks,
-                               std::function<void(double)> on_encoded)
+                               std::function<void(double)> on_encoded, Executor* helpers,
+                               size_t helper_count)
     : encoder_(encoder),
       max_tasks_(max_tasks < 1 ? 1 : max_tasks),
-      shared_(std::make_shared<Shared>(std::move(on_encoded))) {}
+      shared_(std::make_shared<Shared>(std::move(on_encoded), helpers, helper_count)) {}
 
 DownloadDeltas::~DownloadDeltas() { Stop(); }
 
@@ -232,10 +233,13 @@ DownloadDeltas::Job DownloadDeltas::Start(Slot& slot, const ModelSnapshot& model
                 absl::MutexLock lock(&shared->mu);
                 encoding->started = start;
               }
-              encoded = tensor::EncodeXorDelta(model.model, *base.model, [&encoding] {
-                encoding->blocks_done.fetch_add(1, std::memory_order_relaxed);
-                return !encoding->abandoned;
-              });
+              encoded = tensor::EncodeXorDelta(
+                  model.model, *base.model,
+                  [&encoding] {
+                    encoding->blocks_done.fetch_add(1, std::memory_order_relaxed);
+                    return !encoding->abandoned;
+                  },
+                  shared->helpers, shared->helper_count);
               const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
               const double raw_bytes = static_cast<double>(model.model->layout.total_bytes());
               {

@@ -44,9 +44,12 @@ namespace shoal::aggregator {
 class DownloadDeltas {
  public:
   // `on_encoded(seconds)` (optional) runs on the encoder after each encoding made, with its time
-  // (metrics); it must outlive the encoder's work.
+  // (metrics); it must outlive the encoder's work. `helpers` (optional, outliving the encoder's
+  // work): up to `helper_count` of its threads deflate an encoding's segments beside the encoder
+  // (tensor::EncodeXorDelta).
   DownloadDeltas(Executor& encoder, size_t max_tasks = 2,
-                 std::function<void(double)> on_encoded = nullptr);
+                 std::function<void(double)> on_encoded = nullptr, Executor* helpers = nullptr,
+                 size_t helper_count = 0);
   ~DownloadDeltas();
   DownloadDeltas(const DownloadDeltas&) = delete;
   DownloadDeltas& operator=(const DownloadDeltas&) = delete;
@@ -127,8 +130,11 @@ class DownloadDeltas {
   };
   // What the encoder's work shares with this object.
   struct Shared {
-    explicit Shared(std::function<void(double)> on_encoded) : on_encoded(std::move(on_encoded)) {}
+    Shared(std::function<void(double)> on_encoded, Executor* helpers, size_t helper_count)
+        : on_encoded(std::move(on_encoded)), helpers(helpers), helper_count(helper_count) {}
     const std::function<void(double)> on_encoded;
+    Executor* const helpers;
+    const size_t helper_count;
     absl::Mutex mu;
   };
 

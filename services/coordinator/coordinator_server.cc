@@ -117,7 +117,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   }
   SHOAL_ASSIGN_OR_RETURN(s->store_, OpenTaskStore(store));
   if (standby != nullptr) {
-    if (standby->was_standby()) LogInfo("standby: took over ", options.store);
+    if (standby->was_standby()) {
+      // With shared tasks the key waited for was its own membership (a previous process on
+      // the same address, whose lease had to lapse first), not another coordinator's hold.
+      LogInfo(options.share_tasks ? "shared tasks: member of " : "standby: took over ",
+              options.store, options.share_tasks ? " again, after its earlier lease lapsed" : "");
+    }
     standby.reset();  // closes its listener: the address is the services' below
   }
   s->coordinator_metrics_ = std::make_unique<CoordinatorMetrics>(s->metrics_->registry());

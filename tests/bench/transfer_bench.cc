@@ -44,6 +44,7 @@
 #include "libs/rpc/tls.h"
 #include "libs/tensor/model_file.h"
 #include "libs/tensor/spill_file.h"
+#include "libs/tensor/xor_delta.h"
 #include "services/aggregator/aggregator_core.h"
 #include "services/aggregator/aggregator_metrics.h"
 #include "services/aggregator/aggregator_service.h"
@@ -556,6 +557,40 @@ int main(int argc, char** argv) {
   row("checkpoint restore (mapped file, PutModel)", &Endpoint::restore_checkpoint);
   row("PeerService.GetSnapshot (decentralized exchange, sync)", &Endpoint::get_snapshot);
   row("a gossip fetch (GetSnapshot, interpolated into params)", &Endpoint::gossip_fetch);
+  // Encoding a version against the one the peers hold (ENCODING_XOR_ZLIB, what the aggregator
+  // does for --download-against-held): its encoder thread alone, then with a helper per other
+  // core, on the same two versions: the delta as a model, and the same after a step of dense
+  // SGD (every value moved by up to 1e-4 of itself, so its low mantissa bits change).
+  {
+    auto held = std::make_shared<shoal::tensor::FlatModel>(*delta_owned);
+    for (size_t i = 0; i < total; ++i) held->values[i] += 0.01f;
+    auto next = std::make_shared<shoal::tensor::FlatModel>(*held);
+    uint64_t x = 88172645463325252ull;
+    for (float& v : next->values) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      v *= 1.0f + 1e-4f * (static_cast<float>(x >> 40) / static_cast<float>(1ull << 23) - 1.0f);
+    }
+    const size_t helpers = std::clamp<size_t>(std::thread::hardware_concurrency(), 2, 8) - 1;
+    shoal::ThreadPool pool(helpers, 4 * helpers);
+    auto encode = [&](shoal::Executor* workers) {
+      const auto t0 = Clock::now();
+      auto encoded = shoal::tensor::EncodeXorDelta(next, *held, nullptr, workers, helpers);
+      if (!encoded.ok()) Die(std::string(encoded.status().message()));
+      return std::make_pair(Seconds(t0, Clock::now()),
+                            static_cast<double>((*encoded)->payload_bytes()) / bytes);
+    };
+    const auto [alone_s, ratio_alone] = encode(nullptr);
+    const auto [helped_s, ratio_helped] = encode(&pool);
+    std::printf(
+        "encoding against the held version (XOR_ZLIB): one thread %.2f s (%.0f MB/s), with %zu "
+        "helper%s %.2f s (%.0f MB/s): %.2fx; %.0f %% of the bytes either way%s\n",
+        alone_s, bytes / 1e6 / alone_s, helpers, helpers == 1 ? "" : "s", helped_s,
+        bytes / 1e6 / helped_s, alone_s / helped_s, 100 * ratio_alone,
+        ratio_alone == ratio_helped ? "" : " (the sizes differ: a bug)");
+    pool.Shutdown();
+  }
   Endpoint& plain = *endpoints.front();
   std::printf("RESULT grpc_gbps=%.3f tcp_gbps=%.3f ratio=%.3f get_ratio=%.3f\n",
               bytes / 1e9 / Median(plain.push_zc), tcp_gbps, ratio(plain.push_zc),

@@ -3,6 +3,7 @@
 // be wrong.
 #include <zlib.h>
 
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -12,6 +13,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "libs/common/executor.h"
 #include "libs/common/status_macros.h"
 #include "libs/tensor/compression.h"
 #include "libs/tensor/flat_model.h"
@@ -148,6 +150,54 @@ TEST(XorDeltaTest, AnEncodingStopsAtTheBlockAfterItIsToldTo) {
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_EQ(asked, 10);
   EXPECT_EQ((*whole)->encodings[0].encoding, ENCODING_XOR_ZLIB);
+}
+
+// A tensor of several segments (2 MiB of values each, deflated on their own and joined into one
+// zlib stream): the same bytes whether the calling thread makes every segment or helper threads
+// make some, and the stream a peer inflates is a standard one (zlib's own uncompress reads it).
+TEST(XorDeltaTest, SegmentsMadeOnSeveralThreadsMakeTheSameStream) {
+  const int64_t big = 5 * 64 * static_cast<int64_t>(kXorBlockValues) / 2 + 77;  // 2.5 segments
+  auto base = RandomModel({{"big", {big}}, {"small", {300}}, {"fc", {3, 65536 * 9}}}, 1);
+  auto next = NextVersion(*base, 2);
+  auto alone = EncodeXorDelta(next, *base);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  ThreadPool pool(3, 16);
+  std::atomic<int> asked{0};
+  auto helped = EncodeXorDelta(
+      next, *base, [&asked] { return ++asked > 0; }, &pool, 3);
+  ASSERT_TRUE(helped.ok()) << helped.status();
+  ASSERT_EQ((*alone)->payloads.size(), (*helped)->payloads.size());
+  for (size_t t = 0; t < (*alone)->payloads.size(); ++t) {
+    EXPECT_EQ((*alone)->encodings[t].encoding, ENCODING_XOR_ZLIB) << t;
+    EXPECT_TRUE((*alone)->payloads[t] == (*helped)->payloads[t]) << "tensor " << t;
+  }
+  int blocks = 0;
+  for (const TensorSpec& t : next->layout.tensors()) {
+    blocks += static_cast<int>((t.NumElements() + kXorBlockValues - 1) / kXorBlockValues);
+  }
+  EXPECT_EQ(asked.load(), blocks) << "asked before each block, from whichever thread";
+  auto got = Download(**helped, MetaOf(next->layout, 0), ReaderOf(*base), nullptr, 4099);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(BitEqual(got->values, next->values));
+  // zlib's own reader takes the joined stream whole (its header, segments and Adler-32).
+  const absl::string_view stream = (*helped)->payloads[0];
+  std::vector<uint8_t> planes(static_cast<size_t>(big) * sizeof(float));
+  uLongf size = planes.size();
+  EXPECT_EQ(uncompress(planes.data(), &size, reinterpret_cast<const Bytef*>(stream.data()),
+                       stream.size()),
+            Z_OK);
+  EXPECT_EQ(size, planes.size());
+  // A pool that refuses the helpers: the calling thread makes every segment.
+  pool.Shutdown();
+  auto refused = EncodeXorDelta(next, *base, nullptr, &pool, 3);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_TRUE((*refused)->payloads[0] == (*alone)->payloads[0]);
+  // Stopped from the helpers' side too.
+  ThreadPool again(2, 8);
+  std::atomic<int> left{5};
+  auto stopped = EncodeXorDelta(
+      next, *base, [&left] { return --left > 0; }, &again, 2);
+  EXPECT_EQ(stopped.status().code(), absl::StatusCode::kCancelled);
 }
 
 // One XOR_ZLIB tensor "w" of `elements` values with `payload` and the digest of `values`.
