@@ -10,10 +10,13 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "libs/aggregation/parallel_for.h"
 #include "libs/aggregation/strategy.h"
+#include "libs/common/parallel_for.h"
 
 namespace shoal::aggregation::internal {
+
+using common::kMinFloatsPerThread;
+using common::ParallelFor;
 
 // A round's updates in contributor-id order (the order every non-streaming strategy computes
 // in, which makes its result independent of the order of the Adds).

@@ -12,9 +12,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "libs/aggregation/parallel_for.h"
 #include "libs/aggregation/strategy_registry.h"
 #include "libs/common/escape.h"
+#include "libs/common/parallel_for.h"
 
 namespace shoal::aggregation {
 
@@ -52,7 +52,7 @@ size_t FirstNonFinite(absl::Span<const float> values, int threads) {
   constexpr uint32_t kExponent = 0x7f800000u;
   std::atomic<bool> bad{false};
   const float* x = values.data();
-  internal::ParallelFor(values.size(), threads, [&bad, x](size_t begin, size_t end) {
+  common::ParallelFor(values.size(), threads, [&bad, x](size_t begin, size_t end) {
     uint32_t most = 0;
     for (size_t i = begin; i < end; ++i) {
       uint32_t bits;

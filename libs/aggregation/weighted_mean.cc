@@ -4,11 +4,11 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "libs/aggregation/parallel_for.h"
+#include "libs/common/parallel_for.h"
 
 namespace shoal::aggregation {
 
-using internal::ParallelFor;
+using common::ParallelFor;
 
 namespace {
 

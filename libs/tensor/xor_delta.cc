@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "libs/common/parallel_for.h"
 #include "libs/common/status_macros.h"
 
 namespace shoal::tensor {
@@ -96,45 +96,11 @@ bool DeflateSegment(Segment& seg, const std::function<bool()>& keep_going, bool*
   return true;
 }
 
-// Runs job(0) ... job(count - 1): on `workers` (as many helpers as it takes, each taking the
-// next job left) and on the calling thread, which returns once every job is done.
-void RunJobs(size_t count, const std::function<void(size_t)>& job, Executor* workers,
-             size_t helpers) {
-  struct State {
-    std::atomic<size_t> next{0};
-    absl::Mutex mu;
-    size_t done ABSL_GUARDED_BY(mu) = 0;
-  };
-  auto state = std::make_shared<State>();
-  // A helper touches `job` only while a job is left; the caller waits for every job, so `job`
-  // outlives each use, and `state` outlives a helper that starts late.
-  auto work = [state, count, &job] {
-    size_t finished = 0;
-    for (size_t i = state->next.fetch_add(1); i < count; i = state->next.fetch_add(1)) {
-      job(i);
-      ++finished;
-    }
-    if (finished == 0) return;
-    absl::MutexLock lock(&state->mu);
-    state->done += finished;
-  };
-  if (workers != nullptr) {
-    for (size_t h = 0; h < std::min(helpers, count > 0 ? count - 1 : 0); ++h) {
-      if (!workers->TrySubmit(work)) break;  // the caller does the rest
-    }
-  }
-  work();
-  absl::MutexLock lock(&state->mu);
-  auto all_done = [&state, count]()
-                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state->mu) { return state->done == count; };
-  state->mu.Await(absl::Condition(&all_done));
-}
-
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const EncodedModel>> EncodeXorDelta(
     std::shared_ptr<const FlatModel> model, const FlatModel& base,
-    const std::function<bool()>& keep_going, Executor* workers, size_t helpers) {
+    const std::function<bool()>& keep_going, int threads) {
   if (model->layout != base.layout) {
     return absl::InvalidArgumentError("the base model's layout differs from the model's");
   }
@@ -156,15 +122,16 @@ absl::StatusOr<std::shared_ptr<const EncodedModel>> EncodeXorDelta(
   }
   first[layout.num_tensors()] = segments.size();
   std::atomic<bool> stopped{false};
-  RunJobs(
-      segments.size(),
-      [&](size_t i) {
-        if (stopped.load(std::memory_order_relaxed)) return;
-        bool stop = false;
-        if (!DeflateSegment(segments[i], keep_going, &stop)) segments[i].failed = true;
-        if (stop) stopped = true;
+  common::ParallelFor(
+      segments.size(), threads,
+      [&](size_t begin, size_t end) {
+        for (size_t i = begin; i < end && !stopped.load(std::memory_order_relaxed); ++i) {
+          bool stop = false;
+          if (!DeflateSegment(segments[i], keep_going, &stop)) segments[i].failed = true;
+          if (stop) stopped = true;
+        }
       },
-      workers, helpers);
+      /*min_per_thread=*/1);
   if (stopped) return absl::CancelledError("the encoding was stopped");
 
   auto encoded = std::make_shared<EncodedModel>();

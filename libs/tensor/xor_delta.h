@@ -17,7 +17,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "libs/common/executor.h"
 #include "libs/tensor/compression.h"
 #include "libs/tensor/flat_model.h"
 
@@ -36,13 +35,12 @@ inline constexpr size_t kXorBlockValues = 8192;
 // tensor's payload is a view of it). INVALID_ARGUMENT when the layouts differ. `keep_going`
 // (optional) is asked before each block of kXorBlockValues values: once it says no the encoding
 // stops, CANCELLED. A tensor's zlib stream is made of segments of 2 MiB of values deflated on
-// their own: with `workers`, up to `helpers` of its threads deflate segments beside the calling
-// thread (which does them all when the executor refuses), and `keep_going` is then asked from
-// several threads at once. The result is the same bytes whichever thread made each segment.
+// their own, on up to `threads` threads (the calling one and others started for the call), and
+// `keep_going` is then asked from several threads at once. The result is the same bytes whichever
+// thread made each segment.
 absl::StatusOr<std::shared_ptr<const EncodedModel>> EncodeXorDelta(
     std::shared_ptr<const FlatModel> model, const FlatModel& base,
-    const std::function<bool()>& keep_going = nullptr, Executor* workers = nullptr,
-    size_t helpers = 0);
+    const std::function<bool()>& keep_going = nullptr, int threads = 1);
 
 // Rebuilds one XOR_ZLIB tensor as its compressed bytes arrive: inflates them, XORs the result
 // with the held base's values (read through `base` at the tensor's element offset) and hands

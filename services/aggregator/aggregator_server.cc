@@ -84,8 +84,6 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   // One encoding per published version, one at a time; a few queued (at most one per task
   // downloaded against held versions, and abandoned ones that return at once).
   self->encoder_ = std::make_unique<ThreadPool>(1, 8);
-  const size_t helpers = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8) - 1;
-  if (helpers > 0) self->encode_helpers_ = std::make_unique<ThreadPool>(helpers, 4 * helpers);
   AggregatorMetrics* aggregator_metrics = self->aggregator_metrics_.get();
   self->downloads_ = std::make_unique<DownloadDeltas>(
       *self->encoder_, /*max_tasks=*/2,
@@ -93,7 +91,8 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
         aggregator_metrics->download_encodes.Increment();
         aggregator_metrics->download_encode_seconds.Increment(seconds);
       },
-      self->encode_helpers_.get(), helpers);
+      /*encode_threads=*/
+      std::clamp<int>(static_cast<int>(std::thread::hardware_concurrency()), 1, 8));
   DownloadDeltas* downloads = self->downloads_.get();
   self->core_->SetOnPublished([downloads](const std::string& task, const ModelSnapshot& published,
                                           const ModelSnapshot& previous) {
@@ -271,7 +270,6 @@ void AggregatorServer::Shutdown() {
   if (core_ != nullptr) core_->SetOnPublished(nullptr);
   if (downloads_ != nullptr) downloads_->Stop();
   if (encoder_ != nullptr) encoder_->Shutdown();
-  if (encode_helpers_ != nullptr) encode_helpers_->Shutdown();
   // No fold runs any more: what is left for a parent is sent (or given up on) while the link
   // is still there.
   if (core_ != nullptr) core_->AwaitTransfers();

@@ -95,9 +95,8 @@ class AggregatorServer {
   std::unique_ptr<AggregatorCore> core_;
   std::unique_ptr<ThreadPool> executor_;
   // Downloads against a held version: their encodings, made on a thread of their own (apart from
-  // the folds and the gRPC threads) as each version is published, with the help of one thread
-  // per other core (declared first: it outlives the encoder's work).
-  std::unique_ptr<ThreadPool> encode_helpers_;
+  // the folds and the gRPC threads) as each version is published; each encoding deflates on a
+  // thread per core.
   std::unique_ptr<ThreadPool> encoder_;
   std::unique_ptr<DownloadDeltas> downloads_;
   std::unique_ptr<GrpcAggregatorClient> parents_;  // a tree node's parent (and backups)

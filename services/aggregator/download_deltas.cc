@@ -26,11 +26,10 @@ uint64_t Blocks(const tensor::ModelLayout& layout) {
 }  // namespace
 
 DownloadDeltas::DownloadDeltas(Executor& encoder, size_t max_tasks,
-                               std::function<void(double)> on_encoded, Executor* helpers,
-                               size_t helper_count)
+                               std::function<void(double)> on_encoded, int encode_threads)
     : encoder_(encoder),
       max_tasks_(max_tasks < 1 ? 1 : max_tasks),
-      shared_(std::make_shared<Shared>(std::move(on_encoded), helpers, helper_count)) {}
+      shared_(std::make_shared<Shared>(std::move(on_encoded), encode_threads)) {}
 
 DownloadDeltas::~DownloadDeltas() { Stop(); }
 
@@ -239,7 +238,7 @@ DownloadDeltas::Job DownloadDeltas::Start(Slot& slot, const ModelSnapshot& model
                     encoding->blocks_done.fetch_add(1, std::memory_order_relaxed);
                     return !encoding->abandoned;
                   },
-                  shared->helpers, shared->helper_count);
+                  shared->encode_threads);
               const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
               const double raw_bytes = static_cast<double>(model.model->layout.total_bytes());
               {

@@ -44,12 +44,10 @@ namespace shoal::aggregator {
 class DownloadDeltas {
  public:
   // `on_encoded(seconds)` (optional) runs on the encoder after each encoding made, with its time
-  // (metrics); it must outlive the encoder's work. `helpers` (optional, outliving the encoder's
-  // work): up to `helper_count` of its threads deflate an encoding's segments beside the encoder
-  // (tensor::EncodeXorDelta).
+  // (metrics); it must outlive the encoder's work. An encoding deflates its segments on up to
+  // `encode_threads` threads: the encoder's and others started for it (tensor::EncodeXorDelta).
   DownloadDeltas(Executor& encoder, size_t max_tasks = 2,
-                 std::function<void(double)> on_encoded = nullptr, Executor* helpers = nullptr,
-                 size_t helper_count = 0);
+                 std::function<void(double)> on_encoded = nullptr, int encode_threads = 1);
   ~DownloadDeltas();
   DownloadDeltas(const DownloadDeltas&) = delete;
   DownloadDeltas& operator=(const DownloadDeltas&) = delete;
@@ -130,11 +128,10 @@ class DownloadDeltas {
   };
   // What the encoder's work shares with this object.
   struct Shared {
-    Shared(std::function<void(double)> on_encoded, Executor* helpers, size_t helper_count)
-        : on_encoded(std::move(on_encoded)), helpers(helpers), helper_count(helper_count) {}
+    Shared(std::function<void(double)> on_encoded, int encode_threads)
+        : on_encoded(std::move(on_encoded)), encode_threads(encode_threads) {}
     const std::function<void(double)> on_encoded;
-    Executor* const helpers;
-    const size_t helper_count;
+    const int encode_threads;
     absl::Mutex mu;
   };
 

@@ -18,20 +18,6 @@
 
 namespace shoal::coordinator {
 
-bool CoordinatorCore::Task::MembersConfirmed(const std::vector<uint64_t>& needed) const {
-  for (size_t i = 0; i < needed.size() && i < links.size(); ++i) {
-    if (links[i].members_acked < needed[i]) return false;
-  }
-  return true;
-}
-
-std::vector<uint64_t> CoordinatorCore::Task::MembersNeeded() const {
-  std::vector<uint64_t> needed;
-  needed.reserve(links.size());
-  for (const Link& link : links) needed.push_back(link.MembersNeeded());
-  return needed;
-}
-
 std::map<std::string, size_t> CoordinatorCore::AggregatorLoad() const {
   // With shared tasks, the others' too: every coordinator gives its aggregators' work out.
   std::map<std::string, size_t> load =

@@ -13,7 +13,6 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "libs/common/executor.h"
 #include "libs/common/status_macros.h"
 #include "libs/tensor/compression.h"
 #include "libs/tensor/flat_model.h"
@@ -161,10 +160,9 @@ TEST(XorDeltaTest, SegmentsMadeOnSeveralThreadsMakeTheSameStream) {
   auto next = NextVersion(*base, 2);
   auto alone = EncodeXorDelta(next, *base);
   ASSERT_TRUE(alone.ok()) << alone.status();
-  ThreadPool pool(3, 16);
   std::atomic<int> asked{0};
   auto helped = EncodeXorDelta(
-      next, *base, [&asked] { return ++asked > 0; }, &pool, 3);
+      next, *base, [&asked] { return ++asked > 0; }, /*threads=*/4);
   ASSERT_TRUE(helped.ok()) << helped.status();
   ASSERT_EQ((*alone)->payloads.size(), (*helped)->payloads.size());
   for (size_t t = 0; t < (*alone)->payloads.size(); ++t) {
@@ -187,16 +185,10 @@ TEST(XorDeltaTest, SegmentsMadeOnSeveralThreadsMakeTheSameStream) {
                        stream.size()),
             Z_OK);
   EXPECT_EQ(size, planes.size());
-  // A pool that refuses the helpers: the calling thread makes every segment.
-  pool.Shutdown();
-  auto refused = EncodeXorDelta(next, *base, nullptr, &pool, 3);
-  ASSERT_TRUE(refused.ok()) << refused.status();
-  EXPECT_TRUE((*refused)->payloads[0] == (*alone)->payloads[0]);
-  // Stopped from the helpers' side too.
-  ThreadPool again(2, 8);
+  // Stopped from another thread's side too.
   std::atomic<int> left{5};
   auto stopped = EncodeXorDelta(
-      next, *base, [&left] { return --left > 0; }, &again, 2);
+      next, *base, [&left] { return --left > 0; }, /*threads=*/3);
   EXPECT_EQ(stopped.status().code(), absl::StatusCode::kCancelled);
 }
 

@@ -43,6 +43,18 @@ ConsoleApi::ConsoleApi(v1::ControlService::StubInterface& stub, absl::Duration t
                        OwnerStubs owners)
     : stub_(stub), timeout_(timeout), owners_(std::move(owners)) {}
 
+absl::StatusOr<v1::ControlService::StubInterface*> ConsoleApi::AtOwner(
+    const std::function<absl::Status(v1::ControlService::StubInterface&)>& call) {
+  absl::Status here = call(stub_);
+  if (here.ok()) return &stub_;
+  std::optional<std::string> owner = ServingCoordinator(here);
+  if (!owner.has_value() || owners_ == nullptr) return here;
+  v1::ControlService::StubInterface* there = owners_(*owner);
+  if (there == nullptr) return here;
+  SHOAL_RETURN_IF_ERROR(call(*there));
+  return there;
+}
+
 absl::StatusOr<v1::ControlService::StubInterface*> ConsoleApi::StubServing(const std::string& name,
                                                                            v1::TaskStatus* status) {
   SHOAL_RETURN_IF_ERROR(CheckName(name));
@@ -56,14 +68,7 @@ absl::StatusOr<v1::ControlService::StubInterface*> ConsoleApi::StubServing(const
     if (s.ok() && status != nullptr) *status = std::move(*response.mutable_status());
     return s;
   };
-  absl::Status here = ask(stub_);
-  if (here.ok()) return &stub_;
-  std::optional<std::string> owner = ServingCoordinator(here);
-  if (!owner.has_value() || owners_ == nullptr) return here;
-  v1::ControlService::StubInterface* there = owners_(*owner);
-  if (there == nullptr) return here;
-  SHOAL_RETURN_IF_ERROR(ask(*there));
-  return there;
+  return AtOwner(ask);
 }
 
 absl::StatusOr<std::string> ConsoleApi::ListTasks() {
@@ -80,25 +85,19 @@ absl::StatusOr<std::string> ConsoleApi::ListTasks() {
   for (const v1::TaskStatus& task : response.tasks()) {
     std::string latest = "null";
     if (task.round() > 0 && response.tasks_size() <= kMaxTasksWithRounds) {
-      grpc::ClientContext context;
-      rpc::SetTimeout(context, timeout_);
       v1::ListRoundsRequest request;
       request.set_name(task.spec().name());
       request.set_after_round(task.round() > kLatestRounds ? task.round() - kLatestRounds : 0);
       request.set_limit(kLatestRounds);
       v1::ListRoundsResponse page;
-      absl::Status listed = rpc::FromGrpcStatus(stub_.ListRounds(&context, request, &page));
       // Another coordinator's task: its rounds are there.
-      std::optional<std::string> owner = ServingCoordinator(listed);
-      if (owner.has_value() && owners_ != nullptr) {
-        if (v1::ControlService::StubInterface* there = owners_(*owner); there != nullptr) {
-          grpc::ClientContext again;
-          rpc::SetTimeout(again, timeout_);
-          listed = rpc::FromGrpcStatus(there->ListRounds(&again, request, &page));
-        }
-      }
+      const bool listed = AtOwner([&](v1::ControlService::StubInterface& stub) {
+                            grpc::ClientContext context;
+                            rpc::SetTimeout(context, timeout_);
+                            return rpc::FromGrpcStatus(stub.ListRounds(&context, request, &page));
+                          }).ok();
       // A task that went away since the list leaves its column empty.
-      if (listed.ok()) {
+      if (listed) {
         for (v1::RoundSummary& r : *page.mutable_rounds()) {
           if (!r.evaluated()) continue;
           r.clear_participants();

@@ -60,6 +60,11 @@ class ConsoleApi {
                                                                  v1::TaskStatus* status = nullptr);
 
  private:
+  // Runs `call` on this coordinator's stub and, when the answer names the task's owner
+  // (served_by.h), again on the owner's: the stub that answered, or the error.
+  absl::StatusOr<v1::ControlService::StubInterface*> AtOwner(
+      const std::function<absl::Status(v1::ControlService::StubInterface&)>& call);
+
   v1::ControlService::StubInterface& stub_;
   const absl::Duration timeout_;
   const OwnerStubs owners_;

@@ -1,13 +1,14 @@
 #pragma once
 
-// Splitting a pass over a large model across threads. Internal to libs/aggregation.
+// Splitting a pass over a large model across threads started for the call: the strategies'
+// passes over updates, the aggregator's encoding of a version against the held one.
 
 #include <algorithm>
 #include <cstddef>
 #include <thread>
 #include <vector>
 
-namespace shoal::aggregation::internal {
+namespace shoal::common {
 
 // Below ~16 MB of floats a thread costs more than it saves on a plain pass.
 inline constexpr size_t kMinFloatsPerThread = size_t{1} << 22;
@@ -34,4 +35,4 @@ void ParallelFor(size_t n, int threads, const Fn& fn, size_t min_per_thread = kM
   for (auto& w : workers) w.join();
 }
 
-}  // namespace shoal::aggregation::internal
+}  // namespace shoal::common
