@@ -451,6 +451,41 @@ TEST_F(DecentralizedTaskTest, ProviderSelectionAndProviderFailure) {
   EXPECT_EQ(PeerState("d"), "synced");
 }
 
+// Every peer that held round 1's model leaves with it (a killed peer starts again without it):
+// the peers that need it wait for a holder, and after three round deadlines (at least a minute)
+// with none the task fails naming the round, instead of waiting for ever. A holder that comes
+// back in time ends the wait.
+TEST_F(DecentralizedTaskTest, ARoundModelThatNoPeerHoldsAnyMoreFailsTheTask) {
+  Make(Spec(2, 5));
+  AddSynced({"a", "b"});
+  RunRound(1, {"a", "b"});
+  ASSERT_EQ(status_.model_version(), 1u);
+  Remove("a");
+  Remove("b");
+  Add("c");
+  ModeEffects fx = Send("c", Held(0));
+  EXPECT_TRUE(Events(fx, "c", kSyncFrom).empty()) << "no provider";
+  EXPECT_FALSE(Tick(absl::ZeroDuration()).finish.has_value());  // the wait starts
+  EXPECT_FALSE(Tick(absl::Seconds(89)).finish.has_value());
+  // b comes back holding round 1 (it was paused, not killed): c syncs from it, no failure.
+  Add("b");
+  fx = Send("b", Held(1));
+  fx = Tick(absl::Seconds(1));
+  EXPECT_EQ(Events(fx, "b", kSyncServe).size(), 1u);
+  EXPECT_FALSE(Tick(absl::Seconds(120)).finish.has_value()) << "a holder is present";
+  // b goes for good: 90 s (three deadlines of 30 s) later the task fails.
+  Remove("b");
+  EXPECT_FALSE(Tick(absl::ZeroDuration()).finish.has_value());
+  EXPECT_FALSE(Tick(absl::Seconds(89)).finish.has_value());
+  fx = Tick(absl::Seconds(1));
+  ASSERT_TRUE(fx.finish.has_value());
+  EXPECT_EQ(fx.finish->first, v1::TASK_STATE_FAILED);
+  EXPECT_THAT(fx.finish->second, HasSubstr("round 1's model is lost"));
+  EXPECT_THAT(fx.finish->second, HasSubstr("held last by b"));
+  EXPECT_THAT(fx.finish->second, HasSubstr("waiting for it: c"));
+  EXPECT_FALSE(Tick(absl::Seconds(100)).finish.has_value()) << "failed once";
+}
+
 TEST_F(DecentralizedTaskTest, AModelOfTheRightRoundButAnotherDigestIsSynced) {
   Make(Spec(2, 5));
   AddSynced({"a", "b"});

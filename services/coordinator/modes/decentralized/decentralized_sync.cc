@@ -20,8 +20,8 @@ absl::Status DecentralizedTask::OnModelHeld(const std::string& id, const v1::Mod
   p.model_round = m.round();
   // A model of the right round but not the one the round produced (a peer of another run of the
   // task, a corrupted restart) is replaced by a sync. Digest 0 means "not computed".
-  const bool wrong_model =
-      m.digest_xxh3() != 0 && completed_digest_ != 0 && m.digest_xxh3() != completed_digest_;
+  const bool wrong_model = m.round() == completed_ && m.digest_xxh3() != 0 &&
+                           completed_digest_ != 0 && m.digest_xxh3() != completed_digest_;
   if (m.round() == completed_ && !wrong_model) {
     MarkSynced(id, m.round(), now, fx);
     return absl::OkStatus();
@@ -184,6 +184,35 @@ std::set<std::string> DecentralizedTask::SyncedAtCompleted() const {
     if (p.model == Model::kSynced && p.model_round == completed_) out.insert(id);
   }
   return out;
+}
+
+void DecentralizedTask::FailIfModelLost(absl::Time now, ModeEffects& fx) {
+  const std::set<std::string> holders = SyncedAtCompleted();
+  if (!holders.empty()) last_holders_ = holders;
+  std::vector<std::string> waiting;
+  for (const auto& [id, p] : peers_) {
+    if (p.model == Model::kNeedsSync) waiting.push_back(id);
+  }
+  // Round 0's model every peer makes from the seed.
+  if (completed_ == 0 || finished_ || stage_ == Stage::kEvaluating || !holders.empty() ||
+      waiting.empty()) {
+    model_unheld_since_.reset();
+    return;
+  }
+  if (!model_unheld_since_.has_value()) model_unheld_since_ = now;
+  const absl::Duration lost_after = std::max(absl::Seconds(60), 3 * round_deadline_);
+  if (now - *model_unheld_since_ < lost_after) return;
+  const std::string message = absl::StrCat(
+      "round ", completed_, "'s model is lost: no peer holding it has been present for ",
+      absl::FormatDuration(lost_after), " (it was held last by ",
+      last_holders_.empty() ? std::string("peers before a restart")
+                            : absl::StrJoin(last_holders_, ", "),
+      "; waiting for it: ", absl::StrJoin(waiting, ", "),
+      "); start the task again to train from the beginning");
+  LogError("task ", task_, ": ", message);
+  finished_ = true;
+  stage_ = Stage::kDone;
+  fx.finish = {v1::TASK_STATE_FAILED, message};
 }
 
 }  // namespace shoal::coordinator

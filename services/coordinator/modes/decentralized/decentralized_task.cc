@@ -144,6 +144,11 @@ void DecentralizedTask::Tick(absl::Time now, v1::TaskStatus& status, ModeEffects
       StartSync(id, now, fx);
     }
   }
+  FailIfModelLost(now, fx);
+  if (finished_) {
+    Publish(before, status, fx);
+    return;
+  }
 
   switch (stage_) {
     case Stage::kJoining:

@@ -151,6 +151,10 @@ class DecentralizedTask final : public ModeTask {
   bool InRound(const std::string& id) const;
   void SendWaiting(const std::set<std::string>& to, size_t have, ModeEffects& fx);
   std::set<std::string> SyncedAtCompleted() const;
+  // Fails the task once peers have needed round completed_'s model for kLostModelAfter (at least
+  // three round deadlines) while no present peer held it: every holder left with it (a killed
+  // peer starts again without its model), and nothing else can make it.
+  void FailIfModelLost(absl::Time now, ModeEffects& fx);
   std::string PeerStateName(const std::string& id, const PeerState& p) const;
 
   const std::string task_;
@@ -173,6 +177,9 @@ class DecentralizedTask final : public ModeTask {
   std::string waiting_notice_;  // last Waiting sent while idle, to avoid repeats
   std::string message_;
   std::string final_message_;  // the task completes with it (the privacy budget is spent)
+  // Since when peers have needed round completed_'s model with no present peer holding it.
+  std::optional<absl::Time> model_unheld_since_;
+  std::set<std::string> last_holders_;  // the peers that held round completed_'s model last
   bool finished_ = false;
 };
 
