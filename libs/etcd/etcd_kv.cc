@@ -106,7 +106,7 @@ absl::StatusOr<std::unique_ptr<EtcdKv>> EtcdKv::Connect(
 }
 
 template <typename Call>
-absl::Status EtcdKv::OnAnyMember(absl::string_view what, Call call) {
+absl::Status EtcdKv::OnAnyMember(absl::string_view what, Call call, absl::Duration timeout) {
   size_t first;
   {
     absl::MutexLock lock(&mu_);
@@ -118,7 +118,7 @@ absl::Status EtcdKv::OnAnyMember(absl::string_view what, Call call) {
     Member& member = *members_[index];
     const std::shared_ptr<const Stubs> stubs = member.Get();
     grpc::ClientContext context;
-    rpc::SetTimeout(context, call_timeout_);
+    rpc::SetTimeout(context, timeout > absl::ZeroDuration() ? timeout : call_timeout_);
     const grpc::Status status = call(*stubs, context);
     if (status.ok()) {
       absl::MutexLock lock(&mu_);
@@ -227,11 +227,12 @@ absl::StatusOr<int64_t> EtcdKv::GrantLease(absl::Duration ttl) {
   return response.id();
 }
 
-absl::StatusOr<absl::Duration> EtcdKv::KeepAlive(int64_t lease) {
+absl::StatusOr<absl::Duration> EtcdKv::KeepAlive(int64_t lease, absl::Duration per_member) {
   // One renewal on etcd's keep-alive stream: write the request, read its answer, close.
   etcdserverpb::LeaseKeepAliveResponse response;
-  absl::Status s =
-      OnAnyMember("lease keep-alive", [&](const Stubs& m, grpc::ClientContext& context) {
+  absl::Status s = OnAnyMember(
+      "lease keep-alive",
+      [&](const Stubs& m, grpc::ClientContext& context) {
         auto stream = m.lease->LeaseKeepAlive(&context);
         etcdserverpb::LeaseKeepAliveRequest request;
         request.set_id(lease);
@@ -246,7 +247,8 @@ absl::StatusOr<absl::Duration> EtcdKv::KeepAlive(int64_t lease) {
         context.TryCancel();  // etcd keeps the stream open for more renewals
         stream->Finish();
         return grpc::Status::OK;
-      });
+      },
+      per_member);
   if (!s.ok()) return s;
   if (response.ttl() <= 0) {
     return absl::NotFoundError(absl::StrCat("etcd lease ", absl::Hex(lease), " has expired"));

@@ -71,8 +71,12 @@ class EtcdKv {
   // Leases: a key put under a lease is deleted when the lease expires (no keep-alive within
   // its TTL) or is revoked.
   absl::StatusOr<int64_t> GrantLease(absl::Duration ttl);
-  // Renews `lease`; returns its TTL. NOT_FOUND when it has expired.
-  absl::StatusOr<absl::Duration> KeepAlive(int64_t lease);
+  // Renews `lease`; returns its TTL. NOT_FOUND when it has expired. Each member's try takes at
+  // most `per_member` (zero: the call timeout), so that a member that hangs (paused,
+  // partitioned: its connection open, no answer) holds a renewal up no longer than that before
+  // the next member is asked.
+  absl::StatusOr<absl::Duration> KeepAlive(int64_t lease,
+                                           absl::Duration per_member = absl::ZeroDuration());
   absl::Status RevokeLease(int64_t lease);
   // Puts `key` = `value` under `lease` if `key` does not exist. Returns the value the key holds
   // afterwards: `value` when this call (or an earlier try of it) created it, else the holder's.
@@ -96,9 +100,11 @@ class EtcdKv {
          const std::shared_ptr<grpc::ChannelCredentials>& credentials);
 
   // Runs `call` against the members, starting with the one that answered last, until one
-  // answers or all are unreachable; the error then names every member.
+  // answers or all are unreachable; the error then names every member. Each try has `timeout`
+  // (zero: the call timeout).
   template <typename Call>
-  absl::Status OnAnyMember(absl::string_view what, Call call);
+  absl::Status OnAnyMember(absl::string_view what, Call call,
+                           absl::Duration timeout = absl::ZeroDuration());
   // Runs `op` in a transaction guarded by `fence`.
   absl::Status FencedWrite(absl::string_view what, const Fence& fence,
                            const etcdserverpb::RequestOp& op);

@@ -29,7 +29,8 @@ of their start (peers before aggregators before the coordinator) and SIGKILLs wh
 coordinator) starts with spawn(). restart(NAME) starts a service that was killed again with the
 same flags on the same gRPC address, its log appended to (scripts/soak, bench-failover), and
 poll_started(NAME) says whether it is up without waiting. start_etcd(members=N) starts an etcd
-cluster of N members.
+cluster of N members; restart_etcd(NAME) starts a killed member again on its ports and data, and
+etcd_healthy(NAME) asks a member's /health.
 
 With Cluster(..., netns={NAME: (NAMESPACE, HOST)}) the service NAME (and shoalctl, under the name
 "shoalctl") runs under `ip netns exec NAMESPACE` and listens on HOST port 0 instead of 127.0.0.1
@@ -39,6 +40,7 @@ Environment: BUILD_DIR (default: build), SHOAL_DATA_DIR (default:
 /usr/share/datasets/fashion-mnist).
 """
 
+import json
 import os
 import re
 import shutil
@@ -47,6 +49,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("BUILD_DIR", os.path.join(ROOT, "build"))
@@ -107,6 +110,7 @@ class Cluster:
         self.starting = {}  # name -> (Popen, address file) until its address file is there
         self.coordinator = None  # the coordinator's gRPC HOST:PORT
         self.commands = {}  # name -> (binary, args after the listen flags) for restart()
+        self.etcd = {}  # etcd member name -> (its command, its client URL)
         os.makedirs(work, exist_ok=True)
 
     def log_path(self, name):
@@ -203,7 +207,9 @@ class Cluster:
         """`members` etcd members forming one cluster (Debian's etcd-server, or $SHOAL_ETCD),
         each on two free 127.0.0.1 ports, with its data in WORK/NAME-I and its log in
         WORK/NAME-I.log (WORK/NAME and WORK/NAME.log for one member); returns their client
-        HOST:PORTs as a comma list (for a coordinator's --store etcd://A,B,C/PREFIX)."""
+        HOST:PORTs as a comma list (for a coordinator's --store etcd://A,B,C/PREFIX). Each keeps a
+        minute of history (periodic auto-compaction) and runs Raft's pre-vote, so that a member
+        that restarts does not force an election on a cluster that has a leader."""
         etcd = os.environ.get("SHOAL_ETCD") or shutil.which("etcd")
         if not etcd:
             sys.exit(f"{self.prog}: no etcd on PATH (Debian's etcd-server)")
@@ -214,15 +220,36 @@ class Cluster:
         for n in names:
             client_url = f"http://127.0.0.1:{clients[n]}"
             peer_url = f"http://127.0.0.1:{peers[n]}"
-            with open(self.log_path(n), "w") as log:
-                proc = subprocess.Popen(
-                    [etcd, "--name", n, "--data-dir", os.path.join(self.work, n),
-                     "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
-                     "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-                     "--initial-cluster", initial, "--log-level", "warn"],
-                    stdout=log, stderr=subprocess.STDOUT)
-            self.procs.append((n, proc))
+            command = [etcd, "--name", n, "--data-dir", os.path.join(self.work, n),
+                       "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+                       "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                       "--initial-cluster", initial, "--log-level", "warn",
+                       # A minute of history: what a coordinator needs is the newest revision.
+                       "--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1m",
+                       # A member that comes back does not depose a working leader.
+                       "--pre-vote"]
+            self.etcd[n] = (command, client_url)
+            self.spawn_etcd(n, append=False)
         return ",".join(f"127.0.0.1:{clients[n]}" for n in names)
+
+    def spawn_etcd(self, name, append):
+        with open(self.log_path(name), "a" if append else "w") as log:
+            proc = subprocess.Popen(self.etcd[name][0], stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append((name, proc))
+        return proc
+
+    def restart_etcd(self, name):
+        """Starts the etcd member NAME (killed and reaped) again with its flags, ports and data
+        directory, its log appended to; it rejoins its cluster. Returns the new Popen."""
+        return self.spawn_etcd(name, append=True)
+
+    def etcd_healthy(self, name, timeout=1.0):
+        """Whether the etcd member NAME answers /health with "true" (it serves, with a leader)."""
+        try:
+            with urllib.request.urlopen(self.etcd[name][1] + "/health", timeout=timeout) as r:
+                return json.loads(r.read()).get("health") == "true"
+        except (OSError, ValueError):
+            return False
 
     def start_coordinator(self, args=()):
         self.start("coordinator", "shoal-coordinator",

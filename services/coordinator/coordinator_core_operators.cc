@@ -39,8 +39,8 @@ absl::StatusOr<v1::TaskStatus> CoordinatorCore::CreateTask(const common::v1::Tas
       SHOAL_ASSIGN_OR_RETURN(bool mine, placement_->Claim(status));
       if (!mine) {
         status.set_message(
-            "created for another coordinator: the one serving the fewest open tasks takes it "
-            "within a second");
+            "created for another coordinator: the least loaded one (its open tasks and their "
+            "peers) takes it within a second");
         status.mutable_spec()->clear_join_token();
         return status;
       }

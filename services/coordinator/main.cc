@@ -39,9 +39,10 @@ ABSL_FLAG(bool, standby, true,
           "1.5 times --store-lease");
 ABSL_FLAG(bool, share_tasks, false,
           "with --store etcd://: every coordinator on the key prefix serves, each task owned by "
-          "one of them under its lease (the live coordinator serving the fewest open tasks when "
-          "the task is created, or when its owner dies); calls about another coordinator's task "
-          "are answered UNAVAILABLE naming it. No standby: --standby is ignored");
+          "one of them under its lease (the least loaded live coordinator, counting its open "
+          "tasks and their peers, when the task is created, or when its owner dies); calls "
+          "about another coordinator's task are answered UNAVAILABLE naming it. No standby: "
+          "--standby is ignored");
 ABSL_FLAG(std::string, advertise, "",
           "with --store etcd://: HOST:PORT that other coordinators and clients' errors name "
           "this coordinator by (a standby's active coordinator, a shared task's owner; "

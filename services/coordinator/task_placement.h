@@ -23,9 +23,10 @@ class TaskPlacement {
 
   // Starts taking tasks that have no owner (those of a coordinator that died, or one that was
   // stored without one): each one taken is handed to `adopt`, on the placement's thread. And
-  // starts evening out the load: while this coordinator serves at least two open tasks more
-  // than another, one of its tasks at a time is handed to `hand_off` (on the same thread),
-  // which stops serving it and then calls Release, for the least loaded to take it.
+  // starts evening out the load (open tasks, each weighing one and one per peer in it): while
+  // this coordinator's load exceeds another's by twice a task's weight or more, one such task at
+  // a time is handed to `hand_off` (on the same thread), which stops serving it and then calls
+  // Release, for the least loaded to take it.
   virtual void Start(std::function<void(const std::string& task)> adopt,
                      std::function<void(const std::string& task)> hand_off) = 0;
   // Stops taking tasks; neither callback is called after it returns. Idempotent.
@@ -39,10 +40,10 @@ class TaskPlacement {
   // coordinator that serves it (or saying it is being taken over), so that a client given
   // every coordinator's address moves on; NOT_FOUND when no coordinator has a task of the name.
   virtual absl::Status Elsewhere(const std::string& task) = 0;
-  // A task to be created, `initial` its first status: true when this coordinator serves the
-  // fewest open tasks (as it last read them) and is the task's owner now; false when the task
-  // was stored without an owner instead, for the coordinators' scans to give it to the one
-  // serving the fewest. UNAVAILABLE naming the owner when another coordinator has a task of
+  // A task to be created, `initial` its first status: true when this coordinator is the least
+  // loaded (as it last read the loads) and is the task's owner now; false when the task was
+  // stored without an owner instead, for the coordinators' scans to give it to the least
+  // loaded. UNAVAILABLE naming the owner when another coordinator has a task of
   // that name.
   virtual absl::StatusOr<bool> Claim(const v1::TaskStatus& initial) = 0;
   // The tasks other coordinators serve (or none does yet), as they last stored them, without

@@ -6,6 +6,7 @@
 #include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "libs/etcd/etcd_kv.h"
 #include "libs/rpc/tls.h"
@@ -326,6 +328,53 @@ TEST_F(EtcdTest, AMemberThatComesBackIsUsedAgainWithinASecondOrTwo) {
       << "no put within 3 s of etcd listening again";
   std::printf("etcd member used again %s after it listened\n",
               absl::FormatDuration(absl::Now() - back).c_str());
+}
+
+// A member that hangs (SIGSTOP: its connections open, no answers) costs the store's hold on its
+// prefix nothing: each renewal gives a member a third of the TTL (at least 2 s) before it asks the
+// next, where the whole call timeout (5 s) outlasted a 5-s TTL.
+TEST(EtcdClusterTest, AMemberThatHangsCostsTheHoldNothing) {
+  absl::StatusOr<std::string> dir = testing::MakeTestTempDir("shoal-etcd-hang-");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  absl::StatusOr<std::vector<std::unique_ptr<testing::EtcdMember>>> members =
+      testing::EtcdMember::StartCluster(*dir, 3);
+  ASSERT_TRUE(members.ok()) << members.status();
+  // The store asks a follower first (a paused leader would stop the cluster for an election).
+  size_t hung = 0;
+  while (hung < members->size() && (*members)[hung]->IsLeader()) ++hung;
+  ASSERT_LT(hung, members->size());
+  std::vector<std::string> endpoints = {(*members)[hung]->endpoint()};
+  for (size_t i = 0; i < members->size(); ++i) {
+    if (i != hung) endpoints.push_back((*members)[i]->endpoint());
+  }
+  StoreOptions options =
+      Options(absl::StrCat("etcd://", absl::StrJoin(endpoints, ","), "/p"), *dir);
+  options.lease_ttl = absl::Seconds(5);  // the Kubernetes overlays' and the compose profile's
+  absl::Mutex mu;
+  std::string lost;
+  options.on_lost = [&](const absl::Status& why) {
+    absl::MutexLock lock(&mu);
+    lost = std::string(why.message());
+  };
+  absl::StatusOr<std::unique_ptr<TaskStore>> store = OpenTaskStore(options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->PutTask(Task("t", v1::TASK_STATE_RUNNING)).ok());
+
+  (*members)[hung]->Signal(SIGSTOP);
+  // Two TTLs of writes: each lands (the first after the call timeout on the hung member), and
+  // the hold stays.
+  const absl::Time until = absl::Now() + 2 * options.lease_ttl;
+  int writes = 0;
+  while (absl::Now() < until) {
+    absl::Status put = (*store)->PutTask(Task("t", v1::TASK_STATE_RUNNING));
+    EXPECT_TRUE(put.ok()) << put;
+    ++writes;
+    absl::SleepFor(absl::Milliseconds(200));  // the pace of a store's writes
+  }
+  (*members)[hung]->Signal(SIGCONT);
+  EXPECT_GE(writes, 2);
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(lost, "") << "the hold was lost while one member of three hung";
 }
 
 TEST_F(EtcdTest, PrefixesKeepStoresApartAndABadRecordIsDataLoss) {

@@ -268,5 +268,45 @@ TEST_F(TaskOwnershipTest, ACoordinatorWithTwoTasksMoreThanAnotherHandsOneOver) {
   EXPECT_FALSE(Ownership(*a).TakeHandOff().has_value());
 }
 
+// A coordinator's load counts each task's peers: of two tasks, the one light enough to narrow the
+// gap moves, not the newer one with six peers, and a coordinator of three peerless tasks does not
+// hand one to another that serves a task of six peers.
+TEST_F(TaskOwnershipTest, ATaskWeighsOneAndOneMorePerPeer) {
+  std::unique_ptr<TaskStore> a = Open("a:1");
+  ASSERT_TRUE(a);
+  v1::TaskStatus small = Task("small");
+  small.set_created_unix_ms(1000);
+  v1::TaskStatus big = Task("big");
+  big.set_created_unix_ms(1001);  // the newer, waiting too
+  for (int i = 0; i < 6; ++i) big.add_data()->set_peer_id(absl::StrCat("peer-", i));
+  for (const v1::TaskStatus& task : {small, big}) {
+    ASSERT_TRUE(a->placement()->Claim(task).value_or(false)) << task.spec().name();
+    ASSERT_TRUE(a->PutTask(task).ok());
+  }
+  // b joins: loads 1 + 7 against 0. "big" (7) would only turn the gap around; "small" moves.
+  std::unique_ptr<TaskStore> b = Open("b:1");
+  ASSERT_TRUE(b);
+  const int after = TaskOwnershipOptions().hand_off_after;
+  for (int i = 0; i < after; ++i) ASSERT_TRUE(Ownership(*a).ScanOnce().ok());
+  EXPECT_EQ(Ownership(*a).TakeHandOff().value_or(""), "small");
+  ASSERT_TRUE(a->placement()->Release("small").ok());
+  absl::StatusOr<std::vector<std::string>> taken = Ownership(*b).ScanOnce();
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_THAT(*taken, ElementsAre("small"));
+  ASSERT_TRUE(b->PutTask(small).ok());
+
+  // b, the least loaded, gets the next two tasks: three tasks (3) against one of six peers (7).
+  for (const char* name : {"x", "y"}) {
+    ASSERT_TRUE(b->placement()->Claim(Task(name)).value_or(false)) << name;
+    ASSERT_TRUE(b->PutTask(Task(name)).ok());
+  }
+  for (int i = 0; i < 2 * after; ++i) {
+    ASSERT_TRUE(Ownership(*a).ScanOnce().ok());
+    ASSERT_TRUE(Ownership(*b).ScanOnce().ok());
+  }
+  EXPECT_FALSE(Ownership(*a).TakeHandOff().has_value()) << "a's one task would turn the gap round";
+  EXPECT_FALSE(Ownership(*b).TakeHandOff().has_value()) << "b is the less loaded";
+}
+
 }  // namespace
 }  // namespace shoal::coordinator

@@ -39,6 +39,10 @@ void EtcdMember::Kill() {
   if (process_ != nullptr) process_->Stop(absl::ZeroDuration());
 }
 
+void EtcdMember::Signal(int sig) {
+  if (process_ != nullptr) process_->Signal(sig);
+}
+
 absl::Status EtcdMember::Restart() {
   Kill();
   process::ProcessOptions options = options_;

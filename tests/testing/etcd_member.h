@@ -35,6 +35,8 @@ class EtcdMember {
   // Kills etcd and starts it again on the same ports and data (a member that was down comes
   // back); returns once it accepts connections.
   absl::Status Restart();
+  // Sends `sig` to etcd (SIGSTOP: a member that hangs, its connections open; SIGCONT).
+  void Signal(int sig);
 
   const std::string& endpoint() const { return endpoint_; }  // HOST:PORT of its client API
   // Whether this member leads its cluster now (its etcd_server_is_leader metric).

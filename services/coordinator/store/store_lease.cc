@@ -7,6 +7,15 @@
 #include "libs/common/log.h"
 
 namespace shoal::coordinator {
+namespace {
+
+// How long one etcd member may take to renew a hold before the next is asked: a third of the TTL,
+// so that a member that hangs (paused, cut off with its connections open) costs a renewal, not
+// the hold; but at least 2 s, so that members slow to answer on a loaded machine (TLS
+// handshakes, a busy disk) are not given up on.
+absl::Duration PerMember(absl::Duration ttl) { return std::max(ttl / 3, absl::Seconds(2)); }
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<StoreLease>> StoreLease::Acquire(etcd::EtcdKv& kv, std::string key,
                                                                 StoreLeaseOptions options) {
@@ -26,7 +35,7 @@ absl::StatusOr<std::unique_ptr<StoreLease>> StoreLease::Acquire(etcd::EtcdKv& kv
     // Our own lease must outlive the wait; one that lapsed while etcd was out of reach is
     // granted again.
     if (const absl::Time now = absl::Now(); now - renewed >= options.ttl / 3) {
-      absl::StatusOr<absl::Duration> ttl = kv.KeepAlive(lease);
+      absl::StatusOr<absl::Duration> ttl = kv.KeepAlive(lease, PerMember(options.ttl));
       if (ttl.ok()) renewed = now;
       if (absl::IsNotFound(ttl.status())) {
         if (granted = kv.GrantLease(options.ttl); granted.ok()) {
@@ -101,7 +110,7 @@ void StoreLease::RenewLoop() {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.ttl / 3)) return;
     }
-    absl::StatusOr<absl::Duration> ttl = kv_.KeepAlive(fence_.lease);
+    absl::StatusOr<absl::Duration> ttl = kv_.KeepAlive(fence_.lease, PerMember(options_.ttl));
     const absl::Time now = absl::Now();
     absl::Status loss;
     if (ttl.ok()) {

@@ -19,6 +19,12 @@ bool Open(const v1::TaskStatus& status) {
   return status.state() == v1::TASK_STATE_WAITING || status.state() == v1::TASK_STATE_RUNNING;
 }
 
+// What a task adds to its coordinator's load: an open one one for itself and one per peer in it
+// (its data reports: the peers present when it was stored last); a closed one nothing.
+size_t Weight(const v1::TaskStatus& status) {
+  return Open(status) ? 1 + static_cast<size_t>(status.data_size()) : 0;
+}
+
 }  // namespace
 
 TaskOwnership::TaskOwnership(etcd::EtcdKv& kv, TaskOwnershipOptions options)
@@ -62,8 +68,9 @@ void TaskOwnership::ScanLoop() {
         adopt_(task);
       }
       if (std::optional<std::string> task = TakeHandOff()) {
-        LogInfo("task ", *task, ": handing it over (this coordinator has served at least two ",
-                "open tasks more than another for ", options_.hand_off_after, " scans)");
+        LogInfo("task ", *task, ": handing it over (this coordinator's load, its open tasks and ",
+                "their peers, has been at least twice the task's above another's for ",
+                options_.hand_off_after, " scans)");
         hand_off_(*task);
       }
     } else if (taken.status() != last) {
@@ -123,7 +130,8 @@ std::map<std::string, std::string> TaskOwnership::Assign(const std::vector<std::
     const std::string least = LeastLoaded(load);
     if (least.empty()) break;  // not even this one is a member (its lease lapsed)
     to[task] = least;
-    ++load[least];
+    auto status = tasks_.find(task);
+    load[least] += status != tasks_.end() ? std::max<size_t>(1, Weight(status->second)) : 1;
   }
   return to;
 }
@@ -164,24 +172,31 @@ absl::StatusOr<std::vector<std::string>> TaskOwnership::ScanOnce() {
 void TaskOwnership::WeighHandOff(const std::map<std::string, size_t>& load) {
   auto mine = load.find(options_.advertise);
   const std::string least = LeastLoaded(load);
-  if (mine == load.end() || least.empty() || mine->second < load.at(least) + 2) {
+  // A task of weight w narrows the gap when it moves only if 2w <= gap.
+  const size_t gap = mine == load.end() || least.empty() || mine->second < load.at(least)
+                         ? 0
+                         : mine->second - load.at(least);
+  const v1::TaskStatus* pick = nullptr;
+  if (gap >= 2) {
+    // Of the tasks light enough, a waiting one before a running one (nobody has worked on it
+    // yet), the newest first.
+    auto rank = [](const v1::TaskStatus& s) {
+      return std::make_pair(s.state() == v1::TASK_STATE_WAITING, s.created_unix_ms());
+    };
+    for (const auto& [name, owner] : owners_) {
+      if (owner.address != options_.advertise) continue;
+      auto task = tasks_.find(name);
+      if (task == tasks_.end() || !Open(task->second) || 2 * Weight(task->second) > gap) continue;
+      if (pick == nullptr || rank(task->second) > rank(*pick)) pick = &task->second;
+    }
+  }
+  if (pick == nullptr) {
     imbalanced_scans_ = 0;
     return;
   }
   if (++imbalanced_scans_ < options_.hand_off_after) return;
   imbalanced_scans_ = 0;
-  // A waiting task before a running one (nobody has worked on it yet), the newest first.
-  const v1::TaskStatus* pick = nullptr;
-  auto rank = [](const v1::TaskStatus& s) {
-    return std::make_pair(s.state() == v1::TASK_STATE_WAITING, s.created_unix_ms());
-  };
-  for (const auto& [name, owner] : owners_) {
-    if (owner.address != options_.advertise) continue;
-    auto task = tasks_.find(name);
-    if (task == tasks_.end() || !Open(task->second)) continue;
-    if (pick == nullptr || rank(task->second) > rank(*pick)) pick = &task->second;
-  }
-  if (pick != nullptr) hand_off_task_ = pick->spec().name();
+  hand_off_task_ = pick->spec().name();
 }
 
 std::optional<std::string> TaskOwnership::TakeHandOff() {
@@ -222,7 +237,7 @@ std::map<std::string, size_t> TaskOwnership::Load() const {
   for (const auto& [name, owner] : owners_) {
     auto it = load.find(owner.address);
     auto task = tasks_.find(name);
-    if (it != load.end() && task != tasks_.end() && Open(task->second)) ++it->second;
+    if (it != load.end() && task != tasks_.end()) it->second += Weight(task->second);
   }
   return load;
 }
@@ -298,7 +313,7 @@ absl::StatusOr<bool> TaskOwnership::Claim(const v1::TaskStatus& initial) {
     if (!stored.ok()) return stored.status();
     if (*stored) {
       LogInfo("task ", task, " created for another coordinator (", least,
-              " serves the fewest open tasks)");
+              " is the least loaded: its open tasks and their peers)");
       return false;
     }
   }

@@ -7,16 +7,19 @@
 // - a coordinator that dies, or is paused or cut off past its lease, loses every task at once:
 //   its owner keys go with the lease, and each of its writes is fenced on the task's owner key
 //   under its lease (EtcdTaskStore), so it writes nothing more;
+// - a coordinator's load is its open tasks, each weighing one and one more per peer in it (the
+//   peers' data reports in the task's stored status);
 // - a task without an owner (stored by its creator for another coordinator, or whose owner's
-//   lease lapsed) is taken by the live coordinator that owns the fewest open tasks (the lowest
-//   address among equals; by any after a second, should that one not take it): every
-//   coordinator scans the prefix every `scan` and finds the same one;
-// - a new task goes the same way: its creator owns it when it serves the fewest open tasks as
-//   far as it knows, and otherwise stores it without an owner for the scans to place;
-// - a coordinator that has served at least two open tasks more than another for `hand_off_after`
-//   scans in a row (one that just joined, or stayed up through a rolling restart), with no task
-//   waiting for an owner, hands one of its own over: a waiting one before a running one, the
-//   newest first. The core stops serving it and releases its owner key; the scans place it.
+//   lease lapsed) is taken by the least loaded live coordinator (the lowest address among
+//   equals; by any after a second, should that one not take it): every coordinator scans the
+//   prefix every `scan` and finds the same one;
+// - a new task goes the same way: its creator owns it when it is the least loaded as far as it
+//   knows, and otherwise stores it without an owner for the scans to place;
+// - a coordinator whose load has been above another's by at least twice the weight of one of
+//   its tasks for `hand_off_after` scans in a row (one that just joined, or stayed up through a
+//   rolling restart), with no task waiting for an owner, hands such a task over (so the gap
+//   narrows): a waiting one before a running one, the newest first. The core stops serving it
+//   and releases its owner key; the scans place it.
 // Thread-safe.
 
 #include <cstdint>
@@ -78,12 +81,13 @@ class TaskOwnership final : public TaskPlacement {
   absl::StatusOr<std::vector<std::string>> Read() ABSL_LOCKS_EXCLUDED(mu_);
   // Where the scans put `orphans` (task -> coordinator), each to the least loaded in `load`,
   // which counts them.
-  static std::map<std::string, std::string> Assign(const std::vector<std::string>& orphans,
-                                                   std::map<std::string, size_t>& load);
-  // The live coordinator with the fewest in `load` (open tasks by address), the lowest address
-  // among equals; "" when there is none.
+  std::map<std::string, std::string> Assign(const std::vector<std::string>& orphans,
+                                            std::map<std::string, size_t>& load)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The live coordinator with the least in `load` (by address), the lowest address among
+  // equals; "" when there is none.
   static std::string LeastLoaded(const std::map<std::string, size_t>& load);
-  // Open tasks by live coordinator, as the last scan read them.
+  // The load of each live coordinator (see above), as the last scan read it.
   std::map<std::string, size_t> Load() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a scan that found no orphan: counts the scans of a lasting imbalance and, at
   // hand_off_after, picks the task to hand over.
