@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include "libs/rpc/channel.h"
+#include "libs/rpc/model_stream.h"
 #include "tests/cluster/cluster.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/wait.h"
 
 namespace shoal::testing {
 namespace {
@@ -43,13 +46,36 @@ TEST_P(AggregatorFailoverTest, KilledAggregatorMovesTheTaskWhichCompletes) {
   if (GetParam() == common::v1::MODE_FEDERATED_ASYNC) spec.mutable_async()->set_buffer_size(2);
   ASSERT_TRUE(cluster.CreateTask(spec).ok());
 
-  // Once a round (a version) is done, and so checkpointed, kill the aggregator the task uses.
+  // Once two rounds (versions) are done, kill the aggregator the task uses, with its newest
+  // version checkpointed: the peers are paused first, so that no version comes after the one
+  // whose checkpoint is read back (the status shows a version before its checkpoint is written;
+  // a version held by the killed aggregator alone would be lost, and the task would go back).
   auto status = cluster.WaitFor(
       spec.name(),
       [](const cv1::TaskStatus& s) {
         return s.history_size() >= 2 && s.state() == cv1::TASK_STATE_RUNNING;
       },
       absl::Minutes(3), "two rounds done");
+  ASSERT_TRUE(status.ok()) << status.status();
+  for (int i = 0; i < 3; ++i) cluster.peer(i).process->Signal(SIGSTOP);
+  const auto checkpointed = [&](uint64_t version) {
+    grpc::ClientContext context;
+    rpc::SetTimeout(context, absl::Seconds(5));
+    cv1::GetModelRequest request;
+    request.set_name(spec.name());
+    request.set_version(version);
+    auto reader = cluster.control().GetModel(&context, request);
+    return rpc::ReadModelStream(*reader, tensor::DecoderLimits{}, &context).ok();
+  };
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        status = cluster.Status(spec.name());
+        return status.ok() && checkpointed(status->model_version()) &&
+               cluster.Status(spec.name()).value_or(cv1::TaskStatus()).model_version() ==
+                   status->model_version();
+      },
+      absl::Seconds(30)))
+      << "the newest version's checkpoint";
   ASSERT_TRUE(status.ok()) << status.status();
   const std::string doomed = status->aggregator();
   int killed = -1;
@@ -59,6 +85,7 @@ TEST_P(AggregatorFailoverTest, KilledAggregatorMovesTheTaskWhichCompletes) {
   ASSERT_GE(killed, 0) << "the task's aggregator " << doomed << " is not one of ours";
   const absl::Time kill_time = absl::Now();
   cluster.aggregator(killed).process->Signal(SIGKILL);
+  for (int i = 0; i < 3; ++i) cluster.peer(i).process->Signal(SIGCONT);
 
   status = cluster.WaitFor(
       spec.name(),
