@@ -98,6 +98,23 @@ absl::Status WeightedMeanAccumulator::Add(absl::Span<const float> delta, double 
   return absl::OkStatus();
 }
 
+absl::Status WeightedMeanAccumulator::AddTaking(std::vector<float>& delta, double weight) {
+  if (summation_ != Summation::kFloat || count_ > 0) return Add(delta, weight);
+  if (delta.size() != layout_.total_elements() || !(weight > 0) || !std::isfinite(weight)) {
+    return Add(delta, weight);  // its error
+  }
+  // The same products as Add's first term, written where they are.
+  const float w = static_cast<float>(weight);
+  float* d = delta.data();
+  ParallelFor(delta.size(), threads_, [=](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) d[i] = w * d[i];
+  });
+  sum_.swap(delta);
+  count_ = 1;
+  total_weight_ = weight;
+  return absl::OkStatus();
+}
+
 absl::Status WeightedMeanAccumulator::AddNoiseTerm(absl::Span<const float> noise, double weight) {
   if (summation_ != Summation::kFloat) {
     return absl::InvalidArgumentError("a noise term needs float summation (not exact_sum)");
@@ -256,6 +273,28 @@ absl::Status WeightedMeanAccumulator::ApplyInto(const tensor::FlatModel& base,
   ParallelFor(out.size(), threads_, [=](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) o[i] = b[i] + s[i] * scale;
   });
+  return absl::OkStatus();
+}
+
+absl::Status WeightedMeanAccumulator::ApplyInPlace(const tensor::FlatModel& base,
+                                                   std::vector<float>& out) {
+  if (summation_ != Summation::kFloat || count_ == 0) {
+    absl::Status s = ApplyInto(base, out);
+    if (s.ok()) Reset();
+    return s;
+  }
+  if (!(base.layout == layout_) || base.values.size() != layout_.total_elements()) {
+    return absl::InvalidArgumentError("base model does not match the accumulator's layout");
+  }
+  // ApplyInto's expression, element by element over the sum itself.
+  const float scale = static_cast<float>(1.0 / total_weight_);
+  const float* b = base.values.data();
+  float* s = sum_.data();
+  ParallelFor(sum_.size(), threads_, [=](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) s[i] = b[i] + s[i] * scale;
+  });
+  out.swap(sum_);
+  Reset();
   return absl::OkStatus();
 }
 

@@ -56,6 +56,10 @@ class WeightedMeanAccumulator {
   // Errors: INVALID_ARGUMENT, nothing added, on a size mismatch, a non-positive / non-finite
   // weight, and for kExact a term or weight over the bound (named) or a sum of too many terms.
   absl::Status Add(absl::Span<const float> delta, double weight);
+  // Add, for a caller that owns `delta`: the first term of a kFloat sum takes `delta`'s buffer
+  // as the running sum (scaled in place, no copy), and `delta` gets the sum's previous buffer
+  // (empty when it had none) for the caller to reuse. Any other term: Add, `delta` untouched.
+  absl::Status AddTaking(std::vector<float>& delta, double weight);
   // Adds another accumulator's Partial() over the same layout and summation, as if its
   // contributors had been added here. Errors: INVALID_ARGUMENT on a size or summation mismatch,
   // a non-finite value or weight, too many terms (kExact); nothing added.
@@ -74,6 +78,11 @@ class WeightedMeanAccumulator {
   // Same, writing into `out` (its capacity is reused: pass a recycled model buffer to skip the
   // first-touch cost of a fresh allocation).
   absl::Status ApplyInto(const tensor::FlatModel& base, std::vector<float>& out) const;
+  // ApplyInto without a second model-sized buffer: a kFloat sum with terms becomes the result in
+  // its own buffer, which is swapped with `out`'s (the accumulator keeps `out`'s previous buffer
+  // for its next sum, which AddTaking gives back). Otherwise ApplyInto. Either way the
+  // accumulator is then as after Reset.
+  absl::Status ApplyInPlace(const tensor::FlatModel& base, std::vector<float>& out);
   // The mean delta itself (zeros when nothing was added).
   std::vector<float> MeanDelta() const;
 

@@ -76,7 +76,13 @@ absl::Status AggregatorCore::FindSession(const std::string& name, std::shared_pt
 
 void AggregatorCore::EvictOldVersions(TaskState& task) {
   while (task.versions.size() > static_cast<size_t>(options_.versions_kept)) {
-    task.versions.erase(task.versions.begin());
+    auto oldest = task.versions.begin();
+    // A buffer nobody else holds goes to the staging pool (a push reuses it without the
+    // first-touch cost of a fresh one).
+    if (oldest->second.model.use_count() == 1) {
+      RecycleBuffer(std::move(const_cast<tensor::FlatModel&>(*oldest->second.model).values));
+    }
+    task.versions.erase(oldest);
   }
 }
 

@@ -30,9 +30,9 @@ RoundAggregation::RoundAggregation(const aggregation::Strategy& strategy,
   }
 }
 
-absl::Status RoundAggregation::Add(absl::Span<const float> delta, double weight,
+absl::Status RoundAggregation::Add(std::vector<float>& delta, double weight,
                                    absl::string_view contributor) {
-  if (mean_.has_value()) return mean_->Add(delta, weight);
+  if (mean_.has_value()) return mean_->AddTaking(delta, weight);
   absl::Status added = other_->Add(delta, weight, contributor);
   if (added.ok()) own_weight_ += weight;
   return added;
@@ -52,8 +52,13 @@ absl::StatusOr<aggregation::WeightedMeanAccumulator> RoundAggregation::ClusterSu
   return sum;
 }
 
+bool RoundAggregation::AppliesInPlace() const {
+  return mean_.has_value() && mean_->summation() == aggregation::Summation::kFloat &&
+         mean_->count() > 0;
+}
+
 absl::StatusOr<aggregation::AggregationReport> RoundAggregation::ApplyInto(
-    const tensor::FlatModel& base, std::vector<float>& out) const {
+    const tensor::FlatModel& base, std::vector<float>& out) {
   if (!mean_.has_value() && children_->count() == 0) return other_->ApplyInto(base, out);
   if (!mean_.has_value()) {
     // A tree round of another strategy: its clusters' results, weighted by their samples.
@@ -66,10 +71,10 @@ absl::StatusOr<aggregation::AggregationReport> RoundAggregation::ApplyInto(
                                " clusters, their results weighted by samples");
     return report;
   }
-  absl::Status applied = mean_->ApplyInto(base, out);
-  if (!applied.ok()) return applied;
   aggregation::AggregationReport report;
   report.updates = mean_->count();
+  absl::Status applied = mean_->ApplyInPlace(base, out);
+  if (!applied.ok()) return applied;
   if (report.updates == 0) report.note = "no updates: the result is the base model";
   return report;
 }

@@ -37,10 +37,17 @@ class RoundAggregation {
 
   // Adds an update whose layout and finiteness the caller has checked; `weight` > 0 (only mean
   // uses it); one update per contributor. Errors (INVALID_ARGUMENT) mean a broken invariant.
-  absl::Status Add(absl::Span<const float> delta, double weight, absl::string_view contributor);
-  // base + aggregate into `out` (its capacity is reused), with the strategy's report.
+  // Mean's first update becomes its running sum (WeightedMeanAccumulator::AddTaking): `delta`
+  // then comes back holding the sum's previous buffer, or none.
+  absl::Status Add(std::vector<float>& delta, double weight, absl::string_view contributor);
+  // True when ApplyInto will make the result in the running sum's own buffer (float mean with
+  // updates): the caller need not bring a buffer for it.
+  bool AppliesInPlace() const;
+  // base + aggregate into `out` (its capacity is reused), with the strategy's report. Mean:
+  // WeightedMeanAccumulator::ApplyInPlace (`out` swapped with the sum's buffer), and the
+  // updates are spent (as after Reset).
   absl::StatusOr<aggregation::AggregationReport> ApplyInto(const tensor::FlatModel& base,
-                                                           std::vector<float>& out) const;
+                                                           std::vector<float>& out);
   // Tree rounds: what the round sends its parent, and a child's partial sum added in
   // (INVALID_ARGUMENT as WeightedMeanAccumulator::AddPartial, nothing added). Mean: the running
   // sum of every update and partial. Another strategy runs per cluster: its aggregate of the

@@ -129,5 +129,64 @@ TEST(WeightedMeanTest, ThreadedPassesMatchTheSingleThreadedOnes) {
   EXPECT_EQ(a->values, b->values);
 }
 
+// AddTaking and ApplyInPlace give the bits Add and ApplyInto give, and move the buffers as
+// documented: the first term's buffer becomes the sum, and the sum's buffer the result, so a
+// round holds no model-sized buffer of its own.
+TEST(WeightedMeanTest, TakingTheBuffersGivesTheSameModel) {
+  const std::vector<float> d1 = {0.1f, -2.5f, 3.3f, 1e-7f, 5, 6.25f};
+  const std::vector<float> d2 = {-2, 0.7f, 6, 8.1f, 2, -1e6f};
+  const tensor::FlatModel base = ModelOf({10, 0.3f, -7, 1e3f, 0, 2});
+  WeightedMeanAccumulator copying(Layout());
+  ASSERT_TRUE(copying.Add(d1, 3).ok());
+  ASSERT_TRUE(copying.Add(d2, 7).ok());
+  std::vector<float> expected;
+  ASSERT_TRUE(copying.ApplyInto(base, expected).ok());
+
+  WeightedMeanAccumulator taking(Layout());
+  std::vector<float> first = d1;
+  const float* first_buffer = first.data();
+  ASSERT_TRUE(taking.AddTaking(first, 3).ok());
+  EXPECT_EQ(first.capacity(), 0u) << "a new accumulator has no buffer to give back";
+  std::vector<float> second = d2;
+  ASSERT_TRUE(taking.AddTaking(second, 7).ok());
+  EXPECT_EQ(second, d2) << "a later term is only read";
+  std::vector<float> out = {42, 42};
+  const float* old_out = out.data();
+  ASSERT_TRUE(taking.ApplyInPlace(base, out).ok());
+  EXPECT_EQ(out, expected);
+  EXPECT_EQ(out.data(), first_buffer) << "the result is made in the first term's buffer";
+  EXPECT_EQ(taking.count(), 0u);
+
+  // The next sum starts in the buffer `out` had, and its first term gets that buffer back.
+  std::vector<float> third = d2;
+  const float* third_buffer = third.data();
+  ASSERT_TRUE(taking.AddTaking(third, 1).ok());
+  EXPECT_EQ(third.data(), old_out);
+  std::vector<float> again;
+  ASSERT_TRUE(taking.ApplyInPlace(base, again).ok());
+  EXPECT_EQ(again.data(), third_buffer);
+  for (size_t i = 0; i < d2.size(); ++i) EXPECT_FLOAT_EQ(again[i], base.values[i] + d2[i]) << i;
+
+  // A refused first term changes nothing; with no terms the result is the base.
+  std::vector<float> short_delta = {1, 2};
+  EXPECT_EQ(taking.AddTaking(short_delta, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(short_delta.size(), 2u);
+  std::vector<float> bad_weight(6, 1);
+  EXPECT_EQ(taking.AddTaking(bad_weight, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad_weight, std::vector<float>(6, 1));
+  ASSERT_TRUE(taking.ApplyInPlace(base, out).ok());
+  EXPECT_EQ(out, base.values);
+
+  // Exact sums copy as before (their sum is not floats).
+  WeightedMeanAccumulator exact(Layout(), 1, Summation::kExact);
+  std::vector<float> e1 = d1;
+  ASSERT_TRUE(exact.AddTaking(e1, 2).ok());
+  EXPECT_EQ(e1, d1);
+  std::vector<float> exact_out;
+  ASSERT_TRUE(exact.ApplyInPlace(base, exact_out).ok());
+  for (size_t i = 0; i < d1.size(); ++i) EXPECT_FLOAT_EQ(exact_out[i], base.values[i] + d1[i]);
+  EXPECT_EQ(exact.count(), 0u);
+}
+
 }  // namespace
 }  // namespace shoal::aggregation

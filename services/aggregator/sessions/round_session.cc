@@ -423,7 +423,9 @@ absl::StatusOr<RoundResult> RoundSession::Close(TaskState& task, uint64_t number
     result.contributors.assign(accepted_.begin(), accepted_.end());
     result.num_samples = num_samples_;
     result.mean_train_loss = num_samples_ > 0 ? loss_sum_ / static_cast<double>(num_samples_) : 0;
-    if (!result.contributors.empty()) {
+    // Mean makes the new version in its running sum's buffer; the version it evicts then goes
+    // back to the staging pool (PublishVersion), which keeps the buffers at the pushes + 2.
+    if (!result.contributors.empty() && !aggregation_->AppliesInPlace()) {
       recycled = host_.TakeEvictedBuffer(task, base_version_, base_->layout);
     }
   }
