@@ -246,7 +246,15 @@ absl::StatusOr<absl::Duration> EtcdKv::KeepAlive(int64_t lease, absl::Duration p
         stream->WritesDone();
         context.TryCancel();  // etcd keeps the stream open for more renewals
         stream->Finish();
-        return grpc::Status::OK;
+        // Only a member in the quorum's term renews for real (see the header): a linearizable
+        // read (ReadIndex) proves it, within what is left of this member's time.
+        grpc::ClientContext quorum;
+        quorum.set_deadline(context.deadline());
+        etcdserverpb::RangeRequest probe;
+        probe.set_key("/");
+        probe.set_count_only(true);
+        etcdserverpb::RangeResponse ignored;
+        return m.kv->Range(&quorum, probe, &ignored);
       },
       per_member);
   if (!s.ok()) return s;

@@ -1,16 +1,21 @@
 #include "services/coordinator/task_store.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <system_error>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "services/coordinator/store/sqlite_task_store.h"
 #ifdef SHOAL_HAVE_ETCD
 #include "services/coordinator/store/etcd_task_store.h"
@@ -20,6 +25,28 @@ namespace shoal::coordinator {
 namespace {
 
 constexpr absl::string_view kEtcdScheme = "etcd://";
+
+#ifdef SHOAL_HAVE_ETCD
+// About when this process started (static initialisation), for IsEarlierSelf.
+const absl::Time kProcessStarted = absl::Now();
+
+// Whether `holder` (an owner key's value, as the identity below makes it) is an earlier process
+// of this coordinator: it begins with `place` ("shoal-coordinator [at ADDR ]on HOST, pid "),
+// and its process is gone, or had this process's pid before this process started (a
+// container's restart gives the new process the old one's pid).
+bool IsEarlierSelf(const std::string& holder, const std::string& place) {
+  if (!absl::StartsWith(holder, place)) return false;
+  std::vector<std::string> rest =
+      absl::StrSplit(holder.substr(place.size()), absl::MaxSplits(", started ", 1));
+  int pid = 0;
+  if (rest.size() != 2 || !absl::SimpleAtoi(rest[0], &pid) || pid <= 0) return false;
+  if (pid != getpid()) return kill(pid, 0) == -1 && errno == ESRCH;
+  absl::Time started;
+  std::string error;
+  return absl::ParseTime(absl::RFC3339_full, rest[1], &started, &error) &&
+         started < kProcessStarted;
+}
+#endif
 
 absl::Status StoreError(absl::string_view store, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("--store ", store, ": ", what));
@@ -100,10 +127,12 @@ absl::StatusOr<std::unique_ptr<TaskStore>> OpenTaskStore(const StoreOptions& opt
   gethostname(host, sizeof(host) - 1);
   StoreLeaseOptions lease;
   lease.ttl = options.lease_ttl;
-  lease.identity =
+  const std::string place =
       absl::StrCat("shoal-coordinator ",
                    options.advertise.empty() ? "" : absl::StrCat("at ", options.advertise, " "),
-                   "on ", host, ", pid ", getpid(), ", started ", absl::FormatTime(absl::Now()));
+                   "on ", host, ", pid ");
+  lease.identity = absl::StrCat(place, getpid(), ", started ", absl::FormatTime(absl::Now()));
+  lease.earlier_self = [place](const std::string& holder) { return IsEarlierSelf(holder, place); };
   lease.on_lost = options.on_lost;
   if (options.standby && !options.share_tasks) lease.wait = absl::InfiniteDuration();
   lease.on_held = options.on_held;

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -377,6 +380,43 @@ TEST(EtcdClusterTest, AMemberThatHangsCostsTheHoldNothing) {
   EXPECT_EQ(lost, "") << "the hold was lost while one member of three hung";
 }
 
+// A renewal counts only where a quorum stands behind the member that answers it: a leader cut
+// off from both followers (here: they hang) renews leases in its own memory until it notices,
+// which the real cluster never sees (soak: a leader paused past an election, then resumed, took
+// a coordinator's renewals for seconds while the new leader let its lease lapse).
+TEST(EtcdClusterTest, ARenewalThatNoQuorumConfirmsIsNone) {
+  absl::StatusOr<std::string> dir = testing::MakeTestTempDir("shoal-etcd-quorum-");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  absl::StatusOr<std::vector<std::unique_ptr<testing::EtcdMember>>> members =
+      testing::EtcdMember::StartCluster(*dir, 3);
+  ASSERT_TRUE(members.ok()) << members.status();
+  size_t leader = 0;
+  while (leader < members->size() && !(*members)[leader]->IsLeader()) ++leader;
+  ASSERT_LT(leader, members->size());
+  std::vector<std::string> endpoints = {(*members)[leader]->endpoint()};
+  for (size_t i = 0; i < members->size(); ++i) {
+    if (i != leader) endpoints.push_back((*members)[i]->endpoint());
+  }
+  absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv =
+      etcd::EtcdKv::Connect(endpoints, absl::Seconds(10), absl::Seconds(5));
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  absl::StatusOr<int64_t> lease = (*kv)->GrantLease(absl::Seconds(10));
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_TRUE((*kv)->KeepAlive(*lease, absl::Seconds(1)).ok());
+
+  for (size_t i = 0; i < members->size(); ++i) {
+    if (i != leader) (*members)[i]->Signal(SIGSTOP);
+  }
+  absl::StatusOr<absl::Duration> alone = (*kv)->KeepAlive(*lease, absl::Seconds(1));
+  for (size_t i = 0; i < members->size(); ++i) {
+    if (i != leader) (*members)[i]->Signal(SIGCONT);
+  }
+  EXPECT_EQ(alone.status().code(), absl::StatusCode::kUnavailable) << alone.status();
+  // With the quorum back, renewals are real again.
+  EXPECT_TRUE(testing::WaitUntil([&] { return (*kv)->KeepAlive(*lease, absl::Seconds(1)).ok(); },
+                                 absl::Seconds(20)));
+}
+
 TEST_F(EtcdTest, PrefixesKeepStoresApartAndABadRecordIsDataLoss) {
   const std::string members = absl::StrCat("etcd://", member_->endpoint());
   absl::StatusOr<std::unique_ptr<TaskStore>> one = OpenTaskStore(Options(members + "/one", dir_));
@@ -478,6 +518,45 @@ TEST_F(EtcdTest, ASecondStoreOnAPrefixWaitsAndAStoreThatLostItsHoldStepsDown) {
   absl::StatusOr<std::vector<StoredTask>> tasks = (*second)->LoadTasks(1);
   ASSERT_TRUE(tasks.ok() && tasks->size() == 1u);
   EXPECT_EQ((*tasks)[0].status.state(), v1::TASK_STATE_COMPLETED);
+}
+
+// A coordinator started again after a crash finds its key still held by its earlier process,
+// whose lease an etcd leader election may have renewed past the wait: it waits for that lease
+// without the wait's deadline (here the holder's lease outlasts the 3-s wait, then goes), where
+// another coordinator's hold is refused after the wait (above).
+TEST_F(EtcdTest, ACoordinatorStartedAgainWaitsForItsEarlierProcessPastTheWait) {
+  // An earlier process of this coordinator: the same address on this host, a pid that is gone.
+  const pid_t gone = fork();
+  ASSERT_GE(gone, 0);
+  if (gone == 0) _exit(0);
+  ASSERT_EQ(waitpid(gone, nullptr, 0), gone);
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv =
+      etcd::EtcdKv::Connect({member_->endpoint()}, absl::Seconds(10), absl::Seconds(5));
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  absl::StatusOr<int64_t> lease = (*kv)->GrantLease(absl::Seconds(60));
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  const std::string earlier = absl::StrCat("shoal-coordinator at 127.0.0.1:7 on ", host, ", pid ",
+                                           gone, ", started 2026-01-01T00:00:00+00:00");
+  ASSERT_EQ((*kv)->CreateIfAbsent("/r/owner", earlier, *lease).value_or(""), earlier);
+
+  StoreOptions options = Options(absl::StrCat("etcd://", member_->endpoint(), "/r"), dir_);
+  options.advertise = "127.0.0.1:7";  // TTL 2 s: a wait of 3 s
+  absl::StatusOr<std::unique_ptr<TaskStore>> opened;
+  const absl::Time start = absl::Now();
+  absl::Time done;
+  std::thread opener([&] {
+    opened = OpenTaskStore(options);
+    done = absl::Now();
+  });
+  // Past the wait on purpose: a holder that is not this coordinator's would be refused by now.
+  absl::SleepFor(absl::Seconds(5));
+  EXPECT_TRUE((*kv)->RevokeLease(*lease).ok());
+  opener.join();
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_GE(done - start, absl::Seconds(5));
+  EXPECT_TRUE((*opened)->PutTask(Task("t", v1::TASK_STATE_RUNNING)).ok());
 }
 
 // Makes a CA and the certificates NAMES with scripts/gen-certs under DIR (DIR/NAME/{ca.crt,

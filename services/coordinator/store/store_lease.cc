@@ -52,7 +52,8 @@ absl::StatusOr<std::unique_ptr<StoreLease>> StoreLease::Acquire(etcd::EtcdKv& kv
       return holder.status();
     }
     const absl::Time now = absl::Now();
-    if (now >= deadline) {
+    const bool earlier_self = holder.ok() && options.earlier_self && options.earlier_self(*holder);
+    if (now >= deadline && !earlier_self) {
       kv.RevokeLease(lease).IgnoreError();
       return absl::FailedPreconditionError(
           absl::StrCat(key, " is held by another coordinator (",
@@ -61,7 +62,14 @@ absl::StatusOr<std::unique_ptr<StoreLease>> StoreLease::Acquire(etcd::EtcdKv& kv
     }
     if (holder.ok()) {
       if (*holder != last_holder && options.on_held) options.on_held(*holder);
-      if (standby && now - told >= options.ttl) {
+      if (earlier_self) {
+        if (now - told >= options.ttl) {
+          LogInfo("store: ", key, " is held by this coordinator's earlier process (", *holder,
+                  "), which is gone; waiting for its lease to lapse (",
+                  absl::ToInt64Seconds(now - start), " s so far)");
+          told = now;
+        }
+      } else if (standby && now - told >= options.ttl) {
         LogInfo("standby: ", *holder, " holds ", key, "; waiting (",
                 absl::ToInt64Seconds(now - start), " s so far)");
         told = now;

@@ -33,6 +33,12 @@ struct StoreLeaseOptions {
   std::string identity;
   // Called from Acquire with what the key holds whenever another holder is seen.
   std::function<void(const std::string& holder)> on_held;
+  // True when `holder` is an earlier process of this very coordinator, gone without letting go
+  // (a restart after a crash). Acquire waits for such a holder's lease without `wait`'s
+  // deadline: it lapses a TTL after its last renewal, and each etcd leader election renews
+  // every lease once more, so a crash beside an election can outlast a TTL and a half. Null:
+  // every holder is another coordinator.
+  std::function<bool(const std::string& holder)> earlier_self;
   // When notified, Acquire stops waiting (CANCELLED). Not owned; may be null.
   const absl::Notification* stop = nullptr;
   // What the error of a wait that gave up tells the operator to do.
