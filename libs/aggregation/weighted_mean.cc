@@ -103,12 +103,15 @@ absl::Status WeightedMeanAccumulator::AddTaking(std::vector<float>& delta, doubl
   if (delta.size() != layout_.total_elements() || !(weight > 0) || !std::isfinite(weight)) {
     return Add(delta, weight);  // its error
   }
-  // The same products as Add's first term, written where they are.
+  // The same products as Add's first term, written where they are (none for a weight of 1,
+  // as differential privacy's rounds weigh every update: 1 x d is d).
   const float w = static_cast<float>(weight);
-  float* d = delta.data();
-  ParallelFor(delta.size(), threads_, [=](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) d[i] = w * d[i];
-  });
+  if (w != 1.0f) {
+    float* d = delta.data();
+    ParallelFor(delta.size(), threads_, [=](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) d[i] = w * d[i];
+    });
+  }
   sum_.swap(delta);
   count_ = 1;
   total_weight_ = weight;

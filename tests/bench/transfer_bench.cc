@@ -559,8 +559,9 @@ int main(int argc, char** argv) {
   row("a gossip fetch (GetSnapshot, interpolated into params)", &Endpoint::gossip_fetch);
   // Encoding a version against the one the peers hold (ENCODING_XOR_ZLIB, what the aggregator
   // does for --download-against-held): on one thread, then split over one thread per core
-  // (tensor::EncodeXorDelta's threads, as the aggregator passes them), on the same two versions: the delta as a model, and the same after a step of dense
-  // SGD (every value moved by up to 1e-4 of itself, so its low mantissa bits change).
+  // (tensor::EncodeXorDelta's threads, as the aggregator passes them), on the same two versions:
+  // the delta as a model, and the same after a step of dense SGD (every value moved by up to 1e-4
+  // of itself, so its low mantissa bits change).
   {
     auto held = std::make_shared<shoal::tensor::FlatModel>(*delta_owned);
     for (size_t i = 0; i < total; ++i) held->values[i] += 0.01f;
