@@ -343,13 +343,9 @@ TEST(EtcdClusterTest, AMemberThatHangsCostsTheHoldNothing) {
       testing::EtcdMember::StartCluster(*dir, 3);
   ASSERT_TRUE(members.ok()) << members.status();
   // The store asks a follower first (a paused leader would stop the cluster for an election).
-  size_t hung = 0;
-  while (hung < members->size() && (*members)[hung]->IsLeader()) ++hung;
+  const size_t hung = testing::FirstMember(*members, /*leader=*/false);
   ASSERT_LT(hung, members->size());
-  std::vector<std::string> endpoints = {(*members)[hung]->endpoint()};
-  for (size_t i = 0; i < members->size(); ++i) {
-    if (i != hung) endpoints.push_back((*members)[i]->endpoint());
-  }
+  const std::vector<std::string> endpoints = testing::EndpointsFrom(*members, hung);
   StoreOptions options =
       Options(absl::StrCat("etcd://", absl::StrJoin(endpoints, ","), "/p"), *dir);
   options.lease_ttl = absl::Seconds(5);  // the Kubernetes overlays' and the compose profile's
@@ -390,15 +386,10 @@ TEST(EtcdClusterTest, ARenewalThatNoQuorumConfirmsIsNone) {
   absl::StatusOr<std::vector<std::unique_ptr<testing::EtcdMember>>> members =
       testing::EtcdMember::StartCluster(*dir, 3);
   ASSERT_TRUE(members.ok()) << members.status();
-  size_t leader = 0;
-  while (leader < members->size() && !(*members)[leader]->IsLeader()) ++leader;
+  const size_t leader = testing::FirstMember(*members, /*leader=*/true);
   ASSERT_LT(leader, members->size());
-  std::vector<std::string> endpoints = {(*members)[leader]->endpoint()};
-  for (size_t i = 0; i < members->size(); ++i) {
-    if (i != leader) endpoints.push_back((*members)[i]->endpoint());
-  }
-  absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv =
-      etcd::EtcdKv::Connect(endpoints, absl::Seconds(10), absl::Seconds(5));
+  absl::StatusOr<std::unique_ptr<etcd::EtcdKv>> kv = etcd::EtcdKv::Connect(
+      testing::EndpointsFrom(*members, leader), absl::Seconds(10), absl::Seconds(5));
   ASSERT_TRUE(kv.ok()) << kv.status();
   absl::StatusOr<int64_t> lease = (*kv)->GrantLease(absl::Seconds(10));
   ASSERT_TRUE(lease.ok()) << lease.status();

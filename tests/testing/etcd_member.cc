@@ -181,4 +181,19 @@ std::string Endpoints(const std::vector<std::unique_ptr<EtcdMember>>& members) {
   return absl::StrJoin(endpoints, ",");
 }
 
+std::vector<std::string> EndpointsFrom(const std::vector<std::unique_ptr<EtcdMember>>& members,
+                                       size_t first) {
+  std::vector<std::string> endpoints = {members[first]->endpoint()};
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (i != first) endpoints.push_back(members[i]->endpoint());
+  }
+  return endpoints;
+}
+
+size_t FirstMember(const std::vector<std::unique_ptr<EtcdMember>>& members, bool leader) {
+  size_t i = 0;
+  while (i < members.size() && members[i]->IsLeader() != leader) ++i;
+  return i;
+}
+
 }  // namespace shoal::testing

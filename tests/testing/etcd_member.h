@@ -51,5 +51,10 @@ class EtcdMember {
 
 // The members' endpoints as a comma list, for --store etcd://A,B,C/PREFIX.
 std::string Endpoints(const std::vector<std::unique_ptr<EtcdMember>>& members);
+// Every member's endpoint, member `first`'s first (the one a client asks first).
+std::vector<std::string> EndpointsFrom(const std::vector<std::unique_ptr<EtcdMember>>& members,
+                                       size_t first);
+// The first member that is (`leader`) or is not its cluster's leader; size() when none.
+size_t FirstMember(const std::vector<std::unique_ptr<EtcdMember>>& members, bool leader);
 
 }  // namespace shoal::testing

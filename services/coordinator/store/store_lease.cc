@@ -133,6 +133,11 @@ void StoreLease::RenewLoop() {
                                                  absl::FormatDuration(now - renewed), ": ",
                                                  ttl.status().message()));
     } else {
+      // Said each time (at most three times a TTL), so that a hold lost later shows why.
+      LogWarning("store: could not renew the hold on ", fence_.key, " (",
+                 absl::FormatDuration(absl::Trunc(now - renewed, absl::Milliseconds(100))),
+                 " since the last renewal, ", absl::FormatDuration(options_.ttl),
+                 " allowed): ", ttl.status().message());
       continue;
     }
     {
