@@ -227,7 +227,8 @@ absl::StatusOr<int64_t> EtcdKv::GrantLease(absl::Duration ttl) {
   return response.id();
 }
 
-absl::StatusOr<absl::Duration> EtcdKv::KeepAlive(int64_t lease, absl::Duration per_member) {
+absl::StatusOr<absl::Duration> EtcdKv::KeepAlive(int64_t lease, absl::string_view confirm_key,
+                                                 absl::Duration per_member) {
   // One renewal on etcd's keep-alive stream: write the request, read its answer, close.
   etcdserverpb::LeaseKeepAliveResponse response;
   absl::Status s = OnAnyMember(
@@ -251,7 +252,7 @@ absl::StatusOr<absl::Duration> EtcdKv::KeepAlive(int64_t lease, absl::Duration p
         grpc::ClientContext quorum;
         quorum.set_deadline(context.deadline());
         etcdserverpb::RangeRequest probe;
-        probe.set_key("/");
+        probe.set_key(std::string(confirm_key));
         probe.set_count_only(true);
         etcdserverpb::RangeResponse ignored;
         return m.kv->Range(&quorum, probe, &ignored);

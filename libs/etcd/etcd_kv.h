@@ -75,10 +75,11 @@ class EtcdKv {
   // most `per_member` (zero: the call timeout), so that a member that hangs (paused,
   // partitioned: its connection open, no answer) holds a renewal up no longer than that before
   // the next member is asked. A renewal counts only where the member then serves a
-  // linearizable read: a leader that was paused past an election and does not yet know it was
-  // deposed renews leases in its own memory alone (etcd 3.4), while the real leader lets them
-  // lapse; it cannot gather the quorum such a read needs, so the next member is asked.
-  absl::StatusOr<absl::Duration> KeepAlive(int64_t lease,
+  // linearizable read of `confirm_key` (one the caller may read: the key the lease holds): a
+  // leader that was paused past an election and does not yet know it was deposed renews leases
+  // in its own memory alone (etcd 3.4), while the real leader lets them lapse; it cannot gather
+  // the quorum such a read needs, so the next member is asked.
+  absl::StatusOr<absl::Duration> KeepAlive(int64_t lease, absl::string_view confirm_key,
                                            absl::Duration per_member = absl::ZeroDuration());
   absl::Status RevokeLease(int64_t lease);
   // Puts `key` = `value` under `lease` if `key` does not exist. Returns the value the key holds

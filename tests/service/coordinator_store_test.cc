@@ -393,19 +393,19 @@ TEST(EtcdClusterTest, ARenewalThatNoQuorumConfirmsIsNone) {
   ASSERT_TRUE(kv.ok()) << kv.status();
   absl::StatusOr<int64_t> lease = (*kv)->GrantLease(absl::Seconds(10));
   ASSERT_TRUE(lease.ok()) << lease.status();
-  ASSERT_TRUE((*kv)->KeepAlive(*lease, absl::Seconds(1)).ok());
+  ASSERT_TRUE((*kv)->KeepAlive(*lease, "/q", absl::Seconds(1)).ok());
 
   for (size_t i = 0; i < members->size(); ++i) {
     if (i != leader) (*members)[i]->Signal(SIGSTOP);
   }
-  absl::StatusOr<absl::Duration> alone = (*kv)->KeepAlive(*lease, absl::Seconds(1));
+  absl::StatusOr<absl::Duration> alone = (*kv)->KeepAlive(*lease, "/q", absl::Seconds(1));
   for (size_t i = 0; i < members->size(); ++i) {
     if (i != leader) (*members)[i]->Signal(SIGCONT);
   }
   EXPECT_EQ(alone.status().code(), absl::StatusCode::kUnavailable) << alone.status();
   // With the quorum back, renewals are real again.
-  EXPECT_TRUE(testing::WaitUntil([&] { return (*kv)->KeepAlive(*lease, absl::Seconds(1)).ok(); },
-                                 absl::Seconds(20)));
+  EXPECT_TRUE(testing::WaitUntil(
+      [&] { return (*kv)->KeepAlive(*lease, "/q", absl::Seconds(1)).ok(); }, absl::Seconds(20)));
 }
 
 TEST_F(EtcdTest, PrefixesKeepStoresApartAndABadRecordIsDataLoss) {
@@ -446,7 +446,7 @@ TEST_F(EtcdTest, AFencedWriteOfAHolderWhoseLeaseLapsedWritesNothing) {
         return owner.ok() && owner->empty();
       },
       absl::Seconds(10)));
-  EXPECT_EQ((*kv)->KeepAlive(*first).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*kv)->KeepAlive(*first, "/f/owner").status().code(), absl::StatusCode::kNotFound);
   absl::StatusOr<int64_t> second = (*kv)->GrantLease(absl::Seconds(2));
   ASSERT_TRUE(second.ok());
   holder = (*kv)->CreateIfAbsent("/f/owner", "b", *second);

@@ -35,7 +35,7 @@ absl::StatusOr<std::unique_ptr<StoreLease>> StoreLease::Acquire(etcd::EtcdKv& kv
     // Our own lease must outlive the wait; one that lapsed while etcd was out of reach is
     // granted again.
     if (const absl::Time now = absl::Now(); now - renewed >= options.ttl / 3) {
-      absl::StatusOr<absl::Duration> ttl = kv.KeepAlive(lease, PerMember(options.ttl));
+      absl::StatusOr<absl::Duration> ttl = kv.KeepAlive(lease, key, PerMember(options.ttl));
       if (ttl.ok()) renewed = now;
       if (absl::IsNotFound(ttl.status())) {
         if (granted = kv.GrantLease(options.ttl); granted.ok()) {
@@ -118,7 +118,8 @@ void StoreLease::RenewLoop() {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.ttl / 3)) return;
     }
-    absl::StatusOr<absl::Duration> ttl = kv_.KeepAlive(fence_.lease, PerMember(options_.ttl));
+    absl::StatusOr<absl::Duration> ttl =
+        kv_.KeepAlive(fence_.lease, fence_.key, PerMember(options_.ttl));
     const absl::Time now = absl::Now();
     absl::Status loss;
     if (ttl.ok()) {
