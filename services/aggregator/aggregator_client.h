@@ -132,8 +132,10 @@ class AggregatorClient {
                                                             absl::Time deadline) = 0;
   virtual absl::Status OpenBuffer(const std::string& address, const v1::OpenBufferRequest& request,
                                   absl::Time deadline) = 0;
-  virtual absl::Status ReleaseTask(const std::string& address, const std::string& task,
-                                   absl::Time deadline) = 0;
+  // Returns the newest version the aggregator held of the task (none: it held none).
+  virtual absl::StatusOr<std::optional<uint64_t>> ReleaseTask(const std::string& address,
+                                                              const std::string& task,
+                                                              absl::Time deadline) = 0;
   // Has a child supernode fetch a version from its parent (AggregatorService.PullModel).
   // Returns whether it fetched (false: it held the version).
   virtual absl::StatusOr<bool> PullModel(const std::string& address,

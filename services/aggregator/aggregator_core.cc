@@ -367,19 +367,22 @@ void AggregatorCore::Notify(const std::string& task, const v1::TaskEvent& event)
   for (const auto& fn : targets) (*fn)(event);
 }
 
-void AggregatorCore::ReleaseTask(const std::string& name) {
+std::optional<uint64_t> AggregatorCore::ReleaseTask(const std::string& name) {
   std::shared_ptr<TaskState> task;
+  std::optional<uint64_t> newest;
   {
     absl::MutexLock lock(&mu_);
     members_.erase(name);
     auto it = tasks_.find(name);
-    if (it == tasks_.end()) return;
+    if (it == tasks_.end()) return std::nullopt;
     task = std::move(it->second);
+    if (!task->versions.empty()) newest = task->versions.rbegin()->first;
     tasks_.erase(it);
     task->released = true;
     if (task->session != nullptr) task->session->Abandon();
   }
   // `task` (its models and session) is freed here, outside the lock, unless a push still holds it.
+  return newest;
 }
 
 // ---------------------------------------------------------------------------------------------

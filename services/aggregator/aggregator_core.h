@@ -117,7 +117,8 @@ class AggregatorCore final : private SessionHost {
   void SetParentLink(ParentLink* link) { forwarder_->SetLink(link); }
   // Waits until every aggregate queued for the parent link was sent or given up on (tests).
   void AwaitTransfers() { forwarder_->AwaitIdle(); }
-  void ReleaseTask(const std::string& task);
+  // Forgets `task`; returns the newest version it held of it (none: no model, or no task).
+  std::optional<uint64_t> ReleaseTask(const std::string& task);
   // Called whenever a version of a task is published after another the core still holds (a
   // round's or a buffer's aggregate, a PutModel), with the task, the new version and the one
   // before it (e.g. to encode downloads against it). It runs with the core's lock held: it must

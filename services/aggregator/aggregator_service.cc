@@ -525,7 +525,9 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::ReleaseTask(
   auto* reactor = context->DefaultReactor();
   absl::Status s = CheckCoordinator(*context);
   if (s.ok()) {
-    core_.ReleaseTask(request->task());
+    if (std::optional<uint64_t> newest = core_.ReleaseTask(request->task())) {
+      response->set_newest_version(*newest);
+    }
     downloads_.Release(request->task());
   }
   reactor->Finish(rpc::ToGrpcStatus(s));

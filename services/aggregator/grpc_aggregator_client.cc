@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "libs/common/status_macros.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/status.h"
@@ -263,16 +264,18 @@ absl::Status GrpcAggregatorClient::SetMembers(const std::string& address,
       "SetMembers", address);
 }
 
-absl::Status GrpcAggregatorClient::ReleaseTask(const std::string& address, const std::string& task,
-                                               absl::Time deadline) {
+absl::StatusOr<std::optional<uint64_t>> GrpcAggregatorClient::ReleaseTask(
+    const std::string& address, const std::string& task, absl::Time deadline) {
   grpc::ClientContext context;
   SetDeadline(context, deadline);
   v1::ReleaseTaskRequest request;
   request.set_task(task);
   v1::ReleaseTaskResponse response;
-  return WithContext(
+  SHOAL_RETURN_IF_ERROR(WithContext(
       rpc::FromGrpcStatus(Stub(channels_, address)->ReleaseTask(&context, request, &response)),
-      "ReleaseTask", address);
+      "ReleaseTask", address));
+  if (!response.has_newest_version()) return std::nullopt;
+  return response.newest_version();
 }
 
 absl::StatusOr<bool> GrpcAggregatorClient::PullModel(const std::string& address,

@@ -53,8 +53,9 @@ class GrpcAggregatorClient final : public AggregatorClient {
                                                     absl::Time deadline) override;
   absl::Status OpenBuffer(const std::string& address, const v1::OpenBufferRequest& request,
                           absl::Time deadline) override;
-  absl::Status ReleaseTask(const std::string& address, const std::string& task,
-                           absl::Time deadline) override;
+  absl::StatusOr<std::optional<uint64_t>> ReleaseTask(const std::string& address,
+                                                      const std::string& task,
+                                                      absl::Time deadline) override;
   absl::StatusOr<bool> PullModel(const std::string& address, const v1::PullModelRequest& request,
                                  absl::Time deadline) override;
   std::unique_ptr<AggregatorWatch> WatchTask(const std::string& address, const std::string& task,

@@ -77,7 +77,8 @@ void AggregatorWorkRunner::SetMembers(const std::string& task, const std::string
 
 void AggregatorWorkRunner::Release(const std::string& task, const std::string& address) {
   QueuesOf(task).calls->Post([this, task, address] {
-    absl::Status s = client_.ReleaseTask(address, task, clock_.Now() + options_.call_timeout);
+    absl::Status s =
+        client_.ReleaseTask(address, task, clock_.Now() + options_.call_timeout).status();
     if (!s.ok()) LogWarning("task ", task, ": release at ", address, ": ", s.message());
   });
 }
@@ -225,7 +226,7 @@ WorkResult AggregatorWorkRunner::Execute(const std::string& task, const Aggregat
       }
       break;
     case Kind::kRestore: {
-      absl::StatusOr<StoredCheckpoint> restored = Restore(task, address, work);
+      absl::StatusOr<StoredCheckpoint> restored = Restore(task, address, work, result.last_used);
       result.status = restored.status();
       if (restored.ok()) result.restored = *std::move(restored);
       break;
@@ -316,7 +317,9 @@ void AggregatorWorkRunner::PruneCheckpoints(const std::string& task) {
 
 absl::StatusOr<StoredCheckpoint> AggregatorWorkRunner::Restore(const std::string& task,
                                                                const std::string& address,
-                                                               const AggregatorWork& work) {
+                                                               const AggregatorWork& work,
+                                                               uint64_t& last_used) {
+  last_used = std::max(work.version, work.last_used);
   absl::StatusOr<StoredCheckpoint> c = store_.GetCheckpoint(task, std::nullopt);
   if (!c.ok() && !absl::IsNotFound(c.status())) return c.status();
   // Sent from the file's pages (mapped and checked as ReadModelFile checks a file), not from a
@@ -344,26 +347,34 @@ absl::StatusOr<StoredCheckpoint> AggregatorWorkRunner::Restore(const std::string
     }
   }
   // The task starts over at this aggregator: whatever it kept of the task (a version newer than
-  // the one published, when the coordinator stopped before publishing it; rounds of an earlier
-  // tree, when the tree was rebuilt or moved) is forgotten first. The core sends the members
-  // again after every restore.
-  absl::Status released = client_.ReleaseTask(address, task, clock_.Now() + options_.call_timeout);
-  if (!released.ok() && !absl::IsNotFound(released)) return released;
+  // the one published, when the coordinator stopped before storing its round; rounds of an
+  // earlier tree, when the tree was rebuilt or moved) is forgotten first, and what comes next is
+  // numbered after the newest version it held: a peer may have fetched that one, and must not
+  // take another model for it. The core sends the members again after every restore.
+  absl::StatusOr<std::optional<uint64_t>> released =
+      client_.ReleaseTask(address, task, clock_.Now() + options_.call_timeout);
+  if (!released.ok() && !absl::IsNotFound(released.status())) return released.status();
+  if (released.ok() && released->has_value() && **released > last_used) {
+    LogWarning("task ", task, ": the aggregator at ", address, " held model version ", **released,
+               ", newer than the last one recorded (", last_used,
+               "); the task's next version is numbered after it");
+    last_used = **released;
+  }
   if (!c.ok()) return c.status();  // NOT_FOUND: no checkpoint, no version held anywhere
   if (!file.ok()) {
     // NOT_FOUND is reserved for "no checkpoint": a missing file is lost data.
     return absl::DataLossError(
         absl::StrCat("checkpoint of version ", c->version, ": ", file.status().message()));
   }
-  if (c->version < work.version) {
+  if (c->version < last_used) {
     // The versions after the checkpoint are lost. Peers may hold them: the checkpoint's model
     // comes back under a number after every one used, so that no version number ever names two
     // models (a peer holding the old one would not download the new one).
-    const uint64_t renumbered = std::max(work.version, work.last_used) + 1;
+    const uint64_t renumbered = last_used + 1;
     const std::string lost =
-        c->version + 1 == work.version
-            ? absl::StrCat("model version ", work.version, " is")
-            : absl::StrCat("model versions ", c->version + 1, " to ", work.version, " are");
+        c->version + 1 == last_used
+            ? absl::StrCat("model version ", last_used, " is")
+            : absl::StrCat("model versions ", c->version + 1, " to ", last_used, " are");
     LogWarning("task ", task, ": ", lost, " lost; the checkpoint of version ", c->version,
                " (round ", c->round, ") comes back as version ", renumbered);
     c->version = renumbered;

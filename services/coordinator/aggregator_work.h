@@ -141,8 +141,9 @@ class AggregatorWorkRunner {
   // digest is refused (FAILED_PRECONDITION) and nothing is stored.
   absl::StatusOr<StoredCheckpoint> Checkpoint(const std::string& task, const std::string& address,
                                               uint64_t version, uint64_t round, uint64_t digest);
+  // The kRestore; sets `last_used` (WorkResult::last_used) whatever it returns.
   absl::StatusOr<StoredCheckpoint> Restore(const std::string& task, const std::string& address,
-                                           const AggregatorWork& work);
+                                           const AggregatorWork& work, uint64_t& last_used);
   // Forgets the checkpoints of `task` before its newest options_.keep_checkpoints (a failure is
   // logged: the next checkpoint tries again).
   void PruneCheckpoints(const std::string& task);

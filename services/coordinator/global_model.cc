@@ -71,8 +71,10 @@ absl::Status GlobalModel::OnRestored(const WorkResult& result, v1::TaskStatus& s
   if (state_ != State::kRestoring) return absl::OkStatus();  // forgotten meanwhile
   if (absl::IsNotFound(result.status)) {
     // No checkpoint: start over from the initial model (the peers rebuild it from the seed),
-    // under a number after every one the task used, if it used any.
+    // under a number after every one the task used, if it used any (the aggregator may have
+    // held a version no round of the task names).
     state_ = State::kNone;
+    last_used_ = std::max(last_used_, result.last_used);
     initial_version_ = last_used_ > 0 ? last_used_ + 1 : 0;
     status.set_model_version(initial_version_);
     status.set_round(0);

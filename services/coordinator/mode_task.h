@@ -32,8 +32,10 @@ struct AggregatorWork {
     // published (`version`, of `round`, with `digest`), from its checkpoint or, where the
     // checkpoint is older or its file cannot be read, from an aggregator that still holds it
     // (`holders`: the checkpoint is made there first); else the newest checkpoint, under a
-    // version number after every one used (`last_used`). NOT_FOUND when the task has neither
-    // (the mode then initializes a model from a peer, numbered after `last_used` too).
+    // version number after every one used (`last_used`, or the newest version the aggregator
+    // held, if higher: one made there whose round was never stored). NOT_FOUND when the task
+    // has neither (the mode then initializes a model from a peer, numbered after
+    // WorkResult::last_used).
     kRestore,
     // `buffer` (task filled in by the core). On a tree every node's buffer opens, from the root
     // down, each sized by `peers` below it.
@@ -62,6 +64,9 @@ struct WorkResult {
   absl::Status status;
   aggregator::v1::CloseRoundResponse closed;  // kCloseRound
   StoredCheckpoint restored;                  // kRestore
+  // kRestore: the highest version number the task used as far as the restore learned
+  // (work.last_used, or the newest version the aggregator held, if higher).
+  uint64_t last_used = 0;
   // kOpenRound on a tree with secure aggregation: each cluster's peers, one secure round each
   // (work.open then lists only the peers expected: those of a cluster too small sit it out).
   std::vector<std::vector<std::string>> secure_groups;

@@ -104,10 +104,10 @@ class InMemoryAggregator final : public aggregator::AggregatorClient {
                           const aggregator::v1::OpenBufferRequest& request, absl::Time) override {
     return core(address).OpenBuffer(aggregator::OpenBufferParams::From(request));
   }
-  absl::Status ReleaseTask(const std::string& address, const std::string& task,
-                           absl::Time) override {
-    core(address).ReleaseTask(task);
-    return absl::OkStatus();
+  absl::StatusOr<std::optional<uint64_t>> ReleaseTask(const std::string& address,
+                                                      const std::string& task,
+                                                      absl::Time) override {
+    return core(address).ReleaseTask(task);
   }
   absl::StatusOr<bool> PullModel(const std::string&, const aggregator::v1::PullModelRequest&,
                                  absl::Time) override {

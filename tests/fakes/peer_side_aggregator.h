@@ -181,7 +181,8 @@ class PeerSideAggregator final : public aggregator::AggregatorClient {
       const std::string&, const aggregator::v1::CloseRoundRequest&, absl::Time) override {
     return absl::UnimplementedError("not a peer call");
   }
-  absl::Status ReleaseTask(const std::string&, const std::string&, absl::Time) override {
+  absl::StatusOr<std::optional<uint64_t>> ReleaseTask(const std::string&, const std::string&,
+                                                      absl::Time) override {
     return absl::UnimplementedError("not a peer call");
   }
   absl::StatusOr<bool> PullModel(const std::string&, const aggregator::v1::PullModelRequest&,

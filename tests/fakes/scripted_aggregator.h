@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -95,10 +96,12 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
     member_addresses.push_back(address);
     return absl::OkStatus();
   }
-  absl::Status ReleaseTask(const std::string&, const std::string& task, absl::Time) override {
+  // Says it held `version`, the newest it made or was given (of whichever task).
+  absl::StatusOr<std::optional<uint64_t>> ReleaseTask(const std::string&, const std::string& task,
+                                                      absl::Time) override {
     absl::MutexLock lock(&mu_);
     released.push_back(task);
-    return absl::OkStatus();
+    return std::optional<uint64_t>(version);
   }
   absl::StatusOr<bool> PullModel(const std::string& address,
                                  const aggregator::v1::PullModelRequest& request,

@@ -444,6 +444,7 @@ TEST_F(AggregatorServiceTest, ControlCallErrors) {
   release.set_task("t");
   aggregator::v1::ReleaseTaskResponse released;
   ASSERT_TRUE(stub_->ReleaseTask(&rctx, release, &released).ok());
+  EXPECT_TRUE(released.has_newest_version());
   EXPECT_EQ(Get("t").status().code(), absl::StatusCode::kNotFound);
 }
 

@@ -29,6 +29,15 @@ using namespace ::shoal::coordinator::core_testing;  // NOLINT: the fixture's fa
 constexpr char kA[] = "127.0.0.1:5555";  // StartTask registers this one first
 constexpr char kB[] = "127.0.0.1:6666";
 
+// The version the newest InitializeModel among `events` asks for; -1 without one.
+int64_t InitialVersionAsked(const std::vector<v1::CoordinatorEvent>& events) {
+  int64_t version = -1;
+  for (const v1::CoordinatorEvent& e : events) {
+    if (e.has_initialize_model()) version = static_cast<int64_t>(e.initialize_model().version());
+  }
+  return version;
+}
+
 class FailoverTest : public CoordinatorCoreTest {
  protected:
   // Both aggregators are alive: they register again (as they do every few seconds).
@@ -292,12 +301,7 @@ TEST_F(FailoverTest, AnInitialModelAfterEveryVersionWasLostTakesANewNumber) {
   Alive({kA});
   auto a = Join("a");
   Step();
-  v1::CoordinatorEvent init;
-  for (const v1::CoordinatorEvent& e : a->events) {
-    if (e.has_initialize_model()) init = e;
-  }
-  ASSERT_TRUE(init.has_initialize_model());
-  EXPECT_EQ(init.initialize_model().version(), 2u);
+  EXPECT_EQ(InitialVersionAsked(a->events), 2);
   ASSERT_TRUE(core_->OnMessage("a", Initialized("t")).ok());
   Step();
   v1::TaskStatus t = Status("t");
@@ -305,6 +309,43 @@ TEST_F(FailoverTest, AnInitialModelAfterEveryVersionWasLostTakesANewNumber) {
   EXPECT_EQ(t.history_size(), 0);
   EXPECT_EQ(aggregator_.opened.back().round(), 1u);
   EXPECT_EQ(aggregator_.opened.back().base_version(), 2u);
+}
+
+// The coordinator was killed while round 1 closed: the aggregator made version 1, and no round
+// or checkpoint names it (no peer heard of it from the coordinator; one may have fetched the
+// aggregator's newest). On the restore the aggregator says it held version 1: the initial model
+// comes back as version 2, not as version 0 again (soak: a tree task taken over by another
+// coordinator named its initial model 0, and its next round's model 1, again).
+TEST_F(FailoverTest, AVersionTheAggregatorMadeThatNoRoundNamesIsNotNamedAgain) {
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  ASSERT_EQ(Status("t").phase(), v1::ROUND_PHASE_TRAINING);
+  Recreate();
+  aggregator_.version = 1;  // it closed round 1 as asked; its answer reached nobody
+  Alive({kA});
+  auto a = Join("a");
+  Step();
+  EXPECT_EQ(InitialVersionAsked(a->events), 2);
+  ASSERT_TRUE(core_->OnMessage("a", Initialized("t")).ok());
+  Step();
+  EXPECT_EQ(Status("t").model_version(), 2u);
+  EXPECT_EQ(aggregator_.opened.back().base_version(), 2u);
+}
+
+// The same with a checkpoint: version 1 was published and checkpointed, the coordinator killed
+// while round 2 closed (the aggregator made version 2). Version 1 comes back as version 3.
+TEST_F(FailoverTest, ACheckpointComesBackAfterTheNewestVersionTheAggregatorMade) {
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  aggregator_.contributors = {"a"};
+  Accept("t", 1, "a");
+  Step();
+  ASSERT_TRUE(store_->GetCheckpoint("t", 1).ok());
+  Recreate();
+  aggregator_.version = 2;
+  Alive({kA});
+  Step();
+  EXPECT_EQ(aggregator_.puts.back(), std::make_pair(std::string("t"), uint64_t{3}));
+  EXPECT_EQ(Status("t").model_version(), 3u);
+  EXPECT_EQ(Status("t").round(), 1u);
 }
 
 // Each task keeps its newest checkpoints (--keep-checkpoints): older records are forgotten and

@@ -28,7 +28,9 @@ absl::StatusOr<std::unique_ptr<StoreLease>> StoreLease::Acquire(etcd::EtcdKv& kv
   const absl::Time deadline = start + options.wait;
   // A free key is seen within a poll: a tenth of the TTL, at most 250 ms.
   const absl::Duration poll = std::min(options.ttl / 10, absl::Milliseconds(250));
+  // When etcd last renewed (or granted) our lease, as far as we know: its TTL runs from then.
   absl::Time renewed = start;
+  absl::Time warned = absl::InfinitePast();
   absl::Time told = absl::InfinitePast();
   std::string last_holder;
   while (true) {
@@ -36,16 +38,30 @@ absl::StatusOr<std::unique_ptr<StoreLease>> StoreLease::Acquire(etcd::EtcdKv& kv
     // granted again.
     if (const absl::Time now = absl::Now(); now - renewed >= options.ttl / 3) {
       absl::StatusOr<absl::Duration> ttl = kv.KeepAlive(lease, key, PerMember(options.ttl));
-      if (ttl.ok()) renewed = now;
-      if (absl::IsNotFound(ttl.status())) {
+      if (ttl.ok()) {
+        renewed = now;
+      } else if (absl::IsNotFound(ttl.status())) {
         if (granted = kv.GrantLease(options.ttl); granted.ok()) {
           lease = *granted;
           renewed = now;
         }
+      } else if (now - warned >= options.ttl / 3) {
+        LogWarning("store: could not renew the lease for ", key, " while waiting for it (",
+                   absl::FormatDuration(absl::Trunc(now - renewed, absl::Milliseconds(100))),
+                   " since the last renewal): ", ttl.status().message());
+        warned = now;
       }
     }
     absl::StatusOr<std::string> holder = kv.CreateIfAbsent(key, options.identity, lease);
-    if (holder.ok() && *holder == options.identity) break;
+    if (holder.ok() && *holder == options.identity) {
+      // The key is ours under a lease that may be near its end (renewals failed while etcd
+      // elected a leader, or the last one was a third of a TTL ago): renew it now, so that the
+      // hold starts with a whole TTL; a renewal that fails here is the renewing thread's to
+      // retry, from the last one that worked.
+      const absl::Time now = absl::Now();
+      if (kv.KeepAlive(lease, key, PerMember(options.ttl)).ok()) renewed = now;
+      break;
+    }
     if (!holder.ok() && holder.status().code() != absl::StatusCode::kUnavailable &&
         holder.status().code() != absl::StatusCode::kNotFound) {
       kv.RevokeLease(lease).IgnoreError();
@@ -89,12 +105,13 @@ absl::StatusOr<std::unique_ptr<StoreLease>> StoreLease::Acquire(etcd::EtcdKv& kv
     }
   }
   return std::unique_ptr<StoreLease>(
-      new StoreLease(kv, etcd::Fence{std::move(key), lease}, std::move(options)));
+      new StoreLease(kv, etcd::Fence{std::move(key), lease}, std::move(options), renewed));
 }
 
-StoreLease::StoreLease(etcd::EtcdKv& kv, etcd::Fence fence, StoreLeaseOptions options)
+StoreLease::StoreLease(etcd::EtcdKv& kv, etcd::Fence fence, StoreLeaseOptions options,
+                       absl::Time renewed)
     : kv_(kv), fence_(std::move(fence)), options_(std::move(options)) {
-  renewer_ = std::thread([this] { RenewLoop(); });
+  renewer_ = std::thread([this, renewed] { RenewLoop(renewed); });
 }
 
 StoreLease::~StoreLease() {
@@ -111,21 +128,26 @@ bool StoreLease::lost() const {
   return lost_;
 }
 
-void StoreLease::RenewLoop() {
-  absl::Time renewed = absl::Now();
+void StoreLease::RenewLoop(absl::Time renewed) {
+  // A renewal every third of the TTL from the last one that worked; after one that failed, the
+  // next within a tenth of the TTL, so that a lease with little time left gets several tries.
+  absl::Time next = renewed + options_.ttl / 3;
   while (true) {
     {
       absl::MutexLock lock(&mu_);
-      if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.ttl / 3)) return;
+      if (mu_.AwaitWithDeadline(absl::Condition(&stopping_), next)) return;
     }
+    const absl::Time asked = absl::Now();
     absl::StatusOr<absl::Duration> ttl =
         kv_.KeepAlive(fence_.lease, fence_.key, PerMember(options_.ttl));
     const absl::Time now = absl::Now();
     absl::Status loss;
     if (ttl.ok()) {
-      renewed = now;
+      renewed = asked;
+      next = renewed + options_.ttl / 3;
       continue;
     }
+    next = now + options_.ttl / 10;
     if (ttl.status().code() == absl::StatusCode::kNotFound) {
       loss = ttl.status();
     } else if (now - renewed >= options_.ttl) {
@@ -134,7 +156,7 @@ void StoreLease::RenewLoop() {
                                                  absl::FormatDuration(now - renewed), ": ",
                                                  ttl.status().message()));
     } else {
-      // Said each time (at most three times a TTL), so that a hold lost later shows why.
+      // Said each time (at most ten times a TTL), so that a hold lost later shows why.
       LogWarning("store: could not renew the hold on ", fence_.key, " (",
                  absl::FormatDuration(absl::Trunc(now - renewed, absl::Milliseconds(100))),
                  " since the last renewal, ", absl::FormatDuration(options_.ttl),

@@ -1,7 +1,9 @@
 #pragma once
 
 // A coordinator's hold on its etcd key prefix: one key, <prefix>/owner, put under a lease that a
-// thread renews every third of the lease's TTL. Only one coordinator writes under a prefix:
+// thread renews every third of the lease's TTL (from the lease's last renewal: the key is taken
+// with a renewal, so that the hold starts with a whole TTL). Only one coordinator writes under a
+// prefix:
 // - A second one waits for the key (a crashed holder's lease lapses within the TTL) and takes
 //   it over, or gives up after `wait` naming the holder. With an infinite `wait` it is a
 //   standby: it waits as long as the key is held, and takes over as soon as the key goes.
@@ -61,8 +63,9 @@ class StoreLease {
   bool lost() const;
 
  private:
-  StoreLease(etcd::EtcdKv& kv, etcd::Fence fence, StoreLeaseOptions options);
-  void RenewLoop();
+  // `renewed`: when etcd last renewed (or granted) the lease, as far as Acquire knows.
+  StoreLease(etcd::EtcdKv& kv, etcd::Fence fence, StoreLeaseOptions options, absl::Time renewed);
+  void RenewLoop(absl::Time renewed);
 
   etcd::EtcdKv& kv_;
   const etcd::Fence fence_;
