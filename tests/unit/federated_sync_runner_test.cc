@@ -258,6 +258,25 @@ TEST_F(FederatedSyncRunnerTest, RetriesAnUnavailableAggregatorWithinTheRound) {
   EXPECT_EQ(Accepted(aggregator).size(), 1u);
 }
 
+// An aggregator that does not run the round (it restarted and lost the task, or the round moved
+// elsewhere) is not the peer's failure: nothing is reported, and the next RoundStarted is
+// trained as usual. (Soak: a task failed when its aggregator restarted mid-round and each
+// remaining peer's push found "unknown task" and reported it; the coordinator counted the
+// reports as failed peers.)
+TEST_F(FederatedSyncRunnerTest, AnAggregatorThatDoesNotRunTheRoundIsNotThePeersFailure) {
+  PeerSideAggregator aggregator;
+  TestPeer peer(aggregator, *train_, *test_);
+  peer.Handle(Initialize());
+  peer.Take();
+  aggregator.ScriptPushes({absl::NotFoundError("unknown task 'fed'")});
+  peer.Handle(RoundStarted(1, 0));
+  EXPECT_THAT(Kinds(peer.Take()), IsEmpty());
+  EXPECT_EQ(Accepted(aggregator).size(), 0u);
+  peer.Handle(RoundStarted(1, 0));  // the round again, at the task's aggregator
+  EXPECT_THAT(Kinds(peer.Take()), IsEmpty());
+  EXPECT_EQ(Accepted(aggregator).size(), 1u);
+}
+
 // A model or an update over a slow link: each attempt gets rpc_timeout plus its bytes at the
 // slowest link, not rpc_timeout alone (which cut a 100 MB model off mid-stream on a 20 Mbit/s
 // uplink), and the initial upload's budget grows to one such attempt.

@@ -204,7 +204,14 @@ std::optional<bool> FederatedSyncRunner::Push(const coordinator::v1::RoundStarte
       metrics_.updates_rejected.Increment();
       LogWarning("task ", task_, " round ", m.round(),
                  ": update not accepted (round closed?): ", s.message());
-    } else if (absl::IsInvalidArgument(s) || absl::IsNotFound(s)) {
+    } else if (absl::IsNotFound(s)) {
+      // The aggregator does not run the round (it restarted and lost the task, or the task
+      // moved): the coordinator sees that too and starts the round again where the task is.
+      // Not this peer's failure, so not reported (a report takes the peer out of the task).
+      metrics_.updates_rejected.Increment();
+      LogWarning("task ", task_, " round ", m.round(),
+                 ": update not accepted (the aggregator does not run the round): ", s.message());
+    } else if (absl::IsInvalidArgument(s)) {
       metrics_.updates_rejected.Increment();
       LogError("task ", task_, " round ", m.round(), ": update rejected: ", s.message());
       Send(MakePeerError(m.round(), s));
