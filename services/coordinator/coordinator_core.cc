@@ -155,7 +155,18 @@ absl::StatusOr<std::string> CoordinatorCore::Connect(const v1::Hello& hello,
   {
     InputLock lock(*this, out);
     if (placement_ != nullptr && peers_.count(hello.name()) == 0) {
-      // Shared tasks: a peer goes where an open task needs it.
+      // Shared tasks: a peer follows its task when it was handed over a moment ago, and goes
+      // where an open task needs it otherwise.
+      if (auto moved = handed_off_peers_.find(hello.name()); moved != handed_off_peers_.end()) {
+        const auto& [task, when] = moved->second;
+        if (tasks_.count(task) > 0 || clock_.Now() - when >= kFollowHandOff) {
+          handed_off_peers_.erase(moved);  // the task is back here, or the peer's time is up
+        } else {
+          return absl::UnavailableError(absl::StrCat(
+              "this peer's task \"", task,
+              "\" moved to another coordinator a moment ago; ask the next coordinator"));
+        }
+      }
       if (std::optional<std::string> there = ElsewhereFor(hello.join_token())) {
         return absl::UnavailableError(absl::StrCat(
             "no task of this coordinator needs this peer; an open task is at coordinator ",

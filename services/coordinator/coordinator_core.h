@@ -32,6 +32,10 @@
 
 namespace shoal::coordinator {
 
+// With shared tasks: how long after its task was handed over a peer asking here again is sent on
+// to the next coordinator (CoordinatorCore::handed_off_peers_).
+inline constexpr absl::Duration kFollowHandOff = absl::Minutes(1);
+
 // Where the coordinator sends one peer's events: its Session stream. Implementations must not
 // block (they queue) and must tolerate calls after the stream ended (they drop).
 class PeerSink {
@@ -518,6 +522,12 @@ class CoordinatorCore {
   // Since when ConvictSilentPeers holds off (most peers silent at once); unset when it does not.
   std::optional<absl::Time> silence_hold_since_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Time> peers_walked_ ABSL_GUARDED_BY(mu_);  // Step's latest liveness walk
+  // With shared tasks: the peers of tasks handed over to another coordinator (peer id -> the
+  // task, and when), for a minute. Such a peer asks here again first (its session was
+  // welcomed here); it is sent on to the next coordinator, where its task is, instead of into
+  // a task of this one (a decentralized task's model lives in its peers), until the minute is
+  // up or the task is back here.
+  std::map<std::string, std::pair<std::string, absl::Time>> handed_off_peers_ ABSL_GUARDED_BY(mu_);
   // Watch streams of tasks that moved or ended; destroyed by Step() outside the lock (their
   // destructor waits for their callbacks, which take the lock).
   std::vector<std::unique_ptr<aggregator::AggregatorWatch>> retired_watches_ ABSL_GUARDED_BY(mu_);

@@ -403,7 +403,12 @@ absl::Status CoordinatorCore::HandOffTask(const std::string& name) {
     MarkChanged(task, out);
     const absl::Status moved = absl::UnavailableError(absl::StrCat(
         "task \"", name, "\" is moving to another coordinator; ask again in a moment"));
+    const absl::Time now = clock_.Now();
+    for (auto p = handed_off_peers_.begin(); p != handed_off_peers_.end();) {
+      p = now - p->second.second >= kFollowHandOff ? handed_off_peers_.erase(p) : std::next(p);
+    }
     for (const std::string& id : task.peers) {
+      handed_off_peers_[id] = {name, now};
       auto peer = peers_.find(id);
       if (peer == peers_.end()) continue;
       out.push_back([sink = peer->second.sink, moved] { sink->Close(moved); });

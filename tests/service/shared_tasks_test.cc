@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "libs/rpc/status.h"
 #include "services/aggregator/aggregator_server.h"
 #include "services/coordinator/coordinator_server.h"
@@ -462,6 +463,82 @@ TEST_F(SharedCoordinatorsTest, ACoordinatorThatStartsLaterGetsATaskFromTheBusies
   ASSERT_TRUE(again->Read(&event));
   EXPECT_TRUE(event.has_task_assigned() && event.task() == "new") << event.DebugString();
   again_context.TryCancel();
+}
+
+// A peer whose task was handed over asks the coordinator that handed it over again first (its
+// session was welcomed there): it is sent on to the next coordinator, where its task is, though
+// a task there waits for peers it could join (soak: the peers of a decentralized task handed
+// over were taken into another task of the coordinator that gave it away, and the task's model,
+// which lives in its peers, was lost).
+TEST_F(SharedCoordinatorsTest, APeerOfATaskHandedOverFollowsIt) {
+  std::unique_ptr<CoordinatorServer> a = StartCoordinator("a");
+  ASSERT_TRUE(a);
+  v1::CreateTaskResponse created;
+  ASSERT_TRUE(Create(*a, "moving", &created).ok());
+  grpc::ClientContext context_1;
+  grpc::ClientContext context_2;
+  for (grpc::ClientContext* context : {&context_1, &context_2}) {
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  }
+  auto p1 = Join(*a, "p1", context_1);
+  v1::CoordinatorEvent event;
+  ASSERT_TRUE(p1->Read(&event) && event.has_welcome());
+  ASSERT_TRUE(p1->Read(&event));
+  ASSERT_TRUE(event.has_task_assigned() && event.task() == "moving") << event.DebugString();
+  // "staying" takes any peer and waits for three; its peer's data report makes it weigh two, too
+  // much to move (a's load 3 above b's 0: only a task of weight 1, "moving", narrows the gap).
+  grpc::ClientContext context;
+  v1::CreateTaskRequest request;
+  request.set_task_file(absl::StrReplaceAll(TaskFile("staying", ""),
+                                            {{"min_participants: 2", "min_participants: 3"}}));
+  ASSERT_TRUE(Control(*a)->CreateTask(&context, request, &created).ok());
+  auto p2 = Join(*a, "p2", context_2, "token-of-no-other-task");
+  ASSERT_TRUE(p2->Read(&event) && event.has_welcome());
+  ASSERT_TRUE(p2->Read(&event));
+  ASSERT_TRUE(event.has_task_assigned() && event.task() == "staying") << event.DebugString();
+  v1::PeerMessage report;
+  report.set_task("staying");
+  report.mutable_data_report()->set_train_samples(10);
+  ASSERT_TRUE(p2->Write(report));
+  auto control_a = Control(*a);
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return Status(*control_a, "staying").value_or(v1::TaskStatus()).data_size() == 1; },
+      absl::Seconds(5)));
+
+  std::unique_ptr<CoordinatorServer> b = StartCoordinator("b");
+  ASSERT_TRUE(b);
+  while (p1->Read(&event)) {
+  }
+  grpc::Status ended = p1->Finish();
+  ASSERT_THAT(ended.error_message(), HasSubstr("\"moving\" is moving to another coordinator"));
+  // It asks a again first, and is sent on rather than taken into "staying"; it goes on asking
+  // each coordinator in turn (as a peer does) until b has taken the task over and takes it.
+  bool refused_at_a = false;
+  bool assigned_at_b = false;
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        for (CoordinatorServer* coordinator : {a.get(), b.get()}) {
+          grpc::ClientContext again;
+          again.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+          auto session = Join(*coordinator, "p1", again);
+          if (session->Read(&event) && event.has_welcome() && session->Read(&event)) {
+            EXPECT_EQ(coordinator, b.get()) << event.DebugString();
+            assigned_at_b = event.has_task_assigned() && event.task() == "moving";
+            again.TryCancel();
+            return true;
+          }
+          ended = session->Finish();
+          if (coordinator == a.get()) {
+            EXPECT_THAT(ended.error_message(), HasSubstr("moved to another coordinator"));
+            refused_at_a = true;
+          }
+        }
+        return false;
+      },
+      absl::Seconds(10)));
+  EXPECT_TRUE(refused_at_a);
+  EXPECT_TRUE(assigned_at_b) << event.DebugString();
+  context_2.TryCancel();
 }
 
 // The web console of a coordinator that does not serve a task shows it and stops it, through
