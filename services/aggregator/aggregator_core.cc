@@ -140,6 +140,7 @@ absl::StatusOr<PutResult> AggregatorCore::PutModel(const std::string& name, uint
   if (task == nullptr) {
     task = std::make_shared<TaskState>();
     task->name = name;
+    metrics_.tasks_held.Set(static_cast<double>(tasks_.size()));
   }
   if (!task->versions.empty()) {
     if (version < task->latest) {
@@ -378,6 +379,7 @@ std::optional<uint64_t> AggregatorCore::ReleaseTask(const std::string& name) {
     task = std::move(it->second);
     if (!task->versions.empty()) newest = task->versions.rbegin()->first;
     tasks_.erase(it);
+    metrics_.tasks_held.Set(static_cast<double>(tasks_.size()));
     task->released = true;
     if (task->session != nullptr) task->session->Abandon();
   }

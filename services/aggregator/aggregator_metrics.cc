@@ -84,6 +84,12 @@ AggregatorMetrics::AggregatorMetrics(prometheus::Registry& registry)
                         .Help("Latest global model version published or stored")
                         .Register(registry)
                         .Add({})),
+      tasks_held(prometheus::BuildGauge()
+                     .Name("shoal_aggregator_tasks")
+                     .Help("Tasks held (models, a round or buffer), until their coordinator "
+                           "releases them")
+                     .Register(registry)
+                     .Add({})),
       update_staleness(
           prometheus::BuildHistogram()
               .Name("shoal_aggregator_update_staleness_versions")

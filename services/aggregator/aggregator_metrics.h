@@ -49,6 +49,8 @@ struct AggregatorMetrics {
   prometheus::Histogram& round_duration;
   prometheus::Gauge& pushes_in_flight;
   prometheus::Gauge& model_version;
+  // Tasks held here (models, a round or buffer): one is freed when its coordinator releases it.
+  prometheus::Gauge& tasks_held;
   // Federated-async buffers.
   prometheus::Histogram& update_staleness;  // of the updates accepted into a buffer
   prometheus::Counter& versions_published;  // by buffers (rounds count rounds_completed)

@@ -263,7 +263,7 @@ void CoordinatorCore::OnWorkDone(const std::string& name, uint64_t epoch,
     // A restore may have reset the task at the aggregator: tell it the members again.
     if (result.work.kind == AggregatorWork::Kind::kRestore) {
       for (Task::Link& link : task.links) link.members_dirty = true;
-      if (result.status.ok()) task.holder_before_restart.clear();
+      if (result.status.ok()) ReleaseHolderBeforeRestart(task, out);
     }
     ModeEffects fx;
     task.mode->OnWorkDone(result, clock_.Now(), task.status, fx);
@@ -271,6 +271,23 @@ void CoordinatorCore::OnWorkDone(const std::string& name, uint64_t epoch,
     Reconcile(out);
   }
   Flush();
+}
+
+void CoordinatorCore::ReleaseHolderBeforeRestart(Task& task, Outbox& out) {
+  std::string before = std::move(task.holder_before_restart);
+  task.holder_before_restart.clear();
+  if (before.empty()) return;
+  for (const Task::Link& link : task.links) {
+    if (link.address == before ||
+        std::find(link.backups.begin(), link.backups.end(), before) != link.backups.end()) {
+      return;  // still one of the task's aggregators
+    }
+  }
+  // The model is restored elsewhere: what the earlier owner left there is freed (fire and
+  // forget: an aggregator that is gone has nothing to free).
+  LogInfo("task ", task.status.spec().name(), ": freeing it at ", before,
+          ", its aggregator before the restart");
+  out.push_back([this, name = task.status.spec().name(), before] { work_.Release(name, before); });
 }
 
 void CoordinatorCore::OnMembersSet(const std::string& name, uint64_t epoch, size_t index,

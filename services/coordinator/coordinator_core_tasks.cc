@@ -99,6 +99,7 @@ v1::CoordinatorEvent CoordinatorCore::TaskAssignedEvent(const Task& task,
   *event.mutable_task_assigned()->mutable_spec() = task.status.spec();
   event.mutable_task_assigned()->mutable_spec()->clear_join_token();
   event.mutable_task_assigned()->set_aggregator_address(AggregatorOf(task, peer_id));
+  event.mutable_task_assigned()->set_created_unix_ms(task.status.created_unix_ms());
   if (task.status.has_statistics()) {
     *event.mutable_task_assigned()->mutable_statistics() = task.status.statistics();
   }
@@ -321,11 +322,14 @@ void CoordinatorCore::Finish(Task& task, v1::TaskState state, const std::string&
   }
   task.peers.clear();
   while (!task.evaluating.empty()) CompleteEvaluation(task, task.evaluating.begin()->first);
-  // Nothing of the task runs at its aggregator any more: stop watching, free it there (fire and
-  // forget: it does not block the task), drop late results.
+  // Nothing of the task runs at its aggregators any more, primaries and backups: stop watching,
+  // free it there (fire and forget: it does not block the task), drop late results.
   NewEpoch(task);
   for (const Task::Link& link : task.links) {
     out.push_back([this, name, address = link.address] { work_.Release(name, address); });
+    for (const std::string& backup : link.backups) {
+      out.push_back([this, name, backup] { work_.Release(name, backup); });
+    }
   }
   DropLinks(task);
   MarkChanged(task, out);

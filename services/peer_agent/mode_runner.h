@@ -49,6 +49,9 @@ struct ModeRunnerDeps {
   // Where the federated modes keep the global model on disk (--scratch-dir; empty: TMPDIR, else
   // /tmp).
   std::string scratch_dir;
+  // Where a decentralized peer keeps the model of the last round it completed, to hold it again
+  // after a restart (--state-dir; empty: nowhere, KeptModel).
+  std::string state_dir;
   // Federated-sync (--evaluate-beside-training): whether a published model is evaluated on a
   // thread of its own beside the next round's training, or before it (FederatedSyncRunner).
   bool evaluate_beside_training = true;
@@ -97,6 +100,10 @@ class ModeRunner {
 
   // Called once on the worker right after creation (e.g. send ModelHeld).
   virtual void Start() {}
+
+  // Called once on the worker when the coordinator says the task is over (TaskFinished), right
+  // before the runner is destroyed (e.g. remove what was kept on disk for a restart).
+  virtual void Finished() {}
 
   // A coordinator event for this task, in order. Long work (training, fetching) checks
   // `keep_going` between steps and returns early when it turns false: a newer event that

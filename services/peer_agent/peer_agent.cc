@@ -445,6 +445,7 @@ void PeerAgent::StartRunner() {
   deps.wakeup = &wakeup_;
   deps.peer_id = peer_id();
   deps.scratch_dir = options_.scratch_dir;
+  deps.state_dir = options_.state_dir;
   deps.evaluate_beside_training = options_.evaluate_beside_training;
   deps.download_against_held = options_.download_against_held;
   deps.session_token = [this] { return SessionToken(); };
@@ -477,6 +478,7 @@ void PeerAgent::HandleTaskFinished(const CoordinatorEvent& ev) {
   LogInfo("task ", ev.task(), ": finished (", m.state(), ", final model version ",
           m.final_version(), ")");
   if (task_ && task_->assigned.spec().name() == ev.task()) {
+    if (std::shared_ptr<ModeRunner> r = runner(); r != nullptr) r->Finished();
     EndRunner();
     task_.reset();
   }

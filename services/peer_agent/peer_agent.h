@@ -42,6 +42,9 @@ struct PeerAgentOptions {
   // Where the federated modes keep the global model on disk (--scratch-dir; empty: TMPDIR, else
   // /tmp): ModeRunnerDeps::scratch_dir.
   std::string scratch_dir;
+  // Where a decentralized peer keeps its model for a restart (--state-dir; empty: nowhere):
+  // ModeRunnerDeps::state_dir.
+  std::string state_dir;
   // Federated-sync (--evaluate-beside-training): ModeRunnerDeps::evaluate_beside_training.
   bool evaluate_beside_training = true;
   // Federated modes (--download-against-held): ModeRunnerDeps::download_against_held.

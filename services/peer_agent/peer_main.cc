@@ -50,6 +50,13 @@ ABSL_FLAG(std::string, scratch_dir, "",
           "file, gone when the peer exits), so that its memory holds only LibTorch's "
           "parameters, gradients and momentum; keep it on a disk, not a tmpfs (default: $TMPDIR, "
           "else /tmp)");
+ABSL_FLAG(std::string, state_dir, "",
+          "where this peer keeps what a restart must not lose (made if missing): in each "
+          "decentralized task, the model of the last round it completed (one model file per "
+          "task, replaced each round, removed when the task finishes). A peer started again "
+          "with the same --state-dir holds that model again, so a task whose peers "
+          "all restarted goes on from that round instead of losing its model. Default: keep "
+          "nothing");
 ABSL_FLAG(bool, evaluate_beside_training, true,
           "federated-sync: evaluate each published model on a thread of its own while the next "
           "round trains, off the round's critical path; its copy of the model is then held "
@@ -222,6 +229,7 @@ int PeerMain(int argc, char** argv, const PeerMainOptions& main_options) {
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.model_dir = absl::GetFlag(FLAGS_model_dir);
   options.scratch_dir = absl::GetFlag(FLAGS_scratch_dir);
+  options.state_dir = absl::GetFlag(FLAGS_state_dir);
   options.evaluate_beside_training = absl::GetFlag(FLAGS_evaluate_beside_training);
   options.download_against_held = absl::GetFlag(FLAGS_download_against_held);
   options.name = absl::GetFlag(FLAGS_name);

@@ -1,5 +1,9 @@
 #include "services/peer_agent/peer_server.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <utility>
 
@@ -63,6 +67,18 @@ absl::Status PeerOptions::Validate() const {
   // The directory the federated modes will use (AggregatorPeer): checked now, not mid-task.
   SHOAL_RETURN_IF_ERROR(
       FlagError("--scratch-dir", tensor::SpillFile::Create(scratch_dir).status()));
+  if (!state_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(state_dir, ec);
+    if (ec || !std::filesystem::is_directory(state_dir, ec)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--state-dir: ", state_dir, ": ", ec ? ec.message() : "not a directory"));
+    }
+    if (access(state_dir.c_str(), W_OK | X_OK) != 0) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("--state-dir: ", state_dir, ": ", std::strerror(errno)));
+    }
+  }
   if (device != "cpu" && device != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("--device: unknown device \"", device, "\" (known: cpu, cuda)"));
@@ -203,6 +219,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   agent_options.device = options.device;
   agent_options.model_dir = options.model_dir;
   agent_options.scratch_dir = options.scratch_dir;
+  agent_options.state_dir = options.state_dir;
   agent_options.evaluate_beside_training = options.evaluate_beside_training;
   agent_options.download_against_held = options.download_against_held;
   agent_options.data_dir = options.data_dir;

@@ -41,6 +41,7 @@ struct PeerOptions {
   std::string data_dir;                        // --data-dir
   std::string model_dir;                       // --model-dir (TorchScript tasks' files)
   std::string scratch_dir;                     // --scratch-dir (empty: TMPDIR, else /tmp)
+  std::string state_dir;                       // --state-dir (empty: keep nothing)
   bool evaluate_beside_training = true;        // --evaluate-beside-training
   bool download_against_held = false;          // --download-against-held
   training::ShardSpec shard;                   // --shard I/N (default 0/1: all of it)

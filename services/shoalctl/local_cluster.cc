@@ -242,8 +242,11 @@ absl::StatusOr<Service> LocalCluster::LaunchPeer(int index, int count,
   if (services_.empty()) return absl::FailedPreconditionError("the coordinator is not running");
   const std::string name = absl::StrCat("peer-", index);
   std::vector<std::string> args = {
-      "--coordinator",    coordinator_address(), "--listen", "127.0.0.1:0",
-      "--metrics-listen", "127.0.0.1:0",         "--name",   name};
+      "--coordinator",    coordinator_address(),
+      "--listen",         "127.0.0.1:0",
+      "--metrics-listen", "127.0.0.1:0",
+      "--name",           name,
+      "--state-dir",      absl::StrCat(options_.state_dir, "/peers/", name)};
   if (options_.peer_data_dir.empty()) {
     args.insert(args.end(),
                 {"--data-dir", options_.data_dir, "--shard", absl::StrCat(index, "/", count)});

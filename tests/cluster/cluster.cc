@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "libs/common/status_macros.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status.h"
@@ -368,6 +369,9 @@ absl::Status Cluster::StartPeers(int first, int n, int count, std::vector<std::s
 
 std::vector<std::string> Cluster::SharedDataPeerArgs(int index, int count,
                                                      std::vector<std::string> extra_args) const {
+  for (std::string& arg : extra_args) {
+    arg = absl::StrReplaceAll(arg, {{"{index}", absl::StrCat(index)}});
+  }
   extra_args.push_back("--coordinator=" + CoordinatorAddresses());
   extra_args.push_back("--data-dir=/usr/share/datasets/fashion-mnist");
   extra_args.push_back(absl::StrCat("--shard=", index, "/", count));

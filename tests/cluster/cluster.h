@@ -58,9 +58,9 @@ class Cluster {
   // Starts one more aggregator (aggregator(0), aggregator(1), ...).
   absl::Status StartAggregator();
   absl::Status StartPeer(int index, int count, std::vector<std::string> extra_args = {});
-  // Peers `first` .. `first` + `n` - 1 of `count`, as StartPeer (each with `extra_args`),
-  // started together: the next one is launched before the last one listens, so their start-ups
-  // overlap.
+  // Peers `first` .. `first` + `n` - 1 of `count`, as StartPeer (each with `extra_args`, in
+  // which "{index}" stands for the peer's index), started together: the next one is launched
+  // before the last one listens, so their start-ups overlap.
   absl::Status StartPeers(int first, int n, int count, std::vector<std::string> extra_args = {});
   // The same with the peer's test build, shoal-peer-testing (tests/peer_testing/), whose
   // `extra_args` may add --test-byzantine and --test-slow-batch.

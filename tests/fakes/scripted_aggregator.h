@@ -97,10 +97,12 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
     return absl::OkStatus();
   }
   // Says it held `version`, the newest it made or was given (of whichever task).
-  absl::StatusOr<std::optional<uint64_t>> ReleaseTask(const std::string&, const std::string& task,
+  absl::StatusOr<std::optional<uint64_t>> ReleaseTask(const std::string& address,
+                                                      const std::string& task,
                                                       absl::Time) override {
     absl::MutexLock lock(&mu_);
     released.push_back(task);
+    released_addresses.push_back(address);
     return std::optional<uint64_t>(version);
   }
   absl::StatusOr<bool> PullModel(const std::string& address,
@@ -200,6 +202,7 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
   std::vector<std::pair<std::string, uint64_t>> puts;
   std::vector<std::string> put_addresses;
   std::vector<std::string> released;
+  std::vector<std::string> released_addresses;  // where each of `released` was released
   std::vector<aggregator::v1::SetMembersRequest> members;
   std::vector<std::string> member_addresses;
 

@@ -6,13 +6,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/service/decentralized_test_peer.h"
+#include "tests/testing/temp_dir.h"
 
 namespace shoal::peer {
 namespace {
@@ -330,6 +334,90 @@ TEST_F(DecentralizedRunnerTest, EveryParticipantAggregatesWithTheTaskStrategyIde
     }
     EXPECT_LT(moved, 1.0);
   }
+}
+
+std::vector<std::string> FilesIn(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+uint64_t HeldDigest(const std::vector<PeerMessage>& sent, uint64_t round) {
+  const PeerMessage* held = Find(sent, PeerMessage::kModelHeld);
+  EXPECT_NE(held, nullptr);
+  if (held == nullptr) return 0;
+  EXPECT_EQ(held->model_held().round(), round);
+  return held->model_held().digest_xxh3();
+}
+
+// With a state directory a peer keeps the model of the last round it completed on disk: started
+// again it holds that model (ModelHeld names its round and digest) and serves it to peers that
+// sync. A file that does not read back is passed over; in another run of a task of the same
+// name the peer starts from the initial model; the file goes when the task finishes.
+TEST_F(DecentralizedRunnerTest, APeerStartedAgainHoldsTheModelItKeptOnDisk) {
+  absl::StatusOr<std::string> dir = testing::MakeTestTempDir("kept-model");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  constexpr int64_t kRun = 1700000000000;
+  const std::string kept = absl::StrCat("decentralized-dec-", kRun, "-round-1.model");
+  uint64_t averaged = 0;
+  uint64_t initial = 0;
+  {
+    TestPeer a("peer-a", 0, 2, *train_, *test_, {}, Spec(), *dir, kRun);
+    TestPeer b("peer-b", 1, 2, *train_, *test_);
+    a.runner().Start();
+    b.runner().Start();
+    initial = HeldDigest(a.Take(), 0);
+    EXPECT_TRUE(FilesIn(*dir).empty());  // round 0's model every peer makes from the seed
+    for (TestPeer* p : {&a, &b}) p->Handle(RoundOpen(1));
+    for (TestPeer* p : {&a, &b}) p->Handle(PeerList(1, 1, {a.Endpoint(), b.Endpoint()}));
+    for (TestPeer* p : {&a, &b}) p->Handle(StartSharing(1, 1));
+    const std::vector<PeerMessage> sent = a.Take();
+    const PeerMessage* done = Find(sent, PeerMessage::kSharingDone);
+    ASSERT_NE(done, nullptr);
+    averaged = done->sharing_done().digest_xxh3();
+    // Kept once the coordinator says the round completed.
+    EXPECT_TRUE(FilesIn(*dir).empty());
+    CoordinatorEvent published;
+    published.set_task("dec");
+    published.mutable_model_published()->set_round(1);
+    published.mutable_model_published()->set_version(1);
+    a.Handle(published);
+    EXPECT_THAT(FilesIn(*dir), ::testing::ElementsAre(kept));
+  }
+  // A newer round's file that does not read back (a crash mid-write leaves only a temporary).
+  const std::string torn = absl::StrCat(*dir, "/decentralized-dec-", kRun, "-round-2.model");
+  {
+    std::ofstream out(torn);
+    out << "SHOALMDL";
+  }
+  // The peer started again: round 1's model, served to peers that sync; the torn file is gone.
+  TestPeer again("peer-a", 0, 2, *train_, *test_, {}, Spec(), *dir, kRun);
+  again.runner().Start();
+  EXPECT_EQ(HeldDigest(again.Take(), 1), averaged);
+  auto global = again.store().Get(peer::v1::SNAPSHOT_KIND_GLOBAL);
+  ASSERT_TRUE(global);
+  EXPECT_EQ(global->round, 1u);
+  EXPECT_EQ(global->model->Digest(), averaged);
+  EXPECT_THAT(FilesIn(*dir), ::testing::ElementsAre(kept));
+  // Another run of a task of the same name: the initial model, and the other run's file goes.
+  {
+    TestPeer other("peer-a", 0, 2, *train_, *test_, {}, Spec(), *dir, kRun + 1);
+    other.runner().Start();
+    EXPECT_EQ(HeldDigest(other.Take(), 0), initial);
+    EXPECT_TRUE(FilesIn(*dir).empty());
+  }
+  // The task finishes: what was kept goes.
+  CoordinatorEvent published;
+  published.set_task("dec");
+  published.mutable_model_published()->set_round(1);
+  published.mutable_model_published()->set_version(1);
+  again.Handle(published);
+  EXPECT_THAT(FilesIn(*dir), ::testing::ElementsAre(kept));
+  again.runner().Finished();
+  EXPECT_TRUE(FilesIn(*dir).empty());
 }
 
 }  // namespace

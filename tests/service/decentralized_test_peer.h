@@ -122,7 +122,8 @@ class TestPeer {
  public:
   TestPeer(const std::string& id, int shard, int shards, const training::RawDataset& train,
            const training::RawDataset& test, ByzantineFault byzantine = {},
-           const common::v1::TaskSpec& spec = Spec())
+           const common::v1::TaskSpec& spec = Spec(), const std::string& state_dir = "",
+           int64_t task_created_unix_ms = 0)
       : id_(id), metrics_(registry_), client_(nullptr, &metrics_) {
     training::TrainerOptions options;
     options.spec = spec;
@@ -143,6 +144,8 @@ class TestPeer {
 
     ModeRunnerDeps deps;
     *deps.assigned.mutable_spec() = spec;
+    deps.assigned.set_created_unix_ms(task_created_unix_ms);
+    deps.state_dir = state_dir;
     deps.trainer = trainer_.get();
     deps.snapshots = &store_;
     deps.peers = &gated_;

@@ -377,8 +377,10 @@ TEST_F(AggregatorCoreTest, AcceptedPushDestroyedBeforeItsFoldIsStillCounted) {
 TEST_F(AggregatorCoreTest, ReleaseTaskForgetsIt) {
   PutBase();
   Open({"a"});
+  EXPECT_EQ(metrics_->tasks_held.Value(), 1);
   // It says the newest version it held, so that a restore numbers the next one after it.
   EXPECT_EQ(core_->ReleaseTask("t"), std::optional<uint64_t>(0));
+  EXPECT_EQ(metrics_->tasks_held.Value(), 0);
   EXPECT_EQ(core_->ReleaseTask("t"), std::nullopt);  // idempotent
   EXPECT_EQ(core_->GetModel("t", std::nullopt).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(PushModel(Meta("a", 1), Filled([](size_t) { return 1.0f; })).code(),

@@ -230,6 +230,33 @@ TEST_F(FailoverTest, ARestartTakesTheVersionPublishedLastFromTheAggregatorHoldin
   EXPECT_EQ(aggregator_.opened.back().base_version(), 1u);
 }
 
+// After a restart the task's model is restored on another aggregator (the one it used before has
+// not registered yet): once restored, the task is freed at the one it used before, which would
+// otherwise keep its models for good. Where it is restored on the same one, nothing more is
+// freed there than the restore itself does.
+TEST_F(FailoverTest, ATaskRestoredElsewhereIsFreedWhereItWasBefore) {
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  aggregator_.contributors = {"a"};
+  Accept("t", 1, "a");
+  Step();
+  ASSERT_EQ(Status("t").model_version(), 1u);
+
+  Recreate();
+  aggregator_.released_addresses.clear();
+  Alive({kB});
+  Step();
+  ASSERT_EQ(Status("t").aggregator(), kB);
+  EXPECT_THAT(aggregator_.released_addresses, UnorderedElementsAre(kB, kA));
+  EXPECT_EQ(Status("t").round(), 1u);
+
+  Recreate();
+  aggregator_.released_addresses.clear();
+  Alive({kB});
+  Step();
+  ASSERT_EQ(Status("t").aggregator(), kB);
+  EXPECT_THAT(aggregator_.released_addresses, ElementsAre(kB)) << "the restore's own";
+}
+
 // The checkpoint's record is there but its file is not (another coordinator's state directory):
 // the version comes from the aggregator instead.
 TEST_F(FailoverTest, ACheckpointFileThatCannotBeReadIsTakenFromTheAggregator) {

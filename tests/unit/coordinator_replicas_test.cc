@@ -201,6 +201,26 @@ TEST_F(CoordinatorReplicasTest, ALostPrimaryIsReplacedByItsBackupAndTheRoundGoes
   EXPECT_EQ(Status("t").history_size(), 1);
 }
 
+// A task that ends is freed at every aggregator that holds some of it: the root, the clusters'
+// primaries and their backups (a backup keeps the cluster's base model and a standby round).
+TEST_F(CoordinatorReplicasTest, AnEndedTaskIsReleasedAtItsBackupsToo) {
+  Start();
+  const v1::TaskStatus status = Status("t");
+  ASSERT_EQ(status.clusters_size(), 3);
+  std::set<std::string> holders;
+  for (const v1::ClusterInfo& c : status.clusters()) {
+    holders.insert(c.aggregator());
+    holders.insert(c.backups().begin(), c.backups().end());
+  }
+  ASSERT_EQ(holders.size(), 5u);
+  aggregator_.released_addresses.clear();
+  ASSERT_TRUE(core_->StopTask("t").ok());
+  Step();
+  EXPECT_EQ(std::set<std::string>(aggregator_.released_addresses.begin(),
+                                  aggregator_.released_addresses.end()),
+            holders);
+}
+
 // With secure aggregation a cluster's primary copies nothing (its open names no backups) while
 // its backup holds a standby round; promoted, the standby is opened again as the cluster's
 // secure round (the same peers and identity keys, no standby_for, no backups): the backup

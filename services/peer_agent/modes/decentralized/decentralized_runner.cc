@@ -72,7 +72,8 @@ DecentralizedRunner::DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunne
       metrics_(*deps_.metrics),
       clock_(*deps_.clock),
       wakeup_(*deps_.wakeup),
-      compressor_(CompressionOf(deps_.assigned.spec())) {
+      compressor_(CompressionOf(deps_.assigned.spec())),
+      kept_(deps_.state_dir, task_, deps_.assigned.created_unix_ms()) {
   if (const std::string how = DescribeCompression(compressor_); !how.empty()) {
     LogInfo("task ", task_, ": round updates are exchanged as compressed deltas: ", how);
   }
@@ -119,7 +120,7 @@ absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> DecentralizedRunner::Ma
 }
 
 void DecentralizedRunner::Start() {
-  if (held_.values.empty()) {
+  if (held_.values.empty() && !HoldKeptModel()) {
     absl::StatusOr<tensor::FlatModel> init = trainer_.InitialParameters();
     absl::Status s = init.status();
     if (s.ok()) s = trainer_.SetParameters(*init);
@@ -135,6 +136,44 @@ void DecentralizedRunner::Start() {
   LogInfo(absl::StrFormat("task %s: decentralized, holding the model of round %d (digest %016x)",
                           task_, model_round_, held_.Digest()));
   SendModelHeld();
+}
+
+void DecentralizedRunner::Finished() { kept_.Forget(); }
+
+bool DecentralizedRunner::HoldKeptModel() {
+  std::optional<KeptModel::Held> kept = kept_.Load();
+  if (!kept.has_value()) return false;
+  if (absl::Status s = trainer_.SetParameters(kept->model); !s.ok()) {
+    LogWarning("task ", task_, ": the model kept on disk for round ", kept->round,
+               " is not this task's model; starting from the initial one: ", s.message());
+    kept_.Forget();
+    return false;
+  }
+  held_ = std::move(kept->model);
+  model_round_ = kept->round;
+  params_are_held_ = true;
+  PublishHeld(0, 0);  // served to peers that sync, as after a sync
+  LogInfo("task ", task_, ": holding the model of round ", model_round_,
+          " kept on disk before a restart (--state-dir)");
+  return true;
+}
+
+void DecentralizedRunner::PublishHeld(uint64_t num_samples, double loss) {
+  Snapshot global;
+  global.task = task_;
+  global.version = model_round_;
+  global.model = std::make_shared<const tensor::FlatModel>(held_);
+  global.kind = peer::v1::SNAPSHOT_KIND_GLOBAL;
+  global.round = model_round_;
+  global.num_samples = num_samples;
+  global.loss = loss;
+  snapshots_.Publish(std::move(global));
+}
+
+void DecentralizedRunner::KeepHeld() {
+  if (absl::Status s = kept_.Keep(model_round_, held_); !s.ok()) {
+    LogWarning("task ", task_, ": ", s.message(), " (a restart of this peer will not hold it)");
+  }
 }
 
 bool DecentralizedRunner::Supersedes(const CoordinatorEvent& e) const {
@@ -423,6 +462,7 @@ void DecentralizedRunner::HandleModelPublished(const coordinator::v1::ModelPubli
     return;
   }
   if (round_ && round_->round <= m.round()) round_.reset();  // the round is complete
+  KeepHeld();
   if (absl::Status s = RestoreHeld(); !s.ok()) {
     SendError(m.round(), s);
     return;

@@ -22,6 +22,7 @@
 #include "libs/training/trainer.h"
 #include "services/peer_agent/mode_runner.h"
 #include "services/peer_agent/modes/decentralized/aggregate.h"
+#include "services/peer_agent/modes/decentralized/kept_model.h"
 #include "services/peer_agent/modes/decentralized/secure_round.h"
 #include "services/peer_agent/peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
@@ -83,8 +84,11 @@ class DecentralizedRunner final : public ModeRunner {
   static absl::StatusOr<std::unique_ptr<DecentralizedRunner>> Create(
       ModeRunnerDeps deps, DecentralizedRunnerOptions options = {});
 
-  // Loads the seed's initial model (round 0) and sends ModelHeld.
+  // Holds the model kept on disk for this task (ModeRunnerDeps::state_dir), else the seed's
+  // initial model (round 0), and sends ModelHeld.
   void Start() override;
+  // Removes the model kept on disk.
+  void Finished() override;
   void Handle(const coordinator::v1::CoordinatorEvent& event,
               const std::function<bool()>& keep_going) override;
   // RoundOpen, JoinRefused, PeerList, StartSharing, ConnectionFailed, SyncFrom, TaskAssigned and
@@ -164,6 +168,12 @@ class DecentralizedRunner final : public ModeRunner {
   // Round updates travel as compressed deltas (the task sets a compression).
   bool compressed() const { return compressor_.settings().codec != common::v1::ENCODING_RAW; }
   void SendModelHeld();
+  // Serves held_ as this peer's GLOBAL snapshot of model_round_ (what joiners sync from).
+  void PublishHeld(uint64_t num_samples, double loss);
+  // Makes the model kept on disk for a restart held_ (held_ once a round completed or a sync
+  // loaded it); Start() loads it back (true: held_ is now that model).
+  void KeepHeld();
+  bool HoldKeptModel();
   void SendError(uint64_t round, const absl::Status& status);
   void Send(const coordinator::v1::PeerMessage& message);
 
@@ -187,6 +197,7 @@ class DecentralizedRunner final : public ModeRunner {
   std::vector<coordinator::v1::PeerEndpoint> participants_;  // of the latest PeerList
   std::optional<RoundState> round_;
   tensor::Compressor compressor_;  // the task's compression; top-k's residual
+  KeptModel kept_;                 // the last completed round's model on disk (--state-dir)
   struct PendingEval {
     uint64_t round = 0;
     uint64_t version = 0;

@@ -390,15 +390,7 @@ void DecentralizedRunner::CompleteSharing(uint64_t round, uint32_t attempt, tens
   params_are_held_ = true;
   round_->shared_attempt = attempt;
   const uint64_t digest = held_.Digest();
-  Snapshot global;
-  global.task = task_;
-  global.version = round;
-  global.model = std::make_shared<const tensor::FlatModel>(held_);
-  global.kind = peer::v1::SNAPSHOT_KIND_GLOBAL;
-  global.round = round;
-  global.num_samples = num_samples;
-  global.loss = round_->train_loss;
-  snapshots_.Publish(std::move(global));
+  PublishHeld(num_samples, round_->train_loss);
   const double seconds = absl::ToDoubleSeconds(clock_.Now() - start);
   metrics_.decentralized.sharing_duration.Observe(seconds);
   metrics_.rounds_completed.Increment();
@@ -472,14 +464,7 @@ void DecentralizedRunner::HandleSyncFrom(const coordinator::v1::SyncFrom& m,
   params_are_held_ = true;
   const uint64_t digest = held_.Digest();
   const uint64_t bytes = held_.layout.total_bytes();
-  Snapshot global;
-  global.task = task_;
-  global.version = m.round();
-  global.model = std::make_shared<const tensor::FlatModel>(held_);
-  global.kind = peer::v1::SNAPSHOT_KIND_GLOBAL;
-  global.round = m.round();
-  global.num_samples = received->meta.num_samples();
-  snapshots_.Publish(std::move(global));
+  PublishHeld(received->meta.num_samples(), 0);
   snapshots_.Clear(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
   metrics_.decentralized.sync_transfers.Increment();
   const int64_t ms = absl::ToInt64Milliseconds(clock_.Now() - start);
@@ -493,6 +478,7 @@ void DecentralizedRunner::HandleSyncFrom(const coordinator::v1::SyncFrom& m,
   done->set_bytes(bytes);
   Send(out);
   SendModelHeld();
+  KeepHeld();
 }
 
 }  // namespace shoal::peer
