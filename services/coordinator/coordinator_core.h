@@ -397,9 +397,9 @@ class CoordinatorCore {
   void PostWork(Task& task, std::vector<AggregatorWork> work, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartWatch(Task& task, size_t link, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The task's model is restored: frees it at the aggregator it used before the restart (or the
-  // hand-off) unless that is still one of its aggregators.
-  void ReleaseHolderBeforeRestart(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The task's model is restored, or the task ended: frees it at the aggregators that held it
+  // before (former_holders, holder_before_restart) but are not among its aggregators now.
+  void ReleaseFormerHolders(Task& task, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The task's aggregator changed or the task ended: work results, watch events and member
   // answers of before are dropped (`epoch`), and so are the events held for them.
   void NewEpoch(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

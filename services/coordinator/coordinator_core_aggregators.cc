@@ -141,6 +141,7 @@ void CoordinatorCore::LoseAggregator(const std::string& address, const std::stri
     // (from its newest checkpoint), its peers placed again.
     NewEpoch(task);
     DropLinks(task);
+    task.former_holders.erase(address);  // gone, or not answering: nothing to free there now
     task.status.clear_aggregator();
     task.waiting_for_aggregator_since = now;
     metrics_.aggregator_errors.Increment();
@@ -161,6 +162,8 @@ void CoordinatorCore::NewEpoch(Task& task) {
 }
 
 void CoordinatorCore::DropLinks(Task& task) {
+  const std::set<std::string> held = AddressesOf(task);
+  task.former_holders.insert(held.begin(), held.end());
   for (Task::Link& link : task.links) {
     if (link.watch != nullptr) retired_watches_.push_back(std::move(link.watch));
   }
@@ -263,7 +266,7 @@ void CoordinatorCore::OnWorkDone(const std::string& name, uint64_t epoch,
     // A restore may have reset the task at the aggregator: tell it the members again.
     if (result.work.kind == AggregatorWork::Kind::kRestore) {
       for (Task::Link& link : task.links) link.members_dirty = true;
-      if (result.status.ok()) ReleaseHolderBeforeRestart(task, out);
+      if (result.status.ok()) ReleaseFormerHolders(task, out);
     }
     ModeEffects fx;
     task.mode->OnWorkDone(result, clock_.Now(), task.status, fx);
@@ -273,21 +276,20 @@ void CoordinatorCore::OnWorkDone(const std::string& name, uint64_t epoch,
   Flush();
 }
 
-void CoordinatorCore::ReleaseHolderBeforeRestart(Task& task, Outbox& out) {
-  std::string before = std::move(task.holder_before_restart);
+void CoordinatorCore::ReleaseFormerHolders(Task& task, Outbox& out) {
+  std::set<std::string> former = std::move(task.former_holders);
+  task.former_holders.clear();
+  if (!task.holder_before_restart.empty()) former.insert(task.holder_before_restart);
   task.holder_before_restart.clear();
-  if (before.empty()) return;
-  for (const Task::Link& link : task.links) {
-    if (link.address == before ||
-        std::find(link.backups.begin(), link.backups.end(), before) != link.backups.end()) {
-      return;  // still one of the task's aggregators
-    }
+  const std::set<std::string> current = AddressesOf(task);
+  const std::string& name = task.status.spec().name();
+  for (const std::string& address : former) {
+    if (current.count(address) > 0) continue;  // one of the task's aggregators again
+    // What the task left there is freed (fire and forget: one that is gone has nothing to free).
+    if (IsActive(task))
+      LogInfo("task ", name, ": freeing it at ", address, ", an aggregator of it before");
+    out.push_back([this, name, address] { work_.Release(name, address); });
   }
-  // The model is restored elsewhere: what the earlier owner left there is freed (fire and
-  // forget: an aggregator that is gone has nothing to free).
-  LogInfo("task ", task.status.spec().name(), ": freeing it at ", before,
-          ", its aggregator before the restart");
-  out.push_back([this, name = task.status.spec().name(), before] { work_.Release(name, before); });
 }
 
 void CoordinatorCore::OnMembersSet(const std::string& name, uint64_t epoch, size_t index,

@@ -322,16 +322,12 @@ void CoordinatorCore::Finish(Task& task, v1::TaskState state, const std::string&
   }
   task.peers.clear();
   while (!task.evaluating.empty()) CompleteEvaluation(task, task.evaluating.begin()->first);
-  // Nothing of the task runs at its aggregators any more, primaries and backups: stop watching,
-  // free it there (fire and forget: it does not block the task), drop late results.
+  // Nothing of the task runs at its aggregators any more (primaries, backups, and those of an
+  // earlier tree): stop watching, free it there (fire and forget: it does not block the task),
+  // drop late results.
   NewEpoch(task);
-  for (const Task::Link& link : task.links) {
-    out.push_back([this, name, address = link.address] { work_.Release(name, address); });
-    for (const std::string& backup : link.backups) {
-      out.push_back([this, name, backup] { work_.Release(name, backup); });
-    }
-  }
   DropLinks(task);
+  ReleaseFormerHolders(task, out);
   MarkChanged(task, out);
 }
 

@@ -118,6 +118,10 @@ struct CoreTask {
   // After a coordinator restart, until the task's model is restored: the aggregator the task
   // used before (from the store), which may still hold its newest version.
   std::string holder_before_restart;
+  // Aggregators that held some of the task before its tree was dropped (an aggregator lost, the
+  // tree rebuilt; not the lost one): freed once the model is restored on the new tree unless
+  // they are among its aggregators again, or when the task ends.
+  std::set<std::string> former_holders;
   // When its tree was last rebuilt on newly available aggregators (SupernodeOptions).
   absl::Time rebuilt_at = absl::InfinitePast();
 };

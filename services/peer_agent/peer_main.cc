@@ -53,7 +53,8 @@ ABSL_FLAG(std::string, scratch_dir, "",
 ABSL_FLAG(std::string, state_dir, "",
           "where this peer keeps what a restart must not lose (made if missing): in each "
           "decentralized task, the model of the last round it completed (one model file per "
-          "task, replaced each round, removed when the task finishes). A peer started again "
+          "task, replaced each round, removed when the task finishes; of tasks it left, the three "
+          "written last are kept). A peer started again "
           "with the same --state-dir holds that model again, so a task whose peers "
           "all restarted goes on from that round instead of losing its model. Default: keep "
           "nothing");

@@ -5,6 +5,7 @@
 #include "services/peer_agent/modes/decentralized/decentralized_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -387,10 +388,11 @@ TEST_F(DecentralizedRunnerTest, APeerStartedAgainHoldsTheModelItKeptOnDisk) {
     a.Handle(published);
     EXPECT_THAT(FilesIn(*dir), ::testing::ElementsAre(kept));
   }
-  // A newer round's file that does not read back (a crash mid-write leaves only a temporary).
-  const std::string torn = absl::StrCat(*dir, "/decentralized-dec-", kRun, "-round-2.model");
-  {
-    std::ofstream out(torn);
+  // A newer round's file that does not read back, and a temporary a crash mid-write left.
+  for (const std::string& name :
+       {absl::StrCat("decentralized-dec-", kRun, "-round-2.model"),
+        absl::StrCat("decentralized-dec-", kRun, "-round-3.model.tmp.7")}) {
+    std::ofstream out(*dir + "/" + name);
     out << "SHOALMDL";
   }
   // The peer started again: round 1's model, served to peers that sync; the torn file is gone.
@@ -409,15 +411,25 @@ TEST_F(DecentralizedRunnerTest, APeerStartedAgainHoldsTheModelItKeptOnDisk) {
     EXPECT_EQ(HeldDigest(other.Take(), 0), initial);
     EXPECT_TRUE(FilesIn(*dir).empty());
   }
-  // The task finishes: what was kept goes.
+  // Files of four tasks this peer left: keeping a round leaves the three written last.
+  for (int i = 0; i < 4; ++i) {
+    const std::string left = absl::StrCat(*dir, "/decentralized-left-", i, "-5-round-1.model");
+    std::ofstream(left) << "model";
+    std::filesystem::last_write_time(
+        left, std::filesystem::file_time_type::clock::now() - std::chrono::hours(4 - i));
+  }
   CoordinatorEvent published;
   published.set_task("dec");
   published.mutable_model_published()->set_round(1);
   published.mutable_model_published()->set_version(1);
   again.Handle(published);
-  EXPECT_THAT(FilesIn(*dir), ::testing::ElementsAre(kept));
+  EXPECT_THAT(FilesIn(*dir), ::testing::ElementsAre(kept, "decentralized-left-1-5-round-1.model",
+                                                    "decentralized-left-2-5-round-1.model",
+                                                    "decentralized-left-3-5-round-1.model"));
+  // The task finishes: what was kept for it goes.
   again.runner().Finished();
-  EXPECT_TRUE(FilesIn(*dir).empty());
+  EXPECT_THAT(FilesIn(*dir), ::testing::Not(::testing::Contains(kept)));
+  EXPECT_EQ(FilesIn(*dir).size(), 3u);
 }
 
 }  // namespace

@@ -16,6 +16,9 @@ namespace shoal::peer {
 namespace {
 
 constexpr absl::string_view kSuffix = ".model";
+// The other tasks' files kept besides this task's: a peer that comes back to one of the tasks it
+// left last still holds its model; older ones go.
+constexpr size_t kOtherTasksKept = 3;
 
 }  // namespace
 
@@ -56,9 +59,15 @@ std::optional<KeptModel::Held> KeptModel::Load() {
   if (!enabled()) return std::nullopt;
   std::error_code ec;
   std::vector<std::pair<uint64_t, std::string>> kept;  // this run's files
+  const std::string own = absl::StrCat("decentralized-", task_, "-");
   for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (absl::StartsWith(name, own) && absl::StrContains(name, ".model.tmp.")) {
+      Remove(entry.path().string());  // a write cut short by a crash
+      continue;
+    }
     bool this_run = false;
-    const std::optional<uint64_t> round = RoundOf(entry.path().filename().string(), this_run);
+    const std::optional<uint64_t> round = RoundOf(name, this_run);
     if (!round.has_value()) continue;
     if (this_run) {
       kept.emplace_back(*round, entry.path().string());
@@ -100,7 +109,31 @@ absl::Status KeptModel::Keep(uint64_t round, const tensor::FlatModel& model) {
   }
   if (kept_round_.has_value() && *kept_round_ != round) Remove(PathOf(*kept_round_));
   kept_round_ = round;
+  RemoveOtherTasksBeyond(kOtherTasksKept);
   return absl::OkStatus();
+}
+
+void KeptModel::RemoveOtherTasksBeyond(size_t count) const {
+  // The files of tasks this peer left (for another task, or it was away when they finished),
+  // newest first.
+  std::vector<std::pair<std::filesystem::file_time_type, std::string>> others;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    bool this_run = false;
+    if (!absl::StartsWith(name, "decentralized-") || !absl::EndsWith(name, kSuffix) ||
+        RoundOf(name, this_run).has_value()) {
+      continue;
+    }
+    std::error_code time_ec;
+    others.emplace_back(entry.last_write_time(time_ec), entry.path().string());
+  }
+  std::sort(others.rbegin(), others.rend());
+  for (size_t i = count; i < others.size(); ++i) {
+    LogInfo("task ", task_, ": removing ", others[i].second, ", kept for a task left before the ",
+            count, " newest");
+    Remove(others[i].second);
+  }
 }
 
 void KeptModel::Forget() {

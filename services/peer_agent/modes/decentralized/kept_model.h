@@ -17,8 +17,9 @@ namespace shoal::peer {
 // digest checked on reading) named after the task, the run of the task (its creation time: a
 // task created again under the same name in another deployment is another run) and the round,
 //   <dir>/decentralized-<task>-<created_unix_ms>-round-<round>.model
-// Keeping a round removes the file of the round kept before it. Not thread-safe (the runner's
-// worker thread only).
+// Keeping a round removes the file of the round kept before it, and the files of other tasks
+// but the three written last (tasks this peer left, or that finished while it was away). Not
+// thread-safe (the runner's worker thread only).
 class KeptModel {
  public:
   struct Held {
@@ -37,8 +38,9 @@ class KeptModel {
   // and what is wrong) are removed.
   std::optional<Held> Load();
 
-  // Writes `model` as the one of `round`, then removes the file kept before. Errors: the I/O
-  // error, naming the file (what was kept before stays).
+  // Writes `model` as the one of `round`, then removes the file kept before (and other tasks'
+  // files but the three newest). Errors: the I/O error, naming the file (what was kept before
+  // stays).
   absl::Status Keep(uint64_t round, const tensor::FlatModel& model);
 
   // Removes this task's files (the task is over).
@@ -50,6 +52,8 @@ class KeptModel {
   // another (false).
   std::optional<uint64_t> RoundOf(const std::string& file_name, bool& this_run) const;
   void Remove(const std::string& path) const;
+  // Removes the files of other tasks in the directory but the `count` written last.
+  void RemoveOtherTasksBeyond(size_t count) const;
 
   const std::string dir_;
   const std::string task_;
