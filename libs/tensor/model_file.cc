@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "libs/common/fd.h"
@@ -255,8 +257,26 @@ absl::Status WriteModel(int fd, const FlatModel& model, const std::string& what)
                   model.values.size() * sizeof(float), what);
 }
 
+namespace {
+
+constexpr absl::string_view kWriteTemporary = ".tmp.";     // WriteModelFile's: PATH.tmp.PID
+constexpr absl::string_view kWriterTemporary = ".model-";  // ModelFileWriter's (mkostemp)
+constexpr size_t kWriterRandom = 6;                        // the XXXXXX
+
+}  // namespace
+
+bool IsUnfinishedModelWrite(absl::string_view file_name) {
+  if (absl::StartsWith(file_name, kWriterTemporary)) {
+    return file_name.size() == kWriterTemporary.size() + kWriterRandom;
+  }
+  const size_t at = file_name.rfind(kWriteTemporary);
+  if (at == absl::string_view::npos || at == 0) return false;
+  const absl::string_view pid = file_name.substr(at + kWriteTemporary.size());
+  return !pid.empty() && std::all_of(pid.begin(), pid.end(), absl::ascii_isdigit);
+}
+
 absl::Status WriteModelFile(const std::string& path, const FlatModel& model) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  const std::string tmp = absl::StrCat(path, kWriteTemporary, ::getpid());
   Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) return ErrnoError("cannot create", tmp);
   absl::Status s = WriteModel(fd.get(), model, tmp);
@@ -275,7 +295,7 @@ uint64_t ModelFileValuesOffset(const ModelLayout& layout) { return EncodeHead(la
 
 absl::StatusOr<std::unique_ptr<ModelFileWriter>> ModelFileWriter::Create(const std::string& dir,
                                                                          uint64_t values_offset) {
-  std::string name = absl::StrCat(dir, "/.model-XXXXXX");
+  std::string name = absl::StrCat(dir, "/", kWriterTemporary, std::string(kWriterRandom, 'X'));
   Fd fd(::mkostemp(name.data(), O_CLOEXEC));
   if (fd.get() < 0) return ErrnoError("cannot create a temporary model file in", dir);
   std::unique_ptr<ModelFileWriter> writer(new ModelFileWriter());

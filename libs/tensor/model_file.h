@@ -24,6 +24,12 @@ namespace shoal::tensor {
 // Errors: INTERNAL / the errno mapping on I/O failures, with the path in the message.
 absl::Status WriteModelFile(const std::string& path, const FlatModel& model);
 
+// Whether `file_name` (a name in a directory, without its path) is a temporary file that a
+// write of a model file cut short (a crash) left behind: WriteModelFile's "NAME.tmp.PID" or a
+// ModelFileWriter's ".model-XXXXXX". Such a file is never read; whoever owns the directory may
+// remove it once no write of its own is under way.
+bool IsUnfinishedModelWrite(absl::string_view file_name);
+
 // Writes the same bytes to an open descriptor (a pipe: `model get --out -`); `what` names it in
 // errors. Not atomic: on error the reader gets a truncated file, which ReadModelFile rejects.
 absl::Status WriteModel(int fd, const FlatModel& model, const std::string& what);

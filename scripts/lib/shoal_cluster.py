@@ -208,8 +208,9 @@ class Cluster:
         each on two free 127.0.0.1 ports, with its data in WORK/NAME-I and its log in
         WORK/NAME-I.log (WORK/NAME and WORK/NAME.log for one member); returns their client
         HOST:PORTs as a comma list (for a coordinator's --store etcd://A,B,C/PREFIX). Each keeps a
-        minute of history (periodic auto-compaction) and runs Raft's pre-vote, so that a member
-        that restarts does not force an election on a cluster that has a leader."""
+        minute of history (periodic auto-compaction), snapshots every thousand Raft entries and runs
+        Raft's pre-vote, so that a member that restarts does not force an election on a cluster
+        that has a leader."""
         etcd = os.environ.get("SHOAL_ETCD") or shutil.which("etcd")
         if not etcd:
             sys.exit(f"{self.prog}: no etcd on PATH (Debian's etcd-server)")
@@ -226,6 +227,10 @@ class Cluster:
                        "--initial-cluster", initial, "--log-level", "warn",
                        # A minute of history: what a coordinator needs is the newest revision.
                        "--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1m",
+                       # Raft entries stay in memory until a snapshot: every 100,000 by default,
+                       # hours of a soak's writes. Every thousand (and the 5,000 etcd keeps for
+                       # followers to catch up) keeps a member's memory flat within minutes.
+                       "--snapshot-count", "1000",
                        # A member that comes back does not depose a working leader.
                        "--pre-vote"]
             self.etcd[n] = (command, client_url)

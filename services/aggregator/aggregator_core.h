@@ -119,6 +119,19 @@ class AggregatorCore final : private SessionHost {
   void AwaitTransfers() { forwarder_->AwaitIdle(); }
   // Forgets `task`; returns the newest version it held of it (none: no model, or no task).
   std::optional<uint64_t> ReleaseTask(const std::string& task);
+  // The tasks this aggregator holds anything of (models, a session, members) or that are
+  // watched, and the number of the coordinator's latest call that sets one up here, for a
+  // registration to name (RegisterAggregatorRequest.tasks).
+  struct HeldTasks {
+    std::vector<std::string> names;
+    uint64_t as_of = 0;
+  };
+  HeldTasks Held() const;
+  // Forgets `task` as ReleaseTask does, unless the coordinator called about it (PutModel,
+  // OpenRound, OpenBuffer, SetMembers, Watch) after `as_of`, the HeldTasks::as_of of the
+  // registration that named it: a registration's answer never frees a task given here again
+  // meanwhile. Whether it forgot one.
+  bool ReleaseUnlessCalledSince(const std::string& task, uint64_t as_of);
   // Called whenever a version of a task is published after another the core still holds (a
   // round's or a buffer's aggregate, a PutModel), with the task, the new version and the one
   // before it (e.g. to encode downloads against it). It runs with the core's lock held: it must
@@ -243,6 +256,10 @@ class AggregatorCore final : private SessionHost {
       ABSL_LOCKS_EXCLUDED(mu_);
   // OpenRound and OpenBuffer: MakeSession, then AggregationSession::Open.
   absl::Status Open(const std::string& task, const OpenRequest& request);
+  // Numbers a call of the coordinator that sets `task` up here (see HeldTasks).
+  void Touch(const std::string& task) ABSL_LOCKS_EXCLUDED(calls_mu_);
+  // ReleaseTask's work, under calls_mu_ (taken before mu_).
+  std::optional<uint64_t> Forget(const std::string& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(calls_mu_);
   void EvictOldVersions(TaskState& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseStaging(std::vector<float> buffer);
 
@@ -262,6 +279,10 @@ class AggregatorCore final : private SessionHost {
     forwarder_->Forward(parent, std::move(aggregate));
   }
 
+  // Each task's latest setting-up call (Touch), numbered in order; taken before mu_.
+  mutable absl::Mutex calls_mu_;
+  std::map<std::string, uint64_t> last_call_ ABSL_GUARDED_BY(calls_mu_);
+  uint64_t calls_ ABSL_GUARDED_BY(calls_mu_) = 0;
   std::map<std::string, std::shared_ptr<TaskState>> tasks_ ABSL_GUARDED_BY(mu_);
   // task -> peer id -> session token, as last set by the coordinator.
   std::map<std::string, std::map<std::string, std::string>> members_ ABSL_GUARDED_BY(mu_);

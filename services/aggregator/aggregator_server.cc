@@ -9,6 +9,7 @@
 #include "libs/common/address.h"
 #include "libs/common/address_file.h"
 #include "libs/common/backoff.h"
+#include "libs/common/escape.h"
 #include "libs/common/log.h"
 #include "libs/rpc/address_list.h"
 #include "libs/rpc/channel.h"
@@ -216,6 +217,8 @@ void AggregatorServer::RegistrationLoop(std::string address,
     }
     request.set_address(advertise_);
     request.set_host_peer(options_.host_peer);
+    const AggregatorCore::HeldTasks held = core_->Held();
+    for (const std::string& task : held.names) request.add_tasks(task);
     coordinator::v1::RegisterAggregatorResponse response;
     grpc::Status status = coordinator::v1::RegistryService::NewStub(channel)->RegisterAggregator(
         &context, request, &response);
@@ -230,6 +233,7 @@ void AggregatorServer::RegistrationLoop(std::string address,
       was_ok = true;
       warned = false;
       backoff.Reset();
+      ReleaseUnused(address, response, held.as_of);
       wait = response.heartbeat_interval_ms() > 0
                  ? absl::Milliseconds(response.heartbeat_interval_ms())
                  : options_.default_heartbeat_interval;
@@ -251,6 +255,17 @@ void AggregatorServer::RegistrationLoop(std::string address,
       registered_at_.erase(address);
     }
     if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), wait)) return;
+  }
+}
+
+void AggregatorServer::ReleaseUnused(const std::string& coordinator,
+                                     const coordinator::v1::RegisterAggregatorResponse& response,
+                                     uint64_t as_of) {
+  for (const std::string& task : response.release()) {
+    if (!core_->ReleaseUnlessCalledSince(task, as_of)) continue;
+    downloads_->Release(task);
+    LogInfo("task ", EscapeBytes(task), " freed: coordinator ", coordinator,
+            " no longer uses this aggregator for it");
   }
 }
 

@@ -26,6 +26,7 @@
 #include "services/aggregator/relay_hub.h"
 #include "services/aggregator/relay_service.h"
 #include "shoal/common/v1/capacity.pb.h"
+#include "shoal/coordinator/v1/registry.pb.h"
 
 namespace shoal::aggregator {
 
@@ -82,6 +83,10 @@ class AggregatorServer {
   AggregatorServer() = default;
   // Keeps this aggregator registered with the coordinator at `address`.
   void RegistrationLoop(std::string address, std::shared_ptr<grpc::Channel> channel);
+  // Frees the tasks a registration's answer names (RegisterAggregatorResponse.release) that
+  // were not called about since `as_of`, the request's HeldTasks::as_of.
+  void ReleaseUnused(const std::string& coordinator,
+                     const coordinator::v1::RegisterAggregatorResponse& response, uint64_t as_of);
   // Times the upload to a coordinator into capacity_; false when it should be tried again
   // (the coordinator could not be reached).
   bool MeasureUpload(const std::string& address, const std::shared_ptr<grpc::Channel>& channel);

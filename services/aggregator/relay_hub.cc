@@ -9,10 +9,9 @@
 namespace shoal::aggregator {
 
 uint64_t RelayHub::Attach(const std::string& peer_id, std::shared_ptr<Stream> stream) {
-  // call_id 0 (attached) goes first, before the stream is listed: a call made the moment it
-  // is listed (from another thread, or from a `done` below) must not reach the peer ahead of
-  // it. The peer reads its first message as the attachment.
-  stream->Send(peer::v1::RelayCall());
+  // The stream is listed at once, so that a peer told it is attached is found by every call
+  // made from then on; call_id 0 (attached) still goes first: the calls made before it is sent
+  // wait (Attached::waiting) and follow it. The peer reads its first message as the attachment.
   std::shared_ptr<Stream> replaced;
   std::vector<std::pair<Done, RelayResult>> failed;
   uint64_t token = 0;
@@ -30,6 +29,17 @@ uint64_t RelayHub::Attach(const std::string& peer_id, std::shared_ptr<Stream> st
     streams_[token] = Attached{peer_id, stream, 0};
     metrics_.relay_streams.Set(static_cast<double>(streams_.size()));
   }
+  stream->Send(peer::v1::RelayCall());
+  std::vector<peer::v1::RelayCall> waiting;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = streams_.find(token);
+    if (it != streams_.end()) {  // else detached or replaced meanwhile: its calls have failed
+      it->second.attaching = false;
+      waiting = std::move(it->second.waiting);
+    }
+  }
+  for (const peer::v1::RelayCall& call : waiting) stream->Send(call);
   for (auto& [done, result] : failed) done(std::move(result));
   if (replaced != nullptr) {
     replaced->Close(absl::UnavailableError(absl::StrCat(
@@ -74,10 +84,14 @@ uint64_t RelayHub::Call(const std::string& peer_id, peer::v1::RelayCall call, Do
                        options_.max_calls_per_peer, " relayed calls in flight; retry later"));
     } else {
       ++attached.calls;
-      stream = attached.stream;
       call.set_call_id(id);
       calls_[id] = PendingCall{
           it->second, call.has_get_snapshot(), std::move(done), std::move(on_chunk), {}};
+      if (attached.attaching) {
+        attached.waiting.push_back(std::move(call));  // Attach sends it after call_id 0
+        return id;
+      }
+      stream = attached.stream;
     }
   }
   if (stream == nullptr) {

@@ -95,6 +95,9 @@ class RelayHub {
     std::string peer_id;
     std::shared_ptr<Stream> stream;
     size_t calls = 0;
+    // Until its call_id 0 (attached) is sent: the calls made meanwhile, sent right after it.
+    bool attaching = true;
+    std::vector<peer::v1::RelayCall> waiting;
   };
   // Removes `id` and returns its callback and result (under mu_); the caller runs it unlocked.
   // A failed call is released too (the caller sends nothing more of it).

@@ -149,6 +149,12 @@ class CoordinatorCore {
                                   const std::string& identity = "",
                                   const std::string& host_peer = "");
   absl::Duration heartbeat_interval() const { return options_.heartbeat_interval; }
+  // Of the tasks the aggregator at `address` says it holds, those it should free: this
+  // coordinator's tasks that ended, or that no longer use it (not one of their aggregators or
+  // backups, nor one a restore may still read). Tasks it does not serve are never named.
+  std::vector<std::string> TasksToRelease(const std::string& address,
+                                          const std::vector<std::string>& held) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Operators (ControlService; coordinator_core_operators.cc) ---
   // With shared tasks, the task goes to the least loaded coordinator (Claim).

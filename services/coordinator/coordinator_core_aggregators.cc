@@ -43,6 +43,25 @@ absl::Status CoordinatorCore::RegisterAggregator(const std::string& address,
   return absl::OkStatus();
 }
 
+std::vector<std::string> CoordinatorCore::TasksToRelease(
+    const std::string& address, const std::vector<std::string>& held) const {
+  std::vector<std::string> release;
+  absl::MutexLock lock(&mu_);
+  if (stopping_ || fenced_) return release;
+  for (const std::string& name : held) {
+    auto it = tasks_.find(name);
+    if (it == tasks_.end()) continue;  // another coordinator's, or none's: not for this one
+    const Task& task = it->second;
+    if (IsActive(task) &&
+        (AddressesOf(task).count(address) > 0 || task.former_holders.count(address) > 0 ||
+         task.holder_before_restart == address)) {
+      continue;
+    }
+    release.push_back(name);
+  }
+  return release;
+}
+
 void CoordinatorCore::ReconcileAggregators(Outbox& out) {
   const absl::Time now = clock_.Now();
   for (const std::string& address : pool_.Expire(now)) {

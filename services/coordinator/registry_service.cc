@@ -14,6 +14,10 @@ grpc::ServerUnaryReactor* RegistryServiceImpl::RegisterAggregator(
   if (s.ok()) {
     response->set_heartbeat_interval_ms(
         static_cast<uint32_t>(absl::ToInt64Milliseconds(core_.heartbeat_interval())));
+    for (std::string& task : core_.TasksToRelease(
+             request->address(), {request->tasks().begin(), request->tasks().end()})) {
+      response->add_release(std::move(task));
+    }
   }
   reactor->Finish(rpc::ToGrpcStatus(s));
   return reactor;

@@ -26,7 +26,8 @@
 
 namespace shoal::aggregator {
 
-// Records the addresses aggregators register with.
+// Records the addresses aggregators register with and the tasks they list; answers with the
+// tasks the test names to free.
 class FakeRegistry final : public coordinator::v1::RegistryService::CallbackService {
  public:
   grpc::ServerUnaryReactor* RegisterAggregator(
@@ -36,6 +37,8 @@ class FakeRegistry final : public coordinator::v1::RegistryService::CallbackServ
     {
       absl::MutexLock lock(&mu_);
       addresses_.push_back(request->address());
+      tasks_.assign(request->tasks().begin(), request->tasks().end());
+      for (const std::string& task : release_) response->add_release(task);
     }
     response->set_heartbeat_interval_ms(200);
     auto* reactor = context->DefaultReactor();
@@ -54,6 +57,22 @@ class FakeRegistry final : public coordinator::v1::RegistryService::CallbackServ
                          timeout);
     return addresses_;
   }
+  // Waits until a registration lists exactly `tasks`; whether one did before the deadline.
+  bool WaitForTasks(const std::vector<std::string>& tasks, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    want_tasks_ = tasks;
+    return mu_.AwaitWithTimeout(absl::Condition(
+                                    +[](FakeRegistry* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) {
+                                      return r->tasks_ == r->want_tasks_;
+                                    },
+                                    this),
+                                timeout);
+  }
+  // The tasks every answer from now on names to free.
+  void set_release(std::vector<std::string> tasks) {
+    absl::MutexLock lock(&mu_);
+    release_ = std::move(tasks);
+  }
   void set_want(size_t n) {
     absl::MutexLock lock(&mu_);
     want_ = n;
@@ -62,6 +81,9 @@ class FakeRegistry final : public coordinator::v1::RegistryService::CallbackServ
  private:
   absl::Mutex mu_;
   std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> tasks_ ABSL_GUARDED_BY(mu_);  // the newest registration's
+  std::vector<std::string> want_tasks_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> release_ ABSL_GUARDED_BY(mu_);
   size_t want_ ABSL_GUARDED_BY(mu_) = 1;
 };
 

@@ -30,6 +30,19 @@ TEST_F(AggregatorServiceTest, RegistersWithTheCoordinatorAndKeepsRefreshing) {
   EXPECT_TRUE(server_->registered());
 }
 
+// Registrations list the tasks held; a task the coordinator's answer names is freed.
+TEST_F(AggregatorServiceTest, ATaskARegistrationAnswerNamesIsFreed) {
+  tensor::FlatModel m = Filled([](size_t i) { return 0.5f * i; });
+  ASSERT_TRUE(Put("kept", 0, m).ok());
+  ASSERT_TRUE(Put("ended", 0, m).ok());
+  ASSERT_TRUE(registry_.WaitForTasks({"ended", "kept"}, absl::Seconds(20)));
+  registry_.set_release({"ended", "another coordinator's"});
+  ASSERT_TRUE(registry_.WaitForTasks({"kept"}, absl::Seconds(20)));
+  EXPECT_EQ(Get("ended").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(Get("kept").ok());
+  EXPECT_EQ(Metric("shoal_aggregator_tasks"), 1);
+}
+
 TEST_F(AggregatorServiceTest, PutThenGetReturnsTheSameModel) {
   tensor::FlatModel m = Filled([](size_t i) { return std::sin(0.001f * i); });
   auto put = Put("t", 0, m);

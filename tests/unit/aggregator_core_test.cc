@@ -387,6 +387,29 @@ TEST_F(AggregatorCoreTest, ReleaseTaskForgetsIt) {
             absl::StatusCode::kNotFound);
 }
 
+// A registration names what the aggregator holds; its answer frees what the coordinator no
+// longer uses, but never a task the coordinator set up here again after the registration.
+TEST_F(AggregatorCoreTest, AReleaseNamedByARegistrationSparesATaskCalledAboutSince) {
+  PutBase();
+  ASSERT_TRUE(core_->PutModel("u", 0, Filled([](size_t) { return 1.0f; })).ok());
+  core_->SetMembers("v", {{"a", "token"}});
+  const AggregatorCore::HeldTasks held = core_->Held();
+  EXPECT_THAT(held.names, ElementsAre("t", "u", "v"));
+  Open({"a"});  // the coordinator's call about t after the registration
+  EXPECT_FALSE(core_->ReleaseUnlessCalledSince("t", held.as_of));
+  EXPECT_TRUE(core_->ReleaseUnlessCalledSince("u", held.as_of));
+  EXPECT_TRUE(core_->ReleaseUnlessCalledSince("v", held.as_of));
+  EXPECT_FALSE(core_->ReleaseUnlessCalledSince("w", held.as_of)) << "never held";
+  EXPECT_TRUE(core_->GetModel("t", std::nullopt).ok());
+  EXPECT_EQ(core_->GetModel("u", std::nullopt).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(metrics_->tasks_held.Value(), 1);
+  EXPECT_THAT(core_->Held().names, ElementsAre("t"));
+  // Told again at the next registration, t goes too.
+  EXPECT_TRUE(core_->ReleaseUnlessCalledSince("t", core_->Held().as_of));
+  EXPECT_THAT(core_->Held().names, ::testing::IsEmpty());
+  EXPECT_EQ(metrics_->tasks_held.Value(), 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Strategies
 

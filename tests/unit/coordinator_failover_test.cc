@@ -22,6 +22,7 @@ namespace {
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using ::testing::Not;
 using ::testing::UnorderedElementsAre;
 using namespace ::shoal::coordinator::core_testing;  // NOLINT: the fixture's fakes and helpers
@@ -255,6 +256,39 @@ TEST_F(FailoverTest, ATaskRestoredElsewhereIsFreedWhereItWasBefore) {
   Step();
   ASSERT_EQ(Status("t").aggregator(), kB);
   EXPECT_THAT(aggregator_.released_addresses, ElementsAre(kB)) << "the restore's own";
+}
+
+// An aggregator's registration lists what it holds, and the answer names what to free there:
+// what the coordinator's tasks no longer use (an aggregator counted as lost that comes back, one
+// a restore has read) and what ended. What a task uses, what a restore may still read and the
+// tasks this coordinator does not serve are never named.
+TEST_F(FailoverTest, ARegistrationIsToldWhichOfItsTasksToFree) {
+  ASSERT_TRUE(core_->RegisterAggregator(kA).ok());
+  auto sinks = StartTask(Spec("t", 1, 5), {"a"});
+  ASSERT_TRUE(core_->RegisterAggregator(kB).ok());
+  ASSERT_EQ(Status("t").aggregator(), kA);
+  EXPECT_THAT(core_->TasksToRelease(kA, {"t", "another coordinator's"}), IsEmpty());
+  EXPECT_THAT(core_->TasksToRelease(kB, {"t"}), ElementsAre("t")) << "not one of its aggregators";
+  aggregator_.contributors = {"a"};
+  Accept("t", 1, "a");
+  Step();
+
+  aggregator_.BreakWatches(kA, absl::UnavailableError("stopped"));  // SIGSTOP: counted as lost
+  Step();
+  ASSERT_EQ(Status("t").aggregator(), kB);
+  EXPECT_THAT(core_->TasksToRelease(kA, {"t"}), ElementsAre("t")) << "back after a SIGCONT";
+  EXPECT_THAT(core_->TasksToRelease(kB, {"t"}), IsEmpty());
+
+  Recreate();
+  EXPECT_THAT(core_->TasksToRelease(kB, {"t"}), IsEmpty()) << "the restore may read it there";
+  Alive({kA});
+  Step();
+  ASSERT_EQ(Status("t").aggregator(), kA);
+  EXPECT_THAT(core_->TasksToRelease(kB, {"t"}), ElementsAre("t")) << "restored at A";
+  EXPECT_THAT(core_->TasksToRelease(kA, {"t"}), IsEmpty());
+
+  ASSERT_TRUE(core_->StopTask("t").ok());
+  EXPECT_THAT(core_->TasksToRelease(kA, {"t", "another coordinator's"}), ElementsAre("t"));
 }
 
 // The checkpoint's record is there but its file is not (another coordinator's state directory):

@@ -2,10 +2,12 @@
 
 #include "services/aggregator/relay_hub.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -177,6 +179,31 @@ TEST_F(RelayHubTest, TheAttachmentGoesDownANewStreamBeforeAnyCall) {
   EXPECT_NE(second->sent[1].call_id(), 0u);
   EXPECT_TRUE(second->sent[1].has_probe());
   EXPECT_FALSE(retried.has_value());  // in flight on the new stream
+}
+
+// A call made while a new stream's attachment is being sent (by another thread; here from within
+// the send) finds the stream and follows the attachment down it. A stream listed only after its
+// attachment was sent left a peer that had read it unreachable for that moment.
+TEST_F(RelayHubTest, ACallMadeWhileTheAttachmentIsSentFollowsIt) {
+  RelayHub hub(options_, metrics_);
+  struct CallingStream : FakeStream {
+    std::function<void()> on_first_send;
+    void Send(const peer::v1::RelayCall& call) override {
+      FakeStream::Send(call);
+      if (std::function<void()> f = std::exchange(on_first_send, nullptr)) f();
+    }
+  };
+  auto stream = std::make_shared<CallingStream>();
+  std::optional<RelayResult> answered;
+  stream->on_first_send = [&] {
+    hub.Call("peer-h", Snapshot(), [&](RelayResult r) { answered = r; });
+  };
+  hub.Attach("peer-h", stream);
+  ASSERT_EQ(stream->sent.size(), 2u);
+  EXPECT_EQ(stream->sent[0].call_id(), 0u);
+  EXPECT_TRUE(stream->sent[1].has_get_snapshot());
+  EXPECT_NE(stream->sent[1].call_id(), 0u);
+  EXPECT_FALSE(answered.has_value()) << "in flight, not refused: " << answered->status;
 }
 
 TEST_F(RelayHubTest, BoundsCallsPerPeerAndWhatTheRelayHoldsOfASnapshot) {

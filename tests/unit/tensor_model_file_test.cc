@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -224,6 +225,27 @@ TEST_F(ModelFileTest, AStreamedWriteRefusesGapsAndShortModelsAndLeavesNothing) {
   auto missing = ModelFileWriter::Create(Path("no/such/dir"), 0);
   EXPECT_FALSE(missing.ok());
   EXPECT_THAT(missing.status().message(), HasSubstr("no/such/dir"));
+}
+
+// The temporaries a crash leaves are known by their names: a ModelFileWriter's while it is
+// open, and WriteModelFile's (PATH.tmp.PID, written by hand here as a crash would leave it).
+TEST_F(ModelFileTest, WhatAWriteCutShortLeavesIsKnownByItsName) {
+  auto writer = ModelFileWriter::Create(dir_.string(), 0);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE(WriteModelFile(Path("kept.model"), model_).ok());
+  std::ofstream(Path("kept.model.tmp.4242")) << "half a model";
+  std::vector<std::string> unfinished;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    const std::string name = entry.path().filename().string();
+    if (IsUnfinishedModelWrite(name)) unfinished.push_back(name);
+  }
+  std::sort(unfinished.begin(), unfinished.end());
+  ASSERT_EQ(unfinished.size(), 2u);
+  EXPECT_THAT(unfinished[0], ::testing::StartsWith(".model-"));
+  EXPECT_EQ(unfinished[1], "kept.model.tmp.4242");
+  for (const char* name : {"kept.model", "a.tmp.", "a.tmp.12x", ".tmp.12", ".model-abc"}) {
+    EXPECT_FALSE(IsUnfinishedModelWrite(name)) << name;
+  }
 }
 
 TEST_F(ModelFileTest, WriteIntoMissingDirectoryFails) {

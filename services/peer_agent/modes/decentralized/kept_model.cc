@@ -25,16 +25,16 @@ constexpr size_t kOtherTasksKept = 3;
 KeptModel::KeptModel(std::string dir, std::string task, int64_t task_created_unix_ms)
     : dir_(task_created_unix_ms > 0 ? std::move(dir) : std::string()),
       task_(std::move(task)),
+      prefix_(absl::StrCat("decentralized-", task_, "-")),
       created_(task_created_unix_ms) {}
 
 std::string KeptModel::PathOf(uint64_t round) const {
-  return absl::StrCat(dir_, "/decentralized-", task_, "-", created_, "-round-", round, kSuffix);
+  return absl::StrCat(dir_, "/", prefix_, created_, "-round-", round, kSuffix);
 }
 
 std::optional<uint64_t> KeptModel::RoundOf(const std::string& file_name, bool& this_run) const {
-  const std::string prefix = absl::StrCat("decentralized-", task_, "-");
   absl::string_view rest = file_name;
-  if (!absl::ConsumePrefix(&rest, prefix) || !absl::ConsumeSuffix(&rest, kSuffix)) {
+  if (!absl::ConsumePrefix(&rest, prefix_) || !absl::ConsumeSuffix(&rest, kSuffix)) {
     return std::nullopt;
   }
   // "<created>-round-<round>"; another task whose name starts with this one's has more parts.
@@ -59,10 +59,9 @@ std::optional<KeptModel::Held> KeptModel::Load() {
   if (!enabled()) return std::nullopt;
   std::error_code ec;
   std::vector<std::pair<uint64_t, std::string>> kept;  // this run's files
-  const std::string own = absl::StrCat("decentralized-", task_, "-");
   for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
     const std::string name = entry.path().filename().string();
-    if (absl::StartsWith(name, own) && absl::StrContains(name, ".model.tmp.")) {
+    if (absl::StartsWith(name, prefix_) && tensor::IsUnfinishedModelWrite(name)) {
       Remove(entry.path().string());  // a write cut short by a crash
       continue;
     }

@@ -57,6 +57,7 @@ class KeptModel {
 
   const std::string dir_;
   const std::string task_;
+  const std::string prefix_;  // "decentralized-TASK-": this task's files, of any run
   const int64_t created_;
   std::optional<uint64_t> kept_round_;  // the round of the file on disk, once known
 };
