@@ -40,17 +40,35 @@ void SnapshotStore::Publish(Snapshot snapshot) {
   const int slot = Slot(snapshot.kind);
   if (slot < 0) return;
   std::optional<Snapshot> old;  // released outside the lock (may free a model)
+  std::optional<Snapshot> older;
+  const bool global = snapshot.kind == peer::v1::SNAPSHOT_KIND_GLOBAL;
   absl::MutexLock lock(&mu_);
   old = std::move(slots_[slot]);
   slots_[slot] = std::move(snapshot);
+  if (!global) return;
+  older = std::move(previous_global_);
+  previous_global_.reset();
+  if (old.has_value() && old->round < slots_[slot]->round) previous_global_ = std::move(old);
 }
 
 void SnapshotStore::Clear() {
   std::optional<Snapshot> old[kKinds];
+  std::optional<Snapshot> older;
   absl::MutexLock lock(&mu_);
   for (int i = 0; i < kKinds; ++i) {
     old[i] = std::move(slots_[i]);
     slots_[i].reset();
+  }
+  older = std::move(previous_global_);
+  previous_global_.reset();
+}
+
+void SnapshotStore::DropGlobalsBefore(uint64_t round) {
+  std::optional<Snapshot> older;
+  absl::MutexLock lock(&mu_);
+  if (previous_global_.has_value() && previous_global_->round < round) {
+    older = std::move(previous_global_);
+    previous_global_.reset();
   }
 }
 
@@ -58,9 +76,13 @@ void SnapshotStore::Clear(peer::v1::SnapshotKind kind) {
   const int slot = Slot(kind);
   if (slot < 0) return;
   std::optional<Snapshot> old;
+  std::optional<Snapshot> older;
   absl::MutexLock lock(&mu_);
   old = std::move(slots_[slot]);
   slots_[slot].reset();
+  if (kind != peer::v1::SNAPSHOT_KIND_GLOBAL) return;
+  older = std::move(previous_global_);
+  previous_global_.reset();
 }
 
 std::optional<Snapshot> SnapshotStore::Get(peer::v1::SnapshotKind kind) const {
@@ -78,6 +100,13 @@ absl::StatusOr<SnapshotStore::Served> SnapshotStore::Serve(
         absl::StrCat("unknown snapshot kind ", static_cast<int>(kind)));
   }
   std::optional<Snapshot> snapshot = Get(kind);
+  if (snapshot.has_value() && kind == peer::v1::SNAPSHOT_KIND_GLOBAL &&
+      request.round() != snapshot->round) {
+    absl::MutexLock lock(&mu_);
+    if (previous_global_.has_value() && previous_global_->round == request.round()) {
+      snapshot = previous_global_;
+    }
+  }
   if (!snapshot || !snapshot->model) {
     return absl::NotFoundError(
         absl::StrCat("this peer has published no ", KindName(kind), " snapshot yet"));

@@ -33,17 +33,25 @@ struct Snapshot {
   std::shared_ptr<const tensor::EncodedModel> encoded = nullptr;
 };
 
-// Holds the latest Snapshot of each kind (LATEST, ROUND_UPDATE, GLOBAL). Owned by the
-// PeerServer, shared by the agent, the mode runners and the service. Thread-safe; snapshots are
-// shared immutable models, so readers never copy parameters under the lock.
+// Holds the latest Snapshot of each kind (LATEST, ROUND_UPDATE, GLOBAL) and, for GLOBAL, the one
+// of the round before until DropGlobalsBefore lets it go: a decentralized peer publishes a
+// round's averaged model as soon as it has it, while the coordinator may still send joiners to
+// it for the round before (the round is not complete yet, or its attempt failed and joins
+// opened again). Owned by the PeerServer, shared by the agent, the mode runners and the service.
+// Thread-safe; snapshots are shared immutable models, so readers never copy parameters under the
+// lock.
 class SnapshotStore {
  public:
-  // Replaces the snapshot of `snapshot.kind`. An unknown kind is ignored.
+  // Replaces the snapshot of `snapshot.kind`; a GLOBAL of a later round keeps the one it
+  // replaces as the previous round's. An unknown kind is ignored.
   void Publish(Snapshot snapshot) ABSL_LOCKS_EXCLUDED(mu_);
   // Drops every snapshot (a new task).
   void Clear() ABSL_LOCKS_EXCLUDED(mu_);
-  // Drops the snapshot of one kind.
+  // Drops the snapshot of one kind (for GLOBAL, the previous round's too).
   void Clear(peer::v1::SnapshotKind kind) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops the previous round's GLOBAL when its round is before `round` (the coordinator
+  // completed `round`: nobody is sent to this peer for an earlier one).
+  void DropGlobalsBefore(uint64_t round) ABSL_LOCKS_EXCLUDED(mu_);
   // The snapshot of `kind`, if any.
   std::optional<Snapshot> Get(peer::v1::SnapshotKind kind) const ABSL_LOCKS_EXCLUDED(mu_);
   // Get(SNAPSHOT_KIND_LATEST).
@@ -53,7 +61,7 @@ class SnapshotStore {
   // starts its stream (version = the round for ROUND_UPDATE/GLOBAL; the snapshot's `encoded` when
   // set, with ModelMeta.delta, else its model raw). Errors: INVALID_ARGUMENT an
   // unknown kind; NOT_FOUND nothing of that kind (or of that task) published; FAILED_PRECONDITION
-  // a snapshot of another round.
+  // a snapshot of another round (GLOBAL: of neither round held).
   struct Served {
     std::shared_ptr<const tensor::EncodedModel> model;
     common::v1::ModelMeta meta;
@@ -66,6 +74,7 @@ class SnapshotStore {
 
   mutable absl::Mutex mu_;
   std::optional<Snapshot> slots_[kKinds] ABSL_GUARDED_BY(mu_);
+  std::optional<Snapshot> previous_global_ ABSL_GUARDED_BY(mu_);  // the round before GLOBAL's
 };
 
 }  // namespace shoal::peer

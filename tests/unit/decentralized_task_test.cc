@@ -451,6 +451,29 @@ TEST_F(DecentralizedTaskTest, ProviderSelectionAndProviderFailure) {
   EXPECT_EQ(PeerState("d"), "synced");
 }
 
+// Providers that cannot serve the round (each holds another round's model now) are tried again
+// after a pause once every one has failed the joiner, not at once: a soak saw a joiner sent to
+// the same provider thousands of times a second for a minute.
+TEST_F(DecentralizedTaskTest, ProvidersThatAllFailAreTriedAgainAfterAPause) {
+  Make(Spec(2, 5));
+  AddSynced({"a", "b"});
+  RunRound(1, {"a", "b"});
+  Add("c");
+  ModeEffects fx = Send("c", Held(0));
+  ASSERT_EQ(Events(fx, "c", kSyncFrom)[0].sync_from().provider().peer_id(), "a");
+  fx = Send("c", Synced(1, "a", false));
+  ASSERT_EQ(Events(fx, "c", kSyncFrom)[0].sync_from().provider().peer_id(), "b");
+  fx = Send("c", Synced(1, "b", false));
+  ASSERT_EQ(Events(fx, "c", kSyncFrom).size(), 1u) << "a new pass over the providers";
+  const std::string again = Events(fx, "c", kSyncFrom)[0].sync_from().provider().peer_id();
+  fx = Send("c", Synced(1, again, false));
+  ASSERT_EQ(Events(fx, "c", kSyncFrom).size(), 1u) << "the one not tried in this pass";
+  fx = Send("c", Synced(1, Events(fx, "c", kSyncFrom)[0].sync_from().provider().peer_id(), false));
+  EXPECT_TRUE(Events(fx, "c", kSyncFrom).empty()) << "every provider failed twice in a row";
+  EXPECT_TRUE(Events(Tick(absl::Milliseconds(500)), "c", kSyncFrom).empty());
+  EXPECT_EQ(Events(Tick(absl::Milliseconds(500)), "c", kSyncFrom).size(), 1u);
+}
+
 // Every peer that held round 1's model leaves with it (a killed peer starts again without it):
 // the peers that need it wait for a holder, and after three round deadlines (at least a minute)
 // with none the task fails naming the round, instead of waiting for ever. A holder that comes

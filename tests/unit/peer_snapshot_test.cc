@@ -1,4 +1,4 @@
-// The peer's snapshot store: one snapshot per kind.
+// The peer's snapshot store: one snapshot per kind (and the round before's GLOBAL).
 
 #include <algorithm>
 #include <cmath>
@@ -85,6 +85,50 @@ TEST(SnapshotStoreTest, OneSnapshotPerKind) {
   bad.kind = static_cast<peer::v1::SnapshotKind>(42);
   store.Publish(bad);
   EXPECT_FALSE(store.Get(static_cast<peer::v1::SnapshotKind>(42)));
+}
+
+// A decentralized peer publishes round N's average as soon as it has it, before the coordinator
+// completes round N (or when the round's attempt fails and joins open again): joiners sent to
+// it for round N - 1 still get that round until the coordinator has completed round N.
+TEST(SnapshotStoreTest, TheGlobalOfTheRoundBeforeIsServedUntilTheNextIsComplete) {
+  const tensor::ModelLayout layout = Layout();
+  SnapshotStore store;
+  auto publish = [&](uint64_t round) {
+    Snapshot global;
+    global.task = "t";
+    global.model = RandomModel(layout, static_cast<uint32_t>(round));
+    global.kind = peer::v1::SNAPSHOT_KIND_GLOBAL;
+    global.round = round;
+    store.Publish(std::move(global));
+  };
+  auto serve = [&](uint64_t round) {
+    peer::v1::GetSnapshotRequest request;
+    request.set_task("t");
+    request.set_kind(peer::v1::SNAPSHOT_KIND_GLOBAL);
+    request.set_round(round);
+    return store.Serve(request);
+  };
+  publish(4);
+  publish(5);
+  ASSERT_TRUE(serve(4).ok()) << serve(4).status();
+  EXPECT_EQ(serve(4)->meta.version(), 4u);
+  EXPECT_EQ(serve(5)->meta.version(), 5u);
+  EXPECT_EQ(serve(3).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store.Get(peer::v1::SNAPSHOT_KIND_GLOBAL)->round, 5u);
+
+  store.DropGlobalsBefore(5);  // round 5 is complete
+  EXPECT_EQ(serve(4).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(serve(5).ok());
+
+  // Back to an earlier round (a peer that left a round it had averaged): only that one.
+  publish(6);
+  publish(5);
+  EXPECT_EQ(serve(6).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(serve(5).ok());
+  publish(6);
+  store.Clear(peer::v1::SNAPSHOT_KIND_GLOBAL);
+  EXPECT_EQ(serve(5).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(serve(6).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

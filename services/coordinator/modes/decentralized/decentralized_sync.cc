@@ -86,7 +86,16 @@ void DecentralizedTask::StartSync(const std::string& id, absl::Time now, ModeEff
     if (!sync.failed.count(c.second)) fresh.push_back(c);
   }
   if (fresh.empty() && !candidates.empty()) {
-    sync.failed.clear();  // every provider failed once: try them again
+    // Every provider failed this joiner once: they are all tried again, but not more often than
+    // every kSyncRetryPause (one that cannot serve the round would be asked again at once,
+    // thousands of times a second); meanwhile Tick tries again, and a new provider at once.
+    if (now < sync.retry_at) {
+      sync.provider.clear();
+      p.model = Model::kNeedsSync;
+      return;
+    }
+    sync.failed.clear();
+    sync.retry_at = now + kSyncRetryPause;
     fresh = candidates;
   }
   if (fresh.empty()) {

@@ -136,7 +136,7 @@ void DecentralizedTask::Tick(absl::Time now, v1::TaskStatus& status, ModeEffects
   // Model syncs that take too long get another provider; joiners without one try again.
   std::vector<std::string> late;
   for (const auto& [joiner, sync] : syncs_) {
-    if (now >= sync.deadline) late.push_back(joiner);
+    if (!sync.provider.empty() && now >= sync.deadline) late.push_back(joiner);
   }
   for (const std::string& joiner : late) FailSync(joiner, "sync timed out", now, fx);
   for (const auto& [id, p] : peers_) {

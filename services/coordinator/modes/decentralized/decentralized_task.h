@@ -79,7 +79,10 @@ class DecentralizedTask final : public ModeTask {
     absl::Time started;
     absl::Time deadline;
     std::set<std::string> failed;  // providers that failed this joiner
+    // When every provider has failed, the time they may all be tried again.
+    absl::Time retry_at = absl::InfinitePast();
   };
+  static constexpr absl::Duration kSyncRetryPause = absl::Seconds(1);
   using Ready = DecentralizedRound::Ready;
   using Done = DecentralizedRound::Done;
   using Round = DecentralizedRound;

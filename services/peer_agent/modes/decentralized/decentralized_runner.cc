@@ -270,7 +270,7 @@ void DecentralizedRunner::AbandonRound(const std::string& why) {
       held_ = std::move(round_->base);
       model_round_ = round_->round - 1;
       params_are_held_ = false;
-      snapshots_.Clear(peer::v1::SNAPSHOT_KIND_GLOBAL);
+      PublishHeld(0, 0);  // this peer holds the round before again: served to joiners
     }
   }
   round_.reset();
@@ -462,6 +462,7 @@ void DecentralizedRunner::HandleModelPublished(const coordinator::v1::ModelPubli
     return;
   }
   if (round_ && round_->round <= m.round()) round_.reset();  // the round is complete
+  snapshots_.DropGlobalsBefore(m.round());  // joiners are sent for this round from now on
   KeepHeld();
   if (absl::Status s = RestoreHeld(); !s.ok()) {
     SendError(m.round(), s);
