@@ -26,7 +26,7 @@ uint64_t RelayHub::Attach(const std::string& peer_id, std::shared_ptr<Stream> st
       streams_.erase(old);
     }
     by_peer_[peer_id] = token;
-    streams_[token] = Attached{peer_id, stream, 0};
+    streams_[token] = Attached{peer_id, stream, 0, /*attaching=*/true, {}};
     metrics_.relay_streams.Set(static_cast<double>(streams_.size()));
   }
   stream->Send(peer::v1::RelayCall());
