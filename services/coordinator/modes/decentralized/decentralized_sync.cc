@@ -71,6 +71,11 @@ absl::Status DecentralizedTask::OnSyncDone(const std::string& id, const v1::Sync
 void DecentralizedTask::StartSync(const std::string& id, absl::Time now, ModeEffects& fx) {
   PeerState& p = peers_[id];
   Sync& sync = syncs_[id];
+  // Failures count against the round they were for: a newer round has its own providers.
+  if (sync.round != completed_) {
+    sync.failed.clear();
+    sync.retry_at = absl::InfinitePast();
+  }
   // Providers hold the last completed round; prefer one serving nobody and outside the round.
   std::map<std::string, int> serving;
   for (const auto& [joiner, s] : syncs_) {
