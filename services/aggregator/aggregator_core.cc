@@ -130,7 +130,7 @@ absl::StatusOr<PutResult> AggregatorCore::PutModel(const std::string& name, uint
   if (model.values.size() != model.layout.total_elements()) {
     return absl::InvalidArgumentError("model values do not match its layout");
   }
-  Touch(name);
+  calls_.Record(name);
   const uint64_t digest = model.Digest();
   // Held as const, created mutable: publishing may recycle an evicted version's buffer.
   std::shared_ptr<const tensor::FlatModel> shared =
@@ -196,7 +196,7 @@ absl::Status AggregatorCore::OpenBuffer(const OpenBufferParams& params) {
 }
 
 absl::Status AggregatorCore::Open(const std::string& name, const OpenRequest& request) {
-  Touch(name);
+  calls_.Record(name);
   absl::StatusOr<std::shared_ptr<AggregationSession>> made = MakeSession(request, *this);
   if (!made.ok()) return made.status();
   std::shared_ptr<AggregationSession> dropped;  // freed outside the lock
@@ -294,7 +294,7 @@ absl::Status AggregatorCore::CheckChildCaller(const std::string& task, const std
 
 void AggregatorCore::SetMembers(const std::string& task,
                                 std::map<std::string, std::string> session_tokens) {
-  Touch(task);
+  calls_.Record(task);
   absl::MutexLock lock(&mu_);
   members_[task] = std::move(session_tokens);
 }
@@ -336,7 +336,7 @@ absl::Status AggregatorCore::CheckReader(const std::string& task, const std::str
 }
 
 uint64_t AggregatorCore::Watch(const std::string& name, TaskEventFn on_event) {
-  Touch(name);
+  calls_.Record(name);
   v1::TaskEvent event;
   v1::WatchStarted& started = *event.mutable_started();
   // The snapshot and the registration happen under mu_ together: an update accepted (or a
@@ -373,34 +373,16 @@ void AggregatorCore::Notify(const std::string& task, const v1::TaskEvent& event)
 }
 
 std::optional<uint64_t> AggregatorCore::ReleaseTask(const std::string& name) {
-  absl::MutexLock calls(&calls_mu_);
-  return Forget(name);
-}
-
-AggregatorCore::HeldTasks AggregatorCore::Held() const {
-  absl::MutexLock calls(&calls_mu_);
-  HeldTasks held;
-  held.as_of = calls_;
-  held.names.reserve(last_call_.size());
-  for (const auto& [name, call] : last_call_) held.names.push_back(name);
-  return held;
+  std::optional<uint64_t> newest;
+  calls_.Forget(name, [&] { newest = Forget(name); });
+  return newest;
 }
 
 bool AggregatorCore::ReleaseUnlessCalledSince(const std::string& name, uint64_t as_of) {
-  absl::MutexLock calls(&calls_mu_);
-  auto it = last_call_.find(name);
-  if (it == last_call_.end() || it->second > as_of) return false;
-  Forget(name);
-  return true;
-}
-
-void AggregatorCore::Touch(const std::string& name) {
-  absl::MutexLock calls(&calls_mu_);
-  last_call_[name] = ++calls_;
+  return calls_.ForgetUnlessCalledSince(name, as_of, [&] { Forget(name); });
 }
 
 std::optional<uint64_t> AggregatorCore::Forget(const std::string& name) {
-  last_call_.erase(name);
   std::shared_ptr<TaskState> task;
   std::optional<uint64_t> newest;
   {

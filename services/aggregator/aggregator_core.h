@@ -23,6 +23,7 @@
 #include "services/aggregator/parent_forwarder.h"
 #include "services/aggregator/parent_link.h"
 #include "services/aggregator/sessions/session.h"
+#include "services/aggregator/task_calls.h"
 #include "shoal/aggregator/v1/aggregator.pb.h"
 #include "shoal/common/v1/task.pb.h"
 #include "shoal/common/v1/tensor.pb.h"
@@ -122,13 +123,9 @@ class AggregatorCore final : private SessionHost {
   // The tasks this aggregator holds anything of (models, a session, members) or that are
   // watched, and the number of the coordinator's latest call that sets one up here, for a
   // registration to name (RegisterAggregatorRequest.tasks).
-  struct HeldTasks {
-    std::vector<std::string> names;
-    uint64_t as_of = 0;
-  };
-  HeldTasks Held() const;
+  TaskCalls::Held Held() const { return calls_.Snapshot(); }
   // Forgets `task` as ReleaseTask does, unless the coordinator called about it (PutModel,
-  // OpenRound, OpenBuffer, SetMembers, Watch) after `as_of`, the HeldTasks::as_of of the
+  // OpenRound, OpenBuffer, SetMembers, Watch) after `as_of`, the Held::as_of of the
   // registration that named it: a registration's answer never frees a task given here again
   // meanwhile. Whether it forgot one.
   bool ReleaseUnlessCalledSince(const std::string& task, uint64_t as_of);
@@ -256,10 +253,8 @@ class AggregatorCore final : private SessionHost {
       ABSL_LOCKS_EXCLUDED(mu_);
   // OpenRound and OpenBuffer: MakeSession, then AggregationSession::Open.
   absl::Status Open(const std::string& task, const OpenRequest& request);
-  // Numbers a call of the coordinator that sets `task` up here (see HeldTasks).
-  void Touch(const std::string& task) ABSL_LOCKS_EXCLUDED(calls_mu_);
-  // ReleaseTask's work, under calls_mu_ (taken before mu_).
-  std::optional<uint64_t> Forget(const std::string& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(calls_mu_);
+  // ReleaseTask's work, run by calls_ (whose lock is taken before mu_).
+  std::optional<uint64_t> Forget(const std::string& task) ABSL_LOCKS_EXCLUDED(mu_);
   void EvictOldVersions(TaskState& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseStaging(std::vector<float> buffer);
 
@@ -279,10 +274,7 @@ class AggregatorCore final : private SessionHost {
     forwarder_->Forward(parent, std::move(aggregate));
   }
 
-  // Each task's latest setting-up call (Touch), numbered in order; taken before mu_.
-  mutable absl::Mutex calls_mu_;
-  std::map<std::string, uint64_t> last_call_ ABSL_GUARDED_BY(calls_mu_);
-  uint64_t calls_ ABSL_GUARDED_BY(calls_mu_) = 0;
+  TaskCalls calls_;  // its lock is taken before mu_
   std::map<std::string, std::shared_ptr<TaskState>> tasks_ ABSL_GUARDED_BY(mu_);
   // task -> peer id -> session token, as last set by the coordinator.
   std::map<std::string, std::map<std::string, std::string>> members_ ABSL_GUARDED_BY(mu_);

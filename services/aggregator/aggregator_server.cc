@@ -217,7 +217,7 @@ void AggregatorServer::RegistrationLoop(std::string address,
     }
     request.set_address(advertise_);
     request.set_host_peer(options_.host_peer);
-    const AggregatorCore::HeldTasks held = core_->Held();
+    const TaskCalls::Held held = core_->Held();
     for (const std::string& task : held.names) request.add_tasks(task);
     coordinator::v1::RegisterAggregatorResponse response;
     grpc::Status status = coordinator::v1::RegistryService::NewStub(channel)->RegisterAggregator(

@@ -84,7 +84,7 @@ class AggregatorServer {
   // Keeps this aggregator registered with the coordinator at `address`.
   void RegistrationLoop(std::string address, std::shared_ptr<grpc::Channel> channel);
   // Frees the tasks a registration's answer names (RegisterAggregatorResponse.release) that
-  // were not called about since `as_of`, the request's HeldTasks::as_of.
+  // were not called about since `as_of`, the request's TaskCalls::Held::as_of.
   void ReleaseUnused(const std::string& coordinator,
                      const coordinator::v1::RegisterAggregatorResponse& response, uint64_t as_of);
   // Times the upload to a coordinator into capacity_; false when it should be tried again

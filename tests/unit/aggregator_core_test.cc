@@ -393,7 +393,7 @@ TEST_F(AggregatorCoreTest, AReleaseNamedByARegistrationSparesATaskCalledAboutSin
   PutBase();
   ASSERT_TRUE(core_->PutModel("u", 0, Filled([](size_t) { return 1.0f; })).ok());
   core_->SetMembers("v", {{"a", "token"}});
-  const AggregatorCore::HeldTasks held = core_->Held();
+  const TaskCalls::Held held = core_->Held();
   EXPECT_THAT(held.names, ElementsAre("t", "u", "v"));
   Open({"a"});  // the coordinator's call about t after the registration
   EXPECT_FALSE(core_->ReleaseUnlessCalledSince("t", held.as_of));
