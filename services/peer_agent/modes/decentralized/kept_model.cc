@@ -108,7 +108,10 @@ absl::Status KeptModel::Keep(uint64_t round, const tensor::FlatModel& model) {
   }
   if (kept_round_.has_value() && *kept_round_ != round) Remove(PathOf(*kept_round_));
   kept_round_ = round;
-  RemoveOtherTasksBeyond(kOtherTasksKept);
+  if (!others_pruned_) {
+    RemoveOtherTasksBeyond(kOtherTasksKept);
+    others_pruned_ = true;
+  }
   return absl::OkStatus();
 }
 

@@ -17,9 +17,9 @@ namespace shoal::peer {
 // digest checked on reading) named after the task, the run of the task (its creation time: a
 // task created again under the same name in another deployment is another run) and the round,
 //   <dir>/decentralized-<task>-<created_unix_ms>-round-<round>.model
-// Keeping a round removes the file of the round kept before it, and the files of other tasks
-// but the three written last (tasks this peer left, or that finished while it was away). Not
-// thread-safe (the runner's worker thread only).
+// Keeping a round removes the file of the round kept before it; the first round kept also
+// removes the files of other tasks but the three written last (tasks this peer left, or that
+// finished while it was away). Not thread-safe (the runner's worker thread only).
 class KeptModel {
  public:
   struct Held {
@@ -38,9 +38,9 @@ class KeptModel {
   // and what is wrong) are removed.
   std::optional<Held> Load();
 
-  // Writes `model` as the one of `round`, then removes the file kept before (and other tasks'
-  // files but the three newest). Errors: the I/O error, naming the file (what was kept before
-  // stays).
+  // Writes `model` as the one of `round`, then removes the file kept before (and, the first
+  // time, other tasks' files but the three newest). Errors: the I/O error, naming the file (what
+  // was kept before stays).
   absl::Status Keep(uint64_t round, const tensor::FlatModel& model);
 
   // Removes this task's files (the task is over).
@@ -60,6 +60,7 @@ class KeptModel {
   const std::string prefix_;  // "decentralized-TASK-": this task's files, of any run
   const int64_t created_;
   std::optional<uint64_t> kept_round_;  // the round of the file on disk, once known
+  bool others_pruned_ = false;          // RemoveOtherTasksBeyond ran (once per task is enough)
 };
 
 }  // namespace shoal::peer
