@@ -13,6 +13,16 @@ void ReturnFreeMemory() {
 #endif
 }
 
+HeapUse MeasureHeap() {
+  HeapUse use;
+#ifdef __GLIBC__
+  const struct mallinfo2 info = mallinfo2();
+  use.in_use = info.uordblks + info.hblkhd;
+  use.free = info.fordblks;
+#endif
+  return use;
+}
+
 void AdviseHugePages(void* data, size_t bytes) {
   constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);

@@ -10,6 +10,15 @@ namespace shoal {
 // keep up to rpc::TuneAllocatorForModelStreams()'s trim threshold.
 void ReturnFreeMemory();
 
+// What the heap holds now (glibc's mallinfo2, over every arena): bytes handed out and not freed
+// yet (including blocks mapped on their own), and free bytes it keeps instead of giving them back
+// to the system (see ReturnFreeMemory). Zeros without glibc.
+struct HeapUse {
+  size_t in_use = 0;
+  size_t free = 0;
+};
+HeapUse MeasureHeap();
+
 // Asks the kernel to back the whole 2 MiB pages inside [data, data + bytes) with transparent huge
 // pages (madvise MADV_HUGEPAGE), for memory not touched yet. A model-sized buffer then takes a
 // few hundred page faults instead of one per 4 KiB page; on a virtual machine those faults were

@@ -71,6 +71,13 @@ def with_bench_optimizer(task_text):
     return out
 
 
+def use_build_dir(path):
+    """Takes the binaries from `path` (and builds into it) instead of BUILD_DIR's."""
+    global BUILD, BIN
+    BUILD = path
+    BIN = os.path.join(BUILD, "bin")
+
+
 def build(prog, targets):
     """Builds `targets` with scripts/build into BUILD_DIR (its output hidden unless it fails)."""
     env = dict(os.environ, SHOAL_BUILD_DIR=BUILD)

@@ -8,6 +8,7 @@
 #include <httplib.h>
 #include <prometheus/counter.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -52,6 +53,39 @@ TEST(MetricsServerTest, ServesTheRegistryInPrometheusTextFormat) {
   httplib::Result other = client.Get("/");
   ASSERT_TRUE(other) << httplib::to_string(other.error());
   EXPECT_EQ(other->status, 404);
+}
+
+double GaugeIn(const std::string& body, const std::string& name) {
+  const size_t at = body.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(body.substr(at + name.size() + 2));
+}
+
+// Every scrape also gives the process's heap: what is allocated (here it follows a 64 MiB
+// allocation and its release) and the free memory the allocator keeps.
+TEST(MetricsServerTest, ServesTheProcesssHeapInUseAsMeasuredAtTheScrape) {
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server =
+      MetricsServer::Start("127.0.0.1:0", "--metrics-listen");
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::Client client = ClientOf(**server);
+  auto scrape = [&](const std::string& name) {
+    httplib::Result res = client.Get("/metrics");
+    EXPECT_TRUE(res) << httplib::to_string(res.error());
+    if (!res) return -1.0;
+    EXPECT_THAT(res->body, HasSubstr("# TYPE " + name + " gauge"));
+    return GaugeIn(res->body, name);
+  };
+  const double before = scrape("shoal_process_heap_in_use_bytes");
+  ASSERT_GT(before, 0);
+  EXPECT_GE(scrape("shoal_process_heap_free_bytes"), 0);
+  constexpr size_t kBytes = size_t{64} << 20;
+  auto block = std::make_unique<char[]>(kBytes);
+  std::fill_n(block.get(), kBytes, 1);
+  asm volatile("" : : "r"(block.get()) : "memory");  // the allocation is not optimised away
+  const double holding = scrape("shoal_process_heap_in_use_bytes");
+  EXPECT_GE(holding - before, static_cast<double>(kBytes));
+  block.reset();
+  EXPECT_LT(scrape("shoal_process_heap_in_use_bytes"), holding - static_cast<double>(kBytes) / 2);
 }
 
 TEST(MetricsServerTest, AnAddressInUseIsRefusedNamingTheFlag) {
