@@ -138,14 +138,14 @@ absl::Status EtcdKv::OnAnyMember(absl::string_view what, Call call, absl::Durati
 }
 
 absl::Status EtcdKv::FencedWrite(absl::string_view what, const Fence& fence,
-                                 const etcdserverpb::RequestOp& op) {
+                                 const std::vector<etcdserverpb::RequestOp>& ops) {
   etcdserverpb::TxnRequest request;
   etcdserverpb::Compare* held = request.add_compare();
   held->set_key(fence.key);
   held->set_target(etcdserverpb::Compare::LEASE);
   held->set_result(etcdserverpb::Compare::EQUAL);
   held->set_lease(fence.lease);
-  *request.add_success() = op;
+  for (const etcdserverpb::RequestOp& op : ops) *request.add_success() = op;
   etcdserverpb::TxnResponse response;
   absl::Status s = OnAnyMember(what, [&](const Stubs& m, grpc::ClientContext& context) {
     response.Clear();
@@ -167,7 +167,7 @@ absl::Status EtcdKv::Put(absl::string_view key, absl::string_view value, const F
   if (fence != nullptr) {
     etcdserverpb::RequestOp op;
     *op.mutable_request_put() = request;
-    return FencedWrite("put", *fence, op);
+    return FencedWrite("put", *fence, {op});
   }
   return OnAnyMember("put", [&](const Stubs& m, grpc::ClientContext& context) {
     etcdserverpb::PutResponse response;
@@ -205,12 +205,22 @@ absl::Status EtcdKv::DeleteRange(absl::string_view start, absl::string_view end,
   if (fence != nullptr) {
     etcdserverpb::RequestOp op;
     *op.mutable_request_delete_range() = request;
-    return FencedWrite("delete", *fence, op);
+    return FencedWrite("delete", *fence, {op});
   }
   return OnAnyMember("delete", [&](const Stubs& m, grpc::ClientContext& context) {
     etcdserverpb::DeleteRangeResponse response;
     return m.kv->DeleteRange(&context, request, &response);
   });
+}
+
+absl::Status EtcdKv::DeleteRanges(const std::vector<KeyRange>& ranges, const Fence& fence) {
+  std::vector<etcdserverpb::RequestOp> ops(ranges.size());
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    etcdserverpb::DeleteRangeRequest* d = ops[i].mutable_request_delete_range();
+    d->set_key(ranges[i].start);
+    d->set_range_end(ranges[i].end);
+  }
+  return FencedWrite("delete", fence, ops);
 }
 
 absl::StatusOr<int64_t> EtcdKv::GrantLease(absl::Duration ttl) {

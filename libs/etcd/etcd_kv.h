@@ -42,6 +42,12 @@ struct RangeQuery {
   bool descending = false;
 };
 
+// The keys in [start, end).
+struct KeyRange {
+  std::string start;
+  std::string end;
+};
+
 // A condition on a write: it happens only while `key` is held under `lease` (a transaction
 // that compares the key's lease), so a client that lost the key writes nothing.
 struct Fence {
@@ -67,6 +73,8 @@ class EtcdKv {
   // Deletes the keys in [start, end); a fence as for Put.
   absl::Status DeleteRange(absl::string_view start, absl::string_view end,
                            const Fence* fence = nullptr);
+  // Deletes the keys of every range in one transaction, guarded by `fence` as Put is.
+  absl::Status DeleteRanges(const std::vector<KeyRange>& ranges, const Fence& fence);
 
   // Leases: a key put under a lease is deleted when the lease expires (no keep-alive within
   // its TTL) or is revoked.
@@ -109,9 +117,9 @@ class EtcdKv {
   template <typename Call>
   absl::Status OnAnyMember(absl::string_view what, Call call,
                            absl::Duration timeout = absl::ZeroDuration());
-  // Runs `op` in a transaction guarded by `fence`.
+  // Runs `ops` in one transaction guarded by `fence`.
   absl::Status FencedWrite(absl::string_view what, const Fence& fence,
-                           const etcdserverpb::RequestOp& op);
+                           const std::vector<etcdserverpb::RequestOp>& ops);
 
   std::vector<std::string> endpoints_;
   std::vector<std::unique_ptr<Member>> members_;

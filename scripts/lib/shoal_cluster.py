@@ -40,6 +40,7 @@ Environment: BUILD_DIR (default: build), SHOAL_DATA_DIR (default:
 /usr/share/datasets/fashion-mnist).
 """
 
+import base64
 import json
 import os
 import re
@@ -262,6 +263,21 @@ class Cluster:
                 return json.loads(r.read()).get("health") == "true"
         except (OSError, ValueError):
             return False
+
+    def etcd_keys(self, name, prefix, timeout=2.0):
+        """How many keys under `prefix` the etcd member NAME holds (None when it does not
+        answer), through etcd's JSON gateway."""
+        end = bytearray(prefix.encode())
+        end[-1] += 1
+        body = json.dumps({"key": base64.b64encode(prefix.encode()).decode(),
+                           "range_end": base64.b64encode(bytes(end)).decode(),
+                           "count_only": True}).encode()
+        try:
+            with urllib.request.urlopen(self.etcd[name][1] + "/v3/kv/range", data=body,
+                                        timeout=timeout) as r:
+                return int(json.loads(r.read()).get("count", 0))
+        except (OSError, ValueError):
+            return None
 
     def start_coordinator(self, args=()):
         self.start("coordinator", "shoal-coordinator",

@@ -299,20 +299,38 @@ void AggregatorWorkRunner::PruneCheckpoints(const std::string& task) {
     LogWarning("task ", task, ": cannot forget its old checkpoints: ", s.message());
     return;
   }
+  DeleteCheckpointFiles(task, {all->begin(), all->begin() + first_kept},
+                        {all->begin() + first_kept, all->end()});
+}
+
+void AggregatorWorkRunner::DeleteCheckpointFiles(const std::string& task,
+                                                 const std::vector<StoredCheckpoint>& gone,
+                                                 const std::vector<StoredCheckpoint>& kept) {
   std::set<std::string> named;
-  for (size_t i = first_kept; i < all->size(); ++i) named.insert((*all)[i].path);
-  const std::string dir = store_.checkpoint_dir() + "/";
-  for (size_t i = 0; i < first_kept; ++i) {
-    const std::string& path = (*all)[i].path;
+  for (const StoredCheckpoint& c : kept) named.insert(c.path);
+  const std::string own = absl::StrCat(store_.checkpoint_dir(), "/", task, "-");
+  for (const StoredCheckpoint& c : gone) {
     // Only this coordinator's own files of the task (a file named by digest alone may be
     // another task's too).
-    if (named.count(path) > 0 || !absl::StartsWith(path, absl::StrCat(dir, task, "-"))) continue;
-    named.insert(path);
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-      LogWarning("task ", task, ": cannot delete the checkpoint file ", path, ": ",
+    if (named.count(c.path) > 0 || !absl::StartsWith(c.path, own)) continue;
+    named.insert(c.path);
+    if (::unlink(c.path.c_str()) != 0 && errno != ENOENT) {
+      LogWarning("task ", task, ": cannot delete the checkpoint file ", c.path, ": ",
                  std::strerror(errno));
     }
   }
+}
+
+absl::Status AggregatorWorkRunner::ForgetTask(const std::string& task) {
+  absl::StatusOr<std::vector<StoredCheckpoint>> all = store_.ListCheckpoints(task);
+  if (!all.ok()) return all.status();
+  // The records go first: a file is deleted only once nothing names it.
+  SHOAL_RETURN_IF_ERROR(store_.DeleteTask(task));
+  DeleteCheckpointFiles(task, *all, {});
+  absl::MutexLock lock(&mu_);
+  tree_rounds_.erase(task);
+  values_offsets_.erase(task);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StoredCheckpoint> AggregatorWorkRunner::Restore(const std::string& task,

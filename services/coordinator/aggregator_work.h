@@ -88,6 +88,10 @@ class AggregatorWorkRunner {
   // Calls `fn` once everything posted for `task` so far has run (both its queues), on an
   // executor's thread.
   void AfterTask(const std::string& task, std::function<void()> fn);
+  // Deletes the task from the store (TaskStore::DeleteTask), then its checkpoints' files, and
+  // forgets what the runner kept about it. For a task that ended, after AfterTask: nothing of it
+  // may be posted afterwards.
+  absl::Status ForgetTask(const std::string& task);
   // Blocks until every queue is idle.
   void Drain();
 
@@ -147,6 +151,10 @@ class AggregatorWorkRunner {
   // Forgets the checkpoints of `task` before its newest options_.keep_checkpoints (a failure is
   // logged: the next checkpoint tries again).
   void PruneCheckpoints(const std::string& task);
+  // Deletes the files of `gone` that are this coordinator's files of the task (named after it in
+  // checkpoint_dir) and that no record of `kept` names.
+  void DeleteCheckpointFiles(const std::string& task, const std::vector<StoredCheckpoint>& gone,
+                             const std::vector<StoredCheckpoint>& kept);
 
   aggregator::AggregatorClient& client_;
   TaskStore& store_;

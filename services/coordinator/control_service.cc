@@ -222,6 +222,18 @@ grpc::ServerUnaryReactor* ControlServiceImpl::StopTask(grpc::CallbackServerConte
       [](v1::TaskStatus&& s, v1::StopTaskResponse* r) { *r->mutable_status() = std::move(s); });
 }
 
+grpc::ServerUnaryReactor* ControlServiceImpl::DeleteTask(grpc::CallbackServerContext* context,
+                                                         const v1::DeleteTaskRequest* request,
+                                                         v1::DeleteTaskResponse* /*response*/) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Answered once the task is gone from the store.
+  absl::Status s = core_.DeleteTask(request->name(), [reactor](const absl::Status& deleted) {
+    reactor->Finish(rpc::ToGrpcStatus(deleted));
+  });
+  if (!s.ok()) reactor->Finish(rpc::ToGrpcStatus(core_.Routed(s, request->name())));
+  return reactor;
+}
+
 grpc::ServerWriteReactor<v1::WatchTaskResponse>* ControlServiceImpl::WatchTask(
     grpc::CallbackServerContext* context, const v1::WatchTaskRequest* request) {
   auto* reactor = new WatchReactor(core_);

@@ -35,6 +35,9 @@ class ControlServiceImpl final : public v1::ControlService::WithRawCallbackMetho
   grpc::ServerUnaryReactor* StopTask(grpc::CallbackServerContext* context,
                                      const v1::StopTaskRequest* request,
                                      v1::StopTaskResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteTask(grpc::CallbackServerContext* context,
+                                       const v1::DeleteTaskRequest* request,
+                                       v1::DeleteTaskResponse* response) override;
   grpc::ServerUnaryReactor* ListRounds(grpc::CallbackServerContext* context,
                                        const v1::ListRoundsRequest* request,
                                        v1::ListRoundsResponse* response) override;

@@ -472,6 +472,7 @@ void CoordinatorCore::Step() {
       ConvictSilentPeers(out);
       RedialPeers(out);
       if (placement_ != nullptr) SendIdlePeersElsewhere(out);
+      DeleteExpiredTasks(out);
     }
     for (auto& [name, task] : tasks_) SaveRounds(task);
     Reconcile(out);

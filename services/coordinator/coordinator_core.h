@@ -35,6 +35,9 @@ namespace shoal::coordinator {
 // With shared tasks: how long after its task was handed over a peer asking here again is sent on
 // to the next coordinator (CoordinatorCore::handed_off_peers_).
 inline constexpr absl::Duration kFollowHandOff = absl::Minutes(1);
+// How long an aggregator that says it holds a task deleted here is still told to free it
+// (TasksToRelease): one that was cut off when the task ended hears of it once it is back.
+inline constexpr absl::Duration kReleaseDeleted = absl::Minutes(10);
 
 // Where the coordinator sends one peer's events: its Session stream. Implementations must not
 // block (they queue) and must tolerate calls after the stream ended (they drop).
@@ -76,6 +79,9 @@ struct CoordinatorOptions {
   // Rounds of each task's history kept in memory (and in TaskStatus.history); all of them stay
   // in the store (ControlService.ListRounds).
   size_t history_in_memory = 100;
+  // An ended task (completed, failed or stopped) is deleted this long after it ended, with its
+  // rounds, checkpoints and their files (--keep-ended-tasks); zero: kept until DeleteTask.
+  absl::Duration keep_ended_tasks = absl::ZeroDuration();
   ModeOptions mode;
   AggregatorWorkOptions work;
   // Dials each peer's PeerService when it connects and again every `redial_interval` of its
@@ -150,8 +156,9 @@ class CoordinatorCore {
                                   const std::string& host_peer = "");
   absl::Duration heartbeat_interval() const { return options_.heartbeat_interval; }
   // Of the tasks the aggregator at `address` says it holds, those it should free: this
-  // coordinator's tasks that ended, or that no longer use it (not one of their aggregators or
-  // backups, nor one a restore may still read). Tasks it does not serve are never named.
+  // coordinator's tasks that ended (or were deleted here in the last kReleaseDeleted), or that
+  // no longer use it (not one of their aggregators or backups, nor one a restore may still
+  // read). Tasks it does not serve are never named.
   std::vector<std::string> TasksToRelease(const std::string& address,
                                           const std::vector<std::string>& held) const
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -163,6 +170,13 @@ class CoordinatorCore {
   std::vector<v1::TaskStatus> ListTasks() const;
   absl::StatusOr<v1::TaskStatus> GetTaskStatus(const std::string& name) const;
   absl::StatusOr<v1::TaskStatus> StopTask(const std::string& name);
+  // Deletes `name`, an ended task: it leaves ListTasks and its watches end (NOT_FOUND) at once;
+  // once the task's aggregator work and every store write decided so far are done, its records
+  // leave the store, then its checkpoints' files, and `done` gets the store's answer (on the
+  // store's queue). Until then a task of that name cannot be created (UNAVAILABLE). Errors,
+  // without a call of `done`: NOT_FOUND; FAILED_PRECONDITION for an open task.
+  absl::Status DeleteTask(const std::string& name, std::function<void(const absl::Status&)> done)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Calls `done` (on the store's queue) once every store write decided so far is done: the
   // control service answers an operator's change then, so that an acknowledged change survives
   // a crash or a fail-over.
@@ -304,6 +318,16 @@ class CoordinatorCore {
   void LeaveTask(Task& task, const std::string& peer_id, const std::string& why, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IsActive(const Task& task) const;
+  // Ends the watches of `name` with `why`.
+  void EndWatches(const std::string& name, const absl::Status& why, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets an ended task here and queues its deletion from the store (DeleteTask); `done`
+  // (optional) gets the store's answer.
+  void DeleteEnded(const std::string& name, const char* by,
+                   std::function<void(const absl::Status&)> done, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Step: deletes the tasks that ended keep_ended_tasks ago or more.
+  void DeleteExpiredTasks(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Logs a failed store write; a fenced one (FAILED_PRECONDITION: another coordinator holds
   // the store, or the task, now) sets fenced_.
   void CheckStoreWrite(const absl::Status& written, const std::string& task, const char* what);
@@ -508,6 +532,10 @@ class CoordinatorCore {
   std::map<std::string, Elected> elected_ ABSL_GUARDED_BY(mu_);  // by peer id
   std::map<std::string, Task> tasks_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> task_order_ ABSL_GUARDED_BY(mu_);  // creation order
+  // Tasks deleted here whose records are still being deleted from the store.
+  std::set<std::string> deleting_ ABSL_GUARDED_BY(mu_);
+  // Tasks deleted here, and when, for kReleaseDeleted (TasksToRelease).
+  std::map<std::string, absl::Time> deleted_ ABSL_GUARDED_BY(mu_);
   // What Flush runs, in order (see InputLock). A store write (`stored`) runs on the store's
   // queue, and the effects after it wait for it: the flush moves to the store's thread.
   struct Effect {

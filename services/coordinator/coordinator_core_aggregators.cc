@@ -50,7 +50,11 @@ std::vector<std::string> CoordinatorCore::TasksToRelease(
   if (stopping_ || fenced_) return release;
   for (const std::string& name : held) {
     auto it = tasks_.find(name);
-    if (it == tasks_.end()) continue;  // another coordinator's, or none's: not for this one
+    if (it == tasks_.end()) {
+      // Deleted here, or another coordinator's, or none's: only the first is for this one.
+      if (deleted_.count(name) > 0) release.push_back(name);
+      continue;
+    }
     const Task& task = it->second;
     if (IsActive(task) &&
         (AddressesOf(task).count(address) > 0 || task.former_holders.count(address) > 0 ||

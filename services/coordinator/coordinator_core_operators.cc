@@ -1,7 +1,14 @@
-// CoordinatorCore: the operators' calls (ControlService): creating, listing, stopping and
-// watching tasks.
+// CoordinatorCore: the operators' calls (ControlService): creating, listing, stopping, deleting
+// and watching tasks; and the deletion of ended tasks past --keep-ended-tasks.
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
 #include "libs/task/task_file.h"
@@ -50,6 +57,10 @@ absl::StatusOr<v1::TaskStatus> CoordinatorCore::CreateTask(const common::v1::Tas
   v1::TaskStatus result;
   {
     InputLock lock(*this, out);
+    if (deleting_.count(spec.name()) > 0) {
+      return absl::UnavailableError(
+          absl::StrCat("task \"", spec.name(), "\" is being deleted; create it again in a moment"));
+    }
     auto it = tasks_.find(spec.name());
     if (it != tasks_.end()) {
       if (it->second.status.spec().SerializeAsString() != spec.SerializeAsString()) {
@@ -60,6 +71,7 @@ absl::StatusOr<v1::TaskStatus> CoordinatorCore::CreateTask(const common::v1::Tas
     }
     Task& task = tasks_[spec.name()];
     task_order_.push_back(spec.name());
+    deleted_.erase(spec.name());
     task.status = std::move(status);
     task.mode = std::move(mode);
     if (task.UsesAggregator()) task.waiting_for_aggregator_since = clock_.Now();
@@ -114,6 +126,80 @@ absl::StatusOr<v1::TaskStatus> CoordinatorCore::StopTask(const std::string& name
   }
   Flush();
   return result;
+}
+
+absl::Status CoordinatorCore::DeleteTask(const std::string& name,
+                                         std::function<void(const absl::Status&)> done) {
+  Outbox out;
+  {
+    InputLock lock(*this, out);
+    auto it = tasks_.find(name);
+    if (it == tasks_.end()) return NoTaskNamed(name);
+    if (IsActive(it->second)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("task \"", name, "\" is ", StateName(it->second.status.state()),
+                       "; stop it first (StopTask; shoalctl task stop ", name, ")"));
+    }
+    LogInfo("task ", name, " deleted by operator");
+    DeleteEnded(name, "operator", std::move(done), out);
+    Reconcile(out);
+  }
+  Flush();
+  return absl::OkStatus();
+}
+
+void CoordinatorCore::DeleteExpiredTasks(Outbox& out) {
+  const absl::Time now = clock_.Now();
+  for (auto it = deleted_.begin(); it != deleted_.end();) {
+    it = now - it->second >= kReleaseDeleted ? deleted_.erase(it) : std::next(it);
+  }
+  const absl::Duration keep = options_.keep_ended_tasks;
+  if (keep <= absl::ZeroDuration() || fenced_) return;
+  std::vector<std::string> expired;
+  for (const auto& [name, task] : tasks_) {
+    if (IsActive(task)) continue;
+    const absl::Duration ago = now - absl::FromUnixMillis(task.status.ended_unix_ms());
+    if (ago >= keep) {
+      LogInfo("task ", name, " deleted: it ended ",
+              absl::FormatDuration(absl::Trunc(ago, absl::Seconds(1))), " ago (--keep-ended-tasks ",
+              absl::FormatDuration(keep), ")");
+      expired.push_back(name);
+    }
+  }
+  for (const std::string& name : expired) DeleteEnded(name, "retention", nullptr, out);
+}
+
+void CoordinatorCore::DeleteEnded(const std::string& name, const char* by,
+                                  std::function<void(const absl::Status&)> done, Outbox& out) {
+  EndWatches(name, absl::NotFoundError(absl::StrCat("task \"", name, "\" was deleted")), out);
+  tasks_.erase(name);
+  task_order_.erase(std::find(task_order_.begin(), task_order_.end(), name));
+  deleting_.insert(name);
+  deleted_[name] = clock_.Now();
+  metrics_.tasks_deleted.Add({{"by", by}}).Increment();
+  // Behind the task's aggregator work (a checkpoint of its last version may be on its way to
+  // the store) and every store write decided so far.
+  out.push_back([this, name, done = std::move(done)]() mutable {
+    work_.AfterTask(name, [this, name, done = std::move(done)]() mutable {
+      store_writes_.Post([this, name, done = std::move(done)] {
+        absl::Status deleted = work_.ForgetTask(name);
+        CheckStoreWrite(deleted, name, "its deletion");
+        if (deleted.ok() && placement_ != nullptr) {
+          if (absl::Status released = placement_->Release(name); !released.ok()) {
+            LogWarning("task ", name,
+                       ": deleted, but its owner key stays until this "
+                       "coordinator's lease ends: ",
+                       released.message());
+          }
+        }
+        {
+          absl::MutexLock lock(&mu_);
+          deleting_.erase(name);
+        }
+        if (done) done(deleted);
+      });
+    });
+  });
 }
 
 absl::StatusOr<uint64_t> CoordinatorCore::Watch(const std::string& name, StatusCallback callback,

@@ -20,6 +20,17 @@ bool CoordinatorCore::IsActive(const Task& task) const {
          task.status.state() == v1::TASK_STATE_RUNNING;
 }
 
+void CoordinatorCore::EndWatches(const std::string& name, const absl::Status& why, Outbox& out) {
+  for (auto w = watchers_.begin(); w != watchers_.end();) {
+    if (w->second.task != name) {
+      ++w;
+      continue;
+    }
+    if (w->second.ended) out.push_back([ended = w->second.ended, why] { ended(why); });
+    w = watchers_.erase(w);
+  }
+}
+
 void CoordinatorCore::ExpectEvaluation(Task& task, const std::string& peer_id, uint64_t version) {
   if (peers_.count(peer_id)) task.evaluating[version].insert(peer_id);
 }
@@ -307,6 +318,7 @@ void CoordinatorCore::Finish(Task& task, v1::TaskState state, const std::string&
   task.status.set_state(state);
   task.status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
   task.status.set_message(message);
+  task.status.set_ended_unix_ms(absl::ToUnixMillis(clock_.Now()));
   LogInfo("task ", name, " ", StateName(state), ": ", message);
   v1::CoordinatorEvent event;
   event.set_task(name);
@@ -339,7 +351,14 @@ void CoordinatorCore::RestoreTask(StoredTask stored, const std::string& message)
   task.status = std::move(stored.status);
   for (auto& round : stored.history) *task.status.add_history() = std::move(round);
   task_order_.push_back(name);
-  if (!IsActive(task)) return;
+  deleted_.erase(name);
+  if (!IsActive(task)) {
+    // Ended before coordinators kept the time: --keep-ended-tasks counts from now.
+    if (task.status.ended_unix_ms() == 0) {
+      task.status.set_ended_unix_ms(absl::ToUnixMillis(clock_.Now()));
+    }
+    return;
+  }
   // A fresh state machine from the stored status: the peers come back and tell it what they
   // hold, and an aggregator-backed mode restores its newest checkpoint on an aggregator.
   task.status.set_phase(v1::ROUND_PHASE_UNSPECIFIED);
@@ -417,14 +436,7 @@ absl::Status CoordinatorCore::HandOffTask(const std::string& name) {
       SupernodeHostLeft(id);
     }
     metrics_.peers_connected.Set(static_cast<double>(peers_.size()));
-    for (auto w = watchers_.begin(); w != watchers_.end();) {
-      if (w->second.task != name) {
-        ++w;
-        continue;
-      }
-      if (w->second.ended) out.push_back([ended = w->second.ended, moved] { ended(moved); });
-      w = watchers_.erase(w);
-    }
+    EndWatches(name, moved, out);
     // Results of the task's aggregator work still running are dropped with the task; the new
     // owner finds the aggregators as a coordinator that took the task over after a failure.
     NewEpoch(task);

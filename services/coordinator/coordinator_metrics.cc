@@ -75,6 +75,12 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                 .Name("shoal_coordinator_tasks")
                 .Help("Tasks by state")
                 .Register(registry)),
+      tasks_deleted(prometheus::BuildCounter()
+                        .Name("shoal_coordinator_tasks_deleted_total")
+                        .Help("Ended tasks deleted with their rounds and checkpoints, by who "
+                              "deleted them (operator: DeleteTask; retention: "
+                              "--keep-ended-tasks)")
+                        .Register(registry)),
       participants(prometheus::BuildGauge()
                        .Name("shoal_coordinator_participants")
                        .Help("Peers assigned to open tasks, by the tasks' training mode")

@@ -33,7 +33,9 @@ struct CoordinatorMetrics {
   // last round charged (no task label: each task's own is in its status), and rounds charged.
   prometheus::Gauge& privacy_epsilon;
   prometheus::Counter& privacy_rounds;
-  prometheus::Family<prometheus::Gauge>& tasks;         // {state}
+  prometheus::Family<prometheus::Gauge>& tasks;  // {state}
+  // Ended tasks deleted, {by}: operator (DeleteTask), retention (--keep-ended-tasks).
+  prometheus::Family<prometheus::Counter>& tasks_deleted;
   prometheus::Family<prometheus::Gauge>& participants;  // {mode}: peers assigned to open tasks
   prometheus::Counter& bytes_received;                  // checkpoints pulled from aggregators
   prometheus::Counter& bytes_sent;  // models served by ControlService.GetModel and restores

@@ -61,6 +61,9 @@ absl::Status CoordinatorServerOptions::Validate() const {
   if (heartbeat_interval < absl::Milliseconds(100) || heartbeat_interval > absl::Minutes(5)) {
     return absl::InvalidArgumentError("--heartbeat-interval: must be between 100ms and 5m");
   }
+  if (keep_ended_tasks != absl::ZeroDuration() && keep_ended_tasks < absl::Seconds(1)) {
+    return absl::InvalidArgumentError("--keep-ended-tasks: must be 0 (keep them) or at least 1s");
+  }
   if (aggregator_wait < absl::Seconds(1)) {
     return absl::InvalidArgumentError("--aggregator-wait: must be at least 1s");
   }
@@ -138,6 +141,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   core_options.aggregator_wait = options.aggregator_wait;
   core_options.redial_interval = options.redial_interval;
   core_options.work.keep_checkpoints = options.keep_checkpoints;
+  core_options.keep_ended_tasks = options.keep_ended_tasks;
   core_options.supernodes = options.supernodes;
   s->dialer_ = std::make_unique<GrpcDialer>(credentials.channel());
   core_options.dialer = s->dialer_.get();

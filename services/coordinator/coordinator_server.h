@@ -63,6 +63,8 @@ struct CoordinatorServerOptions {
   absl::Duration redial_interval = absl::Minutes(5);
   // Checkpoints kept per task, the newest (0: every one).
   uint32_t keep_checkpoints = 3;
+  // Ended tasks are deleted this long after they ended (zero: kept until DeleteTask).
+  absl::Duration keep_ended_tasks = absl::ZeroDuration();
   // Elected supernodes (--supernode-*: election timeout, rebuild interval, better factor,
   // retire after).
   SupernodeOptions supernodes;

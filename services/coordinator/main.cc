@@ -61,6 +61,10 @@ ABSL_FLAG(std::string, console_tokens, "",
 ABSL_FLAG(uint32_t, keep_checkpoints, 3,
           "checkpoints kept per task, the newest; older ones are deleted, record and file "
           "(0 keeps every one)");
+ABSL_FLAG(absl::Duration, keep_ended_tasks, absl::ZeroDuration(),
+          "how long an ended task (completed, failed or stopped) is kept after it ended; then "
+          "it is deleted with its rounds, checkpoints and their files (0 keeps every one until "
+          "`shoalctl task delete`)");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2),
           "how often peers send heartbeats; 3 missed = crashed");
 ABSL_FLAG(absl::Duration, aggregator_wait, absl::Minutes(10),
@@ -122,6 +126,7 @@ int main(int argc, char** argv) {
   options.aggregator_wait = absl::GetFlag(FLAGS_aggregator_wait);
   options.redial_interval = absl::GetFlag(FLAGS_redial_interval);
   options.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  options.keep_ended_tasks = absl::GetFlag(FLAGS_keep_ended_tasks);
   options.supernodes.election_timeout = absl::GetFlag(FLAGS_supernode_election_timeout);
   options.supernodes.rebuild_interval = absl::GetFlag(FLAGS_supernode_rebuild_interval);
   options.supernodes.better_factor = absl::GetFlag(FLAGS_supernode_better_factor);

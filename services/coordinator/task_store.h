@@ -67,6 +67,11 @@ class TaskStore {
   // Forgets the checkpoint records of `task` older than `version` (not their files).
   virtual absl::Status DeleteCheckpointsBefore(const std::string& task, uint64_t version) = 0;
 
+  // Forgets `task`: its status, rounds and checkpoint records (not the checkpoints' files; list
+  // them first). OK when there is no such task. A delete cut short leaves a task that can be
+  // deleted again (its status record goes last, or with the rest at once).
+  virtual absl::Status DeleteTask(const std::string& task) = 0;
+
   // Where the checkpoints' model files live (a directory of this machine).
   virtual const std::string& checkpoint_dir() const = 0;
   // Which coordinator serves which task, when coordinators share the store's tasks

@@ -99,9 +99,10 @@ int Shoalctl::Run() {
     if (sub == "history") return TaskHistory();
     if (sub == "watch") return TaskWatch();
     if (sub == "stop") return TaskStop();
+    if (sub == "delete") return TaskDelete();
     return Fail(env_,
                 absl::StrCat("unknown command \"task ", sub,
-                             "\" (expected create, list, status, history, watch, stop)"),
+                             "\" (expected create, list, status, history, watch, stop, delete)"),
                 2);
   }
   if (cmd == "model") {
@@ -286,6 +287,7 @@ commands:
                                    `task watch` (--json: a JSON array of the rounds)
   task watch NAME                  follow a task's rounds until it ends
   task stop NAME                   stop a task
+  task delete NAME                 delete an ended task with its rounds and checkpoints
   model get NAME --out FILE|- [--version V] [--format shoal|torchscript] [--model-dir DIR]
                                    download the task's global model (latest, or version V)
                                    into FILE, or to stdout with --out -. --format torchscript

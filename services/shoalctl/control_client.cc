@@ -156,6 +156,13 @@ absl::StatusOr<TaskStatus> ControlClient::StopTask(const std::string& name,
   return response.status();
 }
 
+absl::Status ControlClient::DeleteTask(const std::string& name, absl::Duration timeout) {
+  coordinator::v1::DeleteTaskRequest request;
+  request.set_name(name);
+  coordinator::v1::DeleteTaskResponse response;
+  return Unary(*coordinators_, timeout, &ControlService::Stub::DeleteTask, request, response);
+}
+
 absl::StatusOr<TaskStatus> ControlClient::WatchTask(
     const std::string& name, absl::Duration timeout,
     const std::function<bool(const TaskStatus&)>& on_status, Canceller* canceller) {

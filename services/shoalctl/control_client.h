@@ -73,6 +73,9 @@ class ControlClientInterface {
                                                                     absl::Duration timeout) = 0;
   virtual absl::StatusOr<coordinator::v1::TaskStatus> StopTask(const std::string& name,
                                                                absl::Duration timeout) = 0;
+  // Deletes an ended task with its rounds and checkpoints. Errors: NOT_FOUND unknown task,
+  // FAILED_PRECONDITION a task still open.
+  virtual absl::Status DeleteTask(const std::string& name, absl::Duration timeout) = 0;
   // Calls `on_status` with every status the coordinator streams, until the stream ends (the
   // task ended), `on_status` returns false, `canceller` fires (CANCELLED) or `timeout` passes
   // (DEADLINE_EXCEEDED). Returns the last status received; NOT_FOUND / UNAVAILABLE as usual.
@@ -116,6 +119,7 @@ class ControlClient final : public ControlClientInterface {
                                                             absl::Duration timeout) override;
   absl::StatusOr<coordinator::v1::TaskStatus> StopTask(const std::string& name,
                                                        absl::Duration timeout) override;
+  absl::Status DeleteTask(const std::string& name, absl::Duration timeout) override;
   absl::StatusOr<coordinator::v1::TaskStatus> WatchTask(
       const std::string& name, absl::Duration timeout,
       const std::function<bool(const coordinator::v1::TaskStatus&)>& on_status,

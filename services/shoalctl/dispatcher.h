@@ -66,6 +66,7 @@ class Shoalctl {
   int TaskStatusCmd();
   int TaskHistory();
   int TaskStop();
+  int TaskDelete();
   int TaskWatch();
 
   // local_command.cc

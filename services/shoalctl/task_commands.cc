@@ -139,6 +139,17 @@ int Shoalctl::TaskStop() {
   return 0;
 }
 
+int Shoalctl::TaskDelete() {
+  const std::string usage = "shoalctl task delete NAME";
+  if (absl::Status s = CheckArgs(args_, 2, 1, {}, usage); !s.ok()) return UsageFail(s);
+  const std::string& name = args_.positional[2];
+  auto client = Client(g_.coordinator);
+  if (!client.ok()) return UsageFail(client.status());
+  if (absl::Status s = (*client)->DeleteTask(name, g_.timeout); !s.ok()) return RpcFail(s, name);
+  *env_.out << "task " << name << " deleted\n";
+  return 0;
+}
+
 int Shoalctl::TaskWatch() {
   const std::string usage = "shoalctl task watch NAME";
   if (absl::Status s = CheckArgs(args_, 2, 1, {}, usage); !s.ok()) return UsageFail(s);

@@ -146,7 +146,15 @@ class ClientClusterTest(unittest.TestCase):
         self.assertEqual(status.spec.max_connection_retry, 3)  # decentralized's own default
         with open(model, "rb") as f:
             self.assertEqual(status.spec.torchscript.sha256, hashlib.sha256(f.read()).hexdigest())
+        with self.assertRaises(shoal_client.ShoalError) as caught:
+            self.client.delete_task("defaults")
+        self.assertEqual(caught.exception.code, "FAILED_PRECONDITION")
+        self.assertIn("stop it first", caught.exception.message)
         self.client.stop_task("defaults")
+        self.client.delete_task("defaults")
+        with self.assertRaises(shoal_client.ShoalError) as caught:
+            self.client.get_task("defaults")
+        self.assertEqual(caught.exception.code, "NOT_FOUND")
 
     def test_connect_errors(self):
         with self.assertRaises(shoal_client.ShoalError) as caught:

@@ -111,7 +111,7 @@ TEST_F(ConsoleServiceTest, RefusesMissingAndWrongCredentialsBeforeAnyLookup) {
   EXPECT_EQ(found->status, 404) << found->body;
 }
 
-TEST_F(ConsoleServiceTest, ViewerCannotCreateOrStop) {
+TEST_F(ConsoleServiceTest, ViewerCannotCreateStopOrDelete) {
   httplib::Result create = CreateTask(kViewer, kTask);
   ASSERT_TRUE(create);
   EXPECT_EQ(create->status, 403) << create->body;
@@ -121,6 +121,9 @@ TEST_F(ConsoleServiceTest, ViewerCannotCreateOrStop) {
       client_->Post("/api/tasks/console-task/stop", Bearer(kViewer), "", "text/plain");
   ASSERT_TRUE(stop);
   EXPECT_EQ(stop->status, 403) << stop->body;
+  httplib::Result deleted = client_->Delete("/api/tasks/console-task", Bearer(kViewer));
+  ASSERT_TRUE(deleted);
+  EXPECT_EQ(deleted->status, 403) << deleted->body;
 }
 
 TEST_F(ConsoleServiceTest, BadTaskFileIs400WithTheParsersMessage) {
@@ -171,6 +174,10 @@ TEST_F(ConsoleServiceTest, LogsInWithACookieThenListsGetsAndStopsATask) {
   ASSERT_TRUE(stop);
   EXPECT_EQ(stop->status, 200) << stop->body;
   EXPECT_TRUE(absl::StrContains(stop->body, "TASK_STATE_STOPPED")) << stop->body;
+  httplib::Result deleted = client_->Delete("/api/tasks/console-task", cookie);
+  ASSERT_TRUE(deleted);
+  EXPECT_EQ(deleted->status, 200) << deleted->body;
+  EXPECT_EQ(client_->Get("/api/tasks/console-task", cookie)->status, 404);
 
   ASSERT_EQ(client_->Post("/api/logout", cookie, "", "text/plain")->status, 200);
   EXPECT_EQ(client_->Get("/api/tasks", cookie)->status, 401);

@@ -141,7 +141,7 @@ TEST_F(ControlClientTest, CommandsReportErrorsInOneLine) {
   }
 }
 
-TEST_F(ControlClientTest, CreateListStopCommands) {
+TEST_F(ControlClientTest, CreateListStopDeleteCommands) {
   const std::string file =
       std::string(std::getenv("SHOAL_SOURCE_DIR")) + "/tests/data/tasks/good.json";
   {
@@ -158,6 +158,16 @@ TEST_F(ControlClientTest, CreateListStopCommands) {
     auto [code, out, err] = Shoalctl({"task", "stop", "fmnist-json"});
     ASSERT_EQ(code, 0) << err;
     EXPECT_EQ(out, "task fmnist-json stopped\n");
+  }
+  {
+    auto [code, out, err] = Shoalctl({"task", "delete", "fmnist-json"});
+    ASSERT_EQ(code, 0) << err;
+    EXPECT_EQ(out, "task fmnist-json deleted\n");
+  }
+  {
+    auto [code, out, err] = Shoalctl({"task", "delete", "fmnist-json"});
+    EXPECT_EQ(code, 1);
+    EXPECT_THAT(err, HasSubstr("fmnist-json"));
   }
 }
 

@@ -80,6 +80,18 @@ class FakeControlService final : public coordinator::v1::ControlService::Service
     return grpc::Status::OK;
   }
 
+  grpc::Status DeleteTask(grpc::ServerContext*, const coordinator::v1::DeleteTaskRequest* request,
+                          coordinator::v1::DeleteTaskResponse*) override {
+    absl::MutexLock lock(&mu_);
+    auto it = tasks_.find(request->name());
+    if (it == tasks_.end()) return NotFound(request->name());
+    if (it->second.state() != coordinator::v1::TASK_STATE_STOPPED) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "open; stop it first");
+    }
+    tasks_.erase(it);
+    return grpc::Status::OK;
+  }
+
   // Streams the watch script, then ends the stream.
   grpc::Status WatchTask(grpc::ServerContext*, const coordinator::v1::WatchTaskRequest* request,
                          grpc::ServerWriter<coordinator::v1::WatchTaskResponse>* writer) override {

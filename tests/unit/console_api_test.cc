@@ -84,6 +84,10 @@ class FakeStub : public ControlService::StubInterface {
                         v1::StopTaskResponse*) override {
     return error;
   }
+  grpc::Status DeleteTask(grpc::ClientContext*, const v1::DeleteTaskRequest&,
+                          v1::DeleteTaskResponse*) override {
+    return error;
+  }
   grpc::Status ListRounds(grpc::ClientContext*, const v1::ListRoundsRequest& request,
                           v1::ListRoundsResponse* response) override {
     round_calls.push_back(request);
@@ -139,6 +143,7 @@ class FakeStub : public ControlService::StubInterface {
   SHOAL_UNUSED_ASYNC(ListTasks, ListTasksRequest, ListTasksResponse)
   SHOAL_UNUSED_ASYNC(GetTaskStatus, GetTaskStatusRequest, GetTaskStatusResponse)
   SHOAL_UNUSED_ASYNC(StopTask, StopTaskRequest, StopTaskResponse)
+  SHOAL_UNUSED_ASYNC(DeleteTask, DeleteTaskRequest, DeleteTaskResponse)
   SHOAL_UNUSED_ASYNC(ListRounds, ListRoundsRequest, ListRoundsResponse)
   SHOAL_UNUSED_ASYNC(ListNodes, ListNodesRequest, ListNodesResponse)
 };
@@ -246,6 +251,7 @@ TEST(ConsoleApiTest, PassesTheCoordinatorsErrorsOn) {
   stub.error = grpc::Status(grpc::StatusCode::NOT_FOUND, "no task named \"x\"");
   EXPECT_EQ(api.GetTask("x").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(api.StopTask("x").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(api.DeleteTask("x").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(api.GetModel("x", std::nullopt).status().code(), absl::StatusCode::kNotFound);
 }
 

@@ -165,6 +165,12 @@ class Client:
         """Stops the task (idempotent). Errors: NOT_FOUND unknown task."""
         return self._call("StopTask", control_pb2.StopTaskRequest(name=name)).status
 
+    def delete_task(self, name: str) -> None:
+        """Deletes an ended task with its round history, checkpoints and their files; returns
+        once it is gone from the coordinator's store. Errors: NOT_FOUND unknown task,
+        FAILED_PRECONDITION a task still open (stop it first)."""
+        self._call("DeleteTask", control_pb2.DeleteTaskRequest(name=name))
+
     def list_peers(self) -> List[NodeInfo]:
         """The connected peers with their capacity, by id (ListNodes)."""
         return list(self._call("ListNodes", control_pb2.ListNodesRequest()).peers)

@@ -163,6 +163,17 @@ absl::StatusOr<std::string> ConsoleApi::StopTask(const std::string& name) {
   return ToJson(response.status());
 }
 
+absl::StatusOr<std::string> ConsoleApi::DeleteTask(const std::string& name) {
+  SHOAL_ASSIGN_OR_RETURN(v1::ControlService::StubInterface * stub, StubServing(name));
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, timeout_);
+  v1::DeleteTaskRequest request;
+  request.set_name(name);
+  v1::DeleteTaskResponse response;
+  SHOAL_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub->DeleteTask(&context, request, &response)));
+  return std::string("{}");
+}
+
 absl::StatusOr<std::string> ConsoleApi::ListNodes() {
   grpc::ClientContext context;
   rpc::SetTimeout(context, timeout_);

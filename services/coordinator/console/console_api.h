@@ -43,6 +43,8 @@ class ConsoleApi {
   // The text of a task file, parsed by the coordinator (CreateTaskRequest.task_file).
   absl::StatusOr<std::string> CreateTask(const std::string& task_file);
   absl::StatusOr<std::string> StopTask(const std::string& name);
+  // DeleteTask: "{}" once the ended task is gone.
+  absl::StatusOr<std::string> DeleteTask(const std::string& name);
   absl::StatusOr<std::string> ListNodes();
 
   // A model file (the format of `shoalctl model get --out`): streamed from GetModel, then

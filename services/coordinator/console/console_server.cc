@@ -237,6 +237,9 @@ void ConsoleServer::Route() {
   http.Post(R"(/api/tasks/([^/]+)/stop)", [this](const auto& req, auto& res) {
     if (Authorize(req, res, true)) Reply(api_.StopTask(req.matches[1]), res);
   });
+  http.Delete(R"(/api/tasks/([^/]+))", [this](const auto& req, auto& res) {
+    if (Authorize(req, res, true)) Reply(api_.DeleteTask(req.matches[1]), res);
+  });
   http.Get(R"(/api/tasks/([^/]+)/events)",
            [this](const auto& req, auto& res) { Events(req, res); });
   http.Get(R"(/api/tasks/([^/]+)/model)", [this](const auto& req, auto& res) { Model(req, res); });

@@ -214,4 +214,14 @@ absl::Status EtcdTaskStore::DeleteCheckpointsBefore(const std::string& task, uin
   return kv_->DeleteRange(checkpoints, checkpoints + Padded(version), &fence);
 }
 
+absl::Status EtcdTaskStore::DeleteTask(const std::string& task) {
+  const std::string status = KindPrefix("tasks") + task;
+  const std::string rounds = TaskPrefix("rounds", task);
+  const std::string checkpoints = TaskPrefix("checkpoints", task);
+  return kv_->DeleteRanges({{status, status + '\0'},
+                            {rounds, etcd::EtcdKv::PrefixEnd(rounds)},
+                            {checkpoints, etcd::EtcdKv::PrefixEnd(checkpoints)}},
+                           FenceFor(task));
+}
+
 }  // namespace shoal::coordinator

@@ -47,6 +47,7 @@ class EtcdTaskStore final : public TaskStore {
                                                  std::optional<uint64_t> version) override;
   absl::StatusOr<std::vector<StoredCheckpoint>> ListCheckpoints(const std::string& task) override;
   absl::Status DeleteCheckpointsBefore(const std::string& task, uint64_t version) override;
+  absl::Status DeleteTask(const std::string& task) override;
   const std::string& checkpoint_dir() const override { return checkpoint_dir_; }
   TaskPlacement* placement() override { return ownership_.get(); }
 

@@ -276,4 +276,18 @@ absl::Status SqliteTaskStore::DeleteCheckpointsBefore(const std::string& task, u
   return st.Done();
 }
 
+absl::Status SqliteTaskStore::DeleteTask(const std::string& task) {
+  // One statement each (the connection is shared by threads, so no transaction spans them):
+  // the task's row last.
+  for (const char* sql :
+       {"DELETE FROM checkpoints WHERE task = ?1", "DELETE FROM rounds WHERE task = ?1",
+        "DELETE FROM tasks WHERE name = ?1"}) {
+    Statement st(db_, sql);
+    if (!st.status().ok()) return st.status();
+    st.Bind(1, task);
+    SHOAL_RETURN_IF_ERROR(st.Done());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace shoal::coordinator

@@ -217,6 +217,8 @@ function drawTask() {
              download: true }, "Download model"),
     state.role === "admin" && !ended ?
       h("button", { class: "danger", id: "stop", onclick: stopTask }, "Stop task") : null,
+    state.role === "admin" && ended ?
+      h("button", { class: "danger", id: "delete", onclick: deleteTask }, "Delete task") : null,
     state.events ? h("span", { class: "live", id: "live" }, "● live") : null,
     h("span", { class: "error", id: "task-error" }));
   const parts = [
@@ -340,6 +342,17 @@ async function stopTask() {
     state.task = await api(`/api/tasks/${encodeURIComponent(state.task.spec.name)}/stop`,
                            { method: "POST" });
     drawTask();
+  } catch (e) {
+    $("task-error").textContent = e.message;
+  }
+}
+
+async function deleteTask() {
+  const name = state.task.spec.name;
+  if (!confirm(`Delete task ${name} with its rounds and checkpoints?`)) return;
+  try {
+    await api(`/api/tasks/${encodeURIComponent(name)}`, { method: "DELETE" });
+    location.hash = "#/tasks";
   } catch (e) {
     $("task-error").textContent = e.message;
   }

@@ -16,17 +16,17 @@ from shoal_client._gen.shoal.common.v1 import model_pb2 as shoal_dot_common_dot_
 from shoal_client._gen.shoal.common.v1 import task_pb2 as shoal_dot_common_dot_v1_dot_task__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"shoal/coordinator/v1/control.proto\x12\x14shoal.coordinator.v1\x1a\x1eshoal/common/v1/capacity.proto\x1a\x1bshoal/common/v1/model.proto\x1a\x1ashoal/common/v1/task.proto\"\x7f\n\x0cPeerProgress\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x13\n\x0bmodel_round\x18\x03 \x01(\x04\x12\x0c\n\x04step\x18\x04 \x01(\x04\x12\r\n\x05\x63lock\x18\x05 \x01(\x01\x12\x0c\n\x04loss\x18\x06 \x01(\x01\x12\x0f\n\x07updates\x18\x07 \x01(\x04\"a\n\x08PeerData\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x15\n\rtrain_samples\x18\x02 \x01(\x04\x12\x14\n\x0ctest_samples\x18\x03 \x01(\x04\x12\x17\n\x0flabel_histogram\x18\x04 \x03(\x04\"\xa6\x05\n\x0cRoundSummary\x12\r\n\x05round\x18\x01 \x01(\x04\x12\x14\n\x0cparticipants\x18\x02 \x03(\t\x12\x0f\n\x07\x64ropped\x18\x03 \x03(\t\x12\x17\n\x0fmean_train_loss\x18\x04 \x01(\x01\x12\x13\n\x0bnum_samples\x18\x05 \x01(\x04\x12\x15\n\rmodel_version\x18\x06 \x01(\x04\x12\x13\n\x0b\x64uration_ms\x18\x07 \x01(\x03\x12\x11\n\tevaluated\x18\x08 \x01(\x08\x12\x15\n\rtest_accuracy\x18\t \x01(\x01\x12\x11\n\ttest_loss\x18\n \x01(\x01\x12\x14\n\x0ctest_samples\x18\x0b \x01(\x04\x12\x14\n\x0cmodel_digest\x18\x0c \x01(\x06\x12\r\n\x05joins\x18\r \x01(\r\x12\x0e\n\x06leaves\x18\x0e \x01(\r\x12\x1a\n\x12\x63onnection_retries\x18\x0f \x01(\r\x12\x0f\n\x07removed\x18\x10 \x03(\t\x12\x13\n\x0boverhead_ms\x18\x11 \x01(\x03\x12\x1b\n\x13\x65valuation_complete\x18\x12 \x01(\x08\x12\x19\n\x11\x63ompleted_unix_ms\x18\x13 \x01(\x03\x12\x16\n\x0emean_staleness\x18\x14 \x01(\x01\x12\x0c\n\x04note\x18\x15 \x01(\t\x12\x37\n\npeer_times\x18\x16 \x03(\x0b\x32#.shoal.coordinator.v1.PeerRoundTime\x12\x14\n\x0cupdate_bytes\x18\x17 \x01(\x04\x12\x13\n\x0bmodel_bytes\x18\x18 \x01(\x04\x12\x0c\n\x04late\x18\x19 \x03(\t\x12\x19\n\x11participant_count\x18\x1a \x01(\r\x12\x15\n\rdropped_count\x18\x1b \x01(\r\x12\x12\n\nlate_count\x18\x1c \x01(\r\x12\x15\n\rlists_omitted\x18\x1d \x01(\x08\x12\x0f\n\x07\x65psilon\x18\x1e \x01(\x01\"T\n\rPeerRoundTime\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\n\n\x02ms\x18\x02 \x01(\x03\x12\x10\n\x08train_ms\x18\x03 \x01(\x03\x12\x14\n\x0cupdate_bytes\x18\x04 \x01(\x04\"\xaa\x01\n\x08NodeInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12\x0c\n\x04task\x18\x05 \x01(\t\x12+\n\x08\x63\x61pacity\x18\x06 \x01(\x0b\x32\x19.shoal.common.v1.Capacity\x12\x15\n\rsince_unix_ms\x18\x07 \x01(\x03\x12\x11\n\tsupernode\x18\x08 \x01(\t\"\x90\x05\n\nTaskStatus\x12\'\n\x04spec\x18\x01 \x01(\x0b\x32\x19.shoal.common.v1.TaskSpec\x12.\n\x05state\x18\x02 \x01(\x0e\x32\x1f.shoal.coordinator.v1.TaskState\x12/\n\x05phase\x18\x03 \x01(\x0e\x32 .shoal.coordinator.v1.RoundPhase\x12\r\n\x05round\x18\x04 \x01(\x04\x12\x14\n\x0cparticipants\x18\x05 \x03(\t\x12\x15\n\rmodel_version\x18\x06 \x01(\x04\x12\x33\n\x07history\x18\x07 \x03(\x0b\x32\".shoal.coordinator.v1.RoundSummary\x12\x0f\n\x07message\x18\x08 \x01(\t\x12\x17\n\x0f\x63reated_unix_ms\x18\t \x01(\x03\x12\x12\n\naggregator\x18\n \x01(\t\x12\x31\n\x05peers\x18\x0b \x03(\x0b\x32\".shoal.coordinator.v1.PeerProgress\x12,\n\x04\x64\x61ta\x18\x0c \x03(\x0b\x32\x1e.shoal.coordinator.v1.PeerData\x12-\n\x05nodes\x18\r \x03(\x0b\x32\x1e.shoal.coordinator.v1.NodeInfo\x12\x13\n\x0b\x61sync_peers\x18\x0e \x03(\t\x12\x33\n\x08\x63lusters\x18\x0f \x03(\x0b\x32!.shoal.coordinator.v1.ClusterInfo\x12\x34\n\x07privacy\x18\x10 \x01(\x0b\x32#.shoal.coordinator.v1.PrivacyStatus\x12\x39\n\nstatistics\x18\x11 \x01(\x0b\x32%.shoal.common.v1.FederationStatistics\"\xb3\x01\n\rPrivacyStatus\x12\x0f\n\x07\x65psilon\x18\x01 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x02 \x01(\x01\x12\x0e\n\x06rounds\x18\x03 \x01(\x04\x12\x15\n\rsampling_rate\x18\x04 \x01(\x01\x12\r\n\x05steps\x18\t \x01(\x04\x12\x16\n\x0etarget_epsilon\x18\x05 \x01(\x01\x12\x13\n\x0brounds_left\x18\x06 \x01(\x04\x12\x12\n\nrdp_orders\x18\x07 \x03(\x01\x12\x0b\n\x03rdp\x18\x08 \x03(\x01\"\x85\x01\n\x0b\x43lusterInfo\x12\x12\n\naggregator\x18\x01 \x01(\t\x12\x10\n\x08\x63hild_id\x18\x02 \x01(\t\x12\r\n\x05level\x18\x03 \x01(\r\x12\r\n\x05peers\x18\x04 \x03(\t\x12\x0e\n\x06parent\x18\x05 \x01(\t\x12\x11\n\thost_peer\x18\x06 \x01(\t\x12\x0f\n\x07\x62\x61\x63kups\x18\x07 \x03(\t\"O\n\x11\x43reateTaskRequest\x12\'\n\x04spec\x18\x01 \x01(\x0b\x32\x19.shoal.common.v1.TaskSpec\x12\x11\n\ttask_file\x18\x02 \x01(\t\"F\n\x12\x43reateTaskResponse\x12\x30\n\x06status\x18\x01 \x01(\x0b\x32 .shoal.coordinator.v1.TaskStatus\"\x12\n\x10ListTasksRequest\"D\n\x11ListTasksResponse\x12/\n\x05tasks\x18\x01 \x03(\x0b\x32 .shoal.coordinator.v1.TaskStatus\"$\n\x14GetTaskStatusRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"I\n\x15GetTaskStatusResponse\x12\x30\n\x06status\x18\x01 \x01(\x0b\x32 .shoal.coordinator.v1.TaskStatus\" \n\x10WatchTaskRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"E\n\x11WatchTaskResponse\x12\x30\n\x06status\x18\x01 \x01(\x0b\x32 .shoal.coordinator.v1.TaskStatus\"\x1f\n\x0fStopTaskRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"D\n\x10StopTaskResponse\x12\x30\n\x06status\x18\x01 \x01(\x0b\x32 .shoal.coordinator.v1.TaskStatus\"E\n\x11ListRoundsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x61\x66ter_round\x18\x02 \x01(\x04\x12\r\n\x05limit\x18\x03 \x01(\r\"V\n\x12ListRoundsResponse\x12\x32\n\x06rounds\x18\x01 \x03(\x0b\x32\".shoal.coordinator.v1.RoundSummary\x12\x0c\n\x04more\x18\x02 \x01(\x08\"A\n\x0fGetModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x07version\x18\x02 \x01(\x04H\x00\x88\x01\x01\x42\n\n\x08_version\"\x12\n\x10ListNodesRequest\"w\n\x11ListNodesResponse\x12-\n\x05peers\x18\x01 \x03(\x0b\x32\x1e.shoal.coordinator.v1.NodeInfo\x12\x33\n\x0b\x61ggregators\x18\x02 \x03(\x0b\x32\x1e.shoal.coordinator.v1.NodeInfo*\xa0\x01\n\tTaskState\x12\x1a\n\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12TASK_STATE_WAITING\x10\x01\x12\x16\n\x12TASK_STATE_RUNNING\x10\x02\x12\x18\n\x14TASK_STATE_COMPLETED\x10\x03\x12\x16\n\x12TASK_STATE_STOPPED\x10\x04\x12\x15\n\x11TASK_STATE_FAILED\x10\x05*\xb3\x02\n\nRoundPhase\x12\x1b\n\x17ROUND_PHASE_UNSPECIFIED\x10\x00\x12\x1c\n\x18ROUND_PHASE_INITIALIZING\x10\x01\x12\x17\n\x13ROUND_PHASE_OPENING\x10\x02\x12\x18\n\x14ROUND_PHASE_TRAINING\x10\x03\x12\x17\n\x13ROUND_PHASE_CLOSING\x10\x04\x12\x1a\n\x16ROUND_PHASE_EVALUATING\x10\x05\x12\x17\n\x13ROUND_PHASE_JOINING\x10\x06\x12\x1a\n\x16ROUND_PHASE_CONNECTING\x10\x07\x12\x17\n\x13ROUND_PHASE_SHARING\x10\x08\x12\x19\n\x15ROUND_PHASE_GOSSIPING\x10\t\x12\x19\n\x15ROUND_PHASE_BUFFERING\x10\n2\x85\x06\n\x0e\x43ontrolService\x12_\n\nCreateTask\x12\'.shoal.coordinator.v1.CreateTaskRequest\x1a(.shoal.coordinator.v1.CreateTaskResponse\x12\\\n\tListTasks\x12&.shoal.coordinator.v1.ListTasksRequest\x1a\'.shoal.coordinator.v1.ListTasksResponse\x12h\n\rGetTaskStatus\x12*.shoal.coordinator.v1.GetTaskStatusRequest\x1a+.shoal.coordinator.v1.GetTaskStatusResponse\x12^\n\tWatchTask\x12&.shoal.coordinator.v1.WatchTaskRequest\x1a\'.shoal.coordinator.v1.WatchTaskResponse0\x01\x12Y\n\x08StopTask\x12%.shoal.coordinator.v1.StopTaskRequest\x1a&.shoal.coordinator.v1.StopTaskResponse\x12_\n\nListRounds\x12\'.shoal.coordinator.v1.ListRoundsRequest\x1a(.shoal.coordinator.v1.ListRoundsResponse\x12P\n\x08GetModel\x12%.shoal.coordinator.v1.GetModelRequest\x1a\x1b.shoal.common.v1.ModelChunk0\x01\x12\\\n\tListNodes\x12&.shoal.coordinator.v1.ListNodesRequest\x1a\'.shoal.coordinator.v1.ListNodesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"shoal/coordinator/v1/control.proto\x12\x14shoal.coordinator.v1\x1a\x1eshoal/common/v1/capacity.proto\x1a\x1bshoal/common/v1/model.proto\x1a\x1ashoal/common/v1/task.proto\"\x7f\n\x0cPeerProgress\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x13\n\x0bmodel_round\x18\x03 \x01(\x04\x12\x0c\n\x04step\x18\x04 \x01(\x04\x12\r\n\x05\x63lock\x18\x05 \x01(\x01\x12\x0c\n\x04loss\x18\x06 \x01(\x01\x12\x0f\n\x07updates\x18\x07 \x01(\x04\"a\n\x08PeerData\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x15\n\rtrain_samples\x18\x02 \x01(\x04\x12\x14\n\x0ctest_samples\x18\x03 \x01(\x04\x12\x17\n\x0flabel_histogram\x18\x04 \x03(\x04\"\xa6\x05\n\x0cRoundSummary\x12\r\n\x05round\x18\x01 \x01(\x04\x12\x14\n\x0cparticipants\x18\x02 \x03(\t\x12\x0f\n\x07\x64ropped\x18\x03 \x03(\t\x12\x17\n\x0fmean_train_loss\x18\x04 \x01(\x01\x12\x13\n\x0bnum_samples\x18\x05 \x01(\x04\x12\x15\n\rmodel_version\x18\x06 \x01(\x04\x12\x13\n\x0b\x64uration_ms\x18\x07 \x01(\x03\x12\x11\n\tevaluated\x18\x08 \x01(\x08\x12\x15\n\rtest_accuracy\x18\t \x01(\x01\x12\x11\n\ttest_loss\x18\n \x01(\x01\x12\x14\n\x0ctest_samples\x18\x0b \x01(\x04\x12\x14\n\x0cmodel_digest\x18\x0c \x01(\x06\x12\r\n\x05joins\x18\r \x01(\r\x12\x0e\n\x06leaves\x18\x0e \x01(\r\x12\x1a\n\x12\x63onnection_retries\x18\x0f \x01(\r\x12\x0f\n\x07removed\x18\x10 \x03(\t\x12\x13\n\x0boverhead_ms\x18\x11 \x01(\x03\x12\x1b\n\x13\x65valuation_complete\x18\x12 \x01(\x08\x12\x19\n\x11\x63ompleted_unix_ms\x18\x13 \x01(\x03\x12\x16\n\x0emean_staleness\x18\x14 \x01(\x01\x12\x0c\n\x04note\x18\x15 \x01(\t\x12\x37\n\npeer_times\x18\x16 \x03(\x0b\x32#.shoal.coordinator.v1.PeerRoundTime\x12\x14\n\x0cupdate_bytes\x18\x17 \x01(\x04\x12\x13\n\x0bmodel_bytes\x18\x18 \x01(\x04\x12\x0c\n\x04late\x18\x19 \x03(\t\x12\x19\n\x11participant_count\x18\x1a \x01(\r\x12\x15\n\rdropped_count\x18\x1b \x01(\r\x12\x12\n\nlate_count\x18\x1c \x01(\r\x12\x15\n\rlists_omitted\x18\x1d \x01(\x08\x12\x0f\n\x07\x65psilon\x18\x1e \x01(\x01\"T\n\rPeerRoundTime\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\n\n\x02ms\x18\x02 \x01(\x03\x12\x10\n\x08train_ms\x18\x03 \x01(\x03\x12\x14\n\x0cupdate_bytes\x18\x04 \x01(\x04\"\xaa\x01\n\x08NodeInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12\x0c\n\x04task\x18\x05 \x01(\t\x12+\n\x08\x63\x61pacity\x18\x06 \x01(\x0b\x32\x19.shoal.common.v1.Capacity\x12\x15\n\rsince_unix_ms\x18\x07 \x01(\x03\x12\x11\n\tsupernode\x18\x08 \x01(\t\"\xa7\x05\n\nTaskStatus\x12\'\n\x04spec\x18\x01 \x01(\x0b\x32\x19.shoal.common.v1.TaskSpec\x12.\n\x05state\x18\x02 \x01(\x0e\x32\x1f.shoal.coordinator.v1.TaskState\x12/\n\x05phase\x18\x03 \x01(\x0e\x32 .shoal.coordinator.v1.RoundPhase\x12\r\n\x05round\x18\x04 \x01(\x04\x12\x14\n\x0cparticipants\x18\x05 \x03(\t\x12\x15\n\rmodel_version\x18\x06 \x01(\x04\x12\x33\n\x07history\x18\x07 \x03(\x0b\x32\".shoal.coordinator.v1.RoundSummary\x12\x0f\n\x07message\x18\x08 \x01(\t\x12\x17\n\x0f\x63reated_unix_ms\x18\t \x01(\x03\x12\x12\n\naggregator\x18\n \x01(\t\x12\x31\n\x05peers\x18\x0b \x03(\x0b\x32\".shoal.coordinator.v1.PeerProgress\x12,\n\x04\x64\x61ta\x18\x0c \x03(\x0b\x32\x1e.shoal.coordinator.v1.PeerData\x12-\n\x05nodes\x18\r \x03(\x0b\x32\x1e.shoal.coordinator.v1.NodeInfo\x12\x13\n\x0b\x61sync_peers\x18\x0e \x03(\t\x12\x33\n\x08\x63lusters\x18\x0f \x03(\x0b\x32!.shoal.coordinator.v1.ClusterInfo\x12\x34\n\x07privacy\x18\x10 \x01(\x0b\x32#.shoal.coordinator.v1.PrivacyStatus\x12\x39\n\nstatistics\x18\x11 \x01(\x0b\x32%.shoal.common.v1.FederationStatistics\x12\x15\n\rended_unix_ms\x18\x12 \x01(\x03\"\xb3\x01\n\rPrivacyStatus\x12\x0f\n\x07\x65psilon\x18\x01 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x02 \x01(\x01\x12\x0e\n\x06rounds\x18\x03 \x01(\x04\x12\x15\n\rsampling_rate\x18\x04 \x01(\x01\x12\r\n\x05steps\x18\t \x01(\x04\x12\x16\n\x0etarget_epsilon\x18\x05 \x01(\x01\x12\x13\n\x0brounds_left\x18\x06 \x01(\x04\x12\x12\n\nrdp_orders\x18\x07 \x03(\x01\x12\x0b\n\x03rdp\x18\x08 \x03(\x01\"\x85\x01\n\x0b\x43lusterInfo\x12\x12\n\naggregator\x18\x01 \x01(\t\x12\x10\n\x08\x63hild_id\x18\x02 \x01(\t\x12\r\n\x05level\x18\x03 \x01(\r\x12\r\n\x05peers\x18\x04 \x03(\t\x12\x0e\n\x06parent\x18\x05 \x01(\t\x12\x11\n\thost_peer\x18\x06 \x01(\t\x12\x0f\n\x07\x62\x61\x63kups\x18\x07 \x03(\t\"O\n\x11\x43reateTaskRequest\x12\'\n\x04spec\x18\x01 \x01(\x0b\x32\x19.shoal.common.v1.TaskSpec\x12\x11\n\ttask_file\x18\x02 \x01(\t\"F\n\x12\x43reateTaskResponse\x12\x30\n\x06status\x18\x01 \x01(\x0b\x32 .shoal.coordinator.v1.TaskStatus\"\x12\n\x10ListTasksRequest\"D\n\x11ListTasksResponse\x12/\n\x05tasks\x18\x01 \x03(\x0b\x32 .shoal.coordinator.v1.TaskStatus\"$\n\x14GetTaskStatusRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"I\n\x15GetTaskStatusResponse\x12\x30\n\x06status\x18\x01 \x01(\x0b\x32 .shoal.coordinator.v1.TaskStatus\" \n\x10WatchTaskRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"E\n\x11WatchTaskResponse\x12\x30\n\x06status\x18\x01 \x01(\x0b\x32 .shoal.coordinator.v1.TaskStatus\"\x1f\n\x0fStopTaskRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"D\n\x10StopTaskResponse\x12\x30\n\x06status\x18\x01 \x01(\x0b\x32 .shoal.coordinator.v1.TaskStatus\"!\n\x11\x44\x65leteTaskRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x14\n\x12\x44\x65leteTaskResponse\"E\n\x11ListRoundsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x61\x66ter_round\x18\x02 \x01(\x04\x12\r\n\x05limit\x18\x03 \x01(\r\"V\n\x12ListRoundsResponse\x12\x32\n\x06rounds\x18\x01 \x03(\x0b\x32\".shoal.coordinator.v1.RoundSummary\x12\x0c\n\x04more\x18\x02 \x01(\x08\"A\n\x0fGetModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x07version\x18\x02 \x01(\x04H\x00\x88\x01\x01\x42\n\n\x08_version\"\x12\n\x10ListNodesRequest\"w\n\x11ListNodesResponse\x12-\n\x05peers\x18\x01 \x03(\x0b\x32\x1e.shoal.coordinator.v1.NodeInfo\x12\x33\n\x0b\x61ggregators\x18\x02 \x03(\x0b\x32\x1e.shoal.coordinator.v1.NodeInfo*\xa0\x01\n\tTaskState\x12\x1a\n\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12TASK_STATE_WAITING\x10\x01\x12\x16\n\x12TASK_STATE_RUNNING\x10\x02\x12\x18\n\x14TASK_STATE_COMPLETED\x10\x03\x12\x16\n\x12TASK_STATE_STOPPED\x10\x04\x12\x15\n\x11TASK_STATE_FAILED\x10\x05*\xb3\x02\n\nRoundPhase\x12\x1b\n\x17ROUND_PHASE_UNSPECIFIED\x10\x00\x12\x1c\n\x18ROUND_PHASE_INITIALIZING\x10\x01\x12\x17\n\x13ROUND_PHASE_OPENING\x10\x02\x12\x18\n\x14ROUND_PHASE_TRAINING\x10\x03\x12\x17\n\x13ROUND_PHASE_CLOSING\x10\x04\x12\x1a\n\x16ROUND_PHASE_EVALUATING\x10\x05\x12\x17\n\x13ROUND_PHASE_JOINING\x10\x06\x12\x1a\n\x16ROUND_PHASE_CONNECTING\x10\x07\x12\x17\n\x13ROUND_PHASE_SHARING\x10\x08\x12\x19\n\x15ROUND_PHASE_GOSSIPING\x10\t\x12\x19\n\x15ROUND_PHASE_BUFFERING\x10\n2\xe6\x06\n\x0e\x43ontrolService\x12_\n\nCreateTask\x12\'.shoal.coordinator.v1.CreateTaskRequest\x1a(.shoal.coordinator.v1.CreateTaskResponse\x12\\\n\tListTasks\x12&.shoal.coordinator.v1.ListTasksRequest\x1a\'.shoal.coordinator.v1.ListTasksResponse\x12h\n\rGetTaskStatus\x12*.shoal.coordinator.v1.GetTaskStatusRequest\x1a+.shoal.coordinator.v1.GetTaskStatusResponse\x12^\n\tWatchTask\x12&.shoal.coordinator.v1.WatchTaskRequest\x1a\'.shoal.coordinator.v1.WatchTaskResponse0\x01\x12Y\n\x08StopTask\x12%.shoal.coordinator.v1.StopTaskRequest\x1a&.shoal.coordinator.v1.StopTaskResponse\x12_\n\nDeleteTask\x12\'.shoal.coordinator.v1.DeleteTaskRequest\x1a(.shoal.coordinator.v1.DeleteTaskResponse\x12_\n\nListRounds\x12\'.shoal.coordinator.v1.ListRoundsRequest\x1a(.shoal.coordinator.v1.ListRoundsResponse\x12P\n\x08GetModel\x12%.shoal.coordinator.v1.GetModelRequest\x1a\x1b.shoal.common.v1.ModelChunk0\x01\x12\\\n\tListNodes\x12&.shoal.coordinator.v1.ListNodesRequest\x1a\'.shoal.coordinator.v1.ListNodesResponseb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'shoal.coordinator.v1.control_pb2', globals())
 if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
-  _TASKSTATE._serialized_start=3226
-  _TASKSTATE._serialized_end=3386
-  _ROUNDPHASE._serialized_start=3389
-  _ROUNDPHASE._serialized_end=3696
+  _TASKSTATE._serialized_start=3306
+  _TASKSTATE._serialized_end=3466
+  _ROUNDPHASE._serialized_start=3469
+  _ROUNDPHASE._serialized_end=3776
   _PEERPROGRESS._serialized_start=149
   _PEERPROGRESS._serialized_end=276
   _PEERDATA._serialized_start=278
@@ -38,41 +38,45 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _NODEINFO._serialized_start=1145
   _NODEINFO._serialized_end=1315
   _TASKSTATUS._serialized_start=1318
-  _TASKSTATUS._serialized_end=1974
-  _PRIVACYSTATUS._serialized_start=1977
-  _PRIVACYSTATUS._serialized_end=2156
-  _CLUSTERINFO._serialized_start=2159
-  _CLUSTERINFO._serialized_end=2292
-  _CREATETASKREQUEST._serialized_start=2294
-  _CREATETASKREQUEST._serialized_end=2373
-  _CREATETASKRESPONSE._serialized_start=2375
-  _CREATETASKRESPONSE._serialized_end=2445
-  _LISTTASKSREQUEST._serialized_start=2447
-  _LISTTASKSREQUEST._serialized_end=2465
-  _LISTTASKSRESPONSE._serialized_start=2467
-  _LISTTASKSRESPONSE._serialized_end=2535
-  _GETTASKSTATUSREQUEST._serialized_start=2537
-  _GETTASKSTATUSREQUEST._serialized_end=2573
-  _GETTASKSTATUSRESPONSE._serialized_start=2575
-  _GETTASKSTATUSRESPONSE._serialized_end=2648
-  _WATCHTASKREQUEST._serialized_start=2650
-  _WATCHTASKREQUEST._serialized_end=2682
-  _WATCHTASKRESPONSE._serialized_start=2684
-  _WATCHTASKRESPONSE._serialized_end=2753
-  _STOPTASKREQUEST._serialized_start=2755
-  _STOPTASKREQUEST._serialized_end=2786
-  _STOPTASKRESPONSE._serialized_start=2788
-  _STOPTASKRESPONSE._serialized_end=2856
-  _LISTROUNDSREQUEST._serialized_start=2858
-  _LISTROUNDSREQUEST._serialized_end=2927
-  _LISTROUNDSRESPONSE._serialized_start=2929
-  _LISTROUNDSRESPONSE._serialized_end=3015
-  _GETMODELREQUEST._serialized_start=3017
-  _GETMODELREQUEST._serialized_end=3082
-  _LISTNODESREQUEST._serialized_start=3084
-  _LISTNODESREQUEST._serialized_end=3102
-  _LISTNODESRESPONSE._serialized_start=3104
-  _LISTNODESRESPONSE._serialized_end=3223
-  _CONTROLSERVICE._serialized_start=3699
-  _CONTROLSERVICE._serialized_end=4472
+  _TASKSTATUS._serialized_end=1997
+  _PRIVACYSTATUS._serialized_start=2000
+  _PRIVACYSTATUS._serialized_end=2179
+  _CLUSTERINFO._serialized_start=2182
+  _CLUSTERINFO._serialized_end=2315
+  _CREATETASKREQUEST._serialized_start=2317
+  _CREATETASKREQUEST._serialized_end=2396
+  _CREATETASKRESPONSE._serialized_start=2398
+  _CREATETASKRESPONSE._serialized_end=2468
+  _LISTTASKSREQUEST._serialized_start=2470
+  _LISTTASKSREQUEST._serialized_end=2488
+  _LISTTASKSRESPONSE._serialized_start=2490
+  _LISTTASKSRESPONSE._serialized_end=2558
+  _GETTASKSTATUSREQUEST._serialized_start=2560
+  _GETTASKSTATUSREQUEST._serialized_end=2596
+  _GETTASKSTATUSRESPONSE._serialized_start=2598
+  _GETTASKSTATUSRESPONSE._serialized_end=2671
+  _WATCHTASKREQUEST._serialized_start=2673
+  _WATCHTASKREQUEST._serialized_end=2705
+  _WATCHTASKRESPONSE._serialized_start=2707
+  _WATCHTASKRESPONSE._serialized_end=2776
+  _STOPTASKREQUEST._serialized_start=2778
+  _STOPTASKREQUEST._serialized_end=2809
+  _STOPTASKRESPONSE._serialized_start=2811
+  _STOPTASKRESPONSE._serialized_end=2879
+  _DELETETASKREQUEST._serialized_start=2881
+  _DELETETASKREQUEST._serialized_end=2914
+  _DELETETASKRESPONSE._serialized_start=2916
+  _DELETETASKRESPONSE._serialized_end=2936
+  _LISTROUNDSREQUEST._serialized_start=2938
+  _LISTROUNDSREQUEST._serialized_end=3007
+  _LISTROUNDSRESPONSE._serialized_start=3009
+  _LISTROUNDSRESPONSE._serialized_end=3095
+  _GETMODELREQUEST._serialized_start=3097
+  _GETMODELREQUEST._serialized_end=3162
+  _LISTNODESREQUEST._serialized_start=3164
+  _LISTNODESREQUEST._serialized_end=3182
+  _LISTNODESRESPONSE._serialized_start=3184
+  _LISTNODESRESPONSE._serialized_end=3303
+  _CONTROLSERVICE._serialized_start=3779
+  _CONTROLSERVICE._serialized_end=4649
 # @@protoc_insertion_point(module_scope)

@@ -41,6 +41,11 @@ class ControlServiceStub(object):
                 request_serializer=shoal_dot_coordinator_dot_v1_dot_control__pb2.StopTaskRequest.SerializeToString,
                 response_deserializer=shoal_dot_coordinator_dot_v1_dot_control__pb2.StopTaskResponse.FromString,
                 )
+        self.DeleteTask = channel.unary_unary(
+                '/shoal.coordinator.v1.ControlService/DeleteTask',
+                request_serializer=shoal_dot_coordinator_dot_v1_dot_control__pb2.DeleteTaskRequest.SerializeToString,
+                response_deserializer=shoal_dot_coordinator_dot_v1_dot_control__pb2.DeleteTaskResponse.FromString,
+                )
         self.ListRounds = channel.unary_unary(
                 '/shoal.coordinator.v1.ControlService/ListRounds',
                 request_serializer=shoal_dot_coordinator_dot_v1_dot_control__pb2.ListRoundsRequest.SerializeToString,
@@ -99,6 +104,18 @@ class ControlServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteTask(self, request, context):
+        """Deletes an ended task (completed, failed or stopped): its status, its round history, its
+        checkpoint records and the checkpoints' model files. Answered once it is gone from the
+        store; its watches end (NOT_FOUND). A coordinator started with --keep-ended-tasks deletes
+        its ended tasks on its own that long after they ended. Errors: NOT_FOUND unknown task;
+        FAILED_PRECONDITION a task still open (stop it first); UNAVAILABLE a task another
+        coordinator serves (shared tasks: the message names it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListRounds(self, request, context):
         """Pages through a task's whole round history as stored (TaskStatus.history holds only the
         newest rounds): up to `limit` rounds after `after_round`, in order. Rounds that completed
@@ -150,6 +167,11 @@ def add_ControlServiceServicer_to_server(servicer, server):
                     servicer.StopTask,
                     request_deserializer=shoal_dot_coordinator_dot_v1_dot_control__pb2.StopTaskRequest.FromString,
                     response_serializer=shoal_dot_coordinator_dot_v1_dot_control__pb2.StopTaskResponse.SerializeToString,
+            ),
+            'DeleteTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteTask,
+                    request_deserializer=shoal_dot_coordinator_dot_v1_dot_control__pb2.DeleteTaskRequest.FromString,
+                    response_serializer=shoal_dot_coordinator_dot_v1_dot_control__pb2.DeleteTaskResponse.SerializeToString,
             ),
             'ListRounds': grpc.unary_unary_rpc_method_handler(
                     servicer.ListRounds,
@@ -259,6 +281,23 @@ class ControlService(object):
         return grpc.experimental.unary_unary(request, target, '/shoal.coordinator.v1.ControlService/StopTask',
             shoal_dot_coordinator_dot_v1_dot_control__pb2.StopTaskRequest.SerializeToString,
             shoal_dot_coordinator_dot_v1_dot_control__pb2.StopTaskResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DeleteTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/shoal.coordinator.v1.ControlService/DeleteTask',
+            shoal_dot_coordinator_dot_v1_dot_control__pb2.DeleteTaskRequest.SerializeToString,
+            shoal_dot_coordinator_dot_v1_dot_control__pb2.DeleteTaskResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
