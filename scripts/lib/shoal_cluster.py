@@ -265,18 +265,19 @@ class Cluster:
             return False
 
     def etcd_keys(self, name, prefix, timeout=2.0):
-        """How many keys under `prefix` the etcd member NAME holds (None when it does not
-        answer), through etcd's JSON gateway."""
+        """The keys under `prefix` the etcd member NAME holds (None when it does not answer),
+        through etcd's JSON gateway."""
         end = bytearray(prefix.encode())
         end[-1] += 1
         body = json.dumps({"key": base64.b64encode(prefix.encode()).decode(),
                            "range_end": base64.b64encode(bytes(end)).decode(),
-                           "count_only": True}).encode()
+                           "keys_only": True}).encode()
         try:
             with urllib.request.urlopen(self.etcd[name][1] + "/v3/kv/range", data=body,
                                         timeout=timeout) as r:
-                return int(json.loads(r.read()).get("count", 0))
-        except (OSError, ValueError):
+                kvs = json.loads(r.read()).get("kvs") or []
+                return [base64.b64decode(kv["key"]).decode(errors="replace") for kv in kvs]
+        except (OSError, ValueError, KeyError):
             return None
 
     def start_coordinator(self, args=()):
