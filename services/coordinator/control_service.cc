@@ -191,7 +191,8 @@ grpc::ServerUnaryReactor* ControlServiceImpl::ListTasks(grpc::CallbackServerCont
                                                         v1::ListTasksResponse* response) {
   for (v1::TaskStatus& status : core_.ListTasks()) *response->add_tasks() = std::move(status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
+  // As GetTaskStatus: once what the statuses show is stored.
+  core_.WhenStored([reactor] { reactor->Finish(grpc::Status::OK); });
   return reactor;
 }
 
@@ -207,8 +208,11 @@ grpc::ServerUnaryReactor* ControlServiceImpl::ListNodes(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* ControlServiceImpl::GetTaskStatus(grpc::CallbackServerContext* context,
                                                             const v1::GetTaskStatusRequest* request,
                                                             v1::GetTaskStatusResponse* response) {
-  return FinishWith<v1::GetTaskStatusResponse, v1::TaskStatus>(
-      context, Routed(core_.GetTaskStatus(request->name()), request->name()), response,
+  // Answered once every change the status shows is stored: a model version a caller saw is
+  // never lost to a crash of this coordinator (a round is stored before its version is shown
+  // to peers, but the status in memory shows it at once).
+  return FinishWhenStored<v1::GetTaskStatusResponse, v1::TaskStatus>(
+      core_, context, Routed(core_.GetTaskStatus(request->name()), request->name()), response,
       [](v1::TaskStatus&& s, v1::GetTaskStatusResponse* r) {
         *r->mutable_status() = std::move(s);
       });
