@@ -173,8 +173,9 @@ class CoordinatorCore {
   // Deletes `name`, an ended task: it leaves ListTasks and its watches end (NOT_FOUND) at once;
   // once the task's aggregator work and every store write decided so far are done, its records
   // leave the store, then its checkpoints' files, and `done` gets the store's answer (on the
-  // store's queue). Until then a task of that name cannot be created (UNAVAILABLE). Errors,
-  // without a call of `done`: NOT_FOUND; FAILED_PRECONDITION for an open task.
+  // store's queue). Until then a task of that name cannot be created (UNAVAILABLE); a delete
+  // the store refused puts the task back as stored. Errors, without a call of `done`:
+  // NOT_FOUND; FAILED_PRECONDITION for an open task.
   absl::Status DeleteTask(const std::string& name, std::function<void(const absl::Status&)> done)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Calls `done` (on the store's queue) once every store write decided so far is done: the

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -192,9 +193,19 @@ void CoordinatorCore::DeleteEnded(const std::string& name, const char* by,
                        released.message());
           }
         }
+        // A delete the store refused (not fenced): the task is served again as it is stored,
+        // for the next try (the operator's, or the retention's a second later).
+        std::optional<StoredTask> kept;
+        if (!deleted.ok() && !absl::IsFailedPrecondition(deleted)) {
+          absl::StatusOr<StoredTask> stored = store_.LoadTask(name, options_.history_in_memory);
+          if (stored.ok()) kept = *std::move(stored);
+        }
         {
           absl::MutexLock lock(&mu_);
           deleting_.erase(name);
+          if (kept.has_value() && tasks_.count(name) == 0 && !stopping_) {
+            RestoreTask(*std::move(kept), "");
+          }
         }
         if (done) done(deleted);
       });

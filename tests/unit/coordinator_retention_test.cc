@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,6 +85,76 @@ TEST_F(CoordinatorCoreTest, ADeletedTaskLeavesWithItsRecordsAndCheckpointFilesOn
   Recreate();  // a restart finds it gone, and a new task may take the name
   EXPECT_EQ(core_->GetTaskStatus("t").status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(core_->CreateTask(Spec("t", 1, 5)).ok());
+}
+
+// The SQLite store, whose DeleteTask fails while `refuse` is set.
+class RefusingStore final : public TaskStore {
+ public:
+  explicit RefusingStore(std::unique_ptr<TaskStore> store) : store_(std::move(store)) {}
+  absl::Status PutTask(const v1::TaskStatus& s) override { return store_->PutTask(s); }
+  absl::Status PutRound(const std::string& t, const v1::RoundSummary& r) override {
+    return store_->PutRound(t, r);
+  }
+  absl::Status PutCheckpoint(const StoredCheckpoint& c) override {
+    return store_->PutCheckpoint(c);
+  }
+  absl::StatusOr<std::vector<StoredTask>> LoadTasks(size_t limit) override {
+    return store_->LoadTasks(limit);
+  }
+  absl::StatusOr<StoredTask> LoadTask(const std::string& t, size_t limit) override {
+    return store_->LoadTask(t, limit);
+  }
+  absl::StatusOr<std::vector<v1::RoundSummary>> LoadRounds(const std::string& t, uint64_t after,
+                                                           size_t limit) override {
+    return store_->LoadRounds(t, after, limit);
+  }
+  absl::Status DeleteRoundsAfter(const std::string& t, uint64_t round) override {
+    return store_->DeleteRoundsAfter(t, round);
+  }
+  absl::StatusOr<StoredCheckpoint> GetCheckpoint(const std::string& t,
+                                                 std::optional<uint64_t> v) override {
+    return store_->GetCheckpoint(t, v);
+  }
+  absl::StatusOr<std::vector<StoredCheckpoint>> ListCheckpoints(const std::string& t) override {
+    return store_->ListCheckpoints(t);
+  }
+  absl::Status DeleteCheckpointsBefore(const std::string& t, uint64_t v) override {
+    return store_->DeleteCheckpointsBefore(t, v);
+  }
+  absl::Status DeleteTask(const std::string& t) override {
+    if (refuse) return absl::UnavailableError("etcd: no member answered");
+    return store_->DeleteTask(t);
+  }
+  const std::string& checkpoint_dir() const override { return store_->checkpoint_dir(); }
+
+  bool refuse = true;
+
+ private:
+  std::unique_ptr<TaskStore> store_;
+};
+
+TEST_F(CoordinatorCoreTest, ADeleteTheStoreRefusedLeavesTheTaskForTheNextTry) {
+  auto refusing = std::make_unique<RefusingStore>(std::move(store_));
+  RefusingStore* store = refusing.get();
+  store_ = std::move(refusing);
+  Recreate();
+  ASSERT_TRUE(core_->CreateTask(Spec("t", 1, 5)).ok());
+  ASSERT_TRUE(core_->StopTask("t").ok());
+  std::optional<absl::Status> done;
+  ASSERT_TRUE(core_->DeleteTask("t", [&](const absl::Status& s) { done = s; }).ok());
+  RunWork();
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->code(), absl::StatusCode::kUnavailable) << *done;
+  absl::StatusOr<v1::TaskStatus> back = core_->GetTaskStatus("t");
+  ASSERT_TRUE(back.ok()) << "served again, as stored";
+  EXPECT_EQ(back->state(), v1::TASK_STATE_STOPPED);
+  store->refuse = false;
+  done.reset();
+  ASSERT_TRUE(core_->DeleteTask("t", [&](const absl::Status& s) { done = s; }).ok());
+  RunWork();
+  ASSERT_TRUE(done.has_value());
+  EXPECT_TRUE(done->ok()) << *done;
+  EXPECT_EQ(store_->LoadTask("t", 10).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(CoordinatorCoreTest, EndedTasksAreDeletedOnceTheyEndedKeepEndedTasksAgo) {
