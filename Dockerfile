@@ -33,13 +33,15 @@ RUN [ -n "$PREBUILT" ] || cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Relea
 RUN [ -n "$PREBUILT" ] || cmake --build /build --target shoal-coordinator shoal-aggregator shoal-peer shoalctl
 
 # Runtime stage: only the shared libraries the binaries load, the data set, and the binaries.
+# The services run as user shoal, uid 10001: the uid the Kubernetes manifests run them as, and
+# the etcd image's (deploy/etcd/Dockerfile), which reads its key from the compose `certs` volume.
 FROM debian:bookworm-slim
 ARG APT_SOURCE=""
 COPY scripts/bootstrap /usr/local/share/shoal/bootstrap
 RUN if [ -n "$APT_SOURCE" ]; then rm -f /etc/apt/sources.list.d/*; echo "$APT_SOURCE" >/etc/apt/sources.list; fi \
  && /usr/local/share/shoal/bootstrap runtime \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb \
- && useradd --system --create-home --home-dir /var/lib/shoal shoal \
+ && useradd --system --no-log-init --uid 10001 --user-group --create-home --home-dir /var/lib/shoal shoal \
  && mkdir -p /certs /var/lib/shoal/state && chown shoal /certs /var/lib/shoal/state
 COPY --from=build /build/bin/ /usr/local/bin/
 COPY deploy/tasks/ /etc/shoal/tasks/

@@ -99,11 +99,14 @@ absl::StatusOr<SnapshotStore::Served> SnapshotStore::Serve(
     return absl::InvalidArgumentError(
         absl::StrCat("unknown snapshot kind ", static_cast<int>(kind)));
   }
-  std::optional<Snapshot> snapshot = Get(kind);
-  if (snapshot.has_value() && kind == peer::v1::SNAPSHOT_KIND_GLOBAL &&
-      request.round() != snapshot->round) {
+  std::optional<Snapshot> snapshot;
+  {
+    // Both slots as they are at one instant (a publish moves the global into previous_global_).
     absl::MutexLock lock(&mu_);
-    if (previous_global_.has_value() && previous_global_->round == request.round()) {
+    snapshot = slots_[Slot(kind)];
+    if (snapshot.has_value() && kind == peer::v1::SNAPSHOT_KIND_GLOBAL &&
+        request.round() != snapshot->round && previous_global_.has_value() &&
+        previous_global_->round == request.round()) {
       snapshot = previous_global_;
     }
   }

@@ -348,8 +348,8 @@ std::string VolumeAt(const ComposeService& s, const std::string& target) {
   return "";
 }
 
-// Profile `ha`: three etcd members from deploy/etcd/Dockerfile that form one cluster, each with
-// its data on a named volume of its own.
+// Profile `ha`: three etcd members from deploy/etcd/Dockerfile that form one cluster over mutual
+// TLS, each with its data on a named volume of its own.
 TEST_F(ContainerRulesTest, HaProfileRunsThreeEtcdMembersAsOneCluster) {
   std::vector<const ComposeService*> members;
   for (const ComposeService& s : compose_.services) {
@@ -365,10 +365,10 @@ TEST_F(ContainerRulesTest, HaProfileRunsThreeEtcdMembersAsOneCluster) {
     EXPECT_EQ(m->Flag("name"), m->name);
     const int client = PortOf(m->Flag("listen-client-urls"));
     const int peer = PortOf(m->Flag("listen-peer-urls"));
-    EXPECT_EQ(m->Flag("listen-client-urls"), absl::StrCat("http://0.0.0.0:", client));
-    EXPECT_EQ(m->Flag("advertise-client-urls"), absl::StrCat("http://", m->name, ":", client));
-    EXPECT_EQ(m->Flag("listen-peer-urls"), absl::StrCat("http://0.0.0.0:", peer));
-    const std::string peer_url = absl::StrCat("http://", m->name, ":", peer);
+    EXPECT_EQ(m->Flag("listen-client-urls"), absl::StrCat("https://0.0.0.0:", client));
+    EXPECT_EQ(m->Flag("advertise-client-urls"), absl::StrCat("https://", m->name, ":", client));
+    EXPECT_EQ(m->Flag("listen-peer-urls"), absl::StrCat("https://0.0.0.0:", peer));
+    const std::string peer_url = absl::StrCat("https://", m->name, ":", peer);
     EXPECT_EQ(m->Flag("initial-advertise-peer-urls"), peer_url);
     EXPECT_EQ(m->Flag("initial-cluster-state"), "new");
     const std::vector<std::string> listed = absl::StrSplit(m->Flag("initial-cluster"), ',');
@@ -379,6 +379,24 @@ TEST_F(ContainerRulesTest, HaProfileRunsThreeEtcdMembersAsOneCluster) {
     const std::string volume = VolumeAt(*m, m->Flag("data-dir"));
     EXPECT_THAT(compose_.volumes, ::testing::Contains(volume)) << "--data-dir on a named volume";
     volumes.insert(volume);
+    // Mutual TLS on both ports with the certificate `etcd`, which names the member's host;
+    // only members (CN etcd) on the peer port.
+    const std::vector<std::string> argv = m->Argv();
+    for (const char* flag : {"--client-cert-auth", "--peer-client-cert-auth"}) {
+      EXPECT_NE(std::find(argv.begin(), argv.end(), flag), argv.end()) << flag;
+    }
+    for (const char* flag : {"cert-file", "peer-cert-file"})
+      EXPECT_EQ(m->Flag(flag), "/certs/etcd/tls.crt");
+    for (const char* flag : {"key-file", "peer-key-file"})
+      EXPECT_EQ(m->Flag(flag), "/certs/etcd/tls.key");
+    for (const char* flag : {"trusted-ca-file", "peer-trusted-ca-file"}) {
+      EXPECT_EQ(m->Flag(flag), "/certs/etcd/ca.crt");
+    }
+    EXPECT_EQ(m->Flag("peer-cert-allowed-cn"), "etcd");
+    EXPECT_EQ(VolumeAt(*m, "/certs/etcd"), "certs");
+    EXPECT_EQ(m->depends_on.count("certs"), 1u) << "starts after the certificates";
+    EXPECT_THAT(ExtraSans("etcd"), ::testing::Contains("DNS:" + m->name))
+        << "the certificate etcd does not name " << m->name;
   }
   EXPECT_EQ(cluster.size(), 3u);
   EXPECT_EQ(volumes.size(), 3u) << "each member has a volume of its own";
@@ -414,6 +432,8 @@ TEST_F(ContainerRulesTest, HaProfileCoordinatorsShareTheEtcdStoreAndTheCheckpoin
     prefixes.insert(slash == std::string::npos ? "" : store.substr(slash));
     const std::vector<std::string> argv = c->Argv();
     EXPECT_NE(std::find(argv.begin(), argv.end(), "--share-tasks"), argv.end());
+    EXPECT_NE(std::find(argv.begin(), argv.end(), "--store-tls"), argv.end())
+        << "the etcd members take only clients with a certificate of the CA";
     EXPECT_EQ(c->Flag("advertise"), absl::StrCat(c->name, ":", PortOf(c->Flag("listen"))))
         << "each coordinator is named by the address the others' clients reach it at";
     EXPECT_FALSE(c->Flag("store-lease").empty());

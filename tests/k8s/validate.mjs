@@ -323,6 +323,7 @@ function storeProblems(objects, argv) {
   const port = (e.spec.template.spec.containers[0].ports ?? []).find((p) => p.name === "client")?.containerPort;
   const members = Array.from({ length: e.spec.replicas ?? 1 }, (_, i) => `${e.metadata.name}-${i}.${e.spec.serviceName}:${port}`);
   if (endpoints.join(",") !== members.join(",")) return [`--store lists ${endpoints.join(",")}, not the etcd members ${members.join(",")}`];
+  if (flagOf(argv, "store-tls") !== "true") return ["--store-tls=true: the etcd members take only clients with a certificate of the CA"];
   return [];
 }
 
@@ -370,7 +371,8 @@ function sharingCoordinatorChecks(objects, s, argv) {
 }
 
 // An etcd StatefulSet: an odd number of members started together, each named after its pod
-// and listed in --initial-cluster by its stable name; the client port open to the coordinators.
+// and listed in --initial-cluster by its stable name; mutual TLS on both ports with the
+// certificate of a mounted Secret; the client port open to the coordinators.
 function etcdChecks(objects, e) {
   const problems = [];
   const bad = (msg) => problems.push(`${idOf(e)}: ${msg}`);
@@ -382,9 +384,21 @@ function etcdChecks(objects, e) {
   const podName = (c.env ?? []).find((v) => v.valueFrom?.fieldRef?.fieldPath === "metadata.name")?.name;
   if (!podName || flagOf(argv, "name") !== `$(${podName})`) bad("--name must be the pod's name (an env from metadata.name)");
   const peerPort = (c.ports ?? []).find((p) => p.name === "peer")?.containerPort;
-  const expected = Array.from({ length: n }, (_, i) => `${e.metadata.name}-${i}=http://${e.metadata.name}-${i}.${e.spec.serviceName}:${peerPort}`);
+  const expected = Array.from({ length: n }, (_, i) => `${e.metadata.name}-${i}=https://${e.metadata.name}-${i}.${e.spec.serviceName}:${peerPort}`);
   if (flagOf(argv, "initial-cluster") !== expected.join(",")) bad(`--initial-cluster must be ${expected.join(",")}`);
-  if (flagOf(argv, "initial-advertise-peer-urls") !== `http://$(${podName}).${e.spec.serviceName}:${peerPort}`) bad("--initial-advertise-peer-urls must be the pod's stable name");
+  if (flagOf(argv, "initial-advertise-peer-urls") !== `https://$(${podName}).${e.spec.serviceName}:${peerPort}`) bad("--initial-advertise-peer-urls must be the pod's stable name over https");
+  for (const flag of ["listen-client-urls", "advertise-client-urls", "listen-peer-urls"]) {
+    if (!(flagOf(argv, flag) ?? "").startsWith("https://")) bad(`--${flag} must be https:// (mutual TLS)`);
+  }
+  for (const flag of ["client-cert-auth", "peer-client-cert-auth"]) {
+    if (!argv.includes(`--${flag}`)) bad(`--${flag}: without it any client is taken`);
+  }
+  const secretDirs = (c.volumeMounts ?? []).filter((m) =>
+    (e.spec.template.spec.volumes ?? []).some((v) => v.name === m.name && v.secret?.secretName)).map((m) => m.mountPath);
+  for (const flag of ["cert-file", "key-file", "trusted-ca-file", "peer-cert-file", "peer-key-file", "peer-trusted-ca-file"]) {
+    const file = flagOf(argv, flag);
+    if (!file || !secretDirs.some((d) => file.startsWith(`${d}/`))) bad(`--${flag} ${file ?? "(missing)"}: must be a file of a mounted Secret`);
+  }
   const svc = objects.find((o) => o.kind === "Service" && o.metadata.name === e.spec.serviceName);
   if (svc && svc.spec.publishNotReadyAddresses !== true) bad(`Service ${svc.metadata.name} must publishNotReadyAddresses (members resolve each other before they are ready)`);
   const labels = e.spec.template.metadata.labels;
