@@ -34,7 +34,10 @@ etcd_healthy(NAME) asks a member's /health.
 
 With Cluster(..., netns={NAME: (NAMESPACE, HOST)}) the service NAME (and shoalctl, under the name
 "shoalctl") runs under `ip netns exec NAMESPACE` and listens on HOST port 0 instead of 127.0.0.1
-(scripts/bench-wan: every node in a network namespace of its own, behind a shaped link).
+(scripts/bench-wan: every node in a network namespace of its own, behind a shaped link), and
+Cluster(..., host=HOST) has the other services listen on HOST (scripts/soak --links: the
+coordinators on the address of the namespace the soak itself entered; etcd stays on that
+namespace's 127.0.0.1).
 
 Environment: BUILD_DIR (default: build), SHOAL_DATA_DIR (default:
 /usr/share/datasets/fashion-mnist).
@@ -108,11 +111,12 @@ def read_address_file(path):
 class Cluster:
     """The processes of one local cluster, started in order; see the module's doc."""
 
-    def __init__(self, prog, work, tls_dir=None, netns=None):
+    def __init__(self, prog, work, tls_dir=None, netns=None, host="127.0.0.1"):
         self.prog = prog  # the bench's name, the prefix of its errors
         self.work = work
         self.tls_dir = tls_dir  # None: plaintext
         self.netns = dict(netns or {})  # name -> (network namespace, listen host)
+        self.host = host  # where the services outside `netns` listen
         self.procs = []  # (name, Popen), in start order
         self.addresses = {}  # name -> the entries of its address file
         self.starting = {}  # name -> (Popen, address file) until its address file is there
@@ -143,10 +147,10 @@ class Cluster:
         return ["ip", "netns", "exec", self.netns[name][0]] if name in self.netns else []
 
     def start(self, name, binary, args, wait=True):
-        """Starts a service on 127.0.0.1:0 (its netns host with netns; plaintext, or mutual TLS
+        """Starts a service on HOST:0 (its netns host with netns; plaintext, or mutual TLS
         with tls_dir) and, with `wait`, waits for its address file (else wait_started() does, so
         that several start at once); returns its Popen."""
-        host = self.netns[name][1] if name in self.netns else "127.0.0.1"
+        host = self.netns[name][1] if name in self.netns else self.host
         self.commands[name] = (binary, list(args))
         return self.launch(name, f"{host}:0", wait, append=False)
 

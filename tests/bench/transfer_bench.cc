@@ -2,7 +2,8 @@
 // chunks, validated and folded by the real AggregatorService), and downloading the aggregated
 // model with GetModel (raw, through the generated stub, and as a peer does: into a spill file,
 // then into its parameters), against a raw TCP socket that moves the same bytes, in the same
-// run. Prints GB/s for each and the ratios.
+// run. Prints, per path, its GB/s and its ratio to raw TCP (medians over the repetitions), the
+// worst repetition's ratio, and the CPU seconds per GB the process spent (both ends).
 //
 // It also downloads a checkpoint of the same size from a coordinator (ControlService.GetModel),
 // and fetches it from a peer's PeerService.GetSnapshot: as the decentralized exchange does (a
@@ -29,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -114,6 +116,8 @@ struct Endpoint {
   std::unique_ptr<shoal::rpc::Server> peer_server;
   std::unique_ptr<shoal::peer::GrpcPeerClient> peer_client;
   std::vector<double> get_snapshot, gossip_fetch;  // s per rep
+  // The process's CPU seconds (both ends: one process) per rep, by the path's vector above.
+  std::map<const std::vector<double>*, std::vector<double>> cpu_s;
   ~Endpoint() {
     if (peer_server) peer_server->Shutdown(absl::Seconds(1));
     if (coordinator) coordinator->Shutdown();
@@ -483,12 +487,21 @@ int main(int argc, char** argv) {
     }
     return Seconds(start, Clock::now());
   };
+  // One repetition of a path: its seconds, and the process's CPU seconds meanwhile.
+  auto measure = [](Endpoint& e, std::vector<double>& times, const auto& path) {
+    struct rusage ru0, ru1;
+    ::getrusage(RUSAGE_SELF, &ru0);
+    times.push_back(path());
+    ::getrusage(RUSAGE_SELF, &ru1);
+    e.cpu_s[&times].push_back(CpuSeconds(ru1) - CpuSeconds(ru0));
+  };
+  std::vector<double> tcp_cpu_s;
   for (int rep = 1; rep <= reps; ++rep) {
     for (auto& e : endpoints) {
       long faults = 0;
       double zc_cpu = 0;  // CPU seconds the process used during the zero-copy push
-      e->push_pb.push_back(push(*e, /*zero_copy=*/false, nullptr, nullptr));
-      e->push_zc.push_back(push(*e, /*zero_copy=*/true, &zc_cpu, &faults));
+      measure(*e, e->push_pb, [&] { return push(*e, /*zero_copy=*/false, nullptr, nullptr); });
+      measure(*e, e->push_zc, [&] { return push(*e, /*zero_copy=*/true, &zc_cpu, &faults); });
       std::printf(
           "rep %d, %s: PushUpdate zero-copy %.2f GB/s (%.0f ms, %.0f ms CPU, %ld page "
           "faults), protobuf %.2f GB/s\n",
@@ -500,21 +513,21 @@ int main(int argc, char** argv) {
     tcp_s.push_back(shoal::bench::RawTcpSeconds(reinterpret_cast<const char*>(delta->values.data()),
                                                 bytes, chunk, sink));
     ::getrusage(RUSAGE_SELF, &ru1);
+    tcp_cpu_s.push_back(CpuSeconds(ru1) - CpuSeconds(ru0));
     // CPU time is less disturbed by other load on the machine than wall time.
     std::printf("rep %d: raw TCP %.2f GB/s (%.0f ms, %.0f ms CPU)\n", rep,
-                bytes / 1e9 / tcp_s.back(), tcp_s.back() * 1e3,
-                (CpuSeconds(ru1) - CpuSeconds(ru0)) * 1e3);
+                bytes / 1e9 / tcp_s.back(), tcp_s.back() * 1e3, tcp_cpu_s.back() * 1e3);
     for (auto& e : endpoints) {
       // Alternately first: the first of the two may find fewer free huge pages.
-      if (rep % 2 == 1) e->get_raw.push_back(get_model(*e, /*raw=*/true));
-      e->get_pb.push_back(get_model(*e, /*raw=*/false));
-      if (rep % 2 == 0) e->get_raw.push_back(get_model(*e, /*raw=*/true));
-      e->get_file.push_back(get_into_file(*e));
-      e->get_checkpoint.push_back(get_checkpoint(*e));
-      e->write_checkpoint.push_back(write_checkpoint(*e));
-      e->restore_checkpoint.push_back(restore_checkpoint(*e));
-      e->get_snapshot.push_back(get_snapshot(*e, /*gossip=*/false));
-      e->gossip_fetch.push_back(get_snapshot(*e, /*gossip=*/true));
+      if (rep % 2 == 1) measure(*e, e->get_raw, [&] { return get_model(*e, /*raw=*/true); });
+      measure(*e, e->get_pb, [&] { return get_model(*e, /*raw=*/false); });
+      if (rep % 2 == 0) measure(*e, e->get_raw, [&] { return get_model(*e, /*raw=*/true); });
+      measure(*e, e->get_file, [&] { return get_into_file(*e); });
+      measure(*e, e->get_checkpoint, [&] { return get_checkpoint(*e); });
+      measure(*e, e->write_checkpoint, [&] { return write_checkpoint(*e); });
+      measure(*e, e->restore_checkpoint, [&] { return restore_checkpoint(*e); });
+      measure(*e, e->get_snapshot, [&] { return get_snapshot(*e, /*gossip=*/false); });
+      measure(*e, e->gossip_fetch, [&] { return get_snapshot(*e, /*gossip=*/true); });
       std::printf(
           "rep %d, %s: GetModel raw %.2f GB/s, protobuf %.2f GB/s; to a spill file and into "
           "the parameters (a peer's download) %.2f GB/s; a checkpoint from the coordinator "
@@ -529,21 +542,29 @@ int main(int argc, char** argv) {
   }
   // Each rep measures gRPC and TCP back to back, so the per-rep ratio is the least disturbed by
   // other load on the machine.
-  auto ratio = [&](const std::vector<double>& path_s) {
-    std::vector<double> ratios;
-    for (size_t i = 0; i < path_s.size(); ++i) ratios.push_back(tcp_s[i] / path_s[i]);
-    return Median(ratios);
+  auto ratios = [&](const std::vector<double>& path_s) {
+    std::vector<double> per_rep;
+    for (size_t i = 0; i < path_s.size(); ++i) per_rep.push_back(tcp_s[i] / path_s[i]);
+    return per_rep;
   };
-  const double tcp_gbps = bytes / 1e9 / Median(tcp_s);
-  std::printf("\nmedians of %d reps; ratio = median of the per-rep ratios to raw TCP (%.2f GB/s)\n",
-              reps, tcp_gbps);
-  std::printf("%-58s", "path");
-  for (auto& e : endpoints) std::printf("  %-9s GB/s  ratio", e->name.c_str());
+  auto ratio = [&](const std::vector<double>& path_s) { return Median(ratios(path_s)); };
+  const double gb = bytes / 1e9;
+  const double tcp_gbps = gb / Median(tcp_s);
+  std::printf(
+      "\nmedians of %d reps; ratio = median of the per-rep ratios to raw TCP (%.2f GB/s, %.2f "
+      "CPU-s/GB), worst = the smallest of them; CPU-s/GB: the process's CPU (both ends) per GB "
+      "moved, median\n",
+      reps, tcp_gbps, Median(tcp_cpu_s) / gb);
+  std::printf("%-60s", "path");
+  for (auto& e : endpoints) std::printf("  %-9s GB/s  ratio  worst  CPU-s/GB", e->name.c_str());
   std::printf("\n");
   auto row = [&](const char* path, std::vector<double> Endpoint::*times) {
-    std::printf("%-58s", path);
+    std::printf("%-60s", path);
     for (auto& e : endpoints) {
-      std::printf("  %14.2f  %5.2f", bytes / 1e9 / Median((*e).*times), ratio((*e).*times));
+      const std::vector<double>& s = (*e).*times;
+      const std::vector<double> r = ratios(s);
+      std::printf("  %14.2f  %5.2f  %5.2f  %8.2f", gb / Median(s), Median(r),
+                  *std::min_element(r.begin(), r.end()), Median(e->cpu_s[&s]) / gb);
     }
     std::printf("\n");
   };
