@@ -3,9 +3,9 @@
 // it starts an aggregator that registers naming it as its host, and from then on that
 // aggregator is one of the pool like a dedicated one: the placement of hierarchical tasks
 // (coordinator_core_clusters.cc) uses it. Peers are elected when the active tasks want more
-// aggregators than are free, best capacity first; a task whose tree could use newly free
-// aggregators (over-full clusters, or a node with clearly more compute than one of its
-// clusters' aggregators) has it rebuilt, at most once per interval; an elected aggregator is
+// aggregators than are free, the well connected first, then by capacity; a task whose tree could
+// use newly free aggregators (over-full clusters, or a node with clearly more compute than one of
+// its clusters' aggregators) has it rebuilt, at most once per interval; an elected aggregator is
 // lost like any other (its watch breaks, its registration expires: it stops with its peer's
 // process), the task moving to a new tree and another peer elected; one unused for a while is
 // retired.
@@ -25,6 +25,10 @@ namespace shoal::coordinator {
 namespace {
 
 double Compute(const common::v1::Capacity& c) { return c.cpu_cores() * c.matmul_gflops(); }
+
+// A candidate is well connected with an upload of at least this share of the best candidate's
+// (all are when no candidate measured its upload).
+constexpr double kWellConnected = 0.5;
 
 }  // namespace
 
@@ -197,7 +201,10 @@ void CoordinatorCore::RunElections(Outbox& out) {
   std::vector<const Peer*> candidates;
   if (elect > 0 || better_possible) {
     // The candidates, best first: reachable (or not dialled, when the coordinator dials
-    // nobody), most compute, fastest upload, most memory available.
+    // nobody); well connected (an upload at least kWellConnected of the best candidate's: a
+    // supernode sends each version to its cluster and takes its updates, so a slow uplink
+    // holds up every round it serves); then most compute, fastest upload, most memory available.
+    double best_upload = 0;
     for (const auto& [id, peer] : peers_) {
       const common::v1::Reachability r = peer.hello.capacity().reachability();
       const bool reachable =
@@ -206,11 +213,13 @@ void CoordinatorCore::RunElections(Outbox& out) {
       if (peer.hello.supernode() && reachable && !peer.supernode_failed &&
           elected_.count(id) == 0) {
         candidates.push_back(&peer);
+        best_upload = std::max(best_upload, peer.hello.capacity().upload_bytes_per_second());
       }
     }
-    auto key = [](const Peer* p) {
+    auto key = [best_upload](const Peer* p) {
       const common::v1::Capacity& c = p->hello.capacity();
-      return std::make_tuple(-Compute(c), -c.upload_bytes_per_second(),
+      const bool well_connected = c.upload_bytes_per_second() >= kWellConnected * best_upload;
+      return std::make_tuple(!well_connected, -Compute(c), -c.upload_bytes_per_second(),
                              -static_cast<double>(c.memory_available_bytes()), p->id);
     };
     std::sort(candidates.begin(), candidates.end(),

@@ -1,10 +1,10 @@
 // Supernodes elected among the peers (CoordinatorCore, coordinator_core_supernodes.cc): the
-// peers that offer (Hello.supernode) are elected best capacity first when the tasks want more
-// aggregators than are free; an elected peer's aggregator registers naming it and serves like a
-// dedicated one; the tree is rebuilt once on the newcomers; an elected aggregator outlives its
-// host's broken session, and when it is lost another peer is elected; an election that never
-// registers is passed over; a clearly better node replaces the weakest; unused supernodes are
-// retired.
+// peers that offer (Hello.supernode) are elected when the tasks want more aggregators than are
+// free, the well connected first, then by capacity; an elected peer's aggregator registers naming
+// it and serves like a dedicated one; the tree is rebuilt once on the newcomers; an elected
+// aggregator outlives its host's broken session, and when it is lost another peer is elected; an
+// election that never registers is passed over; a clearly better node replaces the weakest; unused
+// supernodes are retired.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -42,10 +42,13 @@ std::string AddressOf(const std::string& peer) {
 
 class CoordinatorSupernodesTest : public CoordinatorCoreTest {
  protected:
-  // Joins a peer that offers to host a supernode (unless `offers` is false).
-  std::shared_ptr<FakeSink> JoinWith(const std::string& name, double gflops, bool offers = true) {
+  // Joins a peer that offers to host a supernode (unless `offers` is false), with its measured
+  // upload in bytes per second (0: not measured).
+  std::shared_ptr<FakeSink> JoinWith(const std::string& name, double gflops, bool offers = true,
+                                     double upload = 0) {
     v1::Hello hello = Hello(name);
     *hello.mutable_capacity() = Compute(gflops);
+    hello.mutable_capacity()->set_upload_bytes_per_second(upload);
     hello.set_supernode(offers);
     auto sink = std::make_shared<FakeSink>();
     auto id = core_->Connect(hello, "", sink);
@@ -177,6 +180,28 @@ TEST_F(CoordinatorSupernodesTest, TheBestCandidatesAreElectedAndTheTreeIsBuiltOn
   std::set<std::string> aggregator_hosts;
   for (const v1::NodeInfo& a : nodes.aggregators()) aggregator_hosts.insert(a.supernode());
   EXPECT_EQ(aggregator_hosts, hosts);
+}
+
+// A supernode sends each version to its cluster and takes its updates: a peer behind a slow
+// uplink is elected only after those with at least half the best candidate's upload, however
+// much compute it has.
+TEST_F(CoordinatorSupernodesTest, TheWellConnectedAreElectedBeforeMoreComputeBehindASlowLink) {
+  constexpr double kMbit = 1e6 / 8;
+  common::v1::TaskSpec spec = Spec("t", 4, 5);
+  spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
+  spec.set_cluster_size(2);
+  ASSERT_TRUE(core_->CreateTask(spec).ok());
+  JoinWith("a", 10, true, 5 * kMbit);    // the most compute, a home uplink
+  JoinWith("b", 4, true, 1000 * kMbit);  // the best upload
+  JoinWith("c", 3, true, 600 * kMbit);   // well connected: over half of b's
+  JoinWith("d", 9, true, 400 * kMbit);   // under half of b's
+  Step();
+  EXPECT_THAT(Elected(), UnorderedElementsAre("b")) << "the well connected with the most compute";
+  ASSERT_TRUE(Register("b").ok());
+  Step();
+  // Clusters of 2 for 4 peers: 1 + 2 aggregators wanted, b serves the root; of the others, c
+  // (well connected, now the best upload's half is 300 Mbit/s: d is too) and d outrank a.
+  EXPECT_EQ(Elected(), (std::set<std::string>{"c", "d"}));
 }
 
 TEST_F(CoordinatorSupernodesTest, OnlyAnElectedConnectedPeerMayHostAnAggregator) {
