@@ -37,7 +37,8 @@ With Cluster(..., netns={NAME: (NAMESPACE, HOST)}) the service NAME (and shoalct
 (scripts/bench-wan: every node in a network namespace of its own, behind a shaped link), and
 Cluster(..., host=HOST) has the other services listen on HOST (scripts/soak --links: the
 coordinators on the address of the namespace the soak itself entered; etcd stays on that
-namespace's 127.0.0.1).
+namespace's 127.0.0.1). Cluster.affinity[NAME] = {CPU, ...} before its start runs NAME on
+those CPUs only (scripts/bench-wan --elections: a peer with half the others' compute).
 
 Environment: BUILD_DIR (default: build), SHOAL_DATA_DIR (default:
 /usr/share/datasets/fashion-mnist).
@@ -123,6 +124,7 @@ class Cluster:
         self.coordinator = None  # the coordinator's gRPC HOST:PORT
         self.commands = {}  # name -> (binary, args after the listen flags) for restart()
         self.etcd = {}  # etcd member name -> (its command, its client URL)
+        self.affinity = {}  # name -> the CPUs its processes may run on (absent: every CPU)
         os.makedirs(work, exist_ok=True)
 
     def log_path(self, name):
@@ -131,9 +133,12 @@ class Cluster:
     def spawn(self, name, binary, args, append=False):
         """Starts BIN/binary with `args` (nothing added), logging to WORK/NAME.log (appended to
         with `append`)."""
+        cpus = self.affinity.get(name)
         with open(self.log_path(name), "a" if append else "w") as log:
             proc = subprocess.Popen(self.in_netns(name) + [os.path.join(BIN, binary)] + list(args),
-                                    stdout=log, stderr=subprocess.STDOUT)
+                                    stdout=log, stderr=subprocess.STDOUT,
+                                    preexec_fn=(lambda: os.sched_setaffinity(0, cpus))
+                                    if cpus else None)
         self.procs.append((name, proc))
         return proc
 

@@ -1,7 +1,10 @@
 #include "services/coordinator/aggregator_pool.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <tuple>
+
+#include "services/coordinator/host_rank.h"
 
 namespace shoal::coordinator {
 
@@ -45,13 +48,21 @@ std::vector<std::string> AggregatorPool::Expire(absl::Time now) {
 
 std::string AggregatorPool::Pick(const std::map<std::string, size_t>& load,
                                  const std::set<std::string>& exclude) const {
-  // Best first: not found unreachable, fewest tasks, most compute, fastest upload, address.
+  // Best first: not found unreachable, fewest tasks, well connected, most compute, fastest
+  // upload, address.
+  double best_upload = 0;
+  for (const auto& [address, entry] : seen_) {
+    if (exclude.count(address) == 0 &&
+        entry.capacity.reachability() != common::v1::REACHABILITY_UNREACHABLE) {
+      best_upload = std::max(best_upload, entry.capacity.upload_bytes_per_second());
+    }
+  }
   auto key = [&](const std::string& address, const Entry& e) {
     auto it = load.find(address);
     const common::v1::Capacity& c = e.capacity;
     return std::make_tuple(c.reachability() == common::v1::REACHABILITY_UNREACHABLE,
                            it == load.end() ? size_t{0} : it->second,
-                           -static_cast<double>(c.cpu_cores()) * c.matmul_gflops(),
+                           !WellConnected(c, best_upload), -Compute(c),
                            -c.upload_bytes_per_second());
   };
   const std::string* best = nullptr;

@@ -44,9 +44,10 @@ class AggregatorPool {
   const std::map<std::string, Entry>& entries() const { return seen_; }
   size_t size() const { return seen_.size(); }
   // The registered aggregator for a new task: one the coordinator did not find unreachable,
-  // with the fewest tasks in `load` (address -> tasks), then the most compute (cores x the
-  // matrix-multiply score), then the fastest upload, then the first by address; "" when none
-  // is registered. Skips the addresses in `exclude`.
+  // with the fewest tasks in `load` (address -> tasks), then well connected (host_rank.h: an
+  // upload at least half the best one's), then the most compute (cores x the matrix-multiply
+  // score), then the fastest upload, then the first by address; "" when none is registered.
+  // Skips the addresses in `exclude`.
   std::string Pick(const std::map<std::string, size_t>& load,
                    const std::set<std::string>& exclude = {}) const;
 

@@ -63,7 +63,8 @@ struct SupernodeOptions {
   // Hysteresis: a task's tree is rebuilt (which reruns its current round) at most once per
   // interval, the first time at once.
   absl::Duration rebuild_interval = absl::Seconds(30);
-  // A free node replaces a cluster's aggregator only with this many times its compute.
+  // A free node replaces a cluster's aggregator only with this many times its upload, or its
+  // compute behind an upload not under half its (host_rank.h, ClearlyBetter).
   double better_factor = 2.0;
   // An elected supernode no task has used for this long is retired.
   absl::Duration retire_after = absl::Seconds(60);

@@ -4,11 +4,11 @@
 // aggregator is one of the pool like a dedicated one: the placement of hierarchical tasks
 // (coordinator_core_clusters.cc) uses it. Peers are elected when the active tasks want more
 // aggregators than are free, the well connected first, then by capacity; a task whose tree could
-// use newly free aggregators (over-full clusters, or a node with clearly more compute than one of
-// its clusters' aggregators) has it rebuilt, at most once per interval; an elected aggregator is
-// lost like any other (its watch breaks, its registration expires: it stops with its peer's
-// process), the task moving to a new tree and another peer elected; one unused for a while is
-// retired.
+// use newly free aggregators (over-full clusters, or a node clearly better than one of its
+// clusters' aggregators: a faster uplink, or more compute) has it rebuilt, at most once per
+// interval; an elected aggregator is lost like any other (its watch breaks, its registration
+// expires: it stops with its peer's process), the task moving to a new tree and another peer
+// elected; one unused for a while is retired.
 
 #include <algorithm>
 #include <cstddef>
@@ -20,15 +20,33 @@
 #include "libs/common/log.h"
 #include "libs/task/task_federated.h"
 #include "services/coordinator/coordinator_core.h"
+#include "services/coordinator/host_rank.h"
 
 namespace shoal::coordinator {
 namespace {
 
-double Compute(const common::v1::Capacity& c) { return c.cpu_cores() * c.matmul_gflops(); }
+// The worse of two nodes serving clusters: the slower link when one's upload is under
+// kWellConnected of the other's (both measured), else the less compute.
+bool Worse(const common::v1::Capacity& a, const common::v1::Capacity& b) {
+  if (a.upload_bytes_per_second() > 0 && b.upload_bytes_per_second() > 0) {
+    const double best = std::max(a.upload_bytes_per_second(), b.upload_bytes_per_second());
+    const bool a_well = WellConnected(a, best);
+    if (a_well != WellConnected(b, best)) return !a_well;
+  }
+  return Compute(a) < Compute(b);
+}
 
-// A candidate is well connected with an upload of at least this share of the best candidate's
-// (all are when no candidate measured its upload).
-constexpr double kWellConnected = 0.5;
+// Why ClearlyBetter(candidate, serving, factor) holds, for the log.
+std::string Comparison(const common::v1::Capacity& candidate, const common::v1::Capacity& serving,
+                       double factor) {
+  if (serving.upload_bytes_per_second() > 0 &&
+      candidate.upload_bytes_per_second() >= factor * serving.upload_bytes_per_second()) {
+    return absl::StrCat(
+        absl::SixDigits(candidate.upload_bytes_per_second() / serving.upload_bytes_per_second()),
+        "x the upload");
+  }
+  return absl::StrCat(absl::SixDigits(Compute(candidate) / Compute(serving)), "x the compute");
+}
 
 }  // namespace
 
@@ -102,24 +120,25 @@ std::string CoordinatorCore::RebuildReason(const Task& task, const std::string& 
   }
   const AggregatorPool::Entry* candidate = pool_.Find(free);
   if (candidate == nullptr) return "";
-  // The cluster aggregator with the least compute.
-  const std::string* weakest = nullptr;
-  double least = 0;
+  // The worst cluster aggregator the free one is clearly better than.
+  const AggregatorPool::Entry* worst = nullptr;
+  const std::string* worst_address = nullptr;
   for (size_t i = 1; i < task.links.size(); ++i) {
     const AggregatorPool::Entry* serving = pool_.Find(task.links[i].address);
-    if (serving == nullptr || Compute(serving->capacity) <= 0) continue;
-    if (weakest == nullptr || Compute(serving->capacity) < least) {
-      weakest = &task.links[i].address;
-      least = Compute(serving->capacity);
+    if (serving == nullptr ||
+        !ClearlyBetter(candidate->capacity, serving->capacity, options_.supernodes.better_factor)) {
+      continue;
+    }
+    if (worst == nullptr || Worse(serving->capacity, worst->capacity)) {
+      worst = serving;
+      worst_address = &task.links[i].address;
     }
   }
-  if (weakest == nullptr ||
-      Compute(candidate->capacity) < options_.supernodes.better_factor * least) {
-    return "";
-  }
-  return absl::StrCat("aggregator ", free, " has ",
-                      absl::SixDigits(Compute(candidate->capacity) / least), "x the compute of ",
-                      *weakest);
+  if (worst == nullptr) return "";
+  return absl::StrCat(
+      "aggregator ", free, " has ",
+      Comparison(candidate->capacity, worst->capacity, options_.supernodes.better_factor), " of ",
+      *worst_address);
 }
 
 void CoordinatorCore::RunElections(Outbox& out) {
@@ -179,25 +198,24 @@ void CoordinatorCore::RunElections(Outbox& out) {
     if (want > have) wanted += want - have;
   }
   size_t free = 0;
-  double weakest = 0;  // the least compute of an aggregator serving a cluster
   for (const auto& [address, entry] : pool_.entries()) {
     if (usable(address, entry)) ++free;
   }
+  // What serves the clusters of the active hierarchical tasks (a "better" node replaces one).
+  std::vector<const common::v1::Capacity*> cluster_aggregators;
   for (const auto& [name, task] : tasks_) {
     if (!IsActive(task) || !task::IsHierarchical(task.status.spec())) continue;
     for (size_t i = 1; i < task.links.size(); ++i) {
       const AggregatorPool::Entry* entry = pool_.Find(task.links[i].address);
-      if (entry == nullptr) continue;
-      const double c = Compute(entry->capacity);
-      if (c > 0 && (weakest == 0 || c < weakest)) weakest = c;
+      if (entry != nullptr) cluster_aggregators.push_back(&entry->capacity);
     }
   }
   size_t elect = wanted > free + pending ? wanted - free - pending : 0;
   // A "better" election is possible only when nothing else is wanted or coming and a cluster
-  // aggregator's compute is known; otherwise, and with nothing to elect, the peers are not
-  // walked (this runs every Step, with thousands of peers).
+  // aggregator serves; otherwise, and with nothing to elect, the peers are not walked (this runs
+  // every Step, with thousands of peers).
   const bool better_possible =
-      elect == 0 && wanted == 0 && pending == 0 && free == 0 && weakest > 0;
+      elect == 0 && wanted == 0 && pending == 0 && free == 0 && !cluster_aggregators.empty();
   std::vector<const Peer*> candidates;
   if (elect > 0 || better_possible) {
     // The candidates, best first: reachable (or not dialled, when the coordinator dials
@@ -218,8 +236,8 @@ void CoordinatorCore::RunElections(Outbox& out) {
     }
     auto key = [best_upload](const Peer* p) {
       const common::v1::Capacity& c = p->hello.capacity();
-      const bool well_connected = c.upload_bytes_per_second() >= kWellConnected * best_upload;
-      return std::make_tuple(!well_connected, -Compute(c), -c.upload_bytes_per_second(),
+      return std::make_tuple(!WellConnected(c, best_upload), -Compute(c),
+                             -c.upload_bytes_per_second(),
                              -static_cast<double>(c.memory_available_bytes()), p->id);
     };
     std::sort(candidates.begin(), candidates.end(),
@@ -227,8 +245,11 @@ void CoordinatorCore::RunElections(Outbox& out) {
   }
   const char* reason = "needed";
   if (better_possible && !candidates.empty() &&
-      Compute(candidates.front()->hello.capacity()) >= o.better_factor * weakest) {
-    elect = 1;  // it replaces the weakest when its tree is rebuilt
+      std::any_of(cluster_aggregators.begin(), cluster_aggregators.end(),
+                  [&](const common::v1::Capacity* c) {
+                    return ClearlyBetter(candidates.front()->hello.capacity(), *c, o.better_factor);
+                  })) {
+    elect = 1;  // it replaces the worst it beats when its tree is rebuilt
     reason = "better";
   }
   for (size_t i = 0; i < elect && i < candidates.size(); ++i) {

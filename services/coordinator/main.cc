@@ -81,7 +81,8 @@ ABSL_FLAG(absl::Duration, supernode_rebuild_interval, absl::Seconds(30),
           "reruns its current round) at most once per interval");
 ABSL_FLAG(double, supernode_better_factor, 2.0,
           "a free node replaces a cluster's aggregator only with at least this many times its "
-          "compute (cores x matrix-multiply score)");
+          "measured upload, or this many times its compute (cores x matrix-multiply score) "
+          "behind an upload at least half its");
 ABSL_FLAG(absl::Duration, supernode_retire_after, absl::Seconds(60),
           "an elected supernode that no task has used for this long is retired");
 

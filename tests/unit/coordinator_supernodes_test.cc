@@ -3,8 +3,8 @@
 // free, the well connected first, then by capacity; an elected peer's aggregator registers naming
 // it and serves like a dedicated one; the tree is rebuilt once on the newcomers; an elected
 // aggregator outlives its host's broken session, and when it is lost another peer is elected; an
-// election that never registers is passed over; a clearly better node replaces the weakest; unused
-// supernodes are retired.
+// election that never registers is passed over; a clearly better node (more compute, or a faster
+// uplink) replaces the worst it beats; unused supernodes are retired.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -55,6 +55,7 @@ class CoordinatorSupernodesTest : public CoordinatorCoreTest {
     EXPECT_TRUE(id.ok()) << id.status();
     sinks_[name] = sink;
     gflops_[name] = gflops;
+    uploads_[name] = upload;
     return sink;
   }
   // The peers told BecomeSupernode since the last call (their events are forgotten).
@@ -68,9 +69,15 @@ class CoordinatorSupernodesTest : public CoordinatorCoreTest {
     }
     return elected;
   }
+  // The elected peer's capacity as its aggregator reports it (the same compute and upload).
+  common::v1::Capacity AggregatorCapacity(const std::string& peer) {
+    common::v1::Capacity c = Compute(gflops_[peer]);
+    c.set_upload_bytes_per_second(uploads_[peer]);
+    return c;
+  }
   // The elected peer's aggregator registers.
   absl::Status Register(const std::string& peer) {
-    absl::Status s = core_->RegisterAggregator(AddressOf(peer), Compute(gflops_[peer]), "", peer);
+    absl::Status s = core_->RegisterAggregator(AddressOf(peer), AggregatorCapacity(peer), "", peer);
     if (s.ok()) registered_.insert(peer);
     return s;
   }
@@ -83,7 +90,7 @@ class CoordinatorSupernodesTest : public CoordinatorCoreTest {
       clock_.Advance(std::min(absl::Seconds(1), d - passed));
       for (const auto& [name, sink] : sinks_) EXPECT_TRUE(core_->OnMessage(name, heartbeat).ok());
       for (auto it = registered_.begin(); it != registered_.end();) {
-        it = core_->RegisterAggregator(AddressOf(*it), Compute(gflops_[*it]), "", *it).ok()
+        it = core_->RegisterAggregator(AddressOf(*it), AggregatorCapacity(*it), "", *it).ok()
                  ? std::next(it)
                  : registered_.erase(it);
       }
@@ -124,6 +131,7 @@ class CoordinatorSupernodesTest : public CoordinatorCoreTest {
 
   std::map<std::string, std::shared_ptr<FakeSink>> sinks_;
   std::map<std::string, double> gflops_;
+  std::map<std::string, double> uploads_;
   std::set<std::string> hosts_;
   std::set<std::string> registered_;  // elected peers whose aggregator registered
 };
@@ -320,6 +328,48 @@ TEST_F(CoordinatorSupernodesTest, AClearlyBetterNodeReplacesTheWeakestAfterTheIn
   EXPECT_EQ(Metric("shoal_coordinator_supernode_ends_total", "retired"), 1);
   const v1::ListNodesResponse nodes = core_->ListNodes();
   for (const v1::NodeInfo& a : nodes.aggregators()) EXPECT_NE(a.supernode(), displaced);
+}
+
+// A cluster's aggregator behind a slow uplink holds up its cluster's rounds: a node with twice
+// its upload replaces it, even with less compute; more compute behind a slow link replaces none.
+TEST_F(CoordinatorSupernodesTest, AFasterUplinkReplacesAClusterAggregatorMoreComputeDoesNotAlone) {
+  constexpr double kMbit = 1e6 / 8;
+  common::v1::TaskSpec spec = Spec("t", 4, 5);
+  spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
+  spec.set_cluster_size(3);
+  ASSERT_TRUE(core_->CreateTask(spec).ok());
+  JoinWith("a", 1, /*offers=*/false, 100 * kMbit);
+  JoinWith("b", 2, true, 100 * kMbit);
+  JoinWith("c", 3, true, 100 * kMbit);
+  JoinWith("d", 4, true, 100 * kMbit);
+  Step();
+  ASSERT_THAT(Elected(), UnorderedElementsAre("d"));
+  ASSERT_TRUE(Register("d").ok());
+  Step();
+  ASSERT_EQ(Elected(), (std::set<std::string>{"b", "c"}));
+  ASSERT_TRUE(Register("b").ok());
+  ASSERT_TRUE(Register("c").ok());
+  Step();  // the tree: d the root, clusters on b and c
+  ASSERT_EQ(Metric("shoal_coordinator_tree_rebuilds_total"), 1);
+
+  // h: 25 times the weakest's compute behind 5 Mbit/s, the only candidate.
+  JoinWith("h", 50, true, 5 * kMbit);
+  Pass(options_.supernodes.rebuild_interval);
+  EXPECT_TRUE(Elected().empty()) << "more compute behind a slow link is not better";
+
+  // g: less compute than b's double, ten times its upload.
+  JoinWith("g", 2.5, true, 1000 * kMbit);
+  Step();
+  EXPECT_THAT(Elected(), UnorderedElementsAre("g"));
+  EXPECT_EQ(Metric("shoal_coordinator_supernode_elections_total", "better"), 1);
+  ASSERT_TRUE(Register("g").ok());
+  Pass(absl::Seconds(1));
+  EXPECT_EQ(Metric("shoal_coordinator_tree_rebuilds_total"), 2);
+  std::set<std::string> hosts;
+  const v1::TaskStatus status = Status("t");
+  for (const v1::ClusterInfo& cluster : status.clusters()) hosts.insert(cluster.host_peer());
+  EXPECT_EQ(hosts, (std::set<std::string>{"d", "g", "c"}))
+      << "g serves a cluster; b, the least compute of the slower links, none";
 }
 
 }  // namespace
