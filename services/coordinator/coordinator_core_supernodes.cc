@@ -201,19 +201,23 @@ void CoordinatorCore::RunElections(Outbox& out) {
   for (const auto& [address, entry] : pool_.entries()) {
     if (usable(address, entry)) ++free;
   }
-  // What serves the clusters of the active hierarchical tasks (a "better" node replaces one).
+  // What serves the clusters of the active hierarchical tasks, where its compute or upload is
+  // known (a "better" node replaces one: ClearlyBetter).
   std::vector<const common::v1::Capacity*> cluster_aggregators;
   for (const auto& [name, task] : tasks_) {
     if (!IsActive(task) || !task::IsHierarchical(task.status.spec())) continue;
     for (size_t i = 1; i < task.links.size(); ++i) {
       const AggregatorPool::Entry* entry = pool_.Find(task.links[i].address);
-      if (entry != nullptr) cluster_aggregators.push_back(&entry->capacity);
+      if (entry != nullptr &&
+          (Compute(entry->capacity) > 0 || entry->capacity.upload_bytes_per_second() > 0)) {
+        cluster_aggregators.push_back(&entry->capacity);
+      }
     }
   }
   size_t elect = wanted > free + pending ? wanted - free - pending : 0;
-  // A "better" election is possible only when nothing else is wanted or coming and a cluster
-  // aggregator serves; otherwise, and with nothing to elect, the peers are not walked (this runs
-  // every Step, with thousands of peers).
+  // A "better" election is possible only when nothing else is wanted or coming and such a
+  // cluster aggregator serves; otherwise, and with nothing to elect, the peers are not walked (this
+  // runs every Step, with thousands of peers).
   const bool better_possible =
       elect == 0 && wanted == 0 && pending == 0 && free == 0 && !cluster_aggregators.empty();
   std::vector<const Peer*> candidates;
