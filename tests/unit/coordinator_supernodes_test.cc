@@ -36,6 +36,8 @@ common::v1::Capacity Compute(double gflops) {
   return c;
 }
 
+constexpr double kMbit = 1e6 / 8;  // bytes per second
+
 std::string AddressOf(const std::string& peer) {
   return absl::StrCat("127.0.0.1:", 8000 + static_cast<int>(peer[0]));
 }
@@ -107,14 +109,18 @@ class CoordinatorSupernodesTest : public CoordinatorCoreTest {
     }
     return -1;
   }
+  // Creates task "t": hierarchical, 5 rounds, clusters of `cluster_size` for `n` peers.
+  absl::Status CreateHierarchical(int n, int cluster_size) {
+    common::v1::TaskSpec spec = Spec("t", n, 5);
+    spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
+    spec.set_cluster_size(cluster_size);
+    return core_->CreateTask(spec).status();
+  }
   // A hierarchical task with clusters of `cluster_size` for `n` peers (a, b, c, ...: compute 1,
   // 2, 3, ...), every one offering; its tree of 1 + ceil(n / cluster_size) elected supernodes
   // built.
   void BuildTree(int n, int cluster_size = 2) {
-    common::v1::TaskSpec spec = Spec("t", n, 5);
-    spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
-    spec.set_cluster_size(cluster_size);
-    ASSERT_TRUE(core_->CreateTask(spec).ok());
+    ASSERT_TRUE(CreateHierarchical(n, cluster_size).ok());
     for (int i = 0; i < n; ++i) JoinWith(std::string(1, static_cast<char>('a' + i)), 1.0 + i);
     Step();
     const std::set<std::string> root = Elected();
@@ -137,10 +143,7 @@ class CoordinatorSupernodesTest : public CoordinatorCoreTest {
 };
 
 TEST_F(CoordinatorSupernodesTest, TheBestCandidatesAreElectedAndTheTreeIsBuiltOnThem) {
-  common::v1::TaskSpec spec = Spec("t", 5, 5);
-  spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
-  spec.set_cluster_size(2);
-  ASSERT_TRUE(core_->CreateTask(spec).ok());
+  ASSERT_TRUE(CreateHierarchical(5, 2).ok());
   JoinWith("a", 1);
   JoinWith("b", 9, /*offers=*/false);
   JoinWith("c", 5);
@@ -194,11 +197,7 @@ TEST_F(CoordinatorSupernodesTest, TheBestCandidatesAreElectedAndTheTreeIsBuiltOn
 // uplink is elected only after those with at least half the best candidate's upload, however
 // much compute it has.
 TEST_F(CoordinatorSupernodesTest, TheWellConnectedAreElectedBeforeMoreComputeBehindASlowLink) {
-  constexpr double kMbit = 1e6 / 8;
-  common::v1::TaskSpec spec = Spec("t", 4, 5);
-  spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
-  spec.set_cluster_size(2);
-  ASSERT_TRUE(core_->CreateTask(spec).ok());
+  ASSERT_TRUE(CreateHierarchical(4, 2).ok());
   JoinWith("a", 10, true, 5 * kMbit);    // the most compute, a home uplink
   JoinWith("b", 4, true, 1000 * kMbit);  // the best upload
   JoinWith("c", 3, true, 600 * kMbit);   // well connected: over half of b's
@@ -333,11 +332,7 @@ TEST_F(CoordinatorSupernodesTest, AClearlyBetterNodeReplacesTheWeakestAfterTheIn
 // A cluster's aggregator behind a slow uplink holds up its cluster's rounds: a node with twice
 // its upload replaces it, even with less compute; more compute behind a slow link replaces none.
 TEST_F(CoordinatorSupernodesTest, AFasterUplinkReplacesAClusterAggregatorMoreComputeDoesNotAlone) {
-  constexpr double kMbit = 1e6 / 8;
-  common::v1::TaskSpec spec = Spec("t", 4, 5);
-  spec.set_topology(common::v1::TOPOLOGY_HIERARCHICAL);
-  spec.set_cluster_size(3);
-  ASSERT_TRUE(core_->CreateTask(spec).ok());
+  ASSERT_TRUE(CreateHierarchical(4, 3).ok());
   JoinWith("a", 1, /*offers=*/false, 100 * kMbit);
   JoinWith("b", 2, true, 100 * kMbit);
   JoinWith("c", 3, true, 100 * kMbit);
