@@ -5,10 +5,12 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "libs/capacity/blas_library.h"
 #include "libs/capacity/local_capacity.h"
 #include "libs/capacity/upload_probe.h"
 #include "libs/common/address.h"
@@ -240,11 +242,17 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
         WriteAddressFile(options.address_file, {{"grpc", s->server_->address()},
                                                 {"metrics", s->metrics_server_->address()}})));
   }
+  const capacity::BlasLibrary blas = capacity::LoadedBlas();
   LogInfo("serving PeerService on ", s->server_->address(),
           advertise.empty() ? std::string() : absl::StrCat(" (advertised as ", advertise, ")"),
           ", metrics on ", s->metrics_server_->address(), "; shard ", options.shard.ToString(),
           ", device ", options.device, "; coordinator ", options.coordinator, "; capacity ",
-          capacity::Describe(session_options.hello.capacity()));
+          capacity::Describe(session_options.hello.capacity()),
+          options.device == "cpu" ? absl::StrCat("; BLAS: ", capacity::DescribeBlas(blas))
+                                  : std::string());
+  if (options.device == "cpu") {
+    if (std::optional<std::string> warning = capacity::BlasWarning(blas)) LogWarning(*warning);
+  }
   if (!credentials.secure()) {
     LogWarning("--insecure: PLAINTEXT gRPC without authentication; use only on a trusted network");
   }

@@ -1,12 +1,14 @@
 // A node's local capacity: cores and memory from the scheduler, /proc and cgroup files (a fake
-// cgroup directory here), and the matrix-multiply score.
+// cgroup directory here), the matrix-multiply score, and the BLAS library a process loaded.
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "libs/capacity/blas_library.h"
 #include "libs/capacity/local_capacity.h"
 
 namespace shoal::capacity {
@@ -79,6 +81,37 @@ TEST_F(CapacityTest, TheMatrixMultiplyScoreIsPositiveAndTheDescriptionNamesEvery
   capacity.set_reachability(common::v1::REACHABILITY_UNREACHABLE);
   EXPECT_EQ(Describe(capacity),
             "4 cores, 20.0 GFLOP/s, 15.6 GiB (11.7 GiB free), upload 150 MB/s, unreachable");
+}
+
+TEST(BlasLibraryTest, TheReferenceBlasIsTheOneInADirectoryNamedBlas) {
+  using Kind = BlasLibrary::Kind;
+  EXPECT_EQ(ClassifyBlas("/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"), Kind::kReference);
+  EXPECT_EQ(ClassifyBlas("/usr/lib/x86_64-linux-gnu/openblas-serial/libblas.so.3"),
+            Kind::kOptimised);
+  EXPECT_EQ(ClassifyBlas("/opt/blis/lib/libblas.so.3"), Kind::kOptimised);
+  EXPECT_EQ(ClassifyBlas(""), Kind::kNone);
+  EXPECT_EQ(
+      DescribeBlas({Kind::kOptimised, "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"}),
+      "OpenBLAS at /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3");
+  EXPECT_EQ(DescribeBlas({Kind::kReference, "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"}),
+            "the reference BLAS at /usr/lib/x86_64-linux-gnu/blas/libblas.so.3");
+  EXPECT_EQ(DescribeBlas({}), "built in");
+}
+
+// The library Debian's LibTorch loads (libblas.so.3) is found once loaded, and on a machine
+// scripts/bootstrap set up it is OpenBLAS: with the reference BLAS every training test and
+// benchmark runs about 1.7 times as long.
+TEST(BlasLibraryTest, FindsTheLoadedBlasAndItIsOptimisedHere) {
+  EXPECT_EQ(LoadedBlas().kind, BlasLibrary::Kind::kNone);  // this test loads no LibTorch
+  void* handle = dlopen("libblas.so.3", RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(handle, nullptr) << "libblas.so.3 (LibTorch's BLAS) does not load: " << dlerror();
+  const BlasLibrary blas = LoadedBlas();
+  EXPECT_NE(blas.kind, BlasLibrary::Kind::kNone);
+  EXPECT_EQ(blas.kind, BlasLibrary::Kind::kOptimised)
+      << DescribeBlas(blas) << ": scripts/bootstrap installs libopenblas0-serial";
+  EXPECT_TRUE(std::filesystem::path(blas.path).is_absolute()) << blas.path;
+  EXPECT_TRUE(std::filesystem::exists(blas.path)) << blas.path;
+  dlclose(handle);
 }
 
 }  // namespace

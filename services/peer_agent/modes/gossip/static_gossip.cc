@@ -3,11 +3,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "libs/capacity/blas_library.h"
 #include "libs/common/address.h"
 #include "libs/common/address_file.h"
 #include "libs/common/clock.h"
@@ -146,9 +148,15 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
     SHOAL_RETURN_IF_ERROR(
         FlagError("--address-file", WriteAddressFile(options.address_file, addresses)));
   }
+  const capacity::BlasLibrary blas = capacity::LoadedBlas();
   LogInfo("static gossip: node ", p->peer_id_, " (", membership.source, "), task ", spec->name(),
           ", shard ", shard.ToString(), "; serving PeerService on ", p->server_->address(),
-          ", metrics on ", p->metrics_server_->address());
+          ", metrics on ", p->metrics_server_->address(),
+          options.device == "cpu" ? absl::StrCat("; BLAS: ", capacity::DescribeBlas(blas))
+                                  : std::string());
+  if (options.device == "cpu") {
+    if (std::optional<std::string> warning = capacity::BlasWarning(blas)) LogWarning(*warning);
+  }
   if (!credentials.secure()) {
     LogWarning("--insecure: PLAINTEXT gRPC without authentication; use only on a trusted network");
   }
