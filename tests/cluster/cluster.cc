@@ -348,8 +348,8 @@ absl::Status Cluster::StartPeers(int first, int n, int count, std::vector<std::s
   std::vector<std::pair<int, Launched>> launched;
   absl::Status status;
   for (int i = first; i < first + n && status.ok(); ++i) {
-    auto l =
-        Launch(absl::StrCat("peer-", i), "shoal-peer", SharedDataPeerArgs(i, count, extra_args));
+    auto [binary, args] = Paced("shoal-peer", extra_args);
+    auto l = Launch(absl::StrCat("peer-", i), binary, SharedDataPeerArgs(i, count, args));
     if (l.ok()) {
       launched.emplace_back(i, *std::move(l));
     } else {
@@ -388,11 +388,19 @@ absl::Status Cluster::StartPeerInNetns(int index, int count, const std::string& 
   return StartSharedDataPeer("shoal-peer", index, count, netns, std::move(extra_args));
 }
 
+std::pair<std::string, std::vector<std::string>> Cluster::Paced(
+    std::string binary, std::vector<std::string> extra_args) const {
+  if (batch_floor_ms_ <= 0 || binary != "shoal-peer") return {binary, extra_args};
+  extra_args.push_back(absl::StrCat("--test-slow-batch=", batch_floor_ms_));
+  return {"shoal-peer-testing", extra_args};
+}
+
 absl::Status Cluster::StartSharedDataPeer(const std::string& binary, int index, int count,
                                           const std::string& netns,
                                           std::vector<std::string> extra_args) {
-  auto s = Start(absl::StrCat("peer-", index), binary,
-                 SharedDataPeerArgs(index, count, std::move(extra_args)),
+  auto [paced_binary, args] = Paced(binary, std::move(extra_args));
+  auto s = Start(absl::StrCat("peer-", index), paced_binary,
+                 SharedDataPeerArgs(index, count, std::move(args)),
                  netns.empty() ? "" : "127.0.0.1:0", netns);
   if (!s.ok()) return s.status();
   peers_[index] = *std::move(s);
@@ -444,15 +452,24 @@ absl::StatusOr<cv1::TaskStatus> Cluster::WaitFor(
     const std::string& task, const std::function<bool(const cv1::TaskStatus&)>& pred,
     absl::Duration timeout, const std::string& what) {
   absl::StatusOr<cv1::TaskStatus> last;
+  bool ended = false;  // before `pred` held: an ended task does not change any more
   const auto holds = [&] {
     last = Status(task);
-    return last.ok() && pred(*last);
+    if (!last.ok()) return false;
+    if (pred(*last)) return true;
+    ended = last->state() != cv1::TASK_STATE_RUNNING && last->state() != cv1::TASK_STATE_WAITING;
+    return ended;
   };
-  if (WaitUntil(holds, timeout, absl::Milliseconds(100))) return last;
+  const bool stopped_waiting = WaitUntil(holds, timeout, absl::Milliseconds(100));
+  if (stopped_waiting && !ended) return last;
+  const std::string seen =
+      last.ok() ? last->ShortDebugString() : std::string(last.status().message());
+  if (ended) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the task ended before ", what, "; last status: ", seen, "\n", LogTails()));
+  }
   return absl::DeadlineExceededError(
-      absl::StrCat("timed out waiting for ", what, "; last status: ",
-                   last.ok() ? last->ShortDebugString() : std::string(last.status().message()),
-                   "\n", LogTails()));
+      absl::StrCat("timed out waiting for ", what, "; last status: ", seen, "\n", LogTails()));
 }
 
 absl::StatusOr<cv1::TaskStatus> Cluster::WaitForEnd(const common::v1::TaskSpec& spec) {

@@ -69,6 +69,14 @@ class Cluster {
   absl::Status StartOwnDataPeer(int index, const std::string& data_dir,
                                 std::vector<std::string> extra_args = {});
 
+  // Every production peer started after this (StartPeer, StartPeers, StartPeerInNetns) runs the
+  // peer's test build with --test-slow-batch=`ms` instead: each training batch is followed by a
+  // pause of `ms`, so a round of B batches takes at least B x `ms` however fast the machine trains.
+  // For tests that act while a round or a task runs (kill or pause a service, start a late joiner):
+  // with OpenBLAS a round of the MLP's 20 batches takes about 50 ms, less than one status poll. 0:
+  // off.
+  void set_batch_floor_ms(int ms) { batch_floor_ms_ = ms; }
+
   // The address every service listens on (default 127.0.0.1), also named in the certificates
   // issued after it is set. For tests that run the cluster in a network namespace of their own.
   void set_host(std::string host) { host_ = std::move(host); }
@@ -96,8 +104,8 @@ class Cluster {
   // ControlService.ListNodes: the connected peers and registered aggregators.
   absl::StatusOr<coordinator::v1::ListNodesResponse> Nodes();
   // Polls the task's status until `pred` holds; fails after `timeout` (scaled for a sanitized
-  // build: testing::Scaled, as every wait of this class) with the last status and the tails of
-  // the service logs.
+  // build: testing::Scaled, as every wait of this class), or at once FAILED_PRECONDITION when
+  // the task ended first, with the last status and the tails of the service logs.
   absl::StatusOr<coordinator::v1::TaskStatus> WaitFor(
       const std::string& task, const std::function<bool(const coordinator::v1::TaskStatus&)>& pred,
       absl::Duration timeout, const std::string& what);
@@ -145,6 +153,10 @@ class Cluster {
   absl::StatusOr<int> WaitForServingStandby(absl::Duration timeout);
   // The coordinator's command line but --listen and the files Start adds.
   std::vector<std::string> CoordinatorArgs() const;
+  // `binary` and `extra_args` with the batch floor applied: the test build and its
+  // --test-slow-batch for the production peer while set_batch_floor_ms holds a floor.
+  std::pair<std::string, std::vector<std::string>> Paced(std::string binary,
+                                                         std::vector<std::string> extra_args) const;
   // Peer `index` of `count` (shard index/count, id peer-INDEX) run from `binary`.
   absl::Status StartSharedDataPeer(const std::string& binary, int index, int count,
                                    const std::string& netns, std::vector<std::string> extra_args);
@@ -152,6 +164,7 @@ class Cluster {
   std::string dir_;
   std::string bin_dir_;
   std::string host_ = "127.0.0.1";
+  int batch_floor_ms_ = 0;
   std::shared_ptr<grpc::ChannelCredentials> credentials_;
   Service coordinator_;
   // StartStandbyCoordinator; a killed coordinator after KillCoordinatorForStandby, its port held

@@ -60,6 +60,8 @@ class CoordinatorHaClusterTest : public ::testing::Test {
     ASSERT_TRUE(dir.ok()) << dir.status();
     cluster_ = std::make_unique<Cluster>(*dir);
     Cluster& cluster = *cluster_;
+    // Rounds of at least 30 x 20 ms = 0.6 s: the tests kill or pause a coordinator mid-round.
+    cluster.set_batch_floor_ms(20);
     // etcd over mutual TLS too, with the cluster's CA (--store-tls).
     etcd_.Start(cluster, kPrefix, kLease);
     if (HasFatalFailure()) return;

@@ -91,7 +91,10 @@ absl::StatusOr<uint64_t> HeldRound(Cluster& cluster, int peer, const cv1::TaskSt
   return absl::NotFoundError(absl::StrCat("peer-", peer, " serves no round's model"));
 }
 
-void StartCoordinatorAndPeers(Cluster& cluster, int peers, int shards) {
+// `batch_floor_ms`: Cluster::set_batch_floor_ms, for a task that must still run when the test
+// acts (the late joiner's start-up takes about 4 s).
+void StartCoordinatorAndPeers(Cluster& cluster, int peers, int shards, int batch_floor_ms) {
+  cluster.set_batch_floor_ms(batch_floor_ms);
   absl::Status started = cluster.StartCoordinator();
   ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   started = cluster.StartPeers(0, peers, shards);
@@ -106,9 +109,10 @@ bool Completed(const cv1::TaskStatus& s) { return s.state() == cv1::TASK_STATE_C
 // model as the others after its first round.
 TEST(DecentralizedClusterTest, IdenticalModelsEveryRoundAndLateJoinerSyncs) {
   Cluster cluster(TempDir());
-  StartCoordinatorAndPeers(cluster, 3, 4);
+  // Rounds of at least 120 x 15 ms = 1.8 s, so the fourth peer (started after round 2) joins
+  // round 3 or 4.
+  StartCoordinatorAndPeers(cluster, 3, 4, /*batch_floor_ms=*/15);
   if (HasFatalFailure()) return;
-  // Rounds of ~2 s here, so the fourth peer (started after round 2) joins round 3 or 4.
   const common::v1::TaskSpec spec = DecentralizedTask("dec-identical", 8, 120);
   ASSERT_TRUE(cluster.CreateTask(spec).ok());
 
@@ -185,11 +189,11 @@ TEST(DecentralizedClusterTest, IdenticalModelsEveryRoundAndLateJoinerSyncs) {
 // what the peers pull is a small fraction of what whole models would be.
 TEST(DecentralizedClusterTest, CompressedRoundUpdatesEndIdenticalAtAFractionOfTheBytes) {
   Cluster cluster(TempDir());
-  StartCoordinatorAndPeers(cluster, 3, 4);
+  // Many short rounds, each at least 15 x 40 ms = 0.6 s: the late joiner's process takes about
+  // 4 s to start and connect, so with 6 rounds of 60 batches the task could end before it
+  // joined one. 24 rounds of 15 train as much and leave it most of the task.
+  StartCoordinatorAndPeers(cluster, 3, 4, /*batch_floor_ms=*/40);
   if (HasFatalFailure()) return;
-  // Many short rounds: a round takes under a second on a quiet machine and the late joiner's
-  // process about 4 s to start and connect, so with 6 rounds of 60 batches the task could end
-  // before it joined one. 24 rounds of 15 train as much and leave it most of the task.
   common::v1::TaskSpec spec = DecentralizedTask("dec-topk", 24, 15);
   spec.set_compression(common::v1::COMPRESSION_TOPK);
   spec.set_topk_ratio(0.01);
@@ -378,6 +382,8 @@ TEST(DecentralizedClusterTest, CoordinatorCrashThenPeerKilledMidRoundThenEveryPe
   Cluster cluster(TempDir());
   const std::vector<std::string> peer_args = {"--state-dir=" + cluster.dir() +
                                               "/peer-{index}-state"};
+  // Rounds of at least 60 x 15 ms = 0.9 s: each case acts in the middle of its task.
+  cluster.set_batch_floor_ms(15);
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
   ASSERT_TRUE(cluster.StartPeers(0, 3, 3, peer_args).ok()) << cluster.LogTails();
   ASSERT_TRUE(cluster.WaitForPeersConnected(3, absl::Seconds(60)).ok()) << cluster.LogTails();

@@ -34,6 +34,7 @@ std::string TempDir() {
 
 TEST(FederatedClusterTest, PeerKilledMidRoundDoesNotStopTraining) {
   Cluster cluster(TempDir());
+  cluster.set_batch_floor_ms(50);  // rounds of at least 20 x 50 ms: round 2 is seen training
   {
     absl::Status started = cluster.StartCoordinator();
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
@@ -214,6 +215,7 @@ void CoordinatorCrashMidTaskResumesFromCheckpoint(Cluster& cluster) {
 // restart.
 TEST(FederatedClusterTest, CoordinatorCrashAndRestartKeepTasksAndCheckpoints) {
   Cluster cluster(TempDir());
+  cluster.set_batch_floor_ms(50);  // rounds of at least 1 s: the crash comes mid-task
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.LogTails();
   ASSERT_TRUE(cluster.StartAggregator().ok()) << cluster.LogTails();
   ASSERT_TRUE(cluster.StartPeers(0, 2, 2).ok()) << cluster.LogTails();

@@ -59,6 +59,8 @@ class SharedTasksClusterTest : public ::testing::Test {
     ASSERT_TRUE(dir.ok()) << dir.status();
     cluster_ = std::make_unique<Cluster>(*dir);
     Cluster& cluster = *cluster_;
+    // Rounds of at least 30 x 20 ms = 0.6 s: the tests kill or pause a coordinator mid-round.
+    cluster.set_batch_floor_ms(20);
     // With --share-tasks the other two serve at once, as the first.
     etcd_.Start(cluster, kPrefix, kLease, {"--share-tasks"});
     if (HasFatalFailure()) return;
