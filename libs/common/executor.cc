@@ -49,9 +49,25 @@ void ThreadPool::Loop() {
   }
 }
 
+// Shared by the queue and the runs in flight on the executor, so that a run may return after the
+// queue was destroyed (see SerialQueue).
+struct SerialQueue::State : std::enable_shared_from_this<State> {
+  explicit State(Executor& e) : executor(e) {}
+  void RunNext();
+  bool Submit() {
+    return executor.TrySubmit([self = shared_from_this()] { self->RunNext(); });
+  }
+
+  Executor& executor;
+  mutable absl::Mutex mu;
+  std::deque<std::function<void()>> queue ABSL_GUARDED_BY(mu);
+  bool running ABSL_GUARDED_BY(mu) = false;
+};
+
+SerialQueue::SerialQueue(Executor& executor) : state_(std::make_shared<State>(executor)) {}
+
 SerialQueue::~SerialQueue() {
-  absl::MutexLock lock(&mu_);
-  if (running_ || !queue_.empty()) {
+  if (!idle()) {
     LogError("SerialQueue destroyed with work queued or running");
     std::abort();  // an invariant: the owner drains before destroying
   }
@@ -59,51 +75,53 @@ SerialQueue::~SerialQueue() {
 
 void SerialQueue::Post(std::function<void()> fn) {
   {
-    absl::MutexLock lock(&mu_);
-    queue_.push_back(std::move(fn));
-    if (running_) return;  // the running item posts the next one
-    running_ = true;
+    absl::MutexLock lock(&state_->mu);
+    state_->queue.push_back(std::move(fn));
+    if (state_->running) return;  // the running item posts the next one
+    state_->running = true;
   }
-  if (!executor_.TrySubmit([this] { RunNext(); })) RunNext();
+  if (!state_->Submit()) state_->RunNext();
 }
 
-void SerialQueue::RunNext() {
+void SerialQueue::State::RunNext() {
   for (;;) {
     std::function<void()> fn;
     {
-      absl::MutexLock lock(&mu_);
-      if (queue_.empty()) {
-        running_ = false;
+      absl::MutexLock lock(&mu);
+      if (queue.empty()) {
+        running = false;
         return;
       }
-      fn = std::move(queue_.front());
-      queue_.pop_front();
+      fn = std::move(queue.front());
+      queue.pop_front();
     }
     fn();
+    fn = nullptr;  // what it holds goes before the queue can be seen idle
     {
-      absl::MutexLock lock(&mu_);
-      if (queue_.empty()) {
-        running_ = false;
+      absl::MutexLock lock(&mu);
+      if (queue.empty()) {
+        running = false;
         return;
       }
     }
-    // More to do: give other owners' work a turn on the pool (running_ stays set, so nothing
+    // More to do: give other owners' work a turn on the pool (running stays set, so nothing
     // else starts this queue meanwhile); go on here only when the pool is full.
-    if (executor_.TrySubmit([this] { RunNext(); })) return;
+    if (Submit()) return;
   }
 }
 
 void SerialQueue::Drain() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](SerialQueue* q)
-           ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) { return !q->running_ && q->queue_.empty(); },
-      this));
+  State& s = *state_;
+  absl::MutexLock lock(&s.mu);
+  s.mu.Await(absl::Condition(
+      +[](State* q)
+           ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) { return !q->running && q->queue.empty(); },
+      &s));
 }
 
 bool SerialQueue::idle() const {
-  absl::MutexLock lock(&mu_);
-  return !running_ && queue_.empty();
+  absl::MutexLock lock(&state_->mu);
+  return !state_->running && state_->queue.empty();
 }
 
 }  // namespace shoal

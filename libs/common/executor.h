@@ -47,10 +47,12 @@ class ThreadPool final : public Executor {
 // Runs what is posted to it one at a time, in the order posted, on an underlying executor: a
 // "strand". Work of one owner (e.g. one task's aggregator calls) keeps its order while work of
 // other owners runs beside it on the same pool. Unbounded: the owner bounds what it posts.
-// Thread-safe. Destroying it while work is queued or running is a bug: Drain() first.
+// Thread-safe. Destroying it while work is queued or running is a bug: Drain() first (or see
+// idle()). Once idle it may be destroyed at once, even while the thread that ran its last item is
+// still returning from it: that thread holds the queue's state, not the queue.
 class SerialQueue {
  public:
-  explicit SerialQueue(Executor& executor) : executor_(executor) {}
+  explicit SerialQueue(Executor& executor);
   ~SerialQueue();
   SerialQueue(const SerialQueue&) = delete;
   SerialQueue& operator=(const SerialQueue&) = delete;
@@ -60,15 +62,13 @@ class SerialQueue {
   void Post(std::function<void()> fn);
   // Blocks until nothing is queued or running.
   void Drain();
+  // Nothing queued or running.
   bool idle() const;
 
  private:
-  void RunNext();
+  struct State;
 
-  Executor& executor_;
-  mutable absl::Mutex mu_;
-  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
-  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace shoal

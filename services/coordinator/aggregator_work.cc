@@ -47,19 +47,33 @@ AggregatorWorkRunner::AggregatorWorkRunner(aggregator::AggregatorClient& client,
 
 AggregatorWorkRunner::~AggregatorWorkRunner() { Drain(); }
 
-AggregatorWorkRunner::Queues& AggregatorWorkRunner::QueuesOf(const std::string& task) {
+bool AggregatorWorkRunner::Queues::Unused() const {
+  return calls.use_count() == 1 && transfers.use_count() == 1 && calls->idle() && transfers->idle();
+}
+
+AggregatorWorkRunner::Queues AggregatorWorkRunner::QueuesOf(const std::string& task) {
   absl::MutexLock lock(&mu_);
   Queues& q = queues_[task];
   if (q.calls == nullptr) {
-    q.calls = std::make_unique<SerialQueue>(calls_);
-    q.transfers = std::make_unique<SerialQueue>(transfers_);
+    q.calls = std::make_shared<SerialQueue>(calls_);
+    q.transfers = std::make_shared<SerialQueue>(transfers_);
+    FreeRetired();
+  } else if (!retired_.empty()) {
+    FreeRetired();
   }
-  return q;  // stable: entries are never erased while the runner lives
+  return q;
+}
+
+void AggregatorWorkRunner::FreeRetired() {
+  retired_.erase(
+      std::remove_if(retired_.begin(), retired_.end(), [](const Queues& q) { return q.Unused(); }),
+      retired_.end());
+  metrics_.task_work_queues.Set(static_cast<double>(queues_.size() + retired_.size()));
 }
 
 void AggregatorWorkRunner::Run(const std::string& task, AggregatorTree tree, AggregatorWork work,
                                DoneFn done) {
-  Queues& q = QueuesOf(task);
+  Queues q = QueuesOf(task);
   SerialQueue& queue = IsTransfer(work.kind) ? *q.transfers : *q.calls;
   queue.Post([this, task, tree = std::move(tree), work = std::move(work), done = std::move(done)] {
     done(Execute(task, tree, work));
@@ -166,21 +180,28 @@ void AggregatorWorkRunner::OpenStandbys(const std::string& task, const std::stri
 }
 
 void AggregatorWorkRunner::AfterTask(const std::string& task, std::function<void()> fn) {
-  Queues& q = QueuesOf(task);
-  SerialQueue* transfers = q.transfers.get();
-  q.calls->Post([transfers, fn = std::move(fn)]() mutable { transfers->Post(std::move(fn)); });
+  Queues q = QueuesOf(task);
+  q.calls->Post(
+      [transfers = q.transfers, fn = std::move(fn)]() mutable { transfers->Post(std::move(fn)); });
 }
 
 void AggregatorWorkRunner::Drain() {
-  std::vector<SerialQueue*> all;
+  std::vector<std::shared_ptr<SerialQueue>> all;
   {
     absl::MutexLock lock(&mu_);
     for (auto& [task, q] : queues_) {
-      all.push_back(q.calls.get());
-      all.push_back(q.transfers.get());
+      all.push_back(q.calls);
+      all.push_back(q.transfers);
+    }
+    for (const Queues& q : retired_) {
+      all.push_back(q.calls);
+      all.push_back(q.transfers);
     }
   }
-  for (SerialQueue* q : all) q->Drain();
+  for (const std::shared_ptr<SerialQueue>& q : all) q->Drain();
+  all.clear();
+  absl::MutexLock lock(&mu_);
+  FreeRetired();
 }
 
 WorkResult AggregatorWorkRunner::Execute(const std::string& task, const AggregatorTree& tree,
@@ -327,10 +348,19 @@ absl::Status AggregatorWorkRunner::ForgetTask(const std::string& task) {
   // The records go first: a file is deleted only once nothing names it.
   SHOAL_RETURN_IF_ERROR(store_.DeleteTask(task));
   DeleteCheckpointFiles(task, *all, {});
+  DropTask(task);
+  return absl::OkStatus();
+}
+
+void AggregatorWorkRunner::DropTask(const std::string& task) {
   absl::MutexLock lock(&mu_);
   tree_rounds_.erase(task);
   values_offsets_.erase(task);
-  return absl::OkStatus();
+  if (auto it = queues_.find(task); it != queues_.end()) {
+    retired_.push_back(std::move(it->second));
+    queues_.erase(it);
+  }
+  FreeRetired();
 }
 
 absl::StatusOr<StoredCheckpoint> AggregatorWorkRunner::Restore(const std::string& task,

@@ -89,18 +89,26 @@ class AggregatorWorkRunner {
   // executor's thread.
   void AfterTask(const std::string& task, std::function<void()> fn);
   // Deletes the task from the store (TaskStore::DeleteTask), then its checkpoints' files, and
-  // forgets what the runner kept about it. For a task that ended, after AfterTask: nothing of it
-  // may be posted afterwards.
+  // forgets what the runner kept about it (its queues are freed once the last call on them has
+  // returned). For a task that ended, after AfterTask: nothing of it may be posted afterwards.
   absl::Status ForgetTask(const std::string& task);
+  // Forgets what the runner keeps about `task` (its queues once the last call on them has
+  // returned, its open tree round), for a task this coordinator no longer serves; the store keeps
+  // it. After AfterTask: nothing of it may be posted afterwards.
+  void DropTask(const std::string& task);
   // Blocks until every queue is idle.
   void Drain();
 
  private:
   struct Queues {
-    std::unique_ptr<SerialQueue> calls;
-    std::unique_ptr<SerialQueue> transfers;
+    std::shared_ptr<SerialQueue> calls;
+    std::shared_ptr<SerialQueue> transfers;
+    // Nothing posted to either is queued or running, and nothing but the runner holds them.
+    bool Unused() const;
   };
-  Queues& QueuesOf(const std::string& task);
+  Queues QueuesOf(const std::string& task);
+  // Frees the retired queues that are unused, and sets the metric.
+  void FreeRetired() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   WorkResult Execute(const std::string& task, const AggregatorTree& tree,
                      const AggregatorWork& work);
   // A hierarchical task's rounds (aggregator_tree_work.cc).
@@ -166,6 +174,8 @@ class AggregatorWorkRunner {
 
   absl::Mutex mu_;
   std::map<std::string, Queues> queues_ ABSL_GUARDED_BY(mu_);
+  // Deleted tasks' queues, until the calls running on them return (FreeRetired).
+  std::vector<Queues> retired_ ABSL_GUARDED_BY(mu_);
   // Per hierarchical task, its open round: the nodes below the root it was opened on, parents
   // first (CloseTree closes them, deepest first), and the standby rounds opened at their
   // backups (by address; until the round closes, for Promote).

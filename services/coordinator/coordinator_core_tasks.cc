@@ -448,6 +448,11 @@ absl::Status CoordinatorCore::HandOffTask(const std::string& name) {
     out.push_back([this, name] {
       work_.AfterTask(name, [this, name] {
         store_writes_.Post([this, name] {
+          {
+            // Unless the task came back meanwhile (its work then goes on in the same queues).
+            absl::MutexLock lock(&mu_);
+            if (tasks_.count(name) == 0) work_.DropTask(name);
+          }
           if (absl::Status released = placement_->Release(name); !released.ok()) {
             LogError("task ", name,
                      ": cannot release it for another coordinator: ", released.ToString(),

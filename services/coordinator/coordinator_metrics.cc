@@ -81,6 +81,12 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                               "deleted them (operator: DeleteTask; retention: "
                               "--keep-ended-tasks)")
                         .Register(registry)),
+      task_work_queues(prometheus::BuildGauge()
+                           .Name("shoal_coordinator_task_work_queues")
+                           .Help("Tasks whose aggregator work queues the coordinator holds: those "
+                                 "it serves, and deleted ones until their last call returned")
+                           .Register(registry)
+                           .Add({})),
       participants(prometheus::BuildGauge()
                        .Name("shoal_coordinator_participants")
                        .Help("Peers assigned to open tasks, by the tasks' training mode")

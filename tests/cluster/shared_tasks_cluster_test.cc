@@ -323,6 +323,16 @@ TEST_F(SharedTasksClusterTest, ACoordinatorThatComesBackIsHandedARunningTask) {
                   .ok());
   EXPECT_EQ(older_owner, 0);
   EXPECT_THAT(coordinators_[0]->process->LogTail(400), HasSubstr("task newer: handing it over"));
+  // What it kept for the task handed over is freed: it holds the work queues of one task.
+  double queues = -1;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        absl::StatusOr<std::string> page = HttpGet(coordinators_[0]->metrics_address, "/metrics");
+        if (page.ok()) queues = MetricValue(*page, "shoal_coordinator_task_work_queues");
+        return queues == 1;
+      },
+      absl::Seconds(10), absl::Milliseconds(100)))
+      << "shoal_coordinator_task_work_queues " << queues;
 }
 
 }  // namespace

@@ -34,6 +34,13 @@ double Deleted(prometheus::Registry& registry, const std::string& by) {
   return 0;
 }
 
+double WorkQueues(prometheus::Registry& registry) {
+  for (const auto& family : registry.Collect()) {
+    if (family.name == "shoal_coordinator_task_work_queues") return family.metric.at(0).gauge.value;
+  }
+  return -1;
+}
+
 TEST_F(CoordinatorCoreTest, ADeletedTaskLeavesWithItsRecordsAndCheckpointFilesOnly) {
   auto sinks = StartTask(Spec("t", 1, 5), {"a"});
   aggregator_.contributors = {"a"};
@@ -58,6 +65,8 @@ TEST_F(CoordinatorCoreTest, ADeletedTaskLeavesWithItsRecordsAndCheckpointFilesOn
   ASSERT_TRUE(watch.ok());
   absl::Cleanup unwatch = [&] { core_->Unwatch(*watch); };
   std::optional<absl::Status> done;
+  const double queues = WorkQueues(registry_);
+  ASSERT_GE(queues, 1) << "the task's aggregator work has queues";
   ASSERT_TRUE(core_->DeleteTask("t", [&](const absl::Status& s) { done = s; }).ok());
   // Gone from the operators' view at once; from the store once the queued work has run.
   EXPECT_EQ(core_->GetTaskStatus("t").status().code(), absl::StatusCode::kNotFound);
@@ -74,6 +83,7 @@ TEST_F(CoordinatorCoreTest, ADeletedTaskLeavesWithItsRecordsAndCheckpointFilesOn
   EXPECT_FALSE(std::filesystem::exists(checkpoint->path));
   EXPECT_TRUE(store_->LoadTask("u", 10).ok()) << "another task is kept";
   EXPECT_EQ(Deleted(registry_, "operator"), 1);
+  EXPECT_EQ(WorkQueues(registry_), queues - 1) << "the task's work queues are freed";
   // An aggregator that still holds it (cut off when it ended) is told to free it for a while;
   // never a task this coordinator does not know.
   EXPECT_THAT(core_->TasksToRelease("127.0.0.1:5555", {"t", "elsewhere"}),
