@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "libs/common/address.h"
 #include "libs/common/address_file.h"
 #include "libs/common/log.h"
@@ -12,6 +14,7 @@
 #include "libs/rpc/channel.h"
 #include "services/coordinator/grpc_dialer.h"
 #include "services/coordinator/standby_server.h"
+#include "services/coordinator/store/checkpoint_sweep.h"
 
 namespace shoal::coordinator {
 namespace {
@@ -127,6 +130,18 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
               options.store, options.share_tasks ? " again, after its earlier lease lapsed" : "");
     }
     standby.reset();  // closes its listener: the address is the services' below
+  }
+  // Before any task is served: what its checkpoint directory holds that nothing needs.
+  if (absl::StatusOr<SweptFiles> swept = SweepCheckpointDir(*s->store_, kSweepMinAge, absl::Now());
+      !swept.ok()) {
+    LogWarning("checkpoint files not swept: ", swept.status().message());
+  } else if (const size_t n = swept->names.size(); n > 0) {
+    constexpr size_t kNamed = 10;
+    swept->names.resize(std::min(n, kNamed));
+    LogInfo("deleted ", n, " files of ", s->store_->checkpoint_dir(),
+            " that no checkpoint names, unchanged for ", absl::FormatDuration(kSweepMinAge),
+            " or more (", swept->bytes / (1 << 20), " MiB): ", absl::StrJoin(swept->names, ", "),
+            n > kNamed ? absl::StrCat(" and ", n - kNamed, " more") : "");
   }
   s->coordinator_metrics_ = std::make_unique<CoordinatorMetrics>(s->metrics_->registry());
   s->aggregators_ = std::make_unique<aggregator::GrpcAggregatorClient>(credentials.channel());

@@ -6,6 +6,8 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -191,10 +193,23 @@ void CoordinatorCrashMidTaskResumesFromCheckpoint(Cluster& cluster) {
       absl::Minutes(3), "round 3");
   ASSERT_TRUE(before.ok()) << before.status();
 
+  // Files no checkpoint names: of a task deleted while the coordinator was down (unchanged for
+  // two hours: the new process deletes it), and one too recent to tell (kept).
+  const std::string checkpoints = cluster.dir() + "/state/checkpoints";
+  const std::string stale = checkpoints + "/deleted-00000000000000aa.model";
+  const std::string recent = checkpoints + "/deleted-00000000000000bb.model";
+  for (const std::string& path : {stale, recent}) std::ofstream(path) << "model";
+  std::filesystem::last_write_time(
+      stale, std::filesystem::file_time_type::clock::now() - std::chrono::hours(2));
+
   // SIGKILL: no goodbye, whatever was in flight is lost. The new process on the same address and
   // state dir resumes from the newest checkpoint; the peers reconnect on their own.
   absl::Status restarted = cluster.RestartCoordinator(/*crash=*/true);
   ASSERT_TRUE(restarted.ok()) << restarted << cluster.LogTails();
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_TRUE(std::filesystem::exists(recent));
+  EXPECT_THAT(cluster.coordinator().process->LogTail(200),
+              HasSubstr("files of " + checkpoints + " that no checkpoint names"));
   auto after = cluster.WaitFor(
       spec.name(), [](const cv1::TaskStatus& s) { return s.state() == cv1::TASK_STATE_COMPLETED; },
       absl::Minutes(4), "completion after the restart");
