@@ -174,7 +174,7 @@ class AggregatorWorkRunner {
 
   absl::Mutex mu_;
   std::map<std::string, Queues> queues_ ABSL_GUARDED_BY(mu_);
-  // Deleted tasks' queues, until the calls running on them return (FreeRetired).
+  // The queues of tasks dropped (deleted, handed over), until their last calls return.
   std::vector<Queues> retired_ ABSL_GUARDED_BY(mu_);
   // Per hierarchical task, its open round: the nodes below the root it was opened on, parents
   // first (CloseTree closes them, deepest first), and the standby rounds opened at their

@@ -131,18 +131,6 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     }
     standby.reset();  // closes its listener: the address is the services' below
   }
-  // Before any task is served: what its checkpoint directory holds that nothing needs.
-  if (absl::StatusOr<SweptFiles> swept = SweepCheckpointDir(*s->store_, kSweepMinAge, absl::Now());
-      !swept.ok()) {
-    LogWarning("checkpoint files not swept: ", swept.status().message());
-  } else if (const size_t n = swept->names.size(); n > 0) {
-    constexpr size_t kNamed = 10;
-    swept->names.resize(std::min(n, kNamed));
-    LogInfo("deleted ", n, " files of ", s->store_->checkpoint_dir(),
-            " that no checkpoint names, unchanged for ", absl::FormatDuration(kSweepMinAge),
-            " or more (", swept->bytes / (1 << 20), " MiB): ", absl::StrJoin(swept->names, ", "),
-            n > kNamed ? absl::StrCat(" and ", n - kNamed, " more") : "");
-  }
   s->coordinator_metrics_ = std::make_unique<CoordinatorMetrics>(s->metrics_->registry());
   s->aggregators_ = std::make_unique<aggregator::GrpcAggregatorClient>(credentials.channel());
   // Bounded queues that in practice never fill (every task has at most a few calls queued); a
@@ -151,6 +139,22 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   s->transfers_ = std::make_unique<ThreadPool>(2, 4096);
   s->store_writes_ = std::make_unique<ThreadPool>(1, 1 << 16);
   s->reads_ = std::make_unique<ThreadPool>(2, 64);
+  // What the checkpoint directory holds that nothing needs, beside serving (with many tasks in
+  // etcd the listing takes a while, and a take-over must not wait for it): the files in use are
+  // younger than kSweepMinAge or recorded already.
+  s->reads_->TrySubmit([store = s->store_.get()] {
+    absl::StatusOr<SweptFiles> swept = SweepCheckpointDir(*store, kSweepMinAge, absl::Now());
+    if (!swept.ok()) {
+      LogWarning("checkpoint files not swept: ", swept.status().message());
+    } else if (const size_t n = swept->names.size(); n > 0) {
+      constexpr size_t kNamed = 10;
+      swept->names.resize(std::min(n, kNamed));
+      LogInfo("deleted ", n, " files of ", store->checkpoint_dir(),
+              " that no checkpoint names, unchanged for ", absl::FormatDuration(kSweepMinAge),
+              " or more (", swept->bytes / (1 << 20), " MiB): ", absl::StrJoin(swept->names, ", "),
+              n > kNamed ? absl::StrCat(" and ", n - kNamed, " more") : "");
+    }
+  });
   CoordinatorOptions core_options;
   core_options.heartbeat_interval = options.heartbeat_interval;
   core_options.aggregator_wait = options.aggregator_wait;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/model_stream.h"
@@ -19,6 +20,7 @@
 #include "libs/rpc/tls.h"
 #include "tests/cluster/cluster.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/wait.h"
 
 namespace shoal::testing {
 namespace {
@@ -206,10 +208,15 @@ void CoordinatorCrashMidTaskResumesFromCheckpoint(Cluster& cluster) {
   // state dir resumes from the newest checkpoint; the peers reconnect on their own.
   absl::Status restarted = cluster.RestartCoordinator(/*crash=*/true);
   ASSERT_TRUE(restarted.ok()) << restarted << cluster.LogTails();
+  // Swept beside serving, soon after the start (the log line comes once it is done).
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return absl::StrContains(cluster.coordinator().process->LogTail(200),
+                                 "files of " + checkpoints + " that no checkpoint names");
+      },
+      absl::Seconds(10)));
   EXPECT_FALSE(std::filesystem::exists(stale));
   EXPECT_TRUE(std::filesystem::exists(recent));
-  EXPECT_THAT(cluster.coordinator().process->LogTail(200),
-              HasSubstr("files of " + checkpoints + " that no checkpoint names"));
   auto after = cluster.WaitFor(
       spec.name(), [](const cv1::TaskStatus& s) { return s.state() == cv1::TASK_STATE_COMPLETED; },
       absl::Minutes(4), "completion after the restart");

@@ -3,6 +3,7 @@
 // Removing the files of a coordinator's checkpoint directory that nothing needs any more: model
 // files whose checkpoint records are gone (their task was deleted by another coordinator while
 // this one was down, a prune could not unlink one) and unfinished writes a crash left behind.
+// The coordinator runs it once when it starts, beside serving.
 
 #include <cstdint>
 #include <string>
