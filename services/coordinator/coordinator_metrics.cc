@@ -84,7 +84,8 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
       task_work_queues(prometheus::BuildGauge()
                            .Name("shoal_coordinator_task_work_queues")
                            .Help("Tasks whose aggregator work queues the coordinator holds: those "
-                                 "it serves, and deleted ones until their last call returned")
+                                 "it serves, and those deleted or handed over until their last "
+                                 "call returned")
                            .Register(registry)
                            .Add({})),
       participants(prometheus::BuildGauge()

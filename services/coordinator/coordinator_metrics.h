@@ -36,8 +36,8 @@ struct CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& tasks;  // {state}
   // Ended tasks deleted, {by}: operator (DeleteTask), retention (--keep-ended-tasks).
   prometheus::Family<prometheus::Counter>& tasks_deleted;
-  // Tasks whose aggregator work queues the coordinator holds: those it serves, and deleted ones
-  // until their last call has returned (AggregatorWorkRunner).
+  // Tasks whose aggregator work queues the coordinator holds: those it serves, and those deleted
+  // or handed over until their last call has returned (AggregatorWorkRunner).
   prometheus::Gauge& task_work_queues;
   prometheus::Family<prometheus::Gauge>& participants;  // {mode}: peers assigned to open tasks
   prometheus::Counter& bytes_received;                  // checkpoints pulled from aggregators
