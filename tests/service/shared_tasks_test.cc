@@ -284,6 +284,10 @@ TEST_F(SharedCoordinatorsTest, PeersGoWhereATaskStillWaitsForThem) {
   EXPECT_NE(absl::StrContains(created.status().message(), "for another coordinator"), x_at_b);
   CoordinatorServer& x_owner = x_at_b ? *b : *a;
   const std::string y_owner = x_at_b ? a->address() : b->address();
+  // A task created for another coordinator is served there once that one has read it from the
+  // store, a moment later: until then it sends peers elsewhere.
+  auto control = Control(x_owner);
+  ASSERT_TRUE(testing::WaitUntil([&] { return Status(*control, "x").ok(); }, absl::Seconds(10)));
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::PeerMessage, v1::CoordinatorEvent>>>
       sessions;
@@ -301,7 +305,6 @@ TEST_F(SharedCoordinatorsTest, PeersGoWhereATaskStillWaitsForThem) {
     held.mutable_model_held()->set_round(0);
     ASSERT_TRUE(sessions.back()->Write(held));
   }
-  auto control = Control(x_owner);
   ASSERT_TRUE(testing::WaitUntil(
       [&] {
         absl::StatusOr<v1::TaskStatus> x = Status(*control, "x");
