@@ -105,8 +105,12 @@ class Federation {
 
   // Each step: the participants still in the round answer what the server sent them. A
   // participant's refusal is a test failure here (INTERNAL), never mistaken for the server's.
+  // The loops name their entries' parts as references: clang 14 cannot capture a structured
+  // binding in a lambda.
   absl::Status Advertise() {
-    for (auto& [id, client] : clients_) {
+    for (auto& entry : clients_) {
+      const std::string& id = entry.first;
+      auto& client = entry.second;
       if (!Sends(id, Drop::kBeforeAdvertising)) continue;
       auto keys = Timed(client_seconds_, [&] { return client->AdvertiseKeys(); });
       if (!keys.ok()) return Refused(id, keys.status());
@@ -122,7 +126,9 @@ class Federation {
     return absl::OkStatus();
   }
   absl::Status Share() {
-    for (const auto& [id, bundle] : bundles_) {
+    for (const auto& entry : bundles_) {
+      const auto& id = entry.first;
+      const auto& bundle = entry.second;
       if (!Sends(id, Drop::kBeforeSharing)) continue;
       auto shares = Timed(client_seconds_, [&] { return clients_.at(id)->ShareKeys(bundle); });
       if (!shares.ok()) return Refused(id, shares.status());
@@ -137,7 +143,9 @@ class Federation {
     return absl::OkStatus();
   }
   absl::Status Mask() {
-    for (const auto& [id, shares] : relayed_) {
+    for (const auto& entry : relayed_) {
+      const auto& id = entry.first;
+      const auto& shares = entry.second;
       if (!Sends(id, Drop::kBeforeMasking)) continue;
       auto masked = Timed(client_seconds_,
                           [&] { return clients_.at(id)->MaskInput(shares, inputs_.at(id)); });
@@ -154,7 +162,9 @@ class Federation {
     return absl::OkStatus();
   }
   absl::Status Check() {
-    for (const auto& [id, check] : checks_) {
+    for (const auto& entry : checks_) {
+      const auto& id = entry.first;
+      const auto& check = entry.second;
       if (!Sends(id, Drop::kBeforeSigning)) continue;
       auto signature =
           Timed(client_seconds_, [&] { return clients_.at(id)->SignSurvivors(check); });
@@ -172,7 +182,9 @@ class Federation {
     return absl::OkStatus();
   }
   absl::StatusOr<std::vector<uint32_t>> Unmask() {
-    for (const auto& [id, request] : requests_) {
+    for (const auto& entry : requests_) {
+      const auto& id = entry.first;
+      const auto& request = entry.second;
       if (!Sends(id, Drop::kBeforeUnmasking)) continue;
       auto response = Timed(client_seconds_, [&] { return clients_.at(id)->Unmask(request); });
       if (!response.ok()) return Refused(id, response.status());
