@@ -22,11 +22,13 @@ function(shoal_light_optimisation target)
   target_compile_options(${target} PRIVATE $<$<CONFIG:Release>:-O1>)
 endfunction()
 
-# Code that includes LibTorch's headers (compiled with shoal_light_optimisation). clang 14 with
-# libstdc++ 12 cannot compile LibTorch 1.13's headers as C++20 (c10::List holds a std::vector of the incomplete c10::IValue, and clang
-# instantiates C++20's constexpr vector members eagerly), so under clang such a target is C++17,
-# with the few C++20 forms clang accepts there as extensions (defaulted comparisons, designated
-# initializers). g++ compiles it as C++20 like the rest.
+# Code that includes LibTorch's headers (compiled with shoal_light_optimisation): the training
+# library and the tests and benches that include its LibTorch headers. clang 14 with libstdc++ 12
+# cannot compile LibTorch 1.13's headers as C++20 (c10::List holds a std::vector of the
+# incomplete c10::IValue, and clang instantiates C++20's constexpr vector members eagerly), so
+# under clang (the default compiler) such a target is C++17, with the few C++20 forms clang
+# accepts there as extensions (defaulted comparisons, designated initializers). g++ (the
+# sanitizer builds) compiles it as C++20 like the rest.
 function(shoal_libtorch_code target)
   shoal_light_optimisation(${target})
   if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
