@@ -60,7 +60,10 @@ TEST(DecentralizedSecureClusterTest, APeerKilledAfterMaskingIsLeftOutAndTheSurvi
   common::v1::TaskSpec spec = SmallTask("dec-secure");
   spec.set_mode(common::v1::MODE_DECENTRALIZED);
   spec.set_rounds(2);
-  spec.set_round_batches(20);
+  // A round opens once three peers hold the model, and joins close when the first of them is
+  // ready: the stalling peer must report its model before then. 200 batches (0.2 s or more of
+  // training) leave it that time on a loaded machine; 20 left about 20 ms.
+  spec.set_round_batches(200);
   spec.set_min_participants(3);
   spec.set_round_deadline_seconds(30);
   spec.mutable_privacy()->mutable_secure_aggregation()->set_clip_norm(5.0);
@@ -114,7 +117,7 @@ TEST(DecentralizedSecureClusterTest, APeerKilledAfterMaskingIsLeftOutAndTheSurvi
   common::v1::TaskSpec dp_spec = spec;
   dp_spec.set_name("dec-secure-dp");
   dp_spec.set_rounds(1);
-  dp_spec.set_round_batches(10);
+  dp_spec.set_round_batches(200);  // as above: time for peer-4, fresh, to join round 1
   dp_spec.mutable_privacy()->mutable_secure_aggregation()->clear_clip_norm();
   common::v1::DpSpec& dp = *dp_spec.mutable_privacy()->mutable_dp();
   dp.set_level(common::v1::DP_LEVEL_PEER);
