@@ -173,6 +173,46 @@ TEST_F(DecentralizedRunnerTest, RefusedJoinRestoresTheModelAndUnreachablePeersAr
   EXPECT_EQ(a.metrics().decentralized.rounds_refused.Value(), 2);
 }
 
+// Joins re-open while this peer's first JoinRound is on its way: the coordinator offers the
+// round again, then refuses the first JoinRound (joins had closed again). The peer, trained and
+// ready, answered the second offer; the refusal of the first does not take its update away.
+TEST_F(DecentralizedRunnerTest, ARefusalOfAnEarlierOfferLeavesTheLaterJoinStanding) {
+  TestPeer a("peer-a", 0, 2, *train_, *test_);
+  a.runner().Start();
+  a.Take();
+  a.Handle(RoundOpen(1, 1));
+  std::vector<PeerMessage> ms = a.Take();
+  ASSERT_NE(Find(ms, PeerMessage::kJoinRound), nullptr);
+  EXPECT_EQ(Find(ms, PeerMessage::kJoinRound)->join_round().offer(), 1u);
+  ASSERT_NE(Find(ms, PeerMessage::kRoundReady), nullptr);
+  auto update = a.store().Get(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
+  ASSERT_TRUE(update);
+
+  // The second offer is answered again without training again, naming that offer.
+  a.Handle(RoundOpen(1, 2));
+  ms = a.Take();
+  ASSERT_EQ(ms.size(), 2u);
+  EXPECT_EQ(ms[0].join_round().offer(), 2u);
+  EXPECT_TRUE(ms[1].has_round_ready());
+
+  // The refusal of offer 1 neither stops the worker's current step nor ends the round here.
+  EXPECT_FALSE(a.runner().Supersedes(JoinRefused(1, 1)));
+  a.Handle(JoinRefused(1, 1));
+  EXPECT_EQ(a.metrics().decentralized.rounds_refused.Value(), 0);
+  auto kept = a.store().Get(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(kept->model->Digest(), update->model->Digest());
+  a.Handle(PeerList(1, 1, {a.Endpoint()}));
+  EXPECT_NE(Find(a.Take(), PeerMessage::kConnectionsReport), nullptr);
+
+  // A refusal of the latest offer, or of no offer in particular, still ends the round.
+  EXPECT_TRUE(a.runner().Supersedes(JoinRefused(1, 2)));
+  EXPECT_TRUE(a.runner().Supersedes(JoinRefused(1)));
+  a.Handle(JoinRefused(1, 2));
+  EXPECT_EQ(a.metrics().decentralized.rounds_refused.Value(), 1);
+  EXPECT_FALSE(a.store().Get(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE));
+}
+
 TEST_F(DecentralizedRunnerTest, EvaluationWaitsWhenTheNextRoundIsAlreadyOpen) {
   TestPeer a("peer-a", 0, 2, *train_, *test_);
   a.runner().Start();

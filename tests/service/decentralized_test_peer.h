@@ -167,12 +167,13 @@ class TestPeer {
   }
   ~TestPeer() { server_->Shutdown(absl::Seconds(1)); }
 
+  // As the agent does: the runner sees the event as it arrives (Intercept), then handles it.
   void Handle(const CoordinatorEvent& e) {
-    runner_->Handle(e, [] { return true; });
+    if (!runner_->Intercept(e)) runner_->Handle(e, [] { return true; });
   }
   // As if a newer superseding event (e.g. the next RoundOpen) were already queued.
   void HandleSuperseded(const CoordinatorEvent& e) {
-    runner_->Handle(e, [] { return false; });
+    if (!runner_->Intercept(e)) runner_->Handle(e, [] { return false; });
   }
   training::Trainer& trainer() { return *trainer_; }
   // Messages sent since the last call.
@@ -218,11 +219,20 @@ inline const PeerMessage* Find(const std::vector<PeerMessage>& ms, PeerMessage::
 }
 
 // The coordinator's events the tests play.
-inline CoordinatorEvent RoundOpen(uint64_t round) {
+inline CoordinatorEvent RoundOpen(uint64_t round, uint64_t offer = 0) {
   CoordinatorEvent e;
   e.set_task("dec");
   e.mutable_round_open()->set_round(round);
   e.mutable_round_open()->set_round_batches(5);
+  e.mutable_round_open()->set_offer(offer);
+  return e;
+}
+inline CoordinatorEvent JoinRefused(uint64_t round, uint64_t offer = 0) {
+  CoordinatorEvent e;
+  e.set_task("dec");
+  e.mutable_join_refused()->set_round(round);
+  e.mutable_join_refused()->set_reason("joins closed at the first ready; wait for the next round");
+  e.mutable_join_refused()->set_offer(offer);
   return e;
 }
 inline CoordinatorEvent PeerList(uint64_t round, uint32_t attempt,

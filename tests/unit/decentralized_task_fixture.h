@@ -51,10 +51,11 @@ inline v1::PeerMessage Held(uint64_t round, uint64_t digest = 0) {
   return m;
 }
 
-inline v1::PeerMessage Join(uint64_t round) {
+inline v1::PeerMessage Join(uint64_t round, uint64_t offer = 0) {
   v1::PeerMessage m;
   m.set_task("d");
   m.mutable_join_round()->set_round(round);
+  m.mutable_join_round()->set_offer(offer);
   return m;
 }
 

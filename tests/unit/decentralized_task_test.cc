@@ -6,6 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -131,6 +134,57 @@ TEST_F(DecentralizedTaskTest, FinalEvaluationTimesOut) {
   ModeEffects fx = Tick(absl::Seconds(1));
   ASSERT_TRUE(fx.finish.has_value());
   EXPECT_EQ(fx.finish->first, v1::TASK_STATE_COMPLETED);
+}
+
+// Each RoundOpen carries a higher offer than the ones before, and a refused JoinRound's
+// refusal names the offer it answered: a peer offered the round again after joins re-opened
+// can tell the refusal of its first answer from a refusal of its latest.
+TEST_F(DecentralizedTaskTest, OffersAreNumberedAndARefusalNamesTheOfferOfItsJoin) {
+  Make(Spec(3, 5));
+  for (const std::string id : {"a", "b", "c", "d"}) Add(id);
+  Send("a", Held(0));
+  Send("b", Held(0));
+  // Round 1 opens with the third peer; d, synced while joins are open, is offered it too.
+  const ModeEffects opened = Send("c", Held(0));
+  ModeEffects fx = Send("d", Held(0));
+  std::map<std::string, uint64_t> first;
+  for (const std::string id : {"a", "b", "c", "d"}) {
+    SCOPED_TRACE(id);
+    const auto opens = Events(id == "d" ? fx : opened, id, kRoundOpen);
+    ASSERT_EQ(opens.size(), 1u);
+    first[id] = opens[0].round_open().offer();
+    EXPECT_GT(first[id], 0u);
+  }
+  EXPECT_EQ(std::set<uint64_t>({first["a"], first["b"], first["c"], first["d"]}).size(), 4u);
+
+  // a alone is ready: joins re-open, and b, c and d are offered round 1 again, with higher
+  // offers.
+  Send("a", Join(1, first["a"]));
+  fx = Send("a", Ready(1));
+  std::map<std::string, uint64_t> second;
+  for (const std::string id : {"b", "c", "d"}) {
+    SCOPED_TRACE(id);
+    const auto opens = Events(fx, id, kRoundOpen);
+    ASSERT_EQ(opens.size(), 1u);
+    second[id] = opens[0].round_open().offer();
+    EXPECT_GT(second[id], std::max({first["a"], first["b"], first["c"], first["d"]}));
+  }
+
+  // b's first answer arrives now and is taken; c answers the second offer; b's ready closes
+  // joins again. Both of d's answers come too late, each refused with its own offer.
+  Send("b", Join(1, first["b"]));
+  Send("c", Join(1, second["c"]));
+  Send("b", Ready(1));
+  fx = Send("d", Join(1, first["d"]));
+  ASSERT_THAT(Kinds(fx, "d"), ElementsAre(kJoinRefused));
+  EXPECT_EQ(Events(fx, "d", kJoinRefused)[0].join_refused().offer(), first["d"]);
+  fx = Send("d", Join(1, second["d"]));
+  ASSERT_THAT(Kinds(fx, "d"), ElementsAre(kJoinRefused));
+  EXPECT_EQ(Events(fx, "d", kJoinRefused)[0].join_refused().offer(), second["d"]);
+  // b's answer to the second offer: it joined already.
+  Send("b", Join(1, second["b"]), absl::StatusCode::kFailedPrecondition);
+  fx = Send("c", Ready(1));
+  EXPECT_THAT(Ids(Events(fx, "a", kPeerList)[0].peer_list()), ElementsAre("a", "b", "c"));
 }
 
 TEST_F(DecentralizedTaskTest, JoinsAfterTheFirstReadyGoToTheNextRound) {

@@ -236,6 +236,7 @@ absl::Status DecentralizedTask::OnJoinRound(const std::string& id, const v1::Joi
     v1::CoordinatorEvent e;
     e.mutable_join_refused()->set_round(m.round());
     e.mutable_join_refused()->set_reason(reason);
+    e.mutable_join_refused()->set_offer(m.offer());  // an answer to a later offer stands
     fx.Send(id, std::move(e));
     return absl::OkStatus();
   }
@@ -385,6 +386,7 @@ void DecentralizedTask::Offer(const std::string& id, absl::Time now, ModeEffects
   e.mutable_round_open()->set_round(round_.number);
   e.mutable_round_open()->set_round_batches(spec_.round_batches());
   e.mutable_round_open()->set_ready_deadline_unix_ms(absl::ToUnixMillis(deadline));
+  e.mutable_round_open()->set_offer(++last_offer_);
   fx.Send(id, std::move(e));
 }
 

@@ -175,6 +175,7 @@ class DecentralizedTask final : public ModeTask {
   std::map<std::string, PeerState> peers_;
   std::map<std::string, Sync> syncs_;  // joiner -> its sync in flight
   Round round_;
+  uint64_t last_offer_ = 0;  // RoundOpen.offer of the last RoundOpen sent
   std::set<std::string> eval_pending_;
   absl::Time eval_deadline_ = absl::InfiniteFuture();
   std::string waiting_notice_;  // last Waiting sent while idle, to avoid repeats

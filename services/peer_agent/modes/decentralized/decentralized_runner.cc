@@ -177,9 +177,31 @@ void DecentralizedRunner::KeepHeld() {
 }
 
 bool DecentralizedRunner::Supersedes(const CoordinatorEvent& e) const {
-  return e.has_round_open() || e.has_join_refused() || e.has_peer_list() || e.has_start_sharing() ||
+  if (e.has_join_refused()) return !RefusesAnEarlierOffer(e.join_refused());
+  return e.has_round_open() || e.has_peer_list() || e.has_start_sharing() ||
          e.has_connection_failed() || e.has_sync_from() || e.has_task_assigned() ||
          e.has_task_finished();
+}
+
+bool DecentralizedRunner::Intercept(const CoordinatorEvent& e) {
+  if (e.has_round_open()) {
+    absl::MutexLock lock(&offer_mu_);
+    offered_round_ = e.round_open().round();
+    offered_offer_ = e.round_open().offer();
+  }
+  return false;
+}
+
+bool DecentralizedRunner::RefusesAnEarlierOffer(const coordinator::v1::JoinRefused& m) const {
+  absl::MutexLock lock(&offer_mu_);
+  return m.offer() != 0 && m.round() == offered_round_ && m.offer() < offered_offer_;
+}
+
+void DecentralizedRunner::SendJoin(const coordinator::v1::RoundOpen& m) {
+  PeerMessage join;
+  join.mutable_join_round()->set_round(m.round());
+  join.mutable_join_round()->set_offer(m.offer());
+  Send(join);
 }
 
 void DecentralizedRunner::Handle(const CoordinatorEvent& e,
@@ -195,6 +217,13 @@ void DecentralizedRunner::Handle(const CoordinatorEvent& e,
       HandleRoundOpen(e.round_open(), keep_going);
       break;
     case CoordinatorEvent::kJoinRefused:
+      if (RefusesAnEarlierOffer(e.join_refused())) {
+        // Refused before a later RoundOpen of the round, which this peer answers.
+        LogInfo("task ", task_, " round ", e.join_refused().round(),
+                ": an earlier JoinRound was refused (", e.join_refused().reason(),
+                "); the later one stands");
+        break;
+      }
       metrics_.decentralized.rounds_refused.Increment();
       DropCompletedRoundBefore(e.join_refused().round());
       if (round_ && round_->round <= e.join_refused().round()) {
@@ -285,10 +314,9 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
                                           const std::function<bool()>& keep_going) {
   const uint64_t r = m.round();
   if (round_ && round_->round == r && round_->ready) {
-    // A repeated RoundOpen (e.g. after a reconnect): answer again without training again.
-    PeerMessage join;
-    join.mutable_join_round()->set_round(r);
-    Send(join);
+    // A repeated RoundOpen (e.g. after a reconnect, or joins re-opened after this peer's
+    // JoinRound was refused): answer again without training again.
+    SendJoin(m);
     PeerMessage ready;
     auto* rr = ready.mutable_round_ready();
     rr->set_round(r);
@@ -325,9 +353,7 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
   } else {
     LogWarning("task ", task_, " round ", r, ": ", p.status().message());
   }
-  PeerMessage join;
-  join.mutable_join_round()->set_round(r);
-  Send(join);
+  SendJoin(m);
   metrics_.decentralized.rounds_joined.Increment();
   // The previous round's evaluation, deferred so that JoinRound went out first.
   RunPendingEval();

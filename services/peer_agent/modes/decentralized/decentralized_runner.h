@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "libs/aggregation/strategy.h"
 #include "libs/common/backoff.h"
@@ -75,7 +77,8 @@ inline absl::Duration FetchAttemptTimeout(const DecentralizedRunnerOptions& opti
 // The round flow is in decentralized_runner.cc, the exchange with the other participants
 // (probes, sharing, sync) in decentralized_sharing.cc.
 // Owned by the agent, which makes it through the mode registry; the deps must outlive it.
-// Threading: see ModeRunner (Supersedes() is stateless; everything else on the worker, plus one
+// Threading: see ModeRunner (Intercept() records the latest RoundOpen's offer, which
+// Supersedes() and the worker read under its mutex; everything else on the worker, plus one
 // thread per participant while probing or fetching, joined before the handler returns).
 class DecentralizedRunner final : public ModeRunner {
  public:
@@ -91,8 +94,11 @@ class DecentralizedRunner final : public ModeRunner {
   void Finished() override;
   void Handle(const coordinator::v1::CoordinatorEvent& event,
               const std::function<bool()>& keep_going) override;
+  // Records the round and offer of each RoundOpen as it arrives; consumes nothing.
+  bool Intercept(const coordinator::v1::CoordinatorEvent& event) override;
   // RoundOpen, JoinRefused, PeerList, StartSharing, ConnectionFailed, SyncFrom, TaskAssigned and
-  // TaskFinished stop the current step (training, probing, fetching).
+  // TaskFinished stop the current step (training, probing, fetching); a JoinRefused of an offer
+  // older than the latest RoundOpen of its round does not (it is ignored).
   bool Supersedes(const coordinator::v1::CoordinatorEvent& event) const override;
 
  private:
@@ -174,6 +180,12 @@ class DecentralizedRunner final : public ModeRunner {
   // loaded it); Start() loads it back (true: held_ is now that model).
   void KeepHeld();
   bool HoldKeptModel();
+  // Sends JoinRound, the answer to `m`.
+  void SendJoin(const coordinator::v1::RoundOpen& m);
+  // The refusal of a JoinRound that answered an earlier RoundOpen of the round than the latest
+  // one received: the answer to that one (sent, or queued to be sent) stands or gets its own
+  // refusal.
+  bool RefusesAnEarlierOffer(const coordinator::v1::JoinRefused& m) const;
   void SendError(uint64_t round, const absl::Status& status);
   void Send(const coordinator::v1::PeerMessage& message);
 
@@ -204,6 +216,12 @@ class DecentralizedRunner final : public ModeRunner {
     tensor::FlatModel model;
   };
   std::optional<PendingEval> pending_eval_;  // evaluated right after the next JoinRound
+
+  // The round and offer of the latest RoundOpen received, in the session's order (written by
+  // Intercept on the reader thread, read there and by the worker).
+  mutable absl::Mutex offer_mu_;
+  uint64_t offered_round_ ABSL_GUARDED_BY(offer_mu_) = 0;
+  uint64_t offered_offer_ ABSL_GUARDED_BY(offer_mu_) = 0;
 };
 
 // The registry's factory (mode_registry.cc): DecentralizedRunner::Create with default options.
