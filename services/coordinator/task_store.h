@@ -64,6 +64,8 @@ class TaskStore {
   // Every checkpoint record of `task`, oldest version first.
   virtual absl::StatusOr<std::vector<StoredCheckpoint>> ListCheckpoints(
       const std::string& task) = 0;
+  // Every checkpoint record of every task in one read: by task name, then oldest version first.
+  virtual absl::StatusOr<std::vector<StoredCheckpoint>> ListAllCheckpoints() = 0;
   // Forgets the checkpoint records of `task` older than `version` (not their files).
   virtual absl::Status DeleteCheckpointsBefore(const std::string& task, uint64_t version) = 0;
 

@@ -196,6 +196,30 @@ TEST_P(StoreTest, CheckpointsAreListedInOrderAndForgottenBeforeAVersion) {
   EXPECT_TRUE(versions("none").empty());
 }
 
+TEST_P(StoreTest, AllCheckpointsComeInOneListByTaskThenVersion) {
+  EXPECT_TRUE(store_->ListAllCheckpoints()->empty());
+  // "t" is a prefix of "tt", and "t-2" sorts between them.
+  for (const auto& [task, version] : std::vector<std::pair<std::string, uint64_t>>{
+           {"tt", 2}, {"t", 7}, {"t-2", 1}, {"t", 3}, {"tt", 1}}) {
+    ASSERT_TRUE(store_
+                    ->PutCheckpoint({.task = task,
+                                     .version = version,
+                                     .round = version,
+                                     .digest = absl::StrCat("d", version),
+                                     .path = absl::StrCat("/ck/", task, "-", version)})
+                    .ok());
+  }
+  absl::StatusOr<std::vector<StoredCheckpoint>> all = store_->ListAllCheckpoints();
+  ASSERT_TRUE(all.ok()) << all.status();
+  std::vector<std::string> got;
+  for (const StoredCheckpoint& c : *all) {
+    got.push_back(absl::StrCat(c.task, "/", c.version, " ", c.round, " ", c.digest, " ", c.path));
+  }
+  EXPECT_THAT(got,
+              ::testing::ElementsAre("t/3 3 d3 /ck/t-3", "t/7 7 d7 /ck/t-7", "t-2/1 1 d1 /ck/t-2-1",
+                                     "tt/1 1 d1 /ck/tt-1", "tt/2 2 d2 /ck/tt-2"));
+}
+
 TEST_P(StoreTest, EverythingSurvivesReopening) {
   ASSERT_TRUE(store_->PutTask(Task("t", v1::TASK_STATE_RUNNING)).ok());
   ASSERT_TRUE(store_->PutRound("t", Round(1)).ok());

@@ -128,6 +128,9 @@ class RefusingStore final : public TaskStore {
   absl::StatusOr<std::vector<StoredCheckpoint>> ListCheckpoints(const std::string& t) override {
     return store_->ListCheckpoints(t);
   }
+  absl::StatusOr<std::vector<StoredCheckpoint>> ListAllCheckpoints() override {
+    return store_->ListAllCheckpoints();
+  }
   absl::Status DeleteCheckpointsBefore(const std::string& t, uint64_t v) override {
     return store_->DeleteCheckpointsBefore(t, v);
   }

@@ -19,15 +19,10 @@ namespace shoal::coordinator {
 absl::StatusOr<SweptFiles> SweepCheckpointDir(TaskStore& store, absl::Duration min_age,
                                               absl::Time now) {
   std::set<std::string> recorded;  // file names
-  absl::StatusOr<std::vector<StoredTask>> tasks = store.LoadTasks(0);
-  if (!tasks.ok()) return tasks.status();
-  for (const StoredTask& task : *tasks) {
-    absl::StatusOr<std::vector<StoredCheckpoint>> checkpoints =
-        store.ListCheckpoints(task.status.spec().name());
-    if (!checkpoints.ok()) return checkpoints.status();
-    for (const StoredCheckpoint& c : *checkpoints) {
-      recorded.insert(std::filesystem::path(c.path).filename().string());
-    }
+  absl::StatusOr<std::vector<StoredCheckpoint>> checkpoints = store.ListAllCheckpoints();
+  if (!checkpoints.ok()) return checkpoints.status();
+  for (const StoredCheckpoint& c : *checkpoints) {
+    recorded.insert(std::filesystem::path(c.path).filename().string());
   }
   SweptFiles swept;
   std::error_code ec;

@@ -28,8 +28,9 @@ struct SweptFiles {
 // that is an unfinished model write (tensor::IsUnfinishedModelWrite) or a `.model` file that no
 // checkpoint record of the store names. Records are matched by file name, not by path, so that a
 // directory shared by coordinators that mount it at different paths keeps what any of them
-// recorded. Other files stay. Fails, deleting nothing, when the store cannot list its tasks or
-// their checkpoints; a file that cannot be deleted is logged and left.
+// recorded (a record whose task's status is gone still keeps its file). Other files stay. Fails,
+// deleting nothing, when the store cannot list its checkpoints (one read,
+// TaskStore::ListAllCheckpoints); a file that cannot be deleted is logged and left.
 absl::StatusOr<SweptFiles> SweepCheckpointDir(TaskStore& store, absl::Duration min_age,
                                               absl::Time now);
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "libs/common/status_macros.h"
 #include "shoal/coordinator/v1/store.pb.h"
 
@@ -205,6 +206,27 @@ absl::StatusOr<std::vector<StoredCheckpoint>> EtcdTaskStore::ListCheckpoints(
     SHOAL_ASSIGN_OR_RETURN(StoredCheckpoint c, ParseCheckpoint(task, kv));
     list.push_back(std::move(c));
   }
+  return list;
+}
+
+absl::StatusOr<std::vector<StoredCheckpoint>> EtcdTaskStore::ListAllCheckpoints() {
+  const std::string checkpoints = KindPrefix("checkpoints");
+  absl::StatusOr<std::vector<etcd::KeyValue>> kvs =
+      kv_->Range({checkpoints, etcd::EtcdKv::PrefixEnd(checkpoints), 0, false});
+  if (!kvs.ok()) return kvs.status();
+  std::vector<StoredCheckpoint> list;
+  list.reserve(kvs->size());
+  for (const etcd::KeyValue& kv : *kvs) {
+    // PREFIX/checkpoints/TASK/VERSION: task names hold no '/'.
+    const absl::string_view rest = absl::string_view(kv.key).substr(checkpoints.size());
+    const std::string task(rest.substr(0, rest.find('/')));
+    SHOAL_ASSIGN_OR_RETURN(StoredCheckpoint c, ParseCheckpoint(task, kv));
+    list.push_back(std::move(c));
+  }
+  // Key order puts "t-2/" before "t/" ('-' sorts before '/'): order by name as SQLite does.
+  std::stable_sort(
+      list.begin(), list.end(),
+      [](const StoredCheckpoint& a, const StoredCheckpoint& b) { return a.task < b.task; });
   return list;
 }
 

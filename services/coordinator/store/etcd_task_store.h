@@ -46,6 +46,7 @@ class EtcdTaskStore final : public TaskStore {
   absl::StatusOr<StoredCheckpoint> GetCheckpoint(const std::string& task,
                                                  std::optional<uint64_t> version) override;
   absl::StatusOr<std::vector<StoredCheckpoint>> ListCheckpoints(const std::string& task) override;
+  absl::StatusOr<std::vector<StoredCheckpoint>> ListAllCheckpoints() override;
   absl::Status DeleteCheckpointsBefore(const std::string& task, uint64_t version) override;
   absl::Status DeleteTask(const std::string& task) override;
   const std::string& checkpoint_dir() const override { return checkpoint_dir_; }

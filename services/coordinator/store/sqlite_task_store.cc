@@ -268,6 +268,23 @@ absl::StatusOr<std::vector<StoredCheckpoint>> SqliteTaskStore::ListCheckpoints(
   return list;
 }
 
+absl::StatusOr<std::vector<StoredCheckpoint>> SqliteTaskStore::ListAllCheckpoints() {
+  Statement st(db_,
+               "SELECT version, round, digest, path, task FROM checkpoints ORDER BY task, "
+               "version");
+  if (!st.status().ok()) return st.status();
+  std::vector<StoredCheckpoint> list;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
+    list.push_back(CheckpointRow(st, st.Blob(4)));
+  }
+  if (rc != SQLITE_DONE) {
+    return absl::InternalError(
+        absl::StrCat("sqlite: listing the checkpoints: ", sqlite3_errstr(rc)));
+  }
+  return list;
+}
+
 absl::Status SqliteTaskStore::DeleteCheckpointsBefore(const std::string& task, uint64_t version) {
   Statement st(db_, "DELETE FROM checkpoints WHERE task = ?1 AND version < ?2");
   if (!st.status().ok()) return st.status();
