@@ -1,8 +1,12 @@
 #include "tests/testing/etcd_member.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <utility>
@@ -31,6 +35,23 @@ std::string FindEtcd() {
   return "";
 }
 
+// Whether every thread of `pid` is stopped (state T or t in /proc/PID/task/TID/stat).
+bool AllThreadsStopped(pid_t pid) {
+  std::error_code ec;
+  bool any = false;
+  for (const auto& task :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
+    std::ifstream in(task.path() / "stat");
+    const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // "TID (COMM) STATE ...": the state follows the last ')', as COMM may hold one.
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos || close + 2 >= stat.size()) return false;
+    if (stat[close + 2] != 'T' && stat[close + 2] != 't') return false;
+    any = true;
+  }
+  return any && !ec;
+}
+
 }  // namespace
 
 EtcdMember::~EtcdMember() { Kill(); }
@@ -40,7 +61,13 @@ void EtcdMember::Kill() {
 }
 
 void EtcdMember::Signal(int sig) {
-  if (process_ != nullptr) process_->Signal(sig);
+  if (process_ == nullptr) return;
+  process_->Signal(sig);
+  if (sig == SIGSTOP) {
+    // Sent is not stopped: a member that runs on for a moment still answers a heartbeat, which
+    // can confirm the leader's next read (a test of a leader without its quorum then sees one).
+    WaitUntil([&] { return AllThreadsStopped(process_->pid()); }, absl::Seconds(5));
+  }
 }
 
 absl::Status EtcdMember::Restart() {

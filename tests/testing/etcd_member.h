@@ -35,7 +35,8 @@ class EtcdMember {
   // Kills etcd and starts it again on the same ports and data (a member that was down comes
   // back); returns once it accepts connections.
   absl::Status Restart();
-  // Sends `sig` to etcd (SIGSTOP: a member that hangs, its connections open; SIGCONT).
+  // Sends `sig` to etcd (SIGSTOP: a member that hangs, its connections open; SIGCONT). After
+  // SIGSTOP it returns once every thread of etcd is stopped (at most 5 s).
   void Signal(int sig);
 
   const std::string& endpoint() const { return endpoint_; }  // HOST:PORT of its client API
