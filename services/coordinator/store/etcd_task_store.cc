@@ -196,37 +196,34 @@ absl::StatusOr<StoredCheckpoint> EtcdTaskStore::GetCheckpoint(const std::string&
 
 absl::StatusOr<std::vector<StoredCheckpoint>> EtcdTaskStore::ListCheckpoints(
     const std::string& task) {
-  const std::string checkpoints = TaskPrefix("checkpoints", task);
-  absl::StatusOr<std::vector<etcd::KeyValue>> kvs =
-      kv_->Range({checkpoints, etcd::EtcdKv::PrefixEnd(checkpoints), 0, false});
-  if (!kvs.ok()) return kvs.status();
-  std::vector<StoredCheckpoint> list;
-  list.reserve(kvs->size());
-  for (const etcd::KeyValue& kv : *kvs) {
-    SHOAL_ASSIGN_OR_RETURN(StoredCheckpoint c, ParseCheckpoint(task, kv));
-    list.push_back(std::move(c));
-  }
-  return list;
+  return RangeCheckpoints(TaskPrefix("checkpoints", task));
 }
 
 absl::StatusOr<std::vector<StoredCheckpoint>> EtcdTaskStore::ListAllCheckpoints() {
-  const std::string checkpoints = KindPrefix("checkpoints");
+  absl::StatusOr<std::vector<StoredCheckpoint>> list = RangeCheckpoints(KindPrefix("checkpoints"));
+  if (!list.ok()) return list.status();
+  // Key order puts "t-2/" before "t/" ('-' sorts before '/'): order by name as SQLite does.
+  std::stable_sort(
+      list->begin(), list->end(),
+      [](const StoredCheckpoint& a, const StoredCheckpoint& b) { return a.task < b.task; });
+  return list;
+}
+
+absl::StatusOr<std::vector<StoredCheckpoint>> EtcdTaskStore::RangeCheckpoints(
+    const std::string& prefix) {
+  const std::string kind = KindPrefix("checkpoints");
   absl::StatusOr<std::vector<etcd::KeyValue>> kvs =
-      kv_->Range({checkpoints, etcd::EtcdKv::PrefixEnd(checkpoints), 0, false});
+      kv_->Range({prefix, etcd::EtcdKv::PrefixEnd(prefix), 0, false});
   if (!kvs.ok()) return kvs.status();
   std::vector<StoredCheckpoint> list;
   list.reserve(kvs->size());
   for (const etcd::KeyValue& kv : *kvs) {
     // PREFIX/checkpoints/TASK/VERSION: task names hold no '/'.
-    const absl::string_view rest = absl::string_view(kv.key).substr(checkpoints.size());
-    const std::string task(rest.substr(0, rest.find('/')));
-    SHOAL_ASSIGN_OR_RETURN(StoredCheckpoint c, ParseCheckpoint(task, kv));
+    const absl::string_view rest = absl::string_view(kv.key).substr(kind.size());
+    SHOAL_ASSIGN_OR_RETURN(StoredCheckpoint c,
+                           ParseCheckpoint(std::string(rest.substr(0, rest.find('/'))), kv));
     list.push_back(std::move(c));
   }
-  // Key order puts "t-2/" before "t/" ('-' sorts before '/'): order by name as SQLite does.
-  std::stable_sort(
-      list.begin(), list.end(),
-      [](const StoredCheckpoint& a, const StoredCheckpoint& b) { return a.task < b.task; });
   return list;
 }
 

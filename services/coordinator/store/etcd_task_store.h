@@ -57,6 +57,9 @@ class EtcdTaskStore final : public TaskStore {
   // "<prefix>/<kind>/" and, with a task, "<prefix>/<kind>/<task>/".
   std::string KindPrefix(absl::string_view kind) const;
   std::string TaskPrefix(absl::string_view kind, absl::string_view task) const;
+  // The checkpoint records under `prefix` (every task's, or one task's), each with the task
+  // its key names, in key order.
+  absl::StatusOr<std::vector<StoredCheckpoint>> RangeCheckpoints(const std::string& prefix);
   absl::StatusOr<std::vector<v1::RoundSummary>> ReadRounds(const std::string& task,
                                                            const etcd::RangeQuery& query);
   // The task's status record parsed, with its newest `history_limit` rounds.
