@@ -280,8 +280,6 @@ absl::Status DecentralizedTask::OnEvalReport(const std::string& id, const v1::Ev
   return absl::OkStatus();
 }
 
-// --- Model sync ------------------------------------------------------------------------------
-
 // --- Rounds ----------------------------------------------------------------------------------
 
 void DecentralizedTask::SendWaiting(const std::set<std::string>& to, size_t have, ModeEffects& fx) {
