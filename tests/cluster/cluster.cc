@@ -4,10 +4,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -233,16 +235,37 @@ absl::StatusOr<absl::Duration> Cluster::KillCoordinatorForStandby(absl::Duration
   absl::StatusOr<int> serving = WaitForServingStandby(timeout);
   if (!serving.ok()) return serving.status();
   const absl::Duration took = absl::Now() - killed;
-  std::swap(coordinator_, standbys_[*serving]);
+  SHOAL_RETURN_IF_ERROR(PromoteStandby(*serving));
+  return took;
+}
+
+absl::Status Cluster::PromoteStandby(int index) {
+  std::swap(coordinator_, standbys_.at(index));
   control_ = cv1::ControlService::NewStub(rpc::MakeChannel(coordinator_.address, credentials_));
-  Service& dead = standbys_[*serving];
+  Service& dead = standbys_[index];
   SHOAL_RETURN_IF_ERROR(dead.process->Wait(absl::Seconds(10)).status());
   // Held until RestartStandby, so that no test running beside this one is handed the port.
   const int port = std::stoi(dead.address.substr(dead.address.rfind(':') + 1));
   absl::StatusOr<ReservedPort> hold = ReservedPort::Reserve(port);
   if (!hold.ok()) return hold.status();
   held_ports_.insert_or_assign(dead.address, *std::move(hold));
-  return took;
+  return absl::OkStatus();
+}
+
+void Cluster::FollowStepDown() {
+  if (standbys_.empty() || coordinator_.process == nullptr || coordinator_.process->Running()) {
+    return;
+  }
+  const std::optional<int> serving = ServingStandby(nullptr);
+  if (!serving.has_value()) return;  // none yet: the call fails, and the caller's wait polls again
+  const std::string from = coordinator_.address;
+  if (absl::Status s = PromoteStandby(*serving); !s.ok()) {
+    ADD_FAILURE() << "following the coordinator's successor: " << s;
+    return;
+  }
+  ++step_downs_followed_;
+  std::printf("the coordinator at %s stepped down; %s serves in its place\n", from.c_str(),
+              coordinator_.address.c_str());
 }
 
 absl::Status Cluster::RestartStandby(int index) {
@@ -257,32 +280,32 @@ absl::Status Cluster::RestartStandby(int index) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> Cluster::WaitForServingStandby(absl::Duration timeout) {
-  // Without the channel's retries, so that each poll answers at once.
-  std::vector<std::unique_ptr<cv1::ControlService::Stub>> probes;
-  for (const Service& s : standbys_) {
-    probes.push_back(cv1::ControlService::NewStub(rpc::MakeProbeChannel(s.address, credentials_)));
+std::optional<int> Cluster::ServingStandby(std::string* last) {
+  for (size_t i = 0; i < standbys_.size(); ++i) {
+    if (!standbys_[i].process->Running()) continue;
+    // Without the channel's retries, so that the probe answers at once.
+    auto probe =
+        cv1::ControlService::NewStub(rpc::MakeProbeChannel(standbys_[i].address, credentials_));
+    grpc::ClientContext context;
+    rpc::SetTimeout(context, absl::Seconds(2));
+    context.set_wait_for_ready(true);  // see WaitForCoordinatorServing
+    cv1::ListTasksResponse response;
+    const absl::Status s =
+        rpc::FromGrpcStatus(probe->ListTasks(&context, cv1::ListTasksRequest(), &response));
+    if (s.ok()) return static_cast<int>(i);
+    if (last != nullptr) *last = absl::StrCat(standbys_[i].address, ": ", s.ToString());
   }
-  int serving = -1;
+  return std::nullopt;
+}
+
+absl::StatusOr<int> Cluster::WaitForServingStandby(absl::Duration timeout) {
+  std::optional<int> serving;
   std::string last;
   const auto any_serving = [&] {
-    for (size_t i = 0; i < probes.size(); ++i) {
-      if (!standbys_[i].process->Running()) continue;
-      grpc::ClientContext context;
-      rpc::SetTimeout(context, absl::Seconds(2));
-      context.set_wait_for_ready(true);  // see WaitForCoordinatorServing
-      cv1::ListTasksResponse response;
-      const absl::Status s =
-          rpc::FromGrpcStatus(probes[i]->ListTasks(&context, cv1::ListTasksRequest(), &response));
-      if (s.ok()) {
-        serving = static_cast<int>(i);
-        return true;
-      }
-      last = absl::StrCat(standbys_[i].address, ": ", s.ToString());
-    }
-    return false;
+    serving = ServingStandby(&last);
+    return serving.has_value();
   };
-  if (WaitUntil(any_serving, Scaled(timeout), absl::Milliseconds(50))) return serving;
+  if (WaitUntil(any_serving, Scaled(timeout), absl::Milliseconds(50))) return *serving;
   return absl::DeadlineExceededError(absl::StrCat("no standby coordinator serves after ",
                                                   absl::FormatDuration(timeout), " (last: ", last,
                                                   ")\n", LogTails()));
@@ -419,6 +442,7 @@ absl::Status Cluster::StartOwnDataPeer(int index, const std::string& data_dir,
 }
 
 absl::Status Cluster::CreateTask(const common::v1::TaskSpec& spec) {
+  FollowStepDown();
   grpc::ClientContext context;
   rpc::SetTimeout(context, absl::Seconds(10));
   cv1::CreateTaskRequest request;
@@ -428,6 +452,7 @@ absl::Status Cluster::CreateTask(const common::v1::TaskSpec& spec) {
 }
 
 absl::StatusOr<cv1::TaskStatus> Cluster::Status(const std::string& task) {
+  FollowStepDown();
   grpc::ClientContext context;
   rpc::SetTimeout(context, absl::Seconds(5));
   cv1::GetTaskStatusRequest request;
@@ -439,6 +464,7 @@ absl::StatusOr<cv1::TaskStatus> Cluster::Status(const std::string& task) {
 }
 
 absl::StatusOr<cv1::ListNodesResponse> Cluster::Nodes() {
+  FollowStepDown();
   grpc::ClientContext context;
   rpc::SetTimeout(context, absl::Seconds(5));
   cv1::ListNodesResponse response;

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,9 @@ class Cluster {
   // Starts the stopped standby `index` again on its address and state directory, as a
   // restarted pod would be: a killed coordinator comes back as a standby.
   absl::Status RestartStandby(int index);
+  // How many times the coordinator exited on its own (it lost its hold on the etcd store and
+  // stepped down) and the cluster made the standby serving in its place the coordinator.
+  int step_downs_followed() const { return step_downs_followed_; }
   // Waits until the coordinator answers ListTasks (a standby does not).
   absl::Status WaitForCoordinatorServing(absl::Duration timeout);
   // --coordinator for aggregators and peers: the coordinator's address, then the standbys'.
@@ -149,6 +153,16 @@ class Cluster {
   // Starts a coordinator that waits as a standby (its certificate is the coordinator's: the
   // aggregators take the coordinator's calls from that name only).
   absl::StatusOr<Service> StartStandbyOn(const std::string& name, const std::string& listen);
+  // Makes standby `index` the coordinator (the tests' calls go to it) once the coordinator has
+  // exited; the old one takes its place among the standbys, its port held until RestartStandby.
+  absl::Status PromoteStandby(int index);
+  // With standbys, when the coordinator has exited though no test stopped it (it stepped down)
+  // and a standby serves, PromoteStandby: CreateTask, Status and Nodes follow a stepped-down
+  // coordinator's successor, as peers and aggregators given every address do. One probe.
+  void FollowStepDown();
+  // One probe (ListTasks) of each running standby: the index of the first that serves, else
+  // nullopt and, in `last` when given, the last refusal.
+  std::optional<int> ServingStandby(std::string* last);
   // Polls the standbys until one serves; returns its index.
   absl::StatusOr<int> WaitForServingStandby(absl::Duration timeout);
   // The coordinator's command line but --listen and the files Start adds.
@@ -165,6 +179,7 @@ class Cluster {
   std::string bin_dir_;
   std::string host_ = "127.0.0.1";
   int batch_floor_ms_ = 0;
+  int step_downs_followed_ = 0;
   std::shared_ptr<grpc::ChannelCredentials> credentials_;
   Service coordinator_;
   // StartStandbyCoordinator; a killed coordinator after KillCoordinatorForStandby, its port held

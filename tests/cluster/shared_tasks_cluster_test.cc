@@ -127,7 +127,8 @@ class SharedTasksClusterTest : public ::testing::Test {
         },
         Cluster::TaskBound(spec), "the end of " + spec.name());
     ASSERT_TRUE(after.ok()) << after.status();
-    records_->ExpectCompletedEveryRoundOnce(spec, *after, seen, kPeersPerTask);
+    records_->ExpectCompletedEveryRoundOnce(spec, *after, seen, kPeersPerTask,
+                                            AdoptedRounds(cluster_->dir(), spec.name()));
   }
 
   const absl::Time start_ = absl::Now();
