@@ -154,7 +154,7 @@ Aggregation::Aggregation(tensor::ModelLayout layout, int threads)
     : layout_(std::move(layout)), threads_(std::max(threads, 1)) {}
 
 absl::Status Aggregation::Add(absl::Span<const float> delta, double weight,
-                              absl::string_view contributor) {
+                              absl::string_view contributor, bool finite) {
   if (delta.size() != layout_.total_elements()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "delta has ", delta.size(), " values; the model has ", layout_.total_elements()));
@@ -167,7 +167,7 @@ absl::Status Aggregation::Add(absl::Span<const float> delta, double weight,
                                                    " already added an update to this round"));
   }
   // A NaN poisons a mean, and breaks the ordering the robust strategies sort by.
-  const size_t bad = FirstNonFinite(delta, threads_);
+  const size_t bad = finite ? delta.size() : FirstNonFinite(delta, threads_);
   if (bad != delta.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("delta: non-finite value ", delta[bad], " at ", layout_.DescribeElement(bad)));

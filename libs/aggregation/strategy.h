@@ -63,7 +63,10 @@ class Aggregation {
   // strategies copy `delta`. Errors, INVALID_ARGUMENT, nothing added: a size mismatch, a
   // non-finite value (named by tensor and element), a non-positive or non-finite weight, a
   // contributor already added to this round (the caller decides which of two pushes counts).
-  absl::Status Add(absl::Span<const float> delta, double weight, absl::string_view contributor);
+  // `finite`: the caller knows every value of `delta` is finite (e.g. its L2 norm, summed in
+  // double, is), and the pass that looks for one that is not is skipped.
+  absl::Status Add(absl::Span<const float> delta, double weight, absl::string_view contributor,
+                   bool finite = false);
 
   // Writes base + aggregate(deltas) into `out` (resized; its capacity is reused, so pass a
   // recycled model buffer to skip the first-touch cost of a fresh one). `out` must not be

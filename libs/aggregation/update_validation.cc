@@ -37,6 +37,30 @@ double L2Norm(absl::Span<const float> values) {
   return std::sqrt(total);
 }
 
+double DifferenceL2Norm(absl::Span<const float> x, absl::Span<const float> base,
+                        absl::Span<float> out) {
+  // L2Norm's lanes and order over the differences as they are written.
+  double lanes[8] = {};
+  size_t i = 0;
+  const size_t n = out.size();
+  const float* __restrict a = x.data();
+  const float* __restrict b = base.data();
+  float* __restrict d = out.data();
+  for (; i + 8 <= n; i += 8) {
+    for (size_t j = 0; j < 8; ++j) {
+      d[i + j] = a[i + j] - b[i + j];
+      lanes[j] += static_cast<double>(d[i + j]) * d[i + j];
+    }
+  }
+  double total = 0;
+  for (; i < n; ++i) {
+    d[i] = a[i] - b[i];
+    total += static_cast<double>(d[i]) * d[i];
+  }
+  for (double l : lanes) total += l;
+  return std::sqrt(total);
+}
+
 absl::Status CheckNormBound(double norm, double max_norm) {
   if (max_norm <= 0) return absl::OkStatus();
   if (!(norm <= max_norm)) {

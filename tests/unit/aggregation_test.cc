@@ -78,6 +78,20 @@ TEST(UpdateValidationTest, Finite) {
   EXPECT_THAT(s.message(), HasSubstr("element 1"));
 }
 
+// The difference and its norm in one pass: the values x - base, and L2Norm of them bit for bit,
+// with a tail after the 8-value lanes.
+TEST(UpdateValidationTest, DifferenceNormIsTheNormOfTheDifference) {
+  std::vector<float> x(1003), base(1003), out(1003);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = std::sin(static_cast<float>(i)) * 3.0f;
+    base[i] = std::cos(static_cast<float>(i) * 0.7f);
+  }
+  const double norm = DifferenceL2Norm(x, base, absl::MakeSpan(out));
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(out[i], x[i] - base[i]) << i;
+  EXPECT_EQ(norm, L2Norm(out));
+  EXPECT_GT(norm, 0);
+}
+
 TEST(UpdateValidationTest, Norm) {
   EXPECT_DOUBLE_EQ(L2Norm(std::vector<float>{3, 4}), 5);
   std::vector<float> many(1001, 1.0f);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/aggregation/strategy.h"
@@ -205,6 +206,15 @@ TEST(AggregateRoundTest, RejectsBadInput) {
   s = AggregateRound(mean, base, {PeerUpdate{"p", 1, m}, PeerUpdate{"q", 1, nan}}, 10).status();
   EXPECT_TRUE(absl::IsInvalidArgument(s));
   EXPECT_THAT(s.message(), HasSubstr("peer q"));
+  // Finite values whose difference from the base overflows: an infinite delta, refused too.
+  tensor::FlatModel low = base;
+  low.values[5] = -3e38f;
+  auto far = std::make_shared<tensor::FlatModel>(*m);
+  far->values[5] = 3e38f;
+  s = AggregateRound(mean, low, {PeerUpdate{"p", 1, m}, PeerUpdate{"q", 1, far}}, 0).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_THAT(s.message(), HasSubstr("peer q"));
+  EXPECT_THAT(s.message(), HasSubstr("non-finite value inf"));
 }
 
 // RoundFold folds each update as soon as every lower id is in: offered in ascending order it
@@ -273,6 +283,58 @@ TEST(RoundFoldTest, RefusesUpdatesItCannotTake) {
   EXPECT_THAT(s.message(), HasSubstr("two updates"));
   EXPECT_TRUE(absl::IsInvalidArgument(fold->Offer(PeerUpdate{"a", 1, nullptr}, base)));
   EXPECT_FALSE(fold->complete());
+}
+
+// The next round's fold, restarted from the last one to keep its buffers, makes what a fresh
+// fold makes, bit for bit: for mean (float and exact sums) and a strategy that keeps every
+// delta, with an update left out for its norm and one held while it waits for a lower id.
+TEST(RoundFoldTest, ARestartedFoldMakesWhatAFreshOneMakes) {
+  const tensor::ModelLayout layout = Layout({32, 17});
+  aggregation::StrategyOptions exact;
+  exact.kind = common::v1::AGGREGATION_MEAN;
+  exact.params.set_exact_sum(true);
+  absl::StatusOr<aggregation::Strategy> exact_mean = aggregation::MakeStrategy(exact);
+  ASSERT_TRUE(exact_mean.ok()) << exact_mean.status();
+  for (const aggregation::Strategy& strategy :
+       {Make(common::v1::AGGREGATION_MEAN), *exact_mean, Make(common::v1::AGGREGATION_MEDIAN)}) {
+    SCOPED_TRACE(strategy.name());
+    const tensor::FlatModel first_base = Filled(layout, 0.25f);
+    absl::StatusOr<RoundFold> fold = RoundFold::Start(strategy, layout, {"p1", "p2", "p3"}, 5.0);
+    ASSERT_TRUE(fold.ok()) << fold.status();
+    for (int i = 1; i <= 3; ++i) {
+      ASSERT_TRUE(fold->Offer(PeerUpdate{absl::StrCat("p", i), 10,
+                                         Trained(first_base, static_cast<uint32_t>(i))},
+                              first_base)
+                      .ok());
+    }
+    ASSERT_TRUE(fold->Finish(first_base).ok());
+
+    const tensor::FlatModel base = Filled(layout, -0.5f);
+    std::vector<PeerUpdate> updates = {
+        PeerUpdate{"q1", 7, Trained(base, 11)}, PeerUpdate{"q2", 9, Trained(base, 12)},
+        PeerUpdate{"q3", 11, Trained(base, 13, 1.0f)},  // norm about 24: left out
+        PeerUpdate{"q4", 13, Trained(base, 14)}};
+    absl::StatusOr<RoundAggregate> want = AggregateRound(strategy, base, updates, 5.0);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_EQ(want->excluded.size(), 1u);
+
+    EXPECT_TRUE(absl::IsInvalidArgument(fold->Restart({"q1", "q1"})));
+    EXPECT_THAT(fold->participants(), ElementsAre("p1", "p2", "p3"));
+    ASSERT_TRUE(fold->Restart({"q4", "q3", "q2", "q1"}).ok());
+    EXPECT_THAT(fold->participants(), ElementsAre("q1", "q2", "q3", "q4"));
+    EXPECT_FALSE(fold->Has("p1"));
+    ASSERT_TRUE(fold->Offer(updates[1], base).ok());
+    EXPECT_EQ(fold->waiting(), 1u);
+    ASSERT_TRUE(fold->Offer(updates[0], base).ok());
+    ASSERT_TRUE(fold->Offer(updates[3], base).ok());
+    ASSERT_TRUE(fold->Offer(updates[2], base).ok());
+    absl::StatusOr<RoundAggregate> got = fold->Finish(base);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(SameBytes(got->model, want->model));
+    EXPECT_EQ(got->included, want->included);
+    EXPECT_EQ(got->excluded.size(), 1u);
+    EXPECT_EQ(got->num_samples, want->num_samples);
+  }
 }
 
 }  // namespace

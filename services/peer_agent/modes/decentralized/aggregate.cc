@@ -11,10 +11,10 @@
 
 namespace shoal::peer {
 
-absl::StatusOr<RoundFold> RoundFold::Start(const aggregation::Strategy& strategy,
-                                           const tensor::ModelLayout& layout,
-                                           std::vector<std::string> participants,
-                                           double max_update_norm) {
+namespace {
+
+// `participants` in ascending order. Errors: none, or a duplicate id.
+absl::Status SortParticipants(std::vector<std::string>& participants) {
   if (participants.empty()) return absl::InvalidArgumentError("no updates to aggregate");
   std::sort(participants.begin(), participants.end());
   for (size_t j = 1; j < participants.size(); ++j) {
@@ -22,8 +22,28 @@ absl::StatusOr<RoundFold> RoundFold::Start(const aggregation::Strategy& strategy
       return absl::InvalidArgumentError(absl::StrCat("two updates from peer ", participants[j]));
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<RoundFold> RoundFold::Start(const aggregation::Strategy& strategy,
+                                           const tensor::ModelLayout& layout,
+                                           std::vector<std::string> participants,
+                                           double max_update_norm) {
+  SHOAL_RETURN_IF_ERROR(SortParticipants(participants));
   const size_t n = participants.size();
   return RoundFold(strategy.Start(layout, n), std::move(participants), max_update_norm);
+}
+
+absl::Status RoundFold::Restart(std::vector<std::string> participants) {
+  SHOAL_RETURN_IF_ERROR(SortParticipants(participants));
+  aggregation_->Reset();
+  ids_ = std::move(participants);
+  next_ = 0;
+  waiting_.clear();
+  out_ = RoundAggregate{};
+  return absl::OkStatus();
 }
 
 RoundFold::RoundFold(std::unique_ptr<aggregation::Aggregation> aggregation,
@@ -81,12 +101,14 @@ absl::Status RoundFold::Offer(PeerUpdate update, const tensor::FlatModel& base) 
 
 absl::Status RoundFold::Fold(const PeerUpdate& u, const tensor::FlatModel& base) {
   const std::vector<float>& x = u.model->values;
-  if (!u.delta) {
+  double norm = 0;
+  if (u.delta) {
+    norm = aggregation::L2Norm(x);
+  } else {
     delta_.resize(x.size());
-    for (size_t i = 0; i < delta_.size(); ++i) delta_[i] = x[i] - base.values[i];
+    norm = aggregation::DifferenceL2Norm(x, base.values, absl::MakeSpan(delta_));
   }
   const std::vector<float>& delta = u.delta ? x : delta_;
-  const double norm = aggregation::L2Norm(delta);
   // A non-finite delta is not "too large": Add() names its first bad value below.
   if (max_update_norm_ > 0 && std::isfinite(norm) && norm > max_update_norm_) {
     out_.excluded.push_back(ExcludedUpdate{
@@ -98,7 +120,9 @@ absl::Status RoundFold::Fold(const PeerUpdate& u, const tensor::FlatModel& base)
     out_.excluded.push_back(ExcludedUpdate{u.peer_id, "trained on 0 samples"});
     return absl::OkStatus();
   }
-  if (absl::Status s = aggregation_->Add(delta, static_cast<double>(u.num_samples), u.peer_id);
+  // A finite norm (a sum of squares in double, which no float overflows) has every value finite.
+  if (absl::Status s = aggregation_->Add(delta, static_cast<double>(u.num_samples), u.peer_id,
+                                         /*finite=*/std::isfinite(norm));
       !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the update of peer ", u.peer_id, ": ", s.message()));

@@ -53,8 +53,15 @@ class RoundFold {
                                          std::vector<std::string> participants,
                                          double max_update_norm);
 
+  // Starts again for the next round's `participants` (as Start) over the same strategy and
+  // layout, keeping the model-sized buffers (the strategy's sums, the delta): a fresh one costs
+  // the first touch of each of its pages, the kernel zeroing them, in every round. Errors as
+  // Start's, the fold then unchanged.
+  absl::Status Restart(std::vector<std::string> participants);
+
   // Ascending.
   const std::vector<std::string>& participants() const { return ids_; }
+  const tensor::ModelLayout& layout() const { return aggregation_->layout(); }
   // Offered already (folded or waiting).
   bool Has(const std::string& peer_id) const;
   // Every participant's update is folded.

@@ -186,6 +186,11 @@ class DecentralizedRunner final : public ModeRunner {
   // one received: the answer to that one (sent, or queued to be sent) stands or gets its own
   // refusal.
   bool RefusesAnEarlierOffer(const coordinator::v1::JoinRefused& m) const;
+  // A fold of the current round over `ids`: spent_fold_ restarted when there is one of the
+  // trainer's layout, else a new one.
+  absl::StatusOr<RoundFold> StartFold(std::vector<std::string> ids);
+  // Moves round_'s fold, if any, to spent_fold_.
+  void SpendFold();
   void SendError(uint64_t round, const absl::Status& status);
   void Send(const coordinator::v1::PeerMessage& message);
 
@@ -208,6 +213,9 @@ class DecentralizedRunner final : public ModeRunner {
   bool params_are_held_ = false;                             // the trainer's parameters equal held_
   std::vector<coordinator::v1::PeerEndpoint> participants_;  // of the latest PeerList
   std::optional<RoundState> round_;
+  // The fold of a round that no longer needs it, whose buffers the next round's fold takes over
+  // (StartFold).
+  std::optional<RoundFold> spent_fold_;
   tensor::Compressor compressor_;  // the task's compression; top-k's residual
   KeptModel kept_;                 // the last completed round's model on disk (--state-dir)
   struct PendingEval {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "libs/common/log.h"
+#include "libs/common/status_macros.h"
 #include "libs/rpc/retry.h"
 #include "services/peer_agent/modes/decentralized/decentralized_runner.h"
 
@@ -152,6 +153,23 @@ void DecentralizedRunner::HandlePeerList(const coordinator::v1::PeerList& m,
   Send(out);
 }
 
+absl::StatusOr<RoundFold> DecentralizedRunner::StartFold(std::vector<std::string> ids) {
+  if (spent_fold_ && spent_fold_->layout() == trainer_.layout()) {
+    RoundFold fold = *std::move(spent_fold_);
+    spent_fold_.reset();
+    SHOAL_RETURN_IF_ERROR(fold.Restart(std::move(ids)));
+    return fold;
+  }
+  return RoundFold::Start(strategy_, trainer_.layout(), std::move(ids),
+                          deps_.assigned.spec().max_update_norm());
+}
+
+void DecentralizedRunner::SpendFold() {
+  if (!round_ || !round_->fold) return;
+  spent_fold_ = std::move(round_->fold);
+  round_->fold.reset();
+}
+
 void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
                                 const std::function<bool()>& keep_going) {
   if (!round_ || round_->round != round || !round_->ready) {
@@ -171,9 +189,8 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
       LogInfo("task ", task_, " round ", round, ": the participants changed to ", Names(ids),
               "; folding their updates again");
     }
-    round_->fold.reset();
-    absl::StatusOr<RoundFold> fold =
-        RoundFold::Start(strategy_, base.layout, ids, deps_.assigned.spec().max_update_norm());
+    SpendFold();
+    absl::StatusOr<RoundFold> fold = StartFold(ids);
     absl::Status s = fold.status();
     if (s.ok()) {
       s = fold->Offer(PeerUpdate{deps_.peer_id, round_->num_samples, round_->update, compressed()},
@@ -265,7 +282,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
       });
   for (const absl::Status& s : rejected) {
     if (!s.ok()) {
-      round_->fold.reset();
+      SpendFold();
       LogError("task ", task_, " round ", round, ": ", s.message());
       SendError(round, s);
       return;
@@ -277,7 +294,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
     LogWarning("task ", task_, " round ", round, ": ", aggregate.status().message());
     return;
   }
-  round_->fold.reset();
+  SpendFold();
   if (!aggregate.ok()) {
     LogError("task ", task_, " round ", round,
              ": cannot aggregate: ", aggregate.status().message());
