@@ -112,17 +112,50 @@ class FailingEndpoint final : public peer::v1::PeerService::Service {
   std::unique_ptr<rpc::Server> server_;
 };
 
+using AfterBatch = std::function<void(const std::function<bool()>& keep_going)>;
+
+// Keeps two peers' training steps within one of each other (through the trainer's after-batch
+// hook), so that what a test counts of their exchanges does not depend on how the machine
+// schedules their threads: on a loaded machine one peer once ran all its 60 steps (0.1 s)
+// before the other began, and fetched nothing. A step waits at most 10 s for the other peer.
+class Lockstep {
+ public:
+  // Peer `peer` (0 or 1)'s hook; it shares the Lockstep.
+  static AfterBatch Hook(std::shared_ptr<Lockstep> lockstep, int peer) {
+    return [lockstep, peer](const std::function<bool()>& keep_going) {
+      lockstep->Stepped(peer, keep_going);
+    };
+  }
+
+ private:
+  void Stepped(int peer, const std::function<bool()>& keep_going) {
+    absl::MutexLock lock(&mu_);
+    ++steps_[peer];
+    const auto level = [this, peer]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return steps_[1 - peer] + 1 >= steps_[peer];
+    };
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (!mu_.AwaitWithTimeout(absl::Condition(&level), absl::Milliseconds(100))) {
+      if (!keep_going() || absl::Now() > deadline) return;
+    }
+  }
+
+  absl::Mutex mu_;
+  int steps_[2] ABSL_GUARDED_BY(mu_) = {0, 0};
+};
+
 // One gossip peer: endpoint + trainer + client + runner, driven on its own thread like the
-// agent's worker.
+// agent's worker. `after_batch`: the trainer's hook (Lockstep).
 class Peer {
  public:
   Peer(const std::string& id, const common::v1::TaskSpec& spec, uint32_t shard_index,
-       uint32_t shard_count)
+       uint32_t shard_count, AfterBatch after_batch = nullptr)
       : id_(id), endpoint_(id), client_(nullptr, &endpoint_.metrics) {
     training::TrainerOptions o;
     o.spec = spec;
     o.data_dir = kDataDir;
     o.shard = {shard_index, shard_count};
+    o.after_batch = std::move(after_batch);
     trainer_ = *training::Trainer::Create(o, SharedData().train, SharedData().test);
     ModeRunnerDeps deps;
     *deps.assigned.mutable_spec() = spec;
@@ -181,6 +214,16 @@ class Peer {
     absl::MutexLock lock(&mu_);
     return sent_;
   }
+  // Serves the initial parameters as its LATEST snapshot (clock 0) before it starts, as a peer
+  // that is already running would serve its state: a neighbour's first fetch then finds one,
+  // however late this peer's first step comes.
+  void PublishInitial() {
+    Snapshot s;
+    s.task = "gossip-test";
+    s.kind = peer::v1::SNAPSHOT_KIND_LATEST;
+    s.model = std::make_shared<const tensor::FlatModel>(Params());
+    endpoint_.store.Publish(std::move(s));
+  }
   GossipPeerMetrics& g() { return endpoint_.metrics.gossip; }
   PeerMetrics& metrics() { return endpoint_.metrics; }
   std::string address() const { return endpoint_.address(); }
@@ -228,8 +271,11 @@ double Distance(const tensor::FlatModel& a, const tensor::FlatModel& b) {
 double RunPair(double fetch_probability, Peer** out_a = nullptr, Peer** out_b = nullptr,
                std::unique_ptr<Peer>* keep_a = nullptr, std::unique_ptr<Peer>* keep_b = nullptr) {
   const common::v1::TaskSpec spec = Spec(fetch_probability);
-  auto a = std::make_unique<Peer>("a", spec, 0, 2);
-  auto b = std::make_unique<Peer>("b", spec, 1, 2);
+  auto lockstep = std::make_shared<Lockstep>();
+  auto a = std::make_unique<Peer>("a", spec, 0, 2, Lockstep::Hook(lockstep, 0));
+  auto b = std::make_unique<Peer>("b", spec, 1, 2, Lockstep::Hook(lockstep, 1));
+  a->PublishInitial();
+  b->PublishInitial();
   const auto members = Members({{"a", a->address()}, {"b", b->address()}});
   a->Deliver(members);
   b->Deliver(members);
