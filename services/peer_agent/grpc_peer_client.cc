@@ -25,7 +25,7 @@ absl::Status WithContext(const absl::Status& s, const char* what, const std::str
 
 absl::StatusOr<tensor::ReceivedModel> GrpcPeerClient::Fetch(
     const std::string& address, const peer::v1::GetSnapshotRequest& request, absl::Time deadline,
-    const tensor::ModelLayout& expected, CallCanceller* canceller) {
+    const tensor::ModelLayout& expected, CallCanceller* canceller, std::vector<float> buffer) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
   if (canceller != nullptr && !canceller->Attach([&context] { context.TryCancel(); })) {
@@ -46,7 +46,8 @@ absl::StatusOr<tensor::ReceivedModel> GrpcPeerClient::Fetch(
       *reader,
       [&](const common::v1::ModelMeta& meta) -> absl::StatusOr<tensor::FrameDecoder> {
         SHOAL_RETURN_IF_ERROR(CheckSnapshotMeta(meta, request, expected));
-        return tensor::FrameDecoder::ForLayout(expected, /*require_finite=*/true);
+        return tensor::FrameDecoder::ForLayout(expected, /*require_finite=*/true,
+                                               std::move(buffer));
       },
       &context, &stats);
   if (!received.ok()) {

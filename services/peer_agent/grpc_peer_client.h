@@ -30,7 +30,8 @@ class GrpcPeerClient final : public PeerClient {
                                               const peer::v1::GetSnapshotRequest& request,
                                               absl::Time deadline,
                                               const tensor::ModelLayout& expected,
-                                              CallCanceller* canceller = nullptr) override;
+                                              CallCanceller* canceller = nullptr,
+                                              std::vector<float> buffer = {}) override;
   absl::Status Probe(const std::string& address, const peer::v1::ProbeRequest& request,
                      absl::Time deadline, CallCanceller* canceller = nullptr) override;
   // A relay's channel is shared by the peers it relays for, so it stays.

@@ -55,12 +55,14 @@ class PeerClient {
   // come compressed (ModelMeta.delta): its tensors are decoded to float32 and checked the same
   // way, and the caller tells a delta from a model by the meta. A snapshot that fails
   // these checks is INVALID_ARGUMENT; server errors come through with their code (NOT_FOUND,
-  // FAILED_PRECONDITION, UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED).
+  // FAILED_PRECONDITION, UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED). The values are decoded
+  // into `buffer` (its contents overwritten, its storage reused: tensor::BufferPool).
   virtual absl::StatusOr<tensor::ReceivedModel> Fetch(const std::string& address,
                                                       const peer::v1::GetSnapshotRequest& request,
                                                       absl::Time deadline,
                                                       const tensor::ModelLayout& expected,
-                                                      CallCanceller* canceller = nullptr) = 0;
+                                                      CallCanceller* canceller = nullptr,
+                                                      std::vector<float> buffer = {}) = 0;
 
   // PeerService.Probe: OK when the peer answered.
   virtual absl::Status Probe(const std::string& address, const peer::v1::ProbeRequest& request,

@@ -39,7 +39,8 @@ class InMemoryPeers final : public peer::PeerClient {
                                               const peer::v1::GetSnapshotRequest& request,
                                               absl::Time deadline,
                                               const tensor::ModelLayout& expected,
-                                              peer::CallCanceller* canceller) override {
+                                              peer::CallCanceller* canceller,
+                                              std::vector<float> buffer) override {
     {
       absl::MutexLock lock(&mu_);
       fetches_.push_back({deadline, expected.total_bytes()});
@@ -52,7 +53,8 @@ class InMemoryPeers final : public peer::PeerClient {
     if (absl::Status s = peer::CheckSnapshotMeta(served->meta, request, expected); !s.ok()) {
       return s;
     }
-    tensor::FrameDecoder decoder = tensor::FrameDecoder::ForLayout(expected, true);
+    tensor::FrameDecoder decoder =
+        tensor::FrameDecoder::ForLayout(expected, true, std::move(buffer));
     tensor::FrameEncoder encoder(*served->model, tensor::kDefaultChunkBytes);
     common::v1::TensorFrame frame;
     while (encoder.Next(&frame)) {

@@ -279,7 +279,7 @@ TEST_F(DecentralizedRunnerTest, ByzantinePeerSharesACorruptedUpdateAndKeepsItsOw
 
 // With mean, a peer fetches the others' updates two at a time in ascending id order, folding
 // each in as it arrives: it never holds every participant's update, and still ends with the
-// model that every participant computes.
+// model that every participant computes. The folded updates' storage is kept for later fetches.
 TEST_F(DecentralizedRunnerTest, MeanFetchesTwoUpdatesAtATimeAndEndsIdentical) {
   TestPeer a("peer-a", 0, 5, *train_, *test_);
   TestPeer b("peer-b", 1, 5, *train_, *test_);
@@ -307,6 +307,13 @@ TEST_F(DecentralizedRunnerTest, MeanFetchesTwoUpdatesAtATimeAndEndsIdentical) {
   }
   EXPECT_EQ(c.gated().max_in_flight(), 2u);
   EXPECT_EQ(digests[0], digests[1]);
+  // The folded updates' storage is kept for the next round's fetches: at most the window and
+  // the one folding.
+  for (TestPeer* p : {&c, &a}) {
+    const size_t kept = DecentralizedRunnerProbe::KeptUpdateBuffers(p->runner());
+    EXPECT_GE(kept, 1u);
+    EXPECT_LE(kept, 3u);
+  }
 }
 
 // The round is aggregated with the task's strategy (here the coordinate-wise median) over the

@@ -32,6 +32,10 @@ class DecentralizedRunnerProbe {
   // The completed round of the model the runner holds, and that model.
   static uint64_t ModelRound(const DecentralizedRunner& runner) { return runner.model_round_; }
   static const tensor::FlatModel& Held(const DecentralizedRunner& runner) { return runner.held_; }
+  // The fetched updates' buffers kept for the next fetches.
+  static size_t KeptUpdateBuffers(const DecentralizedRunner& runner) {
+    return runner.update_buffers_->kept();
+  }
 };
 
 using coordinator::v1::CoordinatorEvent;
@@ -80,7 +84,8 @@ class GatedPeerClient final : public PeerClient {
                                               const peer::v1::GetSnapshotRequest& request,
                                               absl::Time deadline,
                                               const tensor::ModelLayout& expected,
-                                              CallCanceller* canceller) override {
+                                              CallCanceller* canceller,
+                                              std::vector<float> buffer) override {
     const bool gated = request.kind() == peer::v1::SNAPSHOT_KIND_ROUND_UPDATE;
     if (gated) {
       absl::MutexLock lock(&mu_);
@@ -95,7 +100,7 @@ class GatedPeerClient final : public PeerClient {
       }
     }
     absl::StatusOr<tensor::ReceivedModel> got =
-        inner_.Fetch(address, request, deadline, expected, canceller);
+        inner_.Fetch(address, request, deadline, expected, canceller, std::move(buffer));
     if (gated) {
       absl::MutexLock lock(&mu_);
       if (gated_ > 0) --in_flight_;

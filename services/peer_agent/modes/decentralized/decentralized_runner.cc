@@ -72,6 +72,7 @@ DecentralizedRunner::DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunne
       metrics_(*deps_.metrics),
       clock_(*deps_.clock),
       wakeup_(*deps_.wakeup),
+      update_buffers_(tensor::BufferPool::Create(options_.fetch_window + 1)),
       compressor_(CompressionOf(deps_.assigned.spec())),
       kept_(deps_.state_dir, task_, deps_.assigned.created_unix_ms()) {
   if (const std::string how = DescribeCompression(compressor_); !how.empty()) {

@@ -19,6 +19,7 @@
 #include "libs/common/backoff.h"
 #include "libs/common/clock.h"
 #include "libs/rpc/retry.h"
+#include "libs/tensor/buffer_pool.h"
 #include "libs/tensor/compression.h"
 #include "libs/tensor/flat_model.h"
 #include "libs/training/trainer.h"
@@ -44,7 +45,8 @@ struct DecentralizedRunnerOptions {
   absl::Duration fetch_timeout = absl::Seconds(30);
   double slowest_link = 125e3;
   // With a streaming strategy (mean): the most round updates fetched at once while sharing,
-  // and so about the most a peer holds besides its own (each is folded in, then freed).
+  // and so about the most a peer holds besides its own (each is folded in, then its storage
+  // kept for the next).
   size_t fetch_window = 2;
   // Total time a model sync keeps retrying (the task's round_deadline_seconds when set).
   absl::Duration sync_budget = absl::Seconds(60);
@@ -216,6 +218,10 @@ class DecentralizedRunner final : public ModeRunner {
   // The fold of a round that no longer needs it, whose buffers the next round's fold takes over
   // (StartFold).
   std::optional<RoundFold> spent_fold_;
+  // The storage of the updates fetched and folded, for the next ones to be decoded into: as many
+  // as a round holds at once with a streaming strategy (fetch_window in flight, and the one
+  // folding). Any thread: the fetches decode into them, the fold gives them back.
+  const std::shared_ptr<tensor::BufferPool> update_buffers_;
   tensor::Compressor compressor_;  // the task's compression; top-k's residual
   KeptModel kept_;                 // the last completed round's model on disk (--state-dir)
   struct PendingEval {

@@ -242,18 +242,19 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
         absl::StatusOr<tensor::ReceivedModel> r =
             stop.load()
                 ? absl::CancelledError("stopped")
-                : rpc::Retry(
-                      clock_, retry, absl::InfiniteFuture(),
-                      wakeup_.Sleeper([&stop] { return !stop.load(); }), [&](absl::Time deadline) {
-                        absl::StatusOr<tensor::ReceivedModel> fetched = peers_.Fetch(
-                            missing[i]->address(), request, deadline, layout, &cancellers[i]);
-                        if (!fetched.ok() && !absl::IsInvalidArgument(fetched.status())) {
-                          LogWarning("task ", task_, " round ", round, ": fetching the update of ",
-                                     missing[i]->peer_id(), ": ", fetched.status().message(),
-                                     " (retrying)");
-                        }
-                        return fetched;
-                      });
+                : rpc::Retry(clock_, retry, absl::InfiniteFuture(),
+                             wakeup_.Sleeper([&stop] { return !stop.load(); }),
+                             [&](absl::Time deadline) {
+                               absl::StatusOr<tensor::ReceivedModel> fetched =
+                                   peers_.Fetch(missing[i]->address(), request, deadline, layout,
+                                                &cancellers[i], update_buffers_->Take());
+                               if (!fetched.ok() && !absl::IsInvalidArgument(fetched.status())) {
+                                 LogWarning("task ", task_, " round ", round,
+                                            ": fetching the update of ", missing[i]->peer_id(),
+                                            ": ", fetched.status().message(), " (retrying)");
+                               }
+                               return fetched;
+                             });
         if (r.ok() && r->meta.delta() != compressed()) {
           r = absl::InvalidArgumentError(
               absl::StrCat("peer ", missing[i]->peer_id(), " served its round update as ",
@@ -267,8 +268,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
         if (r.ok()) {
           rejected[i] =
               fold.Offer(PeerUpdate{missing[i]->peer_id(), r->meta.num_samples(),
-                                    std::make_shared<const tensor::FlatModel>(std::move(r->model)),
-                                    r->meta.delta()},
+                                    update_buffers_->Share(std::move(r->model)), r->meta.delta()},
                          base);
         } else if (absl::IsInvalidArgument(r.status())) {
           rejected[i] = r.status();
