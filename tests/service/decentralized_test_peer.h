@@ -31,7 +31,7 @@ class DecentralizedRunnerProbe {
  public:
   // The completed round of the model the runner holds, and that model.
   static uint64_t ModelRound(const DecentralizedRunner& runner) { return runner.model_round_; }
-  static const tensor::FlatModel& Held(const DecentralizedRunner& runner) { return runner.held_; }
+  static const tensor::FlatModel& Held(const DecentralizedRunner& runner) { return *runner.held_; }
   // The fetched updates' buffers kept for the next fetches.
   static size_t KeptUpdateBuffers(const DecentralizedRunner& runner) {
     return runner.update_buffers_->kept();

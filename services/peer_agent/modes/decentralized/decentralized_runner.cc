@@ -94,13 +94,13 @@ void DecentralizedRunner::SendError(uint64_t round, const absl::Status& status) 
 void DecentralizedRunner::SendModelHeld() {
   PeerMessage m;
   m.mutable_model_held()->set_round(model_round_);
-  m.mutable_model_held()->set_digest_xxh3(held_.Digest());
+  m.mutable_model_held()->set_digest_xxh3(held_->Digest());
   Send(m);
 }
 
 absl::Status DecentralizedRunner::RestoreHeld() {
   if (params_are_held_) return absl::OkStatus();
-  SHOAL_RETURN_IF_ERROR(trainer_.SetParameters(held_));
+  SHOAL_RETURN_IF_ERROR(trainer_.SetParameters(*held_));
   params_are_held_ = true;
   return absl::OkStatus();
 }
@@ -108,11 +108,11 @@ absl::Status DecentralizedRunner::RestoreHeld() {
 absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> DecentralizedRunner::MakeUpdate(
     tensor::FlatModel trained, std::shared_ptr<const tensor::EncodedModel>* encoded) {
   if (!compressed()) return std::make_shared<const tensor::FlatModel>(std::move(trained));
-  if (!(trained.layout == held_.layout) || trained.values.size() != held_.values.size()) {
+  if (!(trained.layout == held_->layout) || trained.values.size() != held_->values.size()) {
     return absl::InternalError("the trained model's layout is not the held model's");
   }
   auto delta = std::make_shared<tensor::FlatModel>(std::move(trained));
-  for (size_t i = 0; i < delta->values.size(); ++i) delta->values[i] -= held_.values[i];
+  for (size_t i = 0; i < delta->values.size(); ++i) delta->values[i] -= held_->values[i];
   round_->compressor = compressor_;
   *encoded = compressor_.Compress(std::move(delta), model_round_);
   // What every other participant decodes from the wire, so this peer folds the same values.
@@ -121,7 +121,7 @@ absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> DecentralizedRunner::Ma
 }
 
 void DecentralizedRunner::Start() {
-  if (held_.values.empty() && !HoldKeptModel()) {
+  if (held_->values.empty() && !HoldKeptModel()) {
     absl::StatusOr<tensor::FlatModel> init = trainer_.InitialParameters();
     absl::Status s = init.status();
     if (s.ok()) s = trainer_.SetParameters(*init);
@@ -130,12 +130,12 @@ void DecentralizedRunner::Start() {
       SendError(0, s);
       return;
     }
-    held_ = *std::move(init);
+    held_ = std::make_shared<const tensor::FlatModel>(*std::move(init));
     model_round_ = 0;
     params_are_held_ = true;
   }
   LogInfo(absl::StrFormat("task %s: decentralized, holding the model of round %d (digest %016x)",
-                          task_, model_round_, held_.Digest()));
+                          task_, model_round_, held_->Digest()));
   SendModelHeld();
 }
 
@@ -150,7 +150,7 @@ bool DecentralizedRunner::HoldKeptModel() {
     kept_.Forget();
     return false;
   }
-  held_ = std::move(kept->model);
+  held_ = std::make_shared<const tensor::FlatModel>(std::move(kept->model));
   model_round_ = kept->round;
   params_are_held_ = true;
   PublishHeld(0, 0);  // served to peers that sync, as after a sync
@@ -163,7 +163,7 @@ void DecentralizedRunner::PublishHeld(uint64_t num_samples, double loss) {
   Snapshot global;
   global.task = task_;
   global.version = model_round_;
-  global.model = std::make_shared<const tensor::FlatModel>(held_);
+  global.model = held_;
   global.kind = peer::v1::SNAPSHOT_KIND_GLOBAL;
   global.round = model_round_;
   global.num_samples = num_samples;
@@ -172,7 +172,7 @@ void DecentralizedRunner::PublishHeld(uint64_t num_samples, double loss) {
 }
 
 void DecentralizedRunner::KeepHeld() {
-  if (absl::Status s = kept_.Keep(model_round_, held_); !s.ok()) {
+  if (absl::Status s = kept_.Keep(model_round_, *held_); !s.ok()) {
     LogWarning("task ", task_, ": ", s.message(), " (a restart of this peer will not hold it)");
   }
 }
@@ -295,7 +295,7 @@ void DecentralizedRunner::AbandonRound(const std::string& why) {
       }
     }
     if (round_->compressor.has_value()) compressor_ = *std::move(round_->compressor);
-    if (model_round_ >= round_->round && !round_->base.values.empty()) {
+    if (model_round_ >= round_->round && round_->base != nullptr && !round_->base->values.empty()) {
       // Already averaged: go back to the model held before the round.
       held_ = std::move(round_->base);
       model_round_ = round_->round - 1;
@@ -394,7 +394,7 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
   // A test build may tamper with what is shared (a Byzantine peer shares base + factor ·
   // (trained − base)); this peer aggregates that too, so every participant still ends the round
   // with the same model.
-  if (absl::Status s = deps_.update_hooks.TamperModel(held_, *params); !s.ok()) {
+  if (absl::Status s = deps_.update_hooks.TamperModel(*held_, *params); !s.ok()) {
     SendError(r, s);
     AbandonRound("the update hook failed");
     return;
@@ -403,7 +403,7 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
     // The update is served only masked, once the round's participants are known (PeerList).
     absl::StatusOr<SecureRound> secure =
         SecureRound::Start(task_, r, deps_.peer_id, task::SecureClipNorm(deps_.assigned.spec()),
-                           stats->samples, held_, *params);
+                           stats->samples, *held_, *params);
     if (!secure.ok()) {
       SendError(r, secure.status());
       AbandonRound("cannot start the secure round");
@@ -434,7 +434,7 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
     return;
   }
   // privacy.dp at level peer: every other participant sees this update as served.
-  if (absl::Status s = noise_.ApplyToModel(held_, *params).status(); !s.ok()) {
+  if (absl::Status s = noise_.ApplyToModel(*held_, *params).status(); !s.ok()) {
     SendError(r, s);
     AbandonRound("cannot add the update's noise");
     return;
@@ -519,7 +519,7 @@ void DecentralizedRunner::RunPendingEval() {
   pending_eval_.reset();
   absl::StatusOr<tensor::FlatModel> current = trainer_.GetParameters();
   absl::Status s = current.status();
-  if (s.ok()) s = trainer_.SetParameters(pending.model);
+  if (s.ok()) s = trainer_.SetParameters(*pending.model);
   if (!s.ok()) {
     LogWarning("task ", task_, ": cannot evaluate round ", pending.round, ": ", s.message());
     return;

@@ -120,7 +120,8 @@ class DecentralizedRunner final : public ModeRunner {
     // participants change, and once the round's aggregate is made).
     std::optional<RoundFold> fold;
     std::optional<uint32_t> shared_attempt;  // last SharingDone sent
-    tensor::FlatModel base;  // the model held before the round, once held_ is the average
+    // The model held before the round, once held_ is the average.
+    std::shared_ptr<const tensor::FlatModel> base;
     // The trainer's optimizer state and data position before the round: a round the peer leaves
     // leaves no trace (training it again trains the same batches the same way).
     std::optional<training::TrainerProgress> progress;
@@ -210,7 +211,9 @@ class DecentralizedRunner final : public ModeRunner {
   rpc::Wakeup& wakeup_;
 
   // Worker thread only.
-  tensor::FlatModel held_;  // the averaged (or synced, or initial) model of model_round_
+  // The averaged (or synced, or initial) model of model_round_; never null. Shared with the
+  // GLOBAL snapshot it is served as and with a pending evaluation, not copied.
+  std::shared_ptr<const tensor::FlatModel> held_ = std::make_shared<const tensor::FlatModel>();
   uint64_t model_round_ = 0;
   bool params_are_held_ = false;                             // the trainer's parameters equal held_
   std::vector<coordinator::v1::PeerEndpoint> participants_;  // of the latest PeerList
@@ -227,7 +230,7 @@ class DecentralizedRunner final : public ModeRunner {
   struct PendingEval {
     uint64_t round = 0;
     uint64_t version = 0;
-    tensor::FlatModel model;
+    std::shared_ptr<const tensor::FlatModel> model;
   };
   std::optional<PendingEval> pending_eval_;  // evaluated right after the next JoinRound
 

@@ -388,7 +388,11 @@ void DecentralizedRunner::ShareMasked(uint64_t round, uint32_t attempt,
 
 const tensor::FlatModel& DecentralizedRunner::RoundBase() const {
   // Already moved to round_->base when this is a re-share after a participant left.
-  return round_ && model_round_ >= round_->round ? round_->base : held_;
+  if (round_ && model_round_ >= round_->round) {
+    static const tensor::FlatModel* const kNone = new tensor::FlatModel();
+    return round_->base != nullptr ? *round_->base : *kNone;
+  }
+  return *held_;
 }
 
 void DecentralizedRunner::CompleteSharing(uint64_t round, uint32_t attempt, tensor::FlatModel model,
@@ -402,11 +406,11 @@ void DecentralizedRunner::CompleteSharing(uint64_t round, uint32_t attempt, tens
   if (model_round_ < round) {
     round_->base = std::move(held_);  // restored if this peer is removed from the round later
   }
-  held_ = std::move(model);
+  held_ = std::make_shared<const tensor::FlatModel>(std::move(model));
   model_round_ = round;
   params_are_held_ = true;
   round_->shared_attempt = attempt;
-  const uint64_t digest = held_.Digest();
+  const uint64_t digest = held_->Digest();
   PublishHeld(num_samples, round_->train_loss);
   const double seconds = absl::ToDoubleSeconds(clock_.Now() - start);
   metrics_.decentralized.sharing_duration.Observe(seconds);
@@ -476,11 +480,11 @@ void DecentralizedRunner::HandleSyncFrom(const coordinator::v1::SyncFrom& m,
   // Top-k's residual belongs to the trajectory this peer leaves.
   compressor_ = tensor::Compressor(compressor_.settings());
   round_.reset();
-  held_ = std::move(received->model);
+  held_ = std::make_shared<const tensor::FlatModel>(std::move(received->model));
   model_round_ = m.round();
   params_are_held_ = true;
-  const uint64_t digest = held_.Digest();
-  const uint64_t bytes = held_.layout.total_bytes();
+  const uint64_t digest = held_->Digest();
+  const uint64_t bytes = held_->layout.total_bytes();
   PublishHeld(received->meta.num_samples(), 0);
   snapshots_.Clear(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
   metrics_.decentralized.sync_transfers.Increment();
