@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "libs/common/heap.h"
@@ -54,12 +55,13 @@ absl::StatusOr<tensor::ModelLayout> StateLayoutOf(Model& model) {
 
 namespace {
 
-// The parameters; `capacity` (at least the layout's size) leaves room for what FlattenState
-// appends, so the model is never copied to grow.
+// The parameters, into `buffer`'s storage; `capacity` (at least the layout's size) leaves room
+// for what FlattenState appends, so the model is never copied to grow.
 absl::StatusOr<tensor::FlatModel> Flatten(Model& model, const tensor::ModelLayout& layout,
-                                          size_t capacity = 0) {
+                                          size_t capacity, std::vector<float> buffer) {
   tensor::FlatModel out;
   out.layout = layout;
+  out.values = std::move(buffer);
   ReserveLarge(out.values, std::max(capacity, layout.total_elements()));
   out.values.resize(layout.total_elements());
   torch::NoGradGuard no_grad;
@@ -92,9 +94,10 @@ absl::StatusOr<tensor::FlatModel> Flatten(Model& model, const tensor::ModelLayou
 }  // namespace
 
 absl::StatusOr<tensor::FlatModel> FlattenState(Model& model, const tensor::ModelLayout& layout,
-                                               const tensor::ModelLayout& params_layout) {
+                                               const tensor::ModelLayout& params_layout,
+                                               std::vector<float> buffer) {
   SHOAL_ASSIGN_OR_RETURN(tensor::FlatModel out,
-                         Flatten(model, params_layout, layout.total_elements()));
+                         Flatten(model, params_layout, layout.total_elements(), std::move(buffer)));
   if (layout == params_layout) return out;
   torch::NoGradGuard no_grad;
   out.layout = layout;

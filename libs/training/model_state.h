@@ -30,9 +30,11 @@ absl::StatusOr<tensor::ModelLayout> StateLayoutOf(Model& model);
 std::vector<std::pair<std::string, torch::Tensor>> FloatBuffers(Model& model);
 
 // The parameters, and the float buffers when `layout` is a state layout (StateLayoutOf), in host
-// memory; from a GPU in one copy.
+// memory; from a GPU in one copy. Written into `buffer`'s storage (its contents overwritten):
+// pass a recycled model-sized buffer (tensor::BufferPool) to skip the first touch of fresh pages.
 absl::StatusOr<tensor::FlatModel> FlattenState(Model& model, const tensor::ModelLayout& layout,
-                                               const tensor::ModelLayout& params_layout);
+                                               const tensor::ModelLayout& params_layout,
+                                               std::vector<float> buffer = {});
 
 // The reverse: sets the parameters, and the float buffers when `layout` is a state layout, from
 // `read` (values in `layout` order). On the CPU each tensor is read straight into its memory, so

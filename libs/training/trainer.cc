@@ -365,8 +365,8 @@ absl::StatusOr<std::unique_ptr<ModelEvaluator>> Trainer::MakeEvaluator() const {
   return std::unique_ptr<ModelEvaluator>(new ModelEvaluator(std::move(impl)));
 }
 
-absl::StatusOr<tensor::FlatModel> Trainer::GetParameters() const {
-  return GetState(/*include_buffers=*/false);
+absl::StatusOr<tensor::FlatModel> Trainer::GetParameters(std::vector<float> buffer) const {
+  return GetState(/*include_buffers=*/false, std::move(buffer));
 }
 
 absl::Status Trainer::SetParameters(const tensor::FlatModel& model) {
@@ -451,9 +451,11 @@ absl::Status Trainer::ResetOptimizer() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<tensor::FlatModel> Trainer::GetState(bool include_buffers) const {
+absl::StatusOr<tensor::FlatModel> Trainer::GetState(bool include_buffers,
+                                                    std::vector<float> buffer) const {
   try {
-    return FlattenState(*impl_->model, state_layout(include_buffers), impl_->layout);
+    return FlattenState(*impl_->model, state_layout(include_buffers), impl_->layout,
+                        std::move(buffer));
   } catch (const std::exception& e) {
     return TorchError("reading the model's state", e);
   }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -127,8 +128,9 @@ class Trainer {
   // it. Errors: from building the model (as Create).
   absl::StatusOr<std::unique_ptr<ModelEvaluator>> MakeEvaluator() const;
 
-  // The current parameters, flattened in the model's registration order.
-  absl::StatusOr<tensor::FlatModel> GetParameters() const;
+  // The current parameters, flattened in the model's registration order, into `buffer`'s storage
+  // (as FlattenState).
+  absl::StatusOr<tensor::FlatModel> GetParameters(std::vector<float> buffer = {}) const;
   // Replaces the parameters. Errors: INVALID_ARGUMENT when `model`'s layout differs.
   absl::Status SetParameters(const tensor::FlatModel& model);
   // The parameters a fresh model built from spec.seed has.
@@ -146,8 +148,10 @@ class Trainer {
   // The parameters and, when `include_buffers`, then the model's float buffers (e.g. batch-norm
   // running statistics) named "buffer:<name>": what the federated modes exchange through the
   // aggregator (buffers always) and gossip (GossipSpec.include_buffers). Without buffers (or for
-  // a model that has none, like the built-in mlp and cnn) this equals GetParameters().
-  absl::StatusOr<tensor::FlatModel> GetState(bool include_buffers) const;
+  // a model that has none, like the built-in mlp and cnn) this equals GetParameters(). Into
+  // `buffer`'s storage, as GetParameters.
+  absl::StatusOr<tensor::FlatModel> GetState(bool include_buffers,
+                                             std::vector<float> buffer = {}) const;
   // Replaces what GetState() returned; the layout tells whether buffers are included.
   // Errors: INVALID_ARGUMENT when the layout is neither state_layout(false) nor (true).
   absl::Status SetState(const tensor::FlatModel& state);

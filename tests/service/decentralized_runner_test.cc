@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -307,12 +308,54 @@ TEST_F(DecentralizedRunnerTest, MeanFetchesTwoUpdatesAtATimeAndEndsIdentical) {
   }
   EXPECT_EQ(c.gated().max_in_flight(), 2u);
   EXPECT_EQ(digests[0], digests[1]);
-  // The folded updates' storage is kept for the next round's fetches: at most the window and
-  // the one folding.
+  // The folded updates' storage is kept for the next round's fetches: at most the window, the
+  // one folding and one the round before handed back.
   for (TestPeer* p : {&c, &a}) {
-    const size_t kept = DecentralizedRunnerProbe::KeptUpdateBuffers(p->runner());
+    const size_t kept = DecentralizedRunnerProbe::KeptModelStorage(p->runner()).size();
     EXPECT_GE(kept, 1u);
-    EXPECT_LE(kept, 3u);
+    EXPECT_LE(kept, 4u);
+  }
+}
+
+// Once a peer has run a few rounds, a round touches no fresh model-sized memory: the trained
+// parameters are read into, and the aggregate written into, storage that was kept for reuse or
+// in use at the end of the round before (folded updates, the round before's own update, the
+// model held before it).
+TEST_F(DecentralizedRunnerTest, LaterRoundsReuseTheStorageOfTheRoundsBefore) {
+  TestPeer a("peer-a", 0, 3, *train_, *test_);
+  TestPeer b("peer-b", 1, 3, *train_, *test_);
+  TestPeer c("peer-c", 2, 3, *train_, *test_);
+  const std::vector<TestPeer*> all = {&a, &b, &c};
+  const std::vector<coordinator::v1::PeerEndpoint> endpoints = {a.Endpoint(), b.Endpoint(),
+                                                                c.Endpoint()};
+  for (TestPeer* p : all) p->runner().Start();
+  const float* held_before = nullptr;  // the storage of the model peer-a held a round earlier
+  std::set<const float*> known;        // storage peer-a kept or used at the end of a round
+  for (uint64_t round = 1; round <= 5; ++round) {
+    for (TestPeer* p : all) {
+      p->Handle(RoundOpen(round));
+      ASSERT_NE(Find(p->Take(), PeerMessage::kRoundReady), nullptr) << round;
+    }
+    auto update = a.store().Get(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
+    ASSERT_TRUE(update);
+    const float* trained = update->model->values.data();
+    update.reset();
+    for (TestPeer* p : all) {
+      p->Handle(PeerList(round, 1, endpoints));
+      p->Take();
+      p->Handle(StartSharing(round, 1));
+      ASSERT_NE(Find(p->Take(), PeerMessage::kSharingDone), nullptr) << round;
+    }
+    ASSERT_EQ(DecentralizedRunnerProbe::ModelRound(a.runner()), round);
+    const float* held = DecentralizedRunnerProbe::Held(a.runner()).values.data();
+    if (round >= 4) {  // rounds 1 to 3 fill the kept storage
+      EXPECT_TRUE(known.contains(trained)) << "round " << round << ": trained into fresh memory";
+      EXPECT_TRUE(known.contains(held)) << "round " << round << ": aggregated into fresh memory";
+    }
+    known = DecentralizedRunnerProbe::KeptModelStorage(a.runner());
+    EXPECT_LE(known.size(), 4u);  // fetch_window + 2
+    known.insert({trained, held, held_before});
+    held_before = held;
   }
 }
 

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -32,9 +34,19 @@ class DecentralizedRunnerProbe {
   // The completed round of the model the runner holds, and that model.
   static uint64_t ModelRound(const DecentralizedRunner& runner) { return runner.model_round_; }
   static const tensor::FlatModel& Held(const DecentralizedRunner& runner) { return *runner.held_; }
-  // The fetched updates' buffers kept for the next fetches.
-  static size_t KeptUpdateBuffers(const DecentralizedRunner& runner) {
-    return runner.update_buffers_->kept();
+  // The storage of the model-sized buffers the runner keeps for reuse (still kept after).
+  static std::set<const float*> KeptModelStorage(const DecentralizedRunner& runner) {
+    std::vector<std::vector<float>> taken;
+    for (std::vector<float> b = runner.model_buffers_->Take(); b.capacity() > 0;
+         b = runner.model_buffers_->Take()) {
+      taken.push_back(std::move(b));
+    }
+    std::set<const float*> storage;
+    for (std::vector<float>& b : taken) {
+      storage.insert(b.data());
+      runner.model_buffers_->Give(std::move(b));
+    }
+    return storage;
   }
 };
 

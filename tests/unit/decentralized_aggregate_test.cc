@@ -263,6 +263,14 @@ TEST(RoundFoldTest, FoldsInIdOrderAndHoldsOnlyEarlyArrivals) {
   EXPECT_TRUE(SameBytes(got->model, want->model));
   EXPECT_EQ(got->included, want->included);
   EXPECT_EQ(got->num_samples, want->num_samples);
+
+  // Into a recycled buffer: its storage, its old values overwritten.
+  std::vector<float> buffer(base.values.size(), 9.0f);
+  const float* storage = buffer.data();
+  got = reversed->Finish(base, std::move(buffer));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->model.values.data(), storage);
+  EXPECT_TRUE(SameBytes(got->model, want->model));
 }
 
 TEST(RoundFoldTest, RefusesUpdatesItCannotTake) {

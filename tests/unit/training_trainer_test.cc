@@ -143,6 +143,27 @@ TEST_F(TrainingTest, SetParametersRoundTripsAndChecksTheLayout) {
   EXPECT_THAT(s.message(), HasSubstr("layout"));
 }
 
+// Read into a recycled buffer, the parameters take its storage whatever it held, and a buffer of
+// another size is fitted.
+TEST_F(TrainingTest, ParametersAreReadIntoTheStorageOfAGivenBuffer) {
+  auto t = MakeTrainer(Options("cnn"));
+  ASSERT_TRUE(t);
+  auto want = t->GetParameters();
+  ASSERT_TRUE(want.ok());
+  std::vector<float> buffer(want->values.size(), -1.0f);
+  const float* storage = buffer.data();
+  auto got = t->GetParameters(std::move(buffer));
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->values.data(), storage);
+  EXPECT_EQ(got->values, want->values);
+  EXPECT_TRUE(got->layout == want->layout);
+  for (size_t size : {size_t{10}, want->values.size() + 100}) {
+    got = t->GetParameters(std::vector<float>(size, 7.0f));
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->values, want->values) << size;
+  }
+}
+
 TEST_F(TrainingTest, TrainingReducesLossAndBeatsChance) {
   auto t = MakeTrainer(Options("mlp"));
   ASSERT_TRUE(t);

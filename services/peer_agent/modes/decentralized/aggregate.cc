@@ -132,12 +132,14 @@ absl::Status RoundFold::Fold(const PeerUpdate& u, const tensor::FlatModel& base)
   return absl::OkStatus();
 }
 
-absl::StatusOr<RoundAggregate> RoundFold::Finish(const tensor::FlatModel& base) {
+absl::StatusOr<RoundAggregate> RoundFold::Finish(const tensor::FlatModel& base,
+                                                 std::vector<float> buffer) {
   if (!complete()) {
     return absl::FailedPreconditionError(
         absl::StrCat("the round's aggregate still lacks the update of peer ", ids_[next_]));
   }
   RoundAggregate out = out_;
+  out.model.values = std::move(buffer);
   absl::StatusOr<aggregation::AggregationReport> report =
       aggregation_->ApplyInto(base, out.model.values);
   if (!report.ok()) return report.status();

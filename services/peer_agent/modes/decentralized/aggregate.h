@@ -74,9 +74,11 @@ class RoundFold {
   // other than `base`'s, or a non-finite delta (of this update, or of one that waited for it:
   // the round then cannot complete).
   absl::Status Offer(PeerUpdate update, const tensor::FlatModel& base);
-  // base + the strategy's aggregate. Errors: FAILED_PRECONDITION when not complete();
+  // base + the strategy's aggregate, written into `buffer`'s storage (pass a recycled model-sized
+  // buffer, as Aggregation::ApplyInto). Errors: FAILED_PRECONDITION when not complete();
   // INVALID_ARGUMENT as Aggregation::ApplyInto.
-  absl::StatusOr<RoundAggregate> Finish(const tensor::FlatModel& base);
+  absl::StatusOr<RoundAggregate> Finish(const tensor::FlatModel& base,
+                                        std::vector<float> buffer = {});
 
  private:
   RoundFold(std::unique_ptr<aggregation::Aggregation> aggregation, std::vector<std::string> ids,

@@ -72,7 +72,7 @@ DecentralizedRunner::DecentralizedRunner(ModeRunnerDeps deps, DecentralizedRunne
       metrics_(*deps_.metrics),
       clock_(*deps_.clock),
       wakeup_(*deps_.wakeup),
-      update_buffers_(tensor::BufferPool::Create(options_.fetch_window + 1)),
+      model_buffers_(tensor::BufferPool::Create(options_.fetch_window + 2)),
       compressor_(CompressionOf(deps_.assigned.spec())),
       kept_(deps_.state_dir, task_, deps_.assigned.created_unix_ms()) {
   if (const std::string how = DescribeCompression(compressor_); !how.empty()) {
@@ -107,7 +107,7 @@ absl::Status DecentralizedRunner::RestoreHeld() {
 
 absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> DecentralizedRunner::MakeUpdate(
     tensor::FlatModel trained, std::shared_ptr<const tensor::EncodedModel>* encoded) {
-  if (!compressed()) return std::make_shared<const tensor::FlatModel>(std::move(trained));
+  if (!compressed()) return model_buffers_->Share(std::move(trained));
   if (!(trained.layout == held_->layout) || trained.values.size() != held_->values.size()) {
     return absl::InternalError("the trained model's layout is not the held model's");
   }
@@ -381,7 +381,7 @@ void DecentralizedRunner::HandleRoundOpen(const coordinator::v1::RoundOpen& m,
     AbandonRound("training failed");
     return;
   }
-  absl::StatusOr<tensor::FlatModel> params = trainer_.GetParameters();
+  absl::StatusOr<tensor::FlatModel> params = trainer_.GetParameters(model_buffers_->Take());
   if (!params.ok()) {
     SendError(r, params.status());
     AbandonRound("cannot read the parameters");

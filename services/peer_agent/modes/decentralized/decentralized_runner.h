@@ -221,10 +221,13 @@ class DecentralizedRunner final : public ModeRunner {
   // The fold of a round that no longer needs it, whose buffers the next round's fold takes over
   // (StartFold).
   std::optional<RoundFold> spent_fold_;
-  // The storage of the updates fetched and folded, for the next ones to be decoded into: as many
-  // as a round holds at once with a streaming strategy (fetch_window in flight, and the one
-  // folding). Any thread: the fetches decode into them, the fold gives them back.
-  const std::shared_ptr<tensor::BufferPool> update_buffers_;
+  // Model-sized storage used before, so that a round touches no fresh pages: fetched updates are
+  // decoded into it, the trained parameters read into it and the aggregate written into it;
+  // each comes back when its last reference goes (an update once folded, the round's own update
+  // once the next one is published, a held model once no snapshot or round keeps it). Keeps as
+  // many as are idle at once in a round: fetch_window in flight and the one folding, and one
+  // handed back by the round before. Any thread: the fetches decode into it.
+  const std::shared_ptr<tensor::BufferPool> model_buffers_;
   tensor::Compressor compressor_;  // the task's compression; top-k's residual
   KeptModel kept_;                 // the last completed round's model on disk (--state-dir)
   struct PendingEval {

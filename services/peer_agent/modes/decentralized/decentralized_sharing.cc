@@ -247,7 +247,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
                              [&](absl::Time deadline) {
                                absl::StatusOr<tensor::ReceivedModel> fetched =
                                    peers_.Fetch(missing[i]->address(), request, deadline, layout,
-                                                &cancellers[i], update_buffers_->Take());
+                                                &cancellers[i], model_buffers_->Take());
                                if (!fetched.ok() && !absl::IsInvalidArgument(fetched.status())) {
                                  LogWarning("task ", task_, " round ", round,
                                             ": fetching the update of ", missing[i]->peer_id(),
@@ -268,7 +268,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
         if (r.ok()) {
           rejected[i] =
               fold.Offer(PeerUpdate{missing[i]->peer_id(), r->meta.num_samples(),
-                                    update_buffers_->Share(std::move(r->model)), r->meta.delta()},
+                                    model_buffers_->Share(std::move(r->model)), r->meta.delta()},
                          base);
         } else if (absl::IsInvalidArgument(r.status())) {
           rejected[i] = r.status();
@@ -289,7 +289,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
     }
   }
   if (!keep_going()) return;
-  absl::StatusOr<RoundAggregate> aggregate = fold.Finish(base);
+  absl::StatusOr<RoundAggregate> aggregate = fold.Finish(base, model_buffers_->Take());
   if (absl::IsFailedPrecondition(aggregate.status())) {  // an update still missing
     LogWarning("task ", task_, " round ", round, ": ", aggregate.status().message());
     return;
@@ -406,7 +406,7 @@ void DecentralizedRunner::CompleteSharing(uint64_t round, uint32_t attempt, tens
   if (model_round_ < round) {
     round_->base = std::move(held_);  // restored if this peer is removed from the round later
   }
-  held_ = std::make_shared<const tensor::FlatModel>(std::move(model));
+  held_ = model_buffers_->Share(std::move(model));
   model_round_ = round;
   params_are_held_ = true;
   round_->shared_attempt = attempt;
