@@ -25,11 +25,10 @@ absl::StatusOr<std::unique_ptr<AggregatorCore>> AggregatorCore::Create(
 AggregatorCore::AggregatorCore(AggregatorCoreOptions options, const Clock& clock,
                                AggregatorMetrics& metrics)
     : SessionHost(std::move(options), clock, metrics),
-      forwarder_(std::make_unique<ParentForwarder>(metrics, [this](std::vector<float> buffer) {
-        std::vector<float> spare;  // freed with no lock held
-        absl::MutexLock lock(&mu_);
-        spare = RecycleBuffer(std::move(buffer));
-      })) {}
+      staging_buffers_(
+          tensor::BufferPool::Create(static_cast<size_t>(options_.max_concurrent_pushes))),
+      forwarder_(std::make_unique<ParentForwarder>(
+          metrics, [this](std::vector<float> buffer) { RecycleBuffer(std::move(buffer)); })) {}
 
 AggregatorCore::~AggregatorCore() {
   forwarder_.reset();  // sends what is queued, then joins
@@ -420,20 +419,16 @@ absl::StatusOr<AggregatorCore::StagingLease> AggregatorCore::AcquireStaging() {
 }
 
 void AggregatorCore::ReleaseStaging(std::vector<float> buffer) {
-  absl::MutexLock lock(&mu_);
-  --leases_;
-  metrics_.pushes_in_flight.Set(leases_);
-  // A buffer the pool does not take is freed when the parameter dies, after the unlock.
-  buffer = RecycleBuffer(std::move(buffer));
+  {
+    absl::MutexLock lock(&mu_);
+    --leases_;
+    metrics_.pushes_in_flight.Set(leases_);
+  }
+  RecycleBuffer(std::move(buffer));
 }
 
-std::vector<float> AggregatorCore::RecycleBuffer(std::vector<float> buffer) {
-  if (buffer.capacity() > 0 &&
-      free_buffers_.size() < static_cast<size_t>(options_.max_concurrent_pushes)) {
-    free_buffers_.push_back(std::move(buffer));
-    return {};
-  }
-  return buffer;
+void AggregatorCore::RecycleBuffer(std::vector<float> buffer) {
+  staging_buffers_->Give(std::move(buffer));
 }
 
 absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
@@ -472,7 +467,6 @@ absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
   std::shared_ptr<TaskState> task;
   std::shared_ptr<AggregationSession> session;
   PushTarget target;
-  std::vector<float> buffer;
   {
     absl::MutexLock lock(&mu_);
     task = FindTask(meta.task);
@@ -499,15 +493,11 @@ absl::StatusOr<std::unique_ptr<AggregatorCore::Push>> AggregatorCore::BeginPush(
     }
     ++leases_;
     metrics_.pushes_in_flight.Set(leases_);
-    if (!free_buffers_.empty()) {
-      buffer = std::move(free_buffers_.back());
-      free_buffers_.pop_back();
-    }
     session->StartPushing(meta.peer_id);
   }
   // Decoding into a pooled buffer of the right size touches no fresh memory.
   tensor::FrameDecoder decoder = tensor::FrameDecoder::ForLayout(
-      target.model->layout, /*require_finite=*/true, std::move(buffer));
+      target.model->layout, /*require_finite=*/true, staging_buffers_->Take());
   return std::unique_ptr<Push>(new Push(this, std::move(task), std::move(session), meta,
                                         std::move(decoder), target.max_norm,
                                         target.staleness_factor));

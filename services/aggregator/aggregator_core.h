@@ -16,6 +16,7 @@
 #include "libs/aggregation/weighted_mean.h"
 #include "libs/common/clock.h"
 #include "libs/common/executor.h"
+#include "libs/tensor/buffer_pool.h"
 #include "libs/tensor/flat_model.h"
 #include "libs/tensor/frame_codec.h"
 #include "services/aggregator/aggregator_metrics.h"
@@ -265,8 +266,7 @@ class AggregatorCore final : private SessionHost {
   std::vector<float> TakeEvictedBuffer(TaskState& task, uint64_t keep,
                                        const tensor::ModelLayout& layout) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<float> RecycleBuffer(std::vector<float> buffer) override
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecycleBuffer(std::vector<float> buffer) override;
   void Notify(const std::string& task, const v1::TaskEvent& event) override
       ABSL_LOCKS_EXCLUDED(mu_);
   void Forward(const v1::ParentRound& parent, PartialResult aggregate) override
@@ -285,7 +285,9 @@ class AggregatorCore final : private SessionHost {
   std::map<uint64_t, std::pair<std::string, std::shared_ptr<const TaskEventFn>>> watchers_
       ABSL_GUARDED_BY(watch_mu_);
   uint64_t next_watch_ ABSL_GUARDED_BY(watch_mu_) = 1;
-  std::vector<std::vector<float>> free_buffers_ ABSL_GUARDED_BY(mu_);
+  // Model-sized buffers for pushes to decode into: released staging buffers, evicted versions,
+  // folded updates, forwarded aggregates.
+  const std::shared_ptr<tensor::BufferPool> staging_buffers_;
   PublishedFn on_published_ ABSL_GUARDED_BY(mu_);
   // A federated-async tree node's aggregates on their way to the parent, on a transfer thread
   // apart from the folds. Destroyed (drained and joined) first, in the destructor.

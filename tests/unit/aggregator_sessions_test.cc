@@ -48,7 +48,7 @@ class FakeHost final : public SessionHost {
   std::vector<float> TakeEvictedBuffer(TaskState&, uint64_t, const tensor::ModelLayout&) override {
     return {};
   }
-  std::vector<float> RecycleBuffer(std::vector<float> buffer) override { return buffer; }
+  void RecycleBuffer(std::vector<float> /*buffer*/) override {}
   void Notify(const std::string&, const v1::TaskEvent& event) override {
     absl::MutexLock lock(&events_mu_);
     events.push_back(event);

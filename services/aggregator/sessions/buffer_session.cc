@@ -189,10 +189,11 @@ void BufferSession::RunPasses(const std::shared_ptr<TaskState>& task) {
     absl::StatusOr<UpdateBuffer::PassResult> result =
         UpdateBuffer::RunPass(updates, *aggregation, buffer_->settings().async, *base, next->values,
                               [this, streaming](UpdateBuffer::Update& update) {
-                                std::vector<float> spare;
-                                absl::MutexLock lock(&host_.mu());
-                                if (streaming) buffer_->Folded();
-                                spare = host_.RecycleBuffer(std::move(update.delta));
+                                if (streaming) {
+                                  absl::MutexLock lock(&host_.mu());
+                                  buffer_->Folded();
+                                }
+                                host_.RecycleBuffer(std::move(update.delta));
                               });
     uint64_t digest = 0;  // of a version this node publishes
     if (result.ok() && !buffer_->settings().forwards()) digest = next->Digest();

@@ -75,9 +75,9 @@ class SessionHost {
   // nobody else holds it (saves the first-touch cost of a fresh model), else empty. Under mu().
   virtual std::vector<float> TakeEvictedBuffer(TaskState& task, uint64_t keep,
                                                const tensor::ModelLayout& layout) = 0;
-  // Puts a model-sized buffer into the staging pool; returns it when the pool is full, for the
-  // caller to free outside mu(). Under mu().
-  virtual std::vector<float> RecycleBuffer(std::vector<float> buffer) = 0;
+  // Puts a model-sized buffer into the staging pool (freed when the pool is full: call it
+  // without mu() where that can be).
+  virtual void RecycleBuffer(std::vector<float> buffer) = 0;
   // Calls the task's watchers with `event`. Without mu().
   virtual void Notify(const std::string& task, const v1::TaskEvent& event) = 0;
   // A tree node's aggregate for its parent: queued for the ParentLink on the transfer pool
