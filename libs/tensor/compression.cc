@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "libs/common/status_macros.h"
@@ -202,7 +203,8 @@ uint64_t EncodedModel::values_sent() const {
   return total;
 }
 
-std::shared_ptr<const EncodedModel> EncodeRaw(std::shared_ptr<const FlatModel> model) {
+std::shared_ptr<const EncodedModel> EncodeRaw(std::shared_ptr<const FlatModel> model,
+                                              std::vector<uint64_t> digests) {
   auto encoded = std::make_shared<EncodedModel>();
   encoded->layout = model->layout;
   const ModelLayout& layout = model->layout;
@@ -212,8 +214,21 @@ std::shared_ptr<const EncodedModel> EncodeRaw(std::shared_ptr<const FlatModel> m
         reinterpret_cast<const char*>(model->values.data() + layout.offset(t)),
         layout.tensors()[t].NumElements() * sizeof(float));
   }
+  if (digests.size() == layout.num_tensors()) encoded->digests = std::move(digests);
   encoded->owner = std::move(model);
   return encoded;
+}
+
+const std::vector<uint64_t>& TensorDigests::Of(const FlatModel& model) {
+  absl::call_once(once_, [&] {
+    const ModelLayout& layout = model.layout;
+    digests_.reserve(layout.num_tensors());
+    for (size_t t = 0; t < layout.num_tensors(); ++t) {
+      digests_.push_back(DigestBytes(model.values.data() + layout.offset(t),
+                                     layout.tensors()[t].NumElements() * sizeof(float)));
+    }
+  });
+  return digests_;
 }
 
 std::shared_ptr<const EncodedModel> EncodeRaw(std::shared_ptr<const MappedModelFile> file) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/call_once.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -38,7 +39,8 @@ struct EncodedModel {
   std::vector<TensorEncoding> encodings;    // one per tensor
   std::vector<absl::string_view> payloads;  // one per tensor, into `storage` or `owner`
   // One per tensor, or empty: each header's digest_xxh3, when it is not the payload's XXH3
-  // (XOR_ZLIB tensors carry their values' digest).
+  // (XOR_ZLIB tensors carry their values' digest) or was computed before (EncodeRaw's
+  // `digests`); empty, a stream hashes each payload as it sends it.
   std::vector<uint64_t> digests;
   std::vector<std::string> storage;
   std::shared_ptr<const void> owner;
@@ -49,7 +51,22 @@ struct EncodedModel {
 };
 
 // `model` raw (float32), without a copy: the payloads are views of the model's values.
-std::shared_ptr<const EncodedModel> EncodeRaw(std::shared_ptr<const FlatModel> model);
+// `digests`: each tensor's XXH3 when already known (TensorDigests), or empty.
+std::shared_ptr<const EncodedModel> EncodeRaw(std::shared_ptr<const FlatModel> model,
+                                              std::vector<uint64_t> digests = {});
+
+// The XXH3 of each tensor of one model, computed by the first call and kept, so that a model
+// served raw many times (a published version, a peer's snapshot) is hashed once, not by each
+// stream. Thread-safe: a call made while the first computes waits for it.
+class TensorDigests {
+ public:
+  // `model`: the same model on every call.
+  const std::vector<uint64_t>& Of(const FlatModel& model);
+
+ private:
+  absl::once_flag once_;
+  std::vector<uint64_t> digests_;
+};
 // A mapped model file raw, without a copy: the payloads are views of the file's pages.
 std::shared_ptr<const EncodedModel> EncodeRaw(std::shared_ptr<const MappedModelFile> file);
 

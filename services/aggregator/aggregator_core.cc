@@ -56,6 +56,10 @@ absl::Status NothingOpen(const std::string& task) {
       absl::StrCat(TaskLabel(task), " has no round or federated-async buffer open"));
 }
 
+ModelSnapshot Snapshot(uint64_t version, const TaskState::Version& held) {
+  return ModelSnapshot{version, held.model, held.tensor_digests};
+}
+
 }  // namespace
 
 std::shared_ptr<TaskState> AggregatorCore::FindTask(const std::string& task) const {
@@ -103,15 +107,18 @@ std::vector<float> AggregatorCore::TakeEvictedBuffer(TaskState& task, uint64_t k
 void AggregatorCore::PublishVersion(TaskState& task, uint64_t version,
                                     std::shared_ptr<const tensor::FlatModel> model,
                                     uint64_t digest) {
-  task.versions[version] = TaskState::Version{std::move(model), digest};
+  TaskState::Version& held = task.versions[version];
+  held.model = std::move(model);
+  held.digest = digest;
+  held.tensor_digests = std::make_shared<tensor::TensorDigests>();
   task.latest = version;
   EvictOldVersions(task);
   metrics_.model_version.Set(static_cast<double>(version));
   auto published = task.versions.find(version);
   if (on_published_ && published != task.versions.begin()) {
     auto previous = std::prev(published);
-    on_published_(task.name, ModelSnapshot{version, published->second.model},
-                  ModelSnapshot{previous->first, previous->second.model});
+    on_published_(task.name, Snapshot(version, published->second),
+                  Snapshot(previous->first, previous->second));
   }
 }
 
@@ -180,7 +187,7 @@ absl::StatusOr<ModelSnapshot> AggregatorCore::GetModel(const std::string& name,
                                             " is not held (held: ", absl::StrJoin(held, ", "),
                                             ")"));
   }
-  return ModelSnapshot{want, it->second.model};
+  return Snapshot(want, it->second);
 }
 
 // ---------------------------------------------------------------------------------------------

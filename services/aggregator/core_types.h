@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "libs/aggregation/weighted_mean.h"
+#include "libs/tensor/compression.h"
 #include "libs/tensor/flat_model.h"
 #include "libs/tensor/frame_codec.h"
 #include "shoal/aggregator/v1/aggregator.pb.h"
@@ -144,6 +145,14 @@ struct PartialResult {
 struct ModelSnapshot {
   uint64_t version = 0;
   std::shared_ptr<const tensor::FlatModel> model;
+  // The version's tensors' digests, shared by every download of it (null: each hashes them).
+  std::shared_ptr<tensor::TensorDigests> tensor_digests = nullptr;
+
+  // `model` raw, with its tensors' digests.
+  std::shared_ptr<const tensor::EncodedModel> Raw() const {
+    if (tensor_digests == nullptr) return tensor::EncodeRaw(model);
+    return tensor::EncodeRaw(model, tensor_digests->Of(*model));
+  }
 };
 
 struct PutResult {

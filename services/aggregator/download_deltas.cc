@@ -46,14 +46,14 @@ void DownloadDeltas::Serve(const std::string& task, const std::string& peer,
                            Send send) {
   common::v1::ModelMeta meta = tensor::MakeModelMeta(task, model.version, *model.model);
   if (!base.ok() || base->version == model.version) {
-    send(tensor::EncodeRaw(model.model), meta);
+    send(model.Raw(), meta);
     return;
   }
   // Sends the encoding when there is one, else the model raw.
   Waiter answer = [send, model, meta, base_version = base->version](
                       std::shared_ptr<const tensor::EncodedModel> encoded) {
     if (encoded == nullptr) {
-      send(tensor::EncodeRaw(model.model), meta);
+      send(model.Raw(), meta);
       return;
     }
     common::v1::ModelMeta against = meta;

@@ -39,21 +39,25 @@ int SnapshotStore::Slot(peer::v1::SnapshotKind kind) {
 void SnapshotStore::Publish(Snapshot snapshot) {
   const int slot = Slot(snapshot.kind);
   if (slot < 0) return;
-  std::optional<Snapshot> old;  // released outside the lock (may free a model)
-  std::optional<Snapshot> older;
+  std::optional<Stored> old;  // released outside the lock (may free a model)
+  std::optional<Stored> older;
   const bool global = snapshot.kind == peer::v1::SNAPSHOT_KIND_GLOBAL;
+  Stored stored;
+  stored.snapshot = std::move(snapshot);
   absl::MutexLock lock(&mu_);
   old = std::move(slots_[slot]);
-  slots_[slot] = std::move(snapshot);
+  slots_[slot] = std::move(stored);
   if (!global) return;
   older = std::move(previous_global_);
   previous_global_.reset();
-  if (old.has_value() && old->round < slots_[slot]->round) previous_global_ = std::move(old);
+  if (old.has_value() && old->snapshot.round < slots_[slot]->snapshot.round) {
+    previous_global_ = std::move(old);
+  }
 }
 
 void SnapshotStore::Clear() {
-  std::optional<Snapshot> old[kKinds];
-  std::optional<Snapshot> older;
+  std::optional<Stored> old[kKinds];
+  std::optional<Stored> older;
   absl::MutexLock lock(&mu_);
   for (int i = 0; i < kKinds; ++i) {
     old[i] = std::move(slots_[i]);
@@ -64,9 +68,9 @@ void SnapshotStore::Clear() {
 }
 
 void SnapshotStore::DropGlobalsBefore(uint64_t round) {
-  std::optional<Snapshot> older;
+  std::optional<Stored> older;
   absl::MutexLock lock(&mu_);
-  if (previous_global_.has_value() && previous_global_->round < round) {
+  if (previous_global_.has_value() && previous_global_->snapshot.round < round) {
     older = std::move(previous_global_);
     previous_global_.reset();
   }
@@ -75,8 +79,8 @@ void SnapshotStore::DropGlobalsBefore(uint64_t round) {
 void SnapshotStore::Clear(peer::v1::SnapshotKind kind) {
   const int slot = Slot(kind);
   if (slot < 0) return;
-  std::optional<Snapshot> old;
-  std::optional<Snapshot> older;
+  std::optional<Stored> old;
+  std::optional<Stored> older;
   absl::MutexLock lock(&mu_);
   old = std::move(slots_[slot]);
   slots_[slot].reset();
@@ -89,7 +93,8 @@ std::optional<Snapshot> SnapshotStore::Get(peer::v1::SnapshotKind kind) const {
   const int slot = Slot(kind);
   if (slot < 0) return std::nullopt;
   absl::MutexLock lock(&mu_);
-  return slots_[slot];
+  if (!slots_[slot].has_value()) return std::nullopt;
+  return slots_[slot]->snapshot;
 }
 
 absl::StatusOr<SnapshotStore::Served> SnapshotStore::Serve(
@@ -99,18 +104,19 @@ absl::StatusOr<SnapshotStore::Served> SnapshotStore::Serve(
     return absl::InvalidArgumentError(
         absl::StrCat("unknown snapshot kind ", static_cast<int>(kind)));
   }
-  std::optional<Snapshot> snapshot;
+  std::optional<Stored> stored;
   {
     // Both slots as they are at one instant (a publish moves the global into previous_global_).
     absl::MutexLock lock(&mu_);
-    snapshot = slots_[Slot(kind)];
-    if (snapshot.has_value() && kind == peer::v1::SNAPSHOT_KIND_GLOBAL &&
-        request.round() != snapshot->round && previous_global_.has_value() &&
-        previous_global_->round == request.round()) {
-      snapshot = previous_global_;
+    stored = slots_[Slot(kind)];
+    if (stored.has_value() && kind == peer::v1::SNAPSHOT_KIND_GLOBAL &&
+        request.round() != stored->snapshot.round && previous_global_.has_value() &&
+        previous_global_->snapshot.round == request.round()) {
+      stored = previous_global_;
     }
   }
-  if (!snapshot || !snapshot->model) {
+  Snapshot* snapshot = stored.has_value() ? &stored->snapshot : nullptr;
+  if (snapshot == nullptr || !snapshot->model) {
     return absl::NotFoundError(
         absl::StrCat("this peer has published no ", KindName(kind), " snapshot yet"));
   }
@@ -135,7 +141,8 @@ absl::StatusOr<SnapshotStore::Served> SnapshotStore::Serve(
     served.meta.set_delta(true);
     served.model = std::move(snapshot->encoded);
   } else {
-    served.model = tensor::EncodeRaw(std::move(snapshot->model));
+    // Outside the lock: the first serve hashes the model's tensors.
+    served.model = tensor::EncodeRaw(snapshot->model, stored->digests->Of(*snapshot->model));
   }
   return served;
 }

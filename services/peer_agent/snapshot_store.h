@@ -72,9 +72,16 @@ class SnapshotStore {
   static constexpr int kKinds = 3;
   static int Slot(peer::v1::SnapshotKind kind);  // -1 for an unknown kind
 
+  struct Stored {
+    Snapshot snapshot;
+    // Its model's tensors' digests, computed by the first raw serve and kept for the later ones
+    // (a decentralized round's update is served to every other participant).
+    std::shared_ptr<tensor::TensorDigests> digests = std::make_shared<tensor::TensorDigests>();
+  };
+
   mutable absl::Mutex mu_;
-  std::optional<Snapshot> slots_[kKinds] ABSL_GUARDED_BY(mu_);
-  std::optional<Snapshot> previous_global_ ABSL_GUARDED_BY(mu_);  // the round before GLOBAL's
+  std::optional<Stored> slots_[kKinds] ABSL_GUARDED_BY(mu_);
+  std::optional<Stored> previous_global_ ABSL_GUARDED_BY(mu_);  // the round before GLOBAL's
 };
 
 }  // namespace shoal::peer

@@ -31,6 +31,11 @@ TEST_F(AggregatorCoreTest, PutAndGetModel) {
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->version, 0u);
   EXPECT_EQ(got->model->values, m.values);
+  // Every download of a version shares one record of its tensors' digests (hashed once).
+  ASSERT_NE(got->tensor_digests, nullptr);
+  EXPECT_EQ(core_->GetModel("t", 0)->tensor_digests, got->tensor_digests);
+  tensor::TensorDigests fresh;
+  EXPECT_EQ(got->Raw()->digests, fresh.Of(m));
   // Idempotent repeat.
   EXPECT_TRUE(core_->PutModel("t", 0, m).ok());
   // Same version, different contents.
@@ -42,6 +47,7 @@ TEST_F(AggregatorCoreTest, PutAndGetModel) {
   EXPECT_EQ(core_->PutModel("t", 3, m).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(core_->GetModel("t", std::nullopt)->version, 5u);
   EXPECT_EQ(core_->GetModel("t", 0)->model->values, m.values);  // previous still held
+  EXPECT_NE(core_->GetModel("t", 5)->tensor_digests, got->tensor_digests);
   EXPECT_EQ(metrics_->model_version.Value(), 5);
   EXPECT_EQ(core_->GetModel("nope", std::nullopt).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(core_->GetModel("t", 4).status().code(), absl::StatusCode::kNotFound);

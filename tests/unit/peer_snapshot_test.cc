@@ -131,5 +131,42 @@ TEST(SnapshotStoreTest, TheGlobalOfTheRoundBeforeIsServedUntilTheNextIsComplete)
   EXPECT_EQ(serve(6).status().code(), absl::StatusCode::kNotFound);
 }
 
+// A snapshot served raw many times (a round's update, to every other participant) is hashed by
+// its first serve only; a new publish is hashed again.
+TEST(SnapshotStoreTest, AModelServedRawIsHashedOnce) {
+  const tensor::ModelLayout layout = Layout();
+  SnapshotStore store;
+  auto model = std::const_pointer_cast<tensor::FlatModel>(RandomModel(layout, 7));
+  Snapshot update;
+  update.task = "t";
+  update.model = model;
+  update.kind = peer::v1::SNAPSHOT_KIND_ROUND_UPDATE;
+  update.round = 2;
+  store.Publish(update);
+  peer::v1::GetSnapshotRequest request;
+  request.set_task("t");
+  request.set_kind(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
+  request.set_round(2);
+  absl::StatusOr<SnapshotStore::Served> first = store.Serve(request);
+  ASSERT_TRUE(first.ok()) << first.status();
+  tensor::TensorDigests fresh;
+  const std::vector<uint64_t> want = fresh.Of(*model);
+  EXPECT_EQ(first->model->digests, want);
+  EXPECT_EQ(first->model->payloads[0].data(), reinterpret_cast<const char*>(model->values.data()));
+
+  // The digests are kept: a serve after the model changed (which a publisher never does) still
+  // carries the first ones.
+  model->values[0] += 1.0f;
+  absl::StatusOr<SnapshotStore::Served> second = store.Serve(request);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->model->digests, want);
+  store.Publish(update);
+  absl::StatusOr<SnapshotStore::Served> third = store.Serve(request);
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_NE(third->model->digests, want);
+  tensor::TensorDigests now;
+  EXPECT_EQ(third->model->digests, now.Of(*model));
+}
+
 }  // namespace
 }  // namespace shoal::peer

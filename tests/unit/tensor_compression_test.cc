@@ -87,6 +87,35 @@ TEST(CompressionTest, RawIsTheModelItselfUncopied) {
   EXPECT_EQ(decoded->values, update->values);
 }
 
+// A model served raw many times is hashed once: TensorDigests keeps what its first call computed
+// (each tensor's XXH3, the empty one's too), and a stream sends those in its headers.
+TEST(CompressionTest, TensorDigestsAreComputedOnceAndTravelInTheHeaders) {
+  auto model = RandomModel(Specs(), 2);
+  TensorDigests digests;
+  const std::vector<uint64_t> first = digests.Of(*model);
+  ASSERT_EQ(first.size(), model->layout.num_tensors());
+  for (size_t t = 0; t < first.size(); ++t) {
+    EXPECT_EQ(first[t], DigestBytes(model->values.data() + model->layout.offset(t),
+                                    model->layout.tensors()[t].NumElements() * sizeof(float)))
+        << t;
+  }
+  std::shared_ptr<const EncodedModel> encoded = EncodeRaw(model, first);
+  EXPECT_EQ(encoded->digests, first);
+  auto decoded = RoundTrip(*encoded);  // the decoder checks each tensor against its header
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->values, model->values);
+
+  // Kept, not computed again (the model must not change: here it does, to show it).
+  model->values[0] += 1.0f;
+  EXPECT_EQ(digests.Of(*model), first);
+  auto stale = RoundTrip(*EncodeRaw(model, first));
+  EXPECT_TRUE(absl::IsInvalidArgument(stale.status())) << stale.status();
+  EXPECT_THAT(stale.status().message(), HasSubstr("'conv.weight': digest mismatch"));
+  // Digests of another count are not used: the stream hashes the payloads itself.
+  EXPECT_TRUE(EncodeRaw(model, {1, 2})->digests.empty());
+  EXPECT_TRUE(RoundTrip(*EncodeRaw(model, {1, 2})).ok());
+}
+
 TEST(CompressionTest, Fp16HalvesTheBytesWithinHalfPrecision) {
   auto update = RandomModel(Specs(), 2);
   const std::vector<float> original = update->values;

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "libs/aggregation/weighted_mean.h"
 #include "libs/common/clock.h"
+#include "libs/tensor/compression.h"
 #include "libs/tensor/flat_model.h"
 #include "services/aggregator/aggregator_metrics.h"
 #include "services/aggregator/core_types.h"
@@ -43,6 +44,9 @@ struct TaskState {
   struct Version {
     std::shared_ptr<const tensor::FlatModel> model;
     uint64_t digest = 0;
+    // Computed by the first download that sends the version raw, kept for the others.
+    std::shared_ptr<tensor::TensorDigests> tensor_digests =
+        std::make_shared<tensor::TensorDigests>();
   };
   std::string name;
   std::map<uint64_t, Version> versions;
