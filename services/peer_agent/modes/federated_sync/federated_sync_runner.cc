@@ -12,6 +12,7 @@
 #include "libs/common/heap.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
+#include "libs/rpc/retry.h"
 #include "libs/task/task_privacy.h"
 #include "libs/tensor/compression.h"
 #include "libs/tensor/frame_codec.h"
@@ -194,8 +195,15 @@ std::optional<bool> FederatedSyncRunner::Push(const coordinator::v1::RoundStarte
   absl::StatusOr<bool> pushed = peer_.RetryCall(
       deadline, keep_going,
       [&](absl::Time attempt_deadline) {
-        return aggregator_.PushUpdate(peer_.AddressFor(attempt++), meta, delta,
-                                      attempt_deadline);  // shared, no copy
+        const std::string& address = peer_.AddressFor(attempt++);
+        absl::StatusOr<bool> pushed =
+            aggregator_.PushUpdate(address, meta, delta, attempt_deadline);  // shared, no copy
+        if (!pushed.ok() && rpc::IsTransient(pushed.status())) {
+          LogWarning("task ", task_, " round ", m.round(), ": push attempt ", attempt, " at ",
+                     address, ": ", pushed.status().message(),
+                     " (retried while the round's deadline allows)");
+        }
+        return pushed;
       },
       delta->payload_bytes());
   if (!pushed.ok()) {
