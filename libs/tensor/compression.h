@@ -55,6 +55,9 @@ struct EncodedModel {
 std::shared_ptr<const EncodedModel> EncodeRaw(std::shared_ptr<const FlatModel> model,
                                               std::vector<uint64_t> digests = {});
 
+// A mapped model file raw, without a copy: the payloads are views of the file's pages.
+std::shared_ptr<const EncodedModel> EncodeRaw(std::shared_ptr<const MappedModelFile> file);
+
 // The XXH3 of each tensor of one model, computed by the first call and kept, so that a model
 // served raw many times (a published version, a peer's snapshot) is hashed once, not by each
 // stream. Thread-safe: a call made while the first computes waits for it.
@@ -67,8 +70,6 @@ class TensorDigests {
   absl::once_flag once_;
   std::vector<uint64_t> digests_;
 };
-// A mapped model file raw, without a copy: the payloads are views of the file's pages.
-std::shared_ptr<const EncodedModel> EncodeRaw(std::shared_ptr<const MappedModelFile> file);
 
 // The payload size a tensor of `elements` values may have in encoding `e`. Never more than the
 // raw size (a sender falls back to raw rather than send more). INVALID_ARGUMENT naming what is

@@ -44,9 +44,9 @@ struct TaskState {
   struct Version {
     std::shared_ptr<const tensor::FlatModel> model;
     uint64_t digest = 0;
-    // Computed by the first download that sends the version raw, kept for the others.
-    std::shared_ptr<tensor::TensorDigests> tensor_digests =
-        std::make_shared<tensor::TensorDigests>();
+    // Its tensors' digests: computed by the first download that sends the version raw, kept for
+    // the others (set by PublishVersion).
+    std::shared_ptr<tensor::TensorDigests> tensor_digests;
   };
   std::string name;
   std::map<uint64_t, Version> versions;
