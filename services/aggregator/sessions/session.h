@@ -46,7 +46,7 @@ struct TaskState {
     uint64_t digest = 0;
     // Its tensors' digests: computed by the first download that sends the version raw, kept for
     // the others (set by PublishVersion).
-    std::shared_ptr<tensor::TensorDigests> tensor_digests;
+    std::shared_ptr<tensor::TensorDigests> tensor_digests = nullptr;
   };
   std::string name;
   std::map<uint64_t, Version> versions;
