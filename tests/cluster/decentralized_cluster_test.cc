@@ -27,6 +27,7 @@ namespace {
 
 namespace cv1 = coordinator::v1;
 using ::testing::Contains;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -416,8 +417,9 @@ TEST(DecentralizedClusterTest, UnreachablePeerIsRemovedAfterMaxConnectionRetry) 
     ASSERT_TRUE(started.ok()) << started << "\n" << cluster.LogTails();
   }
   ASSERT_TRUE(cluster.WaitForPeersConnected(4, absl::Seconds(60)).ok()) << cluster.LogTails();
-  // Two rounds: the peer is removed from the first and sits out the second (a third would try
-  // it again and spend its retries once more, about 10 s).
+  // Two rounds: the peer is removed from the first it takes part in and sits out any after it (a
+  // third would try it again and spend its retries once more, about 10 s). Round 1 opens once
+  // three peers hold the initial model, so under load peer-3 may come only to round 2.
   common::v1::TaskSpec spec = DecentralizedTask("dec-refuse", 2, 20);
   spec.set_min_participants(3);
   ASSERT_TRUE(cluster.CreateTask(spec).ok());
@@ -425,10 +427,14 @@ TEST(DecentralizedClusterTest, UnreachablePeerIsRemovedAfterMaxConnectionRetry) 
   auto status = cluster.WaitFor(spec.name(), Completed, absl::Minutes(6), "task completion");
   ASSERT_TRUE(status.ok()) << status.status();
   ASSERT_EQ(status->history_size(), static_cast<int>(spec.rounds()));
-  const cv1::RoundSummary& first = status->history(0);
-  EXPECT_THAT(first.removed(), Contains("peer-3")) << first.ShortDebugString();
-  EXPECT_EQ(first.removed_size(), 1) << first.ShortDebugString();
-  EXPECT_GE(first.connection_retries(), spec.max_connection_retry()) << first.ShortDebugString();
+  int removed_from = 0;  // rounds peer-3 was removed from
+  for (const cv1::RoundSummary& round : status->history()) {
+    if (round.removed().empty()) continue;
+    ++removed_from;
+    EXPECT_THAT(round.removed(), ElementsAre("peer-3")) << round.ShortDebugString();
+    EXPECT_GE(round.connection_retries(), spec.max_connection_retry()) << round.ShortDebugString();
+  }
+  EXPECT_EQ(removed_from, 1) << status->ShortDebugString();
   for (const cv1::RoundSummary& round : status->history()) {
     SCOPED_TRACE(round.ShortDebugString());
     EXPECT_THAT(round.participants(), Not(Contains("peer-3")));
