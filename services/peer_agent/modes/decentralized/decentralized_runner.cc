@@ -517,7 +517,8 @@ void DecentralizedRunner::RunPendingEval() {
   if (!pending_eval_) return;
   PendingEval pending = *std::move(pending_eval_);
   pending_eval_.reset();
-  absl::StatusOr<tensor::FlatModel> current = trainer_.GetParameters();
+  // The parameters are kept aside in a pooled buffer, which goes back to the pool after.
+  absl::StatusOr<tensor::FlatModel> current = trainer_.GetParameters(model_buffers_->Take());
   absl::Status s = current.status();
   if (s.ok()) s = trainer_.SetParameters(*pending.model);
   if (!s.ok()) {
@@ -528,6 +529,7 @@ void DecentralizedRunner::RunPendingEval() {
   if (absl::Status r = trainer_.SetParameters(*current); !r.ok()) {
     LogError("task ", task_, ": cannot restore the parameters after evaluating: ", r.message());
   }
+  model_buffers_->Give(std::move(current->values));
 }
 
 void DecentralizedRunner::EvaluateAndReport(uint64_t round, uint64_t version) {
