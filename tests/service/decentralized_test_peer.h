@@ -48,6 +48,13 @@ class DecentralizedRunnerProbe {
     }
     return storage;
   }
+  // Tops the runner's kept buffers up to `count` buffers of `values` floats each (a pool of
+  // fewer keeps fewer).
+  static void KeepModelBuffers(const DecentralizedRunner& runner, size_t count, size_t values) {
+    for (size_t i = runner.model_buffers_->kept(); i < count; ++i) {
+      runner.model_buffers_->Give(std::vector<float>(values));
+    }
+  }
 };
 
 using coordinator::v1::CoordinatorEvent;
