@@ -104,18 +104,24 @@ const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
   return s.status();
 }
 // Whether a failed attempt number `attempts` (from 1) may be followed by another one.
-inline bool MayRetry(const RetryOptions& options, const absl::Status& status, int attempts) {
+// `cut_by_its_bound`: it ended DEADLINE_EXCEEDED with a bound of its own, before the deadline.
+inline bool MayRetry(const RetryOptions& options, const absl::Status& status, int attempts,
+                     bool cut_by_its_bound) {
   if (status.ok()) return false;
   if (options.max_attempts > 0 && attempts >= options.max_attempts) return false;
-  return options.retryable ? options.retryable(status) : IsTransient(status);
+  if (options.retryable) return options.retryable(status);
+  return IsTransient(status) || cut_by_its_bound;
 }
 }  // namespace retry_internal
 
 // Calls attempt(attempt_deadline), with attempt_deadline = min(deadline, now + attempt_timeout),
 // until it succeeds, fails with an error `retryable` rejects, max_attempts are used, the next
-// attempt would start at or after `deadline`, or `sleep` returns false. Between two attempts it
-// sleeps the next backoff delay (jittered, growing to the cap). Returns the last attempt's
-// result. `attempt` returns absl::Status or absl::StatusOr<T>; time comes from `clock`.
+// attempt would start at or after `deadline`, or `sleep` returns false. Without `retryable`, an
+// attempt is retried when it failed transiently (IsTransient) or ran out of its own time
+// (DEADLINE_EXCEEDED with an attempt_deadline before `deadline`): one attempt held up by a
+// stalled connection or a busy callee does not use up a deadline that has room for more. Between
+// two attempts it sleeps the next backoff delay (jittered, growing to the cap). Returns the last
+// attempt's result. `attempt` returns absl::Status or absl::StatusOr<T>; time comes from `clock`.
 template <typename Attempt>
 auto Retry(const Clock& clock, const RetryOptions& options, absl::Time deadline,
            const SleepFn& sleep, Attempt&& attempt) -> std::invoke_result_t<Attempt&, absl::Time> {
@@ -123,9 +129,9 @@ auto Retry(const Clock& clock, const RetryOptions& options, absl::Time deadline,
   for (int attempts = 1;; ++attempts) {
     const absl::Time attempt_deadline = std::min(deadline, clock.Now() + options.attempt_timeout);
     std::invoke_result_t<Attempt&, absl::Time> result = attempt(attempt_deadline);
-    if (!retry_internal::MayRetry(options, retry_internal::StatusOf(result), attempts)) {
-      return result;
-    }
+    const absl::Status& status = retry_internal::StatusOf(result);
+    const bool cut_by_its_bound = absl::IsDeadlineExceeded(status) && attempt_deadline < deadline;
+    if (!retry_internal::MayRetry(options, status, attempts, cut_by_its_bound)) return result;
     const absl::Duration delay = backoff.Next();
     if (clock.Now() + delay >= deadline || !sleep(delay)) return result;
   }

@@ -118,6 +118,59 @@ TEST(Retry, NoAttemptStartsAtOrAfterTheDeadlineAndNoneOutlivesIt) {
   EXPECT_LT(clock.Now(), deadline);
 }
 
+// An attempt that ran out of its own bound (a stalled stream, a callee held up) is tried again
+// while the deadline has room; DEADLINE_EXCEEDED at the deadline itself, or from an attempt
+// whose bound is the deadline, ends the loop.
+TEST(Retry, AnAttemptCutByItsOwnBoundIsRetriedWhileTheDeadlineAllows) {
+  FakeClock clock;
+  const absl::Time start = clock.Now();
+  std::vector<absl::Duration> delays;
+  // Each attempt uses up its 5 s bound, as a call that hangs until its gRPC deadline would.
+  std::vector<absl::Time> started;
+  int attempts = 0;
+  auto hang_twice = [&](absl::Time attempt_deadline) -> absl::StatusOr<int> {
+    started.push_back(clock.Now());
+    if (++attempts > 2) return attempts;
+    clock.Advance(attempt_deadline - clock.Now());
+    return absl::DeadlineExceededError("Deadline Exceeded");
+  };
+  absl::StatusOr<int> r =
+      Retry(clock, Options(), start + absl::Minutes(1), FakeSleep{clock, &delays}, hang_twice);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, 3);
+  ASSERT_EQ(started.size(), 3u);
+  EXPECT_GE(started[1], start + absl::Seconds(5));
+
+  // Hanging every time: retried until the next attempt would start past the deadline, the last
+  // one cut to the deadline.
+  attempts = -100;
+  started.clear();
+  const absl::Time deadline = clock.Now() + absl::Seconds(12);
+  r = Retry(clock, Options(), deadline, FakeSleep{clock, &delays}, hang_twice);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(r.status())) << r.status();
+  EXPECT_EQ(started.size(), 3u);  // at 0, ~5.1 and ~10.3 s; the third is cut at 12 s
+  EXPECT_EQ(clock.Now(), deadline);
+
+  // An attempt bounded by the deadline alone is not retried when it runs out.
+  RetryOptions unbounded = Options();
+  unbounded.attempt_timeout = absl::InfiniteDuration();
+  attempts = -100;
+  started.clear();
+  r = Retry(clock, unbounded, clock.Now() + absl::Seconds(30), FakeSleep{clock, &delays},
+            hang_twice);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(r.status())) << r.status();
+  EXPECT_EQ(started.size(), 1u);
+
+  // A caller's own `retryable` decides alone.
+  RetryOptions strict = Options();
+  strict.retryable = [](const absl::Status& s) { return absl::IsUnavailable(s); };
+  attempts = 0;
+  started.clear();
+  r = Retry(clock, strict, clock.Now() + absl::Minutes(1), FakeSleep{clock, &delays}, hang_twice);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(r.status())) << r.status();
+  EXPECT_EQ(started.size(), 1u);
+}
+
 TEST(Retry, StopsWhenTheSleepSaysStopAndHonoursMaxAttempts) {
   FakeClock clock;
   std::vector<absl::Status> errors(10, absl::UnavailableError("down"));

@@ -40,7 +40,8 @@
 namespace shoal::peer {
 
 // How the calls to the aggregator are retried (rpc::Retry): on UNAVAILABLE and
-// RESOURCE_EXHAUSTED, each attempt bounded by `rpc_timeout`, and one that moves a model or an
+// RESOURCE_EXHAUSTED, and when an attempt ran out of its own bound while the call's deadline has
+// room for another; each attempt bounded by `rpc_timeout`, and one that moves a model or an
 // update by `rpc_timeout` plus its bytes at `slowest_link` (TransferTimeout).
 struct AggregatorCallOptions {
   absl::Duration rpc_timeout = absl::Seconds(30);

@@ -34,7 +34,7 @@ struct FederatedAsyncOptions {
   // Bound of one aggregator call; one that moves a model or an update gets its bytes at
   // slowest_link on top.
   absl::Duration rpc_timeout = absl::Seconds(30);
-  // Total time one model download or one push keeps retrying UNAVAILABLE / RESOURCE_EXHAUSTED, at
+  // Total time one model download or one push keeps retrying (AggregatorPeer::RetryCall), at
   // least one attempt's bound (AggregatorCallOptions::slowest_link).
   absl::Duration transfer_budget = absl::Seconds(60);
   // Bytes per second of the slowest link a peer may sit behind (AggregatorCallOptions).
@@ -68,8 +68,8 @@ struct FederatedAsyncOptions {
 // evaluated. A repeated TaskAssigned switches every later call to the aggregator it names
 // (forgetting the model held, whose version numbers belong to the old aggregator). Once started,
 // the loop resumes after every event that stopped it (a TrainAsync restarts it with its settings);
-// only the end of the task (the agent destroys the runner) ends it. Aggregator calls are retried on
-// UNAVAILABLE / RESOURCE_EXHAUSTED through rpc::Retry. Owned by the agent, which makes it through
+// only the end of the task (the agent destroys the runner) ends it. Aggregator calls are retried
+// through AggregatorPeer::RetryCall. Owned by the agent, which makes it through
 // the mode registry; the deps must outlive it. Threading: Intercept() and Supersedes() on the
 // session reader thread (they touch only the versions under mu_); everything else on the agent's
 // worker thread.

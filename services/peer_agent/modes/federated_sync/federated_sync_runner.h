@@ -65,8 +65,8 @@ struct FederatedSyncOptions {
 // copy evaluated and the one queued behind it; scripts/bench-memory measured 5.0x on a loaded
 // machine). A repeated TaskAssigned of the task (the coordinator
 // moved it to another aggregator) switches every following call to the new aggregator address.
-// Aggregator calls are retried on UNAVAILABLE / RESOURCE_EXHAUSTED with capped backoff within the
-// round's deadline (or the transfer budget) through rpc::Retry. Owned by the agent, which makes it
+// Aggregator calls are retried with capped backoff within the round's deadline (or the transfer
+// budget) through AggregatorPeer::RetryCall. Owned by the agent, which makes it
 // through the mode registry; the deps must outlive it. With privacy.secure_aggregation the delta
 // goes through the aggregator's SecureAggregate instead of PushUpdate (SecurePush), masked with the
 // round's other peers, whose identity keys RoundStarted lists. Threading: see ModeRunner
