@@ -18,6 +18,12 @@
 #include "shoal/coordinator/v1/registry.grpc.pb.h"
 
 namespace shoal::aggregator {
+namespace {
+
+// Threads of the pool for calls that wait on a tree node's parent.
+constexpr size_t kParentTransferThreads = 4;
+
+}  // namespace
 
 absl::Status AggregatorOptions::Validate() const {
   if (auto s = ParseHostPort(listen, "--listen"); !s.ok()) return s.status();
@@ -70,6 +76,10 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   // Queue room for every staged push plus control calls; beyond that answer RESOURCE_EXHAUSTED.
   self->executor_ = std::make_unique<ThreadPool>(
       options.executor_threads, static_cast<size_t>(options.max_concurrent_pushes) * 2 + 16);
+  // Calls that wait on a tree node's parent (a version fetched down, a child round's partial sum
+  // sent up): a few at once, apart from the folds. The coordinator sends a task's round calls one
+  // at a time, so a few threads cover the tasks a node serves at once.
+  self->transfers_ = std::make_unique<ThreadPool>(kParentTransferThreads, 64);
   auto credentials = rpc::Credentials::Create(options.tls);
   if (!credentials.ok()) return credentials.status();
   self->channel_credentials_ = credentials->channel();
@@ -101,7 +111,8 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   });
   self->service_ = std::make_unique<AggregatorServiceImpl>(
       AggregatorServiceOptions{core_options.limits}, *self->core_, *self->executor_,
-      *self->aggregator_metrics_, *self->parents_, *self->parent_link_, *self->downloads_);
+      *self->transfers_, *self->aggregator_metrics_, *self->parents_, *self->parent_link_,
+      *self->downloads_);
   self->relay_hub_ = std::make_unique<RelayHub>(RelayHub::Options{}, *self->aggregator_metrics_);
   self->relay_service_ = std::make_unique<RelayServiceImpl>(*self->relay_hub_);
   self->relay_peer_service_ = std::make_unique<RelayPeerServiceImpl>(*self->relay_hub_);
@@ -281,6 +292,7 @@ void AggregatorServer::Shutdown() {
   registrations_.clear();
   if (server_ != nullptr) server_->Shutdown(options_.shutdown_grace);
   if (executor_ != nullptr) executor_->Shutdown();
+  if (transfers_ != nullptr) transfers_->Shutdown();
   // Nothing publishes any more: an encoding under way stops at its next block.
   if (core_ != nullptr) core_->SetOnPublished(nullptr);
   if (downloads_ != nullptr) downloads_->Stop();

@@ -99,6 +99,7 @@ class AggregatorServer {
   std::unique_ptr<AggregatorMetrics> aggregator_metrics_;
   std::unique_ptr<AggregatorCore> core_;
   std::unique_ptr<ThreadPool> executor_;
+  std::unique_ptr<ThreadPool> transfers_;  // calls that wait on a tree node's parent
   // Downloads against a held version: their encodings, made on a thread of their own (apart from
   // the folds and the gRPC threads) as each version is published; each encoding deflates on a
   // thread per core.

@@ -366,12 +366,13 @@ class WatchTaskReactor final : public grpc::ServerWriteReactor<v1::TaskEvent> {
 }  // namespace
 
 AggregatorServiceImpl::AggregatorServiceImpl(AggregatorServiceOptions options, AggregatorCore& core,
-                                             Executor& executor, AggregatorMetrics& metrics,
-                                             AggregatorClient& parents, ParentLink& parent_link,
-                                             DownloadDeltas& downloads)
+                                             Executor& executor, Executor& transfers,
+                                             AggregatorMetrics& metrics, AggregatorClient& parents,
+                                             ParentLink& parent_link, DownloadDeltas& downloads)
     : options_(std::move(options)),
       core_(core),
       executor_(executor),
+      transfers_(transfers),
       metrics_(metrics),
       parents_(parents),
       parent_link_(parent_link),
@@ -441,9 +442,9 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::OpenRound(
   const v1::ParentRound& parent = request->parent();
   if (!parent.address().empty() && !core_.GetModel(request->task(), request->base_version()).ok()) {
     // A child's round on a version it does not hold: the model comes down from the parent first
-    // (a transfer: executor work).
+    // (a transfer, on the transfer pool).
     const absl::Time deadline = CallDeadline(*context);
-    if (!executor_.TrySubmit([this, reactor, request, deadline] {
+    if (!transfers_.TrySubmit([this, reactor, request, deadline] {
           absl::Status s =
               FetchFromParent(request->task(), request->base_version(), request->parent(),
                               absl::StrCat("round ", request->round(), " of task '",
@@ -471,9 +472,9 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::OpenBuffer(
   const v1::ParentRound& parent = request->parent();
   if (!parent.address().empty() && !core_.GetModel(request->task(), request->base_version()).ok()) {
     // A tree node's buffer on a version it does not hold: the model comes down from the parent
-    // first (a transfer: executor work), as for a child's round.
+    // first (a transfer, on the transfer pool), as for a child's round.
     const absl::Time deadline = CallDeadline(*context);
-    if (!executor_.TrySubmit([this, reactor, request, deadline] {
+    if (!transfers_.TrySubmit([this, reactor, request, deadline] {
           absl::Status s = FetchFromParent(
               request->task(), request->base_version(), request->parent(),
               absl::StrCat("the buffer of task '", request->task(), "': fetching base version"),
@@ -500,22 +501,22 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::CloseRound(
   }
   // Applying the round's aggregation is (at least) a pass over the model: executor work. A
   // child's round sends its partial sum to its parent instead, within the call's deadline
-  // (at most 5 minutes).
+  // (at most 5 minutes): a transfer, on the transfer pool.
   const absl::Time deadline = CallDeadline(*context);
-  if (!executor_.TrySubmit([this, reactor, request, response, deadline] {
-        const v1::ParentRound parent = core_.ParentOf(request->task(), request->round());
-        if (!parent.address().empty()) {
-          auto forwarded = CloseChildRound(request->task(), request->round(), parent, deadline);
-          if (forwarded.ok()) *response = *std::move(forwarded);
-          reactor->Finish(rpc::ToGrpcStatus(forwarded.status()));
-          return;
-        }
-        auto result = core_.CloseRound(request->task(), request->round());
-        if (result.ok()) *response = result->ToProto();
-        reactor->Finish(rpc::ToGrpcStatus(result.status()));
-      })) {
-    reactor->Finish(Busy());
-  }
+  const v1::ParentRound parent = core_.ParentOf(request->task(), request->round());
+  const bool submitted =
+      parent.address().empty()
+          ? executor_.TrySubmit([this, reactor, request, response] {
+              auto result = core_.CloseRound(request->task(), request->round());
+              if (result.ok()) *response = result->ToProto();
+              reactor->Finish(rpc::ToGrpcStatus(result.status()));
+            })
+          : transfers_.TrySubmit([this, reactor, request, response, parent, deadline] {
+              auto forwarded = CloseChildRound(request->task(), request->round(), parent, deadline);
+              if (forwarded.ok()) *response = *std::move(forwarded);
+              reactor->Finish(rpc::ToGrpcStatus(forwarded.status()));
+            });
+  if (!submitted) reactor->Finish(Busy());
   return reactor;
 }
 

@@ -16,9 +16,11 @@ struct AggregatorServiceOptions {
 // gRPC adapter of AggregatorService over AggregatorCore. Handlers are thin: streams are
 // validated frame by frame inside their reactions (cheap: a copy and a digest update per
 // chunk); completing an upload, folding an update (or aggregating a full federated-async
-// buffer) and closing a round run on `executor`
-// (RESOURCE_EXHAUSTED when it is full). Owned by the server; core, executor and metrics must
-// outlive it. Thread-safe.
+// buffer) and closing a round run on `executor`; what waits on a tree node's parent (fetching a
+// version from it, sending a child round's partial sum up at CloseRound) runs on `transfers`, so
+// a slow or unreachable parent never holds up the folds and answers of the peers' pushes. Either
+// answers RESOURCE_EXHAUSTED when it is full. Owned by the server; core, the executors and
+// metrics must outlive it. Thread-safe.
 // PushUpdate is registered raw (ByteBuffer in, ByteBuffer out) so chunk bytes are copied once,
 // straight from the received slices into the staging buffer, instead of being parsed into a
 // protobuf string first. GetModel is raw too: chunks go out as slices of the model's own memory
@@ -35,7 +37,7 @@ class AggregatorServiceImpl final
   // partial sum with; `downloads`: the encodings of downloads against a held version (it must
   // outlive this).
   AggregatorServiceImpl(AggregatorServiceOptions options, AggregatorCore& core, Executor& executor,
-                        AggregatorMetrics& metrics, AggregatorClient& parents,
+                        Executor& transfers, AggregatorMetrics& metrics, AggregatorClient& parents,
                         ParentLink& parent_link, DownloadDeltas& downloads);
 
   grpc::ServerReadReactor<aggregator::v1::PutModelRequest>* PutModel(
@@ -87,7 +89,8 @@ class AggregatorServiceImpl final
 
   const AggregatorServiceOptions options_;
   AggregatorCore& core_;
-  Executor& executor_;
+  Executor& executor_;   // folds, uploads, a round's close
+  Executor& transfers_;  // waits on the parent
   AggregatorMetrics& metrics_;
   AggregatorClient& parents_;
   ParentLink& parent_link_;

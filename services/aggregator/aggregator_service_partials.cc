@@ -178,9 +178,9 @@ grpc::ServerUnaryReactor* AggregatorServiceImpl::PullModel(grpc::CallbackServerC
     reactor->Finish(grpc::Status::OK);  // held already: fetched stays false
     return reactor;
   }
-  // A transfer: executor work, within the call's deadline.
+  // A transfer, on the transfer pool, within the call's deadline.
   const absl::Time deadline = CallDeadline(*context);
-  if (!executor_.TrySubmit([this, reactor, request, response, deadline] {
+  if (!transfers_.TrySubmit([this, reactor, request, response, deadline] {
         absl::Status s = FetchFromParent(
             request->task(), request->version(), request->parent(),
             absl::StrCat("task '", request->task(), "': fetching version"), deadline);

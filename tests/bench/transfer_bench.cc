@@ -188,8 +188,8 @@ std::unique_ptr<Endpoint> StartEndpoint(const std::string& name, const std::stri
   e->parent_link = std::make_unique<shoal::aggregator::GrpcParentLink>(*e->parents, metrics);
   e->downloads = std::make_unique<shoal::aggregator::DownloadDeltas>(executor);
   e->service = std::make_unique<shoal::aggregator::AggregatorServiceImpl>(
-      shoal::aggregator::AggregatorServiceOptions{options.limits}, core, executor, metrics,
-      *e->parents, *e->parent_link, *e->downloads);
+      shoal::aggregator::AggregatorServiceOptions{options.limits}, core, executor, executor,
+      metrics, *e->parents, *e->parent_link, *e->downloads);
   e->server = StartServer("transfer-bench", tls_dir, "aggregator-0", e->service.get());
   const auto coordinator = ClientCredentials(tls_dir, "coordinator");
   e->channel = shoal::rpc::MakeChannel(e->server->address(), coordinator);

@@ -3,19 +3,23 @@
 // root (PushPartial), and the root publishes the model one flat round over the same updates
 // would: bit-identical with exact_sum.
 
+#include <atomic>
 #include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "libs/rpc/server.h"
 #include "libs/tensor/compression.h"
 #include "libs/tensor/frame_codec.h"
 #include "services/aggregator/grpc_aggregator_client.h"
 #include "services/aggregator/partial_wire.h"
 #include "tests/service/aggregator_service_fixture.h"
+#include "tests/testing/joining_thread.h"
 #include "tests/testing/wait.h"
 
 namespace shoal::aggregator {
@@ -313,6 +317,72 @@ TEST_F(AggregatorTreeServiceTest, AnUnreachableParentFailsTheLeafsCloseWithUnava
 // answers; b, a standby, refuses the peers' own pushes until it is promoted (opened again without
 // standby_for). Leaf a is then lost: b takes over its round, a repeat of an acknowledged push
 // is a duplicate, and the root gets each update exactly once.
+// A parent that holds every GetModel until released, then answers NOT_FOUND (an error that no
+// channel retries): a parent that is slow or stuck. Counts the calls that have come.
+class StalledParent final : public v1::AggregatorService::Service {
+ public:
+  grpc::Status GetModel(grpc::ServerContext*, const v1::GetModelRequest*,
+                        grpc::ServerWriter<common::v1::ModelChunk>*) override {
+    absl::MutexLock lock(&mu_);
+    ++calls_;
+    mu_.Await(absl::Condition(&released_));
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "released by the test");
+  }
+  int calls() const {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    released_ = true;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// What waits on a parent runs apart from the folds. Two child rounds at leaf a whose parent
+// holds their fetches (each OpenRound fetches its base version first) stay open; meanwhile a
+// peer's push to another task at the same leaf is accepted and answered. The leaf folds on two
+// threads: were the fetches run there, they would take both, and the push would wait until the
+// parent let go (here: past the push's deadline).
+TEST_F(AggregatorTreeServiceTest, AParentThatNeverAnswersHoldsUpNoPush) {
+  ASSERT_TRUE(client_.OpenRound(a_, Round("t", {"p0"}, false), Deadline()).ok());
+  StalledParent stalled;
+  rpc::ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.service_name = "stalled-parent";
+  auto parent = rpc::Server::Start(options, {&stalled});
+  ASSERT_TRUE(parent.ok()) << parent.status();
+  const std::string parent_address = (*parent)->address();
+  std::atomic<int> opens_done{0};
+  std::vector<std::unique_ptr<testing::JoiningThread>> opens;
+  for (int i = 0; i < 2; ++i) {
+    opens.push_back(std::make_unique<testing::JoiningThread>(
+        [&, i] {
+          v1::OpenRoundRequest child = Round(absl::StrCat("s", i), {"p9"}, false);
+          child.mutable_parent()->set_address(parent_address);
+          child.mutable_parent()->set_child("leaf-a");
+          EXPECT_FALSE(client_.OpenRound(a_, child, absl::Now() + absl::Minutes(2)).ok());
+          opens_done.fetch_add(1);
+        },
+        [&stalled] { stalled.Release(); }));
+  }
+  ASSERT_TRUE(testing::WaitUntil([&] { return stalled.calls() == 2; }, absl::Seconds(10)))
+      << "the child rounds' fetches never reached the parent";
+  const absl::StatusOr<bool> pushed = PushTo(a_, "t", 0);
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_EQ(opens_done.load(), 0);
+  auto closed = CloseAt(a_, "t");
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_THAT(closed->contributors(), ElementsAre("p0"));
+  opens.clear();  // releases the parent's calls and joins
+  EXPECT_EQ(opens_done.load(), 2);
+  (*parent)->Shutdown(absl::Seconds(1));
+}
+
 TEST_F(AggregatorTreeServiceTest, ABackupTakesOverWithEveryAcknowledgedUpdateOnce) {
   v1::OpenRoundRequest root = Round("t", {"p6"}, /*exact=*/true);
   root.add_expected_children("leaf-a");
