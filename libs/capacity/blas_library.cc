@@ -68,9 +68,20 @@ std::string DescribeBlas(const BlasLibrary& blas) {
 }
 
 std::optional<std::string> BlasWarning(const BlasLibrary& blas) {
+  if (blas.kind == BlasLibrary::Kind::kOptimised &&
+      absl::StrContains(blas.path, "/openblas-serial/")) {
+    return absl::StrCat(
+        "training runs its matrix products in ", DescribeBlas(blas),
+        ", OpenBLAS's serial build, which now and then returns wrong products when threads of "
+        "one process call it at once (a peer evaluates one model while it trains the next): "
+        "install libopenblas0-pthread (scripts/bootstrap runtime; Shoal runs it on one thread "
+        "per call), or point libblas.so.3, liblapack.so.3 and libopenblas.so.0 at it "
+        "(update-alternatives --config libblas.so.3-x86_64-linux-gnu, and the same for the "
+        "others)");
+  }
   if (blas.kind != BlasLibrary::Kind::kReference) return std::nullopt;
   return absl::StrCat("training runs its matrix products in ", DescribeBlas(blas),
-                      ", about 1.7x slower than in OpenBLAS: install libopenblas0-serial "
+                      ", about 1.7x slower than in OpenBLAS: install libopenblas0-pthread "
                       "(scripts/bootstrap runtime), or point libblas.so.3 at an optimised BLAS "
                       "(update-alternatives --config libblas.so.3-x86_64-linux-gnu)");
 }

@@ -7,7 +7,8 @@ namespace shoal::capacity {
 
 // The BLAS library this process loaded (LibTorch's matrix products on the CPU run in it), as
 // found among the loaded shared objects: Debian's LibTorch loads libblas.so.3, which the
-// alternatives system points at OpenBLAS (libopenblas0-serial, what scripts/bootstrap installs)
+// alternatives system points at OpenBLAS (libopenblas0-pthread, what scripts/bootstrap installs;
+// or its serial build, libopenblas0-serial, which is not safe for threads that call it at once)
 // or at the reference implementation (libblas3), with which the default task's training took
 // 1.7 times as long on the development machine.
 struct BlasLibrary {
@@ -29,7 +30,8 @@ BlasLibrary LoadedBlas();
 std::string DescribeBlas(const BlasLibrary& blas);
 
 // What a process that trains on the CPU logs as a warning: how to get an optimised BLAS, for
-// kReference; nullopt otherwise.
+// kReference, and a BLAS that is safe for concurrent callers, for OpenBLAS's serial build;
+// nullopt otherwise.
 std::optional<std::string> BlasWarning(const BlasLibrary& blas);
 
 }  // namespace shoal::capacity

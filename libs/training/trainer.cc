@@ -19,6 +19,7 @@
 #include "libs/data/task_data.h"
 #include "libs/task/task_model.h"
 #include "libs/task/task_privacy.h"
+#include "libs/training/blas_threads.h"
 #include "libs/training/dp_batches.h"
 #include "libs/training/loss.h"
 #include "libs/training/model_evaluation.h"
@@ -235,6 +236,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Build(const TrainerOptions& options,
                                                         ShardTensors* data) {
+  UseOneBlasThreadPerCall();
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   if (options.spec.model() == kTorchScriptModel) {

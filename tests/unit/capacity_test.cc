@@ -2,11 +2,14 @@
 // cgroup directory here), the matrix-multiply score, and the BLAS library a process loaded.
 
 #include <dlfcn.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string>
 
 #include "libs/capacity/blas_library.h"
 #include "libs/capacity/local_capacity.h"
@@ -96,11 +99,25 @@ TEST(BlasLibraryTest, TheReferenceBlasIsTheOneInADirectoryNamedBlas) {
   EXPECT_EQ(DescribeBlas({Kind::kReference, "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"}),
             "the reference BLAS at /usr/lib/x86_64-linux-gnu/blas/libblas.so.3");
   EXPECT_EQ(DescribeBlas({}), "built in");
+  // Warnings: the reference BLAS (slow) and OpenBLAS's serial build (unsafe for threads that call
+  // it at once); not the threaded build, nor a BLAS of someone else's.
+  const std::optional<std::string> serial =
+      BlasWarning({Kind::kOptimised, "/usr/lib/x86_64-linux-gnu/openblas-serial/libblas.so.3"});
+  ASSERT_TRUE(serial.has_value());
+  EXPECT_THAT(*serial, ::testing::HasSubstr("install libopenblas0-pthread"));
+  const std::optional<std::string> reference =
+      BlasWarning({Kind::kReference, "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"});
+  ASSERT_TRUE(reference.has_value());
+  EXPECT_THAT(*reference, ::testing::HasSubstr("1.7x slower"));
+  EXPECT_FALSE(
+      BlasWarning({Kind::kOptimised, "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"}));
+  EXPECT_FALSE(BlasWarning({Kind::kOptimised, "/opt/blis/lib/libblas.so.3"}));
 }
 
 // The library Debian's LibTorch loads (libblas.so.3) is found once loaded, and on a machine
-// scripts/bootstrap set up it is OpenBLAS: with the reference BLAS every training test and
-// benchmark runs about 1.7 times as long.
+// scripts/bootstrap set up it is OpenBLAS's threaded build: with the reference BLAS every
+// training test and benchmark runs about 1.7 times as long, and with the serial build the tests
+// that train several models in one process now and then get wrong products.
 TEST(BlasLibraryTest, FindsTheLoadedBlasAndItIsOptimisedHere) {
   EXPECT_EQ(LoadedBlas().kind, BlasLibrary::Kind::kNone);  // this test loads no LibTorch
   void* handle = dlopen("libblas.so.3", RTLD_NOW | RTLD_LOCAL);
@@ -108,7 +125,8 @@ TEST(BlasLibraryTest, FindsTheLoadedBlasAndItIsOptimisedHere) {
   const BlasLibrary blas = LoadedBlas();
   EXPECT_NE(blas.kind, BlasLibrary::Kind::kNone);
   EXPECT_EQ(blas.kind, BlasLibrary::Kind::kOptimised)
-      << DescribeBlas(blas) << ": scripts/bootstrap installs libopenblas0-serial";
+      << DescribeBlas(blas) << ": scripts/bootstrap installs libopenblas0-pthread";
+  EXPECT_FALSE(BlasWarning(blas).has_value()) << BlasWarning(blas).value_or("");
   EXPECT_TRUE(std::filesystem::path(blas.path).is_absolute()) << blas.path;
   EXPECT_TRUE(std::filesystem::exists(blas.path)) << blas.path;
   dlclose(handle);

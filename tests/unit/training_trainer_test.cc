@@ -1,12 +1,16 @@
 // Models and the trainer on real Fashion-MNIST data with real LibTorch.
 
+#include <dlfcn.h>
+
 #include <cmath>
 #include <memory>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/training/models.h"
 #include "libs/training/trainer.h"
+#include "tests/testing/joining_thread.h"
 
 namespace shoal::training {
 namespace {
@@ -287,6 +291,40 @@ TEST_F(TrainingTest, RestoredProgressTrainsTheSameBatchesAgain) {
   ASSERT_TRUE(t->SetParameters(*params).ok());
   ASSERT_TRUE(t->TrainBatches(4, nullptr).ok());
   EXPECT_NE(t->GetParameters()->values, first);
+}
+
+// Models trained at once on threads of one process (a peer evaluating while it trains, tasks
+// side by side, the in-memory clusters of the tests) train exactly as each would alone. With a
+// BLAS that is not safe for concurrent callers (OpenBLAS's serial build) the products of one
+// thread now and then come out wrong under load (2 of 10 of these runs beside stress-ng). And
+// OpenBLAS, when loaded, runs each call on its caller's thread.
+TEST_F(TrainingTest, ModelsTrainedAtOnceTrainAsEachAlone) {
+  auto alone = MakeTrainer(Options("mlp"));
+  ASSERT_TRUE(alone);
+  using GetThreads = int (*)();
+  if (auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"))) {
+    EXPECT_EQ(get(), 1) << "OpenBLAS runs its own threads beside the callers'";
+  }
+  ASSERT_TRUE(alone->TrainBatches(20, nullptr).ok());
+  const std::vector<float> want = alone->GetParameters()->values;
+  for (int rep = 0; rep < 10; ++rep) {
+    std::vector<std::unique_ptr<Trainer>> trainers;
+    for (int i = 0; i < 3; ++i) {
+      trainers.push_back(MakeTrainer(Options("mlp")));
+      ASSERT_TRUE(trainers.back());
+    }
+    {
+      std::vector<std::unique_ptr<shoal::testing::JoiningThread>> threads;
+      for (auto& t : trainers) {
+        threads.push_back(std::make_unique<shoal::testing::JoiningThread>(
+            [&t] { EXPECT_TRUE(t->TrainBatches(20, nullptr).ok()); }));
+      }
+    }
+    for (size_t i = 0; i < trainers.size(); ++i) {
+      EXPECT_EQ(trainers[i]->GetParameters()->values, want)
+          << "repetition " << rep << ", model " << i;
+    }
+  }
 }
 
 }  // namespace
