@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "libs/common/escape.h"
+#include "libs/common/log.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/reactor_handle.h"
 #include "libs/rpc/status.h"
@@ -28,6 +29,9 @@ namespace {
 using aggregator::v1::PushUpdateRequest;
 using aggregator::v1::PushUpdateResponse;
 using aggregator::v1::PutModelRequest;
+
+// A push that waits longer than this for a fold thread after its last byte is logged.
+constexpr absl::Duration kLongWaitForFold = absl::Seconds(5);
 
 // Receives a whole model (PutModel): meta, then frames decoded and verified as they arrive;
 // storing it (digest pass) runs on the executor.
@@ -192,6 +196,8 @@ class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         return absl::OkStatus();
       }
       push_ = *std::move(push);
+      label_ = absl::StrCat("task ", QuoteBytes(m.task()), " round ", m.round(), ": the push of ",
+                            QuoteBytes(m.peer_id()));
       return absl::OkStatus();
     }
     absl::Status s;
@@ -229,7 +235,14 @@ class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                           "PushUpdate stream ended before its UpdateMeta"));
       return;
     }
-    if (!executor_.TrySubmit([this] {
+    const absl::Time queued = absl::Now();
+    if (!executor_.TrySubmit([this, queued] {
+          // A push the peer waits for while every fold thread is busy: worth a line in the log
+          // (the peer's attempt may run out meanwhile).
+          if (const absl::Duration waited = absl::Now() - queued; waited > kLongWaitForFold) {
+            LogWarning(label_, " waited ", absl::FormatDuration(waited),
+                       " for a fold thread after its last byte");
+          }
           // The push leaves the reactor: once the call is finished, OnDone may delete `this`.
           std::unique_ptr<AggregatorCore::Push> push = std::move(push_);
           absl::Status s = push->Accept();
@@ -268,6 +281,7 @@ class PushUpdateReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   std::vector<absl::string_view> parts_;
   bool finished_ = false;
   std::unique_ptr<AggregatorCore::Push> push_;
+  std::string label_;  // task "T" round R: the push of "P", for the log
 };
 
 // The coordinator's calls (rounds, members, watches) come from the certificate named
