@@ -453,13 +453,25 @@ uint64_t HeldDigest(const std::vector<PeerMessage>& sent, uint64_t round) {
 
 // With a state directory a peer keeps the model of the last round it completed on disk: started
 // again it holds that model (ModelHeld names its round and digest) and serves it to peers that
-// sync. A file that does not read back is passed over; in another run of a task of the same
-// name the peer starts from the initial model; the file goes when the task finishes.
+// sync. A file that does not read back is passed over; the file goes when the task finishes; in
+// another run of a task of the same name the peer starts from the initial model.
 TEST_F(DecentralizedRunnerTest, APeerStartedAgainHoldsTheModelItKeptOnDisk) {
   absl::StatusOr<std::string> dir = testing::MakeTestTempDir("kept-model");
   ASSERT_TRUE(dir.ok()) << dir.status();
   constexpr int64_t kRun = 1700000000000;
   const std::string kept = absl::StrCat("decentralized-dec-", kRun, "-round-1.model");
+  // Files of four tasks this peer left: the first round kept leaves the three written last.
+  for (int i = 0; i < 4; ++i) {
+    const std::string left = absl::StrCat(*dir, "/decentralized-left-", i, "-5-round-1.model");
+    std::ofstream(left) << "model";
+    std::filesystem::last_write_time(
+        left, std::filesystem::file_time_type::clock::now() - std::chrono::hours(4 - i));
+  }
+  const std::vector<std::string> left = {"decentralized-left-1-5-round-1.model",
+                                         "decentralized-left-2-5-round-1.model",
+                                         "decentralized-left-3-5-round-1.model"};
+  std::vector<std::string> kept_and_left = {kept};
+  kept_and_left.insert(kept_and_left.end(), left.begin(), left.end());
   uint64_t averaged = 0;
   uint64_t initial = 0;
   {
@@ -468,7 +480,7 @@ TEST_F(DecentralizedRunnerTest, APeerStartedAgainHoldsTheModelItKeptOnDisk) {
     a.runner().Start();
     b.runner().Start();
     initial = HeldDigest(a.Take(), 0);
-    EXPECT_TRUE(FilesIn(*dir).empty());  // round 0's model every peer makes from the seed
+    EXPECT_EQ(FilesIn(*dir).size(), 4u);  // round 0's model every peer makes from the seed
     for (TestPeer* p : {&a, &b}) p->Handle(RoundOpen(1));
     for (TestPeer* p : {&a, &b}) p->Handle(PeerList(1, 1, {a.Endpoint(), b.Endpoint()}));
     for (TestPeer* p : {&a, &b}) p->Handle(StartSharing(1, 1));
@@ -476,14 +488,17 @@ TEST_F(DecentralizedRunnerTest, APeerStartedAgainHoldsTheModelItKeptOnDisk) {
     const PeerMessage* done = Find(sent, PeerMessage::kSharingDone);
     ASSERT_NE(done, nullptr);
     averaged = done->sharing_done().digest_xxh3();
-    // Kept once the coordinator says the round completed.
-    EXPECT_TRUE(FilesIn(*dir).empty());
+    // Kept before SharingDone went out: once every participant's arrived, the coordinator counts
+    // the round complete, and a peer killed from then on holds it when started again.
+    EXPECT_EQ(FilesIn(*dir), kept_and_left);
+    const auto kept_at = std::filesystem::last_write_time(*dir + "/" + kept);
     CoordinatorEvent published;
     published.set_task("dec");
     published.mutable_model_published()->set_round(1);
     published.mutable_model_published()->set_version(1);
     a.Handle(published);
-    EXPECT_THAT(FilesIn(*dir), ::testing::ElementsAre(kept));
+    EXPECT_EQ(FilesIn(*dir), kept_and_left);
+    EXPECT_EQ(std::filesystem::last_write_time(*dir + "/" + kept), kept_at);  // not written again
   }
   // A newer round's file that does not read back, and a temporary a crash mid-write left.
   for (const std::string& name :
@@ -500,33 +515,48 @@ TEST_F(DecentralizedRunnerTest, APeerStartedAgainHoldsTheModelItKeptOnDisk) {
   ASSERT_TRUE(global);
   EXPECT_EQ(global->round, 1u);
   EXPECT_EQ(global->model->Digest(), averaged);
-  EXPECT_THAT(FilesIn(*dir), ::testing::ElementsAre(kept));
-  // Another run of a task of the same name: the initial model, and the other run's file goes.
-  {
-    TestPeer other("peer-a", 0, 2, *train_, *test_, {}, Spec(), *dir, kRun + 1);
-    other.runner().Start();
-    EXPECT_EQ(HeldDigest(other.Take(), 0), initial);
-    EXPECT_TRUE(FilesIn(*dir).empty());
-  }
-  // Files of four tasks this peer left: keeping a round leaves the three written last.
-  for (int i = 0; i < 4; ++i) {
-    const std::string left = absl::StrCat(*dir, "/decentralized-left-", i, "-5-round-1.model");
-    std::ofstream(left) << "model";
-    std::filesystem::last_write_time(
-        left, std::filesystem::file_time_type::clock::now() - std::chrono::hours(4 - i));
-  }
-  CoordinatorEvent published;
-  published.set_task("dec");
-  published.mutable_model_published()->set_round(1);
-  published.mutable_model_published()->set_version(1);
-  again.Handle(published);
-  EXPECT_THAT(FilesIn(*dir), ::testing::ElementsAre(kept, "decentralized-left-1-5-round-1.model",
-                                                    "decentralized-left-2-5-round-1.model",
-                                                    "decentralized-left-3-5-round-1.model"));
+  EXPECT_EQ(FilesIn(*dir), kept_and_left);
   // The task finishes: what was kept for it goes.
+  const std::string copy = *dir + "/copy-of-round-1";
+  std::filesystem::copy_file(*dir + "/" + kept, copy);
   again.runner().Finished();
-  EXPECT_THAT(FilesIn(*dir), ::testing::Not(::testing::Contains(kept)));
-  EXPECT_EQ(FilesIn(*dir).size(), 3u);
+  EXPECT_EQ(FilesIn(*dir),
+            std::vector<std::string>({"copy-of-round-1", left[0], left[1], left[2]}));
+  // Another run of a task of the same name: the initial model, and the other run's file goes.
+  std::filesystem::rename(copy, *dir + "/" + kept);
+  TestPeer other("peer-a", 0, 2, *train_, *test_, {}, Spec(), *dir, kRun + 1);
+  other.runner().Start();
+  EXPECT_EQ(HeldDigest(other.Take(), 0), initial);
+  EXPECT_EQ(FilesIn(*dir), left);
+}
+
+// A peer removed from a round after it aggregated it goes back to the model of the round before,
+// on disk too: started again it must not hold a round the coordinator never counted.
+TEST_F(DecentralizedRunnerTest, APeerRemovedAfterAggregatingKeepsTheRoundBeforeAgain) {
+  absl::StatusOr<std::string> dir = testing::MakeTestTempDir("kept-model-removed");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  constexpr int64_t kRun = 1700000000000;
+  TestPeer a("peer-a", 0, 2, *train_, *test_, {}, Spec(), *dir, kRun);
+  TestPeer b("peer-b", 1, 2, *train_, *test_);
+  a.runner().Start();
+  b.runner().Start();
+  const uint64_t initial = HeldDigest(a.Take(), 0);
+  for (TestPeer* p : {&a, &b}) p->Handle(RoundOpen(1));
+  for (TestPeer* p : {&a, &b}) p->Handle(PeerList(1, 1, {a.Endpoint(), b.Endpoint()}));
+  for (TestPeer* p : {&a, &b}) p->Handle(StartSharing(1, 1));
+  ASSERT_NE(Find(a.Take(), PeerMessage::kSharingDone), nullptr);
+  EXPECT_THAT(FilesIn(*dir),
+              ::testing::ElementsAre(absl::StrCat("decentralized-dec-", kRun, "-round-1.model")));
+  CoordinatorEvent failed;
+  failed.set_task("dec");
+  failed.mutable_connection_failed()->set_round(1);
+  failed.mutable_connection_failed()->set_reason("peer-b stopped answering");
+  a.Handle(failed);
+  EXPECT_THAT(FilesIn(*dir),
+              ::testing::ElementsAre(absl::StrCat("decentralized-dec-", kRun, "-round-0.model")));
+  TestPeer again("peer-a", 0, 2, *train_, *test_, {}, Spec(), *dir, kRun);
+  again.runner().Start();
+  EXPECT_EQ(HeldDigest(again.Take(), 0), initial);
 }
 
 }  // namespace

@@ -301,6 +301,7 @@ void DecentralizedRunner::AbandonRound(const std::string& why) {
       model_round_ = round_->round - 1;
       params_are_held_ = false;
       PublishHeld(0, 0);  // this peer holds the round before again: served to joiners
+      if (kept_.kept_round() != model_round_) KeepHeld();  // and holds it after a restart
     }
   }
   round_.reset();
@@ -490,7 +491,8 @@ void DecentralizedRunner::HandleModelPublished(const coordinator::v1::ModelPubli
   }
   if (round_ && round_->round <= m.round()) round_.reset();  // the round is complete
   snapshots_.DropGlobalsBefore(m.round());  // joiners are sent for this round from now on
-  KeepHeld();
+  // Kept when it was aggregated or synced; again only if writing it failed then.
+  if (kept_.kept_round() != model_round_) KeepHeld();
   if (absl::Status s = RestoreHeld(); !s.ok()) {
     SendError(m.round(), s);
     return;

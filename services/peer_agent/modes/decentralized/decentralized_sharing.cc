@@ -425,6 +425,9 @@ void DecentralizedRunner::CompleteSharing(uint64_t round, uint32_t attempt, tens
   done->set_attempt(attempt);
   done->set_digest_xxh3(digest);
   done->set_num_samples(num_samples);
+  // On disk before SharingDone: once every participant reported it, the coordinator counts the
+  // round complete, and a peer killed from then on must hold this model when started again.
+  KeepHeld();
   Send(out);
 }
 
@@ -497,9 +500,9 @@ void DecentralizedRunner::HandleSyncFrom(const coordinator::v1::SyncFrom& m,
   done->set_digest_xxh3(digest);
   done->set_duration_ms(ms);
   done->set_bytes(bytes);
+  KeepHeld();  // on disk before the coordinator counts this peer as a holder of the round
   Send(out);
   SendModelHeld();
-  KeepHeld();
 }
 
 }  // namespace shoal::peer

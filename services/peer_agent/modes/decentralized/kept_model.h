@@ -46,6 +46,9 @@ class KeptModel {
   // Removes this task's files (the task is over).
   void Forget();
 
+  // The round of the file kept on disk, if one is.
+  std::optional<uint64_t> kept_round() const { return kept_round_; }
+
  private:
   std::string PathOf(uint64_t round) const;
   // Round of `file_name` if it is a file of this task: of this run (`this_run` true) or of
