@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -161,7 +162,8 @@ class Bench {
     if (g_stderr < 0 || std::freopen(log.c_str(), "a", stderr) == nullptr) {
       Die("cannot write " + log);
     }
-    std::printf("coordinator (in this process) logs to %s\n", log.c_str());
+    std::printf("coordinator (in this process) logs to %s (kept if the run has errors)\n",
+                log.c_str());
   }
 
   // The process whose CPU and RSS are the coordinator's (this one with --in-process).
@@ -451,6 +453,16 @@ class Bench {
     shoal::process::StopInOrder({aggregators, {coordinator_.get()}}, absl::Seconds(10));
   }
 
+  // The services' logs and state are kept when the run had errors, removed otherwise.
+  void RemoveOrKeepLogs() const {
+    if (errors_ > 0) {
+      std::printf("the services' logs and state are kept in %s\n", dir_.c_str());
+      return;
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
  private:
   static void PrintLatency(const std::string& phase, const char* what, const std::vector<double>& v,
                            const std::string&) {
@@ -593,5 +605,6 @@ int main(int argc, char** argv) {
   bench.PrintRatios();
   bench.Stop();
   std::printf("errors: %lld\n", static_cast<long long>(bench.errors()));
+  bench.RemoveOrKeepLogs();
   return bench.errors() == 0 ? 0 : 1;
 }

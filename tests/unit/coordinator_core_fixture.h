@@ -11,6 +11,7 @@
 #include <prometheus/registry.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -126,9 +127,11 @@ inline v1::PeerMessage Initialized(const std::string& task) {
 class CoordinatorCoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // A parameterized test's name holds a '/' ("Name/0"): one directory, not a parent left over.
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '-');
     dir_ = std::filesystem::temp_directory_path() /
-           ("shoal-core-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+           ("shoal-core-test-" + std::to_string(::getpid()) + "-" + name);
     std::filesystem::remove_all(dir_);
     store_ = *SqliteTaskStore::Open(dir_.string());
     Recreate();
