@@ -37,6 +37,32 @@ function(shoal_libtorch_code target)
   endif()
 endfunction()
 
+# Precompiled headers (clang): cmake/precompiled.h is compiled once, in shoal_precompiled, and
+# every library, binary and generated-code target reuses it instead of parsing the same headers
+# again (docs/performance.md, "The build"). The reusing unit's flags must match the header's
+# where clang checks them (the language standard, -pthread, NDEBUG, optimisation on or off), so
+# each such target compiles with -pthread. Not for:
+# - LibTorch targets (shoal_libtorch_code: C++17 under clang); the choice is made at the end of
+#   the target's directory, after shoal_libtorch_code may have marked it;
+# - tests (shoal_cc_test): a test's file-by-file objects are what ccache finds again in another
+#   clone of the same commit (CCACHE_BASEDIR), and a unit that takes the precompiled header
+#   hashes its bytes, which name the clone's paths;
+# - the sanitizer builds (g++) and the fuzz build.
+function(shoal_precompiled_headers target)
+  if(TARGET shoal_precompiled)
+    # (EVAL: a deferred call's arguments are otherwise read when it runs, not now.)
+    cmake_language(EVAL CODE
+      "cmake_language(DEFER CALL shoal_reuse_precompiled_headers [[${target}]])")
+  endif()
+endfunction()
+function(shoal_reuse_precompiled_headers target)
+  get_target_property(standard ${target} CXX_STANDARD)
+  if(NOT standard STREQUAL "17")
+    target_compile_options(${target} PRIVATE -pthread)
+    target_precompile_headers(${target} REUSE_FROM shoal_precompiled)
+  endif()
+endfunction()
+
 # shoal_cc_library(NAME <name> SRCS ... [DEPS ...] [PRIVATE_DEPS ...])
 # Declares shoal_<name> with alias shoal::<name>.
 function(shoal_cc_library)
@@ -47,6 +73,7 @@ function(shoal_cc_library)
   target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
   target_link_libraries(${target} PUBLIC ${ARG_DEPS} PRIVATE shoal_warnings ${ARG_PRIVATE_DEPS})
   shoal_unity(${target})
+  shoal_precompiled_headers(${target})
 endfunction()
 
 # shoal_cc_binary(NAME <binary name> SRCS ... DEPS ...)
@@ -55,6 +82,7 @@ function(shoal_cc_binary)
   add_executable(${ARG_NAME} ${ARG_SRCS})
   target_link_libraries(${ARG_NAME} PRIVATE shoal_warnings ${ARG_DEPS})
   shoal_unity(${ARG_NAME})
+  shoal_precompiled_headers(${ARG_NAME})
 endfunction()
 
 # shoal_cc_test(NAME <name> SRCS ... DEPS ... [LABELS ...] [TIMEOUT s])
@@ -124,6 +152,7 @@ function(shoal_proto_library)
   # Not the messages in unity batches: each .pb.cc has file-local tables of the same names.
   target_link_libraries(${target} PUBLIC protobuf::libprotobuf ${ARG_DEPS})
   shoal_light_optimisation(${target})
+  shoal_precompiled_headers(${target})
   if(ARG_GRPC)
     # The service stubs and bases: only the gRPC adapters and clients link these.
     set(grpc_target shoal_${ARG_NAME}_grpc)
@@ -132,5 +161,6 @@ function(shoal_proto_library)
     target_link_libraries(${grpc_target} PUBLIC ${target} gRPC::grpc++)
     shoal_unity(${grpc_target})
     shoal_light_optimisation(${grpc_target})
+    shoal_precompiled_headers(${grpc_target})
   endif()
 endfunction()
