@@ -44,9 +44,10 @@ endfunction()
 # each such target compiles with -pthread. Not for:
 # - LibTorch targets (shoal_libtorch_code: C++17 under clang); the choice is made at the end of
 #   the target's directory, after shoal_libtorch_code may have marked it;
-# - tests (shoal_cc_test): a test's file-by-file objects are what ccache finds again in another
-#   clone of the same commit (CCACHE_BASEDIR), and a unit that takes the precompiled header
-#   hashes its bytes, which name the clone's paths;
+# - tests (shoal_cc_test): ccache finds a test's file-by-file units again (in another clone of
+#   the same commit too) from their sources and headers alone; a unit that takes the precompiled
+#   header needs the preprocessor first, as the generated header that includes it names the
+#   checkout's path;
 # - the sanitizer builds (g++) and the fuzz build.
 function(shoal_precompiled_headers target)
   if(TARGET shoal_precompiled)
