@@ -206,6 +206,10 @@ Summation SummationOf(const common::v1::AggregationOptions& params) {
   return params.exact_sum() ? Summation::kExact : Summation::kFloat;
 }
 
+bool Strategy::order_independent() const {
+  return !streaming_ || SummationOf(params_) == Summation::kExact;
+}
+
 uint64_t Strategy::RoundMemoryBytes(size_t updates, uint64_t model_bytes) const {
   if (!streaming_) return static_cast<uint64_t>(updates) * model_bytes;
   // An exact sum holds 16 bytes a value, 4x a float model.

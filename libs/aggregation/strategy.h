@@ -123,6 +123,10 @@ class Strategy {
   const common::v1::AggregationOptions& params() const { return params_; }
   // true: each update is folded in as it arrives (memory ~ one model whatever K).
   bool streaming() const { return streaming_; }
+  // true: a round's result is the same to the bit whatever order its updates are added in
+  // (every strategy but mean with float sums); a caller that needs bit-identical results may
+  // then fold updates as they arrive.
+  bool order_independent() const;
   // Bytes a round holds besides the caller's base and output buffers: `model_bytes` for a
   // streaming strategy (4 x with exact_sum), `updates` x `model_bytes` for the others.
   uint64_t RoundMemoryBytes(size_t updates, uint64_t model_bytes) const;

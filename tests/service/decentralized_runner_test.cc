@@ -23,6 +23,8 @@
 namespace shoal::peer {
 namespace {
 
+using ::testing::UnorderedElementsAre;
+
 TEST_F(DecentralizedRunnerTest, RoundEndsWithIdenticalModelsAndALateJoinerSyncs) {
   TestPeer a("peer-a", 0, 2, *train_, *test_);
   TestPeer b("peer-b", 1, 2, *train_, *test_);
@@ -315,6 +317,50 @@ TEST_F(DecentralizedRunnerTest, MeanFetchesTwoUpdatesAtATimeAndEndsIdentical) {
     EXPECT_GE(kept, 1u);
     EXPECT_LE(kept, 4u);
   }
+}
+
+// With exact sums the fold takes the updates in any order: each participant fetches from the
+// ids after its own first and wraps around (so that from the start every participant's uplink
+// serves a share of the fetches, where in id order all would fetch from the lowest ids first),
+// still two at a time, and every participant ends the round with the same model.
+TEST_F(DecentralizedRunnerTest, ExactSumsFetchFromTheIdsAfterTheirOwnFirst) {
+  common::v1::TaskSpec spec = Spec();
+  spec.mutable_aggregation_options()->set_exact_sum(true);
+  TestPeer a("peer-a", 0, 4, *train_, *test_, {}, spec);
+  TestPeer b("peer-b", 1, 4, *train_, *test_, {}, spec);
+  TestPeer c("peer-c", 2, 4, *train_, *test_, {}, spec);
+  TestPeer d("peer-d", 3, 4, *train_, *test_, {}, spec);
+  for (TestPeer* p : {&a, &b, &c, &d}) {
+    p->runner().Start();
+    p->Handle(RoundOpen(1));
+    ASSERT_NE(Find(p->Take(), PeerMessage::kRoundReady), nullptr);
+  }
+  std::vector<uint64_t> digests;
+  for (TestPeer* p : {&c, &a}) {
+    p->gated().Gate(3);
+    p->Handle(PeerList(1, 1, {d.Endpoint(), a.Endpoint(), c.Endpoint(), b.Endpoint()}));
+    p->Take();
+    p->Handle(StartSharing(1, 1));
+    const std::vector<PeerMessage> sent = p->Take();
+    const PeerMessage* done = Find(sent, PeerMessage::kSharingDone);
+    ASSERT_NE(done, nullptr);
+    EXPECT_EQ(done->sharing_done().num_samples(), 4u * 160);
+    digests.push_back(done->sharing_done().digest_xxh3());
+    EXPECT_EQ(p->gated().max_in_flight(), 2u);
+  }
+  EXPECT_EQ(digests[0], digests[1]);
+  // The first two start together (in either order), the third once one of them is in.
+  auto address = [](const TestPeer& p) { return p.Endpoint().address(); };
+  const std::vector<std::string> by_c = c.gated().started_addresses();
+  ASSERT_EQ(by_c.size(), 3u);
+  EXPECT_THAT(std::vector<std::string>(by_c.begin(), by_c.begin() + 2),
+              UnorderedElementsAre(address(d), address(a)));
+  EXPECT_EQ(by_c[2], address(b));
+  const std::vector<std::string> by_a = a.gated().started_addresses();
+  ASSERT_EQ(by_a.size(), 3u);
+  EXPECT_THAT(std::vector<std::string>(by_a.begin(), by_a.begin() + 2),
+              UnorderedElementsAre(address(b), address(c)));
+  EXPECT_EQ(by_a[2], address(d));
 }
 
 // Once a peer keeps a full set of buffers, a round touches no fresh model-sized memory: the

@@ -85,7 +85,8 @@ inline common::v1::TaskSpec Spec() {
 
 // A PeerClient that passes every call on, and once Gate(n) is called counts the round-update
 // fetches in flight: each waits (at most 10 s) until another is in flight too or it is the
-// n-th, so that the most the runner runs at once is what the count shows.
+// n-th, so that the most the runner runs at once is what the count shows. It also lists the
+// addresses of those fetches in the order they started.
 class GatedPeerClient final : public PeerClient {
  public:
   explicit GatedPeerClient(PeerClient& inner) : inner_(inner) {}
@@ -97,6 +98,10 @@ class GatedPeerClient final : public PeerClient {
   size_t max_in_flight() {
     absl::MutexLock lock(&mu_);
     return max_in_flight_;
+  }
+  std::vector<std::string> started_addresses() {
+    absl::MutexLock lock(&mu_);
+    return started_addresses_;
   }
 
   absl::StatusOr<tensor::ReceivedModel> Fetch(const std::string& address,
@@ -111,6 +116,7 @@ class GatedPeerClient final : public PeerClient {
       if (gated_ > 0) {
         ++in_flight_;
         ++started_;
+        started_addresses_.push_back(address);
         max_in_flight_ = std::max(max_in_flight_, in_flight_);
         auto go = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           return in_flight_ >= 2 || started_ >= gated_;
@@ -139,6 +145,7 @@ class GatedPeerClient final : public PeerClient {
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   size_t started_ ABSL_GUARDED_BY(mu_) = 0;
   size_t max_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> started_addresses_ ABSL_GUARDED_BY(mu_);
 };
 
 // One peer: trainer, snapshot store, PeerService, client and runner.

@@ -57,6 +57,30 @@ aggregation::Strategy Make(common::v1::Aggregation kind) {
   return *s;
 }
 
+aggregation::Strategy ExactMean() {
+  aggregation::StrategyOptions options;
+  options.kind = common::v1::AGGREGATION_MEAN;
+  options.params.set_exact_sum(true);
+  absl::StatusOr<aggregation::Strategy> s = aggregation::MakeStrategy(options);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *s;
+}
+
+// Six participants' updates of `base`, peer-0 to peer-5, trained from seeds `seed` onwards.
+std::vector<PeerUpdate> SixUpdates(const tensor::FlatModel& base, uint32_t seed) {
+  std::vector<PeerUpdate> updates;
+  for (uint32_t i = 0; i < 6; ++i) {
+    updates.push_back(PeerUpdate{"peer-" + std::to_string(i), 10 + i, Trained(base, seed + i)});
+  }
+  return updates;
+}
+
+std::vector<std::string> IdsOf(const std::vector<PeerUpdate>& updates) {
+  std::vector<std::string> ids;
+  for (const PeerUpdate& u : updates) ids.push_back(u.peer_id);
+  return ids;
+}
+
 bool SameBytes(const tensor::FlatModel& a, const tensor::FlatModel& b) {
   return a.values.size() == b.values.size() &&
          std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(float)) == 0;
@@ -223,13 +247,8 @@ TEST(RoundFoldTest, FoldsInIdOrderAndHoldsOnlyEarlyArrivals) {
   const aggregation::Strategy mean = Make(common::v1::AGGREGATION_MEAN);
   const tensor::ModelLayout layout = Layout({32, 17});
   const tensor::FlatModel base = Filled(layout, 0.25f);
-  std::vector<PeerUpdate> updates;
-  std::vector<std::string> ids;
-  for (int i = 0; i < 6; ++i) {
-    updates.push_back(PeerUpdate{"peer-" + std::to_string(i), static_cast<uint64_t>(10 + i),
-                                 Trained(base, static_cast<uint32_t>(40 + i))});
-    ids.push_back(updates.back().peer_id);
-  }
+  const std::vector<PeerUpdate> updates = SixUpdates(base, 40);
+  const std::vector<std::string> ids = IdsOf(updates);
   absl::StatusOr<RoundAggregate> want = AggregateRound(mean, base, updates, 0);
   ASSERT_TRUE(want.ok()) << want.status();
 
@@ -273,6 +292,49 @@ TEST(RoundFoldTest, FoldsInIdOrderAndHoldsOnlyEarlyArrivals) {
   EXPECT_TRUE(SameBytes(got->model, want->model));
 }
 
+// With an order-independent strategy (mean with exact sums) updates fold as they come: none
+// waits for a lower id, and the result and its lists are those of the ascending fold.
+TEST(RoundFoldTest, AnOrderIndependentFoldTakesUpdatesAsTheyCome) {
+  const aggregation::Strategy exact_mean = ExactMean();
+  EXPECT_TRUE(exact_mean.order_independent());
+  EXPECT_FALSE(Make(common::v1::AGGREGATION_MEAN).order_independent());
+  EXPECT_TRUE(Make(common::v1::AGGREGATION_MEDIAN).order_independent());
+
+  const tensor::ModelLayout layout = Layout({32, 17});
+  const tensor::FlatModel base = Filled(layout, 0.25f);
+  std::vector<PeerUpdate> updates = SixUpdates(base, 60);
+  updates[4].model = Trained(base, 64, 1.0f);  // norm about 23: left out everywhere
+  absl::StatusOr<RoundAggregate> want = AggregateRound(exact_mean, base, updates, 5.0);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_EQ(want->excluded.size(), 1u);
+
+  absl::StatusOr<RoundFold> fold = RoundFold::Start(exact_mean, layout, IdsOf(updates), 5.0);
+  ASSERT_TRUE(fold.ok()) << fold.status();
+  EXPECT_TRUE(fold->any_order());
+  // As a participant fetching in rotated order would get them: 3, 4, 5, 1, then 0 last.
+  for (int k : {3, 4, 5, 1}) {
+    ASSERT_TRUE(fold->Offer(updates[k], base).ok());
+    EXPECT_EQ(fold->waiting(), 0u);
+    EXPECT_TRUE(fold->Has(updates[k].peer_id));
+  }
+  EXPECT_FALSE(fold->Has("peer-0"));
+  absl::StatusOr<RoundAggregate> early = fold->Finish(base);
+  EXPECT_TRUE(absl::IsFailedPrecondition(early.status())) << early.status();
+  EXPECT_THAT(early.status().message(), HasSubstr("peer-0"));
+  ASSERT_TRUE(fold->Offer(updates[2], base).ok());
+  ASSERT_TRUE(fold->Offer(updates[0], base).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(fold->Offer(updates[0], base)));
+  ASSERT_TRUE(fold->complete());
+  absl::StatusOr<RoundAggregate> got = fold->Finish(base);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(SameBytes(got->model, want->model));
+  EXPECT_EQ(got->included, want->included);
+  EXPECT_THAT(got->included, ElementsAre("peer-0", "peer-1", "peer-2", "peer-3", "peer-5"));
+  ASSERT_EQ(got->excluded.size(), 1u);
+  EXPECT_EQ(got->excluded[0].peer_id, "peer-4");
+  EXPECT_EQ(got->num_samples, want->num_samples);
+}
+
 TEST(RoundFoldTest, RefusesUpdatesItCannotTake) {
   const aggregation::Strategy mean = Make(common::v1::AGGREGATION_MEAN);
   const tensor::ModelLayout layout = Layout();
@@ -295,16 +357,12 @@ TEST(RoundFoldTest, RefusesUpdatesItCannotTake) {
 
 // The next round's fold, restarted from the last one to keep its buffers, makes what a fresh
 // fold makes, bit for bit: for mean (float and exact sums) and a strategy that keeps every
-// delta, with an update left out for its norm and one held while it waits for a lower id.
+// delta, with an update left out for its norm and, with float sums, one held while it waits for
+// a lower id.
 TEST(RoundFoldTest, ARestartedFoldMakesWhatAFreshOneMakes) {
   const tensor::ModelLayout layout = Layout({32, 17});
-  aggregation::StrategyOptions exact;
-  exact.kind = common::v1::AGGREGATION_MEAN;
-  exact.params.set_exact_sum(true);
-  absl::StatusOr<aggregation::Strategy> exact_mean = aggregation::MakeStrategy(exact);
-  ASSERT_TRUE(exact_mean.ok()) << exact_mean.status();
   for (const aggregation::Strategy& strategy :
-       {Make(common::v1::AGGREGATION_MEAN), *exact_mean, Make(common::v1::AGGREGATION_MEDIAN)}) {
+       {Make(common::v1::AGGREGATION_MEAN), ExactMean(), Make(common::v1::AGGREGATION_MEDIAN)}) {
     SCOPED_TRACE(strategy.name());
     const tensor::FlatModel first_base = Filled(layout, 0.25f);
     absl::StatusOr<RoundFold> fold = RoundFold::Start(strategy, layout, {"p1", "p2", "p3"}, 5.0);
@@ -332,7 +390,7 @@ TEST(RoundFoldTest, ARestartedFoldMakesWhatAFreshOneMakes) {
     EXPECT_THAT(fold->participants(), ElementsAre("q1", "q2", "q3", "q4"));
     EXPECT_FALSE(fold->Has("p1"));
     ASSERT_TRUE(fold->Offer(updates[1], base).ok());
-    EXPECT_EQ(fold->waiting(), 1u);
+    EXPECT_EQ(fold->waiting(), fold->any_order() ? 0u : 1u);
     ASSERT_TRUE(fold->Offer(updates[0], base).ok());
     ASSERT_TRUE(fold->Offer(updates[3], base).ok());
     ASSERT_TRUE(fold->Offer(updates[2], base).ok());

@@ -33,7 +33,8 @@ absl::StatusOr<RoundFold> RoundFold::Start(const aggregation::Strategy& strategy
                                            double max_update_norm) {
   SHOAL_RETURN_IF_ERROR(SortParticipants(participants));
   const size_t n = participants.size();
-  return RoundFold(strategy.Start(layout, n), std::move(participants), max_update_norm);
+  return RoundFold(strategy.Start(layout, n), std::move(participants), max_update_norm,
+                   strategy.order_independent());
 }
 
 absl::Status RoundFold::Restart(std::vector<std::string> participants) {
@@ -41,20 +42,23 @@ absl::Status RoundFold::Restart(std::vector<std::string> participants) {
   aggregation_->Reset();
   ids_ = std::move(participants);
   next_ = 0;
+  folded_.clear();
   waiting_.clear();
   out_ = RoundAggregate{};
   return absl::OkStatus();
 }
 
 RoundFold::RoundFold(std::unique_ptr<aggregation::Aggregation> aggregation,
-                     std::vector<std::string> ids, double max_update_norm)
+                     std::vector<std::string> ids, double max_update_norm, bool any_order)
     : aggregation_(std::move(aggregation)),
       ids_(std::move(ids)),
-      max_update_norm_(max_update_norm) {}
+      max_update_norm_(max_update_norm),
+      any_order_(any_order) {}
 
 bool RoundFold::Has(const std::string& peer_id) const {
   auto it = std::lower_bound(ids_.begin(), ids_.end(), peer_id);
   if (it == ids_.end() || *it != peer_id) return false;
+  if (any_order_) return folded_.contains(peer_id);
   return static_cast<size_t>(it - ids_.begin()) < next_ || waiting_.contains(peer_id);
 }
 
@@ -79,6 +83,12 @@ absl::Status RoundFold::Offer(PeerUpdate update, const tensor::FlatModel& base) 
     return absl::InvalidArgumentError(absl::StrCat(
         "the update of peer ", update.peer_id, " has layout ", update.model->layout.DebugString(),
         ", the round's base model has ", layout.DebugString()));
+  }
+  if (any_order_) {
+    SHOAL_RETURN_IF_ERROR(Fold(update, base));
+    folded_.insert(update.peer_id);
+    ++next_;
+    return absl::OkStatus();
   }
   if (static_cast<size_t>(it - ids_.begin()) != next_) {
     std::string id = update.peer_id;
@@ -135,10 +145,18 @@ absl::Status RoundFold::Fold(const PeerUpdate& u, const tensor::FlatModel& base)
 absl::StatusOr<RoundAggregate> RoundFold::Finish(const tensor::FlatModel& base,
                                                  std::vector<float> buffer) {
   if (!complete()) {
+    auto lacking =
+        std::find_if(ids_.begin(), ids_.end(), [&](const std::string& id) { return !Has(id); });
     return absl::FailedPreconditionError(
-        absl::StrCat("the round's aggregate still lacks the update of peer ", ids_[next_]));
+        absl::StrCat("the round's aggregate still lacks the update of peer ", *lacking));
   }
   RoundAggregate out = out_;
+  if (any_order_) {  // folded as they came: listed in ascending id order, as in order
+    std::sort(out.included.begin(), out.included.end());
+    std::sort(
+        out.excluded.begin(), out.excluded.end(),
+        [](const ExcludedUpdate& a, const ExcludedUpdate& b) { return a.peer_id < b.peer_id; });
+  }
   out.model.values = std::move(buffer);
   absl::StatusOr<aggregation::AggregationReport> report =
       aggregation_->ApplyInto(base, out.model.values);

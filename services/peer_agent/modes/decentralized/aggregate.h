@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,12 +39,14 @@ struct RoundAggregate {
   std::string note;  // the strategy's AggregationReport::note ("" as configured)
 };
 
-// A round's aggregate folded as its updates arrive, for a fixed set of participants: an update
-// goes into the strategy as soon as every participant with a lower id is in, so the result is
-// the same as folding them all in ascending id order (AggregateRound, bit for bit) whatever
-// order they arrive in. An update that arrives before a lower id's waits, holding its model;
-// fetching in ascending id order bounds that. Not thread-safe. The round's base model is passed
-// to each call: the same model every time.
+// A round's aggregate folded as its updates arrive, for a fixed set of participants, the same as
+// folding them all in ascending id order (AggregateRound, bit for bit) whatever order they
+// arrive in. With a strategy whose result depends on the order (mean with float sums) an update
+// goes into the strategy as soon as every participant with a lower id is in: one that arrives
+// before a lower id's waits, holding its model, and fetching in ascending id order bounds that.
+// With an order-independent strategy (any_order()) each update goes in as it arrives and
+// nothing waits. Not thread-safe. The round's base model is passed to each call: the same model
+// every time.
 class RoundFold {
  public:
   // `participants`: the peer ids whose updates make the round (any order). Errors:
@@ -61,6 +64,9 @@ class RoundFold {
 
   // Ascending.
   const std::vector<std::string>& participants() const { return ids_; }
+  // Updates fold in any order (aggregation::Strategy::order_independent): a caller may fetch
+  // them in any order without holding any.
+  bool any_order() const { return any_order_; }
   const tensor::ModelLayout& layout() const { return aggregation_->layout(); }
   // Offered already (folded or waiting).
   bool Has(const std::string& peer_id) const;
@@ -82,13 +88,16 @@ class RoundFold {
 
  private:
   RoundFold(std::unique_ptr<aggregation::Aggregation> aggregation, std::vector<std::string> ids,
-            double max_update_norm);
+            double max_update_norm, bool any_order);
   absl::Status Fold(const PeerUpdate& update, const tensor::FlatModel& base);
 
   std::unique_ptr<aggregation::Aggregation> aggregation_;
   std::vector<std::string> ids_;  // ascending
   double max_update_norm_ = 0;
-  size_t next_ = 0;                            // ids_[next_] is the next to fold
+  bool any_order_ = false;
+  // In order: ids_[next_] is the next to fold. In any order: how many are folded.
+  size_t next_ = 0;
+  std::set<std::string> folded_;               // in any order: the ids folded
   std::map<std::string, PeerUpdate> waiting_;  // offered before their turn
   RoundAggregate out_;                         // included, excluded, num_samples so far
   std::vector<float> delta_;                   // scratch

@@ -204,7 +204,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
     round_->fold.emplace(*std::move(fold));
   }
   RoundFold& fold = *round_->fold;
-  std::vector<const PeerEndpoint*> missing;  // ascending id: the order they fold in
+  std::vector<const PeerEndpoint*> missing;  // the order they are fetched in
   for (const PeerEndpoint& p : participants_) {
     if (!fold.Has(p.peer_id())) missing.push_back(&p);
   }
@@ -214,12 +214,26 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
   // Each update is folded as soon as it arrives and its turn has come. A streaming strategy
   // (mean) fetches at most fetch_window updates at once, the next starting when the lowest
   // still in flight is in, so a peer holds a few updates, not every participant's; the others
-  // keep every update anyway and fetch them all at once.
+  // keep every update anyway and fetch them all at once. Where the fold takes any order (mean
+  // with exact_sum), each participant starts with the ids after its own and wraps around: the
+  // participants then fetch from different peers at once, and every uplink serves its share of
+  // the fetches from the start, where in ascending order all would fetch from the lowest ids
+  // first while the highest ids' uplinks idled.
+  const bool any_order = fold.any_order();
+  if (any_order) {
+    std::rotate(missing.begin(),
+                std::find_if(missing.begin(), missing.end(),
+                             [&](const PeerEndpoint* p) { return p->peer_id() > deps_.peer_id; }),
+                missing.end());
+  }
   const size_t window =
       strategy_.streaming() ? std::max<size_t>(1, options_.fetch_window) : missing.size();
   absl::Mutex mu;
   std::vector<bool> finished(missing.size(), false);
   size_t finished_prefix = 0;  // jobs [0, finished_prefix) are done
+  // In id order the next fetch starts once the lowest still in flight is in (what arrives
+  // before it is held); in any order once any is in.
+  size_t finished_count = 0;
   std::vector<absl::Status> rejected(missing.size());
   std::vector<CallCanceller> cancellers(missing.size());
   const tensor::ModelLayout& layout = trainer_.layout();
@@ -229,7 +243,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
       [&](size_t i, const std::atomic<bool>& stop) {
         auto may_start = [&] {
           absl::MutexLock lock(&mu);
-          return i < finished_prefix + window;
+          return i < (any_order ? finished_count : finished_prefix) + window;
         };
         while (!stop.load() && !may_start()) {
           wakeup_.SleepFor(kRecheck, [&] { return !stop.load() && !may_start(); });
@@ -274,6 +288,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
           rejected[i] = r.status();
         }
         finished[i] = true;
+        ++finished_count;
         while (finished_prefix < finished.size() && finished[finished_prefix]) ++finished_prefix;
       },
       keep_going,
