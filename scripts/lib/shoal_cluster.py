@@ -45,6 +45,8 @@ Environment: BUILD_DIR (default: build), SHOAL_DATA_DIR (default:
 """
 
 import base64
+import datetime
+import glob
 import json
 import os
 import re
@@ -74,6 +76,36 @@ def with_bench_optimizer(task_text):
     if n != 1:
         sys.exit("shoal_cluster: the task file has no optimizer section to replace")
     return out
+
+
+def decentralized_log_times(work):
+    """What the peers of a decentralized task logged in WORK/peer-*.log: (train, exchange,
+    ready_at, holding_at), each a dict by round: the peers' training times (s), the peers'
+    exchanges (StartSharing -> holding the average at that peer, s), the time of the last
+    peer's RoundReady and that of the last peer holding the average (Unix seconds, from the log
+    lines' timestamps). holding_at[r] - ready_at[r] is the round's protocol time: its exchange
+    without the wait for the slowest trainer."""
+    train, exchange = {}, {}
+    ready_at, holding_at = {}, {}
+
+    def ts(s):
+        return datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+    for log in glob.glob(os.path.join(work, "peer-*.log")):
+        for line in open(log):
+            # Plain rounds end the line with the time; secure ones add what happens next.
+            m = re.search(r"round (\d+): trained \d+ batches, .* ([0-9.]+) s(?:;.*)?$", line)
+            if m:
+                r, t = int(m.group(1)), ts(line.split()[0])
+                train.setdefault(r, []).append(float(m.group(2)))
+                ready_at[r] = max(ready_at.get(r, t), t)
+            m = re.search(r"round (\d+) attempt \d+: aggregated \d+ (?:masked )?updates .* in "
+                          r"([0-9.]+) s, digest", line)
+            if m:
+                r, t = int(m.group(1)), ts(line.split()[0])
+                exchange.setdefault(r, []).append(float(m.group(2)))
+                holding_at[r] = max(holding_at.get(r, t), t)
+    return train, exchange, ready_at, holding_at
 
 
 def use_build_dir(path):

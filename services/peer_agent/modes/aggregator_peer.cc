@@ -155,6 +155,7 @@ absl::Status AggregatorPeer::LoadGlobal(uint64_t version, absl::Time deadline,
     held = aggregator::AggregatorClient::HeldModel{*global_version_, read_held};
   }
   size_t attempt = 0;
+  const absl::Time start = clock_.Now();
   auto fetch = [&](absl::Time attempt_deadline) {
     if (absl::Status s = file.Reset(expected); !s.ok()) {
       return absl::StatusOr<aggregator::AggregatorClient::ModelDownload>(s);
@@ -181,6 +182,9 @@ absl::Status AggregatorPeer::LoadGlobal(uint64_t version, absl::Time deadline,
   }
   SHOAL_RETURN_IF_ERROR(download.status());
   metrics_.bytes_received.Increment(static_cast<double>(download->payload_bytes));
+  LogInfo(absl::StrFormat("task %s: downloaded model version %d, %d bytes, in %.3f s", task_,
+                          version, download->payload_bytes,
+                          absl::ToDoubleSeconds(clock_.Now() - start)));
   tensor::ModelLayout& layout = download->layout;
   global_version_.reset();
   params_are_global_ = false;

@@ -258,6 +258,7 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Push(
   meta.set_train_loss(stats.mean_loss);
   meta.set_train_ms(absl::ToInt64Milliseconds(stats.duration));
   const std::string address = peer_.address();
+  const absl::Time start = deps_.clock->Now();
   absl::StatusOr<bool> pushed = peer_.RetryCall(
       peer_.TransferDeadline(options_.transfer_budget, delta->payload_bytes()), keep_going,
       [&](absl::Time deadline) {
@@ -273,9 +274,10 @@ FederatedAsyncRunner::Outcome FederatedAsyncRunner::Push(
     last_pushed_base_ = version;
     LogInfo(absl::StrFormat(
         "task %s: pushed %d batches trained from version %d, loss %.4f, %d bytes "
-        "(%d of %d values)%s",
+        "(%d of %d values) in %.3f s%s",
         task_, stats.batches, version, stats.mean_loss, delta->payload_bytes(),
-        delta->values_sent(), delta->layout.total_elements(), *pushed ? " (duplicate)" : ""));
+        delta->values_sent(), delta->layout.total_elements(),
+        absl::ToDoubleSeconds(deps_.clock->Now() - start), *pushed ? " (duplicate)" : ""));
     return Outcome::kPushed;
   }
   const absl::Status& s = pushed.status();
