@@ -87,7 +87,6 @@ absl::Status RoundFold::Offer(PeerUpdate update, const tensor::FlatModel& base) 
   if (any_order_) {
     SHOAL_RETURN_IF_ERROR(Fold(update, base));
     folded_.insert(update.peer_id);
-    ++next_;
     return absl::OkStatus();
   }
   if (static_cast<size_t>(it - ids_.begin()) != next_) {

@@ -71,7 +71,7 @@ class RoundFold {
   // Offered already (folded or waiting).
   bool Has(const std::string& peer_id) const;
   // Every participant's update is folded.
-  bool complete() const { return next_ == ids_.size(); }
+  bool complete() const { return (any_order_ ? folded_.size() : next_) == ids_.size(); }
   // Updates held while they wait for a lower id's.
   size_t waiting() const { return waiting_.size(); }
 
@@ -95,8 +95,7 @@ class RoundFold {
   std::vector<std::string> ids_;  // ascending
   double max_update_norm_ = 0;
   bool any_order_ = false;
-  // In order: ids_[next_] is the next to fold. In any order: how many are folded.
-  size_t next_ = 0;
+  size_t next_ = 0;                            // in order: ids_[next_] is the next to fold
   std::set<std::string> folded_;               // in any order: the ids folded
   std::map<std::string, PeerUpdate> waiting_;  // offered before their turn
   RoundAggregate out_;                         // included, excluded, num_samples so far
