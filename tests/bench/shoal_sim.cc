@@ -18,6 +18,11 @@
 // the peers leave each round after masking, and --rounds ends the phase after that many rounds.
 // Every phase prints what its rounds cost: CPU per round and the bytes of each update call.
 //
+// With --coordinators N (N > 1; --etcd for one) the coordinators share their tasks on one etcd
+// member started for the run (--share-tasks): the measured phase creates one task per
+// coordinator, --peers split over them, each fleet's sessions at the coordinator that serves its
+// task, and the latencies are over every task's peers: the peers N coordinators carry.
+//
 //   shoal-sim [--peers 1000] [--duration 5m] [--baseline-peers 10]
 //             [--baseline-duration 30s] [--warmup 60s] [--bin-dir DIR]
 //             [--model-mb 0] [--max-concurrent-pushes 16] [--in-process | --direct] ...
@@ -31,6 +36,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -40,15 +46,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "libs/common/command_line.h"
-#include "libs/rpc/channel.h"
 #include "libs/rpc/model_stream.h"
-#include "libs/rpc/status.h"
-#include "services/coordinator/coordinator_server.h"
 #include "services/shoalctl/process.h"
 #include "shoal/coordinator/v1/control.grpc.pb.h"
 #include "tests/bench/light_peer.h"
 #include "tests/bench/proc_stats.h"
-#include "tests/bench/raw_tcp.h"
+#include "tests/bench/sim_coordinators.h"
 #include "tests/bench/sim_rounds.h"
 #include "tests/bench/sim_secure.h"
 #include "tests/testing/http_get.h"
@@ -87,6 +90,15 @@ ABSL_FLAG(bool, in_process, false,
 ABSL_FLAG(bool, direct, false,
           "as --in-process, but the sessions call the coordinator's core directly, with no gRPC "
           "between them: the coordinator's own cost per peer and event, without any transport");
+ABSL_FLAG(int, coordinators, 1,
+          "coordinators sharing their tasks on one etcd member (--share-tasks); > 1: the measured "
+          "phase runs one task per coordinator, --peers split over them, and the latencies are "
+          "over every task's peers");
+ABSL_FLAG(bool, etcd, false,
+          "the coordinators' store is one etcd member started for the run (implied by "
+          "--coordinators > 1); otherwise SQLite");
+ABSL_FLAG(absl::Duration, store_lease, absl::Seconds(10),
+          "with etcd: the coordinators' --store-lease");
 ABSL_FLAG(std::string, bin_dir, "",
           "where shoal-coordinator and shoal-aggregator are "
           "(default: this binary's directory)");
@@ -94,6 +106,7 @@ ABSL_FLAG(std::string, bin_dir, "",
 namespace {
 
 namespace cv1 = shoal::coordinator::v1;
+using shoal::bench::CoordinatorTransport;
 using shoal::bench::CpuSeconds;
 using shoal::bench::Fleet;
 using shoal::bench::Latencies;
@@ -120,38 +133,33 @@ class Bench {
     auto dir = shoal::process::MakeTempDir("", "shoal-coordinator-bench-");
     if (!dir.ok()) Die(std::string(dir.status().message()));
     dir_ = *dir;
-    if (absl::GetFlag(FLAGS_in_process) || absl::GetFlag(FLAGS_direct)) {
-      RedirectLogs();
-      StartInProcessCoordinator();
-    } else {
-      coordinator_ =
-          StartService("coordinator", "shoal-coordinator",
-                       {"--state-dir=" + dir_ + "/state",
-                        "--heartbeat-interval=" +
-                            absl::FormatDuration(absl::GetFlag(FLAGS_heartbeat_interval))});
-    }
-    control_ = cv1::ControlService::NewStub(shoal::rpc::MakeChannel(coordinator_address_));
-    for (int i = 0; i < AggregatorCount(); ++i) {
-      aggregators_.push_back(StartService(
-          absl::StrCat("aggregator-", i), "shoal-aggregator",
-          {"--coordinator=" + coordinator_address_,
-           absl::StrCat("--max-concurrent-pushes=", absl::GetFlag(FLAGS_max_concurrent_pushes))}));
-    }
-  }
-
-  // The coordinator hosted here (--in-process): the same server as shoal-coordinator's.
-  void StartInProcessCoordinator() {
-    shoal::coordinator::CoordinatorServerOptions options;
-    options.listen = "127.0.0.1:0";
-    options.metrics_listen = "127.0.0.1:0";
-    options.state_dir = dir_ + "/state";
+    shoal::bench::SimCoordinatorOptions options;
+    options.count = absl::GetFlag(FLAGS_coordinators);
+    options.etcd = absl::GetFlag(FLAGS_etcd) || options.count > 1;
+    options.transport = absl::GetFlag(FLAGS_direct)       ? CoordinatorTransport::kDirect
+                        : absl::GetFlag(FLAGS_in_process) ? CoordinatorTransport::kInProcess
+                                                          : CoordinatorTransport::kTcp;
     options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
-    options.tls.insecure = true;
-    auto server = shoal::coordinator::CoordinatorServer::Start(options);
-    if (!server.ok()) Die("in-process coordinator: " + std::string(server.status().message()));
-    in_process_ = *std::move(server);
-    coordinator_address_ = in_process_->address();
-    coordinator_metrics_ = in_process_->metrics_address();
+    options.store_lease = absl::GetFlag(FLAGS_store_lease);
+    options.dir = dir_;
+    options.bin_dir = bin_dir_;
+    if (options.transport != CoordinatorTransport::kTcp) RedirectLogs();
+    auto coordinators = shoal::bench::SimCoordinators::Start(options);
+    if (!coordinators.ok()) Die("coordinators: " + std::string(coordinators.status().message()));
+    coordinators_ = *std::move(coordinators);
+    if (options.etcd) {
+      std::printf("%d coordinator(s) sharing their tasks on one etcd member: %s\n",
+                  coordinators_->size(), coordinators_->Addresses().c_str());
+    }
+    for (int i = 0; i < AggregatorCount(); ++i) {
+      auto aggregator = shoal::bench::StartSimService(
+          dir_, bin_dir_, absl::StrCat("aggregator-", i), "shoal-aggregator",
+          {"--coordinator=" + coordinators_->Addresses(),
+           absl::StrCat("--max-concurrent-pushes=", absl::GetFlag(FLAGS_max_concurrent_pushes))});
+      if (!aggregator.ok()) Die(std::string(aggregator.status().message()));
+      aggregator_metrics_[aggregator->address] = aggregator->metrics;
+      aggregators_.push_back(std::move(aggregator->process));
+    }
   }
 
   // What the in-process coordinator (and the light peers) log goes to a file, as a process's
@@ -165,9 +173,6 @@ class Bench {
     std::printf("coordinator (in this process) logs to %s (kept if the run has errors)\n",
                 log.c_str());
   }
-
-  // The process whose CPU and RSS are the coordinator's (this one with --in-process).
-  pid_t CoordinatorPid() const { return in_process_ != nullptr ? getpid() : coordinator_->pid(); }
 
   static int AggregatorCount() {
     if (!absl::GetFlag(FLAGS_hierarchical)) return std::max(1, absl::GetFlag(FLAGS_aggregators));
@@ -186,79 +191,117 @@ class Bench {
     return values;
   }
 
-  // A counter of the coordinator's metrics page; -1 when it cannot be read.
-  double CoordinatorCounter(const std::string& metric) {
-    auto page = shoal::testing::HttpGet(coordinator_metrics_, "/metrics");
-    return page.ok() ? shoal::testing::MetricValue(*page, metric) : -1;
-  }
-
   double AggregatorsCpu() {
     double cpu = 0;
     for (const auto& a : aggregators_) cpu += CpuSeconds(a->pid());
     return cpu;
   }
 
-  // Runs one phase: a task for exactly `peers` peers, the fleet held for `duration`.
-  void Phase(const std::string& name, int peers, absl::Duration duration, absl::Duration warmup,
-             bool report_rss) {
-    CreateTask(name, peers);
-    Fleet::Options options;
-    options.peers = peers;
-    options.name_prefix = name;
-    options.coordinator = coordinator_address_;
-    if (absl::GetFlag(FLAGS_direct)) {
-      options.core = &in_process_->core();
-    } else if (in_process_ != nullptr) {
-      options.channel = in_process_->InProcessChannel();
+  // One task of a phase: its name, the coordinator that serves it and its peers.
+  struct PhaseTask {
+    std::string name;
+    int coordinator = 0;
+    std::unique_ptr<Fleet> fleet;
+  };
+
+  // Creates `tasks` tasks of the phase (one: named `name`; several: `name`-1, -2, ...), `peers`
+  // split over them, each fleet pointed at the coordinator that serves its task.
+  std::vector<PhaseTask> CreateFleets(const std::string& name, int peers, int tasks) {
+    std::vector<PhaseTask> created;
+    std::vector<int> per_coordinator(coordinators_->size(), 0);
+    for (int k = 0; k < tasks; ++k) {
+      PhaseTask task;
+      task.name = tasks == 1 ? name : absl::StrCat(name, "-", k + 1);
+      const int task_peers = peers / tasks + (k < peers % tasks ? 1 : 0);
+      auto coordinator = coordinators_->CreateTask(TaskSpec(task.name, task_peers));
+      if (!coordinator.ok()) Die("CreateTask: " + std::string(coordinator.status().message()));
+      task.coordinator = *coordinator;
+      ++per_coordinator[task.coordinator];
+      Fleet::Options options;
+      options.peers = task_peers;
+      options.name_prefix = task.name;
+      coordinators_->Connect(task.coordinator, options);
+      options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+      options.join_rate = absl::GetFlag(FLAGS_join_rate) / tasks;
+      shoal::bench::ApplySecureFlags(options);
+      const int64_t model_bytes = int64_t{absl::GetFlag(FLAGS_model_mb)} * 1'000'000;
+      if (model_bytes > 0) {
+        options.model_floats = model_bytes / 4;
+        options.download = true;
+      } else if (absl::GetFlag(FLAGS_model_kb) > 0) {
+        options.model_floats = int64_t{absl::GetFlag(FLAGS_model_kb)} * 1000 / 4;
+      }
+      task.fleet = std::make_unique<Fleet>(options);
+      created.push_back(std::move(task));
     }
-    options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
-    options.join_rate = absl::GetFlag(FLAGS_join_rate);
-    shoal::bench::ApplySecureFlags(options);
-    const int64_t model_bytes = int64_t{absl::GetFlag(FLAGS_model_mb)} * 1'000'000;
-    if (model_bytes > 0) {
-      options.model_floats = model_bytes / 4;
-      options.download = true;
-    } else if (absl::GetFlag(FLAGS_model_kb) > 0) {
-      options.model_floats = int64_t{absl::GetFlag(FLAGS_model_kb)} * 1000 / 4;
+    if (tasks > 1) {
+      std::string spread;
+      for (int i = 0; i < coordinators_->size(); ++i) {
+        absl::StrAppend(&spread, i == 0 ? "" : ", ", per_coordinator[i]);
+      }
+      std::printf("%s: %d tasks of %d peers or so; tasks per coordinator: %s\n", name.c_str(),
+                  tasks, peers / tasks, spread.c_str());
     }
-    Fleet fleet(options);
-    const double crashed_before = CoordinatorCounter("shoal_coordinator_peers_crashed_total");
+    return created;
+  }
+
+  // Runs one phase: `tasks` tasks for exactly `peers` peers together, the fleets held for
+  // `duration`.
+  void Phase(const std::string& name, int peers, int tasks, absl::Duration duration,
+             absl::Duration warmup, bool report_rss) {
+    std::vector<PhaseTask> phase = CreateFleets(name, peers, tasks);
+    auto sum = [&phase](const std::function<int64_t(const Fleet&)>& of) {
+      int64_t total = 0;
+      for (const PhaseTask& t : phase) total += of(*t.fleet);
+      return total;
+    };
+    auto complete_rounds = [&phase] {
+      int complete = phase.front().fleet->CompleteRounds();
+      for (const PhaseTask& t : phase) complete = std::min(complete, t.fleet->CompleteRounds());
+      return complete;
+    };
+    const double crashed_before = coordinators_->Metric("shoal_coordinator_peers_crashed_total");
     const absl::Time t0 = absl::Now();
-    fleet.Start();
+    for (PhaseTask& t : phase) t.fleet->Start();
+    auto assigned = [&] { return sum([](const Fleet& f) { return f.assigned(); }); };
+    auto welcomed = [&] { return sum([](const Fleet& f) { return f.welcomed(); }); };
     // Joins take longer with more peers: at least 2 minutes, 20 ms a peer beyond 6,000, and
     // the ramp's length with a join rate.
     absl::Duration join_limit = std::max(absl::Minutes(2), absl::Milliseconds(20) * peers);
-    if (options.join_rate > 0) join_limit += absl::Seconds(peers / options.join_rate);
+    const double join_rate = absl::GetFlag(FLAGS_join_rate);
+    if (join_rate > 0) join_limit += absl::Seconds(peers / join_rate);
     absl::Time next_progress = t0 + absl::Seconds(10);
-    while (fleet.assigned() < peers && absl::Now() - t0 < join_limit) {
+    while (assigned() < peers && absl::Now() - t0 < join_limit) {
       absl::SleepFor(absl::Milliseconds(50));
       if (absl::Now() >= next_progress) {  // long joins show their pace
         next_progress += absl::Seconds(10);
         std::printf(
-            "%s: joining: %d welcomed, %d assigned after %.0f s; coordinator RSS %.1f MiB, "
+            "%s: joining: %lld welcomed, %lld assigned after %.0f s; coordinator RSS %.1f MiB, "
             "CPU %.1f s\n",
-            name.c_str(), fleet.welcomed(), fleet.assigned(),
-            absl::ToDoubleSeconds(absl::Now() - t0), RssMiB(CoordinatorPid()),
-            CpuSeconds(CoordinatorPid()));
+            name.c_str(), static_cast<long long>(welcomed()), static_cast<long long>(assigned()),
+            absl::ToDoubleSeconds(absl::Now() - t0), coordinators_->RssMiB(),
+            coordinators_->CpuSeconds());
         std::fflush(stdout);
       }
     }
     const double connect_s = absl::ToDoubleSeconds(absl::Now() - t0);
-    if (fleet.assigned() < peers) {
-      Die(absl::StrCat(name, ": only ", fleet.assigned(), " of ", peers, " sessions assigned (",
-                       fleet.welcomed(), " welcomed, ", fleet.errors().streams_broken.load(),
+    if (assigned() < peers) {
+      Die(absl::StrCat(name, ": only ", assigned(), " of ", peers, " sessions assigned (",
+                       welcomed(), " welcomed, ",
+                       sum([](const Fleet& f) { return f.errors().streams_broken.load(); }),
                        " broken) within ", absl::FormatDuration(join_limit)));
     }
-    const double rss_start = RssMiB(CoordinatorPid());
+    const double rss_start = coordinators_->RssMiB();
     std::printf("%s: %d sessions welcomed and assigned in %.1f s; coordinator RSS %.1f MiB\n",
                 name.c_str(), peers, connect_s, rss_start);
     std::fflush(stdout);
 
     const absl::Time start = absl::Now();
-    const double cpu_start = CpuSeconds(CoordinatorPid());
+    const double cpu_start = coordinators_->CpuSeconds();
+    const double etcd_cpu_start = coordinators_->EtcdCpuSeconds();
     const double aggregator_cpu_start = AggregatorsCpu();
     const auto bytes_start = AggregatorCounters("shoal_aggregator_bytes_received_total");
-    const uint64_t round_start = TaskStatus(name).round();
+    const uint64_t round_start = TaskStatus(phase.front().name).round();
     const double self_cpu_start = CpuSeconds(getpid());
     double rss_warm = rss_start, rss_max = rss_start;
     bool warm = false;
@@ -266,84 +309,115 @@ class Bench {
     const int max_rounds = report_rss ? absl::GetFlag(FLAGS_rounds) : 0;  // the measured phase
     while (absl::Now() - start < duration) {
       absl::SleepFor(max_rounds > 0 ? absl::Milliseconds(100) : absl::Seconds(1));
-      const int measured = cost.Update(fleet.CompleteRounds());
-      const double rss = RssMiB(CoordinatorPid());
+      const int measured = cost.Update(complete_rounds());
+      const double rss = coordinators_->RssMiB();
       rss_max = std::max(rss_max, rss);
       if (!warm && absl::Now() - start >= warmup) {
         warm = true;
         rss_warm = rss;
       }
-      if (coordinator_ != nullptr && !coordinator_->Running())
-        Die("the coordinator exited: " + coordinator_->LogTail(10));
+      if (absl::Status s = coordinators_->CheckRunning(); !s.ok()) Die(std::string(s.message()));
       if (max_rounds > 0 && measured >= max_rounds) break;
     }
-    const double rss_end = RssMiB(CoordinatorPid());
-    const double cpu = CpuSeconds(CoordinatorPid()) - cpu_start;
+    const double rss_end = coordinators_->RssMiB();
+    const double cpu = coordinators_->CpuSeconds() - cpu_start;
+    const double etcd_cpu = coordinators_->EtcdCpuSeconds() - etcd_cpu_start;
     const double aggregator_cpu = AggregatorsCpu() - aggregator_cpu_start;
     const auto bytes_end = AggregatorCounters("shoal_aggregator_bytes_received_total");
     const double self_cpu = CpuSeconds(getpid()) - self_cpu_start;
     const double wall = absl::ToDoubleSeconds(absl::Now() - start);
-    const auto status = TaskStatus(name);
+    std::vector<cv1::TaskStatus> statuses;
+    for (const PhaseTask& t : phase) statuses.push_back(TaskStatus(t.name));
     // Sessions the coordinator ended for missed heartbeats (or found broken) while the fleet
     // held them all: each is an error, even where the light peer has not noticed yet.
     const int64_t crashed = static_cast<int64_t>(
-        CoordinatorCounter("shoal_coordinator_peers_crashed_total") - crashed_before);
+        coordinators_->Metric("shoal_coordinator_peers_crashed_total") - crashed_before);
     // The light peers advertise an address that refuses connections: each is dialed back once.
     const double unreachable =
-        CoordinatorCounter("shoal_coordinator_dial_backs_total{result=\"unreachable\"}");
-    fleet.Stop();
-    StopTask(name);
-
-    const int64_t dropped = shoal::bench::UnexpectedDrops(status, fleet.dropping());
-    const shoal::bench::FleetErrors& e = fleet.errors();
-    const int64_t errors = e.streams_broken.load() + e.calls_failed.load() + e.rejected.load() +
-                           e.events_lost.load() + dropped + crashed;
+        coordinators_->Metric("shoal_coordinator_dial_backs_total{result=\"unreachable\"}");
+    int64_t dropped = 0;
+    Latencies l;
+    l.rounds = -1;  // the fewest rounds any task completed
+    for (size_t k = 0; k < phase.size(); ++k) {
+      Fleet& fleet = *phase[k].fleet;
+      fleet.Stop();
+      StopTask(phase[k].name);
+      dropped += shoal::bench::UnexpectedDrops(statuses[k], fleet.dropping());
+      Latencies task = Measure(fleet.Rounds(), static_cast<size_t>(fleet.peers()));
+      l.rounds = l.rounds < 0 ? task.rounds : std::min(l.rounds, task.rounds);
+      for (auto [all, one] :
+           {std::pair{&l.round_ms, &task.round_ms}, std::pair{&l.fanout_ms, &task.fanout_ms},
+            std::pair{&l.publish_ms, &task.publish_ms}}) {
+        all->insert(all->end(), one->begin(), one->end());
+      }
+    }
+    const int64_t broken = sum([](const Fleet& f) { return f.errors().streams_broken.load(); });
+    const int64_t failed = sum([](const Fleet& f) { return f.errors().calls_failed.load(); });
+    const int64_t rejected = sum([](const Fleet& f) { return f.errors().rejected.load(); });
+    const int64_t lost = sum([](const Fleet& f) { return f.errors().events_lost.load(); });
+    const int64_t errors = broken + failed + rejected + lost + dropped + crashed;
     errors_ += errors;
-    Latencies l = Measure(fleet.Rounds(), static_cast<size_t>(peers));
+    const cv1::TaskStatus& status = statuses.front();
     std::printf(
-        "%s: %d peers for %s: %d rounds completed (task at round %llu), %lld heartbeats, "
+        "%s: %d peers for %s: %d rounds completed (task at round %llu%s), %lld heartbeats, "
         "%lld aggregator back-pressure retries\n",
         name.c_str(), peers, absl::FormatDuration(duration).c_str(), l.rounds,
         static_cast<unsigned long long>(status.round()),
-        static_cast<long long>(fleet.heartbeats_sent()),
-        static_cast<long long>(fleet.push_retries()));
+        phase.size() > 1 ? "; the fewest of any task, the first task's round" : "",
+        static_cast<long long>(sum([](const Fleet& f) { return f.heartbeats_sent(); })),
+        static_cast<long long>(sum([](const Fleet& f) { return f.push_retries(); })));
     std::printf(
         "%s: errors %lld (broken sessions %lld, failed calls %lld, executor full %lld, events "
         "lost %lld, dropped from rounds (beyond --drop-after-masking) %lld, declared crashed by "
         "the coordinator %lld)\n",
-        name.c_str(), static_cast<long long>(errors),
-        static_cast<long long>(e.streams_broken.load()),
-        static_cast<long long>(e.calls_failed.load()), static_cast<long long>(e.rejected.load()),
-        static_cast<long long>(e.events_lost.load()), static_cast<long long>(dropped),
+        name.c_str(), static_cast<long long>(errors), static_cast<long long>(broken),
+        static_cast<long long>(failed), static_cast<long long>(rejected),
+        static_cast<long long>(lost), static_cast<long long>(dropped),
         static_cast<long long>(crashed));
     int listed = 0;
     for (const auto& r : status.history()) listed += r.lists_omitted() ? 0 : 1;
     std::printf("%s: status of the running task: %.2f MB (%d rounds of history, %d with lists)\n",
                 name.c_str(), static_cast<double>(status.ByteSizeLong()) / 1e6,
                 status.history_size(), listed);
-    const char* who =
-        in_process_ != nullptr ? "coordinator and peers (one process)" : "coordinator";
+    const std::string who =
+        coordinators_->hosted()
+            ? absl::StrCat(coordinators_->size() == 1 ? "coordinator" : "coordinators",
+                           " and peers (one process)")
+        : coordinators_->size() == 1 ? "coordinator"
+                                     : absl::StrCat("the ", coordinators_->size(), " coordinators");
     std::printf("%s: %s CPU %.1f s in %.0f s (%.0f%% of one core); load average %.1f\n",
-                name.c_str(), who, cpu, wall, 100 * cpu / wall, LoadAverage());
+                name.c_str(), who.c_str(), cpu, wall, 100 * cpu / wall, LoadAverage());
+    if (etcd_cpu > 0) {
+      std::printf("%s: etcd CPU %.1f s (%.0f%% of one core)\n", name.c_str(), etcd_cpu,
+                  100 * etcd_cpu / wall);
+    }
     std::printf("%s: peers dialed back (refused) since the coordinator started: %.0f\n",
                 name.c_str(), unreachable);
     if (report_rss) {
       std::printf(
           "%s: %s RSS start %.1f MiB, after %s warm-up %.1f MiB, end %.1f MiB "
           "(growth after warm-up %+.1f MiB), max %.1f MiB\n",
-          name.c_str(), who, rss_start, absl::FormatDuration(warmup).c_str(), rss_warm, rss_end,
-          rss_end - rss_warm, rss_max);
+          name.c_str(), who.c_str(), rss_start, absl::FormatDuration(warmup).c_str(), rss_warm,
+          rss_end, rss_end - rss_warm, rss_max);
     }
-    PrintIngress(name, status, bytes_start, bytes_end,
-                 static_cast<int>(status.round() - round_start));
+    if (phase.size() == 1) {  // several tasks share the aggregators
+      PrintIngress(name, status, bytes_start, bytes_end,
+                   static_cast<int>(status.round() - round_start));
+    }
     std::printf("%s: CPU of the %zu aggregators %.1f s in %.0f s\n", name.c_str(),
                 aggregators_.size(), aggregator_cpu, wall);
     PrintLatency(name, "round (first RoundStarted -> last ModelPublished)", l.round_ms, name);
     PrintLatency(name, "RoundStarted fan-out (arrival - first arrival)", l.fanout_ms, name);
     PrintLatency(name, "ModelPublished after the last accepted push", l.publish_ms, name);
-    cost.Print(name, fleet, l);
+    if (phase.size() == 1) cost.Print(name, *phase.front().fleet, l);
+    const int64_t model_bytes = int64_t{absl::GetFlag(FLAGS_model_mb)} * 1'000'000;
     if (model_bytes > 0) {
-      PrintDataPath(name, fleet.Rounds(), peers, model_bytes);
+      if (absl::Status s = shoal::bench::PrintDataPath(name, phase.front().fleet->Rounds(), peers,
+                                                       model_bytes, aggregators_.front()->pid(),
+                                                       absl::GetFlag(FLAGS_max_concurrent_pushes));
+          !s.ok()) {
+        Die(std::string(s.message()));
+      }
       const double rounds = std::max(1.0, static_cast<double>(l.rounds));
       std::printf(
           "%s: CPU per round: aggregator %.2f s, coordinator %.2f s, the light peers (this "
@@ -353,58 +427,6 @@ class Bench {
     }
     std::fflush(stdout);
     phases_.push_back(std::move(l));
-  }
-
-  // A round moves, per peer, its update up and the new version down (the version a round
-  // starts from is the one each peer pulled after the last publish). Its time, first
-  // RoundStarted to the last peer holding the new version, against those bytes sent one after
-  // another over one raw loopback TCP connection.
-  void PrintDataPath(const std::string& name,
-                     const std::map<uint64_t, shoal::bench::RoundTimes>& rounds, int peers,
-                     int64_t model_bytes) {
-    std::vector<double> round_s, open_s;
-    double published = -1;  // the previous round's first ModelPublished
-    for (const auto& [round, t] : rounds) {
-      const bool complete = t.started.size() == static_cast<size_t>(peers) &&
-                            t.downloaded.size() == static_cast<size_t>(peers);
-      const double first =
-          t.started.empty() ? -1 : *std::min_element(t.started.begin(), t.started.end());
-      if (published >= 0 && first >= 0) open_s.push_back(first - published);
-      if (complete && round > 1) {  // round 1 also pulls the initial model
-        round_s.push_back(*std::max_element(t.downloaded.begin(), t.downloaded.end()) - first);
-      }
-      published =
-          t.published.empty() ? -1 : *std::min_element(t.published.begin(), t.published.end());
-    }
-    if (round_s.empty()) Die(name + ": no complete round to measure");
-    std::vector<char> model(static_cast<size_t>(model_bytes), 1), sink(model.size(), 1);
-    std::vector<double> tcp_s;
-    for (int rep = 0; rep < 3; ++rep) {
-      tcp_s.push_back(shoal::bench::RawTcpSeconds(model.data(), model.size(), 1 << 20, sink));
-    }
-    const double tcp_round = 2.0 * peers * Percentile(tcp_s, 0.5);
-    const double round = Percentile(round_s, 0.5);
-    const double hwm = StatusMiB(aggregators_.front()->pid(), "VmHWM");
-    const double model_mib = static_cast<double>(model_bytes) / (1 << 20);
-    std::printf(
-        "%s: data path: %.0f MB model, %d peers, %zu rounds measured: round (first RoundStarted "
-        "-> every peer holding the new version) p50 %.2f s, min %.2f s; the same %.2f GB over "
-        "raw TCP one after another %.2f s (%.2f GB/s): ratio %.2f\n",
-        name.c_str(), static_cast<double>(model_bytes) / 1e6, peers, round_s.size(), round,
-        *std::min_element(round_s.begin(), round_s.end()),
-        2.0 * peers * static_cast<double>(model_bytes) / 1e9, tcp_round,
-        static_cast<double>(model_bytes) / 1e9 / Percentile(tcp_s, 0.5), round / tcp_round);
-    if (!open_s.empty()) {
-      std::printf(
-          "%s: from a round's ModelPublished to the next round's RoundStarted (the "
-          "version's checkpoint runs meanwhile): p50 %.0f ms (%.1f%% of the round)\n",
-          name.c_str(), Percentile(open_s, 0.5) * 1e3, 100 * Percentile(open_s, 0.5) / round);
-    }
-    std::printf(
-        "%s: aggregator peak RSS %.0f MiB = %.2f x the model (bound: (max concurrent pushes %d "
-        "+ 2) x the model = %.0f MiB)\n",
-        name.c_str(), hwm, hwm / model_mib, absl::GetFlag(FLAGS_max_concurrent_pushes),
-        (absl::GetFlag(FLAGS_max_concurrent_pushes) + 2) * model_mib);
   }
 
   // What flowed into the task's root aggregator (its bytes_received counter) per round of the
@@ -445,12 +467,8 @@ class Bench {
   void Stop() {
     std::vector<shoal::process::Process*> aggregators;
     for (const auto& a : aggregators_) aggregators.push_back(a.get());
-    if (in_process_ != nullptr) {
-      shoal::process::StopInOrder({aggregators}, absl::Seconds(10));
-      in_process_->Shutdown();
-      return;
-    }
-    shoal::process::StopInOrder({aggregators, {coordinator_.get()}}, absl::Seconds(10));
+    shoal::process::StopInOrder({aggregators}, absl::Seconds(10));
+    coordinators_->Stop();
   }
 
   // The services' logs and state are kept when the run had errors, removed otherwise.
@@ -470,34 +488,9 @@ class Bench {
                 Percentile(v, 0.5), Percentile(v, 0.99), v.size());
   }
 
-  std::unique_ptr<shoal::process::Process> StartService(const std::string& name,
-                                                        const std::string& binary,
-                                                        std::vector<std::string> args) {
-    const std::string address_file = absl::StrCat(dir_, "/", name, ".addr");
-    args.insert(args.end(), {"--insecure", "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
-                             "--address-file=" + address_file});
-    shoal::process::ProcessOptions options;
-    options.name = name;
-    options.binary = absl::StrCat(bin_dir_, "/", binary);
-    options.args = std::move(args);
-    options.log_path = absl::StrCat(dir_, "/", name, ".log");
-    auto process = shoal::process::Process::Start(options);
-    if (!process.ok()) Die(std::string(process.status().message()));
-    auto addresses =
-        shoal::process::WaitForAddressFile(address_file, process->get(), absl::Seconds(30));
-    if (!addresses.ok()) Die(std::string(addresses.status().message()));
-    if (name == "coordinator") {
-      coordinator_address_ = addresses->at("grpc");
-      coordinator_metrics_ = addresses->at("metrics");
-    } else {
-      aggregator_metrics_[addresses->at("grpc")] = addresses->at("metrics");
-    }
-    return *std::move(process);
-  }
-
-  void CreateTask(const std::string& name, int peers) {
-    cv1::CreateTaskRequest request;
-    shoal::common::v1::TaskSpec& spec = *request.mutable_spec();
+  // The phase's task: federated-sync rounds of exactly `peers` peers, run until stopped.
+  static shoal::common::v1::TaskSpec TaskSpec(const std::string& name, int peers) {
+    shoal::common::v1::TaskSpec spec;
     spec.set_name(name);
     spec.set_mode(shoal::common::v1::MODE_FEDERATED_SYNC);
     spec.set_model("mlp");
@@ -519,42 +512,22 @@ class Bench {
       spec.set_cluster_size(static_cast<uint32_t>(absl::GetFlag(FLAGS_cluster_size)));
     }
     spec.set_seed(1);
-    grpc::ClientContext context;
-    shoal::rpc::SetTimeout(context, absl::Seconds(10));
-    cv1::CreateTaskResponse response;
-    grpc::Status s = control_->CreateTask(&context, request, &response);
-    if (!s.ok()) Die("CreateTask: " + s.error_message());
+    return spec;
   }
 
   cv1::TaskStatus TaskStatus(const std::string& name) {
-    grpc::ClientContext context;
-    shoal::rpc::SetTimeout(context, absl::Seconds(10));
-    cv1::GetTaskStatusRequest request;
-    request.set_name(name);
-    cv1::GetTaskStatusResponse response;
-    grpc::Status s = control_->GetTaskStatus(&context, request, &response);
-    if (!s.ok()) Die("GetTaskStatus: " + s.error_message());
-    return response.status();
+    auto status = coordinators_->TaskStatus(name);
+    if (!status.ok()) Die("GetTaskStatus: " + std::string(status.status().message()));
+    return *std::move(status);
   }
 
-  void StopTask(const std::string& name) {
-    grpc::ClientContext context;
-    shoal::rpc::SetTimeout(context, absl::Seconds(10));
-    cv1::StopTaskRequest request;
-    request.set_name(name);
-    cv1::StopTaskResponse response;
-    control_->StopTask(&context, request, &response);
-  }
+  void StopTask(const std::string& name) { coordinators_->StopTask(name); }
 
   const std::string bin_dir_;
   std::string dir_;
-  std::string coordinator_address_;
-  std::string coordinator_metrics_;                       // host:port of its /metrics
-  std::unique_ptr<shoal::process::Process> coordinator_;  // null with --in-process
-  std::unique_ptr<shoal::coordinator::CoordinatorServer> in_process_;
+  std::unique_ptr<shoal::bench::SimCoordinators> coordinators_;
   std::vector<std::unique_ptr<shoal::process::Process>> aggregators_;
   std::map<std::string, std::string> aggregator_metrics_;  // gRPC address -> metrics address
-  std::unique_ptr<cv1::ControlService::Stub> control_;
   std::vector<Latencies> phases_;
   int64_t errors_ = 0;
 };
@@ -577,15 +550,22 @@ int main(int argc, char** argv) {
     Die("--in-process and --direct: choose one (--direct hosts the coordinator in this process "
         "too)");
   }
-  // Each session is one connection: two descriptors per peer across the two processes, and
-  // the coordinator (our child) inherits the raised limit.
+  if (absl::GetFlag(FLAGS_coordinators) > 1 &&
+      (absl::GetFlag(FLAGS_model_mb) > 0 || absl::GetFlag(FLAGS_secure))) {
+    Die("--coordinators measures the peers several coordinators carry, with one task each: "
+        "--model-mb and --secure measure one task's rounds and take one coordinator");
+  }
+  // Over TCP each session is one connection: two descriptors per peer across the two
+  // processes, and the coordinator (our child) inherits the raised limit. Hosted here, the
+  // sessions take none.
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
     limit.rlim_cur = limit.rlim_max;
     setrlimit(RLIMIT_NOFILE, &limit);
   }
   const int peers = absl::GetFlag(FLAGS_peers);
-  if (limit.rlim_cur < static_cast<rlim_t>(peers) + 256) {
+  const bool hosted = absl::GetFlag(FLAGS_in_process) || absl::GetFlag(FLAGS_direct);
+  if (!hosted && limit.rlim_cur < static_cast<rlim_t>(peers) + 256) {
     Die(absl::StrCat("RLIMIT_NOFILE is ", limit.rlim_cur, ", too low for ", peers, " sessions"));
   }
   std::string bin_dir = absl::GetFlag(FLAGS_bin_dir);
@@ -598,10 +578,11 @@ int main(int argc, char** argv) {
   Bench bench(bin_dir);
   bench.StartServices();
   if (const int base = absl::GetFlag(FLAGS_baseline_peers); base > 0) {
-    bench.Phase("baseline", base, absl::GetFlag(FLAGS_baseline_duration), absl::ZeroDuration(),
+    bench.Phase("baseline", base, 1, absl::GetFlag(FLAGS_baseline_duration), absl::ZeroDuration(),
                 false);
   }
-  bench.Phase("measured", peers, absl::GetFlag(FLAGS_duration), absl::GetFlag(FLAGS_warmup), true);
+  bench.Phase("measured", peers, absl::GetFlag(FLAGS_coordinators), absl::GetFlag(FLAGS_duration),
+              absl::GetFlag(FLAGS_warmup), true);
   bench.PrintRatios();
   bench.Stop();
   std::printf("errors: %lld\n", static_cast<long long>(bench.errors()));

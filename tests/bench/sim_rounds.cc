@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tests/bench/proc_stats.h"
+#include "tests/bench/raw_tcp.h"
 #include "tests/bench/secure_light.h"
 
 namespace shoal::bench {
@@ -75,6 +76,54 @@ void RoundCost::Print(const std::string& name, const Fleet& fleet, const Latenci
   }
   std::printf("%s: cost: a peer's CPU in SecureParticipant per round, ms by step: %s\n",
               name.c_str(), steps.c_str());
+}
+
+absl::Status PrintDataPath(const std::string& name, const std::map<uint64_t, RoundTimes>& rounds,
+                           int peers, int64_t model_bytes, pid_t aggregator, int max_pushes) {
+  std::vector<double> round_s, open_s;
+  double published = -1;  // the previous round's first ModelPublished
+  for (const auto& [round, t] : rounds) {
+    const bool complete = t.started.size() == static_cast<size_t>(peers) &&
+                          t.downloaded.size() == static_cast<size_t>(peers);
+    const double first =
+        t.started.empty() ? -1 : *std::min_element(t.started.begin(), t.started.end());
+    if (published >= 0 && first >= 0) open_s.push_back(first - published);
+    if (complete && round > 1) {  // round 1 also pulls the initial model
+      round_s.push_back(*std::max_element(t.downloaded.begin(), t.downloaded.end()) - first);
+    }
+    published =
+        t.published.empty() ? -1 : *std::min_element(t.published.begin(), t.published.end());
+  }
+  if (round_s.empty())
+    return absl::FailedPreconditionError(name + ": no complete round to measure");
+  std::vector<char> model(static_cast<size_t>(model_bytes), 1), sink(model.size(), 1);
+  std::vector<double> tcp_s;
+  for (int rep = 0; rep < 3; ++rep) {
+    tcp_s.push_back(RawTcpSeconds(model.data(), model.size(), 1 << 20, sink));
+  }
+  const double tcp_round = 2.0 * peers * Percentile(tcp_s, 0.5);
+  const double round = Percentile(round_s, 0.5);
+  const double hwm = StatusMiB(aggregator, "VmHWM");
+  const double model_mib = static_cast<double>(model_bytes) / (1 << 20);
+  std::printf(
+      "%s: data path: %.0f MB model, %d peers, %zu rounds measured: round (first RoundStarted "
+      "-> every peer holding the new version) p50 %.2f s, min %.2f s; the same %.2f GB over "
+      "raw TCP one after another %.2f s (%.2f GB/s): ratio %.2f\n",
+      name.c_str(), static_cast<double>(model_bytes) / 1e6, peers, round_s.size(), round,
+      *std::min_element(round_s.begin(), round_s.end()),
+      2.0 * peers * static_cast<double>(model_bytes) / 1e9, tcp_round,
+      static_cast<double>(model_bytes) / 1e9 / Percentile(tcp_s, 0.5), round / tcp_round);
+  if (!open_s.empty()) {
+    std::printf(
+        "%s: from a round's ModelPublished to the next round's RoundStarted (the "
+        "version's checkpoint runs meanwhile): p50 %.0f ms (%.1f%% of the round)\n",
+        name.c_str(), Percentile(open_s, 0.5) * 1e3, 100 * Percentile(open_s, 0.5) / round);
+  }
+  std::printf(
+      "%s: aggregator peak RSS %.0f MiB = %.2f x the model (bound: (max concurrent pushes %d "
+      "+ 2) x the model = %.0f MiB)\n",
+      name.c_str(), hwm, hwm / model_mib, max_pushes, (max_pushes + 2) * model_mib);
+  return absl::OkStatus();
 }
 
 }  // namespace shoal::bench

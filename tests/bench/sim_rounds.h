@@ -3,12 +3,15 @@
 // shoal-sim's figures over whole rounds: the latencies of round events over the rounds every peer
 // finished, and what a round costs (CPU, the bytes of each peer's update call).
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "tests/bench/light_peer.h"
 
 namespace shoal::bench {
@@ -28,6 +31,14 @@ Latencies Measure(const std::map<uint64_t, RoundTimes>& rounds, size_t peers);
 // this process's (the light peers', with the coordinator's when it is hosted here), divided by
 // the rounds completed in between. Each Update is at a poll, not at a round's end; both ends of
 // the window are alike (the next round begun), so their parts of a round mostly cancel out.
+// With --model-mb: a round moves, per peer, its update up and the new version down (the version
+// a round starts from is the one each peer pulled after the last publish). Prints its time, first
+// RoundStarted to the last peer holding the new version, against those bytes sent one after
+// another over one raw loopback TCP connection, and the aggregator's peak RSS against its bound
+// ((max_pushes + 2) x the model). FAILED_PRECONDITION when no round is complete.
+absl::Status PrintDataPath(const std::string& name, const std::map<uint64_t, RoundTimes>& rounds,
+                           int peers, int64_t model_bytes, pid_t aggregator, int max_pushes);
+
 class RoundCost {
  public:
   // `aggregators_cpu`: the aggregator processes' CPU seconds so far.

@@ -5,9 +5,12 @@
 
 #include <cstdint>
 
+#include "absl/flags/declare.h"
 #include "shoal/common/v1/task.pb.h"
 #include "shoal/coordinator/v1/control.pb.h"
 #include "tests/bench/light_peer.h"
+
+ABSL_DECLARE_FLAG(bool, secure);  // secure aggregation in the task and the light peers
 
 namespace shoal::bench {
 

@@ -40,6 +40,7 @@ class EtcdMember {
   void Signal(int sig);
 
   const std::string& endpoint() const { return endpoint_; }  // HOST:PORT of its client API
+  pid_t pid() const { return process_->pid(); }
   // Whether this member leads its cluster now (its etcd_server_is_leader metric).
   bool IsLeader() const;
 
