@@ -272,11 +272,11 @@ absl::Status CheckEncodedSize(const TensorEncoding& e, uint64_t elements, uint64
       }
       return absl::OkStatus();
     }
-    case common::v1::ENCODING_XOR_ZLIB:
+    case common::v1::ENCODING_XOR_SPARSE_ZLIB:
       if (size_bytes == 0 || size_bytes >= raw) {
-        return absl::InvalidArgumentError(absl::StrCat("size_bytes ", size_bytes,
-                                                       " of an XOR_ZLIB tensor is not in 1..",
-                                                       raw == 0 ? 0 : raw - 1));
+        return absl::InvalidArgumentError(
+            absl::StrCat("size_bytes ", size_bytes, " of an XOR_SPARSE_ZLIB tensor is not in 1..",
+                         raw == 0 ? 0 : raw - 1));
       }
       return absl::OkStatus();
     default:
@@ -288,8 +288,9 @@ absl::Status CheckEncodedSize(const TensorEncoding& e, uint64_t elements, uint64
 absl::Status DecodeTensor(const TensorEncoding& e, absl::string_view payload,
                           absl::Span<float> out) {
   SHOAL_RETURN_IF_ERROR(CheckEncodedSize(e, out.size(), payload.size()));
-  if (e.encoding == common::v1::ENCODING_XOR_ZLIB) {
-    return absl::InvalidArgumentError("an XOR_ZLIB tensor is decoded against its base model");
+  if (e.encoding == common::v1::ENCODING_XOR_SPARSE_ZLIB) {
+    return absl::InvalidArgumentError(
+        "an XOR_SPARSE_ZLIB tensor is decoded against its base model");
   }
   if (e.encoding != common::v1::ENCODING_SPARSE) {
     if (out.empty()) return absl::OkStatus();

@@ -1,10 +1,10 @@
 #pragma once
 
 // Compressed updates: the encodings of tensor.proto (FP16, INT8, SPARSE) and a per-peer
-// compressor with an error-feedback residual. Models travel raw or XOR_ZLIB (xor_delta.h); only
-// updates (deltas) are compressed this way, and the receiver's FrameDecoder decodes them back to
-// float32 with the same checks as raw ones (sizes, digests, finite values) plus the encodings' own
-// (indices in range and increasing, a finite scale, int8 in [-127, 127]).
+// compressor with an error-feedback residual. Models travel raw or XOR_SPARSE_ZLIB (xor_delta.h);
+// only updates (deltas) are compressed this way, and the receiver's FrameDecoder decodes them back
+// to float32 with the same checks as raw ones (sizes, digests, finite values) plus the encodings'
+// own (indices in range and increasing, a finite scale, int8 in [-127, 127]).
 
 #include <cstdint>
 #include <memory>
@@ -39,7 +39,7 @@ struct EncodedModel {
   std::vector<TensorEncoding> encodings;    // one per tensor
   std::vector<absl::string_view> payloads;  // one per tensor, into `storage` or `owner`
   // One per tensor, or empty: each header's digest_xxh3, when it is not the payload's XXH3
-  // (XOR_ZLIB tensors carry their values' digest) or was computed before (EncodeRaw's
+  // (XOR_SPARSE_ZLIB tensors carry their values' digest) or was computed before (EncodeRaw's
   // `digests`); empty, a stream hashes each payload as it sends it.
   std::vector<uint64_t> digests;
   std::vector<std::string> storage;
@@ -77,10 +77,10 @@ class TensorDigests {
 absl::Status CheckEncodedSize(const TensorEncoding& e, uint64_t elements, uint64_t size_bytes);
 
 // Decodes a payload (whose size passed CheckEncodedSize) into `out` (one float per element,
-// every element written). Not XOR_ZLIB, which needs the base model (XorInflater). INVALID_ARGUMENT
-// for an index out of range or not increasing, a truncated or overlong varint, a bad scale or an
-// int8 of -128. Values are not checked for finiteness here (the decoder does, for raw and decoded
-// values alike).
+// every element written). Not XOR_SPARSE_ZLIB, which needs the base model (XorInflater).
+// INVALID_ARGUMENT for an index out of range or not increasing, a truncated or overlong varint, a
+// bad scale or an int8 of -128. Values are not checked for finiteness here (the decoder does, for
+// raw and decoded values alike).
 absl::Status DecodeTensor(const TensorEncoding& e, absl::string_view payload,
                           absl::Span<float> out);
 

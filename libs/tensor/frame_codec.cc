@@ -245,10 +245,10 @@ absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
                                                         " is not supported (want DTYPE_FLOAT32)")));
   }
   const TensorEncoding encoding = TensorEncoding::Of(header);
-  const bool xor_zlib = encoding.encoding == common::v1::ENCODING_XOR_ZLIB;
+  const bool xor_zlib = encoding.encoding == common::v1::ENCODING_XOR_SPARSE_ZLIB;
   if (xor_zlib && !base_) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", shown, "': ENCODING_XOR_ZLIB but the download has no base model")));
+        "tensor '", shown, "': ENCODING_XOR_SPARSE_ZLIB but the download has no base model")));
   }
   if (encoding.encoding != common::v1::ENCODING_RAW && !xor_zlib && !expected_.has_value()) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
@@ -373,7 +373,7 @@ absl::Status FrameDecoder::AddChunk(absl::Span<const absl::string_view> parts) {
   }
   wire_bytes_received_ += n;
   bytes_received_ += n;
-  if (encoding_.encoding == common::v1::ENCODING_XOR_ZLIB) {
+  if (encoding_.encoding == common::v1::ENCODING_XOR_SPARSE_ZLIB) {
     const auto take = [this](absl::string_view bytes) { return AddValueBytes(bytes); };
     for (absl::string_view part : parts) {
       if (absl::Status s = inflater_.Feed(part, take); !s.ok()) {
@@ -467,7 +467,7 @@ absl::Status FrameDecoder::CompleteTensor() {
                      absl::Hex(tensor_digest_), ", payload is ", absl::Hex(digest), ")")));
   }
   if (encoding_.encoding != common::v1::ENCODING_RAW &&
-      encoding_.encoding != common::v1::ENCODING_XOR_ZLIB) {
+      encoding_.encoding != common::v1::ENCODING_XOR_SPARSE_ZLIB) {
     float* const out = values_.data() + tensor_value_offset_;
     const size_t elements = static_cast<size_t>(specs_.back().NumElements());
     if (absl::Status s = DecodeTensor(encoding_, encoded_, absl::MakeSpan(out, elements));

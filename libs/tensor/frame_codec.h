@@ -87,9 +87,9 @@ class FrameDecoder {
   // they arrive, and Finish() returns the model with no values: a model-sized download needs no
   // model-sized buffer. The digest of a tensor is checked when its last byte arrives and the
   // whole stream at Finish(), so what `write` received is verified only once Finish() succeeds.
-  // With `base` (the model version meta.xor_base_version, read by element), XOR_ZLIB tensors are
-  // taken too: inflated and XORed with the base as they arrive, and checked against the digest of
-  // the values they rebuild. Without it an XOR_ZLIB tensor is an error.
+  // With `base` (the model version meta.xor_base_version, read by element), XOR_SPARSE_ZLIB tensors
+  // are taken too: inflated and XORed with the base as they arrive, and checked against the digest
+  // of the values they rebuild. Without it an XOR_SPARSE_ZLIB tensor is an error.
   static absl::StatusOr<FrameDecoder> ForMeta(const common::v1::ModelMeta& meta,
                                               const DecoderLimits& limits, bool require_finite,
                                               WriteValues write = nullptr,
@@ -126,8 +126,8 @@ class FrameDecoder {
   FrameDecoder();
   absl::Status AddHeader(const common::v1::TensorHeader& header);
   absl::Status AddChunk(absl::Span<const absl::string_view> parts);
-  // Takes the next float32 bytes of the current tensor (raw, or rebuilt from XOR_ZLIB): copies,
-  // digests and checks them and hands them on.
+  // Takes the next float32 bytes of the current tensor (raw, or rebuilt from XOR_SPARSE_ZLIB):
+  // copies, digests and checks them and hands them on.
   absl::Status AddValueBytes(absl::string_view part);
   absl::Status CompleteTensor();
   // Checks (when require_finite_) values [tensor_values_checked_, tensor_values_checked_ + n) of
@@ -158,9 +158,9 @@ class FrameDecoder {
   bool failed_non_finite_ = false;
   TensorEncoding encoding_;  // of the current tensor
   std::string encoded_;      // a non-raw tensor's payload, decoded once complete (ForLayout)
-  ReadValues base_;          // set: XOR_ZLIB tensors are taken (ForMeta)
-  XorInflater inflater_;     // of the current XOR_ZLIB tensor
-  uint64_t wire_bytes_expected_ = 0;  // XOR_ZLIB: the current tensor's payload (compressed)
+  ReadValues base_;          // set: XOR_SPARSE_ZLIB tensors are taken (ForMeta)
+  XorInflater inflater_;     // of the current XOR_SPARSE_ZLIB tensor
+  uint64_t wire_bytes_expected_ = 0;  // XOR_SPARSE_ZLIB: the current tensor's payload (compressed)
   uint64_t wire_bytes_received_ = 0;
   std::unique_ptr<DigestState, DigestStateDeleter> digest_state_;  // XXH3 of the current tensor
 };

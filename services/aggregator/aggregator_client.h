@@ -90,7 +90,8 @@ class AggregatorClient {
   virtual absl::StatusOr<bool> PushPartial(const std::string& address, const v1::PartialMeta& meta,
                                            absl::string_view bytes, absl::Time deadline) = 0;
   // A version the caller holds, which a download may come encoded against
-  // (GetModelRequest.base_version, tensor.proto ENCODING_XOR_ZLIB): its values, read by element.
+  // (GetModelRequest.base_version, tensor.proto ENCODING_XOR_SPARSE_ZLIB): its values, read by
+  // element.
   struct HeldModel {
     uint64_t version = 0;
     tensor::ReadValues read;

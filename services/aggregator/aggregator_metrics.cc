@@ -54,7 +54,7 @@ AggregatorMetrics::AggregatorMetrics(prometheus::Registry& registry)
                      .Add({})),
       download_encodes(prometheus::BuildCounter()
                            .Name("shoal_aggregator_download_encodes_total")
-                           .Help("Models encoded against a version peers hold (XOR_ZLIB)")
+                           .Help("Models encoded against a version peers hold (XOR_SPARSE_ZLIB)")
                            .Register(registry)
                            .Add({})),
       download_encode_seconds(prometheus::BuildCounter()

@@ -25,8 +25,8 @@ struct AggregatorServiceOptions {
 // straight from the received slices into the staging buffer, instead of being parsed into a
 // protobuf string first. GetModel is raw too: chunks go out as slices of the model's own memory
 // (rpc::ModelWriteReactor), never copied into protobuf messages; one asked for against a version
-// still held (base_version) goes out XOR_ZLIB-encoded when `downloads` has that encoding ready
-// (DownloadDeltas, which makes it on its own encoder), raw otherwise.
+// still held (base_version) goes out XOR_SPARSE_ZLIB-encoded when `downloads` has that encoding
+// ready (DownloadDeltas, which makes it on its own encoder), raw otherwise.
 class AggregatorServiceImpl final
     : public aggregator::v1::AggregatorService::WithRawCallbackMethod_GetModel<
           aggregator::v1::AggregatorService::WithRawCallbackMethod_PushUpdate<

@@ -1,8 +1,8 @@
 #pragma once
 
 // Model downloads against the version a peer holds (GetModelRequest.base_version): each round's
-// peers hold the same version and fetch the same new one, so the XOR_ZLIB encoding is made once
-// per (task, version, base), as soon as the version is published, and kept for the round's
+// peers hold the same version and fetch the same new one, so the XOR_SPARSE_ZLIB encoding is made
+// once per (task, version, base), as soon as the version is published, and kept for the round's
 // peers. A download waits for it only where that is faster than the model raw.
 
 #include <atomic>

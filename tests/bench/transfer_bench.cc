@@ -578,11 +578,11 @@ int main(int argc, char** argv) {
   row("checkpoint restore (mapped file, PutModel)", &Endpoint::restore_checkpoint);
   row("PeerService.GetSnapshot (decentralized exchange, sync)", &Endpoint::get_snapshot);
   row("a gossip fetch (GetSnapshot, interpolated into params)", &Endpoint::gossip_fetch);
-  // Encoding a version against the one the peers hold (ENCODING_XOR_ZLIB, what the aggregator
-  // does for --download-against-held): on one thread, then split over one thread per core
-  // (tensor::EncodeXorDelta's threads, as the aggregator passes them), on the same two versions:
-  // the delta as a model, and the same after a step of dense SGD (every value moved by up to 1e-4
-  // of itself, so its low mantissa bits change).
+  // Encoding a version against the one the peers hold (ENCODING_XOR_SPARSE_ZLIB, what the
+  // aggregator does for --download-against-held): on one thread, then split over one thread per
+  // core (tensor::EncodeXorDelta's threads, as the aggregator passes them), on the same two
+  // versions: the delta as a model, and the same after a step of dense SGD (every value moved by up
+  // to 1e-4 of itself, so its low mantissa bits change).
   {
     auto held = std::make_shared<shoal::tensor::FlatModel>(*delta_owned);
     for (size_t i = 0; i < total; ++i) held->values[i] += 0.01f;
@@ -606,7 +606,7 @@ int main(int argc, char** argv) {
     const auto [alone_s, ratio_alone] = encode(1);
     const auto [helped_s, ratio_helped] = encode(threads);
     std::printf(
-        "encoding against the held version (XOR_ZLIB): one thread %.2f s (%.0f MB/s), on %d "
+        "encoding against the held version (XOR_SPARSE_ZLIB): one thread %.2f s (%.0f MB/s), on %d "
         "threads %.2f s (%.0f MB/s): %.2fx; %.0f %% of the bytes either way%s\n",
         alone_s, bytes / 1e6 / alone_s, threads, helped_s, bytes / 1e6 / helped_s,
         alone_s / helped_s, 100 * ratio_alone,

@@ -2,7 +2,7 @@
 // raw TensorFrame messages parsed from bytes, raw chunks, chunks in pieces, and well-formed
 // header+payload pairs, raw or in an update encoding (fp16, int8, sparse), with a correct digest
 // unless the input says otherwise, so that the fuzzer gets past the digest check and into the
-// decoders of compression.h. A model decoder may hold a base model, so that XOR_ZLIB tensors
+// decoders of compression.h. A model decoder may hold a base model, so that XOR_SPARSE_ZLIB tensors
 // (xor_delta.h) come as zlib streams of fuzzed bits (or as fuzzed bytes) with the digest of the
 // values they rebuild. A stream that decodes must hold exactly its layout's values (finite ones
 // when required) and survive a re-encode/decode round trip bit for bit.
@@ -20,6 +20,7 @@
 
 #include "libs/common/status_macros.h"
 #include "libs/tensor/frame_codec.h"
+#include "libs/tensor/xor_delta.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "tests/fuzz/fuzz_log.h"
 
@@ -35,7 +36,7 @@ const ModelLayout& KnownLayout() {
 }
 
 // Every value of the base model a decoder may hold: the same bits everywhere, so that what an
-// XOR_ZLIB tensor rebuilds does not depend on where the decoder puts it.
+// XOR_SPARSE_ZLIB tensor rebuilds does not depend on where the decoder puts it.
 constexpr uint32_t kBaseBits = 0x3f800000;  // 1.0f
 
 absl::Status ReadBase(size_t, absl::Span<float> out) {
@@ -45,7 +46,7 @@ absl::Status ReadBase(size_t, absl::Span<float> out) {
   return absl::OkStatus();
 }
 
-// An XOR_ZLIB payload for `elements` values and the digest of what it rebuilds: the deflated
+// An XOR_SPARSE_ZLIB payload for `elements` values and the digest of what it rebuilds: the deflated
 // XOR of fuzzed values with the base, or (sometimes) fuzzed bytes and any digest.
 std::string XorPayload(FuzzedDataProvider& in, uint64_t elements, uint64_t* digest) {
   if (in.ConsumeProbability<float>() < 0.2f) {
@@ -55,16 +56,14 @@ std::string XorPayload(FuzzedDataProvider& in, uint64_t elements, uint64_t* dige
   std::vector<uint32_t> values(elements);
   for (uint32_t& v : values) v = in.ConsumeBool() ? kBaseBits : in.ConsumeIntegral<uint32_t>();
   *digest = DigestBytes(values.data(), values.size() * sizeof(uint32_t));
-  // One block (at most 4,096 values here), its XOR byte plane by byte plane.
-  const size_t n = values.size();
-  std::vector<uint8_t> planes(4 * n);
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t x = values[i] ^ kBaseBits;
-    for (size_t b = 0; b < 4; ++b) planes[b * n + i] = static_cast<uint8_t>(x >> (8 * b));
-  }
-  uLongf size = compressBound(planes.size());
+  // One block (at most 4,096 values here), laid out as tensor.proto says.
+  std::vector<uint32_t> x(values.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = values[i] ^ kBaseBits;
+  std::vector<uint8_t> block(XorBlockBound(x.size()));
+  const size_t len = WriteXorBlock(x, block.data());
+  uLongf size = compressBound(len);
   std::string out(size, '\0');
-  if (compress(reinterpret_cast<Bytef*>(out.data()), &size, planes.data(), planes.size()) != Z_OK) {
+  if (compress(reinterpret_cast<Bytef*>(out.data()), &size, block.data(), len) != Z_OK) {
     return "";
   }
   out.resize(size);
@@ -106,7 +105,7 @@ absl::Status AddTensor(FuzzedDataProvider& in, FrameDecoder& decoder) {
   }
   std::string payload;
   uint64_t digest = 0;
-  if (encoding == common::v1::ENCODING_XOR_ZLIB) {
+  if (encoding == common::v1::ENCODING_XOR_SPARSE_ZLIB) {
     payload = XorPayload(in, elements, &digest);
     size = payload.size();
   } else {

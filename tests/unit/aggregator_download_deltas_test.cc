@@ -1,5 +1,5 @@
-// DownloadDeltas: one XOR_ZLIB encoding per task, started when a version is published (or by the
-// first download against a held version), made on the encoder and waited for only by the peers
+// DownloadDeltas: one XOR_SPARSE_ZLIB encoding per task, started when a version is published (or by
+// the first download against a held version), made on the encoder and waited for only by the peers
 // whose links make that pay (the others go raw until it is ready), replaced by the next
 // version's, for a bounded number of tasks; no more encodings once every peer's link is too
 // fast for one to pay.
@@ -34,12 +34,12 @@ struct Sent {
 
 bool Raw(const Sent& d) {
   return !d.meta.has_xor_base_version() &&
-         d.payload->encodings[0].encoding != common::v1::ENCODING_XOR_ZLIB;
+         d.payload->encodings[0].encoding != common::v1::ENCODING_XOR_SPARSE_ZLIB;
 }
 
 bool Against(const Sent& d, uint64_t base_version) {
   return d.meta.has_xor_base_version() && d.meta.xor_base_version() == base_version &&
-         d.payload->encodings[0].encoding == common::v1::ENCODING_XOR_ZLIB;
+         d.payload->encodings[0].encoding == common::v1::ENCODING_XOR_SPARSE_ZLIB;
 }
 
 class DownloadDeltasTest : public ::testing::Test {
