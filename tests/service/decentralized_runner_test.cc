@@ -280,15 +280,17 @@ TEST_F(DecentralizedRunnerTest, ByzantinePeerSharesACorruptedUpdateAndKeepsItsOw
   EXPECT_NE(shared->model->Digest(), trained->Digest());
 }
 
-// With mean, a peer fetches the others' updates two at a time in ascending id order, folding
-// each in as it arrives: it never holds every participant's update, and still ends with the
-// model that every participant computes. The folded updates' storage is kept for later fetches.
+// With mean, and a model too large to hold every update (hold_bytes 0 here), a peer fetches the
+// others' updates two at a time in ascending id order, folding each in as it arrives: it never
+// holds every participant's update, and still ends with the model that every participant
+// computes. The folded updates' storage is kept for later fetches.
 TEST_F(DecentralizedRunnerTest, MeanFetchesTwoUpdatesAtATimeAndEndsIdentical) {
-  TestPeer a("peer-a", 0, 5, *train_, *test_);
-  TestPeer b("peer-b", 1, 5, *train_, *test_);
-  TestPeer c("peer-c", 2, 5, *train_, *test_);
-  TestPeer d("peer-d", 3, 5, *train_, *test_);
-  TestPeer e("peer-e", 4, 5, *train_, *test_);
+  const common::v1::TaskSpec spec = Spec();
+  TestPeer a("peer-a", 0, 5, *train_, *test_, {}, spec, "", 0, /*hold_bytes=*/0);
+  TestPeer b("peer-b", 1, 5, *train_, *test_, {}, spec, "", 0, /*hold_bytes=*/0);
+  TestPeer c("peer-c", 2, 5, *train_, *test_, {}, spec, "", 0, /*hold_bytes=*/0);
+  TestPeer d("peer-d", 3, 5, *train_, *test_, {}, spec, "", 0, /*hold_bytes=*/0);
+  TestPeer e("peer-e", 4, 5, *train_, *test_, {}, spec, "", 0, /*hold_bytes=*/0);
   std::vector<TestPeer*> all = {&a, &b, &c, &d, &e};
   for (TestPeer* p : all) {
     p->runner().Start();
@@ -310,6 +312,15 @@ TEST_F(DecentralizedRunnerTest, MeanFetchesTwoUpdatesAtATimeAndEndsIdentical) {
   }
   EXPECT_EQ(c.gated().max_in_flight(), 2u);
   EXPECT_EQ(digests[0], digests[1]);
+  // Ascending: the two lowest first (together, in either order), then the next two as the
+  // lowest in flight come in.
+  auto address = [](const TestPeer& p) { return p.Endpoint().address(); };
+  const std::vector<std::string> by_c = c.gated().started_addresses();
+  ASSERT_EQ(by_c.size(), 4u);
+  EXPECT_THAT(std::vector<std::string>(by_c.begin(), by_c.begin() + 2),
+              UnorderedElementsAre(address(a), address(b)));
+  EXPECT_THAT(std::vector<std::string>(by_c.begin() + 2, by_c.end()),
+              UnorderedElementsAre(address(d), address(e)));
   // The folded updates' storage is kept for the next round's fetches: at most the window, the
   // one folding and one the round before handed back.
   for (TestPeer* p : {&c, &a}) {
@@ -319,17 +330,19 @@ TEST_F(DecentralizedRunnerTest, MeanFetchesTwoUpdatesAtATimeAndEndsIdentical) {
   }
 }
 
-// With exact sums the fold takes the updates in any order: each participant fetches from the
-// ids after its own first and wraps around (so that from the start every participant's uplink
-// serves a share of the fetches, where in id order all would fetch from the lowest ids first),
-// still two at a time, and every participant ends the round with the same model.
-TEST_F(DecentralizedRunnerTest, ExactSumsFetchFromTheIdsAfterTheirOwnFirst) {
-  common::v1::TaskSpec spec = Spec();
-  spec.mutable_aggregation_options()->set_exact_sum(true);
-  TestPeer a("peer-a", 0, 4, *train_, *test_, {}, spec);
-  TestPeer b("peer-b", 1, 4, *train_, *test_, {}, spec);
-  TestPeer c("peer-c", 2, 4, *train_, *test_, {}, spec);
-  TestPeer d("peer-d", 3, 4, *train_, *test_, {}, spec);
+// Where the fold takes the updates in any order (exact sums), or a peer can hold every update
+// (the float mean of a small model: those that come before their turn wait in the fold), each
+// participant fetches from the ids after its own first and wraps around (so that from the start
+// every participant's uplink serves a share of the fetches, where in id order all would fetch
+// from the lowest ids first), still two at a time, and every participant ends the round with the
+// same model.
+void ExpectFetchesFromTheIdsAfterTheirOwnFirst(const common::v1::TaskSpec& spec,
+                                               const training::RawDataset& train,
+                                               const training::RawDataset& test) {
+  TestPeer a("peer-a", 0, 4, train, test, {}, spec);
+  TestPeer b("peer-b", 1, 4, train, test, {}, spec);
+  TestPeer c("peer-c", 2, 4, train, test, {}, spec);
+  TestPeer d("peer-d", 3, 4, train, test, {}, spec);
   for (TestPeer* p : {&a, &b, &c, &d}) {
     p->runner().Start();
     p->Handle(RoundOpen(1));
@@ -361,6 +374,16 @@ TEST_F(DecentralizedRunnerTest, ExactSumsFetchFromTheIdsAfterTheirOwnFirst) {
   EXPECT_THAT(std::vector<std::string>(by_a.begin(), by_a.begin() + 2),
               UnorderedElementsAre(address(b), address(c)));
   EXPECT_EQ(by_a[2], address(d));
+}
+
+TEST_F(DecentralizedRunnerTest, ExactSumsFetchFromTheIdsAfterTheirOwnFirst) {
+  common::v1::TaskSpec spec = Spec();
+  spec.mutable_aggregation_options()->set_exact_sum(true);
+  ExpectFetchesFromTheIdsAfterTheirOwnFirst(spec, *train_, *test_);
+}
+
+TEST_F(DecentralizedRunnerTest, TheMeanOfASmallModelFetchesFromTheIdsAfterTheirOwnFirstToo) {
+  ExpectFetchesFromTheIdsAfterTheirOwnFirst(Spec(), *train_, *test_);
 }
 
 // Once a peer keeps a full set of buffers, a round touches no fresh model-sized memory: the

@@ -154,7 +154,8 @@ class TestPeer {
   TestPeer(const std::string& id, int shard, int shards, const training::RawDataset& train,
            const training::RawDataset& test, ByzantineFault byzantine = {},
            const common::v1::TaskSpec& spec = Spec(), const std::string& state_dir = "",
-           int64_t task_created_unix_ms = 0)
+           int64_t task_created_unix_ms = 0,
+           size_t hold_bytes = DecentralizedRunnerOptions().hold_bytes)
       : id_(id), metrics_(registry_), client_(nullptr, &metrics_) {
     training::TrainerOptions options;
     options.spec = spec;
@@ -192,6 +193,7 @@ class TestPeer {
     DecentralizedRunnerOptions runner_options;
     runner_options.probe_timeout = absl::Milliseconds(500);
     runner_options.probe_attempts = 1;
+    runner_options.hold_bytes = hold_bytes;
     auto runner = DecentralizedRunner::Create(std::move(deps), runner_options);
     EXPECT_TRUE(runner.ok()) << runner.status();
     runner_ = *std::move(runner);

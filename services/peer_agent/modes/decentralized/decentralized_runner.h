@@ -48,6 +48,11 @@ struct DecentralizedRunnerOptions {
   // and so about the most a peer holds besides its own (each is folded in, then its storage
   // kept for the next).
   size_t fetch_window = 2;
+  // With the float mean, whose fold must take the updates in ascending id order: while every
+  // update a participant fetches fits in this many bytes together (a small model), it fetches
+  // from the ids after its own first, as with exact sums, and holds those that come before their
+  // turn; a larger model is fetched in ascending order, holding about fetch_window updates.
+  size_t hold_bytes = size_t{64} << 20;
   // Total time a model sync keeps retrying (the task's round_deadline_seconds when set).
   absl::Duration sync_budget = absl::Seconds(60);
   BackoffOptions retry_backoff{absl::Milliseconds(100), absl::Seconds(2), 2.0, 0.2};

@@ -215,12 +215,15 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
   // (mean) fetches at most fetch_window updates at once, the next starting when the lowest
   // still in flight is in, so a peer holds a few updates, not every participant's; the others
   // keep every update anyway and fetch them all at once. Where the fold takes any order (mean
-  // with exact_sum), each participant starts with the ids after its own and wraps around: the
-  // participants then fetch from different peers at once, and every uplink serves its share of
-  // the fetches from the start, where in ascending order all would fetch from the lowest ids
-  // first while the highest ids' uplinks idled.
-  const bool any_order = fold.any_order();
-  if (any_order) {
+  // with exact_sum), or where every update fits in hold_bytes (a small model: those that come
+  // before their turn are held), each participant starts with the ids after its own and wraps
+  // around: the participants then fetch from different peers at once, and every uplink serves
+  // its share of the fetches from the start, where in ascending order all would fetch from the
+  // lowest ids first while the highest ids' uplinks idled.
+  const tensor::ModelLayout& layout = trainer_.layout();
+  const bool rotated =
+      fold.any_order() || missing.size() * layout.total_bytes() <= options_.hold_bytes;
+  if (rotated) {
     std::rotate(missing.begin(),
                 std::find_if(missing.begin(), missing.end(),
                              [&](const PeerEndpoint* p) { return p->peer_id() > deps_.peer_id; }),
@@ -232,18 +235,17 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
   std::vector<bool> finished(missing.size(), false);
   size_t finished_prefix = 0;  // jobs [0, finished_prefix) are done
   // In id order the next fetch starts once the lowest still in flight is in (what arrives
-  // before it is held); in any order once any is in.
+  // before it is held); rotated, once any is in.
   size_t finished_count = 0;
   std::vector<absl::Status> rejected(missing.size());
   std::vector<CallCanceller> cancellers(missing.size());
-  const tensor::ModelLayout& layout = trainer_.layout();
   const rpc::RetryOptions retry = FetchRetry(options_, layout.total_bytes());
   RunParallel(
       wakeup_, missing.size(),
       [&](size_t i, const std::atomic<bool>& stop) {
         auto may_start = [&] {
           absl::MutexLock lock(&mu);
-          return i < (any_order ? finished_count : finished_prefix) + window;
+          return i < (rotated ? finished_count : finished_prefix) + window;
         };
         while (!stop.load() && !may_start()) {
           wakeup_.SleepFor(kRecheck, [&] { return !stop.load() && !may_start(); });
