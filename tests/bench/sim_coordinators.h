@@ -110,12 +110,14 @@ class SimCoordinators {
   // type.
   std::shared_ptr<testing::EtcdMember> etcd_;
   std::vector<SimService> processes_;  // kTcp
+  // Hosted coordinators that lost their etcd lease (their callback counts here: declared before
+  // them, so it outlives them).
+  std::atomic<int> stores_lost_{0};
   std::vector<std::unique_ptr<coordinator::CoordinatorServer>> hosted_;
   std::vector<std::string> addresses_;
   std::vector<std::string> metrics_;
   std::vector<std::unique_ptr<coordinator::v1::ControlService::Stub>> control_;
   std::map<std::string, int> served_by_;  // task -> coordinator index
-  std::atomic<int> stores_lost_{0};       // hosted coordinators that lost their etcd lease
   bool stopped_ = false;
 };
 
