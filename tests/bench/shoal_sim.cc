@@ -174,6 +174,9 @@ class Bench {
                 log.c_str());
   }
 
+  // --model-mb in bytes (0: the model is --model-kb's, or 64 bytes, and is not downloaded).
+  static int64_t ModelBytes() { return int64_t{absl::GetFlag(FLAGS_model_mb)} * 1'000'000; }
+
   static int AggregatorCount() {
     if (!absl::GetFlag(FLAGS_hierarchical)) return std::max(1, absl::GetFlag(FLAGS_aggregators));
     const int size = std::max(2, absl::GetFlag(FLAGS_cluster_size));
@@ -224,7 +227,7 @@ class Bench {
       options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
       options.join_rate = absl::GetFlag(FLAGS_join_rate) / tasks;
       shoal::bench::ApplySecureFlags(options);
-      const int64_t model_bytes = int64_t{absl::GetFlag(FLAGS_model_mb)} * 1'000'000;
+      const int64_t model_bytes = ModelBytes();
       if (model_bytes > 0) {
         options.model_floats = model_bytes / 4;
         options.download = true;
@@ -410,7 +413,7 @@ class Bench {
     PrintLatency(name, "RoundStarted fan-out (arrival - first arrival)", l.fanout_ms, name);
     PrintLatency(name, "ModelPublished after the last accepted push", l.publish_ms, name);
     if (phase.size() == 1) cost.Print(name, *phase.front().fleet, l);
-    const int64_t model_bytes = int64_t{absl::GetFlag(FLAGS_model_mb)} * 1'000'000;
+    const int64_t model_bytes = ModelBytes();
     if (model_bytes > 0) {
       if (absl::Status s = shoal::bench::PrintDataPath(name, phase.front().fleet->Rounds(), peers,
                                                        model_bytes, aggregators_.front()->pid(),

@@ -22,6 +22,23 @@ namespace shoal::bench {
 
 namespace cv1 = coordinator::v1;
 
+namespace {
+
+// The task's status as `control`'s coordinator answers it (its error as it gave it).
+absl::StatusOr<cv1::TaskStatus> StatusAt(cv1::ControlService::Stub& control,
+                                         const std::string& name) {
+  grpc::ClientContext context;
+  rpc::SetTimeout(context, absl::Seconds(10));
+  cv1::GetTaskStatusRequest request;
+  request.set_name(name);
+  cv1::GetTaskStatusResponse response;
+  absl::Status s = rpc::FromGrpcStatus(control.GetTaskStatus(&context, request, &response));
+  if (!s.ok()) return s;
+  return response.status();
+}
+
+}  // namespace
+
 absl::StatusOr<SimService> StartSimService(const std::string& dir, const std::string& bin_dir,
                                            const std::string& name, const std::string& binary,
                                            std::vector<std::string> args) {
@@ -152,12 +169,7 @@ absl::StatusOr<int> SimCoordinators::CreateTask(const common::v1::TaskSpec& spec
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   absl::Status last;
   while (absl::Now() < deadline) {
-    grpc::ClientContext context;
-    rpc::SetTimeout(context, absl::Seconds(10));
-    cv1::GetTaskStatusRequest request;
-    request.set_name(spec.name());
-    cv1::GetTaskStatusResponse response;
-    last = rpc::FromGrpcStatus(control_[0]->GetTaskStatus(&context, request, &response));
+    last = StatusAt(*control_[0], spec.name()).status();
     int index = -1;
     if (last.ok()) {
       index = 0;
@@ -182,15 +194,7 @@ cv1::ControlService::Stub& SimCoordinators::ControlFor(const std::string& task) 
 }
 
 absl::StatusOr<cv1::TaskStatus> SimCoordinators::TaskStatus(const std::string& name) {
-  grpc::ClientContext context;
-  rpc::SetTimeout(context, absl::Seconds(10));
-  cv1::GetTaskStatusRequest request;
-  request.set_name(name);
-  cv1::GetTaskStatusResponse response;
-  absl::Status s =
-      rpc::FromGrpcStatus(ControlFor(name).GetTaskStatus(&context, request, &response));
-  if (!s.ok()) return s;
-  return response.status();
+  return StatusAt(ControlFor(name), name);
 }
 
 void SimCoordinators::StopTask(const std::string& name) {
