@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <string>
 
@@ -46,8 +47,8 @@ struct ModeRunnerDeps {
   // advertised keys, and its public half (Hello.identity_public_key). Null: none.
   std::shared_ptr<const privacy::secagg::KeySigner> identity;
   std::string identity_public_key;
-  // Where the federated modes keep the global model on disk (--scratch-dir; empty: TMPDIR, else
-  // /tmp).
+  // Where the federated modes keep the global model on disk, and the decentralized mode the round
+  // updates that wait for their turn (--scratch-dir; empty: TMPDIR, else /tmp).
   std::string scratch_dir;
   // Where a decentralized peer keeps the model of the last round it completed, to hold it again
   // after a restart (--state-dir; empty: nowhere, KeptModel).
@@ -67,6 +68,9 @@ struct ModeRunnerDeps {
   // What this peer contributes passes through these on its way out; empty (the default) in
   // shoal-peer, filled by its test build (peer_hooks.h).
   UpdateHooks update_hooks;
+  // This peer's upload as its session measured it (bytes/s; null or 0: not measured), the
+  // decentralized mode's guess at its links before its first fetches.
+  std::shared_ptr<const std::atomic<double>> measured_upload;
   // Sends a message on the session; the host fills in PeerMessage.task, so runners leave it
   // empty. May be a no-op (static gossip without a coordinator).
   std::function<void(const coordinator::v1::PeerMessage&)> send;

@@ -445,6 +445,7 @@ void PeerAgent::StartRunner() {
   deps.wakeup = &wakeup_;
   deps.peer_id = peer_id();
   deps.scratch_dir = options_.scratch_dir;
+  deps.measured_upload = options_.measured_upload;
   deps.state_dir = options_.state_dir;
   deps.evaluate_beside_training = options_.evaluate_beside_training;
   deps.download_against_held = options_.download_against_held;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -39,6 +40,8 @@ struct PeerAgentOptions {
   // The peer's data directory (--data-dir): a task of formats idx, csv or image-folder reads
   // its files from here when it is assigned.
   std::string data_dir;
+  // This peer's measured upload, bytes/s (ModeRunnerDeps::measured_upload); null: none.
+  std::shared_ptr<const std::atomic<double>> measured_upload;
   // Where the federated modes keep the global model on disk (--scratch-dir; empty: TMPDIR, else
   // /tmp): ModeRunnerDeps::scratch_dir.
   std::string scratch_dir;

@@ -48,8 +48,9 @@ ABSL_FLAG(std::string, model_dir, "",
 ABSL_FLAG(std::string, scratch_dir, "",
           "where a federated peer keeps the global model on disk while it trains (an unnamed "
           "file, gone when the peer exits), so that its memory holds only LibTorch's "
-          "parameters, gradients and momentum; keep it on a disk, not a tmpfs (default: $TMPDIR, "
-          "else /tmp)");
+          "parameters, gradients and momentum, and where a decentralized peer's round updates "
+          "wait for their turn beyond 64 MiB of them in memory; keep it on a disk, not a tmpfs "
+          "(default: $TMPDIR, else /tmp)");
 ABSL_FLAG(std::string, state_dir, "",
           "where this peer keeps what a restart must not lose (made if missing): in each "
           "decentralized task, the model of the last round it completed (one model file per "

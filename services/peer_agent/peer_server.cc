@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -167,6 +168,8 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   session_options.hello.set_shard_count(options.shard.count);
   *session_options.hello.mutable_capacity() = capacity::MeasureLocalCapacity();
   session_options.upload_probe_bytes = options.upload_probe_bytes;
+  auto measured_upload = std::make_shared<std::atomic<double>>(0.0);
+  session_options.measured_upload = measured_upload;
   session_options.hello.set_supernode(options.supernode);
   session_options.hello.set_wants_relay(options.relay == "auto");
   session_options.hello.set_relay_fallback(options.relay.empty());
@@ -221,6 +224,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   agent_options.device = options.device;
   agent_options.model_dir = options.model_dir;
   agent_options.scratch_dir = options.scratch_dir;
+  agent_options.measured_upload = measured_upload;
   agent_options.state_dir = options.state_dir;
   agent_options.evaluate_beside_training = options.evaluate_beside_training;
   agent_options.download_against_held = options.download_against_held;

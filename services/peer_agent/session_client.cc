@@ -191,7 +191,10 @@ bool SessionClient::MeasureUpload(const rpc::AddressList::Target& target) {
   if (stopping_) return true;
   const capacity::UploadProbeOutcome outcome =
       capacity::LogUploadProbe(rate, target.address, options_.upload_probe_bytes);
-  if (outcome == capacity::UploadProbeOutcome::kMeasured) upload_bytes_per_second_ = *rate;
+  if (outcome == capacity::UploadProbeOutcome::kMeasured) {
+    upload_bytes_per_second_ = *rate;
+    if (options_.measured_upload != nullptr) options_.measured_upload->store(*rate);
+  }
   return outcome != capacity::UploadProbeOutcome::kRetry;
 }
 

@@ -5,6 +5,7 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/sync_stream.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -32,6 +33,9 @@ struct SessionClientOptions {
   // (SessionService.MeasureUpload) and reports it in hello.capacity; 0: no measurement.
   uint64_t upload_probe_bytes = 0;
   absl::Duration upload_probe_timeout = absl::Seconds(20);
+  // Where the measured upload (bytes/s) is kept for the peer's mode runners too
+  // (ModeRunnerDeps::measured_upload); null: nowhere.
+  std::shared_ptr<std::atomic<double>> measured_upload;
   // Before each Hello the client asks for the registered aggregators
   // (SessionService.ListAggregators) and reports its round trip to each in
   // hello.capacity.aggregator_rtts, each measured within this time; 0: no measurement.

@@ -5,6 +5,7 @@
 // that plays the coordinator's events.
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <set>
@@ -154,8 +155,8 @@ class TestPeer {
   TestPeer(const std::string& id, int shard, int shards, const training::RawDataset& train,
            const training::RawDataset& test, ByzantineFault byzantine = {},
            const common::v1::TaskSpec& spec = Spec(), const std::string& state_dir = "",
-           int64_t task_created_unix_ms = 0,
-           size_t hold_bytes = DecentralizedRunnerOptions().hold_bytes)
+           int64_t task_created_unix_ms = 0, DecentralizedRunnerOptions runner_options = {},
+           double measured_upload = 0)
       : id_(id), metrics_(registry_), client_(nullptr, &metrics_) {
     training::TrainerOptions options;
     options.spec = spec;
@@ -186,14 +187,13 @@ class TestPeer {
     deps.wakeup = &wakeup_;
     deps.peer_id = id;
     deps.update_hooks = byzantine.Hooks();
+    deps.measured_upload = std::make_shared<const std::atomic<double>>(measured_upload);
     deps.send = [this](const PeerMessage& m) {
       absl::MutexLock lock(&mu_);
       sent_.push_back(m);
     };
-    DecentralizedRunnerOptions runner_options;
     runner_options.probe_timeout = absl::Milliseconds(500);
     runner_options.probe_attempts = 1;
-    runner_options.hold_bytes = hold_bytes;
     auto runner = DecentralizedRunner::Create(std::move(deps), runner_options);
     EXPECT_TRUE(runner.ok()) << runner.status();
     runner_ = *std::move(runner);

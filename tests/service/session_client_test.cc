@@ -1,12 +1,14 @@
 // SessionClient against a real in-process SessionService on 127.0.0.1: after an outage of the
 // coordinator, the peer is back within the bound the docs state (docs/reference/services.md);
-// a coordinator that takes the Hello and stays silent is given up on and dialled again.
+// a coordinator that takes the Hello and stays silent is given up on and dialled again; the
+// upload it times reaches the Hello and the peer's runners.
 
 #include "services/peer_agent/session_client.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -45,19 +47,38 @@ class FakeCoordinator final : public coordinator::v1::SessionService::Service {
       welcome.mutable_welcome()->set_heartbeat_interval_ms(500);
       if (!stream->Write(welcome)) return grpc::Status::CANCELLED;
     }
+    {
+      absl::MutexLock lock(&mu_);
+      last_hello_ = m.hello();
+    }
     while (stream->Read(&m)) {
     }
+    return grpc::Status::OK;
+  }
+  // Takes the probe's bytes and says how many came.
+  grpc::Status MeasureUpload(grpc::ServerContext*,
+                             grpc::ServerReader<coordinator::v1::UploadProbe>* reader,
+                             coordinator::v1::UploadProbeResult* result) override {
+    coordinator::v1::UploadProbe probe;
+    uint64_t bytes = 0;
+    while (reader->Read(&probe)) bytes += probe.payload().size();
+    result->set_bytes(bytes);
     return grpc::Status::OK;
   }
   int hellos() const {
     absl::MutexLock lock(&mu_);
     return hellos_;
   }
+  coordinator::v1::Hello last_hello() const {
+    absl::MutexLock lock(&mu_);
+    return last_hello_;
+  }
 
  private:
   const int silent_;
   mutable absl::Mutex mu_;
   int hellos_ ABSL_GUARDED_BY(mu_) = 0;
+  coordinator::v1::Hello last_hello_ ABSL_GUARDED_BY(mu_);
 };
 
 std::unique_ptr<rpc::Server> StartCoordinator(grpc::Service& service, const std::string& listen) {
@@ -65,6 +86,18 @@ std::unique_ptr<rpc::Server> StartCoordinator(grpc::Service& service, const std:
       rpc::Server::Start({.listen = listen, .service_name = "fake-coordinator"}, {&service});
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? *std::move(server) : nullptr;
+}
+
+// A client with `options` (its events dropped), started; null (and a failure) when it cannot be
+// made.
+std::unique_ptr<SessionClient> StartClient(const SessionClientOptions& options,
+                                           PeerMetrics& metrics) {
+  absl::StatusOr<std::unique_ptr<SessionClient>> client = SessionClient::Create(
+      options, metrics, [](const CoordinatorEvent&) {}, nullptr);
+  EXPECT_TRUE(client.ok()) << client.status();
+  if (!client.ok()) return nullptr;
+  (*client)->Start();
+  return *std::move(client);
 }
 
 // The worst case the defaults allow between the coordinator accepting connections again and
@@ -89,31 +122,29 @@ TEST(SessionClientTest, ReturnsWithinTheBoundAfterAnEightSecondOutage) {
   SessionClientOptions options;
   options.coordinator = address;
   options.hello.set_name("peer-0");
-  absl::StatusOr<std::unique_ptr<SessionClient>> client = SessionClient::Create(
-      options, metrics, [](const CoordinatorEvent&) {}, nullptr);
-  ASSERT_TRUE(client.ok()) << client.status();
-  (*client)->Start();
-  ASSERT_TRUE((*client)->WaitConnected(absl::Seconds(30)));
+  std::unique_ptr<SessionClient> client = StartClient(options, metrics);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->WaitConnected(absl::Seconds(30)));
 
   // The coordinator goes away for 8 s: long enough for the backoff to reach its cap.
   server->Shutdown(absl::ZeroDuration());
   server.reset();
   const absl::Time down = absl::Now();
-  while ((*client)->connected() && absl::Now() - down < absl::Seconds(30)) {
+  while (client->connected() && absl::Now() - down < absl::Seconds(30)) {
     absl::SleepFor(absl::Milliseconds(10));
   }
-  ASSERT_FALSE((*client)->connected()) << "the client did not notice the outage";
+  ASSERT_FALSE(client->connected()) << "the client did not notice the outage";
   absl::SleepFor(absl::Seconds(8) - (absl::Now() - down));
 
   server = StartCoordinator(service, address);
   ASSERT_NE(server, nullptr) << address << " was taken during the outage";
   const absl::Time back = absl::Now();
-  ASSERT_TRUE((*client)->WaitConnected(WorstCaseReturn(defaults) + absl::Seconds(2)))
+  ASSERT_TRUE(client->WaitConnected(WorstCaseReturn(defaults) + absl::Seconds(2)))
       << "not back " << absl::FormatDuration(absl::Now() - back)
       << " after the coordinator returned";
   const absl::Duration took = absl::Now() - back;
   std::cout << "back " << absl::FormatDuration(took) << " after the coordinator returned\n";
-  (*client)->Leave("done");
+  client->Leave("done");
   server->Shutdown(absl::ZeroDuration());
 }
 
@@ -129,16 +160,37 @@ TEST(SessionClientTest, ACoordinatorThatSendsNoWelcomeIsDialledAgain) {
   options.hello.set_name("peer-0");
   options.default_heartbeat = absl::Milliseconds(100);  // how often the client looks
   options.welcome_timeout = absl::Seconds(1);
-  absl::StatusOr<std::unique_ptr<SessionClient>> client = SessionClient::Create(
-      options, metrics, [](const CoordinatorEvent&) {}, nullptr);
-  ASSERT_TRUE(client.ok()) << client.status();
   const absl::Time start = absl::Now();
-  (*client)->Start();
-  ASSERT_TRUE((*client)->WaitConnected(absl::Seconds(20)))
+  std::unique_ptr<SessionClient> client = StartClient(options, metrics);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->WaitConnected(absl::Seconds(20)))
       << "still not connected after the silent stream (" << service.hellos() << " Hello)";
   EXPECT_EQ(service.hellos(), 2);
   EXPECT_GE(absl::Now() - start, options.welcome_timeout) << "gave up before the timeout";
-  (*client)->Leave("done");
+  client->Leave("done");
+  server->Shutdown(absl::ZeroDuration());
+}
+
+// The upload timed before the first Hello is reported in it and kept where the peer's mode
+// runners read it (SessionClientOptions::measured_upload).
+TEST(SessionClientTest, TheMeasuredUploadGoesIntoTheHelloAndToTheRunners) {
+  FakeCoordinator service;
+  std::unique_ptr<rpc::Server> server = StartCoordinator(service, "127.0.0.1:0");
+  ASSERT_NE(server, nullptr);
+  prometheus::Registry registry;
+  PeerMetrics metrics(registry);
+  SessionClientOptions options;
+  options.coordinator = server->address();
+  options.hello.set_name("peer-0");
+  options.upload_probe_bytes = uint64_t{1} << 20;
+  options.measured_upload = std::make_shared<std::atomic<double>>(0.0);
+  std::unique_ptr<SessionClient> client = StartClient(options, metrics);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->WaitConnected(absl::Seconds(20)));
+  const double reported = service.last_hello().capacity().upload_bytes_per_second();
+  EXPECT_GT(reported, 0.0);
+  EXPECT_EQ(options.measured_upload->load(), reported);
+  client->Leave("done");
   server->Shutdown(absl::ZeroDuration());
 }
 

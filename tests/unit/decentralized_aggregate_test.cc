@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "libs/aggregation/strategy.h"
 #include "libs/aggregation/update_validation.h"
+#include "libs/tensor/buffer_pool.h"
 #include "libs/tensor/flat_model.h"
 #include "services/peer_agent/modes/decentralized/aggregate.h"
 
@@ -290,6 +291,68 @@ TEST(RoundFoldTest, FoldsInIdOrderAndHoldsOnlyEarlyArrivals) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->model.values.data(), storage);
   EXPECT_TRUE(SameBytes(got->model, want->model));
+}
+
+// Updates that come before their turn wait in memory up to WaitingOptions::memory_bytes and on
+// disk beyond it, and the fold still ends with AggregateRound's model, bit for bit. An update
+// whose model is held elsewhere too waits in memory whatever the budget: writing it out would
+// free nothing.
+TEST(RoundFoldTest, UpdatesBeyondTheMemoryBudgetWaitOnDisk) {
+  const aggregation::Strategy mean = Make(common::v1::AGGREGATION_MEAN);
+  const tensor::ModelLayout layout = Layout({32, 17});
+  const tensor::FlatModel base = Filled(layout, 0.25f);
+  const std::vector<PeerUpdate> updates = SixUpdates(base, 70);
+  absl::StatusOr<RoundAggregate> want = AggregateRound(mean, base, updates, 0);
+  ASSERT_TRUE(want.ok()) << want.status();
+  auto buffers = tensor::BufferPool::Create(2);
+  absl::StatusOr<RoundFold> fold =
+      RoundFold::Start(mean, layout, IdsOf(updates), 0,
+                       WaitingOptions{layout.total_bytes(), ::testing::TempDir(), buffers});
+  ASSERT_TRUE(fold.ok()) << fold.status();
+  auto only_copy = [](const PeerUpdate& u) {  // the fold is its model's only holder
+    return PeerUpdate{u.peer_id, u.num_samples, std::make_shared<tensor::FlatModel>(*u.model)};
+  };
+  for (size_t k = updates.size(); k-- > 1;) {
+    ASSERT_TRUE(fold->Offer(only_copy(updates[k]), base).ok());
+    EXPECT_TRUE(fold->Has(updates[k].peer_id));
+  }
+  EXPECT_EQ(fold->waiting(), 5u);
+  EXPECT_EQ(fold->spilled(), 4u);  // one fits the budget
+  ASSERT_TRUE(fold->Offer(only_copy(updates[0]), base).ok());
+  ASSERT_TRUE(fold->complete());
+  EXPECT_EQ(fold->waiting(), 0u);
+  absl::StatusOr<RoundAggregate> got = fold->Finish(base);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(SameBytes(got->model, want->model));
+  EXPECT_EQ(got->included, want->included);
+  EXPECT_EQ(got->num_samples, want->num_samples);
+  EXPECT_GE(buffers->kept(), 1u);  // what was read back went back to the pool once folded
+
+  ASSERT_TRUE(fold->Restart(IdsOf(updates)).ok());
+  EXPECT_EQ(fold->spilled(), 0u);
+  for (size_t k = updates.size(); k-- > 1;) ASSERT_TRUE(fold->Offer(updates[k], base).ok());
+  EXPECT_EQ(fold->spilled(), 0u);  // the test holds every model too
+  EXPECT_EQ(fold->waiting(), 5u);
+}
+
+// An update that cannot wait on disk is refused with the directory and the peer named, and is
+// not taken: offered again where it can wait, the round completes.
+TEST(RoundFoldTest, AnUpdateThatCannotWaitOnDiskIsRefusedByName) {
+  const aggregation::Strategy mean = Make(common::v1::AGGREGATION_MEAN);
+  const tensor::ModelLayout layout = Layout();
+  const tensor::FlatModel base = Filled(layout, 0);
+  const std::string missing = ::testing::TempDir() + "/no-such-dir";
+  absl::StatusOr<RoundFold> fold =
+      RoundFold::Start(mean, layout, {"a", "b"}, 0, WaitingOptions{0, missing, nullptr});
+  ASSERT_TRUE(fold.ok()) << fold.status();
+  absl::Status s = fold->Offer(PeerUpdate{"b", 1, Trained(base, 2)}, base);
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("peer b"));
+  EXPECT_THAT(s.message(), HasSubstr(missing));
+  EXPECT_FALSE(fold->Has("b"));
+  ASSERT_TRUE(fold->Offer(PeerUpdate{"a", 1, Trained(base, 1)}, base).ok());
+  ASSERT_TRUE(fold->Offer(PeerUpdate{"b", 1, Trained(base, 2)}, base).ok());
+  EXPECT_TRUE(fold->complete());
 }
 
 // With an order-independent strategy (mean with exact sums) updates fold as they come: none

@@ -30,11 +30,11 @@ absl::Status SortParticipants(std::vector<std::string>& participants) {
 absl::StatusOr<RoundFold> RoundFold::Start(const aggregation::Strategy& strategy,
                                            const tensor::ModelLayout& layout,
                                            std::vector<std::string> participants,
-                                           double max_update_norm) {
+                                           double max_update_norm, WaitingOptions waiting) {
   SHOAL_RETURN_IF_ERROR(SortParticipants(participants));
   const size_t n = participants.size();
   return RoundFold(strategy.Start(layout, n), std::move(participants), max_update_norm,
-                   strategy.order_independent());
+                   strategy.order_independent(), std::move(waiting));
 }
 
 absl::Status RoundFold::Restart(std::vector<std::string> participants) {
@@ -43,17 +43,19 @@ absl::Status RoundFold::Restart(std::vector<std::string> participants) {
   ids_ = std::move(participants);
   next_ = 0;
   folded_.clear();
-  waiting_.clear();
+  waiting_.Clear();
   out_ = RoundAggregate{};
   return absl::OkStatus();
 }
 
 RoundFold::RoundFold(std::unique_ptr<aggregation::Aggregation> aggregation,
-                     std::vector<std::string> ids, double max_update_norm, bool any_order)
+                     std::vector<std::string> ids, double max_update_norm, bool any_order,
+                     WaitingOptions waiting)
     : aggregation_(std::move(aggregation)),
       ids_(std::move(ids)),
       max_update_norm_(max_update_norm),
-      any_order_(any_order) {}
+      any_order_(any_order),
+      waiting_(std::move(waiting)) {}
 
 bool RoundFold::Has(const std::string& peer_id) const {
   auto it = std::lower_bound(ids_.begin(), ids_.end(), peer_id);
@@ -89,20 +91,15 @@ absl::Status RoundFold::Offer(PeerUpdate update, const tensor::FlatModel& base) 
     folded_.insert(update.peer_id);
     return absl::OkStatus();
   }
-  if (static_cast<size_t>(it - ids_.begin()) != next_) {
-    std::string id = update.peer_id;
-    waiting_.emplace(std::move(id), std::move(update));
-    return absl::OkStatus();
-  }
+  if (static_cast<size_t>(it - ids_.begin()) != next_) return waiting_.Put(std::move(update));
   SHOAL_RETURN_IF_ERROR(Fold(update, base));
+  update.model.reset();  // its storage can take the next read back
   ++next_;
   // Then whatever waited for this one.
   while (next_ < ids_.size()) {
-    auto w = waiting_.find(ids_[next_]);
-    if (w == waiting_.end()) break;
-    PeerUpdate waited = std::move(w->second);
-    waiting_.erase(w);
-    SHOAL_RETURN_IF_ERROR(Fold(waited, base));
+    SHOAL_ASSIGN_OR_RETURN(std::optional<PeerUpdate> waited, waiting_.Take(ids_[next_]));
+    if (!waited) break;
+    SHOAL_RETURN_IF_ERROR(Fold(*waited, base));
     ++next_;
   }
   return absl::OkStatus();

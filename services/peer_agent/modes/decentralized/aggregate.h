@@ -3,7 +3,6 @@
 // The decentralized round's aggregate: what every participant computes from the same updates.
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -12,18 +11,10 @@
 #include "absl/status/statusor.h"
 #include "libs/aggregation/strategy.h"
 #include "libs/tensor/flat_model.h"
+#include "services/peer_agent/modes/decentralized/peer_update.h"
+#include "services/peer_agent/modes/decentralized/waiting_updates.h"
 
 namespace shoal::peer {
-
-// One participant's update of a round: the model it trained from the round's base (what it
-// publishes as its ROUND_UPDATE snapshot), or with `delta` that model minus the base (a task with
-// compression exchanges the deltas, compressed, and folds them as decoded).
-struct PeerUpdate {
-  std::string peer_id;
-  uint64_t num_samples = 0;
-  std::shared_ptr<const tensor::FlatModel> model;
-  bool delta = false;
-};
 
 // An update left out of a round's aggregate, and why.
 struct ExcludedUpdate {
@@ -43,10 +34,10 @@ struct RoundAggregate {
 // folding them all in ascending id order (AggregateRound, bit for bit) whatever order they
 // arrive in. With a strategy whose result depends on the order (mean with float sums) an update
 // goes into the strategy as soon as every participant with a lower id is in: one that arrives
-// before a lower id's waits, holding its model, and fetching in ascending id order bounds that.
-// With an order-independent strategy (any_order()) each update goes in as it arrives and
-// nothing waits. Not thread-safe. The round's base model is passed to each call: the same model
-// every time.
+// before a lower id's waits (WaitingUpdates: in memory up to `waiting.memory_bytes`, on disk
+// beyond), so a caller may fetch in any order. With an order-independent strategy (any_order())
+// each update goes in as it arrives and nothing waits. Not thread-safe. The round's base model
+// is passed to each call: the same model every time.
 class RoundFold {
  public:
   // `participants`: the peer ids whose updates make the round (any order). Errors:
@@ -54,7 +45,7 @@ class RoundFold {
   static absl::StatusOr<RoundFold> Start(const aggregation::Strategy& strategy,
                                          const tensor::ModelLayout& layout,
                                          std::vector<std::string> participants,
-                                         double max_update_norm);
+                                         double max_update_norm, WaitingOptions waiting = {});
 
   // Starts again for the next round's `participants` (as Start) over the same strategy and
   // layout, keeping the model-sized buffers (the strategy's sums, the delta): a fresh one costs
@@ -74,11 +65,16 @@ class RoundFold {
   bool complete() const { return (any_order_ ? folded_.size() : next_) == ids_.size(); }
   // Updates held while they wait for a lower id's.
   size_t waiting() const { return waiting_.size(); }
+  // Updates that waited on disk in this round (WaitingOptions::memory_bytes).
+  size_t spilled() const { return waiting_.spilled(); }
+  // WaitingOptions::memory_bytes for the updates offered from now on.
+  void set_waiting_memory_bytes(size_t bytes) { waiting_.set_memory_bytes(bytes); }
 
   // Takes `update`, folding it (and whatever waited for it) when its turn has come. Errors,
   // INVALID_ARGUMENT naming the peer: not a participant, offered before, no model, a layout
   // other than `base`'s, or a non-finite delta (of this update, or of one that waited for it:
-  // the round then cannot complete).
+  // the round then cannot complete); WaitingUpdates' errors of writing or reading an update
+  // that waits on disk (the round then cannot complete either).
   absl::Status Offer(PeerUpdate update, const tensor::FlatModel& base);
   // base + the strategy's aggregate, written into `buffer`'s storage (pass a recycled model-sized
   // buffer, as Aggregation::ApplyInto). Errors: FAILED_PRECONDITION when not complete();
@@ -88,18 +84,18 @@ class RoundFold {
 
  private:
   RoundFold(std::unique_ptr<aggregation::Aggregation> aggregation, std::vector<std::string> ids,
-            double max_update_norm, bool any_order);
+            double max_update_norm, bool any_order, WaitingOptions waiting);
   absl::Status Fold(const PeerUpdate& update, const tensor::FlatModel& base);
 
   std::unique_ptr<aggregation::Aggregation> aggregation_;
   std::vector<std::string> ids_;  // ascending
   double max_update_norm_ = 0;
   bool any_order_ = false;
-  size_t next_ = 0;                            // in order: ids_[next_] is the next to fold
-  std::set<std::string> folded_;               // in any order: the ids folded
-  std::map<std::string, PeerUpdate> waiting_;  // offered before their turn
-  RoundAggregate out_;                         // included, excluded, num_samples so far
-  std::vector<float> delta_;                   // scratch
+  size_t next_ = 0;               // in order: ids_[next_] is the next to fold
+  std::set<std::string> folded_;  // in any order: the ids folded
+  WaitingUpdates waiting_;        // offered before their turn
+  RoundAggregate out_;            // included, excluded, num_samples so far
+  std::vector<float> delta_;      // scratch
 };
 
 // Aggregates a round's updates with the task's `strategy` as deltas (update − base) against the

@@ -26,6 +26,9 @@ DecentralizedPeerMetrics::DecentralizedPeerMetrics(prometheus::Registry& r)
                                                                2, 5, 10, 30})),
       updates_excluded(Counter(r, "shoal_peer_decentralized_updates_excluded_total",
                                "Round updates left out of this peer's aggregate: delta norm "
-                               "over max_update_norm, or trained on 0 samples.")) {}
+                               "over max_update_norm, or trained on 0 samples.")),
+      updates_spilled(Counter(r, "shoal_peer_decentralized_updates_spilled_total",
+                              "Round updates that waited for their turn in the fold on disk "
+                              "(the float mean of a large model).")) {}
 
 }  // namespace shoal::peer

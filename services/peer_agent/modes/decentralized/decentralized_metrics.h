@@ -18,6 +18,7 @@ struct DecentralizedPeerMetrics {
   prometheus::Counter& sync_failures;       // shoal_peer_decentralized_sync_failures_total
   prometheus::Histogram& sharing_duration;  // shoal_peer_decentralized_sharing_duration_seconds
   prometheus::Counter& updates_excluded;    // shoal_peer_decentralized_updates_excluded_total
+  prometheus::Counter& updates_spilled;     // shoal_peer_decentralized_updates_spilled_total
 };
 
 }  // namespace shoal::peer

@@ -48,11 +48,20 @@ struct DecentralizedRunnerOptions {
   // and so about the most a peer holds besides its own (each is folded in, then its storage
   // kept for the next).
   size_t fetch_window = 2;
-  // With the float mean, whose fold must take the updates in ascending id order: while every
-  // update a participant fetches fits in this many bytes together (a small model), it fetches
-  // from the ids after its own first, as with exact sums, and holds those that come before their
-  // turn; a larger model is fetched in ascending order, holding about fetch_window updates.
+  // With the float mean, whose fold takes the updates in ascending id order: where the updates
+  // a participant fetches take at most this many bytes together (a small model), it fetches
+  // from the ids after its own first, as with exact sums, and those that come before their turn
+  // wait in memory.
   size_t hold_bytes = size_t{64} << 20;
+  // A larger model is fetched that way too where the fetches of the round before ran slower than
+  // this (bytes/s: the models' bytes over the fetches' time; before the first fetches, the
+  // peer's measured upload, ModeRunnerDeps::measured_upload; links like users', where the
+  // uplinks bound the exchange), the updates that come before their turn waiting in memory up to
+  // hold_bytes and beyond that on disk, in spill files in ModeRunnerDeps::scratch_dir
+  // (WaitingUpdates). Faster (one machine, a datacenter), where writing them would cost more
+  // than the uplinks' balance gains, in ascending order, holding about fetch_window updates.
+  // Infinity: from the first round on, whatever the speed.
+  double rotate_below_rate = 25e6;
   // Total time a model sync keeps retrying (the task's round_deadline_seconds when set).
   absl::Duration sync_budget = absl::Seconds(60);
   BackoffOptions retry_backoff{absl::Milliseconds(100), absl::Seconds(2), 2.0, 0.2};
@@ -226,6 +235,8 @@ class DecentralizedRunner final : public ModeRunner {
   // The fold of a round that no longer needs it, whose buffers the next round's fold takes over
   // (StartFold).
   std::optional<RoundFold> spent_fold_;
+  // The round before's fetches: their models' bytes over their time (bytes/s; 0 = none yet).
+  double fetch_rate_ = 0;
   // Model-sized storage used before, so that a round touches no fresh pages: fetched updates are
   // decoded into it, the trained parameters read into it and the aggregate written into it;
   // each comes back when its last reference goes (an update once folded, the round's own update

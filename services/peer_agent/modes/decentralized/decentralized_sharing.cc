@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -161,7 +163,8 @@ absl::StatusOr<RoundFold> DecentralizedRunner::StartFold(std::vector<std::string
     return fold;
   }
   return RoundFold::Start(strategy_, trainer_.layout(), std::move(ids),
-                          deps_.assigned.spec().max_update_norm());
+                          deps_.assigned.spec().max_update_norm(),
+                          WaitingOptions{options_.hold_bytes, deps_.scratch_dir, model_buffers_});
 }
 
 void DecentralizedRunner::SpendFold() {
@@ -211,18 +214,29 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
   std::sort(missing.begin(), missing.end(), [](const PeerEndpoint* a, const PeerEndpoint* b) {
     return a->peer_id() < b->peer_id();
   });
-  // Each update is folded as soon as it arrives and its turn has come. A streaming strategy
-  // (mean) fetches at most fetch_window updates at once, the next starting when the lowest
-  // still in flight is in, so a peer holds a few updates, not every participant's; the others
-  // keep every update anyway and fetch them all at once. Where the fold takes any order (mean
-  // with exact_sum), or where every update fits in hold_bytes (a small model: those that come
-  // before their turn are held), each participant starts with the ids after its own and wraps
-  // around: the participants then fetch from different peers at once, and every uplink serves
-  // its share of the fetches from the start, where in ascending order all would fetch from the
-  // lowest ids first while the highest ids' uplinks idled.
+  // Each update is folded as soon as it arrives and its turn has come (at once where the fold
+  // takes any order: exact sums; in ascending id order with the float mean, those that come
+  // before their turn waiting: RoundFold). A streaming strategy (mean) fetches at most
+  // fetch_window updates at once, so a peer holds a few updates in memory, not every
+  // participant's; the others keep every update anyway and fetch them all at once. Rotated,
+  // each participant starts with the ids after its own and wraps around, the next fetch
+  // starting once any in flight is in: the participants then fetch from different peers at
+  // once, and every uplink serves its share of the fetches from the start, where in ascending
+  // order all would fetch from the lowest ids first while the highest ids' uplinks idled. With
+  // the float mean of a large model that makes updates wait on disk, which pays only over slow
+  // links (rotate_below_rate); in ascending order the next fetch starts once the lowest in
+  // flight is in, and at most fetch_window − 1 updates wait.
   const tensor::ModelLayout& layout = trainer_.layout();
-  const bool rotated =
-      fold.any_order() || missing.size() * layout.total_bytes() <= options_.hold_bytes;
+  // Before its first fetches a participant takes its own measured upload for the links' speed.
+  const double link_rate = fetch_rate_ > 0                    ? fetch_rate_
+                           : deps_.measured_upload != nullptr ? deps_.measured_upload->load()
+                                                              : 0;
+  const bool rotated = fold.any_order() ||
+                       missing.size() * layout.total_bytes() <= options_.hold_bytes ||
+                       std::isinf(options_.rotate_below_rate) ||
+                       (link_rate > 0 && link_rate < options_.rotate_below_rate);
+  // In ascending order the fetch window bounds what waits: none of it goes to disk.
+  fold.set_waiting_memory_bytes(rotated ? options_.hold_bytes : std::numeric_limits<size_t>::max());
   if (rotated) {
     std::rotate(missing.begin(),
                 std::find_if(missing.begin(), missing.end(),
@@ -234,9 +248,9 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
   absl::Mutex mu;
   std::vector<bool> finished(missing.size(), false);
   size_t finished_prefix = 0;  // jobs [0, finished_prefix) are done
-  // In id order the next fetch starts once the lowest still in flight is in (what arrives
-  // before it is held); rotated, once any is in.
   size_t finished_count = 0;
+  double fetched_bytes = 0;  // of the fetches that succeeded, and their time
+  absl::Duration fetch_time;
   std::vector<absl::Status> rejected(missing.size());
   std::vector<CallCanceller> cancellers(missing.size());
   const rpc::RetryOptions retry = FetchRetry(options_, layout.total_bytes());
@@ -250,6 +264,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
         while (!stop.load() && !may_start()) {
           wakeup_.SleepFor(kRecheck, [&] { return !stop.load() && !may_start(); });
         }
+        const absl::Time fetch_start = clock_.Now();
         peer::v1::GetSnapshotRequest request;
         request.set_task(task_);
         request.set_kind(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE);
@@ -282,6 +297,8 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
         absl::MutexLock lock(&mu);
         // Keep what arrived, even when superseded: a re-share only fetches what is missing.
         if (r.ok()) {
+          fetched_bytes += static_cast<double>(layout.total_bytes());
+          fetch_time += clock_.Now() - fetch_start;
           rejected[i] =
               fold.Offer(PeerUpdate{missing[i]->peer_id(), r->meta.num_samples(),
                                     model_buffers_->Share(std::move(r->model)), r->meta.delta()},
@@ -297,6 +314,9 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
       [&] {
         for (CallCanceller& c : cancellers) c.Cancel();
       });
+  if (fetch_time > absl::ZeroDuration()) {
+    fetch_rate_ = fetched_bytes / absl::ToDoubleSeconds(fetch_time);
+  }
   for (const absl::Status& s : rejected) {
     if (!s.ok()) {
       SpendFold();
@@ -310,6 +330,12 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
   if (absl::IsFailedPrecondition(aggregate.status())) {  // an update still missing
     LogWarning("task ", task_, " round ", round, ": ", aggregate.status().message());
     return;
+  }
+  if (const size_t spilled = fold.spilled(); spilled > 0) {
+    metrics_.decentralized.updates_spilled.Increment(static_cast<double>(spilled));
+    LogInfo("task ", task_, " round ", round, ": ", spilled,
+            " updates waited for their turn on disk (in ",
+            deps_.scratch_dir.empty() ? "$TMPDIR or /tmp" : deps_.scratch_dir, ")");
   }
   SpendFold();
   if (!aggregate.ok()) {
@@ -328,8 +354,11 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
   }
   CompleteSharing(
       round, attempt, std::move(aggregate->model), aggregate->num_samples, start,
-      absl::StrFormat("%d updates with %s (%s; left out: %d)", aggregate->included.size(),
-                      strategy_.name(), Names(aggregate->included), aggregate->excluded.size()));
+      absl::StrFormat("%d updates with %s (%s; left out: %d; fetched %s, %.1f MB/s each)",
+                      aggregate->included.size(), strategy_.name(), Names(aggregate->included),
+                      aggregate->excluded.size(),
+                      rotated ? "from the ids after its own first" : "in id order",
+                      fetch_rate_ / 1e6));
 }
 
 void DecentralizedRunner::ShareMasked(uint64_t round, uint32_t attempt,
