@@ -177,7 +177,8 @@ FrameDecoder FrameDecoder::ForLayout(const ModelLayout& layout, bool require_fin
 
 absl::StatusOr<FrameDecoder> FrameDecoder::ForMeta(const common::v1::ModelMeta& meta,
                                                    const DecoderLimits& limits, bool require_finite,
-                                                   WriteValues write, ReadValues base) {
+                                                   WriteValues write, ReadValues base,
+                                                   std::vector<float> buffer) {
   if (meta.num_tensors() > limits.max_tensors) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model has ", meta.num_tensors(), " tensors, more than the limit of ", limits.max_tensors));
@@ -200,6 +201,8 @@ absl::StatusOr<FrameDecoder> FrameDecoder::ForMeta(const common::v1::ModelMeta& 
     d.write_ = std::move(write);
     d.stage_.resize(kBlockBytes / sizeof(float) + 1);
   } else {
+    d.values_ = std::move(buffer);
+    d.values_.clear();  // the tensors' values are appended as their headers arrive
     ReserveLarge(d.values_, meta.total_bytes() / sizeof(float));
   }
   d.specs_.reserve(meta.num_tensors());

@@ -89,11 +89,14 @@ class FrameDecoder {
   // whole stream at Finish(), so what `write` received is verified only once Finish() succeeds.
   // With `base` (the model version meta.xor_base_version, read by element), XOR_SPARSE_ZLIB tensors
   // are taken too: inflated and XORed with the base as they arrive, and checked against the digest
-  // of the values they rebuild. Without it an XOR_SPARSE_ZLIB tensor is an error.
+  // of the values they rebuild. Without it an XOR_SPARSE_ZLIB tensor is an error. Without
+  // `write`, the values go into `buffer`'s storage (pass a recycled model-sized buffer, as
+  // ForLayout; its contents are overwritten).
   static absl::StatusOr<FrameDecoder> ForMeta(const common::v1::ModelMeta& meta,
                                               const DecoderLimits& limits, bool require_finite,
                                               WriteValues write = nullptr,
-                                              ReadValues base = nullptr);
+                                              ReadValues base = nullptr,
+                                              std::vector<float> buffer = {});
 
   FrameDecoder(FrameDecoder&&) noexcept;
   FrameDecoder& operator=(FrameDecoder&&) noexcept;

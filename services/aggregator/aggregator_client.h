@@ -102,10 +102,12 @@ class AggregatorClient {
     tensor::ModelLayout layout;
     uint64_t payload_bytes = 0;
   };
-  // Downloads model `version` of `task` (AggregatorService.GetModel).
+  // Downloads model `version` of `task` (AggregatorService.GetModel), into `buffer`'s storage
+  // (pass a recycled model-sized buffer: a fresh one costs the first touch of each of its pages).
   virtual absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address,
                                                      const std::string& task, uint64_t version,
-                                                     const Caller& caller, absl::Time deadline) = 0;
+                                                     const Caller& caller, absl::Time deadline,
+                                                     std::vector<float> buffer = {}) = 0;
   // The same, the values handed to `write` as they arrive instead of kept, so a download needs
   // no model-sized buffer; returns the model's layout and the bytes received. What `write` got is
   // verified only when the call succeeds (a failed call may have written part of a model). With

@@ -56,6 +56,10 @@ class AggregatorCore final : private SessionHost {
   // that version); a tree node's buffer (with a parent) keeps its updates.
   absl::StatusOr<PutResult> PutModel(const std::string& task, uint64_t version,
                                      tensor::FlatModel model);
+  // Storage for a model about to be stored (a version fetched from the parent for PutModel):
+  // a model-sized buffer kept for the pushes (a released staging buffer, an evicted version),
+  // or an empty one when none is kept. Its contents are left over.
+  std::vector<float> TakeBuffer() { return staging_buffers_->Take(); }
   // The latest version, or exactly `version`. NOT_FOUND for an unknown task or version.
   absl::StatusOr<ModelSnapshot> GetModel(const std::string& task,
                                          std::optional<uint64_t> version) const;

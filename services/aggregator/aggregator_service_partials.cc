@@ -148,8 +148,8 @@ absl::StatusOr<v1::CloseRoundResponse> AggregatorServiceImpl::CloseChildRound(
 absl::Status AggregatorServiceImpl::FetchFromParent(const std::string& task, uint64_t version,
                                                     const v1::ParentRound& parent,
                                                     const std::string& what, absl::Time deadline) {
-  absl::StatusOr<tensor::FlatModel> model =
-      parents_.GetModel(parent.address(), task, version, Caller{parent.child(), ""}, deadline);
+  absl::StatusOr<tensor::FlatModel> model = parents_.GetModel(
+      parent.address(), task, version, Caller{parent.child(), ""}, deadline, core_.TakeBuffer());
   if (!model.ok()) {
     return absl::Status(
         model.status().code(),

@@ -153,7 +153,8 @@ absl::StatusOr<bool> GrpcAggregatorClient::PushPartial(const std::string& addres
 
 absl::StatusOr<tensor::ReceivedModel> GrpcAggregatorClient::Download(
     const std::string& address, const std::string& task, uint64_t version, const Caller& caller,
-    absl::Time deadline, tensor::WriteValues write, const HeldModel* held) {
+    absl::Time deadline, tensor::WriteValues write, const HeldModel* held,
+    std::vector<float> buffer) {
   grpc::ClientContext context;
   SetDeadline(context, deadline);
   aggregator::v1::GetModelRequest request;
@@ -186,7 +187,7 @@ absl::StatusOr<tensor::ReceivedModel> GrpcAggregatorClient::Download(
       base = held->read;
     }
     return tensor::FrameDecoder::ForMeta(meta, tensor::DecoderLimits{}, /*require_finite=*/false,
-                                         write, std::move(base));
+                                         write, std::move(base), std::move(buffer));
   };
   absl::StatusOr<tensor::ReceivedModel> received =
       rpc::ReadModelStreamWith(*reader, make_decoder, &context);
@@ -200,13 +201,11 @@ absl::StatusOr<tensor::ReceivedModel> GrpcAggregatorClient::Download(
   return received;
 }
 
-absl::StatusOr<tensor::FlatModel> GrpcAggregatorClient::GetModel(const std::string& address,
-                                                                 const std::string& task,
-                                                                 uint64_t version,
-                                                                 const Caller& caller,
-                                                                 absl::Time deadline) {
+absl::StatusOr<tensor::FlatModel> GrpcAggregatorClient::GetModel(
+    const std::string& address, const std::string& task, uint64_t version, const Caller& caller,
+    absl::Time deadline, std::vector<float> buffer) {
   absl::StatusOr<tensor::ReceivedModel> received =
-      Download(address, task, version, caller, deadline, nullptr, nullptr);
+      Download(address, task, version, caller, deadline, nullptr, nullptr, std::move(buffer));
   if (!received.ok()) return received.status();
   return std::move(received->model);
 }

@@ -39,7 +39,8 @@ class GrpcAggregatorClient final : public AggregatorClient {
                                    absl::string_view bytes, absl::Time deadline) override;
   absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address, const std::string& task,
                                              uint64_t version, const Caller& caller,
-                                             absl::Time deadline) override;
+                                             absl::Time deadline,
+                                             std::vector<float> buffer = {}) override;
   absl::StatusOr<ModelDownload> GetModelInto(const std::string& address, const std::string& task,
                                              uint64_t version, const Caller& caller,
                                              absl::Time deadline, const tensor::WriteValues& write,
@@ -62,11 +63,13 @@ class GrpcAggregatorClient final : public AggregatorClient {
                                              TaskEventFn on_event, WatchDoneFn on_done) override;
 
  private:
-  // GetModel and GetModelInto (`write` empty: the values are kept; `held` null: raw).
+  // GetModel and GetModelInto (`write` empty: the values are kept, in `buffer`'s storage;
+  // `held` null: raw).
   absl::StatusOr<tensor::ReceivedModel> Download(const std::string& address,
                                                  const std::string& task, uint64_t version,
                                                  const Caller& caller, absl::Time deadline,
-                                                 tensor::WriteValues write, const HeldModel* held);
+                                                 tensor::WriteValues write, const HeldModel* held,
+                                                 std::vector<float> buffer = {});
   rpc::ChannelCache channels_;
   // Records `bytes` moved over `link` in `took`, replacing what was there or only where nothing
   // was.

@@ -1,14 +1,16 @@
 // Measures shipping one large delta peer -> aggregator over 127.0.0.1 with PushUpdate (1 MiB
 // chunks, validated and folded by the real AggregatorService), and downloading the aggregated
-// model with GetModel (raw, through the generated stub, and as a peer does: into a spill file,
-// then into its parameters), against a raw TCP socket that moves the same bytes, in the same
-// run. Prints, per path, its GB/s and its ratio to raw TCP (medians over the repetitions), the
-// worst repetition's ratio, and the CPU seconds per GB the process spent (both ends).
+// model with GetModel (raw into storage kept from the repetition before, as a cluster aggregator
+// fetches its parent's version; through the generated stub into a fresh buffer; and as a peer
+// does: into a spill file, then into its parameters), against a raw TCP socket that moves the same
+// bytes, in the same run. Prints, per path, its GB/s and its ratio to raw TCP (medians over the
+// repetitions), the worst repetition's ratio, and the CPU seconds per GB the process spent (both
+// ends).
 //
 // It also downloads a checkpoint of the same size from a coordinator (ControlService.GetModel),
 // and fetches it from a peer's PeerService.GetSnapshot: as the decentralized exchange does (a
-// round's update, into a fresh model) and as a gossip fetch does (the latest snapshot, then
-// interpolated into the fetching peer's parameters).
+// round's update, into storage kept from before) and as a gossip fetch does (the latest snapshot,
+// then interpolated into the fetching peer's parameters).
 //
 //   transfer_bench [--mb 400] [--reps 3] [--chunk-kib 1024] [--tls-dir DIR]
 //
@@ -120,6 +122,10 @@ struct Endpoint {
   // updates' storage for the next fetch (tensor::BufferPool), so after a peer's first rounds
   // GetSnapshot writes into pages already touched; here in every repetition.
   std::vector<float> kept_update;
+  // The storage a cluster aggregator's download of its parent's version decodes into (a staging
+  // buffer kept for the pushes, AggregatorCore::TakeBuffer): here the raw GetModel's storage of
+  // the repetition before, touched already.
+  std::vector<float> kept_version;
   // The process's CPU seconds (both ends: one process) per rep, by the path's vector above.
   std::map<const std::vector<double>*, std::vector<double>> cpu_s;
   ~Endpoint() {
@@ -317,19 +323,29 @@ int main(int argc, char** argv) {
 
   std::vector<char> sink(bytes, 1);  // touched, like a pooled staging buffer
   std::vector<double> tcp_s;
-  // GetModel of the aggregated model: raw (chunks decoded straight from the received slices,
-  // what peers use) or through the generated stub (protobuf parses each chunk first).
+  // GetModel of the aggregated model: raw (chunks decoded straight from the received slices)
+  // into storage kept from before, as a cluster aggregator fetches its parent's version, or
+  // through the generated stub (protobuf parses each chunk first) into a fresh buffer.
   auto get_model = [&](Endpoint& e, bool raw) {
     grpc::ClientContext ctx;
     shoal::rpc::SetTimeout(ctx, absl::Seconds(120));
     shoal::aggregator::v1::GetModelRequest request;
     request.set_task("bench");
+    if (raw && e.kept_version.size() != bytes / sizeof(float)) {
+      e.kept_version.assign(bytes / sizeof(float), 0.0f);  // touched, as after a first round
+    }
     auto start = Clock::now();
     absl::StatusOr<shoal::tensor::ReceivedModel> got;
     if (raw) {
       auto reader = shoal::rpc::OpenRawReader(
           *e.channel, "/shoal.aggregator.v1.AggregatorService/GetModel", ctx, request);
-      got = shoal::rpc::ReadModelStream(*reader, {}, &ctx);
+      got = shoal::rpc::ReadModelStreamWith(
+          *reader,
+          [&](const shoal::common::v1::ModelMeta& meta) {
+            return shoal::tensor::FrameDecoder::ForMeta(meta, {}, /*require_finite=*/false, nullptr,
+                                                        nullptr, std::move(e.kept_version));
+          },
+          &ctx);
     } else {
       auto reader = e.stub->GetModel(&ctx, request);
       got = shoal::rpc::ReadModelStream(*reader, {}, &ctx);
@@ -337,6 +353,7 @@ int main(int argc, char** argv) {
     const double seconds = Seconds(start, Clock::now());
     if (!got.ok()) Die("GetModel (" + e.name + "): " + got.status().ToString());
     if (got->model.layout.total_bytes() != bytes) Die("GetModel: wrong size");
+    if (raw) e.kept_version = std::move(got->model.values);
     return seconds;
   };
   // A checkpoint download from the coordinator (ControlService.GetModel, served from the mapped
@@ -581,8 +598,8 @@ int main(int argc, char** argv) {
   };
   row("PushUpdate, zero-copy (peers)", &Endpoint::push_zc);
   row("PushUpdate, generated stub", &Endpoint::push_pb);
-  row("GetModel, raw", &Endpoint::get_raw);
-  row("GetModel, generated stub", &Endpoint::get_pb);
+  row("GetModel, raw, into kept storage (cluster aggregators)", &Endpoint::get_raw);
+  row("GetModel, generated stub, into a fresh buffer", &Endpoint::get_pb);
   row("a peer's download (GetModelInto a spill file, then params)", &Endpoint::get_file);
   row("ControlService.GetModel (a checkpoint, from its mapped file)", &Endpoint::get_checkpoint);
   row("checkpoint write (streamed to its file, fsync, rename)", &Endpoint::write_checkpoint);

@@ -74,7 +74,7 @@ class InMemoryAggregator final : public aggregator::AggregatorClient {
 
   absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address, const std::string& task,
                                              uint64_t version, const aggregator::Caller& caller,
-                                             absl::Time) override {
+                                             absl::Time, std::vector<float> = {}) override {
     aggregator::AggregatorCore& c = core(address);
     absl::Status allowed = c.CheckCaller(task, caller.peer_id, caller.session_token, "");
     if (!allowed.ok()) return allowed;

@@ -144,7 +144,8 @@ class PeerSideAggregator final : public aggregator::AggregatorClient {
   }
   absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address, const std::string&,
                                              uint64_t version, const aggregator::Caller&,
-                                             absl::Time deadline) override {
+                                             absl::Time deadline,
+                                             std::vector<float> = {}) override {
     absl::MutexLock lock(&mu_);
     calls_.push_back({"GetModel", address, version, deadline});
     ++gets_;

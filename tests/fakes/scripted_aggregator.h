@@ -54,8 +54,8 @@ class ScriptedAggregator final : public aggregator::AggregatorClient {
     return open_status;
   }
   absl::StatusOr<tensor::FlatModel> GetModel(const std::string& address, const std::string&,
-                                             uint64_t v, const aggregator::Caller&,
-                                             absl::Time) override {
+                                             uint64_t v, const aggregator::Caller&, absl::Time,
+                                             std::vector<float> = {}) override {
     absl::MutexLock lock(&mu_);
     gets.emplace_back(address, v);
     if (get_fails_at.count(address) > 0) return absl::NotFoundError("scripted: no such version");

@@ -336,5 +336,22 @@ TEST(FrameCodecTest, DecoderReusesAPooledBuffer) {
   EXPECT_EQ(got->values, m.values);
 }
 
+// The same when the layout comes with the stream (ForMeta: a cluster aggregator's download of
+// its parent's version), a buffer that held more values before included.
+TEST(FrameCodecTest, ADecoderForAStreamsMetaReusesAPooledBuffer) {
+  FlatModel m = SmallModel();
+  const auto meta = MakeModelMeta("t", 0, m);
+  std::vector<float> buffer(m.layout.total_elements() + 7, -1.0f);
+  const float* data = buffer.data();
+  absl::StatusOr<FrameDecoder> d =
+      FrameDecoder::ForMeta(meta, {}, true, nullptr, nullptr, std::move(buffer));
+  ASSERT_TRUE(d.ok()) << d.status();
+  for (const auto& f : Encode(m)) ASSERT_TRUE(d->Add(f).ok());
+  auto got = std::move(*d).Finish();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->values.data(), data);
+  EXPECT_EQ(got->values, m.values);
+}
+
 }  // namespace
 }  // namespace shoal::tensor
