@@ -56,7 +56,7 @@ class AggregatorCore final : private SessionHost {
   // that version); a tree node's buffer (with a parent) keeps its updates.
   absl::StatusOr<PutResult> PutModel(const std::string& task, uint64_t version,
                                      tensor::FlatModel model);
-  // Storage for a model about to be stored (a version fetched from the parent for PutModel):
+  // Storage for a model about to be stored (PutModel: one uploaded, or fetched from the parent):
   // a model-sized buffer kept for the pushes (a released staging buffer, an evicted version),
   // or an empty one when none is kept. Its contents are left over.
   std::vector<float> TakeBuffer() { return staging_buffers_->Take(); }

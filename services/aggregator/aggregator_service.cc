@@ -82,7 +82,10 @@ class PutModelReactor : public grpc::ServerReadReactor<PutModelRequest> {
       auto lease = core_.AcquireStaging();
       if (!lease.ok()) return lease.status();
       lease_.emplace(*std::move(lease));
-      auto decoder = tensor::FrameDecoder::ForMeta(meta_, options_.limits, /*require_finite=*/true);
+      // Into storage kept for the pushes where there is some (a released staging buffer, an
+      // evicted version): a fresh model-sized buffer costs the first touch of each of its pages.
+      auto decoder = tensor::FrameDecoder::ForMeta(meta_, options_.limits, /*require_finite=*/true,
+                                                   nullptr, nullptr, core_.TakeBuffer());
       if (!decoder.ok()) return decoder.status();
       decoder_.emplace(*std::move(decoder));
       return absl::OkStatus();
