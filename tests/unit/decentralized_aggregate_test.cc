@@ -333,6 +333,9 @@ TEST(RoundFoldTest, UpdatesBeyondTheMemoryBudgetWaitOnDisk) {
   for (size_t k = updates.size(); k-- > 1;) ASSERT_TRUE(fold->Offer(updates[k], base).ok());
   EXPECT_EQ(fold->spilled(), 0u);  // the test holds every model too
   EXPECT_EQ(fold->waiting(), 5u);
+  fold->DropWaiting();  // a fold kept only for its buffers lets go of what waits
+  EXPECT_EQ(fold->waiting(), 0u);
+  EXPECT_FALSE(fold->Has(updates[5].peer_id));
 }
 
 // An update that cannot wait on disk is refused with the directory and the peer named, and is

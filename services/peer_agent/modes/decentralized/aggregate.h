@@ -69,6 +69,9 @@ class RoundFold {
   size_t spilled() const { return waiting_.spilled(); }
   // WaitingOptions::memory_bytes for the updates offered from now on.
   void set_waiting_memory_bytes(size_t bytes) { waiting_.set_memory_bytes(bytes); }
+  // Lets go of the updates still waiting (their memory, their files): a fold that will not
+  // complete, kept only for its buffers (Restart).
+  void DropWaiting() { waiting_.Clear(); }
 
   // Takes `update`, folding it (and whatever waited for it) when its turn has come. Errors,
   // INVALID_ARGUMENT naming the peer: not a participant, offered before, no model, a layout

@@ -169,6 +169,7 @@ absl::StatusOr<RoundFold> DecentralizedRunner::StartFold(std::vector<std::string
 
 void DecentralizedRunner::SpendFold() {
   if (!round_ || !round_->fold) return;
+  round_->fold->DropWaiting();
   spent_fold_ = std::move(round_->fold);
   round_->fold.reset();
 }
@@ -286,6 +287,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
                                }
                                return fetched;
                              });
+        const absl::Duration took = clock_.Now() - fetch_start;  // not the wait for mu below
         if (r.ok() && r->meta.delta() != compressed()) {
           r = absl::InvalidArgumentError(
               absl::StrCat("peer ", missing[i]->peer_id(), " served its round update as ",
@@ -298,7 +300,7 @@ void DecentralizedRunner::Share(uint64_t round, uint32_t attempt,
         // Keep what arrived, even when superseded: a re-share only fetches what is missing.
         if (r.ok()) {
           fetched_bytes += static_cast<double>(layout.total_bytes());
-          fetch_time += clock_.Now() - fetch_start;
+          fetch_time += took;
           rejected[i] =
               fold.Offer(PeerUpdate{missing[i]->peer_id(), r->meta.num_samples(),
                                     model_buffers_->Share(std::move(r->model)), r->meta.delta()},
