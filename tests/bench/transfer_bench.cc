@@ -9,8 +9,8 @@
 //
 // It also downloads a checkpoint of the same size from a coordinator (ControlService.GetModel),
 // and fetches it from a peer's PeerService.GetSnapshot: as the decentralized exchange does (a
-// round's update, into storage kept from before) and as a gossip fetch does (the latest snapshot,
-// then interpolated into the fetching peer's parameters).
+// round's update) and as a gossip fetch does (the latest snapshot, then interpolated into the
+// fetching peer's parameters), each into storage kept from before.
 //
 //   transfer_bench [--mb 400] [--reps 3] [--chunk-kib 1024] [--tls-dir DIR]
 //
@@ -118,14 +118,11 @@ struct Endpoint {
   std::unique_ptr<shoal::rpc::Server> peer_server;
   std::unique_ptr<shoal::peer::GrpcPeerClient> peer_client;
   std::vector<double> get_snapshot, gossip_fetch;  // s per rep
-  // The storage a decentralized exchange's fetch decodes into: the runner keeps its folded
-  // updates' storage for the next fetch (tensor::BufferPool), so after a peer's first rounds
-  // GetSnapshot writes into pages already touched; here in every repetition.
-  std::vector<float> kept_update;
-  // The storage a cluster aggregator's download of its parent's version decodes into (a staging
-  // buffer kept for the pushes, AggregatorCore::TakeBuffer): here the raw GetModel's storage of
-  // the repetition before, touched already.
-  std::vector<float> kept_version;
+  // Storage touched before, as the services decode into after their first rounds: a
+  // decentralized fetch into a folded update's (tensor::BufferPool), a gossip fetch into the
+  // last snapshot's it mixed in (kept_update); a cluster aggregator's fetch of its parent's
+  // version into a staging buffer kept for the pushes (AggregatorCore::TakeBuffer; kept_version).
+  std::vector<float> kept_update, kept_version;
   // The process's CPU seconds (both ends: one process) per rep, by the path's vector above.
   std::map<const std::vector<double>*, std::vector<double>> cpu_s;
   ~Endpoint() {
@@ -489,7 +486,8 @@ int main(int argc, char** argv) {
   };
   // PeerService.GetSnapshot as the decentralized exchange fetches a round's update (into the
   // storage of an update folded before, kept until the round's aggregate), and as a gossip fetch
-  // does: the latest snapshot into a fresh model, then interpolated into this peer's parameters.
+  // does: the latest snapshot into the storage of the one mixed in before, then interpolated
+  // into this peer's parameters.
   auto get_snapshot = [&](Endpoint& e, bool gossip) {
     shoal::peer::v1::GetSnapshotRequest request;
     request.set_task("bench");
@@ -499,20 +497,20 @@ int main(int argc, char** argv) {
       request.set_round(1);
     }
     // Storage kept from a round before: touched already, as every repetition's after the first.
-    if (!gossip && e.kept_update.size() != delta->values.size()) {
+    if (e.kept_update.size() != delta->values.size()) {
       e.kept_update.assign(delta->values.size(), 0.0f);
     }
     auto start = Clock::now();
-    auto got = e.peer_client->Fetch(e.peer_server->address(), request,
-                                    absl::Now() + absl::Seconds(120), delta->layout, nullptr,
-                                    gossip ? std::vector<float>() : std::move(e.kept_update));
+    auto got =
+        e.peer_client->Fetch(e.peer_server->address(), request, absl::Now() + absl::Seconds(120),
+                             delta->layout, nullptr, std::move(e.kept_update));
     if (!got.ok()) Die("GetSnapshot (" + e.name + "): " + got.status().ToString());
     if (gossip) {
       absl::Status s = shoal::gossip::Interpolate(0.5, got->model.values, absl::MakeSpan(params));
       if (!s.ok()) Die("interpolate: " + s.ToString());
     }
     const double seconds = Seconds(start, Clock::now());
-    if (!gossip) e.kept_update = std::move(got->model.values);
+    e.kept_update = std::move(got->model.values);
     return seconds;
   };
   // One repetition of a path: its seconds, and the process's CPU seconds meanwhile.

@@ -144,13 +144,41 @@ class Lockstep {
   int steps_[2] ABSL_GUARDED_BY(mu_) = {0, 0};
 };
 
+// Passes every call on, counting the fetches that came with storage to decode into (a buffer
+// the runner kept from an earlier snapshot) and those that came without.
+class StorageCountingClient final : public PeerClient {
+ public:
+  explicit StorageCountingClient(PeerClient& inner) : inner_(inner) {}
+  absl::StatusOr<tensor::ReceivedModel> Fetch(const std::string& address,
+                                              const peer::v1::GetSnapshotRequest& request,
+                                              absl::Time deadline,
+                                              const tensor::ModelLayout& expected,
+                                              CallCanceller* canceller,
+                                              std::vector<float> buffer) override {
+    (buffer.capacity() >= expected.total_elements() ? with_storage_ : without_storage_)++;
+    return inner_.Fetch(address, request, deadline, expected, canceller, std::move(buffer));
+  }
+  absl::Status Probe(const std::string& address, const peer::v1::ProbeRequest& request,
+                     absl::Time deadline, CallCanceller* canceller) override {
+    return inner_.Probe(address, request, deadline, canceller);
+  }
+  void Forget(const std::string& address) override { inner_.Forget(address); }
+  int with_storage() const { return with_storage_.load(); }
+  int without_storage() const { return without_storage_.load(); }
+
+ private:
+  PeerClient& inner_;
+  std::atomic<int> with_storage_{0};
+  std::atomic<int> without_storage_{0};
+};
+
 // One gossip peer: endpoint + trainer + client + runner, driven on its own thread like the
 // agent's worker. `after_batch`: the trainer's hook (Lockstep).
 class Peer {
  public:
   Peer(const std::string& id, const common::v1::TaskSpec& spec, uint32_t shard_index,
        uint32_t shard_count, AfterBatch after_batch = nullptr)
-      : id_(id), endpoint_(id), client_(nullptr, &endpoint_.metrics) {
+      : id_(id), endpoint_(id), client_(nullptr, &endpoint_.metrics), counting_(client_) {
     training::TrainerOptions o;
     o.spec = spec;
     o.data_dir = kDataDir;
@@ -161,7 +189,7 @@ class Peer {
     *deps.assigned.mutable_spec() = spec;
     deps.trainer = trainer_.get();
     deps.snapshots = &endpoint_.store;
-    deps.peers = &client_;
+    deps.peers = &counting_;
     deps.metrics = &endpoint_.metrics;
     deps.clock = &RealClock::Get();
     deps.wakeup = &wakeup_;
@@ -225,6 +253,7 @@ class Peer {
     endpoint_.store.Publish(std::move(s));
   }
   GossipPeerMetrics& g() { return endpoint_.metrics.gossip; }
+  const StorageCountingClient& counting() const { return counting_; }
   PeerMetrics& metrics() { return endpoint_.metrics; }
   std::string address() const { return endpoint_.address(); }
   const std::string& id() const { return id_; }
@@ -235,6 +264,7 @@ class Peer {
   const std::string id_;
   Endpoint endpoint_;
   GrpcPeerClient client_;
+  StorageCountingClient counting_;
   std::unique_ptr<training::Trainer> trainer_;
   rpc::Wakeup wakeup_{RealClock::Get()};
   std::unique_ptr<ModeRunner> runner_;
@@ -298,6 +328,10 @@ TEST(GossipService, TwoPeersExchangeSnapshotsAndConverge) {
     EXPECT_GT(p->g().fetches_succeeded.Value(), 10);
     EXPECT_EQ(p->g().fetches_invalid.Value(), 0);
     EXPECT_GT(p->g().bytes_pulled.Value(), 0);
+    // A fetch after a successful one decodes into the storage of the snapshot it brought.
+    EXPECT_GE(p->counting().with_storage(), p->g().fetches_succeeded.Value() - 1);
+    EXPECT_EQ(p->counting().with_storage() + p->counting().without_storage(),
+              p->g().fetches_started.Value());
     EXPECT_GT(p->metrics().snapshots_served.Value(), 10);
     EXPECT_EQ(p->g().steps.Value(), 60);
     // The clock counts steps and is mixed like the parameters: a snapshot taken while the other

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -42,6 +43,7 @@ class AsyncFetcher {
     peer::v1::GetSnapshotRequest request;
     absl::Time deadline;
     tensor::ModelLayout layout;
+    std::vector<float> buffer;  // storage the snapshot decodes into (PeerClient::Fetch)
   };
   struct Result {
     std::string peer_id;
@@ -128,7 +130,8 @@ class AsyncFetcher {
       const absl::Time start = clock_->Now();
       Result r;
       r.peer_id = job.peer_id;
-      r.model = client_->Fetch(job.address, job.request, job.deadline, job.layout, canceller.get());
+      r.model = client_->Fetch(job.address, job.request, job.deadline, job.layout, canceller.get(),
+                               std::move(job.buffer));
       r.took = clock_->Now() - start;
       {
         absl::MutexLock lock(&mu_);
@@ -363,6 +366,7 @@ class GossipRunner final : public ModeRunner {
         job.request.set_peer_id(d_.peer_id);
         job.deadline = now + config_.timeout;
         job.layout = before->layout;
+        job.buffer = std::move(spare_);
         fetcher_.Start(std::move(job));
         fetching = true;
         d_.metrics->gossip.fetches_started.Increment();
@@ -436,6 +440,9 @@ class GossipRunner final : public ModeRunner {
       return absl::UnavailableError(absl::StrCat("fetch from ", r.peer_id, ": ", s.message()));
     }
     const tensor::ReceivedModel& got = *r.model;
+    // Whatever comes of it, the snapshot's storage takes the next fetch: a fresh model-sized
+    // buffer costs the first touch of each of its pages at every exchange.
+    absl::Cleanup keep_storage = [&] { spare_ = std::move(r.model->model.values); };
     absl::StatusOr<double> f =
         gossip::InterpolationFactor(config_, {clock_, loss_}, {got.meta.clock(), got.meta.loss()});
     if (f.ok() && got.model.values.size() != before.values.size()) {
@@ -512,6 +519,7 @@ class GossipRunner final : public ModeRunner {
   uint64_t fetches_ok_ = 0;
   uint64_t bytes_pulled_ = 0;
   std::vector<PeerMessage> final_messages_;  // GossipProgress{done} and EvalReport, once done
+  std::vector<float> spare_;  // the storage of the last snapshot mixed in, for the next fetch
 
   absl::Mutex mu_;
   std::vector<coordinator::v1::PeerEndpoint> members_ ABSL_GUARDED_BY(mu_);
