@@ -32,6 +32,9 @@ absl::StatusOr<std::unique_ptr<SessionClient>> SessionClient::Create(SessionClie
                                                                      DisconnectFn on_disconnect) {
   SHOAL_RETURN_IF_ERROR(options.Validate());
   if (!on_event) return absl::InvalidArgumentError("SessionClient needs an event callback");
+  if (options.measured_upload == nullptr) {
+    options.measured_upload = std::make_shared<std::atomic<double>>(0.0);
+  }
   return std::unique_ptr<SessionClient>(new SessionClient(
       std::move(options), metrics, std::move(on_event), std::move(on_disconnect)));
 }
@@ -104,9 +107,9 @@ grpc::Status SessionClient::RunOnce(const rpc::AddressList::Target& target, bool
     if (!peer_id_.empty()) hello.mutable_hello()->set_name(peer_id_);
     if (wants_relay_) hello.mutable_hello()->set_wants_relay(true);
     if (!lost_relay_.empty()) hello.mutable_hello()->set_lost_relay(lost_relay_);
-    if (upload_bytes_per_second_ > 0) {
+    if (const double upload = options_.measured_upload->load(); upload > 0) {
       auto* capacity = hello.mutable_hello()->mutable_capacity();
-      capacity->set_upload_bytes_per_second(upload_bytes_per_second_);
+      capacity->set_upload_bytes_per_second(upload);
       capacity->set_upload_probe_bytes(options_.upload_probe_bytes);
     }
     for (const common::v1::AggregatorRtt& rtt : aggregator_rtts_) {
@@ -192,8 +195,7 @@ bool SessionClient::MeasureUpload(const rpc::AddressList::Target& target) {
   const capacity::UploadProbeOutcome outcome =
       capacity::LogUploadProbe(rate, target.address, options_.upload_probe_bytes);
   if (outcome == capacity::UploadProbeOutcome::kMeasured) {
-    upload_bytes_per_second_ = *rate;
-    if (options_.measured_upload != nullptr) options_.measured_upload->store(*rate);
+    options_.measured_upload->store(*rate);
   }
   return outcome != capacity::UploadProbeOutcome::kRetry;
 }

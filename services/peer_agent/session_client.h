@@ -33,8 +33,8 @@ struct SessionClientOptions {
   // (SessionService.MeasureUpload) and reports it in hello.capacity; 0: no measurement.
   uint64_t upload_probe_bytes = 0;
   absl::Duration upload_probe_timeout = absl::Seconds(20);
-  // Where the measured upload (bytes/s) is kept for the peer's mode runners too
-  // (ModeRunnerDeps::measured_upload); null: nowhere.
+  // Where the measured upload (bytes/s; 0: not measured) is kept, for the Hello and the peer's
+  // mode runners (ModeRunnerDeps::measured_upload); null: in the client alone.
   std::shared_ptr<std::atomic<double>> measured_upload;
   // Before each Hello the client asks for the registered aggregators
   // (SessionService.ListAggregators) and reports its round trip to each in
@@ -133,7 +133,6 @@ class SessionClient {
   uint64_t heartbeat_generation_ ABSL_GUARDED_BY(mu_) = 0;       // +1 per Welcome
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the current call
   absl::Time welcome_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();  // of that call
-  double upload_bytes_per_second_ ABSL_GUARDED_BY(mu_) = 0;                    // 0: not measured
   std::string lost_relay_ ABSL_GUARDED_BY(mu_);                                // Hello.lost_relay
   bool wants_relay_ ABSL_GUARDED_BY(mu_) = false;                              // AskForRelay()
   std::vector<common::v1::AggregatorRtt> aggregator_rtts_ ABSL_GUARDED_BY(mu_);
