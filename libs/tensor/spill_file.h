@@ -16,7 +16,8 @@ namespace shoal::tensor {
 // An unnamed file (O_TMPFILE, or a file unlinked as soon as it is made where the file system
 // lacks O_TMPFILE) in a directory: nothing to clean up, it goes when the SpillFile is destroyed
 // or the process dies. Keep the directory on disk: on a tmpfs the values would still
-// be in memory, only outside this process. Not thread-safe.
+// be in memory, only outside this process. Not thread-safe, except that the const calls (reads,
+// positioned) may run on several threads at once.
 class SpillFile {
  public:
   // In `dir`; empty: $TMPDIR, else /tmp. Errors: INVALID_ARGUMENT / NOT_FOUND /

@@ -26,10 +26,12 @@ struct EvalData {
 };
 
 // `model` (switched to evaluation mode and back) on `data`, batch by batch in order, asking
-// `keep_going` (null: always) before each batch: CANCELLED once it is false. LibTorch errors
-// become INTERNAL.
+// `keep_going` (null: always) before each batch: CANCELLED once it is false. With `so_far`
+// (ModelEvaluator::Evaluate), after its first `so_far->total` samples, each batch's counts added
+// into it. LibTorch errors become INTERNAL.
 absl::StatusOr<EvalStats> EvaluateModel(Model& model, const EvalData& data,
-                                        const std::function<bool()>& keep_going);
+                                        const std::function<bool()>& keep_going,
+                                        EvalStats* so_far = nullptr);
 
 struct ModelEvaluator::Impl {
   std::unique_ptr<Model> model;

@@ -17,14 +17,17 @@
 namespace shoal::training {
 
 absl::StatusOr<EvalStats> EvaluateModel(Model& model, const EvalData& data,
-                                        const std::function<bool()>& keep_going) {
-  EvalStats stats;
+                                        const std::function<bool()>& keep_going,
+                                        EvalStats* so_far) {
+  EvalStats own;
+  EvalStats& stats = so_far != nullptr ? *so_far : own;
   try {
     torch::NoGradGuard no_grad;
     model.SetTraining(false);
     absl::Cleanup training_again = [&model] { model.SetTraining(true); };
     const int64_t n = data.labels.size(0);
-    for (int64_t begin = 0; begin < n; begin += data.batch_size) {
+    // The same batches as one uninterrupted pass: each begins where the one before ended.
+    for (auto begin = static_cast<int64_t>(stats.total); begin < n; begin += data.batch_size) {
       if (keep_going && !keep_going()) return absl::CancelledError("evaluation stopped");
       const int64_t end = std::min(n, begin + static_cast<int64_t>(data.batch_size));
       torch::Tensor x = data.images.slice(0, begin, end);
@@ -45,7 +48,8 @@ ModelEvaluator::ModelEvaluator(std::unique_ptr<Impl> impl) : impl_(std::move(imp
 ModelEvaluator::~ModelEvaluator() = default;
 
 absl::StatusOr<EvalStats> ModelEvaluator::Evaluate(const tensor::FlatModel& state,
-                                                   const std::function<bool()>& keep_going) {
+                                                   const std::function<bool()>& keep_going,
+                                                   EvalStats* so_far) {
   Impl& m = *impl_;
   const bool with_buffers = state.layout == m.state_layout;
   if (!with_buffers && !(state.layout == m.params_layout)) {
@@ -64,7 +68,7 @@ absl::StatusOr<EvalStats> ModelEvaluator::Evaluate(const tensor::FlatModel& stat
     if (!m.on_cpu) {
       SHOAL_RETURN_IF_ERROR(
           LoadState(*m.model, state.layout, m.params_layout, ReadFromMemory(state.values)));
-      return EvaluateModel(*m.model, m.data, keep_going);
+      return EvaluateModel(*m.model, m.data, keep_going, so_far);
     }
     // The model's tensors become views of `state` for this call; each gets its own data back
     // (a parameter: none) on every path out.
@@ -89,7 +93,7 @@ absl::StatusOr<EvalStats> ModelEvaluator::Evaluate(const tensor::FlatModel& stat
       targets[i].set_data(torch::from_blob(values + state.layout.offset(i),
                                            state.layout.tensors()[i].shape, torch::kFloat32));
     }
-    return EvaluateModel(*m.model, m.data, keep_going);
+    return EvaluateModel(*m.model, m.data, keep_going, so_far);
   } catch (const std::exception& e) {
     return TorchError("evaluating", e);
   }

@@ -27,8 +27,13 @@ class ModelEvaluator {
   // same code): parameters, and float buffers when `state` carries them (GetState).
   // `keep_going` is asked before each batch: CANCELLED once it is false. Errors:
   // INVALID_ARGUMENT a layout that is not the task's model's.
+  // Stopped and resumed: with `so_far`, the evaluation begins after the first `so_far->total`
+  // test samples and adds each batch's counts into `*so_far` as it goes, so that an evaluation
+  // stopped part way (CANCELLED) goes on in a later call given the same `so_far` (and the same
+  // state, which may be another copy of it) and ends with exactly the numbers of one pass.
   absl::StatusOr<EvalStats> Evaluate(const tensor::FlatModel& state,
-                                     const std::function<bool()>& keep_going);
+                                     const std::function<bool()>& keep_going,
+                                     EvalStats* so_far = nullptr);
 
  private:
   friend class Trainer;

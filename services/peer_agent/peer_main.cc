@@ -60,9 +60,9 @@ ABSL_FLAG(std::string, state_dir, "",
           "all restarted goes on from that round instead of losing its model. Default: keep "
           "nothing");
 ABSL_FLAG(bool, evaluate_beside_training, true,
-          "federated-sync: evaluate each published model on a thread of its own while the next "
-          "round trains, off the round's critical path; its copy of the model is then held "
-          "through the next round's training (peak memory 4x to 5x the model instead of 3x). "
+          "federated-sync: evaluate each published model on a thread of its own beside the next "
+          "round, off the round's critical path (it pauses, holding no model, while the peer "
+          "trains and pushes; peak memory about 3x the model either way). "
           "false: evaluate it before the next round trains, as part of that round's time");
 ABSL_FLAG(bool, download_against_held, false,
           "federated modes: a download of the global model names the version this peer holds, "

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "libs/common/clock.h"
 #include "libs/rpc/retry.h"
+#include "libs/tensor/spill_file.h"
 #include "libs/training/fashion_mnist.h"
 #include "libs/training/trainer.h"
 #include "services/aggregator/aggregator_client.h"
@@ -369,7 +370,7 @@ TEST_F(FederatedSyncRunnerTest, TrainsTheNextRoundWhileThePublishedModelIsEvalua
   ASSERT_EQ(pushes.size(), 2u);
   EXPECT_EQ(pushes[1].meta.round(), 2u);
   EXPECT_EQ(pushes[1].meta.base_version(), 1u);
-  // Training took the snapshot down (the evaluator held the copy it evaluated).
+  // Training took the snapshot down (the evaluator kept no reference to its copy).
   EXPECT_FALSE(peer.store().Latest());
 }
 
@@ -422,10 +423,11 @@ TEST_F(FederatedSyncRunnerTest, EvaluatesBeforeTheNextRoundUnlessBesideTraining)
   EXPECT_EQ(reports[0].SerializeAsString(), reports[1].SerializeAsString());
 }
 
-// The evaluator yields to the worker's training while it is a round behind at most: with one
-// model queued it waits for training to end; with a second one queued behind it, it runs beside
-// training. Reports come in the order submitted, each with its version.
-TEST_F(FederatedSyncRunnerTest, EvaluatorYieldsToTrainingUnlessItFellARoundBehind) {
+// The evaluator holds no model while the worker trains and pushes: it keeps no reference of its
+// own to the snapshot's copy, Pause() returns once it has let go of it, and once the copy is
+// gone it evaluates the model read back from disk, with the same numbers. One model at a time
+// (Submit waits for the one before); reports in order, each with its version.
+TEST_F(FederatedSyncRunnerTest, TheEvaluatorLetsGoOfTheModelWhileTheWorkerTrains) {
   training::TrainerOptions options;
   options.spec = Spec();
   options.shard = training::ShardSpec{0, 2};
@@ -433,30 +435,49 @@ TEST_F(FederatedSyncRunnerTest, EvaluatorYieldsToTrainingUnlessItFellARoundBehin
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   auto model = (*trainer)->GetState(/*include_buffers=*/true);
   ASSERT_TRUE(model.ok());
-  auto shared = std::make_shared<const tensor::FlatModel>(*std::move(model));
+  const absl::StatusOr<training::EvalStats> want = (*trainer)->Evaluate();
+  ASSERT_TRUE(want.ok());
+  auto file = tensor::SpillFile::Create("");
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE(file->Write(model->values).ok());
+  const ModelOnDisk on_disk{1, model->layout,
+                            std::make_shared<tensor::SpillFile>(*std::move(file))};
   prometheus::Registry registry;
   PeerMetrics metrics(registry);
   absl::Mutex mu;
-  std::vector<uint64_t> versions;
+  std::vector<PeerMessage> reports;
   auto evaluator =
       BackgroundEvaluator::Create(**trainer, "fed", metrics, [&](const PeerMessage& m) {
         absl::MutexLock lock(&mu);
-        versions.push_back(m.eval_report().version());
+        reports.push_back(m);
       });
   ASSERT_TRUE(evaluator.ok()) << evaluator.status();
-  auto reported = [&](size_t n) {
-    absl::MutexLock lock(&mu);
-    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return versions.size() >= n; };
-    mu.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(20));
-    return versions;
-  };
-  (*evaluator)->SetTraining(true);
-  (*evaluator)->Submit(1, 1, shared);
-  (*evaluator)->Submit(2, 2, shared);
-  // Version 1 is evaluated while the worker trains: version 2 waits behind it.
-  EXPECT_THAT(reported(1), ElementsAre(1u));
-  (*evaluator)->SetTraining(false);
-  EXPECT_THAT(reported(2), ElementsAre(1u, 2u));
+
+  // Handed over while the worker trains; the snapshot goes before the evaluation can begin.
+  (*evaluator)->Pause();
+  auto copy = std::make_shared<const tensor::FlatModel>(*model);
+  (*evaluator)->Submit(1, 1, copy, on_disk);
+  EXPECT_EQ(copy.use_count(), 1);
+  copy.reset();
+  (*evaluator)->Resume();
+  // Version 2 waits for version 1's evaluation (from disk) to end; paused at once, whether part
+  // way or before its first batch, the evaluator has let go of version 2's copy.
+  copy = std::make_shared<const tensor::FlatModel>(*model);
+  (*evaluator)->Submit(2, 2, copy, on_disk);
+  (*evaluator)->Pause();
+  EXPECT_EQ(copy.use_count(), 1);
+  (*evaluator)->Resume();
+  (*evaluator)->WaitUntilDone();
+
+  absl::MutexLock lock(&mu);
+  ASSERT_THAT(Kinds(reports), ElementsAre(PeerMessage::kEvalReport, PeerMessage::kEvalReport));
+  for (size_t i = 0; i < reports.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(reports[i].eval_report().version(), i + 1);
+    EXPECT_EQ(reports[i].eval_report().correct(), want->correct);
+    EXPECT_EQ(reports[i].eval_report().total(), want->total);
+    EXPECT_EQ(reports[i].eval_report().loss_sum(), want->loss_sum);
+  }
 }
 
 class ByzantineTest : public FederatedSyncRunnerTest,

@@ -111,6 +111,42 @@ TEST_P(ModelEvaluatorTest, GivesTheTrainersNumbersWhileTheTrainerTrains) {
   EXPECT_NE(after->loss_sum, want->loss_sum);  // the trainer's own model moved on
 }
 
+// Stopped after two batches and resumed, on another copy of the state (as a background
+// evaluation reads the model back from disk after a pause): the numbers of one pass, bit for bit.
+TEST_P(ModelEvaluatorTest, AStoppedEvaluationGoesOnWhereItStopped) {
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(ParamOptions(), TrainSet(), TestSet());
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE((*trainer)->TrainBatches(5, [] { return true; }).ok());
+  absl::StatusOr<tensor::FlatModel> state = (*trainer)->GetState(/*include_buffers=*/true);
+  ASSERT_TRUE(state.ok()) << state.status();
+  absl::StatusOr<EvalStats> want = (*trainer)->Evaluate();
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_GT(want->total, 3u * 64);
+  absl::StatusOr<std::unique_ptr<ModelEvaluator>> evaluator = (*trainer)->MakeEvaluator();
+  ASSERT_TRUE(evaluator.ok()) << evaluator.status();
+
+  EvalStats so_far;
+  int batches = 0;
+  absl::StatusOr<EvalStats> stopped =
+      (*evaluator)
+          ->Evaluate(
+              *state, [&batches] { return ++batches <= 2; }, &so_far);
+  EXPECT_TRUE(absl::IsCancelled(stopped.status())) << stopped.status();
+  EXPECT_EQ(so_far.total, 2u * 64);
+  const tensor::FlatModel other_copy = *state;
+  state->values.assign(state->values.size(), 0);  // the first copy is gone
+  batches = 0;
+  absl::StatusOr<EvalStats> resumed =
+      (*evaluator)
+          ->Evaluate(
+              other_copy, [&batches] { return ++batches > 0; }, &so_far);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(batches, static_cast<int>((want->total - 2 * 64 + 63) / 64));  // only the rest
+  ExpectSame(*resumed, *want);
+  ExpectSame(so_far, *want);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, ModelEvaluatorTest, ::testing::Values("mlp", "cnn", "cnn-bn"));
 
 TEST(ModelEvaluator, RefusesAnotherLayoutAndStopsWhenAsked) {

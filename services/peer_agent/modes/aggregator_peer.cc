@@ -119,9 +119,10 @@ void AggregatorPeer::UploadInitialModel(const coordinator::v1::InitializeModel& 
 
 absl::Status AggregatorPeer::Hold(uint64_t version, const tensor::FlatModel& model) {
   global_version_.reset();
-  if (!global_values_) {
+  // A file someone else still reads (an evaluation's HeldOnDisk) keeps what it holds.
+  if (global_values_ == nullptr || global_values_.use_count() > 1) {
     SHOAL_ASSIGN_OR_RETURN(tensor::SpillFile file, tensor::SpillFile::Create(deps_.scratch_dir));
-    global_values_.emplace(std::move(file));
+    global_values_ = std::make_shared<tensor::SpillFile>(std::move(file));
   }
   SHOAL_RETURN_IF_ERROR(global_values_->Write(model.values));
   global_layout_ = model.layout;
@@ -188,12 +189,17 @@ absl::Status AggregatorPeer::LoadGlobal(uint64_t version, absl::Time deadline,
   tensor::ModelLayout& layout = download->layout;
   global_version_.reset();
   params_are_global_ = false;
-  global_values_.emplace(std::move(file));
+  global_values_ = std::make_shared<tensor::SpillFile>(std::move(file));
   SHOAL_RETURN_IF_ERROR(trainer_.SetStateFrom(layout, read_held));
   global_layout_ = std::move(layout);
   global_version_ = version;
   params_are_global_ = true;
   return absl::OkStatus();
+}
+
+std::optional<ModelOnDisk> AggregatorPeer::HeldOnDisk() const {
+  if (!global_version_ || global_values_ == nullptr) return std::nullopt;
+  return ModelOnDisk{*global_version_, global_layout_, global_values_};
 }
 
 std::shared_ptr<const tensor::FlatModel> AggregatorPeer::PublishSnapshot(uint64_t version) {

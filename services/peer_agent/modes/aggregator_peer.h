@@ -51,6 +51,15 @@ struct AggregatorCallOptions {
   double slowest_link = 125e3;
 };
 
+// A version of the global model as a peer holds it on disk (AggregatorPeer::HeldOnDisk): the
+// file stays readable through `values` (from any thread: reads only) after the peer has moved on
+// to another version, and goes when the last holder lets go of it.
+struct ModelOnDisk {
+  uint64_t version = 0;
+  tensor::ModelLayout layout;
+  std::shared_ptr<const tensor::SpillFile> values;
+};
+
 // Owned by a runner and used on its worker thread only; `deps` must hold an aggregator (the
 // runners' factories check it with CheckRunnerDeps). Not thread-safe.
 class AggregatorPeer {
@@ -116,6 +125,8 @@ class AggregatorPeer {
   // snapshot published already, and returns the snapshot's model; null when the state could not
   // be read (logged).
   std::shared_ptr<const tensor::FlatModel> PublishSnapshot(uint64_t version);
+  // The global model held, on disk; nullopt when none is.
+  std::optional<ModelOnDisk> HeldOnDisk() const;
   // The trainer trained on: its parameters are no longer the global model held.
   void Trained() { params_are_global_ = false; }
   // Forgets the model held (its version numbers belong to another aggregator now).
@@ -157,7 +168,9 @@ class AggregatorPeer {
   std::string address_;
   std::optional<uint64_t> global_version_;
   tensor::ModelLayout global_layout_;
-  std::optional<tensor::SpillFile> global_values_;  // created at the first Hold()
+  // Created at the first Hold(), replaced by each download; shared with HeldOnDisk's holders,
+  // so written only while this class is its one holder.
+  std::shared_ptr<tensor::SpillFile> global_values_;
   bool params_are_global_ = false;  // the trainer's parameters equal global_ (not trained since)
 };
 

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
@@ -26,43 +27,88 @@ BackgroundEvaluator::BackgroundEvaluator(std::unique_ptr<training::ModelEvaluato
       thread_([this] { Run(); }) {}
 
 BackgroundEvaluator::~BackgroundEvaluator() {
-  size_t dropped = 0;
+  bool unevaluated = false;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    dropped = queue_.size();
-    queue_.clear();
+    unevaluated = job_.has_value() || evaluating_;
+    job_.reset();
   }
   thread_.join();
-  if (dropped > 0) {
-    LogInfo("task ", task_, ": ", dropped, " published model(s) left unevaluated (task over)");
+  if (unevaluated) {
+    LogInfo("task ", task_, ": the last published model is left unevaluated (task over)");
   }
 }
 
 void BackgroundEvaluator::Submit(uint64_t round, uint64_t version,
-                                 std::shared_ptr<const tensor::FlatModel> model) {
+                                 std::weak_ptr<const tensor::FlatModel> copy, ModelOnDisk on_disk) {
+  WaitUntilDone();
   absl::MutexLock lock(&mu_);
-  queue_.push_back(Job{round, version, std::move(model)});
+  job_ = Job{round, version, std::move(copy), std::move(on_disk)};
 }
 
-bool BackgroundEvaluator::HasWork() const { return stopping_ || !queue_.empty(); }
-
-void BackgroundEvaluator::SetTraining(bool training) {
+void BackgroundEvaluator::Pause() {
   absl::MutexLock lock(&mu_);
-  training_ = training;
+  paused_ = true;
+  mu_.Await(absl::Condition(this, &BackgroundEvaluator::LetGo));
 }
 
-bool BackgroundEvaluator::MayEvaluate() const { return stopping_ || !training_ || !queue_.empty(); }
+void BackgroundEvaluator::Resume() {
+  absl::MutexLock lock(&mu_);
+  paused_ = false;
+}
+
+absl::Duration BackgroundEvaluator::WaitUntilDone() {
+  const absl::Time start = absl::Now();
+  absl::MutexLock lock(&mu_);
+  if (Done()) return absl::ZeroDuration();
+  paused_ = false;
+  mu_.Await(absl::Condition(this, &BackgroundEvaluator::Done));
+  return absl::Now() - start;
+}
 
 bool BackgroundEvaluator::NextBatch() {
   absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(this, &BackgroundEvaluator::MayEvaluate));
-  return !stopping_;
+  return !paused_ && !stopping_;
 }
 
-bool BackgroundEvaluator::Stopping() const {
-  absl::MutexLock lock(&mu_);
-  return stopping_;
+absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> BackgroundEvaluator::Take(
+    const Job& job) const {
+  if (std::shared_ptr<const tensor::FlatModel> copy = job.copy.lock()) return copy;
+  // Memory of its own, for as long as this stretch of the evaluation lasts: a model this size
+  // is mapped fresh and goes back to the system when freed.
+  auto model = std::make_shared<tensor::FlatModel>();
+  model->layout = job.on_disk.layout;
+  model->values.resize(job.on_disk.layout.total_elements());
+  if (absl::Status s = job.on_disk.values->Read(absl::MakeSpan(model->values)); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("reading model version ", job.version,
+                                               " back from disk: ", s.message()));
+  }
+  return model;
+}
+
+std::optional<absl::StatusOr<training::EvalStats>> BackgroundEvaluator::Evaluate(const Job& job) {
+  training::EvalStats so_far;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(this, &BackgroundEvaluator::MayEvaluate));
+      if (stopping_) return std::nullopt;
+      holding_ = true;  // before the model is taken: Pause() waits until it is let go again
+    }
+    absl::StatusOr<training::EvalStats> eval;
+    {
+      absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> model = Take(job);
+      eval = model.ok() ? evaluator_->Evaluate(
+                              **model, [this] { return NextBatch(); }, &so_far)
+                        : model.status();
+    }  // the model let go of: the copy's owner decides when it goes, the read one goes now
+    absl::MutexLock lock(&mu_);
+    holding_ = false;
+    if (!absl::IsCancelled(eval.status())) return eval;
+    if (stopping_) return std::nullopt;
+    // Paused: it goes on from `so_far` once resumed.
+  }
 }
 
 void BackgroundEvaluator::Run() {
@@ -72,14 +118,18 @@ void BackgroundEvaluator::Run() {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(this, &BackgroundEvaluator::HasWork));
       if (stopping_) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
+      job = *std::move(job_);
+      job_.reset();
+      evaluating_ = true;
     }
-    absl::StatusOr<training::EvalStats> eval =
-        evaluator_->Evaluate(*job.model, [this] { return NextBatch(); });
-    job.model.reset();  // the snapshot may be gone by now: its memory goes back at once
-    if (absl::IsCancelled(eval.status()) && Stopping()) return;
-    ReportEvaluation(task_, job.round, job.version, eval, metrics_, send_);
+    std::optional<absl::StatusOr<training::EvalStats>> eval = Evaluate(job);
+    const uint64_t round = job.round;
+    const uint64_t version = job.version;
+    job = Job{};  // the file on disk too, once the peer holds another version
+    if (!eval) return;
+    ReportEvaluation(task_, round, version, *eval, metrics_, send_);
+    absl::MutexLock lock(&mu_);
+    evaluating_ = false;
   }
 }
 

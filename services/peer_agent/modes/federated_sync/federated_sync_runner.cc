@@ -120,11 +120,12 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
     if (!absl::IsCancelled(s) && keep_going()) Send(MakePeerError(m.round(), s));
     return;
   }
-  // An evaluation of the last published model beside training yields to the round's own work
-  // (BackgroundEvaluator) until the delta is made.
-  if (evaluator_ != nullptr) evaluator_->SetTraining(true);
-  absl::Cleanup trained = [this] {
-    if (evaluator_ != nullptr) evaluator_->SetTraining(false);
+  // An evaluation of the last published model beside training stops and lets go of its model
+  // until the round's training, delta and push are done (BackgroundEvaluator): they have the
+  // memory.
+  if (evaluator_ != nullptr) evaluator_->Pause();
+  absl::Cleanup pushed = [this] {
+    if (evaluator_ != nullptr) evaluator_->Resume();
   };
   absl::StatusOr<training::TrainStats> stats = trainer_.TrainBatches(m.round_batches(), keep_going);
   peer_.Trained();
@@ -155,7 +156,6 @@ void FederatedSyncRunner::HandleRoundStarted(const coordinator::v1::RoundStarted
     Send(MakePeerError(m.round(), delta.status()));
     return;
   }
-  std::move(trained).Invoke();
   const uint64_t sent = (*delta)->payload_bytes();
   const uint64_t values = (*delta)->values_sent();
   const uint64_t all_values = (*delta)->layout.total_elements();
@@ -328,18 +328,28 @@ void FederatedSyncRunner::HandleModelPublished(const coordinator::v1::ModelPubli
     ReportEvaluation(task_, m.round(), m.version(), eval, metrics_, deps_.send);
     return;
   }
-  // The snapshot's copy is what the evaluator evaluates, on its own thread: the worker goes on
-  // to the next round's RoundStarted (which follows the publish at once), and the evaluation
-  // fills the time the round spends on the links.
+  // Evaluated on the evaluator's thread: the worker goes on to the next round's RoundStarted
+  // (which follows the publish at once), and the evaluation fills the time the round spends on
+  // the links. It evaluates the snapshot's copy until training takes the snapshot down, then the
+  // model as held on disk. The copy is made once the evaluation before has ended (it holds a
+  // model of its own while it goes on), so a peer holds no more than one model beside its
+  // parameters and momentum; waiting is rare (an evaluation slower than a round's push, wait and
+  // download), and logged.
+  if (const absl::Duration waited = evaluator_->WaitUntilDone(); waited > absl::ZeroDuration()) {
+    LogInfo(
+        absl::StrFormat("task %s: version %d waited %.2f s for the evaluation of the one before",
+                        task_, m.version(), absl::ToDoubleSeconds(waited)));
+  }
   std::shared_ptr<const tensor::FlatModel> model = peer_.PublishSnapshot(m.version());
-  if (!model) {
+  std::optional<ModelOnDisk> on_disk = peer_.HeldOnDisk();
+  if (!model || !on_disk || on_disk->version != m.version()) {
     const absl::Status s = absl::InternalError(
         absl::StrCat("cannot copy model version ", m.version(), " for its evaluation"));
     LogError("task ", task_, ": ", s.message());
     Send(MakePeerError(m.round(), s));
     return;
   }
-  evaluator_->Submit(m.round(), m.version(), std::move(model));
+  evaluator_->Submit(m.round(), m.version(), model, *std::move(on_disk));
 }
 
 }  // namespace shoal::peer

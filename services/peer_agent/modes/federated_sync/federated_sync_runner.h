@@ -52,18 +52,17 @@ struct FederatedSyncOptions {
 // version 0 (PutModel), ModelInitialized; RoundStarted -> take the LATEST snapshot down, load the
 // round's global model (GetModel unless held), train round_batches batches (which frees the
 // gradients when it ends), push the delta (PushUpdate: the aggregator tells the coordinator);
-// ModelPublished -> load that version, publish it as the LATEST snapshot and hand that copy to
-// the BackgroundEvaluator, which evaluates it on its own thread and sends the EvalReport while
-// the worker goes on with the next round; with deps.evaluate_beside_training false
+// ModelPublished -> load that version, publish it as the LATEST snapshot and hand that copy and
+// the version on disk to the BackgroundEvaluator, which evaluates it on its own thread and sends
+// the EvalReport while the worker goes on with the next round (pausing while the worker trains
+// and pushes); with deps.evaluate_beside_training false
 // (--evaluate-beside-training=false), evaluate the loaded model first, send the EvalReport, then
 // publish the snapshot, all before the next round (no evaluator, no copy kept through training).
 // Memory: LibTorch's parameters, gradients and momentum while training; parameters, momentum and
-// one model (downloaded, or the delta being pushed) otherwise: at most 3x the model
-// (scripts/bench-memory). Beside training, until a published model has been evaluated (its
-// evaluation yields to the next round's training), its snapshot copy on top, which the
-// evaluator's model only views: up to 4x, 5x when the evaluation has fallen a round behind (the
-// copy evaluated and the one queued behind it; scripts/bench-memory measured 5.0x on a loaded
-// machine). A repeated TaskAssigned of the task (the coordinator
+// one model (downloaded, or the delta being pushed, or the snapshot's copy, or the model an
+// evaluation beside training reads back from disk) otherwise: at most 3x the model, with the
+// evaluation beside training or without (BackgroundEvaluator; scripts/bench-memory). A repeated
+// TaskAssigned of the task (the coordinator
 // moved it to another aggregator) switches every following call to the new aggregator address.
 // Aggregator calls are retried with capped backoff within the round's deadline (or the transfer
 // budget) through AggregatorPeer::RetryCall. Owned by the agent, which makes it
