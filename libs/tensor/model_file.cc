@@ -303,6 +303,10 @@ absl::StatusOr<std::unique_ptr<ModelFileWriter>> ModelFileWriter::Create(const s
   writer->fd_ = std::move(fd);
   writer->values_offset_ = values_offset;
   writer->values_ = std::make_unique<DirectWriter>(writer->fd_.get(), values_offset);
+  // Values whose place is not known (Commit copies them behind the header) go through the page
+  // cache, where the copy finds them: written around it, the copy would read them back from the
+  // device, and the file would cross the disk twice.
+  if (values_offset == 0) writer->values_->Finish();
   writer->digest_ = XXH3_createState();
   XXH3_64bits_reset(writer->digest_);
   return writer;

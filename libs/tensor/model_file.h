@@ -52,9 +52,11 @@ uint64_t ModelFileValuesOffset(const ModelLayout& layout);
 // rename, fsync of the directory), as WriteModelFile does. The values are written at
 // `values_offset`: given the right one (ModelFileValuesOffset of the layout, e.g. from an earlier
 // file of the same model), they are where they stay and Commit() writes just the header;
-// otherwise Commit() copies them behind the header inside the kernel (copy_file_range). The
-// values go around the page cache where the file system allows (DirectWriter): a checkpoint
-// written every round then costs its writer one copy of the model, not three.
+// otherwise Commit() copies them behind the header inside the kernel (copy_file_range). Values
+// written where they stay go around the page cache where the file system allows (DirectWriter):
+// a checkpoint written every round then costs its writer one copy of the model, not three.
+// Values to be copied (`values_offset` 0: the layout unknown until the last one, as in a
+// download to a new file) go through the page cache, which the copy then reads.
 // Destroying an uncommitted writer removes its temporary file. Not thread-safe.
 class ModelFileWriter {
  public:

@@ -3,6 +3,7 @@
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 
+#include <filesystem>
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,7 @@
 #include "libs/rpc/channel.h"
 #include "libs/rpc/model_stream.h"
 #include "libs/rpc/status.h"
+#include "libs/tensor/model_file.h"
 #include "shoal/coordinator/v1/control.grpc.pb.h"
 
 namespace shoal::shoalctl {
@@ -223,34 +225,70 @@ absl::StatusOr<RoundsPage> ControlClient::ListRounds(const std::string& name, ui
   return page;
 }
 
+namespace {
+coordinator::v1::GetModelRequest ModelRequest(const std::string& name,
+                                              std::optional<uint64_t> version) {
+  coordinator::v1::GetModelRequest request;
+  request.set_name(name);
+  if (version.has_value()) request.set_version(*version);
+  return request;
+}
+}  // namespace
+
+absl::StatusOr<DownloadedModel> ControlClient::ReadModel(
+    const rpc::AddressList::Target& target, absl::Time deadline,
+    const coordinator::v1::GetModelRequest& request, Canceller* canceller,
+    tensor::WriteValues write) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  ScopedCancel scoped(canceller, context);
+  // Read raw: each chunk is decoded straight from gRPC's slices, without a ModelChunk parsed
+  // first (the server sends the same way, libs/rpc/model_stream.h).
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader = rpc::OpenRawReader(
+      *target.channel, "/shoal.coordinator.v1.ControlService/GetModel", context, request);
+  absl::StatusOr<tensor::ReceivedModel> received =
+      rpc::ReadModelStream(*reader, tensor::DecoderLimits(), &context, std::move(write));
+  if (!received.ok()) {
+    if (canceller != nullptr && canceller->cancelled()) return absl::CancelledError("cancelled");
+    return received.status();
+  }
+  return DownloadedModel{std::move(received->meta), std::move(received->model)};
+}
+
 absl::StatusOr<DownloadedModel> ControlClient::GetModel(const std::string& name,
                                                         std::optional<uint64_t> version,
                                                         absl::Duration timeout,
                                                         Canceller* canceller) {
-  coordinator::v1::GetModelRequest request;
-  request.set_name(name);
-  if (version.has_value()) request.set_version(*version);
-  return rpc::CallAny(
-      *coordinators_, absl::Now() + timeout,
-      [&](const rpc::AddressList::Target& target,
-          absl::Time deadline) -> absl::StatusOr<DownloadedModel> {
-        grpc::ClientContext context;
-        context.set_deadline(absl::ToChronoTime(deadline));
-        ScopedCancel scoped(canceller, context);
-        // Read raw: each chunk is decoded straight from gRPC's slices, without a ModelChunk
-        // parsed first (the server sends the same way, libs/rpc/model_stream.h).
-        std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader = rpc::OpenRawReader(
-            *target.channel, "/shoal.coordinator.v1.ControlService/GetModel", context, request);
-        absl::StatusOr<tensor::ReceivedModel> received =
-            rpc::ReadModelStream(*reader, tensor::DecoderLimits(), &context);
-        if (!received.ok()) {
-          if (canceller != nullptr && canceller->cancelled()) {
-            return absl::CancelledError("cancelled");
-          }
-          return received.status();
-        }
-        return DownloadedModel{std::move(received->meta), std::move(received->model)};
-      });
+  const coordinator::v1::GetModelRequest request = ModelRequest(name, version);
+  return rpc::CallAny(*coordinators_, absl::Now() + timeout,
+                      [&](const rpc::AddressList::Target& target, absl::Time deadline) {
+                        return ReadModel(target, deadline, request, canceller, nullptr);
+                      });
+}
+
+absl::StatusOr<DownloadedModel> ControlClient::GetModelFile(const std::string& name,
+                                                            std::optional<uint64_t> version,
+                                                            const std::string& path,
+                                                            absl::Duration timeout,
+                                                            Canceller* canceller) {
+  const coordinator::v1::GetModelRequest request = ModelRequest(name, version);
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  return rpc::CallAny(*coordinators_, absl::Now() + timeout,
+                      [&](const rpc::AddressList::Target& target,
+                          absl::Time deadline) -> absl::StatusOr<DownloadedModel> {
+                        // A file of its own for each attempt: one cut short leaves nothing behind.
+                        SHOAL_ASSIGN_OR_RETURN(std::unique_ptr<tensor::ModelFileWriter> file,
+                                               tensor::ModelFileWriter::Create(dir));
+                        SHOAL_ASSIGN_OR_RETURN(
+                            DownloadedModel model,
+                            ReadModel(target, deadline, request, canceller,
+                                      [&file](size_t first, absl::Span<const float> values) {
+                                        return file->Write(first, values);
+                                      }));
+                        SHOAL_RETURN_IF_ERROR(file->Commit(model.model.layout, path));
+                        return model;
+                      });
 }
 
 }  // namespace shoal::shoalctl

@@ -96,6 +96,16 @@ class ControlClientInterface {
                                                    std::optional<uint64_t> version,
                                                    absl::Duration timeout,
                                                    Canceller* canceller) = 0;
+  // The same straight into the model file `path` (tensor::ModelFileWriter: the values go to a
+  // temporary file beside it as they arrive, and it becomes `path` once the stream is complete
+  // and every tensor's digest checked), without a buffer the size of the model. The model
+  // returned has the layout and no values. A download that fails leaves no file and `path` as
+  // it was. Errors besides GetModel's: those of writing the file, naming it.
+  virtual absl::StatusOr<DownloadedModel> GetModelFile(const std::string& name,
+                                                       std::optional<uint64_t> version,
+                                                       const std::string& path,
+                                                       absl::Duration timeout,
+                                                       Canceller* canceller) = 0;
 };
 
 // ControlClientInterface over a gRPC channel. Thread-safe (calls may run concurrently).
@@ -129,9 +139,18 @@ class ControlClient final : public ControlClientInterface {
   absl::StatusOr<coordinator::v1::ListNodesResponse> ListNodes(absl::Duration timeout) override;
   absl::StatusOr<DownloadedModel> GetModel(const std::string& name, std::optional<uint64_t> version,
                                            absl::Duration timeout, Canceller* canceller) override;
+  absl::StatusOr<DownloadedModel> GetModelFile(const std::string& name,
+                                               std::optional<uint64_t> version,
+                                               const std::string& path, absl::Duration timeout,
+                                               Canceller* canceller) override;
 
  private:
   explicit ControlClient(std::unique_ptr<rpc::AddressList> coordinators);
+  // One attempt of GetModel at `target`, the values into `write` when given.
+  static absl::StatusOr<DownloadedModel> ReadModel(const rpc::AddressList::Target& target,
+                                                   absl::Time deadline,
+                                                   const coordinator::v1::GetModelRequest& request,
+                                                   Canceller* canceller, tensor::WriteValues write);
 
   const std::unique_ptr<rpc::AddressList> coordinators_;
   const std::string address_;

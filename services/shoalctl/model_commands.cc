@@ -103,8 +103,18 @@ int Shoalctl::ModelGet() {
   if (env_.interrupt != nullptr) env_.interrupt->graceful = true;
   // A model can be large: unless --timeout was given, allow two minutes for the download.
   const absl::Duration timeout = g_.timeout_given ? g_.timeout : absl::Minutes(2);
-  absl::StatusOr<DownloadedModel> model = (*client)->GetModel(
-      name, version, timeout, env_.interrupt != nullptr ? &env_.interrupt->canceller : nullptr);
+  Canceller* canceller = env_.interrupt != nullptr ? &env_.interrupt->canceller : nullptr;
+  // A file is written as the model arrives (no buffer the size of the model here); stdout gets
+  // the model once it is all in (the file's header leads with the values' digest).
+  TempFiles temps;
+  const std::string model_tmp = out->second + ".shoal-model.part";
+  const std::string task_tmp = out->second + ".task.json.part";
+  const std::string log_tmp = out->second + ".export.log.part";
+  if (torchscript) temps.paths = {model_tmp, task_tmp, log_tmp};
+  absl::StatusOr<DownloadedModel> model =
+      to_stdout ? (*client)->GetModel(name, version, timeout, canceller)
+                : (*client)->GetModelFile(name, version, torchscript ? model_tmp : out->second,
+                                          timeout, canceller);
   if (!model.ok()) {
     if (model.status().code() == absl::StatusCode::kCancelled) return 130;
     if (model.status().code() == absl::StatusCode::kNotFound) {
@@ -117,23 +127,17 @@ int Shoalctl::ModelGet() {
                                         model->model.layout.total_elements(), " parameters");
   if (!torchscript) {
     // `--out -`: the model file goes to stdout (e.g. out of a container), the note to stderr.
-    absl::Status written = to_stdout ? tensor::WriteModel(env_.out_fd, model->model, "stdout")
-                                     : tensor::WriteModelFile(out->second, model->model);
-    if (!written.ok()) return Fail(env_, std::string(written.message()));
+    if (to_stdout) {
+      if (absl::Status s = tensor::WriteModel(env_.out_fd, model->model, "stdout"); !s.ok()) {
+        return Fail(env_, std::string(s.message()));
+      }
+    }
     *(to_stdout ? env_.err : env_.out)
         << "wrote " << what << ", " << model->model.layout.total_bytes() << " bytes) to "
         << (to_stdout ? "stdout" : out->second) << "\n";
     return 0;
   }
 
-  TempFiles temps;
-  const std::string model_tmp = out->second + ".shoal-model.part";
-  const std::string task_tmp = out->second + ".task.json.part";
-  const std::string log_tmp = out->second + ".export.log.part";
-  temps.paths = {model_tmp, task_tmp, log_tmp};
-  if (absl::Status s = tensor::WriteModelFile(model_tmp, model->model); !s.ok()) {
-    return Fail(env_, std::string(s.message()));
-  }
   if (FILE* f = std::fopen(task_tmp.c_str(), "w"); f != nullptr) {
     const std::string json = task::MessageToFriendlyJson(spec, 2);
     const bool ok = std::fwrite(json.data(), 1, json.size(), f) == json.size();

@@ -7,10 +7,10 @@
 // repetitions), the worst repetition's ratio, and the CPU seconds per GB the process spent (both
 // ends).
 //
-// It also downloads a checkpoint of the same size from a coordinator (ControlService.GetModel),
-// and fetches it from a peer's PeerService.GetSnapshot: as the decentralized exchange does (a
-// round's update) and as a gossip fetch does (the latest snapshot, then interpolated into the
-// fetching peer's parameters), each into storage kept from before.
+// It also downloads a checkpoint of the same size from a coordinator (ControlService.GetModel)
+// into a model file as shoalctl does, and fetches it from a peer's PeerService.GetSnapshot: as the
+// decentralized exchange does (a round's update) and as a gossip fetch does (the latest snapshot,
+// then interpolated into the fetching peer's parameters), each into storage kept from before.
 //
 //   transfer_bench [--mb 400] [--reps 3] [--chunk-kib 1024] [--tls-dir DIR]
 //
@@ -33,6 +33,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,6 +62,7 @@
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/peer_service.h"
 #include "services/peer_agent/snapshot_store.h"
+#include "services/shoalctl/control_client.h"
 #include "shoal/aggregator/v1/aggregator.grpc.pb.h"
 #include "tests/bench/raw_tcp.h"
 
@@ -106,11 +108,11 @@ struct Endpoint {
   std::shared_ptr<grpc::Channel> peer_channel;  // as peer-0
   std::unique_ptr<shoal::aggregator::v1::AggregatorService::Stub> stub, peer_stub;
   std::unique_ptr<shoal::aggregator::GrpcAggregatorClient> client;  // as the coordinator
-  // A real coordinator serving a checkpoint of the delta (ControlService.GetModel), and a
-  // client's channel to it.
+  // A real coordinator serving a checkpoint of the delta (ControlService.GetModel), and
+  // shoalctl's client of it.
   std::string state_dir;
   std::unique_ptr<shoal::coordinator::CoordinatorServer> coordinator;
-  std::shared_ptr<grpc::Channel> control_channel;
+  std::unique_ptr<shoal::shoalctl::ControlClient> control;
   std::vector<double> push_zc, push_pb, get_raw, get_pb, get_file, get_checkpoint;  // s per rep
   std::vector<double> write_checkpoint, restore_checkpoint;                         // s per rep
   // A peer (peer-1) serving snapshots (PeerService.GetSnapshot), and peer-0's client of it.
@@ -219,8 +221,10 @@ std::unique_ptr<Endpoint> StartEndpoint(const std::string& name, const std::stri
   auto started = shoal::coordinator::CoordinatorServer::Start(coordinator_options);
   if (!started.ok()) Die("coordinator: " + started.status().ToString());
   e->coordinator = *std::move(started);
-  e->control_channel =
-      shoal::rpc::MakeChannel(e->coordinator->address(), ClientCredentials(tls_dir, kPeer));
+  auto control = shoal::shoalctl::ControlClient::Create(e->coordinator->address(),
+                                                        ClientCredentials(tls_dir, kPeer));
+  if (!control.ok()) Die("control client: " + control.status().ToString());
+  e->control = *std::move(control);
 
   e->peer_service = std::make_unique<shoal::peer::PeerServiceImpl>(snapshots, peer_metrics);
   e->peer_server = StartServer("transfer-bench-peer", tls_dir, "peer-1", e->peer_service.get());
@@ -354,16 +358,11 @@ int main(int argc, char** argv) {
     return seconds;
   };
   // A checkpoint download from the coordinator (ControlService.GetModel, served from the mapped
-  // checkpoint file), read raw as shoalctl model get does.
+  // checkpoint file) into a model file, as `shoalctl model get --out FILE` makes it.
   auto get_checkpoint = [&](Endpoint& e) {
-    grpc::ClientContext ctx;
-    shoal::rpc::SetTimeout(ctx, absl::Seconds(120));
-    shoal::coordinator::v1::GetModelRequest request;
-    request.set_name("bench");
     auto start = Clock::now();
-    auto reader = shoal::rpc::OpenRawReader(
-        *e.control_channel, "/shoal.coordinator.v1.ControlService/GetModel", ctx, request);
-    auto got = shoal::rpc::ReadModelStream(*reader, {}, &ctx);
+    auto got = e.control->GetModelFile("bench", std::nullopt, e.state_dir + "/downloaded.model",
+                                       absl::Seconds(120), nullptr);
     const double seconds = Seconds(start, Clock::now());
     if (!got.ok()) Die("ControlService.GetModel (" + e.name + "): " + got.status().ToString());
     if (got->model.layout.total_bytes() != bytes) Die("ControlService.GetModel: wrong size");
@@ -599,7 +598,7 @@ int main(int argc, char** argv) {
   row("GetModel, raw, into kept storage (cluster aggregators)", &Endpoint::get_raw);
   row("GetModel, generated stub, into a fresh buffer", &Endpoint::get_pb);
   row("a peer's download (GetModelInto a spill file, then params)", &Endpoint::get_file);
-  row("ControlService.GetModel (a checkpoint, from its mapped file)", &Endpoint::get_checkpoint);
+  row("ControlService.GetModel (a checkpoint, into a model file)", &Endpoint::get_checkpoint);
   row("checkpoint write (streamed to its file, fsync, rename)", &Endpoint::write_checkpoint);
   row("checkpoint restore (mapped file, PutModel)", &Endpoint::restore_checkpoint);
   row("PeerService.GetSnapshot (decentralized exchange, sync)", &Endpoint::get_snapshot);

@@ -3,12 +3,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <string>
+#include <vector>
+
 #include "tests/service/shoalctl_fixture.h"
 #include "tests/testing/temp_dir.h"
 
 namespace shoal::shoalctl {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -84,6 +89,42 @@ TEST_F(ControlClientTest, GetModelDecodesTheStream) {
   EXPECT_EQ(model->model.layout, SmallModel().layout);
   EXPECT_EQ(client_->GetModel("m", 3, absl::Seconds(10), nullptr).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// Straight into the file as it arrives: the model returned has no values; a download that
+// fails leaves the file as it was and nothing beside it; a directory that is not there is named.
+TEST_F(ControlClientTest, GetModelFileWritesTheFileAsTheModelArrives) {
+  fake_.SetTask(Status("m", coordinator::v1::TASK_STATE_COMPLETED, 3));
+  absl::StatusOr<std::string> dir = testing::MakeTestTempDir("shoalctl-model-file-");
+  ASSERT_TRUE(dir.ok());
+  const std::string file = *dir + "/model.bin";
+  absl::StatusOr<DownloadedModel> model =
+      client_->GetModelFile("m", std::nullopt, file, absl::Seconds(10), nullptr);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->meta.version(), 7u);
+  EXPECT_EQ(model->model.layout, SmallModel().layout);
+  EXPECT_TRUE(model->model.values.empty());
+  absl::StatusOr<tensor::FlatModel> read = tensor::ReadModelFile(file);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->values, SmallModel().values);
+
+  EXPECT_EQ(client_->GetModelFile("m", 4, file, absl::Seconds(10), nullptr).status().code(),
+            absl::StatusCode::kNotFound);
+  read = tensor::ReadModelFile(file);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->values, SmallModel().values);
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(*dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  EXPECT_THAT(names, ElementsAre("model.bin"));
+
+  const absl::Status missing =
+      client_->GetModelFile("m", std::nullopt, *dir + "/nope/model.bin", absl::Seconds(10), nullptr)
+          .status();
+  EXPECT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.message()), HasSubstr(*dir + "/nope"));
+  std::filesystem::remove_all(*dir);
 }
 
 TEST_F(ControlClientTest, UnreachableCoordinatorIsUnavailable) {
