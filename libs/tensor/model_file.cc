@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/ascii.h"
@@ -263,6 +264,21 @@ constexpr absl::string_view kWriteTemporary = ".tmp.";     // WriteModelFile's: 
 constexpr absl::string_view kWriterTemporary = ".model-";  // ModelFileWriter's (mkostemp)
 constexpr size_t kWriterRandom = 6;                        // the XXXXXX
 
+// The process's file mode creation mask, read where it does not change it (/proc/self/status,
+// Linux 4.7 on; else the usual 022): mkostemp makes its files 0600, and a model file a writer
+// commits gets the mode an open() with 0644 would have given it, as WriteModelFile's does.
+mode_t ProcessUmask() {
+  FILE* f = std::fopen("/proc/self/status", "re");
+  if (f == nullptr) return 022;
+  unsigned mask = 022;
+  char line[256];
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "Umask: %o", &mask) == 1) break;
+  }
+  std::fclose(f);
+  return static_cast<mode_t>(mask);
+}
+
 }  // namespace
 
 bool IsUnfinishedModelWrite(absl::string_view file_name) {
@@ -364,6 +380,7 @@ absl::Status ModelFileWriter::Commit(const ModelLayout& layout, const std::strin
     tmp_ = std::move(name);
     fd_ = std::move(out);
   }
+  if (::fchmod(fd_.get(), 0644 & ~ProcessUmask()) != 0) return ErrnoError("cannot chmod", tmp_);
   if (::fsync(fd_.get()) != 0) return ErrnoError("cannot fsync", tmp_);
   if (::close(fd_.release()) != 0) return ErrnoError("cannot close", tmp_);
   if (::rename(tmp_.c_str(), path.c_str()) != 0) return ErrnoError("cannot rename to", path);

@@ -57,7 +57,8 @@ uint64_t ModelFileValuesOffset(const ModelLayout& layout);
 // a checkpoint written every round then costs its writer one copy of the model, not three.
 // Values to be copied (`values_offset` 0: the layout unknown until the last one, as in a
 // download to a new file) go through the page cache, which the copy then reads.
-// Destroying an uncommitted writer removes its temporary file. Not thread-safe.
+// The file gets the mode WriteModelFile's gets (0644 less the umask). Destroying an
+// uncommitted writer removes its temporary file. Not thread-safe.
 class ModelFileWriter {
  public:
   // Errors: the errno mapping when the temporary file cannot be made, naming it.

@@ -152,7 +152,7 @@ TEST_F(ModelFileTest, AMappedFileHasTheValuesAndTheSameChecks) {
 
 // A streamed write, in pieces: at the right values offset the values stay where they were
 // written; at another (0: unknown) they are copied behind the header. Either way the file is
-// the one WriteModelFile writes, and no temporary file is left.
+// the one WriteModelFile writes, with its mode, and no temporary file is left.
 TEST_F(ModelFileTest, AStreamedWriteMakesTheSameFileAtAnyValuesOffset) {
   ASSERT_TRUE(WriteModelFile(Path("whole.model"), model_).ok());
   std::ifstream whole_in(Path("whole.model"), std::ios::binary);
@@ -175,6 +175,10 @@ TEST_F(ModelFileTest, AStreamedWriteMakesTheSameFileAtAnyValuesOffset) {
     auto got = ReadModelFile(path);
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(got->values, model_.values);
+    // The mode WriteModelFile's file has (0644 less the umask), not the temporary's 0600.
+    EXPECT_EQ(std::filesystem::status(path).permissions(),
+              std::filesystem::status(Path("whole.model")).permissions())
+        << offset;
     EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir_),
                             std::filesystem::directory_iterator()),
               2)

@@ -333,8 +333,8 @@ void FederatedSyncRunner::HandleModelPublished(const coordinator::v1::ModelPubli
   // the links. It evaluates the snapshot's copy until training takes the snapshot down, then the
   // model as held on disk. The copy is made once the evaluation before has ended (it holds a
   // model of its own while it goes on), so a peer holds no more than one model beside its
-  // parameters and momentum; waiting is rare (an evaluation slower than a round's push, wait and
-  // download), and logged.
+  // parameters and momentum. Where an evaluation takes longer than a round leaves it (the wait
+  // for the round's other peers and the download), the worker waits for it here, and logs it.
   if (const absl::Duration waited = evaluator_->WaitUntilDone(); waited > absl::ZeroDuration()) {
     LogInfo(
         absl::StrFormat("task %s: version %d waited %.2f s for the evaluation of the one before",
