@@ -37,6 +37,9 @@ PeerMetrics::PeerMetrics(prometheus::Registry& r)
                       "1 while the session stream to the coordinator is up, else 0.")),
       rounds_abandoned(Counter(r, "shoal_peer_rounds_abandoned_total",
                                "Rounds abandoned because a newer event superseded them.")),
+      evaluation_wait(Counter(r, "shoal_peer_evaluation_wait_seconds_total",
+                              "Seconds a federated-sync peer waited, before taking a published "
+                              "model, for the evaluation of the one before to end.")),
       session_reconnects(Counter(r, "shoal_peer_session_reconnects_total",
                                  "Session streams (re)opened after the first.")),
       supernode(Gauge(r, "shoal_peer_supernode",

@@ -16,18 +16,20 @@ namespace shoal::peer {
 struct PeerMetrics {
   explicit PeerMetrics(prometheus::Registry& registry);
 
-  prometheus::Counter& rounds_completed;    // shoal_peer_rounds_completed_total
-  prometheus::Gauge& train_loss;            // shoal_peer_train_loss (last round)
-  prometheus::Gauge& test_accuracy;         // shoal_peer_test_accuracy (last evaluation)
-  prometheus::Counter& bytes_sent;          // shoal_peer_bytes_sent_total
-  prometheus::Counter& update_bytes_sent;   // shoal_peer_update_bytes_sent_total
-  prometheus::Counter& update_bytes_raw;    // shoal_peer_update_bytes_raw_total
-  prometheus::Counter& bytes_received;      // shoal_peer_bytes_received_total
-  prometheus::Histogram& round_duration;    // shoal_peer_round_duration_seconds
-  prometheus::Counter& updates_rejected;    // shoal_peer_updates_rejected_total
-  prometheus::Counter& samples_trained;     // shoal_peer_samples_trained_total
-  prometheus::Gauge& connected;             // shoal_peer_connected (1 while the session is up)
-  prometheus::Counter& rounds_abandoned;    // shoal_peer_rounds_abandoned_total
+  prometheus::Counter& rounds_completed;   // shoal_peer_rounds_completed_total
+  prometheus::Gauge& train_loss;           // shoal_peer_train_loss (last round)
+  prometheus::Gauge& test_accuracy;        // shoal_peer_test_accuracy (last evaluation)
+  prometheus::Counter& bytes_sent;         // shoal_peer_bytes_sent_total
+  prometheus::Counter& update_bytes_sent;  // shoal_peer_update_bytes_sent_total
+  prometheus::Counter& update_bytes_raw;   // shoal_peer_update_bytes_raw_total
+  prometheus::Counter& bytes_received;     // shoal_peer_bytes_received_total
+  prometheus::Histogram& round_duration;   // shoal_peer_round_duration_seconds
+  prometheus::Counter& updates_rejected;   // shoal_peer_updates_rejected_total
+  prometheus::Counter& samples_trained;    // shoal_peer_samples_trained_total
+  prometheus::Gauge& connected;            // shoal_peer_connected (1 while the session is up)
+  prometheus::Counter& rounds_abandoned;   // shoal_peer_rounds_abandoned_total
+  // shoal_peer_evaluation_wait_seconds_total (federated-sync, evaluating beside training)
+  prometheus::Counter& evaluation_wait;
   prometheus::Counter& session_reconnects;  // shoal_peer_session_reconnects_total
   prometheus::Gauge& supernode;             // shoal_peer_supernode (1 while it runs one)
   // PeerService (all modes):

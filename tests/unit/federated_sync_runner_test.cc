@@ -425,8 +425,9 @@ TEST_F(FederatedSyncRunnerTest, EvaluatesBeforeTheNextRoundUnlessBesideTraining)
 
 // The evaluator holds no model while the worker trains and pushes: it keeps no reference of its
 // own to the snapshot's copy, Pause() returns once it has let go of it, and once the copy is
-// gone it evaluates the model read back from disk, with the same numbers. One model at a time
-// (Submit waits for the one before); reports in order, each with its version.
+// gone it evaluates the model read back from disk, with the same numbers. WaitUntilDone() lets
+// a paused evaluation go on and returns the time waited. One model at a time (Submit waits for
+// the one before); reports in order, each with its version.
 TEST_F(FederatedSyncRunnerTest, TheEvaluatorLetsGoOfTheModelWhileTheWorkerTrains) {
   training::TrainerOptions options;
   options.spec = Spec();
@@ -459,7 +460,9 @@ TEST_F(FederatedSyncRunnerTest, TheEvaluatorLetsGoOfTheModelWhileTheWorkerTrains
   (*evaluator)->Submit(1, 1, copy, on_disk);
   EXPECT_EQ(copy.use_count(), 1);
   copy.reset();
-  (*evaluator)->Resume();
+  // Waiting for it lets it go on (the worker is not training while it waits), and says how long.
+  EXPECT_GT((*evaluator)->WaitUntilDone(), absl::ZeroDuration());
+  EXPECT_EQ((*evaluator)->WaitUntilDone(), absl::ZeroDuration());  // nothing under way
   // Version 2 waits for version 1's evaluation (from disk) to end; paused at once, whether part
   // way or before its first batch, the evaluator has let go of version 2's copy.
   copy = std::make_shared<const tensor::FlatModel>(*model);

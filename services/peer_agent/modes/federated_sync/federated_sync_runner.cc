@@ -336,6 +336,7 @@ void FederatedSyncRunner::HandleModelPublished(const coordinator::v1::ModelPubli
   // parameters and momentum. Where an evaluation takes longer than a round leaves it (the wait
   // for the round's other peers and the download), the worker waits for it here, and logs it.
   if (const absl::Duration waited = evaluator_->WaitUntilDone(); waited > absl::ZeroDuration()) {
+    metrics_.evaluation_wait.Increment(absl::ToDoubleSeconds(waited));
     LogInfo(
         absl::StrFormat("task %s: version %d waited %.2f s for the evaluation of the one before",
                         task_, m.version(), absl::ToDoubleSeconds(waited)));
