@@ -364,8 +364,10 @@ absl::Status ModelFileWriter::Commit(const ModelLayout& layout, const std::strin
   if (head.size() == values_offset_) {
     SHOAL_RETURN_IF_ERROR(WriteAll(fd_.get(), head.data(), head.size(), tmp_, 0));
   } else {
-    // The values are elsewhere: a second file gets the header and the values behind it.
-    std::string name = absl::StrCat(tmp_, "-XXXXXX");
+    // The values are elsewhere: a second file gets the header and the values behind it, named
+    // as the first (IsUnfinishedModelWrite knows it if a crash leaves it).
+    std::string name = absl::StrCat(tmp_.substr(0, tmp_.rfind('/') + 1), kWriterTemporary,
+                                    std::string(kWriterRandom, 'X'));
     Fd out(::mkostemp(name.data(), O_CLOEXEC));
     if (out.get() < 0) return ErrnoError("cannot create", name);
     absl::Status s = WriteAll(out.get(), head.data(), head.size(), name, 0);
