@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "services/peer_agent/modes/decentralized/decentralized_runner.h"
 #include "tests/service/decentralized_test_peer.h"
+#include "tests/testing/wait.h"
 
 namespace shoal::peer {
 namespace {
@@ -82,10 +83,16 @@ TEST_F(DecentralizedRunnerTest, TheMeanOfALargeModelFetchesInIdOrderUntilItsFetc
     }
   }
   // The folded updates' storage is kept for the next round's fetches: at most the window, the
-  // one folding and one the round before handed back.
+  // one folding and one the round before handed back. It comes back as the last references go
+  // (a fetch's thread may let go after the round's SharingDone): waited for, up to a deadline.
   for (TestPeer* p : all) {
-    const size_t kept = DecentralizedRunnerProbe::KeptModelStorage(p->runner()).size();
-    EXPECT_GE(kept, 1u);
+    SCOPED_TRACE(p->Endpoint().peer_id());
+    size_t kept = 0;
+    EXPECT_TRUE(testing::WaitUntil(
+        [&] {
+          return (kept = DecentralizedRunnerProbe::KeptModelStorage(p->runner()).size()) >= 1;
+        },
+        absl::Seconds(10)));
     EXPECT_LE(kept, 4u);
   }
 }
