@@ -22,8 +22,9 @@ constexpr char kServiceConfig[] = R"json({
   }]
 })json";
 
-grpc::ChannelArguments Arguments(bool retries) {
+grpc::ChannelArguments Arguments(bool retries, Connection connection = Connection::kShared) {
   grpc::ChannelArguments args;
+  if (connection == Connection::kOwn) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
@@ -45,8 +46,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
-                                           std::shared_ptr<grpc::ChannelCredentials> credentials) {
-  return grpc::CreateCustomChannel(address, std::move(credentials), Arguments(/*retries=*/true));
+                                           std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                           Connection connection) {
+  return grpc::CreateCustomChannel(address, std::move(credentials),
+                                   Arguments(/*retries=*/true, connection));
 }
 
 std::shared_ptr<grpc::Channel> MakeProbeChannel(

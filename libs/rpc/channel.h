@@ -22,12 +22,21 @@ inline constexpr int kStreamWindowBytes = 8 << 20;
 // in chunks of about 1 MiB (tensor::kMaxChunkBytes), never whole.
 inline constexpr int kMaxMessageBytes = 8 << 20;
 
+// Whether a channel shares its TCP connection with the process's other channels to the same
+// address with the same settings (gRPC's global subchannel pool), or opens one of its own. A
+// connection's HTTP/2 streams are read and written one at a time (one transport per
+// connection), so streams on a shared connection move their bytes one after another. A service
+// opens each remote once and shares; a benchmark that plays several peers in one process gives
+// each its own, as separate processes have.
+enum class Connection { kShared, kOwn };
+
 // Opens a channel to HOST:PORT with Shoal's transport settings: keepalive, message limits, and a
 // retry policy for UNAVAILABLE (transport retries with capped exponential backoff), secured by
 // `credentials` (from rpc::Credentials). Channels are meant to be created once per remote and
 // reused.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
-                                           std::shared_ptr<grpc::ChannelCredentials> credentials);
+                                           std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                           Connection connection = Connection::kShared);
 // A plaintext channel, for tests in one process.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 // A channel for probes (dial-backs, round-trip measurements): the same settings without the

@@ -8,7 +8,9 @@ std::shared_ptr<grpc::Channel> ChannelCache::Get(const std::string& address) {
   absl::MutexLock lock(&mu_);
   std::shared_ptr<grpc::Channel>& channel = channels_[address];
   if (channel == nullptr) {
-    channel = credentials_ != nullptr ? MakeChannel(address, credentials_) : MakeChannel(address);
+    channel = MakeChannel(
+        address, credentials_ != nullptr ? credentials_ : grpc::InsecureChannelCredentials(),
+        connection_);
   }
   return channel;
 }

@@ -22,9 +22,11 @@ namespace shoal::aggregator {
 // Thread-safe.
 class GrpcAggregatorClient final : public AggregatorClient {
  public:
-  // `credentials` null = plaintext (tests).
-  explicit GrpcAggregatorClient(std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr)
-      : channels_(std::move(credentials)) {}
+  // `credentials` null = plaintext (tests); `connection`: rpc::Connection (benchmarks that play
+  // several peers in one process give each client its own connections).
+  explicit GrpcAggregatorClient(std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+                                rpc::Connection connection = rpc::Connection::kShared)
+      : channels_(std::move(credentials), connection) {}
 
   absl::StatusOr<uint64_t> PutModel(const std::string& address, const common::v1::ModelMeta& meta,
                                     std::shared_ptr<const tensor::EncodedModel> model,

@@ -22,7 +22,10 @@ enum EventKind { kStarted = 0, kPushed = 1, kPublished = 2, kDownloaded = 3 };
 // block: aggregator calls go to the fleet's executor.
 class LightPeer {
  public:
-  LightPeer(Fleet& fleet, int index) : fleet_(fleet), index_(index) {
+  LightPeer(Fleet& fleet, int index)
+      : fleet_(fleet),
+        index_(index),
+        aggregator_(*fleet.aggregators_[static_cast<size_t>(index) % fleet.aggregators_.size()]) {
     LinkCallbacks callbacks{[this](const v1::CoordinatorEvent& e) { Handle(e); },
                             [this](const absl::Status& status) { Done(status); }};
     const Fleet::Options& o = fleet.options_;
@@ -165,8 +168,8 @@ class LightPeer {
     const std::string address = Aggregator();
     const aggregator::Caller me = Me();
     if (!CallWithRetry("GetModel", [&](absl::Time deadline) {
-          return fleet_.aggregator_
-              ->GetModelInto(
+          return aggregator_
+              .GetModelInto(
                   address, task, version, me, deadline,
                   [](size_t, absl::Span<const float>) { return absl::OkStatus(); },
                   /*held=*/nullptr)
@@ -217,8 +220,8 @@ class LightPeer {
     const std::string address = to.empty() ? Aggregator() : to;
     const aggregator::Caller me = Me();
     if (!CallWithRetry("PutModel", [&](absl::Time deadline) {
-          return fleet_.aggregator_
-              ->PutModel(address, meta, shoal::tensor::EncodeRaw(fleet_.model_), me, deadline)
+          return aggregator_
+              .PutModel(address, meta, shoal::tensor::EncodeRaw(fleet_.model_), me, deadline)
               .status();
         })) {
       return;
@@ -247,7 +250,7 @@ class LightPeer {
     // The trivial update: the model itself as a delta (small and finite).
     const std::shared_ptr<const tensor::EncodedModel> update = tensor::EncodeRaw(fleet_.model_);
     if (!CallWithRetry("PushUpdate", [&](absl::Time deadline) {
-          return fleet_.aggregator_->PushUpdate(address, meta, update, deadline).status();
+          return aggregator_.PushUpdate(address, meta, update, deadline).status();
         })) {
       return;
     }
@@ -279,7 +282,7 @@ class LightPeer {
     const bool drop = index_ < fleet_.dropping_;
     BenchSecureParty party(std::move(contribution), drop,
                            [&] { fleet_.Record(r.round(), kPushed, fleet_.Now()); });
-    const absl::Status s = fleet_.aggregator_->SecureAggregate(
+    const absl::Status s = aggregator_.SecureAggregate(
         Aggregator(), task, r.round(), me, party, absl::Now() + fleet_.options_.secure_timeout);
     ++fleet_.update_calls_;
     fleet_.update_bytes_sent_ += party.bytes_sent();
@@ -300,6 +303,7 @@ class LightPeer {
 
   Fleet& fleet_;
   const int index_;
+  aggregator::AggregatorClient& aggregator_;  // one of the fleet's (Fleet::aggregators_)
   std::unique_ptr<SessionLink> link_;
   LightIdentity identity_;  // Options::secure
 
@@ -319,7 +323,6 @@ Fleet::Fleet(Options options)
                     ? static_cast<int>(std::lround(options_.drop_after_masking * options_.peers))
                     : 0),
       epoch_(std::chrono::steady_clock::now()),
-      aggregator_(std::make_unique<aggregator::GrpcAggregatorClient>(options_.credentials)),
       calls_(options_.secure ? std::max(options_.call_threads, static_cast<size_t>(options_.peers))
                              : options_.call_threads,
              static_cast<size_t>(options_.peers) * 4) {
@@ -331,6 +334,10 @@ Fleet::Fleet(Options options)
   model->layout = *tensor::ModelLayout::Create({{"w", {options_.model_floats}}});
   model->values.assign(static_cast<size_t>(options_.model_floats), 0.01f);
   model_ = std::move(model);
+  for (int i = 0; i < std::min(options_.peers, kAggregatorConnections); ++i) {
+    aggregators_.push_back(std::make_unique<aggregator::GrpcAggregatorClient>(
+        options_.credentials, rpc::Connection::kOwn));
+  }
   for (int i = 0; i < options_.peers; ++i) peers_.push_back(std::make_unique<LightPeer>(*this, i));
 }
 

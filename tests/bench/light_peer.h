@@ -51,10 +51,14 @@ class LightPeer;
 
 // N light peers in this process, each with its own channel (and TCP connection), all on one
 // in-process channel (Options::channel) or all on the coordinator's core (Options::core), sharing a
-// bounded executor for their blocking aggregator calls and one heartbeat thread. Owned by the
-// benchmark; thread-safe.
+// bounded executor for their blocking aggregator calls and one heartbeat thread. Up to
+// kAggregatorConnections peers each have their own connection to their aggregator, as peers in
+// processes of their own do (on one shared connection their pushes and downloads would move one
+// after another); more peers share that many. Owned by the benchmark; thread-safe.
 class Fleet {
  public:
+  static constexpr int kAggregatorConnections = 64;
+
   struct Options {
     int peers = 1000;
     std::string name_prefix = "light";  // peer i asks for the id <prefix>-<i>
@@ -132,7 +136,8 @@ class Fleet {
   const int dropping_;
   const std::chrono::steady_clock::time_point epoch_;
   std::shared_ptr<const tensor::FlatModel> model_;
-  std::unique_ptr<aggregator::AggregatorClient> aggregator_;
+  // Peer i calls its aggregator through aggregators_[i % size], each with connections of its own.
+  std::vector<std::unique_ptr<aggregator::AggregatorClient>> aggregators_;
   ThreadPool calls_;
   std::unique_ptr<ThreadPool> delivery_;  // Options::core: one thread, each peer's events in order
   std::vector<std::unique_ptr<LightPeer>> peers_;
