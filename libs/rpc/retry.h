@@ -87,6 +87,17 @@ inline bool IsTransient(const absl::Status& status) {
   return absl::IsUnavailable(status) || absl::IsResourceExhausted(status);
 }
 
+// The slowest link a transfer of a model or an update is expected to get through: 1 Mbit/s.
+inline constexpr double kSlowestLink = 125e3;  // bytes/s
+
+// How long one attempt of a call that moves `bytes` may take: `base` (connecting, the other
+// side's work) plus the bytes at `slowest_rate` (bytes/s), so that a large model over a slow or
+// busy link is not cut off while it still moves, and a stalled one still ends.
+inline absl::Duration TransferTimeout(absl::Duration base, uint64_t bytes,
+                                      double slowest_rate = kSlowestLink) {
+  return base + absl::Seconds(static_cast<double>(bytes) / slowest_rate);
+}
+
 struct RetryOptions {
   BackoffOptions backoff{absl::Milliseconds(100), absl::Seconds(2), 2.0, 0.2};
   // Bound of one attempt (the total deadline may cut it shorter). Infinite: the deadline alone.

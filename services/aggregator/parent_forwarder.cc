@@ -6,12 +6,15 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "libs/common/log.h"
+#include "libs/rpc/retry.h"
+#include "services/aggregator/partial_wire.h"
 #include "services/aggregator/sessions/session.h"
 
 namespace shoal::aggregator {
 namespace {
 
-// How long one try to send an aggregate to a parent may take.
+// How long one try to send an aggregate to a parent may take: this, plus its bytes at 1 Mbit/s
+// (rpc::TransferTimeout).
 constexpr absl::Duration kTransferTimeout = absl::Minutes(1);
 // Tries per aggregate while the parent answers as temporarily away.
 constexpr int kAttempts = 3;
@@ -54,8 +57,10 @@ void ParentForwarder::Forward(const v1::ParentRound& parent, PartialResult aggre
 
 void ParentForwarder::Send(const v1::ParentRound& parent, const PartialResult& aggregate) {
   absl::Status sent = absl::FailedPreconditionError("no parent link is set");
+  const absl::Duration timeout =
+      rpc::TransferTimeout(kTransferTimeout, PartialBytes(aggregate.sum).size());
   for (int attempt = 1; link_ != nullptr; ++attempt) {
-    sent = link_->Send(parent, aggregate, absl::Now() + kTransferTimeout);
+    sent = link_->Send(parent, aggregate, absl::Now() + timeout);
     if (sent.ok() || attempt == kAttempts || !Temporary(sent)) break;
     absl::SleepFor(absl::Seconds(attempt));
   }

@@ -6,6 +6,7 @@
 #include "absl/time/clock.h"
 #include "libs/common/escape.h"
 #include "libs/common/log.h"
+#include "libs/rpc/retry.h"
 #include "libs/tensor/compression.h"
 
 namespace shoal::aggregator {
@@ -15,8 +16,9 @@ void CopyToBackups(const AggregatorCore::Push::Replica& replica, AggregatorClien
   if (replica.backups.empty()) return;
   std::shared_ptr<const tensor::EncodedModel> update = tensor::EncodeRaw(replica.update);
   for (const std::string& backup : replica.backups) {
-    absl::StatusOr<bool> copied =
-        client.PushUpdate(backup, replica.meta, update, absl::Now() + absl::Seconds(30));
+    absl::StatusOr<bool> copied = client.PushUpdate(
+        backup, replica.meta, update,
+        absl::Now() + rpc::TransferTimeout(kCopyTimeout, update->payload_bytes()));
     if (copied.ok()) {
       metrics.replications_copied.Increment();
       metrics.bytes_sent.Increment(static_cast<double>(update->payload_bytes()));

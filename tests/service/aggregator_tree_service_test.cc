@@ -18,6 +18,8 @@
 #include "libs/tensor/frame_codec.h"
 #include "services/aggregator/grpc_aggregator_client.h"
 #include "services/aggregator/partial_wire.h"
+#include "services/aggregator/replicas.h"
+#include "tests/fakes/peer_side_aggregator.h"
 #include "tests/service/aggregator_service_fixture.h"
 #include "tests/testing/joining_thread.h"
 #include "tests/testing/wait.h"
@@ -601,6 +603,35 @@ TEST_F(AggregatorTreeServiceTest, AsyncLeavesSendFullBuffersUpAndOnlyTheRootPubl
   auto refused = client_.PushPartial(root_, meta, bytes, Deadline());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
   EXPECT_THAT(refused.status().message(), HasSubstr("not a child of the buffer"));
+}
+
+// A copy to a backup is bounded by 30 s plus the update's bytes at 1 Mbit/s: a 40 MB update is
+// not cut off after 30 s (over a busy link, or behind the copies of other pushes).
+TEST(CopyToBackupsTest, EachCopysBoundGrowsWithTheUpdatesBytes) {
+  prometheus::Registry registry;
+  AggregatorMetrics metrics(registry);
+  fakes::PeerSideAggregator backups;
+  PushReplica replica;
+  replica.backups = {"backup-a:1", "backup-b:1"};
+  replica.meta.set_task("t");
+  replica.meta.set_base_version(3);
+  auto update = std::make_shared<tensor::FlatModel>();
+  update->layout = *tensor::ModelLayout::Create({{"w", {10'000'000}}});
+  update->values.assign(10'000'000, 0.5f);
+  replica.update = update;
+  const absl::Time before = absl::Now();
+  CopyToBackups(replica, backups, metrics);
+  const absl::Time after = absl::Now();
+  const std::vector<fakes::PeerSideAggregator::Call> calls = backups.calls();
+  ASSERT_EQ(calls.size(), 2u);
+  const absl::Duration bound = absl::Seconds(30) + absl::Seconds(40e6 / 125e3);  // 350 s
+  for (const auto& call : calls) {
+    EXPECT_EQ(call.method, "PushUpdate");
+    EXPECT_GE(call.deadline, before + bound) << call.address;
+    EXPECT_LE(call.deadline, after + bound + absl::Seconds(1)) << call.address;
+  }
+  EXPECT_EQ(calls[0].address, "backup-a:1");
+  EXPECT_EQ(calls[1].address, "backup-b:1");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "libs/common/heap.h"
 #include "libs/common/log.h"
 #include "libs/common/status_macros.h"
+#include "libs/rpc/retry.h"
 #include "libs/tensor/frame_codec.h"
 #include "services/peer_agent/reports.h"
 
@@ -73,7 +74,7 @@ aggregator::Caller AggregatorPeer::Me() const {
 bool AggregatorPeer::TaskCurrent() const { return !deps_.task_current || deps_.task_current(); }
 
 absl::Duration AggregatorPeer::TransferTimeout(uint64_t bytes) const {
-  return options_.rpc_timeout + absl::Seconds(static_cast<double>(bytes) / options_.slowest_link);
+  return rpc::TransferTimeout(options_.rpc_timeout, bytes, options_.slowest_link);
 }
 
 void AggregatorPeer::UploadInitialModel(const coordinator::v1::InitializeModel& m,

@@ -48,7 +48,7 @@ struct AggregatorCallOptions {
   BackoffOptions retry_backoff{absl::Milliseconds(100), absl::Seconds(2), 2.0, 0.2};
   // Bytes per second of the slowest link a peer may sit behind: 1 Mbit/s. A 100 MB model takes
   // 40 s over a 20 Mbit/s home uplink and 160 s over 5 Mbit/s, far beyond `rpc_timeout`.
-  double slowest_link = 125e3;
+  double slowest_link = rpc::kSlowestLink;
 };
 
 // A version of the global model as a peer holds it on disk (AggregatorPeer::HeldOnDisk): the

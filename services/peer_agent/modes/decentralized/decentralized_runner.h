@@ -43,7 +43,7 @@ struct DecentralizedRunnerOptions {
   // at slowest_link (bytes/s; 1 Mbit/s), so that a large model over a home uplink is not cut off
   // while it still moves (FetchAttemptTimeout).
   absl::Duration fetch_timeout = absl::Seconds(30);
-  double slowest_link = 125e3;
+  double slowest_link = rpc::kSlowestLink;
   // With a streaming strategy (mean): the most round updates fetched at once while sharing,
   // and so about the most a peer holds besides its own (each is folded in, then its storage
   // kept for the next).
@@ -73,7 +73,7 @@ struct DecentralizedRunnerOptions {
 // The bound of one GetSnapshot attempt that moves about `bytes`: fetch_timeout plus the bytes at
 // slowest_link.
 inline absl::Duration FetchAttemptTimeout(const DecentralizedRunnerOptions& options, size_t bytes) {
-  return options.fetch_timeout + absl::Seconds(static_cast<double>(bytes) / options.slowest_link);
+  return rpc::TransferTimeout(options.fetch_timeout, bytes, options.slowest_link);
 }
 
 // The peer side of one decentralized task. Holds the model of the last completed round it took

@@ -38,7 +38,7 @@ struct FederatedAsyncOptions {
   // least one attempt's bound (AggregatorCallOptions::slowest_link).
   absl::Duration transfer_budget = absl::Seconds(60);
   // Bytes per second of the slowest link a peer may sit behind (AggregatorCallOptions).
-  double slowest_link = 125e3;
+  double slowest_link = rpc::kSlowestLink;
   // After a refused or failed push, or a failed download: how long to wait for a newer version
   // (a ModelPublished) before going on, so that a peer that cannot get anywhere does not spin.
   absl::Duration retry_wait = absl::Seconds(5);

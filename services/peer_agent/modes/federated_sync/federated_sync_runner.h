@@ -36,7 +36,7 @@ struct FederatedSyncOptions {
   // attempt's bound (AggregatorCallOptions::slowest_link).
   absl::Duration model_transfer_budget = absl::Seconds(60);
   // Bytes per second of the slowest link a peer may sit behind (AggregatorCallOptions).
-  double slowest_link = 125e3;
+  double slowest_link = rpc::kSlowestLink;
   // Used when a RoundStarted carries no deadline.
   absl::Duration default_round_budget = absl::Minutes(10);
   // Secure aggregation: how long past the round's deadline the peer's SecureAggregate stream may
