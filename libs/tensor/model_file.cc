@@ -264,6 +264,11 @@ constexpr absl::string_view kWriteTemporary = ".tmp.";     // WriteModelFile's: 
 constexpr absl::string_view kWriterTemporary = ".model-";  // ModelFileWriter's (mkostemp)
 constexpr size_t kWriterRandom = 6;                        // the XXXXXX
 
+// mkostemp's template for a writer's temporary file in `dir` (IsUnfinishedModelWrite knows it).
+std::string WriterTemplate(absl::string_view dir) {
+  return absl::StrCat(dir, "/", kWriterTemporary, std::string(kWriterRandom, 'X'));
+}
+
 // The process's file mode creation mask, read where it does not change it (/proc/self/status,
 // Linux 4.7 on; else the usual 022): mkostemp makes its files 0600, and a model file a writer
 // commits gets the mode an open() with 0644 would have given it, as WriteModelFile's does.
@@ -311,7 +316,7 @@ uint64_t ModelFileValuesOffset(const ModelLayout& layout) { return EncodeHead(la
 
 absl::StatusOr<std::unique_ptr<ModelFileWriter>> ModelFileWriter::Create(const std::string& dir,
                                                                          uint64_t values_offset) {
-  std::string name = absl::StrCat(dir, "/", kWriterTemporary, std::string(kWriterRandom, 'X'));
+  std::string name = WriterTemplate(dir);
   Fd fd(::mkostemp(name.data(), O_CLOEXEC));
   if (fd.get() < 0) return ErrnoError("cannot create a temporary model file in", dir);
   std::unique_ptr<ModelFileWriter> writer(new ModelFileWriter());
@@ -366,8 +371,7 @@ absl::Status ModelFileWriter::Commit(const ModelLayout& layout, const std::strin
   } else {
     // The values are elsewhere: a second file gets the header and the values behind it, named
     // as the first (IsUnfinishedModelWrite knows it if a crash leaves it).
-    std::string name = absl::StrCat(tmp_.substr(0, tmp_.rfind('/') + 1), kWriterTemporary,
-                                    std::string(kWriterRandom, 'X'));
+    std::string name = WriterTemplate(absl::string_view(tmp_).substr(0, tmp_.rfind('/')));
     Fd out(::mkostemp(name.data(), O_CLOEXEC));
     if (out.get() < 0) return ErrnoError("cannot create", name);
     absl::Status s = WriteAll(out.get(), head.data(), head.size(), name, 0);
