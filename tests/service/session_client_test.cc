@@ -38,18 +38,16 @@ class FakeCoordinator final : public coordinator::v1::SessionService::Service {
     if (!stream->Read(&m) || !m.has_hello()) return grpc::Status::CANCELLED;
     int hello;
     {
+      // Recorded before the Welcome: a client connected has had its Hello seen.
       absl::MutexLock lock(&mu_);
       hello = ++hellos_;
+      last_hello_ = m.hello();
     }
     if (hello > silent_) {
       CoordinatorEvent welcome;
       welcome.mutable_welcome()->set_peer_id("peer-0");
       welcome.mutable_welcome()->set_heartbeat_interval_ms(500);
       if (!stream->Write(welcome)) return grpc::Status::CANCELLED;
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      last_hello_ = m.hello();
     }
     while (stream->Read(&m)) {
     }
