@@ -55,7 +55,8 @@ absl::StatusOr<ModelLayout> ModelLayout::Create(std::vector<TensorSpec> tensors)
 
 std::string ModelLayout::DebugString() const {
   return absl::StrJoin(tensors_, ", ", [](std::string* out, const TensorSpec& t) {
-    absl::StrAppend(out, t.name, "[", absl::StrJoin(t.shape, ","), "]");
+    absl::StrAppend(out, t.name, "[", absl::StrJoin(t.shape, ","), "]",
+                    t.element == Element::kUint32 ? " uint32" : "");
   });
 }
 

@@ -12,10 +12,17 @@
 
 namespace shoal::tensor {
 
-// One named float32 tensor of a model.
+// What a tensor's elements are. Models and updates are float32. A kUint32 tensor holds values of
+// the ring Z_(2^32) (a masked update of secure aggregation in a decentralized round): FlatModel
+// keeps their bits in its float storage, copied with memcpy and never computed on as floats, and
+// they travel as DTYPE_UINT32, unchecked for finiteness. Model files hold float32 tensors only.
+enum class Element : uint8_t { kFloat32, kUint32 };
+
+// One named tensor of a model, 4 bytes an element.
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
+  Element element = Element::kFloat32;
 
   int64_t NumElements() const;
   bool operator==(const TensorSpec& other) const = default;
@@ -36,7 +43,8 @@ class ModelLayout {
   size_t total_elements() const { return total_elements_; }
   size_t total_bytes() const { return total_elements_ * sizeof(float); }
   bool operator==(const ModelLayout& other) const { return tensors_ == other.tensors_; }
-  // "conv1.weight[16,1,5,5], conv1.bias[16], ..." for error messages.
+  // "conv1.weight[16,1,5,5], conv1.bias[16], ..." for error messages ("masked_update[203]
+  // uint32" for a kUint32 tensor).
   std::string DebugString() const;
   // "tensor 'conv1.weight' element 7" for flat index `index` (names escaped: they may come
   // from the network); "element N" past the end.

@@ -107,7 +107,8 @@ FrameEncoder::FrameEncoder(const EncodedModel& model, size_t chunk_bytes)
 void SetTensorHeader(const TensorSpec& spec, uint64_t size_bytes, uint64_t digest,
                      TensorHeader* header) {
   header->set_name(spec.name);
-  header->set_dtype(common::v1::DTYPE_FLOAT32);
+  header->set_dtype(spec.element == Element::kUint32 ? common::v1::DTYPE_UINT32
+                                                     : common::v1::DTYPE_FLOAT32);
   header->mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
   header->set_encoding(common::v1::ENCODING_RAW);
   header->set_size_bytes(size_bytes);
@@ -242,12 +243,19 @@ absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
     return Fail(
         absl::InvalidArgumentError(absl::StrCat("tensor #", specs_.size(), " has an empty name")));
   }
-  if (header.dtype() != common::v1::DTYPE_FLOAT32) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat("tensor '", shown, "': dtype ",
-                                                        common::v1::DType_Name(header.dtype()),
-                                                        " is not supported (want DTYPE_FLOAT32)")));
+  const bool ring = header.dtype() == common::v1::DTYPE_UINT32;
+  if (header.dtype() != common::v1::DTYPE_FLOAT32 && !ring) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", shown, "': dtype ", common::v1::DType_Name(header.dtype()),
+        " is not supported (want DTYPE_FLOAT32, or DTYPE_UINT32 in a masked update)")));
   }
   const TensorEncoding encoding = TensorEncoding::Of(header);
+  if (ring && (encoding.encoding != common::v1::ENCODING_RAW || !expected_.has_value())) {
+    // Only a masked update carries ring values, raw, and its receiver knows its layout.
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", shown, "': DTYPE_UINT32 ",
+        expected_.has_value() ? "must be ENCODING_RAW" : "where a model of float32 was expected")));
+  }
   const bool xor_zlib = encoding.encoding == common::v1::ENCODING_XOR_SPARSE_ZLIB;
   if (xor_zlib && !base_) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
@@ -258,7 +266,8 @@ absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
         "tensor '", shown, "': encoding ", common::v1::Encoding_Name(header.encoding()),
         " is only accepted in updates (a model travels as ENCODING_RAW)")));
   }
-  TensorSpec spec{name, std::vector<int64_t>(header.shape().begin(), header.shape().end())};
+  TensorSpec spec{name, std::vector<int64_t>(header.shape().begin(), header.shape().end()),
+                  ring ? Element::kUint32 : Element::kFloat32};
   if (spec.shape.size() > 16) {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("tensor '", shown, "': ", spec.shape.size(), " dimensions is too many")));
@@ -305,6 +314,12 @@ absl::Status FrameDecoder::AddHeader(const TensorHeader& header) {
       return Fail(absl::InvalidArgumentError(
           absl::StrCat("tensor '", shown, "': shape ", ShapeString(spec.shape),
                        " does not match the model's ", ShapeString(want.shape))));
+    }
+    if (want.element != spec.element) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", shown, "': dtype ", common::v1::DType_Name(header.dtype()), " but a ",
+          want.element == Element::kUint32 ? "masked update (DTYPE_UINT32)" : "float32",
+          " tensor was expected")));
     }
     tensor_value_offset_ = layout.offset(index);
   } else {
@@ -446,7 +461,7 @@ absl::Status FrameDecoder::AddValueBytes(absl::string_view part) {
 }
 
 absl::Status FrameDecoder::CheckFinite(const float* first, size_t n) {
-  if (require_finite_) {
+  if (require_finite_ && specs_.back().element == Element::kFloat32) {
     NormCheck check = CheckValues(first, n);
     if (!check.finite) {
       const size_t index = tensor_values_checked_ + check.first_bad;

@@ -69,14 +69,16 @@ struct DecoderLimits {
 };
 
 // Rebuilds a model from TensorFrames, checking everything: frame order, dtype, encoding, shapes,
-// sizes, chunk sizes, digests, and optionally that every value is finite. ForLayout decoders
-// (updates) also take compressed tensors (FP16, INT8, SPARSE; see compression.h), decoded to
-// float32 and checked the same way; ForMeta decoders (models) take raw tensors only. Errors are
+// sizes, chunk sizes, digests, and optionally that every float32 value is finite. ForLayout
+// decoders (updates) also take compressed tensors (FP16, INT8, SPARSE; see compression.h), decoded
+// to float32 and checked the same way, and DTYPE_UINT32 tensors (raw) where the layout has
+// Element::kUint32 ones; ForMeta decoders (models) take raw float32 tensors only. Errors are
 // INVALID_ARGUMENT naming the tensor and what is wrong; after an error every later call returns
 // the same error. Movable, not thread-safe.
 class FrameDecoder {
  public:
-  // Expects exactly `layout` (names, shapes, order), e.g. for a delta against a known model.
+  // Expects exactly `layout` (names, shapes, elements, order), e.g. for a delta against a known
+  // model.
   static FrameDecoder ForLayout(const ModelLayout& layout, bool require_finite);
   // Same, decoding into `buffer` (its contents are overwritten; its capacity is reused, which
   // saves the first-touch cost of a fresh allocation — pass buffers from a pool).
@@ -133,8 +135,9 @@ class FrameDecoder {
   // copies, digests and checks them and hands them on.
   absl::Status AddValueBytes(absl::string_view part);
   absl::Status CompleteTensor();
-  // Checks (when require_finite_) values [tensor_values_checked_, tensor_values_checked_ + n) of
-  // the current tensor, found at `first`, and counts them as checked.
+  // Checks (when require_finite_, and the current tensor is float32) values
+  // [tensor_values_checked_, tensor_values_checked_ + n) of the current tensor, found at `first`,
+  // and counts them as checked.
   absl::Status CheckFinite(const float* first, size_t n);
   std::string CurrentName() const;  // escaped, for messages
   absl::Status Fail(absl::Status status);

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "libs/common/escape.h"
 #include "libs/common/fd.h"
 #include "libs/common/status_macros.h"
 
@@ -91,6 +92,18 @@ absl::Status ReadAll(int fd, char* data, size_t size, const std::string& path) {
   if (err != 0) {
     errno = err;
     return ErrnoError("cannot read", path);
+  }
+  return absl::OkStatus();
+}
+
+// A model file's layout records names and shapes: its values are float32.
+absl::Status CheckFloat32(const ModelLayout& layout) {
+  for (const TensorSpec& t : layout.tensors()) {
+    if (t.element != Element::kFloat32) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", EscapeBytes(t.name),
+                                                     "' is not float32: a model file holds "
+                                                     "float32 tensors only"));
+    }
   }
   return absl::OkStatus();
 }
@@ -247,6 +260,7 @@ absl::StatusOr<uint64_t> FileSize(int fd, const std::string& path) {
 }  // namespace
 
 absl::Status WriteModel(int fd, const FlatModel& model, const std::string& what) {
+  SHOAL_RETURN_IF_ERROR(CheckFloat32(model.layout));
   if (model.values.size() != model.layout.total_elements()) {
     return absl::InvalidArgumentError(absl::StrCat("model has ", model.values.size(),
                                                    " values but its layout needs ",
@@ -357,6 +371,7 @@ uint64_t ModelFileWriter::digest() const { return XXH3_64bits_digest(digest_); }
 
 absl::Status ModelFileWriter::Commit(const ModelLayout& layout, const std::string& path) {
   if (committed_) return absl::FailedPreconditionError("the model file is already committed");
+  SHOAL_RETURN_IF_ERROR(CheckFloat32(layout));
   if (written_ != layout.total_elements()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the model file got ", written_, " values but its layout needs ", layout.total_elements()));

@@ -179,12 +179,11 @@ TEST(DecentralizedSecureRoundTest, RefusesWhatDoesNotFit) {
   auto served = p.rounds[1].Mask(1, p.list);
   ASSERT_TRUE(served.ok());
   ASSERT_TRUE(p.rounds[0].Mask(1, p.list).ok());
-  // A served update that is not two 16-bit halves per value.
-  tensor::FlatModel bad = **served;
-  bad.values[5] = 0.5f;
-  EXPECT_THAT(p.rounds[0].Hold("peer-1", bad, 1).message(), HasSubstr("not two 16-bit halves"));
-  bad.values[5] = 70000.0f;
-  EXPECT_THAT(p.rounds[0].Hold("peer-1", bad, 1).message(), HasSubstr("not two 16-bit halves"));
+  // A served update of float32 values, or of another size, is not a masked update.
+  tensor::FlatModel floats = **served;
+  floats.layout = *tensor::ModelLayout::Create(
+      {tensor::TensorSpec{"masked_update", {static_cast<int64_t>(floats.values.size())}}});
+  EXPECT_THAT(p.rounds[0].Hold("peer-1", floats, 1).message(), HasSubstr("uint32"));
   EXPECT_THAT(p.rounds[0].Hold("peer-1", p.base, 1).message(), HasSubstr("expected"));
   EXPECT_THAT(p.rounds[0].Hold("peer-9", **served, 1).message(), HasSubstr("did not mask with"));
   // Told it is not a survivor: it reveals nothing.

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -241,6 +242,54 @@ TEST(FrameCodecTest, NonFiniteValuesAreRejectedWhenRequired) {
     auto lenient = DecodeLayout(m.layout, Encode(m, 64), /*finite=*/false);
     ASSERT_TRUE(lenient.ok());
   }
+}
+
+TEST(FrameCodecTest, RingValuesTravelBitForBitWhereAMaskedUpdateIsExpected) {
+  // Masked updates are uint32 values of Z_(2^32): as float32 bits some are NaN, infinite or
+  // subnormal, and all must arrive as they were, through the finite check.
+  FlatModel m = MakeModel({{"w", {2}}, TensorSpec{"masked_update", {6}, Element::kUint32}});
+  const std::vector<uint32_t> ring = {0x7fc00001u, 0xffffffffu, 0x7f800000u, 1u, 0u, 0xff800000u};
+  std::memcpy(m.values.data() + 2, ring.data(), ring.size() * sizeof(uint32_t));
+  EXPECT_EQ(m.layout.DebugString(), "w[2], masked_update[6] uint32");
+  auto frames = Encode(m, 5);
+  std::vector<common::v1::DType> dtypes;
+  for (const TensorFrame& f : frames) {
+    if (f.has_header()) dtypes.push_back(f.header().dtype());
+  }
+  EXPECT_EQ(dtypes,
+            (std::vector<common::v1::DType>{common::v1::DTYPE_FLOAT32, common::v1::DTYPE_UINT32}));
+  auto got = DecodeLayout(m.layout, frames, /*finite=*/true);
+  ASSERT_TRUE(got.ok()) << got.status();
+  std::vector<uint32_t> back(ring.size());
+  std::memcpy(back.data(), got->values.data() + 2, back.size() * sizeof(uint32_t));
+  EXPECT_EQ(back, ring);
+  EXPECT_EQ(got->Digest(), m.Digest());
+
+  // Where float32 is expected, the same stream is refused, and the other way round.
+  const ModelLayout floats = *ModelLayout::Create({{"w", {2}}, {"masked_update", {6}}});
+  EXPECT_THAT(DecodeLayout(floats, frames).status().message(),
+              HasSubstr("dtype DTYPE_UINT32 but a float32 tensor was expected"));
+  FlatModel as_floats = MakeModel({{"w", {2}}, {"masked_update", {6}}});
+  EXPECT_THAT(DecodeLayout(m.layout, Encode(as_floats)).status().message(),
+              HasSubstr("masked update (DTYPE_UINT32)"));
+  // Only raw, and never in a model whose layout comes from the stream.
+  auto packed = frames;
+  for (TensorFrame& f : packed) {
+    if (f.has_header() && f.header().name() == "masked_update") {
+      f.mutable_header()->set_encoding(common::v1::ENCODING_FP16);
+    }
+  }
+  EXPECT_THAT(DecodeLayout(m.layout, packed).status().message(),
+              HasSubstr("DTYPE_UINT32 must be ENCODING_RAW"));
+  auto meta = MakeModelMeta("t", 1, m);
+  absl::StatusOr<FrameDecoder> d = FrameDecoder::ForMeta(meta, {}, /*require_finite=*/false);
+  ASSERT_TRUE(d.ok());
+  absl::Status s;
+  for (const TensorFrame& f : frames) {
+    s = d->Add(f);
+    if (!s.ok()) break;
+  }
+  EXPECT_THAT(s.message(), HasSubstr("DTYPE_UINT32 where a model of float32 was expected"));
 }
 
 TEST(FrameCodecTest, HugeFiniteValuesAreNotMistakenForInfinity) {

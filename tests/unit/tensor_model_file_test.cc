@@ -48,6 +48,22 @@ TEST_F(ModelFileTest, RoundTrip) {
             1);
 }
 
+TEST_F(ModelFileTest, OnlyFloat32TensorsAreWritten) {
+  // A masked update's ring values are not a model: a model file's layout has no element type.
+  FlatModel ring = model_;
+  ring.layout = *ModelLayout::Create({{"a", {3, 4}}, TensorSpec{"b", {5}, Element::kUint32}});
+  absl::Status s = WriteModelFile(Path("ring.bin"), ring);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'b' is not float32"));
+  auto writer = ModelFileWriter::Create(dir_.string(), 0);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE((*writer)->Write(0, ring.values).ok());
+  EXPECT_THAT((*writer)->Commit(ring.layout, Path("ring.model")).message(),
+              HasSubstr("not float32"));
+  writer->reset();
+  EXPECT_TRUE(std::filesystem::is_empty(dir_));
+}
+
 TEST_F(ModelFileTest, MissingFileIsNotFound) {
   auto got = ReadModelFile(Path("nope.bin"));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound);

@@ -1,6 +1,7 @@
 #include "services/peer_agent/modes/decentralized/secure_round.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,8 +15,8 @@ using privacy::secagg::MaskKey;
 using privacy::secagg::MaskReveal;
 
 tensor::ModelLayout SecureRound::MaskedLayout(size_t elements) {
-  absl::StatusOr<tensor::ModelLayout> layout = tensor::ModelLayout::Create(
-      {tensor::TensorSpec{"masked_update", {static_cast<int64_t>(2 * elements)}}});
+  absl::StatusOr<tensor::ModelLayout> layout = tensor::ModelLayout::Create({tensor::TensorSpec{
+      "masked_update", {static_cast<int64_t>(elements)}, tensor::Element::kUint32}});
   return *std::move(layout);  // a fixed name and a non-negative size: always valid
 }
 
@@ -82,11 +83,8 @@ absl::StatusOr<std::shared_ptr<const tensor::FlatModel>> SecureRound::Mask(
   mask_attempt_ = attempt;
   auto served = std::make_shared<tensor::FlatModel>();
   served->layout = MaskedLayout(masked.size());
-  served->values.resize(2 * masked.size());
-  for (size_t i = 0; i < masked.size(); ++i) {
-    served->values[2 * i] = static_cast<float>(masked[i] & 0xffffu);
-    served->values[2 * i + 1] = static_cast<float>(masked[i] >> 16);
-  }
+  served->values.resize(masked.size());
+  std::memcpy(served->values.data(), masked.data(), masked.size() * sizeof(uint32_t));
   own_masked_ = std::move(masked);
   return std::shared_ptr<const tensor::FlatModel>(std::move(served));
 }
@@ -99,25 +97,16 @@ absl::Status SecureRound::Hold(const std::string& peer_id, const tensor::FlatMod
         absl::StrCat("masked update of ", peer_id, ", which this peer did not mask with"));
   }
   if (!(served.layout == MaskedLayout(own_masked_.size())) ||
-      served.values.size() != 2 * own_masked_.size()) {
+      served.values.size() != own_masked_.size()) {
     return absl::InvalidArgumentError(absl::StrCat("peer ", peer_id, " served a masked update of ",
                                                    served.layout.DebugString(), ", expected ",
                                                    MaskedLayout(own_masked_.size()).DebugString()));
   }
   Held h;
   h.num_samples = num_samples;
+  // Every 32-bit value is an element of the ring: the bits are taken as they came.
   h.masked.resize(own_masked_.size());
-  for (size_t i = 0; i < h.masked.size(); ++i) {
-    const float lo = served.values[2 * i];
-    const float hi = served.values[2 * i + 1];
-    if (!(lo >= 0 && lo <= 65535 && hi >= 0 && hi <= 65535) || lo != static_cast<uint32_t>(lo) ||
-        hi != static_cast<uint32_t>(hi)) {
-      return absl::InvalidArgumentError(absl::StrCat("peer ", peer_id,
-                                                     " served a masked update whose element ", i,
-                                                     " is not two 16-bit halves"));
-    }
-    h.masked[i] = static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
-  }
+  std::memcpy(h.masked.data(), served.values.data(), h.masked.size() * sizeof(uint32_t));
   held_[peer_id] = std::move(h);
   return absl::OkStatus();
 }

@@ -23,7 +23,7 @@ namespace shoal::peer {
 
 // One participant's secure round: made once it trained (its delta against the round's base
 // clipped to clip_norm); Mask at each PeerList (the update it serves as ROUND_UPDATE: masked,
-// fixed point in Z_(2^32), packed as MaskedModel); Hold the others' masked updates as they
+// fixed point in Z_(2^32), laid out as MaskedLayout); Hold the others' masked updates as they
 // arrive; Reveal once the coordinator fixed the survivors (Unmask); Finish with every
 // survivor's seeds (MaskReveals): base + the exact sum of the survivors' clipped deltas / their
 // number, the same bits at every participant. Not thread-safe.
@@ -73,8 +73,8 @@ class SecureRound {
                                 const tensor::FlatModel& base);
 
   // How a masked update of `elements` ring values travels (a FlatModel, as every snapshot): one
-  // tensor "masked_update" of 2 x elements floats, each the low or high 16 bits of a value
-  // (exact and finite in float32).
+  // tensor "masked_update" of `elements` Element::kUint32 values (DTYPE_UINT32 on the wire), 4
+  // bytes each, as many as the model's float32 values.
   static tensor::ModelLayout MaskedLayout(size_t elements);
 
  private:

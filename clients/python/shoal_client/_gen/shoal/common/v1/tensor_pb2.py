@@ -13,7 +13,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cshoal/common/v1/tensor.proto\x12\x0fshoal.common.v1\"\xee\x01\n\x0cTensorHeader\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x05\x64type\x18\x02 \x01(\x0e\x32\x16.shoal.common.v1.DType\x12\r\n\x05shape\x18\x03 \x03(\x03\x12+\n\x08\x65ncoding\x18\x04 \x01(\x0e\x32\x19.shoal.common.v1.Encoding\x12\x12\n\nsize_bytes\x18\x05 \x01(\x04\x12\x13\n\x0b\x64igest_xxh3\x18\x06 \x01(\x06\x12\x32\n\x0fvalues_encoding\x18\x07 \x01(\x0e\x32\x19.shoal.common.v1.Encoding\x12\x10\n\x08nonzeros\x18\x08 \x01(\x04\"X\n\x0bTensorFrame\x12/\n\x06header\x18\x01 \x01(\x0b\x32\x1d.shoal.common.v1.TensorHeaderH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\x07\n\x05\x66rame*1\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x11\n\rDTYPE_FLOAT32\x10\x01*\xa8\x01\n\x08\x45ncoding\x12\x18\n\x14\x45NCODING_UNSPECIFIED\x10\x00\x12\x10\n\x0c\x45NCODING_RAW\x10\x01\x12\x11\n\rENCODING_FP16\x10\x02\x12\x11\n\rENCODING_INT8\x10\x03\x12\x13\n\x0f\x45NCODING_SPARSE\x10\x04\x12\x1c\n\x18\x45NCODING_XOR_SPARSE_ZLIB\x10\x06\"\x04\x08\x05\x10\x05*\x11\x45NCODING_XOR_ZLIBb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cshoal/common/v1/tensor.proto\x12\x0fshoal.common.v1\"\xee\x01\n\x0cTensorHeader\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x05\x64type\x18\x02 \x01(\x0e\x32\x16.shoal.common.v1.DType\x12\r\n\x05shape\x18\x03 \x03(\x03\x12+\n\x08\x65ncoding\x18\x04 \x01(\x0e\x32\x19.shoal.common.v1.Encoding\x12\x12\n\nsize_bytes\x18\x05 \x01(\x04\x12\x13\n\x0b\x64igest_xxh3\x18\x06 \x01(\x06\x12\x32\n\x0fvalues_encoding\x18\x07 \x01(\x0e\x32\x19.shoal.common.v1.Encoding\x12\x10\n\x08nonzeros\x18\x08 \x01(\x04\"X\n\x0bTensorFrame\x12/\n\x06header\x18\x01 \x01(\x0b\x32\x1d.shoal.common.v1.TensorHeaderH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\x07\n\x05\x66rame*C\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x11\n\rDTYPE_FLOAT32\x10\x01\x12\x10\n\x0c\x44TYPE_UINT32\x10\x02*\xa8\x01\n\x08\x45ncoding\x12\x18\n\x14\x45NCODING_UNSPECIFIED\x10\x00\x12\x10\n\x0c\x45NCODING_RAW\x10\x01\x12\x11\n\rENCODING_FP16\x10\x02\x12\x11\n\rENCODING_INT8\x10\x03\x12\x13\n\x0f\x45NCODING_SPARSE\x10\x04\x12\x1c\n\x18\x45NCODING_XOR_SPARSE_ZLIB\x10\x06\"\x04\x08\x05\x10\x05*\x11\x45NCODING_XOR_ZLIBb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'shoal.common.v1.tensor_pb2', globals())
@@ -21,9 +21,9 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   _DTYPE._serialized_start=380
-  _DTYPE._serialized_end=429
-  _ENCODING._serialized_start=432
-  _ENCODING._serialized_end=600
+  _DTYPE._serialized_end=447
+  _ENCODING._serialized_start=450
+  _ENCODING._serialized_end=618
   _TENSORHEADER._serialized_start=50
   _TENSORHEADER._serialized_end=288
   _TENSORFRAME._serialized_start=290
