@@ -7,6 +7,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <future>
 #include <optional>
@@ -343,13 +344,13 @@ bool ZeroCopyFrames::Next(grpc::ByteBuffer* message) {
 
 ModelWriteReactor::ModelWriteReactor(std::shared_ptr<const tensor::EncodedModel> model,
                                      const ModelMeta& meta, DoneCallback on_done,
-                                     size_t chunk_bytes)
-    : ModelWriteReactor(std::move(on_done), chunk_bytes) {
+                                     size_t chunk_bytes, Pacer* pacer)
+    : ModelWriteReactor(std::move(on_done), chunk_bytes, pacer) {
   Start(std::move(model), meta);
 }
 
-ModelWriteReactor::ModelWriteReactor(DoneCallback on_done, size_t chunk_bytes)
-    : chunk_bytes_(chunk_bytes), on_done_(std::move(on_done)) {}
+ModelWriteReactor::ModelWriteReactor(DoneCallback on_done, size_t chunk_bytes, Pacer* pacer)
+    : chunk_bytes_(chunk_bytes), pacer_(pacer), on_done_(std::move(on_done)) {}
 
 void ModelWriteReactor::Start(std::shared_ptr<const tensor::EncodedModel> model,
                               const ModelMeta& meta) {
@@ -361,8 +362,30 @@ void ModelWriteReactor::StartMeta(const ModelMeta& meta) {
   ModelChunk first;
   *first.mutable_meta() = meta;
   message_ = Serialize(first);
+  Write();
+}
+
+void ModelWriteReactor::Write() {
   pending_bytes_ = message_.Length();
-  StartWrite(&message_);
+  const absl::Duration wait =
+      pacer_ != nullptr ? pacer_->Reserve(pending_bytes_) : absl::ZeroDuration();
+  if (wait <= absl::ZeroDuration()) {
+    StartWrite(&message_);
+    return;
+  }
+  // A new alarm for each wait: the write it starts may complete, and the next wait begin, on
+  // another thread while this alarm's callback is still returning, and an alarm is not re-armed
+  // while its callback runs (the one replaced goes once that callback is done). The callback
+  // runs once, at the deadline (ok), or earlier when the alarm is cancelled (not ok), which only
+  // its destruction does, never before the write it waits for.
+  alarm_ = std::make_unique<grpc::Alarm>();
+  alarm_->Set(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(wait), [this](bool ok) {
+    if (ok) {
+      StartWrite(&message_);
+    } else {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "model stream stopped"));
+    }
+  });
 }
 
 void ModelWriteReactor::OnWriteDone(bool ok) {
@@ -377,8 +400,7 @@ void ModelWriteReactor::OnWriteDone(bool ok) {
     Finish(grpc::Status::OK);
     return;
   }
-  pending_bytes_ = message_.Length();
-  StartWrite(&message_);
+  Write();
 }
 
 void ModelWriteReactor::OnDone() {

@@ -5,6 +5,7 @@
 // and the coordinator/shoalctl (download/restore models).
 
 #include <google/protobuf/message_lite.h>
+#include <grpcpp/alarm.h>
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/support/byte_buffer.h>
@@ -21,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "libs/rpc/pacer.h"
 #include "libs/tensor/compression.h"
 #include "libs/tensor/flat_model.h"
 #include "libs/tensor/frame_codec.h"
@@ -76,13 +78,16 @@ class ModelWriteReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   using DoneCallback = std::function<void(uint64_t bytes_sent, bool completed)>;
 
+  // With `pacer` (which must outlive the call), each message waits for its time on the uplink
+  // (Pacer::Reserve) before it is written: an alarm, no thread blocked.
   ModelWriteReactor(std::shared_ptr<const tensor::EncodedModel> model,
                     const common::v1::ModelMeta& meta, DoneCallback on_done = nullptr,
-                    size_t chunk_bytes = tensor::kDefaultChunkBytes);
+                    size_t chunk_bytes = tensor::kDefaultChunkBytes, Pacer* pacer = nullptr);
   // A reactor whose model is not at hand yet (e.g. read from disk on an executor): exactly one of
   // Start() and Fail() must follow, from any thread.
   explicit ModelWriteReactor(DoneCallback on_done = nullptr,
-                             size_t chunk_bytes = tensor::kDefaultChunkBytes);
+                             size_t chunk_bytes = tensor::kDefaultChunkBytes,
+                             Pacer* pacer = nullptr);
   void Start(std::shared_ptr<const tensor::EncodedModel> model, const common::v1::ModelMeta& meta);
   void Fail(const grpc::Status& status) { Finish(status); }
 
@@ -92,7 +97,10 @@ class ModelWriteReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
  private:
   const size_t chunk_bytes_;
+  Pacer* const pacer_;
+  std::unique_ptr<grpc::Alarm> alarm_;                // a paced message's wait
   void StartMeta(const common::v1::ModelMeta& meta);  // writes `meta`, the first message
+  void Write();  // writes message_, once its time has come when paced
 
   std::optional<ZeroCopyFrames> frames_;  // set by Start()
   DoneCallback on_done_;

@@ -16,6 +16,7 @@
 #include "libs/common/log.h"
 #include "libs/rpc/grpc_lifetime.h"
 #include "libs/rpc/model_stream.h"
+#include "libs/rpc/pacer.h"
 #include "libs/rpc/signals.h"
 #include "libs/training/partition.h"
 #include "services/peer_agent/modes/gossip/static_gossip.h"
@@ -81,6 +82,12 @@ ABSL_FLAG(int, torch_threads, 1, "LibTorch intra-op threads");
 ABSL_FLAG(uint64_t, upload_probe_bytes, uint64_t{4} << 20,
           "bytes of the timed upload to the coordinator that measures this peer's bandwidth "
           "(reported in its capacity; at most 64 MiB); 0 skips it");
+ABSL_FLAG(std::string, serve_pacing, "auto",
+          "the snapshots this peer serves other peers (decentralized and gossip) go out at its "
+          "uplink's rate rather than as fast as TCP takes them, so that its router's queue stays "
+          "short and what it downloads meanwhile is not slowed: auto paces at the upload "
+          "measured (--upload-probe-bytes) where that is under 200 Mbit/s, and not otherwise "
+          "(nor without a coordinator); off never paces; a number paces at that many Mbit/s");
 ABSL_FLAG(std::string, tls_dir, "",
           "mutual TLS: a directory with ca.crt, tls.crt, tls.key (see scripts/gen-certs)");
 ABSL_FLAG(bool, insecure, false, "serve and call plaintext gRPC instead of mutual TLS");
@@ -161,6 +168,10 @@ int RunStaticGossip(const PeerHooks& hooks) {
   options.final_model_out = absl::GetFlag(FLAGS_final_model_out);
   options.report_out = absl::GetFlag(FLAGS_report_out);
   options.exit_when_done = absl::GetFlag(FLAGS_exit_when_done);
+  absl::StatusOr<rpc::PacingSetting> pacing =
+      rpc::PacingSetting::Parse(absl::GetFlag(FLAGS_serve_pacing));
+  if (!pacing.ok()) Fail(pacing.status(), 2);
+  options.serve_pacing = *pacing;
   options.hooks = hooks;
   if (const std::string shard = absl::GetFlag(FLAGS_shard); !shard.empty()) {
     absl::StatusOr<training::ShardSpec> parsed = training::ParseShardSpec(shard, "--shard");
@@ -193,13 +204,15 @@ int PeerMain(int argc, char** argv, const PeerMainOptions& main_options) {
                 "HOST:PORT | --relay HOST:PORT|auto|off] [--metrics-listen "
                 "HOST:PORT] "
                 "[--name ID] [--device cpu|cuda] [--torch-threads N] [--join-token TOKEN] "
-                "[--upload-probe-bytes N] [--supernode [--supernode-binary PATH] "
+                "[--upload-probe-bytes N] [--serve-pacing auto|off|MBIT] "
+                "[--supernode [--supernode-binary PATH] "
                 "[--supernode-listen HOST:PORT] [--supernode-advertise HOST:PORT]] "
                 "[--address-file PATH]" +
                 main_options.usage_extra +
                 "\n"
                 "--dpwa-config FILE --dpwa-node NAME --task-file FILE --data-dir DIR "
                 "(--tls-dir DIR | --insecure) [--shard I/N] [--listen HOST:PORT] "
+                "[--serve-pacing off|MBIT] "
                 "[--final-model-out FILE] [--report-out FILE] [--exit-when-done]" +
                 main_options.usage_extra +
                 "\n"
@@ -244,6 +257,10 @@ int PeerMain(int argc, char** argv, const PeerMainOptions& main_options) {
   options.advertise = absl::GetFlag(FLAGS_advertise);
   options.relay = absl::GetFlag(FLAGS_relay);
   options.upload_probe_bytes = absl::GetFlag(FLAGS_upload_probe_bytes);
+  absl::StatusOr<rpc::PacingSetting> pacing =
+      rpc::PacingSetting::Parse(absl::GetFlag(FLAGS_serve_pacing));
+  if (!pacing.ok()) Fail(pacing.status(), 2);
+  options.serve_pacing = *pacing;
   options.hooks = std::move(hooks);
   options.supernode = absl::GetFlag(FLAGS_supernode);
   options.supernode_host.binary = absl::GetFlag(FLAGS_supernode_binary);

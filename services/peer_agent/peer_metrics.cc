@@ -48,6 +48,9 @@ PeerMetrics::PeerMetrics(prometheus::Registry& r)
                                "GetSnapshot streams this peer served (finished or aborted).")),
       snapshots_aborted(Counter(r, "shoal_peer_snapshots_aborted_total",
                                 "GetSnapshot streams the reader left before the end.")),
+      serve_pacing_rate(Gauge(r, "shoal_peer_serve_pacing_bytes_per_second",
+                              "The rate the last GetSnapshot stream served was paced at "
+                              "(--serve-pacing; 0: not paced).")),
       peer_bytes_pulled(Counter(r, "shoal_peer_peer_bytes_pulled_total",
                                 "Tensor payload bytes fetched from other peers' snapshots.")),
       peer_fetches_failed(Counter(r, "shoal_peer_peer_fetches_failed_total",

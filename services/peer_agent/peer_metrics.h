@@ -35,6 +35,8 @@ struct PeerMetrics {
   // PeerService (all modes):
   prometheus::Counter& snapshots_served;   // shoal_peer_snapshots_served_total
   prometheus::Counter& snapshots_aborted;  // shoal_peer_snapshots_aborted_total
+  // shoal_peer_serve_pacing_bytes_per_second (the rate of the last stream served; 0: unpaced)
+  prometheus::Gauge& serve_pacing_rate;
   // PeerClient (decentralized and gossip):
   prometheus::Counter& peer_bytes_pulled;    // shoal_peer_peer_bytes_pulled_total
   prometheus::Counter& peer_fetches_failed;  // shoal_peer_peer_fetches_failed_total

@@ -131,6 +131,12 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
     absl::MutexLock lock(&self->mu_);
     return self->peer_id_;
   };
+  // The session measures the upload before its first Hello; until then nothing is paced.
+  auto measured_upload = std::make_shared<std::atomic<double>>(0.0);
+  s->pacer_ = std::make_unique<rpc::Pacer>([pacing = options.serve_pacing, measured_upload] {
+    return pacing.RateFor(measured_upload->load());
+  });
+  service_options.pacer = s->pacer_.get();
   s->service_ =
       std::make_unique<PeerServiceImpl>(s->snapshots_, *s->metrics_, std::move(service_options));
   rpc::ServerOptions server_options;
@@ -168,7 +174,6 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerOptions&
   session_options.hello.set_shard_count(options.shard.count);
   *session_options.hello.mutable_capacity() = capacity::MeasureLocalCapacity();
   session_options.upload_probe_bytes = options.upload_probe_bytes;
-  auto measured_upload = std::make_shared<std::atomic<double>>(0.0);
   session_options.measured_upload = measured_upload;
   session_options.hello.set_supernode(options.supernode);
   session_options.hello.set_wants_relay(options.relay == "auto");

@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "libs/metrics/metrics_server.h"
+#include "libs/rpc/pacer.h"
 #include "libs/rpc/server.h"
 #include "libs/rpc/tls.h"
 #include "libs/training/partition.h"
@@ -52,6 +53,7 @@ struct PeerOptions {
   rpc::TlsOptions tls;                         // --tls-dir DIR | --insecure
   std::string join_token;                      // --join-token (default $SHOAL_JOIN_TOKEN)
   uint64_t upload_probe_bytes = 0;             // --upload-probe-bytes (0: not measured)
+  rpc::PacingSetting serve_pacing;             // --serve-pacing (default: auto)
   // --supernode: offer to host an elected supernode (Hello.supernode), run with these options
   // (binary, listen, advertise; the rest is filled from the peer's own).
   bool supernode = false;
@@ -95,6 +97,7 @@ class PeerServer {
   std::unique_ptr<metrics::MetricsServer> metrics_server_;
   std::unique_ptr<PeerMetrics> metrics_;
   SnapshotStore snapshots_;
+  std::unique_ptr<rpc::Pacer> pacer_;  // the snapshots served (outlives the server)
   std::unique_ptr<PeerServiceImpl> service_;
   std::unique_ptr<rpc::Server> server_;
   std::unique_ptr<aggregator::GrpcAggregatorClient> aggregator_client_;

@@ -1,8 +1,10 @@
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <string>
 
+#include "libs/rpc/pacer.h"
 #include "services/peer_agent/peer_metrics.h"
 #include "services/peer_agent/snapshot_store.h"
 #include "shoal/peer/v1/peer.grpc.pb.h"
@@ -12,6 +14,9 @@ namespace shoal::peer {
 struct PeerServiceOptions {
   // This peer's id for ProbeResponse (empty before the coordinator's Welcome). Optional.
   std::function<std::string()> peer_id;
+  // Paces the snapshots served at this peer's uplink (rpc::Pacer; its rate 0: not paced), in
+  // messages of Pacer::MessageBytes. Optional; must outlive the service.
+  rpc::Pacer* pacer = nullptr;
 };
 
 // gRPC adapter for PeerService: streams the published snapshot of the kind asked for, answers
@@ -40,6 +45,7 @@ class PeerServiceImpl final
   const SnapshotStore& store_;
   PeerMetrics& metrics_;
   const PeerServiceOptions options_;
+  std::atomic<double> logged_rate_{0};  // the pacing rate last logged (0: unpaced)
 };
 
 }  // namespace shoal::peer

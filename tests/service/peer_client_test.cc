@@ -4,11 +4,13 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/metrics/metrics_server.h"
+#include "libs/rpc/pacer.h"
 #include "libs/rpc/server.h"
 #include "services/peer_agent/grpc_peer_client.h"
 #include "services/peer_agent/peer_metrics.h"
@@ -44,9 +46,11 @@ class PeerClientTest : public ::testing::Test {
   }
 
   // Starts a PeerService over `store_` on 127.0.0.1:0.
-  std::unique_ptr<rpc::Server> Serve(std::unique_ptr<PeerServiceImpl>& service) {
+  std::unique_ptr<rpc::Server> Serve(std::unique_ptr<PeerServiceImpl>& service,
+                                     rpc::Pacer* pacer = nullptr) {
     PeerServiceOptions options;
     options.peer_id = [] { return std::string("peer-s"); };
+    options.pacer = pacer;
     service = std::make_unique<PeerServiceImpl>(store_, *metrics_, options);
     rpc::ServerOptions server_options;
     server_options.listen = "127.0.0.1:0";
@@ -125,6 +129,47 @@ TEST_F(PeerClientTest, FetchesTheSnapshotOfTheKindAndRoundAsked) {
   probe.set_round(3);
   probe.set_peer_id("peer-c");
   EXPECT_TRUE(client_->Probe(server->address(), probe, Deadline()).ok());
+}
+
+TEST_F(PeerClientTest, APacedSnapshotGoesOutAtThePacersRateInSmallMessages) {
+  // 2 MB/s, two readers at once: their 2 x 400 KB share the rate, so the later one ends no
+  // sooner than 0.4 s minus the first message after the start (on loopback, unpaced, both take
+  // milliseconds).
+  std::atomic<double> rate{2e6};
+  rpc::Pacer pacer([&rate] { return rate.load(); });
+  std::unique_ptr<PeerServiceImpl> service;
+  std::unique_ptr<rpc::Server> server = Serve(service, &pacer);
+  const tensor::ModelLayout layout = Layout(12'000);  // 108,000 values: 432 KB
+  auto update = Model(layout, 1.0f);
+  PublishUpdate(2, update, 10);
+
+  const absl::Time start = absl::Now();
+  absl::StatusOr<tensor::ReceivedModel> got[2];
+  std::thread other([&] {
+    got[1] = client_->Fetch(server->address(), Request(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE, 2),
+                            Deadline(), layout);
+  });
+  got[0] = client_->Fetch(server->address(), Request(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE, 2),
+                          Deadline(), layout);
+  other.join();
+  const absl::Duration took = absl::Now() - start;
+  for (const auto& g : got) {
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(g->model.Digest(), update->Digest());
+  }
+  const double bytes = 2.0 * static_cast<double>(layout.total_bytes());
+  const double first_message = 16 << 10;
+  EXPECT_GE(absl::ToDoubleSeconds(took), (bytes - 2 * first_message) / rate.load())
+      << "paced at " << rate.load() << " bytes/s";
+  EXPECT_EQ(metrics_->serve_pacing_rate.Value(), 2e6);
+
+  // Not paced (rate 0): the same stream as without a pacer.
+  rate = 0;
+  absl::StatusOr<tensor::ReceivedModel> unpaced = client_->Fetch(
+      server->address(), Request(peer::v1::SNAPSHOT_KIND_ROUND_UPDATE, 2), Deadline(), layout);
+  ASSERT_TRUE(unpaced.ok()) << unpaced.status();
+  EXPECT_EQ(unpaced->model.Digest(), update->Digest());
+  EXPECT_EQ(metrics_->serve_pacing_rate.Value(), 0);
 }
 
 TEST_F(PeerClientTest, RejectsAMismatchedLayoutAndNonFiniteValues) {

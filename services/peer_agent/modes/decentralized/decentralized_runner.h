@@ -18,6 +18,7 @@
 #include "libs/aggregation/strategy.h"
 #include "libs/common/backoff.h"
 #include "libs/common/clock.h"
+#include "libs/rpc/pacer.h"
 #include "libs/rpc/retry.h"
 #include "libs/tensor/buffer_pool.h"
 #include "libs/tensor/compression.h"
@@ -61,7 +62,7 @@ struct DecentralizedRunnerOptions {
   // (WaitingUpdates). Faster (one machine, a datacenter), where writing them would cost more
   // than the uplinks' balance gains, in ascending order, holding about fetch_window updates.
   // Infinity: from the first round on, whatever the speed.
-  double rotate_below_rate = 25e6;
+  double rotate_below_rate = rpc::kSlowUplinkBelow;
   // Total time a model sync keeps retrying (the task's round_deadline_seconds when set).
   absl::Duration sync_budget = absl::Seconds(60);
   BackoffOptions retry_backoff{absl::Milliseconds(100), absl::Seconds(2), 2.0, 0.2};

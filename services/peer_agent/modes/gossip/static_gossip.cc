@@ -109,6 +109,9 @@ absl::StatusOr<std::unique_ptr<StaticGossipPeer>> StaticGossipPeer::Start(
   PeerServiceOptions service_options;
   const std::string id = p->peer_id_;
   service_options.peer_id = [id] { return id; };
+  p->pacer_ = std::make_unique<rpc::Pacer>(
+      [pacing = options.serve_pacing] { return pacing.RateFor(/*measured_upload=*/0); });
+  service_options.pacer = p->pacer_.get();
   p->service_ =
       std::make_unique<PeerServiceImpl>(p->snapshots_, *p->metrics_, std::move(service_options));
   rpc::ServerOptions server_options;

@@ -18,6 +18,7 @@
 #include "libs/common/clock.h"
 #include "libs/discovery/discovery.h"
 #include "libs/metrics/metrics_server.h"
+#include "libs/rpc/pacer.h"
 #include "libs/rpc/retry.h"
 #include "libs/rpc/server.h"
 #include "libs/rpc/tls.h"
@@ -53,6 +54,9 @@ struct StaticGossipOptions {
   std::string device = "cpu";                  // --device
   int torch_threads = 1;                       // --torch-threads
   rpc::TlsOptions tls;                         // --tls-dir DIR | --insecure
+  // --serve-pacing: a rate paces the snapshots served; "auto" does not here (nothing measures
+  // the upload without a coordinator).
+  rpc::PacingSetting serve_pacing;
   std::string final_model_out;  // --final-model-out: write the final model here (model file)
   std::string report_out;       // --report-out: write a JSON summary here when done
   bool exit_when_done = false;  // --exit-when-done: exit after the report (default: keep serving)
@@ -99,6 +103,7 @@ class StaticGossipPeer {
   std::unique_ptr<metrics::MetricsServer> metrics_server_;
   std::unique_ptr<PeerMetrics> metrics_;
   SnapshotStore snapshots_;
+  std::unique_ptr<rpc::Pacer> pacer_;  // the snapshots served (outlives the server)
   std::unique_ptr<PeerServiceImpl> service_;
   std::unique_ptr<rpc::Server> server_;
   std::unique_ptr<GrpcPeerClient> peer_client_;
