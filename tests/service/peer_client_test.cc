@@ -132,9 +132,9 @@ TEST_F(PeerClientTest, FetchesTheSnapshotOfTheKindAndRoundAsked) {
 }
 
 TEST_F(PeerClientTest, APacedSnapshotGoesOutAtThePacersRateInSmallMessages) {
-  // 2 MB/s, two readers at once: their 2 x 400 KB share the rate, so the later one ends no
-  // sooner than 0.4 s minus the first message after the start (on loopback, unpaced, both take
-  // milliseconds).
+  // 2 MB/s, two readers at once: their 2 x 432 KB share the rate, so the later one ends no
+  // sooner than 0.43 s, less a first message of each, after the start (on loopback, unpaced,
+  // both take milliseconds).
   std::atomic<double> rate{2e6};
   rpc::Pacer pacer([&rate] { return rate.load(); });
   std::unique_ptr<PeerServiceImpl> service;
