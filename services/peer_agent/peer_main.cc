@@ -141,6 +141,14 @@ namespace {
   std::exit(code);
 }
 
+// --serve-pacing, or exit 2 naming it.
+rpc::PacingSetting ServePacingFlag() {
+  absl::StatusOr<rpc::PacingSetting> pacing =
+      rpc::PacingSetting::Parse(absl::GetFlag(FLAGS_serve_pacing));
+  if (!pacing.ok()) Fail(pacing.status(), 2);
+  return *pacing;
+}
+
 int RunStaticGossip(const PeerHooks& hooks) {
   if (!absl::GetFlag(FLAGS_coordinator).empty()) {
     Fail(
@@ -168,10 +176,7 @@ int RunStaticGossip(const PeerHooks& hooks) {
   options.final_model_out = absl::GetFlag(FLAGS_final_model_out);
   options.report_out = absl::GetFlag(FLAGS_report_out);
   options.exit_when_done = absl::GetFlag(FLAGS_exit_when_done);
-  absl::StatusOr<rpc::PacingSetting> pacing =
-      rpc::PacingSetting::Parse(absl::GetFlag(FLAGS_serve_pacing));
-  if (!pacing.ok()) Fail(pacing.status(), 2);
-  options.serve_pacing = *pacing;
+  options.serve_pacing = ServePacingFlag();
   options.hooks = hooks;
   if (const std::string shard = absl::GetFlag(FLAGS_shard); !shard.empty()) {
     absl::StatusOr<training::ShardSpec> parsed = training::ParseShardSpec(shard, "--shard");
@@ -257,10 +262,7 @@ int PeerMain(int argc, char** argv, const PeerMainOptions& main_options) {
   options.advertise = absl::GetFlag(FLAGS_advertise);
   options.relay = absl::GetFlag(FLAGS_relay);
   options.upload_probe_bytes = absl::GetFlag(FLAGS_upload_probe_bytes);
-  absl::StatusOr<rpc::PacingSetting> pacing =
-      rpc::PacingSetting::Parse(absl::GetFlag(FLAGS_serve_pacing));
-  if (!pacing.ok()) Fail(pacing.status(), 2);
-  options.serve_pacing = *pacing;
+  options.serve_pacing = ServePacingFlag();
   options.hooks = std::move(hooks);
   options.supernode = absl::GetFlag(FLAGS_supernode);
   options.supernode_host.binary = absl::GetFlag(FLAGS_supernode_binary);
